@@ -1,0 +1,1 @@
+/* array.c: not written yet */

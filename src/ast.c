@@ -1,0 +1,1 @@
+/* ast.c: not written yet */

@@ -1,0 +1,1 @@
+/* builtins.c: not written yet */

@@ -1,0 +1,1 @@
+/* dtype.c: not written yet */

@@ -1,0 +1,1 @@
+/* error.c: not written yet */

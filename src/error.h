@@ -1,0 +1,120 @@
+/*
+ * error.h - source locations and the error state.
+ *
+ * One error mechanism for the interpreter, as in CPython: a function that
+ * fails sets the calling thread's error state with err_set() and returns
+ * NULL (or -1); its callers release what they own and pass the failure up.
+ * Nothing unwinds with longjmp, so reference counts stay exact and device
+ * threads never unwind across a thread boundary (each has its own state,
+ * it is thread-local).
+ *
+ * Location: a kernel that fails usually does not know where in the user's
+ * source it was called from.  It raises without a location; the innermost
+ * evaluator node that sees the failure calls err_locate() with its own
+ * location, which only fills the location in if it is still empty.  So the
+ * error points at the most specific expression, as LANGUAGE.md §9 asks.
+ *
+ * The printed form (LANGUAGE.md §9):
+ *     file:line:col: error: message
+ *        12 |     c = f(x)
+ *           |         ^
+ */
+#ifndef SHMAP_ERROR_H
+#define SHMAP_ERROR_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* A source text: a script file, a -c string, a REPL line, a module.
+ * Sources are reference counted and immutable once made, so device threads
+ * may read them concurrently. */
+typedef struct Source {
+  _Atomic int refcount;  /* atomic: device threads keep locations in errors */
+  char *name;            /* file name as the user gave it, or "<stdin>" etc. */
+  char *text;            /* whole text, NUL-terminated, owned */
+  int nlines;            /* number of lines */
+  const char **lines;    /* lines[i] points at the start of line i+1 in text */
+} Source;
+
+/* A position in a source: 1-based line and column.  src may be NULL for
+ * errors with no place (command line, config file without a line). */
+typedef struct Loc {
+  Source *src;
+  int line, col;
+} Loc;
+
+/* Makes a source from [text] (copied) named [name] (copied).  NULL on out
+ * of memory.  The result has refcount 1. */
+Source *src_new(const char *name, const char *text);
+
+/* Reads a whole file into a new source.  On failure sets the error
+ * "cannot open 'NAME': <strerror>" and returns NULL. */
+Source *src_from_file(const char *path);
+
+void src_incref(Source *s);
+void src_decref(Source *s);
+
+/* Kinds of error, to let tests, the debugger and `--pm` tell them apart;
+ * the printed message does not show the kind. */
+typedef enum {
+  ERR_NONE = 0,
+  ERR_SYNTAX,     /* malformed source */
+  ERR_NAME,       /* undefined name */
+  ERR_TYPE,       /* wrong type, wrong number of arguments */
+  ERR_VALUE,      /* bad value: shapes, specs, dtypes */
+  ERR_INDEX,      /* index out of range */
+  ERR_IO,         /* files */
+  ERR_MEMORY,     /* out of memory, huge sizes */
+  ERR_ASSERT,     /* assert statement */
+  ERR_INTERRUPT,  /* Ctrl-C */
+  ERR_COLLECTIVE, /* mismatched collectives across devices */
+  ERR_QUIT,       /* the debugger's quit: unwinds silently */
+} ErrKind;
+
+/* Sets this thread's error to [kind] with a printf-style message and no
+ * location, replacing any earlier one.  Always returns NULL so callers can
+ * write `return err_set(...)`. */
+void *err_set(ErrKind kind, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Like err_set, with the location [loc]. */
+void *err_set_at(Loc loc, ErrKind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sets the out-of-memory error ("out of memory") and returns NULL. */
+void *err_nomem(void);
+
+/* Fills in the location of the pending error if it has none yet. */
+void err_locate(Loc loc);
+
+/* True when this thread has a pending error. */
+bool err_occurred(void);
+
+/* The pending error's kind, message (borrowed, valid until the next
+ * err_* call on this thread) and location. */
+ErrKind err_kind(void);
+const char *err_message(void);
+Loc err_loc(void);
+
+/* Clears the pending error. */
+void err_clear(void);
+
+/* Moves the pending error of this thread into [*saved] (clearing it here)
+ * and back; used to carry a device thread's error to the main thread. */
+typedef struct ErrState {
+  ErrKind kind;
+  char *msg;   /* owned */
+  Loc loc;     /* src is a counted reference */
+} ErrState;
+void err_save(ErrState *saved);
+void err_restore(ErrState *saved);
+
+/* Prints the pending error to [out] in the §9 form, with the source line
+ * and a caret when the location is known. */
+void err_print(FILE *out);
+
+/* Prints the source line of [loc] and a caret under its column, as the two
+ * lines below an error message (also used by the debugger's `list`). */
+void err_print_caret(FILE *out, Loc loc);
+
+#endif

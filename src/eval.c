@@ -1,0 +1,1 @@
+/* eval.c: not written yet */

@@ -1,0 +1,131 @@
+/*
+ * eval.h - the tree-walking evaluator: scopes, functions, calls, modules.
+ *
+ * Threads.  The parsed program (ast.h) and the builtins scope are read-only
+ * once made, so device threads run function bodies concurrently with this
+ * same evaluator.  Each thread has its own Frame stack and error state
+ * (thread-local).  A module's globals are written only by the main thread;
+ * device code reads them (the main thread is blocked in the shard_map call
+ * meanwhile), and a `global` assignment inside a shard_map body is an error.
+ *
+ * Names are interned (intern.h) at parse time, so scope lookups compare
+ * pointers.
+ */
+#ifndef SHMAP_EVAL_H
+#define SHMAP_EVAL_H
+
+#include "ast.h"
+#include "value.h"
+
+typedef struct Env Env;
+
+/* A scope: a small hash map from interned names to owned values, with a
+ * parent (the enclosing function's scope or NULL for module globals).
+ * Reference counted: closures keep their defining scope alive. */
+Env *env_new(Env *parent);
+void env_incref(Env *e);
+void env_decref(Env *e);
+/* Borrowed value of interned [name] in [e] or its parents, or NULL (no
+ * error set). */
+Value *env_lookup(Env *e, const char *name);
+/* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem. */
+int env_set(Env *e, const char *name, Value *v);
+/* Calls [fn] on each binding of [e] itself (not parents), for completion,
+ * `dir()` and the debugger. */
+void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
+
+/* A user function: a `def` or `lambda` with its closure. */
+typedef struct Func {
+  Value hdr;             /* V_FUNC */
+  const char *name;      /* interned */
+  AstModule *mod;        /* the tree it lives in; kept alive by mod_ref */
+  Value *mod_ref;        /* owned: keeps [mod] alive */
+  const Node *node;      /* N_DEF or N_LAMBDA */
+  Env *closure;          /* owned */
+  Value **defaults;      /* owned, one per param (NULL: required) */
+  Env *globals;          /* owned: the module scope it was defined in */
+} Func;
+
+/* The interpreter: one per process, made by interp_init on the main thread. */
+typedef struct Interp {
+  Env *builtins;         /* read-only after init */
+  Value *modules;        /* Dict: module name -> Module, main thread only */
+  Value *argv;           /* List of Str, visible to scripts as `argv` */
+  char **path;           /* module search path: script dir, SHMAP_PATH, stdlib */
+  int npath;
+  int ndevices;          /* --devices */
+  bool verbose;
+  bool dump_plans;
+} Interp;
+
+extern Interp *shm_interp;
+
+/* Sets up the builtins scope and globals; 0 or -1 with the error set. */
+int interp_init(int ndevices);
+void interp_free(void);
+
+/* Adds [dir] to the module search path (copied). */
+int interp_add_path(const char *dir);
+
+/*
+ * Parses and runs [src] in the module scope [globals].  When [echo] is set
+ * (the REPL), the value of a final expression statement that is not None is
+ * printed as its repr to stdout.  Returns 0, or -1 with the error set (its
+ * location inside [src] or a module it called into).
+ */
+int eval_source(Source *src, Env *globals, bool echo);
+
+/* Evaluates the single expression [text] in [scope] (the debugger's `p`,
+ * the REPL's `:plan`).  Returns a new reference or NULL with the error. */
+Value *eval_expr_text(const char *text, Env *scope);
+
+/* Calls any callable (Func, Builtin, BoundMethod, shard_map and jit
+ * wrappers, dtypes as converters) with [a] (borrowed).  Errors: "'int' ...
+ * object is not callable", argument binding errors as Python words them. */
+Value *val_call(Value *f, const CallArgs *a);
+
+/* Shorthand for a positional-only call. */
+Value *val_call_n(Value *f, int n, Value **args);
+
+/* Imports module [name] (cached in shm_interp->modules): [name].shm from
+ * the importing script's folder, then each SHMAP_PATH folder, then the
+ * installed stdlib/.  Error: "no module named 'nn' (searched: ...)". */
+Value *eval_import(const char *name, const char *from_dir);
+
+/* ---- per-thread execution state (the debugger and shard_map use it) ---- */
+
+/* One activation of user code. */
+typedef struct Frame {
+  struct Frame *back;    /* caller */
+  const char *fname;     /* function name or "<module>" */
+  Env *env;              /* borrowed */
+  const Node *stmt;      /* statement being executed */
+  AstModule *mod;
+} Frame;
+
+/* The innermost frame of this thread (NULL outside user code). */
+Frame *eval_current_frame(void);
+
+/* Hook run before each statement (the debugger's tracing function); NULL
+ * when no debugger is attached.  A nonzero return aborts with the error
+ * set (the debugger's quit). */
+extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+
+/* Where print() output goes on this thread: NULL for stdout; device
+ * threads set a buffer that shard_map writes out in device order. */
+typedef struct OutBuf {
+  char *data;
+  size_t len, cap;
+} OutBuf;
+void eval_set_output(OutBuf *b);
+/* Writes [n] bytes to this thread's output. */
+void eval_write(const char *s, size_t n);
+
+/* Location of the innermost expression this thread is evaluating (the
+ * call of a collective, for mismatch messages); {NULL,0,0} outside. */
+Loc eval_current_loc(void);
+
+/* Interrupt flag set by SIGINT; checked between statements and in loops. */
+extern atomic_int shm_interrupted;
+
+#endif

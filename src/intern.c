@@ -1,0 +1,1 @@
+/* intern.c: not written yet */

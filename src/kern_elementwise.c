@@ -1,0 +1,1 @@
+/* kern_elementwise.c: not written yet */

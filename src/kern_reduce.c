@@ -1,0 +1,1 @@
+/* kern_reduce.c: not written yet */

@@ -1,0 +1,1 @@
+/* kern_shape.c: not written yet */

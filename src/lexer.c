@@ -1,0 +1,1 @@
+/* lexer.c: not written yet */

@@ -1,0 +1,1 @@
+/* linalg.c: not written yet */

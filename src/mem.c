@@ -1,0 +1,1 @@
+/* mem.c: not written yet */

@@ -1,0 +1,57 @@
+/*
+ * mem.h - the one allocation choke point.
+ *
+ * Every heap allocation in shmap goes through shm_malloc/shm_free (small
+ * objects) or shm_buf_alloc/shm_buf_free (array payloads).  Funnelling them
+ * here lets a test build count allocations and fail the Nth one
+ * (SHMAP_FAIL_ALLOC), and lets large array buffers get transparent huge
+ * pages and be recycled: a fresh 40 MB buffer costs more in page faults
+ * than `x * y + z` costs in arithmetic, so eager code must not be bound by
+ * the kernel's allocator.
+ *
+ * Thread safety: every function here may be called from any device thread.
+ * The buffer cache is guarded by one mutex (mem.c: cache_lock), held only
+ * while a free list is searched or pushed.
+ */
+#ifndef SHMAP_MEM_H
+#define SHMAP_MEM_H
+
+#include <stddef.h>
+
+/* Allocates [n] bytes (n may be 0).  Returns NULL only when the system is
+ * out of memory or an injected failure fires; callers raise an error then. */
+void *shm_malloc(size_t n);
+
+/* Like shm_malloc, zero-filled, for [count] elements of [size] bytes; NULL
+ * on overflow of count*size as well as out of memory. */
+void *shm_calloc(size_t count, size_t size);
+
+/* Resizes [p] (which may be NULL) to [n] bytes; NULL on failure, [p] kept. */
+void *shm_realloc(void *p, size_t n);
+
+/* Frees [p] (NULL is allowed). */
+void shm_free(void *p);
+
+/* Duplicates the NUL-terminated string [s]; NULL on out of memory. */
+char *shm_strdup(const char *s);
+
+/* Allocates an array payload of [nbytes], 64-byte aligned.  Buffers of 2 MiB
+ * and more are advised to use huge pages and are recycled through a small
+ * size-keyed cache, so a steady-state eager loop does no page faulting.
+ * The contents are undefined.  NULL on out of memory. */
+void *shm_buf_alloc(size_t nbytes);
+
+/* Returns a payload from shm_buf_alloc of the same [nbytes]. */
+void shm_buf_free(void *p, size_t nbytes);
+
+/* Releases every cached buffer (at exit, and before leak checks). */
+void shm_buf_trim(void);
+
+/* Test hook: the [n]th allocation from now fails (0 disables).  Also read
+ * from the environment variable SHMAP_FAIL_ALLOC at start-up. */
+void shm_mem_fail_after(long n);
+
+/* Number of allocations made through shm_malloc/shm_buf_alloc so far. */
+long shm_mem_count(void);
+
+#endif

@@ -1,0 +1,1 @@
+/* parser.c: not written yet */

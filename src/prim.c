@@ -1,0 +1,1 @@
+/* prim.c: not written yet */

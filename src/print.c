@@ -1,0 +1,1 @@
+/* print.c: not written yet */

@@ -1,0 +1,1 @@
+/* repl.c: not written yet */

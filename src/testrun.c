@@ -1,0 +1,1 @@
+/* testrun.c: not written yet */

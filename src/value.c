@@ -1,0 +1,1 @@
+/* value.c: not written yet */
