@@ -23,44 +23,58 @@
 
 typedef enum {
   /* expressions */
-  N_NAME,       /* name */
-  N_CONST,      /* value: number, string, None, True, False, Ellipsis */
-  N_BINOP,      /* op, lhs, rhs */
-  N_UNARY,      /* op, operand */
-  N_BOOLOP,     /* op (OP_AND/OP_OR), lhs, rhs (short-circuit) */
-  N_COMPARE,    /* chain: a < b <= c: items[0..n], ops[0..n-1] */
+  N_NAME,       /* name (interned) */
+  N_CONST,      /* value: number (0-d weak i32/f32 array), str, None, True,
+                   False, Ellipsis */
+  N_BINOP,      /* op, a=lhs, b=rhs; loc = the operator, loc2 = lhs start */
+  N_UNARY,      /* op (OP_NEG OP_POS OP_NOT OP_INVERT), a=operand.  `-INT`
+                   and `-FLOAT` literals are folded into one N_CONST */
+  N_BOOLOP,     /* op (OP_AND/OP_OR), a=lhs, b=rhs (short-circuit; a chain
+                   `x or y or z` nests to the left); loc = the operator */
+  N_COMPARE,    /* chain a < b <= c: items = operands (n >= 2), ops[0..n-2]
+                   the operators, op = ops[0]; loc = first operator */
   N_IFEXP,      /* body if test else orelse: a=test, b=body, c=orelse */
-  N_CALL,       /* func, args (N_STARRED allowed), keywords */
-  N_ATTR,       /* obj . name */
-  N_SUBSCRIPT,  /* obj [ index ]; index is an expr, N_SLICE, or N_TUPLE of them */
-  N_SLICE,      /* a:b:c, each may be NULL */
+  N_CALL,       /* a=func, items=positional args (N_STARRED for *x), kws
+                   (name NULL for **x); loc = callee start, loc2 = '(' */
+  N_ATTR,       /* a=obj, name; loc2 = the name */
+  N_SUBSCRIPT,  /* a=obj, b=index: an expr, N_SLICE, or N_TUPLE of them;
+                   loc2 = '[' */
+  N_SLICE,      /* a:b:c = a, b, c, each may be NULL */
   N_TUPLE,      /* items */
   N_LIST,       /* items */
-  N_DICT,       /* keys, values */
-  N_LISTCOMP,   /* elt, comprehension clauses (targets, iters, conditions) */
-  N_LAMBDA,     /* params, body expression */
-  N_STARRED,    /* *expr in calls and unpacking targets */
+  N_DICT,       /* items = keys, items2 = values */
+  N_LISTCOMP,   /* a=elt, clauses (target, iter, conds), left to right;
+                   also made for a generator expression (x for x in y) */
+  N_LAMBDA,     /* params (no annotations), a=body expression */
+  N_STARRED,    /* *a in calls, displays and unpacking targets */
 
-  /* statements */
-  N_EXPR_STMT,  /* expression statement */
-  N_ASSIGN,     /* targets (a = b = value), value */
-  N_AUGASSIGN,  /* target op= value */
-  N_IF,         /* test, body, orelse (elif nests an N_IF in orelse) */
-  N_FOR,        /* target, iter, body */
-  N_WHILE,      /* test, body */
+  /* statements (loc = first token) */
+  N_EXPR_STMT,  /* a=expression */
+  N_ASSIGN,     /* items = targets, left to right (a = b = value), a=value.
+                   Targets are N_NAME, N_ATTR, N_SUBSCRIPT, or N_TUPLE /
+                   N_LIST of targets with at most one N_STARRED each */
+  N_AUGASSIGN,  /* a=target (name, attr or subscript) op= b=value */
+  N_IF,         /* a=test, body, orelse (elif: one N_IF in orelse) */
+  N_FOR,        /* a=target, b=iter, body, orelse */
+  N_WHILE,      /* a=test, body, orelse */
   N_BREAK,
   N_CONTINUE,
   N_PASS,
-  N_RETURN,     /* value may be NULL */
-  N_DEF,        /* name, params, body, is_jit, decorators */
-  N_ASSERT,     /* test, msg may be NULL */
-  N_IMPORT,     /* module dotted name, alias (import a.b as c) */
-  N_FROM_IMPORT,/* module, names/aliases */
-  N_MESH,       /* name, axes (names, size exprs), devices expr or NULL */
-  N_SHARD_MAP,  /* name, params (annotation = in_spec), out_spec, mesh expr,
-                   keywords (check_rep=...), body, is_jit */
-  N_GLOBAL,     /* names */
-  N_NONLOCAL,   /* names */
+  N_RETURN,     /* a=value, may be NULL; the parser rejects it outside a
+                   def or shard_map body */
+  N_DEF,        /* name, params, a=return annotation or NULL, body, is_jit,
+                   decorators (applied last to first, as in Python) */
+  N_ASSERT,     /* a=test, b=msg, may be NULL */
+  N_IMPORT,     /* name = dotted module name, alias (NULL if none); one
+                   node per module of `import a, b` */
+  N_FROM_IMPORT,/* name = module, names/aliases (nnames; "*" for import *) */
+  N_MESH,       /* name, names = axis names (nnames), items = the axes'
+                   size expressions, a = devices expr or NULL */
+  N_SHARD_MAP,  /* name, params (annotation = in_spec), a = out_spec,
+                   b = mesh expr, kws (check_rep=...), body, is_jit,
+                   decorators */
+  N_GLOBAL,     /* names (nnames) */
+  N_NONLOCAL,   /* names (nnames) */
 } NodeKind;
 
 typedef enum {
@@ -110,18 +124,20 @@ typedef struct CompClause {
 
 struct Node {
   NodeKind kind;
-  Loc loc;             /* first character of the construct; for N_BINOP,
-                          the operator; for N_CALL, the '(' is in loc2 */
-  Loc loc2;            /* secondary location (see above), else == loc */
+  Loc loc;             /* first token of the construct; for N_BINOP,
+                          N_BOOLOP and N_COMPARE, the operator */
+  Loc loc2;            /* N_BINOP/N_BOOLOP/N_COMPARE: the left operand's
+                          start; N_CALL: '('; N_SUBSCRIPT: '['; N_ATTR: the
+                          attribute name; else == loc */
   OpKind op;
+  OpKind *cmp_ops;     /* N_COMPARE: the operator of each link (arena) */
   const char *name;    /* N_NAME, N_ATTR, N_DEF, N_MESH, N_SHARD_MAP, N_IMPORT
                           (dotted module name) */
   const char *alias;   /* N_IMPORT ... as alias */
   Value *value;        /* N_CONST, owned by the module */
   Node *a, *b, *c;     /* operands as described per kind */
-  NodeList items;      /* tuple/list/dict keys/call args/compare items/
-                          assign targets/mesh axis size exprs */
-  NodeList items2;     /* dict values / else-block of if & for? (see body) */
+  NodeList items;      /* per kind, see NodeKind */
+  NodeList items2;     /* N_DICT values */
   NodeList body;       /* statement blocks */
   NodeList orelse;     /* else block of if/while/for */
   int nparams;
@@ -133,7 +149,8 @@ struct Node {
   int nnames;
   const char **names;  /* N_MESH axis names, N_FROM_IMPORT names, N_GLOBAL */
   const char **aliases;/* N_FROM_IMPORT aliases (NULL entries: none) */
-  NodeList decorators; /* N_DEF */
+  NodeList decorators; /* N_DEF, N_SHARD_MAP */
+  OpKind *ops;         /* N_COMPARE: items.n - 1 operators */
   bool is_jit;         /* N_DEF, N_SHARD_MAP */
 };
 
@@ -155,7 +172,28 @@ char *ast_strdup(AstModule *m, const char *s, size_t len);
 int nodelist_push(AstModule *m, NodeList *l, Node *n);
 
 /* Writes an S-expression form of [n] into [out] (for parser tests and
- * `--dump-ast`). */
+ * `--dump-ast`).  With [indent] >= 0, statements of blocks go on lines of
+ * their own, indented by [indent] + 2 per level; with [indent] < 0 the
+ * whole tree is on one line.  Forms (one line):
+ *   x  1  2.5  'str'  None  True  ...         names and constants
+ *   (+ a b)  (- a)  (not a)  (and a b)  (compare a < b <= c)
+ *   (ifexp test body orelse)  (lambda (params x (y = 1)) body)
+ *   (call f a (* b) (kw k v) (** d))  (. obj name)  (sub obj index)
+ *   (slice a _ c)  (tuple ...)  (list ...)  (dict (k v) ...)  (* x)
+ *   (listcomp elt (for target iter (if cond) ...) ...)
+ *   (expr e)  (= t1 t2 value)  (+= t v)  (if test (body ...) (else ...))
+ *   (for t iter (body ...) [(else ...)])  (while test (body ...) [(else ..)])
+ *   (return [v])  (break)  (continue)  (pass)  (assert t [msg])
+ *   (def [jit] f (decorators ...) (params ...) [-> ann] (body ...))
+ *   params: x  (x : ann)  (x = d)  (x : ann = d)  *args  **kw
+ *   (import a.b [as c])  (from a import b [as c] ...)  (global a b)
+ *   (mesh m (i 4) (j 2) [(devices e)])
+ *   (shard_map [jit] f (decorators ...) (params ...) -> spec on m (kw k v)
+ *     (body ...))
+ * A module's statements are dumped one per line. */
 void ast_dump(FILE *out, const Node *n, int indent);
+
+/* ast_dump for each statement of [m], one per line. */
+void ast_dump_module(FILE *out, const AstModule *m, int indent);
 
 #endif

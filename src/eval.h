@@ -84,6 +84,30 @@ Value *eval_expr_text(const char *text, Env *scope);
  * object is not callable", argument binding errors as Python words them. */
 Value *val_call(Value *f, const CallArgs *a);
 
+/* Lets another subsystem make its values callable (shard_map and jit
+ * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
+void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));
+
+/* Executors for the language's own statements, registered by the
+ * subsystems that own them (mesh.c, shardmap.c, jit.c): each runs [stmt]
+ * in [env] and returns 0 or -1 with the error set.  Unregistered, the
+ * statement is an error saying the feature is not available. */
+typedef int (*StmtExec)(const Node *stmt, Env *env, AstModule *mod);
+extern StmtExec eval_exec_mesh, eval_exec_shard_map;
+
+/* Wraps a freshly defined `jit def` function (a new reference to a Func)
+ * into a jit function; registered by jit.c.  Steals [fn]. */
+extern Value *(*eval_make_jit)(Value *fn);
+
+/* Makes a Func for the def or lambda [node] closing over [env]; the
+ * default values are evaluated now, in [env].  New reference. */
+Value *eval_make_func(const Node *node, Env *env, AstModule *mod);
+
+/* Runs the statements [body] in [env] as the body of a function call:
+ * returns the returned value (None when it falls off the end), or NULL with
+ * the error set.  Used by shard_map to run a block-form body per device. */
+Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname);
+
 /* Shorthand for a positional-only call. */
 Value *val_call_n(Value *f, int n, Value **args);
 
