@@ -14,13 +14,16 @@
 #include "array.h"
 #include "builtins.h"
 #include "error.h"
+#include "device.h"
 #include "eval.h"
 #include "intern.h"
 #include "mem.h"
+#include "mesh.h"
 #include "ops.h"
 #include "parser.h"
 #include "prim.h"
 #include "print.h"
+#include "shardmap.h"
 
 Interp *shm_interp;
 atomic_int shm_interrupted;
@@ -799,6 +802,8 @@ static Value *eval(const Node *n, Env *env) {
   return v;
 }
 
+Value *eval_node(const Node *n, Env *env) { return eval(n, env); }
+
 /* ==== assignment ============================================================ */
 
 static int assign_unpack(const Node *target, Value *v, Env *env) {
@@ -1337,7 +1342,9 @@ int interp_init(int ndevices) {
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
-  if (builtins_register(shm_interp->builtins) < 0) return -1;
+  if (builtins_register(shm_interp->builtins) < 0 || mesh_register(shm_interp->builtins) < 0 ||
+      shardmap_register(shm_interp->builtins) < 0 || dev_start(ndevices) < 0)
+    return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;
@@ -1355,6 +1362,7 @@ int interp_init(int ndevices) {
 
 void interp_free(void) {
   if (!shm_interp) return;
+  dev_stop();
   Dict *mods = (Dict *)shm_interp->modules;
   for (size_t i = 0; mods && i < mods->len; i++) {
     /* Module globals hold functions whose closures hold the module scope:

@@ -56,6 +56,8 @@ typedef struct Interp {
   int ndevices;          /* --devices */
   bool verbose;
   bool dump_plans;
+  bool reference;        /* --reference: shard_map runs devices one at a time
+                            with reference collectives (collective.h) */
 } Interp;
 
 extern Interp *shm_interp;
@@ -74,6 +76,10 @@ int interp_add_path(const char *dir);
  * location inside [src] or a module it called into).
  */
 int eval_source(Source *src, Env *globals, bool echo);
+
+/* Evaluates the expression node [n] in [env]: a new reference, or NULL
+ * with the error set and located. */
+Value *eval_node(const Node *n, Env *env);
 
 /* Evaluates the single expression [text] in [scope] (the debugger's `p`,
  * the REPL's `:plan`).  Returns a new reference or NULL with the error. */
