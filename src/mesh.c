@@ -337,8 +337,14 @@ int pspec_check(const PSpec *s, const Mesh *m, int ndim, const char *what) {
     for (int k = 0; k < s->e[i].nnames; k++) {
       const char *a = s->e[i].names[k];
       if (mesh_axis(m, a) < 0) {
-        err_set(ERR_VALUE, "%s %s names '%s', which is not an axis of the mesh (axes: %s)",
-                what, sb, a, m->naxes ? m->axis_names[0] : "none");
+        char axes[256];
+        size_t len = 0;
+        axes[0] = '\0';
+        for (int q = 0; q < m->naxes && len < sizeof axes; q++)
+          len += (size_t)snprintf(axes + len, sizeof axes - len, "%s'%s'", q ? ", " : "",
+                                  m->axis_names[q]);
+        err_set(ERR_VALUE, "%s %s names '%s', which is not an axis of the mesh (its axes are %s)",
+                what, sb, a, axes);
         return -1;
       }
       for (int j = 0; j < nseen; j++)

@@ -91,19 +91,21 @@ static void entry_names_str(const SpecEntry *e, char *buf, size_t cap) {
   if (len < cap) snprintf(buf + len, cap - len, ")");
 }
 
-/* Checks argument [x] against in_spec [s]: rank, axes, even division. */
-static int check_arg(const ShardFn *f, int i, Array *x, PSpec *s) {
-  char what[32], sb[256], names[128];
-  snprintf(what, sizeof what, "in_specs[%d]", i);
+/* Checks argument [x] against in_spec [s]: rank, axes, even division.
+ * Messages follow LANGUAGE.md §9; with several arguments they say which. */
+static int check_arg(const ShardFn *f, int i, int nargs, Array *x, PSpec *s) {
+  char what[48], sb[256], names[128], arg[32] = "";
+  if (nargs > 1) snprintf(arg, sizeof arg, "argument %d: ", i);
+  snprintf(what, sizeof what, "%sin_specs", arg);
   if (pspec_check(s, f->mesh, x->ndim, what) < 0) return -1;
   pspec_str(s, sb, sizeof sb);
   for (int ax = 0; ax < s->n; ax++) {
     int n = pspec_entry_size(s, f->mesh, ax);
     if (x->shape[ax] % n == 0) continue;
     entry_names_str(&s->e[ax], names, sizeof names);
-    err_set(ERR_VALUE, "in_specs %s splits axis %d (size %lld) of argument %d over %s "
-                       "(size %d), which does not divide it",
-            sb, ax, (long long)x->shape[ax], i, names, n);
+    err_set(ERR_VALUE, "%sin_specs %s splits axis %d (size %lld) over %s (size %d), which "
+                       "does not divide it",
+            arg, sb, ax, (long long)x->shape[ax], names, n);
     return -1;
   }
   return 0;
@@ -442,7 +444,7 @@ static int prepare_args(Call *c, const CallArgs *a) {
     Value *x = ops_to_array(a->args[i], -1);
     if (!x) return -1;
     c->args[i] = AS_ARRAY(x);
-    if (check_arg(f, i, c->args[i], in_spec_of(f, i)) < 0) return -1;
+    if (check_arg(f, i, a->nargs, c->args[i], in_spec_of(f, i)) < 0) return -1;
   }
   return 0;
 }
