@@ -17,6 +17,7 @@
 #define SHMAP_AST_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "error.h"
 #include "value.h"
@@ -130,7 +131,6 @@ struct Node {
                           start; N_CALL: '('; N_SUBSCRIPT: '['; N_ATTR: the
                           attribute name; else == loc */
   OpKind op;
-  OpKind *cmp_ops;     /* N_COMPARE: the operator of each link (arena) */
   const char *name;    /* N_NAME, N_ATTR, N_DEF, N_MESH, N_SHARD_MAP, N_IMPORT
                           (dotted module name) */
   const char *alias;   /* N_IMPORT ... as alias */
@@ -162,7 +162,16 @@ typedef struct AstModule {
   Value *consts;       /* a List holding every N_CONST value */
 } AstModule;
 
-/* Frees the module, its tree and its constants. */
+/* A new empty module for [src] (takes its own reference), with an empty
+ * arena and constant list.  NULL on out of memory. */
+AstModule *ast_module_new(Source *src);
+
+/* Keeps the constant [v] (steals the reference) in [m]->consts so that
+ * ast_free releases it.  Returns [v] (borrowed from then on), or NULL on
+ * out of memory ([v] released). */
+Value *ast_keep_const(AstModule *m, Value *v);
+
+/* Frees the module, its tree and its constants (NULL is allowed). */
 void ast_free(AstModule *m);
 
 /* Arena allocation for the parser: zeroed memory living as long as [m].

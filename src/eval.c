@@ -501,7 +501,7 @@ static Value *eval_compare(const Node *n, Env *env) {
     Value *right = eval(n->items.items[i], env);
     if (!right) goto fail;
     val_decref(res);
-    res = ops_compare(n->cmp_ops[i - 1], left, right);
+    res = ops_compare(n->ops[i - 1], left, right);
     val_decref(left);
     left = right;
     if (!res) goto fail;

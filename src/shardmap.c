@@ -908,7 +908,14 @@ int shardmap_register(Env *b) {
   print_register(V_SHARDFN, shardfn_repr, shardfn_repr);
   eval_register_call(V_SHARDFN, shardmap_call);
   eval_exec_shard_map = exec_shard_map;
-  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
-    if (builtins_add(b, fns[i].name, fns[i].fn, fns[i].doc) < 0) return -1;
+  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+    /* Each is also lax.NAME / jax.lax.NAME; shard_map is jax.shard_map. */
+    Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    const char *ns = i == 0 ? "jax" : "lax";
+    int rc = v ? env_set(b, intern_cstr(fns[i].name), v) : -1;
+    if (rc == 0) rc = builtins_add_to(ns, fns[i].name, v);
+    val_decref(v);
+    if (rc < 0) return -1;
+  }
   return 0;
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs every benchmark and prints shmap's figures beside NumPy's and Open
+# MPI's, measured in the same run on this machine.
+#   bench/run.sh [BUILDDIR]      (BUILDDIR holds the shmap binary; default .)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:-.}" && pwd)
+shmap="$build/shmap"
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== element-wise, tiny ops, matmul: shmap | NumPy"
+"$shmap" --devices 1 "$here/elementwise.shm" > "$tmp/shm.txt"
+if "$py" -c 'import numpy' 2>/dev/null; then
+  "$py" "$here/elementwise.py" > "$tmp/np.txt"
+  OPENBLAS_NUM_THREADS=1 "$py" "$here/elementwise.py" | grep matmul | sed 's/^matmul/matmul-1thread/' >> "$tmp/np.txt"
+else
+  echo "(python3-numpy not installed: NumPy column empty)" > "$tmp/np.txt"
+fi
+paste -d'|' "$tmp/shm.txt" "$tmp/np.txt" | column -t -s'|'
+
+echo
+echo "== memcpy bandwidth, one thread"
+cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
+echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s"
+
+echo
+echo "== psum of 16 MiB float32 per device: shmap | MPI_Allreduce (Open MPI)"
+have_mpi=0
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c" && have_mpi=1
+fi
+mpi() {
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun --oversubscribe --bind-to none -np "$1" "$tmp/mpi_allreduce" "$2" "$3" 2>/dev/null
+}
+for n in 2 4 8; do
+  read -r d bytes t < <("$shmap" --devices "$n" "$here/psum.shm" "$n" 4194304 10)
+  line=$(awk -v b="$bytes" -v t="$t" -v n="$n" 'BEGIN{printf "%d devices: shmap psum %.2f GB/s (%.2f ms)", n, b/t/1e9, t*1e3}')
+  if [ $have_mpi = 1 ]; then
+    read -r r mb mt < <(mpi "$n" 4194304 10)
+    line="$line | MPI_Allreduce $(awk -v b="$mb" -v t="$mt" 'BEGIN{printf "%.2f GB/s (%.2f ms)", b/t/1e9, t*1e3}')"
+  fi
+  echo "$line"
+done
+
+echo
+echo "== psum latency of one float32: shmap | MPI_Allreduce"
+for n in 2 8; do
+  read -r d bytes t < <("$shmap" --devices "$n" "$here/psum.shm" "$n" 1 20000)
+  line=$(awk -v t="$t" -v n="$n" 'BEGIN{printf "%d devices: shmap psum %.2f us", n, t*1e6}')
+  if [ $have_mpi = 1 ]; then
+    read -r r mb mt < <(mpi "$n" 1 20000)
+    line="$line | MPI_Allreduce $(awk -v t="$mt" 'BEGIN{printf "%.2f us", t*1e6}')"
+  fi
+  echo "$line"
+done
+
+echo
+echo "== matmul_basic 2048x2048 float32: 2-device mesh | one device"
+read -r n t2 t1 ok < <("$shmap" --devices 2 "$here/matmul_basic.shm" 2 3)
+awk -v a="$t2" -v b="$t1" -v ok="$ok" 'BEGIN{printf "2 devices %.1f ms | 1 device %.1f ms | speed-up %.2fx (results agree: %s)\n", a*1e3, b*1e3, b/a, ok}'
