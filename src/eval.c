@@ -17,6 +17,7 @@
 #include "device.h"
 #include "eval.h"
 #include "intern.h"
+#include "linalg.h"
 #include "mem.h"
 #include "mesh.h"
 #include "ops.h"
@@ -1338,6 +1339,7 @@ int interp_init(int ndevices) {
   shm_interp = shm_calloc(1, sizeof *shm_interp);
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;
+  la_init(); /* picks BLIS's kernels before any device thread calls it */
   val_register_free(V_FUNC, func_free);
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;

@@ -24,13 +24,42 @@ typedef struct PrintOptions {
   bool suppress;   /* false */
 } PrintOptions;
 
-/* Process-wide options (from the config file or set_printoptions). */
+/* Process-wide options (from the config file or set_printoptions).  Read
+ * by every thread while printing; written only by the main thread while no
+ * device code runs (config loading, the set_printoptions built-in). */
 extern PrintOptions print_options;
 
-/* str(v): a new Str, or NULL with the error set. */
+/* Replaces the options with [*o] after checking them: precision 0..17,
+ * threshold >= 0, edgeitems >= 0, linewidth >= 1.  Returns 0, or -1 with
+ * an ERR_VALUE error naming the bad field (options unchanged). */
+int print_set_options(const PrintOptions *o);
+
+/* str(v), what print() shows: a new Str, or NULL with the error set (out
+ * of memory only).  Arrays as numpy.array_str (0-d arrays as NumPy's
+ * scalar str: `3`, `3.0`, `True`); strings unquoted; everything else as
+ * val_repr. */
 Value *val_str(Value *v);
 
-/* repr(v): a new Str. */
+/* repr(v), the REPL's echo: a new Str, or NULL with the error set.
+ * Arrays as jax.Array.__repr__ (`Array([0., 1.], dtype=float32)`); strings
+ * quoted as Python quotes them; containers with their items' reprs, except
+ * that a 0-d weakly typed array (a number literal) or True/False inside a
+ * container prints as the Python number, so shapes print `(8, 32)`. */
 Value *val_repr(Value *v);
+
+/* Registers the str and repr of a value type defined by a later subsystem
+ * (V_MESH, V_PSPEC, V_SHARDFN, V_JITFN, V_PLAN, V_TRACER, ...).  Either
+ * function may be NULL: str falls back to repr, repr to `<typename>`
+ * (val_type_name).  Call at start-up, before any device thread runs; the
+ * table is read-only afterwards.  Each function returns a new Str or NULL
+ * with the error set. */
+void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *));
+
+/* Formats a float as NumPy prints a float scalar of dtype [t] (bf16, f16,
+ * f32 or f64): shortest round-trip digits for that dtype, positional for
+ * 1e-4 <= |x| < 1e16 (`3.0`, `0.1`), else scientific (`1e-05`).  Writes
+ * at most [cap] bytes (NUL included) into [buf]; used by debug_print and
+ * the plan printer for literals. */
+void print_float_scalar(char *buf, size_t cap, double x, DType t);
 
 #endif
