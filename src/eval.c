@@ -1340,6 +1340,8 @@ int interp_init(int ndevices) {
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;
   la_init(); /* picks BLIS's kernels before any device thread calls it */
+  const char *ref = getenv("SHMAP_REFERENCE");
+  shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
   val_register_free(V_FUNC, func_free);
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;
