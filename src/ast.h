@@ -101,19 +101,20 @@ typedef struct NodeList {
 /* A function parameter: `name`, `name=default`, `name: annot`, `*name`,
  * `**name`. */
 typedef struct Param {
-  const char *name;   /* arena-owned */
-  Node *annotation;   /* NULL if none; in shard_map, the in_spec */
+  const char *name;   /* interned (intern.h) */
+  Node *annotation;   /* NULL if none; in shard_map, the in_spec; `n: static`
+                         is an N_NAME annotation `static` */
   Node *deflt;        /* NULL if required */
-  bool star;          /* *args */
-  bool starstar;      /* **kwargs */
-  Loc loc;
+  bool star;          /* *args (later parameters are keyword-only) */
+  bool starstar;      /* **kwargs (always last) */
+  Loc loc;            /* the name */
 } Param;
 
 /* A keyword argument or option: `name=value`; name NULL for `**expr`. */
 typedef struct Keyword {
-  const char *name;
+  const char *name;   /* interned; unique within one call */
   Node *value;
-  Loc loc;
+  Loc loc;            /* the name, or the `**` */
 } Keyword;
 
 /* One `for target in iter if cond...` clause of a comprehension. */
@@ -132,7 +133,9 @@ struct Node {
                           attribute name; else == loc */
   OpKind op;
   const char *name;    /* N_NAME, N_ATTR, N_DEF, N_MESH, N_SHARD_MAP, N_IMPORT
-                          (dotted module name) */
+                          and N_FROM_IMPORT (dotted module name "a.b");
+                          every identifier in the tree is interned, so
+                          names compare by pointer */
   const char *alias;   /* N_IMPORT ... as alias */
   Value *value;        /* N_CONST, owned by the module */
   Node *a, *b, *c;     /* operands as described per kind */
@@ -147,7 +150,8 @@ struct Node {
   int nclauses;
   CompClause *clauses; /* N_LISTCOMP */
   int nnames;
-  const char **names;  /* N_MESH axis names, N_FROM_IMPORT names, N_GLOBAL */
+  const char **names;  /* N_MESH axis names (distinct), N_FROM_IMPORT
+                          names, N_GLOBAL and N_NONLOCAL names */
   const char **aliases;/* N_FROM_IMPORT aliases (NULL entries: none) */
   NodeList decorators; /* N_DEF, N_SHARD_MAP */
   OpKind *ops;         /* N_COMPARE: items.n - 1 operators */
@@ -174,10 +178,16 @@ Value *ast_keep_const(AstModule *m, Value *v);
 /* Frees the module, its tree and its constants (NULL is allowed). */
 void ast_free(AstModule *m);
 
-/* Arena allocation for the parser: zeroed memory living as long as [m].
- * NULL on out of memory. */
+/* Arena allocation for the parser: [n] bytes of zeroed memory, 16-byte
+ * aligned, living as long as [m].  NULL on out of memory (error set). */
 void *ast_alloc(AstModule *m, size_t n);
+
+/* A NUL-terminated arena copy of the [len] bytes at [s]; NULL on nomem. */
 char *ast_strdup(AstModule *m, const char *s, size_t len);
+
+/* Appends [n] to [l], growing its arena array (capacity is implicit: the
+ * next power of two >= 4, so a NodeList needs no capacity field and may
+ * be copied by value).  Returns 0, or -1 on out of memory (error set). */
 int nodelist_push(AstModule *m, NodeList *l, Node *n);
 
 /* Writes an S-expression form of [n] into [out] (for parser tests and

@@ -1102,6 +1102,12 @@ static Outcome exec_import(const Node *s, Env *env) {
   if (s->kind == N_IMPORT) {
     const char *bind = s->alias ? s->alias : intern_cstr(s->name);
     rc = env_set(env, bind, m);
+  } else if (s->nnames == 1 && strcmp(s->names[0], "*") == 0) {
+    Dict *g = (Dict *)((Module *)m)->globals;
+    rc = 0;
+    for (size_t i = 0; rc == 0 && i < g->len; i++)
+      if (g->keys[i]->type == V_STR && str_cstr(g->keys[i])[0] != '_')
+        rc = env_set(env, intern_cstr(str_cstr(g->keys[i])), g->vals[i]);
   } else {
     rc = 0;
     for (int i = 0; rc == 0 && i < s->nnames; i++) {
