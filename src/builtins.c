@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "array.h"
 #include "builtins.h"
@@ -163,6 +164,15 @@ static Value *bi_len(const CallArgs *a) {
   if (args_bind("len", a, "obj", slots) < 0) return NULL;
   int64_t n;
   return ops_len(x, &n) < 0 ? NULL : val_int(n);
+}
+
+/* perf_counter(): seconds of a monotonic clock as a float64 scalar, as
+ * Python's time.perf_counter; only differences are meaningful. */
+static Value *bi_perf_counter(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "perf_counter() takes no arguments");
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (Value *)arr_scalar_f64(DT_F64, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, false);
 }
 
 static Value *bi_range(const CallArgs *a) {
@@ -780,6 +790,7 @@ int builtins_register(Env *e) {
 /* The names this file binds, and where (builtins_impl.h). */
 const BiEntry bi_python_table[] = {
   {"len", bi_len, IN_TOP, "len(obj)"},
+  {"perf_counter", bi_perf_counter, IN_TOP, "perf_counter(): seconds of a monotonic clock (float64)"},
   {"range", bi_range, IN_TOP, "range(stop) or range(start, stop, step=1)"},
   {"print", bi_print, IN_TOP, "print(*args, sep=' ', end='\\n')"},
   {"str", bi_str, IN_TOP, "str(object)"},
