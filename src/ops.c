@@ -507,7 +507,25 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
  * reference count, so a temporary the evaluator is about to drop can be
  * reused as the result (`x * y + z` writes into the buffer of `x * y`).
  */
+/* True when [a] and [b] need neither promotion nor broadcasting: the hot
+ * path of eager code (`a + b` on like arrays, `x * 2.` on a weak scalar of
+ * the same dtype). */
+static bool already_alike(Value *a, Value *b) {
+  if (a->type != V_ARRAY || b->type != V_ARRAY) return false;
+  Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
+  if (x->dtype != y->dtype || x->weak != y->weak) return false;
+  if (x->ndim == 0 || y->ndim == 0) return true;
+  return x->ndim == y->ndim &&
+         memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim) == 0;
+}
+
 static Value *elementwise_last(PrimId id, Value *a, Value *b) {
+  if (already_alike(a, b)) {
+    Value *in[2] = {a, b};
+    Params p;
+    p.n = 0;
+    return prim_apply(id, 2, in, &p);
+  }
   Value *args[2] = {a, b}, *in[2];
   if (promote_n(2, args, in, -1, NULL) < 0) return NULL;
   bool own[2];
