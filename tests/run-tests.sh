@@ -1,0 +1,130 @@
+#!/bin/bash
+# tests/run-tests.sh BUILDDIR SRCDIR - the whole test suite; `make check`
+# runs it.  Three parts, each counted in checks:
+#
+#   1. the Check unit tests: every tests/unit/test_*.c of SRCDIR must have
+#      its binary in BUILDDIR/tests/unit; each "Checks: N, Failures: F,
+#      Errors: E" summary counts N-F-E passed and F+E failed; a binary
+#      that is missing, crashes, times out or fails without a summary
+#      counts as one failure;
+#   2. the language tests: `shmap --test tests/lang` (run from SRCDIR);
+#   3. the manual's examples: tests/man-examples.sh;
+#   4. the --test runner itself: its report on the deliberately failing
+#      fixtures of tests/testrun must equal tests/testrun/expected.out;
+#   5. `mandoc -T lint -W warning` on each manual page (when mandoc is
+#      installed).
+#
+# Failures are shown in full; passes only as counts.  The last line is
+# exactly "N passed, M failed", and the exit status is 0 iff M is 0.
+#
+# Environment: UNIT_TIMEOUT (seconds per unit binary, default 600),
+# SHMAP_TEST_TIMEOUT (seconds per language test, default 60).
+set -u
+
+builddir=${1:?usage: run-tests.sh BUILDDIR SRCDIR}
+srcdir=${2:?usage: run-tests.sh BUILDDIR SRCDIR}
+builddir=$(cd "$builddir" && pwd)
+srcdir=$(cd "$srcdir" && pwd)
+passed=0
+failed=0
+
+# Indents its input, for quoting a failure's output.
+indent() { sed 's/^/    /'; }
+
+# Adds one part's counts and says how it went.
+tally() {
+  local part=$1 p=$2 f=$3
+  passed=$((passed + p))
+  failed=$((failed + f))
+  printf '%-24s %d passed, %d failed\n' "$part:" "$p" "$f"
+}
+
+# Runs one Check binary and adds its counts.
+run_unit() {
+  local bin=$1 name out status p=0 f=0 n fl er
+  name=$(basename "$bin")
+  if [ ! -x "$bin" ]; then
+    echo "FAIL unit/$name: not built"
+    tally "unit/$name" 0 1
+    return
+  fi
+  out=$(cd "$builddir" && timeout "${UNIT_TIMEOUT:-600}" "$bin" 2>&1)
+  status=$?
+  while read -r n fl er; do
+    p=$((p + n - fl - er))
+    f=$((f + fl + er))
+  done < <(sed -n 's/.*Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\).*/\1 \2 \3/p' <<<"$out")
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
+    f=1  # crashed, timed out, or failed at exit (a sanitizer report)
+  fi
+  if [ "$f" -ne 0 ]; then
+    echo "FAIL unit/$name (exit status $status):"
+    tail -n 40 <<<"$out" | indent
+  fi
+  tally "unit/$name" "$p" "$f"
+}
+
+# Runs a command that prints a --test report; shows its failures and adds
+# its "N passed, M failed" line (none at all counts as one failure).
+run_report() {
+  local part=$1 out last
+  shift
+  out=$("$@" 2>&1)
+  last=$(tail -n 1 <<<"$out")
+  grep -v '^PASS ' <<<"$out" | sed '$d'
+  if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    tally "$part" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+  else
+    echo "FAIL $part: no summary line (the runner crashed?)"
+    tail -n 20 <<<"$out" | indent
+    tally "$part" 0 1
+  fi
+}
+
+# Compares the runner's report on tests/testrun with the expected one.
+run_selftest() {
+  local diffs
+  if diffs=$(cd "$srcdir" && SHMAP_TEST_TIMEOUT=1 "$builddir/shmap" --test tests/testrun 2>&1 |
+             diff -u tests/testrun/expected.out -); then
+    tally "test runner" 1 0
+  else
+    echo "FAIL test runner: its report on tests/testrun differs from expected.out:"
+    indent <<<"$diffs"
+    tally "test runner" 0 1
+  fi
+}
+
+# Lints each manual page; a warning or worse fails it.
+run_lint() {
+  local p=0 f=0 page msgs
+  command -v mandoc >/dev/null || return 0
+  for page in "$srcdir"/man/shmap.1 "$srcdir"/man/shmap.7; do
+    if msgs=$(mandoc -T lint -W warning "$page" 2>&1) && [ -z "$msgs" ]; then
+      p=$((p + 1))
+    else
+      echo "FAIL mandoc -T lint $(basename "$page"):"
+      indent <<<"$msgs"
+      f=$((f + 1))
+    fi
+  done
+  tally "man lint" "$p" "$f"
+}
+
+for src in "$srcdir"/tests/unit/test_*.c; do
+  [ -e "$src" ] || continue
+  run_unit "$builddir/tests/unit/$(basename "$src" .c)"
+done
+
+if [ -x "$builddir/shmap" ]; then
+  # shellcheck disable=SC2016 # $1 and $2 are bash -c's own arguments
+  run_report "language" bash -c 'cd "$1" && exec "$2" --test tests/lang' _ "$srcdir" "$builddir/shmap"
+  run_report "man examples" bash "$srcdir/tests/man-examples.sh" "$builddir" "$srcdir"
+  run_selftest
+else
+  echo "FAIL shmap: not built"
+  tally "shmap" 0 1
+fi
+run_lint
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
