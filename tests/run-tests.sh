@@ -7,7 +7,9 @@
 #      Errors: E" summary counts N-F-E passed and F+E failed; a binary
 #      that is missing, crashes, times out or fails without a summary
 #      counts as one failure;
-#   2. the language tests: `shmap --test tests/lang` (run from SRCDIR);
+#   2. the language tests: `shmap --test tests/lang` (run from SRCDIR),
+#      the examples (`shmap --test examples`), and the shard_map tests and
+#      examples once more in reference mode (SHMAP_REFERENCE=1);
 #   3. the manual's examples: tests/man-examples.sh;
 #   4. the --test runner itself: its report on the deliberately failing
 #      fixtures of tests/testrun must equal tests/testrun/expected.out;
@@ -118,6 +120,12 @@ done
 if [ -x "$builddir/shmap" ]; then
   # shellcheck disable=SC2016 # $1 and $2 are bash -c's own arguments
   run_report "language" bash -c 'cd "$1" && exec "$2" --test tests/lang' _ "$srcdir" "$builddir/shmap"
+  run_report "examples" bash -c 'cd "$1" && exec "$2" --test examples' _ "$srcdir" "$builddir/shmap"
+  # The shard_map tests and examples again in reference mode: devices one
+  # at a time, collectives by plain loops over all blocks (collective.h).
+  # Their expected output is the threaded run's, so the two must agree.
+  # shellcheck disable=SC2016
+  run_report "reference mode" bash -c 'cd "$1" && SHMAP_REFERENCE=1 exec "$2" --test tests/lang/shard_map_*.shm tests/lang/coll_*.shm examples' _ "$srcdir" "$builddir/shmap"
   run_report "man examples" bash "$srcdir/tests/man-examples.sh" "$builddir" "$srcdir"
   run_selftest
 else
