@@ -11,8 +11,11 @@
  */
 #pragma GCC optimize("O3", "no-math-errno")
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "kernels.h"
@@ -130,8 +133,8 @@ static void kern_copy_row(void *dst, const void *src, size_t isz, int64_t st, in
 void kern_copy_to_contiguous(void *dst, const Array *a) {
   size_t isz = dt_size(a->dtype);
   const char *base = a->buf->data;
-  if (a->contiguous) {
-    memcpy(dst, base + (size_t)a->offset * isz, (size_t)a->size * isz);
+  if (a->contiguous) {   /* memmove: dst may be a's own data (copy in place) */
+    memmove(dst, base + (size_t)a->offset * isz, (size_t)a->size * isz);
     return;
   }
   KernIter it;
@@ -156,7 +159,9 @@ void kern_copy_to_contiguous(void *dst, const Array *a) {
       d[i] = (DT)(EXPR);                                                    \
     }                                                                       \
   }
-#define F2I(x, T, LO, HI) ((x) != (x) ? 0 : (x) <= (LO) ? (T)(LO) : (x) >= (HI) ? (T)(HI) : (T)(x))
+/* [LO] is the type's minimum, [UP] 2^(bits-1): both exact in float */
+#define F2I(x, T, LO, UP, MAXV) \
+  ((x) != (x) ? (T)0 : (x) < (LO) ? (T)(LO) : (x) >= (UP) ? (T)(MAXV) : (T)(x))
 
 typedef void (*CvtLoop)(void *d, const void *s, int64_t n);
 
@@ -170,7 +175,6 @@ typedef void (*CvtLoop)(void *d, const void *s, int64_t n);
   CVT_LOOP(cvt_##DN##_f64, DT, double, CONV(x))
 
 #define AS_BOOL(x) ((x) != 0)
-#define AS_I8(x) F2I((double)(x), int8_t, -128.0, 127.0)
 #define AS_SAME(x) (x)
 CVT_FROM(b, uint8_t, AS_BOOL)
 CVT_FROM(f32, float, AS_SAME)
@@ -180,20 +184,20 @@ CVT_LOOP(cvt_i8_b, int8_t, uint8_t, x)
 CVT_LOOP(cvt_i8_i8, int8_t, int8_t, x)
 CVT_LOOP(cvt_i8_i32, int8_t, int32_t, (uint8_t)x)
 CVT_LOOP(cvt_i8_i64, int8_t, int64_t, (uint8_t)x)
-CVT_LOOP(cvt_i8_f32, int8_t, float, F2I(x, int8_t, -128.0f, 127.0f))
-CVT_LOOP(cvt_i8_f64, int8_t, double, F2I(x, int8_t, -128.0, 127.0))
+CVT_LOOP(cvt_i8_f32, int8_t, float, F2I(x, int8_t, -128.0f, 128.0f, INT8_MAX))
+CVT_LOOP(cvt_i8_f64, int8_t, double, F2I(x, int8_t, -128.0, 128.0, INT8_MAX))
 CVT_LOOP(cvt_i32_b, int32_t, uint8_t, x)
 CVT_LOOP(cvt_i32_i8, int32_t, int8_t, x)
 CVT_LOOP(cvt_i32_i32, int32_t, int32_t, x)
 CVT_LOOP(cvt_i32_i64, int32_t, int64_t, (uint32_t)x)
-CVT_LOOP(cvt_i32_f32, int32_t, float, F2I(x, int32_t, -2147483648.0f, 2147483520.0f))
-CVT_LOOP(cvt_i32_f64, int32_t, double, F2I(x, int32_t, -2147483648.0, 2147483647.0))
+CVT_LOOP(cvt_i32_f32, int32_t, float, F2I(x, int32_t, -2147483648.0f, 2147483648.0f, INT32_MAX))
+CVT_LOOP(cvt_i32_f64, int32_t, double, F2I(x, int32_t, -2147483648.0, 2147483648.0, INT32_MAX))
 CVT_LOOP(cvt_i64_b, int64_t, uint8_t, x)
 CVT_LOOP(cvt_i64_i8, int64_t, int8_t, x)
 CVT_LOOP(cvt_i64_i32, int64_t, int32_t, x)
 CVT_LOOP(cvt_i64_i64, int64_t, int64_t, x)
-CVT_LOOP(cvt_i64_f32, int64_t, float, F2I(x, int64_t, -9223372036854775808.0f, 9223371487098961920.0f))
-CVT_LOOP(cvt_i64_f64, int64_t, double, F2I(x, int64_t, -9223372036854775808.0, 9223372036854774784.0))
+CVT_LOOP(cvt_i64_f32, int64_t, float, F2I(x, int64_t, -9223372036854775808.0f, 9223372036854775808.0f, INT64_MAX))
+CVT_LOOP(cvt_i64_f64, int64_t, double, F2I(x, int64_t, -9223372036854775808.0, 9223372036854775808.0, INT64_MAX))
 
 /* The compute type a dtype is converted through: halves go via f32. */
 enum { CT_B, CT_I8, CT_I32, CT_I64, CT_F32, CT_F64, CT_COUNT };
@@ -288,22 +292,41 @@ static inline float kern_expf1(float x) {
   return p * kern_pow2i(k1) * kern_pow2i(k - k1);
 }
 
+/* tanh x: Cephes's tanhf odd polynomial for |x| < 0.625, else
+ * 1 - 2/(e^2|x| + 1) with the sign put back; both sides are computed and
+ * one selected, so the loop stays branch-free. */
+static inline float kern_tanhf1(float x) {
+  float a = fabsf(x), z = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * z + 2.06390887954E-2f;
+  p = p * z - 5.37397155531E-2f;
+  p = p * z + 1.33314422036E-1f;
+  p = p * z - 3.33332819422E-1f;
+  float small = p * z * x + x;
+  float big = 1.0f - 2.0f / (kern_expf1(a + a) + 1.0f);
+  big = x < 0.0f ? -big : big;
+  return a < 0.625f ? small : big;
+}
+
 KERN_CLONES void kern_exp_f32(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     y[i] = kern_expf1(x[i]);
 }
 
 /* log x = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)); log(1+f) by Cephes's
- * logf polynomial.  Subnormals are scaled by 2^23 first. */
+ * logf polynomial.  Subnormals are scaled by 2^23 first (and the
+ * exponent bias moved from 126 to 149 to match). */
 static inline float kern_logf1(float x0) {
-  bool sub = x0 < 1.17549435e-38f;
-  float x = sub ? x0 * 8388608.0f : x0;
+  /* selects on floats only: gcc will not if-convert the integer ones */
+  float scale = x0 < 1.17549435e-38f ? 8388608.0f : 1.0f;
+  float ebias = x0 < 1.17549435e-38f ? 149.0f : 126.0f;
+  float x = x0 * scale;
   uint32_t u = kern_f2u(x);
-  int32_t e = (int32_t)(u >> 23) - 126 - (sub ? 23 : 0);
-  float m = kern_u2f((u & 0x807fffffu) | 0x3f000000u);   /* [0.5, 1) */
-  bool lo = m < 0.707106781186547524f;
-  e = lo ? e - 1 : e;
-  float f = lo ? m + m - 1.0f : m - 1.0f;
+  float m = kern_u2f((u & 0x807fffffu) | 0x3f000000u);
+  float ef = (float)(int32_t)(u >> 23) - ebias;
+  float adj = m < 0.707106781186547524f ? 1.0f : 0.0f;
+  ef = ef - adj;
+  float f = m + m * adj - 1.0f;
   float z = f * f;
   float p = 7.0376836292E-2f;
   p = p * f - 1.1514610310E-1f;
@@ -314,7 +337,6 @@ static inline float kern_logf1(float x0) {
   p = p * f + 2.0000714765E-1f;
   p = p * f - 2.4999993993E-1f;
   p = p * f + 3.3333331174E-1f;
-  float ef = (float)e;
   float r = p * f * z + ef * -2.12194440e-4f - 0.5f * z;
   r = f + r + ef * 0.693359375f;
   r = x0 < 0.0f ? __builtin_nanf("") : r;
@@ -328,16 +350,9 @@ KERN_CLONES void kern_log_f32(const float *x, float *y, int64_t n) {
     y[i] = kern_logf1(x[i]);
 }
 
-/* sin or cos of [x] given [shift] quadrants (0 for sin, 1 for cos):
- * x = j pi/2 + r, reduced in double with a two-part pi/2 and FMA so r
- * keeps its relative accuracy even next to a zero of sin or cos; then the
- * sine or cosine polynomial on |r| <= pi/4 (Cephes's sinf/cosf). */
-static inline float kern_sincosf1(float x, int32_t shift) {
-  float t = x * 0.636619772367581343f + KERN_MAGIC;
-  int32_t j = (int32_t)(kern_f2u(t) - kern_f2u(KERN_MAGIC)) + shift;
-  double jd = (double)(t - KERN_MAGIC);
-  double rd = fma(-jd, 1.5707963267948966, (double)x);
-  float r = (float)fma(-jd, 6.123233995736766e-17, rd);
+/* sin(r) or cos(r) for |r| <= pi/4 picked by quadrant [j] (Cephes's
+ * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos. */
+static inline float kern_sincos_poly(float r, int32_t j) {
   float z = r * r;
   float s = -1.9515295891E-4f;
   s = s * z + 8.3321608736E-3f;
@@ -351,25 +366,38 @@ static inline float kern_sincosf1(float x, int32_t shift) {
   return (j & 2) ? -v : v;
 }
 
+/* sin or cos of [x] given [shift] quadrants (0 for sin, 1 for cos):
+ * x = j pi/2 + r, reduced in double with a two-part pi/2 and FMA so r
+ * keeps its relative accuracy even next to a zero of sin or cos; then the
+ * sine or cosine polynomial on |r| <= pi/4 (Cephes's sinf/cosf). */
+static inline float kern_sincosf1(float x, int32_t shift) {
+  float t = x * 0.636619772367581343f + KERN_MAGIC;
+  int32_t j = (int32_t)(kern_f2u(t) - kern_f2u(KERN_MAGIC)) + shift;
+  double jd = (double)(t - KERN_MAGIC);
+  double rd = fma(-jd, 1.5707963267948966, (double)x);
+  float r = (float)fma(-jd, 6.123233995736766e-17, rd);
+  return kern_sincos_poly(r, j);
+}
+
+/* The same for |x| <= KERN_TRIG_SMALL, with a float three-part pi/2: for
+ * |j| <= 4 the FMA reduction is as accurate and needs no doubles, so the
+ * common case of arguments within a turn or two runs twice as fast. */
+static inline float kern_sincosf_small(float x, int32_t shift) {
+  float t = x * 0.636619772367581343f + KERN_MAGIC;
+  int32_t j = (int32_t)(kern_f2u(t) - kern_f2u(KERN_MAGIC)) + shift;
+  float jf = t - KERN_MAGIC;
+  float r = fmaf(-jf, 1.5707963705062866f, x);
+  r = fmaf(-jf, -4.371138828673793e-8f, r);
+  r = fmaf(-jf, -1.7151245100058819e-15f, r);
+  return kern_sincos_poly(r, j);
+}
+
+#define KERN_TRIG_SMALL 6.0f
 /* Arguments beyond this are left to libm: past it the rounding trick
  * that finds j, and the two-part pi/2, run out of bits. */
 #define KERN_TRIG_MAX 100000.0f
 
-/* Fills one block of [n] <= 1024: vector path, then libm for large |x|. */
-static void kern_trig_block(const float *x, float *y, int64_t n, int32_t shift,
-                            void (*vec)(const float *, float *, int64_t)) {
-  float tmp[1024];
-  int big = 0;
-  vec(x, tmp, n);
-  for (int64_t i = 0; i < n; i++)
-    big |= !(fabsf(x[i]) <= KERN_TRIG_MAX) & (x[i] == x[i]);
-  if (big) {
-    for (int64_t i = 0; i < n; i++)
-      if (fabsf(x[i]) > KERN_TRIG_MAX)
-        tmp[i] = shift ? cosf(x[i]) : sinf(x[i]);
-  }
-  memcpy(y, tmp, sizeof(float) * (size_t)n);
-}
+typedef void (*TrigVec)(const float *x, float *y, int64_t n);
 
 KERN_CLONES static void kern_sin_vec(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -381,14 +409,55 @@ KERN_CLONES static void kern_cos_vec(const float *x, float *y, int64_t n) {
     y[i] = kern_sincosf1(x[i], 1);
 }
 
+KERN_CLONES static void kern_sin_vec_small(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = kern_sincosf_small(x[i], 0);
+}
+
+KERN_CLONES static void kern_cos_vec_small(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = kern_sincosf_small(x[i], 1);
+}
+
+/* Which paths a block needs: bit 0 when some |x| > KERN_TRIG_SMALL, bit 1
+ * when some |x| > KERN_TRIG_MAX (NaN needs neither).  An integer
+ * or-reduction, which gcc vectorises where a float max would not be. */
+KERN_CLONES static int kern_trig_ranges(const float *x, int64_t n) {
+  int over_small = 0, over_max = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float a = fabsf(x[i]);
+    over_small |= a > KERN_TRIG_SMALL;
+    over_max |= a > KERN_TRIG_MAX;
+  }
+  return over_small | over_max << 1;
+}
+
+/* Fills one block of [n] <= 1024 through a temporary (so y may equal x):
+ * the float path when every argument is small, else the double-reduced
+ * path, then libm for the few beyond KERN_TRIG_MAX. */
+static void kern_trig_block(const float *x, float *y, int64_t n, int32_t shift,
+                            TrigVec small, TrigVec big) {
+  float tmp[1024];
+  int ranges = kern_trig_ranges(x, n);
+  ((ranges & 1) ? big : small)(x, tmp, n);
+  if (ranges & 2) {
+    for (int64_t i = 0; i < n; i++)
+      if (fabsf(x[i]) > KERN_TRIG_MAX)
+        tmp[i] = shift ? cosf(x[i]) : sinf(x[i]);
+  }
+  memcpy(y, tmp, sizeof(float) * (size_t)n);
+}
+
 void kern_sin_f32(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 0, kern_sin_vec);
+    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 0, kern_sin_vec_small,
+                    kern_sin_vec);
 }
 
 void kern_cos_f32(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 1, kern_cos_vec);
+    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 1, kern_cos_vec_small,
+                    kern_cos_vec);
 }
 
 /* ---- integer helpers: defined results where C has none -------------------- */
@@ -416,6 +485,93 @@ void kern_cos_f32(const float *x, float *y, int64_t n) {
 INT_HELPERS(i8, int8_t, uint8_t, INT8_MIN)
 INT_HELPERS(i32, int32_t, uint32_t, INT32_MIN)
 INT_HELPERS(i64, int64_t, uint64_t, INT64_MIN)
+
+/* ---- splitting large loops over two cores ------------------------------------ */
+
+/* One helper thread takes the upper half of a large contiguous loop while
+ * the caller runs the lower half: elementwise work over 10^7 elements is
+ * bound by one core's memory bandwidth, and a second core adds to it.
+ * Only one caller uses the helper at a time (par.use, taken with trylock);
+ * the others, e.g. concurrent device threads, just run serially, so the
+ * helper never queues work or oversubscribes the machine. */
+#define KERN_PAR_MIN ((int64_t)1 << 20)   /* elements; below, a wake-up costs more */
+
+typedef void (*RangeFn)(const void *ctx, int64_t lo, int64_t hi);
+
+static struct {
+  pthread_mutex_t use;    /* held by the one caller currently splitting */
+  pthread_mutex_t lock;   /* guards fn, ctx, lo, hi, posted, finished */
+  pthread_cond_t go;      /* signalled when a job is posted */
+  pthread_cond_t fin;     /* signalled when the helper finished it */
+  RangeFn fn;
+  const void *ctx;
+  int64_t lo, hi;
+  bool posted, finished;
+  bool ok;                /* the helper is running (set once, in par_start) */
+} par = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, false, false, false};
+static pthread_once_t par_once = PTHREAD_ONCE_INIT;
+
+static void *kern_par_helper(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&par.lock);
+  for (;;) {
+    while (!par.posted)
+      pthread_cond_wait(&par.go, &par.lock);
+    par.posted = false;
+    pthread_mutex_unlock(&par.lock);
+    par.fn(par.ctx, par.lo, par.hi);
+    pthread_mutex_lock(&par.lock);
+    par.finished = true;
+    pthread_cond_signal(&par.fin);
+  }
+  return NULL;
+}
+
+/* A forked child has no helper thread: it runs everything serially. */
+static void kern_par_child(void) { par.ok = false; }
+
+static void kern_par_start(void) {
+  pthread_t t;
+  pthread_attr_t attr;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || getenv("SHMAP_SERIAL_KERNELS"))
+    return;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  par.ok = pthread_create(&t, &attr, kern_par_helper, NULL) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_atfork(NULL, NULL, kern_par_child);
+}
+
+/* Runs fn(ctx, 0, n), split in two halves across the caller and the
+ * helper when n is large and the helper is free. */
+static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
+  if (n < KERN_PAR_MIN) {
+    fn(ctx, 0, n);
+    return;
+  }
+  pthread_once(&par_once, kern_par_start);
+  if (!par.ok || pthread_mutex_trylock(&par.use) != 0) {
+    fn(ctx, 0, n);
+    return;
+  }
+  int64_t mid = (n / 2 + 1023) & ~(int64_t)1023;   /* whole blocks, lines */
+  pthread_mutex_lock(&par.lock);
+  par.fn = fn;
+  par.ctx = ctx;
+  par.lo = mid;
+  par.hi = n;
+  par.finished = false;
+  par.posted = true;
+  pthread_cond_signal(&par.go);
+  pthread_mutex_unlock(&par.lock);
+  fn(ctx, 0, mid);
+  pthread_mutex_lock(&par.lock);
+  while (!par.finished)
+    pthread_cond_wait(&par.fin, &par.lock);
+  pthread_mutex_unlock(&par.lock);
+  pthread_mutex_unlock(&par.use);
+}
 
 /* ---- binary loops ------------------------------------------------------------ */
 
@@ -489,8 +645,8 @@ BIN_FLOATS(div, x / y, x / y)
 BIN_FLOATS(rem, fmodf(x, y), fmod(x, y))
 BIN_FLOATS(pow, powf(x, y), pow(x, y))
 /* lax.max/min propagate NaN from either side */
-BIN_FLOATS(max, (x != x || x > y) ? x : y, (x != x || x > y) ? x : y)
-BIN_FLOATS(min, (x != x || x < y) ? x : y, (x != x || x < y) ? x : y)
+BIN_FLOATS(max, ((x != x) | (x > y)) ? x : y, ((x != x) | (x > y)) ? x : y)
+BIN_FLOATS(min, ((x != x) | (x < y)) ? x : y, ((x != x) | (x < y)) ? x : y)
 BIN_FLOATS(atan2, atan2f(x, y), atan2(x, y))
 /* bool: add and max are or, mul and min are and */
 BIN_LOOP(bin_add_b, uint8_t, uint8_t, x | y)
@@ -536,14 +692,31 @@ static const BinLoop bin_loops[B_COUNT][CT_COUNT] = {
     [B_le] = ROW_ALL(le),     [B_gt] = ROW_ALL(gt),     [B_ge] = ROW_ALL(ge),
 };
 
-/* Runs [loop] over same-shaped (or rank-0) [a], [b] into contiguous [o]. */
+/* One row of a binary loop, to be run in ranges. */
+typedef struct BinJob {
+  BinLoop loop;
+  const char *a, *b;
+  char *o;
+  int64_t sa, sb;     /* element strides (0: a broadcast scalar) */
+  size_t ia, ib, io;  /* element sizes */
+} BinJob;
+
+static void kern_bin_range(const void *ctx, int64_t lo, int64_t hi) {
+  const BinJob *j = ctx;
+  j->loop(j->a + lo * j->sa * (int64_t)j->ia, j->sa, j->b + lo * j->sb * (int64_t)j->ib,
+          j->sb, j->o + lo * (int64_t)j->io, hi - lo);
+}
+
+/* Runs [loop] over same-shaped (or rank-0) [a], [b] into contiguous [o]:
+ * one row (split over two cores when long) when the layouts allow, else
+ * row by row. */
 static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o) {
-  size_t ia = dt_size(a->dtype), ib = dt_size(b->dtype);
-  void *od = arr_data(o);
+  size_t ia = dt_size(a->dtype), ib = dt_size(b->dtype), io = dt_size(o->dtype);
   bool ca = a->contiguous && a->size == o->size;
   bool cb = b->contiguous && b->size == o->size;
   if ((ca || a->size == 1) && (cb || b->size == 1)) {
-    loop(arr_data(a), ca ? 1 : 0, arr_data(b), cb ? 1 : 0, od, o->size);
+    BinJob job = {loop, arr_data(a), arr_data(b), arr_data(o), ca, cb, ia, ib, io};
+    kern_par(kern_bin_range, &job, o->size);
     return;
   }
   int64_t zero[SHM_MAXDIM] = {0};
@@ -553,11 +726,13 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
   KernIter it;
   kern_iter_init(&it, o->ndim, o->shape, 3, st, offs);
   const char *pa = a->buf->data, *pb = b->buf->data;
-  char *po = od;
-  size_t io = dt_size(o->dtype);
-  for (bool more = !it.done; more; more = kern_iter_next(&it))
-    loop(pa + it.off[0] * (int64_t)ia, it.inner_stride[0], pb + it.off[1] * (int64_t)ib,
-         it.inner_stride[1], po + it.off[2] * (int64_t)io, it.inner);
+  char *po = arr_data(o);
+  for (bool more = !it.done; more; more = kern_iter_next(&it)) {
+    BinJob job = {loop, pa + it.off[0] * (int64_t)ia, pb + it.off[1] * (int64_t)ib,
+                  po + it.off[2] * (int64_t)io, it.inner_stride[0], it.inner_stride[1],
+                  ia, ib, io};
+    kern_par(kern_bin_range, &job, it.inner);
+  }
 }
 
 /* Widens a 16-bit float operand to a new f32 array (same shape). */
@@ -649,7 +824,7 @@ UN_LOOP(un_exp_f64, double, double, exp(x))
 UN_LOOP(un_log_f64, double, double, log(x))
 UN_FLOATS(log1p, log1pf(x), log1p(x))
 UN_FLOATS(expm1, expm1f(x), expm1(x))
-UN_FLOATS(tanh, tanhf(x), tanh(x))
+UN_FLOATS(tanh, kern_tanhf1(x), tanh(x))
 UN_FLOATS(logistic, 1.0f / (1.0f + kern_expf1(-x)), 1.0 / (1.0 + exp(-x)))
 UN_FLOATS(tan, tanf(x), tan(x))
 UN_FLOATS(asin, asinf(x), asin(x))
@@ -700,6 +875,19 @@ static const UnLoop un_loops[U_COUNT][CT_COUNT] = {
     [U_not] = {un_not_b, un_not_i8, un_not_i32, un_not_i64, NULL, NULL},
 };
 
+/* A contiguous unary loop, to be run in ranges. */
+typedef struct UnJob {
+  UnLoop loop;
+  const char *x;
+  char *y;
+  size_t ix, iy;
+} UnJob;
+
+static void kern_un_range(const void *ctx, int64_t lo, int64_t hi) {
+  const UnJob *j = ctx;
+  j->loop(j->x + lo * (int64_t)j->ix, j->y + lo * (int64_t)j->iy, hi - lo);
+}
+
 /* Runs [loop] over [x] into contiguous [y], through f32 for halves and
  * through a contiguous copy for strided operands. */
 static int kern_un_run(UnLoop loop, Array *x, Array *y) {
@@ -710,7 +898,8 @@ static int kern_un_run(UnLoop loop, Array *x, Array *y) {
     loop(arr_data(cx), arr_data(cx), cx->size);   /* cx is our own f32 copy */
     kern_convert(arr_data(y), y->dtype, arr_data(cx), DT_F32, y->size);
   } else {
-    loop(arr_data(cx), arr_data(y), y->size);
+    UnJob job = {loop, arr_data(cx), arr_data(y), dt_size(cx->dtype), dt_size(y->dtype)};
+    kern_par(kern_un_range, &job, y->size);
   }
   val_decref(&cx->hdr);
   return 0;

@@ -42,8 +42,10 @@ typedef void (*RowsFn)(void *acc, const void *row, int64_t q);
 #define C_MULI(U, a, b) ((U)(a) * (U)(b))
 #define C_ADDF(U, a, b) ((a) + (b))
 #define C_MULF(U, a, b) ((a) * (b))
-#define C_MAX(U, a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define C_MIN(U, a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
+/* NaN in [a] sticks; `|` rather than `||` keeps the loops branch-free so
+ * they vectorise */
+#define C_MAX(U, a, b) ((((a) != (a)) | ((a) > (b))) ? (a) : (b))
+#define C_MIN(U, a, b) ((((a) != (a)) | ((a) < (b))) ? (a) : (b))
 #define C_AND(U, a, b) ((a) & (b))
 #define C_OR(U, a, b) ((a) | (b))
 
@@ -98,10 +100,49 @@ BOTH(and, b, uint8_t, uint8_t, 1, C_AND)
 BOTH(or, b, uint8_t, uint8_t, 0, C_OR)
 BOTH(prod, f32, float, float, 1, C_MULF)
 BOTH(prod, f64, double, double, 1, C_MULF)
-BOTH(max, f32, float, float, -__builtin_inff(), C_MAX)
-BOTH(max, f64, double, double, -__builtin_inf(), C_MAX)
-BOTH(min, f32, float, float, __builtin_inff(), C_MIN)
-BOTH(min, f64, double, double, __builtin_inf(), C_MIN)
+ROWS(rows_max_f32, float, float, C_MAX)
+ROWS(rows_max_f64, double, double, C_MAX)
+ROWS(rows_min_f32, float, float, C_MIN)
+ROWS(rows_min_f64, double, double, C_MIN)
+
+/* Float max/min of a run with GCC vector types: without -ffast-math gcc
+ * will not vectorise a float max reduction written as a loop (NaN and
+ * signed zeros), so the lanes are spelled out; NaN is tracked apart and
+ * wins at the end, as jnp.max. */
+#define VEXTREME(NAME, T, IT, INIT, CMP)                                      \
+  KERN_CLONES static void NAME(const void *px, int64_t n, void *pout) {      \
+    typedef T VT __attribute__((vector_size(64)));                           \
+    typedef IT VI __attribute__((vector_size(64)));                          \
+    enum { N = 64 / sizeof(T) };                                             \
+    const T *x = px;                                                         \
+    VT acc;                                                                  \
+    VI nan = {0};                                                            \
+    for (int j = 0; j < N; j++)                                              \
+      acc[j] = INIT;                                                         \
+    int64_t i = 0;                                                           \
+    for (; i + N <= n; i += N) {                                             \
+      VT v;                                                                  \
+      memcpy(&v, x + i, sizeof v);                                           \
+      VI take = v CMP acc;                                                   \
+      nan |= v != v;                                                         \
+      acc = (VT)((take & (VI)v) | (~take & (VI)acc));                        \
+    }                                                                        \
+    T r = INIT;                                                              \
+    int any = 0;                                                             \
+    for (int j = 0; j < N; j++) {                                            \
+      r = acc[j] CMP r ? acc[j] : r;                                         \
+      any |= nan[j] != 0;                                                    \
+    }                                                                        \
+    for (; i < n; i++) {                                                     \
+      any |= x[i] != x[i];                                                   \
+      r = x[i] CMP r ? x[i] : r;                                             \
+    }                                                                        \
+    *(T *)pout = any ? (T)__builtin_nan("") : r;                             \
+  }
+VEXTREME(inner_max_f32, float, int32_t, -__builtin_inff(), >)
+VEXTREME(inner_max_f64, double, int64_t, -__builtin_inf(), >)
+VEXTREME(inner_min_f32, float, int32_t, __builtin_inff(), <)
+VEXTREME(inner_min_f64, double, int64_t, __builtin_inf(), <)
 ROWS(rows_sum_f32, float, float, C_ADDF)
 ROWS(rows_sum_f64, double, double, C_ADDF)
 
@@ -361,7 +402,48 @@ ARGBEST(argbest_i64, int64_t, NO_NAN)
 ARGBEST(argbest_f32, float, IS_NAN)
 ARGBEST(argbest_f64, double, IS_NAN)
 
+/* Index of the first element of contiguous [x] equal to [m] (or the first
+ * NaN when m is NaN): blocks are tested with a vectorised or-reduction,
+ * and only the block holding the match is scanned. */
+#define ARGFIND(NAME, T)                                                      \
+  static int64_t NAME(const T *x, int64_t n, T m) {                          \
+    int nan = m != m;                                                        \
+    for (int64_t i = 0; i < n; i += 256) {                                   \
+      int64_t e = n - i < 256 ? n : i + 256;                                 \
+      int hit = 0;                                                           \
+      for (int64_t k = i; k < e; k++)                                        \
+        hit |= (x[k] == m) | (nan & (x[k] != x[k]));                         \
+      for (int64_t k = i; hit && k < e; k++)                                 \
+        if ((x[k] == m) | (nan & (x[k] != x[k])))                            \
+          return k;                                                          \
+    }                                                                        \
+    return 0;                                                                \
+  }
+ARGFIND(argfind_b, uint8_t)
+ARGFIND(argfind_i8, int8_t)
+ARGFIND(argfind_i32, int32_t)
+ARGFIND(argfind_i64, int64_t)
+ARGFIND(argfind_f32, float)
+ARGFIND(argfind_f64, double)
+
+/* argmax/argmin of a contiguous run: the extreme by the vectorised
+ * reduction, then its first position. */
+static int64_t kern_argbest_run(int tc, const char *x, int64_t r, int sign) {
+  union { uint8_t b; int8_t i8; int32_t i32; int64_t i64; float f32; double f64; } m;
+  inner_fns[sign > 0 ? R_MAX : R_MIN][tc](x, r, &m);
+  switch (tc) {
+    case T_B: return argfind_b((const uint8_t *)x, r, m.b);
+    case T_I8: return argfind_i8((const int8_t *)x, r, m.i8);
+    case T_I32: return argfind_i32((const int32_t *)x, r, m.i32);
+    case T_I64: return argfind_i64((const int64_t *)x, r, m.i64);
+    case T_F32: return argfind_f32((const float *)x, r, m.f32);
+    default: return argfind_f64((const double *)x, r, m.f64);
+  }
+}
+
 static int64_t kern_argbest(int tc, const char *x, int64_t st, int64_t r, int sign) {
+  if (st == 1)
+    return kern_argbest_run(tc, x, r, sign);
   switch (tc) {
     case T_B: return argbest_b((const uint8_t *)x, st, r, sign);
     case T_I8: return argbest_i8((const int8_t *)x, st, r, sign);

@@ -1,0 +1,261 @@
+/*
+ * test_array.c - array creation, views, copies, conversions, element
+ * access and the shape helpers, including the error paths (bad shapes,
+ * huge sizes, failed allocations) which must fail cleanly, never crash.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array.h"
+#include "error.h"
+#include "mem.h"
+
+/* A contiguous f32 array of [n] elements 0, 1, 2, ... shaped [ndim, shape]. */
+static Array *iota_f32(int ndim, const int64_t *shape) {
+  Array *a = arr_new(DT_F32, ndim, shape);
+  float *d = arr_data(a);
+  for (int64_t i = 0; i < a->size; i++)
+    d[i] = (float)i;
+  return a;
+}
+
+START_TEST(test_new_layout) {
+  int64_t shape[3] = {2, 3, 4};
+  Array *a = arr_new(DT_F32, 3, shape);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(a->size, 24);
+  ck_assert_int_eq(a->strides[0], 12);
+  ck_assert_int_eq(a->strides[2], 1);
+  ck_assert(a->contiguous);
+  ck_assert_int_eq(((uintptr_t)arr_data(a)) % 64, 0);
+  ck_assert_int_eq(val_refcount(&a->hdr), 1);
+  val_decref(&a->hdr);
+}
+END_TEST
+
+START_TEST(test_large_buffer_aligned) {
+  int64_t n = 1 << 20;  /* 4 MiB of f32: from the huge-page cache */
+  Array *a = arr_zeros(DT_F32, 1, &n);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(((uintptr_t)arr_data(a)) % 64, 0);
+  ck_assert(arr_get_f64(a, n - 1) == 0.0);
+  void *p = arr_data(a);
+  val_decref(&a->hdr);
+  Array *b = arr_new(DT_F32, 1, &n);  /* same size: the cached buffer again */
+  ck_assert_ptr_eq(arr_data(b), p);
+  val_decref(&b->hdr);
+  shm_buf_trim();
+}
+END_TEST
+
+START_TEST(test_zero_size_and_scalar) {
+  int64_t z[2] = {0, 5};
+  Array *a = arr_new(DT_I32, 2, z);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(a->size, 0);
+  val_decref(&a->hdr);
+  Array *s = arr_new(DT_F64, 0, NULL);
+  ck_assert_int_eq(s->size, 1);
+  val_decref(&s->hdr);
+}
+END_TEST
+
+START_TEST(test_bad_shapes) {
+  int64_t neg[2] = {3, -1};
+  ck_assert_ptr_null(arr_new(DT_F32, 2, neg));
+  ck_assert_int_eq(err_kind(), ERR_VALUE);
+  ck_assert_str_eq(err_message(), "negative dimensions are not allowed");
+  err_clear();
+
+  int64_t huge[2] = {INT64_MAX / 2, 4};  /* element count overflows */
+  ck_assert_ptr_null(arr_new(DT_F32, 2, huge));
+  ck_assert_int_eq(err_kind(), ERR_MEMORY);
+  err_clear();
+
+  int64_t big[2] = {1000000, 1000000};  /* 4 TB: more than any machine here */
+  ck_assert_ptr_null(arr_new(DT_F32, 2, big));
+  ck_assert_int_eq(err_kind(), ERR_MEMORY);
+  ck_assert(strstr(err_message(), "(1000000, 1000000)") != NULL);
+  err_clear();
+
+  int64_t many[40] = {0};
+  ck_assert_ptr_null(arr_new(DT_F32, 40, many));
+  ck_assert_int_eq(err_kind(), ERR_VALUE);
+  err_clear();
+}
+END_TEST
+
+START_TEST(test_failed_allocation) {
+  int64_t n = 1000;
+  shm_mem_fail_after(1);
+  ck_assert_ptr_null(arr_new(DT_F32, 1, &n));
+  ck_assert_int_eq(err_kind(), ERR_MEMORY);
+  err_clear();
+  Array *a = arr_new(DT_F32, 1, &n);   /* injection is one-shot */
+  ck_assert_ptr_nonnull(a);
+  val_decref(&a->hdr);
+}
+END_TEST
+
+START_TEST(test_scalars) {
+  Array *a = arr_scalar_f64(DT_I32, -2.7, false);
+  ck_assert_int_eq(arr_get_i64(a, 0), -2);   /* truncates toward zero */
+  val_decref(&a->hdr);
+  a = arr_scalar_f64(DT_I8, 1000.0, true);   /* saturates */
+  ck_assert_int_eq(arr_get_i64(a, 0), 127);
+  ck_assert(a->weak);
+  val_decref(&a->hdr);
+  a = arr_scalar_f64(DT_I32, NAN, false);
+  ck_assert_int_eq(arr_get_i64(a, 0), 0);
+  val_decref(&a->hdr);
+  a = arr_scalar_i64(DT_BOOL, 5, false);
+  ck_assert_int_eq(arr_get_i64(a, 0), 1);
+  val_decref(&a->hdr);
+  a = arr_scalar_f64(DT_BF16, 1.0 / 3.0, false);
+  ck_assert(fabs(arr_get_f64(a, 0) - 1.0 / 3.0) < 2e-3);
+  val_decref(&a->hdr);
+  a = arr_scalar_i64(DT_I8, 300, false);     /* integers wrap, as NumPy */
+  ck_assert_int_eq(arr_get_i64(a, 0), 44);
+  val_decref(&a->hdr);
+}
+END_TEST
+
+START_TEST(test_views_and_copies) {
+  int64_t shape[2] = {2, 3};
+  Array *a = iota_f32(2, shape);
+  int64_t tshape[2] = {3, 2}, tstr[2] = {1, 3};
+  Array *t = arr_view(a, 2, tshape, tstr, 0);   /* the transpose */
+  ck_assert(!t->contiguous);
+  ck_assert_int_eq(atomic_load(&a->buf->refcount), 2);
+  ck_assert(arr_get_f64(t, 1) == 3.0);          /* t[0, 1] = a[1, 0] */
+  val_decref(&a->hdr);                          /* the view keeps the buffer */
+  Array *c = arr_contiguous(t);
+  ck_assert(c != t && c->contiguous);
+  const float *d = arr_data(c);
+  float want[6] = {0, 3, 1, 4, 2, 5};
+  for (int i = 0; i < 6; i++)
+    ck_assert(d[i] == want[i]);
+  Array *same = arr_contiguous(c);
+  ck_assert_ptr_eq(same, c);
+  val_decref(&same->hdr);
+  val_decref(&c->hdr);
+  val_decref(&t->hdr);
+}
+END_TEST
+
+START_TEST(test_astype) {
+  int64_t n = 5;
+  Array *a = arr_new(DT_F32, 1, &n);
+  float *d = arr_data(a);
+  float v[5] = {1.5f, -1.5f, NAN, 3e9f, -0.0f};
+  memcpy(d, v, sizeof v);
+  Array *i = arr_astype(a, DT_I32, false);
+  ck_assert_int_eq(arr_get_i64(i, 0), 1);
+  ck_assert_int_eq(arr_get_i64(i, 1), -1);
+  ck_assert_int_eq(arr_get_i64(i, 2), 0);
+  ck_assert_int_eq(arr_get_i64(i, 3), INT32_MAX);
+  Array *b = arr_astype(a, DT_BOOL, false);
+  ck_assert_int_eq(arr_get_i64(b, 2), 1);   /* NaN is truthy */
+  ck_assert_int_eq(arr_get_i64(b, 4), 0);
+  Array *h = arr_astype(a, DT_F16, true);
+  ck_assert(h->weak);
+  ck_assert(arr_get_f64(h, 0) == 1.5);
+  ck_assert(isinf(arr_get_f64(h, 3)));
+  val_decref(&a->hdr);
+  val_decref(&i->hdr);
+  val_decref(&b->hdr);
+  val_decref(&h->hdr);
+}
+END_TEST
+
+START_TEST(test_to_index) {
+  int64_t x;
+  Array *i = arr_scalar_i64(DT_I64, 42, false);
+  ck_assert_int_eq(arr_to_index(&i->hdr, &x), 0);
+  ck_assert_int_eq(x, 42);
+  Array *f = arr_scalar_f64(DT_F32, 1.0, false);
+  ck_assert_int_eq(arr_to_index(&f->hdr, &x), -1);
+  ck_assert_str_eq(err_message(), "expected an integer, got float32 array");
+  err_clear();
+  double y;
+  ck_assert_int_eq(arr_to_double(&f->hdr, &y), 0);
+  ck_assert(y == 1.0);
+  val_decref(&i->hdr);
+  val_decref(&f->hdr);
+}
+END_TEST
+
+START_TEST(test_shape_strings) {
+  char buf[64];
+  int64_t s[2] = {8, 32};
+  shape_str(buf, sizeof buf, 2, s);
+  ck_assert_str_eq(buf, "(8, 32)");
+  shape_str(buf, sizeof buf, 1, s);
+  ck_assert_str_eq(buf, "(8,)");
+  shape_str(buf, sizeof buf, 0, s);
+  ck_assert_str_eq(buf, "()");
+  aval_str(buf, sizeof buf, DT_F32, 2, s);
+  ck_assert_str_eq(buf, "f32[8,32]");
+  aval_str(buf, sizeof buf, DT_I32, 0, s);
+  ck_assert_str_eq(buf, "i32[]");
+  shape_str(buf, 4, 2, s);   /* truncated, still terminated */
+  ck_assert_int_eq(strlen(buf), 3);
+}
+END_TEST
+
+START_TEST(test_broadcast_shapes) {
+  int64_t a[2] = {2, 1}, b[1] = {3}, out[SHM_MAXDIM];
+  int n;
+  ck_assert_int_eq(shape_broadcast(2, a, 1, b, &n, out), 0);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(out[0], 2);
+  ck_assert_int_eq(out[1], 3);
+  int64_t c[2] = {2, 3}, d[1] = {4};
+  ck_assert_int_eq(shape_broadcast(2, c, 1, d, &n, out), -1);
+  ck_assert_str_eq(err_message(),
+                   "operands could not be broadcast together with shapes (2, 3) (4,)");
+  err_clear();
+}
+END_TEST
+
+START_TEST(test_axis_normalize) {
+  int ax;
+  ck_assert_int_eq(axis_normalize(-1, 3, &ax), 0);
+  ck_assert_int_eq(ax, 2);
+  ck_assert_int_eq(axis_normalize(3, 2, &ax), -1);
+  ck_assert_str_eq(err_message(), "axis 3 is out of bounds for array of dimension 2");
+  err_clear();
+  ck_assert_int_eq(shape_size(2, (int64_t[]){INT64_MAX, 2}), -1);
+  ck_assert_int_eq(shape_size(2, (int64_t[]){INT64_MAX, 0}), 0);
+}
+END_TEST
+
+static Suite *array_suite(void) {
+  Suite *s = suite_create("array");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, test_new_layout);
+  tcase_add_test(tc, test_large_buffer_aligned);
+  tcase_add_test(tc, test_zero_size_and_scalar);
+  tcase_add_test(tc, test_bad_shapes);
+  tcase_add_test(tc, test_failed_allocation);
+  tcase_add_test(tc, test_scalars);
+  tcase_add_test(tc, test_views_and_copies);
+  tcase_add_test(tc, test_astype);
+  tcase_add_test(tc, test_to_index);
+  tcase_add_test(tc, test_shape_strings);
+  tcase_add_test(tc, test_broadcast_shapes);
+  tcase_add_test(tc, test_axis_normalize);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(array_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
