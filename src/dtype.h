@@ -11,7 +11,7 @@
  * A weakly typed value (a Python-style number literal) takes the dtype of
  * the other operand when that operand is of the same or a higher kind
  * (x_f16 * 2.0 is f16; x_i8 + 1 is i8), and its own default (i32 or f32)
- * when it meets a lower kind (x_i32 * 2.0 is f32, weak only if both are).
+ * when it meets a lower kind (x_i32 * 2.0 is a weakly typed f32, as in JAX).
  * bf16 + f16 promotes to f32, as in JAX.
  */
 #ifndef SHMAP_DTYPE_H

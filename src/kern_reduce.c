@@ -5,8 +5,8 @@
  * Every reduction is brought to the form (P, R, Q): P outer positions, R
  * reduced, Q inner positions, over contiguous data.  Q == 1 (the reduced
  * axes are last) reduces each run of R elements with several independent
- * accumulators so the loop vectorises; float sums are pairwise, like
- * NumPy's, so the error grows with log R.  Q > 1 combines whole rows of Q,
+ * accumulators so the loop vectorises; float sums are pairwise trees,
+ * so the error grows with log R.  Q > 1 combines whole rows of Q,
  * which vectorises along Q.  Axes that are not one block are first brought
  * to the end by a transposed copy.
  */
@@ -146,23 +146,33 @@ VEXTREME(inner_min_f64, double, int64_t, __builtin_inf(), <)
 ROWS(rows_sum_f32, float, float, C_ADDF)
 ROWS(rows_sum_f64, double, double, C_ADDF)
 
-/* Pairwise summation: runs of up to PW_BLOCK summed by LANES accumulators,
- * longer runs split in two (at a multiple of LANES) and summed apart. */
+/* Pairwise summation.  A run of up to PW_BLOCK elements is summed as a
+ * tree by folding halves (t[i] = x[i] + x[i + h], then t[i] += t[i + h/2],
+ * ...), so every level is a vector add and the error grows with log n; a
+ * longer run is split in two (at a multiple of LANES) and summed apart.
+ * Unlike accumulating each lane sequentially, the fold is exact for equal
+ * values at power-of-two counts, as XLA's tree reductions are: the mean of
+ * 128 copies of x is x (the seed 001 toy network's loss depends on it). */
 #define PW_BLOCK 256
 #define PAIRWISE(NAME, T)                                                    \
   KERN_CLONES static T NAME##_block(const T *x, int64_t n) {                \
-    T acc[LANES] = {0};                                                     \
-    int64_t i = 0;                                                          \
-    for (; i + LANES <= n; i += LANES)                                      \
-      for (int j = 0; j < LANES; j++)                                       \
-        acc[j] += x[i + j];                                                 \
-    T r = 0;                                                                \
-    for (; i < n; i++)                                                      \
-      r += x[i];                                                            \
-    for (int w = LANES / 2; w > 0; w /= 2)                                  \
-      for (int j = 0; j < w; j++)                                           \
-        acc[j] += acc[j + w];                                               \
-    return acc[0] + r;                                                      \
+    T t[PW_BLOCK / 2];                                                      \
+    if (n < 2)                                                              \
+      return n ? x[0] : 0;                                                  \
+    int64_t h = n / 2;                                                      \
+    for (int64_t i = 0; i < h; i++)                                         \
+      t[i] = x[i] + x[i + h];                                               \
+    if (n & 1)                                                              \
+      t[0] += x[n - 1];                                                     \
+    while (h > 1) {                                                         \
+      int64_t h2 = h / 2;                                                   \
+      for (int64_t i = 0; i < h2; i++)                                      \
+        t[i] += t[i + h2];                                                  \
+      if (h & 1)                                                            \
+        t[0] += t[h - 1];                                                   \
+      h = h2;                                                               \
+    }                                                                       \
+    return t[0];                                                            \
   }                                                                         \
   T NAME(const T *x, int64_t n) {                                           \
     if (n <= PW_BLOCK)                                                      \
