@@ -7,23 +7,44 @@
  * kernel, fast and reference.
  *
  * Locking.  One mutex per group, CollGroup.lock, guards every field marked
- * "guarded" below: the slots' sequence state and descriptors, the barrier
- * counters, the baton and the abort state.  It is held only for
- * bookkeeping, never while data moves.  Every change of guarded state is
- * followed by bump(): epoch++ and a broadcast of CollGroup.cond, so a
- * waiter re-checks its condition after any change.  Waiters spin on epoch
- * (with a pause instruction) before sleeping when the mesh has no more
- * devices than cores; with more devices spinning would steal the cores the
- * awaited devices need, so they sleep at once.
+ * "guarded" below: the slots' sequence state, descriptors and published
+ * buffers, the exits, the baton and the abort state.  It is held only for
+ * bookkeeping, never while data moves, and a device takes it once per
+ * collective in the common case (publish).  A few fields are atomics so
+ * that the common case needs no more: a slot's published counter, its
+ * in_coll flag, its descriptor generation, and the barrier counters.
+ * Changes that can fail a waiter (a device leaving the body or giving up,
+ * an abort) and the reference mode's baton go through bump(): epoch++,
+ * a broadcast of CollGroup.cond and of every slot's condition variable.
+ *
+ * Waiting (fast mode).  A device polls atomics without the lock
+ * (spin_until: pause instructions when devices <= cores, sched_yield
+ * otherwise), then sleeps on a slot's condition variable with the lock: an
+ * arriving device wakes only the sleepers of its own slot (those waiting
+ * for it), the last device into a barrier only those of the leader's.
+ * Every sleep is at most COLL_POLL_MS, so Ctrl-C is noticed.
+ *
+ * Matching without the lock.  The arrival check with its exact messages
+ * (cond_arrived) runs under the lock; once it has accepted a participant's
+ * descriptor, the pair's descriptor generations are remembered
+ * (Verified), and as long as neither device's descriptor changes, the
+ * next arrivals are accepted from the atomics alone (arrived_verified):
+ * a loop repeating one psum takes the lock once per call, to publish.
  *
  * Memory ordering of data: operand and output pointers are published under
- * the lock; every read of a peer's buffer happens after a wait that took
- * the lock after the peer's publish or barrier arrival, so the mutex gives
- * the happens-before edges (ThreadSanitizer checks this in the unit test).
+ * the lock, followed by a release store of the slot's published counter;
+ * a peer reads them after taking the lock or after an acquire load of
+ * that counter.  Writes into peers' outputs and reads of their operands
+ * happen before the writer's acq_rel add on the final barrier's count;
+ * the last arrival's release of the generation, acquired by the others,
+ * orders them before anyone leaves (ThreadSanitizer checks this in the
+ * unit test).
  */
+#define _GNU_SOURCE  /* PTHREAD_MUTEX_ADAPTIVE_NP */
 #include "collective.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,9 +60,13 @@
 #define COLL_SIG_CAP 160       /* "f32[4,8], i32[2]" */
 #define COLL_PARAMS_CAP 256    /* canonical non-axis parameters */
 #define COLL_SMALL_REDUCE 16384 /* elements x participants folded by each */
-#define COLL_SPIN_ITERS 256    /* a few µs of pause instructions: longer
-                                  spins lost to sleeping when the cores
-                                  were shared with other work */
+#define COLL_CHUNK_BYTES 16384 /* fold unit of the fast path: stays in L1
+                                  while it is copied to every output */
+#define COLL_PAUSE_NS 10000    /* devices <= cores: longest busy spin
+                                  before sleeping, several times the
+                                  interpreter's work between collectives */
+#define COLL_PAUSE_MIN_NS 1000 /* shortest, when spins keep failing */
+#define COLL_YIELD_NS 50000    /* devices > cores: yielding, before sleeping */
 
 /* The kinds of collective, in messages by their jax.lax function name. */
 typedef enum { CK_PSUM, CK_PMAX, CK_PMIN, CK_ALL_GATHER, CK_PSUM_SCATTER,
@@ -68,14 +93,36 @@ typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
   /* guarded by CollGroup.lock: */
   long seq;                       /* number of the collective entered last; -1 none */
-  bool in_coll;                   /* inside collective #seq */
   bool exited, failed;            /* left the body (with an error) */
   int exit_line;
   CollDesc hist[COLL_HIST];       /* descriptor of collective #s at [s % COLL_HIST] */
   Array **in, **out;              /* published operands and outputs of #seq */
-  int bar_count;                  /* barrier of instances this device leads */
-  unsigned bar_gen;
+  pthread_cond_t wake;            /* fast mode: peers waiting for this device's
+                                     arrival, and participants of a barrier it
+                                     leads, sleep here */
+  /* atomics, read without the lock (written as said): */
+  atomic_bool in_coll;            /* inside collective #seq (set under the
+                                     lock; cleared by leave without it) */
+  atomic_long published;          /* = seq, stored (release) under the lock by
+                                     publish; polled by spinning peers */
+  atomic_int sleepers;            /* changed under the lock: threads asleep on
+                                     wake (seq_cst: see barrier_release) */
+  atomic_ulong desc_gen;          /* changed under the lock by publish when the
+                                     descriptor differs from the previous one */
+  char pad_[64];                  /* the barrier's line apart from the above */
+  atomic_uint bar_count;          /* barrier of instances this device leads: */
+  atomic_uint bar_gen;            /* arrivals, and instances completed */
+  int64_t spin_ns;                /* the owner's current spin (spin_until);
+                                     only the owner's thread touches it */
 } Slot;
+
+/* What rank r last verified, under the lock, about participant p: p's
+ * descriptor equalled r's while p's desc_gen was peer_gen and r's own
+ * was own_gen.  While both generations stay, the descriptors still agree
+ * and an arrival can be accepted without the lock (arrived_verified). */
+typedef struct Verified {
+  unsigned long peer_gen, own_gen;  /* 0: nothing verified (gens start at 1) */
+} Verified;
 
 struct CollGroup {
   MeshDesc mesh;                  /* copy; names and device_ids borrowed */
@@ -90,6 +137,8 @@ struct CollGroup {
   char abort_msg[512];            /* guarded */
   Slot *slots;                    /* [mesh.ndevices] */
   int *peer_store;                /* [ndevices * ndevices]: each rank's peers */
+  Verified *verified;             /* [ndevices * ndevices]: row r is rank r's
+                                     own (only its thread touches it) */
 };
 
 /* One collective call in progress on one device (on its stack). */
@@ -156,45 +205,94 @@ static int param_bool(const char *prim, const Params *p, const char *name,
   return 0;
 }
 
+/* A bounded text under construction.  Appends truncate as snprintf
+ * would (the text stays NUL-terminated within cap) but parse no format:
+ * every collective call builds its descriptor, and printf was most of a
+ * small psum's cost. */
+typedef struct Text {
+  char *s;
+  size_t cap, len;                /* len < cap once begun */
+} Text;
+
+static Text text_begin(char *buf, size_t cap) {
+  buf[0] = 0;
+  return (Text){buf, cap, 0};
+}
+
+static void text_puts(Text *t, const char *str) {
+  size_t n = strlen(str), room = t->cap - 1 - t->len;
+  if (n > room) n = room;
+  memcpy(t->s + t->len, str, n);
+  t->len += n;
+  t->s[t->len] = 0;
+}
+
+static void text_int(Text *t, int64_t x) {
+  char digits[24], *d = digits + sizeof digits;
+  uint64_t u = x < 0 ? -(uint64_t)x : (uint64_t)x;
+  *--d = 0;
+  do *--d = (char)('0' + u % 10); while (u /= 10);
+  if (x < 0) *--d = '-';
+  text_puts(t, d);
+}
+
+static bool text_full(const Text *t) { return t->len + 1 >= t->cap; }
+
 /* Appends the repr of a parameter value (ints, bools, strings, None and
- * tuples of them) to buf at *len. */
-static void repr_value(char *buf, size_t cap, size_t *len, Value *v) {
-  if (*len >= cap) return;
-  size_t room = cap - *len;
-  char *at = buf + *len;
+ * tuples of them). */
+static void repr_value(Text *t, Value *v) {
   if (!v || v == VAL_NONE) {
-    *len += (size_t)snprintf(at, room, "None");
+    text_puts(t, "None");
   } else if (v->type == V_STR) {
-    *len += (size_t)snprintf(at, room, "'%s'", str_cstr(v));
+    text_puts(t, "'");
+    text_puts(t, str_cstr(v));
+    text_puts(t, "'");
   } else if (is_intlike(v) && ((Array *)v)->dtype == DT_BOOL) {
-    *len += (size_t)snprintf(at, room, elem_i64((Array *)v, 0) ? "True" : "False");
+    text_puts(t, elem_i64((Array *)v, 0) ? "True" : "False");
   } else if (is_intlike(v)) {
-    *len += (size_t)snprintf(at, room, "%lld", (long long)elem_i64((Array *)v, 0));
+    text_int(t, elem_i64((Array *)v, 0));
   } else if (v->type == V_TUPLE || v->type == V_LIST) {
     size_t n;
     Value *const *items;
     val_seq(v, &n, &items);
-    *len += (size_t)snprintf(at, room, "(");
-    for (size_t i = 0; i < n; i++) {
-      if (i && *len < cap) *len += (size_t)snprintf(buf + *len, cap - *len, ", ");
-      repr_value(buf, cap, len, items[i]);
+    text_puts(t, "(");
+    for (size_t i = 0; i < n && !text_full(t); i++) {
+      if (i) text_puts(t, ", ");
+      repr_value(t, items[i]);
     }
-    if (*len < cap)
-      *len += (size_t)snprintf(buf + *len, cap - *len, n == 1 ? ",)" : ")");
+    text_puts(t, n == 1 ? ",)" : ")");
   } else {
-    *len += (size_t)snprintf(at, room, "<%s>", val_type_name(v));
+    text_puts(t, "<");
+    text_puts(t, val_type_name(v));
+    text_puts(t, ">");
   }
 }
 
 /* The canonical string of every parameter but the axis names. */
 static void params_canon(const Params *p, char *buf, size_t cap) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; p && i < p->n && len < cap; i++) {
+  Text t = text_begin(buf, cap);
+  for (int i = 0; p && i < p->n && !text_full(&t); i++) {
     const char *name = p->p[i].name;
     if (strcmp(name, "axes") == 0 || strcmp(name, "axis_name") == 0) continue;
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s=", len ? " " : "", name);
-    repr_value(buf, cap, &len, p->p[i].value);
+    if (t.len) text_puts(&t, " ");
+    text_puts(&t, name);
+    text_puts(&t, "=");
+    repr_value(&t, p->p[i].value);
+  }
+}
+
+/* The operand avals, "f32[4,8], i32[2]" (array.h's aval_str form). */
+static void sig_str(Array **in, int nin, char *buf, size_t cap) {
+  Text t = text_begin(buf, cap);
+  for (int i = 0; i < nin && !text_full(&t); i++) {
+    if (i) text_puts(&t, ", ");
+    text_puts(&t, dt_short(in[i]->dtype));
+    text_puts(&t, "[");
+    for (int d = 0; d < in[i]->ndim; d++) {
+      if (d) text_puts(&t, ",");
+      text_int(&t, in[i]->shape[d]);
+    }
+    text_puts(&t, "]");
   }
 }
 
@@ -369,6 +467,21 @@ static int ncores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* The group's mutex.  When devices have cores of their own, it spins a
+ * little before sleeping (glibc's adaptive mutex): it is held for a few
+ * hundred nanoseconds at a time, far less than a futex sleep and wake. */
+static void init_lock(pthread_mutex_t *m, bool spin) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+  if (spin) pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+#else
+  (void)spin;
+#endif
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
 CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   int n = mesh->ndevices;
   if (n < 1 || mesh->naxes > DEV_MAX_AXES)
@@ -377,19 +490,23 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   if (!g) return err_nomem();
   g->slots = shm_calloc((size_t)n, sizeof(Slot));
   g->peer_store = shm_calloc((size_t)n * (size_t)n, sizeof(int));
-  if (!g->slots || !g->peer_store) {
+  g->verified = shm_calloc((size_t)n * (size_t)n, sizeof(Verified));
+  if (!g->slots || !g->peer_store || !g->verified) {
     coll_group_free(g);
     return err_nomem();
   }
   g->mesh = *mesh;
   g->reference = reference;
   g->spin = !reference && n <= ncores();
-  pthread_mutex_init(&g->lock, NULL);
+  init_lock(&g->lock, g->spin);
   pthread_cond_init(&g->cond, NULL);
   atomic_init(&g->epoch, 0);
   for (int r = 0; r < n; r++) {
     Slot *s = &g->slots[r];
     s->seq = -1;
+    atomic_init(&s->published, -1);
+    s->spin_ns = COLL_PAUSE_NS;
+    pthread_cond_init(&s->wake, NULL);
     s->ctx = (DevCtx){.mesh = &g->mesh, .rank = r, .group = g,
                       .reference = reference};
     dev_mesh_coords(&g->mesh, r, s->ctx.coords);
@@ -402,16 +519,29 @@ void coll_group_free(CollGroup *g) {
   if (g->slots) {
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
+    for (int r = 0; r < g->mesh.ndevices; r++)
+      pthread_cond_destroy(&g->slots[r].wake);
   }
   shm_free(g->slots);
   shm_free(g->peer_store);
+  shm_free(g->verified);
   shm_free(g);
 }
 
-/* Announces a change of guarded state (lock held). */
+/* Wakes the fast-mode sleepers on slot [s] (lock held). */
+static void wake_slot(Slot *s) {
+  if (atomic_load(&s->sleepers) > 0) pthread_cond_broadcast(&s->wake);
+}
+
+/* Announces a change of guarded state (lock held): spinners see the
+ * epoch move, every sleeper wakes and re-checks.  Publishing an arrival
+ * wakes only the waiters of its own slot (publish); everything else
+ * (leaving the body, giving up, an abort, the baton) comes here. */
 static void bump(CollGroup *g) {
   atomic_fetch_add_explicit(&g->epoch, 1, memory_order_release);
   pthread_cond_broadcast(&g->cond);
+  if (!g->reference)
+    for (int r = 0; r < g->mesh.ndevices; r++) wake_slot(&g->slots[r]);
 }
 
 static inline void cpu_pause(void) {
@@ -432,20 +562,9 @@ static bool interrupted(void) {
          atomic_load_explicit(&shm_interrupted, memory_order_relaxed) != 0;
 }
 
-/* Sleeps until the guarded state may have changed (lock held on entry and
- * exit): spins on the epoch first when the group spins; wakes every
- * COLL_POLL_MS anyway so a Ctrl-C is noticed. */
-static void sleep_once(CollGroup *g) {
-  unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
-  if (g->spin) {
-    pthread_mutex_unlock(&g->lock);
-    for (int i = 0; i < COLL_SPIN_ITERS; i++) {
-      if (atomic_load_explicit(&g->epoch, memory_order_acquire) != e) break;
-      cpu_pause();
-    }
-    pthread_mutex_lock(&g->lock);
-    if (atomic_load_explicit(&g->epoch, memory_order_acquire) != e) return;
-  }
+/* Waits on [cv] with the group's lock, for at most COLL_POLL_MS, so a
+ * Ctrl-C is noticed even when nobody signals. */
+static void timed_wait(CollGroup *g, pthread_cond_t *cv) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_nsec += COLL_POLL_MS * 1000000L;
@@ -453,7 +572,13 @@ static void sleep_once(CollGroup *g) {
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
   }
-  pthread_cond_timedwait(&g->cond, &g->lock, &until);
+  pthread_cond_timedwait(cv, &g->lock, &until);
+}
+
+/* Reference mode's sleep (lock held on entry and exit): until a bump()
+ * or COLL_POLL_MS.  One device runs at a time there, so nothing spins. */
+static void sleep_once(CollGroup *g) {
+  timed_wait(g, &g->cond);
 }
 
 /* Reference mode: gives the baton to the next device, in rank order, that
@@ -571,7 +696,7 @@ static int check_peer(CollGroup *g, const Call *c, int p) {
                      "past its collective #%ld without this device",
                      coords_of(g, p, cp, sizeof cp), c->seq + 1), -1;
     }
-    return s->in_coll ? 1 : -2;
+    return atomic_load_explicit(&s->in_coll, memory_order_relaxed) ? 1 : -2;
   }
   return s->exited ? left_error(g, c, p, false) : 0;
 }
@@ -608,15 +733,151 @@ static int cond_arrived(CollGroup *g, int rank, void *arg) {
 
 /* ---- entering and leaving a collective -------------------------------------- */
 
-/* Publishes the caller's descriptor and buffers (lock held). */
+/* Publishes the caller's descriptor and buffers (lock held).  Only the
+ * waiters of this device's slot are woken: they are the ones an arrival
+ * can satisfy (a peer waits on the first participant still missing). */
 static void publish(Call *c) {
   Slot *s = &c->g->slots[c->rank];
+  if (s->seq < 0 || !desc_equal(&s->hist[s->seq % COLL_HIST], &c->desc))
+    atomic_fetch_add_explicit(&s->desc_gen, 1, memory_order_relaxed);
   s->seq = c->seq;
   s->hist[c->seq % COLL_HIST] = c->desc;
   s->in = c->in;
   s->out = c->out;
-  s->in_coll = true;
-  bump(c->g);
+  atomic_store_explicit(&s->in_coll, true, memory_order_relaxed);
+  atomic_store_explicit(&s->published, c->seq, memory_order_release);
+  if (c->g->reference)
+    bump(c->g);
+  else
+    wake_slot(s);
+}
+
+/* Nanoseconds of a monotonic clock. */
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Polls (lock not held) until done(arg) or the epoch moves from [e];
+ * true when done, false after the poll's time limit.  With a core per
+ * device it spins with a pause instruction: a hand-off costs ~0.04 µs
+ * there.  The spin's length adapts per device between COLL_PAUSE_MIN_NS
+ * and COLL_PAUSE_NS: doubled after a spin that succeeded, halved after one
+ * that ran out, so when other programs take the cores (the awaited device
+ * is not running) a device soon sleeps at once instead of burning the
+ * time slice the scheduler would otherwise give it on wake-up.  With more
+ * devices than cores it yields the core at every turn for COLL_YIELD_NS
+ * instead, so an awaited device that is runnable gets it (a yield costs
+ * ~1 µs, waking a sleeper ~20 µs) and waiters do not spin each other
+ * out.  Then the caller sleeps.  [self] is the caller's slot. */
+static bool spin_until(CollGroup *g, Slot *self, bool (*done)(void *),
+                       void *arg, unsigned e) {
+  int64_t start = now_ns();
+  int64_t limit = g->spin ? self->spin_ns : COLL_YIELD_NS;
+  for (unsigned i = 1;; i++) {
+    if (done(arg)) {
+      if (g->spin && self->spin_ns < COLL_PAUSE_NS) self->spin_ns *= 2;
+      return true;
+    }
+    if (atomic_load_explicit(&g->epoch, memory_order_acquire) != e) return false;
+    if ((!g->spin || i % 64 == 0) && now_ns() - start > limit) {
+      if (g->spin && self->spin_ns > COLL_PAUSE_MIN_NS) self->spin_ns /= 2;
+      return false;
+    }
+    if (g->spin)
+      cpu_pause();
+    else
+      sched_yield();
+  }
+}
+
+/* Whether every participant of [arg] (a Call) has published its
+ * collective #seq or gone further (the check under the lock decides). */
+static bool all_published(void *arg) {
+  const Call *c = arg;
+  for (int i = 0; i < c->n; i++)
+    if (atomic_load_explicit(&c->g->slots[c->peers[i]].published,
+                             memory_order_acquire) < c->seq)
+      return false;
+  return true;
+}
+
+/* Records, after cond_arrived said yes (lock held), that every
+ * participant's descriptor equals the caller's at the current generations. */
+static void record_verified(const Call *c) {
+  const CollGroup *g = c->g;
+  Verified *row = g->verified + (size_t)c->rank * (size_t)g->mesh.ndevices;
+  unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
+                                           memory_order_relaxed);
+  for (int i = 0; i < c->n; i++) {
+    int p = c->peers[i];
+    row[p].peer_gen = atomic_load_explicit(&g->slots[p].desc_gen,
+                                           memory_order_relaxed);
+    row[p].own_gen = own;
+  }
+}
+
+/* Whether every participant has published collective #seq, is still in
+ * it, and has a descriptor generation verified against the caller's
+ * current one: then cond_arrived would say yes (descriptors equal, nobody
+ * ahead or gone), and the lock is not needed.  The acquire load of
+ * published orders the reads of the peer's generation and buffers after
+ * its publish; a peer cannot publish again before this device passes the
+ * final barrier, so what is read stays that of #seq. */
+static bool arrived_verified(void *arg) {
+  const Call *c = arg;
+  const CollGroup *g = c->g;
+  const Verified *row = g->verified + (size_t)c->rank * (size_t)g->mesh.ndevices;
+  unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
+                                           memory_order_relaxed);
+  for (int i = 0; i < c->n; i++) {
+    const Slot *s = &g->slots[c->peers[i]];
+    const Verified *v = &row[c->peers[i]];
+    if (atomic_load_explicit(&s->published, memory_order_acquire) != c->seq ||
+        !atomic_load_explicit(&s->in_coll, memory_order_relaxed) ||
+        v->own_gen != own ||
+        atomic_load_explicit(&s->desc_gen, memory_order_relaxed) != v->peer_gen)
+      return false;
+  }
+  return true;
+}
+
+/* The first participant that has not published collective #seq (lock
+ * held); the caller itself when none (never, while cond_arrived is 0). */
+static int first_missing(const Call *c) {
+  for (int i = 0; i < c->n; i++)
+    if (c->g->slots[c->peers[i]].seq < c->seq) return c->peers[i];
+  return c->rank;
+}
+
+/* Fast mode's arrival wait (lock held on entry and exit): cond_arrived
+ * decides, under the lock, with the exact checks and messages; between
+ * checks the device spins on the peers' published counters (lock not
+ * held) or sleeps on the slot of the first participant still missing, so
+ * an arrival wakes only the devices it can let go.  Everything that can
+ * fail a waiter other than an arrival (a peer leaving or giving up, an
+ * abort) goes through bump(), which wakes every slot. */
+static int wait_arrived(Call *c, bool spun) {
+  CollGroup *g = c->g;
+  for (;;) {
+    int r = cond_arrived(g, c->rank, c);
+    if (r == 1) record_verified(c);
+    if (r != 0) return r;
+    unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
+    if (!spun) {
+      pthread_mutex_unlock(&g->lock);
+      spin_until(g, &g->slots[c->rank], all_published, c, e);
+      pthread_mutex_lock(&g->lock);
+      spun = true;
+      continue;
+    }
+    Slot *s = &g->slots[first_missing(c)];
+    atomic_fetch_add(&s->sleepers, 1);
+    if (atomic_load(&g->epoch) == e && s->seq < c->seq) timed_wait(g, &s->wake);
+    atomic_fetch_sub(&s->sleepers, 1);
+    spun = false;
+  }
 }
 
 /* Waits until all participants arrived; on failure leaves the collective. */
@@ -629,9 +890,21 @@ static int rendezvous(Call *c) {
   }
   c->seq = g->slots[c->rank].seq + 1;
   publish(c);
-  int r = c->n == 1 ? 1 : wait_for(g, c->rank, cond_arrived, c);
+  int r = 1;
+  if (c->n > 1 && g->reference) {
+    r = wait_for(g, c->rank, cond_arrived, c);
+  } else if (c->n > 1) {
+    /* First without the lock: a loop repeating one collective is verified
+     * once and then meets on the published counters alone. */
+    unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
+    pthread_mutex_unlock(&g->lock);
+    bool all = spin_until(g, &g->slots[c->rank], all_published, c, e);
+    if (all && arrived_verified(c)) return 0;
+    pthread_mutex_lock(&g->lock);
+    r = wait_arrived(c, true);
+  }
   if (r < 0) {
-    g->slots[c->rank].in_coll = false;
+    atomic_store_explicit(&g->slots[c->rank].in_coll, false, memory_order_relaxed);
     bump(g);
   }
   pthread_mutex_unlock(&g->lock);
@@ -646,7 +919,43 @@ typedef struct BarrierArg {
 static int cond_generation(CollGroup *g, int rank, void *arg) {
   BarrierArg *b = arg;
   (void)g, (void)rank;
-  return b->leader->bar_gen != b->gen;
+  return atomic_load_explicit(&b->leader->bar_gen, memory_order_acquire) != b->gen;
+}
+
+static bool generation_moved(void *arg) {
+  return cond_generation(NULL, 0, arg) != 0;
+}
+
+/* Reference mode's barrier: counted under the lock, the baton passed on
+ * while waiting. */
+static bool barrier_locked(Call *c, BarrierArg *b) {
+  CollGroup *g = c->g;
+  pthread_mutex_lock(&g->lock);
+  b->gen = atomic_load(&b->leader->bar_gen);
+  bool last = atomic_fetch_add(&b->leader->bar_count, 1) + 1 == (unsigned)c->n;
+  if (last) {
+    atomic_store(&b->leader->bar_count, 0);
+    atomic_fetch_add(&b->leader->bar_gen, 1);
+    bump(g);
+  }
+  wait_for(g, c->rank, cond_generation, b);
+  pthread_mutex_unlock(&g->lock);
+  return last;
+}
+
+/* The last arrival of a fast barrier: opens the next generation, then
+ * wakes sleepers.  The generation store and the sleepers load are both
+ * seq_cst, as are a sleeper's increment and its re-check of the
+ * generation (under the lock), so either the sleeper sees the new
+ * generation or this sees the sleeper and broadcasts after it waits. */
+static void barrier_release(CollGroup *g, Slot *leader) {
+  atomic_store(&leader->bar_count, 0);
+  atomic_fetch_add(&leader->bar_gen, 1);
+  if (atomic_load(&leader->sleepers) > 0) {
+    pthread_mutex_lock(&g->lock);
+    pthread_cond_broadcast(&leader->wake);
+    pthread_mutex_unlock(&g->lock);
+  }
 }
 
 /*
@@ -654,31 +963,40 @@ static int cond_generation(CollGroup *g, int rank, void *arg) {
  * slot (it leads one instance at a time, and every participant of that
  * instance agrees on who leads).  Returns true to exactly one caller, the
  * last to arrive.  Not interruptible: every participant is past the
- * rendezvous and reaches it without running user code.
+ * rendezvous and reaches it without running user code.  Fast mode counts
+ * with an atomic add (acq_rel: the last arrival sees every participant's
+ * writes, and the generation it stores publishes them to the others) and
+ * takes the lock only to sleep.
  */
 static bool barrier(Call *c) {
   CollGroup *g = c->g;
   if (c->n == 1) return true;
-  pthread_mutex_lock(&g->lock);
   BarrierArg b = {&g->slots[c->peers[0]], 0};
-  b.gen = b.leader->bar_gen;
-  bool last = ++b.leader->bar_count == c->n;
-  if (last) {
-    b.leader->bar_count = 0;
-    b.leader->bar_gen++;
-    bump(g);
+  if (g->reference) return barrier_locked(c, &b);
+  b.gen = atomic_load_explicit(&b.leader->bar_gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&b.leader->bar_count, 1, memory_order_acq_rel) + 1 ==
+      (unsigned)c->n) {
+    barrier_release(g, b.leader);
+    return true;
   }
-  wait_for(g, c->rank, cond_generation, &b);
+  if (spin_until(g, &g->slots[c->rank], generation_moved, &b,
+                 atomic_load(&g->epoch)))
+    return false;
+  pthread_mutex_lock(&g->lock);
+  while (atomic_load(&b.leader->bar_gen) == b.gen) {
+    atomic_fetch_add(&b.leader->sleepers, 1);
+    if (atomic_load(&b.leader->bar_gen) == b.gen) timed_wait(g, &b.leader->wake);
+    atomic_fetch_sub(&b.leader->sleepers, 1);
+  }
   pthread_mutex_unlock(&g->lock);
-  return last;
+  return false;
 }
 
 /* The final barrier (operands may be released after it) and leaving. */
 static void leave(Call *c) {
   barrier(c);
-  pthread_mutex_lock(&c->g->lock);
-  c->g->slots[c->rank].in_coll = false;
-  pthread_mutex_unlock(&c->g->lock);
+  atomic_store_explicit(&c->g->slots[c->rank].in_coll, false,
+                        memory_order_relaxed);
 }
 
 /* Sets up [c] on the calling device: group, axes, participants, descriptor. */
@@ -700,13 +1018,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   if (resolve_axes(prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0)
     return -1;
   if (find_participants(c, prim, p) < 0) return -1;
-  size_t len = 0;
-  for (int i = 0; i < nin && len < COLL_SIG_CAP; i++) {
-    char av[96];
-    aval_str(av, sizeof av, in[i]->dtype, in[i]->ndim, in[i]->shape);
-    len += (size_t)snprintf(c->desc.sig + len, COLL_SIG_CAP - len, "%s%s",
-                            i ? ", " : "", av);
-  }
+  sig_str(in, nin, c->desc.sig, sizeof c->desc.sig);
   params_canon(p, c->desc.params, sizeof c->desc.params);
   return 0;
 }
@@ -948,6 +1260,101 @@ static void inner_reduce(char *acc, const char *x, int64_t n, int64_t as,
              r->dtype == DT_BF16);
     break;
   default: red_ints(r->dtype, acc, x, n, as, xs, r->op); break;
+  }
+}
+
+/* ---- contiguous folds ---------------------------------------------------------- */
+/* The fast path's loops: the scalar rules above on contiguous rows, with
+ * restrict pointers and no strides, so gcc vectorises them (the same
+ * expressions per element, so the same bits as inner_reduce: no FMA
+ * under -ffp-contract=off, and maxps/minps select exactly as `?:` does).
+ * red_first is o = a (op) b, red_next is o = o (op) b. */
+
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+
+/* Sanitizer runtimes are not initialised when ifunc resolvers run, so
+ * sanitized builds (and other CPUs) use the default code only; as
+ * kern_elementwise.c's KERN_CLONES. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define COLL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define COLL_CLONES
+#endif
+
+#define FLOAT_FOLDS(T, NAME)                                                  \
+  COLL_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
+                                       const T *restrict b, int64_t n,        \
+                                       RedOp op) {                            \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      T x = a[i], y = b[i];                                                   \
+      o[i] = RED_FLOAT(T, x, y, op);                                          \
+    }                                                                         \
+  }                                                                           \
+  COLL_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
+                                      int64_t n, RedOp op) {                  \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      T x = o[i], y = b[i];                                                   \
+      o[i] = RED_FLOAT(T, x, y, op);                                          \
+    }                                                                         \
+  }
+
+FLOAT_FOLDS(float, fold_f32)
+FLOAT_FOLDS(double, fold_f64)
+
+/* Integers: sums wrap (computed unsigned, the same bits as red_int). */
+#define INT_FOLDS(T, U, NAME)                                                 \
+  COLL_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
+                                       const T *restrict b, int64_t n,        \
+                                       RedOp op) {                            \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      T x = a[i], y = b[i];                                                   \
+      o[i] = op == RED_SUM ? (T)((U)x + (U)y)                                 \
+             : op == RED_MAX ? (x > y ? x : y) : (x < y ? x : y);             \
+    }                                                                         \
+  }                                                                           \
+  COLL_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
+                                      int64_t n, RedOp op) {                  \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      T x = o[i], y = b[i];                                                   \
+      o[i] = op == RED_SUM ? (T)((U)x + (U)y)                                 \
+             : op == RED_MAX ? (x > y ? x : y) : (x < y ? x : y);             \
+    }                                                                         \
+  }
+
+INT_FOLDS(int8_t, uint8_t, fold_i8)
+INT_FOLDS(int32_t, uint32_t, fold_i32)
+INT_FOLDS(int64_t, uint64_t, fold_i64)
+
+#pragma GCC pop_options
+
+/* o = a (op) b over [n] contiguous elements; o, a, b do not overlap. */
+static void red_first(const RedArg *r, char *o, const char *a, const char *b,
+                      int64_t n) {
+  switch (r->dtype) {
+  case DT_F32: fold_f32_first((float *)o, (const float *)a, (const float *)b, n, r->op); break;
+  case DT_F64: fold_f64_first((double *)o, (const double *)a, (const double *)b, n, r->op); break;
+  case DT_I8: fold_i8_first((int8_t *)o, (const int8_t *)a, (const int8_t *)b, n, r->op); break;
+  case DT_I32: fold_i32_first((int32_t *)o, (const int32_t *)a, (const int32_t *)b, n, r->op); break;
+  case DT_I64: fold_i64_first((int64_t *)o, (const int64_t *)a, (const int64_t *)b, n, r->op); break;
+  default:  /* bool, f16, bf16: the scalar rules */
+    memcpy(o, a, (size_t)n * dt_size(r->dtype));
+    inner_reduce(o, b, n, 1, 1, r);
+    break;
+  }
+}
+
+/* o = o (op) b over [n] contiguous elements; o and b do not overlap. */
+static void red_next(const RedArg *r, char *o, const char *b, int64_t n) {
+  switch (r->dtype) {
+  case DT_F32: fold_f32_next((float *)o, (const float *)b, n, r->op); break;
+  case DT_F64: fold_f64_next((double *)o, (const double *)b, n, r->op); break;
+  case DT_I8: fold_i8_next((int8_t *)o, (const int8_t *)b, n, r->op); break;
+  case DT_I32: fold_i32_next((int32_t *)o, (const int32_t *)b, n, r->op); break;
+  case DT_I64: fold_i64_next((int64_t *)o, (const int64_t *)b, n, r->op); break;
+  default: inner_reduce(o, b, n, 1, 1, r); break;
   }
 }
 
@@ -1211,7 +1618,8 @@ static Array *peer_out(const Call *c, int q) {
 
 /* Small reductions: every participant folds all operands itself, in
  * participant order (the same bits everywhere), saving the barrier that
- * splitting the work needs; a barrier costs more than the arithmetic. */
+ * splitting the work needs; a barrier costs more than the arithmetic.
+ * Strided fallback for outputs that are not contiguous. */
 static void fold_all(const Call *c, const RedArg *r) {
   View dst, src;
   view_of(&dst, c->out[0]);
@@ -1224,14 +1632,9 @@ static void fold_all(const Call *c, const RedArg *r) {
   }
 }
 
-/* Reduce-scatter then all-gather: participant pos reduces part pos of every
- * operand, in participant order, into its own output; then every
- * participant copies the other parts from their owners' outputs. */
-static int fast_reduce(const Call *c, const RedArg *r) {
-  if (c->out[0]->size * c->n <= COLL_SMALL_REDUCE) {
-    fold_all(c, r);
-    return 0;
-  }
+/* Strided fallback of fast_reduce: reduce-scatter into the own output,
+ * a barrier, then an all-gather copy from the peers' outputs. */
+static void reduce_strided(const Call *c, const RedArg *r) {
   bool flat = true;
   for (int q = 0; q < c->n; q++) flat = flat && peer_in(c, q, 0)->contiguous;
   flat = flat || c->out[0]->ndim == 0;
@@ -1251,6 +1654,133 @@ static int fast_reduce(const Call *c, const RedArg *r) {
     part_view(&src, peer_out(c, q), flat, q, c->n);
     view_copy(&dst, &src);
   }
+}
+
+/* [n] elements of size [es] at element stride [st] from [src] into [dst]. */
+static void read_run(char *dst, const char *src, int64_t n, int64_t st,
+                     size_t es) {
+  if (st == 1) {
+    memcpy(dst, src, (size_t)n * es);
+  } else if (st == 0 && n > 0) {
+    /* a broadcast (ones(), full()): fill by doubling copies */
+    size_t have = es, want = (size_t)n * es;
+    memcpy(dst, src, es);
+    for (; have < want; have *= 2)
+      memcpy(dst + have, dst, have < want - have ? have : want - have);
+  } else if (es == 4) {
+    for (int64_t i = 0; i < n; i++)
+      memcpy(dst + i * 4, src + i * st * 4, 4);
+  } else if (es == 8) {
+    for (int64_t i = 0; i < n; i++)
+      memcpy(dst + i * 8, src + i * st * 8, 8);
+  } else {
+    for (int64_t i = 0; i < n; i++)
+      memcpy(dst + i * (int64_t)es, src + i * st * (int64_t)es, es);
+  }
+}
+
+/* Elements [lo, lo + len) (row-major) of [a], contiguous or not, into
+ * [dst]: a non-contiguous operand (a broadcast, a transpose) is read into
+ * a contiguous chunk first, so the fold loops stay contiguous. */
+static void read_flat(char *dst, const Array *a, int64_t lo, int64_t len) {
+  size_t es = dt_size(a->dtype);
+  int nd = a->ndim;
+  int64_t idx[SHM_MAXDIM];
+  unravel(lo, nd, a->shape, idx);
+  const char *base = arr_data(a);
+  int64_t inner = a->shape[nd - 1], st = a->strides[nd - 1];
+  while (len > 0) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * a->strides[d];
+    int64_t run = inner - idx[nd - 1];
+    if (run > len) run = len;
+    read_run(dst, base + off * (int64_t)es, run, st, es);
+    dst += run * (int64_t)es;
+    len -= run;
+    idx[nd - 1] += run;
+    for (int d = nd - 1; d > 0 && idx[d] == a->shape[d]; d--) {
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+
+/* Contiguous operand of chunk [lo, lo + len) of [a]: a pointer into a
+ * contiguous array, else the chunk read into [scratch]. */
+static const char *chunk_of(const Array *a, int64_t lo, int64_t len,
+                            char *scratch) {
+  if (a->contiguous || a->ndim == 0)
+    return (const char *)arr_data(a) + lo * (int64_t)dt_size(a->dtype);
+  read_flat(scratch, a, lo, len);
+  return scratch;
+}
+
+/* Fold of chunk [lo, lo + len) of every participant's operand, in
+ * participant order, into [acc] (len elements). */
+static void fold_chunk(const Call *c, const RedArg *r, char *acc, int64_t lo,
+                       int64_t len, char *scratch) {
+  size_t es = dt_size(r->dtype);
+  const char *a = chunk_of(peer_in(c, 0, 0), lo, len, scratch);
+  int q = 1;
+  if (c->n == 1 || a == scratch) {
+    memcpy(acc, a, (size_t)len * es);  /* the scratch is needed again */
+  } else {
+    red_first(r, acc, a, chunk_of(peer_in(c, 1, 0), lo, len, scratch), len);
+    q = 2;
+  }
+  for (; q < c->n; q++)
+    red_next(r, acc, chunk_of(peer_in(c, q, 0), lo, len, scratch), len);
+}
+
+/* Elements [lo, hi), a chunk at a time, folded into a buffer that stays
+ * in L1 and copied from there into the own output and, with [share], into
+ * every other participant's: the all-gather becomes one write per output
+ * and needs no barrier of its own (the final barrier publishes the
+ * writes).  Copying out of a hot buffer, rather than folding into the
+ * output, lets memcpy's string stores skip reading the output lines. */
+static void fold_range(const Call *c, const RedArg *r, int64_t lo, int64_t hi,
+                       bool share) {
+  _Alignas(64) char scratch[COLL_CHUNK_BYTES], acc[COLL_CHUNK_BYTES];
+  size_t es = dt_size(r->dtype);
+  int64_t chunk = COLL_CHUNK_BYTES / (int64_t)es;
+  for (int64_t i = lo; i < hi; i += chunk) {
+    int64_t len = hi - i < chunk ? hi - i : chunk;
+    fold_chunk(c, r, acc, i, len, scratch);
+    for (int q = 0; q < c->n; q++)
+      if (share || q == c->pos)
+        memcpy((char *)arr_data(peer_out(c, q)) + i * (int64_t)es, acc,
+               (size_t)len * es);
+  }
+}
+
+/* Start of participant q's part of [size] elements: cache-line aligned,
+ * so no two participants write one line of an output. */
+static int64_t part_start(int64_t size, size_t es, int q, int n) {
+  if (q == n) return size;
+  int64_t line = 64 / (int64_t)es;
+  int64_t lo = size * q / n;
+  return lo - lo % line;
+}
+
+/* Participant pos folds its part of every operand, in participant order,
+ * and writes it into every participant's output (reduce-scatter and
+ * all-gather in one pass); small reductions are folded whole by each. */
+static int fast_reduce(const Call *c, const RedArg *r) {
+  bool contiguous = true;
+  for (int q = 0; q < c->n; q++)
+    contiguous = contiguous && (peer_out(c, q)->contiguous ||
+                                peer_out(c, q)->ndim == 0);
+  int64_t size = c->out[0]->size;
+  bool small = size * c->n <= COLL_SMALL_REDUCE;
+  if (!contiguous && small)
+    fold_all(c, r);
+  else if (!contiguous)
+    reduce_strided(c, r);
+  else if (small)
+    fold_range(c, r, 0, size, false);
+  else
+    fold_range(c, r, part_start(size, dt_size(r->dtype), c->pos, c->n),
+               part_start(size, dt_size(r->dtype), c->pos + 1, c->n), true);
   return 0;
 }
 

@@ -44,24 +44,35 @@
  * abort there could free a buffer a peer is still reading).
  *
  * DATA MOVEMENT.  Over shared memory: each participant publishes its
- * operand Arrays; after the arrival barrier every participant reads its
- * peers' blocks directly; a final barrier keeps operands alive until every
- * peer has read them.  psum/pmax/pmin are reduce-scatter then all-gather:
- * participant j reduces the j-th 1/n of the elements from all peers, in
- * participant order, into its own output, then each copies the other
- * slices from the peers' outputs, so every device gets the same bits
- * (small reductions, up to COLL_SMALL_REDUCE elements times participants,
- * are folded whole by every participant in the same order: a barrier
- * costs more than the arithmetic).
+ * operand and output Arrays; after the arrival every participant reads
+ * its peers' blocks directly; a final barrier keeps operands alive until
+ * every peer has read them, and outputs unread until every peer has
+ * written them.  psum/pmax/pmin are one pass of reduce-scatter and
+ * all-gather: participant j folds the j-th 1/n of the elements (cut at
+ * cache lines) from all peers, in participant order, a cache-sized chunk
+ * at a time, and writes each folded chunk into every participant's output
+ * (no barrier between the phases, no memcpy of its own block first); a
+ * non-contiguous operand (a broadcast, a transpose) is read into a
+ * contiguous chunk, so the fold loops are always contiguous and
+ * vectorised.  Every device gets the same bits.  Small reductions, up to
+ * COLL_SMALL_REDUCE elements times participants, are folded whole by every
+ * participant in the same order: a barrier costs more than the
+ * arithmetic.  (Outputs that are not contiguous, which prim_apply never
+ * makes, take the older strided path: fold into the own output, a
+ * barrier, copy the other parts from the peers' outputs.)
  * psum_scatter reduces only its own block, in the same order.
  *
  * WAITING.  With no more mesh devices than cores a waiter spins briefly
- * (a pause instruction per turn) before sleeping on the group's condition
- * variable: a spinning hand-off costs ~0.04 µs, waking a sleeper ~20 µs.
- * With more devices than cores it sleeps at once, so 8 devices on 2 cores
- * do not spin each other out.  One mutex per group guards the sequence
- * state, descriptors, barrier counters, baton and abort state
- * (collective.c says which fields); data moves outside it.
+ * (a pause instruction per turn, COLL_PAUSE_NS) before sleeping: a
+ * spinning hand-off costs ~0.04 µs, waking a sleeper ~20 µs.  With more
+ * devices than cores it yields its core at every turn (COLL_YIELD_NS),
+ * so 8 devices on 2 cores hand the cores to the devices that have work
+ * instead of spinning each other out, then sleeps.  Sleepers wait on the
+ * condition variable of the device they wait for, so an arrival wakes
+ * only them.  One mutex per group guards the sequence state, descriptors,
+ * baton and abort state (collective.c says which fields; the arrival
+ * counters and barriers are atomics); data moves outside it, and a loop
+ * repeating one collective takes it once per call.
  *
  * ARITHMETIC.  Reductions fold in participant order on every path, so the
  * result is bitwise equal on every device and in both modes.  Integers
