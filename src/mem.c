@@ -25,10 +25,12 @@
  * huge temporaries does not keep them pinned forever. */
 #define CACHE_MAX_BYTES ((size_t)1 << 30)
 
-/* Allocation counting and failure injection.  Relaxed atomics: the counts
- * are statistics and the countdown only needs each allocation to take one
- * distinct tick. */
-static atomic_long alloc_count;
+/* Allocation counting and failure injection.  The count is per thread: a
+ * shared counter's cache line would bounce between device threads on every
+ * allocation.  The countdown is a relaxed atomic, only read (a shared,
+ * clean cache line) unless failure injection is on; each allocation then
+ * takes one distinct tick. */
+static _Thread_local long alloc_count;
 static atomic_long fail_countdown;   /* 0: disabled; n: the nth next fails */
 
 /* The cache of released large buffers, keyed by their rounded size.
@@ -41,7 +43,7 @@ static size_t cache_bytes;
 
 /* True when this allocation is the injected failure. */
 static int shm_should_fail(void) {
-  atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+  alloc_count++;
   long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
   while (n > 0) {
     if (atomic_compare_exchange_weak_explicit(&fail_countdown, &n, n - 1,
@@ -177,5 +179,5 @@ void shm_mem_fail_after(long n) {
 }
 
 long shm_mem_count(void) {
-  return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+  return alloc_count;
 }

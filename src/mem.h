@@ -51,7 +51,8 @@ void shm_buf_trim(void);
  * from the environment variable SHMAP_FAIL_ALLOC at start-up. */
 void shm_mem_fail_after(long n);
 
-/* Number of allocations made through shm_malloc/shm_buf_alloc so far. */
+/* Number of allocations this thread made through shm_malloc/shm_buf_alloc
+ * so far. */
 long shm_mem_count(void);
 
 #endif

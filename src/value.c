@@ -459,7 +459,9 @@ static int parse_spec(const char *spec, SpecParam *ps) {
     while (*spec == ' ' || *spec == ',') spec++;
     if (!*spec) break;
     size_t len = strcspn(spec, "=, ");
-    snprintf(ps[n].name, sizeof ps[n].name, "%.*s", (int)len, spec);
+    size_t keep = len < sizeof ps[n].name ? len : sizeof ps[n].name - 1;
+    memcpy(ps[n].name, spec, keep);
+    ps[n].name[keep] = '\0';
     spec += len;
     ps[n].optional = *spec == '=';
     if (*spec == '=') spec++;
