@@ -16,7 +16,9 @@
 #include "error.h"
 #include "device.h"
 #include "eval.h"
+#include "control.h"
 #include "intern.h"
+#include "jit.h"
 #include "linalg.h"
 #include "mem.h"
 #include "mesh.h"
@@ -1352,8 +1354,9 @@ int interp_init(int ndevices) {
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
-  if (builtins_register(shm_interp->builtins) < 0 || mesh_register(shm_interp->builtins) < 0 ||
-      shardmap_register(shm_interp->builtins) < 0 || dev_start(ndevices) < 0)
+  Env *b = shm_interp->builtins;
+  if (builtins_register(b) < 0 || mesh_register(b) < 0 || shardmap_register(b) < 0 ||
+      ctl_register(b) < 0 || jit_register(b) < 0 || dev_start(ndevices) < 0)
     return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
