@@ -1321,15 +1321,13 @@ int interp_add_path(const char *dir) {
 Value *eval_import(const char *name, const char *from_dir) {
   Value *cached = dict_get_str(shm_interp->modules, name);
   if (cached) return val_incref(cached);
-  char path[PATH_MAX], searched[1024] = "";
+  char path[PATH_MAX];
   const char *dirs[64];
   int nd = 0;
   dirs[nd++] = from_dir ? from_dir : ".";
   for (int i = 0; i < shm_interp->npath && nd < 64; i++) dirs[nd++] = shm_interp->path[i];
   for (int i = 0; i < nd; i++) {
     snprintf(path, sizeof path, "%s/%s.shm", dirs[i], name);
-    size_t used = strlen(searched);
-    snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dirs[i]);
     if (!file_exists(path)) continue;
     Value *m = load_module(name, path);
     if (m && dict_set_str(shm_interp->modules, name, m) < 0) {
@@ -1338,7 +1336,8 @@ Value *eval_import(const char *name, const char *from_dir) {
     }
     return m;
   }
-  return err_set(ERR_IO, "no module named '%s' (searched: %s)", name, searched);
+  return err_set(ERR_IO, "no module named '%s' (searched the script's folder, SHMAP_PATH "
+                         "and the standard library; see shmap(1), FILES)", name);
 }
 
 /* ==== the interpreter ============================================================ */
