@@ -233,7 +233,7 @@ static _Thread_local Value *cur_tree;
 
 static void func_free(Value *v) {
   Func *f = (Func *)v;
-  for (int i = 0; i < f->node->nparams; i++) val_decref(f->defaults[i]);
+  for (int i = 0; f->defaults && i < f->node->nparams; i++) val_decref(f->defaults[i]);
   shm_free(f->defaults);
   env_decref(f->closure);
   val_decref(f->mod_ref);

@@ -312,38 +312,46 @@ typedef struct Views {
   Array arr[4];
 } Views;
 
-int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
-  memset(m, 0, sizeof *m);
-  m->regs_bytes = (size_t)(nregs ? nregs : 1) * CMP_BLOCK * sizeof(float);
-  m->partials_bytes = (size_t)(npartials ? npartials : 1) * sizeof(float);
-  m->regs = shm_buf_alloc(m->regs_bytes);
-  m->partials = shm_buf_alloc(m->partials_bytes);
+static int lane_init(FuseLane *l, size_t regs_bytes) {
+  l->regs = shm_buf_alloc(regs_bytes);
   Views *v = shm_buf_alloc(sizeof(Views));
-  m->views = v;
-  if (v) memset(v, 0, sizeof *v);
-  for (int k = 0; v && k < 4; k++)
-    if ((v->buf[k] = shm_buf_alloc(sizeof(Buffer)))) memset(v->buf[k], 0, sizeof(Buffer));
-  if (!m->regs || !m->partials || !v || !v->buf[0] || !v->buf[1] || !v->buf[2] || !v->buf[3]) {
-    fuse_mem_free(m);
-    err_nomem();
-    return -1;
+  l->views = v;
+  if (!l->regs || !v) return -1;
+  memset(v, 0, sizeof *v);
+  for (int k = 0; k < 4; k++) {
+    if (!(v->buf[k] = shm_buf_alloc(sizeof(Buffer)))) return -1;
+    memset(v->buf[k], 0, sizeof(Buffer));
   }
   return 0;
 }
 
-void fuse_mem_free(FuseMem *m) {
-  Views *v = m->views;
+static void lane_free(FuseLane *l, size_t regs_bytes) {
+  Views *v = l->views;
   for (int k = 0; v && k < 4; k++)
     if (v->buf[k]) shm_buf_free(v->buf[k], sizeof(Buffer));
   if (v) shm_buf_free(v, sizeof(Views));
-  if (m->regs) shm_buf_free(m->regs, m->regs_bytes);
+  if (l->regs) shm_buf_free(l->regs, regs_bytes);
+  l->regs = NULL;
+  l->views = NULL;
+}
+
+int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
+  memset(m, 0, sizeof *m);
+  m->regs_bytes = (size_t)(nregs ? nregs : 1) * CMP_BLOCK * sizeof(float);
+  m->partials_bytes = (size_t)(npartials ? npartials : 1) * sizeof(float);
+  m->partials = shm_buf_alloc(m->partials_bytes);
+  if (m->partials && lane_init(&m->lane, m->regs_bytes) == 0) return 0;
+  fuse_mem_free(m);
+  err_nomem();
+  return -1;
+}
+
+void fuse_mem_free(FuseMem *m) {
+  lane_free(&m->lane, m->regs_bytes);
   if (m->partials) shm_buf_free(m->partials, m->partials_bytes);
   memset(m, 0, sizeof *m);
 }
 
-/* A destination never aliases its operands (compile.c never gives a step's
- * result the slot of its own operand; fuse_build frees an operand's
- * register only after the instruction), hence restrict. */
 #define FBIN(NAME, EXPR)                                                         \
   FUSE_CLONES static void NAME(float *restrict d, const float *restrict a,      \
                                bool va, const float *restrict b, bool vb,       \
@@ -398,7 +406,7 @@ FUN(f_sqrt, sqrtf(x))
 
 typedef struct Ctx {
   Array **slots;
-  FuseMem *m;
+  FuseLane *lane;
   int64_t off, n;
 } Ctx;
 
@@ -406,7 +414,7 @@ typedef struct Ctx {
  * dtype: at most 4 bytes each). */
 static void *ptr(const Ctx *c, FRef r) {
   switch (r.kind) {
-  case FK_REG: return c->m->regs + (size_t)r.idx * CMP_BLOCK;
+  case FK_REG: return c->lane->regs + (size_t)r.idx * CMP_BLOCK;
   case FK_MEM: return (char *)arr_data(c->slots[r.idx]) + (size_t)c->off * dt_size(r.dtype);
   default: return arr_data(c->slots[r.idx]);
   }
@@ -425,8 +433,8 @@ static void vec_fn(void (*fn)(const float *, float *, int64_t), float *d, const 
 }
 
 /* A block-sized view over [p] (n floats) in view slot [k]. */
-static Array *view(FuseMem *m, int k, void *p, DType t, int64_t n) {
-  Views *v = m->views;
+static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
+  Views *v = l->views;
   Buffer *b = v->buf[k];
   Array *a = &v->arr[k];
   atomic_init(&b->refcount, 1);
@@ -452,8 +460,8 @@ static int run_kernel(const Ctx *c, const FInstr *ins) {
   for (int m = 0; m < ins->nin; m++)
     in[m] = ins->in[m].kind == FK_SCALAR
                 ? c->slots[ins->in[m].idx]
-                : view(c->m, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
-  out = view(c->m, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
+                : view(c->lane, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
+  out = view(c->lane, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
   return prim_table[ins->eqn->prim].kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
@@ -480,19 +488,25 @@ static int run_instr(const Ctx *c, const FInstr *ins) {
   return 0;
 }
 
-int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
-  const Prog *p = f->impl;
-  Ctx c = {slots, m, 0, 0};
-  int64_t nb = 0;
-  for (c.off = 0; c.off < p->size; c.off += CMP_BLOCK) {
+/* Blocks [b0, b1) of [p]; a closing sum leaves one partial per block.
+ * (Splitting the blocks over the idle device threads was measured: the
+ * loop is memory-bound, so it gained nothing on the target machine.) */
+static int run_blocks(const Prog *p, Array **slots, FuseMem *m, int64_t b0, int64_t b1) {
+  Ctx c = {slots, &m->lane, 0, 0};
+  for (int64_t blk = b0; blk < b1; blk++) {
+    c.off = blk * CMP_BLOCK;
     c.n = p->size - c.off < CMP_BLOCK ? p->size - c.off : CMP_BLOCK;
     for (int k = 0; k < p->n; k++)
       if (run_instr(&c, &p->ins[k]) < 0) return -1;
-    if (p->reduce) {
-      const float *src = ptr(&c, p->red_src);
-      m->partials[nb++] = p->red_src.kind == FK_SCALAR ? src[0] * (float)c.n : kern_sum_f32(src, c.n);
-    }
+    if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
   }
-  if (p->reduce) *(float *)arr_data(slots[p->red_dst.idx]) = kern_sum_f32(m->partials, nb);
+  return 0;
+}
+
+int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
+  const Prog *p = f->impl;
+  int64_t nblocks = (p->size + CMP_BLOCK - 1) / CMP_BLOCK;
+  if (run_blocks(p, slots, m, 0, nblocks) < 0) return -1;
+  if (p->reduce) *(float *)arr_data(slots[p->red_dst.idx]) = kern_sum_f32(m->partials, nblocks);
   return 0;
 }

@@ -55,13 +55,18 @@ struct Fused {
   void *impl;             /* fuse.c's program */
 };
 
-/* Registers and partial sums of one workspace. */
-typedef struct FuseMem {
+/* Registers and block views of a fused loop. */
+typedef struct FuseLane {
   float *regs;            /* nregs * CMP_BLOCK floats, 64-byte aligned */
-  size_t regs_bytes;
-  float *partials;
-  size_t partials_bytes;
   void *views;            /* block view headers for kernel calls */
+} FuseLane;
+
+/* The scratch of one workspace. */
+typedef struct FuseMem {
+  FuseLane lane;
+  size_t regs_bytes;
+  float *partials;        /* one per block of a closing reduction */
+  size_t partials_bytes;
 } FuseMem;
 
 /* Length of the fusible run starting at item [i] of [n] (0 or 1: none). */

@@ -61,9 +61,10 @@ Value *jit_plan_of(Value *fn, const CallArgs *a);
  * returns the traced result.  shardmap_call hands such calls here. */
 Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
 
-/* Registers jit (also jax.jit), plan (also jax.make_jaxpr), the V_JITFN
- * type, eval_make_jit, and the other staging subsystems (trace.h,
- * plan.h, compile.h, control.h).  0, or -1 with the error set. */
+/* Registers jit (also jax.jit), plan, jax.make_jaxpr, the V_JITFN type,
+ * eval_make_jit, and the staging subsystems under it (trace.h, plan.h,
+ * compile.h; control.h registers itself, ctl_register).  Also binds
+ * perf_counter() when nothing else has.  0, or -1 with the error set. */
 int jit_register(Env *builtins);
 
 #endif

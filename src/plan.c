@@ -380,7 +380,8 @@ static void put_eqn(PrintCtx *c, const PlanEqn *e, int indent) {
       put_aval(c->t, &c->p->vars[e->out[i]]);
     }
   }
-  text_printf(c->t, " = %s", prim_table[e->prim].name);
+  /* an equation without results (debug_callback) prints as JAX's: no `=` */
+  text_printf(c->t, e->nout ? " = %s" : "%s", prim_table[e->prim].name);
   put_params(c, e, indent);
   for (int i = 0; i < e->nin; i++) {
     text_puts(c->t, " ");

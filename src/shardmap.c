@@ -7,6 +7,7 @@
 #include "array.h"
 #include "builtins.h"
 #include "collective.h"
+#include "debug.h"
 #include "device.h"
 #include "error.h"
 #include "intern.h"
@@ -15,6 +16,8 @@
 #include "prim.h"
 #include "print.h"
 #include "shardmap.h"
+#include "jit.h"
+#include "trace.h"
 
 /* ==== the ShardFn value ===================================================== */
 
@@ -465,12 +468,14 @@ static int run_on_devices(Call *c) {
   mesh_desc(c->f->mesh, &md);
   CollGroup *g = coll_group_new(&md, shm_interp->reference);
   if (!g) return -1;
-  int rc = coll_run(g, run_device, c);
+  /* The debugger's hook: coll_run, with all-stop at breakpoints (debug.h). */
+  int rc = dbg_coll_run(g, &md, run_device, c, c->out);
   coll_group_free(g);
   return rc;
 }
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
+  if (trace_current()) return jit_trace_shard_map(fv, a);   /* called under jit */
   ShardFn *f = (ShardFn *)fv;
   int n = f->mesh->size;
   Call c = {.f = f};
@@ -641,10 +646,16 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
   return 0;
 }
 
+/* Under jit every collective is recorded, concrete operands too, so the
+ * compiled plan runs it on every device (trace.h). */
+static Value *coll_apply(PrimId id, int n, Value **in, const Params *p) {
+  return trace_current() ? trace_apply(id, n, in, p) : prim_apply(id, n, in, p);
+}
+
 /* Applies collective [id] to [x] with [p] (stolen), converting x first. */
 static Value *apply1(PrimId id, Value *x, Params *p) {
   Value *arr = ops_to_array(x, -1);
-  Value *r = arr ? prim_apply(id, 1, &arr, p) : NULL;
+  Value *r = arr ? coll_apply(id, 1, &arr, p) : NULL;
   val_decref(arr);
   params_clear(p);
   return r;
@@ -701,7 +712,7 @@ static Value *bi_axis_index(const CallArgs *a) {
     params_clear(&p);
     return NULL;
   }
-  Value *r = prim_apply(P_AXIS_INDEX, 0, NULL, &p);
+  Value *r = coll_apply(P_AXIS_INDEX, 0, NULL, &p);
   params_clear(&p);
   return r;
 }
@@ -874,7 +885,7 @@ static Value *bi_ragged_all_to_all(const CallArgs *a) {
     goto out;
   for (int i = 0; i < 6; i++)
     if (!(arr[i] = ops_to_array(v[i], -1))) goto out;
-  r = prim_apply(P_RAGGED_ALL_TO_ALL, 6, arr, &p);
+  r = coll_apply(P_RAGGED_ALL_TO_ALL, 6, arr, &p);
 out:
   for (int i = 0; i < 6; i++) val_decref(arr[i]);
   params_clear(&p);

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "mem.h"
 #include "value.h"
+#include "trace.h"
 
 Value val_none_ = {.type = V_NONE, .flags = VAL_IMMORTAL};
 Value val_ellipsis_ = {.type = V_ELLIPSIS, .flags = VAL_IMMORTAL};
@@ -385,9 +386,7 @@ int val_truth(Value *v) {
   case V_DICT: return ((Dict *)v)->len != 0;
   case V_RANGE: return range_len(v) != 0;
   case V_TRACER:
-    err_set(ERR_TYPE, "the truth value of a traced array is not known while tracing; "
-                      "use cond, switch, while_loop, fori_loop or scan");
-    return -1;
+    return trace_truth_error(v);   /* names the value and its line (trace.h) */
   default: return 1;
   }
 }
