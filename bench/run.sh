@@ -21,6 +21,11 @@ fi
 paste -d'|' "$tmp/shm.txt" "$tmp/np.txt" | column -t -s'|'
 
 echo
+echo "== jit against eager: shmap eager | shmap jit | NumPy"
+"$shmap" "$here/jit_bench.shm"
+if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/jit_bench.py"; fi
+
+echo
 echo "== memcpy bandwidth, one thread"
 cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
 echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s"
