@@ -374,7 +374,7 @@ static int build_steps(Pre *pr) {
     if (!s->in || !s->out) return err_nomem(), -1;
     for (int k = 0; k < q->nin; k++)
       if ((s->in[k] = ref_of(pr, &q->in[k])) == INT32_MIN) return -1;
-    memcpy(s->out, q->out, sizeof(int) * (size_t)q->nout);
+    shm_memcpy(s->out, q->out, sizeof(int) * (size_t)q->nout);
     if (s->kind == ST_KERNEL && !prim_table[q->prim].kernel)
       return err_set(ERR_VALUE, "jit: %s cannot be compiled", prim_table[q->prim].name), -1;
     if (s->kind != ST_KERNEL && prepare_higher(e, s, p) < 0) return -1;
@@ -750,7 +750,7 @@ static int run_steps(Exec *e, Workspace *w);
 /* Copies [src] (any layout) into the contiguous [dst] of the same aval. */
 static void copy_into(Array *dst, Array *src) {
   if (dst == src) return;
-  if (src->contiguous) memcpy(arr_data(dst), arr_data(src), (size_t)dst->size * dt_size(dst->dtype));
+  if (src->contiguous) shm_memcpy(arr_data(dst), arr_data(src), (size_t)dst->size * dt_size(dst->dtype));
   else kern_copy_to_contiguous(arr_data(dst), src);
 }
 
@@ -797,9 +797,9 @@ static int run_body(Plan *body, Array **consts, int nconsts, Array **carry, int 
                     Array **extra, int nextra, Array **outs) {
   Array *ins[128];
   if (nconsts + ncarry + nextra > 128) return err_set(ERR_VALUE, "jit: loop with too many values"), -1;
-  memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
-  memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
-  memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
+  shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
+  shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
+  shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
   return cmp_run_into(body, ins, outs);
 }
 
@@ -829,8 +829,8 @@ static int run_while(Step *s, Workspace *w) {
 static void row_copy(Array *x, int64_t i, Array *row, bool into_row) {
   size_t n = (size_t)row->size * dt_size(row->dtype);
   char *p = (char *)arr_data(x) + (size_t)i * n;
-  if (into_row) memcpy(arr_data(row), p, n);
-  else memcpy(p, arr_data(row), n);
+  if (into_row) shm_memcpy(arr_data(row), p, n);
+  else shm_memcpy(p, arr_data(row), n);
 }
 
 typedef struct ScanShape {
@@ -862,8 +862,8 @@ static int run_scan(Step *s, Workspace *w) {
   for (int64_t it = 0; it < sh.length; it++) {
     int64_t i = sh.reverse ? sh.length - 1 - it : it;
     for (int k = 0; k < sh.nxs; k++) row_copy(xs[k], i, xrow[k], true);
-    memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh.ncarry);
-    memcpy(bout + sh.ncarry, ys, sizeof(Array *) * (size_t)sh.nys);
+    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh.ncarry);
+    shm_memcpy(bout + sh.ncarry, ys, sizeof(Array *) * (size_t)sh.nys);
     if (run_body(body, consts, (int)sh.nconsts, cur, (int)sh.ncarry, xrow, sh.nxs, bout) < 0 ||
         interrupted() < 0)
       return -1;

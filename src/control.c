@@ -205,7 +205,7 @@ static int align_branch(Sub *s, Leaves *all) {
       return -1;
     }
   }
-  memcpy(vars + all->n, p->invars + s->ncap, sizeof(int) * (size_t)(p->nin - s->ncap));
+  shm_memcpy(vars + all->n, p->invars + s->ncap, sizeof(int) * (size_t)(p->nin - s->ncap));
   shm_free(p->invars);
   p->invars = vars;
   p->nin = all->n + p->nin - s->ncap;
@@ -260,8 +260,8 @@ static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv
     if (align_branch(&br[k], &all) < 0) goto out;
   if (!(opsall = shm_calloc((size_t)(1 + all.n + leaves.n), sizeof(Value *)))) goto out;
   opsall[0] = idx;
-  memcpy(opsall + 1, all.v, sizeof(Value *) * (size_t)all.n);
-  memcpy(opsall + 1 + all.n, leaves.v, sizeof(Value *) * (size_t)leaves.n);
+  shm_memcpy(opsall + 1, all.v, sizeof(Value *) * (size_t)all.n);
+  shm_memcpy(opsall + 1 + all.n, leaves.v, sizeof(Value *) * (size_t)leaves.n);
   Params p;
   params_init(&p);
   params_add(&p, "branches", val_incref(plans));
@@ -432,9 +432,9 @@ static Value *emit_while(Sub *c, Sub *b, Value **init, int n, const AVal *avs, V
   int nops = c->ncap + b->ncap + n;
   Value **ops = shm_calloc((size_t)nops + 1, sizeof(Value *));
   if (!ops) return err_nomem();
-  memcpy(ops, c->caps, sizeof(Value *) * (size_t)c->ncap);
-  memcpy(ops + c->ncap, b->caps, sizeof(Value *) * (size_t)b->ncap);
-  memcpy(ops + c->ncap + b->ncap, init, sizeof(Value *) * (size_t)n);
+  shm_memcpy(ops, c->caps, sizeof(Value *) * (size_t)c->ncap);
+  shm_memcpy(ops + c->ncap, b->caps, sizeof(Value *) * (size_t)b->ncap);
+  shm_memcpy(ops + c->ncap + b->ncap, init, sizeof(Value *) * (size_t)n);
   Params p;
   params_init(&p);
   params_add(&p, "body_jaxpr", val_incref(&b->plan->hdr));
@@ -654,7 +654,7 @@ static int scan_pair(Value *r, Value **carry, Value **y) {
 static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
   int64_t shape[SHM_MAXDIM];
   shape[0] = n;
-  memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);
+  shm_memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);
   Array *out = arr_new(row->dtype, row->ndim + 1, shape);
   if (!out) return NULL;
   out->weak = row->weak;
@@ -665,7 +665,7 @@ static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
       val_decref(&out->hdr);
       return NULL;
     }
-    memcpy((char *)arr_data(out) + (size_t)i * bytes, arr_data(c), bytes);
+    shm_memcpy((char *)arr_data(out) + (size_t)i * bytes, arr_data(c), bytes);
     val_decref(&c->hdr);
   }
   return &out->hdr;
@@ -797,11 +797,11 @@ static Value *emit_scan(Sub *s, Leaves *carry, Value **cv, Leaves *xs, int64_t n
   AVal *outs = shm_calloc((size_t)s->plan->nout + 1, sizeof(AVal));
   Value *lin = tuple_new((size_t)nops), *r = NULL;
   if (!ops || !outs || !lin) goto out;
-  memcpy(ops, s->caps, sizeof(Value *) * (size_t)s->ncap);
-  memcpy(ops + s->ncap, cv, sizeof(Value *) * (size_t)nc);
-  memcpy(ops + s->ncap + nc, xs->v, sizeof(Value *) * (size_t)xs->n);
+  shm_memcpy(ops, s->caps, sizeof(Value *) * (size_t)s->ncap);
+  shm_memcpy(ops + s->ncap, cv, sizeof(Value *) * (size_t)nc);
+  shm_memcpy(ops + s->ncap + nc, xs->v, sizeof(Value *) * (size_t)xs->n);
   for (int i = 0; i < nops; i++) tuple_set_steal(lin, (size_t)i, val_incref(val_false()));
-  memcpy(outs, cav, sizeof(AVal) * (size_t)nc);
+  shm_memcpy(outs, cav, sizeof(AVal) * (size_t)nc);
   for (int i = 0; i < ny; i++) {
     AVal a;
     out_aval(s, nc + i, &a);

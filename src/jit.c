@@ -74,7 +74,7 @@ static void sig_init(Sig *s) {
 static bool grow_inline(void **p, void *inl, size_t old, size_t n) {
   void *q = *p == inl ? shm_malloc(n) : shm_realloc(*p, n);
   if (!q) return false;
-  if (*p == inl) memcpy(q, inl, old);
+  if (*p == inl) shm_memcpy(q, inl, old);
   *p = q;
   return true;
 }
@@ -90,7 +90,7 @@ static void sig_bytes(Sig *s, const void *p, size_t n) {
     }
     s->cap = c;
   }
-  memcpy(s->key + s->len, p, n);
+  shm_memcpy(s->key + s->len, p, n);
   s->len += n;
 }
 
@@ -469,7 +469,7 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
     val_decref(tr.out_tree);
     return NULL;
   }
-  memcpy(e->key, s->key, s->len);
+  shm_memcpy(e->key, s->key, s->len);
   e->keylen = s->len;
   e->holds = s->holds;
   s->holds = NULL;
@@ -513,8 +513,8 @@ static Value *call_nested(JitFn *j, const CallArgs *a, Sig *s) {
   AVal *avs = shm_calloc((size_t)tr.plan->nout + 1, sizeof(AVal));
   Value *res = NULL;
   if (ops && avs) {
-    memcpy(ops, tr.caps, sizeof(Value *) * (size_t)tr.ncap);
-    memcpy(ops + tr.ncap, s->leaves, sizeof(Value *) * (size_t)s->nleaves);
+    shm_memcpy(ops, tr.caps, sizeof(Value *) * (size_t)tr.ncap);
+    shm_memcpy(ops + tr.ncap, s->leaves, sizeof(Value *) * (size_t)s->nleaves);
     for (int i = 0; i < tr.plan->nout; i++) plan_atom_aval(tr.plan, &tr.plan->outs[i], &avs[i]);
     Params p;
     params_init(&p);
@@ -696,8 +696,8 @@ static Value *emit_shard_map(ShardFn *f, Plan *body, Value **caps, int ncap, int
     plan_atom_aval(body, &body->outs[i], &b);
     if (global_aval(f, f->out_specs->type == V_TUPLE ? i : 0, &b, &avs[i]) < 0) goto out;
   }
-  memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
-  memcpy(ops + ncap, args, sizeof(Value *) * (size_t)n);
+  shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
+  shm_memcpy(ops + ncap, args, sizeof(Value *) * (size_t)n);
   Params p;
   params_init(&p);
   params_add(&p, "mesh", val_incref(&f->mesh->hdr));
@@ -789,8 +789,8 @@ Value *jit_new(Value *fn, int n_nums, const int64_t *static_nums, int n_names,
     val_decref(&j->hdr);
     return err_nomem();
   }
-  memcpy(j->nums, static_nums, sizeof(int64_t) * (size_t)n_nums);
-  memcpy(j->names, static_names, sizeof(char *) * (size_t)n_names);
+  shm_memcpy(j->nums, static_nums, sizeof(int64_t) * (size_t)n_nums);
+  shm_memcpy(j->names, static_names, sizeof(char *) * (size_t)n_names);
   j->n_nums = n_nums;
   j->n_names = n_names;
   return &j->hdr;

@@ -32,6 +32,12 @@ void *shm_realloc(void *p, size_t n);
 /* Frees [p] (NULL is allowed). */
 void shm_free(void *p);
 
+/* memcpy that allows [src] == NULL when [n] == 0 (plain memcpy makes that
+ * undefined, and empty lists of values often have no storage). */
+static inline void shm_memcpy(void *dst, const void *src, size_t n) {
+  if (n) __builtin_memcpy(dst, src, n);
+}
+
 /* Duplicates the NUL-terminated string [s]; NULL on out of memory. */
 char *shm_strdup(const char *s);
 

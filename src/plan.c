@@ -111,7 +111,7 @@ int plan_add_eqn(Plan *p, PrimId prim, Params *params, int nin, const PlanAtom *
     plan_eqn_clear(&e);
     return -1;
   }
-  memcpy(e.out, out, sizeof(int) * (size_t)nout);
+  shm_memcpy(e.out, out, sizeof(int) * (size_t)nout);
   if (e.loc.src) src_incref(e.loc.src);
   p->eqns[p->neqn] = e;
   return p->neqn++;
@@ -175,7 +175,7 @@ static void text_add(Text *t, const char *s, size_t n) {
     t->s = q;
     t->cap = c;
   }
-  memcpy(t->s + t->len, s, n);
+  shm_memcpy(t->s + t->len, s, n);
   t->len += n;
   t->s[t->len] = 0;
 }
