@@ -27,7 +27,6 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
-#include "array.h"
 #include "builtins.h"
 #include "device.h"
 #include "error.h"
@@ -2388,19 +2387,6 @@ static Value *bi_debug_print(const CallArgs *a) {
     if (a->args[i]->type == V_TRACER) return stage_debug_print(a);
   CallArgs rest = {a->nargs - 1, a->args + 1, a->nkw, a->kwnames, a->kwvals};
   return print_formatted(a->args[0], &rest);
-}
-
-int dbg_kernel_debug_callback(Array **in, int nin, const Params *p, Array **out) {
-  (void)out;
-  Value *cb = params_get(p, "callback");
-  if (!cb) return err_set(ERR_VALUE, "debug_callback without a callback"), -1;
-  Value *stack[8], **args = nin <= 8 ? stack : shm_malloc(sizeof(Value *) * (size_t)nin);
-  if (!args) return err_nomem(), -1;
-  for (int i = 0; i < nin; i++) args[i] = &in[i]->hdr;
-  Value *r = val_call_n(cb, nin, args);
-  if (args != stack) shm_free(args);
-  val_decref(r);
-  return r ? 0 : -1;
 }
 
 /* ==== set-up ================================================================================ */

@@ -42,7 +42,6 @@
 
 #include <stdbool.h>
 
-#include "array.h"
 #include "collective.h"
 #include "eval.h"
 
@@ -103,13 +102,7 @@ void dbg_free(void);
  * operands the traced locals of the frame; C then stops in a frame that
  * binds the frame's locals to their concrete values, as
  * jax.debug.breakpoint does (all devices stop together in a jit
- * shard_map body).  The executor runs the equation with the kernel below.
+ * shard_map body).  The plan executor (compile.c) makes the call.
  */
-
-/* The kernel of debug_callback, for the plan executor (prim.h's Kernel
- * signature; no outputs): calls the `callback` parameter with the [nin]
- * concrete operands [in] (borrowed).  Returns 0, or -1 with the callback's
- * error set. */
-int dbg_kernel_debug_callback(Array **in, int nin, const Params *p, Array **out);
 
 #endif

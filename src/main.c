@@ -356,6 +356,7 @@ static void print_help(void) {
 }
 
 static void print_version(void) {
+  la_init(); /* the kernel choice is made there, before BLIS starts */
   printf("shmap %s\n", SHMAP_VERSION);
   printf("BLIS architecture: %s\n", la_blis_arch());
 }

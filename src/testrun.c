@@ -107,6 +107,8 @@ typedef struct Expect {
   StrList options;    /* before the script path */
   StrList args;       /* after it */
   StrList env;        /* NAME=VALUE */
+  StrList in;         /* `# stdin:` lines, the child's standard input */
+  StrList in_file;    /* `# stdin-file:` (one path): the standard input */
   char problem[256];  /* a malformed directive; the test fails with it */
 } Expect;
 
@@ -116,6 +118,8 @@ static void expect_free(Expect *e) {
   list_free(&e->options);
   list_free(&e->args);
   list_free(&e->env);
+  list_free(&e->in);
+  list_free(&e->in_file);
 }
 
 /* The start of the comment on [line] (a '#' outside any string literal),
@@ -196,6 +200,18 @@ static void add_error(Expect *e, const char *v) {
   e->has_error = true;
 }
 
+/* `# stdin-file: NAME`: NAME relative to the test's directory [dir]. */
+static void set_stdin_file(Expect *e, const char *v, const char *dir) {
+  if (e->in_file.len) {
+    snprintf(e->problem, sizeof e->problem, "stdin-file must come once");
+    return;
+  }
+  char *path = v[0] == '/' ? NULL : shm_malloc(strlen(dir) + strlen(v) + 2);
+  if (path) sprintf(path, "%s/%s", dir, v);
+  list_push_str(&e->in_file, path ? path : v);
+  shm_free(path);
+}
+
 /* Handles one ordinary line: at most one directive in its comment.  A
  * comment that looks like an expectation but is misspelt is an error, so
  * a typo cannot make a test pass vacuously. */
@@ -208,6 +224,8 @@ static void parse_line(Expect *e, const char *line, const char *dir, bool *in_bl
   else if ((v = directive(c, "options"))) add_words(&e->options, v, dir, true);
   else if ((v = directive(c, "args"))) add_words(&e->args, v, dir, true);
   else if ((v = directive(c, "env"))) add_words(&e->env, v, dir, false);
+  else if ((v = directive(c, "stdin"))) list_push_str(&e->in, v);
+  else if ((v = directive(c, "stdin-file"))) set_stdin_file(e, v, dir);
   else if ((v = directive(c, "expect-exit"))) set_exit(e, v);
   else if ((v = directive(c, "expect-error"))) add_error(e, v);
   else if (strncmp(c, "# expect", 8) == 0 && strchr(c, ':'))
@@ -283,8 +301,9 @@ static void child_env(const Expect *e) {
 }
 
 /* In the child: wire up the files and exec [exe] on the test. */
-static void child_run(const char *exe, const char *path, const Expect *e, int out, int err) {
-  int in = open("/dev/null", O_RDONLY);
+static void child_run(const char *exe, const char *path, const Expect *e, int in, int out,
+                      int err) {
+  if (in < 0) in = open("/dev/null", O_RDONLY);
   if (in >= 0) dup2(in, 0);
   dup2(out, 1);
   dup2(err, 2);
@@ -340,6 +359,27 @@ static int timeout_seconds(void) {
   return t > 0 ? t : DEFAULT_TIMEOUT;
 }
 
+/* The child's standard input: a file of the `# stdin:` lines, the
+ * `# stdin-file:` file, or -1 for /dev/null.  -2 (after saying why on
+ * [rep]) when it cannot be made. */
+static int stdin_fd(FILE *rep, const Expect *e) {
+  if (e->in_file.len) {
+    int fd = open(e->in_file.items[0], O_RDONLY);
+    if (fd < 0) fprintf(rep, "  cannot open stdin-file '%s': %s\n", e->in_file.items[0], strerror(errno));
+    return fd < 0 ? -2 : fd;
+  }
+  if (!e->in.len) return -1;
+  int fd = temp_fd();
+  for (size_t i = 0; fd >= 0 && i < e->in.len; i++)
+    if (dprintf(fd, "%s\n", e->in.items[i]) < 0) break;
+  if (fd < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+    fprintf(rep, "  cannot make a temporary file: %s\n", strerror(errno));
+    if (fd >= 0) close(fd);
+    return -2;
+  }
+  return fd;
+}
+
 /* Runs the test; false (with a message on stdout) if it could not start. */
 static bool run_child(FILE *rep, const char *exe, const char *path, const Expect *e,
                       Outcome *o) {
@@ -351,9 +391,16 @@ static bool run_child(FILE *rep, const char *exe, const char *path, const Expect
     fprintf(rep, "  cannot make a temporary file: %s\n", strerror(errno));
     return false;
   }
+  int in = stdin_fd(rep, e);
+  if (in == -2) {
+    close(out);
+    close(err);
+    return false;
+  }
   fflush(stdout);
   pid_t pid = fork();
-  if (pid == 0) child_run(exe, path, e, out, err);
+  if (pid == 0) child_run(exe, path, e, in, out, err);
+  if (in >= 0) close(in);
   if (pid < 0) fprintf(rep, "  cannot fork: %s\n", strerror(errno));
   else wait_child(pid, timeout_seconds(), o);
   o->out = slurp_fd(out, &o->outlen);

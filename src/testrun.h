@@ -6,7 +6,8 @@
  * subdirectories, and not files whose name starts with '_', which are
  * helper modules for the others) are run in sorted order.  Every test runs
  * in a fresh child process (this same executable, /proc/self/exe, with the
- * test's path as the script), stdin from /dev/null, stdout and stderr
+ * test's path as the script), stdin from /dev/null (unless a stdin
+ * directive gives it), stdout and stderr
  * captured.  One line is printed per test, `PASS path` or `FAIL path`
  * followed by indented lines saying what differed, and the run ends with
  * exactly one line `N passed, M failed`.
@@ -35,6 +36,11 @@
  *                         (split at blanks), e.g. `--devices 4`.
  *   # args: ARGS          arguments after the script path (argv[1:]).
  *   # env: NAME=VALUE     sets an environment variable for the child.
+ *   # stdin: TEXT         a line of the child's standard input: the TEXTs
+ *                         of every stdin directive, in order, each ended
+ *                         by a newline (scripted debugger sessions).
+ *   # stdin-file: NAME    the child's standard input is the file NAME,
+ *                         relative to the test's directory.
  *
  * In ARGS and VALUE, `${TESTDIR}` is the directory of the test file.
  * A comment that begins "# expect" and has a ':' but is none of the

@@ -15,6 +15,8 @@
 #      fixtures of tests/testrun must equal tests/testrun/expected.out;
 #   5. `mandoc -T lint -W warning` on each manual page (when mandoc is
 #      installed).
+#   6. the terminal sessions tests/tty/*.sh, through tmux (each is
+#      skipped, with a note, when tmux is not installed).
 #
 # Failures are shown in full; passes only as counts.  The last line is
 # exactly "N passed, M failed", and the exit status is 0 iff M is 0.
@@ -97,6 +99,27 @@ run_selftest() {
 }
 
 # Lints each manual page; a warning or worse fails it.
+# Runs each terminal session tests/tty/*.sh on the built shmap; exit
+# status 0 passes, 77 is a skip (its last line is shown as a note).
+run_tty() {
+  local t out status p=0 f=0
+  for t in "$srcdir"/tests/tty/*.sh; do
+    [ -e "$t" ] || continue
+    out=$(timeout 120 bash "$t" "$builddir/shmap" 2>&1)
+    status=$?
+    if [ "$status" -eq 77 ]; then
+      echo "note: $(tail -n 1 <<<"$out")"
+    elif [ "$status" -eq 0 ]; then
+      p=$((p + 1))
+    else
+      echo "FAIL tty/$(basename "$t" .sh) (exit status $status):"
+      tail -n 40 <<<"$out" | indent
+      f=$((f + 1))
+    fi
+  done
+  tally "terminal" "$p" "$f"
+}
+
 run_lint() {
   local p=0 f=0 page msgs
   command -v mandoc >/dev/null || return 0
@@ -128,6 +151,7 @@ if [ -x "$builddir/shmap" ]; then
   run_report "reference mode" bash -c 'cd "$1" && SHMAP_REFERENCE=1 exec "$2" --test tests/lang/shard_map_*.shm tests/lang/coll_*.shm examples' _ "$srcdir" "$builddir/shmap"
   run_report "man examples" bash "$srcdir/tests/man-examples.sh" "$builddir" "$srcdir"
   run_selftest
+  run_tty
 else
   echo "FAIL shmap: not built"
   tally "shmap" 0 1
