@@ -54,6 +54,7 @@
 
 #include "array.h"
 #include "eval.h"
+#include "kernels.h"
 #include "mem.h"
 
 #define COLL_HIST 8            /* descriptors remembered per device */
@@ -1273,19 +1274,8 @@ static void inner_reduce(char *acc, const char *x, int64_t n, int64_t as,
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 
-/* Sanitizer runtimes are not initialised when ifunc resolvers run, so
- * sanitized builds (and other CPUs) use the default code only; as
- * kern_elementwise.c's KERN_CLONES. */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define COLL_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define COLL_CLONES
-#endif
-
 #define FLOAT_FOLDS(T, NAME)                                                  \
-  COLL_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
+  KERN_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
                                        const T *restrict b, int64_t n,        \
                                        RedOp op) {                            \
     for (int64_t i = 0; i < n; i++) {                                         \
@@ -1293,7 +1283,7 @@ static void inner_reduce(char *acc, const char *x, int64_t n, int64_t as,
       o[i] = RED_FLOAT(T, x, y, op);                                          \
     }                                                                         \
   }                                                                           \
-  COLL_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
+  KERN_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
                                       int64_t n, RedOp op) {                  \
     for (int64_t i = 0; i < n; i++) {                                         \
       T x = o[i], y = b[i];                                                   \
@@ -1306,7 +1296,7 @@ FLOAT_FOLDS(double, fold_f64)
 
 /* Integers: sums wrap (computed unsigned, the same bits as red_int). */
 #define INT_FOLDS(T, U, NAME)                                                 \
-  COLL_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
+  KERN_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
                                        const T *restrict b, int64_t n,        \
                                        RedOp op) {                            \
     for (int64_t i = 0; i < n; i++) {                                         \
@@ -1315,7 +1305,7 @@ FLOAT_FOLDS(double, fold_f64)
              : op == RED_MAX ? (x > y ? x : y) : (x < y ? x : y);             \
     }                                                                         \
   }                                                                           \
-  COLL_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
+  KERN_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
                                       int64_t n, RedOp op) {                  \
     for (int64_t i = 0; i < n; i++) {                                         \
       T x = o[i], y = b[i];                                                   \

@@ -566,16 +566,6 @@ out:
 
 /* ==== jit shard_map ================================================================ */
 
-static void mesh_desc_of(const Mesh *m, MeshDesc *d) {
-  memset(d, 0, sizeof *d);
-  d->naxes = m->naxes;
-  for (int i = 0; i < m->naxes; i++) {
-    d->names[i] = m->axis_names[i];
-    d->sizes[i] = m->axis_sizes[i];
-  }
-  d->ndevices = m->size;
-  d->device_ids = m->devices;
-}
 
 static PSpec *spec_at(Value *specs, int i) {
   return specs->type == V_PSPEC ? (PSpec *)specs : (PSpec *)tuple_get(specs, (size_t)i);
@@ -623,7 +613,7 @@ static int global_aval(const ShardFn *f, int i, const AVal *b, AVal *g) {
  * installed so collectives know their axes. */
 static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *ncap) {
   MeshDesc md;
-  mesh_desc_of(f->mesh, &md);
+  mesh_to_desc(f->mesh, &md);
   DevCtx ctx = {.mesh = &md, .rank = 0};
   DevCtx *saved = dev_ctx();
   Trace *t = trace_begin(f->name, false);

@@ -21,15 +21,6 @@
 #include "kernels.h"
 #include "mem.h"
 
-/* Hot loops are compiled three times and the best for the CPU is chosen
- * when the program loads. */
-/* Sanitizer runtimes are not initialised when ifunc resolvers run, so
- * sanitized builds use the default clone only. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KERN_CLONES
-#else
-#define KERN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
 
 /* A binary row: o[i] = f(a[i*sa], b[i*sb]) for i < n; sa, sb are 0 (a
  * broadcast scalar), 1 (contiguous) or any other element stride. */

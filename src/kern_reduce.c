@@ -19,13 +19,6 @@
 #include "kernels.h"
 #include "mem.h"
 
-/* Sanitizer runtimes are not initialised when ifunc resolvers run, so
- * sanitized builds use the default clone only. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KERN_CLONES
-#else
-#define KERN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
 #define LANES 16
 
 enum { R_SUM, R_PROD, R_MAX, R_MIN, R_AND, R_OR, R_COUNT };

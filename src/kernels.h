@@ -37,6 +37,16 @@
 
 #include "prim.h"
 
+/* Hot loops are compiled three times (AVX-512, AVX2+FMA, baseline x86-64)
+ * and the best for the CPU is chosen when the program loads.  Sanitizer
+ * runtimes are not initialised when ifunc resolvers run, so sanitized
+ * builds (and other CPUs) use the default code only. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define KERN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KERN_CLONES
+#endif
+
 /* ---- contractions: provided by linalg.c (linalg.h) ----------------------- */
 int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out);
 int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out);

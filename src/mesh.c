@@ -11,6 +11,7 @@
 #include "intern.h"
 #include "mem.h"
 #include "mesh.h"
+#include "device.h"
 #include "ops.h"
 #include "prim.h"
 #include "print.h"
@@ -92,6 +93,17 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
     return NULL;
   }
   return &m->hdr;
+}
+
+void mesh_to_desc(const Mesh *m, MeshDesc *d) {
+  memset(d, 0, sizeof *d);
+  d->naxes = m->naxes;
+  for (int i = 0; i < m->naxes; i++) {
+    d->names[i] = m->axis_names[i];
+    d->sizes[i] = m->axis_sizes[i];
+  }
+  d->ndevices = m->size;
+  d->device_ids = m->devices;
 }
 
 int mesh_axis(const Mesh *m, const char *name) {

@@ -50,6 +50,11 @@ typedef struct PSpec {
 Value *mesh_new(const char *name, int naxes, const char *const *names,
                 const int *sizes, const int *devices);
 
+/* Fills the device layer's description of [m] (device.h); the names and
+ * device ids stay borrowed from [m]. */
+struct MeshDesc;
+void mesh_to_desc(const Mesh *m, struct MeshDesc *d);
+
 /* Index of axis [name] (interned) in [m], or -1. */
 int mesh_axis(const Mesh *m, const char *name);
 

@@ -193,17 +193,6 @@ static void flush_outputs(const Call *c) {
   }
 }
 
-/* The mesh as the device layer wants it. */
-static void mesh_desc(const Mesh *m, MeshDesc *d) {
-  memset(d, 0, sizeof *d);
-  d->naxes = m->naxes;
-  for (int i = 0; i < m->naxes; i++) {
-    d->names[i] = m->axis_names[i];
-    d->sizes[i] = m->axis_sizes[i];
-  }
-  d->ndevices = m->size;
-  d->device_ids = m->devices;
-}
 
 /* ==== assembling the results ======================================================== */
 
@@ -465,7 +454,7 @@ static void call_release(Call *c, int n) {
 
 static int run_on_devices(Call *c) {
   MeshDesc md;
-  mesh_desc(c->f->mesh, &md);
+  mesh_to_desc(c->f->mesh, &md);
   CollGroup *g = coll_group_new(&md, shm_interp->reference);
   if (!g) return -1;
   /* The debugger's hook: coll_run, with all-stop at breakpoints (debug.h). */
