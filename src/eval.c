@@ -963,11 +963,23 @@ typedef struct LoopCtx {
   bool broke;
 } LoopCtx;
 
+/* Runs the debugger's hook on a loop header again, before the next item
+ * or test: as in Python, a breakpoint or a step lands on the `for` or
+ * `while` line once per iteration, not only when the loop starts. */
+static Outcome loop_header_again(const Node *s) {
+  Frame *f = cur_frame;
+  if (!eval_stmt_hook || !f) return OUT_OK;
+  f->stmt = s;
+  cur_loc = s->loc;
+  return eval_stmt_hook(f, s) != 0 ? OUT_ERR : OUT_OK;
+}
+
 static Outcome loop_body(Env *env, void *vctx) {
   LoopCtx *c = vctx;
   Outcome o = exec_block(&c->s->body, env, c->ret);
-  if (o == OUT_CONTINUE) return OUT_OK;
+  if (o == OUT_CONTINUE) o = OUT_OK;
   if (o == OUT_BREAK) c->broke = true;
+  if (o == OUT_OK) o = loop_header_again(c->s);
   return o;
 }
 
@@ -995,6 +1007,7 @@ static Outcome exec_while(const Node *s, Env *env, Value **ret) {
     Outcome o = exec_block(&s->body, env, ret);
     if (o == OUT_BREAK) return OUT_OK;
     if (o == OUT_ERR || o == OUT_RETURN) return o;
+    if (loop_header_again(s) == OUT_ERR) return OUT_ERR;
   }
 }
 
