@@ -874,16 +874,6 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc, con
   return rc;
 }
 
-/* perf_counter(): seconds from a monotonic clock, as Python's
- * time.perf_counter; for the benchmarks comparing jit with eager.  Bound
- * only when no other subsystem defines it. */
-static Value *bi_perf_counter(const CallArgs *a) {
-  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "perf_counter() takes no arguments");
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (Value *)arr_scalar_f64(DT_F64, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, false);
-}
-
 int jit_register(Env *b) {
   trace_register();
   plan_register();
@@ -895,9 +885,6 @@ int jit_register(Env *b) {
   if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
       add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||
       add_both(b, "make_jaxpr", bi_make_jaxpr, "make_jaxpr(f)(*args): the staged plan", "jax") < 0)
-    return -1;
-  if (!env_lookup(b, intern_cstr("perf_counter")) &&
-      builtins_add(b, "perf_counter", bi_perf_counter, "perf_counter(): seconds, monotonic") < 0)
     return -1;
   return 0;
 }
