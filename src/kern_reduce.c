@@ -322,17 +322,23 @@ static Array *kern_widen_half(Array *x) {
   return (Array *)val_incref(&x->hdr);
 }
 
-static int kern_reduce(int op, Array *x0, const Params *p, Array *o) {
+/* Brings [x0] to (P, R, Q) form over the axes named by [p]'s `axes`, with
+ * 16-bit floats widened to float32 first. */
+static int kern_prepare(Array *x0, const Params *p, Prq *s) {
   bool mask[SHM_MAXDIM];
   if (kern_axes_mask(p, "axes", x0->ndim, mask) < 0)
     return -1;
   Array *x = kern_widen_half(x0);
   if (!x)
     return -1;
-  Prq s;
-  int rc = kern_to_prq(x, mask, &s);
+  int rc = kern_to_prq(x, mask, s);
   val_decref(&x->hdr);
-  if (rc < 0)
+  return rc;
+}
+
+static int kern_reduce(int op, Array *x0, const Params *p, Array *o) {
+  Prq s;
+  if (kern_prepare(x0, p, &s) < 0)
     return -1;
   int tc = kern_tcode(s.a->dtype);
   if (!inner_fns[op][tc]) {
@@ -458,16 +464,8 @@ static int64_t kern_argbest(int tc, const char *x, int64_t st, int64_t r, int si
 }
 
 static int kern_arg(int sign, Array *x0, const Params *p, Array *o) {
-  bool mask[SHM_MAXDIM];
-  if (kern_axes_mask(p, "axes", x0->ndim, mask) < 0)
-    return -1;
-  Array *x = kern_widen_half(x0);
-  if (!x)
-    return -1;
   Prq s;
-  int rc = kern_to_prq(x, mask, &s);
-  val_decref(&x->hdr);
-  if (rc < 0)
+  if (kern_prepare(x0, p, &s) < 0)
     return -1;
   int64_t n = s.p * s.q;
   int64_t *idx = shm_malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
