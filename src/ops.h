@@ -138,8 +138,9 @@ int ops_dtype_arg(Value *v, int *out);
 /* A shape argument: an int or a tuple/list of ints. */
 int ops_shape_arg(Value *v, int *ndim, int64_t *shape);
 
-/* str.format: `{}`, `{0}`, `{:.3f}`, `{:>8}` with values printed by
- * val_str when no numeric spec applies. */
-Value *ops_format(const char *fmt, int nargs, Value **args);
+/* str.format: `{}`, `{0}`, `{name}` (a keyword argument of [a]), with
+ * specs such as `{:.3f}` and `{:>8}`; values are printed by val_str when
+ * no numeric spec applies.  Errors: a missing index or keyword. */
+Value *ops_format(const char *fmt, const CallArgs *a);
 
 #endif

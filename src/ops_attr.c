@@ -423,7 +423,21 @@ static int format_one(SBuf *b, Value *v, const char *spec) {
   return 0;
 }
 
-Value *ops_format(const char *f, int nargs, Value **args) {
+/* The value a replacement field names: "" the next positional argument,
+ * digits an explicit index, anything else a keyword argument. */
+static Value *format_field(const char *field, const CallArgs *a, int *next) {
+  if (!field[0] || (field[0] >= '0' && field[0] <= '9')) {
+    int idx = field[0] ? atoi(field) : (*next)++;
+    if (idx < 0 || idx >= a->nargs)
+      return err_set(ERR_INDEX, "Replacement index %d out of range for positional args tuple", idx);
+    return a->args[idx];
+  }
+  for (int k = 0; k < a->nkw; k++)
+    if (strcmp(a->kwnames[k], field) == 0) return a->kwvals[k];
+  return err_set(ERR_NAME, "format: no keyword argument '%s'", field);
+}
+
+Value *ops_format(const char *f, const CallArgs *a) {
   SBuf b = {0};
   int next = 0;
   for (const char *p = f; *p; p++) {
@@ -449,12 +463,8 @@ Value *ops_format(const char *f, int nargs, Value **args) {
       *colon = 0;
       spec = colon + 1;
     }
-    int idx = field[0] ? atoi(field) : next++;
-    if (idx < 0 || idx >= nargs) {
-      shm_free(b.data);
-      return err_set(ERR_INDEX, "Replacement index %d out of range for positional args tuple", idx);
-    }
-    if (format_one(&b, args[idx], spec) < 0) {
+    Value *v = format_field(field, a, &next);
+    if (!v || format_one(&b, v, spec) < 0) {
       shm_free(b.data);
       return NULL;
     }
@@ -464,7 +474,7 @@ Value *ops_format(const char *f, int nargs, Value **args) {
 }
 
 static Value *s_format(Value *self, const CallArgs *a) {
-  return ops_format(str_cstr(self), a->nargs, a->args);
+  return ops_format(str_cstr(self), a);
 }
 
 static Value *s_join(Value *self, const CallArgs *a) {
