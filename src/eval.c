@@ -98,8 +98,7 @@ void env_incref(Env *e) {
   if (e) atomic_fetch_add_explicit(&e->refcount, 1, memory_order_relaxed);
 }
 
-/* Releases every binding of [e] (breaks reference cycles through closures). */
-static void env_clear(Env *e) {
+void env_clear(Env *e) {
   for (int i = 0; i < e->cap; i++)
     if (e->keys[i]) {
       Value *v = e->vals[i];
@@ -255,7 +254,6 @@ Value *eval_make_func(const Node *node, Env *env, AstModule *mod) {
   f->node = node;
   f->closure = env;
   env_incref(env);
-  f->globals = NULL;
   f->defaults = shm_calloc((size_t)node->nparams + 1, sizeof(Value *));
   if (!f->defaults) {
     val_decref(&f->hdr);

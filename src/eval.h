@@ -30,6 +30,11 @@ void env_decref(Env *e);
 Value *env_lookup(Env *e, const char *name);
 /* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem. */
 int env_set(Env *e, const char *name, Value *v);
+/* Drops every binding of [e] itself.  Functions defined in a scope hold
+ * that scope as their closure, a reference cycle; clearing the scope
+ * before its last env_decref frees both (module scopes at exit). */
+void env_clear(Env *e);
+
 /* Calls [fn] on each binding of [e] itself (not parents), for completion,
  * `dir()` and the debugger. */
 void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
@@ -43,7 +48,6 @@ typedef struct Func {
   const Node *node;      /* N_DEF or N_LAMBDA */
   Env *closure;          /* owned */
   Value **defaults;      /* owned, one per param (NULL: required) */
-  Env *globals;          /* owned: the module scope it was defined in */
 } Func;
 
 /* The interpreter: one per process, made by interp_init on the main thread. */

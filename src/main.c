@@ -296,33 +296,11 @@ static void say_verbose(void) {
           shm_options.config_file ? shm_options.config_file : "(none)");
 }
 
-/* The names bound in a scope, gathered by env_each. */
-typedef struct Names {
-  const char **items;
-  size_t len, cap;
-} Names;
-
-static void gather_name(const char *name, Value *v, void *ctx) {
-  Names *n = ctx;
-  if (n->len == n->cap) {
-    size_t cap = n->cap ? 2 * n->cap : 64;
-    const char **items = shm_realloc(n->items, cap * sizeof *items);
-    if (!items) return;
-    n->items = items;
-    n->cap = cap;
-  }
-  n->items[n->len++] = name;
-}
-
-/* Drops [globals] after rebinding each of its names to None: functions
- * defined at the top level hold the scope they were defined in, so
- * without this the scope and everything in it would never be freed. */
+/* Drops the top-level scope; clearing it first frees the functions
+ * defined there, which hold the scope as their closure. */
 static void release_globals(Env *globals) {
-  Names names = {0};
   if (!globals) return;
-  env_each(globals, gather_name, &names);
-  for (size_t i = 0; i < names.len; i++) env_set(globals, names.items[i], VAL_NONE);
-  shm_free(names.items);
+  env_clear(globals);
   env_decref(globals);
 }
 
