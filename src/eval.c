@@ -772,10 +772,69 @@ static Value *eval_listcomp(const Node *n, Env *env) {
   return c.out;
 }
 
+/* ==== source constants on device threads ===================================== */
+
+/* A literal is one Value shared by every thread that runs its code; on
+ * device threads counting its references would bounce its cache line
+ * between cores on every use (`x * 2.0` in a loop).  So each device
+ * thread evaluates a constant to a private copy, made at first use and
+ * kept until its shard_map body ends (eval_const_cache_clear).  The
+ * cache also holds the original, so its address is not reused while the
+ * entry lives.  Copies are never changed in place: the cache's reference
+ * keeps their count above 1. */
+#define CONST_CACHE_SIZE 256  /* a power of two; when full, constants are shared */
+
+typedef struct ConstEntry {
+  Value *orig, *copy;
+} ConstEntry;
+
+static _Thread_local ConstEntry const_cache[CONST_CACHE_SIZE];
+static _Thread_local int const_cache_used;
+
+/* A private copy of [v] (a new reference), or NULL for types that are
+ * not copied (immortal values; anything but strings and arrays). */
+static Value *const_copy(Value *v) {
+  if (v->flags & VAL_IMMORTAL) return NULL;
+  if (v->type == V_STR) return str_new(str_cstr(v), ((Str *)v)->len);
+  if (v->type == V_ARRAY) return (Value *)arr_copy(AS_ARRAY(v));
+  return NULL;
+}
+
+static Value *eval_const(const Node *n) {
+  Value *v = n->value;
+  if (!dev_ctx() || (v->flags & VAL_IMMORTAL)) return val_incref(v);
+  size_t h = ((uintptr_t)v >> 4) & (CONST_CACHE_SIZE - 1);
+  for (int probe = 0; probe < CONST_CACHE_SIZE; probe++) {
+    ConstEntry *e = &const_cache[(h + (size_t)probe) & (CONST_CACHE_SIZE - 1)];
+    if (e->orig == v) return val_incref(e->copy);
+    if (e->orig) continue;
+    if (const_cache_used >= CONST_CACHE_SIZE / 2) break;  /* keep probes short */
+    Value *c = const_copy(v);
+    if (!c) break;
+    e->orig = val_incref(v);
+    e->copy = c;
+    const_cache_used++;
+    return val_incref(c);
+  }
+  err_clear();  /* a failed copy just falls back to sharing */
+  return val_incref(v);
+}
+
+void eval_const_cache_clear(void) {
+  for (int i = 0; const_cache_used && i < CONST_CACHE_SIZE; i++) {
+    ConstEntry *e = &const_cache[i];
+    if (!e->orig) continue;
+    val_decref(e->copy);
+    val_decref(e->orig);
+    e->orig = e->copy = NULL;
+    const_cache_used--;
+  }
+}
+
 static Value *eval_inner(const Node *n, Env *env) {
   switch (n->kind) {
   case N_NAME: return eval_name(n, env);
-  case N_CONST: return val_incref(n->value);
+  case N_CONST: return eval_const(n);
   case N_BINOP: return eval_binop(n, env);
   case N_UNARY: return eval_unary(n, env);
   case N_BOOLOP: return eval_boolop(n, env);
@@ -1406,4 +1465,5 @@ void interp_free(void) {
   shm_free(shm_interp->path);
   shm_free(shm_interp);
   shm_interp = NULL;
+  val_free_statics();
 }

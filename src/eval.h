@@ -145,6 +145,10 @@ Frame *eval_current_frame(void);
  * set (the debugger's quit). */
 extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 
+/* Drops this device thread's private copies of source constants (eval.c
+ * explains them); called when a shard_map body ends on the thread. */
+void eval_const_cache_clear(void);
+
 /* Where print() output goes on this thread: NULL for stdout; device
  * threads set a buffer that shard_map writes out in device order. */
 typedef struct OutBuf {

@@ -170,6 +170,7 @@ static void run_device(int rank, void *vctx) {
   }
   if (made == c->nargs) c->results[rank] = val_call_n(c->f->body, c->nargs, blocks);
   for (int i = 0; i < made; i++) val_decref(blocks[i]);
+  eval_const_cache_clear();
   eval_set_output(NULL);
 }
 

@@ -94,6 +94,53 @@ Value *val_false(void) {
   return false_v;
 }
 
+/* ---- static values: immortal until exit ------------------------------------ */
+
+static pthread_mutex_t statics_lock = PTHREAD_MUTEX_INITIALIZER;
+static Value **statics;       /* guarded by statics_lock */
+static size_t nstatics, statics_cap;
+
+Value *val_make_static(Value *v) {
+  if (!v || (v->flags & VAL_IMMORTAL)) return v;
+  pthread_mutex_lock(&statics_lock);
+  if (nstatics == statics_cap) {
+    size_t cap = statics_cap ? statics_cap * 2 : 256;
+    Value **grown = shm_realloc(statics, cap * sizeof *grown);
+    if (!grown) {
+      /* stays an ordinary counted value: slower on devices, still correct */
+      pthread_mutex_unlock(&statics_lock);
+      return v;
+    }
+    statics = grown;
+    statics_cap = cap;
+  }
+  statics[nstatics++] = v;
+  v->flags |= VAL_IMMORTAL;
+  pthread_mutex_unlock(&statics_lock);
+  return v;
+}
+
+void val_free_statics(void) {
+  pthread_mutex_lock(&statics_lock);
+  /* First what the statics hold, while they are all still immortal: a
+   * module's globals may hold other statics (built-ins, modules). */
+  for (size_t i = 0; i < nstatics; i++)
+    if (statics[i]->type == V_MODULE) {
+      Module *m = (Module *)statics[i];
+      val_decref(m->globals);
+      m->globals = NULL;
+    }
+  for (size_t i = 0; i < nstatics; i++) {
+    statics[i]->flags &= (uint8_t)~VAL_IMMORTAL;
+    atomic_store(&statics[i]->refcount, 1);
+    val_decref(statics[i]);
+  }
+  shm_free(statics);
+  statics = NULL;
+  nstatics = statics_cap = 0;
+  pthread_mutex_unlock(&statics_lock);
+}
+
 /* ---- strings ------------------------------------------------------------------ */
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -324,7 +371,7 @@ Value *builtin_new(const char *name, BuiltinFn fn, const char *doc) {
   b->name = name;
   b->fn = fn;
   b->doc = doc;
-  return &b->hdr;
+  return val_make_static(&b->hdr);
 }
 
 Value *bound_new(const char *name, MethodFn fn, Value *self) {
@@ -347,7 +394,7 @@ Value *module_new(const char *name, Value *globals) {
     val_decref(&m->hdr);
     return err_nomem();
   }
-  return &m->hdr;
+  return val_make_static(&m->hdr);
 }
 
 /* ---- generic operations ------------------------------------------------------------ */

@@ -17,8 +17,11 @@
  *
  * Reference counts are atomic, because device threads share values (a
  * replicated shard_map input is one array seen by every device).  None,
- * True, False, Ellipsis and the dtype values are immortal: incref/decref
- * on them do nothing, so hot shared constants cause no cache-line traffic.
+ * True, False, Ellipsis, the dtype values and the static values below
+ * (built-ins, namespaces, modules) are immortal: incref/decref on them do
+ * nothing, so hot shared objects cause no cache-line traffic.  Source
+ * constants are shared too; device threads use private copies of them
+ * (eval.c's constant cache).
  *
  * Numbers are arrays: an integer literal is a weakly typed 0-d i32 array,
  * a float literal a weakly typed 0-d f32 array (LANGUAGE.md §2).
@@ -92,6 +95,20 @@ static inline void val_init(Value *v, VType t) {
 static inline int val_refcount(const Value *v) {
   return atomic_load_explicit(&((Value *)v)->refcount, memory_order_acquire);
 }
+
+/* Makes [v] static: immortal (incref and decref do nothing) until
+ * val_free_statics.  For the built-in functions and modules (namespaces,
+ * imported files), made once at start-up or import, that every device
+ * thread touches:
+ * counting their references from several cores would bounce one cache
+ * line between them on every use.  The registry takes over the caller's
+ * reference; the caller may go on using [v] (and decref it, a no-op).
+ * Returns [v]; on out of memory [v] simply stays counted.  Thread-safe. */
+Value *val_make_static(Value *v);
+
+/* Frees every static value (at exit, after the device threads stopped
+ * and nothing else runs).  References still held elsewhere dangle. */
+void val_free_statics(void);
 
 /* ---- singletons --------------------------------------------------------- */
 
@@ -213,6 +230,7 @@ typedef struct Builtin {
   BuiltinFn fn;
   const char *doc;    /* static, one line, for help() and completion */
 } Builtin;
+/* A built-in function; static (val_make_static): made at start-up only. */
 Value *builtin_new(const char *name, BuiltinFn fn, const char *doc);
 
 typedef struct BoundMethod {
@@ -245,6 +263,8 @@ typedef struct Module {
   char *name;      /* owned */
   Value *globals;  /* Dict, owned */
 } Module;
+/* A module over [globals]; static (val_make_static): namespaces and
+ * imported files live until exit. */
 Value *module_new(const char *name, Value *globals /* borrowed */);
 
 /* A C object of some other subsystem, with its own destructor and printer. */
