@@ -229,6 +229,16 @@ Array *arr_copy(Array *a) {
   return c;
 }
 
+bool arr_share_buffer(Array *dst, const Array *src) {
+  if (!dst->buf->owned || !src->buf->owned) return false;
+  Buffer *old = dst->buf;
+  atomic_fetch_add_explicit(&src->buf->refcount, 1, memory_order_relaxed);
+  dst->buf = src->buf;
+  dst->offset = src->offset;
+  if (arr_buffer_release(old)) arr_buffer_free(old);
+  return true;
+}
+
 Array *arr_contiguous(Array *a) {
   if (a->contiguous) {
     val_incref(&a->hdr);

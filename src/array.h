@@ -80,6 +80,14 @@ Array *arr_scalar_i64(DType t, int64_t x, bool weak);
 Array *arr_view(Array *a, int ndim, const int64_t *shape,
                 const int64_t *strides, int64_t offset);
 
+/* Points [dst] at [src]'s buffer and releases its own; both C-contiguous,
+ * of one dtype and shape.  For results that are the same on every device
+ * (psum): one buffer, written once, instead of one per device; a shared
+ * buffer is never overwritten in place (prim.c checks its count).  The
+ * caller makes sure nobody else uses [dst] meanwhile.  Returns false, and
+ * changes nothing, when either payload is inline (small arrays). */
+bool arr_share_buffer(Array *dst, const Array *src);
+
 /* [a] itself (incref'd) if C-contiguous, else a contiguous copy. */
 Array *arr_contiguous(Array *a);
 

@@ -1723,24 +1723,41 @@ static void fold_chunk(const Call *c, const RedArg *r, char *acc, int64_t lo,
 }
 
 /* Elements [lo, hi), a chunk at a time, folded into a buffer that stays
- * in L1 and copied from there into the own output and, with [share], into
- * every other participant's: the all-gather becomes one write per output
- * and needs no barrier of its own (the final barrier publishes the
- * writes).  Copying out of a hot buffer, rather than folding into the
- * output, lets memcpy's string stores skip reading the output lines. */
+ * in L1 and copied from there into [dst]: the own output for a small
+ * reduction that each participant folds whole, the first participant's
+ * output (which every participant then shares, share_output) for a split
+ * one, or with [dst] NULL every participant's output.  The all-gather is
+ * thus one write per output and needs no barrier of its own (the final
+ * barrier publishes the writes).  Copying out of a hot buffer, rather
+ * than folding into the output, lets memcpy's string stores skip reading
+ * the output lines. */
 static void fold_range(const Call *c, const RedArg *r, int64_t lo, int64_t hi,
-                       bool share) {
+                       Array *dst) {
   _Alignas(64) char scratch[COLL_CHUNK_BYTES], acc[COLL_CHUNK_BYTES];
   size_t es = dt_size(r->dtype);
   int64_t chunk = COLL_CHUNK_BYTES / (int64_t)es;
   for (int64_t i = lo; i < hi; i += chunk) {
     int64_t len = hi - i < chunk ? hi - i : chunk;
     fold_chunk(c, r, acc, i, len, scratch);
-    for (int q = 0; q < c->n; q++)
-      if (share || q == c->pos)
-        memcpy((char *)arr_data(peer_out(c, q)) + i * (int64_t)es, acc,
-               (size_t)len * es);
+    for (int q = 0; q < c->n; q++) {
+      Array *o = dst ? dst : peer_out(c, q);
+      memcpy((char *)arr_data(o) + i * (int64_t)es, acc, (size_t)len * es);
+      if (dst) break;
+    }
   }
+}
+
+/* Whether a split reduction leaves one buffer shared by all participants:
+ * when their payloads are not inline (the same answer on every
+ * participant: the outputs have one shape and dtype). */
+static bool can_share(const Call *c) { return c->out[0]->buf->owned; }
+
+/* After a split reduction into the first participant's output: every
+ * other participant's output becomes a view of that buffer, taking its
+ * reference before the final barrier, so the first participant never
+ * sees its result unshared and overwrites it in place. */
+static void share_output(const Call *c) {
+  if (c->pos != 0) arr_share_buffer(c->out[0], peer_out(c, 0));
 }
 
 /* Start of participant q's part of [size] elements: cache-line aligned,
@@ -1767,10 +1784,14 @@ static int fast_reduce(const Call *c, const RedArg *r) {
   else if (!contiguous)
     reduce_strided(c, r);
   else if (small)
-    fold_range(c, r, 0, size, false);
-  else
+    fold_range(c, r, 0, size, c->out[0]);
+  else {
+    bool share = can_share(c);
     fold_range(c, r, part_start(size, dt_size(r->dtype), c->pos, c->n),
-               part_start(size, dt_size(r->dtype), c->pos + 1, c->n), true);
+               part_start(size, dt_size(r->dtype), c->pos + 1, c->n),
+               share ? peer_out(c, 0) : NULL);
+    if (share) share_output(c);
+  }
   return 0;
 }
 
