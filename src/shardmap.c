@@ -215,12 +215,20 @@ static void place_block(char *dst, const int64_t *gs, const char *src, const int
                 bs + 1, at + 1, ndim - 1, isz);
 }
 
-/* The first flat index where [a] and [b] (same shape) differ bitwise. */
+/* The first flat index where contiguous [a] and [b] (same shape) differ
+ * bitwise, or -1.  Blocks that share a buffer (a psum's result) are
+ * equal at once; others are compared in runs of memcmp. */
 static int64_t first_difference(Array *a, Array *b) {
   size_t isz = dt_size(a->dtype);
   const char *pa = arr_data(a), *pb = arr_data(b);
-  for (int64_t i = 0; i < a->size; i++)
-    if (memcmp(pa + (size_t)i * isz, pb + (size_t)i * isz, isz)) return i;
+  if (pa == pb) return -1;
+  const int64_t run = 4096;
+  for (int64_t lo = 0; lo < a->size; lo += run) {
+    int64_t n = a->size - lo < run ? a->size - lo : run;
+    if (!memcmp(pa + (size_t)lo * isz, pb + (size_t)lo * isz, (size_t)n * isz)) continue;
+    for (int64_t i = lo;; i++)
+      if (memcmp(pa + (size_t)i * isz, pb + (size_t)i * isz, isz)) return i;
+  }
   return -1;
 }
 
@@ -303,10 +311,14 @@ static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k) 
     gs[ax] = b0->shape[ax] * n;
     nblocks *= n;
   }
-  Array *out = arr_new(b0->dtype, b0->ndim, gs);
+  /* One block (a replicated result, P()): the global array is a view of
+   * device 0's block, not a copy; values are immutable once shared. */
+  Array *out = nblocks == 1 ? arr_view(b0, b0->ndim, b0->shape, b0->strides, b0->offset)
+                            : arr_new(b0->dtype, b0->ndim, gs);
   int *owner = shm_malloc(sizeof(int) * (size_t)nblocks);
   if (!out || !owner) goto fail;
   out->weak = b0->weak;
+  out->vma = 0;
   for (int64_t i = 0; i < nblocks; i++) owner[i] = -1;
   for (int r = 0; r < m->size; r++) {
     int coords[MESH_MAX_AXES];
@@ -323,8 +335,9 @@ static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k) 
       continue;
     }
     owner[flat] = r;
-    place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
-                dt_size(b0->dtype));
+    if (nblocks > 1)
+      place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
+                  dt_size(b0->dtype));
   }
   shm_free(owner);
   return &out->hdr;
