@@ -417,8 +417,10 @@ int axis_normalize(int64_t axis, int ndim, int *out) {
 void arr_free(Value *v) {
   Array *a = AS_ARRAY(v);
   Buffer *b = a->buf;
+  /* read before the release: once it is dropped another holder may free b */
+  bool embedded = !b->owned && ((void **)b)[-1] == (void *)a;
   bool last = arr_buffer_release(b);
-  if (!b->owned && ((void **)b)[-1] == (void *)a) {   /* a's own embedded buffer */
+  if (embedded) {   /* a's own embedded buffer */
     if (last)
       shm_free(a);   /* else the last view's release frees it */
     return;

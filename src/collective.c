@@ -7,12 +7,12 @@
  * kernel, fast and reference.
  *
  * Locking.  One mutex per group, CollGroup.lock, guards every field marked
- * "guarded" below: the slots' sequence state, descriptors and published
- * buffers, the exits, the baton and the abort state.  It is held only for
- * bookkeeping, never while data moves, and a device takes it once per
- * collective in the common case (publish).  A few fields are atomics so
- * that the common case needs no more: a slot's published counter, its
- * in_coll flag, its descriptor generation, and the barrier counters.
+ * "guarded" below: the slots' descriptor runs, the exits, the baton and
+ * the abort state.  It is held only for bookkeeping, never while data
+ * moves, and a device takes it only to publish a descriptor that differs
+ * from its previous one, to sleep, or when something fails.  The rest is
+ * atomics: a slot's published and done counters, its in_coll flag and
+ * line, its descriptor generation, and the barrier counters.
  * Changes that can fail a waiter (a device leaving the body or giving up,
  * an abort) and the reference mode's baton go through bump(): epoch++,
  * a broadcast of CollGroup.cond and of every slot's condition variable.
@@ -29,12 +29,13 @@
  * descriptor, the pair's descriptor generations are remembered
  * (Verified), and as long as neither device's descriptor changes, the
  * next arrivals are accepted from the atomics alone (arrived_verified):
- * a loop repeating one psum takes the lock once per call, to publish.
+ * a loop repeating one psum takes no lock.
  *
- * Memory ordering of data: operand and output pointers are published under
- * the lock, followed by a release store of the slot's published counter;
- * a peer reads them after taking the lock or after an acquire load of
- * that counter.  Writes into peers' outputs and reads of their operands
+ * Memory ordering of data: operand and output pointers and lane contents
+ * are written before a seq_cst store of the slot's published counter; a
+ * peer reads them after loading that counter.  A lane reader's store of
+ * its done counter, loaded by the lane's owner before rewriting it,
+ * orders the reads before the rewrite.  Writes into peers' outputs and reads of their operands
  * happen before the writer's acq_rel add on the final barrier's count;
  * the last arrival's release of the generation, acquired by the others,
  * orders them before anyone leaves (ThreadSanitizer checks this in the
@@ -68,6 +69,8 @@
                                   interpreter's work between collectives */
 #define COLL_PAUSE_MIN_NS 1000 /* shortest, when spins keep failing */
 #define COLL_YIELD_NS 50000    /* devices > cores: yielding, before sleeping */
+#define COLL_LANE_BYTES 512    /* reductions up to this size go through the
+                                  slots' lanes, without a final barrier */
 
 /* The kinds of collective, in messages by their jax.lax function name. */
 typedef enum { CK_PSUM, CK_PMAX, CK_PMIN, CK_ALL_GATHER, CK_PSUM_SCATTER,
@@ -89,32 +92,57 @@ typedef struct CollDesc {
   int line;                       /* source line of the call; 0 unknown */
 } CollDesc;
 
+/* A run of equal descriptors: collectives #from, #from + 1, ... of a
+ * device, up to the next run, all had descriptor d (its line: the first's). */
+typedef struct DescRun {
+  long from;
+  CollDesc d;
+} DescRun;
+
+/* A slot's copy of a small reduction's operand (the lane of collectives
+ * of one parity): peers fold from it after the arrival, so the owner may
+ * leave without a final barrier.  It is written again two collectives
+ * later, once every reader of #seq is done with it (lane_reusable). */
+typedef struct Lane {
+  long seq;                       /* collective it holds; -1 none */
+  int n;                          /* its participants, */
+  int *peers;                     /* [ndevices] their ranks */
+  _Alignas(64) char data[COLL_LANE_BYTES];
+} Lane;
+
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
-  /* guarded by CollGroup.lock: */
-  long seq;                       /* number of the collective entered last; -1 none */
+  /* guarded by CollGroup.lock (the owner, their only writer, also reads
+   * them without it): */
   bool exited, failed;            /* left the body (with an error) */
   int exit_line;
-  CollDesc hist[COLL_HIST];       /* descriptor of collective #s at [s % COLL_HIST] */
-  Array **in, **out;              /* published operands and outputs of #seq */
+  DescRun runs[COLL_HIST];        /* the latest runs, run k at [k % COLL_HIST] */
+  long nruns;                     /* runs started */
+  /* written by the owner before its release of published; read by the
+   * participants of that collective after acquiring it: */
+  Array **in, **out;              /* operands and outputs of #published */
+  Lane lane[2];                   /* lane of collective #s at [s % 2] */
   pthread_cond_t wake;            /* fast mode: peers waiting for this device's
-                                     arrival, and participants of a barrier it
+                                     arrival, its done counter, or a barrier it
                                      leads, sleep here */
-  /* atomics, read without the lock (written as said): */
-  atomic_bool in_coll;            /* inside collective #seq (set under the
-                                     lock; cleared by leave without it) */
-  atomic_long published;          /* = seq, stored (release) under the lock by
-                                     publish; polled by spinning peers */
-  atomic_int sleepers;            /* changed under the lock: threads asleep on
-                                     wake (seq_cst: see barrier_release) */
-  atomic_ulong desc_gen;          /* changed under the lock by publish when the
-                                     descriptor differs from the previous one */
+  /* atomics, read without the lock: */
+  char pad0_[64];                 /* the owner's hot line apart from the above */
+  atomic_long published;          /* number of the collective entered last (-1
+                                     none); stored (seq_cst) by the owner after
+                                     everything above */
+  atomic_long done;               /* the last collective it completed */
+  atomic_bool in_coll;            /* inside collective #published */
+  atomic_int line;                /* source line of #published */
+  atomic_int sleepers;            /* threads asleep on wake (changed under the
+                                     lock; seq_cst: see barrier_release) */
+  atomic_ulong desc_gen;          /* runs started, changed under the lock */
   char pad_[64];                  /* the barrier's line apart from the above */
   atomic_uint bar_count;          /* barrier of instances this device leads: */
   atomic_uint bar_gen;            /* arrivals, and instances completed */
-  int64_t spin_ns;                /* the owner's current spin (spin_until);
-                                     only the owner's thread touches it */
+  /* only the owner's thread touches these: */
+  int64_t spin_ns;                /* its current spin (spin_until) */
+  long *known_done;               /* [ndevices]: done counters seen of peers */
 } Slot;
 
 /* What rank r last verified, under the lock, about participant p: p's
@@ -134,10 +162,13 @@ struct CollGroup {
   atomic_uint epoch;              /* bumped under lock; read by spinners */
   int baton;                      /* guarded: rank allowed to run (reference) */
   bool aborted;                   /* guarded */
+  atomic_bool stopped;            /* = aborted, for the lock-free path */
   ErrKind abort_kind;             /* guarded */
   char abort_msg[512];            /* guarded */
   Slot *slots;                    /* [mesh.ndevices] */
   int *peer_store;                /* [ndevices * ndevices]: each rank's peers */
+  long *per_slot;                 /* [ndevices * ndevices * 3]: the slots'
+                                     known_done and lane peers */
   Verified *verified;             /* [ndevices * ndevices]: row r is rank r's
                                      own (only its thread touches it) */
 };
@@ -492,7 +523,8 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   g->slots = shm_calloc((size_t)n, sizeof(Slot));
   g->peer_store = shm_calloc((size_t)n * (size_t)n, sizeof(int));
   g->verified = shm_calloc((size_t)n * (size_t)n, sizeof(Verified));
-  if (!g->slots || !g->peer_store || !g->verified) {
+  g->per_slot = shm_calloc((size_t)n * (size_t)n * 3, sizeof(long));
+  if (!g->slots || !g->peer_store || !g->verified || !g->per_slot) {
     coll_group_free(g);
     return err_nomem();
   }
@@ -504,8 +536,15 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   atomic_init(&g->epoch, 0);
   for (int r = 0; r < n; r++) {
     Slot *s = &g->slots[r];
-    s->seq = -1;
+    long *mine = g->per_slot + (size_t)r * (size_t)n * 3;
     atomic_init(&s->published, -1);
+    atomic_init(&s->done, -1);
+    s->known_done = mine;
+    for (int p = 0; p < n; p++) s->known_done[p] = -1;
+    for (int k = 0; k < 2; k++) {
+      s->lane[k].seq = -1;
+      s->lane[k].peers = (int *)(mine + n * (1 + k));
+    }
     s->spin_ns = COLL_PAUSE_NS;
     pthread_cond_init(&s->wake, NULL);
     s->ctx = (DevCtx){.mesh = &g->mesh, .rank = r, .group = g,
@@ -526,6 +565,7 @@ void coll_group_free(CollGroup *g) {
   shm_free(g->slots);
   shm_free(g->peer_store);
   shm_free(g->verified);
+  shm_free(g->per_slot);
   shm_free(g);
 }
 
@@ -681,23 +721,36 @@ static int left_error(CollGroup *g, const Call *c, int p, bool gave_up) {
                  "device %s waits in %s", cp, line, cm, what), -1;
 }
 
+/* The descriptor of collective #seq of slot [s] (lock held), or NULL when
+ * it is older than the runs kept.  The line is the call's own when #seq
+ * is the slot's current collective. */
+static const CollDesc *desc_at(const Slot *s, long seq, CollDesc *buf) {
+  for (long k = s->nruns - 1; k >= 0 && k >= s->nruns - COLL_HIST; k--) {
+    const DescRun *run = &s->runs[k % COLL_HIST];
+    if (run->from > seq) continue;
+    *buf = run->d;
+    if (seq == atomic_load(&s->published)) buf->line = atomic_load(&s->line);
+    return buf;
+  }
+  return NULL;
+}
+
 /* Checks participant [p] against the caller's collective: 1 arrived and
- * agreeing, 0 not yet, -1 error set, -2 it gave up with an error (an echo:
- * the caller first looks for a cause among the other participants). */
+ * agreeing (or already through it: it checked the caller then), 0 not
+ * yet, -1 error set, -2 it gave up with an error (an echo: the caller
+ * first looks for a cause among the other participants). */
 static int check_peer(CollGroup *g, const Call *c, int p) {
   const Slot *s = &g->slots[p];
-  if (s->seq >= c->seq) {
-    long ahead = s->seq - c->seq;
-    const CollDesc *d = &s->hist[c->seq % COLL_HIST];
-    if (ahead < COLL_HIST && !desc_equal(d, &c->desc))
+  long pub = atomic_load(&s->published);
+  if (pub >= c->seq) {
+    CollDesc buf;
+    const CollDesc *d = desc_at(s, c->seq, &buf);
+    if (d && !desc_equal(d, &c->desc))
       return mismatch_error(g, c->rank, &c->desc, p, d);
-    if (ahead > 0) {
-      char cp[128];
-      return err_set(ERR_COLLECTIVE, "collective mismatch: device %s went on "
-                     "past its collective #%ld without this device",
-                     coords_of(g, p, cp, sizeof cp), c->seq + 1), -1;
-    }
-    return atomic_load_explicit(&s->in_coll, memory_order_relaxed) ? 1 : -2;
+    /* in_coll before done: finish() stores done first, then in_coll */
+    if (pub > c->seq || atomic_load(&s->in_coll) || atomic_load(&s->done) >= c->seq)
+      return 1;
+    return -2;
   }
   return s->exited ? left_error(g, c, p, false) : 0;
 }
@@ -734,23 +787,38 @@ static int cond_arrived(CollGroup *g, int rank, void *arg) {
 
 /* ---- entering and leaving a collective -------------------------------------- */
 
-/* Publishes the caller's descriptor and buffers (lock held).  Only the
- * waiters of this device's slot are woken: they are the ones an arrival
- * can satisfy (a peer waits on the first participant still missing). */
-static void publish(Call *c) {
+/* Whether the caller's descriptor continues its current run, so that
+ * publishing needs no lock (the owner reads its own runs). */
+static bool same_run(const Call *c) {
+  const Slot *s = &c->g->slots[c->rank];
+  return s->nruns > 0 && desc_equal(&s->runs[(s->nruns - 1) % COLL_HIST].d, &c->desc);
+}
+
+/* Publishes the caller's buffers and arrival; with [locked] (lock held)
+ * also a descriptor that starts a new run.  The seq_cst store of
+ * published orders everything before it for peers that acquire it, and
+ * pairs with sleepers as barrier_release explains.  Only the waiters of
+ * this device's slot are woken: they are the ones an arrival can satisfy
+ * (a peer waits on the first participant still missing). */
+static void publish(Call *c, bool locked) {
   Slot *s = &c->g->slots[c->rank];
-  if (s->seq < 0 || !desc_equal(&s->hist[s->seq % COLL_HIST], &c->desc))
+  if (locked && !same_run(c)) {
+    s->runs[s->nruns % COLL_HIST] = (DescRun){c->seq, c->desc};
+    s->nruns++;
     atomic_fetch_add_explicit(&s->desc_gen, 1, memory_order_relaxed);
-  s->seq = c->seq;
-  s->hist[c->seq % COLL_HIST] = c->desc;
+  }
   s->in = c->in;
   s->out = c->out;
+  atomic_store_explicit(&s->line, c->desc.line, memory_order_relaxed);
   atomic_store_explicit(&s->in_coll, true, memory_order_relaxed);
-  atomic_store_explicit(&s->published, c->seq, memory_order_release);
-  if (c->g->reference)
+  atomic_store(&s->published, c->seq);
+  if (c->g->reference) {
     bump(c->g);
-  else
-    wake_slot(s);
+  } else if (atomic_load(&s->sleepers) > 0) {
+    if (!locked) pthread_mutex_lock(&c->g->lock);
+    pthread_cond_broadcast(&s->wake);
+    if (!locked) pthread_mutex_unlock(&c->g->lock);
+  }
 }
 
 /* Nanoseconds of a monotonic clock. */
@@ -819,13 +887,15 @@ static void record_verified(const Call *c) {
   }
 }
 
-/* Whether every participant has published collective #seq, is still in
- * it, and has a descriptor generation verified against the caller's
- * current one: then cond_arrived would say yes (descriptors equal, nobody
- * ahead or gone), and the lock is not needed.  The acquire load of
+/* Whether every participant has published collective #seq (is in it or
+ * through it) and has a descriptor generation verified against the
+ * caller's current one: then cond_arrived would say yes (descriptors
+ * equal, nobody gone), and the lock is not needed.  The acquire load of
  * published orders the reads of the peer's generation and buffers after
- * its publish; a peer cannot publish again before this device passes the
- * final barrier, so what is read stays that of #seq. */
+ * its publish; a peer cannot publish again before this device is through
+ * #seq (the final barrier, or for a lane the peer's wait in
+ * lane_reusable), so what is read stays that of #seq.  A peer already
+ * further on has a later generation and is left to check_peer. */
 static bool arrived_verified(void *arg) {
   const Call *c = arg;
   const CollGroup *g = c->g;
@@ -836,9 +906,11 @@ static bool arrived_verified(void *arg) {
     const Slot *s = &g->slots[c->peers[i]];
     const Verified *v = &row[c->peers[i]];
     if (atomic_load_explicit(&s->published, memory_order_acquire) != c->seq ||
-        !atomic_load_explicit(&s->in_coll, memory_order_relaxed) ||
         v->own_gen != own ||
         atomic_load_explicit(&s->desc_gen, memory_order_relaxed) != v->peer_gen)
+      return false;
+    if (!atomic_load_explicit(&s->in_coll, memory_order_acquire) &&
+        atomic_load_explicit(&s->done, memory_order_relaxed) < c->seq)
       return false;
   }
   return true;
@@ -848,7 +920,7 @@ static bool arrived_verified(void *arg) {
  * held); the caller itself when none (never, while cond_arrived is 0). */
 static int first_missing(const Call *c) {
   for (int i = 0; i < c->n; i++)
-    if (c->g->slots[c->peers[i]].seq < c->seq) return c->peers[i];
+    if (atomic_load(&c->g->slots[c->peers[i]].published) < c->seq) return c->peers[i];
   return c->rank;
 }
 
@@ -875,37 +947,46 @@ static int wait_arrived(Call *c, bool spun) {
     }
     Slot *s = &g->slots[first_missing(c)];
     atomic_fetch_add(&s->sleepers, 1);
-    if (atomic_load(&g->epoch) == e && s->seq < c->seq) timed_wait(g, &s->wake);
+    if (atomic_load(&g->epoch) == e && atomic_load(&s->published) < c->seq)
+      timed_wait(g, &s->wake);
     atomic_fetch_sub(&s->sleepers, 1);
     spun = false;
   }
 }
 
-/* Waits until all participants arrived; on failure leaves the collective. */
+/* Waits until all participants arrived; on failure leaves the collective.
+ * A device whose descriptor continues its run publishes without the lock
+ * (unless the group is stopping: the locked path reports that), so a loop
+ * repeating one collective meets on the atomics alone. */
 static int rendezvous(Call *c) {
   CollGroup *g = c->g;
-  pthread_mutex_lock(&g->lock);
-  if (abort_error(g) < 0) {
+  Slot *me = &g->slots[c->rank];
+  bool unlocked = !g->reference && !atomic_load(&g->stopped) && !interrupted() && same_run(c);
+  if (unlocked) {
+    publish(c, false);
+  } else {
+    pthread_mutex_lock(&g->lock);
+    if (abort_error(g) < 0) {
+      pthread_mutex_unlock(&g->lock);
+      return -1;
+    }
+    publish(c, true);
     pthread_mutex_unlock(&g->lock);
-    return -1;
   }
-  c->seq = g->slots[c->rank].seq + 1;
-  publish(c);
-  int r = 1;
-  if (c->n > 1 && g->reference) {
+  if (c->n == 1) return 0;
+  int r;
+  if (g->reference) {
+    pthread_mutex_lock(&g->lock);
     r = wait_for(g, c->rank, cond_arrived, c);
-  } else if (c->n > 1) {
-    /* First without the lock: a loop repeating one collective is verified
-     * once and then meets on the published counters alone. */
+  } else {
     unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
-    pthread_mutex_unlock(&g->lock);
-    bool all = spin_until(g, &g->slots[c->rank], all_published, c, e);
+    bool all = spin_until(g, me, all_published, c, e);
     if (all && arrived_verified(c)) return 0;
     pthread_mutex_lock(&g->lock);
     r = wait_arrived(c, true);
   }
   if (r < 0) {
-    atomic_store_explicit(&g->slots[c->rank].in_coll, false, memory_order_relaxed);
+    atomic_store(&me->in_coll, false);
     bump(g);
   }
   pthread_mutex_unlock(&g->lock);
@@ -993,11 +1074,96 @@ static bool barrier(Call *c) {
   return false;
 }
 
+/* Marks the caller through collective #seq: peers that look at it later
+ * see it done, not gone, and a lane writer waiting for it wakes. */
+static void finish(Call *c) {
+  Slot *me = &c->g->slots[c->rank];
+  atomic_store(&me->done, c->seq);
+  atomic_store(&me->in_coll, false);
+  if (atomic_load(&me->sleepers) > 0) {
+    pthread_mutex_lock(&c->g->lock);
+    pthread_cond_broadcast(&me->wake);
+    pthread_mutex_unlock(&c->g->lock);
+  }
+}
+
 /* The final barrier (operands may be released after it) and leaving. */
 static void leave(Call *c) {
   barrier(c);
-  atomic_store_explicit(&c->g->slots[c->rank].in_coll, false,
-                        memory_order_relaxed);
+  finish(c);
+}
+
+/* ---- lanes: small reductions without a final barrier ------------------------- */
+
+static void read_flat(char *dst, const Array *a, int64_t lo, int64_t len);
+
+/* Whether collective [c] moves its data through the lanes: a reduction of
+ * at most COLL_LANE_BYTES in fast mode.  The same answer on every
+ * participant whose descriptor agrees (it depends on the operand's aval
+ * only), and a disagreement fails the arrival before data moves. */
+static bool uses_lane(const Call *c, const Array *x) {
+  return !c->g->reference && c->n > 1 &&
+         (size_t)x->size * dt_size(x->dtype) <= COLL_LANE_BYTES;
+}
+
+/* Whether every reader of [lane] is done with it, or gone (lock held, or
+ * not: done only grows, and a device that left reads nothing). */
+static bool lane_free(Slot *me, const CollGroup *g, const Lane *lane, bool locked) {
+  for (int i = 0; i < lane->n; i++) {
+    int p = lane->peers[i];
+    if (me->known_done[p] >= lane->seq) continue;
+    me->known_done[p] = atomic_load(&g->slots[p].done);
+    if (me->known_done[p] < lane->seq && !(locked && g->slots[p].exited)) return false;
+  }
+  return true;
+}
+
+typedef struct LaneArg {
+  Slot *me;
+  const CollGroup *g;
+  const Lane *lane;
+} LaneArg;
+
+static bool lane_free_unlocked(void *arg) {
+  LaneArg *a = arg;
+  return lane_free(a->me, a->g, a->lane, false);
+}
+
+/* Waits until the caller's lane of parity c->seq % 2 may be written: its
+ * readers (the participants of collective #seq - 2) are done with it or
+ * left the body.  They are past that collective's arrival, so they finish
+ * without running user code, and the wait is bounded. */
+static void lane_reusable(Call *c, Lane *lane) {
+  CollGroup *g = c->g;
+  Slot *me = &g->slots[c->rank];
+  if (lane->seq < 0 || lane_free(me, g, lane, false)) return;
+  LaneArg a = {me, g, lane};
+  if (spin_until(g, me, lane_free_unlocked, &a, atomic_load(&g->epoch))) return;
+  pthread_mutex_lock(&g->lock);
+  while (!lane_free(me, g, lane, true)) {
+    Slot *s = NULL;
+    for (int i = 0; i < lane->n && !s; i++)
+      if (me->known_done[lane->peers[i]] < lane->seq) s = &g->slots[lane->peers[i]];
+    atomic_fetch_add(&s->sleepers, 1);
+    if (atomic_load(&s->done) < lane->seq && !s->exited) timed_wait(g, &s->wake);
+    atomic_fetch_sub(&s->sleepers, 1);
+  }
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* Copies the caller's operand [x] into its lane for collective #seq,
+ * before the arrival is published. */
+static void lane_write(Call *c, const Array *x) {
+  Lane *lane = &c->g->slots[c->rank].lane[c->seq % 2];
+  lane_reusable(c, lane);
+  if (x->contiguous || x->ndim == 0)
+    memcpy(lane->data, arr_data(x), (size_t)x->size * dt_size(x->dtype));
+  else if (x->size > 0)
+    read_flat(lane->data, x, 0, x->size);
+  lane->seq = c->seq;
+  lane->n = 0;
+  for (int i = 0; i < c->n; i++)
+    if (c->peers[i] != c->rank) lane->peers[lane->n++] = c->peers[i];
 }
 
 /* Sets up [c] on the calling device: group, axes, participants, descriptor. */
@@ -1014,6 +1180,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->in = in;
   c->out = out;
   c->peers = c->g->peer_store + (size_t)c->rank * (size_t)c->g->mesh.ndevices;
+  c->seq = atomic_load_explicit(&c->g->slots[c->rank].published, memory_order_relaxed) + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
   if (resolve_axes(prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0)
@@ -1051,6 +1218,7 @@ void coll_group_abort(CollGroup *g, ErrKind kind, const char *why) {
   pthread_mutex_lock(&g->lock);
   if (!g->aborted) {
     g->aborted = true;
+    atomic_store(&g->stopped, true);
     g->abort_kind = kind;
     snprintf(g->abort_msg, sizeof g->abort_msg, "%s", why);
   }
@@ -1061,14 +1229,15 @@ void coll_group_abort(CollGroup *g, ErrKind kind, const char *why) {
 bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap) {
   pthread_mutex_lock(&g->lock);
   Slot *s = &g->slots[rank];
-  bool in = s->in_coll;
+  bool in = atomic_load(&s->in_coll);
+  CollDesc buf_d;
+  const CollDesc *d = in ? desc_at(s, atomic_load(&s->published), &buf_d) : NULL;
   buf[0] = 0;
-  if (in) {
-    CollDesc d = s->hist[s->seq % COLL_HIST];
+  if (d) {
     char axes[128], line[32] = "";
-    axes_str(&g->mesh, &d, axes, sizeof axes);
-    if (d.line > 0) snprintf(line, sizeof line, " at line %d", d.line);
-    snprintf(buf, cap, "%s over %s%s", kind_names[d.kind], axes, line);
+    axes_str(&g->mesh, d, axes, sizeof axes);
+    if (d->line > 0) snprintf(line, sizeof line, " at line %d", d->line);
+    snprintf(buf, cap, "%s over %s%s", kind_names[d->kind], axes, line);
   }
   pthread_mutex_unlock(&g->lock);
   return in;
@@ -1076,7 +1245,7 @@ bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap) {
 
 long coll_seq(CollGroup *g, int rank) {
   pthread_mutex_lock(&g->lock);
-  long s = g->slots[rank].seq + 1;
+  long s = atomic_load(&g->slots[rank].published) + 1;
   pthread_mutex_unlock(&g->lock);
   return s;
 }
@@ -1812,12 +1981,45 @@ static int ref_reduce(const Call *c, const RedArg *r) {
   return 0;
 }
 
+/* A lane reduction: every participant folds the operands copied into the
+ * participants' lanes, in participant order, into its own output. */
+static void lane_reduce(const Call *c, const RedArg *r) {
+  _Alignas(64) char acc[COLL_LANE_BYTES];
+  Array *o = c->out[0];
+  int64_t n = o->size;
+  int k = (int)(c->seq % 2);
+  const char *src[2];
+  for (int q = 0; q < 2; q++) src[q] = c->g->slots[c->peers[q]].lane[k].data;
+  red_first(r, acc, src[0], src[1], n);
+  for (int q = 2; q < c->n; q++)
+    red_next(r, acc, c->g->slots[c->peers[q]].lane[k].data, n);
+  if (o->contiguous || o->ndim == 0) {
+    memcpy(arr_data(o), acc, (size_t)n * dt_size(o->dtype));
+    return;
+  }
+  View dst, from;
+  view_of(&dst, o);
+  from = dst;
+  from.base = acc;
+  for (int d = dst.ndim - 1, st = 1; d >= 0; st *= (int)dst.shape[d], d--)
+    from.strides[d] = st;
+  view_copy(&dst, &from);
+}
+
 /* Semantics: jax.lax.psum / pmax / pmin with axis_index_groups. */
 static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
                          Array **out) {
   Call c;
-  if (call_init(&c, kind, p, in, 1, out) < 0 || rendezvous(&c) < 0) return -1;
+  if (call_init(&c, kind, p, in, 1, out) < 0) return -1;
+  bool lane = uses_lane(&c, in[0]);
+  if (lane) lane_write(&c, in[0]);
+  if (rendezvous(&c) < 0) return -1;
   RedArg r = {in[0]->dtype, op};
+  if (lane) {
+    lane_reduce(&c, &r);
+    finish(&c);
+    return 0;
+  }
   int rc = c.g->reference ? ref_reduce(&c, &r) : fast_reduce(&c, &r);
   leave(&c);
   return rc;

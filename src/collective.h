@@ -50,14 +50,21 @@
  * written them.  psum/pmax/pmin are one pass of reduce-scatter and
  * all-gather: participant j folds the j-th 1/n of the elements (cut at
  * cache lines) from all peers, in participant order, a cache-sized chunk
- * at a time, and writes each folded chunk into every participant's output
- * (no barrier between the phases, no memcpy of its own block first); a
+ * at a time, into the first participant's output, and every participant's
+ * result then shares that one buffer (arr_share_buffer: a shared buffer
+ * is never changed in place), so each element is written once; a
  * non-contiguous operand (a broadcast, a transpose) is read into a
  * contiguous chunk, so the fold loops are always contiguous and
  * vectorised.  Every device gets the same bits.  Small reductions, up to
  * COLL_SMALL_REDUCE elements times participants, are folded whole by every
  * participant in the same order: a barrier costs more than the
- * arithmetic.  (Outputs that are not contiguous, which prim_apply never
+ * arithmetic.  Tiny ones (COLL_LANE_BYTES) go through LANES: each device
+ * copies its operand into its slot's lane (one per parity of the sequence
+ * number) before it publishes, folds from its peers' lanes, and leaves
+ * without a final barrier; it rewrites a lane two collectives later, once
+ * that lane's readers have marked themselves done.  So a device may be
+ * one collective ahead of a peer, and a peer found further on has been
+ * through the caller's collective (it checked the caller then).  (Outputs that are not contiguous, which prim_apply never
  * makes, take the older strided path: fold into the own output, a
  * barrier, copy the other parts from the peers' outputs.)
  * psum_scatter reduces only its own block, in the same order.
@@ -69,10 +76,11 @@
  * so 8 devices on 2 cores hand the cores to the devices that have work
  * instead of spinning each other out, then sleeps.  Sleepers wait on the
  * condition variable of the device they wait for, so an arrival wakes
- * only them.  One mutex per group guards the sequence state, descriptors,
- * baton and abort state (collective.c says which fields; the arrival
+ * only them.  One mutex per group guards the descriptors, exits, baton
+ * and abort state (collective.c says which fields; the arrival and done
  * counters and barriers are atomics); data moves outside it, and a loop
- * repeating one collective takes it once per call.
+ * repeating one collective does not take it at all: a descriptor equal
+ * to the device's previous one is published with atomics alone.
  *
  * ARITHMETIC.  Reductions fold in participant order on every path, so the
  * result is bitwise equal on every device and in both modes.  Integers
