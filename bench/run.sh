@@ -71,6 +71,8 @@ for n in 2 8; do
 done
 
 echo
-echo "== matmul_basic 2048x2048 float32: 2-device mesh | one device"
-read -r n t2 t1 ok < <("$shmap" --devices 2 "$here/matmul_basic.shm" 2 3)
-awk -v a="$t2" -v b="$t1" -v ok="$ok" 'BEGIN{printf "2 devices %.1f ms | 1 device %.1f ms | speed-up %.2fx (results agree: %s)\n", a*1e3, b*1e3, b/a, ok}'
+echo "== matmul_basic 2048x2048 float32: 2-device mesh | one device (best of 3 runs each)"
+for _ in 1 2 3; do "$shmap" --devices 2 "$here/matmul_basic.shm" 2 3; done > "$tmp/mm.txt"
+awk 'NR == 1 || $2 < a { a = $2 } NR == 1 || $3 < b { b = $3 } $4 != "True" { ok = "False" }
+     END { if (ok == "") ok = "True";
+           printf "2 devices %.1f ms | 1 device %.1f ms | speed-up %.2fx (results agree: %s)\n", a*1e3, b*1e3, b/a, ok }' "$tmp/mm.txt"
