@@ -35,8 +35,8 @@
  * are written before a seq_cst store of the slot's published counter; a
  * peer reads them after loading that counter.  A lane reader's store of
  * its done counter, loaded by the lane's owner before rewriting it,
- * orders the reads before the rewrite.  Writes into peers' outputs and reads of their operands
- * happen before the writer's acq_rel add on the final barrier's count;
+ * orders the reads before the rewrite.  Writes into peers' outputs and
+ * reads of their operands happen before the writer's acq_rel add on the final barrier's count;
  * the last arrival's release of the generation, acquired by the others,
  * orders them before anyone leaves (ThreadSanitizer checks this in the
  * unit test).
@@ -58,7 +58,7 @@
 #include "kernels.h"
 #include "mem.h"
 
-#define COLL_HIST 8            /* descriptors remembered per device */
+#define COLL_HIST 8            /* runs of descriptors remembered per device */
 #define COLL_SIG_CAP 160       /* "f32[4,8], i32[2]" */
 #define COLL_PARAMS_CAP 256    /* canonical non-axis parameters */
 #define COLL_SMALL_REDUCE 16384 /* elements x participants folded by each */
@@ -167,8 +167,8 @@ struct CollGroup {
   char abort_msg[512];            /* guarded */
   Slot *slots;                    /* [mesh.ndevices] */
   int *peer_store;                /* [ndevices * ndevices]: each rank's peers */
-  long *per_slot;                 /* [ndevices * ndevices * 3]: the slots'
-                                     known_done and lane peers */
+  long *known_store;              /* [ndevices * ndevices]: the slots' known_done */
+  int *lane_store;                /* [ndevices * ndevices * 2]: their lanes' peers */
   Verified *verified;             /* [ndevices * ndevices]: row r is rank r's
                                      own (only its thread touches it) */
 };
@@ -523,8 +523,9 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   g->slots = shm_calloc((size_t)n, sizeof(Slot));
   g->peer_store = shm_calloc((size_t)n * (size_t)n, sizeof(int));
   g->verified = shm_calloc((size_t)n * (size_t)n, sizeof(Verified));
-  g->per_slot = shm_calloc((size_t)n * (size_t)n * 3, sizeof(long));
-  if (!g->slots || !g->peer_store || !g->verified || !g->per_slot) {
+  g->known_store = shm_calloc((size_t)n * (size_t)n, sizeof(long));
+  g->lane_store = shm_calloc((size_t)n * (size_t)n * 2, sizeof(int));
+  if (!g->slots || !g->peer_store || !g->verified || !g->known_store || !g->lane_store) {
     coll_group_free(g);
     return err_nomem();
   }
@@ -536,14 +537,13 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   atomic_init(&g->epoch, 0);
   for (int r = 0; r < n; r++) {
     Slot *s = &g->slots[r];
-    long *mine = g->per_slot + (size_t)r * (size_t)n * 3;
     atomic_init(&s->published, -1);
     atomic_init(&s->done, -1);
-    s->known_done = mine;
+    s->known_done = g->known_store + (size_t)r * (size_t)n;
     for (int p = 0; p < n; p++) s->known_done[p] = -1;
     for (int k = 0; k < 2; k++) {
       s->lane[k].seq = -1;
-      s->lane[k].peers = (int *)(mine + n * (1 + k));
+      s->lane[k].peers = g->lane_store + ((size_t)r * 2 + (size_t)k) * (size_t)n;
     }
     s->spin_ns = COLL_PAUSE_NS;
     pthread_cond_init(&s->wake, NULL);
@@ -565,13 +565,22 @@ void coll_group_free(CollGroup *g) {
   shm_free(g->slots);
   shm_free(g->peer_store);
   shm_free(g->verified);
-  shm_free(g->per_slot);
+  shm_free(g->known_store);
+  shm_free(g->lane_store);
   shm_free(g);
 }
 
-/* Wakes the fast-mode sleepers on slot [s] (lock held). */
-static void wake_slot(Slot *s) {
-  if (atomic_load(&s->sleepers) > 0) pthread_cond_broadcast(&s->wake);
+/* Wakes the fast-mode sleepers on slot [s], taking the lock unless
+ * [locked] says the caller holds it.  The caller has just changed, with a
+ * seq_cst store, what they wait for; the sleepers load is seq_cst too, as
+ * are a sleeper's increment and its re-check under the lock, so either
+ * the sleeper sees the change or this sees the sleeper and broadcasts
+ * after it waits. */
+static void wake_slot(CollGroup *g, Slot *s, bool locked) {
+  if (atomic_load(&s->sleepers) == 0) return;
+  if (!locked) pthread_mutex_lock(&g->lock);
+  pthread_cond_broadcast(&s->wake);
+  if (!locked) pthread_mutex_unlock(&g->lock);
 }
 
 /* Announces a change of guarded state (lock held): spinners see the
@@ -582,7 +591,7 @@ static void bump(CollGroup *g) {
   atomic_fetch_add_explicit(&g->epoch, 1, memory_order_release);
   pthread_cond_broadcast(&g->cond);
   if (!g->reference)
-    for (int r = 0; r < g->mesh.ndevices; r++) wake_slot(&g->slots[r]);
+    for (int r = 0; r < g->mesh.ndevices; r++) wake_slot(g, &g->slots[r], true);
 }
 
 static inline void cpu_pause(void) {
@@ -797,7 +806,7 @@ static bool same_run(const Call *c) {
 /* Publishes the caller's buffers and arrival; with [locked] (lock held)
  * also a descriptor that starts a new run.  The seq_cst store of
  * published orders everything before it for peers that acquire it, and
- * pairs with sleepers as barrier_release explains.  Only the waiters of
+ * pairs with sleepers as wake_slot explains.  Only the waiters of
  * this device's slot are woken: they are the ones an arrival can satisfy
  * (a peer waits on the first participant still missing). */
 static void publish(Call *c, bool locked) {
@@ -812,13 +821,10 @@ static void publish(Call *c, bool locked) {
   atomic_store_explicit(&s->line, c->desc.line, memory_order_relaxed);
   atomic_store_explicit(&s->in_coll, true, memory_order_relaxed);
   atomic_store(&s->published, c->seq);
-  if (c->g->reference) {
+  if (c->g->reference)
     bump(c->g);
-  } else if (atomic_load(&s->sleepers) > 0) {
-    if (!locked) pthread_mutex_lock(&c->g->lock);
-    pthread_cond_broadcast(&s->wake);
-    if (!locked) pthread_mutex_unlock(&c->g->lock);
-  }
+  else
+    wake_slot(c->g, s, locked);
 }
 
 /* Nanoseconds of a monotonic clock. */
@@ -1025,19 +1031,12 @@ static bool barrier_locked(Call *c, BarrierArg *b) {
   return last;
 }
 
-/* The last arrival of a fast barrier: opens the next generation, then
- * wakes sleepers.  The generation store and the sleepers load are both
- * seq_cst, as are a sleeper's increment and its re-check of the
- * generation (under the lock), so either the sleeper sees the new
- * generation or this sees the sleeper and broadcasts after it waits. */
+/* The last arrival of a fast barrier: opens the next generation (a
+ * seq_cst add, see wake_slot), then wakes sleepers. */
 static void barrier_release(CollGroup *g, Slot *leader) {
   atomic_store(&leader->bar_count, 0);
   atomic_fetch_add(&leader->bar_gen, 1);
-  if (atomic_load(&leader->sleepers) > 0) {
-    pthread_mutex_lock(&g->lock);
-    pthread_cond_broadcast(&leader->wake);
-    pthread_mutex_unlock(&g->lock);
-  }
+  wake_slot(g, leader, false);
 }
 
 /*
@@ -1080,11 +1079,7 @@ static void finish(Call *c) {
   Slot *me = &c->g->slots[c->rank];
   atomic_store(&me->done, c->seq);
   atomic_store(&me->in_coll, false);
-  if (atomic_load(&me->sleepers) > 0) {
-    pthread_mutex_lock(&c->g->lock);
-    pthread_cond_broadcast(&me->wake);
-    pthread_mutex_unlock(&c->g->lock);
-  }
+  wake_slot(c->g, me, false);
 }
 
 /* The final barrier (operands may be released after it) and leaving. */
@@ -1106,16 +1101,17 @@ static bool uses_lane(const Call *c, const Array *x) {
          (size_t)x->size * dt_size(x->dtype) <= COLL_LANE_BYTES;
 }
 
-/* Whether every reader of [lane] is done with it, or gone (lock held, or
- * not: done only grows, and a device that left reads nothing). */
-static bool lane_free(Slot *me, const CollGroup *g, const Lane *lane, bool locked) {
+/* A reader of [lane] not yet done with it, or -1 when none is.  With
+ * [locked] (lock held) a reader that left the body counts as done (it
+ * reads nothing more); without, it is only found when the lock is taken. */
+static int lane_blocker(Slot *me, const CollGroup *g, const Lane *lane, bool locked) {
   for (int i = 0; i < lane->n; i++) {
     int p = lane->peers[i];
     if (me->known_done[p] >= lane->seq) continue;
     me->known_done[p] = atomic_load(&g->slots[p].done);
-    if (me->known_done[p] < lane->seq && !(locked && g->slots[p].exited)) return false;
+    if (me->known_done[p] < lane->seq && !(locked && g->slots[p].exited)) return p;
   }
-  return true;
+  return -1;
 }
 
 typedef struct LaneArg {
@@ -1124,9 +1120,9 @@ typedef struct LaneArg {
   const Lane *lane;
 } LaneArg;
 
-static bool lane_free_unlocked(void *arg) {
+static bool lane_free(void *arg) {
   LaneArg *a = arg;
-  return lane_free(a->me, a->g, a->lane, false);
+  return lane_blocker(a->me, a->g, a->lane, false) < 0;
 }
 
 /* Waits until the caller's lane of parity c->seq % 2 may be written: its
@@ -1136,14 +1132,13 @@ static bool lane_free_unlocked(void *arg) {
 static void lane_reusable(Call *c, Lane *lane) {
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
-  if (lane->seq < 0 || lane_free(me, g, lane, false)) return;
   LaneArg a = {me, g, lane};
-  if (spin_until(g, me, lane_free_unlocked, &a, atomic_load(&g->epoch))) return;
+  if (lane->seq < 0 || lane_free(&a) ||
+      spin_until(g, me, lane_free, &a, atomic_load(&g->epoch)))
+    return;
   pthread_mutex_lock(&g->lock);
-  while (!lane_free(me, g, lane, true)) {
-    Slot *s = NULL;
-    for (int i = 0; i < lane->n && !s; i++)
-      if (me->known_done[lane->peers[i]] < lane->seq) s = &g->slots[lane->peers[i]];
+  for (int p; (p = lane_blocker(me, g, lane, true)) >= 0;) {
+    Slot *s = &g->slots[p];
     atomic_fetch_add(&s->sleepers, 1);
     if (atomic_load(&s->done) < lane->seq && !s->exited) timed_wait(g, &s->wake);
     atomic_fetch_sub(&s->sleepers, 1);
@@ -1908,11 +1903,9 @@ static void fold_range(const Call *c, const RedArg *r, int64_t lo, int64_t hi,
   for (int64_t i = lo; i < hi; i += chunk) {
     int64_t len = hi - i < chunk ? hi - i : chunk;
     fold_chunk(c, r, acc, i, len, scratch);
-    for (int q = 0; q < c->n; q++) {
-      Array *o = dst ? dst : peer_out(c, q);
-      memcpy((char *)arr_data(o) + i * (int64_t)es, acc, (size_t)len * es);
-      if (dst) break;
-    }
+    for (int q = 0; q < (dst ? 1 : c->n); q++)
+      memcpy((char *)arr_data(dst ? dst : peer_out(c, q)) + i * (int64_t)es, acc,
+             (size_t)len * es);
   }
 }
 

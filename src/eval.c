@@ -810,13 +810,15 @@ static Value *eval_const(const Node *n) {
     if (e->orig) continue;
     if (const_cache_used >= CONST_CACHE_SIZE / 2) break;  /* keep probes short */
     Value *c = const_copy(v);
-    if (!c) break;
+    if (!c) {
+      err_clear();  /* a failed copy just falls back to sharing */
+      break;
+    }
     e->orig = val_incref(v);
     e->copy = c;
     const_cache_used++;
     return val_incref(c);
   }
-  err_clear();  /* a failed copy just falls back to sharing */
   return val_incref(v);
 }
 
