@@ -24,6 +24,12 @@
  * for it), the last device into a barrier only those of the leader's.
  * Every sleep is at most COLL_POLL_MS, so Ctrl-C is noticed.
  *
+ * Cache lines.  What peers poll (a slot's published counter, with the
+ * data of tiny lanes) shares a line with nothing the owner writes more
+ * often, and what only the owner writes (its done counter, its arrays)
+ * with nothing another device touches: a line moving between cores costs
+ * more than the rest of a small collective.
+ *
  * Matching without the lock.  The arrival check with its exact messages
  * (cond_arrived) runs under the lock; once it has accepted a participant's
  * descriptor, the pair's descriptor generations are remembered
@@ -33,10 +39,12 @@
  *
  * Memory ordering of data: operand and output pointers and lane contents
  * are written before a seq_cst store of the slot's published counter; a
- * peer reads them after loading that counter.  A lane reader's store of
- * its done counter, loaded by the lane's owner before rewriting it,
+ * peer reads them after loading that counter.  A lane reader finishes
+ * the collective before it publishes the next one, so its published or
+ * done counter, loaded by the lane's owner before rewriting the lane,
  * orders the reads before the rewrite.  Writes into peers' outputs and
- * reads of their operands happen before the writer's acq_rel add on the final barrier's count;
+ * reads of their operands happen before the writer's acq_rel add on the
+ * final barrier's count;
  * the last arrival's release of the generation, acquired by the others,
  * orders them before anyone leaves (ThreadSanitizer checks this in the
  * unit test).
@@ -48,6 +56,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -71,6 +80,8 @@
 #define COLL_YIELD_NS 50000    /* devices > cores: yielding, before sleeping */
 #define COLL_LANE_BYTES 512    /* reductions up to this size go through the
                                   slots' lanes, without a final barrier */
+#define COLL_INLINE_BYTES 16   /* lanes up to this size live on the line
+                                  peers poll: one transfer brings both */
 
 /* The kinds of collective, in messages by their jax.lax function name. */
 typedef enum { CK_PSUM, CK_PMAX, CK_PMIN, CK_ALL_GATHER, CK_PSUM_SCATTER,
@@ -110,6 +121,14 @@ typedef struct Lane {
   _Alignas(64) char data[COLL_LANE_BYTES];
 } Lane;
 
+/* What rank r last verified, under the lock, about participant p: p's
+ * descriptor equalled r's while p's desc_gen was peer_gen and r's own
+ * was own_gen.  While both generations stay, the descriptors still agree
+ * and an arrival can be accepted without the lock (arrived_verified). */
+typedef struct Verified {
+  unsigned long peer_gen, own_gen;  /* 0: nothing verified (gens start at 1) */
+} Verified;
+
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
@@ -126,32 +145,41 @@ typedef struct Slot {
   pthread_cond_t wake;            /* fast mode: peers waiting for this device's
                                      arrival, its done counter, or a barrier it
                                      leads, sleep here */
-  /* atomics, read without the lock: */
-  char pad0_[64];                 /* the owner's hot line apart from the above */
-  atomic_long published;          /* number of the collective entered last (-1
-                                     none); stored (seq_cst) by the owner after
-                                     everything above */
-  atomic_long done;               /* the last collective it completed */
-  atomic_bool in_coll;            /* inside collective #published */
+  /* atomics, read without the lock.  The line peers poll, written by
+   * the owner once per collective (when it publishes): */
+  _Alignas(64) atomic_long published; /* number of the collective entered
+                                     last (-1 none); stored (seq_cst) by the
+                                     owner after everything above */
+  atomic_long gave_up;            /* collective it left with an error, after
+                                     publishing it (-1 none) */
   atomic_int line;                /* source line of #published */
   atomic_int sleepers;            /* threads asleep on wake (changed under the
                                      lock; seq_cst: see barrier_release) */
   atomic_ulong desc_gen;          /* runs started, changed under the lock */
-  char pad_[64];                  /* the barrier's line apart from the above */
-  atomic_uint bar_count;          /* barrier of instances this device leads: */
+  _Alignas(16) char inline_lane[2][COLL_INLINE_BYTES]; /* data of the lanes
+                                     of at most COLL_INLINE_BYTES */
+  /* the owner's line, which peers read only off the steady path (a lane
+   * writer that has not seen them arrive since, a check under the lock,
+   * the debugger), so finishing a collective moves no line between cores: */
+  _Alignas(64) atomic_long done;  /* the last collective it completed */
+  atomic_bool in_coll;            /* inside collective #published */
+  _Alignas(64) atomic_uint bar_count; /* barrier of instances this device leads: */
   atomic_uint bar_gen;            /* arrivals, and instances completed */
-  /* only the owner's thread touches these: */
+  /* only the owner's thread touches these, and the arrays, in a block of
+   * whole cache lines of its own (written at every collective, they must
+   * not share a line with another device's): */
   int64_t spin_ns;                /* its current spin (spin_until) */
-  long *known_done;               /* [ndevices]: done counters seen of peers */
+  void *own;                      /* the block; own_bytes long */
+  size_t own_bytes;
+  Verified *verified;      /* [ndevices]: what it verified of each peer */
+  long *known_done;               /* [ndevices]: lower bounds of the peers'
+                                     done counters, as last seen */
+  int *peers;                     /* [ndevices]: its current call's participants */
 } Slot;
 
-/* What rank r last verified, under the lock, about participant p: p's
- * descriptor equalled r's while p's desc_gen was peer_gen and r's own
- * was own_gen.  While both generations stay, the descriptors still agree
- * and an arrival can be accepted without the lock (arrived_verified). */
-typedef struct Verified {
-  unsigned long peer_gen, own_gen;  /* 0: nothing verified (gens start at 1) */
-} Verified;
+_Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -
+                   offsetof(Slot, published) <= 64,
+               "a slot's polled line holds its small lanes");
 
 struct CollGroup {
   MeshDesc mesh;                  /* copy; names and device_ids borrowed */
@@ -166,11 +194,6 @@ struct CollGroup {
   ErrKind abort_kind;             /* guarded */
   char abort_msg[512];            /* guarded */
   Slot *slots;                    /* [mesh.ndevices] */
-  int *peer_store;                /* [ndevices * ndevices]: each rank's peers */
-  long *known_store;              /* [ndevices * ndevices]: the slots' known_done */
-  int *lane_store;                /* [ndevices * ndevices * 2]: their lanes' peers */
-  Verified *verified;             /* [ndevices * ndevices]: row r is rank r's
-                                     own (only its thread touches it) */
 };
 
 /* One collective call in progress on one device (on its stack). */
@@ -514,22 +537,44 @@ static void init_lock(pthread_mutex_t *m, bool spin) {
   pthread_mutexattr_destroy(&a);
 }
 
+/* Zeroed slots for [n] devices, on 64-byte boundaries as their
+ * cache-line alignment requires (calloc gives only 16). */
+static Slot *slots_alloc(int n) {
+  size_t bytes = (size_t)n * sizeof(Slot);
+  Slot *s = shm_buf_alloc(bytes);
+  if (s) memset(s, 0, bytes);
+  return s;
+}
+
+/* Allocates slot [s]'s own arrays for [n] devices, zeroed: 0, or -1. */
+static int own_alloc(Slot *s, int n) {
+  size_t un = (size_t)n;
+  size_t bytes = un * (sizeof(Verified) + sizeof(long) + sizeof(int) * 3);
+  s->own_bytes = (bytes + 63) & ~(size_t)63;
+  char *b = s->own = shm_buf_alloc(s->own_bytes);
+  if (!b) return -1;
+  memset(b, 0, s->own_bytes);
+  s->verified = (Verified *)b;
+  s->known_done = (long *)(b + un * sizeof(Verified));
+  s->peers = (int *)(b + un * (sizeof(Verified) + sizeof(long)));
+  for (int k = 0; k < 2; k++) s->lane[k].peers = s->peers + un * (size_t)(k + 1);
+  return 0;
+}
+
 CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   int n = mesh->ndevices;
   if (n < 1 || mesh->naxes > DEV_MAX_AXES)
     return err_set(ERR_VALUE, "bad mesh: %d devices, %d axes", n, mesh->naxes);
   CollGroup *g = shm_calloc(1, sizeof *g);
   if (!g) return err_nomem();
-  g->slots = shm_calloc((size_t)n, sizeof(Slot));
-  g->peer_store = shm_calloc((size_t)n * (size_t)n, sizeof(int));
-  g->verified = shm_calloc((size_t)n * (size_t)n, sizeof(Verified));
-  g->known_store = shm_calloc((size_t)n * (size_t)n, sizeof(long));
-  g->lane_store = shm_calloc((size_t)n * (size_t)n * 2, sizeof(int));
-  if (!g->slots || !g->peer_store || !g->verified || !g->known_store || !g->lane_store) {
+  g->mesh = *mesh;
+  g->slots = slots_alloc(n);
+  bool ok = g->slots != NULL;
+  for (int r = 0; ok && r < n; r++) ok = own_alloc(&g->slots[r], n) == 0;
+  if (!ok) {
     coll_group_free(g);
     return err_nomem();
   }
-  g->mesh = *mesh;
   g->reference = reference;
   g->spin = !reference && n <= ncores();
   init_lock(&g->lock, g->spin);
@@ -539,12 +584,9 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
     Slot *s = &g->slots[r];
     atomic_init(&s->published, -1);
     atomic_init(&s->done, -1);
-    s->known_done = g->known_store + (size_t)r * (size_t)n;
+    atomic_init(&s->gave_up, -1);
     for (int p = 0; p < n; p++) s->known_done[p] = -1;
-    for (int k = 0; k < 2; k++) {
-      s->lane[k].seq = -1;
-      s->lane[k].peers = g->lane_store + ((size_t)r * 2 + (size_t)k) * (size_t)n;
-    }
+    for (int k = 0; k < 2; k++) s->lane[k].seq = -1;
     s->spin_ns = COLL_PAUSE_NS;
     pthread_cond_init(&s->wake, NULL);
     s->ctx = (DevCtx){.mesh = &g->mesh, .rank = r, .group = g,
@@ -562,11 +604,11 @@ void coll_group_free(CollGroup *g) {
     for (int r = 0; r < g->mesh.ndevices; r++)
       pthread_cond_destroy(&g->slots[r].wake);
   }
-  shm_free(g->slots);
-  shm_free(g->peer_store);
-  shm_free(g->verified);
-  shm_free(g->known_store);
-  shm_free(g->lane_store);
+  if (g->slots) {
+    for (int r = 0; r < g->mesh.ndevices; r++)
+      shm_buf_free(g->slots[r].own, g->slots[r].own_bytes);
+    shm_buf_free(g->slots, (size_t)g->mesh.ndevices * sizeof(Slot));
+  }
   shm_free(g);
 }
 
@@ -756,10 +798,7 @@ static int check_peer(CollGroup *g, const Call *c, int p) {
     const CollDesc *d = desc_at(s, c->seq, &buf);
     if (d && !desc_equal(d, &c->desc))
       return mismatch_error(g, c->rank, &c->desc, p, d);
-    /* in_coll before done: finish() stores done first, then in_coll */
-    if (pub > c->seq || atomic_load(&s->in_coll) || atomic_load(&s->done) >= c->seq)
-      return 1;
-    return -2;
+    return pub > c->seq || atomic_load(&s->gave_up) != c->seq ? 1 : -2;
   }
   return s->exited ? left_error(g, c, p, false) : 0;
 }
@@ -882,7 +921,7 @@ static bool all_published(void *arg) {
  * participant's descriptor equals the caller's at the current generations. */
 static void record_verified(const Call *c) {
   const CollGroup *g = c->g;
-  Verified *row = g->verified + (size_t)c->rank * (size_t)g->mesh.ndevices;
+  Verified *row = g->slots[c->rank].verified;
   unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
                                            memory_order_relaxed);
   for (int i = 0; i < c->n; i++) {
@@ -905,7 +944,7 @@ static void record_verified(const Call *c) {
 static bool arrived_verified(void *arg) {
   const Call *c = arg;
   const CollGroup *g = c->g;
-  const Verified *row = g->verified + (size_t)c->rank * (size_t)g->mesh.ndevices;
+  const Verified *row = g->slots[c->rank].verified;
   unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
                                            memory_order_relaxed);
   for (int i = 0; i < c->n; i++) {
@@ -915,8 +954,7 @@ static bool arrived_verified(void *arg) {
         v->own_gen != own ||
         atomic_load_explicit(&s->desc_gen, memory_order_relaxed) != v->peer_gen)
       return false;
-    if (!atomic_load_explicit(&s->in_coll, memory_order_acquire) &&
-        atomic_load_explicit(&s->done, memory_order_relaxed) < c->seq)
+    if (atomic_load_explicit(&s->gave_up, memory_order_relaxed) == c->seq)
       return false;
   }
   return true;
@@ -960,6 +998,16 @@ static int wait_arrived(Call *c, bool spun) {
   }
 }
 
+/* Remembers, once every participant has published collective #seq, that
+ * each is done with #seq - 1 (a device finishes a collective before it
+ * enters the next): the lane written next then need not load their done
+ * counters, a cache line the peer has just written. */
+static void note_arrivals(const Call *c) {
+  long *known = c->g->slots[c->rank].known_done;
+  for (int i = 0; i < c->n; i++)
+    if (known[c->peers[i]] < c->seq - 1) known[c->peers[i]] = c->seq - 1;
+}
+
 /* Waits until all participants arrived; on failure leaves the collective.
  * A device whose descriptor continues its run publishes without the lock
  * (unless the group is stopping: the locked path reports that), so a loop
@@ -987,11 +1035,16 @@ static int rendezvous(Call *c) {
   } else {
     unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
     bool all = spin_until(g, me, all_published, c, e);
-    if (all && arrived_verified(c)) return 0;
+    if (all && arrived_verified(c)) {
+      note_arrivals(c);
+      return 0;
+    }
     pthread_mutex_lock(&g->lock);
     r = wait_arrived(c, true);
   }
+  if (r == 1) note_arrivals(c);
   if (r < 0) {
+    atomic_store(&me->gave_up, c->seq);
     atomic_store(&me->in_coll, false);
     bump(g);
   }
@@ -1101,6 +1154,11 @@ static bool uses_lane(const Call *c, const Array *x) {
          (size_t)x->size * dt_size(x->dtype) <= COLL_LANE_BYTES;
 }
 
+/* The data of slot [s]'s lane [k] for an operand of [bytes]. */
+static char *lane_data(Slot *s, int k, size_t bytes) {
+  return bytes <= COLL_INLINE_BYTES ? s->inline_lane[k] : s->lane[k].data;
+}
+
 /* A reader of [lane] not yet done with it, or -1 when none is.  With
  * [locked] (lock held) a reader that left the body counts as done (it
  * reads nothing more); without, it is only found when the lock is taken. */
@@ -1149,12 +1207,16 @@ static void lane_reusable(Call *c, Lane *lane) {
 /* Copies the caller's operand [x] into its lane for collective #seq,
  * before the arrival is published. */
 static void lane_write(Call *c, const Array *x) {
-  Lane *lane = &c->g->slots[c->rank].lane[c->seq % 2];
+  Slot *me = &c->g->slots[c->rank];
+  int k = (int)(c->seq % 2);
+  Lane *lane = &me->lane[k];
+  size_t bytes = (size_t)x->size * dt_size(x->dtype);
+  char *data = lane_data(me, k, bytes);
   lane_reusable(c, lane);
   if (x->contiguous || x->ndim == 0)
-    memcpy(lane->data, arr_data(x), (size_t)x->size * dt_size(x->dtype));
+    memcpy(data, arr_data(x), bytes);
   else if (x->size > 0)
-    read_flat(lane->data, x, 0, x->size);
+    read_flat(data, x, 0, x->size);
   lane->seq = c->seq;
   lane->n = 0;
   for (int i = 0; i < c->n; i++)
@@ -1174,7 +1236,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->rank = ctx->rank;
   c->in = in;
   c->out = out;
-  c->peers = c->g->peer_store + (size_t)c->rank * (size_t)c->g->mesh.ndevices;
+  c->peers = c->g->slots[c->rank].peers;
   c->seq = atomic_load_explicit(&c->g->slots[c->rank].published, memory_order_relaxed) + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
@@ -1981,11 +2043,12 @@ static void lane_reduce(const Call *c, const RedArg *r) {
   Array *o = c->out[0];
   int64_t n = o->size;
   int k = (int)(c->seq % 2);
+  size_t bytes = (size_t)n * dt_size(o->dtype);
   const char *src[2];
-  for (int q = 0; q < 2; q++) src[q] = c->g->slots[c->peers[q]].lane[k].data;
+  for (int q = 0; q < 2; q++) src[q] = lane_data(&c->g->slots[c->peers[q]], k, bytes);
   red_first(r, acc, src[0], src[1], n);
   for (int q = 2; q < c->n; q++)
-    red_next(r, acc, c->g->slots[c->peers[q]].lane[k].data, n);
+    red_next(r, acc, lane_data(&c->g->slots[c->peers[q]], k, bytes), n);
   if (o->contiguous || o->ndim == 0) {
     memcpy(arr_data(o), acc, (size_t)n * dt_size(o->dtype));
     return;
