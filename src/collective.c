@@ -68,7 +68,7 @@
 #include "mem.h"
 
 #define COLL_HIST 8            /* runs of descriptors remembered per device */
-#define COLL_SIG_CAP 160       /* "f32[4,8], i32[2]" */
+#define COLL_MAX_IN 6          /* operands of a collective (ragged_all_to_all) */
 #define COLL_PARAMS_CAP 256    /* canonical non-axis parameters */
 #define COLL_SMALL_REDUCE 16384 /* elements x participants folded by each */
 #define COLL_CHUNK_BYTES 16384 /* fold unit of the fast path: stays in L1
@@ -98,9 +98,13 @@ typedef struct CollDesc {
   int kind;                       /* CollKind */
   int naxes;
   int axes[DEV_MAX_AXES];         /* mesh axis indices, in the user's order */
-  char sig[COLL_SIG_CAP];         /* operand avals */
-  char params[COLL_PARAMS_CAP];   /* canonical parameters other than axes */
   int line;                       /* source line of the call; 0 unknown */
+  char params[COLL_PARAMS_CAP];   /* canonical parameters other than axes */
+  /* the operands' avals, compared as numbers and formatted only for
+   * messages (sig_str): */
+  int nin, ndims;                 /* operands; entries of dims in use */
+  signed char dtype[COLL_MAX_IN], ndim[COLL_MAX_IN];
+  int64_t dims[COLL_MAX_IN * SHM_MAXDIM]; /* their shapes, one after another */
 } CollDesc;
 
 /* A run of equal descriptors: collectives #from, #from + 1, ... of a
@@ -336,16 +340,36 @@ static void params_canon(const Params *p, char *buf, size_t cap) {
   }
 }
 
-/* The operand avals, "f32[4,8], i32[2]" (array.h's aval_str form). */
-static void sig_str(Array **in, int nin, char *buf, size_t cap) {
+/* Records the avals of operands [in] (nin <= COLL_MAX_IN) in [d]. */
+static void sig_of(Array **in, int nin, CollDesc *d) {
+  d->nin = nin;
+  d->ndims = 0;
+  for (int i = 0; i < nin; i++) {
+    d->dtype[i] = (signed char)in[i]->dtype;
+    d->ndim[i] = (signed char)in[i]->ndim;
+    memcpy(d->dims + d->ndims, in[i]->shape, sizeof(int64_t) * (size_t)in[i]->ndim);
+    d->ndims += in[i]->ndim;
+  }
+}
+
+static bool sig_equal(const CollDesc *a, const CollDesc *b) {
+  return a->nin == b->nin && a->ndims == b->ndims &&
+         memcmp(a->dtype, b->dtype, (size_t)a->nin) == 0 &&
+         memcmp(a->ndim, b->ndim, (size_t)a->nin) == 0 &&
+         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndims) == 0;
+}
+
+/* The operand avals of [d], "f32[4,8], i32[2]" (array.h's aval_str form). */
+static void sig_str(const CollDesc *d, char *buf, size_t cap) {
   Text t = text_begin(buf, cap);
-  for (int i = 0; i < nin && !text_full(&t); i++) {
+  const int64_t *dim = d->dims;
+  for (int i = 0; i < d->nin && !text_full(&t); i++) {
     if (i) text_puts(&t, ", ");
-    text_puts(&t, dt_short(in[i]->dtype));
+    text_puts(&t, dt_short((DType)d->dtype[i]));
     text_puts(&t, "[");
-    for (int d = 0; d < in[i]->ndim; d++) {
-      if (d) text_puts(&t, ",");
-      text_int(&t, in[i]->shape[d]);
+    for (int k = 0; k < d->ndim[i]; k++) {
+      if (k) text_puts(&t, ",");
+      text_int(&t, *dim++);
     }
     text_puts(&t, "]");
   }
@@ -716,19 +740,20 @@ static int cond_true(CollGroup *g, int rank, void *arg) {
 static bool desc_equal(const CollDesc *a, const CollDesc *b) {
   return a->kind == b->kind && a->naxes == b->naxes &&
          memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0 &&
-         strcmp(a->sig, b->sig) == 0 && strcmp(a->params, b->params) == 0;
+         sig_equal(a, b) && strcmp(a->params, b->params) == 0;
 }
 
 /* "psum over 'i' of f32[4] at line 7"; with [with_params] (when only the
  * parameters differ) "all_gather[tiled=True ...] over ...". */
 static void desc_str(const CollGroup *g, const CollDesc *d, bool with_params,
                      char *buf, size_t cap) {
-  char axes[128], line[32] = "";
+  char axes[128], line[32] = "", sig[512];
   axes_str(&g->mesh, d, axes, sizeof axes);
+  sig_str(d, sig, sizeof sig);
   if (d->line > 0) snprintf(line, sizeof line, " at line %d", d->line);
   snprintf(buf, cap, "%s%s%s%s over %s of %s%s", kind_names[d->kind],
            with_params ? "[" : "", with_params ? d->params : "",
-           with_params ? "]" : "", axes, d->sig, line);
+           with_params ? "]" : "", axes, sig, line);
 }
 
 static const char *coords_of(const CollGroup *g, int rank, char *buf, size_t cap) {
@@ -745,7 +770,7 @@ static int mismatch_error(CollGroup *g, int a, const CollDesc *da, int b,
   }
   bool params = da->kind == db->kind && da->naxes == db->naxes &&
                 memcmp(da->axes, db->axes, sizeof(int) * (size_t)da->naxes) == 0 &&
-                strcmp(da->sig, db->sig) == 0;
+                sig_equal(da, db);
   char ca[128], cb[128], sa[1024], sb[1024];
   desc_str(g, da, params, sa, sizeof sa);
   desc_str(g, db, params, sb, sizeof sb);
@@ -1231,7 +1256,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   if (!ctx || !ctx->group)
     return err_set(ERR_VALUE, "%s can only be used inside a shard_map body",
                    prim), -1;
-  memset(c, 0, sizeof *c);
+  /* no memset: the descriptor is large, and every field is set below */
   c->g = ctx->group;
   c->rank = ctx->rank;
   c->in = in;
@@ -1243,7 +1268,9 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   if (resolve_axes(prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0)
     return -1;
   if (find_participants(c, prim, p) < 0) return -1;
-  sig_str(in, nin, c->desc.sig, sizeof c->desc.sig);
+  if (nin > COLL_MAX_IN)
+    return err_set(ERR_VALUE, "%s: %d operands, at most %d", prim, nin, COLL_MAX_IN), -1;
+  sig_of(in, nin, &c->desc);
   params_canon(p, c->desc.params, sizeof c->desc.params);
   return 0;
 }
