@@ -674,8 +674,13 @@ extern atomic_int shm_interrupted __attribute__((weak));
 #define COLL_POLL_MS 100
 
 static bool interrupted(void) {
-  return &shm_interrupted != NULL &&
-         atomic_load_explicit(&shm_interrupted, memory_order_relaxed) != 0;
+  return &shm_interrupted != NULL && atomic_load(&shm_interrupted) != 0;
+}
+
+/* Whether the group is stopping (an abort or Ctrl-C): a device that sees
+ * it takes the locked path, where giving up is decided. */
+static bool halting(CollGroup *g) {
+  return atomic_load(&g->stopped) || interrupted();
 }
 
 /* Waits on [cv] with the group's lock, for at most COLL_POLL_MS, so a
@@ -1036,11 +1041,15 @@ static void note_arrivals(const Call *c) {
 /* Waits until all participants arrived; on failure leaves the collective.
  * A device whose descriptor continues its run publishes without the lock
  * (unless the group is stopping: the locked path reports that), so a loop
- * repeating one collective meets on the atomics alone. */
+ * repeating one collective meets on the atomics alone.  It looks at the
+ * stop flags again after publishing: a peer gives up (under the lock)
+ * only when stopping and after not seeing this device's arrival, so this
+ * device either sees the stop or is seen; otherwise it could see the
+ * peer arrived but not yet given up, and wait for it at a barrier. */
 static int rendezvous(Call *c) {
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
-  bool unlocked = !g->reference && !atomic_load(&g->stopped) && !interrupted() && same_run(c);
+  bool unlocked = !g->reference && !halting(g) && same_run(c);
   if (unlocked) {
     publish(c, false);
   } else {
@@ -1060,7 +1069,7 @@ static int rendezvous(Call *c) {
   } else {
     unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
     bool all = spin_until(g, me, all_published, c, e);
-    if (all && arrived_verified(c)) {
+    if (all && !halting(g) && arrived_verified(c)) {
       note_arrivals(c);
       return 0;
     }
