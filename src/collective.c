@@ -11,8 +11,8 @@
  * the abort state.  It is held only for bookkeeping, never while data
  * moves, and a device takes it only to publish a descriptor that differs
  * from its previous one, to sleep, or when something fails.  The rest is
- * atomics: a slot's published and done counters, its in_coll flag and
- * line, its descriptor generation, and the barrier counters.
+ * atomics: a slot's published, done and gave_up counters, its in_coll
+ * flag and line, its descriptor generation, and the barrier counters.
  * Changes that can fail a waiter (a device leaving the body or giving up,
  * an abort) and the reference mode's baton go through bump(): epoch++,
  * a broadcast of CollGroup.cond and of every slot's condition variable.
@@ -175,7 +175,7 @@ typedef struct Slot {
   int64_t spin_ns;                /* its current spin (spin_until) */
   void *own;                      /* the block; own_bytes long */
   size_t own_bytes;
-  Verified *verified;      /* [ndevices]: what it verified of each peer */
+  Verified *verified;             /* [ndevices]: what it verified of each peer */
   long *known_done;               /* [ndevices]: lower bounds of the peers'
                                      done counters, as last seen */
   int *peers;                     /* [ndevices]: its current call's participants */
