@@ -133,6 +133,26 @@ typedef struct Verified {
   unsigned long peer_gen, own_gen;  /* 0: nothing verified (gens start at 1) */
 } Verified;
 
+/* A device's memo of its last collective's set-up: while a call's
+ * parameters are the same values (param_same), its axes, participants
+ * and canonical parameters are the ones worked out then, and a loop
+ * repeating one collective skips the name lookups and text.  The memo
+ * holds references to the values it compares with. */
+typedef struct AxesMemo {
+  Value *v;                       /* the axis-name value; NULL: empty */
+  int naxes, axes[DEV_MAX_AXES];  /* what resolve_axes made of it */
+} AxesMemo;
+
+typedef struct CallMemo {
+  bool valid;
+  int kind, np;                   /* CollKind; parameters */
+  const char *names[PRIM_MAX_PARAMS];
+  Value *vals[PRIM_MAX_PARAMS];   /* references */
+  int naxes, axes[DEV_MAX_AXES];  /* the resolved axis names */
+  int n, pos, axis_size;          /* participants (their ranks: Slot.peers) */
+  char params[COLL_PARAMS_CAP];   /* params_canon's text */
+} CallMemo;
+
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
@@ -179,6 +199,8 @@ typedef struct Slot {
   long *known_done;               /* [ndevices]: lower bounds of the peers'
                                      done counters, as last seen */
   int *peers;                     /* [ndevices]: its current call's participants */
+  AxesMemo axes_memo;
+  CallMemo memo;
 } Slot;
 
 _Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -
@@ -218,7 +240,7 @@ typedef struct Call {
  * need only this much of prim.c). */
 static Value *pget(const Params *p, const char *name) {
   for (int i = 0; p && i < p->n; i++)
-    if (strcmp(p->p[i].name, name) == 0) return p->p[i].value;
+    if (p->p[i].name == name || strcmp(p->p[i].name, name) == 0) return p->p[i].value;
   return NULL;
 }
 
@@ -539,6 +561,99 @@ static int find_participants(Call *c, const char *prim, const Params *p) {
   return 0;
 }
 
+/* ---- the memo of the last set-up ------------------------------------------- */
+
+/* Whether parameter values [a] and [b] are the same for a collective: one
+ * value, or equal strings, equal tuples of such, or numbers of one dtype
+ * and value (not 1 and True: their canonical texts differ). */
+static bool param_same(const Value *a, const Value *b) {
+  if (a == b) return true;
+  if (a->type != b->type) return false;
+  switch ((VType)a->type) {
+  case V_STR:
+    return ((const Str *)a)->len == ((const Str *)b)->len &&
+           memcmp(str_cstr(a), str_cstr(b), ((const Str *)a)->len) == 0;
+  case V_TUPLE:
+    if (tuple_len(a) != tuple_len(b)) return false;
+    for (size_t i = 0; i < tuple_len(a); i++)
+      if (!param_same(tuple_get(a, i), tuple_get(b, i))) return false;
+    return true;
+  case V_ARRAY: {
+    const Array *x = (const Array *)a, *y = (const Array *)b;
+    return x->ndim == 0 && y->ndim == 0 && x->dtype == y->dtype &&
+           memcmp(arr_data(x), arr_data(y), dt_size(x->dtype)) == 0;
+  }
+  default:
+    return false;
+  }
+}
+
+/* resolve_axes, remembered in the owner's slot [s] for the last value. */
+static int memo_axes(Slot *s, const char *prim, const MeshDesc *m, const Params *p,
+                     int *axes, int *naxes) {
+  AxesMemo *am = &s->axes_memo;
+  Value *v = axis_param(p);
+  if (v && am->v && param_same(v, am->v)) {
+    memcpy(axes, am->axes, sizeof(int) * (size_t)am->naxes);
+    *naxes = am->naxes;
+    return 0;
+  }
+  if (resolve_axes(prim, m, p, axes, naxes) < 0) return -1;
+  val_decref(am->v);
+  am->v = val_incref(v);
+  am->naxes = *naxes;
+  memcpy(am->axes, axes, sizeof(int) * (size_t)*naxes);
+  return 0;
+}
+
+/* resolve_axes against the current mesh [ctx], through the device's memo
+ * when that mesh is its group's. */
+static int ctx_axes(const DevCtx *ctx, const char *prim, const Params *p,
+                    int *axes, int *naxes) {
+  if (ctx->group && ctx->mesh == &ctx->group->mesh)
+    return memo_axes(&ctx->group->slots[ctx->rank], prim, ctx->mesh, p, axes, naxes);
+  return resolve_axes(prim, ctx->mesh, p, axes, naxes);
+}
+
+static void memo_clear(CallMemo *m) {
+  for (int i = 0; m->valid && i < m->np; i++) val_decref(m->vals[i]);
+  m->valid = false;
+}
+
+/* Whether the set-up of a call of [kind] with [p] is the memo's. */
+static bool memo_hit(const CallMemo *m, int kind, const Params *p) {
+  if (!m->valid || m->kind != kind || m->np != p->n) return false;
+  for (int i = 0; i < p->n; i++)
+    if ((m->names[i] != p->p[i].name && strcmp(m->names[i], p->p[i].name) != 0) ||
+        !param_same(m->vals[i], p->p[i].value))
+      return false;
+  return true;
+}
+
+/* Remembers [c]'s set-up (its participants are in the slot's peers). */
+static void memo_fill(CallMemo *m, int kind, const Params *p, const Call *c) {
+  m->kind = kind;
+  m->np = p->n;
+  for (int i = 0; i < p->n; i++) {
+    m->names[i] = p->p[i].name;
+    m->vals[i] = val_incref(p->p[i].value);
+  }
+  m->naxes = c->desc.naxes;
+  memcpy(m->axes, c->desc.axes, sizeof m->axes);
+  m->n = c->n;
+  m->pos = c->pos;
+  m->axis_size = c->axis_size;
+  memcpy(m->params, c->desc.params, sizeof m->params);
+  m->valid = true;
+}
+
+/* Drops slot [s]'s memos and their references. */
+static void memo_free(Slot *s) {
+  memo_clear(&s->memo);
+  val_decref(s->axes_memo.v);
+  s->axes_memo.v = NULL;
+}
+
 /* ---- the group ----------------------------------------------------------- */
 
 static int ncores(void) {
@@ -629,8 +744,10 @@ void coll_group_free(CollGroup *g) {
       pthread_cond_destroy(&g->slots[r].wake);
   }
   if (g->slots) {
-    for (int r = 0; r < g->mesh.ndevices; r++)
+    for (int r = 0; r < g->mesh.ndevices; r++) {
+      memo_free(&g->slots[r]);
       shm_buf_free(g->slots[r].own, g->slots[r].own_bytes);
+    }
     shm_buf_free(g->slots, (size_t)g->mesh.ndevices * sizeof(Slot));
   }
   shm_free(g);
@@ -1257,7 +1374,9 @@ static void lane_write(Call *c, const Array *x) {
     if (c->peers[i] != c->rank) lane->peers[lane->n++] = c->peers[i];
 }
 
-/* Sets up [c] on the calling device: group, axes, participants, descriptor. */
+/* Sets up [c] on the calling device: group, axes, participants, descriptor.
+ * A call with the parameters of the device's previous one takes the
+ * axes, participants and parameter text from the memo. */
 static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
                      int nin, Array **out) {
   const char *prim = kind_names[kind];
@@ -1265,22 +1384,35 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   if (!ctx || !ctx->group)
     return err_set(ERR_VALUE, "%s can only be used inside a shard_map body",
                    prim), -1;
+  if (nin > COLL_MAX_IN)
+    return err_set(ERR_VALUE, "%s: %d operands, at most %d", prim, nin, COLL_MAX_IN), -1;
   /* no memset: the descriptor is large, and every field is set below */
   c->g = ctx->group;
   c->rank = ctx->rank;
   c->in = in;
   c->out = out;
-  c->peers = c->g->slots[c->rank].peers;
-  c->seq = atomic_load_explicit(&c->g->slots[c->rank].published, memory_order_relaxed) + 1;
+  Slot *s = &c->g->slots[c->rank];
+  c->peers = s->peers;
+  c->seq = atomic_load_explicit(&s->published, memory_order_relaxed) + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
-  if (resolve_axes(prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0)
-    return -1;
-  if (find_participants(c, prim, p) < 0) return -1;
-  if (nin > COLL_MAX_IN)
-    return err_set(ERR_VALUE, "%s: %d operands, at most %d", prim, nin, COLL_MAX_IN), -1;
   sig_of(in, nin, &c->desc);
+  CallMemo *m = &s->memo;
+  if (memo_hit(m, kind, p)) {
+    c->desc.naxes = m->naxes;
+    memcpy(c->desc.axes, m->axes, sizeof(int) * (size_t)m->naxes);
+    c->n = m->n;
+    c->pos = m->pos;
+    c->axis_size = m->axis_size;
+    memcpy(c->desc.params, m->params, strlen(m->params) + 1);
+    return 0;
+  }
+  memo_clear(m);  /* find_participants rewrites the peers */
+  if (memo_axes(s, prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0 ||
+      find_participants(c, prim, p) < 0)
+    return -1;
   params_canon(p, c->desc.params, sizeof c->desc.params);
+  memo_fill(m, kind, p, c);
   return 0;
 }
 
@@ -1714,7 +1846,7 @@ static int shape_axis_n(const char *prim, const Params *p, int64_t *n) {
     return err_set(ERR_VALUE, "%s needs its axis_size parameter outside a "
                    "shard_map body", prim), -1;
   int axes[DEV_MAX_AXES], na, gsize;
-  if (resolve_axes(prim, ctx->mesh, p, axes, &na) < 0) return -1;
+  if (ctx_axes(ctx, prim, p, axes, &na) < 0) return -1;
   int size = flat_size(ctx->mesh, axes, na);
   Value *groups = groups_param(p);
   if (groups && check_groups(prim, groups, size, &gsize) < 0) return -1;
@@ -1764,7 +1896,7 @@ static bool axes_mask(const Params *p, uint32_t *mask) {
   DevCtx *ctx = dev_ctx();
   int axes[DEV_MAX_AXES], na;
   if (!ctx || !ctx->mesh) return false;
-  if (resolve_axes("collective", ctx->mesh, p, axes, &na) < 0) {
+  if (ctx_axes(ctx, "collective", p, axes, &na) < 0) {
     err_clear();
     return false;
   }
@@ -1810,7 +1942,7 @@ int coll_kernel_axis_index(Array **in, int nin, const Params *p, Array **out) {
   if (!ctx || !ctx->mesh)
     return err_set(ERR_VALUE, "axis_index can only be used inside a shard_map "
                    "body"), -1;
-  if (resolve_axes("axis_index", ctx->mesh, p, axes, &na) < 0) return -1;
+  if (ctx_axes(ctx, "axis_index", p, axes, &na) < 0) return -1;
   *(int32_t *)arr_data(out[0]) = flat_index(ctx->mesh, axes, na, ctx->coords);
   return 0;
 }

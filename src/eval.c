@@ -529,55 +529,88 @@ static Value *eval_ifexp(const Node *n, Env *env) {
   return eval(t ? n->b : n->c, env);
 }
 
-/* Evaluates a call's arguments into [a], expanding *seq and **dict. */
+/* Evaluates a call's arguments into [a], expanding *seq and **dict.  The
+ * usual few arguments live in the buffer itself: a call allocates
+ * nothing for them. */
+#define ARGBUF_INLINE 6
+
 typedef struct ArgBuf {
   CallArgs a;
-  Value *store;  /* List holding every evaluated value (owned) */
+  int cap, kwcap, nheld, heldcap;
+  Value **held;  /* every evaluated value, owned (items of *seq borrowed) */
+  Value *args_inl[ARGBUF_INLINE], *held_inl[ARGBUF_INLINE], *kwvals_inl[ARGBUF_INLINE];
+  const char *kwnames_inl[ARGBUF_INLINE];
 } ArgBuf;
 
-static void argbuf_free(ArgBuf *b) {
-  shm_free(b->a.args);
-  shm_free((void *)b->a.kwnames);
-  shm_free(b->a.kwvals);
-  val_decref(b->store);
+static void argbuf_init(ArgBuf *b) {
+  b->a = (CallArgs){0, b->args_inl, 0, b->kwnames_inl, b->kwvals_inl};
+  b->cap = b->kwcap = b->heldcap = ARGBUF_INLINE;
+  b->nheld = 0;
+  b->held = b->held_inl;
 }
 
-static int argbuf_push(ArgBuf *b, Value *v, int *cap) {
-  if (b->a.nargs == *cap) {
-    *cap = *cap ? *cap * 2 : 8;
-    Value **na = shm_realloc(b->a.args, (size_t)*cap * sizeof(Value *));
-    if (!na) return err_nomem(), -1;
-    b->a.args = na;
+static void argbuf_free(ArgBuf *b) {
+  for (int i = 0; i < b->nheld; i++) val_decref(b->held[i]);
+  if (b->a.args != b->args_inl) shm_free(b->a.args);
+  if (b->a.kwnames != b->kwnames_inl) shm_free((void *)b->a.kwnames);
+  if (b->a.kwvals != b->kwvals_inl) shm_free(b->a.kwvals);
+  if (b->held != b->held_inl) shm_free(b->held);
+}
+
+/* Makes room for one more element in [*arr] of [n] of [*cap], moving it
+ * off the inline array [inl] when it grows. */
+static int argbuf_grow(void **arr, void *inl, int n, int *cap, size_t elem) {
+  if (n < *cap) return 0;
+  int ncap = *cap * 2;
+  void *na = shm_malloc((size_t)ncap * elem);
+  if (!na) return err_nomem(), -1;
+  memcpy(na, *arr, (size_t)n * elem);
+  if (*arr != inl) shm_free(*arr);
+  *arr = na;
+  *cap = ncap;
+  return 0;
+}
+
+/* Keeps [v] (stolen) until the call is over; on failure releases it. */
+static int argbuf_hold(ArgBuf *b, Value *v) {
+  if (argbuf_grow((void **)&b->held, b->held_inl, b->nheld, &b->heldcap, sizeof(Value *)) < 0) {
+    val_decref(v);
+    return -1;
   }
+  b->held[b->nheld++] = v;
+  return 0;
+}
+
+static int argbuf_push(ArgBuf *b, Value *v) {
+  if (argbuf_grow((void **)&b->a.args, b->args_inl, b->a.nargs, &b->cap, sizeof(Value *)) < 0)
+    return -1;
   b->a.args[b->a.nargs++] = v;
   return 0;
 }
 
 static int argbuf_kw(ArgBuf *b, const char *name, Value *v) {
-  const char **nn = shm_realloc((void *)b->a.kwnames, (size_t)(b->a.nkw + 1) * sizeof(char *));
-  if (!nn) return err_nomem(), -1;
-  b->a.kwnames = nn;
-  Value **nv = shm_realloc(b->a.kwvals, (size_t)(b->a.nkw + 1) * sizeof(Value *));
-  if (!nv) return err_nomem(), -1;
-  b->a.kwvals = nv;
   for (int k = 0; k < b->a.nkw; k++)
     if (b->a.kwnames[k] == name) {
       err_set(ERR_TYPE, "keyword argument repeated: '%s'", name);
       return -1;
     }
+  int cap = b->kwcap;
+  if (argbuf_grow((void **)&b->a.kwnames, b->kwnames_inl, b->a.nkw, &cap, sizeof(char *)) < 0 ||
+      argbuf_grow((void **)&b->a.kwvals, b->kwvals_inl, b->a.nkw, &b->kwcap, sizeof(Value *)) < 0)
+    return -1;
   b->a.kwnames[b->a.nkw] = name;
   b->a.kwvals[b->a.nkw++] = v;
   return 0;
 }
 
-static int eval_star_arg(ArgBuf *b, Value *v, int *cap) {
+static int eval_star_arg(ArgBuf *b, Value *v) {
   Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
   if (!items) return -1;
   size_t n;
   Value *const *it;
   val_seq(items, &n, &it);
-  int rc = list_append_steal(b->store, items);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = argbuf_push(b, it[i], cap);
+  int rc = argbuf_hold(b, items);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = argbuf_push(b, it[i]);
   return rc;
 }
 
@@ -598,19 +631,17 @@ static int eval_starstar_arg(ArgBuf *b, Value *v) {
 }
 
 static int eval_args(const Node *n, Env *env, ArgBuf *b) {
-  int cap = 0;
-  memset(b, 0, sizeof *b);
-  if (!(b->store = list_new(n->items.n + n->nkw))) return -1;
+  argbuf_init(b);
   for (int i = 0; i < n->items.n; i++) {
     const Node *arg = n->items.items[i];
     Value *v = eval(arg->kind == N_STARRED ? arg->a : arg, env);
-    if (!v || list_append_steal(b->store, v) < 0) return -1;
-    int rc = arg->kind == N_STARRED ? eval_star_arg(b, v, &cap) : argbuf_push(b, v, &cap);
+    if (!v || argbuf_hold(b, v) < 0) return -1;
+    int rc = arg->kind == N_STARRED ? eval_star_arg(b, v) : argbuf_push(b, v);
     if (rc < 0) return -1;
   }
   for (int k = 0; k < n->nkw; k++) {
     Value *v = eval(n->kws[k].value, env);
-    if (!v || list_append_steal(b->store, v) < 0) return -1;
+    if (!v || argbuf_hold(b, v) < 0) return -1;
     int rc = n->kws[k].name ? argbuf_kw(b, n->kws[k].name, v) : eval_starstar_arg(b, v);
     if (rc < 0) return -1;
   }

@@ -41,7 +41,7 @@ int params_add(Params *p, const char *name, Value *v) {
 
 Value *params_get(const Params *p, const char *name) {
   for (int i = 0; p && i < p->n; i++)
-    if (!strcmp(p->p[i].name, name))
+    if (p->p[i].name == name || !strcmp(p->p[i].name, name))  /* names are mostly one literal */
       return p->p[i].value;
   return NULL;
 }

@@ -600,20 +600,33 @@ out:
 
 /* ==== collectives as built-ins (LANGUAGE.md §5, jax.lax names) ===================== */
 
-/* An axis_name argument (a str or a tuple of str) as the tuple of Str the
- * primitives take. */
+/* An axis_name argument (a str or a tuple of str) as the primitives take
+ * it: the value itself, so a loop repeating a collective passes the same
+ * value each time (the collective engine remembers what it resolved it
+ * to); a list as a tuple, and under jit always a tuple, as jaxprs print
+ * axes. */
 static Value *axis_names(Value *v) {
-  if (v->type == V_STR) return tuple_pack(1, &v);
+  if (v->type == V_STR) return trace_current() ? tuple_pack(1, &v) : val_incref(v);
   size_t n;
   Value *const *items;
   if (val_seq(v, &n, &items) && n > 0) {
     for (size_t i = 0; i < n; i++)
       if (items[i]->type != V_STR) goto bad;
-    return tuple_pack(n, items);
+    return v->type == V_TUPLE ? val_incref(v) : tuple_pack(n, items);
   }
 bad:
   return err_set(ERR_TYPE, "axis_name must be a mesh axis name or a tuple of names, got %s",
                  val_type_name(v));
+}
+
+/* The names in [*v], a value made by axis_names; their number in *n. */
+static Value *const *names_of(Value *const *v, size_t *n) {
+  if ((*v)->type == V_STR) {
+    *n = 1;
+    return v;
+  }
+  *n = tuple_len(*v);
+  return ((Tuple *)*v)->items;
 }
 
 /* The size of the (flattened) axes [names] in the running body's mesh, or
@@ -635,11 +648,13 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
     return 0;
   }
   int64_t size = 1;
-  for (size_t i = 0; i < tuple_len(names); i++) {
-    int ax = dev_mesh_axis(c->mesh, str_cstr(tuple_get(names, i)));
+  size_t nn;
+  Value *const *items = names_of(&names, &nn);
+  for (size_t i = 0; i < nn; i++) {
+    int ax = dev_mesh_axis(c->mesh, str_cstr(items[i]));
     if (ax < 0) {
       err_set(ERR_NAME, "unknown mesh axis '%s' (the mesh's axes are %s%s)",
-              str_cstr(tuple_get(names, i)), c->mesh->naxes ? c->mesh->names[0] : "",
+              str_cstr(items[i]), c->mesh->naxes ? c->mesh->names[0] : "",
               c->mesh->naxes > 1 ? ", ..." : "");
       return -1;
     }

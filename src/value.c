@@ -495,25 +495,31 @@ int64_t val_hash(Value *v) {
 #define MAX_PARAMS 32
 
 typedef struct SpecParam {
-  char name[40];
+  const char *name;  /* in the spec, not terminated */
+  size_t len;
   bool optional;
 } SpecParam;
 
+/* Splits [spec] ("x, axis=, tiled=") into its parameters, pointing into
+ * it: built-ins bind at every call, so nothing is copied. */
 static int parse_spec(const char *spec, SpecParam *ps) {
   int n = 0;
   while (*spec && n < MAX_PARAMS) {
     while (*spec == ' ' || *spec == ',') spec++;
     if (!*spec) break;
-    size_t len = strcspn(spec, "=, ");
-    size_t keep = len < sizeof ps[n].name ? len : sizeof ps[n].name - 1;
-    memcpy(ps[n].name, spec, keep);
-    ps[n].name[keep] = '\0';
-    spec += len;
-    ps[n].optional = *spec == '=';
-    if (*spec == '=') spec++;
+    const char *end = spec;
+    while (*end && *end != '=' && *end != ',' && *end != ' ') end++;
+    ps[n].name = spec;
+    ps[n].len = (size_t)(end - spec);
+    ps[n].optional = *end == '=';
+    spec = *end == '=' ? end + 1 : end;
     n++;
   }
   return n;
+}
+
+static bool spec_is(const SpecParam *sp, const char *name) {
+  return strncmp(sp->name, name, sp->len) == 0 && name[sp->len] == '\0';
 }
 
 int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **slots[]) {
@@ -528,7 +534,7 @@ int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **sl
   for (int i = 0; i < a->nargs; i++) *slots[i] = a->args[i];
   for (int k = 0; k < a->nkw; k++) {
     int i = 0;
-    while (i < np && strcmp(ps[i].name, a->kwnames[k]) != 0) i++;
+    while (i < np && !spec_is(&ps[i], a->kwnames[k])) i++;
     if (i == np) {
       err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname,
               a->kwnames[k]);
@@ -543,7 +549,8 @@ int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **sl
   }
   for (int i = 0; i < np; i++)
     if (!ps[i].optional && !*slots[i]) {
-      err_set(ERR_TYPE, "%s() missing required argument '%s'", fname, ps[i].name);
+      err_set(ERR_TYPE, "%s() missing required argument '%.*s'", fname, (int)ps[i].len,
+              ps[i].name);
       return -1;
     }
   return 0;
