@@ -28,7 +28,10 @@
  * data of tiny lanes) shares a line with nothing the owner writes more
  * often, and what only the owner writes (its done counter, its arrays)
  * with nothing another device touches: a line moving between cores costs
- * more than the rest of a small collective.
+ * more than the rest of a small collective.  They are kept a pair of
+ * lines apart (SHM_LINE_PAIR): the prefetcher that fetches a polled line
+ * brings its neighbour in the pair too, which the owner would then have
+ * to take back before writing it (measured: ~70 ns per collective).
  *
  * Matching without the lock.  The arrival check with its exact messages
  * (cond_arrived) runs under the lock; once it has accepted a participant's
@@ -38,7 +41,7 @@
  * a loop repeating one psum takes no lock.
  *
  * Memory ordering of data: operand and output pointers and lane contents
- * are written before a seq_cst store of the slot's published counter; a
+ * are written before a release store of the slot's published counter; a
  * peer reads them after loading that counter.  A lane reader finishes
  * the collective before it publishes the next one, so its published or
  * done counter, loaded by the lane's owner before rewriting the lane,
@@ -170,31 +173,34 @@ typedef struct Slot {
                                      arrival, its done counter, or a barrier it
                                      leads, sleep here */
   /* atomics, read without the lock.  The line peers poll, written by
-   * the owner once per collective (when it publishes): */
-  _Alignas(64) atomic_long published; /* number of the collective entered
-                                     last (-1 none); stored (seq_cst) by the
-                                     owner after everything above */
+   * the owner once per collective (when it publishes) and not read by it
+   * on the steady path: a peer's read may take the line away, and the
+   * owner's next read would wait for it to come back. */
+  _Alignas(SHM_LINE_PAIR) atomic_long published; /* number of the collective
+                                     entered last (-1 none); stored (release)
+                                     by the owner after everything above */
   atomic_long gave_up;            /* collective it left with an error, after
                                      publishing it (-1 none) */
   atomic_int line;                /* source line of #published */
-  atomic_int sleepers;            /* threads asleep on wake (changed under the
-                                     lock; seq_cst: see barrier_release) */
   atomic_ulong desc_gen;          /* runs started, changed under the lock */
   _Alignas(16) char inline_lane[2][COLL_INLINE_BYTES]; /* data of the lanes
                                      of at most COLL_INLINE_BYTES */
   /* the owner's line, which peers read only off the steady path (a lane
    * writer that has not seen them arrive since, a check under the lock,
    * the debugger), so finishing a collective moves no line between cores: */
-  _Alignas(64) atomic_long done;  /* the last collective it completed */
+  _Alignas(SHM_LINE_PAIR) atomic_long done;  /* the last collective it completed */
   atomic_bool in_coll;            /* inside collective #published */
-  _Alignas(64) atomic_uint bar_count; /* barrier of instances this device leads: */
+  atomic_int sleepers;            /* threads asleep on wake (changed under the
+                                     lock; seq_cst: see barrier_release) */
+  _Alignas(SHM_LINE_PAIR) atomic_uint bar_count; /* barrier of instances this device leads: */
   atomic_uint bar_gen;            /* arrivals, and instances completed */
   /* only the owner's thread touches these, and the arrays, in a block of
-   * whole cache lines of its own (written at every collective, they must
-   * not share a line with another device's): */
-  int64_t spin_ns;                /* its current spin (spin_until) */
-  void *own;                      /* the block; own_bytes long */
-  size_t own_bytes;
+   * whole pairs of cache lines of its own (written at every collective,
+   * they must not share a pair with another device's data): */
+  _Alignas(SHM_LINE_PAIR) int64_t spin_ns;   /* its current spin (spin_until) */
+  long seq;                       /* = published, the owner's copy */
+  unsigned long gen;              /* = desc_gen, the owner's copy */
+  void *own;                      /* the block (shm_pair_alloc) */
   Verified *verified;             /* [ndevices]: what it verified of each peer */
   long *known_done;               /* [ndevices]: lower bounds of the peers'
                                      done counters, as last seen */
@@ -676,23 +682,15 @@ static void init_lock(pthread_mutex_t *m, bool spin) {
   pthread_mutexattr_destroy(&a);
 }
 
-/* Zeroed slots for [n] devices, on 64-byte boundaries as their
- * cache-line alignment requires (calloc gives only 16). */
-static Slot *slots_alloc(int n) {
-  size_t bytes = (size_t)n * sizeof(Slot);
-  Slot *s = shm_buf_alloc(bytes);
-  if (s) memset(s, 0, bytes);
-  return s;
-}
+/* Zeroed slots for [n] devices, on boundaries of a pair of cache lines,
+ * as the alignment of their members requires (calloc gives only 16). */
+static Slot *slots_alloc(int n) { return shm_pair_alloc((size_t)n * sizeof(Slot)); }
 
 /* Allocates slot [s]'s own arrays for [n] devices, zeroed: 0, or -1. */
 static int own_alloc(Slot *s, int n) {
   size_t un = (size_t)n;
-  size_t bytes = un * (sizeof(Verified) + sizeof(long) + sizeof(int) * 3);
-  s->own_bytes = (bytes + 63) & ~(size_t)63;
-  char *b = s->own = shm_buf_alloc(s->own_bytes);
+  char *b = s->own = shm_pair_alloc(un * (sizeof(Verified) + sizeof(long) + sizeof(int) * 3));
   if (!b) return -1;
-  memset(b, 0, s->own_bytes);
   s->verified = (Verified *)b;
   s->known_done = (long *)(b + un * sizeof(Verified));
   s->peers = (int *)(b + un * (sizeof(Verified) + sizeof(long)));
@@ -722,6 +720,7 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   for (int r = 0; r < n; r++) {
     Slot *s = &g->slots[r];
     atomic_init(&s->published, -1);
+    s->seq = -1;
     atomic_init(&s->done, -1);
     atomic_init(&s->gave_up, -1);
     for (int p = 0; p < n; p++) s->known_done[p] = -1;
@@ -746,19 +745,19 @@ void coll_group_free(CollGroup *g) {
   if (g->slots) {
     for (int r = 0; r < g->mesh.ndevices; r++) {
       memo_free(&g->slots[r]);
-      shm_buf_free(g->slots[r].own, g->slots[r].own_bytes);
+      shm_free(g->slots[r].own);
     }
-    shm_buf_free(g->slots, (size_t)g->mesh.ndevices * sizeof(Slot));
+    shm_free(g->slots);
   }
   shm_free(g);
 }
 
 /* Wakes the fast-mode sleepers on slot [s], taking the lock unless
- * [locked] says the caller holds it.  The caller has just changed, with a
- * seq_cst store, what they wait for; the sleepers load is seq_cst too, as
- * are a sleeper's increment and its re-check under the lock, so either
- * the sleeper sees the change or this sees the sleeper and broadcasts
- * after it waits. */
+ * [locked] says the caller holds it.  The caller has just changed what
+ * they wait for, with a seq_cst store or a store and a seq_cst fence (or
+ * under the lock); the sleepers load is seq_cst too, as are a sleeper's
+ * increment and its re-check under the lock, so either the sleeper sees
+ * the change or this sees the sleeper and broadcasts after it waits. */
 static void wake_slot(CollGroup *g, Slot *s, bool locked) {
   if (atomic_load(&s->sleepers) == 0) return;
   if (!locked) pthread_mutex_lock(&g->lock);
@@ -990,27 +989,39 @@ static bool same_run(const Call *c) {
 }
 
 /* Publishes the caller's buffers and arrival; with [locked] (lock held)
- * also a descriptor that starts a new run.  The seq_cst store of
- * published orders everything before it for peers that acquire it, and
- * pairs with sleepers as wake_slot explains.  Only the waiters of
- * this device's slot are woken: they are the ones an arrival can satisfy
- * (a peer waits on the first participant still missing). */
+ * also a descriptor that starts a new run, and wakes the waiters of this
+ * device's slot: they are the ones an arrival can satisfy (a peer waits
+ * on the first participant still missing).  The release store of
+ * published orders everything before it for peers that acquire it.
+ * Without the lock, the caller wakes them with announce(), later. */
 static void publish(Call *c, bool locked) {
   Slot *s = &c->g->slots[c->rank];
   if (locked && !same_run(c)) {
     s->runs[s->nruns % COLL_HIST] = (DescRun){c->seq, c->desc};
     s->nruns++;
-    atomic_fetch_add_explicit(&s->desc_gen, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->desc_gen, ++s->gen, memory_order_relaxed);
   }
   s->in = c->in;
   s->out = c->out;
   atomic_store_explicit(&s->line, c->desc.line, memory_order_relaxed);
   atomic_store_explicit(&s->in_coll, true, memory_order_relaxed);
-  atomic_store(&s->published, c->seq);
+  s->seq = c->seq;
+  atomic_store_explicit(&s->published, c->seq, memory_order_release);
   if (c->g->reference)
     bump(c->g);
-  else
-    wake_slot(c->g, s, locked);
+  else if (locked)
+    wake_slot(c->g, s, true);
+}
+
+/* After a publish without the lock: the seq_cst fence orders the store of
+ * published before the loads that follow (the sleepers count here, the
+ * stop flags in rendezvous), as wake_slot and rendezvous require, then
+ * wakes the slot's waiters.  Deferred until the caller has looked at its
+ * peers: the fence waits for the published line to come back from the
+ * peers polling it, and meanwhile the peers' lines can be on their way. */
+static void announce(Call *c) {
+  atomic_thread_fence(memory_order_seq_cst);
+  wake_slot(c->g, &c->g->slots[c->rank], false);
 }
 
 /* Nanoseconds of a monotonic clock. */
@@ -1034,13 +1045,13 @@ static int64_t now_ns(void) {
  * out.  Then the caller sleeps.  [self] is the caller's slot. */
 static bool spin_until(CollGroup *g, Slot *self, bool (*done)(void *),
                        void *arg, unsigned e) {
-  int64_t start = now_ns();
-  int64_t limit = g->spin ? self->spin_ns : COLL_YIELD_NS;
-  for (unsigned i = 1;; i++) {
+  int64_t start = 0, limit = g->spin ? self->spin_ns : COLL_YIELD_NS;
+  for (unsigned i = 0;; i++) {
     if (done(arg)) {
       if (g->spin && self->spin_ns < COLL_PAUSE_NS) self->spin_ns *= 2;
       return true;
     }
+    if (i == 0) start = now_ns();  /* after the first look: often it is done */
     if (atomic_load_explicit(&g->epoch, memory_order_acquire) != e) return false;
     if ((!g->spin || i % 64 == 0) && now_ns() - start > limit) {
       if (g->spin && self->spin_ns > COLL_PAUSE_MIN_NS) self->spin_ns /= 2;
@@ -1058,8 +1069,8 @@ static bool spin_until(CollGroup *g, Slot *self, bool (*done)(void *),
 static bool all_published(void *arg) {
   const Call *c = arg;
   for (int i = 0; i < c->n; i++)
-    if (atomic_load_explicit(&c->g->slots[c->peers[i]].published,
-                             memory_order_acquire) < c->seq)
+    if (i != c->pos && atomic_load_explicit(&c->g->slots[c->peers[i]].published,
+                                            memory_order_acquire) < c->seq)
       return false;
   return true;
 }
@@ -1069,8 +1080,7 @@ static bool all_published(void *arg) {
 static void record_verified(const Call *c) {
   const CollGroup *g = c->g;
   Verified *row = g->slots[c->rank].verified;
-  unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
-                                           memory_order_relaxed);
+  unsigned long own = g->slots[c->rank].gen;
   for (int i = 0; i < c->n; i++) {
     int p = c->peers[i];
     row[p].peer_gen = atomic_load_explicit(&g->slots[p].desc_gen,
@@ -1092,9 +1102,9 @@ static bool arrived_verified(void *arg) {
   const Call *c = arg;
   const CollGroup *g = c->g;
   const Verified *row = g->slots[c->rank].verified;
-  unsigned long own = atomic_load_explicit(&g->slots[c->rank].desc_gen,
-                                           memory_order_relaxed);
+  unsigned long own = g->slots[c->rank].gen;
   for (int i = 0; i < c->n; i++) {
+    if (i == c->pos) continue;  /* the caller: published, verified */
     const Slot *s = &g->slots[c->peers[i]];
     const Verified *v = &row[c->peers[i]];
     if (atomic_load_explicit(&s->published, memory_order_acquire) != c->seq ||
@@ -1159,7 +1169,8 @@ static void note_arrivals(const Call *c) {
  * A device whose descriptor continues its run publishes without the lock
  * (unless the group is stopping: the locked path reports that), so a loop
  * repeating one collective meets on the atomics alone.  It looks at the
- * stop flags again after publishing: a peer gives up (under the lock)
+ * stop flags again after publishing (and announce's fence): a peer gives
+ * up (under the lock)
  * only when stopping and after not seeing this device's arrival, so this
  * device either sees the stop or is seen; otherwise it could see the
  * peer arrived but not yet given up, and wait for it at a barrier. */
@@ -1178,7 +1189,10 @@ static int rendezvous(Call *c) {
     publish(c, true);
     pthread_mutex_unlock(&g->lock);
   }
-  if (c->n == 1) return 0;
+  if (c->n == 1) {
+    if (unlocked) announce(c);
+    return 0;
+  }
   int r;
   if (g->reference) {
     pthread_mutex_lock(&g->lock);
@@ -1186,6 +1200,7 @@ static int rendezvous(Call *c) {
   } else {
     unsigned e = atomic_load_explicit(&g->epoch, memory_order_acquire);
     bool all = spin_until(g, me, all_published, c, e);
+    if (unlocked) announce(c);
     if (all && !halting(g) && arrived_verified(c)) {
       note_arrivals(c);
       return 0;
@@ -1393,7 +1408,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->out = out;
   Slot *s = &c->g->slots[c->rank];
   c->peers = s->peers;
-  c->seq = atomic_load_explicit(&s->published, memory_order_relaxed) + 1;
+  c->seq = s->seq + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
   sig_of(in, nin, &c->desc);
@@ -2204,19 +2219,25 @@ static int ref_reduce(const Call *c, const RedArg *r) {
   return 0;
 }
 
+/* Participant q's operand in a lane reduction: the caller's own from its
+ * operand when contiguous (the same bytes as its lane, which may live on
+ * the line peers poll: reading it could wait for that line to come back),
+ * else the lane. */
+static const char *lane_src(const Call *c, int q, size_t bytes) {
+  const Array *x = c->in[0];
+  if (q == c->pos && (x->contiguous || x->ndim == 0)) return arr_data(x);
+  return lane_data(&c->g->slots[c->peers[q]], (int)(c->seq % 2), bytes);
+}
+
 /* A lane reduction: every participant folds the operands copied into the
  * participants' lanes, in participant order, into its own output. */
 static void lane_reduce(const Call *c, const RedArg *r) {
   _Alignas(64) char acc[COLL_LANE_BYTES];
   Array *o = c->out[0];
   int64_t n = o->size;
-  int k = (int)(c->seq % 2);
   size_t bytes = (size_t)n * dt_size(o->dtype);
-  const char *src[2];
-  for (int q = 0; q < 2; q++) src[q] = lane_data(&c->g->slots[c->peers[q]], k, bytes);
-  red_first(r, acc, src[0], src[1], n);
-  for (int q = 2; q < c->n; q++)
-    red_next(r, acc, lane_data(&c->g->slots[c->peers[q]], k, bytes), n);
+  red_first(r, acc, lane_src(c, 0, bytes), lane_src(c, 1, bytes), n);
+  for (int q = 2; q < c->n; q++) red_next(r, acc, lane_src(c, q, bytes), n);
   if (o->contiguous || o->ndim == 0) {
     memcpy(arr_data(o), acc, (size_t)n * dt_size(o->dtype));
     return;

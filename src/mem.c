@@ -153,6 +153,17 @@ void *shm_buf_alloc(size_t nbytes) {
   return p;
 }
 
+void *shm_pair_alloc(size_t nbytes) {
+  void *p = NULL;
+  if (nbytes > SIZE_MAX - SHM_LINE_PAIR || shm_should_fail())
+    return NULL;
+  size_t n = (nbytes + SHM_LINE_PAIR - 1) & ~(size_t)(SHM_LINE_PAIR - 1);
+  if (posix_memalign(&p, SHM_LINE_PAIR, n ? n : SHM_LINE_PAIR) != 0)
+    return NULL;
+  memset(p, 0, n ? n : SHM_LINE_PAIR);
+  return p;
+}
+
 void shm_buf_free(void *p, size_t nbytes) {
   if (!p)
     return;

@@ -50,6 +50,14 @@ void *shm_buf_alloc(size_t nbytes);
 /* Returns a payload from shm_buf_alloc of the same [nbytes]. */
 void shm_buf_free(void *p, size_t nbytes);
 
+/* Allocates [nbytes] zeroed, on a boundary of SHM_LINE_PAIR bytes and
+ * padded to a multiple of it, for memory that threads write concurrently:
+ * x86's spatial prefetcher moves cache lines in aligned pairs, so data of
+ * two threads must not share a pair, not only a line.  Freed with
+ * shm_free.  NULL on out of memory. */
+#define SHM_LINE_PAIR 128
+void *shm_pair_alloc(size_t nbytes);
+
 /* Releases every cached buffer (at exit, and before leak checks). */
 void shm_buf_trim(void);
 
