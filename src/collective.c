@@ -242,14 +242,6 @@ typedef struct Call {
 
 /* ---- parameters ---------------------------------------------------------- */
 
-/* A borrowed parameter value, NULL when absent (own accessor: the rules here
- * need only this much of prim.c). */
-static Value *pget(const Params *p, const char *name) {
-  for (int i = 0; p && i < p->n; i++)
-    if (p->p[i].name == name || strcmp(p->p[i].name, name) == 0) return p->p[i].value;
-  return NULL;
-}
-
 /* Element [flat] (row-major over the logical shape) of an int or bool array. */
 static int64_t elem_i64(const Array *a, int64_t flat) {
   int64_t off = 0;
@@ -276,7 +268,7 @@ static bool is_intlike(const Value *v) {
 
 static int param_int(const char *prim, const Params *p, const char *name,
                      int64_t dflt, int64_t *out) {
-  Value *v = pget(p, name);
+  Value *v = params_get(p, name);
   if (!v || v == VAL_NONE) return *out = dflt, 0;
   if (!is_intlike(v))
     return err_set(ERR_TYPE, "%s: parameter %s must be an integer", prim, name), -1;
@@ -407,8 +399,8 @@ static void sig_str(const CollDesc *d, char *buf, size_t cap) {
 
 /* The axis-name parameter: `axes` for the reductions, `axis_name` otherwise. */
 static Value *axis_param(const Params *p) {
-  Value *v = pget(p, "axis_name");
-  return v ? v : pget(p, "axes");
+  Value *v = params_get(p, "axis_name");
+  return v ? v : params_get(p, "axes");
 }
 
 /* Writes "'i'" or "('i', 'j')" for the axis names of [d]. */
@@ -540,7 +532,7 @@ static Value *group_of(Value *v, int idx, int *pos) {
 }
 
 static Value *groups_param(const Params *p) {
-  Value *v = pget(p, "axis_index_groups");
+  Value *v = params_get(p, "axis_index_groups");
   return v == VAL_NONE ? NULL : v;
 }
 
@@ -1296,8 +1288,8 @@ static bool barrier(Call *c) {
  * see it done, not gone, and a lane writer waiting for it wakes. */
 static void finish(Call *c) {
   Slot *me = &c->g->slots[c->rank];
+  atomic_store_explicit(&me->in_coll, false, memory_order_relaxed);
   atomic_store(&me->done, c->seq);
-  atomic_store(&me->in_coll, false);
   wake_slot(c->g, me, false);
 }
 
@@ -1854,7 +1846,7 @@ static void aval_from(const Array *a, AVal *av) {
 /* The number of participants n for a shape rule: the axis_size parameter,
  * else the current mesh (and axis_index_groups), else an error. */
 static int shape_axis_n(const char *prim, const Params *p, int64_t *n) {
-  if (pget(p, "axis_size") && pget(p, "axis_size") != VAL_NONE)
+  if (params_get(p, "axis_size") && params_get(p, "axis_size") != VAL_NONE)
     return param_int(prim, p, "axis_size", 1, n);
   DevCtx *ctx = dev_ctx();
   if (!ctx || !ctx->mesh)
@@ -1973,7 +1965,7 @@ uint32_t coll_vma_axis_index(const uint32_t *in, int nin, const Params *p) {
 
 static int shape_same(const AVal *in, int nin, AVal *out) {
   if (nin != 1) return err_set(ERR_TYPE, "expected one operand"), -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 
@@ -2510,7 +2502,7 @@ int coll_shape_ppermute(const AVal *in, int nin, const Params *p, AVal *out) {
  * of [size]); *src = -1 when none.  Errors: malformed pairs, indices out of
  * range, a source or a destination named twice. */
 static int perm_source(const Params *p, int size, int me, int *src) {
-  Value *perm = pget(p, "perm");
+  Value *perm = params_get(p, "perm");
   size_t n, two;
   Value *const *pairs, *const *sd;
   if (!perm || !val_seq(perm, &n, &pairs))

@@ -40,8 +40,14 @@ int params_add(Params *p, const char *name, Value *v) {
 }
 
 Value *params_get(const Params *p, const char *name) {
-  for (int i = 0; p && i < p->n; i++)
-    if (p->p[i].name == name || !strcmp(p->p[i].name, name))  /* names are mostly one literal */
+  if (!p)
+    return NULL;
+  /* names are string literals, and one name is mostly one literal */
+  for (int i = 0; i < p->n; i++)
+    if (p->p[i].name == name)
+      return p->p[i].value;
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->p[i].name, name))
       return p->p[i].value;
   return NULL;
 }
@@ -283,7 +289,7 @@ static int shape_convert_element_type(const AVal *in, int nin, const Params *p, 
     return -1;
   if (params_get(p, "weak_type") && params_bool(p, "weak_type", &weak) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   out->dtype = t;
   out->weak = weak;
   return 0;
@@ -432,7 +438,7 @@ static int shape_scan(PrimId id, const AVal *in, const Params *p, AVal *out) {
     return -1;
   if (params_get(p, "reverse") && params_bool(p, "reverse", &rev) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 
@@ -563,7 +569,7 @@ static int shape_transpose(const AVal *in, int nin, const Params *p, AVal *out) 
   if (params_ints(p, "permutation", &n, perm, SHM_MAXDIM) < 0 ||
       prim_check_perm(P_TRANSPOSE, "permutation", n, perm, in[0].ndim) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   for (int i = 0; i < n; i++)
     out->shape[i] = in[0].shape[perm[i]];
   return 0;
@@ -614,7 +620,7 @@ static int shape_rev(const AVal *in, int nin, const Params *p, AVal *out) {
   bool mask[SHM_MAXDIM];
   if (prim_dims(P_REV, p, "dimensions", in[0].ndim, &n, dims, mask) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 
@@ -633,7 +639,7 @@ static int shape_slice(const AVal *in, int nin, const Params *p, AVal *out) {
             "to the operand rank %d", in[0].ndim);
     return -1;
   }
-  *out = in[0];
+  aval_copy(out, &in[0]);
   for (int i = 0; i < n; i++) {
     int64_t s = ns ? sd[i] : 1;
     if (st[i] < 0 || li[i] < st[i] || li[i] > in[0].shape[i] || s < 1) {
@@ -697,7 +703,7 @@ static int shape_dynamic_update_slice(const AVal *in, int nin, const Params *p, 
             prim_shape(b, &in[0]));
     return -1;
   }
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 
@@ -712,7 +718,7 @@ static int shape_concatenate(const AVal *in, int nin, const Params *p, AVal *out
   if (params_int(p, "dimension", &dim) < 0 || axis_normalize(dim, in[0].ndim, &d) < 0 ||
       prim_same_dtypes(P_CONCATENATE, in, 0, nin) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   out->weak = prim_all_weak(in, 0, nin);
   for (int k = 1; k < nin; k++) {
     bool ok = in[k].ndim == in[0].ndim;
@@ -738,7 +744,7 @@ static int shape_pad(const AVal *in, int nin, const Params *p, AVal *out) {
   }
   if (kern_padding_config(params_get(p, "padding_config"), in[0].ndim, lo, hi, it) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   for (int i = 0; i < in[0].ndim; i++) {
     int64_t n = in[0].shape[i];
     int64_t d = lo[i] + hi[i] + n + (n > 0 ? (n - 1) * it[i] : 0);
@@ -808,7 +814,7 @@ static int shape_scatter(const AVal *in, int nin, const Params *p, AVal *out) {
             prim_ints(a, n, shape), prim_shape(b, &in[2]));
     return -1;
   }
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 
@@ -823,7 +829,7 @@ static int shape_sort(const AVal *in, int nin, const Params *p, AVal *out) {
     return -1;
   if (axis_normalize(dim, in[0].ndim, &d) < 0)
     return -1;
-  *out = in[0];
+  aval_copy(out, &in[0]);
   return 0;
 }
 

@@ -45,6 +45,17 @@ typedef struct AVal {
   uint32_t vma;   /* mesh axes it may vary over (array.h) */
 } AVal;
 
+/* Copies [src] into [dst], only as many dimensions as it has (a whole
+ * AVal is ~280 bytes, copied with a slow string move). */
+static inline void aval_copy(AVal *dst, const AVal *src) {
+  dst->dtype = src->dtype;
+  dst->weak = src->weak;
+  dst->ndim = src->ndim;
+  for (int i = 0; i < src->ndim; i++)
+    dst->shape[i] = src->shape[i];
+  dst->vma = src->vma;
+}
+
 #define PRIM_MAX_PARAMS 8
 
 /* Named parameters.  Names are static strings; values are owned. */

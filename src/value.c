@@ -522,7 +522,37 @@ static bool spec_is(const SpecParam *sp, const char *name) {
   return strncmp(sp->name, name, sp->len) == 0 && name[sp->len] == '\0';
 }
 
+/* What a call without keywords needs of a spec: the number of parameters
+ * and which are required.  Remembered per thread for the last specs seen,
+ * by address: specs are string literals, and built-ins bind at every call. */
+typedef struct SpecShape {
+  const char *spec;
+  int np;
+  uint64_t required;  /* bit i: parameter i has no default */
+} SpecShape;
+
+#define SPEC_CACHE 64  /* a power of two */
+static _Thread_local SpecShape spec_cache[SPEC_CACHE];
+
+static const SpecShape *spec_shape(const char *spec) {
+  SpecShape *e = &spec_cache[((uintptr_t)spec >> 3) & (SPEC_CACHE - 1)];
+  if (e->spec != spec) {
+    SpecParam ps[MAX_PARAMS];
+    e->np = parse_spec(spec, ps);
+    e->required = 0;
+    for (int i = 0; i < e->np; i++)
+      if (!ps[i].optional) e->required |= (uint64_t)1 << i;
+    e->spec = spec;
+  }
+  return e;
+}
+
 int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **slots[]) {
+  const SpecShape *sh = spec_shape(spec);
+  if (a->nkw == 0 && a->nargs <= sh->np && (sh->required >> a->nargs) == 0) {
+    for (int i = 0; i < sh->np; i++) *slots[i] = i < a->nargs ? a->args[i] : NULL;
+    return 0;
+  }
   SpecParam ps[MAX_PARAMS];
   int np = parse_spec(spec, ps);
   for (int i = 0; i < np; i++) *slots[i] = NULL;

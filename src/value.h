@@ -242,7 +242,8 @@ typedef struct BoundMethod {
 Value *bound_new(const char *name, MethodFn fn, Value *self);
 
 /*
- * Binds a call's arguments to parameters described by [spec], a comma
+ * Binds a call's arguments to parameters described by [spec], a string
+ * literal (its address identifies it in a per-thread cache), a comma
  * separated list such as "x, axis=, keepdims=": names without '=' are
  * required, names with '=' optional (their slot is left NULL when absent);
  * a leading '*' name ("*args") collects the rest as a borrowed view is not
