@@ -397,10 +397,14 @@ static void sig_str(const CollDesc *d, char *buf, size_t cap) {
 
 /* ---- axes and participants ------------------------------------------------- */
 
-/* The axis-name parameter: `axes` for the reductions, `axis_name` otherwise. */
+/* The axis-name parameter: `axes` for the reductions, `axis_name` otherwise.
+ * One look for either literal's address first, as params_get does for one. */
 static Value *axis_param(const Params *p) {
-  Value *v = params_get(p, "axis_name");
-  return v ? v : params_get(p, "axes");
+  static const char *const axis_name = "axis_name", *const axes = "axes";
+  for (int i = 0; i < p->n; i++)
+    if (p->p[i].name == axis_name || p->p[i].name == axes) return p->p[i].value;
+  Value *v = params_get(p, axis_name);
+  return v ? v : params_get(p, axes);
 }
 
 /* Writes "'i'" or "('i', 'j')" for the axis names of [d]. */

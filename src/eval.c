@@ -161,21 +161,28 @@ static int env_grow(Env *e) {
   return 0;
 }
 
-int env_set(Env *e, const char *name, Value *v) {
+int env_set_steal(Env *e, const char *name, Value *v) {
   Value **s = env_slot(e, name);
   if (s) {
-    val_incref(v);
-    val_decref(*s);
+    Value *old = *s;
     *s = v;
+    val_decref(old);
     return 0;
   }
-  if ((e->n + 1) * 4 > e->cap * 3 && env_grow(e) < 0) return -1;
+  if ((e->n + 1) * 4 > e->cap * 3 && env_grow(e) < 0) {
+    val_decref(v);
+    return -1;
+  }
   size_t mask = (size_t)e->cap - 1, i = ptr_hash(name) & mask;
   while (e->keys[i]) i = (i + 1) & mask;
   e->keys[i] = name;
-  e->vals[i] = val_incref(v);
+  e->vals[i] = v;
   e->n++;
   return 0;
+}
+
+int env_set(Env *e, const char *name, Value *v) {
+  return env_set_steal(e, name, val_incref(v));
 }
 
 void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx) {
@@ -969,6 +976,16 @@ out:
   return rc;
 }
 
+/* assign, taking [v]'s reference: a name then binds it without the pair
+ * of reference-count changes (atomic, so not free) a borrowed value costs. */
+static int assign_steal(const Node *target, Value *v, Env *env) {
+  if (target->kind == N_NAME)
+    return env_set_steal(env_target(env, target->name), target->name, v);
+  int rc = assign(target, v, env);
+  val_decref(v);
+  return rc;
+}
+
 static int assign(const Node *target, Value *v, Env *env) {
   int rc;
   switch (target->kind) {
@@ -1015,8 +1032,7 @@ static Outcome for_each(const Node *target, Value *iter, Env *env,
     int64_t n = range_len(iter);
     for (int64_t i = 0; i < n; i++) {
       Value *x = val_int(r->start + i * r->step);
-      int rc = x ? assign(target, x, env) : -1;
-      val_decref(x);
+      int rc = x ? assign_steal(target, x, env) : -1;
       if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
       Outcome o = body(env, ctx);
       if (o == OUT_BREAK) return OUT_OK;
@@ -1115,13 +1131,12 @@ static Outcome exec_if(const Node *s, Env *env, Value **ret) {
 static Outcome exec_assign(const Node *s, Env *env) {
   Value *v = eval(s->a, env);
   if (!v) return OUT_ERR;
-  for (int i = 0; i < s->items.n; i++)
+  for (int i = 0; i + 1 < s->items.n; i++)
     if (assign(s->items.items[i], v, env) < 0) {
       val_decref(v);
       return OUT_ERR;
     }
-  val_decref(v);
-  return OUT_OK;
+  return assign_steal(s->items.items[s->items.n - 1], v, env) < 0 ? OUT_ERR : OUT_OK;
 }
 
 static Outcome exec_augassign(const Node *s, Env *env) {
@@ -1135,9 +1150,7 @@ static Outcome exec_augassign(const Node *s, Env *env) {
     err_locate(s->loc);
     return OUT_ERR;
   }
-  int rc = assign(s->a, v, env);
-  val_decref(v);
-  return rc < 0 ? OUT_ERR : OUT_OK;
+  return assign_steal(s->a, v, env) < 0 ? OUT_ERR : OUT_OK;
 }
 
 static Outcome exec_def(const Node *s, Env *env) {

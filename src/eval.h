@@ -30,6 +30,8 @@ void env_decref(Env *e);
 Value *env_lookup(Env *e, const char *name);
 /* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem. */
 int env_set(Env *e, const char *name, Value *v);
+/* env_set taking [v]'s reference (released on failure too). */
+int env_set_steal(Env *e, const char *name, Value *v);
 /* Drops every binding of [e] itself.  Functions defined in a scope hold
  * that scope as their closure, a reference cycle; clearing the scope
  * before its last env_decref frees both (module scopes at exit). */

@@ -672,9 +672,9 @@ static Value *coll_apply(PrimId id, int n, Value **in, const Params *p) {
 
 /* Applies collective [id] to [x] with [p] (stolen), converting x first. */
 static Value *apply1(PrimId id, Value *x, Params *p) {
-  Value *arr = ops_to_array(x, -1);
+  Value *arr = ops_is_array(x) ? x : ops_to_array(x, -1);  /* x is borrowed */
   Value *r = arr ? coll_apply(id, 1, &arr, p) : NULL;
-  val_decref(arr);
+  if (arr != x) val_decref(arr);
   params_clear(p);
   return r;
 }
