@@ -637,10 +637,19 @@ static int eval_starstar_arg(ArgBuf *b, Value *v) {
   return 0;
 }
 
+static Value *const_value(const Node *n);
+
 static int eval_args(const Node *n, Env *env, ArgBuf *b) {
   argbuf_init(b);
   for (int i = 0; i < n->items.n; i++) {
     const Node *arg = n->items.items[i];
+    if (arg->kind == N_CONST && arg->value->type == V_STR) {
+      /* borrowed: constants are held while the code runs (by the code, or
+       * the device's cache until its body ends), and strings are never
+       * changed in place (arrays may be, when held once) */
+      if (argbuf_push(b, const_value(arg)) < 0) return -1;
+      continue;
+    }
     Value *v = eval(arg->kind == N_STARRED ? arg->a : arg, env);
     if (!v || argbuf_hold(b, v) < 0) return -1;
     int rc = arg->kind == N_STARRED ? eval_star_arg(b, v) : argbuf_push(b, v);
@@ -838,13 +847,14 @@ static Value *const_copy(Value *v) {
   return NULL;
 }
 
-static Value *eval_const(const Node *n) {
+/* The value of constant [n], borrowed: on a device, its private copy. */
+static Value *const_value(const Node *n) {
   Value *v = n->value;
-  if (!dev_ctx() || (v->flags & VAL_IMMORTAL)) return val_incref(v);
+  if (!dev_ctx() || (v->flags & VAL_IMMORTAL)) return v;
   size_t h = ((uintptr_t)v >> 4) & (CONST_CACHE_SIZE - 1);
   for (int probe = 0; probe < CONST_CACHE_SIZE; probe++) {
     ConstEntry *e = &const_cache[(h + (size_t)probe) & (CONST_CACHE_SIZE - 1)];
-    if (e->orig == v) return val_incref(e->copy);
+    if (e->orig == v) return e->copy;
     if (e->orig) continue;
     if (const_cache_used >= CONST_CACHE_SIZE / 2) break;  /* keep probes short */
     Value *c = const_copy(v);
@@ -855,10 +865,12 @@ static Value *eval_const(const Node *n) {
     e->orig = val_incref(v);
     e->copy = c;
     const_cache_used++;
-    return val_incref(c);
+    return c;
   }
-  return val_incref(v);
+  return v;
 }
+
+static Value *eval_const(const Node *n) { return val_incref(const_value(n)); }
 
 void eval_const_cache_clear(void) {
   for (int i = 0; const_cache_used && i < CONST_CACHE_SIZE; i++) {
@@ -1024,6 +1036,36 @@ static int check_interrupt(Loc loc) {
   return -1;
 }
 
+/* Whether [v] is an int as val_int(x) makes it that only its binding
+ * holds (value.h: a count of 1 means changeable in place). */
+static bool int_reusable(const Value *v, int64_t x) {
+  if (v->type != V_ARRAY || (v->flags & VAL_IMMORTAL) || val_refcount(v) != 1) return false;
+  const Array *a = (const Array *)v;
+  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
+  return a->ndim == 0 && a->dtype == t && a->weak && a->vma == 0 && a->offset == 0 &&
+         a->buf->data == a->buf->inline_data &&
+         atomic_load_explicit(&a->buf->refcount, memory_order_acquire) == 1;
+}
+
+/* Binds a range loop's variable [target] to [x]: its current int is
+ * overwritten when nothing else holds it, which saves an allocation and
+ * a free per iteration; else a new int. */
+static int assign_range_item(const Node *target, Env *env, int64_t x) {
+  if (target->kind == N_NAME) {
+    Value **s = env_slot(env_target(env, target->name), target->name);
+    if (s && *s && int_reusable(*s, x)) {
+      Array *a = AS_ARRAY(*s);
+      if (a->dtype == DT_I32)
+        *(int32_t *)arr_data(a) = (int32_t)x;
+      else
+        *(int64_t *)arr_data(a) = x;
+      return 0;
+    }
+  }
+  Value *v = val_int(x);
+  return v ? assign_steal(target, v, env) : -1;
+}
+
 /* Iterates [iter], assigning each item to [target] and running [body]. */
 static Outcome for_each(const Node *target, Value *iter, Env *env,
                         Outcome (*body)(Env *env, void *ctx), void *ctx) {
@@ -1031,8 +1073,7 @@ static Outcome for_each(const Node *target, Value *iter, Env *env,
     Range *r = (Range *)iter;
     int64_t n = range_len(iter);
     for (int64_t i = 0; i < n; i++) {
-      Value *x = val_int(r->start + i * r->step);
-      int rc = x ? assign_steal(target, x, env) : -1;
+      int rc = assign_range_item(target, env, r->start + i * r->step);
       if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
       Outcome o = body(env, ctx);
       if (o == OUT_BREAK) return OUT_OK;
