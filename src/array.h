@@ -88,6 +88,11 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
  * changes nothing, when either payload is inline (small arrays). */
 bool arr_share_buffer(Array *dst, const Array *src);
 
+/* Whether [a] and its buffer have one holder each and the payload is its
+ * own (not a mapped or borrowed one): then [a] may be changed in place
+ * (value.h: a count of 1 means changeable in place). */
+bool arr_unshared(const Array *a);
+
 /* [a] itself (incref'd) if C-contiguous, else a contiguous copy. */
 Array *arr_contiguous(Array *a);
 

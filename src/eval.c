@@ -1039,12 +1039,10 @@ static int check_interrupt(Loc loc) {
 /* Whether [v] is an int as val_int(x) makes it that only its binding
  * holds (value.h: a count of 1 means changeable in place). */
 static bool int_reusable(const Value *v, int64_t x) {
-  if (v->type != V_ARRAY || (v->flags & VAL_IMMORTAL) || val_refcount(v) != 1) return false;
+  if (v->type != V_ARRAY) return false;
   const Array *a = (const Array *)v;
   DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  return a->ndim == 0 && a->dtype == t && a->weak && a->vma == 0 && a->offset == 0 &&
-         a->buf->data == a->buf->inline_data &&
-         atomic_load_explicit(&a->buf->refcount, memory_order_acquire) == 1;
+  return a->ndim == 0 && a->dtype == t && a->weak && a->vma == 0 && arr_unshared(a);
 }
 
 /* Binds a range loop's variable [target] to [x]: its current int is

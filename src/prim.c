@@ -1043,12 +1043,7 @@ static void prim_frame_free(ApplyFrame *f) {
 /* True when [a] belongs to one holder and may be overwritten as the
  * output of aval [o] (value.h: refcount 1 means changeable in place). */
 static bool prim_reusable(Array *a, const AVal *o) {
-  Buffer *b = a->buf;
-  unsigned char *d = b->data;
-  bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
-  return !(a->hdr.flags & VAL_IMMORTAL) && val_refcount(&a->hdr) == 1 &&
-         atomic_load_explicit(&b->refcount, memory_order_acquire) == 1 && local &&
-         a->contiguous && a->dtype == o->dtype && a->ndim == o->ndim &&
+  return arr_unshared(a) && a->contiguous && a->dtype == o->dtype && a->ndim == o->ndim &&
          prim_same_dims(o->ndim, a->shape, o->shape);
 }
 

@@ -100,6 +100,24 @@ START_TEST(test_failed_allocation) {
 }
 END_TEST
 
+/* Memory that threads write concurrently: whole 128-byte pairs, zeroed. */
+START_TEST(test_pair_alloc) {
+  for (size_t n = 0; n < 300; n += 37) {
+    unsigned char *p = shm_pair_alloc(n);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq((uintptr_t)p % SHM_LINE_PAIR, 0);
+    size_t padded = n ? (n + SHM_LINE_PAIR - 1) / SHM_LINE_PAIR * SHM_LINE_PAIR : SHM_LINE_PAIR;
+    for (size_t i = 0; i < padded; i++) ck_assert_uint_eq(p[i], 0);
+    shm_free(p);
+  }
+  shm_mem_fail_after(1);
+  ck_assert_ptr_null(shm_pair_alloc(64));
+  void *p = shm_pair_alloc(64);   /* injection is one-shot */
+  ck_assert_ptr_nonnull(p);
+  shm_free(p);
+}
+END_TEST
+
 START_TEST(test_scalars) {
   Array *a = arr_scalar_f64(DT_I32, -2.7, false);
   ck_assert_int_eq(arr_get_i64(a, 0), -2);   /* truncates toward zero */
@@ -241,6 +259,7 @@ static Suite *array_suite(void) {
   tcase_add_test(tc, test_zero_size_and_scalar);
   tcase_add_test(tc, test_bad_shapes);
   tcase_add_test(tc, test_failed_allocation);
+  tcase_add_test(tc, test_pair_alloc);
   tcase_add_test(tc, test_scalars);
   tcase_add_test(tc, test_views_and_copies);
   tcase_add_test(tc, test_astype);
