@@ -269,8 +269,15 @@ static int lex_decimal(Lexer *lx, const char *start, char *buf) {
 /* A number literal starting at the cursor. */
 static int lex_number(Lexer *lx) {
   const char *start = lx->p;
-  size_t maxlen = strlen(start) + 1;  /* digits never outnumber the text */
-  char *buf = shm_malloc(maxlen + 1);
+  /* The buffer holds at most the literal's own characters: measure their
+   * run (name characters, dots, an exponent's sign) rather than the rest
+   * of the file, so lexing stays linear in the source's size. */
+  size_t maxlen = 0;
+  for (const char *q = start;; q++, maxlen++) {
+    bool sign = (*q == '+' || *q == '-') && q > start && (q[-1] | 0x20) == 'e';
+    if (!is_name_char(*q) && *q != '.' && !sign) break;
+  }
+  char *buf = shm_malloc(maxlen + 2);
   if (!buf) return err_nomem(), -1;
   int c = lx->p[1] | 0x20;
   int rc = (lx->p[0] == '0' && (c == 'x' || c == 'o' || c == 'b'))
