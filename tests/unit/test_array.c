@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "array.h"
-#include "error.h"
-#include "mem.h"
+#include "array/array.h"
+#include "base/error.h"
+#include "base/mem.h"
 
 /* A contiguous f32 array of [n] elements 0, 1, 2, ... shaped [ndim, shape]. */
 static Array *iota_f32(int ndim, const int64_t *shape) {

@@ -16,12 +16,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "array.h"
-#include "collective.h"
-#include "device.h"
-#include "error.h"
-#include "prim.h"
-#include "value.h"
+#include "array/array.h"
+#include "spmd/collective.h"
+#include "spmd/device.h"
+#include "base/error.h"
+#include "array/prim.h"
+#include "base/value.h"
 
 #define MAXDEV 8
 

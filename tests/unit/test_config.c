@@ -11,9 +11,9 @@
 
 /* "src/" because the build directory's autoconf header is also named
  * config.h, and comes first in the include path outside src/. */
-#include "src/config.h"
-#include "error.h"
-#include "mem.h"
+#include "cli/config.h"
+#include "base/error.h"
+#include "base/mem.h"
 
 /* Writes [text] to a fresh temporary file; returns its path (static). */
 static const char *write_config(const char *text) {

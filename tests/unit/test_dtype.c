@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "dtype.h"
+#include "base/dtype.h"
 
 /* One promotion case: (a, weak a) + (b, weak b) -> (result, weak). */
 typedef struct {

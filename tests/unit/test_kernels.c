@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "kernels.h"
-#include "prim.h"
+#include "base/error.h"
+#include "array/kernels.h"
+#include "array/prim.h"
 
 /* ---- helpers --------------------------------------------------------------- */
 

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "intern.h"
-#include "lexer.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "lang/lexer.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "array.h"
-#include "error.h"
-#include "linalg.h"
-#include "prim.h"
+#include "array/array.h"
+#include "base/error.h"
+#include "array/linalg.h"
+#include "array/prim.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "array.h"
-#include "error.h"
-#include "npy.h"
+#include "array/array.h"
+#include "base/error.h"
+#include "array/npy.h"
 
 /* ---- fixtures made by NumPy 1.24 ---------------------------------------- */
 

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "array.h"
-#include "error.h"
-#include "intern.h"
-#include "mem.h"
-#include "parser.h"
+#include "array/array.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/parser.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 

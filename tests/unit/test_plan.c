@@ -9,12 +9,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "array.h"
-#include "compile.h"
-#include "error.h"
-#include "plan.h"
-#include "prim.h"
-#include "trace.h"
+#include "array/array.h"
+#include "transform/compile.h"
+#include "base/error.h"
+#include "transform/plan.h"
+#include "array/prim.h"
+#include "transform/trace.h"
 
 static void setup(void) {
   static bool done;

@@ -11,9 +11,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "array.h"
-#include "error.h"
-#include "print.h"
+#include "array/array.h"
+#include "base/error.h"
+#include "array/print.h"
 
 /* One array case: dtype, weak flag, shape, values (or NULL: i * step). */
 typedef struct PCase {

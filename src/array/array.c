@@ -1,0 +1,439 @@
+/*
+ * array.c - arrays as views over reference-counted buffers (array.h).
+ *
+ * A payload of at most ARR_INLINE_MAX bytes lives in the same allocation as
+ * its Array and Buffer header, so making a small array is one malloc;
+ * larger payloads come from shm_buf_alloc (huge pages, recycled).
+ */
+#include "array/array.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "array/kernels.h"
+#include "base/mem.h"
+
+#define ARR_INLINE_MAX 256
+
+/* ---- buffers ------------------------------------------------------------- */
+
+/* The largest payload we try to allocate: physical memory.  Beyond it the
+ * allocation could only succeed by overcommit and then die on first touch.
+ * Set once at load time, read-only after, so threads need no lock. */
+static int64_t arr_max_bytes = INT64_MAX;
+
+__attribute__((constructor)) static void arr_limit_init(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psize > 0)
+    arr_max_bytes = (int64_t)pages * psize;
+}
+
+/* Small payloads are embedded: one allocation holds the Array, then its
+ * Buffer header at the first 64-byte boundary at least 8 bytes past the
+ * Array (the Buffer type is 64-byte aligned), then the data.  The 8 bytes
+ * before the header keep the allocation's address.  Such a buffer (owned
+ * == false) outlives its Array when views still use it; the allocation is
+ * freed when the last of the two lets go. */
+#define ARR_EMBED_EXTRA (sizeof(void *) + 63)
+
+static Buffer *arr_embedded(const Array *a) {
+  uintptr_t p = (uintptr_t)a + sizeof(Array) + sizeof(void *);
+  return (Buffer *)((p + 63) & ~(uintptr_t)63);
+}
+
+/* An Array with its buffer: embedded when small, else from shm_buf_alloc
+ * (the separate header too, for its alignment). */
+static Array *arr_alloc(size_t nbytes) {
+  Buffer *b;
+  Array *a;
+  if (nbytes <= ARR_INLINE_MAX) {
+    a = shm_malloc(sizeof(Array) + ARR_EMBED_EXTRA + sizeof(Buffer) + nbytes);
+    if (!a)
+      return NULL;
+    b = arr_embedded(a);
+    ((void **)b)[-1] = a;
+    b->data = b->inline_data;
+    b->owned = false;
+  } else {
+    a = shm_malloc(sizeof(Array));
+    if (!a)
+      return NULL;
+    b = shm_buf_alloc(sizeof(Buffer));
+    void *d = b ? shm_buf_alloc(nbytes) : NULL;
+    if (!d) {
+      shm_buf_free(b, sizeof(Buffer));
+      shm_free(a);
+      return NULL;
+    }
+    b->data = d;
+    b->owned = true;
+  }
+  atomic_init(&b->refcount, 1);
+  b->nbytes = nbytes;
+  a->buf = b;
+  return a;
+}
+
+/* Drops one reference to [b]; true when it was the last. */
+static bool arr_buffer_release(Buffer *b) {
+  return atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
+}
+
+/* Frees a buffer whose count reached zero. */
+static void arr_buffer_free(Buffer *b) {
+  if (b->owned) {
+    shm_buf_free(b->data, b->nbytes);
+    shm_buf_free(b, sizeof(Buffer));
+  } else {
+    shm_free(((void **)b)[-1]);   /* the allocation of the Array it came with */
+  }
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+/* Checks a shape for arr_new; sets the error and returns -1 if bad. */
+static int arr_check_shape(DType t, int ndim, const int64_t *shape,
+                           int64_t *size, int64_t *nbytes) {
+  char sbuf[256];
+  if (ndim < 0 || ndim > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "maximum supported dimension for an array is %d, found %d",
+            SHM_MAXDIM, ndim);
+    return -1;
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      err_set(ERR_VALUE, "negative dimensions are not allowed");
+      return -1;
+    }
+  }
+  *size = shape_size(ndim, shape);
+  int64_t isz = (int64_t)dt_size(t);
+  if (*size < 0 || *size > INT64_MAX / isz || *size * isz > arr_max_bytes) {
+    shape_str(sbuf, sizeof sbuf, ndim, shape);
+    if (*size < 0 || *size > INT64_MAX / isz)
+      err_set(ERR_MEMORY, "array of shape %s is too big: its size overflows int64", sbuf);
+    else
+      err_set(ERR_MEMORY, "array of shape %s needs %" PRId64 " bytes, more than available",
+              sbuf, *size * isz);
+    return -1;
+  }
+  *nbytes = *size * isz;
+  return 0;
+}
+
+/* Fills the Array header of a fresh contiguous array (a->buf is set). */
+static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t size) {
+  val_init(&a->hdr, V_ARRAY);
+  a->dtype = t;
+  a->weak = false;
+  a->contiguous = true;
+  a->ndim = (uint8_t)ndim;
+  a->vma = 0;
+  a->size = size;
+  a->offset = 0;
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    a->shape[i] = shape[i];
+    a->strides[i] = st;
+    st *= shape[i];
+  }
+}
+
+Array *arr_new(DType t, int ndim, const int64_t *shape) {
+  int64_t size, nbytes;
+  if (arr_check_shape(t, ndim, shape, &size, &nbytes) < 0)
+    return NULL;
+  Array *a = arr_alloc((size_t)nbytes);
+  if (!a) {
+    char sbuf[256];
+    shape_str(sbuf, sizeof sbuf, ndim, shape);
+    return err_set(ERR_MEMORY, "array of shape %s needs %" PRId64
+                   " bytes, more than available", sbuf, nbytes);
+  }
+  arr_init(a, t, ndim, shape, size);
+  return a;
+}
+
+Array *arr_zeros(DType t, int ndim, const int64_t *shape) {
+  Array *a = arr_new(t, ndim, shape);
+  if (a)
+    memset(a->buf->data, 0, a->buf->nbytes);
+  return a;
+}
+
+Array *arr_scalar_f64(DType t, double x, bool weak) {
+  Array *a = arr_new(t, 0, NULL);
+  if (!a)
+    return NULL;
+  kern_convert(a->buf->data, t, &x, DT_F64, 1);
+  a->weak = weak;
+  return a;
+}
+
+Array *arr_scalar_i64(DType t, int64_t x, bool weak) {
+  Array *a = arr_new(t, 0, NULL);
+  if (!a)
+    return NULL;
+  kern_convert(a->buf->data, t, &x, DT_I64, 1);
+  a->weak = weak;
+  return a;
+}
+
+/* True when [strides] are the row-major ones for [shape] (size-1 dims may
+ * have any stride, as NumPy's C_CONTIGUOUS flag allows). */
+static bool arr_is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (shape[i] == 0)
+      return true;
+    if (shape[i] != 1 && strides[i] != st)
+      return false;
+    st *= shape[i];
+  }
+  return true;
+}
+
+Array *arr_view(Array *a, int ndim, const int64_t *shape,
+                const int64_t *strides, int64_t offset) {
+  Array *v = shm_malloc(sizeof(Array));
+  if (!v)
+    return err_nomem();
+  val_init(&v->hdr, V_ARRAY);
+  v->dtype = a->dtype;
+  v->weak = a->weak;
+  v->ndim = (uint8_t)ndim;
+  v->vma = a->vma;
+  v->offset = offset;
+  v->size = shape_size(ndim, shape);
+  for (int i = 0; i < ndim; i++) {  /* not memcpy: a few words, rep movs is slow */
+    v->shape[i] = shape[i];
+    v->strides[i] = strides[i];
+  }
+  v->contiguous = arr_is_contiguous(ndim, shape, strides);
+  v->buf = a->buf;
+  atomic_fetch_add_explicit(&a->buf->refcount, 1, memory_order_relaxed);
+  return v;
+}
+
+Array *arr_copy(Array *a) {
+  Array *c = arr_new(a->dtype, a->ndim, a->shape);
+  if (!c)
+    return NULL;
+  kern_copy_to_contiguous(c->buf->data, a);
+  c->weak = a->weak;
+  c->vma = a->vma;
+  return c;
+}
+
+bool arr_unshared(const Array *a) {
+  const Buffer *b = a->buf;
+  const unsigned char *d = b->data;
+  bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
+  return !(a->hdr.flags & VAL_IMMORTAL) && val_refcount(&a->hdr) == 1 &&
+         atomic_load_explicit(&((Buffer *)b)->refcount, memory_order_acquire) == 1 && local;
+}
+
+bool arr_share_buffer(Array *dst, const Array *src) {
+  if (!dst->buf->owned || !src->buf->owned) return false;
+  Buffer *old = dst->buf;
+  atomic_fetch_add_explicit(&src->buf->refcount, 1, memory_order_relaxed);
+  dst->buf = src->buf;
+  dst->offset = src->offset;
+  if (arr_buffer_release(old)) arr_buffer_free(old);
+  return true;
+}
+
+Array *arr_contiguous(Array *a) {
+  if (a->contiguous) {
+    val_incref(&a->hdr);
+    return a;
+  }
+  return arr_copy(a);
+}
+
+Array *arr_astype(Array *a, DType t, bool weak) {
+  Array *src = arr_contiguous(a);
+  if (!src)
+    return NULL;
+  Array *c = arr_new(t, a->ndim, a->shape);
+  if (c) {
+    kern_convert(c->buf->data, t, arr_data(src), src->dtype, src->size);
+    c->weak = weak;
+    c->vma = a->vma;
+  }
+  val_decref(&src->hdr);
+  return c;
+}
+
+/* ---- element access ------------------------------------------------------ */
+
+/* Element offset (in elements, from the buffer start) of row-major [flat]. */
+static int64_t arr_flat_offset(const Array *a, int64_t flat) {
+  int64_t off = a->offset;
+  for (int i = a->ndim - 1; i >= 0; i--) {
+    int64_t n = a->shape[i];
+    off += (flat % n) * a->strides[i];
+    flat /= n;
+  }
+  return off;
+}
+
+double arr_get_f64(const Array *a, int64_t flat) {
+  double x;
+  const char *base = a->buf->data;
+  size_t isz = dt_size(a->dtype);
+  kern_convert(&x, DT_F64, base + (size_t)arr_flat_offset(a, flat) * isz, a->dtype, 1);
+  return x;
+}
+
+int64_t arr_get_i64(const Array *a, int64_t flat) {
+  int64_t x;
+  const char *base = a->buf->data;
+  size_t isz = dt_size(a->dtype);
+  kern_convert(&x, DT_I64, base + (size_t)arr_flat_offset(a, flat) * isz, a->dtype, 1);
+  return x;
+}
+
+int arr_to_index(Value *v, int64_t *out) {
+  if (!IS_ARRAY(v)) {
+    err_set(ERR_TYPE, "expected an integer, got %s", v ? val_type_name(v) : "nothing");
+    return -1;
+  }
+  Array *a = AS_ARRAY(v);
+  if (!dt_is_int(a->dtype) && a->dtype != DT_BOOL) {
+    err_set(ERR_TYPE, "expected an integer, got %s array", dt_name(a->dtype));
+    return -1;
+  }
+  if (a->size != 1) {
+    err_set(ERR_TYPE, "only integer scalar arrays can be converted to a scalar index");
+    return -1;
+  }
+  *out = arr_get_i64(a, 0);
+  return 0;
+}
+
+int arr_to_double(Value *v, double *out) {
+  if (!IS_ARRAY(v)) {
+    err_set(ERR_TYPE, "expected a number, got %s", v ? val_type_name(v) : "nothing");
+    return -1;
+  }
+  Array *a = AS_ARRAY(v);
+  if (a->size != 1) {
+    err_set(ERR_TYPE, "only size-1 arrays can be converted to Python scalars");
+    return -1;
+  }
+  *out = arr_get_f64(a, 0);
+  return 0;
+}
+
+/* ---- shapes --------------------------------------------------------------- */
+
+void shape_strides(int ndim, const int64_t *shape, int64_t *strides) {
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= shape[i];
+  }
+}
+
+int64_t shape_size(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  bool zero = false;
+  for (int i = 0; i < ndim; i++)
+    zero |= shape[i] == 0;
+  if (zero)
+    return 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n))
+      return -1;
+  }
+  return n;
+}
+
+/* Appends [sep] and the int64 [x] at [pos], never writing past [cap];
+ * returns the new position (which may exceed cap, as snprintf counts). */
+static size_t shape_append(char *buf, size_t cap, size_t pos, const char *sep, int64_t x) {
+  if (pos >= cap)
+    return pos;
+  int k = snprintf(buf + pos, cap - pos, "%s%" PRId64, sep, x);
+  return k < 0 ? pos : pos + (size_t)k;
+}
+
+/* Appends the literal [s] at [pos], as shape_append. */
+static size_t shape_puts(char *buf, size_t cap, size_t pos, const char *s) {
+  if (pos >= cap)
+    return pos;
+  int k = snprintf(buf + pos, cap - pos, "%s", s);
+  return k < 0 ? pos : pos + (size_t)k;
+}
+
+void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  if (!cap)
+    return;
+  size_t pos = shape_puts(buf, cap, 0, "(");
+  for (int i = 0; i < ndim; i++)
+    pos = shape_append(buf, cap, pos, i ? ", " : "", shape[i]);
+  shape_puts(buf, cap, pos, ndim == 1 ? ",)" : ")");
+}
+
+void aval_str(char *buf, size_t cap, DType t, int ndim, const int64_t *shape) {
+  if (!cap)
+    return;
+  size_t pos = shape_puts(buf, cap, 0, dt_short(t));
+  pos = shape_puts(buf, cap, pos, "[");
+  for (int i = 0; i < ndim; i++)
+    pos = shape_append(buf, cap, pos, i ? "," : "", shape[i]);
+  shape_puts(buf, cap, pos, "]");
+}
+
+int shape_broadcast(int na, const int64_t *a, int nb, const int64_t *b,
+                    int *out_ndim, int64_t *out) {
+  int n = na > nb ? na : nb;
+  int64_t res[SHM_MAXDIM];
+  for (int i = 0; i < n; i++) {
+    int64_t da = i < n - na ? 1 : a[i - (n - na)];
+    int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
+    if (da != db && da != 1 && db != 1) {
+      char sa[256], sb[256];
+      shape_str(sa, sizeof sa, na, a);
+      shape_str(sb, sizeof sb, nb, b);
+      err_set(ERR_VALUE, "operands could not be broadcast together with shapes %s %s",
+              sa, sb);
+      return -1;
+    }
+    res[i] = da == 1 ? db : da;
+  }
+  memcpy(out, res, sizeof(int64_t) * n);
+  *out_ndim = n;
+  return 0;
+}
+
+int axis_normalize(int64_t axis, int ndim, int *out) {
+  if (axis < -(int64_t)ndim || axis >= ndim) {
+    err_set(ERR_INDEX, "axis %" PRId64 " is out of bounds for array of dimension %d",
+            axis, ndim);
+    return -1;
+  }
+  *out = (int)(axis < 0 ? axis + ndim : axis);
+  return 0;
+}
+
+void arr_free(Value *v) {
+  Array *a = AS_ARRAY(v);
+  Buffer *b = a->buf;
+  /* read before the release: once it is dropped another holder may free b */
+  bool embedded = !b->owned && ((void **)b)[-1] == (void *)a;
+  bool last = arr_buffer_release(b);
+  if (embedded) {   /* a's own embedded buffer */
+    if (last)
+      shm_free(a);   /* else the last view's release frees it */
+    return;
+  }
+  if (last)
+    arr_buffer_free(b);
+  shm_free(a);
+}

@@ -1,0 +1,146 @@
+/*
+ * array.h - n-dimensional arrays: one buffer, a shape, strides and an offset.
+ *
+ * Layout.  An Array is a view: [ndim] sizes in shape[], strides[] counted
+ * in ELEMENTS (not bytes), and a start [offset] in elements into a
+ * reference-counted Buffer.  A fresh array is C-contiguous (row-major)
+ * with offset 0.  reshape of a contiguous array, transpose, basic slices,
+ * broadcast_to and expand_dims make views sharing the buffer, as NumPy
+ * does; everything else writes a new contiguous buffer.
+ *
+ * Immutability.  Arrays are immutable to the user (x.at[i].set(v) makes a
+ * new array).  An array whose own refcount is 1 and whose buffer's refcount
+ * is 1 belongs to one holder, which may overwrite it in place; prim.c uses
+ * that to reuse temporaries in `x * y + z`.
+ *
+ * Replication.  [vma] is the set of mesh axes (bit i = axis i of the mesh of
+ * the running shard_map) the value may vary over, for the static check of
+ * LANGUAGE.md §4; it is 0 outside shard_map bodies.
+ *
+ * Limits.  ndim <= SHM_MAXDIM; the element count and byte size must fit in
+ * int64 and be allocatable: arr_new fails with "array of shape (..) needs N
+ * bytes, more than available" rather than crash.
+ */
+#ifndef SHMAP_ARRAY_H
+#define SHMAP_ARRAY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/value.h"
+
+#define SHM_MAXDIM 32
+
+typedef struct Buffer {
+  atomic_int refcount;
+  size_t nbytes;   /* payload size */
+  void *data;      /* 64-byte aligned; points into inline_data for small ones */
+  bool owned;      /* data came from shm_buf_alloc and is returned to it */
+  _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
+} Buffer;
+
+typedef struct Array {
+  Value hdr;          /* type V_ARRAY */
+  DType dtype;
+  bool weak;          /* weakly typed (a number literal or derived from one) */
+  bool contiguous;    /* C-contiguous: strides are the row-major ones */
+  uint8_t ndim;
+  uint32_t vma;       /* mesh axes it may vary over, see above */
+  int64_t size;       /* number of elements, product of shape */
+  int64_t offset;     /* start, in elements, within buf */
+  Buffer *buf;        /* owned reference */
+  int64_t shape[SHM_MAXDIM];
+  int64_t strides[SHM_MAXDIM];
+} Array;
+
+static inline Array *AS_ARRAY(Value *v) { return (Array *)v; }
+static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }
+
+/* Pointer to the first element of [a] (its offset applied). */
+static inline void *arr_data(const Array *a) {
+  return (char *)a->buf->data + (size_t)a->offset * dt_size(a->dtype);
+}
+
+/* ---- creation (all return new references; NULL + error on failure) ------- */
+
+/* A new C-contiguous array with uninitialised contents.  Errors: ndim too
+ * large, negative dimension, size overflow, out of memory (ERR_MEMORY with
+ * the shape and byte count in the message). */
+Array *arr_new(DType t, int ndim, const int64_t *shape);
+Array *arr_zeros(DType t, int ndim, const int64_t *shape);
+
+/* 0-d arrays from C numbers, converted to [t] as NumPy's astype would. */
+Array *arr_scalar_f64(DType t, double x, bool weak);
+Array *arr_scalar_i64(DType t, int64_t x, bool weak);
+
+/* A view of [a]'s buffer with the given shape, strides and offset (in
+ * elements).  The caller guarantees the view stays inside the buffer. */
+Array *arr_view(Array *a, int ndim, const int64_t *shape,
+                const int64_t *strides, int64_t offset);
+
+/* Points [dst] at [src]'s buffer and releases its own; both C-contiguous,
+ * of one dtype and shape.  For results that are the same on every device
+ * (psum): one buffer, written once, instead of one per device; a shared
+ * buffer is never overwritten in place (prim.c checks its count).  The
+ * caller makes sure nobody else uses [dst] meanwhile.  Returns false, and
+ * changes nothing, when either payload is inline (small arrays). */
+bool arr_share_buffer(Array *dst, const Array *src);
+
+/* Whether [a] and its buffer have one holder each and the payload is its
+ * own (not a mapped or borrowed one): then [a] may be changed in place
+ * (value.h: a count of 1 means changeable in place). */
+bool arr_unshared(const Array *a);
+
+/* [a] itself (incref'd) if C-contiguous, else a contiguous copy. */
+Array *arr_contiguous(Array *a);
+
+/* A contiguous copy, always a new buffer. */
+Array *arr_copy(Array *a);
+
+/* A contiguous copy converted to dtype [t] (weak flag cleared unless
+ * [weak]).  Float to int truncates toward zero; bool is x != 0. */
+Array *arr_astype(Array *a, DType t, bool weak);
+
+/* ---- element access (any layout) ------------------------------------------ */
+
+/* Element [flat] (row-major index over the logical shape) as double/int64. */
+double arr_get_f64(const Array *a, int64_t flat);
+int64_t arr_get_i64(const Array *a, int64_t flat);
+
+/* Reads a 0-d (or size-1) integer or bool array as an int64.  Errors: not
+ * an array, not an integer dtype ("expected an integer, got float32
+ * array"), size != 1. */
+int arr_to_index(Value *v, int64_t *out);
+
+/* Reads a size-1 array of any dtype as a double. */
+int arr_to_double(Value *v, double *out);
+
+/* ---- shapes ------------------------------------------------------------------ */
+
+/* Row-major strides for [shape]. */
+void shape_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Product of the dims; -1 on int64 overflow. */
+int64_t shape_size(int ndim, const int64_t *shape);
+
+/* Writes "(8, 32)" (Python's tuple form; "(8,)" for one dim) into [buf]. */
+void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+/* Writes "f32[8,32]" (the plan's form) into [buf]. */
+void aval_str(char *buf, size_t cap, DType t, int ndim, const int64_t *shape);
+
+/* NumPy broadcasting of two shapes into [out] (*out_ndim set).  Error
+ * "operands could not be broadcast together with shapes (2, 3) (4,)". */
+int shape_broadcast(int na, const int64_t *a, int nb, const int64_t *b,
+                    int *out_ndim, int64_t *out);
+
+/* Normalises a possibly negative [axis] for rank [ndim]; error "axis 3 is
+ * out of bounds for array of dimension 2". */
+int axis_normalize(int64_t axis, int ndim, int *out);
+
+/* Called by val_free_ for V_ARRAY. */
+void arr_free(Value *v);
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * kernels.h - the kernels behind the primitive table (prim.c), and the few
+ * loops array.c borrows from them.
+ *
+ * Every kernel has the Kernel signature of prim.h and is named kern_<the
+ * jax.lax name>.  Contract with prim_apply:
+ *
+ *   - Elementwise (PK_UNARY, PK_BINARY) and reduction (PK_REDUCE) kernels
+ *     receive outputs already allocated, C-contiguous, of the shape and
+ *     dtype the shape rule gave.  An elementwise output may be the very
+ *     array of an operand (in-place reuse), so these loops read element i
+ *     of every operand before writing element i of the output and never
+ *     look back.
+ *   - Layout kernels (PK_SHAPE) may make their result a view of the
+ *     operand (broadcast_in_dim, reshape of contiguous data, transpose,
+ *     squeeze, expand_dims, rev, slice, dynamic_slice), as NumPy does.  So
+ *     prim_apply calls them with out[0] == NULL and they store a new
+ *     reference there.  Called with out[0] already allocated (by a plan
+ *     executor that preallocates), they write into it instead.
+ *
+ * Layout.  Loops are specialised per dtype by macros; bf16 and f16 are
+ * computed through f32.  gcc vectorises the contiguous loops (hot ones
+ * are compiled for x86-64-v4 (AVX-512), v3 (AVX2+FMA) and baseline x86-64
+ * and picked at load time).  Elementwise loops of 2^20 elements or more
+ * are split between the caller and one helper thread when that helper is
+ * free (one caller at a time; concurrent device threads run serially);
+ * SHMAP_SERIAL_KERNELS=1 in the environment turns the helper off.
+ *
+ * Integer division by zero yields 0 and INT_MIN / -1 yields INT_MIN
+ * (remainder 0) instead of trapping; XLA leaves both undefined.  Float to
+ * integer conversion saturates and sends NaN to 0, as XLA's CPU backend.
+ *
+ * Errors: kernels trust the shape rule; they only fail on out of memory.
+ */
+#ifndef SHMAP_KERNELS_H
+#define SHMAP_KERNELS_H
+
+#include "array/prim.h"
+
+/* Hot loops are compiled three times (AVX-512, AVX2+FMA, baseline x86-64)
+ * and the best for the CPU is chosen when the program loads.  Sanitizer
+ * runtimes are not initialised when ifunc resolvers run, so sanitized
+ * builds (and other CPUs) use the default code only. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define KERN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KERN_CLONES
+#endif
+
+/* ---- contractions: provided by linalg.c (linalg.h) ----------------------- */
+int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out);
+int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out);
+
+/* ---- loops shared with array.c -------------------------------------------- */
+
+/* Converts [n] contiguous elements of dtype [st] at [src] to dtype [dt] at
+ * [dst] (the two must not overlap unless equal in size and address).
+ * NumPy's astype semantics, with XLA's saturating float-to-int: NaN gives
+ * 0, out-of-range values the nearest representable integer; any nonzero
+ * (and NaN) gives True. */
+void kern_convert(void *dst, DType dt, const void *src, DType st, int64_t n);
+
+/* Copies [a] (any layout) into the contiguous buffer [dst] of the same
+ * dtype, in row-major order of a's logical shape. */
+void kern_copy_to_contiguous(void *dst, const Array *a);
+
+/* Walks the rows of an N-d iteration space for up to KERN_ITER_MAXOPS
+ * operands with their own strides and offsets (in elements).  Size-1
+ * dimensions are dropped and dimensions every operand walks contiguously
+ * are merged, so a row ([inner] elements, operand k stepping by
+ * inner_stride[k]) is as long as possible.  Use:
+ *     kern_iter_init(&it, ndim, shape, nops, strides, offsets);
+ *     for (bool more = !it.done; more; more = kern_iter_next(&it))
+ *       row(it.off[k], it.inner_stride[k], it.inner);
+ */
+#define KERN_ITER_MAXOPS 4
+typedef struct KernIter {
+  int ndim, nops;                   /* dims after merging (>= 1), operands */
+  bool done;                        /* nothing (left) to visit */
+  int64_t inner;                    /* row length */
+  int64_t inner_stride[KERN_ITER_MAXOPS];
+  int64_t off[KERN_ITER_MAXOPS];    /* current row start per operand */
+  int64_t shape[SHM_MAXDIM], idx[SHM_MAXDIM];
+  int64_t strides[KERN_ITER_MAXOPS][SHM_MAXDIM];
+} KernIter;
+void kern_iter_init(KernIter *it, int ndim, const int64_t *shape, int nops,
+                    const int64_t *const *strides, const int64_t *offsets);
+/* Advances to the next row; false (and done set) after the last. */
+bool kern_iter_next(KernIter *it);
+
+/* ---- elementwise (kern_elementwise.c) --------------------------------------- */
+#define KERN_DECL(name) \
+  int kern_##name(Array **in, int nin, const Params *p, Array **out);
+
+#define KERN_UNARY_LIST(X)                                                   \
+  X(neg) X(sign) X(floor) X(ceil) X(round) X(is_finite) X(exp) X(log)       \
+  X(log1p) X(expm1) X(tanh) X(logistic) X(sin) X(cos) X(tan) X(asin)        \
+  X(acos) X(atan) X(sinh) X(cosh) X(sqrt) X(rsqrt) X(abs) X(not)            \
+  X(integer_pow) X(convert_element_type) X(copy)
+#define KERN_BINARY_LIST(X)                                                  \
+  X(add) X(sub) X(mul) X(div) X(rem) X(pow) X(max) X(min) X(atan2) X(and)   \
+  X(or) X(xor) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+KERN_UNARY_LIST(KERN_DECL)
+KERN_BINARY_LIST(KERN_DECL)
+KERN_DECL(select_n)
+KERN_DECL(clamp)
+
+/* ---- reductions and scans (kern_reduce.c) ----------------------------------- */
+#define KERN_REDUCE_LIST(X)                                                  \
+  X(reduce_sum) X(reduce_max) X(reduce_min) X(reduce_prod) X(reduce_and)    \
+  X(reduce_or) X(argmax) X(argmin) X(cumsum) X(cumprod) X(cummax)
+KERN_REDUCE_LIST(KERN_DECL)
+
+/* ---- layout, creation and indexing (kern_shape.c) --------------------------- */
+#define KERN_SHAPE_LIST(X)                                                   \
+  X(iota) X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze)            \
+  X(expand_dims) X(rev) X(slice) X(dynamic_slice) X(dynamic_update_slice)   \
+  X(concatenate) X(pad) X(gather) X(scatter) X(sort)
+KERN_SHAPE_LIST(KERN_DECL)
+
+/* Reads pad's padding_config [cfg] (a tuple of (lo, hi, interior) int
+ * triples, one per dimension of a rank-[ndim] operand).  -1 with an
+ * ERR_VALUE error when malformed. */
+int kern_padding_config(Value *cfg, int ndim, int64_t *lo, int64_t *hi, int64_t *it);
+
+/* Sum of [n] contiguous float32s by NumPy-style pairwise blocking (error
+ * grows like log n, not n).  Exposed for tests and for mean-like callers. */
+float kern_sum_f32(const float *x, int64_t n);
+double kern_sum_f64(const double *x, int64_t n);
+
+/* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
+ * (range reduction and minimax polynomials, within 2 ulp over the whole
+ * range; large sin/cos arguments fall back to libm).  [y] may equal [x]. */
+void kern_sin_f32(const float *x, float *y, int64_t n);
+void kern_cos_f32(const float *x, float *y, int64_t n);
+void kern_exp_f32(const float *x, float *y, int64_t n);
+void kern_log_f32(const float *x, float *y, int64_t n);
+
+#endif

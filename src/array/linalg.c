@@ -1,0 +1,559 @@
+/*
+ * linalg.c - dot_general over BLIS (semantics: jax.lax.dot_general).
+ *
+ * Each operand is seen as a stack of matrices: lhs as [batch..., M, K],
+ * rhs as [batch..., K, N], where M is the product of the lhs free dims, N
+ * of the rhs free dims and K of the contracting dims.  The output, being
+ * [batch..., lhs free..., rhs free...] in row-major order, is exactly a
+ * stack of row-major M x N matrices, so BLIS writes it directly.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+/* blis.h trips the project's warnings (-Wundef, unused static helpers);
+ * they are BLIS's, not ours. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#include <blis.h>
+#pragma GCC diagnostic pop
+
+#include "array/array.h"
+#include "base/error.h"
+#include "array/kernels.h"
+#include "array/linalg.h"
+#include "base/mem.h"
+
+/* ---- reading the parameters ------------------------------------------------ */
+
+/* The four dimension lists of dimension_numbers. */
+typedef struct DimNums {
+  int nc, nb;                   /* contracting and batch counts */
+  int lc[SHM_MAXDIM], rc[SHM_MAXDIM];
+  int lb[SHM_MAXDIM], rb[SHM_MAXDIM];
+  int nlc, nrc, nlb, nrb;       /* as given, before the count checks */
+} DimNums;
+
+static bool is_tuple(const Value *v) { return v && v->type == V_TUPLE; }
+
+/* Reads a tuple of ints into [out]; -1 with the error set. */
+static int read_dims(Value *t, int *out, int *n) {
+  if (!is_tuple(t) || tuple_len(t) > SHM_MAXDIM) {
+    err_set(ERR_TYPE, "dot_general dimension_numbers must be "
+                      "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)) "
+                      "with tuples of ints");
+    return -1;
+  }
+  *n = (int)tuple_len(t);
+  for (int i = 0; i < *n; i++) {
+    int64_t d;
+    if (arr_to_index(tuple_get(t, i), &d) < 0)
+      return -1;
+    out[i] = d < -1000 || d > 1000 ? 1000 : (int)d;   /* range checked later */
+  }
+  return 0;
+}
+
+/* Reads the pair [t] = (lhs_dims, rhs_dims). */
+static int read_pair(Value *t, int *l, int *nl, int *r, int *nr) {
+  if (!is_tuple(t) || tuple_len(t) != 2) {
+    err_set(ERR_TYPE, "dot_general dimension_numbers must be "
+                      "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))");
+    return -1;
+  }
+  if (read_dims(tuple_get(t, 0), l, nl) < 0)
+    return -1;
+  return read_dims(tuple_get(t, 1), r, nr);
+}
+
+static int read_dimnums(const Params *p, DimNums *dn) {
+  Value *v = params_get(p, "dimension_numbers");
+  if (!is_tuple(v) || tuple_len(v) != 2) {
+    err_set(ERR_TYPE, "dot_general requires dimension_numbers "
+                      "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))");
+    return -1;
+  }
+  if (read_pair(tuple_get(v, 0), dn->lc, &dn->nlc, dn->rc, &dn->nrc) < 0 ||
+      read_pair(tuple_get(v, 1), dn->lb, &dn->nlb, dn->rb, &dn->nrb) < 0)
+    return -1;
+  dn->nc = dn->nlc;
+  dn->nb = dn->nlb;
+  return 0;
+}
+
+/* preferred_element_type: [*has] false when absent or None. */
+static int read_preferred(const Params *p, bool *has, DType *t) {
+  Value *v = params_get(p, "preferred_element_type");
+  *has = false;
+  if (!v || v == VAL_NONE)
+    return 0;
+  if (v->type != V_DTYPE) {
+    err_set(ERR_TYPE, "dot_general preferred_element_type must be a dtype, got %s",
+            val_type_name(v));
+    return -1;
+  }
+  *has = true;
+  *t = ((DTypeVal *)v)->dtype;
+  return 0;
+}
+
+/* ---- the shape rule ----------------------------------------------------------- */
+
+/* "(1, 2)" for a list of ints. */
+static void ints_str(char *buf, size_t cap, const int *xs, int n) {
+  int64_t tmp[SHM_MAXDIM] = {0};
+  for (int i = 0; i < n; i++)
+    tmp[i] = xs[i];
+  shape_str(buf, cap, n, tmp);
+}
+
+/* The sizes of [dims] of [shape], written "(3, 4)". */
+static void sizes_str(char *buf, size_t cap, const int64_t *shape, const int *dims,
+                      int n) {
+  int64_t tmp[SHM_MAXDIM] = {0};
+  for (int i = 0; i < n; i++)
+    tmp[i] = shape[dims[i]];
+  shape_str(buf, cap, n, tmp);
+}
+
+static bool dims_in_range(const int *d, int n, int ndim) {
+  for (int i = 0; i < n; i++)
+    if (d[i] < 0 || d[i] >= ndim)
+      return false;
+  return true;
+}
+
+static bool dims_distinct(const int *d, int n) {
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (d[i] == d[j])
+        return false;
+  return true;
+}
+
+static bool dims_disjoint(const int *a, int na, const int *b, int nb) {
+  for (int i = 0; i < na; i++)
+    for (int j = 0; j < nb; j++)
+      if (a[i] == b[j])
+        return false;
+  return true;
+}
+
+/* JAX's checks on one side ("lhs" or "rhs") of the dimension numbers. */
+static int check_side(const char *side, const int *c, int nc, const int *b,
+                      int nb, int ndim) {
+  char cs[200], bs[200];
+  ints_str(cs, sizeof cs, c, nc);
+  ints_str(bs, sizeof bs, b, nb);
+  if (!dims_in_range(c, nc, ndim) || !dims_in_range(b, nb, ndim)) {
+    err_set(ERR_TYPE, "dot_general requires %s dimension numbers to be nonnegative "
+            "and less than the number of axes of the %s value, got %s_batch of %s "
+            "and %s_contracting of %s for %s of rank %d",
+            side, side, side, bs, side, cs, side, ndim);
+    return -1;
+  }
+  if (!dims_distinct(b, nb)) {
+    err_set(ERR_TYPE, "dot_general requires %s batch dimensions to be distinct, "
+            "got %s_batch %s", side, side, bs);
+    return -1;
+  }
+  if (!dims_distinct(c, nc)) {
+    err_set(ERR_TYPE, "dot_general requires %s contracting dimensions to be "
+            "distinct, got %s_contracting %s", side, side, cs);
+    return -1;
+  }
+  if (!dims_disjoint(c, nc, b, nb)) {
+    err_set(ERR_TYPE, "dot_general requires %s batch dimensions to be disjoint "
+            "from contracting dimensions, got %s_batch %s and %s_contracting %s",
+            side, side, bs, side, cs);
+    return -1;
+  }
+  return 0;
+}
+
+static bool sizes_equal(const int64_t *ls, const int *ld, const int64_t *rs,
+                        const int *rd, int n) {
+  for (int i = 0; i < n; i++)
+    if (ls[ld[i]] != rs[rd[i]])
+      return false;
+  return true;
+}
+
+/* The counts and sizes must agree between the two sides. */
+static int check_pairs(const DimNums *dn, const AVal *l, const AVal *r) {
+  char a[200], b[200];
+  if (dn->nlb != dn->nrb) {
+    ints_str(a, sizeof a, dn->lb, dn->nlb);
+    ints_str(b, sizeof b, dn->rb, dn->nrb);
+    err_set(ERR_TYPE, "dot_general requires equal numbers of lhs_batch and "
+            "rhs_batch dimensions, got lhs_batch %s and rhs_batch %s", a, b);
+    return -1;
+  }
+  if (dn->nlc != dn->nrc) {
+    ints_str(a, sizeof a, dn->lc, dn->nlc);
+    ints_str(b, sizeof b, dn->rc, dn->nrc);
+    err_set(ERR_TYPE, "dot_general requires equal numbers of lhs_contracting and "
+            "rhs_contracting dimensions, got lhs_contracting %s and "
+            "rhs_contracting %s", a, b);
+    return -1;
+  }
+  if (!sizes_equal(l->shape, dn->lb, r->shape, dn->rb, dn->nb)) {
+    sizes_str(a, sizeof a, l->shape, dn->lb, dn->nb);
+    sizes_str(b, sizeof b, r->shape, dn->rb, dn->nb);
+    err_set(ERR_VALUE, "dot_general requires lhs batch dimensions and rhs batch "
+            "dimensions to have the same shape, got %s and %s", a, b);
+    return -1;
+  }
+  if (!sizes_equal(l->shape, dn->lc, r->shape, dn->rc, dn->nc)) {
+    sizes_str(a, sizeof a, l->shape, dn->lc, dn->nc);
+    sizes_str(b, sizeof b, r->shape, dn->rc, dn->nc);
+    err_set(ERR_VALUE, "dot_general requires contracting dimensions to have the "
+            "same shape, got %s and %s", a, b);
+    return -1;
+  }
+  return 0;
+}
+
+/* The free dims of an operand of rank [ndim]: neither batch nor contracting. */
+static int free_dims(int ndim, const int *c, int nc, const int *b, int nb,
+                     int *out) {
+  int n = 0;
+  for (int d = 0; d < ndim; d++)
+    if (dims_disjoint(&d, 1, c, nc) && dims_disjoint(&d, 1, b, nb))
+      out[n++] = d;
+  return n;
+}
+
+/* Parses and checks everything; fills [dn] and the output aval [out]. */
+static int dot_rule(const AVal *l, const AVal *r, const Params *p, DimNums *dn,
+                    AVal *out) {
+  bool has_pref;
+  DType pref = DT_F32;
+  if (read_dimnums(p, dn) < 0 || read_preferred(p, &has_pref, &pref) < 0)
+    return -1;
+  if (check_side("lhs", dn->lc, dn->nlc, dn->lb, dn->nlb, l->ndim) < 0 ||
+      check_side("rhs", dn->rc, dn->nrc, dn->rb, dn->nrb, r->ndim) < 0 ||
+      check_pairs(dn, l, r) < 0)
+    return -1;
+  int lf[SHM_MAXDIM], rf[SHM_MAXDIM];
+  int nlf = free_dims(l->ndim, dn->lc, dn->nc, dn->lb, dn->nb, lf);
+  int nrf = free_dims(r->ndim, dn->rc, dn->nc, dn->rb, dn->nb, rf);
+  if (dn->nb + nlf + nrf > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "dot_general result would have %d dimensions, more than %d",
+            dn->nb + nlf + nrf, SHM_MAXDIM);
+    return -1;
+  }
+  memset(out, 0, sizeof *out);
+  out->ndim = 0;
+  for (int i = 0; i < dn->nb; i++)
+    out->shape[out->ndim++] = l->shape[dn->lb[i]];
+  for (int i = 0; i < nlf; i++)
+    out->shape[out->ndim++] = l->shape[lf[i]];
+  for (int i = 0; i < nrf; i++)
+    out->shape[out->ndim++] = r->shape[rf[i]];
+  bool weak = false;
+  out->dtype = has_pref ? pref : dt_promote(l->dtype, l->weak, r->dtype, r->weak, &weak);
+  out->weak = has_pref ? false : weak;
+  out->vma = l->vma | r->vma;
+  return 0;
+}
+
+int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out) {
+  DimNums dn;
+  if (nin != 2) {
+    err_set(ERR_TYPE, "dot_general takes 2 operands, got %d", nin);
+    return -1;
+  }
+  return dot_rule(&in[0], &in[1], p, &dn, out);
+}
+
+/* ---- operands as stacks of matrices ----------------------------------------------- */
+
+/* One operand seen as [batch..., rows, cols]: its data in the compute
+ * dtype, the strides (in elements) of the batch dims, of a row and of a
+ * column.  [owned] is a packed copy to free, of [owned_bytes]. */
+typedef struct MatView {
+  char *data;
+  int64_t bstride[SHM_MAXDIM];
+  int64_t rs, cs;
+  int64_t rows, cols;
+  void *owned;
+  size_t owned_bytes;
+} MatView;
+
+/* The stride that steps through [dims] of [a] (in that order) as one
+ * flattened index, if there is one; dims of size 1 are skipped.  1 for an
+ * empty group.  False when the group does not collapse or a stride is not
+ * positive (BLIS rejects those). */
+static bool group_stride(const Array *a, const int *dims, int n, int64_t *out) {
+  int64_t stride = 0, expect = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    int64_t size = a->shape[dims[i]], st = a->strides[dims[i]];
+    if (size == 1)
+      continue;
+    if (st <= 0 || (stride != 0 && st != expect))
+      return false;
+    if (stride == 0)
+      stride = st;
+    expect = st * size;
+  }
+  *out = stride ? stride : 1;
+  return true;
+}
+
+static int64_t dims_product(const Array *a, const int *dims, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    p *= a->shape[dims[i]];
+  return p;
+}
+
+/* BLIS accepts row- or column-stored matrices; a dim of size 1 may take
+ * any stride, so give it the one that makes the matrix one of those. */
+static bool blis_layout_ok(MatView *m) {
+  if (m->rows <= 1)
+    m->rs = m->cs == 1 ? (m->cols > 1 ? m->cols : 1) : 1;
+  if (m->cols <= 1)
+    m->cs = m->rs == 1 ? (m->rows > 1 ? m->rows : 1) : 1;
+  return (m->cs == 1 && m->rs >= m->cols) || (m->rs == 1 && m->cs >= m->rows);
+}
+
+/* Tries to describe [a] in place as rows [rd] x cols [cd] with batch [bd]. */
+static bool view_in_place(Array *a, const int *bd, int nb, const int *rd, int nr,
+                          const int *cd, int nc, MatView *m) {
+  if (!group_stride(a, rd, nr, &m->rs) || !group_stride(a, cd, nc, &m->cs))
+    return false;
+  m->rows = dims_product(a, rd, nr);
+  m->cols = dims_product(a, cd, nc);
+  if (!blis_layout_ok(m))
+    return false;
+  for (int i = 0; i < nb; i++)
+    m->bstride[i] = a->strides[bd[i]];
+  m->data = arr_data(a);
+  m->owned = NULL;
+  return true;
+}
+
+/* Copies [a] into a new contiguous [batch, rows, cols] buffer of dtype
+ * [ct] and describes it in [m]. */
+static int view_packed(Array *a, DType ct, const int *bd, int nb, const int *rd,
+                       int nr, const int *cd, int nc, MatView *m) {
+  int perm[SHM_MAXDIM], n = 0;
+  int64_t shape[SHM_MAXDIM], strides[SHM_MAXDIM];
+  for (int i = 0; i < nb; i++) perm[n++] = bd[i];
+  for (int i = 0; i < nr; i++) perm[n++] = rd[i];
+  for (int i = 0; i < nc; i++) perm[n++] = cd[i];
+  for (int i = 0; i < n; i++) {
+    shape[i] = a->shape[perm[i]];
+    strides[i] = a->strides[perm[i]];
+  }
+  Array *v = arr_view(a, n, shape, strides, a->offset);
+  if (!v)
+    return -1;
+  Array *c = arr_astype(v, ct, false);   /* a contiguous copy in ct */
+  val_decref(&v->hdr);
+  if (!c)
+    return -1;
+  m->rows = dims_product(a, rd, nr);
+  m->cols = dims_product(a, cd, nc);
+  m->rs = m->cols;
+  m->cs = 1;
+  blis_layout_ok(m);
+  int64_t st = m->rows * m->cols;
+  for (int i = nb - 1; i >= 0; i--) {
+    m->bstride[i] = st;
+    st *= shape[i];
+  }
+  m->data = arr_data(c);
+  m->owned = c;
+  return 0;
+}
+
+static int make_view(Array *a, DType ct, bool direct_ok, const int *bd, int nb,
+                     const int *rd, int nr, const int *cd, int nc, MatView *m) {
+  memset(m, 0, sizeof *m);
+  if (direct_ok && a->dtype == ct && view_in_place(a, bd, nb, rd, nr, cd, nc, m))
+    return 0;
+  return view_packed(a, ct, bd, nb, rd, nr, cd, nc, m);
+}
+
+static void view_release(MatView *m) {
+  if (m->owned)
+    val_decref((Value *)m->owned);
+  m->owned = NULL;
+}
+
+/* ---- the products --------------------------------------------------------------- */
+
+/* The compute dtype: f64 if anything is f64, f32 for other floats, else
+ * int64. */
+static DType compute_dtype(DType l, DType r, DType o) {
+  if (l == DT_F64 || r == DT_F64 || o == DT_F64)
+    return DT_F64;
+  if (dt_is_float(l) || dt_is_float(r) || dt_is_float(o))
+    return DT_F32;
+  return DT_I64;
+}
+
+static void gemm_f32(const MatView *l, const MatView *r, float *c, int64_t m,
+                     int64_t n, int64_t k, int64_t lo, int64_t ro) {
+  float one = 1.0f, zero = 0.0f;
+  bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
+            (float *)l->data + lo, l->rs, l->cs, (float *)r->data + ro, r->rs, r->cs,
+            &zero, c, n, 1);
+}
+
+static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t m,
+                     int64_t n, int64_t k, int64_t lo, int64_t ro) {
+  double one = 1.0, zero = 0.0;
+  bli_dgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
+            (double *)l->data + lo, l->rs, l->cs, (double *)r->data + ro, r->rs,
+            r->cs, &zero, c, n, 1);
+}
+
+/* C = A B in int64, i-k-j order so the inner loop runs along rows of B
+ * and C. */
+static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
+                     int64_t n, int64_t k, int64_t lo, int64_t ro) {
+  const int64_t *a = (const int64_t *)l->data + lo;
+  const int64_t *b = (const int64_t *)r->data + ro;
+  memset(c, 0, (size_t)(m * n) * sizeof *c);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t p = 0; p < k; p++) {
+      uint64_t x = (uint64_t)a[i * l->rs + p * l->cs];
+      const int64_t *brow = b + p * r->rs;
+      int64_t *crow = c + i * n;
+      for (int64_t j = 0; j < n; j++)   /* unsigned: wraps, no UB */
+        crow[j] = (int64_t)((uint64_t)crow[j] + x * (uint64_t)brow[j * r->cs]);
+    }
+}
+
+/* Runs one product per batch element into [c] (contiguous, dtype ct). */
+static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
+                        const int64_t *bshape, int nb, int64_t m, int64_t n,
+                        int64_t k) {
+  int64_t idx[SHM_MAXDIM] = {0}, nbatch = 1;
+  for (int i = 0; i < nb; i++)
+    nbatch *= bshape[i];
+  size_t csz = dt_size(ct);
+  for (int64_t b = 0; b < nbatch; b++) {
+    int64_t lo = 0, ro = 0;
+    for (int i = 0; i < nb; i++) {
+      lo += idx[i] * l->bstride[i];
+      ro += idx[i] * r->bstride[i];
+    }
+    char *cb = c + (size_t)(b * m * n) * csz;
+    if (k == 0)
+      memset(cb, 0, (size_t)(m * n) * csz);
+    else if (ct == DT_F32)
+      gemm_f32(l, r, (float *)cb, m, n, k, lo, ro);
+    else if (ct == DT_F64)
+      gemm_f64(l, r, (double *)cb, m, n, k, lo, ro);
+    else
+      gemm_i64(l, r, (int64_t *)cb, m, n, k, lo, ro);
+    for (int i = nb - 1; i >= 0 && ++idx[i] == bshape[i]; i--)
+      idx[i] = 0;
+  }
+}
+
+/* The product into [o], all operands described and checked. */
+static int dot_compute(Array *l, Array *r, const DimNums *dn, Array *o) {
+  int lf[SHM_MAXDIM], rf[SHM_MAXDIM];
+  int nlf = free_dims(l->ndim, dn->lc, dn->nc, dn->lb, dn->nb, lf);
+  int nrf = free_dims(r->ndim, dn->rc, dn->nc, dn->rb, dn->nb, rf);
+  DType ct = compute_dtype(l->dtype, r->dtype, o->dtype);
+  bool blas = ct != DT_I64;
+  MatView lv, rv;
+  if (make_view(l, ct, blas, dn->lb, dn->nb, lf, nlf, dn->lc, dn->nc, &lv) < 0)
+    return -1;
+  if (make_view(r, ct, blas, dn->rb, dn->nb, dn->rc, dn->nc, rf, nrf, &rv) < 0) {
+    view_release(&lv);
+    return -1;
+  }
+  int64_t bshape[SHM_MAXDIM];
+  for (int i = 0; i < dn->nb; i++)
+    bshape[i] = l->shape[dn->lb[i]];
+  char *c = arr_data(o);
+  size_t tmp_bytes = (size_t)o->size * dt_size(ct);
+  bool convert = o->dtype != ct;
+  int rc = 0;
+  if (convert && !(c = shm_buf_alloc(tmp_bytes ? tmp_bytes : 1))) {
+    err_nomem();
+    rc = -1;
+  } else {
+    run_batches(&lv, &rv, ct, c, bshape, dn->nb, lv.rows, rv.cols, lv.cols);
+    if (convert) {
+      kern_convert(arr_data(o), o->dtype, c, ct, o->size);
+      shm_buf_free(c, tmp_bytes ? tmp_bytes : 1);
+    }
+  }
+  view_release(&lv);
+  view_release(&rv);
+  return rc;
+}
+
+int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out) {
+  AVal la, ra, oa;
+  DimNums dn;
+  if (nin != 2)
+    return err_set(ERR_TYPE, "dot_general takes 2 operands, got %d", nin), -1;
+  aval_of(in[0], &la);
+  aval_of(in[1], &ra);
+  if (dot_rule(&la, &ra, p, &dn, &oa) < 0)
+    return -1;
+  bool made = false;
+  if (!out[0]) {
+    if (!(out[0] = arr_new(oa.dtype, oa.ndim, oa.shape)))
+      return -1;
+    out[0]->weak = oa.weak;
+    made = true;
+  }
+  if (out[0]->size == 0)
+    return 0;
+  if (dot_compute(in[0], in[1], &dn, out[0]) < 0) {
+    if (made) {
+      val_decref(&out[0]->hdr);
+      out[0] = NULL;
+    }
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- BLIS set-up ------------------------------------------------------------------- */
+
+/* BLIS 0.9's arch_t numbers, which BLIS_ARCH_TYPE must be given. */
+static int best_arch_id(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return BLIS_ARCH_SKX;
+  if (__builtin_cpu_is("znver3"))
+    return BLIS_ARCH_ZEN3;
+  if (__builtin_cpu_is("znver2"))
+    return BLIS_ARCH_ZEN2;
+  if (__builtin_cpu_is("znver1"))
+    return BLIS_ARCH_ZEN;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return BLIS_ARCH_HASWELL;
+  return -1;
+}
+
+void la_init(void) {
+  const char *env = getenv("BLIS_ARCH_TYPE");
+  if (!env || !*env) {
+    int id = best_arch_id();
+    if (id >= 0) {
+      char num[16];
+      snprintf(num, sizeof num, "%d", id);
+      setenv("BLIS_ARCH_TYPE", num, 1);
+    }
+  }
+  bli_thread_set_num_threads(1);
+}
+
+const char *la_blis_arch(void) {
+  return bli_arch_string(bli_arch_query_id());
+}

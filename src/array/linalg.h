@@ -1,0 +1,68 @@
+/*
+ * linalg.h - contractions: the dot_general primitive, computed by BLIS.
+ *
+ * Semantics: jax.lax.dot_general.  Parameters (prim.h Params):
+ *   dimension_numbers      ((lhs_contracting, rhs_contracting),
+ *                           (lhs_batch, rhs_batch)), each a tuple of ints
+ *   preferred_element_type a dtype value, or None / absent
+ * The result's dims are the batch dims (in lhs_batch order), then the lhs
+ * free dims, then the rhs free dims, each in their operand's order, as in
+ * JAX.  Its dtype is preferred_element_type when given, else the operands'
+ * (promoted as jnp would if they differ).
+ *
+ * Arithmetic.  f32 and f64 go through BLIS's sgemm/dgemm, one call per
+ * batch element, reading the operands in place when each group of dims
+ * (free, contracting) collapses to one positive stride, else after packing
+ * them into [batch, rows, cols] buffers.  bf16 and f16 are computed in f32
+ * and rounded once at the end, as XLA on CPU does.  Integers and bools are
+ * computed in int64 by a C loop (so i32 results wrap as XLA's do); a bool
+ * result is true when any product is.
+ *
+ * Threads.  BLIS runs single-threaded (la_init): the devices are the
+ * parallelism, and each device thread calls the kernel concurrently;
+ * BLIS's typed API is thread-safe.
+ */
+#ifndef SHMAP_LINALG_H
+#define SHMAP_LINALG_H
+
+#include "array/prim.h"
+
+/*
+ * Shape rule of dot_general (prim.h ShapeRule): from the two operand avals
+ * [in] and the parameters [p], writes the output aval to [out].  Returns 0,
+ * or -1 with ERR_VALUE / ERR_TYPE errors worded as JAX's, e.g.
+ *   "dot_general requires contracting dimensions to have the same shape,
+ *    got (3,) and (4,)"
+ * (also: dimension numbers out of range, repeated, overlapping batch and
+ * contracting dims, batch counts or shapes that differ, malformed
+ * dimension_numbers, preferred_element_type not a dtype).
+ */
+int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out);
+
+/*
+ * Kernel of dot_general (prim.h Kernel): [in] are the two operands (any
+ * layout: views with any strides are fine), [out][0] the result, either
+ * allocated by the caller (C-contiguous, the shape rule's shape and dtype)
+ * or NULL, in which case a new array is stored there.  Returns 0, or -1
+ * with the error set (bad parameters, out of memory).
+ */
+int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out);
+
+/*
+ * Prepares BLIS; call once from main() before any thread starts and before
+ * any other BLIS call.  Sets BLIS to one thread.  When the environment does
+ * not set BLIS_ARCH_TYPE, chooses the kernels from the CPU's features and
+ * sets BLIS_ARCH_TYPE (BLIS 0.9 reads it once, as a number, at its own
+ * initialisation): AVX-512 (F, DQ, CD, BW, VL) -> skx, AMD Zen 1/2/3 ->
+ * zen/zen2/zen3, AVX2 with FMA -> haswell, else BLIS's own choice.  BLIS's
+ * own detection can pick slower kernels than the CPU runs (on a virtual
+ * Xeon it picks haswell at ~115 GFLOP/s for a 2048^3 sgemm where skx does
+ * ~195).  Setting BLIS_ARCH_TYPE yourself overrides this choice.
+ */
+void la_init(void);
+
+/* The name of the kernels BLIS runs ("skx", "haswell", "generic", ...),
+ * for --version and --verbose.  Static string. */
+const char *la_blis_arch(void);
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * prim.h - the primitive table and the one apply function.
+ *
+ * Every array operation of the language reaches the machine through
+ * prim_apply(): the built-ins (`+`, `sum`, `@`, indexing, psum, ...) are
+ * thin layers that turn the user's arguments into a primitive and its
+ * parameters (builtins.c), the way jax.numpy is a layer over jax.lax.  So
+ * there is one place where an operation is checked (its shape rule), one
+ * where it runs (its kernel), and one where the tracer intercepts it (when
+ * an operand is a V_TRACER, prim_apply hands the call to prim_trace_hook
+ * instead of running it).  Eager and staged semantics cannot drift apart.
+ *
+ * Operand conventions.  Elementwise primitives (PK_UNARY, PK_BINARY) take
+ * operands of one shape and, except where noted (select_n's predicate,
+ * convert_element_type), one dtype; the built-ins broadcast (with
+ * broadcast_in_dim) and promote (with convert_element_type) first, exactly
+ * as jax.numpy does, so plans print as JAX's do.
+ *
+ * Parameters are named values (Params), named and valued as in jax.lax:
+ * reduce_sum[axes=(0,)], broadcast_in_dim[shape=(8, 4) broadcast_dimensions=(1,)],
+ * dot_general[dimension_numbers=(((1,), (0,)), ((), ()))], psum[axes=('j',)].
+ */
+#ifndef SHMAP_PRIM_H
+#define SHMAP_PRIM_H
+
+#include "array/array.h"
+#include "base/value.h"
+
+typedef enum { PK_UNARY, PK_BINARY, PK_REDUCE, PK_SHAPE, PK_CONTRACT,
+               PK_COLLECTIVE, PK_HIGHER } PrimKind;
+
+typedef enum {
+#define PRIM(id, name, nin, nout, kind) P_##id,
+#include "array/prim.def"
+#undef PRIM
+  P_COUNT
+} PrimId;
+
+/* An abstract value: what a shape rule sees and the tracer carries. */
+typedef struct AVal {
+  DType dtype;
+  bool weak;
+  int ndim;
+  int64_t shape[SHM_MAXDIM];
+  uint32_t vma;   /* mesh axes it may vary over (array.h) */
+} AVal;
+
+/* Copies [src] into [dst], only as many dimensions as it has (a whole
+ * AVal is ~280 bytes, copied with a slow string move). */
+static inline void aval_copy(AVal *dst, const AVal *src) {
+  dst->dtype = src->dtype;
+  dst->weak = src->weak;
+  dst->ndim = src->ndim;
+  for (int i = 0; i < src->ndim; i++)
+    dst->shape[i] = src->shape[i];
+  dst->vma = src->vma;
+}
+
+#define PRIM_MAX_PARAMS 8
+
+/* Named parameters.  Names are static strings; values are owned. */
+typedef struct Params {
+  int n;
+  struct { const char *name; Value *value; } p[PRIM_MAX_PARAMS];
+} Params;
+
+/* Infers the [nout] output avals from the operands'.  Returns 0, or -1
+ * with the error set (the message names the primitive and the shapes, as
+ * "dot_general requires contracting dimensions to have the same shape,
+ * got (3,) and (4,)"). */
+typedef int (*ShapeRule)(const AVal *in, int nin, const Params *p, AVal *out);
+
+/* Computes outputs [out] (allocated by prim_apply from the shape rule's
+ * avals; an elementwise output may alias an operand) from [in].  Returns
+ * 0, or -1 with the error set (collectives may fail on a mismatch). */
+typedef int (*Kernel)(Array **in, int nin, const Params *p, Array **out);
+
+/* Replication rule for the check of LANGUAGE.md §4: the vma set of the
+ * outputs given the operands' sets.  NULL means the union of the operands. */
+typedef uint32_t (*VmaRule)(const uint32_t *in, int nin, const Params *p);
+
+typedef struct PrimInfo {
+  const char *name;   /* jax.lax name */
+  int nin, nout;      /* -1: variadic / decided by the parameters */
+  PrimKind kind;
+  ShapeRule shape;
+  Kernel kernel;      /* NULL for PK_HIGHER */
+  VmaRule vma;
+} PrimInfo;
+
+/* The table, indexed by PrimId; filled in by prim.c (rules) and the files
+ * holding the kernels. */
+extern const PrimInfo prim_table[P_COUNT];
+
+/* Finds a primitive by its jax.lax name; -1 if none. */
+int prim_lookup(const char *name);
+
+/*
+ * Applies primitive [id] to [nin] operands (borrowed; each a V_ARRAY, or a
+ * V_TRACER while tracing) with parameters [p] (borrowed).  Returns a new
+ * reference: the result Array when nout == 1, else a Tuple of Arrays.
+ * NULL with the error set when the shape rule or kernel fails.
+ * Operands with refcount 1 may be reused as the output buffer.
+ * Thread-safe: called concurrently from every device thread.
+ */
+Value *prim_apply(PrimId id, int nin, Value **in, const Params *p);
+
+/* Set by the tracer: called instead of the kernel when an operand is a
+ * V_TRACER.  Same contract as prim_apply. */
+extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);
+
+/* Computes output avals without running anything (the tracer uses it). */
+int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);
+
+/* The aval of an array. */
+void aval_of(const Array *a, AVal *out);
+
+/* ---- parameters ---------------------------------------------------------- */
+
+void params_init(Params *p);
+/* Adds [name] = [v], stealing [v].  Returns 0, -1 on NULL v (error kept). */
+int params_add(Params *p, const char *name, Value *v);
+/* Borrowed value of [name], or NULL (no error) when absent. */
+Value *params_get(const Params *p, const char *name);
+/* Reads an int / a tuple of ints / a dtype / a bool parameter; -1 with
+ * the error set when absent or of the wrong type. */
+int params_int(const Params *p, const char *name, int64_t *out);
+int params_ints(const Params *p, const char *name, int *n, int64_t *out, int cap);
+int params_dtype(const Params *p, const char *name, DType *out);
+int params_bool(const Params *p, const char *name, bool *out);
+/* Releases the values. */
+void params_clear(Params *p);
+
+/* Value makers for parameters and shapes: a weakly typed int (i32 when it
+ * fits, else i64) and a tuple of ints. */
+Value *val_int(int64_t x);
+Value *val_int_tuple(int n, const int64_t *xs);
+
+#endif

@@ -1,0 +1,813 @@
+/*
+ * print.c - NumPy's str and JAX's repr for arrays, Python's forms for the
+ * rest.
+ *
+ * The array layout follows numpy/core/arrayprint.py (NumPy 1.2x, legacy
+ * mode off): a format is chosen once from the elements that will be shown
+ * (FloatingFormat / IntegerFormat / BoolFormat), then a recursion over the
+ * axes lays the words out with NumPy's wrapping rule.  Floats use NumPy's
+ * "unique" mode: the shortest digits that read back as the same value of
+ * the element's dtype, cut at `precision` fractional digits.  We get the
+ * shortest digits from printf's correctly rounded %.*e by trying more and
+ * more digits, and the cut-off digits from %.*f, which rounds the exact
+ * binary value just as Dragon4 does at its cut-off.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/mem.h"
+#include "array/print.h"
+
+PrintOptions print_options = {8, 1000, 3, 75, false};
+
+/* ---- a growable string ---------------------------------------------------- */
+
+typedef struct SBuf {
+  char *s;
+  size_t len, cap;
+  bool oom;   /* an append failed; the text is incomplete */
+} SBuf;
+
+static void sb_putn(SBuf *b, const char *s, size_t n) {
+  if (b->oom)
+    return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 64;
+    while (cap < b->len + n + 1)
+      cap *= 2;
+    char *p = shm_realloc(b->s, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->s = p;
+    b->cap = cap;
+  }
+  memcpy(b->s + b->len, s, n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+static void sb_puts(SBuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+static void sb_spaces(SBuf *b, int n) {
+  for (int i = 0; i < n; i++)
+    sb_putn(b, " ", 1);
+}
+
+static void sb_printf(SBuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_printf(SBuf *b, const char *fmt, ...) {
+  char tmp[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n >= 0)
+    sb_putn(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Turns the buffer into a Str, releasing it. */
+static Value *sb_finish(SBuf *b) {
+  Value *r = NULL;
+  if (b->oom)
+    err_nomem();
+  else
+    r = str_new(b->s ? b->s : "", b->len);
+  shm_free(b->s);
+  return r;
+}
+
+/* Appends the Str [v] (stolen) to [b]; false when v is NULL. */
+static bool sb_put_value(SBuf *b, Value *v) {
+  if (!v)
+    return false;
+  sb_putn(b, str_cstr(v), ((Str *)v)->len);
+  val_decref(v);
+  return true;
+}
+
+/* ---- float digits ------------------------------------------------------------ */
+
+/* A decimal number: sign, digits d0.d1d2... and the exponent of d0. */
+typedef struct Dec {
+  bool neg;
+  char dig[40];
+  int n;     /* number of digits, >= 1, no trailing zeros unless "0" */
+  int e10;
+} Dec;
+
+/* Parses printf's "%.*e" output of a non-negative number into [d]. */
+static void dec_parse_e(const char *s, Dec *d) {
+  d->n = 0;
+  for (; *s && *s != 'e'; s++)
+    if (*s >= '0' && *s <= '9' && d->n < (int)sizeof d->dig - 1)
+      d->dig[d->n++] = *s;
+  d->e10 = *s == 'e' ? atoi(s + 1) : 0;
+  while (d->n > 1 && d->dig[d->n - 1] == '0')
+    d->n--;
+  d->dig[d->n] = '\0';
+}
+
+/* True when the decimal text [s] reads back as [x] in dtype [t]. */
+static bool roundtrips(const char *s, double x, DType t) {
+  switch (t) {
+  case DT_F64:
+    return strtod(s, NULL) == x;
+  case DT_F16:
+    return dt_f16_to_f32(dt_f32_to_f16(strtof(s, NULL))) == (float)x;
+  case DT_BF16:
+    return dt_bf16_to_f32(dt_f32_to_bf16(strtof(s, NULL))) == (float)x;
+  default:
+    return strtof(s, NULL) == (float)x;
+  }
+}
+
+/* The shortest digits of finite [x] that round-trip in dtype [t]. */
+static void dec_shortest(double x, DType t, Dec *d) {
+  char tmp[64];
+  double ax = fabs(x);
+  d->neg = signbit(x) != 0;
+  for (int p = 0; p <= 17; p++) {
+    snprintf(tmp, sizeof tmp, "%.*e", p, ax);
+    if (roundtrips(tmp, ax, t) || p == 17)
+      break;
+  }
+  dec_parse_e(tmp, d);
+  if (ax == 0)
+    d->e10 = 0;
+}
+
+/* The value of finite [x] rounded to [frac] fractional digits. */
+static void dec_fixed(double x, int frac, Dec *d) {
+  char tmp[400];
+  snprintf(tmp, sizeof tmp, "%.*f", frac, fabs(x));
+  char *dot = strchr(tmp, '.');
+  int nint = dot ? (int)(dot - tmp) : (int)strlen(tmp);
+  d->neg = signbit(x) != 0;
+  d->n = 0;
+  d->e10 = nint - 1;
+  for (const char *s = tmp; *s; s++) {
+    if (*s == '.')
+      continue;
+    if (d->n == 0 && *s == '0' && s[1] != '\0') {
+      d->e10--;   /* a leading zero: the first digit sits lower */
+      continue;
+    }
+    if (d->n < (int)sizeof d->dig - 1)
+      d->dig[d->n++] = *s;
+  }
+  if (d->n == 0 || d->dig[0] == '0') {
+    d->n = 1;
+    d->dig[0] = '0';
+    d->e10 = 0;
+  }
+  while (d->n > 1 && d->dig[d->n - 1] == '0')
+    d->n--;
+  d->dig[d->n] = '\0';
+}
+
+/* Splits [d] into positional integer and fraction digit strings. */
+static void dec_positional(const Dec *d, char *ip, char *fp) {
+  char *o = ip;
+  if (d->neg)
+    *o++ = '-';
+  if (d->e10 < 0) {
+    *o++ = '0';
+    for (int i = 0; i < -d->e10 - 1; i++)
+      *fp++ = '0';
+    memcpy(fp, d->dig, (size_t)d->n);
+    fp += d->n;
+  } else {
+    for (int i = 0; i <= d->e10; i++)
+      *o++ = i < d->n ? d->dig[i] : '0';
+    for (int i = d->e10 + 1; i < d->n; i++)
+      *fp++ = d->dig[i];
+  }
+  *o = '\0';
+  *fp = '\0';
+}
+
+/* NumPy's dragon4 modes, reduced to what array printing uses. */
+typedef struct DragonSpec {
+  bool sci;        /* scientific rather than positional */
+  int precision;   /* cut-off: fractional digits (of the mantissa if sci) */
+  int min_digits;  /* at least this many exact fraction digits; -1: none */
+  char trim;       /* 'k' keep, '.' keep the dot, '0' keep ".0", '-' drop dot */
+  int pad_left;    /* width of the integer part (sign included) */
+  int pad_right;   /* width of the fraction part */
+  int exp_digits;  /* minimum exponent digits (at least 2) */
+} DragonSpec;
+
+/* Integer part, fraction and exponent text of finite [x] under [sp]. */
+static void dragon_parts(double x, DType t, const DragonSpec *sp, char *ip,
+                         char *fp, char *ep) {
+  Dec d;
+  dec_shortest(x, t, &d);
+  ep[0] = '\0';
+  if (sp->sci) {
+    int want = d.n - 1 > sp->precision && sp->precision >= 0 ? sp->precision
+               : d.n - 1 < sp->min_digits ? sp->min_digits : -1;
+    if (want >= 0) {
+      /* cut off, or more digits than unique asked for: exact rounding */
+      char tmp[64];
+      snprintf(tmp, sizeof tmp, "%.*e", want, fabs(x));
+      dec_parse_e(tmp, &d);
+    }
+    snprintf(ip, 4, "%s%c", d.neg ? "-" : "", d.dig[0]);
+    memcpy(fp, d.dig + 1, (size_t)d.n);   /* includes the NUL */
+    int ed = sp->exp_digits >= 3 ? 3 : 2;   /* doubles need at most 3 */
+    snprintf(ep, 16, "e%c%0*d", d.e10 < 0 ? '-' : '+', ed, abs(d.e10) % 1000);
+    return;
+  }
+  /* With min_digits >= 0, Dragon4 generates digits at least down to the
+   * units, so integer digits are exact (f16 34688 stays 34688). */
+  int frac = d.n - 1 - d.e10;
+  if (sp->precision >= 0 && frac > sp->precision)
+    dec_fixed(x, sp->precision, &d);
+  else if (sp->min_digits >= 0 && frac < sp->min_digits)
+    dec_fixed(x, sp->min_digits, &d);
+  dec_positional(&d, ip, fp);
+}
+
+/* Formats finite [x] as dragon4_positional / dragon4_scientific would. */
+static void dragon_format(SBuf *b, double x, DType t, const DragonSpec *sp) {
+  char ip[400], fp[400], ep[16];
+  dragon_parts(x, t, sp, ip, fp, ep);
+  size_t nf = strlen(fp);
+  while ((int)nf < sp->min_digits && nf < sizeof fp - 1)
+    fp[nf++] = '0';
+  fp[nf] = '\0';
+  sb_spaces(b, sp->pad_left - (int)strlen(ip));
+  sb_puts(b, ip);
+  if (nf > 0 || sp->trim == '.' || sp->trim == 'k')
+    sb_puts(b, ".");
+  else if (sp->trim == '0')
+    sb_puts(b, ".0");
+  sb_puts(b, fp);
+  sb_puts(b, ep);
+  if (!sp->sci)
+    sb_spaces(b, sp->pad_right - (int)nf);
+}
+
+void print_float_scalar(char *buf, size_t cap, double x, DType t) {
+  SBuf b = {0};
+  if (isnan(x)) {
+    snprintf(buf, cap, "nan");
+    return;
+  }
+  if (isinf(x)) {
+    snprintf(buf, cap, "%s", x < 0 ? "-inf" : "inf");
+    return;
+  }
+  double ax = fabs(x);
+  DragonSpec sp = {false, -1, -1, '0', 0, 0, 2};
+  if (ax != 0 && (ax < 1e-4 || ax >= 1e16)) {
+    sp.sci = true;
+    sp.trim = '-';
+  }
+  dragon_format(&b, x, t, &sp);
+  snprintf(buf, cap, "%s", b.oom || !b.s ? "?" : b.s);
+  shm_free(b.s);
+}
+
+/* ---- choosing an array's element format -------------------------------------- */
+
+typedef enum { EK_BOOL, EK_INT, EK_FLOAT } ElemKind;
+
+typedef struct ElemFmt {
+  ElemKind kind;
+  DType dtype;
+  int int_width;      /* ints: common width */
+  bool any_true;      /* bools: some shown element is True */
+  bool zero_d;        /* formatting a 0-d array: no bool padding */
+  bool exp;           /* floats: scientific */
+  DragonSpec sp;      /* floats: the common spec */
+  /* statistics gathered over the shown elements */
+  bool have_nonzero, have_finite, have_nonfinite, neg_inf;
+  double max_abs, min_abs;
+  int64_t imax, imin;
+} ElemFmt;
+
+typedef void (*ElemFn)(void *ctx, const Array *a, int64_t flat);
+
+/* Calls [fn] on each element print would show, in row-major order: all of
+ * them, or only [edge] items at each end of each axis when summarising. */
+static void visit_shown(const Array *a, int axis, int64_t flat, bool summ,
+                        int edge, ElemFn fn, void *ctx) {
+  if (axis == a->ndim) {
+    fn(ctx, a, flat);
+    return;
+  }
+  int64_t n = a->shape[axis], step = 1;
+  for (int k = axis + 1; k < a->ndim; k++)
+    step *= a->shape[k];
+  bool cut = summ && 2 * (int64_t)edge < n;
+  for (int64_t i = 0; i < n; i++) {
+    if (cut && i == edge)
+      i = n - edge;
+    visit_shown(a, axis + 1, flat + i * step, summ, edge, fn, ctx);
+  }
+}
+
+static void gather_stats(void *ctx, const Array *a, int64_t flat) {
+  ElemFmt *f = ctx;
+  if (f->kind == EK_INT) {
+    int64_t v = arr_get_i64(a, flat);
+    if (v > f->imax) f->imax = v;
+    if (v < f->imin) f->imin = v;
+    return;
+  }
+  if (f->kind == EK_BOOL) {
+    f->any_true |= arr_get_i64(a, flat) != 0;
+    return;
+  }
+  double x = arr_get_f64(a, flat);
+  if (!isfinite(x)) {
+    f->have_nonfinite = true;
+    f->neg_inf |= isinf(x) && x < 0;
+    return;
+  }
+  f->have_finite = true;
+  double ax = fabs(x);
+  if (ax == 0)
+    return;
+  if (!f->have_nonzero || ax > f->max_abs) f->max_abs = ax;
+  if (!f->have_nonzero || ax < f->min_abs) f->min_abs = ax;
+  f->have_nonzero = true;
+}
+
+/* The first pass of FloatingFormat.fillFormat: widest parts. */
+static void gather_widths(void *ctx, const Array *a, int64_t flat) {
+  ElemFmt *f = ctx;
+  double x = arr_get_f64(a, flat);
+  if (!isfinite(x))
+    return;
+  char ip[400], fp[400], ep[16];
+  dragon_parts(x, f->dtype, &f->sp, ip, fp, ep);
+  int li = (int)strlen(ip), lf = (int)strlen(fp), le = (int)strlen(ep) - 2;
+  if (li > f->sp.pad_left) f->sp.pad_left = li;
+  if (lf > f->sp.pad_right) f->sp.pad_right = lf;
+  if (le > f->sp.exp_digits) f->sp.exp_digits = le;
+}
+
+static void float_fill(ElemFmt *f, const Array *a, bool summ) {
+  const PrintOptions *o = &print_options;
+  if (f->have_nonzero &&
+      (f->max_abs >= 1e8 ||
+       (!o->suppress && (f->min_abs < 1e-4 || f->max_abs / f->min_abs > 1e3))))
+    f->exp = true;
+  f->sp = (DragonSpec){f->exp, o->precision, 0, '.', 0, 0, 0};
+  if (f->have_finite)
+    visit_shown(a, 0, 0, summ, o->edgeitems, gather_widths, f);
+  if (f->exp && f->have_finite) {
+    /* all mantissas get the widest fraction; pad_right only sizes nan */
+    f->sp.precision = f->sp.min_digits = f->sp.pad_right;
+    f->sp.trim = 'k';
+    f->sp.pad_right = f->sp.exp_digits + 2 + f->sp.precision;
+  }
+  if (f->have_nonfinite) {
+    int offset = f->sp.pad_right + 1;
+    int inflen = 3 + (f->neg_inf ? 1 : 0);
+    if (3 - offset > f->sp.pad_left) f->sp.pad_left = 3 - offset;
+    if (inflen - offset > f->sp.pad_left) f->sp.pad_left = inflen - offset;
+  }
+}
+
+/* Chooses the format of [a]'s shown elements. */
+static void fmt_choose(ElemFmt *f, const Array *a, bool summ) {
+  memset(f, 0, sizeof *f);
+  f->dtype = a->dtype;
+  f->zero_d = a->ndim == 0;
+  f->kind = a->dtype == DT_BOOL ? EK_BOOL : dt_is_float(a->dtype) ? EK_FLOAT : EK_INT;
+  f->imax = INT64_MIN;
+  f->imin = INT64_MAX;
+  visit_shown(a, 0, 0, summ, print_options.edgeitems, gather_stats, f);
+  if (f->kind == EK_INT) {
+    char t1[32], t2[32];
+    int l1 = snprintf(t1, sizeof t1, "%lld", (long long)f->imax);
+    int l2 = snprintf(t2, sizeof t2, "%lld", (long long)f->imin);
+    f->int_width = l1 > l2 ? l1 : l2;
+  } else if (f->kind == EK_FLOAT) {
+    float_fill(f, a, summ);
+  }
+}
+
+/* One element as NumPy's format function for the array would write it. */
+static void fmt_elem(SBuf *b, const ElemFmt *f, const Array *a, int64_t flat) {
+  if (f->kind == EK_BOOL) {
+    bool v = arr_get_i64(a, flat) != 0;
+    sb_puts(b, v ? (f->zero_d ? "True" : " True") : "False");
+    return;
+  }
+  if (f->kind == EK_INT) {
+    sb_printf(b, "%*lld", f->int_width, (long long)arr_get_i64(a, flat));
+    return;
+  }
+  double x = arr_get_f64(a, flat);
+  if (isfinite(x)) {
+    dragon_format(b, x, f->dtype, &f->sp);
+    return;
+  }
+  const char *w = isnan(x) ? "nan" : x < 0 ? "-inf" : "inf";
+  sb_spaces(b, f->sp.pad_left + f->sp.pad_right + 1 - (int)strlen(w));
+  sb_puts(b, w);
+}
+
+/* ---- laying out the nested brackets (arrayprint._formatArray) ----------------- */
+
+typedef struct Layout {
+  const Array *a;
+  const ElemFmt *f;
+  const char *sep;   /* " " for str, ", " for repr */
+  bool summ;
+  int edge;
+} Layout;
+
+/* _extendLine: starts a new line when [word] would pass [width], unless
+ * the line holds nothing but the hanging indent. */
+static void extend_line(SBuf *s, SBuf *line, bool *first, const char *word,
+                        int width, int hang) {
+  bool wrap = (int)(line->len + strlen(word)) > width && (int)line->len > hang;
+  if (wrap) {
+    size_t n = line->len;
+    while (n > 0 && line->s[n - 1] == ' ')
+      n--;
+    size_t skip = *first ? (size_t)hang : 0;
+    if (n > skip)
+      sb_putn(s, line->s + skip, n - skip);
+    sb_puts(s, "\n");
+    *first = false;
+    line->len = 0;
+    sb_spaces(line, hang);
+  }
+  sb_puts(line, word);
+}
+
+static void layout_rec(const Layout *L, SBuf *out, int axis, int64_t flat,
+                       int hang, int width);
+
+/* The word for element [i] of the last axis. */
+static void layout_word(const Layout *L, SBuf *w, int64_t flat) {
+  w->len = 0;
+  if (w->s)
+    w->s[0] = '\0';
+  fmt_elem(w, L->f, L->a, flat);
+}
+
+static void layout_1d(const Layout *L, SBuf *out, int64_t flat, int hang,
+                      int width) {
+  int64_t n = L->a->shape[L->a->ndim - 1];
+  bool cut = L->summ && 2 * (int64_t)L->edge < n;
+  int elem_width = width - 1;   /* max(len(sep.rstrip()), len(']')) */
+  SBuf line = {0}, word = {0};
+  bool first = true;
+  sb_spaces(&line, hang);
+  for (int64_t i = 0; i < n; i++) {
+    if (cut && i == L->edge) {
+      extend_line(out, &line, &first, "...", elem_width, hang);
+      sb_puts(&line, L->sep);
+      i = n - L->edge;
+    }
+    layout_word(L, &word, flat + i);
+    extend_line(out, &line, &first, word.s ? word.s : "", elem_width, hang);
+    if (i < n - 1)
+      sb_puts(&line, L->sep);
+  }
+  size_t skip = first ? (size_t)hang : 0;
+  if (line.len > skip)
+    sb_putn(out, line.s + skip, line.len - skip);
+  out->oom |= line.oom || word.oom;
+  shm_free(line.s);
+  shm_free(word.s);
+}
+
+static void layout_rec(const Layout *L, SBuf *out, int axis, int64_t flat,
+                       int hang, int width) {
+  const Array *a = L->a;
+  if (axis == a->ndim) {
+    fmt_elem(out, L->f, a, flat);
+    return;
+  }
+  sb_puts(out, "[");
+  if (axis == a->ndim - 1) {
+    layout_1d(L, out, flat, hang, width);
+    sb_puts(out, "]");
+    return;
+  }
+  int64_t n = a->shape[axis], step = 1;
+  for (int k = axis + 1; k < a->ndim; k++)
+    step *= a->shape[k];
+  bool cut = L->summ && 2 * (int64_t)L->edge < n;
+  int blank = a->ndim - axis - 1;   /* newlines between sub-blocks */
+  for (int64_t i = 0; i < n; i++) {
+    if (cut && i == L->edge) {
+      sb_spaces(out, hang);
+      sb_puts(out, "...");
+      sb_puts(out, L->sep[0] == ',' ? "," : "");
+      for (int k = 0; k < blank; k++)
+        sb_puts(out, "\n");
+      i = n - L->edge;
+    }
+    if (i > 0)
+      sb_spaces(out, hang);
+    layout_rec(L, out, axis + 1, flat + i * step, hang + 1, width - 1);
+    if (i < n - 1) {
+      sb_puts(out, L->sep[0] == ',' ? "," : "");
+      for (int k = 0; k < blank; k++)
+        sb_puts(out, "\n");
+    }
+  }
+  sb_puts(out, "]");
+}
+
+/* array2string with [sep], a hanging indent of [hang] columns and a line
+ * width of [width]; "[]" for an empty array. */
+static void array2string(SBuf *out, const Array *a, const char *sep, int hang,
+                         int width) {
+  if (a->size == 0) {
+    sb_puts(out, "[]");
+    return;
+  }
+  ElemFmt f;
+  bool summ = a->size > (int64_t)print_options.threshold;
+  fmt_choose(&f, a, summ);
+  Layout L = {a, &f, sep, summ, print_options.edgeitems};
+  layout_rec(&L, out, 0, 0, hang, width);
+}
+
+/* NumPy's str of a 0-d array: the scalar's str. */
+static void scalar_str(SBuf *b, const Array *a) {
+  if (a->dtype == DT_BOOL) {
+    sb_puts(b, arr_get_i64(a, 0) ? "True" : "False");
+  } else if (dt_is_float(a->dtype)) {
+    char tmp[64];
+    print_float_scalar(tmp, sizeof tmp, arr_get_f64(a, 0), a->dtype);
+    sb_puts(b, tmp);
+  } else {
+    sb_printf(b, "%lld", (long long)arr_get_i64(a, 0));
+  }
+}
+
+static void array_str(SBuf *b, const Array *a) {
+  if (a->ndim == 0)
+    scalar_str(b, a);
+  else
+    array2string(b, a, " ", 1, print_options.linewidth);
+}
+
+/* jax.Array.__repr__, including its measure of the last line (which counts
+ * two more columns than the line has) and its habit of putting the dtype
+ * after six spaces, not on a new line, when the line is too long. */
+static void array_repr(SBuf *b, const Array *a) {
+  static const char prefix[] = "Array(";
+  int plen = (int)sizeof prefix - 1;
+  SBuf s = {0};
+  if (a->size == 0) {
+    char shp[400];
+    shape_str(shp, sizeof shp, a->ndim, a->shape);
+    sb_printf(&s, "[], shape=%s", shp);
+  } else {
+    array2string(&s, a, ", ", 1 + plen, print_options.linewidth - 1);
+  }
+  char dtype_str[64];
+  snprintf(dtype_str, sizeof dtype_str, "dtype=%s%s)", dt_name(a->dtype),
+           a->weak ? ", weak_type=True" : "");
+  const char *text = s.s ? s.s : "";
+  const char *nl = strrchr(text, '\n');
+  int last = (int)s.len - (nl ? (int)(nl - text) : -1) + 1;
+  bool long_line = last + (int)strlen(dtype_str) + 1 > print_options.linewidth;
+  sb_puts(b, prefix);
+  sb_puts(b, text);
+  sb_puts(b, ",");
+  sb_spaces(b, long_line ? plen : 1);
+  sb_puts(b, dtype_str);
+  b->oom |= s.oom;
+  shm_free(s.s);
+}
+
+/* ---- Python's forms --------------------------------------------------------- */
+
+/* Python's repr of a str: single quotes unless the text has a ' and no ". */
+static void quote_str(SBuf *b, const char *s, size_t n) {
+  bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
+  char q = sq && !dq ? '"' : '\'';
+  sb_putn(b, &q, 1);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\\' || c == (unsigned char)q) {
+      char e[2] = {'\\', (char)c};
+      sb_putn(b, e, 2);
+    } else if (c == '\n') {
+      sb_puts(b, "\\n");
+    } else if (c == '\r') {
+      sb_puts(b, "\\r");
+    } else if (c == '\t') {
+      sb_puts(b, "\\t");
+    } else if (c < 0x20 || c == 0x7f) {
+      sb_printf(b, "\\x%02x", c);
+    } else {
+      sb_putn(b, (const char *)&c, 1);
+    }
+  }
+  sb_putn(b, &q, 1);
+}
+
+static Value *(*str_hooks[V_TYPE_COUNT])(Value *);
+static Value *(*repr_hooks[V_TYPE_COUNT])(Value *);
+
+void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *)) {
+  if ((int)t < 0 || t >= V_TYPE_COUNT)
+    return;
+  str_hooks[t] = str;
+  repr_hooks[t] = repr;
+}
+
+static bool repr_into(SBuf *b, Value *v, bool nested);
+
+/* A 0-d weak array (a number literal) or True/False, inside a container,
+ * prints as the Python number it stands for. */
+static bool is_python_scalar(Value *v) {
+  if (!IS_ARRAY(v))
+    return false;
+  Array *a = AS_ARRAY(v);
+  return a->ndim == 0 && (a->weak || (v->flags & VAL_IMMORTAL));
+}
+
+static bool repr_seq(SBuf *b, Value *v, const char *open, const char *close) {
+  size_t n;
+  Value *const *items;
+  val_seq(v, &n, &items);
+  sb_puts(b, open);
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0)
+      sb_puts(b, ", ");
+    if (!repr_into(b, items[i], true))
+      return false;
+  }
+  if (n == 1 && v->type == V_TUPLE)
+    sb_puts(b, ",");
+  sb_puts(b, close);
+  return true;
+}
+
+static bool repr_dict(SBuf *b, Value *v) {
+  Dict *d = (Dict *)v;
+  sb_puts(b, "{");
+  for (size_t i = 0; i < d->len; i++) {
+    if (i > 0)
+      sb_puts(b, ", ");
+    if (!repr_into(b, d->keys[i], true))
+      return false;
+    sb_puts(b, ": ");
+    if (!repr_into(b, d->vals[i], true))
+      return false;
+  }
+  sb_puts(b, "}");
+  return true;
+}
+
+static bool repr_slice(SBuf *b, Value *v) {
+  Slice *s = (Slice *)v;
+  sb_puts(b, "slice(");
+  if (!repr_into(b, s->start, true))
+    return false;
+  sb_puts(b, ", ");
+  if (!repr_into(b, s->stop, true))
+    return false;
+  sb_puts(b, ", ");
+  if (!repr_into(b, s->step, true))
+    return false;
+  sb_puts(b, ")");
+  return true;
+}
+
+static void repr_range(SBuf *b, Value *v) {
+  Range *r = (Range *)v;
+  sb_printf(b, "range(%lld, %lld", (long long)r->start, (long long)r->stop);
+  if (r->step != 1)
+    sb_printf(b, ", %lld", (long long)r->step);
+  sb_puts(b, ")");
+}
+
+/* The forms of values that print the same in str and repr and need no
+ * recursion; false if [v] is not one of them. */
+static bool repr_simple(SBuf *b, Value *v) {
+  switch ((VType)v->type) {
+  case V_NONE:
+    sb_puts(b, "None");
+    return true;
+  case V_ELLIPSIS:
+    sb_puts(b, "Ellipsis");
+    return true;
+  case V_RANGE:
+    repr_range(b, v);
+    return true;
+  case V_BUILTIN:
+    sb_printf(b, "<built-in function %s>", ((Builtin *)v)->name);
+    return true;
+  case V_BOUND: {
+    BoundMethod *m = (BoundMethod *)v;
+    sb_printf(b, "<built-in method %s of %s object>", m->name,
+              val_type_name(m->self));
+    return true;
+  }
+  case V_FUNC:
+    sb_printf(b, "<function %s>", ((Func *)v)->name);
+    return true;
+  case V_MODULE:
+    sb_printf(b, "<module '%s'>", ((Module *)v)->name);
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Appends repr(v); [nested] when inside a container.  False on error. */
+static bool repr_into(SBuf *b, Value *v, bool nested) {
+  if (repr_simple(b, v))
+    return true;
+  switch ((VType)v->type) {
+  case V_ARRAY:
+    if (nested && is_python_scalar(v))
+      array_str(b, AS_ARRAY(v));
+    else
+      array_repr(b, AS_ARRAY(v));
+    return true;
+  case V_STR:
+    quote_str(b, str_cstr(v), ((Str *)v)->len);
+    return true;
+  case V_TUPLE:
+    return repr_seq(b, v, "(", ")");
+  case V_LIST:
+    return repr_seq(b, v, "[", "]");
+  case V_DICT:
+    return repr_dict(b, v);
+  case V_SLICE:
+    return repr_slice(b, v);
+  case V_DTYPE:
+    /* NumPy's dtype repr, as x.dtype shows in JAX; not jnp.float32's
+     * "<class 'jax.numpy.float32'>", which says less to the user. */
+    sb_printf(b, "dtype('%s')", dt_name(((DTypeVal *)v)->dtype));
+    return true;
+  case V_OPAQUE: {
+    Opaque *o = (Opaque *)v;
+    if (o->ot->repr)
+      return sb_put_value(b, o->ot->repr(v));
+    sb_printf(b, "<%s>", o->ot->name);
+    return true;
+  }
+  default:
+    if (repr_hooks[v->type])
+      return sb_put_value(b, repr_hooks[v->type](v));
+    sb_printf(b, "<%s>", val_type_name(v));
+    return true;
+  }
+}
+
+Value *val_repr(Value *v) {
+  SBuf b = {0};
+  if (!repr_into(&b, v, false)) {
+    shm_free(b.s);
+    return NULL;
+  }
+  return sb_finish(&b);
+}
+
+Value *val_str(Value *v) {
+  if (v->type == V_STR)
+    return val_incref(v);
+  if (v->type < V_TYPE_COUNT && str_hooks[v->type])
+    return str_hooks[v->type](v);
+  SBuf b = {0};
+  if (v->type == V_ARRAY)
+    array_str(&b, AS_ARRAY(v));
+  else if (v->type == V_DTYPE)
+    sb_puts(&b, dt_name(((DTypeVal *)v)->dtype));
+  else
+    return val_repr(v);
+  return sb_finish(&b);
+}
+
+int print_set_options(const PrintOptions *o) {
+  if (o->precision < 0 || o->precision > 17)
+    return err_set(ERR_VALUE, "precision must be between 0 and 17, got %d",
+                   o->precision), -1;
+  if (o->threshold < 0)
+    return err_set(ERR_VALUE, "threshold must be non-negative, got %d",
+                   o->threshold), -1;
+  if (o->edgeitems < 0)
+    return err_set(ERR_VALUE, "edgeitems must be non-negative, got %d",
+                   o->edgeitems), -1;
+  if (o->linewidth < 1)
+    return err_set(ERR_VALUE, "linewidth must be positive, got %d",
+                   o->linewidth), -1;
+  print_options = *o;
+  return 0;
+}

@@ -1,0 +1,194 @@
+/*
+ * mem.c - the allocation choke point (mem.h).
+ *
+ * Small objects go straight to malloc.  Array payloads are 64-byte aligned
+ * so the kernels' vector loops start on a cache line; payloads of 2 MiB or
+ * more are rounded up to a whole number of 2 MiB pages, advised to use
+ * transparent huge pages, and kept in a small cache on release, so an eager
+ * loop over large arrays reuses warm, already-mapped memory instead of
+ * faulting in fresh pages on every temporary.
+ */
+#define _GNU_SOURCE
+#include "base/mem.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define BUF_ALIGN 64
+#define HUGE_PAGE ((size_t)2 << 20)
+#define CACHE_SLOTS 16
+/* The cache never holds more than this, so a program that once made a few
+ * huge temporaries does not keep them pinned forever. */
+#define CACHE_MAX_BYTES ((size_t)1 << 30)
+
+/* Allocation counting and failure injection.  The count is per thread: a
+ * shared counter's cache line would bounce between device threads on every
+ * allocation.  The countdown is a relaxed atomic, only read (a shared,
+ * clean cache line) unless failure injection is on; each allocation then
+ * takes one distinct tick. */
+static _Thread_local long alloc_count;
+static atomic_long fail_countdown;   /* 0: disabled; n: the nth next fails */
+
+/* The cache of released large buffers, keyed by their rounded size.
+ * cache_lock guards cache[], cache_used and cache_bytes; it is held only
+ * while a slot is searched, filled or emptied, never across malloc/free. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *p; size_t size; } cache[CACHE_SLOTS];
+static int cache_used;
+static size_t cache_bytes;
+
+/* True when this allocation is the injected failure. */
+static int shm_should_fail(void) {
+  alloc_count++;
+  long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+  while (n > 0) {
+    if (atomic_compare_exchange_weak_explicit(&fail_countdown, &n, n - 1,
+                                              memory_order_relaxed,
+                                              memory_order_relaxed))
+      return n == 1;
+  }
+  return 0;
+}
+
+__attribute__((constructor)) static void shm_mem_init(void) {
+  const char *s = getenv("SHMAP_FAIL_ALLOC");
+  if (s && *s)
+    shm_mem_fail_after(strtol(s, NULL, 10));
+}
+
+void *shm_malloc(size_t n) {
+  if (shm_should_fail())
+    return NULL;
+  return malloc(n ? n : 1);
+}
+
+void *shm_calloc(size_t count, size_t size) {
+  if (size && count > SIZE_MAX / size)
+    return NULL;
+  if (shm_should_fail())
+    return NULL;
+  return calloc(count ? count : 1, size ? size : 1);
+}
+
+void *shm_realloc(void *p, size_t n) {
+  if (shm_should_fail())
+    return NULL;
+  return realloc(p, n ? n : 1);
+}
+
+void shm_free(void *p) { free(p); }
+
+char *shm_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = shm_malloc(n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+/* The size a large buffer really has: a whole number of huge pages. */
+static size_t shm_round_large(size_t nbytes) {
+  return (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+/* Takes a cached buffer of exactly [size] bytes, or NULL. */
+static void *shm_cache_take(size_t size) {
+  void *p = NULL;
+  pthread_mutex_lock(&cache_lock);
+  for (int i = 0; i < cache_used; i++) {
+    if (cache[i].size == size) {
+      p = cache[i].p;
+      cache_bytes -= size;
+      cache[i] = cache[--cache_used];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cache_lock);
+  return p;
+}
+
+/* Puts [p] of [size] bytes in the cache; false when it is full. */
+static int shm_cache_put(void *p, size_t size) {
+  int ok = 0;
+  pthread_mutex_lock(&cache_lock);
+  if (cache_used < CACHE_SLOTS && cache_bytes + size <= CACHE_MAX_BYTES) {
+    cache[cache_used].p = p;
+    cache[cache_used].size = size;
+    cache_used++;
+    cache_bytes += size;
+    ok = 1;
+  }
+  pthread_mutex_unlock(&cache_lock);
+  return ok;
+}
+
+static void *shm_large_alloc(size_t nbytes) {
+  size_t size = shm_round_large(nbytes);
+  void *p = shm_cache_take(size);
+  if (p)
+    return p;
+  if (posix_memalign(&p, HUGE_PAGE, size) != 0)
+    return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, size, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+void *shm_buf_alloc(size_t nbytes) {
+  void *p = NULL;
+  if (nbytes > SIZE_MAX - HUGE_PAGE)
+    return NULL;
+  if (shm_should_fail())
+    return NULL;
+  if (nbytes >= HUGE_PAGE)
+    return shm_large_alloc(nbytes);
+  size_t n = (nbytes + BUF_ALIGN - 1) & ~(size_t)(BUF_ALIGN - 1);
+  if (posix_memalign(&p, BUF_ALIGN, n ? n : BUF_ALIGN) != 0)
+    return NULL;
+  return p;
+}
+
+void *shm_pair_alloc(size_t nbytes) {
+  void *p = NULL;
+  if (nbytes > SIZE_MAX - SHM_LINE_PAIR || shm_should_fail())
+    return NULL;
+  size_t n = (nbytes + SHM_LINE_PAIR - 1) & ~(size_t)(SHM_LINE_PAIR - 1);
+  if (posix_memalign(&p, SHM_LINE_PAIR, n ? n : SHM_LINE_PAIR) != 0)
+    return NULL;
+  memset(p, 0, n ? n : SHM_LINE_PAIR);
+  return p;
+}
+
+void shm_buf_free(void *p, size_t nbytes) {
+  if (!p)
+    return;
+  if (nbytes >= HUGE_PAGE && shm_cache_put(p, shm_round_large(nbytes)))
+    return;
+  free(p);
+}
+
+void shm_buf_trim(void) {
+  pthread_mutex_lock(&cache_lock);
+  int n = cache_used;
+  void *ps[CACHE_SLOTS];
+  for (int i = 0; i < n; i++)
+    ps[i] = cache[i].p;
+  cache_used = 0;
+  cache_bytes = 0;
+  pthread_mutex_unlock(&cache_lock);
+  for (int i = 0; i < n; i++)
+    free(ps[i]);
+}
+
+void shm_mem_fail_after(long n) {
+  atomic_store_explicit(&fail_countdown, n > 0 ? n : 0, memory_order_relaxed);
+}
+
+long shm_mem_count(void) {
+  return alloc_count;
+}

@@ -1,0 +1,587 @@
+/*
+ * value.c - the object model's common types and operations (value.h).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/value.h"
+#include "transform/trace.h"
+
+Value val_none_ = {.type = V_NONE, .flags = VAL_IMMORTAL};
+Value val_ellipsis_ = {.type = V_ELLIPSIS, .flags = VAL_IMMORTAL};
+
+/* ---- freeing: one hook per type ------------------------------------------ */
+
+static ValFreeFn free_hooks[V_TYPE_COUNT];
+
+void val_register_free(VType t, ValFreeFn fn) { free_hooks[t] = fn; }
+
+static void free_items(Value **items, size_t n) {
+  for (size_t i = 0; i < n; i++) val_decref(items[i]);
+}
+
+void val_free_(Value *v) {
+  switch ((VType)v->type) {
+  case V_ARRAY: arr_free(v); return;
+  case V_TUPLE: free_items(((Tuple *)v)->items, ((Tuple *)v)->len); break;
+  case V_LIST:
+    free_items(((List *)v)->items, ((List *)v)->len);
+    shm_free(((List *)v)->items);
+    break;
+  case V_DICT: {
+    Dict *d = (Dict *)v;
+    free_items(d->keys, d->len);
+    free_items(d->vals, d->len);
+    shm_free(d->keys);
+    shm_free(d->vals);
+    break;
+  }
+  case V_SLICE: {
+    Slice *s = (Slice *)v;
+    val_decref(s->start); val_decref(s->stop); val_decref(s->step);
+    break;
+  }
+  case V_BOUND: val_decref(((BoundMethod *)v)->self); break;
+  case V_MODULE:
+    shm_free(((Module *)v)->name);
+    val_decref(((Module *)v)->globals);
+    break;
+  case V_OPAQUE:
+    if (((Opaque *)v)->ot->free) ((Opaque *)v)->ot->free(v);
+    break;
+  case V_STR: case V_RANGE: case V_BUILTIN: case V_NONE: case V_ELLIPSIS:
+  case V_DTYPE:
+    break;
+  default:
+    if (free_hooks[v->type]) {
+      free_hooks[v->type](v);
+      return;
+    }
+    break;
+  }
+  shm_free(v);
+}
+
+/* ---- True and False: immortal 0-d bool arrays ------------------------------ */
+
+static Value *true_v, *false_v;
+static pthread_once_t bools_once = PTHREAD_ONCE_INIT;
+
+static void make_bools(void) {
+  true_v = (Value *)arr_scalar_i64(DT_BOOL, 1, false);
+  false_v = (Value *)arr_scalar_i64(DT_BOOL, 0, false);
+  if (!true_v || !false_v) {
+    fprintf(stderr, "shmap: out of memory at start-up\n");
+    abort();
+  }
+  true_v->flags |= VAL_IMMORTAL;
+  false_v->flags |= VAL_IMMORTAL;
+}
+
+Value *val_true(void) {
+  pthread_once(&bools_once, make_bools);
+  return true_v;
+}
+
+Value *val_false(void) {
+  pthread_once(&bools_once, make_bools);
+  return false_v;
+}
+
+/* ---- static values: immortal until exit ------------------------------------ */
+
+static pthread_mutex_t statics_lock = PTHREAD_MUTEX_INITIALIZER;
+static Value **statics;       /* guarded by statics_lock */
+static size_t nstatics, statics_cap;
+
+Value *val_make_static(Value *v) {
+  if (!v || (v->flags & VAL_IMMORTAL)) return v;
+  pthread_mutex_lock(&statics_lock);
+  if (nstatics == statics_cap) {
+    size_t cap = statics_cap ? statics_cap * 2 : 256;
+    Value **grown = shm_realloc(statics, cap * sizeof *grown);
+    if (!grown) {
+      /* stays an ordinary counted value: slower on devices, still correct */
+      pthread_mutex_unlock(&statics_lock);
+      return v;
+    }
+    statics = grown;
+    statics_cap = cap;
+  }
+  statics[nstatics++] = v;
+  v->flags |= VAL_IMMORTAL;
+  pthread_mutex_unlock(&statics_lock);
+  return v;
+}
+
+void val_free_statics(void) {
+  pthread_mutex_lock(&statics_lock);
+  /* First what the statics hold, while they are all still immortal: a
+   * module's globals may hold other statics (built-ins, modules). */
+  for (size_t i = 0; i < nstatics; i++)
+    if (statics[i]->type == V_MODULE) {
+      Module *m = (Module *)statics[i];
+      val_decref(m->globals);
+      m->globals = NULL;
+    }
+  for (size_t i = 0; i < nstatics; i++) {
+    statics[i]->flags &= (uint8_t)~VAL_IMMORTAL;
+    atomic_store(&statics[i]->refcount, 1);
+    val_decref(statics[i]);
+  }
+  shm_free(statics);
+  statics = NULL;
+  nstatics = statics_cap = 0;
+  pthread_mutex_unlock(&statics_lock);
+}
+
+/* ---- strings ------------------------------------------------------------------ */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+Value *str_new(const char *s, size_t len) {
+  Str *v = shm_malloc(sizeof *v + len + 1);
+  if (!v) return err_nomem();
+  val_init(&v->hdr, V_STR);
+  v->len = len;
+  memcpy(v->s, s, len);
+  v->s[len] = '\0';
+  v->hash = hash_bytes(s, len);
+  return &v->hdr;
+}
+
+Value *str_from(const char *s) { return str_new(s, strlen(s)); }
+
+Value *str_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *buf = shm_malloc((size_t)n + 1);
+  if (!buf) return err_nomem();
+  va_start(ap, fmt);
+  vsnprintf(buf, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  Value *v = str_new(buf, (size_t)n);
+  shm_free(buf);
+  return v;
+}
+
+/* ---- tuples and lists ----------------------------------------------------------- */
+
+Value *tuple_new(size_t n) {
+  Tuple *t = shm_calloc(1, sizeof *t + n * sizeof(Value *));
+  if (!t) return err_nomem();
+  val_init(&t->hdr, V_TUPLE);
+  t->len = n;
+  return &t->hdr;
+}
+
+void tuple_set_steal(Value *t, size_t i, Value *item) {
+  Tuple *tu = (Tuple *)t;
+  val_decref(tu->items[i]);
+  tu->items[i] = item;
+}
+
+Value *tuple_pack(size_t n, Value *const *items) {
+  Value *t = tuple_new(n);
+  if (!t) return NULL;
+  for (size_t i = 0; i < n; i++) ((Tuple *)t)->items[i] = val_incref(items[i]);
+  return t;
+}
+
+Value *list_new(size_t cap) {
+  List *l = shm_calloc(1, sizeof *l);
+  if (!l) return err_nomem();
+  val_init(&l->hdr, V_LIST);
+  if (cap) {
+    l->items = shm_malloc(cap * sizeof(Value *));
+    if (!l->items) {
+      shm_free(l);
+      return err_nomem();
+    }
+    l->cap = cap;
+  }
+  return &l->hdr;
+}
+
+int list_append_steal(Value *lv, Value *item) {
+  List *l = (List *)lv;
+  if (l->len == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 4;
+    Value **ni = shm_realloc(l->items, cap * sizeof(Value *));
+    if (!ni) {
+      val_decref(item);
+      err_nomem();
+      return -1;
+    }
+    l->items = ni;
+    l->cap = cap;
+  }
+  l->items[l->len++] = item;
+  return 0;
+}
+
+int list_append(Value *l, Value *item) {
+  return list_append_steal(l, val_incref(item));
+}
+
+bool val_seq(const Value *v, size_t *len, Value *const **items) {
+  if (v->type == V_TUPLE) {
+    *len = ((const Tuple *)v)->len;
+    *items = ((const Tuple *)v)->items;
+    return true;
+  }
+  if (v->type == V_LIST) {
+    *len = ((const List *)v)->len;
+    *items = ((const List *)v)->items;
+    return true;
+  }
+  return false;
+}
+
+/* ---- dicts: insertion-ordered arrays with linear lookup (dicts in this
+ * language are small: mesh shapes, keyword arguments, configs) ------------- */
+
+Value *dict_new(void) {
+  Dict *d = shm_calloc(1, sizeof *d);
+  if (!d) return err_nomem();
+  val_init(&d->hdr, V_DICT);
+  return &d->hdr;
+}
+
+static long dict_find(Dict *d, Value *key) {
+  for (size_t i = 0; i < d->len; i++)
+    if (val_equal_key(d->keys[i], key)) return (long)i;
+  return -1;
+}
+
+Value *dict_get(Value *dv, Value *key) {
+  long i = dict_find((Dict *)dv, key);
+  return i < 0 ? NULL : ((Dict *)dv)->vals[i];
+}
+
+Value *dict_get_str(Value *dv, const char *key) {
+  Dict *d = (Dict *)dv;
+  for (size_t i = 0; i < d->len; i++)
+    if (d->keys[i]->type == V_STR && strcmp(str_cstr(d->keys[i]), key) == 0)
+      return d->vals[i];
+  return NULL;
+}
+
+static int dict_grow(Dict *d) {
+  size_t cap = d->cap ? d->cap * 2 : 8;
+  Value **nk = shm_realloc(d->keys, cap * sizeof(Value *));
+  if (!nk) return -1;
+  d->keys = nk;
+  Value **nv = shm_realloc(d->vals, cap * sizeof(Value *));
+  if (!nv) return -1;
+  d->vals = nv;
+  d->cap = cap;
+  return 0;
+}
+
+int dict_set(Value *dv, Value *key, Value *val) {
+  Dict *d = (Dict *)dv;
+  if (val_hash(key) == -1 && err_occurred()) return -1;
+  long i = dict_find(d, key);
+  if (i >= 0) {
+    val_incref(val);
+    val_decref(d->vals[i]);
+    d->vals[i] = val;
+    return 0;
+  }
+  if (d->len == d->cap && dict_grow(d) < 0) {
+    err_nomem();
+    return -1;
+  }
+  d->keys[d->len] = val_incref(key);
+  d->vals[d->len] = val_incref(val);
+  d->len++;
+  return 0;
+}
+
+int dict_set_str(Value *d, const char *key, Value *val) {
+  Value *k = str_from(key);
+  if (!k) return -1;
+  int r = dict_set(d, k, val);
+  val_decref(k);
+  return r;
+}
+
+/* ---- ranges and slices ----------------------------------------------------------- */
+
+Value *range_new(int64_t start, int64_t stop, int64_t step) {
+  if (step == 0) return err_set(ERR_VALUE, "range() arg 3 must not be zero");
+  Range *r = shm_malloc(sizeof *r);
+  if (!r) return err_nomem();
+  val_init(&r->hdr, V_RANGE);
+  r->start = start;
+  r->stop = stop;
+  r->step = step;
+  return &r->hdr;
+}
+
+int64_t range_len(const Value *v) {
+  const Range *r = (const Range *)v;
+  if (r->step > 0 && r->start < r->stop)
+    return (r->stop - r->start - 1) / r->step + 1;
+  if (r->step < 0 && r->start > r->stop)
+    return (r->start - r->stop - 1) / (-r->step) + 1;
+  return 0;
+}
+
+Value *slice_new(Value *start, Value *stop, Value *step) {
+  Slice *s = shm_malloc(sizeof *s);
+  if (!s) return err_nomem();
+  val_init(&s->hdr, V_SLICE);
+  s->start = val_incref(start ? start : VAL_NONE);
+  s->stop = val_incref(stop ? stop : VAL_NONE);
+  s->step = val_incref(step ? step : VAL_NONE);
+  return &s->hdr;
+}
+
+/* ---- dtypes ---------------------------------------------------------------------- */
+
+static DTypeVal dtype_vals[DT_COUNT] = {
+#define X(e, np, sh, sz, ct) \
+  [e] = {.hdr = {.type = V_DTYPE, .flags = VAL_IMMORTAL}, .dtype = e},
+    DTYPE_LIST(X)
+#undef X
+};
+
+Value *dtype_value(DType t) { return &dtype_vals[t].hdr; }
+
+/* ---- builtins, bound methods, modules ------------------------------------------- */
+
+Value *builtin_new(const char *name, BuiltinFn fn, const char *doc) {
+  Builtin *b = shm_malloc(sizeof *b);
+  if (!b) return err_nomem();
+  val_init(&b->hdr, V_BUILTIN);
+  b->name = name;
+  b->fn = fn;
+  b->doc = doc;
+  return val_make_static(&b->hdr);
+}
+
+Value *bound_new(const char *name, MethodFn fn, Value *self) {
+  BoundMethod *b = shm_malloc(sizeof *b);
+  if (!b) return err_nomem();
+  val_init(&b->hdr, V_BOUND);
+  b->name = name;
+  b->fn = fn;
+  b->self = val_incref(self);
+  return &b->hdr;
+}
+
+Value *module_new(const char *name, Value *globals) {
+  Module *m = shm_malloc(sizeof *m);
+  if (!m) return err_nomem();
+  val_init(&m->hdr, V_MODULE);
+  m->name = shm_strdup(name);
+  m->globals = val_incref(globals);
+  if (!m->name) {
+    val_decref(&m->hdr);
+    return err_nomem();
+  }
+  return val_make_static(&m->hdr);
+}
+
+/* ---- generic operations ------------------------------------------------------------ */
+
+const char *val_type_name(const Value *v) {
+  static const char *const names[V_TYPE_COUNT] = {
+      [V_NONE] = "NoneType", [V_ARRAY] = "Array",     [V_STR] = "str",
+      [V_TUPLE] = "tuple",   [V_LIST] = "list",       [V_DICT] = "dict",
+      [V_RANGE] = "range",   [V_SLICE] = "slice",     [V_ELLIPSIS] = "ellipsis",
+      [V_DTYPE] = "dtype",   [V_BUILTIN] = "builtin_function",
+      [V_BOUND] = "method",  [V_FUNC] = "function",   [V_MODULE] = "module",
+      [V_MESH] = "Mesh",     [V_PSPEC] = "PartitionSpec",
+      [V_SHARDFN] = "shard_map function", [V_JITFN] = "jit function",
+      [V_PLAN] = "plan",     [V_TRACER] = "tracer",   [V_OPAQUE] = "object",
+  };
+  if (v->type == V_OPAQUE) return ((const Opaque *)v)->ot->name;
+  return v->type < V_TYPE_COUNT ? names[v->type] : "object";
+}
+
+int val_truth(Value *v) {
+  switch ((VType)v->type) {
+  case V_NONE: return 0;
+  case V_ARRAY: {
+    Array *a = AS_ARRAY(v);
+    if (a->size != 1) {
+      if (a->size == 0) return 0;
+      err_set(ERR_VALUE, "the truth value of an array with more than one element "
+                         "is ambiguous; use a.any() or a.all()");
+      return -1;
+    }
+    return arr_get_f64(a, 0) != 0.0;
+  }
+  case V_STR: return ((Str *)v)->len != 0;
+  case V_TUPLE: return ((Tuple *)v)->len != 0;
+  case V_LIST: return ((List *)v)->len != 0;
+  case V_DICT: return ((Dict *)v)->len != 0;
+  case V_RANGE: return range_len(v) != 0;
+  case V_TRACER:
+    return trace_truth_error(v);   /* names the value and its line (trace.h) */
+  default: return 1;
+  }
+}
+
+static bool is_number(const Value *v) {
+  return v->type == V_ARRAY && ((const Array *)v)->ndim == 0;
+}
+
+bool val_equal_key(Value *a, Value *b) {
+  if (a == b) return true;
+  if (is_number(a) && is_number(b))
+    return arr_get_f64(AS_ARRAY(a), 0) == arr_get_f64(AS_ARRAY(b), 0);
+  if (a->type != b->type) return false;
+  switch ((VType)a->type) {
+  case V_STR:
+    return ((Str *)a)->len == ((Str *)b)->len && ((Str *)a)->hash == ((Str *)b)->hash &&
+           memcmp(str_cstr(a), str_cstr(b), ((Str *)a)->len) == 0;
+  case V_TUPLE: {
+    Tuple *x = (Tuple *)a, *y = (Tuple *)b;
+    if (x->len != y->len) return false;
+    for (size_t i = 0; i < x->len; i++)
+      if (!val_equal_key(x->items[i], y->items[i])) return false;
+    return true;
+  }
+  case V_DTYPE: return ((DTypeVal *)a)->dtype == ((DTypeVal *)b)->dtype;
+  default: return false;
+  }
+}
+
+int64_t val_hash(Value *v) {
+  switch ((VType)v->type) {
+  case V_STR: return (int64_t)(((Str *)v)->hash & INT64_MAX);
+  case V_NONE: return 0;
+  case V_DTYPE: return 17 + ((DTypeVal *)v)->dtype;
+  case V_ARRAY:
+    if (is_number(v)) {
+      double d = arr_get_f64(AS_ARRAY(v), 0);
+      return (int64_t)((uint64_t)(int64_t)d & INT64_MAX);
+    }
+    break;
+  case V_TUPLE: {
+    uint64_t h = 7;
+    for (size_t i = 0; i < tuple_len(v); i++) {
+      int64_t hi = val_hash(tuple_get(v, i));
+      if (hi == -1 && err_occurred()) return -1;
+      h = h * 31 + (uint64_t)hi;
+    }
+    return (int64_t)(h & INT64_MAX);
+  }
+  default:
+    break;
+  }
+  err_set(ERR_TYPE, "unhashable type: '%s'", val_type_name(v));
+  return -1;
+}
+
+/* ---- argument binding -------------------------------------------------------------- */
+
+#define MAX_PARAMS 32
+
+typedef struct SpecParam {
+  const char *name;  /* in the spec, not terminated */
+  size_t len;
+  bool optional;
+} SpecParam;
+
+/* Splits [spec] ("x, axis=, tiled=") into its parameters, pointing into
+ * it: built-ins bind at every call, so nothing is copied. */
+static int parse_spec(const char *spec, SpecParam *ps) {
+  int n = 0;
+  while (*spec && n < MAX_PARAMS) {
+    while (*spec == ' ' || *spec == ',') spec++;
+    if (!*spec) break;
+    const char *end = spec;
+    while (*end && *end != '=' && *end != ',' && *end != ' ') end++;
+    ps[n].name = spec;
+    ps[n].len = (size_t)(end - spec);
+    ps[n].optional = *end == '=';
+    spec = *end == '=' ? end + 1 : end;
+    n++;
+  }
+  return n;
+}
+
+static bool spec_is(const SpecParam *sp, const char *name) {
+  return strncmp(sp->name, name, sp->len) == 0 && name[sp->len] == '\0';
+}
+
+/* What a call without keywords needs of a spec: the number of parameters
+ * and which are required.  Remembered per thread for the last specs seen,
+ * by address: specs are string literals, and built-ins bind at every call. */
+typedef struct SpecShape {
+  const char *spec;
+  int np;
+  uint64_t required;  /* bit i: parameter i has no default */
+} SpecShape;
+
+#define SPEC_CACHE 64  /* a power of two */
+static _Thread_local SpecShape spec_cache[SPEC_CACHE];
+
+static const SpecShape *spec_shape(const char *spec) {
+  SpecShape *e = &spec_cache[((uintptr_t)spec >> 3) & (SPEC_CACHE - 1)];
+  if (e->spec != spec) {
+    SpecParam ps[MAX_PARAMS];
+    e->np = parse_spec(spec, ps);
+    e->required = 0;
+    for (int i = 0; i < e->np; i++)
+      if (!ps[i].optional) e->required |= (uint64_t)1 << i;
+    e->spec = spec;
+  }
+  return e;
+}
+
+int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **slots[]) {
+  const SpecShape *sh = spec_shape(spec);
+  if (a->nkw == 0 && a->nargs <= sh->np && (sh->required >> a->nargs) == 0) {
+    for (int i = 0; i < sh->np; i++) *slots[i] = i < a->nargs ? a->args[i] : NULL;
+    return 0;
+  }
+  SpecParam ps[MAX_PARAMS];
+  int np = parse_spec(spec, ps);
+  for (int i = 0; i < np; i++) *slots[i] = NULL;
+  if (a->nargs > np) {
+    err_set(ERR_TYPE, "%s() takes at most %d argument%s (%d given)", fname, np,
+            np == 1 ? "" : "s", a->nargs);
+    return -1;
+  }
+  for (int i = 0; i < a->nargs; i++) *slots[i] = a->args[i];
+  for (int k = 0; k < a->nkw; k++) {
+    int i = 0;
+    while (i < np && !spec_is(&ps[i], a->kwnames[k])) i++;
+    if (i == np) {
+      err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname,
+              a->kwnames[k]);
+      return -1;
+    }
+    if (*slots[i]) {
+      err_set(ERR_TYPE, "%s() got multiple values for argument '%s'", fname,
+              a->kwnames[k]);
+      return -1;
+    }
+    *slots[i] = a->kwvals[k];
+  }
+  for (int i = 0; i < np; i++)
+    if (!ps[i].optional && !*slots[i]) {
+      err_set(ERR_TYPE, "%s() missing required argument '%.*s'", fname, (int)ps[i].len,
+              ps[i].name);
+      return -1;
+    }
+  return 0;
+}

@@ -1,0 +1,306 @@
+/*
+ * value.h - the object model: every value the language handles.
+ *
+ * OWNERSHIP, the one rule followed in every file:
+ *   - A function that returns a Value* returns a NEW reference (the caller
+ *     owns it and must val_decref it), or NULL with the error set.
+ *   - Value* arguments are BORROWED: the callee takes its own reference
+ *     (val_incref) if it keeps one.  Exceptions say "steals" in their
+ *     header comment (list_append_steal, tuple_set_steal, ...).
+ *   - A value whose refcount is 1 is owned by exactly one holder, which
+ *     may change it in place (prim.c reuses such array buffers as outputs).
+ *   - Values are immutable once shared, except lists and dicts, which only
+ *     the thread that made them changes (the language has no way to hand a
+ *     list to a device thread except through closures, where device code
+ *     reads it; writes from device code to a shared list are a user race,
+ *     documented in shmap(7)).
+ *
+ * Reference counts are atomic, because device threads share values (a
+ * replicated shard_map input is one array seen by every device).  None,
+ * True, False, Ellipsis, the dtype values and the static values below
+ * (built-ins, namespaces, modules) are immortal: incref/decref on them do
+ * nothing, so hot shared objects cause no cache-line traffic.  Source
+ * constants are shared too; device threads use private copies of them
+ * (eval.c's constant cache).
+ *
+ * Numbers are arrays: an integer literal is a weakly typed 0-d i32 array,
+ * a float literal a weakly typed 0-d f32 array (LANGUAGE.md §2).
+ */
+#ifndef SHMAP_VALUE_H
+#define SHMAP_VALUE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+typedef enum {
+  V_NONE,
+  V_ARRAY,    /* array.h: Array */
+  V_STR,      /* Str */
+  V_TUPLE,    /* Tuple */
+  V_LIST,     /* List */
+  V_DICT,     /* Dict */
+  V_RANGE,    /* Range */
+  V_SLICE,    /* Slice, made by a[i:j:k] */
+  V_ELLIPSIS, /* ... */
+  V_DTYPE,    /* DTypeVal: f32, int32, ... */
+  V_BUILTIN,  /* Builtin: a C function */
+  V_BOUND,    /* BoundMethod: a C method bound to its receiver */
+  V_FUNC,     /* eval.h: Func, a closure of user code */
+  V_MODULE,   /* Module: an imported .shm file or a namespace (jnp, lax) */
+  V_MESH,     /* mesh.h: Mesh */
+  V_PSPEC,    /* mesh.h: PSpec, PartitionSpec */
+  V_SHARDFN,  /* shardmap.h: a shard_map-wrapped function */
+  V_JITFN,    /* jit.h: a jit-wrapped function */
+  V_PLAN,     /* plan.h: a staged plan */
+  V_TRACER,   /* trace.h: an abstract value while tracing */
+  V_OPAQUE,   /* Opaque: any other C object with a type descriptor */
+  V_TYPE_COUNT
+} VType;
+
+#define VAL_IMMORTAL 0x1
+
+typedef struct Value {
+  atomic_int refcount;
+  uint8_t type;   /* VType */
+  uint8_t flags;  /* VAL_IMMORTAL */
+} Value;
+
+/* ---- reference counting ------------------------------------------------ */
+
+static inline Value *val_incref(Value *v) {
+  if (v && !(v->flags & VAL_IMMORTAL))
+    atomic_fetch_add_explicit(&v->refcount, 1, memory_order_relaxed);
+  return v;
+}
+
+void val_free_(Value *v); /* called when the count reaches zero */
+
+static inline void val_decref(Value *v) {
+  if (v && !(v->flags & VAL_IMMORTAL) &&
+      atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) == 1)
+    val_free_(v);
+}
+
+/* Initialises the header of a freshly allocated value: refcount 1. */
+static inline void val_init(Value *v, VType t) {
+  atomic_init(&v->refcount, 1);
+  v->type = (uint8_t)t;
+  v->flags = 0;
+}
+
+static inline int val_refcount(const Value *v) {
+  return atomic_load_explicit(&((Value *)v)->refcount, memory_order_acquire);
+}
+
+/* Makes [v] static: immortal (incref and decref do nothing) until
+ * val_free_statics.  For the built-in functions and modules (namespaces,
+ * imported files), made once at start-up or import, that every device
+ * thread touches:
+ * counting their references from several cores would bounce one cache
+ * line between them on every use.  The registry takes over the caller's
+ * reference; the caller may go on using [v] (and decref it, a no-op).
+ * Returns [v]; on out of memory [v] simply stays counted.  Thread-safe. */
+Value *val_make_static(Value *v);
+
+/* Frees every static value (at exit, after the device threads stopped
+ * and nothing else runs).  References still held elsewhere dangle. */
+void val_free_statics(void);
+
+/* ---- singletons --------------------------------------------------------- */
+
+extern Value val_none_, val_ellipsis_;
+#define VAL_NONE (&val_none_)
+#define VAL_ELLIPSIS (&val_ellipsis_)
+
+/* The shared immortal 0-d bool arrays True and False (borrowed). */
+Value *val_true(void);
+Value *val_false(void);
+static inline Value *val_bool(bool b) { return b ? val_true() : val_false(); }
+
+/* ---- strings ------------------------------------------------------------ */
+
+typedef struct Str {
+  Value hdr;
+  size_t len;
+  uint64_t hash;  /* computed at creation */
+  char s[];       /* NUL-terminated */
+} Str;
+
+Value *str_new(const char *s, size_t len);
+Value *str_from(const char *s);                    /* NUL-terminated */
+Value *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline const char *str_cstr(const Value *v) { return ((const Str *)v)->s; }
+
+/* ---- tuples and lists --------------------------------------------------- */
+
+typedef struct Tuple {
+  Value hdr;
+  size_t len;
+  Value *items[];  /* owned references */
+} Tuple;
+
+/* A tuple of [n] slots, all NULL; fill them with tuple_set_steal before the
+ * tuple is shared. */
+Value *tuple_new(size_t n);
+void tuple_set_steal(Value *t, size_t i, Value *item);
+/* A tuple of the [n] given values (borrowed). */
+Value *tuple_pack(size_t n, Value *const *items);
+static inline size_t tuple_len(const Value *t) { return ((const Tuple *)t)->len; }
+static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple *)t)->items[i]; }
+
+typedef struct List {
+  Value hdr;
+  size_t len, cap;
+  Value **items;   /* owned references */
+} List;
+
+Value *list_new(size_t cap);
+int list_append(Value *l, Value *item);          /* borrows; -1 on nomem */
+int list_append_steal(Value *l, Value *item);    /* steals, even on failure */
+static inline size_t list_len(const Value *l) { return ((const List *)l)->len; }
+static inline Value *list_get(const Value *l, size_t i) { return ((const List *)l)->items[i]; }
+
+/* For tuples and lists alike: length and borrowed items; false if [v] is
+ * neither. */
+bool val_seq(const Value *v, size_t *len, Value *const **items);
+
+/* ---- dicts: insertion ordered, keys hashable (str, numbers, tuples) ------ */
+
+typedef struct Dict {
+  Value hdr;
+  size_t len, cap;
+  Value **keys, **vals;  /* owned, in insertion order */
+} Dict;
+
+Value *dict_new(void);
+/* Borrowed value for [key], or NULL (no error set) when absent. */
+Value *dict_get(Value *d, Value *key);
+Value *dict_get_str(Value *d, const char *key);
+/* Sets key -> val (both borrowed).  -1 with the error set on an unhashable
+ * key or out of memory. */
+int dict_set(Value *d, Value *key, Value *val);
+int dict_set_str(Value *d, const char *key, Value *val);
+
+/* ---- ranges, slices ------------------------------------------------------ */
+
+typedef struct Range {
+  Value hdr;
+  int64_t start, stop, step;
+} Range;
+Value *range_new(int64_t start, int64_t stop, int64_t step);
+int64_t range_len(const Value *r);
+
+typedef struct Slice {
+  Value hdr;
+  Value *start, *stop, *step;  /* owned; None when omitted */
+} Slice;
+Value *slice_new(Value *start, Value *stop, Value *step);  /* borrows */
+
+/* ---- dtypes as values ----------------------------------------------------- */
+
+typedef struct DTypeVal {
+  Value hdr;
+  DType dtype;
+} DTypeVal;
+/* The immortal value for [t] (borrowed). */
+Value *dtype_value(DType t);
+
+/* ---- built-in functions and methods --------------------------------------- */
+
+/* A call's arguments: positional [args], then keyword [kwnames]/[kwvals].
+ * All borrowed. */
+typedef struct CallArgs {
+  int nargs;
+  Value **args;
+  int nkw;
+  const char **kwnames;
+  Value **kwvals;
+} CallArgs;
+
+typedef Value *(*BuiltinFn)(const CallArgs *a);
+typedef Value *(*MethodFn)(Value *self, const CallArgs *a);
+
+typedef struct Builtin {
+  Value hdr;
+  const char *name;   /* static */
+  BuiltinFn fn;
+  const char *doc;    /* static, one line, for help() and completion */
+} Builtin;
+/* A built-in function; static (val_make_static): made at start-up only. */
+Value *builtin_new(const char *name, BuiltinFn fn, const char *doc);
+
+typedef struct BoundMethod {
+  Value hdr;
+  const char *name;   /* static */
+  MethodFn fn;
+  Value *self;        /* owned */
+} BoundMethod;
+Value *bound_new(const char *name, MethodFn fn, Value *self);
+
+/*
+ * Binds a call's arguments to parameters described by [spec], a string
+ * literal (its address identifies it in a per-thread cache), a comma
+ * separated list such as "x, axis=, keepdims=": names without '=' are
+ * required, names with '=' optional (their slot is left NULL when absent);
+ * a leading '*' name ("*args") collects the rest as a borrowed view is not
+ * supported: use CallArgs directly for varargs.  Slots receive BORROWED
+ * values.  Errors (TypeError style, as Python words them):
+ *   "sum() missing required argument 'x'"
+ *   "sum() takes at most 3 arguments (4 given)"
+ *   "sum() got an unexpected keyword argument 'axes'"
+ *   "sum() got multiple values for argument 'axis'"
+ * Returns 0, or -1 with the error set.
+ */
+int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **slots[]);
+
+/* ---- modules and opaque objects ------------------------------------------- */
+
+typedef struct Module {
+  Value hdr;
+  char *name;      /* owned */
+  Value *globals;  /* Dict, owned */
+} Module;
+/* A module over [globals]; static (val_make_static): namespaces and
+ * imported files live until exit. */
+Value *module_new(const char *name, Value *globals /* borrowed */);
+
+/* A C object of some other subsystem, with its own destructor and printer. */
+typedef struct OpaqueType {
+  const char *name;                       /* type name for messages */
+  void (*free)(Value *self);              /* releases what self owns; not self */
+  Value *(*repr)(Value *self);            /* new Str */
+  Value *(*getattr)(Value *self, const char *name);  /* NULL + error if none */
+} OpaqueType;
+typedef struct Opaque {
+  Value hdr;
+  const OpaqueType *ot;
+} Opaque;
+
+/* ---- generic operations ---------------------------------------------------- */
+
+/* The type's name as the user sees it: "array", "str", "tuple", "function". */
+const char *val_type_name(const Value *v);
+
+/* Python truthiness.  Arrays: only size-1 arrays have a truth value; other
+ * sizes raise "the truth value of an array with more than one element is
+ * ambiguous".  Tracers raise the jit error.  Returns 0/1, or -1 on error. */
+int val_truth(Value *v);
+
+/* Structural equality for dict keys and `==` of non-arrays: strings by
+ * content, 0-d arrays by numeric value, tuples elementwise. */
+bool val_equal_key(Value *a, Value *b);
+
+/* Hash for dict keys; -1 with the error set for an unhashable value. */
+int64_t val_hash(Value *v);
+
+/* Type-registration hooks for the subsystems that define V_FUNC, V_MESH,
+ * ...: val_free_ calls hooks[type] to release the object (including
+ * freeing its memory). */
+typedef void (*ValFreeFn)(Value *v);
+void val_register_free(VType t, ValFreeFn fn);
+
+#endif

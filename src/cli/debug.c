@@ -1,0 +1,2450 @@
+/*
+ * debug.c - the pdb-like debugger (debug.h).
+ *
+ * Layout: frame views (what a stop shows, and the snapshots --pm keeps);
+ * breakpoints; the statement hook and the decision to stop; the all-stop
+ * of a shard_map call (dbg_coll_run, parking, release); reading commands;
+ * the commands; post-mortem; the built-ins; set-up.
+ *
+ * A stop never shows a Frame directly: it copies the frames it needs into
+ * Views (source, line, function name, scope; counted references), so a
+ * device's frames can be shown from the main thread, and --pm can show
+ * frames that have already returned.
+ */
+#include "cli/debug.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "lang/builtins.h"
+#include "spmd/device.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "lang/parser.h"
+#include "array/prim.h"
+#include "array/print.h"
+#include "transform/trace.h"
+
+#define DBG_PROMPT "(shmap-dbg"
+#define DBG_LIST_LINES 11        /* pdb's `list` window */
+#define DBG_POLL_NS 10000000L    /* 10 ms: how often a stop re-checks collectives */
+#define DBG_MAX_CANDIDATES 16    /* breakpoints looked at per statement */
+
+/* ==== views of frames ======================================================= */
+
+/* One frame as a stop shows it. */
+typedef struct View {
+  Source *src;         /* counted */
+  int line;            /* the statement being run */
+  int last_line;       /* its last line (a statement may span lines) */
+  int depth;           /* frames from the outermost, main thread's first */
+  const char *fname;   /* interned or static: lives for the whole run */
+  Env *env;            /* counted */
+} View;
+
+/* Frames outermost first. */
+typedef struct Stack {
+  View *v;
+  int n, cap;
+} Stack;
+
+static void view_release(View *v) {
+  src_decref(v->src);
+  env_decref(v->env);
+}
+
+static void stack_clear(Stack *s) {
+  for (int i = 0; i < s->n; i++) view_release(&s->v[i]);
+  s->n = 0;
+}
+
+static void stack_free(Stack *s) {
+  stack_clear(s);
+  shm_free(s->v);
+  memset(s, 0, sizeof *s);
+}
+
+static int stack_reserve(Stack *s, int n) {
+  if (n <= s->cap) return 0;
+  int cap = s->cap ? s->cap : 8;
+  while (cap < n) cap *= 2;
+  View *v = shm_realloc(s->v, sizeof(View) * (size_t)cap);
+  if (!v) return -1;
+  s->v = v;
+  s->cap = cap;
+  return 0;
+}
+
+/* The last source line of statement [n]'s own text: its expressions, not
+ * the blocks it opens. */
+static int node_last_line(const Node *n) {
+  if (!n) return 0;
+  int m = n->loc.line > n->loc2.line ? n->loc.line : n->loc2.line;
+  const Node *kids[3] = {n->a, n->b, n->c};
+  for (int i = 0; i < 3; i++) {
+    int l = node_last_line(kids[i]);
+    if (l > m) m = l;
+  }
+  for (int i = 0; i < n->items.n; i++) {
+    int l = node_last_line(n->items.items[i]);
+    if (l > m) m = l;
+  }
+  for (int i = 0; i < n->items2.n; i++) {
+    int l = node_last_line(n->items2.items[i]);
+    if (l > m) m = l;
+  }
+  for (int i = 0; i < n->nkw; i++) {
+    int l = node_last_line(n->kws[i].value);
+    if (l > m) m = l;
+  }
+  return m;
+}
+
+/* Appends a view of [f] at depth [depth]; 0, or -1 on out of memory. */
+static int stack_push(Stack *s, const Frame *f, int depth) {
+  const Node *st = f->stmt;
+  Source *src = st ? st->loc.src : NULL;
+  if (!src) return 0; /* a lambda's frame: no statement to show */
+  if (stack_reserve(s, s->n + 1) < 0) return -1;
+  View *v = &s->v[s->n++];
+  src_incref(src);
+  env_incref(f->env);
+  *v = (View){src, st->loc.line, node_last_line(st), depth, f->fname, f->env};
+  if (v->last_line < v->line) v->last_line = v->line;
+  return 0;
+}
+
+/* Number of frames from [f] out. */
+static int frame_depth(const Frame *f) {
+  int d = 0;
+  for (; f; f = f->back) d++;
+  return d;
+}
+
+/* Fills [s] with the frames from [inner] out, outermost first; their
+ * depths count from [depth0]. */
+static int stack_from_frames(Stack *s, const Frame *inner, int depth0) {
+  int n = frame_depth(inner);
+  const Frame **chain = shm_malloc(sizeof(Frame *) * (size_t)(n + 1));
+  if (!chain) return -1;
+  int i = n;
+  for (const Frame *f = inner; f; f = f->back) chain[--i] = f;
+  int rc = 0;
+  for (i = 0; i < n && rc == 0; i++) rc = stack_push(s, chain[i], depth0 + i + 1);
+  shm_free(chain);
+  return rc;
+}
+
+/* Appends counted copies of [from]'s views to [to]. */
+static int stack_append(Stack *to, const Stack *from) {
+  if (stack_reserve(to, to->n + from->n) < 0) return -1;
+  for (int i = 0; i < from->n; i++) {
+    View v = from->v[i];
+    src_incref(v.src);
+    env_incref(v.env);
+    to->v[to->n++] = v;
+  }
+  return 0;
+}
+
+/* Drops the views above the innermost one whose statement holds [loc]:
+ * after a call returned, --pm's snapshot still shows the callee, but an
+ * error raised later in the caller's statement belongs to the caller. */
+static void stack_trim_to(Stack *s, Loc loc) {
+  for (int i = s->n - 1; i >= 0; i--) {
+    const View *v = &s->v[i];
+    if (v->src != loc.src || loc.line < v->line || loc.line > v->last_line) continue;
+    while (s->n > i + 1) view_release(&s->v[--s->n]);
+    return;
+  }
+}
+
+/*
+ * A snapshot (--pm): the views of a thread's frames as of its latest
+ * statement, kept up to date by the hook.  An entry is reused while its
+ * frame, scope and statement stay the same, so a statement usually costs
+ * one new view.  Frames are compared by address only against entries made
+ * from live frames; nothing in a Frame is read after it returned.
+ */
+typedef struct Snap {
+  Stack views;
+  const Frame **fp;       /* [views.cap]: the frame each view was made from */
+  const Node **stmt;      /* [views.cap]: its statement then */
+  const Frame **scratch;  /* the current chain, outermost first */
+  int scratch_cap;
+} Snap;
+
+static void snap_free(Snap *s) {
+  stack_free(&s->views);
+  shm_free(s->fp);
+  shm_free(s->stmt);
+  shm_free(s->scratch);
+  memset(s, 0, sizeof *s);
+}
+
+/* Collects the frames from [inner] out into s->scratch; their number or -1. */
+static int snap_chain(Snap *s, const Frame *inner) {
+  int n = frame_depth(inner);
+  if (n > s->scratch_cap) {
+    const Frame **c = shm_realloc(s->scratch, sizeof(Frame *) * (size_t)n * 2);
+    if (!c) return -1;
+    s->scratch = c;
+    s->scratch_cap = n * 2;
+  }
+  int i = n;
+  for (const Frame *f = inner; f; f = f->back) s->scratch[--i] = f;
+  return n;
+}
+
+static int snap_grow(Snap *s, int n) {
+  int old = s->views.cap;
+  if (stack_reserve(&s->views, n) < 0) return -1;
+  if (s->views.cap == old && s->fp) return 0;
+  const Frame **fp = shm_realloc(s->fp, sizeof(Frame *) * (size_t)s->views.cap);
+  if (fp) s->fp = fp;
+  const Node **st = shm_realloc(s->stmt, sizeof(Node *) * (size_t)s->views.cap);
+  if (st) s->stmt = st;
+  return fp && st ? 0 : -1;
+}
+
+/* Brings [s] up to the frames from [inner] out (depths from [depth0]).
+ * Out of memory only makes the snapshot shorter. */
+static void snap_update(Snap *s, const Frame *inner, int depth0) {
+  int n = snap_chain(s, inner);
+  if (n < 0 || snap_grow(s, n) < 0) return;
+  int k = 0, kept = 0;
+  for (; k < n; k++) {
+    const Frame *f = s->scratch[k];
+    if (!f->stmt) continue;
+    if (kept >= s->views.n || s->fp[kept] != f || s->stmt[kept] != f->stmt ||
+        s->views.v[kept].env != f->env)
+      break;
+    kept++;
+  }
+  while (s->views.n > kept) view_release(&s->views.v[--s->views.n]);
+  for (; k < n; k++) {
+    const Frame *f = s->scratch[k];
+    int before = s->views.n;
+    if (stack_push(&s->views, f, depth0 + k + 1) < 0) return;
+    if (s->views.n == before) continue;
+    s->fp[before] = f;
+    s->stmt[before] = f->stmt;
+  }
+}
+
+/* ==== the debugger's state ====================================================== */
+
+/* What a thread does until its next stop (pdb's step/next/return/until). */
+typedef enum { RM_CONTINUE, RM_STEP, RM_NEXT, RM_RETURN, RM_UNTIL, RM_QUIT } RMode;
+
+typedef struct Resume {
+  RMode mode;
+  int depth;   /* NEXT/RETURN/UNTIL: the depth of the frame they are about */
+  int line;    /* UNTIL: stop at this line or later */
+} Resume;
+
+typedef struct Bp {
+  int number;
+  char *file;       /* owned: the source name it applies to */
+  int line;
+  char *cond;       /* owned; NULL: unconditional */
+  bool temporary;   /* tbreak: deleted when hit */
+  bool enabled;
+  int hits;
+} Bp;
+
+/* Why a device parks. */
+typedef enum { PARK_NONE, PARK_TARGET, PARK_BREAK, PARK_FOLLOW } ParkWhy;
+
+typedef enum { DS_RUNNING, DS_PARKED, DS_DONE } DevState;
+
+/* One device of the running call. */
+typedef struct Slot {
+  DevState state;         /* (L) */
+  const Frame *frame;     /* (L) innermost frame while parked */
+  int depth;              /* (L) its depth while parked */
+  int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
+  bool failed;            /* (L) returned from the body with an error */
+  Snap snap;              /* --pm: written by the device thread only; read
+                             by the main thread once the call is over */
+} Slot;
+
+/* The shard_map call running under the debugger (on the main thread's
+ * stack, inside dbg_coll_run). */
+typedef struct DbgCall {
+  CollGroup *g;
+  MeshDesc mesh;          /* copy, for coordinates */
+  int n;
+  OutBuf *outs;           /* [n], the devices' print buffers */
+  Slot *slots;            /* [n] */
+  void (*fn)(int rank, void *ctx);
+  void *ctx;
+  int depth0;             /* the main thread's depth at the call */
+  atomic_bool stop;       /* all-stop: park at the next statement */
+  atomic_bool quit;       /* quit: fail at the next statement */
+  atomic_uint cmd_gen;    /* bumped by each release */
+  Resume cmd;             /* (L) the command of the latest release */
+  bool cmd_relative;      /* (L) cmd's depths are each device's own */
+  unsigned gen;           /* (L) release generation parked devices wait on */
+  int parked;             /* (L) devices parked */
+  int trigger;            /* (L) lowest device parked at a breakpoint */
+  char notes[512];        /* (L) messages for the next stop */
+  bool done;              /* (L) coll_run returned */
+  int rc;                 /* coll_run's result; read after done */
+  ErrState err;           /* its error, moved from the helper thread */
+} DbgCall;
+
+/* Devices' frames kept by --pm after a failed shard_map call. */
+typedef struct PmRecord {
+  int n;                  /* 0: none */
+  MeshDesc mesh;          /* names interned; device_ids dropped */
+  Stack *stacks;          /* [n] */
+} PmRecord;
+
+/* pdb's display: an expression shown at each stop in its frame. */
+typedef struct Display {
+  char *expr;             /* owned */
+  char *last;             /* owned: its value at the last stop, or NULL */
+  Env *env;               /* counted: the scope of the frame it belongs to */
+} Display;
+
+static struct {
+  pthread_mutex_t lock;   /* guards the (L) fields here and in DbgCall/Slot */
+  pthread_cond_t cond;    /* broadcast on every change of (L) state */
+  pthread_cond_t helper_wake; /* signalled when helper_job or helper_exit is set */
+  pthread_t helper;       /* main thread only: the helper thread */
+  bool helper_started;    /* main thread only */
+  DbgCall *helper_job;    /* (L) the call the helper is to run */
+  bool helper_exit;       /* (L) the helper is to end */
+  bool installed;         /* dbg_init ran (main thread, before any device) */
+  bool post_mortem;       /* --pm (read-only after init) */
+  atomic_bool engaged;    /* the hook has work beyond breakpoint() */
+  _Atomic(DbgCall *) call;/* the call running through dbg_coll_run */
+  Bp *bps;                /* (L) */
+  int nbps, bpcap, next_bp;
+  atomic_int nbp_enabled; /* fast test for "any breakpoint to check" */
+  /* main thread only: */
+  Resume main_resume;
+  int focus;              /* focused device (rank) */
+  Display *displays;
+  int ndisplays;
+  char *last_cmd;         /* repeated by an empty line */
+  PmRecord pm;
+} dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+         .helper_wake = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local bool tls_busy;         /* inside the debugger: no stops */
+static _Thread_local bool tls_break_next;   /* breakpoint() was called */
+static _Thread_local Snap tls_snap;         /* --pm, main thread */
+static _Thread_local Resume tls_resume;     /* a device's current command */
+static _Thread_local unsigned tls_cmd_gen;  /* ...taken from this release */
+
+/* Recomputes dbg.engaged.  Main thread, or with dbg.lock held. */
+static void update_engaged(void) {
+  DbgCall *c = atomic_load(&dbg.call);
+  bool e = dbg.post_mortem || dbg.main_resume.mode != RM_CONTINUE ||
+           atomic_load(&dbg.nbp_enabled) > 0 ||
+           (c && (atomic_load(&c->stop) || atomic_load(&c->quit) ||
+                  c->cmd.mode != RM_CONTINUE));
+  atomic_store_explicit(&dbg.engaged, e, memory_order_release);
+}
+
+static int quit_error(void) {
+  err_set(ERR_QUIT, "quit");
+  return -1;
+}
+
+/* ==== breakpoints ================================================================ */
+
+/* True when breakpoint file [bp] names source [name]: the same path, or
+ * one is the other's tail after a '/'. */
+static bool file_matches(const char *bp, const char *name) {
+  size_t a = strlen(bp), b = strlen(name);
+  if (a == b) return strcmp(bp, name) == 0;
+  const char *lng = a > b ? bp : name, *shrt = a > b ? name : bp;
+  size_t d = a > b ? a - b : b - a;
+  return lng[d - 1] == '/' && strcmp(lng + d, shrt) == 0;
+}
+
+static Bp *bp_find(int number) {
+  for (int i = 0; i < dbg.nbps; i++)
+    if (dbg.bps[i].number == number) return &dbg.bps[i];
+  return NULL;
+}
+
+/* Removes breakpoint [b] (lock held). */
+static void bp_delete(Bp *b) {
+  if (b->enabled) atomic_fetch_sub(&dbg.nbp_enabled, 1);
+  shm_free(b->file);
+  shm_free(b->cond);
+  int i = (int)(b - dbg.bps);
+  memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg.nbps - i - 1));
+  dbg.nbps--;
+}
+
+/* Evaluates a breakpoint condition in [env] on this thread; an error
+ * counts as true, as in pdb.  On a device the condition sees the device's
+ * mesh position but no group: a collective in it fails (and so stops)
+ * instead of entering a rendezvous the other devices never join. */
+static bool cond_true(const char *cond, Env *env) {
+  bool saved = tls_busy;
+  DevCtx *ctx = dev_ctx(), alone;
+  if (ctx) {
+    alone = *ctx;
+    alone.group = NULL;
+    dev_ctx_set(&alone);
+  }
+  tls_busy = true;
+  Value *v = eval_expr_text(cond, env);
+  int t = v ? val_truth(v) : 1;
+  val_decref(v);
+  if (t < 0) t = 1;
+  err_clear();
+  tls_busy = saved;
+  dev_ctx_set(ctx);
+  return t != 0;
+}
+
+typedef struct Candidate {
+  int number;
+  char cond[256];
+  bool has_cond;
+} Candidate;
+
+/* The enabled breakpoints at [stmt] (lock taken here). */
+static int bp_candidates(const Node *stmt, Candidate *out) {
+  int n = 0;
+  const char *name = stmt->loc.src->name;
+  pthread_mutex_lock(&dbg.lock);
+  for (int i = 0; i < dbg.nbps && n < DBG_MAX_CANDIDATES; i++) {
+    const Bp *b = &dbg.bps[i];
+    if (!b->enabled || b->line != stmt->loc.line || !file_matches(b->file, name)) continue;
+    out[n].number = b->number;
+    out[n].has_cond = b->cond != NULL;
+    snprintf(out[n].cond, sizeof out[n].cond, "%s", b->cond ? b->cond : "");
+    n++;
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  return n;
+}
+
+/* Counts a hit of breakpoint [number] (as pdb, whether or not its
+ * condition holds); when it [stops] a tbreak is deleted, which [note]
+ * reports as pdb does. */
+static void bp_count_hit(int number, bool stops, char *note, size_t cap) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find(number);
+  if (b) {
+    b->hits++;
+    if (stops && b->temporary) {
+      snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
+      bp_delete(b);
+    }
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+/* True when a breakpoint stops [f] at [stmt] (its condition is evaluated
+ * on this thread, in the frame's scope). */
+static bool bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
+  if (atomic_load_explicit(&dbg.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
+    return false;
+  Candidate cand[DBG_MAX_CANDIDATES];
+  int n = bp_candidates(stmt, cand);
+  for (int i = 0; i < n; i++) {
+    bool stops = !cand[i].has_cond || cond_true(cand[i].cond, f->env);
+    bp_count_hit(cand[i].number, stops, note, cap);
+    if (stops) return true;
+  }
+  return false;
+}
+
+/* ==== deciding to stop ========================================================== */
+
+static bool resume_stops(const Resume *r, int depth, int line) {
+  switch (r->mode) {
+  case RM_STEP: return true;
+  case RM_NEXT: return depth <= r->depth;
+  case RM_RETURN: return depth < r->depth;
+  case RM_UNTIL: return depth < r->depth || (depth == r->depth && line >= r->line);
+  default: return false;
+  }
+}
+
+static int stop_main(Frame *f);
+static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+                       const char *note);
+
+static int main_hook(Frame *f, const Node *stmt) {
+  if (dbg.post_mortem) snap_update(&tls_snap, f, 0);
+  char note[160] = "";
+  bool stop = tls_break_next ||
+              resume_stops(&dbg.main_resume, frame_depth(f), stmt->loc.line) ||
+              bp_hit(f, stmt, note, sizeof note);
+  if (!stop) return 0;
+  tls_break_next = false;
+  fputs(note, stdout);
+  return stop_main(f);
+}
+
+/* A device picks up the command of a release it was not parked for (it
+ * was inside a collective): step and next count the statement it was in
+ * as done; return and until start from where it is. */
+static ParkWhy device_pickup(DbgCall *c, int depth) {
+  pthread_mutex_lock(&dbg.lock);
+  tls_resume = c->cmd;
+  tls_cmd_gen = atomic_load(&c->cmd_gen);
+  bool relative = c->cmd_relative;
+  pthread_mutex_unlock(&dbg.lock);
+  if (!relative) return PARK_NONE;
+  tls_resume.depth = depth;
+  return tls_resume.mode == RM_STEP || tls_resume.mode == RM_NEXT ? PARK_TARGET : PARK_NONE;
+}
+
+static int device_hook(Frame *f, const Node *stmt) {
+  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DevCtx *ctx = dev_ctx();
+  if (!c || !ctx || ctx->rank >= c->n) return 0;
+  if (atomic_load(&c->quit)) return quit_error();
+  int depth = c->depth0 + frame_depth(f);
+  if (dbg.post_mortem) snap_update(&c->slots[ctx->rank].snap, f, c->depth0);
+  ParkWhy why = PARK_NONE;
+  char note[160] = "";
+  if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
+  if (tls_break_next || bp_hit(f, stmt, note, sizeof note)) why = PARK_BREAK;
+  else if (!why && resume_stops(&tls_resume, depth, stmt->loc.line)) why = PARK_TARGET;
+  else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
+  if (!why) return 0;
+  tls_break_next = false;
+  return device_park(c, ctx->rank, f, depth, why, note);
+}
+
+/* eval_stmt_hook: runs before every statement on every thread. */
+static int dbg_hook(Frame *f, const Node *stmt) {
+  if (tls_busy) return 0;
+  if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
+  if (dev_on_device_thread()) return device_hook(f, stmt);
+  return main_hook(f, stmt);
+}
+
+/* ==== the all-stop of a shard_map call ============================================ *
+ *
+ * A device is RUNNING, PARKED (blocked in device_park until the next
+ * release) or DONE (returned from the body).  It parks for a reason of its
+ * own (PARK_TARGET: its step/next/... is done; PARK_BREAK: a breakpoint,
+ * which also raises the call's stop flag) or because the stop flag is up
+ * (PARK_FOLLOW).  The main thread shows the prompt once no device runs
+ * user code: each one parked, done, or seen twice, 10 ms apart, waiting in
+ * the same collective (quiescent), and at least one parked.
+ *
+ * A release (the command typed) sets the call's command and bumps two
+ * counters: [gen], which the parked devices wait on, and [cmd_gen], which
+ * a device that was not parked (it waited in a collective) compares at
+ * its next statement to pick the command up (device_pickup).  Depths are
+ * absolute (the main thread's frames count too), so a command given on
+ * the main thread (a step into the call) means the same on the devices.
+ */
+
+/* Parks device [rank] until the main thread releases it. */
+static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+                       const char *note) {
+  Slot *s = &c->slots[rank];
+  pthread_mutex_lock(&dbg.lock);
+  s->state = DS_PARKED;
+  s->frame = f;
+  s->depth = depth;
+  c->parked++;
+  if (why == PARK_BREAK) {
+    if (c->trigger < 0 || rank < c->trigger) c->trigger = rank;
+    atomic_store(&c->stop, true);
+    atomic_store(&dbg.engaged, true);
+  }
+  size_t used = strlen(c->notes);
+  snprintf(c->notes + used, sizeof c->notes - used, "%s", note);
+  pthread_cond_broadcast(&dbg.cond);
+  unsigned gen = c->gen;
+  while (c->gen == gen) pthread_cond_wait(&dbg.cond, &dbg.lock);
+  tls_resume = c->cmd;
+  tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
+  tls_cmd_gen = atomic_load(&c->cmd_gen);
+  pthread_mutex_unlock(&dbg.lock);
+  return atomic_load(&c->quit) ? quit_error() : 0;
+}
+
+/* The body of every device under the debugger: the caller's fn, then the
+ * bookkeeping of leaving (and --pm's snapshot of a failed device). */
+static void device_body(int rank, void *arg) {
+  DbgCall *c = arg;
+  Slot *s = &c->slots[rank];
+  tls_break_next = false;
+  tls_cmd_gen = 0;
+  tls_resume = (Resume){RM_CONTINUE, 0, 0};
+  c->fn(rank, c->ctx);
+  bool failed = err_occurred();
+  tls_break_next = false;
+  pthread_mutex_lock(&dbg.lock);
+  s->state = DS_DONE;
+  s->failed = failed;
+  if (c->parked > 0) pthread_cond_broadcast(&dbg.cond); /* only a stop waits for this */
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+/* The helper thread: calls coll_run for the main thread, which meanwhile
+ * serves the stops.  One thread for the whole run, made at the first call
+ * (a thread per call would cost more than a small call itself). */
+static void *helper_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&dbg.lock);
+  for (;;) {
+    while (!dbg.helper_job && !dbg.helper_exit) pthread_cond_wait(&dbg.helper_wake, &dbg.lock);
+    DbgCall *c = dbg.helper_job;
+    if (!c) break;
+    pthread_mutex_unlock(&dbg.lock);
+    int rc = coll_run(c->g, device_body, c);
+    if (rc < 0) err_save(&c->err);
+    pthread_mutex_lock(&dbg.lock);
+    dbg.helper_job = NULL;
+    c->rc = rc;
+    c->done = true;
+    pthread_cond_broadcast(&dbg.cond);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  return NULL;
+}
+
+/* Hands [c] to the helper thread, starting it if needed; -1 if it cannot
+ * be started. */
+static int helper_start(DbgCall *c) {
+  if (!dbg.helper_started) {
+    if (pthread_create(&dbg.helper, NULL, helper_main, NULL) != 0) return -1;
+    dbg.helper_started = true;
+  }
+  pthread_mutex_lock(&dbg.lock);
+  dbg.helper_job = c;
+  pthread_cond_signal(&dbg.helper_wake);
+  pthread_mutex_unlock(&dbg.lock);
+  return 0;
+}
+
+/* Stops and joins the helper thread (no call may be running). */
+static void helper_stop(void) {
+  if (!dbg.helper_started) return;
+  pthread_mutex_lock(&dbg.lock);
+  dbg.helper_exit = true;
+  pthread_cond_signal(&dbg.helper_wake);
+  pthread_mutex_unlock(&dbg.lock);
+  pthread_join(dbg.helper, NULL);
+  dbg.helper_started = false;
+  dbg.helper_exit = false;
+}
+
+/* Writes out device [rank]'s buffered print output, each line prefixed by
+ * its mesh coordinates (as shard_map does at the end of a call), and
+ * empties the buffer.  The device must be parked or done. */
+static void flush_device(DbgCall *c, int rank) {
+  OutBuf *b = &c->outs[rank];
+  char coords[160];
+  dev_mesh_coords_str(&c->mesh, rank, coords, sizeof coords);
+  size_t start = 0;
+  while (start < b->len) {
+    const char *nl = memchr(b->data + start, '\n', b->len - start);
+    size_t end = nl ? (size_t)(nl - b->data) : b->len;
+    printf("%s: ", coords);
+    fwrite(b->data + start, 1, end - start, stdout);
+    putchar('\n');
+    start = end + 1;
+  }
+  b->len = 0;
+}
+
+/* True when no device runs user code: each is parked, done, or waits in a
+ * collective; at least one is parked (lock held).  [sig] sums the
+ * collective counters of the waiting ones, so a caller can see that
+ * nothing moved between two looks. */
+static bool quiescent(DbgCall *c, long *sig) {
+  char buf[256];
+  *sig = 0;
+  /* Reference mode runs one device at a time: a parked device holds the
+   * baton, so every other one waits for its turn. */
+  if (shm_interp->reference) return c->parked > 0;
+  for (int r = 0; r < c->n; r++) {
+    if (c->slots[r].state != DS_RUNNING) continue;
+    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    *sig += coll_seq(c->g, r) * (r + 1);
+  }
+  return c->parked > 0;
+}
+
+static void timed_wait(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += DBG_POLL_NS;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&dbg.cond, &dbg.lock, &ts);
+}
+
+/* Waits (lock held) until the call ends or its devices have stopped;
+ * true for a stop.  A device inside a collective must be seen waiting
+ * twice, 10 ms apart, with nothing moved, before it counts as stopped. */
+static bool wait_for_stop(DbgCall *c) {
+  long sig, prev = -1;
+  while (!c->done) {
+    if (c->parked > 0 && quiescent(c, &sig)) {
+      if (sig == 0 || sig == prev) return true;
+      prev = sig;
+    } else {
+      prev = -1;
+    }
+    if (c->parked > 0) timed_wait();
+    else pthread_cond_wait(&dbg.cond, &dbg.lock);
+  }
+  return false;
+}
+
+static Resume stop_devices(DbgCall *c);
+
+/* Releases the parked devices with [r] (lock held). */
+static void release(DbgCall *c, const Resume *r, int focus_depth) {
+  c->cmd = *r;
+  c->cmd_relative = true;
+  for (int i = 0; i < c->n; i++) {
+    Slot *s = &c->slots[i];
+    if (s->state != DS_PARKED) continue;
+    s->state = DS_RUNNING;
+    s->base = i == dbg.focus && focus_depth > 0 ? focus_depth : s->depth;
+  }
+  c->parked = 0;
+  c->trigger = -1;
+  c->notes[0] = 0;
+  atomic_store(&c->stop, false);
+  if (r->mode == RM_QUIT) {
+    atomic_store(&c->quit, true);
+    coll_group_abort(c->g, ERR_QUIT, "quit");
+  }
+  atomic_fetch_add(&c->cmd_gen, 1);
+  c->gen++;
+  update_engaged();
+  pthread_cond_broadcast(&dbg.cond);
+}
+
+/* The main thread's part of a call: serve stops until the call ends. */
+static void serve_call(DbgCall *c) {
+  pthread_mutex_lock(&dbg.lock);
+  while (wait_for_stop(c)) {
+    pthread_mutex_unlock(&dbg.lock);
+    Resume r = stop_devices(c);
+    pthread_mutex_lock(&dbg.lock);
+    release(c, &r, r.mode == RM_NEXT || r.mode == RM_RETURN || r.mode == RM_UNTIL ? r.depth : 0);
+    if (r.mode == RM_QUIT) dbg.main_resume = (Resume){RM_CONTINUE, 0, 0};
+    else if (r.mode != RM_CONTINUE) dbg.main_resume = (Resume){RM_STEP, 0, 0};
+    else dbg.main_resume = r;
+    update_engaged();
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+static void pm_record_free(void);
+
+/* --pm: keeps the frames of the devices that failed in [c]. */
+static void keep_pm_record(DbgCall *c) {
+  PmRecord *pm = &dbg.pm;
+  pm_record_free();
+  if (!(pm->stacks = shm_calloc((size_t)c->n, sizeof(Stack)))) return;
+  pm->n = c->n;
+  pm->mesh = c->mesh;
+  pm->mesh.device_ids = NULL;
+  for (int r = 0; r < c->n; r++)
+    if (c->slots[r].failed) {
+      pm->stacks[r] = c->slots[r].snap.views;
+      memset(&c->slots[r].snap.views, 0, sizeof(Stack));
+    }
+}
+
+static void call_free(DbgCall *c) {
+  for (int r = 0; r < c->n; r++) snap_free(&c->slots[r].snap);
+  shm_free(c->slots);
+}
+
+static int call_init(DbgCall *c, CollGroup *g, const MeshDesc *mesh,
+                     void (*fn)(int, void *), void *ctx, OutBuf *outs) {
+  memset(c, 0, sizeof *c);
+  c->g = g;
+  c->mesh = *mesh;
+  c->n = mesh->ndevices;
+  c->fn = fn;
+  c->ctx = ctx;
+  c->outs = outs;
+  c->trigger = -1;
+  c->depth0 = frame_depth(eval_current_frame());
+  c->cmd = dbg.main_resume;
+  atomic_init(&c->stop, false);
+  atomic_init(&c->quit, false);
+  atomic_init(&c->cmd_gen, 1);
+  c->slots = shm_calloc((size_t)c->n, sizeof(Slot));
+  if (!c->slots) return err_nomem(), -1;
+  return 0;
+}
+
+int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *ctx),
+                 void *ctx, OutBuf *outs) {
+  if (!dbg.installed || tls_busy || dev_on_device_thread()) return coll_run(g, fn, ctx);
+  DbgCall c;
+  if (call_init(&c, g, mesh, fn, ctx, outs) < 0) return -1;
+  atomic_store_explicit(&dbg.call, &c, memory_order_release);
+  if (helper_start(&c) < 0) {
+    atomic_store(&dbg.call, NULL);
+    call_free(&c);
+    return coll_run(g, fn, ctx);
+  }
+  serve_call(&c);
+  atomic_store_explicit(&dbg.call, NULL, memory_order_release);
+  update_engaged();
+  if (c.rc < 0) {
+    if (dbg.post_mortem) keep_pm_record(&c);
+    err_restore(&c.err);
+  }
+  call_free(&c);
+  return c.rc;
+}
+
+/* ==== a stop: what the prompt shows and works on ==================================== */
+
+typedef struct Stop {
+  Stack main;              /* the main thread's frames */
+  DbgCall *call;           /* devices parked in a live call, or NULL */
+  const MeshDesc *mesh;    /* the devices' mesh, or NULL outside shard_map */
+  int ndev;
+  Stack *dev;              /* [ndev]: each device's frames (n == 0: none) */
+  int level;               /* selected frame of the focused stack */
+  bool pm;                 /* post-mortem */
+  int list_next;           /* `list` goes on here; 0: around the current line */
+} Stop;
+
+/* The focused device's frames, or NULL. */
+static const Stack *focus_stack(const Stop *st) {
+  return st->dev && dbg.focus < st->ndev ? &st->dev[dbg.focus] : NULL;
+}
+
+static int st_nframes(const Stop *st) {
+  const Stack *d = focus_stack(st);
+  return st->main.n + (d ? d->n : 0);
+}
+
+static const View *st_frame(const Stop *st, int i) {
+  if (i < 0 || i >= st_nframes(st)) return NULL;
+  return i < st->main.n ? &st->main.v[i] : &focus_stack(st)->v[i - st->main.n];
+}
+
+static const View *st_cur(const Stop *st) { return st_frame(st, st->level); }
+
+/* The device whose frame [i] is, or -1 for the main thread's. */
+static int st_rank_of(const Stop *st, int i) { return i >= st->main.n ? dbg.focus : -1; }
+
+static void st_free(Stop *st) {
+  stack_free(&st->main);
+  for (int r = 0; st->dev && r < st->ndev; r++) stack_free(&st->dev[r]);
+  shm_free(st->dev);
+}
+
+/* ---- output ---------------------------------------------------------------------- */
+
+/* Line [line] of [s] without its newline; false when out of range. */
+static bool src_line(const Source *s, int line, const char **text, int *len) {
+  if (!s || line < 1 || line > s->nlines) return false;
+  const char *p = s->lines[line - 1];
+  const char *e = strchr(p, '\n');
+  int n = e ? (int)(e - p) : (int)strlen(p);
+  if (n > 0 && p[n - 1] == '\r') n--;
+  *text = p;
+  *len = n;
+  return true;
+}
+
+/* pdb's frame line: "> file.shm(12)f()" and "-> code". */
+static void print_view(const View *v, const char *mark) {
+  const char *t = "";
+  int n = 0;
+  printf("%s%s(%d)%s()\n", mark, v->src->name, v->line, v->fname);
+  if (src_line(v->src, v->line, &t, &n))
+    while (n > 0 && (*t == ' ' || *t == '\t')) t++, n--;
+  printf("-> %.*s\n", n, t);
+}
+
+/* Prints the pending error as pdb does ("*** message") and clears it. */
+static void print_error(void) {
+  printf("*** %s\n", err_occurred() ? err_message() : "error");
+  err_clear();
+}
+
+/* Prints [text] with each line prefixed by [prefix]. */
+static void print_prefixed(const char *prefix, const char *text) {
+  for (;;) {
+    const char *nl = strchr(text, '\n');
+    int n = nl ? (int)(nl - text) : (int)strlen(text);
+    printf("%s%.*s\n", prefix, n, text);
+    if (!nl) return;
+    text = nl + 1;
+  }
+}
+
+/* ---- evaluating in a frame ------------------------------------------------------ */
+
+/* Makes [dc] the context of device [rank] for evaluation on the main
+ * thread: the mesh and coordinates (axis_index works) but no group, so a
+ * collective typed at the prompt fails instead of waiting for peers that
+ * are parked. */
+static DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
+  DevCtx *saved = dev_ctx();
+  if (rank < 0 || !st->mesh) return saved;
+  memset(dc, 0, sizeof *dc);
+  dc->mesh = st->mesh;
+  dc->rank = rank;
+  dev_mesh_coords(st->mesh, rank, dc->coords);
+  dev_ctx_set(dc);
+  return saved;
+}
+
+/* Evaluates [expr] in view [v] of device [rank] (-1: main thread). */
+static Value *eval_in(const Stop *st, const View *v, int rank, const char *expr) {
+  DevCtx dc, *saved = enter_device(st, rank, &dc);
+  Value *r = eval_expr_text(expr, v->env);
+  dev_ctx_set(saved);
+  return r;
+}
+
+/* Runs the statements [text] in the current frame, echoing an
+ * expression's value as the REPL does. */
+static void exec_in(const Stop *st, const char *text) {
+  const View *v = st_cur(st);
+  if (!v) {
+    printf("*** no frame to run in\n");
+    return;
+  }
+  Source *src = src_new("<stdin>", text);
+  if (!src) return print_error();
+  DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
+  if (eval_source(src, v->env, true) < 0) print_error();
+  dev_ctx_set(saved);
+  src_decref(src);
+}
+
+/* pprint's shape for a long tuple, list or dict: the repr broken after
+ * each top-level comma, one item per line. */
+static Value *pretty_repr(Value *v) {
+  Value *r = val_repr(v);
+  if (!r || ((Str *)r)->len <= 79 || (v->type != V_TUPLE && v->type != V_LIST && v->type != V_DICT))
+    return r;
+  const char *t = str_cstr(r);
+  size_t n = ((Str *)r)->len, len = 0;
+  char *buf = shm_malloc(n * 2 + 1), quote = 0;
+  int depth = 0;
+  for (size_t i = 0; buf && i < n; i++) {
+    char ch = t[i];
+    buf[len++] = ch;
+    if (quote) {
+      if (ch == '\\' && i + 1 < n) buf[len++] = t[++i];
+      else if (ch == quote) quote = 0;
+    } else if (ch == '\'' || ch == '"') {
+      quote = ch;
+    } else if (ch == '(' || ch == '[' || ch == '{') {
+      depth++;
+    } else if (ch == ')' || ch == ']' || ch == '}') {
+      depth--;
+    } else if (ch == ',' && depth == 1 && i + 1 < n && t[i + 1] == ' ') {
+      buf[len++] = '\n';
+    }
+  }
+  if (!buf) return r;
+  Value *out = str_new(buf, len);
+  shm_free(buf);
+  if (!out) return r;
+  val_decref(r);
+  return out;
+}
+
+/* How value_text words a failure: p's "*** MESSAGE" or display's
+ * "** raised MESSAGE **" (pdb's forms). */
+typedef enum { FAIL_P, FAIL_DISPLAY } FailForm;
+
+/* The repr (pretty: pp's form) of [expr] in view [v] as a new string, or
+ * the failure in form [ff]. */
+static char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
+                        FailForm ff) {
+  Value *x = eval_in(st, v, rank, expr);
+  Value *r = x ? (pretty ? pretty_repr(x) : val_repr(x)) : NULL;
+  char *s;
+  if (r) {
+    s = shm_strdup(str_cstr(r));
+  } else {
+    size_t cap = strlen(err_message()) + 32;
+    s = shm_malloc(cap);
+    if (s && ff == FAIL_P) snprintf(s, cap, "*** %s", err_message());
+    else if (s) snprintf(s, cap, "** raised %s **", err_message());
+    err_clear();
+  }
+  val_decref(x);
+  val_decref(r);
+  return s;
+}
+
+/* ---- devices ---------------------------------------------------------------------- */
+
+static const char *coords_of(const Stop *st, int rank, char *buf, size_t cap) {
+  return dev_mesh_coords_str(st->mesh, rank, buf, cap);
+}
+
+/* What device [r] is doing, for `devices`, `p x @ all` and the stop line. */
+static void device_state(const Stop *st, int r, char *buf, size_t cap) {
+  char w[256];
+  const Stack *s = &st->dev[r];
+  if (s->n > 0) {
+    const View *v = &s->v[s->n - 1];
+    snprintf(buf, cap, "%s:%d in %s", v->src->name, v->line, v->fname);
+    return;
+  }
+  if (!st->call) {
+    snprintf(buf, cap, "returned");
+    return;
+  }
+  pthread_mutex_lock(&dbg.lock);
+  DevState ds = st->call->slots[r].state;
+  bool failed = st->call->slots[r].failed;
+  pthread_mutex_unlock(&dbg.lock);
+  if (ds == DS_DONE) snprintf(buf, cap, failed ? "stopped with an error" : "returned");
+  else if (coll_waiting_str(st->call->g, r, w, sizeof w)) snprintf(buf, cap, "waits in %s", w);
+  else if (shm_interp->reference) snprintf(buf, cap, "waits for its turn (reference mode)");
+  else snprintf(buf, cap, "running");
+}
+
+/* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
+static int parse_rank(const Stop *st, const char *arg) {
+  int vals[DEV_MAX_AXES + 1], n = 0;
+  const char *p = arg;
+  while (*p) {
+    while (*p == ' ' || *p == '(' || *p == ')' || *p == ',') p++;
+    if (!*p) break;
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || n > DEV_MAX_AXES || x < -1000000 || x > 1000000) {
+      printf("*** expected a device number or mesh coordinates, got '%s'\n", arg);
+      return -1;
+    }
+    vals[n++] = (int)x;
+    p = end;
+  }
+  if (n == 1 && strchr(arg, '(') == NULL) {
+    if (vals[0] >= 0 && vals[0] < st->ndev) return vals[0];
+    printf("*** no device %d (there are %d)\n", vals[0], st->ndev);
+    return -1;
+  }
+  if (n != st->mesh->naxes) {
+    printf("*** the mesh has %d axes, got %d coordinates\n", st->mesh->naxes, n);
+    return -1;
+  }
+  for (int a = 0; a < n; a++)
+    if (vals[a] < 0 || vals[a] >= st->mesh->sizes[a]) {
+      printf("*** coordinate %s=%d is out of range (size %d)\n", st->mesh->names[a], vals[a],
+             st->mesh->sizes[a]);
+      return -1;
+    }
+  return dev_mesh_rank(st->mesh, vals);
+}
+
+/* ---- location and displays ----------------------------------------------------- */
+
+/* Shows where the stop is: the current frame, or what the focused device
+ * does when it has no frame to show. */
+static void print_location(const Stop *st) {
+  const Stack *d = focus_stack(st);
+  if (st->mesh && d && d->n == 0) {
+    char c[160], s[320];
+    device_state(st, dbg.focus, s, sizeof s);
+    printf("device %s %s\n", coords_of(st, dbg.focus, c, sizeof c), s);
+    return;
+  }
+  const View *v = st_cur(st);
+  if (v) print_view(v, "> ");
+}
+
+/* pdb's display: at each stop in a display's frame, show it if its value
+ * changed. */
+static void run_displays(const Stop *st) {
+  const View *v = st_cur(st);
+  for (int i = 0; v && i < dbg.ndisplays; i++) {
+    Display *d = &dbg.displays[i];
+    if (d->env != v->env) continue;
+    char *now = value_text(st, v, st_rank_of(st, st->level), d->expr, false, FAIL_DISPLAY);
+    if (!now) continue;
+    if (d->last && strcmp(now, d->last) == 0) {
+      shm_free(now);
+      continue;
+    }
+    if (d->last) printf("display %s: %s  [old: %s]\n", d->expr, now, d->last);
+    else printf("display %s: %s\n", d->expr, now);
+    shm_free(d->last);
+    d->last = now;
+  }
+}
+
+/* ==== reading commands ============================================================== */
+
+static struct {
+  char *line;   /* what readline handed over (malloc'd), NULL at EOF */
+  bool done;
+} rl_in;        /* main thread only */
+
+static void rl_on_line(char *line) {
+  rl_in.line = line;
+  rl_in.done = true;
+  rl_callback_handler_remove();
+}
+
+/* Tab completion: command names for the first word, else the names of the
+ * current frame, the module and the built-ins.  Main thread only. */
+static struct {
+  const Stop *stop;       /* the stop being served */
+  char **names;           /* candidates (malloc'd) */
+  int n, cap, next;
+} comp;
+
+static void comp_add(const char *name, Value *v, void *ctx) {
+  (void)v, (void)ctx;
+  if (comp.n == comp.cap) {
+    char **nn = shm_realloc(comp.names, sizeof(char *) * (size_t)(comp.cap * 2 + 64));
+    if (!nn) return;
+    comp.names = nn;
+    comp.cap = comp.cap * 2 + 64;
+  }
+  if ((comp.names[comp.n] = shm_strdup(name))) comp.n++;
+}
+
+static void comp_clear(void) {
+  for (int i = 0; i < comp.n; i++) shm_free(comp.names[i]);
+  comp.n = 0;
+}
+
+static void comp_commands(void);
+
+/* readline's generator: the next candidate starting with [text]. */
+static char *comp_next(const char *text, int state) {
+  size_t n = strlen(text);
+  if (!state) comp.next = 0;
+  while (comp.next < comp.n) {
+    const char *c = comp.names[comp.next++];
+    if (strncmp(c, text, n) == 0) return strdup(c); /* readline frees it */
+  }
+  return NULL;
+}
+
+static char **dbg_complete(const char *text, int start, int end) {
+  (void)end;
+  rl_attempted_completion_over = 1;
+  comp_clear();
+  if (start == 0) {
+    comp_commands();
+  } else if (comp.stop) {
+    const View *v = st_cur(comp.stop);
+    if (v) env_each(v->env, comp_add, NULL);
+    if (comp.stop->main.n) env_each(comp.stop->main.v[0].env, comp_add, NULL);
+    env_each(shm_interp->builtins, comp_add, NULL);
+  }
+  return rl_completion_matches(text, comp_next);
+}
+
+/* Reads a line with readline's callback interface, so that a Ctrl-C
+ * (main.c's handler sets shm_interrupted; select returns EINTR) abandons
+ * the line being typed instead of being held until Return. */
+static char *read_tty(const char *prompt) {
+  FILE *in = rl_instream ? rl_instream : stdin;
+  rl_completion_func_t *saved = rl_attempted_completion_function;
+  rl_attempted_completion_function = dbg_complete;
+  rl_in.done = false;
+  rl_in.line = NULL;
+  rl_callback_handler_install(prompt, rl_on_line);
+  while (!rl_in.done) {
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(fileno(in), &fds);
+    int r = select(fileno(in) + 1, &fds, NULL, NULL, NULL);
+    if (r < 0 && errno == EINTR && atomic_exchange(&shm_interrupted, 0)) {
+      rl_replace_line("", 0);
+      rl_callback_sigcleanup();
+      rl_callback_handler_remove();
+      fputs("\n", stdout);
+      rl_callback_handler_install(prompt, rl_on_line);
+    } else if (r > 0) {
+      rl_callback_read_char();
+    } else if (r < 0 && errno != EINTR) {
+      rl_callback_handler_remove();
+      break;
+    }
+  }
+  rl_attempted_completion_function = saved;
+  comp_clear();
+  if (rl_in.line && rl_in.line[0] && strspn(rl_in.line, " \t") < strlen(rl_in.line)) {
+    HIST_ENTRY *last = history_length > 0 ? history_get(history_base + history_length - 1) : NULL;
+    if (!last || strcmp(last->line, rl_in.line) != 0) add_history(rl_in.line);
+  }
+  return rl_in.line;
+}
+
+/* Reads a line from a stdin that is not a terminal, echoing it after the
+ * prompt so that a scripted session reads as a transcript. */
+static char *read_pipe(const char *prompt) {
+  fputs(prompt, stdout);
+  fflush(stdout);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while ((n = getline(&line, &cap, stdin)) < 0 && errno == EINTR && ferror(stdin)) {
+    clearerr(stdin); /* Ctrl-C: abandon the line, as on a terminal */
+    atomic_store(&shm_interrupted, 0);
+    fputs("\n", stdout);
+    fputs(prompt, stdout);
+    fflush(stdout);
+  }
+  if (n < 0) {
+    free(line);
+    fputs("\n", stdout);
+    return NULL;
+  }
+  while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+  printf("%s\n", line);
+  return line;
+}
+
+/* The next command line (malloc'd), or NULL at end of input. */
+static char *read_command(const char *prompt) {
+  fflush(stdout);
+  return isatty(fileno(stdin)) ? read_tty(prompt) : read_pipe(prompt);
+}
+
+static void make_prompt(const Stop *st, char *buf, size_t cap) {
+  char c[160];
+  if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", coords_of(st, dbg.focus, c, sizeof c));
+  else snprintf(buf, cap, DBG_PROMPT ") ");
+}
+
+/* ==== the commands ==================================================================== */
+
+/* A command: 1 when it resumes the program (with *r set), 0 to stay. */
+typedef int (*CmdFn)(Stop *st, const char *arg, Resume *r);
+
+typedef struct Cmd {
+  const char *names;   /* the accepted spellings, blank separated */
+  CmdFn fn;
+  const char *usage;
+  const char *help;
+} Cmd;
+
+static const Cmd *cmd_lookup(const char *word);
+
+/* Reads a non-negative count argument (default [deflt]); -1 if malformed. */
+static int count_arg(const char *arg, int deflt) {
+  if (!*arg) return deflt;
+  char *end;
+  long n = strtol(arg, &end, 10);
+  if (*end || n < 0 || n > 1000000) {
+    printf("*** expected a number, got '%s'\n", arg);
+    return -1;
+  }
+  return (int)n;
+}
+
+/* The selected frame's depth, for next/return/until. */
+static int cur_depth(const Stop *st) {
+  const View *v = st_cur(st);
+  return v ? v->depth : 0;
+}
+
+static int cmd_step(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)arg;
+  *r = (Resume){RM_STEP, 0, 0};
+  return 1;
+}
+
+static int cmd_next(Stop *st, const char *arg, Resume *r) {
+  (void)arg;
+  *r = (Resume){RM_NEXT, cur_depth(st), 0};
+  return 1;
+}
+
+static int cmd_return(Stop *st, const char *arg, Resume *r) {
+  (void)arg;
+  *r = (Resume){RM_RETURN, cur_depth(st), 0};
+  return 1;
+}
+
+static int cmd_until(Stop *st, const char *arg, Resume *r) {
+  const View *v = st_cur(st);
+  int line = v ? v->line + 1 : 0;
+  if (*arg) {
+    int n = count_arg(arg, 0);
+    if (n < 0) return 0;
+    if (v && n <= v->line) {
+      printf("*** \"until\" line number is smaller than current line number\n");
+      return 0;
+    }
+    line = n;
+  }
+  *r = (Resume){RM_UNTIL, cur_depth(st), line};
+  return 1;
+}
+
+static int cmd_continue(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)arg;
+  *r = (Resume){RM_CONTINUE, 0, 0};
+  return 1;
+}
+
+static int cmd_quit(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)arg;
+  *r = (Resume){RM_QUIT, 0, 0};
+  return 1;
+}
+
+/* ---- the stack ---- */
+
+static int cmd_where(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  for (int i = 0; i < st_nframes(st); i++) print_view(st_frame(st, i), i == st->level ? "> " : "  ");
+  return 0;
+}
+
+static int move_frame(Stop *st, int by) {
+  int n = st_nframes(st), to = st->level + by;
+  if (by < 0 && st->level == 0) {
+    printf("*** Oldest frame\n");
+    return 0;
+  }
+  if (by > 0 && st->level >= n - 1) {
+    printf("*** Newest frame\n");
+    return 0;
+  }
+  st->level = to < 0 ? 0 : to >= n ? n - 1 : to;
+  st->list_next = 0;
+  print_view(st_cur(st), "> ");
+  return 0;
+}
+
+static int cmd_up(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  int n = count_arg(arg, 1);
+  return n < 0 ? 0 : move_frame(st, -n);
+}
+
+static int cmd_down(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  int n = count_arg(arg, 1);
+  return n < 0 ? 0 : move_frame(st, n);
+}
+
+/* ---- source listings ---- */
+
+static bool has_bp_at(const char *file, int line) {
+  bool found = false;
+  pthread_mutex_lock(&dbg.lock);
+  for (int i = 0; i < dbg.nbps && !found; i++)
+    found = dbg.bps[i].line == line && file_matches(dbg.bps[i].file, file);
+  pthread_mutex_unlock(&dbg.lock);
+  return found;
+}
+
+/* Lists lines [first, last] of the current frame's source in pdb's shape:
+ * number, 'B' at a breakpoint, '->' at the current line. */
+static void list_range(Stop *st, int first, int last) {
+  const View *v = st_cur(st);
+  if (first < 1) first = 1;
+  for (int l = first; l <= last; l++) {
+    const char *t;
+    int n;
+    if (!src_line(v->src, l, &t, &n)) {
+      printf("[EOF]\n");
+      break;
+    }
+    char num[16];
+    int w = snprintf(num, sizeof num, "%3d", l);
+    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(v->src->name, l) ? 'B' : ' ',
+           l == v->line ? "->" : "", n, t);
+  }
+  st->list_next = last + 1;
+}
+
+/* A line number argument, kept where arithmetic on it cannot overflow. */
+static int line_arg(long n) { return n < -(1L << 24) ? -(1 << 24) : n > (1L << 24) ? 1 << 24 : (int)n; }
+
+static int cmd_list(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const View *v = st_cur(st);
+  if (!v) return printf("*** no source to list\n"), 0;
+  int first, last;
+  if (!*arg || strcmp(arg, ".") == 0) {
+    first = !*arg && st->list_next > 0 ? st->list_next : v->line - DBG_LIST_LINES / 2;
+    if (first < 1) first = 1;
+    last = first + DBG_LIST_LINES - 1;
+  } else {
+    char *end;
+    first = line_arg(strtol(arg, &end, 10));
+    while (*end == ' ') end++;
+    if (end == arg || (*end && *end != ',')) return printf("*** expected line numbers, got '%s'\n", arg), 0;
+    if (*end == ',') {
+      last = line_arg(strtol(end + 1, NULL, 10));
+      if (last < first) last = first + last;
+    } else {
+      first -= DBG_LIST_LINES / 2;
+      if (first < 1) first = 1;
+      last = first + DBG_LIST_LINES - 1;
+    }
+  }
+  list_range(st, first, last);
+  return 0;
+}
+
+/* Indentation of a line (tabs count as one). */
+static int indent_of(const char *t, int n) {
+  int i = 0;
+  while (i < n && (t[i] == ' ' || t[i] == '\t')) i++;
+  return i;
+}
+
+/* True when line text [t] (indentation skipped) opens function [name]:
+ * `def name(`, `jit def name(`, `shard_map name(`, `jit shard_map name(`. */
+static bool opens_function(const char *t, int n, const char *name) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%.*s", n, t);
+  char *p = buf;
+  if (strncmp(p, "jit ", 4) == 0) p += 4;
+  while (*p == ' ') p++;
+  if (strncmp(p, "def ", 4) == 0) p += 4;
+  else if (strncmp(p, "shard_map ", 10) == 0) p += 10;
+  else return false;
+  while (*p == ' ') p++;
+  size_t k = strlen(name);
+  return strncmp(p, name, k) == 0 && (p[k] == '(' || p[k] == ' ');
+}
+
+/* The lines of the current frame's function, found in the source text:
+ * the nearest `def NAME` above the current line and the indented block
+ * under it; the whole file at module level.  False if not found. */
+static bool function_lines(const View *v, int *first, int *last) {
+  const char *t;
+  int n, cur_indent = 1 << 20;
+  *first = 1;
+  *last = v->src->nlines;
+  if (strcmp(v->fname, "<module>") == 0) return true;
+  if (src_line(v->src, v->line, &t, &n)) cur_indent = indent_of(t, n);
+  int def = 0, def_indent = 0;
+  for (int l = v->line; l >= 1 && !def; l--) {
+    if (!src_line(v->src, l, &t, &n)) continue;
+    int in = indent_of(t, n);
+    if (in < cur_indent && opens_function(t + in, n - in, v->fname)) def = l, def_indent = in;
+  }
+  if (!def) return false;
+  int end = def;
+  for (int l = def + 1; src_line(v->src, l, &t, &n); l++) {
+    int in = indent_of(t, n);
+    if (in == n || t[in] == '#') continue; /* blank or comment */
+    if (in <= def_indent) break;
+    end = l;
+  }
+  *first = def;
+  *last = end;
+  return true;
+}
+
+static int cmd_longlist(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  const View *v = st_cur(st);
+  int first, last;
+  if (!v) return printf("*** no source to list\n"), 0;
+  if (!function_lines(v, &first, &last)) return printf("*** could not find the source of %s\n", v->fname), 0;
+  list_range(st, first, last);
+  return 0;
+}
+
+/* Appends to [names] the parameter names in the text after the '(' of a
+ * def header starting at line [l]; their number. */
+static int param_names(const View *v, int l, char names[][64], int cap) {
+  const char *t;
+  int n, depth = 0, count = 0, k = 0;
+  bool in_name = true, started = false;
+  char cur[64] = "";
+  for (; src_line(v->src, l, &t, &n); l++) {
+    for (int i = 0; i < n; i++) {
+      char ch = t[i];
+      if (!started) {
+        started = ch == '(';
+        continue;
+      }
+      if (depth == 0 && (ch == ',' || ch == ')')) {
+        if (k > 0 && count < cap) snprintf(names[count++], 64, "%s", cur);
+        k = 0, cur[0] = 0, in_name = true;
+        if (ch == ')') return count;
+        continue;
+      }
+      if (ch == '(' || ch == '[' || ch == '{') depth++;
+      else if (ch == ')' || ch == ']' || ch == '}') depth--;
+      bool ident = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' ||
+                   (k > 0 && ch >= '0' && ch <= '9');
+      if (in_name && depth == 0 && ident && k < 63) {
+        cur[k++] = ch;
+        cur[k] = 0;
+      } else if (k > 0 || (ch != '*' && ch != ' ')) {
+        in_name = false;
+      }
+    }
+  }
+  return count;
+}
+
+static int cmd_args(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  const View *v = st_cur(st);
+  int first, last;
+  char names[32][64];
+  if (!v || strcmp(v->fname, "<module>") == 0 || !function_lines(v, &first, &last)) return 0;
+  int n = param_names(v, first, names, 32);
+  for (int i = 0; i < n; i++) {
+    Value *x = env_lookup(v->env, intern_cstr(names[i]));
+    Value *s = x ? val_repr(x) : NULL;
+    if (s) printf("%s = %s\n", names[i], str_cstr(s));
+    else err_clear();
+    val_decref(s);
+  }
+  return 0;
+}
+
+/* ---- breakpoints ---- */
+
+static void print_breakpoints(void) {
+  pthread_mutex_lock(&dbg.lock);
+  if (dbg.nbps) printf("Num Type         Disp Enb   Where\n");
+  for (int i = 0; i < dbg.nbps; i++) {
+    const Bp *b = &dbg.bps[i];
+    printf("%-4dbreakpoint   %s %s at %s:%d\n", b->number, b->temporary ? "del " : "keep",
+           b->enabled ? "yes  " : "no   ", b->file, b->line);
+    if (b->cond) printf("\tstop only if %s\n", b->cond);
+    if (b->hits) printf("\tbreakpoint already hit %d time%s\n", b->hits, b->hits == 1 ? "" : "s");
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+/* The source a breakpoint names: the current frame's when [file] is NULL
+ * or names it, else the file read afresh.  A new reference, or NULL after
+ * saying why. */
+static Source *bp_source(const Stop *st, const char *file) {
+  const View *v = st_cur(st);
+  if (v && (!file || file_matches(file, v->src->name))) {
+    src_incref(v->src);
+    return v->src;
+  }
+  for (int i = 0; file && i < st_nframes(st); i++)
+    if (file_matches(file, st_frame(st, i)->src->name)) {
+      src_incref(st_frame(st, i)->src);
+      return st_frame(st, i)->src;
+    }
+  if (!file) return printf("*** no current file: give file:line\n"), NULL;
+  Source *s = src_from_file(file);
+  if (!s) printf("*** '%s' not found\n", file), err_clear();
+  return s;
+}
+
+/* A function name as a breakpoint location: its first statement. */
+static bool bp_function(const Stop *st, const char *name, char *file, size_t cap, int *line) {
+  const View *v = st_cur(st);
+  Value *f = v ? env_lookup(v->env, intern_cstr(name)) : NULL;
+  if (!f || f->type != V_FUNC) return false;
+  const Node *d = ((Func *)f)->node;
+  if (d->kind == N_LAMBDA || d->body.n == 0) return false;
+  snprintf(file, cap, "%s", d->body.items[0]->loc.src->name);
+  *line = d->body.items[0]->loc.line;
+  return true;
+}
+
+/* Parses "[file:]line" or a function name into [file] and [line]. */
+static bool bp_location(const Stop *st, char *loc, char *file, size_t cap, int *line) {
+  char *colon = strrchr(loc, ':');
+  char *num = colon ? colon + 1 : loc;
+  char *end;
+  long n = strtol(num, &end, 10);
+  if (end != num && *end == 0) {
+    if (colon) *colon = 0;
+    snprintf(file, cap, "%s", colon ? loc : "");
+    *line = n < 0 || n > INT_MAX ? 0 : (int)n; /* 0: "End of file" */
+    return true;
+  }
+  if (bp_function(st, loc, file, cap, line)) return true;
+  printf("*** '%s' is not a line number or a function\n", loc);
+  return false;
+}
+
+/* Checks that [line] of [src] can hold a breakpoint, as pdb does. */
+static bool bp_line_ok(const Source *src, int line) {
+  const char *t;
+  int n;
+  if (!src_line(src, line, &t, &n)) {
+    printf("*** End of file\n");
+    return false;
+  }
+  int in = indent_of(t, n);
+  if (in == n || t[in] == '#') {
+    printf("*** Blank or comment\n");
+    return false;
+  }
+  return true;
+}
+
+static void trim(char *s) {
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+  size_t k = strspn(s, " \t");
+  memmove(s, s + k, n - k + 1);
+}
+
+/* A breakpoint condition must be one expression (checked by parsing it,
+ * without running anything). */
+static bool cond_parses(const char *cond) {
+  if (!cond || !*cond) return true;
+  Source *src = src_new("<condition>", cond);
+  AstModule *mod = src ? parse_source(src) : NULL;
+  bool ok = mod && mod->body.n == 1 && mod->body.items[0]->kind == N_EXPR_STMT;
+  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_message() : "not an expression");
+  err_clear();
+  ast_free(mod);
+  src_decref(src);
+  return ok;
+}
+
+static void bp_add(const char *file, int line, const char *cond, bool temporary) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *bps = dbg.nbps == dbg.bpcap ? shm_realloc(dbg.bps, sizeof(Bp) * (size_t)(dbg.bpcap * 2 + 4)) : dbg.bps;
+  if (bps) {
+    if (bps != dbg.bps) dbg.bpcap = dbg.bpcap * 2 + 4;
+    dbg.bps = bps;
+    Bp *b = &bps[dbg.nbps++];
+    *b = (Bp){++dbg.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
+              temporary, true, 0};
+    atomic_fetch_add(&dbg.nbp_enabled, 1);
+    printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  update_engaged();
+}
+
+static int set_break(Stop *st, const char *arg, bool temporary) {
+  if (!*arg) {
+    print_breakpoints();
+    return 0;
+  }
+  char file[512], *buf = shm_strdup(arg);
+  if (!buf) return 0;
+  char *comma = strchr(buf, ',');
+  if (comma) *comma = 0;
+  trim(buf);
+  int line;
+  Source *src = NULL;
+  if (bp_location(st, buf, file, sizeof file, &line)) src = bp_source(st, file[0] ? file : NULL);
+  char *cond = comma ? comma + 1 : NULL;
+  if (cond) trim(cond);
+  if (src && bp_line_ok(src, line) && cond_parses(cond)) bp_add(src->name, line, cond, temporary);
+  if (src) src_decref(src);
+  shm_free(buf);
+  return 0;
+}
+
+static int cmd_break(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  return set_break(st, arg, false);
+}
+
+static int cmd_tbreak(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  return set_break(st, arg, true);
+}
+
+/* Deletes breakpoint [number], saying so; false if there is none. */
+static bool delete_numbered(int number) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find(number);
+  if (b) {
+    printf("Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
+    bp_delete(b);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  return b != NULL;
+}
+
+/* Runs [fn] on each breakpoint number in [arg], as pdb's clear, disable
+ * and enable take them. */
+static void each_number(const char *arg, void (*fn)(int number)) {
+  char *buf = shm_strdup(arg), *save = NULL;
+  for (char *w = buf ? strtok_r(buf, " \t", &save) : NULL; w; w = strtok_r(NULL, " \t", &save)) {
+    char *end;
+    long n = strtol(w, &end, 10);
+    if (*end || n < INT_MIN || n > INT_MAX) printf("*** Non-numeric breakpoint number %s\n", w);
+    else fn((int)n);
+  }
+  shm_free(buf);
+}
+
+static void clear_one(int number) {
+  if (!delete_numbered(number)) printf("*** No breakpoint numbered %d\n", number);
+}
+
+/* The numbers of the breakpoints at [file]:[line], or of all when [file]
+ * is NULL (lock taken here: devices delete tbreaks they hit). */
+static int bp_numbers(const char *file, int line, int *out, int cap) {
+  int n = 0;
+  pthread_mutex_lock(&dbg.lock);
+  for (int i = 0; i < dbg.nbps && n < cap; i++)
+    if (!file || (dbg.bps[i].line == line && file_matches(file, dbg.bps[i].file)))
+      out[n++] = dbg.bps[i].number;
+  pthread_mutex_unlock(&dbg.lock);
+  return n;
+}
+
+static void clear_all(void) {
+  int nums[256];
+  char *reply = read_command("Clear all breaks? ");
+  bool yes = reply && (strcmp(reply, "y") == 0 || strcmp(reply, "yes") == 0);
+  free(reply);
+  int n = yes ? bp_numbers(NULL, 0, nums, 256) : 0;
+  for (int i = 0; i < n; i++) delete_numbered(nums[i]);
+}
+
+static void clear_at(Stop *st, char *loc) {
+  char file[512];
+  int line, nums[256];
+  if (!bp_location(st, loc, file, sizeof file, &line)) return;
+  int n = bp_numbers(file, line, nums, 256);
+  for (int i = 0; i < n; i++) delete_numbered(nums[i]);
+  if (!n) printf("*** There is no breakpoint at %s:%d\n", file, line);
+}
+
+static int cmd_clear(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  char *buf = shm_strdup(arg);
+  if (!*arg) clear_all();
+  else if (buf && strchr(arg, ':')) clear_at(st, buf);
+  else each_number(arg, clear_one);
+  shm_free(buf);
+  update_engaged();
+  return 0;
+}
+
+static void set_enabled(int number, bool on) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find(number);
+  if (!b) {
+    printf("*** No breakpoint numbered %d\n", number);
+  } else {
+    if (b->enabled != on) atomic_fetch_add(&dbg.nbp_enabled, on ? 1 : -1);
+    b->enabled = on;
+    printf("%s breakpoint %d at %s:%d\n", on ? "Enabled" : "Disabled", b->number, b->file, b->line);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+static void enable_one(int number) { set_enabled(number, true); }
+static void disable_one(int number) { set_enabled(number, false); }
+
+static int cmd_disable(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  each_number(arg, disable_one);
+  update_engaged();
+  return 0;
+}
+
+static int cmd_enable(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  each_number(arg, enable_one);
+  update_engaged();
+  return 0;
+}
+
+/* ---- values ---- */
+
+/* Splits "EXPR @ all" into EXPR; true when the suffix was there. */
+static bool split_at_all(char *expr) {
+  size_t n = strlen(expr);
+  while (n && expr[n - 1] == ' ') n--;
+  if (n < 3 || strncmp(expr + n - 3, "all", 3) != 0) return false;
+  size_t k = n - 3;
+  while (k && expr[k - 1] == ' ') k--;
+  if (!k || expr[k - 1] != '@') return false;
+  if (n - 3 > k && expr[k] != ' ') return false;
+  expr[k - 1] = 0;
+  trim(expr);
+  return true;
+}
+
+/* `p x @ all`: each device's value in its innermost frame, every line
+ * prefixed by the device's mesh coordinates. */
+static void print_all(const Stop *st, const char *expr, bool pretty) {
+  char c[160], prefix[176], state[320];
+  if (!st->mesh) {
+    printf("*** not stopped inside a shard_map body\n");
+    return;
+  }
+  for (int r = 0; r < st->ndev; r++) {
+    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
+    const Stack *s = &st->dev[r];
+    if (s->n == 0) {
+      device_state(st, r, state, sizeof state);
+      printf("%s(%s)\n", prefix, state);
+      continue;
+    }
+    char *t = value_text(st, &s->v[s->n - 1], r, expr, pretty, FAIL_P);
+    if (t) print_prefixed(prefix, t);
+    shm_free(t);
+  }
+}
+
+static int print_value(Stop *st, const char *arg, bool pretty) {
+  char *expr = shm_strdup(arg);
+  const View *v = st_cur(st);
+  if (!expr) return 0;
+  trim(expr);
+  if (!*expr) {
+    printf("*** usage: p expression [@ all]\n");
+  } else if (split_at_all(expr)) {
+    print_all(st, expr, pretty);
+  } else if (!v) {
+    printf("*** no frame\n");
+  } else {
+    char *t = value_text(st, v, st_rank_of(st, st->level), expr, pretty, FAIL_P);
+    if (t) printf("%s\n", t);
+    shm_free(t);
+  }
+  shm_free(expr);
+  return 0;
+}
+
+static int cmd_p(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  return print_value(st, arg, false);
+}
+
+static int cmd_pp(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  return print_value(st, arg, true);
+}
+
+static int cmd_display(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const View *v = st_cur(st);
+  if (!*arg) {
+    printf("Currently displaying:\n");
+    for (int i = 0; i < dbg.ndisplays; i++)
+      printf("%s: %s\n", dbg.displays[i].expr, dbg.displays[i].last ? dbg.displays[i].last : "");
+    return 0;
+  }
+  if (!v) return 0;
+  Display *d = shm_realloc(dbg.displays, sizeof(Display) * (size_t)(dbg.ndisplays + 1));
+  if (!d) return 0;
+  dbg.displays = d;
+  char *now = value_text(st, v, st_rank_of(st, st->level), arg, false, FAIL_DISPLAY);
+  env_incref(v->env);
+  dbg.displays[dbg.ndisplays++] = (Display){shm_strdup(arg), now, v->env};
+  printf("display %s: %s\n", arg, now ? now : "");
+  return 0;
+}
+
+static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  int kept = 0;
+  bool found = false;
+  for (int i = 0; i < dbg.ndisplays; i++) {
+    Display *d = &dbg.displays[i];
+    if (!*arg || strcmp(d->expr, arg) == 0) {
+      found = true;
+      shm_free(d->expr);
+      shm_free(d->last);
+      env_decref(d->env);
+    } else {
+      dbg.displays[kept++] = *d;
+    }
+  }
+  dbg.ndisplays = kept;
+  if (*arg && !found) printf("** %s not in the display list **\n", arg);
+  return 0;
+}
+
+/* ---- devices ---- */
+
+static int cmd_devices(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  char c[160], s[320];
+  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
+  for (int i = 0; i < st->ndev; i++) {
+    device_state(st, i, s, sizeof s);
+    printf("%c %d %s  %s\n", i == dbg.focus ? '*' : ' ', i, coords_of(st, i, c, sizeof c), s);
+  }
+  return 0;
+}
+
+static int cmd_dev(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  char c[160];
+  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
+  if (!*arg) return printf("device %d %s\n", dbg.focus, coords_of(st, dbg.focus, c, sizeof c)), 0;
+  int rank = parse_rank(st, arg);
+  if (rank < 0) return 0;
+  dbg.focus = rank;
+  st->level = st_nframes(st) - 1;
+  st->list_next = 0;
+  print_location(st);
+  return 0;
+}
+
+/* ---- help ---- */
+
+static int cmd_help(Stop *st, const char *arg, Resume *r);
+
+static const Cmd commands[] = {
+    {"h help", cmd_help, "h(elp) [command]", "List the commands, or say what one does."},
+    {"w where bt", cmd_where, "w(here)",
+     "Print the stack, oldest frame first; '>' marks the current frame."},
+    {"d down", cmd_down, "d(own) [count]", "Move the current frame count levels down (newer)."},
+    {"u up", cmd_up, "u(p) [count]", "Move the current frame count levels up (older)."},
+    {"b break", cmd_break, "b(reak) [([file:]line | function) [, condition]]",
+     "Set a breakpoint; without argument, list the breakpoints.  In a shard_map body the\n"
+     "condition is evaluated on each device; the first device meeting it stops all."},
+    {"tbreak", cmd_tbreak, "tbreak [([file:]line | function) [, condition]]",
+     "Set a temporary breakpoint, deleted when first hit."},
+    {"cl clear", cmd_clear, "cl(ear) [number ... | file:line]",
+     "Delete breakpoints; without argument, all of them (after asking)."},
+    {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
+    {"enable", cmd_enable, "enable number ...", "Enable breakpoints."},
+    {"s step", cmd_step, "s(tep)",
+     "Run the current statement and stop at the next one, inside a called function if\n"
+     "any.  In a shard_map body every device moves one statement."},
+    {"n next", cmd_next, "n(ext)",
+     "Run until the next statement of the current function, or until it returns."},
+    {"unt until", cmd_until, "unt(il) [line]",
+     "Run until a line greater than the current one (or at least line) is reached in\n"
+     "the current frame, or until it returns."},
+    {"r return", cmd_return, "r(eturn)", "Run until the current function returns."},
+    {"c cont continue", cmd_continue, "c(ont(inue))", "Run until a breakpoint is hit."},
+    {"l list", cmd_list, "l(ist) [first[, last] | .]",
+     "List 11 lines around the current line, or go on listing; with arguments, the\n"
+     "lines given (a last smaller than first is a count)."},
+    {"ll longlist", cmd_longlist, "ll | longlist", "List the whole current function."},
+    {"a args", cmd_args, "a(rgs)", "Print the arguments of the current function."},
+    {"p", cmd_p, "p expression [@ all]",
+     "Print the value of expression in the current frame; with '@ all', on every device\n"
+     "of the shard_map body, each line prefixed by the device's mesh coordinates."},
+    {"pp", cmd_pp, "pp expression [@ all]", "Like p, a long tuple or list one item per line."},
+    {"display", cmd_display, "display [expression]",
+     "Show the value of expression now and at each stop where it changed; without\n"
+     "argument, list the displayed expressions."},
+    {"undisplay", cmd_undisplay, "undisplay [expression]",
+     "Stop displaying expression; without argument, all of them."},
+    {"dev", cmd_dev, "dev [number | (coordinates)]",
+     "Focus on another device of the shard_map body: a device number (row-major) or\n"
+     "mesh coordinates such as (1, 0)."},
+    {"devices", cmd_devices, "devices",
+     "List the devices: where each stopped, or the collective it waits in; '*' marks\n"
+     "the focused one."},
+    {"q quit exit", cmd_quit, "q(uit)", "Quit: the program stops."},
+};
+
+static int cmd_help(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  if (*arg) {
+    const Cmd *c = cmd_lookup(arg);
+    if (!c) return printf("*** No help for '%s'\n", arg), 0;
+    printf("%s\n%s\n", c->usage, c->help);
+    return 0;
+  }
+  printf("Commands (type help <command>):\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    printf("  %s\n", commands[i].usage);
+  printf("Anything else runs as statements in the current frame ('!' forces that).\n"
+         "An empty line repeats the last command.\n");
+  return 0;
+}
+
+static void comp_commands(void) {
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+    const char *p = commands[i].names;
+    while (*p) {
+      size_t k = strcspn(p, " ");
+      char w[32];
+      snprintf(w, sizeof w, "%.*s", (int)k, p);
+      comp_add(w, NULL, NULL);
+      p += k;
+      while (*p == ' ') p++;
+    }
+  }
+}
+
+static const Cmd *cmd_lookup(const char *word) {
+  size_t n = strlen(word);
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+    const char *p = commands[i].names;
+    while (*p) {
+      size_t k = strcspn(p, " ");
+      if (k == n && strncmp(p, word, n) == 0) return &commands[i];
+      p += k;
+      while (*p == ' ') p++;
+    }
+  }
+  return NULL;
+}
+
+/* Runs one command line; 1 when the program resumes (*r set). */
+static int dispatch(Stop *st, const char *line, Resume *r) {
+  while (*line == ' ' || *line == '\t') line++;
+  if (*line == '!') {
+    exec_in(st, line + 1);
+    return 0;
+  }
+  char word[32];
+  size_t n = 0;
+  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < sizeof word - 1) n++;
+  memcpy(word, line, n);
+  word[n] = 0;
+  const Cmd *c = n ? cmd_lookup(word) : NULL;
+  if (!c) {
+    exec_in(st, line);
+    return 0;
+  }
+  char *arg = shm_strdup(line + n);
+  if (!arg) return 0;
+  trim(arg);
+  int go = c->fn(st, arg, r);
+  shm_free(arg);
+  return go;
+}
+
+/* ==== stops ============================================================================ */
+
+/* The prompt loop of one stop; returns the command that resumes. */
+static Resume interact(Stop *st) {
+  Resume r = {RM_QUIT, 0, 0};
+  char prompt[256];
+  const Stop *outer = comp.stop;
+  tls_busy = true;
+  comp.stop = st;
+  print_location(st);
+  run_displays(st);
+  for (;;) {
+    make_prompt(st, prompt, sizeof prompt);
+    char *line = read_command(prompt);
+    if (!line) break; /* end of input: quit, as pdb does */
+    if (strspn(line, " \t") == strlen(line) && dbg.last_cmd) {
+      free(line);
+      line = strdup(dbg.last_cmd);
+      if (!line) continue;
+    } else if (line[0]) {
+      shm_free(dbg.last_cmd);
+      dbg.last_cmd = shm_strdup(line);
+    }
+    int go = line[0] ? dispatch(st, line, &r) : 0;
+    free(line);
+    fflush(stdout);
+    if (go) break;
+  }
+  comp.stop = outer;
+  tls_busy = false;
+  tls_break_next = false;
+  fflush(stdout);
+  return r;
+}
+
+/* A stop of the main thread at frame [f], outside any shard_map call. */
+static int stop_main(Frame *f) {
+  Stop st = {0};
+  if (stack_from_frames(&st.main, f, 0) < 0) return 0;
+  st.level = st.main.n - 1;
+  Resume r = interact(&st);
+  st_free(&st);
+  if (r.mode == RM_QUIT) {
+    dbg.main_resume = (Resume){RM_CONTINUE, 0, 0};
+    update_engaged();
+    return quit_error();
+  }
+  dbg.main_resume = r;
+  update_engaged();
+  return 0;
+}
+
+/* Gathers the parked devices' frames and writes out their output (lock
+ * held: parked devices cannot move, done ones write nothing more). */
+static void collect_devices(DbgCall *c, Stop *st) {
+  for (int r = 0; r < c->n; r++) {
+    const Slot *s = &c->slots[r];
+    if (s->state == DS_PARKED) stack_from_frames(&st->dev[r], s->frame, c->depth0);
+    if (s->state != DS_RUNNING) flush_device(c, r);
+  }
+  if (c->trigger >= 0) dbg.focus = c->trigger;
+  if (dbg.focus >= c->n) dbg.focus = 0;
+  for (int r = 0; c->slots[dbg.focus].state == DS_DONE && r < c->n; r++)
+    if (c->slots[r].state == DS_PARKED) dbg.focus = r; /* a returned device shows nothing */
+  fputs(c->notes, stdout);
+  c->notes[0] = 0;
+}
+
+/* A stop of the devices of call [c] (every one parked, done or waiting
+ * in a collective); returns the command that resumes them. */
+static Resume stop_devices(DbgCall *c) {
+  Stop st = {0};
+  st.call = c;
+  st.mesh = &c->mesh;
+  st.ndev = c->n;
+  st.dev = shm_calloc((size_t)c->n, sizeof(Stack));
+  if (!st.dev || stack_from_frames(&st.main, eval_current_frame(), 0) < 0) {
+    st_free(&st);
+    return (Resume){RM_CONTINUE, 0, 0};
+  }
+  pthread_mutex_lock(&dbg.lock);
+  collect_devices(c, &st);
+  pthread_mutex_unlock(&dbg.lock);
+  st.level = st_nframes(&st) - 1;
+  Resume r = interact(&st);
+  st_free(&st);
+  return r;
+}
+
+/* ==== post-mortem ====================================================================== */
+
+/* The device an error message names ("on device (i=1, j=0): ..."), or -1. */
+static int pm_rank(const char *msg) {
+  const PmRecord *pm = &dbg.pm;
+  char c[160];
+  if (strncmp(msg, "on device ", 10) != 0) return -1;
+  for (int r = 0; r < pm->n; r++) {
+    size_t k = strlen(dev_mesh_coords_str(&pm->mesh, r, c, sizeof c));
+    if (strncmp(msg + 10, c, k) == 0 && msg[10 + k] == ':') return r;
+  }
+  return -1;
+}
+
+static void pm_record_free(void) {
+  for (int r = 0; r < dbg.pm.n; r++) stack_free(&dbg.pm.stacks[r]);
+  shm_free(dbg.pm.stacks);
+  memset(&dbg.pm, 0, sizeof dbg.pm);
+}
+
+/* Fills [st] with the kept frames: the main thread's, and the devices'
+ * when device [rank] raised the error. */
+static int pm_stop(Stop *st, int rank, Loc loc) {
+  if (stack_append(&st->main, &tls_snap.views) < 0) return -1;
+  if (rank < 0) {
+    stack_trim_to(&st->main, loc);
+    st->level = st->main.n - 1;
+    return 0;
+  }
+  st->mesh = &dbg.pm.mesh;
+  st->ndev = dbg.pm.n;
+  if (!(st->dev = shm_calloc((size_t)st->ndev, sizeof(Stack)))) return -1;
+  for (int r = 0; r < st->ndev; r++)
+    if (stack_append(&st->dev[r], &dbg.pm.stacks[r]) < 0) return -1;
+  stack_trim_to(&st->dev[rank], loc);
+  dbg.focus = rank;
+  st->level = st_nframes(st) - 1;
+  return 0;
+}
+
+void dbg_post_mortem(void) {
+  if (!dbg.installed || !dbg.post_mortem || !err_occurred() || err_kind() == ERR_QUIT) return;
+  Loc loc = err_loc();
+  Stop st = {0};
+  st.pm = true;
+  int rank = pm_rank(err_message());
+  if (pm_stop(&st, rank, loc) == 0 && st_nframes(&st) > 0) {
+    fflush(stdout);
+    err_print(stderr);
+    err_clear();
+    printf("Uncaught error. Entering post mortem debugging\n");
+    interact(&st);
+    err_set(ERR_QUIT, "quit"); /* printed already: the caller's report is silent */
+  }
+  st_free(&st);
+  fflush(stdout);
+}
+
+/* ==== the built-ins ====================================================================== */
+
+/*
+ * breakpoint() under jit, as jax.debug.breakpoint: tracing stages a
+ * debug_callback whose operands are the traced locals of the frame; when
+ * the plan runs, the callback stops with their concrete values in a frame
+ * made for the purpose (a Site: where breakpoint() was called).
+ */
+typedef struct Site {
+  Opaque base;
+  Node node;            /* an N_PASS at the call's location (src counted) */
+  const char *fname;    /* interned or static */
+} Site;
+
+static void site_free(Value *v) { src_decref(((Site *)v)->node.loc.src); }
+static const OpaqueType site_type = {"breakpoint site", site_free, NULL, NULL};
+
+static Value *site_new(const Frame *f) {
+  Site *s = shm_calloc(1, sizeof *s);
+  if (!s) return err_nomem();
+  val_init(&s->base.hdr, V_OPAQUE);
+  s->base.ot = &site_type;
+  s->node.kind = N_PASS;
+  s->node.loc = s->node.loc2 = f->stmt->loc;
+  src_incref(f->stmt->loc.src);
+  s->fname = f->fname;
+  return &s->base.hdr;
+}
+
+/* Stops this thread at the made-up frame [fr], as the hook would stop at
+ * a breakpoint there. */
+static int stop_at(Frame *fr) {
+  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr);
+  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DevCtx *ctx = dev_ctx();
+  if (!c || !ctx || ctx->rank >= c->n) return 0;
+  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, "");
+}
+
+/* The staged callback of breakpoint(): self is (site, names, template,
+ * traced); binds each name to its concrete value and stops. */
+static Value *breakpoint_callback(Value *self, const CallArgs *a) {
+  Site *site = (Site *)tuple_get(self, 0);
+  Value *names = tuple_get(self, 1), *tmpl = tuple_get(self, 2), *traced = tuple_get(self, 3);
+  Env *e = env_new(NULL);
+  if (!e) return NULL;
+  int k = 0;
+  for (size_t i = 0; i < tuple_len(names); i++) {
+    bool t = tuple_get(traced, i) == val_true();
+    Value *v = t && k < a->nargs ? a->args[k++] : tuple_get(tmpl, i);
+    if (env_set(e, intern_cstr(str_cstr(tuple_get(names, i))), v) < 0) break;
+  }
+  Frame fr = {.back = eval_current_frame(), .fname = site->fname, .env = e, .stmt = &site->node};
+  int rc = err_occurred() ? -1 : stop_at(&fr);
+  env_decref(e);
+  return rc < 0 ? NULL : val_incref(VAL_NONE);
+}
+
+typedef struct Locals {
+  Value *names, *tmpl, *traced;   /* lists */
+  Value **ops;                     /* the traced values (borrowed) */
+  int nops, cap;
+  bool failed;
+} Locals;
+
+static void collect_local(const char *name, Value *v, void *ctx) {
+  Locals *l = ctx;
+  bool t = v->type == V_TRACER;
+  Value *s = str_from(name);
+  if (!s || list_append_steal(l->names, s) < 0 ||
+      list_append(l->tmpl, t ? VAL_NONE : v) < 0 || list_append(l->traced, val_bool(t)) < 0)
+    l->failed = true;
+  if (!t || l->failed) return;
+  if (l->nops == l->cap) {
+    Value **ops = shm_realloc(l->ops, sizeof(Value *) * (size_t)(l->cap = l->cap * 2 + 8));
+    if (!ops) return (void)(l->failed = true);
+    l->ops = ops;
+  }
+  l->ops[l->nops++] = v;
+}
+
+/* The callback value for a breakpoint() staged in frame [f]. */
+static Value *breakpoint_cb(const Frame *f, Locals *l) {
+  Value *site = site_new(f);
+  Value *items[4] = {site, NULL, NULL, NULL};
+  Value *self = NULL;
+  if (site && (items[1] = tuple_pack(list_len(l->names), ((List *)l->names)->items)) &&
+      (items[2] = tuple_pack(list_len(l->tmpl), ((List *)l->tmpl)->items)) &&
+      (items[3] = tuple_pack(list_len(l->traced), ((List *)l->traced)->items)))
+    self = tuple_pack(4, items);
+  for (int i = 0; i < 4; i++) val_decref(items[i]);
+  Value *cb = self ? bound_new("breakpoint", breakpoint_callback, self) : NULL;
+  val_decref(self);
+  return cb;
+}
+
+static Value *stage_breakpoint(void) {
+  const Frame *f = eval_current_frame();
+  if (!f || !f->stmt || !f->stmt->loc.src) return val_incref(VAL_NONE);
+  Locals l = {list_new(0), list_new(0), list_new(0), NULL, 0, 0, false};
+  Value *r = NULL;
+  if (l.names && l.tmpl && l.traced) env_each(f->env, collect_local, &l);
+  Value *cb = l.failed || !l.traced ? err_nomem() : breakpoint_cb(f, &l);
+  Params p;
+  params_init(&p);
+  if (cb && params_add(&p, "callback", cb) == 0)
+    r = trace_emit(P_DEBUG_CALLBACK, &p, l.nops, l.ops, 0, NULL);
+  params_clear(&p);
+  val_decref(r);
+  val_decref(l.names);
+  val_decref(l.tmpl);
+  val_decref(l.traced);
+  shm_free(l.ops);
+  return r ? val_incref(VAL_NONE) : NULL;
+}
+
+/* breakpoint(): stop at the next statement of this thread (all devices
+ * stop with it inside a shard_map body); under jit, when the plan runs. */
+static Value *bi_breakpoint(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "breakpoint() takes no arguments");
+  if (!dbg.installed) return val_incref(VAL_NONE);
+  if (trace_current()) return stage_breakpoint();
+  tls_break_next = true;
+  return val_incref(VAL_NONE);
+}
+
+/* Formats and writes one debug_print line: print(fmt.format(*args, **kw)). */
+static Value *print_formatted(Value *fmt, const CallArgs *rest) {
+  Value *method = ops_getattr(fmt, "format");
+  Value *s = method ? val_call(method, rest) : NULL;
+  val_decref(method);
+  if (!s) return NULL;
+  if (s->type == V_STR) {
+    eval_write(str_cstr(s), ((Str *)s)->len);
+    eval_write("\n", 1);
+  }
+  val_decref(s);
+  return val_incref(VAL_NONE);
+}
+
+/* The staged callback: self is (fmt, template, traced); the concrete
+ * values of the traced arguments replace their places in the template. */
+static Value *debug_print_callback(Value *self, const CallArgs *a) {
+  Value *fmt = tuple_get(self, 0), *tmpl = tuple_get(self, 1), *traced = tuple_get(self, 2);
+  size_t n = tuple_len(tmpl);
+  Value **args = shm_calloc(n + 1, sizeof(Value *));
+  if (!args) return err_nomem();
+  int k = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool t = tuple_get(traced, i) == val_true();
+    args[i] = t && k < a->nargs ? a->args[k++] : tuple_get(tmpl, i);
+  }
+  CallArgs rest = {.nargs = (int)n, .args = args};
+  Value *r = print_formatted(fmt, &rest);
+  shm_free(args);
+  return r;
+}
+
+/* debug_print under jit: stages debug_callback with the traced arguments
+ * as operands (debug.h), through trace_emit as its outputs (none) need no
+ * shape rule. */
+static Value *stage_debug_print(const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "debug_print() under jit takes its values positionally");
+  if (!trace_current())
+    return err_set(ERR_VALUE, "debug_print: a traced value escaped from the jit function "
+                              "that made it");
+  int n = a->nargs - 1, nops = 0;
+  Value *tmpl = tuple_new((size_t)n), *traced = tuple_new((size_t)n);
+  Value **ops = shm_calloc((size_t)n + 1, sizeof(Value *));
+  Value *r = NULL;
+  if (!tmpl || !traced || !ops) goto out;
+  for (int i = 0; i < n; i++) {
+    bool t = a->args[i + 1]->type == V_TRACER;
+    tuple_set_steal(tmpl, (size_t)i, val_incref(t ? VAL_NONE : a->args[i + 1]));
+    tuple_set_steal(traced, (size_t)i, val_incref(val_bool(t)));
+    if (t) ops[nops++] = a->args[i + 1];
+  }
+  Value *items[3] = {a->args[0], tmpl, traced};
+  Value *self = tuple_pack(3, items);
+  Value *cb = self ? bound_new("debug_print", debug_print_callback, self) : NULL;
+  val_decref(self);
+  Params p;
+  params_init(&p);
+  if (cb && params_add(&p, "callback", cb) == 0)
+    r = trace_emit(P_DEBUG_CALLBACK, &p, nops, ops, 0, NULL);
+  params_clear(&p);
+  if (r) {
+    val_decref(r);
+    r = val_incref(VAL_NONE);
+  }
+out:
+  val_decref(tmpl);
+  val_decref(traced);
+  shm_free(ops);
+  return r;
+}
+
+/* debug_print(fmt, *args, **kwargs): print(fmt.format(*args, **kwargs)),
+ * one line per device inside shard_map; staged under jit. */
+static Value *bi_debug_print(const CallArgs *a) {
+  if (a->nargs < 1 || a->args[0]->type != V_STR)
+    return err_set(ERR_TYPE, "debug_print() needs a format string as its first argument");
+  for (int i = 1; i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER) return stage_debug_print(a);
+  CallArgs rest = {a->nargs - 1, a->args + 1, a->nkw, a->kwnames, a->kwvals};
+  return print_formatted(a->args[0], &rest);
+}
+
+/* ==== set-up ================================================================================ */
+
+/* `jax.debug.print` and `jax.debug.breakpoint`, so JAX code ports line for
+ * line (LANGUAGE.md §2's prefixes). */
+static int add_jax_debug(Env *builtins) {
+  Value *d = dict_new(), *m = NULL;
+  int rc = -1;
+  if (d && dict_set_str(d, "print", env_lookup(builtins, intern_cstr("debug_print"))) == 0 &&
+      dict_set_str(d, "breakpoint", env_lookup(builtins, intern_cstr("breakpoint"))) == 0 &&
+      (m = module_new("jax.debug", d)))
+    rc = builtins_add_to("jax", "debug", m);
+  val_decref(m);
+  val_decref(d);
+  return rc;
+}
+
+int dbg_init(Env *builtins, bool debug, bool post_mortem) {
+  if (builtins_add(builtins, "breakpoint", bi_breakpoint,
+                   "breakpoint(): enter the debugger at the next statement") < 0 ||
+      builtins_add(builtins, "debug_print", bi_debug_print,
+                   "debug_print(fmt, *args): print(fmt.format(*args)), per device, also under jit") < 0 ||
+      add_jax_debug(builtins) < 0)
+    return -1;
+  dbg.post_mortem = post_mortem;
+  dbg.main_resume = (Resume){debug ? RM_STEP : RM_CONTINUE, 0, 0};
+  dbg.installed = true;
+  update_engaged();
+  eval_stmt_hook = dbg_hook;
+  return 0;
+}
+
+void dbg_free(void) {
+  if (!dbg.installed) return;
+  eval_stmt_hook = NULL;
+  dbg.installed = false;
+  helper_stop();
+  pthread_mutex_lock(&dbg.lock);
+  while (dbg.nbps) bp_delete(&dbg.bps[0]);
+  shm_free(dbg.bps);
+  dbg.bps = NULL;
+  dbg.bpcap = 0;
+  pthread_mutex_unlock(&dbg.lock);
+  for (int i = 0; i < dbg.ndisplays; i++) {
+    shm_free(dbg.displays[i].expr);
+    shm_free(dbg.displays[i].last);
+    env_decref(dbg.displays[i].env);
+  }
+  shm_free(dbg.displays);
+  dbg.displays = NULL;
+  dbg.ndisplays = 0;
+  shm_free(dbg.last_cmd);
+  dbg.last_cmd = NULL;
+  comp_clear();
+  shm_free(comp.names);
+  comp.names = NULL;
+  comp.cap = 0;
+  snap_free(&tls_snap);
+  pm_record_free();
+}

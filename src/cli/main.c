@@ -1,0 +1,357 @@
+/*
+ * main.c - the command line: parse it into a CmdLine, merge the options
+ * (config.h), then dispatch to a script, -c code, the REPL or the --test
+ * runner.  Everything the flags mean is in man/shmap.1.
+ *
+ * Exit status: 0 success, 1 an error in the program (or its config),
+ * 2 bad command-line usage.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/config.h"
+#include "cli/debug.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "array/linalg.h"
+#include "base/mem.h"
+#include "array/print.h"
+#include "cli/repl.h"
+#include "cli/testrun.h"
+
+#ifndef SHMAP_VERSION
+#define SHMAP_VERSION "unknown"
+#endif
+
+enum { EXIT_USAGE = 2 };
+
+/* What the command line asks for. */
+typedef enum {
+  RUN_REPL,     /* no script: interactive */
+  RUN_SCRIPT,   /* a script file, or "-" for stdin */
+  RUN_CODE,     /* -c CODE */
+  RUN_TEST,     /* --test FILE... */
+  RUN_HELP,
+  RUN_VERSION,
+} RunMode;
+
+/* The parsed command line; strings borrow argv. */
+typedef struct CmdLine {
+  RunMode mode;
+  const char *target;   /* script path, "-", or the -c code */
+  int nrest;            /* script arguments, or --test paths */
+  char **rest;
+  int devices;          /* --devices, 0 when not given */
+  bool interactive;     /* -i */
+  bool debug, post_mortem, dump_plans, verbose;
+} CmdLine;
+
+static const char USAGE[] = "usage: shmap [options] [script.shm | -] [args...]\n";
+
+static const char HELP[] =
+    "Run a shmap program, or start the interactive interpreter.\n"
+    "\n"
+    "  script.shm           run this file; the arguments after it are argv[1:]\n"
+    "  -                    read the program from standard input\n"
+    "  -c CODE              run CODE\n"
+    "  -i                   start the REPL after the script or -c CODE\n"
+    "      --devices N      run N device threads (default 8; SHMAP_DEVICES)\n"
+    "      --debug          stop in the debugger before the first statement\n"
+    "      --pm             enter the debugger when an error is not caught\n"
+    "      --dump-plans     print each jit plan when it is staged\n"
+    "      --verbose        say what the interpreter is doing, on stderr\n"
+    "      --test FILE...   run test scripts (or directories of them) and\n"
+    "                       compare with the output written in them\n"
+    "  -h, --help           show this help and exit\n"
+    "      --version        show the version and the BLIS architecture\n"
+    "\n"
+    "Environment: SHMAP_DEVICES, SHMAP_PATH, SHMAP_CONFIG.  See shmap(1) for\n"
+    "the program and shmap(7) for the language.\n";
+
+/* Reports bad usage on stderr, with the usage line; returns -1. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("shmap: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n%sTry 'shmap --help' for more information.\n", USAGE);
+  return -1;
+}
+
+/* ---- parsing the command line -------------------------------------------- */
+
+/* The value of an option given as "--name=value" or "--name value"; NULL
+ * when missing.  Advances *i past a separate value. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  return *i + 1 < argc ? argv[++*i] : NULL;
+}
+
+/* True when argv[i] is the long option [name], alone or as "name=...". */
+static bool is_option(const char *arg, const char *name) {
+  size_t n = strlen(name);
+  return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+/* Handles the flags that take no value; false if [arg] is not one. */
+static bool parse_flag(CmdLine *cl, const char *arg) {
+  if (strcmp(arg, "-i") == 0) cl->interactive = true;
+  else if (strcmp(arg, "--debug") == 0) cl->debug = true;
+  else if (strcmp(arg, "--pm") == 0) cl->post_mortem = true;
+  else if (strcmp(arg, "--dump-plans") == 0) cl->dump_plans = true;
+  else if (strcmp(arg, "--verbose") == 0) cl->verbose = true;
+  else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) cl->mode = RUN_HELP;
+  else if (strcmp(arg, "--version") == 0) cl->mode = RUN_VERSION;
+  else return false;
+  return true;
+}
+
+/* Handles the option at argv[*i]; -1 after reporting bad usage, 1 when
+ * the options end here (a script, -c, --test), 0 to go on. */
+static int parse_option(CmdLine *cl, int argc, char **argv, int *i) {
+  const char *arg = argv[*i];
+  if (parse_flag(cl, arg)) return 0;
+  if (is_option(arg, "--devices")) {
+    const char *v = option_value(argc, argv, i, "--devices");
+    if (!v) return usage_error("--devices needs a number");
+    cl->devices = cfg_parse_devices(v);
+    if (cl->devices < 0)
+      return usage_error("--devices must be an integer from 1 to %d, not '%s'",
+                         CFG_MAX_DEVICES, v);
+    return 0;
+  }
+  if (strcmp(arg, "-c") == 0) {
+    if (*i + 1 >= argc) return usage_error("-c needs the code to run");
+    cl->mode = RUN_CODE;
+    cl->target = argv[++*i];
+    return 1;
+  }
+  if (strcmp(arg, "--test") == 0) {
+    cl->mode = RUN_TEST;
+    return 1;
+  }
+  return usage_error("unknown option '%s'", arg);
+}
+
+/* Fills [cl] from argv.  0, or EXIT_USAGE after reporting the problem. */
+static int parse_cmdline(int argc, char **argv, CmdLine *cl) {
+  memset(cl, 0, sizeof *cl);
+  cl->mode = RUN_REPL;
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-' || strcmp(arg, "-") == 0) break;
+    int r = parse_option(cl, argc, argv, &i);
+    if (r < 0) return EXIT_USAGE;
+    if (r > 0) {
+      i++;
+      break;
+    }
+    if (cl->mode == RUN_HELP || cl->mode == RUN_VERSION) return 0;
+  }
+  if (cl->mode == RUN_REPL && i < argc) {
+    cl->mode = RUN_SCRIPT;
+    cl->target = argv[i++];
+  }
+  cl->nrest = argc - i;
+  cl->rest = argv + i;
+  if (cl->mode == RUN_TEST && cl->nrest == 0) {
+    usage_error("--test needs at least one file or directory");
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* ---- options, environment, config --------------------------------------- */
+
+/* Prints the pending error (unless it is the debugger's silent quit) and
+ * clears it; returns 1, the exit status of a failed program. */
+static int report_error(void) {
+  fflush(stdout);
+  err_print(stderr);
+  err_clear();
+  return 1;
+}
+
+/* Merges defaults < config file < environment < command line into
+ * shm_options.  0, or an exit status after reporting the problem. */
+static int merge_options(const CmdLine *cl) {
+  cfg_defaults(&shm_options);
+  if (cfg_load_default(&shm_options) < 0) return report_error();
+  const char *env = getenv("SHMAP_DEVICES");
+  if (env && *env) {
+    int n = cfg_parse_devices(env);
+    if (n < 0) {
+      fprintf(stderr, "shmap: error: SHMAP_DEVICES must be an integer from 1 to %d, not '%s'\n",
+              CFG_MAX_DEVICES, env);
+      return 1;
+    }
+    shm_options.devices = n;
+  }
+  if (cl->devices > 0) shm_options.devices = cl->devices;
+  shm_options.debug = cl->debug;
+  shm_options.post_mortem = cl->post_mortem;
+  shm_options.dump_plans = cl->dump_plans;
+  shm_options.verbose = cl->verbose;
+  shm_options.interactive = cl->mode == RUN_REPL || cl->interactive;
+  print_options = shm_options.print;
+  return 0;
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+/* Ctrl-C asks the evaluator (and the REPL's line reader) to stop by
+ * setting shm_interrupted.  In a script, a second Ctrl-C that arrives
+ * before the first was noticed (a long kernel) ends the process the
+ * default way, so a run can always be stopped. */
+static void on_sigint(int sig) {
+  if (atomic_exchange(&shm_interrupted, 1) && !shm_options.interactive) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+/* Installed without SA_RESTART: a blocking read returns EINTR, so the
+ * REPL sees the flag at once. */
+static void install_sigint(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+/* ---- running programs ---------------------------------------------------- */
+
+/* Fills shm_interp->argv (the script name, then its arguments, like
+ * sys.argv) and binds it as `argv` in [globals]. */
+static int set_argv(const CmdLine *cl, Env *globals) {
+  const char *name = cl->mode == RUN_CODE ? "-c" : cl->mode == RUN_SCRIPT ? cl->target : "";
+  Value *s = str_from(name);
+  if (!s || list_append_steal(shm_interp->argv, s) < 0) return -1;
+  for (int i = 0; i < cl->nrest; i++) {
+    if (!(s = str_from(cl->rest[i])) || list_append_steal(shm_interp->argv, s) < 0) return -1;
+  }
+  return env_set(globals, intern_cstr("argv"), shm_interp->argv);
+}
+
+/* Reads all of standard input into a source named "<stdin>". */
+static Source *source_from_stdin(void) {
+  size_t len = 0, cap = 4096;
+  char *text = shm_malloc(cap);
+  while (text) {
+    size_t n = fread(text + len, 1, cap - len - 1, stdin);
+    if (n == 0) break;
+    len += n;
+    if (len + 1 < cap) continue;
+    char *bigger = shm_realloc(text, cap * 2);
+    if (!bigger) shm_free(text);
+    text = bigger;
+    cap *= 2;
+  }
+  if (!text) return err_nomem();
+  text[len] = '\0';
+  Source *src = src_new("<stdin>", text);
+  shm_free(text);
+  return src;
+}
+
+/* The source the command line names, or NULL with the error set. */
+static Source *program_source(const CmdLine *cl) {
+  if (cl->mode == RUN_CODE) return src_new("<string>", cl->target);
+  if (strcmp(cl->target, "-") == 0) return source_from_stdin();
+  return src_from_file(cl->target);
+}
+
+/* Runs the script or -c code in [globals]; 0 or an exit status. */
+static int run_program(const CmdLine *cl, Env *globals) {
+  Source *src = program_source(cl);
+  if (!src) return report_error();
+  if (shm_options.verbose) fprintf(stderr, "shmap: running %s\n", src->name);
+  int rc = 0;
+  if (eval_source(src, globals, false) < 0) {
+    dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
+    rc = report_error();
+  }
+  src_decref(src);
+  fflush(stdout);
+  return rc;
+}
+
+static void say_verbose(void) {
+  if (!shm_options.verbose) return;
+  fprintf(stderr, "shmap: %d devices; config file: %s\n", shm_options.devices,
+          shm_options.config_file ? shm_options.config_file : "(none)");
+}
+
+/* Drops the top-level scope; clearing it first frees the functions
+ * defined there, which hold the scope as their closure. */
+static void release_globals(Env *globals) {
+  if (!globals) return;
+  env_clear(globals);
+  env_decref(globals);
+}
+
+/* Starts the interpreter and runs what the command line asks for. */
+static int run_interpreter(const CmdLine *cl) {
+  int rc = merge_options(cl);
+  if (rc) return rc;
+  say_verbose();
+  install_sigint();
+  Env *globals = NULL;
+  if (interp_init(shm_options.devices) < 0 ||
+      dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
+      !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
+    rc = report_error();
+  } else {
+    shm_interp->verbose = shm_options.verbose;
+    shm_interp->dump_plans = shm_options.dump_plans;
+    if (cl->mode != RUN_REPL) rc = run_program(cl, globals);
+    if (shm_options.interactive) rc = repl_run(globals);
+  }
+  release_globals(globals);
+  dbg_free();
+  interp_free();
+  cfg_free(&shm_options);
+  return rc;
+}
+
+static void print_help(void) {
+  fputs(USAGE, stdout);
+  fputs(HELP, stdout);
+}
+
+static void print_version(void) {
+  la_init(); /* the kernel choice is made there, before BLIS starts */
+  printf("shmap %s\n", SHMAP_VERSION);
+  printf("BLIS architecture: %s\n", la_blis_arch());
+}
+
+int main(int argc, char **argv) {
+  CmdLine cl;
+  if (parse_cmdline(argc, argv, &cl) != 0) return EXIT_USAGE;
+  switch (cl.mode) {
+  case RUN_HELP:
+    print_help();
+    return 0;
+  case RUN_VERSION:
+    print_version();
+    return 0;
+  case RUN_TEST:
+    return testrun_main(cl.nrest, cl.rest, NULL);
+  default:
+    return run_interpreter(&cl);
+  }
+}

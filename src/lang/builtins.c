@@ -1,0 +1,819 @@
+/*
+ * builtins.c - the built-in functions: a handful of Python built-ins, the
+ * argument and array helpers the other builtins_*.c files share
+ * (builtins_impl.h), and the registration of every built-in into the
+ * global scope and the namespaces that name them (`jnp`, `lax`, `jax`,
+ * `jax.numpy`, `jax.lax`, `jax.nn`).
+ *
+ * Each built-in binds its arguments with args_bind under NumPy's (or
+ * jax.lax's) parameter names, converts array arguments with ops_to_array,
+ * and builds its result from primitives through the helpers of ops.h, in
+ * the order jax.numpy would, so a traced call records JAX's plan.
+ * Defaults are JAX's 32-bit ones (LANGUAGE.md §2).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "lang/builtins_impl.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "array/npy.h"
+#include "lang/ops.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+/* ======================================================================
+ * Small helpers
+ * ====================================================================== */
+
+/* Releases up to four references (NULLs allowed). */
+void bi_drop(Value *a, Value *b, Value *c, Value *d) {
+  val_decref(a);
+  val_decref(b);
+  val_decref(c);
+  val_decref(d);
+}
+
+bool bi_is_seq(const Value *v) { return v->type == V_TUPLE || v->type == V_LIST; }
+
+bool bi_is_none(const Value *v) { return !v || v == VAL_NONE; }
+
+/* Reads an optional Python int argument; [dflt] when absent or None. */
+int bi_int_arg(const char *fname, const char *pname, Value *v, int64_t dflt, int64_t *out) {
+  if (bi_is_none(v)) {
+    *out = dflt;
+    return 0;
+  }
+  if (!IS_ARRAY(v) || !(dt_is_int(AS_ARRAY(v)->dtype) || AS_ARRAY(v)->dtype == DT_BOOL) ||
+      AS_ARRAY(v)->size != 1) {
+    err_set(ERR_TYPE, "%s() argument '%s' must be an integer, not %s", fname, pname,
+            val_type_name(v));
+    return -1;
+  }
+  return arr_to_index(v, out);
+}
+
+/* Reads an optional Python float argument; [dflt] when absent. */
+int bi_float_arg(const char *fname, const char *pname, Value *v, double dflt, double *out) {
+  if (bi_is_none(v)) {
+    *out = dflt;
+    return 0;
+  }
+  if (!IS_ARRAY(v) || AS_ARRAY(v)->size != 1) {
+    err_set(ERR_TYPE, "%s() argument '%s' must be a number, not %s", fname, pname,
+            val_type_name(v));
+    return -1;
+  }
+  return arr_to_double(v, out);
+}
+
+/* Reads an optional bool argument. */
+int bi_bool_arg(Value *v, bool dflt, bool *out) {
+  if (bi_is_none(v)) {
+    *out = dflt;
+    return 0;
+  }
+  int t = val_truth(v);
+  if (t < 0) return -1;
+  *out = t;
+  return 0;
+}
+
+/* The aval of [x]; shorthand. */
+AVal bi_aval(Value *x) {
+  AVal av;
+  memset(&av, 0, sizeof av);
+  ops_aval(x, &av);
+  return av;
+}
+
+/* A 0-d constant of dtype [t] holding [v], not weak. */
+Value *bi_scalar(DType t, double v) {
+  if (dt_is_float(t)) return (Value *)arr_scalar_f64(t, v, false);
+  return (Value *)arr_scalar_i64(t, (int64_t)v, false);
+}
+
+/* lax.full: the constant [v] broadcast to [shape]. */
+Value *bi_fill(DType t, double v, int ndim, const int64_t *shape) {
+  Value *c = bi_scalar(t, v);
+  if (!c) return NULL;
+  Value *r = ops_broadcast_to(c, ndim, shape);
+  val_decref(c);
+  return r;
+}
+
+/* lax.iota of dtype [t] over [shape] along [dim] (broadcasted_iota). */
+Value *bi_iota(DType t, int ndim, const int64_t *shape, int dim) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "dtype", dtype_value(t));
+  params_add(&p, "shape", val_int_tuple(ndim, shape));
+  params_add(&p, "dimension", val_int(dim));
+  Value *r = ops_apply(P_IOTA, 0, NULL, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* Binary primitive with promotion; shorthand. */
+Value *bi_bin(PrimId id, Value *a, Value *b) {
+  Value *in[2] = {a, b};
+  return ops_elementwise(id, 2, in);
+}
+
+/* [x] op the constant [v] in [x]'s dtype. */
+Value *bi_bin_const(PrimId id, Value *x, double v) {
+  AVal av = bi_aval(x);
+  Value *c = bi_scalar(av.dtype, v);
+  Value *r = c ? bi_bin(id, x, c) : NULL;
+  val_decref(c);
+  return r;
+}
+
+/* Converts a positional argument to an array, or NULL with the error. */
+Value *bi_arr(Value *v) { return ops_to_array(v, -1); }
+
+/* Converts [x] to its float dtype (jnp's promote_args_inexact). */
+Value *bi_inexact(Value *x) {
+  AVal av = bi_aval(x);
+  return ops_convert(x, dt_float_of(av.dtype), av.weak);
+}
+
+/* Flattens [x] to 1-D. */
+Value *bi_ravel_of(Value *x) {
+  AVal av = bi_aval(x);
+  int64_t n = shape_size(av.ndim, av.shape);
+  return ops_reshape(x, 1, &n);
+}
+
+/* ======================================================================
+ * Python built-ins
+ * ====================================================================== */
+
+static Value *bi_len(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("len", a, "obj", slots) < 0) return NULL;
+  int64_t n;
+  return ops_len(x, &n) < 0 ? NULL : val_int(n);
+}
+
+/* perf_counter(): seconds of a monotonic clock as a float64 scalar, as
+ * Python's time.perf_counter; only differences are meaningful. */
+static Value *bi_perf_counter(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "perf_counter() takes no arguments");
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (Value *)arr_scalar_f64(DT_F64, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, false);
+}
+
+static Value *bi_range(const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "range() takes no keyword arguments");
+  if (a->nargs < 1 || a->nargs > 3)
+    return err_set(ERR_TYPE, "range expected at least 1 argument, got %d", a->nargs);
+  int64_t v[3] = {0, 0, 1};
+  for (int i = 0; i < a->nargs; i++) {
+    Value *x = a->args[i];
+    if (!IS_ARRAY(x) || !(dt_is_int(AS_ARRAY(x)->dtype) || AS_ARRAY(x)->dtype == DT_BOOL) ||
+        AS_ARRAY(x)->size != 1)
+      return err_set(ERR_TYPE, "'%s' object cannot be interpreted as an integer",
+                     IS_ARRAY(x) ? "float" : val_type_name(x));
+    if (arr_to_index(x, &v[a->nargs == 1 ? 1 : i]) < 0) return NULL;
+  }
+  if (v[2] == 0) return err_set(ERR_VALUE, "range() arg 3 must not be zero");
+  return range_new(v[0], v[1], v[2]);
+}
+
+static Value *bi_print(const CallArgs *a) {
+  Value *sep = NULL, *end = NULL;
+  for (int k = 0; k < a->nkw; k++) {
+    if (!strcmp(a->kwnames[k], "sep")) sep = a->kwvals[k];
+    else if (!strcmp(a->kwnames[k], "end")) end = a->kwvals[k];
+    else if (strcmp(a->kwnames[k], "flush") && strcmp(a->kwnames[k], "file"))
+      return err_set(ERR_TYPE, "print() got an unexpected keyword argument '%s'", a->kwnames[k]);
+  }
+  if ((sep && sep != VAL_NONE && sep->type != V_STR) || (end && end != VAL_NONE && end->type != V_STR))
+    return err_set(ERR_TYPE, "print(): sep and end must be None or a string");
+  const char *s = sep && sep != VAL_NONE ? str_cstr(sep) : " ";
+  const char *e = end && end != VAL_NONE ? str_cstr(end) : "\n";
+  /* Format everything first so an error prints nothing. */
+  Value *parts = list_new((size_t)a->nargs);
+  if (!parts) return NULL;
+  for (int i = 0; i < a->nargs; i++) {
+    Value *str = val_str(a->args[i]);
+    if (!str || list_append_steal(parts, str) < 0) {
+      val_decref(parts);
+      return NULL;
+    }
+  }
+  for (int i = 0; i < a->nargs; i++) {
+    if (i) eval_write(s, strlen(s));
+    Value *str = list_get(parts, (size_t)i);
+    eval_write(str_cstr(str), ((Str *)str)->len);
+  }
+  eval_write(e, strlen(e));
+  val_decref(parts);
+  return VAL_NONE;
+}
+
+static Value *bi_str(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (a->nargs == 0 && a->nkw == 0) return str_from("");
+  if (args_bind("str", a, "object", slots) < 0) return NULL;
+  return val_str(x);
+}
+
+static Value *bi_repr(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("repr", a, "obj", slots) < 0) return NULL;
+  return val_repr(x);
+}
+
+/* Parses a Python int or float literal from a string. */
+static Value *parse_number(const char *s, bool want_int) {
+  char *end;
+  while (isspace((unsigned char)*s)) s++;
+  errno = 0;
+  if (want_int) {
+    long long v = strtoll(s, &end, 10);
+    while (isspace((unsigned char)*end)) end++;
+    if (end == s || *end || errno)
+      return err_set(ERR_VALUE, "invalid literal for int() with base 10: '%s'", s);
+    return val_int(v);
+  }
+  double d = strtod(s, &end);
+  while (isspace((unsigned char)*end)) end++;
+  if (end == s || *end) return err_set(ERR_VALUE, "could not convert string to float: '%s'", s);
+  return (Value *)arr_scalar_f64(DT_F32, d, true);
+}
+
+/* A concrete size-1 array for int()/float(); tracers are an error. */
+static Array *scalar_arg(const char *fname, Value *x) {
+  if (x->type == V_TRACER) {
+    err_set(ERR_TYPE, "%s() needs a concrete value, but its argument is traced under jit", fname);
+    return NULL;
+  }
+  if (!IS_ARRAY(x) || AS_ARRAY(x)->size != 1) {
+    if (IS_ARRAY(x))
+      err_set(ERR_TYPE, "only length-1 arrays can be converted to Python scalars");
+    else
+      err_set(ERR_TYPE, "%s() argument must be a string or a number, not '%s'", fname, val_type_name(x));
+    return NULL;
+  }
+  return AS_ARRAY(x);
+}
+
+static Value *bi_int(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (a->nargs == 0 && a->nkw == 0) return val_int(0);
+  if (args_bind("int", a, "x", slots) < 0) return NULL;
+  if (x->type == V_STR) return parse_number(str_cstr(x), true);
+  Array *xa = scalar_arg("int", x);
+  if (!xa) return NULL;
+  if (!dt_is_float(xa->dtype)) return val_int(arr_get_i64(xa, 0));
+  double d = arr_get_f64(xa, 0);
+  if (!isfinite(d)) return err_set(ERR_VALUE, "cannot convert float %s to integer", isnan(d) ? "NaN" : "infinity");
+  if (fabs(d) >= 9.2e18) return err_set(ERR_VALUE, "integer too large");
+  return val_int((int64_t)d);
+}
+
+static Value *bi_float(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (a->nargs == 0 && a->nkw == 0) return (Value *)arr_scalar_f64(DT_F32, 0, true);
+  if (args_bind("float", a, "x", slots) < 0) return NULL;
+  if (x->type == V_STR) return parse_number(str_cstr(x), false);
+  Array *xa = scalar_arg("float", x);
+  if (!xa) return NULL;
+  return (Value *)arr_scalar_f64(xa->dtype == DT_F64 ? DT_F64 : DT_F32, arr_get_f64(xa, 0), true);
+}
+
+static Value *bi_bool(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (a->nargs == 0 && a->nkw == 0) return val_bool(false);
+  if (args_bind("bool", a, "x", slots) < 0) return NULL;
+  int t = val_truth(x);
+  return t < 0 ? NULL : val_bool(t);
+}
+
+static Value *bi_list(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("list", a, "iterable=", slots) < 0) return NULL;
+  return x ? ops_iter_items(x) : list_new(0);
+}
+
+static Value *bi_tuple(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("tuple", a, "iterable=", slots) < 0) return NULL;
+  if (!x) return tuple_new(0);
+  if (x->type == V_TUPLE) return val_incref(x);
+  Value *l = ops_iter_items(x);
+  if (!l) return NULL;
+  Value *t = tuple_pack(list_len(l), ((List *)l)->items);
+  val_decref(l);
+  return t;
+}
+
+static Value *bi_dict(const CallArgs *a) {
+  if (a->nargs > 1) return err_set(ERR_TYPE, "dict expected at most 1 argument, got %d", a->nargs);
+  Value *d = dict_new();
+  if (!d) return NULL;
+  if (a->nargs == 1) {
+    Value *src = a->args[0];
+    Value *items = src->type == V_DICT ? NULL : ops_iter_items(src);
+    if (src->type == V_DICT) {
+      Dict *sd = (Dict *)src;
+      for (size_t i = 0; i < sd->len; i++)
+        if (dict_set(d, sd->keys[i], sd->vals[i]) < 0) goto fail;
+    } else {
+      if (!items) goto fail;
+      for (size_t i = 0; i < list_len(items); i++) {
+        Value *kv = list_get(items, i);
+        size_t n;
+        Value *const *p;
+        if (!val_seq(kv, &n, &p) || n != 2) {
+          val_decref(items);
+          err_set(ERR_VALUE, "dictionary update sequence element #%zu has the wrong length", i);
+          goto fail;
+        }
+        if (dict_set(d, p[0], p[1]) < 0) {
+          val_decref(items);
+          goto fail;
+        }
+      }
+      val_decref(items);
+    }
+  }
+  for (int k = 0; k < a->nkw; k++)
+    if (dict_set_str(d, a->kwnames[k], a->kwvals[k]) < 0) goto fail;
+  return d;
+fail:
+  val_decref(d);
+  return NULL;
+}
+
+static Value *bi_enumerate(const CallArgs *a) {
+  Value *x, *start;
+  Value **slots[] = {&x, &start};
+  if (args_bind("enumerate", a, "iterable, start=", slots) < 0) return NULL;
+  int64_t s;
+  if (bi_int_arg("enumerate", "start", start, 0, &s) < 0) return NULL;
+  Value *items = ops_iter_items(x);
+  if (!items) return NULL;
+  Value *l = list_new(list_len(items));
+  for (size_t i = 0; l && i < list_len(items); i++) {
+    Value *iv = val_int(s + (int64_t)i);
+    Value *pair = iv ? tuple_pack(2, (Value *[]){iv, list_get(items, i)}) : NULL;
+    val_decref(iv);
+    if (!pair || list_append_steal(l, pair) < 0) {
+      val_decref(l);
+      l = NULL;
+    }
+  }
+  val_decref(items);
+  return l;
+}
+
+static Value *bi_zip(const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "zip() takes no keyword arguments");
+  int n = a->nargs;
+  Value **lists = shm_calloc(n ? (size_t)n : 1, sizeof(Value *));
+  if (!lists) return err_nomem();
+  size_t len = SIZE_MAX;
+  Value *res = NULL;
+  int k = 0;
+  for (; k < n; k++) {
+    if (!(lists[k] = ops_iter_items(a->args[k]))) goto done;
+    if (list_len(lists[k]) < len) len = list_len(lists[k]);
+  }
+  if (n == 0) len = 0;
+  res = list_new(len);
+  for (size_t i = 0; res && i < len; i++) {
+    Value *t = tuple_new((size_t)n);
+    for (int j = 0; t && j < n; j++) tuple_set_steal(t, (size_t)j, val_incref(list_get(lists[j], i)));
+    if (!t || list_append_steal(res, t) < 0) {
+      val_decref(res);
+      res = NULL;
+    }
+  }
+done:
+  for (int j = 0; j < k; j++) val_decref(lists[j]);
+  shm_free(lists);
+  return res;
+}
+
+/* Python's sum over a list or tuple (start + each item), jnp.sum on an
+ * array. */
+static Value *bi_sum(const CallArgs *a) {
+  if (a->nargs >= 1 && (bi_is_seq(a->args[0]) || a->args[0]->type == V_RANGE)) {
+    Value *it, *start;
+    Value **slots[] = {&it, &start};
+    if (args_bind("sum", a, "iterable, start=", slots) < 0) return NULL;
+    Value *items = ops_iter_items(it);
+    if (!items) return NULL;
+    Value *acc = start ? val_incref(start) : val_int(0);
+    for (size_t i = 0; acc && i < list_len(items); i++) {
+      Value *n = ops_binary(OP_ADD, acc, list_get(items, i));
+      val_decref(acc);
+      acc = n;
+    }
+    val_decref(items);
+    return acc;
+  }
+  return bi_jnp_sum(a);
+}
+
+/* Python's max/min of several arguments or of one sequence; jnp.max/min
+ * of one array. */
+static Value *py_minmax(const char *fname, const CallArgs *a, bool is_max) {
+  Value *const *items;
+  size_t n;
+  Value *list = NULL;
+  if (a->nargs == 1) {
+    list = ops_iter_items(a->args[0]);
+    if (!list) return NULL;
+    items = ((List *)list)->items;
+    n = list_len(list);
+  } else {
+    items = a->args;
+    n = (size_t)a->nargs;
+  }
+  Value *dflt = NULL, *key = NULL;
+  for (int k = 0; k < a->nkw; k++) {
+    if (!strcmp(a->kwnames[k], "default")) dflt = a->kwvals[k];
+    else if (!strcmp(a->kwnames[k], "key")) key = a->kwvals[k];
+    else {
+      val_decref(list);
+      return err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname, a->kwnames[k]);
+    }
+  }
+  if (n == 0) {
+    val_decref(list);
+    if (dflt) return val_incref(dflt);
+    return err_set(ERR_VALUE, "%s() arg is an empty sequence", fname);
+  }
+  Value *best = items[0], *bestk = key ? val_call_n(key, 1, &best) : val_incref(best);
+  for (size_t i = 1; bestk && i < n; i++) {
+    Value *ki = key ? val_call_n(key, 1, (Value **)&items[i]) : val_incref(items[i]);
+    Value *c = ki ? ops_compare(is_max ? OP_GT : OP_LT, ki, bestk) : NULL;
+    int t = c ? val_truth(c) : -1;
+    val_decref(c);
+    if (t < 0) {
+      val_decref(ki);
+      val_decref(bestk);
+      bestk = NULL;
+      break;
+    }
+    if (t) {
+      val_decref(bestk);
+      bestk = ki;
+      best = items[i];
+    } else {
+      val_decref(ki);
+    }
+  }
+  Value *r = bestk ? val_incref(best) : NULL;
+  val_decref(bestk);
+  val_decref(list);
+  return r;
+}
+
+/* One non-scalar array (or any array with axis/keepdims keywords) goes to
+ * jnp; otherwise Python's semantics. */
+static bool jnp_reduction_call(const CallArgs *a) {
+  if (a->nargs == 0) return a->nkw > 0;
+  if (!ops_is_array(a->args[0])) return false;
+  if (a->nargs >= 2) {
+    /* max(x, 1) is jnp's axis only for non-scalar x. */
+    return bi_aval(a->args[0]).ndim > 0;
+  }
+  for (int k = 0; k < a->nkw; k++)
+    if (strcmp(a->kwnames[k], "default") && strcmp(a->kwnames[k], "key")) return true;
+  return true;
+}
+
+static Value *bi_max(const CallArgs *a) {
+  return jnp_reduction_call(a) ? bi_jnp_max(a) : py_minmax("max", a, true);
+}
+
+static Value *bi_min(const CallArgs *a) {
+  return jnp_reduction_call(a) ? bi_jnp_min(a) : py_minmax("min", a, false);
+}
+
+/* Merges the sorted runs [lo, mid) and [mid, hi) of [v] through [tmp];
+ * -1 when a comparison fails. */
+static int merge_runs(Value **v, Value **tmp, size_t lo, size_t mid, size_t hi, bool rev) {
+  size_t i = lo, j = mid, k = lo;
+  while (i < mid && j < hi) {
+    /* Take from the right run only when strictly before: stable. */
+    Value *c = ops_compare(rev ? OP_GT : OP_LT, v[j], v[i]);
+    int t = c ? val_truth(c) : -1;
+    val_decref(c);
+    if (t < 0) return -1;
+    tmp[k++] = t ? v[j++] : v[i++];
+  }
+  while (i < mid) tmp[k++] = v[i++];
+  while (j < hi) tmp[k++] = v[j++];
+  memcpy(v + lo, tmp + lo, sizeof(Value *) * (hi - lo));
+  return 0;
+}
+
+/* Python's sorted (stable; reverse=True keeps equal items in order). */
+static Value *bi_sorted(const CallArgs *a) {
+  Value *it, *key, *reverse;
+  Value **slots[] = {&it, &key, &reverse};
+  if (args_bind("sorted", a, "iterable, key=, reverse=", slots) < 0) return NULL;
+  bool rev;
+  if (bi_bool_arg(reverse, false, &rev) < 0) return NULL;
+  if (!bi_is_none(key)) return err_set(ERR_VALUE, "sorted(): key= is not supported");
+  Value *l = ops_iter_items(it);
+  if (!l) return NULL;
+  List *L = (List *)l;
+  Value **tmp = shm_calloc(L->len ? L->len : 1, sizeof(Value *));
+  if (!tmp) {
+    val_decref(l);
+    return err_nomem();
+  }
+  for (size_t w = 1; w < L->len; w *= 2)
+    for (size_t lo = 0; lo + w < L->len; lo += 2 * w) {
+      size_t hi = lo + 2 * w < L->len ? lo + 2 * w : L->len;
+      if (merge_runs(L->items, tmp, lo, lo + w, hi, rev) < 0) {
+        shm_free(tmp);
+        val_decref(l);
+        return NULL;
+      }
+    }
+  shm_free(tmp);
+  return l;
+}
+
+static Value *bi_reversed(const CallArgs *a) {
+  Value *it;
+  Value **slots[] = {&it};
+  if (args_bind("reversed", a, "sequence", slots) < 0) return NULL;
+  Value *l = ops_iter_items(it);
+  if (!l) return NULL;
+  List *L = (List *)l;
+  for (size_t i = 0; i < L->len / 2; i++) {
+    Value *t = L->items[i];
+    L->items[i] = L->items[L->len - 1 - i];
+    L->items[L->len - 1 - i] = t;
+  }
+  return l;
+}
+
+static Value *bi_isinstance(const CallArgs *a) {
+  Value *x, *cls;
+  Value **slots[] = {&x, &cls};
+  if (args_bind("isinstance", a, "obj, class_or_tuple", slots) < 0) return NULL;
+  size_t n = 1;
+  Value *const *cs = &cls;
+  if (cls->type == V_TUPLE) val_seq(cls, &n, &cs);
+  for (size_t i = 0; i < n; i++) {
+    Value *c = cs[i];
+    const char *name = c->type == V_BUILTIN ? ((Builtin *)c)->name : NULL;
+    if (!name) return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
+    bool num = IS_ARRAY(x) && AS_ARRAY(x)->ndim == 0;
+    DType t = IS_ARRAY(x) ? AS_ARRAY(x)->dtype : DT_F32;
+    if ((!strcmp(name, "int") && num && dt_is_int(t) && AS_ARRAY(x)->weak) ||
+        (!strcmp(name, "float") && num && dt_is_float(t) && AS_ARRAY(x)->weak) ||
+        (!strcmp(name, "bool") && num && t == DT_BOOL) ||
+        (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
+        (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
+        (!strcmp(name, "array") && ops_is_array(x)))
+      return val_bool(true);
+  }
+  return val_bool(false);
+}
+
+static Value *bi_getattr(const CallArgs *a) {
+  Value *obj, *name, *dflt;
+  Value **slots[] = {&obj, &name, &dflt};
+  if (args_bind("getattr", a, "object, name, default=", slots) < 0) return NULL;
+  if (name->type != V_STR) return err_set(ERR_TYPE, "attribute name must be string");
+  Value *r = ops_getattr(obj, str_cstr(name));
+  if (r || !dflt || err_kind() == ERR_MEMORY) return r;
+  err_clear();
+  return val_incref(dflt);
+}
+
+static Value *bi_hasattr(const CallArgs *a) {
+  Value *obj, *name;
+  Value **slots[] = {&obj, &name};
+  if (args_bind("hasattr", a, "obj, name", slots) < 0) return NULL;
+  if (name->type != V_STR) return err_set(ERR_TYPE, "attribute name must be string");
+  Value *r = ops_getattr(obj, str_cstr(name));
+  if (!r && err_kind() == ERR_MEMORY) return NULL;
+  err_clear();
+  val_decref(r);
+  return val_bool(r != NULL);
+}
+
+static Value *bi_type(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("type", a, "object", slots) < 0) return NULL;
+  return str_from(val_type_name(x));
+}
+
+/* ======================================================================
+ * Files and print options
+ * ====================================================================== */
+
+static Value *bi_load(const CallArgs *a) {
+  Value *path;
+  Value **slots[] = {&path};
+  if (args_bind("load", a, "file", slots) < 0) return NULL;
+  if (path->type != V_STR) return err_set(ERR_TYPE, "load(): file must be a path string");
+  return npy_load(str_cstr(path));
+}
+
+static Value *bi_save(const CallArgs *a) {
+  Value *path, *x;
+  Value **slots[] = {&path, &x};
+  if (args_bind("save", a, "file, arr", slots) < 0) return NULL;
+  if (path->type != V_STR) return err_set(ERR_TYPE, "save(): file must be a path string");
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  if (!IS_ARRAY(xa)) {
+    val_decref(xa);
+    return err_set(ERR_TYPE, "save() needs a concrete array, not a traced one");
+  }
+  int rc = npy_save(str_cstr(path), AS_ARRAY(xa));
+  val_decref(xa);
+  return rc < 0 ? NULL : VAL_NONE;
+}
+
+static Value *bi_set_printoptions(const CallArgs *a) {
+  Value *prec, *thr, *edge, *lw, *sup;
+  Value **slots[] = {&prec, &thr, &edge, &lw, &sup};
+  if (args_bind("set_printoptions", a, "precision=, threshold=, edgeitems=, linewidth=, suppress=", slots) < 0)
+    return NULL;
+  PrintOptions o = print_options;
+  int64_t v;
+  if (bi_int_arg("set_printoptions", "precision", prec, o.precision, &v) < 0) return NULL;
+  o.precision = (int)v;
+  if (bi_int_arg("set_printoptions", "threshold", thr, o.threshold, &v) < 0) return NULL;
+  o.threshold = v > 0x7fffffff ? 0x7fffffff : (int)v;
+  if (bi_int_arg("set_printoptions", "edgeitems", edge, o.edgeitems, &v) < 0) return NULL;
+  o.edgeitems = (int)v;
+  if (bi_int_arg("set_printoptions", "linewidth", lw, o.linewidth, &v) < 0) return NULL;
+  o.linewidth = (int)v;
+  if (bi_bool_arg(sup, o.suppress, &o.suppress) < 0) return NULL;
+  return print_set_options(&o) < 0 ? NULL : VAL_NONE;
+}
+
+/* ======================================================================
+ * Registration
+ * ====================================================================== */
+
+/* The namespaces, made once by builtins_register (main thread, before any
+ * device thread runs); read-only afterwards except through
+ * builtins_add_to. */
+static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax;
+
+Value *builtins_namespace(const char *name) {
+  if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
+  if (!strcmp(name, "lax") || !strcmp(name, "jax.lax")) return ns_lax;
+  if (!strcmp(name, "jax.nn")) return ns_nn;
+  if (!strcmp(name, "jax")) return ns_jax;
+  return NULL;
+}
+
+int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc) {
+  Value *b = builtin_new(name, fn, doc);
+  if (!b) return -1;
+  int rc = env_set(e, intern_cstr(name), b);
+  val_decref(b);
+  return rc;
+}
+
+int builtins_add_to(const char *ns, const char *name, Value *v) {
+  Value *m = builtins_namespace(ns);
+  if (!m) {
+    err_set(ERR_NAME, "no namespace '%s'", ns);
+    return -1;
+  }
+  return dict_set_str(((Module *)m)->globals, name, v);
+}
+
+/* Binds [v] as [name] in the scopes of [where]. */
+static int bind(Env *e, const char *name, Value *v, unsigned where) {
+  if ((where & IN_TOP) && env_set(e, intern_cstr(name), v) < 0) return -1;
+  if ((where & IN_JNP) && dict_set_str(((Module *)ns_jnp)->globals, name, v) < 0) return -1;
+  if ((where & IN_LAX) && dict_set_str(((Module *)ns_lax)->globals, name, v) < 0) return -1;
+  if ((where & IN_NN) && dict_set_str(((Module *)ns_nn)->globals, name, v) < 0) return -1;
+  return 0;
+}
+
+/* A namespace module with an empty globals dict. */
+static Value *new_namespace(const char *name) {
+  Value *g = dict_new();
+  Value *m = g ? module_new(name, g) : NULL;
+  val_decref(g);
+  return m;
+}
+
+/* dtype values: NumPy's names and the short ones; `bool` stays Python's
+ * built-in at the top level (jnp.bool and bool_ are the dtype). */
+static int bind_dtypes(Env *e) {
+  static const char *const extra[][2] = {
+    {"bool_", "bool"}, {"int_", "int32"}, {"float_", "float32"}, {NULL, NULL}};
+  for (int t = 0; t < DT_COUNT; t++) {
+    Value *d = dtype_value((DType)t);
+    unsigned top = t == DT_BOOL ? IN_JNP : NP;
+    if (bind(e, dt_name((DType)t), d, top) < 0 || bind(e, dt_short((DType)t), d, top) < 0) return -1;
+  }
+  for (int i = 0; extra[i][0]; i++) {
+    DType t;
+    dt_parse(extra[i][1], &t);
+    if (bind(e, extra[i][0], dtype_value(t), NP) < 0) return -1;
+  }
+  return 0;
+}
+
+/* jnp.pi, jnp.e, jnp.inf, jnp.nan, jnp.newaxis as weak f32 constants. */
+static int bind_constants(Env *e) {
+  static const struct { const char *name; double v; } cs[] = {
+    {"pi", 3.141592653589793}, {"e", 2.718281828459045}, {"inf", INFINITY}, {"nan", NAN}};
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    Value *v = (Value *)arr_scalar_f64(DT_F32, cs[i].v, true);
+    int rc = v ? bind(e, cs[i].name, v, IN_JNP) : -1;
+    val_decref(v);
+    if (rc < 0) return -1;
+  }
+  return bind(e, "newaxis", VAL_NONE, IN_JNP);
+}
+
+int builtins_register(Env *e) {
+  if (!ns_jnp) {
+    ns_jnp = new_namespace("jax.numpy");
+    ns_lax = new_namespace("jax.lax");
+    ns_nn = new_namespace("jax.nn");
+    ns_jax = new_namespace("jax");
+    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax) return -1;
+  }
+  static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
+                                           bi_lax_table, bi_python_table};
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+    for (const BiEntry *b = tables[t]; b->name; b++) {
+      Value *v = builtin_new(b->name, b->fn, b->doc);
+      int rc = v ? bind(e, b->name, v, b->where) : -1;
+      val_decref(v);
+      if (rc < 0) return -1;
+    }
+  if (bind_dtypes(e) < 0 || bind_constants(e) < 0) return -1;
+  Value *jg = ((Module *)ns_jax)->globals;
+  if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
+      dict_set_str(jg, "nn", ns_nn) < 0)
+    return -1;
+  if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
+      env_set(e, intern_cstr("jax"), ns_jax) < 0)
+    return -1;
+  return 0;
+}
+
+/* The names this file binds, and where (builtins_impl.h). */
+const BiEntry bi_python_table[] = {
+  {"len", bi_len, IN_TOP, "len(obj)"},
+  {"perf_counter", bi_perf_counter, IN_TOP, "perf_counter(): seconds of a monotonic clock (float64)"},
+  {"range", bi_range, IN_TOP, "range(stop) or range(start, stop, step=1)"},
+  {"print", bi_print, IN_TOP, "print(*args, sep=' ', end='\\n')"},
+  {"str", bi_str, IN_TOP, "str(object)"},
+  {"repr", bi_repr, IN_TOP, "repr(obj)"},
+  {"int", bi_int, IN_TOP, "int(x)"},
+  {"float", bi_float, IN_TOP, "float(x)"},
+  {"bool", bi_bool, IN_TOP, "bool(x): truth value"},
+  {"list", bi_list, IN_TOP, "list(iterable)"},
+  {"tuple", bi_tuple, IN_TOP, "tuple(iterable)"},
+  {"dict", bi_dict, IN_TOP, "dict(pairs or **kwargs)"},
+  {"enumerate", bi_enumerate, IN_TOP, "enumerate(iterable, start=0)"},
+  {"zip", bi_zip, IN_TOP, "zip(*iterables)"},
+  {"sum", bi_sum, IN_TOP, "sum(a, axis=None, ...) on arrays; Python's sum on lists"},
+  {"max", bi_max, IN_TOP, "max(a, axis=None) on an array; Python's max of several values"},
+  {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},
+  {"sorted", bi_sorted, IN_TOP, "sorted(iterable, reverse=False)"},
+  {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
+  {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict)"},
+  {"type", bi_type, IN_TOP, "type(object): the type's name"},
+  {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
+  {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
+  {"load", bi_load, NP, "load(file): reads a .npy file"},
+  {"save", bi_save, NP, "save(file, arr): writes a .npy file"},
+  {"set_printoptions", bi_set_printoptions, NP, "set_printoptions(precision=, threshold=, edgeitems=, linewidth=, suppress=)"},
+  {NULL, NULL, 0, NULL},
+};

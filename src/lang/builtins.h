@@ -1,0 +1,31 @@
+/*
+ * builtins.h - the built-in functions of LANGUAGE.md §2, §5, §6, with
+ * NumPy/JAX names, argument names and semantics, and the namespaces
+ * `jnp`, `lax`, `jax`, `jax.lax`, `jax.numpy` that name the same functions.
+ */
+#ifndef SHMAP_BUILTINS_H
+#define SHMAP_BUILTINS_H
+
+#include "lang/eval.h"
+
+/* Binds every built-in (functions, dtype names, namespaces) into [e].
+ * Called once by interp_init; 0 or -1 with the error set. */
+int builtins_register(Env *e);
+
+/* Registration helper for other subsystems (shard_map, jit, the debugger):
+ * binds a C function [fn] as [name] in [e]. */
+int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc);
+
+/* The namespace module [name] ("jnp", "lax", "jax", "jax.numpy", "jax.lax",
+ * "jax.nn", "nn"), borrowed, so later subsystems can add members to its
+ * globals dict; NULL (no error) for an unknown name or before
+ * builtins_register ran. */
+Value *builtins_namespace(const char *name);
+
+/* Binds [v] (borrowed) as [name] in the namespace [ns] ("jnp", "lax",
+ * "jax", "jax.nn"), e.g. builtins_add_to("lax", "psum", psum_builtin) so
+ * `lax.psum` and `jax.lax.psum` resolve.  0, or -1 with the error set
+ * (unknown namespace, out of memory).  Main thread, at start-up. */
+int builtins_add_to(const char *ns, const char *name, Value *v);
+
+#endif

@@ -1,0 +1,661 @@
+/*
+ * builtins_reduce.c - reductions (sum, mean, var, argmax, cumsum, sort),
+ * the jax.nn helpers (logsumexp, softmax, one_hot), isclose/allclose,
+ * dynamic_slice and dynamic_update_slice, take and the dtype functions.
+ * jnp's dtype rules: sums of bool and int8 accumulate in int32, means and
+ * variances are float.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "lang/builtins_impl.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "array/npy.h"
+#include "lang/ops.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+/* ======================================================================
+ * Reductions
+ * ====================================================================== */
+
+/* Binds (a, axis, dtype, keepdims) and converts [a]; *x new reference. */
+typedef struct RedArgs {
+  Value *x;
+  int naxes, axes[SHM_MAXDIM];
+  bool keepdims, all;
+  int dtype;
+  int64_t ddof;
+} RedArgs;
+
+static int red_bind(const char *fname, const CallArgs *a, RedArgs *r, bool with_dtype) {
+  Value *x, *axis, *dtype = NULL, *out = NULL, *keepdims, *ddof = NULL, *where = NULL;
+  Value **s1[] = {&x, &axis, &dtype, &out, &keepdims, &ddof, &where};
+  Value **s2[] = {&x, &axis, &out, &keepdims};
+  int rc = with_dtype ? args_bind(fname, a, "a, axis=, dtype=, out=, keepdims=, ddof=, where=", s1)
+                      : args_bind(fname, a, "a, axis=, out=, keepdims=", s2);
+  if (rc < 0) return -1;
+  if (!bi_is_none(out) || !bi_is_none(where)) {
+    err_set(ERR_VALUE, "%s: the 'out' and 'where' arguments are not supported", fname);
+    return -1;
+  }
+  if (ops_dtype_arg(dtype, &r->dtype) < 0 || bi_bool_arg(keepdims, false, &r->keepdims) < 0 ||
+      bi_int_arg(fname, "ddof", ddof, 0, &r->ddof) < 0)
+    return -1;
+  r->x = bi_arr(x);
+  if (!r->x) return -1;
+  AVal av = bi_aval(r->x);
+  r->all = bi_is_none(axis);
+  if (ops_axes_arg(axis, av.ndim, &r->naxes, r->axes) < 0) {
+    val_decref(r->x);
+    return -1;
+  }
+  return 0;
+}
+
+/* Elements reduced over by [r]. */
+static int64_t red_count(RedArgs *r) {
+  AVal av = bi_aval(r->x);
+  int64_t n = 1;
+  for (int i = 0; i < r->naxes; i++) n *= av.shape[r->axes[i]];
+  return n;
+}
+
+/* sum and prod: bools and small ints accumulate in i32 (jnp's upcast). */
+static Value *sum_like(const char *fname, const CallArgs *a, PrimId id) {
+  RedArgs r;
+  if (red_bind(fname, a, &r, true) < 0) return NULL;
+  AVal av = bi_aval(r.x);
+  DType t = r.dtype >= 0 ? (DType)r.dtype
+            : (av.dtype == DT_BOOL || av.dtype == DT_I8) ? DT_I32 : av.dtype;
+  Value *c = ops_convert(r.x, t, av.weak);
+  Value *res = c ? ops_reduce(id, c, r.naxes, r.axes, r.keepdims) : NULL;
+  bi_drop(c, r.x, NULL, NULL);
+  return res;
+}
+
+Value *bi_jnp_sum(const CallArgs *a) { return sum_like("sum", a, P_REDUCE_SUM); }
+static Value *bi_prod(const CallArgs *a) { return sum_like("prod", a, P_REDUCE_PROD); }
+
+/* max and min: an error on empty reductions, as NumPy. */
+static Value *max_like(const char *fname, const CallArgs *a, PrimId id) {
+  RedArgs r;
+  if (red_bind(fname, a, &r, false) < 0) return NULL;
+  AVal av = bi_aval(r.x);
+  Value *res = NULL;
+  if (shape_size(av.ndim, av.shape) == 0 || red_count(&r) == 0)
+    err_set(ERR_VALUE, "zero-size array to reduction operation %s which has no identity",
+            id == P_REDUCE_MAX ? "maximum" : "minimum");
+  else
+    res = ops_reduce(id, r.x, r.naxes, r.axes, r.keepdims);
+  val_decref(r.x);
+  return res;
+}
+
+Value *bi_jnp_max(const CallArgs *a) { return max_like("max", a, P_REDUCE_MAX); }
+Value *bi_jnp_min(const CallArgs *a) { return max_like("min", a, P_REDUCE_MIN); }
+
+/* all and any: reduce_and / reduce_or of the bools. */
+static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
+  RedArgs r;
+  if (red_bind(fname, a, &r, false) < 0) return NULL;
+  Value *b = ops_convert(r.x, DT_BOOL, false);
+  Value *res = b ? ops_reduce(id, b, r.naxes, r.axes, r.keepdims) : NULL;
+  bi_drop(b, r.x, NULL, NULL);
+  return res;
+}
+
+static Value *bi_all(const CallArgs *a) { return all_like("all", a, P_REDUCE_AND); }
+static Value *bi_any(const CallArgs *a) { return all_like("any", a, P_REDUCE_OR); }
+
+/* The mean of [x] over [r]'s axes in float (sum, then divide by count). */
+static Value *mean_of(Value *x, RedArgs *r, bool keepdims) {
+  AVal av = bi_aval(x);
+  DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
+  Value *f = ops_convert(x, t, av.weak);
+  Value *s = f ? ops_reduce(P_REDUCE_SUM, f, r->naxes, r->axes, keepdims) : NULL;
+  Value *m = s ? bi_bin_const(P_DIV, s, (double)red_count(r)) : NULL;
+  bi_drop(f, s, NULL, NULL);
+  return m;
+}
+
+static Value *bi_mean(const CallArgs *a) {
+  RedArgs r;
+  if (red_bind("mean", a, &r, true) < 0) return NULL;
+  Value *m = mean_of(r.x, &r, r.keepdims);
+  val_decref(r.x);
+  return m;
+}
+
+/* var: mean of squared deviations, divided by N - ddof. */
+static Value *var_of(RedArgs *r) {
+  AVal av = bi_aval(r->x);
+  DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
+  Value *f = ops_convert(r->x, t, av.weak);
+  Value *m = f ? mean_of(f, r, true) : NULL;
+  Value *c = m ? bi_bin(P_SUB, f, m) : NULL;
+  Value *sq = c ? bi_bin(P_MUL, c, c) : NULL;
+  Value *s = sq ? ops_reduce(P_REDUCE_SUM, sq, r->naxes, r->axes, r->keepdims) : NULL;
+  Value *v = s ? bi_bin_const(P_DIV, s, (double)(red_count(r) - r->ddof)) : NULL;
+  bi_drop(f, m, c, sq);
+  val_decref(s);
+  return v;
+}
+
+static Value *bi_var(const CallArgs *a) {
+  RedArgs r;
+  if (red_bind("var", a, &r, true) < 0) return NULL;
+  Value *v = var_of(&r);
+  val_decref(r.x);
+  return v;
+}
+
+static Value *bi_std(const CallArgs *a) {
+  RedArgs r;
+  if (red_bind("std", a, &r, true) < 0) return NULL;
+  Value *v = var_of(&r);
+  Value *s = v ? ops_unary_prim(P_SQRT, v) : NULL;
+  bi_drop(v, r.x, NULL, NULL);
+  return s;
+}
+
+/* argmax/argmin(a, axis=None, keepdims=False): axis None flattens. */
+static Value *arg_like(const char *fname, const CallArgs *a, PrimId id) {
+  Value *x, *axis, *out, *keepdims;
+  Value **slots[] = {&x, &axis, &out, &keepdims};
+  if (args_bind(fname, a, "a, axis=, out=, keepdims=", slots) < 0) return NULL;
+  bool kd;
+  if (bi_bool_arg(keepdims, false, &kd) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  AVal av = bi_aval(xa);
+  Value *res = NULL;
+  if (shape_size(av.ndim, av.shape) == 0) {
+    err_set(ERR_VALUE, "attempt to get %s of an empty sequence", fname);
+  } else if (bi_is_none(axis)) {
+    Value *f = bi_ravel_of(xa);
+    int zero = 0;
+    Value *r = f ? ops_reduce(id, f, 1, &zero, false) : NULL;
+    if (r && kd) {
+      int64_t ones[SHM_MAXDIM];
+      for (int i = 0; i < av.ndim; i++) ones[i] = 1;
+      res = ops_reshape(r, av.ndim, ones);
+    } else {
+      res = val_incref(r);
+    }
+    bi_drop(f, r, NULL, NULL);
+  } else {
+    int n, ax[SHM_MAXDIM];
+    if (ops_axes_arg(axis, av.ndim, &n, ax) == 0) {
+      if (n != 1) err_set(ERR_TYPE, "%s: axis must be an integer", fname);
+      else res = ops_reduce(id, xa, 1, ax, kd);
+    }
+  }
+  val_decref(xa);
+  return res;
+}
+
+static Value *bi_argmax(const CallArgs *a) { return arg_like("argmax", a, P_ARGMAX); }
+static Value *bi_argmin(const CallArgs *a) { return arg_like("argmin", a, P_ARGMIN); }
+
+/* cumsum/cumprod(a, axis=None, dtype=None): axis None flattens. */
+static Value *cum_like(const char *fname, const CallArgs *a, PrimId id) {
+  Value *x, *axis, *dtype;
+  Value **slots[] = {&x, &axis, &dtype};
+  if (args_bind(fname, a, "a, axis=, dtype=", slots) < 0) return NULL;
+  int t;
+  if (ops_dtype_arg(dtype, &t) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  Value *src = bi_is_none(axis) ? bi_ravel_of(xa) : val_incref(xa);
+  val_decref(xa);
+  if (!src) return NULL;
+  AVal av = bi_aval(src);
+  if (t < 0) t = (av.dtype == DT_BOOL || av.dtype == DT_I8) ? DT_I32 : (int)av.dtype;
+  int64_t ax = 0;
+  int axn = 0;
+  Value *res = NULL, *c = NULL;
+  if (bi_int_arg(fname, "axis", axis, 0, &ax) < 0 || axis_normalize(ax, av.ndim ? av.ndim : 1, &axn) < 0)
+    goto done;
+  c = ops_convert(src, (DType)t, av.weak);
+  if (c) {
+    Params p;
+    params_init(&p);
+    params_add(&p, "axis", val_int(axn));
+    params_add(&p, "reverse", val_bool(false));
+    res = ops_apply(id, 1, &c, &p);
+    params_clear(&p);
+  }
+done:
+  bi_drop(src, c, NULL, NULL);
+  return res;
+}
+
+static Value *bi_cumsum(const CallArgs *a) { return cum_like("cumsum", a, P_CUMSUM); }
+static Value *bi_cumprod(const CallArgs *a) { return cum_like("cumprod", a, P_CUMPROD); }
+
+static Value *bi_sort(const CallArgs *a) {
+  Value *x, *axis;
+  Value **slots[] = {&x, &axis};
+  if (args_bind("sort", a, "a, axis=", slots) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  Value *src = axis && axis == VAL_NONE ? bi_ravel_of(xa) : val_incref(xa);
+  val_decref(xa);
+  if (!src) return NULL;
+  AVal av = bi_aval(src);
+  int64_t ax;
+  int axn;
+  Value *r = NULL;
+  if (av.ndim == 0) {
+    r = val_incref(src);
+  } else if (bi_int_arg("sort", "axis", axis && axis != VAL_NONE ? axis : NULL, -1, &ax) == 0 &&
+             axis_normalize(ax, av.ndim, &axn) == 0) {
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    r = ops_apply(P_SORT, 1, &src, &p);
+    params_clear(&p);
+  }
+  val_decref(src);
+  return r;
+}
+
+/* jax.nn.logsumexp: max-shifted for stability. */
+static Value *bi_logsumexp(const CallArgs *a) {
+  Value *x, *axis, *b, *keepdims, *return_sign;
+  Value **slots[] = {&x, &axis, &b, &keepdims, &return_sign};
+  if (args_bind("logsumexp", a, "a, axis=, b=, keepdims=, return_sign=", slots) < 0) return NULL;
+  if (!bi_is_none(b)) return err_set(ERR_VALUE, "logsumexp: the 'b' argument is not supported");
+  bool kd;
+  if (bi_bool_arg(keepdims, false, &kd) < 0) return NULL;
+  Value *xa = bi_arr(x), *f = xa ? bi_inexact(xa) : NULL;
+  val_decref(xa);
+  if (!f) return NULL;
+  AVal av = bi_aval(f);
+  int n, ax[SHM_MAXDIM];
+  Value *res = NULL;
+  if (ops_axes_arg(axis, av.ndim, &n, ax) < 0) goto out;
+  Value *mx = ops_reduce(P_REDUCE_MAX, f, n, ax, true);
+  Value *fin = mx ? ops_unary_prim(P_IS_FINITE, mx) : NULL;
+  Value *z = fin ? bi_scalar(av.dtype, 0) : NULL;
+  Value *shift = z ? ops_select(fin, mx, z) : NULL;
+  bi_drop(mx, fin, z, NULL);
+  Value *d = shift ? bi_bin(P_SUB, f, shift) : NULL;
+  Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
+  Value *s = e ? ops_reduce(P_REDUCE_SUM, e, n, ax, kd) : NULL;
+  Value *l = s ? ops_unary_prim(P_LOG, s) : NULL;
+  bi_drop(d, e, s, NULL);
+  Value *sh = NULL;
+  if (l) {
+    int64_t d64[SHM_MAXDIM];
+    for (int i = 0; i < n; i++) d64[i] = ax[i];
+    for (int i = 1; i < n; i++)
+      for (int j = i; j > 0 && d64[j - 1] > d64[j]; j--) {
+        int64_t t = d64[j];
+        d64[j] = d64[j - 1];
+        d64[j - 1] = t;
+      }
+    sh = kd ? val_incref(shift) : ops_squeeze(shift, n, d64);
+  }
+  res = sh ? bi_bin(P_ADD, l, sh) : NULL;
+  bi_drop(l, sh, shift, NULL);
+out:
+  val_decref(f);
+  return res;
+}
+
+/* jax.nn.softmax and log_softmax along [axis] (default -1). */
+static Value *softmax_like(const char *fname, const CallArgs *a, bool log_form) {
+  Value *x, *axis, *where, *initial;
+  Value **slots[] = {&x, &axis, &where, &initial};
+  if (args_bind(fname, a, "x, axis=, where=, initial=", slots) < 0) return NULL;
+  Value *xa = bi_arr(x), *f = xa ? bi_inexact(xa) : NULL;
+  val_decref(xa);
+  if (!f) return NULL;
+  AVal av = bi_aval(f);
+  int n, ax[SHM_MAXDIM];
+  Value *res = NULL, *m1 = NULL;
+  if (bi_is_none(axis)) {
+    m1 = val_int(-1);
+    axis = av.ndim ? m1 : VAL_NONE;
+  }
+  if (ops_axes_arg(axis, av.ndim, &n, ax) == 0) {
+    Value *mx = ops_reduce(P_REDUCE_MAX, f, n, ax, true);
+    Value *d = mx ? bi_bin(P_SUB, f, mx) : NULL;
+    Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
+    Value *s = e ? ops_reduce(P_REDUCE_SUM, e, n, ax, true) : NULL;
+    if (s && log_form) {
+      Value *l = ops_unary_prim(P_LOG, s);
+      res = l ? bi_bin(P_SUB, d, l) : NULL;
+      val_decref(l);
+    } else if (s) {
+      res = bi_bin(P_DIV, e, s);
+    }
+    bi_drop(mx, d, e, s);
+  }
+  bi_drop(f, m1, NULL, NULL);
+  return res;
+}
+
+static Value *bi_softmax(const CallArgs *a) { return softmax_like("softmax", a, false); }
+static Value *bi_log_softmax(const CallArgs *a) { return softmax_like("log_softmax", a, true); }
+
+/* jax.nn.one_hot: expand_dims(x, axis) == iota along axis, converted. */
+static Value *bi_one_hot(const CallArgs *a) {
+  Value *x, *num, *dtype, *axis;
+  Value **slots[] = {&x, &num, &dtype, &axis};
+  if (args_bind("one_hot", a, "x, num_classes, dtype=, axis=", slots) < 0) return NULL;
+  int64_t nc, ax;
+  int t;
+  if (bi_int_arg("one_hot", "num_classes", num, 0, &nc) < 0 ||
+      bi_int_arg("one_hot", "axis", axis, -1, &ax) < 0 || ops_dtype_arg(dtype, &t) < 0)
+    return NULL;
+  if (nc < 0) return err_set(ERR_VALUE, "num_classes must be non-negative, got %lld", (long long)nc);
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  AVal av = bi_aval(xa);
+  int axn;
+  Value *res = NULL;
+  if (axis_normalize(ax, av.ndim + 1, &axn) == 0) {
+    int64_t d = axn, sh[SHM_MAXDIM];
+    for (int i = 0; i <= av.ndim; i++) sh[i] = 1;
+    sh[axn] = nc;
+    Value *lhs = ops_expand_dims(xa, 1, &d);
+    Value *rhs = lhs ? bi_iota(av.dtype == DT_BOOL ? DT_I32 : av.dtype, av.ndim + 1, sh, axn) : NULL;
+    Value *eq = rhs ? bi_bin(P_EQ, lhs, rhs) : NULL;
+    res = eq ? ops_convert(eq, t < 0 ? DT_F32 : (DType)t, false) : NULL;
+    bi_drop(lhs, rhs, eq, NULL);
+  }
+  val_decref(xa);
+  return res;
+}
+
+/* jnp.isclose: |a - b| <= atol + rtol * |b|, infinities equal only to
+ * themselves, NaNs equal when equal_nan. */
+static Value *isclose(Value *x, Value *y, double rtol, double atol, bool equal_nan) {
+  Value *in[2] = {x, y};
+  AVal xa = bi_aval(x), ya = bi_aval(y);
+  DType t = dt_promote(xa.dtype, xa.weak, ya.dtype, ya.weak, NULL);
+  if (!dt_is_float(t)) return bi_bin(P_EQ, x, y);
+  Value *xf = ops_convert(in[0], t, false), *yf = xf ? ops_convert(in[1], t, false) : NULL;
+  Value *d = yf ? bi_bin(P_SUB, xf, yf) : NULL;
+  Value *ad = d ? ops_unary_prim(P_ABS, d) : NULL;
+  Value *ay = ad ? ops_unary_prim(P_ABS, yf) : NULL;
+  Value *tol1 = ay ? bi_bin_const(P_MUL, ay, rtol) : NULL;
+  Value *tol = tol1 ? bi_bin_const(P_ADD, tol1, atol) : NULL;
+  Value *close = tol ? bi_bin(P_LE, ad, tol) : NULL;
+  bi_drop(d, ad, ay, tol1);
+  val_decref(tol);
+  Value *fx = close ? ops_unary_prim(P_IS_FINITE, xf) : NULL;
+  Value *fy = fx ? ops_unary_prim(P_IS_FINITE, yf) : NULL;
+  Value *fin = fy ? bi_bin(P_AND, fx, fy) : NULL;
+  Value *eq = fin ? bi_bin(P_EQ, xf, yf) : NULL;
+  Value *r = eq ? ops_select(fin, close, eq) : NULL;
+  bi_drop(close, fx, fy, fin);
+  val_decref(eq);
+  if (r && equal_nan) {
+    Value *nx = bi_bin(P_NE, xf, xf), *ny = nx ? bi_bin(P_NE, yf, yf) : NULL;
+    Value *both = ny ? bi_bin(P_AND, nx, ny) : NULL;
+    Value *r2 = both ? bi_bin(P_OR, r, both) : NULL;
+    bi_drop(nx, ny, both, r);
+    r = r2;
+  }
+  bi_drop(xf, yf, NULL, NULL);
+  return r;
+}
+
+static Value *close_bind(const char *fname, const CallArgs *a, bool all) {
+  Value *x, *y, *rtol, *atol, *equal_nan;
+  Value **slots[] = {&x, &y, &rtol, &atol, &equal_nan};
+  if (args_bind(fname, a, "a, b, rtol=, atol=, equal_nan=", slots) < 0) return NULL;
+  double rt, at;
+  bool en;
+  if (bi_float_arg(fname, "rtol", rtol, 1e-05, &rt) < 0 || bi_float_arg(fname, "atol", atol, 1e-08, &at) < 0 ||
+      bi_bool_arg(equal_nan, false, &en) < 0)
+    return NULL;
+  Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
+  Value *c = ya ? isclose(xa, ya, rt, at, en) : NULL;
+  bi_drop(xa, ya, NULL, NULL);
+  if (!c || !all) return c;
+  AVal av = bi_aval(c);
+  int ax[SHM_MAXDIM];
+  for (int i = 0; i < av.ndim; i++) ax[i] = i;
+  Value *r = ops_reduce(P_REDUCE_AND, c, av.ndim, ax, false);
+  val_decref(c);
+  if (!r || !IS_ARRAY(r)) return r;
+  /* Eagerly, a Python-like bool. */
+  bool b = arr_get_i64(AS_ARRAY(r), 0) != 0;
+  val_decref(r);
+  return val_bool(b);
+}
+
+static Value *bi_allclose(const CallArgs *a) { return close_bind("allclose", a, true); }
+static Value *bi_isclose(const CallArgs *a) { return close_bind("isclose", a, false); }
+
+static Value *bi_array_equal(const CallArgs *a) {
+  Value *x, *y;
+  Value **slots[] = {&x, &y};
+  if (args_bind("array_equal", a, "a1, a2", slots) < 0) return NULL;
+  Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
+  Value *r = NULL;
+  if (ya) {
+    AVal av = bi_aval(xa), bv = bi_aval(ya);
+    if (av.ndim != bv.ndim || memcmp(av.shape, bv.shape, sizeof(int64_t) * (size_t)av.ndim)) {
+      r = val_bool(false);
+    } else {
+      Value *eq = bi_bin(P_EQ, xa, ya);
+      int ax[SHM_MAXDIM];
+      for (int i = 0; i < av.ndim; i++) ax[i] = i;
+      r = eq ? ops_reduce(P_REDUCE_AND, eq, av.ndim, ax, false) : NULL;
+      val_decref(eq);
+    }
+  }
+  bi_drop(xa, ya, NULL, NULL);
+  return r;
+}
+
+/* ======================================================================
+ * dynamic_slice, dynamic_update_slice, take
+ * ====================================================================== */
+
+/* The start indices as i32 0-d arrays (or tracers); *n set. */
+static int starts_arg(const char *fname, Value *v, int ndim, Value **out) {
+  size_t n;
+  Value *const *items;
+  Value *list = NULL;
+  if (!val_seq(v, &n, &items)) {
+    if (!ops_is_array(v) || bi_aval(v).ndim != 1) {
+      err_set(ERR_TYPE, "%s: start_indices must be a sequence of integers", fname);
+      return -1;
+    }
+    list = ops_iter_items(v);
+    if (!list) return -1;
+    val_seq(list, &n, &items);
+  }
+  if ((int)n != ndim) {
+    val_decref(list);
+    err_set(ERR_TYPE, "%s: length of start_indices (%zu) must match the operand's rank (%d)",
+            fname, n, ndim);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    Value *x = bi_arr(items[i]);
+    AVal av = x ? bi_aval(x) : (AVal){0};
+    if (x && (av.ndim != 0 || !(dt_is_int(av.dtype) || av.dtype == DT_BOOL))) {
+      err_set(ERR_TYPE, "%s: start indices must be integer scalars", fname);
+      val_decref(x);
+      x = NULL;
+    }
+    out[i] = x ? ops_convert(x, DT_I32, false) : NULL;
+    val_decref(x);
+    if (!out[i]) {
+      for (size_t j = 0; j < i; j++) val_decref(out[j]);
+      val_decref(list);
+      return -1;
+    }
+  }
+  val_decref(list);
+  return 0;
+}
+
+static Value *bi_dynamic_slice(const CallArgs *a) {
+  Value *x, *starts, *sizes;
+  Value **slots[] = {&x, &starts, &sizes};
+  if (args_bind("dynamic_slice", a, "operand, start_indices, slice_sizes", slots) < 0) return NULL;
+  Value *in[SHM_MAXDIM + 1];
+  in[0] = bi_arr(x);
+  if (!in[0]) return NULL;
+  AVal av = bi_aval(in[0]);
+  int nd;
+  int64_t sz[SHM_MAXDIM];
+  Value *r = NULL;
+  if (ops_shape_arg(sizes, &nd, sz) < 0) goto fail;
+  if (nd != av.ndim) {
+    err_set(ERR_TYPE, "dynamic_slice: slice_sizes must have the same length as the operand's rank");
+    goto fail;
+  }
+  if (starts_arg("dynamic_slice", starts, av.ndim, in + 1) < 0) goto fail;
+  Params p;
+  params_init(&p);
+  params_add(&p, "slice_sizes", val_int_tuple(nd, sz));
+  r = ops_apply(P_DYNAMIC_SLICE, av.ndim + 1, in, &p);
+  params_clear(&p);
+  for (int i = 1; i <= av.ndim; i++) val_decref(in[i]);
+fail:
+  val_decref(in[0]);
+  return r;
+}
+
+static Value *bi_dynamic_update_slice(const CallArgs *a) {
+  Value *x, *upd, *starts;
+  Value **slots[] = {&x, &upd, &starts};
+  if (args_bind("dynamic_update_slice", a, "operand, update, start_indices", slots) < 0) return NULL;
+  Value *in[SHM_MAXDIM + 2];
+  in[0] = bi_arr(x);
+  Value *u = in[0] ? bi_arr(upd) : NULL;
+  if (!u) {
+    val_decref(in[0]);
+    return NULL;
+  }
+  AVal av = bi_aval(in[0]);
+  in[1] = ops_convert(u, av.dtype, false);
+  val_decref(u);
+  Value *r = NULL;
+  if (in[1] && starts_arg("dynamic_update_slice", starts, av.ndim, in + 2) == 0) {
+    Params p;
+    params_init(&p);
+    r = ops_apply(P_DYNAMIC_UPDATE_SLICE, av.ndim + 2, in, &p);
+    for (int i = 2; i < av.ndim + 2; i++) val_decref(in[i]);
+  }
+  bi_drop(in[0], in[1], NULL, NULL);
+  return r;
+}
+
+/* jnp.take(a, indices, axis=None) as indexing. */
+static Value *bi_take(const CallArgs *a) {
+  Value *x, *idx, *axis;
+  Value **slots[] = {&x, &idx, &axis};
+  if (args_bind("take", a, "a, indices, axis=", slots) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  Value *src = bi_is_none(axis) ? bi_ravel_of(xa) : val_incref(xa);
+  val_decref(xa);
+  if (!src) return NULL;
+  AVal av = bi_aval(src);
+  int64_t ax;
+  int axn;
+  Value *r = NULL;
+  if (bi_int_arg("take", "axis", axis, 0, &ax) == 0 && axis_normalize(ax, av.ndim, &axn) == 0) {
+    Value *t = tuple_new((size_t)axn + 1);
+    for (int i = 0; t && i < axn; i++) tuple_set_steal(t, (size_t)i, slice_new(VAL_NONE, VAL_NONE, VAL_NONE));
+    if (t) tuple_set_steal(t, (size_t)axn, val_incref(idx));
+    r = t ? ops_getitem(src, t) : NULL;
+    val_decref(t);
+  }
+  val_decref(src);
+  return r;
+}
+
+/* ======================================================================
+ * Dtypes
+ * ====================================================================== */
+
+static Value *bi_astype(const CallArgs *a) {
+  Value *x, *dtype, *copy;
+  Value **slots[] = {&x, &dtype, &copy};
+  if (args_bind("astype", a, "x, dtype, copy=", slots) < 0) return NULL;
+  int t;
+  if (ops_dtype_arg(dtype, &t) < 0) return NULL;
+  if (t < 0) return err_set(ERR_TYPE, "astype: dtype must not be None");
+  Value *xa = bi_arr(x);
+  Value *r = xa ? ops_convert(xa, (DType)t, false) : NULL;
+  val_decref(xa);
+  return r;
+}
+
+static Value *bi_result_type(const CallArgs *a) {
+  DType t = DT_BOOL;
+  bool weak = true;
+  for (int i = 0; i < a->nargs; i++) {
+    int dt;
+    DType d;
+    bool w = false;
+    if (a->args[i]->type == V_DTYPE || a->args[i]->type == V_STR) {
+      if (ops_dtype_arg(a->args[i], &dt) < 0) return NULL;
+      d = (DType)dt;
+    } else {
+      Value *x = bi_arr(a->args[i]);
+      if (!x) return NULL;
+      AVal av = bi_aval(x);
+      val_decref(x);
+      d = av.dtype;
+      w = av.weak;
+    }
+    t = i == 0 ? d : dt_promote(t, weak, d, w, &weak);
+    if (i == 0) weak = w;
+  }
+  return dtype_value(t);
+}
+
+/* The names this file binds, and where (builtins_impl.h). */
+const BiEntry bi_reduce_table[] = {
+  {"sum", bi_jnp_sum, IN_JNP, "sum(a, axis=None, dtype=None, keepdims=False)"},
+  {"prod", bi_prod, NP, "prod(a, axis=None, dtype=None, keepdims=False)"},
+  {"max", bi_jnp_max, IN_JNP, "max(a, axis=None, keepdims=False)"},
+  {"min", bi_jnp_min, IN_JNP, "min(a, axis=None, keepdims=False)"},
+  {"amax", bi_jnp_max, IN_JNP, "amax(a, axis=None, keepdims=False)"},
+  {"amin", bi_jnp_min, IN_JNP, "amin(a, axis=None, keepdims=False)"},
+  {"mean", bi_mean, NP, "mean(a, axis=None, dtype=None, keepdims=False)"},
+  {"var", bi_var, NP, "var(a, axis=None, dtype=None, ddof=0, keepdims=False)"},
+  {"std", bi_std, NP, "std(a, axis=None, dtype=None, ddof=0, keepdims=False)"},
+  {"all", bi_all, NP, "all(a, axis=None, keepdims=False)"},
+  {"any", bi_any, NP, "any(a, axis=None, keepdims=False)"},
+  {"argmax", bi_argmax, NP, "argmax(a, axis=None, keepdims=False)"},
+  {"argmin", bi_argmin, NP, "argmin(a, axis=None, keepdims=False)"},
+  {"cumsum", bi_cumsum, NP, "cumsum(a, axis=None, dtype=None)"},
+  {"cumprod", bi_cumprod, NP, "cumprod(a, axis=None, dtype=None)"},
+  {"sort", bi_sort, NP, "sort(a, axis=-1)"},
+  {"logsumexp", bi_logsumexp, IN_TOP | IN_JNP | IN_NN, "logsumexp(a, axis=None, keepdims=False)"},
+  {"softmax", bi_softmax, IN_TOP | IN_JNP | IN_NN, "softmax(x, axis=-1)"},
+  {"log_softmax", bi_log_softmax, IN_TOP | IN_JNP | IN_NN, "log_softmax(x, axis=-1)"},
+  {"one_hot", bi_one_hot, IN_TOP | IN_JNP | IN_NN, "one_hot(x, num_classes, dtype=float32, axis=-1)"},
+  {"allclose", bi_allclose, NP, "allclose(a, b, rtol=1e-05, atol=1e-08): True or False"},
+  {"isclose", bi_isclose, NP, "isclose(a, b, rtol=1e-05, atol=1e-08)"},
+  {"array_equal", bi_array_equal, NP, "array_equal(a1, a2)"},
+  {"take", bi_take, NP, "take(a, indices, axis=None)"},
+  {"dynamic_slice", bi_dynamic_slice, IN_TOP | IN_LAX, "dynamic_slice(operand, start_indices, slice_sizes): starts clamped"},
+  {"dynamic_update_slice", bi_dynamic_update_slice, IN_TOP | IN_LAX, "dynamic_update_slice(operand, update, start_indices)"},
+  {"astype", bi_astype, NP, "astype(x, dtype)"},
+  {"result_type", bi_result_type, IN_JNP, "result_type(*arrays_and_dtypes)"},
+  {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,1554 @@
+/*
+ * eval.c - the tree-walking evaluator (eval.h).
+ *
+ * Statements return an Outcome (normal, error, return, break, continue);
+ * expressions return a new reference or NULL with the error set.  The
+ * first node that sees an error without a location gives it its own
+ * (err_locate), so errors point at the innermost expression.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "base/error.h"
+#include "spmd/device.h"
+#include "lang/eval.h"
+#include "transform/control.h"
+#include "base/intern.h"
+#include "transform/jit.h"
+#include "array/linalg.h"
+#include "base/mem.h"
+#include "spmd/mesh.h"
+#include "lang/ops.h"
+#include "lang/parser.h"
+#include "array/prim.h"
+#include "array/print.h"
+#include "spmd/shardmap.h"
+
+Interp *shm_interp;
+atomic_int shm_interrupted;
+int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+StmtExec eval_exec_mesh, eval_exec_shard_map;
+Value *(*eval_make_jit)(Value *fn);
+
+/* Deep recursion is an error, not a stack overflow.  Device threads get
+ * stacks large enough for this depth (device.c). */
+#define MAX_DEPTH 600
+
+static _Thread_local Frame *cur_frame;
+static _Thread_local int cur_depth;
+static _Thread_local Loc cur_loc;
+static _Thread_local OutBuf *cur_out;
+
+Frame *eval_current_frame(void) { return cur_frame; }
+Loc eval_current_loc(void) { return cur_loc; }
+void eval_set_output(OutBuf *b) { cur_out = b; }
+
+void eval_write(const char *s, size_t n) {
+  OutBuf *b = cur_out;
+  if (!b) {
+    fwrite(s, 1, n, stdout);
+    return;
+  }
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n) cap *= 2;
+    char *nd = shm_realloc(b->data, cap);
+    if (!nd) return; /* output dropped rather than crash; the run goes on */
+    b->data = nd;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+}
+
+/* ==== scopes =============================================================== */
+
+struct Env {
+  atomic_int refcount;
+  Env *parent;         /* owned */
+  int n, cap;          /* open addressing over interned-pointer keys */
+  const char **keys;
+  Value **vals;        /* owned */
+  const char *declared[16];  /* names declared `global` / `nonlocal` here */
+  bool declared_global[16];
+  int ndeclared;
+};
+
+static size_t ptr_hash(const char *p) {
+  uintptr_t x = (uintptr_t)p;
+  x ^= x >> 17;
+  x *= 0xed5ad4bbu;
+  return (size_t)(x ^ (x >> 11));
+}
+
+Env *env_new(Env *parent) {
+  Env *e = shm_calloc(1, sizeof *e);
+  if (!e) return err_nomem();
+  atomic_init(&e->refcount, 1);
+  e->parent = parent;
+  if (parent) env_incref(parent);
+  return e;
+}
+
+void env_incref(Env *e) {
+  if (e) atomic_fetch_add_explicit(&e->refcount, 1, memory_order_relaxed);
+}
+
+void env_clear(Env *e) {
+  for (int i = 0; i < e->cap; i++)
+    if (e->keys[i]) {
+      Value *v = e->vals[i];
+      e->keys[i] = NULL;
+      e->vals[i] = NULL;
+      val_decref(v);
+    }
+  e->n = 0;
+}
+
+void env_decref(Env *e) {
+  if (!e || atomic_fetch_sub_explicit(&e->refcount, 1, memory_order_acq_rel) != 1)
+    return;
+  env_clear(e);
+  shm_free(e->keys);
+  shm_free(e->vals);
+  env_decref(e->parent);
+  shm_free(e);
+}
+
+static Value **env_slot(Env *e, const char *name) {
+  if (!e->cap) return NULL;
+  size_t mask = (size_t)e->cap - 1;
+  for (size_t i = ptr_hash(name) & mask;; i = (i + 1) & mask) {
+    if (e->keys[i] == name) return &e->vals[i];
+    if (!e->keys[i]) return NULL;
+  }
+}
+
+Value *env_lookup(Env *e, const char *name) {
+  for (; e; e = e->parent) {
+    Value **s = env_slot(e, name);
+    if (s) return *s;
+  }
+  return NULL;
+}
+
+static int env_grow(Env *e) {
+  int cap = e->cap ? e->cap * 2 : 8;
+  const char **keys = shm_calloc((size_t)cap, sizeof *keys);
+  Value **vals = shm_calloc((size_t)cap, sizeof *vals);
+  if (!keys || !vals) {
+    shm_free(keys);
+    shm_free(vals);
+    err_nomem();
+    return -1;
+  }
+  for (int i = 0; i < e->cap; i++)
+    if (e->keys[i]) {
+      size_t j = ptr_hash(e->keys[i]) & (size_t)(cap - 1);
+      while (keys[j]) j = (j + 1) & (size_t)(cap - 1);
+      keys[j] = e->keys[i];
+      vals[j] = e->vals[i];
+    }
+  shm_free(e->keys);
+  shm_free(e->vals);
+  e->keys = keys;
+  e->vals = vals;
+  e->cap = cap;
+  return 0;
+}
+
+int env_set_steal(Env *e, const char *name, Value *v) {
+  Value **s = env_slot(e, name);
+  if (s) {
+    Value *old = *s;
+    *s = v;
+    val_decref(old);
+    return 0;
+  }
+  if ((e->n + 1) * 4 > e->cap * 3 && env_grow(e) < 0) {
+    val_decref(v);
+    return -1;
+  }
+  size_t mask = (size_t)e->cap - 1, i = ptr_hash(name) & mask;
+  while (e->keys[i]) i = (i + 1) & mask;
+  e->keys[i] = name;
+  e->vals[i] = v;
+  e->n++;
+  return 0;
+}
+
+int env_set(Env *e, const char *name, Value *v) {
+  return env_set_steal(e, name, val_incref(v));
+}
+
+void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx) {
+  for (int i = 0; i < e->cap; i++)
+    if (e->keys[i]) fn(e->keys[i], e->vals[i], ctx);
+}
+
+/* The module scope: the outermost ancestor. */
+static Env *env_module(Env *e) {
+  while (e->parent) e = e->parent;
+  return e;
+}
+
+/* Where an assignment to [name] in [e] goes: itself, or the scope named by
+ * a `global` / `nonlocal` declaration. */
+static Env *env_target(Env *e, const char *name) {
+  for (int i = 0; i < e->ndeclared; i++) {
+    if (e->declared[i] != name) continue;
+    if (e->declared_global[i]) return env_module(e);
+    for (Env *p = e->parent; p && p->parent; p = p->parent)
+      if (env_slot(p, name)) return p;
+    return env_module(e);
+  }
+  return e;
+}
+
+/* ==== the parsed tree as a value, so functions keep their code alive ==== */
+
+typedef struct TreeRef {
+  Opaque base;
+  AstModule *mod;
+} TreeRef;
+
+static void tree_free(Value *v) { ast_free(((TreeRef *)v)->mod); }
+static const OpaqueType tree_type = {"code", tree_free, NULL, NULL};
+
+static Value *tree_ref_new(AstModule *mod) {
+  TreeRef *t = shm_malloc(sizeof *t);
+  if (!t) {
+    ast_free(mod);
+    return err_nomem();
+  }
+  val_init(&t->base.hdr, V_OPAQUE);
+  t->base.ot = &tree_type;
+  t->mod = mod;
+  return &t->base.hdr;
+}
+
+/* Finds the TreeRef of [mod]: kept in a per-thread cache set by whoever
+ * runs code of that module (eval_source, calls of Funcs). */
+static _Thread_local Value *cur_tree;
+
+/* ==== functions ============================================================= */
+
+static void func_free(Value *v) {
+  Func *f = (Func *)v;
+  for (int i = 0; f->defaults && i < f->node->nparams; i++) val_decref(f->defaults[i]);
+  shm_free(f->defaults);
+  env_decref(f->closure);
+  val_decref(f->mod_ref);
+  shm_free(f);
+}
+
+typedef enum { OUT_OK, OUT_ERR, OUT_RETURN, OUT_BREAK, OUT_CONTINUE } Outcome;
+
+static Value *eval(const Node *n, Env *env);
+static Outcome exec_block(const NodeList *body, Env *env, Value **ret);
+
+Value *eval_make_func(const Node *node, Env *env, AstModule *mod) {
+  Func *f = shm_calloc(1, sizeof *f);
+  if (!f) return err_nomem();
+  val_init(&f->hdr, V_FUNC);
+  f->name = node->kind == N_LAMBDA ? intern_cstr("<lambda>") : node->name;
+  f->mod = mod;
+  f->mod_ref = val_incref(cur_tree);
+  f->node = node;
+  f->closure = env;
+  env_incref(env);
+  f->defaults = shm_calloc((size_t)node->nparams + 1, sizeof(Value *));
+  if (!f->defaults) {
+    val_decref(&f->hdr);
+    return err_nomem();
+  }
+  for (int i = 0; i < node->nparams; i++) {
+    if (!node->params[i].deflt) continue;
+    f->defaults[i] = eval(node->params[i].deflt, env);
+    if (!f->defaults[i]) {
+      val_decref(&f->hdr);
+      return NULL;
+    }
+  }
+  return &f->hdr;
+}
+
+/* Binds a call's arguments to [f]'s parameters in the fresh scope [e],
+ * with Python's rules and messages. */
+static int bind_params(Func *f, Env *e, const CallArgs *a) {
+  const Node *d = f->node;
+  int np = d->nparams, npos = 0;
+  int star = -1, starstar = -1;
+  for (int i = 0; i < np; i++) {
+    if (d->params[i].star) star = i;
+    else if (d->params[i].starstar) starstar = i;
+    else if (star < 0) npos++;
+  }
+  bool *set = shm_calloc((size_t)np + 1, sizeof *set);
+  if (!set) {
+    err_nomem();
+    return -1;
+  }
+  int rc = -1;
+  Value *extra = NULL, *kwextra = NULL;
+  if (a->nargs > npos && star < 0) {
+    err_set(ERR_TYPE, "%s() takes %d positional argument%s but %d %s given", f->name,
+            npos, npos == 1 ? "" : "s", a->nargs, a->nargs == 1 ? "was" : "were");
+    goto out;
+  }
+  for (int i = 0; i < a->nargs && i < npos; i++) {
+    if (env_set(e, d->params[i].name, a->args[i]) < 0) goto out;
+    set[i] = true;
+  }
+  if (star >= 0) {
+    extra = tuple_new(a->nargs > npos ? (size_t)(a->nargs - npos) : 0);
+    if (!extra) goto out;
+    for (int i = npos; i < a->nargs; i++)
+      tuple_set_steal(extra, (size_t)(i - npos), val_incref(a->args[i]));
+    if (env_set(e, d->params[star].name, extra) < 0) goto out;
+    set[star] = true;
+  }
+  if (starstar >= 0) {
+    if (!(kwextra = dict_new())) goto out;
+    if (env_set(e, d->params[starstar].name, kwextra) < 0) goto out;
+    set[starstar] = true;
+  }
+  for (int k = 0; k < a->nkw; k++) {
+    int i = 0;
+    while (i < np && (d->params[i].name != a->kwnames[k] || d->params[i].star ||
+                      d->params[i].starstar))
+      i++;
+    if (i == np) {
+      if (kwextra) {
+        if (dict_set_str(kwextra, a->kwnames[k], a->kwvals[k]) < 0) goto out;
+        continue;
+      }
+      err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", f->name,
+              a->kwnames[k]);
+      goto out;
+    }
+    if (set[i]) {
+      err_set(ERR_TYPE, "%s() got multiple values for argument '%s'", f->name,
+              a->kwnames[k]);
+      goto out;
+    }
+    if (env_set(e, d->params[i].name, a->kwvals[k]) < 0) goto out;
+    set[i] = true;
+  }
+  for (int i = 0; i < np; i++) {
+    if (set[i]) continue;
+    if (!f->defaults[i]) {
+      err_set(ERR_TYPE, "%s() missing required argument '%s'", f->name,
+              d->params[i].name);
+      goto out;
+    }
+    if (env_set(e, d->params[i].name, f->defaults[i]) < 0) goto out;
+  }
+  rc = 0;
+out:
+  val_decref(extra);
+  val_decref(kwextra);
+  shm_free(set);
+  return rc;
+}
+
+/* After a call returns, its scope may be held only by closures bound in
+ * the scope itself (a nested def): a reference cycle.  When every extra
+ * reference comes from such a closure and nothing else holds the closures,
+ * clear the scope so the cycle is freed. */
+static void env_release_call_scope(Env *e) {
+  int refs = atomic_load(&e->refcount), inner = 0;
+  if (refs == 1) {
+    env_decref(e);
+    return;
+  }
+  for (int i = 0; i < e->cap; i++) {
+    Value *v = e->keys[i] ? e->vals[i] : NULL;
+    if (v && v->type == V_FUNC && ((Func *)v)->closure == e && val_refcount(v) == 1)
+      inner++;
+  }
+  if (refs - 1 == inner) env_clear(e);
+  env_decref(e);
+}
+
+Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
+  Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
+  if (cur_depth >= MAX_DEPTH)
+    return err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls)", MAX_DEPTH);
+  cur_frame = &fr;
+  cur_depth++;
+  Value *ret = NULL;
+  Outcome o = exec_block(body, env, &ret);
+  cur_depth--;
+  cur_frame = fr.back;
+  if (o == OUT_ERR) return NULL;
+  if (o == OUT_BREAK || o == OUT_CONTINUE) {
+    val_decref(ret);
+    return err_set(ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
+  }
+  return ret ? ret : VAL_NONE;
+}
+
+static Value *call_func(Func *f, const CallArgs *a) {
+  Env *e = env_new(f->closure);
+  if (!e) return NULL;
+  Value *ret = NULL;
+  Value *saved_tree = cur_tree;
+  cur_tree = f->mod_ref;
+  if (bind_params(f, e, a) == 0) {
+    if (f->node->kind == N_LAMBDA) {
+      Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod};
+      cur_frame = &fr;
+      ret = eval(f->node->a, e);
+      cur_frame = fr.back;
+    } else {
+      ret = eval_run_body(&f->node->body, e, f->mod, f->name);
+    }
+  }
+  cur_tree = saved_tree;
+  env_release_call_scope(e);
+  return ret;
+}
+
+/* ==== calls ================================================================= */
+
+static Value *(*call_hooks[V_TYPE_COUNT])(Value *f, const CallArgs *a);
+
+void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a)) {
+  call_hooks[t] = call;
+}
+
+static Value *call_dtype(Value *f, const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw)
+    return err_set(ERR_TYPE, "%s() takes exactly one argument", dt_name(((DTypeVal *)f)->dtype));
+  return ops_to_array(a->args[0], ((DTypeVal *)f)->dtype);
+}
+
+Value *val_call(Value *f, const CallArgs *a) {
+  switch ((VType)f->type) {
+  case V_FUNC: return call_func((Func *)f, a);
+  case V_BUILTIN: return ((Builtin *)f)->fn(a);
+  case V_BOUND: return ((BoundMethod *)f)->fn(((BoundMethod *)f)->self, a);
+  case V_DTYPE: return call_dtype(f, a);
+  default:
+    if (call_hooks[f->type]) return call_hooks[f->type](f, a);
+    return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
+  }
+}
+
+Value *val_call_n(Value *f, int n, Value **args) {
+  CallArgs a = {.nargs = n, .args = args};
+  return val_call(f, &a);
+}
+
+/* ==== expressions =========================================================== */
+
+static Value *eval_name(const Node *n, Env *env) {
+  Value *v = env_lookup(env, n->name);
+  if (!v) v = env_lookup(shm_interp->builtins, n->name);
+  if (!v) return err_set_at(n->loc, ERR_NAME, "name '%s' is not defined", n->name);
+  return val_incref(v);
+}
+
+static Value *eval_binop(const Node *n, Env *env) {
+  Value *a = eval(n->a, env);
+  if (!a) return NULL;
+  Value *b = eval(n->b, env);
+  if (!b) {
+    val_decref(a);
+    return NULL;
+  }
+  Value *r = ops_binary(n->op, a, b);
+  val_decref(a);
+  val_decref(b);
+  return r;
+}
+
+static Value *eval_unary(const Node *n, Env *env) {
+  Value *a = eval(n->a, env);
+  if (!a) return NULL;
+  Value *r;
+  if (n->op == OP_NOT) {
+    int t = val_truth(a);
+    r = t < 0 ? NULL : val_incref(val_bool(!t));
+  } else {
+    r = ops_unary(n->op, a);
+  }
+  val_decref(a);
+  return r;
+}
+
+/* `a and b`, `a or b`: Python's short circuit, yielding an operand. */
+static Value *eval_boolop(const Node *n, Env *env) {
+  Value *a = eval(n->a, env);
+  if (!a) return NULL;
+  int t = val_truth(a);
+  if (t < 0 || (n->op == OP_AND ? !t : t)) {
+    if (t < 0) {
+      val_decref(a);
+      return NULL;
+    }
+    return a;
+  }
+  val_decref(a);
+  return eval(n->b, env);
+}
+
+/* a < b <= c: each comparison on adjacent items, stopping at the first
+ * false one, as Python does.  Array comparisons give arrays; a chain of
+ * more than one then needs their truth value. */
+static Value *eval_compare(const Node *n, Env *env) {
+  Value *left = eval(n->items.items[0], env);
+  if (!left) return NULL;
+  Value *res = NULL;
+  for (int i = 1; i < n->items.n; i++) {
+    Value *right = eval(n->items.items[i], env);
+    if (!right) goto fail;
+    val_decref(res);
+    res = ops_compare(n->ops[i - 1], left, right);
+    val_decref(left);
+    left = right;
+    if (!res) goto fail;
+    if (i + 1 < n->items.n) {
+      int t = val_truth(res);
+      if (t < 0) goto fail;
+      if (!t) break;
+    }
+  }
+  val_decref(left);
+  return res;
+fail:
+  val_decref(left);
+  val_decref(res);
+  return NULL;
+}
+
+static Value *eval_ifexp(const Node *n, Env *env) {
+  Value *c = eval(n->a, env);
+  if (!c) return NULL;
+  int t = val_truth(c);
+  val_decref(c);
+  if (t < 0) return NULL;
+  return eval(t ? n->b : n->c, env);
+}
+
+/* Evaluates a call's arguments into [a], expanding *seq and **dict.  The
+ * usual few arguments live in the buffer itself: a call allocates
+ * nothing for them. */
+#define ARGBUF_INLINE 6
+
+typedef struct ArgBuf {
+  CallArgs a;
+  int cap, kwcap, nheld, heldcap;
+  Value **held;  /* every evaluated value, owned (items of *seq borrowed) */
+  Value *args_inl[ARGBUF_INLINE], *held_inl[ARGBUF_INLINE], *kwvals_inl[ARGBUF_INLINE];
+  const char *kwnames_inl[ARGBUF_INLINE];
+} ArgBuf;
+
+static void argbuf_init(ArgBuf *b) {
+  b->a = (CallArgs){0, b->args_inl, 0, b->kwnames_inl, b->kwvals_inl};
+  b->cap = b->kwcap = b->heldcap = ARGBUF_INLINE;
+  b->nheld = 0;
+  b->held = b->held_inl;
+}
+
+static void argbuf_free(ArgBuf *b) {
+  for (int i = 0; i < b->nheld; i++) val_decref(b->held[i]);
+  if (b->a.args != b->args_inl) shm_free(b->a.args);
+  if (b->a.kwnames != b->kwnames_inl) shm_free((void *)b->a.kwnames);
+  if (b->a.kwvals != b->kwvals_inl) shm_free(b->a.kwvals);
+  if (b->held != b->held_inl) shm_free(b->held);
+}
+
+/* Makes room for one more element in [*arr] of [n] of [*cap], moving it
+ * off the inline array [inl] when it grows. */
+static int argbuf_grow(void **arr, void *inl, int n, int *cap, size_t elem) {
+  if (n < *cap) return 0;
+  int ncap = *cap * 2;
+  void *na = shm_malloc((size_t)ncap * elem);
+  if (!na) return err_nomem(), -1;
+  memcpy(na, *arr, (size_t)n * elem);
+  if (*arr != inl) shm_free(*arr);
+  *arr = na;
+  *cap = ncap;
+  return 0;
+}
+
+/* Keeps [v] (stolen) until the call is over; on failure releases it. */
+static int argbuf_hold(ArgBuf *b, Value *v) {
+  if (argbuf_grow((void **)&b->held, b->held_inl, b->nheld, &b->heldcap, sizeof(Value *)) < 0) {
+    val_decref(v);
+    return -1;
+  }
+  b->held[b->nheld++] = v;
+  return 0;
+}
+
+static int argbuf_push(ArgBuf *b, Value *v) {
+  if (argbuf_grow((void **)&b->a.args, b->args_inl, b->a.nargs, &b->cap, sizeof(Value *)) < 0)
+    return -1;
+  b->a.args[b->a.nargs++] = v;
+  return 0;
+}
+
+static int argbuf_kw(ArgBuf *b, const char *name, Value *v) {
+  for (int k = 0; k < b->a.nkw; k++)
+    if (b->a.kwnames[k] == name) {
+      err_set(ERR_TYPE, "keyword argument repeated: '%s'", name);
+      return -1;
+    }
+  int cap = b->kwcap;
+  if (argbuf_grow((void **)&b->a.kwnames, b->kwnames_inl, b->a.nkw, &cap, sizeof(char *)) < 0 ||
+      argbuf_grow((void **)&b->a.kwvals, b->kwvals_inl, b->a.nkw, &b->kwcap, sizeof(Value *)) < 0)
+    return -1;
+  b->a.kwnames[b->a.nkw] = name;
+  b->a.kwvals[b->a.nkw++] = v;
+  return 0;
+}
+
+static int eval_star_arg(ArgBuf *b, Value *v) {
+  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
+  if (!items) return -1;
+  size_t n;
+  Value *const *it;
+  val_seq(items, &n, &it);
+  int rc = argbuf_hold(b, items);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = argbuf_push(b, it[i]);
+  return rc;
+}
+
+static int eval_starstar_arg(ArgBuf *b, Value *v) {
+  if (v->type != V_DICT) {
+    err_set(ERR_TYPE, "argument after ** must be a dict, not %s", val_type_name(v));
+    return -1;
+  }
+  Dict *d = (Dict *)v;
+  for (size_t i = 0; i < d->len; i++) {
+    if (d->keys[i]->type != V_STR) {
+      err_set(ERR_TYPE, "keywords must be strings");
+      return -1;
+    }
+    if (argbuf_kw(b, intern_cstr(str_cstr(d->keys[i])), d->vals[i]) < 0) return -1;
+  }
+  return 0;
+}
+
+static Value *const_value(const Node *n);
+
+static int eval_args(const Node *n, Env *env, ArgBuf *b) {
+  argbuf_init(b);
+  for (int i = 0; i < n->items.n; i++) {
+    const Node *arg = n->items.items[i];
+    if (arg->kind == N_CONST && arg->value->type == V_STR) {
+      /* borrowed: constants are held while the code runs (by the code, or
+       * the device's cache until its body ends), and strings are never
+       * changed in place (arrays may be, when held once) */
+      if (argbuf_push(b, const_value(arg)) < 0) return -1;
+      continue;
+    }
+    Value *v = eval(arg->kind == N_STARRED ? arg->a : arg, env);
+    if (!v || argbuf_hold(b, v) < 0) return -1;
+    int rc = arg->kind == N_STARRED ? eval_star_arg(b, v) : argbuf_push(b, v);
+    if (rc < 0) return -1;
+  }
+  for (int k = 0; k < n->nkw; k++) {
+    Value *v = eval(n->kws[k].value, env);
+    if (!v || argbuf_hold(b, v) < 0) return -1;
+    int rc = n->kws[k].name ? argbuf_kw(b, n->kws[k].name, v) : eval_starstar_arg(b, v);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}
+
+static Value *eval_call(const Node *n, Env *env) {
+  Value *f = eval(n->a, env);
+  if (!f) return NULL;
+  ArgBuf b;
+  Value *r = NULL;
+  if (eval_args(n, env, &b) == 0) {
+    cur_loc = n->loc;
+    r = val_call(f, &b.a);
+    if (!r) err_locate(n->loc);
+  }
+  argbuf_free(&b);
+  val_decref(f);
+  return r;
+}
+
+static Value *eval_seq(const Node *n, Env *env, bool tuple) {
+  Value *l = list_new((size_t)n->items.n);
+  if (!l) return NULL;
+  for (int i = 0; i < n->items.n; i++) {
+    const Node *it = n->items.items[i];
+    Value *v = eval(it->kind == N_STARRED ? it->a : it, env);
+    if (!v) goto fail;
+    if (it->kind != N_STARRED) {
+      if (list_append_steal(l, v) < 0) goto fail;
+      continue;
+    }
+    Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
+    val_decref(v);
+    if (!items) goto fail;
+    size_t k;
+    Value *const *xs;
+    val_seq(items, &k, &xs);
+    for (size_t j = 0; j < k; j++)
+      if (list_append(l, xs[j]) < 0) {
+        val_decref(items);
+        goto fail;
+      }
+    val_decref(items);
+  }
+  if (!tuple) return l;
+  Value *t = tuple_pack(list_len(l), ((List *)l)->items);
+  val_decref(l);
+  return t;
+fail:
+  val_decref(l);
+  return NULL;
+}
+
+static Value *eval_dict(const Node *n, Env *env) {
+  Value *d = dict_new();
+  if (!d) return NULL;
+  for (int i = 0; i < n->items.n; i++) {
+    Value *k = eval(n->items.items[i], env);
+    Value *v = k ? eval(n->items2.items[i], env) : NULL;
+    int rc = v ? dict_set(d, k, v) : -1;
+    val_decref(k);
+    val_decref(v);
+    if (rc < 0) {
+      val_decref(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+
+static Value *eval_slice(const Node *n, Env *env) {
+  Value *p[3] = {NULL, NULL, NULL};
+  const Node *parts[3] = {n->a, n->b, n->c};
+  for (int i = 0; i < 3; i++)
+    if (parts[i] && !(p[i] = eval(parts[i], env))) {
+      for (int j = 0; j < i; j++) val_decref(p[j]);
+      return NULL;
+    }
+  Value *s = slice_new(p[0], p[1], p[2]);
+  for (int i = 0; i < 3; i++) val_decref(p[i]);
+  return s;
+}
+
+static Value *eval_subscript(const Node *n, Env *env) {
+  Value *obj = eval(n->a, env);
+  if (!obj) return NULL;
+  Value *idx = eval(n->b, env);
+  Value *r = idx ? ops_getitem(obj, idx) : NULL;
+  val_decref(obj);
+  val_decref(idx);
+  return r;
+}
+
+static Value *eval_attr(const Node *n, Env *env) {
+  Value *obj = eval(n->a, env);
+  if (!obj) return NULL;
+  Value *r = ops_getattr(obj, n->name);
+  if (!r) err_locate(n->loc2);
+  val_decref(obj);
+  return r;
+}
+
+static int assign(const Node *target, Value *v, Env *env);
+static Outcome for_each(const Node *target, Value *iter, Env *env,
+                        Outcome (*body)(Env *env, void *ctx), void *ctx);
+
+typedef struct CompCtx {
+  const Node *n;
+  int clause;
+  Value *out;
+} CompCtx;
+
+static Outcome comp_step(Env *env, void *vctx);
+
+/* Runs clause [c->clause] of a comprehension: its conditions, then either
+ * the next clause or the element. */
+static Outcome comp_body(Env *env, void *vctx) {
+  CompCtx *c = vctx;
+  const CompClause *cl = &c->n->clauses[c->clause];
+  for (int i = 0; i < cl->conds.n; i++) {
+    Value *t = eval(cl->conds.items[i], env);
+    int ok = t ? val_truth(t) : -1;
+    val_decref(t);
+    if (ok < 0) return OUT_ERR;
+    if (!ok) return OUT_OK;
+  }
+  if (c->clause + 1 < c->n->nclauses) {
+    c->clause++;
+    Outcome o = comp_step(env, c);
+    c->clause--;
+    return o;
+  }
+  Value *v = eval(c->n->a, env);
+  if (!v || list_append_steal(c->out, v) < 0) return OUT_ERR;
+  return OUT_OK;
+}
+
+static Outcome comp_step(Env *env, void *vctx) {
+  CompCtx *c = vctx;
+  const CompClause *cl = &c->n->clauses[c->clause];
+  Value *it = eval(cl->iter, env);
+  if (!it) return OUT_ERR;
+  Outcome o = for_each(cl->target, it, env, comp_body, c);
+  val_decref(it);
+  return o;
+}
+
+static Value *eval_listcomp(const Node *n, Env *env) {
+  Env *scope = env_new(env);
+  if (!scope) return NULL;
+  CompCtx c = {.n = n, .clause = 0, .out = list_new(0)};
+  Outcome o = c.out ? comp_step(scope, &c) : OUT_ERR;
+  env_decref(scope);
+  if (o == OUT_ERR) {
+    val_decref(c.out);
+    return NULL;
+  }
+  return c.out;
+}
+
+/* ==== source constants on device threads ===================================== */
+
+/* A literal is one Value shared by every thread that runs its code; on
+ * device threads counting its references would bounce its cache line
+ * between cores on every use (`x * 2.0` in a loop).  So each device
+ * thread evaluates a constant to a private copy, made at first use and
+ * kept until its shard_map body ends (eval_const_cache_clear).  The
+ * cache also holds the original, so its address is not reused while the
+ * entry lives.  Copies are never changed in place: the cache's reference
+ * keeps their count above 1. */
+#define CONST_CACHE_SIZE 256  /* a power of two; when full, constants are shared */
+
+typedef struct ConstEntry {
+  Value *orig, *copy;
+} ConstEntry;
+
+static _Thread_local ConstEntry const_cache[CONST_CACHE_SIZE];
+static _Thread_local int const_cache_used;
+
+/* A private copy of [v] (a new reference), or NULL for types that are
+ * not copied (immortal values; anything but strings and arrays). */
+static Value *const_copy(Value *v) {
+  if (v->flags & VAL_IMMORTAL) return NULL;
+  if (v->type == V_STR) return str_new(str_cstr(v), ((Str *)v)->len);
+  if (v->type == V_ARRAY) return (Value *)arr_copy(AS_ARRAY(v));
+  return NULL;
+}
+
+/* The value of constant [n], borrowed: on a device, its private copy. */
+static Value *const_value(const Node *n) {
+  Value *v = n->value;
+  if (!dev_ctx() || (v->flags & VAL_IMMORTAL)) return v;
+  size_t h = ((uintptr_t)v >> 4) & (CONST_CACHE_SIZE - 1);
+  for (int probe = 0; probe < CONST_CACHE_SIZE; probe++) {
+    ConstEntry *e = &const_cache[(h + (size_t)probe) & (CONST_CACHE_SIZE - 1)];
+    if (e->orig == v) return e->copy;
+    if (e->orig) continue;
+    if (const_cache_used >= CONST_CACHE_SIZE / 2) break;  /* keep probes short */
+    Value *c = const_copy(v);
+    if (!c) {
+      err_clear();  /* a failed copy just falls back to sharing */
+      break;
+    }
+    e->orig = val_incref(v);
+    e->copy = c;
+    const_cache_used++;
+    return c;
+  }
+  return v;
+}
+
+static Value *eval_const(const Node *n) { return val_incref(const_value(n)); }
+
+void eval_const_cache_clear(void) {
+  for (int i = 0; const_cache_used && i < CONST_CACHE_SIZE; i++) {
+    ConstEntry *e = &const_cache[i];
+    if (!e->orig) continue;
+    val_decref(e->copy);
+    val_decref(e->orig);
+    e->orig = e->copy = NULL;
+    const_cache_used--;
+  }
+}
+
+static Value *eval_inner(const Node *n, Env *env) {
+  switch (n->kind) {
+  case N_NAME: return eval_name(n, env);
+  case N_CONST: return eval_const(n);
+  case N_BINOP: return eval_binop(n, env);
+  case N_UNARY: return eval_unary(n, env);
+  case N_BOOLOP: return eval_boolop(n, env);
+  case N_COMPARE: return eval_compare(n, env);
+  case N_IFEXP: return eval_ifexp(n, env);
+  case N_CALL: return eval_call(n, env);
+  case N_ATTR: return eval_attr(n, env);
+  case N_SUBSCRIPT: return eval_subscript(n, env);
+  case N_SLICE: return eval_slice(n, env);
+  case N_TUPLE: return eval_seq(n, env, true);
+  case N_LIST: return eval_seq(n, env, false);
+  case N_DICT: return eval_dict(n, env);
+  case N_LISTCOMP: return eval_listcomp(n, env);
+  case N_LAMBDA: return eval_make_func(n, env, cur_frame ? cur_frame->mod : NULL);
+  case N_STARRED:
+    return err_set_at(n->loc, ERR_SYNTAX, "can't use starred expression here");
+  default:
+    return err_set_at(n->loc, ERR_SYNTAX, "not an expression");
+  }
+}
+
+static Value *eval(const Node *n, Env *env) {
+  Value *v = eval_inner(n, env);
+  if (!v) err_locate(n->loc);
+  return v;
+}
+
+Value *eval_node(const Node *n, Env *env) { return eval(n, env); }
+
+/* ==== assignment ============================================================ */
+
+static int assign_unpack(const Node *target, Value *v, Env *env) {
+  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
+  if (!items) return -1;
+  size_t n;
+  Value *const *xs;
+  val_seq(items, &n, &xs);
+  int nt = target->items.n, star = -1, rc = -1;
+  for (int i = 0; i < nt; i++)
+    if (target->items.items[i]->kind == N_STARRED) star = i;
+  size_t need = (size_t)(star >= 0 ? nt - 1 : nt);
+  if (star < 0 ? n != need : n < need) {
+    err_set(ERR_VALUE, n > need ? "too many values to unpack (expected %zu)"
+                                : "not enough values to unpack (expected %zu, got %zu)",
+            need, n);
+    goto out;
+  }
+  size_t j = 0;
+  for (int i = 0; i < nt; i++) {
+    const Node *t = target->items.items[i];
+    if (i == star) {
+      size_t k = n - need;
+      Value *rest = list_new(k);
+      if (!rest) goto out;
+      for (size_t q = 0; q < k; q++) list_append(rest, xs[j + q]);
+      j += k;
+      int r = assign(t->a, rest, env);
+      val_decref(rest);
+      if (r < 0) goto out;
+    } else if (assign(t, xs[j++], env) < 0) {
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  val_decref(items);
+  return rc;
+}
+
+static int assign_item(const Node *target, Value *v, Env *env) {
+  Value *obj = eval(target->a, env);
+  Value *key = obj ? eval(target->b, env) : NULL;
+  int rc = -1;
+  if (!key) goto out;
+  if (obj->type == V_DICT) {
+    rc = dict_set(obj, key, v);
+  } else if (obj->type == V_LIST) {
+    int64_t i;
+    if (arr_to_index(key, &i) < 0) goto out;
+    int64_t len = (int64_t)list_len(obj);
+    if (i < 0) i += len;
+    if (i < 0 || i >= len) {
+      err_set(ERR_INDEX, "list assignment index out of range");
+      goto out;
+    }
+    val_incref(v);
+    val_decref(((List *)obj)->items[i]);
+    ((List *)obj)->items[i] = v;
+    rc = 0;
+  } else if (obj->type == V_ARRAY) {
+    err_set(ERR_TYPE, "arrays are immutable: use x = x.at[idx].set(y) instead of "
+                      "x[idx] = y");
+  } else {
+    err_set(ERR_TYPE, "'%s' object does not support item assignment", val_type_name(obj));
+  }
+out:
+  val_decref(obj);
+  val_decref(key);
+  return rc;
+}
+
+/* assign, taking [v]'s reference: a name then binds it without the pair
+ * of reference-count changes (atomic, so not free) a borrowed value costs. */
+static int assign_steal(const Node *target, Value *v, Env *env) {
+  if (target->kind == N_NAME)
+    return env_set_steal(env_target(env, target->name), target->name, v);
+  int rc = assign(target, v, env);
+  val_decref(v);
+  return rc;
+}
+
+static int assign(const Node *target, Value *v, Env *env) {
+  int rc;
+  switch (target->kind) {
+  case N_NAME: rc = env_set(env_target(env, target->name), target->name, v); break;
+  case N_TUPLE:
+  case N_LIST: rc = assign_unpack(target, v, env); break;
+  case N_SUBSCRIPT: rc = assign_item(target, v, env); break;
+  case N_ATTR:
+    err_set(ERR_TYPE, "cannot set attribute '%s' of '%s' object", target->name,
+            val_type_name(v));
+    rc = -1;
+    break;
+  default:
+    err_set(ERR_SYNTAX, "cannot assign to this expression");
+    rc = -1;
+  }
+  if (rc < 0) err_locate(target->loc);
+  return rc;
+}
+
+/* ==== statements ============================================================ */
+
+static Outcome exec_stmt(const Node *s, Env *env, Value **ret);
+
+static Outcome exec_block(const NodeList *body, Env *env, Value **ret) {
+  for (int i = 0; i < body->n; i++) {
+    Outcome o = exec_stmt(body->items[i], env, ret);
+    if (o != OUT_OK) return o;
+  }
+  return OUT_OK;
+}
+
+static int check_interrupt(Loc loc) {
+  if (!atomic_load_explicit(&shm_interrupted, memory_order_relaxed)) return 0;
+  err_set_at(loc, ERR_INTERRUPT, "interrupted");
+  return -1;
+}
+
+/* Whether [v] is an int as val_int(x) makes it that only its binding
+ * holds (value.h: a count of 1 means changeable in place). */
+static bool int_reusable(const Value *v, int64_t x) {
+  if (v->type != V_ARRAY) return false;
+  const Array *a = (const Array *)v;
+  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
+  return a->ndim == 0 && a->dtype == t && a->weak && a->vma == 0 && arr_unshared(a);
+}
+
+/* Binds a range loop's variable [target] to [x]: its current int is
+ * overwritten when nothing else holds it, which saves an allocation and
+ * a free per iteration; else a new int. */
+static int assign_range_item(const Node *target, Env *env, int64_t x) {
+  if (target->kind == N_NAME) {
+    Value **s = env_slot(env_target(env, target->name), target->name);
+    if (s && *s && int_reusable(*s, x)) {
+      Array *a = AS_ARRAY(*s);
+      if (a->dtype == DT_I32)
+        *(int32_t *)arr_data(a) = (int32_t)x;
+      else
+        *(int64_t *)arr_data(a) = x;
+      return 0;
+    }
+  }
+  Value *v = val_int(x);
+  return v ? assign_steal(target, v, env) : -1;
+}
+
+/* Iterates [iter], assigning each item to [target] and running [body]. */
+static Outcome for_each(const Node *target, Value *iter, Env *env,
+                        Outcome (*body)(Env *env, void *ctx), void *ctx) {
+  if (iter->type == V_RANGE) {
+    Range *r = (Range *)iter;
+    int64_t n = range_len(iter);
+    for (int64_t i = 0; i < n; i++) {
+      int rc = assign_range_item(target, env, r->start + i * r->step);
+      if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
+      Outcome o = body(env, ctx);
+      if (o == OUT_BREAK) return OUT_OK;
+      if (o == OUT_ERR || o == OUT_RETURN) return o;
+    }
+    return OUT_OK;
+  }
+  Value *items = iter->type == V_LIST || iter->type == V_TUPLE ? val_incref(iter)
+                                                               : ops_iter_items(iter);
+  if (!items) return OUT_ERR;
+  size_t n;
+  Value *const *xs;
+  val_seq(items, &n, &xs);
+  Outcome res = OUT_OK;
+  for (size_t i = 0; i < n; i++) {
+    if (assign(target, xs[i], env) < 0 || check_interrupt(target->loc) < 0) {
+      res = OUT_ERR;
+      break;
+    }
+    Outcome o = body(env, ctx);
+    if (o == OUT_BREAK) break;
+    if (o == OUT_ERR || o == OUT_RETURN) {
+      res = o;
+      break;
+    }
+  }
+  val_decref(items);
+  return res;
+}
+
+typedef struct LoopCtx {
+  const Node *s;
+  Value **ret;
+  bool broke;
+} LoopCtx;
+
+/* Runs the debugger's hook on a loop header again, before the next item
+ * or test: as in Python, a breakpoint or a step lands on the `for` or
+ * `while` line once per iteration, not only when the loop starts. */
+static Outcome loop_header_again(const Node *s) {
+  Frame *f = cur_frame;
+  if (!eval_stmt_hook || !f) return OUT_OK;
+  f->stmt = s;
+  cur_loc = s->loc;
+  return eval_stmt_hook(f, s) != 0 ? OUT_ERR : OUT_OK;
+}
+
+static Outcome loop_body(Env *env, void *vctx) {
+  LoopCtx *c = vctx;
+  Outcome o = exec_block(&c->s->body, env, c->ret);
+  if (o == OUT_CONTINUE) o = OUT_OK;
+  if (o == OUT_BREAK) c->broke = true;
+  if (o == OUT_OK) o = loop_header_again(c->s);
+  return o;
+}
+
+static Outcome exec_for(const Node *s, Env *env, Value **ret) {
+  Value *it = eval(s->b, env);
+  if (!it) return OUT_ERR;
+  LoopCtx c = {.s = s, .ret = ret};
+  Outcome o = for_each(s->a, it, env, loop_body, &c);
+  val_decref(it);
+  if (o == OUT_OK && !c.broke) return exec_block(&s->orelse, env, ret);
+  return o;
+}
+
+static Outcome exec_while(const Node *s, Env *env, Value **ret) {
+  for (;;) {
+    if (check_interrupt(s->loc) < 0) return OUT_ERR;
+    Value *c = eval(s->a, env);
+    int t = c ? val_truth(c) : -1;
+    val_decref(c);
+    if (t < 0) {
+      err_locate(s->a->loc);
+      return OUT_ERR;
+    }
+    if (!t) return exec_block(&s->orelse, env, ret);
+    Outcome o = exec_block(&s->body, env, ret);
+    if (o == OUT_BREAK) return OUT_OK;
+    if (o == OUT_ERR || o == OUT_RETURN) return o;
+    if (loop_header_again(s) == OUT_ERR) return OUT_ERR;
+  }
+}
+
+static Outcome exec_if(const Node *s, Env *env, Value **ret) {
+  Value *c = eval(s->a, env);
+  int t = c ? val_truth(c) : -1;
+  val_decref(c);
+  if (t < 0) {
+    err_locate(s->a->loc);
+    return OUT_ERR;
+  }
+  return exec_block(t ? &s->body : &s->orelse, env, ret);
+}
+
+static Outcome exec_assign(const Node *s, Env *env) {
+  Value *v = eval(s->a, env);
+  if (!v) return OUT_ERR;
+  for (int i = 0; i + 1 < s->items.n; i++)
+    if (assign(s->items.items[i], v, env) < 0) {
+      val_decref(v);
+      return OUT_ERR;
+    }
+  return assign_steal(s->items.items[s->items.n - 1], v, env) < 0 ? OUT_ERR : OUT_OK;
+}
+
+static Outcome exec_augassign(const Node *s, Env *env) {
+  Value *cur = eval(s->a, env);
+  if (!cur) return OUT_ERR;
+  Value *rhs = eval(s->b, env);
+  Value *v = rhs ? ops_binary(s->op, cur, rhs) : NULL;
+  val_decref(cur);
+  val_decref(rhs);
+  if (!v) {
+    err_locate(s->loc);
+    return OUT_ERR;
+  }
+  return assign_steal(s->a, v, env) < 0 ? OUT_ERR : OUT_OK;
+}
+
+static Outcome exec_def(const Node *s, Env *env) {
+  Value *f = eval_make_func(s, env, cur_frame ? cur_frame->mod : NULL);
+  if (!f) return OUT_ERR;
+  for (int i = s->decorators.n - 1; i >= 0; i--) {
+    Value *d = eval(s->decorators.items[i], env);
+    Value *g = d ? val_call_n(d, 1, &f) : NULL;
+    val_decref(d);
+    val_decref(f);
+    if (!g) {
+      err_locate(s->decorators.items[i]->loc);
+      return OUT_ERR;
+    }
+    f = g;
+  }
+  if (s->is_jit) {
+    if (!eval_make_jit) {
+      val_decref(f);
+      err_set_at(s->loc, ERR_VALUE, "jit is not available in this build");
+      return OUT_ERR;
+    }
+    if (!(f = eval_make_jit(f))) {
+      err_locate(s->loc);
+      return OUT_ERR;
+    }
+  }
+  int rc = env_set(env, s->name, f);
+  val_decref(f);
+  return rc < 0 ? OUT_ERR : OUT_OK;
+}
+
+static Outcome exec_assert(const Node *s, Env *env) {
+  Value *c = eval(s->a, env);
+  int t = c ? val_truth(c) : -1;
+  val_decref(c);
+  if (t < 0) return OUT_ERR;
+  if (t) return OUT_OK;
+  if (!s->b) {
+    err_set_at(s->loc, ERR_ASSERT, "assertion failed");
+    return OUT_ERR;
+  }
+  Value *m = eval(s->b, env);
+  Value *ms = m ? val_str(m) : NULL;
+  if (ms) err_set_at(s->loc, ERR_ASSERT, "assertion failed: %s", str_cstr(ms));
+  val_decref(m);
+  val_decref(ms);
+  return OUT_ERR;
+}
+
+static const char *source_dir(const Node *s, char *buf, size_t cap) {
+  const char *name = s->loc.src ? s->loc.src->name : ".";
+  const char *slash = strrchr(name, '/');
+  if (!slash || name[0] == '<') return ".";
+  snprintf(buf, cap, "%.*s", (int)(slash - name), name);
+  return buf;
+}
+
+static Outcome exec_import(const Node *s, Env *env) {
+  char dir[PATH_MAX];
+  Value *m = eval_import(s->name, source_dir(s, dir, sizeof dir));
+  if (!m) {
+    err_locate(s->loc);
+    return OUT_ERR;
+  }
+  int rc = -1;
+  if (s->kind == N_IMPORT) {
+    const char *bind = s->alias ? s->alias : intern_cstr(s->name);
+    rc = env_set(env, bind, m);
+  } else if (s->nnames == 1 && strcmp(s->names[0], "*") == 0) {
+    Dict *g = (Dict *)((Module *)m)->globals;
+    rc = 0;
+    for (size_t i = 0; rc == 0 && i < g->len; i++)
+      if (g->keys[i]->type == V_STR && str_cstr(g->keys[i])[0] != '_')
+        rc = env_set(env, intern_cstr(str_cstr(g->keys[i])), g->vals[i]);
+  } else {
+    rc = 0;
+    for (int i = 0; rc == 0 && i < s->nnames; i++) {
+      Value *v = ops_getattr(m, s->names[i]);
+      if (!v) {
+        err_set_at(s->loc, ERR_NAME, "cannot import name '%s' from '%s'", s->names[i],
+                   s->name);
+        rc = -1;
+        break;
+      }
+      const char *as = s->aliases && s->aliases[i] ? s->aliases[i] : s->names[i];
+      rc = env_set(env, as, v);
+      val_decref(v);
+    }
+  }
+  val_decref(m);
+  return rc < 0 ? OUT_ERR : OUT_OK;
+}
+
+static Outcome exec_declare(const Node *s, Env *env) {
+  for (int i = 0; i < s->nnames; i++) {
+    if (env->ndeclared == (int)(sizeof env->declared / sizeof *env->declared)) {
+      err_set_at(s->loc, ERR_SYNTAX, "too many global/nonlocal declarations in one scope");
+      return OUT_ERR;
+    }
+    env->declared_global[env->ndeclared] = s->kind == N_GLOBAL;
+    env->declared[env->ndeclared++] = s->names[i];
+  }
+  return OUT_OK;
+}
+
+static Outcome exec_lang_stmt(StmtExec fn, const Node *s, Env *env, const char *what) {
+  if (!fn) {
+    err_set_at(s->loc, ERR_VALUE, "%s is not available in this build", what);
+    return OUT_ERR;
+  }
+  if (fn(s, env, cur_frame ? cur_frame->mod : NULL) < 0) {
+    err_locate(s->loc);
+    return OUT_ERR;
+  }
+  return OUT_OK;
+}
+
+static Outcome exec_return(const Node *s, Env *env, Value **ret) {
+  if (!cur_frame || strcmp(cur_frame->fname, "<module>") == 0) {
+    err_set_at(s->loc, ERR_SYNTAX, "'return' outside function");
+    return OUT_ERR;
+  }
+  Value *v = s->a ? eval(s->a, env) : val_incref(VAL_NONE);
+  if (!v) return OUT_ERR;
+  val_decref(*ret);
+  *ret = v;
+  return OUT_RETURN;
+}
+
+static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
+  cur_loc = s->loc;
+  if (cur_frame) cur_frame->stmt = s;
+  if (eval_stmt_hook && cur_frame && eval_stmt_hook(cur_frame, s) != 0) return OUT_ERR;
+  if (check_interrupt(s->loc) < 0) return OUT_ERR;
+  switch (s->kind) {
+  case N_EXPR_STMT: {
+    Value *v = eval(s->a, env);
+    if (!v) return OUT_ERR;
+    val_decref(v);
+    return OUT_OK;
+  }
+  case N_ASSIGN: return exec_assign(s, env);
+  case N_AUGASSIGN: return exec_augassign(s, env);
+  case N_IF: return exec_if(s, env, ret);
+  case N_FOR: return exec_for(s, env, ret);
+  case N_WHILE: return exec_while(s, env, ret);
+  case N_BREAK: return OUT_BREAK;
+  case N_CONTINUE: return OUT_CONTINUE;
+  case N_PASS: return OUT_OK;
+  case N_RETURN: return exec_return(s, env, ret);
+  case N_DEF: return exec_def(s, env);
+  case N_ASSERT: return exec_assert(s, env);
+  case N_IMPORT:
+  case N_FROM_IMPORT: return exec_import(s, env);
+  case N_GLOBAL:
+  case N_NONLOCAL: return exec_declare(s, env);
+  case N_MESH: return exec_lang_stmt(eval_exec_mesh, s, env, "mesh");
+  case N_SHARD_MAP: return exec_lang_stmt(eval_exec_shard_map, s, env, "shard_map");
+  default:
+    err_set_at(s->loc, ERR_SYNTAX, "invalid statement");
+    return OUT_ERR;
+  }
+}
+
+/* ==== running sources ======================================================== */
+
+/* Runs a module's top level; echoes expression statements' values when
+ * [echo] is set (the REPL). */
+static int run_module(AstModule *mod, Env *globals, bool echo) {
+  Frame fr = {.back = cur_frame, .fname = "<module>", .env = globals, .mod = mod};
+  cur_frame = &fr;
+  int rc = 0;
+  for (int i = 0; i < mod->body.n && rc == 0; i++) {
+    const Node *s = mod->body.items[i];
+    Value *ret = NULL;
+    if (echo && s->kind == N_EXPR_STMT) {
+      cur_loc = s->loc;
+      fr.stmt = s;
+      if (eval_stmt_hook && eval_stmt_hook(&fr, s) != 0) {
+        rc = -1;
+        break;
+      }
+      Value *v = eval(s->a, globals);
+      if (!v) {
+        rc = -1;
+        break;
+      }
+      if (v != VAL_NONE) {
+        Value *r = val_repr(v);
+        if (r) {
+          eval_write(str_cstr(r), ((Str *)r)->len);
+          eval_write("\n", 1);
+        }
+        val_decref(r);
+        if (!r) rc = -1;
+      }
+      val_decref(v);
+      continue;
+    }
+    Outcome o = exec_stmt(s, globals, &ret);
+    val_decref(ret);
+    if (o == OUT_ERR) rc = -1;
+    else if (o == OUT_BREAK || o == OUT_CONTINUE) {
+      err_set_at(s->loc, ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
+      rc = -1;
+    }
+  }
+  cur_frame = fr.back;
+  return rc;
+}
+
+int eval_source(Source *src, Env *globals, bool echo) {
+  AstModule *mod = parse_source(src);
+  if (!mod) return -1;
+  Value *tree = tree_ref_new(mod);
+  if (!tree) return -1;
+  Value *saved = cur_tree;
+  cur_tree = tree;
+  int rc = run_module(mod, globals, echo);
+  cur_tree = saved;
+  val_decref(tree);
+  fflush(stdout);
+  return rc;
+}
+
+Value *eval_expr_text(const char *text, Env *scope) {
+  Source *src = src_new("<expr>", text);
+  if (!src) return NULL;
+  AstModule *mod = parse_source(src);
+  src_decref(src);
+  if (!mod) return NULL;
+  Value *tree = tree_ref_new(mod);
+  if (!tree) return NULL;
+  Value *r = NULL;
+  if (mod->body.n != 1 || mod->body.items[0]->kind != N_EXPR_STMT) {
+    err_set(ERR_SYNTAX, "expected an expression");
+  } else {
+    Value *saved = cur_tree;
+    cur_tree = tree;
+    r = eval(mod->body.items[0]->a, scope);
+    cur_tree = saved;
+  }
+  val_decref(tree);
+  return r;
+}
+
+/* ==== modules ================================================================== */
+
+static bool file_exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void copy_binding(const char *name, Value *v, void *ctx) {
+  if (name[0] != '_') dict_set_str((Value *)ctx, name, v);
+}
+
+/* Runs the module file [path] and wraps its globals as a Module. */
+static Value *load_module(const char *name, const char *path) {
+  Source *src = src_from_file(path);
+  if (!src) return NULL;
+  Env *g = env_new(NULL);
+  Value *m = NULL, *d = NULL;
+  if (g && eval_source(src, g, false) == 0 && (d = dict_new())) {
+    env_each(g, copy_binding, d);
+    m = module_new(name, d);
+  }
+  val_decref(d);
+  src_decref(src);
+  env_decref(g);
+  return m;
+}
+
+int interp_add_path(const char *dir) {
+  char **np = shm_realloc(shm_interp->path, sizeof(char *) * (size_t)(shm_interp->npath + 1));
+  if (!np) return err_nomem(), -1;
+  shm_interp->path = np;
+  if (!(np[shm_interp->npath] = shm_strdup(dir))) return err_nomem(), -1;
+  shm_interp->npath++;
+  return 0;
+}
+
+Value *eval_import(const char *name, const char *from_dir) {
+  Value *cached = dict_get_str(shm_interp->modules, name);
+  if (cached) return val_incref(cached);
+  char path[PATH_MAX];
+  const char *dirs[64];
+  int nd = 0;
+  dirs[nd++] = from_dir ? from_dir : ".";
+  for (int i = 0; i < shm_interp->npath && nd < 64; i++) dirs[nd++] = shm_interp->path[i];
+  for (int i = 0; i < nd; i++) {
+    snprintf(path, sizeof path, "%s/%s.shm", dirs[i], name);
+    if (!file_exists(path)) continue;
+    Value *m = load_module(name, path);
+    if (m && dict_set_str(shm_interp->modules, name, m) < 0) {
+      val_decref(m);
+      return NULL;
+    }
+    return m;
+  }
+  return err_set(ERR_IO, "no module named '%s' (searched the script's folder, SHMAP_PATH "
+                         "and the standard library; see shmap(1), FILES)", name);
+}
+
+/* ==== the interpreter ============================================================ */
+
+int interp_init(int ndevices) {
+  shm_interp = shm_calloc(1, sizeof *shm_interp);
+  if (!shm_interp) return err_nomem(), -1;
+  shm_interp->ndevices = ndevices;
+  la_init(); /* picks BLIS's kernels before any device thread calls it */
+  const char *ref = getenv("SHMAP_REFERENCE");
+  shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
+  val_register_free(V_FUNC, func_free);
+  if (!(shm_interp->builtins = env_new(NULL))) return -1;
+  if (!(shm_interp->modules = dict_new())) return -1;
+  if (!(shm_interp->argv = list_new(0))) return -1;
+  Env *b = shm_interp->builtins;
+  if (builtins_register(b) < 0 || mesh_register(b) < 0 || shardmap_register(b) < 0 ||
+      ctl_register(b) < 0 || jit_register(b) < 0 || dev_start(ndevices) < 0)
+    return -1;
+  const char *sp = getenv("SHMAP_PATH");
+  if (sp && *sp) {
+    char *copy = shm_strdup(sp), *save = NULL;
+    if (!copy) return err_nomem(), -1;
+    for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
+      if (interp_add_path(d) < 0) {
+        shm_free(copy);
+        return -1;
+      }
+    shm_free(copy);
+  }
+  if (interp_add_path(SHMAP_STDLIB_DIR) < 0) return -1;
+  return interp_add_path(SHMAP_SRC_STDLIB_DIR);
+}
+
+void interp_free(void) {
+  if (!shm_interp) return;
+  dev_stop();
+  Dict *mods = (Dict *)shm_interp->modules;
+  for (size_t i = 0; mods && i < mods->len; i++) {
+    /* Module globals hold functions whose closures hold the module scope:
+     * clear each so the cycles are freed. */
+    Value *g = ((Module *)mods->vals[i])->globals;
+    Dict *gd = (Dict *)g;
+    for (size_t k = 0; k < gd->len; k++)
+      if (gd->vals[k]->type == V_FUNC) {
+        Env *e = ((Func *)gd->vals[k])->closure;
+        if (e && !e->parent) env_clear(e);
+      }
+  }
+  env_clear(shm_interp->builtins);
+  env_decref(shm_interp->builtins);
+  val_decref(shm_interp->modules);
+  val_decref(shm_interp->argv);
+  for (int i = 0; i < shm_interp->npath; i++) shm_free(shm_interp->path[i]);
+  shm_free(shm_interp->path);
+  shm_free(shm_interp);
+  shm_interp = NULL;
+  val_free_statics();
+}

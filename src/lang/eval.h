@@ -1,0 +1,171 @@
+/*
+ * eval.h - the tree-walking evaluator: scopes, functions, calls, modules.
+ *
+ * Threads.  The parsed program (ast.h) and the builtins scope are read-only
+ * once made, so device threads run function bodies concurrently with this
+ * same evaluator.  Each thread has its own Frame stack and error state
+ * (thread-local).  A module's globals are written only by the main thread;
+ * device code reads them (the main thread is blocked in the shard_map call
+ * meanwhile), and a `global` assignment inside a shard_map body is an error.
+ *
+ * Names are interned (intern.h) at parse time, so scope lookups compare
+ * pointers.
+ */
+#ifndef SHMAP_EVAL_H
+#define SHMAP_EVAL_H
+
+#include "lang/ast.h"
+#include "base/value.h"
+
+typedef struct Env Env;
+
+/* A scope: a small hash map from interned names to owned values, with a
+ * parent (the enclosing function's scope or NULL for module globals).
+ * Reference counted: closures keep their defining scope alive. */
+Env *env_new(Env *parent);
+void env_incref(Env *e);
+void env_decref(Env *e);
+/* Borrowed value of interned [name] in [e] or its parents, or NULL (no
+ * error set). */
+Value *env_lookup(Env *e, const char *name);
+/* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem. */
+int env_set(Env *e, const char *name, Value *v);
+/* env_set taking [v]'s reference (released on failure too). */
+int env_set_steal(Env *e, const char *name, Value *v);
+/* Drops every binding of [e] itself.  Functions defined in a scope hold
+ * that scope as their closure, a reference cycle; clearing the scope
+ * before its last env_decref frees both (module scopes at exit). */
+void env_clear(Env *e);
+
+/* Calls [fn] on each binding of [e] itself (not parents), for completion,
+ * `dir()` and the debugger. */
+void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
+
+/* A user function: a `def` or `lambda` with its closure. */
+typedef struct Func {
+  Value hdr;             /* V_FUNC */
+  const char *name;      /* interned */
+  AstModule *mod;        /* the tree it lives in; kept alive by mod_ref */
+  Value *mod_ref;        /* owned: keeps [mod] alive */
+  const Node *node;      /* N_DEF or N_LAMBDA */
+  Env *closure;          /* owned */
+  Value **defaults;      /* owned, one per param (NULL: required) */
+} Func;
+
+/* The interpreter: one per process, made by interp_init on the main thread. */
+typedef struct Interp {
+  Env *builtins;         /* read-only after init */
+  Value *modules;        /* Dict: module name -> Module, main thread only */
+  Value *argv;           /* List of Str, visible to scripts as `argv` */
+  char **path;           /* module search path: script dir, SHMAP_PATH, stdlib */
+  int npath;
+  int ndevices;          /* --devices */
+  bool verbose;
+  bool dump_plans;
+  bool reference;        /* --reference: shard_map runs devices one at a time
+                            with reference collectives (collective.h) */
+} Interp;
+
+extern Interp *shm_interp;
+
+/* Sets up the builtins scope and globals; 0 or -1 with the error set. */
+int interp_init(int ndevices);
+void interp_free(void);
+
+/* Adds [dir] to the module search path (copied). */
+int interp_add_path(const char *dir);
+
+/*
+ * Parses and runs [src] in the module scope [globals].  When [echo] is set
+ * (the REPL), the value of a final expression statement that is not None is
+ * printed as its repr to stdout.  Returns 0, or -1 with the error set (its
+ * location inside [src] or a module it called into).
+ */
+int eval_source(Source *src, Env *globals, bool echo);
+
+/* Evaluates the expression node [n] in [env]: a new reference, or NULL
+ * with the error set and located. */
+Value *eval_node(const Node *n, Env *env);
+
+/* Evaluates the single expression [text] in [scope] (the debugger's `p`,
+ * the REPL's `:plan`).  Returns a new reference or NULL with the error. */
+Value *eval_expr_text(const char *text, Env *scope);
+
+/* Calls any callable (Func, Builtin, BoundMethod, shard_map and jit
+ * wrappers, dtypes as converters) with [a] (borrowed).  Errors: "'int' ...
+ * object is not callable", argument binding errors as Python words them. */
+Value *val_call(Value *f, const CallArgs *a);
+
+/* Lets another subsystem make its values callable (shard_map and jit
+ * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
+void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));
+
+/* Executors for the language's own statements, registered by the
+ * subsystems that own them (mesh.c, shardmap.c, jit.c): each runs [stmt]
+ * in [env] and returns 0 or -1 with the error set.  Unregistered, the
+ * statement is an error saying the feature is not available. */
+typedef int (*StmtExec)(const Node *stmt, Env *env, AstModule *mod);
+extern StmtExec eval_exec_mesh, eval_exec_shard_map;
+
+/* Wraps a freshly defined `jit def` function (a new reference to a Func)
+ * into a jit function; registered by jit.c.  Steals [fn]. */
+extern Value *(*eval_make_jit)(Value *fn);
+
+/* Makes a Func for the def or lambda [node] closing over [env]; the
+ * default values are evaluated now, in [env].  New reference. */
+Value *eval_make_func(const Node *node, Env *env, AstModule *mod);
+
+/* Runs the statements [body] in [env] as the body of a function call:
+ * returns the returned value (None when it falls off the end), or NULL with
+ * the error set.  Used by shard_map to run a block-form body per device. */
+Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname);
+
+/* Shorthand for a positional-only call. */
+Value *val_call_n(Value *f, int n, Value **args);
+
+/* Imports module [name] (cached in shm_interp->modules): [name].shm from
+ * the importing script's folder, then each SHMAP_PATH folder, then the
+ * installed stdlib/.  Error: "no module named 'nn' (searched: ...)". */
+Value *eval_import(const char *name, const char *from_dir);
+
+/* ---- per-thread execution state (the debugger and shard_map use it) ---- */
+
+/* One activation of user code. */
+typedef struct Frame {
+  struct Frame *back;    /* caller */
+  const char *fname;     /* function name or "<module>" */
+  Env *env;              /* borrowed */
+  const Node *stmt;      /* statement being executed */
+  AstModule *mod;
+} Frame;
+
+/* The innermost frame of this thread (NULL outside user code). */
+Frame *eval_current_frame(void);
+
+/* Hook run before each statement (the debugger's tracing function); NULL
+ * when no debugger is attached.  A nonzero return aborts with the error
+ * set (the debugger's quit). */
+extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+
+/* Drops this device thread's private copies of source constants (eval.c
+ * explains them); called when a shard_map body ends on the thread. */
+void eval_const_cache_clear(void);
+
+/* Where print() output goes on this thread: NULL for stdout; device
+ * threads set a buffer that shard_map writes out in device order. */
+typedef struct OutBuf {
+  char *data;
+  size_t len, cap;
+} OutBuf;
+void eval_set_output(OutBuf *b);
+/* Writes [n] bytes to this thread's output. */
+void eval_write(const char *s, size_t n);
+
+/* Location of the innermost expression this thread is evaluating (the
+ * call of a collective, for mismatch messages); {NULL,0,0} outside. */
+Loc eval_current_loc(void);
+
+/* Interrupt flag set by SIGINT; checked between statements and in loops. */
+extern atomic_int shm_interrupted;
+
+#endif

@@ -1,0 +1,1222 @@
+/*
+ * ops.c - the operators of the language as layers over the primitives,
+ * and the helpers the jax.numpy layer (builtins_*.c) builds on.
+ *
+ * Everything here mirrors jax.numpy's own layering: an operator promotes
+ * its operands' dtypes (dt_promote, with weak types) through
+ * convert_element_type, broadcasts them with broadcast_in_dim, and applies
+ * one jax.lax primitive, so a tracer sees the same plan JAX would record.
+ * A weakly typed 0-d constant is not converted by a primitive: the
+ * constant is simply made in the target dtype (JAX inlines it as a
+ * literal, `mul x 3.0:f32[]`).  Indexing is in ops_index.c, attributes
+ * in ops_attr.c (ops_impl.h).
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "lang/ops_impl.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+int (*ops_tracer_aval)(Value *v, AVal *out);
+
+/* ======================================================================
+ * Operand helpers
+ * ====================================================================== */
+
+bool ops_is_array(const Value *v) {
+  return v && (v->type == V_ARRAY || v->type == V_TRACER);
+}
+
+int ops_aval(Value *v, AVal *out) {
+  if (IS_ARRAY(v)) {
+    aval_of(AS_ARRAY(v), out);
+    return 0;
+  }
+  if (v && v->type == V_TRACER && ops_tracer_aval) return ops_tracer_aval(v, out);
+  err_set(ERR_TYPE, "expected an array, got '%s'", v ? val_type_name(v) : "NULL");
+  return -1;
+}
+
+/* prim_apply may overwrite an operand whose refcount is 1 with its result
+ * (prim.h); helpers here often use an operand again, so every internal
+ * application holds one more reference to each operand for the call. */
+Value *ops_apply(PrimId id, int n, Value **in, const Params *p) {
+  for (int i = 0; i < n; i++) val_incref(in[i]);
+  Value *r = prim_apply(id, n, in, p);
+  for (int i = 0; i < n; i++) val_decref(in[i]);
+  return r;
+}
+
+
+/* Applies [id] with no parameters. */
+Value *ops_apply_plain(PrimId id, int n, Value **in) {
+  Params p;
+  params_init(&p);
+  return ops_apply(id, n, in, &p);
+}
+
+/* Applies [id] to one operand with [p], then releases [p]'s values. */
+Value *ops_apply1(PrimId id, Value *x, Params *p) {
+  Value *r = ops_apply(id, 1, &x, p);
+  params_clear(p);
+  return r;
+}
+
+Value *ops_convert(Value *x, DType t, bool weak) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  if (av.dtype == t && av.weak == weak) return val_incref(x);
+  if (IS_ARRAY(x) && av.ndim == 0 && av.weak)
+    return (Value *)arr_astype(AS_ARRAY(x), t, weak);
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_dtype", dtype_value(t));
+  params_add(&p, "weak_type", val_bool(weak));
+  return ops_apply1(P_CONVERT_ELEMENT_TYPE, x, &p);
+}
+
+static bool same_shape(int na, const int64_t *a, int nb, const int64_t *b) {
+  if (na != nb) return false;
+  for (int i = 0; i < na; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+Value *ops_broadcast_to(Value *x, int ndim, const int64_t *shape) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  if (same_shape(av.ndim, av.shape, ndim, shape)) return val_incref(x);
+  if (shape_size(ndim, shape) < 0) {
+    char s[256];
+    shape_str(s, sizeof s, ndim, shape);
+    return err_set(ERR_MEMORY, "array of shape %s has too many elements", s);
+  }
+  int lead = ndim - av.ndim;
+  bool ok = lead >= 0;
+  for (int i = 0; ok && i < av.ndim; i++)
+    ok = av.shape[i] == 1 || av.shape[i] == shape[lead + i];
+  if (!ok) {
+    char s1[256], s2[256];
+    shape_str(s1, sizeof s1, av.ndim, av.shape);
+    shape_str(s2, sizeof s2, ndim, shape);
+    return err_set(ERR_VALUE, "Incompatible shapes for broadcasting: %s and requested shape %s", s1, s2);
+  }
+  int64_t dims[SHM_MAXDIM];
+  for (int i = 0; i < av.ndim; i++) dims[i] = lead + i;
+  Params p;
+  params_init(&p);
+  params_add(&p, "shape", val_int_tuple(ndim, shape));
+  params_add(&p, "broadcast_dimensions", val_int_tuple(av.ndim, dims));
+  return ops_apply1(P_BROADCAST_IN_DIM, x, &p);
+}
+
+/*
+ * Promotes and broadcasts [n] (<= 8) operands: out[] receives new
+ * references.  [force] >= 0 converts every operand to that dtype instead
+ * of their promoted one (weak only when all operands are weak).  Rank-0
+ * operands keep rank 0, as jax.numpy leaves scalars to lax.  Returns the
+ * dtype through [*dt] (may be NULL).
+ */
+static int promote_n(int n, Value **args, Value **out, int force, DType *dt) {
+  AVal av[8];
+  DType t = DT_BOOL;
+  bool weak = true;
+  int ndim = 0;
+  int64_t shape[SHM_MAXDIM], tmp[SHM_MAXDIM];
+  for (int i = 0; i < n; i++) {
+    if (ops_aval(args[i], &av[i]) < 0) return -1;
+    if (i == 0) {
+      t = av[0].dtype;
+      weak = av[0].weak;
+      ndim = av[0].ndim;
+      memcpy(shape, av[0].shape, sizeof(int64_t) * (size_t)ndim);
+      continue;
+    }
+    t = dt_promote(t, weak, av[i].dtype, av[i].weak, &weak);
+    memcpy(tmp, shape, sizeof(int64_t) * (size_t)ndim);
+    if (shape_broadcast(ndim, tmp, av[i].ndim, av[i].shape, &ndim, shape) < 0) return -1;
+  }
+  if (force >= 0) t = (DType)force;
+  for (int i = 0; i < n; i++) {
+    Value *c = ops_convert(args[i], t, weak);
+    Value *b = c && av[i].ndim > 0 ? ops_broadcast_to(c, ndim, shape) : val_incref(c);
+    val_decref(c);
+    if (!b) {
+      for (int j = 0; j < i; j++) val_decref(out[j]);
+      return -1;
+    }
+    out[i] = b;
+  }
+  if (dt) *dt = t;
+  return 0;
+}
+
+Value *ops_elementwise(PrimId id, int n, Value **args) {
+  Value *in[8];
+  if (n < 1 || n > 8) return err_set(ERR_VALUE, "%s: at most 8 operands", prim_table[id].name);
+  if (promote_n(n, args, in, -1, NULL) < 0) return NULL;
+  Value *r = ops_apply_plain(id, n, in);
+  for (int i = 0; i < n; i++) val_decref(in[i]);
+  return r;
+}
+
+/* The promoted dtype and weakness of two operands. */
+static int result_type(Value *a, Value *b, DType *t, bool *weak) {
+  AVal x, y;
+  if (ops_aval(a, &x) < 0 || ops_aval(b, &y) < 0) return -1;
+  *t = dt_promote(x.dtype, x.weak, y.dtype, y.weak, weak);
+  return 0;
+}
+
+Value *ops_unary_prim(PrimId id, Value *x) {
+  return ops_apply_plain(id, 1, &x);
+}
+
+/* A 0-d constant of [x]'s dtype and weakness (jnp's _constant_like). */
+static Value *const_like(Value *x, double v) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  if (dt_is_float(av.dtype)) return (Value *)arr_scalar_f64(av.dtype, v, av.weak);
+  return (Value *)arr_scalar_i64(av.dtype, (int64_t)v, av.weak);
+}
+
+/* Binary primitive [id] of [a] and the constant [v] (shaped like a). */
+Value *ops_with_const(PrimId id, Value *a, double v) {
+  Value *c = const_like(a, v);
+  if (!c) return NULL;
+  Value *in[2] = {a, c};
+  Value *r = ops_apply_plain(id, 2, in);
+  val_decref(c);
+  return r;
+}
+
+Value *ops_select(Value *pred, Value *on_true, Value *on_false) {
+  AVal pa;
+  if (ops_aval(pred, &pa) < 0) return NULL;
+  Value *args[2] = {on_false, on_true}, *in[2];
+  if (promote_n(2, args, in, -1, NULL) < 0) return NULL;
+  AVal xa;
+  ops_aval(in[0], &xa);
+  AVal ya;
+  ops_aval(in[1], &ya);
+  int ndim = pa.ndim;
+  int64_t shape[SHM_MAXDIM];
+  memcpy(shape, pa.shape, sizeof(int64_t) * (size_t)ndim);
+  Value *r = NULL, *p = NULL;
+  if (shape_broadcast(ndim, shape, xa.ndim, xa.shape, &ndim, shape) < 0 ||
+      shape_broadcast(ndim, shape, ya.ndim, ya.shape, &ndim, shape) < 0)
+    goto done;
+  Value *pb = pa.dtype == DT_BOOL ? val_incref(pred) : NULL;
+  if (!pb) {
+    Value *zero = const_like(pred, 0);
+    Value *in2[2] = {pred, zero};
+    pb = zero ? ops_apply_plain(P_NE, 2, in2) : NULL;
+    val_decref(zero);
+  }
+  p = pb ? ops_broadcast_to(pb, ndim, shape) : NULL;
+  val_decref(pb);
+  if (!p) goto done;
+  Value *ops3[3] = {p, NULL, NULL};
+  ops3[1] = ops_broadcast_to(in[0], ndim, shape);
+  ops3[2] = ops3[1] ? ops_broadcast_to(in[1], ndim, shape) : NULL;
+  if (ops3[2]) r = ops_apply_plain(P_SELECT_N, 3, ops3);
+  val_decref(ops3[1]);
+  val_decref(ops3[2]);
+done:
+  val_decref(p);
+  val_decref(in[0]);
+  val_decref(in[1]);
+  return r;
+}
+
+/* ======================================================================
+ * Binary operators
+ * ====================================================================== */
+
+static void *unsupported(OpKind op, Value *a, Value *b) {
+  return err_set(ERR_TYPE, "unsupported operand type(s) for %s: '%s' and '%s'",
+                 op_symbol(op), val_type_name(a), val_type_name(b));
+}
+
+/* jnp.true_divide: integer and bool operands become the default float. */
+static Value *true_divide(Value *a, Value *b) {
+  DType t;
+  bool weak;
+  if (result_type(a, b, &t, &weak) < 0) return NULL;
+  Value *args[2] = {a, b}, *in[2];
+  if (promote_n(2, args, in, (int)dt_float_of(t), NULL) < 0) return NULL;
+  Value *r = ops_apply_plain(P_DIV, 2, in);
+  val_decref(in[0]);
+  val_decref(in[1]);
+  return r;
+}
+
+/* Operands promoted for an arithmetic op; bools are an error for some. */
+static int promote_pair(Value *a, Value *b, Value **in, DType *t) {
+  Value *args[2] = {a, b};
+  return promote_n(2, args, in, -1, t);
+}
+
+/* jnp.floor_divide: lax.div corrected toward minus infinity. */
+static Value *floor_divide(Value *a, Value *b) {
+  Value *in[2];
+  DType t;
+  if (promote_pair(a, b, in, &t) < 0) return NULL;
+  Value *r = NULL, *q = NULL, *rem = NULL, *fix = NULL, *alt = NULL;
+  if (t == DT_BOOL) {
+    r = ops_apply_plain(P_AND, 2, in);
+    goto done;
+  }
+  rem = ops_apply_plain(P_REM, 2, in);
+  if (!rem) goto done;
+  if (dt_is_int(t) && (q = ops_apply_plain(P_DIV, 2, in))) {
+    /* (sign(a) != sign(b)) & (rem != 0): the quotient was rounded up. */
+    Value *sa = ops_unary_prim(P_SIGN, in[0]), *sb = ops_unary_prim(P_SIGN, in[1]);
+    Value *sab[2] = {sa, sb};
+    Value *ne1 = sa && sb ? ops_elementwise(P_NE, 2, sab) : NULL;
+    Value *ne2 = ops_with_const(P_NE, rem, 0);
+    Value *both[2] = {ne1, ne2};
+    fix = ne1 && ne2 ? ops_elementwise(P_AND, 2, both) : NULL;
+    val_decref(sa); val_decref(sb); val_decref(ne1); val_decref(ne2);
+    alt = fix ? ops_with_const(P_SUB, q, 1) : NULL;
+    if (alt) r = ops_select(fix, alt, q);
+  } else if (!dt_is_int(t)) {
+    /* Python's float floor division: (a - mod) / b, rounded. */
+    Value *mod = NULL, *d = NULL;
+    Value *am[2] = {in[0], rem};
+    Value *diff = ops_apply_plain(P_SUB, 2, am);
+    Value *db[2] = {diff, in[1]};
+    d = diff ? ops_apply_plain(P_DIV, 2, db) : NULL;
+    val_decref(diff);
+    Value *rn = ops_with_const(P_NE, rem, 0);
+    Value *zb = ops_with_const(P_LT, in[1], 0), *zr = ops_with_const(P_LT, rem, 0);
+    Value *zz[2] = {zb, zr};
+    Value *sgn = zb && zr ? ops_apply_plain(P_NE, 2, zz) : NULL;
+    Value *cc[2] = {rn, sgn};
+    fix = rn && sgn ? ops_apply_plain(P_AND, 2, cc) : NULL;
+    val_decref(rn); val_decref(zb); val_decref(zr); val_decref(sgn);
+    alt = d && fix ? ops_with_const(P_SUB, d, 1) : NULL;
+    mod = alt ? ops_select(fix, alt, d) : NULL;
+    if (mod) {
+      Params p;
+      params_init(&p);
+      params_add(&p, "rounding_method", val_int(0));
+      r = ops_apply1(P_ROUND, mod, &p);
+    }
+    val_decref(mod);
+    val_decref(d);
+  }
+done:
+  val_decref(q); val_decref(rem); val_decref(fix); val_decref(alt);
+  val_decref(in[0]); val_decref(in[1]);
+  return r;
+}
+
+/* jnp.remainder: the result has the sign of the divisor. */
+static Value *py_remainder(Value *a, Value *b) {
+  Value *in[2];
+  DType t;
+  if (promote_pair(a, b, in, &t) < 0) return NULL;
+  Value *r = NULL;
+  Value *m = ops_apply_plain(P_REM, 2, in);
+  Value *nz = m ? ops_with_const(P_NE, m, 0) : NULL;
+  Value *lm = m ? ops_with_const(P_LT, m, 0) : NULL;
+  Value *lb = ops_with_const(P_LT, in[1], 0);
+  Value *l2[2] = {lm, lb};
+  Value *diff = lm && lb ? ops_apply_plain(P_NE, 2, l2) : NULL;
+  Value *c2[2] = {diff, nz};
+  Value *fix = diff && nz ? ops_apply_plain(P_AND, 2, c2) : NULL;
+  Value *mb[2] = {m, in[1]};
+  Value *alt = fix ? ops_apply_plain(P_ADD, 2, mb) : NULL;
+  if (alt) r = ops_select(fix, alt, m);
+  val_decref(m); val_decref(nz); val_decref(lm); val_decref(lb);
+  val_decref(diff); val_decref(fix); val_decref(alt);
+  val_decref(in[0]); val_decref(in[1]);
+  return r;
+}
+
+/* A Python int literal: a weakly typed 0-d integer array. */
+static bool is_int_literal(Value *v, int64_t *out) {
+  if (!IS_ARRAY(v)) return false;
+  Array *a = AS_ARRAY(v);
+  if (a->ndim != 0 || !a->weak || !dt_is_int(a->dtype)) return false;
+  *out = arr_get_i64(a, 0);
+  return true;
+}
+
+/* jnp.power: integer_pow for a literal integer exponent, else pow. */
+static Value *power(Value *a, Value *b) {
+  int64_t y;
+  if (is_int_literal(b, &y) && y >= -(1 << 20) && y <= (1 << 20)) {
+    AVal av;
+    if (ops_aval(a, &av) < 0) return NULL;
+    if (!dt_is_float(av.dtype) && y < 0)
+      return err_set(ERR_VALUE, "Integers to negative integer powers are not allowed.");
+    Value *x = av.dtype == DT_BOOL ? ops_convert(a, DT_I32, av.weak) : val_incref(a);
+    if (!x) return NULL;
+    Params p;
+    params_init(&p);
+    params_add(&p, "y", val_int(y));
+    Value *r = ops_apply1(P_INTEGER_POW, x, &p);
+    val_decref(x);
+    return r;
+  }
+  return ops_elementwise(P_POW, 2, (Value *[]){a, b});
+}
+
+/* Bitwise and/or/xor: bool and integer operands only. */
+static Value *bitwise(PrimId id, OpKind op, Value *a, Value *b) {
+  DType t;
+  bool weak;
+  if (result_type(a, b, &t, &weak) < 0) return NULL;
+  if (dt_is_float(t)) return unsupported(op, a, b);
+  return ops_elementwise(id, 2, (Value *[]){a, b});
+}
+
+/* x << y as x * 2**y, x >> y as floor(x / 2**y), computed in int64 and
+ * wrapped back to the operands' dtype: prim.def has no shift primitives.
+ * Shift counts outside [0, bits) give 0, or -1 for >> of a negative x, as
+ * XLA's shifts do. */
+static Value *shift(OpKind op, Value *a, Value *b) {
+  DType t;
+  bool weak;
+  if (result_type(a, b, &t, &weak) < 0) return NULL;
+  if (!dt_is_int(t)) return unsupported(op, a, b);
+  int bits = (int)dt_size(t) * 8;
+  Value *x = ops_convert(a, DT_I64, false), *y = x ? ops_convert(b, DT_I64, false) : NULL;
+  Value *yf = y ? ops_convert(b, DT_F32, false) : NULL;
+  Value *two = yf ? (Value *)arr_scalar_f64(DT_F32, 2.0, false) : NULL;
+  Value *pf = two ? ops_elementwise(P_POW, 2, (Value *[]){two, yf}) : NULL;
+  Value *p = pf ? ops_convert(pf, DT_I64, false) : NULL;
+  Value *r64 = NULL, *lo = NULL, *hi = NULL, *bad = NULL, *fill = NULL, *sel = NULL, *r = NULL;
+  if (p) r64 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){x, p}) : floor_divide(x, p);
+  if (r64) lo = ops_with_const(P_LT, y, 0);
+  if (lo) hi = ops_with_const(P_GE, y, bits);
+  if (hi) bad = ops_elementwise(P_OR, 2, (Value *[]){lo, hi});
+  if (bad) {
+    Value *zero = (Value *)arr_scalar_i64(DT_I64, 0, false);
+    Value *neg = zero && op == OP_RSHIFT ? ops_with_const(P_LT, x, 0) : NULL;
+    Value *m1 = neg ? (Value *)arr_scalar_i64(DT_I64, -1, false) : NULL;
+    fill = op == OP_RSHIFT ? (m1 ? ops_select(neg, m1, zero) : NULL) : val_incref(zero);
+    val_decref(zero);
+    val_decref(neg);
+    val_decref(m1);
+  }
+  if (fill) sel = ops_select(bad, fill, r64);
+  if (sel) r = ops_convert(sel, t, weak);
+  val_decref(x); val_decref(y); val_decref(yf); val_decref(two); val_decref(pf);
+  val_decref(p); val_decref(r64); val_decref(lo); val_decref(hi); val_decref(bad);
+  val_decref(fill); val_decref(sel);
+  return r;
+}
+
+/* Concatenation of two tuples or lists (same type). */
+static Value *seq_concat(Value *a, Value *b) {
+  size_t na, nb;
+  Value *const *ia, *const *ib;
+  val_seq(a, &na, &ia);
+  val_seq(b, &nb, &ib);
+  if (a->type == V_TUPLE) {
+    Value *t = tuple_new(na + nb);
+    if (!t) return NULL;
+    for (size_t i = 0; i < na; i++) tuple_set_steal(t, i, val_incref(ia[i]));
+    for (size_t i = 0; i < nb; i++) tuple_set_steal(t, na + i, val_incref(ib[i]));
+    return t;
+  }
+  Value *l = list_new(na + nb);
+  for (size_t i = 0; l && i < na + nb; i++)
+    if (list_append(l, i < na ? ia[i] : ib[i - na]) < 0) {
+      val_decref(l);
+      return err_nomem();
+    }
+  return l;
+}
+
+/* str/tuple/list repeated [n] times. */
+static Value *seq_repeat(Value *s, int64_t n) {
+  if (n < 0) n = 0;
+  if (s->type == V_STR) {
+    size_t len = ((Str *)s)->len;
+    if (len && (size_t)n > ((size_t)1 << 30) / len) return err_set(ERR_MEMORY, "repeated string is too long");
+    char *buf = shm_malloc(len * (size_t)n + 1);
+    if (!buf) return err_nomem();
+    for (int64_t i = 0; i < n; i++) memcpy(buf + (size_t)i * len, str_cstr(s), len);
+    Value *r = str_new(buf, len * (size_t)n);
+    shm_free(buf);
+    return r;
+  }
+  size_t len;
+  Value *const *items;
+  val_seq(s, &len, &items);
+  if (len && (size_t)n > ((size_t)1 << 28) / len) return err_set(ERR_MEMORY, "repeated sequence is too long");
+  size_t total = len * (size_t)n;
+  if (s->type == V_TUPLE) {
+    Value *t = tuple_new(total);
+    for (size_t i = 0; t && i < total; i++) tuple_set_steal(t, i, val_incref(items[i % len]));
+    return t;
+  }
+  Value *l = list_new(total);
+  for (size_t i = 0; l && i < total; i++)
+    if (list_append(l, items[i % len]) < 0) {
+      val_decref(l);
+      return err_nomem();
+    }
+  return l;
+}
+
+bool ops_is_seq(const Value *v) { return v->type == V_TUPLE || v->type == V_LIST; }
+
+/* Operators on non-array values: str/tuple/list + and *. */
+static Value *binary_python(OpKind op, Value *a, Value *b) {
+  int64_t n;
+  if (op == OP_ADD && a->type == V_STR && b->type == V_STR) {
+    size_t la = ((Str *)a)->len, lb = ((Str *)b)->len;
+    char *buf = shm_malloc(la + lb + 1);
+    if (!buf) return err_nomem();
+    memcpy(buf, str_cstr(a), la);
+    memcpy(buf + la, str_cstr(b), lb);
+    Value *r = str_new(buf, la + lb);
+    shm_free(buf);
+    return r;
+  }
+  if (op == OP_ADD && ops_is_seq(a) && a->type == b->type) return seq_concat(a, b);
+  if (op == OP_MUL && (a->type == V_STR || ops_is_seq(a)) && is_int_literal(b, &n))
+    return seq_repeat(a, n);
+  if (op == OP_MUL && (b->type == V_STR || ops_is_seq(b)) && is_int_literal(a, &n))
+    return seq_repeat(b, n);
+  if (op == OP_MOD && a->type == V_STR) {
+    return err_set(ERR_TYPE, "%%-formatting of strings is not supported; use str.format");
+  }
+  return unsupported(op, a, b);
+}
+
+/*
+ * The last step of an operator: like ops_elementwise, but an operand the
+ * caller passed unconverted reaches prim_apply with the caller's own
+ * reference count, so a temporary the evaluator is about to drop can be
+ * reused as the result (`x * y + z` writes into the buffer of `x * y`).
+ */
+/* True when [a] and [b] need neither promotion nor broadcasting: the hot
+ * path of eager code (`a + b` on like arrays, `x * 2.` on a weak scalar of
+ * the same dtype). */
+static bool already_alike(Value *a, Value *b) {
+  if (a->type != V_ARRAY || b->type != V_ARRAY) return false;
+  Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
+  if (x->dtype != y->dtype || x->weak != y->weak) return false;
+  if (x->ndim == 0 || y->ndim == 0) return true;
+  return x->ndim == y->ndim &&
+         memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim) == 0;
+}
+
+static Value *elementwise_last(PrimId id, Value *a, Value *b) {
+  if (already_alike(a, b)) {
+    Value *in[2] = {a, b};
+    Params p;
+    p.n = 0;
+    return prim_apply(id, 2, in, &p);
+  }
+  Value *args[2] = {a, b}, *in[2];
+  if (promote_n(2, args, in, -1, NULL) < 0) return NULL;
+  bool own[2];
+  for (int i = 0; i < 2; i++) {
+    own[i] = in[i] != args[i];
+    if (!own[i]) val_decref(in[i]);  /* the caller still holds it */
+  }
+  Params p;
+  params_init(&p);
+  Value *r = prim_apply(id, 2, in, &p);
+  for (int i = 0; i < 2; i++)
+    if (own[i]) val_decref(in[i]);
+  return r;
+}
+
+Value *ops_binary(OpKind op, Value *a, Value *b) {
+  if (!ops_is_array(a) || !ops_is_array(b)) return binary_python(op, a, b);
+  switch (op) {
+  case OP_ADD: return elementwise_last(P_ADD, a, b);
+  case OP_SUB: return elementwise_last(P_SUB, a, b);
+  case OP_MUL: return elementwise_last(P_MUL, a, b);
+  case OP_DIV: return true_divide(a, b);
+  case OP_FLOORDIV: return floor_divide(a, b);
+  case OP_MOD: return py_remainder(a, b);
+  case OP_POW: return power(a, b);
+  case OP_MATMUL: return ops_matmul(a, b);
+  case OP_BITAND: return bitwise(P_AND, op, a, b);
+  case OP_BITOR: return bitwise(P_OR, op, a, b);
+  case OP_BITXOR: return bitwise(P_XOR, op, a, b);
+  case OP_LSHIFT: case OP_RSHIFT: return shift(op, a, b);
+  default:
+    return ops_compare(op, a, b);
+  }
+}
+
+Value *ops_unary(OpKind op, Value *a) {
+  if (op == OP_NOT) {
+    int t = val_truth(a);
+    return t < 0 ? NULL : val_bool(!t);
+  }
+  if (!ops_is_array(a))
+    return err_set(ERR_TYPE, "bad operand type for unary %s: '%s'", op_symbol(op), val_type_name(a));
+  AVal av;
+  if (ops_aval(a, &av) < 0) return NULL;
+  switch (op) {
+  case OP_POS: return val_incref(a);
+  case OP_NEG:
+    if (av.dtype == DT_BOOL)
+      return err_set(ERR_TYPE, "The numpy boolean negative, the `-` operator, is not supported, use the `~` operator or the logical_not function instead.");
+    return ops_unary_prim(P_NEG, a);
+  case OP_INVERT:
+    if (dt_is_float(av.dtype))
+      return err_set(ERR_TYPE, "ufunc 'invert' not supported for the input types");
+    return ops_unary_prim(P_NOT, a);
+  default:
+    return err_set(ERR_TYPE, "bad unary operator");
+  }
+}
+
+/* ======================================================================
+ * Comparisons
+ * ====================================================================== */
+
+static PrimId compare_prim(OpKind op) {
+  switch (op) {
+  case OP_EQ: return P_EQ;
+  case OP_NE: return P_NE;
+  case OP_LT: return P_LT;
+  case OP_LE: return P_LE;
+  case OP_GT: return P_GT;
+  default: return P_GE;
+  }
+}
+
+/* Python ordering of strings and sequences: <0, 0, >0 in [*cmp]. */
+static int python_order(Value *a, Value *b, int *cmp);
+
+static int seq_order(Value *a, Value *b, int *cmp) {
+  size_t na, nb;
+  Value *const *ia, *const *ib;
+  val_seq(a, &na, &ia);
+  val_seq(b, &nb, &ib);
+  for (size_t i = 0; i < na && i < nb; i++) {
+    if (val_equal_key(ia[i], ib[i])) continue;
+    return python_order(ia[i], ib[i], cmp);
+  }
+  *cmp = na < nb ? -1 : na > nb;
+  return 0;
+}
+
+static int python_order(Value *a, Value *b, int *cmp) {
+  if (a->type == V_STR && b->type == V_STR) {
+    int c = strcmp(str_cstr(a), str_cstr(b));
+    *cmp = c < 0 ? -1 : c > 0;
+    return 0;
+  }
+  if (ops_is_seq(a) && a->type == b->type) return seq_order(a, b, cmp);
+  if (IS_ARRAY(a) && IS_ARRAY(b) && AS_ARRAY(a)->size == 1 && AS_ARRAY(b)->size == 1) {
+    double x, y;
+    arr_to_double(a, &x);
+    arr_to_double(b, &y);
+    *cmp = x < y ? -1 : x > y;
+    return 0;
+  }
+  err_set(ERR_TYPE, "'<' not supported between instances of '%s' and '%s'", val_type_name(a), val_type_name(b));
+  return -1;
+}
+
+static bool py_equal(Value *a, Value *b);
+
+/* `x in container`. */
+static Value *contains(Value *item, Value *c) {
+  if (c->type == V_DICT) return val_bool(dict_get(c, item) != NULL);
+  if (c->type == V_STR) {
+    if (item->type != V_STR)
+      return err_set(ERR_TYPE, "'in <string>' requires string as left operand, not %s", val_type_name(item));
+    return val_bool(strstr(str_cstr(c), str_cstr(item)) != NULL);
+  }
+  if (c->type == V_RANGE) {
+    int64_t x;
+    if (!IS_ARRAY(item) || !dt_is_int(AS_ARRAY(item)->dtype) || arr_to_index(item, &x) < 0) {
+      err_clear();
+      return val_bool(false);
+    }
+    Range *r = (Range *)c;
+    int64_t n = range_len(c);
+    bool in = r->step > 0 ? x >= r->start && x < r->stop : x <= r->start && x > r->stop;
+    return val_bool(n > 0 && in && (x - r->start) % r->step == 0);
+  }
+  if (ops_is_seq(c)) {
+    size_t n;
+    Value *const *items;
+    val_seq(c, &n, &items);
+    for (size_t i = 0; i < n; i++) {
+      if (items[i] == item) return val_bool(true);
+      if (ops_is_array(items[i]) && ops_is_array(item)) {
+        Value *eq = ops_compare(OP_EQ, items[i], item);
+        int t = eq ? val_truth(eq) : -1;
+        val_decref(eq);
+        if (t < 0) return NULL;
+        if (t) return val_bool(true);
+      } else if (py_equal(items[i], item)) {
+        return val_bool(true);
+      }
+    }
+    return val_bool(false);
+  }
+  if (ops_is_array(c)) {
+    Value *eq = ops_compare(OP_EQ, c, item);
+    if (!eq) return NULL;
+    AVal av;
+    ops_aval(eq, &av);
+    Params p;
+    params_init(&p);
+    int64_t axes[SHM_MAXDIM];
+    for (int i = 0; i < av.ndim; i++) axes[i] = i;
+    params_add(&p, "axes", val_int_tuple(av.ndim, axes));
+    Value *r = ops_apply1(P_REDUCE_OR, eq, &p);
+    val_decref(eq);
+    return r;
+  }
+  return err_set(ERR_TYPE, "argument of type '%s' is not iterable", val_type_name(c));
+}
+
+/* Python's == for non-arrays: lists and tuples item by item, dicts by
+ * keys and values, everything else as dict keys compare. */
+static bool py_equal(Value *a, Value *b) {
+  if (a == b) return true;
+  if ((a->type == V_DTYPE && b->type == V_STR) || (a->type == V_STR && b->type == V_DTYPE)) {
+    /* NumPy: x.dtype == 'float32' */
+    Value *d = a->type == V_DTYPE ? a : b, *s = a->type == V_STR ? a : b;
+    DType t;
+    return dt_parse(str_cstr(s), &t) && t == ((DTypeVal *)d)->dtype;
+  }
+  if (ops_is_seq(a) || ops_is_seq(b)) {
+    size_t na, nb;
+    Value *const *ia, *const *ib;
+    if (a->type != b->type) return false;
+    val_seq(a, &na, &ia);
+    val_seq(b, &nb, &ib);
+    if (na != nb) return false;
+    for (size_t i = 0; i < na; i++)
+      if (!py_equal(ia[i], ib[i])) return false;
+    return true;
+  }
+  if (a->type == V_DICT && b->type == V_DICT) {
+    Dict *da = (Dict *)a;
+    if (da->len != ((Dict *)b)->len) return false;
+    for (size_t i = 0; i < da->len; i++) {
+      Value *v = dict_get(b, da->keys[i]);
+      if (!v || !py_equal(da->vals[i], v)) return false;
+    }
+    return true;
+  }
+  return val_equal_key(a, b);
+}
+
+Value *ops_compare(OpKind op, Value *a, Value *b) {
+  switch (op) {
+  case OP_IS: return val_bool(a == b);
+  case OP_IS_NOT: return val_bool(a != b);
+  case OP_IN: return contains(a, b);
+  case OP_NOT_IN: {
+    Value *r = contains(a, b);
+    if (!r) return NULL;
+    int t = val_truth(r);
+    val_decref(r);
+    return t < 0 ? NULL : val_bool(!t);
+  }
+  default: break;
+  }
+  if (ops_is_array(a) && ops_is_array(b)) return elementwise_last(compare_prim(op), a, b);
+  if (op == OP_EQ || op == OP_NE) {
+    bool eq = py_equal(a, b);
+    return val_bool(op == OP_EQ ? eq : !eq);
+  }
+  int cmp;
+  if (python_order(a, b, &cmp) < 0) {
+    err_clear();
+    return err_set(ERR_TYPE, "'%s' not supported between instances of '%s' and '%s'",
+                   op_symbol(op), val_type_name(a), val_type_name(b));
+  }
+  bool r = op == OP_LT ? cmp < 0 : op == OP_LE ? cmp <= 0 : op == OP_GT ? cmp > 0 : cmp >= 0;
+  return val_bool(r);
+}
+
+/* ======================================================================
+ * Matmul, reshape, transpose, reductions
+ * ====================================================================== */
+
+/* Builds dot_general's dimension_numbers (((lc,), (rc,)), ((lb...), (rb...))). */
+static Value *dimension_numbers(int nc, const int64_t *lc, const int64_t *rc,
+                                int nb, const int64_t *lb, const int64_t *rb) {
+  Value *c[2] = {val_int_tuple(nc, lc), val_int_tuple(nc, rc)};
+  Value *b[2] = {val_int_tuple(nb, lb), val_int_tuple(nb, rb)};
+  Value *ct = tuple_pack(2, c), *bt = tuple_pack(2, b);
+  Value *both[2] = {ct, bt};
+  Value *r = tuple_pack(2, both);
+  val_decref(c[0]); val_decref(c[1]); val_decref(b[0]); val_decref(b[1]);
+  val_decref(ct); val_decref(bt);
+  return r;
+}
+
+Value *ops_dot_general(Value *a, Value *b, int nc, const int64_t *lc, const int64_t *rc,
+                       int nb, const int64_t *lb, const int64_t *rb, int preferred) {
+  Value *in[2] = {NULL, NULL};
+  DType t;
+  bool weak;
+  if (result_type(a, b, &t, &weak) < 0) return NULL;
+  in[0] = ops_convert(a, t, weak);
+  in[1] = in[0] ? ops_convert(b, t, weak) : NULL;
+  if (!in[1]) {
+    val_decref(in[0]);
+    return NULL;
+  }
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimension_numbers", dimension_numbers(nc, lc, rc, nb, lb, rb));
+  params_add(&p, "preferred_element_type",
+             val_incref(dtype_value(preferred >= 0 ? (DType)preferred : t)));
+  Value *r = ops_apply(P_DOT_GENERAL, 2, in, &p);
+  params_clear(&p);
+  val_decref(in[0]);
+  val_decref(in[1]);
+  return r;
+}
+
+Value *ops_matmul(Value *a, Value *b) {
+  AVal x, y;
+  if (ops_aval(a, &x) < 0 || ops_aval(b, &y) < 0) return NULL;
+  if (x.ndim == 0 || y.ndim == 0)
+    return err_set(ERR_VALUE, "matmul input operand %d must have ndim at least 1, but it has ndim 0",
+                   x.ndim == 0 ? 0 : 1);
+  int64_t kx = x.shape[x.ndim - 1], ky = y.shape[y.ndim == 1 ? 0 : y.ndim - 2];
+  if (kx != ky) {
+    char s1[256], s2[256];
+    shape_str(s1, sizeof s1, x.ndim, x.shape);
+    shape_str(s2, sizeof s2, y.ndim, y.shape);
+    return err_set(ERR_VALUE, "matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                   "(size %lld is different from %lld); shapes %s and %s",
+                   (long long)ky, (long long)kx, s1, s2);
+  }
+  int64_t lc = x.ndim - 1, rc = y.ndim == 1 ? 0 : y.ndim - 2;
+  if (x.ndim <= 2 && y.ndim <= 2)
+    return ops_dot_general(a, b, 1, &lc, &rc, 0, NULL, NULL, -1);
+  if (x.ndim == 1 || y.ndim == 1)
+    return ops_dot_general(a, b, 1, &lc, &rc, 0, NULL, NULL, -1);
+  /* Batched: broadcast the leading dims of both, then batch over them. */
+  int nbx = x.ndim - 2, nby = y.ndim - 2, nb;
+  int64_t batch[SHM_MAXDIM], sx[SHM_MAXDIM], sy[SHM_MAXDIM];
+  if (shape_broadcast(nbx, x.shape, nby, y.shape, &nb, batch) < 0) return NULL;
+  memcpy(sx, batch, sizeof(int64_t) * (size_t)nb);
+  memcpy(sy, batch, sizeof(int64_t) * (size_t)nb);
+  sx[nb] = x.shape[x.ndim - 2];
+  sx[nb + 1] = x.shape[x.ndim - 1];
+  sy[nb] = y.shape[y.ndim - 2];
+  sy[nb + 1] = y.shape[y.ndim - 1];
+  Value *ba = ops_broadcast_to(a, nb + 2, sx);
+  Value *bb = ba ? ops_broadcast_to(b, nb + 2, sy) : NULL;
+  Value *r = NULL;
+  if (bb) {
+    int64_t bd[SHM_MAXDIM];
+    for (int i = 0; i < nb; i++) bd[i] = i;
+    lc = nb + 1;
+    rc = nb;
+    r = ops_dot_general(ba, bb, 1, &lc, &rc, nb, bd, bd, -1);
+  }
+  val_decref(ba);
+  val_decref(bb);
+  return r;
+}
+
+Value *ops_reshape(Value *x, int ndim, const int64_t *shape) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  int64_t out[SHM_MAXDIM];
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < ndim; i++) {
+    out[i] = shape[i];
+    if (shape[i] == -1) {
+      if (infer >= 0) return err_set(ERR_VALUE, "can only specify one unknown dimension");
+      infer = i;
+    } else if (shape[i] < 0) {
+      return err_set(ERR_VALUE, "negative dimensions not allowed");
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      return err_set(ERR_VALUE, "reshape: the new shape has too many elements");
+    }
+  }
+  int64_t size = shape_size(av.ndim, av.shape);
+  if (infer >= 0) {
+    if (known == 0 || size % known != 0) goto bad;
+    out[infer] = size / known;
+    known = size;
+  }
+  if (known != size) goto bad;
+  if (same_shape(av.ndim, av.shape, ndim, out)) return val_incref(x);
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(ndim, out));
+  params_add(&p, "dimensions", VAL_NONE);
+  return ops_apply1(P_RESHAPE, x, &p);
+bad: {
+  char s[256];
+  shape_str(s, sizeof s, ndim, shape);
+  return err_set(ERR_VALUE, "cannot reshape array of size %lld into shape %s", (long long)size, s);
+}
+}
+
+Value *ops_transpose(Value *x, int ndim, const int *perm) {
+  int64_t p64[SHM_MAXDIM];
+  bool ident = true;
+  for (int i = 0; i < ndim; i++) {
+    p64[i] = perm[i];
+    ident = ident && perm[i] == i;
+  }
+  if (ident) return val_incref(x);
+  Params p;
+  params_init(&p);
+  params_add(&p, "permutation", val_int_tuple(ndim, p64));
+  return ops_apply1(P_TRANSPOSE, x, &p);
+}
+
+Value *ops_expand_dims(Value *x, int n, const int64_t *dims) {
+  if (n == 0) return val_incref(x);
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimensions", val_int_tuple(n, dims));
+  return ops_apply1(P_EXPAND_DIMS, x, &p);
+}
+
+Value *ops_squeeze(Value *x, int n, const int64_t *dims) {
+  if (n == 0) return val_incref(x);
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimensions", val_int_tuple(n, dims));
+  return ops_apply1(P_SQUEEZE, x, &p);
+}
+
+int ops_axes_arg(Value *axis, int ndim, int *naxes, int *axes) {
+  if (!axis || axis == VAL_NONE) {
+    *naxes = ndim;
+    for (int i = 0; i < ndim; i++) axes[i] = i;
+    return 0;
+  }
+  size_t n = 1;
+  Value *const *items = &axis;
+  if (ops_is_seq(axis)) val_seq(axis, &n, &items);
+  if (n > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "too many axes");
+    return -1;
+  }
+  bool seen[SHM_MAXDIM] = {false};
+  for (size_t i = 0; i < n; i++) {
+    int64_t v;
+    if (!IS_ARRAY(items[i]) || !dt_is_int(AS_ARRAY(items[i])->dtype) ||
+        arr_to_index(items[i], &v) < 0) {
+      err_clear();
+      err_set(ERR_TYPE, "'%s' object cannot be interpreted as an integer axis", val_type_name(items[i]));
+      return -1;
+    }
+    if (axis_normalize(v, ndim, &axes[i]) < 0) return -1;
+    if (seen[axes[i]]) {
+      err_set(ERR_VALUE, "repeated axis");
+      return -1;
+    }
+    seen[axes[i]] = true;
+  }
+  *naxes = (int)n;
+  return 0;
+}
+
+Value *ops_reduce(PrimId id, Value *x, int naxes, const int *axes, bool keepdims) {
+  int64_t a64[SHM_MAXDIM];
+  int sorted[SHM_MAXDIM];
+  memcpy(sorted, axes, sizeof(int) * (size_t)naxes);
+  for (int i = 1; i < naxes; i++)
+    for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+      int t = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = t;
+    }
+  for (int i = 0; i < naxes; i++) a64[i] = sorted[i];
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", val_int_tuple(naxes, a64));
+  if (id == P_ARGMAX || id == P_ARGMIN) params_add(&p, "index_dtype", dtype_value(DT_I32));
+  Value *r = ops_apply1(id, x, &p);
+  if (!r || !keepdims) return r;
+  Value *k = ops_expand_dims(r, naxes, a64);
+  val_decref(r);
+  return k;
+}
+
+/* ======================================================================
+ * Conversion to arrays (jnp.asarray)
+ * ====================================================================== */
+
+/* Shape and dtype of a nested list: fills shape[] the first time a depth is
+ * reached and checks later elements against it. */
+typedef struct NestInfo {
+  int ndim;            /* -1 until the first leaf fixes it */
+  int64_t shape[SHM_MAXDIM];
+  DType dtype;
+  bool weak, any, tracer;
+} NestInfo;
+
+static int nest_scan(Value *v, int depth, NestInfo *ni);
+
+static int nest_leaf(Value *v, int depth, NestInfo *ni) {
+  AVal av;
+  if (!ops_is_array(v)) {
+    err_set(ERR_TYPE, "cannot convert '%s' to an array", val_type_name(v));
+    return -1;
+  }
+  if (ops_aval(v, &av) < 0) return -1;
+  if (v->type == V_TRACER) ni->tracer = true;
+  int nd = depth + av.ndim;
+  if (nd > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "array nested too deeply");
+    return -1;
+  }
+  if (ni->ndim < 0) {
+    ni->ndim = nd;
+    memcpy(ni->shape + depth, av.shape, sizeof(int64_t) * (size_t)av.ndim);
+  } else if (nd != ni->ndim || memcmp(ni->shape + depth, av.shape, sizeof(int64_t) * (size_t)av.ndim)) {
+    goto ragged;
+  }
+  if (!ni->any) {
+    ni->dtype = av.dtype;
+    ni->weak = av.weak;
+    ni->any = true;
+  } else {
+    bool w;
+    ni->dtype = dt_promote(ni->dtype, ni->weak, av.dtype, av.weak, &w);
+    ni->weak = w;
+  }
+  return 0;
+ragged:
+  err_set(ERR_VALUE, "setting an array element with a sequence. The requested array has an "
+          "inhomogeneous shape after %d dimensions.", depth);
+  return -1;
+}
+
+static int nest_scan(Value *v, int depth, NestInfo *ni) {
+  if (!ops_is_seq(v)) return nest_leaf(v, depth, ni);
+  size_t n;
+  Value *const *items;
+  val_seq(v, &n, &items);
+  if (depth >= SHM_MAXDIM) {
+    err_set(ERR_VALUE, "array nested too deeply");
+    return -1;
+  }
+  if (ni->ndim >= 0 && (depth >= ni->ndim || ni->shape[depth] != (int64_t)n)) {
+    err_set(ERR_VALUE, "setting an array element with a sequence. The requested array has an "
+            "inhomogeneous shape after %d dimensions.", depth);
+    return -1;
+  }
+  if (n == 0 && ni->ndim < 0) {
+    ni->ndim = depth + 1;
+    ni->shape[depth] = 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (ni->ndim < 0 || depth < ni->ndim) {
+      /* the first element fixes this depth's size */
+      if (ni->ndim < 0) ni->shape[depth] = (int64_t)n;
+    }
+    if (nest_scan(items[i], depth + 1, ni) < 0) return -1;
+    if (ni->shape[depth] != (int64_t)n) {
+      err_set(ERR_VALUE, "setting an array element with a sequence. The requested array has an "
+              "inhomogeneous shape after %d dimensions.", depth);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Writes the leaves of [v] into [out] (f64 or i64 by [ints]) at [*pos]. */
+static void nest_fill(Value *v, bool ints, void *out, int64_t *pos) {
+  if (ops_is_seq(v)) {
+    size_t n;
+    Value *const *items;
+    val_seq(v, &n, &items);
+    for (size_t i = 0; i < n; i++) nest_fill(items[i], ints, out, pos);
+    return;
+  }
+  Array *a = AS_ARRAY(v);
+  for (int64_t i = 0; i < a->size; i++) {
+    if (ints) ((int64_t *)out)[(*pos)++] = arr_get_i64(a, i);
+    else ((double *)out)[(*pos)++] = arr_get_f64(a, i);
+  }
+}
+
+/* Stacks the elements of a nested sequence with primitives (tracers). */
+static Value *nest_stack(Value *v, DType t) {
+  if (!ops_is_seq(v)) return ops_convert(v, t, false);
+  size_t n;
+  Value *const *items;
+  val_seq(v, &n, &items);
+  Value **parts = shm_calloc(n ? n : 1, sizeof(Value *));
+  if (!parts) return err_nomem();
+  Value *r = NULL;
+  int64_t zero = 0;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    Value *e = nest_stack(items[i], t);
+    parts[i] = e ? ops_expand_dims(e, 1, &zero) : NULL;
+    val_decref(e);
+    if (!parts[i]) break;
+  }
+  if (i == n) {
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(0));
+    r = ops_apply(P_CONCATENATE, (int)n, parts, &p);
+    params_clear(&p);
+  }
+  for (size_t j = 0; j < i; j++) val_decref(parts[j]);
+  shm_free(parts);
+  return r;
+}
+
+Value *ops_to_array(Value *v, int dtype) {
+  if (!v) return err_set(ERR_TYPE, "cannot convert a missing value to an array");
+  if (ops_is_array(v)) {
+    if (dtype < 0) return val_incref(v);
+    return ops_convert(v, (DType)dtype, false);
+  }
+  if (!ops_is_seq(v)) return err_set(ERR_TYPE, "cannot convert '%s' to an array", val_type_name(v));
+  NestInfo ni = {.ndim = -1, .dtype = DT_F32};
+  if (nest_scan(v, 0, &ni) < 0) return NULL;
+  DType t = dtype >= 0 ? (DType)dtype : ni.any ? ni.dtype : DT_F32;
+  if (ni.tracer) return nest_stack(v, t);
+  bool ints = !dt_is_float(t) && (!ni.any || !dt_is_float(ni.dtype));
+  Array *tmp = arr_new(ints ? DT_I64 : DT_F64, ni.ndim, ni.shape);
+  if (!tmp) return NULL;
+  int64_t pos = 0;
+  nest_fill(v, ints, arr_data(tmp), &pos);
+  Array *r = arr_astype(tmp, t, false);
+  val_decref((Value *)tmp);
+  return (Value *)r;
+}
+
+int ops_dtype_arg(Value *v, int *out) {
+  if (!v || v == VAL_NONE) {
+    *out = -1;
+    return 0;
+  }
+  DType t;
+  if (v->type == V_DTYPE) {
+    *out = (int)((DTypeVal *)v)->dtype;
+    return 0;
+  }
+  if (v->type == V_STR && dt_parse(str_cstr(v), &t)) {
+    *out = (int)t;
+    return 0;
+  }
+  if (v->type == V_BUILTIN) {
+    const char *n = ((Builtin *)v)->name;
+    if (!strcmp(n, "int")) { *out = DT_I32; return 0; }
+    if (!strcmp(n, "float")) { *out = DT_F32; return 0; }
+    if (!strcmp(n, "bool")) { *out = DT_BOOL; return 0; }
+  }
+  if (v->type == V_STR) err_set(ERR_TYPE, "data type '%s' not understood", str_cstr(v));
+  else err_set(ERR_TYPE, "Cannot interpret '%s' as a data type", val_type_name(v));
+  return -1;
+}
+
+int ops_shape_arg(Value *v, int *ndim, int64_t *shape) {
+  size_t n = 1;
+  Value *const *items = &v;
+  if (ops_is_seq(v)) val_seq(v, &n, &items);
+  if (n > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "maximum supported dimension for an array is %d, found %zu", SHM_MAXDIM, n);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!IS_ARRAY(items[i]) || !dt_is_int(AS_ARRAY(items[i])->dtype) ||
+        arr_to_index(items[i], &shape[i]) < 0) {
+      err_clear();
+      err_set(ERR_TYPE, "'%s' object cannot be interpreted as an integer", val_type_name(items[i]));
+      return -1;
+    }
+  }
+  *ndim = (int)n;
+  return 0;
+}
+
+/* ======================================================================
+ * len and iteration
+ * ====================================================================== */
+
+int ops_len(Value *obj, int64_t *out) {
+  switch (obj->type) {
+  case V_STR: *out = (int64_t)((Str *)obj)->len; return 0;
+  case V_TUPLE: *out = (int64_t)tuple_len(obj); return 0;
+  case V_LIST: *out = (int64_t)list_len(obj); return 0;
+  case V_DICT: *out = (int64_t)((Dict *)obj)->len; return 0;
+  case V_RANGE: *out = range_len(obj); return 0;
+  case V_ARRAY: case V_TRACER: {
+    AVal av;
+    if (ops_aval(obj, &av) < 0) return -1;
+    if (av.ndim == 0) {
+      err_set(ERR_TYPE, "len() of unsized object");
+      return -1;
+    }
+    *out = av.shape[0];
+    return 0;
+  }
+  default:
+    err_set(ERR_TYPE, "object of type '%s' has no len()", val_type_name(obj));
+    return -1;
+  }
+}
+
+Value *ops_iter_items(Value *obj) {
+  int64_t n;
+  if (obj->type == V_TUPLE || obj->type == V_LIST || obj->type == V_DICT) {
+    size_t len;
+    Value *const *items;
+    if (obj->type == V_DICT) {
+      len = ((Dict *)obj)->len;
+      items = ((Dict *)obj)->keys;
+    } else {
+      val_seq(obj, &len, &items);
+    }
+    Value *l = list_new(len);
+    for (size_t i = 0; l && i < len; i++)
+      if (list_append(l, items[i]) < 0) {
+        val_decref(l);
+        return err_nomem();
+      }
+    return l;
+  }
+  if (obj->type != V_STR && obj->type != V_RANGE && !ops_is_array(obj))
+    return err_set(ERR_TYPE, "'%s' object is not iterable", val_type_name(obj));
+  if (ops_is_array(obj)) {
+    AVal av;
+    if (ops_aval(obj, &av) < 0) return NULL;
+    if (av.ndim == 0) return err_set(ERR_TYPE, "iteration over a 0-d array");
+  }
+  if (ops_len(obj, &n) < 0) return NULL;
+  Value *l = list_new((size_t)n);
+  for (int64_t i = 0; l && i < n; i++) {
+    Value *iv = val_int(i);
+    Value *e = iv ? ops_getitem(obj, iv) : NULL;
+    val_decref(iv);
+    if (!e || list_append_steal(l, e) < 0) {
+      val_decref(l);
+      return NULL;
+    }
+  }
+  return l;
+}

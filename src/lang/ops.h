@@ -1,0 +1,146 @@
+/*
+ * ops.h - the operators and attribute access of the language, as thin
+ * layers over the primitives (prim.h), with NumPy's broadcasting and JAX's
+ * promotion.  The evaluator calls these for `a + b`, `a[i]`, `a.shape`.
+ *
+ * All return new references or NULL with the error set; operands borrowed.
+ */
+#ifndef SHMAP_OPS_H
+#define SHMAP_OPS_H
+
+#include "lang/ast.h"
+#include "array/prim.h"
+#include "base/value.h"
+
+/* Binary arithmetic and bitwise operators.  Arrays (and numbers, which are
+ * arrays): promote (dtype.h), broadcast, apply the primitive; `/` is true
+ * division (ints give f32), `//` floor division, `%` Python's modulo
+ * (sign of the divisor), `**` pow (integer_pow for a small integer
+ * literal exponent), `@` matmul (dot_general).  Also str + str, tuple +
+ * tuple, list + list, str/tuple/list * int.  Errors: "unsupported operand
+ * types for +: 'str' and 'array'", broadcasting errors. */
+Value *ops_binary(OpKind op, Value *a, Value *b);
+/* (ops_binary and ops_compare, as prim_apply does, may reuse an operand
+ * whose reference count is 1 as the result's buffer: pass only values you
+ * own and drop afterwards, or hold a second reference.) */
+
+/* -x, +x, ~x, not x. */
+Value *ops_unary(OpKind op, Value *a);
+
+/* ==, !=, <, <=, >, >= (elementwise on arrays, giving bool arrays), `in`,
+ * `not in`, `is`, `is not`. */
+Value *ops_compare(OpKind op, Value *a, Value *b);
+
+/* obj[index]: arrays (NumPy basic and advanced indexing: ints, slices,
+ * None, ..., integer and boolean arrays; out-of-range ints are errors
+ * "index 5 is out of bounds for axis 0 with size 4"), tuples, lists,
+ * strings, dicts, `x.at[idx]` helpers. */
+Value *ops_getitem(Value *obj, Value *index);
+
+/* obj.name: array attributes and methods (.shape .dtype .ndim .size .T
+ * .reshape .astype .sum .mean .max .min .tolist .at ...), dict methods,
+ * module members, mesh attributes.  Error "'array' object has no
+ * attribute 'foo'". */
+Value *ops_getattr(Value *obj, const char *name);
+
+/* Names of the attributes of [obj], for tab completion: a List of Str. */
+Value *ops_dir(Value *obj);
+
+/* Converts numbers, nested lists/tuples of numbers and arrays to an Array
+ * (jnp.asarray); [dtype] < 0 infers it.  Error "cannot convert 'str' to
+ * an array". */
+Value *ops_to_array(Value *v, int dtype);
+
+/* len(obj). */
+int ops_len(Value *obj, int64_t *out);
+
+/* Iteration support for `for` and comprehensions: a List of items (arrays
+ * iterate over their first axis; ranges are handled by the evaluator). */
+Value *ops_iter_items(Value *obj);
+
+/* Registers attribute access for a value type defined by a later subsystem
+ * (V_MESH, V_PSPEC, V_PLAN, ...): ops_getattr calls [fn], which returns a
+ * new reference or NULL with the error set.  Call at start-up. */
+void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));
+
+/* ---- helpers shared with builtins.c ------------------------------------------
+ * The jax.numpy layer's building blocks.  Operands are V_ARRAY or V_TRACER
+ * (borrowed); results are new references or NULL with the error set. */
+
+/* Set by the tracer: the abstract value of a V_TRACER.  0 or -1. */
+extern int (*ops_tracer_aval)(Value *v, AVal *out);
+
+/* True for arrays and tracers (numbers are 0-d arrays). */
+bool ops_is_array(const Value *v);
+
+/* The aval of an array or tracer; error "expected an array, got 'str'". */
+int ops_aval(Value *v, AVal *out);
+
+/* convert_element_type to [t] with weak flag [weak]; [x] itself when it
+ * already is; a weak 0-d concrete constant is remade in [t] directly. */
+Value *ops_convert(Value *x, DType t, bool weak);
+
+/* broadcast_in_dim to [shape] with NumPy's trailing alignment; [x] itself
+ * when the shape already matches.  ERR_VALUE "Incompatible shapes for
+ * broadcasting: (3,) and requested shape (2, 4)". */
+Value *ops_broadcast_to(Value *x, int ndim, const int64_t *shape);
+
+/* prim_apply that never overwrites its operands: prim_apply may reuse an
+ * operand whose refcount is 1 as its output (prim.h); this holds one more
+ * reference to each for the call.  Every helper below applies primitives
+ * this way, so operands stay intact; only ops_binary, ops_unary and
+ * ops_compare let prim_apply reuse an operand the caller holds alone. */
+Value *ops_apply(PrimId id, int n, Value **in, const Params *p);
+
+/* Elementwise primitive [id] of [n] (<= 8) operands after JAX promotion and
+ * NumPy broadcasting (rank-0 operands stay rank 0). */
+Value *ops_elementwise(PrimId id, int n, Value **args);
+
+/* A unary primitive with no parameters, applied as is. */
+Value *ops_unary_prim(PrimId id, Value *x);
+
+/* jnp.where(pred, on_true, on_false): select_n after promotion and
+ * broadcasting of all three; a non-bool predicate is compared with 0. */
+Value *ops_select(Value *pred, Value *on_true, Value *on_false);
+
+/* jnp.matmul semantics (1-D operands, batch broadcasting) via dot_general. */
+Value *ops_matmul(Value *a, Value *b);
+
+/* dot_general of the promoted operands with contracting dims lc/rc and
+ * batch dims lb/rb; [preferred] < 0 means the promoted dtype. */
+Value *ops_dot_general(Value *a, Value *b, int nc, const int64_t *lc, const int64_t *rc,
+                       int nb, const int64_t *lb, const int64_t *rb, int preferred);
+
+/* lax.reshape to [shape] (one -1 allowed, inferred); ERR_VALUE "cannot
+ * reshape array of size 6 into shape (4,)".  [x] itself when unchanged. */
+Value *ops_reshape(Value *x, int ndim, const int64_t *shape);
+
+/* lax.transpose by [perm] (already validated); [x] itself when identity. */
+Value *ops_transpose(Value *x, int ndim, const int *perm);
+
+/* lax.expand_dims / lax.squeeze at [dims] (already normalised). */
+Value *ops_expand_dims(Value *x, int n, const int64_t *dims);
+Value *ops_squeeze(Value *x, int n, const int64_t *dims);
+
+/* Reduction primitive [id] (reduce_sum, reduce_max, argmax, ...) over
+ * [axes]; keepdims re-inserts them with expand_dims. */
+Value *ops_reduce(PrimId id, Value *x, int naxes, const int *axes, bool keepdims);
+
+/* NumPy's `axis` argument (None: all, an int, or a tuple of ints) for rank
+ * [ndim], normalised; errors for out-of-range and repeated axes. */
+int ops_axes_arg(Value *axis, int ndim, int *naxes, int *axes);
+
+/* A `dtype=` argument: a dtype value, a name string, or the built-ins
+ * int/float/bool; None or NULL gives -1.  ERR_TYPE "data type 'x' not
+ * understood". */
+int ops_dtype_arg(Value *v, int *out);
+
+/* A shape argument: an int or a tuple/list of ints. */
+int ops_shape_arg(Value *v, int *ndim, int64_t *shape);
+
+/* str.format: `{}`, `{0}`, `{name}` (a keyword argument of [a]), with
+ * specs such as `{:.3f}` and `{:>8}`; values are printed by val_str when
+ * no numeric spec applies.  Errors: a missing index or keyword. */
+Value *ops_format(const char *fmt, const CallArgs *a);
+
+#endif

@@ -1,0 +1,674 @@
+/*
+ * ops_attr.c - obj.name: the attributes and methods of arrays (the jnp
+ * functions as methods, .shape, .T, .at, .tolist, ...), dicts, lists,
+ * strings (with str.format), modules and dtypes, and the hooks through
+ * which later subsystems give their own types attributes.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "lang/ops_impl.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+/* ======================================================================
+ * Attributes and methods
+ * ====================================================================== */
+
+static Value *(*getattr_hooks[V_TYPE_COUNT])(Value *self, const char *name);
+
+void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name)) {
+  getattr_hooks[t] = fn;
+}
+
+/* Calls the jnp built-in [name] with [self] prepended to [a]. */
+static Value *forward(const char *name, Value *self, const CallArgs *a) {
+  Value *ns = builtins_namespace("jnp");
+  Value *fn = ns ? dict_get_str(((Module *)ns)->globals, name) : NULL;
+  if (!fn) return err_set(ERR_TYPE, "'array' object has no attribute '%s'", name);
+  Value *args[40];
+  if (a->nargs >= 39) return err_set(ERR_TYPE, "%s() got too many arguments", name);
+  args[0] = self;
+  for (int i = 0; i < a->nargs; i++) args[i + 1] = a->args[i];
+  CallArgs b = {a->nargs + 1, args, a->nkw, a->kwnames, a->kwvals};
+  return val_call(fn, &b);
+}
+
+#define FORWARD(NAME)                                              \
+  static Value *m_##NAME(Value *self, const CallArgs *a) {         \
+    return forward(#NAME, self, a);                                \
+  }
+FORWARD(sum) FORWARD(mean) FORWARD(max) FORWARD(min) FORWARD(prod)
+FORWARD(argmax) FORWARD(argmin) FORWARD(astype) FORWARD(std) FORWARD(var)
+FORWARD(cumsum) FORWARD(clip) FORWARD(round) FORWARD(all) FORWARD(any)
+FORWARD(squeeze) FORWARD(dot) FORWARD(sort) FORWARD(flatten)
+FORWARD(ravel) FORWARD(swapaxes)
+#undef FORWARD
+
+/* Shape from varargs (`x.reshape(2, 3)`) or one tuple (`x.reshape((2, 3))`). */
+static int varargs_shape(const CallArgs *a, const char *fname, int *nd, int64_t *shape) {
+  if (a->nargs == 1 && (ops_is_seq(a->args[0]) || ops_is_array(a->args[0])))
+    return ops_shape_arg(a->args[0], nd, shape);
+  if (a->nargs > SHM_MAXDIM) {
+    err_set(ERR_VALUE, "%s: too many dimensions", fname);
+    return -1;
+  }
+  for (int i = 0; i < a->nargs; i++) {
+    int one;
+    if (ops_shape_arg(a->args[i], &one, &shape[i]) < 0 || one != 1) return -1;
+  }
+  *nd = a->nargs;
+  return 0;
+}
+
+static Value *m_reshape(Value *self, const CallArgs *a) {
+  for (int k = 0; k < a->nkw; k++)
+    if (strcmp(a->kwnames[k], "order") && strcmp(a->kwnames[k], "shape"))
+      return err_set(ERR_TYPE, "reshape() got an unexpected keyword argument '%s'", a->kwnames[k]);
+  int nd;
+  int64_t shape[SHM_MAXDIM];
+  for (int k = 0; k < a->nkw; k++)
+    if (!strcmp(a->kwnames[k], "shape")) {
+      if (ops_shape_arg(a->kwvals[k], &nd, shape) < 0) return NULL;
+      return ops_reshape(self, nd, shape);
+    }
+  if (varargs_shape(a, "reshape", &nd, shape) < 0) return NULL;
+  return ops_reshape(self, nd, shape);
+}
+
+static Value *m_transpose(Value *self, const CallArgs *a) {
+  AVal av;
+  if (ops_aval(self, &av) < 0) return NULL;
+  int perm[SHM_MAXDIM];
+  if (a->nargs == 0 || (a->nargs == 1 && a->args[0] == VAL_NONE)) {
+    for (int i = 0; i < av.ndim; i++) perm[i] = av.ndim - 1 - i;
+    return ops_transpose(self, av.ndim, perm);
+  }
+  int nd;
+  int64_t axes[SHM_MAXDIM];
+  if (varargs_shape(a, "transpose", &nd, axes) < 0) return NULL;
+  if (nd != av.ndim) return err_set(ERR_VALUE, "axes don't match array");
+  bool seen[SHM_MAXDIM] = {false};
+  for (int i = 0; i < nd; i++) {
+    if (axis_normalize(axes[i], av.ndim, &perm[i]) < 0) return NULL;
+    if (seen[perm[i]]) return err_set(ERR_VALUE, "repeated axis in transpose");
+    seen[perm[i]] = true;
+  }
+  return ops_transpose(self, nd, perm);
+}
+
+/* A Python-number-like 0-d value of element [i] of [a]. */
+static Value *py_scalar(Array *a, int64_t i) {
+  if (a->dtype == DT_BOOL) return val_bool(arr_get_i64(a, i) != 0);
+  if (dt_is_int(a->dtype)) return val_int(arr_get_i64(a, i));
+  return (Value *)arr_scalar_f64(a->dtype == DT_F64 ? DT_F64 : DT_F32, arr_get_f64(a, i), true);
+}
+
+static Value *tolist_rec(Array *a, int depth, int64_t *pos) {
+  if (depth == a->ndim) {
+    Value *s = py_scalar(a, *pos);
+    (*pos)++;
+    return s;
+  }
+  Value *l = list_new((size_t)a->shape[depth]);
+  for (int64_t i = 0; l && i < a->shape[depth]; i++) {
+    Value *e = tolist_rec(a, depth + 1, pos);
+    if (!e || list_append_steal(l, e) < 0) {
+      val_decref(l);
+      return NULL;
+    }
+  }
+  return l;
+}
+
+/* Concrete array behind [self], or an error naming the method. */
+static Array *concrete(Value *self, const char *what) {
+  if (IS_ARRAY(self)) return AS_ARRAY(self);
+  err_set(ERR_TYPE, "%s() needs a concrete value, but was called on a traced array under jit", what);
+  return NULL;
+}
+
+static Value *m_tolist(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("tolist", a, "", slots) < 0) return NULL;
+  Array *x = concrete(self, "tolist");
+  int64_t pos = 0;
+  return x ? tolist_rec(x, 0, &pos) : NULL;
+}
+
+static Value *m_item(Value *self, const CallArgs *a) {
+  Array *x = concrete(self, "item");
+  if (!x) return NULL;
+  if (a->nargs == 0) {
+    if (x->size != 1)
+      return err_set(ERR_VALUE, "can only convert an array of size 1 to a Python scalar");
+    return py_scalar(x, 0);
+  }
+  int64_t i;
+  if (arr_to_index(a->args[0], &i) < 0) return NULL;
+  if (i < 0) i += x->size;
+  if (i < 0 || i >= x->size) return err_set(ERR_INDEX, "index %lld is out of bounds for size %lld", (long long)i, (long long)x->size);
+  return py_scalar(x, i);
+}
+
+static Value *m_copy(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("copy", a, "", slots) < 0) return NULL;
+  return ops_unary_prim(P_COPY, self);
+}
+
+static Value *m_block_until_ready(Value *self, const CallArgs *a) {
+  return val_incref(self);
+}
+
+typedef struct Method {
+  const char *name;
+  MethodFn fn;
+} Method;
+
+static const Method array_methods[] = {
+  {"reshape", m_reshape}, {"astype", m_astype}, {"sum", m_sum}, {"mean", m_mean},
+  {"max", m_max}, {"min", m_min}, {"prod", m_prod}, {"argmax", m_argmax},
+  {"argmin", m_argmin}, {"tolist", m_tolist}, {"transpose", m_transpose},
+  {"flatten", m_flatten}, {"ravel", m_ravel}, {"squeeze", m_squeeze}, {"item", m_item},
+  {"copy", m_copy}, {"std", m_std}, {"var", m_var}, {"cumsum", m_cumsum},
+  {"clip", m_clip}, {"round", m_round}, {"all", m_all}, {"any", m_any}, {"dot", m_dot},
+  {"sort", m_sort}, {"swapaxes", m_swapaxes},
+  {"block_until_ready", m_block_until_ready},
+  {NULL, NULL},
+};
+
+static Value *array_getattr(Value *x, const char *name) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  if (!strcmp(name, "shape")) return val_int_tuple(av.ndim, av.shape);
+  if (!strcmp(name, "dtype")) return dtype_value(av.dtype);
+  if (!strcmp(name, "ndim")) return val_int(av.ndim);
+  if (!strcmp(name, "size")) return val_int(shape_size(av.ndim, av.shape));
+  if (!strcmp(name, "itemsize")) return val_int((int64_t)dt_size(av.dtype));
+  if (!strcmp(name, "nbytes")) return val_int((int64_t)dt_size(av.dtype) * shape_size(av.ndim, av.shape));
+  if (!strcmp(name, "weak_type")) return val_bool(av.weak);
+  if (!strcmp(name, "at")) return ops_at_new(x, NULL);
+  if (!strcmp(name, "T") || !strcmp(name, "mT")) {
+    int perm[SHM_MAXDIM];
+    for (int i = 0; i < av.ndim; i++) perm[i] = av.ndim - 1 - i;
+    if (name[0] == 'm') {
+      if (av.ndim < 2) return err_set(ERR_VALUE, "matrix transpose with ndim < 2 is undefined");
+      for (int i = 0; i < av.ndim; i++) perm[i] = i;
+      perm[av.ndim - 2] = av.ndim - 1;
+      perm[av.ndim - 1] = av.ndim - 2;
+    }
+    return ops_transpose(x, av.ndim, perm);
+  }
+  for (const Method *m = array_methods; m->name; m++)
+    if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, x);
+  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(x), name);
+}
+
+/* ---- dict, list and str methods ----------------------------------------- */
+
+static Value *dict_view(Value *d, int which) {
+  Dict *dd = (Dict *)d;
+  Value *l = list_new(dd->len);
+  for (size_t i = 0; l && i < dd->len; i++) {
+    Value *e;
+    if (which == 0) e = val_incref(dd->keys[i]);
+    else if (which == 1) e = val_incref(dd->vals[i]);
+    else e = tuple_pack(2, (Value *[]){dd->keys[i], dd->vals[i]});
+    if (!e || list_append_steal(l, e) < 0) {
+      val_decref(l);
+      return NULL;
+    }
+  }
+  return l;
+}
+
+static Value *d_keys(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  return args_bind("keys", a, "", slots) < 0 ? NULL : dict_view(self, 0);
+}
+static Value *d_values(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  return args_bind("values", a, "", slots) < 0 ? NULL : dict_view(self, 1);
+}
+static Value *d_items(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  return args_bind("items", a, "", slots) < 0 ? NULL : dict_view(self, 2);
+}
+static Value *d_get(Value *self, const CallArgs *a) {
+  Value *k, *dflt;
+  Value **slots[] = {&k, &dflt};
+  if (args_bind("get", a, "key, default=", slots) < 0) return NULL;
+  Value *v = dict_get(self, k);
+  if (!v && err_occurred()) return NULL;
+  return val_incref(v ? v : dflt ? dflt : VAL_NONE);
+}
+
+static Value *l_append(Value *self, const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("append", a, "object", slots) < 0) return NULL;
+  return list_append(self, x) < 0 ? err_nomem() : VAL_NONE;
+}
+
+static Value *l_extend(Value *self, const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("extend", a, "iterable", slots) < 0) return NULL;
+  Value *items = ops_iter_items(x);
+  if (!items) return NULL;
+  for (size_t i = 0; i < list_len(items); i++)
+    if (list_append(self, list_get(items, i)) < 0) {
+      val_decref(items);
+      return err_nomem();
+    }
+  val_decref(items);
+  return VAL_NONE;
+}
+
+static Value *l_pop(Value *self, const CallArgs *a) {
+  Value *iv;
+  Value **slots[] = {&iv};
+  if (args_bind("pop", a, "index=", slots) < 0) return NULL;
+  List *l = (List *)self;
+  if (l->len == 0) return err_set(ERR_INDEX, "pop from empty list");
+  int64_t i = (int64_t)l->len - 1;
+  if (iv && ops_seq_index(iv, (int64_t)l->len, "pop", &i) < 0) return NULL;
+  Value *r = l->items[i];
+  memmove(&l->items[i], &l->items[i + 1], sizeof(Value *) * (l->len - (size_t)i - 1));
+  l->len--;
+  return r;
+}
+
+static Value *l_insert(Value *self, const CallArgs *a) {
+  Value *iv, *x;
+  Value **slots[] = {&iv, &x};
+  if (args_bind("insert", a, "index, object", slots) < 0) return NULL;
+  int64_t i;
+  if (arr_to_index(iv, &i) < 0) return NULL;
+  List *l = (List *)self;
+  if (i < 0) i += (int64_t)l->len;
+  if (i < 0) i = 0;
+  if (i > (int64_t)l->len) i = (int64_t)l->len;
+  if (list_append(self, x) < 0) return err_nomem();
+  memmove(&l->items[i + 1], &l->items[i], sizeof(Value *) * (l->len - (size_t)i - 1));
+  l->items[i] = val_incref(x);
+  val_decref(x);
+  return VAL_NONE;
+}
+
+static Value *l_index(Value *self, const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("index", a, "value", slots) < 0) return NULL;
+  size_t n;
+  Value *const *items;
+  val_seq(self, &n, &items);
+  for (size_t i = 0; i < n; i++)
+    if (items[i] == x || val_equal_key(items[i], x)) return val_int((int64_t)i);
+  return err_set(ERR_VALUE, "value is not in list");
+}
+
+/* Appends [s] ([n] bytes) to a growing buffer. */
+typedef struct SBuf {
+  char *data;
+  size_t len, cap;
+  bool fail;
+} SBuf;
+
+static void sb_add(SBuf *b, const char *s, size_t n) {
+  if (b->fail) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = (b->cap ? b->cap * 2 : 64) + n;
+    char *d = shm_realloc(b->data, cap);
+    if (!d) {
+      b->fail = true;
+      return;
+    }
+    b->data = d;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  b->data[b->len] = 0;
+}
+
+static Value *sb_finish(SBuf *b) {
+  Value *r = b->fail ? err_nomem() : str_new(b->data ? b->data : "", b->len);
+  shm_free(b->data);
+  return r;
+}
+
+/* The spec is the user's, translated to a printf format built here from
+ * checked characters, so the non-literal formats below are intended. */
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+
+/* Formats [v] with the format spec [spec] ("", ".3f", ">8", "d", "e"). */
+static int format_one(SBuf *b, Value *v, const char *spec) {
+  /* Short specs only: widths and precisions stay small, and the printf
+   * format built below always fits its buffer. */
+  if (strlen(spec) > 12) {
+    err_set(ERR_VALUE, "Invalid format specifier '%s' (too long)", spec);
+    return -1;
+  }
+  if (!*spec || !ops_is_array(v) || !IS_ARRAY(v) || AS_ARRAY(v)->size != 1) {
+    Value *s = val_str(v);
+    if (!s) return -1;
+    char fmt[64];
+    const char *w = spec;
+    char align = '<';
+    if (*w == '<' || *w == '>' || *w == '^') align = *w++;
+    int width = atoi(w);
+    if (width > 100000) {
+      err_set(ERR_VALUE, "format width %d is too large", width);
+      return -1;
+    }
+    size_t len = ((Str *)s)->len;
+    size_t pad = width > 0 && (size_t)width > len ? (size_t)width - len : 0;
+    (void)fmt;
+    if (ops_is_array(v) && align == '<' && spec[0] != '<') align = '>';
+    for (size_t i = 0; align != '<' && i < (align == '^' ? pad / 2 : pad); i++) sb_add(b, " ", 1);
+    sb_add(b, str_cstr(s), len);
+    for (size_t i = 0; align != '>' && i < (align == '^' ? pad - pad / 2 : pad); i++) sb_add(b, " ", 1);
+    val_decref(s);
+    return 0;
+  }
+  /* A numeric spec: translate to printf. */
+  char fmt[64], out[512];
+  const char *w = spec;
+  char align = 0;
+  if (*w == '<' || *w == '>' || *w == '^') align = *w++;
+  size_t sl = strlen(w);
+  char conv = sl ? w[sl - 1] : 'g';
+  if (!strchr("fFeEgGdxob%", conv)) conv = 0;
+  if (strspn(w, "0123456789.+- #") < (conv ? sl - 1 : sl)) {
+    err_set(ERR_VALUE, "Invalid format specifier '%s'", spec);
+    return -1;
+  }
+  double x;
+  arr_to_double(v, &x);
+  if (conv == 'd' || conv == 'x' || conv == 'o') {
+    snprintf(fmt, sizeof fmt, "%%%.*sll%c", (int)(sl - 1), w, conv);
+    snprintf(out, sizeof out, fmt, (long long)x);
+  } else if (conv == '%') {
+    snprintf(fmt, sizeof fmt, "%%%.*sf%%%%", (int)(sl - 1), w);
+    snprintf(out, sizeof out, fmt, x * 100);
+  } else if (conv) {
+    snprintf(fmt, sizeof fmt, "%%%.*s%c", (int)(sl - 1), w, conv);
+    if (snprintf(out, sizeof out, fmt, x) < 0) out[0] = 0;
+  } else {
+    Value *s = val_str(v);
+    if (!s) return -1;
+    snprintf(fmt, sizeof fmt, "%%%ss", w);
+    snprintf(out, sizeof out, fmt, str_cstr(s));
+    val_decref(s);
+  }
+  if (align == '<') {
+    /* printf right-aligns; move the padding to the right. */
+    size_t n = strlen(out), k = 0;
+    while (k < n && out[k] == ' ') k++;
+    memmove(out, out + k, n - k);
+    memset(out + n - k, ' ', k);
+  }
+  sb_add(b, out, strlen(out));
+  return 0;
+}
+
+/* The value a replacement field names: "" the next positional argument,
+ * digits an explicit index, anything else a keyword argument. */
+static Value *format_field(const char *field, const CallArgs *a, int *next) {
+  if (!field[0] || (field[0] >= '0' && field[0] <= '9')) {
+    int idx = field[0] ? atoi(field) : (*next)++;
+    if (idx < 0 || idx >= a->nargs)
+      return err_set(ERR_INDEX, "Replacement index %d out of range for positional args tuple", idx);
+    return a->args[idx];
+  }
+  for (int k = 0; k < a->nkw; k++)
+    if (strcmp(a->kwnames[k], field) == 0) return a->kwvals[k];
+  return err_set(ERR_NAME, "format: no keyword argument '%s'", field);
+}
+
+Value *ops_format(const char *f, const CallArgs *a) {
+  SBuf b = {0};
+  int next = 0;
+  for (const char *p = f; *p; p++) {
+    if ((*p == '{' && p[1] == '{') || (*p == '}' && p[1] == '}')) {
+      sb_add(&b, p, 1);
+      p++;
+      continue;
+    }
+    if (*p != '{') {
+      sb_add(&b, p, 1);
+      continue;
+    }
+    const char *end = strchr(p, '}');
+    if (!end) {
+      shm_free(b.data);
+      return err_set(ERR_VALUE, "Single '{' encountered in format string");
+    }
+    char field[128];
+    snprintf(field, sizeof field, "%.*s", (int)(end - p - 1), p + 1);
+    char *colon = strchr(field, ':');
+    const char *spec = "";
+    if (colon) {
+      *colon = 0;
+      spec = colon + 1;
+    }
+    Value *v = format_field(field, a, &next);
+    if (!v || format_one(&b, v, spec) < 0) {
+      shm_free(b.data);
+      return NULL;
+    }
+    p = end;
+  }
+  return sb_finish(&b);
+}
+
+static Value *s_format(Value *self, const CallArgs *a) {
+  return ops_format(str_cstr(self), a);
+}
+
+static Value *s_join(Value *self, const CallArgs *a) {
+  Value *it;
+  Value **slots[] = {&it};
+  if (args_bind("join", a, "iterable", slots) < 0) return NULL;
+  Value *items = ops_iter_items(it);
+  if (!items) return NULL;
+  SBuf b = {0};
+  for (size_t i = 0; i < list_len(items); i++) {
+    Value *s = list_get(items, i);
+    if (s->type != V_STR) {
+      err_set(ERR_TYPE, "sequence item %zu: expected str instance, %s found", i, val_type_name(s));
+      val_decref(items);
+      shm_free(b.data);
+      return NULL;
+    }
+    if (i) sb_add(&b, str_cstr(self), ((Str *)self)->len);
+    sb_add(&b, str_cstr(s), ((Str *)s)->len);
+  }
+  val_decref(items);
+  return sb_finish(&b);
+}
+
+static Value *s_split(Value *self, const CallArgs *a) {
+  Value *sep, *maxsplit;
+  Value **slots[] = {&sep, &maxsplit};
+  if (args_bind("split", a, "sep=, maxsplit=", slots) < 0) return NULL;
+  if (sep && sep != VAL_NONE && (sep->type != V_STR || ((Str *)sep)->len == 0))
+    return err_set(ERR_VALUE, "empty separator");
+  Value *l = list_new(4);
+  const char *s = str_cstr(self);
+  bool ws = !sep || sep == VAL_NONE;
+  while (l) {
+    if (ws) {
+      while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+      if (!*s) break;
+      const char *e = s;
+      while (*e && *e != ' ' && *e != '\t' && *e != '\n') e++;
+      list_append_steal(l, str_new(s, (size_t)(e - s)));
+      s = e;
+    } else {
+      const char *e = strstr(s, str_cstr(sep));
+      if (!e) {
+        list_append_steal(l, str_from(s));
+        break;
+      }
+      list_append_steal(l, str_new(s, (size_t)(e - s)));
+      s = e + ((Str *)sep)->len;
+    }
+  }
+  return l;
+}
+
+static Value *s_case(Value *self, int upper) {
+  Value *r = str_new(str_cstr(self), ((Str *)self)->len);
+  if (!r) return NULL;
+  for (char *p = ((Str *)r)->s; *p; p++) *p = (char)(upper ? toupper((unsigned char)*p) : tolower((unsigned char)*p));
+  return r;
+}
+
+static Value *s_upper(Value *self, const CallArgs *a) { return s_case(self, 1); }
+static Value *s_lower(Value *self, const CallArgs *a) { return s_case(self, 0); }
+
+static Value *s_strip(Value *self, const CallArgs *a) {
+  const char *s = str_cstr(self), *e = s + ((Str *)self)->len;
+  while (s < e && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) s++;
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+  return str_new(s, (size_t)(e - s));
+}
+
+static Value *s_startswith(Value *self, const CallArgs *a) {
+  Value *p;
+  Value **slots[] = {&p};
+  if (args_bind("startswith", a, "prefix", slots) < 0) return NULL;
+  if (p->type != V_STR) return err_set(ERR_TYPE, "startswith first arg must be str");
+  return val_bool(strncmp(str_cstr(self), str_cstr(p), ((Str *)p)->len) == 0);
+}
+
+static Value *s_endswith(Value *self, const CallArgs *a) {
+  Value *p;
+  Value **slots[] = {&p};
+  if (args_bind("endswith", a, "suffix", slots) < 0) return NULL;
+  if (p->type != V_STR) return err_set(ERR_TYPE, "endswith first arg must be str");
+  size_t n = ((Str *)self)->len, m = ((Str *)p)->len;
+  return val_bool(m <= n && memcmp(str_cstr(self) + n - m, str_cstr(p), m) == 0);
+}
+
+static Value *s_replace(Value *self, const CallArgs *a) {
+  Value *old, *new_;
+  Value **slots[] = {&old, &new_};
+  if (args_bind("replace", a, "old, new", slots) < 0) return NULL;
+  if (old->type != V_STR || new_->type != V_STR) return err_set(ERR_TYPE, "replace() arguments must be str");
+  size_t ol = ((Str *)old)->len;
+  SBuf b = {0};
+  const char *s = str_cstr(self);
+  while (*s) {
+    const char *e = ol ? strstr(s, str_cstr(old)) : NULL;
+    if (!e) {
+      sb_add(&b, s, strlen(s));
+      break;
+    }
+    sb_add(&b, s, (size_t)(e - s));
+    sb_add(&b, str_cstr(new_), ((Str *)new_)->len);
+    s = e + ol;
+  }
+  if (!b.data) sb_add(&b, "", 0);
+  return sb_finish(&b);
+}
+
+static const Method dict_methods[] = {
+  {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get}, {NULL, NULL}};
+static const Method list_methods[] = {
+  {"append", l_append}, {"extend", l_extend}, {"pop", l_pop}, {"insert", l_insert},
+  {"index", l_index}, {NULL, NULL}};
+static const Method str_methods[] = {
+  {"format", s_format}, {"join", s_join}, {"split", s_split}, {"upper", s_upper},
+  {"lower", s_lower}, {"strip", s_strip}, {"startswith", s_startswith},
+  {"endswith", s_endswith}, {"replace", s_replace}, {NULL, NULL}};
+
+static Value *method_of(Value *obj, const Method *ms, const char *name) {
+  for (const Method *m = ms; m->name; m++)
+    if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, obj);
+  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), name);
+}
+
+Value *ops_getattr(Value *obj, const char *name) {
+  switch (obj->type) {
+  case V_ARRAY: case V_TRACER:
+    return array_getattr(obj, name);
+  case V_DICT: return method_of(obj, dict_methods, name);
+  case V_LIST: return method_of(obj, list_methods, name);
+  case V_STR: return method_of(obj, str_methods, name);
+  case V_MODULE: {
+    Module *m = (Module *)obj;
+    Value *v = dict_get_str(m->globals, name);
+    if (v) return val_incref(v);
+    return err_set(ERR_NAME, "module '%s' has no attribute '%s'", m->name, name);
+  }
+  case V_DTYPE: {
+    DType t = ((DTypeVal *)obj)->dtype;
+    if (!strcmp(name, "name")) return str_from(dt_name(t));
+    if (!strcmp(name, "itemsize")) return val_int((int64_t)dt_size(t));
+    if (!strcmp(name, "dtype")) return val_incref(obj);
+    break;
+  }
+  case V_SLICE: {
+    Slice *s = (Slice *)obj;
+    if (!strcmp(name, "start")) return val_incref(s->start);
+    if (!strcmp(name, "stop")) return val_incref(s->stop);
+    if (!strcmp(name, "step")) return val_incref(s->step);
+    break;
+  }
+  case V_OPAQUE: {
+    const OpaqueType *ot = ((Opaque *)obj)->ot;
+    if (ot->getattr) return ot->getattr(obj, name);
+    break;
+  }
+  default:
+    if (getattr_hooks[obj->type]) return getattr_hooks[obj->type](obj, name);
+    break;
+  }
+  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), name);
+}
+
+static int add_names(Value *l, const Method *ms) {
+  for (const Method *m = ms; m->name; m++)
+    if (list_append_steal(l, str_from(m->name)) < 0) return -1;
+  return 0;
+}
+
+Value *ops_dir(Value *obj) {
+  Value *l = list_new(16);
+  if (!l) return NULL;
+  static const char *const attrs[] = {"shape", "dtype", "ndim", "size", "T", "at", NULL};
+  int rc = 0;
+  switch (obj->type) {
+  case V_ARRAY: case V_TRACER:
+    for (int i = 0; attrs[i] && rc == 0; i++) rc = list_append_steal(l, str_from(attrs[i]));
+    if (rc == 0) rc = add_names(l, array_methods);
+    break;
+  case V_DICT: rc = add_names(l, dict_methods); break;
+  case V_LIST: rc = add_names(l, list_methods); break;
+  case V_STR: rc = add_names(l, str_methods); break;
+  case V_MODULE: {
+    Dict *g = (Dict *)((Module *)obj)->globals;
+    for (size_t i = 0; i < g->len && rc == 0; i++) rc = list_append(l, g->keys[i]);
+    break;
+  }
+  default: break;
+  }
+  if (rc < 0) {
+    val_decref(l);
+    return err_nomem();
+  }
+  return l;
+}

@@ -1,0 +1,724 @@
+/*
+ * ops_index.c - obj[index]: NumPy indexing of arrays, Python indexing of
+ * sequences and dicts, and the functional updates of `x.at[idx]`.
+ *
+ * Arrays: the basic items (ints, slices, None, ...) become rev, slice,
+ * squeeze and expand_dims, views where the kernels allow; integer-array
+ * items (with any ints, once an array item is present, as NumPy treats
+ * them) are broadcast together, their axes merged into one, and taken
+ * with one gather, the result's axes placed where NumPy places them.
+ * Boolean masks become integer arrays (eager only: the result's shape
+ * depends on the values).  `.at[idx].set/add` scatters into the flattened
+ * array at the flat positions the same index selects.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "base/error.h"
+#include "lang/eval.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "lang/ops_impl.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+/* ======================================================================
+ * Indexing
+ * ====================================================================== */
+
+/* One index item after classification. */
+typedef enum { IX_INT, IX_SLICE, IX_NONE, IX_ARRAY } IxKind;
+
+typedef struct IxItem {
+  IxKind kind;
+  int64_t i;               /* IX_INT */
+  int64_t start, step, n;  /* IX_SLICE, normalised as slice.indices */
+  Value *arr;              /* IX_ARRAY: an integer array (owned) */
+  int dim;                 /* operand dim it consumes (-1 for None) */
+} IxItem;
+
+typedef struct Index {
+  int n;
+  IxItem it[2 * SHM_MAXDIM];
+} Index;
+
+static void index_free(Index *ix) {
+  for (int i = 0; i < ix->n; i++) val_decref(ix->it[i].arr);
+}
+
+/* Reads an optional slice bound as an int. */
+static int slice_bound(Value *v, bool *present, int64_t *out) {
+  *present = v && v != VAL_NONE;
+  if (!*present) return 0;
+  if (!IS_ARRAY(v) || !(dt_is_int(AS_ARRAY(v)->dtype) || AS_ARRAY(v)->dtype == DT_BOOL) ||
+      arr_to_index(v, out) < 0) {
+    err_clear();
+    err_set(ERR_TYPE, "slice indices must be integers or None");
+    return -1;
+  }
+  return 0;
+}
+
+/* Python's slice.indices: start, step and length for a dim of size [len]. */
+static int slice_indices(Value *sv, int64_t len, int64_t *start, int64_t *step, int64_t *n) {
+  Slice *s = (Slice *)sv;
+  bool hs, he, hp;
+  int64_t a = 0, b = 0, c = 1;
+  if (slice_bound(s->start, &hs, &a) < 0 || slice_bound(s->stop, &he, &b) < 0 ||
+      slice_bound(s->step, &hp, &c) < 0)
+    return -1;
+  if (!hp) c = 1;
+  if (c == 0) {
+    err_set(ERR_VALUE, "slice step cannot be zero");
+    return -1;
+  }
+  int64_t lo = c < 0 ? -1 : 0, hi = c < 0 ? len - 1 : len;
+  if (!hs) a = c < 0 ? hi : lo;
+  else if (a < 0) a = a + len < lo ? lo : a + len;
+  else if (a > hi) a = hi;
+  if (!he) b = c < 0 ? lo : hi;
+  else if (b < 0) b = b + len < lo ? lo : b + len;
+  else if (b > hi) b = hi;
+  int64_t cnt = 0;
+  if (c > 0 && b > a) cnt = (b - a + c - 1) / c;
+  if (c < 0 && a > b) cnt = (a - b + (-c) - 1) / (-c);
+  *start = a;
+  *step = c;
+  *n = cnt;
+  return 0;
+}
+
+static void *bad_index(Value *v) {
+  (void)v;
+  return err_set(ERR_INDEX, "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis "
+                 "(`None`) and integer or boolean arrays are valid indices");
+}
+
+/* Integer arrays from a boolean mask (eager only): one per mask dim. */
+static int mask_to_ints(Value *m, Value **outs, int *nout) {
+  if (!IS_ARRAY(m)) {
+    err_set(ERR_INDEX, "boolean array indices are not supported under jit: the result's shape "
+            "depends on the values (use where(mask, x, 0) instead)");
+    return -1;
+  }
+  Array *a = AS_ARRAY(m);
+  int64_t count = 0;
+  for (int64_t i = 0; i < a->size; i++) count += arr_get_i64(a, i) != 0;
+  int nd = a->ndim;
+  Array *cols[SHM_MAXDIM];
+  for (int d = 0; d < nd; d++) {
+    cols[d] = arr_new(DT_I32, 1, &count);
+    if (!cols[d]) {
+      for (int e = 0; e < d; e++) val_decref((Value *)cols[e]);
+      return -1;
+    }
+  }
+  int64_t k = 0;
+  for (int64_t i = 0; i < a->size; i++) {
+    if (!arr_get_i64(a, i)) continue;
+    int64_t rem = i;
+    for (int d = nd - 1; d >= 0; d--) {
+      ((int32_t *)arr_data(cols[d]))[k] = (int32_t)(rem % a->shape[d]);
+      rem /= a->shape[d];
+    }
+    k++;
+  }
+  for (int d = 0; d < nd; d++) outs[d] = (Value *)cols[d];
+  *nout = nd;
+  return 0;
+}
+
+static int index_add(Index *ix, Value *item, const AVal *av, int *dim);
+
+/* A boolean mask item: one integer index array per mask dim. */
+static int index_add_mask(Index *ix, Value *mask, const AVal *av, int *dim) {
+  AVal ma;
+  ops_aval(mask, &ma);
+  for (int c = 0; c < ma.ndim; c++)
+    if (av->shape[*dim + c] != ma.shape[c]) {
+      err_set(ERR_INDEX, "boolean index did not match indexed array along axis %d; size of "
+              "axis is %lld but size of corresponding boolean axis is %lld", *dim + c,
+              (long long)av->shape[*dim + c], (long long)ma.shape[c]);
+      return -1;
+    }
+  Value *cols[SHM_MAXDIM];
+  int nc;
+  if (mask_to_ints(mask, cols, &nc) < 0) return -1;
+  int rc = 0;
+  for (int c = 0; c < nc; c++) {
+    if (rc == 0) rc = index_add(ix, cols[c], av, dim);
+    val_decref(cols[c]);
+  }
+  return rc;
+}
+
+/* Appends [item] to [ix], consuming operand dims from [*dim] (the caller
+ * has checked that enough dims remain). */
+static int index_add(Index *ix, Value *item, const AVal *av, int *dim) {
+  if (ix->n >= 2 * SHM_MAXDIM) {
+    err_set(ERR_INDEX, "too many indices");
+    return -1;
+  }
+  if (item->type == V_LIST || item->type == V_TUPLE) {
+    Value *arr = ops_to_array(item, -1);
+    if (!arr) return -1;
+    int r = index_add(ix, arr, av, dim);
+    val_decref(arr);
+    return r;
+  }
+  IxItem *it = &ix->it[ix->n];
+  memset(it, 0, sizeof *it);
+  it->dim = -1;
+  if (item == VAL_NONE) {
+    it->kind = IX_NONE;
+    ix->n++;
+    return 0;
+  }
+  if (item->type == V_SLICE) {
+    it->kind = IX_SLICE;
+    if (slice_indices(item, av->shape[*dim], &it->start, &it->step, &it->n) < 0) return -1;
+  } else if (ops_is_array(item)) {
+    AVal ia;
+    ops_aval(item, &ia);
+    if (ia.dtype == DT_BOOL && ia.ndim > 0) return index_add_mask(ix, item, av, dim);
+    if (!dt_is_int(ia.dtype)) {
+      bad_index(item);
+      return -1;
+    }
+    if (ia.ndim == 0 && IS_ARRAY(item)) {
+      it->kind = IX_INT;
+      it->i = arr_get_i64(AS_ARRAY(item), 0);
+    } else {
+      it->kind = IX_ARRAY;
+      it->arr = val_incref(item);
+    }
+  } else {
+    bad_index(item);
+    return -1;
+  }
+  it->dim = (*dim)++;
+  ix->n++;
+  return 0;
+}
+
+/* Number of operand dims [v] consumes as an index item. */
+static int item_dims(Value *v) {
+  AVal ia;
+  if (v == VAL_NONE || v == VAL_ELLIPSIS) return 0;
+  if (ops_is_array(v) && ops_aval(v, &ia) == 0 && ia.dtype == DT_BOOL && ia.ndim > 0)
+    return ia.ndim;
+  if (v->type == V_LIST) {
+    Value *arr = ops_to_array(v, -1);
+    int n = arr ? item_dims(arr) : 1;
+    err_clear();
+    val_decref(arr);
+    return n;
+  }
+  return 1;
+}
+
+/* Parses [index] against an operand of aval [av]: expands `...`, pads
+ * with full slices, checks counts and the bounds of integer items. */
+static int index_parse(Value *index, const AVal *av, Index *ix) {
+  Value *single[1] = {index};
+  size_t n = 1;
+  Value *const *items = single;
+  if (index->type == V_TUPLE) val_seq(index, &n, &items);
+  ix->n = 0;
+  int consumed = 0, ell = -1;
+  for (size_t i = 0; i < n; i++) {
+    if (items[i] == VAL_ELLIPSIS) {
+      if (ell >= 0) {
+        err_set(ERR_INDEX, "an index can only have a single ellipsis ('...')");
+        return -1;
+      }
+      ell = (int)i;
+    }
+    consumed += item_dims(items[i]);
+  }
+  if (consumed > av->ndim) {
+    err_set(ERR_INDEX, "too many indices for array: array is %d-dimensional, but %d were indexed",
+            av->ndim, consumed);
+    return -1;
+  }
+  Value *full = slice_new(VAL_NONE, VAL_NONE, VAL_NONE);
+  if (!full) return -1;
+  int dim = 0;
+  for (size_t i = 0; i < n; i++) {
+    if ((int)i != ell) {
+      if (index_add(ix, items[i], av, &dim) < 0) goto fail;
+      continue;
+    }
+    for (int k = 0; k < av->ndim - consumed; k++)
+      if (index_add(ix, full, av, &dim) < 0) goto fail;
+  }
+  while (dim < av->ndim)
+    if (index_add(ix, full, av, &dim) < 0) goto fail;
+  val_decref(full);
+  for (int i = 0; i < ix->n; i++) {
+    IxItem *it = &ix->it[i];
+    if (it->kind != IX_INT) continue;
+    int64_t len = av->shape[it->dim];
+    if (it->i < -len || it->i >= len) {
+      err_set(ERR_INDEX, "index %lld is out of bounds for axis %d with size %lld",
+              (long long)it->i, it->dim, (long long)len);
+      goto fail2;
+    }
+    if (it->i < 0) it->i += len;
+  }
+  return 0;
+fail:
+  val_decref(full);
+fail2:
+  index_free(ix);
+  return -1;
+}
+
+/* Applies the basic part of [ix] to [x]: ints and slices; array items are
+ * kept as full dims.  [keep_ints] treats ints as full dims too (they become
+ * advanced indices).  Writes, per array item, the result dim it maps to. */
+static Value *apply_basic(Value *x, const AVal *av, Index *ix, int *adv_dim) {
+  int nd = av->ndim;
+  int64_t starts[SHM_MAXDIM], limits[SHM_MAXDIM], strides[SHM_MAXDIM];
+  int64_t revs[SHM_MAXDIM], sq[SHM_MAXDIM], ex[SHM_MAXDIM];
+  int nrev = 0, nsq = 0, nex = 0;
+  bool need_slice = false, any_stride = false;
+  for (int d = 0; d < nd; d++) {
+    starts[d] = 0;
+    limits[d] = av->shape[d];
+    strides[d] = 1;
+  }
+  for (int i = 0; i < ix->n; i++) {
+    IxItem *it = &ix->it[i];
+    int d = it->dim;
+    if (it->kind == IX_INT) {
+      starts[d] = it->i;
+      limits[d] = it->i + 1;
+      need_slice = need_slice || av->shape[d] != 1;
+      sq[nsq++] = d;
+    } else if (it->kind == IX_SLICE) {
+      int64_t len = av->shape[d], st = it->step, s0 = it->start;
+      if (st < 0) {
+        revs[nrev++] = d;
+        s0 = len - 1 - s0;
+        st = -st;
+      }
+      if (it->n == 0) {
+        starts[d] = limits[d] = 0;
+      } else {
+        starts[d] = s0;
+        limits[d] = s0 + (it->n - 1) * st + 1;
+      }
+      strides[d] = st;
+      any_stride = any_stride || st != 1;
+      need_slice = need_slice || starts[d] != 0 || limits[d] != len || st != 1;
+    }
+  }
+  Value *y = val_incref(x);
+  Params p;
+  if (nrev) {
+    params_init(&p);
+    params_add(&p, "dimensions", val_int_tuple(nrev, revs));
+    Value *r = ops_apply1(P_REV, y, &p);
+    val_decref(y);
+    if (!(y = r)) return NULL;
+  }
+  if (need_slice) {
+    params_init(&p);
+    params_add(&p, "start_indices", val_int_tuple(nd, starts));
+    params_add(&p, "limit_indices", val_int_tuple(nd, limits));
+    params_add(&p, "strides", any_stride ? val_int_tuple(nd, strides) : VAL_NONE);
+    Value *r = ops_apply1(P_SLICE, y, &p);
+    val_decref(y);
+    if (!(y = r)) return NULL;
+  }
+  if (nsq) {
+    Value *r = ops_squeeze(y, nsq, sq);
+    val_decref(y);
+    if (!(y = r)) return NULL;
+  }
+  /* None items: new dims at their position in the result. */
+  int out = 0, k = 0;
+  for (int i = 0; i < ix->n; i++) {
+    IxItem *it = &ix->it[i];
+    if (it->kind == IX_NONE) ex[nex++] = out++;
+    else if (it->kind != IX_INT) {
+      if (it->kind == IX_ARRAY) adv_dim[k++] = out;
+      out++;
+    }
+  }
+  if (nex) {
+    Value *r = ops_expand_dims(y, nex, ex);
+    val_decref(y);
+    y = r;
+  }
+  return y;
+}
+
+/* Checks concrete index values against [len] and wraps negatives; for
+ * tracers, wraps with where (JAX clamps; gather decides out of range). */
+static Value *normalize_indices(Value *idx, int64_t len, int dim) {
+  if (IS_ARRAY(idx)) {
+    Array *a = AS_ARRAY(idx);
+    bool neg = false;
+    for (int64_t i = 0; i < a->size; i++) {
+      int64_t v = arr_get_i64(a, i);
+      if (v < -len || v >= len)
+        return err_set(ERR_INDEX, "index %lld is out of bounds for axis %d with size %lld",
+                       (long long)v, dim, (long long)len);
+      neg = neg || v < 0;
+    }
+    if (!neg) return ops_convert(idx, DT_I32, false);
+  }
+  AVal ia;
+  if (ops_aval(idx, &ia) < 0) return NULL;
+  Value *i32 = ops_convert(idx, DT_I32, ia.dtype == DT_I32 && ia.weak);
+  if (!i32) return NULL;
+  Value *lt = ops_with_const(P_LT, i32, 0);
+  Value *wrapped = ops_with_const(P_ADD, i32, (double)len);
+  Value *r = lt && wrapped ? ops_select(lt, wrapped, i32) : NULL;
+  val_decref(lt);
+  val_decref(wrapped);
+  val_decref(i32);
+  return r;
+}
+
+static Value *gather_axis(Value *y, Value *idx, int axis) {
+  Value *in[2] = {y, idx};
+  Params p;
+  params_init(&p);
+  params_add(&p, "axis", val_int(axis));
+  Value *r = ops_apply(P_GATHER, 2, in, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* Advanced indexing on [y] (basic part done): [na] index arrays at dims
+ * adv_dim[] of y. */
+static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na) {
+  AVal ya;
+  if (ops_aval(y, &ya) < 0) return NULL;
+  /* Broadcast the index arrays together. */
+  int bn = 0;
+  int64_t bs[SHM_MAXDIM];
+  for (int k = 0; k < na; k++) {
+    AVal ia;
+    if (ops_aval(idx[k], &ia) < 0) return NULL;
+    if (k == 0) {
+      bn = ia.ndim;
+      memcpy(bs, ia.shape, sizeof(int64_t) * (size_t)bn);
+    } else if (shape_broadcast(bn, bs, ia.ndim, ia.shape, &bn, bs) < 0) {
+      return NULL;
+    }
+  }
+  bool adjacent = true;
+  for (int k = 1; k < na; k++) adjacent = adjacent && adv_dim[k] == adv_dim[k - 1] + 1;
+  /* Move the advanced dims together: in place when adjacent, else first. */
+  int perm[SHM_MAXDIM], np = 0, first = adjacent ? adv_dim[0] : 0;
+  bool is_adv[SHM_MAXDIM] = {false};
+  for (int k = 0; k < na; k++) is_adv[adv_dim[k]] = true;
+  for (int d = 0; d < ya.ndim; d++) {
+    if (np == first) for (int k = 0; k < na; k++) perm[np++] = adv_dim[k];
+    if (!is_adv[d]) perm[np++] = d;
+  }
+  if (np == first) for (int k = 0; k < na; k++) perm[np++] = adv_dim[k];
+  Value *t = ops_transpose(y, ya.ndim, perm);
+  if (!t) return NULL;
+  /* Merge them into one dim and combine the indices row-major. */
+  int64_t ms[SHM_MAXDIM], merged = 1;
+  int mn = 0;
+  for (int k = 0; k < na; k++) merged *= ya.shape[adv_dim[k]];
+  for (int j = 0; j < ya.ndim;) {
+    if (j == first) {
+      ms[mn++] = merged;
+      j += na;
+    } else {
+      ms[mn++] = ya.shape[perm[j]];
+      j++;
+    }
+  }
+  Value *m = ops_reshape(t, mn, ms);
+  val_decref(t);
+  if (!m) return NULL;
+  Value *lin = NULL;
+  for (int k = 0; k < na && m; k++) {
+    Value *b = ops_broadcast_to(idx[k], bn, bs);
+    if (!b) break;
+    if (!lin) {
+      lin = b;
+      continue;
+    }
+    Value *sc = ops_with_const(P_MUL, lin, (double)ya.shape[adv_dim[k]]);
+    Value *s2[2] = {sc, b};
+    Value *nl = sc ? ops_apply_plain(P_ADD, 2, s2) : NULL;
+    val_decref(sc);
+    val_decref(b);
+    val_decref(lin);
+    lin = nl;
+    if (!lin) break;
+  }
+  Value *r = lin ? gather_axis(m, lin, first) : NULL;
+  val_decref(lin);
+  val_decref(m);
+  return r;
+}
+
+/* NumPy indexing of an array or tracer [x]. */
+static Value *array_getitem(Value *x, Value *index) {
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  Index ix;
+  if (index_parse(index, &av, &ix) < 0) return NULL;
+  int na = 0;
+  for (int i = 0; i < ix.n; i++) na += ix.it[i].kind == IX_ARRAY;
+  if (na) {
+    /* With any array index, integers are advanced indices too. */
+    for (int i = 0; i < ix.n; i++)
+      if (ix.it[i].kind == IX_INT) {
+        ix.it[i].kind = IX_ARRAY;
+        ix.it[i].arr = (Value *)arr_scalar_i64(DT_I32, ix.it[i].i, false);
+        na++;
+      }
+  }
+  int adv_dim[2 * SHM_MAXDIM];
+  Value *y = apply_basic(x, &av, &ix, adv_dim);
+  if (y && na) {
+    Value *idx[2 * SHM_MAXDIM];
+    int k = 0;
+    for (int i = 0; i < ix.n; i++) {
+      IxItem *it = &ix.it[i];
+      if (it->kind != IX_ARRAY) continue;
+      idx[k] = normalize_indices(it->arr, av.shape[it->dim], it->dim);
+      if (!idx[k]) break;
+      k++;
+    }
+    Value *r = k == na ? apply_advanced(y, idx, adv_dim, na) : NULL;
+    for (int j = 0; j < k; j++) val_decref(idx[j]);
+    val_decref(y);
+    y = r;
+  }
+  index_free(&ix);
+  return y;
+}
+
+/* Index into a Python sequence of length [len]: negatives wrap. */
+int ops_seq_index(Value *index, int64_t len, const char *what, int64_t *out) {
+  int64_t i;
+  if (!IS_ARRAY(index) || AS_ARRAY(index)->ndim != 0 ||
+      !(dt_is_int(AS_ARRAY(index)->dtype) || AS_ARRAY(index)->dtype == DT_BOOL) ||
+      arr_to_index(index, &i) < 0) {
+    err_clear();
+    err_set(ERR_TYPE, "%s indices must be integers or slices, not %s", what, val_type_name(index));
+    return -1;
+  }
+  if (i < 0) i += len;
+  if (i < 0 || i >= len) {
+    err_set(ERR_INDEX, "%s index out of range", what);
+    return -1;
+  }
+  *out = i;
+  return 0;
+}
+
+/* seq[start:stop:step] for tuples, lists and strings. */
+static Value *seq_slice(Value *obj, Value *sl) {
+  size_t len;
+  Value *const *items = NULL;
+  if (obj->type == V_STR) len = ((Str *)obj)->len;
+  else val_seq(obj, &len, &items);
+  int64_t start, step, n;
+  if (slice_indices(sl, (int64_t)len, &start, &step, &n) < 0) return NULL;
+  if (obj->type == V_STR) {
+    char *buf = shm_malloc((size_t)n + 1);
+    if (!buf) return err_nomem();
+    for (int64_t i = 0; i < n; i++) buf[i] = str_cstr(obj)[start + i * step];
+    Value *r = str_new(buf, (size_t)n);
+    shm_free(buf);
+    return r;
+  }
+  if (obj->type == V_TUPLE) {
+    Value *t = tuple_new((size_t)n);
+    for (int64_t i = 0; t && i < n; i++) tuple_set_steal(t, (size_t)i, val_incref(items[start + i * step]));
+    return t;
+  }
+  Value *l = list_new((size_t)n);
+  for (int64_t i = 0; l && i < n; i++)
+    if (list_append(l, items[start + i * step]) < 0) {
+      val_decref(l);
+      return err_nomem();
+    }
+  return l;
+}
+
+static Value *at_getitem(Value *helper, Value *index);
+
+Value *ops_getitem(Value *obj, Value *index) {
+  int64_t i;
+  switch (obj->type) {
+  case V_ARRAY: case V_TRACER:
+    return array_getitem(obj, index);
+  case V_TUPLE: case V_LIST: {
+    if (index->type == V_SLICE) return seq_slice(obj, index);
+    size_t len;
+    Value *const *items;
+    val_seq(obj, &len, &items);
+    if (ops_seq_index(index, (int64_t)len, obj->type == V_TUPLE ? "tuple" : "list", &i) < 0) return NULL;
+    return val_incref(items[i]);
+  }
+  case V_STR:
+    if (index->type == V_SLICE) return seq_slice(obj, index);
+    if (ops_seq_index(index, (int64_t)((Str *)obj)->len, "string", &i) < 0) return NULL;
+    return str_new(str_cstr(obj) + i, 1);
+  case V_RANGE: {
+    Range *r = (Range *)obj;
+    if (index->type == V_SLICE) {
+      int64_t start, step, n;
+      if (slice_indices(index, range_len(obj), &start, &step, &n) < 0) return NULL;
+      int64_t first = r->start + start * r->step, st = r->step * step;
+      return range_new(first, first + n * st, st);
+    }
+    if (ops_seq_index(index, range_len(obj), "range object", &i) < 0) return NULL;
+    return val_int(r->start + i * r->step);
+  }
+  case V_DICT: {
+    Value *v = dict_get(obj, index);
+    if (v) return val_incref(v);
+    if (err_occurred()) return NULL;
+    Value *rs = val_repr(index);
+    if (!rs) return NULL;
+    err_set(ERR_INDEX, "KeyError: %s", str_cstr(rs));
+    val_decref(rs);
+    return NULL;
+  }
+  case V_OPAQUE:
+    return at_getitem(obj, index);
+  default:
+    return err_set(ERR_TYPE, "'%s' object is not subscriptable", val_type_name(obj));
+  }
+}
+
+/* ---- x.at[idx].set(v) / .add(v) / .get() -------------------------------- */
+
+typedef struct AtRef {
+  Opaque base;
+  Value *array;  /* owned */
+  Value *index;  /* owned; NULL for the bare x.at helper */
+} AtRef;
+
+static void at_free(Value *self) {
+  AtRef *r = (AtRef *)self;
+  val_decref(r->array);
+  val_decref(r->index);
+}
+
+static Value *at_repr(Value *self) {
+  return str_from(((AtRef *)self)->index ? "<_IndexUpdateRef>" : "<_IndexUpdateHelper>");
+}
+
+static Value *at_getattr(Value *self, const char *name);
+
+static const OpaqueType at_type = {"_IndexUpdateHelper", at_free, at_repr, at_getattr};
+
+Value *ops_at_new(Value *array, Value *index) {
+  AtRef *r = shm_malloc(sizeof *r);
+  if (!r) return err_nomem();
+  val_init(&r->base.hdr, V_OPAQUE);
+  r->base.ot = &at_type;
+  r->array = val_incref(array);
+  r->index = index ? val_incref(index) : NULL;
+  return &r->base.hdr;
+}
+
+static Value *at_getitem(Value *helper, Value *index) {
+  Opaque *o = (Opaque *)helper;
+  if (o->ot != &at_type || ((AtRef *)o)->index)
+    return err_set(ERR_TYPE, "'%s' object is not subscriptable", o->ot->name);
+  return ops_at_new(((AtRef *)o)->array, index);
+}
+
+/* An int32 iota shaped like [av]: flat positions, indexed to find targets. */
+static Value *positions(const AVal *av) {
+  int64_t n = shape_size(av->ndim, av->shape);
+  Params p;
+  params_init(&p);
+  params_add(&p, "dtype", dtype_value(DT_I32));
+  params_add(&p, "shape", val_int_tuple(1, &n));
+  params_add(&p, "dimension", val_int(0));
+  Value *io = ops_apply(P_IOTA, 0, NULL, &p);
+  params_clear(&p);
+  if (!io) return NULL;
+  Value *r = ops_reshape(io, av->ndim, av->shape);
+  val_decref(io);
+  return r;
+}
+
+/* The functional update: scatter [v] into the flattened array at the flat
+ * positions the index selects (mode "set" or "add"). */
+static Value *at_update(AtRef *ref, Value *v, const char *mode) {
+  AVal av;
+  if (ops_aval(ref->array, &av) < 0) return NULL;
+  Value *pos = positions(&av);
+  Value *sel = pos ? array_getitem(pos, ref->index) : NULL;
+  val_decref(pos);
+  if (!sel) return NULL;
+  AVal sa;
+  ops_aval(sel, &sa);
+  int64_t n = shape_size(av.ndim, av.shape), m = shape_size(sa.ndim, sa.shape);
+  Value *vv = ops_to_array(v, -1);
+  Value *vc = vv ? ops_convert(vv, av.dtype, false) : NULL;
+  Value *vb = vc ? ops_broadcast_to(vc, sa.ndim, sa.shape) : NULL;
+  Value *vf = vb ? ops_reshape(vb, 1, &m) : NULL;
+  Value *sf = vf ? ops_reshape(sel, 1, &m) : NULL;
+  Value *xf = sf ? ops_reshape(ref->array, 1, &n) : NULL;
+  Value *r = NULL;
+  if (xf) {
+    Value *in[3] = {xf, sf, vf};
+    Params p;
+    params_init(&p);
+    params_add(&p, "axis", val_int(0));
+    params_add(&p, "mode", str_from(mode));
+    Value *s = ops_apply(P_SCATTER, 3, in, &p);
+    params_clear(&p);
+    r = s ? ops_reshape(s, av.ndim, av.shape) : NULL;
+    val_decref(s);
+  }
+  val_decref(sel); val_decref(vv); val_decref(vc); val_decref(vb);
+  val_decref(vf); val_decref(sf); val_decref(xf);
+  return r;
+}
+
+static Value *at_set(Value *self, const CallArgs *a) {
+  Value *v, *mode;
+  Value **slots[] = {&v, &mode};
+  if (args_bind("set", a, "values, mode=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "set");
+}
+
+static Value *at_add(Value *self, const CallArgs *a) {
+  Value *v, *mode;
+  Value **slots[] = {&v, &mode};
+  if (args_bind("add", a, "values, mode=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "add");
+}
+
+static Value *at_get(Value *self, const CallArgs *a) {
+  Value *mode;
+  Value **slots[] = {&mode};
+  if (args_bind("get", a, "mode=", slots) < 0) return NULL;
+  AtRef *r = (AtRef *)self;
+  return array_getitem(r->array, r->index);
+}
+
+static Value *at_getattr(Value *self, const char *name) {
+  AtRef *r = (AtRef *)self;
+  if (r->index) {
+    if (!strcmp(name, "set")) return bound_new("set", at_set, self);
+    if (!strcmp(name, "add")) return bound_new("add", at_add, self);
+    if (!strcmp(name, "get")) return bound_new("get", at_get, self);
+  }
+  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'",
+                 r->index ? "_IndexUpdateRef" : "_IndexUpdateHelper", name);
+}

@@ -1,0 +1,188 @@
+/*
+ * collective.h - named-axis collectives over device threads.
+ *
+ * For each collective primitive X of prim.def (axis_index psum pmax pmin
+ * all_gather psum_scatter ppermute all_to_all ragged_all_to_all) this
+ * module defines its shape rule, kernel and replication (vma) rule with the
+ * signatures of prim.h (the names are fixed: prim.c's table uses them).
+ * Semantics are jax.lax's; ragged_all_to_all is exactly seed 002.
+ *
+ * THE GROUP.  One CollGroup per shard_map call is the rendezvous of every
+ * collective the call's devices make.  The shard_map layer uses it so:
+ *
+ *     MeshDesc m = {...};                       // device.h
+ *     CollGroup *g = coll_group_new(&m, reference);
+ *     int rc = coll_run(g, body, ctx);          // body(rank, ctx) per device
+ *     coll_group_free(g);
+ *
+ * coll_run is dev_run on m.device_ids with, around body, coll_enter (sets
+ * the device's DevCtx; in reference mode waits for the baton) and
+ * coll_device_exit (tells waiting peers this device left).  A caller that
+ * wants its own wrapper may call dev_run itself and call coll_enter /
+ * coll_device_exit from its fn.
+ *
+ * MATCHING.  Collectives are matched by sequence number: every device
+ * counts the collectives it makes (axis_index is not one: it needs no
+ * peer), and the k-th collective of a device meets the k-th collective of
+ * each of its participants.  The participants are the devices whose mesh
+ * coordinates agree with the caller's on every axis NOT named (with
+ * axis_index_groups: those of the caller's group along the named,
+ * flattened axis).  Each device publishes a descriptor (primitive, axes in
+ * order, operand avals, parameters, source line); a participant whose k-th
+ * descriptor differs, a participant that already went past its k-th
+ * collective elsewhere, or one that left the body, is an ERR_COLLECTIVE
+ * error naming both devices by mesh coordinates, both collectives and
+ * their lines.  Eager device code may branch on axis_index, so devices
+ * outside the participants are free to do other things meanwhile.
+ *
+ * NEVER A HANG.  Waiting for participants to arrive is interruptible: by
+ * a mismatch, by a participant leaving (coll_device_exit), by
+ * coll_group_abort (the debugger's quit) and by Ctrl-C (eval.h's
+ * shm_interrupted, looked at at least every 100 ms).  Once all participants
+ * have arrived and agree, the data movement runs to its end without user
+ * code, so the barriers inside it are bounded and not interruptible (an
+ * abort there could free a buffer a peer is still reading).
+ *
+ * DATA MOVEMENT.  Over shared memory: each participant publishes its
+ * operand and output Arrays; after the arrival every participant reads
+ * its peers' blocks directly; a final barrier keeps operands alive until
+ * every peer has read them, and outputs unread until every peer has
+ * written them.  psum/pmax/pmin are one pass of reduce-scatter and
+ * all-gather: participant j folds the j-th 1/n of the elements (cut at
+ * cache lines) from all peers, in participant order, a cache-sized chunk
+ * at a time, into the first participant's output, and every participant's
+ * result then shares that one buffer (arr_share_buffer: a shared buffer
+ * is never changed in place), so each element is written once; a
+ * non-contiguous operand (a broadcast, a transpose) is read into a
+ * contiguous chunk, so the fold loops are always contiguous and
+ * vectorised.  Every device gets the same bits.  Small reductions, up to
+ * COLL_SMALL_REDUCE elements times participants, are folded whole by every
+ * participant in the same order: a barrier costs more than the
+ * arithmetic.  Tiny ones (COLL_LANE_BYTES) go through LANES: each device
+ * copies its operand into its slot's lane (one per parity of the sequence
+ * number) before it publishes, folds from its peers' lanes, and leaves
+ * without a final barrier; it rewrites a lane two collectives later, once
+ * that lane's readers have marked themselves done.  So a device may be
+ * one collective ahead of a peer, and a peer found further on has been
+ * through the caller's collective (it checked the caller then).  (Outputs that are not contiguous, which prim_apply never
+ * makes, take the older strided path: fold into the own output, a
+ * barrier, copy the other parts from the peers' outputs.)
+ * psum_scatter reduces only its own block, in the same order.
+ *
+ * WAITING.  With no more mesh devices than cores a waiter spins briefly
+ * (a pause instruction per turn, COLL_PAUSE_NS) before sleeping: a
+ * spinning hand-off costs ~0.04 µs, waking a sleeper ~20 µs.  With more
+ * devices than cores it yields its core at every turn (COLL_YIELD_NS),
+ * so 8 devices on 2 cores hand the cores to the devices that have work
+ * instead of spinning each other out, then sleeps.  Sleepers wait on the
+ * condition variable of the device they wait for, so an arrival wakes
+ * only them.  One mutex per group guards the descriptors, exits, baton
+ * and abort state (collective.c says which fields; the arrival and done
+ * counters and barriers are atomics); data moves outside it, and a loop
+ * repeating one collective does not take it at all: a descriptor equal
+ * to the device's previous one is published with atomics alone.
+ *
+ * ARITHMETIC.  Reductions fold in participant order on every path, so the
+ * result is bitwise equal on every device and in both modes.  Integers
+ * wrap; for bool, psum and pmax are OR, pmin is AND; float pmax/pmin
+ * propagate NaN; f16/bf16 are combined in f32 and rounded every step.
+ *
+ * REFERENCE MODE.  coll_group_new(m, true): devices run one at a time (a
+ * baton passed in rank order; a device waiting in a collective passes it
+ * on), and every collective computes its result by gathering the
+ * participants' operands into one array and running plain loops.  Tests
+ * compare it with the threaded fast path bit for bit.
+ *
+ * Kernels need prim_apply not to alias a collective's output with its
+ * operand (outputs are written while peers still read operands).
+ */
+#ifndef SHMAP_COLLECTIVE_H
+#define SHMAP_COLLECTIVE_H
+
+#include <stddef.h>
+
+#include "spmd/device.h"
+#include "base/error.h"
+#include "array/prim.h"
+
+#define COLLECTIVE_LIST(X) \
+  X(axis_index) X(psum) X(pmax) X(pmin) X(all_gather) X(psum_scatter) \
+  X(ppermute) X(all_to_all) X(ragged_all_to_all)
+
+/*
+ * Rules per primitive (parameters as in prim.def; axis names are always a
+ * tuple of Str, ints are 0-d int arrays, `tiled` a bool, `perm` a tuple of
+ * (src, dst) int pairs, `axis_index_groups` None or a tuple of int tuples):
+ *
+ *   axis_index[axis_name]            () -> i32[]
+ *   psum/pmax/pmin[axes axis_index_groups]   x -> x's aval
+ *   all_gather[axis_name all_gather_dimension axis_size tiled axis_index_groups]
+ *       not tiled: a new axis of size n at all_gather_dimension;
+ *       tiled: dimension all_gather_dimension multiplied by n
+ *   reduce_scatter (psum_scatter)[axis_name scatter_dimension axis_size tiled
+ *                                 axis_index_groups]
+ *       not tiled: scatter_dimension must equal n and is removed;
+ *       tiled: it must be divisible by n and is divided
+ *   ppermute[axis_name perm]         x -> x's aval; no source gives zeros
+ *   all_to_all[axis_name split_axis concat_axis axis_index_groups tiled]
+ *       tiled: split_axis divided by n, concat_axis multiplied by n;
+ *       not tiled: x.shape[split_axis] must be n, and the result's shape
+ *       is np.insert(np.delete(x.shape, split_axis), concat_axis, n)
+ *   ragged_all_to_all[axis_name axis_index_groups]
+ *       (operand, output, input_offsets, send_sizes, output_offsets,
+ *        recv_sizes) -> output's aval; seed 002
+ *
+ * n is the (group) size of the named axis: shape rules take it from the
+ * axis_size parameter, else from dev_ctx()'s mesh, else fail.  Kernels
+ * fail outside a shard_map body.  vma rules: see LANGUAGE.md §4.
+ */
+#define X(n)                                                              \
+  int coll_shape_##n(const AVal *in, int nin, const Params *p, AVal *out); \
+  int coll_kernel_##n(Array **in, int nin, const Params *p, Array **out);  \
+  uint32_t coll_vma_##n(const uint32_t *in, int nin, const Params *p);
+COLLECTIVE_LIST(X)
+#undef X
+
+typedef struct CollGroup CollGroup;
+
+/* Makes the rendezvous for one shard_map call over [mesh] (copied; its
+ * names and device_ids stay borrowed).  [reference] selects reference
+ * mode.  NULL with the error set on out of memory or a bad mesh. */
+CollGroup *coll_group_new(const MeshDesc *mesh, bool reference);
+
+/* Frees [g]; no device may still be inside it. */
+void coll_group_free(CollGroup *g);
+
+/* Runs fn(rank, ctx) on every device of g's mesh (dev_run on its
+ * device_ids), each inside coll_enter / coll_device_exit.  Returns dev_run's
+ * result: 0, or -1 with the first failing device's error on this thread. */
+int coll_run(CollGroup *g, void (*fn)(int rank, void *ctx), void *ctx);
+
+/* Called on the device thread of [rank] before the body: sets its DevCtx
+ * and, in reference mode, waits for the baton (rank 0 holds it first).
+ * Returns 0 (an abort is noticed at the device's first collective). */
+int coll_enter(CollGroup *g, int rank);
+
+/* Called on the device thread of [rank] when its body ends ([failed]: with
+ * an error).  Peers waiting for it in a collective fail with "device (i=1)
+ * returned from the body at line 12 while device (i=0) waits in psum at
+ * line 7" (the line is eval_current_loc()'s at this call, omitted when 0).
+ * In reference mode passes the baton on.  The DevCtx stays set, so
+ * dev_run can prefix an error with the device's coordinates; the pool
+ * clears it when fn returns. */
+void coll_device_exit(CollGroup *g, int rank, bool failed);
+
+/* Wakes every device waiting in a collective of [g]; they fail with
+ * [kind] and [why].  Devices not waiting fail at their next collective.
+ * Callable from any thread (signal handlers excepted). */
+void coll_group_abort(CollGroup *g, ErrKind kind, const char *why);
+
+/* Describes where [rank] waits, for the debugger's `devices`: writes
+ * "psum over 'i' at line 7" into [buf] and returns true, or returns false
+ * (buf = "") when it is not in a collective. */
+bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap);
+
+/* Number of collectives [rank] has entered so far in [g]. */
+long coll_seq(CollGroup *g, int rank);
+
+#endif

@@ -1,0 +1,500 @@
+/*
+ * mesh.c - meshes, partition specs, the `mesh` statement and
+ * show_sharding (mesh.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "spmd/mesh.h"
+#include "spmd/device.h"
+#include "lang/ops.h"
+#include "array/prim.h"
+#include "array/print.h"
+
+/* ==== meshes ================================================================ */
+
+static void mesh_free(Value *v) {
+  shm_free(((Mesh *)v)->devices);
+  shm_free(v);
+}
+
+static int check_devices(const Mesh *m, const int *devices) {
+  int ndev = shm_interp ? shm_interp->ndevices : m->size;
+  for (int i = 0; i < m->size; i++) {
+    if (devices[i] < 0 || devices[i] >= ndev) {
+      err_set(ERR_VALUE, "mesh device id %d is out of range: there are %d devices (0 to %d)",
+              devices[i], ndev, ndev - 1);
+      return -1;
+    }
+    for (int j = 0; j < i; j++)
+      if (devices[j] == devices[i]) {
+        err_set(ERR_VALUE, "mesh device id %d is listed twice", devices[i]);
+        return -1;
+      }
+  }
+  return 0;
+}
+
+static int check_axes(int naxes, const char *const *names, const int *sizes) {
+  if (naxes > MESH_MAX_AXES) {
+    err_set(ERR_VALUE, "a mesh may have at most %d axes", MESH_MAX_AXES);
+    return -1;
+  }
+  for (int i = 0; i < naxes; i++) {
+    if (sizes[i] < 1) {
+      err_set(ERR_VALUE, "mesh axis '%s' has size %d; sizes must be positive", names[i],
+              sizes[i]);
+      return -1;
+    }
+    for (int j = 0; j < i; j++)
+      if (names[j] == names[i]) {
+        err_set(ERR_VALUE, "mesh axis '%s' is named twice", names[i]);
+        return -1;
+      }
+  }
+  return 0;
+}
+
+Value *mesh_new(const char *name, int naxes, const char *const *names, const int *sizes,
+                const int *devices) {
+  if (check_axes(naxes, names, sizes) < 0) return NULL;
+  int64_t size = 1;
+  for (int i = 0; i < naxes; i++)
+    if ((size *= sizes[i]) > 1 << 20)
+      return err_set(ERR_VALUE, "mesh of %lld devices is too large", (long long)size);
+  int ndev = shm_interp ? shm_interp->ndevices : (int)size;
+  if (!devices && size > ndev)
+    return err_set(ERR_VALUE,
+                   "mesh %s needs %lld devices but only %d exist; run with --devices %lld "
+                   "or set SHMAP_DEVICES=%lld",
+                   name ? name : "", (long long)size, ndev, (long long)size, (long long)size);
+  Mesh *m = shm_calloc(1, sizeof *m);
+  if (!m) return err_nomem();
+  val_init(&m->hdr, V_MESH);
+  m->name = name;
+  m->naxes = naxes;
+  m->size = (int)size;
+  for (int i = 0; i < naxes; i++) {
+    m->axis_names[i] = names[i];
+    m->axis_sizes[i] = sizes[i];
+  }
+  if (!(m->devices = shm_malloc(sizeof(int) * (size_t)size))) {
+    val_decref(&m->hdr);
+    return err_nomem();
+  }
+  for (int i = 0; i < m->size; i++) m->devices[i] = devices ? devices[i] : i;
+  if (devices && check_devices(m, devices) < 0) {
+    val_decref(&m->hdr);
+    return NULL;
+  }
+  return &m->hdr;
+}
+
+void mesh_to_desc(const Mesh *m, MeshDesc *d) {
+  memset(d, 0, sizeof *d);
+  d->naxes = m->naxes;
+  for (int i = 0; i < m->naxes; i++) {
+    d->names[i] = m->axis_names[i];
+    d->sizes[i] = m->axis_sizes[i];
+  }
+  d->ndevices = m->size;
+  d->device_ids = m->devices;
+}
+
+int mesh_axis(const Mesh *m, const char *name) {
+  for (int i = 0; i < m->naxes; i++)
+    if (m->axis_names[i] == name) return i;
+  return -1;
+}
+
+void mesh_coords(const Mesh *m, int flat, int *coords) {
+  for (int i = m->naxes - 1; i >= 0; i--) {
+    coords[i] = flat % m->axis_sizes[i];
+    flat /= m->axis_sizes[i];
+  }
+}
+
+void mesh_coords_str(const Mesh *m, int flat, char *buf, size_t cap) {
+  int c[MESH_MAX_AXES];
+  mesh_coords(m, flat, c);
+  size_t len = (size_t)snprintf(buf, cap, "(");
+  for (int i = 0; i < m->naxes && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s=%d", i ? ", " : "",
+                            m->axis_names[i], c[i]);
+  if (len < cap) snprintf(buf + len, cap - len, ")");
+}
+
+/* Reads a list, tuple or array of device ids of length [n]. */
+static int read_device_ids(Value *v, int n, int *out) {
+  Value *arr = ops_to_array(v, DT_I64);
+  if (!arr) return -1;
+  Array *a = AS_ARRAY(arr);
+  int rc = 0;
+  if (a->size != n) {
+    err_set(ERR_VALUE, "the mesh has %d positions but the devices list has %lld entries", n,
+            (long long)a->size);
+    rc = -1;
+  }
+  for (int i = 0; rc == 0 && i < n; i++) out[i] = (int)arr_get_i64(a, i);
+  val_decref(arr);
+  return rc;
+}
+
+/* `mesh NAME(AXIS=SIZE, ...) [devices EXPR]` */
+static int exec_mesh(const Node *s, Env *env, AstModule *mod) {
+  int sizes[MESH_MAX_AXES], n = s->nnames;
+  if (n > MESH_MAX_AXES) {
+    err_set_at(s->loc, ERR_VALUE, "a mesh may have at most %d axes", MESH_MAX_AXES);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    Value *v = eval_node(s->items.items[i], env);
+    int64_t x;
+    int rc = v ? arr_to_index(v, &x) : -1;
+    val_decref(v);
+    if (rc < 0) {
+      err_locate(s->items.items[i]->loc);
+      return -1;
+    }
+    sizes[i] = x > 1 << 20 ? 1 << 21 : (int)x;
+  }
+  int *devs = NULL;
+  Value *m = NULL;
+  if (s->a) {
+    int64_t size = 1;
+    for (int i = 0; i < n; i++) size *= sizes[i] > 0 ? sizes[i] : 1;
+    Value *dv = eval_node(s->a, env);
+    devs = dv && size <= 1 << 20 ? shm_malloc(sizeof(int) * (size_t)size) : NULL;
+    if (dv && devs && read_device_ids(dv, (int)size, devs) < 0) err_locate(s->a->loc);
+    else if (dv && devs) m = mesh_new(s->name, n, s->names, sizes, devs);
+    val_decref(dv);
+  } else {
+    m = mesh_new(s->name, n, s->names, sizes, NULL);
+  }
+  shm_free(devs);
+  if (!m) return -1;
+  int rc = env_set(env, s->name, m);
+  val_decref(m);
+  return rc;
+}
+
+/* Mesh(devices, axis_names): the function form, as jax.sharding.Mesh. */
+static Value *bi_mesh(const CallArgs *a) {
+  Value *devs, *names;
+  if (args_bind("Mesh", a, "devices, axis_names", (Value **[]){&devs, &names}) < 0)
+    return NULL;
+  Value *arr = ops_to_array(devs, DT_I64);
+  if (!arr) return NULL;
+  Array *d = AS_ARRAY(arr);
+  size_t nn;
+  Value *const *items;
+  Value *res = NULL;
+  if (!val_seq(names, &nn, &items) || (int)nn != d->ndim) {
+    err_set(ERR_VALUE, "Mesh: axis_names must be a tuple with one name per axis of "
+                       "devices (devices has %d axes)", d->ndim);
+    goto out;
+  }
+  const char *an[MESH_MAX_AXES];
+  int sizes[MESH_MAX_AXES], *ids = shm_malloc(sizeof(int) * (size_t)(d->size ? d->size : 1));
+  if (!ids || nn > MESH_MAX_AXES) {
+    shm_free(ids);
+    err_set(ERR_VALUE, "Mesh: too many axes");
+    goto out;
+  }
+  for (size_t i = 0; i < nn; i++) {
+    if (items[i]->type != V_STR) {
+      shm_free(ids);
+      err_set(ERR_TYPE, "Mesh: axis names must be strings");
+      goto out;
+    }
+    an[i] = intern_cstr(str_cstr(items[i]));
+    sizes[i] = (int)d->shape[i];
+  }
+  for (int64_t i = 0; i < d->size; i++) ids[i] = (int)arr_get_i64(d, i);
+  res = mesh_new(NULL, (int)nn, an, sizes, ids);
+  shm_free(ids);
+out:
+  val_decref(arr);
+  return res;
+}
+
+/* devices(): the ids of every device, as an int32 array (reshape it to
+ * build a Mesh, as with jax.devices()). */
+static Value *bi_devices(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "devices() takes no arguments");
+  int64_t n = shm_interp->ndevices;
+  Array *r = arr_new(DT_I32, 1, &n);
+  if (!r) return NULL;
+  for (int64_t i = 0; i < n; i++) ((int32_t *)arr_data(r))[i] = (int32_t)i;
+  return &r->hdr;
+}
+
+static Value *mesh_getattr(Value *self, const char *name) {
+  Mesh *m = (Mesh *)self;
+  if (strcmp(name, "shape") == 0 || strcmp(name, "axis_sizes") == 0) {
+    Value *d = dict_new();
+    for (int i = 0; d && i < m->naxes; i++) {
+      Value *sz = val_int(m->axis_sizes[i]);
+      int rc = sz ? dict_set_str(d, m->axis_names[i], sz) : -1;
+      val_decref(sz);
+      if (rc < 0) {
+        val_decref(d);
+        return NULL;
+      }
+    }
+    return d;
+  }
+  if (strcmp(name, "axis_names") == 0) {
+    Value *t = tuple_new((size_t)m->naxes);
+    for (int i = 0; t && i < m->naxes; i++) {
+      Value *s = str_from(m->axis_names[i]);
+      if (!s) {
+        val_decref(t);
+        return NULL;
+      }
+      tuple_set_steal(t, (size_t)i, s);
+    }
+    return t;
+  }
+  if (strcmp(name, "size") == 0) return val_int(m->size);
+  if (strcmp(name, "devices") == 0) {
+    int64_t shape[MESH_MAX_AXES];
+    for (int i = 0; i < m->naxes; i++) shape[i] = m->axis_sizes[i];
+    Array *r = arr_new(DT_I32, m->naxes, shape);
+    if (!r) return NULL;
+    for (int i = 0; i < m->size; i++) ((int32_t *)arr_data(r))[i] = m->devices[i];
+    return &r->hdr;
+  }
+  return err_set(ERR_NAME, "'Mesh' object has no attribute '%s'", name);
+}
+
+static Value *mesh_repr(Value *self) {
+  Mesh *m = (Mesh *)self;
+  char buf[512];
+  size_t len = (size_t)snprintf(buf, sizeof buf, "Mesh(");
+  for (int i = 0; i < m->naxes && len < sizeof buf; i++)
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s'%s': %d", i ? ", " : "",
+                            m->axis_names[i], m->axis_sizes[i]);
+  if (len < sizeof buf) snprintf(buf + len, sizeof buf - len, ")");
+  return str_from(buf);
+}
+
+/* ==== partition specs ========================================================= */
+
+static int spec_entry(Value *v, SpecEntry *e) {
+  e->nnames = 0;
+  if (v->type == V_NONE) return 0;
+  if (v->type == V_STR) {
+    e->names[e->nnames++] = intern_cstr(str_cstr(v));
+    return 0;
+  }
+  size_t n;
+  Value *const *items;
+  if (v->type == V_TUPLE && val_seq(v, &n, &items) && n <= MESH_MAX_AXES) {
+    for (size_t i = 0; i < n; i++) {
+      if (items[i]->type != V_STR) goto bad;
+      e->names[e->nnames++] = intern_cstr(str_cstr(items[i]));
+    }
+    return 0;
+  }
+bad:
+  err_set(ERR_TYPE, "PartitionSpec entries must be None, an axis name or a tuple of axis "
+                    "names, got %s", val_type_name(v));
+  return -1;
+}
+
+Value *pspec_from_args(int n, Value *const *entries) {
+  PSpec *s = shm_calloc(1, sizeof *s + sizeof(SpecEntry) * (size_t)n);
+  if (!s) return err_nomem();
+  val_init(&s->hdr, V_PSPEC);
+  s->n = n;
+  for (int i = 0; i < n; i++)
+    if (spec_entry(entries[i], &s->e[i]) < 0) {
+      val_decref(&s->hdr);
+      return NULL;
+    }
+  return &s->hdr;
+}
+
+void pspec_str(const PSpec *s, char *buf, size_t cap) {
+  size_t len = (size_t)snprintf(buf, cap, "P(");
+  for (int i = 0; i < s->n && len < cap; i++) {
+    const SpecEntry *e = &s->e[i];
+    len += (size_t)snprintf(buf + len, cap - len, "%s", i ? ", " : "");
+    if (e->nnames == 0) len += (size_t)snprintf(buf + len, cap - len, "None");
+    if (e->nnames > 1) len += (size_t)snprintf(buf + len, cap - len, "(");
+    for (int k = 0; k < e->nnames && len < cap; k++)
+      len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", k ? ", " : "", e->names[k]);
+    if (e->nnames > 1 && len < cap) len += (size_t)snprintf(buf + len, cap - len, ")");
+  }
+  if (len < cap) snprintf(buf + len, cap - len, ")");
+}
+
+int pspec_check(const PSpec *s, const Mesh *m, int ndim, const char *what) {
+  char sb[256];
+  pspec_str(s, sb, sizeof sb);
+  if (s->n > ndim) {
+    err_set(ERR_VALUE, "%s %s has %d entries but the array has rank %d", what, sb, s->n,
+            ndim);
+    return -1;
+  }
+  const char *seen[MESH_MAX_AXES * 4];
+  int nseen = 0;
+  for (int i = 0; i < s->n; i++)
+    for (int k = 0; k < s->e[i].nnames; k++) {
+      const char *a = s->e[i].names[k];
+      if (mesh_axis(m, a) < 0) {
+        char axes[256];
+        size_t len = 0;
+        axes[0] = '\0';
+        for (int q = 0; q < m->naxes && len < sizeof axes; q++)
+          len += (size_t)snprintf(axes + len, sizeof axes - len, "%s'%s'", q ? ", " : "",
+                                  m->axis_names[q]);
+        err_set(ERR_VALUE, "%s %s names '%s', which is not an axis of the mesh (its axes are %s)",
+                what, sb, a, axes);
+        return -1;
+      }
+      for (int j = 0; j < nseen; j++)
+        if (seen[j] == a) {
+          err_set(ERR_VALUE, "%s %s names mesh axis '%s' twice", what, sb, a);
+          return -1;
+        }
+      if (nseen < MESH_MAX_AXES * 4) seen[nseen++] = a;
+    }
+  return 0;
+}
+
+int pspec_entry_size(const PSpec *s, const Mesh *m, int i) {
+  int size = 1;
+  if (i >= s->n) return 1;
+  for (int k = 0; k < s->e[i].nnames; k++) size *= m->axis_sizes[mesh_axis(m, s->e[i].names[k])];
+  return size;
+}
+
+static Value *bi_pspec(const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "P() takes no keyword arguments");
+  return pspec_from_args(a->nargs, a->args);
+}
+
+static Value *pspec_repr(Value *self) {
+  char buf[512];
+  pspec_str((PSpec *)self, buf, sizeof buf);
+  return str_from(buf);
+}
+
+static Value *pspec_getitem_len(Value *self, const char *name) {
+  (void)self;
+  return err_set(ERR_NAME, "'PartitionSpec' object has no attribute '%s'", name);
+}
+
+/* ==== show_sharding ============================================================ */
+
+/* Devices (flat mesh indices) holding block ([r], [c]) of an array split
+ * by [s], written as "0,1" into [buf]. */
+static void block_holders(const Mesh *m, const PSpec *s, int r, int c, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < m->size && len < cap; d++) {
+    int coords[MESH_MAX_AXES], idx[2] = {0, 0};
+    mesh_coords(m, d, coords);
+    for (int ax = 0; ax < 2 && ax < s->n; ax++)
+      for (int k = 0; k < s->e[ax].nnames; k++) {
+        int mi = mesh_axis(m, s->e[ax].names[k]);
+        idx[ax] = idx[ax] * m->axis_sizes[mi] + coords[mi];
+      }
+    if (idx[0] == r && idx[1] == c)
+      len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? "," : "", m->devices[d]);
+  }
+}
+
+static void rule(int ncols, int width) {
+  for (int c = 0; c < ncols; c++) {
+    eval_write("+", 1);
+    for (int i = 0; i < width; i++) eval_write("-", 1);
+  }
+  eval_write("+\n", 2);
+}
+
+static void cell_row(const char *const *cells, int ncols, int width) {
+  for (int c = 0; c < ncols; c++) {
+    int len = (int)strlen(cells[c]), left = (width - len) / 2;
+    char buf[256];
+    snprintf(buf, sizeof buf, "|%*s%s%*s", left, "", cells[c], width - len - left, "");
+    eval_write(buf, strlen(buf));
+  }
+  eval_write("|\n", 2);
+}
+
+/* show_sharding(x, mesh, spec): the blocks of x as a grid, each cell
+ * naming its block's shape and the devices holding it. */
+static Value *bi_show_sharding(const CallArgs *a) {
+  Value *x, *mv, *sv;
+  if (args_bind("show_sharding", a, "x, mesh, spec", (Value **[]){&x, &mv, &sv}) < 0)
+    return NULL;
+  if (!IS_ARRAY(x) || mv->type != V_MESH || sv->type != V_PSPEC)
+    return err_set(ERR_TYPE, "show_sharding(x, mesh, spec) takes an array, a Mesh and a P(...)");
+  Array *arr = AS_ARRAY(x);
+  Mesh *m = (Mesh *)mv;
+  PSpec *s = (PSpec *)sv;
+  if (arr->ndim > 2 || arr->ndim < 1)
+    return err_set(ERR_VALUE, "show_sharding draws 1-D and 2-D arrays, got rank %d", arr->ndim);
+  if (pspec_check(s, m, arr->ndim, "spec") < 0) return NULL;
+  int nr = arr->ndim == 2 ? pspec_entry_size(s, m, 0) : 1;
+  int nc = arr->ndim == 2 ? pspec_entry_size(s, m, 1) : pspec_entry_size(s, m, 0);
+  int64_t rows = arr->ndim == 2 ? arr->shape[0] : 1, cols = arr->shape[arr->ndim - 1];
+  if (rows % nr || cols % nc)
+    return err_set(ERR_VALUE, "show_sharding: the mesh axes do not divide the array's shape");
+  if (nr > 64 || nc > 16) return err_set(ERR_VALUE, "show_sharding: too many blocks to draw");
+  char labels[64 * 16][96], shapes[64 * 16][48];
+  int width = 10;
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) {
+      char devs[64];
+      /* A 1-D array's only split axis (entry 0) is drawn as the columns. */
+      block_holders(m, s, arr->ndim == 2 ? r : c, arr->ndim == 2 ? c : 0, devs, sizeof devs);
+      snprintf(labels[r * nc + c], sizeof labels[0], "dev %s", devs);
+      if (arr->ndim == 2)
+        snprintf(shapes[r * nc + c], sizeof shapes[0], "[%lld, %lld]", (long long)(rows / nr),
+                 (long long)(cols / nc));
+      else
+        snprintf(shapes[r * nc + c], sizeof shapes[0], "[%lld]", (long long)(cols / nc));
+      int w = (int)strlen(labels[r * nc + c]) + 2;
+      if (w > width) width = w;
+    }
+  for (int r = 0; r < nr; r++) {
+    const char *lc[16], *sc[16];
+    for (int c = 0; c < nc; c++) {
+      lc[c] = labels[r * nc + c];
+      sc[c] = shapes[r * nc + c];
+    }
+    rule(nc, width);
+    cell_row(lc, nc, width);
+    cell_row(sc, nc, width);
+  }
+  rule(nc, width);
+  return val_incref(VAL_NONE);
+}
+
+/* ==== registration ============================================================== */
+
+int mesh_register(Env *b) {
+  val_register_free(V_MESH, mesh_free);
+  print_register(V_MESH, mesh_repr, mesh_repr);
+  print_register(V_PSPEC, pspec_repr, pspec_repr);
+  ops_register_getattr(V_MESH, mesh_getattr);
+  ops_register_getattr(V_PSPEC, pspec_getitem_len);
+  eval_exec_mesh = exec_mesh;
+  if (builtins_add(b, "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
+      builtins_add(b, "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
+      builtins_add(b, "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
+      builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
+      builtins_add(b, "show_sharding", bi_show_sharding,
+                   "show_sharding(x, mesh, spec): draw which device holds which block") < 0)
+    return -1;
+  return 0;
+}

@@ -1,0 +1,950 @@
+/*
+ * shardmap.c - shard_map calls, and the collective built-ins (shardmap.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "spmd/collective.h"
+#include "cli/debug.h"
+#include "spmd/device.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "array/prim.h"
+#include "array/print.h"
+#include "spmd/shardmap.h"
+#include "transform/jit.h"
+#include "transform/trace.h"
+
+/* ==== the ShardFn value ===================================================== */
+
+static void shardfn_free(Value *v) {
+  ShardFn *f = (ShardFn *)v;
+  val_decref(f->body);
+  val_decref(&f->mesh->hdr);
+  val_decref(f->in_specs);
+  val_decref(f->out_specs);
+  shm_free(f);
+}
+
+static Value *shardfn_repr(Value *v) {
+  return str_printf("<shard_map function %s>", ((ShardFn *)v)->name);
+}
+
+/* True if [v] is a P(...) or a tuple/list of them. */
+static bool is_specs(Value *v) {
+  if (v->type == V_PSPEC) return true;
+  size_t n;
+  Value *const *items;
+  if (!val_seq(v, &n, &items)) return false;
+  for (size_t i = 0; i < n; i++)
+    if (items[i]->type != V_PSPEC) return false;
+  return true;
+}
+
+/* A list of specs becomes a tuple, so the rest of this file sees two forms. */
+static Value *specs_normalize(Value *v) {
+  if (v->type != V_LIST) return val_incref(v);
+  return tuple_pack(list_len(v), ((List *)v)->items);
+}
+
+Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
+                    Value *out_specs, bool check_rep) {
+  if (mesh->type != V_MESH)
+    return err_set(ERR_TYPE, "shard_map: mesh must be a Mesh, got %s", val_type_name(mesh));
+  if (!is_specs(in_specs))
+    return err_set(ERR_TYPE, "shard_map: in_specs must be a P(...) or a tuple of P(...)");
+  if (!is_specs(out_specs))
+    return err_set(ERR_TYPE, "shard_map: out_specs must be a P(...) or a tuple of P(...)");
+  ShardFn *f = shm_calloc(1, sizeof *f);
+  if (!f) return err_nomem();
+  val_init(&f->hdr, V_SHARDFN);
+  f->name = name ? name : intern_cstr("<shard_map>");
+  f->body = val_incref(body);
+  f->mesh = (Mesh *)val_incref(mesh);
+  f->in_specs = specs_normalize(in_specs);
+  f->out_specs = specs_normalize(out_specs);
+  f->check_rep = check_rep;
+  if (!f->in_specs || !f->out_specs) {
+    val_decref(&f->hdr);
+    return NULL;
+  }
+  return &f->hdr;
+}
+
+/* ==== splitting the arguments into blocks ==================================== */
+
+/* The spec for argument [i] of [n]. */
+static PSpec *in_spec_of(const ShardFn *f, int i) {
+  if (f->in_specs->type == V_PSPEC) return (PSpec *)f->in_specs;
+  return (PSpec *)tuple_get(f->in_specs, (size_t)i);
+}
+
+static void entry_names_str(const SpecEntry *e, char *buf, size_t cap) {
+  if (e->nnames == 1) {
+    snprintf(buf, cap, "mesh axis '%s'", e->names[0]);
+    return;
+  }
+  size_t len = (size_t)snprintf(buf, cap, "mesh axes (");
+  for (int k = 0; k < e->nnames && len < cap; k++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", k ? ", " : "", e->names[k]);
+  if (len < cap) snprintf(buf + len, cap - len, ")");
+}
+
+/* Checks argument [x] against in_spec [s]: rank, axes, even division.
+ * Messages follow LANGUAGE.md §9; with several arguments they say which. */
+static int check_arg(const ShardFn *f, int i, int nargs, Array *x, PSpec *s) {
+  char what[48], sb[256], names[128], arg[32] = "";
+  if (nargs > 1) snprintf(arg, sizeof arg, "argument %d: ", i);
+  snprintf(what, sizeof what, "%sin_specs", arg);
+  if (pspec_check(s, f->mesh, x->ndim, what) < 0) return -1;
+  pspec_str(s, sb, sizeof sb);
+  for (int ax = 0; ax < s->n; ax++) {
+    int n = pspec_entry_size(s, f->mesh, ax);
+    if (x->shape[ax] % n == 0) continue;
+    entry_names_str(&s->e[ax], names, sizeof names);
+    err_set(ERR_VALUE, "%sin_specs %s splits axis %d (size %lld) over %s (size %d), which "
+                       "does not divide it",
+            arg, sb, ax, (long long)x->shape[ax], names, n);
+    return -1;
+  }
+  return 0;
+}
+
+/* Block index along array axis [ax] for the device at [coords]: the mixed
+ * radix number of its coordinates along the entry's axes, major first. */
+static int64_t block_index(const PSpec *s, const Mesh *m, int ax, const int *coords) {
+  int64_t idx = 0;
+  for (int k = 0; ax < s->n && k < s->e[ax].nnames; k++) {
+    int mi = mesh_axis(m, s->e[ax].names[k]);
+    idx = idx * m->axis_sizes[mi] + coords[mi];
+  }
+  return idx;
+}
+
+/* The mesh axes named anywhere in [s], as a bit set. */
+static uint32_t spec_axes(const PSpec *s, const Mesh *m) {
+  uint32_t bits = 0;
+  for (int ax = 0; ax < s->n; ax++)
+    for (int k = 0; k < s->e[ax].nnames; k++) bits |= 1u << mesh_axis(m, s->e[ax].names[k]);
+  return bits;
+}
+
+/* Device [rank]'s block of [x] under [s]: a view sharing x's buffer. */
+static Array *block_of(Array *x, const PSpec *s, const Mesh *m, int rank) {
+  int coords[MESH_MAX_AXES];
+  int64_t shape[SHM_MAXDIM], off = x->offset;
+  mesh_coords(m, rank, coords);
+  for (int ax = 0; ax < x->ndim; ax++) {
+    int n = ax < s->n ? pspec_entry_size(s, m, ax) : 1;
+    shape[ax] = x->shape[ax] / n;
+    off += block_index(s, m, ax, coords) * shape[ax] * x->strides[ax];
+  }
+  Array *b = arr_view(x, x->ndim, shape, x->strides, off);
+  if (b) b->vma = spec_axes(s, m);
+  return b;
+}
+
+/* ==== running on the devices =================================================== */
+
+typedef struct Call {
+  ShardFn *f;
+  int nargs;
+  Array **args;      /* the checked, converted arguments (owned) */
+  Value **results;   /* per rank (owned) */
+  OutBuf *out;       /* per rank print output */
+} Call;
+
+static void run_device(int rank, void *vctx) {
+  Call *c = vctx;
+  Value *blocks[64];
+  int made = 0;
+  eval_set_output(&c->out[rank]);
+  for (; made < c->nargs; made++) {
+    Array *b = block_of(c->args[made], in_spec_of(c->f, made), c->f->mesh, rank);
+    if (!b) break;
+    blocks[made] = &b->hdr;
+  }
+  if (made == c->nargs) c->results[rank] = val_call_n(c->f->body, c->nargs, blocks);
+  for (int i = 0; i < made; i++) val_decref(blocks[i]);
+  eval_const_cache_clear();
+  eval_set_output(NULL);
+}
+
+/* Writes each device's print output, line by line, prefixed by its mesh
+ * coordinates, in device order. */
+static void flush_outputs(const Call *c) {
+  for (int r = 0; r < c->f->mesh->size; r++) {
+    const OutBuf *b = &c->out[r];
+    char coords[160];
+    mesh_coords_str(c->f->mesh, r, coords, sizeof coords);
+    size_t start = 0;
+    while (start < b->len) {
+      const char *nl = memchr(b->data + start, '\n', b->len - start);
+      size_t end = nl ? (size_t)(nl - b->data) : b->len;
+      eval_write(coords, strlen(coords));
+      eval_write(": ", 2);
+      eval_write(b->data + start, end - start);
+      eval_write("\n", 1);
+      start = end + 1;
+    }
+  }
+}
+
+
+/* ==== assembling the results ======================================================== */
+
+/* Copies contiguous [src] (shape [bs]) into contiguous [dst] (shape [gs])
+ * at the element offsets [at] per axis. */
+static void place_block(char *dst, const int64_t *gs, const char *src, const int64_t *bs,
+                        const int64_t *at, int ndim, size_t isz) {
+  if (ndim <= 1) {
+    memcpy(dst + (size_t)(ndim ? at[0] : 0) * isz, src, (size_t)(ndim ? bs[0] : 1) * isz);
+    return;
+  }
+  size_t gstride = isz, bstride = isz;
+  for (int i = 1; i < ndim; i++) {
+    gstride *= (size_t)gs[i];
+    bstride *= (size_t)bs[i];
+  }
+  for (int64_t r = 0; r < bs[0]; r++)
+    place_block(dst + (size_t)(at[0] + r) * gstride, gs + 1, src + (size_t)r * bstride,
+                bs + 1, at + 1, ndim - 1, isz);
+}
+
+/* The first flat index where contiguous [a] and [b] (same shape) differ
+ * bitwise, or -1.  Blocks that share a buffer (a psum's result) are
+ * equal at once; others are compared in runs of memcmp. */
+static int64_t first_difference(Array *a, Array *b) {
+  size_t isz = dt_size(a->dtype);
+  const char *pa = arr_data(a), *pb = arr_data(b);
+  if (pa == pb) return -1;
+  const int64_t run = 4096;
+  for (int64_t lo = 0; lo < a->size; lo += run) {
+    int64_t n = a->size - lo < run ? a->size - lo : run;
+    if (!memcmp(pa + (size_t)lo * isz, pb + (size_t)lo * isz, (size_t)n * isz)) continue;
+    for (int64_t i = lo;; i++)
+      if (memcmp(pa + (size_t)i * isz, pb + (size_t)i * isz, isz)) return i;
+  }
+  return -1;
+}
+
+static void index_str(const Array *a, int64_t flat, char *buf, size_t cap) {
+  int64_t idx[SHM_MAXDIM];
+  for (int i = a->ndim - 1; i >= 0; i--) {
+    idx[i] = a->shape[i] ? flat % a->shape[i] : 0;
+    flat = a->shape[i] ? flat / a->shape[i] : 0;
+  }
+  shape_str(buf, cap, a->ndim, idx);
+}
+
+/* Checks that result [k] varies only over axes its out_spec names. */
+static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int k) {
+  const Mesh *m = f->mesh;
+  uint32_t vary = 0, named = spec_axes(s, m);
+  for (int r = 0; r < m->size; r++) vary |= blocks[r]->vma;
+  for (int a = 0; a < m->naxes; a++) {
+    if (!(vary & ~named & (1u << a))) continue;
+    char sb[256];
+    pspec_str(s, sb, sizeof sb);
+    err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
+                       "over '%s' (is a psum over '%s' missing?)",
+            sb, m->axis_names[a], k, m->axis_names[a], m->axis_names[a]);
+    return -1;
+  }
+  return 0;
+}
+
+static int check_blocks_agree(const ShardFn *f, const PSpec *s, Array *const *blocks, int k) {
+  const Mesh *m = f->mesh;
+  char sb[256], w0[64], w1[64], ca[160], cb[160];
+  pspec_str(s, sb, sizeof sb);
+  if (s->n > blocks[0]->ndim) {
+    err_set(ERR_VALUE, "out_specs %s has %d entries but result %d has rank %d", sb, s->n, k,
+            blocks[0]->ndim);
+    return -1;
+  }
+  if (pspec_check(s, m, blocks[0]->ndim, "out_specs") < 0) return -1;
+  for (int r = 1; r < m->size; r++) {
+    Array *a = blocks[0], *b = blocks[r];
+    if (a->dtype == b->dtype && a->ndim == b->ndim &&
+        memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0)
+      continue;
+    aval_str(w0, sizeof w0, a->dtype, a->ndim, a->shape);
+    aval_str(w1, sizeof w1, b->dtype, b->ndim, b->shape);
+    mesh_coords_str(m, 0, ca, sizeof ca);
+    mesh_coords_str(m, r, cb, sizeof cb);
+    err_set(ERR_VALUE, "result %d has different shapes on different devices: device %s "
+                       "returned %s, device %s returned %s", k, ca, w0, cb, w1);
+    return -1;
+  }
+  return 0;
+}
+
+/* The untile check: blocks of devices that differ only along mesh axes
+ * the out_spec leaves out must be equal, bit for bit. */
+static int check_untiled(const ShardFn *f, const PSpec *s, Array *a, Array *b, int ra, int rb) {
+  int64_t d = first_difference(a, b);
+  if (d < 0) return 0;
+  char sb[256], ca[160], cb[160], at[128];
+  pspec_str(s, sb, sizeof sb);
+  mesh_coords_str(f->mesh, ra, ca, sizeof ca);
+  mesh_coords_str(f->mesh, rb, cb, sizeof cb);
+  index_str(a, d, at, sizeof at);
+  err_set(ERR_VALUE, "out_specs %s untiles a result whose blocks differ: device %s and "
+                     "device %s returned different values (first difference at index %s)",
+          sb, ca, cb, at);
+  return -1;
+}
+
+static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k) {
+  const Mesh *m = f->mesh;
+  if (check_blocks_agree(f, s, blocks, k) < 0) return NULL;
+  if (f->check_rep && check_vma(f, s, blocks, k) < 0) return NULL;
+  Array *b0 = blocks[0];
+  int64_t gs[SHM_MAXDIM], nblocks = 1;
+  for (int ax = 0; ax < b0->ndim; ax++) {
+    int n = pspec_entry_size(s, m, ax);
+    gs[ax] = b0->shape[ax] * n;
+    nblocks *= n;
+  }
+  /* One block (a replicated result, P()): the global array is a view of
+   * device 0's block, not a copy; values are immutable once shared. */
+  Array *out = nblocks == 1 ? arr_view(b0, b0->ndim, b0->shape, b0->strides, b0->offset)
+                            : arr_new(b0->dtype, b0->ndim, gs);
+  int *owner = shm_malloc(sizeof(int) * (size_t)nblocks);
+  if (!out || !owner) goto fail;
+  out->weak = b0->weak;
+  out->vma = 0;
+  for (int64_t i = 0; i < nblocks; i++) owner[i] = -1;
+  for (int r = 0; r < m->size; r++) {
+    int coords[MESH_MAX_AXES];
+    int64_t at[SHM_MAXDIM], flat = 0;
+    mesh_coords(m, r, coords);
+    for (int ax = 0; ax < b0->ndim; ax++) {
+      int64_t bi = block_index(s, m, ax, coords);
+      flat = flat * pspec_entry_size(s, m, ax) + bi;
+      at[ax] = bi * b0->shape[ax];
+    }
+    if (owner[flat] >= 0) {
+      if (f->check_rep && check_untiled(f, s, blocks[owner[flat]], blocks[r], owner[flat], r) < 0)
+        goto fail;
+      continue;
+    }
+    owner[flat] = r;
+    if (nblocks > 1)
+      place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
+                  dt_size(b0->dtype));
+  }
+  shm_free(owner);
+  return &out->hdr;
+fail:
+  shm_free(owner);
+  val_decref(out ? &out->hdr : NULL);
+  return NULL;
+}
+
+/* Result [k] of every device, as contiguous arrays. */
+static int gather_result(const Call *c, int k, bool single, Array **blocks) {
+  int n = c->f->mesh->size;
+  for (int r = 0; r < n; r++) {
+    Value *v = single ? c->results[r] : tuple_get(c->results[r], (size_t)k);
+    Value *arr = ops_to_array(v, -1);
+    if (!arr) {
+      for (int q = 0; q < r; q++) val_decref(&blocks[q]->hdr);
+      err_set(ERR_TYPE, "shard_map body must return arrays, got %s", val_type_name(v));
+      return -1;
+    }
+    Array *cont = arr_contiguous(AS_ARRAY(arr));
+    if (cont) cont->vma |= AS_ARRAY(arr)->vma;
+    val_decref(arr);
+    if (!cont) {
+      for (int q = 0; q < r; q++) val_decref(&blocks[q]->hdr);
+      return -1;
+    }
+    blocks[r] = cont;
+  }
+  return 0;
+}
+
+/* Number of results the out_specs describe, checked against the body's. */
+static int result_arity(const Call *c, int *nres, bool *single) {
+  Value *os = c->f->out_specs, *r0 = c->results[0];
+  bool tuple_out = r0->type == V_TUPLE;
+  if (os->type == V_PSPEC) {
+    *single = !tuple_out;
+    *nres = tuple_out ? (int)tuple_len(r0) : 1;
+  } else {
+    *single = false;
+    *nres = (int)tuple_len(os);
+    if (!tuple_out || (int)tuple_len(r0) != *nres) {
+      err_set(ERR_VALUE, "out_specs has %d entries but the body returned %s", *nres,
+              tuple_out ? "a tuple of another length" : "one value");
+      return -1;
+    }
+  }
+  for (int r = 1; r < c->f->mesh->size; r++) {
+    bool t = c->results[r]->type == V_TUPLE;
+    if (t != tuple_out || (t && tuple_len(c->results[r]) != tuple_len(r0))) {
+      err_set(ERR_VALUE, "devices returned different numbers of results");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static Value *assemble_all(const Call *c) {
+  int nres;
+  bool single;
+  if (result_arity(c, &nres, &single) < 0) return NULL;
+  int n = c->f->mesh->size;
+  Array **blocks = shm_malloc(sizeof(Array *) * (size_t)n);
+  Value *out = single ? NULL : tuple_new((size_t)nres);
+  if (!blocks || (!single && !out)) {
+    shm_free(blocks);
+    return err_nomem();
+  }
+  for (int k = 0; k < nres; k++) {
+    PSpec *s = c->f->out_specs->type == V_PSPEC ? (PSpec *)c->f->out_specs
+                                                 : (PSpec *)tuple_get(c->f->out_specs, (size_t)k);
+    Value *res = NULL;
+    if (gather_result(c, k, single, blocks) == 0) {
+      res = assemble(c->f, s, blocks, k);
+      for (int r = 0; r < n; r++) val_decref(&blocks[r]->hdr);
+    }
+    if (!res) {
+      val_decref(out);
+      out = NULL;
+      break;
+    }
+    if (single) out = res;
+    else tuple_set_steal(out, (size_t)k, res);
+  }
+  shm_free(blocks);
+  return out;
+}
+
+/* ==== the call ==================================================================== */
+
+static int prepare_args(Call *c, const CallArgs *a) {
+  ShardFn *f = c->f;
+  if (a->nkw) {
+    err_set(ERR_TYPE, "%s() takes no keyword arguments (shard_map functions are called "
+                      "positionally)", f->name);
+    return -1;
+  }
+  if (f->in_specs->type == V_TUPLE && (int)tuple_len(f->in_specs) != a->nargs) {
+    err_set(ERR_TYPE, "%s() has %zu in_specs but was called with %d argument%s", f->name,
+            tuple_len(f->in_specs), a->nargs, a->nargs == 1 ? "" : "s");
+    return -1;
+  }
+  if (a->nargs > 64) {
+    err_set(ERR_VALUE, "shard_map supports at most 64 arguments");
+    return -1;
+  }
+  c->nargs = a->nargs;
+  for (int i = 0; i < a->nargs; i++) {
+    Value *x = ops_to_array(a->args[i], -1);
+    if (!x) return -1;
+    c->args[i] = AS_ARRAY(x);
+    if (check_arg(f, i, a->nargs, c->args[i], in_spec_of(f, i)) < 0) return -1;
+  }
+  return 0;
+}
+
+static void call_release(Call *c, int n) {
+  for (int i = 0; i < c->nargs; i++) val_decref(c->args[i] ? &c->args[i]->hdr : NULL);
+  for (int r = 0; r < n; r++) {
+    val_decref(c->results ? c->results[r] : NULL);
+    if (c->out) shm_free(c->out[r].data);
+  }
+  shm_free(c->args);
+  shm_free(c->results);
+  shm_free(c->out);
+}
+
+static int run_on_devices(Call *c) {
+  MeshDesc md;
+  mesh_to_desc(c->f->mesh, &md);
+  CollGroup *g = coll_group_new(&md, shm_interp->reference);
+  if (!g) return -1;
+  /* The debugger's hook: coll_run, with all-stop at breakpoints (debug.h). */
+  int rc = dbg_coll_run(g, &md, run_device, c, c->out);
+  coll_group_free(g);
+  return rc;
+}
+
+Value *shardmap_call(Value *fv, const CallArgs *a) {
+  if (trace_current()) return jit_trace_shard_map(fv, a);   /* called under jit */
+  ShardFn *f = (ShardFn *)fv;
+  int n = f->mesh->size;
+  Call c = {.f = f};
+  c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));
+  c.results = shm_calloc((size_t)n, sizeof(Value *));
+  c.out = shm_calloc((size_t)n, sizeof(OutBuf));
+  Value *res = NULL;
+  if (!c.args || !c.results || !c.out) {
+    err_nomem();
+  } else if (prepare_args(&c, a) == 0) {
+    int rc = run_on_devices(&c);
+    flush_outputs(&c);
+    if (rc == 0) res = assemble_all(&c);
+  }
+  call_release(&c, n);
+  return res;
+}
+
+/* ==== the two forms ================================================================ */
+
+static int read_check_rep(Value *check_rep, Value *check_vma, bool *out) {
+  Value *v = check_rep ? check_rep : check_vma;
+  *out = true;
+  if (!v) return 0;
+  int t = val_truth(v);
+  if (t < 0) return -1;
+  *out = t;
+  return 0;
+}
+
+/* shard_map(f, mesh, in_specs, out_specs, check_rep=True): the function
+ * form, as jax.shard_map. */
+static Value *bi_shard_map(const CallArgs *a) {
+  Value *f, *mesh, *in_specs, *out_specs, *check_rep, *check_vma;
+  if (args_bind("shard_map", a, "f, mesh=, in_specs=, out_specs=, check_rep=, check_vma=",
+                (Value **[]){&f, &mesh, &in_specs, &out_specs, &check_rep, &check_vma}) < 0)
+    return NULL;
+  if (!mesh || !in_specs || !out_specs)
+    return err_set(ERR_TYPE, "shard_map() needs mesh=, in_specs= and out_specs=");
+  bool cr;
+  if (read_check_rep(check_rep, check_vma, &cr) < 0) return NULL;
+  const char *name = f->type == V_FUNC ? ((Func *)f)->name : NULL;
+  return shardmap_new(name, f, mesh, in_specs, out_specs, cr);
+}
+
+/* The block form: `[jit] shard_map NAME(x: SPEC, ...) -> SPECS on MESH[, opts]:` */
+static Value *block_specs(const Node *s, Env *env) {
+  Value *t = tuple_new((size_t)s->nparams);
+  for (int i = 0; t && i < s->nparams; i++) {
+    const Param *p = &s->params[i];
+    if (!p->annotation || p->star || p->starstar) {
+      val_decref(t);
+      return err_set_at(p->loc, ERR_SYNTAX,
+                        "parameter '%s' of shard_map %s needs an in_spec, e.g. %s: P('i')",
+                        p->name, s->name, p->name);
+    }
+    Value *spec = eval_node(p->annotation, env);
+    if (!spec) {
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, (size_t)i, spec);
+  }
+  return t;
+}
+
+static int block_options(const Node *s, Env *env, bool *check_rep) {
+  Value *cr = NULL, *cv = NULL;
+  int rc = 0;
+  for (int k = 0; rc == 0 && k < s->nkw; k++) {
+    const char *kw = s->kws[k].name;
+    Value **slot = kw && strcmp(kw, "check_rep") == 0 ? &cr
+                 : kw && strcmp(kw, "check_vma") == 0 ? &cv : NULL;
+    if (!slot) {
+      err_set_at(s->kws[k].loc, ERR_TYPE, "shard_map got an unknown option '%s'",
+                 kw ? kw : "**");
+      rc = -1;
+    } else if (!(*slot = eval_node(s->kws[k].value, env))) {
+      rc = -1;
+    }
+  }
+  if (rc == 0) rc = read_check_rep(cr, cv, check_rep);
+  val_decref(cr);
+  val_decref(cv);
+  return rc;
+}
+
+static int exec_shard_map(const Node *s, Env *env, AstModule *mod) {
+  Value *in = NULL, *out = NULL, *mesh = NULL, *body = NULL, *sf = NULL;
+  bool check_rep;
+  int rc = -1;
+  if (!s->a) {
+    err_set_at(s->loc, ERR_SYNTAX, "shard_map %s needs out_specs: add '-> P(...)'", s->name);
+    return -1;
+  }
+  if (!(in = block_specs(s, env)) || !(out = eval_node(s->a, env)) ||
+      !(mesh = eval_node(s->b, env)) || block_options(s, env, &check_rep) < 0 ||
+      !(body = eval_make_func(s, env, mod)))
+    goto out;
+  if (!(sf = shardmap_new(s->name, body, mesh, in, out, check_rep))) goto out;
+  if (s->is_jit) {
+    if (!eval_make_jit) {
+      err_set_at(s->loc, ERR_VALUE, "jit is not available in this build");
+      goto out;
+    }
+    Value *j = eval_make_jit(sf);
+    sf = j;
+    if (!sf) goto out;
+  }
+  rc = env_set(env, s->name, sf);
+out:
+  val_decref(in);
+  val_decref(out);
+  val_decref(mesh);
+  val_decref(body);
+  val_decref(sf);
+  return rc;
+}
+
+/* ==== collectives as built-ins (LANGUAGE.md §5, jax.lax names) ===================== */
+
+/* An axis_name argument (a str or a tuple of str) as the primitives take
+ * it: the value itself, so a loop repeating a collective passes the same
+ * value each time (the collective engine remembers what it resolved it
+ * to); a list as a tuple, and under jit always a tuple, as jaxprs print
+ * axes. */
+static Value *axis_names(Value *v) {
+  if (v->type == V_STR) return trace_current() ? tuple_pack(1, &v) : val_incref(v);
+  size_t n;
+  Value *const *items;
+  if (val_seq(v, &n, &items) && n > 0) {
+    for (size_t i = 0; i < n; i++)
+      if (items[i]->type != V_STR) goto bad;
+    return v->type == V_TUPLE ? val_incref(v) : tuple_pack(n, items);
+  }
+bad:
+  return err_set(ERR_TYPE, "axis_name must be a mesh axis name or a tuple of names, got %s",
+                 val_type_name(v));
+}
+
+/* The names in [*v], a value made by axis_names; their number in *n. */
+static Value *const *names_of(Value *const *v, size_t *n) {
+  if ((*v)->type == V_STR) {
+    *n = 1;
+    return v;
+  }
+  *n = tuple_len(*v);
+  return ((Tuple *)*v)->items;
+}
+
+/* The size of the (flattened) axes [names] in the running body's mesh, or
+ * of one group when [groups] is given. */
+static int axis_size_of(Value *names, Value *groups, int64_t *out) {
+  DevCtx *c = dev_ctx();
+  if (!c) {
+    err_set(ERR_VALUE, "collectives can only be used inside a shard_map body");
+    return -1;
+  }
+  if (groups && groups->type != V_NONE) {
+    size_t n;
+    Value *const *items;
+    if (!val_seq(groups, &n, &items) || n == 0 || !val_seq(items[0], &n, &items)) {
+      err_set(ERR_TYPE, "axis_index_groups must be a tuple of tuples of axis indices");
+      return -1;
+    }
+    *out = (int64_t)n;
+    return 0;
+  }
+  int64_t size = 1;
+  size_t nn;
+  Value *const *items = names_of(&names, &nn);
+  for (size_t i = 0; i < nn; i++) {
+    int ax = dev_mesh_axis(c->mesh, str_cstr(items[i]));
+    if (ax < 0) {
+      err_set(ERR_NAME, "unknown mesh axis '%s' (the mesh's axes are %s%s)",
+              str_cstr(items[i]), c->mesh->naxes ? c->mesh->names[0] : "",
+              c->mesh->naxes > 1 ? ", ..." : "");
+      return -1;
+    }
+    size *= c->mesh->sizes[ax];
+  }
+  *out = size;
+  return 0;
+}
+
+/* Under jit every collective is recorded, concrete operands too, so the
+ * compiled plan runs it on every device (trace.h). */
+static Value *coll_apply(PrimId id, int n, Value **in, const Params *p) {
+  return trace_current() ? trace_apply(id, n, in, p) : prim_apply(id, n, in, p);
+}
+
+/* Applies collective [id] to [x] with [p] (stolen), converting x first. */
+static Value *apply1(PrimId id, Value *x, Params *p) {
+  Value *arr = ops_is_array(x) ? x : ops_to_array(x, -1);  /* x is borrowed */
+  Value *r = arr ? coll_apply(id, 1, &arr, p) : NULL;
+  if (arr != x) val_decref(arr);
+  params_clear(p);
+  return r;
+}
+
+static Value *groups_param(Value *g) { return val_incref(g ? g : VAL_NONE); }
+
+static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a) {
+  Value *x, *name, *groups;
+  if (args_bind(fname, a, "x, axis_name, axis_index_groups=",
+                (Value **[]){&x, &name, &groups}) < 0)
+    return NULL;
+  Params p;
+  params_init(&p);
+  if (params_add(&p, "axes", axis_names(name)) < 0 ||
+      params_add(&p, "axis_index_groups", groups_param(groups)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(id, x, &p);
+}
+
+static Value *bi_psum(const CallArgs *a) { return reduce_collective("psum", P_PSUM, a); }
+static Value *bi_pmax(const CallArgs *a) { return reduce_collective("pmax", P_PMAX, a); }
+static Value *bi_pmin(const CallArgs *a) { return reduce_collective("pmin", P_PMIN, a); }
+
+/* pmean: psum divided by the axis size, as jax.lax.pmean. */
+static Value *bi_pmean(const CallArgs *a) {
+  Value *x, *name, *groups;
+  if (args_bind("pmean", a, "x, axis_name, axis_index_groups=",
+                (Value **[]){&x, &name, &groups}) < 0)
+    return NULL;
+  Value *names = axis_names(name);
+  int64_t n;
+  if (!names || axis_size_of(names, groups, &n) < 0) {
+    val_decref(names);
+    return NULL;
+  }
+  val_decref(names);
+  Value *sum = reduce_collective("pmean", P_PSUM, a);
+  Value *nv = sum ? val_int(n) : NULL;
+  Value *r = nv ? ops_binary(OP_DIV, sum, nv) : NULL;
+  val_decref(nv);
+  val_decref(sum);
+  return r;
+}
+
+static Value *bi_axis_index(const CallArgs *a) {
+  Value *name;
+  if (args_bind("axis_index", a, "axis_name", (Value **[]){&name}) < 0) return NULL;
+  Params p;
+  params_init(&p);
+  if (params_add(&p, "axis_name", axis_names(name)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  Value *r = coll_apply(P_AXIS_INDEX, 0, NULL, &p);
+  params_clear(&p);
+  return r;
+}
+
+static Value *bi_axis_size(const CallArgs *a) {
+  Value *name;
+  if (args_bind("axis_size", a, "axis_name", (Value **[]){&name}) < 0) return NULL;
+  Value *names = axis_names(name);
+  int64_t n;
+  Value *r = names && axis_size_of(names, NULL, &n) == 0 ? val_int(n) : NULL;
+  val_decref(names);
+  return r;
+}
+
+/* Adds axis_name, axis_size and axis_index_groups to [p]. */
+static int axis_params(Params *p, Value *name, Value *groups) {
+  Value *names = axis_names(name);
+  int64_t n;
+  if (!names || axis_size_of(names, groups, &n) < 0) {
+    val_decref(names);
+    return -1;
+  }
+  if (params_add(p, "axis_name", names) < 0 || params_add(p, "axis_size", val_int(n)) < 0)
+    return -1;
+  return params_add(p, "axis_index_groups", groups_param(groups));
+}
+
+static Value *int_param(Value *v, int64_t deflt) {
+  int64_t x = deflt;
+  if (v && arr_to_index(v, &x) < 0) return NULL;
+  return val_int(x);
+}
+
+static Value *bool_param(Value *v) {
+  int t = v ? val_truth(v) : 0;
+  return t < 0 ? NULL : val_incref(val_bool(t));
+}
+
+static Value *bi_all_gather(const CallArgs *a) {
+  Value *x, *name, *axis, *tiled, *groups;
+  if (args_bind("all_gather", a, "x, axis_name, axis_index_groups=, axis=, tiled=",
+                (Value **[]){&x, &name, &groups, &axis, &tiled}) < 0)
+    return NULL;
+  Params p;
+  params_init(&p);
+  if (axis_params(&p, name, groups) < 0 ||
+      params_add(&p, "all_gather_dimension", int_param(axis, 0)) < 0 ||
+      params_add(&p, "tiled", bool_param(tiled)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(P_ALL_GATHER, x, &p);
+}
+
+static Value *bi_psum_scatter(const CallArgs *a) {
+  Value *x, *name, *dim, *tiled, *groups;
+  if (args_bind("psum_scatter", a, "x, axis_name, scatter_dimension=, axis_index_groups=, tiled=",
+                (Value **[]){&x, &name, &dim, &groups, &tiled}) < 0)
+    return NULL;
+  Params p;
+  params_init(&p);
+  if (axis_params(&p, name, groups) < 0 ||
+      params_add(&p, "scatter_dimension", int_param(dim, 0)) < 0 ||
+      params_add(&p, "tiled", bool_param(tiled)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(P_PSUM_SCATTER, x, &p);
+}
+
+/* A perm argument as a tuple of (source, destination) int pairs. */
+static Value *perm_param(Value *perm) {
+  size_t n, k;
+  Value *const *items, *const *pair;
+  if (!val_seq(perm, &n, &items))
+    return err_set(ERR_TYPE, "perm must be a list of (source, destination) pairs");
+  Value *t = tuple_new(n);
+  for (size_t i = 0; t && i < n; i++) {
+    int64_t s, d;
+    if (!val_seq(items[i], &k, &pair) || k != 2 || arr_to_index(pair[0], &s) < 0 ||
+        arr_to_index(pair[1], &d) < 0) {
+      val_decref(t);
+      return err_set(ERR_TYPE, "perm entry %zu is not a (source, destination) pair of ints", i);
+    }
+    int64_t sd[2] = {s, d};
+    Value *pv = val_int_tuple(2, sd);
+    if (!pv) {
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, i, pv);
+  }
+  return t;
+}
+
+static Value *bi_ppermute(const CallArgs *a) {
+  Value *x, *name, *perm;
+  if (args_bind("ppermute", a, "x, axis_name, perm", (Value **[]){&x, &name, &perm}) < 0)
+    return NULL;
+  Params p;
+  params_init(&p);
+  if (params_add(&p, "axis_name", axis_names(name)) < 0 ||
+      params_add(&p, "perm", perm_param(perm)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(P_PPERMUTE, x, &p);
+}
+
+/* pshuffle: device i receives from perm[i]; a ppermute with pairs
+ * (perm[i], i), as jax.lax.pshuffle. */
+static Value *bi_pshuffle(const CallArgs *a) {
+  Value *x, *name, *perm;
+  if (args_bind("pshuffle", a, "x, axis_name, perm", (Value **[]){&x, &name, &perm}) < 0)
+    return NULL;
+  size_t n;
+  Value *const *items;
+  if (!val_seq(perm, &n, &items))
+    return err_set(ERR_TYPE, "pshuffle: perm must be a list of source indices");
+  Value *pairs = list_new(n);
+  for (size_t i = 0; pairs && i < n; i++) {
+    int64_t s;
+    if (arr_to_index(items[i], &s) < 0) {
+      val_decref(pairs);
+      return NULL;
+    }
+    int64_t sd[2] = {s, (int64_t)i};
+    list_append_steal(pairs, val_int_tuple(2, sd));
+  }
+  if (!pairs) return NULL;
+  Value *args[3] = {x, name, pairs};
+  CallArgs pa = {.nargs = 3, .args = args};
+  Value *r = bi_ppermute(&pa);
+  val_decref(pairs);
+  return r;
+}
+
+static Value *bi_all_to_all(const CallArgs *a) {
+  Value *x, *name, *split, *concat, *groups, *tiled;
+  if (args_bind("all_to_all", a, "x, axis_name, split_axis, concat_axis, axis_index_groups=, tiled=",
+                (Value **[]){&x, &name, &split, &concat, &groups, &tiled}) < 0)
+    return NULL;
+  Params p;
+  params_init(&p);
+  if (axis_params(&p, name, groups) < 0 ||
+      params_add(&p, "split_axis", int_param(split, 0)) < 0 ||
+      params_add(&p, "concat_axis", int_param(concat, 0)) < 0 ||
+      params_add(&p, "tiled", bool_param(tiled)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(P_ALL_TO_ALL, x, &p);
+}
+
+/* ragged_all_to_all: seed 002, exactly. */
+static Value *bi_ragged_all_to_all(const CallArgs *a) {
+  Value *v[6], *name, *groups;
+  if (args_bind("ragged_all_to_all", a,
+                "operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, "
+                "axis_name=, axis_index_groups=",
+                (Value **[]){&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &name, &groups}) < 0)
+    return NULL;
+  if (!name) return err_set(ERR_TYPE, "ragged_all_to_all() missing required argument 'axis_name'");
+  Params p;
+  params_init(&p);
+  Value *arr[6] = {0};
+  Value *r = NULL;
+  if (params_add(&p, "axis_name", axis_names(name)) < 0 ||
+      params_add(&p, "axis_index_groups", groups_param(groups)) < 0)
+    goto out;
+  for (int i = 0; i < 6; i++)
+    if (!(arr[i] = ops_to_array(v[i], -1))) goto out;
+  r = coll_apply(P_RAGGED_ALL_TO_ALL, 6, arr, &p);
+out:
+  for (int i = 0; i < 6; i++) val_decref(arr[i]);
+  params_clear(&p);
+  return r;
+}
+
+int shardmap_register(Env *b) {
+  static const struct {
+    const char *name;
+    BuiltinFn fn;
+    const char *doc;
+  } fns[] = {
+      {"shard_map", bi_shard_map, "shard_map(f, mesh, in_specs, out_specs, check_rep=True)"},
+      {"axis_index", bi_axis_index, "axis_index(axis_name): this device's index"},
+      {"axis_size", bi_axis_size, "axis_size(axis_name): the axis size"},
+      {"psum", bi_psum, "psum(x, axis_name, axis_index_groups=None)"},
+      {"pmean", bi_pmean, "pmean(x, axis_name, axis_index_groups=None)"},
+      {"pmax", bi_pmax, "pmax(x, axis_name, axis_index_groups=None)"},
+      {"pmin", bi_pmin, "pmin(x, axis_name, axis_index_groups=None)"},
+      {"all_gather", bi_all_gather, "all_gather(x, axis_name, axis=0, tiled=False)"},
+      {"psum_scatter", bi_psum_scatter,
+       "psum_scatter(x, axis_name, scatter_dimension=0, tiled=False)"},
+      {"ppermute", bi_ppermute, "ppermute(x, axis_name, perm)"},
+      {"pshuffle", bi_pshuffle, "pshuffle(x, axis_name, perm)"},
+      {"all_to_all", bi_all_to_all, "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)"},
+      {"ragged_all_to_all", bi_ragged_all_to_all,
+       "ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, "
+       "recv_sizes, axis_name=, axis_index_groups=None)"},
+  };
+  val_register_free(V_SHARDFN, shardfn_free);
+  print_register(V_SHARDFN, shardfn_repr, shardfn_repr);
+  eval_register_call(V_SHARDFN, shardmap_call);
+  eval_exec_shard_map = exec_shard_map;
+  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+    /* Each is also lax.NAME / jax.lax.NAME; shard_map is jax.shard_map. */
+    Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    const char *ns = i == 0 ? "jax" : "lax";
+    int rc = v ? env_set(b, intern_cstr(fns[i].name), v) : -1;
+    if (rc == 0) rc = builtins_add_to(ns, fns[i].name, v);
+    val_decref(v);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}

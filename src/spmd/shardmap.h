@@ -1,0 +1,53 @@
+/*
+ * shardmap.h - shard_map: per-device code over a mesh, run eagerly on the
+ * device threads (LANGUAGE.md §4; semantics: seed 000, shard_map).
+ *
+ * A ShardFn wraps a body function with its mesh, in_specs, out_specs and
+ * check_rep flag.  Calling it:
+ *   1. checks each argument against its in_spec (rank, known axes, no axis
+ *      named twice, even division) — errors located at the call;
+ *   2. hands device d, for each argument, the block of d's mesh
+ *      coordinates: a view of the argument (never a copy; a replicated
+ *      argument is one buffer read by every device), tagged with the mesh
+ *      axes it varies over;
+ *   3. runs the body on every device thread at once (collective.h's
+ *      coll_run), each device's print output kept apart;
+ *   4. writes the output in device order, each line prefixed by the
+ *      device's mesh coordinates, then assembles each result from the
+ *      blocks per its out_spec: named axes concatenated in the order
+ *      named, unnamed mesh axes untiled.  With check_rep, a result that
+ *      varies over a mesh axis its out_spec leaves out is an error, and
+ *      so are untiled blocks that differ (naming two devices and the first
+ *      differing index).
+ */
+#ifndef SHMAP_SHARDMAP_H
+#define SHMAP_SHARDMAP_H
+
+#include "lang/eval.h"
+#include "spmd/mesh.h"
+
+typedef struct ShardFn {
+  Value hdr;           /* V_SHARDFN */
+  const char *name;    /* interned, for messages and plans */
+  Value *body;         /* owned: the per-device callable */
+  Mesh *mesh;          /* owned */
+  Value *in_specs;     /* owned: a Tuple of PSpec, or one PSpec for all */
+  Value *out_specs;    /* owned: a PSpec, or a Tuple of PSpec */
+  bool check_rep;
+} ShardFn;
+
+/* Makes a ShardFn (all arguments borrowed).  Errors: a spec that is not a
+ * P(...) (or tuple of them), a mesh that is not a Mesh. */
+Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
+                    Value *out_specs, bool check_rep);
+
+/* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
+Value *shardmap_call(Value *f, const CallArgs *a);
+
+/* Registers shard_map (function form, also jax.shard_map), the block-form
+ * statement executor, and the collective built-ins of LANGUAGE.md §5:
+ * axis_index axis_size psum pmean pmax pmin all_gather psum_scatter
+ * ppermute pshuffle all_to_all ragged_all_to_all. */
+int shardmap_register(Env *builtins);
+
+#endif

@@ -1,0 +1,1020 @@
+/*
+ * compile.c - the passes and the compiled executor (compile.h).
+ *
+ * Compilation works on references: a variable id (>= 0), or a constant
+ * slot (encoded -1 - slot).  Steps are first built over references, then
+ * the buffer planner turns every variable into a slot.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "transform/compile.h"
+#include "lang/eval.h"
+#include "transform/fuse.h"
+#include "array/kernels.h"
+#include "base/mem.h"
+#include "spmd/shardmap.h"
+
+/* ==== executable form ======================================================= */
+
+typedef enum { SL_INPUT, SL_CONST, SL_TEMP, SL_OUTPUT } SlotKind;
+
+typedef struct Slot {
+  SlotKind kind;
+  AVal aval;
+  int index;        /* SL_INPUT: input number; SL_OUTPUT: output number */
+  Value *value;     /* SL_CONST: the array (owned) */
+} Slot;
+
+typedef enum { ST_KERNEL, ST_FUSED, ST_COND, ST_WHILE, ST_SCAN, ST_PJIT, ST_SHARD_MAP, ST_CALLBACK } StepKind;
+
+typedef struct Step {
+  StepKind kind;
+  const PlanEqn *eqn;  /* borrowed from the plan: prim and params */
+  int nin, nout;
+  int *in, *out;       /* references while compiling, slots afterwards */
+  Fused *fused;        /* ST_FUSED, owned */
+  Value *shardfn;      /* ST_SHARD_MAP, owned */
+  int scratch;         /* first scratch array of this step */
+} Step;
+
+typedef struct Workspace Workspace;
+
+typedef struct Exec {
+  int nslots, capslots;
+  Slot *slots;
+  int nsteps;
+  Step *steps;
+  int nin, nout;
+  int *in_slot, *out_slot;
+  bool *out_copy;      /* output i is copied from out_slot[i], not bound */
+  bool *in_contig;     /* input i is read in place (fused, scan): make it contiguous */
+  int nscratch, capscratch;
+  AVal *scratch;       /* avals of per-workspace scratch arrays */
+  int nregs;           /* fused registers needed */
+  int64_t npartials;   /* fused reduction partial sums needed */
+  pthread_mutex_t lock;/* guards [pool] */
+  Workspace *pool;     /* idle workspaces */
+} Exec;
+
+struct Workspace {
+  Workspace *next;
+  Array **slot;        /* TEMP: owned; CONST: borrowed; INPUT/OUTPUT: bound per run */
+  Array **scratch;     /* owned */
+  FuseMem fm;          /* registers and partials for fused steps */
+};
+
+/* ==== slots and scratch ========================================================= */
+
+static int add_slot(Exec *e, SlotKind k, const AVal *a, int index, Value *value) {
+  if (e->nslots == e->capslots) {
+    int n = e->capslots ? e->capslots * 2 : 16;
+    Slot *s = shm_realloc(e->slots, sizeof(Slot) * (size_t)n);
+    if (!s) return err_nomem(), -1;
+    e->slots = s;
+    e->capslots = n;
+  }
+  /* steps read constants in place: views (a broadcast `ones(16)`) are
+   * made contiguous once here */
+  Value *v = value && IS_ARRAY(value) ? &arr_contiguous(AS_ARRAY(value))->hdr : val_incref(value);
+  if (value && !v) return -1;
+  e->slots[e->nslots] = (Slot){k, *a, index, v};
+  return e->nslots++;
+}
+
+static int add_scratch(Exec *e, const AVal *a) {
+  if (e->nscratch == e->capscratch) {
+    int n = e->capscratch ? e->capscratch * 2 : 8;
+    AVal *s = shm_realloc(e->scratch, sizeof(AVal) * (size_t)n);
+    if (!s) return err_nomem(), -1;
+    e->scratch = s;
+    e->capscratch = n;
+  }
+  e->scratch[e->nscratch] = *a;
+  return e->nscratch++;
+}
+
+/* A fresh contiguous array of aval [a], flags set. */
+static Array *array_of(const AVal *a) {
+  Array *x = arr_new(a->dtype, a->ndim, a->shape);
+  if (x) {
+    x->weak = a->weak;
+    x->vma = a->vma;
+  }
+  return x;
+}
+
+/* ==== the passes ================================================================== */
+
+/* Per-variable knowledge while compiling one plan. */
+typedef struct Pre {
+  const Plan *p;
+  Exec *e;
+  int *ren;          /* CSE: the variable standing for this one */
+  int *cslot;        /* constant slot of a known variable, or -1 */
+  bool *live;        /* per equation */
+} Pre;
+
+static int ref_of(Pre *pr, const PlanAtom *a) {
+  if (a->var < 0) {
+    AVal av;
+    aval_of(AS_ARRAY(a->lit), &av);
+    int s = add_slot(pr->e, SL_CONST, &av, 0, a->lit);
+    return s < 0 ? INT32_MIN : -1 - s;
+  }
+  int v = pr->ren[a->var];
+  return pr->cslot[v] >= 0 ? -1 - pr->cslot[v] : v;
+}
+
+static bool first_order(PrimId id) {
+  PrimKind k = prim_table[id].kind;
+  return k != PK_HIGHER && k != PK_COLLECTIVE;
+}
+
+/* Evaluates [e] now when every operand is known; 1 if folded. */
+static int fold_eqn(Pre *pr, const PlanEqn *q) {
+  if (!first_order(q->prim) || q->nin > 8 || q->nout != 1) return 0;
+  Value *args[8];
+  for (int i = 0; i < q->nin; i++) {
+    int r = ref_of(pr, &q->in[i]);
+    if (r == INT32_MIN) return -1;
+    if (r >= 0) return 0;
+    args[i] = pr->e->slots[-1 - r].value;
+  }
+  /* an extra reference each, so prim_apply cannot reuse a constant's
+   * buffer as the result (prim.h) */
+  for (int i = 0; i < q->nin; i++) val_incref(args[i]);
+  Value *res = prim_apply(q->prim, q->nin, args, &q->params);
+  for (int i = 0; i < q->nin; i++) val_decref(args[i]);
+  if (!res) {
+    err_clear();   /* left for run time, where it fails with its location */
+    return 0;
+  }
+  AVal av = pr->p->vars[q->out[0]];
+  int s = add_slot(pr->e, SL_CONST, &av, 0, res);
+  val_decref(res);
+  if (s < 0) return -1;
+  pr->cslot[q->out[0]] = s;
+  return 1;
+}
+
+static bool param_equal(Value *a, Value *b) {
+  if (a == b) return true;
+  if (a->type != b->type) return false;
+  if (a->type == V_ARRAY) {
+    Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
+    return x->ndim == 0 && y->ndim == 0 && x->dtype == y->dtype &&
+           arr_get_f64(x, 0) == arr_get_f64(y, 0);
+  }
+  if (a->type == V_TUPLE) {
+    if (tuple_len(a) != tuple_len(b)) return false;
+    for (size_t i = 0; i < tuple_len(a); i++)
+      if (!param_equal(tuple_get(a, i), tuple_get(b, i))) return false;
+    return true;
+  }
+  if (a->type == V_STR) return !strcmp(str_cstr(a), str_cstr(b));
+  return false;
+}
+
+static bool params_equal(const Params *a, const Params *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    if (strcmp(a->p[i].name, b->p[i].name) || !param_equal(a->p[i].value, b->p[i].value))
+      return false;
+  return true;
+}
+
+static bool atoms_equal(Pre *pr, const PlanAtom *a, const PlanAtom *b) {
+  if (a->var >= 0 || b->var >= 0)
+    return a->var >= 0 && b->var >= 0 && pr->ren[a->var] == pr->ren[b->var];
+  return param_equal(a->lit, b->lit) && AS_ARRAY(a->lit)->weak == AS_ARRAY(b->lit)->weak;
+}
+
+/* CSE: makes [i]'s outputs stand for an equal earlier equation's. */
+static void cse_eqn(Pre *pr, int i) {
+  const PlanEqn *q = &pr->p->eqns[i];
+  if (!first_order(q->prim)) return;
+  for (int j = i - 1; j >= 0 && j >= i - 256; j--) {
+    const PlanEqn *o = &pr->p->eqns[j];
+    if (!pr->live[j] || o->prim != q->prim || o->nin != q->nin || o->nout != q->nout) continue;
+    int k = 0;
+    while (k < q->nin && atoms_equal(pr, &q->in[k], &o->in[k])) k++;
+    if (k < q->nin || !params_equal(&q->params, &o->params)) continue;
+    for (k = 0; k < q->nout; k++) pr->ren[q->out[k]] = pr->ren[o->out[k]];
+    pr->live[i] = false;
+    return;
+  }
+}
+
+static bool plan_has_effects(const Plan *p);
+
+static bool value_has_effects(Value *v) {
+  if (IS_PLAN(v)) return plan_has_effects(AS_PLAN(v));
+  if (v->type != V_TUPLE) return false;
+  for (size_t i = 0; i < tuple_len(v); i++)
+    if (value_has_effects(tuple_get(v, i))) return true;
+  return false;
+}
+
+static bool eqn_has_effects(const PlanEqn *q) {
+  PrimKind k = prim_table[q->prim].kind;
+  if (k == PK_COLLECTIVE || q->prim == P_DEBUG_CALLBACK || q->prim == P_SHARD_MAP) return true;
+  for (int i = 0; k == PK_HIGHER && i < q->params.n; i++)
+    if (value_has_effects(q->params.p[i].value)) return true;
+  return false;
+}
+
+static bool plan_has_effects(const Plan *p) {
+  for (int i = 0; i < p->neqn; i++)
+    if (eqn_has_effects(&p->eqns[i])) return true;
+  return false;
+}
+
+/* Dead code: keeps equations whose outputs are needed or that have effects. */
+static int dce(Pre *pr) {
+  const Plan *p = pr->p;
+  bool *need = shm_calloc((size_t)p->nvars + 1, 1);
+  if (!need) return err_nomem(), -1;
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) need[pr->ren[p->outs[i].var]] = true;
+  for (int i = p->neqn - 1; i >= 0; i--) {
+    const PlanEqn *q = &p->eqns[i];
+    if (!pr->live[i]) continue;
+    bool want = eqn_has_effects(q);
+    for (int k = 0; k < q->nout && !want; k++) want = need[q->out[k]];
+    pr->live[i] = want;
+    for (int k = 0; want && k < q->nin; k++)
+      if (q->in[k].var >= 0) need[pr->ren[q->in[k].var]] = true;
+  }
+  shm_free(need);
+  return 0;
+}
+
+static int run_passes(Pre *pr) {
+  const Plan *p = pr->p;
+  for (int i = 0; i < p->neqn; i++) {
+    pr->live[i] = true;
+    int f = fold_eqn(pr, &p->eqns[i]);
+    if (f < 0) return -1;
+    if (f) pr->live[i] = false;
+    else cse_eqn(pr, i);
+  }
+  return dce(pr);
+}
+
+/* ==== steps ======================================================================= */
+
+static StepKind step_kind(PrimId id) {
+  switch (id) {
+  case P_COND: return ST_COND;
+  case P_WHILE: return ST_WHILE;
+  case P_SCAN: return ST_SCAN;
+  case P_PJIT: return ST_PJIT;
+  case P_SHARD_MAP: return ST_SHARD_MAP;
+  case P_DEBUG_CALLBACK: return ST_CALLBACK;
+  default: return ST_KERNEL;
+  }
+}
+
+static Plan *param_plan(const PlanEqn *q, const char *name) {
+  Value *v = params_get(&q->params, name);
+  return v && IS_PLAN(v) ? AS_PLAN(v) : NULL;
+}
+
+static int prepare_cond(const PlanEqn *q) {
+  Value *br = params_get(&q->params, "branches");
+  if (!br) return err_set(ERR_VALUE, "cond without branches"), -1;
+  for (size_t i = 0; i < tuple_len(br); i++)
+    if (cmp_compile(AS_PLAN(tuple_get(br, i))) < 0) return -1;
+  return 0;
+}
+
+/* A ShardFn running the compiled body: shardmap.c's call machinery then
+ * runs one plan on every device. */
+static int prepare_shard_map(Step *s, const Plan *p) {
+  const PlanEqn *q = s->eqn;
+  Plan *body = param_plan(q, "jaxpr");
+  Value *mesh = params_get(&q->params, "mesh"), *ins = params_get(&q->params, "in_specs");
+  Value *outs = params_get(&q->params, "out_specs"), *cr = params_get(&q->params, "check_rep");
+  if (!body || !mesh || !ins || !outs || cmp_compile(body) < 0) return -1;
+  bool check = cr && IS_ARRAY(cr) && arr_get_i64(AS_ARRAY(cr), 0);
+  /* the printed out_specs is a tuple; one result is one array */
+  if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
+  s->shardfn = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
+  return s->shardfn ? 0 : -1;
+}
+
+/* Scratch of avals of [body]'s outputs [from, to). */
+static int scratch_outs(Exec *e, Plan *body, int from, int to) {
+  for (int i = from; i < to; i++) {
+    AVal a;
+    plan_atom_aval(body, &body->outs[i], &a);
+    if (add_scratch(e, &a) < 0) return -1;
+  }
+  return 0;
+}
+
+/* while: the predicate, then two carry sets.  scan: two carry sets, the
+ * y slices, the x slices. */
+static int prepare_loop(Exec *e, Step *s) {
+  const PlanEqn *q = s->eqn;
+  Plan *body = param_plan(q, s->kind == ST_WHILE ? "body_jaxpr" : "jaxpr");
+  if (!body || cmp_compile(body) < 0) return -1;
+  if (s->kind == ST_WHILE) {
+    Plan *cond = param_plan(q, "cond_jaxpr");
+    AVal pred;
+    if (!cond || cmp_compile(cond) < 0) return -1;
+    plan_atom_aval(cond, &cond->outs[0], &pred);
+    if (add_scratch(e, &pred) < 0) return -1;
+  }
+  int64_t ncarry = s->nout, nconsts;
+  if (s->kind == ST_SCAN && params_int(&q->params, "num_carry", &ncarry) < 0) return -1;
+  if (scratch_outs(e, body, 0, (int)ncarry) < 0 || scratch_outs(e, body, 0, (int)ncarry) < 0)
+    return -1;
+  if (s->kind != ST_SCAN) return 0;
+  if (scratch_outs(e, body, (int)ncarry, body->nout) < 0 ||
+      params_int(&q->params, "num_consts", &nconsts) < 0)
+    return -1;
+  for (int i = (int)(nconsts + ncarry); i < body->nin; i++)
+    if (add_scratch(e, &body->vars[body->invars[i]]) < 0) return -1;
+  return 0;
+}
+
+/* Compiles the sub-plans of a higher-order step and reserves its scratch. */
+static int prepare_higher(Exec *e, Step *s, const Plan *p) {
+  s->scratch = e->nscratch;
+  switch (s->kind) {
+  case ST_COND: return prepare_cond(s->eqn);
+  case ST_PJIT: return cmp_compile(param_plan(s->eqn, "jaxpr"));
+  case ST_SHARD_MAP: return prepare_shard_map(s, p);
+  case ST_CALLBACK:
+    if (params_get(&s->eqn->params, "callback")) return 0;
+    return err_set(ERR_VALUE, "debug_callback without a callback"), -1;
+  default: return prepare_loop(e, s);
+  }
+}
+
+/* Builds the steps of the live equations over references. */
+static int build_steps(Pre *pr) {
+  const Plan *p = pr->p;
+  Exec *e = pr->e;
+  e->steps = shm_calloc((size_t)p->neqn + 1, sizeof(Step));
+  if (!e->steps) return err_nomem(), -1;
+  for (int i = 0; i < p->neqn; i++) {
+    if (!pr->live[i]) continue;
+    const PlanEqn *q = &p->eqns[i];
+    Step *s = &e->steps[e->nsteps++];
+    s->kind = step_kind(q->prim);
+    s->eqn = q;
+    s->nin = q->nin;
+    s->nout = q->nout;
+    s->in = shm_calloc((size_t)q->nin + 1, sizeof(int));
+    s->out = shm_calloc((size_t)q->nout + 1, sizeof(int));
+    if (!s->in || !s->out) return err_nomem(), -1;
+    for (int k = 0; k < q->nin; k++)
+      if ((s->in[k] = ref_of(pr, &q->in[k])) == INT32_MIN) return -1;
+    shm_memcpy(s->out, q->out, sizeof(int) * (size_t)q->nout);
+    if (s->kind == ST_KERNEL && !prim_table[q->prim].kernel)
+      return err_set(ERR_VALUE, "jit: %s cannot be compiled", prim_table[q->prim].name), -1;
+    if (s->kind != ST_KERNEL && prepare_higher(e, s, p) < 0) return -1;
+  }
+  return 0;
+}
+
+/* ==== buffer planning ================================================================ */
+
+static bool aval_equal(const AVal *a, const AVal *b) {
+  return a->dtype == b->dtype && a->weak == b->weak && a->ndim == b->ndim && a->vma == b->vma &&
+         !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+typedef struct Planner {
+  int *var_slot;   /* slot of each variable, -1 none yet */
+  int *last_use;   /* last step reading each variable; INT32_MAX for outputs */
+  bool *free_slot; /* TEMP slots free for reuse */
+} Planner;
+
+/* A TEMP slot for [a]: a free one of the same aval, or a new one. */
+static int temp_slot(Exec *e, Planner *pl, const AVal *a) {
+  for (int s = 0; s < e->nslots; s++)
+    if (pl->free_slot[s] && e->slots[s].kind == SL_TEMP && aval_equal(&e->slots[s].aval, a)) {
+      pl->free_slot[s] = false;
+      return s;
+    }
+  return add_slot(e, SL_TEMP, a, 0, NULL);
+}
+
+static void mark_last_uses(Exec *e, const Plan *p, Planner *pl) {
+  for (int i = 0; i < e->nsteps; i++)
+    for (int k = 0; k < e->steps[i].nin; k++)
+      if (e->steps[i].in[k] >= 0) pl->last_use[e->steps[i].in[k]] = i;
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) pl->last_use[p->outs[i].var] = INT32_MAX;
+}
+
+/* Binds the plan outputs: the first output naming a variable an equation
+ * defines gets an SL_OUTPUT slot; the others are copied at the end. */
+static int bind_outputs(Pre *pr, Planner *pl, bool *defined) {
+  const Plan *p = pr->p;
+  Exec *e = pr->e;
+  for (int i = 0; i < p->nout; i++) {
+    int r = ref_of(pr, &p->outs[i]);
+    if (r == INT32_MIN) return -1;
+    if (r >= 0 && defined[r] && pl->var_slot[r] < 0) {
+      int s = add_slot(e, SL_OUTPUT, &p->vars[r], i, NULL);
+      if (s < 0) return -1;
+      pl->var_slot[r] = s;
+      e->out_slot[i] = s;
+      continue;
+    }
+    e->out_copy[i] = true;
+    e->out_slot[i] = r;   /* a reference; resolved after planning */
+  }
+  return 0;
+}
+
+static int plan_step_slots(Exec *e, const Plan *p, Planner *pl, int i) {
+  Step *s = &e->steps[i];
+  for (int k = 0; k < s->nout; k++) {
+    int v = s->out[k];
+    if (pl->var_slot[v] < 0 && (pl->var_slot[v] = temp_slot(e, pl, &p->vars[v])) < 0) return -1;
+  }
+  for (int k = 0; k < s->nin; k++) {
+    int r = s->in[k];
+    if (r < 0) continue;
+    if (pl->var_slot[r] < 0)
+      return err_set(ERR_VALUE, "jit: variable %d used before it is defined", r), -1;
+    int sl = pl->var_slot[r];
+    if (pl->last_use[r] == i && e->slots[sl].kind == SL_TEMP) pl->free_slot[sl] = true;
+  }
+  return 0;
+}
+
+/* Replaces references by slots in the steps. */
+static void resolve_refs(Exec *e, Planner *pl) {
+  for (int i = 0; i < e->nsteps; i++) {
+    Step *s = &e->steps[i];
+    for (int k = 0; k < s->nin; k++) s->in[k] = s->in[k] < 0 ? -1 - s->in[k] : pl->var_slot[s->in[k]];
+    for (int k = 0; k < s->nout; k++) s->out[k] = pl->var_slot[s->out[k]];
+    if (s->fused) fuse_resolve(s->fused, pl->var_slot);
+  }
+  for (int i = 0; i < e->nout; i++)
+    if (e->out_copy[i]) e->out_slot[i] = e->out_slot[i] < 0 ? -1 - e->out_slot[i] : pl->var_slot[e->out_slot[i]];
+}
+
+static int plan_buffers(Pre *pr) {
+  const Plan *p = pr->p;
+  Exec *e = pr->e;
+  int nv = p->nvars + 1;
+  Planner pl = {shm_malloc(sizeof(int) * (size_t)nv), shm_malloc(sizeof(int) * (size_t)nv), NULL};
+  bool *defined = shm_calloc((size_t)nv, 1);
+  int rc = -1;
+  if (!pl.var_slot || !pl.last_use || !defined) goto nomem;
+  for (int v = 0; v < nv; v++) pl.var_slot[v] = -1, pl.last_use[v] = -1;
+  for (int i = 0; i < p->nin; i++) {
+    int s = add_slot(e, SL_INPUT, &p->vars[p->invars[i]], i, NULL);
+    if (s < 0) goto out;
+    pl.var_slot[p->invars[i]] = e->in_slot[i] = s;
+  }
+  for (int i = 0; i < e->nsteps; i++)
+    for (int k = 0; k < e->steps[i].nout; k++) defined[e->steps[i].out[k]] = true;
+  if (bind_outputs(pr, &pl, defined) < 0) goto out;
+  mark_last_uses(e, p, &pl);
+  if (!(pl.free_slot = shm_calloc((size_t)e->nslots + (size_t)p->nvars + 16, 1))) goto nomem;
+  for (int i = 0; i < e->nsteps; i++)
+    if (plan_step_slots(e, p, &pl, i) < 0) goto out;
+  resolve_refs(e, &pl);
+  rc = 0;
+  goto out;
+nomem:
+  err_nomem();
+out:
+  shm_free(pl.var_slot);
+  shm_free(pl.last_use);
+  shm_free(pl.free_slot);
+  shm_free(defined);
+  return rc;
+}
+
+/* ==== fusion ========================================================================= */
+
+/* Counts, per variable, the readers among the steps and plan outputs. */
+static int *count_uses(Exec *e, const Plan *p, Pre *pr) {
+  int *uses = shm_calloc((size_t)p->nvars + 1, sizeof(int));
+  if (!uses) return err_nomem();
+  for (int i = 0; i < e->nsteps; i++)
+    for (int k = 0; k < e->steps[i].nin; k++)
+      if (e->steps[i].in[k] >= 0) uses[e->steps[i].in[k]]++;
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) uses[pr->ren[p->outs[i].var]] += 2;
+  return uses;
+}
+
+/* True when step [k] reads a result of one of the steps [j, k). */
+static bool depends_on_range(const Exec *e, int k, int j) {
+  const Step *s = &e->steps[k];
+  for (int m = j; m < k; m++)
+    for (int o = 0; o < e->steps[m].nout; o++)
+      for (int q = 0; q < s->nin; q++)
+        if (s->in[q] == e->steps[m].out[o]) return true;
+  return false;
+}
+
+/* Moves step (and item) [k] to position [j], shifting [j, k) down. */
+static void hoist(Exec *e, FuseItem *items, int j, int k) {
+  Step st = e->steps[k];
+  FuseItem it = items[k];
+  memmove(&e->steps[j + 1], &e->steps[j], sizeof(Step) * (size_t)(k - j));
+  memmove(&items[j + 1], &items[j], sizeof(FuseItem) * (size_t)(k - j));
+  e->steps[j] = st;
+  items[j] = it;
+}
+
+/* Scheduling for fusion: steps within a short window after the run [i,
+ * i+n) that could join it, and depend on nothing in between, are moved
+ * up to its end (pure elementwise steps commute with what they skip). */
+static int extend_run(Exec *e, FuseItem *items, const FuseEnv *fe, int i, int n) {
+  for (;;) {
+    int j = i + n, k = j;
+    while (k < e->nsteps && k < j + 16 && !(fuse_joins(fe, items, i, j, k) && !depends_on_range(e, k, j)))
+      k++;
+    if (k >= e->nsteps || k >= j + 16) return n;
+    if (k > j) hoist(e, items, j, k);
+    int grown = fuse_run_length(fe, items, i, e->nsteps);
+    if (grown <= n) return n;
+    n = grown;
+  }
+}
+
+/* The aval of constant slot [slot] of the Exec [ctx]. */
+static const AVal *const_aval(void *ctx, int slot) { return &((Exec *)ctx)->slots[slot].aval; }
+
+/* Replaces runs of fusible steps by fused ones (fuse.h decides). */
+static int fuse_steps(Pre *pr) {
+  Exec *e = pr->e;
+  int *uses = count_uses(e, pr->p, pr);
+  if (!uses) return -1;
+  FuseItem *items = shm_calloc((size_t)e->nsteps + 1, sizeof *items);
+  if (!items) {
+    shm_free(uses);
+    return err_nomem(), -1;
+  }
+  for (int i = 0; i < e->nsteps; i++)
+    if (e->steps[i].kind == ST_KERNEL)
+      items[i] = (FuseItem){e->steps[i].eqn, e->steps[i].in, e->steps[i].out};
+  FuseEnv fe = {pr->p, uses, const_aval, e};
+  int w = 0;
+  for (int i = 0; i < e->nsteps;) {
+    int n = fuse_run_length(&fe, items, i, e->nsteps);
+    if (n >= 1) n = extend_run(e, items, &fe, i, n);
+    if (n < 2) {
+      e->steps[w++] = e->steps[i++];
+      continue;
+    }
+    Step f = {.kind = ST_FUSED, .eqn = e->steps[i].eqn};
+    f.fused = fuse_build(&fe, items, i, n, &f.nin, &f.in, &f.nout, &f.out);
+    if (!f.fused) {
+      shm_free(uses);
+      shm_free(items);
+      return -1;
+    }
+    if (f.fused->nregs > e->nregs) e->nregs = f.fused->nregs;
+    if (f.fused->npartials > e->npartials) e->npartials = f.fused->npartials;
+    for (int k = i; k < i + n; k++) {
+      shm_free(e->steps[k].in);
+      shm_free(e->steps[k].out);
+    }
+    e->steps[w++] = f;
+    i += n;
+  }
+  e->nsteps = w;
+  shm_free(uses);
+  shm_free(items);
+  return 0;
+}
+
+/* ==== compile ======================================================================== */
+
+static void exec_free(void *ve);
+
+static Exec *exec_new(const Plan *p) {
+  Exec *e = shm_calloc(1, sizeof *e);
+  if (!e) return err_nomem();
+  pthread_mutex_init(&e->lock, NULL);
+  e->nin = p->nin;
+  e->nout = p->nout;
+  e->in_slot = shm_calloc((size_t)p->nin + 1, sizeof(int));
+  e->out_slot = shm_calloc((size_t)p->nout + 1, sizeof(int));
+  e->out_copy = shm_calloc((size_t)p->nout + 1, sizeof(bool));
+  e->in_contig = shm_calloc((size_t)p->nin + 1, sizeof(bool));
+  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig) {
+    exec_free(e);
+    return err_nomem();
+  }
+  return e;
+}
+
+static int pre_init(Pre *pr, const Plan *p, Exec *e) {
+  int nv = p->nvars + 1;
+  pr->p = p;
+  pr->e = e;
+  pr->ren = shm_malloc(sizeof(int) * (size_t)nv);
+  pr->cslot = shm_malloc(sizeof(int) * (size_t)nv);
+  pr->live = shm_calloc((size_t)p->neqn + 1, 1);
+  if (!pr->ren || !pr->cslot || !pr->live) return err_nomem(), -1;
+  for (int v = 0; v < nv; v++) pr->ren[v] = v, pr->cslot[v] = -1;
+  for (int i = 0; i < p->nconst; i++) {
+    int s = add_slot(e, SL_CONST, &p->vars[p->constvars[i]], 0, p->consts[i]);
+    if (s < 0) return -1;
+    pr->cslot[p->constvars[i]] = s;
+  }
+  return 0;
+}
+
+static void pre_free(Pre *pr) {
+  shm_free(pr->ren);
+  shm_free(pr->cslot);
+  shm_free(pr->live);
+}
+
+/* Marks the inputs that fused loops and scans read in place. */
+static void mark_contiguous_inputs(Exec *e) {
+  for (int i = 0; i < e->nsteps; i++) {
+    Step *s = &e->steps[i];
+    if (s->kind != ST_FUSED && s->kind != ST_SCAN) continue;
+    for (int k = 0; k < s->nin; k++)
+      if (e->slots[s->in[k]].kind == SL_INPUT) e->in_contig[e->slots[s->in[k]].index] = true;
+  }
+}
+
+int cmp_compile(Plan *p) {
+  if (!p) return err_set(ERR_VALUE, "jit: missing sub-plan"), -1;
+  if (p->exec) return 0;
+  Exec *e = exec_new(p);
+  if (!e) return -1;
+  Pre pr = {0};
+  int rc = -1;
+  if (pre_init(&pr, p, e) == 0 && run_passes(&pr) == 0 && build_steps(&pr) == 0 &&
+      fuse_steps(&pr) == 0 && plan_buffers(&pr) == 0) {
+    mark_contiguous_inputs(e);
+    rc = 0;
+  }
+  pre_free(&pr);
+  if (rc < 0) {
+    exec_free(e);
+    return -1;
+  }
+  p->exec = e;
+  return 0;
+}
+
+/* ==== workspaces ===================================================================== */
+
+static void ws_free(Exec *e, Workspace *w) {
+  if (!w) return;
+  for (int s = 0; w->slot && s < e->nslots; s++)
+    if (e->slots[s].kind == SL_TEMP && w->slot[s]) val_decref(&w->slot[s]->hdr);
+  for (int i = 0; w->scratch && i < e->nscratch; i++)
+    if (w->scratch[i]) val_decref(&w->scratch[i]->hdr);
+  fuse_mem_free(&w->fm);
+  shm_free(w->slot);
+  shm_free(w->scratch);
+  shm_free(w);
+}
+
+static Workspace *ws_new(Exec *e) {
+  Workspace *w = shm_calloc(1, sizeof *w);
+  if (!w) return err_nomem();
+  w->slot = shm_calloc((size_t)e->nslots + 1, sizeof(Array *));
+  w->scratch = shm_calloc((size_t)e->nscratch + 1, sizeof(Array *));
+  if (!w->slot || !w->scratch || fuse_mem_init(&w->fm, e->nregs, e->npartials) < 0) goto fail;
+  for (int s = 0; s < e->nslots; s++) {
+    if (e->slots[s].kind == SL_CONST) w->slot[s] = AS_ARRAY(e->slots[s].value);
+    else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = array_of(&e->slots[s].aval))) goto fail;
+  }
+  for (int i = 0; i < e->nscratch; i++)
+    if (!(w->scratch[i] = array_of(&e->scratch[i]))) goto fail;
+  return w;
+fail:
+  if (!err_occurred()) err_nomem();
+  ws_free(e, w);
+  return NULL;
+}
+
+static Workspace *ws_take(Exec *e) {
+  pthread_mutex_lock(&e->lock);
+  Workspace *w = e->pool;
+  if (w) e->pool = w->next;
+  pthread_mutex_unlock(&e->lock);
+  return w ? w : ws_new(e);
+}
+
+static void ws_give(Exec *e, Workspace *w) {
+  pthread_mutex_lock(&e->lock);
+  w->next = e->pool;
+  e->pool = w;
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void exec_free(void *ve) {
+  Exec *e = ve;
+  if (!e) return;
+  while (e->pool) {
+    Workspace *w = e->pool;
+    e->pool = w->next;
+    ws_free(e, w);
+  }
+  for (int i = 0; i < e->nsteps; i++) {
+    shm_free(e->steps[i].in);
+    shm_free(e->steps[i].out);
+    fuse_free(e->steps[i].fused);
+    val_decref(e->steps[i].shardfn);
+  }
+  for (int s = 0; s < e->nslots; s++) val_decref(e->slots[s].value);
+  shm_free(e->steps);
+  shm_free(e->slots);
+  shm_free(e->scratch);
+  shm_free(e->in_slot);
+  shm_free(e->out_slot);
+  shm_free(e->out_copy);
+  shm_free(e->in_contig);
+  pthread_mutex_destroy(&e->lock);
+  shm_free(e);
+}
+
+/* ==== running ======================================================================== */
+
+static int run_steps(Exec *e, Workspace *w);
+
+/* Copies [src] (any layout) into the contiguous [dst] of the same aval. */
+static void copy_into(Array *dst, Array *src) {
+  if (dst == src) return;
+  if (src->contiguous) shm_memcpy(arr_data(dst), arr_data(src), (size_t)dst->size * dt_size(dst->dtype));
+  else kern_copy_to_contiguous(arr_data(dst), src);
+}
+
+static int run_kernel(Step *s, Workspace *w) {
+  Array *in_stack[8], *out_stack[8];
+  Array **in = s->nin <= 8 ? in_stack : shm_malloc(sizeof(Array *) * (size_t)s->nin);
+  if (!in || s->nout > 8) return err_set(ERR_VALUE, "jit: too many operands"), -1;
+  for (int k = 0; k < s->nin; k++) in[k] = w->slot[s->in[k]];
+  for (int k = 0; k < s->nout; k++) out_stack[k] = w->slot[s->out[k]];
+  int rc = prim_table[s->eqn->prim].kernel(in, s->nin, &s->eqn->params, out_stack);
+  if (in != in_stack) shm_free(in);
+  return rc;
+}
+
+/* Gathers the step's operand arrays into [buf] (cap 64). */
+static Array **step_ins(Step *s, Workspace *w, Array **buf, int first) {
+  for (int k = first; k < s->nin && k - first < 64; k++) buf[k - first] = w->slot[s->in[k]];
+  return buf;
+}
+
+static Array **step_outs(Step *s, Workspace *w, Array **buf) {
+  for (int k = 0; k < s->nout && k < 64; k++) buf[k] = w->slot[s->out[k]];
+  return buf;
+}
+
+static int run_cond(Step *s, Workspace *w) {
+  Value *br = params_get(&s->eqn->params, "branches");
+  int64_t n = (int64_t)tuple_len(br), i = arr_get_i64(w->slot[s->in[0]], 0);
+  i = i < 0 ? 0 : i >= n ? n - 1 : i;
+  Array *ins[64], *outs[64];
+  if (s->nin > 65 || s->nout > 64) return err_set(ERR_VALUE, "jit: cond with too many operands"), -1;
+  return cmp_run_into(AS_PLAN(tuple_get(br, (size_t)i)), step_ins(s, w, ins, 1),
+                      step_outs(s, w, outs));
+}
+
+static int interrupted(void) {
+  if (!atomic_load_explicit(&shm_interrupted, memory_order_relaxed)) return 0;
+  err_set(ERR_INTERRUPT, "interrupted");
+  return -1;
+}
+
+/* Runs a loop body plan on (consts ++ carry ++ extra) into [outs]. */
+static int run_body(Plan *body, Array **consts, int nconsts, Array **carry, int ncarry,
+                    Array **extra, int nextra, Array **outs) {
+  Array *ins[128];
+  if (nconsts + ncarry + nextra > 128) return err_set(ERR_VALUE, "jit: loop with too many values"), -1;
+  shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
+  shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
+  shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
+  return cmp_run_into(body, ins, outs);
+}
+
+static int run_while(Step *s, Workspace *w) {
+  const Params *ps = &s->eqn->params;
+  Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
+  Array *ins[64], **cconst = step_ins(s, w, ins, 0), *pred = w->scratch[s->scratch];
+  Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
+                                              w->scratch + s->scratch + 1 + s->nout};
+  int which = 0;
+  for (;;) {
+    if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred) < 0) return -1;
+    if (!arr_get_i64(pred, 0)) break;
+    if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which]) < 0 ||
+        interrupted() < 0)
+      return -1;
+    cur = set[which];
+    which ^= 1;
+  }
+  for (int k = 0; k < s->nout; k++) copy_into(w->slot[s->out[k]], cur[k]);
+  return 0;
+}
+
+/* Row [i] of the leading axis of contiguous [x], copied to or from [row]. */
+static void row_copy(Array *x, int64_t i, Array *row, bool into_row) {
+  size_t n = (size_t)row->size * dt_size(row->dtype);
+  char *p = (char *)arr_data(x) + (size_t)i * n;
+  if (into_row) shm_memcpy(arr_data(row), p, n);
+  else shm_memcpy(p, arr_data(row), n);
+}
+
+typedef struct ScanShape {
+  int64_t length, nconsts, ncarry;
+  bool reverse;
+  int nxs, nys;
+} ScanShape;
+
+static int scan_shape(Step *s, Plan *body, ScanShape *sh) {
+  const Params *ps = &s->eqn->params;
+  if (params_int(ps, "length", &sh->length) < 0 || params_int(ps, "num_consts", &sh->nconsts) < 0 ||
+      params_int(ps, "num_carry", &sh->ncarry) < 0 || params_bool(ps, "reverse", &sh->reverse) < 0)
+    return -1;
+  sh->nxs = s->nin - (int)(sh->nconsts + sh->ncarry);
+  sh->nys = body->nout - (int)sh->ncarry;
+  return 0;
+}
+
+static int run_scan(Step *s, Workspace *w) {
+  Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
+  ScanShape sh;
+  if (scan_shape(s, body, &sh) < 0) return -1;
+  Array *ins[64], *outs[64], *bout[64];
+  Array **consts = step_ins(s, w, ins, 0), **cur = consts + sh.nconsts;
+  Array **xs = cur + sh.ncarry, **res = step_outs(s, w, outs);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh.ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh.ncarry, **xrow = ys + sh.nys;
+  int which = 0;
+  for (int64_t it = 0; it < sh.length; it++) {
+    int64_t i = sh.reverse ? sh.length - 1 - it : it;
+    for (int k = 0; k < sh.nxs; k++) row_copy(xs[k], i, xrow[k], true);
+    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh.ncarry);
+    shm_memcpy(bout + sh.ncarry, ys, sizeof(Array *) * (size_t)sh.nys);
+    if (run_body(body, consts, (int)sh.nconsts, cur, (int)sh.ncarry, xrow, sh.nxs, bout) < 0 ||
+        interrupted() < 0)
+      return -1;
+    for (int k = 0; k < sh.nys; k++) row_copy(res[sh.ncarry + k], i, ys[k], false);
+    cur = sets[which];
+    which ^= 1;
+  }
+  for (int k = 0; k < sh.ncarry; k++) copy_into(res[k], cur[k]);
+  return 0;
+}
+
+static int run_pjit(Step *s, Workspace *w) {
+  Array *ins[64], *outs[64];
+  if (s->nin > 64 || s->nout > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
+  return cmp_run_into(AS_PLAN(params_get(&s->eqn->params, "jaxpr")), step_ins(s, w, ins, 0),
+                      step_outs(s, w, outs));
+}
+
+static int run_shard_map(Step *s, Workspace *w) {
+  Value *args[64];
+  if (s->nin > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
+  for (int k = 0; k < s->nin; k++) args[k] = &w->slot[s->in[k]]->hdr;
+  CallArgs a = {.nargs = s->nin, .args = args};
+  Value *r = shardmap_call(s->shardfn, &a);
+  if (!r) return -1;
+  for (int k = 0; k < s->nout; k++) {
+    Value *x = r->type == V_TUPLE ? tuple_get(r, (size_t)k) : r;
+    copy_into(w->slot[s->out[k]], AS_ARRAY(x));
+  }
+  val_decref(r);
+  return 0;
+}
+
+/* debug_callback: calls the staged callback with the operands' values
+ * (debug_print, breakpoint under jit). */
+static int run_callback(Step *s, Workspace *w) {
+  Value *args[64];
+  if (s->nin > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
+  for (int k = 0; k < s->nin; k++) args[k] = &w->slot[s->in[k]]->hdr;
+  Value *r = val_call_n(params_get(&s->eqn->params, "callback"), s->nin, args);
+  val_decref(r);
+  return r ? 0 : -1;
+}
+
+static int run_step(Step *s, Workspace *w) {
+  switch (s->kind) {
+  case ST_KERNEL: return run_kernel(s, w);
+  case ST_FUSED: return fuse_run(s->fused, w->slot, &w->fm);
+  case ST_COND: return run_cond(s, w);
+  case ST_WHILE: return run_while(s, w);
+  case ST_SCAN: return run_scan(s, w);
+  case ST_PJIT: return run_pjit(s, w);
+  case ST_SHARD_MAP: return run_shard_map(s, w);
+  case ST_CALLBACK: return run_callback(s, w);
+  }
+  return -1;
+}
+
+static int run_steps(Exec *e, Workspace *w) {
+  for (int i = 0; i < e->nsteps; i++) {
+    if (run_step(&e->steps[i], w) < 0) {
+      /* shard_map's own errors (specs, replication) belong to the call */
+      if (e->steps[i].eqn->loc.src && e->steps[i].kind != ST_SHARD_MAP)
+        err_locate(e->steps[i].eqn->loc);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Binds inputs (contiguous ones as they are) and runs. */
+static int run_bound(Exec *e, Workspace *w, Array **in, Array **tmp) {
+  for (int i = 0; i < e->nin; i++) {
+    bool copy = !in[i]->contiguous && e->in_contig[i];
+    tmp[i] = copy ? arr_contiguous(in[i]) : NULL;
+    if (copy && !tmp[i]) return -1;
+    w->slot[e->in_slot[i]] = tmp[i] ? tmp[i] : in[i];
+  }
+  return run_steps(e, w);
+}
+
+static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
+  Exec *e = p->exec;
+  if (!e) return err_set(ERR_VALUE, "jit: plan was not compiled"), -1;
+  Workspace *w = ws_take(e);
+  Array *tmp_stack[8];
+  Array **tmp = e->nin <= 8 ? tmp_stack : shm_calloc((size_t)e->nin, sizeof(Array *));
+  int rc = -1;
+  if (!w || !tmp) {
+    if (w && !tmp) err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < e->nout; i++) {
+    if (e->out_copy[i]) continue;
+    if (fresh && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) goto out;
+    w->slot[e->out_slot[i]] = out[i];
+  }
+  rc = run_bound(e, w, in, tmp);
+  for (int i = 0; i < e->nout; i++) {
+    if (!e->out_copy[i]) continue;
+    Array *src = w->slot[e->out_slot[i]];
+    if (!fresh) copy_into(out[i], src);
+    else if (e->slots[e->out_slot[i]].kind == SL_TEMP) out[i] = arr_copy(src);
+    else out[i] = (Array *)val_incref(&src->hdr);
+    if (fresh && !out[i]) rc = -1;
+  }
+out:
+  for (int i = 0; w && tmp && i < e->nin; i++)
+    if (tmp[i]) val_decref(&tmp[i]->hdr);
+  if (tmp != tmp_stack) shm_free(tmp);
+  if (w) ws_give(e, w);
+  if (rc < 0 && fresh)
+    for (int i = 0; i < e->nout; i++) {
+      if (out[i]) val_decref(&out[i]->hdr);
+      out[i] = NULL;
+    }
+  return rc;
+}
+
+int cmp_nsteps(const Plan *p) { return p->exec ? ((const Exec *)p->exec)->nsteps : -1; }
+
+int cmp_run(Plan *p, Array **in, Array **out) {
+  for (int i = 0; i < p->nout; i++) out[i] = NULL;
+  return run_common(p, in, out, true);
+}
+
+int cmp_run_into(Plan *p, Array **in, Array **out) { return run_common(p, in, out, false); }
+
+/* A plan called with arrays runs it: the per-device body of a compiled
+ * shard_map.  One result: the array; several: a tuple. */
+static Value *plan_call(Value *f, const CallArgs *a) {
+  Plan *p = AS_PLAN(f);
+  if (a->nkw || a->nargs != p->nin)
+    return err_set(ERR_TYPE, "plan takes %d positional arguments, got %d", p->nin, a->nargs);
+  Array *in[64], *out[64];
+  if (p->nin > 64 || p->nout > 64) return err_set(ERR_VALUE, "plan with too many operands");
+  for (int i = 0; i < a->nargs; i++) {
+    if (!IS_ARRAY(a->args[i])) return err_set(ERR_TYPE, "plan arguments must be arrays");
+    in[i] = AS_ARRAY(a->args[i]);
+  }
+  if (cmp_compile(p) < 0 || cmp_run(p, in, out) < 0) return NULL;
+  if (p->nout == 1) return &out[0]->hdr;
+  Value *t = tuple_new((size_t)p->nout);
+  for (int i = 0; i < p->nout; i++) {
+    if (t) tuple_set_steal(t, (size_t)i, &out[i]->hdr);
+    else val_decref(&out[i]->hdr);
+  }
+  return t;
+}
+
+void cmp_register(void) {
+  plan_exec_free = exec_free;
+  eval_register_call(V_PLAN, plan_call);
+}

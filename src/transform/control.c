@@ -1,0 +1,897 @@
+/*
+ * control.c - cond, switch, while_loop, fori_loop, scan (control.h).
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/builtins.h"
+#include "transform/control.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "transform/trace.h"
+
+/* ==== pytrees ================================================================ */
+
+typedef struct Leaves {
+  Value **v;   /* borrowed */
+  int n, cap;
+} Leaves;
+
+static int leaves_push(Leaves *l, Value *v) {
+  if (l->n == l->cap) {
+    int c = l->cap ? l->cap * 2 : 8;
+    Value **q = shm_realloc(l->v, sizeof(Value *) * (size_t)c);
+    if (!q) return err_nomem(), -1;
+    l->v = q;
+    l->cap = c;
+  }
+  l->v[l->n++] = v;
+  return 0;
+}
+
+static bool is_node(Value *v) { return v->type == V_TUPLE || v->type == V_LIST; }
+
+/* The array leaves of [t] (tuples and lists walked; other values static). */
+static int flatten(Value *t, Leaves *l) {
+  if (ops_is_array(t)) return leaves_push(l, t);
+  if (!is_node(t)) return 0;
+  size_t n;
+  Value *const *items;
+  val_seq(t, &n, &items);
+  for (size_t i = 0; i < n; i++)
+    if (flatten(items[i], l) < 0) return -1;
+  return 0;
+}
+
+/* [t] with its array leaves replaced by [vals] from [*pos]. */
+static Value *replace(Value *t, Value **vals, int *pos) {
+  if (ops_is_array(t)) return val_incref(vals[(*pos)++]);
+  if (!is_node(t)) return val_incref(t);
+  size_t n;
+  Value *const *items;
+  val_seq(t, &n, &items);
+  Value *r = t->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  for (size_t i = 0; r && i < n; i++) {
+    Value *x = replace(items[i], vals, pos);
+    if (t->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
+    else if (x && list_append_steal(r, x) < 0) x = NULL;
+    if (!x) {
+      val_decref(r);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+static int avals_of(Leaves *l, AVal **out) {
+  *out = shm_calloc((size_t)l->n + 1, sizeof(AVal));
+  if (!*out) return err_nomem(), -1;
+  for (int i = 0; i < l->n; i++)
+    if (ops_aval(l->v[i], &(*out)[i]) < 0) return -1;
+  return 0;
+}
+
+static void values_free(Value **v, int n) {
+  for (int i = 0; v && i < n; i++) val_decref(v[i]);
+  shm_free(v);
+}
+
+/* ==== tracing a sub-plan ========================================================= */
+
+/* What a traced function gave: its plan, result structure and captures. */
+typedef struct Sub {
+  Plan *plan;
+  Value *out_tree;
+  Value **caps;
+  int ncap;
+} Sub;
+
+static void sub_free(Sub *s) {
+  val_decref(s->plan ? &s->plan->hdr : NULL);
+  val_decref(s->out_tree);
+  trace_caps_free(s->caps, s->ncap);
+  memset(s, 0, sizeof *s);
+}
+
+/* Builds the traced function's result from its input tracers. */
+typedef Value *(*BodyFn)(void *ctx, Value **tracers);
+
+/* Traces [body] in a nested trace with [n] inputs of avals [avals]. */
+static int sub_trace(const char *name, BodyFn body, void *ctx, int n, const AVal *avals, Sub *s) {
+  memset(s, 0, sizeof *s);
+  Trace *t = trace_begin(name, false);
+  if (!t) return -1;
+  Value **tr = shm_calloc((size_t)n + 1, sizeof(Value *));
+  Value *r = NULL;
+  Leaves out = {0};
+  for (int i = 0; tr && i < n; i++)
+    if (!(tr[i] = trace_new_arg(t, &avals[i], NULL))) goto fail;
+  if (!tr || !(r = body(ctx, tr)) || flatten(r, &out) < 0) goto fail;
+  s->plan = trace_end(t, out.n, out.v, &s->caps, &s->ncap);
+  s->out_tree = r;
+  values_free(tr, n);
+  shm_free(out.v);
+  if (s->plan) return 0;
+  sub_free(s);
+  return -1;
+fail:
+  if (!tr) err_nomem();
+  values_free(tr, n);
+  shm_free(out.v);
+  val_decref(r);
+  trace_abort(t);
+  return -1;
+}
+
+/* The common case: [fn] called on [nargs] trees whose leaves become tracers. */
+typedef struct CallCtx {
+  Value *fn;
+  int nargs;
+  Value **trees;
+} CallCtx;
+
+static Value *call_body(void *vctx, Value **tracers) {
+  CallCtx *c = vctx;
+  Value *args[16];
+  int pos = 0, i;
+  if (c->nargs > 16) return err_set(ERR_TYPE, "too many arguments");
+  for (i = 0; i < c->nargs; i++)
+    if (!(args[i] = replace(c->trees[i], tracers, &pos))) break;
+  Value *r = i == c->nargs ? val_call_n(c->fn, c->nargs, args) : NULL;
+  for (int k = 0; k < i; k++) val_decref(args[k]);
+  return r;
+}
+
+static const char *fn_name(Value *fn) {
+  return fn->type == V_FUNC ? ((Func *)fn)->name : intern_cstr("<fn>");
+}
+
+static int trace_fn(Value *fn, int nargs, Value **trees, int n, const AVal *avals, Sub *s) {
+  CallCtx c = {fn, nargs, trees};
+  return sub_trace(fn_name(fn), call_body, &c, n, avals, s);
+}
+
+static void out_aval(const Sub *s, int i, AVal *a) { plan_atom_aval(s->plan, &s->plan->outs[i], a); }
+
+static void aval_text(const AVal *a, char *buf, size_t cap) { aval_str(buf, cap, a->dtype, a->ndim, a->shape); }
+
+static bool same_type(const AVal *a, const AVal *b) {
+  return a->dtype == b->dtype && a->ndim == b->ndim &&
+         !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* Records [prim] with [p] over [ops], giving the results the structure
+ * of [tree]. */
+static Value *emit_tree(PrimId prim, Params *p, int nops, Value **ops, int nout, const AVal *avs,
+                        Value *tree) {
+  Value *res = trace_emit(prim, p, nops, ops, nout, avs);
+  if (!res) return NULL;
+  int pos = 0;
+  Value *r = replace(tree, ((Tuple *)res)->items, &pos);
+  val_decref(res);
+  return r;
+}
+
+/* ==== cond and switch ============================================================== */
+
+/* The captures of every branch, in order, each once. */
+static int union_caps(Sub *br, int nb, Leaves *all) {
+  for (int b = 0; b < nb; b++)
+    for (int i = 0; i < br[b].ncap; i++) {
+      int k = 0;
+      while (k < all->n && all->v[k] != br[b].caps[i]) k++;
+      if (k == all->n && leaves_push(all, br[b].caps[i]) < 0) return -1;
+    }
+  return 0;
+}
+
+/* Gives branch [s] the invars (all captures..., operands...). */
+static int align_branch(Sub *s, Leaves *all) {
+  Plan *p = s->plan;
+  int *vars = shm_calloc((size_t)(all->n + p->nin) + 1, sizeof(int));
+  if (!vars) return err_nomem(), -1;
+  for (int k = 0; k < all->n; k++) {
+    int i = 0;
+    while (i < s->ncap && s->caps[i] != all->v[k]) i++;
+    if (i < s->ncap) {
+      vars[k] = p->invars[i];
+      continue;
+    }
+    AVal a;
+    if (ops_aval(all->v[k], &a) < 0 || (vars[k] = plan_add_var(p, &a)) < 0) {
+      shm_free(vars);
+      return -1;
+    }
+  }
+  shm_memcpy(vars + all->n, p->invars + s->ncap, sizeof(int) * (size_t)(p->nin - s->ncap));
+  shm_free(p->invars);
+  p->invars = vars;
+  p->nin = all->n + p->nin - s->ncap;
+  return 0;
+}
+
+/* Checks that every branch returns the types of the first; the out avals. */
+static int branch_types(Sub *br, int nb, uint32_t vma, AVal **out) {
+  int n = br[0].plan->nout;
+  *out = shm_calloc((size_t)n + 1, sizeof(AVal));
+  if (!*out) return err_nomem(), -1;
+  for (int i = 0; i < n; i++) out_aval(&br[0], i, &(*out)[i]);
+  for (int b = 1; b < nb; b++) {
+    bool ok = br[b].plan->nout == n;
+    for (int i = 0; ok && i < n; i++) {
+      AVal a;
+      out_aval(&br[b], i, &a);
+      ok = same_type(&a, &(*out)[i]);
+      (*out)[i].weak &= a.weak;
+      (*out)[i].vma |= a.vma;
+    }
+    if (!ok) {
+      char x[256] = "", y[256] = "";
+      AVal a;
+      if (n) out_aval(&br[0], 0, &a), aval_text(&a, x, sizeof x);
+      if (br[b].plan->nout) out_aval(&br[b], 0, &a), aval_text(&a, y, sizeof y);
+      err_set(ERR_TYPE, "cond branches must return the same types: branch 0 returns %d value%s (%s...), "
+                        "branch %d returns %d (%s...)", n, n == 1 ? "" : "s", x, b, br[b].plan->nout, y);
+      return -1;
+    }
+  }
+  for (int i = 0; i < n; i++) (*out)[i].vma |= vma;
+  return 0;
+}
+
+/* Stages a cond over [nb] branches with index [idx] (an i32 scalar). */
+static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv) {
+  Value *ops_tree = tuple_pack((size_t)nops, opv);
+  Leaves leaves = {0}, all = {0};
+  AVal *avs = NULL, *outs = NULL, ia;
+  Sub *br = shm_calloc((size_t)nb, sizeof(Sub));
+  Value *r = NULL, *plans = NULL, **opsall = NULL;
+  int b = 0;
+  if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0 || avals_of(&leaves, &avs) < 0) goto out;
+  for (; b < nb; b++)
+    if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, &br[b]) < 0) goto out;
+  if (union_caps(br, nb, &all) < 0 || ops_aval(idx, &ia) < 0 || branch_types(br, nb, ia.vma, &outs) < 0)
+    goto out;
+  if (!(plans = tuple_new((size_t)nb))) goto out;
+  for (int k = 0; k < nb; k++) tuple_set_steal(plans, (size_t)k, val_incref(&br[k].plan->hdr));
+  for (int k = 0; k < nb; k++)
+    if (align_branch(&br[k], &all) < 0) goto out;
+  if (!(opsall = shm_calloc((size_t)(1 + all.n + leaves.n), sizeof(Value *)))) goto out;
+  opsall[0] = idx;
+  shm_memcpy(opsall + 1, all.v, sizeof(Value *) * (size_t)all.n);
+  shm_memcpy(opsall + 1 + all.n, leaves.v, sizeof(Value *) * (size_t)leaves.n);
+  Params p;
+  params_init(&p);
+  params_add(&p, "branches", val_incref(plans));
+  r = emit_tree(P_COND, &p, 1 + all.n + leaves.n, opsall, br[0].plan->nout, outs, br[0].out_tree);
+out:
+  for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
+  shm_free(br);
+  val_decref(ops_tree);
+  val_decref(plans);
+  shm_free(leaves.v);
+  shm_free(all.v);
+  shm_free(avs);
+  shm_free(outs);
+  shm_free(opsall);
+  return r;
+}
+
+/* A scalar predicate's truth, or an error naming its shape. */
+static int check_scalar(Value *v, const char *what) {
+  AVal a;
+  if (ops_aval(v, &a) < 0) return -1;
+  if (a.ndim == 0) return 0;
+  char buf[256];
+  aval_text(&a, buf, sizeof buf);
+  err_set(ERR_TYPE, "%s must be a scalar, got %s", what, buf);
+  return -1;
+}
+
+/* cond(pred, true_fun, false_fun, *operands) */
+static Value *bi_cond(const CallArgs *a) {
+  if (a->nargs < 3 || a->nkw)
+    return err_set(ERR_TYPE, "cond() takes (pred, true_fun, false_fun, *operands)");
+  Value *pred = ops_to_array(a->args[0], -1);
+  if (!pred || check_scalar(pred, "cond predicate") < 0) {
+    val_decref(pred);
+    return NULL;
+  }
+  Value *r = NULL;
+  if (!trace_current()) {
+    int t = val_truth(pred);
+    if (t >= 0) r = val_call_n(a->args[t ? 1 : 2], a->nargs - 3, a->args + 3);
+  } else {
+    Value *idx = ops_convert(pred, DT_I32, false);
+    Value *fns[2] = {a->args[2], a->args[1]};
+    r = idx ? staged_cond(idx, 2, fns, a->nargs - 3, a->args + 3) : NULL;
+    val_decref(idx);
+  }
+  val_decref(pred);
+  return r;
+}
+
+/* clamp(0, index, n - 1) as an i32, recorded. */
+static Value *clamp_index(Value *index, int64_t n) {
+  Value *i32 = ops_convert(index, DT_I32, false);
+  Array *lo = arr_scalar_i64(DT_I32, 0, true), *hi = arr_scalar_i64(DT_I32, n - 1, true);
+  Value *r = NULL;
+  if (i32 && lo && hi) {
+    Value *in[3] = {&lo->hdr, i32, &hi->hdr};
+    Params p;
+    params_init(&p);
+    r = prim_apply(P_CLAMP, 3, in, &p);
+  }
+  val_decref(i32);
+  val_decref(lo ? &lo->hdr : NULL);
+  val_decref(hi ? &hi->hdr : NULL);
+  return r;
+}
+
+/* switch(index, branches, *operands) */
+static Value *bi_switch(const CallArgs *a) {
+  size_t nb;
+  Value *const *fns;
+  if (a->nargs < 2 || a->nkw || !val_seq(a->args[1], &nb, &fns) || nb == 0)
+    return err_set(ERR_TYPE, "switch() takes (index, branches, *operands) with a non-empty "
+                             "sequence of branches");
+  Value *index = ops_to_array(a->args[0], -1);
+  if (!index || check_scalar(index, "switch index") < 0) {
+    val_decref(index);
+    return NULL;
+  }
+  Value *r = NULL;
+  if (!trace_current()) {
+    int64_t i;
+    if (arr_to_index(index, &i) == 0) {
+      i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
+      r = val_call_n(fns[i], a->nargs - 2, a->args + 2);
+    }
+  } else {
+    Value *idx = clamp_index(index, (int64_t)nb);
+    r = idx ? staged_cond(idx, (int)nb, (Value **)fns, a->nargs - 2, a->args + 2) : NULL;
+    val_decref(idx);
+  }
+  val_decref(index);
+  return r;
+}
+
+/* ==== while_loop ================================================================== */
+
+static int check_interrupt(void) {
+  if (!atomic_load_explicit(&shm_interrupted, memory_order_relaxed)) return 0;
+  err_set(ERR_INTERRUPT, "interrupted");
+  return -1;
+}
+
+static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
+  Value *val = val_incref(init);
+  for (;;) {
+    Value *c = val_call_n(cond_fun, 1, &val);
+    int t = c ? (check_scalar(c, "while_loop cond_fun result") < 0 ? -1 : val_truth(c)) : -1;
+    val_decref(c);
+    if (t <= 0 || check_interrupt() < 0) {
+      if (t < 0 || err_occurred()) {
+        val_decref(val);
+        return NULL;
+      }
+      return val;
+    }
+    Value *next = val_call_n(body_fun, 1, &val);
+    val_decref(val);
+    if (!(val = next)) return NULL;
+  }
+}
+
+/* Checks a loop body's carry results against the carry avals [want];
+ * weakens nothing, but strengthens [want] where the body made a weak
+ * carry strong (1: retrace needed). */
+static int carry_types(const char *what, const Sub *s, int first, int n, AVal *want) {
+  if (s->plan->nout < first + n) {
+    err_set(ERR_TYPE, "%s must return the loop carry (%d value%s), got %d", what, n, n == 1 ? "" : "s",
+            s->plan->nout - first);
+    return -1;
+  }
+  int retrace = 0;
+  for (int i = 0; i < n; i++) {
+    AVal a;
+    out_aval(s, first + i, &a);
+    if (!same_type(&a, &want[i])) {
+      char x[256], y[256];
+      aval_text(&want[i], x, sizeof x);
+      aval_text(&a, y, sizeof y);
+      err_set(ERR_TYPE, "%s must return the carry's types: carry %d is %s, the body returns %s",
+              what, i, x, y);
+      return -1;
+    }
+    if (want[i].weak && !a.weak) {
+      want[i].weak = false;
+      retrace = 1;
+    }
+    want[i].vma |= a.vma;
+  }
+  return retrace;
+}
+
+/* The leaves converted to the carry's avals (weak ones made strong). */
+static Value **carry_values(Leaves *l, const AVal *want) {
+  Value **v = shm_calloc((size_t)l->n + 1, sizeof(Value *));
+  if (!v) return err_nomem();
+  for (int i = 0; i < l->n; i++)
+    if (!(v[i] = ops_convert(l->v[i], want[i].dtype, want[i].weak))) {
+      values_free(v, i);
+      return NULL;
+    }
+  return v;
+}
+
+/* Records while[body_jaxpr body_nconsts cond_jaxpr cond_nconsts]. */
+static Value *emit_while(Sub *c, Sub *b, Value **init, int n, const AVal *avs, Value *tree) {
+  int nops = c->ncap + b->ncap + n;
+  Value **ops = shm_calloc((size_t)nops + 1, sizeof(Value *));
+  if (!ops) return err_nomem();
+  shm_memcpy(ops, c->caps, sizeof(Value *) * (size_t)c->ncap);
+  shm_memcpy(ops + c->ncap, b->caps, sizeof(Value *) * (size_t)b->ncap);
+  shm_memcpy(ops + c->ncap + b->ncap, init, sizeof(Value *) * (size_t)n);
+  Params p;
+  params_init(&p);
+  params_add(&p, "body_jaxpr", val_incref(&b->plan->hdr));
+  params_add(&p, "body_nconsts", val_int(b->ncap));
+  params_add(&p, "cond_jaxpr", val_incref(&c->plan->hdr));
+  params_add(&p, "cond_nconsts", val_int(c->ncap));
+  Value *r = emit_tree(P_WHILE, &p, nops, ops, n, avs, tree);
+  shm_free(ops);
+  return r;
+}
+
+/* The two functions of a loop, as sub-trace bodies. */
+typedef struct Loop {
+  const char *cname, *bname;
+  BodyFn cond, body;
+  void *cctx, *bctx;
+} Loop;
+
+static int check_pred(const Sub *c) {
+  AVal a;
+  if (c->plan->nout == 1) out_aval(c, 0, &a);
+  if (c->plan->nout == 1 && a.ndim == 0 && a.dtype == DT_BOOL) return 0;
+  char buf[256] = "several values";
+  if (c->plan->nout == 1) aval_text(&a, buf, sizeof buf);
+  err_set(ERR_TYPE, "while_loop cond_fun must return a boolean scalar, got %s", buf);
+  return -1;
+}
+
+/* Traces cond and body on the carry avals [avs], retracing once when the
+ * body strengthens a weak carry. */
+static int trace_loop(const Loop *lp, int n, AVal *avs, Sub *c, Sub *b) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (sub_trace(lp->cname, lp->cond, lp->cctx, n, avs, c) < 0) return -1;
+    if (check_pred(c) < 0 || sub_trace(lp->bname, lp->body, lp->bctx, n, avs, b) < 0) {
+      sub_free(c);
+      return -1;
+    }
+    int rt = carry_types("while_loop body_fun", b, 0, n, avs);
+    if (rt == 0) return 0;
+    sub_free(c);
+    sub_free(b);
+    if (rt < 0) return -1;
+  }
+  err_set(ERR_TYPE, "while_loop: the carry's types do not settle");
+  return -1;
+}
+
+/* Stages a loop whose carry leaves are [l]; the result has [tree]'s shape. */
+static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
+  AVal *avs = NULL;
+  Sub c = {0}, b = {0};
+  Value *r = NULL, **init = NULL;
+  if (avals_of(l, &avs) == 0 && trace_loop(lp, l->n, avs, &c, &b) == 0 &&
+      (init = carry_values(l, avs))) {
+    AVal pred;
+    out_aval(&c, 0, &pred);
+    for (int i = 0; i < l->n; i++) avs[i].vma |= pred.vma;   /* LANGUAGE.md §4 */
+    r = emit_while(&c, &b, init, l->n, avs, tree);
+  }
+  values_free(init, l->n);
+  sub_free(&c);
+  sub_free(&b);
+  shm_free(avs);
+  return r;
+}
+
+/* while_loop(cond_fun, body_fun, init_val) */
+static Value *bi_while_loop(const CallArgs *a) {
+  Value *cf, *bf, *init;
+  if (args_bind("while_loop", a, "cond_fun, body_fun, init_val", (Value **[]){&cf, &bf, &init}) < 0)
+    return NULL;
+  if (!trace_current()) return eager_while(cf, bf, init);
+  Leaves l = {0};
+  if (flatten(init, &l) < 0) return NULL;
+  CallCtx cc = {cf, 1, &init}, bc = {bf, 1, &init};
+  Loop lp = {fn_name(cf), fn_name(bf), call_body, call_body, &cc, &bc};
+  Value *r = staged_loop(&lp, &l, init);
+  shm_free(l.v);
+  return r;
+}
+
+/* ==== fori_loop ==================================================================== */
+
+static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init) {
+  int64_t a, b;
+  if (arr_to_index(lo, &a) < 0 || arr_to_index(hi, &b) < 0) return NULL;
+  AVal la;
+  if (ops_aval(lo, &la) < 0) return NULL;
+  Value *val = val_incref(init);
+  for (int64_t i = a; i < b && val; i++) {
+    Array *iv = arr_scalar_i64(la.dtype, i, la.weak);
+    Value *args[2] = {iv ? &iv->hdr : NULL, val};
+    Value *next = iv && check_interrupt() == 0 ? val_call_n(body, 2, args) : NULL;
+    val_decref(iv ? &iv->hdr : NULL);
+    val_decref(val);
+    val = next;
+  }
+  return val;
+}
+
+/* cond of the fori while: i < upper. */
+static Value *fori_cond(void *ctx, Value **tr) {
+  (void)ctx;
+  return ops_compare(OP_LT, tr[0], tr[1]);
+}
+
+typedef struct ForiCtx {
+  Value *body, *tree;
+} ForiCtx;
+
+/* body of the fori while: (i + 1, upper, body(i, x)). */
+static Value *fori_body(void *vctx, Value **tr) {
+  ForiCtx *c = vctx;
+  int pos = 0;
+  Value *x = replace(c->tree, tr + 2, &pos);
+  Value *args[2] = {tr[0], x};
+  Value *nx = x ? val_call_n(c->body, 2, args) : NULL;
+  val_decref(x);
+  Value *one = nx ? val_int(1) : NULL;
+  Value *i1 = one ? ops_binary(OP_ADD, tr[0], one) : NULL;
+  val_decref(one);
+  Value *r = i1 ? tuple_new(3) : NULL;
+  if (!r) {
+    val_decref(nx);
+    val_decref(i1);
+    return NULL;
+  }
+  tuple_set_steal(r, 0, i1);
+  tuple_set_steal(r, 1, val_incref(tr[1]));
+  tuple_set_steal(r, 2, nx);
+  return r;
+}
+
+/* Index bounds as arrays of one integer dtype. */
+static int fori_bounds(Value *lo, Value *hi, Value **lo_a, Value **hi_a) {
+  *lo_a = ops_to_array(lo, -1);
+  *hi_a = *lo_a ? ops_to_array(hi, -1) : NULL;
+  AVal a, b;
+  if (!*hi_a || ops_aval(*lo_a, &a) < 0 || ops_aval(*hi_a, &b) < 0) return -1;
+  if (a.ndim || b.ndim || dt_is_float(a.dtype) || dt_is_float(b.dtype) || a.dtype == DT_BOOL ||
+      b.dtype == DT_BOOL) {
+    err_set(ERR_TYPE, "fori_loop bounds must be integer scalars");
+    return -1;
+  }
+  bool weak;
+  DType t = dt_promote(a.dtype, a.weak, b.dtype, b.weak, &weak);
+  Value *x = ops_convert(*lo_a, t, weak), *y = x ? ops_convert(*hi_a, t, weak) : NULL;
+  val_decref(*lo_a);
+  val_decref(*hi_a);
+  *lo_a = x;
+  *hi_a = y;
+  return y ? 0 : -1;
+}
+
+static Value *staged_fori(Value *lo, Value *hi, Value *body, Value *init) {
+  Leaves l = {0};
+  Value *r = NULL;
+  if (leaves_push(&l, lo) < 0 || leaves_push(&l, hi) < 0 || flatten(init, &l) < 0) goto out;
+  ForiCtx fc = {body, init};
+  Loop lp = {intern_cstr("fori_cond"), fn_name(body), fori_cond, fori_body, NULL, &fc};
+  Value *tree = tuple_pack(3, (Value *[]){lo, hi, init});
+  Value *res = tree ? staged_loop(&lp, &l, tree) : NULL;
+  if (res) r = val_incref(tuple_get(res, 2));
+  val_decref(res);
+  val_decref(tree);
+out:
+  shm_free(l.v);
+  return r;
+}
+
+/* fori_loop(lower, upper, body_fun, init_val) */
+static Value *bi_fori_loop(const CallArgs *a) {
+  Value *lo, *hi, *body, *init, *lo_a, *hi_a;
+  if (args_bind("fori_loop", a, "lower, upper, body_fun, init_val",
+                (Value **[]){&lo, &hi, &body, &init}) < 0)
+    return NULL;
+  Value *r = NULL;
+  if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0)
+    r = trace_current() ? staged_fori(lo_a, hi_a, body, init) : eager_fori(lo_a, hi_a, body, init);
+  val_decref(lo_a);
+  val_decref(hi_a);
+  return r;
+}
+
+/* ==== scan ======================================================================== */
+
+/* The common leading length of the xs leaves ([length] may preset it). */
+static int scan_length(Leaves *xs, Value *length, int64_t *n) {
+  *n = -1;
+  if (length && length != VAL_NONE && arr_to_index(length, n) < 0) return -1;
+  for (int i = 0; i < xs->n; i++) {
+    AVal a;
+    if (ops_aval(xs->v[i], &a) < 0) return -1;
+    if (a.ndim == 0) return err_set(ERR_TYPE, "scan: xs leaves must have a leading axis, got a scalar"), -1;
+    if (*n >= 0 && a.shape[0] != *n)
+      return err_set(ERR_VALUE, "scan: xs leaves have different lengths (%lld and %lld)",
+                     (long long)*n, (long long)a.shape[0]), -1;
+    *n = a.shape[0];
+  }
+  if (*n < 0) return err_set(ERR_VALUE, "scan: length must be given when xs is None"), -1;
+  return 0;
+}
+
+/* The (carry, y) pair a scan body returns. */
+static int scan_pair(Value *r, Value **carry, Value **y) {
+  if (r->type != V_TUPLE || tuple_len(r) != 2) {
+    err_set(ERR_TYPE, "scan body must return a pair (carry, y), got %s",
+            ops_is_array(r) ? "an array" : val_type_name(r));
+    return -1;
+  }
+  *carry = tuple_get(r, 0);
+  *y = tuple_get(r, 1);
+  return 0;
+}
+
+/* Stacks [n] equally shaped arrays along a new leading axis. */
+static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
+  int64_t shape[SHM_MAXDIM];
+  shape[0] = n;
+  shm_memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);
+  Array *out = arr_new(row->dtype, row->ndim + 1, shape);
+  if (!out) return NULL;
+  out->weak = row->weak;
+  size_t bytes = (size_t)shape_size(row->ndim, row->shape) * dt_size(row->dtype);
+  for (int64_t i = 0; i < n; i++) {
+    Array *c = arr_contiguous(AS_ARRAY(rows[i]));
+    if (!c) {
+      val_decref(&out->hdr);
+      return NULL;
+    }
+    shm_memcpy((char *)arr_data(out) + (size_t)i * bytes, arr_data(c), bytes);
+    val_decref(&c->hdr);
+  }
+  return &out->hdr;
+}
+
+/* Row [i] of each xs leaf, as the tree of [xs]. */
+static Value *x_slice(Value *xs, Leaves *l, int64_t i) {
+  Value **rows = shm_calloc((size_t)l->n + 1, sizeof(Value *));
+  if (!rows) return err_nomem();
+  Value *idx = val_int(i), *r = NULL;
+  int k = 0;
+  for (; idx && k < l->n; k++)
+    if (!(rows[k] = ops_getitem(l->v[k], idx))) break;
+  if (idx && k == l->n) {
+    int pos = 0;
+    r = replace(xs, rows, &pos);
+  }
+  values_free(rows, k);
+  val_decref(idx);
+  return r;
+}
+
+/* The ys of an eager scan: each y leaf stacked over the iterations. */
+static Value *eager_ys(Value **ys, int64_t n, Value *tree) {
+  Leaves first = {0};
+  if (n == 0 || flatten(ys[0], &first) < 0) return n == 0 ? val_incref(VAL_NONE) : NULL;
+  int m = first.n;
+  Value **cols = shm_calloc((size_t)m + 1, sizeof(Value *)), **rows = shm_calloc((size_t)n + 1, sizeof(Value *));
+  Value *r = NULL;
+  int k = 0;
+  for (; cols && rows && k < m; k++) {
+    AVal a;
+    for (int64_t i = 0; i < n; i++) {
+      Leaves li = {0};
+      if (flatten(ys[i], &li) < 0 || li.n != m) {
+        shm_free(li.v);
+        if (!err_occurred()) err_set(ERR_TYPE, "scan: the body returned ys of different structures");
+        goto out;
+      }
+      rows[i] = li.v[k];
+      shm_free(li.v);
+    }
+    if (ops_aval(rows[0], &a) < 0 || !(cols[k] = stack_rows(rows, n, &a))) goto out;
+  }
+  int pos = 0;
+  r = replace(tree, cols, &pos);
+out:
+  values_free(cols, k);
+  shm_free(rows);
+  shm_free(first.v);
+  return r;
+}
+
+static Value *pair_of(Value *a, Value *b) {
+  Value *t = a && b ? tuple_pack(2, (Value *[]){a, b}) : NULL;
+  val_decref(a);
+  val_decref(b);
+  return t;
+}
+
+static Value *eager_scan(Value *f, Value *init, Value *xs, Leaves *l, int64_t n, bool reverse) {
+  Value **ys = shm_calloc((size_t)n + 1, sizeof(Value *)), *carry = val_incref(init);
+  int64_t done = 0;
+  for (; ys && carry && done < n; done++) {
+    int64_t i = reverse ? n - 1 - done : done;
+    Value *x = xs == VAL_NONE ? val_incref(VAL_NONE) : x_slice(xs, l, i), *c, *y;
+    Value *args[2] = {carry, x};
+    Value *r = x && check_interrupt() == 0 ? val_call_n(f, 2, args) : NULL;
+    val_decref(x);
+    val_decref(carry);
+    carry = NULL;
+    if (!r || scan_pair(r, &c, &y) < 0) {
+      val_decref(r);
+      break;
+    }
+    carry = val_incref(c);
+    ys[i] = val_incref(y);
+    val_decref(r);
+  }
+  Value *res = NULL;
+  if (carry && done == n) res = pair_of(carry, eager_ys(ys, n, n ? ys[0] : VAL_NONE));
+  else val_decref(carry);
+  values_free(ys, (int)n);
+  return res;
+}
+
+typedef struct ScanCtx {
+  Value *f, *init, *xs;   /* trees */
+} ScanCtx;
+
+static Value *scan_body(void *vctx, Value **tr) {
+  ScanCtx *c = vctx;
+  int pos = 0;
+  Value *carry = replace(c->init, tr, &pos);
+  Value *x = carry ? replace(c->xs, tr, &pos) : NULL;
+  Value *args[2] = {carry, x};
+  Value *r = x ? val_call_n(c->f, 2, args) : NULL;
+  val_decref(carry);
+  val_decref(x);
+  Value *cv, *y;
+  if (r && scan_pair(r, &cv, &y) < 0) {
+    val_decref(r);
+    return NULL;
+  }
+  return r;
+}
+
+/* Avals of the body inputs: carry leaves, then xs leaves without their
+ * leading axis. */
+static int scan_in_avals(Leaves *carry, Leaves *xs, AVal **out) {
+  *out = shm_calloc((size_t)(carry->n + xs->n) + 1, sizeof(AVal));
+  if (!*out) return err_nomem(), -1;
+  for (int i = 0; i < carry->n; i++)
+    if (ops_aval(carry->v[i], &(*out)[i]) < 0) return -1;
+  for (int i = 0; i < xs->n; i++) {
+    AVal a;
+    if (ops_aval(xs->v[i], &a) < 0) return -1;
+    a.ndim--;
+    memmove(a.shape, a.shape + 1, sizeof(int64_t) * (size_t)a.ndim);
+    (*out)[carry->n + i] = a;
+  }
+  return 0;
+}
+
+static Value *emit_scan(Sub *s, Leaves *carry, Value **cv, Leaves *xs, int64_t n, bool reverse,
+                        const AVal *cav) {
+  int nc = carry->n, ny = s->plan->nout - nc, nops = s->ncap + nc + xs->n;
+  Value **ops = shm_calloc((size_t)nops + 1, sizeof(Value *));
+  AVal *outs = shm_calloc((size_t)s->plan->nout + 1, sizeof(AVal));
+  Value *lin = tuple_new((size_t)nops), *r = NULL;
+  if (!ops || !outs || !lin) goto out;
+  shm_memcpy(ops, s->caps, sizeof(Value *) * (size_t)s->ncap);
+  shm_memcpy(ops + s->ncap, cv, sizeof(Value *) * (size_t)nc);
+  shm_memcpy(ops + s->ncap + nc, xs->v, sizeof(Value *) * (size_t)xs->n);
+  for (int i = 0; i < nops; i++) tuple_set_steal(lin, (size_t)i, val_incref(val_false()));
+  shm_memcpy(outs, cav, sizeof(AVal) * (size_t)nc);
+  for (int i = 0; i < ny; i++) {
+    AVal a;
+    out_aval(s, nc + i, &a);
+    memmove(a.shape + 1, a.shape, sizeof(int64_t) * (size_t)a.ndim);
+    a.shape[0] = n;
+    a.ndim++;
+    outs[nc + i] = a;
+  }
+  Params p;
+  params_init(&p);
+  params_add(&p, "jaxpr", val_incref(&s->plan->hdr));
+  params_add(&p, "length", val_int(n));
+  params_add(&p, "linear", val_incref(lin));
+  params_add(&p, "num_carry", val_int(nc));
+  params_add(&p, "num_consts", val_int(s->ncap));
+  params_add(&p, "reverse", val_incref(val_bool(reverse)));
+  params_add(&p, "unroll", val_int(1));
+  r = emit_tree(P_SCAN, &p, nops, ops, s->plan->nout, outs, s->out_tree);
+out:
+  if (!ops || !outs || !lin) err_nomem();
+  shm_free(ops);
+  shm_free(outs);
+  val_decref(lin);
+  return r;
+}
+
+static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n, bool reverse) {
+  Leaves cl = {0};
+  AVal *avs = NULL;
+  Sub s = {0};
+  Value *r = NULL, **cv = NULL;
+  ScanCtx sc = {f, init, xs};
+  if (flatten(init, &cl) < 0 || scan_in_avals(&cl, xl, &avs) < 0) goto out;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (sub_trace(fn_name(f), scan_body, &sc, cl.n + xl->n, avs, &s) < 0) goto out;
+    int rt = carry_types("scan body", &s, 0, cl.n, avs);
+    if (rt == 0) break;
+    sub_free(&s);
+    if (rt < 0) goto out;
+  }
+  if (!s.plan) {
+    err_set(ERR_TYPE, "scan: the carry's types do not settle");
+    goto out;
+  }
+  if ((cv = carry_values(&cl, avs))) r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
+out:
+  values_free(cv, cl.n);
+  sub_free(&s);
+  shm_free(cl.v);
+  shm_free(avs);
+  return r;
+}
+
+/* scan(f, init, xs, length=None, reverse=False) */
+static Value *bi_scan(const CallArgs *a) {
+  Value *f, *init, *xs, *length, *rev;
+  if (args_bind("scan", a, "f, init, xs=, length=, reverse=", (Value **[]){&f, &init, &xs, &length, &rev}) < 0)
+    return NULL;
+  if (!xs) xs = VAL_NONE;
+  int reverse = rev ? val_truth(rev) : 0;
+  Leaves xl = {0};
+  int64_t n;
+  Value *r = NULL;
+  if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0)
+    r = trace_current() ? staged_scan(f, init, xs, &xl, n, reverse)
+                        : eager_scan(f, init, xs, &xl, n, reverse);
+  shm_free(xl.v);
+  return r;
+}
+
+/* ==== registration ================================================================= */
+
+int ctl_register(Env *b) {
+  static const struct {
+    const char *name;
+    BuiltinFn fn;
+    const char *doc;
+  } fns[] = {
+    {"cond", bi_cond, "cond(pred, true_fun, false_fun, *operands)"},
+    {"switch", bi_switch, "switch(index, branches, *operands): index clamped"},
+    {"while_loop", bi_while_loop, "while_loop(cond_fun, body_fun, init_val)"},
+    {"fori_loop", bi_fori_loop, "fori_loop(lower, upper, body_fun, init_val)"},
+    {"scan", bi_scan, "scan(f, init, xs, length=None, reverse=False) -> (carry, ys)"},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    int rc = v && env_set(b, intern_cstr(fns[i].name), v) == 0 &&
+             builtins_add_to("lax", fns[i].name, v) == 0 ? 0 : -1;
+    val_decref(v);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}

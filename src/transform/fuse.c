@@ -1,0 +1,512 @@
+/*
+ * fuse.c - fused elementwise loops (fuse.h).
+ */
+/* Vectorised as the eager kernels are (kern_elementwise.c), with the same
+ * floating-point options so both compute the same bits. */
+#pragma GCC optimize("O3", "no-math-errno")
+#include <math.h>
+#include <string.h>
+
+#include "transform/compile.h"
+#include "transform/fuse.h"
+#include "array/kernels.h"
+#include "base/mem.h"
+
+/* The loops are compiled for AVX-512, AVX2 and baseline x86-64, picked at
+ * load time as kern_elementwise.c's are (not under sanitizers, whose
+ * runtimes are not ready when ifunc resolvers run). */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define FUSE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FUSE_CLONES
+#endif
+
+#define FUSE_MAX_EQNS 24
+#define FUSE_MAX_REGS 16
+
+typedef enum { FK_REG, FK_MEM, FK_SCALAR } FKind;
+
+/* A value in the program: register [idx], or slot [idx] (a reference
+ * until fuse_resolve) read in place (FK_MEM) or broadcast (FK_SCALAR). */
+typedef struct FRef {
+  FKind kind;
+  int idx;
+  DType dtype;   /* f32, or bool (comparisons, select_n's predicate) */
+} FRef;
+
+typedef enum {
+  FO_ADD, FO_SUB, FO_MUL, FO_DIV, FO_MAX, FO_MIN,
+  FO_NEG, FO_ABS, FO_SQRT, FO_SIN, FO_COS, FO_EXP, FO_LOG, FO_KERNEL
+} FOp;
+
+typedef struct FInstr {
+  FOp op;
+  const PlanEqn *eqn;   /* for FO_KERNEL: prim and params */
+  int nin;
+  FRef in[3];
+  FRef dst;
+} FInstr;
+
+typedef struct Prog {
+  int n;
+  FInstr ins[FUSE_MAX_EQNS];
+  int64_t size;         /* elements of the run's shape */
+  bool reduce;
+  FRef red_src, red_dst;
+} Prog;
+
+/* ==== deciding ================================================================ */
+
+static const AVal *ref_aval(const FuseEnv *fe, int ref) {
+  return ref >= 0 ? &fe->p->vars[ref] : fe->const_aval(fe->ctx, -1 - ref);
+}
+
+static bool same_shape(const AVal *a, const AVal *b) {
+  return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+static bool fused_dtype(DType t) { return t == DT_F32 || t == DT_BOOL; }
+
+/* True when [it] is an elementwise equation over shape [s] whose values
+ * are all f32 or bool. */
+static bool fusible(const FuseEnv *fe, const FuseItem *it, const AVal *s) {
+  if (!it->eqn) return false;
+  PrimKind k = prim_table[it->eqn->prim].kind;
+  if ((k != PK_UNARY && k != PK_BINARY) || it->eqn->nout != 1 || it->eqn->nin > 3) return false;
+  const AVal *o = &fe->p->vars[it->out[0]];
+  if (!fused_dtype(o->dtype) || o->ndim == 0 || !same_shape(o, s)) return false;
+  for (int k2 = 0; k2 < it->eqn->nin; k2++) {
+    const AVal *a = ref_aval(fe, it->in[k2]);
+    if (!fused_dtype(a->dtype) || (a->ndim != 0 && !same_shape(a, s))) return false;
+  }
+  return true;
+}
+
+/* True when [it] is a reduce_sum of every axis of a value defined in the
+ * run [i, j). */
+static bool closing_sum(const FuseEnv *fe, const FuseItem *items, int i, int j, const FuseItem *it) {
+  if (!it->eqn || it->eqn->prim != P_REDUCE_SUM || it->in[0] < 0) return false;
+  const AVal *a = &fe->p->vars[it->in[0]];
+  if (a->dtype != DT_F32 || fe->p->vars[it->out[0]].ndim != 0) return false;
+  for (int k = i; k < j; k++)
+    if (items[k].out[0] == it->in[0]) return true;
+  return false;
+}
+
+int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n) {
+  if (!items[i].eqn) return 0;
+  const AVal *s = &fe->p->vars[items[i].out[0]];
+  if (!fusible(fe, &items[i], s)) return 0;
+  int j = i + 1;
+  while (j < n && j - i < FUSE_MAX_EQNS - 1 && fusible(fe, &items[j], s)) j++;
+  if (j < n && closing_sum(fe, items, i, j, &items[j])) j++;
+  return j - i;
+}
+
+bool fuse_joins(const FuseEnv *fe, const FuseItem *items, int i, int j, int k) {
+  if (!items[i].eqn || !items[k].eqn || j - i >= FUSE_MAX_EQNS - 1) return false;
+  if (items[j - 1].eqn->prim == P_REDUCE_SUM) return false;   /* the run is closed */
+  const AVal *s = &fe->p->vars[items[i].out[0]];
+  return fusible(fe, &items[k], s) || closing_sum(fe, items, i, j, &items[k]);
+}
+
+/* ==== building ================================================================ */
+
+typedef struct Builder {
+  const FuseEnv *fe;
+  const FuseItem *items;
+  int i, len;
+  Prog *prog;
+  int *ins, nins;         /* outside operand references */
+  int *outs, nouts;       /* results used after the run */
+  bool reg_busy[FUSE_MAX_REGS];
+  int nregs;
+} Builder;
+
+/* Index in the run of the item defining [ref], or -1. */
+static int defined_at(const Builder *b, int ref) {
+  for (int k = 0; ref >= 0 && k < b->len; k++)
+    if (b->items[b->i + k].out[0] == ref) return k;
+  return -1;
+}
+
+static int uses_in_run(const Builder *b, int var) {
+  int n = 0;
+  for (int k = 0; k < b->len; k++)
+    for (int m = 0; m < b->items[b->i + k].eqn->nin; m++) n += b->items[b->i + k].in[m] == var;
+  return n;
+}
+
+static int last_use_in_run(const Builder *b, int var) {
+  int last = -1;
+  for (int k = 0; k < b->len; k++)
+    for (int m = 0; m < b->items[b->i + k].eqn->nin; m++)
+      if (b->items[b->i + k].in[m] == var) last = k;
+  return last;
+}
+
+static bool external(const Builder *b, int var) {
+  return b->fe->uses[var] > uses_in_run(b, var);
+}
+
+static void add_unique(int *arr, int *n, int x) {
+  for (int k = 0; k < *n; k++)
+    if (arr[k] == x) return;
+  arr[(*n)++] = x;
+}
+
+/* Where the value defined by item [k] lives. */
+static FRef *loc_of(Builder *b, FRef *locs, int var) {
+  int k = defined_at(b, var);
+  return k >= 0 ? &locs[k] : NULL;
+}
+
+static FRef operand(Builder *b, FRef *locs, int ref) {
+  FRef *l = loc_of(b, locs, ref);
+  if (l) return *l;
+  add_unique(b->ins, &b->nins, ref);
+  const AVal *a = ref_aval(b->fe, ref);
+  return (FRef){a->ndim == 0 ? FK_SCALAR : FK_MEM, ref, a->dtype};
+}
+
+static int reg_alloc(Builder *b) {
+  for (int r = 0; r < FUSE_MAX_REGS; r++)
+    if (!b->reg_busy[r]) {
+      b->reg_busy[r] = true;
+      if (r + 1 > b->nregs) b->nregs = r + 1;
+      return r;
+    }
+  return -1;
+}
+
+static FOp op_of(PrimId id) {
+  switch (id) {
+  case P_ADD: return FO_ADD;
+  case P_SUB: return FO_SUB;
+  case P_MUL: return FO_MUL;
+  case P_DIV: return FO_DIV;
+  case P_MAX: return FO_MAX;
+  case P_MIN: return FO_MIN;
+  case P_NEG: return FO_NEG;
+  case P_ABS: return FO_ABS;
+  case P_SQRT: return FO_SQRT;
+  case P_SIN: return FO_SIN;
+  case P_COS: return FO_COS;
+  case P_EXP: return FO_EXP;
+  case P_LOG: return FO_LOG;
+  default: return FO_KERNEL;
+  }
+}
+
+/* The destination of item [k]'s result: its slot if used after the run,
+ * else a register. */
+static int place_result(Builder *b, FRef *locs, int k) {
+  int var = b->items[b->i + k].out[0];
+  DType t = b->fe->p->vars[var].dtype;
+  if (external(b, var)) {
+    add_unique(b->outs, &b->nouts, var);
+    locs[k] = (FRef){FK_MEM, var, t};
+    return 0;
+  }
+  int r = reg_alloc(b);
+  if (r < 0) return err_set(ERR_VALUE, "jit: fused loop needs too many registers"), -1;
+  locs[k] = (FRef){FK_REG, r, t};
+  return 0;
+}
+
+/* Frees registers whose value item [k] read for the last time. */
+static void release_regs(Builder *b, FRef *locs, int k) {
+  const FuseItem *it = &b->items[b->i + k];
+  for (int m = 0; m < it->eqn->nin; m++) {
+    FRef *l = loc_of(b, locs, it->in[m]);
+    if (l && l->kind == FK_REG && last_use_in_run(b, it->in[m]) == k) b->reg_busy[l->idx] = false;
+  }
+}
+
+static int build_instr(Builder *b, FRef *locs, int k) {
+  const FuseItem *it = &b->items[b->i + k];
+  FInstr *ins = &b->prog->ins[b->prog->n++];
+  ins->eqn = it->eqn;
+  ins->nin = it->eqn->nin;
+  for (int m = 0; m < ins->nin; m++) ins->in[m] = operand(b, locs, it->in[m]);
+  if (place_result(b, locs, k) < 0) return -1;
+  ins->dst = locs[k];
+  /* the hand-written loops are f32 only; the rest calls the kernel */
+  bool all_f32 = ins->dst.dtype == DT_F32;
+  for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
+  ins->op = all_f32 ? op_of(it->eqn->prim) : FO_KERNEL;
+  release_regs(b, locs, k);
+  return 0;
+}
+
+static int build_reduce(Builder *b, FRef *locs, int k) {
+  const FuseItem *it = &b->items[b->i + k];
+  b->prog->reduce = true;
+  b->prog->red_src = operand(b, locs, it->in[0]);
+  b->prog->red_dst = (FRef){FK_MEM, it->out[0], DT_F32};
+  add_unique(b->outs, &b->nouts, it->out[0]);
+  return 0;
+}
+
+Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int *nin,
+                  int **in, int *nout, int **out) {
+  Fused *f = shm_calloc(1, sizeof *f);
+  Prog *prog = shm_calloc(1, sizeof *prog);
+  FRef locs[FUSE_MAX_EQNS];
+  Builder b = {fe, items, i, len, prog, shm_calloc(3 * (size_t)len + 1, sizeof(int)), 0,
+               shm_calloc((size_t)len + 1, sizeof(int)), 0, {0}, 0};
+  if (!f || !prog || !b.ins || !b.outs) {
+    err_nomem();
+    goto fail;
+  }
+  const AVal *s = &fe->p->vars[items[i].out[0]];
+  prog->size = 1;
+  for (int d = 0; d < s->ndim; d++) prog->size *= s->shape[d];
+  for (int k = 0; k < len; k++) {
+    bool red = items[i + k].eqn->prim == P_REDUCE_SUM;
+    if ((red ? build_reduce(&b, locs, k) : build_instr(&b, locs, k)) < 0) goto fail;
+  }
+  f->impl = prog;
+  f->nregs = b.nregs;
+  f->npartials = prog->reduce ? prog->size / CMP_BLOCK + 2 : 0;
+  *nin = b.nins;
+  *in = b.ins;
+  *nout = b.nouts;
+  *out = b.outs;
+  return f;
+fail:
+  shm_free(b.ins);
+  shm_free(b.outs);
+  shm_free(prog);
+  shm_free(f);
+  return NULL;
+}
+
+static void resolve_ref(FRef *r, const int *var_slot) {
+  if (r->kind != FK_REG) r->idx = r->idx < 0 ? -1 - r->idx : var_slot[r->idx];
+}
+
+void fuse_resolve(Fused *f, const int *var_slot) {
+  Prog *p = f->impl;
+  for (int k = 0; k < p->n; k++) {
+    for (int m = 0; m < p->ins[k].nin; m++) resolve_ref(&p->ins[k].in[m], var_slot);
+    resolve_ref(&p->ins[k].dst, var_slot);
+  }
+  if (p->reduce) {
+    resolve_ref(&p->red_src, var_slot);
+    resolve_ref(&p->red_dst, var_slot);
+  }
+}
+
+void fuse_free(Fused *f) {
+  if (!f) return;
+  shm_free(f->impl);
+  shm_free(f);
+}
+
+/* ==== running ================================================================== */
+
+/* Block views for kernel calls: 4 buffers and 4 array headers. */
+typedef struct Views {
+  Buffer *buf[4];
+  Array arr[4];
+} Views;
+
+static int lane_init(FuseLane *l, size_t regs_bytes) {
+  l->regs = shm_buf_alloc(regs_bytes);
+  Views *v = shm_buf_alloc(sizeof(Views));
+  l->views = v;
+  if (!l->regs || !v) return -1;
+  memset(v, 0, sizeof *v);
+  for (int k = 0; k < 4; k++) {
+    if (!(v->buf[k] = shm_buf_alloc(sizeof(Buffer)))) return -1;
+    memset(v->buf[k], 0, sizeof(Buffer));
+  }
+  return 0;
+}
+
+static void lane_free(FuseLane *l, size_t regs_bytes) {
+  Views *v = l->views;
+  for (int k = 0; v && k < 4; k++)
+    if (v->buf[k]) shm_buf_free(v->buf[k], sizeof(Buffer));
+  if (v) shm_buf_free(v, sizeof(Views));
+  if (l->regs) shm_buf_free(l->regs, regs_bytes);
+  l->regs = NULL;
+  l->views = NULL;
+}
+
+int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
+  memset(m, 0, sizeof *m);
+  m->regs_bytes = (size_t)(nregs ? nregs : 1) * CMP_BLOCK * sizeof(float);
+  m->partials_bytes = (size_t)(npartials ? npartials : 1) * sizeof(float);
+  m->partials = shm_buf_alloc(m->partials_bytes);
+  if (m->partials && lane_init(&m->lane, m->regs_bytes) == 0) return 0;
+  fuse_mem_free(m);
+  err_nomem();
+  return -1;
+}
+
+void fuse_mem_free(FuseMem *m) {
+  lane_free(&m->lane, m->regs_bytes);
+  if (m->partials) shm_buf_free(m->partials, m->partials_bytes);
+  memset(m, 0, sizeof *m);
+}
+
+#define FBIN(NAME, EXPR)                                                         \
+  FUSE_CLONES static void NAME(float *restrict d, const float *restrict a,      \
+                               bool va, const float *restrict b, bool vb,       \
+                               int64_t n) {                                     \
+    if (va && vb) {                                                             \
+      for (int64_t i = 0; i < n; i++) {                                         \
+        float x = a[i], y = b[i];                                               \
+        d[i] = (EXPR);                                                          \
+      }                                                                         \
+    } else if (vb) {                                                            \
+      float x = a[0];                                                           \
+      for (int64_t i = 0; i < n; i++) {                                         \
+        float y = b[i];                                                         \
+        d[i] = (EXPR);                                                          \
+      }                                                                         \
+    } else if (va) {                                                            \
+      float y = b[0];                                                           \
+      for (int64_t i = 0; i < n; i++) {                                         \
+        float x = a[i];                                                         \
+        d[i] = (EXPR);                                                          \
+      }                                                                         \
+    } else {                                                                    \
+      float x = a[0], y = b[0];                                                 \
+      for (int64_t i = 0; i < n; i++) d[i] = (EXPR);                            \
+    }                                                                           \
+  }
+
+FBIN(f_add, x + y)
+FBIN(f_sub, x - y)
+FBIN(f_mul, x * y)
+FBIN(f_div, x / y)
+FBIN(f_max, (x != x || x > y) ? x : y)
+FBIN(f_min, (x != x || x < y) ? x : y)
+
+#define FUN(NAME, EXPR)                                                          \
+  FUSE_CLONES static void NAME(float *restrict d, const float *restrict a,      \
+                               bool va, int64_t n) {                            \
+    if (va) {                                                                   \
+      for (int64_t i = 0; i < n; i++) {                                         \
+        float x = a[i];                                                         \
+        d[i] = (EXPR);                                                          \
+      }                                                                         \
+    } else {                                                                    \
+      float x = a[0];                                                           \
+      for (int64_t i = 0; i < n; i++) d[i] = (EXPR);                            \
+    }                                                                           \
+  }
+
+FUN(f_neg, -x)
+FUN(f_abs, fabsf(x))
+FUN(f_sqrt, sqrtf(x))
+
+typedef struct Ctx {
+  Array **slots;
+  FuseLane *lane;
+  int64_t off, n;
+} Ctx;
+
+/* The block of [r] (a register holds CMP_BLOCK elements of any fused
+ * dtype: at most 4 bytes each). */
+static void *ptr(const Ctx *c, FRef r) {
+  switch (r.kind) {
+  case FK_REG: return c->lane->regs + (size_t)r.idx * CMP_BLOCK;
+  case FK_MEM: return (char *)arr_data(c->slots[r.idx]) + (size_t)c->off * dt_size(r.dtype);
+  default: return arr_data(c->slots[r.idx]);
+  }
+}
+
+/* A transcendental routine over a (possibly broadcast) operand. */
+static void vec_fn(void (*fn)(const float *, float *, int64_t), float *d, const float *a,
+                   bool va, int64_t n) {
+  if (va) {
+    fn(a, d, n);
+    return;
+  }
+  float y;
+  fn(a, &y, 1);
+  for (int64_t i = 0; i < n; i++) d[i] = y;
+}
+
+/* A block-sized view over [p] (n floats) in view slot [k]. */
+static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
+  Views *v = l->views;
+  Buffer *b = v->buf[k];
+  Array *a = &v->arr[k];
+  atomic_init(&b->refcount, 1);
+  b->data = p;
+  b->nbytes = (size_t)n * dt_size(t);
+  b->owned = false;
+  memset(a, 0, offsetof(Array, shape));
+  a->hdr.type = V_ARRAY;
+  a->hdr.flags = VAL_IMMORTAL;
+  atomic_init(&a->hdr.refcount, 1);
+  a->dtype = t;
+  a->contiguous = true;
+  a->ndim = 1;
+  a->size = n;
+  a->buf = b;
+  a->shape[0] = n;
+  a->strides[0] = 1;
+  return a;
+}
+
+static int run_kernel(const Ctx *c, const FInstr *ins) {
+  Array *in[3], *out;
+  for (int m = 0; m < ins->nin; m++)
+    in[m] = ins->in[m].kind == FK_SCALAR
+                ? c->slots[ins->in[m].idx]
+                : view(c->lane, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
+  out = view(c->lane, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
+  return prim_table[ins->eqn->prim].kernel(in, ins->nin, &ins->eqn->params, &out);
+}
+
+static int run_instr(const Ctx *c, const FInstr *ins) {
+  float *d = ptr(c, ins->dst), *a = ptr(c, ins->in[0]);
+  float *b = ins->nin > 1 ? ptr(c, ins->in[1]) : NULL;
+  bool va = ins->in[0].kind != FK_SCALAR, vb = ins->nin > 1 && ins->in[1].kind != FK_SCALAR;
+  switch (ins->op) {
+  case FO_ADD: f_add(d, a, va, b, vb, c->n); return 0;
+  case FO_SUB: f_sub(d, a, va, b, vb, c->n); return 0;
+  case FO_MUL: f_mul(d, a, va, b, vb, c->n); return 0;
+  case FO_DIV: f_div(d, a, va, b, vb, c->n); return 0;
+  case FO_MAX: f_max(d, a, va, b, vb, c->n); return 0;
+  case FO_MIN: f_min(d, a, va, b, vb, c->n); return 0;
+  case FO_NEG: f_neg(d, a, va, c->n); return 0;
+  case FO_ABS: f_abs(d, a, va, c->n); return 0;
+  case FO_SQRT: f_sqrt(d, a, va, c->n); return 0;
+  case FO_SIN: vec_fn(kern_sin_f32, d, a, va, c->n); return 0;
+  case FO_COS: vec_fn(kern_cos_f32, d, a, va, c->n); return 0;
+  case FO_EXP: vec_fn(kern_exp_f32, d, a, va, c->n); return 0;
+  case FO_LOG: vec_fn(kern_log_f32, d, a, va, c->n); return 0;
+  case FO_KERNEL: return run_kernel(c, ins);
+  }
+  return 0;
+}
+
+/* Blocks [b0, b1) of [p]; a closing sum leaves one partial per block.
+ * (Splitting the blocks over the idle device threads was measured: the
+ * loop is memory-bound, so it gained nothing on the target machine.) */
+static int run_blocks(const Prog *p, Array **slots, FuseMem *m, int64_t b0, int64_t b1) {
+  Ctx c = {slots, &m->lane, 0, 0};
+  for (int64_t blk = b0; blk < b1; blk++) {
+    c.off = blk * CMP_BLOCK;
+    c.n = p->size - c.off < CMP_BLOCK ? p->size - c.off : CMP_BLOCK;
+    for (int k = 0; k < p->n; k++)
+      if (run_instr(&c, &p->ins[k]) < 0) return -1;
+    if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
+  }
+  return 0;
+}
+
+int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
+  const Prog *p = f->impl;
+  int64_t nblocks = (p->size + CMP_BLOCK - 1) / CMP_BLOCK;
+  if (run_blocks(p, slots, m, 0, nblocks) < 0) return -1;
+  if (p->reduce) *(float *)arr_data(slots[p->red_dst.idx]) = kern_sum_f32(m->partials, nblocks);
+  return 0;
+}

@@ -1,0 +1,97 @@
+/*
+ * fuse.h - fusion of elementwise chains into one blocked loop, a pass of
+ * the compiler (compile.h, step 4).
+ *
+ * A fusible run is a sequence of elementwise equations (PK_UNARY /
+ * PK_BINARY, every operand and result f32 or bool, so comparisons and
+ * select_n join in) whose results all have one shape S (rank >= 1), each
+ * operand being of shape S or 0-d, optionally closed by a float32
+ * reduce_sum over every axis of a value of the run.  compile.c schedules
+ * such equations next to each other first when nothing in between needs
+ * them.
+ * The run becomes a small program over "registers" (CMP_BLOCK floats
+ * each), executed block by block: an operand read from memory is read in
+ * place, a value only the run uses lives in a register, a value used
+ * after the run is written to its slot.  So `sum(x + sin(y) * 3. - x*y)`
+ * reads x and y once and writes nothing but the sum.
+ *
+ * Exactness: add, sub, mul, div, max, min, neg, abs and sqrt over f32 are
+ * the same C expressions the eager kernels use; sin, cos, exp and log call the
+ * eager kernels' vectorised routines (kernels.h); every other operation
+ * calls its eager kernel on block-sized views.  Results therefore equal
+ * eager evaluation bit for bit, except a fused sum, which adds blockwise
+ * then pairwise over the block sums (allclose to eager).
+ *
+ * References: while compiling, an operand is a variable id (>= 0) or a
+ * constant slot (-1 - slot), as compile.c encodes them; fuse_resolve turns
+ * them into slots once buffers are planned.
+ */
+#ifndef SHMAP_FUSE_H
+#define SHMAP_FUSE_H
+
+#include "transform/plan.h"
+
+/* One step seen by the pass: its equation (NULL for a step that is not a
+ * kernel call) and its operand and result references (borrowed). */
+typedef struct FuseItem {
+  const PlanEqn *eqn;
+  const int *in, *out;
+} FuseItem;
+
+/* What the pass reads about the plan being compiled. */
+typedef struct FuseEnv {
+  const Plan *p;          /* avals of variables */
+  const int *uses;        /* readers of each variable among all steps and outputs */
+  const AVal *(*const_aval)(void *ctx, int slot);  /* aval of a constant slot */
+  void *ctx;
+} FuseEnv;
+
+typedef struct Fused Fused;
+
+/* Public summary of a fused program, for workspace sizing. */
+struct Fused {
+  int nregs;              /* registers of CMP_BLOCK floats needed */
+  int64_t npartials;      /* partial sums of a closing reduction */
+  void *impl;             /* fuse.c's program */
+};
+
+/* Registers and block views of a fused loop. */
+typedef struct FuseLane {
+  float *regs;            /* nregs * CMP_BLOCK floats, 64-byte aligned */
+  void *views;            /* block view headers for kernel calls */
+} FuseLane;
+
+/* The scratch of one workspace. */
+typedef struct FuseMem {
+  FuseLane lane;
+  size_t regs_bytes;
+  float *partials;        /* one per block of a closing reduction */
+  size_t partials_bytes;
+} FuseMem;
+
+/* Length of the fusible run starting at item [i] of [n] (0 or 1: none). */
+int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n);
+
+/* True when item [k] could extend the run [i, j) were it at position [j]
+ * (an elementwise equation of the run's shape, or its closing sum). */
+bool fuse_joins(const FuseEnv *fe, const FuseItem *items, int i, int j, int k);
+
+/* Builds the program for items [i, i+len); sets the fused step's operand
+ * references (*nin, *in: shm_malloc'd) and results (*nout, *out).  NULL
+ * with the error set on nomem. */
+Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int *nin,
+                  int **in, int *nout, int **out);
+
+/* Turns references into slots: [var_slot] maps variables to slots. */
+void fuse_resolve(Fused *f, const int *var_slot);
+
+/* Runs [f] over the slot arrays [slots] with scratch [m].  0 or -1. */
+int fuse_run(const Fused *f, Array **slots, FuseMem *m);
+
+void fuse_free(Fused *f);
+
+/* Allocates the scratch for [nregs] registers and [npartials] sums. */
+int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials);
+void fuse_mem_free(FuseMem *m);
+
+#endif

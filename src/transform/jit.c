@@ -1,0 +1,890 @@
+/*
+ * jit.c - jit wrappers, the signature cache, plan() and --dump-plans
+ * (jit.h).
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "lang/builtins.h"
+#include "transform/compile.h"
+#include "spmd/device.h"
+#include "base/intern.h"
+#include "transform/jit.h"
+#include "base/mem.h"
+#include "spmd/mesh.h"
+#include "lang/ops.h"
+#include "array/print.h"
+#include "spmd/shardmap.h"
+#include "transform/trace.h"
+
+/* One traced signature. */
+typedef struct Entry {
+  struct Entry *next;
+  char *key;           /* owned signature bytes */
+  size_t keylen;
+  Value *holds;        /* List: static objects keyed by identity, kept alive */
+  Plan *plan;          /* owned, compiled */
+  Value *out_tree;     /* owned: the traced result, its structure */
+} Entry;
+
+typedef struct JitFn {
+  Value hdr;           /* V_JITFN */
+  Value *fn;           /* owned: the wrapped callable */
+  const char *name;    /* interned */
+  int n_nums, n_names;
+  int64_t *nums;       /* owned: static_argnums */
+  const char **names;  /* owned array of interned static_argnames */
+  pthread_mutex_t lock;/* guards [cache] */
+  Entry *cache;
+} JitFn;
+
+/* ==== the signature ========================================================= */
+
+/* The key bytes, the traced leaves (borrowed) and objects to keep alive.
+ * Small signatures live in the inline arrays: a cache hit allocates
+ * nothing here. */
+#define SIG_INLINE 8
+typedef struct Sig {
+  char *key;
+  size_t len, cap;
+  Value **leaves;
+  const char **names;  /* the parameter each leaf came from, or NULL */
+  const char *cur;     /* the parameter being walked */
+  int nleaves, capleaves;
+  Value *holds;
+  bool failed;
+  char inl_key[256];
+  Value *inl_leaves[SIG_INLINE];
+  const char *inl_names[SIG_INLINE];
+} Sig;
+
+static void sig_init(Sig *s) {
+  memset(s, 0, offsetof(Sig, inl_key));
+  s->key = s->inl_key;
+  s->cap = sizeof s->inl_key;
+  s->leaves = s->inl_leaves;
+  s->names = s->inl_names;
+  s->capleaves = SIG_INLINE;
+}
+
+/* Grows [*p] (initially the inline [inl]) from [old] to [n] bytes. */
+static bool grow_inline(void **p, void *inl, size_t old, size_t n) {
+  void *q = *p == inl ? shm_malloc(n) : shm_realloc(*p, n);
+  if (!q) return false;
+  if (*p == inl) shm_memcpy(q, inl, old);
+  *p = q;
+  return true;
+}
+
+static void sig_bytes(Sig *s, const void *p, size_t n) {
+  if (s->failed) return;
+  if (s->len + n > s->cap) {
+    size_t c = s->cap * 2;
+    while (c < s->len + n) c *= 2;
+    if (!grow_inline((void **)&s->key, s->inl_key, s->len, c)) {
+      s->failed = true;
+      return;
+    }
+    s->cap = c;
+  }
+  shm_memcpy(s->key + s->len, p, n);
+  s->len += n;
+}
+
+static void sig_tag(Sig *s, char tag) { sig_bytes(s, &tag, 1); }
+
+static void sig_leaf(Sig *s, Value *v) {
+  AVal a;
+  if (ops_aval(v, &a) < 0) {
+    err_clear();
+    s->failed = true;
+    return;
+  }
+  unsigned char hdr[4] = {'A', (unsigned char)a.dtype, a.weak, (unsigned char)a.ndim};
+  sig_bytes(s, hdr, 4);
+  sig_bytes(s, a.shape, sizeof(int64_t) * (size_t)a.ndim);
+  sig_bytes(s, &a.vma, sizeof a.vma);
+  if (s->nleaves == s->capleaves) {
+    size_t old = (size_t)s->capleaves, n = old * 2;
+    if (!grow_inline((void **)&s->leaves, s->inl_leaves, old * sizeof(Value *), n * sizeof(Value *)) ||
+        !grow_inline((void **)&s->names, s->inl_names, old * sizeof(char *), n * sizeof(char *))) {
+      s->failed = true;
+      return;
+    }
+    s->capleaves = (int)n;
+  }
+  s->names[s->nleaves] = s->cur;
+  s->leaves[s->nleaves++] = v;
+}
+
+/* A static value: strings, numbers, dtypes and tuples of them by value,
+ * everything else by identity. */
+static void sig_static(Sig *s, Value *v) {
+  sig_tag(s, 'S');
+  sig_tag(s, (char)v->type);
+  switch ((VType)v->type) {
+  case V_NONE: case V_ELLIPSIS: return;
+  case V_STR: sig_bytes(s, str_cstr(v), ((Str *)v)->len + 1); return;
+  case V_DTYPE: sig_tag(s, (char)((DTypeVal *)v)->dtype); return;
+  case V_TUPLE: {
+    int64_t n = (int64_t)tuple_len(v);
+    sig_bytes(s, &n, sizeof n);
+    for (size_t i = 0; i < tuple_len(v); i++) sig_static(s, tuple_get(v, i));
+    return;
+  }
+  case V_ARRAY:
+    if (AS_ARRAY(v)->ndim == 0) {
+      double x = arr_get_f64(AS_ARRAY(v), 0);
+      sig_tag(s, (char)AS_ARRAY(v)->dtype);
+      sig_bytes(s, &x, sizeof x);
+      return;
+    }
+    break;
+  default: break;
+  }
+  sig_bytes(s, &v, sizeof v);
+  if (!s->holds) s->holds = list_new(4);
+  if (!s->holds || list_append(s->holds, v) < 0) s->failed = true;
+}
+
+static bool is_int_scalar(Value *v) {
+  return IS_ARRAY(v) && AS_ARRAY(v)->ndim == 0 && AS_ARRAY(v)->weak && !dt_is_float(AS_ARRAY(v)->dtype);
+}
+
+/* A tuple of Python ints (a shape) is static; JAX users pass shapes so. */
+static bool is_int_tuple(Value *v) {
+  if (v->type != V_TUPLE || tuple_len(v) == 0) return false;
+  for (size_t i = 0; i < tuple_len(v); i++)
+    if (!is_int_scalar(tuple_get(v, i))) return false;
+  return true;
+}
+
+static bool is_pytree_node(Value *v) {
+  return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST;
+}
+
+/* A traced argument: arrays are leaves, tuples and lists are walked. */
+static void sig_traced(Sig *s, Value *v) {
+  if (ops_is_array(v)) {
+    sig_leaf(s, v);
+    return;
+  }
+  if (!is_pytree_node(v)) {
+    sig_static(s, v);
+    return;
+  }
+  size_t n;
+  Value *const *items;
+  val_seq(v, &n, &items);
+  int64_t len = (int64_t)n;
+  sig_tag(s, v->type == V_TUPLE ? '(' : '[');
+  sig_bytes(s, &len, sizeof len);
+  for (size_t i = 0; i < n; i++) sig_traced(s, items[i]);
+}
+
+static void sig_free(Sig *s) {
+  if (s->names != s->inl_names) shm_free(s->names);
+  if (s->key != s->inl_key) shm_free(s->key);
+  if (s->leaves != s->inl_leaves) shm_free(s->leaves);
+  val_decref(s->holds);
+}
+
+/* ==== static arguments ====================================================== */
+
+/* The name of positional parameter [i] of a Func, or NULL. */
+static const char *param_name(Value *fn, int i) {
+  if (fn->type != V_FUNC) return NULL;
+  const Node *d = ((Func *)fn)->node;
+  return i < d->nparams && !d->params[i].star && !d->params[i].starstar ? d->params[i].name : NULL;
+}
+
+static bool annotated_static(Value *fn, const char *name) {
+  if (fn->type != V_FUNC || !name) return false;
+  const Node *d = ((Func *)fn)->node;
+  for (int i = 0; i < d->nparams; i++) {
+    const Node *an = d->params[i].annotation;
+    if (!strcmp(d->params[i].name, name) && an && an->kind == N_NAME && !strcmp(an->name, "static"))
+      return true;
+  }
+  return false;
+}
+
+static bool is_static(const JitFn *j, int pos, const char *name) {
+  for (int i = 0; pos >= 0 && i < j->n_nums; i++)
+    if (j->nums[i] == pos) return true;
+  for (int i = 0; name && i < j->n_names; i++)
+    if (!strcmp(j->names[i], name)) return true;
+  return annotated_static(j->fn, name);
+}
+
+/* The signature of a call of [j] with [a]. */
+static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
+  for (int i = 0; i < a->nargs; i++) {
+    s->cur = param_name(j->fn, i);
+    if (is_static(j, i, s->cur)) sig_static(s, a->args[i]);
+    else sig_traced(s, a->args[i]);
+  }
+  for (int k = 0; k < a->nkw; k++) {
+    sig_tag(s, 'K');
+    sig_bytes(s, a->kwnames[k], strlen(a->kwnames[k]) + 1);
+    s->cur = a->kwnames[k];
+    if (is_static(j, -1, a->kwnames[k])) sig_static(s, a->kwvals[k]);
+    else sig_traced(s, a->kwvals[k]);
+  }
+  if (s->failed) return err_nomem(), -1;
+  return 0;
+}
+
+/* ==== rebuilding structures =================================================== */
+
+/* [v] with its traced leaves replaced, in order, by [repl] from [*pos]. */
+static Value *rebuild(Value *v, Value **repl, int *pos) {
+  if (ops_is_array(v)) return val_incref(repl[(*pos)++]);
+  if (!is_pytree_node(v)) return val_incref(v);
+  size_t n;
+  Value *const *items;
+  val_seq(v, &n, &items);
+  Value *r = v->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  for (size_t i = 0; r && i < n; i++) {
+    Value *x = rebuild(items[i], repl, pos);
+    if (!x) {
+      for (size_t k = i; v->type == V_TUPLE && k < n; k++) tuple_set_steal(r, k, val_incref(VAL_NONE));
+      val_decref(r);
+      return NULL;
+    }
+    if (v->type == V_TUPLE) tuple_set_steal(r, i, x);
+    else if (list_append_steal(r, x) < 0) {
+      val_decref(r);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+/* Arguments for a traced call: statics as they are, traced leaves by [repl]. */
+static int rebuild_args(const JitFn *j, const CallArgs *a, Value **repl, CallArgs *out) {
+  int pos = 0;
+  out->nargs = a->nargs;
+  out->nkw = a->nkw;
+  out->kwnames = a->kwnames;
+  out->args = shm_calloc((size_t)(a->nargs + a->nkw) + 1, sizeof(Value *));
+  if (!out->args) return err_nomem(), -1;
+  out->kwvals = out->args + a->nargs;
+  for (int i = 0; i < a->nargs; i++) {
+    bool st = is_static(j, i, param_name(j->fn, i));
+    if (!(out->args[i] = st ? val_incref(a->args[i]) : rebuild(a->args[i], repl, &pos))) return -1;
+  }
+  for (int k = 0; k < a->nkw; k++) {
+    bool st = is_static(j, -1, a->kwnames[k]);
+    if (!(out->kwvals[k] = st ? val_incref(a->kwvals[k]) : rebuild(a->kwvals[k], repl, &pos)))
+      return -1;
+  }
+  return 0;
+}
+
+static void args_release(CallArgs *c) {
+  for (int i = 0; c->args && i < c->nargs + c->nkw; i++) val_decref(c->args[i]);
+  shm_free(c->args);
+}
+
+/* The array leaves of a result, in order (borrowed), into [s]. */
+static int flatten_out(Value *v, Sig *s) {
+  if (ops_is_array(v)) {
+    sig_leaf(s, v);
+    return s->failed ? (err_nomem(), -1) : 0;
+  }
+  if (v->type == V_TUPLE || v->type == V_LIST) {
+    size_t n;
+    Value *const *items;
+    val_seq(v, &n, &items);
+    for (size_t i = 0; i < n; i++)
+      if (flatten_out(items[i], s) < 0) return -1;
+    return 0;
+  }
+  if (v->type == V_NONE || v->type == V_STR) return 0;
+  err_set(ERR_TYPE, "a jit function must return arrays (or tuples and lists of them), got %s",
+          val_type_name(v));
+  return -1;
+}
+
+/* The result: [tree] with its array leaves replaced by [vals]. */
+static Value *unflatten(Value *tree, Value **vals, int *pos) {
+  if (ops_is_array(tree)) return val_incref(vals[(*pos)++]);
+  if (tree->type != V_TUPLE && tree->type != V_LIST) return val_incref(tree);
+  size_t n;
+  Value *const *items;
+  val_seq(tree, &n, &items);
+  Value *r = tree->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  for (size_t i = 0; r && i < n; i++) {
+    Value *x = unflatten(items[i], vals, pos);
+    if (tree->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
+    else if (x && list_append_steal(r, x) < 0) x = NULL;
+    if (!x) {
+      val_decref(r);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+/* ==== tracing ================================================================== */
+
+static Value *trace_shard_map(Value *sf, int nleaves, Value **tracers);
+
+/* Tracers for the leaves of [s] as inputs of [t], named after their
+ * parameters. */
+static Value **make_tracers(Trace *t, Sig *s) {
+  Value **tr = shm_calloc((size_t)s->nleaves + 1, sizeof(Value *));
+  if (!tr) return err_nomem();
+  for (int i = 0; i < s->nleaves; i++) {
+    AVal a;
+    ops_aval(s->leaves[i], &a);
+    if (!(tr[i] = trace_new_arg(t, &a, s->names[i]))) {
+      for (int k = 0; k < i; k++) val_decref(tr[k]);
+      shm_free(tr);
+      return NULL;
+    }
+  }
+  return tr;
+}
+
+static void values_free(Value **v, int n) {
+  for (int i = 0; v && i < n; i++) val_decref(v[i]);
+  shm_free(v);
+}
+
+/* Calls the wrapped function on tracers: a new reference to its result. */
+static Value *call_traced(const JitFn *j, const CallArgs *a, Value **tracers, int n) {
+  if (j->fn->type == V_SHARDFN) {
+    if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", j->name);
+    return trace_shard_map(j->fn, n, tracers);
+  }
+  CallArgs c = {0};
+  Value *r = rebuild_args(j, a, tracers, &c) == 0 ? val_call(j->fn, &c) : NULL;
+  args_release(&c);
+  return r;
+}
+
+/* What tracing a call produced. */
+typedef struct Traced {
+  Plan *plan;
+  Value *out_tree;
+  Value **caps;
+  int ncap;
+} Traced;
+
+/* Traces [j] on [a] whose leaves are in [s]: a top-level plan ([top]) or a
+ * nested one (captures handed back in [tr]). */
+static int trace_call(const JitFn *j, const CallArgs *a, Sig *s, bool top, Traced *tr) {
+  Trace *t = trace_begin(j->name, top);
+  if (!t) return -1;
+  Value **tracers = make_tracers(t, s);
+  Value *r = tracers ? call_traced(j, a, tracers, s->nleaves) : NULL;
+  values_free(tracers, s->nleaves);
+  Sig outs;
+  sig_init(&outs);
+  if (!r || flatten_out(r, &outs) < 0) {
+    val_decref(r);
+    sig_free(&outs);
+    trace_abort(t);
+    return -1;
+  }
+  tr->plan = trace_end(t, outs.nleaves, outs.leaves, &tr->caps, &tr->ncap);
+  tr->out_tree = r;
+  sig_free(&outs);
+  if (tr->plan) return 0;
+  val_decref(r);
+  return -1;
+}
+
+/* --dump-plans: the plan, as it is compiled. */
+static void dump_plan(const JitFn *j, Plan *p) {
+  if (!shm_interp || !shm_interp->dump_plans) return;
+  Value *s = plan_str(p);
+  if (!s) {
+    err_clear();
+    return;
+  }
+  char head[256];
+  snprintf(head, sizeof head, "# plan of %s\n", j->name);
+  eval_write(head, strlen(head));
+  eval_write(str_cstr(s), ((Str *)s)->len);
+  eval_write("\n", 1);
+  val_decref(s);
+}
+
+/* ==== the cache ================================================================= */
+
+static Entry *cache_find(JitFn *j, const Sig *s) {
+  pthread_mutex_lock(&j->lock);
+  Entry *e = j->cache;
+  while (e && (e->keylen != s->len || memcmp(e->key, s->key, s->len))) e = e->next;
+  pthread_mutex_unlock(&j->lock);
+  return e;
+}
+
+static void entry_free(Entry *e) {
+  shm_free(e->key);
+  val_decref(e->holds);
+  val_decref(e->plan ? &e->plan->hdr : NULL);
+  val_decref(e->out_tree);
+  shm_free(e);
+}
+
+/* Inserts [e] unless an equal entry arrived meanwhile; the one kept. */
+static Entry *cache_insert(JitFn *j, Entry *e) {
+  pthread_mutex_lock(&j->lock);
+  Entry *o = j->cache;
+  while (o && (o->keylen != e->keylen || memcmp(o->key, e->key, e->keylen))) o = o->next;
+  if (!o) {
+    e->next = j->cache;
+    j->cache = e;
+  }
+  pthread_mutex_unlock(&j->lock);
+  if (o) entry_free(e);
+  return o ? o : e;
+}
+
+/* Traces and compiles a missing signature. */
+static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
+  Traced tr = {0};
+  if (trace_call(j, a, s, true, &tr) < 0) return NULL;
+  trace_caps_free(tr.caps, tr.ncap);
+  Entry *e = shm_calloc(1, sizeof *e);
+  if (!e || cmp_compile(tr.plan) < 0) {
+    if (!e) err_nomem();
+    val_decref(&tr.plan->hdr);
+    val_decref(tr.out_tree);
+    shm_free(e);
+    return NULL;
+  }
+  dump_plan(j, tr.plan);
+  if (!(e->key = shm_malloc(s->len + 1))) {
+    err_nomem();
+    entry_free(e);
+    val_decref(&tr.plan->hdr);
+    val_decref(tr.out_tree);
+    return NULL;
+  }
+  shm_memcpy(e->key, s->key, s->len);
+  e->keylen = s->len;
+  e->holds = s->holds;
+  s->holds = NULL;
+  e->plan = tr.plan;
+  e->out_tree = tr.out_tree;
+  return cache_insert(j, e);
+}
+
+/* ==== calling ==================================================================== */
+
+/* Runs the compiled plan of [e] on the leaves of [s]. */
+static Value *run_entry(Entry *e, Sig *s) {
+  Plan *p = e->plan;
+  Array *in_stack[SIG_INLINE];
+  Value *out_stack[SIG_INLINE];
+  Array **in = s->nleaves <= SIG_INLINE ? in_stack : shm_calloc((size_t)s->nleaves, sizeof(Array *));
+  Value **out = p->nout <= SIG_INLINE ? out_stack : shm_calloc((size_t)p->nout, sizeof(Value *));
+  Value *r = NULL;
+  if (!in || !out) {
+    err_nomem();
+    goto done;
+  }
+  for (int i = 0; i < s->nleaves; i++) in[i] = AS_ARRAY(s->leaves[i]);
+  if (cmp_run(p, in, (Array **)out) == 0) {
+    int pos = 0;
+    r = unflatten(e->out_tree, out, &pos);
+    for (int i = 0; i < p->nout; i++) val_decref(out[i]);
+  }
+done:
+  if (in != in_stack) shm_free(in);
+  if (out != out_stack) shm_free(out);
+  return r;
+}
+
+/* Inside another trace: records pjit[jaxpr=... name=f]. */
+static Value *call_nested(JitFn *j, const CallArgs *a, Sig *s) {
+  Traced tr = {0};
+  if (trace_call(j, a, s, false, &tr) < 0) return NULL;
+  int n = tr.ncap + s->nleaves;
+  Value **ops = shm_calloc((size_t)n + 1, sizeof(Value *));
+  AVal *avs = shm_calloc((size_t)tr.plan->nout + 1, sizeof(AVal));
+  Value *res = NULL;
+  if (ops && avs) {
+    shm_memcpy(ops, tr.caps, sizeof(Value *) * (size_t)tr.ncap);
+    shm_memcpy(ops + tr.ncap, s->leaves, sizeof(Value *) * (size_t)s->nleaves);
+    for (int i = 0; i < tr.plan->nout; i++) plan_atom_aval(tr.plan, &tr.plan->outs[i], &avs[i]);
+    Params p;
+    params_init(&p);
+    params_add(&p, "jaxpr", val_incref(&tr.plan->hdr));
+    params_add(&p, "name", str_from(j->name));
+    res = trace_emit(P_PJIT, &p, n, ops, tr.plan->nout, avs);
+  } else {
+    err_nomem();
+  }
+  Value *r = NULL;
+  if (res) {
+    int pos = 0;
+    r = unflatten(tr.out_tree, ((Tuple *)res)->items, &pos);
+  }
+  val_decref(res);
+  shm_free(ops);
+  shm_free(avs);
+  trace_caps_free(tr.caps, tr.ncap);
+  val_decref(&tr.plan->hdr);
+  val_decref(tr.out_tree);
+  return r;
+}
+
+/* Converts non-array leaves? Leaves are arrays or tracers already; a
+ * traced leaf inside a concrete call means a leaked tracer. */
+static bool any_tracer(const Sig *s) {
+  for (int i = 0; i < s->nleaves; i++)
+    if (IS_TRACER(s->leaves[i])) return true;
+  return false;
+}
+
+Value *jit_call(Value *f, const CallArgs *a) {
+  JitFn *j = (JitFn *)f;
+  Sig s;
+  sig_init(&s);
+  Value *r = NULL;
+  if (sig_build(j, a, &s) < 0) goto out;
+  if (trace_current() || any_tracer(&s)) {
+    r = call_nested(j, a, &s);
+    goto out;
+  }
+  Entry *e = cache_find(j, &s);
+  if (!e) e = cache_fill(j, a, &s);
+  if (e) r = run_entry(e, &s);
+out:
+  sig_free(&s);
+  return r;
+}
+
+/* ==== jit shard_map ================================================================ */
+
+
+static PSpec *spec_at(Value *specs, int i) {
+  return specs->type == V_PSPEC ? (PSpec *)specs : (PSpec *)tuple_get(specs, (size_t)i);
+}
+
+static uint32_t spec_bits(const PSpec *s, const Mesh *m) {
+  uint32_t bits = 0;
+  for (int ax = 0; ax < s->n; ax++)
+    for (int k = 0; k < s->e[ax].nnames; k++) bits |= 1u << mesh_axis(m, s->e[ax].names[k]);
+  return bits;
+}
+
+/* The block aval device code sees for global aval [g] under [s]. */
+static int block_aval(const ShardFn *f, int i, int n, const AVal *g, AVal *b) {
+  PSpec *s = spec_at(f->in_specs, i);
+  char what[64], sb[256];
+  snprintf(what, sizeof what, n > 1 ? "argument %d: in_specs" : "in_specs", i);
+  if (pspec_check(s, f->mesh, g->ndim, what) < 0) return -1;
+  *b = *g;
+  for (int ax = 0; ax < s->n; ax++) {
+    int k = pspec_entry_size(s, f->mesh, ax);
+    if (g->shape[ax] % k) {
+      pspec_str(s, sb, sizeof sb);
+      err_set(ERR_VALUE, "in_specs %s splits axis %d (size %lld), which %d devices do not divide",
+              sb, ax, (long long)g->shape[ax], k);
+      return -1;
+    }
+    b->shape[ax] = g->shape[ax] / k;
+  }
+  b->vma = spec_bits(s, f->mesh);
+  return 0;
+}
+
+/* The global aval of result [i] from its block aval. */
+static int global_aval(const ShardFn *f, int i, const AVal *b, AVal *g) {
+  PSpec *s = spec_at(f->out_specs, i);
+  if (pspec_check(s, f->mesh, b->ndim, "out_specs") < 0) return -1;
+  *g = *b;
+  g->vma = 0;
+  for (int ax = 0; ax < s->n; ax++) g->shape[ax] = b->shape[ax] * pspec_entry_size(s, f->mesh, ax);
+  return 0;
+}
+
+/* Traces the body of [f] on block tracers, with the mesh's device context
+ * installed so collectives know their axes. */
+static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *ncap) {
+  MeshDesc md;
+  mesh_to_desc(f->mesh, &md);
+  DevCtx ctx = {.mesh = &md, .rank = 0};
+  DevCtx *saved = dev_ctx();
+  Trace *t = trace_begin(f->name, false);
+  if (!t) return NULL;
+  Value **bt = shm_calloc((size_t)n + 1, sizeof(Value *));
+  Value *r = NULL;
+  for (int i = 0; bt && i < n; i++) {
+    AVal g, b;
+    if (ops_aval(args[i], &g) < 0 || block_aval(f, i, n, &g, &b) < 0 ||
+        !(bt[i] = trace_new_arg(t, &b, NULL)))
+      goto fail;
+  }
+  dev_ctx_set(&ctx);
+  r = bt ? val_call_n(f->body, n, bt) : err_nomem();
+  dev_ctx_set(saved);
+  Sig outs;
+  sig_init(&outs);
+  if (!r || flatten_out(r, &outs) < 0) {
+    sig_free(&outs);
+    goto fail;
+  }
+  Plan *p = trace_end(t, outs.nleaves, outs.leaves, caps, ncap);
+  sig_free(&outs);
+  values_free(bt, n);
+  val_decref(r);
+  return p;
+fail:
+  values_free(bt, n);
+  val_decref(r);
+  trace_abort(t);
+  return NULL;
+}
+
+/* in_specs for the equation: P() for each capture, then the function's. */
+static Value *eqn_in_specs(const ShardFn *f, int ncap, int n) {
+  Value *t = tuple_new((size_t)(ncap + n));
+  for (int i = 0; t && i < ncap + n; i++) {
+    Value *s = i < ncap ? pspec_from_args(0, NULL) : val_incref(&spec_at(f->in_specs, i - ncap)->hdr);
+    if (!s) {
+      for (int k = i; k < ncap + n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, (size_t)i, s);
+  }
+  return t;
+}
+
+static Value *eqn_out_specs(const ShardFn *f, int nout) {
+  if (f->out_specs->type == V_TUPLE) return val_incref(f->out_specs);
+  Value *one = &spec_at(f->out_specs, 0)->hdr;
+  Value *t = tuple_new((size_t)nout);
+  for (int i = 0; t && i < nout; i++) tuple_set_steal(t, (size_t)i, val_incref(one));
+  return t;
+}
+
+/* Records shard_map[...] over [args] in the current trace. */
+static Value *emit_shard_map(ShardFn *f, Plan *body, Value **caps, int ncap, int n, Value **args) {
+  int nout = body->nout;
+  AVal *avs = shm_calloc((size_t)nout + 1, sizeof(AVal));
+  Value **ops = shm_calloc((size_t)(ncap + n) + 1, sizeof(Value *));
+  if (!avs || !ops) {
+    shm_free(avs);
+    shm_free(ops);
+    return err_nomem();
+  }
+  Value *r = NULL;
+  for (int i = 0; i < nout; i++) {
+    AVal b;
+    plan_atom_aval(body, &body->outs[i], &b);
+    if (global_aval(f, f->out_specs->type == V_TUPLE ? i : 0, &b, &avs[i]) < 0) goto out;
+  }
+  shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
+  shm_memcpy(ops + ncap, args, sizeof(Value *) * (size_t)n);
+  Params p;
+  params_init(&p);
+  params_add(&p, "mesh", val_incref(&f->mesh->hdr));
+  params_add(&p, "in_specs", eqn_in_specs(f, ncap, n));
+  params_add(&p, "out_specs", eqn_out_specs(f, nout));
+  params_add(&p, "jaxpr", val_incref(&body->hdr));
+  params_add(&p, "check_rep", val_incref(val_bool(f->check_rep)));
+  if (p.n == 5) r = trace_emit(P_SHARD_MAP, &p, ncap + n, ops, nout, avs);
+  else params_clear(&p);
+out:
+  shm_free(avs);
+  shm_free(ops);
+  return r;
+}
+
+/* A shard_map called on tracers: its body as a sub-plan.  The result has
+ * the structure the un-jitted call would have (one array or a tuple). */
+static Value *trace_shard_map(Value *sfv, int n, Value **args) {
+  ShardFn *f = (ShardFn *)sfv;
+  if (f->in_specs->type == V_TUPLE && (int)tuple_len(f->in_specs) != n)
+    return err_set(ERR_TYPE, "%s() has %zu in_specs but was called with %d argument%s", f->name,
+                   tuple_len(f->in_specs), n, n == 1 ? "" : "s");
+  Value **caps = NULL;
+  int ncap = 0;
+  Plan *body = trace_body(f, n, args, &caps, &ncap);
+  if (!body) return NULL;
+  Value *res = emit_shard_map(f, body, caps, ncap, n, args);
+  trace_caps_free(caps, ncap);
+  val_decref(&body->hdr);
+  if (!res || f->out_specs->type == V_TUPLE || tuple_len(res) != 1) return res;
+  Value *one = val_incref(tuple_get(res, 0));
+  val_decref(res);
+  return one;
+}
+
+Value *jit_trace_shard_map(Value *sf, const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", ((ShardFn *)sf)->name);
+  Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *));
+  if (!args) return err_nomem();
+  int i = 0;
+  for (; i < a->nargs; i++)
+    if (!(args[i] = ops_to_array(a->args[i], -1))) break;
+  Value *r = i == a->nargs ? trace_shard_map(sf, a->nargs, args) : NULL;
+  values_free(args, i);
+  return r;
+}
+
+/* ==== values, builtins, registration ================================================= */
+
+static void jit_free(Value *v) {
+  JitFn *j = (JitFn *)v;
+  while (j->cache) {
+    Entry *e = j->cache;
+    j->cache = e->next;
+    entry_free(e);
+  }
+  val_decref(j->fn);
+  shm_free(j->nums);
+  shm_free(j->names);
+  pthread_mutex_destroy(&j->lock);
+  shm_free(j);
+}
+
+static Value *jit_repr(Value *v) { return str_printf("<jit function %s>", ((JitFn *)v)->name); }
+
+static const char *callable_name(Value *fn) {
+  switch (fn->type) {
+  case V_FUNC: return ((Func *)fn)->name;
+  case V_SHARDFN: return ((ShardFn *)fn)->name;
+  case V_BUILTIN: return intern_cstr(((Builtin *)fn)->name);
+  case V_JITFN: return ((JitFn *)fn)->name;
+  default: return intern_cstr("<jit>");
+  }
+}
+
+Value *jit_new(Value *fn, int n_nums, const int64_t *static_nums, int n_names,
+               const char **static_names) {
+  if (fn->type == V_NONE || IS_ARRAY(fn) || fn->type == V_STR)
+    return err_set(ERR_TYPE, "jit: expected a function, got %s", val_type_name(fn));
+  JitFn *j = shm_calloc(1, sizeof *j);
+  if (!j) return err_nomem();
+  val_init(&j->hdr, V_JITFN);
+  pthread_mutex_init(&j->lock, NULL);
+  j->fn = val_incref(fn->type == V_JITFN ? ((JitFn *)fn)->fn : fn);
+  j->name = callable_name(fn);
+  j->nums = shm_calloc((size_t)n_nums + 1, sizeof(int64_t));
+  j->names = shm_calloc((size_t)n_names + 1, sizeof(char *));
+  if (!j->nums || !j->names) {
+    val_decref(&j->hdr);
+    return err_nomem();
+  }
+  shm_memcpy(j->nums, static_nums, sizeof(int64_t) * (size_t)n_nums);
+  shm_memcpy(j->names, static_names, sizeof(char *) * (size_t)n_names);
+  j->n_nums = n_nums;
+  j->n_names = n_names;
+  return &j->hdr;
+}
+
+static Value *make_jit_hook(Value *fn) {
+  Value *j = jit_new(fn, 0, NULL, 0, NULL);
+  val_decref(fn);
+  return j;
+}
+
+/* static_argnums: an int or a sequence of ints. */
+static int read_nums(Value *v, int *n, int64_t *out) {
+  *n = 0;
+  if (!v || v == VAL_NONE) return 0;
+  size_t len = 1;
+  Value *const *items = &v;
+  if (v->type == V_TUPLE || v->type == V_LIST) val_seq(v, &len, &items);
+  for (size_t i = 0; i < len && i < 32; i++)
+    if (arr_to_index(items[i], &out[(*n)++]) < 0) return -1;
+  return 0;
+}
+
+static int read_names(Value *v, int *n, const char **out) {
+  *n = 0;
+  if (!v || v == VAL_NONE) return 0;
+  size_t len = 1;
+  Value *const *items = &v;
+  if (v->type == V_TUPLE || v->type == V_LIST) val_seq(v, &len, &items);
+  for (size_t i = 0; i < len && i < 32; i++) {
+    if (items[i]->type != V_STR) {
+      err_set(ERR_TYPE, "static_argnames must be strings, got %s", val_type_name(items[i]));
+      return -1;
+    }
+    out[(*n)++] = intern_cstr(str_cstr(items[i]));
+  }
+  return 0;
+}
+
+/* jit(fun, static_argnums=None, static_argnames=None) */
+static Value *bi_jit(const CallArgs *a) {
+  Value *fn, *nums_v, *names_v;
+  if (args_bind("jit", a, "fun, static_argnums=, static_argnames=",
+                (Value **[]){&fn, &nums_v, &names_v}) < 0)
+    return NULL;
+  int64_t nums[32];
+  const char *names[32];
+  int nn, nm;
+  if (read_nums(nums_v, &nn, nums) < 0 || read_names(names_v, &nm, names) < 0) return NULL;
+  return jit_new(fn, nn, nums, nm, names);
+}
+
+Value *jit_plan_of(Value *fn, const CallArgs *a) {
+  Value *jv = fn->type == V_JITFN ? val_incref(fn) : jit_new(fn, 0, NULL, 0, NULL);
+  if (!jv) return NULL;
+  JitFn *j = (JitFn *)jv;
+  Sig s;
+  sig_init(&s);
+  Traced tr = {0};
+  Value *r = NULL;
+  if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
+    r = &tr.plan->hdr;
+    trace_caps_free(tr.caps, tr.ncap);
+    val_decref(tr.out_tree);
+  }
+  sig_free(&s);
+  val_decref(jv);
+  return r;
+}
+
+/* plan(f, *args, **kwargs): the staged plan of calling f on args. */
+static Value *bi_plan(const CallArgs *a) {
+  if (a->nargs < 1) return err_set(ERR_TYPE, "plan() missing required argument 'f'");
+  CallArgs rest = {a->nargs - 1, a->args + 1, a->nkw, a->kwnames, a->kwvals};
+  return jit_plan_of(a->args[0], &rest);
+}
+
+/* jax.make_jaxpr(f)(*args): a callable giving the plan. */
+static Value *make_jaxpr_call(Value *self, const CallArgs *a) { return jit_plan_of(self, a); }
+
+static Value *bi_make_jaxpr(const CallArgs *a) {
+  Value *fn;
+  if (args_bind("make_jaxpr", a, "fun", (Value **[]){&fn}) < 0) return NULL;
+  return bound_new("make_jaxpr", make_jaxpr_call, fn);
+}
+
+static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc, const char *ns) {
+  Value *v = builtin_new(name, fn, doc);
+  int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to(ns, name, v) == 0 ? 0 : -1;
+  val_decref(v);
+  return rc;
+}
+
+int jit_register(Env *b) {
+  trace_register();
+  plan_register();
+  cmp_register();
+  val_register_free(V_JITFN, jit_free);
+  print_register(V_JITFN, jit_repr, jit_repr);
+  eval_register_call(V_JITFN, jit_call);
+  eval_make_jit = make_jit_hook;
+  if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
+      add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||
+      add_both(b, "make_jaxpr", bi_make_jaxpr, "make_jaxpr(f)(*args): the staged plan", "jax") < 0)
+    return -1;
+  return 0;
+}

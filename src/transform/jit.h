@@ -1,0 +1,70 @@
+/*
+ * jit.h - jit wrappers: the signature cache, static arguments, `plan(f,
+ * *args)` and `--dump-plans` (LANGUAGE.md §6; semantics: jax.jit and
+ * seed 004's make_jaxpr).
+ *
+ * A JitFn wraps a callable (a Func, a ShardFn, or anything val_call takes).
+ * Calling it:
+ *   1. splits the arguments into traced ones and static ones.  Arrays and
+ *      numbers are traced (numbers as weakly typed 0-d arrays); tuples and
+ *      lists are pytrees whose array leaves are traced, except a tuple of
+ *      Python ints, which is static (a shape); strings, None, functions,
+ *      meshes, dtypes are static; so is a parameter annotated `static`
+ *      (`jit def f(x, n: static)`) or named by static_argnums /
+ *      static_argnames;
+ *   2. builds the signature: the avals (dtype, weak flag, shape) of the
+ *      traced leaves and the values of the static ones (strings and
+ *      numbers by value, other objects by identity);
+ *   3. on a miss, traces the function with tracers for the traced leaves
+ *      (trace.h), compiles the plan (compile.h), prints it when
+ *      --dump-plans is on, and caches it under the signature;
+ *   4. runs the compiled plan on the leaves and rebuilds the result's
+ *      structure (tuples and lists of arrays).
+ * Called while another trace is active (a jit function called from a jit
+ * function, a cond branch, ...), it records a `pjit[jaxpr=... name=f]`
+ * equation instead.
+ *
+ * A jit shard_map traces the body once per signature of its blocks (the
+ * avals each device sees, tagged with the mesh axes they vary over), with
+ * the mesh's context installed so collectives are recorded as plan
+ * operations; the top-level plan is one `shard_map[mesh= in_specs=
+ * out_specs= jaxpr= check_rep=]` equation, run by compiling the body once
+ * and calling it on every device thread through shardmap.c.
+ *
+ * Threads: the cache of a JitFn is guarded by its mutex (JitFn.lock),
+ * held only to look up or insert an entry, never while tracing or
+ * running; two threads missing at once both trace and the second insert
+ * is dropped.
+ */
+#ifndef SHMAP_JIT_H
+#define SHMAP_JIT_H
+
+#include "lang/eval.h"
+#include "transform/plan.h"
+
+/* Wraps [fn] (borrowed) into a new JitFn.  [static_nums] (n_nums ints)
+ * and [static_names] (n_names interned names) mark static parameters, in
+ * addition to `static` annotations of a Func's parameters.  NULL + error
+ * when [fn] is not callable. */
+Value *jit_new(Value *fn, int n_nums, const int64_t *static_nums, int n_names,
+               const char **static_names);
+
+/* Calls a JitFn (eval_register_call hook): the steps above. */
+Value *jit_call(Value *f, const CallArgs *a);
+
+/* Traces [fn] (a JitFn or any callable) on [a] and returns the plan (new
+ * reference), without running it: `plan(f, *args)`. */
+Value *jit_plan_of(Value *fn, const CallArgs *a);
+
+/* A shard_map function [sf] called while tracing (from inside a jit
+ * function): records its shard_map equation in the current trace and
+ * returns the traced result.  shardmap_call hands such calls here. */
+Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
+
+/* Registers jit (also jax.jit), plan, jax.make_jaxpr, the V_JITFN type,
+ * eval_make_jit, and the staging subsystems under it (trace.h, plan.h,
+ * compile.h; control.h registers itself, ctl_register).  Also binds
+ * perf_counter() when nothing else has.  0, or -1 with the error set. */
+int jit_register(Env *builtins);
+
+#endif

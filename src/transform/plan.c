@@ -1,0 +1,494 @@
+/*
+ * plan.c - the plan data structure and its printer (plan.h).
+ *
+ * The printer mirrors jax._src.core's pretty printer as of JAX 0.4.3x:
+ * one naming context for the whole printed plan, so a sub-plan's binders
+ * continue the letters of its parent; literals with their type.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "base/mem.h"
+#include "spmd/mesh.h"
+#include "lang/ops.h"
+#include "transform/plan.h"
+#include "array/print.h"
+
+void (*plan_exec_free)(void *exec);
+
+/* ==== building ============================================================ */
+
+Plan *plan_new(const char *name) {
+  Plan *p = shm_calloc(1, sizeof *p);
+  if (!p) return err_nomem();
+  val_init(&p->hdr, V_PLAN);
+  p->name = name;
+  return p;
+}
+
+/* Grows [*arr] of [*cap] elements of [size] bytes to hold [need]. */
+static int grow(void **arr, int *cap, int need, size_t size) {
+  if (need <= *cap) return 0;
+  int n = *cap ? *cap * 2 : 8;
+  while (n < need) n *= 2;
+  void *q = shm_realloc(*arr, (size_t)n * size);
+  if (!q) {
+    err_nomem();
+    return -1;
+  }
+  *arr = q;
+  *cap = n;
+  return 0;
+}
+
+int plan_add_var(Plan *p, const AVal *a) {
+  if (grow((void **)&p->vars, &p->capvars, p->nvars + 1, sizeof(AVal)) < 0) return -1;
+  p->vars[p->nvars] = *a;
+  return p->nvars++;
+}
+
+int plan_insert_invar(Plan *p, int at, int var) {
+  int *q = shm_realloc(p->invars, sizeof(int) * (size_t)(p->nin + 1));
+  if (!q) {
+    err_nomem();
+    return -1;
+  }
+  memmove(q + at + 1, q + at, sizeof(int) * (size_t)(p->nin - at));
+  q[at] = var;
+  p->invars = q;
+  p->nin++;
+  return 0;
+}
+
+int plan_add_invar(Plan *p, int var) { return plan_insert_invar(p, p->nin, var); }
+
+int plan_add_const(Plan *p, Value *value) {
+  AVal a;
+  if (ops_aval(value, &a) < 0) return -1;
+  a.vma = 0;
+  int v = plan_add_var(p, &a);
+  if (v < 0) return -1;
+  int *cv = shm_realloc(p->constvars, sizeof(int) * (size_t)(p->nconst + 1));
+  if (cv) p->constvars = cv;
+  Value **cs = cv ? shm_realloc(p->consts, sizeof(Value *) * (size_t)(p->nconst + 1)) : NULL;
+  if (!cs) {
+    err_nomem();
+    return -1;
+  }
+  p->consts = cs;
+  p->constvars[p->nconst] = v;
+  p->consts[p->nconst++] = val_incref(value);
+  return v;
+}
+
+/* Copies [n] atoms, taking references to literals.  NULL on nomem. */
+static PlanAtom *atoms_copy(int n, const PlanAtom *in) {
+  PlanAtom *a = shm_calloc((size_t)n + 1, sizeof *a);
+  if (!a) return err_nomem();
+  for (int i = 0; i < n; i++) {
+    a[i] = in[i];
+    val_incref(a[i].lit);
+  }
+  return a;
+}
+
+static void atoms_free(int n, PlanAtom *a) {
+  for (int i = 0; a && i < n; i++) val_decref(a[i].lit);
+  shm_free(a);
+}
+
+int plan_add_eqn(Plan *p, PrimId prim, Params *params, int nin, const PlanAtom *in,
+                 int nout, const int *out, Loc loc) {
+  PlanEqn e = {.prim = prim, .params = *params, .nin = nin, .nout = nout, .loc = loc};
+  params_init(params);
+  e.in = atoms_copy(nin, in);
+  e.out = e.in ? shm_calloc((size_t)nout + 1, sizeof(int)) : NULL;
+  if (!e.out || grow((void **)&p->eqns, &p->capeqn, p->neqn + 1, sizeof(PlanEqn)) < 0) {
+    if (e.in && !e.out) err_nomem();
+    e.loc.src = NULL;
+    plan_eqn_clear(&e);
+    return -1;
+  }
+  shm_memcpy(e.out, out, sizeof(int) * (size_t)nout);
+  if (e.loc.src) src_incref(e.loc.src);
+  p->eqns[p->neqn] = e;
+  return p->neqn++;
+}
+
+int plan_set_outs(Plan *p, int nout, const PlanAtom *outs) {
+  PlanAtom *a = atoms_copy(nout, outs);
+  if (!a) return -1;
+  atoms_free(p->nout, p->outs);
+  p->outs = a;
+  p->nout = nout;
+  return 0;
+}
+
+void plan_atom_aval(const Plan *p, const PlanAtom *a, AVal *out) {
+  if (a->var >= 0) *out = p->vars[a->var];
+  else aval_of(AS_ARRAY(a->lit), out);
+}
+
+void plan_eqn_clear(PlanEqn *e) {
+  params_clear(&e->params);
+  atoms_free(e->nin, e->in);
+  shm_free(e->out);
+  if (e->loc.src) src_decref(e->loc.src);
+  memset(e, 0, sizeof *e);
+}
+
+static void plan_free(Value *v) {
+  Plan *p = AS_PLAN(v);
+  if (p->exec && plan_exec_free) plan_exec_free(p->exec);
+  for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
+  for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);
+  atoms_free(p->nout, p->outs);
+  shm_free(p->eqns);
+  shm_free(p->vars);
+  shm_free(p->constvars);
+  shm_free(p->consts);
+  shm_free(p->invars);
+  shm_free(p);
+}
+
+/* ==== printing ============================================================= */
+
+/* A growable text buffer; [failed] once an allocation failed. */
+typedef struct Text {
+  char *s;
+  size_t len, cap;
+  bool failed;
+} Text;
+
+static void text_add(Text *t, const char *s, size_t n) {
+  if (t->failed) return;
+  if (t->len + n + 1 > t->cap) {
+    size_t c = t->cap ? t->cap * 2 : 256;
+    while (c < t->len + n + 1) c *= 2;
+    char *q = shm_realloc(t->s, c);
+    if (!q) {
+      t->failed = true;
+      return;
+    }
+    t->s = q;
+    t->cap = c;
+  }
+  shm_memcpy(t->s + t->len, s, n);
+  t->len += n;
+  t->s[t->len] = 0;
+}
+
+static void text_puts(Text *t, const char *s) { text_add(t, s, strlen(s)); }
+
+static void text_printf(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(Text *t, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  text_add(t, buf, n < (int)sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void text_indent(Text *t, int n) {
+  for (int i = 0; i < n; i++) text_add(t, " ", 1);
+}
+
+/* The naming context: the next letter number, shared by nested plans. */
+typedef struct Names {
+  int next;
+} Names;
+
+/* JAX's alphabetic names: 0 -> a, 25 -> z, 26 -> ba, 27 -> bb, ... */
+static void var_name(int n, char *buf) {
+  char tmp[16];
+  int k = 0;
+  do {
+    tmp[k++] = (char)('a' + n % 26);
+    n /= 26;
+  } while (n && k < 15);
+  for (int i = 0; i < k; i++) buf[i] = tmp[k - 1 - i];
+  buf[k] = 0;
+}
+
+/* Per plan being printed: the letter number of each variable (-1: none
+ * yet) and whether it is used. */
+typedef struct PrintCtx {
+  Text *t;
+  Names *names;
+  int *name_of;
+  bool *used;
+  const Plan *p;
+} PrintCtx;
+
+static void print_plan_at(Text *t, Names *names, const Plan *p, int indent);
+
+static void put_aval(Text *t, const AVal *a) {
+  char buf[256];
+  aval_str(buf, sizeof buf, a->dtype, a->ndim, a->shape);
+  text_puts(t, buf);
+}
+
+/* A 0-d concrete array as the Python number it holds. */
+static void put_scalar(Text *t, Array *a) {
+  char buf[64];
+  if (a->dtype == DT_BOOL) text_puts(t, arr_get_i64(a, 0) ? "True" : "False");
+  else if (dt_is_float(a->dtype)) {
+    print_float_scalar(buf, sizeof buf, arr_get_f64(a, 0), a->dtype);
+    text_puts(t, buf);
+  } else {
+    text_printf(t, "%lld", (long long)arr_get_i64(a, 0));
+  }
+}
+
+static void bind_var(PrintCtx *c, int v) {
+  char buf[16];
+  c->name_of[v] = c->names->next++;
+  var_name(c->name_of[v], buf);
+  text_puts(c->t, buf);
+  text_puts(c->t, ":");
+  put_aval(c->t, &c->p->vars[v]);
+}
+
+static void put_atom(PrintCtx *c, const PlanAtom *a) {
+  if (a->var < 0) {
+    put_scalar(c->t, AS_ARRAY(a->lit));
+    text_puts(c->t, ":");
+    AVal av;
+    aval_of(AS_ARRAY(a->lit), &av);
+    put_aval(c->t, &av);
+    return;
+  }
+  char buf[16];
+  if (c->name_of[a->var] < 0) {
+    text_puts(c->t, "?");
+    return;
+  }
+  var_name(c->name_of[a->var], buf);
+  text_puts(c->t, buf);
+}
+
+static bool holds_plan(Value *v) {
+  if (IS_PLAN(v)) return true;
+  if (v->type != V_TUPLE) return false;
+  for (size_t i = 0; i < tuple_len(v); i++)
+    if (holds_plan(tuple_get(v, i))) return true;
+  return false;
+}
+
+/* A parameter value without sub-plans, as JAX prints it. */
+static void put_value(Text *t, Value *v) {
+  char buf[512];
+  switch ((VType)v->type) {
+  case V_NONE: text_puts(t, "None"); return;
+  case V_STR: text_printf(t, "'%s'", str_cstr(v)); return;
+  case V_DTYPE: text_puts(t, dt_name(((DTypeVal *)v)->dtype)); return;
+  case V_PSPEC: pspec_str((PSpec *)v, buf, sizeof buf); text_puts(t, buf); return;
+  case V_MESH: {
+    const Mesh *m = (const Mesh *)v;
+    if (m->name) {
+      text_puts(t, m->name);
+      return;
+    }
+    text_puts(t, "Mesh(");
+    for (int i = 0; i < m->naxes; i++) text_printf(t, "%s%s=%d", i ? ", " : "", m->axis_names[i], m->axis_sizes[i]);
+    text_puts(t, ")");
+    return;
+  }
+  case V_TUPLE:
+    text_puts(t, "(");
+    for (size_t i = 0; i < tuple_len(v); i++) {
+      if (i) text_puts(t, ", ");
+      put_value(t, tuple_get(v, i));
+    }
+    text_puts(t, tuple_len(v) == 1 ? ",)" : ")");
+    return;
+  case V_ARRAY:
+    if (AS_ARRAY(v)->ndim == 0) {
+      put_scalar(t, AS_ARRAY(v));
+      return;
+    }
+    break;
+  default: break;
+  }
+  Value *r = val_repr(v);
+  if (!r) {
+    err_clear();
+    text_puts(t, "?");
+    return;
+  }
+  text_puts(t, str_cstr(r));
+  val_decref(r);
+}
+
+/* A parameter holding sub-plans, on lines of its own at [indent]. */
+static void put_plan_param(PrintCtx *c, Value *v, int indent) {
+  if (IS_PLAN(v)) {
+    print_plan_at(c->t, c->names, AS_PLAN(v), indent);
+    return;
+  }
+  text_puts(c->t, "(\n");
+  for (size_t i = 0; i < tuple_len(v); i++) {
+    text_indent(c->t, indent + 2);
+    put_plan_param(c, tuple_get(v, i), indent + 2);
+    text_puts(c->t, "\n");
+  }
+  text_indent(c->t, indent);
+  text_puts(c->t, ")");
+}
+
+static bool eqn_has_plans(const PlanEqn *e) {
+  for (int i = 0; i < e->params.n; i++)
+    if (holds_plan(e->params.p[i].value)) return true;
+  return false;
+}
+
+static void put_params(PrintCtx *c, const PlanEqn *e, int indent) {
+  const Params *ps = &e->params;
+  if (!ps->n) return;
+  if (!eqn_has_plans(e)) {
+    text_puts(c->t, "[");
+    for (int i = 0; i < ps->n; i++) {
+      text_printf(c->t, "%s%s=", i ? " " : "", ps->p[i].name);
+      put_value(c->t, ps->p[i].value);
+    }
+    text_puts(c->t, "]");
+    return;
+  }
+  text_puts(c->t, "[\n");
+  for (int i = 0; i < ps->n; i++) {
+    text_indent(c->t, indent + 2);
+    text_printf(c->t, "%s=", ps->p[i].name);
+    if (holds_plan(ps->p[i].value)) put_plan_param(c, ps->p[i].value, indent + 2);
+    else put_value(c->t, ps->p[i].value);
+    text_puts(c->t, "\n");
+  }
+  text_indent(c->t, indent);
+  text_puts(c->t, "]");
+}
+
+static void put_eqn(PrintCtx *c, const PlanEqn *e, int indent) {
+  text_indent(c->t, indent);
+  for (int i = 0; i < e->nout; i++) {
+    if (i) text_puts(c->t, " ");
+    if (c->used[e->out[i]]) {
+      bind_var(c, e->out[i]);
+    } else {
+      text_puts(c->t, "_:");
+      put_aval(c->t, &c->p->vars[e->out[i]]);
+    }
+  }
+  /* an equation without results (debug_callback) prints as JAX's: no `=` */
+  text_printf(c->t, e->nout ? " = %s" : "%s", prim_table[e->prim].name);
+  put_params(c, e, indent);
+  for (int i = 0; i < e->nin; i++) {
+    text_puts(c->t, " ");
+    put_atom(c, &e->in[i]);
+  }
+  text_puts(c->t, "\n");
+}
+
+static void mark_used(const Plan *p, bool *used) {
+  for (int i = 0; i < p->neqn; i++)
+    for (int j = 0; j < p->eqns[i].nin; j++)
+      if (p->eqns[i].in[j].var >= 0) used[p->eqns[i].in[j].var] = true;
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) used[p->outs[i].var] = true;
+}
+
+static void put_outs(PrintCtx *c) {
+  text_puts(c->t, "(");
+  for (int i = 0; i < c->p->nout; i++) {
+    if (i) text_puts(c->t, ", ");
+    put_atom(c, &c->p->outs[i]);
+  }
+  text_puts(c->t, c->p->nout == 1 ? ",)" : ")");
+}
+
+/* Prints [p] whose `{` is at column [indent]: equations at indent + 4,
+ * `in` at indent + 2. */
+static void print_plan_at(Text *t, Names *names, const Plan *p, int indent) {
+  int n = p->nvars ? p->nvars : 1;
+  PrintCtx c = {t, names, shm_malloc(sizeof(int) * (size_t)n), shm_calloc((size_t)n, 1), p};
+  if (!c.name_of || !c.used) {
+    t->failed = true;
+    shm_free(c.name_of);
+    shm_free(c.used);
+    return;
+  }
+  for (int i = 0; i < n; i++) c.name_of[i] = -1;
+  mark_used(p, c.used);
+  text_puts(t, "{ lambda ");
+  for (int i = 0; i < p->nconst; i++) {
+    bind_var(&c, p->constvars[i]);
+    text_puts(t, " ");
+  }
+  text_puts(t, ";");
+  for (int i = 0; i < p->nin; i++) {
+    text_puts(t, " ");
+    bind_var(&c, p->invars[i]);
+  }
+  if (p->neqn == 0) {
+    text_puts(t, ". let  in ");
+  } else {
+    text_puts(t, ". let\n");
+    for (int i = 0; i < p->neqn; i++) put_eqn(&c, &p->eqns[i], indent + 4);
+    text_indent(t, indent + 2);
+    text_puts(t, "in ");
+  }
+  put_outs(&c);
+  text_puts(t, " }");
+  shm_free(c.name_of);
+  shm_free(c.used);
+}
+
+Value *plan_str(Plan *p) {
+  Text t = {0};
+  Names names = {0};
+  print_plan_at(&t, &names, p, 0);
+  if (t.failed || !t.s) {
+    shm_free(t.s);
+    return err_nomem();
+  }
+  Value *s = str_new(t.s, t.len);
+  shm_free(t.s);
+  return s;
+}
+
+static Value *plan_repr(Value *v) { return plan_str(AS_PLAN(v)); }
+
+/* ==== attributes ============================================================ */
+
+static Value *avals_str(const Plan *p, bool outs) {
+  Text t = {0};
+  int n = outs ? p->nout : p->nin;
+  text_puts(&t, "(");
+  for (int i = 0; i < n; i++) {
+    AVal a;
+    if (outs) plan_atom_aval(p, &p->outs[i], &a);
+    else a = p->vars[p->invars[i]];
+    if (i) text_puts(&t, ", ");
+    put_aval(&t, &a);
+  }
+  text_puts(&t, n == 1 ? ",)" : ")");
+  Value *s = t.failed ? err_nomem() : str_new(t.s, t.len);
+  shm_free(t.s);
+  return s;
+}
+
+static Value *plan_getattr(Value *self, const char *name) {
+  Plan *p = AS_PLAN(self);
+  if (!strcmp(name, "eqns")) return val_int(p->neqn);
+  if (!strcmp(name, "nconsts")) return val_int(p->nconst);
+  if (!strcmp(name, "in_avals")) return avals_str(p, false);
+  if (!strcmp(name, "out_avals")) return avals_str(p, true);
+  return err_set(ERR_TYPE, "'plan' object has no attribute '%s'", name);
+}
+
+void plan_register(void) {
+  val_register_free(V_PLAN, plan_free);
+  print_register(V_PLAN, plan_repr, plan_repr);
+  ops_register_getattr(V_PLAN, plan_getattr);
+}

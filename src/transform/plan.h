@@ -1,0 +1,131 @@
+/*
+ * plan.h - a staged plan: the typed, first-order program jit records, and
+ * its printed form (LANGUAGE.md §6; semantics: seed 004, the jaxpr).
+ *
+ * A Plan is a list of equations over typed variables:
+ *
+ *     { lambda CONSTVARS ; INVARS. let
+ *         OUTVARS = PRIMITIVE[PARAMS] OPERANDS
+ *         ...
+ *       in (OUTS) }
+ *
+ * Variables are numbered 0..nvars-1 inside one plan and carry an AVal
+ * (dtype, weak flag, shape, vma).  An operand or an output is an Atom: a
+ * variable, or an inline literal (a 0-d concrete array, printed
+ * `3.0:f32[]`).  Constvars stand for concrete arrays hoisted out of
+ * the traced code (closures, constant folding); the plan owns those arrays
+ * in [consts], one per constvar.
+ *
+ * Higher-order primitives (cond, while, scan, pjit, shard_map) carry their
+ * sub-plans as parameters: a Params value of type V_PLAN, or a Tuple of
+ * them (cond's branches).  A sub-plan has no constvars of its own: what it
+ * captures becomes leading invars, fed by operands of its equation, as in
+ * the seed's cond/while/scan examples.
+ *
+ * Ownership.  A Plan is a Value (V_PLAN), reference counted, immutable once
+ * built (plan_* builders are for the tracer and the passes, before the
+ * plan is shared).  [exec] is the compiled form (compile.h), made lazily
+ * and freed with the plan through the hook plan_exec_free.
+ *
+ * Printing follows current JAX (jax._src.core's pretty printer): binders
+ * typed `a:f32[8]`, names a..z, ba, bb, ... given in order of appearance
+ * and continued through sub-plans, parameters in stored order, a sub-plan
+ * parameter on lines of its own, indented.
+ */
+#ifndef SHMAP_PLAN_H
+#define SHMAP_PLAN_H
+
+#include "base/error.h"
+#include "array/prim.h"
+#include "base/value.h"
+
+/* An operand or output: variable [var] (>= 0), or the literal [lit]
+ * (var == -1; an owned 0-d concrete Array). */
+typedef struct PlanAtom {
+  int var;
+  Value *lit;
+} PlanAtom;
+
+/* One equation: outs = prim[params] in. */
+typedef struct PlanEqn {
+  PrimId prim;
+  Params params;     /* owned; sub-plans are V_PLAN values in it */
+  int nin, nout;
+  PlanAtom *in;      /* owned array of nin atoms */
+  int *out;          /* owned array of nout variable ids */
+  Loc loc;           /* user source location that made it (src counted) */
+} PlanEqn;
+
+typedef struct Plan {
+  Value hdr;         /* V_PLAN */
+  const char *name;  /* interned function name, or NULL */
+  int nvars, capvars;
+  AVal *vars;        /* aval of each variable */
+  int nconst;
+  int *constvars;    /* variable ids of the constvars */
+  Value **consts;    /* owned concrete Arrays, one per constvar */
+  int nin;
+  int *invars;       /* variable ids of the inputs */
+  int neqn, capeqn;
+  PlanEqn *eqns;
+  int nout;
+  PlanAtom *outs;    /* owned */
+  void *exec;        /* compile.h's Exec, or NULL until compiled */
+} Plan;
+
+static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
+static inline bool IS_PLAN(const Value *v) { return v && v->type == V_PLAN; }
+
+/* A new empty plan named [name] (interned or NULL).  NULL on nomem. */
+Plan *plan_new(const char *name);
+
+/* Adds a variable of aval [a]; returns its id, or -1 on nomem (error set). */
+int plan_add_var(Plan *p, const AVal *a);
+
+/* Appends [var] to the invars; 0 or -1 on nomem. */
+int plan_add_invar(Plan *p, int var);
+
+/* Inserts [var] as an invar at position [at] (captures go first). */
+int plan_insert_invar(Plan *p, int at, int var);
+
+/* Adds a constvar standing for the concrete array [value] (borrowed);
+ * returns its variable id or -1. */
+int plan_add_const(Plan *p, Value *value);
+
+/*
+ * Appends an equation: [nin] atoms (literals borrowed, copied with a new
+ * reference), [nout] output variable ids, params [params] (moved: the
+ * caller's Params is left empty), location [loc].  Returns the equation's
+ * index or -1 (params released on failure).
+ */
+int plan_add_eqn(Plan *p, PrimId prim, Params *params, int nin, const PlanAtom *in,
+                 int nout, const int *out, Loc loc);
+
+/* Sets the outputs (atoms copied as above).  0 or -1. */
+int plan_set_outs(Plan *p, int nout, const PlanAtom *outs);
+
+/* The aval of atom [a] of [p]. */
+void plan_atom_aval(const Plan *p, const PlanAtom *a, AVal *out);
+
+/* Releases what an equation owns (used by the passes when they drop one). */
+void plan_eqn_clear(PlanEqn *e);
+
+/*
+ * The printed form, exactly the jaxpr grammar of seed 004 with current
+ * JAX's typed binders and inline literals (LANGUAGE.md §6).  A new Str, or
+ * NULL on nomem.  Example:
+ *   { lambda ; a:f32[8] b:f32[8]. let
+ *       c:f32[8] = sin b
+ *       d:f32[8] = mul c 3.0:f32[]
+ *     in (d,) }
+ */
+Value *plan_str(Plan *p);
+
+/* Frees what a compiled form owns; set by compile.c. */
+extern void (*plan_exec_free)(void *exec);
+
+/* Registers V_PLAN's destructor, printer and attributes (`.eqns` count,
+ * `.nconsts`, `.in_avals`, `.out_avals` as strings).  Call once at start-up. */
+void plan_register(void);
+
+#endif

@@ -1,0 +1,342 @@
+/*
+ * trace.c - the tracer (trace.h).
+ *
+ * A trace remembers each outside value it resolved (a constvar at top
+ * level, a capture below) by pointer, so a closure used ten times is one
+ * constvar, as JAX hoists it once.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "lang/eval.h"
+#include "base/mem.h"
+#include "lang/ops.h"
+#include "array/print.h"
+#include "transform/trace.h"
+
+struct Trace {
+  unsigned id;
+  bool top;
+  Plan *plan;          /* owned */
+  Trace *parent;       /* the enclosing trace of this thread */
+  int next;            /* number of outside values resolved */
+  int cap;
+  Value **ext;         /* owned: the outside values */
+  int *ext_var;        /* their variables */
+  int ncapture;        /* captures (non-top), in order, are ext entries */
+};
+
+static _Thread_local Trace *cur_trace;
+static atomic_uint next_trace_id = 1;
+
+Trace *trace_current(void) { return cur_trace; }
+Plan *trace_plan(Trace *t) { return t->plan; }
+
+Trace *trace_begin(const char *fname, bool top) {
+  Trace *t = shm_calloc(1, sizeof *t);
+  if (!t) return err_nomem();
+  if (!(t->plan = plan_new(fname))) {
+    shm_free(t);
+    return NULL;
+  }
+  t->id = atomic_fetch_add(&next_trace_id, 1);
+  t->top = top;
+  t->parent = cur_trace;
+  cur_trace = t;
+  return t;
+}
+
+static int line_now(void) { return eval_current_loc().line; }
+
+static Value *tracer_new(Trace *t, int var, const char *name) {
+  Tracer *x = shm_calloc(1, sizeof *x);
+  if (!x) return err_nomem();
+  val_init(&x->hdr, V_TRACER);
+  x->aval = t->plan->vars[var];
+  x->trace_id = t->id;
+  x->var = var;
+  x->name = name;
+  x->line = line_now();
+  return &x->hdr;
+}
+
+Value *trace_new_arg(Trace *t, const AVal *a, const char *name) {
+  int v = plan_add_var(t->plan, a);
+  if (v < 0 || plan_add_invar(t->plan, v) < 0) return NULL;
+  return tracer_new(t, v, name);
+}
+
+/* ==== resolving operands ================================================== */
+
+static int ext_find(Trace *t, Value *v) {
+  for (int i = 0; i < t->next; i++)
+    if (t->ext[i] == v) return t->ext_var[i];
+  return -1;
+}
+
+static int ext_push(Trace *t, Value *v, int var) {
+  if (t->next == t->cap) {
+    int n = t->cap ? t->cap * 2 : 8;
+    Value **e = shm_realloc(t->ext, sizeof(Value *) * (size_t)n);
+    if (e) t->ext = e;
+    int *ev = e ? shm_realloc(t->ext_var, sizeof(int) * (size_t)n) : NULL;
+    if (!ev) {
+      err_nomem();
+      return -1;
+    }
+    t->ext_var = ev;
+    t->cap = n;
+  }
+  t->ext[t->next] = val_incref(v);
+  t->ext_var[t->next++] = var;
+  return var;
+}
+
+/* True when the trace with [id] encloses (or is) [t]. */
+static bool trace_encloses(const Trace *t, unsigned id) {
+  for (; t; t = t->parent)
+    if (t->id == id) return true;
+  return false;
+}
+
+/* An outside value of [t]: a constvar (top) or a capture (nested). */
+static int trace_outside(Trace *t, Value *v, const AVal *a) {
+  int var = ext_find(t, v);
+  if (var >= 0) return var;
+  if (t->top && IS_ARRAY(v)) {
+    var = plan_add_const(t->plan, v);
+  } else {
+    AVal av = *a;
+    var = plan_add_var(t->plan, &av);
+    t->ncapture++;
+  }
+  return var < 0 ? -1 : ext_push(t, v, var);
+}
+
+int trace_atom(Trace *t, Value *v, PlanAtom *out) {
+  out->lit = NULL;
+  out->var = -1;
+  if (IS_TRACER(v)) {
+    Tracer *x = (Tracer *)v;
+    if (x->trace_id == t->id) {
+      out->var = x->var;
+      return 0;
+    }
+    if (!trace_encloses(t->parent, x->trace_id)) {
+      err_set(ERR_VALUE, "a traced value (%s) escaped from the jit function that made it; "
+                         "return it instead of keeping it in a variable", dt_short(x->aval.dtype));
+      return -1;
+    }
+    out->var = trace_outside(t, v, &x->aval);
+    return out->var < 0 ? -1 : 0;
+  }
+  if (!IS_ARRAY(v)) {
+    err_set(ERR_TYPE, "expected an array, got '%s'", val_type_name(v));
+    return -1;
+  }
+  Array *a = AS_ARRAY(v);
+  if (a->ndim == 0) {
+    out->lit = v;
+    return 0;
+  }
+  AVal av;
+  aval_of(a, &av);
+  av.vma = 0;
+  out->var = trace_outside(t, v, &av);
+  return out->var < 0 ? -1 : 0;
+}
+
+/* ==== recording ============================================================ */
+
+/* Output tracers for the variables [vars]: a Tuple. */
+static Value *tracers_for(Trace *t, int n, const int *vars) {
+  Value *tup = tuple_new((size_t)n);
+  if (!tup) return NULL;
+  for (int i = 0; i < n; i++) {
+    Value *x = tracer_new(t, vars[i], NULL);
+    if (!x) {
+      for (int j = i; j < n; j++) tuple_set_steal(tup, (size_t)j, val_incref(VAL_NONE));
+      val_decref(tup);
+      return NULL;
+    }
+    tuple_set_steal(tup, (size_t)i, x);
+  }
+  return tup;
+}
+
+/* Resolves the operands and adds the equation and its output variables. */
+static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, int nout,
+                  const AVal *outs, int *out_vars) {
+  PlanAtom stack_atoms[8];
+  PlanAtom *atoms = nin <= 8 ? stack_atoms : shm_calloc((size_t)nin, sizeof *atoms);
+  int rc = -1;
+  if (!atoms) {
+    err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < nin; i++)
+    if (trace_atom(t, in[i], &atoms[i]) < 0) goto out;
+  for (int i = 0; i < nout; i++)
+    if ((out_vars[i] = plan_add_var(t->plan, &outs[i])) < 0) goto out;
+  rc = plan_add_eqn(t->plan, prim, params, nin, atoms, nout, out_vars, eval_current_loc());
+out:
+  params_clear(params);
+  if (atoms != stack_atoms) shm_free(atoms);
+  return rc < 0 ? -1 : 0;
+}
+
+Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
+                  const AVal *outs) {
+  Trace *t = cur_trace;
+  int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
+  if (!t || !vars) {
+    params_clear(params);
+    shm_free(vars);
+    return t ? err_nomem() : err_set(ERR_VALUE, "%s: not tracing", prim_table[prim].name);
+  }
+  Value *r = NULL;
+  if (record(t, prim, params, nin, in, nout, outs, vars) == 0) r = tracers_for(t, nout, vars);
+  shm_free(vars);
+  return r;
+}
+
+/* A copy of [p] with new references to its values. */
+static void params_copy(Params *dst, const Params *p) {
+  params_init(dst);
+  for (int i = 0; p && i < p->n; i++) params_add(dst, p->p[i].name, val_incref(p->p[i].value));
+}
+
+Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
+  Trace *t = cur_trace;
+  if (!t) return err_set(ERR_VALUE, "a traced value escaped from the jit function that made it; "
+                                    "return it instead of keeping it in a variable");
+  AVal stack_av[8], outs[8];
+  AVal *av = nin <= 8 ? stack_av : shm_calloc((size_t)nin, sizeof(AVal));
+  if (!av) return err_nomem();
+  Value *r = NULL;
+  int nout = prim_table[id].nout;
+  for (int i = 0; i < nin; i++)
+    if (ops_aval(in[i], &av[i]) < 0) goto out;
+  if (nout < 0 || nout > 8 || prim_infer(id, av, nin, p, outs) < 0) goto out;
+  Params q;
+  params_copy(&q, p);
+  Value *tup = trace_emit(id, &q, nin, in, nout, outs);
+  if (tup && nout == 1) {
+    r = val_incref(tuple_get(tup, 0));
+    val_decref(tup);
+  } else {
+    r = tup;
+  }
+out:
+  if (av != stack_av) shm_free(av);
+  return r;
+}
+
+/* ==== ending ================================================================= */
+
+static void trace_free(Trace *t) {
+  for (int i = 0; i < t->next; i++) val_decref(t->ext[i]);
+  shm_free(t->ext);
+  shm_free(t->ext_var);
+  val_decref(&t->plan->hdr);
+  shm_free(t);
+}
+
+static void trace_pop(Trace *t) {
+  if (cur_trace == t) cur_trace = t->parent;
+}
+
+void trace_abort(Trace *t) {
+  if (!t) return;
+  trace_pop(t);
+  trace_free(t);
+}
+
+void trace_caps_free(Value **caps, int ncap) {
+  for (int i = 0; caps && i < ncap; i++) val_decref(caps[i]);
+  shm_free(caps);
+}
+
+/* Moves the captures to the front of the invars and hands their values out. */
+static int take_captures(Trace *t, Value ***caps, int *ncap) {
+  *caps = shm_calloc((size_t)t->ncapture + 1, sizeof(Value *));
+  *ncap = 0;
+  if (!*caps) {
+    err_nomem();
+    return -1;
+  }
+  for (int i = 0; i < t->next; i++) {
+    if (t->top && IS_ARRAY(t->ext[i])) continue;
+    if (plan_insert_invar(t->plan, *ncap, t->ext_var[i]) < 0) return -1;
+    (*caps)[(*ncap)++] = val_incref(t->ext[i]);
+  }
+  return 0;
+}
+
+Plan *trace_end(Trace *t, int nout, Value **outs, Value ***caps, int *ncap) {
+  PlanAtom stack_atoms[8];
+  PlanAtom *atoms = nout <= 8 ? stack_atoms : shm_calloc((size_t)nout, sizeof *atoms);
+  Plan *p = NULL;
+  *caps = NULL;
+  *ncap = 0;
+  if (!atoms) {
+    err_nomem();
+    goto out;
+  }
+  int i = 0;
+  while (i < nout && trace_atom(t, outs[i], &atoms[i]) == 0) i++;
+  if (i < nout || plan_set_outs(t->plan, nout, atoms) < 0) goto out;
+  if (take_captures(t, caps, ncap) < 0) {
+    trace_caps_free(*caps, *ncap);
+    *caps = NULL;
+    *ncap = 0;
+    goto out;
+  }
+  p = (Plan *)val_incref(&t->plan->hdr);
+out:
+  if (atoms != stack_atoms) shm_free(atoms);
+  trace_pop(t);
+  trace_free(t);
+  return p;
+}
+
+/* ==== the hooks ================================================================ */
+
+int trace_aval(Value *v, AVal *out) {
+  *out = ((Tracer *)v)->aval;
+  return 0;
+}
+
+int trace_truth_error(Value *v) {
+  Tracer *x = (Tracer *)v;
+  char av[256], what[400];
+  aval_str(av, sizeof av, x->aval.dtype, x->aval.ndim, x->aval.shape);
+  if (x->name)
+    snprintf(what, sizeof what, "the traced argument '%s' (%s)", x->name, av);
+  else if (x->line > 0)
+    snprintf(what, sizeof what, "the traced value %s computed at line %d", av, x->line);
+  else
+    snprintf(what, sizeof what, "the traced value %s", av);
+  err_set(ERR_TYPE, "the truth value of %s is not known while tracing for jit; "
+                    "use cond, switch, while_loop, fori_loop or scan for control flow on "
+                    "traced values, or mark the argument static", what);
+  return -1;
+}
+
+static void tracer_free(Value *v) { shm_free(v); }
+
+static Value *tracer_repr(Value *v) {
+  Tracer *x = (Tracer *)v;
+  char av[256];
+  aval_str(av, sizeof av, x->aval.dtype, x->aval.ndim, x->aval.shape);
+  return str_printf("Traced<%s>", av);
+}
+
+void trace_register(void) {
+  val_register_free(V_TRACER, tracer_free);
+  print_register(V_TRACER, tracer_repr, tracer_repr);
+  prim_trace_hook = trace_apply;
+  ops_tracer_aval = trace_aval;
+}

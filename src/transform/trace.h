@@ -1,0 +1,114 @@
+/*
+ * trace.h - the tracer: staging ordinary evaluation into a plan.
+ *
+ * Tracing runs the ORDINARY evaluator over abstract values.  A tracer is a
+ * Value of type V_TRACER carrying an AVal and the plan variable it stands
+ * for.  Every array operation reaches prim_apply (prim.h), which hands any
+ * call with a tracer operand to prim_trace_hook = trace_apply: instead of
+ * running a kernel, it infers the output avals with the primitive's shape
+ * rule (so shape and dtype errors are the eager ones, located by the
+ * evaluator at the user's line) and records an equation in the innermost
+ * trace of this thread.  Semantics: seed 004 (how make_jaxpr stages).
+ *
+ * Traces nest (a cond branch inside a jit body, a jit called from another
+ * jit): each thread keeps a stack of them; the innermost records.  An
+ * operand that does not belong to the innermost trace is resolved so:
+ *   - a 0-d concrete array (a number, or a number converted to the other
+ *     operand's dtype) becomes an inline literal, as JAX inlines scalar
+ *     constants;
+ *   - another concrete array becomes, in a top-level trace, a constvar of
+ *     the plan (hoisted, as seed 004's func6); in a nested trace, a
+ *     capture;
+ *   - a tracer of an enclosing trace becomes a capture.
+ * Captures become the leading invars of the nested plan (trace_end hands
+ * back the captured values, which the enclosing trace resolves in turn
+ * and passes as the operands of the cond/while/scan/pjit equation).
+ *
+ * A tracer used after its trace ended (stored in a global, say) is an
+ * error ("a traced value escaped ..."), never a crash: tracers name their
+ * trace by a unique id, not by pointer.
+ *
+ * Threads: the trace stack is thread-local, so device threads trace their
+ * own bodies independently; trace ids come from an atomic counter.
+ */
+#ifndef SHMAP_TRACE_H
+#define SHMAP_TRACE_H
+
+#include "transform/plan.h"
+#include "array/prim.h"
+#include "base/value.h"
+
+typedef struct Trace Trace;
+
+typedef struct Tracer {
+  Value hdr;          /* V_TRACER */
+  AVal aval;
+  unsigned trace_id;  /* the trace it belongs to */
+  int var;            /* its variable in that trace's plan */
+  const char *name;   /* interned parameter name for an input, else NULL */
+  int line;           /* source line that computed it (0: unknown) */
+} Tracer;
+
+static inline bool IS_TRACER(const Value *v) { return v && v->type == V_TRACER; }
+
+/* Starts a trace recording into a new plan named [fname] and makes it the
+ * innermost trace of this thread.  [top]: concrete arrays become constvars
+ * (a jit entry point) rather than captures (a sub-plan).  NULL on nomem. */
+Trace *trace_begin(const char *fname, bool top);
+
+/* A new input of [t] of aval [a]: adds an invar and returns its tracer (a
+ * new reference), named [name] (interned, may be NULL) for messages. */
+Value *trace_new_arg(Trace *t, const AVal *a, const char *name);
+
+/*
+ * Ends [t] (which must be innermost): sets the plan's outputs to the atoms
+ * of the [nout] values [outs] (tracers of [t], or concrete arrays resolved
+ * as above), puts the captures first among the invars, pops [t] and frees
+ * it.  Returns the plan (new reference) and, through [caps]/[ncap], the
+ * captured values in invar order (an owned shm_malloc'd array of new
+ * references; the caller releases them with trace_caps_free).  NULL with
+ * the error set on failure (the trace is ended anyway).
+ */
+Plan *trace_end(Trace *t, int nout, Value **outs, Value ***caps, int *ncap);
+
+/* Ends [t] after an error, discarding what it recorded (error kept). */
+void trace_abort(Trace *t);
+
+void trace_caps_free(Value **caps, int ncap);
+
+/* The innermost trace of this thread, or NULL when not tracing. */
+Trace *trace_current(void);
+
+/* The plan [t] records into (borrowed). */
+Plan *trace_plan(Trace *t);
+
+/* Resolves [v] (a tracer or a concrete array) as an operand of the
+ * innermost trace [t], per the rules above.  0, or -1 with the error set
+ * (a value that is not an array, a leaked tracer). */
+int trace_atom(Trace *t, Value *v, PlanAtom *out);
+
+/*
+ * Records equation prim[params] over [nin] operand values in the innermost
+ * trace, with output avals [outs] given (higher-order primitives, whose
+ * avals come from their sub-plans).  [params] is moved.  Returns the
+ * outputs as a Tuple of tracers (always a tuple, even for one), or NULL.
+ */
+Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
+                  const AVal *outs);
+
+/* prim_trace_hook: records a first-order primitive (prim.h contract). */
+Value *trace_apply(PrimId id, int nin, Value **in, const Params *p);
+
+/* The abstract value of a tracer (ops_tracer_aval hook). */
+int trace_aval(Value *v, AVal *out);
+
+/* Sets the error of a Python-level truth test on tracer [v]: LANGUAGE.md
+ * §6's message naming the value and the line that computed it, pointing to
+ * cond/switch/while_loop/fori_loop/scan.  Returns -1. */
+int trace_truth_error(Value *v);
+
+/* Registers V_TRACER's destructor and printer and sets prim_trace_hook
+ * and ops_tracer_aval.  Call once at start-up. */
+void trace_register(void);
+
+#endif
