@@ -1,14 +1,19 @@
 #!/bin/bash
-# tests/check-layers.sh SRCDIR - checks that calls run downward through
-# src/'s layers: no file may include a header of a higher layer than its
-# own.  The layers, bottom to top, are the folders named in LAYERS; a file
-# of layer k may include headers of layers 0..k (src/README.md).
+# tests/check-layers.sh SRCDIR [BUILDDIR] - checks that calls run downward
+# through src/'s layers.  The layers, bottom to top, are the folders named
+# in LAYERS; a file of layer k may include headers of layers 0..k only
+# (src/README.md).  With BUILDDIR, the objects built there are checked
+# too: no object may use a symbol defined by an object of a higher layer
+# (an upward call hidden behind an extern declaration); a higher layer
+# reaches a lower one only through the hooks the lower one offers.
 #
-# Prints one line per offending #include ("src/base/value.c:12: includes
-# transform/trace.h, a higher layer") and, last, "layers: N files, M
-# upward includes"; exits 1 when M > 0.
+# Prints one line per offence ("src/base/value.c:12: includes
+# transform/trace.h, a higher layer"; "src/array/prim.o uses coll_psum of
+# src/spmd/collective.o, a higher layer") and, last, "layers: N files, M
+# upward includes, K upward calls"; exits 1 when M + K > 0.
 set -u
-srcdir=${1:?usage: check-layers.sh SRCDIR}
+srcdir=${1:?usage: check-layers.sh SRCDIR [BUILDDIR]}
+builddir=${2:-}
 LAYERS=(base array lang spmd transform cli)
 
 rank() {
@@ -49,5 +54,38 @@ for f in "$srcdir"/src/*.[ch]; do
   echo "${f#"$srcdir"/}: outside every layer"
   bad=$((bad + 1))
 done
-echo "layers: $files files, $bad upward includes"
-[ "$bad" -eq 0 ]
+# Symbols each object defines and uses, as "D layer object symbol" and
+# "U layer object symbol" lines, from nm.
+symbols() {
+  local o layer
+  for o in "$builddir"/src/*/*.o; do
+    [ -e "$o" ] || continue
+    layer=$(basename "$(dirname "$o")")
+    nm "$o" | awk -v L="$layer" -v O="${o#"$builddir"/}" '
+      NF == 3 && $2 ~ /^[TDBRC]$/ { print "D", L, O, $3 }
+      NF == 2 && $1 == "U"        { print "U", L, O, $2 }'
+  done
+}
+
+calls=0
+if [ -n "$builddir" ] && command -v nm >/dev/null; then
+  ranks=$(IFS=,; echo "${LAYERS[*]}")
+  while read -r line; do
+    echo "$line"
+    calls=$((calls + 1))
+  done < <(symbols | awk -v ranks="$ranks" '
+    BEGIN { n = split(ranks, r, ","); for (i = 1; i <= n; i++) rank[r[i]] = i }
+    $1 == "D" { def[$4] = $3; deflayer[$4] = $2; next }
+    { use[NR] = $0 }
+    END {
+      for (k in use) {
+        split(use[k], f, " ")
+        s = f[4]
+        if ((s in def) && rank[deflayer[s]] > rank[f[2]])
+          print f[3] " uses " s " of " def[s] ", a higher layer"
+      }
+    }' | sort)
+fi
+
+echo "layers: $files files, $bad upward includes, $calls upward calls"
+[ "$bad" -eq 0 ] && [ "$calls" -eq 0 ]

@@ -17,6 +17,8 @@
 #      installed).
 #   6. the terminal sessions tests/tty/*.sh, through tmux (each is
 #      skipped, with a note, when tmux is not installed).
+#   7. the layering of src/: tests/check-layers.sh over the sources'
+#      #include lines and the built objects' symbols.
 #
 # Failures are shown in full; passes only as counts.  The last line is
 # exactly "N passed, M failed", and the exit status is 0 iff M is 0.
@@ -120,6 +122,18 @@ run_tty() {
   tally "terminal" "$p" "$f"
 }
 
+# Checks that src/'s includes and calls run from higher layers to lower.
+run_layers() {
+  local out
+  if out=$(bash "$srcdir/tests/check-layers.sh" "$srcdir" "$builddir" 2>&1); then
+    tally "layers" 1 0
+  else
+    echo "FAIL layers: calls that run upward (src/README.md):"
+    indent <<<"$out"
+    tally "layers" 0 1
+  fi
+}
+
 run_lint() {
   local p=0 f=0 page msgs
   command -v mandoc >/dev/null || return 0
@@ -157,6 +171,7 @@ else
   tally "shmap" 0 1
 fi
 run_lint
+run_layers
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -26,10 +26,15 @@
  * Set once at load time, read-only after, so threads need no lock. */
 static int64_t arr_max_bytes = INT64_MAX;
 
+static void arr_register_type(void);
+
+/* At load time, before any array exists: the size limit, and V_ARRAY's
+ * behaviour in the generic value operations (value.h). */
 __attribute__((constructor)) static void arr_limit_init(void) {
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   if (pages > 0 && psize > 0)
     arr_max_bytes = (int64_t)pages * psize;
+  arr_register_type();
 }
 
 /* Small payloads are embedded: one allocation holds the Array, then its
@@ -436,4 +441,35 @@ void arr_free(Value *v) {
   if (last)
     arr_buffer_free(b);
   shm_free(a);
+}
+
+/* ---- V_ARRAY in the generic value operations (value.h) ------------------- */
+
+/* Python's bool(a): an empty array is false, a one-element array its
+ * element, anything larger an error, as NumPy and JAX say. */
+static int arr_truth(Value *v) {
+  Array *a = AS_ARRAY(v);
+  if (a->size == 1) return arr_get_f64(a, 0) != 0.0;
+  if (a->size == 0) return 0;
+  err_set(ERR_VALUE, "the truth value of an array with more than one element "
+                     "is ambiguous; use a.any() or a.all()");
+  return -1;
+}
+
+/* A 0-d array is a number for dict keys: {1: x}[1.0] finds x. */
+static bool arr_number(Value *v, double *out) {
+  Array *a = AS_ARRAY(v);
+  if (a->ndim != 0) return false;
+  *out = arr_get_f64(a, 0);
+  return true;
+}
+
+/* True and False are 0-d bool arrays, strongly typed. */
+static Value *arr_make_bool(bool b) { return (Value *)arr_scalar_i64(DT_BOOL, b, false); }
+
+static void arr_register_type(void) {
+  val_register_free(V_ARRAY, arr_free);
+  val_register_truth(V_ARRAY, arr_truth);
+  val_register_number(V_ARRAY, arr_number);
+  val_register_bools(arr_make_bool);
 }

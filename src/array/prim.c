@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "spmd/collective.h"
 #include "base/error.h"
 #include "array/kernels.h"
 #include "base/mem.h"
@@ -936,29 +935,49 @@ SCAN_RULE(shape_cummax, P_CUMMAX)
 #define RULES_SCATTER R(scatter)
 #define RULES_SORT R(sort)
 #define RULES_DOT_GENERAL .shape = la_shape_dot_general, .kernel = la_kernel_dot_general
-#define COLL(x) .shape = coll_shape_##x, .kernel = coll_kernel_##x, .vma = coll_vma_##x
-#define RULES_AXIS_INDEX COLL(axis_index)
-#define RULES_PSUM COLL(psum)
-#define RULES_PMAX COLL(pmax)
-#define RULES_PMIN COLL(pmin)
-#define RULES_ALL_GATHER COLL(all_gather)
-#define RULES_PSUM_SCATTER COLL(psum_scatter)
-#define RULES_PPERMUTE COLL(ppermute)
-#define RULES_ALL_TO_ALL COLL(all_to_all)
-#define RULES_RAGGED_ALL_TO_ALL COLL(ragged_all_to_all)
-#define RULES_COND .shape = NULL
-#define RULES_WHILE .shape = NULL
-#define RULES_SCAN .shape = NULL
-#define RULES_PJIT .shape = NULL
-#define RULES_SHARD_MAP .shape = NULL
-#define RULES_DEBUG_CALLBACK .shape = NULL
+/* The collectives' rules live with the collective engine (spmd/), which
+ * registers them at start-up; the higher-order primitives' with the
+ * transform layer that stages and runs their sub-plans. */
+#define RULES_AXIS_INDEX
+#define RULES_PSUM
+#define RULES_PMAX
+#define RULES_PMIN
+#define RULES_ALL_GATHER
+#define RULES_PSUM_SCATTER
+#define RULES_PPERMUTE
+#define RULES_ALL_TO_ALL
+#define RULES_RAGGED_ALL_TO_ALL
+#define RULES_COND
+#define RULES_WHILE
+#define RULES_SCAN
+#define RULES_PJIT
+#define RULES_SHARD_MAP
+#define RULES_DEBUG_CALLBACK
 
-const PrimInfo prim_table[P_COUNT] = {
+PrimInfo prim_table[P_COUNT] = {
 #define PRIM(id, nm, ni, no, k) \
-  [P_##id] = {.name = nm, .nin = ni, .nout = no, .kind = k, RULES_##id},
+  [P_##id] = {.name = nm, .nin = ni, .nout = no, .kind = k, .rules = {RULES_##id}},
 #include "array/prim.def"
 #undef PRIM
 };
+
+void prim_register(PrimId id, const PrimRules *rules) {
+  prim_table[id].rules = *rules;
+}
+
+int prim_rule_missing(PrimId id, const char *what) {
+  err_set(ERR_NOT_IMPLEMENTED, "%s of '%s' is not implemented", what, prim_table[id].name);
+  return -1;
+}
+
+bool (*prim_tracing_hook)(void);
+
+bool prim_tracing(void) { return prim_tracing_hook && prim_tracing_hook(); }
+
+Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
+  if (prim_tracing()) return prim_trace_hook(id, nin, in, p);
+  return prim_apply(id, nin, in, p);
+}
 
 int prim_lookup(const char *name) {
   for (int i = 0; i < P_COUNT; i++)
@@ -971,10 +990,12 @@ int prim_lookup(const char *name) {
 
 static int prim_check_arity(PrimId id, int nin) {
   const PrimInfo *pi = &prim_table[id];
-  if (pi->kind == PK_HIGHER || !pi->shape) {
+  if (pi->kind == PK_HIGHER) {
     err_set(ERR_TYPE, "primitive %s takes sub-plans and cannot be applied directly", pi->name);
     return -1;
   }
+  if (!pi->rules.shape || !pi->rules.kernel)  /* its layer did not register */
+    return prim_rule_missing(id, "evaluation");
   if (pi->nin >= 0 && nin != pi->nin) {
     err_set(ERR_TYPE, "%s takes %d operand%s, got %d", pi->name, pi->nin,
             pi->nin == 1 ? "" : "s", nin);
@@ -986,10 +1007,10 @@ static int prim_check_arity(PrimId id, int nin) {
 /* The vma set of the outputs: the primitive's rule or the union. */
 static uint32_t prim_vma(PrimId id, const AVal *in, int nin, const Params *p) {
   uint32_t v = 0, buf[16];
-  if (prim_table[id].vma && nin <= 16) {
+  if (prim_table[id].rules.vma && nin <= 16) {
     for (int i = 0; i < nin; i++)
       buf[i] = in[i].vma;
-    return prim_table[id].vma(buf, nin, p);
+    return prim_table[id].rules.vma(buf, nin, p);
   }
   for (int i = 0; i < nin; i++)
     v |= in[i].vma;
@@ -1001,7 +1022,7 @@ int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out) {
     err_set(ERR_VALUE, "unknown primitive %d", (int)id);
     return -1;
   }
-  if (prim_check_arity(id, nin) < 0 || prim_table[id].shape(in, nin, p, out) < 0)
+  if (prim_check_arity(id, nin) < 0 || prim_table[id].rules.shape(in, nin, p, out) < 0)
     return -1;
   uint32_t v = prim_vma(id, in, nin, p);
   for (int i = 0; i < prim_table[id].nout; i++)
@@ -1117,7 +1138,7 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
       err_set(ERR_VALUE, "%s: too many outputs", prim_table[id].name);
     return NULL;
   }
-  if (prim_table[id].kernel(f->ops, nin, p, out) < 0) {
+  if (prim_table[id].rules.kernel(f->ops, nin, p, out) < 0) {
     for (int i = 0; i < nout; i++)
       if (out[i])
         val_decref(&out[i]->hdr);

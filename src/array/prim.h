@@ -79,18 +79,67 @@ typedef int (*Kernel)(Array **in, int nin, const Params *p, Array **out);
  * outputs given the operands' sets.  NULL means the union of the operands. */
 typedef uint32_t (*VmaRule)(const uint32_t *in, int nin, const Params *p);
 
+/* Batching rule (vmap, and xmap's named axes; seed 001): applies the
+ * primitive to operands [in] (borrowed) of which operand i carries a
+ * batch axis at position in_dims[i] (-1: not batched), writing the [nout]
+ * results (new references) to [out] and each result's batch axis to
+ * [out_dims] (-1: not batched).  0, or -1 with the error set.
+ * Semantics: JAX's batching rules (jax/_src/interpreters/batching.py). */
+typedef int (*BatchRule)(Value **in, const int *in_dims, int nin,
+                         const Params *p, Value **out, int *out_dims);
+
+/* JVP rule (forward-mode differentiation, grad): from [primals] and
+ * their [tangents] (borrowed; a tangent may be NULL for a symbolic zero)
+ * writes [nout] primal results and tangents (new references; a NULL
+ * tangent is a symbolic zero).  0, or -1 with the error set.
+ * Semantics: JAX's ad.primitive_jvps. */
+typedef int (*JvpRule)(Value **primals, Value **tangents, int nin,
+                       const Params *p, Value **primals_out,
+                       Value **tangents_out);
+
+/* Transpose rule of a primitive linear in the operands marked [linear]
+ * (reverse mode): from the cotangents of the results [cts_out] (borrowed;
+ * NULL is a zero) and the non-linear operands [in] (the linear ones are
+ * NULL, only their avals [in_avals] are known) writes a cotangent (new
+ * reference, or NULL for zero) for each linear operand to [cts_in].
+ * 0, or -1 with the error set.  Semantics: JAX's ad.primitive_transposes. */
+typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
+                             const bool *linear, int nin, const Params *p,
+                             Value **cts_in);
+
+/* All rules of one primitive.  The array layer's primitives get theirs
+ * from prim.c's table; the layers above register theirs at start-up with
+ * prim_register (the collectives: spmd/collective.c), the way JAX's
+ * parallel.py attaches rules to the primitives it defines. */
+typedef struct PrimRules {
+  ShapeRule shape;          /* abstract evaluation; NULL for PK_HIGHER */
+  Kernel kernel;            /* eager evaluation; NULL for PK_HIGHER */
+  VmaRule vma;              /* replication; NULL: union of the operands */
+  BatchRule batch;          /* vmap / xmap; NULL: not implemented yet */
+  JvpRule jvp;              /* grad, jvp; NULL: not implemented yet */
+  TransposeRule transpose;  /* grad, vjp; NULL: not linear, or not yet */
+} PrimRules;
+
 typedef struct PrimInfo {
   const char *name;   /* jax.lax name */
   int nin, nout;      /* -1: variadic / decided by the parameters */
   PrimKind kind;
-  ShapeRule shape;
-  Kernel kernel;      /* NULL for PK_HIGHER */
-  VmaRule vma;
+  PrimRules rules;
 } PrimInfo;
 
-/* The table, indexed by PrimId; filled in by prim.c (rules) and the files
- * holding the kernels. */
-extern const PrimInfo prim_table[P_COUNT];
+/* The table, indexed by PrimId.  Written only before the device threads
+ * start (prim.c's static rules, then prim_register); read-only after. */
+extern PrimInfo prim_table[P_COUNT];
+
+/* Installs [rules] (copied) for primitive [id]; a layer above array/
+ * calls it at start-up for the primitives whose rules it owns.  Not
+ * thread-safe: call before any device thread runs. */
+void prim_register(PrimId id, const PrimRules *rules);
+
+/* Sets the error "<what> of '<name>' is not implemented" (e.g. "grad of
+ * 'cumsum' is not implemented") and returns -1: what a transformation
+ * says when the rule it needs is missing from the table. */
+int prim_rule_missing(PrimId id, const char *what);
 
 /* Finds a primitive by its jax.lax name; -1 if none. */
 int prim_lookup(const char *name);
@@ -108,6 +157,20 @@ Value *prim_apply(PrimId id, int nin, Value **in, const Params *p);
 /* Set by the tracer: called instead of the kernel when an operand is a
  * V_TRACER.  Same contract as prim_apply. */
 extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);
+
+/* Set by the tracer: whether this thread is tracing now.  NULL (never
+ * tracing) until the transform layer is registered. */
+extern bool (*prim_tracing_hook)(void);
+
+/* Whether this thread is staging a plan (jit): the layers under the
+ * tracer ask it where JAX would look for the current trace. */
+bool prim_tracing(void);
+
+/* As prim_apply, but while this thread traces the call is staged even
+ * when no operand is a tracer (axis_index has none; a constant operand
+ * of a collective): JAX's Primitive.bind, which finds the current trace.
+ * Same contract as prim_apply. */
+Value *prim_bind(PrimId id, int nin, Value **in, const Params *p);
 
 /* Computes output avals without running anything (the tracer uses it). */
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);

@@ -20,7 +20,6 @@
 
 #include "array/array.h"
 #include "base/error.h"
-#include "lang/eval.h"
 #include "base/mem.h"
 #include "array/print.h"
 
@@ -718,9 +717,6 @@ static bool repr_simple(SBuf *b, Value *v) {
               val_type_name(m->self));
     return true;
   }
-  case V_FUNC:
-    sb_printf(b, "<function %s>", ((Func *)v)->name);
-    return true;
   case V_MODULE:
     sb_printf(b, "<module '%s'>", ((Module *)v)->name);
     return true;

@@ -69,6 +69,7 @@ typedef enum {
   ERR_INTERRUPT,  /* Ctrl-C */
   ERR_COLLECTIVE, /* mismatched collectives across devices */
   ERR_QUIT,       /* the debugger's quit: unwinds silently */
+  ERR_NOT_IMPLEMENTED, /* a rule a transformation needs is missing */
 } ErrKind;
 
 /* Sets this thread's error to [kind] with a printf-style message and no

@@ -7,11 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "array/array.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/value.h"
-#include "transform/trace.h"
 
 Value val_none_ = {.type = V_NONE, .flags = VAL_IMMORTAL};
 Value val_ellipsis_ = {.type = V_ELLIPSIS, .flags = VAL_IMMORTAL};
@@ -19,8 +17,12 @@ Value val_ellipsis_ = {.type = V_ELLIPSIS, .flags = VAL_IMMORTAL};
 /* ---- freeing: one hook per type ------------------------------------------ */
 
 static ValFreeFn free_hooks[V_TYPE_COUNT];
+static ValTruthFn truth_hooks[V_TYPE_COUNT];
+static ValNumberFn number_hooks[V_TYPE_COUNT];
 
 void val_register_free(VType t, ValFreeFn fn) { free_hooks[t] = fn; }
+void val_register_truth(VType t, ValTruthFn fn) { truth_hooks[t] = fn; }
+void val_register_number(VType t, ValNumberFn fn) { number_hooks[t] = fn; }
 
 static void free_items(Value **items, size_t n) {
   for (size_t i = 0; i < n; i++) val_decref(items[i]);
@@ -28,7 +30,7 @@ static void free_items(Value **items, size_t n) {
 
 void val_free_(Value *v) {
   switch ((VType)v->type) {
-  case V_ARRAY: arr_free(v); return;
+  case V_ARRAY: free_hooks[V_ARRAY](v); return;   /* array.c's, the hot one */
   case V_TUPLE: free_items(((Tuple *)v)->items, ((Tuple *)v)->len); break;
   case V_LIST:
     free_items(((List *)v)->items, ((List *)v)->len);
@@ -68,14 +70,17 @@ void val_free_(Value *v) {
   shm_free(v);
 }
 
-/* ---- True and False: immortal 0-d bool arrays ------------------------------ */
+/* ---- True and False ------------------------------------------------------- */
 
 static Value *true_v, *false_v;
+static Value *(*bool_maker)(bool b);
 static pthread_once_t bools_once = PTHREAD_ONCE_INIT;
 
+void val_register_bools(Value *(*make)(bool b)) { bool_maker = make; }
+
 static void make_bools(void) {
-  true_v = (Value *)arr_scalar_i64(DT_BOOL, 1, false);
-  false_v = (Value *)arr_scalar_i64(DT_BOOL, 0, false);
+  true_v = bool_maker ? bool_maker(true) : NULL;
+  false_v = bool_maker ? bool_maker(false) : NULL;
   if (!true_v || !false_v) {
     fprintf(stderr, "shmap: out of memory at start-up\n");
     abort();
@@ -417,35 +422,25 @@ const char *val_type_name(const Value *v) {
 int val_truth(Value *v) {
   switch ((VType)v->type) {
   case V_NONE: return 0;
-  case V_ARRAY: {
-    Array *a = AS_ARRAY(v);
-    if (a->size != 1) {
-      if (a->size == 0) return 0;
-      err_set(ERR_VALUE, "the truth value of an array with more than one element "
-                         "is ambiguous; use a.any() or a.all()");
-      return -1;
-    }
-    return arr_get_f64(a, 0) != 0.0;
-  }
   case V_STR: return ((Str *)v)->len != 0;
   case V_TUPLE: return ((Tuple *)v)->len != 0;
   case V_LIST: return ((List *)v)->len != 0;
   case V_DICT: return ((Dict *)v)->len != 0;
   case V_RANGE: return range_len(v) != 0;
-  case V_TRACER:
-    return trace_truth_error(v);   /* names the value and its line (trace.h) */
-  default: return 1;
+  default:
+    return truth_hooks[v->type] ? truth_hooks[v->type](v) : 1;
   }
 }
 
-static bool is_number(const Value *v) {
-  return v->type == V_ARRAY && ((const Array *)v)->ndim == 0;
+/* The value of a scalar number (a 0-d array), for keys. */
+static bool number_of(Value *v, double *out) {
+  return number_hooks[v->type] && number_hooks[v->type](v, out);
 }
 
 bool val_equal_key(Value *a, Value *b) {
   if (a == b) return true;
-  if (is_number(a) && is_number(b))
-    return arr_get_f64(AS_ARRAY(a), 0) == arr_get_f64(AS_ARRAY(b), 0);
+  double da, db;
+  if (number_of(a, &da) && number_of(b, &db)) return da == db;
   if (a->type != b->type) return false;
   switch ((VType)a->type) {
   case V_STR:
@@ -468,12 +463,11 @@ int64_t val_hash(Value *v) {
   case V_STR: return (int64_t)(((Str *)v)->hash & INT64_MAX);
   case V_NONE: return 0;
   case V_DTYPE: return 17 + ((DTypeVal *)v)->dtype;
-  case V_ARRAY:
-    if (is_number(v)) {
-      double d = arr_get_f64(AS_ARRAY(v), 0);
-      return (int64_t)((uint64_t)(int64_t)d & INT64_MAX);
-    }
+  case V_ARRAY: {
+    double d;
+    if (number_of(v, &d)) return (int64_t)((uint64_t)(int64_t)d & INT64_MAX);
     break;
+  }
   case V_TUPLE: {
     uint64_t h = 7;
     for (size_t i = 0; i < tuple_len(v); i++) {

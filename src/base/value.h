@@ -116,10 +116,16 @@ extern Value val_none_, val_ellipsis_;
 #define VAL_NONE (&val_none_)
 #define VAL_ELLIPSIS (&val_ellipsis_)
 
-/* The shared immortal 0-d bool arrays True and False (borrowed). */
+/* True and False (borrowed, immortal): 0-d bool arrays, made by
+ * array/array.c, which registers their maker with val_register_bools. */
 Value *val_true(void);
 Value *val_false(void);
 static inline Value *val_bool(bool b) { return b ? val_true() : val_false(); }
+
+/* Installs the maker of True and False: [make](b) returns a new value
+ * for b that val_true/val_false then keep, immortal; NULL on out of
+ * memory.  Called once, before the first val_true. */
+void val_register_bools(Value *(*make)(bool b));
 
 /* ---- strings ------------------------------------------------------------ */
 
@@ -297,10 +303,19 @@ bool val_equal_key(Value *a, Value *b);
 /* Hash for dict keys; -1 with the error set for an unhashable value. */
 int64_t val_hash(Value *v);
 
-/* Type-registration hooks for the subsystems that define V_FUNC, V_MESH,
- * ...: val_free_ calls hooks[type] to release the object (including
- * freeing its memory). */
+/* Type-registration hooks.  The types defined above base/ (V_ARRAY by
+ * array/array.c, V_FUNC, V_MESH, V_TRACER, ...) give the generic
+ * operations here their behaviour, so this layer needs none of theirs:
+ *   free:   val_free_ calls it to release the object, its memory included;
+ *   truth:  val_truth's answer, 0/1, or -1 with the error set (NULL: true);
+ *   number: a scalar number's value, for dict keys and hashing (val_equal_key,
+ *           val_hash): true with *out set, or false when [v] is none.
+ * Register before the first value of the type exists; not thread-safe. */
 typedef void (*ValFreeFn)(Value *v);
+typedef int (*ValTruthFn)(Value *v);
+typedef bool (*ValNumberFn)(Value *v, double *out);
 void val_register_free(VType t, ValFreeFn fn);
+void val_register_truth(VType t, ValTruthFn fn);
+void val_register_number(VType t, ValNumberFn fn);
 
 #endif

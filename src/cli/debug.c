@@ -29,6 +29,7 @@
 
 #include "lang/builtins.h"
 #include "spmd/device.h"
+#include "spmd/shardmap.h"
 #include "base/error.h"
 #include "base/intern.h"
 #include "base/mem.h"
@@ -2417,12 +2418,14 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   dbg.installed = true;
   update_engaged();
   eval_stmt_hook = dbg_hook;
+  shardmap_set_runner(dbg_coll_run);
   return 0;
 }
 
 void dbg_free(void) {
   if (!dbg.installed) return;
   eval_stmt_hook = NULL;
+  shardmap_set_runner(NULL);
   dbg.installed = false;
   helper_stop();
   pthread_mutex_lock(&dbg.lock);

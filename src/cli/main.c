@@ -23,6 +23,11 @@
 #include "array/print.h"
 #include "cli/repl.h"
 #include "cli/testrun.h"
+#include "spmd/device.h"
+#include "spmd/mesh.h"
+#include "spmd/shardmap.h"
+#include "transform/control.h"
+#include "transform/jit.h"
 
 #ifndef SHMAP_VERSION
 #define SHMAP_VERSION "unknown"
@@ -304,6 +309,18 @@ static void release_globals(Env *globals) {
   env_decref(globals);
 }
 
+/* Registers the layers above lang/ with the evaluator and the primitive
+ * table, bottom to top (src/README.md): spmd's meshes, shard_map and
+ * collectives, then transform's control flow and jit; then starts the
+ * device threads. */
+static int register_layers(int ndevices) {
+  Env *b = shm_interp->builtins;
+  if (mesh_register(b) < 0 || shardmap_register(b) < 0 || ctl_register(b) < 0 ||
+      jit_register(b) < 0)
+    return -1;
+  return dev_start(ndevices);
+}
+
 /* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
   int rc = merge_options(cl);
@@ -311,7 +328,7 @@ static int run_interpreter(const CmdLine *cl) {
   say_verbose();
   install_sigint();
   Env *globals = NULL;
-  if (interp_init(shm_options.devices) < 0 ||
+  if (interp_init(shm_options.devices) < 0 || register_layers(shm_options.devices) < 0 ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
     rc = report_error();
@@ -323,6 +340,7 @@ static int run_interpreter(const CmdLine *cl) {
   }
   release_globals(globals);
   dbg_free();
+  dev_stop();
   interp_free();
   cfg_free(&shm_options);
   return rc;

@@ -14,19 +14,14 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "base/error.h"
-#include "spmd/device.h"
 #include "lang/eval.h"
-#include "transform/control.h"
 #include "base/intern.h"
-#include "transform/jit.h"
 #include "array/linalg.h"
 #include "base/mem.h"
-#include "spmd/mesh.h"
 #include "lang/ops.h"
 #include "lang/parser.h"
 #include "array/prim.h"
 #include "array/print.h"
-#include "spmd/shardmap.h"
 
 Interp *shm_interp;
 atomic_int shm_interrupted;
@@ -38,6 +33,7 @@ Value *(*eval_make_jit)(Value *fn);
  * stacks large enough for this depth (device.c). */
 #define MAX_DEPTH 600
 
+_Thread_local bool eval_on_device;
 static _Thread_local Frame *cur_frame;
 static _Thread_local int cur_depth;
 static _Thread_local Loc cur_loc;
@@ -850,7 +846,7 @@ static Value *const_copy(Value *v) {
 /* The value of constant [n], borrowed: on a device, its private copy. */
 static Value *const_value(const Node *n) {
   Value *v = n->value;
-  if (!dev_ctx() || (v->flags & VAL_IMMORTAL)) return v;
+  if (!eval_on_device || (v->flags & VAL_IMMORTAL)) return v;
   size_t h = ((uintptr_t)v >> 4) & (CONST_CACHE_SIZE - 1);
   for (int probe = 0; probe < CONST_CACHE_SIZE; probe++) {
     ConstEntry *e = &const_cache[(h + (size_t)probe) & (CONST_CACHE_SIZE - 1)];
@@ -1497,6 +1493,9 @@ Value *eval_import(const char *name, const char *from_dir) {
 
 /* ==== the interpreter ============================================================ */
 
+/* repr of a user function, as Python's without the address. */
+static Value *func_repr(Value *v) { return str_printf("<function %s>", ((Func *)v)->name); }
+
 int interp_init(int ndevices) {
   shm_interp = shm_calloc(1, sizeof *shm_interp);
   if (!shm_interp) return err_nomem(), -1;
@@ -1505,13 +1504,12 @@ int interp_init(int ndevices) {
   const char *ref = getenv("SHMAP_REFERENCE");
   shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
   val_register_free(V_FUNC, func_free);
+  print_register(V_FUNC, func_repr, func_repr);
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
   Env *b = shm_interp->builtins;
-  if (builtins_register(b) < 0 || mesh_register(b) < 0 || shardmap_register(b) < 0 ||
-      ctl_register(b) < 0 || jit_register(b) < 0 || dev_start(ndevices) < 0)
-    return -1;
+  if (builtins_register(b) < 0) return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;
@@ -1529,7 +1527,6 @@ int interp_init(int ndevices) {
 
 void interp_free(void) {
   if (!shm_interp) return;
-  dev_stop();
   Dict *mods = (Dict *)shm_interp->modules;
   for (size_t i = 0; mods && i < mods->len; i++) {
     /* Module globals hold functions whose closures hold the module scope:

@@ -68,9 +68,21 @@ typedef struct Interp {
 
 extern Interp *shm_interp;
 
-/* Sets up the builtins scope and globals; 0 or -1 with the error set. */
+/* Sets up the builtins scope (the language's own and jax.numpy's built-ins)
+ * and the module path; the layers above lang/ then register their
+ * built-ins, statements and value types (cli/main.c).  [ndevices] is
+ * recorded for them.  0 or -1 with the error set. */
 int interp_init(int ndevices);
+
+/* Releases the interpreter.  The device threads must be stopped first
+ * (dev_stop), since their frames may hold module values. */
 void interp_free(void);
+
+/* True on a device thread while it runs a body (spmd/device.c sets it
+ * with the device's context): constants are then read through this
+ * thread's private copies, so cores do not share a literal's reference
+ * count. */
+extern _Thread_local bool eval_on_device;
 
 /* Adds [dir] to the module search path (copied). */
 int interp_add_path(const char *dir);

@@ -2835,3 +2835,27 @@ __attribute__((weak)) Loc eval_current_loc(void) {
   Loc none = {NULL, 0, 0};
   return none;
 }
+
+/* ---- the primitive table's entries for the collectives ------------------ */
+
+#define COLL_RULES(n) \
+  {.shape = coll_shape_##n, .kernel = coll_kernel_##n, .vma = coll_vma_##n}
+
+/* Every rule of every collective, one row each (batching, JVP and
+ * transpose rules join their rows as the transformations arrive). */
+static const struct { PrimId id; PrimRules rules; } coll_rules[] = {
+    {P_AXIS_INDEX, COLL_RULES(axis_index)},
+    {P_PSUM, COLL_RULES(psum)},
+    {P_PMAX, COLL_RULES(pmax)},
+    {P_PMIN, COLL_RULES(pmin)},
+    {P_ALL_GATHER, COLL_RULES(all_gather)},
+    {P_PSUM_SCATTER, COLL_RULES(psum_scatter)},
+    {P_PPERMUTE, COLL_RULES(ppermute)},
+    {P_ALL_TO_ALL, COLL_RULES(all_to_all)},
+    {P_RAGGED_ALL_TO_ALL, COLL_RULES(ragged_all_to_all)},
+};
+
+void coll_register_prims(void) {
+  for (size_t i = 0; i < sizeof coll_rules / sizeof coll_rules[0]; i++)
+    prim_register(coll_rules[i].id, &coll_rules[i].rules);
+}

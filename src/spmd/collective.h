@@ -143,6 +143,11 @@
 COLLECTIVE_LIST(X)
 #undef X
 
+/* Registers the collectives' rules (shape, kernel, replication) in the
+ * primitive table (prim_register).  Called once at start-up, before any
+ * device thread runs; idempotent. */
+void coll_register_prims(void);
+
 typedef struct CollGroup CollGroup;
 
 /* Makes the rendezvous for one shard_map call over [mesh] (copied; its

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "lang/eval.h"
 #include "base/mem.h"
 
 /* Stack for a device thread: the evaluator recurses on it. */
@@ -52,7 +53,10 @@ static _Thread_local bool tls_on_device;     /* a pool thread */
 static _Thread_local bool tls_secondary;     /* dev_error_secondary */
 
 DevCtx *dev_ctx(void) { return tls_ctx; }
-void dev_ctx_set(DevCtx *c) { tls_ctx = c; }
+void dev_ctx_set(DevCtx *c) {
+  tls_ctx = c;
+  eval_on_device = c != NULL;
+}
 void dev_error_secondary(void) { tls_secondary = true; }
 bool dev_on_device_thread(void) { return tls_on_device; }
 int dev_count(void) { return pool.n; }

@@ -7,7 +7,6 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "spmd/collective.h"
-#include "cli/debug.h"
 #include "spmd/device.h"
 #include "base/error.h"
 #include "base/intern.h"
@@ -16,8 +15,6 @@
 #include "array/prim.h"
 #include "array/print.h"
 #include "spmd/shardmap.h"
-#include "transform/jit.h"
-#include "transform/trace.h"
 
 /* ==== the ShardFn value ===================================================== */
 
@@ -466,19 +463,35 @@ static void call_release(Call *c, int n) {
   shm_free(c->out);
 }
 
+/* Plain coll_run: the runner until the debugger installs its own. */
+static int run_plain(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *ctx),
+                     void *ctx, OutBuf *outs) {
+  (void)mesh, (void)outs;
+  return coll_run(g, fn, ctx);
+}
+
+static ShardmapRunner runner = run_plain;
+static ShardmapStager stager;
+
+void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
+
+void shardmap_set_stager(ShardmapStager stage) { stager = stage; }
+
 static int run_on_devices(Call *c) {
   MeshDesc md;
   mesh_to_desc(c->f->mesh, &md);
   CollGroup *g = coll_group_new(&md, shm_interp->reference);
   if (!g) return -1;
-  /* The debugger's hook: coll_run, with all-stop at breakpoints (debug.h). */
-  int rc = dbg_coll_run(g, &md, run_device, c, c->out);
+  int rc = runner(g, &md, run_device, c, c->out);
   coll_group_free(g);
   return rc;
 }
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
-  if (trace_current()) return jit_trace_shard_map(fv, a);   /* called under jit */
+  if (prim_tracing()) {   /* called under jit: one staged equation */
+    if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
+    return stager(fv, a);
+  }
   ShardFn *f = (ShardFn *)fv;
   int n = f->mesh->size;
   Call c = {.f = f};
@@ -606,7 +619,7 @@ out:
  * to); a list as a tuple, and under jit always a tuple, as jaxprs print
  * axes. */
 static Value *axis_names(Value *v) {
-  if (v->type == V_STR) return trace_current() ? tuple_pack(1, &v) : val_incref(v);
+  if (v->type == V_STR) return prim_tracing() ? tuple_pack(1, &v) : val_incref(v);
   size_t n;
   Value *const *items;
   if (val_seq(v, &n, &items) && n > 0) {
@@ -667,7 +680,7 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
 /* Under jit every collective is recorded, concrete operands too, so the
  * compiled plan runs it on every device (trace.h). */
 static Value *coll_apply(PrimId id, int n, Value **in, const Params *p) {
-  return trace_current() ? trace_apply(id, n, in, p) : prim_apply(id, n, in, p);
+  return prim_bind(id, n, in, p);
 }
 
 /* Applies collective [id] to [x] with [p] (stolen), converting x first. */
@@ -937,6 +950,7 @@ int shardmap_register(Env *b) {
   print_register(V_SHARDFN, shardfn_repr, shardfn_repr);
   eval_register_call(V_SHARDFN, shardmap_call);
   eval_exec_shard_map = exec_shard_map;
+  coll_register_prims();
   for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
     /* Each is also lax.NAME / jax.lax.NAME; shard_map is jax.shard_map. */
     Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);

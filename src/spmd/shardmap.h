@@ -24,6 +24,7 @@
 #define SHMAP_SHARDMAP_H
 
 #include "lang/eval.h"
+#include "spmd/collective.h"
 #include "spmd/mesh.h"
 
 typedef struct ShardFn {
@@ -43,6 +44,22 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
 
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
+
+/* How a shard_map call runs its body on the devices of [mesh]: fn(rank,
+ * ctx) on each through coll_run, each device printing into outs[rank].
+ * The debugger (cli/debug.c) installs its all-stop runner in its place
+ * with shardmap_set_runner; NULL restores plain coll_run.  Main thread,
+ * before or between calls. */
+typedef int (*ShardmapRunner)(CollGroup *g, const MeshDesc *mesh,
+                              void (*fn)(int rank, void *ctx), void *ctx,
+                              OutBuf *outs);
+void shardmap_set_runner(ShardmapRunner run);
+
+/* How a shard_map call made while this thread traces (jit) is staged as
+ * one shard_map equation: set by the transform layer (transform/jit.c)
+ * at start-up.  Same contract as shardmap_call. */
+typedef Value *(*ShardmapStager)(Value *f, const CallArgs *a);
+void shardmap_set_stager(ShardmapStager stage);
 
 /* Registers shard_map (function form, also jax.shard_map), the block-form
  * statement executor, and the collective built-ins of LANGUAGE.md §5:

@@ -375,7 +375,7 @@ static int build_steps(Pre *pr) {
     for (int k = 0; k < q->nin; k++)
       if ((s->in[k] = ref_of(pr, &q->in[k])) == INT32_MIN) return -1;
     shm_memcpy(s->out, q->out, sizeof(int) * (size_t)q->nout);
-    if (s->kind == ST_KERNEL && !prim_table[q->prim].kernel)
+    if (s->kind == ST_KERNEL && !prim_table[q->prim].rules.kernel)
       return err_set(ERR_VALUE, "jit: %s cannot be compiled", prim_table[q->prim].name), -1;
     if (s->kind != ST_KERNEL && prepare_higher(e, s, p) < 0) return -1;
   }
@@ -760,7 +760,7 @@ static int run_kernel(Step *s, Workspace *w) {
   if (!in || s->nout > 8) return err_set(ERR_VALUE, "jit: too many operands"), -1;
   for (int k = 0; k < s->nin; k++) in[k] = w->slot[s->in[k]];
   for (int k = 0; k < s->nout; k++) out_stack[k] = w->slot[s->out[k]];
-  int rc = prim_table[s->eqn->prim].kernel(in, s->nin, &s->eqn->params, out_stack);
+  int rc = prim_table[s->eqn->prim].rules.kernel(in, s->nin, &s->eqn->params, out_stack);
   if (in != in_stack) shm_free(in);
   return rc;
 }

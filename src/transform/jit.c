@@ -882,6 +882,7 @@ int jit_register(Env *b) {
   print_register(V_JITFN, jit_repr, jit_repr);
   eval_register_call(V_JITFN, jit_call);
   eval_make_jit = make_jit_hook;
+  shardmap_set_stager(jit_trace_shard_map);
   if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
       add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||
       add_both(b, "make_jaxpr", bi_make_jaxpr, "make_jaxpr(f)(*args): the staged plan", "jax") < 0)

@@ -334,9 +334,14 @@ static Value *tracer_repr(Value *v) {
   return str_printf("Traced<%s>", av);
 }
 
+/* prim_tracing_hook: whether this thread has a trace open. */
+static bool tracing(void) { return cur_trace != NULL; }
+
 void trace_register(void) {
   val_register_free(V_TRACER, tracer_free);
+  val_register_truth(V_TRACER, trace_truth_error);
   print_register(V_TRACER, tracer_repr, tracer_repr);
   prim_trace_hook = trace_apply;
+  prim_tracing_hook = tracing;
   ops_tracer_aval = trace_aval;
 }

@@ -1018,6 +1018,7 @@ static Suite *collective_suite(void) {
 }
 
 int main(void) {
+  coll_register_prims();
   /* Device threads do not survive fork(), so the tests run in-process. */
   if (dev_start(MAXDEV) < 0) {
     fprintf(stderr, "dev_start: %s\n", err_message());

@@ -731,11 +731,35 @@ START_TEST(test_sort) {
 }
 END_TEST
 
+/* Every primitive of the array layer has its shape rule and kernel in the
+ * table; the collectives' come from spmd/ at start-up, so before that
+ * applying one is a clear error, not a crash. */
+START_TEST(test_table_rules) {
+  for (int id = 0; id < P_COUNT; id++) {
+    PrimKind k = prim_table[id].kind;
+    if (k == PK_HIGHER || k == PK_COLLECTIVE) continue;
+    ck_assert_msg(prim_table[id].rules.shape && prim_table[id].rules.kernel,
+                  "%s lacks a rule", prim_table[id].name);
+  }
+  Array *x = arr_new(DT_F32, 0, NULL);
+  Value *in[1] = {&x->hdr};
+  Params p;
+  params_init(&p);
+  ck_assert_ptr_null(prim_apply(P_PSUM, 1, in, &p));
+  ck_assert_str_eq(err_message(), "evaluation of 'psum' is not implemented");
+  err_clear();
+  ck_assert_int_eq(prim_rule_missing(P_CUMSUM, "grad"), -1);
+  ck_assert_str_eq(err_message(), "grad of 'cumsum' is not implemented");
+  err_clear();
+  val_decref(&x->hdr);
+}
+END_TEST
+
 START_TEST(test_table_and_infer) {
   ck_assert_int_eq(prim_lookup("reduce_sum"), P_REDUCE_SUM);
   ck_assert_int_eq(prim_lookup("no_such_prim"), -1);
   ck_assert_str_eq(prim_table[P_DOT_GENERAL].name, "dot_general");
-  ck_assert_ptr_null(prim_table[P_COND].kernel);
+  ck_assert_ptr_null(prim_table[P_COND].rules.kernel);
   AVal in[2] = {{.dtype = DT_F32, .ndim = 1, .shape = {8}, .vma = 1},
                 {.dtype = DT_F32, .ndim = 0, .weak = true, .vma = 2}};
   AVal out;
@@ -784,6 +808,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(sh, test_gather_scatter);
   tcase_add_test(sh, test_sort);
   tcase_add_test(sh, test_table_and_infer);
+  tcase_add_test(sh, test_table_rules);
   suite_add_tcase(s, sh);
   return s;
 }
