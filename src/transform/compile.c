@@ -41,6 +41,10 @@ typedef struct Step {
 
 typedef struct Workspace Workspace;
 
+/* Per-thread workspace slots of a plan: a thread uses slot
+ * (its ordinal % WS_SLOTS); ordinals are handed out on first use. */
+#define WS_SLOTS 16
+
 typedef struct Exec {
   int nslots, capslots;
   Slot *slots;
@@ -54,8 +58,14 @@ typedef struct Exec {
   AVal *scratch;       /* avals of per-workspace scratch arrays */
   int nregs;           /* fused registers needed */
   int64_t npartials;   /* fused reduction partial sums needed */
+  /* Idle workspaces.  A thread first looks in its own slot of [mine]
+   * (64 bytes apart: never two on one cache line, so a loop running a plan over and over takes
+   * and gives back its workspace without a lock or a shared line); the
+   * locked [pool] holds the rest (a plan entered again on the same
+   * thread, threads beyond WS_SLOTS). */
+  struct { _Atomic(Workspace *) w; char pad[64 - sizeof(void *)]; } mine[WS_SLOTS];
   pthread_mutex_t lock;/* guards [pool] */
-  Workspace *pool;     /* idle workspaces */
+  Workspace *pool;
 } Exec;
 
 struct Workspace {
@@ -702,15 +712,29 @@ fail:
   return NULL;
 }
 
+/* This thread's slot in every plan's [mine]. */
+static int ws_ordinal(void) {
+  static atomic_int next;
+  static _Thread_local int ord = -1;
+  if (ord < 0) ord = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % WS_SLOTS;
+  return ord;
+}
+
 static Workspace *ws_take(Exec *e) {
+  Workspace *w = atomic_exchange_explicit(&e->mine[ws_ordinal()].w, NULL, memory_order_acquire);
+  if (w) return w;
   pthread_mutex_lock(&e->lock);
-  Workspace *w = e->pool;
+  w = e->pool;
   if (w) e->pool = w->next;
   pthread_mutex_unlock(&e->lock);
   return w ? w : ws_new(e);
 }
 
 static void ws_give(Exec *e, Workspace *w) {
+  Workspace *none = NULL;
+  if (atomic_compare_exchange_strong_explicit(&e->mine[ws_ordinal()].w, &none, w,
+                                              memory_order_release, memory_order_relaxed))
+    return;
   pthread_mutex_lock(&e->lock);
   w->next = e->pool;
   e->pool = w;
@@ -725,6 +749,7 @@ static void exec_free(void *ve) {
     e->pool = w->next;
     ws_free(e, w);
   }
+  for (int i = 0; i < WS_SLOTS; i++) ws_free(e, atomic_load(&e->mine[i].w));
   for (int i = 0; i < e->nsteps; i++) {
     shm_free(e->steps[i].in);
     shm_free(e->steps[i].out);
