@@ -16,7 +16,8 @@
 #   5. `mandoc -T lint -W warning` on each manual page (when mandoc is
 #      installed).
 #   6. the terminal sessions tests/tty/*.sh, through tmux (each is
-#      skipped, with a note, when tmux is not installed).
+#      skipped, with a note, when tmux is not installed), and the command
+#      line's scripts tests/cli/*.sh (--trace, --comm-stats);
 #   7. the layering of src/: tests/check-layers.sh over the sources'
 #      #include lines and the built objects' symbols.
 #
@@ -101,11 +102,11 @@ run_selftest() {
 }
 
 # Lints each manual page; a warning or worse fails it.
-# Runs each terminal session tests/tty/*.sh on the built shmap; exit
+# Runs each script $2/*.sh on the built shmap, counted as part $1: exit
 # status 0 passes, 77 is a skip (its last line is shown as a note).
-run_tty() {
-  local t out status p=0 f=0
-  for t in "$srcdir"/tests/tty/*.sh; do
+run_scripts() {
+  local part=$1 t out status p=0 f=0
+  for t in "$srcdir/$2"/*.sh; do
     [ -e "$t" ] || continue
     out=$(timeout 120 bash "$t" "$builddir/shmap" 2>&1)
     status=$?
@@ -114,12 +115,12 @@ run_tty() {
     elif [ "$status" -eq 0 ]; then
       p=$((p + 1))
     else
-      echo "FAIL tty/$(basename "$t" .sh) (exit status $status):"
+      echo "FAIL $2/$(basename "$t" .sh) (exit status $status):"
       tail -n 40 <<<"$out" | indent
       f=$((f + 1))
     fi
   done
-  tally "terminal" "$p" "$f"
+  tally "$part" "$p" "$f"
 }
 
 # Checks that src/'s includes and calls run from higher layers to lower.
@@ -165,7 +166,8 @@ if [ -x "$builddir/shmap" ]; then
   run_report "reference mode" bash -c 'cd "$1" && SHMAP_REFERENCE=1 exec "$2" --test tests/lang/shard_map_*.shm tests/lang/coll_*.shm examples' _ "$srcdir" "$builddir/shmap"
   run_report "man examples" bash "$srcdir/tests/man-examples.sh" "$builddir" "$srcdir"
   run_selftest
-  run_tty
+  run_scripts "terminal" tests/tty
+  run_scripts "command line" tests/cli
 else
   echo "FAIL shmap: not built"
   tally "shmap" 0 1

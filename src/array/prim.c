@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/timeline.h"
 #include "array/kernels.h"
 #include "base/mem.h"
 
@@ -979,6 +980,23 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
   return prim_apply(id, nin, in, p);
 }
 
+/* prim_run_kernel while the timeline records. */
+static int run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out) {
+  int64_t t0 = tl_now();
+  int rc = prim_table[id].rules.kernel(in, nin, p, out);
+  if (prim_table[id].kind == PK_COLLECTIVE || prim_table[id].nout == 0) return rc;
+  char av[64];
+  const char *key[] = {"result"}, *val[] = {av};
+  aval_str(av, sizeof av, out[0]->dtype, out[0]->ndim, out[0]->shape);
+  tl_event("primitive", prim_table[id].name, t0, tl_now(), 1, key, val);
+  return rc;
+}
+
+int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out) {
+  if (tl_tracing()) return run_kernel_timed(id, in, nin, p, out);
+  return prim_table[id].rules.kernel(in, nin, p, out);
+}
+
 int prim_lookup(const char *name) {
   for (int i = 0; i < P_COUNT; i++)
     if (!strcmp(prim_table[i].name, name))
@@ -1138,7 +1156,7 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
       err_set(ERR_VALUE, "%s: too many outputs", prim_table[id].name);
     return NULL;
   }
-  if (prim_table[id].rules.kernel(f->ops, nin, p, out) < 0) {
+  if (prim_run_kernel(id, f->ops, nin, p, out) < 0) {
     for (int i = 0; i < nout; i++)
       if (out[i])
         val_decref(&out[i]->hdr);

@@ -172,6 +172,13 @@ bool prim_tracing(void);
  * Same contract as prim_apply. */
 Value *prim_bind(PrimId id, int nin, Value **in, const Params *p);
 
+/* Runs primitive [id]'s kernel on [in] into [out] (prim_apply's and the
+ * compiled executor's one way to a kernel): Kernel's contract.  While the
+ * timeline records (base/timeline.h), puts the primitive on it, named by
+ * the primitive with its result's aval as argument; collectives are put
+ * there by the collective engine, with their waits. */
+int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out);
+
 /* Computes output avals without running anything (the tracer uses it). */
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);
 

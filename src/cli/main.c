@@ -23,6 +23,8 @@
 #include "array/print.h"
 #include "cli/repl.h"
 #include "cli/testrun.h"
+#include "cli/trace_out.h"
+#include "base/timeline.h"
 #include "spmd/device.h"
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
@@ -54,6 +56,8 @@ typedef struct CmdLine {
   int devices;          /* --devices, 0 when not given */
   bool interactive;     /* -i */
   bool debug, post_mortem, dump_plans, verbose;
+  const char *trace;    /* --trace FILE: the timeline's file */
+  bool comm_stats;      /* --comm-stats */
 } CmdLine;
 
 static const char USAGE[] = "usage: shmap [options] [script.shm | -] [args...]\n";
@@ -70,6 +74,10 @@ static const char HELP[] =
     "      --pm             enter the debugger when an error is not caught\n"
     "      --dump-plans     print each jit plan when it is staged\n"
     "      --verbose        say what the interpreter is doing, on stderr\n"
+    "      --trace FILE     write a timeline of statements, primitives and\n"
+    "                       collectives per device (Perfetto, chrome://tracing)\n"
+    "      --comm-stats     print bytes and time per collective, mesh axes and\n"
+    "                       line at exit, on stderr\n"
     "      --test FILE...   run test scripts (or directories of them) and\n"
     "                       compare with the output written in them\n"
     "  -h, --help           show this help and exit\n"
@@ -113,6 +121,7 @@ static bool parse_flag(CmdLine *cl, const char *arg) {
   else if (strcmp(arg, "--pm") == 0) cl->post_mortem = true;
   else if (strcmp(arg, "--dump-plans") == 0) cl->dump_plans = true;
   else if (strcmp(arg, "--verbose") == 0) cl->verbose = true;
+  else if (strcmp(arg, "--comm-stats") == 0) cl->comm_stats = true;
   else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) cl->mode = RUN_HELP;
   else if (strcmp(arg, "--version") == 0) cl->mode = RUN_VERSION;
   else return false;
@@ -124,6 +133,11 @@ static bool parse_flag(CmdLine *cl, const char *arg) {
 static int parse_option(CmdLine *cl, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
   if (parse_flag(cl, arg)) return 0;
+  if (is_option(arg, "--trace")) {
+    if (!(cl->trace = option_value(argc, argv, i, "--trace")) || !*cl->trace)
+      return usage_error("--trace needs a file name");
+    return 0;
+  }
   if (is_option(arg, "--devices")) {
     const char *v = option_value(argc, argv, i, "--devices");
     if (!v) return usage_error("--devices needs a number");
@@ -327,6 +341,8 @@ static int run_interpreter(const CmdLine *cl) {
   if (rc) return rc;
   say_verbose();
   install_sigint();
+  tl_start(cl->trace != NULL, cl->comm_stats);
+  if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;
   if (interp_init(shm_options.devices) < 0 || register_layers(shm_options.devices) < 0 ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
@@ -340,7 +356,10 @@ static int run_interpreter(const CmdLine *cl) {
   }
   release_globals(globals);
   dbg_free();
-  dev_stop();
+  dev_stop();   /* the devices' timelines are complete from here on */
+  if (cl->trace && trace_write(cl->trace) < 0 && rc == 0) rc = report_error();
+  if (cl->comm_stats) trace_comm_stats(stderr);
+  tl_free();
   interp_free();
   cfg_free(&shm_options);
   return rc;

@@ -14,6 +14,7 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "base/error.h"
+#include "base/timeline.h"
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "array/linalg.h"
@@ -1316,7 +1317,32 @@ static Outcome exec_return(const Node *s, Env *env, Value **ret) {
   return OUT_RETURN;
 }
 
+static Outcome exec_stmt_(const Node *s, Env *env, Value **ret);
+
+/* Puts statement [s], run from [t0] to now, on this thread's timeline,
+ * named by its line: "12: y = x * 2 + 1". */
+static void timeline_stmt(const Node *s, int64_t t0) {
+  int64_t t1 = tl_now();
+  char name[64] = "?";
+  const Source *src = s->loc.src;
+  if (src && s->loc.line >= 1 && s->loc.line <= src->nlines) {
+    const char *p = src->lines[s->loc.line - 1];
+    while (*p == ' ' || *p == '\t') p++;
+    int n = (int)strcspn(p, "\n");
+    snprintf(name, sizeof name, "%d: %.*s", s->loc.line, n, p);
+  }
+  tl_event("statement", name, t0, t1, 0, NULL, NULL);
+}
+
 static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
+  if (!tl_tracing()) return exec_stmt_(s, env, ret);
+  int64_t t0 = tl_now();
+  Outcome o = exec_stmt_(s, env, ret);
+  timeline_stmt(s, t0);
+  return o;
+}
+
+static Outcome exec_stmt_(const Node *s, Env *env, Value **ret) {
   cur_loc = s->loc;
   if (cur_frame) cur_frame->stmt = s;
   if (eval_stmt_hook && cur_frame && eval_stmt_hook(cur_frame, s) != 0) return OUT_ERR;

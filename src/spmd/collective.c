@@ -55,6 +55,8 @@
 #define _GNU_SOURCE  /* PTHREAD_MUTEX_ADAPTIVE_NP */
 #include "spmd/collective.h"
 
+#include "base/timeline.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -238,6 +240,9 @@ typedef struct Call {
   int *peers;                     /* [n] ranks in participant order */
   int axis_size;                  /* size of the flattened named axis */
   Array **in, **out;
+  /* when the timeline or the communication counts record (timeline.h): */
+  int64_t t0, wait0, wait1;       /* entry; the wait for the peers (tl_now) */
+  int waited_for;                 /* first peer missing when it began, or -1 */
 } Call;
 
 /* ---- parameters ---------------------------------------------------------- */
@@ -1170,7 +1175,24 @@ static void note_arrivals(const Call *c) {
  * only when stopping and after not seeing this device's arrival, so this
  * device either sees the stop or is seen; otherwise it could see the
  * peer arrived but not yet given up, and wait for it at a barrier. */
+static int rendezvous_(Call *c);
+
+/* The rendezvous, timed for the timeline: how long this device waited,
+ * and for whom (the first participant that had not arrived yet). */
 static int rendezvous(Call *c) {
+  if (!tl_tracing() && !tl_counting()) return rendezvous_(c);
+  c->wait0 = tl_now();
+  c->waited_for = -1;
+  for (int i = 0; i < c->n && c->waited_for < 0; i++) {
+    int q = c->peers[i];
+    if (q != c->rank && atomic_load(&c->g->slots[q].published) < c->seq) c->waited_for = q;
+  }
+  int r = rendezvous_(c);
+  c->wait1 = tl_now();
+  return r;
+}
+
+static int rendezvous_(Call *c) {
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
   bool unlocked = !g->reference && !halting(g) && same_run(c);
@@ -1290,7 +1312,27 @@ static bool barrier(Call *c) {
 
 /* Marks the caller through collective #seq: peers that look at it later
  * see it done, not gone, and a lane writer waiting for it wakes. */
+/* Records the finished collective [c] in the timeline (an event for it and
+ * one for its wait) and in the communication counts: the bytes of this
+ * device's operands, the time from entry to now. */
+static void record(const Call *c) {
+  int64_t t1 = tl_now(), bytes = 0;
+  char axes[64], line[16], who[64] = "nobody";
+  for (int i = 0; i < c->desc.nin; i++)
+    bytes += c->in[i]->size * (int64_t)dt_size(c->in[i]->dtype);
+  axes_str(&c->g->mesh, &c->desc, axes, sizeof axes);
+  if (tl_counting()) tl_comm(kind_names[c->desc.kind], axes, c->desc.line, bytes, t1 - c->t0);
+  if (!tl_tracing()) return;
+  snprintf(line, sizeof line, "%d", c->desc.line);
+  const char *keys[] = {"axes", "line"}, *vals[] = {axes, line};
+  tl_event("collective", kind_names[c->desc.kind], c->t0, t1, 2, keys, vals);
+  if (c->waited_for >= 0) coords_of(c->g, c->waited_for, who, sizeof who);
+  const char *wkeys[] = {"waited for", "axes"}, *wvals[] = {who, axes};
+  tl_event("wait", kind_names[c->desc.kind], c->wait0, c->wait1, 2, wkeys, wvals);
+}
+
 static void finish(Call *c) {
+  if (tl_tracing() || tl_counting()) record(c);
   Slot *me = &c->g->slots[c->rank];
   atomic_store_explicit(&me->in_coll, false, memory_order_relaxed);
   atomic_store(&me->done, c->seq);
@@ -1407,6 +1449,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->seq = s->seq + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
+  if (tl_tracing() || tl_counting()) c->t0 = tl_now();
   sig_of(in, nin, &c->desc);
   CallMemo *m = &s->memo;
   if (memo_hit(m, kind, p)) {

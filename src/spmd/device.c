@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "lang/eval.h"
 #include "base/mem.h"
+#include "base/timeline.h"
 
 /* Stack for a device thread: the evaluator recurses on it. */
 #define DEV_STACK_BYTES (16u << 20)
@@ -138,6 +139,11 @@ static void run_job(Job *job, int rank) {
 static void *device_main(void *arg) {
   Device *d = arg;
   tls_on_device = true;
+  if (tl_tracing() || tl_counting()) {   /* its own track on the timeline */
+    char name[32];
+    snprintf(name, sizeof name, "device %d", d->id);
+    tl_thread(1 + d->id, name);
+  }
   pthread_mutex_lock(&pool.lock);
   for (;;) {
     while (!d->job && !pool.stopping) pthread_cond_wait(&d->wake, &pool.lock);

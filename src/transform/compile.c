@@ -14,6 +14,7 @@
 #include "transform/fuse.h"
 #include "array/kernels.h"
 #include "base/mem.h"
+#include "base/timeline.h"
 #include "spmd/shardmap.h"
 
 /* ==== executable form ======================================================= */
@@ -779,13 +780,22 @@ static void copy_into(Array *dst, Array *src) {
   else kern_copy_to_contiguous(arr_data(dst), src);
 }
 
+/* A fused elementwise loop; on the timeline as one "fused" primitive. */
+static int run_fused(Step *s, Workspace *w) {
+  if (!tl_tracing()) return fuse_run(s->fused, w->slot, &w->fm);
+  int64_t t0 = tl_now();
+  int rc = fuse_run(s->fused, w->slot, &w->fm);
+  tl_event("primitive", "fused loop", t0, tl_now(), 0, NULL, NULL);
+  return rc;
+}
+
 static int run_kernel(Step *s, Workspace *w) {
   Array *in_stack[8], *out_stack[8];
   Array **in = s->nin <= 8 ? in_stack : shm_malloc(sizeof(Array *) * (size_t)s->nin);
   if (!in || s->nout > 8) return err_set(ERR_VALUE, "jit: too many operands"), -1;
   for (int k = 0; k < s->nin; k++) in[k] = w->slot[s->in[k]];
   for (int k = 0; k < s->nout; k++) out_stack[k] = w->slot[s->out[k]];
-  int rc = prim_table[s->eqn->prim].rules.kernel(in, s->nin, &s->eqn->params, out_stack);
+  int rc = prim_run_kernel(s->eqn->prim, in, s->nin, &s->eqn->params, out_stack);
   if (in != in_stack) shm_free(in);
   return rc;
 }
@@ -936,7 +946,7 @@ static int run_callback(Step *s, Workspace *w) {
 static int run_step(Step *s, Workspace *w) {
   switch (s->kind) {
   case ST_KERNEL: return run_kernel(s, w);
-  case ST_FUSED: return fuse_run(s->fused, w->slot, &w->fm);
+  case ST_FUSED: return run_fused(s, w);
   case ST_COND: return run_cond(s, w);
   case ST_WHILE: return run_while(s, w);
   case ST_SCAN: return run_scan(s, w);

@@ -462,6 +462,7 @@ static int run_kernel(const Ctx *c, const FInstr *ins) {
                 ? c->slots[ins->in[m].idx]
                 : view(c->lane, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
   out = view(c->lane, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
+  /* one chunk of a fused loop: the timeline shows the loop, not its chunks */
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
