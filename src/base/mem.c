@@ -21,9 +21,9 @@
 #define BUF_ALIGN 64
 #define HUGE_PAGE ((size_t)2 << 20)
 #define CACHE_SLOTS 16
-/* The cache never holds more than this, so a program that once made a few
- * huge temporaries does not keep them pinned forever. */
-#define CACHE_MAX_BYTES ((size_t)1 << 30)
+/* The cache never holds more than cache_max bytes (SHM_BUF_CACHE_DEFAULT
+ * unless the configuration says otherwise), so a program that once made a
+ * few huge temporaries does not keep them pinned forever. */
 
 /* Allocation counting and failure injection.  The count is per thread: a
  * shared counter's cache line would bounce between device threads on every
@@ -40,6 +40,7 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { void *p; size_t size; } cache[CACHE_SLOTS];
 static int cache_used;
 static size_t cache_bytes;
+static size_t cache_max = SHM_BUF_CACHE_DEFAULT;
 
 /* True when this allocation is the injected failure. */
 static int shm_should_fail(void) {
@@ -115,7 +116,7 @@ static void *shm_cache_take(size_t size) {
 static int shm_cache_put(void *p, size_t size) {
   int ok = 0;
   pthread_mutex_lock(&cache_lock);
-  if (cache_used < CACHE_SLOTS && cache_bytes + size <= CACHE_MAX_BYTES) {
+  if (cache_used < CACHE_SLOTS && cache_bytes + size <= cache_max) {
     cache[cache_used].p = p;
     cache[cache_used].size = size;
     cache_used++;
@@ -170,6 +171,13 @@ void shm_buf_free(void *p, size_t nbytes) {
   if (nbytes >= HUGE_PAGE && shm_cache_put(p, shm_round_large(nbytes)))
     return;
   free(p);
+}
+
+void shm_buf_cache_limit(size_t bytes) {
+  pthread_mutex_lock(&cache_lock);
+  cache_max = bytes;
+  pthread_mutex_unlock(&cache_lock);
+  shm_buf_trim();
 }
 
 void shm_buf_trim(void) {

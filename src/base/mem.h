@@ -61,6 +61,13 @@ void *shm_pair_alloc(size_t nbytes);
 /* Releases every cached buffer (at exit, and before leak checks). */
 void shm_buf_trim(void);
 
+/* Bounds the bytes of released buffers the cache keeps for reuse (the
+ * configuration's memory.buffer_cache_mib; 0 keeps none); what a release
+ * would put past the bound goes back to the system.  Releases what the
+ * cache holds now.  Any thread. */
+#define SHM_BUF_CACHE_DEFAULT ((size_t)256 << 20)
+void shm_buf_cache_limit(size_t bytes);
+
 /* Test hook: the [n]th allocation from now fails (0 disables).  Also read
  * from the environment variable SHMAP_FAIL_ALLOC at start-up. */
 void shm_mem_fail_after(long n);

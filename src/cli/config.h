@@ -21,6 +21,8 @@
  *     history:
  *       size: 1000          # REPL history entries kept, >= 0 (0: no file)
  *       file: ~/.shmap_history
+ *     memory:
+ *       buffer_cache_mib: 256  # released large buffers kept for reuse, MiB
  *     devices: 8            # device threads, 1..CFG_MAX_DEVICES
  *
  * A bad file (YAML syntax error, unknown key, wrong type, value out of
@@ -59,6 +61,8 @@ typedef struct ShmOptions {
   bool interactive;     /* the REPL runs (no script, or -i) */
   PrintOptions print;   /* print: section; copied into print_options */
   int history_size;     /* history.size */
+  int buffer_cache_mib; /* memory.buffer_cache_mib: released array buffers
+                           kept for reuse, in MiB (mem.h) */
   char *history_file;   /* history.file, ~ expanded; NULL: the default */
   char *config_file;    /* the config file that was read, or NULL */
 } ShmOptions;

@@ -52,6 +52,7 @@ START_TEST(test_defaults) {
   cfg_defaults(&o);
   ck_assert_int_eq(o.devices, 8);
   ck_assert_int_eq(o.history_size, 1000);
+  ck_assert_int_eq(o.buffer_cache_mib, 256);
   ck_assert_ptr_null(o.history_file);
   ck_assert_int_eq(o.print.precision, print_options.precision);
 }
@@ -62,7 +63,9 @@ START_TEST(test_every_key) {
   setenv("HOME", "/home/u", 1);
   ck_assert_int_eq(load("print:\n  precision: 4\n  threshold: 10\n  edgeitems: 2\n"
                         "  linewidth: 40\n  suppress: true\n"
-                        "history:\n  size: 5\n  file: ~/h.txt\ndevices: 16\n", &o), 0);
+                        "history:\n  size: 5\n  file: ~/h.txt\ndevices: 16\n"
+                        "memory:\n  buffer_cache_mib: 0\n", &o), 0);
+  ck_assert_int_eq(o.buffer_cache_mib, 0);
   ck_assert_int_eq(o.print.precision, 4);
   ck_assert_int_eq(o.print.threshold, 10);
   ck_assert_int_eq(o.print.edgeitems, 2);
@@ -99,13 +102,15 @@ START_TEST(test_bad_values) {
                "print.precision must be a non-negative integer");
   expect_error("print:\n  suppress: 1\n", 2, 13, "print.suppress must be true or false");
   expect_error("print: [1, 2]\n", 1, 8, "print must be a mapping of keys to values");
+  expect_error("memory:\n  buffer_cache_mib: -5\n", 2, 21,
+               "memory.buffer_cache_mib must be a non-negative integer");
   expect_error("- 1\n", 1, 1, "the file must be a mapping of keys to values");
 }
 END_TEST
 
 START_TEST(test_unknown_keys) {
   expect_error("colour: red\n", 1, 1,
-               "unknown key 'colour' (expected one of: print, history, devices)");
+               "unknown key 'colour' (expected one of: print, history, memory, devices)");
   expect_error("history:\n  length: 3\n", 2, 3,
                "unknown key 'history.length' (expected one of: size, file)");
 }
