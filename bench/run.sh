@@ -26,6 +26,11 @@ echo "== jit against eager: shmap eager | shmap jit | NumPy"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/jit_bench.py"; fi
 
 echo
+echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf)"
+cc -O3 -march=native -ffast-math -fopenmp-simd -o "$tmp/c_loops" "$here/c_loops.c" -lmvec -lm
+"$tmp/c_loops"
+
+echo
 echo "== memcpy bandwidth, one thread"
 cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
 echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s"
