@@ -206,6 +206,12 @@ typedef struct Slot {
   Verified *verified;             /* [ndevices]: what it verified of each peer */
   long *known_done;               /* [ndevices]: lower bounds of the peers'
                                      done counters, as last seen */
+  atomic_long *met;               /* [ndevices]: met[q], the number of the
+                                     last collective it went through with q
+                                     among the participants (q's proof that
+                                     this device took part in q's collective
+                                     #met[q] after the descriptor of it is
+                                     no longer kept: check_peer) */
   int *peers;                     /* [ndevices]: its current call's participants */
   AxesMemo axes_memo;
   CallMemo memo;
@@ -690,11 +696,12 @@ static Slot *slots_alloc(int n) { return shm_pair_alloc((size_t)n * sizeof(Slot)
 /* Allocates slot [s]'s own arrays for [n] devices, zeroed: 0, or -1. */
 static int own_alloc(Slot *s, int n) {
   size_t un = (size_t)n;
-  char *b = s->own = shm_pair_alloc(un * (sizeof(Verified) + sizeof(long) + sizeof(int) * 3));
+  char *b = s->own = shm_pair_alloc(un * (sizeof(Verified) + 2 * sizeof(long) + sizeof(int) * 3));
   if (!b) return -1;
   s->verified = (Verified *)b;
   s->known_done = (long *)(b + un * sizeof(Verified));
-  s->peers = (int *)(b + un * (sizeof(Verified) + sizeof(long)));
+  s->met = (atomic_long *)(b + un * (sizeof(Verified) + sizeof(long)));
+  s->peers = (int *)(b + un * (sizeof(Verified) + 2 * sizeof(long)));
   for (int k = 0; k < 2; k++) s->lane[k].peers = s->peers + un * (size_t)(k + 1);
   return 0;
 }
@@ -724,7 +731,10 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
     s->seq = -1;
     atomic_init(&s->done, -1);
     atomic_init(&s->gave_up, -1);
-    for (int p = 0; p < n; p++) s->known_done[p] = -1;
+    for (int p = 0; p < n; p++) {
+      s->known_done[p] = -1;
+      atomic_init(&s->met[p], -1);
+    }
     for (int k = 0; k < 2; k++) s->lane[k].seq = -1;
     s->spin_ns = COLL_PAUSE_NS;
     pthread_cond_init(&s->wake, NULL);
@@ -933,10 +943,25 @@ static const CollDesc *desc_at(const Slot *s, long seq, CollDesc *buf) {
   return NULL;
 }
 
+/* The error of a caller whose participant [p] went past its collective
+ * #seq without the caller, and whose descriptor of it is no longer kept. */
+static int passed_error(CollGroup *g, const Call *c, int p) {
+  char cp[128], cm[128], what[1024];
+  desc_str(g, &c->desc, false, what, sizeof what);
+  return err_set(ERR_COLLECTIVE, "collective mismatch: device %s reached %s, device %s "
+                 "went past its collective number %ld without device %s (it has made "
+                 "%ld collectives since)", coords_of(g, c->rank, cm, sizeof cm), what,
+                 coords_of(g, p, cp, sizeof cp), c->seq, cm,
+                 atomic_load(&g->slots[p].published) - c->seq), -1;
+}
+
 /* Checks participant [p] against the caller's collective: 1 arrived and
- * agreeing (or already through it: it checked the caller then), 0 not
- * yet, -1 error set, -2 it gave up with an error (an echo: the caller
- * first looks for a cause among the other participants). */
+ * agreeing (or already through it with the caller among its participants,
+ * so it checked the caller then), 0 not yet, -1 error set, -2 it gave up
+ * with an error (an echo: the caller first looks for a cause among the
+ * other participants).  Missing evidence is never agreement: when p's
+ * descriptor of #seq is no longer kept, only p's record that it went
+ * through #seq with the caller (met) says they agreed. */
 static int check_peer(CollGroup *g, const Call *c, int p) {
   const Slot *s = &g->slots[p];
   long pub = atomic_load(&s->published);
@@ -945,6 +970,7 @@ static int check_peer(CollGroup *g, const Call *c, int p) {
     const CollDesc *d = desc_at(s, c->seq, &buf);
     if (d && !desc_equal(d, &c->desc))
       return mismatch_error(g, c->rank, &c->desc, p, d);
+    if (!d && atomic_load(&s->met[c->rank]) != c->seq) return passed_error(g, c, p);
     return pub > c->seq || atomic_load(&s->gave_up) != c->seq ? 1 : -2;
   }
   return s->exited ? left_error(g, c, p, false) : 0;
@@ -1161,9 +1187,14 @@ static int wait_arrived(Call *c, bool spun) {
  * enters the next): the lane written next then need not load their done
  * counters, a cache line the peer has just written. */
 static void note_arrivals(const Call *c) {
-  long *known = c->g->slots[c->rank].known_done;
-  for (int i = 0; i < c->n; i++)
-    if (known[c->peers[i]] < c->seq - 1) known[c->peers[i]] = c->seq - 1;
+  Slot *me = &c->g->slots[c->rank];
+  for (int i = 0; i < c->n; i++) {
+    int q = c->peers[i];
+    if (me->known_done[q] < c->seq - 1) me->known_done[q] = c->seq - 1;
+    /* before this device publishes again: a peer reading a later
+     * published (acquire) then sees it (check_peer) */
+    atomic_store_explicit(&me->met[q], c->seq, memory_order_relaxed);
+  }
 }
 
 /* Waits until all participants arrived; on failure leaves the collective.
