@@ -426,6 +426,19 @@ static Value *assemble_all(const Call *c) {
 
 /* ==== the call ==================================================================== */
 
+int shardmap_check_arg(const ShardFn *f, const CallArgs *a, int i) {
+  Value *x = a->args[i];
+  if (x->type != V_TUPLE && x->type != V_LIST && x->type != V_DICT) return 0;
+  err_set(ERR_TYPE, "%s(): argument %d is a %s; shard_map takes arrays here, not pytrees: "
+          "pass its leaves as separate arguments, each with its own in_spec",
+          f->name, i, val_type_name(x));
+  return -1;
+}
+
+Value *shardmap_arg(const ShardFn *f, const CallArgs *a, int i) {
+  return shardmap_check_arg(f, a, i) < 0 ? NULL : ops_to_array(a->args[i], -1);
+}
+
 static int prepare_args(Call *c, const CallArgs *a) {
   ShardFn *f = c->f;
   if (a->nkw) {
@@ -444,7 +457,7 @@ static int prepare_args(Call *c, const CallArgs *a) {
   }
   c->nargs = a->nargs;
   for (int i = 0; i < a->nargs; i++) {
-    Value *x = ops_to_array(a->args[i], -1);
+    Value *x = shardmap_arg(f, a, i);
     if (!x) return -1;
     c->args[i] = AS_ARRAY(x);
     if (check_arg(f, i, a->nargs, c->args[i], in_spec_of(f, i)) < 0) return -1;

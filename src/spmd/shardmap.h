@@ -45,6 +45,17 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
 
+/* Checks argument [i] of a call of [f]: 0, or -1 with the error set.  A
+ * tuple, list or dict is a pytree whose leaves JAX would split one by
+ * one; converting it would stack them into one array and split that, a
+ * silent wrong answer, so it is an error that says to pass the leaves as
+ * separate arguments.  Eager calls and jit's staging both check with it. */
+int shardmap_check_arg(const ShardFn *f, const CallArgs *a, int i);
+
+/* Argument [i] checked and converted to an array (a new reference), or
+ * NULL with the error set. */
+Value *shardmap_arg(const ShardFn *f, const CallArgs *a, int i);
+
 /* How a shard_map call runs its body on the devices of [mesh]: fn(rank,
  * ctx) on each through coll_run, each device printing into outs[rank].
  * The debugger (cli/debug.c) installs its all-stop runner in its place

@@ -360,6 +360,8 @@ static void values_free(Value **v, int n) {
 static Value *call_traced(const JitFn *j, const CallArgs *a, Value **tracers, int n) {
   if (j->fn->type == V_SHARDFN) {
     if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", j->name);
+    for (int i = 0; i < a->nargs; i++)
+      if (shardmap_check_arg((ShardFn *)j->fn, a, i) < 0) return NULL;
     return trace_shard_map(j->fn, n, tracers);
   }
   CallArgs c = {0};
@@ -729,7 +731,7 @@ Value *jit_trace_shard_map(Value *sf, const CallArgs *a) {
   if (!args) return err_nomem();
   int i = 0;
   for (; i < a->nargs; i++)
-    if (!(args[i] = ops_to_array(a->args[i], -1))) break;
+    if (!(args[i] = shardmap_arg((ShardFn *)sf, a, i))) break;
   Value *r = i == a->nargs ? trace_shard_map(sf, a->nargs, args) : NULL;
   values_free(args, i);
   return r;
