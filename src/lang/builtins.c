@@ -21,6 +21,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/pytree.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
 #include "lang/eval.h"
@@ -684,13 +685,15 @@ static Value *bi_set_printoptions(const CallArgs *a) {
 /* The namespaces, made once by builtins_register (main thread, before any
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
-static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax;
+static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
   if (!strcmp(name, "lax") || !strcmp(name, "jax.lax")) return ns_lax;
   if (!strcmp(name, "jax.nn")) return ns_nn;
   if (!strcmp(name, "jax")) return ns_jax;
+  if (!strcmp(name, "jax.tree_util")) return ns_tree_util;
+  if (!strcmp(name, "jax.tree")) return ns_tree;
   return NULL;
 }
 
@@ -765,7 +768,9 @@ int builtins_register(Env *e) {
     ns_lax = new_namespace("jax.lax");
     ns_nn = new_namespace("jax.nn");
     ns_jax = new_namespace("jax");
-    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax) return -1;
+    ns_tree_util = new_namespace("jax.tree_util");
+    ns_tree = new_namespace("jax.tree");
+    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree) return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
                                            bi_lax_table, bi_python_table};
@@ -779,7 +784,8 @@ int builtins_register(Env *e) {
   if (bind_dtypes(e) < 0 || bind_constants(e) < 0) return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
-      dict_set_str(jg, "nn", ns_nn) < 0)
+      dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
+      dict_set_str(jg, "tree", ns_tree) < 0 || pytree_register() < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)

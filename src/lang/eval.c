@@ -1247,13 +1247,22 @@ static const char *source_dir(const Node *s, char *buf, size_t cap) {
 
 static Outcome exec_import(const Node *s, Env *env) {
   char dir[PATH_MAX];
-  Value *m = eval_import(s->name, source_dir(s, dir, sizeof dir));
+  const char *from = source_dir(s, dir, sizeof dir);
+  Value *m = eval_import(s->name, from);
   if (!m) {
     err_locate(s->loc);
     return OUT_ERR;
   }
   int rc = -1;
-  if (s->kind == N_IMPORT) {
+  if (s->kind == N_IMPORT && !s->alias && strchr(s->name, '.')) {
+    /* `import jax.numpy` binds `jax`, as Python binds the top package */
+    char top[256];
+    snprintf(top, sizeof top, "%.*s", (int)strcspn(s->name, "."), s->name);
+    Value *t = eval_import(top, from);
+    rc = t ? env_set(env, intern_cstr(top), t) : -1;
+    if (!t) err_locate(s->loc);
+    val_decref(t);
+  } else if (s->kind == N_IMPORT) {
     const char *bind = s->alias ? s->alias : intern_cstr(s->name);
     rc = env_set(env, bind, m);
   } else if (s->nnames == 1 && strcmp(s->names[0], "*") == 0) {
@@ -1498,6 +1507,8 @@ int interp_add_path(const char *dir) {
 Value *eval_import(const char *name, const char *from_dir) {
   Value *cached = dict_get_str(shm_interp->modules, name);
   if (cached) return val_incref(cached);
+  Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
+  if (ns) return val_incref(ns);
   char path[PATH_MAX];
   const char *dirs[64];
   int nd = 0;

@@ -10,59 +10,23 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "lang/ops.h"
+#include "lang/pytree.h"
 #include "transform/trace.h"
 
-/* ==== pytrees ================================================================ */
+/* ==== pytrees (lang/pytree.h): array leaves are traced, the rest static ==== */
 
-typedef struct Leaves {
-  Value **v;   /* borrowed */
-  int n, cap;
-} Leaves;
+typedef PyLeaves Leaves;
 
-static int leaves_push(Leaves *l, Value *v) {
-  if (l->n == l->cap) {
-    int c = l->cap ? l->cap * 2 : 8;
-    Value **q = shm_realloc(l->v, sizeof(Value *) * (size_t)c);
-    if (!q) return err_nomem(), -1;
-    l->v = q;
-    l->cap = c;
-  }
-  l->v[l->n++] = v;
-  return 0;
-}
+static bool array_leaf(Value *v) { return ops_is_array(v); }
 
-static bool is_node(Value *v) { return v->type == V_TUPLE || v->type == V_LIST; }
+static int leaves_push(Leaves *l, Value *v) { return pytree_push(l, v); }
 
-/* The array leaves of [t] (tuples and lists walked; other values static). */
-static int flatten(Value *t, Leaves *l) {
-  if (ops_is_array(t)) return leaves_push(l, t);
-  if (!is_node(t)) return 0;
-  size_t n;
-  Value *const *items;
-  val_seq(t, &n, &items);
-  for (size_t i = 0; i < n; i++)
-    if (flatten(items[i], l) < 0) return -1;
-  return 0;
-}
+/* The array leaves of [t]; its other leaves are static. */
+static int flatten(Value *t, Leaves *l) { return pytree_flatten(t, array_leaf, l); }
 
 /* [t] with its array leaves replaced by [vals] from [*pos]. */
 static Value *replace(Value *t, Value **vals, int *pos) {
-  if (ops_is_array(t)) return val_incref(vals[(*pos)++]);
-  if (!is_node(t)) return val_incref(t);
-  size_t n;
-  Value *const *items;
-  val_seq(t, &n, &items);
-  Value *r = t->type == V_TUPLE ? tuple_new(n) : list_new(n);
-  for (size_t i = 0; r && i < n; i++) {
-    Value *x = replace(items[i], vals, pos);
-    if (t->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
-    else if (x && list_append_steal(r, x) < 0) x = NULL;
-    if (!x) {
-      val_decref(r);
-      return NULL;
-    }
-  }
-  return r;
+  return pytree_replace(t, array_leaf, vals, pos);
 }
 
 static int avals_of(Leaves *l, AVal **out) {

@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "spmd/mesh.h"
 #include "lang/ops.h"
+#include "lang/pytree.h"
 #include "array/print.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
@@ -162,11 +163,35 @@ static bool is_int_tuple(Value *v) {
   return true;
 }
 
+/* The traced leaves of a pytree: arrays (pytree_replace's predicate). */
+static bool array_leaf(Value *v) { return ops_is_array(v); }
+
 static bool is_pytree_node(Value *v) {
-  return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST;
+  return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST || v->type == V_DICT;
 }
 
-/* A traced argument: arrays are leaves, tuples and lists are walked. */
+static void sig_traced(Sig *s, Value *v);
+
+/* A dict argument: its keys (static) and values, in JAX's order. */
+static void sig_dict(Sig *s, Value *v) {
+  Dict *d = (Dict *)v;
+  size_t *idx = pytree_key_order(v);
+  if (!idx) {   /* keys that do not order: the error stays set (sig_build) */
+    s->failed = true;
+    return;
+  }
+  int64_t len = (int64_t)d->len;
+  sig_tag(s, '{');
+  sig_bytes(s, &len, sizeof len);
+  for (size_t i = 0; i < d->len; i++) {
+    sig_static(s, d->keys[idx[i]]);
+    sig_traced(s, d->vals[idx[i]]);
+  }
+  shm_free(idx);
+}
+
+/* A traced argument: arrays are leaves, tuples, lists and dicts are
+ * walked (lang/pytree.h's order); a tuple of ints is static (a shape). */
 static void sig_traced(Sig *s, Value *v) {
   if (ops_is_array(v)) {
     sig_leaf(s, v);
@@ -174,6 +199,10 @@ static void sig_traced(Sig *s, Value *v) {
   }
   if (!is_pytree_node(v)) {
     sig_static(s, v);
+    return;
+  }
+  if (v->type == V_DICT) {
+    sig_dict(s, v);
     return;
   }
   size_t n;
@@ -234,7 +263,7 @@ static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
     if (is_static(j, -1, a->kwnames[k])) sig_static(s, a->kwvals[k]);
     else sig_traced(s, a->kwvals[k]);
   }
-  if (s->failed) return err_nomem(), -1;
+  if (s->failed) return err_occurred() ? -1 : (err_nomem(), -1);
   return 0;
 }
 
@@ -244,6 +273,7 @@ static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
 static Value *rebuild(Value *v, Value **repl, int *pos) {
   if (ops_is_array(v)) return val_incref(repl[(*pos)++]);
   if (!is_pytree_node(v)) return val_incref(v);
+  if (v->type == V_DICT) return pytree_replace(v, array_leaf, repl, pos);
   size_t n;
   Value *const *items;
   val_seq(v, &n, &items);
@@ -290,44 +320,27 @@ static void args_release(CallArgs *c) {
   shm_free(c->args);
 }
 
-/* The array leaves of a result, in order (borrowed), into [s]. */
+/* The array leaves of a result, a pytree (lang/pytree.h), in order
+ * (borrowed), into [s]; strings are static leaves, anything else an error. */
 static int flatten_out(Value *v, Sig *s) {
-  if (ops_is_array(v)) {
-    sig_leaf(s, v);
-    return s->failed ? (err_nomem(), -1) : 0;
+  PyLeaves l = {0};
+  int rc = pytree_flatten(v, NULL, &l);
+  for (int i = 0; rc == 0 && i < l.n; i++) {
+    if (ops_is_array(l.v[i])) sig_leaf(s, l.v[i]);
+    else if (l.v[i]->type != V_STR) {
+      err_set(ERR_TYPE, "a jit function must return arrays (or pytrees of them: tuples, "
+                        "lists, dicts), got %s", val_type_name(l.v[i]));
+      rc = -1;
+    }
   }
-  if (v->type == V_TUPLE || v->type == V_LIST) {
-    size_t n;
-    Value *const *items;
-    val_seq(v, &n, &items);
-    for (size_t i = 0; i < n; i++)
-      if (flatten_out(items[i], s) < 0) return -1;
-    return 0;
-  }
-  if (v->type == V_NONE || v->type == V_STR) return 0;
-  err_set(ERR_TYPE, "a jit function must return arrays (or tuples and lists of them), got %s",
-          val_type_name(v));
-  return -1;
+  pytree_leaves_free(&l);
+  if (rc == 0 && s->failed) rc = (err_nomem(), -1);
+  return rc;
 }
 
 /* The result: [tree] with its array leaves replaced by [vals]. */
 static Value *unflatten(Value *tree, Value **vals, int *pos) {
-  if (ops_is_array(tree)) return val_incref(vals[(*pos)++]);
-  if (tree->type != V_TUPLE && tree->type != V_LIST) return val_incref(tree);
-  size_t n;
-  Value *const *items;
-  val_seq(tree, &n, &items);
-  Value *r = tree->type == V_TUPLE ? tuple_new(n) : list_new(n);
-  for (size_t i = 0; r && i < n; i++) {
-    Value *x = unflatten(items[i], vals, pos);
-    if (tree->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
-    else if (x && list_append_steal(r, x) < 0) x = NULL;
-    if (!x) {
-      val_decref(r);
-      return NULL;
-    }
-  }
-  return r;
+  return pytree_replace(tree, array_leaf, vals, pos);
 }
 
 /* ==== tracing ================================================================== */

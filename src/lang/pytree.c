@@ -1,0 +1,413 @@
+/*
+ * pytree.c - flattening and rebuilding pytrees, and jax.tree_util
+ * (pytree.h).
+ */
+#include "lang/pytree.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "base/error.h"
+#include "array/print.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/eval.h"
+#include "lang/ops.h"
+
+/* Trees nested deeper than this are an error, not a stack overflow (a list
+ * that contains itself is infinitely deep). */
+#define PYTREE_MAX_DEPTH 1000
+
+int pytree_push(PyLeaves *l, Value *v) {
+  if (l->n == l->cap) {
+    int c = l->cap ? l->cap * 2 : 8;
+    Value **q = shm_realloc(l->v, sizeof(Value *) * (size_t)c);
+    if (!q) return err_nomem(), -1;
+    l->v = q;
+    l->cap = c;
+  }
+  l->v[l->n++] = v;
+  return 0;
+}
+
+void pytree_leaves_free(PyLeaves *l) {
+  shm_free(l->v);
+  *l = (PyLeaves){0};
+}
+
+bool pytree_is_node(const Value *v) {
+  return v->type == V_TUPLE || v->type == V_LIST || v->type == V_DICT || v->type == V_NONE;
+}
+
+static int too_deep(void) {
+  err_set(ERR_VALUE, "maximum recursion depth exceeded while walking a pytree (deeper than "
+                     "%d, or a container that holds itself)", PYTREE_MAX_DEPTH);
+  return -1;
+}
+
+/* ---- dict keys in JAX's order ---------------------------------------------- */
+
+/* The key kind for ordering: 0 a string, 1 a number, -1 neither. */
+static int key_kind(Value *k) {
+  if (k->type == V_STR) return 0;
+  if (IS_ARRAY(k) && AS_ARRAY(k)->ndim == 0) return 1;
+  return -1;
+}
+
+static _Thread_local Value **tls_keys;   /* the keys being ordered: qsort has no context */
+
+static int by_key(const void *pa, const void *pb) {
+  Value *a = tls_keys[*(const size_t *)pa], *b = tls_keys[*(const size_t *)pb];
+  if (a->type == V_STR) return strcmp(str_cstr(a), str_cstr(b));
+  double x = arr_get_f64(AS_ARRAY(a), 0), y = arr_get_f64(AS_ARRAY(b), 0);
+  return x < y ? -1 : x > y;
+}
+
+/* The positions of [d]'s items in sorted-key order, a new array of
+ * d->len (+1) entries; NULL with the error set when the keys mix kinds
+ * that do not order, as Python's sorted() refuses them. */
+size_t *pytree_key_order(Value *dv) {
+  Dict *d = (Dict *)dv;
+  size_t *idx = shm_malloc(sizeof(size_t) * (d->len + 1));
+  if (!idx) return err_nomem();
+  for (size_t i = 0; i < d->len; i++) idx[i] = i;
+  int kind = d->len ? key_kind(d->keys[0]) : 0;
+  for (size_t i = 0; i < d->len; i++)
+    if (key_kind(d->keys[i]) != kind || kind < 0) {
+      shm_free(idx);
+      return err_set(ERR_TYPE, "'<' not supported between dict keys of types '%s' and '%s': "
+                     "a pytree's dict keys must be sortable", val_type_name(d->keys[0]),
+                     val_type_name(d->keys[i]));
+    }
+  tls_keys = d->keys;
+  qsort(idx, d->len, sizeof *idx, by_key);
+  return idx;
+}
+
+/* ---- flatten and replace ---------------------------------------------------- */
+
+static int flatten_at(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth) {
+  if (depth > PYTREE_MAX_DEPTH) return too_deep();
+  if (!pytree_is_node(t)) return is_leaf && !is_leaf(t) ? 0 : pytree_push(out, t);
+  if (t->type == V_NONE) return 0;
+  if (t->type == V_DICT) {
+    Dict *d = (Dict *)t;
+    size_t *idx = pytree_key_order(t);
+    if (!idx) return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < d->len; i++)
+      rc = flatten_at(d->vals[idx[i]], is_leaf, out, depth + 1);
+    shm_free(idx);
+    return rc;
+  }
+  size_t n;
+  Value *const *items;
+  val_seq(t, &n, &items);
+  for (size_t i = 0; i < n; i++)
+    if (flatten_at(items[i], is_leaf, out, depth + 1) < 0) return -1;
+  return 0;
+}
+
+int pytree_flatten(Value *tree, bool (*is_leaf)(Value *v), PyLeaves *out) {
+  return flatten_at(tree, is_leaf, out, 0);
+}
+
+static Value *replace_at(Value *t, bool (*is_leaf)(Value *v), Value **vals, int *pos, int depth);
+
+static Value *replace_dict(Dict *d, bool (*is_leaf)(Value *v), Value **vals, int *pos,
+                           int depth) {
+  size_t *idx = pytree_key_order(&d->hdr);
+  Value *r = idx ? dict_new() : NULL;
+  for (size_t i = 0; r && i < d->len; i++) {
+    Value *x = replace_at(d->vals[idx[i]], is_leaf, vals, pos, depth + 1);
+    if (!x || dict_set(r, d->keys[idx[i]], x) < 0) {
+      val_decref(x);
+      val_decref(r);
+      r = NULL;
+      break;
+    }
+    val_decref(x);
+  }
+  shm_free(idx);
+  return r;
+}
+
+static Value *replace_at(Value *t, bool (*is_leaf)(Value *v), Value **vals, int *pos, int depth) {
+  if (depth > PYTREE_MAX_DEPTH) return too_deep(), NULL;
+  if (!pytree_is_node(t))
+    return is_leaf && !is_leaf(t) ? val_incref(t) : val_incref(vals[(*pos)++]);
+  if (t->type == V_NONE) return val_incref(t);
+  if (t->type == V_DICT) return replace_dict((Dict *)t, is_leaf, vals, pos, depth);
+  size_t n;
+  Value *const *items;
+  val_seq(t, &n, &items);
+  Value *r = t->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  for (size_t i = 0; r && i < n; i++) {
+    Value *x = replace_at(items[i], is_leaf, vals, pos, depth + 1);
+    if (t->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
+    else if (x && list_append_steal(r, x) < 0) x = NULL;
+    if (!x) {
+      val_decref(r);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+Value *pytree_replace(Value *tree, bool (*is_leaf)(Value *v), Value **vals, int *pos) {
+  return replace_at(tree, is_leaf, vals, pos, 0);
+}
+
+/* ==== jax.tree_util ========================================================== */
+
+/* A tree's structure (PyTreeDef): the tree it was taken from, whose
+ * non-node values stand for the leaves. */
+typedef struct TreeDef {
+  Opaque base;
+  Value *tree;   /* owned */
+} TreeDef;
+
+static void treedef_free(Value *v) { val_decref(((TreeDef *)v)->tree); }
+
+/* A growing text, for a structure's repr. */
+typedef struct Text {
+  char *s;
+  size_t len, cap;
+} Text;
+
+static int text_put(Text *t, const char *x) {
+  size_t n = strlen(x);
+  if (t->len + n + 1 > t->cap) {
+    size_t cap = (t->len + n + 1) * 2;
+    char *q = shm_realloc(t->s, cap);
+    if (!q) return err_nomem(), -1;
+    t->s = q;
+    t->cap = cap;
+  }
+  memcpy(t->s + t->len, x, n + 1);
+  t->len += n;
+  return 0;
+}
+
+/* Appends the structure of [t] to [out] as JAX prints it: "*" a leaf. */
+static int structure_str(Value *t, Text *out, int depth) {
+  if (depth > PYTREE_MAX_DEPTH) return too_deep();
+  if (!pytree_is_node(t)) return text_put(out, "*");
+  if (t->type == V_NONE) return text_put(out, "None");
+  if (t->type == V_DICT) {
+    Dict *d = (Dict *)t;
+    size_t *idx = pytree_key_order(t);
+    int rc = idx ? text_put(out, "{") : -1;
+    for (size_t i = 0; rc == 0 && i < d->len; i++) {
+      Value *k = val_repr(d->keys[idx[i]]);
+      rc = k ? 0 : -1;
+      if (rc == 0 && i) rc = text_put(out, ", ");
+      if (rc == 0) rc = text_put(out, str_cstr(k));
+      if (rc == 0) rc = text_put(out, ": ");
+      if (rc == 0) rc = structure_str(d->vals[idx[i]], out, depth + 1);
+      val_decref(k);
+    }
+    shm_free(idx);
+    return rc == 0 ? text_put(out, "}") : -1;
+  }
+  size_t n;
+  Value *const *items;
+  val_seq(t, &n, &items);
+  bool tuple = t->type == V_TUPLE;
+  int rc = text_put(out, tuple ? "(" : "[");
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    if (i) rc = text_put(out, ", ");
+    if (rc == 0) rc = structure_str(items[i], out, depth + 1);
+  }
+  if (rc == 0 && tuple && n == 1) rc = text_put(out, ",");
+  return rc == 0 ? text_put(out, tuple ? ")" : "]") : -1;
+}
+
+static Value *treedef_repr(Value *v) {
+  Text t = {0};
+  Value *r = NULL;
+  if (text_put(&t, "PyTreeDef(") == 0 && structure_str(((TreeDef *)v)->tree, &t, 0) == 0 &&
+      text_put(&t, ")") == 0)
+    r = str_new(t.s, t.len);
+  shm_free(t.s);
+  return r;
+}
+
+static Value *treedef_getattr(Value *v, const char *name) {
+  if (strcmp(name, "num_leaves") == 0) {
+    PyLeaves l = {0};
+    if (pytree_flatten(((TreeDef *)v)->tree, NULL, &l) < 0) return NULL;
+    Value *n = val_int(l.n);
+    pytree_leaves_free(&l);
+    return n;
+  }
+  return err_set(ERR_NAME, "'PyTreeDef' object has no attribute '%s'", name);
+}
+
+static const OpaqueType treedef_type = {"PyTreeDef", treedef_free, treedef_repr, treedef_getattr};
+
+static Value *treedef_new(Value *tree) {
+  TreeDef *d = shm_calloc(1, sizeof *d);
+  if (!d) return err_nomem();
+  val_init(&d->base.hdr, V_OPAQUE);
+  d->base.ot = &treedef_type;
+  d->tree = val_incref(tree);
+  return &d->base.hdr;
+}
+
+/* Whether [a] and [b] have the same structure (their leaves aside). */
+static int same_structure(Value *a, Value *b, int depth) {
+  if (depth > PYTREE_MAX_DEPTH) return too_deep();
+  bool na = pytree_is_node(a), nb = pytree_is_node(b);
+  if (!na || !nb) return !na && !nb;
+  if (a->type != b->type) return 0;
+  if (a->type == V_NONE) return 1;
+  if (a->type == V_DICT) {
+    Dict *x = (Dict *)a, *y = (Dict *)b;
+    if (x->len != y->len) return 0;
+    for (size_t i = 0; i < x->len; i++) {
+      Value *other = dict_get(b, x->keys[i]);
+      int r = other ? same_structure(x->vals[i], other, depth + 1) : 0;
+      if (r != 1) return r;
+    }
+    return 1;
+  }
+  size_t n, m;
+  Value *const *xs, *const *ys;
+  val_seq(a, &n, &xs);
+  val_seq(b, &m, &ys);
+  if (n != m) return 0;
+  for (size_t i = 0; i < n; i++) {
+    int r = same_structure(xs[i], ys[i], depth + 1);
+    if (r != 1) return r;
+  }
+  return 1;
+}
+
+/* A list of the leaves in [l] (new reference). */
+static Value *leaves_list(const PyLeaves *l) {
+  Value *r = list_new((size_t)l->n);
+  for (int i = 0; r && i < l->n; i++)
+    if (list_append_steal(r, val_incref(l->v[i])) < 0) {
+      val_decref(r);
+      return NULL;
+    }
+  return r;
+}
+
+static Value *bi_tree_leaves(const CallArgs *a) {
+  Value *tree;
+  Value **slots[] = {&tree};
+  if (args_bind("tree_leaves", a, "tree", slots) < 0) return NULL;
+  PyLeaves l = {0};
+  Value *r = pytree_flatten(tree, NULL, &l) < 0 ? NULL : leaves_list(&l);
+  pytree_leaves_free(&l);
+  return r;
+}
+
+static Value *bi_tree_structure(const CallArgs *a) {
+  Value *tree;
+  Value **slots[] = {&tree};
+  if (args_bind("tree_structure", a, "tree", slots) < 0) return NULL;
+  PyLeaves l = {0};
+  int rc = pytree_flatten(tree, NULL, &l);   /* checks the keys and the depth */
+  pytree_leaves_free(&l);
+  return rc < 0 ? NULL : treedef_new(tree);
+}
+
+static Value *bi_tree_flatten(const CallArgs *a) {
+  Value *tree;
+  Value **slots[] = {&tree};
+  if (args_bind("tree_flatten", a, "tree", slots) < 0) return NULL;
+  PyLeaves l = {0};
+  Value *leaves = pytree_flatten(tree, NULL, &l) < 0 ? NULL : leaves_list(&l);
+  pytree_leaves_free(&l);
+  Value *def = leaves ? treedef_new(tree) : NULL;
+  Value *r = def ? tuple_pack(2, (Value *[]){leaves, def}) : NULL;
+  val_decref(leaves);
+  val_decref(def);
+  return r;
+}
+
+static Value *bi_tree_unflatten(const CallArgs *a) {
+  Value *def, *leaves;
+  Value **slots[] = {&def, &leaves};
+  if (args_bind("tree_unflatten", a, "treedef, leaves", slots) < 0) return NULL;
+  if (def->type != V_OPAQUE || ((Opaque *)def)->ot != &treedef_type)
+    return err_set(ERR_TYPE, "tree_unflatten: treedef must be a PyTreeDef, got %s",
+                   val_type_name(def));
+  size_t n;
+  Value *const *items;
+  if (!val_seq(leaves, &n, &items))
+    return err_set(ERR_TYPE, "tree_unflatten: leaves must be a list or tuple, got %s",
+                   val_type_name(leaves));
+  Value *tree = ((TreeDef *)def)->tree;
+  PyLeaves l = {0};
+  if (pytree_flatten(tree, NULL, &l) < 0) return NULL;
+  int want = l.n;
+  pytree_leaves_free(&l);
+  if ((size_t)want != n)
+    return err_set(ERR_VALUE, "Too %s leaves for PyTreeDef; expected %d, got %zu",
+                   n < (size_t)want ? "few" : "many", want, n);
+  int pos = 0;
+  return pytree_replace(tree, NULL, (Value **)items, &pos);
+}
+
+/* tree_map(f, tree, *rest): f applied to each leaf of [tree] and the
+ * leaves at the same place in each of [rest], which must have tree's
+ * structure. */
+static Value *bi_tree_map(const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "tree_map() takes no keyword arguments");
+  if (a->nargs < 2) return err_set(ERR_TYPE, "tree_map() missing required argument 'tree'");
+  int nt = a->nargs - 1;
+  PyLeaves *ls = shm_calloc((size_t)nt, sizeof *ls);
+  Value **args = shm_calloc((size_t)nt, sizeof *args), **outs = NULL, *r = NULL;
+  int nout = 0;
+  if (!ls || !args) goto out;
+  for (int t = 0; t < nt; t++) {
+    int same = t ? same_structure(a->args[1], a->args[1 + t], 0) : 1;
+    if (same < 0 || pytree_flatten(a->args[1 + t], NULL, &ls[t]) < 0) goto out;
+    if (!same) {
+      err_set(ERR_VALUE, "tree_map: tree %d does not have the structure of the first tree", t);
+      goto out;
+    }
+  }
+  if (!(outs = shm_calloc((size_t)ls[0].n + 1, sizeof *outs))) goto out;
+  for (; nout < ls[0].n; nout++) {
+    for (int t = 0; t < nt; t++) args[t] = ls[t].v[nout];
+    if (!(outs[nout] = val_call_n(a->args[0], nt, args))) goto out;
+  }
+  int pos = 0;
+  r = pytree_replace(a->args[1], NULL, outs, &pos);
+out:
+  if (!ls || !args || (outs == NULL && !err_occurred())) err_nomem();
+  for (int i = 0; outs && i < nout; i++) val_decref(outs[i]);
+  for (int t = 0; ls && t < nt; t++) pytree_leaves_free(&ls[t]);
+  shm_free(outs);
+  shm_free(args);
+  shm_free(ls);
+  return r;
+}
+
+int pytree_register(void) {
+  static const struct {
+    const char *name, *short_name, *doc;
+    BuiltinFn fn;
+  } fns[] = {
+      {"tree_map", "map", "tree_map(f, tree, *rest): f over the leaves", bi_tree_map},
+      {"tree_leaves", "leaves", "tree_leaves(tree): the leaves, in order", bi_tree_leaves},
+      {"tree_flatten", "flatten", "tree_flatten(tree): (leaves, treedef)", bi_tree_flatten},
+      {"tree_unflatten", "unflatten", "tree_unflatten(treedef, leaves): the tree",
+       bi_tree_unflatten},
+      {"tree_structure", "structure", "tree_structure(tree): its PyTreeDef", bi_tree_structure},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    Value *b = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    int rc = b ? builtins_add_to("jax.tree_util", fns[i].name, b) : -1;
+    if (rc == 0) rc = builtins_add_to("jax.tree", fns[i].short_name, b);
+    val_decref(b);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+/*
+ * pytree.h - pytrees: values nested in tuples, lists and dicts, as JAX's
+ * jax.tree_util defines them.
+ *
+ * A tuple, a list or a dict is a node whose children are its items (a
+ * dict's in the order of its sorted keys, as JAX orders them); None is a
+ * node with no children; every other value is a leaf.  The transformations
+ * and control flow that carry pytrees (cond, while_loop, fori_loop, scan,
+ * the tree_util built-ins) all flatten and rebuild them here, so they agree
+ * on the order of the leaves.
+ *
+ * A tree's structure is kept as the tree itself: pytree_replace walks it
+ * again, putting new leaves where the old ones were.  Semantics: JAX's
+ * jax.tree_util (tree_flatten, tree_unflatten, tree_map, tree_leaves,
+ * tree_structure).
+ */
+#ifndef SHMAP_PYTREE_H
+#define SHMAP_PYTREE_H
+
+#include <stdbool.h>
+
+#include "base/value.h"
+
+/* The leaves of a tree, borrowed from it, in order. */
+typedef struct PyLeaves {
+  Value **v;
+  int n, cap;
+} PyLeaves;
+
+/* Appends [v] (borrowed): 0, or -1 on out of memory. */
+int pytree_push(PyLeaves *l, Value *v);
+
+/* Frees the array of leaves (not the leaves); [l] is empty after. */
+void pytree_leaves_free(PyLeaves *l);
+
+/* The positions of dict [d]'s items in JAX's order (its keys sorted): a
+ * new array of d->len + 1 entries (shm_free it), or NULL with the error
+ * set (keys that do not order: TypeError, as Python's sorted()). */
+size_t *pytree_key_order(Value *d);
+
+/* Whether [v] is a node: a tuple, list, dict or None. */
+bool pytree_is_node(const Value *v);
+
+/* Appends the leaves of [tree] to [out] for which [is_leaf] holds (all of
+ * them when it is NULL); the others are static parts of the structure,
+ * as control flow treats non-array leaves.  0, or -1 with the error set
+ * (out of memory; a dict whose keys cannot be ordered: TypeError as
+ * JAX's). */
+int pytree_flatten(Value *tree, bool (*is_leaf)(Value *v), PyLeaves *out);
+
+/* [tree] with the leaves that pytree_flatten(tree, is_leaf) gave replaced
+ * by vals[*pos], vals[*pos + 1], ... (borrowed; *pos advanced): a new
+ * reference, or NULL with the error set.  Dicts come back with their keys
+ * in sorted order, as JAX's unflatten makes them. */
+Value *pytree_replace(Value *tree, bool (*is_leaf)(Value *v), Value **vals, int *pos);
+
+/* Registers jax.tree_util's tree_map, tree_leaves, tree_flatten,
+ * tree_unflatten, tree_structure, in the jax.tree_util namespace and as
+ * jax.tree.map, .leaves, .flatten, .unflatten, .structure.  0, or -1. */
+int pytree_register(void);
+
+#endif
