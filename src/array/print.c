@@ -725,6 +725,32 @@ static bool repr_simple(SBuf *b, Value *v) {
   }
 }
 
+/* The containers whose repr is being written on this thread, outermost
+ * first: one met again is written as Python writes it, [...] or {...};
+ * nesting deeper than REPR_MAX_DEPTH is Python's RecursionError. */
+#define REPR_MAX_DEPTH 1000
+static _Thread_local Value *repr_stack[REPR_MAX_DEPTH];
+static _Thread_local int repr_depth;
+
+/* Appends the repr of container [v] (a tuple, list or dict). */
+static bool repr_container(SBuf *b, Value *v) {
+  for (int i = 0; i < repr_depth; i++)
+    if (repr_stack[i] == v) {
+      sb_puts(b, v->type == V_DICT ? "{...}" : v->type == V_LIST ? "[...]" : "(...)");
+      return true;
+    }
+  if (repr_depth == REPR_MAX_DEPTH) {
+    err_set(ERR_VALUE, "maximum recursion depth exceeded while getting the repr of an object");
+    return false;
+  }
+  repr_stack[repr_depth++] = v;
+  bool ok = v->type == V_DICT ? repr_dict(b, v)
+                              : repr_seq(b, v, v->type == V_LIST ? "[" : "(",
+                                         v->type == V_LIST ? "]" : ")");
+  repr_depth--;
+  return ok;
+}
+
 /* Appends repr(v); [nested] when inside a container.  False on error. */
 static bool repr_into(SBuf *b, Value *v, bool nested) {
   if (repr_simple(b, v))
@@ -740,11 +766,9 @@ static bool repr_into(SBuf *b, Value *v, bool nested) {
     quote_str(b, str_cstr(v), ((Str *)v)->len);
     return true;
   case V_TUPLE:
-    return repr_seq(b, v, "(", ")");
   case V_LIST:
-    return repr_seq(b, v, "[", "]");
   case V_DICT:
-    return repr_dict(b, v);
+    return repr_container(b, v);
   case V_SLICE:
     return repr_slice(b, v);
   case V_DTYPE:

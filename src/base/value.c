@@ -28,9 +28,9 @@ static void free_items(Value **items, size_t n) {
   for (size_t i = 0; i < n; i++) val_decref(items[i]);
 }
 
-void val_free_(Value *v) {
+/* Releases what [v] holds and frees it. */
+static void free_one(Value *v) {
   switch ((VType)v->type) {
-  case V_ARRAY: free_hooks[V_ARRAY](v); return;   /* array.c's, the hot one */
   case V_TUPLE: free_items(((Tuple *)v)->items, ((Tuple *)v)->len); break;
   case V_LIST:
     free_items(((List *)v)->items, ((List *)v)->len);
@@ -68,6 +68,42 @@ void val_free_(Value *v) {
     break;
   }
   shm_free(v);
+}
+
+/* Freeing a container releases its items, and a list nested a million
+ * deep would recurse as deep and overflow the stack.  So while a value is
+ * being freed on this thread, the values whose count drops to zero wait
+ * in [pending] and the outermost val_free_ frees them one after another:
+ * depth never grows.  (Out of memory for the list: freed at once.) */
+static _Thread_local Value **pending;
+static _Thread_local size_t npending, cappending;
+static _Thread_local bool freeing;
+
+static bool defer_free(Value *v) {
+  if (npending == cappending) {
+    size_t cap = cappending ? cappending * 2 : 64;
+    Value **p = shm_realloc(pending, cap * sizeof *p);
+    if (!p) return false;
+    pending = p;
+    cappending = cap;
+  }
+  pending[npending++] = v;
+  return true;
+}
+
+void val_free_(Value *v) {
+  if (v->type == V_ARRAY) {   /* array.c's hook, the hot one: holds no values */
+    free_hooks[V_ARRAY](v);
+    return;
+  }
+  if (freeing) {
+    if (!defer_free(v)) free_one(v);
+    return;
+  }
+  freeing = true;
+  free_one(v);
+  while (npending) free_one(pending[--npending]);
+  freeing = false;
 }
 
 /* ---- True and False ------------------------------------------------------- */

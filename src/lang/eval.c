@@ -397,10 +397,14 @@ static Value *call_func(Func *f, const CallArgs *a) {
   Value *saved_tree = cur_tree;
   cur_tree = f->mod_ref;
   if (bind_params(f, e, a) == 0) {
-    if (f->node->kind == N_LAMBDA) {
+    if (f->node->kind == N_LAMBDA && cur_depth >= MAX_DEPTH) {
+      err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls)", MAX_DEPTH);
+    } else if (f->node->kind == N_LAMBDA) {   /* counted as eval_run_body counts */
       Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod};
       cur_frame = &fr;
+      cur_depth++;
       ret = eval(f->node->a, e);
+      cur_depth--;
       cur_frame = fr.back;
     } else {
       ret = eval_run_body(&f->node->body, e, f->mod, f->name);
@@ -1479,15 +1483,42 @@ static void copy_binding(const char *name, Value *v, void *ctx) {
   if (name[0] != '_') dict_set_str((Value *)ctx, name, v);
 }
 
-/* Runs the module file [path] and wraps its globals as a Module. */
+/* The modules being loaded on this thread, innermost last: an import of
+ * one of them while it runs (a module that imports itself, or a imports
+ * b imports a) gets the module as it is so far, as Python hands out a
+ * partially initialised module, instead of loading it again forever. */
+#define MAX_LOADING 64
+static _Thread_local struct { const char *name; Value *module; } loading[MAX_LOADING];
+static _Thread_local int nloading;
+
+bool eval_module_loading(Value *m) {
+  for (int i = 0; i < nloading; i++)
+    if (loading[i].module == m) return true;
+  return false;
+}
+
+static Value *loading_module(const char *name) {
+  for (int i = 0; i < nloading; i++)
+    if (!strcmp(loading[i].name, name)) return val_incref(loading[i].module);
+  return NULL;
+}
+
+/* Runs the module file [path] and wraps its globals as a Module: its
+ * names appear in the module when the file has run to the end. */
 static Value *load_module(const char *name, const char *path) {
+  if (nloading == MAX_LOADING)
+    return err_set(ERR_VALUE, "imports nested more than %d deep", MAX_LOADING);
   Source *src = src_from_file(path);
   if (!src) return NULL;
   Env *g = env_new(NULL);
-  Value *m = NULL, *d = NULL;
-  if (g && eval_source(src, g, false) == 0 && (d = dict_new())) {
-    env_each(g, copy_binding, d);
-    m = module_new(name, d);
+  Value *d = dict_new(), *m = d ? module_new(name, d) : NULL;
+  if (g && m) {
+    loading[nloading].name = name;
+    loading[nloading++].module = m;
+    int rc = eval_source(src, g, false);
+    nloading--;
+    if (rc == 0) env_each(g, copy_binding, d);
+    else m = NULL;   /* a static value: it stays until exit, unreachable */
   }
   val_decref(d);
   src_decref(src);
@@ -1509,6 +1540,8 @@ Value *eval_import(const char *name, const char *from_dir) {
   if (cached) return val_incref(cached);
   Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
   if (ns) return val_incref(ns);
+  Value *partial = loading_module(name);
+  if (partial) return partial;
   char path[PATH_MAX];
   const char *dirs[64];
   int nd = 0;

@@ -78,6 +78,10 @@ int interp_init(int ndevices);
  * (dev_stop), since their frames may hold module values. */
 void interp_free(void);
 
+/* Whether module [m] is being loaded on this thread (its file has not run
+ * to the end: a circular import got it partially initialised). */
+bool eval_module_loading(Value *m);
+
 /* True on a device thread while it runs a body (spmd/device.c sets it
  * with the device's context): constants are then read through this
  * thread's private copies, so cores do not share a literal's reference

@@ -634,7 +634,7 @@ static int python_order(Value *a, Value *b, int *cmp) {
   return -1;
 }
 
-static bool py_equal(Value *a, Value *b);
+static int py_equal(Value *a, Value *b, int depth);
 
 /* `x in container`. */
 static Value *contains(Value *item, Value *c) {
@@ -667,8 +667,10 @@ static Value *contains(Value *item, Value *c) {
         val_decref(eq);
         if (t < 0) return NULL;
         if (t) return val_bool(true);
-      } else if (py_equal(items[i], item)) {
-        return val_bool(true);
+      } else {
+        int eq = py_equal(items[i], item, 0);
+        if (eq < 0) return NULL;
+        if (eq) return val_bool(true);
       }
     }
     return val_bool(false);
@@ -690,10 +692,17 @@ static Value *contains(Value *item, Value *c) {
   return err_set(ERR_TYPE, "argument of type '%s' is not iterable", val_type_name(c));
 }
 
+/* Nesting deeper than this is an error in ==, as Python's RecursionError
+ * (a list nested a million deep must not overflow the stack). */
+#define EQUAL_MAX_DEPTH 1000
+
 /* Python's == for non-arrays: lists and tuples item by item, dicts by
- * keys and values, everything else as dict keys compare. */
-static bool py_equal(Value *a, Value *b) {
-  if (a == b) return true;
+ * keys and values, everything else as dict keys compare.  1 equal, 0 not,
+ * -1 with the error set (nested deeper than EQUAL_MAX_DEPTH). */
+static int py_equal(Value *a, Value *b, int depth) {
+  if (a == b) return 1;
+  if (depth > EQUAL_MAX_DEPTH)
+    return err_set(ERR_VALUE, "maximum recursion depth exceeded in comparison"), -1;
   if ((a->type == V_DTYPE && b->type == V_STR) || (a->type == V_STR && b->type == V_DTYPE)) {
     /* NumPy: x.dtype == 'float32' */
     Value *d = a->type == V_DTYPE ? a : b, *s = a->type == V_STR ? a : b;
@@ -703,22 +712,25 @@ static bool py_equal(Value *a, Value *b) {
   if (ops_is_seq(a) || ops_is_seq(b)) {
     size_t na, nb;
     Value *const *ia, *const *ib;
-    if (a->type != b->type) return false;
+    if (a->type != b->type) return 0;
     val_seq(a, &na, &ia);
     val_seq(b, &nb, &ib);
-    if (na != nb) return false;
-    for (size_t i = 0; i < na; i++)
-      if (!py_equal(ia[i], ib[i])) return false;
-    return true;
+    if (na != nb) return 0;
+    for (size_t i = 0; i < na; i++) {
+      int eq = py_equal(ia[i], ib[i], depth + 1);
+      if (eq != 1) return eq;
+    }
+    return 1;
   }
   if (a->type == V_DICT && b->type == V_DICT) {
     Dict *da = (Dict *)a;
-    if (da->len != ((Dict *)b)->len) return false;
+    if (da->len != ((Dict *)b)->len) return 0;
     for (size_t i = 0; i < da->len; i++) {
       Value *v = dict_get(b, da->keys[i]);
-      if (!v || !py_equal(da->vals[i], v)) return false;
+      int eq = v ? py_equal(da->vals[i], v, depth + 1) : 0;
+      if (eq != 1) return eq;
     }
-    return true;
+    return 1;
   }
   return val_equal_key(a, b);
 }
@@ -739,8 +751,8 @@ Value *ops_compare(OpKind op, Value *a, Value *b) {
   }
   if (ops_is_array(a) && ops_is_array(b)) return elementwise_last(compare_prim(op), a, b);
   if (op == OP_EQ || op == OP_NE) {
-    bool eq = py_equal(a, b);
-    return val_bool(op == OP_EQ ? eq : !eq);
+    int eq = py_equal(a, b, 0);
+    return eq < 0 ? NULL : val_bool(op == OP_EQ ? eq : !eq);
   }
   int cmp;
   if (python_order(a, b, &cmp) < 0) {

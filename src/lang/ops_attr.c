@@ -612,6 +612,9 @@ Value *ops_getattr(Value *obj, const char *name) {
     Module *m = (Module *)obj;
     Value *v = dict_get_str(m->globals, name);
     if (v) return val_incref(v);
+    if (eval_module_loading(obj))
+      return err_set(ERR_NAME, "partially initialized module '%s' has no attribute '%s' "
+                     "(most likely due to a circular import)", m->name, name);
     return err_set(ERR_NAME, "module '%s' has no attribute '%s'", m->name, name);
   }
   case V_DTYPE: {
