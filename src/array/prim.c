@@ -980,8 +980,7 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
   return prim_apply(id, nin, in, p);
 }
 
-/* prim_run_kernel while the timeline records. */
-static int run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out) {
+int prim_run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out) {
   int64_t t0 = tl_now();
   int rc = prim_table[id].rules.kernel(in, nin, p, out);
   if (prim_table[id].kind == PK_COLLECTIVE || prim_table[id].nout == 0) return rc;
@@ -992,10 +991,6 @@ static int run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Arr
   return rc;
 }
 
-int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out) {
-  if (tl_tracing()) return run_kernel_timed(id, in, nin, p, out);
-  return prim_table[id].rules.kernel(in, nin, p, out);
-}
 
 int prim_lookup(const char *name) {
   for (int i = 0; i < P_COUNT; i++)

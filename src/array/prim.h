@@ -24,6 +24,7 @@
 #define SHMAP_PRIM_H
 
 #include "array/array.h"
+#include "base/timeline.h"
 #include "base/value.h"
 
 typedef enum { PK_UNARY, PK_BINARY, PK_REDUCE, PK_SHAPE, PK_CONTRACT,
@@ -177,7 +178,11 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p);
  * timeline records (base/timeline.h), puts the primitive on it, named by
  * the primitive with its result's aval as argument; collectives are put
  * there by the collective engine, with their waits. */
-int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out);
+int prim_run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out);
+static inline int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out) {
+  if (__builtin_expect(tl_tracing(), 0)) return prim_run_kernel_timed(id, in, nin, p, out);
+  return prim_table[id].rules.kernel(in, nin, p, out);
+}
 
 /* Computes output avals without running anything (the tracer uses it). */
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);

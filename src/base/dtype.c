@@ -67,6 +67,14 @@ bool dt_is_float(DType t) {
 
 bool dt_is_int(DType t) { return t == DT_I8 || t == DT_I32 || t == DT_I64; }
 
+bool dt_holds(DType t, int64_t x) {
+  switch (t) {
+  case DT_I8: return x >= INT8_MIN && x <= INT8_MAX;
+  case DT_I32: return x >= INT32_MIN && x <= INT32_MAX;
+  default: return true;
+  }
+}
+
 /* ---- the lattice -------------------------------------------------------- */
 
 /* Lattice nodes: the dtypes plus the two weak (Python scalar) nodes. */

@@ -55,6 +55,10 @@ bool dt_parse(const char *name, DType *out);
 bool dt_is_float(DType t);   /* bf16 f16 f32 f64 */
 bool dt_is_int(DType t);     /* i8 i32 i64 (not bool) */
 
+/* Whether integer dtype [t] represents [x] exactly (a Python int meeting
+ * an array of type t: JAX's OverflowError when it does not). */
+bool dt_holds(DType t, int64_t x);
+
 /* Promotes the pair (a, weak_a), (b, weak_b) per the lattice above; the
  * result's weakness goes to [*weak_out] (may be NULL). */
 DType dt_promote(DType a, bool weak_a, DType b, bool weak_b, bool *weak_out);

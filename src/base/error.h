@@ -70,6 +70,8 @@ typedef enum {
   ERR_COLLECTIVE, /* mismatched collectives across devices */
   ERR_QUIT,       /* the debugger's quit: unwinds silently */
   ERR_NOT_IMPLEMENTED, /* a rule a transformation needs is missing */
+  ERR_ZERO_DIVISION,   /* Python numbers divided by zero */
+  ERR_OVERFLOW,        /* Python ints past 64 bits */
 } ErrKind;
 
 /* Sets this thread's error to [kind] with a printf-style message and no

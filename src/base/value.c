@@ -75,17 +75,24 @@ static void free_one(Value *v) {
  * being freed on this thread, the values whose count drops to zero wait
  * in [pending] and the outermost val_free_ frees them one after another:
  * depth never grows.  (Out of memory for the list: freed at once.) */
-static _Thread_local Value **pending;
+#define PENDING_INLINE 64
+static _Thread_local Value *pending_inline[PENDING_INLINE];
+static _Thread_local Value **pending;   /* pending_inline, or a larger heap copy */
 static _Thread_local size_t npending, cappending;
 static _Thread_local bool freeing;
 
 static bool defer_free(Value *v) {
+  if (!pending) {
+    pending = pending_inline;
+    cappending = PENDING_INLINE;
+  }
   if (npending == cappending) {
-    size_t cap = cappending ? cappending * 2 : 64;
-    Value **p = shm_realloc(pending, cap * sizeof *p);
+    Value **p = shm_malloc(cappending * 2 * sizeof *p);
     if (!p) return false;
+    memcpy(p, pending, npending * sizeof *p);
+    if (pending != pending_inline) shm_free(pending);
     pending = p;
-    cappending = cap;
+    cappending *= 2;
   }
   pending[npending++] = v;
   return true;
@@ -103,6 +110,10 @@ void val_free_(Value *v) {
   freeing = true;
   free_one(v);
   while (npending) free_one(pending[--npending]);
+  if (pending != pending_inline) {   /* a deep structure grew it: give it back */
+    shm_free(pending);
+    pending = NULL;
+  }
   freeing = false;
 }
 

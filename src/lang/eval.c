@@ -1330,8 +1330,6 @@ static Outcome exec_return(const Node *s, Env *env, Value **ret) {
   return OUT_RETURN;
 }
 
-static Outcome exec_stmt_(const Node *s, Env *env, Value **ret);
-
 /* Puts statement [s], run from [t0] to now, on this thread's timeline,
  * named by its line: "12: y = x * 2 + 1". */
 static void timeline_stmt(const Node *s, int64_t t0) {
@@ -1347,15 +1345,23 @@ static void timeline_stmt(const Node *s, int64_t t0) {
   tl_event("statement", name, t0, t1, 0, NULL, NULL);
 }
 
-static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
-  if (!tl_tracing()) return exec_stmt_(s, env, ret);
+/* The statement exec_stmt_timed is timing on this thread: exec_stmt runs
+ * it untimed when it comes back in, and times every other. */
+static _Thread_local const Node *timing_stmt;
+
+/* exec_stmt while the timeline records. */
+static Outcome exec_stmt_timed(const Node *s, Env *env, Value **ret) {
+  const Node *outer = timing_stmt;
+  timing_stmt = s;
   int64_t t0 = tl_now();
-  Outcome o = exec_stmt_(s, env, ret);
+  Outcome o = exec_stmt(s, env, ret);
+  timing_stmt = outer;
   timeline_stmt(s, t0);
   return o;
 }
 
-static Outcome exec_stmt_(const Node *s, Env *env, Value **ret) {
+static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
+  if (__builtin_expect(tl_tracing(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
   cur_loc = s->loc;
   if (cur_frame) cur_frame->stmt = s;
   if (eval_stmt_hook && cur_frame && eval_stmt_hook(cur_frame, s) != 0) return OUT_ERR;

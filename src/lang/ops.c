@@ -77,8 +77,12 @@ Value *ops_convert(Value *x, DType t, bool weak) {
   AVal av;
   if (ops_aval(x, &av) < 0) return NULL;
   if (av.dtype == t && av.weak == weak) return val_incref(x);
-  if (IS_ARRAY(x) && av.ndim == 0 && av.weak)
+  if (IS_ARRAY(x) && av.ndim == 0 && av.weak) {
+    if (dt_is_int(av.dtype) && dt_is_int(t) && t != DT_BOOL && !dt_holds(t, arr_get_i64(AS_ARRAY(x), 0)))
+      return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s",
+                     (long long)arr_get_i64(AS_ARRAY(x), 0), dt_name(t));
     return (Value *)arr_astype(AS_ARRAY(x), t, weak);
+  }
   Params p;
   params_init(&p);
   params_add(&p, "new_dtype", dtype_value(t));
@@ -541,8 +545,131 @@ static Value *elementwise_last(PrimId id, Value *a, Value *b) {
   return r;
 }
 
+/* ==== Python numbers ===================================================== */
+
+/* A Python int or float: a weakly typed 0-d array, as literals, len() and
+ * range() make them.  Arithmetic between two of them follows Python, as
+ * it does in JAX before the numbers meet an array: ints are exact (64
+ * bits here; past that an OverflowError, never a wrapped value) and
+ * division by zero is a ZeroDivisionError, never inf or 0.  Semantics:
+ * Python's numeric types; JAX leaves Python scalars to Python. */
+static bool py_int(Value *v, int64_t *x) {
+  if (!IS_ARRAY(v)) return false;
+  Array *a = AS_ARRAY(v);
+  if (a->ndim != 0 || !a->weak || !dt_is_int(a->dtype)) return false;
+  *x = arr_get_i64(a, 0);
+  return true;
+}
+
+static bool py_number(Value *v, double *x) {
+  if (!IS_ARRAY(v)) return false;
+  Array *a = AS_ARRAY(v);
+  if (a->ndim != 0 || !a->weak || a->dtype == DT_BOOL) return false;
+  *x = arr_get_f64(a, 0);
+  return true;
+}
+
+static Value *int_overflow(OpKind op) {
+  return err_set(ERR_OVERFLOW, "Python int too large: the result of %s exceeds 64 bits",
+                 op_symbol(op));
+}
+
+/* x ** y for ints, y >= 0, exactly or an overflow. */
+static bool int_pow(int64_t x, int64_t y, int64_t *out) {
+  int64_t r = 1;
+  while (y > 0) {
+    if ((y & 1) && __builtin_mul_overflow(r, x, &r)) return false;
+    y >>= 1;
+    if (y && __builtin_mul_overflow(x, x, &x)) return false;
+  }
+  *out = r;
+  return true;
+}
+
+/* Python's // and % of ints (b != 0): rounded toward minus infinity. */
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+/* [op] of Python ints [x] and [y]: a new int, a float for / and negative
+ * powers, or NULL with the error set.  *handled is false for operators
+ * that are not arithmetic (comparisons), left to the array path. */
+static Value *int_op(OpKind op, int64_t x, int64_t y, bool *handled) {
+  int64_t r;
+  bool ok = true;
+  *handled = true;
+  switch (op) {
+  case OP_ADD: ok = !__builtin_add_overflow(x, y, &r); break;
+  case OP_SUB: ok = !__builtin_sub_overflow(x, y, &r); break;
+  case OP_MUL: ok = !__builtin_mul_overflow(x, y, &r); break;
+  case OP_FLOORDIV:
+  case OP_MOD:
+    if (y == 0) return err_set(ERR_ZERO_DIVISION, "integer division or modulo by zero");
+    if (x == INT64_MIN && y == -1) return op == OP_MOD ? val_int(0) : int_overflow(op);
+    r = floor_div(x, y);
+    if (op == OP_MOD) r = x - r * y;
+    break;
+  case OP_DIV:
+    if (y == 0) return err_set(ERR_ZERO_DIVISION, "division by zero");
+    return (Value *)arr_scalar_f64(DT_F32, (double)x / (double)y, true);
+  case OP_POW:
+    if (y < 0) {
+      if (x == 0) return err_set(ERR_ZERO_DIVISION, "0.0 cannot be raised to a negative power");
+      return (Value *)arr_scalar_f64(DT_F32, pow((double)x, (double)y), true);
+    }
+    ok = int_pow(x, y, &r);
+    break;
+  case OP_LSHIFT:
+    if (y < 0) return err_set(ERR_VALUE, "negative shift count");
+    ok = y < 63 && x == ((x << y) >> y);
+    r = ok ? x << y : 0;
+    break;
+  case OP_RSHIFT:
+    if (y < 0) return err_set(ERR_VALUE, "negative shift count");
+    r = y >= 63 ? (x < 0 ? -1 : 0) : x >> y;
+    break;
+  case OP_BITAND: r = x & y; break;
+  case OP_BITOR: r = x | y; break;
+  case OP_BITXOR: r = x ^ y; break;
+  default:
+    *handled = false;
+    return NULL;
+  }
+  return ok ? val_int(r) : int_overflow(op);
+}
+
+/* The ZeroDivisionError of Python float division by zero, or 0. */
+static int float_zero_division(OpKind op, double y) {
+  if (y != 0.0) return 0;
+  if (op == OP_DIV) return err_set(ERR_ZERO_DIVISION, "float division by zero"), -1;
+  if (op == OP_FLOORDIV) return err_set(ERR_ZERO_DIVISION, "float floor division by zero"), -1;
+  if (op == OP_MOD) return err_set(ERR_ZERO_DIVISION, "float modulo"), -1;
+  return 0;
+}
+
+/* [op] of two Python numbers when Python's answer differs from the array
+ * path's (exact ints, division by zero); *handled false otherwise. */
+static Value *python_number_op(OpKind op, Value *a, Value *b, bool *handled) {
+  int64_t x, y;
+  double fx, fy;
+  *handled = false;
+  if (py_int(a, &x) && py_int(b, &y)) return int_op(op, x, y, handled);
+  if (py_number(a, &fx) && py_number(b, &fy) && float_zero_division(op, fy) < 0) {
+    *handled = true;
+    return NULL;
+  }
+  (void)fx;
+  return NULL;
+}
+
 Value *ops_binary(OpKind op, Value *a, Value *b) {
   if (!ops_is_array(a) || !ops_is_array(b)) return binary_python(op, a, b);
+  if (IS_ARRAY(a) && IS_ARRAY(b) && AS_ARRAY(a)->ndim == 0 && AS_ARRAY(b)->ndim == 0) {
+    bool handled;
+    Value *r = python_number_op(op, a, b, &handled);
+    if (handled) return r;
+  }
   switch (op) {
   case OP_ADD: return elementwise_last(P_ADD, a, b);
   case OP_SUB: return elementwise_last(P_SUB, a, b);
