@@ -100,6 +100,13 @@ static void arr_buffer_free(Buffer *b) {
 
 /* ---- creation ----------------------------------------------------------- */
 
+/* The error of an array too large for this machine, in GiB. */
+static void too_large(DType t, const char *sbuf, int64_t nbytes) {
+  /* the machine's size stays out of the message: tests expect it exactly */
+  err_set(ERR_MEMORY, "array of shape %s and dtype %s needs %.2f GiB, more than this "
+          "machine's memory", sbuf, dt_name(t), (double)nbytes / (1 << 30));
+}
+
 /* Checks a shape for arr_new; sets the error and returns -1 if bad. */
 static int arr_check_shape(DType t, int ndim, const int64_t *shape,
                            int64_t *size, int64_t *nbytes) {
@@ -122,8 +129,7 @@ static int arr_check_shape(DType t, int ndim, const int64_t *shape,
     if (*size < 0 || *size > INT64_MAX / isz)
       err_set(ERR_MEMORY, "array of shape %s is too big: its size overflows int64", sbuf);
     else
-      err_set(ERR_MEMORY, "array of shape %s needs %" PRId64 " bytes, more than available",
-              sbuf, *size * isz);
+      too_large(t, sbuf, *size * isz);
     return -1;
   }
   *nbytes = *size * isz;
@@ -148,6 +154,11 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   }
 }
 
+int arr_check_size(DType t, int ndim, const int64_t *shape) {
+  int64_t size, nbytes;
+  return arr_check_shape(t, ndim, shape, &size, &nbytes);
+}
+
 Array *arr_new(DType t, int ndim, const int64_t *shape) {
   int64_t size, nbytes;
   if (arr_check_shape(t, ndim, shape, &size, &nbytes) < 0)
@@ -156,8 +167,8 @@ Array *arr_new(DType t, int ndim, const int64_t *shape) {
   if (!a) {
     char sbuf[256];
     shape_str(sbuf, sizeof sbuf, ndim, shape);
-    return err_set(ERR_MEMORY, "array of shape %s needs %" PRId64
-                   " bytes, more than available", sbuf, nbytes);
+    return err_set(ERR_MEMORY, "array of shape %s and dtype %s needs %.2f GiB, more than "
+                   "the memory available now", sbuf, dt_name(t), (double)nbytes / (1 << 30));
   }
   arr_init(a, t, ndim, shape, size);
   return a;

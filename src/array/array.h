@@ -65,9 +65,16 @@ static inline void *arr_data(const Array *a) {
 
 /* ---- creation (all return new references; NULL + error on failure) ------- */
 
+/* Checks that an array of dtype [t] and [shape] could be made here: 0,
+ * or -1 with the error set (a negative dimension; a size past int64; more
+ * bytes than this machine's memory, named in GiB with the shape).  For
+ * what would be a view (zeros, ones, full broadcast from one element),
+ * so a size no program could hold is an error where it is asked for. */
+int arr_check_size(DType t, int ndim, const int64_t *shape);
+
 /* A new C-contiguous array with uninitialised contents.  Errors: ndim too
  * large, negative dimension, size overflow, out of memory (ERR_MEMORY with
- * the shape and byte count in the message). */
+ * the shape and the size in GiB in the message). */
 Array *arr_new(DType t, int ndim, const int64_t *shape);
 Array *arr_zeros(DType t, int ndim, const int64_t *shape);
 

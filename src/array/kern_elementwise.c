@@ -503,6 +503,18 @@ static struct {
          PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, false, false, false};
 static pthread_once_t par_once = PTHREAD_ONCE_INIT;
 
+/* Elements between two looks at Ctrl-C in a long loop: 4 Mi (tens of
+ * milliseconds at most), a multiple of the parallel split's blocks. */
+#define KERN_CHUNK ((int64_t)1 << 22)
+
+/* fn(ctx, lo, hi) in chunks, stopping early at Ctrl-C: the caller's
+ * primitive then fails with "interrupted" (prim_apply), so what was not
+ * computed is never seen. */
+static void kern_chunked(RangeFn fn, const void *ctx, int64_t lo, int64_t hi) {
+  for (int64_t s = lo; s < hi && !shm_interrupt_pending(); s += KERN_CHUNK)
+    fn(ctx, s, hi - s < KERN_CHUNK ? hi : s + KERN_CHUNK);
+}
+
 static void *kern_par_helper(void *unused) {
   (void)unused;
   pthread_mutex_lock(&par.lock);
@@ -511,7 +523,7 @@ static void *kern_par_helper(void *unused) {
       pthread_cond_wait(&par.go, &par.lock);
     par.posted = false;
     pthread_mutex_unlock(&par.lock);
-    par.fn(par.ctx, par.lo, par.hi);
+    kern_chunked(par.fn, par.ctx, par.lo, par.hi);
     pthread_mutex_lock(&par.lock);
     par.finished = true;
     pthread_cond_signal(&par.fin);
@@ -543,7 +555,7 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
   }
   pthread_once(&par_once, kern_par_start);
   if (!par.ok || pthread_mutex_trylock(&par.use) != 0) {
-    fn(ctx, 0, n);
+    kern_chunked(fn, ctx, 0, n);
     return;
   }
   int64_t mid = (n / 2 + 1023) & ~(int64_t)1023;   /* whole blocks, lines */
@@ -556,7 +568,7 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
   par.posted = true;
   pthread_cond_signal(&par.go);
   pthread_mutex_unlock(&par.lock);
-  fn(ctx, 0, mid);
+  kern_chunked(fn, ctx, 0, mid);
   pthread_mutex_lock(&par.lock);
   while (!par.finished)
     pthread_cond_wait(&par.fin, &par.lock);

@@ -537,6 +537,22 @@ int kern_scatter(Array **in, int nin, const Params *p, Array **out) {
 
 /* ---- iota ------------------------------------------------------------------------------ */
 
+/* [rows] rows of 0, 1, ..., len - 1 in dtype [t], one after another at
+ * [od]: converted from int64 a block at a time, looking at Ctrl-C between
+ * blocks (an arange of 2**31 is seconds of work). */
+static void iota_rows(char *od, DType t, int64_t rows, int64_t len) {
+  enum { BLOCK = 4096 };
+  int64_t idx[BLOCK];
+  size_t isz = dt_size(t);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t s = 0; s < len; s += BLOCK) {
+      if ((s & ((1 << 22) - 1)) == 0 && shm_interrupt_pending()) return;   /* prim_apply fails it */
+      int64_t n = len - s < BLOCK ? len - s : BLOCK;
+      for (int64_t k = 0; k < n; k++) idx[k] = s + k;
+      kern_convert(od + (size_t)(r * len + s) * isz, t, idx, DT_I64, n);
+    }
+}
+
 int kern_iota(Array **in, int nin, const Params *p, Array **out) {
   DType t;
   int64_t shape[SHM_MAXDIM], dim = 0;
@@ -555,12 +571,18 @@ int kern_iota(Array **in, int nin, const Params *p, Array **out) {
     q *= shape[i];
   size_t isz = dt_size(t);
   char *od = arr_data(o);
+  if (q == 1 && o->size) {   /* the iota runs along the last axis: whole runs */
+    iota_rows(od, t, pp, len);
+    goto done;
+  }
   for (int64_t j = 0; j < len && o->size; j++) {
+    if ((j & 0xFFFFF) == 0 && shm_interrupt_pending()) break;   /* prim_apply fails it */
     char one[8];
     kern_convert(one, t, &j, DT_I64, 1);
     for (int64_t a = 0; a < pp; a++)
       kern_fill(od + (size_t)((a * len + j) * q) * isz, one, isz, q);
   }
+done:
   if (*out)
     val_decref(&o->hdr);
   else

@@ -980,6 +980,11 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
   return prim_apply(id, nin, in, p);
 }
 
+int prim_interrupted(void) {
+  err_set(ERR_INTERRUPT, "interrupted");
+  return -1;
+}
+
 int prim_run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out) {
   int64_t t0 = tl_now();
   int rc = prim_table[id].rules.kernel(in, nin, p, out);

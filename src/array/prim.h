@@ -24,6 +24,7 @@
 #define SHMAP_PRIM_H
 
 #include "array/array.h"
+#include "base/error.h"
 #include "base/timeline.h"
 #include "base/value.h"
 
@@ -177,11 +178,16 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p);
  * compiled executor's one way to a kernel): Kernel's contract.  While the
  * timeline records (base/timeline.h), puts the primitive on it, named by
  * the primitive with its result's aval as argument; collectives are put
- * there by the collective engine, with their waits. */
+ * there by the collective engine, with their waits.  At Ctrl-C (a long
+ * kernel stops between chunks) it fails with ERR_INTERRUPT. */
 int prim_run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out);
+int prim_interrupted(void);
 static inline int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out) {
-  if (__builtin_expect(tl_tracing(), 0)) return prim_run_kernel_timed(id, in, nin, p, out);
-  return prim_table[id].rules.kernel(in, nin, p, out);
+  int rc = __builtin_expect(tl_tracing(), 0) ? prim_run_kernel_timed(id, in, nin, p, out)
+                                             : prim_table[id].rules.kernel(in, nin, p, out);
+  /* a long kernel stops early at Ctrl-C: its result must never be seen */
+  if (rc == 0 && __builtin_expect(shm_interrupt_pending(), 0)) return prim_interrupted();
+  return rc;
 }
 
 /* Computes output avals without running anything (the tracer uses it). */

@@ -10,6 +10,8 @@
 #include "base/error.h"
 #include "base/mem.h"
 
+atomic_int shm_interrupted;
+
 /* ---- sources ---------------------------------------------------------- */
 
 static int index_lines(Source *s) {

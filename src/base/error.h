@@ -22,6 +22,7 @@
 #ifndef SHMAP_ERROR_H
 #define SHMAP_ERROR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -73,6 +74,16 @@ typedef enum {
   ERR_ZERO_DIVISION,   /* Python numbers divided by zero */
   ERR_OVERFLOW,        /* Python ints past 64 bits */
 } ErrKind;
+
+/* Ctrl-C: set by the SIGINT handler (cli/main.c), polled between
+ * statements, in loops, in collectives' waits and between the chunks of
+ * long kernels (shm_interrupt_pending); whoever reports it as an
+ * ERR_INTERRUPT error or a debugger stop clears it. */
+extern atomic_int shm_interrupted;
+
+static inline bool shm_interrupt_pending(void) {
+  return atomic_load_explicit(&shm_interrupted, memory_order_relaxed) != 0;
+}
 
 /* Sets this thread's error to [kind] with a printf-style message and no
  * location, replacing any earlier one.  Always returns NULL so callers can

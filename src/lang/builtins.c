@@ -105,6 +105,7 @@ Value *bi_scalar(DType t, double v) {
 
 /* lax.full: the constant [v] broadcast to [shape]. */
 Value *bi_fill(DType t, double v, int ndim, const int64_t *shape) {
+  if (arr_check_size(t, ndim, shape) < 0) return NULL;
   Value *c = bi_scalar(t, v);
   if (!c) return NULL;
   Value *r = ops_broadcast_to(c, ndim, shape);

@@ -58,7 +58,8 @@ static Value *make_full(const char *fname, Value *shape, Value *fill, double v, 
   Value *f = bi_arr(fill);
   if (!f) return NULL;
   AVal fa = bi_aval(f);
-  Value *c = ops_convert(f, t < 0 ? fa.dtype : (DType)t, t < 0 && fa.weak);
+  DType ct = t < 0 ? fa.dtype : (DType)t;
+  Value *c = arr_check_size(ct, nd, sh) < 0 ? NULL : ops_convert(f, ct, t < 0 && fa.weak);
   val_decref(f);
   if (!c) return NULL;
   Value *r = ops_broadcast_to(c, nd, sh);

@@ -25,7 +25,6 @@
 #include "array/print.h"
 
 Interp *shm_interp;
-atomic_int shm_interrupted;
 int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);

@@ -181,7 +181,5 @@ void eval_write(const char *s, size_t n);
  * call of a collective, for mismatch messages); {NULL,0,0} outside. */
 Loc eval_current_loc(void);
 
-/* Interrupt flag set by SIGINT; checked between statements and in loops. */
-extern atomic_int shm_interrupted;
 
 #endif

@@ -795,14 +795,10 @@ static inline void cpu_pause(void) {
 #endif
 }
 
-/* Ctrl-C (eval.h).  A weak reference, so the unit test links without the
- * evaluator; a sleeping waiter looks at it every COLL_POLL_MS. */
-extern atomic_int shm_interrupted __attribute__((weak));
+/* Ctrl-C (base/error.h); a sleeping waiter looks at it every COLL_POLL_MS. */
 #define COLL_POLL_MS 100
 
-static bool interrupted(void) {
-  return &shm_interrupted != NULL && atomic_load(&shm_interrupted) != 0;
-}
+static bool interrupted(void) { return shm_interrupt_pending(); }
 
 /* Whether the group is stopping (an abort or Ctrl-C): a device that sees
  * it takes the locked path, where giving up is decided. */
