@@ -239,6 +239,20 @@ static int walk_pair(Walk *w, yaml_node_pair_t *pair, const KeySpec *keys, const
   return fail_at(w, key, "unknown key '%s' (expected one of: %s)", qname, expected);
 }
 
+/* A key given twice in one mapping is an error at the second: YAML leaves
+ * it to the reader, and taking either value would ignore the other. */
+static int check_duplicate(Walk *w, yaml_node_t *map, yaml_node_pair_t *pair, const char *prefix) {
+  yaml_node_t *key = yaml_document_get_node(w->doc, pair->key);
+  if (!key || key->type != YAML_SCALAR_NODE) return 0;
+  for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pair; q++) {
+    yaml_node_t *k = yaml_document_get_node(w->doc, q->key);
+    if (k && k->type == YAML_SCALAR_NODE && !strcmp(scalar_text(k), scalar_text(key)))
+      return fail_at(w, key, "duplicate key '%s%s%s' (first given at line %d)", prefix,
+                     *prefix ? "." : "", scalar_text(key), (int)k->start_mark.line + 1);
+  }
+  return 0;
+}
+
 static int walk_map(Walk *w, yaml_node_t *map, const KeySpec *keys, const char *prefix) {
   if (map->type == YAML_SCALAR_NODE && !*scalar_text(map) && is_plain_scalar(map))
     return 0;  /* "print:" with nothing under it */
@@ -246,7 +260,7 @@ static int walk_map(Walk *w, yaml_node_t *map, const KeySpec *keys, const char *
     return fail_at(w, map, "%s must be a mapping of keys to values",
                    *prefix ? prefix : "the file");
   for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
-    if (walk_pair(w, p, keys, prefix) < 0) return -1;
+    if (check_duplicate(w, map, p, prefix) < 0 || walk_pair(w, p, keys, prefix) < 0) return -1;
   return 0;
 }
 
@@ -259,6 +273,22 @@ static int yaml_syntax_error(Walk *w, const yaml_parser_t *parser) {
   else
     err_set_at(loc, ERR_VALUE, "invalid YAML: %s", problem);
   return -1;
+}
+
+/* The file is one document: a second one (after "---") would be ignored,
+ * so it is an error at its start. */
+static int no_second_document(Walk *w, yaml_parser_t *parser) {
+  yaml_document_t doc;
+  if (!yaml_parser_load(parser, &doc)) return yaml_syntax_error(w, parser);
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  int rc = 0;
+  if (root) {
+    Loc loc = {w->src, (int)doc.start_mark.line + 1, (int)doc.start_mark.column + 1};
+    err_set_at(loc, ERR_VALUE, "the file must hold one YAML document; a second one starts here");
+    rc = -1;
+  }
+  yaml_document_delete(&doc);
+  return rc;
 }
 
 /* Parses the text of [src] and walks its one document into [o]. */
@@ -278,6 +308,7 @@ static int parse_and_walk(Source *src, ShmOptions *o) {
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     rc = root ? walk_map(&w, root, KEYS, "") : 0;
     yaml_document_delete(&doc);
+    if (rc == 0) rc = no_second_document(&w, &parser);
   }
   yaml_parser_delete(&parser);
   return rc;
@@ -290,7 +321,15 @@ int cfg_load(ShmOptions *o, const char *path, bool must_exist) {
     err_set(ERR_IO, "cannot open config file '%s': %s", path, strerror(errno));
     return -1;
   }
+  /* refused before parsing: a configuration is a few lines, and libyaml
+   * takes minutes over a pathological one (nesting 100k deep) */
+  long size = fseek(probe, 0, SEEK_END) == 0 ? ftell(probe) : -1;
   fclose(probe);
+  if (size > CFG_MAX_BYTES) {
+    err_set(ERR_VALUE, "config file '%s' is %ld bytes; a configuration is at most %d", path,
+            size, CFG_MAX_BYTES);
+    return -1;
+  }
   Source *src = src_from_file(path);
   if (!src) return -1;
   int rc = parse_and_walk(src, o);

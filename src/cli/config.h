@@ -28,7 +28,9 @@
  * A bad file (YAML syntax error, unknown key, wrong type, value out of
  * range) is an error that names the file, line and column:
  *     config.yaml:3:5: error: devices must be a positive integer
- * It is never ignored silently: the interpreter refuses to start.
+ * It is never ignored silently: the interpreter refuses to start.  So is
+ * a key given twice, a second YAML document, and a file larger than
+ * CFG_MAX_BYTES (refused before parsing).
  */
 #ifndef SHMAP_CONFIG_H
 #define SHMAP_CONFIG_H
@@ -43,6 +45,10 @@
 
 /* Default device count (LANGUAGE.md §3). */
 #define CFG_DEFAULT_DEVICES 8
+
+/* The largest configuration file read (bytes); a larger one is refused
+ * before it is parsed. */
+#define CFG_MAX_BYTES (64 * 1024)
 
 /* Default number of REPL history entries kept. */
 #define CFG_DEFAULT_HISTORY 1000

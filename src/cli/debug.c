@@ -2049,7 +2049,11 @@ static Resume interact(Stop *st) {
   for (;;) {
     make_prompt(st, prompt, sizeof prompt);
     char *line = read_command(prompt);
-    if (!line) break; /* end of input: quit, as pdb does */
+    if (!line) {   /* end of input: quit, as pdb does, and say why (its BdbQuit) */
+      fflush(stdout);
+      fprintf(stderr, "\nshmap: quit: end of input at the debugger's prompt (BdbQuit)\n");
+      break;
+    }
     if (strspn(line, " \t") == strlen(line) && dbg.last_cmd) {
       free(line);
       line = strdup(dbg.last_cmd);

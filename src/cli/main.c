@@ -215,7 +215,7 @@ static int merge_options(const CmdLine *cl) {
     if (n < 0) {
       fprintf(stderr, "shmap: error: SHMAP_DEVICES must be an integer from 1 to %d, not '%s'\n",
               CFG_MAX_DEVICES, env);
-      return 1;
+      return EXIT_USAGE;   /* the same mistake as --devices abc, the same status */
     }
     shm_options.devices = n;
   }

@@ -108,6 +108,28 @@ START_TEST(test_bad_values) {
 }
 END_TEST
 
+/* Nothing is ignored: a key given twice, a second document, and a file
+ * too large to be a configuration are errors (the last before parsing). */
+START_TEST(test_nothing_ignored) {
+  expect_error("devices: 2\ndevices: 4\n", 2, 1, "duplicate key 'devices' (first given at line 1)");
+  expect_error("print:\n  precision: 3\n  precision: 4\n", 3, 3,
+               "duplicate key 'print.precision' (first given at line 2)");
+  expect_error("devices: 2\n---\ndevices: 4\n", 2, 1,
+               "the file must hold one YAML document; a second one starts here");
+  size_t n = CFG_MAX_BYTES + 1;
+  char *big = malloc(n + 1);
+  ck_assert_ptr_nonnull(big);
+  memset(big, '[', n);
+  big[n] = '\0';
+  ShmOptions o;
+  ck_assert_int_eq(load(big, &o), -1);
+  ck_assert(strstr(err_message(), "bytes; a configuration is at most 65536") != NULL);
+  err_clear();
+  cfg_free(&o);
+  free(big);
+}
+END_TEST
+
 START_TEST(test_unknown_keys) {
   expect_error("colour: red\n", 1, 1,
                "unknown key 'colour' (expected one of: print, history, memory, devices)");
@@ -173,6 +195,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_empty_and_partial);
   tcase_add_test(tc, test_bad_values);
   tcase_add_test(tc, test_unknown_keys);
+  tcase_add_test(tc, test_nothing_ignored);
   tcase_add_test(tc, test_yaml_syntax);
   tcase_add_test(tc, test_missing_file);
   tcase_add_test(tc, test_default_path);
