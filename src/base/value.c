@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/suggest.h"
 #include "base/value.h"
 
 Value val_none_ = {.type = V_NONE, .flags = VAL_IMMORTAL};
@@ -607,8 +608,19 @@ int args_bind(const char *fname, const CallArgs *a, const char *spec, Value **sl
     int i = 0;
     while (i < np && !spec_is(&ps[i], a->kwnames[k])) i++;
     if (i == np) {
-      err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname,
-              a->kwnames[k]);
+      Suggest sg;
+      char pname[64];
+      suggest_init(&sg, a->kwnames[k]);
+      for (int j = 0; j < np; j++) {
+        snprintf(pname, sizeof pname, "%.*s", (int)ps[j].len, ps[j].name);
+        suggest_offer(&sg, pname);
+      }
+      if (suggest_best(&sg))
+        err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'. Did you mean '%s'?",
+                fname, a->kwnames[k], suggest_best(&sg));
+      else
+        err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname,
+                a->kwnames[k]);
       return -1;
     }
     if (*slots[i]) {

@@ -14,6 +14,7 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "base/error.h"
+#include "base/suggest.h"
 #include "base/timeline.h"
 #include "lang/eval.h"
 #include "base/intern.h"
@@ -323,8 +324,16 @@ static int bind_params(Func *f, Env *e, const CallArgs *a) {
         if (dict_set_str(kwextra, a->kwnames[k], a->kwvals[k]) < 0) goto out;
         continue;
       }
-      err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", f->name,
-              a->kwnames[k]);
+      Suggest sg;
+      suggest_init(&sg, a->kwnames[k]);
+      for (int j = 0; j < np; j++)
+        if (!d->params[j].star && !d->params[j].starstar) suggest_offer(&sg, d->params[j].name);
+      if (suggest_best(&sg))
+        err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'. Did you mean '%s'?",
+                f->name, a->kwnames[k], suggest_best(&sg));
+      else
+        err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", f->name,
+                a->kwnames[k]);
       goto out;
     }
     if (set[i]) {
@@ -447,10 +456,28 @@ Value *val_call_n(Value *f, int n, Value **args) {
 
 /* ==== expressions =========================================================== */
 
+static void offer_name(const char *name, Value *v, void *ctx) {
+  (void)v;
+  suggest_offer(ctx, name);
+}
+
+/* NameError for [name] in [env], with Python 3.12's "Did you mean" over
+ * the names of the scopes in reach and the built-ins. */
+static Value *name_error(const Node *n, Env *env) {
+  Suggest s;
+  suggest_init(&s, n->name);
+  for (Env *e = env; e; e = e->parent) env_each(e, offer_name, &s);
+  env_each(shm_interp->builtins, offer_name, &s);
+  if (suggest_best(&s))
+    return err_set_at(n->loc, ERR_NAME, "name '%s' is not defined. Did you mean: '%s'?",
+                      n->name, suggest_best(&s));
+  return err_set_at(n->loc, ERR_NAME, "name '%s' is not defined", n->name);
+}
+
 static Value *eval_name(const Node *n, Env *env) {
   Value *v = env_lookup(env, n->name);
   if (!v) v = env_lookup(shm_interp->builtins, n->name);
-  if (!v) return err_set_at(n->loc, ERR_NAME, "name '%s' is not defined", n->name);
+  if (!v) return name_error(n, env);
   return val_incref(v);
 }
 

@@ -31,6 +31,7 @@ struct Lexer {
   int indent8[MAX_INDENT + 1], indent1[MAX_INDENT + 1];
   int nbr;                /* open brackets */
   char brackets[MAX_NEST];
+  int br_line[MAX_NEST], br_col[MAX_NEST];  /* where each was opened */
 };
 
 static const char *const keywords[] = {
@@ -470,15 +471,29 @@ static int lex_name(Lexer *lx) {
   return push_token(lx, kind, start, len) ? 0 : -1;
 }
 
+/* " on line N" when [line] is not the current one, as Python words it. */
+static const char *on_line(const Lexer *lx, int line) {
+  static _Thread_local char buf[32];
+  if (line == lx->line) return "";
+  snprintf(buf, sizeof buf, " on line %d", line);
+  return buf;
+}
+
 /* Tracks bracket nesting for implicit line joining. */
 static int track_bracket(Lexer *lx, char c, int col) {
   if (c == '(' || c == '[' || c == '{') {
     if (lx->nbr == MAX_NEST)
       return lex_error(lx, lx->line, col, "too deeply nested"), -1;
+    lx->br_line[lx->nbr] = lx->line;
+    lx->br_col[lx->nbr] = col;
     lx->brackets[lx->nbr++] = c;
   } else if (c == ')' || c == ']' || c == '}') {
     if (lx->nbr == 0)
       return lex_error(lx, lx->line, col, "unmatched '%c'", c), -1;
+    char open = lx->brackets[lx->nbr - 1];
+    if ((open == '(') != (c == ')') || (open == '[') != (c == ']'))
+      return lex_error(lx, lx->line, col, "closing parenthesis '%c' does not match opening "
+                       "parenthesis '%c'%s", c, open, on_line(lx, lx->br_line[lx->nbr - 1])), -1;
     lx->nbr--;
   }
   return 0;
@@ -547,6 +562,11 @@ static int lex_step(Lexer *lx) {
 
 /* NEWLINE, the DEDENTs back to column 0, and EOF. */
 static int lex_finish(Lexer *lx) {
+  if (lx->nbr > 0) {   /* reported at the bracket, as Python does, not past the end */
+    int k = lx->nbr - 1;
+    return lex_error(lx, lx->br_line[k], lx->br_col[k], "'%c' was never closed",
+                     lx->brackets[k]), -1;
+  }
   if (end_logical_line(lx) < 0) return -1;
   for (; lx->nindent > 0; lx->nindent--)
     if (!push_token(lx, T_DEDENT, lx->p, 0)) return -1;

@@ -12,6 +12,7 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "base/error.h"
+#include "base/suggest.h"
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
@@ -175,6 +176,17 @@ typedef struct Method {
   MethodFn fn;
 } Method;
 
+/* The AttributeError of [obj] lacking [s]'s name, with Python 3.12's
+ * "Did you mean" over [ms] and what [s] was offered already. */
+static Value *no_attribute(Value *obj, const Method *ms, Suggest *s) {
+  for (const Method *m = ms; m && m->name; m++) suggest_offer(s, m->name);
+  const char *best = suggest_best(s);
+  if (best)
+    return err_set(ERR_TYPE, "'%s' object has no attribute '%s'. Did you mean: '%s'?",
+                   val_type_name(obj), s->name, best);
+  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), s->name);
+}
+
 static const Method array_methods[] = {
   {"reshape", m_reshape}, {"astype", m_astype}, {"sum", m_sum}, {"mean", m_mean},
   {"max", m_max}, {"min", m_min}, {"prod", m_prod}, {"argmax", m_argmax},
@@ -211,7 +223,12 @@ static Value *array_getattr(Value *x, const char *name) {
   }
   for (const Method *m = array_methods; m->name; m++)
     if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, x);
-  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(x), name);
+  static const char *const props[] = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes",
+                                      "weak_type", "at", "T", "mT", NULL};
+  Suggest s;
+  suggest_init(&s, name);
+  for (int i = 0; props[i]; i++) suggest_offer(&s, props[i]);
+  return no_attribute(x, array_methods, &s);
 }
 
 /* ---- dict, list and str methods ----------------------------------------- */
@@ -598,7 +615,9 @@ static const Method str_methods[] = {
 static Value *method_of(Value *obj, const Method *ms, const char *name) {
   for (const Method *m = ms; m->name; m++)
     if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, obj);
-  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), name);
+  Suggest s;
+  suggest_init(&s, name);
+  return no_attribute(obj, ms, &s);
 }
 
 Value *ops_getattr(Value *obj, const char *name) {
@@ -615,6 +634,14 @@ Value *ops_getattr(Value *obj, const char *name) {
     if (eval_module_loading(obj))
       return err_set(ERR_NAME, "partially initialized module '%s' has no attribute '%s' "
                      "(most likely due to a circular import)", m->name, name);
+    Suggest s;
+    suggest_init(&s, name);
+    Dict *g = (Dict *)m->globals;
+    for (size_t i = 0; i < g->len; i++)
+      if (g->keys[i]->type == V_STR) suggest_offer(&s, str_cstr(g->keys[i]));
+    if (suggest_best(&s))
+      return err_set(ERR_NAME, "module '%s' has no attribute '%s'. Did you mean: '%s'?",
+                     m->name, name, suggest_best(&s));
     return err_set(ERR_NAME, "module '%s' has no attribute '%s'", m->name, name);
   }
   case V_DTYPE: {

@@ -1210,6 +1210,9 @@ static int parse_block(Parser *p, NodeList *body, const char *what,
 /* ':' block, after the header of the statement started by [t] */
 static int parse_suite(Parser *p, NodeList *body, const char *what,
                        const Token *t) {
+  if (is_op(peek(p), "="))   /* `if x = 3:`, as Python 3.12 answers it */
+    return syntax_error(p, peek(p), "invalid syntax. Maybe you meant '==' or ':=' instead of "
+                                    "'='?"), -1;
   if (!expect_op(p, ":")) return -1;
   return parse_block(p, body, what, t->line);
 }
