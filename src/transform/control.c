@@ -29,6 +29,8 @@ static Value *replace(Value *t, Value **vals, int *pos) {
   return pytree_replace(t, array_leaf, vals, pos);
 }
 
+static int eager_carry_check(const char *what, Value *init, Value *next);
+
 static int avals_of(Leaves *l, AVal **out) {
   *out = shm_calloc((size_t)l->n + 1, sizeof(AVal));
   if (!*out) return err_nomem(), -1;
@@ -345,6 +347,10 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
     }
     Value *next = val_call_n(body_fun, 1, &val);
     val_decref(val);
+    if (next && eager_carry_check("while_loop body_fun", init, next) < 0) {
+      val_decref(next);
+      return NULL;
+    }
     if (!(val = next)) return NULL;
   }
 }
@@ -352,24 +358,51 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
 /* Checks a loop body's carry results against the carry avals [want];
  * weakens nothing, but strengthens [want] where the body made a weak
  * carry strong (1: retrace needed). */
-static int carry_types(const char *what, const Sub *s, int first, int n, AVal *want) {
-  if (s->plan->nout < first + n) {
-    err_set(ERR_TYPE, "%s must return the loop carry (%d value%s), got %d", what, n, n == 1 ? "" : "s",
-            s->plan->nout - first);
-    return -1;
+/* The error of a body that changed carry leaf [i] from [want] to [got]:
+ * one message, eagerly and under jit (the user's leaf numbers). */
+static int carry_type_error(const char *what, int i, const AVal *want, const AVal *got) {
+  char x[256], y[256];
+  aval_text(want, x, sizeof x);
+  aval_text(got, y, sizeof y);
+  err_set(ERR_TYPE, "%s must return the carry's types: carry %d is %s, the body returns %s",
+          what, i, x, y);
+  return -1;
+}
+
+static int carry_count_error(const char *what, int n, int got) {
+  err_set(ERR_TYPE, "%s must return the loop carry (%d value%s), got %d", what, n,
+          n == 1 ? "" : "s", got);
+  return -1;
+}
+
+/* Eager loops check each new carry as jit checks the traced body's: the
+ * same array leaves, each of the init's dtype and shape (a weak type may
+ * become strong).  0, or -1 with carry_types' message. */
+static int eager_carry_check(const char *what, Value *init, Value *next) {
+  Leaves a = {0}, b = {0};
+  int rc = flatten(init, &a) < 0 || flatten(next, &b) < 0 ? -1 : 0;
+  if (rc == 0 && a.n != b.n) rc = carry_count_error(what, a.n, b.n);
+  for (int i = 0; rc == 0 && i < a.n; i++) {
+    AVal x, y;
+    if (ops_aval(a.v[i], &x) < 0 || ops_aval(b.v[i], &y) < 0) rc = -1;
+    else if (!same_type(&x, &y)) rc = carry_type_error(what, i, &x, &y);
   }
+  shm_free(a.v);
+  shm_free(b.v);
+  return rc;
+}
+
+/* Checks the body's carry outputs [first, first + n) against [want]; the
+ * first [skip] are the loop's own (fori_loop's index and bound) and are
+ * not counted in messages.  1 when a weak type became strong (trace
+ * again with it), 0 when they agree, -1 with the error set. */
+static int carry_types(const char *what, const Sub *s, int first, int n, int skip, AVal *want) {
+  if (s->plan->nout < first + n) return carry_count_error(what, n - skip, s->plan->nout - first - skip);
   int retrace = 0;
   for (int i = 0; i < n; i++) {
     AVal a;
     out_aval(s, first + i, &a);
-    if (!same_type(&a, &want[i])) {
-      char x[256], y[256];
-      aval_text(&want[i], x, sizeof x);
-      aval_text(&a, y, sizeof y);
-      err_set(ERR_TYPE, "%s must return the carry's types: carry %d is %s, the body returns %s",
-              what, i, x, y);
-      return -1;
-    }
+    if (!same_type(&a, &want[i])) return carry_type_error(what, i - skip, &want[i], &a);
     if (want[i].weak && !a.weak) {
       want[i].weak = false;
       retrace = 1;
@@ -412,6 +445,8 @@ static Value *emit_while(Sub *c, Sub *b, Value **init, int n, const AVal *avs, V
 
 /* The two functions of a loop, as sub-trace bodies. */
 typedef struct Loop {
+  const char *what;   /* "while_loop body_fun", "fori_loop body_fun": for messages */
+  int skip;           /* carries of the loop's own before the user's (fori: 2) */
   const char *cname, *bname;
   BodyFn cond, body;
   void *cctx, *bctx;
@@ -436,7 +471,7 @@ static int trace_loop(const Loop *lp, int n, AVal *avs, Sub *c, Sub *b) {
       sub_free(c);
       return -1;
     }
-    int rt = carry_types("while_loop body_fun", b, 0, n, avs);
+    int rt = carry_types(lp->what, b, 0, n, lp->skip, avs);
     if (rt == 0) return 0;
     sub_free(c);
     sub_free(b);
@@ -474,7 +509,7 @@ static Value *bi_while_loop(const CallArgs *a) {
   Leaves l = {0};
   if (flatten(init, &l) < 0) return NULL;
   CallCtx cc = {cf, 1, &init}, bc = {bf, 1, &init};
-  Loop lp = {fn_name(cf), fn_name(bf), call_body, call_body, &cc, &bc};
+  Loop lp = {"while_loop body_fun", 0, fn_name(cf), fn_name(bf), call_body, call_body, &cc, &bc};
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
   return r;
@@ -494,6 +529,10 @@ static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init) {
     Value *next = iv && check_interrupt() == 0 ? val_call_n(body, 2, args) : NULL;
     val_decref(iv ? &iv->hdr : NULL);
     val_decref(val);
+    if (next && eager_carry_check("fori_loop body_fun", init, next) < 0) {
+      val_decref(next);
+      next = NULL;
+    }
     val = next;
   }
   return val;
@@ -558,7 +597,8 @@ static Value *staged_fori(Value *lo, Value *hi, Value *body, Value *init) {
   Value *r = NULL;
   if (leaves_push(&l, lo) < 0 || leaves_push(&l, hi) < 0 || flatten(init, &l) < 0) goto out;
   ForiCtx fc = {body, init};
-  Loop lp = {intern_cstr("fori_cond"), fn_name(body), fori_cond, fori_body, NULL, &fc};
+  Loop lp = {"fori_loop body_fun", 2, intern_cstr("fori_cond"), fn_name(body), fori_cond,
+             fori_body, NULL, &fc};
   Value *tree = tuple_pack(3, (Value *[]){lo, hi, init});
   Value *res = tree ? staged_loop(&lp, &l, tree) : NULL;
   if (res) r = val_incref(tuple_get(res, 2));
@@ -701,7 +741,7 @@ static Value *eager_scan(Value *f, Value *init, Value *xs, Leaves *l, int64_t n,
     val_decref(x);
     val_decref(carry);
     carry = NULL;
-    if (!r || scan_pair(r, &c, &y) < 0) {
+    if (!r || scan_pair(r, &c, &y) < 0 || eager_carry_check("scan body", init, c) < 0) {
       val_decref(r);
       break;
     }
@@ -801,7 +841,7 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   if (flatten(init, &cl) < 0 || scan_in_avals(&cl, xl, &avs) < 0) goto out;
   for (int attempt = 0; attempt < 2; attempt++) {
     if (sub_trace(fn_name(f), scan_body, &sc, cl.n + xl->n, avs, &s) < 0) goto out;
-    int rt = carry_types("scan body", &s, 0, cl.n, avs);
+    int rt = carry_types("scan body", &s, 0, cl.n, 0, avs);
     if (rt == 0) break;
     sub_free(&s);
     if (rt < 0) goto out;
