@@ -49,6 +49,11 @@ static const KeySpec HISTORY_KEYS[] = {
     {NULL, KEY_INT, 0, 0, 0, NULL},
 };
 
+static const KeySpec JIT_KEYS[] = {
+    {"cache_size", KEY_INT, OPT(jit_cache_size), 1, 1 << 20, NULL},
+    {NULL, KEY_INT, 0, 0, 0, NULL},
+};
+
 static const KeySpec MEMORY_KEYS[] = {
     {"buffer_cache_mib", KEY_INT, OPT(buffer_cache_mib), 0, 1 << 20, NULL},
     {NULL, KEY_INT, 0, 0, 0, NULL},
@@ -58,6 +63,7 @@ static const KeySpec KEYS[] = {
     {"print", KEY_MAP, 0, 0, 0, PRINT_KEYS},
     {"history", KEY_MAP, 0, 0, 0, HISTORY_KEYS},
     {"memory", KEY_MAP, 0, 0, 0, MEMORY_KEYS},
+    {"jit", KEY_MAP, 0, 0, 0, JIT_KEYS},
     {"devices", KEY_INT, OPT(devices), 1, CFG_MAX_DEVICES, NULL},
     {NULL, KEY_INT, 0, 0, 0, NULL},
 };
@@ -76,6 +82,7 @@ void cfg_defaults(ShmOptions *o) {
   o->print = print_options;
   o->history_size = CFG_DEFAULT_HISTORY;
   o->buffer_cache_mib = (int)(SHM_BUF_CACHE_DEFAULT >> 20);
+  o->jit_cache_size = CFG_DEFAULT_JIT_CACHE;
 }
 
 void cfg_free(ShmOptions *o) {

@@ -23,6 +23,8 @@
  *       file: ~/.shmap_history
  *     memory:
  *       buffer_cache_mib: 256  # released large buffers kept for reuse, MiB
+ *     jit:
+ *       cache_size: 64      # traced signatures kept per jit function
  *     devices: 8            # device threads, 1..CFG_MAX_DEVICES
  *
  * A bad file (YAML syntax error, unknown key, wrong type, value out of
@@ -50,6 +52,10 @@
  * before it is parsed. */
 #define CFG_MAX_BYTES (64 * 1024)
 
+/* Default jit.cache_size (transform/jit.h's JIT_CACHE_DEFAULT; cli/main.c
+ * passes the option on). */
+#define CFG_DEFAULT_JIT_CACHE 64
+
 /* Default number of REPL history entries kept. */
 #define CFG_DEFAULT_HISTORY 1000
 
@@ -69,6 +75,7 @@ typedef struct ShmOptions {
   int history_size;     /* history.size */
   int buffer_cache_mib; /* memory.buffer_cache_mib: released array buffers
                            kept for reuse, in MiB (mem.h) */
+  int jit_cache_size;   /* jit.cache_size: signatures kept per jit function */
   char *history_file;   /* history.file, ~ expanded; NULL: the default */
   char *config_file;    /* the config file that was read, or NULL */
 } ShmOptions;

@@ -227,6 +227,7 @@ static int merge_options(const CmdLine *cl) {
   shm_options.interactive = cl->mode == RUN_REPL || cl->interactive;
   print_options = shm_options.print;
   shm_buf_cache_limit((size_t)shm_options.buffer_cache_mib << 20);
+  jit_set_cache_size(shm_options.jit_cache_size);
   return 0;
 }
 

@@ -21,9 +21,13 @@
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
 
-/* One traced signature. */
+/* One traced signature.  The cache holds a reference, and so does each
+ * call running its plan, so an entry evicted while a call runs it is
+ * freed when that call ends. */
 typedef struct Entry {
-  struct Entry *next;
+  struct Entry *next;  /* the next less recently used; guarded by JitFn.lock */
+  atomic_int refs;
+  uint64_t hash;       /* of the key: compared before the key */
   char *key;           /* owned signature bytes */
   size_t keylen;
   Value *holds;        /* List: static objects keyed by identity, kept alive */
@@ -38,9 +42,17 @@ typedef struct JitFn {
   int n_nums, n_names;
   int64_t *nums;       /* owned: static_argnums */
   const char **names;  /* owned array of interned static_argnames */
-  pthread_mutex_t lock;/* guards [cache] */
-  Entry *cache;
+  pthread_mutex_t lock;/* guards [cache], [ncache] and the entries' next links */
+  Entry *cache;        /* most recently used first */
+  int ncache;
 } JitFn;
+
+/* Signatures kept per jit function (jit_set_cache_size; the YAML
+ * configuration's jit.cache_size).  Read without a lock: set before any
+ * device thread runs. */
+static int cache_bound = JIT_CACHE_DEFAULT;
+
+void jit_set_cache_size(int n) { cache_bound = n > 0 ? n : 1; }
 
 /* ==== the signature ========================================================= */
 
@@ -433,12 +445,15 @@ static void dump_plan(const JitFn *j, Plan *p) {
 
 /* ==== the cache ================================================================= */
 
-static Entry *cache_find(JitFn *j, const Sig *s) {
-  pthread_mutex_lock(&j->lock);
-  Entry *e = j->cache;
-  while (e && (e->keylen != s->len || memcmp(e->key, s->key, s->len))) e = e->next;
-  pthread_mutex_unlock(&j->lock);
-  return e;
+/* FNV-1a over the signature's bytes. */
+static uint64_t key_hash(const char *k, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+  return h;
+}
+
+static bool entry_is(const Entry *e, uint64_t h, const char *key, size_t len) {
+  return e->hash == h && e->keylen == len && !memcmp(e->key, key, len);
 }
 
 static void entry_free(Entry *e) {
@@ -449,14 +464,60 @@ static void entry_free(Entry *e) {
   shm_free(e);
 }
 
-/* Inserts [e] unless an equal entry arrived meanwhile; the one kept. */
-static Entry *cache_insert(JitFn *j, Entry *e) {
+static void entry_release(Entry *e) {
+  if (e && atomic_fetch_sub(&e->refs, 1) == 1) entry_free(e);
+}
+
+/* The entry of [key] (lock held), moved to the front as the most
+ * recently used, with a reference for the caller; NULL when absent. */
+static Entry *take_locked(JitFn *j, uint64_t h, const char *key, size_t len) {
+  Entry **link = &j->cache;
+  while (*link && !entry_is(*link, h, key, len)) link = &(*link)->next;
+  Entry *e = *link;
+  if (!e) return NULL;
+  *link = e->next;
+  e->next = j->cache;
+  j->cache = e;
+  atomic_fetch_add(&e->refs, 1);
+  return e;
+}
+
+static Entry *cache_find(JitFn *j, const Sig *s) {
+  uint64_t h = key_hash(s->key, s->len);
   pthread_mutex_lock(&j->lock);
-  Entry *o = j->cache;
-  while (o && (o->keylen != e->keylen || memcmp(o->key, e->key, e->keylen))) o = o->next;
+  Entry *e = take_locked(j, h, s->key, s->len);
+  pthread_mutex_unlock(&j->lock);
+  return e;
+}
+
+/* Drops the least recently used entries past the bound (lock held);
+ * their last users free them. */
+static void evict_locked(JitFn *j) {
+  if (j->ncache <= cache_bound) return;
+  Entry **link = &j->cache;
+  for (int k = 0; k < cache_bound && *link; k++) link = &(*link)->next;
+  Entry *e = *link;
+  *link = NULL;
+  while (e) {
+    Entry *next = e->next;
+    j->ncache--;
+    entry_release(e);
+    e = next;
+  }
+}
+
+/* Inserts [e] unless an equal entry arrived meanwhile; the one kept, with
+ * a reference for the caller. */
+static Entry *cache_insert(JitFn *j, Entry *e) {
+  e->hash = key_hash(e->key, e->keylen);
+  pthread_mutex_lock(&j->lock);
+  Entry *o = take_locked(j, e->hash, e->key, e->keylen);
   if (!o) {
+    atomic_init(&e->refs, 2);   /* the cache's and the caller's */
     e->next = j->cache;
     j->cache = e;
+    j->ncache++;
+    evict_locked(j);
   }
   pthread_mutex_unlock(&j->lock);
   if (o) entry_free(e);
@@ -574,6 +635,7 @@ Value *jit_call(Value *f, const CallArgs *a) {
   Entry *e = cache_find(j, &s);
   if (!e) e = cache_fill(j, a, &s);
   if (e) r = run_entry(e, &s);
+  entry_release(e);
 out:
   sig_free(&s);
   return r;
@@ -754,10 +816,10 @@ Value *jit_trace_shard_map(Value *sf, const CallArgs *a) {
 
 static void jit_free(Value *v) {
   JitFn *j = (JitFn *)v;
-  while (j->cache) {
+  while (j->cache) {   /* no call runs: the cache's are the last references */
     Entry *e = j->cache;
     j->cache = e->next;
-    entry_free(e);
+    entry_release(e);
   }
   val_decref(j->fn);
   shm_free(j->nums);

@@ -67,4 +67,10 @@ Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
  * perf_counter() when nothing else has.  0, or -1 with the error set. */
 int jit_register(Env *builtins);
 
+/* Traced signatures a jit function keeps, the least recently used
+ * dropped past it (each holds a compiled plan, tens of KiB): the
+ * configuration's jit.cache_size.  Call before device threads run. */
+#define JIT_CACHE_DEFAULT 64
+void jit_set_cache_size(int n);
+
 #endif

@@ -53,6 +53,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(o.devices, 8);
   ck_assert_int_eq(o.history_size, 1000);
   ck_assert_int_eq(o.buffer_cache_mib, 256);
+  ck_assert_int_eq(o.jit_cache_size, 64);
   ck_assert_ptr_null(o.history_file);
   ck_assert_int_eq(o.print.precision, print_options.precision);
 }
@@ -64,8 +65,9 @@ START_TEST(test_every_key) {
   ck_assert_int_eq(load("print:\n  precision: 4\n  threshold: 10\n  edgeitems: 2\n"
                         "  linewidth: 40\n  suppress: true\n"
                         "history:\n  size: 5\n  file: ~/h.txt\ndevices: 16\n"
-                        "memory:\n  buffer_cache_mib: 0\n", &o), 0);
+                        "memory:\n  buffer_cache_mib: 0\njit:\n  cache_size: 3\n", &o), 0);
   ck_assert_int_eq(o.buffer_cache_mib, 0);
+  ck_assert_int_eq(o.jit_cache_size, 3);
   ck_assert_int_eq(o.print.precision, 4);
   ck_assert_int_eq(o.print.threshold, 10);
   ck_assert_int_eq(o.print.edgeitems, 2);
@@ -132,7 +134,7 @@ END_TEST
 
 START_TEST(test_unknown_keys) {
   expect_error("colour: red\n", 1, 1,
-               "unknown key 'colour' (expected one of: print, history, memory, devices)");
+               "unknown key 'colour' (expected one of: print, history, memory, jit, devices)");
   expect_error("history:\n  length: 3\n", 2, 3,
                "unknown key 'history.length' (expected one of: size, file)");
 }
