@@ -91,11 +91,20 @@ static void entry_names_str(const SpecEntry *e, char *buf, size_t cap) {
   if (len < cap) snprintf(buf + len, cap - len, ")");
 }
 
+/* The name of the body's parameter [i], or NULL (not a user function). */
+static const char *param_name(const ShardFn *f, int i) {
+  if (f->body->type != V_FUNC) return NULL;
+  const Node *d = ((Func *)f->body)->node;
+  return i < d->nparams && !d->params[i].star && !d->params[i].starstar ? d->params[i].name : NULL;
+}
+
 /* Checks argument [x] against in_spec [s]: rank, axes, even division.
  * Messages follow LANGUAGE.md §9; with several arguments they say which. */
 static int check_arg(const ShardFn *f, int i, int nargs, Array *x, PSpec *s) {
-  char what[48], sb[256], names[128], arg[32] = "";
-  if (nargs > 1) snprintf(arg, sizeof arg, "argument %d: ", i);
+  char what[48], sb[256], names[128], arg[96] = "";
+  const char *param = param_name(f, i);
+  if (param) snprintf(arg, sizeof arg, "argument %d ('%s'): ", i, param);
+  else if (nargs > 1) snprintf(arg, sizeof arg, "argument %d: ", i);
   snprintf(what, sizeof what, "%sin_specs", arg);
   if (pspec_check(s, f->mesh, x->ndim, what) < 0) return -1;
   pspec_str(s, sb, sizeof sb);
@@ -104,8 +113,9 @@ static int check_arg(const ShardFn *f, int i, int nargs, Array *x, PSpec *s) {
     if (x->shape[ax] % n == 0) continue;
     entry_names_str(&s->e[ax], names, sizeof names);
     err_set(ERR_VALUE, "%sin_specs %s splits axis %d (size %lld) over %s (size %d), which "
-                       "does not divide it",
-            arg, sb, ax, (long long)x->shape[ax], names, n);
+                       "does not divide it; check the in_specs, or change the mesh axis "
+                       "sizes, or pad the argument and adapt %s to it, as JAX suggests",
+            arg, sb, ax, (long long)x->shape[ax], names, n, f->name);
     return -1;
   }
   return 0;
