@@ -159,6 +159,10 @@ int arr_check_size(DType t, int ndim, const int64_t *shape) {
   return arr_check_shape(t, ndim, shape, &size, &nbytes);
 }
 
+void arr_set_max_bytes(int64_t bytes) {
+  if (bytes > 0 && bytes < arr_max_bytes) arr_max_bytes = bytes;
+}
+
 Array *arr_new(DType t, int ndim, const int64_t *shape) {
   int64_t size, nbytes;
   if (arr_check_shape(t, ndim, shape, &size, &nbytes) < 0)

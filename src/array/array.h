@@ -72,6 +72,11 @@ static inline void *arr_data(const Array *a) {
  * so a size no program could hold is an error where it is asked for. */
 int arr_check_size(DType t, int ndim, const int64_t *shape);
 
+/* Lowers the largest array this process makes to [bytes] (never above the
+ * machine's memory): a fuzzer's bound, so no input can ask for gigabytes.
+ * Call before any device thread runs. */
+void arr_set_max_bytes(int64_t bytes);
+
 /* A new C-contiguous array with uninitialised contents.  Errors: ndim too
  * large, negative dimension, size overflow, out of memory (ERR_MEMORY with
  * the shape and the size in GiB in the message). */

@@ -299,10 +299,14 @@ static inline float kern_tanhf1(float x) {
   return a < 0.625f ? small : big;
 }
 
-KERN_CLONES void kern_exp_f32(const float *x, float *y, int64_t n) {
+KERN_CLONES static void kern_exp_f32_clones(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     y[i] = kern_expf1(x[i]);
 }
+
+/* The exported entry: a plain function, since clang binds a target_clones
+ * function's dispatcher only in the file that defines it. */
+void kern_exp_f32(const float *x, float *y, int64_t n) { kern_exp_f32_clones(x, y, n); }
 
 /* log x = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)); log(1+f) by Cephes's
  * logf polynomial.  Subnormals are scaled by 2^23 first (and the
@@ -336,10 +340,14 @@ static inline float kern_logf1(float x0) {
   return x0 != x0 ? x0 : r;
 }
 
-KERN_CLONES void kern_log_f32(const float *x, float *y, int64_t n) {
+KERN_CLONES static void kern_log_f32_clones(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     y[i] = kern_logf1(x[i]);
 }
+
+/* The exported entry: a plain function, since clang binds a target_clones
+ * function's dispatcher only in the file that defines it. */
+void kern_log_f32(const float *x, float *y, int64_t n) { kern_log_f32_clones(x, y, n); }
 
 /* sin(r) or cos(r) for |r| <= pi/4 picked by quadrant [j] (Cephes's
  * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos. */
