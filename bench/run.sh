@@ -31,6 +31,10 @@ cc -O3 -march=native -ffast-math -fopenmp-simd -o "$tmp/c_loops" "$here/c_loops.
 "$tmp/c_loops"
 
 echo
+echo "== start-up against source size (best of 3)"
+"$here/startup.sh" "$shmap"
+
+echo
 echo "== memcpy bandwidth, one thread"
 cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
 echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s"

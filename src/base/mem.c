@@ -31,6 +31,7 @@
  * clean cache line) unless failure injection is on; each allocation then
  * takes one distinct tick. */
 static _Thread_local long alloc_count;
+static _Thread_local long long alloc_bytes;   /* shm_malloc/calloc/realloc's requests */
 static atomic_long fail_countdown;   /* 0: disabled; n: the nth next fails */
 
 /* The cache of released large buffers, keyed by their rounded size.
@@ -64,6 +65,7 @@ __attribute__((constructor)) static void shm_mem_init(void) {
 void *shm_malloc(size_t n) {
   if (shm_should_fail())
     return NULL;
+  alloc_bytes += (long long)n;
   return malloc(n ? n : 1);
 }
 
@@ -72,6 +74,7 @@ void *shm_calloc(size_t count, size_t size) {
     return NULL;
   if (shm_should_fail())
     return NULL;
+  alloc_bytes += (long long)(count * size);
   return calloc(count ? count : 1, size ? size : 1);
 }
 
@@ -200,3 +203,5 @@ void shm_mem_fail_after(long n) {
 long shm_mem_count(void) {
   return alloc_count;
 }
+
+long long shm_mem_bytes(void) { return alloc_bytes; }

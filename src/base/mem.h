@@ -76,4 +76,9 @@ void shm_mem_fail_after(long n);
  * so far. */
 long shm_mem_count(void);
 
+/* Bytes this thread asked of shm_malloc and shm_calloc so far (not
+ * realloc, not array payloads): tests bound what an operation allocates,
+ * e.g. that lexing stays linear in the source's size. */
+long long shm_mem_bytes(void);
+
 #endif

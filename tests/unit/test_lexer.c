@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/intern.h"
+#include "base/mem.h"
 #include "lang/lexer.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -133,6 +134,32 @@ static const Case number_cases[] = {
 };
 
 START_TEST(test_numbers) { CHECK_CASES(number_cases); }
+END_TEST
+
+/* Lexing allocates in proportion to the source, not to its square: each
+ * number literal once took a buffer the size of the rest of the file (a
+ * 10 MB script took minutes).  200,000 literals in 1.4 MB must allocate
+ * less than 64 bytes of scratch per source byte beyond the tokens. */
+START_TEST(test_linear_allocation) {
+  int n = 200000;
+  char *text = malloc((size_t)n * 8 + 16);
+  ck_assert_ptr_nonnull(text);
+  size_t len = 0;
+  len += (size_t)sprintf(text, "x = [");
+  for (int i = 0; i < n; i++) len += (size_t)sprintf(text + len, "%d.5, ", i % 1000);
+  sprintf(text + len, "0]\n");
+  Source *src = src_new("big.shm", text);
+  ck_assert_ptr_nonnull(src);
+  long long before = shm_mem_bytes();
+  Lexer *lx = lex_source(src);
+  ck_assert_ptr_nonnull(lx);
+  long long used = shm_mem_bytes() - before;
+  ck_assert_msg(used < (long long)strlen(text) * 64, "lexing %zu bytes allocated %lld",
+                strlen(text), used);
+  lex_free(lx);
+  src_decref(src);
+  free(text);
+}
 END_TEST
 
 START_TEST(test_int_overflow_flag) {
@@ -404,6 +431,7 @@ static Suite *lexer_suite(void) {
   tcase_add_test(tc, test_lines);
   tcase_add_test(tc, test_numbers);
   tcase_add_test(tc, test_int_overflow_flag);
+  tcase_add_test(tc, test_linear_allocation);
   tcase_add_test(tc, test_strings);
   tcase_add_test(tc, test_operators_and_words);
   tcase_add_test(tc, test_locations);
