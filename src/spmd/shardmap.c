@@ -717,11 +717,29 @@ static Value *apply1(PrimId id, Value *x, Params *p) {
 
 static Value *groups_param(Value *g) { return val_incref(g ? g : VAL_NONE); }
 
+static int axis_size_of(Value *names, Value *groups, int64_t *out);
+
+/* psum of a value that is not a tracer while a body is traced (jit): it is
+ * the same on every device, so the sum is the axis size times it, a
+ * concrete value: psum(1, 'i') is the axis size, usable in range(), as
+ * JAX computes psum of non-tracers.  Eagerly the collective runs: values
+ * there are concrete on every device, varying or not. */
+static Value *psum_of_constant(Value *x, Value *name, Value *groups) {
+  int64_t n;
+  if (axis_size_of(name, groups, &n) < 0) return NULL;
+  Value *size = val_int(n);
+  Value *r = size ? ops_binary(OP_MUL, size, x) : NULL;
+  val_decref(size);
+  return r;
+}
+
 static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a) {
   Value *x, *name, *groups;
   if (args_bind(fname, a, "x, axis_name, axis_index_groups=",
                 (Value **[]){&x, &name, &groups}) < 0)
     return NULL;
+  if (id == P_PSUM && prim_tracing() && ops_is_array(x) && x->type != V_TRACER)
+    return psum_of_constant(x, name, groups);
   Params p;
   params_init(&p);
   if (params_add(&p, "axes", axis_names(name)) < 0 ||
