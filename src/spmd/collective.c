@@ -945,10 +945,9 @@ static int passed_error(CollGroup *g, const Call *c, int p) {
   char cp[128], cm[128], what[1024];
   desc_str(g, &c->desc, false, what, sizeof what);
   return err_set(ERR_COLLECTIVE, "collective mismatch: device %s reached %s, device %s "
-                 "went past its collective number %ld without device %s (it has made "
-                 "%ld collectives since)", coords_of(g, c->rank, cm, sizeof cm), what,
-                 coords_of(g, p, cp, sizeof cp), c->seq, cm,
-                 atomic_load(&g->slots[p].published) - c->seq), -1;
+                 "went past its collective number %ld without device %s",
+                 coords_of(g, c->rank, cm, sizeof cm), what, coords_of(g, p, cp, sizeof cp),
+                 c->seq, cm), -1;
 }
 
 /* Checks participant [p] against the caller's collective: 1 arrived and
