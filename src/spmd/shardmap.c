@@ -740,14 +740,21 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
     return NULL;
   if (id == P_PSUM && prim_tracing() && ops_is_array(x) && x->type != V_TRACER)
     return psum_of_constant(x, name, groups);
+  AVal av;
+  bool count = id == P_PSUM && ops_is_array(x) && ops_aval(x, &av) == 0 && av.dtype == DT_BOOL;
+  /* JAX sums booleans as int32: a count, not a logical or */
+  Value *xs = count ? ops_convert(x, DT_I32, false) : val_incref(x);
   Params p;
   params_init(&p);
-  if (params_add(&p, "axes", axis_names(name)) < 0 ||
+  if (!xs || params_add(&p, "axes", axis_names(name)) < 0 ||
       params_add(&p, "axis_index_groups", groups_param(groups)) < 0) {
     params_clear(&p);
+    val_decref(xs);
     return NULL;
   }
-  return apply1(id, x, &p);
+  Value *r = apply1(id, xs, &p);
+  val_decref(xs);
+  return r;
 }
 
 static Value *bi_psum(const CallArgs *a) { return reduce_collective("psum", P_PSUM, a); }
