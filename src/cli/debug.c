@@ -2326,45 +2326,66 @@ static Value *print_formatted(Value *fmt, const CallArgs *rest) {
   return val_incref(VAL_NONE);
 }
 
-/* The staged callback: self is (fmt, template, traced); the concrete
- * values of the traced arguments replace their places in the template. */
+/* The staged callback: self is (fmt, template, traced, kwnames); the
+ * template holds the positional values then the keyword ones, and the
+ * concrete values of the traced ones (the callback's operands, in order)
+ * replace their places. */
 static Value *debug_print_callback(Value *self, const CallArgs *a) {
   Value *fmt = tuple_get(self, 0), *tmpl = tuple_get(self, 1), *traced = tuple_get(self, 2);
-  size_t n = tuple_len(tmpl);
-  Value **args = shm_calloc(n + 1, sizeof(Value *));
-  if (!args) return err_nomem();
+  Value *kwn = tuple_get(self, 3);
+  size_t n = tuple_len(tmpl), nk = tuple_len(kwn);
+  Value **vals = shm_calloc(n + 1, sizeof(Value *));
+  const char **names = shm_calloc(nk + 1, sizeof(char *));
+  if (!vals || !names) {
+    shm_free(vals);
+    shm_free(names);
+    return err_nomem();
+  }
   int k = 0;
   for (size_t i = 0; i < n; i++) {
     bool t = tuple_get(traced, i) == val_true();
-    args[i] = t && k < a->nargs ? a->args[k++] : tuple_get(tmpl, i);
+    vals[i] = t && k < a->nargs ? a->args[k++] : tuple_get(tmpl, i);
   }
-  CallArgs rest = {.nargs = (int)n, .args = args};
+  for (size_t i = 0; i < nk; i++) names[i] = str_cstr(tuple_get(kwn, i));
+  CallArgs rest = {.nargs = (int)(n - nk), .args = vals, .nkw = (int)nk, .kwnames = names,
+                   .kwvals = vals + (n - nk)};
   Value *r = print_formatted(fmt, &rest);
-  shm_free(args);
+  shm_free(vals);
+  shm_free(names);
   return r;
 }
 
-/* debug_print under jit: stages debug_callback with the traced arguments
- * as operands (debug.h), through trace_emit as its outputs (none) need no
- * shape rule. */
+/* Appends value [v] of a debug_print call to the template: a traced one as
+ * an operand of the callback (its place None), any other as it is. */
+static void template_put(Value *tmpl, Value *traced, size_t i, Value *v, Value **ops, int *nops) {
+  bool t = v->type == V_TRACER;
+  tuple_set_steal(tmpl, i, val_incref(t ? VAL_NONE : v));
+  tuple_set_steal(traced, i, val_incref(val_bool(t)));
+  if (t) ops[(*nops)++] = v;
+}
+
+/* debug_print under jit: stages debug_callback with the traced arguments,
+ * positional and keyword, as operands (debug.h), through trace_emit as its
+ * outputs (none) need no shape rule; the values print when the plan runs,
+ * one line per device inside shard_map. */
 static Value *stage_debug_print(const CallArgs *a) {
-  if (a->nkw) return err_set(ERR_TYPE, "debug_print() under jit takes its values positionally");
   if (!trace_current())
     return err_set(ERR_VALUE, "debug_print: a traced value escaped from the jit function "
                               "that made it");
-  int n = a->nargs - 1, nops = 0;
+  int n = a->nargs - 1 + a->nkw, nops = 0;
   Value *tmpl = tuple_new((size_t)n), *traced = tuple_new((size_t)n);
+  Value *kwn = tuple_new((size_t)a->nkw);
   Value **ops = shm_calloc((size_t)n + 1, sizeof(Value *));
   Value *r = NULL;
-  if (!tmpl || !traced || !ops) goto out;
-  for (int i = 0; i < n; i++) {
-    bool t = a->args[i + 1]->type == V_TRACER;
-    tuple_set_steal(tmpl, (size_t)i, val_incref(t ? VAL_NONE : a->args[i + 1]));
-    tuple_set_steal(traced, (size_t)i, val_incref(val_bool(t)));
-    if (t) ops[nops++] = a->args[i + 1];
+  if (!tmpl || !traced || !kwn || !ops) goto out;
+  for (int i = 0; i < a->nargs - 1; i++)
+    template_put(tmpl, traced, (size_t)i, a->args[i + 1], ops, &nops);
+  for (int k = 0; k < a->nkw; k++) {
+    template_put(tmpl, traced, (size_t)(a->nargs - 1 + k), a->kwvals[k], ops, &nops);
+    tuple_set_steal(kwn, (size_t)k, str_from(a->kwnames[k]));
   }
-  Value *items[3] = {a->args[0], tmpl, traced};
-  Value *self = tuple_pack(3, items);
+  Value *items[4] = {a->args[0], tmpl, traced, kwn};
+  Value *self = tuple_pack(4, items);
   Value *cb = self ? bound_new("debug_print", debug_print_callback, self) : NULL;
   val_decref(self);
   Params p;
@@ -2379,17 +2400,21 @@ static Value *stage_debug_print(const CallArgs *a) {
 out:
   val_decref(tmpl);
   val_decref(traced);
+  val_decref(kwn);
   shm_free(ops);
   return r;
 }
 
 /* debug_print(fmt, *args, **kwargs): print(fmt.format(*args, **kwargs)),
- * one line per device inside shard_map; staged under jit. */
+ * one line per device inside shard_map; staged under jit when any value,
+ * positional or keyword, is traced. */
 static Value *bi_debug_print(const CallArgs *a) {
   if (a->nargs < 1 || a->args[0]->type != V_STR)
     return err_set(ERR_TYPE, "debug_print() needs a format string as its first argument");
   for (int i = 1; i < a->nargs; i++)
     if (a->args[i]->type == V_TRACER) return stage_debug_print(a);
+  for (int k = 0; k < a->nkw; k++)
+    if (a->kwvals[k]->type == V_TRACER) return stage_debug_print(a);
   CallArgs rest = {a->nargs - 1, a->args + 1, a->nkw, a->kwnames, a->kwvals};
   return print_formatted(a->args[0], &rest);
 }
