@@ -198,6 +198,10 @@ static void dump_list(FILE *out, const NodeList *l) {
 
 static void dump_param(FILE *out, const Param *p) {
   const char *star = p->star ? "*" : p->starstar ? "**" : "";
+  if (!p->name) {   /* a bare '*' */
+    fputs("*", out);
+    return;
+  }
   if (!p->annotation && !p->deflt) {
     fprintf(out, "%s%s", star, p->name);
     return;

@@ -292,7 +292,8 @@ static int bind_params(Func *f, Env *e, const CallArgs *a) {
   }
   int rc = -1;
   Value *extra = NULL, *kwextra = NULL;
-  if (a->nargs > npos && star < 0) {
+  bool bare = star >= 0 && !d->params[star].name;   /* def f(x, *, k): no *args */
+  if (a->nargs > npos && (star < 0 || bare)) {
     err_set(ERR_TYPE, "%s() takes %d positional argument%s but %d %s given", f->name,
             npos, npos == 1 ? "" : "s", a->nargs, a->nargs == 1 ? "was" : "were");
     goto out;
@@ -301,7 +302,8 @@ static int bind_params(Func *f, Env *e, const CallArgs *a) {
     if (env_set(e, d->params[i].name, a->args[i]) < 0) goto out;
     set[i] = true;
   }
-  if (star >= 0) {
+  if (star >= 0 && bare) set[star] = true;
+  if (star >= 0 && !bare) {
     extra = tuple_new(a->nargs > npos ? (size_t)(a->nargs - npos) : 0);
     if (!extra) goto out;
     for (int i = npos; i < a->nargs; i++)

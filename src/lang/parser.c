@@ -760,7 +760,7 @@ static int check_param(Parser *p, const Node *fn, const Param *q,
   for (int i = 0; i < fn->nparams; i++) {
     const Param *o = &fn->params[i];
     const char *msg = NULL;
-    if (o->name == q->name) {
+    if (o->name && o->name == q->name) {
       syntax_error(p, t, "duplicate argument '%s' in function definition",
                    q->name);
       return -1;
@@ -782,21 +782,18 @@ static int check_param(Parser *p, const Node *fn, const Param *q,
   return 0;
 }
 
-/* param -> NAME [':' test] ['=' test] | '*' NAME [':' test] |
- *          '**' NAME [':' test]   (annotations only if [annotated]) */
+/* param -> NAME [':' test] ['=' test] | '*' [NAME [':' test]] |
+ *          '**' NAME [':' test]   (annotations only if [annotated]); a
+ * bare '*' (name NULL) makes the parameters after it keyword-only */
 static int parse_param(Parser *p, Node *fn, bool annotated) {
   Param q = {0};
   q.star = accept_op(p, "*");
   q.starstar = !q.star && accept_op(p, "**");
   const Token *t = peek(p);
   q.loc = tok_loc(p, t);
-  if (q.star && t->kind != T_NAME) {
-    syntax_error(p, t, "a bare '*' (keyword-only parameters) is not "
-                       "supported; name it, as in *args");
-    return -1;
-  }
-  if (!(q.name = expect_name(p))) return -1;
-  if (annotated && accept_op(p, ":") && !(q.annotation = parse_test(p)))
+  bool bare = q.star && t->kind != T_NAME;
+  if (!bare && !(q.name = expect_name(p))) return -1;
+  if (!bare && annotated && accept_op(p, ":") && !(q.annotation = parse_test(p)))
     return -1;
   if (!q.star && !q.starstar && accept_op(p, "=") &&
       !(q.deflt = parse_test(p)))
@@ -816,6 +813,9 @@ static int parse_params(Parser *p, Node *fn, const char *end,
     if (parse_param(p, fn, annotated) < 0) return -1;
     if (!accept_op(p, ",")) break;
   }
+  const Param *last = fn->nparams ? &fn->params[fn->nparams - 1] : NULL;
+  if (last && last->star && !last->name)   /* Python's words */
+    return syntax_error(p, peek(p), "named arguments must follow bare *"), -1;
   return 0;
 }
 

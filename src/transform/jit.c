@@ -247,7 +247,8 @@ static bool annotated_static(Value *fn, const char *name) {
   const Node *d = ((Func *)fn)->node;
   for (int i = 0; i < d->nparams; i++) {
     const Node *an = d->params[i].annotation;
-    if (!strcmp(d->params[i].name, name) && an && an->kind == N_NAME && !strcmp(an->name, "static"))
+    if (d->params[i].name && !strcmp(d->params[i].name, name) && an && an->kind == N_NAME &&
+        !strcmp(an->name, "static"))
       return true;
   }
   return false;
