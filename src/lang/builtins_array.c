@@ -513,6 +513,62 @@ Value *bi_concat(Value **xs, int n, int axis) {
   return r;
 }
 
+static Value *slice_axis(Value *x, int axis, int64_t lo, int64_t hi);
+
+/* [x] rolled by [shift] along axis [ax]: the last shift elements first. */
+static Value *roll_axis(Value *x, int64_t shift, int ax) {
+  AVal av = bi_aval(x);
+  int64_t n = av.shape[ax], s = n ? ((shift % n) + n) % n : 0;
+  if (s == 0) return val_incref(x);
+  Value *parts[2] = {slice_axis(x, ax, n - s, n), slice_axis(x, ax, 0, n - s)};
+  Value *r = parts[0] && parts[1] ? bi_concat(parts, 2, ax) : NULL;
+  val_decref(parts[0]);
+  val_decref(parts[1]);
+  return r;
+}
+
+/* jnp.roll(a, shift, axis=None): elements shifted along [axis] (each of a
+ * tuple of axes by the matching shift), those past the end coming back at
+ * the start; with no axis, over the flattened array, shape kept.  Shifts
+ * are Python ints (JAX also takes traced ones). */
+static Value *bi_roll(const CallArgs *a) {
+  Value *x, *shift, *axis;
+  Value **slots[] = {&x, &shift, &axis};
+  if (args_bind("roll", a, "a, shift, axis=", slots) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  AVal av = bi_aval(xa);
+  size_t ns = 1, na = 1;
+  Value *const *ss = &shift, *const *as = &axis;
+  if (val_seq(shift, &ns, &ss) && (bi_is_none(axis) || !val_seq(axis, &na, &as) || na != ns)) {
+    val_decref(xa);
+    return err_set(ERR_VALUE, "roll: shift and axis must be sequences of the same length");
+  }
+  if (bi_is_none(axis)) {   /* over the flattened array */
+    int64_t s;
+    Value *flat = bi_int_arg("roll", "shift", shift, 0, &s) < 0 ? NULL : bi_ravel_of(xa);
+    Value *rolled = flat ? roll_axis(flat, s, 0) : NULL;
+    Value *r = rolled ? ops_reshape(rolled, av.ndim, av.shape) : NULL;
+    val_decref(flat);
+    val_decref(rolled);
+    val_decref(xa);
+    return r;
+  }
+  if (!val_seq(axis, &na, &as)) as = &axis, na = 1;
+  Value *r = xa;
+  for (size_t k = 0; r && k < na; k++) {
+    int64_t s, ax;
+    int axn;
+    Value *next = NULL;
+    if (bi_int_arg("roll", "shift", ss[k], 0, &s) == 0 && bi_int_arg("roll", "axis", as[k], 0, &ax) == 0 &&
+        axis_normalize(ax, av.ndim, &axn) == 0)
+      next = roll_axis(r, s, axn);
+    val_decref(r);
+    r = next;
+  }
+  return r;
+}
+
 static Value *bi_concatenate(const CallArgs *a) {
   Value *arrays, *axis, *dtype;
   Value **slots[] = {&arrays, &axis, &dtype};
@@ -909,6 +965,7 @@ const BiEntry bi_array_table[] = {
   {"flip", bi_flip, NP, "flip(m, axis=None)"},
   {"tile", bi_tile, NP, "tile(A, reps)"},
   {"concatenate", bi_concatenate, NP, "concatenate(arrays, axis=0)"},
+  {"roll", bi_roll, NP, "roll(a, shift, axis=None): shift elements along axis, wrapping around"},
   {"stack", bi_stack, NP, "stack(arrays, axis=0)"},
   {"split", bi_split, NP, "split(ary, indices_or_sections, axis=0): a list of arrays"},
   {"array_split", bi_array_split, NP, "array_split(ary, indices_or_sections, axis=0)"},
