@@ -485,8 +485,44 @@ static void kern_add_row(DType t, void *d, const void *s, int64_t q) {
   }
 }
 
-/* o[a, idx[m], :] = (or +=) u[a, m, :]; out-of-range indices dropped. */
-static void kern_put_rows(Array *o, int axis, const Array *ix, const Array *u, bool add) {
+int kern_scatter_mode(const char *mode) {
+  static const char *const names[] = {"set", "add", "multiply", "min", "max"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(mode, names[i])) return i;
+  return -1;
+}
+
+/* d[i] = d[i] op s[i] for the modes past add, through int64 for integers
+ * and bool and through float64 for floats; min and max propagate NaN, as
+ * lax.min and lax.max do. */
+static void kern_combine_row(DType t, char *d, const char *s, int64_t q, int mode) {
+  size_t isz = dt_size(t);
+  bool flt = dt_is_float(t);
+  for (int64_t i = 0; i < q; i++) {
+    char *dp = d + (size_t)i * isz;
+    const char *sp = s + (size_t)i * isz;
+    if (flt) {
+      double a, b, r;
+      kern_convert(&a, DT_F64, dp, t, 1);
+      kern_convert(&b, DT_F64, sp, t, 1);
+      if (mode == SCATTER_MUL) r = a * b;
+      else if (a != a || b != b) r = a != a ? a : b;
+      else r = mode == SCATTER_MIN ? (b < a ? b : a) : (b > a ? b : a);
+      kern_convert(dp, t, &r, DT_F64, 1);
+    } else {
+      int64_t a, b, r;
+      kern_convert(&a, DT_I64, dp, t, 1);
+      kern_convert(&b, DT_I64, sp, t, 1);
+      r = mode == SCATTER_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+          : mode == SCATTER_MIN ? (b < a ? b : a) : (b > a ? b : a);
+      kern_convert(dp, t, &r, DT_I64, 1);
+    }
+  }
+}
+
+/* o[a, idx[m], :] = (or combined with) u[a, m, :]; out-of-range indices
+ * dropped. */
+static void kern_put_rows(Array *o, int axis, const Array *ix, const Array *u, int mode) {
   int64_t pp, n, q;
   kern_pnq(o, axis, &pp, &n, &q);
   size_t row = (size_t)q * dt_size(o->dtype);
@@ -499,24 +535,28 @@ static void kern_put_rows(Array *o, int axis, const Array *ix, const Array *u, b
         continue;
       char *dst = od + (size_t)(a * n + id[m]) * row;
       const char *src = ud + (size_t)(a * ix->size + m) * row;
-      if (add)
+      if (mode == SCATTER_ADD)
         kern_add_row(o->dtype, dst, src, q);
-      else
+      else if (mode == SCATTER_SET)
         memcpy(dst, src, row);
+      else
+        kern_combine_row(o->dtype, dst, src, q, mode);
     }
 }
 
 /* scatter[axis mode](operand, indices, updates): the inverse of gather;
- * updates at out-of-range indices are dropped (JAX's default for .at[]). */
+ * updates at out-of-range indices are dropped (JAX's default for .at[]);
+ * mode set, add, multiply, min or max (lax's scatter, scatter_add,
+ * scatter_mul, scatter_min, scatter_max). */
 int kern_scatter(Array **in, int nin, const Params *p, Array **out) {
   int64_t ax64;
   int axis;
-  bool add = false;
+  int how = SCATTER_SET;
   if (params_int(p, "axis", &ax64) < 0 || axis_normalize(ax64, in[0]->ndim, &axis) < 0)
     return -1;
   Value *mode = params_get(p, "mode");
-  if (mode && mode->type == V_STR)
-    add = !strcmp(str_cstr(mode), "add");
+  if (mode && mode->type == V_STR && kern_scatter_mode(str_cstr(mode)) >= 0)
+    how = kern_scatter_mode(str_cstr(mode));
   Array *ix, *u, *o = kern_fresh(out, in[0]->dtype, in[0]->ndim, in[0]->shape);
   if (!o)
     return -1;
@@ -525,7 +565,7 @@ int kern_scatter(Array **in, int nin, const Params *p, Array **out) {
     val_decref(&o->hdr);
     return -1;
   }
-  kern_put_rows(o, axis, ix, u, add);
+  kern_put_rows(o, axis, ix, u, how);
   val_decref(&ix->hdr);
   val_decref(&u->hdr);
   if (*out)

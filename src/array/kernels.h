@@ -136,4 +136,10 @@ void kern_cos_f32(const float *x, float *y, int64_t n);
 void kern_exp_f32(const float *x, float *y, int64_t n);
 void kern_log_f32(const float *x, float *y, int64_t n);
 
+/* Scatter's combining modes (the mode parameter's names, in order:
+ * "set", "add", "multiply", "min", "max"); kern_scatter_mode maps a name
+ * to its mode, -1 for an unknown one. */
+enum { SCATTER_SET, SCATTER_ADD, SCATTER_MUL, SCATTER_MIN, SCATTER_MAX };
+int kern_scatter_mode(const char *mode);
+
 #endif

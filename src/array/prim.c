@@ -799,9 +799,8 @@ static int shape_scatter(const AVal *in, int nin, const Params *p, AVal *out) {
       prim_take_shape(P_SCATTER, &in[0], &in[1], axis, &n, shape) < 0)
     return -1;
   Value *mode = params_get(p, "mode");
-  if (mode && (mode->type != V_STR ||
-               (strcmp(str_cstr(mode), "set") && strcmp(str_cstr(mode), "add")))) {
-    err_set(ERR_VALUE, "scatter mode must be 'set' or 'add'");
+  if (mode && (mode->type != V_STR || kern_scatter_mode(str_cstr(mode)) < 0)) {
+    err_set(ERR_VALUE, "scatter mode must be 'set', 'add', 'multiply', 'min' or 'max'");
     return -1;
   }
   if (in[2].dtype != in[0].dtype) {

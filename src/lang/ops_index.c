@@ -656,7 +656,8 @@ static Value *positions(const AVal *av) {
 }
 
 /* The functional update: scatter [v] into the flattened array at the flat
- * positions the index selects (mode "set" or "add"). */
+ * positions the index selects (mode "set", "add", "multiply", "min" or
+ * "max": scatter's modes, kernels.h). */
 static Value *at_update(AtRef *ref, Value *v, const char *mode) {
   AVal av;
   if (ops_aval(ref->array, &av) < 0) return NULL;
@@ -704,6 +705,27 @@ static Value *at_add(Value *self, const CallArgs *a) {
   return at_update((AtRef *)self, v, "add");
 }
 
+static Value *at_multiply(Value *self, const CallArgs *a) {
+  Value *v, *mode;
+  Value **slots[] = {&v, &mode};
+  if (args_bind("multiply", a, "values, mode=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "multiply");
+}
+
+static Value *at_min(Value *self, const CallArgs *a) {
+  Value *v, *mode;
+  Value **slots[] = {&v, &mode};
+  if (args_bind("min", a, "values, mode=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "min");
+}
+
+static Value *at_max(Value *self, const CallArgs *a) {
+  Value *v, *mode;
+  Value **slots[] = {&v, &mode};
+  if (args_bind("max", a, "values, mode=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "max");
+}
+
 static Value *at_get(Value *self, const CallArgs *a) {
   Value *mode;
   Value **slots[] = {&mode};
@@ -718,6 +740,9 @@ static Value *at_getattr(Value *self, const char *name) {
     if (!strcmp(name, "set")) return bound_new("set", at_set, self);
     if (!strcmp(name, "add")) return bound_new("add", at_add, self);
     if (!strcmp(name, "get")) return bound_new("get", at_get, self);
+    if (!strcmp(name, "multiply")) return bound_new("multiply", at_multiply, self);
+    if (!strcmp(name, "min")) return bound_new("min", at_min, self);
+    if (!strcmp(name, "max")) return bound_new("max", at_max, self);
   }
   return err_set(ERR_TYPE, "'%s' object has no attribute '%s'",
                  r->index ? "_IndexUpdateRef" : "_IndexUpdateHelper", name);
