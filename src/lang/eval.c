@@ -6,7 +6,10 @@
  * first node that sees an error without a location gives it its own
  * (err_locate), so errors point at the innermost expression.
  */
+#define _GNU_SOURCE   /* pthread_getattr_np: the stack's bounds */
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -382,10 +385,42 @@ static void env_release_call_scope(Env *e) {
   env_decref(e);
 }
 
+/* The depth limit counts calls, but calls differ in the stack they take
+ * (a jit function's trace nests a dozen frames more, sanitizers grow every
+ * frame): a call is also refused when less than STACK_MARGIN bytes of
+ * this thread's stack are left, so deep recursion is an error, never a
+ * stack overflow.  The stack's end is measured once per thread. */
+#define STACK_MARGIN (512 * 1024)
+static _Thread_local uintptr_t stack_floor;   /* 0: not measured yet */
+
+static bool stack_low(void) {
+  if (!stack_floor) {
+    pthread_attr_t at;
+    void *base;
+    size_t size;
+    stack_floor = 1;   /* unknown: never low */
+    if (pthread_getattr_np(pthread_self(), &at) == 0) {
+      if (pthread_attr_getstack(&at, &base, &size) == 0 && size > 2 * STACK_MARGIN)
+        stack_floor = (uintptr_t)base + STACK_MARGIN;
+      pthread_attr_destroy(&at);
+    }
+  }
+  return (uintptr_t)__builtin_frame_address(0) < stack_floor;
+}
+
+/* The error of a call past the depth limit or the stack's margin, or 0. */
+static int too_deep(void) {
+  if (cur_depth >= MAX_DEPTH)
+    return err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls)", MAX_DEPTH), -1;
+  if (stack_low())
+    return err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls, and the stack "
+                   "is nearly full)", cur_depth), -1;
+  return 0;
+}
+
 Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
   Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
-  if (cur_depth >= MAX_DEPTH)
-    return err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls)", MAX_DEPTH);
+  if (too_deep() < 0) return NULL;
   cur_frame = &fr;
   cur_depth++;
   Value *ret = NULL;
@@ -407,9 +442,9 @@ static Value *call_func(Func *f, const CallArgs *a) {
   Value *saved_tree = cur_tree;
   cur_tree = f->mod_ref;
   if (bind_params(f, e, a) == 0) {
-    if (f->node->kind == N_LAMBDA && cur_depth >= MAX_DEPTH) {
-      err_set(ERR_VALUE, "maximum recursion depth exceeded (%d calls)", MAX_DEPTH);
-    } else if (f->node->kind == N_LAMBDA) {   /* counted as eval_run_body counts */
+    if (f->node->kind == N_LAMBDA && too_deep() < 0) {
+      /* counted as eval_run_body counts */
+    } else if (f->node->kind == N_LAMBDA) {
       Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod};
       cur_frame = &fr;
       cur_depth++;

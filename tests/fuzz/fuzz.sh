@@ -31,10 +31,11 @@ echo "fuzz: built $out/fuzz_eval"
 [ "$seconds" -gt 0 ] || exit 0
 corpus="$out/corpus"
 mkdir -p "$corpus"
-cp "$srcdir"/tests/lang/*.shm "$srcdir"/examples/*.shm "$corpus"/
+# the tests' programs, and every input that once crashed it (regressions/)
+cp "$srcdir"/tests/lang/*.shm "$srcdir"/examples/*.shm "$srcdir"/tests/fuzz/regressions/*.shm "$corpus"/
 cd "$out"
 # Leaks are checked by the sanitizer builds of `make check`; here a run is
 # bounded in time, memory and per input.
 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
-  ./fuzz_eval -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  ./fuzz_eval -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -seed="${FUZZ_SEED:-1}" \
   -max_len=4096 -print_final_stats=1 "$corpus"
