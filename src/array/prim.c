@@ -972,6 +972,18 @@ int prim_rule_missing(PrimId id, const char *what) {
 
 bool (*prim_tracing_hook)(void);
 
+int (*prim_aval_hook)(Value *v, AVal *out);
+
+int prim_value_aval(Value *v, AVal *out) {
+  if (IS_ARRAY(v)) {
+    aval_of(AS_ARRAY(v), out);
+    return 0;
+  }
+  if (v && v->type == V_TRACER && prim_aval_hook) return prim_aval_hook(v, out);
+  err_set(ERR_TYPE, "expected an array, got '%s'", v ? val_type_name(v) : "NULL");
+  return -1;
+}
+
 bool prim_tracing(void) { return prim_tracing_hook && prim_tracing_hook(); }
 
 Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {

@@ -196,6 +196,12 @@ int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);
 /* The aval of an array. */
 void aval_of(const Array *a, AVal *out);
 
+/* The aval of an operand: an Array's, or a tracer's through the hook the
+ * tracer sets (prim_aval_hook).  0, or -1 with the error set ("expected
+ * an array, got 'str'"). */
+int prim_value_aval(Value *v, AVal *out);
+extern int (*prim_aval_hook)(Value *v, AVal *out);
+
 /* ---- parameters ---------------------------------------------------------- */
 
 void params_init(Params *p);

@@ -29,6 +29,7 @@
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
 #include "transform/control.h"
+#include "transform/ad.h"
 #include "transform/jit.h"
 
 #ifndef SHMAP_VERSION
@@ -332,7 +333,7 @@ static void release_globals(Env *globals) {
 static int register_layers(int ndevices) {
   Env *b = shm_interp->builtins;
   if (mesh_register(b) < 0 || shardmap_register(b) < 0 || ctl_register(b) < 0 ||
-      jit_register(b) < 0)
+      jit_register(b) < 0 || ad_register(b) < 0)
     return -1;
   return dev_start(ndevices);
 }

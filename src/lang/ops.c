@@ -28,7 +28,6 @@
 #include "array/prim.h"
 #include "array/print.h"
 
-int (*ops_tracer_aval)(Value *v, AVal *out);
 
 /* ======================================================================
  * Operand helpers
@@ -38,15 +37,7 @@ bool ops_is_array(const Value *v) {
   return v && (v->type == V_ARRAY || v->type == V_TRACER);
 }
 
-int ops_aval(Value *v, AVal *out) {
-  if (IS_ARRAY(v)) {
-    aval_of(AS_ARRAY(v), out);
-    return 0;
-  }
-  if (v && v->type == V_TRACER && ops_tracer_aval) return ops_tracer_aval(v, out);
-  err_set(ERR_TYPE, "expected an array, got '%s'", v ? val_type_name(v) : "NULL");
-  return -1;
-}
+int ops_aval(Value *v, AVal *out) { return prim_value_aval(v, out); }
 
 /* prim_apply may overwrite an operand whose refcount is 1 with its result
  * (prim.h); helpers here often use an operand again, so every internal

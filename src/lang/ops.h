@@ -67,9 +67,6 @@ void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));
  * The jax.numpy layer's building blocks.  Operands are V_ARRAY or V_TRACER
  * (borrowed); results are new references or NULL with the error set. */
 
-/* Set by the tracer: the abstract value of a V_TRACER.  0 or -1. */
-extern int (*ops_tracer_aval)(Value *v, AVal *out);
-
 /* True for arrays and tracers (numbers are 0-d arrays). */
 bool ops_is_array(const Value *v);
 

@@ -515,6 +515,12 @@ Value *shardmap_call(Value *fv, const CallArgs *a) {
     if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
     return stager(fv, a);
   }
+  /* an abstract value outside any staging: one being differentiated */
+  for (int i = 0; i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER)
+      return err_set(ERR_NOT_IMPLEMENTED, "shard_map: differentiating through shard_map (grad, "
+                                          "vjp, jvp) is not implemented yet; argument %d is "
+                                          "being differentiated", i);
   ShardFn *f = (ShardFn *)fv;
   int n = f->mesh->size;
   Call c = {.f = f};

@@ -6,6 +6,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "transform/ad.h"
 #include "transform/control.h"
 #include "base/intern.h"
 #include "base/mem.h"
@@ -332,7 +333,16 @@ static int check_interrupt(void) {
   return -1;
 }
 
+/* JAX's error for a while loop in reverse-mode differentiation: its trip
+ * count is not known to the backward pass. */
+static Value *while_reverse_error(void) {
+  return err_set(ERR_VALUE, "Reverse-mode differentiation does not work for lax.while_loop or "
+                            "lax.fori_loop with dynamic start/stop values. Try using lax.scan, "
+                            "or using fori_loop with static start/stop.");
+}
+
 static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
+  if (ad_reverse_leaf(init)) return while_reverse_error();
   Value *val = val_incref(init);
   for (;;) {
     Value *c = val_call_n(cond_fun, 1, &val);
@@ -347,7 +357,8 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
     }
     Value *next = val_call_n(body_fun, 1, &val);
     val_decref(val);
-    if (next && eager_carry_check("while_loop body_fun", init, next) < 0) {
+    if (next && (eager_carry_check("while_loop body_fun", init, next) < 0 ||
+                 (ad_reverse_leaf(next) && !while_reverse_error()))) {
       val_decref(next);
       return NULL;
     }
@@ -654,8 +665,31 @@ static int scan_pair(Value *r, Value **carry, Value **y) {
   return 0;
 }
 
+/* Stacks rows that are not all concrete (values being differentiated):
+ * through the primitives, so their rules apply. */
+static Value *stack_traced(Value **rows, int64_t n, const AVal *row) {
+  int64_t shape[SHM_MAXDIM];
+  shape[0] = 1;
+  shm_memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);
+  Value **ones = shm_calloc((size_t)n + 1, sizeof(Value *)), *r = NULL;
+  int64_t k = 0;
+  if (!ones) return err_nomem();
+  for (; k < n; k++)
+    if (!(ones[k] = ops_reshape(rows[k], row->ndim + 1, shape))) goto out;
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimension", val_int(0));
+  r = ops_apply(P_CONCATENATE, (int)n, ones, &p);
+  params_clear(&p);
+out:
+  values_free(ones, (int)k);
+  return r;
+}
+
 /* Stacks [n] equally shaped arrays along a new leading axis. */
 static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
+  for (int64_t i = 0; i < n; i++)
+    if (!IS_ARRAY(rows[i])) return stack_traced(rows, n, row);
   int64_t shape[SHM_MAXDIM];
   shape[0] = n;
   shm_memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);

@@ -26,10 +26,15 @@ struct Trace {
   Value **ext;         /* owned: the outside values */
   int *ext_var;        /* their variables */
   int ncapture;        /* captures (non-top), in order, are ext entries */
+  bool linear;         /* trace_begin_linear: not the current trace */
+  Trace *next_linear;  /* the thread's open linear traces */
 };
 
 static _Thread_local Trace *cur_trace;
+static _Thread_local Trace *linear_traces;
 static atomic_uint next_trace_id = 1;
+
+unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
 
 Trace *trace_current(void) { return cur_trace; }
 Plan *trace_plan(Trace *t) { return t->plan; }
@@ -41,11 +46,28 @@ Trace *trace_begin(const char *fname, bool top) {
     shm_free(t);
     return NULL;
   }
-  t->id = atomic_fetch_add(&next_trace_id, 1);
+  t->id = trace_next_id();
   t->top = top;
   t->parent = cur_trace;
   cur_trace = t;
   return t;
+}
+
+Trace *trace_begin_linear(const char *fname) {
+  Trace *t = trace_begin(fname, false);
+  if (!t) return NULL;
+  cur_trace = t->parent;
+  t->linear = true;
+  t->next_linear = linear_traces;
+  linear_traces = t;
+  return t;
+}
+
+/* The open linear trace of this thread with [id], or NULL. */
+static Trace *linear_find(unsigned id) {
+  for (Trace *t = linear_traces; t; t = t->next_linear)
+    if (t->id == id) return t;
+  return NULL;
 }
 
 static int line_now(void) { return eval_current_loc().line; }
@@ -118,13 +140,26 @@ static int trace_outside(Trace *t, Value *v, const AVal *a) {
 int trace_atom(Trace *t, Value *v, PlanAtom *out) {
   out->lit = NULL;
   out->var = -1;
+  if (IS_JVP_TRACER(v)) {
+    /* a linear plan keeps an outer differentiation's value as a residual;
+     * a jit plan cannot stage one (its rules would be lost) */
+    if (t->linear) {
+      out->var = trace_outside(t, v, &((Tracer *)v)->aval);
+      return out->var < 0 ? -1 : 0;
+    }
+    err_set(ERR_NOT_IMPLEMENTED, "a value being differentiated reached staged code (a jit "
+                                 "function's closure, or cond, while_loop, fori_loop or scan "
+                                 "under jit); differentiating staged code is not implemented yet: "
+                                 "pass it as an argument, or differentiate outside jit");
+    return -1;
+  }
   if (IS_TRACER(v)) {
     Tracer *x = (Tracer *)v;
     if (x->trace_id == t->id) {
       out->var = x->var;
       return 0;
     }
-    if (!trace_encloses(t->parent, x->trace_id)) {
+    if (!trace_encloses(t->parent, x->trace_id) && !linear_find(x->trace_id)) {
       err_set(ERR_VALUE, "a traced value (%s) escaped from the jit function that made it; "
                          "return it instead of keeping it in a variable", dt_short(x->aval.dtype));
       return -1;
@@ -208,8 +243,20 @@ static void params_copy(Params *dst, const Params *p) {
   for (int i = 0; p && i < p->n; i++) params_add(dst, p->p[i].name, val_incref(p->p[i].value));
 }
 
+/* Where an operation on [in] is recorded: the innermost linear trace
+ * that owns one of the operands, else the current trace. */
+static Trace *record_target(int nin, Value **in) {
+  Trace *best = NULL;
+  for (int i = 0; linear_traces && i < nin; i++) {
+    if (!IS_STAGE_TRACER(in[i])) continue;
+    Trace *l = linear_find(((Tracer *)in[i])->trace_id);
+    if (l && (!best || l->id > best->id)) best = l;
+  }
+  return best && (!cur_trace || best->id > cur_trace->id) ? best : cur_trace;
+}
+
 Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
-  Trace *t = cur_trace;
+  Trace *t = record_target(nin, in);
   if (!t) return err_set(ERR_VALUE, "a traced value escaped from the jit function that made it; "
                                     "return it instead of keeping it in a variable");
   AVal stack_av[8], outs[8];
@@ -222,7 +269,15 @@ Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
   if (nout < 0 || nout > 8 || prim_infer(id, av, nin, p, outs) < 0) goto out;
   Params q;
   params_copy(&q, p);
-  Value *tup = trace_emit(id, &q, nin, in, nout, outs);
+  Value *tup = NULL;
+  int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
+  if (!vars) {
+    params_clear(&q);
+    err_nomem();
+  } else if (record(t, id, &q, nin, in, nout, outs, vars) == 0) {
+    tup = tracers_for(t, nout, vars);
+  }
+  shm_free(vars);
   if (tup && nout == 1) {
     r = val_incref(tuple_get(tup, 0));
     val_decref(tup);
@@ -245,6 +300,14 @@ static void trace_free(Trace *t) {
 }
 
 static void trace_pop(Trace *t) {
+  if (t->linear) {
+    for (Trace **l = &linear_traces; *l; l = &(*l)->next_linear)
+      if (*l == t) {
+        *l = t->next_linear;
+        break;
+      }
+    return;
+  }
   if (cur_trace == t) cur_trace = t->parent;
 }
 
@@ -325,7 +388,12 @@ int trace_truth_error(Value *v) {
   return -1;
 }
 
-static void tracer_free(Value *v) { shm_free(v); }
+static void tracer_free(Value *v) {
+  Tracer *x = (Tracer *)v;
+  if (x->primal) val_decref(x->primal);
+  if (x->tangent) val_decref(x->tangent);
+  shm_free(v);
+}
 
 static Value *tracer_repr(Value *v) {
   Tracer *x = (Tracer *)v;
@@ -343,5 +411,5 @@ void trace_register(void) {
   print_register(V_TRACER, tracer_repr, tracer_repr);
   prim_trace_hook = trace_apply;
   prim_tracing_hook = tracing;
-  ops_tracer_aval = trace_aval;
+  prim_aval_hook = trace_aval;
 }

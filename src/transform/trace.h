@@ -40,21 +40,49 @@
 
 typedef struct Trace Trace;
 
+/* What a tracer stands for.  A staging tracer is a variable of a plan (jit,
+ * and the linear plan that reverse-mode differentiation records); a JVP
+ * tracer is a concrete-or-staged primal carried with its tangent
+ * (transform/ad.h; semantics: JAX's JVPTracer, docs/autodidax.py). */
+typedef enum { TR_STAGE, TR_JVP } TracerKind;
+
 typedef struct Tracer {
   Value hdr;          /* V_TRACER */
   AVal aval;
-  unsigned trace_id;  /* the trace it belongs to */
-  int var;            /* its variable in that trace's plan */
+  unsigned trace_id;  /* the trace it belongs to; ids grow with nesting */
+  int var;            /* TR_STAGE: its variable in that trace's plan */
   const char *name;   /* interned parameter name for an input, else NULL */
   int line;           /* source line that computed it (0: unknown) */
+  TracerKind kind;
+  Value *primal;      /* TR_JVP: the primal value (owned) */
+  Value *tangent;     /* TR_JVP: its tangent (owned, never a zero) */
 } Tracer;
 
 static inline bool IS_TRACER(const Value *v) { return v && v->type == V_TRACER; }
+static inline bool IS_STAGE_TRACER(const Value *v) {
+  return IS_TRACER(v) && ((const Tracer *)v)->kind == TR_STAGE;
+}
+static inline bool IS_JVP_TRACER(const Value *v) {
+  return IS_TRACER(v) && ((const Tracer *)v)->kind == TR_JVP;
+}
+
+/* A fresh trace id, above every id handed out before (traces of one
+ * thread nest, so the innermost has the largest id). */
+unsigned trace_next_id(void);
 
 /* Starts a trace recording into a new plan named [fname] and makes it the
  * innermost trace of this thread.  [top]: concrete arrays become constvars
  * (a jit entry point) rather than captures (a sub-plan).  NULL on nomem. */
 Trace *trace_begin(const char *fname, bool top);
+
+/* Starts a LINEAR trace (reverse-mode differentiation's tangent plan,
+ * JAX's partial evaluation): it records only the operations that have one
+ * of its own tracers as an operand, wherever they run; everything else
+ * (concrete values, the enclosing jit's tracers, an outer JVP tracer) is a
+ * capture.  It is not made the current trace, so code that asks whether
+ * it is staging (control flow, jit) is unaffected.  End it with trace_end
+ * or trace_abort.  NULL on nomem. */
+Trace *trace_begin_linear(const char *fname);
 
 /* A new input of [t] of aval [a]: adds an invar and returns its tracer (a
  * new reference), named [name] (interned, may be NULL) for messages. */
@@ -99,7 +127,7 @@ Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
 /* prim_trace_hook: records a first-order primitive (prim.h contract). */
 Value *trace_apply(PrimId id, int nin, Value **in, const Params *p);
 
-/* The abstract value of a tracer (ops_tracer_aval hook). */
+/* The abstract value of a tracer (prim_aval_hook). */
 int trace_aval(Value *v, AVal *out);
 
 /* Sets the error of a Python-level truth test on tracer [v]: LANGUAGE.md
@@ -108,7 +136,7 @@ int trace_aval(Value *v, AVal *out);
 int trace_truth_error(Value *v);
 
 /* Registers V_TRACER's destructor and printer and sets prim_trace_hook
- * and ops_tracer_aval.  Call once at start-up. */
+ * and prim_aval_hook.  Call once at start-up. */
 void trace_register(void);
 
 #endif

@@ -1,0 +1,856 @@
+/*
+ * ad.c - jvp, vjp, grad and value_and_grad (ad.h).
+ */
+#include <string.h>
+
+#include "array/prim_ad.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/ops.h"
+#include "lang/pytree.h"
+#include "transform/ad.h"
+#include "transform/trace.h"
+
+/* ==== JVP traces ========================================================== */
+
+/* One differentiation in progress on this thread; [lin]: the linear trace
+ * its tangents belong to (reverse mode), or NULL (forward mode). */
+typedef struct JvpTrace {
+  unsigned id;
+  Trace *lin;
+  struct JvpTrace *parent;
+} JvpTrace;
+
+static _Thread_local JvpTrace *jvp_top;
+
+static JvpTrace *jvp_find(unsigned id) {
+  for (JvpTrace *j = jvp_top; j; j = j->parent)
+    if (j->id == id) return j;
+  return NULL;
+}
+
+static void jvp_push(JvpTrace *j, Trace *lin) {
+  j->id = trace_next_id();
+  j->lin = lin;
+  j->parent = jvp_top;
+  jvp_top = j;
+}
+
+static void jvp_pop(JvpTrace *j) {
+  if (jvp_top == j) jvp_top = j->parent;
+}
+
+/* A JVP tracer of trace [id] for [primal] and [tangent] (both stolen). */
+static Value *jvp_tracer(unsigned id, Value *primal, Value *tangent) {
+  Tracer *x = shm_calloc(1, sizeof *x);
+  if (!x || prim_value_aval(primal, &x->aval) < 0) {
+    shm_free(x);
+    val_decref(primal);
+    val_decref(tangent);
+    return x ? NULL : err_nomem();
+  }
+  val_init(&x->hdr, V_TRACER);
+  x->kind = TR_JVP;
+  x->trace_id = id;
+  x->var = -1;
+  x->primal = primal;
+  x->tangent = tangent;
+  x->line = eval_current_loc().line;
+  return &x->hdr;
+}
+
+static bool is_jvp_of(Value *v, unsigned id) {
+  return IS_JVP_TRACER(v) && ((Tracer *)v)->trace_id == id;
+}
+
+/* ==== the dispatch ======================================================== */
+
+/* Applies [id]'s JVP rule at trace [j]. */
+static Value *jvp_apply(JvpTrace *j, PrimId id, int nin, Value **in, const Params *p) {
+  JvpRule rule = prim_table[id].rules.jvp;
+  int nout = prim_table[id].nout;
+  if (!rule) return prim_rule_missing(id, "differentiation"), NULL;
+  if (nout < 1 || nout > 8 || nin > 64)
+    return err_set(ERR_NOT_IMPLEMENTED, "differentiation of '%s' is not implemented",
+                   prim_table[id].name);
+  Value *pr[64], *tg[64], *po[8] = {0}, *to[8] = {0};
+  for (int i = 0; i < nin; i++) {
+    bool mine = is_jvp_of(in[i], j->id);
+    pr[i] = mine ? ((Tracer *)in[i])->primal : in[i];
+    tg[i] = mine ? ((Tracer *)in[i])->tangent : NULL;
+  }
+  if (rule(pr, tg, nin, p, po, to) < 0) return NULL;
+  Value *r[8];
+  for (int k = 0; k < nout; k++) {
+    AVal a;
+    bool diff = to[k] && prim_value_aval(po[k], &a) == 0 && dt_is_float(a.dtype);
+    if (to[k] && !diff) {
+      val_decref(to[k]);
+      to[k] = NULL;
+    }
+    r[k] = to[k] ? jvp_tracer(j->id, po[k], to[k]) : po[k];
+  }
+  if (nout == 1) return r[0];
+  Value *t = tuple_new((size_t)nout);
+  for (int k = 0; k < nout; k++) {
+    if (t && r[k])
+      tuple_set_steal(t, (size_t)k, r[k]);
+    else if (r[k])
+      val_decref(r[k]);
+  }
+  return t;
+}
+
+/* prim_trace_hook: the innermost trace among the operands handles it. */
+static Value *ad_apply(PrimId id, int nin, Value **in, const Params *p) {
+  Tracer *top = NULL;
+  for (int i = 0; i < nin; i++)
+    if (IS_TRACER(in[i]) && (!top || ((Tracer *)in[i])->trace_id > top->trace_id))
+      top = (Tracer *)in[i];
+  if (!top || top->kind != TR_JVP) return trace_apply(id, nin, in, p);
+  JvpTrace *j = jvp_find(top->trace_id);
+  if (!j)
+    return err_set(ERR_VALUE, "a value being differentiated escaped from the function that "
+                              "grad, vjp or jvp differentiates (or reached another device "
+                              "thread: differentiating through shard_map is not implemented "
+                              "yet); return it instead of keeping it in a variable");
+  return jvp_apply(j, id, nin, in, p);
+}
+
+/* ---- the value model's view of a JVP tracer: its primal's ---------------- */
+
+static int ad_truth(Value *v) {
+  if (IS_JVP_TRACER(v)) return val_truth(((Tracer *)v)->primal);
+  return trace_truth_error(v);
+}
+
+/* ==== pytrees of arguments and results ===================================== */
+
+static bool array_leaf(Value *v) { return ops_is_array(v); }
+
+/* The leaves of [tree] (borrowed) into [l]; 0 or -1. */
+static int leaves_of(Value *tree, PyLeaves *l) { return pytree_flatten(tree, array_leaf, l); }
+
+/* [tree] with its leaves replaced by [vals] (borrowed). */
+static Value *rebuild(Value *tree, Value **vals) {
+  int pos = 0;
+  return pytree_replace(tree, array_leaf, vals, &pos);
+}
+
+static void values_free(Value **v, int n) {
+  for (int i = 0; v && i < n; i++)
+    if (v[i]) val_decref(v[i]);
+  shm_free(v);
+}
+
+/* A leaf's replacement: a new reference, or NULL with the error set. */
+typedef Value *(*LeafFn)(Value *leaf, void *ctx);
+
+/* [tree] with each array leaf replaced by fn(leaf, ctx): a new tree. */
+static Value *map_leaves(Value *tree, LeafFn fn, void *ctx) {
+  PyLeaves l = {0};
+  if (leaves_of(tree, &l) < 0) return NULL;
+  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *));
+  Value *r = NULL;
+  int i = 0;
+  if (!vals) {
+    err_nomem();
+    goto out;
+  }
+  for (; i < l.n; i++)
+    if (!(vals[i] = fn(l.v[i], ctx))) goto out;
+  r = rebuild(tree, vals);
+out:
+  values_free(vals, i);
+  pytree_leaves_free(&l);
+  return r;
+}
+
+/* The primal of [v] for trace [id] (new reference): JVP tracers of other
+ * traces and everything else are their own primal. */
+static Value *primal_of(Value *v, unsigned id) {
+  return val_incref(is_jvp_of(v, id) ? ((Tracer *)v)->primal : v);
+}
+
+static Value *strip_leaf(Value *v, void *id) { return primal_of(v, *(unsigned *)id); }
+
+/* [tree] with every JVP tracer of [id] replaced by its primal (aux data,
+ * results). */
+static Value *strip(Value *tree, unsigned id) { return map_leaves(tree, strip_leaf, &id); }
+
+/* ==== linearizing: the JVP pass with staged tangents ======================== */
+
+/* What one linearization gave: the primal output tree, the linear plan
+ * from the differentiated input leaves' tangents to the output leaves'
+ * tangents, and its captured residuals. */
+typedef struct Lin {
+  Value *out;        /* primal output tree (JVP tracers stripped) */
+  Value *aux;        /* has_aux: the aux tree, stripped; else NULL */
+  Plan *plan;
+  Value **caps;
+  int ncap;
+  int nout;          /* output leaves */
+} Lin;
+
+static void lin_free(Lin *l) {
+  if (l->out) val_decref(l->out);
+  if (l->aux) val_decref(l->aux);
+  if (l->plan) val_decref(&l->plan->hdr);
+  trace_caps_free(l->caps, l->ncap);
+  memset(l, 0, sizeof *l);
+}
+
+typedef struct WrapCtx {
+  JvpTrace *j;
+  Trace *lin;
+} WrapCtx;
+
+/* A float leaf as a JVP tracer whose tangent is a new input of the linear
+ * trace; other leaves as they are. */
+static Value *wrap_leaf(Value *v, void *vctx) {
+  WrapCtx *c = vctx;
+  AVal a;
+  if (ops_aval(v, &a) < 0) return NULL;
+  if (!dt_is_float(a.dtype)) return val_incref(v);
+  Value *t = trace_new_arg(c->lin, &a, NULL);
+  return t ? jvp_tracer(c->j->id, val_incref(v), t) : NULL;
+}
+
+/* Wraps the float leaves of [tree] (the others stay) into JVP tracers of
+ * [j] whose tangents are new inputs of [lin]; the new tree. */
+static Value *wrap_linear(Value *tree, JvpTrace *j, Trace *lin) {
+  WrapCtx c = {j, lin};
+  return map_leaves(tree, wrap_leaf, &c);
+}
+
+/* The tangent of output leaf [v] for trace [id]: its tangent, or zeros of
+ * its aval (a new reference). */
+static Value *tangent_of(Value *v, unsigned id) {
+  if (is_jvp_of(v, id)) return val_incref(((Tracer *)v)->tangent);
+  AVal a;
+  if (ops_aval(v, &a) < 0) return NULL;
+  return prim_zeros(&a);
+}
+
+/* Splits [res] into (out, aux) when [has_aux]. */
+static int split_aux(Value *res, bool has_aux, Value **out, Value **aux) {
+  *aux = NULL;
+  if (!has_aux) {
+    *out = res;
+    return 0;
+  }
+  size_t n;
+  Value *const *items;
+  if (!val_seq(res, &n, &items) || n != 2) {
+    err_set(ERR_TYPE, "has_aux=True requires the function to return a pair (output, aux), "
+                      "got %s", val_type_name(res));
+    return -1;
+  }
+  *out = items[0];
+  *aux = items[1];
+  return 0;
+}
+
+/* Runs [fn] on [a] whose positional arguments at [diff] (nargs flags) are
+ * differentiated: fills [lin].  0 or -1. */
+static int linearize(Value *fn, const CallArgs *a, const bool *diff, bool has_aux, Lin *lin) {
+  memset(lin, 0, sizeof *lin);
+  Trace *lt = trace_begin_linear("vjp");
+  if (!lt) return -1;
+  JvpTrace j;
+  jvp_push(&j, lt);
+  Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *));
+  Value *res = NULL;
+  int ok = args != NULL;
+  for (int i = 0; ok && i < a->nargs; i++)
+    ok = (args[i] = diff[i] ? wrap_linear(a->args[i], &j, lt) : val_incref(a->args[i])) != NULL;
+  if (ok) {
+    CallArgs c = {a->nargs, args, a->nkw, a->kwnames, a->kwvals};
+    res = val_call(fn, &c);
+  }
+  jvp_pop(&j);
+  values_free(args, a->nargs);
+  Value *out, *aux;
+  PyLeaves l = {0};
+  Value **tans = NULL;
+  int n = 0;
+  if (!res || split_aux(res, has_aux, &out, &aux) < 0 || leaves_of(out, &l) < 0) goto fail;
+  tans = shm_calloc((size_t)l.n + 1, sizeof(Value *));
+  if (!tans) goto fail;
+  for (; n < l.n; n++)
+    if (!(tans[n] = tangent_of(l.v[n], j.id))) goto fail;
+  lin->out = strip(out, j.id);
+  lin->aux = aux ? strip(aux, j.id) : NULL;
+  lin->nout = l.n;
+  if (!lin->out || (aux && !lin->aux)) goto fail;
+  lin->plan = trace_end(lt, l.n, tans, &lin->caps, &lin->ncap);
+  lt = NULL;
+  if (!lin->plan) goto fail;
+  values_free(tans, n);
+  pytree_leaves_free(&l);
+  val_decref(res);
+  return 0;
+fail:
+  values_free(tans, n);
+  pytree_leaves_free(&l);
+  if (res) val_decref(res);
+  if (lt) trace_abort(lt);
+  lin_free(lin);
+  return -1;
+}
+
+/* ==== the backward pass ====================================================== */
+
+typedef struct Back {
+  Plan *p;
+  Value **val;   /* forward values of the non-linear variables */
+  Value **ct;    /* cotangents of the linear variables */
+  bool *lin;
+} Back;
+
+static Value *atom_value(Back *b, const PlanAtom *a) { return a->var < 0 ? a->lit : b->val[a->var]; }
+
+static bool atom_linear(Back *b, const PlanAtom *a) { return a->var >= 0 && b->lin[a->var]; }
+
+/* Evaluates the non-linear equation [e] (on residuals) forward. */
+static int forward_eqn(Back *b, const PlanEqn *e) {
+  Value *ops[64];
+  if (e->nin > 64 || !prim_table[e->prim].rules.kernel) {
+    err_set(ERR_NOT_IMPLEMENTED, "grad: cannot replay '%s' in the backward pass",
+            prim_table[e->prim].name);
+    return -1;
+  }
+  for (int k = 0; k < e->nin; k++) ops[k] = val_incref(atom_value(b, &e->in[k]));
+  /* the residuals are read again later: no operand may become the output */
+  Value *r = prim_apply(e->prim, e->nin, ops, &e->params);
+  for (int k = 0; k < e->nin; k++) val_decref(ops[k]);
+  if (!r) return -1;
+  if (e->nout == 1) {
+    b->val[e->out[0]] = r;
+    return 0;
+  }
+  for (int k = 0; k < e->nout; k++) b->val[e->out[k]] = val_incref(tuple_get(r, (size_t)k));
+  val_decref(r);
+  return 0;
+}
+
+/* Adds [c] (stolen, may be NULL) into the cotangent of variable [var]. */
+static int ct_add(Back *b, int var, Value *c) {
+  if (!c) return 0;
+  Value *s = prim_add_any(b->ct[var], c);
+  val_decref(c);
+  if (!s) return -1;
+  if (b->ct[var]) val_decref(b->ct[var]);
+  b->ct[var] = s;
+  return 0;
+}
+
+/* Transposes the linear equation [e]. */
+static int transpose_eqn(Back *b, const PlanEqn *e) {
+  Value *cts_out[8], *ops[64] = {0}, *cts_in[64] = {0};
+  AVal avs[64];
+  bool lin[64];
+  bool any = false;
+  if (e->nout > 8 || e->nin > 64) return prim_rule_missing(e->prim, "transpose");
+  for (int k = 0; k < e->nout; k++) any |= (cts_out[k] = b->ct[e->out[k]]) != NULL;
+  if (!any) return 0;
+  TransposeRule rule = prim_table[e->prim].rules.transpose;
+  if (!rule) return prim_rule_missing(e->prim, "transpose");
+  for (int k = 0; k < e->nin; k++) {
+    lin[k] = atom_linear(b, &e->in[k]);
+    ops[k] = lin[k] ? NULL : atom_value(b, &e->in[k]);
+    plan_atom_aval(b->p, &e->in[k], &avs[k]);
+  }
+  if (e->nout == 1 && !cts_out[0]) return 0;
+  if (rule(cts_out, ops, avs, lin, e->nin, &e->params, cts_in) < 0) return -1;
+  int rc = 0;
+  for (int k = 0; k < e->nin; k++) {
+    if (lin[k] && rc == 0)
+      rc = ct_add(b, e->in[k].var, cts_in[k]);
+    else if (cts_in[k])
+      val_decref(cts_in[k]);
+  }
+  for (int k = 0; k < e->nout; k++) {
+    if (b->ct[e->out[k]]) val_decref(b->ct[e->out[k]]);
+    b->ct[e->out[k]] = NULL;
+  }
+  return rc;
+}
+
+static void back_free(Back *b) {
+  for (int i = 0; i < b->p->nvars; i++) {
+    if (b->val && b->val[i]) val_decref(b->val[i]);
+    if (b->ct && b->ct[i]) val_decref(b->ct[i]);
+  }
+  shm_free(b->val);
+  shm_free(b->ct);
+  shm_free(b->lin);
+}
+
+/* The cotangents of [lin]'s differentiated leaves (nargs = plan inputs
+ * after the captures) from the output leaves' cotangents [ct_out] (NULL
+ * entries are zeros): a new array of new references. */
+static Value **backward(const Lin *lin, Value **ct_out) {
+  Plan *p = lin->plan;
+  Back b = {p, shm_calloc((size_t)p->nvars + 1, sizeof(Value *)),
+            shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), shm_calloc((size_t)p->nvars + 1, 1)};
+  int nargs = p->nin - lin->ncap;
+  Value **res = NULL;
+  if (!b.val || !b.ct || !b.lin) {
+    err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < lin->ncap; i++) b.val[p->invars[i]] = val_incref(lin->caps[i]);
+  for (int i = lin->ncap; i < p->nin; i++) b.lin[p->invars[i]] = true;
+  for (int i = 0; i < p->neqn; i++) {
+    const PlanEqn *e = &p->eqns[i];
+    bool l = false;
+    for (int k = 0; k < e->nin; k++) l |= atom_linear(&b, &e->in[k]);
+    if (l)
+      for (int k = 0; k < e->nout; k++) b.lin[e->out[k]] = true;
+    else if (forward_eqn(&b, e) < 0)
+      goto out;
+  }
+  for (int i = 0; i < p->nout; i++)
+    if (atom_linear(&b, &p->outs[i]) && ct_out[i] &&
+        ct_add(&b, p->outs[i].var, val_incref(ct_out[i])) < 0)
+      goto out;
+  for (int i = p->neqn - 1; i >= 0; i--) {
+    const PlanEqn *e = &p->eqns[i];
+    bool l = false;
+    for (int k = 0; k < e->nout; k++) l |= b.lin[e->out[k]];
+    if (l && transpose_eqn(&b, e) < 0) goto out;
+  }
+  res = shm_calloc((size_t)nargs + 1, sizeof(Value *));
+  if (!res) {
+    err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < nargs; i++) {
+    int v = p->invars[lin->ncap + i];
+    res[i] = b.ct[v] ? b.ct[v] : prim_zeros(&p->vars[v]);
+    b.ct[v] = NULL;
+    if (!res[i]) {
+      values_free(res, i);
+      res = NULL;
+      goto out;
+    }
+  }
+out:
+  back_free(&b);
+  return res;
+}
+
+typedef struct CtCtx {
+  Value **cts;
+  int pos;
+} CtCtx;
+
+static Value *ct_leaf(Value *v, void *vctx) {
+  CtCtx *c = vctx;
+  AVal a;
+  if (ops_aval(v, &a) < 0) return NULL;
+  return dt_is_float(a.dtype) ? val_incref(c->cts[c->pos++]) : prim_zeros(&a);
+}
+
+/* The cotangent trees of the differentiated arguments: each float leaf
+ * takes the next of [cts] (borrowed), other leaves zeros of their aval. */
+static Value *ct_tree(Value *arg, Value **cts, int *pos) {
+  CtCtx c = {cts, *pos};
+  Value *r = map_leaves(arg, ct_leaf, &c);
+  *pos = c.pos;
+  return r;
+}
+
+/* ==== grad and value_and_grad ================================================ */
+
+/* The configuration a grad function carries: (fun, argnums, has_aux,
+ * with_value). */
+enum { G_FUN, G_ARGNUMS, G_AUX, G_VALUE, G_N };
+
+/* Reads argnums (an int or a tuple of ints) against [nargs] arguments into
+ * the flags [diff]; [single]: an int was given. */
+static int read_argnums(const char *who, Value *v, int nargs, bool *diff, bool *single) {
+  size_t n = 1;
+  Value *const *items = &v;
+  *single = !val_seq(v, &n, &items);
+  if (*single) items = &v, n = 1;
+  if (n == 0) {
+    err_set(ERR_VALUE, "%s: argnums must not be empty", who);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int64_t k;
+    if (arr_to_index(items[i], &k) < 0) return -1;
+    if (k < 0) k += nargs;
+    if (k < 0 || k >= nargs) {
+      err_set(ERR_TYPE, "differentiating with respect to argnums=%lld requires at least %lld "
+                        "positional arguments to be passed by the caller, but got only %d "
+                        "positional arguments", (long long)(k < 0 ? k - nargs : k),
+              (long long)(k < 0 ? -k : k + 1), nargs);
+      return -1;
+    }
+    diff[k] = true;
+  }
+  return 0;
+}
+
+/* JAX's checks on grad's inputs: float leaves only. */
+static int check_grad_inputs(Value *arg) {
+  PyLeaves l = {0};
+  if (leaves_of(arg, &l) < 0) return -1;
+  int rc = 0;
+  for (int i = 0; i < l.n && rc == 0; i++) {
+    AVal a;
+    if ((rc = ops_aval(l.v[i], &a)) < 0) break;
+    if (!dt_is_float(a.dtype)) {
+      err_set(ERR_TYPE, "grad requires real- or complex-valued inputs (input dtype that is a "
+                        "sub-dtype of np.inexact), but got %s. If you want to use Boolean- or "
+                        "integer-valued inputs, use vjp or set allow_int to True.",
+              dt_name(a.dtype));
+      rc = -1;
+    }
+  }
+  pytree_leaves_free(&l);
+  return rc;
+}
+
+/* JAX's checks on grad's output: a float scalar. */
+static int check_grad_output(Value *out, AVal *a) {
+  if (!ops_is_array(out)) {
+    err_set(ERR_TYPE, "Gradient only defined for scalar-output functions. Output was %s.",
+            val_type_name(out));
+    return -1;
+  }
+  if (ops_aval(out, a) < 0) return -1;
+  if (a->ndim != 0) {
+    char s[128];
+    int n = snprintf(s, sizeof s, "(");
+    for (int i = 0; i < a->ndim && n < 100; i++)
+      n += snprintf(s + n, sizeof s - (size_t)n, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
+    snprintf(s + n, sizeof s - (size_t)n, a->ndim == 1 ? ",)" : ")");
+    err_set(ERR_TYPE, "Gradient only defined for scalar-output functions. Output had shape: %s.", s);
+    return -1;
+  }
+  if (!dt_is_float(a->dtype)) {
+    err_set(ERR_TYPE, "grad requires real-valued outputs (output dtype that is a sub-dtype of "
+                      "np.floating), but got %s. For differentiation of functions with integer "
+                      "outputs, use jax.vjp directly.", dt_name(a->dtype));
+    return -1;
+  }
+  return 0;
+}
+
+/* The gradients of [a]'s arguments at [diff] (tuple when !single). */
+static Value *grads_of(const CallArgs *a, const bool *diff, bool single, Value **cts) {
+  int pos = 0, nd = 0;
+  for (int i = 0; i < a->nargs; i++) nd += diff[i];
+  Value *t = single ? NULL : tuple_new((size_t)nd);
+  if (!single && !t) return NULL;
+  int k = 0;
+  for (int i = 0; i < a->nargs; i++) {
+    if (!diff[i]) continue;
+    Value *g = ct_tree(a->args[i], cts, &pos);
+    if (!g) {
+      if (t) {
+        for (; k < nd; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
+        val_decref(t);
+      }
+      return NULL;
+    }
+    if (single) return g;
+    tuple_set_steal(t, (size_t)k++, g);
+  }
+  return t;
+}
+
+static Value *pair(Value *a, Value *b) {
+  Value *t = a && b ? tuple_pack(2, (Value *[]){a, b}) : NULL;
+  if (a) val_decref(a);
+  if (b) val_decref(b);
+  return t;
+}
+
+static Value *grad_call(Value *self, const CallArgs *a) {
+  Value *fun = tuple_get(self, G_FUN);
+  bool has_aux = val_truth(tuple_get(self, G_AUX)) == 1;
+  bool with_value = val_truth(tuple_get(self, G_VALUE)) == 1;
+  const char *who = with_value ? "value_and_grad" : "grad";
+  bool *diff = shm_calloc((size_t)a->nargs + 1, sizeof(bool)), single;
+  Value *r = NULL, **cts = NULL;
+  Lin lin = {0};
+  if (!diff) return err_nomem();
+  if (read_argnums(who, tuple_get(self, G_ARGNUMS), a->nargs, diff, &single) < 0) goto out;
+  for (int i = 0; i < a->nargs; i++)
+    if (diff[i] && check_grad_inputs(a->args[i]) < 0) goto out;
+  if (linearize(fun, a, diff, has_aux, &lin) < 0) goto out;
+  AVal oa;
+  if (check_grad_output(lin.out, &oa) < 0) goto out;
+  oa.vma = 0;
+  Array *onea = arr_scalar_f64(oa.dtype, 1.0, false);
+  Value *one = onea ? &onea->hdr : NULL;
+  if (!one || !(cts = backward(&lin, &one))) {
+    if (one) val_decref(one);
+    goto out;
+  }
+  val_decref(one);
+  Value *g = grads_of(a, diff, single, cts);
+  if (!g) goto out;
+  if (has_aux) g = with_value ? pair(pair(val_incref(lin.out), val_incref(lin.aux)), g)
+                              : pair(g, val_incref(lin.aux));
+  else if (with_value)
+    g = pair(val_incref(lin.out), g);
+  r = g;
+out:
+  if (cts) values_free(cts, lin.plan ? lin.plan->nin - lin.ncap : 0);
+  lin_free(&lin);
+  shm_free(diff);
+  return r;
+}
+
+/* grad(fun, argnums=0, has_aux=False) and value_and_grad(...) */
+static Value *make_grad(const CallArgs *a, const char *who, bool with_value) {
+  Value *fun, *argnums = NULL, *has_aux = NULL, *allow_int = NULL;
+  if (args_bind(who, a, "fun, argnums=, has_aux=, allow_int=",
+                (Value **[]){&fun, &argnums, &has_aux, &allow_int}) < 0)
+    return NULL;
+  if (allow_int && val_truth(allow_int) == 1)
+    return err_set(ERR_NOT_IMPLEMENTED, "%s: allow_int=True is not implemented", who);
+  Value *zero = argnums ? NULL : val_int(0);
+  Value *cfg = tuple_pack(G_N, (Value *[]){fun, argnums ? argnums : zero,
+                                           has_aux ? has_aux : val_false(), val_bool(with_value)});
+  if (zero) val_decref(zero);
+  if (!cfg) return NULL;
+  Value *r = bound_new(who, grad_call, cfg);
+  val_decref(cfg);
+  return r;
+}
+
+static Value *bi_grad(const CallArgs *a) { return make_grad(a, "grad", false); }
+static Value *bi_value_and_grad(const CallArgs *a) { return make_grad(a, "value_and_grad", true); }
+
+/* ==== vjp ====================================================================== */
+
+/* A vjp function's state: (plan, captures, primals tuple, out tree). */
+enum { V_PLANV, V_CAPS, V_PRIMALS, V_OUT, V_N };
+
+static Value *vjp_fn_call(Value *self, const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw)
+    return err_set(ERR_TYPE, "the vjp function takes one argument, the cotangent of the "
+                             "output, got %d", a->nargs);
+  Value *caps = tuple_get(self, V_CAPS);
+  Lin lin = {NULL, NULL, (Plan *)tuple_get(self, V_PLANV), ((Tuple *)caps)->items,
+             (int)tuple_len(caps), 0};
+  PyLeaves want = {0}, got = {0};
+  Value *r = NULL, **cts = NULL;
+  if (leaves_of(tuple_get(self, V_OUT), &want) < 0 || leaves_of(a->args[0], &got) < 0) goto out;
+  if (want.n != got.n || want.n != lin.plan->nout) {
+    err_set(ERR_TYPE, "the cotangent has %d leaves, but the function's output has %d", got.n,
+            want.n);
+    goto out;
+  }
+  for (int i = 0; i < got.n; i++) {
+    AVal x, y;
+    if (ops_aval(want.v[i], &x) < 0 || ops_aval(got.v[i], &y) < 0) goto out;
+    if (x.ndim != y.ndim || memcmp(x.shape, y.shape, sizeof(int64_t) * (size_t)x.ndim)) {
+      char s1[128], s2[128];
+      aval_str(s1, sizeof s1, x.dtype, x.ndim, x.shape);
+      aval_str(s2, sizeof s2, y.dtype, y.ndim, y.shape);
+      err_set(ERR_VALUE, "the cotangent of output leaf %d has aval %s, but the output is %s", i,
+              s2, s1);
+      goto out;
+    }
+  }
+  if (!(cts = backward(&lin, got.v))) goto out;
+  Value *prims = tuple_get(self, V_PRIMALS);
+  size_t n = tuple_len(prims);
+  Value *t = tuple_new(n);
+  int pos = 0;
+  for (size_t i = 0; t && i < n; i++) {
+    Value *g = ct_tree(tuple_get(prims, i), cts, &pos);
+    if (!g) {
+      for (; i < n; i++) tuple_set_steal(t, i, val_incref(VAL_NONE));
+      val_decref(t);
+      t = NULL;
+      break;
+    }
+    tuple_set_steal(t, i, g);
+  }
+  r = t;
+out:
+  if (cts) values_free(cts, lin.plan->nin - lin.ncap);
+  pytree_leaves_free(&want);
+  pytree_leaves_free(&got);
+  return r;
+}
+
+/* vjp(fun, *primals, has_aux=False) -> (out, vjp_fun) or (out, vjp_fun, aux) */
+static Value *bi_vjp(const CallArgs *a) {
+  if (a->nargs < 1) return err_set(ERR_TYPE, "vjp() missing required argument 'fun'");
+  bool has_aux = false;
+  for (int i = 0; i < a->nkw; i++) {
+    if (strcmp(a->kwnames[i], "has_aux"))
+      return err_set(ERR_TYPE, "vjp() got an unexpected keyword argument '%s'", a->kwnames[i]);
+    has_aux = val_truth(a->kwvals[i]) == 1;
+  }
+  int n = a->nargs - 1;
+  bool *diff = shm_calloc((size_t)n + 1, sizeof(bool));
+  if (!diff) return err_nomem();
+  for (int i = 0; i < n; i++) diff[i] = true;
+  CallArgs c = {n, a->args + 1, 0, NULL, NULL};
+  Lin lin;
+  Value *r = NULL;
+  if (linearize(a->args[0], &c, diff, has_aux, &lin) == 0) {
+    Value *caps = tuple_pack((size_t)lin.ncap, lin.caps);
+    Value *prims = tuple_pack((size_t)n, a->args + 1);
+    Value *st = caps && prims ? tuple_pack(V_N, (Value *[]){&lin.plan->hdr, caps, prims, lin.out})
+                              : NULL;
+    Value *fn = st ? bound_new("vjp_fun", vjp_fn_call, st) : NULL;
+    if (fn)
+      r = has_aux ? tuple_pack(3, (Value *[]){lin.out, fn, lin.aux}) : tuple_pack(2, (Value *[]){lin.out, fn});
+    if (fn) val_decref(fn);
+    if (st) val_decref(st);
+    if (caps) val_decref(caps);
+    if (prims) val_decref(prims);
+    lin_free(&lin);
+  }
+  shm_free(diff);
+  return r;
+}
+
+/* ==== jvp ====================================================================== */
+
+/* Checks that [tan] may be the tangent of [pri] (JAX's message). */
+static int check_tangent(Value *pri, Value *tan, AVal *pa) {
+  AVal ta;
+  if (ops_aval(pri, pa) < 0 || ops_aval(tan, &ta) < 0) return -1;
+  if (pa->ndim != ta.ndim || memcmp(pa->shape, ta.shape, sizeof(int64_t) * (size_t)pa->ndim)) {
+    char s1[128], s2[128];
+    aval_str(s1, sizeof s1, pa->dtype, pa->ndim, pa->shape);
+    aval_str(s2, sizeof s2, ta.dtype, ta.ndim, ta.shape);
+    err_set(ERR_VALUE, "jvp called with different primal and tangent shapes;Got primal shape %s "
+                       "and tangent shape as %s", s1, s2);
+    return -1;
+  }
+  if (dt_is_float(pa->dtype) && ta.dtype != pa->dtype) {
+    err_set(ERR_TYPE, "primal and tangent arguments to jax.jvp do not match; dtypes must be "
+                      "equal. Got primal dtype %s and so tangent dtype should be %s, but got "
+                      "tangent dtype %s instead.", dt_name(pa->dtype), dt_name(pa->dtype),
+            dt_name(ta.dtype));
+    return -1;
+  }
+  return 0;
+}
+
+static Value *tangent_leaf(Value *v, void *id) { return tangent_of(v, *(unsigned *)id); }
+
+/* The primal and tangent trees of result [res] for trace [id]. */
+static Value *jvp_results(Value *res, unsigned id) {
+  return pair(strip(res, id), map_leaves(res, tangent_leaf, &id));
+}
+
+/* jvp(fun, primals, tangents) -> (primals_out, tangents_out) */
+static Value *bi_jvp(const CallArgs *a) {
+  Value *fun, *prims, *tans, *has_aux = NULL;
+  if (args_bind("jvp", a, "fun, primals, tangents, has_aux=", (Value **[]){&fun, &prims, &tans, &has_aux}) < 0)
+    return NULL;
+  size_t np, nt;
+  Value *const *pi, *const *ti;
+  if (!val_seq(prims, &np, &pi) || !val_seq(tans, &nt, &ti))
+    return err_set(ERR_TYPE, "primal and tangent arguments to jax.jvp must be tuples or lists; "
+                             "found %s and %s.", val_type_name(prims), val_type_name(tans));
+  if (np != nt)
+    return err_set(ERR_TYPE, "primal and tangent arguments to jax.jvp must have the same tree "
+                             "structure; got %zu primals and %zu tangents", np, nt);
+  PyLeaves pl = {0}, tl = {0};
+  Value **wrapped = NULL, *res = NULL, *r = NULL;
+  int nw = 0;
+  JvpTrace j;
+  jvp_push(&j, NULL);
+  if (leaves_of(prims, &pl) < 0 || leaves_of(tans, &tl) < 0) goto out;
+  if (pl.n != tl.n) {
+    err_set(ERR_TYPE, "primal and tangent arguments to jax.jvp must have the same tree "
+                      "structure; got %d and %d leaves", pl.n, tl.n);
+    goto out;
+  }
+  if (!(wrapped = shm_calloc((size_t)pl.n + 1, sizeof(Value *)))) goto out;
+  for (; nw < pl.n; nw++) {
+    AVal pa;
+    if (check_tangent(pl.v[nw], tl.v[nw], &pa) < 0) goto out;
+    wrapped[nw] = dt_is_float(pa.dtype)
+                      ? jvp_tracer(j.id, val_incref(pl.v[nw]), val_incref(tl.v[nw]))
+                      : val_incref(pl.v[nw]);
+    if (!wrapped[nw]) goto out;
+  }
+  Value *wt = rebuild(prims, wrapped);
+  if (!wt) goto out;
+  size_t n;
+  Value *const *items;
+  val_seq(wt, &n, &items);
+  res = val_call_n(fun, (int)n, (Value **)items);
+  val_decref(wt);
+  jvp_pop(&j);
+  if (!res) goto out;
+  if (has_aux && val_truth(has_aux) == 1) {
+    Value *o, *x;
+    if (split_aux(res, true, &o, &x) < 0) goto out;
+    Value *pt = jvp_results(o, j.id);
+    Value *ax = pt ? strip(x, j.id) : NULL;
+    if (ax) r = tuple_pack(3, (Value *[]){tuple_get(pt, 0), tuple_get(pt, 1), ax});
+    if (pt) val_decref(pt);
+    if (ax) val_decref(ax);
+  } else {
+    r = jvp_results(res, j.id);
+  }
+out:
+  jvp_pop(&j);
+  values_free(wrapped, nw);
+  pytree_leaves_free(&pl);
+  pytree_leaves_free(&tl);
+  if (res) val_decref(res);
+  return r;
+}
+
+/* ==== queries for control flow ================================================ */
+
+static bool leaf_pred(Value *tree, bool reverse) {
+  PyLeaves l = {0};
+  if (leaves_of(tree, &l) < 0) {
+    err_clear();
+    return false;
+  }
+  bool found = false;
+  for (int i = 0; i < l.n && !found; i++) {
+    if (!IS_JVP_TRACER(l.v[i])) continue;
+    JvpTrace *j = jvp_find(((Tracer *)l.v[i])->trace_id);
+    found = !reverse || (j && j->lin);
+  }
+  pytree_leaves_free(&l);
+  return found;
+}
+
+bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
+bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
+
+/* ==== registration ============================================================= */
+
+static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc) {
+  Value *v = builtin_new(name, fn, doc);
+  int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to("jax", name, v) == 0 ? 0 : -1;
+  if (v) val_decref(v);
+  return rc;
+}
+
+int ad_register(Env *b) {
+  prim_ad_install();
+  prim_trace_hook = ad_apply;
+  val_register_truth(V_TRACER, ad_truth);
+  if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
+      add_both(b, "value_and_grad", bi_value_and_grad,
+               "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||
+      add_both(b, "vjp", bi_vjp, "vjp(fun, *primals, has_aux=False)") < 0 ||
+      add_both(b, "jvp", bi_jvp, "jvp(fun, primals, tangents, has_aux=False)") < 0)
+    return -1;
+  return 0;
+}

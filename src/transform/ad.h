@@ -1,0 +1,52 @@
+/*
+ * ad.h - automatic differentiation: jvp, vjp, grad, value_and_grad
+ * (LANGUAGE.md §11; semantics: JAX's jax.jvp / jax.vjp / jax.grad, and the
+ * design of docs/autodidax.py: JVP, partial evaluation, transposition).
+ *
+ * Forward mode is an interpreter over the primitive table: jvp(f, ...)
+ * runs f on JVP tracers (trace.h, TR_JVP), each a primal carried with its
+ * tangent.  prim_apply hands every operation with a tracer operand to
+ * ad_apply, which picks the innermost trace among the operands (trace ids
+ * grow with nesting, so grad of grad works): a JVP trace applies the
+ * primitive's JVP rule (array/prim_ad.h) to the unwrapped primals and
+ * tangents, anything else is staged as before.  A result whose tangent is
+ * a symbolic zero (a comparison, argmax, an integer) is the bare primal,
+ * so Python control flow on it, and `if x > 0:` on a concrete primal,
+ * work as in JAX.
+ *
+ * Reverse mode linearises and transposes.  vjp/grad run f with tangents
+ * that are tracers of a LINEAR trace (trace_begin_linear): the JVP rules'
+ * tangent operations are recorded into a linear plan, while the primal
+ * computation runs as it would without grad (eagerly, or staged into an
+ * enclosing jit: JAX's partial evaluation falls out of the dispatch).
+ * The backward pass evaluates that plan's non-linear equations (on
+ * residuals) forward, then walks its linear equations in reverse with the
+ * primitives' transpose rules, accumulating cotangents.
+ *
+ * Eager: grad of an ordinary function evaluates it eagerly, line by line,
+ * with its Python control flow.  Under jit, the forward and backward
+ * passes are staged into the jit's one plan.  A jit function called on a
+ * value being differentiated is evaluated inline (the same result as its
+ * plan).  Not yet: differentiation through shard_map and through staged
+ * control flow (cond/while/scan under jit) are errors that say so; reverse
+ * mode through while_loop is JAX's error.
+ */
+#ifndef SHMAP_AD_H
+#define SHMAP_AD_H
+
+#include "lang/eval.h"
+
+/* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
+ * ad_apply as the tracer hook and the array rules (prim_ad_install).
+ * Call once at start-up, after jit_register.  0 or -1. */
+int ad_register(Env *builtins);
+
+/* Whether some array leaf of [tree] is being differentiated in reverse
+ * mode on this thread (a JVP tracer whose trace linearises): control flow
+ * that cannot be transposed refuses it. */
+bool ad_reverse_leaf(Value *tree);
+
+/* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
+bool ad_has_jvp_leaf(Value *tree);
+
+#endif

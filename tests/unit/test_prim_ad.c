@@ -1,0 +1,221 @@
+/*
+ * test_prim_ad.c - the differentiation rules of the primitive table
+ * (prim_ad.c): every primitive of the array layer has a JVP rule or is
+ * listed here as not differentiable yet (so a primitive added without
+ * rules fails this test), every linear one has a transpose rule, and each
+ * transpose rule is the adjoint of its primitive: <ct, f(x)> = <f^T(ct), x>
+ * for random float64 x and ct.  The derivatives themselves are checked
+ * against finite differences by tests/lang/grad_finite_differences.shm.
+ */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "array/prim.h"
+#include "array/prim_ad.h"
+#include "base/error.h"
+
+/* Primitives with no JVP rule yet: the transformations say so by name. */
+static const char *const no_jvp_yet[] = {"reduce_prod", "cumprod", "cummax", "sort", NULL};
+
+/* Linear primitives (in some operands) that must have a transpose rule. */
+static const char *const linear[] = {
+    "neg", "copy", "convert_element_type", "add", "sub", "mul", "div", "select_n",
+    "reduce_sum", "cumsum", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
+    "transpose", "rev", "slice", "pad", "concatenate", "dynamic_slice",
+    "dynamic_update_slice", "gather", "scatter", "dot_general", NULL};
+
+static bool listed(const char *const *l, const char *name) {
+  for (; *l; l++)
+    if (!strcmp(*l, name)) return true;
+  return false;
+}
+
+START_TEST(tc_every_primitive_has_rules) {
+  prim_ad_install();
+  for (int i = 0; i < P_COUNT; i++) {
+    const PrimInfo *p = &prim_table[i];
+    if (p->kind == PK_COLLECTIVE || p->kind == PK_HIGHER) continue;
+    bool missing = listed(no_jvp_yet, p->name);
+    ck_assert_msg((p->rules.jvp != NULL) != missing,
+                  "%s: %s", p->name, missing ? "has a JVP rule now: take it off no_jvp_yet"
+                                             : "has no JVP rule and is not listed as such");
+    if (listed(linear, p->name))
+      ck_assert_msg(p->rules.transpose != NULL, "%s: linear, but no transpose rule", p->name);
+  }
+}
+END_TEST
+
+/* ---- the adjoint identity ------------------------------------------------ */
+
+static unsigned seed = 12345;
+
+static Array *rnd(int nd, const int64_t *shape) {
+  Array *a = arr_new(DT_F64, nd, shape);
+  double *d = arr_data(a);
+  for (int64_t i = 0; i < a->size; i++) {
+    seed = seed * 1103515245u + 12345u;
+    d[i] = (double)((seed >> 8) % 2001) / 1000.0 - 1.0;
+  }
+  return a;
+}
+
+static double vdot(Value *x, Value *y) {
+  Array *a = arr_contiguous(AS_ARRAY(x)), *b = arr_contiguous(AS_ARRAY(y));
+  ck_assert_int_eq(a->size, b->size);
+  const double *p = arr_data(a), *q = arr_data(b);
+  double s = 0;
+  for (int64_t i = 0; i < a->size; i++) s += p[i] * q[i];
+  val_decref(&a->hdr);
+  val_decref(&b->hdr);
+  return s;
+}
+
+/* Checks <ct, f(x)> == <f^T(ct), x> for operand [k] of primitive [id]
+ * (the other operands [in] fixed). */
+static void adjoint(PrimId id, int nin, Value **in, int k, Params *p) {
+  for (int i = 0; i < nin; i++) val_incref(in[i]);   /* not reusable as the output */
+  Value *y = prim_apply(id, nin, in, p);
+  for (int i = 0; i < nin; i++) val_decref(in[i]);
+  ck_assert_msg(y != NULL, "%s: %s", prim_table[id].name, err_message());
+  AVal ya, av[8];
+  aval_of(AS_ARRAY(y), &ya);
+  Value *ct = &rnd(ya.ndim, ya.shape)->hdr;
+  Value *ops[8] = {0}, *cts[8] = {0};
+  bool lin[8] = {0};
+  for (int i = 0; i < nin; i++) {
+    aval_of(AS_ARRAY(in[i]), &av[i]);
+    ops[i] = i == k ? NULL : in[i];
+  }
+  lin[k] = true;
+  ck_assert_int_eq(prim_table[id].rules.transpose(&ct, ops, av, lin, nin, p, cts), 0);
+  ck_assert_msg(cts[k] != NULL, "%s: no cotangent", prim_table[id].name);
+  double lhs = vdot(ct, y), rhs = vdot(cts[k], in[k]);
+  ck_assert_msg(fabs(lhs - rhs) <= 1e-9 * (1 + fabs(lhs)), "%s: <ct, f(x)> = %g but <f^T ct, x> = %g",
+                prim_table[id].name, lhs, rhs);
+  for (int i = 0; i < nin; i++)
+    if (cts[i]) val_decref(cts[i]);
+  val_decref(ct);
+  val_decref(y);
+  params_clear(p);
+}
+
+/* As adjoint, for a primitive jointly linear in its float operands: the
+ * others are zeros, so f is linear in operand [k] alone. */
+static void adjoint_z(PrimId id, int nin, Value **in, int k, Params *p) {
+  Value *ops[8];
+  for (int i = 0; i < nin; i++) {
+    Array *a = AS_ARRAY(in[i]);
+    ops[i] = i != k && a->dtype == DT_F64 ? &arr_zeros(DT_F64, a->ndim, a->shape)->hdr
+                                          : val_incref(in[i]);
+  }
+  adjoint(id, nin, ops, k, p);
+  for (int i = 0; i < nin; i++) val_decref(ops[i]);
+}
+
+static Value *A(int nd, int64_t a, int64_t b, int64_t c) {
+  int64_t s[3] = {a, b, c};
+  return &rnd(nd, s)->hdr;
+}
+
+static Value *ints1(int n, const int64_t *xs) { return val_int_tuple(n, xs); }
+
+START_TEST(tc_transposes_are_adjoints) {
+  prim_ad_install();
+  Params p;
+  Value *x = A(2, 3, 4, 0), *y = A(2, 3, 4, 0), *s = A(0, 0, 0, 0), *m = A(2, 3, 5, 0);
+  params_init(&p);
+  adjoint(P_NEG, 1, &x, 0, &p);
+  adjoint_z(P_ADD, 2, (Value *[]){x, y}, 1, &p);
+  adjoint_z(P_SUB, 2, (Value *[]){x, y}, 1, &p);
+  adjoint(P_MUL, 2, (Value *[]){x, y}, 0, &p);
+  adjoint(P_MUL, 2, (Value *[]){s, y}, 0, &p);   /* a scalar broadcast: summed */
+  adjoint(P_DIV, 2, (Value *[]){x, y}, 0, &p);
+  params_add(&p, "axes", ints1(1, (int64_t[]){1}));
+  adjoint(P_REDUCE_SUM, 1, &x, 0, &p);
+  params_add(&p, "axis", val_int(1));
+  params_add(&p, "reverse", val_bool(false));
+  adjoint(P_CUMSUM, 1, &x, 0, &p);
+  params_add(&p, "shape", ints1(3, (int64_t[]){2, 3, 4}));
+  params_add(&p, "broadcast_dimensions", ints1(2, (int64_t[]){1, 2}));
+  adjoint(P_BROADCAST_IN_DIM, 1, &x, 0, &p);
+  params_add(&p, "new_sizes", ints1(2, (int64_t[]){6, 2}));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  adjoint(P_RESHAPE, 1, &x, 0, &p);
+  params_add(&p, "permutation", ints1(2, (int64_t[]){1, 0}));
+  adjoint(P_TRANSPOSE, 1, &x, 0, &p);
+  params_add(&p, "dimensions", ints1(1, (int64_t[]){0}));
+  adjoint(P_REV, 1, &x, 0, &p);
+  params_add(&p, "start_indices", ints1(2, (int64_t[]){1, 0}));
+  params_add(&p, "limit_indices", ints1(2, (int64_t[]){3, 4}));
+  params_add(&p, "strides", ints1(2, (int64_t[]){1, 2}));
+  adjoint(P_SLICE, 1, &x, 0, &p);
+  Value *cfg = tuple_new(2);
+  tuple_set_steal(cfg, 0, ints1(3, (int64_t[]){1, 2, 1}));
+  tuple_set_steal(cfg, 1, ints1(3, (int64_t[]){0, 1, 0}));
+  params_add(&p, "padding_config", cfg);
+  adjoint_z(P_PAD, 2, (Value *[]){x, s}, 0, &p);
+  params_add(&p, "dimension", val_int(1));
+  adjoint_z(P_CONCATENATE, 3, (Value *[]){x, m, y}, 1, &p);
+  Value *i0 = val_int(1), *i1 = val_int(2);
+  params_add(&p, "slice_sizes", ints1(2, (int64_t[]){2, 2}));
+  adjoint(P_DYNAMIC_SLICE, 3, (Value *[]){x, i0, i1}, 0, &p);
+  Value *u = A(2, 2, 2, 0);
+  adjoint_z(P_DYNAMIC_UPDATE_SLICE, 4, (Value *[]){x, u, i0, i1}, 0, &p);
+  adjoint_z(P_DYNAMIC_UPDATE_SLICE, 4, (Value *[]){x, u, i0, i1}, 1, &p);
+  int64_t ni = 5;
+  Array *idx = arr_new(DT_I32, 1, &ni);
+  int32_t *id = arr_data(idx);
+  for (int i = 0; i < 5; i++) id[i] = (i * 3) % 4;   /* repeats: the cotangent adds */
+  params_add(&p, "axis", val_int(1));
+  adjoint(P_GATHER, 2, (Value *[]){x, &idx->hdr}, 0, &p);
+  Value *upd = A(2, 3, 5, 0);
+  params_add(&p, "axis", val_int(1));
+  params_add(&p, "mode", str_from("add"));
+  adjoint_z(P_SCATTER, 3, (Value *[]){x, &idx->hdr, upd}, 2, &p);
+  params_add(&p, "axis", val_int(1));
+  params_add(&p, "mode", str_from("add"));
+  adjoint_z(P_SCATTER, 3, (Value *[]){x, &idx->hdr, upd}, 0, &p);
+  /* dot_general: a matmul, and batch + contracting dims out of order */
+  Value *b1 = A(3, 2, 3, 4), *b2 = A(3, 4, 2, 5);
+  for (int k = 0; k < 2; k++) {
+    Value *dn = tuple_new(2), *c = tuple_new(2), *bb = tuple_new(2);
+    tuple_set_steal(c, 0, ints1(1, (int64_t[]){2}));
+    tuple_set_steal(c, 1, ints1(1, (int64_t[]){0}));
+    tuple_set_steal(bb, 0, ints1(1, (int64_t[]){0}));
+    tuple_set_steal(bb, 1, ints1(1, (int64_t[]){1}));
+    tuple_set_steal(dn, 0, c);
+    tuple_set_steal(dn, 1, bb);
+    params_add(&p, "dimension_numbers", dn);
+    adjoint(P_DOT_GENERAL, 2, (Value *[]){b1, b2}, k, &p);
+  }
+  Value *w = A(2, 4, 6, 0);
+  for (int k = 0; k < 2; k++) {
+    Value *dn = tuple_new(2), *c = tuple_new(2), *bb = tuple_new(2);
+    tuple_set_steal(c, 0, ints1(1, (int64_t[]){1}));
+    tuple_set_steal(c, 1, ints1(1, (int64_t[]){0}));
+    tuple_set_steal(bb, 0, ints1(0, NULL));
+    tuple_set_steal(bb, 1, ints1(0, NULL));
+    tuple_set_steal(dn, 0, c);
+    tuple_set_steal(dn, 1, bb);
+    params_add(&p, "dimension_numbers", dn);
+    adjoint(P_DOT_GENERAL, 2, (Value *[]){x, w}, k, &p);
+  }
+  Value *vals[] = {x, y, s, m, i0, i1, u, &idx->hdr, upd, b1, b2, w};
+  for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) val_decref(vals[i]);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("prim_ad");
+  TCase *tc = tcase_create("rules");
+  tcase_add_test(tc, tc_every_primitive_has_rules);
+  tcase_add_test(tc, tc_transposes_are_adjoints);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
