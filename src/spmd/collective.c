@@ -1972,7 +1972,7 @@ static void shape_delete(AVal *a, int at) {
 /* ---- vma-rule helpers --------------------------------------------------------- */
 
 /* The mesh-axis bits named by [p]; false when no mesh is current. */
-static bool axes_mask(const Params *p, uint32_t *mask) {
+bool coll_axes_mask(const Params *p, uint32_t *mask) {
   DevCtx *ctx = dev_ctx();
   int axes[DEV_MAX_AXES], na;
   if (!ctx || !ctx->mesh) return false;
@@ -1994,14 +1994,14 @@ static uint32_t vma_union(const uint32_t *in, int nin) {
 /* psum, pmax, pmin, all_gather: the axes are removed unless grouped. */
 static uint32_t vma_remove(const uint32_t *in, int nin, const Params *p) {
   uint32_t m;
-  if (groups_param(p) || !axes_mask(p, &m)) return vma_union(in, nin);
+  if (groups_param(p) || !coll_axes_mask(p, &m)) return vma_union(in, nin);
   return vma_union(in, nin) & ~m;
 }
 
 /* ppermute, all_to_all, psum_scatter, ragged_all_to_all: the axes are added. */
 static uint32_t vma_add(const uint32_t *in, int nin, const Params *p) {
   uint32_t m = 0;
-  axes_mask(p, &m);
+  coll_axes_mask(p, &m);
   return vma_union(in, nin) | m;
 }
 
@@ -2030,7 +2030,7 @@ int coll_kernel_axis_index(Array **in, int nin, const Params *p, Array **out) {
 uint32_t coll_vma_axis_index(const uint32_t *in, int nin, const Params *p) {
   uint32_t m = 0;
   (void)in, (void)nin;
-  axes_mask(p, &m);
+  coll_axes_mask(p, &m);
   return m;
 }
 
@@ -2910,8 +2910,8 @@ __attribute__((weak)) Loc eval_current_loc(void) {
 #define COLL_RULES(n) \
   {.shape = coll_shape_##n, .kernel = coll_kernel_##n, .vma = coll_vma_##n}
 
-/* Every rule of every collective, one row each (batching, JVP and
- * transpose rules join their rows as the transformations arrive). */
+/* The shape, kernel and replication rules of every collective, one row
+ * each; their JVP and transpose rules are collective_ad.c's. */
 static const struct { PrimId id; PrimRules rules; } coll_rules[] = {
     {P_AXIS_INDEX, COLL_RULES(axis_index)},
     {P_PSUM, COLL_RULES(psum)},
@@ -2927,4 +2927,5 @@ static const struct { PrimId id; PrimRules rules; } coll_rules[] = {
 void coll_register_prims(void) {
   for (size_t i = 0; i < sizeof coll_rules / sizeof coll_rules[0]; i++)
     prim_register(coll_rules[i].id, &coll_rules[i].rules);
+  coll_ad_install();
 }

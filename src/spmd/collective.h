@@ -148,6 +148,25 @@ COLLECTIVE_LIST(X)
  * device thread runs; idempotent. */
 void coll_register_prims(void);
 
+/* The mesh-axis bits of the axes a collective's parameters [p] name
+ * (`axes` or `axis_name`), on a device thread; false when no mesh is
+ * current or a name is not one of its axes (no error kept). */
+bool coll_axes_mask(const Params *p, uint32_t *mask);
+
+/* The names of the current device's mesh axes in [mask], as a tuple of
+ * Str (a collective's `axes` parameter); NULL with the error set off a
+ * device thread. */
+Value *coll_axis_names(uint32_t mask);
+
+/* Installs the collectives' JVP and transpose rules (collective_ad.c):
+ * psum, all_gather, psum_scatter, ppermute and all_to_all are linear, and
+ * transpose per LANGUAGE.md §11 under the replication types (a psum's
+ * cotangent passes back unchanged: JAX's pvary; an all_gather, whose
+ * result is invariant, gives each device its own slice); pmax and pmin
+ * differentiate as the location of the extremum.  Called by
+ * coll_register_prims. */
+void coll_ad_install(void);
+
 typedef struct CollGroup CollGroup;
 
 /* Makes the rendezvous for one shard_map call over [mesh] (copied; its

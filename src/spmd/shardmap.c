@@ -80,6 +80,14 @@ static PSpec *in_spec_of(const ShardFn *f, int i) {
   return (PSpec *)tuple_get(f->in_specs, (size_t)i);
 }
 
+PSpec *shardmap_in_spec(const ShardFn *f, int i) { return in_spec_of(f, i); }
+
+PSpec *shardmap_out_spec(const ShardFn *f, int k) {
+  return f->out_specs->type == V_PSPEC ? (PSpec *)f->out_specs
+                                       : (PSpec *)tuple_get(f->out_specs, (size_t)k);
+}
+
+
 static void entry_names_str(const SpecEntry *e, char *buf, size_t cap) {
   if (e->nnames == 1) {
     snprintf(buf, cap, "mesh axis '%s'", e->names[0]);
@@ -495,6 +503,9 @@ static int run_plain(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, vo
 
 static ShardmapRunner runner = run_plain;
 static ShardmapStager stager;
+static ShardmapStager differentiator;
+
+void shardmap_set_differentiator(ShardmapStager d) { differentiator = d; }
 
 void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
 
@@ -517,10 +528,11 @@ Value *shardmap_call(Value *fv, const CallArgs *a) {
   }
   /* an abstract value outside any staging: one being differentiated */
   for (int i = 0; i < a->nargs; i++)
-    if (a->args[i]->type == V_TRACER)
-      return err_set(ERR_NOT_IMPLEMENTED, "shard_map: differentiating through shard_map (grad, "
-                                          "vjp, jvp) is not implemented yet; argument %d is "
-                                          "being differentiated", i);
+    if (a->args[i]->type == V_TRACER) {
+      if (!differentiator)
+        return err_set(ERR_NOT_IMPLEMENTED, "shard_map: argument %d is abstract", i);
+      return differentiator(fv, a);
+    }
   ShardFn *f = (ShardFn *)fv;
   int n = f->mesh->size;
   Call c = {.f = f};

@@ -72,6 +72,19 @@ void shardmap_set_runner(ShardmapRunner run);
 typedef Value *(*ShardmapStager)(Value *f, const CallArgs *a);
 void shardmap_set_stager(ShardmapStager stage);
 
+/* How a shard_map call whose arguments are being differentiated (JVP
+ * tracers, outside any staging) runs: set by the transform layer
+ * (transform/ad.c) at start-up; it calls shard_map functions of its own
+ * making over the same mesh.  Same contract as shardmap_call. */
+void shardmap_set_differentiator(ShardmapStager d);
+
+/* The in_spec of argument [i] of [f] (borrowed). */
+PSpec *shardmap_in_spec(const ShardFn *f, int i);
+
+/* The out_spec of result [k] of [f] (borrowed); [f]'s out_specs is one
+ * P(...) for every result or a tuple with one per result. */
+PSpec *shardmap_out_spec(const ShardFn *f, int k);
+
 /* Registers shard_map (function form, also jax.shard_map), the block-form
  * statement executor, and the collective built-ins of LANGUAGE.md §5:
  * axis_index axis_size psum pmean pmax pmin all_gather psum_scatter

@@ -10,6 +10,8 @@
 #include "lang/ops.h"
 #include "lang/pytree.h"
 #include "transform/ad.h"
+#include "spmd/collective.h"
+#include "spmd/shardmap.h"
 #include "transform/trace.h"
 
 /* ==== JVP traces ========================================================== */
@@ -112,9 +114,9 @@ static Value *ad_apply(PrimId id, int nin, Value **in, const Params *p) {
   JvpTrace *j = jvp_find(top->trace_id);
   if (!j)
     return err_set(ERR_VALUE, "a value being differentiated escaped from the function that "
-                              "grad, vjp or jvp differentiates (or reached another device "
-                              "thread: differentiating through shard_map is not implemented "
-                              "yet); return it instead of keeping it in a variable");
+                              "grad, vjp or jvp differentiates, or reached a shard_map body "
+                              "other than as its argument; return it, or pass it to the "
+                              "shard_map function as an argument");
   return jvp_apply(j, id, nin, in, p);
 }
 
@@ -138,9 +140,15 @@ static Value *rebuild(Value *tree, Value **vals) {
   return pytree_replace(tree, array_leaf, vals, &pos);
 }
 
-static void values_free(Value **v, int n) {
+/* Releases [n] values of a caller-owned array. */
+static void values_free_n(Value **v, int n) {
   for (int i = 0; v && i < n; i++)
     if (v[i]) val_decref(v[i]);
+}
+
+/* Releases [n] values and the shm_malloc'd array. */
+static void values_free(Value **v, int n) {
+  values_free_n(v, n);
   shm_free(v);
 }
 
@@ -335,9 +343,24 @@ static int forward_eqn(Back *b, const PlanEqn *e) {
   return 0;
 }
 
-/* Adds [c] (stolen, may be NULL) into the cotangent of variable [var]. */
+/* Adds [c] (stolen, may be NULL) into the cotangent of variable [var].
+ * Inside a shard_map body, a contribution that varies over mesh axes its
+ * primal does not vary over is first summed over them: the transpose of
+ * the implicit pvary where an invariant value met varying ones
+ * (LANGUAGE.md §11). */
 static int ct_add(Back *b, int var, Value *c) {
   if (!c) return 0;
+  uint32_t extra = IS_ARRAY(c) ? AS_ARRAY(c)->vma & ~b->p->vars[var].vma : 0;
+  if (extra) {
+    Params q;
+    params_init(&q);
+    params_add(&q, "axes", coll_axis_names(extra));
+    params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+    Value *sum = prim_apply(P_PSUM, 1, &c, &q);
+    params_clear(&q);
+    val_decref(c);
+    if (!(c = sum)) return -1;
+  }
   Value *s = prim_add_any(b->ct[var], c);
   val_decref(c);
   if (!s) return -1;
@@ -812,6 +835,341 @@ out:
   return r;
 }
 
+/* ==== shard_map ================================================================== */
+
+/*
+ * A shard_map call on values being differentiated differentiates its body
+ * on every device, with the collectives' rules, as JAX's shard_map JVP
+ * and partial evaluation rules do.  Forward mode calls a shard_map of the
+ * body's jvp on (primals, tangents).  Reverse mode calls a shard_map that
+ * linearizes the body on each device, keeping each device's linear plan
+ * and residuals, and records one shard_map equation in the caller's
+ * linear trace; its transpose rule calls a shard_map of the devices'
+ * backward passes on the results' cotangents.
+ */
+typedef struct SmCall {
+  Opaque base;
+  ShardFn *f;              /* the user's (a reference) */
+  int nargs, ndiff;
+  bool diff[64];           /* arguments being differentiated */
+  int ndev;
+  bool single;             /* the body returns one array (rank 0 tells) */
+  int nout;                /* results (rank 0 tells) */
+  AVal out_avals[64];      /* the global results' */
+  Plan **plans;            /* reverse: each device's linear plan */
+  Value ***caps;           /* and its residuals */
+  int *ncaps;
+} SmCall;
+
+static void smcall_free(Value *v) {
+  SmCall *c = (SmCall *)v;
+  for (int r = 0; c->plans && r < c->ndev; r++) {
+    if (c->plans[r]) val_decref(&c->plans[r]->hdr);
+    trace_caps_free(c->caps[r], c->ncaps[r]);
+  }
+  shm_free(c->plans);
+  shm_free(c->caps);
+  shm_free(c->ncaps);
+  val_decref(&c->f->hdr);
+}
+
+static Value *smcall_repr(Value *v) {
+  return str_printf("<differentiated shard_map %s>", ((SmCall *)v)->f->name);
+}
+
+static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL};
+
+/* The body's results on one device as leaves: the tuple's items or the
+ * one array; rank 0 records which. */
+static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) {
+  bool single = !val_seq(res, n, items) || res->type != V_TUPLE;
+  if (single) *items = NULL, *n = 1;
+  if (*n > 64) {
+    err_set(ERR_VALUE, "shard_map: at most 64 results can be differentiated");
+    return -1;
+  }
+  DevCtx *d = dev_ctx();
+  if (d && d->rank == 0) c->single = single, c->nout = (int)*n;
+  return 0;
+}
+
+/* The body's arguments on one device: differentiated blocks wrapped into
+ * JVP tracers of [j] with tangents from [tan] (or new inputs of [lin]). */
+static int wrap_blocks(SmCall *c, JvpTrace *j, Trace *lin, Value **blocks, Value **tan,
+                       Value **args) {
+  int k = 0;
+  for (int i = 0; i < c->nargs; i++) {
+    if (!c->diff[i]) {
+      args[i] = val_incref(blocks[i]);
+      continue;
+    }
+    AVal a;
+    Value *t = NULL;
+    if (ops_aval(blocks[i], &a) == 0)
+      t = lin ? trace_new_arg(lin, &a, NULL) : val_incref(tan[k++]);
+    if (!t || !(args[i] = jvp_tracer(j->id, val_incref(blocks[i]), t))) {
+      values_free_n(args, i);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Forward mode on one device: (x blocks..., t blocks...) -> (primals...,
+ * tangents...). */
+static Value *sm_jvp_body(Value *self, const CallArgs *a) {
+  SmCall *c = (SmCall *)self;
+  Value *args[64], *res = NULL, *r = NULL;
+  JvpTrace j;
+  jvp_push(&j, NULL);
+  if (wrap_blocks(c, &j, NULL, a->args, a->args + c->nargs, args) == 0) {
+    res = val_call_n(c->f->body, c->nargs, args);
+    for (int i = 0; i < c->nargs; i++) val_decref(args[i]);
+  }
+  jvp_pop(&j);
+  Value *const *items;
+  size_t n;
+  if (!res || body_results(c, res, &items, &n) < 0) goto out;
+  Value *outs = tuple_new(2 * n);
+  for (size_t k = 0; outs && k < n; k++) {
+    Value *o = items ? items[k] : res;
+    Value *p = primal_of(o, j.id), *t = tangent_of(o, j.id);
+    tuple_set_steal(outs, k, p);
+    tuple_set_steal(outs, n + k, t ? t : val_incref(VAL_NONE));
+    if (!t) {
+      val_decref(outs);
+      outs = NULL;
+    }
+  }
+  r = outs;
+out:
+  if (res) val_decref(res);
+  return r;
+}
+
+/* Reverse mode on one device: linearizes the body; returns the primal
+ * results as the body does and keeps the linear plan and residuals. */
+static Value *sm_lin_body(Value *self, const CallArgs *a) {
+  SmCall *c = (SmCall *)self;
+  DevCtx *d = dev_ctx();
+  int rank = d ? d->rank : 0;
+  Value *args[64], *res = NULL, *r = NULL, *tans[64] = {0};
+  Trace *lt = trace_begin_linear(c->f->name);
+  if (!lt) return NULL;
+  JvpTrace j;
+  jvp_push(&j, lt);
+  if (wrap_blocks(c, &j, lt, a->args, NULL, args) == 0) {
+    res = val_call_n(c->f->body, c->nargs, args);
+    for (int i = 0; i < c->nargs; i++) val_decref(args[i]);
+  }
+  jvp_pop(&j);
+  Value *const *items;
+  size_t n = 0, k = 0;
+  if (!res || body_results(c, res, &items, &n) < 0) goto fail;
+  for (; k < n; k++)
+    if (!(tans[k] = tangent_of(items ? items[k] : res, j.id))) goto fail;
+  c->plans[rank] = trace_end(lt, (int)n, tans, &c->caps[rank], &c->ncaps[rank]);
+  lt = NULL;
+  if (!c->plans[rank]) goto fail;
+  r = strip(res, j.id);
+fail:
+  for (size_t i = 0; i < k; i++) val_decref(tans[i]);
+  if (lt) trace_abort(lt);
+  if (res) val_decref(res);
+  return r;
+}
+
+/* The backward pass on one device: result cotangent blocks -> the
+ * differentiated arguments' cotangent blocks (a tuple). */
+static Value *sm_back_body(Value *self, const CallArgs *a) {
+  SmCall *c = (SmCall *)self;
+  DevCtx *d = dev_ctx();
+  int rank = d ? d->rank : 0;
+  Lin lin = {NULL, NULL, c->plans[rank], c->caps[rank], c->ncaps[rank], a->nargs};
+  Value **cts = backward(&lin, a->args);
+  if (!cts) return NULL;
+  Value *t = tuple_pack((size_t)c->ndiff, cts);
+  values_free(cts, c->ndiff);
+  return t;
+}
+
+/* A tuple of [n] specs: [one] repeated, or the items of [specs] (repeated
+ * [times] times). */
+static Value *specs_tuple(Value *specs, int n, int times) {
+  Value *t = tuple_new((size_t)(n * times));
+  for (int r = 0; t && r < times; r++)
+    for (int k = 0; k < n; k++)
+      tuple_set_steal(t, (size_t)(r * n + k),
+                      val_incref(specs->type == V_PSPEC ? specs : tuple_get(specs, (size_t)k)));
+  return t;
+}
+
+/* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh. */
+static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs, int n,
+                     Value **args) {
+  Value *fn = bound_new(c->f->name, body, &c->base.hdr);
+  Value *sf = fn && in_specs && out_specs
+                  ? shardmap_new(c->f->name, fn, &c->f->mesh->hdr, in_specs, out_specs,
+                                 c->f->check_rep)
+                  : NULL;
+  Value *r = NULL;
+  if (sf) {
+    CallArgs ca = {n, args, 0, NULL, NULL};
+    r = shardmap_call(sf, &ca);
+    val_decref(sf);
+  }
+  if (fn) val_decref(fn);
+  if (in_specs) val_decref(in_specs);
+  if (out_specs) val_decref(out_specs);
+  return r;
+}
+
+/* The innermost JVP trace among the arguments (one of this thread). */
+static JvpTrace *args_trace(const CallArgs *a) {
+  unsigned id = 0;
+  for (int i = 0; i < a->nargs; i++)
+    if (IS_JVP_TRACER(a->args[i]) && ((Tracer *)a->args[i])->trace_id > id)
+      id = ((Tracer *)a->args[i])->trace_id;
+  return jvp_find(id);
+}
+
+/* The results as the body gave them: one value, or a tuple of [vals]. */
+static Value *sm_results(SmCall *c, Value **vals) {
+  return c->single ? val_incref(vals[0]) : tuple_pack((size_t)c->nout, vals);
+}
+
+static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
+  Value *args[128];
+  int k = 0;
+  for (int i = 0; i < c->nargs; i++) args[i] = primal_of(a->args[i], j->id);
+  for (int i = 0; i < c->nargs; i++)
+    if (c->diff[i]) args[c->nargs + k++] = val_incref(((Tracer *)a->args[i])->tangent);
+  Value *in = specs_tuple(c->f->in_specs, c->nargs, 1);
+  if (in && c->ndiff) {   /* the tangents' specs after the primals' */
+    Value *all = tuple_new((size_t)(c->nargs + c->ndiff));
+    for (int i = 0, m = 0; all && i < c->nargs; i++) {
+      tuple_set_steal(all, (size_t)i, val_incref(tuple_get(in, (size_t)i)));
+      if (c->diff[i]) tuple_set_steal(all, (size_t)(c->nargs + m++), val_incref(tuple_get(in, (size_t)i)));
+    }
+    val_decref(in);
+    in = all;
+  }
+  Value *out_specs = c->f->out_specs->type == V_PSPEC
+                         ? val_incref(c->f->out_specs)
+                         : specs_tuple(c->f->out_specs, (int)tuple_len(c->f->out_specs), 2);
+  Value *res = sm_run(c, sm_jvp_body, in, out_specs, c->nargs + c->ndiff, args);
+  values_free_n(args, c->nargs + c->ndiff);
+  if (!res) return NULL;
+  Value *vals[64];
+  int n = c->nout;
+  for (int k2 = 0; k2 < n; k2++) {
+    Value *p = tuple_get(res, (size_t)k2), *t = tuple_get(res, (size_t)(n + k2));
+    AVal pa;
+    vals[k2] = ops_aval(p, &pa) == 0 && dt_is_float(pa.dtype)
+                   ? jvp_tracer(j->id, val_incref(p), val_incref(t)) : val_incref(p);
+  }
+  val_decref(res);
+  Value *r = sm_results(c, vals);
+  values_free_n(vals, n);
+  return r;
+}
+
+static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
+  Value *args[64], *tans[64];
+  int k = 0;
+  for (int i = 0; i < c->nargs; i++) {
+    args[i] = primal_of(a->args[i], j->id);
+    if (c->diff[i]) tans[k++] = ((Tracer *)a->args[i])->tangent;
+  }
+  c->plans = shm_calloc((size_t)c->ndev, sizeof(Plan *));
+  c->caps = shm_calloc((size_t)c->ndev, sizeof(Value **));
+  c->ncaps = shm_calloc((size_t)c->ndev, sizeof(int));
+  Value *res = c->plans && c->caps && c->ncaps
+                   ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
+                            val_incref(c->f->out_specs), c->nargs, args)
+                   : err_nomem();
+  values_free_n(args, c->nargs);
+  if (!res) return NULL;
+  Value *outs[64], *r = NULL, *tup = NULL;
+  for (int m = 0; m < c->nout; m++) {
+    outs[m] = c->single ? res : tuple_get(res, (size_t)m);
+    if (ops_aval(outs[m], &c->out_avals[m]) < 0) goto out;
+    c->out_avals[m].vma = 0;
+  }
+  Params p;
+  params_init(&p);
+  params_add(&p, "linearized", val_incref(&c->base.hdr));
+  tup = trace_emit(P_SHARD_MAP, &p, c->ndiff, tans, c->nout, c->out_avals);
+  if (!tup) goto out;
+  Value *vals[64];
+  for (int m = 0; m < c->nout; m++)
+    vals[m] = dt_is_float(c->out_avals[m].dtype)
+                  ? jvp_tracer(j->id, val_incref(outs[m]), val_incref(tuple_get(tup, (size_t)m)))
+                  : val_incref(outs[m]);
+  r = sm_results(c, vals);
+  values_free_n(vals, c->nout);
+out:
+  if (tup) val_decref(tup);
+  val_decref(res);
+  return r;
+}
+
+/* shardmap_set_differentiator: a shard_map call on values being
+ * differentiated. */
+static Value *ad_shard_map(Value *fv, const CallArgs *a) {
+  ShardFn *f = (ShardFn *)fv;
+  JvpTrace *j = args_trace(a);
+  if (!j)
+    return err_set(ERR_VALUE, "%s(): an argument is an abstract value of another thread or of "
+                              "a finished differentiation", f->name);
+  if (a->nkw || a->nargs > 64)
+    return err_set(ERR_TYPE, "%s() takes at most 64 positional arguments", f->name);
+  for (int i = 0; i < a->nargs; i++)
+    if (shardmap_check_arg(f, a, i) < 0) return NULL;
+  SmCall *c = shm_calloc(1, sizeof *c);
+  if (!c) return err_nomem();
+  val_init(&c->base.hdr, V_OPAQUE);
+  c->base.ot = &smcall_type;
+  c->f = (ShardFn *)val_incref(fv);
+  c->nargs = a->nargs;
+  c->ndev = f->mesh->size;
+  for (int i = 0; i < a->nargs; i++) c->ndiff += c->diff[i] = is_jvp_of(a->args[i], j->id);
+  Value *r = j->lin ? sm_reverse(c, j, a) : sm_forward(c, j, a);
+  val_decref(&c->base.hdr);
+  return r;
+}
+
+/* The transpose of a linearized shard_map equation: the devices' backward
+ * passes on the results' cotangents, split by the out_specs; the
+ * arguments' cotangents assembled by the in_specs. */
+static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                        const Params *p, Value **cts) {
+  (void)in, (void)av;
+  Value *cv = params_get(p, "linearized");
+  if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
+    return prim_rule_missing(P_SHARD_MAP, "transpose of a staged shard_map");
+  SmCall *c = (SmCall *)cv;
+  Value *args[64];
+  for (int m = 0; m < c->nout; m++)
+    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
+      values_free_n(args, m);
+      return -1;
+    }
+  Value *out_specs = tuple_new((size_t)c->ndiff);
+  for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
+    if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
+  Value *in_specs = tuple_new((size_t)c->nout);
+  for (int m = 0; in_specs && m < c->nout; m++)
+    tuple_set_steal(in_specs, (size_t)m, val_incref(&shardmap_out_spec(c->f, m)->hdr));
+  Value *res = sm_run(c, sm_back_body, in_specs, out_specs, c->nout, args);
+  values_free_n(args, c->nout);
+  if (!res) return -1;
+  for (int i = 0; i < nin; i++)
+    cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
+  val_decref(res);
+  return 0;
+}
+
 /* ==== queries for control flow ================================================ */
 
 static bool leaf_pred(Value *tree, bool reverse) {
@@ -846,6 +1204,8 @@ int ad_register(Env *b) {
   prim_ad_install();
   prim_trace_hook = ad_apply;
   val_register_truth(V_TRACER, ad_truth);
+  shardmap_set_differentiator(ad_shard_map);
+  prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||

@@ -222,9 +222,21 @@ out:
   return rc < 0 ? -1 : 0;
 }
 
+/* Where an operation on [in] is recorded: the innermost linear trace
+ * that owns one of the operands, else the current trace. */
+static Trace *record_target(int nin, Value **in) {
+  Trace *best = NULL;
+  for (int i = 0; linear_traces && i < nin; i++) {
+    if (!IS_STAGE_TRACER(in[i])) continue;
+    Trace *l = linear_find(((Tracer *)in[i])->trace_id);
+    if (l && (!best || l->id > best->id)) best = l;
+  }
+  return best && (!cur_trace || best->id > cur_trace->id) ? best : cur_trace;
+}
+
 Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
                   const AVal *outs) {
-  Trace *t = cur_trace;
+  Trace *t = record_target(nin, in);
   int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
   if (!t || !vars) {
     params_clear(params);
@@ -241,18 +253,6 @@ Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
 static void params_copy(Params *dst, const Params *p) {
   params_init(dst);
   for (int i = 0; p && i < p->n; i++) params_add(dst, p->p[i].name, val_incref(p->p[i].value));
-}
-
-/* Where an operation on [in] is recorded: the innermost linear trace
- * that owns one of the operands, else the current trace. */
-static Trace *record_target(int nin, Value **in) {
-  Trace *best = NULL;
-  for (int i = 0; linear_traces && i < nin; i++) {
-    if (!IS_STAGE_TRACER(in[i])) continue;
-    Trace *l = linear_find(((Tracer *)in[i])->trace_id);
-    if (l && (!best || l->id > best->id)) best = l;
-  }
-  return best && (!cur_trace || best->id > cur_trace->id) ? best : cur_trace;
 }
 
 Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {

@@ -117,7 +117,7 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out);
 
 /*
  * Records equation prim[params] over [nin] operand values in the innermost
- * trace, with output avals [outs] given (higher-order primitives, whose
+ * trace (or the linear trace that owns an operand), with output avals [outs] given (higher-order primitives, whose
  * avals come from their sub-plans).  [params] is moved.  Returns the
  * outputs as a Tuple of tracers (always a tuple, even for one), or NULL.
  */

@@ -1,0 +1,276 @@
+/*
+ * collective_ad.c - the collectives' JVP and transpose rules
+ * (collective.h, coll_ad_install; semantics: LANGUAGE.md §11 and JAX's
+ * parallel.py, whose psum/all_gather/ppermute/all_to_all transposes these
+ * follow under the replication types).
+ *
+ * A cotangent has the replication type of its primal.  So the cotangent
+ * of a psum's invariant result passes back to each device unchanged (the
+ * transpose of psum is pvary, a copy), an all_gather's invariant result
+ * gives each device its own slice back, and a collective whose operand is
+ * invariant over some of its axes (summed n times over) sums its
+ * cotangent over them.  The backward pass (transform/ad.c) sums, over
+ * the extra axes, any cotangent that varies where its primal does not:
+ * the transpose of the implicit pvary where an invariant value meets a
+ * varying one.
+ */
+#include <string.h>
+
+#include "base/intern.h"
+#include "spmd/collective.h"
+
+Value *coll_axis_names(uint32_t mask) {
+  DevCtx *ctx = dev_ctx();
+  if (!ctx || !ctx->mesh) return err_set(ERR_VALUE, "collective outside a shard_map body");
+  int n = 0;
+  for (int a = 0; a < ctx->mesh->naxes; a++) n += (mask >> a) & 1u;
+  Value *t = tuple_new((size_t)n);
+  for (int a = 0, k = 0; t && a < ctx->mesh->naxes; a++)
+    if ((mask >> a) & 1u) tuple_set_steal(t, (size_t)k++, str_from(ctx->mesh->names[a]));
+  return t;
+}
+
+/* [id][*p](x...), operands held across the call (prim_apply may reuse a
+ * lone operand as its output); [p] consumed when [own]. */
+static Value *apply(PrimId id, int n, Value **x, Params *p, bool own) {
+  Params none;
+  params_init(&none);
+  for (int i = 0; i < n; i++) val_incref(x[i]);
+  Value *r = prim_apply(id, n, x, p ? p : &none);
+  for (int i = 0; i < n; i++) val_decref(x[i]);
+  if (own) params_clear(p);
+  return r;
+}
+
+/* A copy of [p] without [skip] (NULL: none). */
+static void params_except(Params *dst, const Params *p, const char *skip) {
+  params_init(dst);
+  for (int i = 0; i < p->n; i++)
+    if (!skip || strcmp(p->p[i].name, skip)) params_add(dst, p->p[i].name, val_incref(p->p[i].value));
+}
+
+/* psum of [x] over the axes of [mask] (none: a new reference to x). */
+static Value *psum_over(Value *x, uint32_t mask) {
+  if (!mask) return val_incref(x);
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", coll_axis_names(mask));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  return apply(P_PSUM, 1, &x, &q, true);
+}
+
+/* The axes of [p] over which operand aval [a] is invariant: its cotangent
+ * sums over them.  -1 with the error set for grouped collectives. */
+static int invariant_axes(PrimId id, const Params *p, const AVal *a, uint32_t *extra) {
+  Value *g = params_get(p, "axis_index_groups");
+  if (g && g != VAL_NONE) return prim_rule_missing(id, "transpose with axis_index_groups");
+  uint32_t m = 0;
+  if (!coll_axes_mask(p, &m)) m = 0;
+  *extra = m & ~a->vma;
+  return 0;
+}
+
+/* ---- JVP ------------------------------------------------------------------ */
+
+/* A collective linear in its operand: the same collective on the tangent. */
+static int jvp_linear(PrimId id, Value **x, Value **t, const Params *p, Value **yo, Value **to) {
+  *to = NULL;
+  if (!(*yo = apply(id, 1, x, (Params *)p, false))) return -1;
+  if (!t[0]) return 0;
+  if ((*to = apply(id, 1, t, (Params *)p, false))) return 0;
+  val_decref(*yo);
+  *yo = NULL;
+  return -1;
+}
+#define LINEAR(name, ID)                                                                \
+  static int jvp_##name(Value **x, Value **t, int nin, const Params *p, Value **yo,      \
+                        Value **to) {                                                   \
+    (void)nin;                                                                          \
+    return jvp_linear(P_##ID, x, t, p, yo, to);                                         \
+  }
+LINEAR(psum, PSUM) LINEAR(all_gather, ALL_GATHER) LINEAR(psum_scatter, PSUM_SCATTER)
+LINEAR(ppermute, PPERMUTE) LINEAR(all_to_all, ALL_TO_ALL)
+
+/* pmax/pmin: the mean of the tangents of the devices holding the
+ * extremum, as reduce_max's rule over the devices. */
+static int jvp_chooser(PrimId id, Value **x, Value **t, const Params *p, Value **yo, Value **to) {
+  *to = NULL;
+  if (!(*yo = apply(id, 1, x, (Params *)p, false))) return -1;
+  if (!t[0]) return 0;
+  AVal a;
+  Params q;
+  Value *eq = NULL, *at = NULL, *num = NULL, *den = NULL, *prod = NULL;
+  if (prim_value_aval(x[0], &a) == 0 && (eq = apply(P_EQ, 2, (Value *[]){x[0], *yo}, NULL, false))) {
+    params_init(&q);
+    params_add(&q, "new_dtype", dtype_value(a.dtype));
+    params_add(&q, "weak_type", val_bool(a.weak));
+    at = apply(P_CONVERT_ELEMENT_TYPE, 1, &eq, &q, true);
+  }
+  Params none;
+  params_init(&none);
+  if (at) prod = apply(P_MUL, 2, (Value *[]){t[0], at}, &none, false);
+  Params s;
+  if (prod) {
+    params_except(&s, p, NULL);
+    num = apply(P_PSUM, 1, &prod, &s, true);
+    params_except(&s, p, NULL);
+    den = apply(P_PSUM, 1, &at, &s, true);
+  }
+  if (num && den) *to = apply(P_DIV, 2, (Value *[]){num, den}, &none, false);
+  Value *tmp[] = {eq, at, num, den, prod};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  if (*to) return 0;
+  val_decref(*yo);
+  *yo = NULL;
+  return -1;
+}
+static int jvp_pmax(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_chooser(P_PMAX, x, t, p, yo, to);
+}
+static int jvp_pmin(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_chooser(P_PMIN, x, t, p, yo, to);
+}
+
+/* ---- transpose --------------------------------------------------------------- */
+
+/* psum: pvary (the cotangent back unchanged), summed over the axes its
+ * operand was invariant over. */
+static int tr_psum(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                   const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (invariant_axes(P_PSUM, p, &av[0], &extra) < 0) return -1;
+  return (cts[0] = psum_over(ct[0], extra)) ? 0 : -1;
+}
+
+/* all_gather (invariant result): this device's own slice of the
+ * cotangent along the gathered dimension. */
+static int tr_all_gather(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                         const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  int64_t dim;
+  bool tiled = false;
+  uint32_t extra;
+  if (invariant_axes(P_ALL_GATHER, p, &av[0], &extra) < 0 ||
+      params_int(p, "all_gather_dimension", &dim) < 0 ||
+      (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))
+    return -1;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(params_get(p, "axis_name")));
+  Value *idx = apply(P_AXIS_INDEX, 0, NULL, &q, true);
+  if (!idx) return -1;
+  int nd = av[0].ndim + (tiled ? 0 : 1);
+  int64_t sizes[SHM_MAXDIM];
+  Value *ops[SHM_MAXDIM + 1];
+  Value *zero = val_int(0), *start = NULL;
+  Params none;
+  params_init(&none);
+  if (tiled) {
+    Value *bs = val_int(av[0].shape[dim]);
+    start = apply(P_MUL, 2, (Value *[]){idx, bs}, &none, false);
+    val_decref(bs);
+  } else {
+    start = val_incref(idx);
+  }
+  ops[0] = ct[0];
+  for (int d = 0, k = 0; d < nd; d++) {
+    ops[d + 1] = d == dim ? start : zero;
+    sizes[d] = d == dim ? (tiled ? av[0].shape[dim] : 1) : av[0].shape[k];
+    if (d != dim || tiled) k++;
+  }
+  Value *sl = NULL;
+  if (start) {
+    params_init(&q);
+    params_add(&q, "slice_sizes", val_int_tuple(nd, sizes));
+    sl = apply(P_DYNAMIC_SLICE, nd + 1, ops, &q, true);
+  }
+  Value *r = sl;
+  if (sl && !tiled) {
+    params_init(&q);
+    params_add(&q, "new_sizes", val_int_tuple(av[0].ndim, av[0].shape));
+    params_add(&q, "dimensions", val_incref(VAL_NONE));
+    r = apply(P_RESHAPE, 1, &sl, &q, true);
+    val_decref(sl);
+  }
+  val_decref(idx);
+  val_decref(zero);
+  if (start) val_decref(start);
+  cts[0] = r ? psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+/* psum_scatter: all_gather of the cotangent */
+static int tr_psum_scatter(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (invariant_axes(P_PSUM_SCATTER, p, &av[0], &extra) < 0) return -1;
+  Params q;
+  params_except(&q, p, "scatter_dimension");
+  params_add(&q, "all_gather_dimension", val_incref(params_get(p, "scatter_dimension")));
+  Value *g = apply(P_ALL_GATHER, 1, ct, &q, true);
+  cts[0] = g ? psum_over(g, extra) : NULL;
+  if (g) val_decref(g);
+  return cts[0] ? 0 : -1;
+}
+
+/* ppermute: the inverse permutation */
+static int tr_ppermute(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                       const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  size_t n, k;
+  Value *const *items, *const *pr;
+  if (invariant_axes(P_PPERMUTE, p, &av[0], &extra) < 0) return -1;
+  Value *perm = params_get(p, "perm");
+  if (!perm || !val_seq(perm, &n, &items)) return prim_rule_missing(P_PPERMUTE, "transpose");
+  Value *inv = tuple_new(n);
+  for (size_t i = 0; inv && i < n; i++) {
+    val_seq(items[i], &k, &pr);
+    Value *sw = tuple_pack(2, (Value *[]){pr[1], pr[0]});
+    tuple_set_steal(inv, i, sw ? sw : val_incref(VAL_NONE));
+  }
+  Params q;
+  params_except(&q, p, "perm");
+  params_add(&q, "perm", inv);
+  Value *r = apply(P_PPERMUTE, 1, ct, &q, true);
+  cts[0] = r ? psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+/* all_to_all: the same with split_axis and concat_axis swapped */
+static int tr_all_to_all(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                         const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (invariant_axes(P_ALL_TO_ALL, p, &av[0], &extra) < 0) return -1;
+  Params q;
+  params_init(&q);
+  for (int i = 0; i < p->n; i++) {
+    const char *nm = p->p[i].name;
+    const char *to = !strcmp(nm, "split_axis") ? "concat_axis"
+                   : !strcmp(nm, "concat_axis") ? "split_axis" : nm;
+    params_add(&q, to, val_incref(p->p[i].value));
+  }
+  Value *r = apply(P_ALL_TO_ALL, 1, ct, &q, true);
+  cts[0] = r ? psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+void coll_ad_install(void) {
+#define J(ID, name) prim_table[P_##ID].rules.jvp = jvp_##name;
+#define T(ID, name) prim_table[P_##ID].rules.transpose = tr_##name;
+  J(PSUM, psum) J(PMAX, pmax) J(PMIN, pmin) J(ALL_GATHER, all_gather)
+  J(PSUM_SCATTER, psum_scatter) J(PPERMUTE, ppermute) J(ALL_TO_ALL, all_to_all)
+  T(PSUM, psum) T(ALL_GATHER, all_gather) T(PSUM_SCATTER, psum_scatter)
+  T(PPERMUTE, ppermute) T(ALL_TO_ALL, all_to_all)
+#undef J
+#undef T
+}
