@@ -972,6 +972,22 @@ int prim_rule_missing(PrimId id, const char *what) {
 
 bool (*prim_tracing_hook)(void);
 
+Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
+  Params none;
+  params_init(&none);
+  Params *q = p ? p : &none;
+  Value *r = NULL;
+  int i = 0;
+  while (i < nin && in[i]) i++;
+  if (i == nin) {
+    for (int k = 0; k < nin; k++) val_incref(in[k]);
+    r = prim_apply(id, nin, in, q);
+    for (int k = 0; k < nin; k++) val_decref(in[k]);
+  }
+  params_clear(q);
+  return r;
+}
+
 int (*prim_aval_hook)(Value *v, AVal *out);
 
 int prim_value_aval(Value *v, AVal *out) {

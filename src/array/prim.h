@@ -85,7 +85,9 @@ typedef uint32_t (*VmaRule)(const uint32_t *in, int nin, const Params *p);
  * primitive to operands [in] (borrowed) of which operand i carries a
  * batch axis at position in_dims[i] (-1: not batched), writing the [nout]
  * results (new references) to [out] and each result's batch axis to
- * [out_dims] (-1: not batched).  0, or -1 with the error set.
+ * [out_dims] (-1: not batched).  0, -1 with the error set, or
+ * BATCH_BY_LOOP (prim_batch.h) for a case the rule leaves to the
+ * example-by-example loop.
  * Semantics: JAX's batching rules (jax/_src/interpreters/batching.py). */
 typedef int (*BatchRule)(Value **in, const int *in_dims, int nin,
                          const Params *p, Value **out, int *out_dims);
@@ -155,6 +157,12 @@ int prim_lookup(const char *name);
  * Thread-safe: called concurrently from every device thread.
  */
 Value *prim_apply(PrimId id, int nin, Value **in, const Params *p);
+
+/* As prim_apply, for rules that build from primitives: the operands are
+ * held across the call (none becomes the output, so the caller may use
+ * them again), a NULL operand gives NULL (the error its maker set), and
+ * [p] (NULL: no parameters) is consumed. */
+Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p);
 
 /* Set by the tracer: called instead of the kernel when an operand is a
  * V_TRACER.  Same contract as prim_apply. */

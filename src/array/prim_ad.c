@@ -45,23 +45,10 @@ static Value *scope_return(Scope *s, Value *r) {
 
 /* ==== building blocks (borrowed in, borrowed out, NULL in: NULL out) ===== */
 
-/* id[*p](in...), [p] consumed (may be NULL: no parameters). */
+/* id[*p](in...) kept in [s]: prim_apply_rule (operands held across the
+ * call, since a rule's temporaries are still needed after it). */
 static Value *ap(Scope *s, PrimId id, int n, Value **in, Params *p) {
-  Params none;
-  params_init(&none);
-  Params *q = p ? p : &none;
-  for (int i = 0; i < n; i++)
-    if (!in[i]) {
-      params_clear(q);
-      return NULL;
-    }
-  /* held across the call: prim_apply may reuse an operand it owns alone
-   * as its output, and a rule's temporaries are still needed after */
-  for (int i = 0; i < n; i++) val_incref(in[i]);
-  Value *r = keep(s, prim_apply(id, n, in, q));
-  for (int i = 0; i < n; i++) val_decref(in[i]);
-  params_clear(q);
-  return r;
+  return keep(s, prim_apply_rule(id, n, in, p));
 }
 
 static Value *un(Scope *s, PrimId id, Value *x) { return ap(s, id, 1, &x, NULL); }

@@ -1,5 +1,5 @@
 /*
- * collective_ad.c - the collectives' JVP and transpose rules
+ * collective_ad.c - the collectives' JVP, transpose and batching rules
  * (collective.h, coll_ad_install; semantics: LANGUAGE.md §11 and JAX's
  * parallel.py, whose psum/all_gather/ppermute/all_to_all transposes these
  * follow under the replication types).
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/intern.h"
+#include "array/prim_batch.h"
 #include "spmd/collective.h"
 
 Value *coll_axis_names(uint32_t mask) {
@@ -30,16 +31,14 @@ Value *coll_axis_names(uint32_t mask) {
   return t;
 }
 
-/* [id][*p](x...), operands held across the call (prim_apply may reuse a
- * lone operand as its output); [p] consumed when [own]. */
+/* [id][*p](x...), operands held across the call (prim_apply_rule); [p]
+ * consumed when [own], else copied. */
 static Value *apply(PrimId id, int n, Value **x, Params *p, bool own) {
-  Params none;
-  params_init(&none);
-  for (int i = 0; i < n; i++) val_incref(x[i]);
-  Value *r = prim_apply(id, n, x, p ? p : &none);
-  for (int i = 0; i < n; i++) val_decref(x[i]);
-  if (own) params_clear(p);
-  return r;
+  Params q;
+  params_init(&q);
+  for (int i = 0; p && i < p->n; i++) params_add(&q, p->p[i].name, val_incref(p->p[i].value));
+  if (own && p) params_clear(p);
+  return prim_apply_rule(id, n, x, &q);
 }
 
 /* A copy of [p] without [skip] (NULL: none). */
@@ -264,6 +263,64 @@ static int tr_all_to_all(Value **ct, Value **in, const AVal *av, const bool *lin
   return cts[0] ? 0 : -1;
 }
 
+/* ---- batching over mesh axes (a vmap inside or around a body) -------------- */
+
+/* psum, pmax, pmin, ppermute: element-wise across devices, the batch axis
+ * stays where it is. */
+static int batch_same(PrimId id, Value **in, const int *dims, const Params *p, Value **out,
+                      int *od) {
+  *od = dims[0];
+  return (*out = apply(id, 1, in, (Params *)p, false)) ? 0 : -1;
+}
+#define SAME(name, ID)                                                                  \
+  static int b_##name(Value **in, const int *dims, int nin, const Params *p, Value **out, \
+                      int *od) {                                                        \
+    (void)nin;                                                                          \
+    return batch_same(P_##ID, in, dims, p, out, od);                                    \
+  }
+SAME(psum, PSUM) SAME(pmax, PMAX) SAME(pmin, PMIN) SAME(ppermute, PPERMUTE)
+
+/* all_gather, psum_scatter, all_to_all: the batch axis first and their
+ * dimension parameters one further. */
+static int batch_shift(PrimId id, const char *const *names, Value **in, const int *dims,
+                       const Params *p, Value **out, int *od) {
+  Value *x = prim_batch_moveaxis(in[0], dims[0], 0);
+  if (!x) return -1;
+  Params q;
+  params_init(&q);
+  for (int i = 0; i < p->n; i++) {
+    bool shift = false;
+    for (int k = 0; names[k]; k++) shift |= !strcmp(p->p[i].name, names[k]);
+    int64_t v;
+    if (shift && arr_to_index(p->p[i].value, &v) == 0)
+      params_add(&q, p->p[i].name, val_int(v + 1));
+    else
+      params_add(&q, p->p[i].name, val_incref(p->p[i].value));
+  }
+  *out = apply(id, 1, &x, &q, true);
+  val_decref(x);
+  *od = 0;
+  return *out ? 0 : -1;
+}
+static int b_all_gather(Value **in, const int *dims, int nin, const Params *p, Value **out,
+                        int *od) {
+  (void)nin;
+  return batch_shift(P_ALL_GATHER, (const char *[]){"all_gather_dimension", NULL}, in, dims, p,
+                     out, od);
+}
+static int b_psum_scatter(Value **in, const int *dims, int nin, const Params *p, Value **out,
+                          int *od) {
+  (void)nin;
+  return batch_shift(P_PSUM_SCATTER, (const char *[]){"scatter_dimension", NULL}, in, dims, p,
+                     out, od);
+}
+static int b_all_to_all(Value **in, const int *dims, int nin, const Params *p, Value **out,
+                        int *od) {
+  (void)nin;
+  return batch_shift(P_ALL_TO_ALL, (const char *[]){"split_axis", "concat_axis", NULL}, in, dims,
+                     p, out, od);
+}
+
 void coll_ad_install(void) {
 #define J(ID, name) prim_table[P_##ID].rules.jvp = jvp_##name;
 #define T(ID, name) prim_table[P_##ID].rules.transpose = tr_##name;
@@ -271,6 +328,10 @@ void coll_ad_install(void) {
   J(PSUM_SCATTER, psum_scatter) J(PPERMUTE, ppermute) J(ALL_TO_ALL, all_to_all)
   T(PSUM, psum) T(ALL_GATHER, all_gather) T(PSUM_SCATTER, psum_scatter)
   T(PPERMUTE, ppermute) T(ALL_TO_ALL, all_to_all)
+#define B(ID, name) prim_table[P_##ID].rules.batch = b_##name;
+  B(PSUM, psum) B(PMAX, pmax) B(PMIN, pmin) B(PPERMUTE, ppermute) B(ALL_GATHER, all_gather)
+  B(PSUM_SCATTER, psum_scatter) B(ALL_TO_ALL, all_to_all)
+#undef B
 #undef J
 #undef T
 }

@@ -321,6 +321,15 @@ Value *pspec_from_args(int n, Value *const *entries) {
   return &s->hdr;
 }
 
+Value *pspec_prepend_none(const PSpec *s) {
+  PSpec *t = shm_calloc(1, sizeof *t + sizeof(SpecEntry) * (size_t)(s->n + 1));
+  if (!t) return err_nomem();
+  val_init(&t->hdr, V_PSPEC);
+  t->n = s->n + 1;
+  for (int i = 0; i < s->n; i++) t->e[i + 1] = s->e[i];
+  return &t->hdr;
+}
+
 void pspec_str(const PSpec *s, char *buf, size_t cap) {
   size_t len = (size_t)snprintf(buf, cap, "P(");
   for (int i = 0; i < s->n && len < cap; i++) {

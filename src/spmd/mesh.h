@@ -72,6 +72,10 @@ Value *pspec_from_args(int n, Value *const *entries);
 /* Writes "P('i', None)" / "P(('j', 'i'), None)" / "P()". */
 void pspec_str(const PSpec *s, char *buf, size_t cap);
 
+/* [s] with a None entry first: the spec of the same blocks with an
+ * unsplit axis in front (a vmap's batch axis).  New reference. */
+Value *pspec_prepend_none(const PSpec *s);
+
 /* Checks [s] against mesh [m] for an array of rank [ndim]: names known,
  * no mesh axis named twice, spec no longer than the rank.  [what] names
  * the spec in messages ("in_specs[0]").  0 or -1 with the error set. */

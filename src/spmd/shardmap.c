@@ -685,7 +685,33 @@ static Value *const *names_of(Value *const *v, size_t *n) {
 
 /* The size of the (flattened) axes [names] in the running body's mesh, or
  * of one group when [groups] is given. */
+static const NamedAxisHooks *named_axes;
+
+void shardmap_set_named_axes(const NamedAxisHooks *hooks) { named_axes = hooks; }
+
+/* The product of the sizes of [names] that are named (vmap) axes; the
+ * others' count in *mesh_left. */
+static int64_t named_size(Value *names, size_t *mesh_left) {
+  size_t n;
+  Value *const *items = names_of(&names, &n);
+  int64_t size = 1, s;
+  *mesh_left = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (items[i]->type == V_STR && named_axes && named_axes->size(str_cstr(items[i]), &s))
+      size *= s;
+    else
+      (*mesh_left)++;
+  }
+  return size;
+}
+
 static int axis_size_of(Value *names, Value *groups, int64_t *out) {
+  size_t left;
+  int64_t named = (!groups || groups->type == V_NONE) ? named_size(names, &left) : 1;
+  if ((!groups || groups->type == V_NONE) && left == 0) {
+    *out = named;
+    return 0;
+  }
   DevCtx *c = dev_ctx();
   if (!c) {
     err_set(ERR_VALUE, "collectives can only be used inside a shard_map body");
@@ -705,6 +731,11 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
   size_t nn;
   Value *const *items = names_of(&names, &nn);
   for (size_t i = 0; i < nn; i++) {
+    int64_t s;
+    if (named_axes && named_axes->size(str_cstr(items[i]), &s)) {
+      size *= s;
+      continue;
+    }
     int ax = dev_mesh_axis(c->mesh, str_cstr(items[i]));
     if (ax < 0) {
       err_set(ERR_NAME, "unknown mesh axis '%s' (the mesh's axes are %s%s)",
@@ -758,6 +789,15 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
     return NULL;
   if (id == P_PSUM && prim_tracing() && ops_is_array(x) && x->type != V_TRACER)
     return psum_of_constant(x, name, groups);
+  size_t mesh_left = 1;
+  if (named_axes && x->type != V_TRACER && (!groups || groups == VAL_NONE)) {
+    Value *nm = axis_names(name);
+    if (!nm) return NULL;
+    named_size(nm, &mesh_left);
+    val_decref(nm);
+  }
+  if (mesh_left == 0)   /* only vmap axes, a value the same on every example */
+    return id == P_PSUM ? psum_of_constant(x, name, groups) : val_incref(x);
   AVal av;
   bool count = id == P_PSUM && ops_is_array(x) && ops_aval(x, &av) == 0 && av.dtype == DT_BOOL;
   /* JAX sums booleans as int32: a count, not a logical or */
@@ -803,6 +843,10 @@ static Value *bi_pmean(const CallArgs *a) {
 static Value *bi_axis_index(const CallArgs *a) {
   Value *name;
   if (args_bind("axis_index", a, "axis_name", (Value **[]){&name}) < 0) return NULL;
+  if (named_axes && name->type == V_STR) {
+    Value *r = named_axes->index(str_cstr(name));
+    if (r || err_occurred()) return r;
+  }
   Params p;
   params_init(&p);
   if (params_add(&p, "axis_name", axis_names(name)) < 0) {

@@ -78,6 +78,18 @@ void shardmap_set_stager(ShardmapStager stage);
  * making over the same mesh.  Same contract as shardmap_call. */
 void shardmap_set_differentiator(ShardmapStager d);
 
+/* Named axes that are not mesh axes: vmap's (transform/batch.c sets
+ * them).  [size]: whether [name] is such an axis in scope on this thread,
+ * and its size; [index]: axis_index over it (a new reference), or NULL
+ * when it is not one.  The collectives' built-ins ask them before the
+ * mesh: axis_size, axis_index, psum of a value that is the same on every
+ * example. */
+typedef struct NamedAxisHooks {
+  bool (*size)(const char *name, int64_t *size);
+  Value *(*index)(const char *name);
+} NamedAxisHooks;
+void shardmap_set_named_axes(const NamedAxisHooks *hooks);
+
 /* The in_spec of argument [i] of [f] (borrowed). */
 PSpec *shardmap_in_spec(const ShardFn *f, int i);
 

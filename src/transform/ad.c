@@ -10,6 +10,7 @@
 #include "lang/ops.h"
 #include "lang/pytree.h"
 #include "transform/ad.h"
+#include "transform/batch.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
@@ -45,20 +46,15 @@ static void jvp_pop(JvpTrace *j) {
 
 /* A JVP tracer of trace [id] for [primal] and [tangent] (both stolen). */
 static Value *jvp_tracer(unsigned id, Value *primal, Value *tangent) {
-  Tracer *x = shm_calloc(1, sizeof *x);
-  if (!x || prim_value_aval(primal, &x->aval) < 0) {
-    shm_free(x);
+  AVal a;
+  Tracer *x = prim_value_aval(primal, &a) == 0 ? tracer_alloc(TR_JVP, id, &a) : NULL;
+  if (!x) {
     val_decref(primal);
     val_decref(tangent);
-    return x ? NULL : err_nomem();
+    return NULL;
   }
-  val_init(&x->hdr, V_TRACER);
-  x->kind = TR_JVP;
-  x->trace_id = id;
-  x->var = -1;
   x->primal = primal;
   x->tangent = tangent;
-  x->line = eval_current_loc().line;
   return &x->hdr;
 }
 
@@ -104,13 +100,8 @@ static Value *jvp_apply(JvpTrace *j, PrimId id, int nin, Value **in, const Param
   return t;
 }
 
-/* prim_trace_hook: the innermost trace among the operands handles it. */
-static Value *ad_apply(PrimId id, int nin, Value **in, const Params *p) {
-  Tracer *top = NULL;
-  for (int i = 0; i < nin; i++)
-    if (IS_TRACER(in[i]) && (!top || ((Tracer *)in[i])->trace_id > top->trace_id))
-      top = (Tracer *)in[i];
-  if (!top || top->kind != TR_JVP) return trace_apply(id, nin, in, p);
+/* The JVP trace's KindApply: [top]'s trace applies the JVP rule. */
+static Value *ad_apply(Tracer *top, PrimId id, int nin, Value **in, const Params *p) {
   JvpTrace *j = jvp_find(top->trace_id);
   if (!j)
     return err_set(ERR_VALUE, "a value being differentiated escaped from the function that "
@@ -122,10 +113,7 @@ static Value *ad_apply(PrimId id, int nin, Value **in, const Params *p) {
 
 /* ---- the value model's view of a JVP tracer: its primal's ---------------- */
 
-static int ad_truth(Value *v) {
-  if (IS_JVP_TRACER(v)) return val_truth(((Tracer *)v)->primal);
-  return trace_truth_error(v);
-}
+static int ad_truth(Value *v) { return val_truth(((Tracer *)v)->primal); }
 
 /* ==== pytrees of arguments and results ===================================== */
 
@@ -1118,6 +1106,11 @@ out:
  * differentiated. */
 static Value *ad_shard_map(Value *fv, const CallArgs *a) {
   ShardFn *f = (ShardFn *)fv;
+  Tracer *top = NULL;
+  for (int i = 0; i < a->nargs; i++)
+    if (IS_TRACER(a->args[i]) && (!top || ((Tracer *)a->args[i])->trace_id > top->trace_id))
+      top = (Tracer *)a->args[i];
+  if (top && top->kind == TR_BATCH) return batch_shard_map(fv, a);
   JvpTrace *j = args_trace(a);
   if (!j)
     return err_set(ERR_VALUE, "%s(): an argument is an abstract value of another thread or of "
@@ -1202,8 +1195,7 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc) {
 
 int ad_register(Env *b) {
   prim_ad_install();
-  prim_trace_hook = ad_apply;
-  val_register_truth(V_TRACER, ad_truth);
+  trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
   prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||

@@ -623,9 +623,10 @@ static bool any_tracer(const Sig *s) {
   return false;
 }
 
+/* Whether a leaf is being transformed (differentiated, batched). */
 static bool any_jvp(const Sig *s) {
   for (int i = 0; i < s->nleaves; i++)
-    if (IS_JVP_TRACER(s->leaves[i])) return true;
+    if (IS_TRACER(s->leaves[i]) && !IS_STAGE_TRACER(s->leaves[i])) return true;
   return false;
 }
 
@@ -635,7 +636,7 @@ Value *jit_call(Value *f, const CallArgs *a) {
   sig_init(&s);
   Value *r = NULL;
   if (sig_build(j, a, &s) < 0) goto out;
-  if (any_jvp(&s)) {   /* being differentiated: the same result, evaluated inline */
+  if (any_jvp(&s)) {   /* being transformed: the same result, evaluated inline */
     r = val_call(j->fn, a);
     goto out;
   }

@@ -36,6 +36,18 @@ static atomic_uint next_trace_id = 1;
 
 unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
 
+Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a) {
+  Tracer *x = shm_calloc(1, sizeof *x);
+  if (!x) return err_nomem();
+  val_init(&x->hdr, V_TRACER);
+  x->kind = kind;
+  x->trace_id = id;
+  x->var = -1;
+  x->aval = *a;
+  x->line = eval_current_loc().line;
+  return x;
+}
+
 Trace *trace_current(void) { return cur_trace; }
 Plan *trace_plan(Trace *t) { return t->plan; }
 
@@ -140,17 +152,18 @@ static int trace_outside(Trace *t, Value *v, const AVal *a) {
 int trace_atom(Trace *t, Value *v, PlanAtom *out) {
   out->lit = NULL;
   out->var = -1;
-  if (IS_JVP_TRACER(v)) {
+  if (IS_TRACER(v) && !IS_STAGE_TRACER(v)) {
     /* a linear plan keeps an outer differentiation's value as a residual;
      * a jit plan cannot stage one (its rules would be lost) */
     if (t->linear) {
       out->var = trace_outside(t, v, &((Tracer *)v)->aval);
       return out->var < 0 ? -1 : 0;
     }
-    err_set(ERR_NOT_IMPLEMENTED, "a value being differentiated reached staged code (a jit "
-                                 "function's closure, or cond, while_loop, fori_loop or scan "
-                                 "under jit); differentiating staged code is not implemented yet: "
-                                 "pass it as an argument, or differentiate outside jit");
+    err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (a jit function's "
+                                 "closure, or cond, while_loop, fori_loop, scan or shard_map "
+                                 "under jit); transforming staged code is not implemented yet: "
+                                 "pass it as an argument, or transform outside jit",
+            IS_JVP_TRACER(v) ? "differentiated" : "batched (vmap)");
     return -1;
   }
   if (IS_TRACER(v)) {
@@ -392,6 +405,7 @@ static void tracer_free(Value *v) {
   Tracer *x = (Tracer *)v;
   if (x->primal) val_decref(x->primal);
   if (x->tangent) val_decref(x->tangent);
+  if (x->batched) val_decref(x->batched);
   shm_free(v);
 }
 
@@ -402,14 +416,38 @@ static Value *tracer_repr(Value *v) {
   return str_printf("Traced<%s>", av);
 }
 
+static KindApply kind_apply[TR_KINDS];
+static KindTruth kind_truth[TR_KINDS];
+
+void trace_set_kind(TracerKind kind, KindApply apply, KindTruth truth) {
+  kind_apply[kind] = apply;
+  kind_truth[kind] = truth;
+}
+
+Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p) {
+  Tracer *top = NULL;
+  for (int i = 0; i < nin; i++)
+    if (IS_TRACER(in[i]) && (!top || ((Tracer *)in[i])->trace_id > top->trace_id))
+      top = (Tracer *)in[i];
+  if (top && top->kind != TR_STAGE && kind_apply[top->kind])
+    return kind_apply[top->kind](top, id, nin, in, p);
+  return trace_apply(id, nin, in, p);
+}
+
+static int tracer_truth(Value *v) {
+  Tracer *x = (Tracer *)v;
+  if (x->kind != TR_STAGE && kind_truth[x->kind]) return kind_truth[x->kind](v);
+  return trace_truth_error(v);
+}
+
 /* prim_tracing_hook: whether this thread has a trace open. */
 static bool tracing(void) { return cur_trace != NULL; }
 
 void trace_register(void) {
   val_register_free(V_TRACER, tracer_free);
-  val_register_truth(V_TRACER, trace_truth_error);
+  val_register_truth(V_TRACER, tracer_truth);
   print_register(V_TRACER, tracer_repr, tracer_repr);
-  prim_trace_hook = trace_apply;
+  prim_trace_hook = trace_dispatch;
   prim_tracing_hook = tracing;
   prim_aval_hook = trace_aval;
 }

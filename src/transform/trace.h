@@ -43,8 +43,10 @@ typedef struct Trace Trace;
 /* What a tracer stands for.  A staging tracer is a variable of a plan (jit,
  * and the linear plan that reverse-mode differentiation records); a JVP
  * tracer is a concrete-or-staged primal carried with its tangent
- * (transform/ad.h; semantics: JAX's JVPTracer, docs/autodidax.py). */
-typedef enum { TR_STAGE, TR_JVP } TracerKind;
+ * (transform/ad.h; semantics: JAX's JVPTracer, docs/autodidax.py); a
+ * batch tracer is a value with an extra axis, one example per index
+ * (transform/batch.h; JAX's BatchTracer). */
+typedef enum { TR_STAGE, TR_JVP, TR_BATCH, TR_KINDS } TracerKind;
 
 typedef struct Tracer {
   Value hdr;          /* V_TRACER */
@@ -56,6 +58,8 @@ typedef struct Tracer {
   TracerKind kind;
   Value *primal;      /* TR_JVP: the primal value (owned) */
   Value *tangent;     /* TR_JVP: its tangent (owned, never a zero) */
+  Value *batched;     /* TR_BATCH: the value with the batch axis (owned) */
+  int bdim;           /* TR_BATCH: where the batch axis is in [batched] */
 } Tracer;
 
 static inline bool IS_TRACER(const Value *v) { return v && v->type == V_TRACER; }
@@ -65,6 +69,29 @@ static inline bool IS_STAGE_TRACER(const Value *v) {
 static inline bool IS_JVP_TRACER(const Value *v) {
   return IS_TRACER(v) && ((const Tracer *)v)->kind == TR_JVP;
 }
+static inline bool IS_BATCH_TRACER(const Value *v) {
+  return IS_TRACER(v) && ((const Tracer *)v)->kind == TR_BATCH;
+}
+
+/* How the transformation owning tracers of [kind] applies a primitive when
+ * one of its tracers is the innermost among the operands ([top]):
+ * prim_apply's contract.  The transformations register theirs at start-up
+ * (trace_set_kind); staging is trace_apply.  Dispatch: trace_dispatch,
+ * the prim_trace_hook, picks the operand tracer with the largest trace id
+ * (the innermost trace), as JAX's find_top_trace does. */
+typedef Value *(*KindApply)(Tracer *top, PrimId id, int nin, Value **in, const Params *p);
+
+/* Python truth of a tracer of [kind] (val_truth's contract). */
+typedef int (*KindTruth)(Value *v);
+
+void trace_set_kind(TracerKind kind, KindApply apply, KindTruth truth);
+
+/* prim_trace_hook: the innermost trace among the operands applies it. */
+Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p);
+
+/* A new tracer of [kind] belonging to trace [id], its aval [a], made at
+ * the current line (the caller fills the kind's fields).  NULL on nomem. */
+Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a);
 
 /* A fresh trace id, above every id handed out before (traces of one
  * thread nest, so the innermost has the largest id). */

@@ -1,12 +1,13 @@
 /*
- * test_prim_ad.c - the differentiation rules of the primitive table
- * (prim_ad.c): every primitive of the array layer has a JVP rule or is
- * listed here as not differentiable yet (so a primitive added without
- * rules fails this test; the collectives' rules are spmd/collective_ad.c's),
- * every linear one has a transpose rule, and each
- * transpose rule is the adjoint of its primitive: <ct, f(x)> = <f^T(ct), x>
- * for random float64 x and ct.  The derivatives themselves are checked
- * against finite differences by tests/lang/grad_finite_differences.shm.
+ * test_prim_ad.c - the transformation rules of the primitive table
+ * (prim_ad.c, prim_batch.c, spmd/collective_ad.c): every primitive has a
+ * batching rule and a JVP rule or is listed here as lacking one (so a
+ * primitive added without rules fails this test), every linear one has a
+ * transpose rule, and each transpose rule is the adjoint of its
+ * primitive: <ct, f(x)> = <f^T(ct), x> for random float64 x and ct.  The
+ * derivatives themselves are checked against finite differences by
+ * tests/lang/grad_finite_differences.shm, the batching rules against
+ * loops by tests/lang/vmap_*.shm.
  */
 #include <check.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include "array/array.h"
 #include "array/prim.h"
 #include "array/prim_ad.h"
+#include "array/prim_batch.h"
 #include "base/error.h"
 #include "spmd/collective.h"
 
@@ -22,8 +24,11 @@
 static const char *const no_jvp_yet[] = {"reduce_prod", "cumprod", "cummax", "sort",
                                          "ragged_all_to_all", NULL};
 
+/* Primitives vmap applies example by example (no batching rule). */
+static const char *const batch_by_loop[] = {"ragged_all_to_all", NULL};
+
 /* Primitives without a derivative to have: no float operand. */
-static const char *const no_operand[] = {"axis_index", NULL};
+static const char *const no_operand[] = {"axis_index", "iota", NULL};
 
 /* Linear primitives (in some operands) that must have a transpose rule. */
 static const char *const linear[] = {
@@ -41,6 +46,7 @@ static bool listed(const char *const *l, const char *name) {
 
 START_TEST(tc_every_primitive_has_rules) {
   prim_ad_install();
+  prim_batch_install();
   coll_register_prims();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
@@ -49,6 +55,10 @@ START_TEST(tc_every_primitive_has_rules) {
     ck_assert_msg((p->rules.jvp != NULL) != missing,
                   "%s: %s", p->name, missing ? "has a JVP rule now: take it off no_jvp_yet"
                                              : "has no JVP rule and is not listed as such");
+    bool loop = listed(batch_by_loop, p->name);
+    ck_assert_msg((p->rules.batch != NULL) != loop, "%s: %s", p->name,
+                  loop ? "has a batching rule now: take it off batch_by_loop"
+                       : "has no batching rule and is not listed as batched by loop");
     if (listed(linear, p->name))
       ck_assert_msg(p->rules.transpose != NULL, "%s: linear, but no transpose rule", p->name);
   }

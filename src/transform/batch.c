@@ -1,0 +1,677 @@
+/*
+ * batch.c - vmap (batch.h).
+ */
+#include <string.h>
+
+#include "array/prim_batch.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/ops.h"
+#include "lang/pytree.h"
+#include "spmd/shardmap.h"
+#include "transform/batch.h"
+#include "transform/trace.h"
+
+/* ==== batch traces ========================================================== */
+
+/* One vmap in progress on this thread. */
+typedef struct BatchTrace {
+  unsigned id;
+  int64_t size;
+  const char *name;   /* axis_name (interned), or NULL */
+  struct BatchTrace *parent;
+} BatchTrace;
+
+static _Thread_local BatchTrace *batch_top;
+
+static BatchTrace *batch_find(unsigned id) {
+  for (BatchTrace *b = batch_top; b; b = b->parent)
+    if (b->id == id) return b;
+  return NULL;
+}
+
+/* The innermost vmap of this thread named [name], or NULL. */
+static BatchTrace *batch_named(const char *name) {
+  for (BatchTrace *b = batch_top; b; b = b->parent)
+    if (b->name && !strcmp(b->name, name)) return b;
+  return NULL;
+}
+
+/* A batch tracer of trace [id] for [batched] (stolen), batch axis [bdim]. */
+static Value *batch_tracer(unsigned id, Value *batched, int bdim) {
+  AVal a;
+  if (prim_value_aval(batched, &a) < 0) {
+    val_decref(batched);
+    return NULL;
+  }
+  AVal e = a;   /* one example's: without the batch axis */
+  for (int d = bdim; d + 1 < a.ndim; d++) e.shape[d] = a.shape[d + 1];
+  e.ndim = a.ndim - 1;
+  Tracer *x = tracer_alloc(TR_BATCH, id, &e);
+  if (!x) {
+    val_decref(batched);
+    return NULL;
+  }
+  x->batched = batched;
+  x->bdim = bdim;
+  return &x->hdr;
+}
+
+static bool is_batch_of(Value *v, unsigned id) {
+  return IS_BATCH_TRACER(v) && ((Tracer *)v)->trace_id == id;
+}
+
+/* ==== applying a primitive ==================================================== */
+
+/* Example [b] of [x] along its axis [d]: a slice without the axis. */
+static Value *example(Value *x, int d, int64_t b) {
+  AVal a;
+  if (prim_value_aval(x, &a) < 0) return NULL;
+  int64_t st[SHM_MAXDIM] = {0}, li[SHM_MAXDIM], sh[SHM_MAXDIM];
+  for (int i = 0, k = 0; i < a.ndim; i++) {
+    li[i] = i == d ? b + 1 : a.shape[i];
+    if (i != d) sh[k++] = a.shape[i];
+  }
+  st[d] = b;
+  Params p;
+  params_init(&p);
+  params_add(&p, "start_indices", val_int_tuple(a.ndim, st));
+  params_add(&p, "limit_indices", val_int_tuple(a.ndim, li));
+  params_add(&p, "strides", val_incref(VAL_NONE));
+  Value *s = prim_apply(P_SLICE, 1, &x, &p);
+  params_clear(&p);
+  if (!s) return NULL;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(a.ndim - 1, sh));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  Value *r = prim_apply(P_RESHAPE, 1, &s, &p);
+  params_clear(&p);
+  val_decref(s);
+  return r;
+}
+
+/* [x] with a new leading axis of size 1. */
+static Value *lift(Value *x) {
+  AVal a;
+  if (prim_value_aval(x, &a) < 0) return NULL;
+  int64_t sh[SHM_MAXDIM];
+  sh[0] = 1;
+  for (int i = 0; i < a.ndim; i++) sh[i + 1] = a.shape[i];
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(a.ndim + 1, sh));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  Value *r = prim_apply(P_RESHAPE, 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
+static void values_free_n(Value **v, int n) {
+  for (int i = 0; v && i < n; i++)
+    if (v[i]) val_decref(v[i]);
+}
+
+/* The primitive applied example by example, the results stacked along a
+ * new leading axis: what a batching rule leaves open. */
+static Value *by_loop(BatchTrace *bt, PrimId id, int nin, Value **vals, const int *dims,
+                      const Params *p) {
+  if (prim_table[id].nout != 1)
+    return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' is not implemented", prim_table[id].name);
+  if (bt->size == 0 || nin > 64)
+    return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' over %s is not implemented",
+                   prim_table[id].name, bt->size ? "more than 64 operands" : "an empty batch");
+  Value **rows = shm_calloc((size_t)bt->size, sizeof(Value *)), *ops[64], *r = NULL;
+  int64_t b = 0;
+  if (!rows) return err_nomem();
+  for (; b < bt->size; b++) {
+    int k = 0;
+    for (; k < nin; k++)
+      if (!(ops[k] = dims[k] < 0 ? val_incref(vals[k]) : example(vals[k], dims[k], b))) break;
+    Value *y = k == nin ? prim_apply(id, nin, ops, p) : NULL;
+    values_free_n(ops, k);
+    rows[b] = y ? lift(y) : NULL;
+    if (y) val_decref(y);
+    if (!rows[b]) goto out;
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "dimension", val_int(0));
+  r = prim_apply(P_CONCATENATE, (int)bt->size, rows, &q);
+  params_clear(&q);
+out:
+  values_free_n(rows, (int)b);
+  shm_free(rows);
+  return r;
+}
+
+/* Whether collective parameters [p] name [name] among their axes; the
+ * others into [rest] (a tuple, or NULL when none remain). */
+static bool names_axis(const Params *p, const char *name, Value **rest) {
+  Value *v = params_get(p, "axes");
+  if (!v) v = params_get(p, "axis_name");
+  *rest = NULL;
+  if (!v || !name) return false;
+  size_t n = 1;
+  Value *const *items = &v;
+  if (v->type != V_STR && !val_seq(v, &n, &items)) return false;
+  bool found = false;
+  Value *keep[16];
+  size_t k = 0;
+  for (size_t i = 0; i < n && i < 16; i++) {
+    if (items[i]->type == V_STR && !strcmp(str_cstr(items[i]), name))
+      found = true;
+    else
+      keep[k++] = items[i];
+  }
+  if (found && k) *rest = tuple_pack(k, keep);
+  return found;
+}
+
+/* A reduction over the vmap axis itself: psum, pmax, pmin. */
+static Value *named_reduce(PrimId id, Value *x, int d, int64_t size, Value *rest,
+                           const Params *p) {
+  PrimId red = id == P_PSUM ? P_REDUCE_SUM : id == P_PMAX ? P_REDUCE_MAX : P_REDUCE_MIN;
+  Value *r;
+  if (d < 0) {   /* the same on every example: psum multiplies */
+    Array *n = id == P_PSUM ? arr_scalar_i64(DT_I32, size, true) : NULL;
+    r = n ? ops_binary(OP_MUL, &n->hdr, x) : val_incref(x);
+    if (n) val_decref(&n->hdr);
+  } else {
+    Params q;
+    params_init(&q);
+    params_add(&q, "axes", val_int_tuple(1, (int64_t[]){d}));
+    r = prim_apply(red, 1, &x, &q);
+    params_clear(&q);
+  }
+  if (!r || !rest) return r;
+  Params q;   /* the mesh axes named beside it */
+  params_init(&q);
+  params_add(&q, "axes", val_incref(rest));
+  Value *g = params_get(p, "axis_index_groups");
+  params_add(&q, "axis_index_groups", val_incref(g ? g : VAL_NONE));
+  Value *s = prim_bind(id, 1, &r, &q);
+  params_clear(&q);
+  val_decref(r);
+  return s;
+}
+
+/* all_gather over the vmap axis: the batch stacked where the gathered axis
+ * goes (tiled: merged into that axis); the result is the same for every
+ * example. */
+static Value *named_gather(Value *x, int d, int64_t size, const Params *p) {
+  int64_t ax = 0;
+  bool tiled = false;
+  if (params_int(p, "all_gather_dimension", &ax) < 0 ||
+      (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))
+    return NULL;
+  Value *m = d >= 0 ? prim_batch_moveaxis(x, d, (int)ax) : NULL;
+  if (d < 0) {
+    AVal a;
+    if (prim_value_aval(x, &a) < 0) return NULL;
+    int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
+    for (int i = 0, k = 0; i <= a.ndim; i++) {
+      sh[i] = i == ax ? size : a.shape[k];
+      if (i != ax) bd[k] = i, k++;
+    }
+    Params q;
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(a.ndim + 1, sh));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
+    m = prim_apply(P_BROADCAST_IN_DIM, 1, &x, &q);
+    params_clear(&q);
+  }
+  if (!m || !tiled) return m;
+  AVal a;
+  prim_value_aval(m, &a);
+  int64_t sh[SHM_MAXDIM];
+  for (int i = 0, k = 0; i < a.ndim; i++) {
+    if (i == ax + 1) continue;
+    sh[k++] = i == ax ? a.shape[ax] * a.shape[ax + 1] : a.shape[i];
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "new_sizes", val_int_tuple(a.ndim - 1, sh));
+  params_add(&q, "dimensions", val_incref(VAL_NONE));
+  Value *r = prim_apply(P_RESHAPE, 1, &m, &q);
+  params_clear(&q);
+  val_decref(m);
+  return r;
+}
+
+/* A collective over the vmap axis's name. */
+static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value *rest,
+                               const Params *p) {
+  switch (id) {
+  case P_PSUM: case P_PMAX: case P_PMIN:
+    return named_reduce(id, x, d, bt->size, rest, p);
+  case P_ALL_GATHER:
+    if (!rest) return named_gather(x, d, bt->size, p);
+    break;
+  default:
+    break;
+  }
+  return err_set(ERR_NOT_IMPLEMENTED, "%s over the vmap axis '%s'%s is not implemented",
+                 prim_table[id].name, bt->name, rest ? " together with mesh axes" : "");
+}
+
+/* The batch trace's KindApply. */
+static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Params *p) {
+  BatchTrace *bt = batch_find(top->trace_id);
+  if (!bt)
+    return err_set(ERR_VALUE, "a batched value escaped from the function vmap vectorizes, or "
+                              "reached a shard_map body other than as its argument");
+  if (nin > 64) return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' with more than 64 operands",
+                               prim_table[id].name);
+  Value *vals[64];
+  int dims[64], od = 0;
+  for (int i = 0; i < nin; i++) {
+    bool mine = is_batch_of(in[i], bt->id);
+    vals[i] = mine ? ((Tracer *)in[i])->batched : in[i];
+    dims[i] = mine ? ((Tracer *)in[i])->bdim : -1;
+  }
+  Value *rest, *r = NULL;
+  if (prim_table[id].kind == PK_COLLECTIVE && nin == 1 && names_axis(p, bt->name, &rest)) {
+    r = named_collective(bt, id, vals[0], dims[0], rest, p);
+    if (rest) val_decref(rest);
+    return r;   /* the same for every example */
+  }
+  BatchRule rule = prim_table[id].rules.batch;
+  int rc = rule ? rule(vals, dims, nin, p, &r, &od) : BATCH_BY_LOOP;
+  if (rc == BATCH_BY_LOOP) {
+    r = by_loop(bt, id, nin, vals, dims, p);
+    od = 0;
+    rc = r ? 0 : -1;
+  }
+  if (rc < 0) return NULL;
+  return od >= 0 ? batch_tracer(bt->id, r, od) : r;
+}
+
+static int batch_truth(Value *v) {
+  char av[128];
+  Tracer *x = (Tracer *)v;
+  aval_str(av, sizeof av, x->aval.dtype, x->aval.ndim, x->aval.shape);
+  err_set(ERR_TYPE, "the truth value of a batched value (%s) differs between the examples of "
+                    "a vmap; use jnp.where, lax.select or lax.cond instead of Python control "
+                    "flow", av);
+  return -1;
+}
+
+/* ==== named axes seen by the collectives' built-ins ============================= */
+
+static bool vmap_axis_size(const char *name, int64_t *size) {
+  BatchTrace *b = batch_named(name);
+  if (b) *size = b->size;
+  return b != NULL;
+}
+
+/* axis_index over a vmap axis: each example's position. */
+static Value *vmap_axis_index(const char *name) {
+  BatchTrace *b = batch_named(name);
+  if (!b) return NULL;
+  Params p;
+  params_init(&p);
+  params_add(&p, "dtype", dtype_value(DT_I32));
+  params_add(&p, "shape", val_int_tuple(1, &b->size));
+  params_add(&p, "dimension", val_int(0));
+  Value *r = prim_apply(P_IOTA, 0, NULL, &p);
+  params_clear(&p);
+  return r ? batch_tracer(b->id, r, 0) : NULL;
+}
+
+/* ==== vmap ======================================================================= */
+
+static bool array_leaf(Value *v) { return ops_is_array(v); }
+
+/* The axis of each leaf of [tree] under the pytree prefix [spec] (an int,
+ * None, or a container like [tree]'s): appended to [axes] (INT64_MIN:
+ * None). */
+typedef struct Axes {
+  int64_t *v;
+  int n, cap;
+} Axes;
+
+static int axes_push(Axes *a, int64_t x) {
+  if (a->n == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 16;
+    int64_t *v = shm_realloc(a->v, sizeof(int64_t) * (size_t)cap);
+    if (!v) return err_nomem(), -1;
+    a->v = v, a->cap = cap;
+  }
+  a->v[a->n++] = x;
+  return 0;
+}
+
+#define NO_AXIS INT64_MIN
+
+static int spec_axes(const char *what, Value *tree, Value *spec, Axes *out) {
+  if (spec == VAL_NONE || IS_ARRAY(spec)) {
+    int64_t ax = NO_AXIS;
+    if (spec != VAL_NONE && arr_to_index(spec, &ax) < 0) return -1;
+    PyLeaves l = {0};
+    if (pytree_flatten(tree, array_leaf, &l) < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0; i++) rc = axes_push(out, ax);
+    pytree_leaves_free(&l);
+    return rc;
+  }
+  size_t n, m;
+  Value *const *ts, *const *ss;
+  if ((spec->type == V_TUPLE || spec->type == V_LIST) && val_seq(tree, &n, &ts) &&
+      val_seq(spec, &m, &ss) && n == m && tree->type != V_DICT) {
+    for (size_t i = 0; i < n; i++)
+      if (spec_axes(what, ts[i], ss[i], out) < 0) return -1;
+    return 0;
+  }
+  if (spec->type == V_DICT && tree->type == V_DICT) {
+    Dict *d = (Dict *)tree;
+    size_t *order = pytree_key_order(tree);
+    int rc = order ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < d->len; i++) {
+      Value *k = d->keys[order[i]];
+      Value *sv = dict_get(spec, k), *tv = d->vals[order[i]];
+      if (!sv) {
+        err_set(ERR_VALUE, "vmap %s is not a tree prefix of the arguments: a dict lacks a key "
+                           "of the argument's", what);
+        rc = -1;
+      } else {
+        rc = spec_axes(what, tv, sv, out);
+      }
+    }
+    shm_free(order);
+    return rc;
+  }
+  err_set(ERR_VALUE, "vmap %s specification must be a tree prefix of the corresponding value, "
+                     "got %s for a %s", what, val_type_name(spec), val_type_name(tree));
+  return -1;
+}
+
+/* The vmap configuration a vmapped function carries. */
+enum { VM_FUN, VM_IN, VM_OUT, VM_NAME, VM_SIZE, VM_N };
+
+typedef struct WrapCtx {
+  BatchTrace *bt;
+  const int64_t *axes;
+  int pos;
+} WrapCtx;
+
+static Value *wrap_leaf(Value *v, void *vctx) {
+  WrapCtx *c = vctx;
+  int64_t ax = c->axes[c->pos++];
+  return ax == NO_AXIS ? val_incref(v) : batch_tracer(c->bt->id, val_incref(v), (int)ax);
+}
+
+typedef struct OutCtx {
+  BatchTrace *bt;
+  const int64_t *axes;
+  int pos;
+} OutCtx;
+
+/* A result leaf with its batch axis at its out_axes position. */
+static Value *out_leaf(Value *v, void *vctx) {
+  OutCtx *c = vctx;
+  int64_t ax = c->axes[c->pos++];
+  AVal a;
+  if (prim_value_aval(v, &a) < 0) return NULL;
+  bool mine = is_batch_of(v, c->bt->id);
+  if (ax == NO_AXIS) {
+    if (mine)
+      return err_set(ERR_VALUE, "vmap has mapped output but out_axes is None");
+    return val_incref(v);
+  }
+  int nd = a.ndim + 1;
+  if (ax < 0) ax += nd;
+  if (ax < 0 || ax >= nd)
+    return err_set(ERR_VALUE, "vmap out_axes %lld is out of bounds for a result of rank %d",
+                   (long long)ax, a.ndim);
+  if (mine) return prim_batch_moveaxis(((Tracer *)v)->batched, ((Tracer *)v)->bdim, (int)ax);
+  int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
+  for (int i = 0, k = 0; i < nd; i++) {
+    sh[i] = i == ax ? c->bt->size : a.shape[k];
+    if (i != ax) bd[k] = i, k++;
+  }
+  Params p;
+  params_init(&p);
+  params_add(&p, "shape", val_int_tuple(nd, sh));
+  params_add(&p, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
+  Value *r = prim_apply(P_BROADCAST_IN_DIM, 1, &v, &p);
+  params_clear(&p);
+  return r;
+}
+
+static Value *map_tree(Value *tree, Value *(*fn)(Value *, void *), void *ctx) {
+  PyLeaves l = {0};
+  if (pytree_flatten(tree, array_leaf, &l) < 0) return NULL;
+  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
+  int i = 0;
+  if (!vals) {
+    err_nomem();
+    goto out;
+  }
+  for (; i < l.n; i++)
+    if (!(vals[i] = fn(l.v[i], ctx))) goto out;
+  int pos = 0;
+  r = pytree_replace(tree, array_leaf, vals, &pos);
+out:
+  values_free_n(vals, i);
+  shm_free(vals);
+  pytree_leaves_free(&l);
+  return r;
+}
+
+/* The batch size from the mapped leaves (checked to agree and to be in
+ * range), or the axis_size given. */
+static int batch_size(Value *args, const Axes *ax, Value *size_v, int64_t *size) {
+  PyLeaves l = {0};
+  if (pytree_flatten(args, array_leaf, &l) < 0) return -1;
+  int64_t n = -1;
+  int first = -1, rc = 0;
+  for (int i = 0; i < l.n && rc == 0; i++) {
+    if (ax->v[i] == NO_AXIS) continue;
+    AVal a;
+    if ((rc = prim_value_aval(l.v[i], &a)) < 0) break;
+    int64_t k = ax->v[i] < 0 ? ax->v[i] + a.ndim : ax->v[i];
+    if (k < 0 || k >= a.ndim) {
+      char s[128];
+      aval_str(s, sizeof s, a.dtype, a.ndim, a.shape);
+      err_set(ERR_VALUE, "vmap was requested to map its argument along axis %lld, which implies "
+                         "that its rank should be at least %lld, but is only %d (its type is %s)",
+              (long long)ax->v[i], (long long)(ax->v[i] < 0 ? -ax->v[i] : ax->v[i] + 1), a.ndim, s);
+      rc = -1;
+      break;
+    }
+    ax->v[i] = k;
+    if (n >= 0 && a.shape[k] != n) {
+      err_set(ERR_VALUE, "vmap got inconsistent sizes for array axes to be mapped: leaf %d has "
+                         "size %lld along axis %lld, leaf %d has size %lld", first, (long long)n,
+              (long long)ax->v[first], i, (long long)a.shape[k]);
+      rc = -1;
+    }
+    if (n < 0) n = a.shape[k], first = i;
+  }
+  pytree_leaves_free(&l);
+  if (rc < 0) return -1;
+  if (size_v != VAL_NONE) {
+    int64_t s;
+    if (arr_to_index(size_v, &s) < 0) return -1;
+    if (n >= 0 && s != n) {
+      err_set(ERR_VALUE, "vmap got axis_size=%lld but the mapped axes have size %lld",
+              (long long)s, (long long)n);
+      return -1;
+    }
+    n = s;
+  }
+  if (n < 0) {
+    err_set(ERR_VALUE, "vmap must have at least one non-None value in in_axes, or be given "
+                       "axis_size");
+    return -1;
+  }
+  *size = n;
+  return 0;
+}
+
+static Value *vmap_call(Value *self, const CallArgs *a) {
+  Value *fun = tuple_get(self, VM_FUN), *in_axes = tuple_get(self, VM_IN);
+  Value *name = tuple_get(self, VM_NAME);
+  Value *args = tuple_pack((size_t)a->nargs, a->args), *spec = NULL, *r = NULL, *res = NULL;
+  Value *wrapped = NULL, *kw = NULL;
+  Axes ax = {0}, oax = {0};
+  if (!args) return NULL;
+  /* in_axes: one spec for all, or one per positional argument */
+  size_t n;
+  Value *const *items;
+  if (in_axes->type == V_LIST && val_seq(in_axes, &n, &items))
+    spec = tuple_pack(n, items);
+  else
+    spec = val_incref(in_axes);
+  if (spec->type == V_TUPLE && tuple_len(spec) != (size_t)a->nargs) {
+    err_set(ERR_VALUE, "vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                       "to the positional arguments passed to the function, but got "
+                       "len(in_axes)=%zu, len(args)=%d", tuple_len(spec), a->nargs);
+    goto out;
+  }
+  if (spec_axes("in_axes", args, spec, &ax) < 0) goto out;
+  /* keyword arguments are mapped over their leading axis, as in JAX */
+  Value *kwt = a->nkw ? tuple_pack((size_t)a->nkw, a->kwvals) : NULL;
+  Value *zero = val_int(0);
+  if (kwt && spec_axes("in_axes", kwt, zero, &ax) < 0) {
+    val_decref(kwt);
+    val_decref(zero);
+    goto out;
+  }
+  val_decref(zero);
+  Value *all = kwt ? tuple_pack(2, (Value *[]){args, kwt}) : val_incref(args);
+  if (kwt) val_decref(kwt);
+  BatchTrace bt = {trace_next_id(), 0, name == VAL_NONE ? NULL : intern_cstr(str_cstr(name)),
+                   batch_top};
+  int rc = all ? batch_size(all, &ax, tuple_get(self, VM_SIZE), &bt.size) : -1;
+  if (rc < 0) {
+    if (all) val_decref(all);
+    goto out;
+  }
+  batch_top = &bt;
+  WrapCtx wc = {&bt, ax.v, 0};
+  wrapped = map_tree(all, wrap_leaf, &wc);
+  val_decref(all);
+  if (wrapped) {
+    Value *pos = a->nkw ? tuple_get(wrapped, 0) : wrapped;
+    kw = a->nkw ? tuple_get(wrapped, 1) : NULL;
+    CallArgs c = {a->nargs, ((Tuple *)pos)->items, a->nkw, a->kwnames,
+                  kw ? ((Tuple *)kw)->items : NULL};
+    res = val_call(fun, &c);
+  }
+  batch_top = bt.parent;
+  if (!res) goto out;
+  Value *out_axes = tuple_get(self, VM_OUT);
+  Value *ospec = out_axes->type == V_LIST && val_seq(out_axes, &n, &items)
+                     ? tuple_pack(n, items) : val_incref(out_axes);
+  if (ospec && spec_axes("out_axes", res, ospec, &oax) == 0) {
+    OutCtx oc = {&bt, oax.v, 0};
+    r = map_tree(res, out_leaf, &oc);
+  }
+  if (ospec) val_decref(ospec);
+out:
+  shm_free(ax.v);
+  shm_free(oax.v);
+  if (res) val_decref(res);
+  if (wrapped) val_decref(wrapped);
+  if (spec) val_decref(spec);
+  val_decref(args);
+  return r;
+}
+
+/* vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None) */
+static Value *bi_vmap(const CallArgs *a) {
+  Value *fun, *in_axes = NULL, *out_axes = NULL, *name = NULL, *size = NULL;
+  if (args_bind("vmap", a, "fun, in_axes=, out_axes=, axis_name=, axis_size=",
+                (Value **[]){&fun, &in_axes, &out_axes, &name, &size}) < 0)
+    return NULL;
+  if (name && name != VAL_NONE && name->type != V_STR)
+    return err_set(ERR_TYPE, "vmap axis_name must be a str, got %s", val_type_name(name));
+  Value *zero = val_int(0);
+  Value *cfg = tuple_pack(VM_N, (Value *[]){fun, in_axes ? in_axes : zero,
+                                            out_axes ? out_axes : zero, name ? name : VAL_NONE,
+                                            size ? size : VAL_NONE});
+  val_decref(zero);
+  if (!cfg) return NULL;
+  Value *r = bound_new("vmap", vmap_call, cfg);
+  val_decref(cfg);
+  return r;
+}
+
+/* ==== shard_map of batched arguments ================================================ */
+
+/* [specs] (one P or a tuple) with None put first in the entries of the
+ * batched ones ([batched] NULL: all). */
+static Value *specs_batched(Value *specs, int n, const bool *batched) {
+  if (specs->type == V_PSPEC && !batched) return pspec_prepend_none((PSpec *)specs);
+  Value *t = tuple_new((size_t)n);
+  for (int i = 0; t && i < n; i++) {
+    PSpec *s = (PSpec *)(specs->type == V_PSPEC ? specs : tuple_get(specs, (size_t)i));
+    Value *e = !batched || batched[i] ? pspec_prepend_none(s) : val_incref(&s->hdr);
+    tuple_set_steal(t, (size_t)i, e ? e : val_incref(VAL_NONE));
+  }
+  return t;
+}
+
+static Value *batch_result_leaf(Value *v, void *id) {
+  return batch_tracer(*(unsigned *)id, val_incref(v), 0);
+}
+
+Value *batch_shard_map(Value *fv, const CallArgs *a) {
+  ShardFn *f = (ShardFn *)fv;
+  unsigned id = 0;
+  for (int i = 0; i < a->nargs; i++)
+    if (IS_TRACER(a->args[i]) && ((Tracer *)a->args[i])->trace_id > id)
+      id = ((Tracer *)a->args[i])->trace_id;
+  BatchTrace *bt = batch_find(id);
+  if (!bt || a->nkw || a->nargs > 64)
+    return err_set(ERR_VALUE, "%s(): called on batched values of another thread, or with "
+                              "keyword arguments", f->name);
+  bool batched[64];
+  Value *args[64], *axes = tuple_new((size_t)a->nargs), *r = NULL;
+  int made = 0;
+  for (; axes && made < a->nargs; made++) {
+    Value *x = a->args[made];
+    batched[made] = is_batch_of(x, bt->id);
+    args[made] = batched[made] ? prim_batch_moveaxis(((Tracer *)x)->batched, ((Tracer *)x)->bdim, 0)
+                               : val_incref(x);
+    tuple_set_steal(axes, (size_t)made, batched[made] ? val_int(0) : val_incref(VAL_NONE));
+    if (!args[made]) break;
+  }
+  Value *zero = val_int(0), *name = bt->name ? str_from(bt->name) : val_incref(VAL_NONE);
+  Value *cfg = axes && made == a->nargs
+                   ? tuple_pack(VM_N, (Value *[]){f->body, axes, zero, name, VAL_NONE})
+                   : NULL;
+  Value *body = cfg ? bound_new("vmap", vmap_call, cfg) : NULL;
+  Value *in = body ? specs_batched(f->in_specs, a->nargs, batched) : NULL;
+  Value *out = in ? specs_batched(f->out_specs, f->out_specs->type == V_PSPEC ? 1
+                                  : (int)tuple_len(f->out_specs), NULL) : NULL;
+  Value *sf = out ? shardmap_new(f->name, body, &f->mesh->hdr, in, out, f->check_rep) : NULL;
+  if (sf) {
+    CallArgs c = {a->nargs, args, 0, NULL, NULL};
+    Value *res = shardmap_call(sf, &c);
+    if (res) r = map_tree(res, batch_result_leaf, &bt->id);
+    if (res) val_decref(res);
+  }
+  Value *tmp[] = {zero, name, cfg, body, in, out, sf, axes};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  values_free_n(args, made);
+  return r;
+}
+
+/* ==== registration ================================================================ */
+
+int batch_register(Env *b) {
+  prim_batch_install();
+  trace_set_kind(TR_BATCH, batch_apply, batch_truth);
+  static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index};
+  shardmap_set_named_axes(&hooks);
+  Value *v = builtin_new("vmap", bi_vmap,
+                         "vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None)");
+  int rc = v && env_set(b, intern_cstr("vmap"), v) == 0 && builtins_add_to("jax", "vmap", v) == 0
+               ? 0 : -1;
+  if (v) val_decref(v);
+  return rc;
+}
