@@ -990,6 +990,12 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
 
 int (*prim_aval_hook)(Value *v, AVal *out);
 
+bool (*prim_staged_hook)(const Value *v);
+
+bool prim_value_is_staged(const Value *v) {
+  return v && v->type == V_TRACER && prim_staged_hook && prim_staged_hook(v);
+}
+
 int prim_value_aval(Value *v, AVal *out) {
   if (IS_ARRAY(v)) {
     aval_of(AS_ARRAY(v), out);

@@ -210,6 +210,12 @@ void aval_of(const Array *a, AVal *out);
 int prim_value_aval(Value *v, AVal *out);
 extern int (*prim_aval_hook)(Value *v, AVal *out);
 
+/* Whether tracer [v] stands for a variable of a plan being staged (jit),
+ * rather than a value being transformed (differentiated, batched): set
+ * by the tracer.  False for anything else. */
+bool prim_value_is_staged(const Value *v);
+extern bool (*prim_staged_hook)(const Value *v);
+
 /* ---- parameters ---------------------------------------------------------- */
 
 void params_init(Params *p);

@@ -170,6 +170,47 @@ static Value *bi_len(const CallArgs *a) {
 
 /* perf_counter(): seconds of a monotonic clock as a float64 scalar, as
  * Python's time.perf_counter; only differences are meaningful. */
+/* functools.partial: (func, args tuple, keyword names tuple, keyword
+ * values tuple); a call puts the given arguments after the stored ones
+ * and its keywords over the stored ones. */
+enum { PA_FN, PA_ARGS, PA_KWN, PA_KWV, PA_N };
+
+static Value *partial_call(Value *self, const CallArgs *a) {
+  Value *args = tuple_get(self, PA_ARGS), *kwn = tuple_get(self, PA_KWN),
+        *kwv = tuple_get(self, PA_KWV);
+  int np = (int)tuple_len(args), nk = (int)tuple_len(kwn);
+  if (np + a->nargs > 256 || nk + a->nkw > 64)
+    return err_set(ERR_TYPE, "partial: too many arguments");
+  Value *pos[256], *vals[64];
+  const char *names[64];
+  for (int i = 0; i < np; i++) pos[i] = tuple_get(args, (size_t)i);
+  for (int i = 0; i < a->nargs; i++) pos[np + i] = a->args[i];
+  int k = 0;
+  for (int i = 0; i < nk; i++) {
+    const char *n = intern_cstr(str_cstr(tuple_get(kwn, (size_t)i)));
+    bool over = false;
+    for (int j = 0; j < a->nkw; j++) over |= a->kwnames[j] == n;
+    if (!over) names[k] = n, vals[k++] = tuple_get(kwv, (size_t)i);
+  }
+  for (int j = 0; j < a->nkw; j++) names[k] = a->kwnames[j], vals[k++] = a->kwvals[j];
+  CallArgs c = {np + a->nargs, pos, k, names, vals};
+  return val_call(tuple_get(self, PA_FN), &c);
+}
+
+/* partial(func, /, *args, **keywords) */
+static Value *bi_partial(const CallArgs *a) {
+  if (a->nargs < 1) return err_set(ERR_TYPE, "partial() missing required argument 'func'");
+  Value *args = tuple_pack((size_t)a->nargs - 1, a->args + 1);
+  Value *kwv = tuple_pack((size_t)a->nkw, a->kwvals), *kwn = tuple_new((size_t)a->nkw);
+  for (int i = 0; kwn && i < a->nkw; i++) tuple_set_steal(kwn, (size_t)i, str_from(a->kwnames[i]));
+  Value *cfg = args && kwv && kwn ? tuple_pack(PA_N, (Value *[]){a->args[0], args, kwn, kwv}) : NULL;
+  Value *r = cfg ? bound_new("partial", partial_call, cfg) : NULL;
+  Value *tmp[] = {args, kwv, kwn, cfg};
+  for (size_t i = 0; i < 4; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
 static Value *bi_perf_counter(const CallArgs *a) {
   if (a->nargs || a->nkw) return err_set(ERR_TYPE, "perf_counter() takes no arguments");
   struct timespec ts;
@@ -686,7 +727,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
 /* The namespaces, made once by builtins_register (main thread, before any
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
-static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree;
+static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -695,6 +736,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax")) return ns_jax;
   if (!strcmp(name, "jax.tree_util")) return ns_tree_util;
   if (!strcmp(name, "jax.tree")) return ns_tree;
+  if (!strcmp(name, "functools")) return ns_functools;
   return NULL;
 }
 
@@ -771,7 +813,9 @@ int builtins_register(Env *e) {
     ns_jax = new_namespace("jax");
     ns_tree_util = new_namespace("jax.tree_util");
     ns_tree = new_namespace("jax.tree");
-    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree) return -1;
+    ns_functools = new_namespace("functools");
+    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools)
+      return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
                                            bi_lax_table, bi_python_table};
@@ -783,6 +827,10 @@ int builtins_register(Env *e) {
       if (rc < 0) return -1;
     }
   if (bind_dtypes(e) < 0 || bind_constants(e) < 0) return -1;
+  Value *pf = builtin_new("partial", bi_partial, "partial(func, *args, **keywords)");
+  int prc = pf ? builtins_add_to("functools", "partial", pf) : -1;
+  if (pf) val_decref(pf);
+  if (prc < 0) return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||

@@ -160,7 +160,8 @@ static int tr_all_gather(Value **ct, Value **in, const AVal *av, const bool *lin
   Params q;
   params_init(&q);
   params_add(&q, "axis_name", val_incref(params_get(p, "axis_name")));
-  Value *idx = apply(P_AXIS_INDEX, 0, NULL, &q, true);
+  Value *idx = prim_bind(P_AXIS_INDEX, 0, NULL, &q);   /* staged too: it has no operand */
+  params_clear(&q);
   if (!idx) return -1;
   int nd = av[0].ndim + (tiled ? 0 : 1);
   int64_t sizes[SHM_MAXDIM];

@@ -522,17 +522,14 @@ static int run_on_devices(Call *c) {
 }
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
+  /* arguments being transformed (differentiated, batched), staged or not */
+  for (int i = 0; differentiator && i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER && !prim_value_is_staged(a->args[i]))
+      return differentiator(fv, a);
   if (prim_tracing()) {   /* called under jit: one staged equation */
     if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
     return stager(fv, a);
   }
-  /* an abstract value outside any staging: one being differentiated */
-  for (int i = 0; i < a->nargs; i++)
-    if (a->args[i]->type == V_TRACER) {
-      if (!differentiator)
-        return err_set(ERR_NOT_IMPLEMENTED, "shard_map: argument %d is abstract", i);
-      return differentiator(fv, a);
-    }
   ShardFn *f = (ShardFn *)fv;
   int n = f->mesh->size;
   Call c = {.f = f};

@@ -338,7 +338,8 @@ static int forward_eqn(Back *b, const PlanEqn *e) {
  * (LANGUAGE.md §11). */
 static int ct_add(Back *b, int var, Value *c) {
   if (!c) return 0;
-  uint32_t extra = IS_ARRAY(c) ? AS_ARRAY(c)->vma & ~b->p->vars[var].vma : 0;
+  AVal ca;
+  uint32_t extra = prim_value_aval(c, &ca) == 0 ? ca.vma & ~b->p->vars[var].vma : 0;
   if (extra) {
     Params q;
     params_init(&q);
@@ -847,10 +848,23 @@ typedef struct SmCall {
   Plan **plans;            /* reverse: each device's linear plan */
   Value ***caps;           /* and its residuals */
   int *ncaps;
+  /* Staged (under jit): one traced body for every device, whose residuals
+   * leave the forward shard_map as extra results, a leading axis over all
+   * devices (P(mesh axes)), and enter the backward one the same way, as
+   * JAX's shard_map partial evaluation passes them. */
+  bool staged;
+  ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
+  int nres;
+  Value **res_globals;     /* the residuals, global values of the jit trace */
+  Value *res_specs;        /* the forward's out_specs: results', then residuals' */
 } SmCall;
 
 static void smcall_free(Value *v) {
   SmCall *c = (SmCall *)v;
+  for (int i = 0; c->res_globals && i < c->nres; i++)
+    if (c->res_globals[i]) val_decref(c->res_globals[i]);
+  shm_free(c->res_globals);
+  if (c->res_specs) val_decref(c->res_specs);
   for (int r = 0; c->plans && r < c->ndev; r++) {
     if (c->plans[r]) val_decref(&c->plans[r]->hdr);
     trace_caps_free(c->caps[r], c->ncaps[r]);
@@ -935,6 +949,71 @@ out:
   return r;
 }
 
+/* A residual block with a leading axis of 1 (staged: one row per device
+ * of the residual's global value), or without it again. */
+static Value *residual_row(Value *x, bool add) {
+  AVal a;
+  if (prim_value_aval(x, &a) < 0) return NULL;
+  int64_t sh[SHM_MAXDIM + 1];
+  int nd = add ? a.ndim + 1 : a.ndim - 1;
+  for (int i = 0; i < nd; i++) sh[i] = add ? (i ? a.shape[i - 1] : 1) : a.shape[i + 1];
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(nd, sh));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  return prim_apply_rule(P_RESHAPE, 1, &x, &p);
+}
+
+/* The spec of a residual's row: its leading axis split over the mesh axes
+ * the residual varies over (so each device's block keeps its replication
+ * type), P(None) when it varies over none. */
+static Value *residual_spec(SmCall *c, Value *res) {
+  AVal a;
+  if (prim_value_aval(res, &a) < 0) return NULL;
+  int n = 0;
+  for (int i = 0; i < c->f->mesh->naxes; i++) n += (a.vma >> i) & 1u;
+  Value *names = n ? tuple_new((size_t)n) : val_incref(VAL_NONE);
+  for (int i = 0, k = 0; n && names && i < c->f->mesh->naxes; i++)
+    if ((a.vma >> i) & 1u) tuple_set_steal(names, (size_t)k++, str_from(c->f->mesh->axis_names[i]));
+  Value *s = names ? pspec_from_args(1, &names) : NULL;
+  if (names) val_decref(names);
+  return s;
+}
+
+/* Staged: the primal results [r] ([n] of them) and then the residuals,
+ * a row each; the forward shard_map's out_specs become the results'
+ * specs and each residual's row spec. */
+static Value *with_residuals(SmCall *c, Value *r, size_t n) {
+  int k = c->ncaps[0];
+  Value *t = tuple_new(n + (size_t)k);
+  Value *specs = tuple_new(n + (size_t)k);
+  bool ok = t && specs;
+  for (size_t i = 0; ok && i < n; i++) {
+    tuple_set_steal(t, i, val_incref(c->single ? r : tuple_get(r, i)));
+    tuple_set_steal(specs, i, val_incref(&shardmap_out_spec(c->f, (int)i)->hdr));
+  }
+  for (int i = 0; ok && i < k; i++) {
+    Value *row = residual_row(c->caps[0][i], true), *rs = residual_spec(c, c->caps[0][i]);
+    tuple_set_steal(t, n + (size_t)i, row ? row : val_incref(VAL_NONE));
+    tuple_set_steal(specs, n + (size_t)i, rs ? rs : val_incref(VAL_NONE));
+    ok = row && rs;
+  }
+  if (ok) {
+    val_decref(c->fwd->out_specs);
+    c->fwd->out_specs = val_incref(specs);
+    if (c->res_specs) val_decref(c->res_specs);
+    c->res_specs = val_incref(specs);
+  }
+  if (specs) val_decref(specs);
+  if (!ok && t) {
+    for (size_t i = 0; i < n + (size_t)k; i++)
+      if (!tuple_get(t, i)) tuple_set_steal(t, i, val_incref(VAL_NONE));
+    val_decref(t);
+    t = NULL;
+  }
+  return t;
+}
+
 /* Reverse mode on one device: linearizes the body; returns the primal
  * results as the body does and keeps the linear plan and residuals. */
 static Value *sm_lin_body(Value *self, const CallArgs *a) {
@@ -956,10 +1035,16 @@ static Value *sm_lin_body(Value *self, const CallArgs *a) {
   if (!res || body_results(c, res, &items, &n) < 0) goto fail;
   for (; k < n; k++)
     if (!(tans[k] = tangent_of(items ? items[k] : res, j.id))) goto fail;
+  if (c->staged) rank = 0;
   c->plans[rank] = trace_end(lt, (int)n, tans, &c->caps[rank], &c->ncaps[rank]);
   lt = NULL;
   if (!c->plans[rank]) goto fail;
   r = strip(res, j.id);
+  if (r && c->staged) {
+    Value *all = with_residuals(c, r, n);
+    val_decref(r);
+    r = all;
+  }
 fail:
   for (size_t i = 0; i < k; i++) val_decref(tans[i]);
   if (lt) trace_abort(lt);
@@ -972,9 +1057,18 @@ fail:
 static Value *sm_back_body(Value *self, const CallArgs *a) {
   SmCall *c = (SmCall *)self;
   DevCtx *d = dev_ctx();
-  int rank = d ? d->rank : 0;
-  Lin lin = {NULL, NULL, c->plans[rank], c->caps[rank], c->ncaps[rank], a->nargs};
+  int rank = d && !c->staged ? d->rank : 0;
+  Value *res[64];
+  int nres = c->staged ? a->nargs - c->nout : 0, made = 0;
+  for (; made < nres; made++)   /* staged: the residual rows, as blocks */
+    if (!(res[made] = residual_row(a->args[c->nout + made], false))) {
+      values_free_n(res, made);
+      return NULL;
+    }
+  Lin lin = {NULL, NULL, c->plans[rank], c->staged ? res : c->caps[rank],
+             c->staged ? nres : c->ncaps[rank], c->nout};
   Value **cts = backward(&lin, a->args);
+  values_free_n(res, made);
   if (!cts) return NULL;
   Value *t = tuple_pack((size_t)c->ndiff, cts);
   values_free(cts, c->ndiff);
@@ -992,7 +1086,9 @@ static Value *specs_tuple(Value *specs, int n, int times) {
   return t;
 }
 
-/* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh. */
+/* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
+ * staged forward one is [c]->fwd while it runs (its body sets its
+ * out_specs). */
 static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs, int n,
                      Value **args) {
   Value *fn = bound_new(c->f->name, body, &c->base.hdr);
@@ -1003,7 +1099,9 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
   Value *r = NULL;
   if (sf) {
     CallArgs ca = {n, args, 0, NULL, NULL};
+    if (body == sm_lin_body) c->fwd = (ShardFn *)sf;
     r = shardmap_call(sf, &ca);
+    c->fwd = NULL;
     val_decref(sf);
   }
   if (fn) val_decref(fn);
@@ -1079,8 +1177,18 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   values_free_n(args, c->nargs);
   if (!res) return NULL;
   Value *outs[64], *r = NULL, *tup = NULL;
+  if (c->staged) {   /* the results, then the residuals */
+    c->nres = (int)tuple_len(res) - c->nout;
+    c->res_globals = shm_calloc((size_t)c->nres + 1, sizeof(Value *));
+    if (!c->res_globals) {
+      val_decref(res);
+      return err_nomem();
+    }
+    for (int i = 0; i < c->nres; i++)
+      c->res_globals[i] = val_incref(tuple_get(res, (size_t)(c->nout + i)));
+  }
   for (int m = 0; m < c->nout; m++) {
-    outs[m] = c->single ? res : tuple_get(res, (size_t)m);
+    outs[m] = c->single && !c->staged ? res : tuple_get(res, (size_t)m);
     if (ops_aval(outs[m], &c->out_avals[m]) < 0) goto out;
     c->out_avals[m].vma = 0;
   }
@@ -1126,6 +1234,7 @@ static Value *ad_shard_map(Value *fv, const CallArgs *a) {
   c->f = (ShardFn *)val_incref(fv);
   c->nargs = a->nargs;
   c->ndev = f->mesh->size;
+  c->staged = prim_tracing();
   for (int i = 0; i < a->nargs; i++) c->ndiff += c->diff[i] = is_jvp_of(a->args[i], j->id);
   Value *r = j->lin ? sm_reverse(c, j, a) : sm_forward(c, j, a);
   val_decref(&c->base.hdr);
@@ -1142,20 +1251,25 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
   if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
     return prim_rule_missing(P_SHARD_MAP, "transpose of a staged shard_map");
   SmCall *c = (SmCall *)cv;
-  Value *args[64];
+  Value *args[128];
+  if (c->nout + c->nres > 128) return prim_rule_missing(P_SHARD_MAP, "transpose (128 values)");
   for (int m = 0; m < c->nout; m++)
     if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
       values_free_n(args, m);
       return -1;
     }
+  for (int i = 0; i < c->nres; i++) args[c->nout + i] = val_incref(c->res_globals[i]);
   Value *out_specs = tuple_new((size_t)c->ndiff);
   for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
     if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
-  Value *in_specs = tuple_new((size_t)c->nout);
+  Value *in_specs = tuple_new((size_t)(c->nout + c->nres));
   for (int m = 0; in_specs && m < c->nout; m++)
     tuple_set_steal(in_specs, (size_t)m, val_incref(&shardmap_out_spec(c->f, m)->hdr));
-  Value *res = sm_run(c, sm_back_body, in_specs, out_specs, c->nout, args);
-  values_free_n(args, c->nout);
+  for (int i = 0; in_specs && i < c->nres; i++)   /* the residuals' rows, as they left */
+    tuple_set_steal(in_specs, (size_t)(c->nout + i),
+                    val_incref(tuple_get(c->res_specs, (size_t)(c->nout + i))));
+  Value *res = sm_run(c, sm_back_body, in_specs, out_specs, c->nout + c->nres, args);
+  values_free_n(args, c->nout + c->nres);
   if (!res) return -1;
   for (int i = 0; i < nin; i++)
     cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;

@@ -450,4 +450,5 @@ void trace_register(void) {
   prim_trace_hook = trace_dispatch;
   prim_tracing_hook = tracing;
   prim_aval_hook = trace_aval;
+  prim_staged_hook = IS_STAGE_TRACER;
 }
