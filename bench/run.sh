@@ -26,6 +26,11 @@ echo "== jit against eager: shmap eager | shmap jit | NumPy"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/jit_bench.py"; fi
 
 echo
+echo "== value_and_grad of a 2-layer MLP (batch 256, width 1024): shmap eager and jit | NumPy by hand"
+"$shmap" --devices 1 "$here/grad_mlp.shm"
+if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/grad_mlp.py"; fi
+
+echo
 echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf)"
 cc -O3 -march=native -ffast-math -fopenmp-simd -o "$tmp/c_loops" "$here/c_loops.c" -lmvec -lm
 "$tmp/c_loops"

@@ -1277,6 +1277,191 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
   return 0;
 }
 
+/* ==== stop_gradient, jacfwd, jacrev, hessian, checkpoint ========================== */
+
+/* [v] without its tangents, at every level of differentiation. */
+static Value *no_tangent_leaf(Value *v, void *ctx) {
+  (void)ctx;
+  while (IS_JVP_TRACER(v)) v = ((Tracer *)v)->primal;
+  return val_incref(v);
+}
+
+/* stop_gradient(x): x, with a zero derivative (lax.stop_gradient) */
+static Value *bi_stop_gradient(const CallArgs *a) {
+  Value *x;
+  if (args_bind("stop_gradient", a, "x", (Value **[]){&x}) < 0) return NULL;
+  return map_leaves(x, no_tangent_leaf, NULL);
+}
+
+/* checkpoint(fun, ...) / remat: the same function; shmap keeps every
+ * residual, so rematerialization changes nothing but memory. */
+static Value *bi_checkpoint(const CallArgs *a) {
+  if (a->nargs < 1) return err_set(ERR_TYPE, "checkpoint() missing required argument 'fun'");
+  return val_incref(a->args[0]);
+}
+
+/* Basis vector [i] of aval [a]: zeros with a one at flat index i. */
+static Value *basis(const AVal *a, int64_t i) {
+  Array *z = arr_zeros(DT_F64, a->ndim, a->shape);
+  if (!z) return NULL;
+  ((double *)arr_data(z))[i] = 1.0;
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_dtype", dtype_value(a->dtype));
+  params_add(&p, "weak_type", val_bool(false));
+  Value *zv = &z->hdr;
+  Value *r = prim_apply_rule(P_CONVERT_ELEMENT_TYPE, 1, &zv, &p);
+  val_decref(zv);
+  return r;
+}
+
+/* [x] reshaped to [nd] dims [shape]. */
+static Value *reshape_to(Value *x, int nd, const int64_t *shape) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(nd, shape));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  return prim_apply_rule(P_RESHAPE, 1, &x, &p);
+}
+
+/* The [n] pieces [v] (each of [piece]'s size), stacked and shaped
+ * [lead] + [piece] ([lead_first]) or [piece] + [lead]. */
+static Value *stack_jacobian(Value **v, int64_t n, const AVal *lead, const AVal *piece,
+                             bool lead_first) {
+  int64_t m = 1, two[2];
+  for (int i = 0; i < piece->ndim; i++) m *= piece->shape[i];
+  two[0] = lead_first ? 1 : m;
+  two[1] = lead_first ? m : 1;
+  Value **cols = shm_calloc((size_t)n + 1, sizeof(Value *)), *r = NULL;
+  int64_t k = 0;
+  for (; cols && k < n; k++)
+    if (!(cols[k] = reshape_to(v[k], 2, two))) break;
+  if (cols && k == n) {
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(lead_first ? 0 : 1));
+    Value *cat = prim_apply_rule(P_CONCATENATE, (int)n, cols, &p);
+    int64_t sh[2 * SHM_MAXDIM];
+    int nd = 0;
+    const AVal *first = lead_first ? lead : piece, *second = lead_first ? piece : lead;
+    for (int i = 0; i < first->ndim; i++) sh[nd++] = first->shape[i];
+    for (int i = 0; i < second->ndim; i++) sh[nd++] = second->shape[i];
+    r = cat && nd <= SHM_MAXDIM ? reshape_to(cat, nd, sh)
+        : cat ? err_set(ERR_VALUE, "jacobian: more than %d dimensions", SHM_MAXDIM) : NULL;
+    if (cat) val_decref(cat);
+  }
+  values_free(cols, (int)k);
+  return r;
+}
+
+enum { JAC_FUN, JAC_ARGNUM, JAC_REV, JAC_N };
+
+/* The Jacobian of fun's array result with respect to positional argument
+ * [k] (an array): result.shape + arg.shape; reverse mode a backward pass
+ * per result element, forward mode a JVP per argument element. */
+static Value *jac_call(Value *self, const CallArgs *a) {
+  Value *fun = tuple_get(self, JAC_FUN);
+  bool rev = val_truth(tuple_get(self, JAC_REV)) == 1;
+  int64_t k;
+  if (arr_to_index(tuple_get(self, JAC_ARGNUM), &k) < 0) return NULL;
+  if (k < 0) k += a->nargs;
+  if (k < 0 || k >= a->nargs || !ops_is_array(a->args[k]))
+    return err_set(ERR_TYPE, "%s: argnums=%lld must name an array positional argument",
+                   rev ? "jacrev" : "jacfwd", (long long)k);
+  AVal xa, ya;
+  if (ops_aval(a->args[k], &xa) < 0 || check_grad_inputs(a->args[k]) < 0) return NULL;
+  int64_t nx = 1;
+  for (int i = 0; i < xa.ndim; i++) nx *= xa.shape[i];
+  Value **pieces = NULL, *r = NULL;
+  int64_t n = 0, made = 0;
+  if (rev) {
+    bool *diff = shm_calloc((size_t)a->nargs + 1, sizeof(bool));
+    Lin lin = {0};
+    if (!diff) return err_nomem();
+    diff[k] = true;
+    int rc = linearize(fun, a, diff, false, &lin);
+    shm_free(diff);
+    if (rc < 0) return NULL;
+    if (!ops_is_array(lin.out) || ops_aval(lin.out, &ya) < 0) {
+      if (!err_occurred()) err_set(ERR_TYPE, "jacrev: the function must return an array");
+      lin_free(&lin);
+      return NULL;
+    }
+    n = 1;
+    for (int i = 0; i < ya.ndim; i++) n *= ya.shape[i];
+    pieces = shm_calloc((size_t)n + 1, sizeof(Value *));
+    for (; pieces && made < n; made++) {
+      Value *e = basis(&ya, made), **cts = e ? backward(&lin, &e) : NULL;
+      if (e) val_decref(e);
+      if (!cts) break;
+      pieces[made] = cts[0];
+      shm_free(cts);
+    }
+    if (pieces && made == n) r = stack_jacobian(pieces, n, &ya, &xa, true);
+    lin_free(&lin);
+  } else {
+    n = nx;
+    pieces = shm_calloc((size_t)n + 1, sizeof(Value *));
+    Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *));
+    for (; pieces && args && made < n; made++) {
+      JvpTrace j;
+      jvp_push(&j, NULL);
+      Value *e = basis(&xa, made), *res = NULL;
+      memcpy(args, a->args, sizeof(Value *) * (size_t)a->nargs);
+      args[k] = e ? jvp_tracer(j.id, val_incref(a->args[k]), e) : NULL;
+      if (args[k]) {
+        CallArgs c = {a->nargs, args, a->nkw, a->kwnames, a->kwvals};
+        res = val_call(fun, &c);
+        val_decref(args[k]);
+      }
+      jvp_pop(&j);
+      if (!res) break;
+      if (!ops_is_array(res) || ops_aval(res, &ya) < 0) {
+        val_decref(res);
+        if (!err_occurred()) err_set(ERR_TYPE, "jacfwd: the function must return an array");
+        break;
+      }
+      pieces[made] = tangent_of(res, j.id);
+      val_decref(res);
+      if (!pieces[made]) break;
+    }
+    shm_free(args);
+    if (pieces && made == n) r = stack_jacobian(pieces, n, &xa, &ya, false);
+  }
+  values_free(pieces, (int)made);
+  return r;
+}
+
+static Value *make_jac(const CallArgs *a, const char *who, bool rev) {
+  Value *fun, *argnums = NULL;
+  if (args_bind(who, a, "fun, argnums=", (Value **[]){&fun, &argnums}) < 0) return NULL;
+  Value *zero = val_int(0);
+  Value *cfg = tuple_pack(JAC_N, (Value *[]){fun, argnums ? argnums : zero, val_bool(rev)});
+  val_decref(zero);
+  Value *r = cfg ? bound_new(who, jac_call, cfg) : NULL;
+  if (cfg) val_decref(cfg);
+  return r;
+}
+
+static Value *bi_jacfwd(const CallArgs *a) { return make_jac(a, "jacfwd", false); }
+static Value *bi_jacrev(const CallArgs *a) { return make_jac(a, "jacrev", true); }
+
+/* hessian(fun, argnums=0) = jacfwd(jacrev(fun)) */
+static Value *bi_hessian(const CallArgs *a) {
+  Value *inner = make_jac(a, "jacrev", true);
+  if (!inner) return NULL;
+  Value *argnums = a->nargs > 1 ? a->args[1] : NULL;
+  for (int i = 0; i < a->nkw; i++)
+    if (!strcmp(a->kwnames[i], "argnums")) argnums = a->kwvals[i];
+  Value *zero = val_int(0);
+  Value *cfg = tuple_pack(JAC_N, (Value *[]){inner, argnums ? argnums : zero, val_bool(false)});
+  val_decref(zero);
+  val_decref(inner);
+  Value *r = cfg ? bound_new("hessian", jac_call, cfg) : NULL;
+  if (cfg) val_decref(cfg);
+  return r;
+}
+
 /* ==== queries for control flow ================================================ */
 
 static bool leaf_pred(Value *tree, bool reverse) {
@@ -1316,7 +1501,17 @@ int ad_register(Env *b) {
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "vjp", bi_vjp, "vjp(fun, *primals, has_aux=False)") < 0 ||
-      add_both(b, "jvp", bi_jvp, "jvp(fun, primals, tangents, has_aux=False)") < 0)
+      add_both(b, "jvp", bi_jvp, "jvp(fun, primals, tangents, has_aux=False)") < 0 ||
+      add_both(b, "jacfwd", bi_jacfwd, "jacfwd(fun, argnums=0)") < 0 ||
+      add_both(b, "jacrev", bi_jacrev, "jacrev(fun, argnums=0)") < 0 ||
+      add_both(b, "jacobian", bi_jacrev, "jacobian(fun, argnums=0): jacrev") < 0 ||
+      add_both(b, "hessian", bi_hessian, "hessian(fun, argnums=0)") < 0 ||
+      add_both(b, "checkpoint", bi_checkpoint, "checkpoint(fun, ...): fun") < 0 ||
+      add_both(b, "remat", bi_checkpoint, "remat(fun, ...): fun") < 0)
     return -1;
+  Value *sg = builtin_new("stop_gradient", bi_stop_gradient, "stop_gradient(x)");
+  int rc = sg && builtins_add_to("lax", "stop_gradient", sg) == 0 ? 0 : -1;
+  if (sg) val_decref(sg);
+  if (rc < 0) return -1;
   return 0;
 }
