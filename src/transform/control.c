@@ -257,6 +257,71 @@ static int check_scalar(Value *v, const char *what) {
   return -1;
 }
 
+/* ==== a batched predicate (vmap): every branch, then a selection ============ */
+
+/* Whether staging failed only because a value being transformed (by
+ * grad, jvp or vmap) reached the sub-plans: then the control flow runs
+ * unstaged inside the enclosing jit instead, its operations recorded one
+ * by one (a loop with static bounds unrolled, both branches of a cond
+ * computed and selected), which the transformations see through.  The
+ * staging error is cleared. */
+static bool unstage(void) {
+  if (!trace_transformed_operand()) return false;
+  err_clear();
+  return true;
+}
+
+/* Each leaf of [on_true] where [pred] holds, of [on_false] elsewhere (the
+ * trees alike): jnp.where leaf by leaf. */
+static Value *select_trees(Value *pred, Value *on_true, Value *on_false) {
+  Leaves lt = {0}, lf = {0};
+  Value **vals = NULL, *r = NULL;
+  int k = 0;
+  if (flatten(on_true, &lt) < 0 || flatten(on_false, &lf) < 0) goto out;
+  if (lt.n != lf.n) {
+    err_set(ERR_TYPE, "the branches returned different structures (%d and %d leaves)", lt.n, lf.n);
+    goto out;
+  }
+  if (!(vals = shm_calloc((size_t)lt.n + 1, sizeof(Value *)))) goto out;
+  for (; k < lt.n; k++)
+    if (!(vals[k] = ops_select(pred, lt.v[k], lf.v[k]))) goto out;
+  int pos = 0;
+  r = replace(on_true, vals, &pos);
+out:
+  values_free(vals, k);
+  shm_free(lt.v);
+  shm_free(lf.v);
+  return r;
+}
+
+/* A cond or switch whose index differs between the examples of a vmap:
+ * every branch runs, and each result leaf is selected by the index, as
+ * JAX's batching rule of cond does. */
+static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const *fns, int nops,
+                               Value **ops) {
+  Value **res = shm_calloc((size_t)nb + 1, sizeof(Value *)), *r = NULL;
+  int k = 0;
+  if (!res) return err_nomem();
+  for (; k < nb; k++)
+    if (!(res[k] = val_call_n(fns[k], nops, ops))) goto out;
+  if (is_bool) {
+    r = select_trees(index, res[1], res[0]);
+    goto out;
+  }
+  r = val_incref(res[nb - 1]);
+  for (int i = nb - 2; r && i >= 0; i--) {
+    Value *iv = val_int(i), *eq = iv ? ops_compare(OP_EQ, index, iv) : NULL;
+    Value *s = eq ? select_trees(eq, res[i], r) : NULL;
+    val_decref(iv);
+    val_decref(eq);
+    val_decref(r);
+    r = s;
+  }
+out:
+  values_free(res, k);
+  return r;
+}
+
 /* cond(pred, true_fun, false_fun, *operands) */
 static Value *bi_cond(const CallArgs *a) {
   if (a->nargs < 3 || a->nkw)
@@ -267,13 +332,18 @@ static Value *bi_cond(const CallArgs *a) {
     return NULL;
   }
   Value *r = NULL;
-  if (!trace_current()) {
+  if (IS_BATCH_TRACER(pred)) {
+    Value *fns[2] = {a->args[2], a->args[1]};
+    r = batched_branches(pred, true, 2, fns, a->nargs - 3, a->args + 3);
+  } else if (!trace_current()) {
     int t = val_truth(pred);
     if (t >= 0) r = val_call_n(a->args[t ? 1 : 2], a->nargs - 3, a->args + 3);
   } else {
     Value *idx = ops_convert(pred, DT_I32, false);
     Value *fns[2] = {a->args[2], a->args[1]};
+    trace_transformed_operand();
     r = idx ? staged_cond(idx, 2, fns, a->nargs - 3, a->args + 3) : NULL;
+    if (!r && unstage()) r = batched_branches(pred, true, 2, fns, a->nargs - 3, a->args + 3);
     val_decref(idx);
   }
   val_decref(pred);
@@ -310,7 +380,11 @@ static Value *bi_switch(const CallArgs *a) {
     return NULL;
   }
   Value *r = NULL;
-  if (!trace_current()) {
+  if (IS_BATCH_TRACER(index)) {
+    Value *idx = clamp_index(index, (int64_t)nb);
+    r = idx ? batched_branches(idx, false, (int)nb, fns, a->nargs - 2, a->args + 2) : NULL;
+    val_decref(idx);
+  } else if (!trace_current()) {
     int64_t i;
     if (arr_to_index(index, &i) == 0) {
       i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
@@ -318,7 +392,9 @@ static Value *bi_switch(const CallArgs *a) {
     }
   } else {
     Value *idx = clamp_index(index, (int64_t)nb);
+    trace_transformed_operand();
     r = idx ? staged_cond(idx, (int)nb, (Value **)fns, a->nargs - 2, a->args + 2) : NULL;
+    if (!r && idx && unstage()) r = batched_branches(idx, false, (int)nb, fns, a->nargs - 2, a->args + 2);
     val_decref(idx);
   }
   val_decref(index);
@@ -341,11 +417,52 @@ static Value *while_reverse_error(void) {
                             "or using fori_loop with static start/stop.");
 }
 
+/* Whether any example of the batched predicate [c] holds: 0/1, or -1. */
+static int any_example(Value *c) {
+  Value *b = ((Tracer *)c)->batched;
+  AVal a;
+  if (ops_aval(b, &a) < 0) return -1;
+  int64_t axes[SHM_MAXDIM];
+  for (int i = 0; i < a.ndim; i++) axes[i] = i;
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", val_int_tuple(a.ndim, axes));
+  Value *any = prim_apply(P_REDUCE_OR, 1, &b, &p);
+  params_clear(&p);
+  int t = any ? val_truth(any) : -1;
+  val_decref(any);
+  return t;
+}
+
+/* One step of a while loop whose predicate [c] is batched (vmap): the
+ * body runs for every example, and the examples whose predicate is false
+ * keep their carry, as JAX's batching rule of while does. */
+static Value *batched_step(Value *c, Value *body_fun, Value *val) {
+  Value *next = val_call_n(body_fun, 1, &val);
+  Value *r = next ? select_trees(c, next, val) : NULL;
+  val_decref(next);
+  return r;
+}
+
 static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
   if (ad_reverse_leaf(init)) return while_reverse_error();
   Value *val = val_incref(init);
   for (;;) {
     Value *c = val_call_n(cond_fun, 1, &val);
+    if (c && IS_BATCH_TRACER(c)) {
+      int any = check_scalar(c, "while_loop cond_fun result") < 0 ? -1 : any_example(c);
+      Value *next = any == 1 && check_interrupt() == 0 ? batched_step(c, body_fun, val) : NULL;
+      val_decref(c);
+      if (any == 0) return val;
+      val_decref(val);
+      if (!next) return NULL;
+      if (eager_carry_check("while_loop body_fun", init, next) < 0) {
+        val_decref(next);
+        return NULL;
+      }
+      val = next;
+      continue;
+    }
     int t = c ? (check_scalar(c, "while_loop cond_fun result") < 0 ? -1 : val_truth(c)) : -1;
     val_decref(c);
     if (t <= 0 || check_interrupt() < 0) {
@@ -521,8 +638,13 @@ static Value *bi_while_loop(const CallArgs *a) {
   if (flatten(init, &l) < 0) return NULL;
   CallCtx cc = {cf, 1, &init}, bc = {bf, 1, &init};
   Loop lp = {"while_loop body_fun", 0, fn_name(cf), fn_name(bf), call_body, call_body, &cc, &bc};
+  trace_transformed_operand();
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
+  if (!r && unstage())   /* no trip count to unroll by */
+    err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being differentiated or "
+                                 "batched is not implemented yet; use fori_loop or scan, or "
+                                 "transform outside jit");
   return r;
 }
 
@@ -627,8 +749,12 @@ static Value *bi_fori_loop(const CallArgs *a) {
                 (Value **[]){&lo, &hi, &body, &init}) < 0)
     return NULL;
   Value *r = NULL;
-  if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0)
+  if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0) {
+    trace_transformed_operand();
     r = trace_current() ? staged_fori(lo_a, hi_a, body, init) : eager_fori(lo_a, hi_a, body, init);
+    if (!r && trace_current() && IS_ARRAY(lo_a) && IS_ARRAY(hi_a) && unstage())
+      r = eager_fori(lo_a, hi_a, body, init);
+  }
   val_decref(lo_a);
   val_decref(hi_a);
   return r;
@@ -903,9 +1029,12 @@ static Value *bi_scan(const CallArgs *a) {
   Leaves xl = {0};
   int64_t n;
   Value *r = NULL;
-  if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0)
+  if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0) {
+    trace_transformed_operand();
     r = trace_current() ? staged_scan(f, init, xs, &xl, n, reverse)
                         : eager_scan(f, init, xs, &xl, n, reverse);
+    if (!r && trace_current() && unstage()) r = eager_scan(f, init, xs, &xl, n, reverse);
+  }
   shm_free(xl.v);
   return r;
 }

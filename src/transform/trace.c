@@ -32,6 +32,13 @@ struct Trace {
 
 static _Thread_local Trace *cur_trace;
 static _Thread_local Trace *linear_traces;
+static _Thread_local bool transformed_operand;
+
+bool trace_transformed_operand(void) {
+  bool b = transformed_operand;
+  transformed_operand = false;
+  return b;
+}
 static atomic_uint next_trace_id = 1;
 
 unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
@@ -159,6 +166,7 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
       out->var = trace_outside(t, v, &((Tracer *)v)->aval);
       return out->var < 0 ? -1 : 0;
     }
+    transformed_operand = true;
     err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (a jit function's "
                                  "closure, or cond, while_loop, fori_loop, scan or shard_map "
                                  "under jit); transforming staged code is not implemented yet: "

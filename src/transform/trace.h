@@ -93,6 +93,12 @@ Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p);
  * the current line (the caller fills the kind's fields).  NULL on nomem. */
 Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a);
 
+/* Whether a staging trace of this thread met a value being transformed
+ * (differentiated, batched) since the last call: the error trace_atom set
+ * then is the one control flow recovers from by not staging (control.c).
+ * Clears the flag. */
+bool trace_transformed_operand(void);
+
 /* A fresh trace id, above every id handed out before (traces of one
  * thread nest, so the innermost has the largest id). */
 unsigned trace_next_id(void);
