@@ -727,7 +727,8 @@ static Value *bi_set_printoptions(const CallArgs *a) {
 /* The namespaces, made once by builtins_register (main thread, before any
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
-static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools;
+static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
+    *ns_special, *ns_maps;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -737,6 +738,8 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.tree_util")) return ns_tree_util;
   if (!strcmp(name, "jax.tree")) return ns_tree;
   if (!strcmp(name, "functools")) return ns_functools;
+  if (!strcmp(name, "jax.scipy.special")) return ns_special;
+  if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   return NULL;
 }
 
@@ -814,7 +817,10 @@ int builtins_register(Env *e) {
     ns_tree_util = new_namespace("jax.tree_util");
     ns_tree = new_namespace("jax.tree");
     ns_functools = new_namespace("functools");
-    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools)
+    ns_special = new_namespace("jax.scipy.special");
+    ns_maps = new_namespace("jax.experimental.maps");
+    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
+        !ns_special || !ns_maps)
       return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
@@ -831,6 +837,8 @@ int builtins_register(Env *e) {
   int prc = pf ? builtins_add_to("functools", "partial", pf) : -1;
   if (pf) val_decref(pf);
   if (prc < 0) return -1;
+  Value *lse = dict_get_str(((Module *)ns_nn)->globals, "logsumexp");
+  if (lse && dict_set_str(((Module *)ns_special)->globals, "logsumexp", lse) < 0) return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||

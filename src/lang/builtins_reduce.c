@@ -31,6 +31,7 @@
 /* Binds (a, axis, dtype, keepdims) and converts [a]; *x new reference. */
 typedef struct RedArgs {
   Value *x;
+  Value *names;      /* named axes to reduce over too (a tuple), or NULL */
   int naxes, axes[SHM_MAXDIM];
   bool keepdims, all;
   int dtype;
@@ -51,15 +52,42 @@ static int red_bind(const char *fname, const CallArgs *a, RedArgs *r, bool with_
   if (ops_dtype_arg(dtype, &r->dtype) < 0 || bi_bool_arg(keepdims, false, &r->keepdims) < 0 ||
       bi_int_arg(fname, "ddof", ddof, 0, &r->ddof) < 0)
     return -1;
+  Value *pos;
+  if (ops_split_named_axes(axis, &pos, &r->names) < 0) return -1;
   r->x = bi_arr(x);
-  if (!r->x) return -1;
+  if (!r->x) {
+    if (r->names) val_decref(r->names), val_decref(pos);
+    return -1;
+  }
   AVal av = bi_aval(r->x);
   r->all = bi_is_none(axis);
-  if (ops_axes_arg(axis, av.ndim, &r->naxes, r->axes) < 0) {
+  rc = ops_axes_arg(pos, av.ndim, &r->naxes, r->axes);
+  if (r->names) val_decref(pos);
+  if (rc < 0) {
     val_decref(r->x);
+    if (r->names) val_decref(r->names);
     return -1;
   }
   return 0;
+}
+
+/* The error of a reduction that takes no named axes, given some. */
+static int red_unnamed(RedArgs *r, const char *fname) {
+  if (!r->names) return 0;
+  val_decref(r->names);
+  val_decref(r->x);
+  err_set(ERR_NOT_IMPLEMENTED, "%s over named axes is not implemented", fname);
+  return -1;
+}
+
+/* [res] (stolen) reduced over [r]'s named axes too, as [kind]. */
+static Value *red_named(RedArgs *r, Value *res, PrimId kind, bool mean) {
+  if (!r->names) return res;
+  Value *out = res ? ops_named_reduce(kind, res, r->names, mean) : NULL;
+  if (res) val_decref(res);
+  val_decref(r->names);
+  r->names = NULL;
+  return out;
 }
 
 /* Elements reduced over by [r]. */
@@ -80,7 +108,12 @@ static Value *sum_like(const char *fname, const CallArgs *a, PrimId id) {
   Value *c = ops_convert(r.x, t, av.weak);
   Value *res = c ? ops_reduce(id, c, r.naxes, r.axes, r.keepdims) : NULL;
   bi_drop(c, r.x, NULL, NULL);
-  return res;
+  if (r.names && id != P_REDUCE_SUM) {
+    val_decref(r.names);
+    val_decref(res);
+    return err_set(ERR_NOT_IMPLEMENTED, "%s over named axes is not implemented", fname);
+  }
+  return red_named(&r, res, P_REDUCE_SUM, false);
 }
 
 Value *bi_jnp_sum(const CallArgs *a) { return sum_like("sum", a, P_REDUCE_SUM); }
@@ -98,7 +131,7 @@ static Value *max_like(const char *fname, const CallArgs *a, PrimId id) {
   else
     res = ops_reduce(id, r.x, r.naxes, r.axes, r.keepdims);
   val_decref(r.x);
-  return res;
+  return red_named(&r, res, id, false);
 }
 
 Value *bi_jnp_max(const CallArgs *a) { return max_like("max", a, P_REDUCE_MAX); }
@@ -107,7 +140,7 @@ Value *bi_jnp_min(const CallArgs *a) { return max_like("min", a, P_REDUCE_MIN); 
 /* all and any: reduce_and / reduce_or of the bools. */
 static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
   RedArgs r;
-  if (red_bind(fname, a, &r, false) < 0) return NULL;
+  if (red_bind(fname, a, &r, false) < 0 || red_unnamed(&r, fname) < 0) return NULL;
   Value *b = ops_convert(r.x, DT_BOOL, false);
   Value *res = b ? ops_reduce(id, b, r.naxes, r.axes, r.keepdims) : NULL;
   bi_drop(b, r.x, NULL, NULL);
@@ -133,7 +166,7 @@ static Value *bi_mean(const CallArgs *a) {
   if (red_bind("mean", a, &r, true) < 0) return NULL;
   Value *m = mean_of(r.x, &r, r.keepdims);
   val_decref(r.x);
-  return m;
+  return red_named(&r, m, P_REDUCE_SUM, true);
 }
 
 /* var: mean of squared deviations, divided by N - ddof. */
@@ -153,7 +186,7 @@ static Value *var_of(RedArgs *r) {
 
 static Value *bi_var(const CallArgs *a) {
   RedArgs r;
-  if (red_bind("var", a, &r, true) < 0) return NULL;
+  if (red_bind("var", a, &r, true) < 0 || red_unnamed(&r, "var") < 0) return NULL;
   Value *v = var_of(&r);
   val_decref(r.x);
   return v;
@@ -161,7 +194,7 @@ static Value *bi_var(const CallArgs *a) {
 
 static Value *bi_std(const CallArgs *a) {
   RedArgs r;
-  if (red_bind("std", a, &r, true) < 0) return NULL;
+  if (red_bind("std", a, &r, true) < 0 || red_unnamed(&r, "std") < 0) return NULL;
   Value *v = var_of(&r);
   Value *s = v ? ops_unary_prim(P_SQRT, v) : NULL;
   bi_drop(v, r.x, NULL, NULL);
@@ -276,6 +309,27 @@ static Value *bi_logsumexp(const CallArgs *a) {
   Value **slots[] = {&x, &axis, &b, &keepdims, &return_sign};
   if (args_bind("logsumexp", a, "a, axis=, b=, keepdims=, return_sign=", slots) < 0) return NULL;
   if (!bi_is_none(b)) return err_set(ERR_VALUE, "logsumexp: the 'b' argument is not supported");
+  Value *pos, *names;
+  if (ops_split_named_axes(axis, &pos, &names) < 0) return NULL;
+  if (names) {   /* the positions first, then across the named axes */
+    Value *kv[] = {keepdims ? keepdims : VAL_NONE};
+    const char *kn[] = {"keepdims"};
+    int np = (int)tuple_len(pos);
+    Value *inner = np ? NULL : val_incref(x);
+    if (np) {
+      CallArgs c = {2, (Value *[]){x, pos}, keepdims ? 1 : 0, kn, kv};
+      inner = bi_logsumexp(&c);
+    }
+    Value *m = inner ? ops_named_reduce(P_REDUCE_MAX, inner, names, false) : NULL;
+    Value *d = m ? bi_bin(P_SUB, inner, m) : NULL;
+    Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
+    Value *s = e ? ops_named_reduce(P_REDUCE_SUM, e, names, false) : NULL;
+    Value *l = s ? ops_unary_prim(P_LOG, s) : NULL;
+    Value *r = l ? bi_bin(P_ADD, l, m) : NULL;
+    bi_drop(inner, m, d, e);
+    bi_drop(s, l, names, pos);
+    return r;
+  }
   bool kd;
   if (bi_bool_arg(keepdims, false, &kd) < 0) return NULL;
   Value *xa = bi_arr(x), *f = xa ? bi_inexact(xa) : NULL;
@@ -357,6 +411,18 @@ static Value *bi_one_hot(const CallArgs *a) {
   if (args_bind("one_hot", a, "x, num_classes, dtype=, axis=", slots) < 0) return NULL;
   int64_t nc, ax;
   int t;
+  if (axis && axis->type == V_STR) {   /* a named axis of the enclosing xmap (seed 001) */
+    if (!ops_name_axis_hook) return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(axis));
+    Value *kw[] = {dtype ? dtype : VAL_NONE};
+    const char *kwn[] = {"dtype"};
+    CallArgs c = {2, (Value *[]){x, num}, dtype ? 1 : 0, kwn, kw};
+    Value *oh = bi_one_hot(&c);
+    if (!oh) return NULL;
+    AVal oa = bi_aval(oh);
+    Value *r = ops_name_axis_hook(oh, oa.ndim - 1, str_cstr(axis));
+    val_decref(oh);
+    return r;
+  }
   if (bi_int_arg("one_hot", "num_classes", num, 0, &nc) < 0 ||
       bi_int_arg("one_hot", "axis", axis, -1, &ax) < 0 || ops_dtype_arg(dtype, &t) < 0)
     return NULL;

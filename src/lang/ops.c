@@ -1035,6 +1035,40 @@ Value *ops_squeeze(Value *x, int n, const int64_t *dims) {
   return ops_apply1(P_SQUEEZE, x, &p);
 }
 
+Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool mean);
+Value *(*ops_named_shape_hook)(Value *x);
+Value *(*ops_name_axis_hook)(Value *x, int pos, const char *name);
+
+Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean) {
+  if (!ops_named_reduce_hook)
+    return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(tuple_get(names, 0)));
+  return ops_named_reduce_hook(kind, x, names, mean);
+}
+
+int ops_split_named_axes(Value *axis, Value **pos, Value **names) {
+  *names = NULL;
+  *pos = axis;
+  if (!axis) return 0;
+  size_t n = 1;
+  Value *const *items = &axis;
+  if (axis->type != V_STR && !(ops_is_seq(axis) && val_seq(axis, &n, &items))) return 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += items[i]->type == V_STR;
+  if (k == 0) return 0;
+  Value *nm = tuple_new(k), *ps = tuple_new(n - k);
+  if (!nm || !ps) {
+    if (nm) val_decref(nm);
+    if (ps) val_decref(ps);
+    return -1;
+  }
+  for (size_t i = 0, a = 0, b = 0; i < n; i++)
+    tuple_set_steal(items[i]->type == V_STR ? nm : ps, items[i]->type == V_STR ? a++ : b++,
+                    val_incref(items[i]));
+  *names = nm;
+  *pos = ps;
+  return 0;
+}
+
 int ops_axes_arg(Value *axis, int ndim, int *naxes, int *axes) {
   if (!axis || axis == VAL_NONE) {
     *naxes = ndim;

@@ -127,6 +127,32 @@ Value *ops_reduce(PrimId id, Value *x, int naxes, const int *axes, bool keepdims
  * [ndim], normalised; errors for out-of-range and repeated axes. */
 int ops_axes_arg(Value *axis, int ndim, int *naxes, int *axes);
 
+/* Splits an `axis=` argument that mixes positions and names (xmap's named
+ * axes, vmap's axis_name; seed 001: sum(z, axis=(0, 'x', 'y'))): [*pos]
+ * gets the positions (a new tuple; the axis itself when it has no name),
+ * [*names] a new tuple of the names, or NULL when there are none.  0, or
+ * -1 with the error set. */
+int ops_split_named_axes(Value *axis, Value **pos, Value **names);
+
+/* A reduction of [x] over the named axes [names] (a tuple of str): [kind]
+ * P_REDUCE_SUM, P_REDUCE_MAX or P_REDUCE_MIN, divided by the axes' size
+ * when [mean].  Set by the transform layer (transform/batch.c), which owns
+ * named axes; NULL until then.  A new reference, or NULL with the error. */
+extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool mean);
+
+/* A value's named shape (`.named_shape`): a new dict from axis name to
+ * size, {} outside xmap.  Set by the transform layer; NULL: always {}. */
+extern Value *(*ops_named_shape_hook)(Value *x);
+
+/* [x] (borrowed) with its positional axis [pos] made the named axis
+ * [name] of the enclosing xmap (one_hot(..., axis='classes')): a new
+ * reference, or NULL with the error (no such axis in scope, or a size that
+ * differs).  Set by the transform layer. */
+extern Value *(*ops_name_axis_hook)(Value *x, int pos, const char *name);
+
+/* ops_named_reduce_hook, or the error that no named axis is in scope. */
+Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean);
+
 /* A `dtype=` argument: a dtype value, a name string, or the built-ins
  * int/float/bool; None or NULL gives -1.  ERR_TYPE "data type 'x' not
  * understood". */

@@ -209,6 +209,7 @@ static Value *array_getattr(Value *x, const char *name) {
   if (!strcmp(name, "itemsize")) return val_int((int64_t)dt_size(av.dtype));
   if (!strcmp(name, "nbytes")) return val_int((int64_t)dt_size(av.dtype) * shape_size(av.ndim, av.shape));
   if (!strcmp(name, "weak_type")) return val_bool(av.weak);
+  if (!strcmp(name, "named_shape")) return ops_named_shape_hook ? ops_named_shape_hook(x) : dict_new();
   if (!strcmp(name, "at")) return ops_at_new(x, NULL);
   if (!strcmp(name, "T") || !strcmp(name, "mT")) {
     int perm[SHM_MAXDIM];
@@ -224,7 +225,7 @@ static Value *array_getattr(Value *x, const char *name) {
   for (const Method *m = array_methods; m->name; m++)
     if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, x);
   static const char *const props[] = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes",
-                                      "weak_type", "at", "T", "mT", NULL};
+                                      "weak_type", "at", "T", "mT", "named_shape", NULL};
   Suggest s;
   suggest_init(&s, name);
   for (int i = 0; props[i]; i++) suggest_offer(&s, props[i]);

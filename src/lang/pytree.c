@@ -87,6 +87,27 @@ size_t *pytree_key_order(Value *dv) {
 
 /* ---- flatten and replace ---------------------------------------------------- */
 
+Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *leaf, void *ctx),
+                  void *ctx) {
+  PyLeaves l = {0};
+  if (pytree_flatten(tree, is_leaf, &l) < 0) return NULL;
+  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
+  int i = 0;
+  if (!vals) {
+    err_nomem();
+    goto out;
+  }
+  for (; i < l.n; i++)
+    if (!(vals[i] = fn(l.v[i], ctx))) goto out;
+  int pos = 0;
+  r = pytree_replace(tree, is_leaf, vals, &pos);
+out:
+  for (int k = 0; k < i; k++) val_decref(vals[k]);
+  shm_free(vals);
+  pytree_leaves_free(&l);
+  return r;
+}
+
 static int flatten_at(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
   if (!pytree_is_node(t)) return is_leaf && !is_leaf(t) ? 0 : pytree_push(out, t);

@@ -54,6 +54,12 @@ int pytree_flatten(Value *tree, bool (*is_leaf)(Value *v), PyLeaves *out);
  * in sorted order, as JAX's unflatten makes them. */
 Value *pytree_replace(Value *tree, bool (*is_leaf)(Value *v), Value **vals, int *pos);
 
+/* [tree] with each leaf (per [is_leaf]) replaced by fn(leaf, ctx), a new
+ * reference or NULL with the error set (which fails the whole map): a new
+ * tree, or NULL with the error set.  jax.tree_util.tree_map over C. */
+Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *leaf, void *ctx),
+                  void *ctx);
+
 /* Registers jax.tree_util's tree_map, tree_leaves, tree_flatten,
  * tree_unflatten, tree_structure, in the jax.tree_util namespace and as
  * jax.tree.map, .leaves, .flatten, .unflatten, .structure.  0, or -1. */

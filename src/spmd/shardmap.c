@@ -786,15 +786,37 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
     return NULL;
   if (id == P_PSUM && prim_tracing() && ops_is_array(x) && x->type != V_TRACER)
     return psum_of_constant(x, name, groups);
-  size_t mesh_left = 1;
-  if (named_axes && x->type != V_TRACER && (!groups || groups == VAL_NONE)) {
+  Value *kept = NULL, *xv = NULL;
+  if (named_axes && (!groups || groups == VAL_NONE)) {
+    /* vmap/xmap axes x does not vary along: a psum multiplies by their
+     * size, pmax and pmin leave x (the same on every example) */
     Value *nm = axis_names(name);
     if (!nm) return NULL;
-    named_size(nm, &mesh_left);
-    val_decref(nm);
+    size_t n;
+    Value *const *items = names_of(&nm, &n);
+    Value *keep[16];
+    size_t k = 0;
+    int64_t factor = 1, s;
+    for (size_t i = 0; i < n && i < 16; i++) {
+      const char *nmi = str_cstr(items[i]);
+      if (named_axes->size(nmi, &s) && !named_axes->carries(x, nmi))
+        factor *= s;
+      else
+        keep[k++] = items[i];
+    }
+    if (k < n) {
+      Value *f = val_int(factor);
+      xv = id == P_PSUM && f ? ops_binary(OP_MUL, f, x) : val_incref(x);
+      val_decref(f);
+      kept = k ? tuple_pack(k, keep) : NULL;
+      val_decref(nm);
+      if (!xv || !kept) return xv;   /* nothing left to reduce across */
+      x = xv;
+      name = kept;
+    } else {
+      val_decref(nm);
+    }
   }
-  if (mesh_left == 0)   /* only vmap axes, a value the same on every example */
-    return id == P_PSUM ? psum_of_constant(x, name, groups) : val_incref(x);
   AVal av;
   bool count = id == P_PSUM && ops_is_array(x) && ops_aval(x, &av) == 0 && av.dtype == DT_BOOL;
   /* JAX sums booleans as int32: a count, not a logical or */
@@ -809,6 +831,8 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
   }
   Value *r = apply1(id, xs, &p);
   val_decref(xs);
+  if (xv) val_decref(xv);
+  if (kept) val_decref(kept);
   return r;
 }
 

@@ -87,6 +87,7 @@ void shardmap_set_differentiator(ShardmapStager d);
 typedef struct NamedAxisHooks {
   bool (*size)(const char *name, int64_t *size);
   Value *(*index)(const char *name);
+  bool (*carries)(Value *x, const char *name);   /* x varies along it */
 } NamedAxisHooks;
 void shardmap_set_named_axes(const NamedAxisHooks *hooks);
 

@@ -145,22 +145,7 @@ typedef Value *(*LeafFn)(Value *leaf, void *ctx);
 
 /* [tree] with each array leaf replaced by fn(leaf, ctx): a new tree. */
 static Value *map_leaves(Value *tree, LeafFn fn, void *ctx) {
-  PyLeaves l = {0};
-  if (leaves_of(tree, &l) < 0) return NULL;
-  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *));
-  Value *r = NULL;
-  int i = 0;
-  if (!vals) {
-    err_nomem();
-    goto out;
-  }
-  for (; i < l.n; i++)
-    if (!(vals[i] = fn(l.v[i], ctx))) goto out;
-  r = rebuild(tree, vals);
-out:
-  values_free(vals, i);
-  pytree_leaves_free(&l);
-  return r;
+  return pytree_map(tree, array_leaf, fn, ctx);
 }
 
 /* The primal of [v] for trace [id] (new reference): JVP tracers of other

@@ -9,6 +9,7 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
+#include "spmd/device.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
 #include "transform/trace.h"
@@ -21,6 +22,7 @@ typedef struct BatchTrace {
   int64_t size;
   const char *name;   /* axis_name (interned), or NULL */
   struct BatchTrace *parent;
+  bool owned;         /* allocated by batch_begin (xmap), not on a C stack */
 } BatchTrace;
 
 static _Thread_local BatchTrace *batch_top;
@@ -239,14 +241,79 @@ static Value *named_gather(Value *x, int d, int64_t size, const Params *p) {
   return r;
 }
 
-/* A collective over the vmap axis's name. */
+/* ppermute over the vmap axis: example dst takes example src's value for
+ * each (src, dst) pair, zeros where no pair sends (a gather along the
+ * batch axis). */
+static Value *named_permute(Value *x, int d, int64_t size, const Params *p, int *od) {
+  Value *perm = params_get(p, "perm");
+  size_t n, k;
+  Value *const *items, *const *pr;
+  if (!perm || !val_seq(perm, &n, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
+  int64_t one = size;
+  Array *idx = arr_zeros(DT_I32, 1, &one), *mask = arr_zeros(DT_BOOL, 1, &one);
+  bool all = true;
+  if (!idx || !mask) goto fail;
+  for (size_t i = 0; i < n; i++) {
+    int64_t s, t;
+    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s) < 0 ||
+        arr_to_index(pr[1], &t) < 0 || s < 0 || t < 0 || s >= size || t >= size) {
+      err_clear();
+      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld",
+              (long long)size);
+      goto fail;
+    }
+    ((int32_t *)arr_data(idx))[t] = (int32_t)s;
+    ((uint8_t *)arr_data(mask))[t] = 1;
+  }
+  for (int64_t i = 0; i < size; i++) all &= ((uint8_t *)arr_data(mask))[i] != 0;
+  if (d < 0) {   /* the same value everywhere: it moves onto itself */
+    val_decref(&idx->hdr);
+    val_decref(&mask->hdr);
+    *od = -1;
+    return val_incref(x);
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis", val_int(d));
+  Value *g = prim_apply_rule(P_GATHER, 2, (Value *[]){x, &idx->hdr}, &q), *r = g;
+  if (g && !all) {   /* zeros where nothing arrives */
+    AVal a;
+    prim_value_aval(g, &a);
+    int64_t bd[1] = {d};
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(1, bd));
+    Value *mv = &mask->hdr;
+    Value *mb = prim_apply_rule(P_BROADCAST_IN_DIM, 1, &mv, &q);
+    Array *z = arr_scalar_f64(a.dtype, 0.0, false);
+    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
+    if (mb) val_decref(mb);
+    if (z) val_decref(&z->hdr);
+    val_decref(g);
+  }
+  val_decref(&idx->hdr);
+  val_decref(&mask->hdr);
+  *od = d;
+  return r;
+fail:
+  if (idx) val_decref(&idx->hdr);
+  if (mask) val_decref(&mask->hdr);
+  return NULL;
+}
+
+/* A collective over the vmap axis's name; [*od]: the result's batch axis
+ * (-1: the same for every example). */
 static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value *rest,
-                               const Params *p) {
+                               const Params *p, int *od) {
+  *od = -1;
   switch (id) {
   case P_PSUM: case P_PMAX: case P_PMIN:
     return named_reduce(id, x, d, bt->size, rest, p);
   case P_ALL_GATHER:
     if (!rest) return named_gather(x, d, bt->size, p);
+    break;
+  case P_PPERMUTE:
+    if (!rest) return named_permute(x, d, bt->size, p, od);
     break;
   default:
     break;
@@ -272,9 +339,9 @@ static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Par
   }
   Value *rest, *r = NULL;
   if (prim_table[id].kind == PK_COLLECTIVE && nin == 1 && names_axis(p, bt->name, &rest)) {
-    r = named_collective(bt, id, vals[0], dims[0], rest, p);
+    r = named_collective(bt, id, vals[0], dims[0], rest, p, &od);
     if (rest) val_decref(rest);
-    return r;   /* the same for every example */
+    return r && od >= 0 ? batch_tracer(bt->id, r, od) : r;
   }
   BatchRule rule = prim_table[id].rules.batch;
   int rc = rule ? rule(vals, dims, nin, p, &r, &od) : BATCH_BY_LOOP;
@@ -305,6 +372,13 @@ static bool vmap_axis_size(const char *name, int64_t *size) {
   return b != NULL;
 }
 
+static bool vmap_carries(Value *x, const char *name) {
+  BatchTrace *b = batch_named(name);
+  for (Value *v = x; b && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched)
+    if (((Tracer *)v)->trace_id == b->id) return true;
+  return false;
+}
+
 /* axis_index over a vmap axis: each example's position. */
 static Value *vmap_axis_index(const char *name) {
   BatchTrace *b = batch_named(name);
@@ -322,6 +396,11 @@ static Value *vmap_axis_index(const char *name) {
 /* ==== vmap ======================================================================= */
 
 static bool array_leaf(Value *v) { return ops_is_array(v); }
+
+/* [tree] with each array leaf replaced by fn(leaf, ctx). */
+static Value *pytree_map_arrays(Value *tree, Value *(*fn)(Value *, void *), void *ctx) {
+  return pytree_map(tree, array_leaf, fn, ctx);
+}
 
 /* The axis of each leaf of [tree] under the pytree prefix [spec] (an int,
  * None, or a container like [tree]'s): appended to [axes] (INT64_MIN:
@@ -439,25 +518,6 @@ static Value *out_leaf(Value *v, void *vctx) {
   return r;
 }
 
-static Value *map_tree(Value *tree, Value *(*fn)(Value *, void *), void *ctx) {
-  PyLeaves l = {0};
-  if (pytree_flatten(tree, array_leaf, &l) < 0) return NULL;
-  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
-  int i = 0;
-  if (!vals) {
-    err_nomem();
-    goto out;
-  }
-  for (; i < l.n; i++)
-    if (!(vals[i] = fn(l.v[i], ctx))) goto out;
-  int pos = 0;
-  r = pytree_replace(tree, array_leaf, vals, &pos);
-out:
-  values_free_n(vals, i);
-  shm_free(vals);
-  pytree_leaves_free(&l);
-  return r;
-}
 
 /* The batch size from the mapped leaves (checked to agree and to be in
  * range), or the axis_size given. */
@@ -543,7 +603,7 @@ static Value *vmap_call(Value *self, const CallArgs *a) {
   Value *all = kwt ? tuple_pack(2, (Value *[]){args, kwt}) : val_incref(args);
   if (kwt) val_decref(kwt);
   BatchTrace bt = {trace_next_id(), 0, name == VAL_NONE ? NULL : intern_cstr(str_cstr(name)),
-                   batch_top};
+                   batch_top, false};
   int rc = all ? batch_size(all, &ax, tuple_get(self, VM_SIZE), &bt.size) : -1;
   if (rc < 0) {
     if (all) val_decref(all);
@@ -551,7 +611,7 @@ static Value *vmap_call(Value *self, const CallArgs *a) {
   }
   batch_top = &bt;
   WrapCtx wc = {&bt, ax.v, 0};
-  wrapped = map_tree(all, wrap_leaf, &wc);
+  wrapped = pytree_map_arrays(all, wrap_leaf, &wc);
   val_decref(all);
   if (wrapped) {
     Value *pos = a->nkw ? tuple_get(wrapped, 0) : wrapped;
@@ -567,7 +627,7 @@ static Value *vmap_call(Value *self, const CallArgs *a) {
                      ? tuple_pack(n, items) : val_incref(out_axes);
   if (ospec && spec_axes("out_axes", res, ospec, &oax) == 0) {
     OutCtx oc = {&bt, oax.v, 0};
-    r = map_tree(res, out_leaf, &oc);
+    r = pytree_map_arrays(res, out_leaf, &oc);
   }
   if (ospec) val_decref(ospec);
 out:
@@ -651,7 +711,7 @@ Value *batch_shard_map(Value *fv, const CallArgs *a) {
   if (sf) {
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
     Value *res = shardmap_call(sf, &c);
-    if (res) r = map_tree(res, batch_result_leaf, &bt->id);
+    if (res) r = pytree_map_arrays(res, batch_result_leaf, &bt->id);
     if (res) val_decref(res);
   }
   Value *tmp[] = {zero, name, cfg, body, in, out, sf, axes};
@@ -661,13 +721,146 @@ Value *batch_shard_map(Value *fv, const CallArgs *a) {
   return r;
 }
 
+/* ==== named batch traces (xmap) ===================================================== */
+
+unsigned batch_begin(const char *name, int64_t size) {
+  BatchTrace *b = shm_calloc(1, sizeof *b);
+  if (!b) return err_nomem(), 0;
+  b->id = trace_next_id();
+  b->size = size;
+  b->name = name;
+  b->parent = batch_top;
+  b->owned = true;
+  batch_top = b;
+  return b->id;
+}
+
+void batch_end(unsigned id) {
+  BatchTrace *b = batch_top;
+  if (!b || b->id != id || !b->owned) return;
+  batch_top = b->parent;
+  shm_free(b);
+}
+
+Value *batch_wrap(unsigned id, Value *x, int axis) { return batch_tracer(id, val_incref(x), axis); }
+
+bool batch_carries(Value *v, unsigned id) {
+  for (; IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched)
+    if (((Tracer *)v)->trace_id == id) return true;
+  return false;
+}
+
+Value *batch_unwrap_front(unsigned id, Value *v, int64_t size) {
+  if (is_batch_of(v, id)) return prim_batch_moveaxis(((Tracer *)v)->batched, ((Tracer *)v)->bdim, 0);
+  if (batch_carries(v, id))   /* callers unwrap the innermost traces first */
+    return err_set(ERR_VALUE, "xmap: a named axis is nested under another one");
+  AVal a;
+  if (prim_value_aval(v, &a) < 0) return NULL;
+  int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
+  sh[0] = size;
+  for (int i = 0; i < a.ndim; i++) sh[i + 1] = a.shape[i], bd[i] = i + 1;
+  Params p;
+  params_init(&p);
+  params_add(&p, "shape", val_int_tuple(a.ndim + 1, sh));
+  params_add(&p, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
+  Value *r = prim_apply_rule(P_BROADCAST_IN_DIM, 1, &v, &p);
+  return r;
+}
+
+/* ==== named axes seen by the language: reductions, .named_shape, one_hot ========= */
+
+/* Reduces [x] over the named axes [names] (ops_named_reduce_hook): each a
+ * vmap/xmap axis in scope (reduced over its batch), or else a mesh axis of
+ * the enclosing shard_map body (the collective). */
+static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) {
+  PrimId coll = kind == P_REDUCE_SUM ? P_PSUM : kind == P_REDUCE_MAX ? P_PMAX : P_PMIN;
+  Value *r = val_incref(x);
+  int64_t total = 1;
+  for (size_t i = 0; r && i < tuple_len(names); i++) {
+    Value *nm = tuple_get(names, i);
+    BatchTrace *bt = batch_named(str_cstr(nm));
+    Value *next;
+    if (bt && !batch_carries(r, bt->id)) {   /* the same on every example */
+      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, bt->size, true) : NULL;
+      next = n ? ops_binary(OP_MUL, &n->hdr, r) : val_incref(r);
+      if (n) val_decref(&n->hdr);
+    } else {
+      Params p;
+      params_init(&p);
+      params_add(&p, "axes", tuple_pack(1, &nm));
+      params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+      next = prim_bind(coll, 1, &r, &p);
+      params_clear(&p);
+    }
+    if (bt) {
+      total *= bt->size;
+    } else if (mean) {   /* a mesh axis of the enclosing shard_map body */
+      DevCtx *d = dev_ctx();
+      int ax = d && d->mesh ? dev_mesh_axis(d->mesh, str_cstr(nm)) : -1;
+      total *= ax >= 0 ? d->mesh->sizes[ax] : 1;
+    }
+    val_decref(r);
+    r = next;
+  }
+  if (r && mean) {
+    Array *n = arr_scalar_f64(DT_F32, (double)total, true);
+    Value *m = n ? ops_binary(OP_DIV, r, &n->hdr) : NULL;
+    if (n) val_decref(&n->hdr);
+    val_decref(r);
+    r = m;
+  }
+  return r;
+}
+
+/* .named_shape: the names of the vmap/xmap axes a value varies along. */
+static Value *named_shape_hook(Value *x) {
+  Value *d = dict_new();
+  for (Value *v = x; d && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
+    BatchTrace *bt = batch_find(((Tracer *)v)->trace_id);
+    if (!bt || !bt->name) continue;
+    Value *n = val_int(bt->size);
+    dict_set_str(d, bt->name, n);
+    val_decref(n);
+  }
+  return d;
+}
+
+/* [x] with its positional axis [pos] made [bt]'s batch axis.  Tracers of
+ * inner traces (larger ids) stay outside, as dispatch expects: the new
+ * level goes under them, their batch axes renumbered. */
+static Value *name_axis_at(Value *x, int pos, BatchTrace *bt) {
+  if (IS_BATCH_TRACER(x) && ((Tracer *)x)->trace_id > bt->id) {
+    Tracer *t = (Tracer *)x;
+    int p = pos + (pos >= t->bdim);   /* in the batched value's axes */
+    Value *inner = name_axis_at(t->batched, p, bt);
+    return inner ? batch_tracer(t->trace_id, inner, t->bdim - (p < t->bdim)) : NULL;
+  }
+  return batch_tracer(bt->id, val_incref(x), pos);
+}
+
+/* one_hot(..., axis='classes'): the positional axis [pos] becomes the
+ * named axis. */
+static Value *name_axis_hook(Value *x, int pos, const char *name) {
+  BatchTrace *bt = batch_named(name);
+  AVal a;
+  if (!bt) return err_set(ERR_NAME, "unbound axis name: %s", name);
+  if (prim_value_aval(x, &a) < 0) return NULL;
+  if (a.shape[pos] != bt->size)
+    return err_set(ERR_VALUE, "the size of axis %s is %lld, but the value has %lld along it",
+                   name, (long long)bt->size, (long long)a.shape[pos]);
+  return name_axis_at(x, pos, bt);
+}
+
 /* ==== registration ================================================================ */
 
 int batch_register(Env *b) {
   prim_batch_install();
   trace_set_kind(TR_BATCH, batch_apply, batch_truth);
-  static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index};
+  static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index, vmap_carries};
   shardmap_set_named_axes(&hooks);
+  ops_named_reduce_hook = named_reduce_hook;
+  ops_named_shape_hook = named_shape_hook;
+  ops_name_axis_hook = name_axis_hook;
   Value *v = builtin_new("vmap", bi_vmap,
                          "vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None)");
   int rc = v && env_set(b, intern_cstr("vmap"), v) == 0 && builtins_add_to("jax", "vmap", v) == 0

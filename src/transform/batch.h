@@ -31,6 +31,29 @@
  * jit_register.  0 or -1. */
 int batch_register(Env *builtins);
 
+/* ---- named batch traces, for xmap (transform/xmap.c) ---------------------- */
+
+/* Opens a batch trace for named axis [name] (interned) of [size] on this
+ * thread, innermost; returns its id. */
+unsigned batch_begin(const char *name, int64_t size);
+
+/* Closes trace [id], which must be this thread's innermost. */
+void batch_end(unsigned id);
+
+/* [x] (borrowed) batched by trace [id] along its axis [axis]: a new
+ * reference, or NULL with the error set. */
+Value *batch_wrap(unsigned id, Value *x, int axis);
+
+/* Whether [v] varies along trace [id]'s axis (at any depth of batch
+ * tracers). */
+bool batch_carries(Value *v, unsigned id);
+
+/* [v] with trace [id]'s axis as its leading positional axis, unbatched
+ * by [id]: the batched value with its axis moved to the front, or [v]
+ * repeated [size] times along a new front axis when it does not vary
+ * along it.  A new reference, or NULL with the error set. */
+Value *batch_unwrap_front(unsigned id, Value *v, int64_t size);
+
 /* A shard_map function [f] called on batched arguments (the innermost
  * tracer among them a batch tracer): a shard_map of the body's vmap over
  * the same mesh, the batch axis first and unsplit (P(None, ...)); the

@@ -1,0 +1,404 @@
+/*
+ * xmap.c - xmap, named axes (xmap.h).
+ */
+#include <string.h>
+
+#include "array/prim_batch.h"
+#include "array/print.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/ops.h"
+#include "lang/pytree.h"
+#include "transform/batch.h"
+#include "transform/xmap.h"
+
+enum { XM_MAXNAMES = 16 };
+
+/* One axis mapping: positional axis -> name, sorted by position. */
+typedef struct Mapping {
+  int n;
+  int64_t pos[XM_MAXNAMES];
+  const char *name[XM_MAXNAMES];   /* interned */
+  Value *spec;                     /* the user's spelling (borrowed), for messages */
+} Mapping;
+
+/* Whether [v] is an axis mapping: a dict {position: name} or a list of
+ * names ending in `...` (seed 001). */
+static bool is_mapping(Value *v) {
+  if (v->type == V_DICT) {
+    Dict *d = (Dict *)v;
+    for (size_t i = 0; i < d->len; i++)
+      if (!IS_ARRAY(d->keys[i])) return false;
+    return true;
+  }
+  size_t n;
+  Value *const *items;
+  if (v->type != V_LIST || !val_seq(v, &n, &items) || n == 0 || items[n - 1] != VAL_ELLIPSIS)
+    return false;
+  for (size_t i = 0; i + 1 < n; i++)
+    if (items[i]->type != V_STR) return false;
+  return true;
+}
+
+static int mapping_read(Value *v, Mapping *m) {
+  memset(m, 0, sizeof *m);
+  m->spec = v;
+  if (v->type == V_DICT) {
+    Dict *d = (Dict *)v;
+    for (size_t i = 0; i < d->len; i++) {
+      if (m->n == XM_MAXNAMES || d->vals[i]->type != V_STR ||
+          arr_to_index(d->keys[i], &m->pos[m->n]) < 0) {
+        err_clear();
+        err_set(ERR_TYPE, "xmap axis mappings are {position: name} dicts with str names");
+        return -1;
+      }
+      m->name[m->n++] = intern_cstr(str_cstr(d->vals[i]));
+    }
+  } else {
+    size_t n;
+    Value *const *items;
+    val_seq(v, &n, &items);
+    for (size_t i = 0; i + 1 < n && m->n < XM_MAXNAMES; i++) {
+      m->pos[m->n] = (int64_t)i;
+      m->name[m->n++] = intern_cstr(str_cstr(items[i]));
+    }
+  }
+  for (int i = 1; i < m->n; i++)   /* by position */
+    for (int j = i; j > 0 && m->pos[j - 1] > m->pos[j]; j--) {
+      int64_t p = m->pos[j];
+      const char *nm = m->name[j];
+      m->pos[j] = m->pos[j - 1], m->name[j] = m->name[j - 1];
+      m->pos[j - 1] = p, m->name[j - 1] = nm;
+    }
+  for (int i = 0; i < m->n; i++)
+    for (int j = 0; j < i; j++)
+      if (m->name[i] == m->name[j]) {
+        err_set(ERR_VALUE, "xmap: the axis mapping names '%s' twice", m->name[i]);
+        return -1;
+      }
+  return 0;
+}
+
+/* The mappings of the array leaves of [tree] under the prefix [spec]. */
+typedef struct Mappings {
+  Mapping *v;
+  int n, cap;
+} Mappings;
+
+static int mappings_push(Mappings *ms, Value *spec) {
+  if (ms->n == ms->cap) {
+    int cap = ms->cap ? 2 * ms->cap : 8;
+    Mapping *v = shm_realloc(ms->v, sizeof(Mapping) * (size_t)cap);
+    if (!v) return err_nomem(), -1;
+    ms->v = v, ms->cap = cap;
+  }
+  return mapping_read(spec, &ms->v[ms->n++]);
+}
+
+static bool array_leaf(Value *v) { return ops_is_array(v); }
+
+/* [tree] with each array leaf replaced by fn(leaf, ctx). */
+static Value *pytree_map_arrays(Value *tree, Value *(*fn)(Value *, void *), void *ctx) {
+  return pytree_map(tree, array_leaf, fn, ctx);
+}
+
+static int spec_leaves(const char *what, Value *tree, Value *spec, Mappings *out) {
+  if (is_mapping(spec)) {
+    PyLeaves l = {0};
+    if (pytree_flatten(tree, array_leaf, &l) < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0; i++) rc = mappings_push(out, spec);
+    pytree_leaves_free(&l);
+    return rc;
+  }
+  size_t n, m;
+  Value *const *ts, *const *ss;
+  if ((spec->type == V_TUPLE || spec->type == V_LIST) && tree->type != V_DICT &&
+      val_seq(tree, &n, &ts) && val_seq(spec, &m, &ss) && n == m) {
+    for (size_t i = 0; i < n; i++)
+      if (spec_leaves(what, ts[i], ss[i], out) < 0) return -1;
+    return 0;
+  }
+  err_set(ERR_VALUE, "xmap %s must be a tree prefix of the %s whose leaves are axis mappings "
+                     "({position: name} or [name, ..., ...]), got %s for a %s", what,
+          strcmp(what, "in_axes") ? "results" : "arguments", val_type_name(spec),
+          val_type_name(tree));
+  return -1;
+}
+
+/* ==== the call ===================================================================== */
+
+/* The named axes of a call, in order of first appearance. */
+typedef struct Names {
+  int n;
+  const char *name[XM_MAXNAMES];
+  int64_t size[XM_MAXNAMES];
+  unsigned id[XM_MAXNAMES];
+} Names;
+
+static int names_find(const Names *ns, const char *name) {
+  for (int i = 0; i < ns->n; i++)
+    if (ns->name[i] == name) return i;
+  return -1;
+}
+
+/* Records the names and sizes [leaf] brings under [m], checking that
+ * every name has one size (the seed's error). */
+static int names_add(Names *ns, Value *leaf, const Mapping *m) {
+  AVal a;
+  if (prim_value_aval(leaf, &a) < 0) return -1;
+  for (int k = 0; k < m->n; k++) {
+    int64_t p = m->pos[k] < 0 ? m->pos[k] + a.ndim : m->pos[k];
+    char sh[128], sp[128] = "";
+    if (p < 0 || p >= a.ndim) {
+      aval_str(sh, sizeof sh, a.dtype, a.ndim, a.shape);
+      return err_set(ERR_VALUE, "xmap: in_axes maps axis %lld of an argument of type %s",
+                     (long long)m->pos[k], sh), -1;
+    }
+    int i = names_find(ns, m->name[k]);
+    if (i >= 0 && ns->size[i] != a.shape[p]) {
+      if (m->spec->type == V_LIST) {   /* written as the user wrote it: ['i', ...] */
+        int o = snprintf(sp, sizeof sp, "[");
+        for (int q = 0; q < m->n && o < 100; q++)
+          o += snprintf(sp + o, sizeof sp - (size_t)o, "'%s', ", m->name[q]);
+        snprintf(sp + o, sizeof sp - (size_t)o, "...]");
+      } else {
+        Value *r = val_repr(m->spec);
+        if (r) snprintf(sp, sizeof sp, "%s", str_cstr(r)), val_decref(r);
+      }
+      int o = snprintf(sh, sizeof sh, "(");
+      for (int d = 0; d < a.ndim && o < 100; d++)
+        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%lld", d ? ", " : "", (long long)a.shape[d]);
+      snprintf(sh + o, sizeof sh - (size_t)o, a.ndim == 1 ? ",)" : ")");
+      return err_set(ERR_VALUE, "the size of axis '%s' was previously inferred to be %lld, but "
+                                "found an argument of shape %s with in_axes %s: %lld != %lld",
+                     m->name[k], (long long)ns->size[i], sh, sp, (long long)a.shape[p],
+                     (long long)ns->size[i]), -1;
+    }
+    if (i < 0) {
+      if (ns->n == XM_MAXNAMES) return err_set(ERR_VALUE, "xmap: too many named axes"), -1;
+      ns->name[ns->n] = m->name[k];
+      ns->size[ns->n++] = a.shape[p];
+    }
+  }
+  return 0;
+}
+
+/* [leaf] with the axes of [m] made named: wrapped by each name's trace,
+ * outermost trace first, each position counted without the axes already
+ * named. */
+static Value *name_leaf(Value *leaf, const Mapping *m, const Names *ns) {
+  AVal a;
+  if (prim_value_aval(leaf, &a) < 0) return NULL;
+  Value *v = val_incref(leaf);
+  bool done[XM_MAXNAMES] = {false};
+  for (int t = 0; t < ns->n && v; t++) {   /* traces in order of their ids */
+    int k = -1;
+    for (int i = 0; i < m->n; i++)
+      if (m->name[i] == ns->name[t]) k = i;
+    if (k < 0) continue;
+    int64_t p = m->pos[k] < 0 ? m->pos[k] + a.ndim : m->pos[k], q = p;
+    for (int i = 0; i < m->n; i++) {
+      int64_t pi = m->pos[i] < 0 ? m->pos[i] + a.ndim : m->pos[i];
+      if (done[i] && pi < p) q--;
+    }
+    Value *w = batch_wrap(ns->id[t], v, (int)q);
+    val_decref(v);
+    v = w;
+    done[k] = true;
+  }
+  return v;
+}
+
+/* A result leaf back to positions: each named axis it carries, and each
+ * [m] places, unwrapped to the front (innermost trace first), then moved
+ * where [m] puts it. */
+static Value *place_leaf(Value *leaf, const Mapping *m, const Names *ns, int k_leaf) {
+  Value *v = val_incref(leaf);
+  int order[XM_MAXNAMES], no = 0;   /* names now in front, front first */
+  for (int t = ns->n - 1; t >= 0 && v; t--) {
+    bool placed = false;
+    for (int i = 0; i < m->n; i++) placed |= m->name[i] == ns->name[t];
+    bool carried = batch_carries(v, ns->id[t]);
+    if (!placed && carried) {
+      val_decref(v);
+      return err_set(ERR_VALUE, "xmap: result %d has the named axis '%s', which out_axes does "
+                                "not place; name its position in out_axes", k_leaf, ns->name[t]);
+    }
+    if (!placed) continue;
+    Value *u = batch_unwrap_front(ns->id[t], v, ns->size[t]);
+    val_decref(v);
+    v = u;
+    for (int i = no; i > 0; i--) order[i] = order[i - 1];
+    order[0] = t;
+    no++;
+  }
+  for (int i = 0; v && i < m->n; i++)
+    if (names_find(ns, m->name[i]) < 0) {
+      val_decref(v);
+      return err_set(ERR_NAME, "xmap: out_axes names '%s', which no argument introduced",
+                     m->name[i]);
+    }
+  if (!v) return NULL;
+  AVal a;
+  if (prim_value_aval(v, &a) < 0) {
+    val_decref(v);
+    return NULL;
+  }
+  /* the result's axis d: the named front axis of the name mapped there,
+   * else the next positional axis (after the front block) */
+  int64_t perm[SHM_MAXDIM];
+  int next = no;
+  for (int d = 0; d < a.ndim; d++) {
+    int k = -1;
+    for (int i = 0; i < m->n; i++) {
+      int64_t p = m->pos[i] < 0 ? m->pos[i] + a.ndim : m->pos[i];
+      if (p == d) k = i;
+    }
+    if (k >= 0) {
+      int t = names_find(ns, m->name[k]), f = 0;
+      while (f < no && order[f] != t) f++;
+      perm[d] = f;
+    } else {
+      perm[d] = next++;
+    }
+  }
+  bool ident = true;
+  for (int d = 0; d < a.ndim; d++) ident &= perm[d] == d;
+  if (ident) return v;
+  Params p;
+  params_init(&p);
+  params_add(&p, "permutation", val_int_tuple(a.ndim, perm));
+  Value *r = prim_apply_rule(P_TRANSPOSE, 1, &v, &p);
+  val_decref(v);
+  return r;
+}
+
+enum { XM_FUN, XM_IN, XM_OUT, XM_N };
+
+/* A list spec at the top is a tuple of per-argument specs unless it is
+ * itself an axis mapping. */
+static Value *top_spec(Value *spec) {
+  size_t n;
+  Value *const *items;
+  if (spec->type == V_LIST && !is_mapping(spec) && val_seq(spec, &n, &items))
+    return tuple_pack(n, items);
+  return val_incref(spec);
+}
+
+typedef struct LeafCtx {
+  Mappings *ms;
+  Names *ns;
+  int pos;
+} LeafCtx;
+
+static Value *in_leaf(Value *v, void *vctx) {
+  LeafCtx *c = vctx;
+  return name_leaf(v, &c->ms->v[c->pos++], c->ns);
+}
+
+static Value *out_leaf(Value *v, void *vctx) {
+  LeafCtx *c = vctx;
+  int k = c->pos++;
+  return place_leaf(v, &c->ms->v[k], c->ns, k);
+}
+
+
+static Value *xmap_call(Value *self, const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "xmap functions take positional arguments only");
+  Value *args = tuple_pack((size_t)a->nargs, a->args);
+  Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
+  Mappings ims = {0}, oms = {0};
+  Names ns = {0};
+  Value *wrapped = NULL, *res = NULL, *r = NULL;
+  int opened = 0;
+  if (!args || !in || !out || spec_leaves("in_axes", args, in, &ims) < 0) goto done;
+  PyLeaves l = {0};
+  if (pytree_flatten(args, array_leaf, &l) < 0) goto done;
+  int rc = 0;
+  for (int i = 0; i < l.n && rc == 0; i++) rc = names_add(&ns, l.v[i], &ims.v[i]);
+  pytree_leaves_free(&l);
+  if (rc < 0) goto done;
+  for (; opened < ns.n; opened++)
+    if (!(ns.id[opened] = batch_begin(ns.name[opened], ns.size[opened]))) goto done;
+  LeafCtx ic = {&ims, &ns, 0};
+  if (!(wrapped = pytree_map_arrays(args, in_leaf, &ic))) goto done;
+  res = val_call_n(tuple_get(self, XM_FUN), a->nargs, ((Tuple *)wrapped)->items);
+  if (!res || spec_leaves("out_axes", res, out, &oms) < 0) goto done;
+  LeafCtx oc = {&oms, &ns, 0};
+  r = pytree_map_arrays(res, out_leaf, &oc);
+done:
+  while (opened > 0) batch_end(ns.id[--opened]);
+  shm_free(ims.v);
+  shm_free(oms.v);
+  Value *tmp[] = {args, in, out, wrapped, res};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* xmap(fun, in_axes, out_axes, axis_resources={}) */
+static Value *bi_xmap(const CallArgs *a) {
+  Value *fun, *in_axes, *out_axes, *res = NULL, *backend = NULL;
+  if (args_bind("xmap", a, "fun, in_axes, out_axes, axis_resources=, backend=",
+                (Value **[]){&fun, &in_axes, &out_axes, &res, &backend}) < 0)
+    return NULL;
+  if (res && res != VAL_NONE && !(res->type == V_DICT && ((Dict *)res)->len == 0))
+    return err_set(ERR_NOT_IMPLEMENTED, "xmap: axis_resources (running the named axes on a "
+                                        "mesh's devices) are not implemented yet; without them "
+                                        "xmap vectorises, with the same results");
+  Value *cfg = tuple_pack(XM_N, (Value *[]){fun, in_axes, out_axes});
+  Value *r = cfg ? bound_new("xmap", xmap_call, cfg) : NULL;
+  if (cfg) val_decref(cfg);
+  return r;
+}
+
+/* ==== pdot ========================================================================== */
+
+/* lax.pdot(x, y, axis_name, pos_contract=((), ()), pos_batch=((), ())):
+ * multiplies with name broadcasting (a dot_general over the positional
+ * dimensions given) and sums over the named axes axis_name. */
+static Value *bi_pdot(const CallArgs *a) {
+  Value *x, *y, *name, *pc = NULL, *pb = NULL;
+  if (args_bind("pdot", a, "x, y, axis_name, pos_contract=, pos_batch=",
+                (Value **[]){&x, &y, &name, &pc, &pb}) < 0)
+    return NULL;
+  Value *names = name->type == V_STR ? tuple_pack(1, &name) : val_incref(name);
+  if (!names) return NULL;
+  Value *prod;
+  bool positional = (pc && pc != VAL_NONE) || (pb && pb != VAL_NONE);
+  if (positional) {
+    Value *empty = tuple_new(0);
+    Value *c = pc && pc != VAL_NONE ? pc : NULL, *b = pb && pb != VAL_NONE ? pb : NULL;
+    Value *cc = c ? val_incref(c) : tuple_pack(2, (Value *[]){empty, empty});
+    Value *bb = b ? val_incref(b) : tuple_pack(2, (Value *[]){empty, empty});
+    Value *dn = tuple_pack(2, (Value *[]){cc, bb});
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension_numbers", dn);
+    prod = prim_apply_rule(P_DOT_GENERAL, 2, (Value *[]){x, y}, &p);
+    val_decref(empty);
+    val_decref(cc);
+    val_decref(bb);
+  } else {
+    prod = ops_binary(OP_MUL, x, y);
+  }
+  Value *r = prod ? ops_named_reduce(P_REDUCE_SUM, prod, names, false) : NULL;
+  if (prod) val_decref(prod);
+  val_decref(names);
+  return r;
+}
+
+int xmap_register(Env *b) {
+  Value *x = builtin_new("xmap", bi_xmap, "xmap(fun, in_axes, out_axes, axis_resources={})");
+  Value *p = builtin_new("pdot", bi_pdot, "pdot(x, y, axis_name, pos_contract=, pos_batch=)");
+  int rc = x && p && env_set(b, intern_cstr("xmap"), x) == 0 &&
+                   builtins_add_to("jax", "xmap", x) == 0 &&
+                   builtins_add_to("jax.experimental.maps", "xmap", x) == 0 &&
+                   builtins_add_to("lax", "pdot", p) == 0
+               ? 0 : -1;
+  if (x) val_decref(x);
+  if (p) val_decref(p);
+  return rc;
+}
