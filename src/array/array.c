@@ -144,6 +144,7 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   a->contiguous = true;
   a->ndim = (uint8_t)ndim;
   a->vma = 0;
+  a->why = (VmaWhy){0, 0, 0};
   a->size = size;
   a->offset = 0;
   int64_t st = 1;
@@ -227,6 +228,7 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
   v->weak = a->weak;
   v->ndim = (uint8_t)ndim;
   v->vma = a->vma;
+  v->why = a->why;
   v->offset = offset;
   v->size = shape_size(ndim, shape);
   for (int i = 0; i < ndim; i++) {  /* not memcpy: a few words, rep movs is slow */
@@ -246,6 +248,7 @@ Array *arr_copy(Array *a) {
   kern_copy_to_contiguous(c->buf->data, a);
   c->weak = a->weak;
   c->vma = a->vma;
+  c->why = a->why;
   return c;
 }
 
@@ -284,6 +287,7 @@ Array *arr_astype(Array *a, DType t, bool weak) {
     kern_convert(c->buf->data, t, arr_data(src), src->dtype, src->size);
     c->weak = weak;
     c->vma = a->vma;
+    c->why = a->why;
   }
   val_decref(&src->hdr);
   return c;

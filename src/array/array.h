@@ -41,6 +41,16 @@ typedef struct Buffer {
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
 
+/* Where a value's variation over mesh axes comes from, for the error of
+ * an out_spec that leaves them out: the primitive that introduced it
+ * (axis_index, ppermute, ...) at a source line, or the in_spec of an
+ * argument.  All zero: unknown. */
+typedef struct VmaWhy {
+  int32_t line;       /* source line of the primitive, 0 if none */
+  int16_t prim;       /* PrimId + 1, 0 if none */
+  int16_t arg;        /* shard_map argument index + 1, 0 if none */
+} VmaWhy;
+
 typedef struct Array {
   Value hdr;          /* type V_ARRAY */
   DType dtype;
@@ -48,6 +58,7 @@ typedef struct Array {
   bool contiguous;    /* C-contiguous: strides are the row-major ones */
   uint8_t ndim;
   uint32_t vma;       /* mesh axes it may vary over, see above */
+  VmaWhy why;         /* what first made it vary (for the replication error) */
   int64_t size;       /* number of elements, product of shape */
   int64_t offset;     /* start, in elements, within buf */
   Buffer *buf;        /* owned reference */

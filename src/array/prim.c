@@ -1180,6 +1180,27 @@ static int prim_scan_operands(PrimId id, int nin, Value **in) {
   return tracer;
 }
 
+int (*prim_line_hook)(void);
+
+/* Records why [out] varies: this primitive when it adds mesh axes none of
+ * its operands varies over, else the reason of an operand that varies
+ * over them. */
+static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
+  uint32_t in = 0;
+  for (int i = 0; i < nin; i++) in |= f->ops[i]->vma;
+  if (out->vma & ~in) {
+    out->why = (VmaWhy){prim_line_hook ? prim_line_hook() : 0, (int16_t)(id + 1), 0};
+    return;
+  }
+  for (int i = 0; i < nin; i++) {
+    const Array *a = f->ops[i];
+    if ((a->vma & out->vma) && (a->why.prim || a->why.arg)) {
+      out->why = a->why;
+      return;
+    }
+  }
+}
+
 /* Runs the kernel and stamps the outputs' avals. */
 static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal *outv) {
   int nout = prim_table[id].nout;
@@ -1198,6 +1219,7 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
   for (int i = 0; i < nout; i++) {
     out[i]->weak = outv[i].weak;
     out[i]->vma = outv[i].vma;
+    if (outv[i].vma) vma_why(id, f, nin, out[i]);
   }
   return prim_result(out, nout);
 }

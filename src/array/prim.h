@@ -168,6 +168,10 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p);
  * V_TRACER.  Same contract as prim_apply. */
 extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);
 
+/* Set by the evaluator: the source line running on this thread, for the
+ * provenance of values that vary over mesh axes (array.h, VmaWhy). */
+extern int (*prim_line_hook)(void);
+
 /* Set by the tracer: whether this thread is tracing now.  NULL (never
  * tracing) until the transform layer is registered. */
 extern bool (*prim_tracing_hook)(void);

@@ -1635,7 +1635,10 @@ Value *eval_import(const char *name, const char *from_dir) {
 /* repr of a user function, as Python's without the address. */
 static Value *func_repr(Value *v) { return str_printf("<function %s>", ((Func *)v)->name); }
 
+static int current_line(void) { return cur_loc.line; }
+
 int interp_init(int ndevices) {
+  prim_line_hook = current_line;
   shm_interp = shm_calloc(1, sizeof *shm_interp);
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;

@@ -171,6 +171,7 @@ typedef struct Call {
   Array **args;      /* the checked, converted arguments (owned) */
   Value **results;   /* per rank (owned) */
   OutBuf *out;       /* per rank print output */
+  Loc *ret;          /* per rank: where the body returned (its last statement) */
 } Call;
 
 static void run_device(int rank, void *vctx) {
@@ -181,9 +182,16 @@ static void run_device(int rank, void *vctx) {
   for (; made < c->nargs; made++) {
     Array *b = block_of(c->args[made], in_spec_of(c->f, made), c->f->mesh, rank);
     if (!b) break;
+    if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1)};   /* its in_spec splits it */
     blocks[made] = &b->hdr;
   }
+  Loc before = eval_current_loc();
   if (made == c->nargs) c->results[rank] = val_call_n(c->f->body, c->nargs, blocks);
+  /* the body's last statement, its return, when the interpreter ran it (a
+   * compiled body leaves the thread's location as it was) */
+  Loc after = eval_current_loc();
+  if (c->ret && (after.src != before.src || after.line != before.line || after.col != before.col))
+    c->ret[rank] = after;
   for (int i = 0; i < made; i++) val_decref(blocks[i]);
   eval_const_cache_clear();
   eval_set_output(NULL);
@@ -257,17 +265,47 @@ static void index_str(const Array *a, int64_t flat, char *buf, size_t cap) {
 }
 
 /* Checks that result [k] varies only over axes its out_spec names. */
-static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int k) {
+/* Why result [k] varies over mesh axis [ax] (from [why]), and the fitting
+ * hint, into [buf]. */
+static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, size_t cap) {
+  if (why.prim) {
+    const char *prim = prim_table[why.prim - 1].name;
+    bool index = why.prim - 1 == P_AXIS_INDEX;
+    snprintf(buf, cap, ": %s%s at line %d makes it vary over '%s'; reduce it over '%s' "
+                       "(psum, pmax, pmin) or name '%s' in out_specs",
+             prim, index ? "" : " (a collective whose result differs per device)", why.line, ax,
+             ax, ax);
+  } else if (why.arg) {
+    char sb[256], nm[96] = "";
+    const char *pn = param_name(f, why.arg - 1);
+    if (pn) snprintf(nm, sizeof nm, " ('%s')", pn);
+    pspec_str(in_spec_of(f, why.arg - 1), sb, sizeof sb);
+    snprintf(buf, cap, ": it is computed from argument %d%s, which in_specs %s splits over '%s' "
+                       "(is a psum over '%s' missing?)", why.arg - 1, nm, sb, ax, ax);
+  } else {
+    snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
+  }
+}
+
+static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int k,
+                     const Loc *ret) {
   const Mesh *m = f->mesh;
   uint32_t vary = 0, named = spec_axes(s, m);
   for (int r = 0; r < m->size; r++) vary |= blocks[r]->vma;
   for (int a = 0; a < m->naxes; a++) {
     if (!(vary & ~named & (1u << a))) continue;
-    char sb[256];
+    int r = 0;
+    while (r < m->size && !(blocks[r]->vma & (1u << a))) r++;
+    char sb[256], why[512];
     pspec_str(s, sb, sizeof sb);
-    err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
-                       "over '%s' (is a psum over '%s' missing?)",
-            sb, m->axis_names[a], k, m->axis_names[a], m->axis_names[a]);
+    vma_reason(f, blocks[r]->why, m->axis_names[a], why, sizeof why);
+    Loc at = ret ? ret[r] : (Loc){0};
+    if (at.src)   /* at the body's return */
+      err_set_at(at, ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d "
+                                "varies over '%s'%s", sb, m->axis_names[a], k, m->axis_names[a], why);
+    else
+      err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies over "
+                         "'%s'%s", sb, m->axis_names[a], k, m->axis_names[a], why);
     return -1;
   }
   return 0;
@@ -315,10 +353,11 @@ static int check_untiled(const ShardFn *f, const PSpec *s, Array *a, Array *b, i
   return -1;
 }
 
-static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k) {
+static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k,
+                       const Loc *ret) {
   const Mesh *m = f->mesh;
   if (check_blocks_agree(f, s, blocks, k) < 0) return NULL;
-  if (f->check_rep && check_vma(f, s, blocks, k) < 0) return NULL;
+  if (f->check_rep && check_vma(f, s, blocks, k, ret) < 0) return NULL;
   Array *b0 = blocks[0];
   int64_t gs[SHM_MAXDIM], nblocks = 1;
   for (int ax = 0; ax < b0->ndim; ax++) {
@@ -427,7 +466,7 @@ static Value *assemble_all(const Call *c) {
                                                  : (PSpec *)tuple_get(c->f->out_specs, (size_t)k);
     Value *res = NULL;
     if (gather_result(c, k, single, blocks) == 0) {
-      res = assemble(c->f, s, blocks, k);
+      res = assemble(c->f, s, blocks, k, c->ret);
       for (int r = 0; r < n; r++) val_decref(&blocks[r]->hdr);
     }
     if (!res) {
@@ -492,6 +531,7 @@ static void call_release(Call *c, int n) {
   shm_free(c->args);
   shm_free(c->results);
   shm_free(c->out);
+  shm_free(c->ret);
 }
 
 /* Plain coll_run: the runner until the debugger installs its own. */
@@ -536,8 +576,9 @@ Value *shardmap_call(Value *fv, const CallArgs *a) {
   c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));
   c.results = shm_calloc((size_t)n, sizeof(Value *));
   c.out = shm_calloc((size_t)n, sizeof(OutBuf));
+  c.ret = shm_calloc((size_t)n, sizeof(Loc));
   Value *res = NULL;
-  if (!c.args || !c.results || !c.out) {
+  if (!c.args || !c.results || !c.out || !c.ret) {
     err_nomem();
   } else if (prepare_args(&c, a) == 0) {
     int rc = run_on_devices(&c);
