@@ -45,26 +45,26 @@ __attribute__((constructor)) static void arr_limit_init(void) {
  * freed when the last of the two lets go. */
 #define ARR_EMBED_EXTRA (sizeof(void *) + 63)
 
-static Buffer *arr_embedded(const Array *a) {
-  uintptr_t p = (uintptr_t)a + sizeof(Array) + sizeof(void *);
+static Buffer *arr_embedded(const Array *a, int ndim) {
+  uintptr_t p = (uintptr_t)a + arr_header_size(ndim) + sizeof(void *);
   return (Buffer *)((p + 63) & ~(uintptr_t)63);
 }
 
 /* An Array with its buffer: embedded when small, else from shm_buf_alloc
  * (the separate header too, for its alignment). */
-static Array *arr_alloc(size_t nbytes) {
+static Array *arr_alloc(int ndim, size_t nbytes) {
   Buffer *b;
   Array *a;
   if (nbytes <= ARR_INLINE_MAX) {
-    a = shm_malloc(sizeof(Array) + ARR_EMBED_EXTRA + sizeof(Buffer) + nbytes);
+    a = shm_malloc(arr_header_size(ndim) + ARR_EMBED_EXTRA + sizeof(Buffer) + nbytes);
     if (!a)
       return NULL;
-    b = arr_embedded(a);
+    b = arr_embedded(a, ndim);
     ((void **)b)[-1] = a;
     b->data = b->inline_data;
     b->owned = false;
   } else {
-    a = shm_malloc(sizeof(Array));
+    a = shm_malloc(arr_header_size(ndim));
     if (!a)
       return NULL;
     b = shm_buf_alloc(sizeof(Buffer));
@@ -80,6 +80,7 @@ static Array *arr_alloc(size_t nbytes) {
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
   a->buf = b;
+  arr_set_dims(a, ndim);
   return a;
 }
 
@@ -168,7 +169,7 @@ Array *arr_new(DType t, int ndim, const int64_t *shape) {
   int64_t size, nbytes;
   if (arr_check_shape(t, ndim, shape, &size, &nbytes) < 0)
     return NULL;
-  Array *a = arr_alloc((size_t)nbytes);
+  Array *a = arr_alloc(ndim, (size_t)nbytes);
   if (!a) {
     char sbuf[256];
     shape_str(sbuf, sizeof sbuf, ndim, shape);
@@ -220,9 +221,10 @@ static bool arr_is_contiguous(int ndim, const int64_t *shape, const int64_t *str
 
 Array *arr_view(Array *a, int ndim, const int64_t *shape,
                 const int64_t *strides, int64_t offset) {
-  Array *v = shm_malloc(sizeof(Array));
+  Array *v = shm_malloc(arr_header_size(ndim));
   if (!v)
     return err_nomem();
+  arr_set_dims(v, ndim);
   val_init(&v->hdr, V_ARRAY);
   v->dtype = a->dtype;
   v->weak = a->weak;

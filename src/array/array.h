@@ -62,9 +62,22 @@ typedef struct Array {
   int64_t size;       /* number of elements, product of shape */
   int64_t offset;     /* start, in elements, within buf */
   Buffer *buf;        /* owned reference */
-  int64_t shape[SHM_MAXDIM];
-  int64_t strides[SHM_MAXDIM];
+  int64_t *shape;     /* ndim sizes, in [dims] */
+  int64_t *strides;   /* ndim strides in elements, in [dims] after the sizes */
+  int64_t dims[];     /* the storage of both: an array costs 16 bytes a dimension,
+                         not SHM_MAXDIM's (a list of numbers holds many 0-d ones) */
 } Array;
+
+/* The bytes of an Array header of [ndim] dimensions. */
+static inline size_t arr_header_size(int ndim) {
+  return sizeof(Array) + 2 * (size_t)ndim * sizeof(int64_t);
+}
+
+/* Points [a]'s shape and strides at its own storage for [ndim] dims. */
+static inline void arr_set_dims(Array *a, int ndim) {
+  a->shape = a->dims;
+  a->strides = a->dims + ndim;
+}
 
 static inline Array *AS_ARRAY(Value *v) { return (Array *)v; }
 static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }

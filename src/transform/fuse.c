@@ -309,7 +309,7 @@ void fuse_free(Fused *f) {
 /* Block views for kernel calls: 4 buffers and 4 array headers. */
 typedef struct Views {
   Buffer *buf[4];
-  Array arr[4];
+  Array *arr[4];   /* one-dimensional headers */
 } Views;
 
 static int lane_init(FuseLane *l, size_t regs_bytes) {
@@ -321,14 +321,17 @@ static int lane_init(FuseLane *l, size_t regs_bytes) {
   for (int k = 0; k < 4; k++) {
     if (!(v->buf[k] = shm_buf_alloc(sizeof(Buffer)))) return -1;
     memset(v->buf[k], 0, sizeof(Buffer));
+    if (!(v->arr[k] = shm_malloc(arr_header_size(1)))) return -1;
   }
   return 0;
 }
 
 static void lane_free(FuseLane *l, size_t regs_bytes) {
   Views *v = l->views;
-  for (int k = 0; v && k < 4; k++)
+  for (int k = 0; v && k < 4; k++) {
     if (v->buf[k]) shm_buf_free(v->buf[k], sizeof(Buffer));
+    shm_free(v->arr[k]);
+  }
   if (v) shm_buf_free(v, sizeof(Views));
   if (l->regs) shm_buf_free(l->regs, regs_bytes);
   l->regs = NULL;
@@ -436,12 +439,13 @@ static void vec_fn(void (*fn)(const float *, float *, int64_t), float *d, const 
 static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
   Views *v = l->views;
   Buffer *b = v->buf[k];
-  Array *a = &v->arr[k];
+  Array *a = v->arr[k];
   atomic_init(&b->refcount, 1);
   b->data = p;
   b->nbytes = (size_t)n * dt_size(t);
   b->owned = false;
-  memset(a, 0, offsetof(Array, shape));
+  memset(a, 0, sizeof(Array));
+  arr_set_dims(a, 1);
   a->hdr.type = V_ARRAY;
   a->hdr.flags = VAL_IMMORTAL;
   atomic_init(&a->hdr.refcount, 1);
