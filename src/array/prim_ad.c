@@ -459,6 +459,88 @@ static int jvp_reduce_min(Value **x, Value **t, int nin, const Params *p, Value 
   return jvp_chooser(P_REDUCE_MIN, x, t, p, yo, to);
 }
 
+/* [x] with the reduced [axes] moved last and flattened into one axis of
+ * length *r: (kept..., r). */
+static Value *rows_of(Scope *s, Value *x, const AVal *a, int n, const int64_t *axes, int64_t *r) {
+  int64_t perm[SHM_MAXDIM], shape[SHM_MAXDIM];
+  int k = 0;
+  *r = 1;
+  for (int i = 0; i < a->ndim; i++) {
+    bool red = false;
+    for (int j = 0; j < n; j++) red |= axes[j] == i;
+    if (!red) shape[k] = a->shape[i], perm[k++] = i;
+  }
+  int nk = k;
+  for (int j = 0; j < n; j++) perm[k++] = axes[j], *r *= a->shape[axes[j]];
+  shape[nk] = *r;
+  Params q;
+  params_init(&q);
+  params_add(&q, "permutation", val_int_tuple(a->ndim, perm));
+  Value *t = ap(s, P_TRANSPOSE, 1, &x, &q);
+  return reshape(s, t, nk + 1, shape);
+}
+
+/* [x] (..., r) shifted by one along its last axis, a one coming in: an
+ * exclusive product's start. */
+static Value *shift_in_one(Scope *s, Value *x, bool from_front) {
+  AVal a;
+  if (!aval_ok(x, &a)) return NULL;
+  int nd = a.ndim;
+  int64_t lo[SHM_MAXDIM] = {0}, hi[SHM_MAXDIM] = {0}, it[SHM_MAXDIM] = {0};
+  int64_t st[SHM_MAXDIM] = {0}, li[SHM_MAXDIM];
+  for (int i = 0; i < nd; i++) li[i] = a.shape[i];
+  if (from_front) li[nd - 1] -= 1, lo[nd - 1] = 1;
+  else st[nd - 1] = 1, hi[nd - 1] = 1;
+  Params q;
+  params_init(&q);
+  params_add(&q, "start_indices", val_int_tuple(nd, st));
+  params_add(&q, "limit_indices", val_int_tuple(nd, li));
+  params_add(&q, "strides", val_incref(VAL_NONE));
+  Value *cut = ap(s, P_SLICE, 1, &x, &q);
+  Value *cfg = tuple_new((size_t)nd);
+  for (int i = 0; cfg && i < nd; i++)
+    tuple_set_steal(cfg, (size_t)i, val_int_tuple(3, (int64_t[]){lo[i], hi[i], it[i]}));
+  params_init(&q);
+  params_add(&q, "padding_config", cfg);
+  AVal z = a;
+  z.ndim = 0;
+  return ap(s, P_PAD, 2, (Value *[]){cut, full(s, 1.0, &z)}, &q);
+}
+
+/* reduce_prod: the tangent of each factor times the product of the others
+ * (exclusive products from both ends, so zeros are exact), summed. */
+static int jvp_reduce_prod(Value **x, Value **t, int nin, const Params *p, Value **yo,
+                           Value **to) {
+  (void)nin;
+  if (primal(P_REDUCE_PROD, x, 1, p, yo) < 0) return -1;
+  *to = NULL;
+  if (!t[0]) return 0;
+  Scope s = {0};
+  AVal a, ya;
+  int n;
+  int64_t axes[SHM_MAXDIM], r;
+  if (prim_value_aval(x[0], &a) < 0 || prim_value_aval(*yo, &ya) < 0 || ints(p, "axes", &n, axes) < 0)
+    return jvp_done(&s, NULL, false, yo, to);
+  if (n == 0) return jvp_done(&s, t[0], false, yo, to);
+  Value *xr = rows_of(&s, x[0], &a, n, axes, &r), *tr = rows_of(&s, t[0], &a, n, axes, &r);
+  AVal ra;
+  if (!aval_ok(xr, &ra)) return jvp_done(&s, NULL, false, yo, to);
+  if (r == 0) return jvp_done(&s, zeros_of(&s, &ya), false, yo, to);
+  int last = ra.ndim - 1;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis", val_int(last));
+  params_add(&q, "reverse", val_bool(false));
+  Value *fwd = ap(&s, P_CUMPROD, 1, &xr, &q);
+  params_init(&q);
+  params_add(&q, "axis", val_int(last));
+  params_add(&q, "reverse", val_bool(true));
+  Value *rev = ap(&s, P_CUMPROD, 1, &xr, &q);
+  Value *others = mul(&s, shift_in_one(&s, fwd, true), shift_in_one(&s, rev, false));
+  Value *sum = reduce_sum(&s, mul(&s, tr, others), 1, (int64_t[]){last});
+  return jvp_done(&s, reshape(&s, sum, ya.ndim, ya.shape), false, yo, to);
+}
+
 /* ==== layout and indexing ================================================ */
 
 /* Operands and tangents of a primitive linear in all its operands but
@@ -1015,6 +1097,7 @@ void prim_ad_install(void) {
   J(MIN, min) J(ATAN2, atan2) J(AND, and) J(OR, or) J(XOR, xor) J(EQ, eq) J(NE, ne)
   J(LT, lt) J(LE, le) J(GT, gt) J(GE, ge) J(SELECT_N, select_n) J(CLAMP, clamp)
   J(REDUCE_SUM, reduce_sum) J(REDUCE_MAX, reduce_max) J(REDUCE_MIN, reduce_min)
+  J(REDUCE_PROD, reduce_prod)
   J(REDUCE_AND, reduce_and) J(REDUCE_OR, reduce_or) J(ARGMAX, argmax) J(ARGMIN, argmin)
   J(CUMSUM, cumsum) J(IOTA, iota) J(BROADCAST_IN_DIM, broadcast_in_dim) J(RESHAPE, reshape)
   J(TRANSPOSE, transpose) J(SQUEEZE, squeeze) J(EXPAND_DIMS, expand_dims) J(REV, rev)

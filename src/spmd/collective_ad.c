@@ -58,11 +58,18 @@ static Value *psum_over(Value *x, uint32_t mask) {
   return apply(P_PSUM, 1, &x, &q, true);
 }
 
+/* Whether a collective runs within axis_index_groups. */
+static bool grouped(const Params *p) {
+  Value *g = params_get(p, "axis_index_groups");
+  return g && g != VAL_NONE;
+}
+
 /* The axes of [p] over which operand aval [a] is invariant: its cotangent
  * sums over them.  -1 with the error set for grouped collectives. */
 static int invariant_axes(PrimId id, const Params *p, const AVal *a, uint32_t *extra) {
-  Value *g = params_get(p, "axis_index_groups");
-  if (g && g != VAL_NONE) return prim_rule_missing(id, "transpose with axis_index_groups");
+  (void)id;
+  *extra = 0;
+  if (grouped(p)) return 0;   /* grouped results keep their axes: they vary */
   uint32_t m = 0;
   if (!coll_axes_mask(p, &m)) m = 0;
   *extra = m & ~a->vma;
@@ -141,6 +148,8 @@ static int tr_psum(Value **ct, Value **in, const AVal *av, const bool *lin, int 
                    const Params *p, Value **cts) {
   (void)in, (void)lin, (void)nin;
   uint32_t extra;
+  if (grouped(p))   /* the result varies: each device's sum of its group's cotangents */
+    return (cts[0] = apply(P_PSUM, 1, ct, (Params *)p, false)) ? 0 : -1;
   if (invariant_axes(P_PSUM, p, &av[0], &extra) < 0) return -1;
   return (cts[0] = psum_over(ct[0], extra)) ? 0 : -1;
 }
@@ -153,6 +162,12 @@ static int tr_all_gather(Value **ct, Value **in, const AVal *av, const bool *lin
   int64_t dim;
   bool tiled = false;
   uint32_t extra;
+  if (grouped(p)) {   /* a varying result: the group's cotangents summed and scattered */
+    Params q;
+    params_except(&q, p, "all_gather_dimension");
+    params_add(&q, "scatter_dimension", val_incref(params_get(p, "all_gather_dimension")));
+    return (cts[0] = apply(P_PSUM_SCATTER, 1, ct, &q, true)) ? 0 : -1;
+  }
   if (invariant_axes(P_ALL_GATHER, p, &av[0], &extra) < 0 ||
       params_int(p, "all_gather_dimension", &dim) < 0 ||
       (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))

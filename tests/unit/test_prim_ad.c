@@ -21,7 +21,7 @@
 #include "spmd/collective.h"
 
 /* Primitives with no JVP rule yet: the transformations say so by name. */
-static const char *const no_jvp_yet[] = {"reduce_prod", "cumprod", "cummax", "sort",
+static const char *const no_jvp_yet[] = {"cumprod", "cummax", "sort",
                                          "ragged_all_to_all", NULL};
 
 /* Primitives vmap applies example by example (no batching rule). */
