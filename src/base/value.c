@@ -268,6 +268,41 @@ Value *list_new(size_t cap) {
   return &l->hdr;
 }
 
+int list_splice(Value *lv, size_t start, size_t n, size_t m, Value *const *items_in) {
+  List *l = (List *)lv;
+  size_t len = l->len - n + m;
+  /* the items may be the list's own, which the growth below moves */
+  Value **items = m ? shm_malloc(m * sizeof(Value *)) : NULL;
+  if (m && !items) return err_nomem(), -1;
+  if (m) memcpy(items, items_in, m * sizeof(Value *));
+  if (len > l->cap) {
+    size_t cap = l->cap ? l->cap : 4;
+    while (cap < len) cap *= 2;
+    Value **ni = shm_realloc(l->items, cap * sizeof(Value *));
+    if (!ni) {
+      shm_free(items);
+      return err_nomem(), -1;
+    }
+    l->items = ni;
+    l->cap = cap;
+  }
+  Value **old = n ? shm_malloc(n * sizeof(Value *)) : NULL;
+  if (n && !old) {
+    shm_free(items);
+    return err_nomem(), -1;
+  }
+  for (size_t i = 0; i < m; i++) val_incref(items[i]);   /* before: items may alias */
+  if (n) memcpy(old, l->items + start, n * sizeof(Value *));
+  memmove(l->items + start + m, l->items + start + n, (l->len - start - n) * sizeof(Value *));
+  for (size_t i = 0; i < m; i++) l->items[start + i] = items[i];
+  l->len = len;
+  for (size_t i = 0; i < n; i++) val_decref(old[i]);
+  shm_free(old);
+  shm_free(items);
+  return 0;
+}
+
+
 int list_append_steal(Value *lv, Value *item) {
   List *l = (List *)lv;
   if (l->len == l->cap) {
@@ -317,6 +352,19 @@ static long dict_find(Dict *d, Value *key) {
   for (size_t i = 0; i < d->len; i++)
     if (val_equal_key(d->keys[i], key)) return (long)i;
   return -1;
+}
+
+int dict_del(Value *dv, Value *key) {
+  Dict *d = (Dict *)dv;
+  long i = dict_find(d, key);
+  if (i < 0) return 0;
+  Value *k = d->keys[i], *v = d->vals[i];
+  memmove(d->keys + i, d->keys + i + 1, (d->len - (size_t)i - 1) * sizeof(Value *));
+  memmove(d->vals + i, d->vals + i + 1, (d->len - (size_t)i - 1) * sizeof(Value *));
+  d->len--;
+  val_decref(k);
+  val_decref(v);
+  return 1;
 }
 
 Value *dict_get(Value *dv, Value *key) {

@@ -167,6 +167,10 @@ typedef struct List {
 Value *list_new(size_t cap);
 int list_append(Value *l, Value *item);          /* borrows; -1 on nomem */
 int list_append_steal(Value *l, Value *item);    /* steals, even on failure */
+/* Replaces the [n] items at [start] with the [m] [items] (borrowed; they
+ * may be the list's own): Python's l[start:start + n] = items.  0, or -1
+ * on out of memory. */
+int list_splice(Value *l, size_t start, size_t n, size_t m, Value *const *items);
 static inline size_t list_len(const Value *l) { return ((const List *)l)->len; }
 static inline Value *list_get(const Value *l, size_t i) { return ((const List *)l)->items[i]; }
 
@@ -190,6 +194,8 @@ Value *dict_get_str(Value *d, const char *key);
  * key or out of memory. */
 int dict_set(Value *d, Value *key, Value *val);
 int dict_set_str(Value *d, const char *key, Value *val);
+/* Removes [key] (borrowed) and its value: 1, or 0 when absent. */
+int dict_del(Value *d, Value *key);
 
 /* ---- ranges, slices ------------------------------------------------------ */
 

@@ -76,6 +76,7 @@ typedef enum {
                    decorators */
   N_GLOBAL,     /* names (nnames) */
   N_NONLOCAL,   /* names (nnames) */
+  N_DEL,        /* items: the targets (names, subscripts) */
 } NodeKind;
 
 typedef enum {

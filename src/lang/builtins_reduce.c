@@ -627,6 +627,96 @@ static Value *bi_dynamic_update_slice(const CallArgs *a) {
   return r;
 }
 
+/* ---- lax's *_in_dim forms: one axis given, the others whole ---- */
+
+/* The starts tuple: zeros, [start] at [axis] (borrowed). */
+static Value *starts_at(int ndim, int axis, Value *start) {
+  Value *t = tuple_new((size_t)ndim);
+  for (int i = 0; t && i < ndim; i++)
+    tuple_set_steal(t, (size_t)i, i == axis ? val_incref(start) : val_int(0));
+  return t;
+}
+
+/* [x]'s rank and [axis] normalised against it; -1 with the error set. */
+static int in_dim_axis(Value *x, Value *axis_v, int *ndim, int *axis) {
+  int64_t ax;
+  AVal av = bi_aval(x);
+  *ndim = av.ndim;
+  if (bi_int_arg("dynamic_slice_in_dim", "axis", axis_v, 0, &ax) < 0) return -1;
+  return axis_normalize(ax, av.ndim, axis);
+}
+
+/* lax.dynamic_slice_in_dim(operand, start_index, slice_size, axis=0) */
+static Value *bi_dynamic_slice_in_dim(const CallArgs *a) {
+  Value *x, *start, *size, *axis_v;
+  if (args_bind("dynamic_slice_in_dim", a, "operand, start_index, slice_size, axis=",
+                (Value **[]){&x, &start, &size, &axis_v}) < 0)
+    return NULL;
+  Value *xa = bi_arr(x);
+  int nd, ax;
+  int64_t n;
+  if (!xa) return NULL;
+  Value *r = NULL;
+  if (in_dim_axis(xa, axis_v, &nd, &ax) == 0 && bi_int_arg("dynamic_slice_in_dim", "slice_size",
+                                                            size, 0, &n) == 0) {
+    AVal av = bi_aval(xa);
+    av.shape[ax] = n;
+    Value *st = starts_at(nd, ax, start), *sz = val_int_tuple(nd, av.shape);
+    CallArgs c = {3, (Value *[]){xa, st, sz}, 0, NULL, NULL};
+    r = st && sz ? bi_dynamic_slice(&c) : NULL;
+    val_decref(st);
+    val_decref(sz);
+  }
+  val_decref(xa);
+  return r;
+}
+
+/* lax.dynamic_index_in_dim(operand, index, axis=0, keepdims=True) */
+static Value *bi_dynamic_index_in_dim(const CallArgs *a) {
+  Value *x, *idx, *axis_v, *keep;
+  if (args_bind("dynamic_index_in_dim", a, "operand, index, axis=, keepdims=",
+                (Value **[]){&x, &idx, &axis_v, &keep}) < 0)
+    return NULL;
+  bool kd;
+  if (bi_bool_arg(keep, true, &kd) < 0) return NULL;
+  Value *one = val_int(1);
+  Value *args[4] = {x, idx, one, axis_v ? axis_v : VAL_NONE};
+  CallArgs c = {axis_v ? 4 : 3, args, 0, NULL, NULL};
+  Value *s = bi_dynamic_slice_in_dim(&c);
+  val_decref(one);
+  if (!s || kd) return s;
+  AVal av = bi_aval(s);
+  int nd, ax;
+  Value *r = NULL;
+  if (in_dim_axis(s, axis_v, &nd, &ax) == 0) {
+    int64_t d = ax;
+    r = ops_squeeze(s, 1, &d);
+  }
+  (void)av;
+  val_decref(s);
+  return r;
+}
+
+/* lax.dynamic_update_slice_in_dim(operand, update, start_index, axis) */
+static Value *bi_dynamic_update_slice_in_dim(const CallArgs *a) {
+  Value *x, *upd, *start, *axis_v;
+  if (args_bind("dynamic_update_slice_in_dim", a, "operand, update, start_index, axis",
+                (Value **[]){&x, &upd, &start, &axis_v}) < 0)
+    return NULL;
+  Value *xa = bi_arr(x);
+  int nd, ax;
+  if (!xa) return NULL;
+  Value *r = NULL;
+  if (in_dim_axis(xa, axis_v, &nd, &ax) == 0) {
+    Value *st = starts_at(nd, ax, start);
+    CallArgs c = {3, (Value *[]){xa, upd, st}, 0, NULL, NULL};
+    r = st ? bi_dynamic_update_slice(&c) : NULL;
+    val_decref(st);
+  }
+  val_decref(xa);
+  return r;
+}
+
 /* jnp.take(a, indices, axis=None) as indexing. */
 static Value *bi_take(const CallArgs *a) {
   Value *x, *idx, *axis;
@@ -720,6 +810,9 @@ const BiEntry bi_reduce_table[] = {
   {"array_equal", bi_array_equal, NP, "array_equal(a1, a2)"},
   {"take", bi_take, NP, "take(a, indices, axis=None)"},
   {"dynamic_slice", bi_dynamic_slice, IN_TOP | IN_LAX, "dynamic_slice(operand, start_indices, slice_sizes): starts clamped"},
+  {"dynamic_slice_in_dim", bi_dynamic_slice_in_dim, IN_LAX, "dynamic_slice_in_dim(operand, start_index, slice_size, axis=0)"},
+  {"dynamic_index_in_dim", bi_dynamic_index_in_dim, IN_LAX, "dynamic_index_in_dim(operand, index, axis=0, keepdims=True)"},
+  {"dynamic_update_slice_in_dim", bi_dynamic_update_slice_in_dim, IN_LAX, "dynamic_update_slice_in_dim(operand, update, start_index, axis)"},
   {"dynamic_update_slice", bi_dynamic_update_slice, IN_TOP | IN_LAX, "dynamic_update_slice(operand, update, start_indices)"},
   {"astype", bi_astype, NP, "astype(x, dtype)"},
   {"result_type", bi_result_type, IN_JNP, "result_type(*arrays_and_dtypes)"},

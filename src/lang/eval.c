@@ -209,6 +209,34 @@ static Env *env_target(Env *e, const char *name) {
   return e;
 }
 
+/* Unbinds [name] from [e] (not its parents): 0, or -1 when it is not
+ * bound there.  Linear probing's deletion: the entries after it that
+ * probed past its slot move back. */
+static int env_del(Env *e, const char *name) {
+  if (!e->cap) return -1;
+  size_t mask = (size_t)e->cap - 1, i = ptr_hash(name) & mask;
+  while (e->keys[i] != name) {
+    if (!e->keys[i]) return -1;
+    i = (i + 1) & mask;
+  }
+  Value *v = e->vals[i];
+  e->keys[i] = NULL;
+  e->vals[i] = NULL;
+  e->n--;
+  for (size_t j = (i + 1) & mask; e->keys[j]; j = (j + 1) & mask) {
+    size_t home = ptr_hash(e->keys[j]) & mask;
+    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    e->keys[i] = e->keys[j];
+    e->vals[i] = e->vals[j];
+    e->keys[j] = NULL;
+    e->vals[j] = NULL;
+    i = j;
+  }
+  val_decref(v);
+  return 0;
+}
+
 /* ==== the parsed tree as a value, so functions keep their code alive ==== */
 
 typedef struct TreeRef {
@@ -1028,18 +1056,7 @@ static int assign_item(const Node *target, Value *v, Env *env) {
   if (obj->type == V_DICT) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
-    int64_t i;
-    if (arr_to_index(key, &i) < 0) goto out;
-    int64_t len = (int64_t)list_len(obj);
-    if (i < 0) i += len;
-    if (i < 0 || i >= len) {
-      err_set(ERR_INDEX, "list assignment index out of range");
-      goto out;
-    }
-    val_incref(v);
-    val_decref(((List *)obj)->items[i]);
-    ((List *)obj)->items[i] = v;
-    rc = 0;
+    rc = ops_list_setitem(obj, key, v);
   } else if (obj->type == V_ARRAY) {
     err_set(ERR_TYPE, "arrays are immutable: use x = x.at[idx].set(y) instead of "
                       "x[idx] = y");
@@ -1171,6 +1188,45 @@ typedef struct LoopCtx {
   Value **ret;
   bool broke;
 } LoopCtx;
+
+/* del target, ...: unbinds names, removes list items and slices and dict
+ * keys, with Python's errors. */
+static int del_one(const Node *t, Env *env) {
+  if (t->kind == N_NAME) {
+    if (env_del(env_target(env, t->name), t->name) == 0) return 0;
+    err_set_at(t->loc, ERR_NAME, "name '%s' is not defined", t->name);
+    return -1;
+  }
+  Value *obj = eval(t->a, env);
+  Value *key = obj ? eval(t->b, env) : NULL;
+  int rc = -1;
+  if (!key) goto out;
+  if (obj->type == V_LIST) {
+    rc = ops_list_delitem(obj, key);
+  } else if (obj->type == V_DICT) {
+    rc = dict_del(obj, key) ? 0 : -1;
+    if (rc < 0) {
+      Value *r = val_repr(key);
+      err_set(ERR_INDEX, "KeyError: %s", r ? str_cstr(r) : "?");
+      val_decref(r);
+    }
+  } else if (ops_is_array(obj)) {
+    err_set(ERR_TYPE, "arrays are immutable: use x = x.at[idx].set(...) instead of del x[idx]");
+  } else {
+    err_set(ERR_TYPE, "'%s' object doesn't support item deletion", val_type_name(obj));
+  }
+out:
+  val_decref(obj);
+  val_decref(key);
+  if (rc < 0) err_locate(t->loc);
+  return rc;
+}
+
+static Outcome exec_del(const Node *s, Env *env) {
+  for (int i = 0; i < s->items.n; i++)
+    if (del_one(s->items.items[i], env) < 0) return OUT_ERR;
+  return OUT_OK;
+}
 
 /* Runs the debugger's hook on a loop header again, before the next item
  * or test: as in Python, a breakpoint or a step lands on the `for` or
@@ -1451,6 +1507,7 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
   case N_FROM_IMPORT: return exec_import(s, env);
   case N_GLOBAL:
   case N_NONLOCAL: return exec_declare(s, env);
+  case N_DEL: return exec_del(s, env);
   case N_MESH: return exec_lang_stmt(eval_exec_mesh, s, env, "mesh");
   case N_SHARD_MAP: return exec_lang_stmt(eval_exec_shard_map, s, env, "shard_map");
   default:

@@ -127,6 +127,15 @@ Value *ops_reduce(PrimId id, Value *x, int naxes, const int *axes, bool keepdims
  * [ndim], normalised; errors for out-of-range and repeated axes. */
 int ops_axes_arg(Value *axis, int ndim, int *naxes, int *axes);
 
+/* Python's slice.indices for a sequence of [len]: the start, step and
+ * count of slice [sv].  0, or -1 with the error set (a zero step). */
+int ops_slice_indices(Value *sv, int64_t len, int64_t *start, int64_t *step, int64_t *n);
+
+/* l[key] = seq and del l[key] of a list: an int or a slice key, with
+ * Python's errors.  0 or -1. */
+int ops_list_setitem(Value *l, Value *key, Value *v);
+int ops_list_delitem(Value *l, Value *key);
+
 /* Splits an `axis=` argument that mixes positions and names (xmap's named
  * axes, vmap's axis_name; seed 001: sum(z, axis=(0, 'x', 'y'))): [*pos]
  * gets the positions (a new tuple; the axis itself when it has no name),

@@ -63,7 +63,7 @@ static int slice_bound(Value *v, bool *present, int64_t *out) {
 }
 
 /* Python's slice.indices: start, step and length for a dim of size [len]. */
-static int slice_indices(Value *sv, int64_t len, int64_t *start, int64_t *step, int64_t *n) {
+int ops_slice_indices(Value *sv, int64_t len, int64_t *start, int64_t *step, int64_t *n) {
   Slice *s = (Slice *)sv;
   bool hs, he, hp;
   int64_t a = 0, b = 0, c = 1;
@@ -88,6 +88,60 @@ static int slice_indices(Value *sv, int64_t len, int64_t *start, int64_t *step, 
   *start = a;
   *step = c;
   *n = cnt;
+  return 0;
+}
+
+/* The index [key] of a list of [len], bounds checked ([what] for the
+ * message). */
+static int list_index(Value *key, int64_t len, const char *what, int64_t *i) {
+  if (arr_to_index(key, i) < 0) return -1;
+  if (*i < 0) *i += len;
+  if (*i < 0 || *i >= len) {
+    err_set(ERR_INDEX, "list %s index out of range", what);
+    return -1;
+  }
+  return 0;
+}
+
+int ops_list_setitem(Value *l, Value *key, Value *v) {
+  int64_t len = (int64_t)list_len(l), i;
+  if (key->type != V_SLICE) {
+    if (list_index(key, len, "assignment", &i) < 0) return -1;
+    return list_splice(l, (size_t)i, 1, 1, &v);
+  }
+  int64_t start, step, n;
+  size_t m;
+  Value *const *items;
+  if (ops_slice_indices(key, len, &start, &step, &n) < 0) return -1;
+  if (!val_seq(v, &m, &items)) {
+    err_set(ERR_TYPE, "can only assign an iterable");
+    return -1;
+  }
+  if (step == 1) return list_splice(l, (size_t)start, (size_t)n, m, items);
+  if ((int64_t)m != n) {
+    err_set(ERR_VALUE, "attempt to assign sequence of size %zu to extended slice of size %lld", m,
+            (long long)n);
+    return -1;
+  }
+  Value *t = tuple_pack(m, items);   /* items may be the list's own */
+  for (int64_t k = 0; t && k < n; k++)
+    if (list_splice(l, (size_t)(start + k * step), 1, 1, &((Tuple *)t)->items[k]) < 0) break;
+  if (t) val_decref(t);
+  return t ? 0 : -1;
+}
+
+int ops_list_delitem(Value *l, Value *key) {
+  int64_t len = (int64_t)list_len(l), i;
+  if (key->type != V_SLICE) {
+    if (list_index(key, len, "assignment", &i) < 0) return -1;
+    return list_splice(l, (size_t)i, 1, 0, NULL);
+  }
+  int64_t start, step, n;
+  if (ops_slice_indices(key, len, &start, &step, &n) < 0) return -1;
+  if (step == 1) return list_splice(l, (size_t)start, (size_t)n, 0, NULL);
+  if (step < 0) start += (n - 1) * step, step = -step;   /* delete from the back */
+  for (int64_t k = n - 1; k >= 0; k--)
+    if (list_splice(l, (size_t)(start + k * step), 1, 0, NULL) < 0) return -1;
   return 0;
 }
 
@@ -179,7 +233,7 @@ static int index_add(Index *ix, Value *item, const AVal *av, int *dim) {
   }
   if (item->type == V_SLICE) {
     it->kind = IX_SLICE;
-    if (slice_indices(item, av->shape[*dim], &it->start, &it->step, &it->n) < 0) return -1;
+    if (ops_slice_indices(item, av->shape[*dim], &it->start, &it->step, &it->n) < 0) return -1;
   } else if (ops_is_array(item)) {
     AVal ia;
     ops_aval(item, &ia);
@@ -530,7 +584,7 @@ static Value *seq_slice(Value *obj, Value *sl) {
   if (obj->type == V_STR) len = ((Str *)obj)->len;
   else val_seq(obj, &len, &items);
   int64_t start, step, n;
-  if (slice_indices(sl, (int64_t)len, &start, &step, &n) < 0) return NULL;
+  if (ops_slice_indices(sl, (int64_t)len, &start, &step, &n) < 0) return NULL;
   if (obj->type == V_STR) {
     char *buf = shm_malloc((size_t)n + 1);
     if (!buf) return err_nomem();
@@ -576,7 +630,7 @@ Value *ops_getitem(Value *obj, Value *index) {
     Range *r = (Range *)obj;
     if (index->type == V_SLICE) {
       int64_t start, step, n;
-      if (slice_indices(index, range_len(obj), &start, &step, &n) < 0) return NULL;
+      if (ops_slice_indices(index, range_len(obj), &start, &step, &n) < 0) return NULL;
       int64_t first = r->start + start * r->step, st = r->step * step;
       return range_new(first, first + n * st, st);
     }

@@ -998,6 +998,24 @@ static Node *parse_return(Parser *p) {
   return n;
 }
 
+/* del_stmt -> 'del' target {',' target} [','], each a name or a subscript */
+static Node *parse_del(Parser *p) {
+  const Token *t = advance(p);
+  Node *n = new_node(p, N_DEL, t);
+  if (!n) return NULL;
+  do {
+    if (!starts_expr(peek(p))) break;
+    const Token *at = peek(p);
+    Node *e = parse_or_test(p);
+    if (!e) return NULL;
+    if (e->kind != N_NAME && e->kind != N_SUBSCRIPT)
+      return syntax_error(p, at, "cannot delete %s", e->kind == N_ATTR ? "an attribute" : "expression");
+    if (push(p, &n->items, e) < 0) return NULL;
+  } while (accept_op(p, ","));
+  if (n->items.n == 0) return syntax_error(p, peek(p), "invalid syntax");
+  return n;
+}
+
 /* pass_stmt -> 'pass'; break_stmt -> 'break'; continue_stmt -> 'continue' */
 static Node *parse_keyword_stmt(Parser *p, NodeKind kind) {
   const Token *t = advance(p);
@@ -1164,6 +1182,7 @@ static int parse_small_stmt(Parser *p, NodeList *out) {
   else if (is_kw(t, "from")) n = parse_from(p);
   else if (is_kw(t, "global")) n = parse_names_stmt(p, N_GLOBAL);
   else if (is_kw(t, "nonlocal")) n = parse_names_stmt(p, N_NONLOCAL);
+  else if (is_word(t, "del") && peek_at(p, 1)->kind == T_NAME) n = parse_del(p);
   else if (at_word_stmt(p, 0, "mesh")) n = parse_mesh(p);
   else n = parse_expr_stmt(p);
   return n ? push(p, out, n) : -1;
@@ -1407,7 +1426,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
  * starts with one of these words fails to parse, the error says so. */
 static void explain_unsupported(Parser *p, const Token *t) {
   static const char *const words[] = {"class", "try", "except", "finally",
-                                      "with", "del", "raise", "yield",
+                                      "with", "raise", "yield",
                                       "async", "await", "match", NULL};
   if (t->kind != T_NAME || strcmp(err_message(), "invalid syntax")) return;
   for (int i = 0; words[i]; i++)

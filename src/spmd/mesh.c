@@ -223,6 +223,40 @@ out:
   return res;
 }
 
+/* Binds [fn] as [name] at the top level and in the jax namespace. */
+static int add_to_jax(Env *b, const char *name, BuiltinFn fn, const char *doc) {
+  Value *v = builtin_new(name, fn, doc);
+  int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to("jax", name, v) == 0 ? 0 : -1;
+  if (v) val_decref(v);
+  return rc;
+}
+
+/* jax.make_mesh(axis_shapes, axis_names): a mesh over the first devices,
+ * in row-major order. */
+static Value *bi_make_mesh(const CallArgs *a) {
+  Value *shapes, *names, *devs = NULL, *types = NULL;
+  if (args_bind("make_mesh", a, "axis_shapes, axis_names, devices=, axis_types=",
+                (Value **[]){&shapes, &names, &devs, &types}) < 0)
+    return NULL;
+  size_t ns, nn;
+  Value *const *si, *const *ni;
+  if (!val_seq(shapes, &ns, &si) || !val_seq(names, &nn, &ni) || ns != nn || ns > MESH_MAX_AXES)
+    return err_set(ERR_VALUE, "make_mesh: axis_shapes and axis_names must be sequences of "
+                              "one size and one name per axis");
+  const char *an[MESH_MAX_AXES];
+  int sizes[MESH_MAX_AXES];
+  for (size_t i = 0; i < ns; i++) {
+    int64_t s;
+    if (ni[i]->type != V_STR) return err_set(ERR_TYPE, "make_mesh: axis names must be strings");
+    if (arr_to_index(si[i], &s) < 0) return NULL;
+    if (s <= 0 || s > INT32_MAX) return err_set(ERR_VALUE, "make_mesh: axis sizes must be positive");
+    an[i] = intern_cstr(str_cstr(ni[i]));
+    sizes[i] = (int)s;
+  }
+  (void)devs, (void)types;
+  return mesh_new(NULL, (int)ns, an, sizes, NULL);
+}
+
 /* devices(): the ids of every device, as an int32 array (reshape it to
  * build a Mesh, as with jax.devices()). */
 static Value *bi_devices(const CallArgs *a) {
@@ -502,6 +536,7 @@ int mesh_register(Env *b) {
       builtins_add(b, "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
       builtins_add(b, "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
+      add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       builtins_add(b, "show_sharding", bi_show_sharding,
                    "show_sharding(x, mesh, spec): draw which device holds which block") < 0)
     return -1;

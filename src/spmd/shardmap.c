@@ -603,7 +603,26 @@ static int read_check_rep(Value *check_rep, Value *check_vma, bool *out) {
 
 /* shard_map(f, mesh, in_specs, out_specs, check_rep=True): the function
  * form, as jax.shard_map. */
+static Value *bi_shard_map(const CallArgs *a);
+
+/* shard_map(mesh=..., in_specs=..., out_specs=...) without the function:
+ * the decorator form, @jax.shard_map(mesh=m, ...) on a def
+ * (functools.partial of shard_map over the keywords). */
+static Value *shard_map_decorator(const CallArgs *a) {
+  Value *ns = builtins_namespace("functools");
+  Value *partial = ns ? dict_get_str(((Module *)ns)->globals, "partial") : NULL;
+  Value *self = builtin_new("shard_map", bi_shard_map, "shard_map(f, mesh, in_specs, out_specs)");
+  Value *r = NULL;
+  if (partial && self) {
+    CallArgs c = {1, &self, a->nkw, a->kwnames, a->kwvals};
+    r = val_call(partial, &c);
+  }
+  if (self) val_decref(self);
+  return r ? r : err_occurred() ? NULL : err_set(ERR_TYPE, "shard_map() missing argument 'f'");
+}
+
 static Value *bi_shard_map(const CallArgs *a) {
+  if (a->nargs == 0) return shard_map_decorator(a);
   Value *f, *mesh, *in_specs, *out_specs, *check_rep, *check_vma;
   if (args_bind("shard_map", a, "f, mesh=, in_specs=, out_specs=, check_rep=, check_vma=",
                 (Value **[]){&f, &mesh, &in_specs, &out_specs, &check_rep, &check_vma}) < 0)
