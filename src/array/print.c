@@ -805,6 +805,7 @@ Value *val_str(Value *v) {
     return val_incref(v);
   if (v->type < V_TYPE_COUNT && str_hooks[v->type])
     return str_hooks[v->type](v);
+  if (v->type == V_OPAQUE && ((Opaque *)v)->ot->str) return ((Opaque *)v)->ot->str(v);
   SBuf b = {0};
   if (v->type == V_ARRAY)
     array_str(&b, AS_ARRAY(v));

@@ -286,6 +286,7 @@ typedef struct OpaqueType {
   void (*free)(Value *self);              /* releases what self owns; not self */
   Value *(*repr)(Value *self);            /* new Str */
   Value *(*getattr)(Value *self, const char *name);  /* NULL + error if none */
+  Value *(*str)(Value *self);             /* str(); NULL: the repr */
 } OpaqueType;
 typedef struct Opaque {
   Value hdr;

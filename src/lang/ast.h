@@ -77,6 +77,9 @@ typedef enum {
   N_GLOBAL,     /* names (nnames) */
   N_NONLOCAL,   /* names (nnames) */
   N_DEL,        /* items: the targets (names, subscripts) */
+  N_TRY,        /* body, items: the N_EXCEPT handlers, orelse, items2: finally */
+  N_EXCEPT,     /* a=the exception type (NULL: any), name: `as` name, body */
+  N_RAISE,      /* a=the exception (NULL: re-raise the one being handled) */
 } NodeKind;
 
 typedef enum {
@@ -141,7 +144,7 @@ struct Node {
   Value *value;        /* N_CONST, owned by the module */
   Node *a, *b, *c;     /* operands as described per kind */
   NodeList items;      /* per kind, see NodeKind */
-  NodeList items2;     /* N_DICT values */
+  NodeList items2;     /* N_DICT values; N_TRY: the finally block */
   NodeList body;       /* statement blocks */
   NodeList orelse;     /* else block of if/while/for */
   int nparams;

@@ -21,6 +21,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/exceptions.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
@@ -628,6 +629,11 @@ static Value *bi_isinstance(const CallArgs *a) {
   if (cls->type == V_TUPLE) val_seq(cls, &n, &cs);
   for (size_t i = 0; i < n; i++) {
     Value *c = cs[i];
+    int e = exc_isinstance(x, c);
+    if (e >= 0) {
+      if (e) return val_bool(true);
+      continue;
+    }
     const char *name = c->type == V_BUILTIN ? ((Builtin *)c)->name : NULL;
     if (!name) return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     bool num = IS_ARRAY(x) && AS_ARRAY(x)->ndim == 0;

@@ -20,6 +20,7 @@
 #include "base/suggest.h"
 #include "base/timeline.h"
 #include "lang/eval.h"
+#include "lang/exceptions.h"
 #include "base/intern.h"
 #include "array/linalg.h"
 #include "base/mem.h"
@@ -245,7 +246,7 @@ typedef struct TreeRef {
 } TreeRef;
 
 static void tree_free(Value *v) { ast_free(((TreeRef *)v)->mod); }
-static const OpaqueType tree_type = {"code", tree_free, NULL, NULL};
+static const OpaqueType tree_type = {"code", tree_free, NULL, NULL, NULL};
 
 static Value *tree_ref_new(AstModule *mod) {
   TreeRef *t = shm_malloc(sizeof *t);
@@ -1228,6 +1229,108 @@ static Outcome exec_del(const Node *s, Env *env) {
   return OUT_OK;
 }
 
+/* The exception an `except` block is handling on this thread (for a bare
+ * `raise`), innermost first. */
+typedef struct Handling {
+  ErrState err;
+  struct Handling *outer;
+} Handling;
+static _Thread_local Handling *handling;
+
+/* Runs [h]'s block for the pending error: binds its `as` name to the
+ * exception (unbound after, as in Python) and makes the error the one a
+ * bare `raise` re-raises. */
+static Outcome run_handler(const Node *h, Env *env, Value **ret) {
+  Value *e = h->name ? exc_current() : NULL;
+  if (h->name && !e) return OUT_ERR;
+  Handling hd = {.outer = handling};
+  err_save(&hd.err);
+  if (e && env_set(env_target(env, h->name), h->name, e) < 0) {
+    val_decref(e);
+    err_restore(&hd.err);
+    return OUT_ERR;
+  }
+  val_decref(e);
+  handling = &hd;
+  Outcome o = exec_block(&h->body, env, ret);
+  handling = hd.outer;
+  if (h->name) env_del(env_target(env, h->name), h->name);
+  shm_free(hd.err.msg);
+  if (hd.err.loc.src) src_decref(hd.err.loc.src);
+  return o;
+}
+
+/* try/except/else/finally, Python's. */
+static Outcome exec_try(const Node *s, Env *env, Value **ret) {
+  Outcome o = exec_block(&s->body, env, ret);
+  if (o == OUT_ERR) {
+    for (int i = 0; i < s->items.n; i++) {
+      const Node *h = s->items.items[i];
+      Value *type = NULL;
+      ErrState pending;
+      if (h->a) {   /* the handler's type is evaluated with the error set aside */
+        err_save(&pending);
+        type = eval(h->a, env);
+        if (!type) {
+          shm_free(pending.msg);
+          if (pending.loc.src) src_decref(pending.loc.src);
+          return OUT_ERR;
+        }
+        err_restore(&pending);
+      }
+      int m = exc_matches(type);
+      val_decref(type);
+      if (m < 0) return OUT_ERR;
+      if (m) {
+        o = run_handler(h, env, ret);
+        break;
+      }
+    }
+  } else if (o == OUT_OK && s->orelse.n) {
+    o = exec_block(&s->orelse, env, ret);
+  }
+  if (!s->items2.n) return o;
+  /* finally: runs whatever happened; its own error, return or break wins */
+  ErrState saved = {0};
+  bool had = o == OUT_ERR;
+  if (had) err_save(&saved);
+  Value *kept = o == OUT_RETURN ? *ret : NULL;
+  if (kept) *ret = NULL;
+  Outcome f = exec_block(&s->items2, env, ret);
+  if (f != OUT_OK) {
+    if (had) {
+      shm_free(saved.msg);
+      if (saved.loc.src) src_decref(saved.loc.src);
+    }
+    val_decref(kept);
+    return f;
+  }
+  if (had) err_restore(&saved);
+  if (kept) *ret = kept;
+  return o;
+}
+
+/* raise [X]: X a class or an instance; bare, the exception being handled. */
+static Outcome exec_raise(const Node *s, Env *env) {
+  if (!s->a) {
+    if (!handling) {
+      err_set_at(s->loc, ERR_VALUE, "RuntimeError: No active exception to reraise");
+      return OUT_ERR;
+    }
+    ErrState copy = handling->err;
+    copy.msg = shm_strdup(handling->err.msg);
+    if (copy.loc.src) src_incref(copy.loc.src);
+    err_restore(&copy);
+    shm_free(copy.msg);
+    return OUT_ERR;
+  }
+  Value *v = eval(s->a, env);
+  if (!v) return OUT_ERR;
+  exc_raise(v, s->loc);
+  val_decref(v);
+  return OUT_ERR;
+}
+
 /* Runs the debugger's hook on a loop header again, before the next item
  * or test: as in Python, a breakpoint or a step lands on the `for` or
  * `while` line once per iteration, not only when the loop starts. */
@@ -1508,6 +1611,8 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
   case N_GLOBAL:
   case N_NONLOCAL: return exec_declare(s, env);
   case N_DEL: return exec_del(s, env);
+  case N_TRY: return exec_try(s, env, ret);
+  case N_RAISE: return exec_raise(s, env);
   case N_MESH: return exec_lang_stmt(eval_exec_mesh, s, env, "mesh");
   case N_SHARD_MAP: return exec_lang_stmt(eval_exec_shard_map, s, env, "shard_map");
   default:
@@ -1708,7 +1813,7 @@ int interp_init(int ndevices) {
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
   Env *b = shm_interp->builtins;
-  if (builtins_register(b) < 0) return -1;
+  if (builtins_register(b) < 0 || exc_register(b) < 0) return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;

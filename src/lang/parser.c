@@ -1016,6 +1016,14 @@ static Node *parse_del(Parser *p) {
   return n;
 }
 
+/* raise_stmt -> 'raise' [test] */
+static Node *parse_raise(Parser *p) {
+  const Token *t = advance(p);
+  Node *n = new_node(p, N_RAISE, t);
+  if (n && starts_expr(peek(p)) && !(n->a = parse_test(p))) return NULL;
+  return n;
+}
+
 /* pass_stmt -> 'pass'; break_stmt -> 'break'; continue_stmt -> 'continue' */
 static Node *parse_keyword_stmt(Parser *p, NodeKind kind) {
   const Token *t = advance(p);
@@ -1183,6 +1191,8 @@ static int parse_small_stmt(Parser *p, NodeList *out) {
   else if (is_kw(t, "global")) n = parse_names_stmt(p, N_GLOBAL);
   else if (is_kw(t, "nonlocal")) n = parse_names_stmt(p, N_NONLOCAL);
   else if (is_word(t, "del") && peek_at(p, 1)->kind == T_NAME) n = parse_del(p);
+  else if (is_word(t, "raise") && (peek_at(p, 1)->kind == T_NAME || peek_at(p, 1)->kind == T_NEWLINE))
+    n = parse_raise(p);
   else if (at_word_stmt(p, 0, "mesh")) n = parse_mesh(p);
   else n = parse_expr_stmt(p);
   return n ? push(p, out, n) : -1;
@@ -1406,6 +1416,33 @@ static Node *parse_decorated(Parser *p) {
   return n;
 }
 
+/* try_stmt -> 'try' ':' block ('except' [test ['as' NAME]] ':' block)+
+ *             ['else' ':' block] ['finally' ':' block]
+ *           | 'try' ':' block 'finally' ':' block */
+static Node *parse_try(Parser *p) {
+  const Token *t = advance(p);
+  Node *n = new_node(p, N_TRY, t);
+  if (!n || parse_suite(p, &n->body, "'try' statement", t) < 0) return NULL;
+  while (is_word(peek(p), "except")) {
+    const Token *e = advance(p);
+    Node *h = new_node(p, N_EXCEPT, e);
+    if (!h) return NULL;
+    if (!is_op(peek(p), ":")) {
+      if (!(h->a = parse_test(p)) || parse_as(p, &h->name) < 0) return NULL;
+    }
+    if (parse_suite(p, &h->body, "'except' statement", e) < 0 || push(p, &n->items, h) < 0)
+      return NULL;
+  }
+  if (n->items.n && parse_else(p, n) < 0) return NULL;
+  if (is_word(peek(p), "finally")) {
+    const Token *f = advance(p);
+    if (parse_suite(p, &n->items2, "'finally' statement", f) < 0) return NULL;
+  } else if (!n->items.n) {
+    return syntax_error(p, peek(p), "expected 'except' or 'finally' block");
+  }
+  return n;
+}
+
 /* compound_stmt -> if_stmt | while_stmt | for_stmt | funcdef |
  *                  shardmap_stmt | decorated; NULL with no error set when
  * the statement is not a compound one. */
@@ -1415,6 +1452,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
   if (is_kw(t, "if")) return parse_if(p);
   if (is_kw(t, "while")) return parse_while(p);
   if (is_kw(t, "for")) return parse_for(p);
+  if (is_word(t, "try") && is_op(peek_at(p, 1), ":")) return parse_try(p);
   if (is_op(t, "@")) return parse_decorated(p);
   if (is_kw(t, "def") || at_jit_stmt(p) || at_word_stmt(p, 0, "shard_map"))
     return parse_function_stmt(p, t);
@@ -1425,8 +1463,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
 /* Python statements the language does not have: when a statement that
  * starts with one of these words fails to parse, the error says so. */
 static void explain_unsupported(Parser *p, const Token *t) {
-  static const char *const words[] = {"class", "try", "except", "finally",
-                                      "with", "raise", "yield",
+  static const char *const words[] = {"class", "except", "finally", "with", "yield",
                                       "async", "await", "match", NULL};
   if (t->kind != T_NAME || strcmp(err_message(), "invalid syntax")) return;
   for (int i = 0; words[i]; i++)

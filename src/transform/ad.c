@@ -864,7 +864,7 @@ static Value *smcall_repr(Value *v) {
   return str_printf("<differentiated shard_map %s>", ((SmCall *)v)->f->name);
 }
 
-static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL};
+static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL, NULL};
 
 /* The body's results on one device as leaves: the tuple's items or the
  * one array; rank 0 records which. */

@@ -694,7 +694,7 @@ static const Case error_cases[] = {
     {"del x.y",
      "1:5: cannot delete an attribute"},
     {"try:\n    pass",
-     "1:1: 'try' is not supported in shmap"},
+     "2:9: expected 'except' or 'finally' block"},
     {"@dec x\ndef f(): pass",
      "1:6: invalid syntax"},
     {"x = 3000000000",

@@ -1,0 +1,216 @@
+/*
+ * exceptions.c - exception classes, raise and except matching
+ * (exceptions.h).
+ */
+#include <string.h>
+
+#include "array/array.h"
+#include "array/prim.h"
+#include "array/print.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/exceptions.h"
+
+/* The classes, each with its parent and the error kind it raises. */
+typedef struct ExcClass {
+  const char *name;
+  int parent;          /* index, -1 for BaseException */
+  ErrKind kind;
+} ExcClass;
+
+enum {
+  X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
+  X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
+  X_RECURSION, X_KEYBOARD, X_COUNT
+};
+
+static const ExcClass classes[X_COUNT] = {
+    [X_BASE] = {"BaseException", -1, ERR_VALUE},
+    [X_EXCEPTION] = {"Exception", X_BASE, ERR_VALUE},
+    [X_ARITH] = {"ArithmeticError", X_EXCEPTION, ERR_VALUE},
+    [X_LOOKUP] = {"LookupError", X_EXCEPTION, ERR_INDEX},
+    [X_VALUE] = {"ValueError", X_EXCEPTION, ERR_VALUE},
+    [X_TYPE] = {"TypeError", X_EXCEPTION, ERR_TYPE},
+    [X_INDEX] = {"IndexError", X_LOOKUP, ERR_INDEX},
+    [X_KEY] = {"KeyError", X_LOOKUP, ERR_INDEX},
+    [X_NAME] = {"NameError", X_EXCEPTION, ERR_NAME},
+    [X_ZERO] = {"ZeroDivisionError", X_ARITH, ERR_ZERO_DIVISION},
+    [X_OVERFLOW] = {"OverflowError", X_ARITH, ERR_OVERFLOW},
+    [X_ASSERT] = {"AssertionError", X_EXCEPTION, ERR_ASSERT},
+    [X_RUNTIME] = {"RuntimeError", X_EXCEPTION, ERR_VALUE},
+    [X_NOTIMPL] = {"NotImplementedError", X_RUNTIME, ERR_NOT_IMPLEMENTED},
+    [X_MEMORY] = {"MemoryError", X_EXCEPTION, ERR_MEMORY},
+    [X_OS] = {"OSError", X_EXCEPTION, ERR_IO},
+    [X_SYNTAX] = {"SyntaxError", X_EXCEPTION, ERR_SYNTAX},
+    [X_RECURSION] = {"RecursionError", X_RUNTIME, ERR_VALUE},
+    [X_KEYBOARD] = {"KeyboardInterrupt", X_BASE, ERR_INTERRUPT},
+};
+
+static Value *class_values[X_COUNT];   /* the built-ins, by index */
+
+/* An instance: its class and message. */
+typedef struct Exc {
+  Opaque base;
+  int cls;
+  Value *msg;   /* Str */
+} Exc;
+
+static void exc_free(Value *v) { val_decref(((Exc *)v)->msg); }
+
+static Value *exc_repr(Value *v) {
+  Exc *e = (Exc *)v;
+  Value *m = val_repr(e->msg);
+  Value *r = m ? str_printf("%s(%s)", classes[e->cls].name, str_cstr(m)) : NULL;
+  val_decref(m);
+  return r;
+}
+
+static Value *exc_getattr(Value *v, const char *name) {
+  Exc *e = (Exc *)v;
+  if (!strcmp(name, "args")) return tuple_pack(1, &e->msg);
+  return err_set(ERR_NAME, "'%s' object has no attribute '%s'", classes[e->cls].name, name);
+}
+
+static Value *exc_str(Value *v) { return val_incref(((Exc *)v)->msg); }
+
+static const OpaqueType exc_type = {"exception", exc_free, exc_repr, exc_getattr, exc_str};
+
+static Value *exc_new(int cls, Value *msg) {
+  Exc *e = shm_calloc(1, sizeof *e);
+  if (!e) return err_nomem();
+  val_init(&e->base.hdr, V_OPAQUE);
+  e->base.ot = &exc_type;
+  e->cls = cls;
+  e->msg = val_incref(msg);
+  return &e->base.hdr;
+}
+
+static bool is_exc(Value *v) { return v->type == V_OPAQUE && ((Opaque *)v)->ot == &exc_type; }
+
+static int class_index(Value *v) {
+  for (int i = 0; i < X_COUNT; i++)
+    if (class_values[i] == v) return i;
+  return -1;
+}
+
+static bool subclass(int c, int of) {
+  for (; c >= 0; c = classes[c].parent)
+    if (c == of) return true;
+  return false;
+}
+
+/* ---- the error being handled ---------------------------------------------------- */
+
+/* What the last raise of this thread set: its instance, and the message
+ * it gave the error (to know the error still is that one). */
+static _Thread_local Value *raised;
+static _Thread_local char raised_msg[256];
+
+/* The class of the pending error: the raised instance's, else its kind's. */
+static int current_class(void) {
+  if (raised && !strcmp(err_message(), raised_msg)) return ((Exc *)raised)->cls;
+  switch (err_kind()) {
+  case ERR_NAME: return X_NAME;
+  case ERR_TYPE: return X_TYPE;
+  case ERR_INDEX: return strncmp(err_message(), "KeyError: ", 10) ? X_INDEX : X_KEY;
+  case ERR_IO: return X_OS;
+  case ERR_MEMORY: return X_MEMORY;
+  case ERR_ASSERT: return X_ASSERT;
+  case ERR_INTERRUPT: return X_KEYBOARD;
+  case ERR_NOT_IMPLEMENTED: return X_NOTIMPL;
+  case ERR_ZERO_DIVISION: return X_ZERO;
+  case ERR_OVERFLOW: return X_OVERFLOW;
+  case ERR_SYNTAX: return X_SYNTAX;
+  default: return X_VALUE;
+  }
+}
+
+int exc_matches(Value *handler) {
+  ErrKind k = err_kind();
+  if (k == ERR_QUIT || k == ERR_COLLECTIVE || k == ERR_NONE) return 0;
+  int c = current_class();
+  if (!handler) return c != X_KEYBOARD;   /* a bare except: every Exception */
+  size_t n = 1;
+  Value *const *hs = &handler;
+  if (handler->type == V_TUPLE) val_seq(handler, &n, &hs);
+  for (size_t i = 0; i < n; i++) {
+    int h = class_index(hs[i]);
+    if (h < 0) {
+      err_set(ERR_TYPE, "catching classes that do not inherit from BaseException is not allowed");
+      return -1;
+    }
+    if (subclass(c, h)) return 1;
+  }
+  return 0;
+}
+
+Value *exc_current(void) {
+  if (raised && !strcmp(err_message(), raised_msg)) return val_incref(raised);
+  int c = current_class();
+  const char *m = err_message();
+  if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
+  Value *msg = str_from(m);
+  Value *e = msg ? exc_new(c, msg) : NULL;
+  val_decref(msg);
+  return e;
+}
+
+int exc_isinstance(Value *x, Value *cls) {
+  int c = class_index(cls);
+  if (c < 0) return -1;
+  return is_exc(x) && subclass(((Exc *)x)->cls, c);
+}
+
+int exc_raise(Value *v, Loc loc) {
+  Value *inst = NULL;
+  int c = class_index(v);
+  if (c >= 0) {
+    Value *empty = str_from("");
+    inst = empty ? exc_new(c, empty) : NULL;
+    val_decref(empty);
+  } else if (is_exc(v)) {
+    inst = val_incref(v);
+  } else {
+    err_set_at(loc, ERR_TYPE, "exceptions must derive from BaseException");
+    return -1;
+  }
+  if (!inst) return -1;
+  Exc *e = (Exc *)inst;
+  const char *m = str_cstr(e->msg);
+  if (*m)
+    err_set_at(loc, classes[e->cls].kind, "%s: %s", classes[e->cls].name, m);
+  else
+    err_set_at(loc, classes[e->cls].kind, "%s", classes[e->cls].name);
+  if (raised) val_decref(raised);
+  raised = inst;
+  snprintf(raised_msg, sizeof raised_msg, "%s", err_message());
+  return -1;
+}
+
+/* ---- the classes as built-ins ----------------------------------------------------- */
+
+/* Calling a class: an instance whose message is its argument's str. */
+static Value *class_call(Value *self, const CallArgs *a) {
+  int c = (int)arr_get_i64(AS_ARRAY(self), 0);
+  if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", classes[c].name);
+  Value *msg = a->nargs == 0 ? str_from("")
+               : a->args[0]->type == V_STR ? val_incref(a->args[0]) : val_str(a->args[0]);
+  Value *e = msg ? exc_new(c, msg) : NULL;
+  val_decref(msg);
+  return e;
+}
+
+int exc_register(Env *b) {
+  for (int i = 0; i < X_COUNT; i++) {
+    Value *idx = val_int(i);
+    Value *v = idx ? bound_new(classes[i].name, class_call, idx) : NULL;
+    val_decref(idx);
+    if (!v || env_set(b, intern_cstr(classes[i].name), v) < 0) {
+      val_decref(v);
+      return -1;
+    }
+    class_values[i] = v;   /* kept for the run: the environment holds it too */
+  }
+  return 0;
+}
