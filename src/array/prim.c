@@ -947,6 +947,7 @@ SCAN_RULE(shape_cummax, P_CUMMAX)
 #define RULES_PPERMUTE
 #define RULES_ALL_TO_ALL
 #define RULES_RAGGED_ALL_TO_ALL
+#define RULES_PVARY
 #define RULES_COND
 #define RULES_WHILE
 #define RULES_SCAN

@@ -649,6 +649,70 @@ static Value *bi_isinstance(const CallArgs *a) {
   return val_bool(false);
 }
 
+static int by_name(const void *x, const void *y) {
+  return strcmp(str_cstr(*(Value *const *)x), str_cstr(*(Value *const *)y));
+}
+
+static void collect_name(const char *name, Value *v, void *ctx) {
+  (void)v;
+  Value *l = ctx, *s = str_from(name);
+  if (s) list_append_steal(l, s);
+}
+
+/* dir([obj]): the names of the current scope, or [obj]'s attributes,
+ * sorted. */
+static Value *bi_dir(const CallArgs *a) {
+  if (a->nargs > 1 || a->nkw) return err_set(ERR_TYPE, "dir expected at most 1 argument");
+  Value *l;
+  if (a->nargs) {
+    l = ops_dir(a->args[0]);
+  } else {
+    Frame *f = eval_current_frame();
+    l = list_new(16);
+    if (l && f && f->env) env_each(f->env, collect_name, l);
+  }
+  if (!l) return NULL;
+  List *li = (List *)l;
+  qsort(li->items, li->len, sizeof(Value *), by_name);
+  return l;
+}
+
+/* help(obj): a built-in's signature and summary, a function's signature,
+ * a module's names. */
+static Value *bi_help(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw)
+    return err_set(ERR_TYPE, "help() takes one argument (interactive help: see shmap(7))");
+  Value *x = a->args[0], *text = NULL;
+  if (x->type == V_BUILTIN) {
+    const Builtin *b = (const Builtin *)x;
+    text = str_printf("Help on built-in function %s:\n\n%s\n", b->name, b->doc ? b->doc : b->name);
+  } else if (x->type == V_BOUND) {
+    text = str_printf("Help on %s:\n\n%s(...)\n", ((BoundMethod *)x)->name, ((BoundMethod *)x)->name);
+  } else if (x->type == V_MODULE) {
+    Value *names = ops_dir(x);
+    if (names) {
+      List *li = (List *)names;
+      qsort(li->items, li->len, sizeof(Value *), by_name);
+      text = str_printf("Help on module %s:\n\n", ((Module *)x)->name);
+      for (size_t i = 0; text && i < li->len; i++) {
+        Value *t = str_printf("%s%s%s", str_cstr(text), str_cstr(li->items[i]),
+                              i + 1 < li->len ? ", " : "\n");
+        val_decref(text);
+        text = t;
+      }
+      val_decref(names);
+    }
+  } else {
+    Value *r = val_repr(x);
+    text = r ? str_printf("Help on %s %s\n", val_type_name(x), str_cstr(r)) : NULL;
+    val_decref(r);
+  }
+  if (!text) return NULL;
+  eval_write(str_cstr(text), strlen(str_cstr(text)));
+  val_decref(text);
+  return val_incref(VAL_NONE);
+}
+
 static Value *bi_getattr(const CallArgs *a) {
   Value *obj, *name, *dflt;
   Value **slots[] = {&obj, &name, &dflt};
@@ -878,6 +942,8 @@ const BiEntry bi_python_table[] = {
   {"sorted", bi_sorted, IN_TOP, "sorted(iterable, reverse=False)"},
   {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict)"},
+  {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
+  {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
   {"type", bi_type, IN_TOP, "type(object): the type's name"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},

@@ -95,7 +95,7 @@ static int jvp_linear(PrimId id, Value **x, Value **t, const Params *p, Value **
     return jvp_linear(P_##ID, x, t, p, yo, to);                                         \
   }
 LINEAR(psum, PSUM) LINEAR(all_gather, ALL_GATHER) LINEAR(psum_scatter, PSUM_SCATTER)
-LINEAR(ppermute, PPERMUTE) LINEAR(all_to_all, ALL_TO_ALL)
+LINEAR(ppermute, PPERMUTE) LINEAR(all_to_all, ALL_TO_ALL) LINEAR(pvary, PVARY)
 
 /* pmax/pmin: the mean of the tangents of the devices holding the
  * extremum, as reduce_max's rule over the devices. */
@@ -294,7 +294,7 @@ static int batch_same(PrimId id, Value **in, const int *dims, const Params *p, V
     (void)nin;                                                                          \
     return batch_same(P_##ID, in, dims, p, out, od);                                    \
   }
-SAME(psum, PSUM) SAME(pmax, PMAX) SAME(pmin, PMIN) SAME(ppermute, PPERMUTE)
+SAME(psum, PSUM) SAME(pmax, PMAX) SAME(pmin, PMIN) SAME(ppermute, PPERMUTE) SAME(pvary, PVARY)
 
 /* all_gather, psum_scatter, all_to_all: the batch axis first and their
  * dimension parameters one further. */
@@ -337,7 +337,43 @@ static int b_all_to_all(Value **in, const int *dims, int nin, const Params *p, V
                      p, out, od);
 }
 
+/* ---- pvary: the invariant-to-varying cast --------------------------------- */
+
+static int shape_pvary(const AVal *in, int nin, const Params *p, AVal *out) {
+  (void)nin, (void)p;
+  aval_copy(out, &in[0]);
+  return 0;
+}
+
+/* A copy: the value is the same on every device, only its type changes. */
+static int kernel_pvary(Array **in, int nin, const Params *p, Array **out) {
+  return prim_table[P_COPY].rules.kernel(in, nin, p, out);
+}
+
+static uint32_t vma_pvary(const uint32_t *in, int nin, const Params *p) {
+  uint32_t m = 0;
+  (void)nin;
+  if (!coll_axes_mask(p, &m)) m = 0;
+  return in[0] | m;
+}
+
+/* pvary's transpose is psum over the axes it added: each device's
+ * cotangent is a part of the invariant value's. */
+static int tr_pvary(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                    const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t m = 0;
+  if (!coll_axes_mask(p, &m)) m = 0;
+  return (cts[0] = psum_over(ct[0], m & ~av[0].vma)) ? 0 : -1;
+}
+
 void coll_ad_install(void) {
+  prim_table[P_PVARY].rules.shape = shape_pvary;
+  prim_table[P_PVARY].rules.kernel = kernel_pvary;
+  prim_table[P_PVARY].rules.vma = vma_pvary;
+  prim_table[P_PVARY].rules.jvp = jvp_pvary;
+  prim_table[P_PVARY].rules.transpose = tr_pvary;
+  prim_table[P_PVARY].rules.batch = b_pvary;
 #define J(ID, name) prim_table[P_##ID].rules.jvp = jvp_##name;
 #define T(ID, name) prim_table[P_##ID].rules.transpose = tr_##name;
   J(PSUM, psum) J(PMAX, pmax) J(PMIN, pmin) J(ALL_GATHER, all_gather)

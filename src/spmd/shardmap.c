@@ -973,11 +973,36 @@ static Value *bool_param(Value *v) {
   return t < 0 ? NULL : val_incref(val_bool(t));
 }
 
+static Value *bi_pvary(const CallArgs *a);
+
 static Value *bi_all_gather(const CallArgs *a) {
-  Value *x, *name, *axis, *tiled, *groups;
-  if (args_bind("all_gather", a, "x, axis_name, axis_index_groups=, axis=, tiled=",
-                (Value **[]){&x, &name, &groups, &axis, &tiled}) < 0)
+  Value *x, *name, *axis, *tiled, *groups, *to = NULL;
+  if (args_bind("all_gather", a, "x, axis_name, axis_index_groups=, axis=, tiled=, to=",
+                (Value **[]){&x, &name, &groups, &axis, &tiled, &to}) < 0)
     return NULL;
+  bool varying = false;   /* the result is invariant here (LANGUAGE.md §4) */
+  if (to && to != VAL_NONE) {
+    if (to->type != V_STR || (strcmp(str_cstr(to), "varying") && strcmp(str_cstr(to), "invarying")))
+      return err_set(ERR_VALUE, "all_gather: to must be 'varying' or 'invarying'");
+    varying = !strcmp(str_cstr(to), "varying");
+  }
+  if (varying) {   /* gather, then type the result as varying: JAX's default */
+    Value *kw[] = {groups ? groups : VAL_NONE, axis ? axis : VAL_NONE, tiled ? tiled : VAL_NONE};
+    const char *kn[] = {"axis_index_groups", "axis", "tiled"};
+    CallArgs c = {2, (Value *[]){x, name}, 0, kn, kw};
+    int k = 0;
+    Value *kv[3];
+    const char *knn[3];
+    for (int i = 0; i < 3; i++)
+      if (kw[i] != VAL_NONE) kv[k] = kw[i], knn[k++] = kn[i];
+    c.nkw = k, c.kwnames = knn, c.kwvals = kv;
+    Value *g = bi_all_gather(&c);
+    if (!g) return NULL;
+    CallArgs v = {2, (Value *[]){g, name}, 0, NULL, NULL};
+    Value *r = bi_pvary(&v);
+    val_decref(g);
+    return r;
+  }
   Params p;
   params_init(&p);
   if (axis_params(&p, name, groups) < 0 ||
@@ -1028,6 +1053,72 @@ static Value *perm_param(Value *perm) {
     tuple_set_steal(t, i, pv);
   }
   return t;
+}
+
+/* pvary(x, axis_name): x, typed as varying over the axes (lax.pvary). */
+static Value *bi_pvary(const CallArgs *a) {
+  Value *x, *name;
+  if (args_bind("pvary", a, "x, axis_name", (Value **[]){&x, &name}) < 0) return NULL;
+  Params p;
+  params_init(&p);
+  if (params_add(&p, "axes", axis_names(name)) < 0) {
+    params_clear(&p);
+    return NULL;
+  }
+  return apply1(P_PVARY, x, &p);
+}
+
+/* pcast(x, axis_name, to='varying'): lax.pcast; only the cast to varying
+ * (pvary) changes anything here. */
+static Value *bi_pcast(const CallArgs *a) {
+  Value *x, *name, *to = NULL;
+  if (args_bind("pcast", a, "x, axis_name, to=", (Value **[]){&x, &name, &to}) < 0) return NULL;
+  if (!to || to->type != V_STR || strcmp(str_cstr(to), "varying"))
+    return err_set(ERR_NOT_IMPLEMENTED, "pcast: only to='varying' is implemented");
+  CallArgs c = {2, (Value *[]){x, name}, 0, NULL, NULL};
+  return bi_pvary(&c);
+}
+
+/* The type of a value as jax.typeof prints it: f32[2,2]{V:i,j}. */
+typedef struct TypeOf {
+  Opaque base;
+  Value *text;
+} TypeOf;
+
+static void typeof_free(Value *v) { val_decref(((TypeOf *)v)->text); }
+static Value *typeof_str(Value *v) { return val_incref(((TypeOf *)v)->text); }
+static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str};
+
+/* jax.typeof(x): dtype, shape and the mesh axes x varies over. */
+static Value *bi_typeof(const CallArgs *a) {
+  Value *x;
+  if (args_bind("typeof", a, "x", (Value **[]){&x}) < 0) return NULL;
+  AVal av;
+  if (ops_aval(x, &av) < 0) return NULL;
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "%s[", dt_short(av.dtype));
+  for (int i = 0; i < av.ndim && n < 400; i++)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
+  n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
+  DevCtx *c = dev_ctx();
+  if (av.vma && c && c->mesh) {
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "{V:");
+    for (int k = 0, first = 1; k < c->mesh->naxes && n < 480; k++)
+      if (av.vma & (1u << k)) {
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%s", first ? "" : ",", c->mesh->names[k]);
+        first = 0;
+      }
+    snprintf(buf + n, sizeof buf - (size_t)n, "}");
+  }
+  TypeOf *t = shm_calloc(1, sizeof *t);
+  if (!t) return err_nomem();
+  val_init(&t->base.hdr, V_OPAQUE);
+  t->base.ot = &typeof_type;
+  if (!(t->text = str_from(buf))) {
+    shm_free(t);
+    return NULL;
+  }
+  return &t->base.hdr;
 }
 
 static Value *bi_ppermute(const CallArgs *a) {
@@ -1131,6 +1222,8 @@ int shardmap_register(Env *b) {
       {"psum_scatter", bi_psum_scatter,
        "psum_scatter(x, axis_name, scatter_dimension=0, tiled=False)"},
       {"ppermute", bi_ppermute, "ppermute(x, axis_name, perm)"},
+      {"pvary", bi_pvary, "pvary(x, axis_name): x, typed as varying over the axes"},
+      {"pcast", bi_pcast, "pcast(x, axis_name, to='varying')"},
       {"pshuffle", bi_pshuffle, "pshuffle(x, axis_name, perm)"},
       {"all_to_all", bi_all_to_all, "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)"},
       {"ragged_all_to_all", bi_ragged_all_to_all,
@@ -1151,5 +1244,8 @@ int shardmap_register(Env *b) {
     val_decref(v);
     if (rc < 0) return -1;
   }
-  return 0;
+  Value *tv = builtin_new("typeof", bi_typeof, "typeof(x): dtype, shape and varying mesh axes");
+  int trc = tv && builtins_add_to("jax", "typeof", tv) == 0 ? 0 : -1;
+  if (tv) val_decref(tv);
+  return trc;
 }

@@ -36,7 +36,7 @@ static const char *const linear[] = {
     "reduce_sum", "cumsum", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
     "transpose", "rev", "slice", "pad", "concatenate", "dynamic_slice",
     "dynamic_update_slice", "gather", "scatter", "dot_general", "psum", "all_gather",
-    "reduce_scatter", "ppermute", "all_to_all", NULL};
+    "reduce_scatter", "ppermute", "all_to_all", "pvary", NULL};
 
 static bool listed(const char *const *l, const char *name) {
   for (; *l; l++)
