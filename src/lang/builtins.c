@@ -798,7 +798,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps;
+    *ns_special, *ns_maps, *ns_random;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -810,6 +810,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "functools")) return ns_functools;
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
+  if (!strcmp(name, "jax.random")) return ns_random;
   return NULL;
 }
 
@@ -889,8 +890,9 @@ int builtins_register(Env *e) {
     ns_functools = new_namespace("functools");
     ns_special = new_namespace("jax.scipy.special");
     ns_maps = new_namespace("jax.experimental.maps");
+    ns_random = new_namespace("jax.random");
     if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
-        !ns_special || !ns_maps)
+        !ns_special || !ns_maps || !ns_random)
       return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
@@ -912,7 +914,8 @@ int builtins_register(Env *e) {
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
-      dict_set_str(jg, "tree", ns_tree) < 0 || pytree_register() < 0)
+      dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
+      pytree_register() < 0 || builtins_random_register(e) < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)

@@ -28,4 +28,8 @@ Value *builtins_namespace(const char *name);
  * (unknown namespace, out of memory).  Main thread, at start-up. */
 int builtins_add_to(const char *ns, const char *name, Value *v);
 
+/* Registers jax.random (builtins_random.c) and the PRNG primitives' rules.
+ * Main thread, at start-up. */
+int builtins_random_register(Env *builtins);
+
 #endif

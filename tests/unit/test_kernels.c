@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "array/kernels.h"
 #include "array/prim.h"
+#include "array/prim_random.h"
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -732,9 +733,11 @@ START_TEST(test_sort) {
 END_TEST
 
 /* Every primitive of the array layer has its shape rule and kernel in the
- * table; the collectives' come from spmd/ at start-up, so before that
- * applying one is a clear error, not a crash. */
+ * table (the PRNG's once prim_random_install ran); the collectives' come
+ * from spmd/ at start-up, so before that applying one is a clear error,
+ * not a crash. */
 START_TEST(test_table_rules) {
+  prim_random_install();
   for (int id = 0; id < P_COUNT; id++) {
     PrimKind k = prim_table[id].kind;
     if (k == PK_HIGHER || k == PK_COLLECTIVE) continue;

@@ -17,6 +17,7 @@
 #include "array/prim.h"
 #include "array/prim_ad.h"
 #include "array/prim_batch.h"
+#include "array/prim_random.h"
 #include "base/error.h"
 #include "spmd/collective.h"
 
@@ -25,10 +26,17 @@ static const char *const no_jvp_yet[] = {"cumprod", "cummax", "sort",
                                          "ragged_all_to_all", NULL};
 
 /* Primitives vmap applies example by example (no batching rule). */
-static const char *const batch_by_loop[] = {"ragged_all_to_all", NULL};
+static const char *const batch_by_loop[] = {"ragged_all_to_all", "random_split", "random_fold_in",
+                                            "random_bits", "random_uniform", "random_randint",
+                                            "random_permutation", NULL};
 
 /* Primitives without a derivative to have: no float operand. */
 static const char *const no_operand[] = {"axis_index", "iota", NULL};
+
+/* Primitives of integer operands (PRNG keys): no derivative to have. */
+static const char *const integer_only[] = {"random_split", "random_fold_in", "random_bits",
+                                           "random_uniform", "random_randint",
+                                           "random_permutation", NULL};
 
 /* Linear primitives (in some operands) that must have a transpose rule. */
 static const char *const linear[] = {
@@ -47,18 +55,20 @@ static bool listed(const char *const *l, const char *name) {
 START_TEST(tc_every_primitive_has_rules) {
   prim_ad_install();
   prim_batch_install();
+  prim_random_install();
   coll_register_prims();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
     if (p->kind == PK_HIGHER || listed(no_operand, p->name)) continue;
-    bool missing = listed(no_jvp_yet, p->name);
-    ck_assert_msg((p->rules.jvp != NULL) != missing,
-                  "%s: %s", p->name, missing ? "has a JVP rule now: take it off no_jvp_yet"
-                                             : "has no JVP rule and is not listed as such");
     bool loop = listed(batch_by_loop, p->name);
     ck_assert_msg((p->rules.batch != NULL) != loop, "%s: %s", p->name,
                   loop ? "has a batching rule now: take it off batch_by_loop"
                        : "has no batching rule and is not listed as batched by loop");
+    if (listed(integer_only, p->name)) continue;
+    bool missing = listed(no_jvp_yet, p->name);
+    ck_assert_msg((p->rules.jvp != NULL) != missing,
+                  "%s: %s", p->name, missing ? "has a JVP rule now: take it off no_jvp_yet"
+                                             : "has no JVP rule and is not listed as such");
     if (listed(linear, p->name))
       ck_assert_msg(p->rules.transpose != NULL, "%s: linear, but no transpose rule", p->name);
   }
@@ -225,11 +235,27 @@ START_TEST(tc_transposes_are_adjoints) {
 }
 END_TEST
 
+/* Random123's known answers for Threefry-2x32 with 20 rounds. */
+START_TEST(tc_threefry_known_answers) {
+  static const uint32_t kat[3][6] = {
+      {0, 0, 0, 0, 0x6b200159u, 0x99ba4efeu},
+      {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0x1cb996fcu, 0xbb002be7u},
+      {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xc4923a9cu, 0x483df7a0u}};
+  for (int i = 0; i < 3; i++) {
+    uint32_t a = kat[i][0], b = kat[i][1];
+    prim_threefry2x32(kat[i][2], kat[i][3], &a, &b);
+    ck_assert_uint_eq(a, kat[i][4]);
+    ck_assert_uint_eq(b, kat[i][5]);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("prim_ad");
   TCase *tc = tcase_create("rules");
   tcase_add_test(tc, tc_every_primitive_has_rules);
   tcase_add_test(tc, tc_transposes_are_adjoints);
+  tcase_add_test(tc, tc_threefry_known_answers);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
