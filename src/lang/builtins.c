@@ -432,6 +432,26 @@ static Value *bi_enumerate(const CallArgs *a) {
   return l;
 }
 
+/* map(function, *iterables): a list (Python's iterator, materialised) of
+ * function applied to the items side by side, to the shortest. */
+static Value *bi_zip(const CallArgs *a);
+
+static Value *bi_map(const CallArgs *a) {
+  if (a->nargs < 2 || a->nkw) return err_set(ERR_TYPE, "map() must have at least two arguments.");
+  CallArgs z = {a->nargs - 1, a->args + 1, 0, NULL, NULL};
+  Value *rows = bi_zip(&z), *res = rows ? list_new(list_len(rows)) : NULL;
+  for (size_t i = 0; res && i < list_len(rows); i++) {
+    Value *t = list_get(rows, i);
+    Value *r = val_call_n(a->args[0], (int)tuple_len(t), ((Tuple *)t)->items);
+    if (!r || list_append_steal(res, r) < 0) {
+      val_decref(res);
+      res = NULL;
+    }
+  }
+  val_decref(rows);
+  return res;
+}
+
 static Value *bi_zip(const CallArgs *a) {
   if (a->nkw) return err_set(ERR_TYPE, "zip() takes no keyword arguments");
   int n = a->nargs;
@@ -939,6 +959,7 @@ const BiEntry bi_python_table[] = {
   {"dict", bi_dict, IN_TOP, "dict(pairs or **kwargs)"},
   {"enumerate", bi_enumerate, IN_TOP, "enumerate(iterable, start=0)"},
   {"zip", bi_zip, IN_TOP, "zip(*iterables)"},
+  {"map", bi_map, IN_TOP, "map(function, *iterables): a list"},
   {"sum", bi_sum, IN_TOP, "sum(a, axis=None, ...) on arrays; Python's sum on lists"},
   {"max", bi_max, IN_TOP, "max(a, axis=None) on an array; Python's max of several values"},
   {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},

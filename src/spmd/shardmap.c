@@ -5,7 +5,10 @@
 #include <string.h>
 
 #include "array/array.h"
+#include <pthread.h>
+
 #include "lang/builtins.h"
+#include "lang/pytree.h"
 #include "spmd/collective.h"
 #include "spmd/device.h"
 #include "base/error.h"
@@ -24,6 +27,9 @@ static void shardfn_free(Value *v) {
   val_decref(&f->mesh->hdr);
   val_decref(f->in_specs);
   val_decref(f->out_specs);
+  if (f->in_tree) val_decref(f->in_tree);
+  if (f->out_tree) val_decref(f->out_tree);
+  if (f->arg_labels) val_decref(f->arg_labels);
   shm_free(f);
 }
 
@@ -42,6 +48,25 @@ static bool is_specs(Value *v) {
   return true;
 }
 
+/* True if [v] is specs nested in tuples, lists and dicts, None among them
+ * (a pytree prefix of arguments or results). */
+static bool is_spec_tree(Value *v, int depth) {
+  if (v->type == V_PSPEC || v == VAL_NONE) return true;
+  if (depth > 64) return false;
+  if (v->type == V_DICT) {
+    Dict *d = (Dict *)v;
+    for (size_t i = 0; i < d->len; i++)
+      if (!is_spec_tree(d->vals[i], depth + 1)) return false;
+    return true;
+  }
+  size_t n;
+  Value *const *items;
+  if (!val_seq(v, &n, &items)) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!is_spec_tree(items[i], depth + 1)) return false;
+  return true;
+}
+
 /* A list of specs becomes a tuple, so the rest of this file sees two forms. */
 static Value *specs_normalize(Value *v) {
   if (v->type != V_LIST) return val_incref(v);
@@ -52,19 +77,26 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
                     Value *out_specs, bool check_rep) {
   if (mesh->type != V_MESH)
     return err_set(ERR_TYPE, "shard_map: mesh must be a Mesh, got %s", val_type_name(mesh));
-  if (!is_specs(in_specs))
-    return err_set(ERR_TYPE, "shard_map: in_specs must be a P(...) or a tuple of P(...)");
-  if (!is_specs(out_specs))
-    return err_set(ERR_TYPE, "shard_map: out_specs must be a P(...) or a tuple of P(...)");
+  bool tree = !is_specs(in_specs) || !is_specs(out_specs);
+  if (tree && !(is_spec_tree(in_specs, 0) && is_spec_tree(out_specs, 0)))
+    return err_set(ERR_TYPE, "shard_map: in_specs and out_specs must be P(...) or pytrees of "
+                             "P(...) (None: an argument passed whole to every device)");
   ShardFn *f = shm_calloc(1, sizeof *f);
   if (!f) return err_nomem();
   val_init(&f->hdr, V_SHARDFN);
   f->name = name ? name : intern_cstr("<shard_map>");
   f->body = val_incref(body);
   f->mesh = (Mesh *)val_incref(mesh);
-  f->in_specs = specs_normalize(in_specs);
-  f->out_specs = specs_normalize(out_specs);
   f->check_rep = check_rep;
+  if (tree) {   /* per call, the specs of the arguments' leaves (shardmap_call_tree) */
+    f->in_tree = val_incref(in_specs);
+    f->out_tree = val_incref(out_specs);
+    f->in_specs = pspec_from_args(0, NULL);
+    f->out_specs = pspec_from_args(0, NULL);
+  } else {
+    f->in_specs = specs_normalize(in_specs);
+    f->out_specs = specs_normalize(out_specs);
+  }
   if (!f->in_specs || !f->out_specs) {
     val_decref(&f->hdr);
     return NULL;
@@ -106,24 +138,35 @@ static const char *param_name(const ShardFn *f, int i) {
   return i < d->nparams && !d->params[i].star && !d->params[i].starstar ? d->params[i].name : NULL;
 }
 
+/* How messages name argument [i] of [nargs] ("argument 0 ('x')", or a
+ * leaf of a pytree argument), or "" for the only argument of a builtin. */
+static void arg_label(const ShardFn *f, int i, int nargs, char *buf, size_t cap) {
+  const char *param = param_name(f, i);
+  buf[0] = 0;
+  if (f->arg_labels && (size_t)i < tuple_len(f->arg_labels))
+    snprintf(buf, cap, "%s", str_cstr(tuple_get(f->arg_labels, (size_t)i)));
+  else if (param) snprintf(buf, cap, "argument %d ('%s')", i, param);
+  else if (nargs > 1) snprintf(buf, cap, "argument %d", i);
+}
+
 /* Checks argument [x] against in_spec [s]: rank, axes, even division.
  * Messages follow LANGUAGE.md §9; with several arguments they say which. */
-static int check_arg(const ShardFn *f, int i, int nargs, Array *x, PSpec *s) {
-  char what[48], sb[256], names[128], arg[96] = "";
-  const char *param = param_name(f, i);
-  if (param) snprintf(arg, sizeof arg, "argument %d ('%s'): ", i, param);
-  else if (nargs > 1) snprintf(arg, sizeof arg, "argument %d: ", i);
+static int check_arg(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape,
+                     PSpec *s) {
+  char what[160], sb[256], names[128], arg[144] = "";
+  arg_label(f, i, nargs, arg, sizeof arg - 2);
+  if (arg[0]) strcat(arg, ": ");
   snprintf(what, sizeof what, "%sin_specs", arg);
-  if (pspec_check(s, f->mesh, x->ndim, what) < 0) return -1;
+  if (pspec_check(s, f->mesh, ndim, what) < 0) return -1;
   pspec_str(s, sb, sizeof sb);
   for (int ax = 0; ax < s->n; ax++) {
     int n = pspec_entry_size(s, f->mesh, ax);
-    if (x->shape[ax] % n == 0) continue;
+    if (shape[ax] % n == 0) continue;
     entry_names_str(&s->e[ax], names, sizeof names);
     err_set(ERR_VALUE, "%sin_specs %s splits axis %d (size %lld) over %s (size %d), which "
                        "does not divide it; check the in_specs, or change the mesh axis "
                        "sizes, or pad the argument and adapt %s to it, as JAX suggests",
-            arg, sb, ax, (long long)x->shape[ax], names, n, f->name);
+            arg, sb, ax, (long long)shape[ax], names, n, f->name);
     return -1;
   }
   return 0;
@@ -276,12 +319,11 @@ static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, 
              prim, index ? "" : " (a collective whose result differs per device)", why.line, ax,
              ax, ax);
   } else if (why.arg) {
-    char sb[256], nm[96] = "";
-    const char *pn = param_name(f, why.arg - 1);
-    if (pn) snprintf(nm, sizeof nm, " ('%s')", pn);
+    char sb[256], nm[144];
+    arg_label(f, why.arg - 1, 2, nm, sizeof nm);
     pspec_str(in_spec_of(f, why.arg - 1), sb, sizeof sb);
-    snprintf(buf, cap, ": it is computed from argument %d%s, which in_specs %s splits over '%s' "
-                       "(is a psum over '%s' missing?)", why.arg - 1, nm, sb, ax, ax);
+    snprintf(buf, cap, ": it is computed from %s, which in_specs %s splits over '%s' "
+                       "(is a psum over '%s' missing?)", nm, sb, ax, ax);
   } else {
     snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
   }
@@ -483,9 +525,24 @@ static Value *assemble_all(const Call *c) {
 
 /* ==== the call ==================================================================== */
 
+static bool is_container(const Value *x) {
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+}
+
+bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a) {
+  if (f->in_tree || f->out_tree) return true;
+  for (int i = 0; i < a->nargs; i++)
+    if (is_container(a->args[i])) return true;
+  return false;
+}
+
+int shardmap_check_shape(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape) {
+  return check_arg(f, i, nargs, ndim, shape, in_spec_of(f, i));
+}
+
 int shardmap_check_arg(const ShardFn *f, const CallArgs *a, int i) {
   Value *x = a->args[i];
-  if (x->type != V_TUPLE && x->type != V_LIST && x->type != V_DICT) return 0;
+  if (f->in_tree || !is_container(x)) return 0;
   err_set(ERR_TYPE, "%s(): argument %d is a %s; shard_map takes arrays here, not pytrees: "
           "pass its leaves as separate arguments, each with its own in_spec",
           f->name, i, val_type_name(x));
@@ -517,7 +574,8 @@ static int prepare_args(Call *c, const CallArgs *a) {
     Value *x = shardmap_arg(f, a, i);
     if (!x) return -1;
     c->args[i] = AS_ARRAY(x);
-    if (check_arg(f, i, a->nargs, c->args[i], in_spec_of(f, i)) < 0) return -1;
+    if (check_arg(f, i, a->nargs, c->args[i]->ndim, c->args[i]->shape, in_spec_of(f, i)) < 0)
+      return -1;
   }
   return 0;
 }
@@ -561,7 +619,226 @@ static int run_on_devices(Call *c) {
   return rc;
 }
 
+/* ==== pytree arguments and results ============================================= */
+
+/*
+ * A call whose arguments or results are pytrees runs a shard_map over
+ * their leaves: each argument's leaves get the spec its in_spec prefix
+ * gives them (None: the leaves are passed whole to every device, not
+ * split), a wrapper body rebuilds the trees on each device and flattens
+ * the results, whose specs come from the out_specs prefix, and the
+ * results' tree comes back from the wrapper (JAX's shard_map on pytrees).
+ */
+typedef struct TreeCall {
+  Opaque base;
+  ShardFn *f;            /* the user's (borrowed for the call) */
+  int nargs;
+  Value *args;           /* tuple: the arguments as given (templates) */
+  Value *split;          /* tuple of bool tuples: per leaf, split (True) or whole */
+  Value *out_template;   /* the body's result (set by the first device) */
+  pthread_mutex_t lock;
+} TreeCall;
+
+static void treecall_free(Value *v) {
+  TreeCall *t = (TreeCall *)v;
+  val_decref(t->args);
+  val_decref(t->split);
+  if (t->out_template) val_decref(t->out_template);
+  pthread_mutex_destroy(&t->lock);
+}
+
+static const OpaqueType treecall_type = {"shard_map call", treecall_free, NULL, NULL, NULL};
+
+static bool leaf_is_array(Value *v) { return ops_is_array(v); }
+
+/* Appends to [specs] (and [split] flags) one entry per leaf of [tree]
+ * under the prefix [spec]. */
+static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, const char *what) {
+  if (spec->type == V_PSPEC || spec == VAL_NONE) {
+    PyLeaves l = {0};
+    if (pytree_flatten(tree, leaf_is_array, &l) < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0; i++) {
+      rc = list_append(split, val_bool(spec != VAL_NONE));
+      if (rc == 0 && spec != VAL_NONE) rc = list_append(specs, spec);
+    }
+    pytree_leaves_free(&l);
+    return rc;
+  }
+  if (spec->type == V_DICT && tree->type == V_DICT) {
+    size_t *order = pytree_key_order(tree);
+    Dict *d = (Dict *)tree;
+    int rc = order ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < d->len; i++) {
+      Value *s = dict_get(spec, d->keys[order[i]]);
+      rc = s ? leaf_specs(d->vals[order[i]], s, specs, split, what)
+             : (err_set(ERR_VALUE, "%s: a dict of specs lacks a key of the value", what), -1);
+    }
+    shm_free(order);
+    return rc;
+  }
+  size_t n, m;
+  Value *const *ts, *const *ss;
+  if (tree->type != V_DICT && val_seq(tree, &n, &ts) && val_seq(spec, &m, &ss) && n == m) {
+    for (size_t i = 0; i < n; i++)
+      if (leaf_specs(ts[i], ss[i], specs, split, what) < 0) return -1;
+    return 0;
+  }
+  err_set(ERR_VALUE, "%s must be a pytree prefix of the value: got a %s of specs for a %s", what,
+          val_type_name(spec), val_type_name(tree));
+  return -1;
+}
+
+/* The wrapper body on one device: leaves in, the trees rebuilt, the
+ * body's result flattened out (a tuple). */
+static Value *tree_body(Value *self, const CallArgs *a) {
+  TreeCall *t = (TreeCall *)self;
+  Value *args[64], *r = NULL;
+  int pos = 0, made = 0;
+  for (; made < t->nargs; made++) {
+    Value *tmpl = tuple_get(t->args, (size_t)made), *flags = tuple_get(t->split, (size_t)made);
+    PyLeaves l = {0};
+    if (pytree_flatten(tmpl, leaf_is_array, &l) < 0) break;
+    Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *));
+    for (int k = 0; vals && k < l.n; k++)
+      vals[k] = val_truth(tuple_get(flags, (size_t)k)) == 1 ? a->args[pos++] : l.v[k];
+    int p2 = 0;
+    args[made] = vals ? pytree_replace(tmpl, leaf_is_array, vals, &p2) : err_nomem();
+    shm_free(vals);
+    pytree_leaves_free(&l);
+    if (!args[made]) break;
+  }
+  Value *res = made == t->nargs ? val_call_n(t->f->body, t->nargs, args) : NULL;
+  for (int k = 0; k < made; k++) val_decref(args[k]);
+  if (!res) return NULL;
+  PyLeaves l = {0};
+  if (pytree_flatten(res, leaf_is_array, &l) == 0) {
+    pthread_mutex_lock(&t->lock);
+    if (!t->out_template) t->out_template = val_incref(res);
+    pthread_mutex_unlock(&t->lock);
+    r = tuple_pack((size_t)l.n, l.v);
+  }
+  pytree_leaves_free(&l);
+  val_decref(res);
+  return r;
+}
+
+/* The out_specs of the flat call: one P for every leaf, or one per leaf of
+ * the out_specs tree (a P covering a subtree is then an error of arity). */
+static Value *flat_out_specs(Value *out) {
+  if (out->type == V_PSPEC) return val_incref(out);
+  PyLeaves l = {0};
+  if (pytree_flatten(out, NULL, &l) < 0) return NULL;
+  Value *t = tuple_pack((size_t)l.n, l.v);
+  pytree_leaves_free(&l);
+  return t;
+}
+
+/* Appends to [labels] the words for leaf [k] of argument [i] of [f]
+ * (k < 0: the argument is itself the leaf). */
+static int add_label(Value *labels, const ShardFn *f, int i, int k) {
+  char b[144], p[96] = "";
+  const char *pn = param_name(f, i);
+  if (pn) snprintf(p, sizeof p, " ('%s')", pn);
+  if (k < 0) snprintf(b, sizeof b, "argument %d%s", i, p);
+  else snprintf(b, sizeof b, "leaf %d of argument %d%s", k, i, p);
+  Value *s = str_from(b);
+  int rc = s ? list_append(labels, s) : -1;
+  if (s) val_decref(s);
+  return rc;
+}
+
+static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", f->name);
+  if (a->nargs > 64) return err_set(ERR_VALUE, "shard_map supports at most 64 arguments");
+  Value *in = f->in_tree ? f->in_tree : f->in_specs, *out = f->out_tree ? f->out_tree : f->out_specs;
+  size_t ni;
+  Value *const *is;
+  bool per_arg = in->type != V_PSPEC && in != VAL_NONE && val_seq(in, &ni, &is);
+  if (per_arg && (int)ni != a->nargs)
+    return err_set(ERR_TYPE, "%s() has %zu in_specs but was called with %d argument%s", f->name,
+                   ni, a->nargs, a->nargs == 1 ? "" : "s");
+  Value *specs = list_new(8), *splits = tuple_new((size_t)a->nargs), *leaves = list_new(8);
+  Value *labels = list_new(8);
+  TreeCall *t = shm_calloc(1, sizeof *t);
+  Value *r = NULL, *sf = NULL, *fn = NULL, *res = NULL;
+  if (!specs || !splits || !leaves || !labels || !t) {
+    err_nomem();
+    goto out;
+  }
+  val_init(&t->base.hdr, V_OPAQUE);
+  t->base.ot = &treecall_type;
+  pthread_mutex_init(&t->lock, NULL);
+  t->f = f;
+  t->nargs = a->nargs;
+  t->args = tuple_pack((size_t)a->nargs, a->args);
+  t->split = splits;
+  splits = NULL;
+  for (int i = 0; i < a->nargs; i++) {
+    Value *flags = list_new(4);
+    char what[64];
+    snprintf(what, sizeof what, "in_specs of argument %d", i);
+    int rc = flags ? leaf_specs(a->args[i], per_arg ? is[i] : in, specs, flags, what) : -1;
+    Value *ft = rc == 0 ? tuple_pack(list_len(flags), ((List *)flags)->items) : NULL;
+    val_decref(flags);
+    if (!ft) goto out;
+    tuple_set_steal(t->split, (size_t)i, ft);
+    PyLeaves l = {0};
+    if (pytree_flatten(a->args[i], leaf_is_array, &l) < 0) goto out;
+    rc = 0;
+    for (int k = 0; k < l.n && rc == 0; k++)
+      if (val_truth(tuple_get(ft, (size_t)k)) == 1)
+        rc = list_append(leaves, l.v[k]) < 0 ||
+             add_label(labels, f, i, is_container(a->args[i]) ? k : -1) < 0 ? -1 : 0;
+    pytree_leaves_free(&l);
+    if (rc < 0) goto out;
+  }
+  Value *in_flat = tuple_pack(list_len(specs), ((List *)specs)->items);
+  Value *out_flat = flat_out_specs(out);
+  fn = in_flat && out_flat ? bound_new(f->name, tree_body, &t->base.hdr) : NULL;
+  sf = fn ? shardmap_new(f->name, fn, &f->mesh->hdr, in_flat, out_flat, f->check_rep) : NULL;
+  if (in_flat) val_decref(in_flat);
+  if (out_flat) val_decref(out_flat);
+  if (!sf) goto out;
+  ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
+  if (!((ShardFn *)sf)->arg_labels) goto out;
+  CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
+  res = shardmap_call(sf, &c);
+  if (!res) goto out;
+  if (!t->out_template) {
+    err_set(ERR_VALUE, "%s(): the body returned no result to rebuild", f->name);
+    goto out;
+  }
+  /* the wrapper returned a tuple of the leaves; the flat call gives that
+   * tuple back, or its one leaf bare (leaves are never tuples) */
+  PyLeaves tl = {0};
+  if (pytree_flatten(t->out_template, leaf_is_array, &tl) < 0) goto out;
+  size_t nres;
+  Value *const *items;
+  Value *one[1] = {res};
+  int pos = 0;
+  if (res->type == V_TUPLE && val_seq(res, &nres, &items) && (int)nres == tl.n)
+    r = pytree_replace(t->out_template, leaf_is_array, (Value **)items, &pos);
+  else if (tl.n == 1)
+    r = pytree_replace(t->out_template, leaf_is_array, one, &pos);
+  else
+    err_set(ERR_VALUE, "%s(): the body's results do not match its out_specs", f->name);
+  pytree_leaves_free(&tl);
+out:
+  if (res) val_decref(res);
+  if (sf) val_decref(sf);
+  if (fn) val_decref(fn);
+  if (t && t->args) val_decref(&t->base.hdr);
+  else if (t) shm_free(t);
+  val_decref(specs);
+  val_decref(leaves);
+  val_decref(labels);
+  if (splits) val_decref(splits);
+  return r;
+}
+
 Value *shardmap_call(Value *fv, const CallArgs *a) {
+  if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
   /* arguments being transformed (differentiated, batched), staged or not */
   for (int i = 0; differentiator && i < a->nargs; i++)
     if (a->args[i]->type == V_TRACER && !prim_value_is_staged(a->args[i]))

@@ -35,6 +35,9 @@ typedef struct ShardFn {
   Value *in_specs;     /* owned: a Tuple of PSpec, or one PSpec for all */
   Value *out_specs;    /* owned: a PSpec, or a Tuple of PSpec */
   bool check_rep;
+  Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
+  Value *out_tree;     /* owned: likewise for the results, or NULL */
+  Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
 } ShardFn;
 
 /* Makes a ShardFn (all arguments borrowed).  Errors: a spec that is not a
@@ -44,6 +47,16 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
 
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
+
+/* Checks that argument [i] of [nargs], of rank [ndim] and [shape], fits
+ * its in_spec: the spec's rank and axes, and even division by the mesh
+ * axes it names.  0, or -1 + ERR_VALUE/ERR_TYPE in LANGUAGE.md §9's words
+ * (the same message eagerly and under jit). */
+int shardmap_check_shape(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape);
+
+/* Whether a call of [f] on [a] has pytree arguments or specs: it then runs
+ * as a shard_map over the leaves (shardmap_call does it). */
+bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a);
 
 /* Checks argument [i] of a call of [f]: 0, or -1 with the error set.  A
  * tuple, list or dict is a pytree whose leaves JAX would split one by

@@ -384,7 +384,7 @@ static void values_free(Value **v, int n) {
 
 /* Calls the wrapped function on tracers: a new reference to its result. */
 static Value *call_traced(const JitFn *j, const CallArgs *a, Value **tracers, int n) {
-  if (j->fn->type == V_SHARDFN) {
+  if (j->fn->type == V_SHARDFN && !shardmap_needs_tree((ShardFn *)j->fn, a)) {
     if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", j->name);
     for (int i = 0; i < a->nargs; i++)
       if (shardmap_check_arg((ShardFn *)j->fn, a, i) < 0) return NULL;
@@ -670,20 +670,9 @@ static uint32_t spec_bits(const PSpec *s, const Mesh *m) {
 /* The block aval device code sees for global aval [g] under [s]. */
 static int block_aval(const ShardFn *f, int i, int n, const AVal *g, AVal *b) {
   PSpec *s = spec_at(f->in_specs, i);
-  char what[64], sb[256];
-  snprintf(what, sizeof what, n > 1 ? "argument %d: in_specs" : "in_specs", i);
-  if (pspec_check(s, f->mesh, g->ndim, what) < 0) return -1;
+  if (shardmap_check_shape(f, i, n, g->ndim, g->shape) < 0) return -1;
   *b = *g;
-  for (int ax = 0; ax < s->n; ax++) {
-    int k = pspec_entry_size(s, f->mesh, ax);
-    if (g->shape[ax] % k) {
-      pspec_str(s, sb, sizeof sb);
-      err_set(ERR_VALUE, "in_specs %s splits axis %d (size %lld), which %d devices do not divide",
-              sb, ax, (long long)g->shape[ax], k);
-      return -1;
-    }
-    b->shape[ax] = g->shape[ax] / k;
-  }
+  for (int ax = 0; ax < s->n; ax++) b->shape[ax] = g->shape[ax] / pspec_entry_size(s, f->mesh, ax);
   b->vma = spec_bits(s, f->mesh);
   return 0;
 }
