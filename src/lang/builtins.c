@@ -818,7 +818,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random;
+    *ns_special, *ns_maps, *ns_random, *ns_sharding;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -831,6 +831,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.random")) return ns_random;
+  if (!strcmp(name, "jax.sharding")) return ns_sharding;
   return NULL;
 }
 
@@ -911,7 +912,9 @@ int builtins_register(Env *e) {
     ns_special = new_namespace("jax.scipy.special");
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
-    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
+    ns_sharding = new_namespace("jax.sharding");
+    if (!ns_sharding ||
+        !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;
   }
@@ -935,6 +938,7 @@ int builtins_register(Env *e) {
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
+      dict_set_str(jg, "sharding", ns_sharding) < 0 ||
       pytree_register() < 0 || builtins_random_register(e) < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||

@@ -172,6 +172,19 @@ static Value *bi_isnan(const CallArgs *a) {
   return r;
 }
 
+/* divmod(x, y) and jnp.divmod: (x // y, x % y), Python's floor
+ * division and the remainder with the divisor's sign. */
+static Value *bi_divmod(const CallArgs *a) {
+  Value *x, *y;
+  Value **slots[] = {&x, &y};
+  if (args_bind("divmod", a, "x1, x2", slots) < 0) return NULL;
+  Value *q = ops_binary(OP_FLOORDIV, x, y), *r = q ? ops_binary(OP_MOD, x, y) : NULL;
+  Value *t = r ? tuple_pack(2, (Value *[]){q, r}) : NULL;
+  if (q) val_decref(q);
+  if (r) val_decref(r);
+  return t;
+}
+
 /* jnp.round(a, decimals=0): half to even, as NumPy. */
 static Value *bi_round(const CallArgs *a) {
   Value *x, *decimals;
@@ -681,6 +694,7 @@ const BiEntry bi_math_table[] = {
   {"sqrt", bi_sqrt, NP | IN_LAX, "sqrt(x)"},
   {"rsqrt", bi_rsqrt, IN_LAX, "rsqrt(x): 1 / sqrt(x)"},
   {"abs", bi_abs, NP | IN_LAX, "abs(x)"},
+  {"divmod", bi_divmod, NP, "divmod(x1, x2): (x1 // x2, x1 % x2)"},
   {"absolute", bi_abs, IN_JNP, "absolute(x)"},
   {"sign", bi_sign, NP | IN_LAX, "sign(x)"},
   {"negative", bi_negative, IN_JNP, "negative(x)"},

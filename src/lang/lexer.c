@@ -427,16 +427,194 @@ static int scan_string_body(Lexer *lx, char q, bool triple, bool raw,
   }
 }
 
-/* A string literal, with an optional r/R/u/U prefix, at the cursor.  The
- * token is pushed first, so it keeps the line and column it starts at. */
-static int lex_string(Lexer *lx) {
-  Token *t = push_token(lx, T_STRING, lx->p, 0);
+static bool starts_string(const char *p);
+
+/* ---- f-strings ------------------------------------------------------------ */
+
+/*
+ * An f-string becomes T_FSTRING (its text as a str.format string: literal
+ * braces doubled, each field "{!conv:spec}"), then each field's expression
+ * as ordinary tokens at their own columns, each followed by T_FSTRING_SEP,
+ * then T_FSTRING_END; the parser turns that into fmt.format(e1, e2, ...).
+ * Fields: {expr}, {expr!r}, {expr:spec}, and {expr=} (the expression's
+ * text, then its repr), as Python's.  Expressions may not hold a
+ * backslash, a comment, or the f-string's own quote (Python before 3.12).
+ */
+
+static int sb_puts(StrBuf *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (sb_put(b, s[i]) < 0) return -1;
+  return 0;
+}
+
+/* Appends [n] bytes of literal text to a format string, braces doubled. */
+static int sb_put_literal(StrBuf *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (sb_put(b, s[i]) < 0 || ((s[i] == '{' || s[i] == '}') && sb_put(b, s[i]) < 0)) return -1;
+  return 0;
+}
+
+static Token *push_marker(Lexer *lx, TokKind kind, const char *at) {
+  return push_token(lx, kind, at, 0);
+}
+
+static int lex_string(Lexer *lx);
+static int lex_number(Lexer *lx);
+static int lex_name(Lexer *lx);
+static int lex_operator(Lexer *lx);
+
+/* True at a bare '=' ending an expression: "{x=}", "{x = :>8}". */
+static bool at_debug_equals(const char *p) {
+  if (*p != '=' || p[1] == '=') return false;
+  p++;
+  while (*p == ' ' || *p == '\t') p++;
+  return *p == '}' || *p == ':' || (*p == '!' && p[1] != '=');
+}
+
+/* Lexes one field's expression, from just after its '{' to its end at
+ * depth 0 ('}', ':', '!' or a debugging '='). */
+static int lex_field_expr(Lexer *lx, char q, bool triple, int qline, int qcol) {
+  int nbr0 = lx->nbr, ntok0 = lx->ntoks;
+  for (;;) {
+    while (*lx->p == ' ' || *lx->p == '\t') lx->p++;
+    char c = *lx->p;
+    if (c == '\0' || c == q || ((c == '\n' || c == '\r') && !triple))
+      return lex_error(lx, qline, qcol, "f-string: expecting '}'"), -1;
+    if (c == '\n' || c == '\r') {
+      lx->p = next_line(lx, lx->p);
+      continue;
+    }
+    if (lx->nbr == nbr0 && (c == '}' || c == ':' || (c == '!' && lx->p[1] != '=') ||
+                            at_debug_equals(lx->p)))
+      break;
+    if (c == '\\' || c == '#')
+      return lex_error(lx, lx->line, col_of(lx, lx->p), "f-string expression part cannot "
+                       "include %s", c == '#' ? "'#'" : "a backslash"), -1;
+    int rc = starts_string(lx->p) ? lex_string(lx)
+             : (c >= '0' && c <= '9') || (c == '.' && lx->p[1] >= '0' && lx->p[1] <= '9')
+                 ? lex_number(lx)
+             : is_name_char(c) ? lex_name(lx)
+                               : lex_operator(lx);
+    if (rc < 0) return -1;
+  }
+  if (lx->ntoks == ntok0)
+    return lex_error(lx, lx->line, col_of(lx, lx->p),
+                     "f-string: valid expression required before '%c'", *lx->p), -1;
+  return 0;
+}
+
+/* One replacement field, the cursor just after its '{': the expression's
+ * tokens, T_FSTRING_SEP, and "{!conv:spec}" appended to [fmt]. */
+static int lex_field(Lexer *lx, char q, bool triple, int qline, int qcol, StrBuf *fmt) {
+  const char *expr = lx->p;
+  if (lex_field_expr(lx, q, triple, qline, qcol) < 0) return -1;
+  char conv = 0;
+  if (*lx->p == '=') {   /* {x=}: the text "x=" (with its spaces), then repr */
+    lx->p++;
+    while (*lx->p == ' ' || *lx->p == '\t') lx->p++;
+    if (sb_put_literal(fmt, expr, (size_t)(lx->p - expr)) < 0) return -1;
+    conv = *lx->p == ':' ? 0 : 'r';
+  }
+  if (*lx->p == '!') {
+    conv = lx->p[1];
+    if (conv != 'r' && conv != 's' && conv != 'a')
+      return lex_error(lx, lx->line, col_of(lx, lx->p + 1),
+                       "f-string: invalid conversion character: expected 's', 'r', or 'a'"), -1;
+    lx->p += 2;
+  }
+  if (sb_put(fmt, '{') < 0 || (conv && (sb_put(fmt, '!') < 0 || sb_put(fmt, conv) < 0)))
+    return -1;
+  if (*lx->p == ':') {
+    const char *spec = lx->p;
+    while (*lx->p && *lx->p != '}' && *lx->p != q && *lx->p != '\n') {
+      if (*lx->p == '{')
+        return lex_error(lx, lx->line, col_of(lx, lx->p),
+                         "f-string: nested replacement fields in a format spec are not "
+                         "supported"), -1;
+      lx->p++;
+    }
+    if (sb_puts(fmt, spec, (size_t)(lx->p - spec)) < 0) return -1;
+  }
+  if (*lx->p != '}') return lex_error(lx, qline, qcol, "f-string: expecting '}'"), -1;
+  lx->p++;
+  return sb_put(fmt, '}') < 0 || !push_marker(lx, T_FSTRING_SEP, lx->p - 1) ? -1 : 0;
+}
+
+/* An f-string whose prefix ([raw] or not) ends at the cursor. */
+static int lex_fstring(Lexer *lx, const char *start, bool raw) {
+  int at = lx->ntoks;
+  Token *t = push_token(lx, T_FSTRING, start, 0);
   if (!t) return -1;
-  bool raw = false;
-  if (*lx->p != '\'' && *lx->p != '"') {
-    raw = (*lx->p | 0x20) == 'r';
+  int qline = t->line, qcol = t->col, nfields = 0;
+  char q = *lx->p;
+  bool triple = lx->p[1] == q && lx->p[2] == q;
+  lx->p += triple ? 3 : 1;
+  StrBuf fmt = {0};
+  int rc = 0;
+  for (;;) {
+    const char *p = lx->p;
+    if (*p == '\0' || (!triple && (*p == '\n' || *p == '\r'))) {
+      rc = -1;
+      lex_error(lx, qline, qcol, "%s", triple ? "unterminated triple-quoted f-string literal"
+                                              : "unterminated f-string literal");
+      break;
+    }
+    if (*p == q && (!triple || (p[1] == q && p[2] == q))) {
+      lx->p = p + (triple ? 3 : 1);
+      break;
+    }
+    if ((*p == '{' && p[1] == '{') || (*p == '}' && p[1] == '}')) {
+      rc = sb_puts(&fmt, p, 2);
+      lx->p = p + 2;
+    } else if (*p == '}') {
+      rc = -1;
+      lex_error(lx, lx->line, col_of(lx, p), "f-string: single '}' is not allowed");
+    } else if (*p == '{') {
+      lx->p = p + 1;
+      rc = lex_field(lx, q, triple, qline, qcol, &fmt);
+      nfields++;
+    } else if (*p == '\n' || *p == '\r') {
+      rc = sb_put(&fmt, '\n');
+      lx->p = next_line(lx, p);
+    } else if (*p == '\\' && !raw && p[1] != '\n') {
+      StrBuf lit = {0};
+      const char *e = p + 1;
+      rc = decode_escape(lx, &e, &lit);
+      if (rc == 0) rc = sb_put_literal(&fmt, lit.data ? lit.data : "", lit.len);
+      shm_free(lit.data);
+      lx->p = e;
+    } else {
+      rc = sb_put(&fmt, *p);
+      lx->p = p + 1;
+    }
+    if (rc < 0) break;
+  }
+  t = &lx->toks[at];   /* the array may have moved */
+  if (rc == 0 && !fmt.data) rc = sb_put(&fmt, '\0'), fmt.len = 0;
+  t->str = fmt.data;   /* freed by lex_free, even after an error */
+  t->strlen = fmt.len;
+  t->ival = nfields;
+  t->len = (int)(lx->p - start);
+  if (rc < 0) return -1;
+  return push_marker(lx, T_FSTRING_END, lx->p) ? 0 : -1;
+}
+
+/* A string literal, with an optional r/R/u/U/f/F prefix (or rf, fr), at
+ * the cursor.  The token is pushed first, so it keeps the line and column
+ * it starts at. */
+static int lex_string(Lexer *lx) {
+  const char *start = lx->p;
+  bool raw = false, f = false;
+  while (*lx->p != '\'' && *lx->p != '"') {
+    raw |= (*lx->p | 0x20) == 'r';
+    f |= (*lx->p | 0x20) == 'f';
     lx->p++;
   }
+  if (f) return lex_fstring(lx, start, raw);
+  lx->p = start;
+  Token *t = push_token(lx, T_STRING, lx->p, 0);
+  if (!t) return -1;
+  while (*lx->p != '\'' && *lx->p != '"') lx->p++;
   char q = *lx->p;
   bool triple = lx->p[1] == q && lx->p[2] == q;
   lx->p += triple ? 3 : 1;
@@ -454,10 +632,12 @@ static int lex_string(Lexer *lx) {
 
 /* ---- names, operators ----------------------------------------------------------- */
 
+/* A string prefix (r, u, f, or rf/fr in either case) and a quote. */
 static bool starts_string(const char *p) {
   if (*p == '\'' || *p == '"') return true;
-  int c = *p | 0x20;
-  return (c == 'r' || c == 'u') && (p[1] == '\'' || p[1] == '"');
+  int c = *p | 0x20, d = p[1] | 0x20;
+  if ((c == 'r' || c == 'u' || c == 'f') && (p[1] == '\'' || p[1] == '"')) return true;
+  return ((c == 'r' && d == 'f') || (c == 'f' && d == 'r')) && (p[2] == '\'' || p[2] == '"');
 }
 
 static int lex_name(Lexer *lx) {
@@ -630,7 +810,7 @@ typedef struct Scan {
 /* Skips a string starting at [p]; returns the character after it, or NULL
  * when a triple-quoted string is still open at the end. */
 static const char *skip_string(const char *p) {
-  if (*p != '\'' && *p != '"') p++;
+  while (*p != '\'' && *p != '"') p++;   /* the prefix */
   char q = *p;
   bool triple = p[1] == q && p[2] == q;
   p += triple ? 3 : 1;

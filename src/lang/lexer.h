@@ -27,6 +27,10 @@
 typedef enum {
   T_EOF, T_NEWLINE, T_INDENT, T_DEDENT,
   T_NAME, T_INT, T_FLOAT, T_STRING,
+  T_FSTRING,     /* an f-string: str = its str.format text, ival = its fields;
+                    each field's tokens follow, then T_FSTRING_SEP; the last
+                    is followed by T_FSTRING_END */
+  T_FSTRING_SEP, T_FSTRING_END,
   T_OP,        /* operators and punctuation; text in tok.text */
   T_KEYWORD,   /* def lambda return if elif else for in while break continue
                   pass and or not is None True False assert import from as
@@ -41,7 +45,7 @@ typedef struct Token {
   const char *start;  /* into the source text (not NUL-terminated) */
   int len;
   int line, col;      /* 1-based */
-  char *str;          /* T_STRING: the decoded value, owned by the lexer */
+  char *str;          /* T_STRING, T_FSTRING: the decoded value, owned by the lexer */
   size_t strlen;
   int64_t ival;       /* T_INT (INT64_MAX when overflow is set) */
   bool overflow;      /* T_INT: the literal does not fit in int64 */

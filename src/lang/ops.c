@@ -850,7 +850,8 @@ static int py_equal(Value *a, Value *b, int depth) {
     }
     return 1;
   }
-  return val_equal_key(a, b);
+  int hooked = ops_equal_hook(a, b);
+  return hooked >= 0 ? hooked : val_equal_key(a, b);
 }
 
 Value *ops_compare(OpKind op, Value *a, Value *b) {

@@ -63,6 +63,12 @@ Value *ops_iter_items(Value *obj);
  * new reference or NULL with the error set.  Call at start-up. */
 void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));
 
+/* Registers [fn] as `==` between two values of type [t] (a type a higher
+ * layer owns: PartitionSpec); ops_equal_hook calls it: 1 or 0, or -1 when
+ * none is registered for the pair. */
+void ops_register_equal(VType t, bool (*fn)(Value *a, Value *b));
+int ops_equal_hook(Value *a, Value *b);
+
 /* ---- helpers shared with builtins.c ------------------------------------------
  * The jax.numpy layer's building blocks.  Operands are V_ARRAY or V_TRACER
  * (borrowed); results are new references or NULL with the error set. */

@@ -31,6 +31,15 @@ void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name)) 
   getattr_hooks[t] = fn;
 }
 
+static bool (*equal_hooks[V_TYPE_COUNT])(Value *a, Value *b);
+
+void ops_register_equal(VType t, bool (*fn)(Value *a, Value *b)) { equal_hooks[t] = fn; }
+
+int ops_equal_hook(Value *a, Value *b) {
+  if (a->type != b->type || !equal_hooks[a->type]) return -1;
+  return equal_hooks[a->type](a, b);
+}
+
 /* Calls the jnp built-in [name] with [self] prepended to [a]. */
 static Value *forward(const char *name, Value *self, const CallArgs *a) {
   Value *ns = builtins_namespace("jnp");
@@ -481,8 +490,18 @@ Value *ops_format(const char *f, const CallArgs *a) {
       *colon = 0;
       spec = colon + 1;
     }
+    char *bang = strchr(field, '!');   /* a conversion: !r repr, !s/!a str */
+    char conv = bang ? bang[1] : 0;
+    if (bang) *bang = 0;
+    if (bang && (!strchr("rsa", conv) || !conv || bang[2])) {
+      shm_free(b.data);
+      return err_set(ERR_VALUE, "Unknown conversion specifier %s", bang + 1);
+    }
     Value *v = format_field(field, a, &next);
-    if (!v || format_one(&b, v, spec) < 0) {
+    Value *cv = v && conv ? (conv == 'r' ? val_repr(v) : val_str(v)) : NULL;
+    int rc = v && (!conv || cv) ? format_one(&b, cv ? cv : v, spec) : -1;
+    if (cv) val_decref(cv);
+    if (rc < 0) {
       shm_free(b.data);
       return NULL;
     }

@@ -162,7 +162,7 @@ static bool starts_expr(const Token *t) {
   static const char *const kws[] = {"None", "True", "False", "not", "lambda",
                                     NULL};
   if (t->kind == T_NAME || t->kind == T_INT || t->kind == T_FLOAT ||
-      t->kind == T_STRING)
+      t->kind == T_STRING || t->kind == T_FSTRING)
     return true;
   for (int i = 0; ops[i]; i++)
     if (is_op(t, ops[i])) return true;
@@ -245,23 +245,82 @@ static Node *float_const(Parser *p, const Token *at, const Token *t,
   return const_node(p, at, (Value *)arr_scalar_f64(DT_F32, v, true));
 }
 
-/* strings -> STRING {STRING}: adjacent literals are concatenated. */
+/* Appends [n] bytes to the growing buffer [*buf] of [*len] bytes, braces
+ * doubled when [escape] (plain text inside a str.format string). */
+static int buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n, bool escape) {
+  for (size_t i = 0; i < n; i++) {
+    bool twice = escape && (s[i] == '{' || s[i] == '}');
+    if (*len + 3 > *cap) {
+      size_t ncap = *cap ? *cap * 2 : 64;
+      char *nb = shm_realloc(*buf, ncap);
+      if (!nb) return err_nomem(), -1;
+      *buf = nb;
+      *cap = ncap;
+    }
+    (*buf)[(*len)++] = s[i];
+    if (twice) (*buf)[(*len)++] = s[i];
+  }
+  return 0;
+}
+
+/* The fields of one f-string, after its T_FSTRING: each an expression and
+ * T_FSTRING_SEP, then T_FSTRING_END. */
+static int parse_fstring_fields(Parser *p, const Token *f, NodeList *args) {
+  for (int64_t i = 0; i < f->ival; i++) {
+    Node *e = parse_test(p);
+    if (!e || push(p, args, e) < 0) return -1;
+    if (peek(p)->kind != T_FSTRING_SEP) {
+      syntax_error(p, peek(p), "f-string: expecting '}'");
+      return -1;
+    }
+    advance(p);
+  }
+  if (peek(p)->kind != T_FSTRING_END) {
+    syntax_error(p, peek(p), "f-string: expecting '}'");
+    return -1;
+  }
+  advance(p);
+  return 0;
+}
+
+/* strings -> (STRING | FSTRING)+: adjacent literals are concatenated; with
+ * an f-string among them the whole is fmt.format(fields...), as Python
+ * evaluates f-strings. */
 static Node *parse_strings(Parser *p) {
   const Token *first = peek(p);
-  size_t len = 0;
-  for (int i = 0; peek_at(p, i)->kind == T_STRING; i++)
-    len += peek_at(p, i)->strlen;
-  char *buf = shm_malloc(len + 1);
-  if (!buf) return err_nomem();
-  size_t at = 0;
-  while (peek(p)->kind == T_STRING) {
-    const Token *t = advance(p);
-    memcpy(buf + at, t->str, t->strlen);
-    at += t->strlen;
+  bool fmt = false;
+  for (int i = 0; peek_at(p, i)->kind == T_STRING || peek_at(p, i)->kind == T_FSTRING;) {
+    const Token *t = peek_at(p, i);
+    if (t->kind == T_STRING) {
+      i++;
+      continue;
+    }
+    fmt = true;   /* skip to past its T_FSTRING_END */
+    while (peek_at(p, i)->kind != T_FSTRING_END && peek_at(p, i)->kind != T_EOF) i++;
+    i++;
   }
-  Value *v = str_new(buf, len);
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  Node *call = fmt ? new_node(p, N_CALL, first) : NULL;
+  if (fmt && !call) return NULL;
+  while (peek(p)->kind == T_STRING || peek(p)->kind == T_FSTRING) {
+    const Token *t = advance(p);
+    if (buf_add(&buf, &len, &cap, t->str, t->strlen, fmt && t->kind == T_STRING) < 0 ||
+        (t->kind == T_FSTRING && parse_fstring_fields(p, t, &call->items) < 0)) {
+      shm_free(buf);
+      return NULL;
+    }
+  }
+  Value *v = str_new(buf ? buf : "", len);
   shm_free(buf);
-  return const_node(p, first, v);
+  Node *c = const_node(p, first, v);
+  if (!fmt || !c) return c;
+  Node *attr = new_node(p, N_ATTR, first);
+  if (!attr) return NULL;
+  attr->a = c;
+  attr->name = intern_cstr("format");
+  call->a = attr;
+  return call;
 }
 
 /* The constant keywords None, True, False. */
@@ -419,7 +478,8 @@ static Node *parse_atom(Parser *p) {
   }
   case T_INT: return int_const(p, advance(p), t, false);
   case T_FLOAT: return float_const(p, advance(p), t, false);
-  case T_STRING: return parse_strings(p);
+  case T_STRING:
+  case T_FSTRING: return parse_strings(p);
   case T_KEYWORD:
     if (is_kw(t, "None") || is_kw(t, "True") || is_kw(t, "False"))
       return keyword_const(p);

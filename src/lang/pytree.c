@@ -375,6 +375,40 @@ static Value *bi_tree_unflatten(const CallArgs *a) {
   return pytree_replace(tree, NULL, (Value **)items, &pos);
 }
 
+/* tree_all(tree): Python's all() over the leaves (an array leaf must be
+ * one element, as bool() of it is). */
+static Value *bi_tree_all(const CallArgs *a) {
+  Value *tree;
+  Value **slots[] = {&tree};
+  if (args_bind("tree_all", a, "tree", slots) < 0) return NULL;
+  PyLeaves l = {0};
+  if (pytree_flatten(tree, NULL, &l) < 0) return NULL;
+  int all = 1;
+  for (int i = 0; i < l.n && all == 1; i++) all = val_truth(l.v[i]);
+  pytree_leaves_free(&l);
+  return all < 0 ? NULL : val_bool(all == 1);
+}
+
+/* tree_reduce(function, tree[, initializer]): functools.reduce over the
+ * leaves. */
+static Value *bi_tree_reduce(const CallArgs *a) {
+  Value *fn, *tree, *init = NULL;
+  Value **slots[] = {&fn, &tree, &init};
+  if (args_bind("tree_reduce", a, "function, tree, initializer=", slots) < 0) return NULL;
+  PyLeaves l = {0};
+  if (pytree_flatten(tree, NULL, &l) < 0) return NULL;
+  int i = 0;
+  Value *acc = init ? val_incref(init) : l.n ? val_incref(l.v[i++]) : NULL;
+  if (!acc) err_set(ERR_TYPE, "reduce() of empty iterable with no initial value");
+  for (; acc && i < l.n; i++) {
+    Value *next = val_call_n(fn, 2, (Value *[]){acc, l.v[i]});
+    val_decref(acc);
+    acc = next;
+  }
+  pytree_leaves_free(&l);
+  return acc;
+}
+
 /* tree_map(f, tree, *rest): f applied to each leaf of [tree] and the
  * leaves at the same place in each of [rest], which must have tree's
  * structure. */
@@ -422,6 +456,9 @@ int pytree_register(void) {
       {"tree_unflatten", "unflatten", "tree_unflatten(treedef, leaves): the tree",
        bi_tree_unflatten},
       {"tree_structure", "structure", "tree_structure(tree): its PyTreeDef", bi_tree_structure},
+      {"tree_all", "all", "tree_all(tree): whether every leaf is true", bi_tree_all},
+      {"tree_reduce", "reduce", "tree_reduce(function, tree[, initializer]): reduce over leaves",
+       bi_tree_reduce},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     Value *b = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);

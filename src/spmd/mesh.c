@@ -223,12 +223,18 @@ out:
   return res;
 }
 
-/* Binds [fn] as [name] at the top level and in the jax namespace. */
-static int add_to_jax(Env *b, const char *name, BuiltinFn fn, const char *doc) {
+/* Binds a builtin as a global and in the namespace [ns] (jax.P,
+ * jax.sharding.PartitionSpec, ...). */
+static int add_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn, const char *doc) {
   Value *v = builtin_new(name, fn, doc);
-  int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to("jax", name, v) == 0 ? 0 : -1;
+  int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to(ns, name, v) == 0 ? 0 : -1;
   if (v) val_decref(v);
   return rc;
+}
+
+/* Binds [fn] as [name] at the top level and in the jax namespace. */
+static int add_to_jax(Env *b, const char *name, BuiltinFn fn, const char *doc) {
+  return add_to_ns(b, "jax", name, fn, doc);
 }
 
 /* jax.make_mesh(axis_shapes, axis_names): a mesh over the first devices,
@@ -525,16 +531,29 @@ static Value *bi_show_sharding(const CallArgs *a) {
 
 /* ==== registration ============================================================== */
 
+/* P(...) == P(...): the same entries, as JAX's PartitionSpec tuples. */
+static bool pspec_equal(Value *a, Value *b) {
+  const PSpec *x = (const PSpec *)a, *y = (const PSpec *)b;
+  if (x->n != y->n) return false;
+  for (int i = 0; i < x->n; i++) {
+    if (x->e[i].nnames != y->e[i].nnames) return false;
+    for (int k = 0; k < x->e[i].nnames; k++)
+      if (x->e[i].names[k] != y->e[i].names[k]) return false;
+  }
+  return true;
+}
+
 int mesh_register(Env *b) {
   val_register_free(V_MESH, mesh_free);
   print_register(V_MESH, mesh_repr, mesh_repr);
   print_register(V_PSPEC, pspec_repr, pspec_repr);
   ops_register_getattr(V_MESH, mesh_getattr);
   ops_register_getattr(V_PSPEC, pspec_getitem_len);
+  ops_register_equal(V_PSPEC, pspec_equal);
   eval_exec_mesh = exec_mesh;
-  if (builtins_add(b, "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
-      builtins_add(b, "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
-      builtins_add(b, "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
+  if (add_to_ns(b, "jax", "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
+      add_to_ns(b, "jax.sharding", "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
+      add_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       builtins_add(b, "show_sharding", bi_show_sharding,

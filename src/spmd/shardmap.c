@@ -219,7 +219,7 @@ typedef struct Call {
 
 static void run_device(int rank, void *vctx) {
   Call *c = vctx;
-  Value *blocks[64];
+  Value *blocks[SHARDMAP_MAX_ARGS];
   int made = 0;
   eval_set_output(&c->out[rank]);
   for (; made < c->nargs; made++) {
@@ -565,8 +565,9 @@ static int prepare_args(Call *c, const CallArgs *a) {
             tuple_len(f->in_specs), a->nargs, a->nargs == 1 ? "" : "s");
     return -1;
   }
-  if (a->nargs > 64) {
-    err_set(ERR_VALUE, "shard_map supports at most 64 arguments");
+  if (a->nargs > SHARDMAP_MAX_ARGS) {
+    err_set(ERR_VALUE, "shard_map supports at most %d arguments (pytree leaves)",
+            SHARDMAP_MAX_ARGS);
     return -1;
   }
   c->nargs = a->nargs;

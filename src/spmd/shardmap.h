@@ -27,6 +27,12 @@
 #include "spmd/collective.h"
 #include "spmd/mesh.h"
 
+/* The most arguments (and results) a shard_map call, and the equations
+ * differentiating one, take: a pytree's leaves each count, and so does
+ * every residual a staged gradient passes from the forward pass to the
+ * backward one. */
+#define SHARDMAP_MAX_ARGS 1024
+
 typedef struct ShardFn {
   Value hdr;           /* V_SHARDFN */
   const char *name;    /* interned, for messages and plans */

@@ -69,10 +69,10 @@ static Value *jvp_apply(JvpTrace *j, PrimId id, int nin, Value **in, const Param
   JvpRule rule = prim_table[id].rules.jvp;
   int nout = prim_table[id].nout;
   if (!rule) return prim_rule_missing(id, "differentiation"), NULL;
-  if (nout < 1 || nout > 8 || nin > 64)
+  if (nout < 1 || nout > 8 || nin > SHARDMAP_MAX_ARGS)
     return err_set(ERR_NOT_IMPLEMENTED, "differentiation of '%s' is not implemented",
                    prim_table[id].name);
-  Value *pr[64], *tg[64], *po[8] = {0}, *to[8] = {0};
+  Value *pr[SHARDMAP_MAX_ARGS], *tg[SHARDMAP_MAX_ARGS], *po[8] = {0}, *to[8] = {0};
   for (int i = 0; i < nin; i++) {
     bool mine = is_jvp_of(in[i], j->id);
     pr[i] = mine ? ((Tracer *)in[i])->primal : in[i];
@@ -296,8 +296,8 @@ static bool atom_linear(Back *b, const PlanAtom *a) { return a->var >= 0 && b->l
 
 /* Evaluates the non-linear equation [e] (on residuals) forward. */
 static int forward_eqn(Back *b, const PlanEqn *e) {
-  Value *ops[64];
-  if (e->nin > 64 || !prim_table[e->prim].rules.kernel) {
+  Value *ops[SHARDMAP_MAX_ARGS];
+  if (e->nin > SHARDMAP_MAX_ARGS || !prim_table[e->prim].rules.kernel) {
     err_set(ERR_NOT_IMPLEMENTED, "grad: cannot replay '%s' in the backward pass",
             prim_table[e->prim].name);
     return -1;
@@ -343,23 +343,40 @@ static int ct_add(Back *b, int var, Value *c) {
   return 0;
 }
 
+static int transpose_with(Back *b, const PlanEqn *e, TransposeRule rule, Value **cts_out,
+                          Value **ops, Value **cts_in, AVal *avs, bool *lin);
+
 /* Transposes the linear equation [e]. */
 static int transpose_eqn(Back *b, const PlanEqn *e) {
-  Value *cts_out[8], *ops[64] = {0}, *cts_in[64] = {0};
-  AVal avs[64];
-  bool lin[64];
   bool any = false;
-  if (e->nout > 8 || e->nin > 64) return prim_rule_missing(e->prim, "transpose");
-  for (int k = 0; k < e->nout; k++) any |= (cts_out[k] = b->ct[e->out[k]]) != NULL;
-  if (!any) return 0;
+  for (int k = 0; k < e->nout; k++) any |= b->ct[e->out[k]] != NULL;
+  if (!any || (e->nout == 1 && !b->ct[e->out[0]])) return 0;
   TransposeRule rule = prim_table[e->prim].rules.transpose;
   if (!rule) return prim_rule_missing(e->prim, "transpose");
+  /* the operand lists, on the heap: a shard_map equation has one operand
+   * per differentiated leaf and one result per result leaf */
+  size_t n = (size_t)e->nin + 1, m = (size_t)e->nout + 1;
+  Value **cts_out = shm_calloc(m + 2 * n, sizeof(Value *)), **ops = cts_out + m,
+        **cts_in = ops + n;
+  AVal *avs = shm_calloc(n, sizeof(AVal));
+  bool *lin = shm_calloc(n, sizeof(bool));
+  int rc = cts_out && avs && lin ? 0 : (err_nomem(), -1);
+  if (rc == 0) rc = transpose_with(b, e, rule, cts_out, ops, cts_in, avs, lin);
+  shm_free(cts_out);
+  shm_free(avs);
+  shm_free(lin);
+  return rc;
+}
+
+/* transpose_eqn with its operand lists. */
+static int transpose_with(Back *b, const PlanEqn *e, TransposeRule rule, Value **cts_out,
+                          Value **ops, Value **cts_in, AVal *avs, bool *lin) {
+  for (int k = 0; k < e->nout; k++) cts_out[k] = b->ct[e->out[k]];
   for (int k = 0; k < e->nin; k++) {
     lin[k] = atom_linear(b, &e->in[k]);
     ops[k] = lin[k] ? NULL : atom_value(b, &e->in[k]);
     plan_atom_aval(b->p, &e->in[k], &avs[k]);
   }
-  if (e->nout == 1 && !cts_out[0]) return 0;
   if (rule(cts_out, ops, avs, lin, e->nin, &e->params, cts_in) < 0) return -1;
   int rc = 0;
   for (int k = 0; k < e->nin; k++) {
@@ -825,11 +842,11 @@ typedef struct SmCall {
   Opaque base;
   ShardFn *f;              /* the user's (a reference) */
   int nargs, ndiff;
-  bool diff[64];           /* arguments being differentiated */
+  bool *diff;              /* owned: the arguments being differentiated */
   int ndev;
   bool single;             /* the body returns one array (rank 0 tells) */
   int nout;                /* results (rank 0 tells) */
-  AVal out_avals[64];      /* the global results' */
+  AVal *out_avals;         /* owned: the global results' (reverse mode) */
   Plan **plans;            /* reverse: each device's linear plan */
   Value ***caps;           /* and its residuals */
   int *ncaps;
@@ -849,6 +866,8 @@ static void smcall_free(Value *v) {
   for (int i = 0; c->res_globals && i < c->nres; i++)
     if (c->res_globals[i]) val_decref(c->res_globals[i]);
   shm_free(c->res_globals);
+  shm_free(c->diff);
+  shm_free(c->out_avals);
   if (c->res_specs) val_decref(c->res_specs);
   for (int r = 0; c->plans && r < c->ndev; r++) {
     if (c->plans[r]) val_decref(&c->plans[r]->hdr);
@@ -871,8 +890,8 @@ static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, 
 static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) {
   bool single = !val_seq(res, n, items) || res->type != V_TUPLE;
   if (single) *items = NULL, *n = 1;
-  if (*n > 64) {
-    err_set(ERR_VALUE, "shard_map: at most 64 results can be differentiated");
+  if (*n > SHARDMAP_MAX_ARGS) {
+    err_set(ERR_VALUE, "shard_map: at most %d results can be differentiated", SHARDMAP_MAX_ARGS);
     return -1;
   }
   DevCtx *d = dev_ctx();
@@ -906,7 +925,7 @@ static int wrap_blocks(SmCall *c, JvpTrace *j, Trace *lin, Value **blocks, Value
  * tangents...). */
 static Value *sm_jvp_body(Value *self, const CallArgs *a) {
   SmCall *c = (SmCall *)self;
-  Value *args[64], *res = NULL, *r = NULL;
+  Value *args[SHARDMAP_MAX_ARGS], *res = NULL, *r = NULL;
   JvpTrace j;
   jvp_push(&j, NULL);
   if (wrap_blocks(c, &j, NULL, a->args, a->args + c->nargs, args) == 0) {
@@ -1005,7 +1024,7 @@ static Value *sm_lin_body(Value *self, const CallArgs *a) {
   SmCall *c = (SmCall *)self;
   DevCtx *d = dev_ctx();
   int rank = d ? d->rank : 0;
-  Value *args[64], *res = NULL, *r = NULL, *tans[64] = {0};
+  Value *args[SHARDMAP_MAX_ARGS], *res = NULL, *r = NULL, *tans[SHARDMAP_MAX_ARGS] = {0};
   Trace *lt = trace_begin_linear(c->f->name);
   if (!lt) return NULL;
   JvpTrace j;
@@ -1043,7 +1062,7 @@ static Value *sm_back_body(Value *self, const CallArgs *a) {
   SmCall *c = (SmCall *)self;
   DevCtx *d = dev_ctx();
   int rank = d && !c->staged ? d->rank : 0;
-  Value *res[64];
+  Value *res[2 * SHARDMAP_MAX_ARGS];
   int nres = c->staged ? a->nargs - c->nout : 0, made = 0;
   for (; made < nres; made++)   /* staged: the residual rows, as blocks */
     if (!(res[made] = residual_row(a->args[c->nout + made], false))) {
@@ -1110,7 +1129,7 @@ static Value *sm_results(SmCall *c, Value **vals) {
 }
 
 static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
-  Value *args[128];
+  Value *args[2 * SHARDMAP_MAX_ARGS];
   int k = 0;
   for (int i = 0; i < c->nargs; i++) args[i] = primal_of(a->args[i], j->id);
   for (int i = 0; i < c->nargs; i++)
@@ -1131,7 +1150,7 @@ static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
   Value *res = sm_run(c, sm_jvp_body, in, out_specs, c->nargs + c->ndiff, args);
   values_free_n(args, c->nargs + c->ndiff);
   if (!res) return NULL;
-  Value *vals[64];
+  Value *vals[SHARDMAP_MAX_ARGS];
   int n = c->nout;
   for (int k2 = 0; k2 < n; k2++) {
     Value *p = tuple_get(res, (size_t)k2), *t = tuple_get(res, (size_t)(n + k2));
@@ -1146,7 +1165,7 @@ static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
 }
 
 static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
-  Value *args[64], *tans[64];
+  Value *args[SHARDMAP_MAX_ARGS], *tans[SHARDMAP_MAX_ARGS];
   int k = 0;
   for (int i = 0; i < c->nargs; i++) {
     args[i] = primal_of(a->args[i], j->id);
@@ -1161,7 +1180,7 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
                    : err_nomem();
   values_free_n(args, c->nargs);
   if (!res) return NULL;
-  Value *outs[64], *r = NULL, *tup = NULL;
+  Value *outs[SHARDMAP_MAX_ARGS], *r = NULL, *tup = NULL;
   if (c->staged) {   /* the results, then the residuals */
     c->nres = (int)tuple_len(res) - c->nout;
     c->res_globals = shm_calloc((size_t)c->nres + 1, sizeof(Value *));
@@ -1171,6 +1190,10 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
     }
     for (int i = 0; i < c->nres; i++)
       c->res_globals[i] = val_incref(tuple_get(res, (size_t)(c->nout + i)));
+  }
+  if (!(c->out_avals = shm_calloc((size_t)c->nout + 1, sizeof(AVal)))) {
+    err_nomem();
+    goto out;
   }
   for (int m = 0; m < c->nout; m++) {
     outs[m] = c->single && !c->staged ? res : tuple_get(res, (size_t)m);
@@ -1182,7 +1205,7 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   params_add(&p, "linearized", val_incref(&c->base.hdr));
   tup = trace_emit(P_SHARD_MAP, &p, c->ndiff, tans, c->nout, c->out_avals);
   if (!tup) goto out;
-  Value *vals[64];
+  Value *vals[SHARDMAP_MAX_ARGS];
   for (int m = 0; m < c->nout; m++)
     vals[m] = dt_is_float(c->out_avals[m].dtype)
                   ? jvp_tracer(j->id, val_incref(outs[m]), val_incref(tuple_get(tup, (size_t)m)))
@@ -1208,8 +1231,8 @@ static Value *ad_shard_map(Value *fv, const CallArgs *a) {
   if (!j)
     return err_set(ERR_VALUE, "%s(): an argument is an abstract value of another thread or of "
                               "a finished differentiation", f->name);
-  if (a->nkw || a->nargs > 64)
-    return err_set(ERR_TYPE, "%s() takes at most 64 positional arguments", f->name);
+  if (a->nkw || a->nargs > SHARDMAP_MAX_ARGS)
+    return err_set(ERR_TYPE, "%s() takes at most %d positional arguments", f->name, SHARDMAP_MAX_ARGS);
   for (int i = 0; i < a->nargs; i++)
     if (shardmap_check_arg(f, a, i) < 0) return NULL;
   SmCall *c = shm_calloc(1, sizeof *c);
@@ -1220,6 +1243,10 @@ static Value *ad_shard_map(Value *fv, const CallArgs *a) {
   c->nargs = a->nargs;
   c->ndev = f->mesh->size;
   c->staged = prim_tracing();
+  if (!(c->diff = shm_calloc((size_t)a->nargs + 1, sizeof(bool)))) {
+    val_decref(&c->base.hdr);
+    return err_nomem();
+  }
   for (int i = 0; i < a->nargs; i++) c->ndiff += c->diff[i] = is_jvp_of(a->args[i], j->id);
   Value *r = j->lin ? sm_reverse(c, j, a) : sm_forward(c, j, a);
   val_decref(&c->base.hdr);
@@ -1236,8 +1263,12 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
   if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
     return prim_rule_missing(P_SHARD_MAP, "transpose of a staged shard_map");
   SmCall *c = (SmCall *)cv;
-  Value *args[128];
-  if (c->nout + c->nres > 128) return prim_rule_missing(P_SHARD_MAP, "transpose (128 values)");
+  Value *args[2 * SHARDMAP_MAX_ARGS];
+  if (c->nout + c->nres > 2 * SHARDMAP_MAX_ARGS) {
+    err_set(ERR_VALUE, "shard_map: more than %d results and residuals to transpose",
+            2 * SHARDMAP_MAX_ARGS);
+    return -1;
+  }
   for (int m = 0; m < c->nout; m++)
     if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
       values_free_n(args, m);

@@ -73,6 +73,9 @@ struct Workspace {
   Workspace *next;
   Array **slot;        /* TEMP: owned; CONST: borrowed; INPUT/OUTPUT: bound per run */
   Array **scratch;     /* owned */
+  Array **ops;         /* owned: a step's operand lists (ws_ops_len), so no step has a
+                          fixed limit on its operands */
+  Value **vargs;       /* owned: the operands as values, for calls out */
   FuseMem fm;          /* registers and partials for fused steps */
 };
 
@@ -691,7 +694,23 @@ static void ws_free(Exec *e, Workspace *w) {
   fuse_mem_free(&w->fm);
   shm_free(w->slot);
   shm_free(w->scratch);
+  shm_free(w->ops);
+  shm_free(w->vargs);
   shm_free(w);
+}
+
+/* Room for any step's operand lists: its inputs, its outputs, a loop
+ * body's inputs (at most the step's inputs and outputs together) and a
+ * scan body's outputs. */
+static size_t ws_ops_len(const Exec *e, size_t *maxin) {
+  size_t n = 8;
+  *maxin = 8;
+  for (int i = 0; i < e->nsteps; i++) {
+    size_t in = (size_t)e->steps[i].nin, out = (size_t)e->steps[i].nout;
+    if (2 * in + 3 * out > n) n = 2 * in + 3 * out;
+    if (in > *maxin) *maxin = in;
+  }
+  return n;
 }
 
 static Workspace *ws_new(Exec *e) {
@@ -699,7 +718,10 @@ static Workspace *ws_new(Exec *e) {
   if (!w) return err_nomem();
   w->slot = shm_calloc((size_t)e->nslots + 1, sizeof(Array *));
   w->scratch = shm_calloc((size_t)e->nscratch + 1, sizeof(Array *));
-  if (!w->slot || !w->scratch || fuse_mem_init(&w->fm, e->nregs, e->npartials) < 0) goto fail;
+  size_t maxin, nops = ws_ops_len(e, &maxin);
+  w->ops = shm_calloc(nops, sizeof(Array *));
+  w->vargs = shm_calloc(maxin, sizeof(Value *));
+  if (!w->slot || !w->scratch || !w->ops || !w->vargs || fuse_mem_init(&w->fm, e->nregs, e->npartials) < 0) goto fail;
   for (int s = 0; s < e->nslots; s++) {
     if (e->slots[s].kind == SL_CONST) w->slot[s] = AS_ARRAY(e->slots[s].value);
     else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = array_of(&e->slots[s].aval))) goto fail;
@@ -789,36 +811,42 @@ static int run_fused(Step *s, Workspace *w) {
   return rc;
 }
 
+/* The step's operand arrays from input [first] on, in the workspace's
+ * operand list. */
+static Array **step_ins(Step *s, Workspace *w, int first) {
+  for (int k = first; k < s->nin; k++) w->ops[k - first] = w->slot[s->in[k]];
+  return w->ops;
+}
+
+/* The step's result arrays, after its inputs in the operand list. */
+static Array **step_outs(Step *s, Workspace *w) {
+  Array **buf = w->ops + s->nin;
+  for (int k = 0; k < s->nout; k++) buf[k] = w->slot[s->out[k]];
+  return buf;
+}
+
+/* The operand list's room for a loop body's inputs, and a scan body's
+ * outputs (ws_ops_len). */
+static Array **body_ins(Step *s, Workspace *w) { return w->ops + s->nin + s->nout; }
+static Array **body_outs(Step *s, Workspace *w) { return w->ops + 2 * (s->nin + s->nout); }
+
+/* The step's operands as values, for calls out of the plan. */
+static Value **step_values(Step *s, Workspace *w) {
+  for (int k = 0; k < s->nin; k++) w->vargs[k] = &w->slot[s->in[k]]->hdr;
+  return w->vargs;
+}
+
 static int run_kernel(Step *s, Workspace *w) {
-  Array *in_stack[8], *out_stack[8];
-  Array **in = s->nin <= 8 ? in_stack : shm_malloc(sizeof(Array *) * (size_t)s->nin);
-  if (!in || s->nout > 8) return err_set(ERR_VALUE, "jit: too many operands"), -1;
-  for (int k = 0; k < s->nin; k++) in[k] = w->slot[s->in[k]];
-  for (int k = 0; k < s->nout; k++) out_stack[k] = w->slot[s->out[k]];
-  int rc = prim_run_kernel(s->eqn->prim, in, s->nin, &s->eqn->params, out_stack);
-  if (in != in_stack) shm_free(in);
-  return rc;
-}
-
-/* Gathers the step's operand arrays into [buf] (cap 64). */
-static Array **step_ins(Step *s, Workspace *w, Array **buf, int first) {
-  for (int k = first; k < s->nin && k - first < 64; k++) buf[k - first] = w->slot[s->in[k]];
-  return buf;
-}
-
-static Array **step_outs(Step *s, Workspace *w, Array **buf) {
-  for (int k = 0; k < s->nout && k < 64; k++) buf[k] = w->slot[s->out[k]];
-  return buf;
+  return prim_run_kernel(s->eqn->prim, step_ins(s, w, 0), s->nin, &s->eqn->params,
+                         step_outs(s, w));
 }
 
 static int run_cond(Step *s, Workspace *w) {
   Value *br = params_get(&s->eqn->params, "branches");
   int64_t n = (int64_t)tuple_len(br), i = arr_get_i64(w->slot[s->in[0]], 0);
   i = i < 0 ? 0 : i >= n ? n - 1 : i;
-  Array *ins[64], *outs[64];
-  if (s->nin > 65 || s->nout > 64) return err_set(ERR_VALUE, "jit: cond with too many operands"), -1;
-  return cmp_run_into(AS_PLAN(tuple_get(br, (size_t)i)), step_ins(s, w, ins, 1),
-                      step_outs(s, w, outs));
+  Array **outs = step_outs(s, w);
+  return cmp_run_into(AS_PLAN(tuple_get(br, (size_t)i)), step_ins(s, w, 1), outs);
 }
 
 static int interrupted(void) {
@@ -829,9 +857,7 @@ static int interrupted(void) {
 
 /* Runs a loop body plan on (consts ++ carry ++ extra) into [outs]. */
 static int run_body(Plan *body, Array **consts, int nconsts, Array **carry, int ncarry,
-                    Array **extra, int nextra, Array **outs) {
-  Array *ins[128];
-  if (nconsts + ncarry + nextra > 128) return err_set(ERR_VALUE, "jit: loop with too many values"), -1;
+                    Array **extra, int nextra, Array **outs, Array **ins) {
   shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
   shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
   shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
@@ -843,14 +869,14 @@ static int run_while(Step *s, Workspace *w) {
   Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
   int64_t cn, bn;
   if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
-  Array *ins[64], **cconst = step_ins(s, w, ins, 0), *pred = w->scratch[s->scratch];
+  Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
   Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
                                               w->scratch + s->scratch + 1 + s->nout};
   int which = 0;
   for (;;) {
-    if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred) < 0) return -1;
+    if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
     if (!arr_get_i64(pred, 0)) break;
-    if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which]) < 0 ||
+    if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
         interrupted() < 0)
       return -1;
     cur = set[which];
@@ -888,9 +914,9 @@ static int run_scan(Step *s, Workspace *w) {
   Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
   ScanShape sh;
   if (scan_shape(s, body, &sh) < 0) return -1;
-  Array *ins[64], *outs[64], *bout[64];
-  Array **consts = step_ins(s, w, ins, 0), **cur = consts + sh.nconsts;
-  Array **xs = cur + sh.ncarry, **res = step_outs(s, w, outs);
+  Array **bout = body_outs(s, w), **bins = body_ins(s, w);
+  Array **consts = step_ins(s, w, 0), **cur = consts + sh.nconsts;
+  Array **xs = cur + sh.ncarry, **res = step_outs(s, w);
   Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh.ncarry};
   Array **ys = w->scratch + s->scratch + 2 * sh.ncarry, **xrow = ys + sh.nys;
   int which = 0;
@@ -899,7 +925,7 @@ static int run_scan(Step *s, Workspace *w) {
     for (int k = 0; k < sh.nxs; k++) row_copy(xs[k], i, xrow[k], true);
     shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh.ncarry);
     shm_memcpy(bout + sh.ncarry, ys, sizeof(Array *) * (size_t)sh.nys);
-    if (run_body(body, consts, (int)sh.nconsts, cur, (int)sh.ncarry, xrow, sh.nxs, bout) < 0 ||
+    if (run_body(body, consts, (int)sh.nconsts, cur, (int)sh.ncarry, xrow, sh.nxs, bout, bins) < 0 ||
         interrupted() < 0)
       return -1;
     for (int k = 0; k < sh.nys; k++) row_copy(res[sh.ncarry + k], i, ys[k], false);
@@ -911,17 +937,12 @@ static int run_scan(Step *s, Workspace *w) {
 }
 
 static int run_pjit(Step *s, Workspace *w) {
-  Array *ins[64], *outs[64];
-  if (s->nin > 64 || s->nout > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
-  return cmp_run_into(AS_PLAN(params_get(&s->eqn->params, "jaxpr")), step_ins(s, w, ins, 0),
-                      step_outs(s, w, outs));
+  Array **outs = step_outs(s, w);
+  return cmp_run_into(AS_PLAN(params_get(&s->eqn->params, "jaxpr")), step_ins(s, w, 0), outs);
 }
 
 static int run_shard_map(Step *s, Workspace *w) {
-  Value *args[64];
-  if (s->nin > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
-  for (int k = 0; k < s->nin; k++) args[k] = &w->slot[s->in[k]]->hdr;
-  CallArgs a = {.nargs = s->nin, .args = args};
+  CallArgs a = {.nargs = s->nin, .args = step_values(s, w)};
   Value *r = shardmap_call(s->shardfn, &a);
   if (!r) return -1;
   for (int k = 0; k < s->nout; k++) {
@@ -935,10 +956,7 @@ static int run_shard_map(Step *s, Workspace *w) {
 /* debug_callback: calls the staged callback with the operands' values
  * (debug_print, breakpoint under jit). */
 static int run_callback(Step *s, Workspace *w) {
-  Value *args[64];
-  if (s->nin > 64) return err_set(ERR_VALUE, "jit: too many operands"), -1;
-  for (int k = 0; k < s->nin; k++) args[k] = &w->slot[s->in[k]]->hdr;
-  Value *r = val_call_n(params_get(&s->eqn->params, "callback"), s->nin, args);
+  Value *r = val_call_n(params_get(&s->eqn->params, "callback"), s->nin, step_values(s, w));
   val_decref(r);
   return r ? 0 : -1;
 }
@@ -1033,20 +1051,29 @@ static Value *plan_call(Value *f, const CallArgs *a) {
   Plan *p = AS_PLAN(f);
   if (a->nkw || a->nargs != p->nin)
     return err_set(ERR_TYPE, "plan takes %d positional arguments, got %d", p->nin, a->nargs);
-  Array *in[64], *out[64];
-  if (p->nin > 64 || p->nout > 64) return err_set(ERR_VALUE, "plan with too many operands");
+  Array **in = shm_calloc((size_t)(p->nin + p->nout) + 1, sizeof(Array *)), **out = in + p->nin;
+  if (!in) return err_nomem();
+  Value *r = NULL;
   for (int i = 0; i < a->nargs; i++) {
-    if (!IS_ARRAY(a->args[i])) return err_set(ERR_TYPE, "plan arguments must be arrays");
+    if (!IS_ARRAY(a->args[i])) {
+      err_set(ERR_TYPE, "plan arguments must be arrays");
+      goto done;
+    }
     in[i] = AS_ARRAY(a->args[i]);
   }
-  if (cmp_compile(p) < 0 || cmp_run(p, in, out) < 0) return NULL;
-  if (p->nout == 1) return &out[0]->hdr;
-  Value *t = tuple_new((size_t)p->nout);
+  if (cmp_compile(p) < 0 || cmp_run(p, in, out) < 0) goto done;
+  if (p->nout == 1) {
+    r = &out[0]->hdr;
+    goto done;
+  }
+  r = tuple_new((size_t)p->nout);
   for (int i = 0; i < p->nout; i++) {
-    if (t) tuple_set_steal(t, (size_t)i, &out[i]->hdr);
+    if (r) tuple_set_steal(r, (size_t)i, &out[i]->hdr);
     else val_decref(&out[i]->hdr);
   }
-  return t;
+done:
+  shm_free(in);
+  return r;
 }
 
 void cmp_register(void) {

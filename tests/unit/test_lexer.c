@@ -44,6 +44,9 @@ static void put_token(FILE *out, const Token *t) {
     }
     fputc('"', out);
     break;
+  case T_FSTRING: fprintf(out, "F%lld:\"%.*s\"", (long long)t->ival, (int)t->strlen, t->str); break;
+  case T_FSTRING_SEP: fputs("SEP", out); break;
+  case T_FSTRING_END: fputs("FEND", out); break;
   default: fprintf(out, "%.*s", t->len, t->start); break;
   }
 }
@@ -195,6 +198,23 @@ static const Case string_cases[] = {
 START_TEST(test_strings) { CHECK_CASES(string_cases); }
 END_TEST
 
+/* f-strings: the str.format text (literal braces doubled), then each
+ * field's own tokens and SEP, then FEND. */
+static const Case fstring_cases[] = {
+    {"f'a{x}b'", "F1:\"a{}b\" x SEP FEND NL EOF"},
+    {"f'{x!r:>4} {y:.2f}'", "F2:\"{!r:>4} {:.2f}\" x SEP y SEP FEND NL EOF"},
+    {"f'{{lit}} {d[\"k\"]}'", "F1:\"{{lit}} {}\" d [ s:\"k\" ] SEP FEND NL EOF"},
+    {"f'{x = }'", "F1:\"x = {!r}\" x SEP FEND NL EOF"},
+    {"f'{a!=b}{c==d}'", "F2:\"{}{}\" a != b SEP c == d SEP FEND NL EOF"},
+    {"F'a' rf'\\n{x}'", "F0:\"a\" FEND F1:\"\\n{}\" x SEP FEND NL EOF"},
+    {"f'{ {1: 2}[1] }'", "F1:\"{}\" { i:1 : i:2 } [ i:1 ] SEP FEND NL EOF"},
+    {"f'''a\n{x}'''", "F1:\"a\n{}\" x SEP FEND NL EOF"},
+    {"f'\\t{x}'", "F1:\"\t{}\" x SEP FEND NL EOF"},
+};
+
+START_TEST(test_fstrings) { CHECK_CASES(fstring_cases); }
+END_TEST
+
 /* ---- operators and words ---------------------------------------------------------- */
 
 static const Case op_cases[] = {
@@ -286,6 +306,14 @@ static const Case error_cases[] = {
     {"'\\x4'", "ERROR 1:2: truncated \\xXX escape in string literal"},
     {"'ab\\u12'", "ERROR 1:4: truncated \\uXX escape in string literal"},
     {"'\\U11111111'", "ERROR 1:2: illegal Unicode character in string literal"},
+    {"f'{x'", "ERROR 1:1: f-string: expecting '}'"},
+    {"f'{}'", "ERROR 1:4: f-string: valid expression required before '}'"},
+    {"f'a}b'", "ERROR 1:4: f-string: single '}' is not allowed"},
+    {"f'{x!z}'", "ERROR 1:6: f-string: invalid conversion character: expected 's', 'r', or 'a'"},
+    {"f'{x:{y}}'", "ERROR 1:6: f-string: nested replacement fields in a format spec are not "
+                   "supported"},
+    {"f'{a#b}'", "ERROR 1:5: f-string expression part cannot include '#'"},
+    {"f'abc", "ERROR 1:1: unterminated f-string literal"},
 };
 
 START_TEST(test_errors) { CHECK_CASES(error_cases); }
@@ -433,6 +461,7 @@ static Suite *lexer_suite(void) {
   tcase_add_test(tc, test_int_overflow_flag);
   tcase_add_test(tc, test_linear_allocation);
   tcase_add_test(tc, test_strings);
+  tcase_add_test(tc, test_fstrings);
   tcase_add_test(tc, test_operators_and_words);
   tcase_add_test(tc, test_locations);
   tcase_add_test(tc, test_errors);
