@@ -680,25 +680,38 @@ static void kern_sort_rows(DType t, char *d, int64_t rows, int64_t len, void *tm
   }
 }
 
-int kern_sort(Array **in, int nin, const Params *p, Array **out) {
-  Array *x = in[0];
-  int64_t d64 = x->ndim - 1, perm[SHM_MAXDIM], inv[SHM_MAXDIM];
-  int d;
+/* The layout of a sort along "dimension" of [p] (default last) of [x]:
+ * the axis [d], the permutation moving it last and its inverse, and the
+ * permuted keys as a contiguous array (float32 for the half types, a copy
+ * when [copy]).  NULL with the error set. */
+static Array *sort_keys(Array *x, const Params *p, bool copy, int *d, int64_t *perm,
+                        int64_t *inv) {
+  int64_t d64 = x->ndim - 1;
   if (params_get(p, "dimension") && params_int(p, "dimension", &d64) < 0)
-    return -1;
-  if (axis_normalize(d64, x->ndim, &d) < 0)
-    return -1;
+    return NULL;
+  if (axis_normalize(d64, x->ndim, d) < 0)
+    return NULL;
   for (int i = 0, k = 0; i < x->ndim; i++)
-    if (i != d)
+    if (i != *d)
       perm[k++] = i;
-  perm[x->ndim - 1] = d;
+  perm[x->ndim - 1] = *d;
   for (int i = 0; i < x->ndim; i++)
     inv[perm[i]] = i;
   bool half = x->dtype == DT_BF16 || x->dtype == DT_F16;
   Array *v = kern_permute(x, perm);
-  Array *c = v ? (half ? arr_astype(v, DT_F32, false) : arr_copy(v)) : NULL;
+  Array *c = v ? (half ? arr_astype(v, DT_F32, false) : copy ? arr_copy(v) : arr_contiguous(v))
+               : NULL;
   if (v)
     val_decref(&v->hdr);
+  return c;
+}
+
+int kern_sort(Array **in, int nin, const Params *p, Array **out) {
+  Array *x = in[0];
+  int64_t perm[SHM_MAXDIM], inv[SHM_MAXDIM];
+  int d;
+  bool half = x->dtype == DT_BF16 || x->dtype == DT_F16;
+  Array *c = sort_keys(x, p, true, &d, perm, inv);
   if (!c)
     return -1;
   int64_t len = x->ndim ? x->shape[d] : 1;
@@ -719,5 +732,88 @@ int kern_sort(Array **in, int nin, const Params *p, Array **out) {
   }
   Array *res = kern_permute(back, inv);
   val_decref(&back->hdr);
+  return kern_emit(res, out);
+}
+
+/* ---- argsort ---------------------------------------------------------------------------- */
+
+/* Stable merge sort of the int32 indices [ix] ([n] of them) by the keys
+ * [k] they index, NaN last: the order lax.sort gives. */
+#define ISORT(NAME, T)                                                              \
+  static void NAME(const T *k, int32_t *ix, int32_t *tmp, int64_t n) {              \
+    if (n < 2)                                                                     \
+      return;                                                                      \
+    int64_t m = n / 2, i = 0, j = m, o = 0;                                         \
+    NAME(k, ix, tmp, m);                                                           \
+    NAME(k, ix + m, tmp, n - m);                                                   \
+    memcpy(tmp, ix, sizeof(int32_t) * (size_t)m);                                  \
+    while (i < m && j < n)                                                         \
+      ix[o++] = msort_##T##_key_lt(k[ix[j]], k[tmp[i]]) ? ix[j++] : tmp[i++];       \
+    while (i < m)                                                                  \
+      ix[o++] = tmp[i++];                                                          \
+  }
+#define KEY_LT(T) \
+  static bool msort_##T##_key_lt(T a, T b) { return a < b || (b != b && a == a); }
+typedef float f32_t;
+typedef double f64_t;
+KEY_LT(uint8_t) KEY_LT(int8_t) KEY_LT(int32_t) KEY_LT(int64_t) KEY_LT(f32_t) KEY_LT(f64_t)
+ISORT(isort_u8, uint8_t)
+ISORT(isort_i8, int8_t)
+ISORT(isort_i32, int32_t)
+ISORT(isort_i64, int64_t)
+ISORT(isort_f32, f32_t)
+ISORT(isort_f64, f64_t)
+
+/* The stable order of each contiguous row of [len] keys of [t] in [d],
+ * as int32 positions into [o]. */
+static void kern_argsort_rows(DType t, const char *d, int32_t *o, int64_t rows, int64_t len,
+                              int32_t *tmp) {
+  size_t isz = dt_size(t);
+  for (int64_t r = 0; r < rows; r++) {
+    const void *x = d + (size_t)(r * len) * isz;
+    int32_t *ix = o + r * len;
+    for (int64_t i = 0; i < len; i++)
+      ix[i] = (int32_t)i;
+    switch (t) {
+      case DT_BOOL: isort_u8(x, ix, tmp, len); break;
+      case DT_I8: isort_i8(x, ix, tmp, len); break;
+      case DT_I32: isort_i32(x, ix, tmp, len); break;
+      case DT_I64: isort_i64(x, ix, tmp, len); break;
+      case DT_F64: isort_f64(x, ix, tmp, len); break;
+      default: isort_f32(x, ix, tmp, len); break;
+    }
+  }
+}
+
+int kern_argsort(Array **in, int nin, const Params *p, Array **out) {
+  (void)nin;
+  Array *x = in[0];
+  int64_t perm[SHM_MAXDIM], inv[SHM_MAXDIM];
+  int d;
+  Array *c = sort_keys(x, p, false, &d, perm, inv);
+  int64_t len = c && x->ndim ? x->shape[d] : 1;
+  if (c && len > INT32_MAX) {
+    val_decref(&c->hdr);
+    err_set(ERR_VALUE, "argsort: a dimension of %lld elements exceeds int32 indices",
+            (long long)len);
+    return -1;
+  }
+  Array *ix = c ? arr_new(DT_I32, c->ndim, c->shape) : NULL;
+  int32_t *tmp = shm_malloc((size_t)(len / 2 + 1) * sizeof(int32_t));
+  if (!c || !ix || !tmp) {
+    if (c)
+      val_decref(&c->hdr);
+    if (ix)
+      val_decref(&ix->hdr);
+    shm_free(tmp);
+    if (!err_occurred())
+      err_nomem();
+    return -1;
+  }
+  kern_argsort_rows(c->dtype, arr_data(c), arr_data(ix), len ? c->size / len : 0, len, tmp);
+  shm_free(tmp);
+  val_decref(&c->hdr);
+  Array *res = kern_permute(ix, inv);
+  val_decref(&ix->hdr);
   return kern_emit(res, out);
 }

@@ -115,7 +115,7 @@ KERN_REDUCE_LIST(KERN_DECL)
 #define KERN_SHAPE_LIST(X)                                                   \
   X(iota) X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze)            \
   X(expand_dims) X(rev) X(slice) X(dynamic_slice) X(dynamic_update_slice)   \
-  X(concatenate) X(pad) X(gather) X(scatter) X(sort)
+  X(concatenate) X(pad) X(gather) X(scatter) X(sort) X(argsort)
 KERN_SHAPE_LIST(KERN_DECL)
 
 /* Reads pad's padding_config [cfg] (a tuple of (lo, hi, interior) int

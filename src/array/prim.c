@@ -832,6 +832,14 @@ static int shape_sort(const AVal *in, int nin, const Params *p, AVal *out) {
   return 0;
 }
 
+static int shape_argsort(const AVal *in, int nin, const Params *p, AVal *out) {
+  if (shape_sort(in, nin, p, out) < 0)
+    return -1;
+  out->dtype = DT_I32;
+  out->weak = false;
+  return 0;
+}
+
 /* ---- rule instances --------------------------------------------------------------- */
 
 UNARY_RULE(shape_neg, P_NEG) UNARY_RULE(shape_sign, P_SIGN) UNARY_RULE(shape_floor, P_FLOOR)
@@ -934,6 +942,7 @@ SCAN_RULE(shape_cummax, P_CUMMAX)
 #define RULES_GATHER R(gather)
 #define RULES_SCATTER R(scatter)
 #define RULES_SORT R(sort)
+#define RULES_ARGSORT R(argsort)
 #define RULES_DOT_GENERAL .shape = la_shape_dot_general, .kernel = la_kernel_dot_general
 /* The collectives' rules live with the collective engine (spmd/), which
  * registers them at start-up; the higher-order primitives' with the

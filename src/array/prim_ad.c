@@ -7,6 +7,7 @@
  * they implement (JAX's lax.py rules are the reference), and a NULL from
  * any step (an error) flows through the rest to the rule's return.
  */
+#include <math.h>
 #include <string.h>
 
 #include "array/kernels.h"
@@ -202,6 +203,7 @@ ZERO_JVP(is_finite, IS_FINITE) ZERO_JVP(not, NOT) ZERO_JVP(and, AND) ZERO_JVP(or
 ZERO_JVP(xor, XOR) ZERO_JVP(eq, EQ) ZERO_JVP(ne, NE) ZERO_JVP(lt, LT) ZERO_JVP(le, LE)
 ZERO_JVP(gt, GT) ZERO_JVP(ge, GE) ZERO_JVP(argmax, ARGMAX) ZERO_JVP(argmin, ARGMIN)
 ZERO_JVP(reduce_and, REDUCE_AND) ZERO_JVP(reduce_or, REDUCE_OR) ZERO_JVP(iota, IOTA)
+ZERO_JVP(argsort, ARGSORT)
 
 /* A unary rule: the tangent from the operand x, the result y, the
  * operand's tangent t (never zero here) and the parameters. */
@@ -541,6 +543,107 @@ static int jvp_reduce_prod(Value **x, Value **t, int nin, const Params *p, Value
   return jvp_done(&s, reshape(&s, sum, ya.ndim, ya.shape), false, yo, to);
 }
 
+/* [x] shifted [k] places along [axis] (toward its end; toward its start
+ * when [reverse]), the 0-d [fill] coming in. */
+static Value *shift_by(Scope *s, Value *x, int axis, int64_t k, bool reverse, Value *fill) {
+  AVal a;
+  if (!aval_ok(x, &a) || !fill) return NULL;
+  int nd = a.ndim;
+  int64_t st[SHM_MAXDIM] = {0}, li[SHM_MAXDIM];
+  Value *cfg = tuple_new((size_t)nd);
+  for (int i = 0; i < nd; i++) li[i] = a.shape[i];
+  if (reverse) st[axis] = k;
+  else li[axis] -= k;
+  for (int i = 0; cfg && i < nd; i++) {
+    int64_t lo = i == axis && !reverse ? k : 0, hi = i == axis && reverse ? k : 0;
+    tuple_set_steal(cfg, (size_t)i, val_int_tuple(3, (int64_t[]){lo, hi, 0}));
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "start_indices", val_int_tuple(nd, st));
+  params_add(&q, "limit_indices", val_int_tuple(nd, li));
+  params_add(&q, "strides", val_incref(VAL_NONE));
+  Value *cut = ap(s, P_SLICE, 1, &x, &q);
+  params_init(&q);
+  params_add(&q, "padding_config", cfg);
+  return ap(s, P_PAD, 2, (Value *[]){cut, fill}, &q);
+}
+
+/* One step of the scan's tangent: from (y, ty), shifted by [k], the next
+ * (y, ty) as new references in [y2], [t2]. */
+static int cumscan_step(PrimId id, Value *y, Value *ty, int axis, int64_t k, bool reverse,
+                        Value **y2, Value **t2) {
+  Scope s = {0};
+  AVal a, z;
+  if (!aval_ok(y, &a)) return -1;
+  z = a;
+  z.ndim = 0;
+  Value *ident = id == P_CUMPROD ? full(&s, 1.0, &z)
+                                 : keep(&s, &arr_scalar_f64(a.dtype, -INFINITY, false)->hdr);
+  Value *ys = shift_by(&s, y, axis, k, reverse, ident);
+  Value *ts = shift_by(&s, ty, axis, k, reverse, full(&s, 0.0, &z));
+  Value *ny, *nt;
+  if (id == P_CUMPROD) {   /* (y ys)' = ty ys + y ts */
+    ny = mul(&s, y, ys);
+    nt = add(&s, mul(&s, ty, ys), mul(&s, y, ts));
+  } else {                 /* the tangent of the larger, the later one on ties */
+    Value *keep_y = bin(&s, P_GE, y, ys);
+    ny = select(&s, keep_y, y, ys);
+    nt = select(&s, keep_y, ty, ts);
+  }
+  *y2 = ny ? val_incref(ny) : NULL;
+  *t2 = nt ? val_incref(nt) : NULL;
+  scope_end(&s);
+  if (*y2 && *t2) return 0;
+  if (*y2) val_decref(*y2);
+  if (*t2) val_decref(*t2);
+  return -1;
+}
+
+/* cumprod, cummax: the tangent of the inclusive scan computed as the
+ * scan's log2(n) doubling steps (Hillis and Steele), each differentiated
+ * exactly, so zeros in a product need no division (JAX differentiates its
+ * associative_scan the same way). */
+static int jvp_cumscan(PrimId id, Value **x, Value **t, const Params *p, Value **yo,
+                       Value **to) {
+  if (primal(id, x, 1, p, yo) < 0) return -1;
+  *to = NULL;
+  if (!t[0]) return 0;
+  AVal a;
+  int64_t axis;
+  bool reverse = false;
+  if (!aval_ok(x[0], &a) || params_int(p, "axis", &axis) < 0 ||
+      (params_get(p, "reverse") && params_bool(p, "reverse", &reverse) < 0)) {
+    val_decref(*yo);
+    *yo = NULL;
+    return -1;
+  }
+  if (axis < 0) axis += a.ndim;
+  Value *y = val_incref(x[0]), *ty = val_incref(t[0]);
+  for (int64_t k = 1; y && k < (a.ndim ? a.shape[axis] : 1); k *= 2) {
+    Value *y2, *t2;
+    int rc = cumscan_step(id, y, ty, (int)axis, k, reverse, &y2, &t2);
+    val_decref(y);
+    val_decref(ty);
+    y = rc == 0 ? y2 : NULL;
+    ty = rc == 0 ? t2 : NULL;
+  }
+  if (y) val_decref(y);
+  *to = ty;
+  if (ty) return 0;
+  val_decref(*yo);
+  *yo = NULL;
+  return -1;
+}
+static int jvp_cumprod(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_cumscan(P_CUMPROD, x, t, p, yo, to);
+}
+static int jvp_cummax(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_cumscan(P_CUMMAX, x, t, p, yo, to);
+}
+
 /* ==== layout and indexing ================================================ */
 
 /* Operands and tangents of a primitive linear in all its operands but
@@ -595,6 +698,70 @@ static int jvp_scatter(Value **x, Value **t, int nin, const Params *p, Value **y
   Scope s = {0};
   Value *in[3] = {tan_or_zero(&s, t[0], xs[0]), x[1], tan_or_zero(&s, t[2], xs[1])};
   return jvp_done(&s, same(&s, P_SCATTER, 3, in, p), false, yo, to);
+}
+
+/* ==== sort ============================================================== */
+
+/* [x] permuted so axis [d] comes last, and the inverse permutation. */
+static Value *axis_last(Scope *s, Value *x, int nd, int d, int64_t *inv) {
+  int64_t perm[SHM_MAXDIM];
+  for (int i = 0, k = 0; i < nd; i++)
+    if (i != d) perm[k++] = i;
+  perm[nd - 1] = d;
+  for (int i = 0; i < nd; i++) inv[perm[i]] = i;
+  Params q;
+  params_init(&q);
+  params_add(&q, "permutation", val_int_tuple(nd, perm));
+  return ap(s, P_TRANSPOSE, 1, &x, &q);
+}
+
+/* take_along_axis(t, idx, d): t's elements at the int32 positions [idx]
+ * along axis [d] (both of aval [a]'s shape), as one gather of the rows
+ * flattened: row r, position i -> r * len + i. */
+static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d) {
+  int nd = a->ndim;
+  int64_t inv[SHM_MAXDIM], tshape[SHM_MAXDIM], len = a->shape[d], rows = 1;
+  for (int i = 0, k = 0; i < nd; i++)
+    if (i != d) tshape[k++] = a->shape[i], rows *= a->shape[i];
+  tshape[nd - 1] = len;
+  Value *tl = reshape(s, axis_last(s, t, nd, d, inv), 1, (int64_t[]){rows * len});
+  Value *il = reshape(s, axis_last(s, idx, nd, d, inv), 2, (int64_t[]){rows, len});
+  Params q;
+  params_init(&q);
+  params_add(&q, "dtype", dtype_value(DT_I32));
+  params_add(&q, "shape", val_int_tuple(2, (int64_t[]){rows, len}));
+  params_add(&q, "dimension", val_int(0));
+  Value *row = ap(s, P_IOTA, 0, NULL, &q);
+  Value *stride = keep(s, &arr_scalar_i64(DT_I32, len, false)->hdr);
+  Value *flat = add(s, mul(s, row, stride), il);
+  params_init(&q);
+  params_add(&q, "axis", val_int(0));
+  Value *g = ap(s, P_GATHER, 2, (Value *[]){tl, flat}, &q);
+  Value *back = reshape(s, g, nd, tshape);
+  if (!back) return NULL;
+  params_init(&q);
+  params_add(&q, "permutation", val_int_tuple(nd, inv));
+  return ap(s, P_TRANSPOSE, 1, &back, &q);
+}
+
+/* sort: the tangent moves with its element, t[argsort(x)] along the
+ * dimension (JAX sorts the tangent as a second operand keyed by x). */
+static int jvp_sort(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  if (primal(P_SORT, x, 1, p, yo) < 0) return -1;
+  *to = NULL;
+  if (!t[0]) return 0;
+  Scope s = {0};
+  AVal a;
+  int64_t d = -1;
+  if (!aval_ok(x[0], &a) || (params_get(p, "dimension") && params_int(p, "dimension", &d) < 0))
+    return jvp_done(&s, NULL, false, yo, to);
+  if (d < 0) d += a.ndim;
+  Params q;
+  params_init(&q);
+  params_add(&q, "dimension", val_int(d));
+  Value *idx = ap(&s, P_ARGSORT, 1, &x[0], &q);
+  return jvp_done(&s, idx ? take_along(&s, t[0], idx, &a, (int)d) : NULL, false, yo, to);
 }
 
 /* ==== dot_general ======================================================== */
@@ -1099,11 +1266,11 @@ void prim_ad_install(void) {
   J(REDUCE_SUM, reduce_sum) J(REDUCE_MAX, reduce_max) J(REDUCE_MIN, reduce_min)
   J(REDUCE_PROD, reduce_prod)
   J(REDUCE_AND, reduce_and) J(REDUCE_OR, reduce_or) J(ARGMAX, argmax) J(ARGMIN, argmin)
-  J(CUMSUM, cumsum) J(IOTA, iota) J(BROADCAST_IN_DIM, broadcast_in_dim) J(RESHAPE, reshape)
+  J(CUMSUM, cumsum) J(CUMPROD, cumprod) J(CUMMAX, cummax) J(IOTA, iota) J(BROADCAST_IN_DIM, broadcast_in_dim) J(RESHAPE, reshape)
   J(TRANSPOSE, transpose) J(SQUEEZE, squeeze) J(EXPAND_DIMS, expand_dims) J(REV, rev)
   J(SLICE, slice) J(DYNAMIC_SLICE, dynamic_slice) J(DYNAMIC_UPDATE_SLICE, dynamic_update_slice)
   J(CONCATENATE, concatenate) J(PAD, pad) J(GATHER, gather) J(SCATTER, scatter)
-  J(DOT_GENERAL, dot_general)
+  J(DOT_GENERAL, dot_general) J(SORT, sort) J(ARGSORT, argsort)
 
   T(NEG, neg) T(COPY, copy) T(CONVERT_ELEMENT_TYPE, convert_element_type) T(ADD, add)
   T(SUB, sub) T(MUL, mul) T(DIV, div) T(SELECT_N, select_n) T(REDUCE_SUM, reduce_sum)

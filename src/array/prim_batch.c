@@ -228,6 +228,7 @@ AXES_RULE(b_rev, REV, "dimensions")
   }
 AXIS1_RULE(b_cumsum, CUMSUM, "axis") AXIS1_RULE(b_cumprod, CUMPROD, "axis")
 AXIS1_RULE(b_cummax, CUMMAX, "axis") AXIS1_RULE(b_sort, SORT, "dimension")
+AXIS1_RULE(b_argsort, ARGSORT, "dimension")
 
 /* ---- layout ------------------------------------------------------------------- */
 
@@ -510,7 +511,7 @@ void prim_batch_install(void) {
   B(REDUCE_SUM, b_reduce_sum) B(REDUCE_MAX, b_reduce_max) B(REDUCE_MIN, b_reduce_min)
   B(REDUCE_PROD, b_reduce_prod) B(REDUCE_AND, b_reduce_and) B(REDUCE_OR, b_reduce_or)
   B(ARGMAX, b_argmax) B(ARGMIN, b_argmin) B(CUMSUM, b_cumsum) B(CUMPROD, b_cumprod)
-  B(CUMMAX, b_cummax) B(SORT, b_sort) B(SQUEEZE, b_squeeze) B(EXPAND_DIMS, b_expand_dims)
+  B(CUMMAX, b_cummax) B(SORT, b_sort) B(ARGSORT, b_argsort) B(SQUEEZE, b_squeeze) B(EXPAND_DIMS, b_expand_dims)
   B(REV, b_rev) B(BROADCAST_IN_DIM, b_broadcast_in_dim) B(RESHAPE, b_reshape)
   B(TRANSPOSE, b_transpose) B(SLICE, b_slice) B(PAD, b_pad) B(CONCATENATE, b_concatenate)
   B(DYNAMIC_SLICE, b_dynamic_slice) B(DYNAMIC_UPDATE_SLICE, b_dynamic_update_slice)

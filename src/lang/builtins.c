@@ -934,6 +934,8 @@ int builtins_register(Env *e) {
   if (prc < 0) return -1;
   Value *lse = dict_get_str(((Module *)ns_nn)->globals, "logsumexp");
   if (lse && dict_set_str(((Module *)ns_special)->globals, "logsumexp", lse) < 0) return -1;
+  Value *ei = dict_get_str(((Module *)ns_lax)->globals, "erf_inv");
+  if (ei && dict_set_str(((Module *)ns_special)->globals, "erfinv", ei) < 0) return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||

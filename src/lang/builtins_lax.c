@@ -279,6 +279,7 @@ static Value *lax_asin(const CallArgs *a) { return lax_un("asin", a, P_ASIN); }
 static Value *lax_acos(const CallArgs *a) { return lax_un("acos", a, P_ACOS); }
 static Value *lax_atan(const CallArgs *a) { return lax_un("atan", a, P_ATAN); }
 static Value *lax_is_finite(const CallArgs *a) { return lax_un("is_finite", a, P_IS_FINITE); }
+static Value *lax_erf_inv(const CallArgs *a) { return lax_un("erf_inv", a, P_ERF_INV); }
 
 /* The names this file binds, and where (builtins_impl.h). */
 const BiEntry bi_lax_table[] = {
@@ -297,6 +298,7 @@ const BiEntry bi_lax_table[] = {
   {"gt", lax_gt, IN_LAX, "gt(x, y)"},
   {"ge", lax_ge, IN_LAX, "ge(x, y)"},
   {"neg", lax_neg, IN_LAX, "neg(x)"},
+  {"erf_inv", lax_erf_inv, IN_LAX, "erf_inv(x): the inverse error function"},
   {"asin", lax_asin, IN_LAX, "asin(x)"},
   {"acos", lax_acos, IN_LAX, "acos(x)"},
   {"atan", lax_atan, IN_LAX, "atan(x)"},

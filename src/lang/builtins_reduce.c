@@ -276,14 +276,54 @@ done:
 static Value *bi_cumsum(const CallArgs *a) { return cum_like("cumsum", a, P_CUMSUM); }
 static Value *bi_cumprod(const CallArgs *a) { return cum_like("cumprod", a, P_CUMPROD); }
 
-static Value *bi_sort(const CallArgs *a) {
-  Value *x, *axis;
-  Value **slots[] = {&x, &axis};
-  if (args_bind("sort", a, "a, axis=", slots) < 0) return NULL;
+/* lax.cumsum/cumprod/cummax/cummin(operand, axis=0, reverse=False): the
+ * primitive itself, in the operand's dtype; cummin is -cummax(-x). */
+static Value *lax_cum(const char *fname, const CallArgs *a, PrimId id, bool negate) {
+  Value *x, *axis, *reverse;
+  Value **slots[] = {&x, &axis, &reverse};
+  if (args_bind(fname, a, "operand, axis=, reverse=", slots) < 0) return NULL;
+  Value *xa = bi_arr(x);
+  if (!xa) return NULL;
+  AVal av = bi_aval(xa);
+  int64_t ax;
+  int axn;
+  bool rev = false;
+  Value *r = NULL;
+  if (bi_int_arg(fname, "axis", axis, 0, &ax) == 0 && axis_normalize(ax, av.ndim ? av.ndim : 1, &axn) == 0 &&
+      bi_bool_arg(reverse, false, &rev) == 0) {
+    Value *src = negate ? ops_unary(OP_NEG, xa) : val_incref(xa);
+    Params p;
+    params_init(&p);
+    params_add(&p, "axis", val_int(axn));
+    params_add(&p, "reverse", val_bool(rev));
+    Value *c = src ? ops_apply(id, 1, &src, &p) : NULL;
+    params_clear(&p);
+    r = c && negate ? ops_unary(OP_NEG, c) : c ? val_incref(c) : NULL;
+    if (c) val_decref(c);
+    if (src) val_decref(src);
+  }
+  val_decref(xa);
+  return r;
+}
+static Value *lax_cumsum(const CallArgs *a) { return lax_cum("cumsum", a, P_CUMSUM, false); }
+static Value *lax_cumprod(const CallArgs *a) { return lax_cum("cumprod", a, P_CUMPROD, false); }
+static Value *lax_cummax(const CallArgs *a) { return lax_cum("cummax", a, P_CUMMAX, false); }
+static Value *lax_cummin(const CallArgs *a) { return lax_cum("cummin", a, P_CUMMAX, true); }
+
+/* The array a sort of [x] reads: raveled for axis=None. */
+static Value *sort_operand(Value *x, Value *axis) {
   Value *xa = bi_arr(x);
   if (!xa) return NULL;
   Value *src = axis && axis == VAL_NONE ? bi_ravel_of(xa) : val_incref(xa);
   val_decref(xa);
+  return src;
+}
+
+static Value *bi_sort(const CallArgs *a) {
+  Value *x, *axis;
+  Value **slots[] = {&x, &axis};
+  if (args_bind("sort", a, "a, axis=", slots) < 0) return NULL;
+  Value *src = sort_operand(x, axis);
   if (!src) return NULL;
   AVal av = bi_aval(src);
   int64_t ax;
@@ -298,6 +338,64 @@ static Value *bi_sort(const CallArgs *a) {
     params_add(&p, "dimension", val_int(axn));
     r = ops_apply(P_SORT, 1, &src, &p);
     params_clear(&p);
+  }
+  val_decref(src);
+  return r;
+}
+
+/* [x] reversed along axis [d] (lax.rev). */
+static Value *rev_axis(Value *x, int d) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimensions", val_int_tuple(1, (int64_t[]){d}));
+  Value *r = ops_apply(P_REV, 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
+ * the stable order, NaN last (first when descending); int32, as JAX's.
+ * Descending is the ascending order of the reversed array, reversed and
+ * mapped back, which keeps equal elements in their original order. */
+static Value *bi_argsort(const CallArgs *a) {
+  Value *x, *axis, *kind, *order, *stable, *descending;
+  Value **slots[] = {&x, &axis, &kind, &order, &stable, &descending};
+  if (args_bind("argsort", a, "a, axis=, kind=, order=, stable=, descending=", slots) < 0)
+    return NULL;
+  if (!bi_is_none(order)) return err_set(ERR_VALUE, "argsort: 'order' is not supported");
+  bool desc = false;
+  if (bi_bool_arg(descending, false, &desc) < 0) return NULL;
+  Value *src = sort_operand(x, axis);
+  if (!src) return NULL;
+  AVal av = bi_aval(src);
+  if (av.ndim == 0) {   /* NumPy: a 0-d array sorts as one element */
+    Value *one = bi_ravel_of(src);
+    val_decref(src);
+    if (!(src = one)) return NULL;
+    av = bi_aval(src);
+  }
+  int64_t ax;
+  int axn;
+  Value *r = NULL;
+  if (bi_int_arg("argsort", "axis", axis && axis != VAL_NONE ? axis : NULL, -1, &ax) == 0 &&
+      axis_normalize(ax, av.ndim, &axn) == 0) {
+    Value *keys = desc ? rev_axis(src, axn) : val_incref(src);
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    Value *i = keys ? ops_apply(P_ARGSORT, 1, &keys, &p) : NULL;
+    params_clear(&p);
+    if (keys) val_decref(keys);
+    if (i && desc) {   /* position k of the reversed array is n-1-k of the original */
+      Value *ri = rev_axis(i, axn);
+      Value *last = ri ? &arr_scalar_i64(DT_I32, av.shape[axn] - 1, false)->hdr : NULL;
+      r = last ? ops_binary(OP_SUB, last, ri) : NULL;
+      if (last) val_decref(last);
+      if (ri) val_decref(ri);
+      val_decref(i);
+    } else {
+      r = i;
+    }
   }
   val_decref(src);
   return r;
@@ -800,6 +898,11 @@ const BiEntry bi_reduce_table[] = {
   {"argmin", bi_argmin, NP, "argmin(a, axis=None, keepdims=False)"},
   {"cumsum", bi_cumsum, NP, "cumsum(a, axis=None, dtype=None)"},
   {"cumprod", bi_cumprod, NP, "cumprod(a, axis=None, dtype=None)"},
+  {"argsort", bi_argsort, NP, "argsort(a, axis=-1, stable=True, descending=False)"},
+  {"cumsum", lax_cumsum, IN_LAX, "lax.cumsum(operand, axis=0, reverse=False)"},
+  {"cumprod", lax_cumprod, IN_LAX, "lax.cumprod(operand, axis=0, reverse=False)"},
+  {"cummax", lax_cummax, IN_LAX, "lax.cummax(operand, axis=0, reverse=False)"},
+  {"cummin", lax_cummin, IN_LAX, "lax.cummin(operand, axis=0, reverse=False)"},
   {"sort", bi_sort, NP, "sort(a, axis=-1)"},
   {"logsumexp", bi_logsumexp, IN_TOP | IN_JNP | IN_NN, "logsumexp(a, axis=None, keepdims=False)"},
   {"softmax", bi_softmax, IN_TOP | IN_JNP | IN_NN, "softmax(x, axis=-1)"},

@@ -1487,6 +1487,16 @@ static Outcome exec_import(const Node *s, Env *env) {
     Value *t = eval_import(top, from);
     rc = t ? env_set(env, intern_cstr(top), t) : -1;
     if (!t) err_locate(s->loc);
+    /* and the submodule becomes an attribute of its parent (jax.test_util) */
+    const char *last = strrchr(s->name, '.') + 1;
+    size_t plen = (size_t)(last - 1 - s->name);
+    char parent[256];
+    snprintf(parent, sizeof parent, "%.*s", (int)plen, s->name);
+    Value *pm = rc == 0 ? eval_import(parent, from) : NULL;
+    if (pm && pm->type == V_MODULE && !dict_get_str(((Module *)pm)->globals, last))
+      rc = dict_set_str(((Module *)pm)->globals, last, m);
+    if (pm) val_decref(pm);
+    else if (rc == 0) err_clear();   /* a parent that is no module: nothing to attach to */
     val_decref(t);
   } else if (s->kind == N_IMPORT) {
     const char *bind = s->alias ? s->alias : intern_cstr(s->name);

@@ -1,6 +1,7 @@
 /*
  * ad.c - jvp, vjp, grad and value_and_grad (ad.h).
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "array/prim_ad.h"
@@ -64,6 +65,11 @@ static bool is_jvp_of(Value *v, unsigned id) {
 
 /* ==== the dispatch ======================================================== */
 
+/* How often each primitive's JVP and transpose rules have run in this
+ * process (jax._primitive_table: a test checks that its finite-difference
+ * checks reach every rule of the table). */
+static _Atomic long jvp_runs[P_COUNT], transpose_runs[P_COUNT];
+
 /* Applies [id]'s JVP rule at trace [j]. */
 static Value *jvp_apply(JvpTrace *j, PrimId id, int nin, Value **in, const Params *p) {
   JvpRule rule = prim_table[id].rules.jvp;
@@ -78,6 +84,7 @@ static Value *jvp_apply(JvpTrace *j, PrimId id, int nin, Value **in, const Param
     pr[i] = mine ? ((Tracer *)in[i])->primal : in[i];
     tg[i] = mine ? ((Tracer *)in[i])->tangent : NULL;
   }
+  atomic_fetch_add_explicit(&jvp_runs[id], 1, memory_order_relaxed);
   if (rule(pr, tg, nin, p, po, to) < 0) return NULL;
   Value *r[8];
   for (int k = 0; k < nout; k++) {
@@ -377,6 +384,7 @@ static int transpose_with(Back *b, const PlanEqn *e, TransposeRule rule, Value *
     ops[k] = lin[k] ? NULL : atom_value(b, &e->in[k]);
     plan_atom_aval(b->p, &e->in[k], &avs[k]);
   }
+  atomic_fetch_add_explicit(&transpose_runs[e->prim], 1, memory_order_relaxed);
   if (rule(cts_out, ops, avs, lin, e->nin, &e->params, cts_in) < 0) return -1;
   int rc = 0;
   for (int k = 0; k < e->nin; k++) {
@@ -1499,6 +1507,38 @@ static bool leaf_pred(Value *tree, bool reverse) {
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
 bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 
+/* jax._primitive_table(): per primitive of the table, a dict of its name,
+ * kind ('higher' for cond, while, scan, pjit, shard_map, debug_callback),
+ * which rules it has (jvp, transpose, batch) and how often its JVP and
+ * transpose rules have run (jvp_runs, transpose_runs).  For tests. */
+static Value *bi_primitive_table(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "_primitive_table() takes no arguments");
+  Value *l = list_new(P_COUNT);
+  for (int i = 0; l && i < P_COUNT; i++) {
+    const PrimInfo *p = &prim_table[i];
+    Value *d = dict_new(), *name = str_from(p->name);
+    Value *vals[] = {
+        name, str_from(p->kind == PK_HIGHER ? "higher" : "first-order"),
+        val_incref(val_bool(p->rules.jvp != NULL)), val_incref(val_bool(p->rules.transpose != NULL)),
+        val_incref(val_bool(p->rules.batch != NULL)),
+        &arr_scalar_i64(DT_I64, atomic_load(&jvp_runs[i]), true)->hdr,
+        &arr_scalar_i64(DT_I64, atomic_load(&transpose_runs[i]), true)->hdr};
+    static const char *const keys[] = {"name", "kind", "jvp", "transpose", "batch", "jvp_runs",
+                                       "transpose_runs"};
+    int rc = d ? 0 : -1;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+      if (rc == 0) rc = vals[k] ? dict_set_str(d, keys[k], vals[k]) : -1;
+      if (vals[k]) val_decref(vals[k]);
+    }
+    if (rc < 0 || list_append_steal(l, d) < 0) {
+      if (rc < 0 && d) val_decref(d);
+      val_decref(l);
+      return err_occurred() ? NULL : err_nomem();
+    }
+  }
+  return l ? l : err_nomem();
+}
+
 /* ==== registration ============================================================= */
 
 static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc) {
@@ -1525,6 +1565,11 @@ int ad_register(Env *b) {
       add_both(b, "checkpoint", bi_checkpoint, "checkpoint(fun, ...): fun") < 0 ||
       add_both(b, "remat", bi_checkpoint, "remat(fun, ...): fun") < 0)
     return -1;
+  Value *pt = builtin_new("_primitive_table", bi_primitive_table,
+                          "_primitive_table(): the primitives, their rules and rule runs");
+  int prc = pt ? builtins_add_to("jax", "_primitive_table", pt) : -1;
+  if (pt) val_decref(pt);
+  if (prc < 0) return -1;
   Value *sg = builtin_new("stop_gradient", bi_stop_gradient, "stop_gradient(x)");
   int rc = sg && builtins_add_to("lax", "stop_gradient", sg) == 0 ? 0 : -1;
   if (sg) val_decref(sg);
