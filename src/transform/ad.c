@@ -1301,6 +1301,159 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
   return 0;
 }
 
+/* ==== while_loop under jit, forward mode ========================================== */
+
+/*
+ * A staged while_loop whose carry is being differentiated (forward mode,
+ * under jit) runs one staged loop on the carry's primals and tangents
+ * together, as JAX's while JVP rule does: the condition sees the primals,
+ * the body is the JVP of the user's body.  Every float leaf of the carry
+ * gets a tangent (zeros where it has none yet), so a carry that becomes
+ * differentiated inside the body needs no fixpoint.
+ */
+typedef struct WhileJvp {
+  Opaque base;
+  Value *cf, *bf, *tree;   /* the user's functions and init (its structure) */
+  int n, k;                /* leaves, and those with tangents */
+  bool *diff;              /* leaf i has a tangent */
+} WhileJvp;
+
+static void whilejvp_free(Value *v) {
+  WhileJvp *w = (WhileJvp *)v;
+  val_decref(w->cf);
+  val_decref(w->bf);
+  val_decref(w->tree);
+  shm_free(w->diff);
+}
+
+static const OpaqueType whilejvp_type = {"while_loop JVP", whilejvp_free, NULL, NULL, NULL};
+
+/* The primal tree from the staged carry (primals, tangents). */
+static Value *carry_primals(WhileJvp *w, Value *carry, Value *const **items) {
+  size_t n;
+  Value *ps = tuple_get(carry, 0);
+  if (!val_seq(ps, &n, items) || (int)n != w->n)
+    return err_set(ERR_TYPE, "while_loop: malformed carry");
+  int pos = 0;
+  return pytree_replace(w->tree, array_leaf, (Value **)*items, &pos);
+}
+
+static Value *wj_cond(Value *self, const CallArgs *a) {
+  WhileJvp *w = (WhileJvp *)self;
+  Value *const *items;
+  Value *t = carry_primals(w, a->args[0], &items);
+  Value *r = t ? val_call_n(w->cf, 1, &t) : NULL;
+  if (t) val_decref(t);
+  return r;
+}
+
+/* The body: the user's body on JVP tracers of a new trace, its results
+ * split back into primals and tangents. */
+static Value *wj_body(Value *self, const CallArgs *a) {
+  WhileJvp *w = (WhileJvp *)self;
+  Value *const *ps, *const *ts;
+  size_t nt;
+  if (!val_seq(a->args[0], &nt, &ps) || nt != 2) return err_set(ERR_TYPE, "while_loop: malformed carry");
+  Value *tan = tuple_get(a->args[0], 1);
+  if (!val_seq(tuple_get(a->args[0], 0), &nt, &ps) || !val_seq(tan, &nt, &ts))
+    return err_set(ERR_TYPE, "while_loop: malformed carry");
+  JvpTrace j;
+  jvp_push(&j, NULL);
+  Value **in = shm_calloc((size_t)w->n + 1, sizeof(Value *)), *res = NULL, *r = NULL;
+  int made = 0;
+  for (int i = 0, k = 0; in && i < w->n; i++, made++) {
+    in[i] = w->diff[i] ? jvp_tracer(j.id, val_incref(ps[i]), val_incref(ts[k++])) : val_incref(ps[i]);
+    if (!in[i]) break;
+  }
+  int pos = 0;
+  Value *arg = in && made == w->n ? pytree_replace(w->tree, array_leaf, in, &pos) : NULL;
+  if (arg) res = val_call_n(w->bf, 1, &arg);
+  jvp_pop(&j);
+  PyLeaves l = {0};
+  if (res && leaves_of(res, &l) == 0) {
+    if (l.n != w->n) {
+      err_set(ERR_TYPE, "while_loop body_fun must return a carry of the init's structure");
+    } else {
+      Value *po = tuple_new((size_t)w->n), *to = tuple_new((size_t)w->k);
+      for (int i = 0, k = 0; po && to && i < w->n; i++) {
+        tuple_set_steal(po, (size_t)i, primal_of(l.v[i], j.id));
+        if (w->diff[i]) tuple_set_steal(to, (size_t)k++, tangent_of(l.v[i], j.id));
+      }
+      r = po && to ? tuple_pack(2, (Value *[]){po, to}) : NULL;
+      if (po) val_decref(po);
+      if (to) val_decref(to);
+    }
+  }
+  pytree_leaves_free(&l);
+  values_free_n(in, made);
+  shm_free(in);
+  if (arg) val_decref(arg);
+  if (res) val_decref(res);
+  return r;
+}
+
+Value *ad_while_jvp(Value *cf, Value *bf, Value *init,
+                    Value *(*loop)(Value *cf, Value *bf, Value *init)) {
+  PyLeaves l = {0};
+  if (leaves_of(init, &l) < 0) return NULL;
+  unsigned id = 0;
+  for (int i = 0; i < l.n; i++)
+    if (IS_JVP_TRACER(l.v[i]) && ((Tracer *)l.v[i])->trace_id > id) id = ((Tracer *)l.v[i])->trace_id;
+  WhileJvp *w = shm_calloc(1, sizeof *w);
+  Value *ps = tuple_new((size_t)l.n), *ts = list_new(4), *r = NULL, *out = NULL;
+  Value *cfn = NULL, *bfn = NULL, *carry = NULL;
+  if (!w || !ps || !ts) {
+    err_nomem();
+    goto done;
+  }
+  val_init(&w->base.hdr, V_OPAQUE);
+  w->base.ot = &whilejvp_type;
+  w->cf = val_incref(cf);
+  w->bf = val_incref(bf);
+  w->tree = val_incref(init);
+  w->n = l.n;
+  if (!(w->diff = shm_calloc((size_t)l.n + 1, sizeof(bool)))) goto done;
+  for (int i = 0; i < l.n; i++) {
+    AVal a;
+    if (ops_aval(l.v[i], &a) < 0) goto done;
+    w->diff[i] = dt_is_float(a.dtype);
+    tuple_set_steal(ps, (size_t)i, primal_of(l.v[i], id));
+    if (w->diff[i] && list_append_steal(ts, tangent_of(l.v[i], id)) < 0) goto done;
+  }
+  w->k = (int)list_len(ts);
+  Value *tt = tuple_pack(list_len(ts), ((List *)ts)->items);
+  carry = tt ? tuple_pack(2, (Value *[]){ps, tt}) : NULL;
+  if (tt) val_decref(tt);
+  cfn = carry ? bound_new("cond_fun", wj_cond, &w->base.hdr) : NULL;
+  bfn = cfn ? bound_new("body_fun", wj_body, &w->base.hdr) : NULL;
+  out = bfn ? loop(cfn, bfn, carry) : NULL;
+  Value *const *po, *const *to;
+  size_t np, nto;
+  if (out && val_seq(tuple_get(out, 0), &np, &po) && val_seq(tuple_get(out, 1), &nto, &to)) {
+    Value **leaves = shm_calloc((size_t)l.n + 1, sizeof(Value *));
+    int made = 0;
+    for (int i = 0, k = 0; leaves && i < l.n; i++, made++)
+      if (!(leaves[i] = w->diff[i] ? jvp_tracer(id, val_incref(po[i]), val_incref(to[k++]))
+                                   : val_incref(po[i])))
+        break;
+    int pos = 0;
+    if (leaves && made == l.n) r = pytree_replace(init, array_leaf, leaves, &pos);
+    values_free_n(leaves, made);
+    shm_free(leaves);
+  }
+done:
+  pytree_leaves_free(&l);
+  if (ps) val_decref(ps);
+  if (ts) val_decref(ts);
+  if (carry) val_decref(carry);
+  if (cfn) val_decref(cfn);
+  if (bfn) val_decref(bfn);
+  if (out) val_decref(out);
+  if (w && w->cf) val_decref(&w->base.hdr);
+  else shm_free(w);
+  return r;
+}
+
 /* ==== stop_gradient, jacfwd, jacrev, hessian, checkpoint ========================== */
 
 /* [v] without its tangents, at every level of differentiation. */

@@ -27,9 +27,10 @@
  * with its Python control flow.  Under jit, the forward and backward
  * passes are staged into the jit's one plan.  A jit function called on a
  * value being differentiated is evaluated inline (the same result as its
- * plan).  Not yet: differentiation through shard_map and through staged
- * control flow (cond/while/scan under jit) are errors that say so; reverse
- * mode through while_loop is JAX's error.
+ * plan).  A while_loop under jit differentiates as one staged loop over
+ * primals and tangents (ad_while_jvp); reverse mode through while_loop is
+ * JAX's error.  Under jit, cond and scan on differentiated values are
+ * recorded operation by operation (the same values as staged ones).
  */
 #ifndef SHMAP_AD_H
 #define SHMAP_AD_H
@@ -48,5 +49,14 @@ bool ad_reverse_leaf(Value *tree);
 
 /* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
 bool ad_has_jvp_leaf(Value *tree);
+
+/* A while_loop under jit whose carry [init] holds forward-mode JVP
+ * tracers: one staged loop, run by [loop] (the staged while_loop), over
+ * the carry's primals and tangents, whose body is the JVP of [bf] (JAX's
+ * while JVP rule).  The result has init's structure, its float leaves JVP
+ * tracers.  NULL with the error set (as [loop]'s, or a body that changes
+ * the carry's structure). */
+Value *ad_while_jvp(Value *cf, Value *bf, Value *init,
+                    Value *(*loop)(Value *cf, Value *bf, Value *init));
 
 #endif

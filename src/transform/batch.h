@@ -60,4 +60,15 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size);
  * results batched along it.  Same contract as shardmap_call. */
 Value *batch_shard_map(Value *f, const CallArgs *a);
 
+/* Whether [tree] has a batch tracer among its leaves. */
+bool batch_has_leaf(Value *tree);
+
+/* A while_loop under jit whose carry [init] is batched: one staged loop,
+ * run by [loop], over the whole batch: on while any example's condition
+ * holds, the examples whose condition fails keeping their carry (JAX's
+ * batching rule of while).  The result has init's structure, batched
+ * along the same vmap axis.  NULL with the error set. */
+Value *batch_while(Value *cf, Value *bf, Value *init,
+                   Value *(*loop)(Value *cf, Value *bf, Value *init));
+
 #endif

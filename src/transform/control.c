@@ -7,6 +7,7 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "transform/ad.h"
+#include "transform/batch.h"
 #include "transform/control.h"
 #include "base/intern.h"
 #include "base/mem.h"
@@ -628,12 +629,8 @@ static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
   return r;
 }
 
-/* while_loop(cond_fun, body_fun, init_val) */
-static Value *bi_while_loop(const CallArgs *a) {
-  Value *cf, *bf, *init;
-  if (args_bind("while_loop", a, "cond_fun, body_fun, init_val", (Value **[]){&cf, &bf, &init}) < 0)
-    return NULL;
-  if (!trace_current()) return eager_while(cf, bf, init);
+/* The staged while_loop of [cf], [bf] on [init] under the current trace. */
+static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Leaves l = {0};
   if (flatten(init, &l) < 0) return NULL;
   CallCtx cc = {cf, 1, &init}, bc = {bf, 1, &init};
@@ -642,10 +639,28 @@ static Value *bi_while_loop(const CallArgs *a) {
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
   if (!r && unstage())   /* no trip count to unroll by */
-    err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being differentiated or "
-                                 "batched is not implemented yet; use fori_loop or scan, or "
-                                 "transform outside jit");
+    err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being batched is not "
+                                 "implemented yet; use fori_loop or scan, or transform "
+                                 "outside jit");
   return r;
+}
+
+/* while_loop(cond_fun, body_fun, init_val).  Under jit, a carry being
+ * differentiated (forward mode) runs as one staged loop over its primals
+ * and tangents (ad_while_jvp); reverse mode is JAX's error. */
+static Value *while_loop(Value *cf, Value *bf, Value *init) {
+  if (!trace_current()) return eager_while(cf, bf, init);
+  if (ad_reverse_leaf(init)) return while_reverse_error();
+  if (ad_has_jvp_leaf(init)) return ad_while_jvp(cf, bf, init, while_loop);
+  if (batch_has_leaf(init)) return batch_while(cf, bf, init, while_loop);
+  return staged_while(cf, bf, init);
+}
+
+static Value *bi_while_loop(const CallArgs *a) {
+  Value *cf, *bf, *init;
+  if (args_bind("while_loop", a, "cond_fun, body_fun, init_val", (Value **[]){&cf, &bf, &init}) < 0)
+    return NULL;
+  return while_loop(cf, bf, init);
 }
 
 /* ==== fori_loop ==================================================================== */

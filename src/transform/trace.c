@@ -432,10 +432,29 @@ void trace_set_kind(TracerKind kind, KindApply apply, KindTruth truth) {
   kind_truth[kind] = truth;
 }
 
+/* A trace re-entered as the innermost (trace_reenter): its tracers rank
+ * as [reenter_level] while it is. */
+static _Thread_local TraceReentry reentry;
+
+TraceReentry trace_reenter(unsigned id) {
+  TraceReentry prev = reentry;
+  reentry.id = id;
+  reentry.level = trace_next_id();
+  return prev;
+}
+
+void trace_reenter_end(TraceReentry prev) { reentry = prev; }
+
+/* The nesting rank of tracer [x]: its trace's id, or the level of a
+ * re-entered trace. */
+static unsigned rank_of(const Tracer *x) {
+  return reentry.id && x->trace_id == reentry.id ? reentry.level : x->trace_id;
+}
+
 Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p) {
   Tracer *top = NULL;
   for (int i = 0; i < nin; i++)
-    if (IS_TRACER(in[i]) && (!top || ((Tracer *)in[i])->trace_id > top->trace_id))
+    if (IS_TRACER(in[i]) && (!top || rank_of((Tracer *)in[i]) > rank_of(top)))
       top = (Tracer *)in[i];
   if (top && top->kind != TR_STAGE && kind_apply[top->kind])
     return kind_apply[top->kind](top, id, nin, in, p);

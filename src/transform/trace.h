@@ -172,4 +172,15 @@ int trace_truth_error(Value *v);
  * and prim_aval_hook.  Call once at start-up. */
 void trace_register(void);
 
+/* Re-enters trace [id] (a vmap's batch trace) as the innermost, below
+ * which a staged sub-trace was opened since: an operation on its tracers
+ * and the sub-trace's goes to it first, as if the sub-trace were outside
+ * it (a batched while_loop's cond and body, staged inside the vmap).
+ * Returns the previous state for trace_reenter_end. */
+typedef struct TraceReentry {
+  unsigned id, level;
+} TraceReentry;
+TraceReentry trace_reenter(unsigned id);
+void trace_reenter_end(TraceReentry prev);
+
 #endif
