@@ -492,7 +492,76 @@ static int result_arity(const Call *c, int *nres, bool *single) {
   return 0;
 }
 
+static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, const char *what);
+static bool leaf_is_array(Value *v);
+
+/* Whether device 0's result holds a tuple, list or dict below its top. */
+static bool results_nest(const Call *c) {
+  Value *r0 = c->results[0];
+  if (r0->type == V_LIST || r0->type == V_DICT) return true;
+  size_t n;
+  Value *const *items;
+  if (r0->type != V_TUPLE || !val_seq(r0, &n, &items)) return false;
+  for (size_t i = 0; i < n; i++)
+    if (items[i]->type == V_TUPLE || items[i]->type == V_LIST || items[i]->type == V_DICT)
+      return true;
+  return false;
+}
+
+/* Results that are pytrees (a dict, a list, nested tuples): each leaf
+ * assembled by the spec the out_specs prefix gives it, and the tree of
+ * device 0's result rebuilt around them; every device must return the
+ * same structure. */
+static Value *assemble_tree(const Call *c) {
+  int n = c->f->mesh->size;
+  Value *tmpl = c->results[0], *out = c->f->out_tree ? c->f->out_tree : c->f->out_specs;
+  Value *specs = list_new(4), *flags = list_new(4), *r = NULL;
+  PyLeaves *l = shm_calloc((size_t)n, sizeof *l);
+  Array **blocks = shm_calloc((size_t)n, sizeof(Array *));
+  Value **vals = NULL;
+  int k = 0, nl = 0;
+  if (!specs || !flags || !l || !blocks) {
+    err_nomem();
+    goto done;
+  }
+  if (leaf_specs(tmpl, out, specs, flags, "out_specs") < 0) goto done;
+  for (int d = 0; d < n; d++) {
+    if (pytree_flatten(c->results[d], leaf_is_array, &l[d]) < 0) goto done;
+    if (l[d].n != l[0].n || (int)list_len(specs) != l[0].n) {
+      err_set(ERR_VALUE, "devices returned results of different structures");
+      goto done;
+    }
+  }
+  nl = l[0].n;
+  if (!(vals = shm_calloc((size_t)nl + 1, sizeof(Value *)))) goto done;
+  for (; k < nl; k++) {
+    int d = 0;
+    for (; d < n; d++) {
+      Value *arr = ops_to_array(l[d].v[k], -1);
+      Array *cont = arr ? arr_contiguous(AS_ARRAY(arr)) : NULL;
+      if (cont) cont->vma |= AS_ARRAY(arr)->vma;
+      if (arr) val_decref(arr);
+      if (!(blocks[d] = cont)) break;
+    }
+    vals[k] = d == n ? assemble(c->f, (PSpec *)list_get(specs, (size_t)k), blocks, k, c->ret) : NULL;
+    for (int q = 0; q < d; q++) val_decref(&blocks[q]->hdr);
+    if (!vals[k]) break;
+  }
+  int pos = 0;
+  if (k == nl) r = pytree_replace(tmpl, leaf_is_array, vals, &pos);
+done:
+  for (int i = 0; vals && i < k; i++) val_decref(vals[i]);
+  shm_free(vals);
+  for (int d = 0; l && d < n; d++) pytree_leaves_free(&l[d]);
+  shm_free(l);
+  shm_free(blocks);
+  if (specs) val_decref(specs);
+  if (flags) val_decref(flags);
+  return r;
+}
+
 static Value *assemble_all(const Call *c) {
+  if (results_nest(c)) return assemble_tree(c);
   int nres;
   bool single;
   if (result_arity(c, &nres, &single) < 0) return NULL;
@@ -688,6 +757,16 @@ static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, cons
   err_set(ERR_VALUE, "%s must be a pytree prefix of the value: got a %s of specs for a %s", what,
           val_type_name(spec), val_type_name(tree));
   return -1;
+}
+
+Value *shardmap_out_leaf_specs(const ShardFn *f, Value *result) {
+  Value *out = f->out_tree ? f->out_tree : f->out_specs;
+  Value *specs = list_new(4), *flags = list_new(4), *r = NULL;
+  if (specs && flags && leaf_specs(result, out, specs, flags, "out_specs") == 0)
+    r = tuple_pack(list_len(specs), ((List *)specs)->items);
+  if (specs) val_decref(specs);
+  if (flags) val_decref(flags);
+  return r;
 }
 
 /* The wrapper body on one device: leaves in, the trees rebuilt, the
@@ -1483,6 +1562,108 @@ out:
   return r;
 }
 
+/* ==== pytrees of operands, and the collectives built from others ============ */
+
+static bool is_pytree_node(Value *x) {
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+}
+
+/* A collective [fn] of a pytree: the collective of each leaf, in the
+ * tree's shape (JAX binds the leaves together, with the same meaning). */
+static Value *tree_collective(BuiltinFn fn, const CallArgs *a) {
+  if (a->nargs < 1 || !is_pytree_node(a->args[0])) return fn(a);
+  PyLeaves l = {0};
+  if (pytree_flatten(a->args[0], NULL, &l) < 0) return NULL;
+  Value **outs = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
+  Value **args = shm_calloc((size_t)a->nargs, sizeof(Value *));
+  int k = 0;
+  if (outs && args) {
+    for (int i = 1; i < a->nargs; i++) args[i] = a->args[i];
+    for (; k < l.n; k++) {
+      args[0] = l.v[k];
+      CallArgs one = {a->nargs, args, a->nkw, a->kwnames, a->kwvals};
+      if (!(outs[k] = fn(&one))) break;
+    }
+    int pos = 0;
+    if (k == l.n) r = pytree_replace(a->args[0], NULL, outs, &pos);
+  } else {
+    err_nomem();
+  }
+  for (int i = 0; i < k; i++) val_decref(outs[i]);
+  shm_free(outs);
+  shm_free(args);
+  pytree_leaves_free(&l);
+  return r;
+}
+#define TREE_COLL(name) \
+  static Value *name##_tree(const CallArgs *a) { return tree_collective(name, a); }
+TREE_COLL(bi_psum) TREE_COLL(bi_pmean) TREE_COLL(bi_pmax) TREE_COLL(bi_pmin)
+TREE_COLL(bi_all_gather) TREE_COLL(bi_psum_scatter) TREE_COLL(bi_ppermute) TREE_COLL(bi_pvary)
+TREE_COLL(bi_pcast) TREE_COLL(bi_pshuffle) TREE_COLL(bi_all_to_all)
+
+/* Calls builtin [fn] on [n] positional arguments. */
+static Value *call_builtin(BuiltinFn fn, int n, Value **args) {
+  CallArgs c = {n, args, 0, NULL, NULL};
+  return fn(&c);
+}
+
+/* This device's index along [name], as a value. */
+static Value *index_along(Value *name) { return call_builtin(bi_axis_index, 1, &name); }
+
+/* pbroadcast(x, axis_name, source): device [source]'s x on every device
+ * of the axis (lax.pbroadcast): a psum of x kept on the source only. */
+static Value *bi_pbroadcast(const CallArgs *a) {
+  Value *x, *name, *source, *groups;
+  if (args_bind("pbroadcast", a, "x, axis_name, source, axis_index_groups=",
+                (Value **[]){&x, &name, &source, &groups}) < 0)
+    return NULL;
+  Value *idx = index_along(name);
+  Value *here = idx ? ops_compare(OP_EQ, idx, source) : NULL;
+  Value *zero = here ? val_int(0) : NULL;
+  Value *kept = zero ? ops_select(here, x, zero) : NULL;
+  Value *xa = kept ? ops_to_array(x, -1) : NULL;
+  AVal xv;
+  Value *typed = xa && ops_aval(xa, &xv) == 0 ? ops_convert(kept, xv.dtype, xv.weak) : NULL;
+  Value *args[3] = {typed, name, groups ? groups : VAL_NONE};
+  Value *r = typed ? call_builtin(bi_psum, 3, args) : NULL;
+  Value *tmp[] = {idx, here, zero, kept, xa, typed};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* pargmax/pargmin(x, axis_name): per element, the index along the axis
+ * of the device holding the largest (smallest) x, the lowest on ties. */
+static Value *parg(const char *fname, BuiltinFn reduce, const CallArgs *a) {
+  Value *x, *name;
+  if (args_bind(fname, a, "x, axis_name", (Value **[]){&x, &name}) < 0) return NULL;
+  Value *args[2] = {x, name};
+  Value *best = call_builtin(reduce, 2, args);
+  Value *here = best ? ops_compare(OP_EQ, x, best) : NULL;
+  Value *idx = here ? index_along(name) : NULL;
+  Value *big = idx ? val_int(INT32_MAX) : NULL;
+  Value *cand = big ? ops_select(here, idx, big) : NULL;
+  Value *margs[2] = {cand, name};
+  Value *r = cand ? call_builtin(bi_pmin, 2, margs) : NULL;
+  Value *tmp[] = {best, here, idx, big, cand};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+static Value *bi_pargmax(const CallArgs *a) { return parg("pargmax", bi_pmax, a); }
+static Value *bi_pargmin(const CallArgs *a) { return parg("pargmin", bi_pmin, a); }
+
+/* pswapaxes(x, axis_name, axis): the mapped axis swapped with positional
+ * axis [axis]: all_to_all(x, axis_name, axis, axis), as JAX defines it. */
+static Value *bi_pswapaxes(const CallArgs *a) {
+  Value *x, *name, *axis, *groups;
+  if (args_bind("pswapaxes", a, "x, axis_name, axis, axis_index_groups=",
+                (Value **[]){&x, &name, &axis, &groups}) < 0)
+    return NULL;
+  Value *args[5] = {x, name, axis, axis, groups ? groups : VAL_NONE};
+  return call_builtin(bi_all_to_all, 5, args);
+}
+
 int shardmap_register(Env *b) {
   static const struct {
     const char *name;
@@ -1492,18 +1673,22 @@ int shardmap_register(Env *b) {
       {"shard_map", bi_shard_map, "shard_map(f, mesh, in_specs, out_specs, check_rep=True)"},
       {"axis_index", bi_axis_index, "axis_index(axis_name): this device's index"},
       {"axis_size", bi_axis_size, "axis_size(axis_name): the axis size"},
-      {"psum", bi_psum, "psum(x, axis_name, axis_index_groups=None)"},
-      {"pmean", bi_pmean, "pmean(x, axis_name, axis_index_groups=None)"},
-      {"pmax", bi_pmax, "pmax(x, axis_name, axis_index_groups=None)"},
-      {"pmin", bi_pmin, "pmin(x, axis_name, axis_index_groups=None)"},
-      {"all_gather", bi_all_gather, "all_gather(x, axis_name, axis=0, tiled=False)"},
-      {"psum_scatter", bi_psum_scatter,
+      {"psum", bi_psum_tree, "psum(x, axis_name, axis_index_groups=None)"},
+      {"pmean", bi_pmean_tree, "pmean(x, axis_name, axis_index_groups=None)"},
+      {"pmax", bi_pmax_tree, "pmax(x, axis_name, axis_index_groups=None)"},
+      {"pmin", bi_pmin_tree, "pmin(x, axis_name, axis_index_groups=None)"},
+      {"all_gather", bi_all_gather_tree, "all_gather(x, axis_name, axis=0, tiled=False)"},
+      {"psum_scatter", bi_psum_scatter_tree,
        "psum_scatter(x, axis_name, scatter_dimension=0, tiled=False)"},
-      {"ppermute", bi_ppermute, "ppermute(x, axis_name, perm)"},
-      {"pvary", bi_pvary, "pvary(x, axis_name): x, typed as varying over the axes"},
-      {"pcast", bi_pcast, "pcast(x, axis_name, to='varying')"},
-      {"pshuffle", bi_pshuffle, "pshuffle(x, axis_name, perm)"},
-      {"all_to_all", bi_all_to_all, "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)"},
+      {"ppermute", bi_ppermute_tree, "ppermute(x, axis_name, perm)"},
+      {"pvary", bi_pvary_tree, "pvary(x, axis_name): x, typed as varying over the axes"},
+      {"pcast", bi_pcast_tree, "pcast(x, axis_name, to='varying')"},
+      {"pshuffle", bi_pshuffle_tree, "pshuffle(x, axis_name, perm)"},
+      {"all_to_all", bi_all_to_all_tree, "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)"},
+      {"pbroadcast", bi_pbroadcast, "pbroadcast(x, axis_name, source): device source's x"},
+      {"pargmax", bi_pargmax, "pargmax(x, axis_name): the index of the device of the max"},
+      {"pargmin", bi_pargmin, "pargmin(x, axis_name): the index of the device of the min"},
+      {"pswapaxes", bi_pswapaxes, "pswapaxes(x, axis_name, axis): all_to_all(x, axis_name, axis, axis)"},
       {"ragged_all_to_all", bi_ragged_all_to_all,
        "ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, "
        "recv_sizes, axis_name=, axis_index_groups=None)"},

@@ -54,6 +54,11 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
 
+/* The out_specs of each leaf of a body's [result] (a pytree), as the
+ * out_specs prefix gives them: a tuple of PSpec, or NULL with the error
+ * set (a prefix that does not fit the result). */
+Value *shardmap_out_leaf_specs(const ShardFn *f, Value *result);
+
 /* Checks that argument [i] of [nargs], of rank [ndim] and [shape], fits
  * its in_spec: the spec's rank and axes, and even division by the mesh
  * axes it names.  0, or -1 + ERR_VALUE/ERR_TYPE in LANGUAGE.md §9's words

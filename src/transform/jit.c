@@ -678,8 +678,8 @@ static int block_aval(const ShardFn *f, int i, int n, const AVal *g, AVal *b) {
 }
 
 /* The global aval of result [i] from its block aval. */
-static int global_aval(const ShardFn *f, int i, const AVal *b, AVal *g) {
-  PSpec *s = spec_at(f->out_specs, i);
+static int global_aval(const ShardFn *f, PSpec *s, const AVal *b, AVal *g) {
+  if (!s) return err_set(ERR_VALUE, "%s(): the body's results do not match its out_specs", f->name), -1;
   if (pspec_check(s, f->mesh, b->ndim, "out_specs") < 0) return -1;
   *g = *b;
   g->vma = 0;
@@ -689,7 +689,8 @@ static int global_aval(const ShardFn *f, int i, const AVal *b, AVal *g) {
 
 /* Traces the body of [f] on block tracers, with the mesh's device context
  * installed so collectives know their axes. */
-static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *ncap) {
+static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *ncap,
+                        Value **result) {
   MeshDesc md;
   mesh_to_desc(f->mesh, &md);
   DevCtx ctx = {.mesh = &md, .rank = 0};
@@ -716,7 +717,7 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
   Plan *p = trace_end(t, outs.nleaves, outs.leaves, caps, ncap);
   sig_free(&outs);
   values_free(bt, n);
-  val_decref(r);
+  *result = r;   /* its structure: the call's result is rebuilt in it */
   return p;
 fail:
   values_free(bt, n);
@@ -740,16 +741,9 @@ static Value *eqn_in_specs(const ShardFn *f, int ncap, int n) {
   return t;
 }
 
-static Value *eqn_out_specs(const ShardFn *f, int nout) {
-  if (f->out_specs->type == V_TUPLE) return val_incref(f->out_specs);
-  Value *one = &spec_at(f->out_specs, 0)->hdr;
-  Value *t = tuple_new((size_t)nout);
-  for (int i = 0; t && i < nout; i++) tuple_set_steal(t, (size_t)i, val_incref(one));
-  return t;
-}
-
 /* Records shard_map[...] over [args] in the current trace. */
-static Value *emit_shard_map(ShardFn *f, Plan *body, Value **caps, int ncap, int n, Value **args) {
+static Value *emit_shard_map(ShardFn *f, Plan *body, Value *out_specs, Value **caps, int ncap,
+                             int n, Value **args) {
   int nout = body->nout;
   AVal *avs = shm_calloc((size_t)nout + 1, sizeof(AVal));
   Value **ops = shm_calloc((size_t)(ncap + n) + 1, sizeof(Value *));
@@ -762,7 +756,7 @@ static Value *emit_shard_map(ShardFn *f, Plan *body, Value **caps, int ncap, int
   for (int i = 0; i < nout; i++) {
     AVal b;
     plan_atom_aval(body, &body->outs[i], &b);
-    if (global_aval(f, f->out_specs->type == V_TUPLE ? i : 0, &b, &avs[i]) < 0) goto out;
+    if (global_aval(f, (PSpec *)tuple_get(out_specs, (size_t)i), &b, &avs[i]) < 0) goto out;
   }
   shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
   shm_memcpy(ops + ncap, args, sizeof(Value *) * (size_t)n);
@@ -770,7 +764,7 @@ static Value *emit_shard_map(ShardFn *f, Plan *body, Value **caps, int ncap, int
   params_init(&p);
   params_add(&p, "mesh", val_incref(&f->mesh->hdr));
   params_add(&p, "in_specs", eqn_in_specs(f, ncap, n));
-  params_add(&p, "out_specs", eqn_out_specs(f, nout));
+  params_add(&p, "out_specs", val_incref(out_specs));
   params_add(&p, "jaxpr", val_incref(&body->hdr));
   params_add(&p, "check_rep", val_incref(val_bool(f->check_rep)));
   if (p.n == 5) r = trace_emit(P_SHARD_MAP, &p, ncap + n, ops, nout, avs);
@@ -788,17 +782,26 @@ static Value *trace_shard_map(Value *sfv, int n, Value **args) {
   if (f->in_specs->type == V_TUPLE && (int)tuple_len(f->in_specs) != n)
     return err_set(ERR_TYPE, "%s() has %zu in_specs but was called with %d argument%s", f->name,
                    tuple_len(f->in_specs), n, n == 1 ? "" : "s");
-  Value **caps = NULL;
+  Value **caps = NULL, *tmpl = NULL;
   int ncap = 0;
-  Plan *body = trace_body(f, n, args, &caps, &ncap);
+  Plan *body = trace_body(f, n, args, &caps, &ncap, &tmpl);
   if (!body) return NULL;
-  Value *res = emit_shard_map(f, body, caps, ncap, n, args);
+  /* one spec per result leaf, from the out_specs prefix of the result */
+  Value *specs = shardmap_out_leaf_specs(f, tmpl);
+  Value *res = specs && (int)tuple_len(specs) == body->nout
+                   ? emit_shard_map(f, body, specs, caps, ncap, n, args)
+                   : specs ? err_set(ERR_VALUE, "%s(): the body's results do not match its "
+                                                "out_specs", f->name)
+                           : NULL;
   trace_caps_free(caps, ncap);
   val_decref(&body->hdr);
-  if (!res || f->out_specs->type == V_TUPLE || tuple_len(res) != 1) return res;
-  Value *one = val_incref(tuple_get(res, 0));
-  val_decref(res);
-  return one;
+  if (specs) val_decref(specs);
+  Value *r = NULL;
+  int pos = 0;
+  if (res) r = pytree_replace(tmpl, NULL, ((Tuple *)res)->items, &pos);
+  if (res) val_decref(res);
+  val_decref(tmpl);
+  return r;
 }
 
 Value *jit_trace_shard_map(Value *sf, const CallArgs *a) {
