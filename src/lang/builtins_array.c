@@ -787,13 +787,68 @@ static Value *bi_size(const CallArgs *a) {
 
 /* jnp.repeat with an integer count: each element [repeats] times along
  * [axis] (flattened when None), by expand_dims, broadcast and reshape. */
+/* repeat with per-element counts [reps] (concrete) along axis [axn] of
+ * [src]: a gather of each position as many times as its count, cut or
+ * extended by its last position to [total] when total >= 0 (JAX's
+ * total_repeat_length). */
+static Value *repeat_counts(Value *src, const AVal *av, int axn, Value *reps, int64_t total) {
+  Value *ra = ops_to_array(reps, -1);
+  if (!ra) return NULL;
+  if (!IS_ARRAY(ra)) {
+    val_decref(ra);
+    return err_set(ERR_VALUE, "repeat: per-element repeats must be concrete values, not traced");
+  }
+  Array *c = arr_astype(AS_ARRAY(ra), DT_I64, false);
+  val_decref(ra);
+  if (!c) return NULL;
+  int64_t n = av->shape[axn], sum = 0;
+  const int64_t *cnt = arr_data(c);
+  Value *r = NULL;
+  if (c->ndim != 1 || c->size != n) {
+    err_set(ERR_VALUE, "repeat: repeats has %lld elements, the axis has %lld",
+            (long long)c->size, (long long)n);
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (cnt[i] < 0) {
+      err_set(ERR_VALUE, "repeats may not contain negative values");
+      goto done;
+    }
+    sum += cnt[i];
+  }
+  int64_t len = total >= 0 ? total : sum;
+  Array *idx = arr_new(DT_I32, 1, &len);
+  if (!idx) goto done;
+  int32_t *d = arr_data(idx);
+  int64_t k = 0;
+  for (int64_t i = 0; i < n && k < len; i++)
+    for (int64_t j = 0; j < cnt[i] && k < len; j++) d[k++] = (int32_t)i;
+  for (; k < len; k++) d[k] = k ? d[k - 1] : 0;   /* the last value goes on */
+  Params p;
+  params_init(&p);
+  params_add(&p, "axis", val_int(axn));
+  Value *in[2] = {src, &idx->hdr};
+  r = ops_apply(P_GATHER, 2, in, &p);
+  params_clear(&p);
+  val_decref(&idx->hdr);
+done:
+  val_decref(&c->hdr);
+  return r;
+}
+
+/* jnp.repeat(a, repeats, axis=None, total_repeat_length=None): an int
+ * repeats every element that often; an array gives each its count. */
 static Value *bi_repeat(const CallArgs *a) {
-  Value *x, *reps, *axis;
-  Value **slots[] = {&x, &reps, &axis};
-  if (args_bind("repeat", a, "a, repeats, axis=", slots) < 0) return NULL;
-  int64_t r, ax;
-  if (bi_int_arg("repeat", "repeats", reps, 1, &r) < 0) return NULL;
+  Value *x, *reps, *axis, *total;
+  Value **slots[] = {&x, &reps, &axis, &total};
+  if (args_bind("repeat", a, "a, repeats, axis=, total_repeat_length=", slots) < 0) return NULL;
+  int64_t r = 1, ax, tot = -1;
+  AVal rv;
+  bool counts = ops_is_array(reps) && ops_aval(reps, &rv) == 0 && rv.ndim > 0;
+  if (!counts && bi_int_arg("repeat", "repeats", reps, 1, &r) < 0) return NULL;
   if (r < 0) return err_set(ERR_VALUE, "repeats may not contain negative values");
+  if (!bi_is_none(total) && bi_int_arg("repeat", "total_repeat_length", total, -1, &tot) < 0)
+    return NULL;
   Value *xa = bi_arr(x);
   Value *src = !xa ? NULL : bi_is_none(axis) ? bi_ravel_of(xa) : val_incref(xa);
   val_decref(xa);
@@ -802,6 +857,19 @@ static Value *bi_repeat(const CallArgs *a) {
   int axn;
   Value *res = NULL;
   if (bi_int_arg("repeat", "axis", axis, 0, &ax) == 0 && axis_normalize(ax, av.ndim, &axn) == 0) {
+    if (counts || tot >= 0) {
+      Value *cv = counts ? val_incref(reps) : NULL;
+      if (!counts) {   /* an int count with a total: the same count for each */
+        int64_t n = av.shape[axn];
+        Array *ca = arr_new(DT_I64, 1, &n);
+        for (int64_t i = 0; ca && i < n; i++) ((int64_t *)arr_data(ca))[i] = r;
+        cv = ca ? &ca->hdr : NULL;
+      }
+      res = cv ? repeat_counts(src, &av, axn, cv, tot) : NULL;
+      if (cv) val_decref(cv);
+      val_decref(src);
+      return res;
+    }
     int64_t d = axn + 1, sh[SHM_MAXDIM], fin[SHM_MAXDIM];
     for (int i = 0, k = 0; i < av.ndim; i++) {
       sh[k++] = av.shape[i];
@@ -818,13 +886,66 @@ static Value *bi_repeat(const CallArgs *a) {
   return res;
 }
 
-/* jnp.pad(array, pad_width, constant_values=0) in mode 'constant'. */
+/* The source position of output position [j] of an axis of [n] padded
+ * by [lo] in front, under NumPy's pad [mode]. */
+static int64_t pad_source(int64_t j, int64_t n, int64_t lo, const char *mode) {
+  int64_t k = j - lo;
+  if (!strcmp(mode, "edge")) return k < 0 ? 0 : k >= n ? n - 1 : k;
+  if (!strcmp(mode, "wrap")) return ((k % n) + n) % n;
+  if (!strcmp(mode, "reflect")) {   /* the edge not repeated: period 2n - 2 */
+    if (n == 1) return 0;
+    int64_t m = ((k % (2 * n - 2)) + 2 * n - 2) % (2 * n - 2);
+    return m < n ? m : 2 * n - 2 - m;
+  }
+  int64_t m = ((k % (2 * n)) + 2 * n) % (2 * n);   /* symmetric: the edge repeated */
+  return m < n ? m : 2 * n - 1 - m;
+}
+
+/* pad in a mode other than constant: along each axis, a gather of the
+ * source positions NumPy's mode gives (so it differentiates and stages
+ * like any gather). */
+static Value *pad_by_index(Value *x, const AVal *av, const int64_t *lo, const int64_t *hi,
+                           const char *mode) {
+  Value *cur = val_incref(x);
+  for (int i = 0; cur && i < av->ndim; i++) {
+    if (!lo[i] && !hi[i]) continue;
+    int64_t n = av->shape[i], len = lo[i] + n + hi[i];
+    if (n == 0) {
+      val_decref(cur);
+      return err_set(ERR_VALUE, "can't extend empty axis %d using modes other than 'constant' "
+                                "or 'empty'", i);
+    }
+    Array *idx = arr_new(DT_I32, 1, &len);
+    if (!idx) {
+      val_decref(cur);
+      return NULL;
+    }
+    int32_t *d = arr_data(idx);
+    for (int64_t j = 0; j < len; j++) d[j] = (int32_t)pad_source(j, n, lo[i], mode);
+    Params p;
+    params_init(&p);
+    params_add(&p, "axis", val_int(i));
+    Value *in[2] = {cur, &idx->hdr};
+    Value *next = ops_apply(P_GATHER, 2, in, &p);
+    params_clear(&p);
+    val_decref(&idx->hdr);
+    val_decref(cur);
+    cur = next;
+  }
+  return cur;
+}
+
+/* jnp.pad(array, pad_width, mode='constant', constant_values=0). */
 static Value *bi_pad(const CallArgs *a) {
   Value *x, *pw, *mode, *cv;
   Value **slots[] = {&x, &pw, &mode, &cv};
   if (args_bind("pad", a, "array, pad_width, mode=, constant_values=", slots) < 0) return NULL;
-  if (mode && mode->type == V_STR && strcmp(str_cstr(mode), "constant"))
-    return err_set(ERR_VALUE, "pad: only mode='constant' is supported");
+  const char *md = mode && mode->type == V_STR ? str_cstr(mode) : "constant";
+  bool constant = !strcmp(md, "constant");
+  if (!constant && strcmp(md, "edge") && strcmp(md, "wrap") && strcmp(md, "reflect") &&
+      strcmp(md, "symmetric"))
+    return err_set(ERR_VALUE, "pad: mode '%s' is not supported (constant, edge, wrap, reflect, "
+                              "symmetric are)", md);
   Value *xa = bi_arr(x);
   if (!xa) return NULL;
   AVal av = bi_aval(xa);
@@ -849,6 +970,10 @@ static Value *bi_pad(const CallArgs *a) {
       err_set(ERR_VALUE, "index can't contain negative values");
       goto done;
     }
+  }
+  if (!constant) {
+    res = pad_by_index(xa, &av, lo, hi, md);
+    goto done;
   }
   Value *cfg = tuple_new((size_t)av.ndim);
   for (int i = 0; cfg && i < av.ndim; i++) {

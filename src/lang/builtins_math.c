@@ -568,29 +568,132 @@ static int ein_pair(EinOp *a, EinOp *b, const char *later) {
   return 0;
 }
 
-/* Parses one operand's subscripts into [op] (letters only, no ellipsis). */
-static int ein_labels(const char *s, size_t len, EinOp *op, int ndim) {
-  if (memchr(s, '.', len)) {
-    err_set(ERR_VALUE, "einsum: ellipsis ('...') subscripts are not supported");
+/* [op]'s diagonal along its axes [p] < [q] (a label repeated within one
+ * operand, "ii"): the entries off it set to zero (a select, so an inf or
+ * NaN there does not leak) and axis q summed away. */
+static int ein_diagonal(EinOp *op, int p, int q) {
+  AVal av = bi_aval(op->x);
+  int64_t n = av.shape[p];
+  if (av.shape[q] != n) {
+    err_set(ERR_VALUE, "einsum(): dimensions of the repeated subscript '%c' differ (%lld and %lld)",
+            op->labels[p], (long long)n, (long long)av.shape[q]);
     return -1;
   }
+  Value *ax[2] = {NULL, NULL};
+  for (int d = 0; d < 2; d++) {
+    Params pi;
+    params_init(&pi);
+    params_add(&pi, "dtype", dtype_value(DT_I32));
+    params_add(&pi, "shape", val_int_tuple(2, (int64_t[]){n, n}));
+    params_add(&pi, "dimension", val_int(d));
+    ax[d] = ops_apply(P_IOTA, 0, NULL, &pi);
+    params_clear(&pi);
+  }
+  Value *eye = ax[0] && ax[1] ? ops_compare(OP_EQ, ax[0], ax[1]) : NULL, *mask = NULL;
+  if (eye) {
+    Params pb;
+    params_init(&pb);
+    params_add(&pb, "shape", val_int_tuple(av.ndim, av.shape));
+    params_add(&pb, "broadcast_dimensions", val_int_tuple(2, (int64_t[]){p, q}));
+    mask = ops_apply(P_BROADCAST_IN_DIM, 1, &eye, &pb);
+    params_clear(&pb);
+  }
+  Value *zero = mask ? bi_scalar(av.dtype, 0) : NULL;
+  Value *kept = zero ? ops_select(mask, op->x, zero) : NULL;
+  int axq = q;
+  Value *r = kept ? ops_reduce(P_REDUCE_SUM, kept, 1, &axq, false) : NULL;
+  Value *tmp[] = {ax[0], ax[1], eye, mask, zero, kept};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  if (!r) return -1;
+  val_decref(op->x);
+  op->x = r;
+  memmove(op->labels + q, op->labels + q + 1, strlen(op->labels + q));
+  return 0;
+}
+
+/* Parses one operand's subscripts [s] ([len] bytes, with any "..."
+ * already replaced by the letters in [ell]) into [op], then takes the
+ * diagonal of each label it repeats. */
+static int ein_labels(const char *s, size_t len, EinOp *op, int ndim) {
   if ((int)len != ndim) {
     err_set(ERR_VALUE, "einsum(): the number of subscripts in the equation (%d) does not match "
             "the number of dimensions (%d) for operand", (int)len, ndim);
     return -1;
   }
-  for (size_t i = 0; i < len; i++) {
+  for (size_t i = 0; i < len; i++)
     if (!isalpha((unsigned char)s[i])) {
       err_set(ERR_VALUE, "einsum(): invalid subscript '%c' in the equation", s[i]);
       return -1;
     }
-    if (memchr(s, s[i], i)) {
-      err_set(ERR_VALUE, "einsum: repeated subscript '%c' within one operand (a diagonal) is not supported", s[i]);
-      return -1;
-    }
-  }
   memcpy(op->labels, s, len);
   op->labels[len] = 0;
+  for (int q = 1; op->labels[q]; q++) {
+    const char *first = memchr(op->labels, op->labels[q], (size_t)q);
+    if (first && ein_diagonal(op, (int)(first - op->labels), q) < 0) return -1;
+    if (first) q--;   /* the labels moved down by one */
+  }
+  return 0;
+}
+
+/* Replaces "..." in the subscripts [eq] (in place, room for [cap]) by
+ * letters the equation does not use: the ellipsis of operand k stands for
+ * its leading ndim - (letters) axes, right-aligned across the operands as
+ * NumPy broadcasts them; the output's "..." (or, without "->", the front
+ * of the implicit output) gets all of them.  [nd] gives each operand's
+ * rank.  0, or -1 with the error set. */
+static int ein_ellipsis(char *eq, size_t cap, int n, const int *nd) {
+  if (!strstr(eq, "...")) return 0;
+  char free_[64];
+  int nf = 0;
+  for (int c = 'A'; c <= 'z' && nf < 63; c++)
+    if (isalpha(c) && !strchr(eq, c)) free_[nf++] = (char)c;
+  int most = 0, ell[32] = {0};
+  const char *p = eq;
+  for (int k = 0; k < n && p; k++) {
+    const char *end = strpbrk(p, ",-");
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *dots = strstr(p, "...");
+    if (dots && dots < p + len) {
+      ell[k] = nd[k] - (int)(len - 3);
+      if (ell[k] < 0) {
+        err_set(ERR_VALUE, "einsum(): operand %d has more subscripts than dimensions", k);
+        return -1;
+      }
+      if (ell[k] > most) most = ell[k];
+    }
+    p = end && *end == ',' ? end + 1 : NULL;
+  }
+  if (most > nf) return err_set(ERR_VALUE, "einsum: too many dimensions"), -1;
+  char out[1024];
+  size_t o = 0;
+  bool arrow = strstr(eq, "->") != NULL, in_out = false;
+  int k = 0;
+  for (const char *c = eq; *c && o + 64 < sizeof out; c++) {
+    if (c[0] == '-' && c[1] == '>') in_out = true;
+    if (c[0] == ',') k++;
+    if (!strncmp(c, "...", 3)) {
+      int e = in_out ? most : ell[k];
+      for (int i = most - e; i < most; i++) out[o++] = free_[i];
+      c += 2;
+      continue;
+    }
+    out[o++] = *c;
+  }
+  if (!arrow) {   /* implicit output: the ellipsis axes, then the letters seen once */
+    out[o++] = '-';
+    out[o++] = '>';
+    for (int i = 0; i < most; i++) out[o++] = free_[i];
+    for (int c = 'A'; c <= 'z'; c++) {
+      if (!isalpha(c) || memchr(free_, c, (size_t)most)) continue;
+      int seen = 0;
+      for (const char *q = eq; *q; q++) seen += *q == c;
+      if (seen == 1) out[o++] = (char)c;
+    }
+  }
+  out[o] = 0;
+  if (o + 1 > cap) return err_set(ERR_VALUE, "einsum: equation too long"), -1;
+  memcpy(eq, out, o + 1);
   return 0;
 }
 
@@ -607,8 +710,16 @@ static Value *bi_einsum(const CallArgs *a) {
     return err_set(ERR_TYPE, "einsum() takes a subscripts string and at least one operand");
   int n = a->nargs - 1;
   if (n > 32) return err_set(ERR_VALUE, "einsum: too many operands");
-  char eq[512];
-  strip_spaces(str_cstr(a->args[0]), eq, sizeof eq);
+  char eq[1024];
+  strip_spaces(str_cstr(a->args[0]), eq, 512);
+  int nds[32];
+  for (int i = 0; i < n; i++) {
+    Value *xa = bi_arr(a->args[i + 1]);
+    if (!xa) return NULL;
+    nds[i] = bi_aval(xa).ndim;
+    val_decref(xa);
+  }
+  if (ein_ellipsis(eq, sizeof eq, n, nds) < 0) return NULL;
   char *arrow = strstr(eq, "->");
   char out[SHM_MAXDIM + 2] = "";
   if (arrow) {
@@ -642,10 +753,10 @@ static Value *bi_einsum(const CallArgs *a) {
   if (!arrow) {
     /* Implicit output: labels seen once, in alphabetical order. */
     int m = 0;
-    for (int c = 'A'; c <= 'z'; c++) {
+    for (int c = 'A'; c <= 'z'; c++) {   /* counted in the equation: "ii" sums */
       int seen = 0;
-      for (int i = 0; i < n; i++) seen += strchr(ops[i].labels, c) != NULL;
-      if (seen == 1 && m < SHM_MAXDIM) out[m++] = (char)c;
+      for (const char *q = eq; *q; q++) seen += *q == c;
+      if (isalpha(c) && seen == 1 && m < SHM_MAXDIM) out[m++] = (char)c;
     }
     out[m] = 0;
   }
