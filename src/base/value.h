@@ -287,6 +287,10 @@ typedef struct OpaqueType {
   Value *(*repr)(Value *self);            /* new Str */
   Value *(*getattr)(Value *self, const char *name);  /* NULL + error if none */
   Value *(*str)(Value *self);             /* str(); NULL: the repr */
+  /* A context manager (`with self [as name]:`): enter's result is bound to
+   * the name; exit runs however the block ends.  NULL: not one. */
+  Value *(*enter)(Value *self);
+  int (*exit)(Value *self);
 } OpaqueType;
 typedef struct Opaque {
   Value hdr;

@@ -2201,7 +2201,7 @@ typedef struct Site {
 } Site;
 
 static void site_free(Value *v) { src_decref(((Site *)v)->node.loc.src); }
-static const OpaqueType site_type = {"breakpoint site", site_free, NULL, NULL, NULL};
+static const OpaqueType site_type = {"breakpoint site", site_free, NULL, NULL, NULL, NULL, NULL};
 
 static Value *site_new(const Frame *f) {
   Site *s = shm_calloc(1, sizeof *s);

@@ -498,6 +498,12 @@ static void dump_stmt(FILE *out, const Node *n, int indent) {
   case N_SHARD_MAP: dump_shard_map(out, n, indent); break;
   case N_GLOBAL: dump_names(out, "global", n); break;
   case N_NONLOCAL: dump_names(out, "nonlocal", n); break;
+  case N_WITH:
+    fputs("(with ", out);
+    dump(out, n->a, -1);
+    if (n->name) fprintf(out, " as %s", n->name);
+    fputc(')', out);
+    break;
   case N_TRY:
     fputs("(try", out);
     for (int i = 0; i < n->items.n; i++) {

@@ -79,6 +79,8 @@ typedef enum {
   N_DEL,        /* items: the targets (names, subscripts) */
   N_TRY,        /* body, items: the N_EXCEPT handlers, orelse, items2: finally */
   N_EXCEPT,     /* a=the exception type (NULL: any), name: `as` name, body */
+  N_WITH,       /* a=the context manager, name: `as` name (or NULL), body; several
+                   items nest, one N_WITH in the body of the one before */
   N_RAISE,      /* a=the exception (NULL: re-raise the one being handled) */
 } NodeKind;
 

@@ -246,7 +246,7 @@ typedef struct TreeRef {
 } TreeRef;
 
 static void tree_free(Value *v) { ast_free(((TreeRef *)v)->mod); }
-static const OpaqueType tree_type = {"code", tree_free, NULL, NULL, NULL};
+static const OpaqueType tree_type = {"code", tree_free, NULL, NULL, NULL, NULL, NULL};
 
 static Value *tree_ref_new(AstModule *mod) {
   TreeRef *t = shm_malloc(sizeof *t);
@@ -1310,6 +1310,62 @@ static Outcome exec_try(const Node *s, Env *env, Value **ret) {
   return o;
 }
 
+/* ---- with ---------------------------------------------------------------- */
+
+static Value *(*context_enter[V_TYPE_COUNT])(Value *self);
+static int (*context_exit[V_TYPE_COUNT])(Value *self);
+
+void eval_register_context(VType t, Value *(*enter)(Value *self), int (*exit)(Value *self)) {
+  context_enter[t] = enter;
+  context_exit[t] = exit;
+}
+
+/* with CM [as NAME]: BODY -- CM's exit runs however the body ends (an
+ * error stays the error unless exit fails too; exit never swallows it). */
+static Outcome exec_with(const Node *s, Env *env, Value **ret) {
+  Value *cm = eval(s->a, env);
+  if (!cm) return OUT_ERR;
+  const OpaqueType *ot = cm->type == V_OPAQUE ? ((Opaque *)cm)->ot : NULL;
+  Value *(*enter)(Value *) = ot ? ot->enter : context_enter[cm->type];
+  int (*exit_)(Value *) = ot ? ot->exit : context_exit[cm->type];
+  if (!enter || !exit_) {
+    err_set_at(s->a->loc, ERR_TYPE, "'%s' object does not support the context manager protocol",
+               val_type_name(cm));
+    val_decref(cm);
+    return OUT_ERR;
+  }
+  Value *v = enter(cm);
+  Outcome o = OUT_ERR;
+  if (!v) {
+    err_locate(s->a->loc);
+  } else {
+    int rc = s->name ? env_set(env, s->name, v) : 0;
+    val_decref(v);
+    o = rc < 0 ? OUT_ERR : exec_block(&s->body, env, ret);
+  }
+  if (v) {
+    ErrState saved = {0};
+    bool had = o == OUT_ERR;
+    if (had) err_save(&saved);
+    if (exit_(cm) < 0) {
+      err_locate(s->a->loc);
+      if (had) {
+        shm_free(saved.msg);
+        if (saved.loc.src) src_decref(saved.loc.src);
+      }
+      if (o == OUT_RETURN && *ret) {
+        val_decref(*ret);
+        *ret = NULL;
+      }
+      o = OUT_ERR;
+    } else if (had) {
+      err_restore(&saved);
+    }
+  }
+  val_decref(cm);
+  return o;
+}
+
 /* raise [X]: X a class or an instance; bare, the exception being handled. */
 static Outcome exec_raise(const Node *s, Env *env) {
   if (!s->a) {
@@ -1622,6 +1678,7 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
   case N_NONLOCAL: return exec_declare(s, env);
   case N_DEL: return exec_del(s, env);
   case N_TRY: return exec_try(s, env, ret);
+  case N_WITH: return exec_with(s, env, ret);
   case N_RAISE: return exec_raise(s, env);
   case N_MESH: return exec_lang_stmt(eval_exec_mesh, s, env, "mesh");
   case N_SHARD_MAP: return exec_lang_stmt(eval_exec_shard_map, s, env, "shard_map");

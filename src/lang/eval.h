@@ -116,6 +116,12 @@ Value *val_call(Value *f, const CallArgs *a);
  * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
 void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));
 
+/* Makes values of type [t] context managers for `with`: [enter] (a new
+ * reference, bound by `as`) when the block starts, [exit] (0, or -1 with
+ * the error set) however it ends.  Opaque values use their OpaqueType's
+ * enter and exit instead. */
+void eval_register_context(VType t, Value *(*enter)(Value *self), int (*exit)(Value *self));
+
 /* Executors for the language's own statements, registered by the
  * subsystems that own them (mesh.c, shardmap.c, jit.c): each runs [stmt]
  * in [env] and returns 0 or -1 with the error set.  Unregistered, the

@@ -74,7 +74,7 @@ static Value *exc_getattr(Value *v, const char *name) {
 
 static Value *exc_str(Value *v) { return val_incref(((Exc *)v)->msg); }
 
-static const OpaqueType exc_type = {"exception", exc_free, exc_repr, exc_getattr, exc_str};
+static const OpaqueType exc_type = {"exception", exc_free, exc_repr, exc_getattr, exc_str, NULL, NULL};
 
 static Value *exc_new(int cls, Value *msg) {
   Exc *e = shm_calloc(1, sizeof *e);

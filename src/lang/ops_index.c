@@ -674,7 +674,7 @@ static Value *at_repr(Value *self) {
 
 static Value *at_getattr(Value *self, const char *name);
 
-static const OpaqueType at_type = {"_IndexUpdateHelper", at_free, at_repr, at_getattr, NULL};
+static const OpaqueType at_type = {"_IndexUpdateHelper", at_free, at_repr, at_getattr, NULL, NULL, NULL};
 
 Value *ops_at_new(Value *array, Value *index) {
   AtRef *r = shm_malloc(sizeof *r);

@@ -1503,6 +1503,41 @@ static Node *parse_try(Parser *p) {
   return n;
 }
 
+/* with_stmt -> 'with' test ['as' NAME] {',' test ['as' NAME]} ':' block:
+ * several items nest, as Python runs them. */
+static Node *parse_with_items(Parser *p, const Token *t);
+
+/* Whether the logical line from here ends with ':' at bracket depth 0:
+ * `with (a, b):` is a statement, `with(x)` a call of a function named with. */
+static bool with_has_colon(Parser *p) {
+  int depth = 0;
+  for (int i = 1;; i++) {
+    const Token *u = peek_at(p, i);
+    if (u->kind == T_NEWLINE || u->kind == T_EOF) return false;
+    if (is_op(u, "(") || is_op(u, "[") || is_op(u, "{")) depth++;
+    else if (is_op(u, ")") || is_op(u, "]") || is_op(u, "}")) depth--;
+    else if (depth == 0 && is_op(u, ":")) return true;
+  }
+}
+
+static Node *parse_with(Parser *p) {
+  const Token *t = advance(p);
+  return parse_with_items(p, t);
+}
+
+/* A with statement's items from here, each an N_WITH, the later ones in
+ * the body of the earlier ([t]: the 'with', for messages). */
+static Node *parse_with_items(Parser *p, const Token *t) {
+  Node *n = new_node(p, N_WITH, peek(p));
+  if (!n || !(n->a = parse_test(p)) || parse_as(p, &n->name) < 0) return NULL;
+  if (accept_op(p, ",")) {
+    Node *inner = parse_with_items(p, t);
+    if (!inner || push(p, &n->body, inner) < 0) return NULL;
+    return n;
+  }
+  return parse_suite(p, &n->body, "'with' statement", t) < 0 ? NULL : n;
+}
+
 /* compound_stmt -> if_stmt | while_stmt | for_stmt | funcdef |
  *                  shardmap_stmt | decorated; NULL with no error set when
  * the statement is not a compound one. */
@@ -1513,6 +1548,12 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
   if (is_kw(t, "while")) return parse_while(p);
   if (is_kw(t, "for")) return parse_for(p);
   if (is_word(t, "try") && is_op(peek_at(p, 1), ":")) return parse_try(p);
+  if (is_word(t, "with") && starts_expr(peek_at(p, 1)) && !is_op(peek_at(p, 1), "(") &&
+      !is_op(peek_at(p, 1), "["))
+    return parse_with(p);
+  if (is_word(t, "with") && (is_op(peek_at(p, 1), "(") || is_op(peek_at(p, 1), "[")) &&
+      with_has_colon(p))
+    return parse_with(p);
   if (is_op(t, "@")) return parse_decorated(p);
   if (is_kw(t, "def") || at_jit_stmt(p) || at_word_stmt(p, 0, "shard_map"))
     return parse_function_stmt(p, t);
@@ -1523,7 +1564,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
 /* Python statements the language does not have: when a statement that
  * starts with one of these words fails to parse, the error says so. */
 static void explain_unsupported(Parser *p, const Token *t) {
-  static const char *const words[] = {"class", "except", "finally", "with", "yield",
+  static const char *const words[] = {"class", "except", "finally", "yield",
                                       "async", "await", "match", NULL};
   if (t->kind != T_NAME || strcmp(err_message(), "invalid syntax")) return;
   for (int i = 0; words[i]; i++)

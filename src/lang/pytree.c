@@ -266,7 +266,7 @@ static Value *treedef_getattr(Value *v, const char *name) {
   return err_set(ERR_NAME, "'PyTreeDef' object has no attribute '%s'", name);
 }
 
-static const OpaqueType treedef_type = {"PyTreeDef", treedef_free, treedef_repr, treedef_getattr, NULL};
+static const OpaqueType treedef_type = {"PyTreeDef", treedef_free, treedef_repr, treedef_getattr, NULL, NULL, NULL};
 
 static Value *treedef_new(Value *tree) {
   TreeDef *d = shm_calloc(1, sizeof *d);

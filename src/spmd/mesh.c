@@ -543,6 +543,75 @@ static bool pspec_equal(Value *a, Value *b) {
   return true;
 }
 
+/* ==== the context mesh: `with m:` and jax.set_mesh ============================ */
+
+/* `with m:` blocks, innermost last (borrowed: the with statement holds
+ * each), over the mesh jax.set_mesh set (owned).  The main thread's. */
+static Mesh *with_stack[64];
+static int with_depth;
+static Mesh *set_mesh_current;
+
+Mesh *mesh_context(void) {
+  return with_depth ? with_stack[with_depth - 1] : set_mesh_current;
+}
+
+static Value *mesh_enter(Value *self) {
+  if (with_depth == 64) return err_set(ERR_VALUE, "with: meshes nested more than 64 deep");
+  with_stack[with_depth++] = (Mesh *)self;
+  return val_incref(self);
+}
+
+static int mesh_exit(Value *self) {
+  (void)self;
+  if (with_depth) with_depth--;
+  return 0;
+}
+
+/* What jax.set_mesh returns: the mesh it replaced, restored when it is
+ * used as a context manager and its block ends. */
+typedef struct MeshSetting {
+  Opaque base;
+  Mesh *mesh, *prev;   /* owned */
+} MeshSetting;
+
+static void setting_free(Value *v) {
+  MeshSetting *m = (MeshSetting *)v;
+  val_decref(&m->mesh->hdr);
+  if (m->prev) val_decref(&m->prev->hdr);
+}
+
+static Value *setting_enter(Value *self) { return val_incref(&((MeshSetting *)self)->mesh->hdr); }
+
+static int setting_exit(Value *self) {
+  MeshSetting *m = (MeshSetting *)self;
+  if (set_mesh_current) val_decref(&set_mesh_current->hdr);
+  set_mesh_current = m->prev;
+  m->prev = NULL;
+  if (set_mesh_current) val_incref(&set_mesh_current->hdr);
+  return 0;
+}
+
+static const OpaqueType setting_type = {"set_mesh", setting_free, NULL, NULL, NULL,
+                                        setting_enter, setting_exit};
+
+/* jax.set_mesh(mesh): the mesh of every shard_map that names none, from
+ * now on, or within a `with jax.set_mesh(m):` block (JAX's). */
+static Value *bi_set_mesh(const CallArgs *a) {
+  Value *m;
+  if (args_bind("set_mesh", a, "mesh", (Value **[]){&m}) < 0) return NULL;
+  if (m->type != V_MESH) return err_set(ERR_TYPE, "set_mesh: expected a Mesh, got %s", val_type_name(m));
+  MeshSetting *s = shm_calloc(1, sizeof *s);
+  if (!s) return err_nomem();
+  val_init(&s->base.hdr, V_OPAQUE);
+  s->base.ot = &setting_type;
+  s->mesh = (Mesh *)val_incref(m);
+  s->prev = set_mesh_current;
+  if (s->prev) val_incref(&s->prev->hdr);
+  if (set_mesh_current) val_decref(&set_mesh_current->hdr);
+  set_mesh_current = (Mesh *)val_incref(m);
+  return &s->base.hdr;
+}
+
 int mesh_register(Env *b) {
   val_register_free(V_MESH, mesh_free);
   print_register(V_MESH, mesh_repr, mesh_repr);
@@ -550,12 +619,15 @@ int mesh_register(Env *b) {
   ops_register_getattr(V_MESH, mesh_getattr);
   ops_register_getattr(V_PSPEC, pspec_getitem_len);
   ops_register_equal(V_PSPEC, pspec_equal);
+  eval_register_context(V_MESH, mesh_enter, mesh_exit);
   eval_exec_mesh = exec_mesh;
   if (add_to_ns(b, "jax", "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
       add_to_ns(b, "jax.sharding", "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
       add_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
+      add_to_jax(b, "set_mesh", bi_set_mesh, "set_mesh(mesh): the mesh of shard_maps naming none") < 0 ||
+      add_to_ns(b, "jax.sharding", "use_mesh", bi_set_mesh, "use_mesh(mesh): as jax.set_mesh") < 0 ||
       builtins_add(b, "show_sharding", bi_show_sharding,
                    "show_sharding(x, mesh, spec): draw which device holds which block") < 0)
     return -1;

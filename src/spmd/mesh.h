@@ -88,4 +88,9 @@ int pspec_entry_size(const PSpec *s, const Mesh *m, int i);
  * `mesh` statement executor. */
 int mesh_register(Env *builtins);
 
+/* The context mesh: the innermost `with m:` block's mesh, else the one
+ * jax.set_mesh set, else NULL (semantics: JAX's set_mesh and LANGUAGE.md
+ * §10, a shard_map that names no mesh uses it).  Borrowed. */
+Mesh *mesh_context(void);
+
 #endif

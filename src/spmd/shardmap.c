@@ -717,7 +717,7 @@ static void treecall_free(Value *v) {
   pthread_mutex_destroy(&t->lock);
 }
 
-static const OpaqueType treecall_type = {"shard_map call", treecall_free, NULL, NULL, NULL};
+static const OpaqueType treecall_type = {"shard_map call", treecall_free, NULL, NULL, NULL, NULL, NULL};
 
 static bool leaf_is_array(Value *v) { return ops_is_array(v); }
 
@@ -984,8 +984,12 @@ static Value *bi_shard_map(const CallArgs *a) {
   if (args_bind("shard_map", a, "f, mesh=, in_specs=, out_specs=, check_rep=, check_vma=",
                 (Value **[]){&f, &mesh, &in_specs, &out_specs, &check_rep, &check_vma}) < 0)
     return NULL;
-  if (!mesh || !in_specs || !out_specs)
-    return err_set(ERR_TYPE, "shard_map() needs mesh=, in_specs= and out_specs=");
+  if (!mesh) mesh = mesh_context() ? &mesh_context()->hdr : NULL;
+  if (!mesh)
+    return err_set(ERR_TYPE, "shard_map() needs a mesh: pass mesh=, or define it under "
+                             "`with m:` or after jax.set_mesh(m)");
+  if (!in_specs || !out_specs)
+    return err_set(ERR_TYPE, "shard_map() needs in_specs= and out_specs=");
   bool cr;
   if (read_check_rep(check_rep, check_vma, &cr) < 0) return NULL;
   const char *name = f->type == V_FUNC ? ((Func *)f)->name : NULL;
@@ -1444,7 +1448,7 @@ typedef struct TypeOf {
 
 static void typeof_free(Value *v) { val_decref(((TypeOf *)v)->text); }
 static Value *typeof_str(Value *v) { return val_incref(((TypeOf *)v)->text); }
-static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str};
+static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str, NULL, NULL};
 
 /* jax.typeof(x): dtype, shape and the mesh axes x varies over. */
 static Value *bi_typeof(const CallArgs *a) {

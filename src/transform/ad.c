@@ -891,7 +891,7 @@ static Value *smcall_repr(Value *v) {
   return str_printf("<differentiated shard_map %s>", ((SmCall *)v)->f->name);
 }
 
-static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL, NULL};
+static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL, NULL, NULL, NULL};
 
 /* The body's results on one device as leaves: the tuple's items or the
  * one array; rank 0 records which. */
@@ -1326,7 +1326,7 @@ static void whilejvp_free(Value *v) {
   shm_free(w->diff);
 }
 
-static const OpaqueType whilejvp_type = {"while_loop JVP", whilejvp_free, NULL, NULL, NULL};
+static const OpaqueType whilejvp_type = {"while_loop JVP", whilejvp_free, NULL, NULL, NULL, NULL, NULL};
 
 /* The primal tree from the staged carry (primals, tangents). */
 static Value *carry_primals(WhileJvp *w, Value *carry, Value *const **items) {

@@ -895,7 +895,7 @@ static void whilebatch_free(Value *v) {
 }
 
 static const OpaqueType whilebatch_type = {"while_loop batching", whilebatch_free, NULL, NULL,
-                                           NULL};
+                                           NULL, NULL, NULL};
 
 static bool is_array_leaf(Value *v) { return ops_is_array(v); }
 
