@@ -715,21 +715,22 @@ static Value *axis_last(Scope *s, Value *x, int nd, int d, int64_t *inv) {
   return ap(s, P_TRANSPOSE, 1, &x, &q);
 }
 
-/* take_along_axis(t, idx, d): t's elements at the int32 positions [idx]
- * along axis [d] (both of aval [a]'s shape), as one gather of the rows
- * flattened: row r, position i -> r * len + i. */
-static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d) {
+/* take_along_axis(t, idx, d): t's elements at the integer positions
+ * [idx] along axis [d] (idx has t's shape, [m] long along d), as one
+ * gather of the rows flattened: row r, position i -> r * len + i. */
+static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d, int64_t m) {
   int nd = a->ndim;
   int64_t inv[SHM_MAXDIM], tshape[SHM_MAXDIM], len = a->shape[d], rows = 1;
   for (int i = 0, k = 0; i < nd; i++)
     if (i != d) tshape[k++] = a->shape[i], rows *= a->shape[i];
-  tshape[nd - 1] = len;
+  tshape[nd - 1] = m;
   Value *tl = reshape(s, axis_last(s, t, nd, d, inv), 1, (int64_t[]){rows * len});
-  Value *il = reshape(s, axis_last(s, idx, nd, d, inv), 2, (int64_t[]){rows, len});
+  Value *il = convert(s, reshape(s, axis_last(s, idx, nd, d, inv), 2, (int64_t[]){rows, m}),
+                      DT_I32, false);
   Params q;
   params_init(&q);
   params_add(&q, "dtype", dtype_value(DT_I32));
-  params_add(&q, "shape", val_int_tuple(2, (int64_t[]){rows, len}));
+  params_add(&q, "shape", val_int_tuple(2, (int64_t[]){rows, m}));
   params_add(&q, "dimension", val_int(0));
   Value *row = ap(s, P_IOTA, 0, NULL, &q);
   Value *stride = keep(s, &arr_scalar_i64(DT_I32, len, false)->hdr);
@@ -742,6 +743,30 @@ static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d) {
   params_init(&q);
   params_add(&q, "permutation", val_int_tuple(nd, inv));
   return ap(s, P_TRANSPOSE, 1, &back, &q);
+}
+
+Value *prim_take_along(Value *x, Value *idx, int axis) {
+  AVal a, ia;
+  Scope s = {0};
+  if (!aval_ok(x, &a) || !aval_ok(idx, &ia)) return NULL;
+  if (ia.ndim != a.ndim || axis < 0 || axis >= a.ndim || !dt_is_int(ia.dtype))
+    return err_set(ERR_VALUE, "take_along_axis: indices must be integers of the array's rank "
+                              "(%d), got rank %d", a.ndim, ia.ndim);
+  int64_t shape[SHM_MAXDIM], dims[SHM_MAXDIM];
+  for (int i = 0; i < a.ndim; i++) {
+    if (i != axis && ia.shape[i] != a.shape[i] && ia.shape[i] != 1)
+      return err_set(ERR_VALUE, "take_along_axis: indices of shape dimension %d (%lld) do not "
+                                "match the array's (%lld)", i, (long long)ia.shape[i],
+                     (long long)a.shape[i]);
+    shape[i] = i == axis ? ia.shape[i] : a.shape[i];
+    dims[i] = i;
+  }
+  Value *full_idx = bcast(&s, idx, a.ndim, shape, a.ndim, dims);
+  /* negative positions count from the end, as NumPy's */
+  Value *zero = keep(&s, &arr_scalar_i64(ia.dtype, 0, false)->hdr);
+  Value *len = keep(&s, &arr_scalar_i64(ia.dtype, a.shape[axis], false)->hdr);
+  Value *wrapped = select(&s, bin(&s, P_LT, full_idx, zero), add(&s, full_idx, len), full_idx);
+  return scope_return(&s, wrapped ? take_along(&s, x, wrapped, &a, axis, ia.shape[axis]) : NULL);
 }
 
 /* sort: the tangent moves with its element, t[argsort(x)] along the
@@ -761,7 +786,7 @@ static int jvp_sort(Value **x, Value **t, int nin, const Params *p, Value **yo, 
   params_init(&q);
   params_add(&q, "dimension", val_int(d));
   Value *idx = ap(&s, P_ARGSORT, 1, &x[0], &q);
-  return jvp_done(&s, idx ? take_along(&s, t[0], idx, &a, (int)d) : NULL, false, yo, to);
+  return jvp_done(&s, idx ? take_along(&s, t[0], idx, &a, (int)d, a.shape[d]) : NULL, false, yo, to);
 }
 
 /* ==== dot_general ======================================================== */

@@ -29,4 +29,12 @@ Value *prim_zeros(const AVal *a);
  * zeros: returns the other (new reference), or NULL when both are. */
 Value *prim_add_any(Value *a, Value *b);
 
+/* take_along_axis: [x]'s elements at the int positions [idx] along axis
+ * [axis] (idx of x's shape but along that axis; every other axis of
+ * idx's length 1 or x's), as one gather of the rows flattened, so it
+ * differentiates and stages (semantics: NumPy's take_along_axis, JAX's
+ * default clamping of out-of-range positions).  A new reference, or NULL
+ * with the error set. */
+Value *prim_take_along(Value *x, Value *idx, int axis);
+
 #endif

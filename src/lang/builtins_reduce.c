@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "array/array.h"
+#include "array/prim_ad.h"
 #include "lang/builtins.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
@@ -398,6 +399,110 @@ static Value *bi_argsort(const CallArgs *a) {
     }
   }
   val_decref(src);
+  return r;
+}
+
+/* jnp.take_along_axis(arr, indices, axis): NumPy's, through
+ * prim_take_along (negative positions count from the end). */
+static Value *bi_take_along_axis(const CallArgs *a) {
+  Value *x, *idx, *axis, *mode, *fill;
+  Value **slots[] = {&x, &idx, &axis, &mode, &fill};
+  if (args_bind("take_along_axis", a, "arr, indices, axis, mode=, fill_value=", slots) < 0)
+    return NULL;
+  Value *xa = bi_arr(x), *ia = xa ? bi_arr(idx) : NULL, *r = NULL;
+  if (bi_is_none(axis)) {   /* axis=None: both flattened */
+    Value *xf = ia ? bi_ravel_of(xa) : NULL, *jf = xf ? bi_ravel_of(ia) : NULL;
+    r = jf ? prim_take_along(xf, jf, 0) : NULL;
+    if (xf) val_decref(xf);
+    if (jf) val_decref(jf);
+  } else if (ia) {
+    int64_t ax;
+    int axn;
+    if (bi_int_arg("take_along_axis", "axis", axis, 0, &ax) == 0 &&
+        axis_normalize(ax, bi_aval(xa).ndim, &axn) == 0)
+      r = prim_take_along(xa, ia, axn);
+  }
+  if (xa) val_decref(xa);
+  if (ia) val_decref(ia);
+  return r;
+}
+
+/* lax.sort(operand, dimension=-1, is_stable=True, num_keys=1): an array,
+ * or a tuple or list of arrays of one shape sorted together by their
+ * first num_keys (lexicographically), each carried along; stable; a
+ * sequence gives a tuple. */
+static Value *lax_sort(const CallArgs *a) {
+  Value *ops, *dim, *stable, *nkeys;
+  Value **slots[] = {&ops, &dim, &stable, &nkeys};
+  if (args_bind("sort", a, "operand, dimension=, is_stable=, num_keys=", slots) < 0) return NULL;
+  size_t n;
+  Value *const *items;
+  bool seq = ops->type == V_TUPLE || ops->type == V_LIST;
+  if (!seq) {
+    n = 1;
+    items = &ops;
+  } else if (!val_seq(ops, &n, &items) || n == 0) {
+    return err_set(ERR_TYPE, "sort: operand must be an array or a non-empty sequence of arrays");
+  }
+  int64_t k, d;
+  if (bi_int_arg("sort", "num_keys", nkeys, 1, &k) < 0 || bi_int_arg("sort", "dimension", dim, -1, &d) < 0)
+    return NULL;
+  if (k < 1 || (size_t)k > n)
+    return err_set(ERR_VALUE, "sort: num_keys must be between 1 and the number of operands (%zu)", n);
+  Value **arr = shm_calloc(n + 1, sizeof(Value *)), *perm = NULL, *r = NULL;
+  size_t made = 0;
+  int axn = 0;
+  AVal av = {0};
+  for (; arr && made < n; made++) {
+    if (!(arr[made] = bi_arr(items[made]))) goto done;
+    AVal ai = bi_aval(arr[made]);
+    if (made == 0) av = ai;
+    else if (ai.ndim != av.ndim || memcmp(ai.shape, av.shape, sizeof(int64_t) * (size_t)ai.ndim)) {
+      made++;
+      err_set(ERR_VALUE, "sort: the operands must have one shape");
+      goto done;
+    }
+  }
+  if (!arr || av.ndim == 0 || axis_normalize(d, av.ndim, &axn) < 0) {
+    if (!arr) err_nomem();
+    else if (av.ndim == 0) err_set(ERR_VALUE, "sort requires an operand of rank >= 1");
+    goto done;
+  }
+  /* the order: stable argsorts from the least significant key up */
+  for (int64_t key = k - 1; key >= 0; key--) {
+    Value *kv = perm ? prim_take_along(arr[key], perm, axn) : val_incref(arr[key]);
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    Value *order = kv ? ops_apply(P_ARGSORT, 1, &kv, &p) : NULL;
+    params_clear(&p);
+    if (kv) val_decref(kv);
+    Value *next = order && perm ? prim_take_along(perm, order, axn) : order ? val_incref(order) : NULL;
+    if (order) val_decref(order);
+    if (perm) val_decref(perm);
+    if (!(perm = next)) goto done;
+  }
+  Value *res = tuple_new(n);
+  for (size_t i = 0; res && i < n; i++) {
+    Value *v = prim_take_along(arr[i], perm, axn);
+    if (!v) {
+      for (size_t j = i; j < n; j++) tuple_set_steal(res, j, val_incref(VAL_NONE));
+      val_decref(res);
+      res = NULL;
+      break;
+    }
+    tuple_set_steal(res, i, v);
+  }
+  if (res && !seq) {
+    r = val_incref(tuple_get(res, 0));
+    val_decref(res);
+  } else {   /* a tuple for a tuple or a list, as JAX's */
+    r = res;
+  }
+done:
+  for (size_t i = 0; i < made; i++) val_decref(arr[i]);
+  shm_free(arr);
+  if (perm) val_decref(perm);
   return r;
 }
 
@@ -899,6 +1004,8 @@ const BiEntry bi_reduce_table[] = {
   {"cumsum", bi_cumsum, NP, "cumsum(a, axis=None, dtype=None)"},
   {"cumprod", bi_cumprod, NP, "cumprod(a, axis=None, dtype=None)"},
   {"argsort", bi_argsort, NP, "argsort(a, axis=-1, stable=True, descending=False)"},
+  {"take_along_axis", bi_take_along_axis, NP, "take_along_axis(arr, indices, axis)"},
+  {"sort", lax_sort, IN_LAX, "lax.sort(operand, dimension=-1, is_stable=True, num_keys=1)"},
   {"cumsum", lax_cumsum, IN_LAX, "lax.cumsum(operand, axis=0, reverse=False)"},
   {"cumprod", lax_cumprod, IN_LAX, "lax.cumprod(operand, axis=0, reverse=False)"},
   {"cummax", lax_cummax, IN_LAX, "lax.cummax(operand, axis=0, reverse=False)"},
