@@ -419,6 +419,21 @@ static void tracer_free(Value *v) {
 
 static Value *tracer_repr(Value *v) {
   Tracer *x = (Tracer *)v;
+  /* a value being differentiated or batched eagerly: its value shows (the
+   * primal, the batch), as JAX shows a ConcreteArray, so a debugger stop
+   * in a function grad runs prints numbers */
+  Value *inner = x->kind == TR_JVP ? x->primal : x->kind == TR_BATCH ? x->batched : NULL;
+  while (inner && IS_TRACER(inner) && ((Tracer *)inner)->kind != TR_STAGE)
+    inner = ((Tracer *)inner)->kind == TR_JVP ? ((Tracer *)inner)->primal
+                                               : ((Tracer *)inner)->batched;
+  if (inner && !IS_TRACER(inner)) {
+    Value *r = val_repr(inner);
+    Value *out = r ? str_printf("Traced<%s>with<%s>", str_cstr(r),
+                                x->kind == TR_JVP ? "JVP" : "vmap")
+                   : NULL;
+    if (r) val_decref(r);
+    return out;
+  }
   char av[256];
   aval_str(av, sizeof av, x->aval.dtype, x->aval.ndim, x->aval.shape);
   return str_printf("Traced<%s>", av);
