@@ -614,16 +614,29 @@ static Value *bi_one_hot(const CallArgs *a) {
   if (args_bind("one_hot", a, "x, num_classes, dtype=, axis=", slots) < 0) return NULL;
   int64_t nc, ax;
   int t;
-  if (axis && axis->type == V_STR) {   /* a named axis of the enclosing xmap (seed 001) */
-    if (!ops_name_axis_hook) return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(axis));
-    Value *kw[] = {dtype ? dtype : VAL_NONE};
-    const char *kwn[] = {"dtype"};
-    CallArgs c = {2, (Value *[]){x, num}, dtype ? 1 : 0, kwn, kw};
-    Value *oh = bi_one_hot(&c);
-    if (!oh) return NULL;
-    AVal oa = bi_aval(oh);
-    Value *r = ops_name_axis_hook(oh, oa.ndim - 1, str_cstr(axis));
-    val_decref(oh);
+  if (axis && axis->type == V_STR) {
+    /* a named axis of the enclosing xmap (seed 001): x == the position
+     * along it, so under axis_resources each device makes its block */
+    Value *ns = builtins_namespace("lax");
+    Value *ai = ns ? dict_get_str(((Module *)ns)->globals, "axis_index") : NULL;
+    Value *as = ns ? dict_get_str(((Module *)ns)->globals, "axis_size") : NULL;
+    if (!ai || !as) return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(axis));
+    Value *size = val_call_n(as, 1, &axis);
+    int64_t want, have;
+    if (!size) return NULL;
+    int rc = bi_int_arg("one_hot", "num_classes", num, 0, &want) == 0 &&
+                     arr_to_index(size, &have) == 0 ? 0 : -1;
+    val_decref(size);
+    if (rc < 0) return NULL;
+    if (want != have)
+      return err_set(ERR_VALUE, "the size of axis %s is %lld, but one_hot was asked for %lld "
+                                "classes", str_cstr(axis), (long long)have, (long long)want);
+    if (ops_dtype_arg(dtype, &t) < 0) return NULL;
+    Value *pos = val_call_n(ai, 1, &axis);
+    Value *eq = pos ? ops_compare(OP_EQ, x, pos) : NULL;
+    Value *r = eq ? ops_convert(eq, t < 0 ? DT_F32 : (DType)t, false) : NULL;
+    if (pos) val_decref(pos);
+    if (eq) val_decref(eq);
     return r;
   }
   if (bi_int_arg("one_hot", "num_classes", num, 0, &nc) < 0 ||

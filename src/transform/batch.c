@@ -23,6 +23,10 @@ typedef struct BatchTrace {
   const char *name;   /* axis_name (interned), or NULL */
   struct BatchTrace *parent;
   bool owned;         /* allocated by batch_begin (xmap), not on a C stack */
+  Value *resources;   /* xmap axis_resources: the mesh axes (a tuple) this named
+                         axis is split over, owned, or NULL; [size] is then the
+                         device's block and the axis's size size * res_size */
+  int64_t res_size;
 } BatchTrace;
 
 static _Thread_local BatchTrace *batch_top;
@@ -171,8 +175,26 @@ static bool names_axis(const Params *p, const char *name, Value **rest) {
 }
 
 /* A reduction over the vmap axis itself: psum, pmax, pmin. */
-static Value *named_reduce(PrimId id, Value *x, int d, int64_t size, Value *rest,
+/* The named axis's whole size: its block times the mesh axes it is split
+ * over (xmap axis_resources). */
+static int64_t global_size(const BatchTrace *b) { return b->size * (b->resources ? b->res_size : 1); }
+
+/* [r] reduced across the mesh axes of [bt]'s resources too (consumed). */
+static Value *across_resources(PrimId id, const BatchTrace *bt, Value *r) {
+  if (!r || !bt->resources) return r;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", val_incref(bt->resources));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *s = prim_bind(id, 1, &r, &q);
+  params_clear(&q);
+  val_decref(r);
+  return s;
+}
+
+static Value *named_reduce(PrimId id, Value *x, int d, const BatchTrace *bt, Value *rest,
                            const Params *p) {
+  int64_t size = bt->size;
   PrimId red = id == P_PSUM ? P_REDUCE_SUM : id == P_PMAX ? P_REDUCE_MAX : P_REDUCE_MIN;
   Value *r;
   if (d < 0) {   /* the same on every example: psum multiplies */
@@ -186,6 +208,7 @@ static Value *named_reduce(PrimId id, Value *x, int d, int64_t size, Value *rest
     r = prim_apply(red, 1, &x, &q);
     params_clear(&q);
   }
+  r = across_resources(id, bt, r);   /* then across the devices of the axis */
   if (!r || !rest) return r;
   Params q;   /* the mesh axes named beside it */
   params_init(&q);
@@ -308,18 +331,21 @@ static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value
   *od = -1;
   switch (id) {
   case P_PSUM: case P_PMAX: case P_PMIN:
-    return named_reduce(id, x, d, bt->size, rest, p);
+    return named_reduce(id, x, d, bt, rest, p);
   case P_ALL_GATHER:
+    if (bt->resources) break;
     if (!rest) return named_gather(x, d, bt->size, p);
     break;
   case P_PPERMUTE:
+    if (bt->resources) break;
     if (!rest) return named_permute(x, d, bt->size, p, od);
     break;
   default:
     break;
   }
   return err_set(ERR_NOT_IMPLEMENTED, "%s over the vmap axis '%s'%s is not implemented",
-                 prim_table[id].name, bt->name, rest ? " together with mesh axes" : "");
+                 prim_table[id].name, bt->name,
+                 bt->resources ? " with axis_resources" : rest ? " together with mesh axes" : "");
 }
 
 /* The batch trace's KindApply. */
@@ -368,7 +394,7 @@ static int batch_truth(Value *v) {
 
 static bool vmap_axis_size(const char *name, int64_t *size) {
   BatchTrace *b = batch_named(name);
-  if (b) *size = b->size;
+  if (b) *size = global_size(b);
   return b != NULL;
 }
 
@@ -390,6 +416,18 @@ static Value *vmap_axis_index(const char *name) {
   params_add(&p, "dimension", val_int(0));
   Value *r = prim_apply(P_IOTA, 0, NULL, &p);
   params_clear(&p);
+  if (r && b->resources) {   /* this device's block starts at its index times the block */
+    params_init(&p);
+    params_add(&p, "axis_name", val_incref(b->resources));
+    Value *dev = prim_apply(P_AXIS_INDEX, 0, NULL, &p);
+    params_clear(&p);
+    Value *blk = dev ? val_int(b->size) : NULL, *start = blk ? ops_binary(OP_MUL, dev, blk) : NULL;
+    Value *sum = start ? ops_binary(OP_ADD, r, start) : NULL;
+    Value *tmp[] = {dev, blk, start, r};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+      if (tmp[i]) val_decref(tmp[i]);
+    r = sum;
+  }
   return r ? batch_tracer(b->id, r, 0) : NULL;
 }
 
@@ -603,7 +641,7 @@ static Value *vmap_call(Value *self, const CallArgs *a) {
   Value *all = kwt ? tuple_pack(2, (Value *[]){args, kwt}) : val_incref(args);
   if (kwt) val_decref(kwt);
   BatchTrace bt = {trace_next_id(), 0, name == VAL_NONE ? NULL : intern_cstr(str_cstr(name)),
-                   batch_top, false};
+                   batch_top, false, NULL, 0};
   int rc = all ? batch_size(all, &ax, tuple_get(self, VM_SIZE), &bt.size) : -1;
   if (rc < 0) {
     if (all) val_decref(all);
@@ -739,7 +777,16 @@ void batch_end(unsigned id) {
   BatchTrace *b = batch_top;
   if (!b || b->id != id || !b->owned) return;
   batch_top = b->parent;
+  if (b->resources) val_decref(b->resources);
   shm_free(b);
+}
+
+void batch_set_resources(unsigned id, Value *axes, int64_t size) {
+  BatchTrace *b = batch_find(id);
+  if (!b || !b->owned) return;
+  if (b->resources) val_decref(b->resources);
+  b->resources = axes ? val_incref(axes) : NULL;
+  b->res_size = size;
 }
 
 Value *batch_wrap(unsigned id, Value *x, int axis) { return batch_tracer(id, val_incref(x), axis); }
@@ -781,7 +828,7 @@ static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) 
     BatchTrace *bt = batch_named(str_cstr(nm));
     Value *next;
     if (bt && !batch_carries(r, bt->id)) {   /* the same on every example */
-      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, bt->size, true) : NULL;
+      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, global_size(bt), true) : NULL;
       next = n ? ops_binary(OP_MUL, &n->hdr, r) : val_incref(r);
       if (n) val_decref(&n->hdr);
     } else {
@@ -793,7 +840,7 @@ static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) 
       params_clear(&p);
     }
     if (bt) {
-      total *= bt->size;
+      total *= global_size(bt);
     } else if (mean) {   /* a mesh axis of the enclosing shard_map body */
       DevCtx *d = dev_ctx();
       int ax = d && d->mesh ? dev_mesh_axis(d->mesh, str_cstr(nm)) : -1;

@@ -37,6 +37,13 @@ int batch_register(Env *builtins);
  * thread, innermost; returns its id. */
 unsigned batch_begin(const char *name, int64_t size);
 
+/* Marks xmap trace [id] as split over the mesh axes [axes] (a tuple of
+ * names, borrowed) of total size [size] (axis_resources): its size is
+ * then the device's block; collectives over its name reduce the block,
+ * then across those mesh axes; axis_index and axis_size count the whole
+ * axis (LANGUAGE.md §10). */
+void batch_set_resources(unsigned id, Value *axes, int64_t size);
+
 /* Closes trace [id], which must be this thread's innermost. */
 void batch_end(unsigned id);
 

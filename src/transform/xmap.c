@@ -10,6 +10,9 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
+#include "spmd/device.h"
+#include "spmd/mesh.h"
+#include "spmd/shardmap.h"
 #include "transform/batch.h"
 #include "transform/xmap.h"
 
@@ -275,7 +278,7 @@ static Value *place_leaf(Value *leaf, const Mapping *m, const Names *ns, int k_l
   return r;
 }
 
-enum { XM_FUN, XM_IN, XM_OUT, XM_N };
+enum { XM_FUN, XM_IN, XM_OUT, XM_RES, XM_N };
 
 /* A list spec at the top is a tuple of per-argument specs unless it is
  * itself an axis mapping. */
@@ -305,8 +308,37 @@ static Value *out_leaf(Value *v, void *vctx) {
 }
 
 
-static Value *xmap_call(Value *self, const CallArgs *a) {
+/* The mesh axes (a tuple of names, new reference) [res] maps [name] to,
+ * and their total size on the device's mesh [m]; NULL without error when
+ * it has none. */
+static Value *resource_axes(Value *res, const char *name, const MeshDesc *m, int64_t *size) {
+  Value *r = res && res->type == V_DICT ? dict_get_str(res, name) : NULL;
+  if (!r) return NULL;
+  Value *t = r->type == V_STR ? tuple_pack(1, &r) : val_incref(r);
+  size_t n;
+  Value *const *items;
+  *size = 1;
+  for (size_t i = 0; t && val_seq(t, &n, &items) && i < n; i++) {
+    int ax = m ? dev_mesh_axis(m, intern_cstr(str_cstr(items[i]))) : -1;
+    *size *= ax >= 0 ? m->sizes[ax] : 1;
+  }
+  return t;
+}
+
+static Value *xmap_run(Value *self, const CallArgs *a, bool local);
+static Value *xmap_on_mesh(Value *self, const CallArgs *a);
+
+/* The body of an xmap with resources, on one device of the mesh: the
+ * resource-free xmap of the device's blocks, its named axes marked as
+ * split over their mesh axes. */
+static Value *xmap_local(Value *self, const CallArgs *a) { return xmap_run(self, a, true); }
+
+static Value *xmap_call(Value *self, const CallArgs *a) { return xmap_run(self, a, false); }
+
+static Value *xmap_run(Value *self, const CallArgs *a, bool local) {
   if (a->nkw) return err_set(ERR_TYPE, "xmap functions take positional arguments only");
+  Value *resv = tuple_get(self, XM_RES);
+  if (!local && resv->type == V_DICT && ((Dict *)resv)->len) return xmap_on_mesh(self, a);
   Value *args = tuple_pack((size_t)a->nargs, a->args);
   Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
   Mappings ims = {0}, oms = {0};
@@ -320,8 +352,15 @@ static Value *xmap_call(Value *self, const CallArgs *a) {
   for (int i = 0; i < l.n && rc == 0; i++) rc = names_add(&ns, l.v[i], &ims.v[i]);
   pytree_leaves_free(&l);
   if (rc < 0) goto done;
-  for (; opened < ns.n; opened++)
+  for (; opened < ns.n; opened++) {
     if (!(ns.id[opened] = batch_begin(ns.name[opened], ns.size[opened]))) goto done;
+    int64_t rs;
+    Value *axes = local ? resource_axes(resv, ns.name[opened], dev_ctx() ? dev_ctx()->mesh : NULL, &rs) : NULL;
+    if (axes) {
+      batch_set_resources(ns.id[opened], axes, rs);
+      val_decref(axes);
+    }
+  }
   LeafCtx ic = {&ims, &ns, 0};
   if (!(wrapped = pytree_map_arrays(args, in_leaf, &ic))) goto done;
   res = val_call_n(tuple_get(self, XM_FUN), a->nargs, ((Tuple *)wrapped)->items);
@@ -338,17 +377,188 @@ done:
   return r;
 }
 
+/* The shard_map spec of one axis mapping under [res]: each named
+ * position split over its name's mesh axes (None where the name has
+ * none).  Positions must be non-negative here. */
+static Value *mapping_spec(Value *spec, Value *res) {
+  Mapping m;
+  if (mapping_read(spec, &m) < 0) return NULL;
+  int64_t top = -1;
+  for (int i = 0; i < m.n; i++) {
+    if (m.pos[i] < 0)
+      return err_set(ERR_VALUE, "xmap: with axis_resources, axis mappings take non-negative "
+                                "positions");
+    if (m.pos[i] > top) top = m.pos[i];
+  }
+  Value *entries[SHM_MAXDIM + 1];
+  if (top >= SHM_MAXDIM) return err_set(ERR_VALUE, "xmap: axis position %lld out of range", (long long)top);
+  for (int64_t p = 0; p <= top; p++) entries[p] = VAL_NONE;
+  for (int i = 0; i < m.n; i++) {
+    Value *r = res->type == V_DICT ? dict_get_str(res, m.name[i]) : NULL;
+    if (r) entries[m.pos[i]] = r;
+  }
+  return pspec_from_args((int)(top + 1), entries);
+}
+
+/* in_axes or out_axes as shard_map specs: the same tree, each axis
+ * mapping a P(...). */
+static Value *specs_of(Value *spec, Value *res) {
+  if (is_mapping(spec)) return mapping_spec(spec, res);
+  if (spec->type == V_DICT) {
+    Dict *d = (Dict *)spec;
+    Value *out = dict_new();
+    for (size_t i = 0; out && i < d->len; i++) {
+      Value *v = specs_of(d->vals[i], res);
+      if (!v || dict_set(out, d->keys[i], v) < 0) {
+        if (v) val_decref(v);
+        val_decref(out);
+        return NULL;
+      }
+      val_decref(v);
+    }
+    return out;
+  }
+  size_t n;
+  Value *const *items;
+  if ((spec->type == V_TUPLE || spec->type == V_LIST) && val_seq(spec, &n, &items)) {
+    Value *t = tuple_new(n);
+    for (size_t i = 0; t && i < n; i++) {
+      Value *v = specs_of(items[i], res);
+      if (!v) {
+        for (size_t j = i; j < n; j++) tuple_set_steal(t, j, val_incref(VAL_NONE));
+        val_decref(t);
+        return NULL;
+      }
+      tuple_set_steal(t, i, v);
+    }
+    return t;
+  }
+  return err_set(ERR_TYPE, "xmap: in_axes and out_axes hold axis mappings ({position: name} "
+                           "or [name, ..., ...])");
+}
+
+/* The seed's error when mapped resources are not in scope. */
+static int check_resources(Value *res, const Mesh *m) {
+  const char *miss[32];
+  int nm = 0;
+  Dict *d = (Dict *)res;
+  for (size_t i = 0; i < d->len; i++) {
+    Value *r = d->vals[i], *one[1] = {r};
+    size_t n;
+    Value *const *items = one;
+    if (r->type != V_STR && !val_seq(r, &n, &items))
+      return err_set(ERR_TYPE, "xmap: axis_resources maps names to mesh axes (a name or a tuple "
+                               "of names)"), -1;
+    if (r->type == V_STR) n = 1;
+    for (size_t k = 0; k < n && nm < 32; k++) {
+      if (items[k]->type != V_STR)
+        return err_set(ERR_TYPE, "xmap: axis_resources maps names to mesh axis names"), -1;
+      const char *ax = intern_cstr(str_cstr(items[k]));
+      bool dup = false;
+      for (int j = 0; j < nm; j++) dup |= miss[j] == ax;
+      if (!dup && (!m || mesh_axis(m, ax) < 0)) miss[nm++] = ax;
+    }
+  }
+  if (!nm) return 0;
+  for (int i = 1; i < nm; i++)   /* sorted, so the message is the same every run */
+    for (int j = i; j > 0 && strcmp(miss[j - 1], miss[j]) > 0; j--) {
+      const char *t = miss[j];
+      miss[j] = miss[j - 1], miss[j - 1] = t;
+    }
+  char buf[512];
+  int o = snprintf(buf, sizeof buf, "{");
+  for (int i = 0; i < nm && o < 400; i++) o += snprintf(buf + o, sizeof buf - (size_t)o, "%s'%s'", i ? ", " : "", miss[i]);
+  snprintf(buf + o, sizeof buf - (size_t)o, "}");
+  err_set(ERR_VALUE, "In-scope resources are insufficient to execute the xmapped function. The "
+                     "missing resources are: %s", buf);
+  return -1;
+}
+
+static const char *fun_name(Value *f) {
+  return f->type == V_FUNC ? ((Func *)f)->name : intern_cstr("xmap");
+}
+
+/* Every named axis must split evenly over the mesh axes it is mapped to
+ * (LANGUAGE.md §10: an error naming both sizes). */
+static int check_divides(Value *self, const CallArgs *a, Value *in, Value *res, const Mesh *m) {
+  (void)self;
+  Value *args = tuple_pack((size_t)a->nargs, a->args);
+  Mappings ms = {0};
+  PyLeaves l = {0};
+  int rc = args && spec_leaves("in_axes", args, in, &ms) == 0 &&
+                   pytree_flatten(args, array_leaf, &l) == 0 ? 0 : -1;
+  for (int i = 0; rc == 0 && i < l.n; i++) {
+    AVal av;
+    if (prim_value_aval(l.v[i], &av) < 0) {
+      rc = -1;
+      break;
+    }
+    const Mapping *mp = &ms.v[i];
+    for (int k = 0; rc == 0 && k < mp->n; k++) {
+      Value *r = dict_get_str(res, mp->name[k]);
+      int64_t p = mp->pos[k] < 0 ? mp->pos[k] + av.ndim : mp->pos[k], size = 1;
+      if (!r || p < 0 || p >= av.ndim) continue;
+      Value *one[1] = {r};
+      Value *const *items = one;
+      size_t n = 1;
+      if (r->type != V_STR) val_seq(r, &n, &items);
+      char names[160] = "";
+      int o = 0;
+      for (size_t q = 0; q < n; q++) {
+        int ax = mesh_axis(m, intern_cstr(str_cstr(items[q])));
+        size *= ax >= 0 ? m->axis_sizes[ax] : 1;
+        o += snprintf(names + o, sizeof names - (size_t)o, "%s'%s'", q ? ", " : "", str_cstr(items[q]));
+      }
+      if (av.shape[p] % size) {
+        err_set(ERR_VALUE, "xmap: the named axis '%s' (size %lld) is mapped to mesh axis %s "
+                           "(size %lld), which does not divide it", mp->name[k],
+                (long long)av.shape[p], names, (long long)size);
+        rc = -1;
+      }
+    }
+  }
+  pytree_leaves_free(&l);
+  shm_free(ms.v);
+  if (args) val_decref(args);
+  return rc;
+}
+
+/* An xmap with axis_resources: a shard_map over the context mesh whose
+ * specs split each mapped named axis over its mesh axes, and whose body
+ * is the same xmap on the device's blocks (LANGUAGE.md §10, seed 001's
+ * resources; results equal the resource-free xmap's). */
+static Value *xmap_on_mesh(Value *self, const CallArgs *a) {
+  Value *res = tuple_get(self, XM_RES);
+  Mesh *m = mesh_context();
+  if (check_resources(res, m) < 0) return NULL;
+  Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
+  if (in && check_divides(self, a, in, res, m) < 0) in = (val_decref(in), NULL);
+  Value *ins = in ? specs_of(in, res) : NULL, *outs = ins && out ? specs_of(out, res) : NULL;
+  if (ins && ins->type != V_TUPLE && ins->type != V_PSPEC) {   /* one argument's tree */
+    Value *t = tuple_pack(1, &ins);
+    val_decref(ins);
+    ins = t;
+  }
+  Value *body = outs ? bound_new("xmap", xmap_local, self) : NULL;
+  Value *sf = body ? shardmap_new(fun_name(tuple_get(self, XM_FUN)), body, &m->hdr, ins, outs, false) : NULL;
+  Value *r = sf ? val_call(sf, a) : NULL;
+  Value *tmp[] = {in, out, ins, outs, body, sf};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
 /* xmap(fun, in_axes, out_axes, axis_resources={}) */
 static Value *bi_xmap(const CallArgs *a) {
   Value *fun, *in_axes, *out_axes, *res = NULL, *backend = NULL;
   if (args_bind("xmap", a, "fun, in_axes, out_axes, axis_resources=, backend=",
                 (Value **[]){&fun, &in_axes, &out_axes, &res, &backend}) < 0)
     return NULL;
-  if (res && res != VAL_NONE && !(res->type == V_DICT && ((Dict *)res)->len == 0))
-    return err_set(ERR_NOT_IMPLEMENTED, "xmap: axis_resources (running the named axes on a "
-                                        "mesh's devices) are not implemented yet; without them "
-                                        "xmap vectorises, with the same results");
-  Value *cfg = tuple_pack(XM_N, (Value *[]){fun, in_axes, out_axes});
+  if (res && res != VAL_NONE && res->type != V_DICT)
+    return err_set(ERR_TYPE, "xmap: axis_resources must be a dict from axis names to mesh axes");
+  Value *empty = res && res != VAL_NONE ? NULL : dict_new();
+  Value *cfg = tuple_pack(XM_N, (Value *[]){fun, in_axes, out_axes, empty ? empty : res});
+  if (empty) val_decref(empty);
   Value *r = cfg ? bound_new("xmap", xmap_call, cfg) : NULL;
   if (cfg) val_decref(cfg);
   return r;
