@@ -1038,7 +1038,6 @@ Value *ops_squeeze(Value *x, int n, const int64_t *dims) {
 
 Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool mean);
 Value *(*ops_named_shape_hook)(Value *x);
-Value *(*ops_name_axis_hook)(Value *x, int pos, const char *name);
 
 Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean) {
   if (!ops_named_reduce_hook)

@@ -159,12 +159,6 @@ extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool
  * size, {} outside xmap.  Set by the transform layer; NULL: always {}. */
 extern Value *(*ops_named_shape_hook)(Value *x);
 
-/* [x] (borrowed) with its positional axis [pos] made the named axis
- * [name] of the enclosing xmap (one_hot(..., axis='classes')): a new
- * reference, or NULL with the error (no such axis in scope, or a size that
- * differs).  Set by the transform layer. */
-extern Value *(*ops_name_axis_hook)(Value *x, int pos, const char *name);
-
 /* ops_named_reduce_hook, or the error that no named axis is in scope. */
 Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean);
 

@@ -872,32 +872,6 @@ static Value *named_shape_hook(Value *x) {
   return d;
 }
 
-/* [x] with its positional axis [pos] made [bt]'s batch axis.  Tracers of
- * inner traces (larger ids) stay outside, as dispatch expects: the new
- * level goes under them, their batch axes renumbered. */
-static Value *name_axis_at(Value *x, int pos, BatchTrace *bt) {
-  if (IS_BATCH_TRACER(x) && ((Tracer *)x)->trace_id > bt->id) {
-    Tracer *t = (Tracer *)x;
-    int p = pos + (pos >= t->bdim);   /* in the batched value's axes */
-    Value *inner = name_axis_at(t->batched, p, bt);
-    return inner ? batch_tracer(t->trace_id, inner, t->bdim - (p < t->bdim)) : NULL;
-  }
-  return batch_tracer(bt->id, val_incref(x), pos);
-}
-
-/* one_hot(..., axis='classes'): the positional axis [pos] becomes the
- * named axis. */
-static Value *name_axis_hook(Value *x, int pos, const char *name) {
-  BatchTrace *bt = batch_named(name);
-  AVal a;
-  if (!bt) return err_set(ERR_NAME, "unbound axis name: %s", name);
-  if (prim_value_aval(x, &a) < 0) return NULL;
-  if (a.shape[pos] != bt->size)
-    return err_set(ERR_VALUE, "the size of axis %s is %lld, but the value has %lld along it",
-                   name, (long long)bt->size, (long long)a.shape[pos]);
-  return name_axis_at(x, pos, bt);
-}
-
 /* ==== registration ================================================================ */
 
 int batch_register(Env *b) {
@@ -907,7 +881,6 @@ int batch_register(Env *b) {
   shardmap_set_named_axes(&hooks);
   ops_named_reduce_hook = named_reduce_hook;
   ops_named_shape_hook = named_shape_hook;
-  ops_name_axis_hook = name_axis_hook;
   Value *v = builtin_new("vmap", bi_vmap,
                          "vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None)");
   int rc = v && env_set(b, intern_cstr("vmap"), v) == 0 && builtins_add_to("jax", "vmap", v) == 0
