@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -203,6 +204,31 @@ Array *arr_scalar_i64(DType t, int64_t x, bool weak) {
   kern_convert(a->buf->data, t, &x, DT_I64, 1);
   a->weak = weak;
   return a;
+}
+
+/* The small Python ints -5..256, one immortal weak int32 each, made once
+ * (literals share them, as CPython shares its small ints: a script of
+ * `x = 1` lines holds one array, not one per line).  Immortal values are
+ * never reused in place (arr_unshared). */
+enum { SMALL_LO = -5, SMALL_HI = 256 };
+static Array *small_ints[SMALL_HI - SMALL_LO + 1];
+static pthread_once_t small_once = PTHREAD_ONCE_INIT;
+
+static void small_init(void) {
+  for (int v = SMALL_LO; v <= SMALL_HI; v++) {
+    Array *a = arr_scalar_i64(DT_I32, v, true);
+    small_ints[v - SMALL_LO] = a ? (Array *)val_make_static(&a->hdr) : NULL;
+  }
+}
+
+Value *arr_python_int(int64_t x) {
+  if (x >= SMALL_LO && x <= SMALL_HI) {
+    pthread_once(&small_once, small_init);
+    Array *a = small_ints[x - SMALL_LO];
+    if (a && (a->hdr.flags & VAL_IMMORTAL)) return &a->hdr;
+  }
+  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
+  return (Value *)arr_scalar_i64(t, x, true);
 }
 
 /* True when [strides] are the row-major ones for [shape] (size-1 dims may

@@ -111,6 +111,11 @@ Array *arr_zeros(DType t, int ndim, const int64_t *shape);
 Array *arr_scalar_f64(DType t, double x, bool weak);
 Array *arr_scalar_i64(DType t, int64_t x, bool weak);
 
+/* A Python int: a weak int32 0-d array (int64 past int32), shared and
+ * immortal for -5..256 as CPython's small ints.  A reference the caller
+ * releases (a no-op on the shared ones); never to be written. */
+Value *arr_python_int(int64_t x);
+
 /* A view of [a]'s buffer with the given shape, strides and offset (in
  * elements).  The caller guarantees the view stays inside the buffer. */
 Array *arr_view(Array *a, int ndim, const int64_t *shape,

@@ -103,11 +103,11 @@ static int node_last_line(const Node *n) {
     int l = node_last_line(n->items.items[i]);
     if (l > m) m = l;
   }
-  for (int i = 0; i < n->items2.n; i++) {
+  for (int i = 0; n->kind == N_DICT && i < n->items2.n; i++) {   /* a try's is a block */
     int l = node_last_line(n->items2.items[i]);
     if (l > m) m = l;
   }
-  for (int i = 0; i < n->nkw; i++) {
+  for (int i = 0; n->kind == N_CALL && i < n->nkw; i++) {
     int l = node_last_line(n->kws[i].value);
     if (l > m) m = l;
   }

@@ -132,36 +132,53 @@ typedef struct CompClause {
 
 struct Node {
   NodeKind kind;
+  OpKind op;
+  bool is_jit;         /* N_DEF, N_SHARD_MAP */
   Loc loc;             /* first token of the construct; for N_BINOP,
                           N_BOOLOP and N_COMPARE, the operator */
   Loc loc2;            /* N_BINOP/N_BOOLOP/N_COMPARE: the left operand's
                           start; N_CALL: '('; N_SUBSCRIPT: '['; N_ATTR: the
                           attribute name; else == loc */
-  OpKind op;
   const char *name;    /* N_NAME, N_ATTR, N_DEF, N_MESH, N_SHARD_MAP, N_IMPORT
                           and N_FROM_IMPORT (dotted module name "a.b");
                           every identifier in the tree is interned, so
                           names compare by pointer */
-  const char *alias;   /* N_IMPORT ... as alias */
   Value *value;        /* N_CONST, owned by the module */
   Node *a, *b, *c;     /* operands as described per kind */
   NodeList items;      /* per kind, see NodeKind */
-  NodeList items2;     /* N_DICT values; N_TRY: the finally block */
   NodeList body;       /* statement blocks */
-  NodeList orelse;     /* else block of if/while/for */
-  int nparams;
-  Param *params;       /* N_DEF, N_LAMBDA, N_SHARD_MAP */
-  int nkw;
-  Keyword *kws;        /* N_CALL keywords, N_SHARD_MAP options */
-  int nclauses;
-  CompClause *clauses; /* N_LISTCOMP */
-  int nnames;
-  const char **names;  /* N_MESH axis names (distinct), N_FROM_IMPORT
-                          names, N_GLOBAL and N_NONLOCAL names */
-  const char **aliases;/* N_FROM_IMPORT aliases (NULL entries: none) */
-  NodeList decorators; /* N_DEF, N_SHARD_MAP */
-  OpKind *ops;         /* N_COMPARE: items.n - 1 operators */
-  bool is_jit;         /* N_DEF, N_SHARD_MAP */
+  /* Fields only some kinds have share storage (a trivial statement's three
+   * nodes are most of a script's memory); each group's kinds are disjoint,
+   * so code reads a field only for the kinds listed beside it. */
+  union {
+    struct {
+      int nparams;
+      Param *params;       /* N_DEF, N_LAMBDA, N_SHARD_MAP */
+    };
+    struct {
+      int nclauses;
+      CompClause *clauses; /* N_LISTCOMP */
+    };
+    struct {
+      int nnames;
+      const char **names;  /* N_MESH axis names (distinct), N_FROM_IMPORT
+                              names, N_GLOBAL and N_NONLOCAL names */
+      const char **aliases;/* N_FROM_IMPORT aliases (NULL entries: none) */
+    };
+    OpKind *ops;           /* N_COMPARE: items.n - 1 operators */
+  };
+  union {
+    struct {
+      int nkw;
+      Keyword *kws;        /* N_CALL keywords, N_SHARD_MAP options */
+    };
+    NodeList items2;       /* N_DICT values; N_TRY: the finally block */
+  };
+  union {
+    NodeList decorators;   /* N_DEF, N_SHARD_MAP */
+    NodeList orelse;       /* else block of N_IF, N_WHILE, N_FOR, N_TRY */
+    const char *alias;     /* N_IMPORT ... as alias */
+  };
 };
 
 /* A parsed source: its statements and the arena that owns the tree. */

@@ -41,15 +41,17 @@ typedef enum {
 } TokKind;
 
 typedef struct Token {
-  TokKind kind;
   const char *start;  /* into the source text (not NUL-terminated) */
+  char *str;          /* T_STRING, T_FSTRING: the decoded value, owned by the lexer */
+  union {
+    int64_t ival;     /* T_INT (INT64_MAX when overflow is set); T_FSTRING: its fields */
+    double fval;      /* T_FLOAT */
+  };
   int len;
   int line, col;      /* 1-based */
-  char *str;          /* T_STRING, T_FSTRING: the decoded value, owned by the lexer */
-  size_t strlen;
-  int64_t ival;       /* T_INT (INT64_MAX when overflow is set) */
+  uint32_t strlen;    /* of str: a source text is under 4 GiB */
+  uint8_t kind;       /* TokKind */
   bool overflow;      /* T_INT: the literal does not fit in int64 */
-  double fval;        /* T_FLOAT */
 } Token;
 
 typedef struct Lexer Lexer;

@@ -236,7 +236,7 @@ static Node *int_const(Parser *p, const Token *at, const Token *t, bool neg) {
                         "integer literal %s%.*s does not fit in int32, the "
                         "default integer type (JAX raises OverflowError)",
                         neg ? "-" : "", t->len > 40 ? 40 : t->len, t->start);
-  return const_node(p, at, (Value *)arr_scalar_i64(DT_I32, v, true));
+  return const_node(p, at, arr_python_int(v));
 }
 
 static Node *float_const(Parser *p, const Token *at, const Token *t,

@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "lang/lexer.h"
 #include "lang/parser.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -952,6 +953,22 @@ START_TEST(test_constants) {
 }
 END_TEST
 
+/* Memory per statement: a trivial statement is three nodes and four
+ * tokens, so their sizes are the script's footprint (the shared fields of
+ * Node and the packed Token); small int literals are shared, as CPython's
+ * small ints. */
+START_TEST(test_small_footprint) {
+  ck_assert_uint_le(sizeof(Node), 176);
+  ck_assert_uint_le(sizeof(Token), 48);
+  AstModule *m = parse_text("x = 1\ny = 1\nz = 1000\nw = 1000\n");
+  Value *one_a = m->body.items[0]->a->value, *one_b = m->body.items[1]->a->value;
+  ck_assert_ptr_eq(one_a, one_b);
+  ck_assert(one_a->flags & VAL_IMMORTAL);
+  ck_assert_ptr_ne(m->body.items[2]->a->value, m->body.items[3]->a->value);
+  ast_free(m);
+}
+END_TEST
+
 START_TEST(test_string_escapes) {
   AstModule *m = parse_text(
       "a = 'q\\'\\\"\\\\\\n\\t\\x41\\101\\u00e9\\z'\n"
@@ -1139,6 +1156,7 @@ static Suite *parser_suite(void) {
   tcase_add_test(tc, test_interned_names);
   tcase_add_test(tc, test_constants);
   tcase_add_test(tc, test_string_escapes);
+  tcase_add_test(tc, test_small_footprint);
   tcase_add_test(tc, test_dump_indented);
   tcase_add_test(tc, test_deep_nesting);
   tcase_add_test(tc, test_deep_blocks);
