@@ -569,12 +569,15 @@ static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy 
   s->depth = depth;
   c->parked++;
   if (why == PARK_BREAK) {
+    /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
+     * where they happen to be; each runs on to this stop, or until it can
+     * go no further (a collective, its return, an error) */
     if (c->trigger < 0 || rank < c->trigger) c->trigger = rank;
-    atomic_store(&c->stop, true);
     atomic_store(&dbg.engaged, true);
   }
   size_t used = strlen(c->notes);
-  snprintf(c->notes + used, sizeof c->notes - used, "%s", note);
+  if (!strstr(c->notes, note))   /* the same breakpoint on several devices: one note */
+    snprintf(c->notes + used, sizeof c->notes - used, "%s", note);
   pthread_cond_broadcast(&dbg.cond);
   unsigned gen = c->gen;
   while (c->gen == gen) pthread_cond_wait(&dbg.cond, &dbg.lock);
