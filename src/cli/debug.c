@@ -276,6 +276,8 @@ typedef enum { DS_RUNNING, DS_PARKED, DS_DONE } DevState;
 typedef struct Slot {
   DevState state;         /* (L) */
   const Frame *frame;     /* (L) innermost frame while parked */
+  _Atomic(const Frame *) current;   /* its innermost frame at its latest statement:
+                                       a device waiting in a collective is shown there */
   int depth;              /* (L) its depth while parked */
   int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
   bool failed;            /* (L) returned from the body with an error */
@@ -347,6 +349,10 @@ static struct {
 } dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
          .helper_wake = PTHREAD_COND_INITIALIZER};
 
+/* This device thread's Slot.current under a debugged call (else NULL):
+ * the statement hook keeps it, engaged or not, so a device that waits in
+ * a collective can be shown where it waits. */
+static _Thread_local _Atomic(const Frame *) *tls_current;
 static _Thread_local bool tls_busy;         /* inside the debugger: no stops */
 static _Thread_local bool tls_break_next;   /* breakpoint() was called */
 static _Thread_local Snap tls_snap;         /* --pm, main thread */
@@ -535,6 +541,7 @@ static int device_hook(Frame *f, const Node *stmt) {
 
 /* eval_stmt_hook: runs before every statement on every thread. */
 static int dbg_hook(Frame *f, const Node *stmt) {
+  if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
   if (tls_busy) return 0;
   if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_hook(f, stmt);
@@ -596,7 +603,9 @@ static void device_body(int rank, void *arg) {
   tls_break_next = false;
   tls_cmd_gen = 0;
   tls_resume = (Resume){RM_CONTINUE, 0, 0};
+  tls_current = &s->current;
   c->fn(rank, c->ctx);
+  tls_current = NULL;
   bool failed = err_occurred();
   tls_break_next = false;
   pthread_mutex_lock(&dbg.lock);
@@ -1017,9 +1026,17 @@ static const char *coords_of(const Stop *st, int rank, char *buf, size_t cap) {
 static void device_state(const Stop *st, int r, char *buf, size_t cap) {
   char w[256];
   const Stack *s = &st->dev[r];
-  if (s->n > 0) {
+  if (s->n > 0) {   /* where it is, and the collective it waits in, if any */
     const View *v = &s->v[s->n - 1];
-    snprintf(buf, cap, "%s:%d in %s", v->src->name, v->line, v->fname);
+    bool running = false;
+    if (st->call) {
+      pthread_mutex_lock(&dbg.lock);
+      running = st->call->slots[r].state == DS_RUNNING;
+      pthread_mutex_unlock(&dbg.lock);
+    }
+    bool waits = running && coll_waiting_str(st->call->g, r, w, sizeof w);
+    snprintf(buf, cap, "%s:%d in %s%s%s", v->src->name, v->line, v->fname,
+             waits ? ", waits in " : "", waits ? w : "");
     return;
   }
   if (!st->call) {
@@ -2094,12 +2111,19 @@ static int stop_main(Frame *f) {
   return 0;
 }
 
-/* Gathers the parked devices' frames and writes out their output (lock
- * held: parked devices cannot move, done ones write nothing more). */
+/* Gathers the parked devices' frames, and those of the devices waiting in
+ * a collective (their frames cannot unwind while they wait: every peer
+ * that could release them is parked or waiting too), and writes out their
+ * output (lock held: parked devices cannot move, done ones write nothing
+ * more). */
 static void collect_devices(DbgCall *c, Stop *st) {
+  char buf[256];
   for (int r = 0; r < c->n; r++) {
-    const Slot *s = &c->slots[r];
+    Slot *s = &c->slots[r];
+    const Frame *cur = atomic_load_explicit(&s->current, memory_order_acquire);
     if (s->state == DS_PARKED) stack_from_frames(&st->dev[r], s->frame, c->depth0);
+    else if (s->state == DS_RUNNING && cur && coll_waiting_str(c->g, r, buf, sizeof buf))
+      stack_from_frames(&st->dev[r], cur, c->depth0);
     if (s->state != DS_RUNNING) flush_device(c, r);
   }
   if (c->trigger >= 0) dbg.focus = c->trigger;
