@@ -90,6 +90,34 @@ static _Thread_local ErrKind cur_kind;
 static _Thread_local char cur_msg[2048];
 static _Thread_local Loc cur_loc;
 
+#define TRACE_MAX 64
+static _Thread_local ErrFrame cur_trace[TRACE_MAX];   /* innermost first */
+static _Thread_local int cur_ntrace, cur_dropped, cur_over;   /* repeats; past TRACE_MAX */
+
+static void trace_clear(void) {
+  for (int i = 0; i < cur_ntrace; i++)
+    if (cur_trace[i].loc.src) src_decref(cur_trace[i].loc.src);
+  cur_ntrace = cur_dropped = cur_over = 0;
+}
+
+void err_push_frame(Loc loc, const char *fname) {
+  if (cur_kind == ERR_NONE || cur_kind == ERR_QUIT || !loc.src) return;
+  /* the error's own line is the located message; a repeat (recursion on
+   * one line, a call site seen twice) is one calling line */
+  if (!cur_ntrace && cur_loc.src == loc.src && cur_loc.line == loc.line) return;
+  if (cur_ntrace && cur_trace[cur_ntrace - 1].loc.src == loc.src &&
+      cur_trace[cur_ntrace - 1].loc.line == loc.line) {
+    cur_dropped++;
+    return;
+  }
+  if (cur_ntrace == TRACE_MAX) {
+    cur_over++;
+    return;
+  }
+  src_incref(loc.src);
+  cur_trace[cur_ntrace++] = (ErrFrame){loc, fname ? fname : "?"};
+}
+
 static void set_loc(Loc loc) {
   if (loc.src) src_incref(loc.src);
   if (cur_loc.src) src_decref(cur_loc.src);
@@ -97,6 +125,7 @@ static void set_loc(Loc loc) {
 }
 
 static void vset(ErrKind kind, const char *fmt, va_list ap) {
+  trace_clear();
   cur_kind = kind;
   vsnprintf(cur_msg, sizeof cur_msg, fmt, ap);
   set_loc((Loc){0});
@@ -133,6 +162,7 @@ const char *err_message(void) { return cur_msg; }
 Loc err_loc(void) { return cur_loc; }
 
 void err_clear(void) {
+  trace_clear();
   cur_kind = ERR_NONE;
   cur_msg[0] = '\0';
   set_loc((Loc){0});
@@ -143,10 +173,18 @@ void err_save(ErrState *saved) {
   saved->msg = shm_strdup(cur_msg);
   saved->loc = cur_loc;
   if (saved->loc.src) src_incref(saved->loc.src);
+  saved->trace = cur_ntrace ? shm_malloc(sizeof(ErrFrame) * (size_t)cur_ntrace) : NULL;
+  saved->ntrace = saved->trace ? cur_ntrace : 0;
+  saved->dropped = cur_dropped + cur_over;
+  for (int i = 0; i < saved->ntrace; i++) {   /* the references move with them */
+    saved->trace[i] = cur_trace[i];
+    cur_trace[i].loc.src = NULL;
+  }
   err_clear();
 }
 
 void err_restore(ErrState *saved) {
+  trace_clear();
   cur_kind = saved->kind;
   snprintf(cur_msg, sizeof cur_msg, "%s", saved->msg ? saved->msg : "out of memory");
   set_loc(saved->loc);
@@ -154,6 +192,39 @@ void err_restore(ErrState *saved) {
   shm_free(saved->msg);
   saved->msg = NULL;
   saved->loc.src = NULL;
+  for (int i = 0; i < saved->ntrace; i++) {
+    if (cur_ntrace < TRACE_MAX) cur_trace[cur_ntrace++] = saved->trace[i];
+    else if (saved->trace[i].loc.src) src_decref(saved->trace[i].loc.src), cur_dropped++;
+  }
+  cur_dropped += saved->dropped;
+  shm_free(saved->trace);
+  saved->trace = NULL;
+  saved->ntrace = saved->dropped = 0;
+}
+
+void err_state_free(ErrState *saved) {
+  shm_free(saved->msg);
+  saved->msg = NULL;
+  if (saved->loc.src) src_decref(saved->loc.src);
+  saved->loc.src = NULL;
+  for (int i = 0; i < saved->ntrace; i++)
+    if (saved->trace[i].loc.src) src_decref(saved->trace[i].loc.src);
+  shm_free(saved->trace);
+  saved->trace = NULL;
+  saved->ntrace = saved->dropped = 0;
+}
+
+ErrState err_state_copy(const ErrState *s) {
+  ErrState c = *s;
+  c.msg = shm_strdup(s->msg ? s->msg : "");
+  if (c.loc.src) src_incref(c.loc.src);
+  c.trace = s->ntrace ? shm_malloc(sizeof(ErrFrame) * (size_t)s->ntrace) : NULL;
+  c.ntrace = c.trace ? s->ntrace : 0;
+  for (int i = 0; i < c.ntrace; i++) {
+    c.trace[i] = s->trace[i];
+    if (c.trace[i].loc.src) src_incref(c.trace[i].loc.src);
+  }
+  return c;
 }
 
 /* ---- printing -------------------------------------------------------------- */
@@ -174,8 +245,28 @@ void err_print_caret(FILE *out, Loc loc) {
   fprintf(out, "      | %*s^\n", col - 1, "");
 }
 
+/* Source line [line] of [s] without its leading white space, Python's way. */
+static void print_stripped_line(FILE *out, const Source *s, int line) {
+  if (line < 1 || line > s->nlines) return;
+  const char *p = s->lines[line - 1];
+  int n = line_len(s, line);
+  while (n > 0 && (*p == ' ' || *p == '\t')) p++, n--;
+  fprintf(out, "    %.*s\n", n, p);
+}
+
 void err_print(FILE *out) {
   if (cur_kind == ERR_QUIT) return;
+  if (cur_ntrace) {
+    fputs("Traceback (most recent call last):\n", out);
+    if (cur_over) fprintf(out, "  [%d calling lines further out]\n", cur_over);
+    for (int i = cur_ntrace - 1; i >= 0; i--) {
+      const ErrFrame *f = &cur_trace[i];
+      fprintf(out, "  File \"%s\", line %d, in %s\n", f->loc.src->name, f->loc.line, f->fname);
+      print_stripped_line(out, f->loc.src, f->loc.line);
+    }
+    if (cur_dropped)   /* Python's words for a recursion */
+      fprintf(out, "  [Previous line repeated %d more times]\n", cur_dropped);
+  }
   if (cur_loc.src)
     fprintf(out, "%s:%d:%d: error: %s\n", cur_loc.src->name, cur_loc.line,
             cur_loc.col, cur_msg);

@@ -113,18 +113,42 @@ Loc err_loc(void);
 /* Clears the pending error. */
 void err_clear(void);
 
-/* Moves the pending error of this thread into [*saved] (clearing it here)
- * and back; used to carry a device thread's error to the main thread. */
+/* One calling line of the traceback: where a function was called from,
+ * and the function that was running there. */
+typedef struct ErrFrame {
+  Loc loc;              /* src is a counted reference */
+  const char *fname;    /* interned or static */
+} ErrFrame;
+
+/* Adds the calling line [loc] in function [fname] to the pending error's
+ * traceback, as the error leaves a function called from there (the
+ * interpreter calls it as an error unwinds, innermost first).  The
+ * traceback is cleared by a new error and by err_clear; past 64 lines the
+ * rest are only counted. */
+void err_push_frame(Loc loc, const char *fname);
+
+/* Moves the pending error of this thread, its traceback with it, into
+ * [*saved] (clearing it here) and back; used to carry a device thread's
+ * error to the main thread.  err_state_free releases a saved one that is
+ * not restored. */
 typedef struct ErrState {
   ErrKind kind;
-  char *msg;   /* owned */
-  Loc loc;     /* src is a counted reference */
+  char *msg;        /* owned */
+  Loc loc;          /* src is a counted reference */
+  ErrFrame *trace;  /* owned: innermost first */
+  int ntrace, dropped;
 } ErrState;
 void err_save(ErrState *saved);
 void err_restore(ErrState *saved);
+void err_state_free(ErrState *saved);
 
-/* Prints the pending error to [out] in the §9 form, with the source line
- * and a caret when the location is known. */
+/* A copy of [s] (new references): re-raising a handled error. */
+ErrState err_state_copy(const ErrState *s);
+
+/* Prints the pending error to [out] in the §9 form: Python's traceback of
+ * the calling lines ("Traceback (most recent call last):", each as
+ * `  File "f.shm", line N, in fn` and its source line) when it has one,
+ * then the located message with the source line and a caret. */
 void err_print(FILE *out);
 
 /* Prints the source line of [loc] and a caret under its column, as the two

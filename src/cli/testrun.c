@@ -483,6 +483,21 @@ static void show_stderr(FILE *rep, const StrList *err) {
     fprintf(rep, "    stderr: %s\n", err->items[i]);
 }
 
+/* Drops a leading traceback ("Traceback (most recent call last):" and
+ * its indented lines) from stderr [got], unless the expected stderr
+ * [want] starts with one: an expect-error names the located message, the
+ * line after the calling lines. */
+static void drop_traceback(StrList *got, const StrList *want) {
+  static const char head[] = "Traceback (most recent call last):";
+  if (!got->len || strcmp(got->items[0], head) != 0) return;
+  if (want->len && strcmp(want->items[0], head) == 0) return;
+  size_t k = 1;
+  while (k < got->len && !strncmp(got->items[k], "  ", 2)) k++;
+  for (size_t i = 0; i < k; i++) shm_free(got->items[i]);
+  memmove(got->items, got->items + k, sizeof(char *) * (got->len - k));
+  got->len -= k;
+}
+
 /* Judges the outcome against the expectations, reporting what differs. */
 static bool judge(FILE *rep, const Expect *e, const Outcome *o, int timeout) {
   StrList out = {0}, err = {0};
@@ -501,6 +516,7 @@ static bool judge(FILE *rep, const Expect *e, const Outcome *o, int timeout) {
     ok = false;
   }
   ok = compare(rep, "stdout", &e->out, &out, false, false) && ok;
+  drop_traceback(&err, &e->err);
   bool err_ok = compare(rep, "stderr", &e->err, &err, e->err.len > 0, e->has_error);
   if (!ok && err_ok) show_stderr(rep, &err);
   list_free(&out);

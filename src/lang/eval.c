@@ -486,6 +486,8 @@ static Value *call_func(Func *f, const CallArgs *a) {
   }
   cur_tree = saved_tree;
   env_release_call_scope(e);
+  /* the calling line joins the error's traceback as it leaves f */
+  if (!ret && cur_frame && cur_frame->stmt) err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
   return ret;
 }
 
@@ -766,6 +768,11 @@ static Value *eval_call(const Node *n, Env *env) {
     cur_loc = n->loc;
     r = val_call(f, &b.a);
     if (!r) err_locate(n->loc);
+    /* a call that failed deeper (a shard_map body, a function a built-in
+     * called) adds this calling line (err_push_frame skips the line the
+     * error itself is on, and a repeat of the last calling line) */
+    if (!r && f->type != V_FUNC && cur_frame && cur_frame->stmt)
+      err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
   }
   argbuf_free(&b);
   val_decref(f);
@@ -1255,8 +1262,7 @@ static Outcome run_handler(const Node *h, Env *env, Value **ret) {
   Outcome o = exec_block(&h->body, env, ret);
   handling = hd.outer;
   if (h->name) env_del(env_target(env, h->name), h->name);
-  shm_free(hd.err.msg);
-  if (hd.err.loc.src) src_decref(hd.err.loc.src);
+  err_state_free(&hd.err);
   return o;
 }
 
@@ -1272,8 +1278,7 @@ static Outcome exec_try(const Node *s, Env *env, Value **ret) {
         err_save(&pending);
         type = eval(h->a, env);
         if (!type) {
-          shm_free(pending.msg);
-          if (pending.loc.src) src_decref(pending.loc.src);
+          err_state_free(&pending);
           return OUT_ERR;
         }
         err_restore(&pending);
@@ -1298,10 +1303,7 @@ static Outcome exec_try(const Node *s, Env *env, Value **ret) {
   if (kept) *ret = NULL;
   Outcome f = exec_block(&s->items2, env, ret);
   if (f != OUT_OK) {
-    if (had) {
-      shm_free(saved.msg);
-      if (saved.loc.src) src_decref(saved.loc.src);
-    }
+    if (had) err_state_free(&saved);
     val_decref(kept);
     return f;
   }
@@ -1349,10 +1351,7 @@ static Outcome exec_with(const Node *s, Env *env, Value **ret) {
     if (had) err_save(&saved);
     if (exit_(cm) < 0) {
       err_locate(s->a->loc);
-      if (had) {
-        shm_free(saved.msg);
-        if (saved.loc.src) src_decref(saved.loc.src);
-      }
+      if (had) err_state_free(&saved);
       if (o == OUT_RETURN && *ret) {
         val_decref(*ret);
         *ret = NULL;
@@ -1373,11 +1372,8 @@ static Outcome exec_raise(const Node *s, Env *env) {
       err_set_at(s->loc, ERR_VALUE, "RuntimeError: No active exception to reraise");
       return OUT_ERR;
     }
-    ErrState copy = handling->err;
-    copy.msg = shm_strdup(handling->err.msg);
-    if (copy.loc.src) src_incref(copy.loc.src);
+    ErrState copy = err_state_copy(&handling->err);
     err_restore(&copy);
-    shm_free(copy.msg);
     return OUT_ERR;
   }
   Value *v = eval(s->a, env);

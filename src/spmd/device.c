@@ -248,8 +248,7 @@ static int collect_errors(Job *job) {
     if (job->failed[r]) pick = r;
   for (int r = 0; r < job->n; r++) {
     if (!job->failed[r] || r == pick) continue;
-    shm_free(job->errs[r].msg);
-    if (job->errs[r].loc.src) src_decref(job->errs[r].loc.src);
+    err_state_free(&job->errs[r]);
   }
   if (pick < 0) return 0;
   err_restore(&job->errs[pick]);

@@ -59,7 +59,7 @@ for p in "$dir"/p*.shm; do
   if [ $a -gt 1 ] || [ $b -gt 1 ]; then bad="exit statuses $a (threaded) and $b (reference): a hang or a crash"
   elif [ $a -ne $b ]; then bad="threaded exit $a, reference exit $b"
   elif [ $a -eq 0 ] && ! cmp -s "$p.out" "$p.ref"; then bad="threaded and reference outputs differ"
-  elif [ $a -eq 1 ] && ! head -n 1 "$p.err" | grep -qE '^[^:]+:[0-9]+:[0-9]+: error: '; then bad="an error without a location"
+  elif [ $a -eq 1 ] && ! grep -v '^Traceback (most recent call last):$\|^  ' "$p.err" | head -n 1 | grep -qE '^[^:]+:[0-9]+:[0-9]+: error: '; then bad="an error without a location"
   fi
   if [ -n "$bad" ]; then
     echo "FAIL $(basename "$p"): $bad"; sed 's/^/    /' "$p"; head -n 3 "$p.err" "$p.referr" | sed 's/^/    /'

@@ -17,7 +17,7 @@ for n in 2 32; do
   want="^[^:]+:$psum_i:13: error: on device \(i=0, j=0\): collective mismatch: device \(i=0, j=0\) reached psum over 'i' of f32\[$n,$n\] at line $psum_i, device \(i=1, j=0\) (reached psum over 'j' of f32\[$n,$n\] at line $psum_j|went past its collective number 0 without device \(i=0, j=0\))$"
   for run in 1 2 3 4 5; do
     out=$(timeout 30 "$shmap" "$prog" 2>"$prog.err.$$"); status=$?
-    first=$(head -n 1 "$prog.err.$$")
+    first=$(grep -v '^Traceback (most recent call last):$\|^  ' "$prog.err.$$" | head -n 1)   # the located message, after any traceback
     rm -f "$prog.err.$$"
     if [ $status -ne 1 ] || [ -n "$out" ] || ! [[ $first =~ $want ]]; then
       echo "FAIL ${n}x$n run $run: status $status, stdout '$out', stderr: $first"
