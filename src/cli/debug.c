@@ -1823,6 +1823,10 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
     printf("*** not stopped inside a shard_map body\n");
     return;
   }
+  /* each device in the frame as many levels up as the focused one is
+   * (`up` and `down` select it for all of them) */
+  const Stack *fs = focus_stack(st);
+  int up = fs && st->level >= st->main.n ? fs->n - 1 - (st->level - st->main.n) : 0;
   for (int r = 0; r < st->ndev; r++) {
     snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
     const Stack *s = &st->dev[r];
@@ -1831,7 +1835,8 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
       printf("%s(%s)\n", prefix, state);
       continue;
     }
-    char *t = value_text(st, &s->v[s->n - 1], r, expr, pretty, FAIL_P);
+    int k = s->n - 1 - up;
+    char *t = value_text(st, &s->v[k < 0 ? 0 : k], r, expr, pretty, FAIL_P);
     if (t) print_prefixed(prefix, t);
     shm_free(t);
   }
@@ -1854,6 +1859,39 @@ static int print_value(Stop *st, const char *arg, bool pretty) {
     shm_free(t);
   }
   shm_free(expr);
+  return 0;
+}
+
+/* condition N [cond]: sets breakpoint N's condition, or removes it (pdb). */
+static int cmd_condition(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  char *end;
+  long n = strtol(arg, &end, 10);
+  if (end == arg) return printf("*** usage: condition bpnumber [condition]\n"), 0;
+  while (*end == ' ') end++;
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find((int)n);
+  if (!b) {
+    printf("*** No breakpoint numbered %ld\n", n);
+  } else {
+    shm_free(b->cond);
+    b->cond = *end ? shm_strdup(end) : NULL;
+    if (b->cond) printf("New condition set for breakpoint %ld.\n", n);
+    else printf("Breakpoint %ld is now unconditional.\n", n);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  return 0;
+}
+
+/* whatis expr: the type of its value (pdb). */
+static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const View *v = st_cur(st);
+  if (!v || !*arg) return printf("*** usage: whatis expression\n"), 0;
+  Value *x = eval_in(st, v, st_rank_of(st, st->level), arg);
+  if (!x) return print_error(), 0;
+  printf("<class '%s'>\n", val_type_name(x));
+  val_decref(x);
   return 0;
 }
 
@@ -1949,6 +1987,9 @@ static const Cmd commands[] = {
      "condition is evaluated on each device; the first device meeting it stops all."},
     {"tbreak", cmd_tbreak, "tbreak [([file:]line | function) [, condition]]",
      "Set a temporary breakpoint, deleted when first hit."},
+    {"condition", cmd_condition, "condition bpnumber [condition]",
+     "Set a new condition for the breakpoint, or without one make it unconditional."},
+    {"whatis", cmd_whatis, "whatis expression", "Print the type of the expression's value."},
     {"cl clear", cmd_clear, "cl(ear) [number ... | file:line]",
      "Delete breakpoints; without argument, all of them (after asking)."},
     {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
