@@ -501,6 +501,8 @@ static Value *bi_outer(const CallArgs *a) {
 
 /* ---- einsum ---------------------------------------------------------------- */
 
+static Value *bi_einsum(const CallArgs *a);
+
 /* One operand during einsum: its array and the letter of each axis. */
 typedef struct EinOp {
   Value *x;
@@ -705,9 +707,82 @@ static void strip_spaces(const char *s, char *buf, size_t cap) {
   buf[k] = 0;
 }
 
+/* einsum with curly-brace named axes inside an xmap (LANGUAGE.md §10,
+ * 'n{b,k},{k,m}->n{b,m}'): the positional einsum of the letters outside
+ * the braces, acting per named index as everything does, then a sum over
+ * the names the inputs carry and the output does not (contracted). */
+static Value *ein_named(const char *eq, const CallArgs *a) {
+  char pos[512], names_in[64][32], names_out[64][32];
+  int nin = 0, nout = 0;
+  size_t k = 0;
+  bool in_out = false;
+  for (const char *p = eq; *p && k + 2 < sizeof pos; p++) {
+    if (p[0] == '-' && p[1] == '>') in_out = true;
+    if (*p != '{') {
+      pos[k++] = *p;
+      continue;
+    }
+    const char *end = strchr(p, '}');
+    if (!end) return err_set(ERR_VALUE, "einsum(): unclosed '{' in the equation");
+    for (const char *q = p + 1; q < end;) {
+      while (q < end && (*q == ',' || *q == ' ')) q++;
+      const char *w = q;
+      while (q < end && *q != ',' && *q != ' ') q++;
+      if (q == w) continue;
+      char (*into)[32] = in_out ? names_out : names_in;
+      int *n = in_out ? &nout : &nin;
+      if (*n == 64 || q - w >= 32) return err_set(ERR_VALUE, "einsum(): too many or too long axis names");
+      snprintf(into[*n], 32, "%.*s", (int)(q - w), w);
+      (*n)++;
+    }
+    p = end;
+  }
+  pos[k] = 0;
+  for (int i = 0; i < nout; i++) {
+    bool found = false;
+    for (int j = 0; j < nin; j++) found |= !strcmp(names_out[i], names_in[j]);
+    if (!found)
+      return err_set(ERR_VALUE, "einsum(): output axis name '%s' does not appear in an input",
+                     names_out[i]);
+  }
+  Value *ps = str_from(pos);
+  if (!ps) return NULL;
+  Value **args = shm_calloc((size_t)a->nargs, sizeof(Value *));
+  if (!args) {
+    val_decref(ps);
+    return err_nomem();
+  }
+  args[0] = ps;
+  for (int i = 1; i < a->nargs; i++) args[i] = a->args[i];
+  CallArgs c = {a->nargs, args, 0, NULL, NULL};
+  Value *r = bi_einsum(&c);
+  shm_free(args);
+  val_decref(ps);
+  /* the contracted names: in an input, not in the output (each once) */
+  Value *sum = list_new(4);
+  for (int i = 0; r && sum && i < nin; i++) {
+    bool kept = false, seen = false;
+    for (int j = 0; j < nout; j++) kept |= !strcmp(names_in[i], names_out[j]);
+    for (int j = 0; j < i; j++) seen |= !strcmp(names_in[i], names_in[j]);
+    if (kept || seen) continue;
+    Value *nm = str_from(names_in[i]);
+    if (!nm || list_append_steal(sum, nm) < 0) {
+      val_decref(r);
+      r = NULL;
+    }
+  }
+  Value *t = sum && r && list_len(sum) ? tuple_pack(list_len(sum), ((List *)sum)->items) : NULL;
+  Value *out = t ? ops_named_reduce(P_REDUCE_SUM, r, t, false) : r ? val_incref(r) : NULL;
+  if (t) val_decref(t);
+  if (sum) val_decref(sum);
+  if (r) val_decref(r);
+  return out;
+}
+
 static Value *bi_einsum(const CallArgs *a) {
   if (a->nargs < 2 || a->args[0]->type != V_STR)
     return err_set(ERR_TYPE, "einsum() takes a subscripts string and at least one operand");
+  if (strchr(str_cstr(a->args[0]), '{')) return ein_named(str_cstr(a->args[0]), a);
   int n = a->nargs - 1;
   if (n > 32) return err_set(ERR_VALUE, "einsum: too many operands");
   char eq[1024];
