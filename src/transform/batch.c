@@ -348,6 +348,32 @@ static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value
                  bt->resources ? " with axis_resources" : rest ? " together with mesh axes" : "");
 }
 
+/* Whether two named axes mapped to a common mesh axis would meet in one
+ * value: an operand of [bt]'s operation carries another named axis whose
+ * resources share a mesh axis with [bt]'s (seed 001: they can never both
+ * be in one named shape; the seed's first release did not check it).
+ * -1 with the error naming both axes, the mesh axis and the line. */
+static int resources_clash(const BatchTrace *bt, int nin, Value **in) {
+  size_t na, nb;
+  Value *const *ia, *const *ib;
+  if (!val_seq(bt->resources, &na, &ia)) return 0;
+  for (int i = 0; i < nin; i++)
+    for (Value *v = in[i]; IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
+      const BatchTrace *o = batch_find(((Tracer *)v)->trace_id);
+      if (!o || o == bt || !o->resources || !val_seq(o->resources, &nb, &ib)) continue;
+      for (size_t a = 0; a < na; a++)
+        for (size_t b = 0; b < nb; b++)
+          if (!strcmp(str_cstr(ia[a]), str_cstr(ib[b]))) {
+            err_set(ERR_VALUE, "xmap: the named axes '%s' and '%s' are both mapped to mesh axis "
+                               "'%s', so they cannot meet in one value (line %d); reduce one "
+                               "of them first, or map them to different mesh axes",
+                    bt->name, o->name, str_cstr(ia[a]), prim_line_hook ? prim_line_hook() : 0);
+            return -1;
+          }
+    }
+  return 0;
+}
+
 /* The batch trace's KindApply. */
 static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Params *p) {
   BatchTrace *bt = batch_find(top->trace_id);
@@ -369,6 +395,7 @@ static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Par
     if (rest) val_decref(rest);
     return r && od >= 0 ? batch_tracer(bt->id, r, od) : r;
   }
+  if (bt->resources && resources_clash(bt, nin, in) < 0) return NULL;
   BatchRule rule = prim_table[id].rules.batch;
   int rc = rule ? rule(vals, dims, nin, p, &r, &od) : BATCH_BY_LOOP;
   if (rc == BATCH_BY_LOOP) {
