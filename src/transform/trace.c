@@ -417,8 +417,37 @@ static void tracer_free(Value *v) {
   shm_free(v);
 }
 
+/* "f32[5]{batch=20, b=3}": the aval, then the named axes the value
+ * carries (LANGUAGE.md §10), into [buf]; false when it carries none. */
+static bool named_aval_str(Value *v, const AVal *a, char *buf, size_t cap) {
+  Value *ns = ops_named_shape_hook ? ops_named_shape_hook(v) : NULL;
+  if (!ns) {
+    err_clear();
+    return false;
+  }
+  Dict *d = (Dict *)ns;
+  bool named = d->len > 0;
+  if (named) {
+    aval_str(buf, cap, a->dtype, a->ndim, a->shape);
+    size_t o = strlen(buf);
+    o += (size_t)snprintf(buf + o, cap - o, "{");
+    for (size_t i = d->len; i-- > 0 && o < cap;) {   /* outermost name first */
+      int64_t n = 0;
+      arr_to_index(d->vals[i], &n);
+      o += (size_t)snprintf(buf + o, cap - o, "%s%s=%lld", i + 1 < d->len ? ", " : "",
+                            str_cstr(d->keys[i]), (long long)n);
+    }
+    if (o < cap) snprintf(buf + o, cap - o, "}");
+  }
+  val_decref(ns);
+  return named;
+}
+
 static Value *tracer_repr(Value *v) {
   Tracer *x = (Tracer *)v;
+  char named[320];
+  if (x->kind == TR_BATCH && named_aval_str(v, &x->aval, named, sizeof named))
+    return str_printf("Traced<%s>", named);
   /* a value being differentiated or batched eagerly: its value shows (the
    * primal, the batch), as JAX shows a ConcreteArray, so a debugger stop
    * in a function grad runs prints numbers */
