@@ -29,6 +29,8 @@ echo
 echo "== value_and_grad of a 2-layer MLP (batch 256, width 1024): shmap eager and jit | NumPy by hand"
 "$shmap" --devices 1 "$here/grad_mlp.shm"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/grad_mlp.py"; fi
+echo "== seed 001's network, positional and named (xmap) under each axis_resources, eager and jit"
+"$shmap" "$here/xmap_network.shm"
 
 echo
 echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf)"

@@ -1067,3 +1067,19 @@ Value *batch_while(Value *cf, Value *bf, Value *init,
   val_decref(&w->base.hdr);
   return r;
 }
+
+bool batch_axis_info(const char *name, unsigned *id, int64_t *size, Value **resources) {
+  BatchTrace *b = batch_named(name);
+  if (!b) return false;
+  *id = b->id;
+  *size = b->size;
+  *resources = b->resources;
+  return true;
+}
+
+int64_t batch_trace_size(unsigned id) {
+  BatchTrace *b = batch_find(id);
+  return b ? b->size : 0;
+}
+
+Value *batch_wrap_steal(unsigned id, Value *x, int axis) { return batch_tracer(id, x, axis); }

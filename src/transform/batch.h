@@ -67,6 +67,17 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size);
  * results batched along it.  Same contract as shardmap_call. */
 Value *batch_shard_map(Value *f, const CallArgs *a);
 
+/* The innermost trace of named axis [name] in scope on this thread: its
+ * id, its (block) size and its resources (a borrowed tuple of mesh axes,
+ * or NULL); false when no such axis is in scope. */
+bool batch_axis_info(const char *name, unsigned *id, int64_t *size, Value **resources);
+
+/* The (block) size of batch trace [id] of this thread, 0 if none. */
+int64_t batch_trace_size(unsigned id);
+
+/* batch_wrap, taking [x]'s reference (also on failure). */
+Value *batch_wrap_steal(unsigned id, Value *x, int axis);
+
 /* Whether [tree] has a batch tracer among its leaves. */
 bool batch_has_leaf(Value *tree);
 

@@ -14,6 +14,7 @@
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
+#include "transform/trace.h"
 #include "transform/xmap.h"
 
 enum { XM_MAXNAMES = 16 };
@@ -569,6 +570,148 @@ static Value *bi_xmap(const CallArgs *a) {
 /* lax.pdot(x, y, axis_name, pos_contract=((), ()), pos_batch=((), ())):
  * multiplies with name broadcasting (a dot_general over the positional
  * dimensions given) and sums over the named axes axis_name. */
+/* The batch traces [v] is wrapped in, outermost (largest id) first. */
+static int chain_ids(Value *v, unsigned *ids, int cap) {
+  int n = 0;
+  for (; IS_BATCH_TRACER(v) && n < cap; v = ((Tracer *)v)->batched) ids[n++] = ((Tracer *)v)->trace_id;
+  return IS_BATCH_TRACER(v) ? -1 : n;
+}
+
+static int index_of(const unsigned *ids, int n, unsigned id) {
+  for (int i = 0; i < n; i++)
+    if (ids[i] == id) return i;
+  return -1;
+}
+
+/* [v] with every batch trace of [ids] (outermost first) unwrapped: a plain
+ * value whose leading axes are those traces' in ascending id order. */
+static Value *unwrap_all(Value *v, const unsigned *ids, const int64_t *sizes, int n) {
+  Value *u = val_incref(v);
+  for (int i = 0; u && i < n; i++) {
+    Value *w = batch_unwrap_front(ids[i], u, sizes[i]);
+    val_decref(u);
+    u = w;
+  }
+  return u;
+}
+
+/* Reads pdot's ((lhs dims), (rhs dims)) [pair] into [l], [r], each shifted
+ * by [sl], [sr]; its length, or -1 when malformed. */
+static int dims_pair(Value *pair, int64_t *l, int64_t *r, int64_t sl, int64_t sr) {
+  if (!pair || pair == VAL_NONE) return 0;
+  size_t two, k1, k2;
+  Value *const *pp, *const *a, *const *b;
+  if (!val_seq(pair, &two, &pp) || two != 2 || !val_seq(pp[0], &k1, &a) || !val_seq(pp[1], &k2, &b) ||
+      k1 != k2 || k1 > SHM_MAXDIM)
+    return -1;
+  for (size_t i = 0; i < k1; i++) {
+    if (arr_to_index(a[i], &l[i]) < 0 || arr_to_index(b[i], &r[i]) < 0) return err_clear(), -1;
+    l[i] += sl, r[i] += sr;
+  }
+  return (int)k1;
+}
+
+/* pdot over names both operands carry, as one dot_general: every named
+ * axis of both made positional, the pdot names contracted, the names both
+ * carry besides made batch dimensions, the others free; the named axes
+ * then put back (a batched matmul, not a broadcast product and a sum), and
+ * a psum across the mesh axes of a contracted name's resources.  NULL
+ * without an error when it does not apply (a name one operand lacks). */
+static Value *pdot_fast(Value *x, Value *y, Value *names, Value *pc, Value *pb) {
+  size_t nn;
+  Value *const *items;
+  unsigned xi[16], yi[16], ci[16];
+  int nx = chain_ids(x, xi, 16), ny = chain_ids(y, yi, 16);
+  if (nx < 0 || ny < 0 || !val_seq(names, &nn, &items) || nn == 0 || nn > 16) return NULL;
+  Value *res[16];
+  for (size_t i = 0; i < nn; i++) {
+    int64_t sz;
+    if (items[i]->type != V_STR ||
+        !batch_axis_info(intern_cstr(str_cstr(items[i])), &ci[i], &sz, &res[i]) ||
+        index_of(xi, nx, ci[i]) < 0 || index_of(yi, ny, ci[i]) < 0)
+      return NULL;
+  }
+  /* every trace either carries, ascending: their positions once unwrapped */
+  unsigned all[32];
+  int na = 0;
+  for (int i = 0; i < nx; i++) all[na++] = xi[i];
+  for (int i = 0; i < ny; i++)
+    if (index_of(all, na, yi[i]) < 0) all[na++] = yi[i];
+  for (int i = 1; i < na; i++)
+    for (int j = i; j > 0 && all[j - 1] > all[j]; j--) {
+      unsigned t = all[j];
+      all[j] = all[j - 1], all[j - 1] = t;
+    }
+  int64_t sizes[32];
+  for (int i = 0; i < na; i++) sizes[i] = batch_trace_size(all[i]);
+  int64_t xs[16], ys[16];
+  for (int i = 0; i < nx; i++) xs[i] = sizes[index_of(all, na, xi[i])];
+  for (int i = 0; i < ny; i++) ys[i] = sizes[index_of(all, na, yi[i])];
+  /* a trace's axis in x: its rank among x's traces, ascending */
+  int64_t lc[SHM_MAXDIM], rc[SHM_MAXDIM], lb[SHM_MAXDIM], rb[SHM_MAXDIM];
+  int nc = 0, nb = 0, px[32], py[32];
+  for (int t = 0, kx = 0, ky = 0; t < na; t++) {
+    px[t] = index_of(xi, nx, all[t]) >= 0 ? kx++ : -1;
+    py[t] = index_of(yi, ny, all[t]) >= 0 ? ky++ : -1;
+  }
+  unsigned outn[32];
+  int nout = 0, nbn = 0;
+  for (int t = 0; t < na; t++) {
+    bool contracted = index_of(ci, (int)nn, all[t]) >= 0;
+    if (contracted) lc[nc] = px[t], rc[nc++] = py[t];
+    else if (px[t] >= 0 && py[t] >= 0) lb[nb] = px[t], rb[nb++] = py[t], outn[nout++] = all[t], nbn++;
+  }
+  int npc = dims_pair(pc, lc + nc, rc + nc, nx, ny), npb = dims_pair(pb, lb + nb, rb + nb, nx, ny);
+  if (npc < 0 || npb < 0 || nc + npc > SHM_MAXDIM || nb + npb > SHM_MAXDIM) return NULL;
+  nc += npc;
+  nb += npb;
+  /* output: batch dims (named, then positional), x's free, y's free */
+  int pos_out[32];
+  for (int i = 0; i < nbn; i++) pos_out[i] = i;
+  int next = nb;
+  for (int t = 0; t < na; t++)   /* x-only names: x's free axes, names first */
+    if (px[t] >= 0 && py[t] < 0) outn[nout] = all[t], pos_out[nout++] = next++;
+  AVal xa;
+  if (prim_value_aval(x, &xa) < 0) return NULL;
+  next += xa.ndim - npc - npb;   /* x's positional free axes */
+  for (int t = 0; t < na; t++)
+    if (py[t] >= 0 && px[t] < 0) outn[nout] = all[t], pos_out[nout++] = next++;
+  Value *xu = unwrap_all(x, xi, xs, nx), *yu = xu ? unwrap_all(y, yi, ys, ny) : NULL, *r = NULL;
+  if (xu && yu) {
+    Value *dn = tuple_pack(2, (Value *[]){tuple_pack(2, (Value *[]){val_int_tuple(nc, lc), val_int_tuple(nc, rc)}),
+                                          tuple_pack(2, (Value *[]){val_int_tuple(nb, lb), val_int_tuple(nb, rb)})});
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension_numbers", dn);
+    r = prim_apply_rule(P_DOT_GENERAL, 2, (Value *[]){xu, yu}, &p);
+  }
+  if (xu) val_decref(xu);
+  if (yu) val_decref(yu);
+  /* the names back, the smallest id innermost; each wrap removes an axis */
+  for (int k = 0; r && k < nout; k++) {
+    int best = -1;
+    for (int j = 0; j < nout; j++)
+      if (pos_out[j] >= 0 && (best < 0 || outn[j] < outn[best])) best = j;
+    int at = pos_out[best];
+    r = batch_wrap_steal(outn[best], r, at);
+    pos_out[best] = -1;
+    for (int j = 0; j < nout; j++)
+      if (pos_out[j] > at) pos_out[j]--;
+  }
+  for (size_t i = 0; r && i < nn; i++) {   /* a name split over mesh axes: the other blocks too */
+    if (!res[i]) continue;
+    Params q;
+    params_init(&q);
+    params_add(&q, "axes", val_incref(res[i]));
+    params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+    Value *s2 = prim_bind(P_PSUM, 1, &r, &q);
+    params_clear(&q);
+    val_decref(r);
+    r = s2;
+  }
+  return r;
+}
+
 static Value *bi_pdot(const CallArgs *a) {
   Value *x, *y, *name, *pc = NULL, *pb = NULL;
   if (args_bind("pdot", a, "x, y, axis_name, pos_contract=, pos_batch=",
@@ -576,6 +719,11 @@ static Value *bi_pdot(const CallArgs *a) {
     return NULL;
   Value *names = name->type == V_STR ? tuple_pack(1, &name) : val_incref(name);
   if (!names) return NULL;
+  Value *fast = pdot_fast(x, y, names, pc, pb);
+  if (fast || err_occurred()) {
+    val_decref(names);
+    return fast;
+  }
   Value *prod;
   bool positional = (pc && pc != VAL_NONE) || (pb && pb != VAL_NONE);
   if (positional) {
