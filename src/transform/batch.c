@@ -324,6 +324,30 @@ fail:
   return NULL;
 }
 
+/* all_gather over a named axis split over mesh axes (axis_resources): the
+ * device's blocks gathered locally ([g], consumed), then the devices'
+ * concatenated along the same axis in device order, which is the named
+ * axis's order (its block j of device k is index k * block + j). */
+static Value *gather_across(const BatchTrace *bt, Value *g, const Params *p) {
+  if (!g || !bt->resources) return g;
+  int64_t ax = 0;
+  if (params_int(p, "all_gather_dimension", &ax) < 0) {
+    val_decref(g);
+    return NULL;
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(bt->resources));
+  params_add(&q, "all_gather_dimension", val_int(ax));
+  params_add(&q, "axis_size", val_int(bt->res_size));
+  params_add(&q, "tiled", val_bool(true));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(P_ALL_GATHER, 1, &g, &q);
+  params_clear(&q);
+  val_decref(g);
+  return r;
+}
+
 /* A collective over the vmap axis's name; [*od]: the result's batch axis
  * (-1: the same for every example). */
 static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value *rest,
@@ -333,8 +357,7 @@ static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value
   case P_PSUM: case P_PMAX: case P_PMIN:
     return named_reduce(id, x, d, bt, rest, p);
   case P_ALL_GATHER:
-    if (bt->resources) break;
-    if (!rest) return named_gather(x, d, bt->size, p);
+    if (!rest) return gather_across(bt, named_gather(x, d, bt->size, p), p);
     break;
   case P_PPERMUTE:
     if (bt->resources) break;
