@@ -61,6 +61,8 @@ static Value *repeat_front(Value *x, int64_t b) {
   return app(P_BROADCAST_IN_DIM, 1, &x, &p);
 }
 
+Value *prim_batch_repeat_front(Value *x, int64_t b) { return repeat_front(x, b); }
+
 /* Operand [i] with its batch axis first, or repeated along one. */
 static Value *front(Value **in, const int *dims, int i, int64_t b) {
   return dims[i] >= 0 ? moveaxis(in[i], dims[i], 0) : repeat_front(in[i], b);

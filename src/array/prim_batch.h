@@ -24,4 +24,8 @@ int64_t prim_batch_size(Value **in, const int *dims, int nin);
  * a new reference, or NULL with the error set). */
 Value *prim_batch_moveaxis(Value *x, int from, int to);
 
+/* [x] repeated [b] times along a new leading axis, its own axes after it
+ * (a new reference, or NULL with the error set). */
+Value *prim_batch_repeat_front(Value *x, int64_t b);
+
 #endif

@@ -348,6 +348,89 @@ static Value *gather_across(const BatchTrace *bt, Value *g, const Params *p) {
   return r;
 }
 
+/* ppermute (and pshuffle) over a named axis split over mesh axes: the
+ * whole axis gathered from every device, then each device takes, for each
+ * position of its block, the source the perm gives it (zeros where none):
+ * correct for any permutation, at the cost of one all_gather. */
+static Value *permute_across(const BatchTrace *bt, Value *x, int d, const Params *p, int *od) {
+  int64_t n = global_size(bt), b = bt->size;
+  Value *perm = params_get(p, "perm");
+  size_t np, k;
+  Value *const *items, *const *pr;
+  if (!perm || !val_seq(perm, &np, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
+  Array *src = arr_zeros(DT_I32, 1, &n), *has = arr_zeros(DT_BOOL, 1, &n);
+  Value *r = NULL, *whole = NULL, *local = NULL, *dev = NULL, *pos = NULL, *si = NULL, *hi = NULL;
+  if (!src || !has) goto out;
+  for (size_t i = 0; i < np; i++) {
+    int64_t s0, t0;
+    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s0) < 0 ||
+        arr_to_index(pr[1], &t0) < 0 || s0 < 0 || t0 < 0 || s0 >= n || t0 >= n) {
+      err_clear();
+      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld", (long long)n);
+      goto out;
+    }
+    ((int32_t *)arr_data(src))[t0] = (int32_t)s0;
+    ((uint8_t *)arr_data(has))[t0] = 1;
+  }
+  /* the whole axis, first: this device's block moved to the front, then
+   * every device's concatenated in order */
+  local = d >= 0 ? prim_batch_moveaxis(x, d, 0) : prim_batch_repeat_front(x, b);
+  if (!local) goto out;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(bt->resources));
+  params_add(&q, "all_gather_dimension", val_int(0));
+  params_add(&q, "axis_size", val_int(bt->res_size));
+  params_add(&q, "tiled", val_bool(true));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  whole = prim_bind(P_ALL_GATHER, 1, &local, &q);
+  params_clear(&q);
+  /* this device's positions along the axis, and their sources */
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(bt->resources));
+  dev = whole ? prim_bind(P_AXIS_INDEX, 0, NULL, &q) : NULL;
+  params_clear(&q);
+  params_init(&q);
+  params_add(&q, "dtype", dtype_value(DT_I32));
+  params_add(&q, "shape", val_int_tuple(1, &b));
+  params_add(&q, "dimension", val_int(0));
+  Value *io = dev ? prim_apply(P_IOTA, 0, NULL, &q) : NULL;
+  params_clear(&q);
+  Value *bv = io ? val_int(b) : NULL, *start = bv ? ops_binary(OP_MUL, dev, bv) : NULL;
+  pos = start ? ops_binary(OP_ADD, io, start) : NULL;
+  if (io) val_decref(io);
+  if (bv) val_decref(bv);
+  if (start) val_decref(start);
+  params_init(&q);
+  params_add(&q, "axis", val_int(0));
+  si = pos ? prim_apply(P_GATHER, 2, (Value *[]){&src->hdr, pos}, &q) : NULL;
+  hi = si ? prim_apply(P_GATHER, 2, (Value *[]){&has->hdr, pos}, &q) : NULL;
+  Value *g = hi ? prim_apply(P_GATHER, 2, (Value *[]){whole, si}, &q) : NULL;
+  params_clear(&q);
+  if (g) {   /* zeros where nothing arrives */
+    AVal ga;
+    prim_value_aval(g, &ga);
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(ga.ndim, ga.shape));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(1, (int64_t[]){0}));
+    Value *mb = prim_apply(P_BROADCAST_IN_DIM, 1, &hi, &q);
+    params_clear(&q);
+    Array *z = arr_scalar_f64(ga.dtype, 0.0, false);
+    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
+    if (mb) val_decref(mb);
+    if (z) val_decref(&z->hdr);
+    val_decref(g);
+  }
+  *od = 0;
+out:
+  if (src) val_decref(&src->hdr);
+  if (has) val_decref(&has->hdr);
+  Value *tmp[] = {whole, local, dev, pos, si, hi};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
 /* A collective over the vmap axis's name; [*od]: the result's batch axis
  * (-1: the same for every example). */
 static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value *rest,
@@ -360,7 +443,7 @@ static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value
     if (!rest) return gather_across(bt, named_gather(x, d, bt->size, p), p);
     break;
   case P_PPERMUTE:
-    if (bt->resources) break;
+    if (bt->resources && !rest) return permute_across(bt, x, d, p, od);
     if (!rest) return named_permute(x, d, bt->size, p, od);
     break;
   default:
@@ -469,7 +552,7 @@ static Value *vmap_axis_index(const char *name) {
   if (r && b->resources) {   /* this device's block starts at its index times the block */
     params_init(&p);
     params_add(&p, "axis_name", val_incref(b->resources));
-    Value *dev = prim_apply(P_AXIS_INDEX, 0, NULL, &p);
+    Value *dev = prim_bind(P_AXIS_INDEX, 0, NULL, &p);
     params_clear(&p);
     Value *blk = dev ? val_int(b->size) : NULL, *start = blk ? ops_binary(OP_MUL, dev, blk) : NULL;
     Value *sum = start ? ops_binary(OP_ADD, r, start) : NULL;
@@ -851,17 +934,7 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size) {
   if (is_batch_of(v, id)) return prim_batch_moveaxis(((Tracer *)v)->batched, ((Tracer *)v)->bdim, 0);
   if (batch_carries(v, id))   /* callers unwrap the innermost traces first */
     return err_set(ERR_VALUE, "xmap: a named axis is nested under another one");
-  AVal a;
-  if (prim_value_aval(v, &a) < 0) return NULL;
-  int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
-  sh[0] = size;
-  for (int i = 0; i < a.ndim; i++) sh[i + 1] = a.shape[i], bd[i] = i + 1;
-  Params p;
-  params_init(&p);
-  params_add(&p, "shape", val_int_tuple(a.ndim + 1, sh));
-  params_add(&p, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
-  Value *r = prim_apply_rule(P_BROADCAST_IN_DIM, 1, &v, &p);
-  return r;
+  return prim_batch_repeat_front(v, size);
 }
 
 /* ==== named axes seen by the language: reductions, .named_shape, one_hot ========= */
