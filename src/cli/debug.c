@@ -333,6 +333,7 @@ static struct {
   DbgCall *helper_job;    /* (L) the call the helper is to run */
   bool helper_exit;       /* (L) the helper is to end */
   bool installed;         /* dbg_init ran (main thread, before any device) */
+  atomic_bool entered;    /* a prompt has been shown: Ctrl-C now stops, as in pdb */
   bool post_mortem;       /* --pm (read-only after init) */
   atomic_bool engaged;    /* the hook has work beyond breakpoint() */
   _Atomic(DbgCall *) call;/* the call running through dbg_coll_run */
@@ -540,8 +541,24 @@ static int device_hook(Frame *f, const Node *stmt) {
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
+/* Ctrl-C once the debugger has been entered (after `c`, in a long loop):
+ * pdb's "Program interrupted", then a stop at the current line of the
+ * main thread or, inside a body, of every device (the first thread to see
+ * it takes it). */
+static bool take_interrupt(void) {
+  if (!shm_interrupt_pending() || !atomic_load(&dbg.entered) || tls_busy) return false;
+  if (!atomic_exchange(&shm_interrupted, 0)) return false;
+  printf("\nProgram interrupted. (Use 'cont' to resume).\n");
+  fflush(stdout);
+  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  if (c && dev_on_device_thread()) atomic_store(&c->stop, true);
+  atomic_store(&dbg.engaged, true);
+  return true;
+}
+
 static int dbg_hook(Frame *f, const Node *stmt) {
   if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
+  if (take_interrupt() && !dev_on_device_thread()) tls_break_next = true;
   if (tls_busy) return 0;
   if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_hook(f, stmt);
@@ -2137,6 +2154,7 @@ static Resume interact(Stop *st) {
 
 /* A stop of the main thread at frame [f], outside any shard_map call. */
 static int stop_main(Frame *f) {
+  atomic_store(&dbg.entered, true);
   Stop st = {0};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
@@ -2178,6 +2196,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
 /* A stop of the devices of call [c] (every one parked, done or waiting
  * in a collective); returns the command that resumes them. */
 static Resume stop_devices(DbgCall *c) {
+  atomic_store(&dbg.entered, true);
   Stop st = {0};
   st.call = c;
   st.mesh = &c->mesh;
