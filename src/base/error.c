@@ -11,6 +11,7 @@
 #include "base/mem.h"
 
 atomic_int shm_interrupted;
+atomic_int shm_interrupt_to_debugger, shm_debugger_interrupted;
 
 /* ---- sources ---------------------------------------------------------- */
 

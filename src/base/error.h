@@ -81,6 +81,13 @@ typedef enum {
  * ERR_INTERRUPT error or a debugger stop clears it. */
 extern atomic_int shm_interrupted;
 
+/* Ctrl-C for the debugger instead (cli/debug.c sets [shm_interrupt_to_debugger]
+ * once it has been entered): the SIGINT handler raises
+ * [shm_debugger_interrupted], which only the debugger's statement hook
+ * reads, so no kernel, loop or collective fails with "interrupted" while
+ * the devices are being stopped where they are. */
+extern atomic_int shm_interrupt_to_debugger, shm_debugger_interrupted;
+
 static inline bool shm_interrupt_pending(void) {
   return atomic_load_explicit(&shm_interrupted, memory_order_relaxed) != 0;
 }

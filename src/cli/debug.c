@@ -546,8 +546,9 @@ static int device_hook(Frame *f, const Node *stmt) {
  * main thread or, inside a body, of every device (the first thread to see
  * it takes it). */
 static bool take_interrupt(void) {
-  if (!shm_interrupt_pending() || !atomic_load(&dbg.entered) || tls_busy) return false;
-  if (!atomic_exchange(&shm_interrupted, 0)) return false;
+  if (!atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed) || tls_busy)
+    return false;
+  if (!atomic_exchange(&shm_debugger_interrupted, 0)) return false;
   printf("\nProgram interrupted. (Use 'cont' to resume).\n");
   fflush(stdout);
   DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
@@ -2116,7 +2117,7 @@ static int dispatch(Stop *st, const char *line, Resume *r) {
 /* ==== stops ============================================================================ */
 
 /* The prompt loop of one stop; returns the command that resumes. */
-static Resume interact(Stop *st) {
+static Resume interact_prompt(Stop *st) {
   Resume r = {RM_QUIT, 0, 0};
   char prompt[256];
   const Stop *outer = comp.stop;
@@ -2149,6 +2150,17 @@ static Resume interact(Stop *st) {
   tls_busy = false;
   tls_break_next = false;
   fflush(stdout);
+  return r;
+}
+
+/* The prompt: Ctrl-C there is readline's (it abandons the line); once a
+ * command resumes the program, Ctrl-C stops it again (take_interrupt). */
+static Resume interact(Stop *st) {
+  atomic_store(&shm_interrupt_to_debugger, 0);
+  atomic_store(&shm_debugger_interrupted, 0);
+  Resume r = interact_prompt(st);
+  atomic_store(&shm_interrupted, 0);
+  atomic_store(&shm_interrupt_to_debugger, r.mode != RM_QUIT);
   return r;
 }
 

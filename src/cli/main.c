@@ -241,6 +241,10 @@ static int merge_options(const CmdLine *cl) {
  * before the first was noticed (a long kernel) ends the process the
  * default way, so a run can always be stopped. */
 static void on_sigint(int sig) {
+  if (atomic_load(&shm_interrupt_to_debugger)) {   /* the debugger stops the program */
+    atomic_store(&shm_debugger_interrupted, 1);
+    return;
+  }
   if (atomic_exchange(&shm_interrupted, 1) && !shm_options.interactive) {
     signal(sig, SIG_DFL);
     raise(sig);

@@ -63,7 +63,7 @@ keys c Enter
 sleep 0.5
 keys C-c
 wait_for '^Program interrupted. (Use .cont. to resume).$'
-wait_for '^-> while True:$' 2
+wait_for '^-> ' 2   # the line it was on: the loop's test or its body
 keys 'p i > 0' Enter
 wait_for '^Array(True, dtype=bool)$'
 keys q Enter
