@@ -413,13 +413,14 @@ static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t m,
 }
 
 /* C = A B in int64, i-k-j order so the inner loop runs along rows of B
- * and C. */
+ * and C.  Looks at Ctrl-C between rows (no BLIS here: a 2048-square
+ * product is seconds of work); prim_run_kernel fails an interrupted one. */
 static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
                      int64_t n, int64_t k, int64_t lo, int64_t ro) {
   const int64_t *a = (const int64_t *)l->data + lo;
   const int64_t *b = (const int64_t *)r->data + ro;
   memset(c, 0, (size_t)(m * n) * sizeof *c);
-  for (int64_t i = 0; i < m; i++)
+  for (int64_t i = 0; i < m && !shm_interrupt_pending(); i++)
     for (int64_t p = 0; p < k; p++) {
       uint64_t x = (uint64_t)a[i * l->rs + p * l->cs];
       const int64_t *brow = b + p * r->rs;
@@ -429,7 +430,8 @@ static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
     }
 }
 
-/* Runs one product per batch element into [c] (contiguous, dtype ct). */
+/* Runs one product per batch element into [c] (contiguous, dtype ct),
+ * looking at Ctrl-C between them. */
 static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
                         const int64_t *bshape, int nb, int64_t m, int64_t n,
                         int64_t k) {
@@ -437,7 +439,7 @@ static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
   for (int i = 0; i < nb; i++)
     nbatch *= bshape[i];
   size_t csz = dt_size(ct);
-  for (int64_t b = 0; b < nbatch; b++) {
+  for (int64_t b = 0; b < nbatch && !shm_interrupt_pending(); b++) {
     int64_t lo = 0, ro = 0;
     for (int i = 0; i < nb; i++) {
       lo += idx[i] * l->bstride[i];
