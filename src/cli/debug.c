@@ -281,9 +281,22 @@ typedef struct Slot {
   int depth;              /* (L) its depth while parked */
   int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
   bool failed;            /* (L) returned from the body with an error */
+  unsigned job_seen;      /* (L) the job_gen of the last job it ran */
   Snap snap;              /* --pm: written by the device thread only; read
                              by the main thread once the call is over */
 } Slot;
+
+/* A line typed at a stop in a body that calls a collective: every device
+ * thread runs it at once, in its own scope and with its own group, since
+ * the collective needs them all (LANGUAGE.md §7; see run_everywhere). */
+typedef struct Job {
+  const char *text;       /* statements, or an expression when [expr] */
+  bool expr, pretty;      /* an expression: out[r] is its repr (pp's when pretty) */
+  Env **env;              /* [n] borrowed: each device's selected scope */
+  char **out;             /* [n] owned: the repr, or "*** message" on failure */
+  int pending;            /* (L) devices still running it */
+  bool aborted;           /* (L) it could not finish: the group was aborted */
+} Job;
 
 /* The shard_map call running under the debugger (on the main thread's
  * stack, inside dbg_coll_run). */
@@ -305,6 +318,8 @@ typedef struct DbgCall {
   int parked;             /* (L) devices parked */
   int trigger;            /* (L) lowest device parked at a breakpoint */
   char notes[512];        /* (L) messages for the next stop */
+  Job *job;               /* (L) the line the parked devices are to run, or NULL */
+  unsigned job_gen;       /* (L) bumped for each job */
   bool done;              /* (L) coll_run returned */
   int rc;                 /* coll_run's result; read after done */
   ErrState err;           /* its error, moved from the helper thread */
@@ -584,7 +599,39 @@ static int dbg_hook(Frame *f, const Node *stmt) {
  * the main thread (a step into the call) means the same on the devices.
  */
 
-/* Parks device [rank] until the main thread releases it. */
+static Value *pretty_repr(Value *v);
+static char *error_text(void);
+
+/* Runs the call's job on device [rank], which is parked (lock held; it
+ * is dropped while the line runs).  No stop happens inside it. */
+static void run_job(DbgCall *c, int rank) {
+  Job *j = c->job;
+  const Frame *cur = tls_current ? atomic_load(tls_current) : NULL;
+  pthread_mutex_unlock(&dbg.lock);
+  tls_busy = true;
+  char *out = NULL;
+  if (j->expr) {
+    Value *v = eval_expr_text(j->text, j->env[rank]);
+    Value *r = v ? (j->pretty ? pretty_repr(v) : val_repr(v)) : NULL;
+    if (r) out = shm_strdup(str_cstr(r));
+    val_decref(v);
+    val_decref(r);
+  } else {
+    Source *src = src_new("<stdin>", j->text);
+    if (src && eval_source(src, j->env[rank], true) == 0) out = shm_strdup("");
+    src_decref(src);
+  }
+  if (!out) out = error_text();
+  tls_busy = false;
+  if (tls_current) atomic_store(tls_current, cur);   /* the job's frames are gone */
+  pthread_mutex_lock(&dbg.lock);
+  j->out[rank] = out;
+  j->pending--;
+  pthread_cond_broadcast(&dbg.cond);
+}
+
+/* Parks device [rank] until the main thread releases it; meanwhile it
+ * runs the jobs the prompt gives it. */
 static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
                        const char *note) {
   Slot *s = &c->slots[rank];
@@ -605,7 +652,14 @@ static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy 
     snprintf(c->notes + used, sizeof c->notes - used, "%s", note);
   pthread_cond_broadcast(&dbg.cond);
   unsigned gen = c->gen;
-  while (c->gen == gen) pthread_cond_wait(&dbg.cond, &dbg.lock);
+  while (c->gen == gen) {
+    if (c->job && s->job_seen != c->job_gen) {
+      s->job_seen = c->job_gen;
+      run_job(c, rank);
+      continue;
+    }
+    pthread_cond_wait(&dbg.cond, &dbg.lock);
+  }
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
@@ -923,6 +977,16 @@ static void print_error(void) {
   err_clear();
 }
 
+/* The pending error as p prints it ("*** message", owned), cleared. */
+static char *error_text(void) {
+  const char *m = err_occurred() ? err_message() : "error";
+  size_t cap = strlen(m) + 8;
+  char *t = shm_malloc(cap);
+  if (t) snprintf(t, cap, "*** %s", m);
+  err_clear();
+  return t;
+}
+
 /* Prints [text] with each line prefixed by [prefix]. */
 static void print_prefixed(const char *prefix, const char *text) {
   for (;;) {
@@ -959,14 +1023,18 @@ static Value *eval_in(const Stop *st, const View *v, int rank, const char *expr)
   return r;
 }
 
+static bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
+
 /* Runs the statements [text] in the current frame, echoing an
- * expression's value as the REPL does. */
+ * expression's value as the REPL does; a line calling a collective, in
+ * a body, runs on every device (run_everywhere). */
 static void exec_in(const Stop *st, const char *text) {
   const View *v = st_cur(st);
   if (!v) {
     printf("*** no frame to run in\n");
     return;
   }
+  if (run_everywhere(st, text, false, false, false)) return;
   Source *src = src_new("<stdin>", text);
   if (!src) return print_error();
   DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
@@ -1833,7 +1901,207 @@ static bool split_at_all(char *expr) {
   return true;
 }
 
-/* `p x @ all`: each device's value in its innermost frame, every line
+/* Device [r]'s frame in which `p x @ all` and a line run on every device
+ * evaluate: as many levels up as the focused device's selected frame
+ * (`up` and `down` select it for all of them); NULL when it has none. */
+static const View *dev_view(const Stop *st, int r) {
+  const Stack *fs = focus_stack(st), *s = &st->dev[r];
+  int up = fs && st->level >= st->main.n ? fs->n - 1 - (st->level - st->main.n) : 0;
+  int k = s->n - 1 - up;
+  return s->n ? &s->v[k < 0 ? 0 : k] : NULL;
+}
+
+/* ---- lines that call a collective: run on every device --------------------------- */
+
+/* The value that callee [n] names, found without running anything: a
+ * name, or a module's attribute (lax.psum, jax.lax.psum).  A new
+ * reference, or NULL. */
+static Value *callee_value(const Node *n, Env *env) {
+  if (n->kind == N_NAME) {
+    Value *v = env_lookup(env, n->name);
+    if (!v) v = env_lookup(shm_interp->builtins, n->name);
+    return v ? val_incref(v) : NULL;
+  }
+  if (n->kind != N_ATTR) return NULL;
+  Value *base = callee_value(n->a, env), *v = NULL;
+  if (base && base->type == V_MODULE && !(v = ops_getattr(base, n->name))) err_clear();
+  val_decref(base);
+  return v;
+}
+
+static bool calls_collective(const Node *n, Env *env);
+
+static bool list_calls_collective(const NodeList *l, Env *env) {
+  for (int i = 0; i < l->n; i++)
+    if (calls_collective(l->items[i], env)) return true;
+  return false;
+}
+
+/* Whether [n], an expression or a statement, calls anywhere inside it a
+ * collective that needs every device (shardmap_is_collective).  A call
+ * through a function of the user's is not seen: it fails on the one
+ * device, saying so, as any collective outside a body does. */
+static bool calls_collective(const Node *n, Env *env) {
+  if (!n) return false;
+  if (n->kind == N_CALL) {
+    Value *f = callee_value(n->a, env);
+    bool yes = shardmap_is_collective(f);
+    val_decref(f);
+    for (int i = 0; !yes && i < n->nkw; i++) yes = calls_collective(n->kws[i].value, env);
+    if (yes) return true;
+  }
+  if (calls_collective(n->a, env) || calls_collective(n->b, env) ||
+      calls_collective(n->c, env) || list_calls_collective(&n->items, env) ||
+      list_calls_collective(&n->body, env))
+    return true;
+  if ((n->kind == N_DICT || n->kind == N_TRY) && list_calls_collective(&n->items2, env))
+    return true;
+  if ((n->kind == N_IF || n->kind == N_WHILE || n->kind == N_FOR || n->kind == N_TRY) &&
+      list_calls_collective(&n->orelse, env))
+    return true;
+  for (int i = 0; n->kind == N_LISTCOMP && i < n->nclauses; i++) {
+    const CompClause *k = &n->clauses[i];
+    if (calls_collective(k->iter, env) || list_calls_collective(&k->conds, env)) return true;
+  }
+  return false;
+}
+
+/* Whether the line [text] calls a collective (names looked up in [env]).
+ * A line that does not parse is not one: it fails when it runs. */
+static bool text_calls_collective(const char *text, Env *env) {
+  Source *src = src_new("<stdin>", text);
+  AstModule *m = src ? parse_source(src) : NULL;
+  bool yes = m && list_calls_collective(&m->body, env);
+  err_clear();
+  ast_free(m);
+  src_decref(src);
+  return yes;
+}
+
+/* The first device of [c] that is not parked at a statement (it returned,
+ * failed, or waits in a collective), or -1 (lock held). */
+static int first_unparked(const DbgCall *c) {
+  for (int r = 0; r < c->n; r++)
+    if (c->slots[r].state != DS_PARKED) return r;
+  return -1;
+}
+
+/* Whether job [j] can no longer finish (lock held): every device still
+ * running it waits in a collective, and some device is done with it, so
+ * will never join (the line failed there only).  [sig] sums the waiting
+ * ones' collective counters, for the caller to see that nothing moved. */
+static bool job_stuck(DbgCall *c, const Job *j, long *sig) {
+  char buf[256];
+  *sig = 0;
+  if (j->pending == c->n) return false;
+  for (int r = 0; r < c->n; r++) {
+    if (j->out[r]) continue;
+    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    *sig += coll_seq(c->g, r) * (r + 1);
+  }
+  return true;
+}
+
+/* Waits (lock held) until every device of [c] has run job [j].  A job
+ * that cannot finish (job_stuck, seen three times 10 ms apart with
+ * nothing moved) aborts the call's group, as a device leaving a body
+ * early does: the waiting devices fail, so does the call when resumed. */
+static void wait_job(DbgCall *c, Job *j) {
+  long sig, prev = -1;
+  int same = 0;
+  while (j->pending > 0) {
+    timed_wait();
+    if (!job_stuck(c, j, &sig)) {
+      prev = -1, same = 0;
+      continue;
+    }
+    same = sig == prev ? same + 1 : 0;
+    prev = sig;
+    if (same == 2 && !j->aborted) {
+      j->aborted = true;
+      coll_group_abort(c->g, ERR_VALUE,
+                       "a line typed at the debugger's prompt failed on some devices "
+                       "while the others waited in its collective");
+    }
+  }
+}
+
+/* Prints the results of job [j]: each device's printed lines (prefixed
+ * by its coordinates); then, for an expression, the focused device's
+ * value or, with [all], every device's; for statements, the failures,
+ * once when every device failed alike. */
+static void print_job(const Stop *st, const Job *j, bool all) {
+  char c[160], prefix[176];
+  for (int r = 0; r < st->ndev; r++) flush_device(st->call, r);
+  bool alike = true;
+  for (int r = 1; r < st->ndev; r++) alike = alike && strcmp(j->out[r], j->out[0]) == 0;
+  if (j->expr && !all) {
+    printf("%s\n", j->out[dbg.focus]);
+    return;
+  }
+  if (!j->expr && alike) {
+    if (j->out[0][0]) printf("%s\n", j->out[0]);
+    return;
+  }
+  for (int r = 0; r < st->ndev; r++) {
+    if (!j->expr && !j->out[r][0]) continue;
+    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
+    print_prefixed(prefix, j->out[r]);
+  }
+}
+
+/* Runs [text] (an expression when [expr]) on every device of the stop's
+ * call, each in its selected frame, when it calls a collective: such a
+ * line needs every device, as in the body itself (LANGUAGE.md §7).  False,
+ * doing nothing, when the line calls none or the focused frame is not a
+ * device's.  Every device must be parked at a statement; else the line is
+ * refused, naming the device that is not, so it can never hang. */
+static bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
+  DbgCall *c = st->call;
+  const View *fv = st_cur(st);
+  if (!c || !fv || st->level < st->main.n || !text_calls_collective(text, fv->env)) return false;
+  char coords[160], state[320];
+  if (shm_interp->reference) {
+    printf("*** a collective typed at the prompt runs on every device: not in reference mode\n");
+    return true;
+  }
+  Env **env = shm_calloc((size_t)c->n, sizeof *env);
+  char **out = shm_calloc((size_t)c->n, sizeof *out);
+  Job j = {.text = text, .expr = expr, .pretty = pretty, .env = env, .out = out, .pending = c->n};
+  for (int r = 0; env && out && r < c->n; r++) {
+    const View *v = dev_view(st, r);
+    env[r] = v ? v->env : NULL;
+  }
+  pthread_mutex_lock(&dbg.lock);
+  int missing = env && out ? first_unparked(c) : -1;
+  if (env && out && missing < 0) {
+    c->job = &j;
+    c->job_gen++;
+    pthread_cond_broadcast(&dbg.cond);
+    wait_job(c, &j);
+    c->job = NULL;
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  if (!env || !out) {
+    printf("*** out of memory\n");
+  } else if (missing >= 0) {
+    device_state(st, missing, state, sizeof state);
+    printf("*** the line calls a collective, which runs on every device, but device %s is "
+           "not stopped at a statement (%s)\n",
+           coords_of(st, missing, coords, sizeof coords), state);
+  } else {
+    print_job(st, &j, all);
+    if (j.aborted)
+      printf("*** the line failed on some devices while the others waited in its collective: "
+             "the shard_map call ends with an error at its next collective\n");
+  }
+  for (int r = 0; out && r < c->n; r++) shm_free(out[r]);
+  shm_free(out);
+  shm_free(env);
+  return true;
+}
+
+/* `p x @ all`: each device's value in its selected frame, every line
  * prefixed by the device's mesh coordinates. */
 static void print_all(const Stop *st, const char *expr, bool pretty) {
   char c[160], prefix[176], state[320];
@@ -1841,20 +2109,15 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
     printf("*** not stopped inside a shard_map body\n");
     return;
   }
-  /* each device in the frame as many levels up as the focused one is
-   * (`up` and `down` select it for all of them) */
-  const Stack *fs = focus_stack(st);
-  int up = fs && st->level >= st->main.n ? fs->n - 1 - (st->level - st->main.n) : 0;
   for (int r = 0; r < st->ndev; r++) {
     snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
-    const Stack *s = &st->dev[r];
-    if (s->n == 0) {
+    const View *v = dev_view(st, r);
+    if (!v) {
       device_state(st, r, state, sizeof state);
       printf("%s(%s)\n", prefix, state);
       continue;
     }
-    int k = s->n - 1 - up;
-    char *t = value_text(st, &s->v[k < 0 ? 0 : k], r, expr, pretty, FAIL_P);
+    char *t = value_text(st, v, r, expr, pretty, FAIL_P);
     if (t) print_prefixed(prefix, t);
     shm_free(t);
   }
@@ -1868,10 +2131,10 @@ static int print_value(Stop *st, const char *arg, bool pretty) {
   if (!*expr) {
     printf("*** usage: p expression [@ all]\n");
   } else if (split_at_all(expr)) {
-    print_all(st, expr, pretty);
+    if (!run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
   } else if (!v) {
     printf("*** no frame\n");
-  } else {
+  } else if (!run_everywhere(st, expr, true, pretty, false)) {
     char *t = value_text(st, v, st_rank_of(st, st->level), expr, pretty, FAIL_P);
     if (t) printf("%s\n", t);
     shm_free(t);

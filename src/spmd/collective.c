@@ -1460,7 +1460,11 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
                      int nin, Array **out) {
   const char *prim = kind_names[kind];
   DevCtx *ctx = dev_ctx();
-  if (!ctx || !ctx->group)
+  if (ctx && !ctx->group)   /* the debugger: its prompt, or a breakpoint's condition */
+    return err_set(ERR_VALUE, "%s needs every device of the shard_map body: at the "
+                   "debugger's prompt a line runs on every device only when it calls "
+                   "the collective itself", prim), -1;
+  if (!ctx)
     return err_set(ERR_VALUE, "%s can only be used inside a shard_map body",
                    prim), -1;
   if (nin > COLL_MAX_IN)

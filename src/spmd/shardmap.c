@@ -1668,6 +1668,20 @@ static Value *bi_pswapaxes(const CallArgs *a) {
   return call_builtin(bi_all_to_all, 5, args);
 }
 
+/* The built-ins that need every device of the body (shardmap_is_collective). */
+static const BuiltinFn group_builtins[] = {
+    bi_psum_tree, bi_pmean_tree, bi_pmax_tree, bi_pmin_tree, bi_all_gather_tree,
+    bi_psum_scatter_tree, bi_ppermute_tree, bi_pshuffle_tree, bi_all_to_all_tree,
+    bi_pbroadcast, bi_pargmax, bi_pargmin, bi_pswapaxes, bi_ragged_all_to_all,
+};
+
+bool shardmap_is_collective(const Value *fn) {
+  if (!fn || fn->type != V_BUILTIN) return false;
+  for (size_t i = 0; i < sizeof group_builtins / sizeof *group_builtins; i++)
+    if (((const Builtin *)fn)->fn == group_builtins[i]) return true;
+  return false;
+}
+
 int shardmap_register(Env *b) {
   static const struct {
     const char *name;

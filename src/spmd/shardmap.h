@@ -128,4 +128,11 @@ PSpec *shardmap_out_spec(const ShardFn *f, int k);
  * ppermute pshuffle all_to_all ragged_all_to_all. */
 int shardmap_register(Env *builtins);
 
+/* Whether [fn] is one of the collective built-ins registered above that
+ * needs every device of the body to take part (psum ... pswapaxes; not
+ * axis_index, axis_size, pvary or pcast, which a device answers alone).
+ * The debugger runs a line typed at its prompt that calls one on every
+ * device.  [fn] is borrowed; any value may be passed. */
+bool shardmap_is_collective(const Value *fn);
+
 #endif
