@@ -1672,16 +1672,30 @@ static Source *bp_source(const Stop *st, const char *file) {
   return s;
 }
 
-/* A function name as a breakpoint location: its first statement. */
+/* A function name as a breakpoint location: its first statement; a
+ * shard_map or jit function's is its wrapped function's (__wrapped__). */
 static bool bp_function(const Stop *st, const char *name, char *file, size_t cap, int *line) {
   const View *v = st_cur(st);
   Value *f = v ? env_lookup(v->env, intern_cstr(name)) : NULL;
-  if (!f || f->type != V_FUNC) return false;
-  const Node *d = ((Func *)f)->node;
-  if (d->kind == N_LAMBDA || d->body.n == 0) return false;
-  snprintf(file, cap, "%s", d->body.items[0]->loc.src->name);
-  *line = d->body.items[0]->loc.line;
-  return true;
+  if (!f) return false;
+  /* a shard_map or jit function breaks in the function it wraps */
+  val_incref(f);
+  for (int i = 0; i < 16 && f->type != V_FUNC; i++) {
+    Value *inner = ops_getattr(f, "__wrapped__");
+    val_decref(f);
+    if (!(f = inner)) {
+      err_clear();
+      return false;
+    }
+  }
+  const Node *d = f->type == V_FUNC ? ((Func *)f)->node : NULL;
+  bool ok = d && d->kind != N_LAMBDA && d->body.n > 0;
+  if (ok) {
+    snprintf(file, cap, "%s", d->body.items[0]->loc.src->name);
+    *line = d->body.items[0]->loc.line;
+  }
+  val_decref(f);
+  return ok;
 }
 
 /* Parses "[file:]line" or a function name into [file] and [line]. */

@@ -1668,6 +1668,13 @@ static Value *bi_pswapaxes(const CallArgs *a) {
   return call_builtin(bi_all_to_all, 5, args);
 }
 
+/* A shard_map function's attributes: functools.wraps' __wrapped__, its
+ * per-device body (the debugger's `b f` breaks in it). */
+static Value *shardfn_getattr(Value *self, const char *name) {
+  if (strcmp(name, "__wrapped__") == 0) return val_incref(((ShardFn *)self)->body);
+  return err_set(ERR_NAME, "'shard_map' object has no attribute '%s'", name);
+}
+
 /* The built-ins that need every device of the body (shardmap_is_collective). */
 static const BuiltinFn group_builtins[] = {
     bi_psum_tree, bi_pmean_tree, bi_pmax_tree, bi_pmin_tree, bi_all_gather_tree,
@@ -1714,6 +1721,7 @@ int shardmap_register(Env *b) {
   val_register_free(V_SHARDFN, shardfn_free);
   print_register(V_SHARDFN, shardfn_repr, shardfn_repr);
   eval_register_call(V_SHARDFN, shardmap_call);
+  ops_register_getattr(V_SHARDFN, shardfn_getattr);
   eval_exec_shard_map = exec_shard_map;
   coll_register_prims();
   for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {

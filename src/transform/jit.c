@@ -955,6 +955,13 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc, con
   return rc;
 }
 
+/* A jitted function's attributes: functools.wraps' __wrapped__, the
+ * function it stages (the debugger's `b f` breaks in it). */
+static Value *jit_getattr(Value *self, const char *name) {
+  if (strcmp(name, "__wrapped__") == 0) return val_incref(((JitFn *)self)->fn);
+  return err_set(ERR_NAME, "'jit' object has no attribute '%s'", name);
+}
+
 int jit_register(Env *b) {
   trace_register();
   plan_register();
@@ -962,6 +969,7 @@ int jit_register(Env *b) {
   val_register_free(V_JITFN, jit_free);
   print_register(V_JITFN, jit_repr, jit_repr);
   eval_register_call(V_JITFN, jit_call);
+  ops_register_getattr(V_JITFN, jit_getattr);
   eval_make_jit = make_jit_hook;
   shardmap_set_stager(jit_trace_shard_map);
   if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
