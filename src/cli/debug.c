@@ -332,11 +332,16 @@ typedef struct PmRecord {
   Stack *stacks;          /* [n] */
 } PmRecord;
 
-/* pdb's display: an expression shown at each stop in its frame. */
+/* pdb's display: an expression shown at each stop in its frame.  One set
+ * at a stop in a body belongs to that frame on every device: each device
+ * has its scope there and its own last value, so moving the focus shows
+ * the focused device's changes (LANGUAGE.md §7). */
 typedef struct Display {
   char *expr;             /* owned */
-  char *last;             /* owned: its value at the last stop, or NULL */
-  Env *env;               /* counted: the scope of the frame it belongs to */
+  int n;                  /* 1 (the main thread's frame), or the devices */
+  bool dev;               /* set at a device's frame: index the arrays by rank */
+  Env **env;              /* [n] counted (NULL entries: no frame there) */
+  char **last;            /* [n] owned: the value at the last stop, or NULL */
 } Display;
 
 static struct {
@@ -1175,6 +1180,24 @@ static int parse_rank(const Stop *st, const char *arg) {
 
 /* ---- location and displays ----------------------------------------------------- */
 
+/* Which entry of display [d] belongs to view [v] of the stop: the
+ * focused device's, or the main thread's; -1 when [d] is another frame's. */
+static int display_index(const Stop *st, const Display *d, const View *v) {
+  int rank = st_rank_of(st, st->level), k = d->dev ? rank : 0;
+  if (d->dev != (rank >= 0) || k < 0 || k >= d->n) return -1;
+  return d->env[k] == v->env ? k : -1;
+}
+
+static void display_free(Display *d) {
+  for (int k = 0; k < d->n; k++) {
+    env_decref(d->env[k]);
+    shm_free(d->last[k]);
+  }
+  shm_free(d->env);
+  shm_free(d->last);
+  shm_free(d->expr);
+}
+
 /* Shows where the stop is: the current frame, or what the focused device
  * does when it has no frame to show. */
 static void print_location(const Stop *st) {
@@ -1195,17 +1218,18 @@ static void run_displays(const Stop *st) {
   const View *v = st_cur(st);
   for (int i = 0; v && i < dbg.ndisplays; i++) {
     Display *d = &dbg.displays[i];
-    if (d->env != v->env) continue;
+    int k = display_index(st, d, v);
+    if (k < 0) continue;
     char *now = value_text(st, v, st_rank_of(st, st->level), d->expr, false, FAIL_DISPLAY);
     if (!now) continue;
-    if (d->last && strcmp(now, d->last) == 0) {
+    if (d->last[k] && strcmp(now, d->last[k]) == 0) {
       shm_free(now);
       continue;
     }
-    if (d->last) printf("display %s: %s  [old: %s]\n", d->expr, now, d->last);
+    if (d->last[k]) printf("display %s: %s  [old: %s]\n", d->expr, now, d->last[k]);
     else printf("display %s: %s\n", d->expr, now);
-    shm_free(d->last);
-    d->last = now;
+    shm_free(d->last[k]);
+    d->last[k] = now;
   }
 }
 
@@ -2203,20 +2227,35 @@ static int cmd_pp(Stop *st, const char *arg, Resume *r) {
 static int cmd_display(Stop *st, const char *arg, Resume *r) {
   (void)r;
   const View *v = st_cur(st);
-  if (!*arg) {
+  if (!*arg) {   /* pdb lists the current frame's */
     printf("Currently displaying:\n");
-    for (int i = 0; i < dbg.ndisplays; i++)
-      printf("%s: %s\n", dbg.displays[i].expr, dbg.displays[i].last ? dbg.displays[i].last : "");
+    for (int i = 0; v && i < dbg.ndisplays; i++) {
+      const Display *d = &dbg.displays[i];
+      int k = display_index(st, d, v);
+      if (k >= 0) printf("%s: %s\n", d->expr, d->last[k] ? d->last[k] : "");
+    }
     return 0;
   }
   if (!v) return 0;
-  Display *d = shm_realloc(dbg.displays, sizeof(Display) * (size_t)(dbg.ndisplays + 1));
-  if (!d) return 0;
-  dbg.displays = d;
-  char *now = value_text(st, v, st_rank_of(st, st->level), arg, false, FAIL_DISPLAY);
-  env_incref(v->env);
-  dbg.displays[dbg.ndisplays++] = (Display){shm_strdup(arg), now, v->env};
-  printf("display %s: %s\n", arg, now ? now : "");
+  int rank = st_rank_of(st, st->level), n = rank >= 0 ? st->ndev : 1;
+  Display d = {shm_strdup(arg), n, rank >= 0, shm_calloc((size_t)n, sizeof(Env *)),
+               shm_calloc((size_t)n, sizeof(char *))};
+  Display *all = shm_realloc(dbg.displays, sizeof(Display) * (size_t)(dbg.ndisplays + 1));
+  if (!d.expr || !d.env || !d.last || !all) {
+    d.n = 0;
+    display_free(&d);
+    if (all) dbg.displays = all;
+    return printf("*** out of memory\n"), 0;
+  }
+  dbg.displays = all;
+  for (int k = 0; k < n; k++) {   /* the same frame on every device */
+    const View *dv = rank >= 0 ? dev_view(st, k) : v;
+    if ((d.env[k] = dv ? dv->env : NULL)) env_incref(d.env[k]);
+  }
+  int k = rank >= 0 ? rank : 0;
+  d.last[k] = value_text(st, v, rank, arg, false, FAIL_DISPLAY);
+  dbg.displays[dbg.ndisplays++] = d;
+  printf("display %s: %s\n", arg, d.last[k] ? d.last[k] : "");
   return 0;
 }
 
@@ -2228,9 +2267,7 @@ static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
     Display *d = &dbg.displays[i];
     if (!*arg || strcmp(d->expr, arg) == 0) {
       found = true;
-      shm_free(d->expr);
-      shm_free(d->last);
-      env_decref(d->env);
+      display_free(d);
     } else {
       dbg.displays[kept++] = *d;
     }
@@ -2839,11 +2876,7 @@ void dbg_free(void) {
   dbg.bps = NULL;
   dbg.bpcap = 0;
   pthread_mutex_unlock(&dbg.lock);
-  for (int i = 0; i < dbg.ndisplays; i++) {
-    shm_free(dbg.displays[i].expr);
-    shm_free(dbg.displays[i].last);
-    env_decref(dbg.displays[i].env);
-  }
+  for (int i = 0; i < dbg.ndisplays; i++) display_free(&dbg.displays[i]);
   shm_free(dbg.displays);
   dbg.displays = NULL;
   dbg.ndisplays = 0;
