@@ -265,6 +265,7 @@ typedef struct Bp {
   bool temporary;   /* tbreak: deleted when hit */
   bool enabled;
   int hits;
+  int ignore;       /* pdb's ignore count: crossings still to pass over */
 } Bp;
 
 /* Why a device parks. */
@@ -403,11 +404,12 @@ static void bp_delete(Bp *b) {
   dbg.nbps--;
 }
 
-/* Evaluates a breakpoint condition in [env] on this thread; an error
- * counts as true, as in pdb.  On a device the condition sees the device's
+/* Evaluates a breakpoint condition in [env] on this thread: 1 true, 0
+ * false, -1 when it fails (pdb then stops whatever the ignore count
+ * says, so the user sees the failing condition).  On a device the condition sees the device's
  * mesh position but no group: a collective in it fails (and so stops)
  * instead of entering a rendezvous the other devices never join. */
-static bool cond_true(const char *cond, Env *env) {
+static int cond_value(const char *cond, Env *env) {
   bool saved = tls_busy;
   DevCtx *ctx = dev_ctx(), alone;
   if (ctx) {
@@ -417,13 +419,12 @@ static bool cond_true(const char *cond, Env *env) {
   }
   tls_busy = true;
   Value *v = eval_expr_text(cond, env);
-  int t = v ? val_truth(v) : 1;
+  int t = v ? val_truth(v) : -1;
   val_decref(v);
-  if (t < 0) t = 1;
   err_clear();
   tls_busy = saved;
   dev_ctx_set(ctx);
-  return t != 0;
+  return t < 0 ? -1 : t != 0;
 }
 
 typedef struct Candidate {
@@ -449,20 +450,28 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
   return n;
 }
 
-/* Counts a hit of breakpoint [number] (as pdb, whether or not its
- * condition holds); when it [stops] a tbreak is deleted, which [note]
- * reports as pdb does. */
-static void bp_count_hit(int number, bool stops, char *note, size_t cap) {
+/* Counts a crossing of breakpoint [number] (as pdb, whether or not its
+ * condition holds) whose condition gave [cond] (1 true or none, 0 false,
+ * -1 failed), and decides whether it stops: a crossing with a true
+ * condition is passed over while the ignore count lasts, and uses one up
+ * (pdb's bdb.effective).  When it stops, a tbreak is deleted, which
+ * [note] reports as pdb does.  Under the lock, since devices cross the
+ * same breakpoint at once: each device's crossing counts. */
+static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
+  bool stops = false;
   pthread_mutex_lock(&dbg.lock);
   Bp *b = bp_find(number);
   if (b) {
     b->hits++;
+    if (cond > 0 && b->ignore > 0) b->ignore--;
+    else stops = cond != 0;
     if (stops && b->temporary) {
       snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
       bp_delete(b);
     }
   }
   pthread_mutex_unlock(&dbg.lock);
+  return stops;
 }
 
 /* True when a breakpoint stops [f] at [stmt] (its condition is evaluated
@@ -473,9 +482,8 @@ static bool bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
-    bool stops = !cand[i].has_cond || cond_true(cand[i].cond, f->env);
-    bp_count_hit(cand[i].number, stops, note, cap);
-    if (stops) return true;
+    int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
+    if (bp_count_hit(cand[i].number, cond, note, cap)) return true;
   }
   return false;
 }
@@ -1579,6 +1587,7 @@ static void print_breakpoints(void) {
     printf("%-4dbreakpoint   %s %s at %s:%d\n", b->number, b->temporary ? "del " : "keep",
            b->enabled ? "yes  " : "no   ", b->file, b->line);
     if (b->cond) printf("\tstop only if %s\n", b->cond);
+    if (b->ignore) printf("\tignore next %d hits\n", b->ignore);
     if (b->hits) printf("\tbreakpoint already hit %d time%s\n", b->hits, b->hits == 1 ? "" : "s");
   }
   pthread_mutex_unlock(&dbg.lock);
@@ -1678,7 +1687,7 @@ static void bp_add(const char *file, int line, const char *cond, bool temporary)
     dbg.bps = bps;
     Bp *b = &bps[dbg.nbps++];
     *b = (Bp){++dbg.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0};
+              temporary, true, 0, 0};
     atomic_fetch_add(&dbg.nbp_enabled, 1);
     printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
   }
@@ -1814,6 +1823,41 @@ static int cmd_enable(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
   each_number(arg, enable_one);
   update_engaged();
+  return 0;
+}
+
+/* Sets breakpoint [number]'s ignore count to [count] and says so in
+ * pdb's words (a count below 1 clears it, as pdb treats it). */
+static void set_ignore(int number, int count) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find(number);
+  if (!b) {
+    printf("*** No breakpoint numbered %d\n", number);
+  } else {
+    b->ignore = count > 0 ? count : 0;
+    if (count > 1) printf("Will ignore next %d crossings of breakpoint %d.\n", count, number);
+    else if (count == 1) printf("Will ignore next 1 crossing of breakpoint %d.\n", number);
+    else printf("Will stop next time breakpoint %d is reached.\n", number);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+/* ignore bpnumber [count]: pass over the breakpoint's next count
+ * crossings where its condition holds (pdb). */
+static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  char *end, *cend;
+  if (!*arg) return printf("*** Breakpoint number expected\n"), 0;
+  long n = strtol(arg, &end, 10);
+  if (end == arg || (*end && *end != ' ' && *end != '\t')) {
+    int k = (int)strcspn(arg, " \t");
+    return printf("*** Non-numeric breakpoint number %.*s\n", k, arg), 0;
+  }
+  while (*end == ' ' || *end == '\t') end++;
+  long count = *end ? strtol(end, &cend, 10) : 0;
+  if (*end && (cend == end || *cend)) return printf("*** Invalid argument: %s\n", arg), 0;
+  if (n < INT_MIN || n > INT_MAX) n = INT_MIN;   /* no such breakpoint */
+  set_ignore((int)n, count > 1000000000L ? 1000000000 : count < 0 ? 0 : (int)count);
   return 0;
 }
 
@@ -2012,6 +2056,10 @@ static const Cmd commands[] = {
      "Delete breakpoints; without argument, all of them (after asking)."},
     {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
     {"enable", cmd_enable, "enable number ...", "Enable breakpoints."},
+    {"ignore", cmd_ignore, "ignore bpnumber [count]",
+     "Pass over the breakpoint's next count crossings (those where its condition\n"
+     "holds); without count, or 0, stop at it again.  In a shard_map body each\n"
+     "device's crossing counts."},
     {"s step", cmd_step, "s(tep)",
      "Run the current statement and stop at the next one, inside a called function if\n"
      "any.  In a shard_map body every device moves one statement."},
