@@ -268,6 +268,17 @@ typedef struct Bp {
   int ignore;       /* pdb's ignore count: crossings still to pass over */
 } Bp;
 
+/* pdb's `commands`: the command list of a breakpoint.  Kept by number
+ * apart from the Bp (main thread only: lists are made and run at the
+ * prompt), so that a tbreak deleted as it stops still runs its list, as
+ * in pdb. */
+typedef struct BpCmds {
+  int number;
+  bool silent;            /* `silent`: no location shown at the stop */
+  int n;
+  char **lines;           /* [n], owned: the commands as typed */
+} BpCmds;
+
 /* Why a device parks. */
 typedef enum { PARK_NONE, PARK_TARGET, PARK_BREAK, PARK_FOLLOW } ParkWhy;
 
@@ -281,6 +292,7 @@ typedef struct Slot {
                                        a device waiting in a collective is shown there */
   int depth;              /* (L) its depth while parked */
   int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
+  int bp;                 /* (L) the breakpoint it parked at; 0: none */
   bool failed;            /* (L) returned from the body with an error */
   Snap snap;              /* --pm: written by the device thread only; read
                              by the main thread once the call is over */
@@ -346,6 +358,8 @@ static struct {
   int focus;              /* focused device (rank) */
   Display *displays;
   int ndisplays;
+  BpCmds *bpcmds;         /* breakpoints' command lists */
+  int nbpcmds;
   char *last_cmd;         /* repeated by an empty line */
   PmRecord pm;
 } dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
@@ -474,18 +488,18 @@ static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
   return stops;
 }
 
-/* True when a breakpoint stops [f] at [stmt] (its condition is evaluated
- * on this thread, in the frame's scope). */
-static bool bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
+/* The number of the breakpoint that stops [f] at [stmt], or 0 (its
+ * condition is evaluated on this thread, in the frame's scope). */
+static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
   if (atomic_load_explicit(&dbg.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
-    return false;
+    return 0;
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
     int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
-    if (bp_count_hit(cand[i].number, cond, note, cap)) return true;
+    if (bp_count_hit(cand[i].number, cond, note, cap)) return cand[i].number;
   }
-  return false;
+  return 0;
 }
 
 /* ==== deciding to stop ========================================================== */
@@ -500,20 +514,21 @@ static bool resume_stops(const Resume *r, int depth, int line) {
   }
 }
 
-static int stop_main(Frame *f);
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+static int stop_main(Frame *f, int bp);
+static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why, int bp,
                        const char *note);
 
 static int main_hook(Frame *f, const Node *stmt) {
   if (dbg.post_mortem) snap_update(&tls_snap, f, 0);
   char note[160] = "";
+  int bp = 0;
   bool stop = tls_break_next ||
               resume_stops(&dbg.main_resume, frame_depth(f), stmt->loc.line) ||
-              bp_hit(f, stmt, note, sizeof note);
+              (bp = bp_hit(f, stmt, note, sizeof note)) > 0;
   if (!stop) return 0;
   tls_break_next = false;
   fputs(note, stdout);
-  return stop_main(f);
+  return stop_main(f, bp);
 }
 
 /* A device picks up the command of a release it was not parked for (it
@@ -539,13 +554,14 @@ static int device_hook(Frame *f, const Node *stmt) {
   if (dbg.post_mortem) snap_update(&c->slots[ctx->rank].snap, f, c->depth0);
   ParkWhy why = PARK_NONE;
   char note[160] = "";
+  int bp = 0;
   if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
-  if (tls_break_next || bp_hit(f, stmt, note, sizeof note)) why = PARK_BREAK;
+  if (tls_break_next || (bp = bp_hit(f, stmt, note, sizeof note)) > 0) why = PARK_BREAK;
   else if (!why && resume_stops(&tls_resume, depth, stmt->loc.line)) why = PARK_TARGET;
   else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
   if (!why) return 0;
   tls_break_next = false;
-  return device_park(c, ctx->rank, f, depth, why, note);
+  return device_park(c, ctx->rank, f, depth, why, bp, note);
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
@@ -592,14 +608,17 @@ static int dbg_hook(Frame *f, const Node *stmt) {
  * the main thread (a step into the call) means the same on the devices.
  */
 
-/* Parks device [rank] until the main thread releases it. */
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+/* Parks device [rank] until the main thread releases it; [bp] is the
+ * breakpoint it stopped at (0: none), whose commands the stop runs if it
+ * is the focused device. */
+static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why, int bp,
                        const char *note) {
   Slot *s = &c->slots[rank];
   pthread_mutex_lock(&dbg.lock);
   s->state = DS_PARKED;
   s->frame = f;
   s->depth = depth;
+  s->bp = bp;
   c->parked++;
   if (why == PARK_BREAK) {
     /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
@@ -873,6 +892,7 @@ typedef struct Stop {
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
   int list_next;           /* `list` goes on here; 0: around the current line */
+  int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
 } Stop;
 
 /* The focused device's frames, or NULL. */
@@ -1301,6 +1321,16 @@ typedef struct Cmd {
 } Cmd;
 
 static const Cmd *cmd_lookup(const char *word);
+
+/* Copies the command word that [line] starts with (letters, digits, '_')
+ * into [word]; its length. */
+static size_t first_word(const char *line, char *word, size_t cap) {
+  size_t n = 0;
+  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < cap - 1) n++;
+  memcpy(word, line, n);
+  word[n] = 0;
+  return n;
+}
 
 /* Reads a non-negative count argument (default [deflt]); -1 if malformed. */
 static int count_arg(const char *arg, int deflt) {
@@ -1861,6 +1891,124 @@ static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
   return 0;
 }
 
+/* ---- breakpoint command lists ---- */
+
+static BpCmds *bpcmds_find(int number) {
+  for (int i = 0; i < dbg.nbpcmds; i++)
+    if (dbg.bpcmds[i].number == number) return &dbg.bpcmds[i];
+  return NULL;
+}
+
+static void bpcmds_free_lines(BpCmds *bc) {
+  for (int i = 0; i < bc->n; i++) shm_free(bc->lines[i]);
+  shm_free(bc->lines);
+  bc->lines = NULL;
+  bc->n = 0;
+}
+
+/* Gives breakpoint [number] the list [lines] (taken over) and [silent],
+ * replacing its old list; an empty list removes it, as `commands` then
+ * `end` does in pdb. */
+static void bpcmds_set(int number, bool silent, char **lines, int n) {
+  BpCmds *bc = bpcmds_find(number);
+  if (bc) bpcmds_free_lines(bc);
+  if (!n && !silent) {
+    if (bc) *bc = dbg.bpcmds[--dbg.nbpcmds];
+    shm_free(lines);
+    return;
+  }
+  if (!bc) {
+    BpCmds *t = shm_realloc(dbg.bpcmds, sizeof(BpCmds) * (size_t)(dbg.nbpcmds + 1));
+    if (!t) {
+      bpcmds_free_lines(&(BpCmds){.n = n, .lines = lines});
+      return;
+    }
+    dbg.bpcmds = t;
+    bc = &dbg.bpcmds[dbg.nbpcmds++];
+  }
+  *bc = (BpCmds){number, silent, n, lines};
+}
+
+static int dispatch(Stop *st, const char *line, Resume *r);
+
+/* True when command line [line] resumes the program (c, s, n, r, unt, q;
+ * pdb's commands_resuming): pdb ends a command list there. */
+static bool line_resumes(const char *line) {
+  static const CmdFn resuming[] = {cmd_step, cmd_next, cmd_until, cmd_return, cmd_continue,
+                                   cmd_quit};
+  char word[32];
+  while (*line == ' ' || *line == '\t') line++;
+  const Cmd *c = first_word(line, word, sizeof word) ? cmd_lookup(word) : NULL;
+  for (size_t i = 0; c && i < sizeof resuming / sizeof *resuming; i++)
+    if (c->fn == resuming[i]) return true;
+  return false;
+}
+
+/* Reads a command list at the `(com) ` prompt (echoed as any prompt is
+ * when input is a pipe) up to `end`, a resuming command (kept: it ends
+ * the list, as in pdb) or the end of input; `silent` is a flag, not a
+ * command.  Gives it to breakpoint [number]. */
+static void read_command_list(int number) {
+  char **lines = NULL, word[32];
+  int n = 0;
+  bool silent = false;
+  for (char *line; (line = read_command("(com) "));) {
+    trim(line);
+    size_t k = first_word(line, word, sizeof word);
+    bool end = k && line[k] == 0 && strcmp(word, "end") == 0;
+    bool flag = k && line[k] == 0 && strcmp(word, "silent") == 0;
+    silent |= flag;
+    char **t = line[0] && !end && !flag ? shm_realloc(lines, sizeof(char *) * (size_t)(n + 1)) : NULL;
+    if (t) {
+      lines = t;
+      lines[n++] = shm_strdup(line);
+    }
+    free(line);
+    if (end || (t && line_resumes(lines[n - 1]))) break;
+  }
+  bpcmds_set(number, silent, lines, n);
+}
+
+/* commands [bpnumber]: reads the commands to run when the breakpoint (by
+ * default the last one set) stops, as pdb does. */
+static int cmd_commands(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  char *end;
+  long n = strtol(arg, &end, 10);
+  if (*arg && (end == arg || *end)) return printf("*** Non-numeric breakpoint number %s\n", arg), 0;
+  pthread_mutex_lock(&dbg.lock);
+  if (!*arg) n = dbg.next_bp;
+  bool found = n >= INT_MIN && n <= INT_MAX && bp_find((int)n);
+  pthread_mutex_unlock(&dbg.lock);
+  if (!found) return printf("*** No breakpoint numbered %ld\n", n), 0;
+  read_command_list((int)n);
+  return 0;
+}
+
+/* Runs the command list of the breakpoint the stop is at, as if typed
+ * (pdb's bp_commands); 1 when one of them resumed the program (*r set).
+ * A list that ends with a resuming command never prompts: when that
+ * command does not resume by itself (jump, or it failed) the program
+ * continues. */
+static int run_bp_commands(Stop *st, Resume *r, bool *silent) {
+  const BpCmds *bc = bpcmds_find(st->bp);
+  int n = bc ? bc->n : 0;
+  bool last_resumes = n > 0 && line_resumes(bc->lines[n - 1]);
+  *silent = bc && bc->silent;
+  for (int i = 0; i < n; i++) {
+    bc = bpcmds_find(st->bp);   /* a command of the list may have replaced it */
+    char *line = bc && i < bc->n ? shm_strdup(bc->lines[i]) : NULL;
+    if (!line) break;
+    int go = dispatch(st, line, r);
+    shm_free(line);
+    fflush(stdout);
+    if (go) return 1;
+  }
+  if (!last_resumes) return 0;
+  *r = (Resume){RM_CONTINUE, 0, 0};
+  return 1;
+}
+
 /* ---- values ---- */
 
 /* Splits "EXPR @ all" into EXPR; true when the suffix was there. */
@@ -2060,6 +2208,12 @@ static const Cmd commands[] = {
      "Pass over the breakpoint's next count crossings (those where its condition\n"
      "holds); without count, or 0, stop at it again.  In a shard_map body each\n"
      "device's crossing counts."},
+    {"commands", cmd_commands, "commands [bpnumber]",
+     "Read commands, one a line up to 'end', to run as if typed when the breakpoint (by\n"
+     "default the last one set) stops; 'silent' first hides the stop's location.  A\n"
+     "resuming command (c, s, n, r, unt, q) ends the list, and the program goes on\n"
+     "after it.  An empty list removes the breakpoint's commands.  In a shard_map body\n"
+     "they run once per stop, on the focused device."},
     {"s step", cmd_step, "s(tep)",
      "Run the current statement and stop at the next one, inside a called function if\n"
      "any.  In a shard_map body every device moves one statement."},
@@ -2145,10 +2299,7 @@ static int dispatch(Stop *st, const char *line, Resume *r) {
     return 0;
   }
   char word[32];
-  size_t n = 0;
-  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < sizeof word - 1) n++;
-  memcpy(word, line, n);
-  word[n] = 0;
+  size_t n = first_word(line, word, sizeof word);
   const Cmd *c = n ? cmd_lookup(word) : NULL;
   if (!c) {
     exec_in(st, line);
@@ -2164,15 +2315,10 @@ static int dispatch(Stop *st, const char *line, Resume *r) {
 
 /* ==== stops ============================================================================ */
 
-/* The prompt loop of one stop; returns the command that resumes. */
-static Resume interact_prompt(Stop *st) {
-  Resume r = {RM_QUIT, 0, 0};
+/* Reads and runs commands until one resumes the program (*r set) or the
+ * input ends (*r left as it is). */
+static void prompt_loop(Stop *st, Resume *r) {
   char prompt[256];
-  const Stop *outer = comp.stop;
-  tls_busy = true;
-  comp.stop = st;
-  print_location(st);
-  run_displays(st);
   for (;;) {
     make_prompt(st, prompt, sizeof prompt);
     char *line = read_command(prompt);
@@ -2189,10 +2335,27 @@ static Resume interact_prompt(Stop *st) {
       shm_free(dbg.last_cmd);
       dbg.last_cmd = shm_strdup(line);
     }
-    int go = line[0] ? dispatch(st, line, &r) : 0;
+    int go = line[0] ? dispatch(st, line, r) : 0;
     free(line);
     fflush(stdout);
     if (go) break;
+  }
+}
+
+/* One stop: the breakpoint's commands if it has any (pdb's order: they
+ * run, then the location shows unless `silent`), then the prompt unless
+ * they resumed; returns the command that resumes. */
+static Resume interact_prompt(Stop *st) {
+  Resume r = {RM_QUIT, 0, 0};
+  const Stop *outer = comp.stop;
+  bool silent = false;
+  tls_busy = true;
+  comp.stop = st;
+  int go = st->bp ? run_bp_commands(st, &r, &silent) : 0;
+  if (!silent) print_location(st);
+  if (!go) {
+    run_displays(st);
+    prompt_loop(st, &r);
   }
   comp.stop = outer;
   tls_busy = false;
@@ -2212,10 +2375,11 @@ static Resume interact(Stop *st) {
   return r;
 }
 
-/* A stop of the main thread at frame [f], outside any shard_map call. */
-static int stop_main(Frame *f) {
+/* A stop of the main thread at frame [f], outside any shard_map call, at
+ * breakpoint [bp] (0: not at a breakpoint). */
+static int stop_main(Frame *f, int bp) {
   atomic_store(&dbg.entered, true);
-  Stop st = {0};
+  Stop st = {.bp = bp};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   Resume r = interact(&st);
@@ -2249,6 +2413,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   if (dbg.focus >= c->n) dbg.focus = 0;
   for (int r = 0; c->slots[dbg.focus].state == DS_DONE && r < c->n; r++)
     if (c->slots[r].state == DS_PARKED) dbg.focus = r; /* a returned device shows nothing */
+  st->bp = c->slots[dbg.focus].state == DS_PARKED ? c->slots[dbg.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
 }
@@ -2365,11 +2530,11 @@ static Value *site_new(const Frame *f) {
 /* Stops this thread at the made-up frame [fr], as the hook would stop at
  * a breakpoint there. */
 static int stop_at(Frame *fr) {
-  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr);
+  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr, 0);
   DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
-  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, "");
+  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "");
 }
 
 /* The staged callback of breakpoint(): self is (site, names, template,
@@ -2618,6 +2783,10 @@ void dbg_free(void) {
   shm_free(dbg.displays);
   dbg.displays = NULL;
   dbg.ndisplays = 0;
+  for (int i = 0; i < dbg.nbpcmds; i++) bpcmds_free_lines(&dbg.bpcmds[i]);
+  shm_free(dbg.bpcmds);
+  dbg.bpcmds = NULL;
+  dbg.nbpcmds = 0;
   shm_free(dbg.last_cmd);
   dbg.last_cmd = NULL;
   comp_clear();
