@@ -318,6 +318,8 @@ typedef struct DbgCall {
   int parked;             /* (L) devices parked */
   int trigger;            /* (L) lowest device parked at a breakpoint */
   char notes[512];        /* (L) messages for the next stop */
+  const Node *jump_from;  /* (L) a jump of the latest release: the devices parked */
+  const Node *jump_to;    /*     at jump_from go on at jump_to; cleared at a stop */
   bool done;              /* (L) coll_run returned */
   int rc;                 /* coll_run's result; read after done */
   ErrState err;           /* its error, moved from the helper thread */
@@ -515,7 +517,7 @@ static bool resume_stops(const Resume *r, int depth, int line) {
 }
 
 static int stop_main(Frame *f, int bp);
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why, int bp,
+static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note);
 
 static int main_hook(Frame *f, const Node *stmt) {
@@ -610,8 +612,9 @@ static int dbg_hook(Frame *f, const Node *stmt) {
 
 /* Parks device [rank] until the main thread releases it; [bp] is the
  * breakpoint it stopped at (0: none), whose commands the stop runs if it
- * is the focused device. */
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why, int bp,
+ * is the focused device.  Returns EVAL_HOOK_JUMP when the release jumps
+ * from [f]'s statement (every device parked there jumps). */
+static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note) {
   Slot *s = &c->slots[rank];
   pthread_mutex_lock(&dbg.lock);
@@ -636,8 +639,11 @@ static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy 
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
+  const Node *jump = c->jump_to && f->stmt == c->jump_from ? c->jump_to : NULL;
   pthread_mutex_unlock(&dbg.lock);
-  return atomic_load(&c->quit) ? quit_error() : 0;
+  if (atomic_load(&c->quit)) return quit_error();
+  f->jump = jump;
+  return jump ? EVAL_HOOK_JUMP : 0;
 }
 
 /* The body of every device under the debugger: the caller's fn, then the
@@ -893,6 +899,8 @@ typedef struct Stop {
   bool pm;                 /* post-mortem */
   int list_next;           /* `list` goes on here; 0: around the current line */
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
+  const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
+  const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
 } Stop;
 
 /* The focused device's frames, or NULL. */
@@ -1930,12 +1938,13 @@ static void bpcmds_set(int number, bool silent, char **lines, int n) {
 }
 
 static int dispatch(Stop *st, const char *line, Resume *r);
+static int cmd_jump(Stop *st, const char *arg, Resume *r);
 
-/* True when command line [line] resumes the program (c, s, n, r, unt, q;
- * pdb's commands_resuming): pdb ends a command list there. */
+/* True when command line [line] resumes the program (c, s, n, r, unt, q,
+ * and jump; pdb's commands_resuming): pdb ends a command list there. */
 static bool line_resumes(const char *line) {
   static const CmdFn resuming[] = {cmd_step, cmd_next, cmd_until, cmd_return, cmd_continue,
-                                   cmd_quit};
+                                   cmd_quit, cmd_jump};
   char word[32];
   while (*line == ' ' || *line == '\t') line++;
   const Cmd *c = first_word(line, word, sizeof word) ? cmd_lookup(word) : NULL;
@@ -2007,6 +2016,169 @@ static int run_bp_commands(Stop *st, Resume *r, bool *silent) {
   if (!last_resumes) return 0;
   *r = (Resume){RM_CONTINUE, 0, 0};
   return 1;
+}
+
+/* ---- jump ---- */
+
+/* The [k]-th statement list directly under statement [n] (the bodies of
+ * if/else, loops and their else, try's body, handlers, else and finally,
+ * with, def and shard_map), or NULL past the last. */
+static const NodeList *sub_block(const Node *n, int k) {
+  switch (n->kind) {
+  case N_IF:
+  case N_WHILE:
+  case N_FOR: return k == 0 ? &n->body : k == 1 ? &n->orelse : NULL;
+  case N_DEF:
+  case N_SHARD_MAP:
+  case N_WITH: return k == 0 ? &n->body : NULL;
+  case N_TRY:
+    if (k == 0) return &n->body;
+    if (k - 1 < n->items.n) return &n->items.items[k - 1]->body;
+    k -= 1 + n->items.n;
+    return k == 0 ? &n->orelse : k == 1 ? &n->items2 : NULL;
+  default: return NULL;
+  }
+}
+
+/* The statement list, [l] or one nested in it, that holds [stmt]; NULL
+ * when none does (a made-up frame: breakpoint() under jit). */
+static const NodeList *block_holding(const NodeList *l, const Node *stmt) {
+  for (int i = 0; i < l->n; i++) {
+    if (l->items[i] == stmt) return l;
+    const NodeList *b, *found;
+    for (int k = 0; (b = sub_block(l->items[i], k)); k++)
+      if ((found = block_holding(b, stmt))) return found;
+  }
+  return NULL;
+}
+
+/* The last source line of statement [n], the blocks it opens included. */
+static int stmt_end_line(const Node *n) {
+  int m = node_last_line(n);
+  const NodeList *b;
+  for (int k = 0; (b = sub_block(n, k)); k++)
+    if (b->n > 0) {
+      int l = stmt_end_line(b->items[b->n - 1]);
+      if (l > m) m = l;
+    }
+  return m;
+}
+
+static const char *block_kind(const Node *n) {
+  switch (n->kind) {
+  case N_IF: return "if";
+  case N_WHILE: return "while";
+  case N_FOR: return "for";
+  case N_TRY: return "try";
+  case N_WITH: return "with";
+  case N_SHARD_MAP: return "shard_map";
+  default: return "def";
+  }
+}
+
+/* The statement of [block] that starts at [line], or NULL after saying
+ * why a jump cannot go there (pdb's "Jump failed"): only a statement of
+ * the current statement's own block is a target, so a jump never enters
+ * the middle of a block nor leaves one (a loop, a finally). */
+static const Node *jump_target(const NodeList *block, int line) {
+  int first = block->items[0]->loc.line, last = stmt_end_line(block->items[block->n - 1]);
+  if (line < first || line > last) {
+    printf("*** Jump failed: line %d is outside the block of the current statement "
+           "(lines %d-%d)\n", line, first, last);
+    return NULL;
+  }
+  for (int i = 0; i < block->n; i++) {
+    const Node *s = block->items[i];
+    if (s->loc.line == line) return s;
+    if (line < s->loc.line || line > stmt_end_line(s)) continue;
+    if (sub_block(s, 0))
+      printf("*** Jump failed: can't jump into the middle of the '%s' block at line %d\n",
+             block_kind(s), s->loc.line);
+    else
+      printf("*** Jump failed: line %d is not the first line of a statement\n", line);
+    return NULL;
+  }
+  printf("*** Jump failed: line %d holds no statement\n", line);
+  return NULL;
+}
+
+/* The frame a jump applies to, or NULL after saying why there is none:
+ * the bottom frame, the main thread's or the parked focused device's. */
+static const Frame *jump_frame(const Stop *st) {
+  char c[160], state[320];
+  if (st->level != st_nframes(st) - 1) {
+    printf("*** You can only jump within the bottom frame\n");
+    return NULL;
+  }
+  if (st->pm) {
+    printf("*** Jump failed: the program has ended (post-mortem)\n");
+    return NULL;
+  }
+  if (!st->call) return st->frame;
+  const Frame *f = NULL;
+  pthread_mutex_lock(&dbg.lock);
+  if (st->call->slots[dbg.focus].state == DS_PARKED) f = st->call->slots[dbg.focus].frame;
+  pthread_mutex_unlock(&dbg.lock);
+  if (f) return f;
+  device_state(st, dbg.focus, state, sizeof state);
+  printf("*** Jump failed: device %s is not stopped at a statement (%s)\n",
+         coords_of(st, dbg.focus, c, sizeof c), state);
+  return NULL;
+}
+
+/* True when every device of the call is parked at [f]'s statement and
+ * depth, so that all of them jump together and none is left behind; else
+ * says which device is elsewhere. */
+static bool devices_together(const Stop *st, const Frame *f) {
+  DbgCall *c = st->call;
+  char cbuf[160], state[320];
+  int bad = -1;
+  pthread_mutex_lock(&dbg.lock);
+  int depth = c->slots[dbg.focus].depth;
+  for (int r = 0; r < c->n && bad < 0; r++) {
+    const Slot *s = &c->slots[r];
+    if (s->state != DS_PARKED || s->frame->stmt != f->stmt || s->depth != depth) bad = r;
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  if (bad < 0) return true;
+  device_state(st, bad, state, sizeof state);
+  printf("*** Jump failed: all devices must be stopped at this statement to jump together; "
+         "device %s: %s\n", coords_of(st, bad, cbuf, sizeof cbuf), state);
+  return false;
+}
+
+/* Moves the bottom frame's view (each device's innermost one, as they all
+ * jump) to statement [to]. */
+static void jump_views(Stop *st, const Node *to) {
+  int n = st->call ? st->ndev : 1;
+  for (int i = 0; i < n; i++) {
+    Stack *s = st->call ? &st->dev[i] : &st->main;
+    if (s->n == 0) continue;
+    View *v = &s->v[s->n - 1];
+    v->line = to->loc.line;
+    v->last_line = node_last_line(to) > v->line ? node_last_line(to) : v->line;
+  }
+}
+
+/* j(ump) lineno: the statement at lineno, of the current statement's
+ * block, is the next to run in the bottom frame (pdb's jump); the stop
+ * shows the new location and goes on when a command resumes. */
+static int cmd_jump(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const Frame *f = jump_frame(st);
+  if (!f) return 0;
+  char *end;
+  long line = strtol(arg, &end, 10);
+  if (!*arg || *end) return printf("*** The 'jump' command requires a line number\n"), 0;
+  const NodeList *block = f->mod && f->stmt ? block_holding(&f->mod->body, f->stmt) : NULL;
+  if (!block) return printf("*** Jump failed: the frame runs no statement of its source\n"), 0;
+  const Node *to = jump_target(block, line_arg(line));
+  if (!to || (st->call && !devices_together(st, f))) return 0;
+  st->jump = to;
+  jump_views(st, to);
+  st->list_next = 0;
+  print_view(st_cur(st), "> ");
+  return 0;
 }
 
 /* ---- values ---- */
@@ -2211,9 +2383,14 @@ static const Cmd commands[] = {
     {"commands", cmd_commands, "commands [bpnumber]",
      "Read commands, one a line up to 'end', to run as if typed when the breakpoint (by\n"
      "default the last one set) stops; 'silent' first hides the stop's location.  A\n"
-     "resuming command (c, s, n, r, unt, q) ends the list, and the program goes on\n"
+     "resuming command (c, s, n, r, unt, q, j) ends the list, and the program goes on\n"
      "after it.  An empty list removes the breakpoint's commands.  In a shard_map body\n"
      "they run once per stop, on the focused device."},
+    {"j jump", cmd_jump, "j(ump) lineno",
+     "Make the statement at lineno the next one to run in the bottom frame.  It must\n"
+     "be a statement of the current statement's block: a jump neither enters nor\n"
+     "leaves a block.  In a shard_map body every device jumps; all must be stopped\n"
+     "at the focused device's statement."},
     {"s step", cmd_step, "s(tep)",
      "Run the current statement and stop at the next one, inside a called function if\n"
      "any.  In a shard_map body every device moves one statement."},
@@ -2379,7 +2556,7 @@ static Resume interact(Stop *st) {
  * breakpoint [bp] (0: not at a breakpoint). */
 static int stop_main(Frame *f, int bp) {
   atomic_store(&dbg.entered, true);
-  Stop st = {.bp = bp};
+  Stop st = {.bp = bp, .frame = f};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   Resume r = interact(&st);
@@ -2391,7 +2568,8 @@ static int stop_main(Frame *f, int bp) {
   }
   dbg.main_resume = r;
   update_engaged();
-  return 0;
+  f->jump = st.jump;
+  return st.jump ? EVAL_HOOK_JUMP : 0;
 }
 
 /* Gathers the parked devices' frames, and those of the devices waiting in
@@ -2416,6 +2594,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   st->bp = c->slots[dbg.focus].state == DS_PARKED ? c->slots[dbg.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
+  c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
 }
 
 /* A stop of the devices of call [c] (every one parked, done or waiting
@@ -2436,6 +2615,12 @@ static Resume stop_devices(DbgCall *c) {
   pthread_mutex_unlock(&dbg.lock);
   st.level = st_nframes(&st) - 1;
   Resume r = interact(&st);
+  if (st.jump && r.mode != RM_QUIT) {   /* cmd_jump saw every device parked there */
+    pthread_mutex_lock(&dbg.lock);
+    c->jump_from = c->slots[dbg.focus].frame->stmt;
+    c->jump_to = st.jump;
+    pthread_mutex_unlock(&dbg.lock);
+  }
   st_free(&st);
   return r;
 }
