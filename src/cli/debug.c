@@ -1901,12 +1901,14 @@ static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
 
 /* ---- breakpoint command lists ---- */
 
+/* Breakpoint [number]'s command list, or NULL. */
 static BpCmds *bpcmds_find(int number) {
   for (int i = 0; i < dbg.nbpcmds; i++)
     if (dbg.bpcmds[i].number == number) return &dbg.bpcmds[i];
   return NULL;
 }
 
+/* Frees [bc]'s lines, leaving it empty. */
 static void bpcmds_free_lines(BpCmds *bc) {
   for (int i = 0; i < bc->n; i++) shm_free(bc->lines[i]);
   shm_free(bc->lines);
@@ -1967,13 +1969,16 @@ static void read_command_list(int number) {
     bool end = k && line[k] == 0 && strcmp(word, "end") == 0;
     bool flag = k && line[k] == 0 && strcmp(word, "silent") == 0;
     silent |= flag;
-    char **t = line[0] && !end && !flag ? shm_realloc(lines, sizeof(char *) * (size_t)(n + 1)) : NULL;
+    char *keep = line[0] && !end && !flag ? shm_strdup(line) : NULL;
+    char **t = keep ? shm_realloc(lines, sizeof(char *) * (size_t)(n + 1)) : NULL;
     if (t) {
       lines = t;
-      lines[n++] = shm_strdup(line);
+      lines[n++] = keep;
+    } else {
+      shm_free(keep);
     }
     free(line);
-    if (end || (t && line_resumes(lines[n - 1]))) break;
+    if (end || (t && line_resumes(keep))) break;
   }
   bpcmds_set(number, silent, lines, n);
 }
@@ -2064,6 +2069,7 @@ static int stmt_end_line(const Node *n) {
   return m;
 }
 
+/* The keyword that opens statement [n]'s block, for jump's messages. */
 static const char *block_kind(const Node *n) {
   switch (n->kind) {
   case N_IF: return "if";
