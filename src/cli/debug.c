@@ -265,7 +265,19 @@ typedef struct Bp {
   bool temporary;   /* tbreak: deleted when hit */
   bool enabled;
   int hits;
+  int ignore;       /* pdb's ignore count: crossings still to pass over */
 } Bp;
+
+/* pdb's `commands`: the command list of a breakpoint.  Kept by number
+ * apart from the Bp (main thread only: lists are made and run at the
+ * prompt), so that a tbreak deleted as it stops still runs its list, as
+ * in pdb. */
+typedef struct BpCmds {
+  int number;
+  bool silent;            /* `silent`: no location shown at the stop */
+  int n;
+  char **lines;           /* [n], owned: the commands as typed */
+} BpCmds;
 
 /* Why a device parks. */
 typedef enum { PARK_NONE, PARK_TARGET, PARK_BREAK, PARK_FOLLOW } ParkWhy;
@@ -280,6 +292,7 @@ typedef struct Slot {
                                        a device waiting in a collective is shown there */
   int depth;              /* (L) its depth while parked */
   int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
+  int bp;                 /* (L) the breakpoint it parked at; 0: none */
   bool failed;            /* (L) returned from the body with an error */
   unsigned job_seen;      /* (L) the job_gen of the last job it ran */
   Snap snap;              /* --pm: written by the device thread only; read
@@ -320,6 +333,8 @@ typedef struct DbgCall {
   char notes[512];        /* (L) messages for the next stop */
   Job *job;               /* (L) the line the parked devices are to run, or NULL */
   unsigned job_gen;       /* (L) bumped for each job */
+  const Node *jump_from;  /* (L) a jump of the latest release: the devices parked */
+  const Node *jump_to;    /*     at jump_from go on at jump_to; cleared at a stop */
   bool done;              /* (L) coll_run returned */
   int rc;                 /* coll_run's result; read after done */
   ErrState err;           /* its error, moved from the helper thread */
@@ -365,6 +380,8 @@ static struct {
   int focus;              /* focused device (rank) */
   Display *displays;
   int ndisplays;
+  BpCmds *bpcmds;         /* breakpoints' command lists */
+  int nbpcmds;
   char *last_cmd;         /* repeated by an empty line */
   PmRecord pm;
 } dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
@@ -423,11 +440,12 @@ static void bp_delete(Bp *b) {
   dbg.nbps--;
 }
 
-/* Evaluates a breakpoint condition in [env] on this thread; an error
- * counts as true, as in pdb.  On a device the condition sees the device's
+/* Evaluates a breakpoint condition in [env] on this thread: 1 true, 0
+ * false, -1 when it fails (pdb then stops whatever the ignore count
+ * says, so the user sees the failing condition).  On a device the condition sees the device's
  * mesh position but no group: a collective in it fails (and so stops)
  * instead of entering a rendezvous the other devices never join. */
-static bool cond_true(const char *cond, Env *env) {
+static int cond_value(const char *cond, Env *env) {
   bool saved = tls_busy;
   DevCtx *ctx = dev_ctx(), alone;
   if (ctx) {
@@ -437,13 +455,12 @@ static bool cond_true(const char *cond, Env *env) {
   }
   tls_busy = true;
   Value *v = eval_expr_text(cond, env);
-  int t = v ? val_truth(v) : 1;
+  int t = v ? val_truth(v) : -1;
   val_decref(v);
-  if (t < 0) t = 1;
   err_clear();
   tls_busy = saved;
   dev_ctx_set(ctx);
-  return t != 0;
+  return t < 0 ? -1 : t != 0;
 }
 
 typedef struct Candidate {
@@ -469,35 +486,42 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
   return n;
 }
 
-/* Counts a hit of breakpoint [number] (as pdb, whether or not its
- * condition holds); when it [stops] a tbreak is deleted, which [note]
- * reports as pdb does. */
-static void bp_count_hit(int number, bool stops, char *note, size_t cap) {
+/* Counts a crossing of breakpoint [number] (as pdb, whether or not its
+ * condition holds) whose condition gave [cond] (1 true or none, 0 false,
+ * -1 failed), and decides whether it stops: a crossing with a true
+ * condition is passed over while the ignore count lasts, and uses one up
+ * (pdb's bdb.effective).  When it stops, a tbreak is deleted, which
+ * [note] reports as pdb does.  Under the lock, since devices cross the
+ * same breakpoint at once: each device's crossing counts. */
+static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
+  bool stops = false;
   pthread_mutex_lock(&dbg.lock);
   Bp *b = bp_find(number);
   if (b) {
     b->hits++;
+    if (cond > 0 && b->ignore > 0) b->ignore--;
+    else stops = cond != 0;
     if (stops && b->temporary) {
       snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
       bp_delete(b);
     }
   }
   pthread_mutex_unlock(&dbg.lock);
+  return stops;
 }
 
-/* True when a breakpoint stops [f] at [stmt] (its condition is evaluated
- * on this thread, in the frame's scope). */
-static bool bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
+/* The number of the breakpoint that stops [f] at [stmt], or 0 (its
+ * condition is evaluated on this thread, in the frame's scope). */
+static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
   if (atomic_load_explicit(&dbg.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
-    return false;
+    return 0;
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
-    bool stops = !cand[i].has_cond || cond_true(cand[i].cond, f->env);
-    bp_count_hit(cand[i].number, stops, note, cap);
-    if (stops) return true;
+    int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
+    if (bp_count_hit(cand[i].number, cond, note, cap)) return cand[i].number;
   }
-  return false;
+  return 0;
 }
 
 /* ==== deciding to stop ========================================================== */
@@ -512,20 +536,21 @@ static bool resume_stops(const Resume *r, int depth, int line) {
   }
 }
 
-static int stop_main(Frame *f);
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+static int stop_main(Frame *f, int bp);
+static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note);
 
 static int main_hook(Frame *f, const Node *stmt) {
   if (dbg.post_mortem) snap_update(&tls_snap, f, 0);
   char note[160] = "";
+  int bp = 0;
   bool stop = tls_break_next ||
               resume_stops(&dbg.main_resume, frame_depth(f), stmt->loc.line) ||
-              bp_hit(f, stmt, note, sizeof note);
+              (bp = bp_hit(f, stmt, note, sizeof note)) > 0;
   if (!stop) return 0;
   tls_break_next = false;
   fputs(note, stdout);
-  return stop_main(f);
+  return stop_main(f, bp);
 }
 
 /* A device picks up the command of a release it was not parked for (it
@@ -551,13 +576,14 @@ static int device_hook(Frame *f, const Node *stmt) {
   if (dbg.post_mortem) snap_update(&c->slots[ctx->rank].snap, f, c->depth0);
   ParkWhy why = PARK_NONE;
   char note[160] = "";
+  int bp = 0;
   if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
-  if (tls_break_next || bp_hit(f, stmt, note, sizeof note)) why = PARK_BREAK;
+  if (tls_break_next || (bp = bp_hit(f, stmt, note, sizeof note)) > 0) why = PARK_BREAK;
   else if (!why && resume_stops(&tls_resume, depth, stmt->loc.line)) why = PARK_TARGET;
   else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
   if (!why) return 0;
   tls_break_next = false;
-  return device_park(c, ctx->rank, f, depth, why, note);
+  return device_park(c, ctx->rank, f, depth, why, bp, note);
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
@@ -635,15 +661,19 @@ static void run_job(DbgCall *c, int rank) {
   pthread_cond_broadcast(&dbg.cond);
 }
 
-/* Parks device [rank] until the main thread releases it; meanwhile it
- * runs the jobs the prompt gives it. */
-static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy why,
+/* Parks device [rank] until the main thread releases it, meanwhile
+ * running the jobs the prompt gives it; [bp] is the breakpoint it stopped
+ * at (0: none), whose commands the stop runs if it is the focused device.
+ * Returns EVAL_HOOK_JUMP when the release jumps from [f]'s statement
+ * (every device parked there jumps). */
+static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note) {
   Slot *s = &c->slots[rank];
   pthread_mutex_lock(&dbg.lock);
   s->state = DS_PARKED;
   s->frame = f;
   s->depth = depth;
+  s->bp = bp;
   c->parked++;
   if (why == PARK_BREAK) {
     /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
@@ -668,8 +698,11 @@ static int device_park(DbgCall *c, int rank, const Frame *f, int depth, ParkWhy 
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
+  const Node *jump = c->jump_to && f->stmt == c->jump_from ? c->jump_to : NULL;
   pthread_mutex_unlock(&dbg.lock);
-  return atomic_load(&c->quit) ? quit_error() : 0;
+  if (atomic_load(&c->quit)) return quit_error();
+  f->jump = jump;
+  return jump ? EVAL_HOOK_JUMP : 0;
 }
 
 /* The body of every device under the debugger: the caller's fn, then the
@@ -924,6 +957,9 @@ typedef struct Stop {
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
   int list_next;           /* `list` goes on here; 0: around the current line */
+  int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
+  const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
+  const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
 } Stop;
 
 /* The focused device's frames, or NULL. */
@@ -1386,6 +1422,16 @@ typedef struct Cmd {
 
 static const Cmd *cmd_lookup(const char *word);
 
+/* Copies the command word that [line] starts with (letters, digits, '_')
+ * into [word]; its length. */
+static size_t first_word(const char *line, char *word, size_t cap) {
+  size_t n = 0;
+  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < cap - 1) n++;
+  memcpy(word, line, n);
+  word[n] = 0;
+  return n;
+}
+
 /* Reads a non-negative count argument (default [deflt]); -1 if malformed. */
 static int count_arg(const char *arg, int deflt) {
   if (!*arg) return deflt;
@@ -1671,6 +1717,7 @@ static void print_breakpoints(void) {
     printf("%-4dbreakpoint   %s %s at %s:%d\n", b->number, b->temporary ? "del " : "keep",
            b->enabled ? "yes  " : "no   ", b->file, b->line);
     if (b->cond) printf("\tstop only if %s\n", b->cond);
+    if (b->ignore) printf("\tignore next %d hits\n", b->ignore);
     if (b->hits) printf("\tbreakpoint already hit %d time%s\n", b->hits, b->hits == 1 ? "" : "s");
   }
   pthread_mutex_unlock(&dbg.lock);
@@ -1784,7 +1831,7 @@ static void bp_add(const char *file, int line, const char *cond, bool temporary)
     dbg.bps = bps;
     Bp *b = &bps[dbg.nbps++];
     *b = (Bp){++dbg.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0};
+              temporary, true, 0, 0};
     atomic_fetch_add(&dbg.nbp_enabled, 1);
     printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
   }
@@ -1920,6 +1967,329 @@ static int cmd_enable(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
   each_number(arg, enable_one);
   update_engaged();
+  return 0;
+}
+
+/* Sets breakpoint [number]'s ignore count to [count] and says so in
+ * pdb's words (a count below 1 clears it, as pdb treats it). */
+static void set_ignore(int number, int count) {
+  pthread_mutex_lock(&dbg.lock);
+  Bp *b = bp_find(number);
+  if (!b) {
+    printf("*** No breakpoint numbered %d\n", number);
+  } else {
+    b->ignore = count > 0 ? count : 0;
+    if (count > 1) printf("Will ignore next %d crossings of breakpoint %d.\n", count, number);
+    else if (count == 1) printf("Will ignore next 1 crossing of breakpoint %d.\n", number);
+    else printf("Will stop next time breakpoint %d is reached.\n", number);
+  }
+  pthread_mutex_unlock(&dbg.lock);
+}
+
+/* ignore bpnumber [count]: pass over the breakpoint's next count
+ * crossings where its condition holds (pdb). */
+static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  char *end, *cend;
+  if (!*arg) return printf("*** Breakpoint number expected\n"), 0;
+  long n = strtol(arg, &end, 10);
+  if (end == arg || (*end && *end != ' ' && *end != '\t')) {
+    int k = (int)strcspn(arg, " \t");
+    return printf("*** Non-numeric breakpoint number %.*s\n", k, arg), 0;
+  }
+  while (*end == ' ' || *end == '\t') end++;
+  long count = *end ? strtol(end, &cend, 10) : 0;
+  if (*end && (cend == end || *cend)) return printf("*** Invalid argument: %s\n", arg), 0;
+  if (n < INT_MIN || n > INT_MAX) n = INT_MIN;   /* no such breakpoint */
+  set_ignore((int)n, count > 1000000000L ? 1000000000 : count < 0 ? 0 : (int)count);
+  return 0;
+}
+
+/* ---- breakpoint command lists ---- */
+
+/* Breakpoint [number]'s command list, or NULL. */
+static BpCmds *bpcmds_find(int number) {
+  for (int i = 0; i < dbg.nbpcmds; i++)
+    if (dbg.bpcmds[i].number == number) return &dbg.bpcmds[i];
+  return NULL;
+}
+
+/* Frees [bc]'s lines, leaving it empty. */
+static void bpcmds_free_lines(BpCmds *bc) {
+  for (int i = 0; i < bc->n; i++) shm_free(bc->lines[i]);
+  shm_free(bc->lines);
+  bc->lines = NULL;
+  bc->n = 0;
+}
+
+/* Gives breakpoint [number] the list [lines] (taken over) and [silent],
+ * replacing its old list; an empty list removes it, as `commands` then
+ * `end` does in pdb. */
+static void bpcmds_set(int number, bool silent, char **lines, int n) {
+  BpCmds *bc = bpcmds_find(number);
+  if (bc) bpcmds_free_lines(bc);
+  if (!n && !silent) {
+    if (bc) *bc = dbg.bpcmds[--dbg.nbpcmds];
+    shm_free(lines);
+    return;
+  }
+  if (!bc) {
+    BpCmds *t = shm_realloc(dbg.bpcmds, sizeof(BpCmds) * (size_t)(dbg.nbpcmds + 1));
+    if (!t) {
+      bpcmds_free_lines(&(BpCmds){.n = n, .lines = lines});
+      return;
+    }
+    dbg.bpcmds = t;
+    bc = &dbg.bpcmds[dbg.nbpcmds++];
+  }
+  *bc = (BpCmds){number, silent, n, lines};
+}
+
+static int dispatch(Stop *st, const char *line, Resume *r);
+static int cmd_jump(Stop *st, const char *arg, Resume *r);
+
+/* True when command line [line] resumes the program (c, s, n, r, unt, q,
+ * and jump; pdb's commands_resuming): pdb ends a command list there. */
+static bool line_resumes(const char *line) {
+  static const CmdFn resuming[] = {cmd_step, cmd_next, cmd_until, cmd_return, cmd_continue,
+                                   cmd_quit, cmd_jump};
+  char word[32];
+  while (*line == ' ' || *line == '\t') line++;
+  const Cmd *c = first_word(line, word, sizeof word) ? cmd_lookup(word) : NULL;
+  for (size_t i = 0; c && i < sizeof resuming / sizeof *resuming; i++)
+    if (c->fn == resuming[i]) return true;
+  return false;
+}
+
+/* Reads a command list at the `(com) ` prompt (echoed as any prompt is
+ * when input is a pipe) up to `end`, a resuming command (kept: it ends
+ * the list, as in pdb) or the end of input; `silent` is a flag, not a
+ * command.  Gives it to breakpoint [number]. */
+static void read_command_list(int number) {
+  char **lines = NULL, word[32];
+  int n = 0;
+  bool silent = false;
+  for (char *line; (line = read_command("(com) "));) {
+    trim(line);
+    size_t k = first_word(line, word, sizeof word);
+    bool end = k && line[k] == 0 && strcmp(word, "end") == 0;
+    bool flag = k && line[k] == 0 && strcmp(word, "silent") == 0;
+    silent |= flag;
+    char *keep = line[0] && !end && !flag ? shm_strdup(line) : NULL;
+    char **t = keep ? shm_realloc(lines, sizeof(char *) * (size_t)(n + 1)) : NULL;
+    if (t) {
+      lines = t;
+      lines[n++] = keep;
+    } else {
+      shm_free(keep);
+    }
+    free(line);
+    if (end || (t && line_resumes(keep))) break;
+  }
+  bpcmds_set(number, silent, lines, n);
+}
+
+/* commands [bpnumber]: reads the commands to run when the breakpoint (by
+ * default the last one set) stops, as pdb does. */
+static int cmd_commands(Stop *st, const char *arg, Resume *r) {
+  (void)st, (void)r;
+  char *end;
+  long n = strtol(arg, &end, 10);
+  if (*arg && (end == arg || *end)) return printf("*** Non-numeric breakpoint number %s\n", arg), 0;
+  pthread_mutex_lock(&dbg.lock);
+  if (!*arg) n = dbg.next_bp;
+  bool found = n >= INT_MIN && n <= INT_MAX && bp_find((int)n);
+  pthread_mutex_unlock(&dbg.lock);
+  if (!found) return printf("*** No breakpoint numbered %ld\n", n), 0;
+  read_command_list((int)n);
+  return 0;
+}
+
+/* Runs the command list of the breakpoint the stop is at, as if typed
+ * (pdb's bp_commands); 1 when one of them resumed the program (*r set).
+ * A list that ends with a resuming command never prompts: when that
+ * command does not resume by itself (jump, or it failed) the program
+ * continues. */
+static int run_bp_commands(Stop *st, Resume *r, bool *silent) {
+  const BpCmds *bc = bpcmds_find(st->bp);
+  int n = bc ? bc->n : 0;
+  bool last_resumes = n > 0 && line_resumes(bc->lines[n - 1]);
+  *silent = bc && bc->silent;
+  for (int i = 0; i < n; i++) {
+    bc = bpcmds_find(st->bp);   /* a command of the list may have replaced it */
+    char *line = bc && i < bc->n ? shm_strdup(bc->lines[i]) : NULL;
+    if (!line) break;
+    int go = dispatch(st, line, r);
+    shm_free(line);
+    fflush(stdout);
+    if (go) return 1;
+  }
+  if (!last_resumes) return 0;
+  *r = (Resume){RM_CONTINUE, 0, 0};
+  return 1;
+}
+
+/* ---- jump ---- */
+
+/* The [k]-th statement list directly under statement [n] (the bodies of
+ * if/else, loops and their else, try's body, handlers, else and finally,
+ * with, def and shard_map), or NULL past the last. */
+static const NodeList *sub_block(const Node *n, int k) {
+  switch (n->kind) {
+  case N_IF:
+  case N_WHILE:
+  case N_FOR: return k == 0 ? &n->body : k == 1 ? &n->orelse : NULL;
+  case N_DEF:
+  case N_SHARD_MAP:
+  case N_WITH: return k == 0 ? &n->body : NULL;
+  case N_TRY:
+    if (k == 0) return &n->body;
+    if (k - 1 < n->items.n) return &n->items.items[k - 1]->body;
+    k -= 1 + n->items.n;
+    return k == 0 ? &n->orelse : k == 1 ? &n->items2 : NULL;
+  default: return NULL;
+  }
+}
+
+/* The statement list, [l] or one nested in it, that holds [stmt]; NULL
+ * when none does (a made-up frame: breakpoint() under jit). */
+static const NodeList *block_holding(const NodeList *l, const Node *stmt) {
+  for (int i = 0; i < l->n; i++) {
+    if (l->items[i] == stmt) return l;
+    const NodeList *b, *found;
+    for (int k = 0; (b = sub_block(l->items[i], k)); k++)
+      if ((found = block_holding(b, stmt))) return found;
+  }
+  return NULL;
+}
+
+/* The last source line of statement [n], the blocks it opens included. */
+static int stmt_end_line(const Node *n) {
+  int m = node_last_line(n);
+  const NodeList *b;
+  for (int k = 0; (b = sub_block(n, k)); k++)
+    if (b->n > 0) {
+      int l = stmt_end_line(b->items[b->n - 1]);
+      if (l > m) m = l;
+    }
+  return m;
+}
+
+/* The keyword that opens statement [n]'s block, for jump's messages. */
+static const char *block_kind(const Node *n) {
+  switch (n->kind) {
+  case N_IF: return "if";
+  case N_WHILE: return "while";
+  case N_FOR: return "for";
+  case N_TRY: return "try";
+  case N_WITH: return "with";
+  case N_SHARD_MAP: return "shard_map";
+  default: return "def";
+  }
+}
+
+/* The statement of [block] that starts at [line], or NULL after saying
+ * why a jump cannot go there (pdb's "Jump failed"): only a statement of
+ * the current statement's own block is a target, so a jump never enters
+ * the middle of a block nor leaves one (a loop, a finally). */
+static const Node *jump_target(const NodeList *block, int line) {
+  int first = block->items[0]->loc.line, last = stmt_end_line(block->items[block->n - 1]);
+  if (line < first || line > last) {
+    printf("*** Jump failed: line %d is outside the block of the current statement "
+           "(lines %d-%d)\n", line, first, last);
+    return NULL;
+  }
+  for (int i = 0; i < block->n; i++) {
+    const Node *s = block->items[i];
+    if (s->loc.line == line) return s;
+    if (line < s->loc.line || line > stmt_end_line(s)) continue;
+    if (sub_block(s, 0))
+      printf("*** Jump failed: can't jump into the middle of the '%s' block at line %d\n",
+             block_kind(s), s->loc.line);
+    else
+      printf("*** Jump failed: line %d is not the first line of a statement\n", line);
+    return NULL;
+  }
+  printf("*** Jump failed: line %d holds no statement\n", line);
+  return NULL;
+}
+
+/* The frame a jump applies to, or NULL after saying why there is none:
+ * the bottom frame, the main thread's or the parked focused device's. */
+static const Frame *jump_frame(const Stop *st) {
+  char c[160], state[320];
+  if (st->level != st_nframes(st) - 1) {
+    printf("*** You can only jump within the bottom frame\n");
+    return NULL;
+  }
+  if (st->pm) {
+    printf("*** Jump failed: the program has ended (post-mortem)\n");
+    return NULL;
+  }
+  if (!st->call) return st->frame;
+  const Frame *f = NULL;
+  pthread_mutex_lock(&dbg.lock);
+  if (st->call->slots[dbg.focus].state == DS_PARKED) f = st->call->slots[dbg.focus].frame;
+  pthread_mutex_unlock(&dbg.lock);
+  if (f) return f;
+  device_state(st, dbg.focus, state, sizeof state);
+  printf("*** Jump failed: device %s is not stopped at a statement (%s)\n",
+         coords_of(st, dbg.focus, c, sizeof c), state);
+  return NULL;
+}
+
+/* True when every device of the call is parked at [f]'s statement and
+ * depth, so that all of them jump together and none is left behind; else
+ * says which device is elsewhere. */
+static bool devices_together(const Stop *st, const Frame *f) {
+  DbgCall *c = st->call;
+  char cbuf[160], state[320];
+  int bad = -1;
+  pthread_mutex_lock(&dbg.lock);
+  int depth = c->slots[dbg.focus].depth;
+  for (int r = 0; r < c->n && bad < 0; r++) {
+    const Slot *s = &c->slots[r];
+    if (s->state != DS_PARKED || s->frame->stmt != f->stmt || s->depth != depth) bad = r;
+  }
+  pthread_mutex_unlock(&dbg.lock);
+  if (bad < 0) return true;
+  device_state(st, bad, state, sizeof state);
+  printf("*** Jump failed: all devices must be stopped at this statement to jump together; "
+         "device %s: %s\n", coords_of(st, bad, cbuf, sizeof cbuf), state);
+  return false;
+}
+
+/* Moves the bottom frame's view (each device's innermost one, as they all
+ * jump) to statement [to]. */
+static void jump_views(Stop *st, const Node *to) {
+  int n = st->call ? st->ndev : 1;
+  for (int i = 0; i < n; i++) {
+    Stack *s = st->call ? &st->dev[i] : &st->main;
+    if (s->n == 0) continue;
+    View *v = &s->v[s->n - 1];
+    v->line = to->loc.line;
+    v->last_line = node_last_line(to) > v->line ? node_last_line(to) : v->line;
+  }
+}
+
+/* j(ump) lineno: the statement at lineno, of the current statement's
+ * block, is the next to run in the bottom frame (pdb's jump); the stop
+ * shows the new location and goes on when a command resumes. */
+static int cmd_jump(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const Frame *f = jump_frame(st);
+  if (!f) return 0;
+  char *end;
+  long line = strtol(arg, &end, 10);
+  if (!*arg || *end) return printf("*** The 'jump' command requires a line number\n"), 0;
+  const NodeList *block = f->mod && f->stmt ? block_holding(&f->mod->body, f->stmt) : NULL;
+  if (!block) return printf("*** Jump failed: the frame runs no statement of its source\n"), 0;
+  const Node *to = jump_target(block, line_arg(line));
+  if (!to || (st->call && !devices_together(st, f))) return 0;
+  st->jump = to;
+  jump_views(st, to);
+  st->list_next = 0;
+  print_view(st_cur(st), "> ");
   return 0;
 }
 
@@ -2326,6 +2696,21 @@ static const Cmd commands[] = {
      "Delete breakpoints; without argument, all of them (after asking)."},
     {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
     {"enable", cmd_enable, "enable number ...", "Enable breakpoints."},
+    {"ignore", cmd_ignore, "ignore bpnumber [count]",
+     "Pass over the breakpoint's next count crossings (those where its condition\n"
+     "holds); without count, or 0, stop at it again.  In a shard_map body each\n"
+     "device's crossing counts."},
+    {"commands", cmd_commands, "commands [bpnumber]",
+     "Read commands, one a line up to 'end', to run as if typed when the breakpoint (by\n"
+     "default the last one set) stops; 'silent' first hides the stop's location.  A\n"
+     "resuming command (c, s, n, r, unt, q, j) ends the list, and the program goes on\n"
+     "after it.  An empty list removes the breakpoint's commands.  In a shard_map body\n"
+     "they run once per stop, on the focused device."},
+    {"j jump", cmd_jump, "j(ump) lineno",
+     "Make the statement at lineno the next one to run in the bottom frame.  It must\n"
+     "be a statement of the current statement's block: a jump neither enters nor\n"
+     "leaves a block.  In a shard_map body every device jumps; all must be stopped\n"
+     "at the focused device's statement."},
     {"s step", cmd_step, "s(tep)",
      "Run the current statement and stop at the next one, inside a called function if\n"
      "any.  In a shard_map body every device moves one statement."},
@@ -2411,10 +2796,7 @@ static int dispatch(Stop *st, const char *line, Resume *r) {
     return 0;
   }
   char word[32];
-  size_t n = 0;
-  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < sizeof word - 1) n++;
-  memcpy(word, line, n);
-  word[n] = 0;
+  size_t n = first_word(line, word, sizeof word);
   const Cmd *c = n ? cmd_lookup(word) : NULL;
   if (!c) {
     exec_in(st, line);
@@ -2430,15 +2812,10 @@ static int dispatch(Stop *st, const char *line, Resume *r) {
 
 /* ==== stops ============================================================================ */
 
-/* The prompt loop of one stop; returns the command that resumes. */
-static Resume interact_prompt(Stop *st) {
-  Resume r = {RM_QUIT, 0, 0};
+/* Reads and runs commands until one resumes the program (*r set) or the
+ * input ends (*r left as it is). */
+static void prompt_loop(Stop *st, Resume *r) {
   char prompt[256];
-  const Stop *outer = comp.stop;
-  tls_busy = true;
-  comp.stop = st;
-  print_location(st);
-  run_displays(st);
   for (;;) {
     make_prompt(st, prompt, sizeof prompt);
     char *line = read_command(prompt);
@@ -2455,10 +2832,27 @@ static Resume interact_prompt(Stop *st) {
       shm_free(dbg.last_cmd);
       dbg.last_cmd = shm_strdup(line);
     }
-    int go = line[0] ? dispatch(st, line, &r) : 0;
+    int go = line[0] ? dispatch(st, line, r) : 0;
     free(line);
     fflush(stdout);
     if (go) break;
+  }
+}
+
+/* One stop: the breakpoint's commands if it has any (pdb's order: they
+ * run, then the location shows unless `silent`), then the prompt unless
+ * they resumed; returns the command that resumes. */
+static Resume interact_prompt(Stop *st) {
+  Resume r = {RM_QUIT, 0, 0};
+  const Stop *outer = comp.stop;
+  bool silent = false;
+  tls_busy = true;
+  comp.stop = st;
+  int go = st->bp ? run_bp_commands(st, &r, &silent) : 0;
+  if (!silent) print_location(st);
+  if (!go) {
+    run_displays(st);
+    prompt_loop(st, &r);
   }
   comp.stop = outer;
   tls_busy = false;
@@ -2478,10 +2872,11 @@ static Resume interact(Stop *st) {
   return r;
 }
 
-/* A stop of the main thread at frame [f], outside any shard_map call. */
-static int stop_main(Frame *f) {
+/* A stop of the main thread at frame [f], outside any shard_map call, at
+ * breakpoint [bp] (0: not at a breakpoint). */
+static int stop_main(Frame *f, int bp) {
   atomic_store(&dbg.entered, true);
-  Stop st = {0};
+  Stop st = {.bp = bp, .frame = f};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   Resume r = interact(&st);
@@ -2493,7 +2888,8 @@ static int stop_main(Frame *f) {
   }
   dbg.main_resume = r;
   update_engaged();
-  return 0;
+  f->jump = st.jump;
+  return st.jump ? EVAL_HOOK_JUMP : 0;
 }
 
 /* Gathers the parked devices' frames, and those of the devices waiting in
@@ -2515,8 +2911,10 @@ static void collect_devices(DbgCall *c, Stop *st) {
   if (dbg.focus >= c->n) dbg.focus = 0;
   for (int r = 0; c->slots[dbg.focus].state == DS_DONE && r < c->n; r++)
     if (c->slots[r].state == DS_PARKED) dbg.focus = r; /* a returned device shows nothing */
+  st->bp = c->slots[dbg.focus].state == DS_PARKED ? c->slots[dbg.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
+  c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
 }
 
 /* A stop of the devices of call [c] (every one parked, done or waiting
@@ -2537,6 +2935,12 @@ static Resume stop_devices(DbgCall *c) {
   pthread_mutex_unlock(&dbg.lock);
   st.level = st_nframes(&st) - 1;
   Resume r = interact(&st);
+  if (st.jump && r.mode != RM_QUIT) {   /* cmd_jump saw every device parked there */
+    pthread_mutex_lock(&dbg.lock);
+    c->jump_from = c->slots[dbg.focus].frame->stmt;
+    c->jump_to = st.jump;
+    pthread_mutex_unlock(&dbg.lock);
+  }
   st_free(&st);
   return r;
 }
@@ -2631,11 +3035,11 @@ static Value *site_new(const Frame *f) {
 /* Stops this thread at the made-up frame [fr], as the hook would stop at
  * a breakpoint there. */
 static int stop_at(Frame *fr) {
-  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr);
+  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr, 0);
   DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
-  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, "");
+  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "");
 }
 
 /* The staged callback of breakpoint(): self is (site, names, template,
@@ -2880,6 +3284,10 @@ void dbg_free(void) {
   shm_free(dbg.displays);
   dbg.displays = NULL;
   dbg.ndisplays = 0;
+  for (int i = 0; i < dbg.nbpcmds; i++) bpcmds_free_lines(&dbg.bpcmds[i]);
+  shm_free(dbg.bpcmds);
+  dbg.bpcmds = NULL;
+  dbg.nbpcmds = 0;
   shm_free(dbg.last_cmd);
   dbg.last_cmd = NULL;
   comp_clear();

@@ -15,6 +15,10 @@
  * prompt (GNU readline on a terminal) runs on the main thread only, and so
  * does every evaluation the user asks for: `p x` in a device's frame reads
  * that device's scope from the main thread while the device is parked.
+ * The one change the debugger makes to how the program runs is pdb's
+ * `jump`: the hook returns EVAL_HOOK_JUMP (eval.h) and the block goes on
+ * at the target; inside a body every device parked at the statement
+ * returns it from its own hook as it is released.
  *
  * ALL-STOP.  A shard_map call made while the debugger is installed runs
  * through dbg_coll_run: coll_run moves to a helper thread, and the main

@@ -275,7 +275,10 @@ static void func_free(Value *v) {
   shm_free(f);
 }
 
-typedef enum { OUT_OK, OUT_ERR, OUT_RETURN, OUT_BREAK, OUT_CONTINUE } Outcome;
+/* How a statement ended.  OUT_JUMP: the statement hook asked to go on at
+ * cur_frame->jump instead (eval.h); the block holding that statement
+ * takes it (exec_block). */
+typedef enum { OUT_OK, OUT_ERR, OUT_RETURN, OUT_BREAK, OUT_CONTINUE, OUT_JUMP } Outcome;
 
 static Value *eval(const Node *n, Env *env);
 static Outcome exec_block(const NodeList *body, Env *env, Value **ret);
@@ -461,6 +464,8 @@ Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char 
     val_decref(ret);
     return err_set(ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
   }
+  if (o == OUT_JUMP) return err_set(ERR_VALUE, "jump: the statement to go on at is not in "
+                                    "the function's blocks");
   return ret ? ret : VAL_NONE;
 }
 
@@ -1111,12 +1116,43 @@ static int assign(const Node *target, Value *v, Env *env) {
 
 static Outcome exec_stmt(const Node *s, Env *env, Value **ret);
 
+/* The statement a jump lands on, on this thread: exec_stmt runs it
+ * without the hook, which has just stopped there (pdb's jump: the line
+ * jumped to runs when the program resumes, with no second stop). */
+static _Thread_local const Node *jump_landing;
+
+/* The index in [body] of the current frame's jump target, or -1 when it
+ * is not one of [body]'s statements (then the jump goes on outwards: from
+ * a loop's header to the block holding the loop).  Found, the jump is
+ * taken: the target is cleared and marked to run without the hook. */
+static int jump_index(const NodeList *body) {
+  const Node *to = cur_frame ? cur_frame->jump : NULL;
+  for (int i = 0; to && i < body->n; i++)
+    if (body->items[i] == to) {
+      cur_frame->jump = NULL;
+      jump_landing = to;
+      return i;
+    }
+  return -1;
+}
+
+/* Runs the statements of [body] in order; a debugger's jump to one of
+ * them (OUT_JUMP) goes on from there. */
 static Outcome exec_block(const NodeList *body, Env *env, Value **ret) {
   for (int i = 0; i < body->n; i++) {
     Outcome o = exec_stmt(body->items[i], env, ret);
-    if (o != OUT_OK) return o;
+    int to = o == OUT_JUMP ? jump_index(body) : -1;
+    if (to >= 0) i = to - 1;
+    else if (o != OUT_OK) return o;
   }
   return OUT_OK;
+}
+
+/* Runs the statement hook for [s] in frame [f]: OUT_OK to run [s],
+ * OUT_ERR (the debugger's quit) or OUT_JUMP (eval.h). */
+static Outcome run_hook(Frame *f, const Node *s) {
+  int h = eval_stmt_hook(f, s);
+  return h == 0 ? OUT_OK : h == EVAL_HOOK_JUMP ? OUT_JUMP : OUT_ERR;
 }
 
 static int check_interrupt(Loc loc) {
@@ -1164,7 +1200,7 @@ static Outcome for_each(const Node *target, Value *iter, Env *env,
       if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
       Outcome o = body(env, ctx);
       if (o == OUT_BREAK) return OUT_OK;
-      if (o == OUT_ERR || o == OUT_RETURN) return o;
+      if (o != OUT_OK) return o;
     }
     return OUT_OK;
   }
@@ -1182,7 +1218,7 @@ static Outcome for_each(const Node *target, Value *iter, Env *env,
     }
     Outcome o = body(env, ctx);
     if (o == OUT_BREAK) break;
-    if (o == OUT_ERR || o == OUT_RETURN) {
+    if (o != OUT_OK) {
       res = o;
       break;
     }
@@ -1391,7 +1427,7 @@ static Outcome loop_header_again(const Node *s) {
   if (!eval_stmt_hook || !f) return OUT_OK;
   f->stmt = s;
   cur_loc = s->loc;
-  return eval_stmt_hook(f, s) != 0 ? OUT_ERR : OUT_OK;
+  return run_hook(f, s);
 }
 
 static Outcome loop_body(Env *env, void *vctx) {
@@ -1426,8 +1462,8 @@ static Outcome exec_while(const Node *s, Env *env, Value **ret) {
     if (!t) return exec_block(&s->orelse, env, ret);
     Outcome o = exec_block(&s->body, env, ret);
     if (o == OUT_BREAK) return OUT_OK;
-    if (o == OUT_ERR || o == OUT_RETURN) return o;
-    if (loop_header_again(s) == OUT_ERR) return OUT_ERR;
+    if (o != OUT_OK && o != OUT_CONTINUE) return o;
+    if ((o = loop_header_again(s)) != OUT_OK) return o;
   }
 }
 
@@ -1648,7 +1684,13 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
   if (__builtin_expect(tl_tracing(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
   cur_loc = s->loc;
   if (cur_frame) cur_frame->stmt = s;
-  if (eval_stmt_hook && cur_frame && eval_stmt_hook(cur_frame, s) != 0) return OUT_ERR;
+  bool landing = false;
+  if (__builtin_expect(jump_landing != NULL, 0)) {   /* the next statement run is the target */
+    landing = s == jump_landing;
+    jump_landing = NULL;
+  }
+  Outcome h = eval_stmt_hook && cur_frame && !landing ? run_hook(cur_frame, s) : OUT_OK;
+  if (h != OUT_OK) return h;
   if (check_interrupt(s->loc) < 0) return OUT_ERR;
   switch (s->kind) {
   case N_EXPR_STMT: {
@@ -1686,8 +1728,33 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
 
 /* ==== running sources ======================================================== */
 
+/* Runs the REPL's expression statement [s] in frame [fr], echoing its
+ * value. */
+static Outcome echo_stmt(const Node *s, Frame *fr, Env *globals) {
+  cur_loc = s->loc;
+  fr->stmt = s;
+  bool landing = s == jump_landing;
+  jump_landing = NULL;
+  Outcome h = eval_stmt_hook && !landing ? run_hook(fr, s) : OUT_OK;
+  if (h != OUT_OK) return h;
+  Value *v = eval(s->a, globals);
+  if (!v) return OUT_ERR;
+  Outcome o = OUT_OK;
+  if (v != VAL_NONE) {
+    Value *r = val_repr(v);
+    if (r) {
+      eval_write(str_cstr(r), ((Str *)r)->len);
+      eval_write("\n", 1);
+    }
+    val_decref(r);
+    if (!r) o = OUT_ERR;
+  }
+  val_decref(v);
+  return o;
+}
+
 /* Runs a module's top level; echoes expression statements' values when
- * [echo] is set (the REPL). */
+ * [echo] is set (the REPL).  A debugger's jump goes on at its target. */
 static int run_module(AstModule *mod, Env *globals, bool echo) {
   Frame fr = {.back = cur_frame, .fname = "<module>", .env = globals, .mod = mod};
   cur_frame = &fr;
@@ -1695,35 +1762,19 @@ static int run_module(AstModule *mod, Env *globals, bool echo) {
   for (int i = 0; i < mod->body.n && rc == 0; i++) {
     const Node *s = mod->body.items[i];
     Value *ret = NULL;
-    if (echo && s->kind == N_EXPR_STMT) {
-      cur_loc = s->loc;
-      fr.stmt = s;
-      if (eval_stmt_hook && eval_stmt_hook(&fr, s) != 0) {
-        rc = -1;
-        break;
-      }
-      Value *v = eval(s->a, globals);
-      if (!v) {
-        rc = -1;
-        break;
-      }
-      if (v != VAL_NONE) {
-        Value *r = val_repr(v);
-        if (r) {
-          eval_write(str_cstr(r), ((Str *)r)->len);
-          eval_write("\n", 1);
-        }
-        val_decref(r);
-        if (!r) rc = -1;
-      }
-      val_decref(v);
-      continue;
-    }
-    Outcome o = exec_stmt(s, globals, &ret);
+    Outcome o = echo && s->kind == N_EXPR_STMT ? echo_stmt(s, &fr, globals)
+                                                : exec_stmt(s, globals, &ret);
     val_decref(ret);
-    if (o == OUT_ERR) rc = -1;
-    else if (o == OUT_BREAK || o == OUT_CONTINUE) {
+    int to = o == OUT_JUMP ? jump_index(&mod->body) : -1;
+    if (to >= 0) {
+      i = to - 1;
+    } else if (o == OUT_ERR) {
+      rc = -1;
+    } else if (o == OUT_BREAK || o == OUT_CONTINUE) {
       err_set_at(s->loc, ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
+      rc = -1;
+    } else if (o == OUT_JUMP) {
+      err_set_at(s->loc, ERR_VALUE, "jump: the statement to go on at is not in the module");
       rc = -1;
     }
   }

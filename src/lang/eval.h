@@ -159,15 +159,22 @@ typedef struct Frame {
   Env *env;              /* borrowed */
   const Node *stmt;      /* statement being executed */
   AstModule *mod;
+  const Node *jump;      /* set by the statement hook with EVAL_HOOK_JUMP */
 } Frame;
 
 /* The innermost frame of this thread (NULL outside user code). */
 Frame *eval_current_frame(void);
 
 /* Hook run before each statement (the debugger's tracing function); NULL
- * when no debugger is attached.  A nonzero return aborts with the error
- * set (the debugger's quit). */
+ * when no debugger is attached.  It returns 0 to run [stmt]; a negative
+ * value aborts with the error set (the debugger's quit); EVAL_HOOK_JUMP
+ * (pdb's jump) after setting f->jump to a statement of the same block as
+ * [stmt]: the block goes on at that statement instead, without running
+ * the hook for it (the hook has just stopped there).  When [stmt] is a
+ * loop whose header runs again, the jump leaves the loop for the block
+ * that holds it. */
 extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+#define EVAL_HOOK_JUMP 1
 
 /* Drops this device thread's private copies of source constants (eval.c
  * explains them); called when a shard_map body ends on the thread. */
