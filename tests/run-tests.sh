@@ -26,7 +26,8 @@
 # exactly "N passed, M failed", and the exit status is 0 iff M is 0.
 #
 # Environment: UNIT_TIMEOUT (seconds per unit binary, default 600),
-# SHMAP_TEST_TIMEOUT (seconds per language test, default 60).
+# SHMAP_TEST_TIMEOUT (seconds per language test, default 60), both scaled
+# by SHMAP_TEST_SCALE (default 1; 2 in an ASan build, 4 in a TSan one).
 set -u
 
 builddir=${1:?usage: run-tests.sh BUILDDIR SRCDIR}
@@ -35,6 +36,22 @@ builddir=$(cd "$builddir" && pwd)
 srcdir=$(cd "$srcdir" && pwd)
 passed=0
 failed=0
+
+# Sanitizer builds run several times slower (TSan most), and a busy
+# machine slower still, so every time limit here grows by one factor:
+# the Check cases' through CK_TIMEOUT_MULTIPLIER, the language tests'
+# (SHMAP_TEST_TIMEOUT) and the scripts', which multiply their own limits
+# by SHMAP_TEST_SCALE.  Set SHMAP_TEST_SCALE to choose it.
+if [ -z "${SHMAP_TEST_SCALE:-}" ]; then
+  syms=$(nm "$builddir/shmap" 2>/dev/null)
+  if grep -q '__tsan_init' <<<"$syms"; then SHMAP_TEST_SCALE=4
+  elif grep -q '__asan_init' <<<"$syms"; then SHMAP_TEST_SCALE=2
+  else SHMAP_TEST_SCALE=1
+  fi
+fi
+export SHMAP_TEST_SCALE
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-$SHMAP_TEST_SCALE}
+export SHMAP_TEST_TIMEOUT=${SHMAP_TEST_TIMEOUT:-$((60 * SHMAP_TEST_SCALE))}
 
 # Indents its input, for quoting a failure's output.
 indent() { sed 's/^/    /'; }
@@ -56,7 +73,7 @@ run_unit() {
     tally "unit/$name" 0 1
     return
   fi
-  out=$(cd "$builddir" && timeout "${UNIT_TIMEOUT:-600}" "$bin" 2>&1)
+  out=$(cd "$builddir" && timeout "${UNIT_TIMEOUT:-$((600 * SHMAP_TEST_SCALE))}" "$bin" 2>&1)
   status=$?
   while read -r n fl er; do
     p=$((p + n - fl - er))
@@ -109,7 +126,7 @@ run_scripts() {
   local part=$1 t out status p=0 f=0
   for t in "$srcdir/$2"/*.sh; do
     [ -e "$t" ] || continue
-    out=$(timeout 120 bash "$t" "$builddir/shmap" 2>&1)
+    out=$(timeout $((120 * SHMAP_TEST_SCALE)) bash "$t" "$builddir/shmap" 2>&1)
     status=$?
     if [ "$status" -eq 77 ]; then
       echo "note: $(tail -n 1 <<<"$out")"

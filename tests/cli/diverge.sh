@@ -9,6 +9,7 @@
 # DIVERGE_KEEP=1 keeps the programs and their outputs.
 set -u
 shmap=${1:?usage: diverge.sh SHMAP}
+scale=${SHMAP_TEST_SCALE:-1}   # time limits grow in sanitizer builds (run-tests.sh)
 command -v python3 >/dev/null || { echo "python3 is not installed: divergence test skipped"; exit 77; }
 dir=$(mktemp -d)
 [ -n "${DIVERGE_KEEP:-}" ] && echo "programs kept in $dir" || trap 'rm -rf "$dir"' EXIT
@@ -53,8 +54,8 @@ for n in range(count):
 PY
 fail=0
 for p in "$dir"/p*.shm; do
-  timeout 20 "$shmap" "$p" >"$p.out" 2>"$p.err"; a=$?
-  SHMAP_REFERENCE=1 timeout 20 "$shmap" "$p" >"$p.ref" 2>"$p.referr"; b=$?
+  timeout $((20 * scale)) "$shmap" "$p" >"$p.out" 2>"$p.err"; a=$?
+  SHMAP_REFERENCE=1 timeout $((20 * scale)) "$shmap" "$p" >"$p.ref" 2>"$p.referr"; b=$?
   bad=""
   if [ $a -gt 1 ] || [ $b -gt 1 ]; then bad="exit statuses $a (threaded) and $b (reference): a hang or a crash"
   elif [ $a -ne $b ]; then bad="threaded exit $a, reference exit $b"

@@ -8,6 +8,7 @@
 # the device looked: a race, so both are accepted.  Five runs each.
 set -u
 shmap=${1:?usage: evicted_history.sh SHMAP}
+scale=${SHMAP_TEST_SCALE:-1}   # time limits grow in sanitizer builds (run-tests.sh)
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
 for n in 2 32; do
@@ -16,7 +17,7 @@ for n in 2 32; do
   psum_j=$(grep -n "psum(y, 'j')" "$prog" | cut -d: -f1)
   want="^[^:]+:$psum_i:13: error: on device \(i=0, j=0\): collective mismatch: device \(i=0, j=0\) reached psum over 'i' of f32\[$n,$n\] at line $psum_i, device \(i=1, j=0\) (reached psum over 'j' of f32\[$n,$n\] at line $psum_j|went past its collective number 0 without device \(i=0, j=0\))$"
   for run in 1 2 3 4 5; do
-    out=$(timeout 30 "$shmap" "$prog" 2>"$prog.err.$$"); status=$?
+    out=$(timeout $((30 * scale)) "$shmap" "$prog" 2>"$prog.err.$$"); status=$?
     first=$(grep -v '^Traceback (most recent call last):$\|^  ' "$prog.err.$$" | head -n 1)   # the located message, after any traceback
     rm -f "$prog.err.$$"
     if [ $status -ne 1 ] || [ -n "$out" ] || ! [[ $first =~ $want ]]; then

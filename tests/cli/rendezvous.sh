@@ -7,11 +7,12 @@
 # once per device.
 set -u
 shmap=${1:?usage: rendezvous.sh SHMAP}
+scale=${SHMAP_TEST_SCALE:-1}   # time limits grow in sanitizer builds (run-tests.sh)
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
 first=""
 for run in $(seq 1 20); do
-  out=$(printf 'p y @ all\nc\n' | timeout 30 "$shmap" "$here/progs/rendezvous.shm" 2>&1)
+  out=$(printf 'p y @ all\nc\n' | timeout $((30 * scale)) "$shmap" "$here/progs/rendezvous.shm" 2>&1)
   if [ -z "$first" ]; then
     first=$out
     for d in 0 1 2 3 4 5 6 7; do
@@ -25,7 +26,7 @@ for run in $(seq 1 20); do
   fi
 done
 for run in 1 2 3; do
-  stops=$(yes c | timeout 60 "$shmap" "$here/progs/rendezvous_matmul.shm" 2>&1 | grep -c '^> ')
+  stops=$(yes c | timeout $((60 * scale)) "$shmap" "$here/progs/rendezvous_matmul.shm" 2>&1 | grep -c '^> ')
   if [ "$stops" != 7 ]; then
     echo "FAIL: the ring step's breakpoint stopped $stops times, not 7 (run $run)"; fail=1
   fi
