@@ -1535,18 +1535,47 @@ void coll_group_abort(CollGroup *g, ErrKind kind, const char *why) {
   pthread_mutex_unlock(&g->lock);
 }
 
+/* Appends to [buf] the participants of device [rank]'s collective [d],
+ * number [seq], that have not reached it yet: ", for (i=0), (i=2)" (who
+ * waits for whom, for the debugger).  Nothing when axis_index_groups
+ * chose the participants: they are the device's own to read. */
+static void append_missing(CollGroup *g, int rank, const CollDesc *d, long seq, char *buf,
+                           size_t cap) {
+  if (strstr(d->params, "axis_index_groups") && !strstr(d->params, "axis_index_groups=None"))
+    return;
+  const MeshDesc *m = &g->mesh;
+  const int *coords = g->slots[rank].ctx.coords;
+  int n = flat_size(m, d->axes, d->naxes), shown = 0, more = 0;
+  for (int i = 0; i < n; i++) {
+    int p = rank_at(m, d->axes, d->naxes, coords, i);
+    if (p == rank || atomic_load(&g->slots[p].published) >= seq) continue;
+    if (shown == 4) {
+      more++;
+      continue;
+    }
+    char c[96];
+    size_t used = strlen(buf);
+    dev_mesh_coords_str(m, p, c, sizeof c);
+    snprintf(buf + used, cap - used, "%s%s", shown++ ? ", " : ", for ", c);
+  }
+  size_t used = strlen(buf);
+  if (more) snprintf(buf + used, cap - used, " and %d more", more);
+}
+
 bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap) {
   pthread_mutex_lock(&g->lock);
   Slot *s = &g->slots[rank];
   bool in = atomic_load(&s->in_coll);
+  long seq = atomic_load(&s->published);
   CollDesc buf_d;
-  const CollDesc *d = in ? desc_at(s, atomic_load(&s->published), &buf_d) : NULL;
+  const CollDesc *d = in ? desc_at(s, seq, &buf_d) : NULL;
   buf[0] = 0;
   if (d) {
     char axes[128], line[32] = "";
     axes_str(&g->mesh, d, axes, sizeof axes);
     if (d->line > 0) snprintf(line, sizeof line, " at line %d", d->line);
     snprintf(buf, cap, "%s over %s%s", kind_names[d->kind], axes, line);
+    append_missing(g, rank, d, seq, buf, cap);
   }
   pthread_mutex_unlock(&g->lock);
   return in;

@@ -202,7 +202,8 @@ void coll_device_exit(CollGroup *g, int rank, bool failed);
 void coll_group_abort(CollGroup *g, ErrKind kind, const char *why);
 
 /* Describes where [rank] waits, for the debugger's `devices`: writes
- * "psum over 'i' at line 7" into [buf] and returns true, or returns false
+ * "psum over 'i' at line 7, for (i=0)" (the participants not there yet) into
+ * [buf] and returns true, or returns false
  * (buf = "") when it is not in a collective. */
 bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap);
 
