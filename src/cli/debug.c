@@ -54,6 +54,9 @@ typedef struct View {
   int depth;           /* frames from the outermost, main thread's first */
   const char *fname;   /* interned or static: lives for the whole run */
   Env *env;            /* counted */
+  Value *retval;       /* at a return stop, the innermost view's: the value
+                          being returned, borrowed from the stopped thread
+                          (a stop ends before that thread goes on); else NULL */
 } View;
 
 /* Frames outermost first. */
@@ -123,7 +126,7 @@ static int stack_push(Stack *s, const Frame *f, int depth) {
   View *v = &s->v[s->n++];
   src_incref(src);
   env_incref(f->env);
-  *v = (View){src, st->loc.line, node_last_line(st), depth, f->fname, f->env};
+  *v = (View){src, st->loc.line, node_last_line(st), depth, f->fname, f->env, NULL};
   if (v->last_line < v->line) v->last_line = v->line;
   return 0;
 }
@@ -293,6 +296,8 @@ typedef struct Slot {
   int depth;              /* (L) its depth while parked */
   int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
   int bp;                 /* (L) the breakpoint it parked at; 0: none */
+  Value *retval;          /* (L) parked at its frame's return: the value,
+                             borrowed (the device holds it while parked) */
   bool failed;            /* (L) returned from the body with an error */
   unsigned job_seen;      /* (L) the job_gen of the last job it ran */
   Snap snap;              /* --pm: written by the device thread only; read
@@ -536,9 +541,22 @@ static bool resume_stops(const Resume *r, int depth, int line) {
   }
 }
 
-static int stop_main(Frame *f, int bp);
+/* Whether command [r] stops at the return event of a frame at [depth], as
+ * pdb's: step at any; next, return and until at that of the frame they
+ * were given in (or of an outer one, reached when an error unwound it). */
+static bool resume_stops_at_return(const Resume *r, int depth) {
+  switch (r->mode) {
+  case RM_STEP: return true;
+  case RM_NEXT:
+  case RM_RETURN:
+  case RM_UNTIL: return depth <= r->depth;
+  default: return false;
+  }
+}
+
+static int stop_main(Frame *f, int bp, Value *retval);
 static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
-                       const char *note);
+                       const char *note, Value *retval);
 
 static int main_hook(Frame *f, const Node *stmt) {
   if (dbg.post_mortem) snap_update(&tls_snap, f, 0);
@@ -550,7 +568,7 @@ static int main_hook(Frame *f, const Node *stmt) {
   if (!stop) return 0;
   tls_break_next = false;
   fputs(note, stdout);
-  return stop_main(f, bp);
+  return stop_main(f, bp, NULL);
 }
 
 /* A device picks up the command of a release it was not parked for (it
@@ -583,7 +601,33 @@ static int device_hook(Frame *f, const Node *stmt) {
   else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
   if (!why) return 0;
   tls_break_next = false;
-  return device_park(c, ctx->rank, f, depth, why, bp, note);
+  return device_park(c, ctx->rank, f, depth, why, bp, note, NULL);
+}
+
+/* The main thread's return event: frame [f] returns [rv].  breakpoint()
+ * as a function's last statement stops here, as in pdb. */
+static int main_return(Frame *f, Value *rv) {
+  if (!tls_break_next && !resume_stops_at_return(&dbg.main_resume, frame_depth(f))) return 0;
+  tls_break_next = false;
+  return stop_main(f, 0, rv);
+}
+
+/* A device's return event: it parks there for the same reasons as at a
+ * statement, breakpoints aside (they name lines, not returns). */
+static int device_return(Frame *f, Value *rv) {
+  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DevCtx *ctx = dev_ctx();
+  if (!c || !ctx || ctx->rank >= c->n) return 0;
+  if (atomic_load(&c->quit)) return quit_error();
+  int depth = c->depth0 + frame_depth(f);
+  ParkWhy why = PARK_NONE;
+  if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
+  if (tls_break_next) why = PARK_BREAK;
+  else if (!why && resume_stops_at_return(&tls_resume, depth)) why = PARK_TARGET;
+  else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
+  if (!why) return 0;
+  tls_break_next = false;
+  return device_park(c, ctx->rank, f, depth, why, 0, "", rv);
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
@@ -610,6 +654,17 @@ static int dbg_hook(Frame *f, const Node *stmt) {
   if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_hook(f, stmt);
   return main_hook(f, stmt);
+}
+
+/* eval_return_hook: runs as a user function's frame returns, on every
+ * thread; as cheap as dbg_hook when nothing is to stop.  A lambda has no
+ * statement of its own to show, and no stop inside it: it runs as a whole,
+ * its return included. */
+static int dbg_return_hook(Frame *f, const Node *at, Value *ret) {
+  if (tls_busy || at->kind == N_LAMBDA || !f->stmt) return 0;
+  if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
+  if (dev_on_device_thread()) return device_return(f, ret);
+  return main_return(f, ret);
 }
 
 /* ==== the all-stop of a shard_map call ============================================ *
@@ -663,17 +718,20 @@ static void run_job(DbgCall *c, int rank) {
 
 /* Parks device [rank] until the main thread releases it, meanwhile
  * running the jobs the prompt gives it; [bp] is the breakpoint it stopped
- * at (0: none), whose commands the stop runs if it is the focused device.
- * Returns EVAL_HOOK_JUMP when the release jumps from [f]'s statement
- * (every device parked there jumps). */
+ * at (0: none), whose commands the stop runs if it is the focused device;
+ * at frame [f]'s return event, [retval] is the value it returns
+ * (borrowed), else NULL.  Returns EVAL_HOOK_JUMP when the release jumps
+ * from [f]'s statement (every device parked there jumps; never at a
+ * return event). */
 static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
-                       const char *note) {
+                       const char *note, Value *retval) {
   Slot *s = &c->slots[rank];
   pthread_mutex_lock(&dbg.lock);
   s->state = DS_PARKED;
   s->frame = f;
   s->depth = depth;
   s->bp = bp;
+  s->retval = retval;
   c->parked++;
   if (why == PARK_BREAK) {
     /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
@@ -695,10 +753,11 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
     }
     pthread_cond_wait(&dbg.cond, &dbg.lock);
   }
+  s->retval = NULL;
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
-  const Node *jump = c->jump_to && f->stmt == c->jump_from ? c->jump_to : NULL;
+  const Node *jump = !retval && c->jump_to && f->stmt == c->jump_from ? c->jump_to : NULL;
   pthread_mutex_unlock(&dbg.lock);
   if (atomic_load(&c->quit)) return quit_error();
   f->jump = jump;
@@ -1002,11 +1061,45 @@ static bool src_line(const Source *s, int line, const char **text, int *len) {
   return true;
 }
 
-/* pdb's frame line: "> file.shm(12)f()" and "-> code". */
+#define DBG_REPR_MAX 30   /* reprlib's maxother: a return value's width in a frame line */
+
+/* Prints "->" and [v]'s repr as pdb's frame line shows a return value
+ * (reprlib.repr): on one line, and when longer than DBG_REPR_MAX its first
+ * and last characters around "...".  `retval` prints it whole. */
+static void print_return_value(Value *v) {
+  Value *r = val_repr(v);
+  if (!r) {
+    err_clear();
+    printf("-><%s object>", val_type_name(v));
+    return;
+  }
+  const char *t = str_cstr(r);
+  size_t n = ((Str *)r)->len, len = 0;
+  char *one = shm_malloc(n + 1);
+  if (!one) {
+    val_decref(r);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {   /* a line break and its indentation: one blank */
+    one[len++] = t[i] == '\n' ? ' ' : t[i];
+    while (t[i] == '\n' && i + 1 < n && t[i + 1] == ' ') i++;
+  }
+  one[len] = 0;
+  int head = (DBG_REPR_MAX - 3) / 2, tail = DBG_REPR_MAX - 3 - head;
+  if (len > DBG_REPR_MAX) printf("->%.*s...%s", head, one, one + len - (size_t)tail);
+  else printf("->%s", one);
+  shm_free(one);
+  val_decref(r);
+}
+
+/* pdb's frame line: "> file.shm(12)f()" and "-> code"; at a return stop,
+ * "> file.shm(12)f()->value". */
 static void print_view(const View *v, const char *mark) {
   const char *t = "";
   int n = 0;
-  printf("%s%s(%d)%s()\n", mark, v->src->name, v->line, v->fname);
+  printf("%s%s(%d)%s()", mark, v->src->name, v->line, v->fname);
+  if (v->retval) print_return_value(v->retval);
+  putchar('\n');
   if (src_line(v->src, v->line, &t, &n))
     while (n > 0 && (*t == ' ' || *t == '\t')) t++, n--;
   printf("-> %.*s\n", n, t);
@@ -2226,6 +2319,10 @@ static const Frame *jump_frame(const Stop *st) {
     printf("*** Jump failed: the program has ended (post-mortem)\n");
     return NULL;
   }
+  if (st_cur(st) && st_cur(st)->retval) {   /* pdb: only from a 'line' event */
+    printf("*** Jump failed: the frame is returning (--Return--); jump from a line\n");
+    return NULL;
+  }
   if (!st->call) return st->frame;
   const Frame *f = NULL;
   pthread_mutex_lock(&dbg.lock);
@@ -2249,7 +2346,8 @@ static bool devices_together(const Stop *st, const Frame *f) {
   int depth = c->slots[dbg.focus].depth;
   for (int r = 0; r < c->n && bad < 0; r++) {
     const Slot *s = &c->slots[r];
-    if (s->state != DS_PARKED || s->frame->stmt != f->stmt || s->depth != depth) bad = r;
+    if (s->state != DS_PARKED || s->retval || s->frame->stmt != f->stmt || s->depth != depth)
+      bad = r;
   }
   pthread_mutex_unlock(&dbg.lock);
   if (bad < 0) return true;
@@ -2551,6 +2649,42 @@ static int print_value(Stop *st, const char *arg, bool pretty) {
   return 0;
 }
 
+/* Prints the value view [v] returns, each line after [prefix], as
+ * `retval` does: its whole repr, or pdb's "Not yet returned!" when [v] is
+ * not at a return stop. */
+static void print_retval(const View *v, const char *prefix) {
+  if (!v || !v->retval) {
+    printf("%s*** Not yet returned!\n", prefix);
+    return;
+  }
+  Value *r = val_repr(v->retval);
+  if (r) print_prefixed(prefix, str_cstr(r));
+  else print_error();
+  val_decref(r);
+}
+
+/* retval [@ all]: the value the current frame is returning, at a return
+ * stop (pdb's); with '@ all', each device's, in its innermost frame. */
+static int cmd_retval(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  char c[160], prefix[176], state[320];
+  bool all = strcmp(arg, "@ all") == 0 || strcmp(arg, "@all") == 0;
+  if (*arg && !all) return printf("*** usage: retval [@ all]\n"), 0;
+  if (!all) return print_retval(st_cur(st), ""), 0;
+  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
+  for (int i = 0; i < st->ndev; i++) {
+    const Stack *s = &st->dev[i];
+    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, i, c, sizeof c));
+    if (s->n > 0) {
+      print_retval(&s->v[s->n - 1], prefix);
+      continue;
+    }
+    device_state(st, i, state, sizeof state);
+    printf("%s(%s)\n", prefix, state);
+  }
+  return 0;
+}
+
 /* condition N [cond]: sets breakpoint N's condition, or removes it (pdb). */
 static int cmd_condition(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
@@ -2713,13 +2847,19 @@ static const Cmd commands[] = {
      "at the focused device's statement."},
     {"s step", cmd_step, "s(tep)",
      "Run the current statement and stop at the next one, inside a called function if\n"
-     "any.  In a shard_map body every device moves one statement."},
+     "any, or where a function is about to return (--Return--).  In a shard_map body\n"
+     "every device moves one statement."},
     {"n next", cmd_next, "n(ext)",
-     "Run until the next statement of the current function, or until it returns."},
+     "Run until the next statement of the current function, or until it is about to\n"
+     "return (--Return--)."},
     {"unt until", cmd_until, "unt(il) [line]",
      "Run until a line greater than the current one (or at least line) is reached in\n"
-     "the current frame, or until it returns."},
-    {"r return", cmd_return, "r(eturn)", "Run until the current function returns."},
+     "the current frame, or until it is about to return (--Return--)."},
+    {"r return", cmd_return, "r(eturn)",
+     "Run until the current function is about to return, and stop there (--Return--)."},
+    {"retval rv", cmd_retval, "retval [@ all]",
+     "At a --Return-- stop, print the value the function returns; with '@ all', each\n"
+     "device's.  Elsewhere: '*** Not yet returned!'."},
     {"c cont continue", cmd_continue, "c(ont(inue))", "Run until a breakpoint is hit."},
     {"l list", cmd_list, "l(ist) [first[, last] | .]",
      "List 11 lines around the current line, or go on listing; with arguments, the\n"
@@ -2849,6 +2989,8 @@ static Resume interact_prompt(Stop *st) {
   tls_busy = true;
   comp.stop = st;
   int go = st->bp ? run_bp_commands(st, &r, &silent) : 0;
+  const View *at = st_cur(st);
+  if (!silent && at && at->retval) printf("--Return--\n");
   if (!silent) print_location(st);
   if (!go) {
     run_displays(st);
@@ -2873,12 +3015,14 @@ static Resume interact(Stop *st) {
 }
 
 /* A stop of the main thread at frame [f], outside any shard_map call, at
- * breakpoint [bp] (0: not at a breakpoint). */
-static int stop_main(Frame *f, int bp) {
+ * breakpoint [bp] (0: not at a breakpoint); at [f]'s return event,
+ * [retval] is the value it returns (borrowed), else NULL. */
+static int stop_main(Frame *f, int bp, Value *retval) {
   atomic_store(&dbg.entered, true);
   Stop st = {.bp = bp, .frame = f};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
+  if (st.main.n > 0) st.main.v[st.main.n - 1].retval = retval;
   Resume r = interact(&st);
   st_free(&st);
   if (r.mode == RM_QUIT) {
@@ -2902,8 +3046,10 @@ static void collect_devices(DbgCall *c, Stop *st) {
   for (int r = 0; r < c->n; r++) {
     Slot *s = &c->slots[r];
     const Frame *cur = atomic_load_explicit(&s->current, memory_order_acquire);
-    if (s->state == DS_PARKED) stack_from_frames(&st->dev[r], s->frame, c->depth0);
-    else if (s->state == DS_RUNNING && cur && coll_waiting_str(c->g, r, buf, sizeof buf))
+    if (s->state == DS_PARKED) {
+      stack_from_frames(&st->dev[r], s->frame, c->depth0);
+      if (st->dev[r].n > 0) st->dev[r].v[st->dev[r].n - 1].retval = s->retval;
+    } else if (s->state == DS_RUNNING && cur && coll_waiting_str(c->g, r, buf, sizeof buf))
       stack_from_frames(&st->dev[r], cur, c->depth0);
     if (s->state != DS_RUNNING) flush_device(c, r);
   }
@@ -3035,11 +3181,11 @@ static Value *site_new(const Frame *f) {
 /* Stops this thread at the made-up frame [fr], as the hook would stop at
  * a breakpoint there. */
 static int stop_at(Frame *fr) {
-  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr, 0);
+  if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr, 0, NULL);
   DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
-  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "");
+  return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "", NULL);
 }
 
 /* The staged callback of breakpoint(): self is (site, names, template,
@@ -3264,6 +3410,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   dbg.installed = true;
   update_engaged();
   eval_stmt_hook = dbg_hook;
+  eval_return_hook = dbg_return_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
@@ -3271,6 +3418,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
 void dbg_free(void) {
   if (!dbg.installed) return;
   eval_stmt_hook = NULL;
+  eval_return_hook = NULL;
   shardmap_set_runner(NULL);
   dbg.installed = false;
   helper_stop();

@@ -11,14 +11,18 @@
  * frame (`!` forces that, as in pdb).
  *
  * WHERE THINGS RUN.  The debugger sees the program only through
- * eval_stmt_hook, called before every statement on every thread.  The
- * prompt (GNU readline on a terminal) runs on the main thread only, and so
- * does every evaluation the user asks for: `p x` in a device's frame reads
- * that device's scope from the main thread while the device is parked.
- * The one change the debugger makes to how the program runs is pdb's
- * `jump`: the hook returns EVAL_HOOK_JUMP (eval.h) and the block goes on
- * at the target; inside a body every device parked at the statement
- * returns it from its own hook as it is released.
+ * eval_stmt_hook, called before every statement on every thread, and
+ * eval_return_hook, called as a user function returns (pdb's --Return--
+ * stop, where `retval` prints the value; a device parks there as at a
+ * statement).  The prompt (GNU readline on a terminal) runs on the main
+ * thread only, and so does every evaluation the user asks for: `p x` in a
+ * device's frame reads that device's scope from the main thread while the
+ * device is parked, except a line that calls a collective, which every
+ * parked device runs on its own thread at once (it needs them all).  The
+ * one change the debugger makes to how the program runs is pdb's `jump`:
+ * the hook returns EVAL_HOOK_JUMP (eval.h) and the block goes on at the
+ * target; inside a body every device parked at the statement returns it
+ * from its own hook as it is released.
  *
  * ALL-STOP.  A shard_map call made while the debugger is installed runs
  * through dbg_coll_run: coll_run moves to a helper thread, and the main
@@ -51,11 +55,11 @@
 
 /*
  * Installs the debugger: binds `breakpoint` and `debug_print` in
- * [builtins] and sets eval_stmt_hook.  [debug] stops before the next
- * statement the main thread runs (the script's first, for --debug);
- * [post_mortem] (--pm) keeps, on every thread, the views of its frames
- * that dbg_post_mortem needs.  Main thread, at start-up, after
- * interp_init.  Returns 0, or -1 with the error set.
+ * [builtins] and sets eval_stmt_hook and eval_return_hook.  [debug]
+ * stops before the next statement the main thread runs (the script's
+ * first, for --debug); [post_mortem] (--pm) keeps, on every thread, the
+ * views of its frames that dbg_post_mortem needs.  Main thread, at
+ * start-up, after interp_init.  Returns 0, or -1 with the error set.
  */
 int dbg_init(Env *builtins, bool debug, bool post_mortem);
 

@@ -31,6 +31,7 @@
 
 Interp *shm_interp;
 int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);
 
@@ -450,6 +451,17 @@ static int too_deep(void) {
   return 0;
 }
 
+/* Runs the return hook as frame [f] returns *[ret] (NULL: None) from
+ * [at]; true when it aborts the call, with *[ret] released and the error
+ * set.  Called with [f] still current, so the debugger sees the returning
+ * frame on top of the stack. */
+static bool return_hook_aborts(Frame *f, const Node *at, Value **ret) {
+  if (eval_return_hook(f, at, *ret ? *ret : VAL_NONE) == 0) return false;
+  val_decref(*ret);
+  *ret = NULL;
+  return true;
+}
+
 Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
   Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
   if (too_deep() < 0) return NULL;
@@ -457,6 +469,9 @@ Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char 
   cur_depth++;
   Value *ret = NULL;
   Outcome o = exec_block(body, env, &ret);
+  if (eval_return_hook && fr.stmt && (o == OUT_OK || o == OUT_RETURN) &&
+      return_hook_aborts(&fr, fr.stmt, &ret))
+    o = OUT_ERR;
   cur_depth--;
   cur_frame = fr.back;
   if (o == OUT_ERR) return NULL;
@@ -483,6 +498,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
       cur_frame = &fr;
       cur_depth++;
       ret = eval(f->node->a, e);
+      if (ret && eval_return_hook && return_hook_aborts(&fr, f->node, &ret)) ret = NULL;
       cur_depth--;
       cur_frame = fr.back;
     } else {

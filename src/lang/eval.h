@@ -176,6 +176,16 @@ Frame *eval_current_frame(void);
 extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 #define EVAL_HOOK_JUMP 1
 
+/* Hook run when a user function's frame returns a value (pdb's "return"
+ * event): [f] is the returning frame, still this thread's innermost;
+ * [at] the return statement, or the last statement run when the body ran
+ * off its end, or for a lambda its N_LAMBDA expression (f->stmt is NULL
+ * then); [ret] the value returned, borrowed.  Not run when the frame ends
+ * with an error.  NULL when no debugger is attached.  A nonzero return
+ * aborts the call with the error set (the debugger's quit): the value is
+ * released and the call fails. */
+extern int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
+
 /* Drops this device thread's private copies of source constants (eval.c
  * explains them); called when a shard_map body ends on the thread. */
 void eval_const_cache_clear(void);
