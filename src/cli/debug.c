@@ -12,6 +12,7 @@
  * frames that have already returned.
  */
 #include "cli/debug.h"
+#include "cli/repl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -1963,6 +1964,90 @@ static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
   return 0;
 }
 
+/* ---- interact ---- */
+
+static bool interact_exit;   /* main thread: exit() or quit() ended `interact` */
+
+/* exit() and quit() in `interact`'s namespace: end it (a silent ERR_QUIT
+ * that interact_loop catches), so a piped session can leave it and go on
+ * at the debugger's prompt; at a terminal Ctrl-D does the same. */
+static Value *bi_interact_exit(const CallArgs *a) {
+  (void)a;
+  interact_exit = true;
+  return err_set(ERR_QUIT, "quit");
+}
+
+/* Reads one entry at `interact`'s prompts (">>> ", then "... "), lines
+ * grouped as the REPL groups them; shm_malloc'd, or NULL at end of input
+ * with nothing typed. */
+static char *interact_entry(void) {
+  char *text = NULL;
+  size_t len = 0;
+  bool block = false;
+  const char *prompt = ">>> ";
+  for (;;) {
+    char *line = read_command(prompt);
+    if (!line) return text;
+    size_t n = strlen(line);
+    char *t = shm_realloc(text, len + n + 2);
+    if (!t) {
+      free(line);
+      return text;
+    }
+    text = t;
+    memcpy(text + len, line, n);
+    len += n;
+    text[len++] = '\n';
+    text[len] = '\0';
+    bool more = repl_entry_goes_on(text, line, &block);
+    free(line);
+    if (!more) return text;
+    prompt = "... ";
+  }
+}
+
+/* Runs entries in [ns] until end of input or exit(); an error is printed
+ * as the REPL prints it, on stdout with the rest of the session (as
+ * pdb's interact writes its tracebacks through the debugger's output). */
+static void interact_loop(const Stop *st, Env *ns) {
+  interact_exit = false;
+  char *text;
+  while (!interact_exit && (text = interact_entry())) {
+    Source *src = src_new("<stdin>", text);
+    shm_free(text);
+    DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
+    int rc = src ? eval_source(src, ns, true) : -1;
+    dev_ctx_set(saved);
+    src_decref(src);
+    if (rc < 0 && !(interact_exit && err_kind() == ERR_QUIT)) {
+      fflush(stdout);
+      err_print(stdout);
+    }
+    err_clear();
+    fflush(stdout);
+  }
+}
+
+/* pdb's interact: an interactive interpreter whose namespace is a new
+ * scope inside the current frame's, so it reads the frame's locals and
+ * globals while its assignments stay its own (pdb works on a copy). */
+static int cmd_interact(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  const View *v = st_cur(st);
+  if (!v) return printf("*** no frame to run in\n"), 0;
+  Env *ns = env_new(v->env);
+  if (!ns || builtins_add(ns, "exit", bi_interact_exit, "exit(): leave interact") < 0 ||
+      builtins_add(ns, "quit", bi_interact_exit, "quit(): leave interact") < 0) {
+    if (ns) env_decref(ns);
+    return print_error(), 0;
+  }
+  printf("*pdb interact start*\n");
+  interact_loop(st, ns);
+  printf("*exit from pdb interact command*\n");
+  env_release_scope(ns);
+  return 0;
+}
+
 /* ---- devices ---- */
 
 static int cmd_devices(Stop *st, const char *arg, Resume *r) {
@@ -2042,6 +2127,11 @@ static const Cmd commands[] = {
     {"devices", cmd_devices, "devices",
      "List the devices: where each stopped, or the collective it waits in; '*' marks\n"
      "the focused one."},
+    {"interact", cmd_interact, "interact",
+     "Start an interactive interpreter (prompts '>>> ' and '... ') whose names are the\n"
+     "current frame's locals and globals; its assignments do not change the frame.\n"
+     "End it with end of input (Ctrl-D) or exit().  In a shard_map body it runs on\n"
+     "the focused device."},
     {"q quit exit", cmd_quit, "q(uit)", "Quit: the program stops."},
 };
 

@@ -164,16 +164,27 @@ static bool opens_block(const char *line) {
   return last == ':';
 }
 
-/* True when [b] cannot end here whatever comes next: an open bracket or
- * string, or a trailing backslash.  lex_needs_more also asks for more
+/* True when [entry] cannot end here whatever comes next: an open bracket
+ * or string, or a trailing backslash.  lex_needs_more also asks for more
  * after an indented line (a block going on); with an empty line appended
- * only the structural reasons remain, and blocks are handled here. */
-static bool unfinished(Buf *b) {
-  b->s[b->len] = '\n';
-  b->s[b->len + 1] = '\0';
-  bool more = lex_needs_more(b->s);
-  b->s[b->len] = '\0';
+ * only the structural reasons remain, and blocks are handled by the
+ * caller. */
+static bool unfinished(const char *entry) {
+  size_t n = strlen(entry);
+  char *t = shm_malloc(n + 2);
+  if (!t) return false;
+  memcpy(t, entry, n);
+  t[n] = '\n';
+  t[n + 1] = '\0';
+  bool more = lex_needs_more(t);
+  shm_free(t);
   return more;
+}
+
+bool repl_entry_goes_on(const char *entry, const char *line, bool *block) {
+  if (unfinished(entry)) return true;
+  *block = *block || opens_block(line);
+  return *block && !is_blank(line);
 }
 
 static void remember(const char *line) {
@@ -196,19 +207,15 @@ static EntryKind read_entry(Buf *b) {
     if (interrupted) return ENTRY_EMPTY;
     if (!line) return b->len ? ENTRY_TEXT : ENTRY_EOF;
     remember(line);
-    bool ok = buf_add(b, line), blank = is_blank(line), starts_block = opens_block(line);
-    free(line);
+    bool ok = buf_add(b, line);
     if (!ok) {
+      free(line);
       err_nomem();  /* repl_run reports it */
       return ENTRY_TEXT;
     }
-    if (b->s[0] == ':') return ENTRY_TEXT;
-    if (unfinished(b)) {
-      prompt = PROMPT_MORE;
-      continue;
-    }
-    block = block || starts_block;
-    if (!block || blank) return ENTRY_TEXT;
+    bool more = b->s[0] != ':' && repl_entry_goes_on(b->s, line, &block);
+    free(line);
+    if (!more) return ENTRY_TEXT;
     prompt = PROMPT_MORE;
   }
 }

@@ -53,4 +53,15 @@ int repl_run(Env *globals);
  */
 char *repl_history_path(void);
 
+/*
+ * The REPL's grouping of lines into an entry, for other prompts that read
+ * statements (the debugger's `interact`): true when the entry goes on
+ * after [line], its latest line, [entry] being the whole entry so far
+ * with [line] last, each line ending in a newline.  An entry goes on
+ * while a bracket or string is open or a line ends in a backslash, and,
+ * once a line opened a block (*block, false for a new entry, is set
+ * then), until a blank line.  Raises nothing.
+ */
+bool repl_entry_goes_on(const char *entry, const char *line, bool *block);
+
 #endif

@@ -399,7 +399,7 @@ out:
  * the scope itself (a nested def): a reference cycle.  When every extra
  * reference comes from such a closure and nothing else holds the closures,
  * clear the scope so the cycle is freed. */
-static void env_release_call_scope(Env *e) {
+void env_release_scope(Env *e) {
   int refs = atomic_load(&e->refcount), inner = 0;
   if (refs == 1) {
     env_decref(e);
@@ -485,7 +485,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
     }
   }
   cur_tree = saved_tree;
-  env_release_call_scope(e);
+  env_release_scope(e);
   /* the calling line joins the error's traceback as it leaves f */
   if (!ret && cur_frame && cur_frame->stmt) err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
   return ret;

@@ -36,6 +36,12 @@ int env_set_steal(Env *e, const char *name, Value *v);
  * that scope as their closure, a reference cycle; clearing the scope
  * before its last env_decref frees both (module scopes at exit). */
 void env_clear(Env *e);
+/* Drops a reference to the scope [e] of a call that is over (or of any
+ * scope kept past its frame, such as a traceback's): when what is left
+ * holding it is only closures bound in [e] itself that nothing else holds
+ * (a nested def: a reference cycle), [e] is cleared first so the cycle is
+ * freed.  Raises nothing. */
+void env_release_scope(Env *e);
 
 /* Calls [fn] on each binding of [e] itself (not parents), for completion,
  * `dir()` and the debugger. */
