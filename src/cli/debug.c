@@ -348,6 +348,9 @@ static struct {
   int ndisplays;
   char *last_cmd;         /* repeated by an empty line */
   PmRecord pm;
+  bool restartable;       /* a script or -c code runs: `restart` can re-run it */
+  bool restart;           /* `restart` was given: main.c runs the program again */
+  char *restart_args;     /* its arguments (owned), or NULL to keep argv */
 } dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
          .helper_wake = PTHREAD_COND_INITIALIZER};
 
@@ -1359,6 +1362,22 @@ static int cmd_quit(Stop *st, const char *arg, Resume *r) {
   return 1;
 }
 
+/* pdb's restart (and run): ends the program as quit does, through the
+ * same unwinding (a shard_map call in progress is aborted first), and
+ * main.c runs it again from the start (dbg_take_restart). */
+static int cmd_restart(Stop *st, const char *arg, Resume *r) {
+  (void)st;
+  if (!dbg.restartable) {
+    printf("*** restart is not available here: there is no script to run again\n");
+    return 0;
+  }
+  shm_free(dbg.restart_args);
+  dbg.restart_args = *arg ? shm_strdup(arg) : NULL;
+  dbg.restart = true;
+  *r = (Resume){RM_QUIT, 0, 0};
+  return 1;
+}
+
 /* ---- the stack ---- */
 
 static int cmd_where(Stop *st, const char *arg, Resume *r) {
@@ -2127,6 +2146,10 @@ static const Cmd commands[] = {
     {"devices", cmd_devices, "devices",
      "List the devices: where each stopped, or the collective it waits in; '*' marks\n"
      "the focused one."},
+    {"restart run", cmd_restart, "restart [args ...]",
+     "Restart the program from its beginning, stopping before its first statement;\n"
+     "breakpoints and displays are kept.  With args, they become argv[1:] (split at\n"
+     "blanks).  Not available at the interactive prompt.  \"run\" is an alias."},
     {"interact", cmd_interact, "interact",
      "Start an interactive interpreter (prompts '>>> ' and '... ') whose names are the\n"
      "current frame's locals and globals; its assignments do not change the frame.\n"
@@ -2640,6 +2663,31 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   return 0;
 }
 
+void dbg_set_restartable(bool on) { dbg.restartable = on; }
+
+bool dbg_take_restart(char **args) {
+  *args = NULL;
+  if (!dbg.restart) return false;
+  dbg.restart = false;
+  *args = dbg.restart_args;
+  dbg.restart_args = NULL;
+  dbg.main_resume = (Resume){RM_STEP, 0, 0};   /* pdb stops at the first line again */
+  update_engaged();
+  return true;
+}
+
+void dbg_restarted(Env *old_globals, Env *new_globals) {
+  for (int i = 0; i < dbg.ndisplays; i++) {
+    Display *d = &dbg.displays[i];
+    if (d->env != old_globals) continue;
+    env_incref(new_globals);
+    env_decref(d->env);
+    d->env = new_globals;
+    shm_free(d->last);   /* shown again at the first stop */
+    d->last = NULL;
+  }
+}
+
 void dbg_free(void) {
   if (!dbg.installed) return;
   eval_stmt_hook = NULL;
@@ -2662,6 +2710,8 @@ void dbg_free(void) {
   dbg.ndisplays = 0;
   shm_free(dbg.last_cmd);
   dbg.last_cmd = NULL;
+  shm_free(dbg.restart_args);
+  dbg.restart_args = NULL;
   comp_clear();
   shm_free(comp.names);
   comp.names = NULL;

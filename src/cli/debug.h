@@ -82,6 +82,26 @@ void dbg_post_mortem(void);
 int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *ctx),
                  void *ctx, OutBuf *outs);
 
+/* Whether the debugger's `restart` (pdb's, alias `run`) may re-run the
+ * program: main.c turns it on while a script or -c code runs; at the
+ * REPL it is off and `restart` says it is not available.  Main thread. */
+void dbg_set_restartable(bool on);
+
+/*
+ * After the program ended with the debugger's silent ERR_QUIT: true when
+ * that quit was `restart`, the request being taken then (a second call
+ * returns false).  [*args] is set to the command's arguments, which are
+ * to become argv[1:] (shm_malloc'd, the caller frees it), or NULL to keep
+ * argv.  The next run stops before its first statement, as pdb's restart
+ * does.  Main thread.
+ */
+bool dbg_take_restart(char **args);
+
+/* A restart made [new_globals] the module scope instead of [old_globals]:
+ * the displays set at module level move to it (and show at the next
+ * stop).  Main thread; raises nothing. */
+void dbg_restarted(Env *old_globals, Env *new_globals);
+
 /* Releases the breakpoints, displays and kept frame views.  Main thread,
  * at exit; the hook is removed. */
 void dbg_free(void);
