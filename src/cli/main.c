@@ -317,7 +317,10 @@ static int run_once(Source *src, Env *globals) {
   int rc = 0;
   if (eval_source(src, globals, false) < 0) {
     dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
-    rc = report_error();
+    fflush(stdout);
+    err_print(stderr);
+    dbg_keep_error();   /* for pm() at -i's REPL; cleared */
+    rc = 1;
   }
   fflush(stdout);
   return rc;

@@ -21,6 +21,7 @@
 #include <readline/readline.h>
 
 #include "cli/config.h"
+#include "cli/debug.h"
 #include "base/error.h"
 #include "base/intern.h"
 #include "lang/lexer.h"
@@ -222,11 +223,12 @@ static EntryKind read_entry(Buf *b) {
 
 /* ---- running entries ---------------------------------------------------- */
 
-/* Prints the pending error and clears it; the debugger's quit is silent. */
+/* Prints the pending error and keeps it for pm() (which clears it); the
+ * debugger's quit is silent. */
 static void report_error(void) {
   fflush(stdout);
   if (err_kind() != ERR_QUIT) err_print(stderr);
-  err_clear();
+  dbg_keep_error();
 }
 
 static void run_source_text(const char *text) {
@@ -282,6 +284,10 @@ static const char HELP[] =
     "  :plan F(ARGS)   print the staged plan of calling F with ARGS\n"
     "  :help           this text\n"
     "  :quit           leave (also Ctrl-D on an empty line)\n"
+    "\n"
+    "Debugging: pm() debugs the last error post mortem, where it was raised\n"
+    "(also pdb.pm() after import pdb); breakpoint() stops at the next\n"
+    "statement entered.\n"
     "\n"
     "Keys: Tab completes names and attributes; Up/Down walk the history;\n"
     "Ctrl-C abandons the current line or interrupts the running statement.\n"

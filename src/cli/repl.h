@@ -21,7 +21,10 @@
  *
  * Every entry is a new Source named "<stdin>", evaluated with
  * eval_source(..., echo=true), so the value of a final expression is shown
- * as its repr.  Errors are printed with err_print and the loop goes on.
+ * as its repr.  Errors are printed with err_print and the loop goes on;
+ * the last one is kept for pm() (dbg_keep_error).  breakpoint() typed at
+ * the prompt stops at the next statement run, the first of the next
+ * entry.
  *
  * Commands at the `>>> ` prompt:
  *   :plan F(ARGS)   prints plan(F, ARGS), the staged plan of F's call

@@ -456,7 +456,11 @@ Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char 
   Outcome o = exec_block(body, env, &ret);
   cur_depth--;
   cur_frame = fr.back;
-  if (o == OUT_ERR) return NULL;
+  if (o == OUT_ERR) {
+    /* the frame and its scope join the error, for the debugger's pm() */
+    if (fr.stmt) err_push_scope(fr.stmt->loc, fname, env);
+    return NULL;
+  }
   if (o == OUT_BREAK || o == OUT_CONTINUE) {
     val_decref(ret);
     return err_set(ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
@@ -1727,6 +1731,7 @@ static int run_module(AstModule *mod, Env *globals, bool echo) {
       rc = -1;
     }
   }
+  if (rc < 0 && fr.stmt) err_push_scope(fr.stmt->loc, fr.fname, globals);
   cur_frame = fr.back;
   return rc;
 }
@@ -1862,8 +1867,15 @@ static Value *func_repr(Value *v) { return str_printf("<function %s>", ((Func *)
 
 static int current_line(void) { return cur_loc.line; }
 
+static void scope_incref(void *e) { env_incref(e); }
+static void scope_release(void *e) { env_release_scope(e); }
+
+const ErrState *eval_handled_error(void) { return handling ? &handling->err : NULL; }
+
 int interp_init(int ndevices) {
   prim_line_hook = current_line;
+  err_scope_incref = scope_incref;
+  err_scope_release = scope_release;
   shm_interp = shm_calloc(1, sizeof *shm_interp);
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;

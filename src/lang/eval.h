@@ -189,6 +189,11 @@ void eval_set_output(OutBuf *b);
 /* Writes [n] bytes to this thread's output. */
 void eval_write(const char *s, size_t n);
 
+/* The error the innermost `except` block of this thread is handling
+ * (borrowed, valid while that block runs), or NULL outside one: what
+ * pdb.post_mortem() debugs there. */
+const ErrState *eval_handled_error(void);
+
 /* Location of the innermost expression this thread is evaluating (the
  * call of a collective, for mismatch messages); {NULL,0,0} outside. */
 Loc eval_current_loc(void);
