@@ -319,7 +319,8 @@ static int run_once(Source *src, Env *globals) {
     dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
     fflush(stdout);
     err_print(stderr);
-    dbg_keep_error();   /* for pm() at -i's REPL; cleared */
+    if (shm_options.interactive) dbg_keep_error();   /* for pm() at -i's REPL */
+    err_clear();
     rc = 1;
   }
   fflush(stdout);
