@@ -95,10 +95,43 @@ static _Thread_local Loc cur_loc;
 static _Thread_local ErrFrame cur_trace[TRACE_MAX];   /* innermost first */
 static _Thread_local int cur_ntrace, cur_dropped, cur_over;   /* repeats; past TRACE_MAX */
 
+static _Thread_local ErrScope cur_scopes[TRACE_MAX];  /* innermost first */
+static _Thread_local int cur_nscopes;
+
+void (*err_scope_incref)(void *scope);
+void (*err_scope_release)(void *scope);
+
+/* Drops [n] kept frames' references. */
+static void scopes_release(ErrScope *sc, int n) {
+  for (int i = 0; i < n; i++) {
+    src_decref(sc[i].loc.src);
+    if (sc[i].scope && err_scope_release) err_scope_release(sc[i].scope);
+  }
+}
+
 static void trace_clear(void) {
   for (int i = 0; i < cur_ntrace; i++)
     if (cur_trace[i].loc.src) src_decref(cur_trace[i].loc.src);
   cur_ntrace = cur_dropped = cur_over = 0;
+  /* the count goes first: releasing a scope may free values whose
+   * destructors look at this thread's error state */
+  int n = cur_nscopes;
+  cur_nscopes = 0;
+  scopes_release(cur_scopes, n);
+}
+
+void err_push_scope(Loc loc, const char *fname, void *scope) {
+  if (cur_kind == ERR_NONE || cur_kind == ERR_QUIT || !loc.src || !scope ||
+      !err_scope_incref || cur_nscopes == TRACE_MAX)
+    return;
+  src_incref(loc.src);
+  err_scope_incref(scope);
+  cur_scopes[cur_nscopes++] = (ErrScope){loc, fname ? fname : "?", scope, 0};
+}
+
+int err_scopes(const ErrScope **out) {
+  *out = cur_scopes;
+  return cur_nscopes;
 }
 
 void err_push_frame(Loc loc, const char *fname) {
@@ -181,6 +214,12 @@ void err_save(ErrState *saved) {
     saved->trace[i] = cur_trace[i];
     cur_trace[i].loc.src = NULL;
   }
+  saved->scopes = cur_nscopes ? shm_malloc(sizeof(ErrScope) * (size_t)cur_nscopes) : NULL;
+  saved->nscopes = saved->scopes ? cur_nscopes : 0;
+  if (saved->scopes) {   /* moved too; without memory they are released below */
+    memcpy(saved->scopes, cur_scopes, sizeof(ErrScope) * (size_t)cur_nscopes);
+    cur_nscopes = 0;
+  }
   err_clear();
 }
 
@@ -201,6 +240,11 @@ void err_restore(ErrState *saved) {
   shm_free(saved->trace);
   saved->trace = NULL;
   saved->ntrace = saved->dropped = 0;
+  if (saved->nscopes) memcpy(cur_scopes, saved->scopes, sizeof(ErrScope) * (size_t)saved->nscopes);
+  cur_nscopes = saved->nscopes;   /* trace_clear above emptied them; at most TRACE_MAX */
+  shm_free(saved->scopes);
+  saved->scopes = NULL;
+  saved->nscopes = 0;
 }
 
 void err_state_free(ErrState *saved) {
@@ -213,6 +257,10 @@ void err_state_free(ErrState *saved) {
   shm_free(saved->trace);
   saved->trace = NULL;
   saved->ntrace = saved->dropped = 0;
+  scopes_release(saved->scopes, saved->nscopes);
+  shm_free(saved->scopes);
+  saved->scopes = NULL;
+  saved->nscopes = 0;
 }
 
 ErrState err_state_copy(const ErrState *s) {
@@ -225,7 +273,19 @@ ErrState err_state_copy(const ErrState *s) {
     c.trace[i] = s->trace[i];
     if (c.trace[i].loc.src) src_incref(c.trace[i].loc.src);
   }
+  c.scopes = s->nscopes ? shm_malloc(sizeof(ErrScope) * (size_t)s->nscopes) : NULL;
+  c.nscopes = c.scopes ? s->nscopes : 0;
+  for (int i = 0; i < c.nscopes; i++) {
+    c.scopes[i] = s->scopes[i];
+    src_incref(c.scopes[i].loc.src);
+    err_scope_incref(c.scopes[i].scope);
+  }
   return c;
+}
+
+void err_state_tag_scopes(ErrState *s, int tag) {
+  for (int i = 0; i < s->nscopes; i++)
+    if (!s->scopes[i].tag) s->scopes[i].tag = tag;
 }
 
 /* ---- printing -------------------------------------------------------------- */

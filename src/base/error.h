@@ -134,6 +134,34 @@ typedef struct ErrFrame {
  * rest are only counted. */
 void err_push_frame(Loc loc, const char *fname);
 
+/*
+ * The frames an error left as it unwound, innermost first, each with a
+ * counted reference to its scope, so that the debugger's pm() can show
+ * them and their variables after the error was reported (Python's
+ * sys.last_traceback).  This layer does not know what a scope is: the
+ * evaluator sets the two functions below (err_scope_release drops a
+ * reference and frees what only the scope itself kept alive); while they
+ * are NULL no scope is kept.  Past 64 frames the outer ones are not kept.
+ */
+typedef struct ErrScope {
+  Loc loc;              /* the statement the frame was running; src counted */
+  const char *fname;    /* interned or static */
+  void *scope;          /* counted, through err_scope_incref */
+  int tag;              /* 0, or what err_state_tag_scopes set: rank + 1 of the
+                           device whose frame it was */
+} ErrScope;
+extern void (*err_scope_incref)(void *scope);
+extern void (*err_scope_release)(void *scope);
+
+/* Adds the frame running [loc] in function [fname] with scope [scope]
+ * (borrowed; a reference is taken) to the pending error, as the error
+ * leaves it.  Nothing for the debugger's quit, or without an error. */
+void err_push_scope(Loc loc, const char *fname, void *scope);
+
+/* The pending error's kept frames (borrowed, innermost first) and their
+ * number. */
+int err_scopes(const ErrScope **out);
+
 /* Moves the pending error of this thread, its traceback with it, into
  * [*saved] (clearing it here) and back; used to carry a device thread's
  * error to the main thread.  err_state_free releases a saved one that is
@@ -144,6 +172,8 @@ typedef struct ErrState {
   Loc loc;          /* src is a counted reference */
   ErrFrame *trace;  /* owned: innermost first */
   int ntrace, dropped;
+  ErrScope *scopes; /* owned: innermost first (scopes counted) */
+  int nscopes;
 } ErrState;
 void err_save(ErrState *saved);
 void err_restore(ErrState *saved);
@@ -151,6 +181,10 @@ void err_state_free(ErrState *saved);
 
 /* A copy of [s] (new references): re-raising a handled error. */
 ErrState err_state_copy(const ErrState *s);
+
+/* Sets [tag] on the frames of [s] that have none: a device thread's error
+ * marks its frames with rank + 1 as it moves to the main thread. */
+void err_state_tag_scopes(ErrState *s, int tag);
 
 /* Prints the pending error to [out] in the §9 form: Python's traceback of
  * the calling lines ("Traceback (most recent call last):", each as

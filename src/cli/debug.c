@@ -12,6 +12,7 @@
  * frames that have already returned.
  */
 #include "cli/debug.h"
+#include "cli/repl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -389,6 +390,14 @@ static struct {
   int nbpcmds;
   char *last_cmd;         /* repeated by an empty line */
   PmRecord pm;
+  ErrState last;          /* the last uncaught error (dbg_keep_error), for pm() */
+  MeshDesc last_mesh;     /* the mesh of the last shard_map call that failed */
+  bool last_has_mesh;     /* ...when the kept error came from a device */
+  MeshDesc fail_mesh;     /* the mesh of the latest failed call (names interned) */
+  bool fail_has_mesh;
+  bool restartable;       /* a script or -c code runs: `restart` can re-run it */
+  bool restart;           /* `restart` was given: main.c runs the program again */
+  char *restart_args;     /* its arguments (owned), or NULL to keep argv */
 } dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
          .helper_wake = PTHREAD_COND_INITIALIZER};
 
@@ -999,6 +1008,9 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
   update_engaged();
   if (c.rc < 0) {
     if (dbg.post_mortem) keep_pm_record(&c);
+    dbg.fail_mesh = c.mesh;   /* pm() shows a device's frames with it */
+    dbg.fail_mesh.device_ids = NULL;
+    dbg.fail_has_mesh = true;
     err_restore(&c.err);
   }
   call_free(&c);
@@ -1015,6 +1027,7 @@ typedef struct Stop {
   Stack *dev;              /* [ndev]: each device's frames (n == 0: none) */
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
+  bool raiser_only;        /* pm(): only the raising device's frames were kept */
   int list_next;           /* `list` goes on here; 0: around the current line */
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
   const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
@@ -1260,7 +1273,7 @@ static void device_state(const Stop *st, int r, char *buf, size_t cap) {
     return;
   }
   if (!st->call) {
-    snprintf(buf, cap, "returned");
+    snprintf(buf, cap, st->raiser_only ? "frames not kept" : "returned");
     return;
   }
   pthread_mutex_lock(&dbg.lock);
@@ -1585,6 +1598,22 @@ static int cmd_continue(Stop *st, const char *arg, Resume *r) {
 
 static int cmd_quit(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)arg;
+  *r = (Resume){RM_QUIT, 0, 0};
+  return 1;
+}
+
+/* pdb's restart (and run): ends the program as quit does, through the
+ * same unwinding (a shard_map call in progress is aborted first), and
+ * main.c runs it again from the start (dbg_take_restart). */
+static int cmd_restart(Stop *st, const char *arg, Resume *r) {
+  (void)st;
+  if (!dbg.restartable) {
+    printf("*** restart is not available here: there is no script to run again\n");
+    return 0;
+  }
+  shm_free(dbg.restart_args);
+  dbg.restart_args = *arg ? shm_strdup(arg) : NULL;
+  dbg.restart = true;
   *r = (Resume){RM_QUIT, 0, 0};
   return 1;
 }
@@ -2781,6 +2810,90 @@ static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
   return 0;
 }
 
+/* ---- interact ---- */
+
+static bool interact_exit;   /* main thread: exit() or quit() ended `interact` */
+
+/* exit() and quit() in `interact`'s namespace: end it (a silent ERR_QUIT
+ * that interact_loop catches), so a piped session can leave it and go on
+ * at the debugger's prompt; at a terminal Ctrl-D does the same. */
+static Value *bi_interact_exit(const CallArgs *a) {
+  (void)a;
+  interact_exit = true;
+  return err_set(ERR_QUIT, "quit");
+}
+
+/* Reads one entry at `interact`'s prompts (">>> ", then "... "), lines
+ * grouped as the REPL groups them; shm_malloc'd, or NULL at end of input
+ * with nothing typed. */
+static char *interact_entry(void) {
+  char *text = NULL;
+  size_t len = 0;
+  bool block = false;
+  const char *prompt = ">>> ";
+  for (;;) {
+    char *line = read_command(prompt);
+    if (!line) return text;
+    size_t n = strlen(line);
+    char *t = shm_realloc(text, len + n + 2);
+    if (!t) {
+      free(line);
+      return text;
+    }
+    text = t;
+    memcpy(text + len, line, n);
+    len += n;
+    text[len++] = '\n';
+    text[len] = '\0';
+    bool more = repl_entry_goes_on(text, line, &block);
+    free(line);
+    if (!more) return text;
+    prompt = "... ";
+  }
+}
+
+/* Runs entries in [ns] until end of input or exit(); an error is printed
+ * as the REPL prints it, on stdout with the rest of the session (as
+ * pdb's interact writes its tracebacks through the debugger's output). */
+static void interact_loop(const Stop *st, Env *ns) {
+  interact_exit = false;
+  char *text;
+  while (!interact_exit && (text = interact_entry())) {
+    Source *src = src_new("<stdin>", text);
+    shm_free(text);
+    DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
+    int rc = src ? eval_source(src, ns, true) : -1;
+    dev_ctx_set(saved);
+    src_decref(src);
+    if (rc < 0 && !(interact_exit && err_kind() == ERR_QUIT)) {
+      fflush(stdout);
+      err_print(stdout);
+    }
+    err_clear();
+    fflush(stdout);
+  }
+}
+
+/* pdb's interact: an interactive interpreter whose namespace is a new
+ * scope inside the current frame's, so it reads the frame's locals and
+ * globals while its assignments stay its own (pdb works on a copy). */
+static int cmd_interact(Stop *st, const char *arg, Resume *r) {
+  (void)arg, (void)r;
+  const View *v = st_cur(st);
+  if (!v) return printf("*** no frame to run in\n"), 0;
+  Env *ns = env_new(v->env);
+  if (!ns || builtins_add(ns, "exit", bi_interact_exit, "exit(): leave interact") < 0 ||
+      builtins_add(ns, "quit", bi_interact_exit, "quit(): leave interact") < 0) {
+    if (ns) env_decref(ns);
+    return print_error(), 0;
+  }
+  printf("*pdb interact start*\n");
+  interact_loop(st, ns);
+  printf("*exit from pdb interact command*\n");
+  env_release_scope(ns);
+  return 0;
+}
+
 /* ---- devices ---- */
 
 static int cmd_devices(Stop *st, const char *arg, Resume *r) {
@@ -2881,6 +2994,15 @@ static const Cmd commands[] = {
     {"devices", cmd_devices, "devices",
      "List the devices: where each stopped, or the collective it waits in; '*' marks\n"
      "the focused one."},
+    {"restart run", cmd_restart, "restart [args ...]",
+     "Restart the program from its beginning, stopping before its first statement;\n"
+     "breakpoints and displays are kept.  With args, they become argv[1:] (split at\n"
+     "blanks).  Not available at the interactive prompt.  \"run\" is an alias."},
+    {"interact", cmd_interact, "interact",
+     "Start an interactive interpreter (prompts '>>> ' and '... ') whose names are the\n"
+     "current frame's locals and globals; its assignments do not change the frame.\n"
+     "End it with end of input (Ctrl-D) or exit().  In a shard_map body it runs on\n"
+     "the focused device."},
     {"q quit exit", cmd_quit, "q(uit)", "Quit: the program stops."},
 };
 
@@ -3149,6 +3271,116 @@ void dbg_post_mortem(void) {
   fflush(stdout);
 }
 
+/* ---- pm(): the last uncaught error ---- */
+
+/* Appends a view of kept frame [sc] to [s]. */
+static int stack_push_scope(Stack *s, const ErrScope *sc) {
+  if (stack_reserve(s, s->n + 1) < 0) return -1;
+  src_incref(sc->loc.src);
+  env_incref(sc->scope);
+  s->v[s->n] = (View){sc->loc.src, sc->loc.line, sc->loc.line, s->n + 1, sc->fname, sc->scope,
+                      NULL};
+  s->n++;
+  return 0;
+}
+
+/* Fills [st] with the frames [e] kept, outermost first: [catcher] (the
+ * frame of an `except` handling it, or NULL), the main thread's, then
+ * those of the device that raised it when [mesh] says where that device
+ * is (else they count as the main thread's). */
+static int pm_stop_from(Stop *st, const ErrState *e, const MeshDesc *mesh,
+                        const ErrScope *catcher) {
+  int rank = -1;
+  if (catcher && stack_push_scope(&st->main, catcher) < 0) return -1;
+  for (int i = 0; i < e->nscopes; i++)
+    if (mesh && e->scopes[i].tag > 0 && e->scopes[i].tag <= mesh->ndevices) rank = e->scopes[i].tag - 1;
+  if (rank >= 0) {
+    st->mesh = mesh;
+    st->ndev = mesh->ndevices;
+    if (!(st->dev = shm_calloc((size_t)st->ndev, sizeof(Stack)))) return -1;
+    dbg.focus = rank;
+  }
+  for (int i = e->nscopes - 1; i >= 0; i--) {
+    const ErrScope *sc = &e->scopes[i];
+    bool on_dev = rank >= 0 && sc->tag == rank + 1;
+    if (stack_push_scope(on_dev ? &st->dev[rank] : &st->main, sc) < 0) return -1;
+  }
+  st->pm = st->raiser_only = true;
+  st->level = st_nframes(st) - 1;
+  return 0;
+}
+
+/* Post-mortem on [e] from a built-in (pm(), pdb.post_mortem()): the
+ * prompt at the frame where it was raised.  None, or NULL with ERR_QUIT
+ * when `restart` ends the program. */
+static Value *pm_enter(const ErrState *e, const MeshDesc *mesh, const ErrScope *catcher) {
+  Stop st = {0};
+  if (pm_stop_from(&st, e, mesh, catcher) < 0 || st_nframes(&st) == 0) {
+    st_free(&st);
+    return err_nomem();
+  }
+  int to_debugger = atomic_load(&shm_interrupt_to_debugger);
+  interact(&st);
+  atomic_store(&shm_interrupt_to_debugger, to_debugger);   /* as before: pm() does not stop later */
+  st_free(&st);
+  fflush(stdout);
+  if (dbg.restart) return err_set(ERR_QUIT, "quit"), NULL;
+  return val_incref(VAL_NONE);
+}
+
+/* True, with the error set, when pm() or post_mortem() cannot run here. */
+static bool pm_refused(const char *name, const CallArgs *a) {
+  if (a->nargs || a->nkw) err_set(ERR_TYPE, "%s() takes no arguments", name);
+  else if (dev_on_device_thread()) err_set(ERR_VALUE, "%s() cannot run inside a shard_map body", name);
+  else if (tls_busy) err_set(ERR_VALUE, "%s() cannot run inside the debugger", name);
+  return err_occurred();
+}
+
+/* pdb's error when there is no error to debug. */
+static void *no_traceback(void) {
+  return err_set(ERR_VALUE, "ValueError: A valid traceback must be passed if no exception is "
+                            "being handled");
+}
+
+/* pm(), pdb.pm(): post-mortem on the last uncaught error of the session
+ * (Python's sys.last_traceback). */
+static Value *bi_pm(const CallArgs *a) {
+  if (pm_refused("pm", a)) return NULL;
+  if (dbg.last.kind == ERR_NONE) return no_traceback();
+  return pm_enter(&dbg.last, dbg.last_has_mesh ? &dbg.last_mesh : NULL, NULL);
+}
+
+/* pdb.post_mortem(): inside an `except` block the error it handles, as
+ * pdb's, from the frame that catches it (at the line the error passed
+ * through: the outermost calling line of its traceback, else where it
+ * was raised) down; elsewhere the last uncaught one, as pm(). */
+static Value *bi_post_mortem(const CallArgs *a) {
+  if (pm_refused("post_mortem", a)) return NULL;
+  const ErrState *h = eval_handled_error();
+  if (!h) return bi_pm(a);
+  bool dev = false;
+  for (int i = 0; i < h->nscopes; i++) dev = dev || h->scopes[i].tag > 0;
+  const Frame *f = eval_current_frame();
+  ErrScope catcher = {h->ntrace ? h->trace[h->ntrace - 1].loc : h->loc, f ? f->fname : "?",
+                      f ? f->env : NULL, 0};
+  bool ok = f && catcher.loc.src && catcher.scope;
+  return pm_enter(h, dev && dbg.fail_has_mesh ? &dbg.fail_mesh : NULL, ok ? &catcher : NULL);
+}
+
+void dbg_keep_error(void) {
+  if (!err_occurred() || err_kind() == ERR_QUIT) {
+    err_clear();
+    return;
+  }
+  ErrState old = dbg.last;
+  err_save(&dbg.last);
+  bool dev = false;
+  for (int i = 0; i < dbg.last.nscopes; i++) dev = dev || dbg.last.scopes[i].tag > 0;
+  dbg.last_has_mesh = dev && dbg.fail_has_mesh;
+  dbg.last_mesh = dbg.fail_mesh;
+  err_state_free(&old);   /* after: its scopes may hold what the new one shows */
+}
+
 /* ==== the built-ins ====================================================================== */
 
 /*
@@ -3384,6 +3616,8 @@ static Value *bi_debug_print(const CallArgs *a) {
 
 /* ==== set-up ================================================================================ */
 
+#define PM_DOC "pm(): post-mortem debugging of the last uncaught error"
+
 /* `jax.debug.print` and `jax.debug.breakpoint`, so JAX code ports line for
  * line (LANGUAGE.md §2's prefixes). */
 static int add_jax_debug(Env *builtins) {
@@ -3398,9 +3632,29 @@ static int add_jax_debug(Env *builtins) {
   return rc;
 }
 
+/* `import pdb`: pm, post_mortem and set_trace (breakpoint), registered as
+ * an already loaded module so import finds it before any file. */
+static int add_pdb(Env *builtins) {
+  Value *d = dict_new(), *m = NULL, *pm = builtin_new("pm", bi_pm, PM_DOC);
+  Value *post = builtin_new("post_mortem", bi_post_mortem,
+                            "post_mortem(): post-mortem debugging of the error being handled, "
+                            "else of the last uncaught one");
+  int rc = -1;
+  if (d && pm && post && dict_set_str(d, "pm", pm) == 0 && dict_set_str(d, "post_mortem", post) == 0 &&
+      dict_set_str(d, "set_trace", env_lookup(builtins, intern_cstr("breakpoint"))) == 0 &&
+      (m = module_new("pdb", d)))
+    rc = dict_set_str(shm_interp->modules, "pdb", m);
+  val_decref(m);
+  val_decref(d);
+  val_decref(pm);
+  val_decref(post);
+  return rc;
+}
+
 int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   if (builtins_add(builtins, "breakpoint", bi_breakpoint,
                    "breakpoint(): enter the debugger at the next statement") < 0 ||
+      builtins_add(builtins, "pm", bi_pm, PM_DOC) < 0 || add_pdb(builtins) < 0 ||
       builtins_add(builtins, "debug_print", bi_debug_print,
                    "debug_print(fmt, *args): print(fmt.format(*args)), per device, also under jit") < 0 ||
       add_jax_debug(builtins) < 0)
@@ -3413,6 +3667,31 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   eval_return_hook = dbg_return_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
+}
+
+void dbg_set_restartable(bool on) { dbg.restartable = on; }
+
+bool dbg_take_restart(char **args) {
+  *args = NULL;
+  if (!dbg.restart) return false;
+  dbg.restart = false;
+  *args = dbg.restart_args;
+  dbg.restart_args = NULL;
+  dbg.main_resume = (Resume){RM_STEP, 0, 0};   /* pdb stops at the first line again */
+  update_engaged();
+  return true;
+}
+
+void dbg_restarted(Env *old_globals, Env *new_globals) {
+  for (int i = 0; i < dbg.ndisplays; i++) {
+    Display *d = &dbg.displays[i];
+    if (d->dev || d->env[0] != old_globals) continue;   /* module level: the main thread's */
+    env_incref(new_globals);
+    env_decref(d->env[0]);
+    d->env[0] = new_globals;
+    shm_free(d->last[0]);   /* shown again at the first stop */
+    d->last[0] = NULL;
+  }
 }
 
 void dbg_free(void) {
@@ -3438,6 +3717,10 @@ void dbg_free(void) {
   dbg.nbpcmds = 0;
   shm_free(dbg.last_cmd);
   dbg.last_cmd = NULL;
+  shm_free(dbg.restart_args);
+  dbg.restart_args = NULL;
+  err_state_free(&dbg.last);
+  dbg.last.kind = ERR_NONE;
   comp_clear();
   shm_free(comp.names);
   comp.names = NULL;

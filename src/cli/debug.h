@@ -4,7 +4,11 @@
  * ENTERING.  `breakpoint()` stops at the next statement of the thread that
  * called it; `shmap --debug` stops before the first statement of the
  * script; `shmap --pm` opens the debugger after an uncaught error, in the
- * frame (and on the device) where the error was raised.  The commands are
+ * frame (and on the device) where the error was raised; pm() (pdb.pm())
+ * does so for the REPL's last uncaught error, from the frames and scopes
+ * the error kept as it unwound (ErrScope, base/error.h), so nothing is
+ * recorded per statement.  `restart` ends the program as quit does and
+ * main.c runs it again (dbg_take_restart).  The commands are
  * pdb's, with pdb's meanings and output shapes; see dbg_help_text in
  * debug.c and shmap(1), DEBUGGER.  Any line at the `(shmap-dbg) ` prompt
  * whose first word is not a command runs as statements in the current
@@ -89,6 +93,36 @@ void dbg_post_mortem(void);
  */
 int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *ctx),
                  void *ctx, OutBuf *outs);
+
+/*
+ * Keeps the pending error, which nothing handled and which has just been
+ * reported, as the session's last error for pm() and pdb.pm() (Python's
+ * sys.last_traceback): with it the scopes of the frames it left, which
+ * stay alive (and keep their values' memory) until the next kept error
+ * replaces it or dbg_free.  Clears the error; the debugger's quit is not
+ * kept.  Main thread (the REPL, and main.c before -i's REPL).
+ */
+void dbg_keep_error(void);
+
+/* Whether the debugger's `restart` (pdb's, alias `run`) may re-run the
+ * program: main.c turns it on while a script or -c code runs; at the
+ * REPL it is off and `restart` says it is not available.  Main thread. */
+void dbg_set_restartable(bool on);
+
+/*
+ * After the program ended with the debugger's silent ERR_QUIT: true when
+ * that quit was `restart`, the request being taken then (a second call
+ * returns false).  [*args] is set to the command's arguments, which are
+ * to become argv[1:] (shm_malloc'd, the caller frees it), or NULL to keep
+ * argv.  The next run stops before its first statement, as pdb's restart
+ * does.  Main thread.
+ */
+bool dbg_take_restart(char **args);
+
+/* A restart made [new_globals] the module scope instead of [old_globals]:
+ * the displays set at module level move to it (and show at the next
+ * stop).  Main thread; raises nothing. */
+void dbg_restarted(Env *old_globals, Env *new_globals);
 
 /* Releases the breakpoints, displays and kept frame views.  Main thread,
  * at exit; the hook is removed. */

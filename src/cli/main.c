@@ -303,18 +303,93 @@ static Source *program_source(const CmdLine *cl) {
   return src_from_file(cl->target);
 }
 
-/* Runs the script or -c code in [globals]; 0 or an exit status. */
-static int run_program(const CmdLine *cl, Env *globals) {
-  Source *src = program_source(cl);
-  if (!src) return report_error();
+/* Drops the top-level scope; clearing it first frees the functions
+ * defined there, which hold the scope as their closure. */
+static void release_globals(Env *globals) {
+  if (!globals) return;
+  env_clear(globals);
+  env_decref(globals);
+}
+
+/* Runs [src] once in [globals]; 0 or an exit status. */
+static int run_once(Source *src, Env *globals) {
   if (shm_options.verbose) fprintf(stderr, "shmap: running %s\n", src->name);
   int rc = 0;
   if (eval_source(src, globals, false) < 0) {
     dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
-    rc = report_error();
+    fflush(stdout);
+    err_print(stderr);
+    if (shm_options.interactive) dbg_keep_error();   /* for pm() at -i's REPL */
+    err_clear();
+    rc = 1;
   }
-  src_decref(src);
   fflush(stdout);
+  return rc;
+}
+
+/* Replaces argv[1:] with the blank-separated words of [args]. */
+static int reset_argv(const char *args) {
+  Value *argv = shm_interp->argv;
+  if (list_splice(argv, 1, list_len(argv) - 1, 0, NULL) < 0) return -1;
+  char *copy = shm_strdup(args), *save = NULL;
+  if (!copy) return err_nomem(), -1;
+  int rc = 0;
+  for (char *w = strtok_r(copy, " \t", &save); w && rc == 0; w = strtok_r(NULL, " \t", &save)) {
+    Value *v = str_from(w);
+    rc = v ? list_append_steal(argv, v) : -1;
+  }
+  shm_free(copy);
+  return rc;
+}
+
+/* The debugger's restart: pdb's message, then [*globals] is replaced by a
+ * fresh module scope binding argv (new arguments when [args] gives
+ * some); the old scope is released as at exit. */
+static int restart_globals(const char *name, Env **globals, const char *args) {
+  if (args && reset_argv(args) < 0) return -1;
+  printf("Restarting %s with arguments:\n\t", name);
+  Value *argv = shm_interp->argv;
+  for (size_t i = 1; i < list_len(argv); i++) {
+    Value *a = list_get(argv, i);
+    printf("%s%s", i > 1 ? " " : "", a->type == V_STR ? str_cstr(a) : "?");
+  }
+  printf("\n");
+  fflush(stdout);
+  Env *g = env_new(NULL);
+  if (!g || env_set(g, intern_cstr("argv"), argv) < 0) {
+    if (g) env_decref(g);
+    return -1;
+  }
+  dbg_restarted(*globals, g);
+  release_globals(*globals);
+  *globals = g;
+  return 0;
+}
+
+/* Runs the script or -c code in [*globals], again from the start each
+ * time the debugger's `restart` ends it (a script file is read again, as
+ * pdb does; -c code and standard input are run again as first read);
+ * 0 or an exit status. */
+static int run_program(const CmdLine *cl, Env **globals) {
+  Source *src = program_source(cl);
+  if (!src) return report_error();
+  dbg_set_restartable(true);
+  int rc;
+  char *args;
+  while ((rc = run_once(src, *globals)) != 0 && dbg_take_restart(&args)) {
+    bool reread = cl->mode == RUN_SCRIPT && strcmp(cl->target, "-") != 0;
+    Source *next = reread ? program_source(cl) : src;
+    if (next && reread) src_decref(src);
+    int ok = next ? restart_globals(next->name, globals, args) : -1;
+    shm_free(args);
+    if (ok < 0) {
+      rc = report_error();
+      break;
+    }
+    src = next;
+  }
+  dbg_set_restartable(false);
+  src_decref(src);
   return rc;
 }
 
@@ -324,13 +399,6 @@ static void say_verbose(void) {
           shm_options.config_file ? shm_options.config_file : "(none)");
 }
 
-/* Drops the top-level scope; clearing it first frees the functions
- * defined there, which hold the scope as their closure. */
-static void release_globals(Env *globals) {
-  if (!globals) return;
-  env_clear(globals);
-  env_decref(globals);
-}
 
 /* Registers the layers above lang/ with the evaluator and the primitive
  * table, bottom to top (src/README.md): spmd's meshes, shard_map and
@@ -361,7 +429,7 @@ static int run_interpreter(const CmdLine *cl) {
   } else {
     shm_interp->verbose = shm_options.verbose;
     shm_interp->dump_plans = shm_options.dump_plans;
-    if (cl->mode != RUN_REPL) rc = run_program(cl, globals);
+    if (cl->mode != RUN_REPL) rc = run_program(cl, &globals);
     if (shm_options.interactive) rc = repl_run(globals);
   }
   release_globals(globals);

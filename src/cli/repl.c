@@ -21,6 +21,7 @@
 #include <readline/readline.h>
 
 #include "cli/config.h"
+#include "cli/debug.h"
 #include "base/error.h"
 #include "base/intern.h"
 #include "lang/lexer.h"
@@ -164,16 +165,27 @@ static bool opens_block(const char *line) {
   return last == ':';
 }
 
-/* True when [b] cannot end here whatever comes next: an open bracket or
- * string, or a trailing backslash.  lex_needs_more also asks for more
+/* True when [entry] cannot end here whatever comes next: an open bracket
+ * or string, or a trailing backslash.  lex_needs_more also asks for more
  * after an indented line (a block going on); with an empty line appended
- * only the structural reasons remain, and blocks are handled here. */
-static bool unfinished(Buf *b) {
-  b->s[b->len] = '\n';
-  b->s[b->len + 1] = '\0';
-  bool more = lex_needs_more(b->s);
-  b->s[b->len] = '\0';
+ * only the structural reasons remain, and blocks are handled by the
+ * caller. */
+static bool unfinished(const char *entry) {
+  size_t n = strlen(entry);
+  char *t = shm_malloc(n + 2);
+  if (!t) return false;
+  memcpy(t, entry, n);
+  t[n] = '\n';
+  t[n + 1] = '\0';
+  bool more = lex_needs_more(t);
+  shm_free(t);
   return more;
+}
+
+bool repl_entry_goes_on(const char *entry, const char *line, bool *block) {
+  if (unfinished(entry)) return true;
+  *block = *block || opens_block(line);
+  return *block && !is_blank(line);
 }
 
 static void remember(const char *line) {
@@ -196,30 +208,27 @@ static EntryKind read_entry(Buf *b) {
     if (interrupted) return ENTRY_EMPTY;
     if (!line) return b->len ? ENTRY_TEXT : ENTRY_EOF;
     remember(line);
-    bool ok = buf_add(b, line), blank = is_blank(line), starts_block = opens_block(line);
-    free(line);
+    bool ok = buf_add(b, line);
     if (!ok) {
+      free(line);
       err_nomem();  /* repl_run reports it */
       return ENTRY_TEXT;
     }
-    if (b->s[0] == ':') return ENTRY_TEXT;
-    if (unfinished(b)) {
-      prompt = PROMPT_MORE;
-      continue;
-    }
-    block = block || starts_block;
-    if (!block || blank) return ENTRY_TEXT;
+    bool more = b->s[0] != ':' && repl_entry_goes_on(b->s, line, &block);
+    free(line);
+    if (!more) return ENTRY_TEXT;
     prompt = PROMPT_MORE;
   }
 }
 
 /* ---- running entries ---------------------------------------------------- */
 
-/* Prints the pending error and clears it; the debugger's quit is silent. */
+/* Prints the pending error and keeps it for pm() (which clears it); the
+ * debugger's quit is silent. */
 static void report_error(void) {
   fflush(stdout);
   if (err_kind() != ERR_QUIT) err_print(stderr);
-  err_clear();
+  dbg_keep_error();
 }
 
 static void run_source_text(const char *text) {
@@ -275,6 +284,10 @@ static const char HELP[] =
     "  :plan F(ARGS)   print the staged plan of calling F with ARGS\n"
     "  :help           this text\n"
     "  :quit           leave (also Ctrl-D on an empty line)\n"
+    "\n"
+    "Debugging: pm() debugs the last error post mortem, where it was raised\n"
+    "(also pdb.pm() after import pdb); breakpoint() stops at the next\n"
+    "statement entered.\n"
     "\n"
     "Keys: Tab completes names and attributes; Up/Down walk the history;\n"
     "Ctrl-C abandons the current line or interrupts the running statement.\n"

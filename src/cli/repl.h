@@ -21,7 +21,10 @@
  *
  * Every entry is a new Source named "<stdin>", evaluated with
  * eval_source(..., echo=true), so the value of a final expression is shown
- * as its repr.  Errors are printed with err_print and the loop goes on.
+ * as its repr.  Errors are printed with err_print and the loop goes on;
+ * the last one is kept for pm() (dbg_keep_error).  breakpoint() typed at
+ * the prompt stops at the next statement run, the first of the next
+ * entry.
  *
  * Commands at the `>>> ` prompt:
  *   :plan F(ARGS)   prints plan(F, ARGS), the staged plan of F's call
@@ -52,5 +55,16 @@ int repl_run(Env *globals);
  * needed.
  */
 char *repl_history_path(void);
+
+/*
+ * The REPL's grouping of lines into an entry, for other prompts that read
+ * statements (the debugger's `interact`): true when the entry goes on
+ * after [line], its latest line, [entry] being the whole entry so far
+ * with [line] last, each line ending in a newline.  An entry goes on
+ * while a bracket or string is open or a line ends in a backslash, and,
+ * once a line opened a block (*block, false for a new entry, is set
+ * then), until a blank line.  Raises nothing.
+ */
+bool repl_entry_goes_on(const char *entry, const char *line, bool *block);
 
 #endif

@@ -403,7 +403,7 @@ out:
  * the scope itself (a nested def): a reference cycle.  When every extra
  * reference comes from such a closure and nothing else holds the closures,
  * clear the scope so the cycle is freed. */
-static void env_release_call_scope(Env *e) {
+void env_release_scope(Env *e) {
   int refs = atomic_load(&e->refcount), inner = 0;
   if (refs == 1) {
     env_decref(e);
@@ -474,7 +474,11 @@ Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char 
     o = OUT_ERR;
   cur_depth--;
   cur_frame = fr.back;
-  if (o == OUT_ERR) return NULL;
+  if (o == OUT_ERR) {
+    /* the frame and its scope join the error, for the debugger's pm() */
+    if (fr.stmt) err_push_scope(fr.stmt->loc, fname, env);
+    return NULL;
+  }
   if (o == OUT_BREAK || o == OUT_CONTINUE) {
     val_decref(ret);
     return err_set(ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
@@ -506,7 +510,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
     }
   }
   cur_tree = saved_tree;
-  env_release_call_scope(e);
+  env_release_scope(e);
   /* the calling line joins the error's traceback as it leaves f */
   if (!ret && cur_frame && cur_frame->stmt) err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
   return ret;
@@ -1794,6 +1798,7 @@ static int run_module(AstModule *mod, Env *globals, bool echo) {
       rc = -1;
     }
   }
+  if (rc < 0 && fr.stmt) err_push_scope(fr.stmt->loc, fr.fname, globals);
   cur_frame = fr.back;
   return rc;
 }
@@ -1929,8 +1934,15 @@ static Value *func_repr(Value *v) { return str_printf("<function %s>", ((Func *)
 
 static int current_line(void) { return cur_loc.line; }
 
+static void scope_incref(void *e) { env_incref(e); }
+static void scope_release(void *e) { env_release_scope(e); }
+
+const ErrState *eval_handled_error(void) { return handling ? &handling->err : NULL; }
+
 int interp_init(int ndevices) {
   prim_line_hook = current_line;
+  err_scope_incref = scope_incref;
+  err_scope_release = scope_release;
   shm_interp = shm_calloc(1, sizeof *shm_interp);
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;

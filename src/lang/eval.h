@@ -36,6 +36,12 @@ int env_set_steal(Env *e, const char *name, Value *v);
  * that scope as their closure, a reference cycle; clearing the scope
  * before its last env_decref frees both (module scopes at exit). */
 void env_clear(Env *e);
+/* Drops a reference to the scope [e] of a call that is over (or of any
+ * scope kept past its frame, such as a traceback's): when what is left
+ * holding it is only closures bound in [e] itself that nothing else holds
+ * (a nested def: a reference cycle), [e] is cleared first so the cycle is
+ * freed.  Raises nothing. */
+void env_release_scope(Env *e);
 
 /* Calls [fn] on each binding of [e] itself (not parents), for completion,
  * `dir()` and the debugger. */
@@ -199,6 +205,11 @@ typedef struct OutBuf {
 void eval_set_output(OutBuf *b);
 /* Writes [n] bytes to this thread's output. */
 void eval_write(const char *s, size_t n);
+
+/* The error the innermost `except` block of this thread is handling
+ * (borrowed, valid while that block runs), or NULL outside one: what
+ * pdb.post_mortem() debugs there. */
+const ErrState *eval_handled_error(void);
 
 /* Location of the innermost expression this thread is evaluating (the
  * call of a collective, for mismatch messages); {NULL,0,0} outside. */

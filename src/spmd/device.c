@@ -115,6 +115,7 @@ static void save_error(Job *job, int rank) {
     snprintf(where, sizeof where, "%d", rank);
   ErrState *e = &job->errs[rank];
   err_save(e);
+  err_state_tag_scopes(e, rank + 1);   /* pm() shows these frames on this device */
   const char *msg = e->msg ? e->msg : "out of memory";
   size_t cap = strlen(where) + strlen(msg) + 16;
   char *full = shm_malloc(cap);
