@@ -2981,7 +2981,8 @@ static const Cmd commands[] = {
     {"a args", cmd_args, "a(rgs)", "Print the arguments of the current function."},
     {"p", cmd_p, "p expression [@ all]",
      "Print the value of expression in the current frame; with '@ all', on every device\n"
-     "of the shard_map body, each line prefixed by the device's mesh coordinates."},
+     "of the shard_map body, each line prefixed by the device's mesh coordinates.  An\n"
+     "expression that calls a collective runs on every device at once."},
     {"pp", cmd_pp, "pp expression [@ all]", "Like p, a long tuple or list one item per line."},
     {"display", cmd_display, "display [expression]",
      "Show the value of expression now and at each stop where it changed; without\n"
@@ -3017,7 +3018,8 @@ static int cmd_help(Stop *st, const char *arg, Resume *r) {
   printf("Commands (type help <command>):\n");
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     printf("  %s\n", commands[i].usage);
-  printf("Anything else runs as statements in the current frame ('!' forces that).\n"
+  printf("Anything else runs as statements in the current frame ('!' forces that); in a\n"
+         "shard_map body, a line that calls a collective runs on every device.\n"
          "An empty line repeats the last command.\n");
   return 0;
 }
