@@ -87,6 +87,17 @@ for n in 2 8; do
 done
 
 echo
+echo "== all_gather (tiled) of 16 MiB float32 per device: shmap | the whole output written once by memcpy"
+echo "   (each device receives n blocks; the anchor is n x 16 MiB at this machine's memcpy rate)"
+copy_gbs=$("$tmp/memcpy_bw")
+for n in 2 4 8; do
+  read -r _ bytes t < <(best "$shmap" --devices "$n" "$here/all_gather.shm" "$n" 4194304 5)
+  awk -v n="$n" -v b="$bytes" -v t="$t" -v g="$copy_gbs" 'BEGIN{w = n * b / (g * 1e9);
+    printf "%d devices: shmap all_gather %.2f ms | output written once %.2f ms | ratio %.2f\n",
+           n, t * 1e3, w * 1e3, t / w}'
+done
+
+echo
 echo "== matmul_basic 2048x2048 float32: 2-device mesh | one device (best of 3 runs each)"
 for _ in 1 2 3; do "$shmap" --devices 2 "$here/matmul_basic.shm" 2 3; done > "$tmp/mm.txt"
 awk 'NR == 1 || $2 < a { a = $2 } NR == 1 || $3 < b { b = $3 } $4 != "True" { ok = "False" }
