@@ -462,7 +462,10 @@ static bool return_hook_aborts(Frame *f, const Node *at, Value **ret) {
   return true;
 }
 
-Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
+/* Runs the statements [body] in [env] as the body of a call of a def
+ * (block-form shard_map bodies are defs too): the returned value (None
+ * when it falls off the end), or NULL with the error set. */
+static Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
   Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
   if (too_deep() < 0) return NULL;
   cur_frame = &fr;

@@ -143,10 +143,6 @@ extern Value *(*eval_make_jit)(Value *fn);
  * default values are evaluated now, in [env].  New reference. */
 Value *eval_make_func(const Node *node, Env *env, AstModule *mod);
 
-/* Runs the statements [body] in [env] as the body of a function call:
- * returns the returned value (None when it falls off the end), or NULL with
- * the error set.  Used by shard_map to run a block-form body per device. */
-Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname);
 
 /* Shorthand for a positional-only call. */
 Value *val_call_n(Value *f, int n, Value **args);
