@@ -535,11 +535,12 @@ static int arr_truth(Value *v) {
   return -1;
 }
 
-/* A 0-d array is a number for dict keys: {1: x}[1.0] finds x. */
+/* A 0-d array is a number for dict keys: {1: x}[1.0] finds x; a Python
+ * float by its double, so 0.1 + 0.2 is not the key 0.3, as in Python. */
 static bool arr_number(Value *v, double *out) {
   Array *a = AS_ARRAY(v);
   if (a->ndim != 0) return false;
-  *out = arr_get_f64(a, 0);
+  *out = arr_host_f64(a);
   return true;
 }
 

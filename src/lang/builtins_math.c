@@ -91,13 +91,13 @@ static Value *bi_abs(const CallArgs *a) {
   return r;
 }
 
-/* Python's abs(): of a Python int or float, a Python number (an int too
- * large to negate is an OverflowError); of anything else, jnp.abs. */
+/* Python's abs(): of a Python int, bool or float, a Python number (an
+ * int too large to negate is an OverflowError); else jnp.abs. */
 static Value *bi_py_abs(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("abs", a, "x", slots) < 0) return NULL;
-  if (!arr_is_host(x) || AS_ARRAY(x)->dtype == DT_BOOL) return bi_abs(a);
+  if (!arr_is_host(x)) return bi_abs(a);
   Array *xa = AS_ARRAY(x);
   if (dt_is_float(xa->dtype)) return arr_python_float(fabs(arr_host_f64(xa)));
   int64_t i = arr_get_i64(xa, 0);

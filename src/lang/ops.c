@@ -545,20 +545,20 @@ static Value *elementwise_last(PrimId id, Value *a, Value *b) {
  * wrapped value), floats are doubles, division by zero is a
  * ZeroDivisionError, never inf or 0, and comparisons give a Python bool.
  * Semantics: Python's numeric types; JAX leaves Python scalars to Python. */
+/* A Python int, or a bool as 0 or 1 (Python's bool is an int). */
 static bool py_int(Value *v, int64_t *x) {
   if (!arr_is_host(v)) return false;
   Array *a = AS_ARRAY(v);
-  if (a->ndim != 0 || !dt_is_int(a->dtype)) return false;
+  if (a->ndim != 0 || !(dt_is_int(a->dtype) || a->dtype == DT_BOOL)) return false;
   *x = arr_get_i64(a, 0);
   return true;
 }
 
-/* A Python float, or an int converted to one (not a bool: True + 0.5 is
- * left to the array path, as before). */
+/* A Python float, or an int or bool converted to one. */
 static bool py_number(Value *v, double *x) {
   if (!arr_is_host(v)) return false;
   Array *a = AS_ARRAY(v);
-  if (a->ndim != 0 || a->dtype == DT_BOOL) return false;
+  if (a->ndim != 0) return false;
   *x = arr_host_f64(a);
   return true;
 }
@@ -726,22 +726,28 @@ static Value *number_compare(OpKind op, Value *a, Value *b, bool *handled) {
   }
 }
 
-/* Arithmetic [op] of two Python numbers, done as Python does it;
- * *handled false when either is not one or the operator is left to the
- * caller (comparisons: ops_compare; matmul and bool arithmetic: the
- * array path). */
+/* Arithmetic [op] of two Python numbers, done as Python does it (bools
+ * are the ints 0 and 1, and & | ^ of two bools a bool); *handled false
+ * when either is not one or the operator is left to the caller
+ * (comparisons: ops_compare; matmul: the array path). */
 static Value *python_number_op(OpKind op, Value *a, Value *b, bool *handled) {
   int64_t x, y;
   double fx, fy;
   *handled = false;
   if (!arr_is_host(a) || !arr_is_host(b)) return NULL;
+  bool bools = AS_ARRAY(a)->dtype == DT_BOOL && AS_ARRAY(b)->dtype == DT_BOOL;
+  if (bools && (op == OP_BITAND || op == OP_BITOR || op == OP_BITXOR)) {
+    *handled = true;
+    bool p = val_truth(a) > 0, q = val_truth(b) > 0;
+    return val_bool(op == OP_BITAND ? p && q : op == OP_BITOR ? p || q : p != q);
+  }
   if (py_int(a, &x) && py_int(b, &y)) return int_op(op, x, y, handled);
   if (py_number(a, &fx) && py_number(b, &fy)) return float_op(op, fx, fy, handled);
   return NULL;
 }
 
-/* -x and ~x of a Python int, -x of a Python float, as Python; *handled false
- * otherwise (bools and arrays take the array path). */
+/* -x and ~x of a Python int or bool (as 0 or 1), -x of a Python float,
+ * as Python; *handled false otherwise (arrays take the array path). */
 static Value *python_unary(OpKind op, Value *v, bool *handled) {
   int64_t x;
   double f;
