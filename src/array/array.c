@@ -143,6 +143,7 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   val_init(&a->hdr, V_ARRAY);
   a->dtype = t;
   a->weak = false;
+  a->host = false;
   a->contiguous = true;
   a->ndim = (uint8_t)ndim;
   a->vma = 0;
@@ -217,6 +218,7 @@ static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 static void small_init(void) {
   for (int v = SMALL_LO; v <= SMALL_HI; v++) {
     Array *a = arr_scalar_i64(DT_I32, v, true);
+    if (a) a->host = true;
     small_ints[v - SMALL_LO] = a ? (Array *)val_make_static(&a->hdr) : NULL;
   }
 }
@@ -228,7 +230,32 @@ Value *arr_python_int(int64_t x) {
     if (a && (a->hdr.flags & VAL_IMMORTAL)) return &a->hdr;
   }
   DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  return (Value *)arr_scalar_i64(t, x, true);
+  Array *a = arr_scalar_i64(t, x, true);
+  if (a) a->host = true;
+  return (Value *)a;
+}
+
+/* Byte offset of a host float's double in its buffer (array.h). */
+enum { HOST_F64_AT = 8 };
+
+Value *arr_python_float(double x) {
+  Array *a = arr_alloc(0, HOST_F64_AT + sizeof(double));
+  if (!a) return err_nomem();
+  arr_init(a, DT_F32, 0, NULL, 1);
+  *(float *)a->buf->data = (float)x;
+  memcpy((char *)a->buf->data + HOST_F64_AT, &x, sizeof x);
+  a->weak = true;
+  a->host = true;
+  return &a->hdr;
+}
+
+double arr_host_f64(const Array *a) {
+  if (a->host && a->dtype == DT_F32 && a->buf->nbytes >= HOST_F64_AT + sizeof(double)) {
+    double x;
+    memcpy(&x, (const char *)a->buf->data + HOST_F64_AT, sizeof x);
+    return x;
+  }
+  return arr_get_f64(a, 0);
 }
 
 /* True when [strides] are the row-major ones for [shape] (size-1 dims may
@@ -254,6 +281,7 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
   val_init(&v->hdr, V_ARRAY);
   v->dtype = a->dtype;
   v->weak = a->weak;
+  v->host = false;  /* a view is an array function's result */
   v->ndim = (uint8_t)ndim;
   v->vma = a->vma;
   v->why = a->why;
@@ -281,6 +309,10 @@ Array *arr_copy(Array *a) {
 }
 
 bool arr_unshared(const Array *a) {
+  return !a->host && arr_sole_holder(a);
+}
+
+bool arr_sole_holder(const Array *a) {
   const Buffer *b = a->buf;
   const unsigned char *d = b->data;
   bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
@@ -503,16 +535,21 @@ static int arr_truth(Value *v) {
   return -1;
 }
 
-/* A 0-d array is a number for dict keys: {1: x}[1.0] finds x. */
+/* A 0-d array is a number for dict keys: {1: x}[1.0] finds x; a Python
+ * float by its double, so 0.1 + 0.2 is not the key 0.3, as in Python. */
 static bool arr_number(Value *v, double *out) {
   Array *a = AS_ARRAY(v);
   if (a->ndim != 0) return false;
-  *out = arr_get_f64(a, 0);
+  *out = arr_host_f64(a);
   return true;
 }
 
-/* True and False are 0-d bool arrays, strongly typed. */
-static Value *arr_make_bool(bool b) { return (Value *)arr_scalar_i64(DT_BOOL, b, false); }
+/* True and False are 0-d bool arrays, strongly typed, and Python bools. */
+static Value *arr_make_bool(bool b) {
+  Array *a = arr_scalar_i64(DT_BOOL, b, false);
+  if (a) a->host = true;
+  return (Value *)a;
+}
 
 static void arr_register_type(void) {
   val_register_free(V_ARRAY, arr_free);

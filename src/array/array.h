@@ -17,6 +17,17 @@
  * the running shard_map) the value may vary over, for the static check of
  * LANGUAGE.md §4; it is 0 outside shard_map bodies.
  *
+ * Python numbers.  [host] marks a Python int, float or bool that has not
+ * met an array function: a literal, len(), True, or the result of Python
+ * arithmetic between two of them (lang/ops.c).  It is also weak (an int
+ * an int32, a float a float32), and every array function reads it as
+ * such, so it becomes a weakly typed array where it meets one, as in
+ * JAX.  A host float keeps its exact double beside the float32: its
+ * buffer holds 16 bytes, the float32 at byte 0 and the double at byte 8
+ * (arr_python_float, arr_host_f64).  Whatever an array function makes is
+ * a fresh array with [host] false; a host array is never changed in place
+ * (arr_unshared is false for it).
+ *
  * Limits.  ndim <= SHM_MAXDIM; the element count and byte size must fit in
  * int64 and be allocatable: arr_new fails with "array of shape (..) needs N
  * bytes, more than available" rather than crash.
@@ -57,6 +68,7 @@ typedef struct Array {
   bool weak;          /* weakly typed (a number literal or derived from one) */
   bool contiguous;    /* C-contiguous: strides are the row-major ones */
   uint8_t ndim;
+  bool host;          /* a Python number (int, float, bool), see below */
   uint32_t vma;       /* mesh axes it may vary over, see above */
   VmaWhy why;         /* what first made it vary (for the replication error) */
   int64_t size;       /* number of elements, product of shape */
@@ -116,6 +128,21 @@ Array *arr_scalar_i64(DType t, int64_t x, bool weak);
  * releases (a no-op on the shared ones); never to be written. */
 Value *arr_python_int(int64_t x);
 
+/* A Python float: a weak, host float32 0-d array holding [x] rounded to
+ * float32 for array functions and [x] itself for Python arithmetic and
+ * printing (see "Python numbers" above).  A new reference; NULL with the
+ * error set on out of memory. */
+Value *arr_python_float(double x);
+
+/* Whether [v] is a Python number (an int, float or bool with [host] set). */
+static inline bool arr_is_host(const Value *v) {
+  return v && v->type == V_ARRAY && ((const Array *)v)->host;
+}
+
+/* The value of a 0-d [a] as a double: a host float's exact double, else
+ * its element (a float32 widened, an int converted). */
+double arr_host_f64(const Array *a);
+
 /* A view of [a]'s buffer with the given shape, strides and offset (in
  * elements).  The caller guarantees the view stays inside the buffer. */
 Array *arr_view(Array *a, int ndim, const int64_t *shape,
@@ -133,6 +160,11 @@ bool arr_share_buffer(Array *dst, const Array *src);
  * own (not a mapped or borrowed one): then [a] may be changed in place
  * (value.h: a count of 1 means changeable in place). */
 bool arr_unshared(const Array *a);
+
+/* arr_unshared without its exception for Python numbers: for a caller
+ * that overwrites a host int with another host int of the same dtype
+ * (a range loop's variable), which keeps the mark true. */
+bool arr_sole_holder(const Array *a);
 
 /* [a] itself (incref'd) if C-contiguous, else a contiguous copy. */
 Array *arr_contiguous(Array *a);

@@ -136,7 +136,9 @@ void params_clear(Params *p) {
 
 Value *val_int(int64_t x) {
   DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  return (Value *)arr_scalar_i64(t, x, true);
+  Array *a = arr_scalar_i64(t, x, true);
+  if (a) a->host = true;
+  return (Value *)a;
 }
 
 Value *val_int_tuple(int n, const int64_t *xs) {

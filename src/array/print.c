@@ -561,6 +561,19 @@ static void array_str(SBuf *b, const Array *a) {
     array2string(b, a, " ", 1, print_options.linewidth);
 }
 
+/* Python's repr (and str) of a Python number: an int's digits, True or
+ * False, a float's shortest round-tripping digits (NumPy's float64 scalar
+ * form is Python's: "0.1", "2.0", "1e+16", "1e-05", "inf", "-0.0"). */
+static void python_number_str(SBuf *b, const Array *a) {
+  if (dt_is_float(a->dtype)) {
+    char tmp[64];
+    print_float_scalar(tmp, sizeof tmp, arr_host_f64(a), DT_F64);
+    sb_puts(b, tmp);
+  } else {
+    scalar_str(b, a);
+  }
+}
+
 /* jax.Array.__repr__, including its measure of the last line (which counts
  * two more columns than the line has) and its habit of putting the dtype
  * after six spaces, not on a new line, when the line is too long. */
@@ -630,8 +643,10 @@ void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *)) {
 
 static bool repr_into(SBuf *b, Value *v, bool nested);
 
-/* A 0-d weak array (a number literal) or True/False, inside a container,
- * prints as the Python number it stands for. */
+/* A 0-d weak array inside a container prints as a Python number (a
+ * Python number itself always does, see repr_into): the form before
+ * Python numbers were host values, kept for transformation results such
+ * as a loop's carry. */
 static bool is_python_scalar(Value *v) {
   if (!IS_ARRAY(v))
     return false;
@@ -757,7 +772,9 @@ static bool repr_into(SBuf *b, Value *v, bool nested) {
     return true;
   switch ((VType)v->type) {
   case V_ARRAY:
-    if (nested && is_python_scalar(v))
+    if (AS_ARRAY(v)->host)
+      python_number_str(b, AS_ARRAY(v));
+    else if (nested && is_python_scalar(v))
       array_str(b, AS_ARRAY(v));
     else
       array_repr(b, AS_ARRAY(v));
@@ -807,7 +824,9 @@ Value *val_str(Value *v) {
     return str_hooks[v->type](v);
   if (v->type == V_OPAQUE && ((Opaque *)v)->ot->str) return ((Opaque *)v)->ot->str(v);
   SBuf b = {0};
-  if (v->type == V_ARRAY)
+  if (v->type == V_ARRAY && AS_ARRAY(v)->host)
+    python_number_str(&b, AS_ARRAY(v));
+  else if (v->type == V_ARRAY)
     array_str(&b, AS_ARRAY(v));
   else if (v->type == V_DTYPE)
     sb_puts(&b, dt_name(((DTypeVal *)v)->dtype));

@@ -298,7 +298,7 @@ static Value *parse_number(const char *s, bool want_int) {
   double d = strtod(s, &end);
   while (isspace((unsigned char)*end)) end++;
   if (end == s || *end) return err_set(ERR_VALUE, "could not convert string to float: '%s'", s);
-  return (Value *)arr_scalar_f64(DT_F32, d, true);
+  return arr_python_float(d);
 }
 
 /* A concrete size-1 array for int()/float(); tracers are an error. */
@@ -326,7 +326,7 @@ static Value *bi_int(const CallArgs *a) {
   Array *xa = scalar_arg("int", x);
   if (!xa) return NULL;
   if (!dt_is_float(xa->dtype)) return val_int(arr_get_i64(xa, 0));
-  double d = arr_get_f64(xa, 0);
+  double d = xa->ndim == 0 ? arr_host_f64(xa) : arr_get_f64(xa, 0);
   if (!isfinite(d)) return err_set(ERR_VALUE, "cannot convert float %s to integer", isnan(d) ? "NaN" : "infinity");
   if (fabs(d) >= 9.2e18) return err_set(ERR_VALUE, "integer too large");
   return val_int((int64_t)d);
@@ -335,12 +335,14 @@ static Value *bi_int(const CallArgs *a) {
 static Value *bi_float(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
-  if (a->nargs == 0 && a->nkw == 0) return (Value *)arr_scalar_f64(DT_F32, 0, true);
+  if (a->nargs == 0 && a->nkw == 0) return arr_python_float(0);
   if (args_bind("float", a, "x", slots) < 0) return NULL;
   if (x->type == V_STR) return parse_number(str_cstr(x), false);
   Array *xa = scalar_arg("float", x);
   if (!xa) return NULL;
-  return (Value *)arr_scalar_f64(xa->dtype == DT_F64 ? DT_F64 : DT_F32, arr_get_f64(xa, 0), true);
+  /* A Python float whatever the dtype, as in JAX: a float64 array's
+   * value exactly, a host float's double. */
+  return arr_python_float(xa->ndim == 0 ? arr_host_f64(xa) : arr_get_f64(xa, 0));
 }
 
 static Value *bi_bool(const CallArgs *a) {
@@ -658,8 +660,8 @@ static Value *bi_isinstance(const CallArgs *a) {
     if (!name) return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     bool num = IS_ARRAY(x) && AS_ARRAY(x)->ndim == 0;
     DType t = IS_ARRAY(x) ? AS_ARRAY(x)->dtype : DT_F32;
-    if ((!strcmp(name, "int") && num && dt_is_int(t) && AS_ARRAY(x)->weak) ||
-        (!strcmp(name, "float") && num && dt_is_float(t) && AS_ARRAY(x)->weak) ||
+    if ((!strcmp(name, "int") && num && dt_is_int(t) && AS_ARRAY(x)->host) ||
+        (!strcmp(name, "float") && num && dt_is_float(t) && AS_ARRAY(x)->host) ||
         (!strcmp(name, "bool") && num && t == DT_BOOL) ||
         (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
         (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
@@ -887,12 +889,13 @@ static int bind_dtypes(Env *e) {
   return 0;
 }
 
-/* jnp.pi, jnp.e, jnp.inf, jnp.nan, jnp.newaxis as weak f32 constants. */
+/* jnp.pi, jnp.e, jnp.inf, jnp.nan: Python floats, as in JAX; and
+ * jnp.newaxis. */
 static int bind_constants(Env *e) {
   static const struct { const char *name; double v; } cs[] = {
     {"pi", 3.141592653589793}, {"e", 2.718281828459045}, {"inf", INFINITY}, {"nan", NAN}};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-    Value *v = (Value *)arr_scalar_f64(DT_F32, cs[i].v, true);
+    Value *v = arr_python_float(cs[i].v);
     int rc = v ? bind(e, cs[i].name, v, IN_JNP) : -1;
     val_decref(v);
     if (rc < 0) return -1;

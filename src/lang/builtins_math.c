@@ -91,6 +91,20 @@ static Value *bi_abs(const CallArgs *a) {
   return r;
 }
 
+/* Python's abs(): of a Python int, bool or float, a Python number (an
+ * int too large to negate is an OverflowError); else jnp.abs. */
+static Value *bi_py_abs(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("abs", a, "x", slots) < 0) return NULL;
+  if (!arr_is_host(x)) return bi_abs(a);
+  Array *xa = AS_ARRAY(x);
+  if (dt_is_float(xa->dtype)) return arr_python_float(fabs(arr_host_f64(xa)));
+  int64_t i = arr_get_i64(xa, 0);
+  if (i == INT64_MIN) return err_set(ERR_OVERFLOW, "Python int too large: abs() exceeds 64 bits");
+  return val_int(i < 0 ? -i : i);
+}
+
 static Value *bi_sign(const CallArgs *a) { return unary_same("sign", a, P_SIGN, false); }
 static Value *bi_negative(const CallArgs *a) { return unary_same("negative", a, P_NEG, false); }
 static Value *bi_floor(const CallArgs *a) { return unary_same("floor", a, P_FLOOR, true); }
@@ -213,13 +227,50 @@ done:
   return r;
 }
 
-/* round at the top level: Python's round (an int) for a Python number
- * without ndigits, jnp.round otherwise. */
+/* Whether [v] is a Python int, read into *n. */
+static bool py_int_arg(Value *v, int64_t *n) {
+  if (!arr_is_host(v) || !dt_is_int(AS_ARRAY(v)->dtype)) return false;
+  *n = arr_get_i64(AS_ARRAY(v), 0);
+  return true;
+}
+
+/* Python's round(x, n) of a double: the decimal nearest [x] with [n]
+ * digits after the point (before it for n < 0), ties to even, as CPython
+ * rounds (correctly, on x's exact binary value: printf's %f and %e do
+ * that).  Past float's range of digits, x itself or a signed zero. */
+static double python_round_digits(double x, int64_t n) {
+  char buf[720];
+  if (!isfinite(x) || x == 0 || n > 323) return x;
+  if (n < -308) return 0.0 * x;
+  if (n >= 0) {
+    snprintf(buf, sizeof buf, "%.*f", (int)n, x);
+    return strtod(buf, NULL);
+  }
+  /* Keep the digits down to 10^-n: as many significant ones as x has
+   * above that place. */
+  snprintf(buf, sizeof buf, "%.16e", x);
+  int exp10 = atoi(strchr(buf, 'e') + 1);
+  int64_t sig = exp10 + 1 + n;
+  double unit = pow(10.0, (double)-n);
+  if (sig <= 0) {
+    /* Below half a unit (or exactly half, to the even 0): 0. */
+    bool up = sig == 0 && fabs(x) > 0.5 * unit;
+    return copysign(up ? unit : 0.0, x);
+  }
+  snprintf(buf, sizeof buf, "%.*e", (int)sig - 1, x);
+  return strtod(buf, NULL);
+}
+
+/* round at the top level: Python's round for a Python number (an int
+ * without ndigits, a float with them), jnp.round otherwise. */
 static Value *bi_py_round(const CallArgs *a) {
-  if (a->nargs == 1 && a->nkw == 0 && IS_ARRAY(a->args[0])) {
+  if (a->nkw == 0 && (a->nargs == 1 || a->nargs == 2) && arr_is_host(a->args[0])) {
     Array *x = AS_ARRAY(a->args[0]);
-    if (x->ndim == 0 && x->weak && dt_is_float(x->dtype)) {
-      double d = arr_get_f64(x, 0);
+    int64_t n;
+    if (a->nargs == 2 && dt_is_float(x->dtype) && py_int_arg(a->args[1], &n))
+      return arr_python_float(python_round_digits(arr_host_f64(x), n));
+    if (a->nargs == 1 && dt_is_float(x->dtype)) {
+      double d = arr_host_f64(x);
       if (!isfinite(d) || fabs(d) >= 9.2e18)
         return err_set(ERR_VALUE, "cannot convert float %s to integer", isnan(d) ? "NaN" : "infinity");
       return val_int((int64_t)nearbyint(d));
@@ -879,7 +930,8 @@ const BiEntry bi_math_table[] = {
   {"cosh", bi_cosh, NP | IN_LAX, "cosh(x)"},
   {"sqrt", bi_sqrt, NP | IN_LAX, "sqrt(x)"},
   {"rsqrt", bi_rsqrt, IN_LAX, "rsqrt(x): 1 / sqrt(x)"},
-  {"abs", bi_abs, NP | IN_LAX, "abs(x)"},
+  {"abs", bi_py_abs, IN_TOP, "abs(x): a Python number's abs, else jnp.abs"},
+  {"abs", bi_abs, IN_JNP | IN_LAX, "abs(x)"},
   {"divmod", bi_divmod, NP, "divmod(x1, x2): (x1 // x2, x1 % x2)"},
   {"absolute", bi_abs, IN_JNP, "absolute(x)"},
   {"sign", bi_sign, NP | IN_LAX, "sign(x)"},

@@ -715,10 +715,7 @@ static Value *close_bind(const char *fname, const CallArgs *a, bool all) {
   Value *r = ops_reduce(P_REDUCE_AND, c, av.ndim, ax, false);
   val_decref(c);
   if (!r || !IS_ARRAY(r)) return r;
-  /* Eagerly, a Python-like bool. */
-  bool b = arr_get_i64(AS_ARRAY(r), 0) != 0;
-  val_decref(r);
-  return val_bool(b);
+  return r;
 }
 
 static Value *bi_allclose(const CallArgs *a) { return close_bind("allclose", a, true); }
@@ -733,7 +730,7 @@ static Value *bi_array_equal(const CallArgs *a) {
   if (ya) {
     AVal av = bi_aval(xa), bv = bi_aval(ya);
     if (av.ndim != bv.ndim || memcmp(av.shape, bv.shape, sizeof(int64_t) * (size_t)av.ndim)) {
-      r = val_bool(false);
+      r = (Value *)arr_scalar_i64(DT_BOOL, 0, false);  /* an array, as JAX's */
     } else {
       Value *eq = bi_bin(P_EQ, xa, ya);
       int ax[SHM_MAXDIM];

@@ -1190,7 +1190,7 @@ static bool int_reusable(const Value *v, int64_t x) {
   if (v->type != V_ARRAY) return false;
   const Array *a = (const Array *)v;
   DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  return a->ndim == 0 && a->dtype == t && a->weak && a->vma == 0 && arr_unshared(a);
+  return a->ndim == 0 && a->dtype == t && a->host && a->vma == 0 && arr_sole_holder(a);
 }
 
 /* Binds a range loop's variable [target] to [x]: its current int is

@@ -538,25 +538,28 @@ static Value *elementwise_last(PrimId id, Value *a, Value *b) {
 
 /* ==== Python numbers ===================================================== */
 
-/* A Python int or float: a weakly typed 0-d array, as literals, len() and
- * range() make them.  Arithmetic between two of them follows Python, as
- * it does in JAX before the numbers meet an array: ints are exact (64
- * bits here; past that an OverflowError, never a wrapped value) and
- * division by zero is a ZeroDivisionError, never inf or 0.  Semantics:
- * Python's numeric types; JAX leaves Python scalars to Python. */
+/* A Python int, float or bool: a 0-d array marked host (array.h), as
+ * literals, len() and range() make them.  Arithmetic between two of them
+ * follows Python, as it does in JAX before the numbers meet an array:
+ * ints are exact (64 bits here; past that an OverflowError, never a
+ * wrapped value), floats are doubles, division by zero is a
+ * ZeroDivisionError, never inf or 0, and comparisons give a Python bool.
+ * Semantics: Python's numeric types; JAX leaves Python scalars to Python. */
+/* A Python int, or a bool as 0 or 1 (Python's bool is an int). */
 static bool py_int(Value *v, int64_t *x) {
-  if (!IS_ARRAY(v)) return false;
+  if (!arr_is_host(v)) return false;
   Array *a = AS_ARRAY(v);
-  if (a->ndim != 0 || !a->weak || !dt_is_int(a->dtype)) return false;
+  if (a->ndim != 0 || !(dt_is_int(a->dtype) || a->dtype == DT_BOOL)) return false;
   *x = arr_get_i64(a, 0);
   return true;
 }
 
+/* A Python float, or an int or bool converted to one. */
 static bool py_number(Value *v, double *x) {
-  if (!IS_ARRAY(v)) return false;
+  if (!arr_is_host(v)) return false;
   Array *a = AS_ARRAY(v);
-  if (a->ndim != 0 || !a->weak || a->dtype == DT_BOOL) return false;
-  *x = arr_get_f64(a, 0);
+  if (a->ndim != 0) return false;
+  *x = arr_host_f64(a);
   return true;
 }
 
@@ -585,7 +588,7 @@ static int64_t floor_div(int64_t a, int64_t b) {
 
 /* [op] of Python ints [x] and [y]: a new int, a float for / and negative
  * powers, or NULL with the error set.  *handled is false for operators
- * that are not arithmetic (comparisons), left to the array path. */
+ * that are not arithmetic (comparisons), left to the caller. */
 static Value *int_op(OpKind op, int64_t x, int64_t y, bool *handled) {
   int64_t r;
   bool ok = true;
@@ -603,11 +606,11 @@ static Value *int_op(OpKind op, int64_t x, int64_t y, bool *handled) {
     break;
   case OP_DIV:
     if (y == 0) return err_set(ERR_ZERO_DIVISION, "division by zero");
-    return (Value *)arr_scalar_f64(DT_F32, (double)x / (double)y, true);
+    return arr_python_float((double)x / (double)y);
   case OP_POW:
     if (y < 0) {
       if (x == 0) return err_set(ERR_ZERO_DIVISION, "0.0 cannot be raised to a negative power");
-      return (Value *)arr_scalar_f64(DT_F32, pow((double)x, (double)y), true);
+      return arr_python_float(pow((double)x, (double)y));
     }
     ok = int_pow(x, y, &r);
     break;
@@ -639,24 +642,132 @@ static int float_zero_division(OpKind op, double y) {
   return 0;
 }
 
-/* [op] of two Python numbers when Python's answer differs from the array
- * path's (exact ints, division by zero); *handled false otherwise. */
+/* Python's divmod of floats (y != 0), as CPython's float_divmod computes
+ * it: the remainder takes the divisor's sign, the quotient is exact when
+ * it can be. */
+static void float_divmod(double x, double y, double *q, double *m) {
+  double mod = fmod(x, y);
+  double div = (x - mod) / y;
+  if (mod != 0) {
+    if ((y < 0) != (mod < 0)) {
+      mod += y;
+      div -= 1.0;
+    }
+  } else {
+    mod = copysign(0.0, y);
+  }
+  double fl;
+  if (div != 0) {
+    fl = floor(div);
+    if (div - fl > 0.5) fl += 1.0;
+  } else {
+    fl = copysign(0.0, x / y);
+  }
+  *q = fl;
+  *m = mod;
+}
+
+/* Python's float ** float: an error where Python's answer is not a float. */
+static Value *float_pow(double x, double y) {
+  if (x == 0 && y < 0) return err_set(ERR_ZERO_DIVISION, "0.0 cannot be raised to a negative power");
+  if (x < 0 && isfinite(x) && isfinite(y) && y != floor(y))
+    return err_set(ERR_VALUE, "a negative number raised to a fractional power is complex, "
+                   "which Python numbers here cannot be");
+  double r = pow(x, y);
+  if (isinf(r) && isfinite(x) && isfinite(y))
+    return err_set(ERR_OVERFLOW, "(34, 'Numerical result out of range')");
+  return arr_python_float(r);
+}
+
+/* [op] of Python floats (either of them maybe an int) in double
+ * precision; *handled false for operators that are not arithmetic. */
+static Value *float_op(OpKind op, double x, double y, bool *handled) {
+  double q, m;
+  *handled = true;
+  if (float_zero_division(op, y) < 0) return NULL;
+  switch (op) {
+  case OP_ADD: return arr_python_float(x + y);
+  case OP_SUB: return arr_python_float(x - y);
+  case OP_MUL: return arr_python_float(x * y);
+  case OP_DIV: return arr_python_float(x / y);
+  case OP_FLOORDIV: float_divmod(x, y, &q, &m); return arr_python_float(q);
+  case OP_MOD: float_divmod(x, y, &q, &m); return arr_python_float(m);
+  case OP_POW: return float_pow(x, y);
+  default:
+    *handled = false;
+    return NULL;
+  }
+}
+
+/* Python's comparison of two numbers (bools as 0 and 1): a Python bool;
+ * *handled false for operators that are not comparisons. */
+static Value *number_compare(OpKind op, Value *a, Value *b, bool *handled) {
+  Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
+  int c;
+  *handled = true;
+  if (!dt_is_float(x->dtype) && !dt_is_float(y->dtype)) {
+    int64_t i = arr_get_i64(x, 0), j = arr_get_i64(y, 0);
+    c = i < j ? -1 : i > j;
+  } else {
+    double u = arr_host_f64(x), v = arr_host_f64(y);
+    if (isnan(u) || isnan(v)) return val_bool(op == OP_NE);
+    c = u < v ? -1 : u > v;
+  }
+  switch (op) {
+  case OP_EQ: return val_bool(c == 0);
+  case OP_NE: return val_bool(c != 0);
+  case OP_LT: return val_bool(c < 0);
+  case OP_LE: return val_bool(c <= 0);
+  case OP_GT: return val_bool(c > 0);
+  case OP_GE: return val_bool(c >= 0);
+  default:
+    *handled = false;
+    return NULL;
+  }
+}
+
+/* Arithmetic [op] of two Python numbers, done as Python does it (bools
+ * are the ints 0 and 1, and & | ^ of two bools a bool); *handled false
+ * when either is not one or the operator is left to the caller
+ * (comparisons: ops_compare; matmul: the array path). */
 static Value *python_number_op(OpKind op, Value *a, Value *b, bool *handled) {
   int64_t x, y;
   double fx, fy;
   *handled = false;
-  if (py_int(a, &x) && py_int(b, &y)) return int_op(op, x, y, handled);
-  if (py_number(a, &fx) && py_number(b, &fy) && float_zero_division(op, fy) < 0) {
+  if (!arr_is_host(a) || !arr_is_host(b)) return NULL;
+  bool bools = AS_ARRAY(a)->dtype == DT_BOOL && AS_ARRAY(b)->dtype == DT_BOOL;
+  if (bools && (op == OP_BITAND || op == OP_BITOR || op == OP_BITXOR)) {
     *handled = true;
-    return NULL;
+    bool p = val_truth(a) > 0, q = val_truth(b) > 0;
+    return val_bool(op == OP_BITAND ? p && q : op == OP_BITOR ? p || q : p != q);
   }
-  (void)fx;
+  if (py_int(a, &x) && py_int(b, &y)) return int_op(op, x, y, handled);
+  if (py_number(a, &fx) && py_number(b, &fy)) return float_op(op, fx, fy, handled);
+  return NULL;
+}
+
+/* -x and ~x of a Python int or bool (as 0 or 1), -x of a Python float,
+ * as Python; *handled false otherwise (arrays take the array path). */
+static Value *python_unary(OpKind op, Value *v, bool *handled) {
+  int64_t x;
+  double f;
+  *handled = false;
+  if (op != OP_NEG && op != OP_INVERT) return NULL;
+  if (py_int(v, &x)) {
+    *handled = true;
+    if (op == OP_INVERT) return val_int(~x);
+    return x == INT64_MIN ? int_overflow(op) : val_int(-x);
+  }
+  if (op == OP_NEG && py_number(v, &f)) {
+    *handled = true;
+    return arr_python_float(-f);
+  }
   return NULL;
 }
 
 Value *ops_binary(OpKind op, Value *a, Value *b) {
   if (!ops_is_array(a) || !ops_is_array(b)) return binary_python(op, a, b);
-  if (IS_ARRAY(a) && IS_ARRAY(b) && AS_ARRAY(a)->ndim == 0 && AS_ARRAY(b)->ndim == 0) {
+  if (arr_is_host(a) && arr_is_host(b)) {
     bool handled;
     Value *r = python_number_op(op, a, b, &handled);
     if (handled) return r;
@@ -686,6 +797,9 @@ Value *ops_unary(OpKind op, Value *a) {
   }
   if (!ops_is_array(a))
     return err_set(ERR_TYPE, "bad operand type for unary %s: '%s'", op_symbol(op), val_type_name(a));
+  bool handled;
+  Value *r = python_unary(op, a, &handled);
+  if (handled) return r;
   AVal av;
   if (ops_aval(a, &av) < 0) return NULL;
   switch (op) {
@@ -867,6 +981,11 @@ Value *ops_compare(OpKind op, Value *a, Value *b) {
     return t < 0 ? NULL : val_bool(!t);
   }
   default: break;
+  }
+  if (arr_is_host(a) && arr_is_host(b)) {
+    bool handled;
+    Value *r = number_compare(op, a, b, &handled);
+    if (handled) return r;
   }
   if (ops_is_array(a) && ops_is_array(b)) return elementwise_last(compare_prim(op), a, b);
   if (op == OP_EQ || op == OP_NE) {

@@ -116,11 +116,11 @@ static Value *m_transpose(Value *self, const CallArgs *a) {
   return ops_transpose(self, nd, perm);
 }
 
-/* A Python-number-like 0-d value of element [i] of [a]. */
+/* Element [i] of [a] as a Python number (a bool, int or float). */
 static Value *py_scalar(Array *a, int64_t i) {
   if (a->dtype == DT_BOOL) return val_bool(arr_get_i64(a, i) != 0);
   if (dt_is_int(a->dtype)) return val_int(arr_get_i64(a, i));
-  return (Value *)arr_scalar_f64(a->dtype == DT_F64 ? DT_F64 : DT_F32, arr_get_f64(a, i), true);
+  return arr_python_float(arr_get_f64(a, i));  /* a double, as NumPy's item() */
 }
 
 static Value *tolist_rec(Array *a, int depth, int64_t *pos) {
@@ -421,8 +421,8 @@ static int format_one(SBuf *b, Value *v, const char *spec) {
     err_set(ERR_VALUE, "Invalid format specifier '%s'", spec);
     return -1;
   }
-  double x;
-  arr_to_double(v, &x);
+  /* A Python float formats its double, as Python does. */
+  double x = AS_ARRAY(v)->ndim == 0 ? arr_host_f64(AS_ARRAY(v)) : arr_get_f64(AS_ARRAY(v), 0);
   if (conv == 'd' || conv == 'x' || conv == 'o') {
     snprintf(fmt, sizeof fmt, "%%%.*sll%c", (int)(sl - 1), w, conv);
     snprintf(out, sizeof out, fmt, (long long)x);

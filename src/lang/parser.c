@@ -242,7 +242,7 @@ static Node *int_const(Parser *p, const Token *at, const Token *t, bool neg) {
 static Node *float_const(Parser *p, const Token *at, const Token *t,
                          bool neg) {
   double v = neg ? -t->fval : t->fval;
-  return const_node(p, at, (Value *)arr_scalar_f64(DT_F32, v, true));
+  return const_node(p, at, arr_python_float(v));
 }
 
 /* Appends [n] bytes to the growing buffer [*buf] of [*len] bytes, braces

@@ -1019,7 +1019,9 @@ static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
     if (!e->out_copy[i]) continue;
     Array *src = w->slot[e->out_slot[i]];
     if (!fresh) copy_into(out[i], src);
-    else if (e->slots[e->out_slot[i]].kind == SL_TEMP) out[i] = arr_copy(src);
+    /* A Python number passed through comes out an array, as from JAX's
+     * jit: a copy without the host mark. */
+    else if (e->slots[e->out_slot[i]].kind == SL_TEMP || src->host) out[i] = arr_copy(src);
     else out[i] = (Array *)val_incref(&src->hdr);
     if (fresh && !out[i]) rc = -1;
   }

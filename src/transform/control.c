@@ -32,6 +32,42 @@ static Value *replace(Value *t, Value **vals, int *pos) {
 }
 
 static int eager_carry_check(const char *what, Value *init, Value *next);
+static void values_free(Value **v, int n);
+
+/* [t] (stolen) with its Python-number leaves made arrays (copies without
+ * the host mark, array.h): what a control-flow primitive returns is
+ * arrays, as in JAX, even when it ran eagerly on Python numbers.  NULL
+ * in, NULL out; NULL with the error set on out of memory. */
+static Value *array_results(Value *t) {
+  Leaves l = {0};
+  if (!t) return NULL;
+  if (flatten(t, &l) < 0) {
+    val_decref(t);
+    return NULL;
+  }
+  bool any = false;
+  for (int i = 0; i < l.n; i++) any |= arr_is_host(l.v[i]);
+  if (!any) {
+    shm_free(l.v);
+    return t;
+  }
+  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *));
+  Value *r = NULL;
+  bool ok = vals != NULL;
+  for (int i = 0; ok && i < l.n; i++)
+    ok = (vals[i] = arr_is_host(l.v[i]) ? (Value *)arr_copy(AS_ARRAY(l.v[i]))
+                                        : val_incref(l.v[i])) != NULL;
+  if (ok) {
+    int pos = 0;
+    r = replace(t, vals, &pos);
+  } else if (!vals) {
+    err_nomem();
+  }
+  values_free(vals, l.n);
+  val_decref(t);
+  shm_free(l.v);
+  return r;
+}
 
 static int avals_of(Leaves *l, AVal **out) {
   *out = shm_calloc((size_t)l->n + 1, sizeof(AVal));
@@ -348,7 +384,7 @@ static Value *bi_cond(const CallArgs *a) {
     val_decref(idx);
   }
   val_decref(pred);
-  return r;
+  return array_results(r);
 }
 
 /* clamp(0, index, n - 1) as an i32, recorded. */
@@ -399,7 +435,7 @@ static Value *bi_switch(const CallArgs *a) {
     val_decref(idx);
   }
   val_decref(index);
-  return r;
+  return array_results(r);
 }
 
 /* ==== while_loop ================================================================== */
@@ -660,7 +696,7 @@ static Value *bi_while_loop(const CallArgs *a) {
   Value *cf, *bf, *init;
   if (args_bind("while_loop", a, "cond_fun, body_fun, init_val", (Value **[]){&cf, &bf, &init}) < 0)
     return NULL;
-  return while_loop(cf, bf, init);
+  return array_results(while_loop(cf, bf, init));
 }
 
 /* ==== fori_loop ==================================================================== */
@@ -772,7 +808,7 @@ static Value *bi_fori_loop(const CallArgs *a) {
   }
   val_decref(lo_a);
   val_decref(hi_a);
-  return r;
+  return array_results(r);
 }
 
 /* ==== scan ======================================================================== */
@@ -1051,7 +1087,7 @@ static Value *bi_scan(const CallArgs *a) {
     if (!r && trace_current() && unstage()) r = eager_scan(f, init, xs, &xl, n, reverse);
   }
   shm_free(xl.v);
-  return r;
+  return array_results(r);
 }
 
 /* ==== registration ================================================================= */

@@ -50,21 +50,21 @@ tmux -S "$sock" new-session -d -s dbg -x 100 -y 40 \
 wait_for '^(shmap-dbg)'
 wait_for '^-> y = x + 1$'
 keys 'p x + 9' BSpace 1 Enter             # editing: "p x + 1"
-wait_for '^Array(42, dtype=int32'
+wait_for '^42$'
 keys 'x * 2' C-a 'p ' Enter                # Ctrl-A to the start: "p x * 2"
-wait_for '^Array(82, dtype=int32'
+wait_for '^82$'
 keys Up Up Enter                           # the history: "p x + 1" again
-wait_for '^Array(42, dtype=int32' 2
+wait_for '^42$' 2
 keys Enter                                 # an empty line repeats it
-wait_for '^Array(42, dtype=int32' 3
+wait_for '^42$' 3
 keys 'p this line is abandoned' C-c         # Ctrl-C: a fresh prompt
 wait_for '^(shmap-dbg)' 6
 keys n Enter
 wait_for '^-> print(.y is., y)$'
 keys 'p y + answer_t' Tab Enter            # Tab completes answer_to_all
-wait_for '^Array(84, dtype=int32'
+wait_for '^84$'
 keys 'p y' Enter
-wait_for '^Array(42, dtype=int32' 4
+wait_for '^42$' 4
 keys c Enter
 wait_for '^y is 42$'
 wait_for '^EXITED 0$'

@@ -65,7 +65,7 @@ keys C-c
 wait_for '^Program interrupted. (Use .cont. to resume).$'
 wait_for '^-> ' 2   # the line it was on: the loop's test or its body
 keys 'p i > 0' Enter
-wait_for '^Array(True, dtype=bool)$'
+wait_for '^True$'
 keys q Enter
 wait_for '^EXITED 1$'
 
@@ -76,8 +76,8 @@ sleep 0.5
 keys C-c
 wait_for '^Program interrupted. (Use .cont. to resume).$'
 keys 'p k > 0 @ all' Enter
-wait_for '^(i=1): Array(True, dtype=bool)$'
-wait_for '^(i=0): Array(True, dtype=bool)$'
+wait_for '^(i=1): True$'
+wait_for '^(i=0): True$'
 keys q Enter
 wait_for '^EXITED 1$'
 echo "PASS $name"
