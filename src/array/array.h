@@ -134,6 +134,11 @@ Value *arr_python_int(int64_t x);
  * error set on out of memory. */
 Value *arr_python_float(double x);
 
+/* A new Python number equal to host [a] (int, float with its double, or
+ * bool): a copy that keeps what a Python number is.  NULL on out of
+ * memory. */
+Value *arr_host_copy(const Array *a);
+
 /* Whether [v] is a Python number (an int, float or bool with [host] set). */
 static inline bool arr_is_host(const Value *v) {
   return v && v->type == V_ARRAY && ((const Array *)v)->host;

@@ -971,6 +971,7 @@ static _Thread_local int const_cache_used;
 static Value *const_copy(Value *v) {
   if (v->flags & VAL_IMMORTAL) return NULL;
   if (v->type == V_STR) return str_new(str_cstr(v), ((Str *)v)->len);
+  if (v->type == V_ARRAY && AS_ARRAY(v)->host) return arr_host_copy(AS_ARRAY(v));
   if (v->type == V_ARRAY) return (Value *)arr_copy(AS_ARRAY(v));
   return NULL;
 }

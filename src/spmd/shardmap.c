@@ -1200,6 +1200,27 @@ static Value *psum_of_constant(Value *x, Value *name, Value *groups) {
   return r;
 }
 
+/* A reduction of a Python number gives a Python number, as JAX computes
+ * psum(1, 'i') of a non-tracer.  Eagerly one may still differ between
+ * devices (int(axis_index('i'))), so the collective runs, on the number's
+ * exact value ([x] as a float64 for a Python float), and its 0-d result
+ * [r] (stolen) becomes a Python number again. */
+static Value *host_operand(Value *x) {
+  Array *h = AS_ARRAY(x);
+  if (!dt_is_float(h->dtype)) return val_incref(x);
+  return (Value *)arr_scalar_f64(DT_F64, arr_host_f64(h), true);
+}
+
+static Value *host_result(Value *r) {
+  if (!r || !IS_ARRAY(r) || AS_ARRAY(r)->ndim != 0) return r;
+  const Array *a = AS_ARRAY(r);
+  Value *h = dt_is_float(a->dtype) ? arr_python_float(arr_get_f64(a, 0))
+             : a->dtype == DT_BOOL ? val_bool(arr_get_i64(a, 0) != 0)
+                                   : val_int(arr_get_i64(a, 0));
+  val_decref(r);
+  return h;
+}
+
 static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a) {
   Value *x, *name, *groups;
   if (args_bind(fname, a, "x, axis_name, axis_index_groups=",
@@ -1239,9 +1260,10 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
     }
   }
   AVal av;
+  bool host = arr_is_host(x) && !prim_tracing();
   bool count = id == P_PSUM && ops_is_array(x) && ops_aval(x, &av) == 0 && av.dtype == DT_BOOL;
   /* JAX sums booleans as int32: a count, not a logical or */
-  Value *xs = count ? ops_convert(x, DT_I32, false) : val_incref(x);
+  Value *xs = count ? ops_convert(x, DT_I32, false) : host ? host_operand(x) : val_incref(x);
   Params p;
   params_init(&p);
   if (!xs || params_add(&p, "axes", axis_names(name)) < 0 ||
@@ -1254,7 +1276,7 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
   val_decref(xs);
   if (xv) val_decref(xv);
   if (kept) val_decref(kept);
-  return r;
+  return host ? host_result(r) : r;
 }
 
 static Value *bi_psum(const CallArgs *a) { return reduce_collective("psum", P_PSUM, a); }
