@@ -665,7 +665,7 @@ static Value *bi_isinstance(const CallArgs *a) {
         (!strcmp(name, "bool") && num && t == DT_BOOL) ||
         (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
         (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
-        (!strcmp(name, "array") && ops_is_array(x)))
+        (!strcmp(name, "array") && ops_is_array(x) && !arr_is_host(x)))
       return val_bool(true);
   }
   return val_bool(false);
@@ -939,6 +939,13 @@ int builtins_register(Env *e) {
   if (lse && dict_set_str(((Module *)ns_special)->globals, "logsumexp", lse) < 0) return -1;
   Value *ei = dict_get_str(((Module *)ns_lax)->globals, "erf_inv");
   if (ei && dict_set_str(((Module *)ns_special)->globals, "erfinv", ei) < 0) return -1;
+  /* jax.Array and jnp.ndarray, the array type of isinstance and annotations:
+   * the array builtin, which isinstance reads as "an array, not a Python
+   * number" */
+  Value *arr = dict_get_str(((Module *)ns_jnp)->globals, "array");
+  if (arr && (dict_set_str(((Module *)ns_jax)->globals, "Array", arr) < 0 ||
+              dict_set_str(((Module *)ns_jnp)->globals, "ndarray", arr) < 0))
+    return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
@@ -974,7 +981,7 @@ const BiEntry bi_python_table[] = {
   {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},
   {"sorted", bi_sorted, IN_TOP, "sorted(iterable, reverse=False)"},
   {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
-  {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict)"},
+  {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
   {"type", bi_type, IN_TOP, "type(object): the type's name"},
