@@ -762,6 +762,10 @@ static Value *bi_type(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("type", a, "object", slots) < 0) return NULL;
+  if (arr_is_host(x)) {   /* a Python number: Python's type, not an array's */
+    DType t = AS_ARRAY(x)->dtype;
+    return str_from(t == DT_BOOL ? "bool" : dt_is_float(t) ? "float" : "int");
+  }
   return str_from(val_type_name(x));
 }
 
@@ -984,7 +988,7 @@ const BiEntry bi_python_table[] = {
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
-  {"type", bi_type, IN_TOP, "type(object): the type's name"},
+  {"type", bi_type, IN_TOP, "type(object): the type's name (int, float, bool for Python numbers)"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},
