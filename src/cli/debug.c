@@ -4,7 +4,8 @@
  * Layout: frame views (what a stop shows, and the snapshots --pm keeps);
  * breakpoints; the statement hook and the decision to stop; the all-stop
  * of a shard_map call (dbg_coll_run, parking, release); reading commands;
- * the commands; post-mortem; the built-ins; set-up.
+ * stops; post-mortem; the built-ins; set-up.  The commands themselves are
+ * in debug_cmd.c; the types both share, in debug_impl.h.
  *
  * A stop never shows a Frame directly: it copies the frames it needs into
  * Views (source, line, function name, scope; counted references), so a
@@ -12,6 +13,7 @@
  * frames that have already returned.
  */
 #include "cli/debug.h"
+#include "cli/debug_impl.h"
 #include "cli/repl.h"
 
 #include <ctype.h>
@@ -40,31 +42,9 @@
 #include "array/print.h"
 #include "transform/trace.h"
 
-#define DBG_PROMPT "(shmap-dbg"
-#define DBG_LIST_LINES 11        /* pdb's `list` window */
-#define DBG_POLL_NS 10000000L    /* 10 ms: how often a stop re-checks collectives */
-#define DBG_MAX_CANDIDATES 16    /* breakpoints looked at per statement */
 
 /* ==== views of frames ======================================================= */
 
-/* One frame as a stop shows it. */
-typedef struct View {
-  Source *src;         /* counted */
-  int line;            /* the statement being run */
-  int last_line;       /* its last line (a statement may span lines) */
-  int depth;           /* frames from the outermost, main thread's first */
-  const char *fname;   /* interned or static: lives for the whole run */
-  Env *env;            /* counted */
-  Value *retval;       /* at a return stop, the innermost view's: the value
-                          being returned, borrowed from the stopped thread
-                          (a stop ends before that thread goes on); else NULL */
-} View;
-
-/* Frames outermost first. */
-typedef struct Stack {
-  View *v;
-  int n, cap;
-} Stack;
 
 static void view_release(View *v) {
   src_decref(v->src);
@@ -95,7 +75,7 @@ static int stack_reserve(Stack *s, int n) {
 
 /* The last source line of statement [n]'s own text: its expressions, not
  * the blocks it opens. */
-static int node_last_line(const Node *n) {
+int node_last_line(const Node *n) {
   if (!n) return 0;
   int m = n->loc.line > n->loc2.line ? n->loc.line : n->loc2.line;
   const Node *kids[3] = {n->a, n->b, n->c};
@@ -177,20 +157,6 @@ static void stack_trim_to(Stack *s, Loc loc) {
   }
 }
 
-/*
- * A snapshot (--pm): the views of a thread's frames as of its latest
- * statement, kept up to date by the hook.  An entry is reused while its
- * frame, scope and statement stay the same, so a statement usually costs
- * one new view.  Frames are compared by address only against entries made
- * from live frames; nothing in a Frame is read after it returned.
- */
-typedef struct Snap {
-  Stack views;
-  const Frame **fp;       /* [views.cap]: the frame each view was made from */
-  const Node **stmt;      /* [views.cap]: its statement then */
-  const Frame **scratch;  /* the current chain, outermost first */
-  int scratch_cap;
-} Snap;
 
 static void snap_free(Snap *s) {
   stack_free(&s->views);
@@ -252,153 +218,7 @@ static void snap_update(Snap *s, const Frame *inner, int depth0) {
 
 /* ==== the debugger's state ====================================================== */
 
-/* What a thread does until its next stop (pdb's step/next/return/until). */
-typedef enum { RM_CONTINUE, RM_STEP, RM_NEXT, RM_RETURN, RM_UNTIL, RM_QUIT } RMode;
-
-typedef struct Resume {
-  RMode mode;
-  int depth;   /* NEXT/RETURN/UNTIL: the depth of the frame they are about */
-  int line;    /* UNTIL: stop at this line or later */
-} Resume;
-
-typedef struct Bp {
-  int number;
-  char *file;       /* owned: the source name it applies to */
-  int line;
-  char *cond;       /* owned; NULL: unconditional */
-  bool temporary;   /* tbreak: deleted when hit */
-  bool enabled;
-  int hits;
-  int ignore;       /* pdb's ignore count: crossings still to pass over */
-} Bp;
-
-/* pdb's `commands`: the command list of a breakpoint.  Kept by number
- * apart from the Bp (main thread only: lists are made and run at the
- * prompt), so that a tbreak deleted as it stops still runs its list, as
- * in pdb. */
-typedef struct BpCmds {
-  int number;
-  bool silent;            /* `silent`: no location shown at the stop */
-  int n;
-  char **lines;           /* [n], owned: the commands as typed */
-} BpCmds;
-
-/* Why a device parks. */
-typedef enum { PARK_NONE, PARK_TARGET, PARK_BREAK, PARK_FOLLOW } ParkWhy;
-
-typedef enum { DS_RUNNING, DS_PARKED, DS_DONE } DevState;
-
-/* One device of the running call. */
-typedef struct Slot {
-  DevState state;         /* (L) */
-  const Frame *frame;     /* (L) innermost frame while parked */
-  _Atomic(const Frame *) current;   /* its innermost frame at its latest statement:
-                                       a device waiting in a collective is shown there */
-  int depth;              /* (L) its depth while parked */
-  int base;               /* (L) set by a release: NEXT/RETURN/UNTIL depth */
-  int bp;                 /* (L) the breakpoint it parked at; 0: none */
-  Value *retval;          /* (L) parked at its frame's return: the value,
-                             borrowed (the device holds it while parked) */
-  bool failed;            /* (L) returned from the body with an error */
-  unsigned job_seen;      /* (L) the job_gen of the last job it ran */
-  Snap snap;              /* --pm: written by the device thread only; read
-                             by the main thread once the call is over */
-} Slot;
-
-/* A line typed at a stop in a body that calls a collective: every device
- * thread runs it at once, in its own scope and with its own group, since
- * the collective needs them all (LANGUAGE.md §7; see run_everywhere). */
-typedef struct Job {
-  const char *text;       /* statements, or an expression when [expr] */
-  bool expr, pretty;      /* an expression: out[r] is its repr (pp's when pretty) */
-  Env **env;              /* [n] borrowed: each device's selected scope */
-  char **out;             /* [n] owned: the repr, or "*** message" on failure */
-  int pending;            /* (L) devices still running it */
-  bool aborted;           /* (L) it could not finish: the group was aborted */
-} Job;
-
-/* The shard_map call running under the debugger (on the main thread's
- * stack, inside dbg_coll_run). */
-typedef struct DbgCall {
-  CollGroup *g;
-  MeshDesc mesh;          /* copy, for coordinates */
-  int n;
-  OutBuf *outs;           /* [n], the devices' print buffers */
-  Slot *slots;            /* [n] */
-  void (*fn)(int rank, void *ctx);
-  void *ctx;
-  int depth0;             /* the main thread's depth at the call */
-  atomic_bool stop;       /* all-stop: park at the next statement */
-  atomic_bool quit;       /* quit: fail at the next statement */
-  atomic_uint cmd_gen;    /* bumped by each release */
-  Resume cmd;             /* (L) the command of the latest release */
-  bool cmd_relative;      /* (L) cmd's depths are each device's own */
-  unsigned gen;           /* (L) release generation parked devices wait on */
-  int parked;             /* (L) devices parked */
-  int trigger;            /* (L) lowest device parked at a breakpoint */
-  char notes[512];        /* (L) messages for the next stop */
-  Job *job;               /* (L) the line the parked devices are to run, or NULL */
-  unsigned job_gen;       /* (L) bumped for each job */
-  const Node *jump_from;  /* (L) a jump of the latest release: the devices parked */
-  const Node *jump_to;    /*     at jump_from go on at jump_to; cleared at a stop */
-  bool done;              /* (L) coll_run returned */
-  int rc;                 /* coll_run's result; read after done */
-  ErrState err;           /* its error, moved from the helper thread */
-} DbgCall;
-
-/* Devices' frames kept by --pm after a failed shard_map call. */
-typedef struct PmRecord {
-  int n;                  /* 0: none */
-  MeshDesc mesh;          /* names interned; device_ids dropped */
-  Stack *stacks;          /* [n] */
-} PmRecord;
-
-/* pdb's display: an expression shown at each stop in its frame.  One set
- * at a stop in a body belongs to that frame on every device: each device
- * has its scope there and its own last value, so moving the focus shows
- * the focused device's changes (LANGUAGE.md §7). */
-typedef struct Display {
-  char *expr;             /* owned */
-  int n;                  /* 1 (the main thread's frame), or the devices */
-  bool dev;               /* set at a device's frame: index the arrays by rank */
-  Env **env;              /* [n] counted (NULL entries: no frame there) */
-  char **last;            /* [n] owned: the value at the last stop, or NULL */
-} Display;
-
-static struct {
-  pthread_mutex_t lock;   /* guards the (L) fields here and in DbgCall/Slot */
-  pthread_cond_t cond;    /* broadcast on every change of (L) state */
-  pthread_cond_t helper_wake; /* signalled when helper_job or helper_exit is set */
-  pthread_t helper;       /* main thread only: the helper thread */
-  bool helper_started;    /* main thread only */
-  DbgCall *helper_job;    /* (L) the call the helper is to run */
-  bool helper_exit;       /* (L) the helper is to end */
-  bool installed;         /* dbg_init ran (main thread, before any device) */
-  atomic_bool entered;    /* a prompt has been shown: Ctrl-C now stops, as in pdb */
-  bool post_mortem;       /* --pm (read-only after init) */
-  atomic_bool engaged;    /* the hook has work beyond breakpoint() */
-  _Atomic(DbgCall *) call;/* the call running through dbg_coll_run */
-  Bp *bps;                /* (L) */
-  int nbps, bpcap, next_bp;
-  atomic_int nbp_enabled; /* fast test for "any breakpoint to check" */
-  /* main thread only: */
-  Resume main_resume;
-  int focus;              /* focused device (rank) */
-  Display *displays;
-  int ndisplays;
-  BpCmds *bpcmds;         /* breakpoints' command lists */
-  int nbpcmds;
-  char *last_cmd;         /* repeated by an empty line */
-  PmRecord pm;
-  ErrState last;          /* the last uncaught error (dbg_keep_error), for pm() */
-  MeshDesc last_mesh;     /* the mesh of the last shard_map call that failed */
-  bool last_has_mesh;     /* ...when the kept error came from a device */
-  MeshDesc fail_mesh;     /* the mesh of the latest failed call (names interned) */
-  bool fail_has_mesh;
-  bool restartable;       /* a script or -c code runs: `restart` can re-run it */
-  bool restart;           /* `restart` was given: main.c runs the program again */
-  char *restart_args;     /* its arguments (owned), or NULL to keep argv */
-} dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+DbgState dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
          .helper_wake = PTHREAD_COND_INITIALIZER};
 
 /* This device thread's Slot.current under a debugged call (else NULL):
@@ -412,7 +232,7 @@ static _Thread_local Resume tls_resume;     /* a device's current command */
 static _Thread_local unsigned tls_cmd_gen;  /* ...taken from this release */
 
 /* Recomputes dbg.engaged.  Main thread, or with dbg.lock held. */
-static void update_engaged(void) {
+void update_engaged(void) {
   DbgCall *c = atomic_load(&dbg.call);
   bool e = dbg.post_mortem || dbg.main_resume.mode != RM_CONTINUE ||
            atomic_load(&dbg.nbp_enabled) > 0 ||
@@ -430,7 +250,7 @@ static int quit_error(void) {
 
 /* True when breakpoint file [bp] names source [name]: the same path, or
  * one is the other's tail after a '/'. */
-static bool file_matches(const char *bp, const char *name) {
+bool file_matches(const char *bp, const char *name) {
   size_t a = strlen(bp), b = strlen(name);
   if (a == b) return strcmp(bp, name) == 0;
   const char *lng = a > b ? bp : name, *shrt = a > b ? name : bp;
@@ -438,14 +258,14 @@ static bool file_matches(const char *bp, const char *name) {
   return lng[d - 1] == '/' && strcmp(lng + d, shrt) == 0;
 }
 
-static Bp *bp_find(int number) {
+Bp *bp_find(int number) {
   for (int i = 0; i < dbg.nbps; i++)
     if (dbg.bps[i].number == number) return &dbg.bps[i];
   return NULL;
 }
 
 /* Removes breakpoint [b] (lock held). */
-static void bp_delete(Bp *b) {
+void bp_delete(Bp *b) {
   if (b->enabled) atomic_fetch_sub(&dbg.nbp_enabled, 1);
   shm_free(b->file);
   shm_free(b->cond);
@@ -845,7 +665,7 @@ static void helper_stop(void) {
 /* Writes out device [rank]'s buffered print output, each line prefixed by
  * its mesh coordinates (as shard_map does at the end of a call), and
  * empties the buffer.  The device must be parked or done. */
-static void flush_device(DbgCall *c, int rank) {
+void flush_device(DbgCall *c, int rank) {
   OutBuf *b = &c->outs[rank];
   char coords[160];
   dev_mesh_coords_str(&c->mesh, rank, coords, sizeof coords);
@@ -879,7 +699,7 @@ static bool quiescent(DbgCall *c, long *sig) {
   return c->parked > 0;
 }
 
-static void timed_wait(void) {
+void timed_wait(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_nsec += DBG_POLL_NS;
@@ -1019,40 +839,26 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
 
 /* ==== a stop: what the prompt shows and works on ==================================== */
 
-typedef struct Stop {
-  Stack main;              /* the main thread's frames */
-  DbgCall *call;           /* devices parked in a live call, or NULL */
-  const MeshDesc *mesh;    /* the devices' mesh, or NULL outside shard_map */
-  int ndev;
-  Stack *dev;              /* [ndev]: each device's frames (n == 0: none) */
-  int level;               /* selected frame of the focused stack */
-  bool pm;                 /* post-mortem */
-  bool raiser_only;        /* pm(): only the raising device's frames were kept */
-  int list_next;           /* `list` goes on here; 0: around the current line */
-  int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
-  const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
-  const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
-} Stop;
 
 /* The focused device's frames, or NULL. */
-static const Stack *focus_stack(const Stop *st) {
+const Stack *focus_stack(const Stop *st) {
   return st->dev && dbg.focus < st->ndev ? &st->dev[dbg.focus] : NULL;
 }
 
-static int st_nframes(const Stop *st) {
+int st_nframes(const Stop *st) {
   const Stack *d = focus_stack(st);
   return st->main.n + (d ? d->n : 0);
 }
 
-static const View *st_frame(const Stop *st, int i) {
+const View *st_frame(const Stop *st, int i) {
   if (i < 0 || i >= st_nframes(st)) return NULL;
   return i < st->main.n ? &st->main.v[i] : &focus_stack(st)->v[i - st->main.n];
 }
 
-static const View *st_cur(const Stop *st) { return st_frame(st, st->level); }
+const View *st_cur(const Stop *st) { return st_frame(st, st->level); }
 
 /* The device whose frame [i] is, or -1 for the main thread's. */
-static int st_rank_of(const Stop *st, int i) { return i >= st->main.n ? dbg.focus : -1; }
+int st_rank_of(const Stop *st, int i) { return i >= st->main.n ? dbg.focus : -1; }
 
 static void st_free(Stop *st) {
   stack_free(&st->main);
@@ -1063,7 +869,7 @@ static void st_free(Stop *st) {
 /* ---- output ---------------------------------------------------------------------- */
 
 /* Line [line] of [s] without its newline; false when out of range. */
-static bool src_line(const Source *s, int line, const char **text, int *len) {
+bool src_line(const Source *s, int line, const char **text, int *len) {
   if (!s || line < 1 || line > s->nlines) return false;
   const char *p = s->lines[line - 1];
   const char *e = strchr(p, '\n');
@@ -1107,7 +913,7 @@ static void print_return_value(Value *v) {
 
 /* pdb's frame line: "> file.shm(12)f()" and "-> code"; at a return stop,
  * "> file.shm(12)f()->value". */
-static void print_view(const View *v, const char *mark) {
+void print_view(const View *v, const char *mark) {
   const char *t = "";
   int n = 0;
   printf("%s%s(%d)%s()", mark, v->src->name, v->line, v->fname);
@@ -1119,7 +925,7 @@ static void print_view(const View *v, const char *mark) {
 }
 
 /* Prints the pending error as pdb does ("*** message") and clears it. */
-static void print_error(void) {
+void print_error(void) {
   printf("*** %s\n", err_occurred() ? err_message() : "error");
   err_clear();
 }
@@ -1135,7 +941,7 @@ static char *error_text(void) {
 }
 
 /* Prints [text] with each line prefixed by [prefix]. */
-static void print_prefixed(const char *prefix, const char *text) {
+void print_prefixed(const char *prefix, const char *text) {
   for (;;) {
     const char *nl = strchr(text, '\n');
     int n = nl ? (int)(nl - text) : (int)strlen(text);
@@ -1151,7 +957,7 @@ static void print_prefixed(const char *prefix, const char *text) {
  * thread: the mesh and coordinates (axis_index works) but no group, so a
  * collective typed at the prompt fails instead of waiting for peers that
  * are parked. */
-static DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
+DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
   DevCtx *saved = dev_ctx();
   if (rank < 0 || !st->mesh) return saved;
   memset(dc, 0, sizeof *dc);
@@ -1163,19 +969,18 @@ static DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
 }
 
 /* Evaluates [expr] in view [v] of device [rank] (-1: main thread). */
-static Value *eval_in(const Stop *st, const View *v, int rank, const char *expr) {
+Value *eval_in(const Stop *st, const View *v, int rank, const char *expr) {
   DevCtx dc, *saved = enter_device(st, rank, &dc);
   Value *r = eval_expr_text(expr, v->env);
   dev_ctx_set(saved);
   return r;
 }
 
-static bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
 
 /* Runs the statements [text] in the current frame, echoing an
  * expression's value as the REPL does; a line calling a collective, in
  * a body, runs on every device (run_everywhere). */
-static void exec_in(const Stop *st, const char *text) {
+void exec_in(const Stop *st, const char *text) {
   const View *v = st_cur(st);
   if (!v) {
     printf("*** no frame to run in\n");
@@ -1224,13 +1029,10 @@ static Value *pretty_repr(Value *v) {
   return out;
 }
 
-/* How value_text words a failure: p's "*** MESSAGE" or display's
- * "** raised MESSAGE **" (pdb's forms). */
-typedef enum { FAIL_P, FAIL_DISPLAY } FailForm;
 
 /* The repr (pretty: pp's form) of [expr] in view [v] as a new string, or
  * the failure in form [ff]. */
-static char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
+char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff) {
   Value *x = eval_in(st, v, rank, expr);
   Value *r = x ? (pretty ? pretty_repr(x) : val_repr(x)) : NULL;
@@ -1251,12 +1053,12 @@ static char *value_text(const Stop *st, const View *v, int rank, const char *exp
 
 /* ---- devices ---------------------------------------------------------------------- */
 
-static const char *coords_of(const Stop *st, int rank, char *buf, size_t cap) {
+const char *coords_of(const Stop *st, int rank, char *buf, size_t cap) {
   return dev_mesh_coords_str(st->mesh, rank, buf, cap);
 }
 
 /* What device [r] is doing, for `devices`, `p x @ all` and the stop line. */
-static void device_state(const Stop *st, int r, char *buf, size_t cap) {
+void device_state(const Stop *st, int r, char *buf, size_t cap) {
   char w[256];
   const Stack *s = &st->dev[r];
   if (s->n > 0) {   /* where it is, and the collective it waits in, if any */
@@ -1287,7 +1089,7 @@ static void device_state(const Stop *st, int r, char *buf, size_t cap) {
 }
 
 /* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
-static int parse_rank(const Stop *st, const char *arg) {
+int parse_rank(const Stop *st, const char *arg) {
   int vals[DEV_MAX_AXES + 1], n = 0;
   const char *p = arg;
   while (*p) {
@@ -1324,13 +1126,13 @@ static int parse_rank(const Stop *st, const char *arg) {
 
 /* Which entry of display [d] belongs to view [v] of the stop: the
  * focused device's, or the main thread's; -1 when [d] is another frame's. */
-static int display_index(const Stop *st, const Display *d, const View *v) {
+int display_index(const Stop *st, const Display *d, const View *v) {
   int rank = st_rank_of(st, st->level), k = d->dev ? rank : 0;
   if (d->dev != (rank >= 0) || k < 0 || k >= d->n) return -1;
   return d->env[k] == v->env ? k : -1;
 }
 
-static void display_free(Display *d) {
+void display_free(Display *d) {
   for (int k = 0; k < d->n; k++) {
     env_decref(d->env[k]);
     shm_free(d->last[k]);
@@ -1342,7 +1144,7 @@ static void display_free(Display *d) {
 
 /* Shows where the stop is: the current frame, or what the focused device
  * does when it has no frame to show. */
-static void print_location(const Stop *st) {
+void print_location(const Stop *st) {
   const Stack *d = focus_stack(st);
   if (st->mesh && d && d->n == 0) {
     char c[160], s[320];
@@ -1396,7 +1198,7 @@ static struct {
   int n, cap, next;
 } comp;
 
-static void comp_add(const char *name, Value *v, void *ctx) {
+void comp_add(const char *name, Value *v, void *ctx) {
   (void)v, (void)ctx;
   if (comp.n == comp.cap) {
     char **nn = shm_realloc(comp.names, sizeof(char *) * (size_t)(comp.cap * 2 + 64));
@@ -1412,7 +1214,6 @@ static void comp_clear(void) {
   comp.n = 0;
 }
 
-static void comp_commands(void);
 
 /* readline's generator: the next candidate starting with [text]. */
 static char *comp_next(const char *text, int state) {
@@ -1503,7 +1304,7 @@ static char *read_pipe(const char *prompt) {
 }
 
 /* The next command line (malloc'd), or NULL at end of input. */
-static char *read_command(const char *prompt) {
+char *read_command(const char *prompt) {
   fflush(stdout);
   return isatty(fileno(stdin)) ? read_tty(prompt) : read_pipe(prompt);
 }
@@ -1512,1566 +1313,6 @@ static void make_prompt(const Stop *st, char *buf, size_t cap) {
   char c[160];
   if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", coords_of(st, dbg.focus, c, sizeof c));
   else snprintf(buf, cap, DBG_PROMPT ") ");
-}
-
-/* ==== the commands ==================================================================== */
-
-/* A command: 1 when it resumes the program (with *r set), 0 to stay. */
-typedef int (*CmdFn)(Stop *st, const char *arg, Resume *r);
-
-typedef struct Cmd {
-  const char *names;   /* the accepted spellings, blank separated */
-  CmdFn fn;
-  const char *usage;
-  const char *help;
-} Cmd;
-
-static const Cmd *cmd_lookup(const char *word);
-
-/* Copies the command word that [line] starts with (letters, digits, '_')
- * into [word]; its length. */
-static size_t first_word(const char *line, char *word, size_t cap) {
-  size_t n = 0;
-  while ((isalnum((unsigned char)line[n]) || line[n] == '_') && n < cap - 1) n++;
-  memcpy(word, line, n);
-  word[n] = 0;
-  return n;
-}
-
-/* Reads a non-negative count argument (default [deflt]); -1 if malformed. */
-static int count_arg(const char *arg, int deflt) {
-  if (!*arg) return deflt;
-  char *end;
-  long n = strtol(arg, &end, 10);
-  if (*end || n < 0 || n > 1000000) {
-    printf("*** expected a number, got '%s'\n", arg);
-    return -1;
-  }
-  return (int)n;
-}
-
-/* The selected frame's depth, for next/return/until. */
-static int cur_depth(const Stop *st) {
-  const View *v = st_cur(st);
-  return v ? v->depth : 0;
-}
-
-static int cmd_step(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)arg;
-  *r = (Resume){RM_STEP, 0, 0};
-  return 1;
-}
-
-static int cmd_next(Stop *st, const char *arg, Resume *r) {
-  (void)arg;
-  *r = (Resume){RM_NEXT, cur_depth(st), 0};
-  return 1;
-}
-
-static int cmd_return(Stop *st, const char *arg, Resume *r) {
-  (void)arg;
-  *r = (Resume){RM_RETURN, cur_depth(st), 0};
-  return 1;
-}
-
-static int cmd_until(Stop *st, const char *arg, Resume *r) {
-  const View *v = st_cur(st);
-  int line = v ? v->line + 1 : 0;
-  if (*arg) {
-    int n = count_arg(arg, 0);
-    if (n < 0) return 0;
-    if (v && n <= v->line) {
-      printf("*** \"until\" line number is smaller than current line number\n");
-      return 0;
-    }
-    line = n;
-  }
-  *r = (Resume){RM_UNTIL, cur_depth(st), line};
-  return 1;
-}
-
-static int cmd_continue(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)arg;
-  *r = (Resume){RM_CONTINUE, 0, 0};
-  return 1;
-}
-
-static int cmd_quit(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)arg;
-  *r = (Resume){RM_QUIT, 0, 0};
-  return 1;
-}
-
-/* pdb's restart (and run): ends the program as quit does, through the
- * same unwinding (a shard_map call in progress is aborted first), and
- * main.c runs it again from the start (dbg_take_restart). */
-static int cmd_restart(Stop *st, const char *arg, Resume *r) {
-  (void)st;
-  if (!dbg.restartable) {
-    printf("*** restart is not available here: there is no script to run again\n");
-    return 0;
-  }
-  shm_free(dbg.restart_args);
-  dbg.restart_args = *arg ? shm_strdup(arg) : NULL;
-  dbg.restart = true;
-  *r = (Resume){RM_QUIT, 0, 0};
-  return 1;
-}
-
-/* ---- the stack ---- */
-
-static int cmd_where(Stop *st, const char *arg, Resume *r) {
-  (void)arg, (void)r;
-  for (int i = 0; i < st_nframes(st); i++) print_view(st_frame(st, i), i == st->level ? "> " : "  ");
-  return 0;
-}
-
-static int move_frame(Stop *st, int by) {
-  int n = st_nframes(st), to = st->level + by;
-  if (by < 0 && st->level == 0) {
-    printf("*** Oldest frame\n");
-    return 0;
-  }
-  if (by > 0 && st->level >= n - 1) {
-    printf("*** Newest frame\n");
-    return 0;
-  }
-  st->level = to < 0 ? 0 : to >= n ? n - 1 : to;
-  st->list_next = 0;
-  print_view(st_cur(st), "> ");
-  return 0;
-}
-
-static int cmd_up(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  int n = count_arg(arg, 1);
-  return n < 0 ? 0 : move_frame(st, -n);
-}
-
-static int cmd_down(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  int n = count_arg(arg, 1);
-  return n < 0 ? 0 : move_frame(st, n);
-}
-
-/* ---- source listings ---- */
-
-static bool has_bp_at(const char *file, int line) {
-  bool found = false;
-  pthread_mutex_lock(&dbg.lock);
-  for (int i = 0; i < dbg.nbps && !found; i++)
-    found = dbg.bps[i].line == line && file_matches(dbg.bps[i].file, file);
-  pthread_mutex_unlock(&dbg.lock);
-  return found;
-}
-
-/* Lists lines [first, last] of the current frame's source in pdb's shape:
- * number, 'B' at a breakpoint, '->' at the current line. */
-static void list_range(Stop *st, int first, int last) {
-  const View *v = st_cur(st);
-  if (first < 1) first = 1;
-  for (int l = first; l <= last; l++) {
-    const char *t;
-    int n;
-    if (!src_line(v->src, l, &t, &n)) {
-      printf("[EOF]\n");
-      break;
-    }
-    char num[16];
-    int w = snprintf(num, sizeof num, "%3d", l);
-    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(v->src->name, l) ? 'B' : ' ',
-           l == v->line ? "->" : "", n, t);
-  }
-  st->list_next = last + 1;
-}
-
-/* A line number argument, kept where arithmetic on it cannot overflow. */
-static int line_arg(long n) { return n < -(1L << 24) ? -(1 << 24) : n > (1L << 24) ? 1 << 24 : (int)n; }
-
-static int cmd_list(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  const View *v = st_cur(st);
-  if (!v) return printf("*** no source to list\n"), 0;
-  int first, last;
-  if (!*arg || strcmp(arg, ".") == 0) {
-    first = !*arg && st->list_next > 0 ? st->list_next : v->line - DBG_LIST_LINES / 2;
-    if (first < 1) first = 1;
-    last = first + DBG_LIST_LINES - 1;
-  } else {
-    char *end;
-    first = line_arg(strtol(arg, &end, 10));
-    while (*end == ' ') end++;
-    if (end == arg || (*end && *end != ',')) return printf("*** expected line numbers, got '%s'\n", arg), 0;
-    if (*end == ',') {
-      last = line_arg(strtol(end + 1, NULL, 10));
-      if (last < first) last = first + last;
-    } else {
-      first -= DBG_LIST_LINES / 2;
-      if (first < 1) first = 1;
-      last = first + DBG_LIST_LINES - 1;
-    }
-  }
-  list_range(st, first, last);
-  return 0;
-}
-
-/* Indentation of a line (tabs count as one). */
-static int indent_of(const char *t, int n) {
-  int i = 0;
-  while (i < n && (t[i] == ' ' || t[i] == '\t')) i++;
-  return i;
-}
-
-/* True when line text [t] (indentation skipped) opens function [name]:
- * `def name(`, `jit def name(`, `shard_map name(`, `jit shard_map name(`. */
-static bool opens_function(const char *t, int n, const char *name) {
-  char buf[512];
-  snprintf(buf, sizeof buf, "%.*s", n, t);
-  char *p = buf;
-  if (strncmp(p, "jit ", 4) == 0) p += 4;
-  while (*p == ' ') p++;
-  if (strncmp(p, "def ", 4) == 0) p += 4;
-  else if (strncmp(p, "shard_map ", 10) == 0) p += 10;
-  else return false;
-  while (*p == ' ') p++;
-  size_t k = strlen(name);
-  return strncmp(p, name, k) == 0 && (p[k] == '(' || p[k] == ' ');
-}
-
-/* The lines of the current frame's function, found in the source text:
- * the nearest `def NAME` above the current line and the indented block
- * under it; the whole file at module level.  False if not found. */
-static bool function_lines(const View *v, int *first, int *last) {
-  const char *t;
-  int n, cur_indent = 1 << 20;
-  *first = 1;
-  *last = v->src->nlines;
-  if (strcmp(v->fname, "<module>") == 0) return true;
-  if (src_line(v->src, v->line, &t, &n)) cur_indent = indent_of(t, n);
-  int def = 0, def_indent = 0;
-  for (int l = v->line; l >= 1 && !def; l--) {
-    if (!src_line(v->src, l, &t, &n)) continue;
-    int in = indent_of(t, n);
-    if (in < cur_indent && opens_function(t + in, n - in, v->fname)) def = l, def_indent = in;
-  }
-  if (!def) return false;
-  int end = def;
-  for (int l = def + 1; src_line(v->src, l, &t, &n); l++) {
-    int in = indent_of(t, n);
-    if (in == n || t[in] == '#') continue; /* blank or comment */
-    if (in <= def_indent) break;
-    end = l;
-  }
-  *first = def;
-  *last = end;
-  return true;
-}
-
-static int cmd_longlist(Stop *st, const char *arg, Resume *r) {
-  (void)arg, (void)r;
-  const View *v = st_cur(st);
-  int first, last;
-  if (!v) return printf("*** no source to list\n"), 0;
-  if (!function_lines(v, &first, &last)) return printf("*** could not find the source of %s\n", v->fname), 0;
-  list_range(st, first, last);
-  return 0;
-}
-
-/* Appends to [names] the parameter names in the text after the '(' of a
- * def header starting at line [l]; their number. */
-static int param_names(const View *v, int l, char names[][64], int cap) {
-  const char *t;
-  int n, depth = 0, count = 0, k = 0;
-  bool in_name = true, started = false;
-  char cur[64] = "";
-  for (; src_line(v->src, l, &t, &n); l++) {
-    for (int i = 0; i < n; i++) {
-      char ch = t[i];
-      if (!started) {
-        started = ch == '(';
-        continue;
-      }
-      if (depth == 0 && (ch == ',' || ch == ')')) {
-        if (k > 0 && count < cap) snprintf(names[count++], 64, "%s", cur);
-        k = 0, cur[0] = 0, in_name = true;
-        if (ch == ')') return count;
-        continue;
-      }
-      if (ch == '(' || ch == '[' || ch == '{') depth++;
-      else if (ch == ')' || ch == ']' || ch == '}') depth--;
-      bool ident = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' ||
-                   (k > 0 && ch >= '0' && ch <= '9');
-      if (in_name && depth == 0 && ident && k < 63) {
-        cur[k++] = ch;
-        cur[k] = 0;
-      } else if (k > 0 || (ch != '*' && ch != ' ')) {
-        in_name = false;
-      }
-    }
-  }
-  return count;
-}
-
-static int cmd_args(Stop *st, const char *arg, Resume *r) {
-  (void)arg, (void)r;
-  const View *v = st_cur(st);
-  int first, last;
-  char names[32][64];
-  if (!v || strcmp(v->fname, "<module>") == 0 || !function_lines(v, &first, &last)) return 0;
-  int n = param_names(v, first, names, 32);
-  for (int i = 0; i < n; i++) {
-    Value *x = env_lookup(v->env, intern_cstr(names[i]));
-    Value *s = x ? val_repr(x) : NULL;
-    if (s) printf("%s = %s\n", names[i], str_cstr(s));
-    else err_clear();
-    val_decref(s);
-  }
-  return 0;
-}
-
-/* ---- breakpoints ---- */
-
-static void print_breakpoints(void) {
-  pthread_mutex_lock(&dbg.lock);
-  if (dbg.nbps) printf("Num Type         Disp Enb   Where\n");
-  for (int i = 0; i < dbg.nbps; i++) {
-    const Bp *b = &dbg.bps[i];
-    printf("%-4dbreakpoint   %s %s at %s:%d\n", b->number, b->temporary ? "del " : "keep",
-           b->enabled ? "yes  " : "no   ", b->file, b->line);
-    if (b->cond) printf("\tstop only if %s\n", b->cond);
-    if (b->ignore) printf("\tignore next %d hits\n", b->ignore);
-    if (b->hits) printf("\tbreakpoint already hit %d time%s\n", b->hits, b->hits == 1 ? "" : "s");
-  }
-  pthread_mutex_unlock(&dbg.lock);
-}
-
-/* The source a breakpoint names: the current frame's when [file] is NULL
- * or names it, else the file read afresh.  A new reference, or NULL after
- * saying why. */
-static Source *bp_source(const Stop *st, const char *file) {
-  const View *v = st_cur(st);
-  if (v && (!file || file_matches(file, v->src->name))) {
-    src_incref(v->src);
-    return v->src;
-  }
-  for (int i = 0; file && i < st_nframes(st); i++)
-    if (file_matches(file, st_frame(st, i)->src->name)) {
-      src_incref(st_frame(st, i)->src);
-      return st_frame(st, i)->src;
-    }
-  if (!file) return printf("*** no current file: give file:line\n"), NULL;
-  Source *s = src_from_file(file);
-  if (!s) printf("*** '%s' not found\n", file), err_clear();
-  return s;
-}
-
-/* A function name as a breakpoint location: its first statement; a
- * shard_map or jit function's is its wrapped function's (__wrapped__). */
-static bool bp_function(const Stop *st, const char *name, char *file, size_t cap, int *line) {
-  const View *v = st_cur(st);
-  Value *f = v ? env_lookup(v->env, intern_cstr(name)) : NULL;
-  if (!f) return false;
-  /* a shard_map or jit function breaks in the function it wraps */
-  val_incref(f);
-  for (int i = 0; i < 16 && f->type != V_FUNC; i++) {
-    Value *inner = ops_getattr(f, "__wrapped__");
-    val_decref(f);
-    if (!(f = inner)) {
-      err_clear();
-      return false;
-    }
-  }
-  const Node *d = f->type == V_FUNC ? ((Func *)f)->node : NULL;
-  bool ok = d && d->kind != N_LAMBDA && d->body.n > 0;
-  if (ok) {
-    snprintf(file, cap, "%s", d->body.items[0]->loc.src->name);
-    *line = d->body.items[0]->loc.line;
-  }
-  val_decref(f);
-  return ok;
-}
-
-/* Parses "[file:]line" or a function name into [file] and [line]. */
-static bool bp_location(const Stop *st, char *loc, char *file, size_t cap, int *line) {
-  char *colon = strrchr(loc, ':');
-  char *num = colon ? colon + 1 : loc;
-  char *end;
-  long n = strtol(num, &end, 10);
-  if (end != num && *end == 0) {
-    if (colon) *colon = 0;
-    snprintf(file, cap, "%s", colon ? loc : "");
-    *line = n < 0 || n > INT_MAX ? 0 : (int)n; /* 0: "End of file" */
-    return true;
-  }
-  if (bp_function(st, loc, file, cap, line)) return true;
-  printf("*** '%s' is not a line number or a function\n", loc);
-  return false;
-}
-
-/* Checks that [line] of [src] can hold a breakpoint, as pdb does. */
-static bool bp_line_ok(const Source *src, int line) {
-  const char *t;
-  int n;
-  if (!src_line(src, line, &t, &n)) {
-    printf("*** End of file\n");
-    return false;
-  }
-  int in = indent_of(t, n);
-  if (in == n || t[in] == '#') {
-    printf("*** Blank or comment\n");
-    return false;
-  }
-  return true;
-}
-
-static void trim(char *s) {
-  size_t n = strlen(s);
-  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
-  size_t k = strspn(s, " \t");
-  memmove(s, s + k, n - k + 1);
-}
-
-/* A breakpoint condition must be one expression (checked by parsing it,
- * without running anything). */
-static bool cond_parses(const char *cond) {
-  if (!cond || !*cond) return true;
-  Source *src = src_new("<condition>", cond);
-  AstModule *mod = src ? parse_source(src) : NULL;
-  bool ok = mod && mod->body.n == 1 && mod->body.items[0]->kind == N_EXPR_STMT;
-  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_message() : "not an expression");
-  err_clear();
-  ast_free(mod);
-  src_decref(src);
-  return ok;
-}
-
-static void bp_add(const char *file, int line, const char *cond, bool temporary) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *bps = dbg.nbps == dbg.bpcap ? shm_realloc(dbg.bps, sizeof(Bp) * (size_t)(dbg.bpcap * 2 + 4)) : dbg.bps;
-  if (bps) {
-    if (bps != dbg.bps) dbg.bpcap = dbg.bpcap * 2 + 4;
-    dbg.bps = bps;
-    Bp *b = &bps[dbg.nbps++];
-    *b = (Bp){++dbg.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0, 0};
-    atomic_fetch_add(&dbg.nbp_enabled, 1);
-    printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-  }
-  pthread_mutex_unlock(&dbg.lock);
-  update_engaged();
-}
-
-static int set_break(Stop *st, const char *arg, bool temporary) {
-  if (!*arg) {
-    print_breakpoints();
-    return 0;
-  }
-  char file[512], *buf = shm_strdup(arg);
-  if (!buf) return 0;
-  char *comma = strchr(buf, ',');
-  if (comma) *comma = 0;
-  trim(buf);
-  int line;
-  Source *src = NULL;
-  if (bp_location(st, buf, file, sizeof file, &line)) src = bp_source(st, file[0] ? file : NULL);
-  char *cond = comma ? comma + 1 : NULL;
-  if (cond) trim(cond);
-  if (src && bp_line_ok(src, line) && cond_parses(cond)) bp_add(src->name, line, cond, temporary);
-  if (src) src_decref(src);
-  shm_free(buf);
-  return 0;
-}
-
-static int cmd_break(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  return set_break(st, arg, false);
-}
-
-static int cmd_tbreak(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  return set_break(st, arg, true);
-}
-
-/* Deletes breakpoint [number], saying so; false if there is none. */
-static bool delete_numbered(int number) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
-  if (b) {
-    printf("Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-    bp_delete(b);
-  }
-  pthread_mutex_unlock(&dbg.lock);
-  return b != NULL;
-}
-
-/* Runs [fn] on each breakpoint number in [arg], as pdb's clear, disable
- * and enable take them. */
-static void each_number(const char *arg, void (*fn)(int number)) {
-  char *buf = shm_strdup(arg), *save = NULL;
-  for (char *w = buf ? strtok_r(buf, " \t", &save) : NULL; w; w = strtok_r(NULL, " \t", &save)) {
-    char *end;
-    long n = strtol(w, &end, 10);
-    if (*end || n < INT_MIN || n > INT_MAX) printf("*** Non-numeric breakpoint number %s\n", w);
-    else fn((int)n);
-  }
-  shm_free(buf);
-}
-
-static void clear_one(int number) {
-  if (!delete_numbered(number)) printf("*** No breakpoint numbered %d\n", number);
-}
-
-/* The numbers of the breakpoints at [file]:[line], or of all when [file]
- * is NULL (lock taken here: devices delete tbreaks they hit). */
-static int bp_numbers(const char *file, int line, int *out, int cap) {
-  int n = 0;
-  pthread_mutex_lock(&dbg.lock);
-  for (int i = 0; i < dbg.nbps && n < cap; i++)
-    if (!file || (dbg.bps[i].line == line && file_matches(file, dbg.bps[i].file)))
-      out[n++] = dbg.bps[i].number;
-  pthread_mutex_unlock(&dbg.lock);
-  return n;
-}
-
-static void clear_all(void) {
-  int nums[256];
-  char *reply = read_command("Clear all breaks? ");
-  bool yes = reply && (strcmp(reply, "y") == 0 || strcmp(reply, "yes") == 0);
-  free(reply);
-  int n = yes ? bp_numbers(NULL, 0, nums, 256) : 0;
-  for (int i = 0; i < n; i++) delete_numbered(nums[i]);
-}
-
-static void clear_at(Stop *st, char *loc) {
-  char file[512];
-  int line, nums[256];
-  if (!bp_location(st, loc, file, sizeof file, &line)) return;
-  int n = bp_numbers(file, line, nums, 256);
-  for (int i = 0; i < n; i++) delete_numbered(nums[i]);
-  if (!n) printf("*** There is no breakpoint at %s:%d\n", file, line);
-}
-
-static int cmd_clear(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  char *buf = shm_strdup(arg);
-  if (!*arg) clear_all();
-  else if (buf && strchr(arg, ':')) clear_at(st, buf);
-  else each_number(arg, clear_one);
-  shm_free(buf);
-  update_engaged();
-  return 0;
-}
-
-static void set_enabled(int number, bool on) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
-  if (!b) {
-    printf("*** No breakpoint numbered %d\n", number);
-  } else {
-    if (b->enabled != on) atomic_fetch_add(&dbg.nbp_enabled, on ? 1 : -1);
-    b->enabled = on;
-    printf("%s breakpoint %d at %s:%d\n", on ? "Enabled" : "Disabled", b->number, b->file, b->line);
-  }
-  pthread_mutex_unlock(&dbg.lock);
-}
-
-static void enable_one(int number) { set_enabled(number, true); }
-static void disable_one(int number) { set_enabled(number, false); }
-
-static int cmd_disable(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  each_number(arg, disable_one);
-  update_engaged();
-  return 0;
-}
-
-static int cmd_enable(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  each_number(arg, enable_one);
-  update_engaged();
-  return 0;
-}
-
-/* Sets breakpoint [number]'s ignore count to [count] and says so in
- * pdb's words (a count below 1 clears it, as pdb treats it). */
-static void set_ignore(int number, int count) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
-  if (!b) {
-    printf("*** No breakpoint numbered %d\n", number);
-  } else {
-    b->ignore = count > 0 ? count : 0;
-    if (count > 1) printf("Will ignore next %d crossings of breakpoint %d.\n", count, number);
-    else if (count == 1) printf("Will ignore next 1 crossing of breakpoint %d.\n", number);
-    else printf("Will stop next time breakpoint %d is reached.\n", number);
-  }
-  pthread_mutex_unlock(&dbg.lock);
-}
-
-/* ignore bpnumber [count]: pass over the breakpoint's next count
- * crossings where its condition holds (pdb). */
-static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  char *end, *cend;
-  if (!*arg) return printf("*** Breakpoint number expected\n"), 0;
-  long n = strtol(arg, &end, 10);
-  if (end == arg || (*end && *end != ' ' && *end != '\t')) {
-    int k = (int)strcspn(arg, " \t");
-    return printf("*** Non-numeric breakpoint number %.*s\n", k, arg), 0;
-  }
-  while (*end == ' ' || *end == '\t') end++;
-  long count = *end ? strtol(end, &cend, 10) : 0;
-  if (*end && (cend == end || *cend)) return printf("*** Invalid argument: %s\n", arg), 0;
-  if (n < INT_MIN || n > INT_MAX) n = INT_MIN;   /* no such breakpoint */
-  set_ignore((int)n, count > 1000000000L ? 1000000000 : count < 0 ? 0 : (int)count);
-  return 0;
-}
-
-/* ---- breakpoint command lists ---- */
-
-/* Breakpoint [number]'s command list, or NULL. */
-static BpCmds *bpcmds_find(int number) {
-  for (int i = 0; i < dbg.nbpcmds; i++)
-    if (dbg.bpcmds[i].number == number) return &dbg.bpcmds[i];
-  return NULL;
-}
-
-/* Frees [bc]'s lines, leaving it empty. */
-static void bpcmds_free_lines(BpCmds *bc) {
-  for (int i = 0; i < bc->n; i++) shm_free(bc->lines[i]);
-  shm_free(bc->lines);
-  bc->lines = NULL;
-  bc->n = 0;
-}
-
-/* Gives breakpoint [number] the list [lines] (taken over) and [silent],
- * replacing its old list; an empty list removes it, as `commands` then
- * `end` does in pdb. */
-static void bpcmds_set(int number, bool silent, char **lines, int n) {
-  BpCmds *bc = bpcmds_find(number);
-  if (bc) bpcmds_free_lines(bc);
-  if (!n && !silent) {
-    if (bc) *bc = dbg.bpcmds[--dbg.nbpcmds];
-    shm_free(lines);
-    return;
-  }
-  if (!bc) {
-    BpCmds *t = shm_realloc(dbg.bpcmds, sizeof(BpCmds) * (size_t)(dbg.nbpcmds + 1));
-    if (!t) {
-      bpcmds_free_lines(&(BpCmds){.n = n, .lines = lines});
-      return;
-    }
-    dbg.bpcmds = t;
-    bc = &dbg.bpcmds[dbg.nbpcmds++];
-  }
-  *bc = (BpCmds){number, silent, n, lines};
-}
-
-static int dispatch(Stop *st, const char *line, Resume *r);
-static int cmd_jump(Stop *st, const char *arg, Resume *r);
-
-/* True when command line [line] resumes the program (c, s, n, r, unt, q,
- * and jump; pdb's commands_resuming): pdb ends a command list there. */
-static bool line_resumes(const char *line) {
-  static const CmdFn resuming[] = {cmd_step, cmd_next, cmd_until, cmd_return, cmd_continue,
-                                   cmd_quit, cmd_jump};
-  char word[32];
-  while (*line == ' ' || *line == '\t') line++;
-  const Cmd *c = first_word(line, word, sizeof word) ? cmd_lookup(word) : NULL;
-  for (size_t i = 0; c && i < sizeof resuming / sizeof *resuming; i++)
-    if (c->fn == resuming[i]) return true;
-  return false;
-}
-
-/* Reads a command list at the `(com) ` prompt (echoed as any prompt is
- * when input is a pipe) up to `end`, a resuming command (kept: it ends
- * the list, as in pdb) or the end of input; `silent` is a flag, not a
- * command.  Gives it to breakpoint [number]. */
-static void read_command_list(int number) {
-  char **lines = NULL, word[32];
-  int n = 0;
-  bool silent = false;
-  for (char *line; (line = read_command("(com) "));) {
-    trim(line);
-    size_t k = first_word(line, word, sizeof word);
-    bool end = k && line[k] == 0 && strcmp(word, "end") == 0;
-    bool flag = k && line[k] == 0 && strcmp(word, "silent") == 0;
-    silent |= flag;
-    char *keep = line[0] && !end && !flag ? shm_strdup(line) : NULL;
-    char **t = keep ? shm_realloc(lines, sizeof(char *) * (size_t)(n + 1)) : NULL;
-    if (t) {
-      lines = t;
-      lines[n++] = keep;
-    } else {
-      shm_free(keep);
-    }
-    free(line);
-    if (end || (t && line_resumes(keep))) break;
-  }
-  bpcmds_set(number, silent, lines, n);
-}
-
-/* commands [bpnumber]: reads the commands to run when the breakpoint (by
- * default the last one set) stops, as pdb does. */
-static int cmd_commands(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  char *end;
-  long n = strtol(arg, &end, 10);
-  if (*arg && (end == arg || *end)) return printf("*** Non-numeric breakpoint number %s\n", arg), 0;
-  pthread_mutex_lock(&dbg.lock);
-  if (!*arg) n = dbg.next_bp;
-  bool found = n >= INT_MIN && n <= INT_MAX && bp_find((int)n);
-  pthread_mutex_unlock(&dbg.lock);
-  if (!found) return printf("*** No breakpoint numbered %ld\n", n), 0;
-  read_command_list((int)n);
-  return 0;
-}
-
-/* Runs the command list of the breakpoint the stop is at, as if typed
- * (pdb's bp_commands); 1 when one of them resumed the program (*r set).
- * A list that ends with a resuming command never prompts: when that
- * command does not resume by itself (jump, or it failed) the program
- * continues. */
-static int run_bp_commands(Stop *st, Resume *r, bool *silent) {
-  const BpCmds *bc = bpcmds_find(st->bp);
-  int n = bc ? bc->n : 0;
-  bool last_resumes = n > 0 && line_resumes(bc->lines[n - 1]);
-  *silent = bc && bc->silent;
-  for (int i = 0; i < n; i++) {
-    bc = bpcmds_find(st->bp);   /* a command of the list may have replaced it */
-    char *line = bc && i < bc->n ? shm_strdup(bc->lines[i]) : NULL;
-    if (!line) break;
-    int go = dispatch(st, line, r);
-    shm_free(line);
-    fflush(stdout);
-    if (go) return 1;
-  }
-  if (!last_resumes) return 0;
-  *r = (Resume){RM_CONTINUE, 0, 0};
-  return 1;
-}
-
-/* ---- jump ---- */
-
-/* The [k]-th statement list directly under statement [n] (the bodies of
- * if/else, loops and their else, try's body, handlers, else and finally,
- * with, def and shard_map), or NULL past the last. */
-static const NodeList *sub_block(const Node *n, int k) {
-  switch (n->kind) {
-  case N_IF:
-  case N_WHILE:
-  case N_FOR: return k == 0 ? &n->body : k == 1 ? &n->orelse : NULL;
-  case N_DEF:
-  case N_SHARD_MAP:
-  case N_WITH: return k == 0 ? &n->body : NULL;
-  case N_TRY:
-    if (k == 0) return &n->body;
-    if (k - 1 < n->items.n) return &n->items.items[k - 1]->body;
-    k -= 1 + n->items.n;
-    return k == 0 ? &n->orelse : k == 1 ? &n->items2 : NULL;
-  default: return NULL;
-  }
-}
-
-/* The statement list, [l] or one nested in it, that holds [stmt]; NULL
- * when none does (a made-up frame: breakpoint() under jit). */
-static const NodeList *block_holding(const NodeList *l, const Node *stmt) {
-  for (int i = 0; i < l->n; i++) {
-    if (l->items[i] == stmt) return l;
-    const NodeList *b, *found;
-    for (int k = 0; (b = sub_block(l->items[i], k)); k++)
-      if ((found = block_holding(b, stmt))) return found;
-  }
-  return NULL;
-}
-
-/* The last source line of statement [n], the blocks it opens included. */
-static int stmt_end_line(const Node *n) {
-  int m = node_last_line(n);
-  const NodeList *b;
-  for (int k = 0; (b = sub_block(n, k)); k++)
-    if (b->n > 0) {
-      int l = stmt_end_line(b->items[b->n - 1]);
-      if (l > m) m = l;
-    }
-  return m;
-}
-
-/* The keyword that opens statement [n]'s block, for jump's messages. */
-static const char *block_kind(const Node *n) {
-  switch (n->kind) {
-  case N_IF: return "if";
-  case N_WHILE: return "while";
-  case N_FOR: return "for";
-  case N_TRY: return "try";
-  case N_WITH: return "with";
-  case N_SHARD_MAP: return "shard_map";
-  default: return "def";
-  }
-}
-
-/* The statement of [block] that starts at [line], or NULL after saying
- * why a jump cannot go there (pdb's "Jump failed"): only a statement of
- * the current statement's own block is a target, so a jump never enters
- * the middle of a block nor leaves one (a loop, a finally). */
-static const Node *jump_target(const NodeList *block, int line) {
-  int first = block->items[0]->loc.line, last = stmt_end_line(block->items[block->n - 1]);
-  if (line < first || line > last) {
-    printf("*** Jump failed: line %d is outside the block of the current statement "
-           "(lines %d-%d)\n", line, first, last);
-    return NULL;
-  }
-  for (int i = 0; i < block->n; i++) {
-    const Node *s = block->items[i];
-    if (s->loc.line == line) return s;
-    if (line < s->loc.line || line > stmt_end_line(s)) continue;
-    if (sub_block(s, 0))
-      printf("*** Jump failed: can't jump into the middle of the '%s' block at line %d\n",
-             block_kind(s), s->loc.line);
-    else
-      printf("*** Jump failed: line %d is not the first line of a statement\n", line);
-    return NULL;
-  }
-  printf("*** Jump failed: line %d holds no statement\n", line);
-  return NULL;
-}
-
-/* The frame a jump applies to, or NULL after saying why there is none:
- * the bottom frame, the main thread's or the parked focused device's. */
-static const Frame *jump_frame(const Stop *st) {
-  char c[160], state[320];
-  if (st->level != st_nframes(st) - 1) {
-    printf("*** You can only jump within the bottom frame\n");
-    return NULL;
-  }
-  if (st->pm) {
-    printf("*** Jump failed: the program has ended (post-mortem)\n");
-    return NULL;
-  }
-  if (st_cur(st) && st_cur(st)->retval) {   /* pdb: only from a 'line' event */
-    printf("*** Jump failed: the frame is returning (--Return--); jump from a line\n");
-    return NULL;
-  }
-  if (!st->call) return st->frame;
-  const Frame *f = NULL;
-  pthread_mutex_lock(&dbg.lock);
-  if (st->call->slots[dbg.focus].state == DS_PARKED) f = st->call->slots[dbg.focus].frame;
-  pthread_mutex_unlock(&dbg.lock);
-  if (f) return f;
-  device_state(st, dbg.focus, state, sizeof state);
-  printf("*** Jump failed: device %s is not stopped at a statement (%s)\n",
-         coords_of(st, dbg.focus, c, sizeof c), state);
-  return NULL;
-}
-
-/* True when every device of the call is parked at [f]'s statement and
- * depth, so that all of them jump together and none is left behind; else
- * says which device is elsewhere. */
-static bool devices_together(const Stop *st, const Frame *f) {
-  DbgCall *c = st->call;
-  char cbuf[160], state[320];
-  int bad = -1;
-  pthread_mutex_lock(&dbg.lock);
-  int depth = c->slots[dbg.focus].depth;
-  for (int r = 0; r < c->n && bad < 0; r++) {
-    const Slot *s = &c->slots[r];
-    if (s->state != DS_PARKED || s->retval || s->frame->stmt != f->stmt || s->depth != depth)
-      bad = r;
-  }
-  pthread_mutex_unlock(&dbg.lock);
-  if (bad < 0) return true;
-  device_state(st, bad, state, sizeof state);
-  printf("*** Jump failed: all devices must be stopped at this statement to jump together; "
-         "device %s: %s\n", coords_of(st, bad, cbuf, sizeof cbuf), state);
-  return false;
-}
-
-/* Moves the bottom frame's view (each device's innermost one, as they all
- * jump) to statement [to]. */
-static void jump_views(Stop *st, const Node *to) {
-  int n = st->call ? st->ndev : 1;
-  for (int i = 0; i < n; i++) {
-    Stack *s = st->call ? &st->dev[i] : &st->main;
-    if (s->n == 0) continue;
-    View *v = &s->v[s->n - 1];
-    v->line = to->loc.line;
-    v->last_line = node_last_line(to) > v->line ? node_last_line(to) : v->line;
-  }
-}
-
-/* j(ump) lineno: the statement at lineno, of the current statement's
- * block, is the next to run in the bottom frame (pdb's jump); the stop
- * shows the new location and goes on when a command resumes. */
-static int cmd_jump(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  const Frame *f = jump_frame(st);
-  if (!f) return 0;
-  char *end;
-  long line = strtol(arg, &end, 10);
-  if (!*arg || *end) return printf("*** The 'jump' command requires a line number\n"), 0;
-  const NodeList *block = f->mod && f->stmt ? block_holding(&f->mod->body, f->stmt) : NULL;
-  if (!block) return printf("*** Jump failed: the frame runs no statement of its source\n"), 0;
-  const Node *to = jump_target(block, line_arg(line));
-  if (!to || (st->call && !devices_together(st, f))) return 0;
-  st->jump = to;
-  jump_views(st, to);
-  st->list_next = 0;
-  print_view(st_cur(st), "> ");
-  return 0;
-}
-
-/* ---- values ---- */
-
-/* Splits "EXPR @ all" into EXPR; true when the suffix was there. */
-static bool split_at_all(char *expr) {
-  size_t n = strlen(expr);
-  while (n && expr[n - 1] == ' ') n--;
-  if (n < 3 || strncmp(expr + n - 3, "all", 3) != 0) return false;
-  size_t k = n - 3;
-  while (k && expr[k - 1] == ' ') k--;
-  if (!k || expr[k - 1] != '@') return false;
-  if (n - 3 > k && expr[k] != ' ') return false;
-  expr[k - 1] = 0;
-  trim(expr);
-  return true;
-}
-
-/* Device [r]'s frame in which `p x @ all` and a line run on every device
- * evaluate: as many levels up as the focused device's selected frame
- * (`up` and `down` select it for all of them); NULL when it has none. */
-static const View *dev_view(const Stop *st, int r) {
-  const Stack *fs = focus_stack(st), *s = &st->dev[r];
-  int up = fs && st->level >= st->main.n ? fs->n - 1 - (st->level - st->main.n) : 0;
-  int k = s->n - 1 - up;
-  return s->n ? &s->v[k < 0 ? 0 : k] : NULL;
-}
-
-/* ---- lines that call a collective: run on every device --------------------------- */
-
-/* The value that callee [n] names, found without running anything: a
- * name, or a module's attribute (lax.psum, jax.lax.psum).  A new
- * reference, or NULL. */
-static Value *callee_value(const Node *n, Env *env) {
-  if (n->kind == N_NAME) {
-    Value *v = env_lookup(env, n->name);
-    if (!v) v = env_lookup(shm_interp->builtins, n->name);
-    return v ? val_incref(v) : NULL;
-  }
-  if (n->kind != N_ATTR) return NULL;
-  Value *base = callee_value(n->a, env), *v = NULL;
-  if (base && base->type == V_MODULE && !(v = ops_getattr(base, n->name))) err_clear();
-  val_decref(base);
-  return v;
-}
-
-static bool calls_collective(const Node *n, Env *env);
-
-static bool list_calls_collective(const NodeList *l, Env *env) {
-  for (int i = 0; i < l->n; i++)
-    if (calls_collective(l->items[i], env)) return true;
-  return false;
-}
-
-/* Whether [n], an expression or a statement, calls anywhere inside it a
- * collective that needs every device (shardmap_is_collective).  A call
- * through a function of the user's is not seen: it fails on the one
- * device, saying so, as any collective outside a body does. */
-static bool calls_collective(const Node *n, Env *env) {
-  if (!n) return false;
-  if (n->kind == N_CALL) {
-    Value *f = callee_value(n->a, env);
-    bool yes = shardmap_is_collective(f);
-    val_decref(f);
-    for (int i = 0; !yes && i < n->nkw; i++) yes = calls_collective(n->kws[i].value, env);
-    if (yes) return true;
-  }
-  if (calls_collective(n->a, env) || calls_collective(n->b, env) ||
-      calls_collective(n->c, env) || list_calls_collective(&n->items, env) ||
-      list_calls_collective(&n->body, env))
-    return true;
-  if ((n->kind == N_DICT || n->kind == N_TRY) && list_calls_collective(&n->items2, env))
-    return true;
-  if ((n->kind == N_IF || n->kind == N_WHILE || n->kind == N_FOR || n->kind == N_TRY) &&
-      list_calls_collective(&n->orelse, env))
-    return true;
-  for (int i = 0; n->kind == N_LISTCOMP && i < n->nclauses; i++) {
-    const CompClause *k = &n->clauses[i];
-    if (calls_collective(k->iter, env) || list_calls_collective(&k->conds, env)) return true;
-  }
-  return false;
-}
-
-/* Whether the line [text] calls a collective (names looked up in [env]).
- * A line that does not parse is not one: it fails when it runs. */
-static bool text_calls_collective(const char *text, Env *env) {
-  Source *src = src_new("<stdin>", text);
-  AstModule *m = src ? parse_source(src) : NULL;
-  bool yes = m && list_calls_collective(&m->body, env);
-  err_clear();
-  ast_free(m);
-  src_decref(src);
-  return yes;
-}
-
-/* The first device of [c] that is not parked at a statement (it returned,
- * failed, or waits in a collective), or -1 (lock held). */
-static int first_unparked(const DbgCall *c) {
-  for (int r = 0; r < c->n; r++)
-    if (c->slots[r].state != DS_PARKED) return r;
-  return -1;
-}
-
-/* Whether job [j] can no longer finish (lock held): every device still
- * running it waits in a collective, and some device is done with it, so
- * will never join (the line failed there only).  [sig] sums the waiting
- * ones' collective counters, for the caller to see that nothing moved. */
-static bool job_stuck(DbgCall *c, const Job *j, long *sig) {
-  char buf[256];
-  *sig = 0;
-  if (j->pending == c->n) return false;
-  for (int r = 0; r < c->n; r++) {
-    if (j->out[r]) continue;
-    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
-    *sig += coll_seq(c->g, r) * (r + 1);
-  }
-  return true;
-}
-
-/* Waits (lock held) until every device of [c] has run job [j].  A job
- * that cannot finish (job_stuck, seen three times 10 ms apart with
- * nothing moved) aborts the call's group, as a device leaving a body
- * early does: the waiting devices fail, so does the call when resumed. */
-static void wait_job(DbgCall *c, Job *j) {
-  long sig, prev = -1;
-  int same = 0;
-  while (j->pending > 0) {
-    timed_wait();
-    if (!job_stuck(c, j, &sig)) {
-      prev = -1, same = 0;
-      continue;
-    }
-    same = sig == prev ? same + 1 : 0;
-    prev = sig;
-    if (same == 2 && !j->aborted) {
-      j->aborted = true;
-      coll_group_abort(c->g, ERR_VALUE,
-                       "a line typed at the debugger's prompt failed on some devices "
-                       "while the others waited in its collective");
-    }
-  }
-}
-
-/* Prints the results of job [j]: each device's printed lines (prefixed
- * by its coordinates); then, for an expression, the focused device's
- * value or, with [all], every device's; for statements, the failures,
- * once when every device failed alike. */
-static void print_job(const Stop *st, const Job *j, bool all) {
-  char c[160], prefix[176];
-  for (int r = 0; r < st->ndev; r++) flush_device(st->call, r);
-  bool alike = true;
-  for (int r = 1; r < st->ndev; r++) alike = alike && strcmp(j->out[r], j->out[0]) == 0;
-  if (j->expr && !all) {
-    printf("%s\n", j->out[dbg.focus]);
-    return;
-  }
-  if (!j->expr && alike) {
-    if (j->out[0][0]) printf("%s\n", j->out[0]);
-    return;
-  }
-  for (int r = 0; r < st->ndev; r++) {
-    if (!j->expr && !j->out[r][0]) continue;
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
-    print_prefixed(prefix, j->out[r]);
-  }
-}
-
-/* Runs [text] (an expression when [expr]) on every device of the stop's
- * call, each in its selected frame, when it calls a collective: such a
- * line needs every device, as in the body itself (LANGUAGE.md §7).  False,
- * doing nothing, when the line calls none or the focused frame is not a
- * device's.  Every device must be parked at a statement; else the line is
- * refused, naming the device that is not, so it can never hang. */
-static bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
-  DbgCall *c = st->call;
-  const View *fv = st_cur(st);
-  if (!c || !fv || st->level < st->main.n || !text_calls_collective(text, fv->env)) return false;
-  char coords[160], state[320];
-  if (shm_interp->reference) {
-    printf("*** a collective typed at the prompt runs on every device: not in reference mode\n");
-    return true;
-  }
-  Env **env = shm_calloc((size_t)c->n, sizeof *env);
-  char **out = shm_calloc((size_t)c->n, sizeof *out);
-  Job j = {.text = text, .expr = expr, .pretty = pretty, .env = env, .out = out, .pending = c->n};
-  for (int r = 0; env && out && r < c->n; r++) {
-    const View *v = dev_view(st, r);
-    env[r] = v ? v->env : NULL;
-  }
-  pthread_mutex_lock(&dbg.lock);
-  int missing = env && out ? first_unparked(c) : -1;
-  if (env && out && missing < 0) {
-    c->job = &j;
-    c->job_gen++;
-    pthread_cond_broadcast(&dbg.cond);
-    wait_job(c, &j);
-    c->job = NULL;
-  }
-  pthread_mutex_unlock(&dbg.lock);
-  if (!env || !out) {
-    printf("*** out of memory\n");
-  } else if (missing >= 0) {
-    device_state(st, missing, state, sizeof state);
-    printf("*** the line calls a collective, which runs on every device, but device %s is "
-           "not stopped at a statement (%s)\n",
-           coords_of(st, missing, coords, sizeof coords), state);
-  } else {
-    print_job(st, &j, all);
-    if (j.aborted)
-      printf("*** the line failed on some devices while the others waited in its collective: "
-             "the shard_map call ends with an error at its next collective\n");
-  }
-  for (int r = 0; out && r < c->n; r++) shm_free(out[r]);
-  shm_free(out);
-  shm_free(env);
-  return true;
-}
-
-/* `p x @ all`: each device's value in its selected frame, every line
- * prefixed by the device's mesh coordinates. */
-static void print_all(const Stop *st, const char *expr, bool pretty) {
-  char c[160], prefix[176], state[320];
-  if (!st->mesh) {
-    printf("*** not stopped inside a shard_map body\n");
-    return;
-  }
-  for (int r = 0; r < st->ndev; r++) {
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
-    const View *v = dev_view(st, r);
-    if (!v) {
-      device_state(st, r, state, sizeof state);
-      printf("%s(%s)\n", prefix, state);
-      continue;
-    }
-    char *t = value_text(st, v, r, expr, pretty, FAIL_P);
-    if (t) print_prefixed(prefix, t);
-    shm_free(t);
-  }
-}
-
-static int print_value(Stop *st, const char *arg, bool pretty) {
-  char *expr = shm_strdup(arg);
-  const View *v = st_cur(st);
-  if (!expr) return 0;
-  trim(expr);
-  if (!*expr) {
-    printf("*** usage: p expression [@ all]\n");
-  } else if (split_at_all(expr)) {
-    if (!run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
-  } else if (!v) {
-    printf("*** no frame\n");
-  } else if (!run_everywhere(st, expr, true, pretty, false)) {
-    char *t = value_text(st, v, st_rank_of(st, st->level), expr, pretty, FAIL_P);
-    if (t) printf("%s\n", t);
-    shm_free(t);
-  }
-  shm_free(expr);
-  return 0;
-}
-
-/* Prints the value view [v] returns, each line after [prefix], as
- * `retval` does: its whole repr, or pdb's "Not yet returned!" when [v] is
- * not at a return stop. */
-static void print_retval(const View *v, const char *prefix) {
-  if (!v || !v->retval) {
-    printf("%s*** Not yet returned!\n", prefix);
-    return;
-  }
-  Value *r = val_repr(v->retval);
-  if (r) print_prefixed(prefix, str_cstr(r));
-  else print_error();
-  val_decref(r);
-}
-
-/* retval [@ all]: the value the current frame is returning, at a return
- * stop (pdb's); with '@ all', each device's, in its innermost frame. */
-static int cmd_retval(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  char c[160], prefix[176], state[320];
-  bool all = strcmp(arg, "@ all") == 0 || strcmp(arg, "@all") == 0;
-  if (*arg && !all) return printf("*** usage: retval [@ all]\n"), 0;
-  if (!all) return print_retval(st_cur(st), ""), 0;
-  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
-  for (int i = 0; i < st->ndev; i++) {
-    const Stack *s = &st->dev[i];
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, i, c, sizeof c));
-    if (s->n > 0) {
-      print_retval(&s->v[s->n - 1], prefix);
-      continue;
-    }
-    device_state(st, i, state, sizeof state);
-    printf("%s(%s)\n", prefix, state);
-  }
-  return 0;
-}
-
-/* condition N [cond]: sets breakpoint N's condition, or removes it (pdb). */
-static int cmd_condition(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  char *end;
-  long n = strtol(arg, &end, 10);
-  if (end == arg) return printf("*** usage: condition bpnumber [condition]\n"), 0;
-  while (*end == ' ') end++;
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find((int)n);
-  if (!b) {
-    printf("*** No breakpoint numbered %ld\n", n);
-  } else {
-    shm_free(b->cond);
-    b->cond = *end ? shm_strdup(end) : NULL;
-    if (b->cond) printf("New condition set for breakpoint %ld.\n", n);
-    else printf("Breakpoint %ld is now unconditional.\n", n);
-  }
-  pthread_mutex_unlock(&dbg.lock);
-  return 0;
-}
-
-/* whatis expr: the type of its value (pdb). */
-static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  const View *v = st_cur(st);
-  if (!v || !*arg) return printf("*** usage: whatis expression\n"), 0;
-  Value *x = eval_in(st, v, st_rank_of(st, st->level), arg);
-  if (!x) return print_error(), 0;
-  printf("<class '%s'>\n", val_type_name(x));
-  val_decref(x);
-  return 0;
-}
-
-static int cmd_p(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  return print_value(st, arg, false);
-}
-
-static int cmd_pp(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  return print_value(st, arg, true);
-}
-
-static int cmd_display(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  const View *v = st_cur(st);
-  if (!*arg) {   /* pdb lists the current frame's */
-    printf("Currently displaying:\n");
-    for (int i = 0; v && i < dbg.ndisplays; i++) {
-      const Display *d = &dbg.displays[i];
-      int k = display_index(st, d, v);
-      if (k >= 0) printf("%s: %s\n", d->expr, d->last[k] ? d->last[k] : "");
-    }
-    return 0;
-  }
-  if (!v) return 0;
-  int rank = st_rank_of(st, st->level), n = rank >= 0 ? st->ndev : 1;
-  Display d = {shm_strdup(arg), n, rank >= 0, shm_calloc((size_t)n, sizeof(Env *)),
-               shm_calloc((size_t)n, sizeof(char *))};
-  Display *all = shm_realloc(dbg.displays, sizeof(Display) * (size_t)(dbg.ndisplays + 1));
-  if (!d.expr || !d.env || !d.last || !all) {
-    d.n = 0;
-    display_free(&d);
-    if (all) dbg.displays = all;
-    return printf("*** out of memory\n"), 0;
-  }
-  dbg.displays = all;
-  for (int k = 0; k < n; k++) {   /* the same frame on every device */
-    const View *dv = rank >= 0 ? dev_view(st, k) : v;
-    if ((d.env[k] = dv ? dv->env : NULL)) env_incref(d.env[k]);
-  }
-  int k = rank >= 0 ? rank : 0;
-  d.last[k] = value_text(st, v, rank, arg, false, FAIL_DISPLAY);
-  dbg.displays[dbg.ndisplays++] = d;
-  printf("display %s: %s\n", arg, d.last[k] ? d.last[k] : "");
-  return 0;
-}
-
-static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  int kept = 0;
-  bool found = false;
-  for (int i = 0; i < dbg.ndisplays; i++) {
-    Display *d = &dbg.displays[i];
-    if (!*arg || strcmp(d->expr, arg) == 0) {
-      found = true;
-      display_free(d);
-    } else {
-      dbg.displays[kept++] = *d;
-    }
-  }
-  dbg.ndisplays = kept;
-  if (*arg && !found) printf("** %s not in the display list **\n", arg);
-  return 0;
-}
-
-/* ---- interact ---- */
-
-static bool interact_exit;   /* main thread: exit() or quit() ended `interact` */
-
-/* exit() and quit() in `interact`'s namespace: end it (a silent ERR_QUIT
- * that interact_loop catches), so a piped session can leave it and go on
- * at the debugger's prompt; at a terminal Ctrl-D does the same. */
-static Value *bi_interact_exit(const CallArgs *a) {
-  (void)a;
-  interact_exit = true;
-  return err_set(ERR_QUIT, "quit");
-}
-
-/* Reads one entry at `interact`'s prompts (">>> ", then "... "), lines
- * grouped as the REPL groups them; shm_malloc'd, or NULL at end of input
- * with nothing typed. */
-static char *interact_entry(void) {
-  char *text = NULL;
-  size_t len = 0;
-  bool block = false;
-  const char *prompt = ">>> ";
-  for (;;) {
-    char *line = read_command(prompt);
-    if (!line) return text;
-    size_t n = strlen(line);
-    char *t = shm_realloc(text, len + n + 2);
-    if (!t) {
-      free(line);
-      return text;
-    }
-    text = t;
-    memcpy(text + len, line, n);
-    len += n;
-    text[len++] = '\n';
-    text[len] = '\0';
-    bool more = repl_entry_goes_on(text, line, &block);
-    free(line);
-    if (!more) return text;
-    prompt = "... ";
-  }
-}
-
-/* Runs entries in [ns] until end of input or exit(); an error is printed
- * as the REPL prints it, on stdout with the rest of the session (as
- * pdb's interact writes its tracebacks through the debugger's output). */
-static void interact_loop(const Stop *st, Env *ns) {
-  interact_exit = false;
-  char *text;
-  while (!interact_exit && (text = interact_entry())) {
-    Source *src = src_new("<stdin>", text);
-    shm_free(text);
-    DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
-    int rc = src ? eval_source(src, ns, true) : -1;
-    dev_ctx_set(saved);
-    src_decref(src);
-    if (rc < 0 && !(interact_exit && err_kind() == ERR_QUIT)) {
-      fflush(stdout);
-      err_print(stdout);
-    }
-    err_clear();
-    fflush(stdout);
-  }
-}
-
-/* pdb's interact: an interactive interpreter whose namespace is a new
- * scope inside the current frame's, so it reads the frame's locals and
- * globals while its assignments stay its own (pdb works on a copy). */
-static int cmd_interact(Stop *st, const char *arg, Resume *r) {
-  (void)arg, (void)r;
-  const View *v = st_cur(st);
-  if (!v) return printf("*** no frame to run in\n"), 0;
-  Env *ns = env_new(v->env);
-  if (!ns || builtins_add(ns, "exit", bi_interact_exit, "exit(): leave interact") < 0 ||
-      builtins_add(ns, "quit", bi_interact_exit, "quit(): leave interact") < 0) {
-    if (ns) env_decref(ns);
-    return print_error(), 0;
-  }
-  printf("*pdb interact start*\n");
-  interact_loop(st, ns);
-  printf("*exit from pdb interact command*\n");
-  env_release_scope(ns);
-  return 0;
-}
-
-/* ---- devices ---- */
-
-static int cmd_devices(Stop *st, const char *arg, Resume *r) {
-  (void)arg, (void)r;
-  char c[160], s[320];
-  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
-  for (int i = 0; i < st->ndev; i++) {
-    device_state(st, i, s, sizeof s);
-    printf("%c %d %s  %s\n", i == dbg.focus ? '*' : ' ', i, coords_of(st, i, c, sizeof c), s);
-  }
-  return 0;
-}
-
-static int cmd_dev(Stop *st, const char *arg, Resume *r) {
-  (void)r;
-  char c[160];
-  if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
-  if (!*arg) return printf("device %d %s\n", dbg.focus, coords_of(st, dbg.focus, c, sizeof c)), 0;
-  int rank = parse_rank(st, arg);
-  if (rank < 0) return 0;
-  dbg.focus = rank;
-  st->level = st_nframes(st) - 1;
-  st->list_next = 0;
-  print_location(st);
-  return 0;
-}
-
-/* ---- help ---- */
-
-static int cmd_help(Stop *st, const char *arg, Resume *r);
-
-static const Cmd commands[] = {
-    {"h help", cmd_help, "h(elp) [command]", "List the commands, or say what one does."},
-    {"w where bt", cmd_where, "w(here)",
-     "Print the stack, oldest frame first; '>' marks the current frame."},
-    {"d down", cmd_down, "d(own) [count]", "Move the current frame count levels down (newer)."},
-    {"u up", cmd_up, "u(p) [count]", "Move the current frame count levels up (older)."},
-    {"b break", cmd_break, "b(reak) [([file:]line | function) [, condition]]",
-     "Set a breakpoint; without argument, list the breakpoints.  In a shard_map body the\n"
-     "condition is evaluated on each device; the first device meeting it stops all."},
-    {"tbreak", cmd_tbreak, "tbreak [([file:]line | function) [, condition]]",
-     "Set a temporary breakpoint, deleted when first hit."},
-    {"condition", cmd_condition, "condition bpnumber [condition]",
-     "Set a new condition for the breakpoint, or without one make it unconditional."},
-    {"whatis", cmd_whatis, "whatis expression", "Print the type of the expression's value."},
-    {"cl clear", cmd_clear, "cl(ear) [number ... | file:line]",
-     "Delete breakpoints; without argument, all of them (after asking)."},
-    {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
-    {"enable", cmd_enable, "enable number ...", "Enable breakpoints."},
-    {"ignore", cmd_ignore, "ignore bpnumber [count]",
-     "Pass over the breakpoint's next count crossings (those where its condition\n"
-     "holds); without count, or 0, stop at it again.  In a shard_map body each\n"
-     "device's crossing counts."},
-    {"commands", cmd_commands, "commands [bpnumber]",
-     "Read commands, one a line up to 'end', to run as if typed when the breakpoint (by\n"
-     "default the last one set) stops; 'silent' first hides the stop's location.  A\n"
-     "resuming command (c, s, n, r, unt, q, j) ends the list, and the program goes on\n"
-     "after it.  An empty list removes the breakpoint's commands.  In a shard_map body\n"
-     "they run once per stop, on the focused device."},
-    {"j jump", cmd_jump, "j(ump) lineno",
-     "Make the statement at lineno the next one to run in the bottom frame.  It must\n"
-     "be a statement of the current statement's block: a jump neither enters nor\n"
-     "leaves a block.  In a shard_map body every device jumps; all must be stopped\n"
-     "at the focused device's statement."},
-    {"s step", cmd_step, "s(tep)",
-     "Run the current statement and stop at the next one, inside a called function if\n"
-     "any, or where a function is about to return (--Return--).  In a shard_map body\n"
-     "every device moves one statement."},
-    {"n next", cmd_next, "n(ext)",
-     "Run until the next statement of the current function, or until it is about to\n"
-     "return (--Return--)."},
-    {"unt until", cmd_until, "unt(il) [line]",
-     "Run until a line greater than the current one (or at least line) is reached in\n"
-     "the current frame, or until it is about to return (--Return--)."},
-    {"r return", cmd_return, "r(eturn)",
-     "Run until the current function is about to return, and stop there (--Return--)."},
-    {"retval rv", cmd_retval, "retval [@ all]",
-     "At a --Return-- stop, print the value the function returns; with '@ all', each\n"
-     "device's.  Elsewhere: '*** Not yet returned!'."},
-    {"c cont continue", cmd_continue, "c(ont(inue))", "Run until a breakpoint is hit."},
-    {"l list", cmd_list, "l(ist) [first[, last] | .]",
-     "List 11 lines around the current line, or go on listing; with arguments, the\n"
-     "lines given (a last smaller than first is a count)."},
-    {"ll longlist", cmd_longlist, "ll | longlist", "List the whole current function."},
-    {"a args", cmd_args, "a(rgs)", "Print the arguments of the current function."},
-    {"p", cmd_p, "p expression [@ all]",
-     "Print the value of expression in the current frame; with '@ all', on every device\n"
-     "of the shard_map body, each line prefixed by the device's mesh coordinates.  An\n"
-     "expression that calls a collective runs on every device at once."},
-    {"pp", cmd_pp, "pp expression [@ all]", "Like p, a long tuple or list one item per line."},
-    {"display", cmd_display, "display [expression]",
-     "Show the value of expression now and at each stop where it changed; without\n"
-     "argument, list the displayed expressions."},
-    {"undisplay", cmd_undisplay, "undisplay [expression]",
-     "Stop displaying expression; without argument, all of them."},
-    {"dev", cmd_dev, "dev [number | (coordinates)]",
-     "Focus on another device of the shard_map body: a device number (row-major) or\n"
-     "mesh coordinates such as (1, 0)."},
-    {"devices", cmd_devices, "devices",
-     "List the devices: where each stopped, or the collective it waits in; '*' marks\n"
-     "the focused one."},
-    {"restart run", cmd_restart, "restart [args ...]",
-     "Restart the program from its beginning, stopping before its first statement;\n"
-     "breakpoints and displays are kept.  With args, they become argv[1:] (split at\n"
-     "blanks).  Not available at the interactive prompt.  \"run\" is an alias."},
-    {"interact", cmd_interact, "interact",
-     "Start an interactive interpreter (prompts '>>> ' and '... ') whose names are the\n"
-     "current frame's locals and globals; its assignments do not change the frame.\n"
-     "End it with end of input (Ctrl-D) or exit().  In a shard_map body it runs on\n"
-     "the focused device."},
-    {"q quit exit", cmd_quit, "q(uit)", "Quit: the program stops."},
-};
-
-static int cmd_help(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)r;
-  if (*arg) {
-    const Cmd *c = cmd_lookup(arg);
-    if (!c) return printf("*** No help for '%s'\n", arg), 0;
-    printf("%s\n%s\n", c->usage, c->help);
-    return 0;
-  }
-  printf("Commands (type help <command>):\n");
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    printf("  %s\n", commands[i].usage);
-  printf("Anything else runs as statements in the current frame ('!' forces that); in a\n"
-         "shard_map body, a line that calls a collective runs on every device.\n"
-         "An empty line repeats the last command.\n");
-  return 0;
-}
-
-static void comp_commands(void) {
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
-    const char *p = commands[i].names;
-    while (*p) {
-      size_t k = strcspn(p, " ");
-      char w[32];
-      snprintf(w, sizeof w, "%.*s", (int)k, p);
-      comp_add(w, NULL, NULL);
-      p += k;
-      while (*p == ' ') p++;
-    }
-  }
-}
-
-static const Cmd *cmd_lookup(const char *word) {
-  size_t n = strlen(word);
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
-    const char *p = commands[i].names;
-    while (*p) {
-      size_t k = strcspn(p, " ");
-      if (k == n && strncmp(p, word, n) == 0) return &commands[i];
-      p += k;
-      while (*p == ' ') p++;
-    }
-  }
-  return NULL;
-}
-
-/* Runs one command line; 1 when the program resumes (*r set). */
-static int dispatch(Stop *st, const char *line, Resume *r) {
-  while (*line == ' ' || *line == '\t') line++;
-  if (*line == '!') {
-    exec_in(st, line + 1);
-    return 0;
-  }
-  char word[32];
-  size_t n = first_word(line, word, sizeof word);
-  const Cmd *c = n ? cmd_lookup(word) : NULL;
-  if (!c) {
-    exec_in(st, line);
-    return 0;
-  }
-  char *arg = shm_strdup(line + n);
-  if (!arg) return 0;
-  trim(arg);
-  int go = c->fn(st, arg, r);
-  shm_free(arg);
-  return go;
 }
 
 /* ==== stops ============================================================================ */
