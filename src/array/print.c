@@ -643,15 +643,11 @@ void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *)) {
 
 static bool repr_into(SBuf *b, Value *v, bool nested);
 
-/* A 0-d weak array inside a container prints as a Python number (a
- * Python number itself always does, see repr_into): the form before
- * Python numbers were host values, kept for transformation results such
- * as a loop's carry. */
+/* Only a Python number prints as one inside a container; a weakly typed
+ * 0-d array (a loop's carry, jnp.abs(-2)) shows its array form there, as
+ * JAX's repr does. */
 static bool is_python_scalar(Value *v) {
-  if (!IS_ARRAY(v))
-    return false;
-  Array *a = AS_ARRAY(v);
-  return a->ndim == 0 && (a->weak || (v->flags & VAL_IMMORTAL));
+  return arr_is_host(v);
 }
 
 static bool repr_seq(SBuf *b, Value *v, const char *open, const char *close) {

@@ -447,7 +447,8 @@ END_TEST
 
 /* ---- Python's forms ------------------------------------------------------ */
 
-static Value *weak_int(int64_t x) { return &arr_scalar_i64(DT_I32, x, true)->hdr; }
+/* A Python int (array.h: a host number), as literals and len() make. */
+static Value *weak_int(int64_t x) { return arr_python_int(x); }
 
 START_TEST(test_strings) {
   Value *s = str_from("it's");
@@ -501,14 +502,17 @@ START_TEST(test_arrays_inside_containers_use_repr) {
   Array *x = arr_new(DT_F32, 1, shape);
   ((float *)arr_data(x))[0] = 1.0f;
   ((float *)arr_data(x))[1] = 2.5f;
-  Value *f = &arr_scalar_f64(DT_F32, 0.1, true)->hdr;
+  Value *f = arr_python_float(0.1);
   Value *g = &arr_scalar_f64(DT_F32, 2.0, false)->hdr;
-  Value *t = tuple_new(3);
+  Value *w = &arr_scalar_f64(DT_F32, 0.5, true)->hdr;   /* weak, not a Python number */
+  Value *t = tuple_new(4);
   tuple_set_steal(t, 0, val_incref(&x->hdr));
   tuple_set_steal(t, 1, f);
   tuple_set_steal(t, 2, g);
+  tuple_set_steal(t, 3, w);
   expect_str(val_str(t), "(Array([1. , 2.5], dtype=float32), 0.1, "
-             "Array(2., dtype=float32))", "tuple of arrays");
+             "Array(2., dtype=float32), Array(0.5, dtype=float32, weak_type=True))",
+             "tuple of arrays");
   val_decref(t);
   val_decref(&x->hdr);
 }
