@@ -414,7 +414,29 @@ static int register_layers(int ndevices) {
 }
 
 /* Starts the interpreter and runs what the command line asks for. */
+/* The number of processes of the MPI job this process was started in
+ * (Open MPI's, or the PMI variables of other launchers), or 1.  Devices
+ * across processes (LANGUAGE.md §12) are not built yet: under a launcher
+ * of more than one process, every copy would run the whole program alone
+ * and print it again, so the run is refused instead. */
+static long mpi_world_size(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    long n = v && *v ? strtol(v, NULL, 10) : 0;
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
 static int run_interpreter(const CmdLine *cl) {
+  long procs = mpi_world_size();
+  if (procs > 1) {
+    fprintf(stderr, "shmap: error: started as one of %ld MPI processes, but this shmap runs a "
+            "program in one process (its devices are threads); devices across processes over "
+            "MPI are not supported yet: run it without mpirun\n", procs);
+    return EXIT_USAGE;
+  }
   int rc = merge_options(cl);
   if (rc) return rc;
   say_verbose();
