@@ -158,6 +158,25 @@ Value *val_int_tuple(int n, const int64_t *xs) {
   return t;
 }
 
+/* A pair of [a] and [b] (stolen, released on failure). */
+static Value *pair_steal(Value *a, Value *b) {
+  Value *t = a && b ? tuple_new(2) : NULL;
+  if (!t) {
+    if (a) val_decref(a);
+    if (b) val_decref(b);
+    return NULL;
+  }
+  tuple_set_steal(t, 0, a);
+  tuple_set_steal(t, 1, b);
+  return t;
+}
+
+Value *val_dot_dimension_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
+                                 const int64_t *lb, const int64_t *rb) {
+  return pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
+                    pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
+}
+
 void aval_of(const Array *a, AVal *out) {
   out->dtype = a->dtype;
   out->weak = a->weak;

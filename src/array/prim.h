@@ -241,4 +241,10 @@ void params_clear(Params *p);
 Value *val_int(int64_t x);
 Value *val_int_tuple(int n, const int64_t *xs);
 
+/* dot_general's dimension_numbers ((lc, rc), (lb, rb)) from [nc]
+ * contracting and [nb] batch dimension pairs (semantics: jax.lax.dot_general).
+ * A new reference, or NULL on out of memory (nothing leaked). */
+Value *val_dot_dimension_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
+                                 const int64_t *lb, const int64_t *rb);
+
 #endif

@@ -828,25 +828,6 @@ bad:
   return -1;
 }
 
-/* A pair of [a] and [b] (stolen). */
-static Value *pair_steal(Value *a, Value *b) {
-  Value *t = a && b ? tuple_new(2) : NULL;
-  if (!t) {
-    if (a) val_decref(a);
-    if (b) val_decref(b);
-    return NULL;
-  }
-  tuple_set_steal(t, 0, a);
-  tuple_set_steal(t, 1, b);
-  return t;
-}
-
-static Value *dims_value(int nc, const int64_t *lc, const int64_t *rc, int nb, const int64_t *lb,
-                         const int64_t *rb) {
-  return pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
-                    pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
-}
-
 static bool in_list(int64_t v, int n, const int64_t *xs) {
   for (int i = 0; i < n; i++)
     if (xs[i] == v) return true;
@@ -860,18 +841,18 @@ static bool in_list(int64_t v, int n, const int64_t *xs) {
 static Value *dot_transpose(Scope *s, Value *g, Value *y, const AVal *xa, const AVal *ya,
                             const int64_t *xc, const int64_t *yc, int nc, const int64_t *xb,
                             const int64_t *yb, int nb, bool swap, const Params *p) {
-  int64_t x_kept[SHM_MAXDIM], y_kept[SHM_MAXDIM];
+  int64_t x_kept[SHM_MAXDIM] = {0}, y_kept[SHM_MAXDIM] = {0};   /* only the first n are read */
   int nxk = 0, nyk = 0;
   for (int i = 0; i < xa->ndim; i++)
     if (!in_list(i, nc, xc) && !in_list(i, nb, xb)) x_kept[nxk++] = i;
   for (int i = 0; i < ya->ndim; i++)
     if (!in_list(i, nc, yc) && !in_list(i, nb, yb)) y_kept[nyk++] = i;
   /* g's dimensions: batch, then lhs kept, then rhs kept */
-  int64_t ans_batch[SHM_MAXDIM], ans_y[SHM_MAXDIM];
+  int64_t ans_batch[SHM_MAXDIM] = {0}, ans_y[SHM_MAXDIM] = {0};
   for (int i = 0; i < nb; i++) ans_batch[i] = i;
   int y_at = swap ? nb : nb + nxk;
   for (int i = 0; i < nyk; i++) ans_y[i] = y_at + i;
-  Value *dn = dims_value(nyk, ans_y, y_kept, nb, ans_batch, yb);
+  Value *dn = val_dot_dimension_numbers(nyk, ans_y, y_kept, nb, ans_batch, yb);
   Params q;
   params_init(&q);
   params_add(&q, "dimension_numbers", dn);

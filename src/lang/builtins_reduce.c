@@ -354,6 +354,17 @@ static Value *rev_axis(Value *x, int d) {
   return r;
 }
 
+/* The stable argsort of [x] (borrowed) along axis [axis] (normalised): the
+ * argsort primitive.  A new int32 array, or NULL with the error set. */
+static Value *argsort_along(Value *x, int64_t axis) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "dimension", val_int(axis));
+  Value *r = ops_apply(P_ARGSORT, 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
 /* argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
  * the stable order, NaN last (first when descending); int32, as JAX's.
  * Descending is the ascending order of the reversed array, reversed and
@@ -381,11 +392,7 @@ static Value *bi_argsort(const CallArgs *a) {
   if (bi_int_arg("argsort", "axis", axis && axis != VAL_NONE ? axis : NULL, -1, &ax) == 0 &&
       axis_normalize(ax, av.ndim, &axn) == 0) {
     Value *keys = desc ? rev_axis(src, axn) : val_incref(src);
-    Params p;
-    params_init(&p);
-    params_add(&p, "dimension", val_int(axn));
-    Value *i = keys ? ops_apply(P_ARGSORT, 1, &keys, &p) : NULL;
-    params_clear(&p);
+    Value *i = keys ? argsort_along(keys, axn) : NULL;
     if (keys) val_decref(keys);
     if (i && desc) {   /* position k of the reversed array is n-1-k of the original */
       Value *ri = rev_axis(i, axn);
@@ -471,11 +478,7 @@ static Value *lax_sort(const CallArgs *a) {
   /* the order: stable argsorts from the least significant key up */
   for (int64_t key = k - 1; key >= 0; key--) {
     Value *kv = perm ? prim_take_along(arr[key], perm, axn) : val_incref(arr[key]);
-    Params p;
-    params_init(&p);
-    params_add(&p, "dimension", val_int(axn));
-    Value *order = kv ? ops_apply(P_ARGSORT, 1, &kv, &p) : NULL;
-    params_clear(&p);
+    Value *order = kv ? argsort_along(kv, axn) : NULL;
     if (kv) val_decref(kv);
     Value *next = order && perm ? prim_take_along(perm, order, axn) : order ? val_incref(order) : NULL;
     if (order) val_decref(order);

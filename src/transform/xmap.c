@@ -611,26 +611,6 @@ static int dims_pair(Value *pair, int64_t *l, int64_t *r, int64_t sl, int64_t sr
   return (int)k1;
 }
 
-/* A tuple of two new tuples of ints (stealing each part). */
-static Value *pair_steal(Value *a, Value *b) {
-  Value *t = a && b ? tuple_new(2) : NULL;
-  if (!t) {
-    if (a) val_decref(a);
-    if (b) val_decref(b);
-    return NULL;
-  }
-  tuple_set_steal(t, 0, a);
-  tuple_set_steal(t, 1, b);
-  return t;
-}
-
-/* dot_general's dimension_numbers: ((lc, rc), (lb, rb)). */
-static Value *dims_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
-                           const int64_t *lb, const int64_t *rb) {
-  return pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
-                    pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
-}
-
 /* pdot over names both operands carry, as one dot_general: every named
  * axis of both made positional, the pdot names contracted, the names both
  * carry besides made batch dimensions, the others free; the named axes
@@ -698,7 +678,7 @@ static Value *pdot_fast(Value *x, Value *y, Value *names, Value *pc, Value *pb) 
     if (py[t] >= 0 && px[t] < 0) outn[nout] = all[t], pos_out[nout++] = next++;
   Value *xu = unwrap_all(x, xi, xs, nx), *yu = xu ? unwrap_all(y, yi, ys, ny) : NULL, *r = NULL;
   if (xu && yu) {
-    Value *dn = dims_numbers(nc, lc, rc, nb, lb, rb);
+    Value *dn = val_dot_dimension_numbers(nc, lc, rc, nb, lb, rb);
     Params p;
     params_init(&p);
     params_add(&p, "dimension_numbers", dn);

@@ -25,22 +25,8 @@ y = x + 1
 print('y is', y)
 SHM
 
-# The screen as text, one line per row.
-screen() { tmux -S "$sock" capture-pane -p -t dbg; }
-
-# Waits up to 10 s until the screen has [count] lines matching [pattern].
-wait_for() {
-  local pattern=$1 count=${2:-1}
-  for _ in $(seq 1 100); do
-    [ "$(screen | grep -c -- "$pattern")" -ge "$count" ] && return 0
-    sleep 0.1
-  done
-  echo "FAIL $name: expected $count line(s) matching '$pattern'; the screen:"
-  screen | sed 's/^/    /'
-  exit 1
-}
-
-keys() { tmux -S "$sock" send-keys -t dbg "$@"; }
+# screen, wait_for, keys
+. "$(dirname "$0")/tmux.bash"
 
 # HOME and XDG_STATE_HOME point into $tmp so no history file of the user's
 # is read or written.
