@@ -10,6 +10,9 @@
 #   2. the language tests: `shmap --test tests/lang` (run from SRCDIR),
 #      the examples (`shmap --test examples`), and the shard_map tests and
 #      examples once more in reference mode (SHMAP_REFERENCE=1);
+#      with MPI (and not under a sanitizer), the shard_map, collective
+#      and xmap tests and the examples once more over `mpirun -np 2` and
+#      `-np 4` (SHMAP_TEST_MPI, testrun.h);
 #   3. the manual's examples: tests/man-examples.sh;
 #   4. the --test runner itself: its report on the deliberately failing
 #      fixtures of tests/testrun must equal tests/testrun/expected.out;
@@ -182,6 +185,18 @@ if [ -x "$builddir/shmap" ]; then
   # Their expected output is the threaded run's, so the two must agree.
   # shellcheck disable=SC2016
   run_report "reference mode" bash -c 'cd "$1" && SHMAP_REFERENCE=1 exec "$2" --test tests/lang/shard_map_*.shm tests/lang/coll_*.shm examples' _ "$srcdir" "$builddir/shmap"
+  # The shard_map, collective and xmap tests and the examples again over
+  # 2 and 4 MPI processes (LANGUAGE.md section 12), whose output must be
+  # one process's; not in sanitizer builds (Open MPI is not instrumented).
+  if "$builddir/shmap" --version | grep -q '^MPI: Open MPI' && command -v mpirun >/dev/null &&
+     [ "$SHMAP_TEST_SCALE" -eq 1 ]; then
+    for np in 2 4; do
+      # shellcheck disable=SC2016
+      run_report "mpirun -np $np" bash -c 'cd "$1" && SHMAP_TEST_MPI=$3 exec "$2" --test tests/lang/*shard_map*.shm tests/lang/coll_*.shm tests/lang/xmap_*.shm examples' _ "$srcdir" "$builddir/shmap" "$np"
+    done
+  else
+    echo "note: the MPI runs are skipped (a build without MPI, no mpirun, or a sanitizer build)"
+  fi
   run_report "man examples" bash "$srcdir/tests/man-examples.sh" "$builddir" "$srcdir"
   run_selftest
   run_scripts "terminal" tests/tty

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "base/error.h"
+
+#include <pthread.h>
 #include "base/mem.h"
 
 atomic_int shm_interrupted;
@@ -29,6 +31,10 @@ static int index_lines(Source *s) {
   return 0;
 }
 
+/* Every live source, newest first, for src_find (guarded by sources_lock). */
+static pthread_mutex_t sources_lock = PTHREAD_MUTEX_INITIALIZER;
+static Source *sources;
+
 Source *src_new(const char *name, const char *text) {
   Source *s = shm_calloc(1, sizeof *s);
   if (!s) return err_nomem();
@@ -39,6 +45,20 @@ Source *src_new(const char *name, const char *text) {
     src_decref(s);
     return err_nomem();
   }
+  pthread_mutex_lock(&sources_lock);
+  s->next_live = sources;
+  sources = s;
+  s->listed = true;
+  pthread_mutex_unlock(&sources_lock);
+  return s;
+}
+
+Source *src_find(const char *name) {
+  pthread_mutex_lock(&sources_lock);
+  Source *s = sources;
+  while (s && strcmp(s->name, name) != 0) s = s->next_live;
+  if (s) src_incref(s);
+  pthread_mutex_unlock(&sources_lock);
   return s;
 }
 
@@ -79,6 +99,13 @@ void src_incref(Source *s) {
 
 void src_decref(Source *s) {
   if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  if (s->listed) {
+    pthread_mutex_lock(&sources_lock);
+    Source **pp = &sources;
+    while (*pp != s) pp = &(*pp)->next_live;
+    *pp = s->next_live;
+    pthread_mutex_unlock(&sources_lock);
+  }
   shm_free(s->name);
   shm_free(s->text);
   shm_free((void *)s->lines);

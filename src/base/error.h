@@ -35,6 +35,8 @@ typedef struct Source {
   char *text;            /* whole text, NUL-terminated, owned */
   int nlines;            /* number of lines */
   const char **lines;    /* lines[i] points at the start of line i+1 in text */
+  struct Source *next_live; /* the list src_find searches (error.c's lock) */
+  bool listed;
 } Source;
 
 /* A position in a source: 1-based line and column.  src may be NULL for
@@ -51,6 +53,11 @@ Source *src_new(const char *name, const char *text);
 /* Reads a whole file into a new source.  On failure sets the error
  * "cannot open 'NAME': <strerror>" and returns NULL. */
 Source *src_from_file(const char *path);
+
+/* The newest live source named [name] (a new reference), or NULL: an
+ * error another process raised names its place by file name (shardmap.c
+ * under mpirun, where every process has read the same files). */
+Source *src_find(const char *name);
 
 void src_incref(Source *s);
 void src_decref(Source *s);

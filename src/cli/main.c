@@ -28,6 +28,7 @@
 #include "spmd/device.h"
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
+#include "spmd/transport.h"
 #include "transform/control.h"
 #include "transform/ad.h"
 #include "transform/batch.h"
@@ -413,38 +414,44 @@ static int register_layers(int ndevices) {
   return dev_start(ndevices);
 }
 
-/* Starts the interpreter and runs what the command line asks for. */
-/* The number of processes of the MPI job this process was started in
- * (Open MPI's, or the PMI variables of other launchers), or 1.  Devices
- * across processes (LANGUAGE.md §12) are not built yet: under a launcher
- * of more than one process, every copy would run the whole program alone
- * and print it again, so the run is refused instead. */
-static long mpi_world_size(void) {
-  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char *v = getenv(vars[i]);
-    long n = v && *v ? strtol(v, NULL, 10) : 0;
-    if (n > 0) return n;
+/* Under mpirun (LANGUAGE.md section 12): starts the transport, which gives
+ * this process its share of the devices, and keeps the standard output
+ * and error of process 0 only, since every process runs the whole
+ * program.  The REPL and the debugger read the terminal, which only one
+ * process has: refused.  Returns the number of device threads to start,
+ * or -1 after reporting. */
+static int start_processes(const CmdLine *cl) {
+  int local = transport_init(shm_options.devices);
+  if (local < 0) return report_error(), -1;
+  if (!transport_active()) return local;
+  if (shm_options.interactive || shm_options.debug || shm_options.post_mortem) {
+    if (transport_rank() == 0)
+      fprintf(stderr, "shmap: error: the REPL, -i, --debug and --pm need one process: "
+              "under mpirun only process 0 has the terminal\n");
+    return -1;
   }
-  return 1;
+  (void)cl;
+  if (transport_rank() != 0) {
+    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) return -1;
+  }
+  return local;
 }
 
+/* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
-  long procs = mpi_world_size();
-  if (procs > 1) {
-    fprintf(stderr, "shmap: error: started as one of %ld MPI processes, but this shmap runs a "
-            "program in one process (its devices are threads); devices across processes over "
-            "MPI are not supported yet: run it without mpirun\n", procs);
-    return EXIT_USAGE;
-  }
   int rc = merge_options(cl);
   if (rc) return rc;
+  int local = start_processes(cl);
+  if (local < 0) {
+    transport_finalize();
+    return 1;
+  }
   say_verbose();
   install_sigint();
   tl_start(cl->trace != NULL, cl->comm_stats);
   if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;
-  if (interp_init(shm_options.devices) < 0 || register_layers(shm_options.devices) < 0 ||
+  if (interp_init(shm_options.devices) < 0 || register_layers(local) < 0 ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
     rc = report_error();
@@ -462,6 +469,8 @@ static int run_interpreter(const CmdLine *cl) {
   tl_free();
   interp_free();
   cfg_free(&shm_options);
+  transport_bye(rc);
+  transport_finalize();
   return rc;
 }
 
@@ -474,6 +483,7 @@ static void print_version(void) {
   la_init(); /* the kernel choice is made there, before BLIS starts */
   printf("shmap %s\n", SHMAP_VERSION);
   printf("BLIS architecture: %s\n", la_blis_arch());
+  printf("MPI: %s\n", transport_library());
 }
 
 int main(int argc, char **argv) {

@@ -109,6 +109,7 @@ typedef struct Expect {
   StrList env;        /* NAME=VALUE */
   StrList in;         /* `# stdin:` lines, the child's standard input */
   StrList in_file;    /* `# stdin-file:` (one path): the standard input */
+  int mpi_max;        /* `# mpi-max: N`: run over at most N processes; 0 any */
   char problem[256];  /* a malformed directive; the test fails with it */
 } Expect;
 
@@ -227,6 +228,7 @@ static void parse_line(Expect *e, const char *line, const char *dir, bool *in_bl
   else if ((v = directive(c, "stdin"))) list_push_str(&e->in, v);
   else if ((v = directive(c, "stdin-file"))) set_stdin_file(e, v, dir);
   else if ((v = directive(c, "expect-exit"))) set_exit(e, v);
+  else if ((v = directive(c, "mpi-max"))) e->mpi_max = atoi(v);
   else if ((v = directive(c, "expect-error"))) add_error(e, v);
   else if (strncmp(c, "# expect", 8) == 0 && strchr(c, ':'))
     snprintf(e->problem, sizeof e->problem, "unknown directive '%.*s'",
@@ -291,6 +293,36 @@ static char *slurp_fd(int fd, size_t *len) {
   return buf;
 }
 
+/* SHMAP_TEST_MPI=P: every test runs as `mpirun -np P` processes of this
+ * executable (LANGUAGE.md section 12), to show that a program's output is
+ * the same over P processes as in one; 0 when unset. */
+static int mpi_procs;
+
+/* Why a test cannot run over mpi_procs processes, or NULL: it reads the
+ * terminal (the debugger, the REPL, standard input), writes a file from
+ * every process (--trace), or its device count does not divide evenly. */
+static const char *mpi_skip(const Expect *e) {
+  long devices = 8;
+  for (size_t i = 0; i < e->options.len; i++) {
+    const char *o = e->options.items[i];
+    if (!strcmp(o, "--debug") || !strcmp(o, "--pm") || !strcmp(o, "-i") ||
+        !strcmp(o, "--interactive"))
+      return "reads the terminal";
+    if (!strncmp(o, "--trace", 7) || !strcmp(o, "--comm-stats")) return "per-process files";
+    if (!strcmp(o, "--devices") && i + 1 < e->options.len)
+      devices = strtol(e->options.items[i + 1], NULL, 10);
+    else if (!strncmp(o, "--devices=", 10))
+      devices = strtol(o + 10, NULL, 10);
+  }
+  for (size_t i = 0; i < e->env.len; i++)
+    if (!strncmp(e->env.items[i], "SHMAP_DEVICES=", 14))
+      devices = strtol(e->env.items[i] + 14, NULL, 10);
+  if (e->in.len || e->in_file.len) return "reads standard input";
+  if (e->mpi_max && mpi_procs > e->mpi_max) return "more processes than its mpi-max";
+  if (devices % mpi_procs) return "devices not divisible by the processes";
+  return NULL;
+}
+
 /* The child's environment: no user config, no inherited device count or
  * module path, then the test's own settings. */
 static void child_env(const Expect *e) {
@@ -298,6 +330,10 @@ static void child_env(const Expect *e) {
   unsetenv("SHMAP_DEVICES");
   unsetenv("SHMAP_PATH");
   for (size_t i = 0; i < e->env.len; i++) putenv(e->env.items[i]);
+  if (mpi_procs) {   /* CI runs as root, which mpirun refuses unless told */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
 }
 
 /* In the child: wire up the files and exec [exe] on the test. */
@@ -311,15 +347,26 @@ static void child_run(const char *exe, const char *path, const Expect *e, int in
   setrlimit(RLIMIT_FSIZE, &lim);
   signal(SIGPIPE, SIG_DFL);
   child_env(e);
-  size_t argc = 0, max = e->options.len + e->args.len + 3;
+  size_t argc = 0, max = e->options.len + e->args.len + 12;
   char **argv = calloc(max, sizeof *argv);
+  char np[16];
   if (!argv) _exit(127);
-  argv[argc++] = "shmap";
+  if (mpi_procs) {
+    snprintf(np, sizeof np, "%d", mpi_procs);
+    const char *pre[] = {"mpirun", "--oversubscribe", "--bind-to", "none", "-np", np};
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) argv[argc++] = (char *)pre[i];
+    argv[argc++] = (char *)exe;
+  } else {
+    argv[argc++] = "shmap";
+  }
   for (size_t i = 0; i < e->options.len; i++) argv[argc++] = e->options.items[i];
   argv[argc++] = (char *)path;
   for (size_t i = 0; i < e->args.len; i++) argv[argc++] = e->args.items[i];
   argv[argc] = NULL;
-  execv(exe, argv);
+  if (mpi_procs)
+    execvp("mpirun", argv);
+  else
+    execv(exe, argv);
   dprintf(2, "shmap: error: cannot run '%s': %s\n", exe, strerror(errno));
   _exit(127);
 }
@@ -569,8 +616,9 @@ static bool run_and_judge(FILE *rep, const char *exe, const char *path, const Ex
 }
 
 /* Runs one test file and prints its PASS/FAIL line, then the reasons of a
- * failure; true if it passed. */
-static bool run_test(const char *exe, const char *path) {
+ * failure: 1 if it passed, 0 if not, -1 when it was skipped (SKIP and why:
+ * it cannot run over mpi_procs processes). */
+static int run_test(const char *exe, const char *path) {
   StrList lines = {0};
   if (!read_lines(path, &lines)) return false;
   char *dir = dir_of(path);
@@ -578,6 +626,12 @@ static bool run_test(const char *exe, const char *path) {
   parse_expect(&e, &lines, dir ? dir : ".");
   list_free(&lines);
   shm_free(dir);
+  const char *skip = mpi_procs && !e.problem[0] ? mpi_skip(&e) : NULL;
+  if (skip) {
+    printf("SKIP %s (%s)\n", path, skip);
+    expect_free(&e);
+    return -1;
+  }
   char *report = NULL;
   size_t size = 0;
   FILE *rep = open_memstream(&report, &size);
@@ -632,10 +686,18 @@ int testrun_main(int n, char *const paths[], const char *exe) {
   StrList tests = {0};
   int passed = 0, failed = 0;
   if (!exe) exe = "/proc/self/exe";
+  const char *procs = getenv("SHMAP_TEST_MPI");
+  mpi_procs = procs ? atoi(procs) : 0;
+  if (mpi_procs && !strcmp(exe, "/proc/self/exe")) {
+    static char self[4096];   /* mpirun runs a path, not this process's link */
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) self[len] = 0, exe = self;
+  }
   collect(n, paths, &tests);
   for (size_t i = 0; i < tests.len; i++) {
-    if (run_test(exe, tests.items[i])) passed++;
-    else failed++;
+    int r = run_test(exe, tests.items[i]);
+    if (r > 0) passed++;
+    else if (r == 0) failed++;
     fflush(stdout);
   }
   list_free(&tests);

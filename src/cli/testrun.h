@@ -41,6 +41,8 @@
  *                         by a newline (scripted debugger sessions).
  *   # stdin-file: NAME    the child's standard input is the file NAME,
  *                         relative to the test's directory.
+ *   # mpi-max: N          under SHMAP_TEST_MPI (below), run only over at
+ *                         most N processes (a known limit it shows).
  *
  * In ARGS and VALUE, `${TESTDIR}` is the directory of the test file.
  * A comment that begins "# expect" and has a ':' but is none of the
@@ -56,6 +58,13 @@
  * still running after the timeout (SHMAP_TEST_TIMEOUT seconds, default
  * 60), fails and says so.
  *
+ * With SHMAP_TEST_MPI=P in the environment every test runs as `mpirun
+ * --oversubscribe --bind-to none -np P` processes of this executable
+ * (LANGUAGE.md section 12) with the same expectations: a program's output
+ * over P processes is one process's.  A test that reads the terminal
+ * (--debug, -i, stdin directives), writes per-process files (--trace,
+ * --comm-stats), or whose device count P does not divide is not run: its
+ * line says `SKIP path (why)` and it is not counted.
  * The child's environment is made reproducible: SHMAP_CONFIG is set to ""
  * (no config file is read) and SHMAP_DEVICES and SHMAP_PATH are removed,
  * before the test's own `# env:` lines apply.  The child runs in the

@@ -71,6 +71,7 @@
 #include "lang/eval.h"
 #include "array/kernels.h"
 #include "base/mem.h"
+#include "spmd/transport.h"
 
 #define COLL_HIST 8            /* runs of descriptors remembered per device */
 #define COLL_MAX_IN 6          /* operands of a collective (ragged_all_to_all) */
@@ -158,6 +159,14 @@ typedef struct CallMemo {
   char params[COLL_PARAMS_CAP];   /* params_canon's text */
 } CallMemo;
 
+/* A device's exit record, sent to the other processes as it leaves the
+ * body (coll_device_exit): peers waiting for it there fail instead of
+ * waiting forever. */
+typedef struct XExit {
+  int rank, line, failed;
+  long count;                     /* collectives it entered */
+} XExit;
+
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
@@ -215,6 +224,20 @@ typedef struct Slot {
   int *peers;                     /* [ndevices]: its current call's participants */
   AxesMemo axes_memo;
   CallMemo memo;
+  /* across processes (transport.h).  The local leader's (its first local
+   * participant's) exchange, read by the call's other local participants
+   * after the barrier that follows it: */
+  Array **xin;                    /* [n * nin]: every participant's operands
+                                     (local ones borrowed, remote ones owned) */
+  int xn, xnin;                   /* its participants and operands */
+  int xrc;                        /* -1: the exchange failed with xkind, xmsg */
+  ErrKind xkind;
+  char xmsg[768];
+  int *lpeers;                    /* [ndevices]: the current call's local participants */
+  XExit xexit;                    /* its exit record, sent as it leaves the body */
+  void **xreqs;                   /* [processes]: those sends */
+  /* a remote device, from its exit record (guarded by the lock, like exited): */
+  long xcount;                    /* collectives it entered */
 } Slot;
 
 _Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -
@@ -234,6 +257,8 @@ struct CollGroup {
   ErrKind abort_kind;             /* guarded */
   char abort_msg[512];            /* guarded */
   Slot *slots;                    /* [mesh.ndevices] */
+  int parity;                     /* the call's number mod 2, in every tag of its
+                                     messages between processes */
 };
 
 /* One collective call in progress on one device (on its stack). */
@@ -246,6 +271,8 @@ typedef struct Call {
   int *peers;                     /* [n] ranks in participant order */
   int axis_size;                  /* size of the flattened named axis */
   Array **in, **out;
+  bool cross;                     /* participants on other processes */
+  Array **xin;                    /* then: every participant's operands */
   /* when the timeline or the communication counts record (timeline.h): */
   int64_t t0, wait0, wait1;       /* entry; the wait for the peers (tl_now) */
   int waited_for;                 /* first peer missing when it began, or -1 */
@@ -689,6 +716,14 @@ static void init_lock(pthread_mutex_t *m, bool spin) {
   pthread_mutexattr_destroy(&a);
 }
 
+/* Allocates slot [s]'s arrays for calls across processes: 0, or -1. */
+static int x_alloc(Slot *s, int n) {
+  if (!transport_active()) return 0;
+  s->lpeers = shm_calloc((size_t)n, sizeof(int));
+  s->xreqs = shm_calloc((size_t)transport_procs(), sizeof(void *));
+  return s->lpeers && s->xreqs ? 0 : -1;
+}
+
 /* Zeroed slots for [n] devices, on boundaries of a pair of cache lines,
  * as the alignment of their members requires (calloc gives only 16). */
 static Slot *slots_alloc(int n) { return shm_pair_alloc((size_t)n * sizeof(Slot)); }
@@ -715,11 +750,13 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   g->mesh = *mesh;
   g->slots = slots_alloc(n);
   bool ok = g->slots != NULL;
-  for (int r = 0; ok && r < n; r++) ok = own_alloc(&g->slots[r], n) == 0;
+  for (int r = 0; ok && r < n; r++) ok = own_alloc(&g->slots[r], n) == 0 && x_alloc(&g->slots[r], n) == 0;
   if (!ok) {
     coll_group_free(g);
     return err_nomem();
   }
+  static int calls;   /* every process makes the same calls, so counts alike */
+  g->parity = calls++ & 1;
   g->reference = reference;
   g->spin = !reference && n <= ncores();
   init_lock(&g->lock, g->spin);
@@ -757,6 +794,8 @@ void coll_group_free(CollGroup *g) {
     for (int r = 0; r < g->mesh.ndevices; r++) {
       memo_free(&g->slots[r]);
       shm_free(g->slots[r].own);
+      shm_free(g->slots[r].lpeers);
+      shm_free(g->slots[r].xreqs);
     }
     shm_free(g->slots);
   }
@@ -1380,7 +1419,7 @@ static void read_flat(char *dst, const Array *a, int64_t lo, int64_t len);
  * participant whose descriptor agrees (it depends on the operand's aval
  * only), and a disagreement fails the arrival before data moves. */
 static bool uses_lane(const Call *c, const Array *x) {
-  return !c->g->reference && c->n > 1 &&
+  return !c->g->reference && !c->cross && c->n > 1 &&
          (size_t)x->size * dt_size(x->dtype) <= COLL_LANE_BYTES;
 }
 
@@ -1456,6 +1495,291 @@ static void lane_write(Call *c, const Array *x) {
 /* Sets up [c] on the calling device: group, axes, participants, descriptor.
  * A call with the parameters of the device's previous one takes the
  * axes, participants and parameter text from the memo. */
+/* ---- across processes ------------------------------------------------------------
+ *
+ * Under mpirun a call's devices live in several processes (transport.h);
+ * each process runs the body on its own devices only.  A collective whose
+ * participants are all local runs as above.  One with participants
+ * elsewhere (c->cross) runs in three steps:
+ *   1. the local participants meet as usual (rendezvous over them alone);
+ *   2. the first of them, the local leader, sends a header (the
+ *      collective's number and descriptor, and which participants it
+ *      speaks for) and their operands to every other process holding
+ *      participants, and receives theirs into arrays of its own (proxies);
+ *      the descriptors must agree, as within a process;
+ *   3. after a barrier every local participant computes its own output
+ *      from all the operands with the algorithms that read peers' operands
+ *      and write only their own output (the same folds, in the same
+ *      participant order: the bits equal a one-process run's), and a
+ *      final barrier lets the leader free the proxies.
+ * While it waits for a header the leader reads what the other processes
+ * said: a header of the same number listing one of its participants under
+ * another descriptor is a mismatch, a later one a participant that went
+ * past it, an exit record one that returned from the body; each is the
+ * error a one-process run gives, never a hang.
+ */
+
+/* The pool device of mesh rank [r]. */
+static int x_device(const CollGroup *g, int r) {
+  return g->mesh.device_ids ? g->mesh.device_ids[r] : r;
+}
+
+static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_device(g, r)); }
+
+static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
+
+/* A collective's header: the sender's participants follow it. */
+typedef struct XHeader {
+  long seq;
+  int first, nloc;                /* the group's first participant; the sender's count */
+  CollDesc desc;
+  int ranks[];                    /* [nloc] the sender's participants, in participant order */
+} XHeader;
+
+/* The tag key of collective #seq of the group whose first participant is
+ * [first]: one call's parity, 16 bits of the number, 11 of the rank. */
+static int x_key(const CollGroup *g, long seq, int first) {
+  return (g->parity << 27) | (int)((seq & 0xFFFF) << 11) | (first & 0x7FF);
+}
+
+/* Applies exit records of this call to the remote slots (lock held). */
+static bool x_apply_exit(TransportMsg *m, void *arg) {
+  CollGroup *g = arg;
+  if (m->tag != transport_tag(TRANSPORT_EXIT, g->parity << 27)) return false;
+  const XExit *e = (const XExit *)m->data;
+  Slot *s = &g->slots[e->rank];
+  s->exited = true;
+  s->failed = e->failed;
+  s->exit_line = e->line;
+  s->xcount = e->count;
+  transport_msg_free(m);
+  return true;
+}
+
+/* What a conflicting header says, for x_check. */
+typedef struct XConflict {
+  const Call *c;
+  int proc;
+  int rank;                       /* the participant it concerns, or -1 */
+  CollDesc desc;
+  bool later;                     /* a later collective (went past) */
+} XConflict;
+
+static bool x_find_conflict(TransportMsg *m, void *arg) {
+  XConflict *x = arg;
+  const Call *c = x->c;
+  const XHeader *h = (const XHeader *)m->data;
+  if (x->rank >= 0 || m->source != x->proc || ((m->tag >> 29) & 1) != c->g->parity) return false;
+  if (h->seq < c->seq || (h->seq == c->seq && h->first == c->peers[0])) return false;
+  for (int i = 0; i < h->nloc; i++)
+    for (int q = 0; q < c->n; q++)
+      if (c->peers[q] == h->ranks[i]) {
+        x->rank = h->ranks[i];
+        x->desc = h->desc;
+        x->later = h->seq > c->seq;
+        return false;
+      }
+  return false;
+}
+
+/* Checks, while waiting for process [proc]'s header [tag], whether it can
+ * still come: 0 yes, -1 with the error set.  What it reads may have come
+ * in (another thread polls) after the caller looked for the header, and
+ * the header before it: so no error while the header is there. */
+static int x_check(const Call *c, int proc, int tag) {
+  if (transport_has(proc, tag)) return 0;
+  CollGroup *g = c->g;
+  pthread_mutex_lock(&g->lock);
+  transport_scan(TRANSPORT_EXIT, x_apply_exit, g);
+  if (transport_has(proc, tag)) {   /* it came with the records */
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+  }
+  int rc = abort_error(g);
+  /* a participant that returned is the cause; one that failed may be its echo */
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; rc == 0 && q < c->n; q++) {
+      int p = c->peers[q];
+      if (x_proc(g, p) == proc && g->slots[p].exited && g->slots[p].failed == (pass == 1))
+        rc = left_error(g, c, p, g->slots[p].failed);
+    }
+  pthread_mutex_unlock(&g->lock);
+  if (rc < 0) return -1;
+  XConflict x = {.c = c, .proc = proc, .rank = -1};
+  transport_scan(TRANSPORT_HEADER, x_find_conflict, &x);
+  if (transport_has(proc, tag)) return 0;
+  if (x.rank < 0) return transport_departed(proc, "a collective");
+  if (x.later) return passed_error(g, c, x.rank);
+  return mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
+}
+
+/* Waits for process [proc]'s header of collective [c]. */
+static TransportMsg *x_wait_header(const Call *c, int proc, int tag) {
+  for (;;) {
+    transport_poll();
+    TransportMsg *m = transport_take(proc, tag);
+    if (m) return m;
+    if (x_check(c, proc, tag) < 0) return NULL;
+    sched_yield();
+  }
+}
+
+/* The processes other than this one that hold participants of [c], in
+ * increasing order, into [procs]; their number. */
+static int x_procs(const Call *c, int *procs) {
+  int np = 0, me = transport_rank();
+  for (int q = 0; q < c->n; q++) {
+    int p = x_proc(c->g, c->peers[q]), i = 0;
+    if (p == me) continue;
+    while (i < np && procs[i] != p) i++;
+    if (i == np) procs[np++] = p;
+  }
+  for (int i = 1; i < np; i++)
+    for (int j = i; j > 0 && procs[j - 1] > procs[j]; j--) {
+      int t = procs[j]; procs[j] = procs[j - 1]; procs[j - 1] = t;
+    }
+  return np;
+}
+
+/* The proxies of process [proc]'s participants, allocated as this
+ * device's operands are shaped (the descriptors agreed), and the pieces to
+ * receive their data into.  0, or -1 with the error set. */
+static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
+  int nin = c->desc.nin, k = 0;
+  for (int i = 0; i < h->nloc; i++) {
+    int q = 0;
+    while (q < c->n && c->peers[q] != h->ranks[i]) q++;
+    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
+                                  "sent operands for devices outside this group"), -1;
+    for (int j = 0; j < nin; j++) {
+      const Array *mine = c->in[j];
+      Array *a = arr_new(mine->dtype, mine->ndim, mine->shape);
+      if (!a) return -1;
+      tab[q * nin + j] = a;
+      iov[k++] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
+    }
+  }
+  return k;
+}
+
+/* Receives every other process's header and operands into [tab]. */
+static int x_receive(const Call *c, const int *procs, int np, Array **tab, TransportIov *iov) {
+  int tag = transport_tag(TRANSPORT_HEADER, x_key(c->g, c->seq, c->peers[0]));
+  for (int i = 0; i < np; i++) {
+    TransportMsg *m = x_wait_header(c, procs[i], tag);
+    if (!m) return -1;
+    const XHeader *h = (const XHeader *)m->data;
+    int k = desc_equal(&h->desc, &c->desc)
+                ? x_proxies(c, h, tab, iov)
+                : mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+    transport_msg_free(m);
+    if (k < 0 || transport_recv_data(procs[i], tag & ~3, iov, k) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The leader's exchange (step 2): fills the leader slot's xin.  Operands
+ * that are not contiguous are sent from contiguous copies. */
+static int x_exchange(const Call *c, const Call *lc) {
+  CollGroup *g = c->g;
+  Slot *me = &g->slots[c->rank];
+  int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
+  Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
+  Array **copies = shm_calloc((size_t)(lc->n * nin) + 1, sizeof(Array *));
+  TransportIov *iov = shm_calloc((size_t)(n * nin) + 1, sizeof(TransportIov));
+  XHeader *h = shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)lc->n);
+  void **reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  me->xin = tab;
+  me->xn = n;
+  me->xnin = nin;
+  if (!tab || !copies || !iov || !h || !reqs) {
+    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
+    return err_nomem(), -1;
+  }
+  int k = 0;
+  *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
+  for (int q = 0; q < n; q++) {
+    if (!x_local(g, c->peers[q])) continue;
+    h->ranks[k / (nin ? nin : 1)] = c->peers[q];
+    for (int j = 0; j < nin; j++, k++) {
+      Array *a = g->slots[c->peers[q]].in[j];
+      tab[q * nin + j] = a;
+      if (!a->contiguous && a->ndim > 0) a = copies[k] = arr_contiguous(a);
+      iov[k] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
+    }
+  }
+  int key = x_key(g, c->seq, c->peers[0]);
+  TransportIov hv = {h, sizeof(XHeader) + sizeof(int) * (size_t)lc->n};
+  for (int i = 0; i < np; i++) {
+    reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    reqs[2 * i + 1] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
+  }
+  /* the pieces of this process's operands are in iov[0..k); receive after them */
+  int rc = x_receive(c, procs, np, tab, iov + k);
+  transport_wait_sends(reqs, 2 * np);
+  for (int i = 0; i < lc->n * nin; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
+  shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
+  return rc;
+}
+
+/* Frees the leader's proxies (the remote participants' operands). */
+static void x_free(CollGroup *g, Slot *lead) {
+  if (!lead->xin) return;
+  for (int q = 0; q < lead->xn; q++)
+    if (!x_local(g, lead->peers[q]))
+      for (int j = 0; j < lead->xnin; j++) {
+        Array *a = lead->xin[q * lead->xnin + j];
+        val_decref(a ? &a->hdr : NULL);
+      }
+  shm_free(lead->xin);
+  lead->xin = NULL;
+}
+
+/* Runs collective [c], which has participants on other processes, with
+ * [body] computing this device's output from every operand (peer_in). */
+static int x_run(Call *c, int (*body)(const Call *c, const void *arg), const void *arg) {
+  CollGroup *g = c->g;
+  Call lc = *c;
+  lc.peers = g->slots[c->rank].lpeers;
+  lc.n = 0;
+  for (int q = 0; q < c->n; q++)
+    if (x_local(g, c->peers[q])) {
+      if (c->peers[q] == c->rank) lc.pos = lc.n;
+      lc.peers[lc.n++] = c->peers[q];
+    }
+  if (rendezvous(&lc) < 0) return -1;
+  Slot *lead = &g->slots[lc.peers[0]];
+  if (lc.pos == 0) {
+    lead->xrc = x_exchange(c, &lc);
+    if (lead->xrc < 0) {
+      lead->xkind = err_kind();
+      snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
+    }
+  }
+  barrier(&lc);
+  int rc = lead->xrc;
+  if (rc < 0 && lc.pos != 0) {
+    err_set(lead->xkind, "%s", lead->xmsg);
+    dev_error_secondary();
+  } else if (rc == 0) {
+    c->xin = lead->xin;
+    rc = body(c, arg);
+  }
+  barrier(&lc);
+  if (lc.pos == 0) x_free(g, lead);
+  finish(&lc);
+  return rc;
+}
+
+/* Sends device [rank]'s exit record to every other process. */
+static void x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed) {
+  s->xexit = (XExit){rank, line, failed, atomic_load(&s->published) + 1};
+  TransportIov v = {&s->xexit, sizeof s->xexit};
+  for (int p = 0; p < transport_procs(); p++)
+    if (p != transport_rank())
+      s->xreqs[p] = transport_isend(p, transport_tag(TRANSPORT_EXIT, g->parity << 27), &v, 1);
+}
+
 static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
                      int nin, Array **out) {
   const char *prim = kind_names[kind];
@@ -1481,6 +1805,8 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->desc.line = eval_current_loc().line;
   if (tl_tracing() || tl_counting()) c->t0 = tl_now();
   sig_of(in, nin, &c->desc);
+  c->cross = false;
+  c->xin = NULL;
   CallMemo *m = &s->memo;
   if (memo_hit(m, kind, p)) {
     c->desc.naxes = m->naxes;
@@ -1489,14 +1815,16 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
     c->pos = m->pos;
     c->axis_size = m->axis_size;
     memcpy(c->desc.params, m->params, strlen(m->params) + 1);
-    return 0;
+  } else {
+    memo_clear(m);  /* find_participants rewrites the peers */
+    if (memo_axes(s, prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0 ||
+        find_participants(c, prim, p) < 0)
+      return -1;
+    params_canon(p, c->desc.params, sizeof c->desc.params);
+    memo_fill(m, kind, p, c);
   }
-  memo_clear(m);  /* find_participants rewrites the peers */
-  if (memo_axes(s, prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0 ||
-      find_participants(c, prim, p) < 0)
-    return -1;
-  params_canon(p, c->desc.params, sizeof c->desc.params);
-  memo_fill(m, kind, p, c);
+  if (transport_active())
+    for (int i = 0; i < c->n && !c->cross; i++) c->cross = !x_local(c->g, c->peers[i]);
   return 0;
 }
 
@@ -1518,6 +1846,7 @@ void coll_device_exit(CollGroup *g, int rank, bool failed) {
   s->exited = true;
   s->failed = failed;
   s->exit_line = line;
+  if (transport_active()) x_send_exit(g, s, rank, line, failed);
   if (g->reference && g->baton == rank) pass_baton(g, rank);
   bump(g);
   pthread_mutex_unlock(&g->lock);
@@ -1600,9 +1929,49 @@ static void run_one(int rank, void *arg) {
   coll_device_exit(ra->g, rank, err_occurred());
 }
 
+typedef struct XRunArg {
+  RunArg ra;
+  const int *ranks;               /* local index -> mesh rank */
+} XRunArg;
+
+static void x_run_one(int i, void *arg) {
+  XRunArg *x = arg;
+  run_one(x->ranks[i], &x->ra);
+}
+
+/* coll_run over the devices of this process (the others run elsewhere):
+ * then waits for the exit records' sends. */
+static int x_coll_run(CollGroup *g, void (*fn)(int rank, void *ctx), void *ctx) {
+  int n = g->mesh.ndevices, nl = 0;
+  int *ranks = shm_malloc(sizeof(int) * (size_t)n), *pool = shm_malloc(sizeof(int) * (size_t)n);
+  if (!ranks || !pool) {
+    shm_free(ranks), shm_free(pool);
+    return err_nomem(), -1;
+  }
+  for (int r = 0; r < n; r++)
+    if (x_local(g, r)) {
+      ranks[nl] = r;
+      pool[nl++] = transport_pool_index(x_device(g, r));
+    }
+  XRunArg x = {{g, fn, ctx}, ranks};
+  int rc = nl ? dev_run(nl, pool, x_run_one, &x) : 0;
+  for (int i = 0; i < nl; i++) transport_wait_sends(g->slots[ranks[i]].xreqs, transport_procs());
+  shm_free(ranks), shm_free(pool);
+  return rc;
+}
+
 int coll_run(CollGroup *g, void (*fn)(int rank, void *ctx), void *ctx) {
+  if (transport_active()) return x_coll_run(g, fn, ctx);
   RunArg ra = {g, fn, ctx};
   return dev_run(g->mesh.ndevices, g->mesh.device_ids, run_one, &ra);
+}
+
+int coll_group_parity(const CollGroup *g) { return g->parity; }
+
+bool coll_first_local(const DevCtx *d) {
+  int r = 0;
+  while (r < d->rank && !x_local(d->group, r)) r++;
+  return r == d->rank;
 }
 
 /* ---- strided views ------------------------------------------------------------ */
@@ -1859,6 +2228,12 @@ static void red_next(const RedArg *r, char *o, const char *b, int64_t n) {
 
 /* All participants' operand [k] stacked into one contiguous buffer,
  * participant-major: global[q] is participant q's block, row-major. */
+/* Operand [k] of participant [q] (its position) of collective [c]. */
+static Array *peer_in(const Call *c, int q, int k) {
+  if (c->xin) return c->xin[q * c->desc.nin + k];
+  return c->g->slots[c->peers[q]].in[k];
+}
+
 typedef struct Global {
   char *data;
   size_t nbytes;
@@ -1867,7 +2242,6 @@ typedef struct Global {
 } Global;
 
 static int global_gather(Global *gl, const Call *c, int k) {
-  const CollGroup *g = c->g;
   const Array *mine = c->in[k];
   size_t es = dt_size(mine->dtype);
   gl->block = mine->size;
@@ -1876,7 +2250,7 @@ static int global_gather(Global *gl, const Call *c, int k) {
   if (!gl->data) return err_nomem(), -1;
   for (int q = 0; q < c->n; q++) {
     View src, dst;
-    view_of(&src, g->slots[c->peers[q]].in[k]);
+    view_of(&src, peer_in(c, q, k));
     dst = src;
     dst.base = gl->data + (size_t)q * (size_t)gl->block * es;
     shape_strides(dst.ndim, dst.shape, dst.strides);
@@ -2105,10 +2479,6 @@ static void part_view(View *v, const Array *a, bool flat, int q, int n) {
   view_slice(v, 0, lo, hi - lo);
 }
 
-static Array *peer_in(const Call *c, int q, int k) {
-  return c->g->slots[c->peers[q]].in[k];
-}
-
 static Array *peer_out(const Call *c, int q) {
   return c->g->slots[c->peers[q]].out[0];
 }
@@ -2255,7 +2625,7 @@ static void fold_range(const Call *c, const RedArg *r, int64_t lo, int64_t hi,
 /* Whether a split reduction leaves one buffer shared by all participants:
  * when their payloads are not inline (the same answer on every
  * participant: the outputs have one shape and dtype). */
-static bool can_share(const Call *c) { return c->out[0]->buf->owned; }
+static bool can_share(const Call *c) { return !c->xin && c->out[0]->buf->owned; }
 
 /* After a split reduction into the first participant's output: every
  * other participant's output becomes a view of that buffer, taking its
@@ -2349,11 +2719,20 @@ static void lane_reduce(const Call *c, const RedArg *r) {
   view_copy(&dst, &from);
 }
 
+static int x_fold_all(const Call *c, const void *r) {
+  fold_all(c, r);
+  return 0;
+}
+
 /* Semantics: jax.lax.psum / pmax / pmin with axis_index_groups. */
 static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
                          Array **out) {
   Call c;
   if (call_init(&c, kind, p, in, 1, out) < 0) return -1;
+  if (c.cross) {
+    RedArg r = {in[0]->dtype, op};
+    return x_run(&c, x_fold_all, &r);
+  }
   bool lane = uses_lane(&c, in[0]);
   if (lane) lane_write(&c, in[0]);
   if (rendezvous(&c) < 0) return -1;
@@ -2473,6 +2852,7 @@ static int map_gather(const Call *c, const void *arg, int64_t *idx) {
  * fast or reference movement, the final barrier. */
 static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
                        RefMap map, const void *arg) {
+  if (c->cross) return x_run(c, fast, arg);
   if (rendezvous(c) < 0) return -1;
   int rc = 0;
   if (!c->g->reference) {
@@ -2583,6 +2963,16 @@ static int fast_scatter(const Call *c, const GatherArgs *a, const RedArg *r) {
   return 0;
 }
 
+typedef struct XScatter {
+  const GatherArgs *a;
+  const RedArg *r;
+} XScatter;
+
+static int x_scatter(const Call *c, const void *arg) {
+  const XScatter *xs = arg;
+  return fast_scatter(c, xs->a, xs->r);
+}
+
 /* Semantics: jax.lax.psum_scatter (scatter_dimension, tiled, groups). */
 int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) {
   Call c;
@@ -2596,8 +2986,12 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
       check_axis_size("psum_scatter", p, c.n) < 0)
     return -1;
   a.n = c.n;
-  if (rendezvous(&c) < 0) return -1;
   RedArg r = {in[0]->dtype, RED_SUM};
+  if (c.cross) {
+    XScatter xs = {&a, &r};
+    return x_run(&c, x_scatter, &xs);
+  }
+  if (rendezvous(&c) < 0) return -1;
   int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
   leave(&c);
   return rc;
@@ -2912,6 +3306,13 @@ static int ref_ragged(const Call *c, int64_t spd) {
   return 0;
 }
 
+static int x_ragged(const Call *c, const void *arg) {
+  int64_t spd = *(const int64_t *)arg;
+  if (ragged_validate(c, spd) < 0) return -1;
+  fast_ragged(c, spd);
+  return 0;
+}
+
 /* Semantics: seed 002, ragged_all_to_all, exactly; with axis_index_groups
  * the slices per peer follow the group's size and order.  Offsets and
  * sizes reading or writing out of bounds, and send_sizes disagreeing with
@@ -2925,6 +3326,10 @@ int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
     return err_set(ERR_VALUE, "ragged_all_to_all: the offset and size arrays "
                    "have length %lld, which the axis size %d does not divide",
                    (long long)k, c.n), -1;
+  if (c.cross) {
+    int64_t spd = k / c.n;
+    return x_run(&c, x_ragged, &spd);
+  }
   if (rendezvous(&c) < 0) return -1;
   int rc = ragged_validate(&c, k / c.n);
   if (rc == 0 && c.g->reference)

@@ -207,6 +207,16 @@ void coll_group_abort(CollGroup *g, ErrKind kind, const char *why);
  * (buf = "") when it is not in a collective. */
 bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap);
 
+/* The parity of [g]'s call number (every process numbers its shard_map
+ * calls alike): the tags of the call's messages between processes carry
+ * it (transport.h), so a call's leftovers never meet the next call's. */
+int coll_group_parity(const CollGroup *g);
+
+/* Whether [d] is the first device of its call's mesh that this process
+ * holds (device 0 with one process): the one that records what every
+ * device would, once per process. */
+bool coll_first_local(const DevCtx *d);
+
 /* Number of collectives [rank] has entered so far in [g]. */
 long coll_seq(CollGroup *g, int rank);
 

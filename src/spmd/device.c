@@ -59,6 +59,12 @@ void dev_ctx_set(DevCtx *c) {
   eval_on_device = c != NULL;
 }
 void dev_error_secondary(void) { tls_secondary = true; }
+
+/* dev_run_error_secondary: one dev_run runs at a time (pool.busy), and the
+ * debugger's runner calls it from a helper thread, so not thread-local. */
+static atomic_bool run_secondary;
+
+bool dev_run_error_secondary(void) { return atomic_load(&run_secondary); }
 bool dev_on_device_thread(void) { return tls_on_device; }
 int dev_count(void) { return pool.n; }
 
@@ -110,7 +116,8 @@ static void save_error(Job *job, int rank) {
   char where[256];
   DevCtx *c = tls_ctx;
   if (c && c->mesh)
-    dev_coords_str(c, rank, where, sizeof where);
+    dev_coords_str(c, c->rank, where, sizeof where);   /* the mesh rank: under mpirun
+                                                          the job runs only some */
   else
     snprintf(where, sizeof where, "%d", rank);
   ErrState *e = &job->errs[rank];
@@ -252,6 +259,7 @@ static int collect_errors(Job *job) {
     err_state_free(&job->errs[r]);
   }
   if (pick < 0) return 0;
+  atomic_store(&run_secondary, job->secondary[pick]);
   err_restore(&job->errs[pick]);
   return -1;
 }

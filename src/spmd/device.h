@@ -112,6 +112,11 @@ void dev_ctx_set(DevCtx *c);
  * next fn starts. */
 void dev_error_secondary(void);
 
+/* Whether the error the last failed dev_run moved to its caller was
+ * secondary (every failing device's was): under mpirun the processes
+ * prefer another process's primary error to it (xcall.c). */
+bool dev_run_error_secondary(void);
+
 /* ---- mesh arithmetic ------------------------------------------------------- */
 
 /* The mesh coordinates of [rank] into coords[0..naxes-1]. */

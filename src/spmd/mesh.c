@@ -15,6 +15,7 @@
 #include "lang/ops.h"
 #include "array/prim.h"
 #include "array/print.h"
+#include "spmd/transport.h"
 
 /* ==== meshes ================================================================ */
 
@@ -60,6 +61,18 @@ static int check_axes(int naxes, const char *const *names, const int *sizes) {
   return 0;
 }
 
+/* Device of position [i] of a mesh of [size] devices given no `devices`
+ * clause: the first [size] devices; under mpirun, when the processes
+ * divide [size], an equal share of every process's devices (JAX's
+ * meshes span the processes too), so that every process runs part of
+ * each call. */
+static int default_device(int size, int ndev, int i) {
+  int procs = transport_procs();
+  if (procs == 1 || size >= ndev || size % procs) return i;
+  int share = size / procs;
+  return (i / share) * (ndev / procs) + i % share;
+}
+
 Value *mesh_new(const char *name, int naxes, const char *const *names, const int *sizes,
                 const int *devices) {
   if (check_axes(naxes, names, sizes) < 0) return NULL;
@@ -87,7 +100,7 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
     val_decref(&m->hdr);
     return err_nomem();
   }
-  for (int i = 0; i < m->size; i++) m->devices[i] = devices ? devices[i] : i;
+  for (int i = 0; i < m->size; i++) m->devices[i] = devices ? devices[i] : default_device(m->size, ndev, i);
   if (devices && check_devices(m, devices) < 0) {
     val_decref(&m->hdr);
     return NULL;

@@ -18,6 +18,8 @@
 #include "array/prim.h"
 #include "array/print.h"
 #include "spmd/shardmap.h"
+#include "spmd/transport.h"
+#include "spmd/xcall.h"
 
 /* ==== the ShardFn value ===================================================== */
 
@@ -679,12 +681,34 @@ void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
 
 void shardmap_set_stager(ShardmapStager stage) { stager = stage; }
 
+static Value **tree_template(ShardFn *f);
+
+static ShardmapSharedFn finders[4];
+static int nfinders;
+
+void shardmap_add_shared(ShardmapSharedFn find) {
+  if (nfinders < 4) finders[nfinders++] = find;
+}
+
+int shardmap_shared_slots(ShardFn *f, Value ***slots, int cap) {
+  int n = 0;
+  Value **t = tree_template(f);
+  if (t && n < cap) slots[n++] = t;
+  for (int i = 0; i < nfinders && n < cap; i++) n += finders[i](f, slots + n, cap - n);
+  return n;
+}
+
 static int run_on_devices(Call *c) {
   MeshDesc md;
   mesh_to_desc(c->f->mesh, &md);
   CollGroup *g = coll_group_new(&md, shm_interp->reference);
   if (!g) return -1;
   int rc = runner(g, &md, run_device, c, c->out);
+  if (transport_active()) {
+    Value **slots[8];
+    int nslots = shardmap_shared_slots(c->f, slots, 8);
+    rc = xcall_end(g, &md, c->results, c->out, rc, slots, nslots);
+  }
   coll_group_free(g);
   return rc;
 }
@@ -801,6 +825,15 @@ static Value *tree_body(Value *self, const CallArgs *a) {
   pytree_leaves_free(&l);
   val_decref(res);
   return r;
+}
+
+/* The slot of the result's pytree of [f] when it is a tree call's flat
+ * call, else NULL: under mpirun a process none of whose devices ran the
+ * body gets it from another process (xcall.h). */
+static Value **tree_template(ShardFn *f) {
+  BoundMethod *b = (BoundMethod *)f->body;
+  if (f->body->type != V_BOUND || b->fn != tree_body) return NULL;
+  return &((TreeCall *)b->self)->out_template;
 }
 
 /* The out_specs of the flat call: one P for every leaf, or one per leaf of

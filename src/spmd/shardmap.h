@@ -96,6 +96,19 @@ void shardmap_set_runner(ShardmapRunner run);
 typedef Value *(*ShardmapStager)(Value *f, const CallArgs *a);
 void shardmap_set_stager(ShardmapStager stage);
 
+/* Under mpirun a process none of whose devices is in a call's mesh runs
+ * no body, so what a body records on its call objects (the pytree of a
+ * tree call's result, the result count of a differentiated one) reaches
+ * it from another process (xcall.h).  [find] appends to slots[0..cap) the
+ * slots of such values for a ShardFn whose body it knows and returns how
+ * many; a layer above registers it at start-up (at most 4).
+ * shardmap_shared_slots collects every registered finder's slots, and a
+ * tree call's, for [f] (a finder whose body wraps another ShardFn calls it
+ * on that one). */
+typedef int (*ShardmapSharedFn)(ShardFn *f, Value ***slots, int cap);
+void shardmap_add_shared(ShardmapSharedFn find);
+int shardmap_shared_slots(ShardFn *f, Value ***slots, int cap);
+
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer
  * (transform/ad.c) at start-up; it calls shard_map functions of its own

@@ -864,6 +864,9 @@ typedef struct SmCall {
    * JAX's shard_map partial evaluation passes them. */
   bool staged;
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
+  Value *told;             /* (single, nout), as the first device of this process
+                              recorded them; under mpirun a process without a
+                              device of the mesh gets them from another one */
   int nres;
   Value **res_globals;     /* the residuals, global values of the jit trace */
   Value *res_specs;        /* the forward's out_specs: results', then residuals' */
@@ -871,6 +874,7 @@ typedef struct SmCall {
 
 static void smcall_free(Value *v) {
   SmCall *c = (SmCall *)v;
+  if (c->told) val_decref(c->told);
   for (int i = 0; c->res_globals && i < c->nres; i++)
     if (c->res_globals[i]) val_decref(c->res_globals[i]);
   shm_free(c->res_globals);
@@ -894,7 +898,8 @@ static Value *smcall_repr(Value *v) {
 static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL, NULL, NULL, NULL};
 
 /* The body's results on one device as leaves: the tuple's items or the
- * one array; rank 0 records which. */
+ * one array; the first device of this process records which (under
+ * mpirun device 0 may run elsewhere). */
 static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) {
   bool single = !val_seq(res, n, items) || res->type != V_TUPLE;
   if (single) *items = NULL, *n = 1;
@@ -903,7 +908,15 @@ static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) 
     return -1;
   }
   DevCtx *d = dev_ctx();
-  if (d && d->rank == 0) c->single = single, c->nout = (int)*n;
+  if (d && coll_first_local(d)) {
+    c->single = single, c->nout = (int)*n;
+    Value *one = c->told ? NULL : arr_python_int(single);
+    Value *count = one ? arr_python_int((int64_t)*n) : NULL;
+    Value *pair[2] = {one, count};
+    if (count) c->told = tuple_pack(2, pair);
+    if (one) val_decref(one);
+    if (count) val_decref(count);
+  }
   return 0;
 }
 
@@ -1098,6 +1111,21 @@ static Value *specs_tuple(Value *specs, int n, int times) {
   return t;
 }
 
+static Value *sm_lin_body(Value *self, const CallArgs *a);
+static Value *sm_jvp_body(Value *self, const CallArgs *a);
+
+/* The slots of what a differentiated shard_map's devices record: its
+ * (single, nout), and what the body it differentiates records
+ * (shardmap_add_shared). */
+static int sm_shared(ShardFn *f, Value ***slots, int cap) {
+  BoundMethod *b = (BoundMethod *)f->body;
+  if (f->body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body) || cap < 1)
+    return 0;
+  SmCall *c = (SmCall *)b->self;
+  slots[0] = &c->told;
+  return 1 + shardmap_shared_slots(c->f, slots + 1, cap - 1);
+}
+
 /* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
  * staged forward one is [c]->fwd while it runs (its body sets its
  * out_specs). */
@@ -1114,6 +1142,12 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
     if (body == sm_lin_body) c->fwd = (ShardFn *)sf;
     r = shardmap_call(sf, &ca);
     c->fwd = NULL;
+    if (c->told) {   /* what this process's devices, or another process's, saw */
+      c->single = arr_get_i64((Array *)tuple_get(c->told, 0), 0) != 0;
+      c->nout = (int)arr_get_i64((Array *)tuple_get(c->told, 1), 0);
+      val_decref(c->told);
+      c->told = NULL;
+    }
     val_decref(sf);
   }
   if (fn) val_decref(fn);
@@ -1705,6 +1739,7 @@ int ad_register(Env *b) {
   prim_ad_install();
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
+  shardmap_add_shared(sm_shared);
   prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,

@@ -1,0 +1,370 @@
+/*
+ * transport.c - messages between the processes of an MPI job (transport.h).
+ */
+#include "spmd/transport.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+
+static int nprocs = 1, myrank = 0, per_proc = 0;
+
+/* Whether the launcher started more than one process: Open MPI's variable,
+ * or the PMI ones of other launchers. */
+static long launched_procs(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    long n = v && *v ? strtol(v, NULL, 10) : 0;
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
+bool transport_active(void) { return nprocs > 1; }
+int transport_rank(void) { return myrank; }
+int transport_procs(void) { return nprocs; }
+int transport_process_of(int d) { return nprocs > 1 ? d / per_proc : 0; }
+bool transport_is_local(int d) { return transport_process_of(d) == myrank; }
+int transport_pool_index(int d) { return nprocs > 1 ? d - myrank * per_proc : d; }
+
+#ifndef HAVE_MPI
+
+int transport_init(int ndevices) {
+  long procs = launched_procs();
+  if (procs > 1)
+    return err_set(ERR_VALUE, "started as one of %ld MPI processes, but this shmap was "
+                   "built without MPI (./configure found no Open MPI): rebuild it with "
+                   "libopenmpi-dev installed, or run it without mpirun", procs), -1;
+  per_proc = ndevices;
+  return ndevices;
+}
+
+void transport_finalize(void) {}
+void transport_bye(int status) { (void)status; }
+int transport_departed(int p, const char *what) { (void)p, (void)what; return 0; }
+const char *transport_library(void) { return "none"; }
+_Noreturn void transport_abort(int status) { exit(status); }
+void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
+  (void)proc, (void)tag, (void)iov, (void)niov;
+  return NULL;
+}
+void transport_wait_sends(void **reqs, int n) { (void)reqs, (void)n; }
+void transport_poll(void) {}
+TransportMsg *transport_take(int source, int tag) { (void)source, (void)tag; return NULL; }
+bool transport_has(int source, int tag) { (void)source, (void)tag; return false; }
+void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) {
+  (void)cls, (void)fn, (void)arg;
+}
+void transport_msg_free(TransportMsg *m) { shm_free(m); }
+int transport_recv_data(int source, int tag, const TransportIov *iov, int niov) {
+  (void)source, (void)tag, (void)iov, (void)niov;
+  return err_set(ERR_VALUE, "no other processes"), -1;
+}
+void transport_clear(int mask, int value) { (void)mask, (void)value; }
+
+#else
+
+static int check_split(int ndevices, int procs) {
+  if (ndevices < procs)
+    return err_set(ERR_VALUE, "%d devices over %d processes: every process needs at "
+                   "least one device (--devices N with N a multiple of the process count)",
+                   ndevices, procs), -1;
+  if (ndevices % procs)
+    return err_set(ERR_VALUE, "%d devices cannot be split evenly over %d processes "
+                   "(--devices N needs N divisible by mpirun's -np)", ndevices, procs), -1;
+  return 0;
+}
+
+static MPI_Comm comm = MPI_COMM_NULL;   /* all traffic; a duplicate of WORLD */
+
+/* A matched data message not yet received. */
+typedef struct Pending {
+  struct Pending *next;
+  int source, tag;
+  MPI_Message msg;
+  MPI_Count len;
+} Pending;
+
+/* The mailbox: guards small (received messages, arrival order) and data
+ * (matched ones); every MPI_Improbe/MPI_Mrecv of the poll runs under it, so
+ * messages of one sender enter in the order sent. */
+static pthread_mutex_t box_lock = PTHREAD_MUTEX_INITIALIZER;
+static TransportMsg *small_head, **small_tail = &small_head;
+static Pending *data_head, **data_tail = &data_head;
+
+int transport_init(int ndevices) {
+  long procs = launched_procs();
+  if (procs <= 1) {
+    per_proc = ndevices;
+    return ndevices;
+  }
+  int provided = 0;
+  if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    return err_set(ERR_VALUE, "MPI_Init_thread failed"), -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  MPI_Comm_rank(MPI_COMM_WORLD, &myrank);
+  if (provided < MPI_THREAD_MULTIPLE)
+    return err_set(ERR_VALUE, "this MPI does not support MPI_THREAD_MULTIPLE, which "
+                   "shmap's device threads need"), -1;
+  if (check_split(ndevices, nprocs) < 0) return -1;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  per_proc = ndevices / nprocs;
+  return per_proc;
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *transport_library(void) {
+#ifdef OMPI_MAJOR_VERSION
+  return "Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION) "." STR(OMPI_RELEASE_VERSION);
+#else
+  return "MPI " STR(MPI_VERSION) "." STR(MPI_SUBVERSION);
+#endif
+}
+
+/* A BYE's tag: the exit class with key bit 26, which no call's tag has
+ * and transport_clear's callers never drop. */
+#define BYE_TAG transport_tag(TRANSPORT_EXIT, 1 << 26)
+
+void transport_bye(int status) {
+  if (comm == MPI_COMM_NULL) return;
+  int s = status;
+  TransportIov v = {&s, sizeof s};
+  void *reqs[nprocs];
+  for (int p = 0; p < nprocs; p++) reqs[p] = p == myrank ? NULL : transport_isend(p, BYE_TAG, &v, 1);
+  transport_wait_sends(reqs, nprocs);
+}
+
+int transport_departed(int p, const char *what) {
+  if (comm == MPI_COMM_NULL) return 0;
+  transport_poll();
+  pthread_mutex_lock(&box_lock);
+  const TransportMsg *m = small_head;
+  while (m && !(m->source == p && m->tag == BYE_TAG)) m = m->next;
+  int status = m ? *(const int *)m->data : 0;
+  pthread_mutex_unlock(&box_lock);
+  if (!m) return 0;
+  err_set(ERR_COLLECTIVE, "process %d ended the program (exit status %d) while process %d "
+          "waits for it in %s: the processes no longer run the same program", p, status,
+          myrank, what);
+  return -1;
+}
+
+void transport_finalize(void) {
+  if (comm == MPI_COMM_NULL) return;
+  transport_clear(0, 0);
+  MPI_Comm_free(&comm);
+  MPI_Finalize();
+}
+
+_Noreturn void transport_abort(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  if (comm != MPI_COMM_NULL) MPI_Abort(MPI_COMM_WORLD, status);
+  exit(status);
+}
+
+/* One committed datatype for the pieces [iov] (absolute addresses: used
+ * with MPI_BOTTOM), so a message needs no packing copy. */
+static MPI_Datatype pieces_type(const TransportIov *iov, int niov) {
+  int lens[niov > 0 ? niov : 1];
+  MPI_Aint disp[niov > 0 ? niov : 1];
+  for (int i = 0; i < niov; i++) {
+    lens[i] = (int)iov[i].len;
+    MPI_Get_address(iov[i].base, &disp[i]);
+  }
+  MPI_Datatype t;
+  MPI_Type_create_hindexed(niov, lens, disp, MPI_BYTE, &t);
+  MPI_Type_commit(&t);
+  return t;
+}
+
+void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
+  MPI_Datatype t = pieces_type(iov, niov);
+  MPI_Request *r = shm_malloc(sizeof *r);
+  MPI_Isend(MPI_BOTTOM, 1, t, proc, tag, comm, r);
+  MPI_Type_free(&t);   /* freed once the send no longer needs it */
+  return r;
+}
+
+void transport_wait_sends(void **reqs, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!reqs[i]) continue;
+    for (int done = 0;;) {
+      MPI_Test(reqs[i], &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      transport_poll();
+      sched_yield();
+    }
+    shm_free(reqs[i]);
+    reqs[i] = NULL;
+  }
+}
+
+/* Receives matched small message [m] of [len] bytes into the mailbox (lock held). */
+static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
+  TransportMsg *msg = shm_malloc(sizeof *msg + (size_t)len + 16);
+  MPI_Mrecv(msg->data, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
+  msg->next = NULL;
+  msg->source = st->MPI_SOURCE;
+  msg->tag = st->MPI_TAG;
+  msg->len = (size_t)len;
+  *small_tail = msg;
+  small_tail = &msg->next;
+}
+
+static void keep_data(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
+  Pending *p = shm_malloc(sizeof *p);
+  *p = (Pending){NULL, st->MPI_SOURCE, st->MPI_TAG, *m, len};
+  *data_tail = p;
+  data_tail = &p->next;
+}
+
+static void poll_locked(void) {
+  for (;;) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &m, &st);
+    if (!flag) return;
+    MPI_Count len;
+    MPI_Get_elements_x(&st, MPI_BYTE, &len);
+    if ((st.MPI_TAG & 3) == TRANSPORT_DATA)
+      keep_data(&m, &st, len);
+    else
+      keep_small(&m, &st, len);
+  }
+}
+
+void transport_poll(void) {
+  if (comm == MPI_COMM_NULL) return;
+  pthread_mutex_lock(&box_lock);
+  poll_locked();
+  pthread_mutex_unlock(&box_lock);
+}
+
+TransportMsg *transport_take(int source, int tag) {
+  pthread_mutex_lock(&box_lock);
+  TransportMsg **pp = &small_head, *m = NULL;
+  for (; *pp; pp = &(*pp)->next)
+    if ((source < 0 || (*pp)->source == source) && (*pp)->tag == tag) break;
+  if (*pp) {
+    m = *pp;
+    *pp = m->next;
+    if (!*pp) small_tail = pp;
+  }
+  pthread_mutex_unlock(&box_lock);
+  return m;
+}
+
+bool transport_has(int source, int tag) {
+  pthread_mutex_lock(&box_lock);
+  const TransportMsg *m = small_head;
+  while (m && !(m->source == source && m->tag == tag)) m = m->next;
+  pthread_mutex_unlock(&box_lock);
+  return m != NULL;
+}
+
+void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) {
+  pthread_mutex_lock(&box_lock);
+  for (TransportMsg **pp = &small_head; *pp;) {
+    TransportMsg *m = *pp, *next = m->next;   /* fn may free m */
+    if ((m->tag & 3) != cls || !fn(m, arg)) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = next;
+    if (!*pp) small_tail = pp;
+  }
+  pthread_mutex_unlock(&box_lock);
+}
+
+void transport_msg_free(TransportMsg *m) { shm_free(m); }
+
+/* Takes the matched data message from [source] with [tag] (lock held), or NULL. */
+static Pending *take_data(int source, int tag) {
+  for (Pending **pp = &data_head; *pp; pp = &(*pp)->next) {
+    Pending *p = *pp;
+    if (p->source != source || p->tag != tag) continue;
+    *pp = p->next;
+    if (!*pp) data_tail = pp;
+    return p;
+  }
+  return NULL;
+}
+
+static void discard(MPI_Message *m, MPI_Count len) {
+  char *scratch = shm_malloc((size_t)len + 1);
+  MPI_Mrecv(scratch, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
+  shm_free(scratch);
+}
+
+int transport_recv_data(int source, int tag, const TransportIov *iov, int niov) {
+  Pending *p;
+  for (;;) {
+    pthread_mutex_lock(&box_lock);
+    poll_locked();
+    p = take_data(source, tag);
+    pthread_mutex_unlock(&box_lock);
+    if (p) break;
+    sched_yield();
+  }
+  size_t total = 0;
+  for (int i = 0; i < niov; i++) total += iov[i].len;
+  if ((size_t)p->len != total) {
+    discard(&p->msg, p->len);
+    size_t got = (size_t)p->len;
+    shm_free(p);
+    return err_set(ERR_VALUE, "a message of %zu bytes where %zu were expected", got, total),
+           -1;
+  }
+  MPI_Datatype t = pieces_type(iov, niov);
+  MPI_Mrecv(MPI_BOTTOM, 1, t, &p->msg, MPI_STATUS_IGNORE);
+  MPI_Type_free(&t);
+  shm_free(p);
+  return 0;
+}
+
+void transport_clear(int mask, int value) {
+  if (comm == MPI_COMM_NULL) return;
+  pthread_mutex_lock(&box_lock);
+  poll_locked();
+  TransportMsg **pm = &small_head;
+  small_tail = &small_head;
+  while (*pm) {
+    TransportMsg *m = *pm;
+    if ((m->tag & mask) == value) {
+      *pm = m->next;
+      shm_free(m);
+    } else {
+      pm = &m->next;
+      small_tail = pm;
+    }
+  }
+  Pending **pp = &data_head;
+  data_tail = &data_head;
+  while (*pp) {
+    Pending *p = *pp;
+    if ((p->tag & mask) == value) {
+      *pp = p->next;
+      discard(&p->msg, p->len);
+      shm_free(p);
+    } else {
+      pp = &p->next;
+      data_tail = pp;
+    }
+  }
+  pthread_mutex_unlock(&box_lock);
+}
+
+#endif

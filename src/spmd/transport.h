@@ -1,0 +1,152 @@
+/*
+ * transport.h - the processes of an MPI job, under the collective engine
+ * (LANGUAGE.md §12; semantics: JAX's multi-controller runtime, every
+ * process running the whole program).
+ *
+ * `mpirun -np P shmap --devices N` gives each process N / P of the N
+ * devices: device d lives on process d / (N / P), as pool thread
+ * d % (N / P).  Without mpirun (or in a build without MPI) there is one
+ * process holding every device and every function here is trivial.
+ *
+ * This layer only moves bytes between processes: point-to-point messages
+ * on one communicator (a duplicate of MPI_COMM_WORLD), in three classes
+ * told apart by the tag's low bits:
+ *   - SMALL messages (a collective's header, a device's exit record, the
+ *     end of a call): received as soon as any thread polls, into a copy
+ *     the mailbox keeps until someone takes it;
+ *   - DATA messages (a collective's operands): matched when polled but
+ *     received only by the thread that asks for them, straight into the
+ *     caller's buffers (MPI_Improbe / MPI_Mrecv), so 16 MiB is copied
+ *     once, by MPI;
+ * What the messages mean (descriptors, matching, errors) is the collective
+ * engine's (collective.c) and shard_map's (shardmap.c).
+ *
+ * Why point-to-point and not MPI_Allreduce and its kin: an MPI collective
+ * cannot be interrupted and needs every process to call the same one on
+ * the same communicator; a program whose processes disagree (a mismatch,
+ * a device that returned early) would hang inside it.  Messages let a
+ * waiting process keep reading what its peers say (their headers, their
+ * exits) and fail with a located error instead.
+ *
+ * Threads: MPI is initialised with MPI_THREAD_MULTIPLE; every function
+ * may be called from any thread; one mutex guards the mailbox.
+ */
+#ifndef SHMAP_TRANSPORT_H
+#define SHMAP_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Message classes (the tag's low 2 bits). */
+enum { TRANSPORT_DATA = 0, TRANSPORT_HEADER = 1, TRANSPORT_EXIT = 2, TRANSPORT_END = 3 };
+
+/* The tag of a message of [cls] with [key] (key < 2^28). */
+static inline int transport_tag(int cls, int key) { return (key << 2) | cls; }
+
+/* One piece of a message: [len] bytes at [base] (a gather or scatter list). */
+typedef struct TransportIov {
+  void *base;
+  size_t len;
+} TransportIov;
+
+/* A small message taken from the mailbox: owned by the taker, freed with
+ * transport_msg_free. */
+typedef struct TransportMsg {
+  struct TransportMsg *next;
+  int source, tag;              /* sending process, tag */
+  size_t len;
+  char data[];                  /* len bytes, 16-byte aligned */
+} TransportMsg;
+
+/* Starts the transport for a run of [ndevices] devices.  Under mpirun
+ * (the launcher's environment says more than one process) initialises MPI
+ * with MPI_THREAD_MULTIPLE; otherwise does nothing.  Returns the number of
+ * devices this process holds (ndevices, or ndevices / P), or -1 with the
+ * error set: ndevices not divisible by P, fewer devices than processes, a
+ * build without MPI started under mpirun, MPI without thread support.
+ * Main thread, once, before the device threads start. */
+int transport_init(int ndevices);
+
+/* The MPI library this build uses ("Open MPI 4.1.4"), or "none". */
+const char *transport_library(void);
+
+/* Tells every other process that this one has ended the program with
+ * exit status [status] (a BYE message): a process still waiting for it in
+ * a shard_map call then fails with transport_departed's error instead of
+ * waiting forever (the processes no longer run the same program).  Main
+ * thread, before transport_finalize. */
+void transport_bye(int status);
+
+/* Whether process [p] has said BYE: then -1 with an ERR_COLLECTIVE error
+ * set saying that [what] (e.g. "the end of a shard_map call") waits for a
+ * process that has ended; else 0.  Polls the mailbox. */
+int transport_departed(int p, const char *what);
+
+/* Ends MPI (MPI_Finalize) after a run that initialised it. */
+void transport_finalize(void);
+
+/* Ends every process of the job at once with [status] (MPI_Abort), or
+ * exits with it when there is one process.  For errors that leave no
+ * other way out (the processes no longer agree on what runs). */
+_Noreturn void transport_abort(int status);
+
+/* True when more than one process holds the devices. */
+bool transport_active(void);
+
+/* This process's number (0..P-1) and the number of processes (1 without
+ * mpirun). */
+int transport_rank(void);
+int transport_procs(void);
+
+/* The process holding device [d], and whether it is this one. */
+int transport_process_of(int d);
+bool transport_is_local(int d);
+
+/* Device [d]'s thread in this process's pool (d minus the first device
+ * this process holds); only for local devices. */
+int transport_pool_index(int d);
+
+/* Sends a message of [niov] pieces to process [proc] with [tag] (MPI_Isend
+ * of one hindexed datatype: no packing copy).  The pieces must stay alive
+ * and unchanged until transport_wait_sends returns.  Returns a handle for
+ * transport_wait_sends (NULL for a local process), or NULL with the error
+ * set... never: MPI errors end the job (MPI_ERRORS_ARE_FATAL). */
+void *transport_isend(int proc, int tag, const TransportIov *iov, int niov);
+
+/* Completes the sends [reqs] (handles of transport_isend; NULL entries are
+ * skipped), polling the mailbox meanwhile, so two processes sending each
+ * other large messages both make progress. */
+void transport_wait_sends(void **reqs, int n);
+
+/* Moves every message that has arrived into the mailbox: small ones are
+ * received, data messages only matched.  Cheap when nothing arrived. */
+void transport_poll(void);
+
+/* Takes the first small message from [source] (-1: any) with [tag] out of
+ * the mailbox, or NULL.  Does not poll. */
+TransportMsg *transport_take(int source, int tag);
+
+/* Whether a small message from [source] with [tag] is in the mailbox
+ * (not taken).  Does not poll. */
+bool transport_has(int source, int tag);
+
+/* Calls fn(msg, arg) on every small message in the mailbox of class
+ * [cls], in arrival order, under the mailbox lock; messages for which it
+ * returns true are taken out (and passed to fn's ownership). */
+void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg);
+
+void transport_msg_free(TransportMsg *m);
+
+/* Receives the data message from [source] with [tag] into the pieces
+ * [iov] (which must total its length), waiting for it to arrive.  0, or
+ * -1 with the error set when its length differs (then it is discarded). */
+int transport_recv_data(int source, int tag, const TransportIov *iov, int niov);
+
+/* Drops the messages in the mailbox whose tag has (tag & mask) == value
+ * (data messages are received into a scratch buffer): at the end of a
+ * shard_map call, once every process has said it ended, what is left of
+ * that call belongs to nobody (a process already in the next call sends
+ * with the other parity).  mask 0 drops everything. */
+void transport_clear(int mask, int value);
+
+#endif

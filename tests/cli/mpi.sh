@@ -1,0 +1,55 @@
+#!/bin/bash
+# tests/cli/mpi.sh SHMAP - devices across processes (LANGUAGE.md section 12):
+# programs in which a device fails while its peers on another process wait
+# in a collective, processes whose devices reach different collectives, a
+# device that returns while the others wait, and an error caught by
+# try/except on every process, each run in one process and under
+# `mpirun -np 2` and `-np 4`: the same output, the same error line and
+# exit status, within seconds, never a hang.  Also: a device count the
+# processes do not divide, and the debugger, are refused with a message.
+# A build without MPI says so when started as one of several processes.
+set -u
+shmap=$(cd "$(dirname "${1:?usage: mpi.sh SHMAP}")" && pwd)/$(basename "$1")
+scale=${SHMAP_TEST_SCALE:-1}   # time limits grow in sanitizer builds (run-tests.sh)
+progs=$(cd "$(dirname "$0")" && pwd)/progs
+fail() { echo "$*"; exit 1; }
+
+if "$shmap" --version | grep -q '^MPI: none'; then
+  out=$(OMPI_COMM_WORLD_SIZE=2 "$shmap" -c 'print("ran")' 2>&1); status=$?
+  [ "$status" -eq 1 ] || fail "no MPI: exit status $status: $out"
+  grep -q "built without MPI" <<<"$out" || fail "no MPI: no message: $out"
+  echo "this shmap is built without MPI: only its refusal was tested"; exit 77
+fi
+command -v mpirun >/dev/null || { echo "mpirun is not installed: MPI runs not tested"; exit 77; }
+# Open MPI's libraries are not built with the sanitizers' instrumentation
+[ "$scale" -gt 1 ] && { echo "MPI runs are not tested in sanitizer builds"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
+mpi() { local np=$1; shift; timeout -s KILL 60 mpirun --oversubscribe --bind-to none -np "$np" "$@"; }
+
+for prog in "$progs"/mpi_*.shm; do
+  name=$(basename "$prog")
+  want_out=$("$shmap" --devices 4 "$prog" 2>/tmp/mpi_err.$$); want_status=$?
+  want_err=$(grep ' error: ' /tmp/mpi_err.$$)
+  for np in 2 4; do
+    start=$(date +%s)
+    got_out=$(cd "$progs" && mpi "$np" "$shmap" --devices 4 "$name" 2>/tmp/mpi_err.$$); got_status=$?
+    got_err=$(grep ' error: ' /tmp/mpi_err.$$)
+    took=$(($(date +%s) - start))
+    [ "$got_status" -ne 137 ] || fail "$name, -np $np: killed after 60 s (a hang)"
+    [ "$took" -le 20 ] || fail "$name, -np $np: took $took s"
+    [ "$got_status" -eq "$want_status" ] || fail "$name, -np $np: exit status $got_status, one process $want_status: $(cat /tmp/mpi_err.$$)"
+    [ "$got_out" = "$want_out" ] || fail "$name, -np $np: output differs: [$got_out] one process: [$want_out]"
+    [ "$(sed 's/^.*: error: //' <<<"$got_err")" = "$(sed 's/^.*: error: //' <<<"$want_err")" ] ||
+      fail "$name, -np $np: error differs: [$got_err] one process: [$want_err]"
+    [ "$(grep -c ' error: ' <<<"$got_err")" -le 1 ] || fail "$name, -np $np: the error is written more than once"
+  done
+done
+rm -f /tmp/mpi_err.$$
+
+out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
+[ "$status" -ne 0 ] || fail "4 devices over 3 processes ran"
+grep -q "cannot be split evenly over 3 processes" <<<"$out" || fail "4 over 3: no message: $out"
+out=$(mpi 2 "$shmap" --devices 4 --debug -c 'print("ran")' 2>&1 </dev/null); status=$?
+[ "$status" -ne 0 ] || fail "--debug under mpirun ran"
+grep -q "need one process" <<<"$out" || fail "--debug: no message: $out"
+exit 0
