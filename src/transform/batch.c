@@ -525,18 +525,33 @@ static int batch_truth(Value *v) {
 
 /* ==== named axes seen by the collectives' built-ins ============================= */
 
+/* Axis sizes: a vmap/xmap batch trace's, else a staged xmap body's
+ * (trace.h: xmap under jit). */
 static bool vmap_axis_size(const char *name, int64_t *size) {
   BatchTrace *b = batch_named(name);
   if (b) *size = global_size(b);
-  return b != NULL;
+  return b != NULL || trace_axis_size(name, size);
+}
+
+/* Whether staging tracer [v] (under any batch tracers) carries [name]. */
+static bool staged_carries(Value *v, const char *name) {
+  while (IS_BATCH_TRACER(v)) v = ((Tracer *)v)->batched;
+  const NamedShape *ns = trace_named(v);
+  for (int i = 0; ns && i < ns->n; i++)
+    if (!strcmp(ns->name[i], name)) return true;
+  return false;
 }
 
 static bool vmap_carries(Value *x, const char *name) {
   BatchTrace *b = batch_named(name);
   for (Value *v = x; b && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched)
     if (((Tracer *)v)->trace_id == b->id) return true;
-  return false;
+  return !b && staged_carries(x, name);
 }
+
+static Value *vmap_axis_index(const char *name);
+
+Value *batch_axis_index(const char *name) { return vmap_axis_index(name); }
 
 /* axis_index over a vmap axis: each example's position. */
 static Value *vmap_axis_index(const char *name) {
@@ -950,8 +965,11 @@ static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) 
     Value *nm = tuple_get(names, i);
     BatchTrace *bt = batch_named(str_cstr(nm));
     Value *next;
-    if (bt && !batch_carries(r, bt->id)) {   /* the same on every example */
-      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, global_size(bt), true) : NULL;
+    int64_t staged = 0;   /* a staged xmap body's axis (trace.h): its size */
+    bool st = !bt && trace_axis_size(str_cstr(nm), &staged);
+    if ((bt && !batch_carries(r, bt->id)) || (st && !staged_carries(r, str_cstr(nm)))) {
+      /* the same on every example */
+      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, bt ? global_size(bt) : staged, true) : NULL;
       next = n ? ops_binary(OP_MUL, &n->hdr, r) : val_incref(r);
       if (n) val_decref(&n->hdr);
     } else {
@@ -964,6 +982,8 @@ static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) 
     }
     if (bt) {
       total *= global_size(bt);
+    } else if (st) {
+      total *= staged;
     } else if (mean) {   /* a mesh axis of the enclosing shard_map body */
       DevCtx *d = dev_ctx();
       int ax = d && d->mesh ? dev_mesh_axis(d->mesh, str_cstr(nm)) : -1;
@@ -985,11 +1005,20 @@ static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) 
 /* .named_shape: the names of the vmap/xmap axes a value varies along. */
 static Value *named_shape_hook(Value *x) {
   Value *d = dict_new();
-  for (Value *v = x; d && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
+  Value *v = x;
+  for (; d && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
     BatchTrace *bt = batch_find(((Tracer *)v)->trace_id);
     if (!bt || !bt->name) continue;
     Value *n = val_int(bt->size);
     dict_set_str(d, bt->name, n);
+    val_decref(n);
+  }
+  /* a staged xmap body's value (jit): its named shape, innermost name
+   * first like the batch traces' */
+  const NamedShape *ns = trace_named(v);
+  for (int i = ns ? ns->n - 1 : -1; d && i >= 0; i--) {
+    Value *n = val_int(ns->size[i]);
+    dict_set_str(d, ns->name[i], n);
     val_decref(n);
   }
   return d;
