@@ -264,6 +264,14 @@ static bool is_static(const JitFn *j, int pos, const char *name) {
 
 /* The signature of a call of [j] with [a]. */
 static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
+  /* the context mesh (`with m:`): an xmap's axis_resources are read from
+   * it when it is traced, so a trace under one mesh (or none) is not
+   * another's, as JAX's jit keys its cache on the resource environment */
+  Mesh *cm = mesh_context();
+  if (cm) {
+    sig_tag(s, 'M');
+    sig_static(s, &cm->hdr);
+  }
   for (int i = 0; i < a->nargs; i++) {
     s->cur = param_name(j->fn, i);
     if (is_static(j, i, s->cur)) sig_static(s, a->args[i]);
