@@ -14,6 +14,7 @@
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
+#include "transform/control.h"
 #include "transform/plan.h"
 #include "transform/trace.h"
 #include "transform/xmap.h"
@@ -569,17 +570,71 @@ static Value *xmap_on_mesh(Value *self, const CallArgs *a, Mesh *m) {
  * uses, which records the positional plan that is compiled.
  */
 
+static bool lowerable(const Plan *p);
+
+/* Whether [a]'s names are all in [b]'s. */
+static bool named_within(const NamedShape *a, const NamedShape *b) {
+  for (int k = 0; a && k < a->n; k++)
+    if (!b || plan_named_find(b, a->name[k]) < 0) return false;
+  return true;
+}
+
+/* Whether loop body [body]'s carries (its inputs from [first], its
+ * outputs from 0, [n] of them) keep their named shapes, and none lacks a
+ * name of [pred] (a while's predicate, or NULL): then what the staged
+ * body says a value carries, the lowered loop's value carries. */
+static bool carries_settle(const Plan *body, int first, int n, const NamedShape *pred) {
+  if (first + n > body->nin || n > body->nout) return false;
+  for (int i = 0; i < n; i++) {
+    const NamedShape *in = plan_var_named(body, body->invars[first + i]);
+    if (!named_within(plan_var_named(body, body->outs[i].var), in) || !named_within(pred, in))
+      return false;
+  }
+  return true;
+}
+
+/* Whether the sub-plans in [v] (a plan or a tuple of them) are lowerable. */
+static bool subs_lowerable(Value *v) {
+  if (!v) return false;
+  if (IS_PLAN(v)) return lowerable(AS_PLAN(v));
+  for (size_t i = 0; v->type == V_TUPLE && i < tuple_len(v); i++)
+    if (!subs_lowerable(tuple_get(v, i))) return false;
+  return v->type == V_TUPLE;
+}
+
+/* A loop equation whose carries keep their named shapes (carries_settle). */
+static bool loop_lowerable(const PlanEqn *e) {
+  const Params *ps = &e->params;
+  int64_t nc = 0, ncar = 0;
+  if (e->prim == P_SCAN) {
+    Value *j = params_get(ps, "jaxpr");
+    return subs_lowerable(j) && params_int(ps, "num_consts", &nc) == 0 &&
+           params_int(ps, "num_carry", &ncar) == 0 && carries_settle(AS_PLAN(j), (int)nc, (int)ncar, NULL);
+  }
+  Value *c = params_get(ps, "cond_jaxpr"), *b = params_get(ps, "body_jaxpr");
+  if (!subs_lowerable(c) || !subs_lowerable(b) || params_int(ps, "body_nconsts", &nc) < 0) return false;
+  Plan *cp = AS_PLAN(c);
+  return cp->nout == 1 && carries_settle(AS_PLAN(b), (int)nc, e->nout, plan_var_named(cp, cp->outs[0].var));
+}
+
 /* Primitives a staged body may hold and the lowering can evaluate: the
- * first-order ones and collectives, pdot, and pjit and xmap of such
- * bodies.  A body with control flow, shard_map or callbacks is run by
- * the batching path instead (the trace of it discarded). */
+ * first-order ones and collectives, pdot, and pjit, xmap, cond, while
+ * and scan of such bodies (loops whose carries keep their named shapes).
+ * A body with shard_map or a callback, or a loop whose carry gains a
+ * name, is run by the batching path instead (the trace of it
+ * discarded). */
 static bool lowerable(const Plan *p) {
   for (int i = 0; i < p->neqn; i++) {
     const PlanEqn *e = &p->eqns[i];
-    Value *sub = e->prim == P_PJIT ? params_get(&e->params, "jaxpr")
-                 : e->prim == P_XMAP ? params_get(&e->params, "call_jaxpr") : NULL;
-    if (sub && IS_PLAN(sub) && !lowerable(AS_PLAN(sub))) return false;
-    if (!sub && e->prim != P_PDOT && prim_table[e->prim].kind == PK_HIGHER) return false;
+    bool ok;
+    switch (e->prim) {
+    case P_PJIT: ok = subs_lowerable(params_get(&e->params, "jaxpr")); break;
+    case P_XMAP: ok = subs_lowerable(params_get(&e->params, "call_jaxpr")); break;
+    case P_COND: ok = subs_lowerable(params_get(&e->params, "branches")); break;
+    case P_WHILE: case P_SCAN: ok = loop_lowerable(e); break;
+    default: ok = e->prim == P_PDOT || prim_table[e->prim].kind != PK_HIGHER; break;
+    }
+    if (!ok) return false;
   }
   return true;
 }
@@ -758,25 +813,25 @@ static Value *xmap_stage(Value *self, const CallArgs *a) {
   res = val_call_n(fun, a->nargs, ((Tuple *)wrapped)->items);
   if (!res || spec_leaves("out_axes", res, out, &oms) < 0 || pytree_flatten(res, array_leaf, &rl) < 0)
     goto fail;
+  body = trace_end(t, rl.n, rl.v, &caps, &ncap);
+  t = NULL;
+  if (!body) goto done;
+  if (!lowerable(body)) {   /* shard_map or a callback in the body: the batching path */
+    r = xmap_run(self, a, false);
+    goto done;
+  }
   oav = shm_calloc((size_t)rl.n + 1, sizeof(AVal));
   onm = shm_calloc((size_t)rl.n + 1, sizeof(NamedShape));
   if (!oav || !onm) {
     err_nomem();
-    goto fail;
+    goto done;
   }
   for (int k = 0; k < rl.n; k++) {
     AVal pa;
-    const NamedShape *vn = trace_named(rl.v[k]);
+    const NamedShape *vn = plan_var_named(body, body->outs[k].var);
     NamedShape none = {0};
-    if (prim_value_aval(rl.v[k], &pa) < 0 || out_aval(&pa, vn ? vn : &none, &oms.v[k], &ns, k, &oav[k], &onm[k]) < 0)
-      goto fail;
-  }
-  body = trace_end(t, rl.n, rl.v, &caps, &ncap);
-  t = NULL;
-  if (!body) goto done;
-  if (!lowerable(body)) {   /* control flow in the body: the batching path */
-    r = xmap_run(self, a, false);
-    goto done;
+    plan_atom_aval(body, &body->outs[k], &pa);
+    if (out_aval(&pa, vn ? vn : &none, &oms.v[k], &ns, k, &oav[k], &onm[k]) < 0) goto done;
   }
   if ((em = emit_xmap(self, body, caps, ncap, &l, &ims, &oms, oav, onm, mesh))) {
     pos = 0;
@@ -809,6 +864,129 @@ static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb)
 static Value *eval_plan(Plan *p, Value **args);
 static Value *xmap_eqn_run(const Params *ps, int n, Value **in);
 
+/* A sub-plan as the function a control-flow built-in calls: self is
+ * (plan, its leading constants, an int: scan's number of carries). */
+static Value *sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Value **consts, int64_t k) {
+  Value *c = tuple_pack((size_t)nconsts, consts), *kv = val_int(k);
+  Value *self = c && kv ? tuple_pack(3, (Value *[]){plan, c, kv}) : NULL;
+  Value *r = self ? bound_new(name, fn, self) : NULL;
+  Value *tmp[] = {c, kv, self};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* Runs self's plan on its constants and then the array leaves of
+ * [trees]: a tuple of its results. */
+static Value *sub_run(Value *self, int ntrees, Value *const *trees) {
+  Plan *p = AS_PLAN(tuple_get(self, 0));
+  Value *consts = tuple_get(self, 1);
+  Value **args = shm_calloc((size_t)p->nin + 1, sizeof(Value *)), *r = NULL;
+  int n = (int)tuple_len(consts);
+  if (!args) return err_nomem();
+  for (int i = 0; i < n && i < p->nin; i++) args[i] = tuple_get(consts, (size_t)i);
+  for (int t = 0; t < ntrees; t++) {
+    PyLeaves l = {0};
+    if (pytree_flatten(trees[t], array_leaf, &l) < 0) goto out;
+    for (int k = 0; k < l.n; k++, n++)
+      if (n < p->nin) args[n] = l.v[k];   /* borrowed from the trees */
+    pytree_leaves_free(&l);
+  }
+  if (n == p->nin) r = eval_plan(p, args);
+  else err_set(ERR_VALUE, "xmap under jit: a control-flow sub-plan of %d inputs got %d", p->nin, n);
+out:
+  shm_free(args);
+  return r;
+}
+
+/* cond's branch: the operands' results as a tuple. */
+static Value *branch_call(Value *self, const CallArgs *a) { return sub_run(self, a->nargs, a->args); }
+
+/* while's cond_fun on the carry tuple: the predicate. */
+static Value *wcond_call(Value *self, const CallArgs *a) {
+  Value *r = sub_run(self, a->nargs, a->args), *pred = r ? val_incref(tuple_get(r, 0)) : NULL;
+  if (r) val_decref(r);
+  return pred;
+}
+
+/* scan's f(carry, x): (carry, y), each a tuple. */
+static Value *scan_call(Value *self, const CallArgs *a) {
+  Value *r = sub_run(self, a->nargs, a->args);
+  if (!r) return NULL;
+  int64_t nc = 0;
+  arr_to_index(tuple_get(self, 2), &nc);
+  size_t n = tuple_len(r);
+  Value *c = tuple_pack((size_t)nc, ((Tuple *)r)->items);
+  Value *y = c ? tuple_pack(n - (size_t)nc, ((Tuple *)r)->items + nc) : NULL;
+  Value *pair = y ? tuple_pack(2, (Value *[]){c, y}) : NULL;
+  Value *tmp[] = {r, c, y};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return pair;
+}
+
+/* cond, while and scan equations through the language's control flow,
+ * their sub-plans as the functions: batched, staged or eager as an
+ * eager xmap body's would be.  A tuple of the results. */
+static Value *eval_control(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  Value *fa = NULL, *fb = NULL, *t1 = NULL, *t2 = NULL, *r = NULL, *out = NULL;
+  int64_t a = 0, b = 0, len = 0;
+  bool rev = false;
+  if (e->prim == P_COND) {
+    Value *br = params_get(ps, "branches");
+    size_t nb = tuple_len(br);
+    if (!(t1 = tuple_new(nb))) return NULL;
+    for (size_t i = 0; i < nb; i++) {
+      Value *f = sub_fn("branch", branch_call, tuple_get(br, i), 0, NULL, 0);
+      tuple_set_steal(t1, i, f ? f : val_incref(VAL_NONE));
+      if (!f) goto out;
+    }
+    Value **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *));
+    if (!args) goto out;
+    args[0] = in[0], args[1] = t1;
+    shm_memcpy(args + 2, in + 1, sizeof(Value *) * (size_t)(e->nin - 1));
+    CallArgs c = {.nargs = e->nin + 1, .args = args};
+    r = ctl_switch(&c);
+    shm_free(args);
+    out = r ? val_incref(r) : NULL;
+  } else if (e->prim == P_WHILE) {
+    if (params_int(ps, "cond_nconsts", &a) < 0 || params_int(ps, "body_nconsts", &b) < 0) goto out;
+    fa = sub_fn("cond_fun", wcond_call, params_get(ps, "cond_jaxpr"), (int)a, in, 0);
+    fb = fa ? sub_fn("body_fun", branch_call, params_get(ps, "body_jaxpr"), (int)b, in + a, 0) : NULL;
+    t1 = fb ? tuple_pack((size_t)(e->nin - a - b), in + a + b) : NULL;
+    CallArgs c = {.nargs = 3, .args = (Value *[]){fa, fb, t1}};
+    if (t1) r = ctl_while_loop(&c);
+    out = r ? val_incref(r) : NULL;
+  } else {
+    if (params_int(ps, "num_consts", &a) < 0 || params_int(ps, "num_carry", &b) < 0 ||
+        params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
+      goto out;
+    fa = sub_fn("f", scan_call, params_get(ps, "jaxpr"), (int)a, in, b);
+    t1 = fa ? tuple_pack((size_t)b, in + a) : NULL;
+    t2 = t1 ? tuple_pack((size_t)(e->nin - a - b), in + a + b) : NULL;
+    Value *lv = val_int(len), *rv = val_bool(rev);
+    CallArgs c = {.nargs = 5, .args = (Value *[]){fa, t1, t2, lv, rv}};
+    if (t2 && lv) r = ctl_scan(&c);
+    if (lv) val_decref(lv);
+    val_decref(rv);
+    if (r && r->type == V_TUPLE && tuple_len(r) == 2) {   /* (carry, ys) as one tuple */
+      Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
+      size_t nc = tuple_len(cs), ny = tuple_len(ys);
+      if ((out = tuple_new(nc + ny)))
+        for (size_t i = 0; i < nc + ny; i++)
+          tuple_set_steal(out, i, val_incref(i < nc ? tuple_get(cs, i) : tuple_get(ys, i - nc)));
+    } else if (r) {
+      err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
+    }
+  }
+out:;
+  Value *tmp[] = {fa, fb, t1, t2, r};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return out;
+}
+
 /* One equation of a staged body on [in]: a new reference to its result
  * (a tuple when the equation has other than one output, and for pjit
  * and xmap).  Collectives over names go through the language's named
@@ -823,6 +1001,7 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
                       params_get(ps, "pos_batch"));
   case P_PJIT: return eval_plan(AS_PLAN(params_get(ps, "jaxpr")), in);
   case P_XMAP: return xmap_eqn_run(ps, e->nin, in);
+  case P_COND: case P_WHILE: case P_SCAN: return eval_control(e, in);
   case P_AXIS_INDEX: {   /* over a name: each index's position */
     Value *an = params_get(ps, "axis_name");
     if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
@@ -863,7 +1042,8 @@ static Value *eval_plan(Plan *p, Value **args) {
       if (e->loc.src) err_locate(e->loc);
       goto out;
     }
-    bool tup = e->prim == P_PJIT || e->prim == P_XMAP || e->nout != 1;
+    bool tup = e->nout != 1 || e->prim == P_PJIT || e->prim == P_XMAP || e->prim == P_COND ||
+               e->prim == P_WHILE || e->prim == P_SCAN;
     for (int k = 0; k < e->nout; k++) env[e->out[k]] = val_incref(tup ? tuple_get(res, (size_t)k) : res);
     val_decref(res);
   }

@@ -25,8 +25,10 @@
  * out_axes as one {position: name} mapping per operand and result,
  * axis_resources, the mesh when there are resources, and call_jaxpr, the
  * body traced once per named index with named shapes: f32[5]{batch=20});
- * pdot in it is one `pdot` equation.  A body holding control flow,
- * shard_map or a callback is staged through the batching path instead.
+ * pdot in it is one `pdot` equation; cond, while and scan in it stage
+ * with named sub-plans.  A body holding shard_map or a callback, or a
+ * loop whose carry gains a name, is staged through the batching path
+ * instead (the body then traced twice).
  */
 #ifndef SHMAP_XMAP_H
 #define SHMAP_XMAP_H
