@@ -1024,16 +1024,18 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
  * through the primitive table: JAX's eval_jaxpr, here under the batch
  * traces of an xmap.  A tuple of p->nout new references, or NULL. */
 static Value *eval_plan(Plan *p, Value **args) {
-  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *ins[64], *r = NULL;
-  if (!env) return err_nomem();
+  int most = 1;
+  for (int i = 0; i < p->neqn; i++) most = p->eqns[i].nin > most ? p->eqns[i].nin : most;
+  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
+  Value **ins = env ? shm_calloc((size_t)most, sizeof(Value *)) : NULL;
+  if (!ins) {
+    shm_free(env);
+    return err_nomem();
+  }
   for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
   for (int i = 0; i < p->nin; i++) env[p->invars[i]] = val_incref(args[i]);
   for (int i = 0; i < p->neqn; i++) {
     const PlanEqn *e = &p->eqns[i];
-    if (e->nin > 64) {
-      err_set(ERR_NOT_IMPLEMENTED, "xmap under jit: an equation of more than 64 operands");
-      goto out;
-    }
     /* held across the call, so no operand's buffer becomes the result */
     for (int k = 0; k < e->nin; k++) ins[k] = val_incref(e->in[k].var < 0 ? e->in[k].lit : env[e->in[k].var]);
     Value *res = eval_eqn(e, ins);
@@ -1054,6 +1056,7 @@ out:
   for (int i = 0; i < p->nvars; i++)
     if (env[i]) val_decref(env[i]);
   shm_free(env);
+  shm_free(ins);
   return r;
 }
 
