@@ -300,7 +300,8 @@ static void put_scalar(Text *t, Array *a) {
 static void put_named(Text *t, const NamedShape *ns) {
   if (!ns || !ns->n) return;
   text_puts(t, "{");
-  for (int i = 0; i < ns->n; i++) text_printf(t, "%s%s=%lld", i ? ", " : "", ns->name[i], (long long)ns->size[i]);
+  for (int i = 0; i < ns->n; i++)
+    text_printf(t, "%s%s=%lld", i ? ", " : "", ns->name[i], (long long)ns->size[i]);
   text_puts(t, "}");
 }
 

@@ -212,7 +212,8 @@ static int out_named(Trace *t, PrimId prim, const Params *p, int nin, Value **in
       if (plan_named_add(ns, o->name[k], o->size[k]) < 0) return -1;
   }
   if (axes_clash(t, ns) < 0) return -1;
-  Value *axes = p ? params_get(p, prim == P_PSUM || prim == P_PMAX || prim == P_PMIN ? "axes" : "axis_name") : NULL;
+  bool reduces = prim == P_PSUM || prim == P_PMAX || prim == P_PMIN;
+  Value *axes = p ? params_get(p, reduces ? "axes" : "axis_name") : NULL;
   size_t n = 1;
   Value *const *items = &axes;
   if (axes && axes->type != V_STR && !val_seq(axes, &n, &items)) axes = NULL;

@@ -801,7 +801,9 @@ static Value *xmap_stage(Value *self, const CallArgs *a) {
   if (!(t = trace_begin(fun_name(fun), false))) goto done;
   NamedShape axes = {.n = ns.n};
   for (int i = 0; i < ns.n; i++) axes.name[i] = ns.name[i], axes.size[i] = ns.size[i];
-  if (trace_set_axes(t, &axes, has_res ? resv : NULL) < 0 || !(tr = shm_calloc((size_t)l.n + 1, sizeof(Value *)))) goto fail;
+  if (trace_set_axes(t, &axes, has_res ? resv : NULL) < 0 ||
+      !(tr = shm_calloc((size_t)l.n + 1, sizeof(Value *))))
+    goto fail;
   for (int i = 0; i < l.n; i++) {
     AVal ba;
     NamedShape bn;
@@ -925,65 +927,81 @@ static Value *scan_call(Value *self, const CallArgs *a) {
   return pair;
 }
 
-/* cond, while and scan equations through the language's control flow,
- * their sub-plans as the functions: batched, staged or eager as an
- * eager xmap body's would be.  A tuple of the results. */
-static Value *eval_control(const PlanEqn *e, Value **in) {
-  const Params *ps = &e->params;
-  Value *fa = NULL, *fb = NULL, *t1 = NULL, *t2 = NULL, *r = NULL, *out = NULL;
-  int64_t a = 0, b = 0, len = 0;
-  bool rev = false;
-  if (e->prim == P_COND) {
-    Value *br = params_get(ps, "branches");
-    size_t nb = tuple_len(br);
-    if (!(t1 = tuple_new(nb))) return NULL;
-    for (size_t i = 0; i < nb; i++) {
-      Value *f = sub_fn("branch", branch_call, tuple_get(br, i), 0, NULL, 0);
-      tuple_set_steal(t1, i, f ? f : val_incref(VAL_NONE));
-      if (!f) goto out;
-    }
-    Value **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *));
-    if (!args) goto out;
-    args[0] = in[0], args[1] = t1;
+/* The new references in [v] released (NULL entries skipped). */
+static void release(Value **v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i]) val_decref(v[i]);
+}
+
+/* cond and while and scan equations go through the language's control
+ * flow, their sub-plans as the functions: batched, staged or eager as an
+ * eager xmap body's would be.  Each gives a tuple of the results. */
+
+/* cond: switch(index, branches, *operands). */
+static Value *eval_cond(const PlanEqn *e, Value **in) {
+  Value *br = params_get(&e->params, "branches");
+  size_t nb = tuple_len(br);
+  Value *fns = tuple_new(nb), **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *)), *r = NULL;
+  bool ok = fns && args;
+  for (size_t i = 0; fns && i < nb; i++) {
+    Value *f = ok ? sub_fn("branch", branch_call, tuple_get(br, i), 0, NULL, 0) : NULL;
+    ok = ok && f;
+    tuple_set_steal(fns, i, f ? f : val_incref(VAL_NONE));
+  }
+  if (ok) {
+    args[0] = in[0], args[1] = fns;
     shm_memcpy(args + 2, in + 1, sizeof(Value *) * (size_t)(e->nin - 1));
     CallArgs c = {.nargs = e->nin + 1, .args = args};
     r = ctl_switch(&c);
-    shm_free(args);
-    out = r ? val_incref(r) : NULL;
-  } else if (e->prim == P_WHILE) {
-    if (params_int(ps, "cond_nconsts", &a) < 0 || params_int(ps, "body_nconsts", &b) < 0) goto out;
-    fa = sub_fn("cond_fun", wcond_call, params_get(ps, "cond_jaxpr"), (int)a, in, 0);
-    fb = fa ? sub_fn("body_fun", branch_call, params_get(ps, "body_jaxpr"), (int)b, in + a, 0) : NULL;
-    t1 = fb ? tuple_pack((size_t)(e->nin - a - b), in + a + b) : NULL;
-    CallArgs c = {.nargs = 3, .args = (Value *[]){fa, fb, t1}};
-    if (t1) r = ctl_while_loop(&c);
-    out = r ? val_incref(r) : NULL;
-  } else {
-    if (params_int(ps, "num_consts", &a) < 0 || params_int(ps, "num_carry", &b) < 0 ||
-        params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
-      goto out;
-    fa = sub_fn("f", scan_call, params_get(ps, "jaxpr"), (int)a, in, b);
-    t1 = fa ? tuple_pack((size_t)b, in + a) : NULL;
-    t2 = t1 ? tuple_pack((size_t)(e->nin - a - b), in + a + b) : NULL;
-    Value *lv = val_int(len), *rv = val_bool(rev);
-    CallArgs c = {.nargs = 5, .args = (Value *[]){fa, t1, t2, lv, rv}};
-    if (t2 && lv) r = ctl_scan(&c);
-    if (lv) val_decref(lv);
-    val_decref(rv);
-    if (r && r->type == V_TUPLE && tuple_len(r) == 2) {   /* (carry, ys) as one tuple */
-      Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
-      size_t nc = tuple_len(cs), ny = tuple_len(ys);
-      if ((out = tuple_new(nc + ny)))
-        for (size_t i = 0; i < nc + ny; i++)
-          tuple_set_steal(out, i, val_incref(i < nc ? tuple_get(cs, i) : tuple_get(ys, i - nc)));
-    } else if (r) {
-      err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
-    }
+  } else if (!err_occurred()) {
+    err_nomem();
   }
-out:;
-  Value *tmp[] = {fa, fb, t1, t2, r};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-    if (tmp[i]) val_decref(tmp[i]);
+  shm_free(args);
+  if (fns) val_decref(fns);
+  return r;
+}
+
+/* while: while_loop(cond_fun, body_fun, carry), each fun closing over
+ * its constants. */
+static Value *eval_while(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return NULL;
+  Value *v[3] = {sub_fn("cond_fun", wcond_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0), NULL, NULL};
+  v[1] = v[0] ? sub_fn("body_fun", branch_call, params_get(ps, "body_jaxpr"), (int)bn, in + cn, 0) : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - cn - bn), in + cn + bn) : NULL;
+  CallArgs c = {.nargs = 3, .args = v};
+  Value *r = v[2] ? ctl_while_loop(&c) : NULL;
+  release(v, 3);
+  return r;
+}
+
+/* scan: scan(f, carry, xs, length, reverse); its (carry, ys) made one
+ * tuple of the equation's results. */
+static Value *eval_scan(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t nc, ncar, len;
+  bool rev;
+  if (params_int(ps, "num_consts", &nc) < 0 || params_int(ps, "num_carry", &ncar) < 0 ||
+      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
+    return NULL;
+  Value *v[5] = {sub_fn("f", scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL, NULL,
+                 val_int(len), val_incref(val_bool(rev))};
+  v[1] = v[0] ? tuple_pack((size_t)ncar, in + nc) : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - nc - ncar), in + nc + ncar) : NULL;
+  CallArgs c = {.nargs = 5, .args = v};
+  Value *r = v[2] && v[3] ? ctl_scan(&c) : NULL, *out = NULL;
+  release(v, 5);
+  if (r && r->type == V_TUPLE && tuple_len(r) == 2) {
+    Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
+    size_t ncs = tuple_len(cs), nys = tuple_len(ys);
+    if ((out = tuple_new(ncs + nys)))
+      for (size_t i = 0; i < ncs + nys; i++)
+        tuple_set_steal(out, i, val_incref(i < ncs ? tuple_get(cs, i) : tuple_get(ys, i - ncs)));
+  } else if (r) {
+    err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
+  }
+  if (r) val_decref(r);
   return out;
 }
 
@@ -1001,7 +1019,9 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
                       params_get(ps, "pos_batch"));
   case P_PJIT: return eval_plan(AS_PLAN(params_get(ps, "jaxpr")), in);
   case P_XMAP: return xmap_eqn_run(ps, e->nin, in);
-  case P_COND: case P_WHILE: case P_SCAN: return eval_control(e, in);
+  case P_COND: return eval_cond(e, in);
+  case P_WHILE: return eval_while(e, in);
+  case P_SCAN: return eval_scan(e, in);
   case P_AXIS_INDEX: {   /* over a name: each index's position */
     Value *an = params_get(ps, "axis_name");
     if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
