@@ -954,51 +954,78 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size) {
 
 /* ==== named axes seen by the language: reductions, .named_shape, one_hot ========= */
 
-/* Reduces [x] over the named axes [names] (ops_named_reduce_hook): each a
- * vmap/xmap axis in scope (reduced over its batch), or else a mesh axis of
- * the enclosing shard_map body (the collective). */
-static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) {
+/* The size of [name] for a reduction over it: a vmap/xmap axis in scope
+ * (*named set), a staged xmap body's, or a mesh axis of the enclosing
+ * shard_map body; else JAX's "unbound axis name" error.  0 or -1. */
+static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
+  *named = vmap_axis_size(name, size);
+  if (*named) return 0;
+  DevCtx *d = dev_ctx();
+  int ax = d && d->mesh ? dev_mesh_axis(d->mesh, name) : -1;
+  if (ax < 0) return err_set(ERR_NAME, "unbound axis name: %s", name), -1;
+  *size = d->mesh->sizes[ax];
+  return 0;
+}
+
+/* The product of [x] over named axis [nm] of [size] (JAX has no pprod):
+ * every index's value gathered in a new leading axis (all_gather; copies
+ * when [carried] is false), then multiplied along it; exact in [x]'s
+ * dtype, zeros and signs included. */
+static Value *named_prod(Value *x, Value *nm, int64_t size, bool carried) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", tuple_pack(1, &nm));
+  params_add(&q, "all_gather_dimension", val_int(0));
+  params_add(&q, "axis_size", val_int(size));
+  params_add(&q, "tiled", val_bool(false));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *g = carried ? prim_bind(P_ALL_GATHER, 1, &x, &q) : prim_batch_repeat_front(x, size);
+  params_clear(&q);
+  if (!g) return NULL;
+  params_init(&q);
+  params_add(&q, "axes", val_int_tuple(1, (int64_t[]){0}));
+  Value *r = prim_bind(P_REDUCE_PROD, 1, &g, &q);
+  params_clear(&q);
+  val_decref(g);
+  return r;
+}
+
+/* [x] reduced over one named axis [nm] as [kind] (sum, max, min: the
+ * collective; prod: named_prod); *size gets the axis's size. */
+static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
+  bool named;
+  if (reduce_axis_size(str_cstr(nm), size, &named) < 0) return NULL;
+  bool same = named && !vmap_carries(x, str_cstr(nm));   /* the same at every index */
+  if (kind == P_REDUCE_PROD) return named_prod(x, nm, *size, !same);
+  if (same) {
+    if (kind != P_REDUCE_SUM) return val_incref(x);
+    Array *n = arr_scalar_i64(DT_I32, *size, true);
+    Value *r = n ? ops_binary(OP_MUL, &n->hdr, x) : NULL;
+    if (n) val_decref(&n->hdr);
+    return r;
+  }
   PrimId coll = kind == P_REDUCE_SUM ? P_PSUM : kind == P_REDUCE_MAX ? P_PMAX : P_PMIN;
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", tuple_pack(1, &nm));
+  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(coll, 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* Reduces [x] over the named axes [names], one after the other
+ * (ops_named_reduce_hook). */
+static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, int64_t *size) {
   Value *r = val_incref(x);
-  int64_t total = 1;
+  int64_t total = 1, one = 1;
   for (size_t i = 0; r && i < tuple_len(names); i++) {
-    Value *nm = tuple_get(names, i);
-    BatchTrace *bt = batch_named(str_cstr(nm));
-    Value *next;
-    int64_t staged = 0;   /* a staged xmap body's axis (trace.h): its size */
-    bool st = !bt && trace_axis_size(str_cstr(nm), &staged);
-    if ((bt && !batch_carries(r, bt->id)) || (st && !staged_carries(r, str_cstr(nm)))) {
-      /* the same on every example */
-      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, bt ? global_size(bt) : staged, true) : NULL;
-      next = n ? ops_binary(OP_MUL, &n->hdr, r) : val_incref(r);
-      if (n) val_decref(&n->hdr);
-    } else {
-      Params p;
-      params_init(&p);
-      params_add(&p, "axes", tuple_pack(1, &nm));
-      params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
-      next = prim_bind(coll, 1, &r, &p);
-      params_clear(&p);
-    }
-    if (bt) {
-      total *= global_size(bt);
-    } else if (st) {
-      total *= staged;
-    } else if (mean) {   /* a mesh axis of the enclosing shard_map body */
-      DevCtx *d = dev_ctx();
-      int ax = d && d->mesh ? dev_mesh_axis(d->mesh, str_cstr(nm)) : -1;
-      total *= ax >= 0 ? d->mesh->sizes[ax] : 1;
-    }
+    Value *next = reduce_one_name(kind, r, tuple_get(names, i), &one);
+    total *= one;
     val_decref(r);
     r = next;
   }
-  if (r && mean) {
-    Array *n = arr_scalar_f64(DT_F32, (double)total, true);
-    Value *m = n ? ops_binary(OP_DIV, r, &n->hdr) : NULL;
-    if (n) val_decref(&n->hdr);
-    val_decref(r);
-    r = m;
-  }
+  if (size) *size = total;
   return r;
 }
 

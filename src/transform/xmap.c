@@ -1034,7 +1034,7 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
     if (!g || g == VAL_NONE)
       return ops_named_reduce(e->prim == P_PSUM ? P_REDUCE_SUM : e->prim == P_PMAX ? P_REDUCE_MAX
                                                                                  : P_REDUCE_MIN,
-                              in[0], params_get(ps, "axes"), false);
+                              in[0], params_get(ps, "axes"), NULL);
     /* fall through */
   default: return prim_bind(e->prim, e->nin, in, ps);
   }
@@ -1387,7 +1387,7 @@ static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb)
   } else {
     prod = ops_binary(OP_MUL, x, y);
   }
-  Value *r = prod ? ops_named_reduce(P_REDUCE_SUM, prod, names, false) : NULL;
+  Value *r = prod ? ops_named_reduce(P_REDUCE_SUM, prod, names, NULL) : NULL;
   if (prod) val_decref(prod);
   return r;
 }

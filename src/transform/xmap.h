@@ -9,8 +9,10 @@
  * transform/batch.h carrying its name, opened in order of first
  * appearance, so every operation acts per named index (the batching
  * rules), operands broadcast by name (a value lacking a name is the same
- * along it), and the collectives, reductions (sum(z, axis=(0, 'x'))),
- * logsumexp, one_hot(..., axis='classes') and lax.pdot take names.  On
+ * along it), and the collectives, the reductions (sum(z, axis=(0, 'x')),
+ * max min mean prod logsumexp softmax argmax argmin: batch.c's
+ * ops_named_reduce_hook), one_hot(..., axis='classes') and lax.pdot take
+ * names.  On
  * the way out, out_axes puts each named axis of a result at its position
  * (broadcasting a result that does not vary along a placed name); a named
  * axis the result carries and out_axes does not place is an error naming
