@@ -154,8 +154,8 @@ int ops_split_named_axes(Value *axis, Value **pos, Value **names);
  * P_REDUCE_SUM (psum), P_REDUCE_MAX (pmax), P_REDUCE_MIN (pmin) or
  * P_REDUCE_PROD (all_gather over the name, then the product along it: JAX
  * has no pprod).  Each name is a vmap/xmap axis in scope or a mesh axis of
- * the enclosing shard_map body; any other is ERR_NAME "unbound axis name:
- * k".  [*size] (when not NULL) gets the product of the names' sizes, the
+ * the enclosing shard_map body that no xmap axis_resources maps a name to;
+ * any other is ERR_NAME "unbound axis name: k".  [*size] (when not NULL) gets the product of the names' sizes, the
  * divisor of a mean.  Set by the transform layer (transform/batch.c),
  * which owns named axes; NULL until then.  A new reference, or NULL with
  * the error set. */

@@ -954,14 +954,29 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size) {
 
 /* ==== named axes seen by the language: reductions, .named_shape, one_hot ========= */
 
+/* Whether mesh axis [name] holds a named axis in scope (xmap
+ * axis_resources): the body runs on its devices, but the name is not one
+ * of the body's (reducing over it would depend on the resources). */
+static bool is_resource(const char *name) {
+  for (BatchTrace *b = batch_top; b; b = b->parent) {
+    size_t n = 0;
+    Value *const *axes;
+    if (!b->resources || !val_seq(b->resources, &n, &axes)) continue;
+    for (size_t i = 0; i < n; i++)
+      if (axes[i]->type == V_STR && !strcmp(str_cstr(axes[i]), name)) return true;
+  }
+  return false;
+}
+
 /* The size of [name] for a reduction over it: a vmap/xmap axis in scope
  * (*named set), a staged xmap body's, or a mesh axis of the enclosing
- * shard_map body; else JAX's "unbound axis name" error.  0 or -1. */
+ * shard_map body that no named axis is mapped to; else JAX's "unbound
+ * axis name" error.  0 or -1. */
 static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
   *named = vmap_axis_size(name, size);
   if (*named) return 0;
   DevCtx *d = dev_ctx();
-  int ax = d && d->mesh ? dev_mesh_axis(d->mesh, name) : -1;
+  int ax = d && d->mesh && !is_resource(name) ? dev_mesh_axis(d->mesh, name) : -1;
   if (ax < 0) return err_set(ERR_NAME, "unbound axis name: %s", name), -1;
   *size = d->mesh->sizes[ax];
   return 0;
