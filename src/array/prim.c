@@ -991,6 +991,8 @@ SCAN_RULE(shape_cummax, P_CUMMAX)
 #define RULES_PJIT
 #define RULES_SHARD_MAP
 #define RULES_DEBUG_CALLBACK
+#define RULES_XMAP
+#define RULES_PDOT
 
 PrimInfo prim_table[P_COUNT] = {
 #define PRIM(id, nm, ni, no, k) \

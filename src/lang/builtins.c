@@ -90,6 +90,16 @@ int bi_bool_arg(Value *v, bool dflt, bool *out) {
   return 0;
 }
 
+void bi_sorted_axes(int n, const int *ax, int64_t *out) {
+  for (int i = 0; i < n; i++) out[i] = ax[i];
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+      int64_t t = out[j];
+      out[j] = out[j - 1];
+      out[j - 1] = t;
+    }
+}
+
 /* The aval of [x]; shorthand. */
 AVal bi_aval(Value *x) {
   AVal av;

@@ -369,13 +369,7 @@ static Value *bi_expand_dims(const CallArgs *a) {
   int64_t dims[SHM_MAXDIM];
   Value *r = NULL;
   if (av.ndim + n <= SHM_MAXDIM && ops_axes_arg(axis, av.ndim + n, &n, ax) == 0) {
-    for (int i = 0; i < n; i++) dims[i] = ax[i];
-    for (int i = 1; i < n; i++)
-      for (int j = i; j > 0 && dims[j - 1] > dims[j]; j--) {
-        int64_t t = dims[j];
-        dims[j] = dims[j - 1];
-        dims[j - 1] = t;
-      }
+    bi_sorted_axes(n, ax, dims);
     r = ops_expand_dims(xa, n, dims);
   }
   val_decref(xa);

@@ -69,6 +69,10 @@ int bi_float_arg(const char *fname, const char *pname, Value *v, double dflt, do
 /* Reads an optional truth value (val_truth); [dflt] when absent or None. */
 int bi_bool_arg(Value *v, bool dflt, bool *out);
 
+/* The [n] normalised axes [ax] as int64, in increasing order, into [out]
+ * (the order expand_dims and squeeze take). */
+void bi_sorted_axes(int n, const int *ax, int64_t *out);
+
 /* ops_aval of an array or tracer, zeroed when [x] is neither. */
 AVal bi_aval(Value *x);
 

@@ -823,7 +823,7 @@ static Value *ein_named(const char *eq, const CallArgs *a) {
     }
   }
   Value *t = sum && r && list_len(sum) ? tuple_pack(list_len(sum), ((List *)sum)->items) : NULL;
-  Value *out = t ? ops_named_reduce(P_REDUCE_SUM, r, t, false) : r ? val_incref(r) : NULL;
+  Value *out = t ? ops_named_reduce(P_REDUCE_SUM, r, t, NULL) : r ? val_incref(r) : NULL;
   if (t) val_decref(t);
   if (sum) val_decref(sum);
   if (r) val_decref(r);

@@ -81,14 +81,33 @@ static int red_unnamed(RedArgs *r, const char *fname) {
   return -1;
 }
 
-/* [res] (stolen) reduced over [r]'s named axes too, as [kind]. */
-static Value *red_named(RedArgs *r, Value *res, PrimId kind, bool mean) {
+/* [x] reduced as [id] over [r]'s positions; [x] itself when [r] names
+ * axes and gives no position (red_named reduces the names). */
+static Value *red_pos(PrimId id, Value *x, RedArgs *r, bool keepdims) {
+  if (r->names && r->naxes == 0) return val_incref(x);
+  return ops_reduce(id, x, r->naxes, r->axes, keepdims);
+}
+
+/* [res] (stolen) reduced over [r]'s named axes too, as [kind]; *size
+ * (when not NULL) gets the names' total size (1 without names). */
+static Value *red_named(RedArgs *r, Value *res, PrimId kind, int64_t *size) {
+  if (size) *size = 1;
   if (!r->names) return res;
-  Value *out = res ? ops_named_reduce(kind, res, r->names, mean) : NULL;
+  Value *out = res ? ops_named_reduce(kind, res, r->names, size) : NULL;
   if (res) val_decref(res);
   val_decref(r->names);
   r->names = NULL;
   return out;
+}
+
+/* [x] reduced as [id] over positions [ax] ([kd]: keepdims), then over
+ * the named axes [names] (NULL: none) by their collective. */
+static Value *reduce_pos_names(PrimId id, Value *x, int n, const int *ax, bool kd, Value *names) {
+  Value *r = n ? ops_reduce(id, x, n, ax, kd) : val_incref(x);
+  if (!r || !names) return r;
+  Value *t = ops_named_reduce(id, r, names, NULL);
+  val_decref(r);
+  return t;
 }
 
 /* Elements reduced over by [r]. */
@@ -107,14 +126,9 @@ static Value *sum_like(const char *fname, const CallArgs *a, PrimId id) {
   DType t = r.dtype >= 0 ? (DType)r.dtype
             : (av.dtype == DT_BOOL || av.dtype == DT_I8) ? DT_I32 : av.dtype;
   Value *c = ops_convert(r.x, t, av.weak);
-  Value *res = c ? ops_reduce(id, c, r.naxes, r.axes, r.keepdims) : NULL;
+  Value *res = c ? red_pos(id, c, &r, r.keepdims) : NULL;
   bi_drop(c, r.x, NULL, NULL);
-  if (r.names && id != P_REDUCE_SUM) {
-    val_decref(r.names);
-    val_decref(res);
-    return err_set(ERR_NOT_IMPLEMENTED, "%s over named axes is not implemented", fname);
-  }
-  return red_named(&r, res, P_REDUCE_SUM, false);
+  return red_named(&r, res, id, NULL);
 }
 
 Value *bi_jnp_sum(const CallArgs *a) { return sum_like("sum", a, P_REDUCE_SUM); }
@@ -130,9 +144,9 @@ static Value *max_like(const char *fname, const CallArgs *a, PrimId id) {
     err_set(ERR_VALUE, "zero-size array to reduction operation %s which has no identity",
             id == P_REDUCE_MAX ? "maximum" : "minimum");
   else
-    res = ops_reduce(id, r.x, r.naxes, r.axes, r.keepdims);
+    res = red_pos(id, r.x, &r, r.keepdims);
   val_decref(r.x);
-  return red_named(&r, res, id, false);
+  return red_named(&r, res, id, NULL);
 }
 
 Value *bi_jnp_max(const CallArgs *a) { return max_like("max", a, P_REDUCE_MAX); }
@@ -151,23 +165,37 @@ static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
 static Value *bi_all(const CallArgs *a) { return all_like("all", a, P_REDUCE_AND); }
 static Value *bi_any(const CallArgs *a) { return all_like("any", a, P_REDUCE_OR); }
 
-/* The mean of [x] over [r]'s axes in float (sum, then divide by count). */
-static Value *mean_of(Value *x, RedArgs *r, bool keepdims) {
+/* The sum of [x] over [r]'s positional axes in the mean's float dtype. */
+static Value *mean_sum(Value *x, RedArgs *r, bool keepdims) {
   AVal av = bi_aval(x);
   DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
   Value *f = ops_convert(x, t, av.weak);
-  Value *s = f ? ops_reduce(P_REDUCE_SUM, f, r->naxes, r->axes, keepdims) : NULL;
+  Value *s = f ? red_pos(P_REDUCE_SUM, f, r, keepdims) : NULL;
+  if (f) val_decref(f);
+  return s;
+}
+
+/* The mean of [x] over [r]'s positional axes in float (sum, then divide by
+ * count). */
+static Value *mean_of(Value *x, RedArgs *r, bool keepdims) {
+  Value *s = mean_sum(x, r, keepdims);
   Value *m = s ? bi_bin_const(P_DIV, s, (double)red_count(r)) : NULL;
-  bi_drop(f, s, NULL, NULL);
+  if (s) val_decref(s);
   return m;
 }
 
+/* mean over positions and names: the sum over all of them divided once by
+ * their total count, as jnp.mean (its normalizer counts named axes). */
 static Value *bi_mean(const CallArgs *a) {
   RedArgs r;
   if (red_bind("mean", a, &r, true) < 0) return NULL;
-  Value *m = mean_of(r.x, &r, r.keepdims);
+  Value *s = mean_sum(r.x, &r, r.keepdims);
+  int64_t count = red_count(&r), nsize;
   val_decref(r.x);
-  return red_named(&r, m, P_REDUCE_SUM, true);
+  s = red_named(&r, s, P_REDUCE_SUM, &nsize);
+  Value *m = s ? bi_bin_const(P_DIV, s, (double)(count * nsize)) : NULL;
+  if (s) val_decref(s);
+  return m;
 }
 
 /* var: mean of squared deviations, divided by N - ddof. */
@@ -202,6 +230,106 @@ static Value *bi_std(const CallArgs *a) {
   return s;
 }
 
+/* lax.[fn]([name]), fn axis_index or axis_size, for a named axis of the
+ * enclosing xmap or vmap (or a mesh axis of a shard_map body): a new
+ * reference, or NULL with the error set. */
+static Value *lax_axis_call(const char *fn, Value *name) {
+  Value *ns = builtins_namespace("lax");
+  Value *f = ns ? dict_get_str(((Module *)ns)->globals, fn) : NULL;
+  if (!f) return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(name));
+  return val_call_n(f, 1, &name);
+}
+
+/* The size of named axis [name] into *size.  0 or -1. */
+static int named_axis_size(Value *name, int64_t *size) {
+  Value *v = lax_axis_call("axis_size", name);
+  int rc = v ? arr_to_index(v, size) : -1;
+  if (v) val_decref(v);
+  return rc;
+}
+
+/* Each element's index into the axes [items] of [x] (positions, already
+ * checked, and names), flattened row-major in the order given (the first
+ * varying slowest): int32, broadcastable against [x].  *total gets the
+ * product of their sizes.  A new reference, or NULL with the error set. */
+static Value *flat_index(Value *x, Value *const *items, size_t n, int64_t *total) {
+  AVal av = bi_aval(x);
+  Value *idx = NULL;
+  *total = 1;
+  for (size_t i = 0; i < n && (idx || i == 0); i++) {
+    int64_t size = 0, p = 0, ones[SHM_MAXDIM];
+    Value *k = NULL;
+    int d;
+    if (items[i]->type == V_STR) {
+      if (named_axis_size(items[i], &size) == 0) k = lax_axis_call("axis_index", items[i]);
+    } else if (arr_to_index(items[i], &p) == 0 && axis_normalize(p, av.ndim, &d) == 0) {
+      for (int j = 0; j < av.ndim; j++) ones[j] = j == d ? av.shape[d] : 1;
+      size = av.shape[d];
+      k = bi_iota(DT_I32, av.ndim, ones, d);
+    }
+    if (!idx) {   /* the first axis */
+      idx = k;
+    } else {
+      Value *sc = k ? bi_bin_const(P_MUL, idx, (double)size) : NULL;
+      Value *next = sc ? bi_bin(P_ADD, sc, k) : NULL;
+      bi_drop(k, sc, idx, NULL);
+      idx = next;
+    }
+    *total *= size;
+  }
+  return idx;
+}
+
+/* argmax/argmin over axes that name named axes (LANGUAGE.md §10): for one
+ * name, the index along it; for a tuple of positions and names, the index
+ * into them flattened row-major in the order given (an extension: NumPy
+ * takes one position).  The extreme over all of them (max then pmax), then
+ * the least index where [x] reaches it (min then pmin), so ties go to the
+ * first, and a NaN, which the extreme then is, gives the first NaN, as
+ * jnp.argmax.  int32; keepdims keeps the positions as size 1. */
+static Value *arg_named(const char *fname, Value *x, Value *axis, PrimId id, bool kd) {
+  size_t n = 1;
+  Value *const *items = &axis;
+  if (axis->type != V_STR) val_seq(axis, &n, &items);
+  Value *pos, *names;
+  if (ops_split_named_axes(axis, &pos, &names) < 0) return NULL;
+  AVal av = bi_aval(x);
+  PrimId red = id == P_ARGMAX ? P_REDUCE_MAX : P_REDUCE_MIN;
+  int np, ax[SHM_MAXDIM];
+  int64_t total;
+  Value *r = NULL;
+  if (ops_axes_arg(pos, av.ndim, &np, ax) < 0) goto out;
+  if (shape_size(av.ndim, av.shape) == 0) {
+    err_set(ERR_VALUE, "attempt to get %s of an empty sequence", fname);
+    goto out;
+  }
+  Value *m = reduce_pos_names(red, x, np, ax, true, names);
+  Value *eq = m ? bi_bin(P_EQ, x, m) : NULL;
+  Value *nan = eq ? bi_bin(P_NE, x, x) : NULL;
+  Value *hit = nan ? bi_bin(P_OR, eq, nan) : NULL;
+  bi_drop(m, eq, nan, NULL);
+  Value *idx = hit ? flat_index(x, items, n, &total) : NULL;
+  Value *past = idx ? bi_scalar(DT_I32, (double)total) : NULL;   /* no index reaches it */
+  Value *cand = past ? ops_select(hit, idx, past) : NULL;
+  bi_drop(hit, idx, past, NULL);
+  r = cand ? reduce_pos_names(P_REDUCE_MIN, cand, np, ax, kd, names) : NULL;
+  if (cand) val_decref(cand);
+out:
+  bi_drop(pos, names, NULL, NULL);
+  return r;
+}
+
+/* Whether an `axis=` argument names a named axis (a str, or one in a
+ * tuple or list). */
+static bool names_an_axis(Value *axis) {
+  size_t n = 1;
+  Value *const *items = &axis;
+  if (!axis || (axis->type != V_STR && !(bi_is_seq(axis) && val_seq(axis, &n, &items)))) return false;
+  for (size_t i = 0; i < n; i++)
+    if (items[i]->type == V_STR) return true;
+  return false;
+}
+
 /* argmax/argmin(a, axis=None, keepdims=False): axis None flattens. */
 static Value *arg_like(const char *fname, const CallArgs *a, PrimId id) {
   Value *x, *axis, *out, *keepdims;
@@ -213,7 +341,9 @@ static Value *arg_like(const char *fname, const CallArgs *a, PrimId id) {
   if (!xa) return NULL;
   AVal av = bi_aval(xa);
   Value *res = NULL;
-  if (shape_size(av.ndim, av.shape) == 0) {
+  if (names_an_axis(axis)) {
+    res = arg_named(fname, xa, axis, id, kd);
+  } else if (shape_size(av.ndim, av.shape) == 0) {
     err_set(ERR_VALUE, "attempt to get %s of an empty sequence", fname);
   } else if (bi_is_none(axis)) {
     Value *f = bi_ravel_of(xa);
@@ -509,101 +639,87 @@ done:
   return r;
 }
 
-/* jax.nn.logsumexp: max-shifted for stability. */
+/* [shift] (reduced positions [ax] kept as size 1) without them. */
+static Value *squeeze_axes(Value *shift, int n, const int *ax) {
+  int64_t d64[SHM_MAXDIM];
+  bi_sorted_axes(n, ax, d64);
+  return ops_squeeze(shift, n, d64);
+}
+
+/* jax.nn.logsumexp over positions and names (seed 001: logsumexp(logits,
+ * 'classes')), as JAX's: shifted by the max over all of them (max then
+ * pmax; 0 where that is not finite), exp summed over all (sum then psum),
+ * logged, and the shift added back. */
 static Value *bi_logsumexp(const CallArgs *a) {
   Value *x, *axis, *b, *keepdims, *return_sign;
   Value **slots[] = {&x, &axis, &b, &keepdims, &return_sign};
   if (args_bind("logsumexp", a, "a, axis=, b=, keepdims=, return_sign=", slots) < 0) return NULL;
   if (!bi_is_none(b)) return err_set(ERR_VALUE, "logsumexp: the 'b' argument is not supported");
-  Value *pos, *names;
-  if (ops_split_named_axes(axis, &pos, &names) < 0) return NULL;
-  if (names) {   /* the positions first, then across the named axes */
-    Value *kv[] = {keepdims ? keepdims : VAL_NONE};
-    const char *kn[] = {"keepdims"};
-    int np = (int)tuple_len(pos);
-    Value *inner = np ? NULL : val_incref(x);
-    if (np) {
-      CallArgs c = {2, (Value *[]){x, pos}, keepdims ? 1 : 0, kn, kv};
-      inner = bi_logsumexp(&c);
-    }
-    Value *m = inner ? ops_named_reduce(P_REDUCE_MAX, inner, names, false) : NULL;
-    Value *d = m ? bi_bin(P_SUB, inner, m) : NULL;
-    Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
-    Value *s = e ? ops_named_reduce(P_REDUCE_SUM, e, names, false) : NULL;
-    Value *l = s ? ops_unary_prim(P_LOG, s) : NULL;
-    Value *r = l ? bi_bin(P_ADD, l, m) : NULL;
-    bi_drop(inner, m, d, e);
-    bi_drop(s, l, names, pos);
-    return r;
-  }
   bool kd;
   if (bi_bool_arg(keepdims, false, &kd) < 0) return NULL;
+  Value *pos, *names;
+  if (ops_split_named_axes(axis, &pos, &names) < 0) return NULL;
   Value *xa = bi_arr(x), *f = xa ? bi_inexact(xa) : NULL;
-  val_decref(xa);
-  if (!f) return NULL;
-  AVal av = bi_aval(f);
+  if (xa) val_decref(xa);
   int n, ax[SHM_MAXDIM];
   Value *res = NULL;
-  if (ops_axes_arg(axis, av.ndim, &n, ax) < 0) goto out;
-  Value *mx = ops_reduce(P_REDUCE_MAX, f, n, ax, true);
+  if (!f || ops_axes_arg(pos, bi_aval(f).ndim, &n, ax) < 0) goto out;
+  Value *mx = reduce_pos_names(P_REDUCE_MAX, f, n, ax, true, names);
   Value *fin = mx ? ops_unary_prim(P_IS_FINITE, mx) : NULL;
-  Value *z = fin ? bi_scalar(av.dtype, 0) : NULL;
+  Value *z = fin ? bi_scalar(bi_aval(f).dtype, 0) : NULL;
   Value *shift = z ? ops_select(fin, mx, z) : NULL;
   bi_drop(mx, fin, z, NULL);
   Value *d = shift ? bi_bin(P_SUB, f, shift) : NULL;
   Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
-  Value *s = e ? ops_reduce(P_REDUCE_SUM, e, n, ax, kd) : NULL;
+  Value *s = e ? reduce_pos_names(P_REDUCE_SUM, e, n, ax, kd, names) : NULL;
   Value *l = s ? ops_unary_prim(P_LOG, s) : NULL;
   bi_drop(d, e, s, NULL);
-  Value *sh = NULL;
-  if (l) {
-    int64_t d64[SHM_MAXDIM];
-    for (int i = 0; i < n; i++) d64[i] = ax[i];
-    for (int i = 1; i < n; i++)
-      for (int j = i; j > 0 && d64[j - 1] > d64[j]; j--) {
-        int64_t t = d64[j];
-        d64[j] = d64[j - 1];
-        d64[j - 1] = t;
-      }
-    sh = kd ? val_incref(shift) : ops_squeeze(shift, n, d64);
-  }
+  Value *sh = !l ? NULL : kd ? val_incref(shift) : squeeze_axes(shift, n, ax);
   res = sh ? bi_bin(P_ADD, l, sh) : NULL;
   bi_drop(l, sh, shift, NULL);
 out:
-  val_decref(f);
+  if (f) val_decref(f);
+  if (names) bi_drop(names, pos, NULL, NULL);
   return res;
 }
 
-/* jax.nn.softmax and log_softmax along [axis] (default -1). */
+/* jax.nn.softmax and log_softmax along [axis] (default -1), positions and
+ * names: the max and the sum over all of them, names by pmax and psum. */
 static Value *softmax_like(const char *fname, const CallArgs *a, bool log_form) {
   Value *x, *axis, *where, *initial;
   Value **slots[] = {&x, &axis, &where, &initial};
   if (args_bind(fname, a, "x, axis=, where=, initial=", slots) < 0) return NULL;
+  Value *pos, *names;
+  if (ops_split_named_axes(axis, &pos, &names) < 0) return NULL;
   Value *xa = bi_arr(x), *f = xa ? bi_inexact(xa) : NULL;
-  val_decref(xa);
-  if (!f) return NULL;
+  if (xa) val_decref(xa);
+  if (!f) {
+    if (names) bi_drop(names, pos, NULL, NULL);
+    return NULL;
+  }
   AVal av = bi_aval(f);
   int n, ax[SHM_MAXDIM];
   Value *res = NULL, *m1 = NULL;
-  if (bi_is_none(axis)) {
+  if (bi_is_none(pos)) {
     m1 = val_int(-1);
-    axis = av.ndim ? m1 : VAL_NONE;
+    pos = av.ndim ? m1 : VAL_NONE;
   }
-  if (ops_axes_arg(axis, av.ndim, &n, ax) == 0) {
-    Value *mx = ops_reduce(P_REDUCE_MAX, f, n, ax, true);
+  if (ops_axes_arg(pos, av.ndim, &n, ax) == 0) {
+    Value *mx = reduce_pos_names(P_REDUCE_MAX, f, n, ax, true, names);
     Value *d = mx ? bi_bin(P_SUB, f, mx) : NULL;
     Value *e = d ? ops_unary_prim(P_EXP, d) : NULL;
-    Value *s = e ? ops_reduce(P_REDUCE_SUM, e, n, ax, true) : NULL;
+    Value *s = e ? reduce_pos_names(P_REDUCE_SUM, e, n, ax, true, names) : NULL;
     if (s && log_form) {
       Value *l = ops_unary_prim(P_LOG, s);
       res = l ? bi_bin(P_SUB, d, l) : NULL;
-      val_decref(l);
+      if (l) val_decref(l);
     } else if (s) {
       res = bi_bin(P_DIV, e, s);
     }
     bi_drop(mx, d, e, s);
   }
   bi_drop(f, m1, NULL, NULL);
+  if (names) bi_drop(names, pos, NULL, NULL);
   return res;
 }
 
@@ -620,22 +736,14 @@ static Value *bi_one_hot(const CallArgs *a) {
   if (axis && axis->type == V_STR) {
     /* a named axis of the enclosing xmap (seed 001): x == the position
      * along it, so under axis_resources each device makes its block */
-    Value *ns = builtins_namespace("lax");
-    Value *ai = ns ? dict_get_str(((Module *)ns)->globals, "axis_index") : NULL;
-    Value *as = ns ? dict_get_str(((Module *)ns)->globals, "axis_size") : NULL;
-    if (!ai || !as) return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(axis));
-    Value *size = val_call_n(as, 1, &axis);
     int64_t want, have;
-    if (!size) return NULL;
-    int rc = bi_int_arg("one_hot", "num_classes", num, 0, &want) == 0 &&
-                     arr_to_index(size, &have) == 0 ? 0 : -1;
-    val_decref(size);
-    if (rc < 0) return NULL;
+    if (named_axis_size(axis, &have) < 0 || bi_int_arg("one_hot", "num_classes", num, 0, &want) < 0)
+      return NULL;
     if (want != have)
       return err_set(ERR_VALUE, "the size of axis %s is %lld, but one_hot was asked for %lld "
                                 "classes", str_cstr(axis), (long long)have, (long long)want);
     if (ops_dtype_arg(dtype, &t) < 0) return NULL;
-    Value *pos = val_call_n(ai, 1, &axis);
+    Value *pos = lax_axis_call("axis_index", axis);
     Value *eq = pos ? ops_compare(OP_EQ, x, pos) : NULL;
     Value *r = eq ? ops_convert(eq, t < 0 ? DT_F32 : (DType)t, false) : NULL;
     if (pos) val_decref(pos);

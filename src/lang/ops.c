@@ -1155,13 +1155,13 @@ Value *ops_squeeze(Value *x, int n, const int64_t *dims) {
   return ops_apply1(P_SQUEEZE, x, &p);
 }
 
-Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool mean);
+Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int64_t *size);
 Value *(*ops_named_shape_hook)(Value *x);
 
-Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean) {
+Value *ops_named_reduce(PrimId kind, Value *x, Value *names, int64_t *size) {
   if (!ops_named_reduce_hook)
     return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(tuple_get(names, 0)));
-  return ops_named_reduce_hook(kind, x, names, mean);
+  return ops_named_reduce_hook(kind, x, names, size);
 }
 
 int ops_split_named_axes(Value *axis, Value **pos, Value **names) {
@@ -1172,7 +1172,13 @@ int ops_split_named_axes(Value *axis, Value **pos, Value **names) {
   Value *const *items = &axis;
   if (axis->type != V_STR && !(ops_is_seq(axis) && val_seq(axis, &n, &items))) return 0;
   size_t k = 0;
-  for (size_t i = 0; i < n; i++) k += items[i]->type == V_STR;
+  for (size_t i = 0; i < n; i++) {
+    if (items[i]->type != V_STR) continue;
+    k++;
+    for (size_t j = 0; j < i; j++)   /* a name twice would reduce twice */
+      if (items[j]->type == V_STR && !strcmp(str_cstr(items[i]), str_cstr(items[j])))
+        return err_set(ERR_VALUE, "repeated axis name: %s", str_cstr(items[i])), -1;
+  }
   if (k == 0) return 0;
   Value *nm = tuple_new(k), *ps = tuple_new(n - k);
   if (!nm || !ps) {

@@ -146,21 +146,27 @@ int ops_list_delitem(Value *l, Value *key);
  * axes, vmap's axis_name; seed 001: sum(z, axis=(0, 'x', 'y'))): [*pos]
  * gets the positions (a new tuple; the axis itself when it has no name),
  * [*names] a new tuple of the names, or NULL when there are none.  0, or
- * -1 with the error set. */
+ * -1 with the error set (ERR_VALUE "repeated axis name: i"). */
 int ops_split_named_axes(Value *axis, Value **pos, Value **names);
 
-/* A reduction of [x] over the named axes [names] (a tuple of str): [kind]
- * P_REDUCE_SUM, P_REDUCE_MAX or P_REDUCE_MIN, divided by the axes' size
- * when [mean].  Set by the transform layer (transform/batch.c), which owns
- * named axes; NULL until then.  A new reference, or NULL with the error. */
-extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, bool mean);
+/* A reduction of [x] over the named axes [names] (a tuple of str; JAX's
+ * reduction over a name is the collective over it, seed 001): [kind]
+ * P_REDUCE_SUM (psum), P_REDUCE_MAX (pmax), P_REDUCE_MIN (pmin) or
+ * P_REDUCE_PROD (all_gather over the name, then the product along it: JAX
+ * has no pprod).  Each name is a vmap/xmap axis in scope or a mesh axis of
+ * the enclosing shard_map body that no xmap axis_resources maps a name to;
+ * any other is ERR_NAME "unbound axis name: k".  [*size] (when not NULL) gets the product of the names' sizes, the
+ * divisor of a mean.  Set by the transform layer (transform/batch.c),
+ * which owns named axes; NULL until then.  A new reference, or NULL with
+ * the error set. */
+extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int64_t *size);
 
 /* A value's named shape (`.named_shape`): a new dict from axis name to
  * size, {} outside xmap.  Set by the transform layer; NULL: always {}. */
 extern Value *(*ops_named_shape_hook)(Value *x);
 
 /* ops_named_reduce_hook, or the error that no named axis is in scope. */
-Value *ops_named_reduce(PrimId kind, Value *x, Value *names, bool mean);
+Value *ops_named_reduce(PrimId kind, Value *x, Value *names, int64_t *size);
 
 /* A `dtype=` argument: a dtype value, a name string, or the built-ins
  * int/float/bool; None or NULL gives -1.  ERR_TYPE "data type 'x' not

@@ -525,18 +525,33 @@ static int batch_truth(Value *v) {
 
 /* ==== named axes seen by the collectives' built-ins ============================= */
 
+/* Axis sizes: a vmap/xmap batch trace's, else a staged xmap body's
+ * (trace.h: xmap under jit). */
 static bool vmap_axis_size(const char *name, int64_t *size) {
   BatchTrace *b = batch_named(name);
   if (b) *size = global_size(b);
-  return b != NULL;
+  return b != NULL || trace_axis_size(name, size);
+}
+
+/* Whether staging tracer [v] (under any batch tracers) carries [name]. */
+static bool staged_carries(Value *v, const char *name) {
+  while (IS_BATCH_TRACER(v)) v = ((Tracer *)v)->batched;
+  const NamedShape *ns = trace_named(v);
+  for (int i = 0; ns && i < ns->n; i++)
+    if (!strcmp(ns->name[i], name)) return true;
+  return false;
 }
 
 static bool vmap_carries(Value *x, const char *name) {
   BatchTrace *b = batch_named(name);
   for (Value *v = x; b && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched)
     if (((Tracer *)v)->trace_id == b->id) return true;
-  return false;
+  return !b && staged_carries(x, name);
 }
+
+static Value *vmap_axis_index(const char *name);
+
+Value *batch_axis_index(const char *name) { return vmap_axis_index(name); }
 
 /* axis_index over a vmap axis: each example's position. */
 static Value *vmap_axis_index(const char *name) {
@@ -939,57 +954,113 @@ Value *batch_unwrap_front(unsigned id, Value *v, int64_t size) {
 
 /* ==== named axes seen by the language: reductions, .named_shape, one_hot ========= */
 
-/* Reduces [x] over the named axes [names] (ops_named_reduce_hook): each a
- * vmap/xmap axis in scope (reduced over its batch), or else a mesh axis of
- * the enclosing shard_map body (the collective). */
-static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, bool mean) {
+/* Whether mesh axis [name] holds a named axis in scope (xmap
+ * axis_resources): the body runs on its devices, but the name is not one
+ * of the body's (reducing over it would depend on the resources). */
+static bool is_resource(const char *name) {
+  for (BatchTrace *b = batch_top; b; b = b->parent) {
+    size_t n = 0;
+    Value *const *axes;
+    if (!b->resources || !val_seq(b->resources, &n, &axes)) continue;
+    for (size_t i = 0; i < n; i++)
+      if (axes[i]->type == V_STR && !strcmp(str_cstr(axes[i]), name)) return true;
+  }
+  return false;
+}
+
+/* The size of [name] for a reduction over it: a vmap/xmap axis in scope
+ * (*named set), a staged xmap body's, or a mesh axis of the enclosing
+ * shard_map body that no named axis is mapped to; else JAX's "unbound
+ * axis name" error.  0 or -1. */
+static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
+  *named = vmap_axis_size(name, size);
+  if (*named) return 0;
+  DevCtx *d = dev_ctx();
+  int ax = d && d->mesh && !is_resource(name) ? dev_mesh_axis(d->mesh, name) : -1;
+  if (ax < 0) return err_set(ERR_NAME, "unbound axis name: %s", name), -1;
+  *size = d->mesh->sizes[ax];
+  return 0;
+}
+
+/* The product of [x] over named axis [nm] of [size] (JAX has no pprod):
+ * every index's value gathered in a new leading axis (all_gather; copies
+ * when [carried] is false), then multiplied along it; exact in [x]'s
+ * dtype, zeros and signs included. */
+static Value *named_prod(Value *x, Value *nm, int64_t size, bool carried) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", tuple_pack(1, &nm));
+  params_add(&q, "all_gather_dimension", val_int(0));
+  params_add(&q, "axis_size", val_int(size));
+  params_add(&q, "tiled", val_bool(false));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *g = carried ? prim_bind(P_ALL_GATHER, 1, &x, &q) : prim_batch_repeat_front(x, size);
+  params_clear(&q);
+  if (!g) return NULL;
+  params_init(&q);
+  params_add(&q, "axes", val_int_tuple(1, (int64_t[]){0}));
+  Value *r = prim_bind(P_REDUCE_PROD, 1, &g, &q);
+  params_clear(&q);
+  val_decref(g);
+  return r;
+}
+
+/* [x] reduced over one named axis [nm] as [kind] (sum, max, min: the
+ * collective; prod: named_prod); *size gets the axis's size. */
+static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
+  bool named;
+  if (reduce_axis_size(str_cstr(nm), size, &named) < 0) return NULL;
+  bool same = named && !vmap_carries(x, str_cstr(nm));   /* the same at every index */
+  if (kind == P_REDUCE_PROD) return named_prod(x, nm, *size, !same);
+  if (same) {
+    if (kind != P_REDUCE_SUM) return val_incref(x);
+    Array *n = arr_scalar_i64(DT_I32, *size, true);
+    Value *r = n ? ops_binary(OP_MUL, &n->hdr, x) : NULL;
+    if (n) val_decref(&n->hdr);
+    return r;
+  }
   PrimId coll = kind == P_REDUCE_SUM ? P_PSUM : kind == P_REDUCE_MAX ? P_PMAX : P_PMIN;
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", tuple_pack(1, &nm));
+  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(coll, 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* Reduces [x] over the named axes [names], one after the other
+ * (ops_named_reduce_hook). */
+static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, int64_t *size) {
   Value *r = val_incref(x);
-  int64_t total = 1;
+  int64_t total = 1, one = 1;
   for (size_t i = 0; r && i < tuple_len(names); i++) {
-    Value *nm = tuple_get(names, i);
-    BatchTrace *bt = batch_named(str_cstr(nm));
-    Value *next;
-    if (bt && !batch_carries(r, bt->id)) {   /* the same on every example */
-      Array *n = kind == P_REDUCE_SUM ? arr_scalar_i64(DT_I32, global_size(bt), true) : NULL;
-      next = n ? ops_binary(OP_MUL, &n->hdr, r) : val_incref(r);
-      if (n) val_decref(&n->hdr);
-    } else {
-      Params p;
-      params_init(&p);
-      params_add(&p, "axes", tuple_pack(1, &nm));
-      params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
-      next = prim_bind(coll, 1, &r, &p);
-      params_clear(&p);
-    }
-    if (bt) {
-      total *= global_size(bt);
-    } else if (mean) {   /* a mesh axis of the enclosing shard_map body */
-      DevCtx *d = dev_ctx();
-      int ax = d && d->mesh ? dev_mesh_axis(d->mesh, str_cstr(nm)) : -1;
-      total *= ax >= 0 ? d->mesh->sizes[ax] : 1;
-    }
+    Value *next = reduce_one_name(kind, r, tuple_get(names, i), &one);
+    total *= one;
     val_decref(r);
     r = next;
   }
-  if (r && mean) {
-    Array *n = arr_scalar_f64(DT_F32, (double)total, true);
-    Value *m = n ? ops_binary(OP_DIV, r, &n->hdr) : NULL;
-    if (n) val_decref(&n->hdr);
-    val_decref(r);
-    r = m;
-  }
+  if (size) *size = total;
   return r;
 }
 
 /* .named_shape: the names of the vmap/xmap axes a value varies along. */
 static Value *named_shape_hook(Value *x) {
   Value *d = dict_new();
-  for (Value *v = x; d && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
+  Value *v = x;
+  for (; d && IS_BATCH_TRACER(v); v = ((Tracer *)v)->batched) {
     BatchTrace *bt = batch_find(((Tracer *)v)->trace_id);
     if (!bt || !bt->name) continue;
     Value *n = val_int(bt->size);
     dict_set_str(d, bt->name, n);
+    val_decref(n);
+  }
+  /* a staged xmap body's value (jit): its named shape, innermost name
+   * first like the batch traces' */
+  const NamedShape *ns = trace_named(v);
+  for (int i = ns ? ns->n - 1 : -1; d && i >= 0; i--) {
+    Value *n = val_int(ns->size[i]);
+    dict_set_str(d, ns->name[i], n);
     val_decref(n);
   }
   return d;

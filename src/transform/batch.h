@@ -72,6 +72,11 @@ Value *batch_shard_map(Value *f, const CallArgs *a);
  * or NULL); false when no such axis is in scope. */
 bool batch_axis_info(const char *name, unsigned *id, int64_t *size, Value **resources);
 
+/* axis_index over the innermost vmap/xmap axis [name] in scope: each
+ * index's position along the whole axis (a new reference); NULL without
+ * an error when no such axis is in scope. */
+Value *batch_axis_index(const char *name);
+
 /* The (block) size of batch trace [id] of this thread, 0 if none. */
 int64_t batch_trace_size(unsigned id);
 

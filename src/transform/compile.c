@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "base/timeline.h"
 #include "spmd/shardmap.h"
+#include "transform/xmap.h"
 
 /* ==== executable form ======================================================= */
 
@@ -28,7 +29,8 @@ typedef struct Slot {
   Value *value;     /* SL_CONST: the array (owned) */
 } Slot;
 
-typedef enum { ST_KERNEL, ST_FUSED, ST_COND, ST_WHILE, ST_SCAN, ST_PJIT, ST_SHARD_MAP, ST_CALLBACK } StepKind;
+typedef enum { ST_KERNEL, ST_FUSED, ST_COND, ST_WHILE, ST_SCAN, ST_PJIT, ST_SHARD_MAP, ST_CALLBACK,
+               ST_XMAP } StepKind;
 
 typedef struct Step {
   StepKind kind;
@@ -37,6 +39,7 @@ typedef struct Step {
   int *in, *out;       /* references while compiling, slots afterwards */
   Fused *fused;        /* ST_FUSED, owned */
   Value *shardfn;      /* ST_SHARD_MAP, owned */
+  Plan *lowered;       /* ST_XMAP: the positional plan it runs (xmap_lower), owned */
   int scratch;         /* first scratch array of this step */
 } Step;
 
@@ -287,6 +290,7 @@ static StepKind step_kind(PrimId id) {
   case P_PJIT: return ST_PJIT;
   case P_SHARD_MAP: return ST_SHARD_MAP;
   case P_DEBUG_CALLBACK: return ST_CALLBACK;
+  case P_XMAP: return ST_XMAP;
   default: return ST_KERNEL;
   }
 }
@@ -317,6 +321,23 @@ static int prepare_shard_map(Step *s, const Plan *p) {
   if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
   s->shardfn = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
   return s->shardfn ? 0 : -1;
+}
+
+/* An xmap equation: lowered through the eager call's batching and
+ * resource machinery into a positional plan (xmap.h), compiled. */
+static int prepare_xmap(Step *s, const Plan *p) {
+  const PlanEqn *q = s->eqn;
+  AVal *av = shm_calloc((size_t)(q->nin + q->nout) + 1, sizeof(AVal));
+  if (!av) return err_nomem(), -1;
+  for (int k = 0; k < q->nin; k++) plan_atom_aval(p, &q->in[k], &av[k]);
+  for (int k = 0; k < q->nout; k++) av[q->nin + k] = p->vars[q->out[k]];
+  s->lowered = xmap_lower(q, av, av + q->nin);
+  shm_free(av);
+  if (!s->lowered) {
+    if (q->loc.src) err_locate(q->loc);
+    return -1;
+  }
+  return cmp_compile(s->lowered);
 }
 
 /* Scratch of avals of [body]'s outputs [from, to). */
@@ -362,6 +383,7 @@ static int prepare_higher(Exec *e, Step *s, const Plan *p) {
   case ST_COND: return prepare_cond(s->eqn);
   case ST_PJIT: return cmp_compile(param_plan(s->eqn, "jaxpr"));
   case ST_SHARD_MAP: return prepare_shard_map(s, p);
+  case ST_XMAP: return prepare_xmap(s, p);
   case ST_CALLBACK:
     if (params_get(&s->eqn->params, "callback")) return 0;
     return err_set(ERR_VALUE, "debug_callback without a callback"), -1;
@@ -778,6 +800,7 @@ static void exec_free(void *ve) {
     shm_free(e->steps[i].out);
     fuse_free(e->steps[i].fused);
     val_decref(e->steps[i].shardfn);
+    if (e->steps[i].lowered) val_decref(&e->steps[i].lowered->hdr);
   }
   for (int s = 0; s < e->nslots; s++) val_decref(e->slots[s].value);
   shm_free(e->steps);
@@ -941,6 +964,11 @@ static int run_pjit(Step *s, Workspace *w) {
   return cmp_run_into(AS_PLAN(params_get(&s->eqn->params, "jaxpr")), step_ins(s, w, 0), outs);
 }
 
+static int run_xmap(Step *s, Workspace *w) {
+  Array **outs = step_outs(s, w);
+  return cmp_run_into(s->lowered, step_ins(s, w, 0), outs);
+}
+
 static int run_shard_map(Step *s, Workspace *w) {
   CallArgs a = {.nargs = s->nin, .args = step_values(s, w)};
   Value *r = shardmap_call(s->shardfn, &a);
@@ -971,6 +999,7 @@ static int run_step(Step *s, Workspace *w) {
   case ST_PJIT: return run_pjit(s, w);
   case ST_SHARD_MAP: return run_shard_map(s, w);
   case ST_CALLBACK: return run_callback(s, w);
+  case ST_XMAP: return run_xmap(s, w);
   }
   return -1;
 }

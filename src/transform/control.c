@@ -102,8 +102,11 @@ static void sub_free(Sub *s) {
 /* Builds the traced function's result from its input tracers. */
 typedef Value *(*BodyFn)(void *ctx, Value **tracers);
 
-/* Traces [body] in a nested trace with [n] inputs of avals [avals]. */
-static int sub_trace(const char *name, BodyFn body, void *ctx, int n, const AVal *avals, Sub *s) {
+/* Traces [body] in a nested trace with [n] inputs of avals [avals], each
+ * with the named shape of [src]'s value (in a staged xmap body; trace.h),
+ * or none when [src] is NULL. */
+static int sub_trace(const char *name, BodyFn body, void *ctx, int n, const AVal *avals,
+                     Value *const *src, Sub *s) {
   memset(s, 0, sizeof *s);
   Trace *t = trace_begin(name, false);
   if (!t) return -1;
@@ -111,7 +114,7 @@ static int sub_trace(const char *name, BodyFn body, void *ctx, int n, const AVal
   Value *r = NULL;
   Leaves out = {0};
   for (int i = 0; tr && i < n; i++)
-    if (!(tr[i] = trace_new_arg(t, &avals[i], NULL))) goto fail;
+    if (!(tr[i] = trace_new_arg_named(t, &avals[i], src ? trace_named(src[i]) : NULL, NULL))) goto fail;
   if (!tr || !(r = body(ctx, tr)) || flatten(r, &out) < 0) goto fail;
   s->plan = trace_end(t, out.n, out.v, &s->caps, &s->ncap);
   s->out_tree = r;
@@ -152,9 +155,10 @@ static const char *fn_name(Value *fn) {
   return fn->type == V_FUNC ? ((Func *)fn)->name : intern_cstr("<fn>");
 }
 
-static int trace_fn(Value *fn, int nargs, Value **trees, int n, const AVal *avals, Sub *s) {
+static int trace_fn(Value *fn, int nargs, Value **trees, int n, const AVal *avals, Value *const *src,
+                    Sub *s) {
   CallCtx c = {fn, nargs, trees};
-  return sub_trace(fn_name(fn), call_body, &c, n, avals, s);
+  return sub_trace(fn_name(fn), call_body, &c, n, avals, src, s);
 }
 
 static void out_aval(const Sub *s, int i, AVal *a) { plan_atom_aval(s->plan, &s->plan->outs[i], a); }
@@ -168,9 +172,48 @@ static bool same_type(const AVal *a, const AVal *b) {
 
 /* Records [prim] with [p] over [ops], giving the results the structure
  * of [tree]. */
+/* The named shapes of [prim]'s results (in a staged xmap body): its
+ * sub-plan's outputs', the union over cond's branches and the index's
+ * names ([idx]: a cond varies along what its index varies along), not
+ * the operands' union.  NULL with the error set on nomem. */
+static NamedShape *results_named(PrimId prim, const Params *p, int nout, Value *idx) {
+  Value *br = prim == P_COND ? params_get(p, "branches") : NULL;
+  Value *one = params_get(p, prim == P_WHILE ? "body_jaxpr" : "jaxpr");
+  size_t nb = br ? tuple_len(br) : 1;
+  NamedShape *ns = shm_calloc((size_t)nout + 1, sizeof(NamedShape));
+  if (!ns) return err_nomem();
+  const NamedShape *in = prim == P_COND ? trace_named(idx) : NULL;
+  for (int i = 0; in && i < nout; i++)
+    for (int k = 0; k < in->n; k++) {
+      if (plan_named_add(&ns[i], in->name[k], in->size[k]) < 0) {
+        shm_free(ns);
+        return NULL;
+      }
+    }
+  for (size_t b = 0; b < nb; b++) {
+    Value *pv = br ? tuple_get(br, b) : one;
+    Plan *sp = pv && IS_PLAN(pv) ? AS_PLAN(pv) : NULL;
+    for (int i = 0; sp && i < nout && i < sp->nout; i++) {
+      const NamedShape *o = plan_var_named(sp, sp->outs[i].var);
+      for (int k = 0; o && k < o->n; k++)
+        if (plan_named_add(&ns[i], o->name[k], o->size[k]) < 0) {
+          shm_free(ns);
+          return NULL;
+        }
+    }
+  }
+  return ns;
+}
+
 static Value *emit_tree(PrimId prim, Params *p, int nops, Value **ops, int nout, const AVal *avs,
                         Value *tree) {
-  Value *res = trace_emit(prim, p, nops, ops, nout, avs);
+  NamedShape *named = results_named(prim, p, nout, nops ? ops[0] : NULL);
+  if (!named) {
+    params_clear(p);
+    return NULL;
+  }
+  Value *res = trace_emit_named(prim, p, nops, ops, nout, avs, named);
+  shm_free(named);
   if (!res) return NULL;
   int pos = 0;
   Value *r = replace(tree, ((Tuple *)res)->items, &pos);
@@ -255,7 +298,7 @@ static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv
   int b = 0;
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0 || avals_of(&leaves, &avs) < 0) goto out;
   for (; b < nb; b++)
-    if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, &br[b]) < 0) goto out;
+    if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0) goto out;
   if (union_caps(br, nb, &all) < 0 || ops_aval(idx, &ia) < 0 || branch_types(br, nb, ia.vma, &outs) < 0)
     goto out;
   if (!(plans = tuple_new((size_t)nb))) goto out;
@@ -629,10 +672,10 @@ static int check_pred(const Sub *c) {
 
 /* Traces cond and body on the carry avals [avs], retracing once when the
  * body strengthens a weak carry. */
-static int trace_loop(const Loop *lp, int n, AVal *avs, Sub *c, Sub *b) {
+static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *c, Sub *b) {
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (sub_trace(lp->cname, lp->cond, lp->cctx, n, avs, c) < 0) return -1;
-    if (check_pred(c) < 0 || sub_trace(lp->bname, lp->body, lp->bctx, n, avs, b) < 0) {
+    if (sub_trace(lp->cname, lp->cond, lp->cctx, n, avs, src, c) < 0) return -1;
+    if (check_pred(c) < 0 || sub_trace(lp->bname, lp->body, lp->bctx, n, avs, src, b) < 0) {
       sub_free(c);
       return -1;
     }
@@ -651,7 +694,7 @@ static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
   AVal *avs = NULL;
   Sub c = {0}, b = {0};
   Value *r = NULL, **init = NULL;
-  if (avals_of(l, &avs) == 0 && trace_loop(lp, l->n, avs, &c, &b) == 0 &&
+  if (avals_of(l, &avs) == 0 && trace_loop(lp, l->n, avs, l->v, &c, &b) == 0 &&
       (init = carry_values(l, avs))) {
     AVal pred;
     out_aval(&c, 0, &pred);
@@ -1047,11 +1090,18 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   Leaves cl = {0};
   AVal *avs = NULL;
   Sub s = {0};
-  Value *r = NULL, **cv = NULL;
+  Value *r = NULL, **cv = NULL, **src = NULL;
   ScanCtx sc = {f, init, xs};
   if (flatten(init, &cl) < 0 || scan_in_avals(&cl, xl, &avs) < 0) goto out;
+  /* the carry's and each x slice's named shapes: the init's and xs' */
+  if (!(src = shm_calloc((size_t)(cl.n + xl->n) + 1, sizeof(Value *)))) {
+    err_nomem();
+    goto out;
+  }
+  shm_memcpy(src, cl.v, sizeof(Value *) * (size_t)cl.n);
+  shm_memcpy(src + cl.n, xl->v, sizeof(Value *) * (size_t)xl->n);
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (sub_trace(fn_name(f), scan_body, &sc, cl.n + xl->n, avs, &s) < 0) goto out;
+    if (sub_trace(fn_name(f), scan_body, &sc, cl.n + xl->n, avs, src, &s) < 0) goto out;
     int rt = carry_types("scan body", &s, 0, cl.n, 0, avs);
     if (rt == 0) break;
     sub_free(&s);
@@ -1066,6 +1116,7 @@ out:
   values_free(cv, cl.n);
   sub_free(&s);
   shm_free(cl.v);
+  shm_free(src);
   shm_free(avs);
   return r;
 }
@@ -1089,6 +1140,12 @@ static Value *bi_scan(const CallArgs *a) {
   shm_free(xl.v);
   return array_results(r);
 }
+
+/* ==== the built-ins for xmap's lowering ============================================= */
+
+Value *ctl_switch(const CallArgs *a) { return bi_switch(a); }
+Value *ctl_while_loop(const CallArgs *a) { return bi_while_loop(a); }
+Value *ctl_scan(const CallArgs *a) { return bi_scan(a); }
 
 /* ==== registration ================================================================= */
 

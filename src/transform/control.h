@@ -33,6 +33,14 @@
 
 #include "lang/eval.h"
 
+/* switch(index, branches, *operands), while_loop(cond_fun, body_fun,
+ * init_val) and scan(f, init, xs, length=None, reverse=False) as the
+ * language calls them (eagerly, staged, or batched), for a lowered xmap
+ * body whose sub-plans are the functions (xmap.h). */
+Value *ctl_switch(const CallArgs *a);
+Value *ctl_while_loop(const CallArgs *a);
+Value *ctl_scan(const CallArgs *a);
+
 /* Registers cond, switch, while_loop, fori_loop, scan at the top level
  * and in `lax` (so jax.lax.cond resolves).  0 or -1 with the error set. */
 int ctl_register(Env *builtins);

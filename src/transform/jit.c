@@ -264,6 +264,14 @@ static bool is_static(const JitFn *j, int pos, const char *name) {
 
 /* The signature of a call of [j] with [a]. */
 static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
+  /* the context mesh (`with m:`): an xmap's axis_resources are read from
+   * it when it is traced, so a trace under one mesh (or none) is not
+   * another's, as JAX's jit keys its cache on the resource environment */
+  Mesh *cm = mesh_context();
+  if (cm) {
+    sig_tag(s, 'M');
+    sig_static(s, &cm->hdr);
+  }
   for (int i = 0; i < a->nargs; i++) {
     s->cur = param_name(j->fn, i);
     if (is_static(j, i, s->cur)) sig_static(s, a->args[i]);
@@ -368,7 +376,8 @@ static Value **make_tracers(Trace *t, Sig *s) {
   for (int i = 0; i < s->nleaves; i++) {
     AVal a;
     ops_aval(s->leaves[i], &a);
-    if (!(tr[i] = trace_new_arg(t, &a, s->names[i]))) {
+    /* a value of a staged xmap body keeps its named shape (trace.h) */
+    if (!(tr[i] = trace_new_arg_named(t, &a, trace_named(s->leaves[i]), s->names[i]))) {
       for (int k = 0; k < i; k++) val_decref(tr[k]);
       shm_free(tr);
       return NULL;
@@ -588,16 +597,22 @@ static Value *call_nested(JitFn *j, const CallArgs *a, Sig *s) {
   int n = tr.ncap + s->nleaves;
   Value **ops = shm_calloc((size_t)n + 1, sizeof(Value *));
   AVal *avs = shm_calloc((size_t)tr.plan->nout + 1, sizeof(AVal));
+  /* in a staged xmap body, the results' named shapes are the body's */
+  NamedShape *named = shm_calloc((size_t)tr.plan->nout + 1, sizeof(NamedShape));
   Value *res = NULL;
-  if (ops && avs) {
+  if (ops && avs && named) {
     shm_memcpy(ops, tr.caps, sizeof(Value *) * (size_t)tr.ncap);
     shm_memcpy(ops + tr.ncap, s->leaves, sizeof(Value *) * (size_t)s->nleaves);
-    for (int i = 0; i < tr.plan->nout; i++) plan_atom_aval(tr.plan, &tr.plan->outs[i], &avs[i]);
+    for (int i = 0; i < tr.plan->nout; i++) {
+      plan_atom_aval(tr.plan, &tr.plan->outs[i], &avs[i]);
+      const NamedShape *ns = plan_var_named(tr.plan, tr.plan->outs[i].var);
+      if (ns) named[i] = *ns;
+    }
     Params p;
     params_init(&p);
     params_add(&p, "jaxpr", val_incref(&tr.plan->hdr));
     params_add(&p, "name", str_from(j->name));
-    res = trace_emit(P_PJIT, &p, n, ops, tr.plan->nout, avs);
+    res = trace_emit_named(P_PJIT, &p, n, ops, tr.plan->nout, avs, named);
   } else {
     err_nomem();
   }
@@ -609,6 +624,7 @@ static Value *call_nested(JitFn *j, const CallArgs *a, Sig *s) {
   val_decref(res);
   shm_free(ops);
   shm_free(avs);
+  shm_free(named);
   trace_caps_free(tr.caps, tr.ncap);
   val_decref(&tr.plan->hdr);
   val_decref(tr.out_tree);

@@ -44,9 +44,60 @@ static int grow(void **arr, int *cap, int need, size_t size) {
 }
 
 int plan_add_var(Plan *p, const AVal *a) {
+  int old = p->capvars;
   if (grow((void **)&p->vars, &p->capvars, p->nvars + 1, sizeof(AVal)) < 0) return -1;
+  if (p->named && p->capvars != old) {
+    NamedShape **n = shm_realloc(p->named, sizeof(NamedShape *) * ((size_t)p->capvars + 1));
+    if (!n) return err_nomem(), -1;
+    memset(n + old, 0, sizeof(NamedShape *) * ((size_t)(p->capvars - old) + 1));
+    p->named = n;
+  }
   p->vars[p->nvars] = *a;
   return p->nvars++;
+}
+
+int plan_set_named(Plan *p, int var, const NamedShape *ns) {
+  if (!ns || ns->n == 0) {
+    if (p->named && var < p->capvars && p->named[var]) {
+      shm_free(p->named[var]);
+      p->named[var] = NULL;
+    }
+    return 0;
+  }
+  if (!p->named) {   /* sized like vars; grown with it in plan_add_var */
+    p->named = shm_calloc((size_t)p->capvars + 1, sizeof(NamedShape *));
+    if (!p->named) return err_nomem(), -1;
+  }
+  NamedShape *c = p->named[var] ? p->named[var] : shm_malloc(sizeof *c);
+  if (!c) return err_nomem(), -1;
+  *c = *ns;
+  p->named[var] = c;
+  return 0;
+}
+
+const NamedShape *plan_var_named(const Plan *p, int var) {
+  return p->named && var >= 0 && var < p->nvars ? p->named[var] : NULL;
+}
+
+int plan_named_find(const NamedShape *ns, const char *name) {
+  for (int i = 0; i < ns->n; i++)
+    if (ns->name[i] == name) return i;
+  return -1;
+}
+
+int plan_named_add(NamedShape *ns, const char *name, int64_t size) {
+  if (plan_named_find(ns, name) >= 0) return 0;
+  if (ns->n == PLAN_MAXNAMES) return err_set(ERR_VALUE, "xmap: more than %d named axes", PLAN_MAXNAMES), -1;
+  ns->name[ns->n] = name;
+  ns->size[ns->n++] = size;
+  return 0;
+}
+
+void plan_named_remove(NamedShape *ns, const char *name) {
+  int i = plan_named_find(ns, name);
+  if (i < 0) return;
+  for (; i + 1 < ns->n; i++) ns->name[i] = ns->name[i + 1], ns->size[i] = ns->size[i + 1];
+  ns->n--;
 }
 
 int plan_insert_invar(Plan *p, int at, int var) {
@@ -146,6 +197,8 @@ static void plan_free(Value *v) {
   for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);
   atoms_free(p->nout, p->outs);
   shm_free(p->eqns);
+  for (int i = 0; p->named && i < p->nvars; i++) shm_free(p->named[i]);
+  shm_free(p->named);
   shm_free(p->vars);
   shm_free(p->constvars);
   shm_free(p->consts);
@@ -243,6 +296,15 @@ static void put_scalar(Text *t, Array *a) {
   }
 }
 
+/* `{batch=20, hidden=8}` after a named variable's aval (LANGUAGE.md §10). */
+static void put_named(Text *t, const NamedShape *ns) {
+  if (!ns || !ns->n) return;
+  text_puts(t, "{");
+  for (int i = 0; i < ns->n; i++)
+    text_printf(t, "%s%s=%lld", i ? ", " : "", ns->name[i], (long long)ns->size[i]);
+  text_puts(t, "}");
+}
+
 static void bind_var(PrintCtx *c, int v) {
   char buf[16];
   c->name_of[v] = c->names->next++;
@@ -250,6 +312,7 @@ static void bind_var(PrintCtx *c, int v) {
   text_puts(c->t, buf);
   text_puts(c->t, ":");
   put_aval(c->t, &c->p->vars[v]);
+  put_named(c->t, plan_var_named(c->p, v));
 }
 
 static void put_atom(PrintCtx *c, const PlanAtom *a) {
@@ -378,6 +441,7 @@ static void put_eqn(PrintCtx *c, const PlanEqn *e, int indent) {
     } else {
       text_puts(c->t, "_:");
       put_aval(c->t, &c->p->vars[e->out[i]]);
+      put_named(c->t, plan_var_named(c->p, e->out[i]));
     }
   }
   /* an equation without results (debug_callback) prints as JAX's: no `=` */

@@ -46,6 +46,18 @@ typedef struct PlanAtom {
   Value *lit;
 } PlanAtom;
 
+/* The named shape of a value inside an xmap body (LANGUAGE.md §10;
+ * semantics: seed 001, JAX's named_shape): named axes and their sizes, in
+ * the order the enclosing xmaps introduced them.  Positional shapes stay
+ * in the AVal; a variable's named shape is printed after it,
+ * `f32[5]{batch=20}`. */
+enum { PLAN_MAXNAMES = 16 };
+typedef struct NamedShape {
+  int n;
+  const char *name[PLAN_MAXNAMES];   /* interned */
+  int64_t size[PLAN_MAXNAMES];
+} NamedShape;
+
 /* One equation: outs = prim[params] in. */
 typedef struct PlanEqn {
   PrimId prim;
@@ -61,6 +73,8 @@ typedef struct Plan {
   const char *name;  /* interned function name, or NULL */
   int nvars, capvars;
   AVal *vars;        /* aval of each variable */
+  NamedShape **named;/* owned: named shape of each variable (NULL: none); NULL when no
+                        variable has one (every plan outside an xmap body) */
   int nconst;
   int *constvars;    /* variable ids of the constvars */
   Value **consts;    /* owned concrete Arrays, one per constvar */
@@ -81,6 +95,23 @@ Plan *plan_new(const char *name);
 
 /* Adds a variable of aval [a]; returns its id, or -1 on nomem (error set). */
 int plan_add_var(Plan *p, const AVal *a);
+
+/* Sets variable [var]'s named shape to [ns] (copied; n == 0 clears it).
+ * 0, or -1 on nomem. */
+int plan_set_named(Plan *p, int var, const NamedShape *ns);
+
+/* Variable [var]'s named shape (borrowed), or NULL when it has none. */
+const NamedShape *plan_var_named(const Plan *p, int var);
+
+/* Index of [name] in [ns], or -1. */
+int plan_named_find(const NamedShape *ns, const char *name);
+
+/* Adds [name] of [size] to [ns] unless there; 0, or -1 (too many names,
+ * error set). */
+int plan_named_add(NamedShape *ns, const char *name, int64_t size);
+
+/* Removes [name] from [ns] if there. */
+void plan_named_remove(NamedShape *ns, const char *name);
 
 /* Appends [var] to the invars; 0 or -1 on nomem. */
 int plan_add_invar(Plan *p, int var);

@@ -14,6 +14,7 @@
 #include "base/mem.h"
 #include "lang/ops.h"
 #include "array/print.h"
+#include "base/intern.h"
 #include "transform/trace.h"
 
 struct Trace {
@@ -27,6 +28,8 @@ struct Trace {
   int *ext_var;        /* their variables */
   int ncapture;        /* captures (non-top), in order, are ext entries */
   bool linear;         /* trace_begin_linear: not the current trace */
+  NamedShape *axes;    /* an xmap body's named axes in scope (owned), or NULL */
+  Value *resources;    /* their axis_resources (a dict, owned), or NULL */
   Trace *next_linear;  /* the thread's open linear traces */
 };
 
@@ -91,10 +94,22 @@ static Trace *linear_find(unsigned id) {
 
 static int line_now(void) { return eval_current_loc().line; }
 
+/* [x]'s named shape set to [ns] (copied; NULL or empty: none).  0 or -1. */
+static int tracer_set_named(Tracer *x, const NamedShape *ns) {
+  if (!ns || !ns->n) return 0;
+  if (!(x->named = shm_malloc(sizeof *x->named))) return err_nomem(), -1;
+  *x->named = *ns;
+  return 0;
+}
+
 static Value *tracer_new(Trace *t, int var, const char *name) {
   Tracer *x = shm_calloc(1, sizeof *x);
   if (!x) return err_nomem();
   val_init(&x->hdr, V_TRACER);
+  if (tracer_set_named(x, plan_var_named(t->plan, var)) < 0) {
+    shm_free(x);
+    return NULL;
+  }
   x->aval = t->plan->vars[var];
   x->trace_id = t->id;
   x->var = var;
@@ -104,9 +119,121 @@ static Value *tracer_new(Trace *t, int var, const char *name) {
 }
 
 Value *trace_new_arg(Trace *t, const AVal *a, const char *name) {
+  return trace_new_arg_named(t, a, NULL, name);
+}
+
+Value *trace_new_arg_named(Trace *t, const AVal *a, const NamedShape *ns, const char *name) {
   int v = plan_add_var(t->plan, a);
-  if (v < 0 || plan_add_invar(t->plan, v) < 0) return NULL;
+  if (v < 0 || plan_add_invar(t->plan, v) < 0 || plan_set_named(t->plan, v, ns) < 0) return NULL;
   return tracer_new(t, v, name);
+}
+
+const NamedShape *trace_named(Value *v) {
+  return IS_STAGE_TRACER(v) ? ((Tracer *)v)->named : NULL;
+}
+
+int trace_set_axes(Trace *t, const NamedShape *axes, Value *resources) {
+  if (!t->axes && !(t->axes = shm_malloc(sizeof *t->axes))) return err_nomem(), -1;
+  *t->axes = *axes;
+  if (t->resources) val_decref(t->resources);
+  t->resources = resources && resources->type == V_DICT ? val_incref(resources) : NULL;
+  return 0;
+}
+
+/* The mesh axes named axis [name] is mapped to by the innermost body
+ * trace that has it in scope (a borrowed str or tuple), or NULL. */
+static Value *axis_resources_of(const Trace *from, const char *name) {
+  for (const Trace *t = from; t; t = t->parent)
+    if (t->axes && plan_named_find(t->axes, name) >= 0)
+      return t->resources ? dict_get_str(t->resources, name) : NULL;
+  return NULL;
+}
+
+/* The mesh axis [a] and [b] (each a str or tuple of them) share, or NULL. */
+static const char *shared_mesh_axis(Value *a, Value *b) {
+  size_t na = 1, nb = 1;
+  Value *const *ia = &a, *const *ib = &b;
+  if ((a->type != V_STR && !val_seq(a, &na, &ia)) || (b->type != V_STR && !val_seq(b, &nb, &ib)))
+    return NULL;
+  for (size_t i = 0; i < na; i++)
+    for (size_t k = 0; k < nb; k++)
+      if (ia[i]->type == V_STR && ib[k]->type == V_STR && !strcmp(str_cstr(ia[i]), str_cstr(ib[k])))
+        return str_cstr(ia[i]);
+  return NULL;
+}
+
+/* Two names of [un] (the operands' named shapes, in order) mapped to a
+ * common mesh axis: the eager call's error (batch.c), the later name
+ * first.  0 or -1. */
+static int axes_clash(const Trace *t, const NamedShape *un) {
+  for (int j = un->n - 1; j > 0; j--) {
+    Value *rj = axis_resources_of(t, un->name[j]);
+    for (int i = j - 1; rj && i >= 0; i--) {
+      Value *ri = axis_resources_of(t, un->name[i]);
+      const char *ax = ri ? shared_mesh_axis(rj, ri) : NULL;
+      if (ax)
+        return err_set(ERR_VALUE, "xmap: the named axes '%s' and '%s' are both mapped to mesh axis "
+                                  "'%s', so they cannot meet in one value (line %d); reduce one of "
+                                  "them first, or map them to different mesh axes",
+                       un->name[j], un->name[i], ax, eval_current_loc().line), -1;
+    }
+  }
+  return 0;
+}
+
+bool trace_axis_size(const char *name, int64_t *size) {
+  for (Trace *t = cur_trace; t; t = t->parent) {
+    for (int i = 0; t->axes && i < t->axes->n; i++)
+      if (!strcmp(t->axes->name[i], name)) {
+        *size = t->axes->size[i];
+        return true;
+      }
+  }
+  return false;
+}
+
+/* Where [name] came into scope: the outermost body's names first, each
+ * body's in its xmap's order (the order named shapes print in). */
+static int axis_rank(const Trace *from, const char *name) {
+  int depth = 0, rank = -1;
+  for (const Trace *t = from; t; t = t->parent, depth++)
+    for (int i = 0; t->axes && i < t->axes->n; i++)
+      if (t->axes->name[i] == name) rank = depth * PLAN_MAXNAMES + (PLAN_MAXNAMES - 1 - i);
+  return rank;   /* larger: further out, earlier */
+}
+
+/* The named shape of the outputs of [prim] over [in] in [t]: the union
+ * of the operands', then the names the collective removes or adds. */
+static int out_named(Trace *t, PrimId prim, const Params *p, int nin, Value **in, NamedShape *ns) {
+  ns->n = 0;
+  for (int i = 0; i < nin; i++) {
+    const NamedShape *o = IS_TRACER(in[i]) ? ((Tracer *)in[i])->named : NULL;
+    for (int k = 0; o && k < o->n; k++)
+      if (plan_named_add(ns, o->name[k], o->size[k]) < 0) return -1;
+  }
+  if (axes_clash(t, ns) < 0) return -1;
+  bool reduces = prim == P_PSUM || prim == P_PMAX || prim == P_PMIN;
+  Value *axes = p ? params_get(p, reduces ? "axes" : "axis_name") : NULL;
+  size_t n = 1;
+  Value *const *items = &axes;
+  if (axes && axes->type != V_STR && !val_seq(axes, &n, &items)) axes = NULL;
+  for (size_t i = 0; axes && i < n; i++) {
+    if (items[i]->type != V_STR) continue;
+    const char *nm = intern_cstr(str_cstr(items[i]));
+    int64_t size;
+    if (prim == P_PSUM || prim == P_PMAX || prim == P_PMIN || prim == P_ALL_GATHER || prim == P_PDOT)
+      plan_named_remove(ns, nm);
+    else if (prim == P_AXIS_INDEX && trace_axis_size(nm, &size) && plan_named_add(ns, nm, size) < 0)
+      return -1;
+  }
+  for (int i = 1; i < ns->n; i++)   /* in the order the names came in */
+    for (int j = i; j > 0 && axis_rank(t, ns->name[j - 1]) < axis_rank(t, ns->name[j]); j--) {
+      const char *nm = ns->name[j];
+      int64_t sz = ns->size[j];
+      ns->name[j] = ns->name[j - 1], ns->size[j] = ns->size[j - 1];
+      ns->name[j - 1] = nm, ns->size[j - 1] = sz;
+    }
+  return 0;
 }
 
 /* ==== resolving operands ================================================== */
@@ -151,6 +278,7 @@ static int trace_outside(Trace *t, Value *v, const AVal *a) {
   } else {
     AVal av = *a;
     var = plan_add_var(t->plan, &av);
+    if (var >= 0 && IS_TRACER(v) && plan_set_named(t->plan, var, ((Tracer *)v)->named) < 0) return -1;
     t->ncapture++;
   }
   return var < 0 ? -1 : ext_push(t, v, var);
@@ -224,8 +352,9 @@ static Value *tracers_for(Trace *t, int n, const int *vars) {
 
 /* Resolves the operands and adds the equation and its output variables. */
 static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, int nout,
-                  const AVal *outs, int *out_vars) {
+                  const AVal *outs, const NamedShape *named, int *out_vars) {
   PlanAtom stack_atoms[8];
+  NamedShape un;
   PlanAtom *atoms = nin <= 8 ? stack_atoms : shm_calloc((size_t)nin, sizeof *atoms);
   int rc = -1;
   if (!atoms) {
@@ -234,8 +363,11 @@ static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, in
   }
   for (int i = 0; i < nin; i++)
     if (trace_atom(t, in[i], &atoms[i]) < 0) goto out;
+  if (!named && out_named(t, prim, params, nin, in, &un) < 0) goto out;
   for (int i = 0; i < nout; i++)
-    if ((out_vars[i] = plan_add_var(t->plan, &outs[i])) < 0) goto out;
+    if ((out_vars[i] = plan_add_var(t->plan, &outs[i])) < 0 ||
+        plan_set_named(t->plan, out_vars[i], named ? &named[i] : &un) < 0)
+      goto out;
   rc = plan_add_eqn(t->plan, prim, params, nin, atoms, nout, out_vars, eval_current_loc());
 out:
   params_clear(params);
@@ -257,6 +389,11 @@ static Trace *record_target(int nin, Value **in) {
 
 Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
                   const AVal *outs) {
+  return trace_emit_named(prim, params, nin, in, nout, outs, NULL);
+}
+
+Value *trace_emit_named(PrimId prim, Params *params, int nin, Value **in, int nout,
+                        const AVal *outs, const NamedShape *named) {
   Trace *t = record_target(nin, in);
   int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
   if (!t || !vars) {
@@ -265,7 +402,7 @@ Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
     return t ? err_nomem() : err_set(ERR_VALUE, "%s: not tracing", prim_table[prim].name);
   }
   Value *r = NULL;
-  if (record(t, prim, params, nin, in, nout, outs, vars) == 0) r = tracers_for(t, nout, vars);
+  if (record(t, prim, params, nin, in, nout, outs, named, vars) == 0) r = tracers_for(t, nout, vars);
   shm_free(vars);
   return r;
 }
@@ -295,7 +432,7 @@ Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
   if (!vars) {
     params_clear(&q);
     err_nomem();
-  } else if (record(t, id, &q, nin, in, nout, outs, vars) == 0) {
+  } else if (record(t, id, &q, nin, in, nout, outs, NULL, vars) == 0) {
     tup = tracers_for(t, nout, vars);
   }
   shm_free(vars);
@@ -313,6 +450,8 @@ out:
 /* ==== ending ================================================================= */
 
 static void trace_free(Trace *t) {
+  shm_free(t->axes);
+  if (t->resources) val_decref(t->resources);
   for (int i = 0; i < t->next; i++) val_decref(t->ext[i]);
   shm_free(t->ext);
   shm_free(t->ext_var);
@@ -414,6 +553,7 @@ static void tracer_free(Value *v) {
   if (x->primal) val_decref(x->primal);
   if (x->tangent) val_decref(x->tangent);
   if (x->batched) val_decref(x->batched);
+  shm_free(x->named);
   shm_free(v);
 }
 
@@ -448,6 +588,14 @@ static Value *tracer_repr(Value *v) {
   char named[320];
   if (x->kind == TR_BATCH && named_aval_str(v, &x->aval, named, sizeof named))
     return str_printf("Traced<%s>", named);
+  if (x->named) {   /* in a staged xmap body: the names it carries, in order */
+    aval_str(named, sizeof named, x->aval.dtype, x->aval.ndim, x->aval.shape);
+    size_t o = strlen(named);
+    for (int i = 0; i < x->named->n && o < sizeof named; i++)
+      o += (size_t)snprintf(named + o, sizeof named - o, "%s%s=%lld", i ? ", " : "{",
+                            x->named->name[i], (long long)x->named->size[i]);
+    return str_printf("Traced<%s}>", named);
+  }
   /* a value being differentiated or batched eagerly: its value shows (the
    * primal, the batch), as JAX shows a ConcreteArray, so a debugger stop
    * in a function grad runs prints numbers */

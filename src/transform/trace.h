@@ -60,6 +60,7 @@ typedef struct Tracer {
   Value *tangent;     /* TR_JVP: its tangent (owned, never a zero) */
   Value *batched;     /* TR_BATCH: the value with the batch axis (owned) */
   int bdim;           /* TR_BATCH: where the batch axis is in [batched] */
+  NamedShape *named;  /* TR_STAGE in an xmap body: its named shape (owned), or NULL */
 } Tracer;
 
 static inline bool IS_TRACER(const Value *v) { return v && v->type == V_TRACER; }
@@ -156,6 +157,38 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out);
  */
 Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
                   const AVal *outs);
+
+/* trace_emit with the outputs' named shapes given ([named], one per
+ * output; NULL: each the union of the operands', as trace_apply gives). */
+Value *trace_emit_named(PrimId prim, Params *params, int nin, Value **in, int nout,
+                        const AVal *outs, const NamedShape *named);
+
+/* ---- named axes of a staged xmap body (LANGUAGE.md §10; seed 001) ----------
+ *
+ * An xmap under jit traces its body once per named index: the body's
+ * trace has the xmap's named axes in scope (trace_set_axes), its inputs
+ * carry named shapes (trace_new_arg_named), and every recorded equation
+ * gives its outputs the union of its operands' named shapes (JAX's
+ * standard named-shape rule), except that psum, pmax, pmin, all_gather
+ * and pdot over a name remove it and axis_index over one adds it. */
+
+/* Puts the named axes [axes] (copied) in scope of trace [t], mapped to
+ * mesh axes by [resources] (the xmap's axis_resources dict, borrowed for
+ * the trace's life; NULL: none).  An operation whose operands together
+ * carry two names mapped to a common mesh axis is then the eager call's
+ * error (LANGUAGE.md §10: they can never meet in one value).  0 or -1. */
+int trace_set_axes(Trace *t, const NamedShape *axes, Value *resources);
+
+/* Whether [name] (interned or not) is a named axis of a staged xmap body
+ * enclosing this thread's current trace; its size in [*size]. */
+bool trace_axis_size(const char *name, int64_t *size);
+
+/* trace_new_arg whose input carries the named shape [ns] (may be NULL). */
+Value *trace_new_arg_named(Trace *t, const AVal *a, const NamedShape *ns, const char *name);
+
+/* The named shape of staging tracer [v] (borrowed), or NULL when it has
+ * none (or is no staging tracer). */
+const NamedShape *trace_named(Value *v);
 
 /* prim_trace_hook: records a first-order primitive (prim.h contract). */
 Value *trace_apply(PrimId id, int nin, Value **in, const Params *p);

@@ -14,6 +14,8 @@
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
+#include "transform/control.h"
+#include "transform/plan.h"
 #include "transform/trace.h"
 #include "transform/xmap.h"
 
@@ -327,19 +329,24 @@ static Value *resource_axes(Value *res, const char *name, const MeshDesc *m, int
 }
 
 static Value *xmap_run(Value *self, const CallArgs *a, bool local);
-static Value *xmap_on_mesh(Value *self, const CallArgs *a);
+static Value *xmap_on_mesh(Value *self, const CallArgs *a, Mesh *m);
+static bool stage_here(Value *self, const CallArgs *a);
+static Value *xmap_stage(Value *self, const CallArgs *a);
 
 /* The body of an xmap with resources, on one device of the mesh: the
  * resource-free xmap of the device's blocks, its named axes marked as
  * split over their mesh axes. */
 static Value *xmap_local(Value *self, const CallArgs *a) { return xmap_run(self, a, true); }
 
-static Value *xmap_call(Value *self, const CallArgs *a) { return xmap_run(self, a, false); }
+/* Under jit, one xmap equation (xmap_stage); else the batching run. */
+static Value *xmap_call(Value *self, const CallArgs *a) {
+  return stage_here(self, a) ? xmap_stage(self, a) : xmap_run(self, a, false);
+}
 
 static Value *xmap_run(Value *self, const CallArgs *a, bool local) {
   if (a->nkw) return err_set(ERR_TYPE, "xmap functions take positional arguments only");
   Value *resv = tuple_get(self, XM_RES);
-  if (!local && resv->type == V_DICT && ((Dict *)resv)->len) return xmap_on_mesh(self, a);
+  if (!local && resv->type == V_DICT && ((Dict *)resv)->len) return xmap_on_mesh(self, a, mesh_context());
   Value *args = tuple_pack((size_t)a->nargs, a->args);
   Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
   Mappings ims = {0}, oms = {0};
@@ -528,9 +535,8 @@ static int check_divides(Value *self, const CallArgs *a, Value *in, Value *res, 
  * specs split each mapped named axis over its mesh axes, and whose body
  * is the same xmap on the device's blocks (LANGUAGE.md §10, seed 001's
  * resources; results equal the resource-free xmap's). */
-static Value *xmap_on_mesh(Value *self, const CallArgs *a) {
+static Value *xmap_on_mesh(Value *self, const CallArgs *a, Mesh *m) {
   Value *res = tuple_get(self, XM_RES);
-  Mesh *m = mesh_context();
   if (check_resources(res, m) < 0) return NULL;
   Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
   if (in && check_divides(self, a, in, res, m) < 0) in = (val_decref(in), NULL);
@@ -547,6 +553,599 @@ static Value *xmap_on_mesh(Value *self, const CallArgs *a) {
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     if (tmp[i]) val_decref(tmp[i]);
   return r;
+}
+
+/* ==== under jit: one xmap equation (LANGUAGE.md §10) ================================ */
+
+/*
+ * Called while a jit trace is open, an xmap stages as one `xmap` equation,
+ * as JAX's xmap_p did: its body is traced once per named index, each
+ * argument a tracer of the positional axes its mapping leaves, carrying the
+ * mapped names in its named shape (trace.h), with the xmap's names in
+ * scope.  The equation's parameters are the per-operand axis mappings
+ * (in_axes, out_axes), axis_resources, the mesh they refer to and the body
+ * (call_jaxpr).  The compiled executor runs it by lowering (xmap_lower):
+ * the body plan is evaluated equation by equation through the primitive
+ * table inside the very batching (and resource) machinery an eager call
+ * uses, which records the positional plan that is compiled.
+ */
+
+static bool lowerable(const Plan *p);
+
+/* Whether [a]'s names are all in [b]'s. */
+static bool named_within(const NamedShape *a, const NamedShape *b) {
+  for (int k = 0; a && k < a->n; k++)
+    if (!b || plan_named_find(b, a->name[k]) < 0) return false;
+  return true;
+}
+
+/* Whether loop body [body]'s carries (its inputs from [first], its
+ * outputs from 0, [n] of them) keep their named shapes, and none lacks a
+ * name of [pred] (a while's predicate, or NULL): then what the staged
+ * body says a value carries, the lowered loop's value carries. */
+static bool carries_settle(const Plan *body, int first, int n, const NamedShape *pred) {
+  if (first + n > body->nin || n > body->nout) return false;
+  for (int i = 0; i < n; i++) {
+    const NamedShape *in = plan_var_named(body, body->invars[first + i]);
+    if (!named_within(plan_var_named(body, body->outs[i].var), in) || !named_within(pred, in))
+      return false;
+  }
+  return true;
+}
+
+/* Whether the sub-plans in [v] (a plan or a tuple of them) are lowerable. */
+static bool subs_lowerable(Value *v) {
+  if (!v) return false;
+  if (IS_PLAN(v)) return lowerable(AS_PLAN(v));
+  for (size_t i = 0; v->type == V_TUPLE && i < tuple_len(v); i++)
+    if (!subs_lowerable(tuple_get(v, i))) return false;
+  return v->type == V_TUPLE;
+}
+
+/* A loop equation whose carries keep their named shapes (carries_settle). */
+static bool loop_lowerable(const PlanEqn *e) {
+  const Params *ps = &e->params;
+  int64_t nc = 0, ncar = 0;
+  if (e->prim == P_SCAN) {
+    Value *j = params_get(ps, "jaxpr");
+    return subs_lowerable(j) && params_int(ps, "num_consts", &nc) == 0 &&
+           params_int(ps, "num_carry", &ncar) == 0 && carries_settle(AS_PLAN(j), (int)nc, (int)ncar, NULL);
+  }
+  Value *c = params_get(ps, "cond_jaxpr"), *b = params_get(ps, "body_jaxpr");
+  if (!subs_lowerable(c) || !subs_lowerable(b) || params_int(ps, "body_nconsts", &nc) < 0) return false;
+  Plan *cp = AS_PLAN(c);
+  return cp->nout == 1 && carries_settle(AS_PLAN(b), (int)nc, e->nout, plan_var_named(cp, cp->outs[0].var));
+}
+
+/* Primitives a staged body may hold and the lowering can evaluate: the
+ * first-order ones and collectives, pdot, and pjit, xmap, cond, while
+ * and scan of such bodies (loops whose carries keep their named shapes).
+ * A body with shard_map or a callback, or a loop whose carry gains a
+ * name, is run by the batching path instead (the trace of it
+ * discarded). */
+static bool lowerable(const Plan *p) {
+  for (int i = 0; i < p->neqn; i++) {
+    const PlanEqn *e = &p->eqns[i];
+    bool ok;
+    switch (e->prim) {
+    case P_PJIT: ok = subs_lowerable(params_get(&e->params, "jaxpr")); break;
+    case P_XMAP: ok = subs_lowerable(params_get(&e->params, "call_jaxpr")); break;
+    case P_COND: ok = subs_lowerable(params_get(&e->params, "branches")); break;
+    case P_WHILE: case P_SCAN: ok = loop_lowerable(e); break;
+    default: ok = e->prim == P_PDOT || prim_table[e->prim].kind != PK_HIGHER; break;
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* Whether a call is staged as one equation: a trace is open on this
+ * thread (jit) outside a shard_map body, and every array leaf is concrete
+ * or a staging tracer (values being differentiated or batched take the
+ * batching path, as eagerly). */
+static bool stage_here(Value *self, const CallArgs *a) {
+  (void)self;
+  if (!trace_current() || dev_ctx() || a->nkw) return false;
+  bool ok = true;
+  for (int i = 0; i < a->nargs && ok; i++) {
+    PyLeaves l = {0};
+    if (pytree_flatten(a->args[i], array_leaf, &l) < 0) {
+      err_clear();
+      return false;
+    }
+    for (int k = 0; k < l.n && ok; k++) ok = !IS_TRACER(l.v[k]) || IS_STAGE_TRACER(l.v[k]);
+    pytree_leaves_free(&l);
+  }
+  return ok;
+}
+
+static int64_t norm_pos(int64_t p, int ndim) { return p < 0 ? p + ndim : p; }
+
+/* What the body sees of argument leaf [leaf] under [m]: the positional
+ * axes [m] does not name, and a named shape of the leaf's own names (an
+ * enclosing staged xmap's) and [m]'s, in the call's order. */
+static int body_aval(Value *leaf, const Mapping *m, const Names *ns, AVal *out, NamedShape *named) {
+  AVal a;
+  if (prim_value_aval(leaf, &a) < 0) return -1;
+  bool drop[SHM_MAXDIM] = {false};
+  for (int k = 0; k < m->n; k++) drop[norm_pos(m->pos[k], a.ndim)] = true;   /* checked by names_add */
+  *out = a;
+  out->ndim = 0;
+  for (int d = 0; d < a.ndim; d++)
+    if (!drop[d]) out->shape[out->ndim++] = a.shape[d];
+  const NamedShape *own = trace_named(leaf);
+  named->n = 0;
+  if (own) *named = *own;
+  for (int t = 0; t < ns->n; t++)
+    for (int k = 0; k < m->n; k++)
+      if (m->name[k] == ns->name[t] && plan_named_add(named, ns->name[t], ns->size[t]) < 0) return -1;
+  return 0;
+}
+
+/* Result leaf [k] of the body (positional aval [pa], named shape [vn])
+ * placed by [m]: the eager call's errors in its order (a name the result
+ * carries and out_axes does not place; a placed name no argument
+ * introduced), then the xmap's result aval [out] and the names it keeps
+ * [named] (an enclosing staged xmap's). */
+static int out_aval(const AVal *pa, const NamedShape *vn, const Mapping *m, const Names *ns, int k,
+                    AVal *out, NamedShape *named) {
+  for (int t = ns->n - 1; t >= 0; t--) {
+    bool placed = false;
+    for (int i = 0; i < m->n; i++) placed |= m->name[i] == ns->name[t];
+    if (!placed && plan_named_find(vn, ns->name[t]) >= 0)
+      return err_set(ERR_VALUE, "xmap: result %d has the named axis '%s', which out_axes does "
+                                "not place; name its position in out_axes", k, ns->name[t]), -1;
+  }
+  for (int i = 0; i < m->n; i++)
+    if (names_find(ns, m->name[i]) < 0)
+      return err_set(ERR_NAME, "xmap: out_axes names '%s', which no argument introduced",
+                     m->name[i]), -1;
+  int nd = pa->ndim + m->n, next = 0;
+  if (nd > SHM_MAXDIM) return err_set(ERR_VALUE, "xmap: a result of more than %d axes", SHM_MAXDIM), -1;
+  *out = *pa;
+  out->ndim = nd;
+  out->vma = 0;
+  for (int d = 0; d < nd; d++) {
+    int at = -1;
+    for (int i = 0; i < m->n; i++)
+      if (norm_pos(m->pos[i], nd) == d) at = i;
+    if (at >= 0) out->shape[d] = ns->size[names_find(ns, m->name[at])];
+    else if (next < pa->ndim) out->shape[d] = pa->shape[next++];
+    else return err_set(ERR_VALUE, "xmap: out_axes places axis %d of result %d, which has %d axes",
+                        d, k, nd), -1;
+  }
+  *named = *vn;
+  for (int t = 0; t < ns->n; t++) plan_named_remove(named, ns->name[t]);
+  return 0;
+}
+
+/* An axis mapping as the equation shows it: {position: name}, positions
+ * counted from 0 in a value of [ndim] axes. */
+static Value *mapping_dict(const Mapping *m, int ndim) {
+  Value *d = dict_new();
+  for (int i = 0; d && i < m->n; i++) {
+    Value *k = val_int(norm_pos(m->pos[i], ndim)), *v = str_from(m->name[i]);
+    int rc = k && v ? dict_set(d, k, v) : -1;
+    if (k) val_decref(k);
+    if (v) val_decref(v);
+    if (rc < 0) {
+      val_decref(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+
+/* Records xmap[...] over [ncap] captures and [nl] argument leaves. */
+static Value *emit_xmap(Value *self, Plan *body, Value **caps, int ncap, PyLeaves *l,
+                        const Mappings *ims, const Mappings *oms, const AVal *oav,
+                        const NamedShape *onm, Mesh *mesh) {
+  int n = ncap + l->n;
+  Value **ops = shm_calloc((size_t)n + 1, sizeof(Value *));
+  Value *ia = tuple_new((size_t)n), *oa = tuple_new((size_t)body->nout), *r = NULL;
+  bool ok = ops && ia && oa;
+  for (int i = 0; ia && i < n; i++) {
+    AVal av;
+    Value *d = !ok ? NULL : i < ncap ? dict_new()
+               : prim_value_aval(l->v[i - ncap], &av) == 0 ? mapping_dict(&ims->v[i - ncap], av.ndim) : NULL;
+    ok = ok && d != NULL;
+    tuple_set_steal(ia, (size_t)i, d ? d : val_incref(VAL_NONE));
+    if (ops) ops[i] = i < ncap ? caps[i] : l->v[i - ncap];
+  }
+  for (int k = 0; oa && k < body->nout; k++) {
+    Value *d = ok ? mapping_dict(&oms->v[k], oav[k].ndim) : NULL;
+    ok = ok && d != NULL;
+    tuple_set_steal(oa, (size_t)k, d ? d : val_incref(VAL_NONE));
+  }
+  if (ok) {
+    Params p;
+    params_init(&p);
+    params_add(&p, "name", str_from(fun_name(tuple_get(self, XM_FUN))));
+    params_add(&p, "in_axes", val_incref(ia));
+    params_add(&p, "out_axes", val_incref(oa));
+    params_add(&p, "axis_resources", val_incref(tuple_get(self, XM_RES)));
+    if (mesh) params_add(&p, "mesh", val_incref(&mesh->hdr));
+    params_add(&p, "call_jaxpr", val_incref(&body->hdr));
+    r = p.n == (mesh ? 6 : 5) ? trace_emit_named(P_XMAP, &p, n, ops, body->nout, oav, onm)
+                              : (params_clear(&p), NULL);
+  } else if (!err_occurred()) {
+    err_nomem();
+  }
+  shm_free(ops);
+  if (ia) val_decref(ia);
+  if (oa) val_decref(oa);
+  return r;
+}
+
+static Value *xmap_stage(Value *self, const CallArgs *a) {
+  Value *resv = tuple_get(self, XM_RES), *fun = tuple_get(self, XM_FUN);
+  bool has_res = resv->type == V_DICT && ((Dict *)resv)->len;
+  Mesh *mesh = has_res ? mesh_context() : NULL;
+  Value *args = tuple_pack((size_t)a->nargs, a->args);
+  Value *in = top_spec(tuple_get(self, XM_IN)), *out = top_spec(tuple_get(self, XM_OUT));
+  Mappings ims = {0}, oms = {0};
+  Names ns = {0};
+  PyLeaves l = {0}, rl = {0};
+  Trace *t = NULL;
+  Plan *body = NULL;
+  Value **tr = NULL, *wrapped = NULL, *res = NULL, *r = NULL, **caps = NULL, *em = NULL;
+  AVal *oav = NULL;
+  NamedShape *onm = NULL;
+  int ncap = 0;
+  if (!args || !in || !out) goto done;
+  if (has_res && (check_resources(resv, mesh) < 0 || check_divides(self, a, in, resv, mesh) < 0))
+    goto done;
+  if (spec_leaves("in_axes", args, in, &ims) < 0 || pytree_flatten(args, array_leaf, &l) < 0) goto done;
+  for (int i = 0; i < l.n; i++)
+    if (names_add(&ns, l.v[i], &ims.v[i]) < 0) goto done;
+  if (!(t = trace_begin(fun_name(fun), false))) goto done;
+  NamedShape axes = {.n = ns.n};
+  for (int i = 0; i < ns.n; i++) axes.name[i] = ns.name[i], axes.size[i] = ns.size[i];
+  if (trace_set_axes(t, &axes, has_res ? resv : NULL) < 0 ||
+      !(tr = shm_calloc((size_t)l.n + 1, sizeof(Value *))))
+    goto fail;
+  for (int i = 0; i < l.n; i++) {
+    AVal ba;
+    NamedShape bn;
+    if (body_aval(l.v[i], &ims.v[i], &ns, &ba, &bn) < 0 || !(tr[i] = trace_new_arg_named(t, &ba, &bn, NULL)))
+      goto fail;
+  }
+  int pos = 0;
+  if (!(wrapped = pytree_replace(args, array_leaf, tr, &pos))) goto fail;
+  res = val_call_n(fun, a->nargs, ((Tuple *)wrapped)->items);
+  if (!res || spec_leaves("out_axes", res, out, &oms) < 0 || pytree_flatten(res, array_leaf, &rl) < 0)
+    goto fail;
+  body = trace_end(t, rl.n, rl.v, &caps, &ncap);
+  t = NULL;
+  if (!body) goto done;
+  if (!lowerable(body)) {   /* shard_map or a callback in the body: the batching path */
+    r = xmap_run(self, a, false);
+    goto done;
+  }
+  oav = shm_calloc((size_t)rl.n + 1, sizeof(AVal));
+  onm = shm_calloc((size_t)rl.n + 1, sizeof(NamedShape));
+  if (!oav || !onm) {
+    err_nomem();
+    goto done;
+  }
+  for (int k = 0; k < rl.n; k++) {
+    AVal pa;
+    const NamedShape *vn = plan_var_named(body, body->outs[k].var);
+    NamedShape none = {0};
+    plan_atom_aval(body, &body->outs[k], &pa);
+    if (out_aval(&pa, vn ? vn : &none, &oms.v[k], &ns, k, &oav[k], &onm[k]) < 0) goto done;
+  }
+  if ((em = emit_xmap(self, body, caps, ncap, &l, &ims, &oms, oav, onm, mesh))) {
+    pos = 0;
+    r = pytree_replace(res, array_leaf, ((Tuple *)em)->items, &pos);
+  }
+  goto done;
+fail:
+  trace_abort(t);
+done:
+  for (int i = 0; tr && i < l.n; i++)
+    if (tr[i]) val_decref(tr[i]);
+  shm_free(tr);
+  trace_caps_free(caps, ncap);
+  if (body) val_decref(&body->hdr);
+  pytree_leaves_free(&l);
+  pytree_leaves_free(&rl);
+  shm_free(ims.v);
+  shm_free(oms.v);
+  shm_free(oav);
+  shm_free(onm);
+  Value *tmp[] = {args, in, out, wrapped, res, em};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* ---- lowering: the staged body through the batching machinery ---------------------- */
+
+static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb);
+static Value *eval_plan(Plan *p, Value **args);
+static Value *xmap_eqn_run(const Params *ps, int n, Value **in);
+
+/* A sub-plan as the function a control-flow built-in calls: self is
+ * (plan, its leading constants, an int: scan's number of carries). */
+static Value *sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Value **consts, int64_t k) {
+  Value *c = tuple_pack((size_t)nconsts, consts), *kv = val_int(k);
+  Value *self = c && kv ? tuple_pack(3, (Value *[]){plan, c, kv}) : NULL;
+  Value *r = self ? bound_new(name, fn, self) : NULL;
+  Value *tmp[] = {c, kv, self};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* Runs self's plan on its constants and then the array leaves of
+ * [trees]: a tuple of its results. */
+static Value *sub_run(Value *self, int ntrees, Value *const *trees) {
+  Plan *p = AS_PLAN(tuple_get(self, 0));
+  Value *consts = tuple_get(self, 1);
+  Value **args = shm_calloc((size_t)p->nin + 1, sizeof(Value *)), *r = NULL;
+  int n = (int)tuple_len(consts);
+  if (!args) return err_nomem();
+  for (int i = 0; i < n && i < p->nin; i++) args[i] = tuple_get(consts, (size_t)i);
+  for (int t = 0; t < ntrees; t++) {
+    PyLeaves l = {0};
+    if (pytree_flatten(trees[t], array_leaf, &l) < 0) goto out;
+    for (int k = 0; k < l.n; k++, n++)
+      if (n < p->nin) args[n] = l.v[k];   /* borrowed from the trees */
+    pytree_leaves_free(&l);
+  }
+  if (n == p->nin) r = eval_plan(p, args);
+  else err_set(ERR_VALUE, "xmap under jit: a control-flow sub-plan of %d inputs got %d", p->nin, n);
+out:
+  shm_free(args);
+  return r;
+}
+
+/* cond's branch: the operands' results as a tuple. */
+static Value *branch_call(Value *self, const CallArgs *a) { return sub_run(self, a->nargs, a->args); }
+
+/* while's cond_fun on the carry tuple: the predicate. */
+static Value *wcond_call(Value *self, const CallArgs *a) {
+  Value *r = sub_run(self, a->nargs, a->args), *pred = r ? val_incref(tuple_get(r, 0)) : NULL;
+  if (r) val_decref(r);
+  return pred;
+}
+
+/* scan's f(carry, x): (carry, y), each a tuple. */
+static Value *scan_call(Value *self, const CallArgs *a) {
+  Value *r = sub_run(self, a->nargs, a->args);
+  if (!r) return NULL;
+  int64_t nc = 0;
+  arr_to_index(tuple_get(self, 2), &nc);
+  size_t n = tuple_len(r);
+  Value *c = tuple_pack((size_t)nc, ((Tuple *)r)->items);
+  Value *y = c ? tuple_pack(n - (size_t)nc, ((Tuple *)r)->items + nc) : NULL;
+  Value *pair = y ? tuple_pack(2, (Value *[]){c, y}) : NULL;
+  Value *tmp[] = {r, c, y};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return pair;
+}
+
+/* The new references in [v] released (NULL entries skipped). */
+static void release(Value **v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i]) val_decref(v[i]);
+}
+
+/* cond and while and scan equations go through the language's control
+ * flow, their sub-plans as the functions: batched, staged or eager as an
+ * eager xmap body's would be.  Each gives a tuple of the results. */
+
+/* cond: switch(index, branches, *operands). */
+static Value *eval_cond(const PlanEqn *e, Value **in) {
+  Value *br = params_get(&e->params, "branches");
+  size_t nb = tuple_len(br);
+  Value *fns = tuple_new(nb), **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *)), *r = NULL;
+  bool ok = fns && args;
+  for (size_t i = 0; fns && i < nb; i++) {
+    Value *f = ok ? sub_fn("branch", branch_call, tuple_get(br, i), 0, NULL, 0) : NULL;
+    ok = ok && f;
+    tuple_set_steal(fns, i, f ? f : val_incref(VAL_NONE));
+  }
+  if (ok) {
+    args[0] = in[0], args[1] = fns;
+    shm_memcpy(args + 2, in + 1, sizeof(Value *) * (size_t)(e->nin - 1));
+    CallArgs c = {.nargs = e->nin + 1, .args = args};
+    r = ctl_switch(&c);
+  } else if (!err_occurred()) {
+    err_nomem();
+  }
+  shm_free(args);
+  if (fns) val_decref(fns);
+  return r;
+}
+
+/* while: while_loop(cond_fun, body_fun, carry), each fun closing over
+ * its constants. */
+static Value *eval_while(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return NULL;
+  Value *v[3] = {sub_fn("cond_fun", wcond_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0), NULL, NULL};
+  v[1] = v[0] ? sub_fn("body_fun", branch_call, params_get(ps, "body_jaxpr"), (int)bn, in + cn, 0) : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - cn - bn), in + cn + bn) : NULL;
+  CallArgs c = {.nargs = 3, .args = v};
+  Value *r = v[2] ? ctl_while_loop(&c) : NULL;
+  release(v, 3);
+  return r;
+}
+
+/* scan: scan(f, carry, xs, length, reverse); its (carry, ys) made one
+ * tuple of the equation's results. */
+static Value *eval_scan(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t nc, ncar, len;
+  bool rev;
+  if (params_int(ps, "num_consts", &nc) < 0 || params_int(ps, "num_carry", &ncar) < 0 ||
+      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
+    return NULL;
+  Value *v[5] = {sub_fn("f", scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL, NULL,
+                 val_int(len), val_incref(val_bool(rev))};
+  v[1] = v[0] ? tuple_pack((size_t)ncar, in + nc) : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - nc - ncar), in + nc + ncar) : NULL;
+  CallArgs c = {.nargs = 5, .args = v};
+  Value *r = v[2] && v[3] ? ctl_scan(&c) : NULL, *out = NULL;
+  release(v, 5);
+  if (r && r->type == V_TUPLE && tuple_len(r) == 2) {
+    Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
+    size_t ncs = tuple_len(cs), nys = tuple_len(ys);
+    if ((out = tuple_new(ncs + nys)))
+      for (size_t i = 0; i < ncs + nys; i++)
+        tuple_set_steal(out, i, val_incref(i < ncs ? tuple_get(cs, i) : tuple_get(ys, i - ncs)));
+  } else if (r) {
+    err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
+  }
+  if (r) val_decref(r);
+  return out;
+}
+
+/* One equation of a staged body on [in]: a new reference to its result
+ * (a tuple when the equation has other than one output, and for pjit
+ * and xmap).  Collectives over names go through the language's named
+ * reduction, as the eager body's psum does: a value that does not vary
+ * along a name is the same on every index. */
+static Value *eval_eqn(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  Value *g = params_get(ps, "axis_index_groups");
+  switch (e->prim) {
+  case P_PDOT:
+    return pdot_apply(in[0], in[1], params_get(ps, "axis_name"), params_get(ps, "pos_contract"),
+                      params_get(ps, "pos_batch"));
+  case P_PJIT: return eval_plan(AS_PLAN(params_get(ps, "jaxpr")), in);
+  case P_XMAP: return xmap_eqn_run(ps, e->nin, in);
+  case P_COND: return eval_cond(e, in);
+  case P_WHILE: return eval_while(e, in);
+  case P_SCAN: return eval_scan(e, in);
+  case P_AXIS_INDEX: {   /* over a name: each index's position */
+    Value *an = params_get(ps, "axis_name");
+    if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
+      Value *r = batch_axis_index(str_cstr(tuple_get(an, 0)));
+      if (r || err_occurred()) return r;
+    }
+    return prim_bind(e->prim, e->nin, in, ps);
+  }
+  case P_PSUM: case P_PMAX: case P_PMIN:
+    if (!g || g == VAL_NONE)
+      return ops_named_reduce(e->prim == P_PSUM ? P_REDUCE_SUM : e->prim == P_PMAX ? P_REDUCE_MAX
+                                                                                 : P_REDUCE_MIN,
+                              in[0], params_get(ps, "axes"), NULL);
+    /* fall through */
+  default: return prim_bind(e->prim, e->nin, in, ps);
+  }
+}
+
+/* Runs plan [p] on [args] (p->nin values, borrowed) equation by equation
+ * through the primitive table: JAX's eval_jaxpr, here under the batch
+ * traces of an xmap.  A tuple of p->nout new references, or NULL. */
+static Value *eval_plan(Plan *p, Value **args) {
+  int most = 1;
+  for (int i = 0; i < p->neqn; i++) most = p->eqns[i].nin > most ? p->eqns[i].nin : most;
+  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
+  Value **ins = env ? shm_calloc((size_t)most, sizeof(Value *)) : NULL;
+  if (!ins) {
+    shm_free(env);
+    return err_nomem();
+  }
+  for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
+  for (int i = 0; i < p->nin; i++) env[p->invars[i]] = val_incref(args[i]);
+  for (int i = 0; i < p->neqn; i++) {
+    const PlanEqn *e = &p->eqns[i];
+    /* held across the call, so no operand's buffer becomes the result */
+    for (int k = 0; k < e->nin; k++) ins[k] = val_incref(e->in[k].var < 0 ? e->in[k].lit : env[e->in[k].var]);
+    Value *res = eval_eqn(e, ins);
+    for (int k = 0; k < e->nin; k++) val_decref(ins[k]);
+    if (!res) {
+      if (e->loc.src) err_locate(e->loc);
+      goto out;
+    }
+    bool tup = e->nout != 1 || e->prim == P_PJIT || e->prim == P_XMAP || e->prim == P_COND ||
+               e->prim == P_WHILE || e->prim == P_SCAN;
+    for (int k = 0; k < e->nout; k++) env[e->out[k]] = val_incref(tup ? tuple_get(res, (size_t)k) : res);
+    val_decref(res);
+  }
+  r = tuple_new((size_t)p->nout);
+  for (int k = 0; r && k < p->nout; k++)
+    tuple_set_steal(r, (size_t)k, val_incref(p->outs[k].var < 0 ? p->outs[k].lit : env[p->outs[k].var]));
+out:
+  for (int i = 0; i < p->nvars; i++)
+    if (env[i]) val_decref(env[i]);
+  shm_free(env);
+  shm_free(ins);
+  return r;
+}
+
+static Value *body_call(Value *self, const CallArgs *a) {
+  Plan *p = AS_PLAN(self);
+  if (a->nkw || a->nargs != p->nin)
+    return err_set(ERR_TYPE, "xmap body: %d arguments for %d inputs", a->nargs, p->nin);
+  return eval_plan(p, a->args);
+}
+
+/* An xmap equation's call on [in]: the eager machinery (xmap_run, or
+ * xmap_on_mesh under the equation's mesh) with the body plan evaluated as
+ * its function.  A tuple of the results. */
+static Value *xmap_eqn_run(const Params *ps, int n, Value **in) {
+  Value *body = params_get(ps, "call_jaxpr"), *res = params_get(ps, "axis_resources");
+  Value *ia = params_get(ps, "in_axes"), *oa = params_get(ps, "out_axes"), *m = params_get(ps, "mesh");
+  if (!body || !res || !ia || !oa) return err_set(ERR_VALUE, "xmap equation without its parameters");
+  Value *fn = bound_new("xmap", body_call, body);
+  Value *cfg = fn ? tuple_pack(XM_N, (Value *[]){fn, ia, oa, res}) : NULL, *r = NULL;
+  if (cfg) {
+    CallArgs c = {.nargs = n, .args = in};
+    r = m && m->type == V_MESH ? xmap_on_mesh(cfg, &c, (Mesh *)m) : xmap_run(cfg, &c, false);
+  }
+  if (fn) val_decref(fn);
+  if (cfg) val_decref(cfg);
+  return r;
+}
+
+static bool aval_same(const AVal *a, const AVal *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  return true;
+}
+
+Plan *xmap_lower(const PlanEqn *e, const AVal *in, const AVal *out) {
+  Value *nm = params_get(&e->params, "name");
+  Trace *t = trace_begin(nm && nm->type == V_STR ? intern_cstr(str_cstr(nm)) : NULL, true);
+  if (!t) return NULL;
+  Value **tr = shm_calloc((size_t)e->nin + 1, sizeof(Value *)), *r = NULL, **caps = NULL;
+  int k = 0, ncap = 0;
+  for (; tr && k < e->nin; k++)
+    if (!(tr[k] = trace_new_arg(t, &in[k], NULL))) break;
+  if (tr && k == e->nin) r = xmap_eqn_run(&e->params, e->nin, tr);
+  for (int i = 0; tr && i < k; i++) val_decref(tr[i]);
+  shm_free(tr);
+  if (!r || (int)tuple_len(r) != e->nout) {
+    if (r) err_set(ERR_VALUE, "xmap: the lowered body has %zu results for %d", tuple_len(r), e->nout);
+    if (r) val_decref(r);
+    trace_abort(t);
+    return NULL;
+  }
+  Plan *p = trace_end(t, e->nout, ((Tuple *)r)->items, &caps, &ncap);
+  val_decref(r);
+  trace_caps_free(caps, ncap);
+  for (int i = 0; p && i < p->nout; i++) {
+    AVal av;
+    plan_atom_aval(p, &p->outs[i], &av);
+    if (!aval_same(&av, &out[i])) {
+      char a1[128], a2[128];
+      aval_str(a1, sizeof a1, av.dtype, av.ndim, av.shape);
+      aval_str(a2, sizeof a2, out[i].dtype, out[i].ndim, out[i].shape);
+      err_set(ERR_VALUE, "xmap under jit: the lowered result %d is %s where the staged one is %s",
+              i, a1, a2);
+      val_decref(&p->hdr);
+      return NULL;
+    }
+  }
+  return p;
 }
 
 /* xmap(fun, in_axes, out_axes, axis_resources={}) */
@@ -711,6 +1310,44 @@ static Value *pdot_fast(Value *x, Value *y, Value *names, Value *pc, Value *pb) 
   return r;
 }
 
+/* pdot in a staged xmap body (trace.h): one `pdot` equation, its
+ * positional result dot_general's over pos_contract and pos_batch, its
+ * named shape the operands' union without the contracted names.  Only
+ * where both operands carry every contracted name (the one dot_general of
+ * pdot_fast when lowered); NULL without an error otherwise. */
+static Value *pdot_stage(Value *x, Value *y, Value *names, Value *pc, Value *pb) {
+  size_t nn;
+  Value *const *items;
+  if (!trace_current() || !IS_STAGE_TRACER(x) || !IS_STAGE_TRACER(y) || !val_seq(names, &nn, &items))
+    return NULL;
+  const NamedShape *nx = trace_named(x), *ny = trace_named(y);
+  for (size_t i = 0; i < nn; i++) {
+    int64_t sz;
+    if (items[i]->type != V_STR || !nx || !ny || !trace_axis_size(str_cstr(items[i]), &sz)) return NULL;
+    const char *nm = intern_cstr(str_cstr(items[i]));
+    if (plan_named_find(nx, nm) < 0 || plan_named_find(ny, nm) < 0) return NULL;
+  }
+  int64_t lc[SHM_MAXDIM], rc[SHM_MAXDIM], lb[SHM_MAXDIM], rb[SHM_MAXDIM];
+  int nc = dims_pair(pc, lc, rc, 0, 0), nb = dims_pair(pb, lb, rb, 0, 0);
+  AVal av[2], out;
+  if (nc < 0 || nb < 0 || prim_value_aval(x, &av[0]) < 0 || prim_value_aval(y, &av[1]) < 0) return NULL;
+  Params dp;
+  params_init(&dp);
+  params_add(&dp, "dimension_numbers", val_dot_dimension_numbers(nc, lc, rc, nb, lb, rb));
+  int rcode = prim_infer(P_DOT_GENERAL, av, 2, &dp, &out);
+  params_clear(&dp);
+  if (rcode < 0) return NULL;
+  Params p;
+  params_init(&p);
+  params_add(&p, "axis_name", val_incref(names));
+  params_add(&p, "pos_contract", val_incref(pc ? pc : VAL_NONE));
+  params_add(&p, "pos_batch", val_incref(pb ? pb : VAL_NONE));
+  Value *t = trace_emit(P_PDOT, &p, 2, (Value *[]){x, y}, 1, &out);
+  Value *r = t ? val_incref(tuple_get(t, 0)) : NULL;
+  if (t) val_decref(t);
+  return r;
+}
+
 static Value *bi_pdot(const CallArgs *a) {
   Value *x, *y, *name, *pc = NULL, *pb = NULL;
   if (args_bind("pdot", a, "x, y, axis_name, pos_contract=, pos_batch=",
@@ -718,11 +1355,20 @@ static Value *bi_pdot(const CallArgs *a) {
     return NULL;
   Value *names = name->type == V_STR ? tuple_pack(1, &name) : val_incref(name);
   if (!names) return NULL;
+  Value *st = pdot_stage(x, y, names, pc, pb);
+  Value *r = st || err_occurred() ? st : pdot_apply(x, y, names, pc, pb);
+  val_decref(names);
+  return r;
+}
+
+/* pdot of [x] and [y] over the names [names] (a tuple): one dot_general
+ * where the operands' batch traces allow (pdot_fast), else the product
+ * and a named sum.  [pc], [pb]: the positional dimensions, or NULL/None. */
+static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb) {
+  if (pc == VAL_NONE) pc = NULL;
+  if (pb == VAL_NONE) pb = NULL;
   Value *fast = pdot_fast(x, y, names, pc, pb);
-  if (fast || err_occurred()) {
-    val_decref(names);
-    return fast;
-  }
+  if (fast || err_occurred()) return fast;
   Value *prod;
   bool positional = (pc && pc != VAL_NONE) || (pb && pb != VAL_NONE);
   if (positional) {
@@ -741,9 +1387,8 @@ static Value *bi_pdot(const CallArgs *a) {
   } else {
     prod = ops_binary(OP_MUL, x, y);
   }
-  Value *r = prod ? ops_named_reduce(P_REDUCE_SUM, prod, names, false) : NULL;
+  Value *r = prod ? ops_named_reduce(P_REDUCE_SUM, prod, names, NULL) : NULL;
   if (prod) val_decref(prod);
-  val_decref(names);
   return r;
 }
 

@@ -9,21 +9,42 @@
  * transform/batch.h carrying its name, opened in order of first
  * appearance, so every operation acts per named index (the batching
  * rules), operands broadcast by name (a value lacking a name is the same
- * along it), and the collectives, reductions (sum(z, axis=(0, 'x'))),
- * logsumexp, one_hot(..., axis='classes') and lax.pdot take names.  On
+ * along it), and the collectives, the reductions (sum(z, axis=(0, 'x')),
+ * max min mean prod logsumexp softmax argmax argmin: batch.c's
+ * ops_named_reduce_hook), one_hot(..., axis='classes') and lax.pdot take
+ * names.  On
  * the way out, out_axes puts each named axis of a result at its position
  * (broadcasting a result that does not vary along a placed name); a named
  * axis the result carries and out_axes does not place is an error naming
  * it.  One name has one size within a call: an argument that disagrees is
  * the seed's error.
  *
- * Not yet: axis_resources (an error that says so; without them the call
- * is vectorised on the calling thread, the results the same).
+ * With axis_resources (mesh axes of the context mesh, `with m:`), the
+ * call is a shard_map over that mesh whose body is this xmap on each
+ * device's blocks, each named axis marked as split over its mesh axes.
+ *
+ * Under jit, a call stages as one `xmap` equation (name, in_axes and
+ * out_axes as one {position: name} mapping per operand and result,
+ * axis_resources, the mesh when there are resources, and call_jaxpr, the
+ * body traced once per named index with named shapes: f32[5]{batch=20});
+ * pdot in it is one `pdot` equation; cond, while and scan in it stage
+ * with named sub-plans.  A body holding shard_map or a callback, or a
+ * loop whose carry gains a name, is staged through the batching path
+ * instead (the body then traced twice).
  */
 #ifndef SHMAP_XMAP_H
 #define SHMAP_XMAP_H
 
 #include "lang/eval.h"
+#include "transform/plan.h"
+
+/* The positional plan that runs xmap equation [e] of operand avals [in]
+ * and result avals [out] (the compiled executor's xmap step): the staged
+ * body evaluated equation by equation through the primitive table inside
+ * the eager call's batching and resource machinery, which records it.  A
+ * new reference, or NULL with the error set (the eager call's errors, or
+ * a lowered result that is not the staged aval). */
+Plan *xmap_lower(const PlanEqn *e, const AVal *in, const AVal *out);
 
 /* Registers xmap (also jax.xmap) and lax.pdot.  0 or -1. */
 int xmap_register(Env *builtins);
