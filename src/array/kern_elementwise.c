@@ -730,7 +730,7 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
     kern_par(kern_bin_range, &job, o->size);
     return;
   }
-  int64_t zero[SHM_MAXDIM] = {0};
+  static const int64_t zero[SHM_MAXDIM];   /* a rank-0 operand's strides */
   const int64_t *st[3] = {a->ndim ? a->strides : zero, b->ndim ? b->strides : zero,
                           o->strides};
   int64_t offs[3] = {a->offset, b->offset, 0};
