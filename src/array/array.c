@@ -87,7 +87,9 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
 
 /* Drops one reference to [b]; true when it was the last. */
 static bool arr_buffer_release(Buffer *b) {
-  return atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
+  /* a count of 1 is the caller's own: no other holder can change it */
+  return atomic_load_explicit(&b->refcount, memory_order_acquire) == 1 ||
+         atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
 }
 
 /* Frees a buffer whose count reached zero. */

@@ -577,17 +577,40 @@ static Value *eval_name(const Node *n, Env *env) {
   return val_incref(v);
 }
 
+/* Whether evaluating [n] can run no user code, so nothing can rebind a
+ * name read before it. */
+static bool eval_is_leaf(const Node *n) { return n->kind == N_NAME || n->kind == N_CONST; }
+
+/* [n]'s value for an operator: a bound name's value borrowed, with [bit]
+ * set in [*kept] (no reference taken: two atomic operations a name
+ * saved), else a new reference.  [borrow] false: always a reference. */
+static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
+                           unsigned bit) {
+  if (borrow && n->kind == N_NAME) {
+    Value *v = env_lookup(env, n->name);
+    if (!v) v = env_lookup(shm_interp->builtins, n->name);
+    if (v) {
+      *kept |= bit;
+      return v;
+    }
+  }
+  return eval(n, env);
+}
+
+/* a <op> b.  A name on the left is borrowed only when the right side is a
+ * name or a constant: any other right side may run code that rebinds it. */
 static Value *eval_binop(const Node *n, Env *env) {
-  Value *a = eval(n->a, env);
+  unsigned kept = 0;
+  Value *a = eval_operand(n->a, env, eval_is_leaf(n->b), &kept, 1u);
   if (!a) return NULL;
-  Value *b = eval(n->b, env);
+  Value *b = eval_operand(n->b, env, true, &kept, 2u);
   if (!b) {
-    val_decref(a);
+    if (!(kept & 1u)) val_decref(a);
     return NULL;
   }
-  Value *r = ops_binary(n->op, a, b);
-  val_decref(a);
-  val_decref(b);
+  Value *r = ops_binary_kept(n->op, a, b, kept);
+  if (!(kept & 1u)) val_decref(a);
+  if (!(kept & 2u)) val_decref(b);
   return r;
 }
 
