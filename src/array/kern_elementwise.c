@@ -730,6 +730,12 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
     kern_par(kern_bin_range, &job, o->size);
     return;
   }
+  if (o->ndim == 1) {   /* one row at any strides (a broadcast ones(8)): no iterator */
+    BinJob job = {loop, arr_data(a), arr_data(b), arr_data(o), a->ndim ? a->strides[0] : 0,
+                  b->ndim ? b->strides[0] : 0, ia, ib, io};
+    kern_par(kern_bin_range, &job, o->size);
+    return;
+  }
   static const int64_t zero[SHM_MAXDIM];   /* a rank-0 operand's strides */
   const int64_t *st[3] = {a->ndim ? a->strides : zero, b->ndim ? b->strides : zero,
                           o->strides};

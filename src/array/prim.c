@@ -1289,7 +1289,7 @@ static Array *binary_out(PrimId id, Array **ops, unsigned kept) {
         arr_unshared(a))
       return (Array *)val_incref(&a->hdr);
   }
-  return arr_new(t, s->ndim, s->shape);
+  return arr_new_like(t, s);
 }
 
 /* prim_apply's way, the kept operands held so none becomes the result. */
