@@ -55,6 +55,9 @@ typedef struct Exec {
   int *in_slot, *out_slot;
   bool *out_copy;      /* output i is copied from out_slot[i], not bound */
   bool *in_contig;     /* input i is read in place (fused, scan): make it contiguous */
+  int ncontig;         /* how many in_contig are true */
+  int nbound, ncopied; /* outputs bound in place and outputs copied, */
+  int *bound, *copied; /* listed by index: a run reads no flags */
   int nscratch, capscratch;
   AVal *scratch;       /* avals of per-workspace scratch arrays */
   int nregs;           /* fused registers needed */
@@ -622,7 +625,9 @@ static Exec *exec_new(const Plan *p) {
   e->out_slot = shm_calloc((size_t)p->nout + 1, sizeof(int));
   e->out_copy = shm_calloc((size_t)p->nout + 1, sizeof(bool));
   e->in_contig = shm_calloc((size_t)p->nin + 1, sizeof(bool));
-  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig) {
+  e->bound = shm_calloc((size_t)p->nout + 1, sizeof(int));
+  e->copied = shm_calloc((size_t)p->nout + 1, sizeof(int));
+  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig || !e->bound || !e->copied) {
     exec_free(e);
     return err_nomem();
   }
@@ -660,6 +665,15 @@ static void mark_contiguous_inputs(Exec *e) {
     for (int k = 0; k < s->nin; k++)
       if (e->slots[s->in[k]].kind == SL_INPUT) e->in_contig[e->slots[s->in[k]].index] = true;
   }
+  for (int i = 0; i < e->nin; i++) e->ncontig += e->in_contig[i];
+}
+
+/* Lists the outputs bound in place and the ones copied. */
+static void list_outputs(Exec *e) {
+  for (int i = 0; i < e->nout; i++) {
+    if (e->out_copy[i]) e->copied[e->ncopied++] = i;
+    else e->bound[e->nbound++] = i;
+  }
 }
 
 int cmp_compile(Plan *p) {
@@ -672,6 +686,7 @@ int cmp_compile(Plan *p) {
   if (pre_init(&pr, p, e) == 0 && run_passes(&pr) == 0 && build_steps(&pr) == 0 &&
       fuse_steps(&pr) == 0 && plan_buffers(&pr) == 0) {
     mark_contiguous_inputs(e);
+    list_outputs(e);
     rc = 0;
   }
   pre_free(&pr);
@@ -787,6 +802,8 @@ static void exec_free(void *ve) {
   shm_free(e->out_slot);
   shm_free(e->out_copy);
   shm_free(e->in_contig);
+  shm_free(e->bound);
+  shm_free(e->copied);
   pthread_mutex_destroy(&e->lock);
   shm_free(e);
 }
@@ -1040,6 +1057,10 @@ static int run_steps(Exec *e, Workspace *w) {
 /* Binds inputs: as they are, or a contiguous copy of a view that a step
  * reads in place, listed in [tmp] (*ntmp of them, held). */
 static int bind_args(Exec *e, Workspace *w, Array **in, Array **tmp, int *ntmp) {
+  if (!e->ncontig) {   /* the usual case: a plain copy of pointers */
+    for (int i = 0; i < e->nin; i++) w->slot[e->in_slot[i]] = in[i];
+    return 0;
+  }
   for (int i = 0; i < e->nin; i++) {
     Array *x = in[i];
     if (!x->contiguous && e->in_contig[i]) {
@@ -1054,8 +1075,8 @@ static int bind_args(Exec *e, Workspace *w, Array **in, Array **tmp, int *ntmp) 
 /* Binds the outputs the steps write in place: the caller's [out], or
  * fresh arrays written to [out] when [fresh]. */
 static int bind_results(Exec *e, Workspace *w, Array **out, bool fresh) {
-  for (int i = 0; i < e->nout; i++) {
-    if (e->out_copy[i]) continue;
+  for (int k = 0; k < e->nbound; k++) {
+    int i = e->bound[k];
     if (fresh && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) return -1;
     w->slot[e->out_slot[i]] = out[i];
   }
@@ -1065,8 +1086,8 @@ static int bind_results(Exec *e, Workspace *w, Array **out, bool fresh) {
 /* The outputs that are copies of other slots (an input passed through). */
 static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
   int rc = 0;
-  for (int i = 0; i < e->nout; i++) {
-    if (!e->out_copy[i]) continue;
+  for (int k = 0; k < e->ncopied; k++) {
+    int i = e->copied[k];
     Array *src = w->slot[e->out_slot[i]];
     if (!fresh) copy_into(out[i], src);
     /* A Python number passed through comes out an array, as from JAX's
@@ -1081,8 +1102,8 @@ static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
 /* Runs [e] in workspace [w]: into the caller's [out], or into fresh
  * arrays written to [out] when [fresh]. */
 static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh) {
-  Array *tmp_stack[8];
-  Array **tmp = e->nin <= 8 ? tmp_stack : shm_calloc((size_t)e->nin, sizeof(Array *));
+  Array *tmp_stack[8];   /* room for the copies of the inputs read in place */
+  Array **tmp = e->ncontig <= 8 ? tmp_stack : shm_calloc((size_t)e->ncontig, sizeof(Array *));
   if (!tmp) return err_nomem(), -1;
   int ntmp = 0, rc = -1;
   if (bind_results(e, w, out, fresh) == 0 && bind_args(e, w, in, tmp, &ntmp) == 0 &&
