@@ -815,8 +815,11 @@ static int run_steps(Exec *e, Workspace *w);
 /* Copies [src] (any layout) into the contiguous [dst] of the same aval. */
 static void copy_into(Array *dst, Array *src) {
   if (dst == src) return;
-  if (src->contiguous) shm_memcpy(arr_data(dst), arr_data(src), (size_t)dst->size * dt_size(dst->dtype));
-  else kern_copy_to_contiguous(arr_data(dst), src);
+  size_t n = (size_t)dst->size * dt_size(dst->dtype);
+  if (!src->contiguous) kern_copy_to_contiguous(arr_data(dst), src);
+  else if (n == 4) memcpy(arr_data(dst), arr_data(src), 4);   /* a loop's scalar carries: */
+  else if (n == 8) memcpy(arr_data(dst), arr_data(src), 8);   /* a move, not a call */
+  else shm_memcpy(arr_data(dst), arr_data(src), n);
 }
 
 /* A fused elementwise loop; on the timeline as one "fused" primitive. */
@@ -905,10 +908,10 @@ static int run_body(Held *body, Array **consts, int nconsts, Array **carry, int 
   return run_ws(body->e, body->w, ins, outs, false);
 }
 
-/* Whether the 0-d predicate [pred] (bool, as staging checked) is true. */
-static bool pred_true(const Array *pred) {
-  if (pred->dtype == DT_BOOL) return *(const uint8_t *)arr_data(pred) != 0;
-  return arr_get_i64(pred, 0) != 0;
+/* Whether the 0-d predicate [pred] is true; [data] is its bool element,
+ * found once per loop (NULL: read it through its dtype). */
+static bool pred_true(const Array *pred, const uint8_t *data) {
+  return data ? *data != 0 : arr_get_i64(pred, 0) != 0;
 }
 
 /* The iterations of run_while with both plans held. */
@@ -916,10 +919,11 @@ static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t 
   Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
   Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
                                               w->scratch + s->scratch + 1 + s->nout};
+  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
   int which = 0;
   for (;;) {
     if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
-    if (!pred_true(pred)) break;
+    if (!pred_true(pred, pdata)) break;
     if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
         interrupted() < 0)
       return -1;
