@@ -51,13 +51,65 @@ static Buffer *arr_embedded(const Array *a, int ndim) {
   return (Buffer *)((p + 63) & ~(uintptr_t)63);
 }
 
+/* The bytes of one allocation holding an Array of [ndim] dimensions and
+ * its embedded payload of [nbytes]. */
+static size_t arr_embed_size(int ndim, size_t nbytes) {
+  return arr_header_size(ndim) + ARR_EMBED_EXTRA + sizeof(Buffer) + nbytes;
+}
+
+/* The last small array this thread freed, kept for its next allocation
+ * of the same size: `c = a + b` in a loop frees the old c just after
+ * making the new one, so each iteration reuses the allocation the one
+ * before let go, with no trip through malloc.  Given back at the
+ * thread's exit (spare_key's destructor). */
+typedef struct Spare {
+  void *p;        /* NULL when empty */
+  size_t size;    /* its allocation's bytes (arr_embed_size) */
+  bool keyed;     /* this thread's destructor is set */
+} Spare;
+static _Thread_local Spare spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void spare_release(void *vs) {
+  Spare *s = vs;
+  shm_free(s->p);
+  s->p = NULL;
+}
+
+static void spare_key_init(void) { pthread_key_create(&spare_key, spare_release); }
+
+/* Keeps the freed allocation [p] of [size] bytes as this thread's spare;
+ * false (the caller frees it) when one is kept already. */
+static bool spare_put(void *p, size_t size) {
+  if (spare.p) return false;
+  if (!spare.keyed) {
+    pthread_once(&spare_once, spare_key_init);
+    if (pthread_setspecific(spare_key, &spare) != 0) return false;
+    spare.keyed = true;
+  }
+  spare.p = p;
+  spare.size = size;
+  return true;
+}
+
+/* A small allocation of [size] bytes: the spare when it fits exactly. */
+static void *spare_take(size_t size) {
+  if (spare.p && spare.size == size) {
+    void *p = spare.p;
+    spare.p = NULL;
+    return p;
+  }
+  return shm_malloc(size);
+}
+
 /* An Array with its buffer: embedded when small, else from shm_buf_alloc
  * (the separate header too, for its alignment). */
 static Array *arr_alloc(int ndim, size_t nbytes) {
   Buffer *b;
   Array *a;
   if (nbytes <= ARR_INLINE_MAX) {
-    a = shm_malloc(arr_header_size(ndim) + ARR_EMBED_EXTRA + sizeof(Buffer) + nbytes);
+    a = spare_take(arr_embed_size(ndim, nbytes));
     if (!a)
       return NULL;
     b = arr_embedded(a, ndim);
@@ -87,7 +139,9 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
 
 /* Drops one reference to [b]; true when it was the last. */
 static bool arr_buffer_release(Buffer *b) {
-  return atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
+  /* a count of 1 is the caller's own: no other holder can change it */
+  return atomic_load_explicit(&b->refcount, memory_order_acquire) == 1 ||
+         atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
 }
 
 /* Frees a buffer whose count reached zero. */
@@ -179,6 +233,17 @@ Array *arr_new(DType t, int ndim, const int64_t *shape) {
                    "the memory available now", sbuf, dt_name(t), (double)nbytes / (1 << 30));
   }
   arr_init(a, t, ndim, shape, size);
+  return a;
+}
+
+Array *arr_new_like(DType t, const Array *like) {
+  int64_t isz = (int64_t)dt_size(t);
+  if (like->size > arr_max_bytes / isz)   /* arr_new says why */
+    return arr_new(t, like->ndim, like->shape);
+  Array *a = arr_alloc(like->ndim, (size_t)(like->size * isz));
+  if (!a)
+    return arr_new(t, like->ndim, like->shape);
+  arr_init(a, t, like->ndim, like->shape, like->size);
   return a;
 }
 
@@ -520,7 +585,7 @@ void arr_free(Value *v) {
   bool embedded = !b->owned && ((void **)b)[-1] == (void *)a;
   bool last = arr_buffer_release(b);
   if (embedded) {   /* a's own embedded buffer */
-    if (last)
+    if (last && !spare_put(a, arr_embed_size(a->ndim, b->nbytes)))
       shm_free(a);   /* else the last view's release frees it */
     return;
   }

@@ -119,6 +119,11 @@ void arr_set_max_bytes(int64_t bytes);
 Array *arr_new(DType t, int ndim, const int64_t *shape);
 Array *arr_zeros(DType t, int ndim, const int64_t *shape);
 
+/* As arr_new(t, like->ndim, like->shape), for the shape of an existing
+ * array [like] (borrowed): only the byte size is checked.  The hot
+ * allocation of elementwise results. */
+Array *arr_new_like(DType t, const Array *like);
+
 /* 0-d arrays from C numbers, converted to [t] as NumPy's astype would. */
 Array *arr_scalar_f64(DType t, double x, bool weak);
 Array *arr_scalar_i64(DType t, int64_t x, bool weak);

@@ -718,6 +718,15 @@ static void kern_bin_range(const void *ctx, int64_t lo, int64_t hi) {
           j->sb, j->o + lo * (int64_t)j->io, hi - lo);
 }
 
+/* Runs [job] over [n] elements: a short row calls its loop directly (a
+ * scalar or an (8,) add is mostly calls), a long one through kern_par. */
+static void kern_bin_job(const BinJob *job, int64_t n) {
+  if (n < KERN_PAR_MIN)
+    job->loop(job->a, job->sa, job->b, job->sb, job->o, n);
+  else
+    kern_par(kern_bin_range, job, n);
+}
+
 /* Runs [loop] over same-shaped (or rank-0) [a], [b] into contiguous [o]:
  * one row (split over two cores when long) when the layouts allow, else
  * row by row. */
@@ -727,10 +736,16 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
   bool cb = b->contiguous && b->size == o->size;
   if ((ca || a->size == 1) && (cb || b->size == 1)) {
     BinJob job = {loop, arr_data(a), arr_data(b), arr_data(o), ca, cb, ia, ib, io};
-    kern_par(kern_bin_range, &job, o->size);
+    kern_bin_job(&job, o->size);
     return;
   }
-  int64_t zero[SHM_MAXDIM] = {0};
+  if (o->ndim == 1) {   /* one row at any strides (a broadcast ones(8)): no iterator */
+    BinJob job = {loop, arr_data(a), arr_data(b), arr_data(o), a->ndim ? a->strides[0] : 0,
+                  b->ndim ? b->strides[0] : 0, ia, ib, io};
+    kern_bin_job(&job, o->size);
+    return;
+  }
+  static const int64_t zero[SHM_MAXDIM];   /* a rank-0 operand's strides */
   const int64_t *st[3] = {a->ndim ? a->strides : zero, b->ndim ? b->strides : zero,
                           o->strides};
   int64_t offs[3] = {a->offset, b->offset, 0};
@@ -742,7 +757,7 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
     BinJob job = {loop, pa + it.off[0] * (int64_t)ia, pb + it.off[1] * (int64_t)ib,
                   po + it.off[2] * (int64_t)io, it.inner_stride[0], it.inner_stride[1],
                   ia, ib, io};
-    kern_par(kern_bin_range, &job, it.inner);
+    kern_bin_job(&job, it.inner);
   }
 }
 

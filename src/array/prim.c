@@ -1264,6 +1264,65 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
   return prim_result(out, nout);
 }
 
+/* Whether [x] and [y] already agree for binary primitive [id]: what
+ * shape_binary would accept with no broadcasting, and no mesh axes for
+ * the replication rule to see. */
+static bool binary_agree(PrimId id, const Value *x, const Value *y) {
+  if ((unsigned)id >= P_COUNT || !IS_ARRAY(x) || !IS_ARRAY(y)) return false;
+  const PrimInfo *pi = &prim_table[id];
+  if (pi->kind != PK_BINARY || pi->nin != 2 || !pi->rules.shape || !pi->rules.kernel ||
+      pi->rules.vma)
+    return false;
+  const Array *a = (const Array *)x, *b = (const Array *)y;
+  if (a->dtype != b->dtype || !(prim_accepts(id) & (1u << a->dtype)) || a->vma || b->vma)
+    return false;
+  return a->ndim == 0 || b->ndim == 0 ||
+         (a->ndim == b->ndim && prim_same_dims(a->ndim, a->shape, b->shape));
+}
+
+/* The result array of binary [id] on agreeing [ops]: an unkept operand
+ * that may be overwritten (prim_alloc_outs' rule), else a new one. */
+static Array *binary_out(PrimId id, Array **ops, unsigned kept) {
+  const Array *s = ops[1]->ndim > ops[0]->ndim ? ops[1] : ops[0];
+  DType t = prim_is_compare(id) ? DT_BOOL : ops[0]->dtype;
+  for (int j = 0; j < 2; j++) {
+    Array *a = ops[j];
+    if (!(kept & (1u << j)) && a->ndim == s->ndim && a->dtype == t && a->contiguous &&
+        arr_unshared(a))
+      return (Array *)val_incref(&a->hdr);
+  }
+  return arr_new_like(t, s);
+}
+
+/* prim_apply's way, the kept operands held so none becomes the result. */
+static Value *binary_general(PrimId id, Value *x, Value *y, unsigned kept) {
+  Value *in[2] = {x, y};
+  Params p;
+  p.n = 0;
+  if (kept & 1u) val_incref(x);
+  if (kept & 2u) val_incref(y);
+  Value *r = prim_apply(id, 2, in, &p);
+  if (kept & 1u) val_decref(x);
+  if (kept & 2u) val_decref(y);
+  return r;
+}
+
+Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
+  if (!binary_agree(id, x, y)) return binary_general(id, x, y, kept);
+  Array *ops[2] = {AS_ARRAY(x), AS_ARRAY(y)};
+  Array *out = binary_out(id, ops, kept);
+  if (!out) return NULL;
+  Params p;
+  p.n = 0;
+  if (prim_run_kernel(id, ops, 2, &p, &out) < 0) {
+    val_decref(&out->hdr);
+    return NULL;
+  }
+  out->weak = !prim_is_compare(id) && ops[0]->weak && ops[1]->weak;
+  out->vma = 0;
+  return &out->hdr;
+}
+
 Value *prim_apply(PrimId id, int nin, Value **in, const Params *p) {
   if ((unsigned)id >= P_COUNT)
     return err_set(ERR_VALUE, "unknown primitive %d", (int)id);

@@ -158,6 +158,20 @@ int prim_lookup(const char *name);
  */
 Value *prim_apply(PrimId id, int nin, Value **in, const Params *p);
 
+/*
+ * As prim_apply for a two-operand elementwise primitive (add ... ge: kind
+ * PK_BINARY, arity 2) on [x] and [y] (borrowed), with no parameters.
+ * [kept] says which operands must never be overwritten as the result
+ * whatever their reference count (bit 0: x, bit 1: y): operands borrowed
+ * from a binding that outlives the call, as the evaluator's names are.
+ * Operands that already agree (arrays of one dtype the primitive accepts,
+ * one shape or a 0-d one, varying over no mesh axis) take a short way
+ * that builds no avals; any other case is prim_apply's, with the kept
+ * operands held across it.  The result, its dtype and weak type and the
+ * errors are prim_apply's.  Thread-safe.
+ */
+Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept);
+
 /* As prim_apply, for rules that build from primitives: the operands are
  * held across the call (none becomes the output, so the caller may use
  * them again), a NULL operand gives NULL (the error its maker set), and

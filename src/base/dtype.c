@@ -15,11 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-static const size_t dt_sizes[DT_COUNT] = {
-#define X(e, np, sh, sz, ct) [e] = sz,
-    DTYPE_LIST(X)
-#undef X
-};
 static const char *const dt_names[DT_COUNT] = {
 #define X(e, np, sh, sz, ct) [e] = np,
     DTYPE_LIST(X)
@@ -30,8 +25,6 @@ static const char *const dt_shorts[DT_COUNT] = {
     DTYPE_LIST(X)
 #undef X
 };
-
-size_t dt_size(DType t) { return (unsigned)t < DT_COUNT ? dt_sizes[t] : 0; }
 
 const char *dt_name(DType t) {
   return (unsigned)t < DT_COUNT ? dt_names[t] : "invalid";

@@ -79,8 +79,13 @@ static inline Value *val_incref(Value *v) {
 
 void val_free_(Value *v); /* called when the count reaches zero */
 
+/* A count of 1 read by its holder is the last reference: nobody else can
+ * take one without holding one, so the value is freed without the atomic
+ * read-modify-write (the acquire load sees the writes of the holders that
+ * dropped theirs before, as the decrement would). */
 static inline void val_decref(Value *v) {
-  if (v && !(v->flags & VAL_IMMORTAL) &&
+  if (!v || (v->flags & VAL_IMMORTAL)) return;
+  if (atomic_load_explicit(&v->refcount, memory_order_acquire) == 1 ||
       atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) == 1)
     val_free_(v);
 }

@@ -16,6 +16,7 @@
 #ifndef SHMAP_AST_H
 #define SHMAP_AST_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -166,6 +167,9 @@ struct Node {
       const char **aliases;/* N_FROM_IMPORT aliases (NULL entries: none) */
     };
     OpKind *ops;           /* N_COMPARE: items.n - 1 operators */
+    atomic_int slot_hint;  /* N_NAME: the index of the scope's table where
+                              the evaluator last found the name, tried
+                              before hashing (eval.c, env_slot_hinted) */
   };
   union {
     struct {

@@ -130,6 +130,30 @@ static Value **env_slot(Env *e, const char *name) {
   }
 }
 
+/* The slot of N_NAME [n] in [e], trying first the index where the
+ * lookup of [n] found it last: an inline cache, right whenever the key
+ * there is still the name (a name is in a table once; entries move only
+ * when the table grows or loses a key).  The hint is shared by every
+ * thread running the tree, hence relaxed atomics; a stale one costs only
+ * the hashing it would have saved. */
+static Value **env_slot_hinted(Env *e, const Node *n) {
+  Node *m = (Node *)n;   /* the hint is a cache, not the tree's meaning */
+  int h = atomic_load_explicit(&m->slot_hint, memory_order_relaxed);
+  if (h < e->cap && e->keys[h] == n->name) return &e->vals[h];
+  Value **s = env_slot(e, n->name);
+  if (s) atomic_store_explicit(&m->slot_hint, (int)(s - e->vals), memory_order_relaxed);
+  return s;
+}
+
+/* env_lookup of N_NAME [n], through its hint. */
+static Value *env_lookup_hinted(Env *e, const Node *n) {
+  for (; e; e = e->parent) {
+    Value **s = env_slot_hinted(e, n);
+    if (s) return *s;
+  }
+  return NULL;
+}
+
 Value *env_lookup(Env *e, const char *name) {
   for (; e; e = e->parent) {
     Value **s = env_slot(e, name);
@@ -571,23 +595,46 @@ static Value *name_error(const Node *n, Env *env) {
 }
 
 static Value *eval_name(const Node *n, Env *env) {
-  Value *v = env_lookup(env, n->name);
+  Value *v = env_lookup_hinted(env, n);
   if (!v) v = env_lookup(shm_interp->builtins, n->name);
   if (!v) return name_error(n, env);
   return val_incref(v);
 }
 
+/* Whether evaluating [n] can run no user code, so nothing can rebind a
+ * name read before it. */
+static bool eval_is_leaf(const Node *n) { return n->kind == N_NAME || n->kind == N_CONST; }
+
+/* [n]'s value for an operator: a bound name's value borrowed, with [bit]
+ * set in [*kept] (no reference taken: two atomic operations a name
+ * saved), else a new reference.  [borrow] false: always a reference. */
+static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
+                           unsigned bit) {
+  if (borrow && n->kind == N_NAME) {
+    Value *v = env_lookup_hinted(env, n);
+    if (!v) v = env_lookup(shm_interp->builtins, n->name);
+    if (v) {
+      *kept |= bit;
+      return v;
+    }
+  }
+  return eval(n, env);
+}
+
+/* a <op> b.  A name on the left is borrowed only when the right side is a
+ * name or a constant: any other right side may run code that rebinds it. */
 static Value *eval_binop(const Node *n, Env *env) {
-  Value *a = eval(n->a, env);
+  unsigned kept = 0;
+  Value *a = eval_operand(n->a, env, eval_is_leaf(n->b), &kept, 1u);
   if (!a) return NULL;
-  Value *b = eval(n->b, env);
+  Value *b = eval_operand(n->b, env, true, &kept, 2u);
   if (!b) {
-    val_decref(a);
+    if (!(kept & 1u)) val_decref(a);
     return NULL;
   }
-  Value *r = ops_binary(n->op, a, b);
-  val_decref(a);
-  val_decref(b);
+  Value *r = ops_binary_kept(n->op, a, b, kept);
+  if (!(kept & 1u)) val_decref(a);
+  if (!(kept & 2u)) val_decref(b);
   return r;
 }
 
@@ -1109,8 +1156,15 @@ out:
 /* assign, taking [v]'s reference: a name then binds it without the pair
  * of reference-count changes (atomic, so not free) a borrowed value costs. */
 static int assign_steal(const Node *target, Value *v, Env *env) {
-  if (target->kind == N_NAME)
-    return env_set_steal(env_target(env, target->name), target->name, v);
+  if (target->kind == N_NAME) {
+    Env *e = env_target(env, target->name);
+    Value **s = env_slot_hinted(e, target);
+    if (!s) return env_set_steal(e, target->name, v);
+    Value *old = *s;
+    *s = v;
+    val_decref(old);
+    return 0;
+  }
   int rc = assign(target, v, env);
   val_decref(v);
   return rc;
@@ -1199,7 +1253,7 @@ static bool int_reusable(const Value *v, int64_t x) {
  * a free per iteration; else a new int. */
 static int assign_range_item(const Node *target, Env *env, int64_t x) {
   if (target->kind == N_NAME) {
-    Value **s = env_slot(env_target(env, target->name), target->name);
+    Value **s = env_slot_hinted(env_target(env, target->name), target);
     if (s && *s && int_reusable(*s, x)) {
       Array *a = AS_ARRAY(*s);
       if (a->dtype == DT_I32)

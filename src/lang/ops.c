@@ -510,17 +510,14 @@ static bool already_alike(Value *a, Value *b) {
   Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
   if (x->dtype != y->dtype || x->weak != y->weak) return false;
   if (x->ndim == 0 || y->ndim == 0) return true;
-  return x->ndim == y->ndim &&
-         memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim) == 0;
+  if (x->ndim != y->ndim) return false;
+  for (int i = 0; i < x->ndim; i++)   /* a loop: memcmp's call costs more on a few dims */
+    if (x->shape[i] != y->shape[i]) return false;
+  return true;
 }
 
 static Value *elementwise_last(PrimId id, Value *a, Value *b) {
-  if (already_alike(a, b)) {
-    Value *in[2] = {a, b};
-    Params p;
-    p.n = 0;
-    return prim_apply(id, 2, in, &p);
-  }
+  if (already_alike(a, b)) return prim_apply_binary(id, a, b, 0);
   Value *args[2] = {a, b}, *in[2];
   if (promote_n(2, args, in, -1, NULL) < 0) return NULL;
   bool own[2];
@@ -788,6 +785,28 @@ Value *ops_binary(OpKind op, Value *a, Value *b) {
   default:
     return ops_compare(op, a, b);
   }
+}
+
+/* The primitive of an operator that elementwise_last applies; -1 if none. */
+static int last_prim(OpKind op) {
+  switch (op) {
+  case OP_ADD: return P_ADD;
+  case OP_SUB: return P_SUB;
+  case OP_MUL: return P_MUL;
+  default: return -1;
+  }
+}
+
+Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept) {
+  int id = last_prim(op);
+  if (id >= 0 && already_alike(a, b) && !(arr_is_host(a) && arr_is_host(b)))
+    return prim_apply_binary((PrimId)id, a, b, kept);
+  if (kept & 1u) val_incref(a);
+  if (kept & 2u) val_incref(b);
+  Value *r = ops_binary(op, a, b);
+  if (kept & 1u) val_decref(a);
+  if (kept & 2u) val_decref(b);
+  return r;
 }
 
 Value *ops_unary(OpKind op, Value *a) {

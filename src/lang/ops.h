@@ -24,6 +24,13 @@ Value *ops_binary(OpKind op, Value *a, Value *b);
  * whose reference count is 1 as the result's buffer: pass only values you
  * own and drop afterwards, or hold a second reference.) */
 
+/* As ops_binary, but the operands marked in [kept] (bit 0: a, bit 1: b)
+ * are borrowed from bindings that outlive the call (the evaluator's
+ * names, read without taking a reference): they are never overwritten as
+ * the result, whatever their reference count.  Same results and errors
+ * as ops_binary. */
+Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept);
+
 /* -x, +x, ~x, not x. */
 Value *ops_unary(OpKind op, Value *a);
 

@@ -58,6 +58,9 @@ typedef struct Exec {
   int *in_slot, *out_slot;
   bool *out_copy;      /* output i is copied from out_slot[i], not bound */
   bool *in_contig;     /* input i is read in place (fused, scan): make it contiguous */
+  int ncontig;         /* how many in_contig are true */
+  int nbound, ncopied; /* outputs bound in place and outputs copied, */
+  int *bound, *copied; /* listed by index: a run reads no flags */
   int nscratch, capscratch;
   AVal *scratch;       /* avals of per-workspace scratch arrays */
   int nregs;           /* fused registers needed */
@@ -644,7 +647,9 @@ static Exec *exec_new(const Plan *p) {
   e->out_slot = shm_calloc((size_t)p->nout + 1, sizeof(int));
   e->out_copy = shm_calloc((size_t)p->nout + 1, sizeof(bool));
   e->in_contig = shm_calloc((size_t)p->nin + 1, sizeof(bool));
-  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig) {
+  e->bound = shm_calloc((size_t)p->nout + 1, sizeof(int));
+  e->copied = shm_calloc((size_t)p->nout + 1, sizeof(int));
+  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig || !e->bound || !e->copied) {
     exec_free(e);
     return err_nomem();
   }
@@ -682,6 +687,15 @@ static void mark_contiguous_inputs(Exec *e) {
     for (int k = 0; k < s->nin; k++)
       if (e->slots[s->in[k]].kind == SL_INPUT) e->in_contig[e->slots[s->in[k]].index] = true;
   }
+  for (int i = 0; i < e->nin; i++) e->ncontig += e->in_contig[i];
+}
+
+/* Lists the outputs bound in place and the ones copied. */
+static void list_outputs(Exec *e) {
+  for (int i = 0; i < e->nout; i++) {
+    if (e->out_copy[i]) e->copied[e->ncopied++] = i;
+    else e->bound[e->nbound++] = i;
+  }
 }
 
 int cmp_compile(Plan *p) {
@@ -694,6 +708,7 @@ int cmp_compile(Plan *p) {
   if (pre_init(&pr, p, e) == 0 && run_passes(&pr) == 0 && build_steps(&pr) == 0 &&
       fuse_steps(&pr) == 0 && plan_buffers(&pr) == 0) {
     mark_contiguous_inputs(e);
+    list_outputs(e);
     rc = 0;
   }
   pre_free(&pr);
@@ -810,6 +825,8 @@ static void exec_free(void *ve) {
   shm_free(e->out_slot);
   shm_free(e->out_copy);
   shm_free(e->in_contig);
+  shm_free(e->bound);
+  shm_free(e->copied);
   pthread_mutex_destroy(&e->lock);
   shm_free(e);
 }
@@ -821,8 +838,11 @@ static int run_steps(Exec *e, Workspace *w);
 /* Copies [src] (any layout) into the contiguous [dst] of the same aval. */
 static void copy_into(Array *dst, Array *src) {
   if (dst == src) return;
-  if (src->contiguous) shm_memcpy(arr_data(dst), arr_data(src), (size_t)dst->size * dt_size(dst->dtype));
-  else kern_copy_to_contiguous(arr_data(dst), src);
+  size_t n = (size_t)dst->size * dt_size(dst->dtype);
+  if (!src->contiguous) kern_copy_to_contiguous(arr_data(dst), src);
+  else if (n == 4) memcpy(arr_data(dst), arr_data(src), 4);   /* a loop's scalar carries: */
+  else if (n == 8) memcpy(arr_data(dst), arr_data(src), 8);   /* a move, not a call */
+  else shm_memcpy(arr_data(dst), arr_data(src), n);
 }
 
 /* A fused elementwise loop; on the timeline as one "fused" primitive. */
@@ -878,27 +898,55 @@ static int interrupted(void) {
   return -1;
 }
 
+/* A sub-plan with a workspace of its own held across a loop: taken once
+ * before the first iteration and given back after the last, so an
+ * iteration pays neither the take nor the give (an exchange and a
+ * compare-and-swap on the plan's slot). */
+typedef struct Held {
+  Exec *e;
+  Workspace *w;
+} Held;
+
+static int held_take(Plan *p, Held *h) {
+  h->e = p->exec;
+  h->w = NULL;
+  if (!h->e) return err_set(ERR_VALUE, "jit: plan was not compiled"), -1;
+  h->w = ws_take(h->e);
+  return h->w ? 0 : -1;
+}
+
+static void held_give(Held *h) {
+  if (h->w) ws_give(h->e, h->w);
+  h->w = NULL;
+}
+
+static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh);
+
 /* Runs a loop body plan on (consts ++ carry ++ extra) into [outs]. */
-static int run_body(Plan *body, Array **consts, int nconsts, Array **carry, int ncarry,
+static int run_body(Held *body, Array **consts, int nconsts, Array **carry, int ncarry,
                     Array **extra, int nextra, Array **outs, Array **ins) {
   shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
   shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
   shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
-  return cmp_run_into(body, ins, outs);
+  return run_ws(body->e, body->w, ins, outs, false);
 }
 
-static int run_while(Step *s, Workspace *w) {
-  const Params *ps = &s->eqn->params;
-  Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
-  int64_t cn, bn;
-  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
+/* Whether the 0-d predicate [pred] is true; [data] is its bool element,
+ * found once per loop (NULL: read it through its dtype). */
+static bool pred_true(const Array *pred, const uint8_t *data) {
+  return data ? *data != 0 : arr_get_i64(pred, 0) != 0;
+}
+
+/* The iterations of run_while with both plans held. */
+static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn) {
   Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
   Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
                                               w->scratch + s->scratch + 1 + s->nout};
+  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
   int which = 0;
   for (;;) {
     if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
-    if (!arr_get_i64(pred, 0)) break;
+    if (!pred_true(pred, pdata)) break;
     if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
         interrupted() < 0)
       return -1;
@@ -907,6 +955,20 @@ static int run_while(Step *s, Workspace *w) {
   }
   for (int k = 0; k < s->nout; k++) copy_into(w->slot[s->out[k]], cur[k]);
   return 0;
+}
+
+static int run_while(Step *s, Workspace *w) {
+  const Params *ps = &s->eqn->params;
+  Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
+  Held hc, hb = {NULL, NULL};
+  int rc = -1;
+  if (held_take(cond, &hc) == 0 && held_take(body, &hb) == 0)
+    rc = while_iterate(s, w, &hc, &hb, cn, bn);
+  held_give(&hb);
+  held_give(&hc);
+  return rc;
 }
 
 /* Row [i] of the leading axis of contiguous [x], copied to or from [row]. */
@@ -933,30 +995,39 @@ static int scan_shape(Step *s, Plan *body, ScanShape *sh) {
   return 0;
 }
 
-static int run_scan(Step *s, Workspace *w) {
-  Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
-  ScanShape sh;
-  if (scan_shape(s, body, &sh) < 0) return -1;
+/* The iterations of run_scan with the body held. */
+static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) {
   Array **bout = body_outs(s, w), **bins = body_ins(s, w);
-  Array **consts = step_ins(s, w, 0), **cur = consts + sh.nconsts;
-  Array **xs = cur + sh.ncarry, **res = step_outs(s, w);
-  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh.ncarry};
-  Array **ys = w->scratch + s->scratch + 2 * sh.ncarry, **xrow = ys + sh.nys;
+  Array **consts = step_ins(s, w, 0), **cur = consts + sh->nconsts;
+  Array **xs = cur + sh->ncarry, **res = step_outs(s, w);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
   int which = 0;
-  for (int64_t it = 0; it < sh.length; it++) {
-    int64_t i = sh.reverse ? sh.length - 1 - it : it;
-    for (int k = 0; k < sh.nxs; k++) row_copy(xs[k], i, xrow[k], true);
-    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh.ncarry);
-    shm_memcpy(bout + sh.ncarry, ys, sizeof(Array *) * (size_t)sh.nys);
-    if (run_body(body, consts, (int)sh.nconsts, cur, (int)sh.ncarry, xrow, sh.nxs, bout, bins) < 0 ||
+  for (int64_t it = 0; it < sh->length; it++) {
+    int64_t i = sh->reverse ? sh->length - 1 - it : it;
+    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
+    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh->ncarry);
+    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
+    if (run_body(body, consts, (int)sh->nconsts, cur, (int)sh->ncarry, xrow, sh->nxs, bout,
+                 bins) < 0 ||
         interrupted() < 0)
       return -1;
-    for (int k = 0; k < sh.nys; k++) row_copy(res[sh.ncarry + k], i, ys[k], false);
+    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
     cur = sets[which];
     which ^= 1;
   }
-  for (int k = 0; k < sh.ncarry; k++) copy_into(res[k], cur[k]);
+  for (int k = 0; k < sh->ncarry; k++) copy_into(res[k], cur[k]);
   return 0;
+}
+
+static int run_scan(Step *s, Workspace *w) {
+  Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
+  ScanShape sh;
+  Held hb;
+  if (scan_shape(s, body, &sh) < 0 || held_take(body, &hb) < 0) return -1;
+  int rc = scan_iterate(s, w, &hb, &sh);
+  held_give(&hb);
+  return rc;
 }
 
 static int run_pjit(Step *s, Workspace *w) {
@@ -1016,36 +1087,40 @@ static int run_steps(Exec *e, Workspace *w) {
   return 0;
 }
 
-/* Binds inputs (contiguous ones as they are) and runs. */
-static int run_bound(Exec *e, Workspace *w, Array **in, Array **tmp) {
-  for (int i = 0; i < e->nin; i++) {
-    bool copy = !in[i]->contiguous && e->in_contig[i];
-    tmp[i] = copy ? arr_contiguous(in[i]) : NULL;
-    if (copy && !tmp[i]) return -1;
-    w->slot[e->in_slot[i]] = tmp[i] ? tmp[i] : in[i];
+/* Binds inputs: as they are, or a contiguous copy of a view that a step
+ * reads in place, listed in [tmp] (*ntmp of them, held). */
+static int bind_args(Exec *e, Workspace *w, Array **in, Array **tmp, int *ntmp) {
+  if (!e->ncontig) {   /* the usual case: a plain copy of pointers */
+    for (int i = 0; i < e->nin; i++) w->slot[e->in_slot[i]] = in[i];
+    return 0;
   }
-  return run_steps(e, w);
+  for (int i = 0; i < e->nin; i++) {
+    Array *x = in[i];
+    if (!x->contiguous && e->in_contig[i]) {
+      if (!(x = arr_contiguous(x))) return -1;
+      tmp[(*ntmp)++] = x;
+    }
+    w->slot[e->in_slot[i]] = x;
+  }
+  return 0;
 }
 
-static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
-  Exec *e = p->exec;
-  if (!e) return err_set(ERR_VALUE, "jit: plan was not compiled"), -1;
-  Workspace *w = ws_take(e);
-  Array *tmp_stack[8];
-  Array **tmp = e->nin <= 8 ? tmp_stack : shm_calloc((size_t)e->nin, sizeof(Array *));
-  int rc = -1;
-  if (!w || !tmp) {
-    if (w && !tmp) err_nomem();
-    goto out;
-  }
-  for (int i = 0; i < e->nout; i++) {
-    if (e->out_copy[i]) continue;
-    if (fresh && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) goto out;
+/* Binds the outputs the steps write in place: the caller's [out], or
+ * fresh arrays written to [out] when [fresh]. */
+static int bind_results(Exec *e, Workspace *w, Array **out, bool fresh) {
+  for (int k = 0; k < e->nbound; k++) {
+    int i = e->bound[k];
+    if (fresh && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) return -1;
     w->slot[e->out_slot[i]] = out[i];
   }
-  rc = run_bound(e, w, in, tmp);
-  for (int i = 0; i < e->nout; i++) {
-    if (!e->out_copy[i]) continue;
+  return 0;
+}
+
+/* The outputs that are copies of other slots (an input passed through). */
+static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
+  int rc = 0;
+  for (int k = 0; k < e->ncopied; k++) {
+    int i = e->copied[k];
     Array *src = w->slot[e->out_slot[i]];
     if (!fresh) copy_into(out[i], src);
     /* A Python number passed through comes out an array, as from JAX's
@@ -1054,13 +1129,30 @@ static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
     else out[i] = (Array *)val_incref(&src->hdr);
     if (fresh && !out[i]) rc = -1;
   }
-out:
-  for (int i = 0; w && tmp && i < e->nin; i++)
-    if (tmp[i]) val_decref(&tmp[i]->hdr);
+  return rc;
+}
+
+/* Runs [e] in workspace [w]: into the caller's [out], or into fresh
+ * arrays written to [out] when [fresh]. */
+static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh) {
+  Array *tmp_stack[8];   /* room for the copies of the inputs read in place */
+  Array **tmp = e->ncontig <= 8 ? tmp_stack : shm_calloc((size_t)e->ncontig, sizeof(Array *));
+  if (!tmp) return err_nomem(), -1;
+  int ntmp = 0, rc = -1;
+  if (bind_results(e, w, out, fresh) == 0 && bind_args(e, w, in, tmp, &ntmp) == 0 &&
+      run_steps(e, w) == 0)
+    rc = copy_results(e, w, out, fresh);
+  for (int i = 0; i < ntmp; i++) val_decref(&tmp[i]->hdr);
   if (tmp != tmp_stack) shm_free(tmp);
-  if (w) ws_give(e, w);
+  return rc;
+}
+
+static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
+  Held h;
+  int rc = held_take(p, &h) < 0 ? -1 : run_ws(h.e, h.w, in, out, fresh);
+  held_give(&h);
   if (rc < 0 && fresh)
-    for (int i = 0; i < e->nout; i++) {
+    for (int i = 0; i < p->nout; i++) {
       if (out[i]) val_decref(&out[i]->hdr);
       out[i] = NULL;
     }

@@ -31,8 +31,12 @@
  * compiled sub-plans; shard_map runs one compiled plan on every device
  * thread through shardmap.c's call machinery.
  *
- * Threads: an Exec is immutable once made; each run takes a workspace from
- * the Exec's pool (guarded by Exec.lock, held only to pop or push one).
+ * Threads: an Exec is immutable once made; each run takes a workspace:
+ * first the one its thread's slot keeps (an atomic exchange, no lock),
+ * else one from the Exec's pool (guarded by Exec.lock, held only to pop
+ * or push one).  A while or scan step takes the workspaces of its
+ * sub-plans once for all its iterations and gives them back after the
+ * last, so an iteration takes nothing.
  */
 #ifndef SHMAP_COMPILE_H
 #define SHMAP_COMPILE_H
