@@ -1608,7 +1608,7 @@ static int x_check(const Call *c, int proc, int tag) {
   XConflict x = {.c = c, .proc = proc, .rank = -1};
   transport_scan(TRANSPORT_HEADER, x_find_conflict, &x);
   if (transport_has(proc, tag)) return 0;
-  if (x.rank < 0) return transport_departed(proc, "a collective");
+  if (x.rank < 0) return transport_departed(proc, tag, "a collective");
   if (x.later) return passed_error(g, c, x.rank);
   return mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }

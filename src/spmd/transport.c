@@ -51,7 +51,10 @@ int transport_init(int ndevices) {
 
 void transport_finalize(void) {}
 void transport_bye(int status) { (void)status; }
-int transport_departed(int p, const char *what) { (void)p, (void)what; return 0; }
+int transport_departed(int p, int tag, const char *what) {
+  (void)p, (void)tag, (void)what;
+  return 0;
+}
 const char *transport_library(void) { return "none"; }
 _Noreturn void transport_abort(int status) { exit(status); }
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
@@ -145,12 +148,13 @@ void transport_bye(int status) {
   transport_wait_sends(reqs, nprocs);
 }
 
-int transport_departed(int p, const char *what) {
+int transport_departed(int p, int tag, const char *what) {
   if (comm == MPI_COMM_NULL) return 0;
   transport_poll();
   pthread_mutex_lock(&box_lock);
   const TransportMsg *m = small_head;
-  while (m && !(m->source == p && m->tag == BYE_TAG)) m = m->next;
+  while (m && !(m->source == p && (m->tag == BYE_TAG || m->tag == tag))) m = m->next;
+  if (m && m->tag == tag) m = NULL;   /* what it waits for came first */
   int status = m ? *(const int *)m->data : 0;
   pthread_mutex_unlock(&box_lock);
   if (!m) return 0;

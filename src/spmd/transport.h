@@ -77,10 +77,12 @@ const char *transport_library(void);
  * thread, before transport_finalize. */
 void transport_bye(int status);
 
-/* Whether process [p] has said BYE: then -1 with an ERR_COLLECTIVE error
- * set saying that [what] (e.g. "the end of a shard_map call") waits for a
- * process that has ended; else 0.  Polls the mailbox. */
-int transport_departed(int p, const char *what);
+/* Whether process [p] has said BYE without sending the awaited small
+ * message [tag] first (it comes before a BYE): then -1 with an
+ * ERR_COLLECTIVE error set saying that [what] (e.g. "the end of a
+ * shard_map call") waits for a process that has ended; else 0.  Polls the
+ * mailbox. */
+int transport_departed(int p, int tag, const char *what);
 
 /* Ends MPI (MPI_Finalize) after a run that initialised it. */
 void transport_finalize(void);

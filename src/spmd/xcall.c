@@ -301,7 +301,7 @@ static TransportMsg *wait_end(int p, int tag) {
     transport_poll();
     TransportMsg *m = transport_take(p, tag);
     if (m) return m;
-    if (transport_departed(p, "the end of a shard_map call") < 0) return NULL;
+    if (transport_departed(p, tag, "the end of a shard_map call") < 0) return NULL;
     sched_yield();
   }
 }
