@@ -109,7 +109,6 @@ typedef struct Expect {
   StrList env;        /* NAME=VALUE */
   StrList in;         /* `# stdin:` lines, the child's standard input */
   StrList in_file;    /* `# stdin-file:` (one path): the standard input */
-  int mpi_max;        /* `# mpi-max: N`: run over at most N processes; 0 any */
   char problem[256];  /* a malformed directive; the test fails with it */
 } Expect;
 
@@ -228,7 +227,6 @@ static void parse_line(Expect *e, const char *line, const char *dir, bool *in_bl
   else if ((v = directive(c, "stdin"))) list_push_str(&e->in, v);
   else if ((v = directive(c, "stdin-file"))) set_stdin_file(e, v, dir);
   else if ((v = directive(c, "expect-exit"))) set_exit(e, v);
-  else if ((v = directive(c, "mpi-max"))) e->mpi_max = atoi(v);
   else if ((v = directive(c, "expect-error"))) add_error(e, v);
   else if (strncmp(c, "# expect", 8) == 0 && strchr(c, ':'))
     snprintf(e->problem, sizeof e->problem, "unknown directive '%.*s'",
@@ -318,7 +316,6 @@ static const char *mpi_skip(const Expect *e) {
     if (!strncmp(e->env.items[i], "SHMAP_DEVICES=", 14))
       devices = strtol(e->env.items[i] + 14, NULL, 10);
   if (e->in.len || e->in_file.len) return "reads standard input";
-  if (e->mpi_max && mpi_procs > e->mpi_max) return "more processes than its mpi-max";
   if (devices % mpi_procs) return "devices not divisible by the processes";
   return NULL;
 }

@@ -41,8 +41,6 @@
  *                         by a newline (scripted debugger sessions).
  *   # stdin-file: NAME    the child's standard input is the file NAME,
  *                         relative to the test's directory.
- *   # mpi-max: N          under SHMAP_TEST_MPI (below), run only over at
- *                         most N processes (a known limit it shows).
  *
  * In ARGS and VALUE, `${TESTDIR}` is the directory of the test file.
  * A comment that begins "# expect" and has a ':' but is none of the

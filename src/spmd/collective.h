@@ -93,6 +93,19 @@
  * participants' operands into one array and running plain loops.  Tests
  * compare it with the threaded fast path bit for bit.
  *
+ * ACROSS PROCESSES.  Under mpirun (transport.h) a call's devices live in
+ * several processes.  A collective whose participants are all in this
+ * process runs as above; one with participants elsewhere meets its local
+ * participants as above, then their first sends a header (number,
+ * descriptor, the devices it speaks for) and their operands to every other
+ * process holding participants and receives theirs, checking the
+ * descriptors as above; every local participant then computes its own
+ * output from all operands, folding in participant order (the bits of one
+ * process).  While waiting it reads the other processes' headers, exit
+ * records and BYEs, so a mismatch, a device that left or failed, or a
+ * process that ended is the error one process gives, never a hang.
+ * collective.c's "across processes" section has the details.
+ *
  * Kernels need prim_apply not to alias a collective's output with its
  * operand (outputs are written while peers still read operands).
  */

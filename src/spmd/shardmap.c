@@ -681,7 +681,7 @@ void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
 
 void shardmap_set_stager(ShardmapStager stage) { stager = stage; }
 
-static Value **tree_template(ShardFn *f);
+static Value **tree_template(Value *body);
 
 static ShardmapSharedFn finders[4];
 static int nfinders;
@@ -690,11 +690,11 @@ void shardmap_add_shared(ShardmapSharedFn find) {
   if (nfinders < 4) finders[nfinders++] = find;
 }
 
-int shardmap_shared_slots(ShardFn *f, Value ***slots, int cap) {
+int shardmap_shared_slots(Value *body, Value ***slots, int cap) {
   int n = 0;
-  Value **t = tree_template(f);
+  Value **t = tree_template(body);
   if (t && n < cap) slots[n++] = t;
-  for (int i = 0; i < nfinders && n < cap; i++) n += finders[i](f, slots + n, cap - n);
+  for (int i = 0; i < nfinders && n < cap; i++) n += finders[i](body, slots + n, cap - n);
   return n;
 }
 
@@ -706,7 +706,7 @@ static int run_on_devices(Call *c) {
   int rc = runner(g, &md, run_device, c, c->out);
   if (transport_active()) {
     Value **slots[8];
-    int nslots = shardmap_shared_slots(c->f, slots, 8);
+    int nslots = shardmap_shared_slots(c->f->body, slots, 8);
     rc = xcall_end(g, &md, c->results, c->out, rc, slots, nslots);
   }
   coll_group_free(g);
@@ -827,12 +827,12 @@ static Value *tree_body(Value *self, const CallArgs *a) {
   return r;
 }
 
-/* The slot of the result's pytree of [f] when it is a tree call's flat
- * call, else NULL: under mpirun a process none of whose devices ran the
+/* The slot of the result's pytree when [body] is a tree call's flat
+ * call's, else NULL: under mpirun a process none of whose devices ran the
  * body gets it from another process (xcall.h). */
-static Value **tree_template(ShardFn *f) {
-  BoundMethod *b = (BoundMethod *)f->body;
-  if (f->body->type != V_BOUND || b->fn != tree_body) return NULL;
+static Value **tree_template(Value *body) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND || b->fn != tree_body) return NULL;
   return &((TreeCall *)b->self)->out_template;
 }
 

@@ -100,14 +100,14 @@ void shardmap_set_stager(ShardmapStager stage);
  * no body, so what a body records on its call objects (the pytree of a
  * tree call's result, the result count of a differentiated one) reaches
  * it from another process (xcall.h).  [find] appends to slots[0..cap) the
- * slots of such values for a ShardFn whose body it knows and returns how
+ * slots of such values for a body (a callable) it knows and returns how
  * many; a layer above registers it at start-up (at most 4).
  * shardmap_shared_slots collects every registered finder's slots, and a
- * tree call's, for [f] (a finder whose body wraps another ShardFn calls it
- * on that one). */
-typedef int (*ShardmapSharedFn)(ShardFn *f, Value ***slots, int cap);
+ * tree call's, for [body] (a finder whose body wraps another callable
+ * calls it on that one). */
+typedef int (*ShardmapSharedFn)(Value *body, Value ***slots, int cap);
 void shardmap_add_shared(ShardmapSharedFn find);
-int shardmap_shared_slots(ShardFn *f, Value ***slots, int cap);
+int shardmap_shared_slots(Value *body, Value ***slots, int cap);
 
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer

@@ -18,6 +18,9 @@
  *     received only by the thread that asks for them, straight into the
  *     caller's buffers (MPI_Improbe / MPI_Mrecv), so 16 MiB is copied
  *     once, by MPI;
+ *   - BYE (transport_bye): a process has ended the program.
+ * A tag's key carries the shard_map call's parity (collective.h), so what
+ * is left of one call is dropped without touching the next one's.
  * What the messages mean (descriptors, matching, errors) is the collective
  * engine's (collective.c) and shard_map's (shardmap.c).
  *
@@ -109,10 +112,10 @@ bool transport_is_local(int d);
 int transport_pool_index(int d);
 
 /* Sends a message of [niov] pieces to process [proc] with [tag] (MPI_Isend
- * of one hindexed datatype: no packing copy).  The pieces must stay alive
- * and unchanged until transport_wait_sends returns.  Returns a handle for
- * transport_wait_sends (NULL for a local process), or NULL with the error
- * set... never: MPI errors end the job (MPI_ERRORS_ARE_FATAL). */
+ * of one hindexed datatype: no packing copy; each piece below 2 GiB).  The
+ * pieces must stay alive and unchanged until transport_wait_sends returns.
+ * Returns the handle transport_wait_sends completes and frees.  MPI's own
+ * failures end the job (MPI_ERRORS_ARE_FATAL, its default). */
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov);
 
 /* Completes the sends [reqs] (handles of transport_isend; NULL entries are

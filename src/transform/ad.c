@@ -1117,13 +1117,13 @@ static Value *sm_jvp_body(Value *self, const CallArgs *a);
 /* The slots of what a differentiated shard_map's devices record: its
  * (single, nout), and what the body it differentiates records
  * (shardmap_add_shared). */
-static int sm_shared(ShardFn *f, Value ***slots, int cap) {
-  BoundMethod *b = (BoundMethod *)f->body;
-  if (f->body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body) || cap < 1)
+static int sm_shared(Value *body, Value ***slots, int cap) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body) || cap < 1)
     return 0;
   SmCall *c = (SmCall *)b->self;
   slots[0] = &c->told;
-  return 1 + shardmap_shared_slots(c->f, slots + 1, cap - 1);
+  return 1 + shardmap_shared_slots(c->f->body, slots + 1, cap - 1);
 }
 
 /* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the

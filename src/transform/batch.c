@@ -864,6 +864,14 @@ static Value *batch_result_leaf(Value *v, void *id) {
   return batch_tracer(*(unsigned *)id, val_incref(v), 0);
 }
 
+/* The slots of what the body a vmap of a shard_map body wraps records
+ * (shardmap_add_shared). */
+static int vmap_shared(Value *body, Value ***slots, int cap) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND || b->fn != vmap_call) return 0;
+  return shardmap_shared_slots(tuple_get(b->self, VM_FUN), slots, cap);
+}
+
 Value *batch_shard_map(Value *fv, const CallArgs *a) {
   ShardFn *f = (ShardFn *)fv;
   unsigned id = 0;
@@ -1071,6 +1079,7 @@ static Value *named_shape_hook(Value *x) {
 int batch_register(Env *b) {
   prim_batch_install();
   trace_set_kind(TR_BATCH, batch_apply, batch_truth);
+  shardmap_add_shared(vmap_shared);
   static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index, vmap_carries};
   shardmap_set_named_axes(&hooks);
   ops_named_reduce_hook = named_reduce_hook;
