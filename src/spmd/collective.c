@@ -1698,15 +1698,21 @@ static int x_exchange(const Call *c, const Call *lc) {
   }
   int k = 0;
   *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
-  for (int q = 0; q < n; q++) {
+  for (int q = 0; q < n && k % nin == 0; q++) {
     if (!x_local(g, c->peers[q])) continue;
-    h->ranks[k / (nin ? nin : 1)] = c->peers[q];
+    h->ranks[k / nin] = c->peers[q];
     for (int j = 0; j < nin; j++, k++) {
       Array *a = g->slots[c->peers[q]].in[j];
       tab[q * nin + j] = a;
-      if (!a->contiguous && a->ndim > 0) a = copies[k] = arr_contiguous(a);
+      if (!a->contiguous && a->ndim > 0 && !(a = copies[k] = arr_contiguous(a))) break;
       iov[k] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
+  }
+  int ncopies = lc->n * nin;
+  if (k != ncopies) {   /* a contiguous copy failed: nothing was sent */
+    for (int i = 0; i < ncopies; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
+    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
+    return -1;
   }
   int key = x_key(g, c->seq, c->peers[0]);
   TransportIov hv = {h, sizeof(XHeader) + sizeof(int) * (size_t)lc->n};

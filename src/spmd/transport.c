@@ -43,7 +43,7 @@ int transport_init(int ndevices) {
   long procs = launched_procs();
   if (procs > 1)
     return err_set(ERR_VALUE, "started as one of %ld MPI processes, but this shmap was "
-                   "built without MPI (./configure found no Open MPI): rebuild it with "
+                   "built without MPI (--without-mpi, or ./configure found no Open MPI): rebuild it with "
                    "libopenmpi-dev installed, or run it without mpirun", procs), -1;
   per_proc = ndevices;
   return ndevices;
@@ -196,6 +196,11 @@ static MPI_Datatype pieces_type(const TransportIov *iov, int niov) {
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   MPI_Datatype t = pieces_type(iov, niov);
   MPI_Request *r = shm_malloc(sizeof *r);
+  if (!r) {   /* no memory for a handle: a blocking send, which the peer's poll completes */
+    MPI_Send(MPI_BOTTOM, 1, t, proc, tag, comm);
+    MPI_Type_free(&t);
+    return NULL;
+  }
   MPI_Isend(MPI_BOTTOM, 1, t, proc, tag, comm, r);
   MPI_Type_free(&t);   /* freed once the send no longer needs it */
   return r;
@@ -218,6 +223,11 @@ void transport_wait_sends(void **reqs, int n) {
 /* Receives matched small message [m] of [len] bytes into the mailbox (lock held). */
 static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
   TransportMsg *msg = shm_malloc(sizeof *msg + (size_t)len + 16);
+  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
+    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
+            st->MPI_SOURCE);
+    transport_abort(1);
+  }
   MPI_Mrecv(msg->data, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
   msg->next = NULL;
   msg->source = st->MPI_SOURCE;
@@ -229,6 +239,11 @@ static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
 
 static void keep_data(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
   Pending *p = shm_malloc(sizeof *p);
+  if (!p) {
+    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
+            st->MPI_SOURCE);
+    transport_abort(1);
+  }
   *p = (Pending){NULL, st->MPI_SOURCE, st->MPI_TAG, *m, len};
   *data_tail = p;
   data_tail = &p->next;
