@@ -194,8 +194,13 @@ static MPI_Datatype pieces_type(const TransportIov *iov, int niov) {
 }
 
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
-  MPI_Datatype t = pieces_type(iov, niov);
   MPI_Request *r = shm_malloc(sizeof *r);
+  if (niov == 1) {   /* one piece: no datatype to make (a small message's latency) */
+    if (r) MPI_Isend(iov[0].base, (int)iov[0].len, MPI_BYTE, proc, tag, comm, r);
+    else MPI_Send(iov[0].base, (int)iov[0].len, MPI_BYTE, proc, tag, comm);
+    return r;
+  }
+  MPI_Datatype t = pieces_type(iov, niov);
   if (!r) {   /* no memory for a handle: a blocking send, which the peer's poll completes */
     MPI_Send(MPI_BOTTOM, 1, t, proc, tag, comm);
     MPI_Type_free(&t);
@@ -347,9 +352,13 @@ int transport_recv_data(int source, int tag, const TransportIov *iov, int niov) 
     return err_set(ERR_VALUE, "a message of %zu bytes where %zu were expected", got, total),
            -1;
   }
-  MPI_Datatype t = pieces_type(iov, niov);
-  MPI_Mrecv(MPI_BOTTOM, 1, t, &p->msg, MPI_STATUS_IGNORE);
-  MPI_Type_free(&t);
+  if (niov == 1) {
+    MPI_Mrecv(iov[0].base, (int)iov[0].len, MPI_BYTE, &p->msg, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Datatype t = pieces_type(iov, niov);
+    MPI_Mrecv(MPI_BOTTOM, 1, t, &p->msg, MPI_STATUS_IGNORE);
+    MPI_Type_free(&t);
+  }
   shm_free(p);
   return 0;
 }
