@@ -9,8 +9,9 @@
  * process holding every device and every function here is trivial.
  *
  * This layer only moves bytes between processes: point-to-point messages
- * on one communicator (a duplicate of MPI_COMM_WORLD), in three classes
- * told apart by the tag's low bits:
+ * on one communicator (a duplicate of MPI_COMM_WORLD), of two kinds
+ * told apart by the tag's low 2 bits (the class: data, or a header, exit, end
+ * or BYE, all small):
  *   - SMALL messages (a collective's header, a device's exit record, the
  *     end of a call): received as soon as any thread polls, into a copy
  *     the mailbox keeps until someone takes it;
@@ -18,7 +19,7 @@
  *     received only by the thread that asks for them, straight into the
  *     caller's buffers (MPI_Improbe / MPI_Mrecv), so 16 MiB is copied
  *     once, by MPI;
- *   - BYE (transport_bye): a process has ended the program.
+ * (A BYE, transport_bye, is a small message: a process has ended the program.)
  * A tag's key carries the shard_map call's parity (collective.h), so what
  * is left of one call is dropped without touching the next one's.
  * What the messages mean (descriptors, matching, errors) is the collective

@@ -134,7 +134,7 @@ static void put_error(Wbuf *w) {
 
 /* The END message of this process: per local rank its number, output and
  * result, then the outcome (0, or 1 and the error); after a 0 the caller
- * adds the shared value (xcall_end). */
+ * adds the shared slots' values (xcall_end). */
 static void put_end(Wbuf *w, const MeshDesc *m, Value **results, OutBuf *outs, int rc) {
   for (int r = 0; r < m->ndevices; r++) {
     if (!transport_is_local(m->device_ids ? m->device_ids[r] : r)) continue;
