@@ -9,7 +9,7 @@
  * operands), never per element.  bf16 and f16 operands are widened to f32,
  * computed, and rounded back, as XLA's CPU backend does.
  */
-#pragma GCC optimize("O3", "no-math-errno")
+#pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>

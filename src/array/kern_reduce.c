@@ -10,7 +10,7 @@
  * which vectorises along Q.  Axes that are not one block are first brought
  * to the end by a transposed copy.
  */
-#pragma GCC optimize("O3", "no-math-errno")
+#pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

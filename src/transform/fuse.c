@@ -3,7 +3,7 @@
  */
 /* Vectorised as the eager kernels are (kern_elementwise.c), with the same
  * floating-point options so both compute the same bits. */
-#pragma GCC optimize("O3", "no-math-errno")
+#pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
 #include <string.h>
 

@@ -321,6 +321,42 @@ START_TEST(test_transcendental_accuracy) {
 }
 END_TEST
 
+/* Every lane of the vectorised loops computes what the one-element call
+ * (the loop's scalar remainder) does, bit for bit, over the same inputs:
+ * the kernels must vectorise without changing a result (they are compiled
+ * with no-trapping-math so the selections become blends). */
+typedef void (*VecFn)(const float *, float *, int64_t);
+static void check_lanes_match_scalar(VecFn fn, float lo, float hi) {
+  enum { N = 30011 };
+  float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+  ck_assert(x && y);
+  for (int i = 0; i < N; i++)
+    x[i] = lo + (hi - lo) * (float)i / (float)(N - 1);
+  x[17] = NAN;
+  x[18] = INFINITY;
+  x[19] = -0.0f;
+  fn(x, y, N);
+  for (int i = 0; i < N; i++) {
+    float s;
+    fn(x + i, &s, 1);
+    ck_assert_msg(memcmp(&s, y + i, sizeof s) == 0, "x=%a: lane %a, scalar %a", x[i], y[i], s);
+  }
+  free(x);
+  free(y);
+}
+
+START_TEST(test_transcendental_lanes_match_scalar) {
+  check_lanes_match_scalar(kern_sin_f32, -6.f, 6.f);
+  check_lanes_match_scalar(kern_sin_f32, -2e5f, 2e5f);
+  check_lanes_match_scalar(kern_cos_f32, -6.f, 6.f);
+  check_lanes_match_scalar(kern_cos_f32, -2e5f, 2e5f);
+  check_lanes_match_scalar(kern_exp_f32, -100.f, 100.f);
+  check_lanes_match_scalar(kern_log_f32, -1.f, 1e6f);
+  check_lanes_match_scalar(tanh_f32, -12.f, 12.f);
+  check_lanes_match_scalar(logistic_f32, -100.f, 100.f);
+}
+END_TEST
+
 START_TEST(test_transcendental_specials) {
   float x[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1.0f, 1e30f};
   float y[8];
@@ -791,6 +827,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_large_split);
   tcase_add_test(el, test_transcendental_accuracy);
   tcase_add_test(el, test_transcendental_specials);
+  tcase_add_test(el, test_transcendental_lanes_match_scalar);
   tcase_add_test(el, test_unary_prims);
   tcase_add_test(el, test_select_and_clamp);
   suite_add_tcase(s, el);
