@@ -396,55 +396,47 @@ static inline float kern_sincosf_small(float x, int32_t shift) {
  * that finds j, and the two-part pi/2, run out of bits. */
 #define KERN_TRIG_MAX 100000.0f
 
-typedef void (*TrigVec)(const float *x, float *y, int64_t n);
+/* A block's loop writes y[i] for i < n and returns which paths the block
+ * needs: bit 0 when some |x| > KERN_TRIG_SMALL, bit 1 when some |x| >
+ * KERN_TRIG_MAX (NaN needs neither).  The check rides in the same vector
+ * loop (an integer or-reduction, which gcc vectorises where a float max
+ * would not be), so a block is read from memory once. */
+typedef int (*TrigVec)(const float *x, float *y, int64_t n);
 
-KERN_CLONES static void kern_sin_vec(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    y[i] = kern_sincosf1(x[i], 0);
-}
-
-KERN_CLONES static void kern_cos_vec(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    y[i] = kern_sincosf1(x[i], 1);
-}
-
-KERN_CLONES static void kern_sin_vec_small(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    y[i] = kern_sincosf_small(x[i], 0);
-}
-
-KERN_CLONES static void kern_cos_vec_small(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    y[i] = kern_sincosf_small(x[i], 1);
-}
-
-/* Which paths a block needs: bit 0 when some |x| > KERN_TRIG_SMALL, bit 1
- * when some |x| > KERN_TRIG_MAX (NaN needs neither).  An integer
- * or-reduction, which gcc vectorises where a float max would not be. */
-KERN_CLONES static int kern_trig_ranges(const float *x, int64_t n) {
-  int over_small = 0, over_max = 0;
-  for (int64_t i = 0; i < n; i++) {
-    float a = fabsf(x[i]);
-    over_small |= a > KERN_TRIG_SMALL;
-    over_max |= a > KERN_TRIG_MAX;
+#define TRIG_LOOP(NAME, FN, SHIFT)                                            \
+  KERN_CLONES static int NAME(const float *x, float *y, int64_t n) {         \
+    int over_small = 0, over_max = 0;                                       \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      float a = fabsf(x[i]);                                                \
+      over_small |= a > KERN_TRIG_SMALL;                                    \
+      over_max |= a > KERN_TRIG_MAX;                                        \
+      y[i] = FN(x[i], SHIFT);                                               \
+    }                                                                       \
+    return over_small | over_max << 1;                                      \
   }
-  return over_small | over_max << 1;
-}
+TRIG_LOOP(kern_sin_vec, kern_sincosf1, 0)
+TRIG_LOOP(kern_cos_vec, kern_sincosf1, 1)
+TRIG_LOOP(kern_sin_vec_small, kern_sincosf_small, 0)
+TRIG_LOOP(kern_cos_vec_small, kern_sincosf_small, 1)
 
-/* Fills one block of [n] <= 1024 through a temporary (so y may equal x):
- * the float path when every argument is small, else the double-reduced
- * path, then libm for the few beyond KERN_TRIG_MAX. */
+/* Fills one block of [n] <= 1024: the float path, redone with the
+ * double-reduced path when some argument is not small, then libm for the
+ * few beyond KERN_TRIG_MAX.  Straight into y when y is not x; in place
+ * through a temporary, since a redone block reads x again. */
 static void kern_trig_block(const float *x, float *y, int64_t n, int32_t shift,
                             TrigVec small, TrigVec big) {
   float tmp[1024];
-  int ranges = kern_trig_ranges(x, n);
-  ((ranges & 1) ? big : small)(x, tmp, n);
+  float *d = y == x ? tmp : y;
+  int ranges = small(x, d, n);
+  if (ranges & 1)
+    big(x, d, n);
   if (ranges & 2) {
     for (int64_t i = 0; i < n; i++)
       if (fabsf(x[i]) > KERN_TRIG_MAX)
-        tmp[i] = shift ? cosf(x[i]) : sinf(x[i]);
+        d[i] = shift ? cosf(x[i]) : sinf(x[i]);
   }
-  memcpy(y, tmp, sizeof(float) * (size_t)n);
+  if (d != y)
+    memcpy(y, d, sizeof(float) * (size_t)n);
 }
 
 void kern_sin_f32(const float *x, float *y, int64_t n) {
@@ -493,9 +485,7 @@ INT_HELPERS(i64, int64_t, uint64_t, INT64_MIN)
  * Only one caller uses the helper at a time (par.use, taken with trylock);
  * the others, e.g. concurrent device threads, just run serially, so the
  * helper never queues work or oversubscribes the machine. */
-#define KERN_PAR_MIN ((int64_t)1 << 20)   /* elements; below, a wake-up costs more */
 
-typedef void (*RangeFn)(const void *ctx, int64_t lo, int64_t hi);
 
 static struct {
   pthread_mutex_t use;    /* held by the one caller currently splitting */
@@ -554,10 +544,8 @@ static void kern_par_start(void) {
   pthread_atfork(NULL, NULL, kern_par_child);
 }
 
-/* Runs fn(ctx, 0, n), split in two halves across the caller and the
- * helper when n is large and the helper is free. */
-static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
-  if (n < KERN_PAR_MIN) {
+void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t align) {
+  if (n < min) {
     fn(ctx, 0, n);
     return;
   }
@@ -566,7 +554,7 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
     kern_chunked(fn, ctx, 0, n);
     return;
   }
-  int64_t mid = (n / 2 + 1023) & ~(int64_t)1023;   /* whole blocks, lines */
+  int64_t mid = (n / 2 + align - 1) / align * align;
   pthread_mutex_lock(&par.lock);
   par.fn = fn;
   par.ctx = ctx;
@@ -582,6 +570,12 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
     pthread_cond_wait(&par.fin, &par.lock);
   pthread_mutex_unlock(&par.lock);
   pthread_mutex_unlock(&par.use);
+}
+
+/* Element loops split at a multiple of 1024 (whole sin/cos blocks, whole
+ * cache lines). */
+static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
+  kern_parallel(fn, ctx, n, KERN_PAR_MIN, 1024);
 }
 
 /* ---- binary loops ------------------------------------------------------------ */

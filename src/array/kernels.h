@@ -131,6 +131,21 @@ double kern_sum_f64(const double *x, int64_t n);
 /* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
  * (range reduction and minimax polynomials, within 2 ulp over the whole
  * range; large sin/cos arguments fall back to libm).  [y] may equal [x]. */
+/* Splitting a large loop over two cores (kern_elementwise.c): one helper
+ * thread takes the upper part while the caller runs the lower one, since
+ * element-wise work over 10^7 elements is bound by one core's memory
+ * bandwidth.  Only one caller uses the helper at a time; the others (such
+ * as concurrent device threads) run serially, so the machine is never
+ * oversubscribed.  fn(ctx, lo, hi) covers [0, n) in ranges: two halves
+ * split at a multiple of [align] when n >= [min] and the helper is free,
+ * else one, with Ctrl-C looked at between chunks of 4 Mi.  [fn] runs on
+ * two threads at once: what it writes must be disjoint per range, and it
+ * cannot report errors (the helper's error state is its own). */
+typedef void (*RangeFn)(const void *ctx, int64_t lo, int64_t hi);
+void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t align);
+/* Elements below which a second core costs more than it brings. */
+#define KERN_PAR_MIN ((int64_t)1 << 20)
+
 void kern_sin_f32(const float *x, float *y, int64_t n);
 void kern_cos_f32(const float *x, float *y, int64_t n);
 void kern_exp_f32(const float *x, float *y, int64_t n);

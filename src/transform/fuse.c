@@ -5,6 +5,7 @@
  * floating-point options so both compute the same bits. */
 #pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "transform/compile.h"
@@ -343,7 +344,9 @@ int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
   m->regs_bytes = (size_t)(nregs ? nregs : 1) * CMP_BLOCK * sizeof(float);
   m->partials_bytes = (size_t)(npartials ? npartials : 1) * sizeof(float);
   m->partials = shm_buf_alloc(m->partials_bytes);
-  if (m->partials && lane_init(&m->lane, m->regs_bytes) == 0) return 0;
+  if (m->partials && lane_init(&m->lane, m->regs_bytes) == 0 &&
+      lane_init(&m->lane2, m->regs_bytes) == 0)
+    return 0;
   fuse_mem_free(m);
   err_nomem();
   return -1;
@@ -351,6 +354,7 @@ int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
 
 void fuse_mem_free(FuseMem *m) {
   lane_free(&m->lane, m->regs_bytes);
+  lane_free(&m->lane2, m->regs_bytes);
   if (m->partials) shm_buf_free(m->partials, m->partials_bytes);
   memset(m, 0, sizeof *m);
 }
@@ -493,11 +497,11 @@ static int run_instr(const Ctx *c, const FInstr *ins) {
   return 0;
 }
 
-/* Blocks [b0, b1) of [p]; a closing sum leaves one partial per block.
- * (Splitting the blocks over the idle device threads was measured: the
- * loop is memory-bound, so it gained nothing on the target machine.) */
-static int run_blocks(const Prog *p, Array **slots, FuseMem *m, int64_t b0, int64_t b1) {
-  Ctx c = {slots, &m->lane, 0, 0};
+/* Blocks [b0, b1) of [p] with the registers of [lane]; a closing sum
+ * leaves one partial per block. */
+static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, int64_t b0,
+                      int64_t b1) {
+  Ctx c = {slots, lane, 0, 0};
   for (int64_t blk = b0; blk < b1; blk++) {
     c.off = blk * CMP_BLOCK;
     c.n = p->size - c.off < CMP_BLOCK ? p->size - c.off : CMP_BLOCK;
@@ -508,10 +512,40 @@ static int run_blocks(const Prog *p, Array **slots, FuseMem *m, int64_t b0, int6
   return 0;
 }
 
+/* A loop split over two cores: the calling thread uses the first lane,
+ * the helper the second. */
+typedef struct Split {
+  const Prog *p;
+  Array **slots;
+  FuseMem *m;
+  pthread_t caller;
+} Split;
+
+static void run_range(const void *ctx, int64_t b0, int64_t b1) {
+  const Split *s = ctx;
+  FuseLane *lane = pthread_equal(pthread_self(), s->caller) ? &s->m->lane : &s->m->lane2;
+  (void)run_blocks(s->p, s->slots, s->m, lane, b0, b1);
+}
+
+/* Whether every instruction is one of the loop's own (no kernel call,
+ * which could fail on the helper thread, where its error would be lost). */
+static bool splittable(const Prog *p) {
+  for (int k = 0; k < p->n; k++)
+    if (p->ins[k].op == FO_KERNEL) return false;
+  return true;
+}
+
 int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
   const Prog *p = f->impl;
   int64_t nblocks = (p->size + CMP_BLOCK - 1) / CMP_BLOCK;
-  if (run_blocks(p, slots, m, 0, nblocks) < 0) return -1;
+  if (p->size >= KERN_PAR_MIN && splittable(p)) {
+    /* long loops are bound by one core's memory bandwidth, as eager
+     * kernels are: the second core adds to it (kernels.h) */
+    Split s = {p, slots, m, pthread_self()};
+    kern_parallel(run_range, &s, nblocks, KERN_PAR_MIN / CMP_BLOCK, 1);
+  } else if (run_blocks(p, slots, m, &m->lane, 0, nblocks) < 0) {
+    return -1;
+  }
   if (p->reduce) *(float *)arr_data(slots[p->red_dst.idx]) = kern_sum_f32(m->partials, nblocks);
   return 0;
 }

@@ -64,6 +64,7 @@ typedef struct FuseLane {
 /* The scratch of one workspace. */
 typedef struct FuseMem {
   FuseLane lane;
+  FuseLane lane2;         /* the second core's, when a long loop is split */
   size_t regs_bytes;
   float *partials;        /* one per block of a closing reduction */
   size_t partials_bytes;
