@@ -92,8 +92,11 @@ Value *ast_keep_const(AstModule *m, Value *v) {
   return v;
 }
 
+atomic_uint ast_generation;
+
 void ast_free(AstModule *m) {
   if (!m) return;
+  atomic_fetch_add_explicit(&ast_generation, 1, memory_order_relaxed);
   if (m->arena) {
     Chunk *c = m->arena->head;
     while (c) {

@@ -18,6 +18,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/error.h"
@@ -135,6 +136,8 @@ struct Node {
   NodeKind kind;
   OpKind op;
   bool is_jit;         /* N_DEF, N_SHARD_MAP */
+  uint8_t fuse;        /* N_BINOP, N_UNARY, N_CALL: whether it roots an
+                          element-wise tree (eval_fuse.c's memo) */
   Loc loc;             /* first token of the construct; for N_BINOP,
                           N_BOOLOP and N_COMPARE, the operator */
   Loc loc2;            /* N_BINOP/N_BOOLOP/N_COMPARE: the left operand's
@@ -204,6 +207,11 @@ Value *ast_keep_const(AstModule *m, Value *v);
 
 /* Frees the module, its tree and its constants (NULL is allowed). */
 void ast_free(AstModule *m);
+
+/* Counts ast_free calls: a cache keyed by node addresses (eval_fuse's
+ * staged trees) is void once it changes, as a freed node's address may
+ * be a new node's. */
+extern atomic_uint ast_generation;
 
 /* Arena allocation for the parser: [n] bytes of zeroed memory, 16-byte
  * aligned, living as long as [m].  NULL on out of memory (error set). */

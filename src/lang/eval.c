@@ -594,6 +594,13 @@ static Value *name_error(const Node *n, Env *env) {
   return err_set_at(n->loc, ERR_NAME, "name '%s' is not defined", n->name);
 }
 
+Value *eval_lookup_name(const Node *n, Env *env) {
+  Value *v = env_lookup_hinted(env, n);
+  return v ? v : env_lookup(shm_interp->builtins, n->name);
+}
+
+Value eval_declined;
+
 static Value *eval_name(const Node *n, Env *env) {
   Value *v = env_lookup_hinted(env, n);
   if (!v) v = env_lookup(shm_interp->builtins, n->name);
@@ -623,7 +630,7 @@ static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
 
 /* a <op> b.  A name on the left is borrowed only when the right side is a
  * name or a constant: any other right side may run code that rebinds it. */
-static Value *eval_binop(const Node *n, Env *env) {
+static Value *eval_binop_plain(const Node *n, Env *env) {
   unsigned kept = 0;
   Value *a = eval_operand(n->a, env, eval_is_leaf(n->b), &kept, 1u);
   if (!a) return NULL;
@@ -638,7 +645,7 @@ static Value *eval_binop(const Node *n, Env *env) {
   return r;
 }
 
-static Value *eval_unary(const Node *n, Env *env) {
+static Value *eval_unary_plain(const Node *n, Env *env) {
   Value *a = eval(n->a, env);
   if (!a) return NULL;
   Value *r;
@@ -834,7 +841,7 @@ static int eval_args(const Node *n, Env *env, ArgBuf *b) {
   return 0;
 }
 
-static Value *eval_call(const Node *n, Env *env) {
+static Value *eval_call_plain(const Node *n, Env *env) {
   Value *f = eval(n->a, env);
   if (!f) return NULL;
   ArgBuf b;
@@ -1059,16 +1066,25 @@ void eval_const_cache_clear(void) {
   }
 }
 
+/* eval_fuse_try, unless [n] is known not to root an element-wise tree
+ * (most operators: one load of its memo). */
+static inline Value *eval_fusing(const Node *n, Env *env,
+                                 Value *(*plain)(const Node *, Env *)) {
+  if (__atomic_load_n(&n->fuse, __ATOMIC_RELAXED) == EVAL_FUSE_NO) return plain(n, env);
+  return eval_fuse_try(n, env, plain);
+}
+
 static Value *eval_inner(const Node *n, Env *env) {
   switch (n->kind) {
   case N_NAME: return eval_name(n, env);
   case N_CONST: return eval_const(n);
-  case N_BINOP: return eval_binop(n, env);
-  case N_UNARY: return eval_unary(n, env);
+  case N_BINOP: return eval_fusing(n, env, eval_binop_plain);
+  case N_UNARY:
+    return n->op == OP_NEG ? eval_fusing(n, env, eval_unary_plain) : eval_unary_plain(n, env);
   case N_BOOLOP: return eval_boolop(n, env);
   case N_COMPARE: return eval_compare(n, env);
   case N_IFEXP: return eval_ifexp(n, env);
-  case N_CALL: return eval_call(n, env);
+  case N_CALL: return eval_fusing(n, env, eval_call_plain);
   case N_ATTR: return eval_attr(n, env);
   case N_SUBSCRIPT: return eval_subscript(n, env);
   case N_SLICE: return eval_slice(n, env);

@@ -147,6 +147,41 @@ Value *eval_make_func(const Node *node, Env *env, AstModule *mod);
 /* Shorthand for a positional-only call. */
 Value *val_call_n(Value *f, int n, Value **args);
 
+/* The value bound to N_NAME [n] in [env] or among the built-ins, borrowed,
+ * or NULL when it is not defined (no error set). */
+Value *eval_lookup_name(const Node *n, Env *env);
+
+/* ---- element-wise expressions in one pass (eval_fuse.c) ----------------- */
+
+/* What eval_fuse_hook returns to let the usual evaluation run. */
+extern Value eval_declined;
+#define EVAL_DECLINED (&eval_declined)
+#define EVAL_FUSE_MAX_LEAVES 16
+
+/* Node.fuse, the memo of whether a node roots such a tree: not yet looked
+ * at, yes, or no (the evaluator's fast path skips eval_fuse_try). */
+enum { EVAL_FUSE_UNKNOWN, EVAL_FUSE_TREE, EVAL_FUSE_NO };
+
+/* Evaluates an expression tree of + - * /, unary minus and the built-in
+ * sin, cos, exp, log over float32 arrays of one shape and Python numbers
+ * (at most EVAL_FUSE_MAX_LEAVES leaves, at least two operations) in one
+ * pass, with the same result bit for bit as [eval_plain], which evaluates
+ * [n] operator by operator and is what runs for any other tree (and
+ * raises every error).  A new reference or NULL with the error set. */
+Value *eval_fuse_try(const Node *n, Env *env, Value *(*eval_plain)(const Node *, Env *));
+
+/* Set by the transform layer (transform/fuse_eager.c): runs tree [root]
+ * over its [nleaf] leaf values (borrowed: float32 arrays of one shape and
+ * Python numbers, in evaluation order), staged once per kind of leaves
+ * through eval_fuse_apply.  A new reference, NULL with the error set, or
+ * EVAL_DECLINED. */
+extern Value *(*eval_fuse_hook)(const Node *root, int nleaf, Value **leaves);
+
+/* Applies tree [root]'s operations, in the evaluator's order, to [vals]
+ * standing for its leaves (tracers while staging).  A new reference, or
+ * NULL with the error set. */
+Value *eval_fuse_apply(const Node *root, Value **vals);
+
 /* Imports module [name] (cached in shm_interp->modules): [name].shm from
  * the importing script's folder, then each SHMAP_PATH folder, then the
  * installed stdlib/.  Error: "no module named 'nn' (searched: ...)". */

@@ -1,0 +1,48 @@
+#!/bin/bash
+# tests/cli/eager_fusion.sh SHMAP - an element-wise expression over large
+# float32 arrays runs eagerly as one fused loop (the timeline shows it),
+# and programs print the same with it and without it
+# (SHMAP_NO_EAGER_FUSION).  Exit 0 when all hold.
+set -u
+shmap=${1:?usage: eager_fusion.sh SHMAP}
+command -v python3 >/dev/null || { echo "python3 is not installed: test skipped"; exit 77; }
+here=$(cd "$(dirname "$0")/../.." && pwd)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+cat >"$dir/prog.shm" <<'SHM'
+x = arange(100000, dtype=float32) / 7.
+y = cos(x)
+a = x * y + 1.
+b = x * y
+print(a[5], b[5])
+SHM
+
+# the timeline: one fused loop for line 3, the two operators for line 4
+for mode in fused plain; do
+  if [ $mode = plain ]; then export SHMAP_NO_EAGER_FUSION=1; fi
+  "$shmap" --trace "$dir/$mode.json" "$dir/prog.shm" >"$dir/$mode.out" 2>"$dir/err" || {
+    echo "shmap failed:"; cat "$dir/err"; exit 1; }
+  python3 - "$dir/$mode.json" $mode <<'PY' || exit 1
+import json, sys
+x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+def prims(line):
+    st = [e for e in x if e["cat"] == "statement" and e["name"].startswith("%d: " % line)][0]
+    return [e["name"] for e in x if e["cat"] == "primitive" and e["tid"] == st["tid"]
+            and st["ts"] <= e["ts"] <= st["ts"] + st["dur"]]
+want = ["fused loop"] if sys.argv[2] == "fused" else ["mul", "add"]
+assert prims(3) == want, (sys.argv[2], prims(3))
+assert prims(4) == ["mul"], prims(4)
+PY
+done
+unset SHMAP_NO_EAGER_FUSION
+cmp -s "$dir/fused.out" "$dir/plain.out" || { echo "outputs differ:"; diff "$dir/fused.out" "$dir/plain.out"; exit 1; }
+
+# whole programs print the same either way
+for f in "$here/tests/lang/eager_fusion.shm" "$here/tests/lang/jit_fusion.shm" "$here/bench/jit_bench.shm"; do
+  case $f in *bench*) continue;; esac
+  "$shmap" "$f" >"$dir/a" 2>&1
+  SHMAP_NO_EAGER_FUSION=1 "$shmap" "$f" >"$dir/b" 2>&1
+  cmp -s "$dir/a" "$dir/b" || { echo "$f prints differently without fusion:"; diff "$dir/a" "$dir/b"; exit 1; }
+done
+exit 0
