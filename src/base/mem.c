@@ -135,6 +135,11 @@ static void *shm_large_alloc(size_t nbytes) {
   void *p = shm_cache_take(size);
   if (p)
     return p;
+  /* A miss: the program has moved on to other sizes (a loop over arrays
+   * of one size hits every time), so what the cache holds is returned to
+   * the system rather than kept beside the new buffer, which would make
+   * the peak larger than the program's own arrays need. */
+  shm_buf_trim();
   if (posix_memalign(&p, HUGE_PAGE, size) != 0)
     return NULL;
 #ifdef MADV_HUGEPAGE
@@ -181,6 +186,13 @@ void shm_buf_cache_limit(size_t bytes) {
   cache_max = bytes;
   pthread_mutex_unlock(&cache_lock);
   shm_buf_trim();
+}
+
+size_t shm_buf_cached(void) {
+  pthread_mutex_lock(&cache_lock);
+  size_t n = cache_bytes;
+  pthread_mutex_unlock(&cache_lock);
+  return n;
 }
 
 void shm_buf_trim(void) {

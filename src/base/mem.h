@@ -68,6 +68,11 @@ void shm_buf_trim(void);
 #define SHM_BUF_CACHE_DEFAULT ((size_t)256 << 20)
 void shm_buf_cache_limit(size_t bytes);
 
+/* Bytes of released buffers the cache holds now (for tests and
+ * statistics).  A large allocation the cache cannot serve empties it
+ * first: the program has moved on to other sizes. */
+size_t shm_buf_cached(void);
+
 /* Test hook: the [n]th allocation from now fails (0 disables).  Also read
  * from the environment variable SHMAP_FAIL_ALLOC at start-up. */
 void shm_mem_fail_after(long n);

@@ -47,7 +47,15 @@ START_TEST(test_large_buffer_aligned) {
   Array *b = arr_new(DT_F32, 1, &n);  /* same size: the cached buffer again */
   ck_assert_ptr_eq(arr_data(b), p);
   val_decref(&b->hdr);
+  ck_assert_uint_eq(shm_buf_cached(), (size_t)4 << 20);
+  /* another size misses: what the cache held goes back to the system */
+  int64_t m = 2 << 20;
+  Array *c = arr_new(DT_F32, 1, &m);
+  ck_assert_uint_eq(shm_buf_cached(), 0);
+  val_decref(&c->hdr);
+  ck_assert_uint_eq(shm_buf_cached(), (size_t)8 << 20);
   shm_buf_trim();
+  ck_assert_uint_eq(shm_buf_cached(), 0);
 }
 END_TEST
 
