@@ -75,10 +75,12 @@ for n in 2 4 8; do
 done
 
 echo
-echo "== psum latency of one float32: shmap | MPI_Allreduce (best of 3 runs)"
+echo "== psum latency of one float32: shmap | in-process pthread all-reduce | MPI_Allreduce (best of 3 runs)"
 for n in 2 8; do
   read -r _ _ t < <(best "$shmap" --devices "$n" "$here/psum.shm" "$n" 1 20000)
-  line=$(awk -v t="$t" -v n="$n" 'BEGIN{printf "%d devices: shmap psum %.2f us", n, t*1e6}')
+  read -r _ _ it < <(best "$tmp/inproc" "$n" 1 20000)
+  line=$(awk -v t="$t" -v n="$n" -v i="$it" \
+    'BEGIN{printf "%d devices: shmap psum %.2f us | in-process %.2f us", n, t*1e6, i*1e6}')
   if [ $have_mpi = 1 ]; then
     read -r _ _ mt < <(best mpi "$n" 1 20000)
     line="$line | MPI_Allreduce $(awk -v t="$mt" 'BEGIN{printf "%.2f us", t*1e6}')"

@@ -141,7 +141,7 @@ static bool gather(const Node *n, Env *env, Leaves *l, bool *has_array) {
     return gather(n->a, env, l, has_array) && *has_array;
   case N_CALL: {
     Value *f = eval_lookup_name(n->a, env);
-    if (!f || f != env_lookup(shm_interp->builtins, fused_call_name(n))) return false;
+    if (!f || f != env_lookup(shm_interp->builtins, n->a->name)) return false;
     return gather(n->items.items[0], env, l, has_array) && *has_array;
   }
   default:
@@ -193,7 +193,7 @@ static Value *apply(const Node *n, Value **vals, int *k) {
   case N_CALL: {
     Value *a = apply(n->items.items[0], vals, k);
     if (!a) return NULL;
-    Value *r = val_call_n(env_lookup(shm_interp->builtins, fused_call_name(n)), 1, &a);
+    Value *r = val_call_n(env_lookup(shm_interp->builtins, n->a->name), 1, &a);
     val_decref(a);
     return r;
   }

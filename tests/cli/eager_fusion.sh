@@ -15,10 +15,11 @@ x = arange(100000, dtype=float32) / 7.
 y = cos(x)
 a = x * y + 1.
 b = x * y
-print(a[5], b[5])
+c = exp(-x) * 2. + sin(y)
+print(a[5], b[5], c[5])
 SHM
 
-# the timeline: one fused loop for line 3, the two operators for line 4
+# the timeline: one fused loop for lines 3 and 5, the operator for line 4
 for mode in fused plain; do
   if [ $mode = plain ]; then export SHMAP_NO_EAGER_FUSION=1; fi
   "$shmap" --trace "$dir/$mode.json" "$dir/prog.shm" >"$dir/$mode.out" 2>"$dir/err" || {
@@ -33,6 +34,8 @@ def prims(line):
 want = ["fused loop"] if sys.argv[2] == "fused" else ["mul", "add"]
 assert prims(3) == want, (sys.argv[2], prims(3))
 assert prims(4) == ["mul"], prims(4)
+want = ["fused loop"] if sys.argv[2] == "fused" else ["neg", "exp", "mul", "sin", "add"]
+assert prims(5) == want, (sys.argv[2], prims(5))
 PY
 done
 unset SHMAP_NO_EAGER_FUSION
