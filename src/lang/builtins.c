@@ -247,11 +247,12 @@ static Value *bi_range(const CallArgs *a) {
 }
 
 static Value *bi_print(const CallArgs *a) {
-  Value *sep = NULL, *end = NULL;
+  Value *sep = NULL, *end = NULL, *flush = NULL;
   for (int k = 0; k < a->nkw; k++) {
     if (!strcmp(a->kwnames[k], "sep")) sep = a->kwvals[k];
     else if (!strcmp(a->kwnames[k], "end")) end = a->kwvals[k];
-    else if (strcmp(a->kwnames[k], "flush") && strcmp(a->kwnames[k], "file"))
+    else if (!strcmp(a->kwnames[k], "flush")) flush = a->kwvals[k];
+    else if (strcmp(a->kwnames[k], "file"))
       return err_set(ERR_TYPE, "print() got an unexpected keyword argument '%s'", a->kwnames[k]);
   }
   if ((sep && sep != VAL_NONE && sep->type != V_STR) || (end && end != VAL_NONE && end->type != V_STR))
@@ -275,6 +276,9 @@ static Value *bi_print(const CallArgs *a) {
   }
   eval_write(e, strlen(e));
   val_decref(parts);
+  int f = flush ? val_truth(flush) : 0;
+  if (f < 0) return NULL;
+  if (f) eval_flush();
   return VAL_NONE;
 }
 

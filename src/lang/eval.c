@@ -49,6 +49,10 @@ Frame *eval_current_frame(void) { return cur_frame; }
 Loc eval_current_loc(void) { return cur_loc; }
 void eval_set_output(OutBuf *b) { cur_out = b; }
 
+void eval_flush(void) {
+  if (!cur_out) fflush(stdout);
+}
+
 void eval_write(const char *s, size_t n) {
   OutBuf *b = cur_out;
   if (!b) {

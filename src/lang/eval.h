@@ -236,6 +236,10 @@ typedef struct OutBuf {
 void eval_set_output(OutBuf *b);
 /* Writes [n] bytes to this thread's output. */
 void eval_write(const char *s, size_t n);
+/* print(..., flush=True): the standard output's buffer is written now.
+ * Output a device buffers (inside a body) is written in device order
+ * when the call ends, whatever flush says. */
+void eval_flush(void);
 
 /* The error the innermost `except` block of this thread is handling
  * (borrowed, valid while that block runs), or NULL outside one: what

@@ -508,6 +508,8 @@ static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, 
     for (int k = 0; k < p->n; k++)
       if (run_instr(&c, &p->ins[k]) < 0) return -1;
     if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
+    /* Ctrl-C is looked at every 4 Mi elements, as in the eager kernels */
+    if ((blk & 2047) == 2047 && shm_interrupt_pending()) return -1;
   }
   return 0;
 }
@@ -543,8 +545,9 @@ int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
      * kernels are: the second core adds to it (kernels.h) */
     Split s = {p, slots, m, pthread_self()};
     kern_parallel(run_range, &s, nblocks, KERN_PAR_MIN / CMP_BLOCK, 1);
+    if (shm_interrupt_pending()) return prim_interrupted();
   } else if (run_blocks(p, slots, m, &m->lane, 0, nblocks) < 0) {
-    return -1;
+    return shm_interrupt_pending() ? prim_interrupted() : -1;
   }
   if (p->reduce) *(float *)arr_data(slots[p->red_dst.idx]) = kern_sum_f32(m->partials, nblocks);
   return 0;

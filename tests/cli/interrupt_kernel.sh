@@ -34,4 +34,27 @@ interrupted_soon 'x = ones((2000, 2000), dtype=int32)
 for k in range(100):
     y = x @ x
 print("done")'
+# one fused loop (an element-wise expression, eager, seconds long: its
+# arguments are past sin's float range, so libm computes every element):
+# it looks at the flag every 4 Mi elements; "ready" is printed first, so
+# Ctrl-C lands in the loop
+e="sin(x)"; for k in 2 3 4 5 6 7 8; do e="$e + sin(x * $k.)"; done
+"$shmap" -c "x = arange(2**26, dtype=float32) + 2e5
+print('ready', flush=True)
+y = $e
+print('done')" >"$dir/out" 2>"$dir/err" &
+pid=$!
+for _ in $(seq 600); do grep -q ready "$dir/out" 2>/dev/null && break; sleep 0.05; done
+sleep 0.1
+kill -INT "$pid"
+start=$(date +%s%N)
+wait "$pid"
+status=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if [ "$status" -ne 1 ] || ! grep -q "error: interrupted" "$dir/err" || grep -q done "$dir/out"; then
+  echo "fused loop: status $status after ${ms} ms; stdout:"; cat "$dir/out"; echo "stderr:"; cat "$dir/err"
+  exit 1
+fi
+# 4 Mi elements take a tenth of a second; the whole loop three seconds
+[ "$ms" -lt $((1000 * scale)) ] || { echo "fused loop: took ${ms} ms to stop after Ctrl-C"; exit 1; }
 exit 0
