@@ -10,6 +10,10 @@ py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+echo "machine: $(nproc) cores, ${model:-unknown CPU} at ${mhz:-?} MHz, $(date -u +%F)"
+echo
 echo "== element-wise, tiny ops, matmul: shmap | NumPy"
 "$shmap" --devices 1 "$here/elementwise.shm" > "$tmp/shm.txt"
 if "$py" -c 'import numpy' 2>/dev/null; then
@@ -36,6 +40,20 @@ echo
 echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf)"
 cc -O3 -march=native -ffast-math -fopenmp-simd -o "$tmp/c_loops" "$here/c_loops.c" -lmvec -lm
 "$tmp/c_loops"
+
+echo
+echo "== peak memory (maximum resident set): shmap | NumPy, the same scripts"
+if [ -x /usr/bin/time ]; then
+  peak() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
+  for b in elementwise jit_bench grad_mlp; do
+    dev=(--devices 1); [ $b = jit_bench ] && dev=()
+    line="$b: shmap $(peak "$shmap" "${dev[@]}" "$here/$b.shm") KB"
+    if "$py" -c 'import numpy' 2>/dev/null; then line="$line | NumPy $(peak "$py" "$here/$b.py") KB"; fi
+    echo "$line"
+  done
+else
+  echo "(GNU time not installed: no peak memory figures)"
+fi
 
 echo
 echo "== start-up against source size (best of 3)"
