@@ -230,6 +230,9 @@ typedef struct Slot {
   Array **xin;                    /* [n * nin]: every participant's operands
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
+  Array *xres;                    /* or the result every local participant
+                                     takes (x_reduce), owned when it is not
+                                     the leader's output */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
   char xmsg[768];
@@ -1582,16 +1585,24 @@ static bool x_find_conflict(TransportMsg *m, void *arg) {
   return false;
 }
 
-/* Checks, while waiting for process [proc]'s header [tag], whether it can
- * still come: 0 yes, -1 with the error set.  What it reads may have come
- * in (another thread polls) after the caller looked for the header, and
- * the header before it: so no error while the header is there. */
-static int x_check(const Call *c, int proc, int tag) {
-  if (transport_has(proc, tag)) return 0;
+/* Whether process [proc]'s message [tag] is there: a small message, or
+ * with [data] a matched data message. */
+static bool x_arrived(int proc, int tag, bool data) {
+  return data ? transport_has_data(proc, tag) : transport_has(proc, tag);
+}
+
+/* Checks, while waiting for process [proc]'s message [tag] (a header, or
+ * with [data] a data message sent after its header), whether it can still
+ * come: 0 yes, -1 with the error set.  What it reads may have come in
+ * (another thread polls) after the caller looked for the message, and the
+ * message before it (one sender's messages arrive in the order sent): so
+ * no error while the message is there. */
+static int x_check(const Call *c, int proc, int tag, bool data) {
+  if (x_arrived(proc, tag, data)) return 0;
   CollGroup *g = c->g;
   pthread_mutex_lock(&g->lock);
   transport_scan(TRANSPORT_EXIT, x_apply_exit, g);
-  if (transport_has(proc, tag)) {   /* it came with the records */
+  if (x_arrived(proc, tag, data)) {   /* it came with the records */
     pthread_mutex_unlock(&g->lock);
     return 0;
   }
@@ -1607,8 +1618,14 @@ static int x_check(const Call *c, int proc, int tag) {
   if (rc < 0) return -1;
   XConflict x = {.c = c, .proc = proc, .rank = -1};
   transport_scan(TRANSPORT_HEADER, x_find_conflict, &x);
-  if (transport_has(proc, tag)) return 0;
-  if (x.rank < 0) return transport_departed(proc, tag, "a collective");
+  if (x_arrived(proc, tag, data)) return 0;
+  if (x.rank < 0) {
+    /* a BYE: transport_departed polls, and knows only small messages */
+    if (transport_departed(proc, tag, "a collective") == 0) return 0;
+    if (!x_arrived(proc, tag, data)) return -1;
+    err_clear();
+    return 0;
+  }
   if (x.later) return passed_error(g, c, x.rank);
   return mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }
@@ -1621,9 +1638,21 @@ static TransportMsg *x_wait_header(const Call *c, int proc, int tag) {
     if (m) return m;
     /* the checks lock the group and scan the mailbox: not at every turn of
      * a wait that usually ends within microseconds */
-    if (i % 64 == 63 && x_check(c, proc, tag) < 0) return NULL;
+    if (i % 64 == 63 && x_check(c, proc, tag, false) < 0) return NULL;
     if (i >= 256) sched_yield();
   }
+}
+
+/* Receives process [proc]'s data message [tag] into [iov] (niov pieces)
+ * when the sender may fail before sending it (it is sent in answer to
+ * other processes' messages): 0, or -1 with the error set. */
+static int x_wait_data(const Call *c, int proc, int tag, const TransportIov *iov, int niov) {
+  for (unsigned i = 0; !transport_has_data(proc, tag); i++) {
+    transport_poll();
+    if (i % 64 == 63 && x_check(c, proc, tag, true) < 0) return -1;
+    if (i >= 256) sched_yield();
+  }
+  return transport_recv_data(proc, tag, iov, niov);
 }
 
 /* The processes other than this one that hold participants of [c], in
@@ -1680,9 +1709,23 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
   return 0;
 }
 
+/* Completes the leader's sends [reqs] of collective [c]; after a failure
+ * ([rc] < 0) meanwhile drops what the other processes sent for [c]: a
+ * peer that failed too may be waiting for its own large sends to this
+ * process to complete (a send of more than MPI's eager limit completes
+ * only once received). */
+static void x_wait_sends(const Call *c, void **reqs, int n, int rc) {
+  int tag = transport_tag(TRANSPORT_DATA, x_key(c->g, c->seq, c->peers[0]));
+  if (rc == 0)
+    transport_wait_sends(reqs, n);
+  else
+    transport_wait_sends_dropping(reqs, n, -1, tag);
+}
+
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands
  * that are not contiguous are sent from contiguous copies. */
-static int x_exchange(const Call *c, const Call *lc) {
+static int x_exchange(const Call *c, const Call *lc, const void *arg) {
+  (void)arg;
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
   int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
@@ -1724,14 +1767,17 @@ static int x_exchange(const Call *c, const Call *lc) {
   }
   /* the pieces of this process's operands are in iov[0..k); receive after them */
   int rc = x_receive(c, procs, np, tab, iov + k);
-  transport_wait_sends(reqs, 2 * np);
+  x_wait_sends(c, reqs, 2 * np, rc);
   for (int i = 0; i < lc->n * nin; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
   shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
   return rc;
 }
 
-/* Frees the leader's proxies (the remote participants' operands). */
+/* Frees the leader's proxies (the remote participants' operands), or
+ * its result (x_reduce) when it is not its output. */
 static void x_free(CollGroup *g, Slot *lead) {
+  if (lead->xres && lead->xres != lead->out[0]) val_decref(&lead->xres->hdr);
+  lead->xres = NULL;
   if (!lead->xin) return;
   for (int q = 0; q < lead->xn; q++)
     if (!x_local(g, lead->peers[q]))
@@ -1743,9 +1789,17 @@ static void x_free(CollGroup *g, Slot *lead) {
   lead->xin = NULL;
 }
 
-/* Runs collective [c], which has participants on other processes, with
- * [body] computing this device's output from every operand (peer_in). */
-static int x_run(Call *c, int (*body)(const Call *c, const void *arg), const void *arg) {
+/* The leader's part of step 2: the exchange between processes (of the
+ * local participants' operands [lc], with the kernel's [arg]); 0, or -1
+ * with the error set. */
+typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
+
+/* Runs collective [c], which has participants on other processes: the
+ * leader runs [exchange] (x_exchange: every operand to every process),
+ * then every local participant [body], which computes its output (from
+ * every operand, peer_in, after x_exchange). */
+static int x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
+                 const void *arg) {
   CollGroup *g = c->g;
   Call lc = *c;
   lc.peers = g->slots[c->rank].lpeers;
@@ -1758,7 +1812,7 @@ static int x_run(Call *c, int (*body)(const Call *c, const void *arg), const voi
   if (rendezvous(&lc) < 0) return -1;
   Slot *lead = &g->slots[lc.peers[0]];
   if (lc.pos == 0) {
-    lead->xrc = x_exchange(c, &lc);
+    lead->xrc = exchange(c, &lc, arg);
     if (lead->xrc < 0) {
       lead->xkind = err_kind();
       snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
@@ -2732,6 +2786,252 @@ static int x_fold_all(const Call *c, const void *r) {
   return 0;
 }
 
+/* ---- reductions across processes: reduce-scatter, then all-gather ------------ */
+
+/* Reductions across processes of at least this many bytes go by
+ * reduce-scatter and all-gather between the processes (x_reduce): each
+ * process receives a 1/P chunk of the operands and sends a 1/P chunk of
+ * the result, as MPI_Allreduce's ring does.  Smaller ones send every
+ * operand to every process (x_exchange): one round of messages. */
+#define COLL_XRS_BYTES 32768
+
+/* Which reduction takes the reduce-scatter path: the same answer on
+ * every process, as it depends on the descriptor (dtype, shape) alone. */
+static bool x_reduce_split(const Call *c) {
+  return (size_t)c->in[0]->size * dt_size(c->in[0]->dtype) >= COLL_XRS_BYTES;
+}
+
+/* The reduce-scatter plan of collective [c], the same on every process.
+ * Process procs[k] owns elements [lo[k], lo[k + 1]) of the result.  The
+ * first plen participants live on one process (the first participant's),
+ * which folds them before sending: the fold stays in participant order,
+ * ((d0 + d1) + d2) + d3, so the bits are a one-process run's. */
+typedef struct XPlan {
+  int np, me;                     /* processes holding participants; this one's index */
+  int *procs;                     /* [np] increasing */
+  int64_t *lo;                    /* [np + 1] element bounds, cut at cache lines */
+  int plen;                       /* participants folded before sending */
+  size_t es;                      /* element size */
+} XPlan;
+
+/* Fills [x] (its arrays from [procs] [n + 1] and [lo] [n + 2]). */
+static void x_plan(const Call *c, XPlan *x, int *procs, int64_t *lo) {
+  CollGroup *g = c->g;
+  int me = transport_rank();
+  x->procs = procs;
+  x->np = x_procs(c, procs + 1) + 1;
+  procs[0] = me;
+  for (int j = 1; j < x->np && procs[j - 1] > procs[j]; j++) {   /* me into order */
+    int t = procs[j]; procs[j] = procs[j - 1]; procs[j - 1] = t;
+  }
+  for (x->me = 0; procs[x->me] != me; x->me++) {}
+  x->es = dt_size(c->in[0]->dtype);
+  x->lo = lo;
+  for (int k = 0; k <= x->np; k++) lo[k] = part_start(c->in[0]->size, x->es, k, x->np);
+  int p0 = x_proc(g, c->peers[0]);
+  for (x->plen = 1; x->plen < c->n && x_proc(g, c->peers[x->plen]) == p0; x->plen++) {}
+}
+
+/* The participants whose pieces process [proc] sends to each owner, in
+ * participant order, into [qs]; their number.  Position 0 stands for the
+ * folded prefix (participants 0 .. plen - 1). */
+static int x_pieces(const Call *c, const XPlan *x, int proc, int *qs) {
+  int m = 0;
+  for (int q = 0; q < c->n; q++)
+    if ((q == 0 || q >= x->plen) && x_proc(c->g, c->peers[q]) == proc) qs[m++] = q;
+  return m;
+}
+
+/* dst[0 .. len) = src[0] (op) src[1] (op) ... src[m - 1], left to right,
+ * a cache-sized chunk at a time (dst stays in L1 across the operands).
+ * src[0] may be dst itself; no other source overlaps dst. */
+static void x_fold_pieces(const RedArg *r, char *dst, const char *const *src, int m,
+                          int64_t len) {
+  size_t es = dt_size(r->dtype);
+  int64_t step = COLL_CHUNK_BYTES / (int64_t)es;
+  for (int64_t i = 0; i < len; i += step) {
+    int64_t k = len - i < step ? len - i : step;
+    size_t off = (size_t)i * es;
+    int q = 1;
+    if (src[0] != dst && m == 1)
+      memcpy(dst + off, src[0] + off, (size_t)k * es);
+    else if (src[0] != dst) {
+      red_first(r, dst + off, src[0] + off, src[1] + off, k);
+      q = 2;
+    }
+    for (; q < m; q++) red_next(r, dst + off, src[q] + off, k);
+  }
+}
+
+/* State of one leader's x_reduce. */
+typedef struct XReduce {
+  const Call *c;
+  const RedArg *r;
+  XPlan x;
+  char *res;                      /* the result, contiguous (the leader slot's xres) */
+  const char **op;                /* [n]: local participants' contiguous data */
+  Array **copies;                 /* [n]: contiguous copies made for op */
+  const char **from;              /* [n]: piece of each participant for this
+                                     process's chunk */
+  char *scratch;                  /* received pieces */
+  size_t scratch_bytes;
+  XHeader *h;                     /* the header sent */
+  void **reqs;                    /* [2 * np]: pieces sent, then the chunk sent */
+  int nreqs;
+} XReduce;
+
+/* This process's piece of participant [q] (0: the prefix) at element [lo]. */
+static const char *x_own_piece(const XReduce *s, int q, int64_t lo) {
+  const char *base = q == 0 && s->x.plen > 1 ? s->res : s->op[q];
+  return base + (size_t)lo * s->x.es;
+}
+
+/* Sends the header, then to every other process its chunk of this
+ * process's pieces. */
+static void x_reduce_send(XReduce *s, const Call *lc) {
+  const Call *c = s->c;
+  int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
+  int key = x_key(c->g, c->seq, c->peers[0]);
+  size_t hbytes = sizeof(XHeader) + sizeof(int) * (size_t)lc->n;
+  XHeader *h = s->h;
+  *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
+  memcpy(h->ranks, lc->peers, sizeof(int) * (size_t)lc->n);
+  TransportIov hv = {h, hbytes}, iov[c->n];
+  for (int k = 0; k < s->x.np; k++) {
+    if (k == s->x.me) continue;
+    int64_t lo = s->x.lo[k], len = s->x.lo[k + 1] - lo;
+    for (int i = 0; i < m; i++)
+      iov[i] = (TransportIov){(void *)x_own_piece(s, qs[i], lo), (size_t)len * s->x.es};
+    int p = s->x.procs[k];
+    s->reqs[s->nreqs++] = transport_isend(p, transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    s->reqs[s->nreqs++] = transport_isend(p, transport_tag(TRANSPORT_DATA, key), iov, m);
+  }
+}
+
+/* Receives every other process's header and its pieces of this process's
+ * chunk (the prefix straight into the result), filling s->from. */
+static int x_reduce_gather(XReduce *s) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]), qs[c->n];
+  int64_t lo = s->x.lo[s->x.me];
+  size_t bytes = (size_t)(s->x.lo[s->x.me + 1] - lo) * s->x.es;
+  char *next = s->scratch;
+  for (int k = 0; k < s->x.np; k++) {
+    int p = s->x.procs[k], m = x_pieces(c, &s->x, p, qs);
+    if (k == s->x.me) {
+      for (int i = 0; i < m; i++) s->from[qs[i]] = x_own_piece(s, qs[i], lo);
+      continue;
+    }
+    TransportMsg *hm = x_wait_header(c, p, transport_tag(TRANSPORT_HEADER, key));
+    if (!hm) return -1;
+    const XHeader *h = (const XHeader *)hm->data;
+    int rc = desc_equal(&h->desc, &c->desc)
+                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+    transport_msg_free(hm);
+    if (rc < 0) return -1;
+    TransportIov iov[c->n];
+    for (int i = 0; i < m; i++) {
+      char *at = qs[i] == 0 ? s->res + (size_t)lo * s->x.es : (next += bytes) - bytes;
+      s->from[qs[i]] = at;
+      iov[i] = (TransportIov){at, bytes};
+    }
+    if (transport_recv_data(p, transport_tag(TRANSPORT_DATA, key), iov, m) < 0) return -1;
+  }
+  return 0;
+}
+
+/* Folds this process's chunk from every piece, in participant order,
+ * sends it to every other process and receives theirs into the result. */
+static int x_reduce_fold(XReduce *s) {
+  const Call *c = s->c;
+  const XPlan *x = &s->x;
+  int m = 0, key = x_key(c->g, c->seq, c->peers[0]), tag = transport_tag(TRANSPORT_DATA, key);
+  const char *src[c->n];
+  for (int q = 0; q < c->n; q++)
+    if (q == 0 || q >= x->plen) src[m++] = s->from[q];
+  int64_t lo = x->lo[x->me], len = x->lo[x->me + 1] - lo;
+  char *mine = s->res + (size_t)lo * x->es;
+  x_fold_pieces(s->r, mine, src, m, len);
+  TransportIov v = {mine, (size_t)len * x->es};
+  int sent = s->nreqs;
+  for (int k = 0; k < x->np; k++)
+    if (k != x->me) s->reqs[s->nreqs++] = transport_isend(x->procs[k], tag, &v, 1);
+  /* the pieces sent came from the result's other chunks: done before
+   * those are overwritten */
+  transport_wait_sends(s->reqs, sent);
+  for (int k = 0; k < x->np; k++) {
+    if (k == x->me) continue;
+    TransportIov in = {s->res + (size_t)x->lo[k] * x->es,
+                       (size_t)(x->lo[k + 1] - x->lo[k]) * x->es};
+    if (x_wait_data(c, x->procs[k], tag, &in, 1) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The result's buffer: the leader's output when contiguous, else an
+ * array of its own; NULL when out of memory. */
+static Array *x_result(const Call *c) {
+  Array *o = c->out[0];
+  if (o->contiguous || o->ndim == 0) return o;
+  return arr_new(o->dtype, o->ndim, o->shape);
+}
+
+/* The leader's exchange of a large reduction (an XExchange; arg: the
+ * RedArg): the operands' chunks to their owners, the owners' folded
+ * chunks back, into the leader slot's xres. */
+static int x_reduce(const Call *c, const Call *lc, const void *arg) {
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n + 1];
+  int64_t lo[n + 2];
+  XReduce s = {.c = c, .r = arg};
+  x_plan(c, &s.x, procs, lo);
+  size_t chunk = (size_t)(lo[s.x.me + 1] - lo[s.x.me]) * s.x.es;
+  me->xres = x_result(c);
+  s.op = shm_calloc((size_t)n, sizeof(char *));
+  s.copies = shm_calloc((size_t)n, sizeof(Array *));
+  s.from = shm_calloc((size_t)n, sizeof(char *));
+  s.reqs = shm_calloc((size_t)(3 * s.x.np), sizeof(void *));
+  s.scratch_bytes = chunk * (size_t)n + 1;
+  s.scratch = shm_buf_alloc(s.scratch_bytes);
+  s.h = shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)lc->n);
+  int rc = me->xres && s.op && s.copies && s.from && s.reqs && s.scratch && s.h
+               ? 0 : (err_nomem(), -1);
+  for (int q = 0; rc == 0 && q < n; q++) {
+    if (!x_local(c->g, c->peers[q])) continue;
+    Array *a = c->g->slots[c->peers[q]].in[0];
+    if (!a->contiguous && a->ndim > 0 && !(a = s.copies[q] = arr_contiguous(a))) rc = -1;
+    else s.op[q] = arr_data(a);
+  }
+  if (rc == 0) {
+    s.res = arr_data(me->xres);
+    if (x_proc(c->g, c->peers[0]) == transport_rank() && s.x.plen > 1)
+      x_fold_pieces(s.r, s.res, s.op, s.x.plen, c->in[0]->size);   /* the prefix */
+    x_reduce_send(&s, lc);
+    rc = x_reduce_gather(&s);
+    if (rc == 0) rc = x_reduce_fold(&s);
+  }
+  x_wait_sends(c, s.reqs, s.nreqs, rc);
+  for (int q = 0; s.copies && q < n; q++) val_decref(s.copies[q] ? &s.copies[q]->hdr : NULL);
+  shm_free(s.op), shm_free(s.copies), shm_free(s.from), shm_free(s.reqs), shm_free(s.h);
+  if (s.scratch) shm_buf_free(s.scratch, s.scratch_bytes);
+  return rc;
+}
+
+/* Every local participant's output from the leader's result: shared, or
+ * copied when either payload is inline or the output is not contiguous. */
+static int x_take_result(const Call *c, const void *arg) {
+  (void)arg;
+  int lead = 0;
+  while (!x_local(c->g, c->peers[lead])) lead++;
+  Array *res = c->g->slots[c->peers[lead]].xres, *o = c->out[0];
+  if (o == res || ((o->contiguous || o->ndim == 0) && arr_share_buffer(o, res))) return 0;
+  View dst, src;
+  view_of(&dst, o);
+  view_of(&src, res);
+  view_copy(&dst, &src);
+  return 0;
+}
+
 /* Semantics: jax.lax.psum / pmax / pmin with axis_index_groups. */
 static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
                          Array **out) {
@@ -2739,7 +3039,8 @@ static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
   if (call_init(&c, kind, p, in, 1, out) < 0) return -1;
   if (c.cross) {
     RedArg r = {in[0]->dtype, op};
-    return x_run(&c, x_fold_all, &r);
+    if (x_reduce_split(&c)) return x_run(&c, x_reduce, x_take_result, &r);
+    return x_run(&c, x_exchange, x_fold_all, &r);
   }
   bool lane = uses_lane(&c, in[0]);
   if (lane) lane_write(&c, in[0]);
@@ -2860,7 +3161,7 @@ static int map_gather(const Call *c, const void *arg, int64_t *idx) {
  * fast or reference movement, the final barrier. */
 static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
                        RefMap map, const void *arg) {
-  if (c->cross) return x_run(c, fast, arg);
+  if (c->cross) return x_run(c, x_exchange, fast, arg);
   if (rendezvous(c) < 0) return -1;
   int rc = 0;
   if (!c->g->reference) {
@@ -2997,7 +3298,7 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
   RedArg r = {in[0]->dtype, RED_SUM};
   if (c.cross) {
     XScatter xs = {&a, &r};
-    return x_run(&c, x_scatter, &xs);
+    return x_run(&c, x_exchange, x_scatter, &xs);
   }
   if (rendezvous(&c) < 0) return -1;
   int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
@@ -3336,7 +3637,7 @@ int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
                    (long long)k, c.n), -1;
   if (c.cross) {
     int64_t spd = k / c.n;
-    return x_run(&c, x_ragged, &spd);
+    return x_run(&c, x_exchange, x_ragged, &spd);
   }
   if (rendezvous(&c) < 0) return -1;
   int rc = ragged_validate(&c, k / c.n);
