@@ -1531,13 +1531,51 @@ static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_dev
 
 static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
 
-/* A collective's header: the sender's participants follow it. */
+/* A collective's header.  On the wire its descriptor stops after the
+ * dims in use (desc.dims is the last field: a descriptor is ~1.9 KB, its
+ * used part ~0.3), the sender's participants follow (x_ranks), then
+ * (x_exchange) their operands when these total at most
+ * COLL_XINLINE_BYTES: a small collective is one message each way. */
 typedef struct XHeader {
   long seq;
   int first, nloc;                /* the group's first participant; the sender's count */
-  CollDesc desc;
-  int ranks[];                    /* [nloc] the sender's participants, in participant order */
+  int inline_bytes;               /* bytes of operands at x_payload, or 0:
+                                     they come as a data message */
+  CollDesc desc;                  /* truncated: read no dims past desc.ndims */
 } XHeader;
+
+#define COLL_XINLINE_BYTES 1024
+
+/* The bytes of a header up to the end of its descriptor's used dims. */
+static size_t x_desc_end(const XHeader *h) {
+  return offsetof(XHeader, desc) + offsetof(CollDesc, dims) +
+         sizeof(int64_t) * (size_t)h->desc.ndims;
+}
+
+/* [nloc] the sender's participants, in participant order. */
+static int *x_ranks(const XHeader *h) { return (int *)((char *)h + x_desc_end(h)); }
+
+/* Where a header's operands start (16-byte aligned, as the mailbox keeps
+ * a message's data); the header's length without them. */
+static size_t x_payload(const XHeader *h) {
+  return (x_desc_end(h) + sizeof(int) * (size_t)h->nloc + 15) & ~(size_t)15;
+}
+
+/* A header buffer for [nloc] participants and inline operands
+ * (zeroed; shm_free), or NULL. */
+static XHeader *x_header_alloc(int nloc) {
+  return shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)nloc + 16 + COLL_XINLINE_BYTES);
+}
+
+/* Fills header [h] of collective [c] for this process's participants [lc]. */
+static void x_header_fill(XHeader *h, const Call *c, const Call *lc) {
+  h->seq = c->seq;
+  h->first = c->peers[0];
+  h->nloc = lc->n;
+  h->inline_bytes = 0;
+  memcpy(&h->desc, &c->desc, offsetof(CollDesc, dims) + sizeof(int64_t) * (size_t)c->desc.ndims);
+  memcpy(x_ranks(h), lc->peers, sizeof(int) * (size_t)lc->n);
+}
 
 /* The tag key of collective #seq of the group whose first participant is
  * [first]: one call's parity, 16 bits of the number, 11 of the rank. */
@@ -1576,9 +1614,9 @@ static bool x_find_conflict(TransportMsg *m, void *arg) {
   if (h->seq < c->seq || (h->seq == c->seq && h->first == c->peers[0])) return false;
   for (int i = 0; i < h->nloc; i++)
     for (int q = 0; q < c->n; q++)
-      if (c->peers[q] == h->ranks[i]) {
-        x->rank = h->ranks[i];
-        x->desc = h->desc;
+      if (c->peers[q] == x_ranks(h)[i]) {
+        x->rank = x_ranks(h)[i];
+        memcpy(&x->desc, &h->desc, x_desc_end(h) - offsetof(XHeader, desc));
         x->later = h->seq > c->seq;
         return false;
       }
@@ -1679,7 +1717,7 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
   int nin = c->desc.nin, k = 0;
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
-    while (q < c->n && c->peers[q] != h->ranks[i]) q++;
+    while (q < c->n && c->peers[q] != x_ranks(h)[i]) q++;
     if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
                                   "sent operands for devices outside this group"), -1;
     for (int j = 0; j < nin; j++) {
@@ -1693,6 +1731,19 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
   return k;
 }
 
+/* Copies the operands inline in header [h] into the pieces [iov]: their
+ * number, or -1 with the error set when the lengths differ. */
+static int x_unpack(const XHeader *h, const TransportIov *iov, int k) {
+  size_t total = 0;
+  for (int i = 0; i < k; i++) total += iov[i].len;
+  if (total != (size_t)h->inline_bytes)
+    return err_set(ERR_VALUE, "a message of %d bytes where %zu were expected",
+                   h->inline_bytes, total), -1;
+  const char *p = (const char *)h + x_payload(h);
+  for (int i = 0; i < k; p += iov[i].len, i++) memcpy(iov[i].base, p, iov[i].len);
+  return k;
+}
+
 /* Receives every other process's header and operands into [tab]. */
 static int x_receive(const Call *c, const int *procs, int np, Array **tab, TransportIov *iov) {
   int tag = transport_tag(TRANSPORT_HEADER, x_key(c->g, c->seq, c->peers[0]));
@@ -1702,7 +1753,13 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
     const XHeader *h = (const XHeader *)m->data;
     int k = desc_equal(&h->desc, &c->desc)
                 ? x_proxies(c, h, tab, iov)
-                : mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+                : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
+    if (k >= 0 && h->inline_bytes) {
+      k = x_unpack(h, iov, k);
+      transport_msg_free(m);
+      if (k < 0) return -1;
+      continue;
+    }
     transport_msg_free(m);
     if (k < 0 || transport_recv_data(procs[i], tag & ~3, iov, k) < 0) return -1;
   }
@@ -1732,7 +1789,7 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
   Array **copies = shm_calloc((size_t)(lc->n * nin) + 1, sizeof(Array *));
   TransportIov *iov = shm_calloc((size_t)(n * nin) + 1, sizeof(TransportIov));
-  XHeader *h = shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)lc->n);
+  XHeader *h = x_header_alloc(lc->n);
   void **reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
   me->xin = tab;
   me->xn = n;
@@ -1742,10 +1799,9 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
     return err_nomem(), -1;
   }
   int k = 0;
-  *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
+  x_header_fill(h, c, lc);
   for (int q = 0; q < n && k % nin == 0; q++) {
     if (!x_local(g, c->peers[q])) continue;
-    h->ranks[k / nin] = c->peers[q];
     for (int j = 0; j < nin; j++, k++) {
       Array *a = g->slots[c->peers[q]].in[j];
       tab[q * nin + j] = a;
@@ -1760,10 +1816,19 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
     return -1;
   }
   int key = x_key(g, c->seq, c->peers[0]);
-  TransportIov hv = {h, sizeof(XHeader) + sizeof(int) * (size_t)lc->n};
+  TransportIov hv = {h, x_payload(h)};
+  size_t total = 0;
+  for (int i = 0; i < k; i++) total += iov[i].len;
+  if (total <= COLL_XINLINE_BYTES) {   /* the operands ride in the header */
+    char *p = (char *)h + x_payload(h);
+    for (int i = 0; i < k; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
+    h->inline_bytes = (int)total;
+    hv.len += total;
+  }
   for (int i = 0; i < np; i++) {
     reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
-    reqs[2 * i + 1] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
+    reqs[2 * i + 1] = h->inline_bytes ? NULL
+                      : transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
   }
   /* the pieces of this process's operands are in iov[0..k); receive after them */
   int rc = x_receive(c, procs, np, tab, iov + k);
@@ -2892,11 +2957,9 @@ static void x_reduce_send(XReduce *s, const Call *lc) {
   const Call *c = s->c;
   int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
   int key = x_key(c->g, c->seq, c->peers[0]);
-  size_t hbytes = sizeof(XHeader) + sizeof(int) * (size_t)lc->n;
   XHeader *h = s->h;
-  *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
-  memcpy(h->ranks, lc->peers, sizeof(int) * (size_t)lc->n);
-  TransportIov hv = {h, hbytes}, iov[c->n];
+  x_header_fill(h, c, lc);
+  TransportIov hv = {h, x_payload(h)}, iov[c->n];
   for (int k = 0; k < s->x.np; k++) {
     if (k == s->x.me) continue;
     int64_t lo = s->x.lo[k], len = s->x.lo[k + 1] - lo;
@@ -2926,7 +2989,7 @@ static int x_reduce_gather(XReduce *s) {
     if (!hm) return -1;
     const XHeader *h = (const XHeader *)hm->data;
     int rc = desc_equal(&h->desc, &c->desc)
-                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
     transport_msg_free(hm);
     if (rc < 0) return -1;
     TransportIov iov[c->n];
@@ -2993,7 +3056,7 @@ static int x_reduce(const Call *c, const Call *lc, const void *arg) {
   s.reqs = shm_calloc((size_t)(3 * s.x.np), sizeof(void *));
   s.scratch_bytes = chunk * (size_t)n + 1;
   s.scratch = shm_buf_alloc(s.scratch_bytes);
-  s.h = shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)lc->n);
+  s.h = x_header_alloc(lc->n);
   int rc = me->xres && s.op && s.copies && s.from && s.reqs && s.scratch && s.h
                ? 0 : (err_nomem(), -1);
   for (int q = 0; rc == 0 && q < n; q++) {
