@@ -3496,24 +3496,213 @@ int coll_shape_all_to_all(const AVal *in, int nin, const Params *p, AVal *out) {
   return 0;
 }
 
+/* Where output [o] takes participant q's slice: along the concat axis,
+ * [q * chunk_c, (q + 1) * chunk_c), or q when not tiled (that axis kept,
+ * of size 1: row-major, the same elements in the same order as the
+ * slice x_a2a_slice takes). */
+static void a2a_dst(View *dst, const Array *o, const A2AArgs *a, int q) {
+  view_of(dst, o);
+  if (a->tiled)
+    view_slice(dst, a->concat, q * a->chunk_c, a->chunk_c);
+  else
+    view_slice(dst, a->concat, q, 1);
+}
+
+/* This device's output's block from participant [q]. */
+static void a2a_copy(const Call *c, const A2AArgs *a, int q) {
+  View src, dst;
+  view_of(&src, peer_in(c, q, 0));
+  a2a_dst(&dst, c->out[0], a, q);
+  if (a->tiled) {
+    view_slice(&src, a->split, c->pos * a->b, a->b);
+  } else {
+    view_slice(&src, a->split, c->pos, 1);
+    view_drop(&src, a->split);
+    view_drop(&dst, a->concat);
+  }
+  view_copy(&dst, &src);
+}
+
 static int fast_a2a(const Call *c, const void *arg) {
-  const A2AArgs *a = arg;
-  for (int q = 0; q < c->n; q++) {
-    View src, dst;
-    view_of(&src, peer_in(c, q, 0));
-    view_of(&dst, c->out[0]);
-    if (a->tiled) {
-      view_slice(&src, a->split, c->pos * a->b, a->b);
-      view_slice(&dst, a->concat, q * a->chunk_c, a->chunk_c);
-    } else {
-      view_slice(&src, a->split, c->pos, 1);
-      view_drop(&src, a->split);
-      view_slice(&dst, a->concat, q, 1);
-      view_drop(&dst, a->concat);
+  for (int q = 0; q < c->n; q++) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* Across processes (x_a2a): the blocks from the local participants; the
+ * leader received the others' into the outputs. */
+static int x_a2a_local(const Call *c, const void *arg) {
+  for (int q = 0; q < c->n; q++)
+    if (x_local(c->g, c->peers[q])) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* ---- all_to_all across processes: each process gets only its slices ---------- */
+
+/* Slice [p] of operand [a] (what participant p takes of it): along the
+ * split axis, [p * b, (p + 1) * b) with b = 1 when not tiled. */
+static void x_a2a_slice(View *v, const Array *a, const A2AArgs *g, int p) {
+  int64_t b = g->tiled ? g->b : 1;
+  view_of(v, a);
+  view_slice(v, g->split, p * b, b);
+}
+
+/* Whether slices of a contiguous array of [a]'s shape are contiguous
+ * runs of memory (nothing before the split axis): they are then sent
+ * from, and received into, the arrays themselves. */
+static bool x_a2a_runs(const Array *a, const A2AArgs *g) {
+  int64_t outer = 1;
+  for (int d = 0; d < g->split; d++) outer *= a->shape[d];
+  return outer == 1;
+}
+
+/* Whether [a]'s own slices are such runs. */
+static bool x_a2a_flat(const Array *a, const A2AArgs *g) {
+  return (a->contiguous || a->ndim == 0) && x_a2a_runs(a, g);
+}
+
+/* [v] made a row-major view of its own shape over [buf]. */
+static void x_packed(View *v, char *buf) {
+  v->base = buf;
+  for (int d = v->ndim - 1, st = 1; d >= 0; st *= (int)v->shape[d], d--) v->strides[d] = st;
+}
+
+/* The positions of process [proc]'s participants, in order, into [pos]; their number. */
+static int x_positions(const Call *c, int proc, int *pos) {
+  int m = 0;
+  for (int q = 0; q < c->n; q++)
+    if (x_proc(c->g, c->peers[q]) == proc) pos[m++] = q;
+  return m;
+}
+
+/* State of one leader's x_a2a. */
+typedef struct XA2A {
+  const Call *c;
+  const A2AArgs *a;
+  size_t slice;                   /* bytes of one slice */
+  Array **tab;                    /* the leader slot's xin */
+  char **packs;                   /* [np]: packed slices sent, or received */
+  size_t *pack_bytes;
+  void **reqs;                    /* [2 * np] */
+  int nreqs;
+} XA2A;
+
+/* Sends the header, then to each other process procs[i] the slices its
+ * participants take of this process's operands (local participant-major). */
+static int x_a2a_send(XA2A *s, const Call *lc, XHeader *h, const int *procs, int np) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]), pos[c->n];
+  x_header_fill(h, c, lc);
+  TransportIov hv = {h, x_payload(h)};
+  for (int i = 0; i < np; i++) {
+    int m = x_positions(c, procs[i], pos), k = 0;
+    TransportIov iov[lc->n * m + 1];
+    char *pack = NULL;
+    for (int l = 0; l < lc->n; l++) {
+      const Array *op = c->g->slots[lc->peers[l]].in[0];
+      bool flat = x_a2a_flat(op, s->a);
+      if (!flat && !pack) {
+        s->pack_bytes[i] = s->slice * (size_t)(lc->n * m) + 1;
+        if (!(pack = s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+      }
+      for (int j = 0; j < m; j++, k++) {
+        View v;
+        x_a2a_slice(&v, op, s->a, pos[j]);
+        char *at = flat ? v.base : pack + s->slice * (size_t)k;
+        if (!flat) {
+          View dst = v;
+          x_packed(&dst, at);
+          view_copy(&dst, &v);
+        }
+        iov[k] = (TransportIov){at, s->slice};
+      }
     }
-    view_copy(&dst, &src);
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
   }
   return 0;
+}
+
+/* Receives process [proc]'s header and the slices of its participants'
+ * operands that this process's participants [lc] take, straight into
+ * their outputs where the block is a run of memory, else through a
+ * buffer. */
+static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]);
+  TransportMsg *m = x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
+  if (!m) return -1;
+  const XHeader *h = (const XHeader *)m->data;
+  int nr = h->nloc, rs[nr > 0 ? nr : 1], k = 0;
+  memcpy(rs, x_ranks(h), sizeof(int) * (size_t)nr);
+  int rc = desc_equal(&h->desc, &c->desc)
+               ? 0 : mismatch_error(c->g, c->rank, &c->desc, rs[0], &h->desc);
+  transport_msg_free(m);
+  if (rc < 0) return -1;
+  TransportIov iov[nr * lc->n + 1];
+  bool flat[lc->n];
+  for (int l = 0; l < lc->n; l++) {
+    const Array *o = c->g->slots[lc->peers[l]].out[0];
+    int64_t outer = 1;
+    for (int d = 0; d < s->a->concat; d++) outer *= o->shape[d];
+    flat[l] = (o->contiguous || o->ndim == 0) && outer == 1;
+    if (!flat[l] && !s->packs[i]) {
+      s->pack_bytes[i] = s->slice * (size_t)(nr * lc->n) + 1;
+      if (!(s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+    }
+  }
+  int qs[nr > 0 ? nr : 1];
+  for (int r = 0; r < nr; r++) {
+    int q = 0;
+    while (q < c->n && c->peers[q] != rs[r]) q++;
+    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
+                                  "sent operands for devices outside this group"), -1;
+    qs[r] = q;
+    for (int l = 0; l < lc->n; l++, k++) {
+      View dst;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, q);
+      iov[k] = (TransportIov){flat[l] ? dst.base : s->packs[i] + s->slice * (size_t)k, s->slice};
+    }
+  }
+  if (transport_recv_data(proc, transport_tag(TRANSPORT_DATA, key), iov, k) < 0) return -1;
+  for (int r = 0, k2 = 0; r < nr; r++)
+    for (int l = 0; l < lc->n; l++, k2++) {
+      if (flat[l]) continue;
+      View dst, src;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, qs[r]);
+      src = dst;
+      x_packed(&src, s->packs[i] + s->slice * (size_t)k2);
+      view_copy(&dst, &src);
+    }
+  return 0;
+}
+
+/* The leader's exchange of an all_to_all (an XExchange; arg: the
+ * A2AArgs): every process sends each other one only the slices its
+ * participants take, received into their outputs; x_a2a_local then
+ * copies the local participants' blocks. */
+static int x_a2a(const Call *c, const Call *lc, const void *arg) {
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n], np = x_procs(c, procs);
+  XA2A s = {.c = c, .a = arg};
+  s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
+  s.tab = shm_calloc((size_t)n, sizeof(Array *));
+  s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
+  s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
+  s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  XHeader *h = x_header_alloc(lc->n);
+  me->xin = s.tab;
+  me->xn = n;
+  me->xnin = 1;
+  int rc = s.tab && s.packs && s.pack_bytes && s.reqs && h ? 0 : (err_nomem(), -1);
+  for (int q = 0; rc == 0 && q < n; q++)
+    if (x_local(c->g, c->peers[q])) s.tab[q] = c->g->slots[c->peers[q]].in[0];
+  if (rc == 0) rc = x_a2a_send(&s, lc, h, procs, np);
+  for (int i = 0; rc == 0 && i < np; i++) rc = x_a2a_recv(&s, lc, procs[i], np + i);
+  x_wait_sends(c, s.reqs, s.nreqs, rc);
+  for (int i = 0; s.packs && i < 2 * np; i++)
+    if (s.packs[i]) shm_buf_free(s.packs[i], s.pack_bytes[i]);
+  shm_free(s.packs), shm_free(s.pack_bytes), shm_free(s.reqs), shm_free(h);
+  return rc;
 }
 
 static int map_a2a(const Call *c, const void *arg, int64_t *idx) {
@@ -3543,6 +3732,7 @@ int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
   aval_from(in[0], &av);
   if (a2a_args(p, &av, c.n, &a) < 0 || check_axis_size("all_to_all", p, c.n) < 0)
     return -1;
+  if (c.cross) return x_run(&c, x_a2a, x_a2a_local, &a);
   return move_kernel(&c, fast_a2a, map_a2a, &a);
 }
 
