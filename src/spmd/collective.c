@@ -1787,17 +1787,19 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   Slot *me = &g->slots[c->rank];
   int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
   Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
-  Array **copies = shm_calloc((size_t)(lc->n * nin) + 1, sizeof(Array *));
-  TransportIov *iov = shm_calloc((size_t)(n * nin) + 1, sizeof(TransportIov));
-  XHeader *h = x_header_alloc(lc->n);
-  void **reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  /* the rest on the stack (16 MiB, DEV_STACK_BYTES): a small collective's
+   * time is mostly such overheads */
+  Array *copies[lc->n * nin + 1];
+  TransportIov iov[n * nin + 1];
+  void *reqs[2 * np + 1];
+  _Alignas(16) char hbuf[sizeof(XHeader) + sizeof(int) * (size_t)lc->n + 16 + COLL_XINLINE_BYTES];
+  XHeader *h = (XHeader *)hbuf;
+  memset(copies, 0, sizeof copies);
+  memset(h, 0, sizeof(XHeader));
   me->xin = tab;
   me->xn = n;
   me->xnin = nin;
-  if (!tab || !copies || !iov || !h || !reqs) {
-    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
-    return err_nomem(), -1;
-  }
+  if (!tab) return err_nomem(), -1;
   int k = 0;
   x_header_fill(h, c, lc);
   for (int q = 0; q < n && k % nin == 0; q++) {
@@ -1812,7 +1814,6 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   int ncopies = lc->n * nin;
   if (k != ncopies) {   /* a contiguous copy failed: nothing was sent */
     for (int i = 0; i < ncopies; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
-    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
     return -1;
   }
   int key = x_key(g, c->seq, c->peers[0]);
@@ -1834,7 +1835,6 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   int rc = x_receive(c, procs, np, tab, iov + k);
   x_wait_sends(c, reqs, 2 * np, rc);
   for (int i = 0; i < lc->n * nin; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
-  shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
   return rc;
 }
 
