@@ -231,8 +231,10 @@ typedef struct Slot {
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
   Array *xres;                    /* or the result every local participant
-                                     takes (x_reduce), owned when it is not
-                                     the leader's output */
+                                     takes (x_reduce, x_gather), owned when
+                                     it is not the leader's output */
+  const struct GatherArgs *xgather; /* x_gather: remote blocks go straight
+                                     into xres, without proxies */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
   char xmsg[768];
@@ -1713,13 +1715,21 @@ static int x_procs(const Call *c, int *procs) {
 /* The proxies of process [proc]'s participants, allocated as this
  * device's operands are shaped (the descriptors agreed), and the pieces to
  * receive their data into.  0, or -1 with the error set. */
+static char *x_gather_at(const Call *c, int q);
+
 static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
   int nin = c->desc.nin, k = 0;
+  const Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
     while (q < c->n && c->peers[q] != x_ranks(h)[i]) q++;
     if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
                                   "sent operands for devices outside this group"), -1;
+    if (me->xgather) {   /* x_gather: into the result (one operand) */
+      iov[k++] = (TransportIov){x_gather_at(c, q),
+                                (size_t)c->in[0]->size * dt_size(c->in[0]->dtype)};
+      continue;
+    }
     for (int j = 0; j < nin; j++) {
       const Array *mine = c->in[j];
       Array *a = arr_new(mine->dtype, mine->ndim, mine->shape);
@@ -3174,6 +3184,11 @@ int coll_shape_all_gather(const AVal *in, int nin, const Params *p, AVal *out) {
   return 0;
 }
 
+/* The length along the gathered dimension of a block of operand [in]. */
+static int64_t gather_len(const Array *in, const GatherArgs *a) {
+  return a->tiled ? in->shape[a->dim] : 1;
+}
+
 /* Where participant q's block goes in the output. */
 static void gather_dst(View *dst, const Array *out, const GatherArgs *a, int q,
                        int64_t len) {
@@ -3243,6 +3258,51 @@ static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
 
 static int fast_gather_v(const Call *c, const void *a) { return fast_gather(c, a); }
 
+/* Where participant [q]'s block of the leader's all_gather goes in its
+ * result (x_gather: a run of memory). */
+static char *x_gather_at(const Call *c, int q) {
+  const Slot *me = &c->g->slots[c->rank];
+  View dst;
+  gather_dst(&dst, me->xres, me->xgather, q, gather_len(c->in[0], me->xgather));
+  return dst.base;
+}
+
+/* The leader's exchange of an all_gather (an XExchange; arg: the
+ * GatherArgs): x_exchange's messages (each block once to each process),
+ * received straight into the leader's output when it is contiguous, its
+ * blocks are runs of memory, and every local output can share it (else
+ * into proxies, as for other collectives). */
+static int x_gather(const Call *c, const Call *lc, const void *arg) {
+  const GatherArgs *a = arg;
+  Slot *me = &c->g->slots[c->rank];
+  Array *o = c->out[0];
+  int64_t outer = 1;
+  for (int d = 0; d < a->dim; d++) outer *= o->shape[d];
+  bool direct = o->contiguous && o->ndim > 0 && outer == 1;
+  for (int l = 0; direct && l < lc->n; l++) direct = c->g->slots[lc->peers[l]].out[0]->buf->owned;
+  if (direct) me->xres = o, me->xgather = a;
+  int rc = x_exchange(c, lc, arg);
+  me->xgather = NULL;
+  return rc;
+}
+
+/* Every local participant's part after x_gather: its own block into the
+ * leader's output, which its output then shares (the final barrier
+ * publishes the writes); fast_gather from the proxies otherwise. */
+static int x_gather_local(const Call *c, const void *arg) {
+  const GatherArgs *a = arg;
+  int lead = 0;
+  while (!x_local(c->g, c->peers[lead])) lead++;
+  Array *res = c->g->slots[c->peers[lead]].xres;
+  if (!res) return fast_gather(c, a);
+  View src, dst;
+  view_of(&src, c->in[0]);
+  gather_dst(&dst, res, a, c->pos, gather_len(c->in[0], a));
+  view_copy(&dst, &src);
+  if (c->out[0] != res) arr_share_buffer(c->out[0], res);
+  return 0;
+}
+
 /* Semantics: jax.lax.all_gather (axis, tiled, axis_index_groups). */
 int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
   Call c;
@@ -3253,6 +3313,7 @@ int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
       check_axis_size("all_gather", p, c.n) < 0)
     return -1;
   a.n = c.n;
+  if (c.cross) return x_run(&c, x_gather, x_gather_local, &a);
   return move_kernel(&c, fast_gather_v, map_gather, &a);
 }
 
