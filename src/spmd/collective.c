@@ -230,6 +230,11 @@ typedef struct Slot {
   Array **xin;                    /* [n * nin]: every participant's operands
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
+  Array *xres;                    /* or the result every local participant
+                                     takes (x_reduce, x_gather), owned when
+                                     it is not the leader's output */
+  const struct GatherArgs *xgather; /* x_gather: remote blocks go straight
+                                     into xres, without proxies */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
   char xmsg[768];
@@ -1506,7 +1511,13 @@ static void lane_write(Call *c, const Array *x) {
  *      collective's number and descriptor, and which participants it
  *      speaks for) and their operands to every other process holding
  *      participants, and receives theirs into arrays of its own (proxies);
- *      the descriptors must agree, as within a process;
+ *      the descriptors must agree, as within a process.  Operands of up
+ *      to COLL_XINLINE_BYTES ride in the header.  Three kernels exchange
+ *      less than whole operands (the XExchange given to x_run): large
+ *      reductions reduce-scatter and all-gather between the processes
+ *      (x_reduce), all_to_all sends only the slices each process takes
+ *      (x_a2a), and both it and all_gather (x_gather) receive straight
+ *      into the outputs;
  *   3. after a barrier every local participant computes its own output
  *      from all the operands with the algorithms that read peers' operands
  *      and write only their own output (the same folds, in the same
@@ -1528,13 +1539,51 @@ static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_dev
 
 static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
 
-/* A collective's header: the sender's participants follow it. */
+/* A collective's header.  On the wire its descriptor stops after the
+ * dims in use (desc.dims is the last field: a descriptor is ~1.9 KB, its
+ * used part ~0.3), the sender's participants follow (x_ranks), then
+ * (x_exchange) their operands when these total at most
+ * COLL_XINLINE_BYTES: a small collective is one message each way. */
 typedef struct XHeader {
   long seq;
   int first, nloc;                /* the group's first participant; the sender's count */
-  CollDesc desc;
-  int ranks[];                    /* [nloc] the sender's participants, in participant order */
+  int inline_bytes;               /* bytes of operands at x_payload, or 0:
+                                     they come as a data message */
+  CollDesc desc;                  /* truncated: read no dims past desc.ndims */
 } XHeader;
+
+#define COLL_XINLINE_BYTES 1024
+
+/* The bytes of a header up to the end of its descriptor's used dims. */
+static size_t x_desc_end(const XHeader *h) {
+  return offsetof(XHeader, desc) + offsetof(CollDesc, dims) +
+         sizeof(int64_t) * (size_t)h->desc.ndims;
+}
+
+/* [nloc] the sender's participants, in participant order. */
+static int *x_ranks(const XHeader *h) { return (int *)((char *)h + x_desc_end(h)); }
+
+/* Where a header's operands start (16-byte aligned, as the mailbox keeps
+ * a message's data); the header's length without them. */
+static size_t x_payload(const XHeader *h) {
+  return (x_desc_end(h) + sizeof(int) * (size_t)h->nloc + 15) & ~(size_t)15;
+}
+
+/* A header buffer for [nloc] participants and inline operands
+ * (zeroed; shm_free), or NULL. */
+static XHeader *x_header_alloc(int nloc) {
+  return shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)nloc + 16 + COLL_XINLINE_BYTES);
+}
+
+/* Fills header [h] of collective [c] for this process's participants [lc]. */
+static void x_header_fill(XHeader *h, const Call *c, const Call *lc) {
+  h->seq = c->seq;
+  h->first = c->peers[0];
+  h->nloc = lc->n;
+  h->inline_bytes = 0;
+  memcpy(&h->desc, &c->desc, offsetof(CollDesc, dims) + sizeof(int64_t) * (size_t)c->desc.ndims);
+  memcpy(x_ranks(h), lc->peers, sizeof(int) * (size_t)lc->n);
+}
 
 /* The tag key of collective #seq of the group whose first participant is
  * [first]: one call's parity, 16 bits of the number, 11 of the rank. */
@@ -1573,25 +1622,33 @@ static bool x_find_conflict(TransportMsg *m, void *arg) {
   if (h->seq < c->seq || (h->seq == c->seq && h->first == c->peers[0])) return false;
   for (int i = 0; i < h->nloc; i++)
     for (int q = 0; q < c->n; q++)
-      if (c->peers[q] == h->ranks[i]) {
-        x->rank = h->ranks[i];
-        x->desc = h->desc;
+      if (c->peers[q] == x_ranks(h)[i]) {
+        x->rank = x_ranks(h)[i];
+        memcpy(&x->desc, &h->desc, x_desc_end(h) - offsetof(XHeader, desc));
         x->later = h->seq > c->seq;
         return false;
       }
   return false;
 }
 
-/* Checks, while waiting for process [proc]'s header [tag], whether it can
- * still come: 0 yes, -1 with the error set.  What it reads may have come
- * in (another thread polls) after the caller looked for the header, and
- * the header before it: so no error while the header is there. */
-static int x_check(const Call *c, int proc, int tag) {
-  if (transport_has(proc, tag)) return 0;
+/* Whether process [proc]'s message [tag] is there: a small message, or
+ * with [data] a matched data message. */
+static bool x_arrived(int proc, int tag, bool data) {
+  return data ? transport_has_data(proc, tag) : transport_has(proc, tag);
+}
+
+/* Checks, while waiting for process [proc]'s message [tag] (a header, or
+ * with [data] a data message sent after its header), whether it can still
+ * come: 0 yes, -1 with the error set.  What it reads may have come in
+ * (another thread polls) after the caller looked for the message, and the
+ * message before it (one sender's messages arrive in the order sent): so
+ * no error while the message is there. */
+static int x_check(const Call *c, int proc, int tag, bool data) {
+  if (x_arrived(proc, tag, data)) return 0;
   CollGroup *g = c->g;
   pthread_mutex_lock(&g->lock);
   transport_scan(TRANSPORT_EXIT, x_apply_exit, g);
-  if (transport_has(proc, tag)) {   /* it came with the records */
+  if (x_arrived(proc, tag, data)) {   /* it came with the records */
     pthread_mutex_unlock(&g->lock);
     return 0;
   }
@@ -1607,8 +1664,14 @@ static int x_check(const Call *c, int proc, int tag) {
   if (rc < 0) return -1;
   XConflict x = {.c = c, .proc = proc, .rank = -1};
   transport_scan(TRANSPORT_HEADER, x_find_conflict, &x);
-  if (transport_has(proc, tag)) return 0;
-  if (x.rank < 0) return transport_departed(proc, tag, "a collective");
+  if (x_arrived(proc, tag, data)) return 0;
+  if (x.rank < 0) {
+    /* a BYE: transport_departed polls, and knows only small messages */
+    if (transport_departed(proc, tag, "a collective") == 0) return 0;
+    if (!x_arrived(proc, tag, data)) return -1;
+    err_clear();
+    return 0;
+  }
   if (x.later) return passed_error(g, c, x.rank);
   return mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }
@@ -1621,9 +1684,21 @@ static TransportMsg *x_wait_header(const Call *c, int proc, int tag) {
     if (m) return m;
     /* the checks lock the group and scan the mailbox: not at every turn of
      * a wait that usually ends within microseconds */
-    if (i % 64 == 63 && x_check(c, proc, tag) < 0) return NULL;
+    if (i % 64 == 63 && x_check(c, proc, tag, false) < 0) return NULL;
     if (i >= 256) sched_yield();
   }
+}
+
+/* Receives process [proc]'s data message [tag] into [iov] (niov pieces)
+ * when the sender may fail before sending it (it is sent in answer to
+ * other processes' messages): 0, or -1 with the error set. */
+static int x_wait_data(const Call *c, int proc, int tag, const TransportIov *iov, int niov) {
+  for (unsigned i = 0; !transport_has_data(proc, tag); i++) {
+    transport_poll();
+    if (i % 64 == 63 && x_check(c, proc, tag, true) < 0) return -1;
+    if (i >= 256) sched_yield();
+  }
+  return transport_recv_data(proc, tag, iov, niov);
 }
 
 /* The processes other than this one that hold participants of [c], in
@@ -1646,13 +1721,21 @@ static int x_procs(const Call *c, int *procs) {
 /* The proxies of process [proc]'s participants, allocated as this
  * device's operands are shaped (the descriptors agreed), and the pieces to
  * receive their data into.  0, or -1 with the error set. */
+static char *x_gather_at(const Call *c, int q);
+
 static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
   int nin = c->desc.nin, k = 0;
+  const Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
-    while (q < c->n && c->peers[q] != h->ranks[i]) q++;
+    while (q < c->n && c->peers[q] != x_ranks(h)[i]) q++;
     if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
                                   "sent operands for devices outside this group"), -1;
+    if (me->xgather) {   /* x_gather: into the result (one operand) */
+      iov[k++] = (TransportIov){x_gather_at(c, q),
+                                (size_t)c->in[0]->size * dt_size(c->in[0]->dtype)};
+      continue;
+    }
     for (int j = 0; j < nin; j++) {
       const Array *mine = c->in[j];
       Array *a = arr_new(mine->dtype, mine->ndim, mine->shape);
@@ -1661,6 +1744,19 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
       iov[k++] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
   }
+  return k;
+}
+
+/* Copies the operands inline in header [h] into the pieces [iov]: their
+ * number, or -1 with the error set when the lengths differ. */
+static int x_unpack(const XHeader *h, const TransportIov *iov, int k) {
+  size_t total = 0;
+  for (int i = 0; i < k; i++) total += iov[i].len;
+  if (total != (size_t)h->inline_bytes)
+    return err_set(ERR_VALUE, "a message of %d bytes where %zu were expected",
+                   h->inline_bytes, total), -1;
+  const char *p = (const char *)h + x_payload(h);
+  for (int i = 0; i < k; p += iov[i].len, i++) memcpy(iov[i].base, p, iov[i].len);
   return k;
 }
 
@@ -1673,36 +1769,57 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
     const XHeader *h = (const XHeader *)m->data;
     int k = desc_equal(&h->desc, &c->desc)
                 ? x_proxies(c, h, tab, iov)
-                : mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+                : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
+    if (k >= 0 && h->inline_bytes) {
+      k = x_unpack(h, iov, k);
+      transport_msg_free(m);
+      if (k < 0) return -1;
+      continue;
+    }
     transport_msg_free(m);
     if (k < 0 || transport_recv_data(procs[i], tag & ~3, iov, k) < 0) return -1;
   }
   return 0;
 }
 
+/* Completes the leader's sends [reqs] of collective [c]; after a failure
+ * ([rc] < 0) meanwhile drops what the other processes sent for [c]: a
+ * peer that failed too may be waiting for its own large sends to this
+ * process to complete (a send of more than MPI's eager limit completes
+ * only once received). */
+static void x_wait_sends(const Call *c, void **reqs, int n, int rc) {
+  int tag = transport_tag(TRANSPORT_DATA, x_key(c->g, c->seq, c->peers[0]));
+  if (rc == 0)
+    transport_wait_sends(reqs, n);
+  else
+    transport_wait_sends_dropping(reqs, n, -1, tag);
+}
+
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands
  * that are not contiguous are sent from contiguous copies. */
-static int x_exchange(const Call *c, const Call *lc) {
+static int x_exchange(const Call *c, const Call *lc, const void *arg) {
+  (void)arg;
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
   int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
   Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
-  Array **copies = shm_calloc((size_t)(lc->n * nin) + 1, sizeof(Array *));
-  TransportIov *iov = shm_calloc((size_t)(n * nin) + 1, sizeof(TransportIov));
-  XHeader *h = shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)lc->n);
-  void **reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  /* the rest on the stack (16 MiB, DEV_STACK_BYTES): a small collective's
+   * time is mostly such overheads */
+  Array *copies[lc->n * nin + 1];
+  TransportIov iov[n * nin + 1];
+  void *reqs[2 * np + 1];
+  _Alignas(16) char hbuf[sizeof(XHeader) + sizeof(int) * (size_t)lc->n + 16 + COLL_XINLINE_BYTES];
+  XHeader *h = (XHeader *)hbuf;
+  memset(copies, 0, sizeof copies);
+  memset(h, 0, sizeof(XHeader));
   me->xin = tab;
   me->xn = n;
   me->xnin = nin;
-  if (!tab || !copies || !iov || !h || !reqs) {
-    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
-    return err_nomem(), -1;
-  }
+  if (!tab) return err_nomem(), -1;
   int k = 0;
-  *h = (XHeader){.seq = c->seq, .first = c->peers[0], .nloc = lc->n, .desc = c->desc};
+  x_header_fill(h, c, lc);
   for (int q = 0; q < n && k % nin == 0; q++) {
     if (!x_local(g, c->peers[q])) continue;
-    h->ranks[k / nin] = c->peers[q];
     for (int j = 0; j < nin; j++, k++) {
       Array *a = g->slots[c->peers[q]].in[j];
       tab[q * nin + j] = a;
@@ -1713,25 +1830,35 @@ static int x_exchange(const Call *c, const Call *lc) {
   int ncopies = lc->n * nin;
   if (k != ncopies) {   /* a contiguous copy failed: nothing was sent */
     for (int i = 0; i < ncopies; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
-    shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
     return -1;
   }
   int key = x_key(g, c->seq, c->peers[0]);
-  TransportIov hv = {h, sizeof(XHeader) + sizeof(int) * (size_t)lc->n};
+  TransportIov hv = {h, x_payload(h)};
+  size_t total = 0;
+  for (int i = 0; i < k; i++) total += iov[i].len;
+  if (total <= COLL_XINLINE_BYTES) {   /* the operands ride in the header */
+    char *p = (char *)h + x_payload(h);
+    for (int i = 0; i < k; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
+    h->inline_bytes = (int)total;
+    hv.len += total;
+  }
   for (int i = 0; i < np; i++) {
     reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
-    reqs[2 * i + 1] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
+    reqs[2 * i + 1] = h->inline_bytes ? NULL
+                      : transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
   }
   /* the pieces of this process's operands are in iov[0..k); receive after them */
   int rc = x_receive(c, procs, np, tab, iov + k);
-  transport_wait_sends(reqs, 2 * np);
+  x_wait_sends(c, reqs, 2 * np, rc);
   for (int i = 0; i < lc->n * nin; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
-  shm_free(copies), shm_free(iov), shm_free(h), shm_free(reqs);
   return rc;
 }
 
-/* Frees the leader's proxies (the remote participants' operands). */
+/* Frees the leader's proxies (the remote participants' operands), or
+ * its result (x_reduce) when it is not its output. */
 static void x_free(CollGroup *g, Slot *lead) {
+  if (lead->xres && lead->xres != lead->out[0]) val_decref(&lead->xres->hdr);
+  lead->xres = NULL;
   if (!lead->xin) return;
   for (int q = 0; q < lead->xn; q++)
     if (!x_local(g, lead->peers[q]))
@@ -1743,9 +1870,17 @@ static void x_free(CollGroup *g, Slot *lead) {
   lead->xin = NULL;
 }
 
-/* Runs collective [c], which has participants on other processes, with
- * [body] computing this device's output from every operand (peer_in). */
-static int x_run(Call *c, int (*body)(const Call *c, const void *arg), const void *arg) {
+/* The leader's part of step 2: the exchange between processes (of the
+ * local participants' operands [lc], with the kernel's [arg]); 0, or -1
+ * with the error set. */
+typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
+
+/* Runs collective [c], which has participants on other processes: the
+ * leader runs [exchange] (x_exchange: every operand to every process),
+ * then every local participant [body], which computes its output (from
+ * every operand, peer_in, after x_exchange). */
+static int x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
+                 const void *arg) {
   CollGroup *g = c->g;
   Call lc = *c;
   lc.peers = g->slots[c->rank].lpeers;
@@ -1758,7 +1893,7 @@ static int x_run(Call *c, int (*body)(const Call *c, const void *arg), const voi
   if (rendezvous(&lc) < 0) return -1;
   Slot *lead = &g->slots[lc.peers[0]];
   if (lc.pos == 0) {
-    lead->xrc = x_exchange(c, &lc);
+    lead->xrc = exchange(c, &lc, arg);
     if (lead->xrc < 0) {
       lead->xkind = err_kind();
       snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
@@ -2732,6 +2867,250 @@ static int x_fold_all(const Call *c, const void *r) {
   return 0;
 }
 
+/* ---- reductions across processes: reduce-scatter, then all-gather ------------ */
+
+/* Reductions across processes of at least this many bytes go by
+ * reduce-scatter and all-gather between the processes (x_reduce): each
+ * process receives a 1/P chunk of the operands and sends a 1/P chunk of
+ * the result, as MPI_Allreduce's ring does.  Smaller ones send every
+ * operand to every process (x_exchange): one round of messages. */
+#define COLL_XRS_BYTES 32768
+
+/* Which reduction takes the reduce-scatter path: the same answer on
+ * every process, as it depends on the descriptor (dtype, shape) alone. */
+static bool x_reduce_split(const Call *c) {
+  return (size_t)c->in[0]->size * dt_size(c->in[0]->dtype) >= COLL_XRS_BYTES;
+}
+
+/* The reduce-scatter plan of collective [c], the same on every process.
+ * Process procs[k] owns elements [lo[k], lo[k + 1]) of the result.  The
+ * first plen participants live on one process (the first participant's),
+ * which folds them before sending: the fold stays in participant order,
+ * ((d0 + d1) + d2) + d3, so the bits are a one-process run's. */
+typedef struct XPlan {
+  int np, me;                     /* processes holding participants; this one's index */
+  int *procs;                     /* [np] increasing */
+  int64_t *lo;                    /* [np + 1] element bounds, cut at cache lines */
+  int plen;                       /* participants folded before sending */
+  size_t es;                      /* element size */
+} XPlan;
+
+/* Fills [x] (its arrays from [procs] [n + 1] and [lo] [n + 2]). */
+static void x_plan(const Call *c, XPlan *x, int *procs, int64_t *lo) {
+  CollGroup *g = c->g;
+  int me = transport_rank();
+  x->procs = procs;
+  x->np = x_procs(c, procs + 1) + 1;
+  procs[0] = me;
+  for (int j = 1; j < x->np && procs[j - 1] > procs[j]; j++) {   /* me into order */
+    int t = procs[j]; procs[j] = procs[j - 1]; procs[j - 1] = t;
+  }
+  for (x->me = 0; procs[x->me] != me; x->me++) {}
+  x->es = dt_size(c->in[0]->dtype);
+  x->lo = lo;
+  for (int k = 0; k <= x->np; k++) lo[k] = part_start(c->in[0]->size, x->es, k, x->np);
+  int p0 = x_proc(g, c->peers[0]);
+  for (x->plen = 1; x->plen < c->n && x_proc(g, c->peers[x->plen]) == p0; x->plen++) {}
+}
+
+/* The participants whose pieces process [proc] sends to each owner, in
+ * participant order, into [qs]; their number.  Position 0 stands for the
+ * folded prefix (participants 0 .. plen - 1). */
+static int x_pieces(const Call *c, const XPlan *x, int proc, int *qs) {
+  int m = 0;
+  for (int q = 0; q < c->n; q++)
+    if ((q == 0 || q >= x->plen) && x_proc(c->g, c->peers[q]) == proc) qs[m++] = q;
+  return m;
+}
+
+/* dst[0 .. len) = src[0] (op) src[1] (op) ... src[m - 1], left to right,
+ * a cache-sized chunk at a time (dst stays in L1 across the operands).
+ * src[0] may be dst itself; no other source overlaps dst. */
+static void x_fold_pieces(const RedArg *r, char *dst, const char *const *src, int m,
+                          int64_t len) {
+  size_t es = dt_size(r->dtype);
+  int64_t step = COLL_CHUNK_BYTES / (int64_t)es;
+  for (int64_t i = 0; i < len; i += step) {
+    int64_t k = len - i < step ? len - i : step;
+    size_t off = (size_t)i * es;
+    int q = 1;
+    if (src[0] != dst && m == 1)
+      memcpy(dst + off, src[0] + off, (size_t)k * es);
+    else if (src[0] != dst) {
+      red_first(r, dst + off, src[0] + off, src[1] + off, k);
+      q = 2;
+    }
+    for (; q < m; q++) red_next(r, dst + off, src[q] + off, k);
+  }
+}
+
+/* State of one leader's x_reduce. */
+typedef struct XReduce {
+  const Call *c;
+  const RedArg *r;
+  XPlan x;
+  char *res;                      /* the result, contiguous (the leader slot's xres) */
+  const char **op;                /* [n]: local participants' contiguous data */
+  Array **copies;                 /* [n]: contiguous copies made for op */
+  const char **from;              /* [n]: piece of each participant for this
+                                     process's chunk */
+  char *scratch;                  /* received pieces */
+  size_t scratch_bytes;
+  XHeader *h;                     /* the header sent */
+  void **reqs;                    /* [2 * np]: pieces sent, then the chunk sent */
+  int nreqs;
+} XReduce;
+
+/* This process's piece of participant [q] (0: the prefix) at element [lo]. */
+static const char *x_own_piece(const XReduce *s, int q, int64_t lo) {
+  const char *base = q == 0 && s->x.plen > 1 ? s->res : s->op[q];
+  return base + (size_t)lo * s->x.es;
+}
+
+/* Sends the header, then to every other process its chunk of this
+ * process's pieces. */
+static void x_reduce_send(XReduce *s, const Call *lc) {
+  const Call *c = s->c;
+  int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
+  int key = x_key(c->g, c->seq, c->peers[0]);
+  XHeader *h = s->h;
+  x_header_fill(h, c, lc);
+  TransportIov hv = {h, x_payload(h)}, iov[c->n];
+  for (int k = 0; k < s->x.np; k++) {
+    if (k == s->x.me) continue;
+    int64_t lo = s->x.lo[k], len = s->x.lo[k + 1] - lo;
+    for (int i = 0; i < m; i++)
+      iov[i] = (TransportIov){(void *)x_own_piece(s, qs[i], lo), (size_t)len * s->x.es};
+    int p = s->x.procs[k];
+    s->reqs[s->nreqs++] = transport_isend(p, transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    s->reqs[s->nreqs++] = transport_isend(p, transport_tag(TRANSPORT_DATA, key), iov, m);
+  }
+}
+
+/* Receives every other process's header and its pieces of this process's
+ * chunk (the prefix straight into the result), filling s->from. */
+static int x_reduce_gather(XReduce *s) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]), qs[c->n];
+  int64_t lo = s->x.lo[s->x.me];
+  size_t bytes = (size_t)(s->x.lo[s->x.me + 1] - lo) * s->x.es;
+  char *next = s->scratch;
+  for (int k = 0; k < s->x.np; k++) {
+    int p = s->x.procs[k], m = x_pieces(c, &s->x, p, qs);
+    if (k == s->x.me) {
+      for (int i = 0; i < m; i++) s->from[qs[i]] = x_own_piece(s, qs[i], lo);
+      continue;
+    }
+    TransportMsg *hm = x_wait_header(c, p, transport_tag(TRANSPORT_HEADER, key));
+    if (!hm) return -1;
+    const XHeader *h = (const XHeader *)hm->data;
+    int rc = desc_equal(&h->desc, &c->desc)
+                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
+    transport_msg_free(hm);
+    if (rc < 0) return -1;
+    TransportIov iov[c->n];
+    for (int i = 0; i < m; i++) {
+      char *at = qs[i] == 0 ? s->res + (size_t)lo * s->x.es : (next += bytes) - bytes;
+      s->from[qs[i]] = at;
+      iov[i] = (TransportIov){at, bytes};
+    }
+    if (transport_recv_data(p, transport_tag(TRANSPORT_DATA, key), iov, m) < 0) return -1;
+  }
+  return 0;
+}
+
+/* Folds this process's chunk from every piece, in participant order,
+ * sends it to every other process and receives theirs into the result. */
+static int x_reduce_fold(XReduce *s) {
+  const Call *c = s->c;
+  const XPlan *x = &s->x;
+  int m = 0, key = x_key(c->g, c->seq, c->peers[0]), tag = transport_tag(TRANSPORT_DATA, key);
+  const char *src[c->n];
+  for (int q = 0; q < c->n; q++)
+    if (q == 0 || q >= x->plen) src[m++] = s->from[q];
+  int64_t lo = x->lo[x->me], len = x->lo[x->me + 1] - lo;
+  char *mine = s->res + (size_t)lo * x->es;
+  x_fold_pieces(s->r, mine, src, m, len);
+  TransportIov v = {mine, (size_t)len * x->es};
+  int sent = s->nreqs;
+  for (int k = 0; k < x->np; k++)
+    if (k != x->me) s->reqs[s->nreqs++] = transport_isend(x->procs[k], tag, &v, 1);
+  /* the pieces sent came from the result's other chunks: done before
+   * those are overwritten */
+  transport_wait_sends(s->reqs, sent);
+  for (int k = 0; k < x->np; k++) {
+    if (k == x->me) continue;
+    TransportIov in = {s->res + (size_t)x->lo[k] * x->es,
+                       (size_t)(x->lo[k + 1] - x->lo[k]) * x->es};
+    if (x_wait_data(c, x->procs[k], tag, &in, 1) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The result's buffer: the leader's output when contiguous, else an
+ * array of its own; NULL when out of memory. */
+static Array *x_result(const Call *c) {
+  Array *o = c->out[0];
+  if (o->contiguous || o->ndim == 0) return o;
+  return arr_new(o->dtype, o->ndim, o->shape);
+}
+
+/* The leader's exchange of a large reduction (an XExchange; arg: the
+ * RedArg): the operands' chunks to their owners, the owners' folded
+ * chunks back, into the leader slot's xres. */
+static int x_reduce(const Call *c, const Call *lc, const void *arg) {
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n + 1];
+  int64_t lo[n + 2];
+  XReduce s = {.c = c, .r = arg};
+  x_plan(c, &s.x, procs, lo);
+  size_t chunk = (size_t)(lo[s.x.me + 1] - lo[s.x.me]) * s.x.es;
+  me->xres = x_result(c);
+  s.op = shm_calloc((size_t)n, sizeof(char *));
+  s.copies = shm_calloc((size_t)n, sizeof(Array *));
+  s.from = shm_calloc((size_t)n, sizeof(char *));
+  s.reqs = shm_calloc((size_t)(3 * s.x.np), sizeof(void *));
+  s.scratch_bytes = chunk * (size_t)n + 1;
+  s.scratch = shm_buf_alloc(s.scratch_bytes);
+  s.h = x_header_alloc(lc->n);
+  int rc = me->xres && s.op && s.copies && s.from && s.reqs && s.scratch && s.h
+               ? 0 : (err_nomem(), -1);
+  for (int q = 0; rc == 0 && q < n; q++) {
+    if (!x_local(c->g, c->peers[q])) continue;
+    Array *a = c->g->slots[c->peers[q]].in[0];
+    if (!a->contiguous && a->ndim > 0 && !(a = s.copies[q] = arr_contiguous(a))) rc = -1;
+    else s.op[q] = arr_data(a);
+  }
+  if (rc == 0) {
+    s.res = arr_data(me->xres);
+    if (x_proc(c->g, c->peers[0]) == transport_rank() && s.x.plen > 1)
+      x_fold_pieces(s.r, s.res, s.op, s.x.plen, c->in[0]->size);   /* the prefix */
+    x_reduce_send(&s, lc);
+    rc = x_reduce_gather(&s);
+    if (rc == 0) rc = x_reduce_fold(&s);
+  }
+  x_wait_sends(c, s.reqs, s.nreqs, rc);
+  for (int q = 0; s.copies && q < n; q++) val_decref(s.copies[q] ? &s.copies[q]->hdr : NULL);
+  shm_free(s.op), shm_free(s.copies), shm_free(s.from), shm_free(s.reqs), shm_free(s.h);
+  if (s.scratch) shm_buf_free(s.scratch, s.scratch_bytes);
+  return rc;
+}
+
+/* Every local participant's output from the leader's result: shared, or
+ * copied when either payload is inline or the output is not contiguous. */
+static int x_take_result(const Call *c, const void *arg) {
+  (void)arg;
+  int lead = 0;
+  while (!x_local(c->g, c->peers[lead])) lead++;
+  Array *res = c->g->slots[c->peers[lead]].xres, *o = c->out[0];
+  if (o == res || ((o->contiguous || o->ndim == 0) && arr_share_buffer(o, res))) return 0;
+  View dst, src;
+  view_of(&dst, o);
+  view_of(&src, res);
+  view_copy(&dst, &src);
+  return 0;
+}
+
 /* Semantics: jax.lax.psum / pmax / pmin with axis_index_groups. */
 static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
                          Array **out) {
@@ -2739,7 +3118,8 @@ static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
   if (call_init(&c, kind, p, in, 1, out) < 0) return -1;
   if (c.cross) {
     RedArg r = {in[0]->dtype, op};
-    return x_run(&c, x_fold_all, &r);
+    if (x_reduce_split(&c)) return x_run(&c, x_reduce, x_take_result, &r);
+    return x_run(&c, x_exchange, x_fold_all, &r);
   }
   bool lane = uses_lane(&c, in[0]);
   if (lane) lane_write(&c, in[0]);
@@ -2810,6 +3190,11 @@ int coll_shape_all_gather(const AVal *in, int nin, const Params *p, AVal *out) {
   return 0;
 }
 
+/* The length along the gathered dimension of a block of operand [in]. */
+static int64_t gather_len(const Array *in, const GatherArgs *a) {
+  return a->tiled ? in->shape[a->dim] : 1;
+}
+
 /* Where participant q's block goes in the output. */
 static void gather_dst(View *dst, const Array *out, const GatherArgs *a, int q,
                        int64_t len) {
@@ -2860,7 +3245,7 @@ static int map_gather(const Call *c, const void *arg, int64_t *idx) {
  * fast or reference movement, the final barrier. */
 static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
                        RefMap map, const void *arg) {
-  if (c->cross) return x_run(c, fast, arg);
+  if (c->cross) return x_run(c, x_exchange, fast, arg);
   if (rendezvous(c) < 0) return -1;
   int rc = 0;
   if (!c->g->reference) {
@@ -2879,6 +3264,51 @@ static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
 
 static int fast_gather_v(const Call *c, const void *a) { return fast_gather(c, a); }
 
+/* Where participant [q]'s block of the leader's all_gather goes in its
+ * result (x_gather: a run of memory). */
+static char *x_gather_at(const Call *c, int q) {
+  const Slot *me = &c->g->slots[c->rank];
+  View dst;
+  gather_dst(&dst, me->xres, me->xgather, q, gather_len(c->in[0], me->xgather));
+  return dst.base;
+}
+
+/* The leader's exchange of an all_gather (an XExchange; arg: the
+ * GatherArgs): x_exchange's messages (each block once to each process),
+ * received straight into the leader's output when it is contiguous, its
+ * blocks are runs of memory, and every local output can share it (else
+ * into proxies, as for other collectives). */
+static int x_gather(const Call *c, const Call *lc, const void *arg) {
+  const GatherArgs *a = arg;
+  Slot *me = &c->g->slots[c->rank];
+  Array *o = c->out[0];
+  int64_t outer = 1;
+  for (int d = 0; d < a->dim; d++) outer *= o->shape[d];
+  bool direct = o->contiguous && o->ndim > 0 && outer == 1;
+  for (int l = 0; direct && l < lc->n; l++) direct = c->g->slots[lc->peers[l]].out[0]->buf->owned;
+  if (direct) me->xres = o, me->xgather = a;
+  int rc = x_exchange(c, lc, arg);
+  me->xgather = NULL;
+  return rc;
+}
+
+/* Every local participant's part after x_gather: its own block into the
+ * leader's output, which its output then shares (the final barrier
+ * publishes the writes); fast_gather from the proxies otherwise. */
+static int x_gather_local(const Call *c, const void *arg) {
+  const GatherArgs *a = arg;
+  int lead = 0;
+  while (!x_local(c->g, c->peers[lead])) lead++;
+  Array *res = c->g->slots[c->peers[lead]].xres;
+  if (!res) return fast_gather(c, a);
+  View src, dst;
+  view_of(&src, c->in[0]);
+  gather_dst(&dst, res, a, c->pos, gather_len(c->in[0], a));
+  view_copy(&dst, &src);
+  if (c->out[0] != res) arr_share_buffer(c->out[0], res);
+  return 0;
+}
+
 /* Semantics: jax.lax.all_gather (axis, tiled, axis_index_groups). */
 int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
   Call c;
@@ -2889,6 +3319,7 @@ int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
       check_axis_size("all_gather", p, c.n) < 0)
     return -1;
   a.n = c.n;
+  if (c.cross) return x_run(&c, x_gather, x_gather_local, &a);
   return move_kernel(&c, fast_gather_v, map_gather, &a);
 }
 
@@ -2997,7 +3428,7 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
   RedArg r = {in[0]->dtype, RED_SUM};
   if (c.cross) {
     XScatter xs = {&a, &r};
-    return x_run(&c, x_scatter, &xs);
+    return x_run(&c, x_exchange, x_scatter, &xs);
   }
   if (rendezvous(&c) < 0) return -1;
   int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
@@ -3132,24 +3563,213 @@ int coll_shape_all_to_all(const AVal *in, int nin, const Params *p, AVal *out) {
   return 0;
 }
 
+/* Where output [o] takes participant q's slice: along the concat axis,
+ * [q * chunk_c, (q + 1) * chunk_c), or q when not tiled (that axis kept,
+ * of size 1: row-major, the same elements in the same order as the
+ * slice x_a2a_slice takes). */
+static void a2a_dst(View *dst, const Array *o, const A2AArgs *a, int q) {
+  view_of(dst, o);
+  if (a->tiled)
+    view_slice(dst, a->concat, q * a->chunk_c, a->chunk_c);
+  else
+    view_slice(dst, a->concat, q, 1);
+}
+
+/* This device's output's block from participant [q]. */
+static void a2a_copy(const Call *c, const A2AArgs *a, int q) {
+  View src, dst;
+  view_of(&src, peer_in(c, q, 0));
+  a2a_dst(&dst, c->out[0], a, q);
+  if (a->tiled) {
+    view_slice(&src, a->split, c->pos * a->b, a->b);
+  } else {
+    view_slice(&src, a->split, c->pos, 1);
+    view_drop(&src, a->split);
+    view_drop(&dst, a->concat);
+  }
+  view_copy(&dst, &src);
+}
+
 static int fast_a2a(const Call *c, const void *arg) {
-  const A2AArgs *a = arg;
-  for (int q = 0; q < c->n; q++) {
-    View src, dst;
-    view_of(&src, peer_in(c, q, 0));
-    view_of(&dst, c->out[0]);
-    if (a->tiled) {
-      view_slice(&src, a->split, c->pos * a->b, a->b);
-      view_slice(&dst, a->concat, q * a->chunk_c, a->chunk_c);
-    } else {
-      view_slice(&src, a->split, c->pos, 1);
-      view_drop(&src, a->split);
-      view_slice(&dst, a->concat, q, 1);
-      view_drop(&dst, a->concat);
+  for (int q = 0; q < c->n; q++) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* Across processes (x_a2a): the blocks from the local participants; the
+ * leader received the others' into the outputs. */
+static int x_a2a_local(const Call *c, const void *arg) {
+  for (int q = 0; q < c->n; q++)
+    if (x_local(c->g, c->peers[q])) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* ---- all_to_all across processes: each process gets only its slices ---------- */
+
+/* Slice [p] of operand [a] (what participant p takes of it): along the
+ * split axis, [p * b, (p + 1) * b) with b = 1 when not tiled. */
+static void x_a2a_slice(View *v, const Array *a, const A2AArgs *g, int p) {
+  int64_t b = g->tiled ? g->b : 1;
+  view_of(v, a);
+  view_slice(v, g->split, p * b, b);
+}
+
+/* Whether slices of a contiguous array of [a]'s shape are contiguous
+ * runs of memory (nothing before the split axis): they are then sent
+ * from, and received into, the arrays themselves. */
+static bool x_a2a_runs(const Array *a, const A2AArgs *g) {
+  int64_t outer = 1;
+  for (int d = 0; d < g->split; d++) outer *= a->shape[d];
+  return outer == 1;
+}
+
+/* Whether [a]'s own slices are such runs. */
+static bool x_a2a_flat(const Array *a, const A2AArgs *g) {
+  return (a->contiguous || a->ndim == 0) && x_a2a_runs(a, g);
+}
+
+/* [v] made a row-major view of its own shape over [buf]. */
+static void x_packed(View *v, char *buf) {
+  v->base = buf;
+  for (int d = v->ndim - 1, st = 1; d >= 0; st *= (int)v->shape[d], d--) v->strides[d] = st;
+}
+
+/* The positions of process [proc]'s participants, in order, into [pos]; their number. */
+static int x_positions(const Call *c, int proc, int *pos) {
+  int m = 0;
+  for (int q = 0; q < c->n; q++)
+    if (x_proc(c->g, c->peers[q]) == proc) pos[m++] = q;
+  return m;
+}
+
+/* State of one leader's x_a2a. */
+typedef struct XA2A {
+  const Call *c;
+  const A2AArgs *a;
+  size_t slice;                   /* bytes of one slice */
+  Array **tab;                    /* the leader slot's xin */
+  char **packs;                   /* [np]: packed slices sent, or received */
+  size_t *pack_bytes;
+  void **reqs;                    /* [2 * np] */
+  int nreqs;
+} XA2A;
+
+/* Sends the header, then to each other process procs[i] the slices its
+ * participants take of this process's operands (local participant-major). */
+static int x_a2a_send(XA2A *s, const Call *lc, XHeader *h, const int *procs, int np) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]), pos[c->n];
+  x_header_fill(h, c, lc);
+  TransportIov hv = {h, x_payload(h)};
+  for (int i = 0; i < np; i++) {
+    int m = x_positions(c, procs[i], pos), k = 0;
+    TransportIov iov[lc->n * m + 1];
+    char *pack = NULL;
+    for (int l = 0; l < lc->n; l++) {
+      const Array *op = c->g->slots[lc->peers[l]].in[0];
+      bool flat = x_a2a_flat(op, s->a);
+      if (!flat && !pack) {
+        s->pack_bytes[i] = s->slice * (size_t)(lc->n * m) + 1;
+        if (!(pack = s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+      }
+      for (int j = 0; j < m; j++, k++) {
+        View v;
+        x_a2a_slice(&v, op, s->a, pos[j]);
+        char *at = flat ? v.base : pack + s->slice * (size_t)k;
+        if (!flat) {
+          View dst = v;
+          x_packed(&dst, at);
+          view_copy(&dst, &v);
+        }
+        iov[k] = (TransportIov){at, s->slice};
+      }
     }
-    view_copy(&dst, &src);
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
   }
   return 0;
+}
+
+/* Receives process [proc]'s header and the slices of its participants'
+ * operands that this process's participants [lc] take, straight into
+ * their outputs where the block is a run of memory, else through a
+ * buffer. */
+static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
+  const Call *c = s->c;
+  int key = x_key(c->g, c->seq, c->peers[0]);
+  TransportMsg *m = x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
+  if (!m) return -1;
+  const XHeader *h = (const XHeader *)m->data;
+  int nr = h->nloc, rs[nr > 0 ? nr : 1], k = 0;
+  memcpy(rs, x_ranks(h), sizeof(int) * (size_t)nr);
+  int rc = desc_equal(&h->desc, &c->desc)
+               ? 0 : mismatch_error(c->g, c->rank, &c->desc, rs[0], &h->desc);
+  transport_msg_free(m);
+  if (rc < 0) return -1;
+  TransportIov iov[nr * lc->n + 1];
+  bool flat[lc->n];
+  for (int l = 0; l < lc->n; l++) {
+    const Array *o = c->g->slots[lc->peers[l]].out[0];
+    int64_t outer = 1;
+    for (int d = 0; d < s->a->concat; d++) outer *= o->shape[d];
+    flat[l] = (o->contiguous || o->ndim == 0) && outer == 1;
+    if (!flat[l] && !s->packs[i]) {
+      s->pack_bytes[i] = s->slice * (size_t)(nr * lc->n) + 1;
+      if (!(s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+    }
+  }
+  int qs[nr > 0 ? nr : 1];
+  for (int r = 0; r < nr; r++) {
+    int q = 0;
+    while (q < c->n && c->peers[q] != rs[r]) q++;
+    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
+                                  "sent operands for devices outside this group"), -1;
+    qs[r] = q;
+    for (int l = 0; l < lc->n; l++, k++) {
+      View dst;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, q);
+      iov[k] = (TransportIov){flat[l] ? dst.base : s->packs[i] + s->slice * (size_t)k, s->slice};
+    }
+  }
+  if (transport_recv_data(proc, transport_tag(TRANSPORT_DATA, key), iov, k) < 0) return -1;
+  for (int r = 0, k2 = 0; r < nr; r++)
+    for (int l = 0; l < lc->n; l++, k2++) {
+      if (flat[l]) continue;
+      View dst, src;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, qs[r]);
+      src = dst;
+      x_packed(&src, s->packs[i] + s->slice * (size_t)k2);
+      view_copy(&dst, &src);
+    }
+  return 0;
+}
+
+/* The leader's exchange of an all_to_all (an XExchange; arg: the
+ * A2AArgs): every process sends each other one only the slices its
+ * participants take, received into their outputs; x_a2a_local then
+ * copies the local participants' blocks. */
+static int x_a2a(const Call *c, const Call *lc, const void *arg) {
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n], np = x_procs(c, procs);
+  XA2A s = {.c = c, .a = arg};
+  s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
+  s.tab = shm_calloc((size_t)n, sizeof(Array *));
+  s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
+  s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
+  s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  XHeader *h = x_header_alloc(lc->n);
+  me->xin = s.tab;
+  me->xn = n;
+  me->xnin = 1;
+  int rc = s.tab && s.packs && s.pack_bytes && s.reqs && h ? 0 : (err_nomem(), -1);
+  for (int q = 0; rc == 0 && q < n; q++)
+    if (x_local(c->g, c->peers[q])) s.tab[q] = c->g->slots[c->peers[q]].in[0];
+  if (rc == 0) rc = x_a2a_send(&s, lc, h, procs, np);
+  for (int i = 0; rc == 0 && i < np; i++) rc = x_a2a_recv(&s, lc, procs[i], np + i);
+  x_wait_sends(c, s.reqs, s.nreqs, rc);
+  for (int i = 0; s.packs && i < 2 * np; i++)
+    if (s.packs[i]) shm_buf_free(s.packs[i], s.pack_bytes[i]);
+  shm_free(s.packs), shm_free(s.pack_bytes), shm_free(s.reqs), shm_free(h);
+  return rc;
 }
 
 static int map_a2a(const Call *c, const void *arg, int64_t *idx) {
@@ -3179,6 +3799,7 @@ int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
   aval_from(in[0], &av);
   if (a2a_args(p, &av, c.n, &a) < 0 || check_axis_size("all_to_all", p, c.n) < 0)
     return -1;
+  if (c.cross) return x_run(&c, x_a2a, x_a2a_local, &a);
   return move_kernel(&c, fast_a2a, map_a2a, &a);
 }
 
@@ -3336,7 +3957,7 @@ int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
                    (long long)k, c.n), -1;
   if (c.cross) {
     int64_t spd = k / c.n;
-    return x_run(&c, x_ragged, &spd);
+    return x_run(&c, x_exchange, x_ragged, &spd);
   }
   if (rendezvous(&c) < 0) return -1;
   int rc = ragged_validate(&c, k / c.n);

@@ -62,9 +62,14 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   return NULL;
 }
 void transport_wait_sends(void **reqs, int n) { (void)reqs, (void)n; }
+void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
+  (void)reqs, (void)n, (void)mask, (void)value;
+}
+void transport_drop_data(int mask, int value) { (void)mask, (void)value; }
 void transport_poll(void) {}
 TransportMsg *transport_take(int source, int tag) { (void)source, (void)tag; return NULL; }
 bool transport_has(int source, int tag) { (void)source, (void)tag; return false; }
+bool transport_has_data(int source, int tag) { (void)source, (void)tag; return false; }
 void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) {
   (void)cls, (void)fn, (void)arg;
 }
@@ -211,18 +216,27 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   return r;
 }
 
-void transport_wait_sends(void **reqs, int n) {
+/* Completes [reqs], dropping meanwhile the data messages of tag & mask ==
+ * value when [drop]. */
+static void wait_sends(void **reqs, int n, bool drop, int mask, int value) {
   for (int i = 0; i < n; i++) {
     if (!reqs[i]) continue;
     for (int done = 0;;) {
       MPI_Test(reqs[i], &done, MPI_STATUS_IGNORE);
       if (done) break;
-      transport_poll();
+      if (drop) transport_drop_data(mask, value);
+      else transport_poll();
       sched_yield();
     }
     shm_free(reqs[i]);
     reqs[i] = NULL;
   }
+}
+
+void transport_wait_sends(void **reqs, int n) { wait_sends(reqs, n, false, 0, 0); }
+
+void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
+  wait_sends(reqs, n, true, mask, value);
 }
 
 /* Receives matched small message [m] of [len] bytes into the mailbox (lock held). */
@@ -299,6 +313,14 @@ bool transport_has(int source, int tag) {
   return m != NULL;
 }
 
+bool transport_has_data(int source, int tag) {
+  pthread_mutex_lock(&box_lock);
+  const Pending *p = data_head;
+  while (p && !(p->source == source && p->tag == tag)) p = p->next;
+  pthread_mutex_unlock(&box_lock);
+  return p != NULL;
+}
+
 void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) {
   pthread_mutex_lock(&box_lock);
   for (TransportMsg **pp = &small_head; *pp;) {
@@ -363,6 +385,31 @@ int transport_recv_data(int source, int tag, const TransportIov *iov, int niov) 
   return 0;
 }
 
+/* Drops the matched data messages of tag & mask == value (lock held). */
+static void drop_data_locked(int mask, int value) {
+  Pending **pp = &data_head;
+  data_tail = &data_head;
+  while (*pp) {
+    Pending *p = *pp;
+    if ((p->tag & mask) == value) {
+      *pp = p->next;
+      discard(&p->msg, p->len);
+      shm_free(p);
+    } else {
+      pp = &p->next;
+      data_tail = pp;
+    }
+  }
+}
+
+void transport_drop_data(int mask, int value) {
+  if (comm == MPI_COMM_NULL) return;
+  pthread_mutex_lock(&box_lock);
+  poll_locked();
+  drop_data_locked(mask, value);
+  pthread_mutex_unlock(&box_lock);
+}
+
 void transport_clear(int mask, int value) {
   if (comm == MPI_COMM_NULL) return;
   pthread_mutex_lock(&box_lock);
@@ -379,19 +426,7 @@ void transport_clear(int mask, int value) {
       small_tail = pm;
     }
   }
-  Pending **pp = &data_head;
-  data_tail = &data_head;
-  while (*pp) {
-    Pending *p = *pp;
-    if ((p->tag & mask) == value) {
-      *pp = p->next;
-      discard(&p->msg, p->len);
-      shm_free(p);
-    } else {
-      pp = &p->next;
-      data_tail = pp;
-    }
-  }
+  drop_data_locked(mask, value);
   pthread_mutex_unlock(&box_lock);
 }
 

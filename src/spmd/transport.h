@@ -124,6 +124,18 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov);
  * other large messages both make progress. */
 void transport_wait_sends(void **reqs, int n);
 
+/* transport_wait_sends for a collective that failed on this process:
+ * meanwhile receives and drops the data messages whose tag has
+ * (tag & mask) == value (what its peers sent it for that collective,
+ * which nobody will receive now), since a peer may in turn wait for its
+ * large sends to this process to complete before it can go on. */
+void transport_wait_sends_dropping(void **reqs, int n, int mask, int value);
+
+/* Polls, then receives and drops the matched data messages whose tag has
+ * (tag & mask) == value: those of a call every device of this process
+ * has left, whose senders may wait for them to complete. */
+void transport_drop_data(int mask, int value);
+
 /* Moves every message that has arrived into the mailbox: small ones are
  * received, data messages only matched.  Cheap when nothing arrived. */
 void transport_poll(void);
@@ -135,6 +147,10 @@ TransportMsg *transport_take(int source, int tag);
 /* Whether a small message from [source] with [tag] is in the mailbox
  * (not taken).  Does not poll. */
 bool transport_has(int source, int tag);
+
+/* Whether the data message from [source] with [tag] has been matched
+ * (transport_poll) and not yet received.  Does not poll. */
+bool transport_has_data(int source, int tag);
 
 /* Calls fn(msg, arg) on every small message in the mailbox of class
  * [cls], in arrival order, under the mailbox lock; messages for which it

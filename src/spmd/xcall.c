@@ -295,10 +295,14 @@ static int get_ranks(Rbuf *r, Value **results, OutBuf *outs) {
 /* ---- the exchange -------------------------------------------------------------------- */
 
 /* Waits for process [p]'s END message of the call; NULL with the error
- * set when p has ended the program instead. */
+ * set when p has ended the program instead.  Meanwhile drops the call's
+ * data messages (tag bit 29, the parity, and class 0): every local device
+ * has left the call, so nobody here will receive them, and their sender,
+ * a leader that failed, may be waiting for them to complete. */
 static TransportMsg *wait_end(int p, int tag) {
+  int mask = (1 << 29) | 3, value = tag & (1 << 29);
   for (;;) {
-    transport_poll();
+    transport_drop_data(mask, value);
     TransportMsg *m = transport_take(p, tag);
     if (m) return m;
     if (transport_departed(p, tag, "the end of a shard_map call") < 0) return NULL;
