@@ -71,10 +71,14 @@ static _Thread_local Spare spare;
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 
+/* Another key's destructor may free an array after this one ran (a
+ * cache of plans holding literals): the key is set again then, and POSIX
+ * runs destructors again while a key has a value. */
 static void spare_release(void *vs) {
   Spare *s = vs;
   shm_free(s->p);
   s->p = NULL;
+  s->keyed = false;
 }
 
 static void spare_key_init(void) { pthread_key_create(&spare_key, spare_release); }
