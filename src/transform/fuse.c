@@ -508,8 +508,9 @@ static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, 
     for (int k = 0; k < p->n; k++)
       if (run_instr(&c, &p->ins[k]) < 0) return -1;
     if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
-    /* Ctrl-C is looked at every 4 Mi elements, as in the eager kernels */
-    if ((blk & 2047) == 2047 && shm_interrupt_pending()) return -1;
+    /* Ctrl-C is looked at every 512 Ki elements: a fused block may chain
+     * many costly operations, so more often than the eager kernels do */
+    if ((blk & 255) == 255 && shm_interrupt_pending()) return -1;
   }
   return 0;
 }

@@ -44,7 +44,7 @@ for k in range(100):
 print("done")'
 # one fused loop (an element-wise expression, eager, seconds long: its
 # arguments are past sin's float range, so libm computes every element)
-# looks at the flag every 4 Mi elements, a tenth of a second
+# looks at the flag every 512 Ki elements, a hundredth of a second
 e="sin(x)"; for k in 2 3 4 5 6 7 8; do e="$e + sin(x * $k.)"; done
 interrupted_soon "x = arange(2**26, dtype=float32) + 2e5
 print('ready', flush=True)
