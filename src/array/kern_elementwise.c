@@ -486,7 +486,6 @@ INT_HELPERS(i64, int64_t, uint64_t, INT64_MIN)
  * the others, e.g. concurrent device threads, just run serially, so the
  * helper never queues work or oversubscribes the machine. */
 
-
 static struct {
   pthread_mutex_t use;    /* held by the one caller currently splitting */
   pthread_mutex_t lock;   /* guards fn, ctx, lo, hi, posted, finished */

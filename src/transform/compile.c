@@ -65,6 +65,7 @@ typedef struct Exec {
   AVal *scratch;       /* avals of per-workspace scratch arrays */
   int nregs;           /* fused registers needed */
   int64_t npartials;   /* fused reduction partial sums needed */
+  bool split;          /* some fused loop runs on two cores */
   /* Idle workspaces.  A thread first looks in its own slot of [mine]
    * (64 bytes apart: never two on one cache line, so a loop running a plan over and over takes
    * and gives back its workspace without a lock or a shared line); the
@@ -620,6 +621,7 @@ static int fuse_steps(Pre *pr) {
     }
     if (f.fused->nregs > e->nregs) e->nregs = f.fused->nregs;
     if (f.fused->npartials > e->npartials) e->npartials = f.fused->npartials;
+    e->split |= f.fused->split;
     for (int k = i; k < i + n; k++) {
       shm_free(e->steps[k].in);
       shm_free(e->steps[k].out);
@@ -758,7 +760,7 @@ static Workspace *ws_new(Exec *e) {
   size_t maxin, nops = ws_ops_len(e, &maxin);
   w->ops = shm_calloc(nops, sizeof(Array *));
   w->vargs = shm_calloc(maxin, sizeof(Value *));
-  if (!w->slot || !w->scratch || !w->ops || !w->vargs || fuse_mem_init(&w->fm, e->nregs, e->npartials) < 0) goto fail;
+  if (!w->slot || !w->scratch || !w->ops || !w->vargs || fuse_mem_init(&w->fm, e->nregs, e->npartials, e->split) < 0) goto fail;
   for (int s = 0; s < e->nslots; s++) {
     if (e->slots[s].kind == SL_CONST) w->slot[s] = AS_ARRAY(e->slots[s].value);
     else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = array_of(&e->slots[s].aval))) goto fail;

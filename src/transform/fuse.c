@@ -52,6 +52,7 @@ typedef struct Prog {
   int n;
   FInstr ins[FUSE_MAX_EQNS];
   int64_t size;         /* elements of the run's shape */
+  bool split;           /* run on two cores: long, and no kernel call */
   bool reduce;
   FRef red_src, red_dst;
 } Prog;
@@ -249,6 +250,14 @@ static int build_reduce(Builder *b, FRef *locs, int k) {
   return 0;
 }
 
+/* Whether every instruction is one of the loop's own (no kernel call,
+ * which could fail on the helper thread, where its error would be lost). */
+static bool splittable(const Prog *p) {
+  for (int k = 0; k < p->n; k++)
+    if (p->ins[k].op == FO_KERNEL) return false;
+  return true;
+}
+
 Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int *nin,
                   int **in, int *nout, int **out) {
   Fused *f = shm_calloc(1, sizeof *f);
@@ -270,6 +279,7 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
   f->impl = prog;
   f->nregs = b.nregs;
   f->npartials = prog->reduce ? prog->size / CMP_BLOCK + 2 : 0;
+  f->split = prog->split = prog->size >= KERN_PAR_MIN && splittable(prog);
   *nin = b.nins;
   *in = b.ins;
   *nout = b.nouts;
@@ -339,13 +349,13 @@ static void lane_free(FuseLane *l, size_t regs_bytes) {
   l->views = NULL;
 }
 
-int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials) {
+int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials, bool split) {
   memset(m, 0, sizeof *m);
   m->regs_bytes = (size_t)(nregs ? nregs : 1) * CMP_BLOCK * sizeof(float);
   m->partials_bytes = (size_t)(npartials ? npartials : 1) * sizeof(float);
   m->partials = shm_buf_alloc(m->partials_bytes);
   if (m->partials && lane_init(&m->lane, m->regs_bytes) == 0 &&
-      lane_init(&m->lane2, m->regs_bytes) == 0)
+      (!split || lane_init(&m->lane2, m->regs_bytes) == 0))
     return 0;
   fuse_mem_free(m);
   err_nomem();
@@ -530,18 +540,10 @@ static void run_range(const void *ctx, int64_t b0, int64_t b1) {
   (void)run_blocks(s->p, s->slots, s->m, lane, b0, b1);
 }
 
-/* Whether every instruction is one of the loop's own (no kernel call,
- * which could fail on the helper thread, where its error would be lost). */
-static bool splittable(const Prog *p) {
-  for (int k = 0; k < p->n; k++)
-    if (p->ins[k].op == FO_KERNEL) return false;
-  return true;
-}
-
 int fuse_run(const Fused *f, Array **slots, FuseMem *m) {
   const Prog *p = f->impl;
   int64_t nblocks = (p->size + CMP_BLOCK - 1) / CMP_BLOCK;
-  if (p->size >= KERN_PAR_MIN && splittable(p)) {
+  if (p->split) {
     /* long loops are bound by one core's memory bandwidth, as eager
      * kernels are: the second core adds to it (kernels.h) */
     Split s = {p, slots, m, pthread_self()};

@@ -52,6 +52,7 @@ typedef struct Fused Fused;
 struct Fused {
   int nregs;              /* registers of CMP_BLOCK floats needed */
   int64_t npartials;      /* partial sums of a closing reduction */
+  bool split;             /* long enough to run on two cores (a second lane) */
   void *impl;             /* fuse.c's program */
 };
 
@@ -91,8 +92,9 @@ int fuse_run(const Fused *f, Array **slots, FuseMem *m);
 
 void fuse_free(Fused *f);
 
-/* Allocates the scratch for [nregs] registers and [npartials] sums. */
-int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials);
+/* Allocates the scratch for [nregs] registers and [npartials] sums, with
+ * the second core's registers when [split] (some loop has Fused.split). */
+int fuse_mem_init(FuseMem *m, int nregs, int64_t npartials, bool split);
 void fuse_mem_free(FuseMem *m);
 
 #endif

@@ -41,6 +41,28 @@ done
 unset SHMAP_NO_EAGER_FUSION
 cmp -s "$dir/fused.out" "$dir/plain.out" || { echo "outputs differ:"; diff "$dir/fused.out" "$dir/plain.out"; exit 1; }
 
+# a loop of 2^20 elements or more runs on two cores: the same bits as on
+# one (SHMAP_SERIAL_KERNELS), and as operator by operator, eager and jit,
+# its closing sum included (the length is not a whole number of blocks)
+cat >"$dir/long.shm" <<'SHM'
+n = 2**21 + 4099
+x = (arange(n, dtype=float32) - 1e6) / 3.
+y = cos(arange(n, dtype=float32))
+a = x * y + sin(x) / 2
+t = x * y
+u = sin(x)
+u = u / 2
+t = t + u
+print(all(a == t), repr(sum(a)), repr(jit(lambda x, y: sum(x * y + sin(x) / 2))(x, y)))
+print(repr(a[0]), repr(a[n // 2]), repr(a[-1]))
+SHM
+"$shmap" "$dir/long.shm" >"$dir/two" 2>&1
+SHMAP_SERIAL_KERNELS=1 "$shmap" "$dir/long.shm" >"$dir/one" 2>&1
+SHMAP_NO_EAGER_FUSION=1 "$shmap" "$dir/long.shm" >"$dir/plain" 2>&1
+grep -q "^True " "$dir/two" || { echo "a split loop differs from the stepwise result:"; cat "$dir/two"; exit 1; }
+cmp -s "$dir/two" "$dir/one" || { echo "two cores and one differ:"; diff "$dir/two" "$dir/one"; exit 1; }
+cmp -s "$dir/two" "$dir/plain" || { echo "fused and not differ:"; diff "$dir/two" "$dir/plain"; exit 1; }
+
 # whole programs print the same either way
 for f in "$here/tests/lang/eager_fusion.shm" "$here/tests/lang/jit_fusion.shm" "$here/bench/jit_bench.shm"; do
   case $f in *bench*) continue;; esac
