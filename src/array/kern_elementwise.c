@@ -24,10 +24,9 @@
 
 /* A binary row: o[i] = f(a[i*sa], b[i*sb]) for i < n; sa, sb are 0 (a
  * broadcast scalar), 1 (contiguous) or any other element stride. */
-typedef void (*BinLoop)(const void *a, int64_t sa, const void *b, int64_t sb,
-                        void *o, int64_t n);
+typedef KernRow2 BinLoop;
 /* A unary contiguous loop: y[i] = f(x[i]); y may equal x. */
-typedef void (*UnLoop)(const void *x, void *y, int64_t n);
+typedef KernRow1 UnLoop;
 
 static inline uint32_t kern_f2u(float f) {
   uint32_t u;
@@ -142,7 +141,7 @@ void kern_copy_to_contiguous(void *dst, const Array *a) {
  * integer saturates (NaN -> 0) as XLA does, instead of C's undefined
  * behaviour. */
 #define CVT_LOOP(NAME, DT, ST, EXPR)                                          \
-  static void NAME(void *pd, const void *ps, int64_t n) {                   \
+  static void NAME(const void *ps, void *pd, int64_t n) {                   \
     DT *d = pd;                                                             \
     const ST *s = ps;                                                       \
     for (int64_t i = 0; i < n; i++) {                                       \
@@ -154,7 +153,7 @@ void kern_copy_to_contiguous(void *dst, const Array *a) {
 #define F2I(x, T, LO, UP, MAXV) \
   ((x) != (x) ? (T)0 : (x) < (LO) ? (T)(LO) : (x) >= (UP) ? (T)(MAXV) : (T)(x))
 
-typedef void (*CvtLoop)(void *d, const void *s, int64_t n);
+typedef KernRow1 CvtLoop;   /* (source, destination, n) */
 
 /* numeric source types are read as themselves */
 #define CVT_FROM(DN, DT, CONV)                                               \
@@ -233,11 +232,11 @@ static void kern_convert_half(char *dst, DType dt, const char *src, DType st, in
     if (kern_is_half(st))
       kern_half_to_f32(tmp, (const uint16_t *)s, st, m);
     else
-      kern_cvt[CT_F32][kern_ct[st]](tmp, s, m);
+      kern_cvt[CT_F32][kern_ct[st]](s, tmp, m);
     if (kern_is_half(dt))
       kern_f32_to_half((uint16_t *)d, tmp, dt, m);
     else
-      kern_cvt[kern_ct[dt]][CT_F32](d, tmp, m);
+      kern_cvt[kern_ct[dt]][CT_F32](tmp, d, m);
   }
 }
 
@@ -251,7 +250,7 @@ void kern_convert(void *dst, DType dt, const void *src, DType st, int64_t n) {
     kern_convert_half(dst, dt, src, st, n);
     return;
   }
-  kern_cvt[kern_ct[dt]][kern_ct[st]](dst, src, n);
+  kern_cvt[kern_ct[dt]][kern_ct[st]](src, dst, n);
 }
 
 /* ---- float32 transcendental functions ------------------------------------ */
@@ -802,6 +801,14 @@ static int kern_binary(int op, Array **in, Array **out) {
 KERN_BINARY_LIST(X)
 #undef X
 
+KernRow2 kern_binary_row(Kernel k, DType t) {
+  if (kern_is_half(t)) return NULL;
+#define X(name) if (k == kern_##name) return bin_loops[B_##name][kern_ct[t]];
+  KERN_BINARY_LIST(X)
+#undef X
+  return NULL;
+}
+
 /* ---- unary loops ----------------------------------------------------------- */
 
 #define UN_LOOP(NAME, T, OT, EXPR)                                           \
@@ -937,10 +944,21 @@ static int kern_unary(int op, Array *x, Array *y) {
   int kern_##name(Array **in, int nin, const Params *p, Array **out) {      \
     return kern_unary(U_##name, in[0], out[0]);                             \
   }
-X(neg) X(sign) X(floor) X(ceil) X(is_finite) X(exp) X(log) X(log1p) X(expm1)
-X(tanh) X(logistic) X(sin) X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh)
-X(cosh) X(sqrt) X(rsqrt) X(abs) X(not)
+#define KERN_PLAIN_UNARY_LIST(X)                                             \
+  X(neg) X(sign) X(floor) X(ceil) X(is_finite) X(exp) X(log) X(log1p)       \
+  X(expm1) X(tanh) X(logistic) X(sin) X(cos) X(tan) X(asin) X(acos) X(atan) \
+  X(sinh) X(cosh) X(sqrt) X(rsqrt) X(abs) X(not)
+KERN_PLAIN_UNARY_LIST(X)
 #undef X
+
+KernRow1 kern_unary_row(Kernel k, DType t, DType to) {
+  if (kern_is_half(t) || kern_is_half(to)) return NULL;
+  if (k == kern_convert_element_type) return kern_cvt[kern_ct[to]][kern_ct[t]];
+#define X(name) if (k == kern_##name) return un_loops[U_##name][kern_ct[t]];
+  KERN_PLAIN_UNARY_LIST(X)
+#undef X
+  return NULL;
+}
 
 /* round[rounding_method]: 0 rounds half away from zero (lax's default), 1
  * half to even (jnp.round). */

@@ -41,6 +41,8 @@ typedef struct Step {
   Value *shardfn;      /* ST_SHARD_MAP, owned */
   Plan *lowered;       /* ST_XMAP: the positional plan it runs (xmap_lower), owned */
   int scratch;         /* first scratch array of this step */
+  KernRow2 row2;       /* ST_KERNEL: a small elementwise step's row loop, its dispatch */
+  KernRow1 row1;       /* resolved when compiled (resolve_rows), or NULL */
 } Step;
 
 typedef struct Workspace Workspace;
@@ -48,6 +50,10 @@ typedef struct Workspace Workspace;
 /* Per-thread workspace slots of a plan: a thread uses slot
  * (its ordinal % WS_SLOTS); ordinals are handed out on first use. */
 #define WS_SLOTS 16
+
+/* Most steps and copies a loop body may have to run from a tape; a
+ * longer body's dispatch is a small part of its time. */
+#define TAPE_MAX 24
 
 typedef struct Exec {
   int nslots, capslots;
@@ -66,6 +72,7 @@ typedef struct Exec {
   int nregs;           /* fused registers needed */
   int64_t npartials;   /* fused reduction partial sums needed */
   bool split;          /* some fused loop runs on two cores */
+  bool tapeable;       /* every step a row loop: a loop runs it from a tape */
   /* Idle workspaces.  A thread first looks in its own slot of [mine]
    * (64 bytes apart: never two on one cache line, so a loop running a plan over and over takes
    * and gives back its workspace without a lock or a shared line); the
@@ -700,6 +707,25 @@ static void list_outputs(Exec *e) {
   }
 }
 
+/* Gives small binary elementwise steps their row loop: a loop's body of
+ * a few scalars and short vectors is mostly dispatch, which is the same
+ * every time (the plan's dtypes are fixed).  Large steps keep the kernel,
+ * which splits them over two cores and looks at Ctrl-C. */
+static void resolve_rows(Exec *e) {
+  e->tapeable = e->nsteps + e->ncopied <= TAPE_MAX;
+  for (int i = 0; i < e->nsteps; i++) {
+    Step *s = &e->steps[i];
+    const PrimInfo *r = &prim_table[s->eqn->prim];
+    const AVal *o = &e->slots[s->out[0]].aval;
+    DType t = e->slots[s->in[0]].aval.dtype;
+    bool small = s->kind == ST_KERNEL && s->nout == 1 && shape_size(o->ndim, o->shape) < KERN_PAR_MIN;
+    if (small && r->kind == PK_BINARY && s->nin == 2) s->row2 = kern_binary_row(r->rules.kernel, t);
+    if (small && r->kind == PK_UNARY && s->nin == 1)
+      s->row1 = kern_unary_row(r->rules.kernel, t, o->dtype);
+    if (!s->row1 && !s->row2) e->tapeable = false;
+  }
+}
+
 int cmp_compile(Plan *p) {
   if (!p) return err_set(ERR_VALUE, "jit: missing sub-plan"), -1;
   if (p->exec) return 0;
@@ -711,6 +737,7 @@ int cmp_compile(Plan *p) {
       fuse_steps(&pr) == 0 && plan_buffers(&pr) == 0) {
     mark_contiguous_inputs(e);
     list_outputs(e);
+    resolve_rows(e);
     rc = 0;
   }
   pre_free(&pr);
@@ -881,7 +908,66 @@ static Value **step_values(Step *s, Workspace *w) {
   return w->vargs;
 }
 
+/* ==== tapes ==================================================================== */
+
+/* A step resolved to data pointers: a row loop over arrays bound once, or
+ * (both rows NULL) a copy of [n] bytes from [a] to [o]. */
+typedef struct TapeOp {
+  KernRow2 row2;
+  KernRow1 row1;
+  const void *a, *b;
+  void *o;
+  int64_t sa, sb, n;
+} TapeOp;
+
+/* A plan's run resolved to pointers for one binding of its inputs and
+ * outputs: a while loop's carries alternate between the same two sets,
+ * so every pointer its small body touches is known before the first
+ * iteration, and an iteration is a few calls of row loops. */
+typedef struct Tape {
+  int n;
+  TapeOp op[TAPE_MAX];
+} Tape;
+
+/* Step [s]'s row loop over its operands bound in [w], as the kernel
+ * would run it: operands of the output's size or of one element, each
+ * contiguous.  False for any other layout (an input bound as a view),
+ * which the kernel handles. */
+static bool tape_op_of(Step *s, Workspace *w, TapeOp *op) {
+  Array *a = w->slot[s->in[0]], *o = w->slot[s->out[0]];
+  bool ca = a->contiguous && a->size == o->size;
+  *op = (TapeOp){s->row2, s->row1, arr_data(a), NULL, arr_data(o), ca, 0, o->size};
+  if (s->row1) return ca;
+  Array *b = w->slot[s->in[1]];
+  bool cb = b->contiguous && b->size == o->size;
+  op->b = arr_data(b);
+  op->sb = cb;
+  return (ca || a->size == 1) && (cb || b->size == 1);
+}
+
+static void tape_op_run(const TapeOp *op) {
+  if (op->row2) op->row2(op->a, op->sa, op->b, op->sb, op->o, op->n);
+  else if (op->row1) op->row1(op->a, op->o, op->n);
+  else memcpy(op->o, op->a, (size_t)op->n);
+}
+
+static void tape_run(const Tape *t) {
+  for (int i = 0; i < t->n; i++) tape_op_run(&t->op[i]);
+}
+
+/* A step with a row loop (resolve_rows): operands of the output's size
+ * or of one element, each contiguous, in one call of the loop, as the
+ * kernel would; any other layout (an input bound as a view) goes through
+ * the kernel. */
+static bool run_row(Step *s, Workspace *w) {
+  TapeOp op;
+  if (tl_tracing() || !tape_op_of(s, w, &op)) return false;
+  tape_op_run(&op);
+  return true;
+}
+
 static int run_kernel(Step *s, Workspace *w) {
+  if ((s->row1 || s->row2) && run_row(s, w)) return 0;
   return prim_run_kernel(s->eqn->prim, step_ins(s, w, 0), s->nin, &s->eqn->params,
                          step_outs(s, w));
 }
@@ -939,6 +1025,65 @@ static bool pred_true(const Array *pred, const uint8_t *data) {
   return data ? *data != 0 : arr_get_i64(pred, 0) != 0;
 }
 
+/* Binds [in] and [out] in [w] and resolves [e]'s steps and copied outputs
+ * into [t].  False when a step's operands are not laid out for its row
+ * loop, or a copied output's source is not contiguous. */
+static bool tape_build(Exec *e, Workspace *w, Array **in, Array **out, Tape *t) {
+  t->n = 0;
+  for (int k = 0; k < e->nbound; k++) w->slot[e->out_slot[e->bound[k]]] = out[e->bound[k]];
+  for (int i = 0; i < e->nin; i++) w->slot[e->in_slot[i]] = in[i];
+  for (int i = 0; i < e->nsteps; i++)
+    if (!tape_op_of(&e->steps[i], w, &t->op[t->n++])) return false;
+  for (int k = 0; k < e->ncopied; k++) {
+    Array *src = w->slot[e->out_slot[e->copied[k]]], *dst = out[e->copied[k]];
+    if (!src->contiguous) return false;
+    size_t n = (size_t)dst->size * dt_size(dst->dtype);
+    if (src != dst) t->op[t->n++] = (TapeOp){.a = arr_data(src), .o = arr_data(dst), .n = (int64_t)n};
+  }
+  return true;
+}
+
+/* The arrays a loop plan reads: [consts] then [carry], gathered in [ins]. */
+static Array **loop_ins(Array **ins, Array **consts, int64_t nconsts, Array **carry, int ncarry) {
+  shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
+  shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
+  return ins;
+}
+
+/* Tapes of a while loop's cond and body for each of the two carry sets:
+ * tc[j] reads set j, tb[j] reads set j and writes set j ^ 1. */
+static bool while_tapes(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn,
+                        Tape *tc, Tape *tb) {
+  if (!cond->e->tapeable || !body->e->tapeable || tl_tracing()) return false;
+  Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
+  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
+  for (int j = 0; j < 2; j++)
+    if (!tape_build(cond->e, cond->w, loop_ins(bins, cconst, cn, set[j], s->nout), &pred,
+                    &tc[j]) ||
+        !tape_build(body->e, body->w, loop_ins(bins, cconst + cn, bn, set[j], s->nout),
+                    set[j ^ 1], &tb[j]))
+      return false;
+  return true;
+}
+
+/* The iterations of run_while from tapes: the carries start in set 1. */
+static int while_run_tapes(Step *s, Workspace *w, const Tape *tc, const Tape *tb) {
+  Array **cur = step_ins(s, w, 0) + (s->nin - s->nout), *pred = w->scratch[s->scratch];
+  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
+  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
+  for (int k = 0; k < s->nout; k++) copy_into(set[1][k], cur[k]);
+  int j = 1;
+  for (;;) {
+    tape_run(&tc[j]);
+    if (!pred_true(pred, pdata)) break;
+    tape_run(&tb[j]);
+    if (interrupted() < 0) return -1;
+    j ^= 1;
+  }
+  for (int k = 0; k < s->nout; k++) copy_into(w->slot[s->out[k]], set[j][k]);
+  return 0;
+}
+
 /* The iterations of run_while with both plans held. */
 static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn) {
   Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
@@ -966,8 +1111,12 @@ static int run_while(Step *s, Workspace *w) {
   if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
   Held hc, hb = {NULL, NULL};
   int rc = -1;
-  if (held_take(cond, &hc) == 0 && held_take(body, &hb) == 0)
-    rc = while_iterate(s, w, &hc, &hb, cn, bn);
+  if (held_take(cond, &hc) == 0 && held_take(body, &hb) == 0) {
+    Tape tapes[4];
+    rc = while_tapes(s, w, &hc, &hb, cn, bn, tapes, tapes + 2)
+             ? while_run_tapes(s, w, tapes, tapes + 2)
+             : while_iterate(s, w, &hc, &hb, cn, bn);
+  }
   held_give(&hb);
   held_give(&hc);
   return rc;

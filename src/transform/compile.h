@@ -14,7 +14,8 @@
  *      (collectives, debug callbacks and sub-plans holding them stay, so
  *      every device still meets every collective);
  *   4. fusion: a run of float32 (and bool) elementwise equations of one
- *      shape, with 0-d operands broadcast, becomes one loop over blocks of
+ *      shape larger than one block, with 0-d operands broadcast, becomes
+ *      one loop over blocks of
  *      CMP_BLOCK elements with register-like temporaries, so intermediate
  *      arrays never reach memory; a full reduce_sum consuming the run
  *      joins it, summed blockwise then pairwise;

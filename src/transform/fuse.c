@@ -98,7 +98,10 @@ static bool closing_sum(const FuseEnv *fe, const FuseItem *items, int i, int j, 
 int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n) {
   if (!items[i].eqn) return 0;
   const AVal *s = &fe->p->vars[items[i].out[0]];
-  if (!fusible(fe, &items[i], s)) return 0;
+  /* within one block every temporary stays in the first-level cache
+   * anyway: fusing would only trade each step's resolved row loop for
+   * the fused program's dispatch, which costs more (a small loop body) */
+  if (!fusible(fe, &items[i], s) || shape_size(s->ndim, s->shape) <= CMP_BLOCK) return 0;
   int j = i + 1;
   while (j < n && j - i < FUSE_MAX_EQNS - 1 && fusible(fe, &items[j], s)) j++;
   if (j < n && closing_sum(fe, items, i, j, &items[j])) j++;

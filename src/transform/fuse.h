@@ -4,7 +4,8 @@
  *
  * A fusible run is a sequence of elementwise equations (PK_UNARY /
  * PK_BINARY, every operand and result f32 or bool, so comparisons and
- * select_n join in) whose results all have one shape S (rank >= 1), each
+ * select_n join in) whose results all have one shape S of more than
+ * CMP_BLOCK elements (smaller ones stay in cache unfused), each
  * operand being of shape S or 0-d, optionally closed by a float32
  * reduce_sum over every axis of a value of the run.  compile.c schedules
  * such equations next to each other first when nothing in between needs

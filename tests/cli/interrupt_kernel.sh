@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/cli/interrupt_kernel.sh SHMAP - Ctrl-C during one long kernel (an
 # arange of 2**30 elements; an int32 2000-square product, 7 s of work; a
-# fused element-wise loop of seconds) ends the program promptly with
+# fused element-wise loop of seconds; a compiled loop that never ends)
+# ends the program promptly with
 # "interrupted", exit status 1: the kernel looks at the flag between
 # blocks or rows and its result is never used.  (All used to run to the
 # end first.)
@@ -49,5 +50,11 @@ e="sin(x)"; for k in 2 3 4 5 6 7 8; do e="$e + sin(x * $k.)"; done
 interrupted_soon "x = arange(2**26, dtype=float32) + 2e5
 print('ready', flush=True)
 y = $e
+print('done')" 1000
+# a compiled loop of a tiny body that never ends runs from tapes (no
+# kernel call to look at the flag): it looks once an iteration
+interrupted_soon "f = jit(lambda v: while_loop(lambda s: s[0] > -1., lambda s: (s[0] * 0.5, s[1] + 1.), (1., v)))
+print('ready', flush=True)
+f(ones(8))
 print('done')" 1000
 exit 0

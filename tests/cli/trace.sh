@@ -20,12 +20,12 @@ shard_map matmul_basic(a_block: P('i', 'j'), b_block: P('j', None)) -> P('i', No
 c = matmul_basic(a, b)
 jit def f(x):
     return sum(x * 2. + 1.)
-print(allclose(c, a @ b), f(ones(1000)))
+print(allclose(c, a @ b), f(ones(10000)))
 SHM
 
 out=$("$shmap" --trace "$dir/t.json" --comm-stats "$dir/prog.shm" 2>"$dir/err") || {
   echo "shmap failed:"; cat "$dir/err"; exit 1; }
-[ "$out" = "True 3000.0" ] || { echo "unexpected output: $out"; exit 1; }
+[ "$out" = "True 30000.0" ] || { echo "unexpected output: $out"; exit 1; }
 
 python3 - "$dir/t.json" <<'PY' || exit 1
 import json, sys

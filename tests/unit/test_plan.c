@@ -68,9 +68,10 @@ static Value *reduce_all(Value *x) {
   return r;
 }
 
-/* Traces seed 004's func1 body: sum(first + sin(second) * 3.). */
-static Plan *trace_func1(void) {
-  AVal a = f32v(8);
+/* Traces seed 004's func1 body, sum(first + sin(second) * 3.), over [n]
+ * elements. */
+static Plan *trace_func1_n(int64_t n) {
+  AVal a = f32v(n);
   Trace *t = trace_begin(NULL, true);
   Value *x = trace_new_arg(t, &a, "first"), *y = trace_new_arg(t, &a, "second");
   Value *three = (Value *)arr_scalar_f64(DT_F32, 3.0, false);
@@ -85,6 +86,8 @@ static Plan *trace_func1(void) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) val_decref(all[i]);
   return p;
 }
+
+static Plan *trace_func1(void) { return trace_func1_n(8); }
 
 START_TEST(prints_func1) {
   Plan *p = trace_func1();
@@ -275,19 +278,34 @@ START_TEST(passes_fold_cse_dce) {
 }
 END_TEST
 
-/* func1's four equations become one fused loop. */
+/* func1's four equations become one fused loop past one block; within
+ * one they stay four steps, each its row loop, equal to eager bit for
+ * bit (the sum included: no blockwise order). */
 START_TEST(func1_is_one_loop) {
-  Plan *p = trace_func1();
+  Plan *p = trace_func1_n(2 * CMP_BLOCK + 1);
   ck_assert_int_eq(cmp_compile(p), 0);
   ck_assert_int_eq(cmp_nsteps(p), 1);
   val_decref(&p->hdr);
+  p = trace_func1_n(CMP_BLOCK);
+  ck_assert_int_eq(cmp_compile(p), 0);
+  ck_assert_int_eq(cmp_nsteps(p), 4);
+  Array *x = filled(CMP_BLOCK, 0.5, 0.25), *y = filled(CMP_BLOCK, -1, 0.5), *out[1];
+  Array *in[2] = {x, y};
+  ck_assert_int_eq(cmp_run(p, in, out), 0);
+  Value *three = (Value *)arr_scalar_f64(DT_F32, 3.0, false);
+  Value *c = ap(P_SIN, &y->hdr, NULL), *d = ap(P_MUL, c, three), *e = ap(P_ADD, &x->hdr, d);
+  Value *f = reduce_all(e);
+  ck_assert(!memcmp(arr_data(out[0]), arr_data(AS_ARRAY(f)), 4));
+  Value *all[] = {three, c, d, e, f, &x->hdr, &y->hdr, &out[0]->hdr, &p->hdr};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) val_decref(all[i]);
 }
 END_TEST
 
 /* A step between two fusible ones that they do not depend on does not
  * split the loop: it is scheduled after it. */
 START_TEST(fusion_skips_independent_steps) {
-  AVal a = f32v(8);
+  int64_t n = 2 * CMP_BLOCK + 8;
+  AVal a = f32v(n);
   Trace *t = trace_begin(NULL, true);
   Value *x = trace_new_arg(t, &a, "x"), *y = trace_new_arg(t, &a, "y");
   Params p;
@@ -303,11 +321,14 @@ START_TEST(fusion_skips_independent_steps) {
   trace_caps_free(caps, ncap);
   ck_assert_int_eq(cmp_compile(pl), 0);
   ck_assert_int_eq(cmp_nsteps(pl), 2);
-  Array *xa = filled(8, 0, 1), *ya = filled(8, 0.5, 1), *res[2], *in[2] = {xa, ya};
+  Array *xa = filled(n, 0, 0.001), *ya = filled(n, 0.5, 1), *res[2], *in[2] = {xa, ya};
   ck_assert_int_eq(cmp_run(pl, in, res), 0);
   ck_assert_int_eq(arr_get_i64(res[1], 7), 7);
-  ck_assert(fabs(arr_get_f64(res[0], 0) - 28.553733) < 1e-4);
-  Value *all[] = {x, y, s, r, b, c, &xa->hdr, &ya->hdr, &res[0]->hdr, &res[1]->hdr, &pl->hdr};
+  Value *es = ap(P_SIN, &xa->hdr, NULL), *eb = ap(P_ADD, es, &xa->hdr), *ec = reduce_all(eb);
+  double want = arr_get_f64(AS_ARRAY(ec), 0);
+  ck_assert(fabs(arr_get_f64(res[0], 0) - want) < 1e-5 * fabs(want));
+  Value *all[] = {x, y, s, r, b, c, es, eb, ec, &xa->hdr, &ya->hdr, &res[0]->hdr, &res[1]->hdr,
+                  &pl->hdr};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) val_decref(all[i]);
 }
 END_TEST
