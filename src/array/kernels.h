@@ -105,22 +105,14 @@ KERN_BINARY_LIST(KERN_DECL)
 KERN_DECL(select_n)
 KERN_DECL(clamp)
 
-/* The row loop behind binary elementwise kernel [k] (kern_add, kern_lt,
- * ...) for operands of dtype [t]: o[i] = f(a[i*sa], b[i*sb]) for i < n,
- * strides in elements (0: a broadcast scalar), [o] contiguous of the
- * kernel's output dtype.  NULL when [k] is not one of KERN_BINARY_LIST,
- * when [t] is refused, or for bf16/f16 (computed through f32 by the
- * kernel).  For a caller that resolves dispatch once and runs many times
- * (a compiled plan's small steps): the loop itself never splits over
- * cores, never fails and does not look at Ctrl-C. */
-typedef void (*KernRow2)(const void *a, int64_t sa, const void *b, int64_t sb, void *o,
-                         int64_t n);
+/* The row loop (prim.h) behind binary elementwise kernel [k] (kern_add,
+ * kern_lt, ...) for operands of dtype [t], its output of the kernel's
+ * output dtype.  NULL when [k] is not one of KERN_BINARY_LIST, when [t]
+ * is refused, or for bf16/f16 (computed through f32 by the kernel). */
 KernRow2 kern_binary_row(Kernel k, DType t);
 /* The same for a unary elementwise kernel without parameters (kern_neg,
- * kern_sin, ...) or kern_convert_element_type, from dtype [t] to [to]:
- * y[i] = f(x[i]) over [n] contiguous elements; [y] may equal [x].  NULL
- * for any other kernel, a refused dtype, bf16/f16. */
-typedef void (*KernRow1)(const void *x, void *y, int64_t n);
+ * kern_sin, ...) or kern_convert_element_type, from dtype [t] to [to].
+ * NULL for any other kernel, a refused dtype, bf16/f16. */
 KernRow1 kern_unary_row(Kernel k, DType t, DType to);
 
 /* ---- reductions and scans (kern_reduce.c) ----------------------------------- */

@@ -1001,9 +1001,29 @@ PrimInfo prim_table[P_COUNT] = {
 #undef PRIM
 };
 
+/* Binary primitives' row loops by dtype (prim_binary_row). */
+static KernRow2 binary_rows[P_COUNT][DT_COUNT];
+
+static void resolve_binary_rows(PrimId id) {
+  for (int t = 0; t < DT_COUNT; t++)
+    binary_rows[id][t] = prim_table[id].kind == PK_BINARY && prim_table[id].rules.kernel
+                             ? kern_binary_row(prim_table[id].rules.kernel, (DType)t)
+                             : NULL;
+}
+
+/* At load time, so the eager hot path reads a filled table: the kernels
+ * are constants of prim_table and kern_binary_row reads only constant
+ * tables. */
+__attribute__((constructor)) static void resolve_all_rows(void) {
+  for (int id = 0; id < P_COUNT; id++) resolve_binary_rows((PrimId)id);
+}
+
 void prim_register(PrimId id, const PrimRules *rules) {
   prim_table[id].rules = *rules;
+  resolve_binary_rows(id);
 }
+
+KernRow2 prim_binary_row(PrimId id, DType t) { return binary_rows[id][t]; }
 
 int prim_rule_missing(PrimId id, const char *what) {
   err_set(ERR_NOT_IMPLEMENTED, "%s of '%s' is not implemented", what, prim_table[id].name);
@@ -1294,6 +1314,20 @@ static Array *binary_out(PrimId id, Array **ops, unsigned kept) {
   return arr_new_like(t, s);
 }
 
+/* Runs a small binary operation on contiguous operands (or broadcast
+ * scalars) straight through its row loop: a tiny eager operation is
+ * mostly dispatch.  False when the kernel must run it (a large or
+ * strided operation, a timeline being written). */
+static bool binary_row(PrimId id, Array **ops, Array *out) {
+  KernRow2 row = binary_rows[id][ops[0]->dtype];
+  int64_t sa, sb;
+  if (!row || out->size >= KERN_PAR_MIN || !prim_row_stride(ops[0], out, &sa) ||
+      !prim_row_stride(ops[1], out, &sb) || tl_tracing())
+    return false;
+  row(arr_data(ops[0]), sa, arr_data(ops[1]), sb, arr_data(out), out->size);
+  return true;
+}
+
 /* prim_apply's way, the kept operands held so none becomes the result. */
 static Value *binary_general(PrimId id, Value *x, Value *y, unsigned kept) {
   Value *in[2] = {x, y};
@@ -1314,7 +1348,7 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
   if (!out) return NULL;
   Params p;
   p.n = 0;
-  if (prim_run_kernel(id, ops, 2, &p, &out) < 0) {
+  if (!binary_row(id, ops, out) && prim_run_kernel(id, ops, 2, &p, &out) < 0) {
     val_decref(&out->hdr);
     return NULL;
   }

@@ -77,6 +77,15 @@ typedef int (*ShapeRule)(const AVal *in, int nin, const Params *p, AVal *out);
  * 0, or -1 with the error set (collectives may fail on a mismatch). */
 typedef int (*Kernel)(Array **in, int nin, const Params *p, Array **out);
 
+/* The row loops behind elementwise kernels (kernels.h): for a caller that
+ * resolves dispatch once.  Binary: o[i] = f(a[i*sa], b[i*sb]) for i < n,
+ * strides in elements (0: a broadcast scalar), [o] contiguous.  Unary:
+ * y[i] = f(x[i]) over contiguous elements; [y] may equal [x].  A row
+ * loop never fails, never splits over cores, never looks at Ctrl-C. */
+typedef void (*KernRow2)(const void *a, int64_t sa, const void *b, int64_t sb, void *o,
+                         int64_t n);
+typedef void (*KernRow1)(const void *x, void *y, int64_t n);
+
 /* Replication rule for the check of LANGUAGE.md §4: the vma set of the
  * outputs given the operands' sets.  NULL means the union of the operands. */
 typedef uint32_t (*VmaRule)(const uint32_t *in, int nin, const Params *p);
@@ -214,6 +223,24 @@ static inline int prim_run_kernel(PrimId id, Array **in, int nin, const Params *
   /* a long kernel stops early at Ctrl-C: its result must never be seen */
   if (rc == 0 && __builtin_expect(shm_interrupt_pending(), 0)) return prim_interrupted();
   return rc;
+}
+
+/* The row loop of binary elementwise primitive [id] over operands of
+ * dtype [t], resolved when its kernel was registered: NULL for other
+ * primitives, refused dtypes and bf16/f16 (which go through f32). */
+KernRow2 prim_binary_row(PrimId id, DType t);
+
+/* The element stride at which a row loop reads operand [a] of an
+ * elementwise operation into [o] (contiguous): 1 when [a] is contiguous
+ * of o's size, 0 for one element (broadcast), a's own stride when both
+ * are 1-d (a broadcast ones(8)).  False for any other layout. */
+static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stride) {
+  if (a->size == o->size && (a->contiguous || (a->ndim == 1 && o->ndim == 1))) {
+    *stride = a->contiguous ? 1 : a->strides[0];
+    return true;
+  }
+  *stride = 0;
+  return a->size == 1;
 }
 
 /* Computes output avals without running anything (the tracer uses it). */

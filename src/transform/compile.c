@@ -719,7 +719,7 @@ static void resolve_rows(Exec *e) {
     const AVal *o = &e->slots[s->out[0]].aval;
     DType t = e->slots[s->in[0]].aval.dtype;
     bool small = s->kind == ST_KERNEL && s->nout == 1 && shape_size(o->ndim, o->shape) < KERN_PAR_MIN;
-    if (small && r->kind == PK_BINARY && s->nin == 2) s->row2 = kern_binary_row(r->rules.kernel, t);
+    if (small && r->kind == PK_BINARY && s->nin == 2) s->row2 = prim_binary_row(s->eqn->prim, t);
     if (small && r->kind == PK_UNARY && s->nin == 1)
       s->row1 = kern_unary_row(r->rules.kernel, t, o->dtype);
     if (!s->row1 && !s->row2) e->tapeable = false;
@@ -930,19 +930,16 @@ typedef struct Tape {
 } Tape;
 
 /* Step [s]'s row loop over its operands bound in [w], as the kernel
- * would run it: operands of the output's size or of one element, each
- * contiguous.  False for any other layout (an input bound as a view),
- * which the kernel handles. */
+ * would run it: operands contiguous, of one element, or 1-d at a stride
+ * (prim_row_stride; a unary operand contiguous).  False for any other
+ * layout (an input bound as a 2-d view), which the kernel handles. */
 static bool tape_op_of(Step *s, Workspace *w, TapeOp *op) {
   Array *a = w->slot[s->in[0]], *o = w->slot[s->out[0]];
-  bool ca = a->contiguous && a->size == o->size;
-  *op = (TapeOp){s->row2, s->row1, arr_data(a), NULL, arr_data(o), ca, 0, o->size};
-  if (s->row1) return ca;
+  *op = (TapeOp){s->row2, s->row1, arr_data(a), NULL, arr_data(o), 0, 0, o->size};
+  if (s->row1) return a->contiguous;
   Array *b = w->slot[s->in[1]];
-  bool cb = b->contiguous && b->size == o->size;
   op->b = arr_data(b);
-  op->sb = cb;
-  return (ca || a->size == 1) && (cb || b->size == 1);
+  return prim_row_stride(a, o, &op->sa) && prim_row_stride(b, o, &op->sb);
 }
 
 static void tape_op_run(const TapeOp *op) {
