@@ -1168,12 +1168,49 @@ static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) 
   return 0;
 }
 
+/* Tapes of a scan's body for each of the two carry sets: t[j] reads set
+ * j and the row of xs, writes set j ^ 1 and the row of ys. */
+static bool scan_tapes(Step *s, Workspace *w, Held *body, const ScanShape *sh, Tape *t) {
+  if (!body->e->tapeable || tl_tracing()) return false;
+  Array **bout = body_outs(s, w), **bins = body_ins(s, w), **consts = step_ins(s, w, 0);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  for (int j = 0; j < 2; j++) {
+    loop_ins(bins, consts, sh->nconsts, sets[j], (int)sh->ncarry);
+    shm_memcpy(bins + sh->nconsts + sh->ncarry, xrow, sizeof(Array *) * (size_t)sh->nxs);
+    shm_memcpy(bout, sets[j ^ 1], sizeof(Array *) * (size_t)sh->ncarry);
+    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
+    if (!tape_build(body->e, body->w, bins, bout, &t[j])) return false;
+  }
+  return true;
+}
+
+/* The iterations of run_scan from tapes: the carries start in set 1. */
+static int scan_run_tapes(Step *s, Workspace *w, const ScanShape *sh, const Tape *t) {
+  Array **cur = step_ins(s, w, 0) + sh->nconsts, **xs = cur + sh->ncarry, **res = step_outs(s, w);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  for (int k = 0; k < sh->ncarry; k++) copy_into(sets[1][k], cur[k]);
+  int j = 1;
+  for (int64_t it = 0; it < sh->length; it++, j ^= 1) {
+    int64_t i = sh->reverse ? sh->length - 1 - it : it;
+    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
+    tape_run(&t[j]);
+    if (interrupted() < 0) return -1;
+    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
+  }
+  for (int k = 0; k < sh->ncarry; k++) copy_into(res[k], sets[j][k]);
+  return 0;
+}
+
 static int run_scan(Step *s, Workspace *w) {
   Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
   ScanShape sh;
   Held hb;
   if (scan_shape(s, body, &sh) < 0 || held_take(body, &hb) < 0) return -1;
-  int rc = scan_iterate(s, w, &hb, &sh);
+  Tape tapes[2];
+  int rc = scan_tapes(s, w, &hb, &sh, tapes) ? scan_run_tapes(s, w, &sh, tapes)
+                                             : scan_iterate(s, w, &hb, &sh);
   held_give(&hb);
   return rc;
 }
