@@ -906,10 +906,23 @@ out:
   return r;
 }
 
-/* Stacks [n] equally shaped arrays along a new leading axis. */
+/* Stacks [n] equally shaped arrays along a new leading axis; rows of
+ * another dtype or shape than the first (Python control flow choosing
+ * them per iteration) are an error, never reinterpreted bytes. */
 static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
   for (int64_t i = 0; i < n; i++)
     if (!IS_ARRAY(rows[i])) return stack_traced(rows, n, row);
+  for (int64_t i = 1; i < n; i++) {
+    const Array *a = AS_ARRAY(rows[i]);
+    if (a->dtype != row->dtype || a->ndim != row->ndim ||
+        memcmp(a->shape, row->shape, sizeof(int64_t) * (size_t)a->ndim)) {
+      char want[96], got[96];
+      aval_text(row, want, sizeof want);
+      aval_str(got, sizeof got, a->dtype, a->ndim, a->shape);
+      return err_set(ERR_TYPE, "scan: the body returned a y of type %s at iteration %lld, "
+                     "%s before", got, (long long)i, want);
+    }
+  }
   int64_t shape[SHM_MAXDIM];
   shape[0] = n;
   shm_memcpy(shape + 1, row->shape, sizeof(int64_t) * (size_t)row->ndim);
@@ -985,7 +998,7 @@ static Value *pair_of(Value *a, Value *b) {
 }
 
 static Value *eager_scan(Value *f, Value *init, Value *xs, Leaves *l, int64_t n, bool reverse) {
-  Value **ys = shm_calloc((size_t)n + 1, sizeof(Value *)), *carry = val_incref(init);
+  Value **ys = shm_calloc((size_t)n + 1, sizeof(Value *)), *carry = init ? val_incref(init) : NULL;
   int64_t done = 0;
   for (; ys && carry && done < n; done++) {
     int64_t i = reverse ? n - 1 - done : done;
@@ -1013,6 +1026,96 @@ static Value *eager_scan(Value *f, Value *init, Value *xs, Leaves *l, int64_t n,
 typedef struct ScanCtx {
   Value *f, *init, *xs;   /* trees */
 } ScanCtx;
+
+static Value *scan_body(void *vctx, Value **tr);
+static int scan_in_avals(Leaves *carry, Leaves *xs, AVal **out);
+
+/* Traces a scan's body until its carry's types settle (a weak init leaf
+ * made strong when the body makes it so, as JAX's scan does), into [s]
+ * and the carry's avals [*avs] (owned by the caller).  [cl]: the init's
+ * leaves. */
+static int scan_settle(Value *f, Value *init, Value *xs, Leaves *xl, Leaves *cl, Sub *s,
+                       AVal **avs) {
+  ScanCtx sc = {f, init, xs};
+  Value **src = shm_calloc((size_t)(cl->n + xl->n) + 1, sizeof(Value *));
+  int rc = -1;
+  if (!src) return err_nomem(), -1;
+  /* the carry's and each x slice's named shapes: the init's and xs' */
+  shm_memcpy(src, cl->v, sizeof(Value *) * (size_t)cl->n);
+  shm_memcpy(src + cl->n, xl->v, sizeof(Value *) * (size_t)xl->n);
+  if (scan_in_avals(cl, xl, avs) == 0)
+    for (int attempt = 0; attempt < 2 && rc < 0; attempt++) {
+      if (sub_trace(fn_name(f), scan_body, &sc, cl->n + xl->n, *avs, src, s) < 0) break;
+      int rt = carry_types("scan body", s, 0, cl->n, 0, *avs);
+      if (rt == 0) rc = 0;
+      else sub_free(s);
+      if (rt < 0) break;
+    }
+  if (rc < 0 && !err_occurred()) err_set(ERR_TYPE, "scan: the carry's types do not settle");
+  shm_free(src);
+  return rc;
+}
+
+/* The ys of a scan of no iterations: empty stacks of the traced body's
+ * y avals, in the structure it returned. */
+static Value *empty_ys(const Sub *s, int nc) {
+  int ny = s->plan->nout - nc;
+  Value **cols = shm_calloc((size_t)ny + 1, sizeof(Value *)), *r = NULL;
+  int k = 0;
+  if (!cols) return err_nomem();
+  for (; k < ny; k++) {
+    AVal a;
+    out_aval(s, nc + k, &a);
+    int64_t shape[SHM_MAXDIM];
+    shape[0] = 0;
+    shm_memcpy(shape + 1, a.shape, sizeof(int64_t) * (size_t)a.ndim);
+    Array *z = arr_new(a.dtype, a.ndim + 1, shape);
+    if (!z) break;
+    z->weak = a.weak;
+    cols[k] = &z->hdr;
+  }
+  if (k == ny) {
+    int pos = 0;
+    r = replace(tuple_get(s->out_tree, 1), cols, &pos);
+  }
+  values_free(cols, k);
+  return r;
+}
+
+/* An eager scan as JAX's: the init converted to the carry's settled types
+ * first, so a Python number carry comes out as jit gives it, and the ys
+ * of no iterations are empty arrays of the body's y types.  Only then
+ * does the body need a trace (which runs it once on tracers). */
+static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n,
+                                 bool reverse) {
+  Leaves cl = {0};
+  if (flatten(init, &cl) < 0) return NULL;
+  bool weak = false;
+  for (int i = 0; i < cl.n; i++) weak |= IS_ARRAY(cl.v[i]) && AS_ARRAY(cl.v[i])->weak;
+  if (n > 0 && !weak) {
+    shm_free(cl.v);
+    return eager_scan(f, init, xs, xl, n, reverse);
+  }
+  Sub s = {0};
+  AVal *avs = NULL;
+  Value **cv = NULL, *r = NULL, *init2 = NULL;
+  if (scan_settle(f, init, xs, xl, &cl, &s, &avs) == 0 && (cv = carry_values(&cl, avs))) {
+    int pos = 0;
+    init2 = replace(init, cv, &pos);
+    r = n > 0 ? eager_scan(f, init2, xs, xl, n, reverse) : pair_of(val_incref(init2), empty_ys(&s, cl.n));
+  } else if (!cv && !s.plan) {
+    /* a body that cannot be traced (Python control flow on the carry's
+     * values) runs eagerly as it is: whatever it raises, it raises there */
+    err_clear();
+    r = n > 0 ? eager_scan(f, init, xs, xl, n, reverse) : pair_of(val_incref(init), val_incref(VAL_NONE));
+  }
+  val_decref(init2);
+  values_free(cv, cl.n);
+  sub_free(&s);
+  shm_free(cl.v);
+  shm_free(avs);
+  return r;
+}
 
 static Value *scan_body(void *vctx, Value **tr) {
   ScanCtx *c = vctx;
@@ -1090,33 +1193,13 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   Leaves cl = {0};
   AVal *avs = NULL;
   Sub s = {0};
-  Value *r = NULL, **cv = NULL, **src = NULL;
-  ScanCtx sc = {f, init, xs};
-  if (flatten(init, &cl) < 0 || scan_in_avals(&cl, xl, &avs) < 0) goto out;
-  /* the carry's and each x slice's named shapes: the init's and xs' */
-  if (!(src = shm_calloc((size_t)(cl.n + xl->n) + 1, sizeof(Value *)))) {
-    err_nomem();
-    goto out;
-  }
-  shm_memcpy(src, cl.v, sizeof(Value *) * (size_t)cl.n);
-  shm_memcpy(src + cl.n, xl->v, sizeof(Value *) * (size_t)xl->n);
-  for (int attempt = 0; attempt < 2; attempt++) {
-    if (sub_trace(fn_name(f), scan_body, &sc, cl.n + xl->n, avs, src, &s) < 0) goto out;
-    int rt = carry_types("scan body", &s, 0, cl.n, 0, avs);
-    if (rt == 0) break;
-    sub_free(&s);
-    if (rt < 0) goto out;
-  }
-  if (!s.plan) {
-    err_set(ERR_TYPE, "scan: the carry's types do not settle");
-    goto out;
-  }
-  if ((cv = carry_values(&cl, avs))) r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
-out:
+  Value *r = NULL, **cv = NULL;
+  if (flatten(init, &cl) == 0 && scan_settle(f, init, xs, xl, &cl, &s, &avs) == 0 &&
+      (cv = carry_values(&cl, avs)))
+    r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
   values_free(cv, cl.n);
   sub_free(&s);
   shm_free(cl.v);
-  shm_free(src);
   shm_free(avs);
   return r;
 }
@@ -1134,8 +1217,8 @@ static Value *bi_scan(const CallArgs *a) {
   if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0) {
     trace_transformed_operand();
     r = trace_current() ? staged_scan(f, init, xs, &xl, n, reverse)
-                        : eager_scan(f, init, xs, &xl, n, reverse);
-    if (!r && trace_current() && unstage()) r = eager_scan(f, init, xs, &xl, n, reverse);
+                        : eager_scan_settled(f, init, xs, &xl, n, reverse);
+    if (!r && trace_current() && unstage()) r = eager_scan_settled(f, init, xs, &xl, n, reverse);
   }
   shm_free(xl.v);
   return array_results(r);
