@@ -21,73 +21,27 @@
 #include "array/array.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "array/print.h"
 
 PrintOptions print_options = {8, 1000, 3, 75, false};
 
-/* ---- a growable string ---------------------------------------------------- */
-
-typedef struct SBuf {
-  char *s;
-  size_t len, cap;
-  bool oom;   /* an append failed; the text is incomplete */
-} SBuf;
-
-static void sb_putn(SBuf *b, const char *s, size_t n) {
-  if (b->oom)
-    return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 64;
-    while (cap < b->len + n + 1)
-      cap *= 2;
-    char *p = shm_realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->len, s, n);
-  b->len += n;
-  b->s[b->len] = '\0';
-}
-
-static void sb_puts(SBuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_spaces(SBuf *b, int n) {
-  for (int i = 0; i < n; i++)
-    sb_putn(b, " ", 1);
-}
-
-static void sb_printf(SBuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void sb_printf(SBuf *b, const char *fmt, ...) {
-  char tmp[256];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n >= 0)
-    sb_putn(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* Turns the buffer into a Str, releasing it. */
-static Value *sb_finish(SBuf *b) {
+static Value *sb_finish(StrBuf *b) {
   Value *r = NULL;
-  if (b->oom)
+  if (b->failed)
     err_nomem();
   else
-    r = str_new(b->s ? b->s : "", b->len);
-  shm_free(b->s);
+    r = str_new(b->data ? b->data : "", b->len);
+  shm_free(b->data);
   return r;
 }
 
 /* Appends the Str [v] (stolen) to [b]; false when v is NULL. */
-static bool sb_put_value(SBuf *b, Value *v) {
+static bool sb_put_value(StrBuf *b, Value *v) {
   if (!v)
     return false;
-  sb_putn(b, str_cstr(v), ((Str *)v)->len);
+  sbuf_add(b, str_cstr(v), ((Str *)v)->len);
   val_decref(v);
   return true;
 }
@@ -236,27 +190,27 @@ static void dragon_parts(double x, DType t, const DragonSpec *sp, char *ip,
 }
 
 /* Formats finite [x] as dragon4_positional / dragon4_scientific would. */
-static void dragon_format(SBuf *b, double x, DType t, const DragonSpec *sp) {
+static void dragon_format(StrBuf *b, double x, DType t, const DragonSpec *sp) {
   char ip[400], fp[400], ep[16];
   dragon_parts(x, t, sp, ip, fp, ep);
   size_t nf = strlen(fp);
   while ((int)nf < sp->min_digits && nf < sizeof fp - 1)
     fp[nf++] = '0';
   fp[nf] = '\0';
-  sb_spaces(b, sp->pad_left - (int)strlen(ip));
-  sb_puts(b, ip);
+  sbuf_spaces(b, sp->pad_left - (int)strlen(ip));
+  sbuf_puts(b, ip);
   if (nf > 0 || sp->trim == '.' || sp->trim == 'k')
-    sb_puts(b, ".");
+    sbuf_puts(b, ".");
   else if (sp->trim == '0')
-    sb_puts(b, ".0");
-  sb_puts(b, fp);
-  sb_puts(b, ep);
+    sbuf_puts(b, ".0");
+  sbuf_puts(b, fp);
+  sbuf_puts(b, ep);
   if (!sp->sci)
-    sb_spaces(b, sp->pad_right - (int)nf);
+    sbuf_spaces(b, sp->pad_right - (int)nf);
 }
 
 void print_float_scalar(char *buf, size_t cap, double x, DType t) {
-  SBuf b = {0};
+  StrBuf b = {0};
   if (isnan(x)) {
     snprintf(buf, cap, "nan");
     return;
@@ -272,8 +226,8 @@ void print_float_scalar(char *buf, size_t cap, double x, DType t) {
     sp.trim = '-';
   }
   dragon_format(&b, x, t, &sp);
-  snprintf(buf, cap, "%s", b.oom || !b.s ? "?" : b.s);
-  shm_free(b.s);
+  snprintf(buf, cap, "%s", b.failed || !b.data ? "?" : b.data);
+  shm_free(b.data);
 }
 
 /* ---- choosing an array's element format -------------------------------------- */
@@ -399,14 +353,14 @@ static void fmt_choose(ElemFmt *f, const Array *a, bool summ) {
 }
 
 /* One element as NumPy's format function for the array would write it. */
-static void fmt_elem(SBuf *b, const ElemFmt *f, const Array *a, int64_t flat) {
+static void fmt_elem(StrBuf *b, const ElemFmt *f, const Array *a, int64_t flat) {
   if (f->kind == EK_BOOL) {
     bool v = arr_get_i64(a, flat) != 0;
-    sb_puts(b, v ? (f->zero_d ? "True" : " True") : "False");
+    sbuf_puts(b, v ? (f->zero_d ? "True" : " True") : "False");
     return;
   }
   if (f->kind == EK_INT) {
-    sb_printf(b, "%*lld", f->int_width, (long long)arr_get_i64(a, flat));
+    sbuf_printf(b, "%*lld", f->int_width, (long long)arr_get_i64(a, flat));
     return;
   }
   double x = arr_get_f64(a, flat);
@@ -415,8 +369,8 @@ static void fmt_elem(SBuf *b, const ElemFmt *f, const Array *a, int64_t flat) {
     return;
   }
   const char *w = isnan(x) ? "nan" : x < 0 ? "-inf" : "inf";
-  sb_spaces(b, f->sp.pad_left + f->sp.pad_right + 1 - (int)strlen(w));
-  sb_puts(b, w);
+  sbuf_spaces(b, f->sp.pad_left + f->sp.pad_right + 1 - (int)strlen(w));
+  sbuf_puts(b, w);
 }
 
 /* ---- laying out the nested brackets (arrayprint._formatArray) ----------------- */
@@ -431,73 +385,73 @@ typedef struct Layout {
 
 /* _extendLine: starts a new line when [word] would pass [width], unless
  * the line holds nothing but the hanging indent. */
-static void extend_line(SBuf *s, SBuf *line, bool *first, const char *word,
+static void extend_line(StrBuf *s, StrBuf *line, bool *first, const char *word,
                         int width, int hang) {
   bool wrap = (int)(line->len + strlen(word)) > width && (int)line->len > hang;
   if (wrap) {
     size_t n = line->len;
-    while (n > 0 && line->s[n - 1] == ' ')
+    while (n > 0 && line->data[n - 1] == ' ')
       n--;
     size_t skip = *first ? (size_t)hang : 0;
     if (n > skip)
-      sb_putn(s, line->s + skip, n - skip);
-    sb_puts(s, "\n");
+      sbuf_add(s, line->data + skip, n - skip);
+    sbuf_puts(s, "\n");
     *first = false;
     line->len = 0;
-    sb_spaces(line, hang);
+    sbuf_spaces(line, hang);
   }
-  sb_puts(line, word);
+  sbuf_puts(line, word);
 }
 
-static void layout_rec(const Layout *L, SBuf *out, int axis, int64_t flat,
+static void layout_rec(const Layout *L, StrBuf *out, int axis, int64_t flat,
                        int hang, int width);
 
 /* The word for element [i] of the last axis. */
-static void layout_word(const Layout *L, SBuf *w, int64_t flat) {
+static void layout_word(const Layout *L, StrBuf *w, int64_t flat) {
   w->len = 0;
-  if (w->s)
-    w->s[0] = '\0';
+  if (w->data)
+    w->data[0] = '\0';
   fmt_elem(w, L->f, L->a, flat);
 }
 
-static void layout_1d(const Layout *L, SBuf *out, int64_t flat, int hang,
+static void layout_1d(const Layout *L, StrBuf *out, int64_t flat, int hang,
                       int width) {
   int64_t n = L->a->shape[L->a->ndim - 1];
   bool cut = L->summ && 2 * (int64_t)L->edge < n;
   int elem_width = width - 1;   /* max(len(sep.rstrip()), len(']')) */
-  SBuf line = {0}, word = {0};
+  StrBuf line = {0}, word = {0};
   bool first = true;
-  sb_spaces(&line, hang);
+  sbuf_spaces(&line, hang);
   for (int64_t i = 0; i < n; i++) {
     if (cut && i == L->edge) {
       extend_line(out, &line, &first, "...", elem_width, hang);
-      sb_puts(&line, L->sep);
+      sbuf_puts(&line, L->sep);
       i = n - L->edge;
     }
     layout_word(L, &word, flat + i);
-    extend_line(out, &line, &first, word.s ? word.s : "", elem_width, hang);
+    extend_line(out, &line, &first, word.data ? word.data : "", elem_width, hang);
     if (i < n - 1)
-      sb_puts(&line, L->sep);
+      sbuf_puts(&line, L->sep);
   }
   size_t skip = first ? (size_t)hang : 0;
   if (line.len > skip)
-    sb_putn(out, line.s + skip, line.len - skip);
-  out->oom |= line.oom || word.oom;
-  shm_free(line.s);
-  shm_free(word.s);
+    sbuf_add(out, line.data + skip, line.len - skip);
+  out->failed |= line.failed || word.failed;
+  shm_free(line.data);
+  shm_free(word.data);
 }
 
-static void layout_rec(const Layout *L, SBuf *out, int axis, int64_t flat,
+static void layout_rec(const Layout *L, StrBuf *out, int axis, int64_t flat,
                        int hang, int width) {
   const Array *a = L->a;
   if (axis == a->ndim) {
     fmt_elem(out, L->f, a, flat);
     return;
   }
-  sb_puts(out, "[");
+  sbuf_puts(out, "[");
   if (axis == a->ndim - 1) {
     layout_1d(L, out, flat, hang, width);
-    sb_puts(out, "]");
+    sbuf_puts(out, "]");
     return;
   }
   int64_t n = a->shape[axis], step = 1;
@@ -507,31 +461,31 @@ static void layout_rec(const Layout *L, SBuf *out, int axis, int64_t flat,
   int blank = a->ndim - axis - 1;   /* newlines between sub-blocks */
   for (int64_t i = 0; i < n; i++) {
     if (cut && i == L->edge) {
-      sb_spaces(out, hang);
-      sb_puts(out, "...");
-      sb_puts(out, L->sep[0] == ',' ? "," : "");
+      sbuf_spaces(out, hang);
+      sbuf_puts(out, "...");
+      sbuf_puts(out, L->sep[0] == ',' ? "," : "");
       for (int k = 0; k < blank; k++)
-        sb_puts(out, "\n");
+        sbuf_puts(out, "\n");
       i = n - L->edge;
     }
     if (i > 0)
-      sb_spaces(out, hang);
+      sbuf_spaces(out, hang);
     layout_rec(L, out, axis + 1, flat + i * step, hang + 1, width - 1);
     if (i < n - 1) {
-      sb_puts(out, L->sep[0] == ',' ? "," : "");
+      sbuf_puts(out, L->sep[0] == ',' ? "," : "");
       for (int k = 0; k < blank; k++)
-        sb_puts(out, "\n");
+        sbuf_puts(out, "\n");
     }
   }
-  sb_puts(out, "]");
+  sbuf_puts(out, "]");
 }
 
 /* array2string with [sep], a hanging indent of [hang] columns and a line
  * width of [width]; "[]" for an empty array. */
-static void array2string(SBuf *out, const Array *a, const char *sep, int hang,
+static void array2string(StrBuf *out, const Array *a, const char *sep, int hang,
                          int width) {
   if (a->size == 0) {
-    sb_puts(out, "[]");
+    sbuf_puts(out, "[]");
     return;
   }
   ElemFmt f;
@@ -542,19 +496,19 @@ static void array2string(SBuf *out, const Array *a, const char *sep, int hang,
 }
 
 /* NumPy's str of a 0-d array: the scalar's str. */
-static void scalar_str(SBuf *b, const Array *a) {
+static void scalar_str(StrBuf *b, const Array *a) {
   if (a->dtype == DT_BOOL) {
-    sb_puts(b, arr_get_i64(a, 0) ? "True" : "False");
+    sbuf_puts(b, arr_get_i64(a, 0) ? "True" : "False");
   } else if (dt_is_float(a->dtype)) {
     char tmp[64];
     print_float_scalar(tmp, sizeof tmp, arr_get_f64(a, 0), a->dtype);
-    sb_puts(b, tmp);
+    sbuf_puts(b, tmp);
   } else {
-    sb_printf(b, "%lld", (long long)arr_get_i64(a, 0));
+    sbuf_printf(b, "%lld", (long long)arr_get_i64(a, 0));
   }
 }
 
-static void array_str(SBuf *b, const Array *a) {
+static void array_str(StrBuf *b, const Array *a) {
   if (a->ndim == 0)
     scalar_str(b, a);
   else
@@ -564,11 +518,11 @@ static void array_str(SBuf *b, const Array *a) {
 /* Python's repr (and str) of a Python number: an int's digits, True or
  * False, a float's shortest round-tripping digits (NumPy's float64 scalar
  * form is Python's: "0.1", "2.0", "1e+16", "1e-05", "inf", "-0.0"). */
-static void python_number_str(SBuf *b, const Array *a) {
+static void python_number_str(StrBuf *b, const Array *a) {
   if (dt_is_float(a->dtype)) {
     char tmp[64];
     print_float_scalar(tmp, sizeof tmp, arr_host_f64(a), DT_F64);
-    sb_puts(b, tmp);
+    sbuf_puts(b, tmp);
   } else {
     scalar_str(b, a);
   }
@@ -577,58 +531,58 @@ static void python_number_str(SBuf *b, const Array *a) {
 /* jax.Array.__repr__, including its measure of the last line (which counts
  * two more columns than the line has) and its habit of putting the dtype
  * after six spaces, not on a new line, when the line is too long. */
-static void array_repr(SBuf *b, const Array *a) {
+static void array_repr(StrBuf *b, const Array *a) {
   static const char prefix[] = "Array(";
   int plen = (int)sizeof prefix - 1;
-  SBuf s = {0};
+  StrBuf s = {0};
   if (a->size == 0) {
     char shp[400];
     shape_str(shp, sizeof shp, a->ndim, a->shape);
-    sb_printf(&s, "[], shape=%s", shp);
+    sbuf_printf(&s, "[], shape=%s", shp);
   } else {
     array2string(&s, a, ", ", 1 + plen, print_options.linewidth - 1);
   }
   char dtype_str[64];
   snprintf(dtype_str, sizeof dtype_str, "dtype=%s%s)", dt_name(a->dtype),
            a->weak ? ", weak_type=True" : "");
-  const char *text = s.s ? s.s : "";
+  const char *text = s.data ? s.data : "";
   const char *nl = strrchr(text, '\n');
   int last = (int)s.len - (nl ? (int)(nl - text) : -1) + 1;
   bool long_line = last + (int)strlen(dtype_str) + 1 > print_options.linewidth;
-  sb_puts(b, prefix);
-  sb_puts(b, text);
-  sb_puts(b, ",");
-  sb_spaces(b, long_line ? plen : 1);
-  sb_puts(b, dtype_str);
-  b->oom |= s.oom;
-  shm_free(s.s);
+  sbuf_puts(b, prefix);
+  sbuf_puts(b, text);
+  sbuf_puts(b, ",");
+  sbuf_spaces(b, long_line ? plen : 1);
+  sbuf_puts(b, dtype_str);
+  b->failed |= s.failed;
+  shm_free(s.data);
 }
 
 /* ---- Python's forms --------------------------------------------------------- */
 
 /* Python's repr of a str: single quotes unless the text has a ' and no ". */
-static void quote_str(SBuf *b, const char *s, size_t n) {
+static void quote_str(StrBuf *b, const char *s, size_t n) {
   bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
   char q = sq && !dq ? '"' : '\'';
-  sb_putn(b, &q, 1);
+  sbuf_add(b, &q, 1);
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     if (c == '\\' || c == (unsigned char)q) {
       char e[2] = {'\\', (char)c};
-      sb_putn(b, e, 2);
+      sbuf_add(b, e, 2);
     } else if (c == '\n') {
-      sb_puts(b, "\\n");
+      sbuf_puts(b, "\\n");
     } else if (c == '\r') {
-      sb_puts(b, "\\r");
+      sbuf_puts(b, "\\r");
     } else if (c == '\t') {
-      sb_puts(b, "\\t");
+      sbuf_puts(b, "\\t");
     } else if (c < 0x20 || c == 0x7f) {
-      sb_printf(b, "\\x%02x", c);
+      sbuf_printf(b, "\\x%02x", c);
     } else {
-      sb_putn(b, (const char *)&c, 1);
+      sbuf_add(b, (const char *)&c, 1);
     }
   }
-  sb_putn(b, &q, 1);
+  sbuf_add(b, &q, 1);
 }
 
 static Value *(*str_hooks[V_TYPE_COUNT])(Value *);
@@ -641,7 +595,7 @@ void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *)) {
   repr_hooks[t] = repr;
 }
 
-static bool repr_into(SBuf *b, Value *v, bool nested);
+static bool repr_into(StrBuf *b, Value *v, bool nested);
 
 /* Only a Python number prints as one inside a container; a weakly typed
  * 0-d array (a loop's carry, jnp.abs(-2)) shows its array form there, as
@@ -650,86 +604,86 @@ static bool is_python_scalar(Value *v) {
   return arr_is_host(v);
 }
 
-static bool repr_seq(SBuf *b, Value *v, const char *open, const char *close) {
+static bool repr_seq(StrBuf *b, Value *v, const char *open, const char *close) {
   size_t n;
   Value *const *items;
   val_seq(v, &n, &items);
-  sb_puts(b, open);
+  sbuf_puts(b, open);
   for (size_t i = 0; i < n; i++) {
     if (i > 0)
-      sb_puts(b, ", ");
+      sbuf_puts(b, ", ");
     if (!repr_into(b, items[i], true))
       return false;
   }
   if (n == 1 && v->type == V_TUPLE)
-    sb_puts(b, ",");
-  sb_puts(b, close);
+    sbuf_puts(b, ",");
+  sbuf_puts(b, close);
   return true;
 }
 
-static bool repr_dict(SBuf *b, Value *v) {
+static bool repr_dict(StrBuf *b, Value *v) {
   Dict *d = (Dict *)v;
-  sb_puts(b, "{");
+  sbuf_puts(b, "{");
   for (size_t i = 0; i < d->len; i++) {
     if (i > 0)
-      sb_puts(b, ", ");
+      sbuf_puts(b, ", ");
     if (!repr_into(b, d->keys[i], true))
       return false;
-    sb_puts(b, ": ");
+    sbuf_puts(b, ": ");
     if (!repr_into(b, d->vals[i], true))
       return false;
   }
-  sb_puts(b, "}");
+  sbuf_puts(b, "}");
   return true;
 }
 
-static bool repr_slice(SBuf *b, Value *v) {
+static bool repr_slice(StrBuf *b, Value *v) {
   Slice *s = (Slice *)v;
-  sb_puts(b, "slice(");
+  sbuf_puts(b, "slice(");
   if (!repr_into(b, s->start, true))
     return false;
-  sb_puts(b, ", ");
+  sbuf_puts(b, ", ");
   if (!repr_into(b, s->stop, true))
     return false;
-  sb_puts(b, ", ");
+  sbuf_puts(b, ", ");
   if (!repr_into(b, s->step, true))
     return false;
-  sb_puts(b, ")");
+  sbuf_puts(b, ")");
   return true;
 }
 
-static void repr_range(SBuf *b, Value *v) {
+static void repr_range(StrBuf *b, Value *v) {
   Range *r = (Range *)v;
-  sb_printf(b, "range(%lld, %lld", (long long)r->start, (long long)r->stop);
+  sbuf_printf(b, "range(%lld, %lld", (long long)r->start, (long long)r->stop);
   if (r->step != 1)
-    sb_printf(b, ", %lld", (long long)r->step);
-  sb_puts(b, ")");
+    sbuf_printf(b, ", %lld", (long long)r->step);
+  sbuf_puts(b, ")");
 }
 
 /* The forms of values that print the same in str and repr and need no
  * recursion; false if [v] is not one of them. */
-static bool repr_simple(SBuf *b, Value *v) {
+static bool repr_simple(StrBuf *b, Value *v) {
   switch ((VType)v->type) {
   case V_NONE:
-    sb_puts(b, "None");
+    sbuf_puts(b, "None");
     return true;
   case V_ELLIPSIS:
-    sb_puts(b, "Ellipsis");
+    sbuf_puts(b, "Ellipsis");
     return true;
   case V_RANGE:
     repr_range(b, v);
     return true;
   case V_BUILTIN:
-    sb_printf(b, "<built-in function %s>", ((Builtin *)v)->name);
+    sbuf_printf(b, "<built-in function %s>", ((Builtin *)v)->name);
     return true;
   case V_BOUND: {
     BoundMethod *m = (BoundMethod *)v;
-    sb_printf(b, "<built-in method %s of %s object>", m->name,
+    sbuf_printf(b, "<built-in method %s of %s object>", m->name,
               val_type_name(m->self));
     return true;
   }
   case V_MODULE:
-    sb_printf(b, "<module '%s'>", ((Module *)v)->name);
+    sbuf_printf(b, "<module '%s'>", ((Module *)v)->name);
     return true;
   default:
     return false;
@@ -744,10 +698,10 @@ static _Thread_local Value *repr_stack[REPR_MAX_DEPTH];
 static _Thread_local int repr_depth;
 
 /* Appends the repr of container [v] (a tuple, list or dict). */
-static bool repr_container(SBuf *b, Value *v) {
+static bool repr_container(StrBuf *b, Value *v) {
   for (int i = 0; i < repr_depth; i++)
     if (repr_stack[i] == v) {
-      sb_puts(b, v->type == V_DICT ? "{...}" : v->type == V_LIST ? "[...]" : "(...)");
+      sbuf_puts(b, v->type == V_DICT ? "{...}" : v->type == V_LIST ? "[...]" : "(...)");
       return true;
     }
   if (repr_depth == REPR_MAX_DEPTH) {
@@ -763,7 +717,7 @@ static bool repr_container(SBuf *b, Value *v) {
 }
 
 /* Appends repr(v); [nested] when inside a container.  False on error. */
-static bool repr_into(SBuf *b, Value *v, bool nested) {
+static bool repr_into(StrBuf *b, Value *v, bool nested) {
   if (repr_simple(b, v))
     return true;
   switch ((VType)v->type) {
@@ -787,27 +741,27 @@ static bool repr_into(SBuf *b, Value *v, bool nested) {
   case V_DTYPE:
     /* NumPy's dtype repr, as x.dtype shows in JAX; not jnp.float32's
      * "<class 'jax.numpy.float32'>", which says less to the user. */
-    sb_printf(b, "dtype('%s')", dt_name(((DTypeVal *)v)->dtype));
+    sbuf_printf(b, "dtype('%s')", dt_name(((DTypeVal *)v)->dtype));
     return true;
   case V_OPAQUE: {
     Opaque *o = (Opaque *)v;
     if (o->ot->repr)
       return sb_put_value(b, o->ot->repr(v));
-    sb_printf(b, "<%s>", o->ot->name);
+    sbuf_printf(b, "<%s>", o->ot->name);
     return true;
   }
   default:
     if (repr_hooks[v->type])
       return sb_put_value(b, repr_hooks[v->type](v));
-    sb_printf(b, "<%s>", val_type_name(v));
+    sbuf_printf(b, "<%s>", val_type_name(v));
     return true;
   }
 }
 
 Value *val_repr(Value *v) {
-  SBuf b = {0};
+  StrBuf b = {0};
   if (!repr_into(&b, v, false)) {
-    shm_free(b.s);
+    shm_free(b.data);
     return NULL;
   }
   return sb_finish(&b);
@@ -819,13 +773,13 @@ Value *val_str(Value *v) {
   if (v->type < V_TYPE_COUNT && str_hooks[v->type])
     return str_hooks[v->type](v);
   if (v->type == V_OPAQUE && ((Opaque *)v)->ot->str) return ((Opaque *)v)->ot->str(v);
-  SBuf b = {0};
+  StrBuf b = {0};
   if (v->type == V_ARRAY && AS_ARRAY(v)->host)
     python_number_str(&b, AS_ARRAY(v));
   else if (v->type == V_ARRAY)
     array_str(&b, AS_ARRAY(v));
   else if (v->type == V_DTYPE)
-    sb_puts(&b, dt_name(((DTypeVal *)v)->dtype));
+    sbuf_puts(&b, dt_name(((DTypeVal *)v)->dtype));
   else
     return val_repr(v);
   return sb_finish(&b);

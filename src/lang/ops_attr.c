@@ -16,6 +16,7 @@
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "array/prim.h"
@@ -345,32 +346,8 @@ static Value *l_index(Value *self, const CallArgs *a) {
   return err_set(ERR_VALUE, "value is not in list");
 }
 
-/* Appends [s] ([n] bytes) to a growing buffer. */
-typedef struct SBuf {
-  char *data;
-  size_t len, cap;
-  bool fail;
-} SBuf;
-
-static void sb_add(SBuf *b, const char *s, size_t n) {
-  if (b->fail) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = (b->cap ? b->cap * 2 : 64) + n;
-    char *d = shm_realloc(b->data, cap);
-    if (!d) {
-      b->fail = true;
-      return;
-    }
-    b->data = d;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-  b->data[b->len] = 0;
-}
-
-static Value *sb_finish(SBuf *b) {
-  Value *r = b->fail ? err_nomem() : str_new(b->data ? b->data : "", b->len);
+static Value *sb_finish(StrBuf *b) {
+  Value *r = b->failed ? err_nomem() : str_new(b->data ? b->data : "", b->len);
   shm_free(b->data);
   return r;
 }
@@ -380,7 +357,7 @@ static Value *sb_finish(SBuf *b) {
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
 
 /* Formats [v] with the format spec [spec] ("", ".3f", ">8", "d", "e"). */
-static int format_one(SBuf *b, Value *v, const char *spec) {
+static int format_one(StrBuf *b, Value *v, const char *spec) {
   /* Short specs only: widths and precisions stay small, and the printf
    * format built below always fits its buffer. */
   if (strlen(spec) > 12) {
@@ -403,9 +380,9 @@ static int format_one(SBuf *b, Value *v, const char *spec) {
     size_t pad = width > 0 && (size_t)width > len ? (size_t)width - len : 0;
     (void)fmt;
     if (ops_is_array(v) && align == '<' && spec[0] != '<') align = '>';
-    for (size_t i = 0; align != '<' && i < (align == '^' ? pad / 2 : pad); i++) sb_add(b, " ", 1);
-    sb_add(b, str_cstr(s), len);
-    for (size_t i = 0; align != '>' && i < (align == '^' ? pad - pad / 2 : pad); i++) sb_add(b, " ", 1);
+    for (size_t i = 0; align != '<' && i < (align == '^' ? pad / 2 : pad); i++) sbuf_add(b, " ", 1);
+    sbuf_add(b, str_cstr(s), len);
+    for (size_t i = 0; align != '>' && i < (align == '^' ? pad - pad / 2 : pad); i++) sbuf_add(b, " ", 1);
     val_decref(s);
     return 0;
   }
@@ -446,7 +423,7 @@ static int format_one(SBuf *b, Value *v, const char *spec) {
     memmove(out, out + k, n - k);
     memset(out + n - k, ' ', k);
   }
-  sb_add(b, out, strlen(out));
+  sbuf_add(b, out, strlen(out));
   return 0;
 }
 
@@ -465,16 +442,16 @@ static Value *format_field(const char *field, const CallArgs *a, int *next) {
 }
 
 Value *ops_format(const char *f, const CallArgs *a) {
-  SBuf b = {0};
+  StrBuf b = {0};
   int next = 0;
   for (const char *p = f; *p; p++) {
     if ((*p == '{' && p[1] == '{') || (*p == '}' && p[1] == '}')) {
-      sb_add(&b, p, 1);
+      sbuf_add(&b, p, 1);
       p++;
       continue;
     }
     if (*p != '{') {
-      sb_add(&b, p, 1);
+      sbuf_add(&b, p, 1);
       continue;
     }
     const char *end = strchr(p, '}');
@@ -520,7 +497,7 @@ static Value *s_join(Value *self, const CallArgs *a) {
   if (args_bind("join", a, "iterable", slots) < 0) return NULL;
   Value *items = ops_iter_items(it);
   if (!items) return NULL;
-  SBuf b = {0};
+  StrBuf b = {0};
   for (size_t i = 0; i < list_len(items); i++) {
     Value *s = list_get(items, i);
     if (s->type != V_STR) {
@@ -529,8 +506,8 @@ static Value *s_join(Value *self, const CallArgs *a) {
       shm_free(b.data);
       return NULL;
     }
-    if (i) sb_add(&b, str_cstr(self), ((Str *)self)->len);
-    sb_add(&b, str_cstr(s), ((Str *)s)->len);
+    if (i) sbuf_add(&b, str_cstr(self), ((Str *)self)->len);
+    sbuf_add(&b, str_cstr(s), ((Str *)s)->len);
   }
   val_decref(items);
   return sb_finish(&b);
@@ -606,19 +583,19 @@ static Value *s_replace(Value *self, const CallArgs *a) {
   if (args_bind("replace", a, "old, new", slots) < 0) return NULL;
   if (old->type != V_STR || new_->type != V_STR) return err_set(ERR_TYPE, "replace() arguments must be str");
   size_t ol = ((Str *)old)->len;
-  SBuf b = {0};
+  StrBuf b = {0};
   const char *s = str_cstr(self);
   while (*s) {
     const char *e = ol ? strstr(s, str_cstr(old)) : NULL;
     if (!e) {
-      sb_add(&b, s, strlen(s));
+      sbuf_add(&b, s, strlen(s));
       break;
     }
-    sb_add(&b, s, (size_t)(e - s));
-    sb_add(&b, str_cstr(new_), ((Str *)new_)->len);
+    sbuf_add(&b, s, (size_t)(e - s));
+    sbuf_add(&b, str_cstr(new_), ((Str *)new_)->len);
     s = e + ol;
   }
-  if (!b.data) sb_add(&b, "", 0);
+  if (!b.data) sbuf_add(&b, "", 0);
   return sb_finish(&b);
 }
 

@@ -11,43 +11,20 @@
 #include "base/error.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "spmd/transport.h"
 
 /* ---- writing --------------------------------------------------------------- */
 
-/* A growing byte buffer; [failed] once an allocation failed. */
-typedef struct Wbuf {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} Wbuf;
+static void put_i64(StrBuf *w, int64_t x) { sbuf_add(w, &x, sizeof x); }
 
-static void put(Wbuf *w, const void *p, size_t n) {
-  if (w->failed) return;
-  if (w->len + n > w->cap) {
-    size_t cap = w->cap ? w->cap : 4096;
-    while (cap < w->len + n) cap *= 2;
-    char *d = shm_realloc(w->data, cap);
-    if (!d) {
-      w->failed = true;
-      return;
-    }
-    w->data = d;
-    w->cap = cap;
-  }
-  memcpy(w->data + w->len, p, n);
-  w->len += n;
-}
-
-static void put_i64(Wbuf *w, int64_t x) { put(w, &x, sizeof x); }
-
-static void put_str(Wbuf *w, const char *s) {
+static void put_str(StrBuf *w, const char *s) {
   size_t n = s ? strlen(s) : 0;
   put_i64(w, (int64_t)n);
-  put(w, s ? s : "", n);
+  sbuf_add(w, s ? s : "", n);
 }
 
-static void put_loc(Wbuf *w, Loc l) {
+static void put_loc(StrBuf *w, Loc l) {
   put_str(w, l.src ? l.src->name : "");
   put_i64(w, l.line);
   put_i64(w, l.col);
@@ -57,7 +34,7 @@ enum { V_NONE_TAG, V_ARRAY_TAG, V_TUPLE_TAG, V_LIST_TAG, V_DICT_TAG, V_STR_TAG }
 
 /* Writes array [a]: its type, shape and elements (a Python number: its
  * exact value). */
-static void put_array(Wbuf *w, const Array *a) {
+static void put_array(StrBuf *w, const Array *a) {
   put_i64(w, a->dtype);
   put_i64(w, a->weak | (a->host << 1));
   put_i64(w, a->vma);
@@ -66,7 +43,7 @@ static void put_array(Wbuf *w, const Array *a) {
   if (a->host) {
     double x = arr_host_f64(a);
     int64_t i = arr_get_i64(a, 0);
-    put(w, &x, sizeof x);
+    sbuf_add(w, &x, sizeof x);
     put_i64(w, i);
     return;
   }
@@ -75,7 +52,7 @@ static void put_array(Wbuf *w, const Array *a) {
     w->failed = true;
     return;
   }
-  put(w, arr_data(c), (size_t)c->size * dt_size(c->dtype));
+  sbuf_add(w, arr_data(c), (size_t)c->size * dt_size(c->dtype));
   val_decref(&c->hdr);
 }
 
@@ -83,7 +60,7 @@ static void put_array(Wbuf *w, const Array *a) {
  * of them (a pytree); anything else as None (shard_map then says what the
  * body returned), or with [shape_only] (a pytree kept for its structure,
  * whose leaves may be abstract values) as a 0-d placeholder array. */
-static void put_value(Wbuf *w, Value *v, bool shape_only) {
+static void put_value(StrBuf *w, Value *v, bool shape_only) {
   size_t n;
   Value *const *items;
   if (v && v->type == V_STR) {
@@ -115,7 +92,7 @@ static void put_value(Wbuf *w, Value *v, bool shape_only) {
 }
 
 /* Writes this thread's pending error, keeping it pending. */
-static void put_error(Wbuf *w) {
+static void put_error(StrBuf *w) {
   ErrState st;
   bool secondary = dev_run_error_secondary();
   err_save(&st);
@@ -135,12 +112,12 @@ static void put_error(Wbuf *w) {
 /* The END message of this process: per local rank its number, output and
  * result, then the outcome (0, or 1 and the error); after a 0 the caller
  * adds the shared slots' values (xcall_end). */
-static void put_end(Wbuf *w, const MeshDesc *m, Value **results, OutBuf *outs, int rc) {
+static void put_end(StrBuf *w, const MeshDesc *m, Value **results, OutBuf *outs, int rc) {
   for (int r = 0; r < m->ndevices; r++) {
     if (!transport_is_local(m->device_ids ? m->device_ids[r] : r)) continue;
     put_i64(w, r);
     put_i64(w, (int64_t)outs[r].len);
-    put(w, outs[r].data ? outs[r].data : "", outs[r].len);
+    sbuf_add(w, outs[r].data ? outs[r].data : "", outs[r].len);
     put_value(w, rc < 0 ? NULL : results[r], false);
   }
   put_i64(w, -1);
@@ -314,10 +291,10 @@ int xcall_end(CollGroup *g, const MeshDesc *mesh, Value **results, OutBuf *outs,
               Value ***shared, int nshared) {
   int procs = transport_procs(), me = transport_rank();
   int tag = transport_tag(TRANSPORT_END, coll_group_parity(g) << 27);
-  Wbuf w = {0};
+  StrBuf w = {0};
   put_end(&w, mesh, results, outs, rc);
   for (int i = 0; i < nshared; i++) put_value(&w, *shared[i], true);
-  if (w.failed) return shm_free(w.data), err_nomem(), -1;
+  if (w.failed) return sbuf_free(&w), err_nomem(), -1;
   void *reqs[procs];
   TransportIov v = {w.data, w.len};
   for (int p = 0; p < procs; p++) reqs[p] = p == me ? NULL : transport_isend(p, tag, &v, 1);
@@ -368,7 +345,7 @@ int xcall_end(CollGroup *g, const MeshDesc *mesh, Value **results, OutBuf *outs,
   }
   for (int p = 0; p < procs; p++)
     if (ends[p]) transport_msg_free(ends[p]);
-  shm_free(w.data);
+  sbuf_free(&w);
   /* everything of this call any process sent came before its END */
   transport_clear(3 << 28, coll_group_parity(g) << 29);
   return out;

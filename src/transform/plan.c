@@ -11,6 +11,7 @@
 
 #include "array/array.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "spmd/mesh.h"
 #include "lang/ops.h"
 #include "transform/plan.h"
@@ -208,47 +209,6 @@ static void plan_free(Value *v) {
 
 /* ==== printing ============================================================= */
 
-/* A growable text buffer; [failed] once an allocation failed. */
-typedef struct Text {
-  char *s;
-  size_t len, cap;
-  bool failed;
-} Text;
-
-static void text_add(Text *t, const char *s, size_t n) {
-  if (t->failed) return;
-  if (t->len + n + 1 > t->cap) {
-    size_t c = t->cap ? t->cap * 2 : 256;
-    while (c < t->len + n + 1) c *= 2;
-    char *q = shm_realloc(t->s, c);
-    if (!q) {
-      t->failed = true;
-      return;
-    }
-    t->s = q;
-    t->cap = c;
-  }
-  shm_memcpy(t->s + t->len, s, n);
-  t->len += n;
-  t->s[t->len] = 0;
-}
-
-static void text_puts(Text *t, const char *s) { text_add(t, s, strlen(s)); }
-
-static void text_printf(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(Text *t, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  text_add(t, buf, n < (int)sizeof buf ? (size_t)n : sizeof buf - 1);
-}
-
-static void text_indent(Text *t, int n) {
-  for (int i = 0; i < n; i++) text_add(t, " ", 1);
-}
-
 /* The naming context: the next letter number, shared by nested plans. */
 typedef struct Names {
   int next;
@@ -269,48 +229,48 @@ static void var_name(int n, char *buf) {
 /* Per plan being printed: the letter number of each variable (-1: none
  * yet) and whether it is used. */
 typedef struct PrintCtx {
-  Text *t;
+  StrBuf *t;
   Names *names;
   int *name_of;
   bool *used;
   const Plan *p;
 } PrintCtx;
 
-static void print_plan_at(Text *t, Names *names, const Plan *p, int indent);
+static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent);
 
-static void put_aval(Text *t, const AVal *a) {
+static void put_aval(StrBuf *t, const AVal *a) {
   char buf[256];
   aval_str(buf, sizeof buf, a->dtype, a->ndim, a->shape);
-  text_puts(t, buf);
+  sbuf_puts(t, buf);
 }
 
 /* A 0-d concrete array as the Python number it holds. */
-static void put_scalar(Text *t, Array *a) {
+static void put_scalar(StrBuf *t, Array *a) {
   char buf[64];
-  if (a->dtype == DT_BOOL) text_puts(t, arr_get_i64(a, 0) ? "True" : "False");
+  if (a->dtype == DT_BOOL) sbuf_puts(t, arr_get_i64(a, 0) ? "True" : "False");
   else if (dt_is_float(a->dtype)) {
     print_float_scalar(buf, sizeof buf, arr_get_f64(a, 0), a->dtype);
-    text_puts(t, buf);
+    sbuf_puts(t, buf);
   } else {
-    text_printf(t, "%lld", (long long)arr_get_i64(a, 0));
+    sbuf_printf(t, "%lld", (long long)arr_get_i64(a, 0));
   }
 }
 
 /* `{batch=20, hidden=8}` after a named variable's aval (LANGUAGE.md §10). */
-static void put_named(Text *t, const NamedShape *ns) {
+static void put_named(StrBuf *t, const NamedShape *ns) {
   if (!ns || !ns->n) return;
-  text_puts(t, "{");
+  sbuf_puts(t, "{");
   for (int i = 0; i < ns->n; i++)
-    text_printf(t, "%s%s=%lld", i ? ", " : "", ns->name[i], (long long)ns->size[i]);
-  text_puts(t, "}");
+    sbuf_printf(t, "%s%s=%lld", i ? ", " : "", ns->name[i], (long long)ns->size[i]);
+  sbuf_puts(t, "}");
 }
 
 static void bind_var(PrintCtx *c, int v) {
   char buf[16];
   c->name_of[v] = c->names->next++;
   var_name(c->name_of[v], buf);
-  text_puts(c->t, buf);
-  text_puts(c->t, ":");
+  sbuf_puts(c->t, buf);
+  sbuf_puts(c->t, ":");
   put_aval(c->t, &c->p->vars[v]);
   put_named(c->t, plan_var_named(c->p, v));
 }
@@ -318,7 +278,7 @@ static void bind_var(PrintCtx *c, int v) {
 static void put_atom(PrintCtx *c, const PlanAtom *a) {
   if (a->var < 0) {
     put_scalar(c->t, AS_ARRAY(a->lit));
-    text_puts(c->t, ":");
+    sbuf_puts(c->t, ":");
     AVal av;
     aval_of(AS_ARRAY(a->lit), &av);
     put_aval(c->t, &av);
@@ -326,11 +286,11 @@ static void put_atom(PrintCtx *c, const PlanAtom *a) {
   }
   char buf[16];
   if (c->name_of[a->var] < 0) {
-    text_puts(c->t, "?");
+    sbuf_puts(c->t, "?");
     return;
   }
   var_name(c->name_of[a->var], buf);
-  text_puts(c->t, buf);
+  sbuf_puts(c->t, buf);
 }
 
 static bool holds_plan(Value *v) {
@@ -342,31 +302,31 @@ static bool holds_plan(Value *v) {
 }
 
 /* A parameter value without sub-plans, as JAX prints it. */
-static void put_value(Text *t, Value *v) {
+static void put_value(StrBuf *t, Value *v) {
   char buf[512];
   switch ((VType)v->type) {
-  case V_NONE: text_puts(t, "None"); return;
-  case V_STR: text_printf(t, "'%s'", str_cstr(v)); return;
-  case V_DTYPE: text_puts(t, dt_name(((DTypeVal *)v)->dtype)); return;
-  case V_PSPEC: pspec_str((PSpec *)v, buf, sizeof buf); text_puts(t, buf); return;
+  case V_NONE: sbuf_puts(t, "None"); return;
+  case V_STR: sbuf_printf(t, "'%s'", str_cstr(v)); return;
+  case V_DTYPE: sbuf_puts(t, dt_name(((DTypeVal *)v)->dtype)); return;
+  case V_PSPEC: pspec_str((PSpec *)v, buf, sizeof buf); sbuf_puts(t, buf); return;
   case V_MESH: {
     const Mesh *m = (const Mesh *)v;
     if (m->name) {
-      text_puts(t, m->name);
+      sbuf_puts(t, m->name);
       return;
     }
-    text_puts(t, "Mesh(");
-    for (int i = 0; i < m->naxes; i++) text_printf(t, "%s%s=%d", i ? ", " : "", m->axis_names[i], m->axis_sizes[i]);
-    text_puts(t, ")");
+    sbuf_puts(t, "Mesh(");
+    for (int i = 0; i < m->naxes; i++) sbuf_printf(t, "%s%s=%d", i ? ", " : "", m->axis_names[i], m->axis_sizes[i]);
+    sbuf_puts(t, ")");
     return;
   }
   case V_TUPLE:
-    text_puts(t, "(");
+    sbuf_puts(t, "(");
     for (size_t i = 0; i < tuple_len(v); i++) {
-      if (i) text_puts(t, ", ");
+      if (i) sbuf_puts(t, ", ");
       put_value(t, tuple_get(v, i));
     }
-    text_puts(t, tuple_len(v) == 1 ? ",)" : ")");
+    sbuf_puts(t, tuple_len(v) == 1 ? ",)" : ")");
     return;
   case V_ARRAY:
     if (AS_ARRAY(v)->ndim == 0) {
@@ -379,10 +339,10 @@ static void put_value(Text *t, Value *v) {
   Value *r = val_repr(v);
   if (!r) {
     err_clear();
-    text_puts(t, "?");
+    sbuf_puts(t, "?");
     return;
   }
-  text_puts(t, str_cstr(r));
+  sbuf_puts(t, str_cstr(r));
   val_decref(r);
 }
 
@@ -392,14 +352,14 @@ static void put_plan_param(PrintCtx *c, Value *v, int indent) {
     print_plan_at(c->t, c->names, AS_PLAN(v), indent);
     return;
   }
-  text_puts(c->t, "(\n");
+  sbuf_puts(c->t, "(\n");
   for (size_t i = 0; i < tuple_len(v); i++) {
-    text_indent(c->t, indent + 2);
+    sbuf_spaces(c->t, indent + 2);
     put_plan_param(c, tuple_get(v, i), indent + 2);
-    text_puts(c->t, "\n");
+    sbuf_puts(c->t, "\n");
   }
-  text_indent(c->t, indent);
-  text_puts(c->t, ")");
+  sbuf_spaces(c->t, indent);
+  sbuf_puts(c->t, ")");
 }
 
 static bool eqn_has_plans(const PlanEqn *e) {
@@ -412,46 +372,46 @@ static void put_params(PrintCtx *c, const PlanEqn *e, int indent) {
   const Params *ps = &e->params;
   if (!ps->n) return;
   if (!eqn_has_plans(e)) {
-    text_puts(c->t, "[");
+    sbuf_puts(c->t, "[");
     for (int i = 0; i < ps->n; i++) {
-      text_printf(c->t, "%s%s=", i ? " " : "", ps->p[i].name);
+      sbuf_printf(c->t, "%s%s=", i ? " " : "", ps->p[i].name);
       put_value(c->t, ps->p[i].value);
     }
-    text_puts(c->t, "]");
+    sbuf_puts(c->t, "]");
     return;
   }
-  text_puts(c->t, "[\n");
+  sbuf_puts(c->t, "[\n");
   for (int i = 0; i < ps->n; i++) {
-    text_indent(c->t, indent + 2);
-    text_printf(c->t, "%s=", ps->p[i].name);
+    sbuf_spaces(c->t, indent + 2);
+    sbuf_printf(c->t, "%s=", ps->p[i].name);
     if (holds_plan(ps->p[i].value)) put_plan_param(c, ps->p[i].value, indent + 2);
     else put_value(c->t, ps->p[i].value);
-    text_puts(c->t, "\n");
+    sbuf_puts(c->t, "\n");
   }
-  text_indent(c->t, indent);
-  text_puts(c->t, "]");
+  sbuf_spaces(c->t, indent);
+  sbuf_puts(c->t, "]");
 }
 
 static void put_eqn(PrintCtx *c, const PlanEqn *e, int indent) {
-  text_indent(c->t, indent);
+  sbuf_spaces(c->t, indent);
   for (int i = 0; i < e->nout; i++) {
-    if (i) text_puts(c->t, " ");
+    if (i) sbuf_puts(c->t, " ");
     if (c->used[e->out[i]]) {
       bind_var(c, e->out[i]);
     } else {
-      text_puts(c->t, "_:");
+      sbuf_puts(c->t, "_:");
       put_aval(c->t, &c->p->vars[e->out[i]]);
       put_named(c->t, plan_var_named(c->p, e->out[i]));
     }
   }
   /* an equation without results (debug_callback) prints as JAX's: no `=` */
-  text_printf(c->t, e->nout ? " = %s" : "%s", prim_table[e->prim].name);
+  sbuf_printf(c->t, e->nout ? " = %s" : "%s", prim_table[e->prim].name);
   put_params(c, e, indent);
   for (int i = 0; i < e->nin; i++) {
-    text_puts(c->t, " ");
+    sbuf_puts(c->t, " ");
     put_atom(c, &e->in[i]);
   }
-  text_puts(c->t, "\n");
+  sbuf_puts(c->t, "\n");
 }
 
 static void mark_used(const Plan *p, bool *used) {
@@ -463,17 +423,17 @@ static void mark_used(const Plan *p, bool *used) {
 }
 
 static void put_outs(PrintCtx *c) {
-  text_puts(c->t, "(");
+  sbuf_puts(c->t, "(");
   for (int i = 0; i < c->p->nout; i++) {
-    if (i) text_puts(c->t, ", ");
+    if (i) sbuf_puts(c->t, ", ");
     put_atom(c, &c->p->outs[i]);
   }
-  text_puts(c->t, c->p->nout == 1 ? ",)" : ")");
+  sbuf_puts(c->t, c->p->nout == 1 ? ",)" : ")");
 }
 
 /* Prints [p] whose `{` is at column [indent]: equations at indent + 4,
  * `in` at indent + 2. */
-static void print_plan_at(Text *t, Names *names, const Plan *p, int indent) {
+static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
   int n = p->nvars ? p->nvars : 1;
   PrintCtx c = {t, names, shm_malloc(sizeof(int) * (size_t)n), shm_calloc((size_t)n, 1), p};
   if (!c.name_of || !c.used) {
@@ -484,40 +444,40 @@ static void print_plan_at(Text *t, Names *names, const Plan *p, int indent) {
   }
   for (int i = 0; i < n; i++) c.name_of[i] = -1;
   mark_used(p, c.used);
-  text_puts(t, "{ lambda ");
+  sbuf_puts(t, "{ lambda ");
   for (int i = 0; i < p->nconst; i++) {
     bind_var(&c, p->constvars[i]);
-    text_puts(t, " ");
+    sbuf_puts(t, " ");
   }
-  text_puts(t, ";");
+  sbuf_puts(t, ";");
   for (int i = 0; i < p->nin; i++) {
-    text_puts(t, " ");
+    sbuf_puts(t, " ");
     bind_var(&c, p->invars[i]);
   }
   if (p->neqn == 0) {
-    text_puts(t, ". let  in ");
+    sbuf_puts(t, ". let  in ");
   } else {
-    text_puts(t, ". let\n");
+    sbuf_puts(t, ". let\n");
     for (int i = 0; i < p->neqn; i++) put_eqn(&c, &p->eqns[i], indent + 4);
-    text_indent(t, indent + 2);
-    text_puts(t, "in ");
+    sbuf_spaces(t, indent + 2);
+    sbuf_puts(t, "in ");
   }
   put_outs(&c);
-  text_puts(t, " }");
+  sbuf_puts(t, " }");
   shm_free(c.name_of);
   shm_free(c.used);
 }
 
 Value *plan_str(Plan *p) {
-  Text t = {0};
+  StrBuf t = {0};
   Names names = {0};
   print_plan_at(&t, &names, p, 0);
-  if (t.failed || !t.s) {
-    shm_free(t.s);
+  if (t.failed || !t.data) {
+    shm_free(t.data);
     return err_nomem();
   }
-  Value *s = str_new(t.s, t.len);
-  shm_free(t.s);
+  Value *s = str_new(t.data, t.len);
+  shm_free(t.data);
   return s;
 }
 
@@ -526,19 +486,19 @@ static Value *plan_repr(Value *v) { return plan_str(AS_PLAN(v)); }
 /* ==== attributes ============================================================ */
 
 static Value *avals_str(const Plan *p, bool outs) {
-  Text t = {0};
+  StrBuf t = {0};
   int n = outs ? p->nout : p->nin;
-  text_puts(&t, "(");
+  sbuf_puts(&t, "(");
   for (int i = 0; i < n; i++) {
     AVal a;
     if (outs) plan_atom_aval(p, &p->outs[i], &a);
     else a = p->vars[p->invars[i]];
-    if (i) text_puts(&t, ", ");
+    if (i) sbuf_puts(&t, ", ");
     put_aval(&t, &a);
   }
-  text_puts(&t, n == 1 ? ",)" : ")");
-  Value *s = t.failed ? err_nomem() : str_new(t.s, t.len);
-  shm_free(t.s);
+  sbuf_puts(&t, n == 1 ? ",)" : ")");
+  Value *s = t.failed ? err_nomem() : str_new(t.data, t.len);
+  shm_free(t.data);
   return s;
 }
 
