@@ -414,6 +414,14 @@ static int register_layers(int ndevices) {
   return dev_start(ndevices);
 }
 
+/* --trace FILE: each process writes its own file (trace_path). */
+static int write_trace(const char *file) {
+  char *path = trace_path(file, transport_rank());
+  int rc = path ? trace_write(path, transport_rank()) : (err_nomem(), -1);
+  shm_free(path);
+  return rc;
+}
+
 /* Under mpirun (LANGUAGE.md section 12): starts the transport, which gives
  * this process its share of the devices, and keeps the standard output
  * and error of process 0 only, since every process runs the whole
@@ -464,7 +472,7 @@ static int run_interpreter(const CmdLine *cl) {
   release_globals(globals);
   dbg_free();
   dev_stop();   /* the devices' timelines are complete from here on */
-  if (cl->trace && trace_write(cl->trace) < 0 && rc == 0) rc = report_error();
+  if (cl->trace && write_trace(cl->trace) < 0 && rc == 0) rc = report_error();
   if (cl->comm_stats) trace_comm_stats(stderr);
   tl_free();
   interp_free();

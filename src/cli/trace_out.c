@@ -10,6 +10,7 @@
 
 #include <json-c/json.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -18,6 +19,7 @@
 
 /* What the track walk carries: the events array and the first time. */
 typedef struct Out {
+  int pid;             /* the process's "pid" in the trace: its MPI rank + 1 */
   json_object *events;
   int64_t origin;
   long dropped;
@@ -32,7 +34,7 @@ static void push(Out *out, json_object *o) {
   }
 }
 
-static json_object *thread_name(int tid, const char *name) {
+static json_object *thread_name(int pid, int tid, const char *name) {
   json_object *o = json_object_new_object(), *args = json_object_new_object();
   if (!o || !args) {
     json_object_put(o);
@@ -42,13 +44,13 @@ static json_object *thread_name(int tid, const char *name) {
   json_object_object_add(args, "name", json_object_new_string(name));
   json_object_object_add(o, "name", json_object_new_string("thread_name"));
   json_object_object_add(o, "ph", json_object_new_string("M"));
-  json_object_object_add(o, "pid", json_object_new_int(1));
+  json_object_object_add(o, "pid", json_object_new_int(pid));
   json_object_object_add(o, "tid", json_object_new_int(tid));
   json_object_object_add(o, "args", args);
   return o;
 }
 
-static json_object *complete(int tid, const TlEvent *e, int64_t origin) {
+static json_object *complete(int pid, int tid, const TlEvent *e, int64_t origin) {
   json_object *o = json_object_new_object(), *args = json_object_new_object();
   if (!o || !args) {
     json_object_put(o);
@@ -62,7 +64,7 @@ static json_object *complete(int tid, const TlEvent *e, int64_t origin) {
   json_object_object_add(o, "ph", json_object_new_string("X"));
   json_object_object_add(o, "ts", json_object_new_double((double)(e->t0 - origin) / 1e3));
   json_object_object_add(o, "dur", json_object_new_double((double)(e->t1 - e->t0) / 1e3));
-  json_object_object_add(o, "pid", json_object_new_int(1));
+  json_object_object_add(o, "pid", json_object_new_int(pid));
   json_object_object_add(o, "tid", json_object_new_int(tid));
   json_object_object_add(o, "args", args);
   return o;
@@ -79,13 +81,13 @@ static void find_origin(int tid, const char *name, const TlEvent *ev, long n, lo
 static void add_track(int tid, const char *name, const TlEvent *ev, long n, long dropped,
                       void *ctx) {
   Out *out = ctx;
-  push(out, thread_name(tid, name));
-  for (long i = 0; i < n && !out->nomem; i++) push(out, complete(tid, &ev[i], out->origin));
+  push(out, thread_name(out->pid, tid, name));
+  for (long i = 0; i < n && !out->nomem; i++) push(out, complete(out->pid, tid, &ev[i], out->origin));
   out->dropped += dropped;
 }
 
-int trace_write(const char *path) {
-  Out out = {.events = json_object_new_array(), .origin = INT64_MAX};
+int trace_write(const char *path, int process) {
+  Out out = {.pid = process + 1, .events = json_object_new_array(), .origin = INT64_MAX};
   json_object *root = json_object_new_object(), *other = json_object_new_object();
   int rc = -1;
   if (!out.events || !root || !other) goto done;
@@ -108,6 +110,16 @@ done:
   json_object_put(other);
   json_object_put(root);
   return rc;
+}
+
+char *trace_path(const char *path, int process) {
+  if (process == 0) return shm_strdup(path);
+  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+  size_t stem = dot && dot > (slash ? slash + 1 : path) ? (size_t)(dot - path) : strlen(path);
+  size_t cap = strlen(path) + 16;
+  char *p = shm_malloc(cap);
+  if (p) snprintf(p, cap, "%.*s.%d%s", (int)stem, path, process, path + stem);
+  return p;
 }
 
 /* ---- the communication table --------------------------------------------- */

@@ -16,6 +16,7 @@
 #include "lang/eval.h"
 #include "base/mem.h"
 #include "base/timeline.h"
+#include "spmd/transport.h"
 
 /* Stack for a device thread: the evaluator recurses on it. */
 #define DEV_STACK_BYTES (16u << 20)
@@ -148,9 +149,10 @@ static void *device_main(void *arg) {
   Device *d = arg;
   tls_on_device = true;
   if (tl_tracing() || tl_counting()) {   /* its own track on the timeline */
-    char name[32];
-    snprintf(name, sizeof name, "device %d", d->id);
-    tl_thread(1 + d->id, name);
+    char name[32];   /* the mesh's device number: across processes, this one's first is
+                        rank * its device count */
+    snprintf(name, sizeof name, "device %d", d->id + transport_rank() * pool.n);
+    tl_thread(1 + d->id + transport_rank() * pool.n, name);
   }
   pthread_mutex_lock(&pool.lock);
   for (;;) {

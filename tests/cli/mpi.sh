@@ -6,7 +6,8 @@
 # try/except on every process, each run in one process and under
 # `mpirun -np 2` and `-np 4`: the same output, the same error line and
 # exit status, within seconds, never a hang.  Also: a device count the
-# processes do not divide, and the debugger, are refused with a message.
+# processes do not divide, and the debugger, are refused with a message;
+# --trace writes one file per process.
 # A build without MPI says so when started as one of several processes.
 set -u
 shmap=$(cd "$(dirname "${1:?usage: mpi.sh SHMAP}")" && pwd)/$(basename "$1")
@@ -52,4 +53,23 @@ grep -q "cannot be split evenly over 3 processes" <<<"$out" || fail "4 over 3: n
 out=$(mpi 2 "$shmap" --devices 4 --debug -c 'print("ran")' 2>&1 </dev/null); status=$?
 [ "$status" -ne 0 ] || fail "--debug under mpirun ran"
 grep -q "need one process" <<<"$out" || fail "--debug: no message: $out"
+
+# --trace: each process writes its own devices' timeline, to its own file
+tdir=$(mktemp -d)
+printf '%s\n' 'mesh m(i=4)' "shard_map f(x: P('i')) -> P('i') on m:" "    return psum(x, 'i')" \
+  'print(f(ones(4)))' >"$tdir/p.shm"
+out=$(mpi 2 "$shmap" --devices 4 --trace "$tdir/t.json" "$tdir/p.shm" 2>&1) ||
+  fail "--trace under mpirun failed: $out"
+[ "$out" = "[4. 4. 4. 4.]" ] || fail "--trace under mpirun: output $out"
+if command -v python3 >/dev/null; then
+  python3 - "$tdir" <<'PY' || fail "--trace under mpirun: the files are not one timeline per process"
+import json, sys
+for p, f, devs in [(1, "t.json", {"device 0", "device 1"}), (2, "t.1.json", {"device 2", "device 3"})]:
+    ev = json.load(open(sys.argv[1] + "/" + f))["traceEvents"]
+    names = {e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert devs <= names and not ({"device 0", "device 1", "device 2", "device 3"} - devs) & names, (f, names)
+    assert {e["pid"] for e in ev} == {p}, f
+PY
+fi
+rm -rf "$tdir"
 exit 0
