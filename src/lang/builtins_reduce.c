@@ -72,15 +72,6 @@ static int red_bind(const char *fname, const CallArgs *a, RedArgs *r, bool with_
   return 0;
 }
 
-/* The error of a reduction that takes no named axes, given some. */
-static int red_unnamed(RedArgs *r, const char *fname) {
-  if (!r->names) return 0;
-  val_decref(r->names);
-  val_decref(r->x);
-  err_set(ERR_NOT_IMPLEMENTED, "%s over named axes is not implemented", fname);
-  return -1;
-}
-
 /* [x] reduced as [id] over [r]'s positions; [x] itself when [r] names
  * axes and gives no position (red_named reduces the names). */
 static Value *red_pos(PrimId id, Value *x, RedArgs *r, bool keepdims) {
@@ -152,14 +143,15 @@ static Value *max_like(const char *fname, const CallArgs *a, PrimId id) {
 Value *bi_jnp_max(const CallArgs *a) { return max_like("max", a, P_REDUCE_MAX); }
 Value *bi_jnp_min(const CallArgs *a) { return max_like("min", a, P_REDUCE_MIN); }
 
-/* all and any: reduce_and / reduce_or of the bools. */
+/* all and any: reduce_and / reduce_or of the bools; over named axes the
+ * minimum / maximum of the bools, which they are. */
 static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
   RedArgs r;
-  if (red_bind(fname, a, &r, false) < 0 || red_unnamed(&r, fname) < 0) return NULL;
+  if (red_bind(fname, a, &r, false) < 0) return NULL;
   Value *b = ops_convert(r.x, DT_BOOL, false);
-  Value *res = b ? ops_reduce(id, b, r.naxes, r.axes, r.keepdims) : NULL;
+  Value *res = b ? red_pos(id, b, &r, r.keepdims) : NULL;
   bi_drop(b, r.x, NULL, NULL);
-  return res;
+  return red_named(&r, res, id == P_REDUCE_AND ? P_REDUCE_MIN : P_REDUCE_MAX, NULL);
 }
 
 static Value *bi_all(const CallArgs *a) { return all_like("all", a, P_REDUCE_AND); }
@@ -173,15 +165,6 @@ static Value *mean_sum(Value *x, RedArgs *r, bool keepdims) {
   Value *s = f ? red_pos(P_REDUCE_SUM, f, r, keepdims) : NULL;
   if (f) val_decref(f);
   return s;
-}
-
-/* The mean of [x] over [r]'s positional axes in float (sum, then divide by
- * count). */
-static Value *mean_of(Value *x, RedArgs *r, bool keepdims) {
-  Value *s = mean_sum(x, r, keepdims);
-  Value *m = s ? bi_bin_const(P_DIV, s, (double)red_count(r)) : NULL;
-  if (s) val_decref(s);
-  return m;
 }
 
 /* mean over positions and names: the sum over all of them divided once by
@@ -198,35 +181,51 @@ static Value *bi_mean(const CallArgs *a) {
   return m;
 }
 
-/* var: mean of squared deviations, divided by N - ddof. */
+/* The sum of [x] over [r]'s positions ([kd]: keepdims) and named axes
+ * (which [r] keeps); *count gets the elements summed per result. */
+static Value *sum_pos_names(Value *x, RedArgs *r, bool kd, int64_t *count) {
+  int64_t nsize = 1;
+  Value *s = red_pos(P_REDUCE_SUM, x, r, kd), *t = s;
+  if (s && r->names) {
+    t = ops_named_reduce(P_REDUCE_SUM, s, r->names, &nsize);
+    val_decref(s);
+  }
+  *count = red_count(r) * nsize;
+  return t;
+}
+
+/* var: mean of squared deviations, divided by N - ddof; over positions
+ * and named axes (the mean broadcasts back by name, as jnp.var in xmap). */
 static Value *var_of(RedArgs *r) {
   AVal av = bi_aval(r->x);
   DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
+  int64_t n;
   Value *f = ops_convert(r->x, t, av.weak);
-  Value *m = f ? mean_of(f, r, true) : NULL;
+  Value *ms = f ? sum_pos_names(f, r, true, &n) : NULL;
+  Value *m = ms ? bi_bin_const(P_DIV, ms, (double)n) : NULL;
   Value *c = m ? bi_bin(P_SUB, f, m) : NULL;
   Value *sq = c ? bi_bin(P_MUL, c, c) : NULL;
-  Value *s = sq ? ops_reduce(P_REDUCE_SUM, sq, r->naxes, r->axes, r->keepdims) : NULL;
-  Value *v = s ? bi_bin_const(P_DIV, s, (double)(red_count(r) - r->ddof)) : NULL;
-  bi_drop(f, m, c, sq);
-  val_decref(s);
+  Value *s = sq ? sum_pos_names(sq, r, r->keepdims, &n) : NULL;
+  Value *v = s ? bi_bin_const(P_DIV, s, (double)(n - r->ddof)) : NULL;
+  bi_drop(f, ms, m, c);
+  bi_drop(sq, s, NULL, NULL);
   return v;
 }
 
 static Value *bi_var(const CallArgs *a) {
   RedArgs r;
-  if (red_bind("var", a, &r, true) < 0 || red_unnamed(&r, "var") < 0) return NULL;
+  if (red_bind("var", a, &r, true) < 0) return NULL;
   Value *v = var_of(&r);
-  val_decref(r.x);
+  bi_drop(r.x, r.names, NULL, NULL);
   return v;
 }
 
 static Value *bi_std(const CallArgs *a) {
   RedArgs r;
-  if (red_bind("std", a, &r, true) < 0 || red_unnamed(&r, "std") < 0) return NULL;
+  if (red_bind("std", a, &r, true) < 0) return NULL;
   Value *v = var_of(&r);
   Value *s = v ? ops_unary_prim(P_SQRT, v) : NULL;
-  bi_drop(v, r.x, NULL, NULL);
+  bi_drop(v, r.x, r.names, NULL);
   return s;
 }
 
