@@ -1539,50 +1539,103 @@ static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_dev
 
 static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
 
-/* A collective's header.  On the wire its descriptor stops after the
- * dims in use (desc.dims is the last field: a descriptor is ~1.9 KB, its
- * used part ~0.3), the sender's participants follow (x_ranks), then
- * (x_exchange) their operands when these total at most
- * COLL_XINLINE_BYTES: a small collective is one message each way. */
+/* A collective's header as read (x_header_read): the sender's
+ * participants and operands point into the message. */
 typedef struct XHeader {
   long seq;
   int first, nloc;                /* the group's first participant; the sender's count */
-  int inline_bytes;               /* bytes of operands at x_payload, or 0:
+  int inline_bytes;               /* bytes of operands at payload, or 0:
                                      they come as a data message */
-  CollDesc desc;                  /* truncated: read no dims past desc.ndims */
+  const int *ranks;               /* [nloc] the sender's participants, in participant order */
+  const char *payload;
+  CollDesc desc;                  /* dims past desc.ndims not set */
 } XHeader;
+
+/* A header on the wire: XWire, the descriptor's dims in use (int64_t
+ * each), the sender's participants (int each), the descriptor's
+ * parameters with their NUL, zeros to a multiple of 8 bytes (so every
+ * field is aligned in the mailbox's copy), then (x_exchange) the
+ * operands when these total at most COLL_XINLINE_BYTES: a small
+ * collective is one message each way.  Only what is in use travels (a
+ * CollDesc is ~1.9 KB): a psum of one float is ~150 bytes, which Open
+ * MPI sends inline (up to 256), with no request to complete. */
+typedef struct XWire {
+  int64_t seq;
+  int32_t first, nloc, inline_bytes;
+  int32_t kind, naxes, line, nin, ndims, params_len;
+  int32_t axes[DEV_MAX_AXES];
+  signed char dtype[COLL_MAX_IN], ndim[COLL_MAX_IN];
+} XWire;
 
 #define COLL_XINLINE_BYTES 1024
 
-/* The bytes of a header up to the end of its descriptor's used dims. */
-static size_t x_desc_end(const XHeader *h) {
-  return offsetof(XHeader, desc) + offsetof(CollDesc, dims) +
-         sizeof(int64_t) * (size_t)h->desc.ndims;
+/* The longest header of a sender of [nloc] participants. */
+static size_t x_wire_cap(int nloc) {
+  return sizeof(XWire) + sizeof(int64_t) * COLL_MAX_IN * SHM_MAXDIM + COLL_PARAMS_CAP +
+         sizeof(int) * (size_t)nloc + 8 + COLL_XINLINE_BYTES;
 }
 
-/* [nloc] the sender's participants, in participant order. */
-static int *x_ranks(const XHeader *h) { return (int *)((char *)h + x_desc_end(h)); }
-
-/* Where a header's operands start (16-byte aligned, as the mailbox keeps
- * a message's data); the header's length without them. */
-static size_t x_payload(const XHeader *h) {
-  return (x_desc_end(h) + sizeof(int) * (size_t)h->nloc + 15) & ~(size_t)15;
+/* Writes the header of collective [c] for this process's participants
+ * [lc], with [inline_bytes] of operands to follow, into [buf]
+ * (x_wire_cap(lc->n) bytes).  Returns where the operands go: the
+ * header's length without them. */
+static size_t x_header_pack(char *buf, const Call *c, const Call *lc, int inline_bytes) {
+  const CollDesc *d = &c->desc;
+  XWire w = {c->seq, c->peers[0], lc->n, inline_bytes, d->kind, d->naxes, d->line, d->nin,
+             d->ndims, (int32_t)strlen(d->params) + 1, {0}, {0}, {0}};
+  memcpy(w.axes, d->axes, sizeof(int) * (size_t)d->naxes);
+  memcpy(w.dtype, d->dtype, (size_t)d->nin);
+  memcpy(w.ndim, d->ndim, (size_t)d->nin);
+  char *p = buf;
+  memcpy(p, &w, sizeof w);
+  p += sizeof w;
+  memcpy(p, d->dims, sizeof(int64_t) * (size_t)d->ndims);
+  p += sizeof(int64_t) * (size_t)d->ndims;
+  memcpy(p, lc->peers, sizeof(int) * (size_t)lc->n);
+  p += sizeof(int) * (size_t)lc->n;
+  memcpy(p, d->params, (size_t)w.params_len);
+  p += w.params_len;
+  size_t len = ((size_t)(p - buf) + 7) & ~(size_t)7;
+  memset(p, 0, len - (size_t)(p - buf));
+  return len;
 }
 
-/* A header buffer for [nloc] participants and inline operands
- * (zeroed; shm_free), or NULL. */
-static XHeader *x_header_alloc(int nloc) {
-  return shm_calloc(1, sizeof(XHeader) + sizeof(int) * (size_t)nloc + 16 + COLL_XINLINE_BYTES);
-}
-
-/* Fills header [h] of collective [c] for this process's participants [lc]. */
-static void x_header_fill(XHeader *h, const Call *c, const Call *lc) {
-  h->seq = c->seq;
-  h->first = c->peers[0];
-  h->nloc = lc->n;
-  h->inline_bytes = 0;
-  memcpy(&h->desc, &c->desc, offsetof(CollDesc, dims) + sizeof(int64_t) * (size_t)c->desc.ndims);
-  memcpy(x_ranks(h), lc->peers, sizeof(int) * (size_t)lc->n);
+/* Reads header message [m] into [h] (pointing into m, which must outlive
+ * it): 0, or -1 with the error set when its lengths do not add up. */
+static int x_header_read(const TransportMsg *m, XHeader *h) {
+  XWire w;
+  if (m->len < sizeof w) goto bad;
+  memcpy(&w, m->data, sizeof w);
+  if (w.naxes < 0 || w.naxes > DEV_MAX_AXES || w.nin < 0 || w.nin > COLL_MAX_IN ||
+      w.ndims < 0 || w.ndims > COLL_MAX_IN * SHM_MAXDIM || w.params_len < 1 ||
+      w.params_len > COLL_PARAMS_CAP || w.nloc < 1 || w.inline_bytes < 0)
+    goto bad;
+  size_t ranks = sizeof w + sizeof(int64_t) * (size_t)w.ndims;
+  size_t params = ranks + sizeof(int) * (size_t)w.nloc, end = params + (size_t)w.params_len;
+  size_t payload = (end + 7) & ~(size_t)7;
+  if (payload + (size_t)w.inline_bytes > m->len || m->data[end - 1] != 0) goto bad;
+  /* field by field: a compound literal would clear all of desc (~1.9 KB) */
+  h->seq = w.seq;
+  h->first = w.first;
+  h->nloc = w.nloc;
+  h->inline_bytes = w.inline_bytes;
+  h->ranks = (const int *)(m->data + ranks);
+  h->payload = m->data + payload;
+  CollDesc *d = &h->desc;
+  d->kind = w.kind;
+  d->naxes = w.naxes;
+  memcpy(d->axes, w.axes, sizeof d->axes);
+  d->line = w.line;
+  d->nin = w.nin;
+  d->ndims = w.ndims;
+  memcpy(d->dtype, w.dtype, sizeof d->dtype);
+  memcpy(d->ndim, w.ndim, sizeof d->ndim);
+  memcpy(d->dims, m->data + sizeof w, sizeof(int64_t) * (size_t)w.ndims);
+  memcpy(d->params, m->data + params, (size_t)w.params_len);
+  return 0;
+bad:
+  return err_set(ERR_COLLECTIVE, "a malformed collective header from process %d", m->source),
+         -1;
 }
 
 /* The tag key of collective #seq of the group whose first participant is
@@ -1617,15 +1670,19 @@ typedef struct XConflict {
 static bool x_find_conflict(TransportMsg *m, void *arg) {
   XConflict *x = arg;
   const Call *c = x->c;
-  const XHeader *h = (const XHeader *)m->data;
   if (x->rank >= 0 || m->source != x->proc || ((m->tag >> 29) & 1) != c->g->parity) return false;
-  if (h->seq < c->seq || (h->seq == c->seq && h->first == c->peers[0])) return false;
-  for (int i = 0; i < h->nloc; i++)
+  XHeader h;
+  if (x_header_read(m, &h) < 0) {
+    err_clear();   /* not a conflict found; its waiter reports it */
+    return false;
+  }
+  if (h.seq < c->seq || (h.seq == c->seq && h.first == c->peers[0])) return false;
+  for (int i = 0; i < h.nloc; i++)
     for (int q = 0; q < c->n; q++)
-      if (c->peers[q] == x_ranks(h)[i]) {
-        x->rank = x_ranks(h)[i];
-        memcpy(&x->desc, &h->desc, x_desc_end(h) - offsetof(XHeader, desc));
-        x->later = h->seq > c->seq;
+      if (c->peers[q] == h.ranks[i]) {
+        x->rank = h.ranks[i];
+        x->desc = h.desc;
+        x->later = h.seq > c->seq;
         return false;
       }
   return false;
@@ -1676,15 +1733,34 @@ static int x_check(const Call *c, int proc, int tag, bool data) {
   return mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }
 
-/* Waits for process [proc]'s header of collective [c]. */
+/* The longest header any process sends in group [g], which a receive
+ * posted for one must hold: a sender lists at most its own devices (as
+ * many as this process's pool), or the mesh's. */
+static size_t x_header_cap(const CollGroup *g) {
+  int n = dev_count();
+  return x_wire_cap(n > g->mesh.ndevices ? n : g->mesh.ndevices);
+}
+
+/* Waits for process [proc]'s header of collective [c], through a receive
+ * posted for it (transport_expect): a turn of the wait is an MPI_Test,
+ * not a probe. */
 static TransportMsg *x_wait_header(const Call *c, int proc, int tag) {
+  TransportExpect *e = transport_expect(proc, tag, x_header_cap(c->g));
   for (unsigned i = 0;; i++) {
-    transport_poll();
-    TransportMsg *m = transport_take(proc, tag);
+    TransportMsg *m;
+    if (e) {
+      m = transport_expect_take(e);
+    } else {
+      transport_poll();
+      m = transport_take(proc, tag);
+    }
     if (m) return m;
     /* the checks lock the group and scan the mailbox: not at every turn of
      * a wait that usually ends within microseconds */
-    if (i % 64 == 63 && x_check(c, proc, tag, false) < 0) return NULL;
+    if (i % 64 == 63 && x_check(c, proc, tag, false) < 0) {
+      transport_expect_cancel(e);
+      return NULL;
+    }
     if (i >= 256) sched_yield();
   }
 }
@@ -1728,7 +1804,7 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
   const Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
-    while (q < c->n && c->peers[q] != x_ranks(h)[i]) q++;
+    while (q < c->n && c->peers[q] != h->ranks[i]) q++;
     if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
                                   "sent operands for devices outside this group"), -1;
     if (me->xgather) {   /* x_gather: into the result (one operand) */
@@ -1755,7 +1831,7 @@ static int x_unpack(const XHeader *h, const TransportIov *iov, int k) {
   if (total != (size_t)h->inline_bytes)
     return err_set(ERR_VALUE, "a message of %d bytes where %zu were expected",
                    h->inline_bytes, total), -1;
-  const char *p = (const char *)h + x_payload(h);
+  const char *p = h->payload;
   for (int i = 0; i < k; p += iov[i].len, i++) memcpy(iov[i].base, p, iov[i].len);
   return k;
 }
@@ -1766,12 +1842,13 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
   for (int i = 0; i < np; i++) {
     TransportMsg *m = x_wait_header(c, procs[i], tag);
     if (!m) return -1;
-    const XHeader *h = (const XHeader *)m->data;
-    int k = desc_equal(&h->desc, &c->desc)
-                ? x_proxies(c, h, tab, iov)
-                : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
-    if (k >= 0 && h->inline_bytes) {
-      k = x_unpack(h, iov, k);
+    XHeader h;
+    int k = x_header_read(m, &h) < 0 ? -1
+            : desc_equal(&h.desc, &c->desc)
+                ? x_proxies(c, &h, tab, iov)
+                : mismatch_error(c->g, c->rank, &c->desc, h.ranks[0], &h.desc);
+    if (k >= 0 && h.inline_bytes) {
+      k = x_unpack(&h, iov, k);
       transport_msg_free(m);
       if (k < 0) return -1;
       continue;
@@ -1806,25 +1883,24 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   /* the rest on the stack (16 MiB, DEV_STACK_BYTES): a small collective's
    * time is mostly such overheads */
   Array *copies[lc->n * nin + 1];
-  TransportIov iov[n * nin + 1];
+  /* iov[0] the header, then this process's operands, then (x_receive)
+   * the pieces to receive the others' into */
+  TransportIov iov[n * nin + 2];
   void *reqs[2 * np + 1];
-  _Alignas(16) char hbuf[sizeof(XHeader) + sizeof(int) * (size_t)lc->n + 16 + COLL_XINLINE_BYTES];
-  XHeader *h = (XHeader *)hbuf;
+  char hbuf[x_wire_cap(lc->n)];
   memset(copies, 0, sizeof copies);
-  memset(h, 0, sizeof(XHeader));
   me->xin = tab;
   me->xn = n;
   me->xnin = nin;
   if (!tab) return err_nomem(), -1;
   int k = 0;
-  x_header_fill(h, c, lc);
   for (int q = 0; q < n && k % nin == 0; q++) {
     if (!x_local(g, c->peers[q])) continue;
     for (int j = 0; j < nin; j++, k++) {
       Array *a = g->slots[c->peers[q]].in[j];
       tab[q * nin + j] = a;
       if (!a->contiguous && a->ndim > 0 && !(a = copies[k] = arr_contiguous(a))) break;
-      iov[k] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
+      iov[1 + k] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
   }
   int ncopies = lc->n * nin;
@@ -1833,22 +1909,21 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
     return -1;
   }
   int key = x_key(g, c->seq, c->peers[0]);
-  TransportIov hv = {h, x_payload(h)};
   size_t total = 0;
-  for (int i = 0; i < k; i++) total += iov[i].len;
-  if (total <= COLL_XINLINE_BYTES) {   /* the operands ride in the header */
-    char *p = (char *)h + x_payload(h);
-    for (int i = 0; i < k; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
-    h->inline_bytes = (int)total;
-    hv.len += total;
-  }
+  for (int i = 1; i <= k; i++) total += iov[i].len;
+  /* the operands ride in the header (one message, gathered by the
+   * transport) when small; none (empty arrays) still come as a data
+   * message, as the header's inline_bytes 0 says */
+  bool inl = total > 0 && total <= COLL_XINLINE_BYTES;
+  iov[0] = (TransportIov){hbuf, x_header_pack(hbuf, c, lc, inl ? (int)total : 0)};
   for (int i = 0; i < np; i++) {
-    reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
-    reqs[2 * i + 1] = h->inline_bytes ? NULL
-                      : transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
+    reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), iov,
+                                  inl ? 1 + k : 1);
+    reqs[2 * i + 1] = inl ? NULL
+                          : transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov + 1, k);
   }
-  /* the pieces of this process's operands are in iov[0..k); receive after them */
-  int rc = x_receive(c, procs, np, tab, iov + k);
+  /* the pieces of this process's operands are in iov[1..k]; receive after them */
+  int rc = x_receive(c, procs, np, tab, iov + 1 + k);
   x_wait_sends(c, reqs, 2 * np, rc);
   for (int i = 0; i < lc->n * nin; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
   return rc;
@@ -2630,7 +2705,10 @@ static Array *peer_out(const Call *c, int q) {
  * participant order (the same bits everywhere), saving the barrier that
  * splitting the work needs; a barrier costs more than the arithmetic.
  * Strided fallback for outputs that are not contiguous. */
+static bool fold_flat(const Call *c, const RedArg *r);
+
 static void fold_all(const Call *c, const RedArg *r) {
+  if (fold_flat(c, r)) return;
   View dst, src;
   view_of(&dst, c->out[0]);
   for (int q = 0; q < c->n; q++) {
@@ -2640,6 +2718,30 @@ static void fold_all(const Call *c, const RedArg *r) {
     else
       view_each2(&dst, &src, inner_reduce, r);
   }
+}
+
+/* Whether [a] is a run of memory apart from the [bytes] at [o]. */
+static bool flat_apart(const Array *a, const char *o, size_t bytes) {
+  const char *p = arr_data(a);
+  return (a->contiguous || a->ndim == 0) &&
+         (p + (size_t)a->size * dt_size(a->dtype) <= o || o + bytes <= p);
+}
+
+/* fold_all when the output and every operand are runs of memory apart
+ * from each other: the contiguous folds (red_first, red_next: the same
+ * bits as the views' inner_reduce) without setting up views, which is
+ * most of a small collective's fold.  False when it does nothing. */
+static bool fold_flat(const Call *c, const RedArg *r) {
+  Array *out = c->out[0];
+  char *o = arr_data(out);
+  int64_t n = out->size;
+  size_t bytes = (size_t)n * dt_size(out->dtype);
+  if (c->n < 2 || !(out->contiguous || out->ndim == 0)) return false;
+  for (int q = 0; q < c->n; q++)
+    if (!flat_apart(peer_in(c, q, 0), o, bytes) || peer_in(c, q, 0)->size != n) return false;
+  red_first(r, o, arr_data(peer_in(c, 0, 0)), arr_data(peer_in(c, 1, 0)), n);
+  for (int q = 2; q < c->n; q++) red_next(r, o, arr_data(peer_in(c, q, 0)), n);
+  return true;
 }
 
 /* Strided fallback of fast_reduce: reduce-scatter into the own output,
@@ -2956,7 +3058,7 @@ typedef struct XReduce {
                                      process's chunk */
   char *scratch;                  /* received pieces */
   size_t scratch_bytes;
-  XHeader *h;                     /* the header sent */
+  char *h;                        /* the header sent (x_wire_cap) */
   void **reqs;                    /* [2 * np]: pieces sent, then the chunk sent */
   int nreqs;
 } XReduce;
@@ -2973,9 +3075,7 @@ static void x_reduce_send(XReduce *s, const Call *lc) {
   const Call *c = s->c;
   int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
   int key = x_key(c->g, c->seq, c->peers[0]);
-  XHeader *h = s->h;
-  x_header_fill(h, c, lc);
-  TransportIov hv = {h, x_payload(h)}, iov[c->n];
+  TransportIov hv = {s->h, x_header_pack(s->h, c, lc, 0)}, iov[c->n];
   for (int k = 0; k < s->x.np; k++) {
     if (k == s->x.me) continue;
     int64_t lo = s->x.lo[k], len = s->x.lo[k + 1] - lo;
@@ -3003,9 +3103,10 @@ static int x_reduce_gather(XReduce *s) {
     }
     TransportMsg *hm = x_wait_header(c, p, transport_tag(TRANSPORT_HEADER, key));
     if (!hm) return -1;
-    const XHeader *h = (const XHeader *)hm->data;
-    int rc = desc_equal(&h->desc, &c->desc)
-                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, x_ranks(h)[0], &h->desc);
+    XHeader h;
+    int rc = x_header_read(hm, &h) < 0 ? -1
+             : desc_equal(&h.desc, &c->desc)
+                 ? 0 : mismatch_error(c->g, c->rank, &c->desc, h.ranks[0], &h.desc);
     transport_msg_free(hm);
     if (rc < 0) return -1;
     TransportIov iov[c->n];
@@ -3072,7 +3173,7 @@ static int x_reduce(const Call *c, const Call *lc, const void *arg) {
   s.reqs = shm_calloc((size_t)(3 * s.x.np), sizeof(void *));
   s.scratch_bytes = chunk * (size_t)n + 1;
   s.scratch = shm_buf_alloc(s.scratch_bytes);
-  s.h = x_header_alloc(lc->n);
+  s.h = shm_malloc(x_wire_cap(lc->n));
   int rc = me->xres && s.op && s.copies && s.from && s.reqs && s.scratch && s.h
                ? 0 : (err_nomem(), -1);
   for (int q = 0; rc == 0 && q < n; q++) {
@@ -3655,11 +3756,10 @@ typedef struct XA2A {
 
 /* Sends the header, then to each other process procs[i] the slices its
  * participants take of this process's operands (local participant-major). */
-static int x_a2a_send(XA2A *s, const Call *lc, XHeader *h, const int *procs, int np) {
+static int x_a2a_send(XA2A *s, const Call *lc, char *h, const int *procs, int np) {
   const Call *c = s->c;
   int key = x_key(c->g, c->seq, c->peers[0]), pos[c->n];
-  x_header_fill(h, c, lc);
-  TransportIov hv = {h, x_payload(h)};
+  TransportIov hv = {h, x_header_pack(h, c, lc, 0)};
   for (int i = 0; i < np; i++) {
     int m = x_positions(c, procs[i], pos), k = 0;
     TransportIov iov[lc->n * m + 1];
@@ -3698,11 +3798,15 @@ static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
   int key = x_key(c->g, c->seq, c->peers[0]);
   TransportMsg *m = x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
   if (!m) return -1;
-  const XHeader *h = (const XHeader *)m->data;
-  int nr = h->nloc, rs[nr > 0 ? nr : 1], k = 0;
-  memcpy(rs, x_ranks(h), sizeof(int) * (size_t)nr);
-  int rc = desc_equal(&h->desc, &c->desc)
-               ? 0 : mismatch_error(c->g, c->rank, &c->desc, rs[0], &h->desc);
+  XHeader h;
+  if (x_header_read(m, &h) < 0) {
+    transport_msg_free(m);
+    return -1;
+  }
+  int nr = h.nloc, rs[nr], k = 0;
+  memcpy(rs, h.ranks, sizeof(int) * (size_t)nr);
+  int rc = desc_equal(&h.desc, &c->desc)
+               ? 0 : mismatch_error(c->g, c->rank, &c->desc, rs[0], &h.desc);
   transport_msg_free(m);
   if (rc < 0) return -1;
   TransportIov iov[nr * lc->n + 1];
@@ -3756,7 +3860,7 @@ static int x_a2a(const Call *c, const Call *lc, const void *arg) {
   s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
   s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
   s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
-  XHeader *h = x_header_alloc(lc->n);
+  char *h = shm_malloc(x_wire_cap(lc->n));
   me->xin = s.tab;
   me->xn = n;
   me->xnin = 1;

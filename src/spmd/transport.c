@@ -3,6 +3,7 @@
  */
 #include "spmd/transport.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,12 @@ void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
 void transport_drop_data(int mask, int value) { (void)mask, (void)value; }
 void transport_poll(void) {}
 TransportMsg *transport_take(int source, int tag) { (void)source, (void)tag; return NULL; }
+TransportExpect *transport_expect(int source, int tag, size_t cap) {
+  (void)source, (void)tag, (void)cap;
+  return NULL;
+}
+TransportMsg *transport_expect_take(TransportExpect *e) { (void)e; return NULL; }
+void transport_expect_cancel(TransportExpect *e) { (void)e; }
 bool transport_has(int source, int tag) { (void)source, (void)tag; return false; }
 bool transport_has_data(int source, int tag) { (void)source, (void)tag; return false; }
 void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) {
@@ -109,6 +116,33 @@ typedef struct Pending {
 static pthread_mutex_t box_lock = PTHREAD_MUTEX_INITIALIZER;
 static TransportMsg *small_head, **small_tail = &small_head;
 static Pending *data_head, **data_tail = &data_head;
+
+/* A posted receive of one small message (transport_expect).  Those not
+ * yet complete are on the list [expects] (under box_lock), in the order
+ * posted; handles given back wait on [spare_expects] for the next
+ * wait, with their buffers (no allocation of a few KiB at each one). */
+struct TransportExpect {
+  TransportExpect *next;
+  int source, tag;
+  bool posted;                  /* on [expects], its receive pending */
+  MPI_Request req;
+  size_t cap;
+  char buf[];                   /* cap bytes: what the receive gets */
+};
+static TransportExpect *expects, *spare_expects;
+
+/* A small message sent from the transport's copy (send_copy), until its
+ * send completes.  The pending ones are on the list [copies], oldest
+ * first; copy_lock guards the list and ncopies (not box_lock, which is
+ * held while large messages are received).  Never taken with box_lock. */
+typedef struct CopySend {
+  struct CopySend *next;
+  MPI_Request req;
+  char data[];
+} CopySend;
+static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
+static CopySend *copies, **copies_tail = &copies;
+static int ncopies;
 
 int transport_init(int ndevices) {
   long procs = launched_procs();
@@ -169,9 +203,18 @@ int transport_departed(int p, int tag, const char *what) {
   return -1;
 }
 
+static void reap_copies(bool wait);
+
 void transport_finalize(void) {
   if (comm == MPI_COMM_NULL) return;
   transport_clear(0, 0);
+  pthread_mutex_lock(&copy_lock);
+  reap_copies(true);   /* the last small sends (a BYE) complete before the end */
+  pthread_mutex_unlock(&copy_lock);
+  for (TransportExpect *e; (e = spare_expects);) {
+    spare_expects = e->next;
+    shm_free(e);
+  }
   MPI_Comm_free(&comm);
   MPI_Finalize();
 }
@@ -198,7 +241,54 @@ static MPI_Datatype pieces_type(const TransportIov *iov, int niov) {
   return t;
 }
 
+/* Beyond this many sends pending from copies a sender waits for the oldest
+ * (a peer that stopped receiving must not make this process's memory grow). */
+#define COPY_SENDS_MAX 256
+
+/* Frees the copies whose sends have completed, oldest first, stopping at
+ * the first pending one; with [wait] also waits for that one (copy_lock
+ * held). */
+static void reap_copies(bool wait) {
+  while (copies) {
+    int done = 1;
+    if (wait)
+      MPI_Wait(&copies->req, MPI_STATUS_IGNORE);
+    else
+      MPI_Test(&copies->req, &done, MPI_STATUS_IGNORE);
+    if (!done) return;
+    CopySend *c = copies;
+    if (!(copies = c->next)) copies_tail = &copies;
+    ncopies--;
+    shm_free(c);
+  }
+}
+
+/* Sends [total] bytes of [iov] from a copy (a small message): false when
+ * out of memory. */
+static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
+  CopySend *c = shm_malloc(sizeof *c + total + 1);
+  if (!c) return false;
+  char *p = c->data;
+  for (int i = 0; i < niov; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
+  c->next = NULL;
+  pthread_mutex_lock(&copy_lock);
+  reap_copies(false);
+  if (ncopies >= COPY_SENDS_MAX) {   /* complete the oldest: its peer polls */
+    MPI_Wait(&copies->req, MPI_STATUS_IGNORE);
+    reap_copies(false);
+  }
+  MPI_Isend(c->data, (int)total, MPI_BYTE, proc, tag, comm, &c->req);
+  *copies_tail = c;
+  copies_tail = &c->next;
+  ncopies++;
+  pthread_mutex_unlock(&copy_lock);
+  return true;
+}
+
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
+  size_t total = 0;
+  for (int i = 0; i < niov; i++) total += iov[i].len;
+  if (total <= TRANSPORT_COPY_BYTES && send_copy(proc, tag, iov, niov, total)) return NULL;
   MPI_Request *r = shm_malloc(sizeof *r);
   if (niov == 1) {   /* one piece: no datatype to make (a small message's latency) */
     if (r) MPI_Isend(iov[0].base, (int)iov[0].len, MPI_BYTE, proc, tag, comm, r);
@@ -268,13 +358,74 @@ static void keep_data(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
   data_tail = &p->next;
 }
 
+/* Appends small message [msg], received with status [st], to the
+ * mailbox (lock held). */
+static void append_small(TransportMsg *msg, const MPI_Status *st) {
+  int len = 0;
+  MPI_Get_count(st, MPI_BYTE, &len);
+  msg->next = NULL;
+  msg->source = st->MPI_SOURCE;
+  msg->tag = st->MPI_TAG;
+  msg->len = (size_t)len;
+  *small_tail = msg;
+  small_tail = &msg->next;
+}
+
+/* Takes [e] off the list of pending receives (lock held). */
+static void unlist(TransportExpect *e) {
+  TransportExpect **pp = &expects;
+  while (*pp != e) pp = &(*pp)->next;
+  *pp = e->next;
+  e->posted = false;
+}
+
+/* Moves what [e]'s completed receive got (status [st]) into the mailbox,
+ * copied (its buffer serves the next wait), and takes [e] off the list of
+ * pending receives (lock held). */
+static void keep_expected(TransportExpect *e, const MPI_Status *st) {
+  int len = 0;
+  MPI_Get_count(st, MPI_BYTE, &len);
+  TransportMsg *msg = shm_malloc(sizeof *msg + (size_t)len + 16);
+  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
+    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
+            st->MPI_SOURCE);
+    transport_abort(1);
+  }
+  memcpy(msg->data, e->buf, (size_t)len);
+  append_small(msg, st);
+  unlist(e);
+}
+
+/* Tests [e]'s receive; when complete, moves its message into the mailbox
+ * (lock held). */
+static void test_expect(TransportExpect *e) {
+  int done = 0;
+  MPI_Status st;
+  MPI_Test(&e->req, &done, &st);
+  if (done) keep_expected(e, &st);
+}
+
+/* Moves the messages the posted receives got into the mailbox (lock
+ * held): before any message probed after them, so one sender's messages
+ * stay in the order sent there. */
+static void harvest(void) {
+  for (TransportExpect *e = expects, *next; e; e = next) {
+    next = e->next;
+    test_expect(e);
+  }
+}
+
 static void poll_locked(void) {
+  harvest();
   for (;;) {
     int flag = 0;
     MPI_Message m;
     MPI_Status st;
     MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &m, &st);
     if (!flag) return;
+    /* a message sent before this one may have completed a posted receive
+     * during the probe */
+    harvest();
     MPI_Count len;
     MPI_Get_elements_x(&st, MPI_BYTE, &len);
     if ((st.MPI_TAG & 3) == TRANSPORT_DATA)
@@ -291,8 +442,9 @@ void transport_poll(void) {
   pthread_mutex_unlock(&box_lock);
 }
 
-TransportMsg *transport_take(int source, int tag) {
-  pthread_mutex_lock(&box_lock);
+/* Takes the first small message from [source] (-1: any) with [tag] out
+ * of the mailbox (lock held), or NULL. */
+static TransportMsg *take_locked(int source, int tag) {
   TransportMsg **pp = &small_head, *m = NULL;
   for (; *pp; pp = &(*pp)->next)
     if ((source < 0 || (*pp)->source == source) && (*pp)->tag == tag) break;
@@ -301,16 +453,98 @@ TransportMsg *transport_take(int source, int tag) {
     *pp = m->next;
     if (!*pp) small_tail = pp;
   }
+  return m;
+}
+
+TransportMsg *transport_take(int source, int tag) {
+  pthread_mutex_lock(&box_lock);
+  TransportMsg *m = take_locked(source, tag);
   pthread_mutex_unlock(&box_lock);
   return m;
 }
 
-bool transport_has(int source, int tag) {
-  pthread_mutex_lock(&box_lock);
+/* Whether the mailbox holds a small message from [source] with [tag] (lock held). */
+static bool has_locked(int source, int tag) {
   const TransportMsg *m = small_head;
   while (m && !(m->source == source && m->tag == tag)) m = m->next;
-  pthread_mutex_unlock(&box_lock);
   return m != NULL;
+}
+
+/* A handle for a receive of at most [cap] bytes: a spare one, or a new
+ * one (lock held; NULL when out of memory). */
+static TransportExpect *expect_alloc(size_t cap) {
+  TransportExpect **pp = &spare_expects;
+  while (*pp && (*pp)->cap < cap) pp = &(*pp)->next;
+  TransportExpect *e = *pp;
+  if (e) {
+    *pp = e->next;
+    return e;
+  }
+  if (!(e = shm_malloc(sizeof *e + cap))) return NULL;
+  e->cap = cap;
+  return e;
+}
+
+/* Gives handle [e] back (lock held). */
+static void expect_free(TransportExpect *e) {
+  e->next = spare_expects;
+  spare_expects = e;
+}
+
+TransportExpect *transport_expect(int source, int tag, size_t cap) {
+  if (comm == MPI_COMM_NULL || cap > (size_t)INT_MAX) return NULL;
+  pthread_mutex_lock(&box_lock);
+  TransportExpect *e = expect_alloc(cap);
+  if (e) {
+    e->source = source;
+    e->tag = tag;
+    e->posted = false;
+    e->req = MPI_REQUEST_NULL;
+  }
+  if (e && !has_locked(source, tag)) {
+    /* not probed yet: the receive matches it, whether it is in MPI's queue
+     * of unexpected messages now or comes later */
+    MPI_Irecv(e->buf, (int)cap, MPI_BYTE, source, tag, comm, &e->req);
+    e->posted = true;
+    TransportExpect **pp = &expects;
+    while (*pp) pp = &(*pp)->next;
+    *pp = e;
+    e->next = NULL;
+  }
+  pthread_mutex_unlock(&box_lock);
+  return e;
+}
+
+TransportMsg *transport_expect_take(TransportExpect *e) {
+  pthread_mutex_lock(&box_lock);
+  if (e->posted) test_expect(e);
+  TransportMsg *m = e->posted ? NULL : take_locked(e->source, e->tag);
+  if (m) expect_free(e);
+  pthread_mutex_unlock(&box_lock);
+  return m;
+}
+
+void transport_expect_cancel(TransportExpect *e) {
+  if (!e) return;
+  pthread_mutex_lock(&box_lock);
+  if (e->posted) {
+    MPI_Status st;
+    int cancelled = 0;
+    MPI_Cancel(&e->req);
+    MPI_Wait(&e->req, &st);
+    MPI_Test_cancelled(&st, &cancelled);
+    if (cancelled) unlist(e);
+    else keep_expected(e, &st);   /* it came meanwhile: it joins the mailbox */
+  }
+  expect_free(e);
+  pthread_mutex_unlock(&box_lock);
+}
+
+bool transport_has(int source, int tag) {
+  pthread_mutex_lock(&box_lock);
+  bool has = has_locked(source, tag);
+  pthread_mutex_unlock(&box_lock);
+  return has;
 }
 
 bool transport_has_data(int source, int tag) {

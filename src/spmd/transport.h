@@ -14,7 +14,9 @@
  * or BYE, all small):
  *   - SMALL messages (a collective's header, a device's exit record, the
  *     end of a call): received as soon as any thread polls, into a copy
- *     the mailbox keeps until someone takes it;
+ *     the mailbox keeps until someone takes it, or, when a thread posted
+ *     a receive for it (transport_expect: a collective's header, the
+ *     message a waiter needs), straight into that receive's buffer;
  *   - DATA messages (a collective's operands): matched when polled but
  *     received only by the thread that asks for them, straight into the
  *     caller's buffers (MPI_Improbe / MPI_Mrecv), so 16 MiB is copied
@@ -32,8 +34,13 @@
  * waiting process keep reading what its peers say (their headers, their
  * exits) and fail with a located error instead.
  *
+ * Small messages are sent from copies (transport_isend), so a sender
+ * never waits for a small send to complete.
+ *
  * Threads: MPI is initialised with MPI_THREAD_MULTIPLE; every function
- * may be called from any thread; one mutex guards the mailbox.
+ * may be called from any thread; one mutex guards the mailbox (with the
+ * posted receives), another the sends from copies; neither is taken
+ * while holding the other.
  */
 #ifndef SHMAP_TRANSPORT_H
 #define SHMAP_TRANSPORT_H
@@ -59,7 +66,7 @@ typedef struct TransportMsg {
   struct TransportMsg *next;
   int source, tag;              /* sending process, tag */
   size_t len;
-  char data[];                  /* len bytes, 16-byte aligned */
+  _Alignas(16) char data[];     /* len bytes, 16-byte aligned */
 } TransportMsg;
 
 /* Starts the transport for a run of [ndevices] devices.  Under mpirun
@@ -115,8 +122,14 @@ int transport_pool_index(int d);
 /* Sends a message of [niov] pieces to process [proc] with [tag] (MPI_Isend
  * of one hindexed datatype: no packing copy; each piece below 2 GiB).  The
  * pieces must stay alive and unchanged until transport_wait_sends returns.
- * Returns the handle transport_wait_sends completes and frees.  MPI's own
- * failures end the job (MPI_ERRORS_ARE_FATAL, its default). */
+ * Returns the handle transport_wait_sends completes and frees.  A message
+ * of at most TRANSPORT_COPY_BYTES (a small one) is instead sent from a
+ * copy the transport keeps until MPI is done with it, and frees itself
+ * (MPI may complete such a send only once the receiver's MPI has taken
+ * it in, which a sender should not wait for): then NULL, and the pieces
+ * may change at once; transport_finalize completes what is left.  MPI's
+ * own failures end the job (MPI_ERRORS_ARE_FATAL, its default). */
+#define TRANSPORT_COPY_BYTES 4096
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov);
 
 /* Completes the sends [reqs] (handles of transport_isend; NULL entries are
@@ -143,6 +156,31 @@ void transport_poll(void);
 /* Takes the first small message from [source] (-1: any) with [tag] out of
  * the mailbox, or NULL.  Does not poll. */
 TransportMsg *transport_take(int source, int tag);
+
+/* A receive posted ahead for one small message (transport_expect). */
+typedef struct TransportExpect TransportExpect;
+
+/* Posts a receive for the small message [tag] from [source], of at most
+ * [cap] bytes (a longer one ends the job: MPI's truncation error), so
+ * that the message lands in its buffer on arrival and waiting for it
+ * costs an MPI_Test at each turn instead of a probe.  When the message is
+ * already in the mailbox nothing is posted.  Until it is taken the
+ * message counts as in the mailbox for every other function here: a poll
+ * that completes the receive moves it there, in arrival order.  Returns
+ * the handle, owned by the caller until transport_expect_take returns the
+ * message or transport_expect_cancel; NULL when out of memory (then poll
+ * and take).  At most one handle per (source, tag). */
+TransportExpect *transport_expect(int source, int tag, size_t cap);
+
+/* The message [e] awaits, taken (owned by the caller; [e] is freed), or
+ * NULL when it has not arrived yet.  Tests the posted receive; does not
+ * probe for other messages. */
+TransportMsg *transport_expect_take(TransportExpect *e);
+
+/* Stops waiting with [e] (NULL: nothing) and frees it: its receive is
+ * cancelled, or, when the message came meanwhile, the message stays in
+ * the mailbox (transport_clear drops it with the rest of its call). */
+void transport_expect_cancel(TransportExpect *e);
 
 /* Whether a small message from [source] with [tag] is in the mailbox
  * (not taken).  Does not poll. */
