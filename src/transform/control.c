@@ -524,8 +524,7 @@ static Value *batched_step(Value *c, Value *body_fun, Value *val) {
   return r;
 }
 
-static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
-  if (ad_reverse_leaf(init)) return while_reverse_error();
+static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init) {
   Value *val = val_incref(init);
   for (;;) {
     Value *c = val_call_n(cond_fun, 1, &val);
@@ -671,14 +670,17 @@ static int check_pred(const Sub *c) {
 }
 
 /* Traces cond and body on the carry avals [avs], retracing once when the
- * body strengthens a weak carry. */
-static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *c, Sub *b) {
+ * body strengthens a weak carry.  *traced (when not NULL) tells a failure
+ * of the types (both traced) from one of tracing itself. */
+static int trace_loop_(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *c, Sub *b,
+                       bool *traced) {
   for (int attempt = 0; attempt < 2; attempt++) {
     if (sub_trace(lp->cname, lp->cond, lp->cctx, n, avs, src, c) < 0) return -1;
     if (check_pred(c) < 0 || sub_trace(lp->bname, lp->body, lp->bctx, n, avs, src, b) < 0) {
       sub_free(c);
       return -1;
     }
+    if (traced) *traced = true;
     int rt = carry_types(lp->what, b, 0, n, lp->skip, avs);
     if (rt == 0) return 0;
     sub_free(c);
@@ -687,6 +689,43 @@ static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *
   }
   err_set(ERR_TYPE, "while_loop: the carry's types do not settle");
   return -1;
+}
+
+static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *c, Sub *b) {
+  return trace_loop_(lp, n, avs, src, c, b, NULL);
+}
+
+/* An eager loop's carry leaves [l] (of tree [tree]) made what the staged
+ * loop's would be: when one is a weak Python number, cond and body are
+ * traced once, as JAX's loops always are, and the leaves converted to
+ * the settled types (a number the body makes strong is strong from the
+ * start, so zero iterations give what jit gives); a type error found so
+ * is raised (NULL).  Else, and when the body cannot be traced (Python
+ * control flow on the carry's values), a new reference to [tree]. */
+static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree) {
+  bool weak = false, concrete = true;
+  for (int i = 0; i < l->n; i++) {
+    concrete &= IS_ARRAY(l->v[i]);
+    weak |= IS_ARRAY(l->v[i]) && AS_ARRAY(l->v[i])->weak;
+  }
+  if (!weak || !concrete) return val_incref(tree);
+  AVal *avs = NULL;
+  Sub c = {0}, b = {0};
+  Value **cv = NULL, *r = NULL;
+  bool traced = false;
+  if (avals_of(l, &avs) == 0 && trace_loop_(lp, l->n, avs, l->v, &c, &b, &traced) == 0 &&
+      (cv = carry_values(l, avs))) {
+    int pos = 0;
+    r = replace(tree, cv, &pos);
+  } else if (!traced && !cv) {
+    err_clear();
+    r = val_incref(tree);
+  }
+  values_free(cv, l->n);
+  sub_free(&c);
+  sub_free(&b);
+  shm_free(avs);
+  return r;
 }
 
 /* Stages a loop whose carry leaves are [l]; the result has [tree]'s shape. */
@@ -705,6 +744,22 @@ static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
   sub_free(&c);
   sub_free(&b);
   shm_free(avs);
+  return r;
+}
+
+/* while_loop eagerly, its carry settled first as the staged loop's
+ * (settle_carry). */
+static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
+  if (ad_reverse_leaf(init)) return while_reverse_error();
+  Leaves l = {0};
+  if (flatten(init, &l) < 0) return NULL;
+  CallCtx cc = {cond_fun, 1, &init}, bc = {body_fun, 1, &init};
+  Loop lp = {"while_loop body_fun", 0, fn_name(cond_fun), fn_name(body_fun), call_body, call_body,
+             &cc, &bc};
+  Value *settled = settle_carry(&lp, &l, init);
+  shm_free(l.v);
+  Value *r = settled ? eager_while_run(cond_fun, body_fun, settled) : NULL;
+  val_decref(settled);
   return r;
 }
 
@@ -744,7 +799,34 @@ static Value *bi_while_loop(const CallArgs *a) {
 
 /* ==== fori_loop ==================================================================== */
 
+static Value *eager_fori_run(Value *lo, Value *hi, Value *body, Value *init);
+static Value *fori_cond(void *ctx, Value **tr);
+static Value *fori_body(void *vctx, Value **tr);
+
+typedef struct ForiCtx {
+  Value *body, *tree;
+} ForiCtx;
+
+/* fori_loop eagerly, its carry settled first as the staged loop's
+ * (settle_carry). */
 static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init) {
+  Leaves l = {0};
+  Value *tree = NULL, *settled = NULL, *r = NULL;
+  if (leaves_push(&l, lo) == 0 && leaves_push(&l, hi) == 0 && flatten(init, &l) == 0 &&
+      (tree = tuple_pack(3, (Value *[]){lo, hi, init}))) {
+    ForiCtx fc = {body, init};
+    Loop lp = {"fori_loop body_fun", 2, intern_cstr("fori_cond"), fn_name(body), fori_cond,
+               fori_body, NULL, &fc};
+    settled = settle_carry(&lp, &l, tree);
+  }
+  if (settled) r = eager_fori_run(lo, hi, body, tuple_get(settled, 2));
+  val_decref(settled);
+  val_decref(tree);
+  shm_free(l.v);
+  return r;
+}
+
+static Value *eager_fori_run(Value *lo, Value *hi, Value *body, Value *init) {
   int64_t a, b;
   if (arr_to_index(lo, &a) < 0 || arr_to_index(hi, &b) < 0) return NULL;
   AVal la;
@@ -770,10 +852,6 @@ static Value *fori_cond(void *ctx, Value **tr) {
   (void)ctx;
   return ops_compare(OP_LT, tr[0], tr[1]);
 }
-
-typedef struct ForiCtx {
-  Value *body, *tree;
-} ForiCtx;
 
 /* body of the fori while: (i + 1, upper, body(i, x)). */
 static Value *fori_body(void *vctx, Value **tr) {
@@ -1035,7 +1113,7 @@ static int scan_in_avals(Leaves *carry, Leaves *xs, AVal **out);
  * and the carry's avals [*avs] (owned by the caller).  [cl]: the init's
  * leaves. */
 static int scan_settle(Value *f, Value *init, Value *xs, Leaves *xl, Leaves *cl, Sub *s,
-                       AVal **avs) {
+                       AVal **avs, bool *traced) {
   ScanCtx sc = {f, init, xs};
   Value **src = shm_calloc((size_t)(cl->n + xl->n) + 1, sizeof(Value *));
   int rc = -1;
@@ -1046,6 +1124,7 @@ static int scan_settle(Value *f, Value *init, Value *xs, Leaves *xl, Leaves *cl,
   if (scan_in_avals(cl, xl, avs) == 0)
     for (int attempt = 0; attempt < 2 && rc < 0; attempt++) {
       if (sub_trace(fn_name(f), scan_body, &sc, cl->n + xl->n, *avs, src, s) < 0) break;
+      *traced = true;
       int rt = carry_types("scan body", s, 0, cl->n, 0, *avs);
       if (rt == 0) rc = 0;
       else sub_free(s);
@@ -1099,11 +1178,12 @@ static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, i
   Sub s = {0};
   AVal *avs = NULL;
   Value **cv = NULL, *r = NULL, *init2 = NULL;
-  if (scan_settle(f, init, xs, xl, &cl, &s, &avs) == 0 && (cv = carry_values(&cl, avs))) {
+  bool traced = false;
+  if (scan_settle(f, init, xs, xl, &cl, &s, &avs, &traced) == 0 && (cv = carry_values(&cl, avs))) {
     int pos = 0;
     init2 = replace(init, cv, &pos);
     r = n > 0 ? eager_scan(f, init2, xs, xl, n, reverse) : pair_of(val_incref(init2), empty_ys(&s, cl.n));
-  } else if (!cv && !s.plan) {
+  } else if (!cv && !traced) {
     /* a body that cannot be traced (Python control flow on the carry's
      * values) runs eagerly as it is: whatever it raises, it raises there */
     err_clear();
@@ -1194,7 +1274,8 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   AVal *avs = NULL;
   Sub s = {0};
   Value *r = NULL, **cv = NULL;
-  if (flatten(init, &cl) == 0 && scan_settle(f, init, xs, xl, &cl, &s, &avs) == 0 &&
+  bool traced = false;
+  if (flatten(init, &cl) == 0 && scan_settle(f, init, xs, xl, &cl, &s, &avs, &traced) == 0 &&
       (cv = carry_values(&cl, avs)))
     r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
   values_free(cv, cl.n);
