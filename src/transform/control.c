@@ -704,9 +704,9 @@ static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *
  * control flow on the carry's values), a new reference to [tree]. */
 static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree) {
   bool weak = false, concrete = true;
-  for (int i = 0; i < l->n; i++) {
+  for (int i = 0; i < l->n; i++) {   /* the loop's own (fori's bounds) do not count */
     concrete &= IS_ARRAY(l->v[i]);
-    weak |= IS_ARRAY(l->v[i]) && AS_ARRAY(l->v[i])->weak;
+    weak |= i >= lp->skip && IS_ARRAY(l->v[i]) && AS_ARRAY(l->v[i])->weak;
   }
   if (!weak || !concrete) return val_incref(tree);
   AVal *avs = NULL;
