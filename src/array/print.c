@@ -26,17 +26,6 @@
 
 PrintOptions print_options = {8, 1000, 3, 75, false};
 
-/* Turns the buffer into a Str, releasing it. */
-static Value *sb_finish(StrBuf *b) {
-  Value *r = NULL;
-  if (b->failed)
-    err_nomem();
-  else
-    r = str_new(b->data ? b->data : "", b->len);
-  shm_free(b->data);
-  return r;
-}
-
 /* Appends the Str [v] (stolen) to [b]; false when v is NULL. */
 static bool sb_put_value(StrBuf *b, Value *v) {
   if (!v)
@@ -227,7 +216,7 @@ void print_float_scalar(char *buf, size_t cap, double x, DType t) {
   }
   dragon_format(&b, x, t, &sp);
   snprintf(buf, cap, "%s", b.failed || !b.data ? "?" : b.data);
-  shm_free(b.data);
+  sbuf_free(&b);
 }
 
 /* ---- choosing an array's element format -------------------------------------- */
@@ -429,7 +418,7 @@ static void layout_1d(const Layout *L, StrBuf *out, int64_t flat, int hang,
       i = n - L->edge;
     }
     layout_word(L, &word, flat + i);
-    extend_line(out, &line, &first, word.data ? word.data : "", elem_width, hang);
+    extend_line(out, &line, &first, sbuf_text(&word), elem_width, hang);
     if (i < n - 1)
       sbuf_puts(&line, L->sep);
   }
@@ -437,8 +426,8 @@ static void layout_1d(const Layout *L, StrBuf *out, int64_t flat, int hang,
   if (line.len > skip)
     sbuf_add(out, line.data + skip, line.len - skip);
   out->failed |= line.failed || word.failed;
-  shm_free(line.data);
-  shm_free(word.data);
+  sbuf_free(&line);
+  sbuf_free(&word);
 }
 
 static void layout_rec(const Layout *L, StrBuf *out, int axis, int64_t flat,
@@ -545,7 +534,7 @@ static void array_repr(StrBuf *b, const Array *a) {
   char dtype_str[64];
   snprintf(dtype_str, sizeof dtype_str, "dtype=%s%s)", dt_name(a->dtype),
            a->weak ? ", weak_type=True" : "");
-  const char *text = s.data ? s.data : "";
+  const char *text = sbuf_text(&s);
   const char *nl = strrchr(text, '\n');
   int last = (int)s.len - (nl ? (int)(nl - text) : -1) + 1;
   bool long_line = last + (int)strlen(dtype_str) + 1 > print_options.linewidth;
@@ -555,7 +544,7 @@ static void array_repr(StrBuf *b, const Array *a) {
   sbuf_spaces(b, long_line ? plen : 1);
   sbuf_puts(b, dtype_str);
   b->failed |= s.failed;
-  shm_free(s.data);
+  sbuf_free(&s);
 }
 
 /* ---- Python's forms --------------------------------------------------------- */
@@ -761,10 +750,10 @@ static bool repr_into(StrBuf *b, Value *v, bool nested) {
 Value *val_repr(Value *v) {
   StrBuf b = {0};
   if (!repr_into(&b, v, false)) {
-    shm_free(b.data);
+    sbuf_free(&b);
     return NULL;
   }
-  return sb_finish(&b);
+  return str_take(&b);
 }
 
 Value *val_str(Value *v) {
@@ -782,7 +771,7 @@ Value *val_str(Value *v) {
     sbuf_puts(&b, dt_name(((DTypeVal *)v)->dtype));
   else
     return val_repr(v);
-  return sb_finish(&b);
+  return str_take(&b);
 }
 
 int print_set_options(const PrintOptions *o) {

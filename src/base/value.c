@@ -213,6 +213,12 @@ Value *str_new(const char *s, size_t len) {
   return &v->hdr;
 }
 
+Value *str_take(StrBuf *b) {
+  Value *r = b->failed ? err_nomem() : str_new(sbuf_text(b), b->len);
+  sbuf_free(b);
+  return r;
+}
+
 Value *str_from(const char *s) { return str_new(s, strlen(s)); }
 
 Value *str_printf(const char *fmt, ...) {

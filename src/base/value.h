@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "base/strbuf.h"
 
 typedef enum {
   V_NONE,
@@ -142,6 +143,9 @@ typedef struct Str {
 } Str;
 
 Value *str_new(const char *s, size_t len);
+/* A new Str of [b]'s bytes, [b] released (strbuf.h): NULL with the
+ * out-of-memory error when an append to it had failed. */
+Value *str_take(StrBuf *b);
 Value *str_from(const char *s);                    /* NUL-terminated */
 Value *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline const char *str_cstr(const Value *v) { return ((const Str *)v)->s; }

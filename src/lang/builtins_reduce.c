@@ -157,28 +157,11 @@ static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
 static Value *bi_all(const CallArgs *a) { return all_like("all", a, P_REDUCE_AND); }
 static Value *bi_any(const CallArgs *a) { return all_like("any", a, P_REDUCE_OR); }
 
-/* The sum of [x] over [r]'s positional axes in the mean's float dtype. */
-static Value *mean_sum(Value *x, RedArgs *r, bool keepdims) {
-  AVal av = bi_aval(x);
+/* [r]'s operand in the float dtype mean, var and std compute in. */
+static Value *mean_float(RedArgs *r) {
+  AVal av = bi_aval(r->x);
   DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
-  Value *f = ops_convert(x, t, av.weak);
-  Value *s = f ? red_pos(P_REDUCE_SUM, f, r, keepdims) : NULL;
-  if (f) val_decref(f);
-  return s;
-}
-
-/* mean over positions and names: the sum over all of them divided once by
- * their total count, as jnp.mean (its normalizer counts named axes). */
-static Value *bi_mean(const CallArgs *a) {
-  RedArgs r;
-  if (red_bind("mean", a, &r, true) < 0) return NULL;
-  Value *s = mean_sum(r.x, &r, r.keepdims);
-  int64_t count = red_count(&r), nsize;
-  val_decref(r.x);
-  s = red_named(&r, s, P_REDUCE_SUM, &nsize);
-  Value *m = s ? bi_bin_const(P_DIV, s, (double)(count * nsize)) : NULL;
-  if (s) val_decref(s);
-  return m;
+  return ops_convert(r->x, t, av.weak);
 }
 
 /* The sum of [x] over [r]'s positions ([kd]: keepdims) and named axes
@@ -194,13 +177,23 @@ static Value *sum_pos_names(Value *x, RedArgs *r, bool kd, int64_t *count) {
   return t;
 }
 
+/* mean over positions and names: the sum over all of them divided once by
+ * their total count, as jnp.mean (its normalizer counts named axes). */
+static Value *bi_mean(const CallArgs *a) {
+  RedArgs r;
+  if (red_bind("mean", a, &r, true) < 0) return NULL;
+  int64_t n;
+  Value *f = mean_float(&r), *s = f ? sum_pos_names(f, &r, r.keepdims, &n) : NULL;
+  Value *m = s ? bi_bin_const(P_DIV, s, (double)n) : NULL;
+  bi_drop(f, s, r.x, r.names);
+  return m;
+}
+
 /* var: mean of squared deviations, divided by N - ddof; over positions
  * and named axes (the mean broadcasts back by name, as jnp.var in xmap). */
 static Value *var_of(RedArgs *r) {
-  AVal av = bi_aval(r->x);
-  DType t = r->dtype >= 0 ? (DType)r->dtype : dt_float_of(av.dtype);
   int64_t n;
-  Value *f = ops_convert(r->x, t, av.weak);
+  Value *f = mean_float(r);
   Value *ms = f ? sum_pos_names(f, r, true, &n) : NULL;
   Value *m = ms ? bi_bin_const(P_DIV, ms, (double)n) : NULL;
   Value *c = m ? bi_bin(P_SUB, f, m) : NULL;

@@ -346,12 +346,6 @@ static Value *l_index(Value *self, const CallArgs *a) {
   return err_set(ERR_VALUE, "value is not in list");
 }
 
-static Value *sb_finish(StrBuf *b) {
-  Value *r = b->failed ? err_nomem() : str_new(b->data ? b->data : "", b->len);
-  shm_free(b->data);
-  return r;
-}
-
 /* The spec is the user's, translated to a printf format built here from
  * checked characters, so the non-literal formats below are intended. */
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
@@ -380,9 +374,10 @@ static int format_one(StrBuf *b, Value *v, const char *spec) {
     size_t pad = width > 0 && (size_t)width > len ? (size_t)width - len : 0;
     (void)fmt;
     if (ops_is_array(v) && align == '<' && spec[0] != '<') align = '>';
-    for (size_t i = 0; align != '<' && i < (align == '^' ? pad / 2 : pad); i++) sbuf_add(b, " ", 1);
+    size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad;   /* width <= 100000 */
+    sbuf_spaces(b, (int)left);
     sbuf_add(b, str_cstr(s), len);
-    for (size_t i = 0; align != '>' && i < (align == '^' ? pad - pad / 2 : pad); i++) sbuf_add(b, " ", 1);
+    sbuf_spaces(b, (int)(pad - left));
     val_decref(s);
     return 0;
   }
@@ -456,7 +451,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
     }
     const char *end = strchr(p, '}');
     if (!end) {
-      shm_free(b.data);
+      sbuf_free(&b);
       return err_set(ERR_VALUE, "Single '{' encountered in format string");
     }
     char field[128];
@@ -471,7 +466,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
     char conv = bang ? bang[1] : 0;
     if (bang) *bang = 0;
     if (bang && (!strchr("rsa", conv) || !conv || bang[2])) {
-      shm_free(b.data);
+      sbuf_free(&b);
       return err_set(ERR_VALUE, "Unknown conversion specifier %s", bang + 1);
     }
     Value *v = format_field(field, a, &next);
@@ -479,12 +474,12 @@ Value *ops_format(const char *f, const CallArgs *a) {
     int rc = v && (!conv || cv) ? format_one(&b, cv ? cv : v, spec) : -1;
     if (cv) val_decref(cv);
     if (rc < 0) {
-      shm_free(b.data);
+      sbuf_free(&b);
       return NULL;
     }
     p = end;
   }
-  return sb_finish(&b);
+  return str_take(&b);
 }
 
 static Value *s_format(Value *self, const CallArgs *a) {
@@ -503,14 +498,14 @@ static Value *s_join(Value *self, const CallArgs *a) {
     if (s->type != V_STR) {
       err_set(ERR_TYPE, "sequence item %zu: expected str instance, %s found", i, val_type_name(s));
       val_decref(items);
-      shm_free(b.data);
+      sbuf_free(&b);
       return NULL;
     }
     if (i) sbuf_add(&b, str_cstr(self), ((Str *)self)->len);
     sbuf_add(&b, str_cstr(s), ((Str *)s)->len);
   }
   val_decref(items);
-  return sb_finish(&b);
+  return str_take(&b);
 }
 
 static Value *s_split(Value *self, const CallArgs *a) {
@@ -595,8 +590,7 @@ static Value *s_replace(Value *self, const CallArgs *a) {
     sbuf_add(&b, str_cstr(new_), ((Str *)new_)->len);
     s = e + ol;
   }
-  if (!b.data) sbuf_add(&b, "", 0);
-  return sb_finish(&b);
+  return str_take(&b);
 }
 
 static const Method dict_methods[] = {

@@ -149,10 +149,12 @@ static void *device_main(void *arg) {
   Device *d = arg;
   tls_on_device = true;
   if (tl_tracing() || tl_counting()) {   /* its own track on the timeline */
-    char name[32];   /* the mesh's device number: across processes, this one's first is
-                        rank * its device count */
-    snprintf(name, sizeof name, "device %d", d->id + transport_rank() * pool.n);
-    tl_thread(1 + d->id + transport_rank() * pool.n, name);
+    /* the mesh's device number: across processes, this one's first is
+     * its rank times its device count */
+    int id = d->id + transport_rank() * pool.n;
+    char name[32];
+    snprintf(name, sizeof name, "device %d", id);
+    tl_thread(1 + id, name);
   }
   pthread_mutex_lock(&pool.lock);
   for (;;) {

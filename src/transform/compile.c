@@ -707,10 +707,11 @@ static void list_outputs(Exec *e) {
   }
 }
 
-/* Gives small binary elementwise steps their row loop: a loop's body of
- * a few scalars and short vectors is mostly dispatch, which is the same
- * every time (the plan's dtypes are fixed).  Large steps keep the kernel,
- * which splits them over two cores and looks at Ctrl-C. */
+/* Gives small elementwise steps (binary, plain unary, convert) their row
+ * loop: a loop's body of a few scalars and short vectors is mostly
+ * dispatch, which is the same every time (the plan's dtypes are fixed).
+ * Large steps keep the kernel, which splits them over two cores and looks
+ * at Ctrl-C.  A plan whose steps all have one can run from a tape. */
 static void resolve_rows(Exec *e) {
   e->tapeable = e->nsteps + e->ncopied <= TAPE_MAX;
   for (int i = 0; i < e->nsteps; i++) {
@@ -952,10 +953,9 @@ static void tape_run(const Tape *t) {
   for (int i = 0; i < t->n; i++) tape_op_run(&t->op[i]);
 }
 
-/* A step with a row loop (resolve_rows): operands of the output's size
- * or of one element, each contiguous, in one call of the loop, as the
- * kernel would; any other layout (an input bound as a view) goes through
- * the kernel. */
+/* A step with a row loop (resolve_rows) in one call of it, when its
+ * operands are laid out for it (tape_op_of); false leaves the step to the
+ * kernel, as does a timeline being written (it records each primitive). */
 static bool run_row(Step *s, Workspace *w) {
   TapeOp op;
   if (tl_tracing() || !tape_op_of(s, w, &op)) return false;
@@ -1345,6 +1345,8 @@ static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
 }
 
 int cmp_nsteps(const Plan *p) { return p->exec ? ((const Exec *)p->exec)->nsteps : -1; }
+
+int cmp_tapeable(const Plan *p) { return p->exec ? ((const Exec *)p->exec)->tapeable : -1; }
 
 int cmp_run(Plan *p, Array **in, Array **out) {
   for (int i = 0; i < p->nout; i++) out[i] = NULL;

@@ -70,6 +70,11 @@ int cmp_run_into(Plan *p, Array **in, Array **out);
  * step), or -1 when [p] is not compiled; for tests of the passes. */
 int cmp_nsteps(const Plan *p);
 
+/* 1 when every step of compiled [p] has its row loop, so a while_loop or
+ * scan with [p] as its body runs it from a tape (compile.c), 0 when not,
+ * -1 when [p] is not compiled; for tests. */
+int cmp_tapeable(const Plan *p);
+
 /* Registers plan_exec_free and makes plans callable (a V_PLAN called with
  * arrays runs it; shard_map uses that to run a compiled body per device). */
 void cmp_register(void);

@@ -695,6 +695,20 @@ static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *
   return trace_loop_(lp, n, avs, src, c, b, NULL);
 }
 
+/* Whether every leaf of [l] is a concrete array (no tracer). */
+static bool all_concrete(const Leaves *l) {
+  for (int i = 0; i < l->n; i++)
+    if (!IS_ARRAY(l->v[i])) return false;
+  return true;
+}
+
+/* Whether a leaf of [l] (all arrays) from [from] on is a weak Python number. */
+static bool any_weak(const Leaves *l, int from) {
+  for (int i = from; i < l->n; i++)
+    if (AS_ARRAY(l->v[i])->weak) return true;
+  return false;
+}
+
 /* An eager loop's carry leaves [l] (of tree [tree]) made what the staged
  * loop's would be: when one is a weak Python number, cond and body are
  * traced once, as JAX's loops always are, and the leaves converted to
@@ -703,12 +717,8 @@ static int trace_loop(const Loop *lp, int n, AVal *avs, Value *const *src, Sub *
  * is raised (NULL).  Else, and when the body cannot be traced (Python
  * control flow on the carry's values), a new reference to [tree]. */
 static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree) {
-  bool weak = false, concrete = true;
-  for (int i = 0; i < l->n; i++) {   /* the loop's own (fori's bounds) do not count */
-    concrete &= IS_ARRAY(l->v[i]);
-    weak |= i >= lp->skip && IS_ARRAY(l->v[i]) && AS_ARRAY(l->v[i])->weak;
-  }
-  if (!weak || !concrete) return val_incref(tree);
+  /* the loop's own leaves (fori's bounds) do not count */
+  if (!all_concrete(l) || !any_weak(l, lp->skip)) return val_incref(tree);
   AVal *avs = NULL;
   Sub c = {0}, b = {0};
   Value **cv = NULL, *r = NULL;
@@ -717,7 +727,7 @@ static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree) {
       (cv = carry_values(l, avs))) {
     int pos = 0;
     r = replace(tree, cv, &pos);
-  } else if (!traced && !cv) {
+  } else if (!traced) {
     err_clear();
     r = val_incref(tree);
   }
@@ -1169,9 +1179,7 @@ static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, i
                                  bool reverse) {
   Leaves cl = {0};
   if (flatten(init, &cl) < 0) return NULL;
-  bool weak = false;
-  for (int i = 0; i < cl.n; i++) weak |= IS_ARRAY(cl.v[i]) && AS_ARRAY(cl.v[i])->weak;
-  if (n > 0 && !weak) {
+  if (!all_concrete(&cl) || (n > 0 && !any_weak(&cl, 0))) {
     shm_free(cl.v);
     return eager_scan(f, init, xs, xl, n, reverse);
   }
@@ -1183,7 +1191,7 @@ static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, i
     int pos = 0;
     init2 = replace(init, cv, &pos);
     r = n > 0 ? eager_scan(f, init2, xs, xl, n, reverse) : pair_of(val_incref(init2), empty_ys(&s, cl.n));
-  } else if (!cv && !traced) {
+  } else if (!traced) {
     /* a body that cannot be traced (Python control flow on the carry's
      * values) runs eagerly as it is: whatever it raises, it raises there */
     err_clear();

@@ -472,13 +472,7 @@ Value *plan_str(Plan *p) {
   StrBuf t = {0};
   Names names = {0};
   print_plan_at(&t, &names, p, 0);
-  if (t.failed || !t.data) {
-    shm_free(t.data);
-    return err_nomem();
-  }
-  Value *s = str_new(t.data, t.len);
-  shm_free(t.data);
-  return s;
+  return str_take(&t);
 }
 
 static Value *plan_repr(Value *v) { return plan_str(AS_PLAN(v)); }
@@ -497,9 +491,7 @@ static Value *avals_str(const Plan *p, bool outs) {
     put_aval(&t, &a);
   }
   sbuf_puts(&t, n == 1 ? ",)" : ")");
-  Value *s = t.failed ? err_nomem() : str_new(t.data, t.len);
-  shm_free(t.data);
-  return s;
+  return str_take(&t);
 }
 
 static Value *plan_getattr(Value *self, const char *name) {

@@ -263,6 +263,7 @@ START_TEST(passes_fold_cse_dce) {
   plan_set_outs(p, 1, &o);
   ck_assert_int_eq(cmp_compile(p), 0);
   ck_assert_int_eq(cmp_nsteps(p), 3);        /* neg, add, add */
+  ck_assert_int_eq(cmp_tapeable(p), 1);      /* each a row loop */
   Array *in[1] = {x};
   ck_assert_int_eq(cmp_run(p, in, out), 0);
   int32_t *r = arr_data(out[0]);
@@ -289,6 +290,7 @@ START_TEST(func1_is_one_loop) {
   p = trace_func1_n(CMP_BLOCK);
   ck_assert_int_eq(cmp_compile(p), 0);
   ck_assert_int_eq(cmp_nsteps(p), 4);
+  ck_assert_int_eq(cmp_tapeable(p), 0);      /* the reduce_sum has no row loop */
   Array *x = filled(CMP_BLOCK, 0.5, 0.25), *y = filled(CMP_BLOCK, -1, 0.5), *out[1];
   Array *in[2] = {x, y};
   ck_assert_int_eq(cmp_run(p, in, out), 0);
