@@ -384,17 +384,6 @@ Array *arr_copy(Array *a) {
   return c;
 }
 
-bool arr_unshared(const Array *a) {
-  return !a->host && arr_sole_holder(a);
-}
-
-bool arr_sole_holder(const Array *a) {
-  const Buffer *b = a->buf;
-  const unsigned char *d = b->data;
-  bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
-  return !(a->hdr.flags & VAL_IMMORTAL) && val_refcount(&a->hdr) == 1 &&
-         atomic_load_explicit(&((Buffer *)b)->refcount, memory_order_acquire) == 1 && local;
-}
 
 bool arr_share_buffer(Array *dst, const Array *src) {
   if (!dst->buf->owned || !src->buf->owned) return false;

@@ -166,15 +166,22 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
  * changes nothing, when either payload is inline (small arrays). */
 bool arr_share_buffer(Array *dst, const Array *src);
 
+/* arr_unshared without its exception for Python numbers: for a caller
+ * that overwrites a host int with another host int of the same dtype
+ * (a range loop's variable), which keeps the mark true.  Inline: the
+ * eager hot path asks it of every small result. */
+static inline bool arr_sole_holder(const Array *a) {
+  const Buffer *b = a->buf;
+  const unsigned char *d = b->data;
+  bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
+  return !(a->hdr.flags & VAL_IMMORTAL) && val_refcount(&a->hdr) == 1 &&
+         atomic_load_explicit(&((Buffer *)b)->refcount, memory_order_acquire) == 1 && local;
+}
+
 /* Whether [a] and its buffer have one holder each and the payload is its
  * own (not a mapped or borrowed one): then [a] may be changed in place
  * (value.h: a count of 1 means changeable in place). */
-bool arr_unshared(const Array *a);
-
-/* arr_unshared without its exception for Python numbers: for a caller
- * that overwrites a host int with another host int of the same dtype
- * (a range loop's variable), which keeps the mark true. */
-bool arr_sole_holder(const Array *a);
+static inline bool arr_unshared(const Array *a) { return !a->host && arr_sole_holder(a); }
 
 /* [a] itself (incref'd) if C-contiguous, else a contiguous copy. */
 Array *arr_contiguous(Array *a);

@@ -1004,11 +1004,20 @@ PrimInfo prim_table[P_COUNT] = {
 /* Binary primitives' row loops by dtype (prim_binary_row). */
 static KernRow2 binary_rows[P_COUNT][DT_COUNT];
 
+/* ...and those prim_binary_into may run: primitives binary_agree takes
+ * (no replication rule of their own), on dtypes they accept. */
+static KernRow2 into_rows[P_COUNT][DT_COUNT];
+
+
 static void resolve_binary_rows(PrimId id) {
-  for (int t = 0; t < DT_COUNT; t++)
-    binary_rows[id][t] = prim_table[id].kind == PK_BINARY && prim_table[id].rules.kernel
-                             ? kern_binary_row(prim_table[id].rules.kernel, (DType)t)
+  const PrimInfo *pi = &prim_table[id];
+  bool plain = pi->kind == PK_BINARY && pi->nin == 2 && pi->rules.shape && !pi->rules.vma;
+  for (int t = 0; t < DT_COUNT; t++) {
+    binary_rows[id][t] = pi->kind == PK_BINARY && pi->rules.kernel
+                             ? kern_binary_row(pi->rules.kernel, (DType)t)
                              : NULL;
+    into_rows[id][t] = plain && (prim_accepts(id) & (1u << t)) ? binary_rows[id][t] : NULL;
+  }
 }
 
 /* At load time, so the eager hot path reads a filled table: the kernels
@@ -1355,6 +1364,44 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
   out->weak = !prim_is_compare(id) && ops[0]->weak && ops[1]->weak;
   out->vma = 0;
   return &out->hdr;
+}
+
+/* The stride at which a row loop reads operand [a] of a result shaped
+ * as [o], into [*stride]: 1 contiguous of o's shape, a's own stride 1-d
+ * (negative when reversed), 0 when 0-d (a broadcast).  False for any
+ * other operand. */
+static inline bool into_stride(const Array *a, const Array *o, int64_t *stride) {
+  *stride = 0;
+  if (a->ndim == 0) return true;
+  if (a->ndim != o->ndim || !prim_same_dims(a->ndim, a->shape, o->shape)) return false;
+  *stride = a->contiguous ? 1 : a->strides[0];
+  return a->contiguous || a->ndim == 1;
+}
+
+/* Where [a]'s elements start, each of [size] bytes (arr_data without
+ * its dtype switch). */
+static inline char *into_data(const Array *a, size_t size) {
+  return (char *)a->buf->data + (size_t)a->offset * size;
+}
+
+bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
+  if ((unsigned)id >= P_COUNT || !IS_ARRAY(x) || !IS_ARRAY(y) || !IS_ARRAY(dst)) return false;
+  Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
+  DType t = a->dtype;
+  KernRow2 row = into_rows[id][t];
+  bool cmp = prim_is_compare(id);
+  if (!row || b->dtype != t || (a->vma | b->vma) || o->dtype != (cmp ? DT_BOOL : t) ||
+      !o->contiguous || o->size >= KERN_PAR_MIN || (a->ndim != o->ndim && b->ndim != o->ndim))
+    return false;
+  int64_t sa, sb;
+  if (!into_stride(a, o, &sa) || !into_stride(b, o, &sb) || !arr_unshared(o) || tl_tracing())
+    return false;
+  size_t es = dt_size(t);
+  row(into_data(a, es), sa, into_data(b, es), sb, into_data(o, cmp ? 1 : es), o->size);
+  o->weak = !cmp && a->weak && b->weak;
+  o->vma = 0;
+  o->why = (VmaWhy){0};
+  return true;
 }
 
 Value *prim_apply(PrimId id, int nin, Value **in, const Params *p) {

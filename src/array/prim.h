@@ -181,6 +181,22 @@ Value *prim_apply(PrimId id, int nin, Value **in, const Params *p);
  */
 Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept);
 
+/*
+ * prim_apply_binary written into [dst] (borrowed) instead of a new array,
+ * where that gives the same array: [x] and [y] agree as above, the result
+ * has [dst]'s dtype and shape and is small enough for one row loop (no
+ * timeline being written), and [dst] is a contiguous array nothing else
+ * holds or views (its one reference is the caller's binding, a value
+ * about to be replaced by the result).  [dst] may be [x] or [y] itself:
+ * each element is read before the one in its place is written.  True
+ * when done ([dst] then holds the result, weak type included, varying
+ * over no axis); false, with nothing changed and no error set, when the
+ * result must be made the usual way.  Thread-safe for a [dst] no other
+ * thread reaches.  Why: a loop's `c = a + b` writes into c's buffer
+ * instead of freeing one array and making another.
+ */
+bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst);
+
 /* As prim_apply, for rules that build from primitives: the operands are
  * held across the call (none becomes the output, so the caller may use
  * them again), a NULL operand gives NULL (the error its maker set), and

@@ -239,6 +239,14 @@ void update_engaged(void) {
            (c && (atomic_load(&c->stop) || atomic_load(&c->quit) ||
                   c->cmd.mode != RM_CONTINUE));
   atomic_store_explicit(&dbg.engaged, e, memory_order_release);
+  atomic_store_explicit(&eval_hook_all, e, memory_order_relaxed);
+}
+
+/* Engages the debugger on every thread at once (a Ctrl-C, a stop in a
+ * body). */
+static void engage(void) {
+  atomic_store(&dbg.engaged, true);
+  atomic_store_explicit(&eval_hook_all, true, memory_order_relaxed);
 }
 
 static int quit_error(void) {
@@ -472,17 +480,29 @@ static bool take_interrupt(void) {
   fflush(stdout);
   DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
   if (c && dev_on_device_thread()) atomic_store(&c->stop, true);
-  atomic_store(&dbg.engaged, true);
+  engage();
   return true;
 }
 
-static int dbg_hook(Frame *f, const Node *stmt) {
-  if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
+/* dbg_hook past its first checks: something may stop here. */
+__attribute__((noinline, cold)) static int dbg_hook_engaged(Frame *f, const Node *stmt) {
   if (take_interrupt() && !dev_on_device_thread()) tls_break_next = true;
   if (tls_busy) return 0;
   if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_hook(f, stmt);
   return main_hook(f, stmt);
+}
+
+/* Runs before every statement: when nothing is to stop (no Ctrl-C
+ * pending, no breakpoint() called, the debugger not engaged) a few loads,
+ * with no stack frame to set up (the rest is out of line). */
+static int dbg_hook(Frame *f, const Node *stmt) {
+  if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
+  eval_hook_here = tls_current || tls_break_next;
+  if (!atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed) &&
+      !tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire))
+    return 0;
+  return dbg_hook_engaged(f, stmt);
 }
 
 /* eval_return_hook: runs as a user function's frame returns, on every
@@ -567,7 +587,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
      * where they happen to be; each runs on to this stop, or until it can
      * go no further (a collective, its return, an error) */
     if (c->trigger < 0 || rank < c->trigger) c->trigger = rank;
-    atomic_store(&dbg.engaged, true);
+    engage();
   }
   size_t used = strlen(c->notes);
   if (!strstr(c->notes, note))   /* the same breakpoint on several devices: one note */
@@ -602,8 +622,10 @@ static void device_body(int rank, void *arg) {
   tls_cmd_gen = 0;
   tls_resume = (Resume){RM_CONTINUE, 0, 0};
   tls_current = &s->current;
+  eval_hook_here = true;   /* its place is kept at every statement */
   c->fn(rank, c->ctx);
   tls_current = NULL;
+  eval_hook_here = false;
   bool failed = err_occurred();
   tls_break_next = false;
   pthread_mutex_lock(&dbg.lock);
@@ -1747,6 +1769,7 @@ static Value *bi_breakpoint(const CallArgs *a) {
   if (!dbg.installed) return val_incref(VAL_NONE);
   if (trace_current()) return stage_breakpoint();
   tls_break_next = true;
+  eval_hook_here = true;
   return val_incref(VAL_NONE);
 }
 

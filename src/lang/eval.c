@@ -31,6 +31,8 @@
 
 Interp *shm_interp;
 int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+atomic_bool eval_hook_all;
+_Thread_local bool eval_hook_here;
 int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);
@@ -140,22 +142,33 @@ static Value **env_slot(Env *e, const char *name) {
  * when the table grows or loses a key).  The hint is shared by every
  * thread running the tree, hence relaxed atomics; a stale one costs only
  * the hashing it would have saved. */
-static Value **env_slot_hinted(Env *e, const Node *n) {
-  Node *m = (Node *)n;   /* the hint is a cache, not the tree's meaning */
-  int h = atomic_load_explicit(&m->slot_hint, memory_order_relaxed);
-  if (h < e->cap && e->keys[h] == n->name) return &e->vals[h];
+static __attribute__((noinline)) Value **env_slot_rehint(Env *e, const Node *n) {
   Value **s = env_slot(e, n->name);
-  if (s) atomic_store_explicit(&m->slot_hint, (int)(s - e->vals), memory_order_relaxed);
+  if (s) atomic_store_explicit(&((Node *)n)->slot_hint, (int)(s - e->vals), memory_order_relaxed);
   return s;
 }
 
-/* env_lookup of N_NAME [n], through its hint. */
-static Value *env_lookup_hinted(Env *e, const Node *n) {
+static inline Value **env_slot_hinted(Env *e, const Node *n) {
+  Node *m = (Node *)n;   /* the hint is a cache, not the tree's meaning */
+  int h = atomic_load_explicit(&m->slot_hint, memory_order_relaxed);
+  if (h < e->cap && e->keys[h] == n->name) return &e->vals[h];
+  return env_slot_rehint(e, n);
+}
+
+/* env_lookup of N_NAME [n] through its hint, past the innermost scope. */
+static __attribute__((noinline)) Value *env_lookup_outer(Env *e, const Node *n) {
   for (; e; e = e->parent) {
     Value **s = env_slot_hinted(e, n);
     if (s) return *s;
   }
   return NULL;
+}
+
+/* env_lookup of N_NAME [n], through its hint: inline for a name of the
+ * innermost scope. */
+static inline Value *env_lookup_hinted(Env *e, const Node *n) {
+  Value **s = env_slot_hinted(e, n);
+  return s ? *s : env_lookup_outer(e->parent, n);
 }
 
 Value *env_lookup(Env *e, const char *name) {
@@ -228,7 +241,9 @@ static Env *env_module(Env *e) {
 
 /* Where an assignment to [name] in [e] goes: itself, or the scope named by
  * a `global` / `nonlocal` declaration. */
-static Env *env_target(Env *e, const char *name) {
+/* The scope that binds [name] when assigned in [e]: e itself, unless
+ * declared global or nonlocal there (env_declared_target). */
+static Env *env_declared_target(Env *e, const char *name) {
   for (int i = 0; i < e->ndeclared; i++) {
     if (e->declared[i] != name) continue;
     if (e->declared_global[i]) return env_module(e);
@@ -237,6 +252,10 @@ static Env *env_target(Env *e, const char *name) {
     return env_module(e);
   }
   return e;
+}
+
+static inline Env *env_target(Env *e, const char *name) {
+  return e->ndeclared ? env_declared_target(e, name) : e;
 }
 
 /* Unbinds [name] from [e] (not its parents): 0, or -1 when it is not
@@ -948,7 +967,7 @@ static Value *eval_attr(const Node *n, Env *env) {
 }
 
 static int assign(const Node *target, Value *v, Env *env);
-static Outcome for_each(const Node *target, Value *iter, Env *env,
+static inline Outcome for_each(const Node *target, Value *iter, Env *env,
                         Outcome (*body)(Env *env, void *ctx), void *ctx);
 
 typedef struct CompCtx {
@@ -1246,6 +1265,13 @@ static Outcome exec_block(const NodeList *body, Env *env, Value **ret) {
   return OUT_OK;
 }
 
+/* Whether the statement hook is to run now (eval.h). */
+static inline bool hook_due(void) {
+  return eval_stmt_hook &&
+         (eval_hook_here || atomic_load_explicit(&eval_hook_all, memory_order_relaxed) ||
+          atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed));
+}
+
 /* Runs the statement hook for [s] in frame [f]: OUT_OK to run [s],
  * OUT_ERR (the debugger's quit) or OUT_JUMP (eval.h). */
 static Outcome run_hook(Frame *f, const Node *s) {
@@ -1287,8 +1313,10 @@ static int assign_range_item(const Node *target, Env *env, int64_t x) {
   return v ? assign_steal(target, v, env) : -1;
 }
 
-/* Iterates [iter], assigning each item to [target] and running [body]. */
-static Outcome for_each(const Node *target, Value *iter, Env *env,
+/* Iterates [iter], assigning each item to [target] and running [body].
+ * Inlined into each caller, so [body], a constant there, is a direct
+ * call (a loop's per-iteration cost is mostly such calls). */
+static inline __attribute__((always_inline)) Outcome for_each(const Node *target, Value *iter, Env *env,
                         Outcome (*body)(Env *env, void *ctx), void *ctx) {
   if (iter->type == V_RANGE) {
     Range *r = (Range *)iter;
@@ -1525,7 +1553,7 @@ static Outcome loop_header_again(const Node *s) {
   if (!eval_stmt_hook || !f) return OUT_OK;
   f->stmt = s;
   cur_loc = s->loc;
-  return run_hook(f, s);
+  return hook_due() ? run_hook(f, s) : OUT_OK;
 }
 
 static Outcome loop_body(Env *env, void *vctx) {
@@ -1576,7 +1604,32 @@ static Outcome exec_if(const Node *s, Env *env, Value **ret) {
   return exec_block(t ? &s->body : &s->orelse, env, ret);
 }
 
+/* A leaf's value, borrowed: a bound name's or a constant's; NULL (no
+ * error) for an unbound name. */
+static inline Value *leaf_peek(const Node *n, Env *env) {
+  if (n->kind == N_CONST) return const_value(n);
+  Value *v = env_lookup_hinted(env, n);
+  return v ? v : env_lookup(shm_interp->builtins, n->name);
+}
+
+/* name = a <op> b with names or constants for a and b, written into the
+ * array the name holds when nothing else holds it (ops_binary_into):
+ * a loop's small operation then allocates and frees nothing.  Leaves
+ * only: evaluating them runs no code that could take or drop the old
+ * value.  False when the statement must run the usual way. */
+static bool assign_binop_in_place(const Node *s, Env *env) {
+  const Node *t = s->items.items[0], *n = s->a;
+  if (s->items.n != 1 || t->kind != N_NAME || n->kind != N_BINOP || !eval_is_leaf(n->a) ||
+      !eval_is_leaf(n->b))
+    return false;
+  Value **slot = env_slot_hinted(env_target(env, t->name), t);
+  if (!slot || !*slot || (*slot)->type != V_ARRAY) return false;
+  Value *a = leaf_peek(n->a, env), *b = a ? leaf_peek(n->b, env) : NULL;
+  return b && ops_binary_into(n->op, a, b, *slot);
+}
+
 static Outcome exec_assign(const Node *s, Env *env) {
+  if (assign_binop_in_place(s, env)) return OUT_OK;
   Value *v = eval(s->a, env);
   if (!v) return OUT_ERR;
   for (int i = 0; i + 1 < s->items.n; i++)
@@ -1787,7 +1840,7 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
     landing = s == jump_landing;
     jump_landing = NULL;
   }
-  Outcome h = eval_stmt_hook && cur_frame && !landing ? run_hook(cur_frame, s) : OUT_OK;
+  Outcome h = cur_frame && !landing && hook_due() ? run_hook(cur_frame, s) : OUT_OK;
   if (h != OUT_OK) return h;
   if (check_interrupt(s->loc) < 0) return OUT_ERR;
   switch (s->kind) {

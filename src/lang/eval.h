@@ -213,6 +213,15 @@ Frame *eval_current_frame(void);
 extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 #define EVAL_HOOK_JUMP 1
 
+/* When the statement hook runs: before every statement of every thread
+ * while [eval_hook_all] is set (the debugger may stop anywhere: it is
+ * engaged) or a Ctrl-C for the debugger is pending, and of this thread
+ * while [eval_hook_here] is (the thread's place is watched, or it is to
+ * stop at its next statement).  Otherwise a statement runs without the
+ * call.  Both are kept by the hook's owner. */
+extern atomic_bool eval_hook_all;
+extern _Thread_local bool eval_hook_here;
+
 /* Hook run when a user function's frame returns a value (pdb's "return"
  * event): [f] is the returning frame, still this thread's innermost;
  * [at] the return statement, or the last statement run when the body ran

@@ -809,6 +809,13 @@ Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept) {
   return r;
 }
 
+bool ops_binary_into(OpKind op, Value *a, Value *b, Value *dst) {
+  int id = last_prim(op);
+  if (id < 0 || a->type != V_ARRAY || b->type != V_ARRAY) return false;
+  const Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);   /* already_alike's dtype, shape: prim's */
+  return x->weak == y->weak && !(x->host && y->host) && prim_binary_into((PrimId)id, a, b, dst);
+}
+
 Value *ops_unary(OpKind op, Value *a) {
   if (op == OP_NOT) {
     int t = val_truth(a);

@@ -31,6 +31,13 @@ Value *ops_binary(OpKind op, Value *a, Value *b);
  * as ops_binary. */
 Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept);
 
+/* a <op> b (borrowed) written into [dst], the array a binding is about
+ * to drop for the result, when prim_binary_into can (an operator that is
+ * one primitive, +, - or *, on arrays that already agree): true when
+ * done, false with nothing changed and no error, the result then to be
+ * made by ops_binary_kept.  The same array as ops_binary's. */
+bool ops_binary_into(OpKind op, Value *a, Value *b, Value *dst);
+
 /* -x, +x, ~x, not x. */
 Value *ops_unary(OpKind op, Value *a);
 

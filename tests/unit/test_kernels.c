@@ -107,6 +107,42 @@ START_TEST(test_inplace_reuse) {
 }
 END_TEST
 
+/* prim_binary_into writes into the destination only when a new array
+ * would be the same: held by nothing else, of the result's dtype and
+ * shape, contiguous; the destination may be an operand. */
+START_TEST(test_binary_into) {
+  Value *x = vec(DT_F32, 4, (double[]){1, 2, 3, 4});
+  Value *y = vec(DT_F32, 4, (double[]){10, 20, 30, 40});
+  Value *d = vec(DT_F32, 4, (double[]){0, 0, 0, 0});
+  ck_assert(prim_binary_into(P_ADD, x, y, d));
+  expect(d, 4, (double[]){11, 22, 33, 44});
+  ck_assert(prim_binary_into(P_MUL, d, x, d));           /* d = d * x */
+  expect(d, 4, (double[]){11, 44, 99, 176});
+  Value *h = scalar(DT_F32, 2, false);
+  ck_assert(prim_binary_into(P_SUB, d, h, d));           /* a 0-d operand */
+  expect(d, 4, (double[]){9, 42, 97, 174});
+  val_incref(d);                                         /* held twice: left alone */
+  ck_assert(!prim_binary_into(P_ADD, x, y, d));
+  expect(d, 4, (double[]){9, 42, 97, 174});
+  val_decref(d);
+  Value *i = vec(DT_I32, 4, (double[]){1, 2, 3, 4});
+  ck_assert(!prim_binary_into(P_ADD, i, i, d));          /* another dtype */
+  ck_assert(!prim_binary_into(P_LT, x, y, d));           /* the result is bool */
+  Value *s = vec(DT_F32, 3, (double[]){1, 2, 3});
+  ck_assert(!prim_binary_into(P_ADD, s, s, d));          /* another shape */
+  ck_assert(!prim_binary_into(P_ADD, h, h, d));          /* a 0-d result */
+  ck_assert(!prim_binary_into(P_ADD, x, i, d));          /* operands disagree */
+  Value *w = scalar(DT_F32, 1, true), *wd = scalar(DT_F32, 0, false);
+  ck_assert(prim_binary_into(P_ADD, w, w, wd));          /* weak only if all are */
+  ck_assert(AS_ARRAY(wd)->weak);
+  ck_assert(prim_binary_into(P_ADD, w, h, wd));
+  ck_assert(!AS_ARRAY(wd)->weak);
+  expect(wd, 1, (double[]){3});
+  Value *vals[] = {x, y, d, h, i, s, w, wd};
+  for (int k = 0; k < 8; k++) val_decref(vals[k]);
+}
+END_TEST
+
 START_TEST(test_int_division) {
   Value *a = vec(DT_I32, 5, (double[]){7, -7, 7, 5, -2147483648.0});
   Value *b = vec(DT_I32, 5, (double[]){-2, 2, 0, 0, -1});
@@ -818,6 +854,7 @@ static Suite *kernels_suite(void) {
   tcase_set_timeout(el, 60);
   tcase_add_test(el, test_add_scalar_broadcast);
   tcase_add_test(el, test_inplace_reuse);
+  tcase_add_test(el, test_binary_into);
   tcase_add_test(el, test_int_division);
   tcase_add_test(el, test_int_wraps);
   tcase_add_test(el, test_compare_and_nan);
