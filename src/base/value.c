@@ -259,10 +259,29 @@ Value *tuple_pack(size_t n, Value *const *items) {
   return t;
 }
 
+_Thread_local uint32_t val_writer;
+
+uint32_t val_writer_new(void) {
+  static atomic_uint next;
+  uint32_t w;
+  do w = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
+  while (w == 0);
+  return w;
+}
+
+int val_check_writer(uint32_t writer, const char *what) {
+  if (!val_writer || writer == val_writer) return 0;
+  err_set(ERR_VALUE, "cannot change %s: every device runs the body at once; return "
+                     "per-device values through out_specs",
+          what);
+  return -1;
+}
+
 Value *list_new(size_t cap) {
   List *l = shm_calloc(1, sizeof *l);
   if (!l) return err_nomem();
   val_init(&l->hdr, V_LIST);
+  l->writer = val_writer;
   if (cap) {
     l->items = shm_malloc(cap * sizeof(Value *));
     if (!l->items) {
@@ -351,6 +370,7 @@ Value *dict_new(void) {
   Dict *d = shm_calloc(1, sizeof *d);
   if (!d) return err_nomem();
   val_init(&d->hdr, V_DICT);
+  d->writer = val_writer;
   return &d->hdr;
 }
 

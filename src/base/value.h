@@ -169,9 +169,30 @@ static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple 
 
 typedef struct List {
   Value hdr;
+  uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **items;   /* owned references */
 } List;
+
+/* ---- who may change a container ----------------------------------------
+ * A shard_map body runs on all its devices at once, so lists, dicts and
+ * scopes made outside the body are shared by them: a body may read them
+ * but not change them (a JAX body is traced once and cannot usefully
+ * change Python state either; its results leave through out_specs).
+ * Each records the token of the thread run that made it ([val_writer]:
+ * 0 outside bodies, a fresh one for each device's run of a body), and a
+ * change under another nonzero token is refused: a located error instead
+ * of a data race.  Outside bodies (token 0) anything may be changed: no
+ * body runs meanwhile. */
+extern _Thread_local uint32_t val_writer;
+
+/* A token no run has had yet (never 0).  Thread-safe. */
+uint32_t val_writer_new(void);
+
+/* 0 when this thread may change a container recorded with token
+ * [writer]; else -1 with the error set: "cannot change [what]: ...",
+ * [what] saying which ("a list made outside this shard_map body"). */
+int val_check_writer(uint32_t writer, const char *what);
 
 Value *list_new(size_t cap);
 int list_append(Value *l, Value *item);          /* borrows; -1 on nomem */
@@ -191,6 +212,7 @@ bool val_seq(const Value *v, size_t *len, Value *const **items);
 
 typedef struct Dict {
   Value hdr;
+  uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **keys, **vals;  /* owned, in insertion order */
 } Dict;

@@ -544,6 +544,8 @@ static void run_job(DbgCall *c, int rank) {
   const Frame *cur = tls_current ? atomic_load(tls_current) : NULL;
   pthread_mutex_unlock(&dbg.lock);
   tls_busy = true;
+  uint32_t writer = val_writer;
+  val_writer = 0;   /* every device is parked: the prompt may change anything */
   char *out = NULL;
   if (j->expr) {
     Value *v = eval_expr_text(j->text, j->env[rank]);
@@ -557,6 +559,7 @@ static void run_job(DbgCall *c, int rank) {
     src_decref(src);
   }
   if (!out) out = error_text();
+  val_writer = writer;
   tls_busy = false;
   if (tls_current) atomic_store(tls_current, cur);   /* the job's frames are gone */
   pthread_mutex_lock(&dbg.lock);

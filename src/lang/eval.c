@@ -77,6 +77,7 @@ void eval_write(const char *s, size_t n) {
 
 struct Env {
   atomic_int refcount;
+  uint32_t writer;     /* val_writer of the run that made it (value.h) */
   Env *parent;         /* owned */
   int n, cap;          /* open addressing over interned-pointer keys */
   const char **keys;
@@ -98,6 +99,7 @@ Env *env_new(Env *parent) {
   if (!e) return err_nomem();
   atomic_init(&e->refcount, 1);
   e->parent = parent;
+  e->writer = val_writer;
   if (parent) env_incref(parent);
   return e;
 }
@@ -256,6 +258,28 @@ static Env *env_declared_target(Env *e, const char *name) {
 
 static inline Env *env_target(Env *e, const char *name) {
   return e->ndeclared ? env_declared_target(e, name) : e;
+}
+
+/* env_target for a binding about to change: NULL, with the error set,
+ * when [name] is declared global or nonlocal and that scope is outside
+ * the shard_map body this thread runs (value.h: who may change a
+ * container). */
+static Env *env_target_w(Env *e, const char *name) {
+  Env *t = env_target(e, name);
+  if (t == e) return t;
+  char what[160];
+  snprintf(what, sizeof what, "'%s', a name of a scope outside this shard_map body", name);
+  return val_check_writer(t->writer, what) < 0 ? NULL : t;
+}
+
+/* Whether this thread may change container [obj] (value.h); -1 with the
+ * error set if not.  Anything but a list or dict: 0. */
+static int container_writable(const Value *obj) {
+  const char *what = "a list made outside this shard_map body";
+  if (obj->type == V_LIST) return val_check_writer(((const List *)obj)->writer, what);
+  what = "a dict made outside this shard_map body";
+  if (obj->type == V_DICT) return val_check_writer(((const Dict *)obj)->writer, what);
+  return 0;
 }
 
 /* Unbinds [name] from [e] (not its parents): 0, or -1 when it is not
@@ -1175,7 +1199,7 @@ static int assign_item(const Node *target, Value *v, Env *env) {
   Value *obj = eval(target->a, env);
   Value *key = obj ? eval(target->b, env) : NULL;
   int rc = -1;
-  if (!key) goto out;
+  if (!key || container_writable(obj) < 0) goto out;
   if (obj->type == V_DICT) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
@@ -1196,7 +1220,12 @@ out:
  * of reference-count changes (atomic, so not free) a borrowed value costs. */
 static int assign_steal(const Node *target, Value *v, Env *env) {
   if (target->kind == N_NAME) {
-    Env *e = env_target(env, target->name);
+    Env *e = env_target_w(env, target->name);
+    if (!e) {
+      val_decref(v);
+      err_locate(target->loc);
+      return -1;
+    }
     Value **s = env_slot_hinted(e, target);
     if (!s) return env_set_steal(e, target->name, v);
     Value *old = *s;
@@ -1212,7 +1241,11 @@ static int assign_steal(const Node *target, Value *v, Env *env) {
 static int assign(const Node *target, Value *v, Env *env) {
   int rc;
   switch (target->kind) {
-  case N_NAME: rc = env_set(env_target(env, target->name), target->name, v); break;
+  case N_NAME: {
+    Env *e = env_target_w(env, target->name);
+    rc = e ? env_set(e, target->name, v) : -1;
+    break;
+  }
   case N_TUPLE:
   case N_LIST: rc = assign_unpack(target, v, env); break;
   case N_SUBSCRIPT: rc = assign_item(target, v, env); break;
@@ -1298,8 +1331,8 @@ static bool int_reusable(const Value *v, int64_t x) {
  * overwritten when nothing else holds it, which saves an allocation and
  * a free per iteration; else a new int. */
 static int assign_range_item(const Node *target, Env *env, int64_t x) {
-  if (target->kind == N_NAME) {
-    Value **s = env_slot_hinted(env_target(env, target->name), target);
+  if (target->kind == N_NAME && env_target(env, target->name) == env) {
+    Value **s = env_slot_hinted(env, target);
     if (s && *s && int_reusable(*s, x)) {
       Array *a = AS_ARRAY(*s);
       if (a->dtype == DT_I32)
@@ -1363,14 +1396,19 @@ typedef struct LoopCtx {
  * keys, with Python's errors. */
 static int del_one(const Node *t, Env *env) {
   if (t->kind == N_NAME) {
-    if (env_del(env_target(env, t->name), t->name) == 0) return 0;
+    Env *e = env_target_w(env, t->name);
+    if (!e) {
+      err_locate(t->loc);
+      return -1;
+    }
+    if (env_del(e, t->name) == 0) return 0;
     err_set_at(t->loc, ERR_NAME, "name '%s' is not defined", t->name);
     return -1;
   }
   Value *obj = eval(t->a, env);
   Value *key = obj ? eval(t->b, env) : NULL;
   int rc = -1;
-  if (!key) goto out;
+  if (!key || container_writable(obj) < 0) goto out;
   if (obj->type == V_LIST) {
     rc = ops_list_delitem(obj, key);
   } else if (obj->type == V_DICT) {
@@ -1414,7 +1452,8 @@ static Outcome run_handler(const Node *h, Env *env, Value **ret) {
   if (h->name && !e) return OUT_ERR;
   Handling hd = {.outer = handling};
   err_save(&hd.err);
-  if (e && env_set(env_target(env, h->name), h->name, e) < 0) {
+  Env *scope = h->name ? env_target_w(env, h->name) : env;
+  if (e && (!scope || env_set(scope, h->name, e) < 0)) {
     val_decref(e);
     err_restore(&hd.err);
     return OUT_ERR;
@@ -1622,7 +1661,8 @@ static bool assign_binop_in_place(const Node *s, Env *env) {
   if (s->items.n != 1 || t->kind != N_NAME || n->kind != N_BINOP || !eval_is_leaf(n->a) ||
       !eval_is_leaf(n->b))
     return false;
-  Value **slot = env_slot_hinted(env_target(env, t->name), t);
+  if (env_target(env, t->name) != env) return false;   /* declared: env_target_w's checks */
+  Value **slot = env_slot_hinted(env, t);
   if (!slot || !*slot || (*slot)->type != V_ARRAY) return false;
   Value *a = leaf_peek(n->a, env), *b = a ? leaf_peek(n->b, env) : NULL;
   return b && ops_binary_into(n->op, a, b, *slot);

@@ -2141,10 +2141,16 @@ typedef struct RunArg {
   void *ctx;
 } RunArg;
 
+/* Runs device [rank]'s part of the call, with a writer token of its own:
+ * what it makes it may change, what the others share it may only read
+ * (value.h: who may change a container). */
 static void run_one(int rank, void *arg) {
   RunArg *ra = arg;
+  uint32_t outer = val_writer;
+  val_writer = val_writer_new();
   if (coll_enter(ra->g, rank) == 0) ra->fn(rank, ra->ctx);
   coll_device_exit(ra->g, rank, err_occurred());
+  val_writer = outer;
 }
 
 typedef struct XRunArg {
