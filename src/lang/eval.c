@@ -138,18 +138,19 @@ static Value **env_slot(Env *e, const char *name) {
   }
 }
 
-/* The slot of N_NAME [n] in [e], trying first the index where the
- * lookup of [n] found it last: an inline cache, right whenever the key
- * there is still the name (a name is in a table once; entries move only
- * when the table grows or loses a key).  The hint is shared by every
- * thread running the tree, hence relaxed atomics; a stale one costs only
- * the hashing it would have saved. */
+/* env_slot_hinted past a stale hint: the lookup, and the hint renewed. */
 static __attribute__((noinline)) Value **env_slot_rehint(Env *e, const Node *n) {
   Value **s = env_slot(e, n->name);
   if (s) atomic_store_explicit(&((Node *)n)->slot_hint, (int)(s - e->vals), memory_order_relaxed);
   return s;
 }
 
+/* The slot of N_NAME [n] in [e], trying first the index where the
+ * lookup of [n] found it last: an inline cache, right whenever the key
+ * there is still the name (a name is in a table once; entries move only
+ * when the table grows or loses a key).  The hint is shared by every
+ * thread running the tree, hence relaxed atomics; a stale one costs only
+ * the hashing it would have saved. */
 static inline Value **env_slot_hinted(Env *e, const Node *n) {
   Node *m = (Node *)n;   /* the hint is a cache, not the tree's meaning */
   int h = atomic_load_explicit(&m->slot_hint, memory_order_relaxed);
@@ -241,10 +242,8 @@ static Env *env_module(Env *e) {
   return e;
 }
 
-/* Where an assignment to [name] in [e] goes: itself, or the scope named by
- * a `global` / `nonlocal` declaration. */
-/* The scope that binds [name] when assigned in [e]: e itself, unless
- * declared global or nonlocal there (env_declared_target). */
+/* env_target of a name of [e] declared global or nonlocal there: the
+ * module's scope, or the nearest enclosing function scope binding it. */
 static Env *env_declared_target(Env *e, const char *name) {
   for (int i = 0; i < e->ndeclared; i++) {
     if (e->declared[i] != name) continue;
@@ -256,6 +255,8 @@ static Env *env_declared_target(Env *e, const char *name) {
   return e;
 }
 
+/* Where an assignment to [name] in [e] goes: itself, or the scope named by
+ * a `global` / `nonlocal` declaration. */
 static inline Env *env_target(Env *e, const char *name) {
   return e->ndeclared ? env_declared_target(e, name) : e;
 }
@@ -992,7 +993,7 @@ static Value *eval_attr(const Node *n, Env *env) {
 
 static int assign(const Node *target, Value *v, Env *env);
 static inline Outcome for_each(const Node *target, Value *iter, Env *env,
-                        Outcome (*body)(Env *env, void *ctx), void *ctx);
+                               Outcome (*body)(Env *env, void *ctx), void *ctx);
 
 typedef struct CompCtx {
   const Node *n;
@@ -1349,8 +1350,9 @@ static int assign_range_item(const Node *target, Env *env, int64_t x) {
 /* Iterates [iter], assigning each item to [target] and running [body].
  * Inlined into each caller, so [body], a constant there, is a direct
  * call (a loop's per-iteration cost is mostly such calls). */
-static inline __attribute__((always_inline)) Outcome for_each(const Node *target, Value *iter, Env *env,
-                        Outcome (*body)(Env *env, void *ctx), void *ctx) {
+static inline __attribute__((always_inline)) Outcome
+for_each(const Node *target, Value *iter, Env *env, Outcome (*body)(Env *env, void *ctx),
+         void *ctx) {
   if (iter->type == V_RANGE) {
     Range *r = (Range *)iter;
     int64_t n = range_len(iter);
