@@ -230,6 +230,13 @@ typedef struct Slot {
   Array **xin;                    /* [n * nin]: every participant's operands
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
+  Array **xtab;                   /* [2 * xtab_cap], the leader's, kept from
+                                     call to call (a small collective's time
+                                     is mostly such overheads): the table xin
+                                     points at (x_tab), then the proxies of
+                                     its last call at the same places, which
+                                     the next call reuses (x_proxy) */
+  int xtab_cap;
   Array *xres;                    /* or the result every local participant
                                      takes (x_reduce, x_gather), owned when
                                      it is not the leader's output */
@@ -787,6 +794,8 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   return g;
 }
 
+static void x_tab_free(Slot *s);
+
 void coll_group_free(CollGroup *g) {
   if (!g) return;
   if (g->slots) {
@@ -799,6 +808,7 @@ void coll_group_free(CollGroup *g) {
     for (int r = 0; r < g->mesh.ndevices; r++) {
       memo_free(&g->slots[r]);
       shm_free(g->slots[r].own);
+      x_tab_free(&g->slots[r]);
       shm_free(g->slots[r].lpeers);
       shm_free(g->slots[r].xreqs);
     }
@@ -1539,6 +1549,51 @@ static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_dev
 
 static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
 
+/* This process's participants of a cross-process call: their number,
+ * the caller's position among them and their ranks (the slot's lpeers). */
+typedef struct XLocal {
+  int n, pos;
+  int *peers;
+} XLocal;
+
+/* Frees slot [s]'s table and the proxies kept in it. */
+static void x_tab_free(Slot *s) {
+  for (int i = 0; i < s->xtab_cap; i++) {
+    Array *a = s->xtab[s->xtab_cap + i];
+    val_decref(a ? &a->hdr : NULL);
+  }
+  shm_free(s->xtab);
+  s->xtab = NULL;
+  s->xtab_cap = 0;
+}
+
+/* Leader [s]'s table of [n] operands, zeroed: the one of its last call
+ * when large enough (NULL when out of memory). */
+static Array **x_tab(Slot *s, int n) {
+  if (n > s->xtab_cap) {
+    x_tab_free(s);
+    if (!(s->xtab = shm_calloc(2 * (size_t)n, sizeof(Array *)))) return NULL;
+    s->xtab_cap = n;
+  }
+  memset(s->xtab, 0, sizeof(Array *) * (size_t)n);
+  return s->xtab;
+}
+
+/* The proxy at place [i] of leader [s]'s table, shaped as [mine]: the
+ * one of the last call there when nothing else holds it and it has that
+ * shape, else a new one (NULL when out of memory).  Its data is all
+ * received again. */
+static Array *x_proxy(Slot *s, int i, const Array *mine) {
+  Array **kept = s->xtab + s->xtab_cap, *a = kept[i];
+  kept[i] = NULL;
+  if (a && a->dtype == mine->dtype && a->ndim == mine->ndim && a->contiguous &&
+      a->offset == 0 && memcmp(a->shape, mine->shape, sizeof(int64_t) * a->ndim) == 0 &&
+      arr_sole_holder(a))
+    return a;
+  val_decref(a ? &a->hdr : NULL);
+  return arr_new(mine->dtype, mine->ndim, mine->shape);
+}
+
 /* A collective's header as read (x_header_read): the sender's
  * participants and operands point into the message. */
 typedef struct XHeader {
@@ -1579,7 +1634,7 @@ static size_t x_wire_cap(int nloc) {
  * [lc], with [inline_bytes] of operands to follow, into [buf]
  * (x_wire_cap(lc->n) bytes).  Returns where the operands go: the
  * header's length without them. */
-static size_t x_header_pack(char *buf, const Call *c, const Call *lc, int inline_bytes) {
+static size_t x_header_pack(char *buf, const Call *c, const XLocal *lc, int inline_bytes) {
   const CollDesc *d = &c->desc;
   XWire w = {c->seq, c->peers[0], lc->n, inline_bytes, d->kind, d->naxes, d->line, d->nin,
              d->ndims, (int32_t)strlen(d->params) + 1, {0}, {0}, {0}};
@@ -1801,7 +1856,7 @@ static char *x_gather_at(const Call *c, int q);
 
 static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
   int nin = c->desc.nin, k = 0;
-  const Slot *me = &c->g->slots[c->rank];
+  Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
     while (q < c->n && c->peers[q] != h->ranks[i]) q++;
@@ -1813,10 +1868,8 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
       continue;
     }
     for (int j = 0; j < nin; j++) {
-      const Array *mine = c->in[j];
-      Array *a = arr_new(mine->dtype, mine->ndim, mine->shape);
+      Array *a = tab[q * nin + j] = x_proxy(me, q * nin + j, c->in[j]);
       if (!a) return -1;
-      tab[q * nin + j] = a;
       iov[k++] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
   }
@@ -1874,12 +1927,12 @@ static void x_wait_sends(const Call *c, void **reqs, int n, int rc) {
 
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands
  * that are not contiguous are sent from contiguous copies. */
-static int x_exchange(const Call *c, const Call *lc, const void *arg) {
+static int x_exchange(const Call *c, const XLocal *lc, const void *arg) {
   (void)arg;
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
   int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
-  Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
+  Array **tab = x_tab(me, n * nin);
   /* the rest on the stack (16 MiB, DEV_STACK_BYTES): a small collective's
    * time is mostly such overheads */
   Array *copies[lc->n * nin + 1];
@@ -1929,26 +1982,50 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   return rc;
 }
 
-/* Frees the leader's proxies (the remote participants' operands), or
- * its result (x_reduce) when it is not its output. */
+/* Lets the leader's proxies (the remote participants' operands) go, kept
+ * for the next call at their places in the table, and frees its result
+ * (x_reduce) when it is not its output. */
 static void x_free(CollGroup *g, Slot *lead) {
   if (lead->xres && lead->xres != lead->out[0]) val_decref(&lead->xres->hdr);
   lead->xres = NULL;
   if (!lead->xin) return;
+  Array **kept = lead->xtab + lead->xtab_cap;
   for (int q = 0; q < lead->xn; q++)
     if (!x_local(g, lead->peers[q]))
       for (int j = 0; j < lead->xnin; j++) {
-        Array *a = lead->xin[q * lead->xnin + j];
-        val_decref(a ? &a->hdr : NULL);
+        int i = q * lead->xnin + j;
+        if (!lead->xin[i]) continue;
+        val_decref(kept[i] ? &kept[i]->hdr : NULL);
+        kept[i] = lead->xin[i];
       }
-  shm_free(lead->xin);
   lead->xin = NULL;
 }
 
 /* The leader's part of step 2: the exchange between processes (of the
  * local participants' operands [lc], with the kernel's [arg]); 0, or -1
  * with the error set. */
-typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
+typedef int (*XExchange)(const Call *c, const XLocal *lc, const void *arg);
+
+/* Swaps call [c]'s participants with [l]'s.  x_run's local steps
+ * (rendezvous, barriers, finish) take a Call over the local participants
+ * alone: the call itself with them swapped in, not a copy of it (with its
+ * descriptor ~1.9 KB, a copy cost a one-float psum ~250 instructions). */
+static void x_swap(Call *c, XLocal *l) {
+  XLocal t = {c->n, c->pos, c->peers};
+  c->n = l->n, c->pos = l->pos, c->peers = l->peers;
+  *l = t;
+}
+
+/* The leader's exchange, its error copied into the leader slot for the
+ * other local participants (who read it after the barrier that follows). */
+static void x_lead(Call *c, const XLocal *lc, XExchange exchange, const void *arg) {
+  Slot *lead = &c->g->slots[c->rank];
+  lead->xrc = exchange(c, lc, arg);
+  if (lead->xrc < 0) {
+    lead->xkind = err_kind();
+    snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
+  }
+}
 
 /* Runs collective [c], which has participants on other processes: the
  * leader runs [exchange] (x_exchange: every operand to every process),
@@ -1957,35 +2034,35 @@ typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
 static int x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
                  const void *arg) {
   CollGroup *g = c->g;
-  Call lc = *c;
-  lc.peers = g->slots[c->rank].lpeers;
-  lc.n = 0;
+  XLocal l = {0, 0, g->slots[c->rank].lpeers};
   for (int q = 0; q < c->n; q++)
     if (x_local(g, c->peers[q])) {
-      if (c->peers[q] == c->rank) lc.pos = lc.n;
-      lc.peers[lc.n++] = c->peers[q];
+      if (c->peers[q] == c->rank) l.pos = l.n;
+      l.peers[l.n++] = c->peers[q];
     }
-  if (rendezvous(&lc) < 0) return -1;
-  Slot *lead = &g->slots[lc.peers[0]];
-  if (lc.pos == 0) {
-    lead->xrc = exchange(c, &lc, arg);
-    if (lead->xrc < 0) {
-      lead->xkind = err_kind();
-      snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
-    }
-  }
-  barrier(&lc);
-  int rc = lead->xrc;
-  if (rc < 0 && lc.pos != 0) {
+  Slot *lead = &g->slots[l.peers[0]];
+  bool leader = l.pos == 0;
+  x_swap(c, &l);   /* c: the local participants; l: all of them */
+  int rc = rendezvous(c);
+  x_swap(c, &l);
+  if (rc < 0) return -1;
+  if (leader) x_lead(c, &l, exchange, arg);
+  x_swap(c, &l);
+  barrier(c);
+  x_swap(c, &l);
+  rc = lead->xrc;
+  if (rc < 0 && !leader) {
     err_set(lead->xkind, "%s", lead->xmsg);
     dev_error_secondary();
   } else if (rc == 0) {
     c->xin = lead->xin;
     rc = body(c, arg);
   }
-  barrier(&lc);
-  if (lc.pos == 0) x_free(g, lead);
-  finish(&lc);
+  x_swap(c, &l);
+  barrier(c);
+  if (leader) x_free(g, lead);
+  finish(c);
+  x_swap(c, &l);
   return rc;
 }
 
@@ -3071,7 +3148,7 @@ static const char *x_own_piece(const XReduce *s, int q, int64_t lo) {
 
 /* Sends the header, then to every other process its chunk of this
  * process's pieces. */
-static void x_reduce_send(XReduce *s, const Call *lc) {
+static void x_reduce_send(XReduce *s, const XLocal *lc) {
   const Call *c = s->c;
   int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
   int key = x_key(c->g, c->seq, c->peers[0]);
@@ -3159,7 +3236,7 @@ static Array *x_result(const Call *c) {
 /* The leader's exchange of a large reduction (an XExchange; arg: the
  * RedArg): the operands' chunks to their owners, the owners' folded
  * chunks back, into the leader slot's xres. */
-static int x_reduce(const Call *c, const Call *lc, const void *arg) {
+static int x_reduce(const Call *c, const XLocal *lc, const void *arg) {
   Slot *me = &c->g->slots[c->rank];
   int n = c->n, procs[n + 1];
   int64_t lo[n + 2];
@@ -3379,7 +3456,7 @@ static char *x_gather_at(const Call *c, int q) {
  * received straight into the leader's output when it is contiguous, its
  * blocks are runs of memory, and every local output can share it (else
  * into proxies, as for other collectives). */
-static int x_gather(const Call *c, const Call *lc, const void *arg) {
+static int x_gather(const Call *c, const XLocal *lc, const void *arg) {
   const GatherArgs *a = arg;
   Slot *me = &c->g->slots[c->rank];
   Array *o = c->out[0];
@@ -3756,7 +3833,7 @@ typedef struct XA2A {
 
 /* Sends the header, then to each other process procs[i] the slices its
  * participants take of this process's operands (local participant-major). */
-static int x_a2a_send(XA2A *s, const Call *lc, char *h, const int *procs, int np) {
+static int x_a2a_send(XA2A *s, const XLocal *lc, char *h, const int *procs, int np) {
   const Call *c = s->c;
   int key = x_key(c->g, c->seq, c->peers[0]), pos[c->n];
   TransportIov hv = {h, x_header_pack(h, c, lc, 0)};
@@ -3793,7 +3870,7 @@ static int x_a2a_send(XA2A *s, const Call *lc, char *h, const int *procs, int np
  * operands that this process's participants [lc] take, straight into
  * their outputs where the block is a run of memory, else through a
  * buffer. */
-static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
+static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
   const Call *c = s->c;
   int key = x_key(c->g, c->seq, c->peers[0]);
   TransportMsg *m = x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
@@ -3851,12 +3928,12 @@ static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
  * A2AArgs): every process sends each other one only the slices its
  * participants take, received into their outputs; x_a2a_local then
  * copies the local participants' blocks. */
-static int x_a2a(const Call *c, const Call *lc, const void *arg) {
+static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
   Slot *me = &c->g->slots[c->rank];
   int n = c->n, procs[n], np = x_procs(c, procs);
   XA2A s = {.c = c, .a = arg};
   s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
-  s.tab = shm_calloc((size_t)n, sizeof(Array *));
+  s.tab = x_tab(me, n);
   s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
   s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
   s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
