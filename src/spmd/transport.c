@@ -136,16 +136,21 @@ static TransportExpect *expects, *spare_expects;
 
 /* A small message sent from the transport's copy (send_copy), until its
  * send completes.  The pending ones are on the list [copies], oldest
- * first; copy_lock guards the list and ncopies (not box_lock, which is
- * held while large messages are received).  Never taken with box_lock. */
+ * first; copy_lock guards the list, ncopies and the spares (not box_lock,
+ * which is held while large messages are received).  Never taken with
+ * box_lock.  Every copy has room for TRANSPORT_COPY_BYTES, so one whose
+ * send completed serves any next one: up to COPY_SPARES of them wait on
+ * [spare_copies] (a collective across processes sends one or two small
+ * messages; without the spares each was an allocation and a free). */
 typedef struct CopySend {
   struct CopySend *next;
   MPI_Request req;
-  char data[];
+  char data[TRANSPORT_COPY_BYTES + 1];
 } CopySend;
+#define COPY_SPARES 16
 static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
-static CopySend *copies, **copies_tail = &copies;
-static int ncopies;
+static CopySend *copies, **copies_tail = &copies, *spare_copies;
+static int ncopies, nspare_copies;
 
 int transport_init(int ndevices) {
   long procs = launched_procs();
@@ -213,6 +218,11 @@ void transport_finalize(void) {
   transport_clear(0, 0);
   pthread_mutex_lock(&copy_lock);
   reap_copies(true);   /* the last small sends (a BYE) complete before the end */
+  for (CopySend *c; (c = spare_copies);) {
+    spare_copies = c->next;
+    shm_free(c);
+  }
+  nspare_copies = 0;
   pthread_mutex_unlock(&copy_lock);
   for (TransportExpect *e; (e = spare_expects);) {
     spare_expects = e->next;
@@ -263,20 +273,39 @@ static void reap_copies(bool wait) {
     CopySend *c = copies;
     if (!(copies = c->next)) copies_tail = &copies;
     ncopies--;
-    shm_free(c);
+    if (nspare_copies < COPY_SPARES) {
+      c->next = spare_copies;
+      spare_copies = c;
+      nspare_copies++;
+    } else {
+      shm_free(c);
+    }
   }
+}
+
+/* A copy for a small message: a spare, or a new one (copy_lock held;
+ * NULL when out of memory). */
+static CopySend *copy_alloc(void) {
+  CopySend *c = spare_copies;
+  if (!c) return shm_malloc(sizeof *c);
+  spare_copies = c->next;
+  nspare_copies--;
+  return c;
 }
 
 /* Sends [total] bytes of [iov] from a copy (a small message): false when
  * out of memory. */
 static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
-  CopySend *c = shm_malloc(sizeof *c + total + 1);
-  if (!c) return false;
+  pthread_mutex_lock(&copy_lock);
+  reap_copies(false);
+  CopySend *c = copy_alloc();
+  if (!c) {
+    pthread_mutex_unlock(&copy_lock);
+    return false;
+  }
   char *p = c->data;
   for (int i = 0; i < niov; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
   c->next = NULL;
-  pthread_mutex_lock(&copy_lock);
-  reap_copies(false);
   if (ncopies >= COPY_SENDS_MAX) {   /* complete the oldest: its peer polls */
     MPI_Wait(&copies->req, MPI_STATUS_IGNORE);
     reap_copies(false);
