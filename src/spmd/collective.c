@@ -422,11 +422,16 @@ static void sig_of(Array **in, int nin, CollDesc *d) {
   }
 }
 
+/* Element by element, not memcmp: the arrays are a few entries long and
+ * every collective compares descriptors twice across processes (its run,
+ * the peers' headers), where a call to memcmp costs more than the loop. */
 static bool sig_equal(const CollDesc *a, const CollDesc *b) {
-  return a->nin == b->nin && a->ndims == b->ndims &&
-         memcmp(a->dtype, b->dtype, (size_t)a->nin) == 0 &&
-         memcmp(a->ndim, b->ndim, (size_t)a->nin) == 0 &&
-         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndims) == 0;
+  if (a->nin != b->nin || a->ndims != b->ndims) return false;
+  for (int i = 0; i < a->nin; i++)
+    if (a->dtype[i] != b->dtype[i] || a->ndim[i] != b->ndim[i]) return false;
+  for (int i = 0; i < a->ndims; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
 }
 
 /* The operand avals of [d], "f32[4,8], i32[2]" (array.h's aval_str form). */
@@ -920,9 +925,10 @@ static int cond_true(CollGroup *g, int rank, void *arg) {
 /* ---- descriptors and messages ------------------------------------------------ */
 
 static bool desc_equal(const CollDesc *a, const CollDesc *b) {
-  return a->kind == b->kind && a->naxes == b->naxes &&
-         memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0 &&
-         sig_equal(a, b) && strcmp(a->params, b->params) == 0;
+  if (a->kind != b->kind || a->naxes != b->naxes) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->axes[i] != b->axes[i]) return false;
+  return sig_equal(a, b) && strcmp(a->params, b->params) == 0;
 }
 
 /* "psum over 'i' of f32[4] at line 7"; with [with_params] (when only the
