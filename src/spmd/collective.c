@@ -156,6 +156,7 @@ typedef struct CallMemo {
   Value *vals[PRIM_MAX_PARAMS];   /* references */
   int naxes, axes[DEV_MAX_AXES];  /* the resolved axis names */
   int n, pos, axis_size;          /* participants (their ranks: Slot.peers) */
+  bool cross;                     /* some of them on other processes */
   char params[COLL_PARAMS_CAP];   /* params_canon's text */
 } CallMemo;
 
@@ -170,6 +171,9 @@ typedef struct XExit {
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
+  int xproc;                      /* the process holding the device, and */
+  bool xlocal;                    /* whether it is this one (written at
+                                     creation: x_proc, x_local) */
   /* guarded by CollGroup.lock (the owner, their only writer, also reads
    * them without it): */
   bool exited, failed;            /* left the body (with an error) */
@@ -706,6 +710,7 @@ static void memo_fill(CallMemo *m, int kind, const Params *p, const Call *c) {
   m->n = c->n;
   m->pos = c->pos;
   m->axis_size = c->axis_size;
+  m->cross = c->cross;
   memcpy(m->params, c->desc.params, sizeof m->params);
   m->valid = true;
 }
@@ -800,6 +805,8 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
     pthread_cond_init(&s->wake, NULL);
     s->ctx = (DevCtx){.mesh = &g->mesh, .rank = r, .group = g,
                       .reference = reference};
+    s->xproc = transport_process_of(mesh->device_ids ? mesh->device_ids[r] : r);
+    s->xlocal = s->xproc == transport_rank();
     dev_mesh_coords(&g->mesh, r, s->ctx.coords);
   }
   return g;
@@ -1560,9 +1567,11 @@ static int x_device(const CollGroup *g, int r) {
   return g->mesh.device_ids ? g->mesh.device_ids[r] : r;
 }
 
-static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_device(g, r)); }
+/* Whether mesh rank [r] lives in this process, and which process holds
+ * it (from its slot: a collective asks several times per participant). */
+static bool x_local(const CollGroup *g, int r) { return g->slots[r].xlocal; }
 
-static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
+static int x_proc(const CollGroup *g, int r) { return g->slots[r].xproc; }
 
 /* This process's participants of a cross-process call: their number,
  * the caller's position among them and their ranks (the slot's lpeers). */
@@ -2216,7 +2225,6 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->desc.line = eval_current_loc().line;
   if (tl_tracing() || tl_counting()) c->t0 = tl_now();
   sig_of(in, nin, &c->desc);
-  c->cross = false;
   c->xin = NULL;
   CallMemo *m = &s->memo;
   if (memo_hit(m, kind, p)) {
@@ -2225,6 +2233,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
     c->n = m->n;
     c->pos = m->pos;
     c->axis_size = m->axis_size;
+    c->cross = m->cross;
     memcpy(c->desc.params, m->params, strlen(m->params) + 1);
   } else {
     memo_clear(m);  /* find_participants rewrites the peers */
@@ -2232,10 +2241,10 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
         find_participants(c, prim, p) < 0)
       return -1;
     params_canon(p, c->desc.params, sizeof c->desc.params);
+    c->cross = false;
+    for (int i = 0; i < c->n && !c->cross; i++) c->cross = !x_local(c->g, c->peers[i]);
     memo_fill(m, kind, p, c);
   }
-  if (transport_active())
-    for (int i = 0; i < c->n && !c->cross; i++) c->cross = !x_local(c->g, c->peers[i]);
   return 0;
 }
 
