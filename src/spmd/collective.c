@@ -156,6 +156,7 @@ typedef struct CallMemo {
   Value *vals[PRIM_MAX_PARAMS];   /* references */
   int naxes, axes[DEV_MAX_AXES];  /* the resolved axis names */
   int n, pos, axis_size;          /* participants (their ranks: Slot.peers) */
+  bool cross;                     /* some of them on other processes */
   char params[COLL_PARAMS_CAP];   /* params_canon's text */
 } CallMemo;
 
@@ -170,6 +171,9 @@ typedef struct XExit {
 /* One device's state in the group. */
 typedef struct Slot {
   DevCtx ctx;                     /* the device's context (written at creation) */
+  int xproc;                      /* the process holding the device, and */
+  bool xlocal;                    /* whether it is this one (written at
+                                     creation: x_proc, x_local) */
   /* guarded by CollGroup.lock (the owner, their only writer, also reads
    * them without it): */
   bool exited, failed;            /* left the body (with an error) */
@@ -230,6 +234,19 @@ typedef struct Slot {
   Array **xin;                    /* [n * nin]: every participant's operands
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
+  Array **xtab;                   /* [2 * xtab_cap], the leader's, kept from
+                                     call to call (a small collective's time
+                                     is mostly such overheads): the table xin
+                                     points at (x_tab), then the proxies of
+                                     its last call at the same places, which
+                                     the next call reuses (x_proxy) */
+  int xtab_cap;
+  char *xhdr;                     /* the leader's last header (x_header), and */
+  size_t xhdr_len;                /* its length, */
+  unsigned long xhdr_gen;         /* the descriptor generation (gen) and */
+  int xhdr_first, xhdr_nloc;      /* participants it was written for */
+  struct XSeen *xseen;            /* [processes]: the headers it last accepted
+                                     from each (x_header_known) */
   Array *xres;                    /* or the result every local participant
                                      takes (x_reduce, x_gather), owned when
                                      it is not the leader's output */
@@ -415,11 +432,16 @@ static void sig_of(Array **in, int nin, CollDesc *d) {
   }
 }
 
+/* Element by element, not memcmp: the arrays are a few entries long and
+ * every collective compares descriptors twice across processes (its run,
+ * the peers' headers), where a call to memcmp costs more than the loop. */
 static bool sig_equal(const CollDesc *a, const CollDesc *b) {
-  return a->nin == b->nin && a->ndims == b->ndims &&
-         memcmp(a->dtype, b->dtype, (size_t)a->nin) == 0 &&
-         memcmp(a->ndim, b->ndim, (size_t)a->nin) == 0 &&
-         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndims) == 0;
+  if (a->nin != b->nin || a->ndims != b->ndims) return false;
+  for (int i = 0; i < a->nin; i++)
+    if (a->dtype[i] != b->dtype[i] || a->ndim[i] != b->ndim[i]) return false;
+  for (int i = 0; i < a->ndims; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
 }
 
 /* The operand avals of [d], "f32[4,8], i32[2]" (array.h's aval_str form). */
@@ -688,6 +710,7 @@ static void memo_fill(CallMemo *m, int kind, const Params *p, const Call *c) {
   m->n = c->n;
   m->pos = c->pos;
   m->axis_size = c->axis_size;
+  m->cross = c->cross;
   memcpy(m->params, c->desc.params, sizeof m->params);
   m->valid = true;
 }
@@ -782,10 +805,15 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
     pthread_cond_init(&s->wake, NULL);
     s->ctx = (DevCtx){.mesh = &g->mesh, .rank = r, .group = g,
                       .reference = reference};
+    s->xproc = transport_process_of(mesh->device_ids ? mesh->device_ids[r] : r);
+    s->xlocal = s->xproc == transport_rank();
     dev_mesh_coords(&g->mesh, r, s->ctx.coords);
   }
   return g;
 }
+
+static void x_tab_free(Slot *s);
+static void x_seen_free(Slot *s);
 
 void coll_group_free(CollGroup *g) {
   if (!g) return;
@@ -799,6 +827,9 @@ void coll_group_free(CollGroup *g) {
     for (int r = 0; r < g->mesh.ndevices; r++) {
       memo_free(&g->slots[r]);
       shm_free(g->slots[r].own);
+      x_tab_free(&g->slots[r]);
+      shm_free(g->slots[r].xhdr);
+      x_seen_free(&g->slots[r]);
       shm_free(g->slots[r].lpeers);
       shm_free(g->slots[r].xreqs);
     }
@@ -910,9 +941,10 @@ static int cond_true(CollGroup *g, int rank, void *arg) {
 /* ---- descriptors and messages ------------------------------------------------ */
 
 static bool desc_equal(const CollDesc *a, const CollDesc *b) {
-  return a->kind == b->kind && a->naxes == b->naxes &&
-         memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0 &&
-         sig_equal(a, b) && strcmp(a->params, b->params) == 0;
+  if (a->kind != b->kind || a->naxes != b->naxes) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->axes[i] != b->axes[i]) return false;
+  return sig_equal(a, b) && strcmp(a->params, b->params) == 0;
 }
 
 /* "psum over 'i' of f32[4] at line 7"; with [with_params] (when only the
@@ -1535,9 +1567,56 @@ static int x_device(const CollGroup *g, int r) {
   return g->mesh.device_ids ? g->mesh.device_ids[r] : r;
 }
 
-static bool x_local(const CollGroup *g, int r) { return transport_is_local(x_device(g, r)); }
+/* Whether mesh rank [r] lives in this process, and which process holds
+ * it (from its slot: a collective asks several times per participant). */
+static bool x_local(const CollGroup *g, int r) { return g->slots[r].xlocal; }
 
-static int x_proc(const CollGroup *g, int r) { return transport_process_of(x_device(g, r)); }
+static int x_proc(const CollGroup *g, int r) { return g->slots[r].xproc; }
+
+/* This process's participants of a cross-process call: their number,
+ * the caller's position among them and their ranks (the slot's lpeers). */
+typedef struct XLocal {
+  int n, pos;
+  int *peers;
+} XLocal;
+
+/* Frees slot [s]'s table and the proxies kept in it. */
+static void x_tab_free(Slot *s) {
+  for (int i = 0; i < s->xtab_cap; i++) {
+    Array *a = s->xtab[s->xtab_cap + i];
+    val_decref(a ? &a->hdr : NULL);
+  }
+  shm_free(s->xtab);
+  s->xtab = NULL;
+  s->xtab_cap = 0;
+}
+
+/* Leader [s]'s table of [n] operands, zeroed: the one of its last call
+ * when large enough (NULL when out of memory). */
+static Array **x_tab(Slot *s, int n) {
+  if (n > s->xtab_cap) {
+    x_tab_free(s);
+    if (!(s->xtab = shm_calloc(2 * (size_t)n, sizeof(Array *)))) return NULL;
+    s->xtab_cap = n;
+  }
+  memset(s->xtab, 0, sizeof(Array *) * (size_t)n);
+  return s->xtab;
+}
+
+/* The proxy at place [i] of leader [s]'s table, shaped as [mine]: the
+ * one of the last call there when nothing else holds it and it has that
+ * shape, else a new one (NULL when out of memory).  Its data is all
+ * received again. */
+static Array *x_proxy(Slot *s, int i, const Array *mine) {
+  Array **kept = s->xtab + s->xtab_cap, *a = kept[i];
+  kept[i] = NULL;
+  if (a && a->dtype == mine->dtype && a->ndim == mine->ndim && a->contiguous &&
+      a->offset == 0 && memcmp(a->shape, mine->shape, sizeof(int64_t) * a->ndim) == 0 &&
+      arr_sole_holder(a))
+    return a;
+  val_decref(a ? &a->hdr : NULL);
+  return arr_new(mine->dtype, mine->ndim, mine->shape);
+}
 
 /* A collective's header as read (x_header_read): the sender's
  * participants and operands point into the message. */
@@ -1579,7 +1658,7 @@ static size_t x_wire_cap(int nloc) {
  * [lc], with [inline_bytes] of operands to follow, into [buf]
  * (x_wire_cap(lc->n) bytes).  Returns where the operands go: the
  * header's length without them. */
-static size_t x_header_pack(char *buf, const Call *c, const Call *lc, int inline_bytes) {
+static size_t x_header_pack(char *buf, const Call *c, const XLocal *lc, int inline_bytes) {
   const CollDesc *d = &c->desc;
   XWire w = {c->seq, c->peers[0], lc->n, inline_bytes, d->kind, d->naxes, d->line, d->nin,
              d->ndims, (int32_t)strlen(d->params) + 1, {0}, {0}, {0}};
@@ -1598,6 +1677,33 @@ static size_t x_header_pack(char *buf, const Call *c, const Call *lc, int inline
   size_t len = ((size_t)(p - buf) + 7) & ~(size_t)7;
   memset(p, 0, len - (size_t)(p - buf));
   return len;
+}
+
+/* The header of collective [c] from leader [me] for its local
+ * participants [lc], with [inline_bytes] of operands to follow, in
+ * me->xhdr (NULL when out of memory); its length into [len].  A call
+ * repeating the descriptor of the leader's last one (its generation
+ * unchanged: equal up to the line) for the same participants takes the
+ * last header with its number, line and inline size written over:
+ * packing it anew cost a one-float psum ~200 instructions before its
+ * send. */
+static char *x_header(Slot *me, const Call *c, const XLocal *lc, int inline_bytes, size_t *len) {
+  if (me->xhdr && me->xhdr_gen == me->gen && me->xhdr_first == c->peers[0] &&
+      me->xhdr_nloc == lc->n) {
+    int64_t seq = c->seq;
+    int32_t line = c->desc.line, inl = inline_bytes;
+    memcpy(me->xhdr + offsetof(XWire, seq), &seq, sizeof seq);
+    memcpy(me->xhdr + offsetof(XWire, line), &line, sizeof line);
+    memcpy(me->xhdr + offsetof(XWire, inline_bytes), &inl, sizeof inl);
+    *len = me->xhdr_len;
+    return me->xhdr;
+  }
+  if (!me->xhdr && !(me->xhdr = shm_malloc(x_wire_cap(dev_count())))) return err_nomem();
+  me->xhdr_len = *len = x_header_pack(me->xhdr, c, lc, inline_bytes);
+  me->xhdr_gen = me->gen;
+  me->xhdr_first = c->peers[0];
+  me->xhdr_nloc = lc->n;
+  return me->xhdr;
 }
 
 /* Reads header message [m] into [h] (pointing into m, which must outlive
@@ -1801,7 +1907,7 @@ static char *x_gather_at(const Call *c, int q);
 
 static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
   int nin = c->desc.nin, k = 0;
-  const Slot *me = &c->g->slots[c->rank];
+  Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
     int q = 0;
     while (q < c->n && c->peers[q] != h->ranks[i]) q++;
@@ -1813,10 +1919,8 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
       continue;
     }
     for (int j = 0; j < nin; j++) {
-      const Array *mine = c->in[j];
-      Array *a = arr_new(mine->dtype, mine->ndim, mine->shape);
+      Array *a = tab[q * nin + j] = x_proxy(me, q * nin + j, c->in[j]);
       if (!a) return -1;
-      tab[q * nin + j] = a;
       iov[k++] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
   }
@@ -1836,6 +1940,78 @@ static int x_unpack(const XHeader *h, const TransportIov *iov, int k) {
   return k;
 }
 
+/* A header leader [me] accepted from one process, up to its operands,
+ * under its descriptor generation [gen]. */
+typedef struct XSeen {
+  char *bytes;                    /* x_header_cap bytes; NULL: none yet */
+  size_t len;
+  unsigned long gen;
+} XSeen;
+
+/* Whether header message [m] from process [proc] repeats the last one
+ * leader [me] accepted from it, while the leader's descriptor is the
+ * same (equal up to the line): every byte but the number, line and
+ * inline size.  Then it matches as that one did, and [h] gets what
+ * x_receive reads besides the descriptor: reading and comparing it
+ * anew cost a one-float psum ~230 instructions after its wait. */
+static bool x_header_known(const Slot *me, int proc, const TransportMsg *m, XHeader *h) {
+  const XSeen *v = me->xseen ? &me->xseen[proc] : NULL;
+  if (!v || !v->bytes || v->gen != me->gen || m->len < v->len) return false;
+  const char *a = m->data, *b = v->bytes;
+  size_t first = offsetof(XWire, first), kind = offsetof(XWire, kind), nin = offsetof(XWire, nin);
+  if (memcmp(a + first, b + first, offsetof(XWire, inline_bytes) - first) != 0 ||
+      memcmp(a + kind, b + kind, offsetof(XWire, line) - kind) != 0 ||
+      memcmp(a + nin, b + nin, v->len - nin) != 0)
+    return false;
+  int32_t inl, ndims;
+  int64_t seq;
+  memcpy(&inl, a + offsetof(XWire, inline_bytes), sizeof inl);
+  memcpy(&ndims, a + offsetof(XWire, ndims), sizeof ndims);
+  memcpy(&seq, a + offsetof(XWire, seq), sizeof seq);
+  if (inl < 0 || v->len + (size_t)inl > m->len) return false;
+  memcpy(&h->first, a + first, sizeof h->first);
+  memcpy(&h->nloc, a + offsetof(XWire, nloc), sizeof h->nloc);
+  h->seq = seq;
+  h->inline_bytes = inl;
+  h->ranks = (const int *)(a + sizeof(XWire) + sizeof(int64_t) * (size_t)ndims);
+  h->payload = a + v->len;
+  return true;
+}
+
+/* Remembers header message [m] (read into [h]) from process [proc] as
+ * accepted by leader [me]; nothing when out of memory. */
+static void x_header_accepted(Slot *me, const CollGroup *g, int proc, const TransportMsg *m,
+                              const XHeader *h) {
+  if (!me->xseen && !(me->xseen = shm_calloc((size_t)transport_procs(), sizeof(XSeen))))
+    return;
+  XSeen *v = &me->xseen[proc];
+  if (!v->bytes && !(v->bytes = shm_malloc(x_header_cap(g)))) return;
+  v->len = (size_t)(h->payload - m->data);
+  memcpy(v->bytes, m->data, v->len);
+  v->gen = me->gen;
+}
+
+/* Frees leader [s]'s copies of accepted headers. */
+static void x_seen_free(Slot *s) {
+  for (int p = 0; s->xseen && p < transport_procs(); p++) shm_free(s->xseen[p].bytes);
+  shm_free(s->xseen);
+  s->xseen = NULL;
+}
+
+/* Reads header message [m] from process [proc] into [h] and checks its
+ * descriptor against [c]'s; then the pieces to receive the operands
+ * into (x_proxies): their number, or -1 with the error set. */
+static int x_header_accept(const Call *c, int proc, const TransportMsg *m, XHeader *h,
+                           Array **tab, TransportIov *iov) {
+  Slot *me = &c->g->slots[c->rank];
+  if (x_header_known(me, proc, m, h)) return x_proxies(c, h, tab, iov);
+  if (x_header_read(m, h) < 0) return -1;
+  if (!desc_equal(&h->desc, &c->desc))
+    return mismatch_error(c->g, c->rank, &c->desc, h->ranks[0], &h->desc);
+  x_header_accepted(me, c->g, proc, m, h);
+  return x_proxies(c, h, tab, iov);
+}
+
 /* Receives every other process's header and operands into [tab]. */
 static int x_receive(const Call *c, const int *procs, int np, Array **tab, TransportIov *iov) {
   int tag = transport_tag(TRANSPORT_HEADER, x_key(c->g, c->seq, c->peers[0]));
@@ -1843,10 +2019,7 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
     TransportMsg *m = x_wait_header(c, procs[i], tag);
     if (!m) return -1;
     XHeader h;
-    int k = x_header_read(m, &h) < 0 ? -1
-            : desc_equal(&h.desc, &c->desc)
-                ? x_proxies(c, &h, tab, iov)
-                : mismatch_error(c->g, c->rank, &c->desc, h.ranks[0], &h.desc);
+    int k = x_header_accept(c, procs[i], m, &h, tab, iov);
     if (k >= 0 && h.inline_bytes) {
       k = x_unpack(&h, iov, k);
       transport_msg_free(m);
@@ -1874,12 +2047,12 @@ static void x_wait_sends(const Call *c, void **reqs, int n, int rc) {
 
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands
  * that are not contiguous are sent from contiguous copies. */
-static int x_exchange(const Call *c, const Call *lc, const void *arg) {
+static int x_exchange(const Call *c, const XLocal *lc, const void *arg) {
   (void)arg;
   CollGroup *g = c->g;
   Slot *me = &g->slots[c->rank];
   int nin = c->desc.nin, n = c->n, procs[c->n], np = x_procs(c, procs);
-  Array **tab = shm_calloc((size_t)(n * nin), sizeof(Array *));
+  Array **tab = x_tab(me, n * nin);
   /* the rest on the stack (16 MiB, DEV_STACK_BYTES): a small collective's
    * time is mostly such overheads */
   Array *copies[lc->n * nin + 1];
@@ -1887,7 +2060,6 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
    * the pieces to receive the others' into */
   TransportIov iov[n * nin + 2];
   void *reqs[2 * np + 1];
-  char hbuf[x_wire_cap(lc->n)];
   memset(copies, 0, sizeof copies);
   me->xin = tab;
   me->xn = n;
@@ -1915,7 +2087,13 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
    * transport) when small; none (empty arrays) still come as a data
    * message, as the header's inline_bytes 0 says */
   bool inl = total > 0 && total <= COLL_XINLINE_BYTES;
-  iov[0] = (TransportIov){hbuf, x_header_pack(hbuf, c, lc, inl ? (int)total : 0)};
+  size_t hlen = 0;
+  char *h = x_header(me, c, lc, inl ? (int)total : 0, &hlen);
+  if (!h) {
+    for (int i = 0; i < ncopies; i++) val_decref(copies[i] ? &copies[i]->hdr : NULL);
+    return -1;
+  }
+  iov[0] = (TransportIov){h, hlen};
   for (int i = 0; i < np; i++) {
     reqs[2 * i] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), iov,
                                   inl ? 1 + k : 1);
@@ -1929,26 +2107,50 @@ static int x_exchange(const Call *c, const Call *lc, const void *arg) {
   return rc;
 }
 
-/* Frees the leader's proxies (the remote participants' operands), or
- * its result (x_reduce) when it is not its output. */
+/* Lets the leader's proxies (the remote participants' operands) go, kept
+ * for the next call at their places in the table, and frees its result
+ * (x_reduce) when it is not its output. */
 static void x_free(CollGroup *g, Slot *lead) {
   if (lead->xres && lead->xres != lead->out[0]) val_decref(&lead->xres->hdr);
   lead->xres = NULL;
   if (!lead->xin) return;
+  Array **kept = lead->xtab + lead->xtab_cap;
   for (int q = 0; q < lead->xn; q++)
     if (!x_local(g, lead->peers[q]))
       for (int j = 0; j < lead->xnin; j++) {
-        Array *a = lead->xin[q * lead->xnin + j];
-        val_decref(a ? &a->hdr : NULL);
+        int i = q * lead->xnin + j;
+        if (!lead->xin[i]) continue;
+        val_decref(kept[i] ? &kept[i]->hdr : NULL);
+        kept[i] = lead->xin[i];
       }
-  shm_free(lead->xin);
   lead->xin = NULL;
 }
 
 /* The leader's part of step 2: the exchange between processes (of the
  * local participants' operands [lc], with the kernel's [arg]); 0, or -1
  * with the error set. */
-typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
+typedef int (*XExchange)(const Call *c, const XLocal *lc, const void *arg);
+
+/* Swaps call [c]'s participants with [l]'s.  x_run's local steps
+ * (rendezvous, barriers, finish) take a Call over the local participants
+ * alone: the call itself with them swapped in, not a copy of it (with its
+ * descriptor ~1.9 KB, a copy cost a one-float psum ~250 instructions). */
+static void x_swap(Call *c, XLocal *l) {
+  XLocal t = {c->n, c->pos, c->peers};
+  c->n = l->n, c->pos = l->pos, c->peers = l->peers;
+  *l = t;
+}
+
+/* The leader's exchange, its error copied into the leader slot for the
+ * other local participants (who read it after the barrier that follows). */
+static void x_lead(Call *c, const XLocal *lc, XExchange exchange, const void *arg) {
+  Slot *lead = &c->g->slots[c->rank];
+  lead->xrc = exchange(c, lc, arg);
+  if (lead->xrc < 0) {
+    lead->xkind = err_kind();
+    snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
+  }
+}
 
 /* Runs collective [c], which has participants on other processes: the
  * leader runs [exchange] (x_exchange: every operand to every process),
@@ -1957,35 +2159,35 @@ typedef int (*XExchange)(const Call *c, const Call *lc, const void *arg);
 static int x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
                  const void *arg) {
   CollGroup *g = c->g;
-  Call lc = *c;
-  lc.peers = g->slots[c->rank].lpeers;
-  lc.n = 0;
+  XLocal l = {0, 0, g->slots[c->rank].lpeers};
   for (int q = 0; q < c->n; q++)
     if (x_local(g, c->peers[q])) {
-      if (c->peers[q] == c->rank) lc.pos = lc.n;
-      lc.peers[lc.n++] = c->peers[q];
+      if (c->peers[q] == c->rank) l.pos = l.n;
+      l.peers[l.n++] = c->peers[q];
     }
-  if (rendezvous(&lc) < 0) return -1;
-  Slot *lead = &g->slots[lc.peers[0]];
-  if (lc.pos == 0) {
-    lead->xrc = exchange(c, &lc, arg);
-    if (lead->xrc < 0) {
-      lead->xkind = err_kind();
-      snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
-    }
-  }
-  barrier(&lc);
-  int rc = lead->xrc;
-  if (rc < 0 && lc.pos != 0) {
+  Slot *lead = &g->slots[l.peers[0]];
+  bool leader = l.pos == 0;
+  x_swap(c, &l);   /* c: the local participants; l: all of them */
+  int rc = rendezvous(c);
+  x_swap(c, &l);
+  if (rc < 0) return -1;
+  if (leader) x_lead(c, &l, exchange, arg);
+  x_swap(c, &l);
+  barrier(c);
+  x_swap(c, &l);
+  rc = lead->xrc;
+  if (rc < 0 && !leader) {
     err_set(lead->xkind, "%s", lead->xmsg);
     dev_error_secondary();
   } else if (rc == 0) {
     c->xin = lead->xin;
     rc = body(c, arg);
   }
-  barrier(&lc);
-  if (lc.pos == 0) x_free(g, lead);
-  finish(&lc);
+  x_swap(c, &l);
+  barrier(c);
+  if (leader) x_free(g, lead);
+  finish(c);
+  x_swap(c, &l);
   return rc;
 }
 
@@ -2023,7 +2225,6 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->desc.line = eval_current_loc().line;
   if (tl_tracing() || tl_counting()) c->t0 = tl_now();
   sig_of(in, nin, &c->desc);
-  c->cross = false;
   c->xin = NULL;
   CallMemo *m = &s->memo;
   if (memo_hit(m, kind, p)) {
@@ -2032,6 +2233,7 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
     c->n = m->n;
     c->pos = m->pos;
     c->axis_size = m->axis_size;
+    c->cross = m->cross;
     memcpy(c->desc.params, m->params, strlen(m->params) + 1);
   } else {
     memo_clear(m);  /* find_participants rewrites the peers */
@@ -2039,10 +2241,10 @@ static int call_init(Call *c, CollKind kind, const Params *p, Array **in,
         find_participants(c, prim, p) < 0)
       return -1;
     params_canon(p, c->desc.params, sizeof c->desc.params);
+    c->cross = false;
+    for (int i = 0; i < c->n && !c->cross; i++) c->cross = !x_local(c->g, c->peers[i]);
     memo_fill(m, kind, p, c);
   }
-  if (transport_active())
-    for (int i = 0; i < c->n && !c->cross; i++) c->cross = !x_local(c->g, c->peers[i]);
   return 0;
 }
 
@@ -3077,7 +3279,7 @@ static const char *x_own_piece(const XReduce *s, int q, int64_t lo) {
 
 /* Sends the header, then to every other process its chunk of this
  * process's pieces. */
-static void x_reduce_send(XReduce *s, const Call *lc) {
+static void x_reduce_send(XReduce *s, const XLocal *lc) {
   const Call *c = s->c;
   int qs[c->n], m = x_pieces(c, &s->x, transport_rank(), qs);
   int key = x_key(c->g, c->seq, c->peers[0]);
@@ -3165,7 +3367,7 @@ static Array *x_result(const Call *c) {
 /* The leader's exchange of a large reduction (an XExchange; arg: the
  * RedArg): the operands' chunks to their owners, the owners' folded
  * chunks back, into the leader slot's xres. */
-static int x_reduce(const Call *c, const Call *lc, const void *arg) {
+static int x_reduce(const Call *c, const XLocal *lc, const void *arg) {
   Slot *me = &c->g->slots[c->rank];
   int n = c->n, procs[n + 1];
   int64_t lo[n + 2];
@@ -3385,7 +3587,7 @@ static char *x_gather_at(const Call *c, int q) {
  * received straight into the leader's output when it is contiguous, its
  * blocks are runs of memory, and every local output can share it (else
  * into proxies, as for other collectives). */
-static int x_gather(const Call *c, const Call *lc, const void *arg) {
+static int x_gather(const Call *c, const XLocal *lc, const void *arg) {
   const GatherArgs *a = arg;
   Slot *me = &c->g->slots[c->rank];
   Array *o = c->out[0];
@@ -3762,7 +3964,7 @@ typedef struct XA2A {
 
 /* Sends the header, then to each other process procs[i] the slices its
  * participants take of this process's operands (local participant-major). */
-static int x_a2a_send(XA2A *s, const Call *lc, char *h, const int *procs, int np) {
+static int x_a2a_send(XA2A *s, const XLocal *lc, char *h, const int *procs, int np) {
   const Call *c = s->c;
   int key = x_key(c->g, c->seq, c->peers[0]), pos[c->n];
   TransportIov hv = {h, x_header_pack(h, c, lc, 0)};
@@ -3799,7 +4001,7 @@ static int x_a2a_send(XA2A *s, const Call *lc, char *h, const int *procs, int np
  * operands that this process's participants [lc] take, straight into
  * their outputs where the block is a run of memory, else through a
  * buffer. */
-static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
+static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
   const Call *c = s->c;
   int key = x_key(c->g, c->seq, c->peers[0]);
   TransportMsg *m = x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
@@ -3857,12 +4059,12 @@ static int x_a2a_recv(XA2A *s, const Call *lc, int proc, int i) {
  * A2AArgs): every process sends each other one only the slices its
  * participants take, received into their outputs; x_a2a_local then
  * copies the local participants' blocks. */
-static int x_a2a(const Call *c, const Call *lc, const void *arg) {
+static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
   Slot *me = &c->g->slots[c->rank];
   int n = c->n, procs[n], np = x_procs(c, procs);
   XA2A s = {.c = c, .a = arg};
   s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
-  s.tab = shm_calloc((size_t)n, sizeof(Array *));
+  s.tab = x_tab(me, n);
   s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
   s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
   s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));

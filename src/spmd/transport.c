@@ -120,29 +120,37 @@ static Pending *data_head, **data_tail = &data_head;
 /* A posted receive of one small message (transport_expect).  Those not
  * yet complete are on the list [expects] (under box_lock), in the order
  * posted; handles given back wait on [spare_expects] for the next
- * wait, with their buffers (no allocation of a few KiB at each one). */
+ * wait, with their buffers (no allocation of a few KiB at each one).
+ * The buffer is a message of its own, so that the waiter whose test
+ * completes the receive takes it as it is (transport_expect_take): no
+ * copy, no allocation, until transport_msg_free gives it back. */
 struct TransportExpect {
   TransportExpect *next;
   int source, tag;
   bool posted;                  /* on [expects], its receive pending */
   MPI_Request req;
   size_t cap;
-  char buf[];                   /* cap bytes: what the receive gets */
+  TransportMsg *msg;            /* its data (cap bytes): what the receive gets */
 };
 static TransportExpect *expects, *spare_expects;
 
 /* A small message sent from the transport's copy (send_copy), until its
  * send completes.  The pending ones are on the list [copies], oldest
- * first; copy_lock guards the list and ncopies (not box_lock, which is
- * held while large messages are received).  Never taken with box_lock. */
+ * first; copy_lock guards the list, ncopies and the spares (not box_lock,
+ * which is held while large messages are received).  Never taken with
+ * box_lock.  Every copy has room for TRANSPORT_COPY_BYTES, so one whose
+ * send completed serves any next one: up to COPY_SPARES of them wait on
+ * [spare_copies] (a collective across processes sends one or two small
+ * messages; without the spares each was an allocation and a free). */
 typedef struct CopySend {
   struct CopySend *next;
   MPI_Request req;
-  char data[];
+  char data[TRANSPORT_COPY_BYTES + 1];
 } CopySend;
+#define COPY_SPARES 16
 static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
-static CopySend *copies, **copies_tail = &copies;
-static int ncopies;
+static CopySend *copies, **copies_tail = &copies, *spare_copies;
+static int ncopies, nspare_copies;
 
 int transport_init(int ndevices) {
   long procs = launched_procs();
@@ -210,9 +218,15 @@ void transport_finalize(void) {
   transport_clear(0, 0);
   pthread_mutex_lock(&copy_lock);
   reap_copies(true);   /* the last small sends (a BYE) complete before the end */
+  for (CopySend *c; (c = spare_copies);) {
+    spare_copies = c->next;
+    shm_free(c);
+  }
+  nspare_copies = 0;
   pthread_mutex_unlock(&copy_lock);
   for (TransportExpect *e; (e = spare_expects);) {
     spare_expects = e->next;
+    shm_free(e->msg);
     shm_free(e);
   }
   MPI_Comm_free(&comm);
@@ -259,20 +273,39 @@ static void reap_copies(bool wait) {
     CopySend *c = copies;
     if (!(copies = c->next)) copies_tail = &copies;
     ncopies--;
-    shm_free(c);
+    if (nspare_copies < COPY_SPARES) {
+      c->next = spare_copies;
+      spare_copies = c;
+      nspare_copies++;
+    } else {
+      shm_free(c);
+    }
   }
+}
+
+/* A copy for a small message: a spare, or a new one (copy_lock held;
+ * NULL when out of memory). */
+static CopySend *copy_alloc(void) {
+  CopySend *c = spare_copies;
+  if (!c) return shm_malloc(sizeof *c);
+  spare_copies = c->next;
+  nspare_copies--;
+  return c;
 }
 
 /* Sends [total] bytes of [iov] from a copy (a small message): false when
  * out of memory. */
 static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
-  CopySend *c = shm_malloc(sizeof *c + total + 1);
-  if (!c) return false;
+  pthread_mutex_lock(&copy_lock);
+  reap_copies(false);
+  CopySend *c = copy_alloc();
+  if (!c) {
+    pthread_mutex_unlock(&copy_lock);
+    return false;
+  }
   char *p = c->data;
   for (int i = 0; i < niov; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
   c->next = NULL;
-  pthread_mutex_lock(&copy_lock);
-  reap_copies(false);
   if (ncopies >= COPY_SENDS_MAX) {   /* complete the oldest: its peer polls */
     MPI_Wait(&copies->req, MPI_STATUS_IGNORE);
     reap_copies(false);
@@ -339,6 +372,7 @@ static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
   }
   MPI_Mrecv(msg->data, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
   msg->next = NULL;
+  msg->home = NULL;
   msg->source = st->MPI_SOURCE;
   msg->tag = st->MPI_TAG;
   msg->len = (size_t)len;
@@ -364,6 +398,7 @@ static void append_small(TransportMsg *msg, const MPI_Status *st) {
   int len = 0;
   MPI_Get_count(st, MPI_BYTE, &len);
   msg->next = NULL;
+  msg->home = NULL;
   msg->source = st->MPI_SOURCE;
   msg->tag = st->MPI_TAG;
   msg->len = (size_t)len;
@@ -391,7 +426,7 @@ static void keep_expected(TransportExpect *e, const MPI_Status *st) {
             st->MPI_SOURCE);
     transport_abort(1);
   }
-  memcpy(msg->data, e->buf, (size_t)len);
+  memcpy(msg->data, e->msg->data, (size_t)len);
   append_small(msg, st);
   unlist(e);
 }
@@ -480,7 +515,11 @@ static TransportExpect *expect_alloc(size_t cap) {
     *pp = e->next;
     return e;
   }
-  if (!(e = shm_malloc(sizeof *e + cap))) return NULL;
+  if (!(e = shm_malloc(sizeof *e))) return NULL;
+  if (!(e->msg = shm_malloc(sizeof *e->msg + cap))) {
+    shm_free(e);
+    return NULL;
+  }
   e->cap = cap;
   return e;
 }
@@ -504,7 +543,7 @@ TransportExpect *transport_expect(int source, int tag, size_t cap) {
   if (e && !has_locked(source, tag)) {
     /* not probed yet: the receive matches it, whether it is in MPI's queue
      * of unexpected messages now or comes later */
-    MPI_Irecv(e->buf, (int)cap, MPI_BYTE, source, tag, comm, &e->req);
+    MPI_Irecv(e->msg->data, (int)cap, MPI_BYTE, source, tag, comm, &e->req);
     e->posted = true;
     TransportExpect **pp = &expects;
     while (*pp) pp = &(*pp)->next;
@@ -515,11 +554,27 @@ TransportExpect *transport_expect(int source, int tag, size_t cap) {
   return e;
 }
 
+/* Tests [e]'s receive for its waiter; when complete, its buffer is the
+ * message, taken (lock held).  Nothing can be before it in the mailbox:
+ * it was posted when no message of its tag was there, and one sender's
+ * next message of that tag comes only after a later call. */
+static TransportMsg *test_own(TransportExpect *e) {
+  int done = 0;
+  MPI_Status st;
+  MPI_Test(&e->req, &done, &st);
+  if (!done) return NULL;
+  unlist(e);
+  TransportMsg *m = e->msg;
+  int len = 0;
+  MPI_Get_count(&st, MPI_BYTE, &len);
+  *m = (TransportMsg){NULL, e, st.MPI_SOURCE, st.MPI_TAG, (size_t)len};
+  return m;
+}
+
 TransportMsg *transport_expect_take(TransportExpect *e) {
   pthread_mutex_lock(&box_lock);
-  if (e->posted) test_expect(e);
-  TransportMsg *m = e->posted ? NULL : take_locked(e->source, e->tag);
-  if (m) expect_free(e);
+  TransportMsg *m = e->posted ? test_own(e) : take_locked(e->source, e->tag);
+  if (m && !m->home) expect_free(e);
   pthread_mutex_unlock(&box_lock);
   return m;
 }
@@ -569,7 +624,15 @@ void transport_scan(int cls, bool (*fn)(TransportMsg *m, void *arg), void *arg) 
   pthread_mutex_unlock(&box_lock);
 }
 
-void transport_msg_free(TransportMsg *m) { shm_free(m); }
+void transport_msg_free(TransportMsg *m) {
+  if (!m || !m->home) {
+    shm_free(m);
+    return;
+  }
+  pthread_mutex_lock(&box_lock);
+  expect_free(m->home);
+  pthread_mutex_unlock(&box_lock);
+}
 
 /* Takes the matched data message from [source] with [tag] (lock held), or NULL. */
 static Pending *take_data(int source, int tag) {

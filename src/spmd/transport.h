@@ -64,6 +64,8 @@ typedef struct TransportIov {
  * transport_msg_free. */
 typedef struct TransportMsg {
   struct TransportMsg *next;
+  struct TransportExpect *home; /* the posted receive it landed in, which
+                                   transport_msg_free gives back; or NULL */
   int source, tag;              /* sending process, tag */
   size_t len;
   _Alignas(16) char data[];     /* len bytes, 16-byte aligned */
@@ -174,7 +176,9 @@ TransportExpect *transport_expect(int source, int tag, size_t cap);
 
 /* The message [e] awaits, taken (owned by the caller; [e] is freed), or
  * NULL when it has not arrived yet.  Tests the posted receive; does not
- * probe for other messages. */
+ * probe for other messages.  A message this test completes is the
+ * receive's own buffer, not a copy: freeing it gives the buffer back for
+ * the next transport_expect. */
 TransportMsg *transport_expect_take(TransportExpect *e);
 
 /* Stops waiting with [e] (NULL: nothing) and frees it: its receive is

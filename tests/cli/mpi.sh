@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/cli/mpi.sh SHMAP - devices across processes (LANGUAGE.md section 12):
 # programs in which a device fails while its peers on another process wait
-# in a collective, processes whose devices reach different collectives, a
+# in a collective, processes whose devices reach different collectives (also
+# after collectives they shared: xmismatch_*.shm, by the mismatch named), a
 # device that returns while the others wait, and an error caught by
 # try/except on every process, each run in one process and under
 # `mpirun -np 2` and `-np 4`: the same output, the same error line and
@@ -46,6 +47,25 @@ for prog in "$progs"/mpi_*.shm; do
   done
 done
 rm -f /tmp/mpi_err.$$
+
+# Mismatches after collectives every device shared (the headers a process
+# accepted before, x_header_known): exit status 1 and the mismatch its
+# "# expect:" line names at -np 1, 2 and 4, whichever of the two devices
+# reports it.
+for prog in "$progs"/xmismatch_*.shm; do
+  name=$(basename "$prog")
+  want=$(sed -n 's/^# expect: //p' "$prog")
+  for np in 1 2 4; do
+    if [ "$np" = 1 ]; then
+      err=$(cd "$progs" && timeout -s KILL 60 "$shmap" --devices 4 "$name" 2>&1 >/dev/null); status=$?
+    else
+      err=$(cd "$progs" && mpi "$np" "$shmap" --devices 4 "$name" 2>&1 >/dev/null); status=$?
+    fi
+    got=$(grep ' error: ' <<<"$err" | sed 's/^.*: error: on device ([^)]*): //')
+    [ "$status" -eq 1 ] || fail "$name, -np $np: exit status $status: $err"
+    [ "$got" = "$want" ] || fail "$name, -np $np: error [$got], expected [$want]"
+  done
+done
 
 out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "4 devices over 3 processes ran"
