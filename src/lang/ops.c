@@ -371,11 +371,16 @@ static Value *power(Value *a, Value *b) {
 }
 
 /* Bitwise and/or/xor: bool and integer operands only. */
-static Value *bitwise(PrimId id, OpKind op, Value *a, Value *b) {
-  DType t;
-  bool weak;
-  if (result_type(a, b, &t, &weak) < 0) return NULL;
-  if (dt_is_float(t)) return unsupported(op, a, b);
+/* The error for an operator whose operands promote to a dtype its
+ * primitive does not take. It names the primitive and the dtype, never the
+ * operands' kinds, so an array and a jit tracer give the same message. */
+static void *bad_operand_dtype(const char *prim, DType t, const char *accepted) {
+  return err_set(ERR_TYPE, "%s does not accept dtype %s. Accepted dtypes are subtypes of %s.",
+                 prim, dt_name(t), accepted);
+}
+
+/* &, |, ^: the primitive checks the promoted dtype (integer or bool). */
+static Value *bitwise(PrimId id, Value *a, Value *b) {
   return ops_elementwise(id, 2, (Value *[]){a, b});
 }
 
@@ -387,7 +392,9 @@ static Value *shift(OpKind op, Value *a, Value *b) {
   DType t;
   bool weak;
   if (result_type(a, b, &t, &weak) < 0) return NULL;
-  if (!dt_is_int(t)) return unsupported(op, a, b);
+  if (!dt_is_int(t))
+    return bad_operand_dtype(op == OP_LSHIFT ? "shift_left" : "shift_right_arithmetic", t,
+                             "integer");
   int bits = (int)dt_size(t) * 8;
   Value *x = ops_convert(a, DT_I64, false), *y = x ? ops_convert(b, DT_I64, false) : NULL;
   Value *yf = y ? ops_convert(b, DT_F32, false) : NULL;
@@ -778,9 +785,9 @@ Value *ops_binary(OpKind op, Value *a, Value *b) {
   case OP_MOD: return py_remainder(a, b);
   case OP_POW: return power(a, b);
   case OP_MATMUL: return ops_matmul(a, b);
-  case OP_BITAND: return bitwise(P_AND, op, a, b);
-  case OP_BITOR: return bitwise(P_OR, op, a, b);
-  case OP_BITXOR: return bitwise(P_XOR, op, a, b);
+  case OP_BITAND: return bitwise(P_AND, a, b);
+  case OP_BITOR: return bitwise(P_OR, a, b);
+  case OP_BITXOR: return bitwise(P_XOR, a, b);
   case OP_LSHIFT: case OP_RSHIFT: return shift(op, a, b);
   default:
     return ops_compare(op, a, b);
