@@ -326,6 +326,77 @@ out:
   return r;
 }
 
+static bool all_concrete(const Leaves *l);
+
+/* The leaves of an eager branch's results [r] (stolen) given the types
+ * [outs] of the staged cond: dtype and weak type joined over branches. */
+static Value *retype_results(Value *r, const AVal *outs, int nout) {
+  Leaves l = {0};
+  if (flatten(r, &l) < 0 || l.n != nout) {
+    shm_free(l.v);
+    return r;
+  }
+  Value **vals = shm_calloc((size_t)nout + 1, sizeof(Value *));
+  int k = 0;
+  for (; vals && k < nout; k++) {
+    AVal a;
+    if (ops_aval(l.v[k], &a) < 0) break;
+    bool same = a.dtype == outs[k].dtype && a.weak == outs[k].weak;
+    vals[k] = same ? val_incref(l.v[k]) : ops_convert(l.v[k], outs[k].dtype, outs[k].weak);
+    if (!vals[k]) break;
+  }
+  Value *res = NULL;
+  if (k == nout) {
+    int pos = 0;
+    res = replace(r, vals, &pos);
+  } else if (!vals) {
+    err_nomem();
+  }
+  values_free(vals, k);
+  shm_free(l.v);
+  val_decref(r);
+  return res;
+}
+
+/* An eager cond or switch running branch [taken] of [fns], as JAX's: every
+ * branch is traced first on the operands' types, so branches returning
+ * different types are the error jit gives, and the taken branch's results
+ * get the staged cond's types (weak only where every branch's is).  When a
+ * branch cannot be traced (Python control flow on an operand's values, a
+ * transformed operand), only the taken branch runs, as written. */
+static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Value **opv) {
+  Value *ops_tree = tuple_pack((size_t)nops, opv), *r = NULL;
+  Leaves leaves = {0};
+  AVal *avs = NULL, *outs = NULL;
+  Sub *br = shm_calloc((size_t)nb, sizeof(Sub));
+  int b = 0, nout = 0;
+  if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0) goto out;
+  if (all_concrete(&leaves) && avals_of(&leaves, &avs) == 0) {
+    for (; b < nb; b++)
+      if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0)
+        break;
+    if (b < nb) {
+      err_clear();
+    } else if (branch_types(br, nb, 0, &outs) < 0) {
+      goto out;
+    } else {
+      nout = br[0].plan->nout;
+    }
+  } else if (err_occurred()) {
+    goto out;
+  }
+  r = val_call_n(fns[taken], nops, opv);
+  if (r && outs) r = retype_results(r, outs, nout);
+out:
+  for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
+  shm_free(br);
+  val_decref(ops_tree);
+  shm_free(leaves.v);
+  shm_free(avs);
+  shm_free(outs);
+  return r;
+}
+
 /* A scalar predicate's truth, or an error naming its shape. */
 static int check_scalar(Value *v, const char *what) {
   AVal a;
@@ -417,7 +488,8 @@ static Value *bi_cond(const CallArgs *a) {
     r = batched_branches(pred, true, 2, fns, a->nargs - 3, a->args + 3);
   } else if (!trace_current()) {
     int t = val_truth(pred);
-    if (t >= 0) r = val_call_n(a->args[t ? 1 : 2], a->nargs - 3, a->args + 3);
+    Value *fns[2] = {a->args[2], a->args[1]};
+    if (t >= 0) r = eager_branches(2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
   } else {
     Value *idx = ops_convert(pred, DT_I32, false);
     Value *fns[2] = {a->args[2], a->args[1]};
@@ -466,10 +538,12 @@ static Value *bi_switch(const CallArgs *a) {
     val_decref(idx);
   } else if (!trace_current()) {
     int64_t i;
-    if (arr_to_index(index, &i) == 0) {
+    Value *i32 = ops_convert(index, DT_I32, false);  /* as staged: a float index truncates */
+    if (i32 && arr_to_index(i32, &i) == 0) {
       i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
-      r = val_call_n(fns[i], a->nargs - 2, a->args + 2);
+      r = eager_branches((int)nb, fns, (int)i, a->nargs - 2, a->args + 2);
     }
+    val_decref(i32);
   } else {
     Value *idx = clamp_index(index, (int64_t)nb);
     trace_transformed_operand();
