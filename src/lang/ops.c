@@ -358,7 +358,9 @@ static Value *power(Value *a, Value *b) {
     if (ops_aval(a, &av) < 0) return NULL;
     if (!dt_is_float(av.dtype) && y < 0)
       return err_set(ERR_VALUE, "Integers to negative integer powers are not allowed.");
-    Value *x = av.dtype == DT_BOOL ? ops_convert(a, DT_I32, av.weak) : val_incref(a);
+    /* bools become what promotion with the weak int exponent gives (a weak
+     * i32), as x ** y with a traced y does under jit */
+    Value *x = av.dtype == DT_BOOL ? ops_convert(a, DT_I32, true) : val_incref(a);
     if (!x) return NULL;
     Params p;
     params_init(&p);
@@ -370,7 +372,6 @@ static Value *power(Value *a, Value *b) {
   return ops_elementwise(P_POW, 2, (Value *[]){a, b});
 }
 
-/* Bitwise and/or/xor: bool and integer operands only. */
 /* The error for an operator whose operands promote to a dtype its
  * primitive does not take. It names the primitive and the dtype, never the
  * operands' kinds, so an array and a jit tracer give the same message. */
