@@ -755,7 +755,9 @@ static int trace_loop_(const Loop *lp, int n, AVal *avs, Value *const *src, Sub 
       return -1;
     }
     if (traced) *traced = true;
-    int rt = carry_types(lp->what, b, 0, n, lp->skip, avs);
+    /* a loop body returns the carry and nothing more (scan's also ys) */
+    int rt = b->plan->nout != n ? carry_count_error(lp->what, n - lp->skip, b->plan->nout - lp->skip)
+                                : carry_types(lp->what, b, 0, n, lp->skip, avs);
     if (rt == 0) return 0;
     sub_free(c);
     sub_free(b);
