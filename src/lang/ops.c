@@ -239,9 +239,15 @@ done:
  * Binary operators
  * ====================================================================== */
 
+/* An operand's type as operator errors name it: a jit tracer stands for
+ * an array, so the message is the eager one. */
+static const char *operand_type_name(Value *v) {
+  return v->type == V_TRACER ? "Array" : val_type_name(v);
+}
+
 static void *unsupported(OpKind op, Value *a, Value *b) {
   return err_set(ERR_TYPE, "unsupported operand type(s) for %s: '%s' and '%s'",
-                 op_symbol(op), val_type_name(a), val_type_name(b));
+                 op_symbol(op), operand_type_name(a), operand_type_name(b));
 }
 
 /* jnp.true_divide: integer and bool operands become the default float. */
