@@ -391,6 +391,16 @@ static Value *bitwise(PrimId id, Value *a, Value *b) {
   return ops_elementwise(id, 2, (Value *[]){a, b});
 }
 
+/* 2 ** [e] (f32 exponents) as i64: exact for e in [0, 62]. */
+static Value *pow2_i64(Value *e) {
+  Value *two = (Value *)arr_scalar_f64(DT_F32, 2.0, false);
+  Value *pf = two ? ops_elementwise(P_POW, 2, (Value *[]){two, e}) : NULL;
+  Value *p = pf ? ops_convert(pf, DT_I64, false) : NULL;
+  val_decref(two);
+  val_decref(pf);
+  return p;
+}
+
 /* x << y as x * 2**y, x >> y as floor(x / 2**y), computed in int64 and
  * wrapped back to the operands' dtype: prim.def has no shift primitives.
  * Shift counts outside [0, bits) give 0, or -1 for >> of a negative x, as
@@ -404,12 +414,17 @@ static Value *shift(OpKind op, Value *a, Value *b) {
                              "integer");
   int bits = (int)dt_size(t) * 8;
   Value *x = ops_convert(a, DT_I64, false), *y = x ? ops_convert(b, DT_I64, false) : NULL;
+  /* in two steps of 2**(y/2) and 2**(y - y/2): 2**63 is no int64 (it
+   * saturated, so an i64 << 63 was x * (2**63 - 1)) */
   Value *yf = y ? ops_convert(b, DT_F32, false) : NULL;
-  Value *two = yf ? (Value *)arr_scalar_f64(DT_F32, 2.0, false) : NULL;
-  Value *pf = two ? ops_elementwise(P_POW, 2, (Value *[]){two, yf}) : NULL;
-  Value *p = pf ? ops_convert(pf, DT_I64, false) : NULL;
+  Value *half = yf ? ops_with_const(P_MUL, yf, 0.5) : NULL;
+  Value *ya = half ? ops_unary_prim(P_FLOOR, half) : NULL;
+  Value *yb = ya ? ops_elementwise(P_SUB, 2, (Value *[]){yf, ya}) : NULL;
+  Value *pa = yb ? pow2_i64(ya) : NULL, *pb = pa ? pow2_i64(yb) : NULL, *r1 = NULL;
+  if (pb) r1 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){x, pa}) : floor_divide(x, pa);
   Value *r64 = NULL, *lo = NULL, *hi = NULL, *bad = NULL, *fill = NULL, *sel = NULL, *r = NULL;
-  if (p) r64 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){x, p}) : floor_divide(x, p);
+  if (r1) r64 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){r1, pb}) : floor_divide(r1, pb);
+  val_decref(half); val_decref(ya); val_decref(yb); val_decref(pa); val_decref(pb); val_decref(r1);
   if (r64) lo = ops_with_const(P_LT, y, 0);
   if (lo) hi = ops_with_const(P_GE, y, bits);
   if (hi) bad = ops_elementwise(P_OR, 2, (Value *[]){lo, hi});
@@ -424,8 +439,7 @@ static Value *shift(OpKind op, Value *a, Value *b) {
   }
   if (fill) sel = ops_select(bad, fill, r64);
   if (sel) r = ops_convert(sel, t, weak);
-  val_decref(x); val_decref(y); val_decref(yf); val_decref(two); val_decref(pf);
-  val_decref(p); val_decref(r64); val_decref(lo); val_decref(hi); val_decref(bad);
+  val_decref(x); val_decref(y); val_decref(yf); val_decref(r64); val_decref(lo); val_decref(hi); val_decref(bad);
   val_decref(fill); val_decref(sel);
   return r;
 }
