@@ -151,8 +151,19 @@ Value *bi_bin_const(PrimId id, Value *x, double v) {
   return r;
 }
 
-/* Converts a positional argument to an array, or NULL with the error. */
-Value *bi_arr(Value *v) { return ops_to_array(v, -1); }
+/* Converts a positional argument to an array, or NULL with the error.  A
+ * Python number becomes a weakly typed array (a copy without the host
+ * mark): an array function computes on it in f32 or i32, as under jit,
+ * not with Python's arithmetic on doubles. */
+Value *bi_arr(Value *v) { return bi_arr_dtype(v, -1); }
+
+Value *bi_arr_dtype(Value *v, int dtype) {
+  Value *a = ops_to_array(v, dtype);
+  if (!arr_is_host(a)) return a;
+  Value *c = (Value *)arr_copy(AS_ARRAY(a));
+  val_decref(a);
+  return c;
+}
 
 /* Converts [x] to its float dtype (jnp's promote_args_inexact). */
 Value *bi_inexact(Value *x) {

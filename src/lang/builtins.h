@@ -12,6 +12,12 @@
  * Called once by interp_init; 0 or -1 with the error set. */
 int builtins_register(Env *e);
 
+/* [v] (borrowed) as an array of [dtype] (-1: the inferred one); a Python
+ * number becomes an array without the host mark (a weak one keeps its
+ * weak type): what an array function, or calling a dtype, makes of its
+ * argument.  A new reference, or NULL with the error set. */
+Value *bi_arr_dtype(Value *v, int dtype);
+
 /* Registration helper for other subsystems (shard_map, jit, the debugger):
  * binds a C function [fn] as [name] in [e]. */
 int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc);

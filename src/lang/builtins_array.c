@@ -28,6 +28,21 @@
  * Creation
  * ====================================================================== */
 
+/* ops_to_array for array() and asarray(): a Python number becomes a fresh
+ * 0-d array, weakly typed as in JAX (jnp.array(2.5) is a weak f32), so
+ * what follows computes in f32 as under jit, not on the number's double. */
+static Value *to_new_array(Value *obj, int t) {
+  Value *v = ops_to_array(obj, t);
+  if (!arr_is_host(v)) return v;
+  Array *h = (Array *)v, *r;
+  if (dt_is_float(h->dtype))
+    r = arr_scalar_f64(h->dtype, arr_get_f64(h, 0), h->weak);
+  else
+    r = arr_scalar_i64(h->dtype, arr_get_i64(h, 0), h->weak);
+  val_decref(v);
+  return (Value *)r;
+}
+
 static Value *bi_array(const CallArgs *a) {
   Value *obj, *dtype, *copy, *ndmin;
   Value **slots[] = {&obj, &dtype, &copy, &ndmin};
@@ -35,7 +50,7 @@ static Value *bi_array(const CallArgs *a) {
   int t;
   if (ops_dtype_arg(dtype, &t) < 0) return NULL;
   if (!bi_is_none(ndmin)) return err_set(ERR_VALUE, "array(): ndmin is not supported");
-  return ops_to_array(obj, t);
+  return to_new_array(obj, t);
 }
 
 static Value *bi_asarray(const CallArgs *a) {
@@ -44,7 +59,7 @@ static Value *bi_asarray(const CallArgs *a) {
   if (args_bind("asarray", a, "a, dtype=", slots) < 0) return NULL;
   int t;
   if (ops_dtype_arg(dtype, &t) < 0) return NULL;
-  return ops_to_array(obj, t);
+  return to_new_array(obj, t);
 }
 
 /* zeros/ones/empty/full share this: [fill] NULL means the constant [v]. */

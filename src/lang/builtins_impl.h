@@ -76,7 +76,7 @@ void bi_sorted_axes(int n, const int *ax, int64_t *out);
 /* ops_aval of an array or tracer, zeroed when [x] is neither. */
 AVal bi_aval(Value *x);
 
-/* [x] (borrowed) as an array (ops_to_array with the inferred dtype). */
+/* [x] (borrowed) as an array (bi_arr_dtype with the inferred dtype). */
 Value *bi_arr(Value *x);
 
 /* ---- array helpers (builtins.c), all through primitives ----------------------- */

@@ -602,7 +602,8 @@ void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a)) {
 static Value *call_dtype(Value *f, const CallArgs *a) {
   if (a->nargs != 1 || a->nkw)
     return err_set(ERR_TYPE, "%s() takes exactly one argument", dt_name(((DTypeVal *)f)->dtype));
-  return ops_to_array(a->args[0], ((DTypeVal *)f)->dtype);
+  /* an array, as jnp.bool_(True) is, not the Python number itself */
+  return bi_arr_dtype(a->args[0], ((DTypeVal *)f)->dtype);
 }
 
 Value *val_call(Value *f, const CallArgs *a) {

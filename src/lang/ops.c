@@ -239,9 +239,15 @@ done:
  * Binary operators
  * ====================================================================== */
 
+/* An operand's type as operator errors name it: a jit tracer stands for
+ * an array, so the message is the eager one. */
+static const char *operand_type_name(Value *v) {
+  return v->type == V_TRACER ? "Array" : val_type_name(v);
+}
+
 static void *unsupported(OpKind op, Value *a, Value *b) {
   return err_set(ERR_TYPE, "unsupported operand type(s) for %s: '%s' and '%s'",
-                 op_symbol(op), val_type_name(a), val_type_name(b));
+                 op_symbol(op), operand_type_name(a), operand_type_name(b));
 }
 
 /* jnp.true_divide: integer and bool operands become the default float. */
@@ -358,7 +364,9 @@ static Value *power(Value *a, Value *b) {
     if (ops_aval(a, &av) < 0) return NULL;
     if (!dt_is_float(av.dtype) && y < 0)
       return err_set(ERR_VALUE, "Integers to negative integer powers are not allowed.");
-    Value *x = av.dtype == DT_BOOL ? ops_convert(a, DT_I32, av.weak) : val_incref(a);
+    /* bools become what promotion with the weak int exponent gives (a weak
+     * i32), as x ** y with a traced y does under jit */
+    Value *x = av.dtype == DT_BOOL ? ops_convert(a, DT_I32, true) : val_incref(a);
     if (!x) return NULL;
     Params p;
     params_init(&p);
@@ -370,13 +378,27 @@ static Value *power(Value *a, Value *b) {
   return ops_elementwise(P_POW, 2, (Value *[]){a, b});
 }
 
-/* Bitwise and/or/xor: bool and integer operands only. */
-static Value *bitwise(PrimId id, OpKind op, Value *a, Value *b) {
-  DType t;
-  bool weak;
-  if (result_type(a, b, &t, &weak) < 0) return NULL;
-  if (dt_is_float(t)) return unsupported(op, a, b);
+/* The error for an operator whose operands promote to a dtype its
+ * primitive does not take. It names the primitive and the dtype, never the
+ * operands' kinds, so an array and a jit tracer give the same message. */
+static void *bad_operand_dtype(const char *prim, DType t, const char *accepted) {
+  return err_set(ERR_TYPE, "%s does not accept dtype %s. Accepted dtypes are subtypes of %s.",
+                 prim, dt_name(t), accepted);
+}
+
+/* &, |, ^: the primitive checks the promoted dtype (integer or bool). */
+static Value *bitwise(PrimId id, Value *a, Value *b) {
   return ops_elementwise(id, 2, (Value *[]){a, b});
+}
+
+/* 2 ** [e] (f32 exponents) as i64: exact for e in [0, 62]. */
+static Value *pow2_i64(Value *e) {
+  Value *two = (Value *)arr_scalar_f64(DT_F32, 2.0, false);
+  Value *pf = two ? ops_elementwise(P_POW, 2, (Value *[]){two, e}) : NULL;
+  Value *p = pf ? ops_convert(pf, DT_I64, false) : NULL;
+  val_decref(two);
+  val_decref(pf);
+  return p;
 }
 
 /* x << y as x * 2**y, x >> y as floor(x / 2**y), computed in int64 and
@@ -387,15 +409,22 @@ static Value *shift(OpKind op, Value *a, Value *b) {
   DType t;
   bool weak;
   if (result_type(a, b, &t, &weak) < 0) return NULL;
-  if (!dt_is_int(t)) return unsupported(op, a, b);
+  if (!dt_is_int(t))
+    return bad_operand_dtype(op == OP_LSHIFT ? "shift_left" : "shift_right_arithmetic", t,
+                             "integer");
   int bits = (int)dt_size(t) * 8;
   Value *x = ops_convert(a, DT_I64, false), *y = x ? ops_convert(b, DT_I64, false) : NULL;
+  /* in two steps of 2**(y/2) and 2**(y - y/2): 2**63 is no int64 (it
+   * saturated, so an i64 << 63 was x * (2**63 - 1)) */
   Value *yf = y ? ops_convert(b, DT_F32, false) : NULL;
-  Value *two = yf ? (Value *)arr_scalar_f64(DT_F32, 2.0, false) : NULL;
-  Value *pf = two ? ops_elementwise(P_POW, 2, (Value *[]){two, yf}) : NULL;
-  Value *p = pf ? ops_convert(pf, DT_I64, false) : NULL;
+  Value *half = yf ? ops_with_const(P_MUL, yf, 0.5) : NULL;
+  Value *ya = half ? ops_unary_prim(P_FLOOR, half) : NULL;
+  Value *yb = ya ? ops_elementwise(P_SUB, 2, (Value *[]){yf, ya}) : NULL;
+  Value *pa = yb ? pow2_i64(ya) : NULL, *pb = pa ? pow2_i64(yb) : NULL, *r1 = NULL;
+  if (pb) r1 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){x, pa}) : floor_divide(x, pa);
   Value *r64 = NULL, *lo = NULL, *hi = NULL, *bad = NULL, *fill = NULL, *sel = NULL, *r = NULL;
-  if (p) r64 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){x, p}) : floor_divide(x, p);
+  if (r1) r64 = op == OP_LSHIFT ? ops_elementwise(P_MUL, 2, (Value *[]){r1, pb}) : floor_divide(r1, pb);
+  val_decref(half); val_decref(ya); val_decref(yb); val_decref(pa); val_decref(pb); val_decref(r1);
   if (r64) lo = ops_with_const(P_LT, y, 0);
   if (lo) hi = ops_with_const(P_GE, y, bits);
   if (hi) bad = ops_elementwise(P_OR, 2, (Value *[]){lo, hi});
@@ -410,8 +439,7 @@ static Value *shift(OpKind op, Value *a, Value *b) {
   }
   if (fill) sel = ops_select(bad, fill, r64);
   if (sel) r = ops_convert(sel, t, weak);
-  val_decref(x); val_decref(y); val_decref(yf); val_decref(two); val_decref(pf);
-  val_decref(p); val_decref(r64); val_decref(lo); val_decref(hi); val_decref(bad);
+  val_decref(x); val_decref(y); val_decref(yf); val_decref(r64); val_decref(lo); val_decref(hi); val_decref(bad);
   val_decref(fill); val_decref(sel);
   return r;
 }
@@ -778,9 +806,9 @@ Value *ops_binary(OpKind op, Value *a, Value *b) {
   case OP_MOD: return py_remainder(a, b);
   case OP_POW: return power(a, b);
   case OP_MATMUL: return ops_matmul(a, b);
-  case OP_BITAND: return bitwise(P_AND, op, a, b);
-  case OP_BITOR: return bitwise(P_OR, op, a, b);
-  case OP_BITXOR: return bitwise(P_XOR, op, a, b);
+  case OP_BITAND: return bitwise(P_AND, a, b);
+  case OP_BITOR: return bitwise(P_OR, a, b);
+  case OP_BITXOR: return bitwise(P_XOR, a, b);
   case OP_LSHIFT: case OP_RSHIFT: return shift(op, a, b);
   default:
     return ops_compare(op, a, b);

@@ -306,6 +306,8 @@ static int same_structure(Value *a, Value *b, int depth) {
   return 1;
 }
 
+int pytree_same_structure(Value *a, Value *b) { return same_structure(a, b, 0); }
+
 /* A list of the leaves in [l] (new reference). */
 static Value *leaves_list(const PyLeaves *l) {
   Value *r = list_new((size_t)l->n);

@@ -41,6 +41,10 @@ size_t *pytree_key_order(Value *d);
 /* Whether [v] is a node: a tuple, list, dict or None. */
 bool pytree_is_node(const Value *v);
 
+/* Whether [a] and [b] have the same structure, their leaves aside: 1 or
+ * 0, or -1 with the error set (nested too deeply). */
+int pytree_same_structure(Value *a, Value *b);
+
 /* Appends the leaves of [tree] to [out] for which [is_leaf] holds (all of
  * them when it is NULL); the others are static parts of the structure,
  * as control flow treats non-array leaves.  0, or -1 with the error set

@@ -266,6 +266,15 @@ static int branch_types(Sub *br, int nb, uint32_t vma, AVal **out) {
   if (!*out) return err_nomem(), -1;
   for (int i = 0; i < n; i++) out_aval(&br[0], i, &(*out)[i]);
   for (int b = 1; b < nb; b++) {
+    /* a list is not a tuple, as JAX's trees tell them apart */
+    int same = pytree_same_structure(br[0].out_tree, br[b].out_tree);
+    if (same < 0) return -1;
+    if (!same) {
+      err_set(ERR_TYPE, "cond branches must return the same tree structure: branch 0 returns "
+                        "a %s, branch %d a %s", val_type_name(br[0].out_tree), b,
+              val_type_name(br[b].out_tree));
+      return -1;
+    }
     bool ok = br[b].plan->nout == n;
     for (int i = 0; ok && i < n; i++) {
       AVal a;
@@ -323,6 +332,77 @@ out:
   shm_free(avs);
   shm_free(outs);
   shm_free(opsall);
+  return r;
+}
+
+static bool all_concrete(const Leaves *l);
+
+/* The leaves of an eager branch's results [r] (stolen) given the types
+ * [outs] of the staged cond: dtype and weak type joined over branches. */
+static Value *retype_results(Value *r, const AVal *outs, int nout) {
+  Leaves l = {0};
+  if (flatten(r, &l) < 0 || l.n != nout) {
+    shm_free(l.v);
+    return r;
+  }
+  Value **vals = shm_calloc((size_t)nout + 1, sizeof(Value *));
+  int k = 0;
+  for (; vals && k < nout; k++) {
+    AVal a;
+    if (ops_aval(l.v[k], &a) < 0) break;
+    bool same = a.dtype == outs[k].dtype && a.weak == outs[k].weak;
+    vals[k] = same ? val_incref(l.v[k]) : ops_convert(l.v[k], outs[k].dtype, outs[k].weak);
+    if (!vals[k]) break;
+  }
+  Value *res = NULL;
+  if (k == nout) {
+    int pos = 0;
+    res = replace(r, vals, &pos);
+  } else if (!vals) {
+    err_nomem();
+  }
+  values_free(vals, k);
+  shm_free(l.v);
+  val_decref(r);
+  return res;
+}
+
+/* An eager cond or switch running branch [taken] of [fns], as JAX's: every
+ * branch is traced first on the operands' types, so branches returning
+ * different types are the error jit gives, and the taken branch's results
+ * get the staged cond's types (weak only where every branch's is).  When a
+ * branch cannot be traced (Python control flow on an operand's values, a
+ * transformed operand), only the taken branch runs, as written. */
+static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Value **opv) {
+  Value *ops_tree = tuple_pack((size_t)nops, opv), *r = NULL;
+  Leaves leaves = {0};
+  AVal *avs = NULL, *outs = NULL;
+  Sub *br = shm_calloc((size_t)nb, sizeof(Sub));
+  int b = 0, nout = 0;
+  if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0) goto out;
+  if (all_concrete(&leaves) && avals_of(&leaves, &avs) == 0) {
+    for (; b < nb; b++)
+      if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0)
+        break;
+    if (b < nb) {
+      err_clear();
+    } else if (branch_types(br, nb, 0, &outs) < 0) {
+      goto out;
+    } else {
+      nout = br[0].plan->nout;
+    }
+  } else if (err_occurred()) {
+    goto out;
+  }
+  r = val_call_n(fns[taken], nops, opv);
+  if (r && outs) r = retype_results(r, outs, nout);
+out:
+  for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
+  shm_free(br);
+  val_decref(ops_tree);
+  shm_free(leaves.v);
+  shm_free(avs);
+  shm_free(outs);
   return r;
 }
 
@@ -402,6 +482,19 @@ out:
   return r;
 }
 
+/* A staged cond's branch index: pred != 0 as an i32, as JAX's cond makes
+ * a number predicate a bool first (a float 0.5 is true, not index 0). */
+static Value *pred_index(Value *pred) {
+  AVal a;
+  if (ops_aval(pred, &a) < 0) return NULL;
+  if (a.dtype == DT_BOOL) return ops_convert(pred, DT_I32, false);
+  Value *zero = val_int(0), *ne = zero ? ops_compare(OP_NE, pred, zero) : NULL;
+  Value *r = ne ? ops_convert(ne, DT_I32, false) : NULL;
+  val_decref(zero);
+  val_decref(ne);
+  return r;
+}
+
 /* cond(pred, true_fun, false_fun, *operands) */
 static Value *bi_cond(const CallArgs *a) {
   if (a->nargs < 3 || a->nkw)
@@ -417,9 +510,10 @@ static Value *bi_cond(const CallArgs *a) {
     r = batched_branches(pred, true, 2, fns, a->nargs - 3, a->args + 3);
   } else if (!trace_current()) {
     int t = val_truth(pred);
-    if (t >= 0) r = val_call_n(a->args[t ? 1 : 2], a->nargs - 3, a->args + 3);
+    Value *fns[2] = {a->args[2], a->args[1]};
+    if (t >= 0) r = eager_branches(2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
   } else {
-    Value *idx = ops_convert(pred, DT_I32, false);
+    Value *idx = pred_index(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
     trace_transformed_operand();
     r = idx ? staged_cond(idx, 2, fns, a->nargs - 3, a->args + 3) : NULL;
@@ -466,10 +560,12 @@ static Value *bi_switch(const CallArgs *a) {
     val_decref(idx);
   } else if (!trace_current()) {
     int64_t i;
-    if (arr_to_index(index, &i) == 0) {
+    Value *i32 = ops_convert(index, DT_I32, false);  /* as staged: a float index truncates */
+    if (i32 && arr_to_index(i32, &i) == 0) {
       i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
-      r = val_call_n(fns[i], a->nargs - 2, a->args + 2);
+      r = eager_branches((int)nb, fns, (int)i, a->nargs - 2, a->args + 2);
     }
+    val_decref(i32);
   } else {
     Value *idx = clamp_index(index, (int64_t)nb);
     trace_transformed_operand();
@@ -524,12 +620,24 @@ static Value *batched_step(Value *c, Value *body_fun, Value *val) {
   return r;
 }
 
+/* An eager while_loop's cond_fun result must be a bool scalar, as the
+ * staged loop's is (check_pred): a number is not taken for its truth. */
+static int eager_pred_check(Value *c) {
+  AVal a;
+  if (ops_aval(c, &a) < 0) return -1;
+  if (a.ndim == 0 && a.dtype == DT_BOOL) return 0;
+  char buf[256];
+  aval_text(&a, buf, sizeof buf);
+  err_set(ERR_TYPE, "while_loop cond_fun must return a boolean scalar, got %s", buf);
+  return -1;
+}
+
 static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init) {
   Value *val = val_incref(init);
   for (;;) {
     Value *c = val_call_n(cond_fun, 1, &val);
     if (c && IS_BATCH_TRACER(c)) {
-      int any = check_scalar(c, "while_loop cond_fun result") < 0 ? -1 : any_example(c);
+      int any = eager_pred_check(c) < 0 ? -1 : any_example(c);
       Value *next = any == 1 && check_interrupt() == 0 ? batched_step(c, body_fun, val) : NULL;
       val_decref(c);
       if (any == 0) return val;
@@ -542,7 +650,7 @@ static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init) {
       val = next;
       continue;
     }
-    int t = c ? (check_scalar(c, "while_loop cond_fun result") < 0 ? -1 : val_truth(c)) : -1;
+    int t = c ? (eager_pred_check(c) < 0 ? -1 : val_truth(c)) : -1;
     val_decref(c);
     if (t <= 0 || check_interrupt() < 0) {
       if (t < 0 || err_occurred()) {
@@ -676,12 +784,19 @@ static int trace_loop_(const Loop *lp, int n, AVal *avs, Value *const *src, Sub 
                        bool *traced) {
   for (int attempt = 0; attempt < 2; attempt++) {
     if (sub_trace(lp->cname, lp->cond, lp->cctx, n, avs, src, c) < 0) return -1;
-    if (check_pred(c) < 0 || sub_trace(lp->bname, lp->body, lp->bctx, n, avs, src, b) < 0) {
+    if (check_pred(c) < 0) {   /* a type error of a traced cond_fun */
+      if (traced) *traced = true;
+      sub_free(c);
+      return -1;
+    }
+    if (sub_trace(lp->bname, lp->body, lp->bctx, n, avs, src, b) < 0) {
       sub_free(c);
       return -1;
     }
     if (traced) *traced = true;
-    int rt = carry_types(lp->what, b, 0, n, lp->skip, avs);
+    /* a loop body returns the carry and nothing more (scan's also ys) */
+    int rt = b->plan->nout != n ? carry_count_error(lp->what, n - lp->skip, b->plan->nout - lp->skip)
+                                : carry_types(lp->what, b, 0, n, lp->skip, avs);
     if (rt == 0) return 0;
     sub_free(c);
     sub_free(b);
@@ -759,10 +874,17 @@ static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
 
 /* while_loop eagerly, its carry settled first as the staged loop's
  * (settle_carry). */
-static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
-  if (ad_reverse_leaf(init)) return while_reverse_error();
+static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
+  if (ad_reverse_leaf(init0)) return while_reverse_error();
+  /* Python numbers in the carry become arrays first, as JAX's loops make
+   * them: the body computes in f32 or i32 as staged, not on doubles or
+   * unbounded ints */
+  Value *init = array_results(val_incref(init0));
   Leaves l = {0};
-  if (flatten(init, &l) < 0) return NULL;
+  if (!init || flatten(init, &l) < 0) {
+    val_decref(init);
+    return NULL;
+  }
   CallCtx cc = {cond_fun, 1, &init}, bc = {body_fun, 1, &init};
   Loop lp = {"while_loop body_fun", 0, fn_name(cond_fun), fn_name(body_fun), call_body, call_body,
              &cc, &bc};
@@ -770,6 +892,7 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init) {
   shm_free(l.v);
   Value *r = settled ? eager_while_run(cond_fun, body_fun, settled) : NULL;
   val_decref(settled);
+  val_decref(init);
   return r;
 }
 
@@ -819,10 +942,11 @@ typedef struct ForiCtx {
 
 /* fori_loop eagerly, its carry settled first as the staged loop's
  * (settle_carry). */
-static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init) {
+static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init0) {
   Leaves l = {0};
   Value *tree = NULL, *settled = NULL, *r = NULL;
-  if (leaves_push(&l, lo) == 0 && leaves_push(&l, hi) == 0 && flatten(init, &l) == 0 &&
+  Value *init = array_results(val_incref(init0));   /* as eager_while's */
+  if (init && leaves_push(&l, lo) == 0 && leaves_push(&l, hi) == 0 && flatten(init, &l) == 0 &&
       (tree = tuple_pack(3, (Value *[]){lo, hi, init}))) {
     ForiCtx fc = {body, init};
     Loop lp = {"fori_loop body_fun", 2, intern_cstr("fori_cond"), fn_name(body), fori_cond,
@@ -832,6 +956,7 @@ static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init) {
   if (settled) r = eager_fori_run(lo, hi, body, tuple_get(settled, 2));
   val_decref(settled);
   val_decref(tree);
+  val_decref(init);
   shm_free(l.v);
   return r;
 }
@@ -1175,8 +1300,8 @@ static Value *empty_ys(const Sub *s, int nc) {
  * first, so a Python number carry comes out as jit gives it, and the ys
  * of no iterations are empty arrays of the body's y types.  Only then
  * does the body need a trace (which runs it once on tracers). */
-static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n,
-                                 bool reverse) {
+static Value *eager_scan_arrays(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n,
+                                bool reverse) {
   Leaves cl = {0};
   if (flatten(init, &cl) < 0) return NULL;
   if (!all_concrete(&cl) || (n > 0 && !any_weak(&cl, 0))) {
@@ -1203,6 +1328,16 @@ static Value *eager_scan_settled(Value *f, Value *init, Value *xs, Leaves *xl, i
   shm_free(cl.v);
   shm_free(avs);
   return r;
+}
+
+/* An eager scan as JAX's: Python numbers in the init become arrays (as
+ * eager_while's), then eager_scan_arrays. */
+static Value *eager_scan_settled(Value *f, Value *init0, Value *xs, Leaves *xl, int64_t n,
+                                 bool reverse) {
+  Value *init = array_results(val_incref(init0));   /* as eager_while's */
+  Value *res = init ? eager_scan_arrays(f, init, xs, xl, n, reverse) : NULL;
+  val_decref(init);
+  return res;
 }
 
 static Value *scan_body(void *vctx, Value **tr) {
