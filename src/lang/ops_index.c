@@ -412,9 +412,38 @@ static Value *apply_basic(Value *x, const AVal *av, Index *ix, int *adv_dim) {
   return y;
 }
 
+/* What an index out of range does under jit, where its value is not known
+ * when the plan is made (eagerly it is an error): a read clamps it into
+ * range (JAX's gather); an update (x.at[i]) drops it (JAX's scatter). */
+typedef enum { OOB_CLAMP, OOB_DROP } OobMode;
+
+/* [r] clamped into [0, len): each index of several, before they are
+ * combined into one position (a gather of the combined position would
+ * clamp the position, not the index: x[0, 5] of a (3, 4) array read
+ * x[1, 1]). */
+static Value *clamp_index(Value *r, int64_t len) {
+  Value *lo = ops_with_const(P_MAX, r, 0);
+  Value *c = lo ? ops_with_const(P_MIN, lo, (double)(len - 1)) : NULL;
+  val_decref(lo);
+  val_decref(r);
+  return c;
+}
+
+/* Whether each index of [r] (wrapped) is in [0, len): bool, r's shape. */
+static Value *index_in_range(Value *r, int64_t len) {
+  Value *ge = ops_with_const(P_GE, r, 0);
+  Value *lt = ge ? ops_with_const(P_LT, r, (double)len) : NULL;
+  Value *v = lt ? ops_binary(OP_BITAND, ge, lt) : NULL;
+  val_decref(ge);
+  val_decref(lt);
+  return v;
+}
+
 /* Checks concrete index values against [len] and wraps negatives; for
- * tracers, wraps with where (JAX clamps; gather decides out of range). */
-static Value *normalize_indices(Value *idx, int64_t len, int dim) {
+ * tracers, wraps with where and then, as [oob] says, clamps (when [clamp])
+ * or sets [*valid] to where they are in range (OOB_DROP). */
+static Value *normalize_indices(Value *idx, int64_t len, int dim, OobMode oob, bool clamp,
+                                Value **valid) {
   if (IS_ARRAY(idx)) {
     Array *a = AS_ARRAY(idx);
     bool neg = false;
@@ -437,7 +466,11 @@ static Value *normalize_indices(Value *idx, int64_t len, int dim) {
   val_decref(lt);
   val_decref(wrapped);
   val_decref(i32);
-  return r;
+  if (r && oob == OOB_DROP && !(*valid = index_in_range(r, len))) {
+    val_decref(r);
+    return NULL;
+  }
+  return r && oob == OOB_CLAMP && clamp ? clamp_index(r, len) : r;
 }
 
 static Value *gather_axis(Value *y, Value *idx, int axis) {
@@ -452,7 +485,9 @@ static Value *gather_axis(Value *y, Value *idx, int axis) {
 
 /* Advanced indexing on [y] (basic part done): [na] index arrays at dims
  * adv_dim[] of y. */
-static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na) {
+static Value *drop_invalid(Value *r, Value *valid, int first, int bn, const int64_t *bs);
+
+static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na, Value *valid) {
   AVal ya;
   if (ops_aval(y, &ya) < 0) return NULL;
   /* Broadcast the index arrays together. */
@@ -517,11 +552,40 @@ static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na) 
   Value *r = lin ? gather_axis(m, lin, first) : NULL;
   val_decref(lin);
   val_decref(m);
+  return r && valid ? drop_invalid(r, valid, first, bn, bs) : r;
+}
+
+/* The gathered positions [r] with -1 (dropped by scatter) wherever an
+ * index was out of range: [valid] (the indices' broadcast shape [bn],
+ * [bs]) lines up with r's dims from [first]. */
+static Value *drop_invalid(Value *r, Value *valid, int first, int bn, const int64_t *bs) {
+  AVal ra;
+  if (ops_aval(r, &ra) < 0) return NULL;
+  int64_t vs[SHM_MAXDIM];
+  for (int d = 0; d < ra.ndim; d++) vs[d] = d >= first && d < first + bn ? bs[d - first] : 1;
+  Value *vb = ops_broadcast_to(valid, bn, bs);
+  Value *vr = vb ? ops_reshape(vb, ra.ndim, vs) : NULL;
+  Value *vf = vr ? ops_broadcast_to(vr, ra.ndim, ra.shape) : NULL;
+  Value *zero = vf ? ops_with_const(P_MUL, r, 0) : NULL;
+  Value *neg = zero ? ops_with_const(P_ADD, zero, -1) : NULL;
+  Value *out = neg ? ops_select(vf, r, neg) : NULL;
+  val_decref(vb); val_decref(vr); val_decref(vf); val_decref(zero); val_decref(neg);
+  val_decref(r);
+  return out;
+}
+
+/* The indices' validity so far and [v] (owned), and-ed; NULL on error. */
+static Value *valid_and(Value *acc, Value *v) {
+  if (!acc) return v;
+  Value *r = ops_binary(OP_BITAND, acc, v);
+  val_decref(acc);
+  val_decref(v);
   return r;
 }
 
-/* NumPy indexing of an array or tracer [x]. */
-static Value *array_getitem(Value *x, Value *index) {
+/* NumPy indexing of an array or tracer [x], out-of-range traced indices
+ * treated as [oob] says. */
+static Value *getitem_oob(Value *x, Value *index, OobMode oob) {
   AVal av;
   if (ops_aval(x, &av) < 0) return NULL;
   Index ix;
@@ -540,16 +604,20 @@ static Value *array_getitem(Value *x, Value *index) {
   int adv_dim[2 * SHM_MAXDIM];
   Value *y = apply_basic(x, &av, &ix, adv_dim);
   if (y && na) {
-    Value *idx[2 * SHM_MAXDIM];
+    Value *idx[2 * SHM_MAXDIM], *valid = NULL;
     int k = 0;
-    for (int i = 0; i < ix.n; i++) {
+    bool failed = false;
+    for (int i = 0; i < ix.n && !failed; i++) {
       IxItem *it = &ix.it[i];
       if (it->kind != IX_ARRAY) continue;
-      idx[k] = normalize_indices(it->arr, av.shape[it->dim], it->dim);
+      Value *v = NULL;
+      idx[k] = normalize_indices(it->arr, av.shape[it->dim], it->dim, oob, na > 1, &v);
       if (!idx[k]) break;
       k++;
+      if (v && !(valid = valid_and(valid, v))) failed = true;
     }
-    Value *r = k == na ? apply_advanced(y, idx, adv_dim, na) : NULL;
+    Value *r = k == na && !failed ? apply_advanced(y, idx, adv_dim, na, valid) : NULL;
+    val_decref(valid);
     for (int j = 0; j < k; j++) val_decref(idx[j]);
     val_decref(y);
     y = r;
@@ -557,6 +625,9 @@ static Value *array_getitem(Value *x, Value *index) {
   index_free(&ix);
   return y;
 }
+
+/* NumPy indexing of an array or tracer [x]. */
+static Value *array_getitem(Value *x, Value *index) { return getitem_oob(x, index, OOB_CLAMP); }
 
 /* Index into a Python sequence of length [len]: negatives wrap. */
 int ops_seq_index(Value *index, int64_t len, const char *what, int64_t *out) {
@@ -716,7 +787,7 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode) {
   AVal av;
   if (ops_aval(ref->array, &av) < 0) return NULL;
   Value *pos = positions(&av);
-  Value *sel = pos ? array_getitem(pos, ref->index) : NULL;
+  Value *sel = pos ? getitem_oob(pos, ref->index, OOB_DROP) : NULL;
   val_decref(pos);
   if (!sel) return NULL;
   AVal sa;
