@@ -252,7 +252,8 @@ static int align_branch(Sub *s, Leaves *all) {
       return -1;
     }
   }
-  shm_memcpy(vars + all->n, p->invars + s->ncap, sizeof(int) * (size_t)(p->nin - s->ncap));
+  if (p->nin > s->ncap)   /* a branch of no operands may have no invars array */
+    shm_memcpy(vars + all->n, p->invars + s->ncap, sizeof(int) * (size_t)(p->nin - s->ncap));
   shm_free(p->invars);
   p->invars = vars;
   p->nin = all->n + p->nin - s->ncap;
