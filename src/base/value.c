@@ -277,6 +277,14 @@ int val_check_writer(uint32_t writer, const char *what) {
   return -1;
 }
 
+int val_check_container(const Value *obj) {
+  if (obj->type == V_LIST)
+    return val_check_writer(((const List *)obj)->writer, "a list made outside this shard_map body");
+  if (obj->type == V_DICT)
+    return val_check_writer(((const Dict *)obj)->writer, "a dict made outside this shard_map body");
+  return 0;
+}
+
 Value *list_new(size_t cap) {
   List *l = shm_calloc(1, sizeof *l);
   if (!l) return err_nomem();

@@ -194,6 +194,10 @@ uint32_t val_writer_new(void);
  * [what] saying which ("a list made outside this shard_map body"). */
 int val_check_writer(uint32_t writer, const char *what);
 
+/* val_check_writer for a list or dict [obj] ("cannot change a list made
+ * outside this shard_map body: ..."); 0 for any other value. */
+int val_check_container(const Value *obj);
+
 Value *list_new(size_t cap);
 int list_append(Value *l, Value *item);          /* borrows; -1 on nomem */
 int list_append_steal(Value *l, Value *item);    /* steals, even on failure */

@@ -267,20 +267,10 @@ static inline Env *env_target(Env *e, const char *name) {
  * container). */
 static Env *env_target_w(Env *e, const char *name) {
   Env *t = env_target(e, name);
-  if (t == e) return t;
+  if (t == e || !val_writer || t->writer == val_writer) return t;   /* no message to build */
   char what[160];
   snprintf(what, sizeof what, "'%s', a name of a scope outside this shard_map body", name);
   return val_check_writer(t->writer, what) < 0 ? NULL : t;
-}
-
-/* Whether this thread may change container [obj] (value.h); -1 with the
- * error set if not.  Anything but a list or dict: 0. */
-static int container_writable(const Value *obj) {
-  const char *what = "a list made outside this shard_map body";
-  if (obj->type == V_LIST) return val_check_writer(((const List *)obj)->writer, what);
-  what = "a dict made outside this shard_map body";
-  if (obj->type == V_DICT) return val_check_writer(((const Dict *)obj)->writer, what);
-  return 0;
 }
 
 /* Unbinds [name] from [e] (not its parents): 0, or -1 when it is not
@@ -1201,7 +1191,7 @@ static int assign_item(const Node *target, Value *v, Env *env) {
   Value *obj = eval(target->a, env);
   Value *key = obj ? eval(target->b, env) : NULL;
   int rc = -1;
-  if (!key || container_writable(obj) < 0) goto out;
+  if (!key || val_check_container(obj) < 0) goto out;
   if (obj->type == V_DICT) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
@@ -1411,7 +1401,7 @@ static int del_one(const Node *t, Env *env) {
   Value *obj = eval(t->a, env);
   Value *key = obj ? eval(t->b, env) : NULL;
   int rc = -1;
-  if (!key || container_writable(obj) < 0) goto out;
+  if (!key || val_check_container(obj) < 0) goto out;
   if (obj->type == V_LIST) {
     rc = ops_list_delitem(obj, key);
   } else if (obj->type == V_DICT) {

@@ -281,17 +281,11 @@ static Value *d_get(Value *self, const CallArgs *a) {
   return val_incref(v ? v : dflt ? dflt : VAL_NONE);
 }
 
-/* Whether this thread may change list [self] (value.h: who may change
- * a container); -1 with the error set if not. */
-static int list_writable(Value *self) {
-  return val_check_writer(((List *)self)->writer, "a list made outside this shard_map body");
-}
-
 static Value *l_append(Value *self, const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("append", a, "object", slots) < 0) return NULL;
-  if (list_writable(self) < 0) return NULL;
+  if (val_check_container(self) < 0) return NULL;
   return list_append(self, x) < 0 ? err_nomem() : VAL_NONE;
 }
 
@@ -299,7 +293,7 @@ static Value *l_extend(Value *self, const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("extend", a, "iterable", slots) < 0) return NULL;
-  if (list_writable(self) < 0) return NULL;
+  if (val_check_container(self) < 0) return NULL;
   Value *items = ops_iter_items(x);
   if (!items) return NULL;
   for (size_t i = 0; i < list_len(items); i++)
@@ -315,7 +309,7 @@ static Value *l_pop(Value *self, const CallArgs *a) {
   Value *iv;
   Value **slots[] = {&iv};
   if (args_bind("pop", a, "index=", slots) < 0) return NULL;
-  if (list_writable(self) < 0) return NULL;
+  if (val_check_container(self) < 0) return NULL;
   List *l = (List *)self;
   if (l->len == 0) return err_set(ERR_INDEX, "pop from empty list");
   int64_t i = (int64_t)l->len - 1;
@@ -330,7 +324,7 @@ static Value *l_insert(Value *self, const CallArgs *a) {
   Value *iv, *x;
   Value **slots[] = {&iv, &x};
   if (args_bind("insert", a, "index, object", slots) < 0) return NULL;
-  if (list_writable(self) < 0) return NULL;
+  if (val_check_container(self) < 0) return NULL;
   int64_t i;
   if (arr_to_index(iv, &i) < 0) return NULL;
   List *l = (List *)self;
