@@ -70,7 +70,7 @@ static Value *make_full(const char *fname, Value *shape, Value *fill, double v, 
   for (int i = 0; i < nd; i++)
     if (sh[i] < 0) return err_set(ERR_VALUE, "negative dimensions are not allowed");
   if (!fill) return bi_fill(t < 0 ? DT_F32 : (DType)t, v, nd, sh);
-  Value *f = bi_arr(fill);
+  Value *f = bi_arr_dtype(fill, t);   /* full(2, 2**40, dtype=int64) */
   if (!f) return NULL;
   AVal fa = bi_aval(f);
   DType ct = t < 0 ? fa.dtype : (DType)t;
@@ -151,6 +151,45 @@ static bool is_float_val(Value *v) {
   return !bi_is_none(v) && ops_is_array(v) && dt_is_float(bi_aval(v).dtype);
 }
 
+/* Reads arange's integer bound [v] ([dflt] when None) and checks that
+ * dtype [t] holds it: a bound past it is JAX's OverflowError, where
+ * computing through the dtype would wrap every element. */
+static int arange_int(const char *pname, Value *v, int64_t dflt, DType t, int64_t *out) {
+  if (bi_int_arg("arange", pname, v, dflt, out) < 0) return -1;
+  if (dt_holds(t, *out)) return 0;
+  err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s", (long long)*out,
+          dt_name(t));
+  return -1;
+}
+
+/* [r] (consumed) [id] the exact integer [x] of dtype [t]: a new
+ * reference, or NULL with the error set. */
+static Value *arange_step(Value *r, PrimId id, int64_t x, DType t) {
+  Value *c = (Value *)arr_scalar_i64(t, x, false);
+  Value *m = c ? bi_bin(id, r, c) : NULL;
+  val_decref(c);
+  val_decref(r);
+  return m;
+}
+
+/* jnp.arange of integer bounds into integer dtype [t]: exact, with no
+ * double between (int64 bounds past 2**53 stay exact). */
+static Value *arange_ints(Value *start, Value *stop, Value *step, DType t) {
+  int64_t s0 = 0, s1, st;
+  if (bi_is_none(stop) ? arange_int("start", start, 0, t, &s1) < 0
+                       : arange_int("start", start, 0, t, &s0) < 0 ||
+                             arange_int("stop", stop, 0, t, &s1) < 0)
+    return NULL;
+  if (arange_int("step", step, 1, t, &st) < 0) return NULL;
+  if (st == 0) return err_set(ERR_VALUE, "arange: step cannot be zero");
+  __int128 span = (__int128)s1 - s0, len = st > 0 ? (span + st - 1) / st : (span + st + 1) / st;
+  int64_t n = len > 0 ? (int64_t)len : 0;
+  Value *r = bi_iota(t, 1, &n, 0);
+  if (r && st != 1) r = arange_step(r, P_MUL, st, t);
+  if (r && s0 != 0) r = arange_step(r, P_ADD, s0, t);
+  return r;
+}
+
 /* jnp.arange: iota * step + start, in i32 for int arguments, else f32. */
 static Value *bi_arange(const CallArgs *a) {
   Value *start, *stop, *step, *dtype;
@@ -158,8 +197,9 @@ static Value *bi_arange(const CallArgs *a) {
   if (args_bind("arange", a, "start, stop=, step=, dtype=", slots) < 0) return NULL;
   int t;
   if (ops_dtype_arg(dtype, &t) < 0) return NULL;
-  if (t < 0)
-    t = is_float_val(start) || is_float_val(stop) || is_float_val(step) ? DT_F32 : DT_I32;
+  bool floats = is_float_val(start) || is_float_val(stop) || is_float_val(step);
+  if (t < 0) t = floats ? DT_F32 : DT_I32;
+  if (!floats && dt_is_int((DType)t)) return arange_ints(start, stop, step, (DType)t);
   double s0, s1, st;
   if (bi_is_none(stop)) {
     if (bi_float_arg("arange", "start", start, 0, &s1) < 0) return NULL;

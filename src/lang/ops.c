@@ -1314,7 +1314,23 @@ typedef struct NestInfo {
   int64_t shape[SHM_MAXDIM];
   DType dtype;
   bool weak, any, tracer;
+  const Array *wide;   /* a Python int past int32 among the leaves */
 } NestInfo;
+
+/* Whether [v] is a Python int that int32 cannot hold.  Such an int is a
+ * weak int64 (arr_python_int); where it becomes an array with no dtype
+ * given, JAX's 32-bit default refuses it (OverflowError) rather than
+ * make an int64 array or wrap it. */
+static bool wide_python_int(const Value *v) {
+  if (!arr_is_host(v)) return false;
+  const Array *h = (const Array *)v;
+  return dt_is_int(h->dtype) && !dt_holds(DT_I32, arr_get_i64(h, 0));
+}
+
+static Value *wide_int_error(const Array *h) {
+  return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to int32",
+                 (long long)arr_get_i64(h, 0));
+}
 
 static int nest_scan(Value *v, int depth, NestInfo *ni);
 
@@ -1326,6 +1342,7 @@ static int nest_leaf(Value *v, int depth, NestInfo *ni) {
   }
   if (ops_aval(v, &av) < 0) return -1;
   if (v->type == V_TRACER) ni->tracer = true;
+  if (wide_python_int(v)) ni->wide = (const Array *)v;
   int nd = depth + av.ndim;
   if (nd > SHM_MAXDIM) {
     err_set(ERR_VALUE, "array nested too deeply");
@@ -1434,13 +1451,15 @@ static Value *nest_stack(Value *v, DType t) {
 Value *ops_to_array(Value *v, int dtype) {
   if (!v) return err_set(ERR_TYPE, "cannot convert a missing value to an array");
   if (ops_is_array(v)) {
-    if (dtype < 0) return val_incref(v);
-    return ops_convert(v, (DType)dtype, false);
+    if (dtype >= 0) return ops_convert(v, (DType)dtype, false);
+    return wide_python_int(v) ? wide_int_error((const Array *)v) : val_incref(v);
   }
   if (!ops_is_seq(v)) return err_set(ERR_TYPE, "cannot convert '%s' to an array", val_type_name(v));
   NestInfo ni = {.ndim = -1, .dtype = DT_F32};
   if (nest_scan(v, 0, &ni) < 0) return NULL;
   DType t = dtype >= 0 ? (DType)dtype : ni.any ? ni.dtype : DT_F32;
+  /* [1, 2**40] has no int32 type; [1., 2**40] is float32, [x_i64, 2**40] int64 */
+  if (dtype < 0 && ni.wide && ni.weak && dt_is_int(t)) return wide_int_error(ni.wide);
   if (ni.tracer) return nest_stack(v, t);
   bool ints = !dt_is_float(t) && (!ni.any || !dt_is_float(ni.dtype));
   Array *tmp = arr_new(ints ? DT_I64 : DT_F64, ni.ndim, ni.shape);

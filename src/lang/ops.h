@@ -61,8 +61,10 @@ Value *ops_getattr(Value *obj, const char *name);
 Value *ops_dir(Value *obj);
 
 /* Converts numbers, nested lists/tuples of numbers and arrays to an Array
- * (jnp.asarray); [dtype] < 0 infers it.  Error "cannot convert 'str' to
- * an array". */
+ * (jnp.asarray); [dtype] < 0 infers it.  Errors: "cannot convert 'str' to
+ * an array"; OverflowError "Python int N too large to convert to int32"
+ * where a Python int past int32 would make an integer array of an
+ * inferred dtype (JAX's 32-bit default; dtype=int64 takes it). */
 Value *ops_to_array(Value *v, int dtype);
 
 /* len(obj). */
