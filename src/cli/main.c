@@ -482,6 +482,21 @@ static int run_interpreter(const CmdLine *cl) {
   return rc;
 }
 
+/* shmap --test starts every test as a process of its own, which under
+ * mpirun would start as one more MPI process of the job (and fail, or
+ * crash in MPI): refused, with how to run the tests over P processes
+ * instead.  True when refused. */
+static bool under_mpirun_test(void) {
+  int rank;
+  long procs = transport_launched(&rank);
+  if (procs <= 1) return false;
+  if (rank == 0)
+    fprintf(stderr, "shmap: error: --test runs each test as a process of its own and cannot "
+            "run under mpirun; to run the tests over %ld processes: SHMAP_TEST_MPI=%ld shmap "
+            "--test FILE...\n", procs, procs);
+  return true;
+}
+
 static void print_help(void) {
   fputs(USAGE, stdout);
   fputs(HELP, stdout);
@@ -505,7 +520,7 @@ int main(int argc, char **argv) {
     print_version();
     return 0;
   case RUN_TEST:
-    return testrun_main(cl.nrest, cl.rest, NULL);
+    return under_mpirun_test() ? 1 : testrun_main(cl.nrest, cl.rest, NULL);
   default:
     return run_interpreter(&cl);
   }

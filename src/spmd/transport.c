@@ -31,6 +31,21 @@ static long launched_procs(void) {
   return 1;
 }
 
+long transport_launched(int *rank) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+  if (rank) {
+    *rank = 0;
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+      const char *v = getenv(vars[i]);
+      if (v && *v) {
+        *rank = (int)strtol(v, NULL, 10);
+        break;
+      }
+    }
+  }
+  return launched_procs();
+}
+
 bool transport_active(void) { return nprocs > 1; }
 int transport_rank(void) { return myrank; }
 int transport_procs(void) { return nprocs; }

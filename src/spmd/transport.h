@@ -80,6 +80,12 @@ typedef struct TransportMsg {
  * Main thread, once, before the device threads start. */
 int transport_init(int ndevices);
 
+/* How many processes the launcher started this one among (1 when not
+ * under mpirun), and into [rank] (may be NULL) this one's place, read
+ * from the launcher's environment without starting MPI: for the
+ * command-line modes that must not start it (shmap --test). */
+long transport_launched(int *rank);
+
 /* The MPI library this build uses ("Open MPI 4.1.4"), or "none". */
 const char *transport_library(void);
 

@@ -70,6 +70,10 @@ done
 out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "4 devices over 3 processes ran"
 grep -q "cannot be split evenly over 3 processes" <<<"$out" || fail "4 over 3: no message: $out"
+# the test runner starts its tests as processes: refused under mpirun, once
+out=$(mpi 2 "$shmap" --test "$progs" 2>&1 </dev/null); status=$?
+[ "$status" -ne 0 ] || fail "--test under mpirun ran"
+[ "$(grep -c 'SHMAP_TEST_MPI=2 shmap --test' <<<"$out")" = 1 ] || fail "--test under mpirun: message: $out"
 out=$(mpi 2 "$shmap" --devices 4 --debug -c 'print("ran")' 2>&1 </dev/null); status=$?
 [ "$status" -ne 0 ] || fail "--debug under mpirun ran"
 grep -q "need one process" <<<"$out" || fail "--debug: no message: $out"
