@@ -1447,8 +1447,11 @@ static Outcome run_handler(const Node *h, Env *env, Value **ret) {
   err_save(&hd.err);
   Env *scope = h->name ? env_target_w(env, h->name) : env;
   if (e && (!scope || env_set(scope, h->name, e) < 0)) {
+    /* the name cannot be bound (a global of a shard_map body): that error
+     * replaces the one being handled, as any error raised in a handler */
     val_decref(e);
-    err_restore(&hd.err);
+    err_state_free(&hd.err);
+    err_locate(h->loc);
     return OUT_ERR;
   }
   val_decref(e);
