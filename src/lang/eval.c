@@ -2012,8 +2012,11 @@ static bool file_exists(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Every global of a module is an attribute of it, as in Python (m._helper,
+ * and a module a imports is a._b); `from m import *` leaves out the names
+ * that start with '_' on its own. */
 static void copy_binding(const char *name, Value *v, void *ctx) {
-  if (name[0] != '_') dict_set_str((Value *)ctx, name, v);
+  dict_set_str((Value *)ctx, name, v);
 }
 
 /* The modules being loaded on this thread, innermost last: an import of
@@ -2068,7 +2071,32 @@ int interp_add_path(const char *dir) {
   return 0;
 }
 
+/* Python's import lock: the devices of a shard_map body that import the
+ * same module at once share shm_interp->modules; the first loads it, the
+ * others wait and take it from the table (they changed the table together
+ * before).  Recursive: a module's own imports run under it. */
+static pthread_mutex_t import_lock;
+static pthread_once_t import_lock_once = PTHREAD_ONCE_INIT;
+
+static void import_lock_init(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&import_lock, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+static Value *import_locked(const char *name, const char *from_dir);
+
 Value *eval_import(const char *name, const char *from_dir) {
+  pthread_once(&import_lock_once, import_lock_init);
+  pthread_mutex_lock(&import_lock);
+  Value *m = import_locked(name, from_dir);
+  pthread_mutex_unlock(&import_lock);
+  return m;
+}
+
+static Value *import_locked(const char *name, const char *from_dir) {
   Value *cached = dict_get_str(shm_interp->modules, name);
   if (cached) return val_incref(cached);
   Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */

@@ -184,7 +184,9 @@ Value *eval_fuse_apply(const Node *root, Value **vals);
 
 /* Imports module [name] (cached in shm_interp->modules): [name].shm from
  * the importing script's folder, then each SHMAP_PATH folder, then the
- * installed stdlib/.  Error: "no module named 'nn' (searched: ...)". */
+ * installed stdlib/.  Error: "no module named 'nn' (searched: ...)".
+ * Any thread (the devices of a body import under one lock, loading a
+ * module once). */
 Value *eval_import(const char *name, const char *from_dir);
 
 /* ---- per-thread execution state (the debugger and shard_map use it) ---- */
