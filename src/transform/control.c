@@ -594,9 +594,14 @@ static Value *while_reverse_error(void) {
                             "or using fori_loop with static start/stop.");
 }
 
-/* Whether any example of the batched predicate [c] holds: 0/1, or -1. */
+/* Whether any example of the batched predicate [c] holds: 0/1, or -1.
+ * Under nested vmaps the batched value is itself batched by the outer
+ * traces: the loop goes on while any example of any of them holds (the
+ * select in batched_step keeps the finished ones), so every level is
+ * unwrapped down to the array that holds them all. */
 static int any_example(Value *c) {
-  Value *b = ((Tracer *)c)->batched;
+  Value *b = c;
+  while (IS_BATCH_TRACER(b)) b = ((Tracer *)b)->batched;
   AVal a;
   if (ops_aval(b, &a) < 0) return -1;
   int64_t axes[SHM_MAXDIM];
