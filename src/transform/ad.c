@@ -657,6 +657,37 @@ static Value *bi_value_and_grad(const CallArgs *a) { return make_grad(a, "value_
 /* A vjp function's state: (plan, captures, primals tuple, out tree). */
 enum { V_PLANV, V_CAPS, V_PRIMALS, V_OUT, V_N };
 
+/* The cotangent leaves [got] in the dtypes of the outputs [want] (same
+ * count and shapes): a weakly typed one (a Python number) takes its
+ * output's float dtype, as JAX's default float would be under x64; a
+ * strongly typed float of another dtype is JAX's error, not converted.
+ * A new array of new references, or NULL with the error set. */
+static Value **ct_dtypes(const PyLeaves *want, const PyLeaves *got) {
+  Value **v = shm_calloc((size_t)got->n + 1, sizeof(Value *));
+  if (!v) return err_nomem();
+  for (int i = 0; i < got->n; i++) {
+    AVal x, y;
+    if (ops_aval(want->v[i], &x) < 0 || ops_aval(got->v[i], &y) < 0) goto fail;
+    if (x.dtype == y.dtype || !dt_is_float(x.dtype)) {
+      v[i] = val_incref(got->v[i]);
+    } else if (y.weak) {
+      if (!(v[i] = ops_convert(got->v[i], x.dtype, false))) goto fail;
+    } else {
+      char s1[128], s2[128];
+      aval_str(s1, sizeof s1, x.dtype, x.ndim, x.shape);
+      aval_str(s2, sizeof s2, y.dtype, y.ndim, y.shape);
+      err_set(ERR_TYPE, "unexpected JAX type (e.g. shape/dtype) for argument to vjp function: "
+                        "got %s, but expected %s because the corresponding output of the "
+                        "function had JAX type %s", s2, s1, s1);
+      goto fail;
+    }
+  }
+  return v;
+fail:
+  values_free(v, got->n);
+  return NULL;
+}
+
 static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   if (a->nargs != 1 || a->nkw)
     return err_set(ERR_TYPE, "the vjp function takes one argument, the cotangent of the "
@@ -665,7 +696,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   Lin lin = {NULL, NULL, (Plan *)tuple_get(self, V_PLANV), ((Tuple *)caps)->items,
              (int)tuple_len(caps), 0};
   PyLeaves want = {0}, got = {0};
-  Value *r = NULL, **cts = NULL;
+  Value *r = NULL, **cts = NULL, **ctv;
   if (leaves_of(tuple_get(self, V_OUT), &want) < 0 || leaves_of(a->args[0], &got) < 0) goto out;
   if (want.n != got.n || want.n != lin.plan->nout) {
     err_set(ERR_TYPE, "the cotangent has %d leaves, but the function's output has %d", got.n,
@@ -684,7 +715,10 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
       goto out;
     }
   }
-  if (!(cts = backward(&lin, got.v))) goto out;
+  if (!(ctv = ct_dtypes(&want, &got))) goto out;
+  cts = backward(&lin, ctv);
+  values_free(ctv, got.n);
+  if (!cts) goto out;
   Value *prims = tuple_get(self, V_PRIMALS);
   size_t n = tuple_len(prims);
   Value *t = tuple_new(n);
