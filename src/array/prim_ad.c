@@ -683,10 +683,59 @@ static int jvp_gather(Value **x, Value **t, int nin, const Params *p, Value **yo
   return jvp_multilinear(P_GATHER, 1, xs, ts, 2, p, yo, to);
 }
 
-/* scatter: linear in (operand, updates) jointly for set and add */
+/* scatter[axis mode=add](zeros like [like], [idx], [u]): [u]'s rows
+ * summed into the positions they name. */
+static Value *scatter_add_into(Scope *s, Value *like_v, Value *idx, Value *u, int64_t axis) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis", val_int(axis));
+  params_add(&q, "mode", str_from("add"));
+  return ap(s, P_SCATTER, 3, (Value *[]){like(s, 0.0, like_v), idx, u}, &q);
+}
+
+/* scatter min/max: each position of the result is the operand or some
+ * updates that equal it; its tangent is the mean of the tangents of all
+ * of them that tie, as JAX's scatter extremal JVP.  Linear in the
+ * tangents (masks, a scatter-add and a division by the tie count), so it
+ * transposes. */
+static Value *scatter_extremal_tangent(Scope *s, Value **x, Value **t, Value *y, int64_t axis) {
+  AVal a;
+  if (!aval_ok(x[0], &a)) return NULL;
+  Params g;
+  params_init(&g);
+  params_add(&g, "axis", val_int(axis));
+  Value *yg = ap(s, P_GATHER, 2, (Value *[]){y, x[1]}, &g);
+  Value *uhit = convert(s, bin(s, P_EQ, x[2], yg), a.dtype, false);
+  Value *ohit = convert(s, bin(s, P_EQ, x[0], y), a.dtype, false);
+  Value *count = add(s, ohit, scatter_add_into(s, x[0], x[1], uhit, axis));
+  Value *num = add(s, mul(s, tan_or_zero(s, t[0], x[0]), ohit),
+                   scatter_add_into(s, x[0], x[1], mul(s, tan_or_zero(s, t[2], x[2]), uhit), axis));
+  return dvd(s, num, count);
+}
+
+/* scatter: linear in (operand, updates) jointly for set and add; min and
+ * max average the tangents of ties; multiply is linear in the operand
+ * (JAX differentiates its updates only with unique indices, which the
+ * language does not declare: an error, as JAX's). */
 static int jvp_scatter(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
   Value *mode = params_get(p, "mode");
   const char *m = mode && mode->type == V_STR ? str_cstr(mode) : "set";
+  bool extremal = !strcmp(m, "min") || !strcmp(m, "max"), mult = !strcmp(m, "multiply");
+  if (mult && t[2]) {
+    err_set(ERR_NOT_IMPLEMENTED, "scatter_mul gradients are only implemented if "
+                                 "`unique_indices=True`");
+    return -1;
+  }
+  if (extremal || mult) {
+    int64_t axis;
+    if (params_int(p, "axis", &axis) < 0 || primal(P_SCATTER, x, nin, p, yo) < 0) return -1;
+    *to = NULL;
+    if (!t[0] && !t[2]) return 0;
+    Scope s = {0};
+    Value *tan = extremal ? scatter_extremal_tangent(&s, x, t, *yo, axis)
+                          : same(&s, P_SCATTER, 3, (Value *[]){t[0], x[1], x[2]}, p);
+    return jvp_done(&s, tan, false, yo, to);
+  }
   if (strcmp(m, "set") && strcmp(m, "add")) return prim_rule_missing(P_SCATTER, "differentiation");
   Value *ts[3] = {t[0], t[2], NULL};
   Value *xs[3] = {x[0], x[2], x[1]};
@@ -1228,13 +1277,18 @@ static int tr_gather(Value **ct, Value **in, const AVal *av, const bool *lin, in
 }
 
 /* scatter (set, add): the updates' cotangent is gathered at the rows;
- * under set, the operand's is zero at them */
+ * under set, the operand's is zero at them; multiply, linear in the
+ * operand only, scales its cotangent as it scaled the operand */
 static int tr_scatter(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
                       const Params *p, Value **cts) {
   (void)nin;
   Value *mode = params_get(p, "mode");
   const char *m = mode && mode->type == V_STR ? str_cstr(mode) : "set";
   bool set = !strcmp(m, "set");
+  if (!strcmp(m, "multiply") && lin[0] && !lin[2]) {   /* a scaling of each position */
+    Scope s = {0};
+    return ct_set(&s, cts, 0, same(&s, P_SCATTER, 3, (Value *[]){ct[0], in[1], in[2]}, p));
+  }
   if (!set && strcmp(m, "add")) return prim_rule_missing(P_SCATTER, "transpose");
   if (lin[1]) return prim_rule_missing(P_SCATTER, "transpose (linear indices)");
   int64_t axis;

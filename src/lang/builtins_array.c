@@ -70,7 +70,7 @@ static Value *make_full(const char *fname, Value *shape, Value *fill, double v, 
   for (int i = 0; i < nd; i++)
     if (sh[i] < 0) return err_set(ERR_VALUE, "negative dimensions are not allowed");
   if (!fill) return bi_fill(t < 0 ? DT_F32 : (DType)t, v, nd, sh);
-  Value *f = bi_arr_dtype(fill, t);   /* full(2, 2**40, dtype=int64) */
+  Value *f = bi_arr_dtype(fill, t);   /* 2**40 or a Python float's double, for dtype t */
   if (!f) return NULL;
   AVal fa = bi_aval(f);
   DType ct = t < 0 ? fa.dtype : (DType)t;
@@ -118,7 +118,7 @@ static Value *make_like(const char *fname, Value *x, Value *fill, double v, Valu
   memcpy(sh, av.shape, sizeof(int64_t) * (size_t)nd);
   if (!bi_is_none(shape) && ops_shape_arg(shape, &nd, sh) < 0) return NULL;
   if (!fill) return bi_fill((DType)t, v, nd, sh);
-  Value *f = bi_arr(fill);
+  Value *f = bi_arr_dtype(fill, t);   /* a Python float from its double */
   Value *c = f ? ops_convert(f, (DType)t, false) : NULL;
   Value *r = c ? ops_broadcast_to(c, nd, sh) : NULL;
   bi_drop(f, c, NULL, NULL);

@@ -72,7 +72,10 @@ Value *ops_convert(Value *x, DType t, bool weak) {
     if (dt_is_int(av.dtype) && dt_is_int(t) && t != DT_BOOL && !dt_holds(t, arr_get_i64(AS_ARRAY(x), 0)))
       return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s",
                      (long long)arr_get_i64(AS_ARRAY(x), 0), dt_name(t));
-    return (Value *)arr_astype(AS_ARRAY(x), t, weak);
+    Array *a = AS_ARRAY(x);
+    if (a->host && dt_is_float(av.dtype) && dt_is_float(t))   /* from its double, not its float32 */
+      return (Value *)arr_scalar_f64(t, arr_host_f64(a), weak);
+    return (Value *)arr_astype(a, t, weak);
   }
   Params p;
   params_init(&p);
@@ -1413,9 +1416,10 @@ static void nest_fill(Value *v, bool ints, void *out, int64_t *pos) {
     return;
   }
   Array *a = AS_ARRAY(v);
+  bool exact = a->host && dt_is_float(a->dtype);   /* a Python float: its double */
   for (int64_t i = 0; i < a->size; i++) {
     if (ints) ((int64_t *)out)[(*pos)++] = arr_get_i64(a, i);
-    else ((double *)out)[(*pos)++] = arr_get_f64(a, i);
+    else ((double *)out)[(*pos)++] = exact ? arr_host_f64(a) : arr_get_f64(a, i);
   }
 }
 

@@ -657,6 +657,37 @@ static Value *bi_value_and_grad(const CallArgs *a) { return make_grad(a, "value_
 /* A vjp function's state: (plan, captures, primals tuple, out tree). */
 enum { V_PLANV, V_CAPS, V_PRIMALS, V_OUT, V_N };
 
+/* The cotangent leaves [got] in the dtypes of the outputs [want] (same
+ * count and shapes): a weakly typed one (a Python number) takes its
+ * output's float dtype, as JAX's default float would be under x64; a
+ * strongly typed float of another dtype is JAX's error, not converted.
+ * A new array of new references, or NULL with the error set. */
+static Value **ct_dtypes(const PyLeaves *want, const PyLeaves *got) {
+  Value **v = shm_calloc((size_t)got->n + 1, sizeof(Value *));
+  if (!v) return err_nomem();
+  for (int i = 0; i < got->n; i++) {
+    AVal x, y;
+    if (ops_aval(want->v[i], &x) < 0 || ops_aval(got->v[i], &y) < 0) goto fail;
+    if (x.dtype == y.dtype || !dt_is_float(x.dtype)) {
+      v[i] = val_incref(got->v[i]);
+    } else if (y.weak) {
+      if (!(v[i] = ops_convert(got->v[i], x.dtype, false))) goto fail;
+    } else {
+      char s1[128], s2[128];
+      aval_str(s1, sizeof s1, x.dtype, x.ndim, x.shape);
+      aval_str(s2, sizeof s2, y.dtype, y.ndim, y.shape);
+      err_set(ERR_TYPE, "unexpected JAX type (e.g. shape/dtype) for argument to vjp function: "
+                        "got %s, but expected %s because the corresponding output of the "
+                        "function had JAX type %s", s2, s1, s1);
+      goto fail;
+    }
+  }
+  return v;
+fail:
+  values_free(v, got->n);
+  return NULL;
+}
+
 static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   if (a->nargs != 1 || a->nkw)
     return err_set(ERR_TYPE, "the vjp function takes one argument, the cotangent of the "
@@ -665,7 +696,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   Lin lin = {NULL, NULL, (Plan *)tuple_get(self, V_PLANV), ((Tuple *)caps)->items,
              (int)tuple_len(caps), 0};
   PyLeaves want = {0}, got = {0};
-  Value *r = NULL, **cts = NULL;
+  Value *r = NULL, **cts = NULL, **ctv;
   if (leaves_of(tuple_get(self, V_OUT), &want) < 0 || leaves_of(a->args[0], &got) < 0) goto out;
   if (want.n != got.n || want.n != lin.plan->nout) {
     err_set(ERR_TYPE, "the cotangent has %d leaves, but the function's output has %d", got.n,
@@ -684,7 +715,10 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
       goto out;
     }
   }
-  if (!(cts = backward(&lin, got.v))) goto out;
+  if (!(ctv = ct_dtypes(&want, &got))) goto out;
+  cts = backward(&lin, ctv);
+  values_free(ctv, got.n);
+  if (!cts) goto out;
   Value *prims = tuple_get(self, V_PRIMALS);
   size_t n = tuple_len(prims);
   Value *t = tuple_new(n);
@@ -870,10 +904,17 @@ typedef struct SmCall {
   int nres;
   Value **res_globals;     /* the residuals, global values of the jit trace */
   Value *res_specs;        /* the forward's out_specs: results', then residuals' */
+  /* Batched primals (vmap outside the differentiation): the forward pass
+   * runs each device's body under a vmap of its own, whose batch trace
+   * ends with the call, so its residuals cannot reach the backward pass.
+   * The backward shard_map then linearizes the body again on the primals
+   * (kept here) and transposes it in the same call, under the same vmap. */
+  Value **remat;           /* owned: the primal arguments, or NULL */
 } SmCall;
 
 static void smcall_free(Value *v) {
   SmCall *c = (SmCall *)v;
+  if (c->remat) values_free(c->remat, c->nargs);
   if (c->told) val_decref(c->told);
   for (int i = 0; c->res_globals && i < c->nres; i++)
     if (c->res_globals[i]) val_decref(c->res_globals[i]);
@@ -1039,41 +1080,51 @@ static Value *with_residuals(SmCall *c, Value *r, size_t n) {
   return t;
 }
 
-/* Reverse mode on one device: linearizes the body; returns the primal
- * results as the body does and keeps the linear plan and residuals. */
-static Value *sm_lin_body(Value *self, const CallArgs *a) {
-  SmCall *c = (SmCall *)self;
-  DevCtx *d = dev_ctx();
-  int rank = d ? d->rank : 0;
+/* Linearizes the body on one device's argument [blocks]: the primal
+ * results as the body gives them (JVP tracers stripped), its linear plan
+ * and residuals in [*plan], [*caps], [*ncaps] (owned by the caller), the
+ * number of results in [*n]; NULL with the error set. */
+static Value *sm_linearize(SmCall *c, Value **blocks, Plan **plan, Value ***caps, int *ncaps,
+                           size_t *n) {
   Value *args[SHARDMAP_MAX_ARGS], *res = NULL, *r = NULL, *tans[SHARDMAP_MAX_ARGS] = {0};
   Trace *lt = trace_begin_linear(c->f->name);
   if (!lt) return NULL;
   JvpTrace j;
   jvp_push(&j, lt);
-  if (wrap_blocks(c, &j, lt, a->args, NULL, args) == 0) {
+  if (wrap_blocks(c, &j, lt, blocks, NULL, args) == 0) {
     res = val_call_n(c->f->body, c->nargs, args);
     for (int i = 0; i < c->nargs; i++) val_decref(args[i]);
   }
   jvp_pop(&j);
   Value *const *items;
-  size_t n = 0, k = 0;
-  if (!res || body_results(c, res, &items, &n) < 0) goto fail;
-  for (; k < n; k++)
+  size_t k = 0;
+  *n = 0;
+  if (!res || body_results(c, res, &items, n) < 0) goto fail;
+  for (; k < *n; k++)
     if (!(tans[k] = tangent_of(items ? items[k] : res, j.id))) goto fail;
-  if (c->staged) rank = 0;
-  c->plans[rank] = trace_end(lt, (int)n, tans, &c->caps[rank], &c->ncaps[rank]);
+  *plan = trace_end(lt, (int)*n, tans, caps, ncaps);
   lt = NULL;
-  if (!c->plans[rank]) goto fail;
-  r = strip(res, j.id);
+  if (*plan) r = strip(res, j.id);
+fail:
+  for (size_t i = 0; i < k; i++) val_decref(tans[i]);
+  if (lt) trace_abort(lt);
+  if (res) val_decref(res);
+  return r;
+}
+
+/* Reverse mode on one device: linearizes the body; returns the primal
+ * results as the body does and keeps the linear plan and residuals. */
+static Value *sm_lin_body(Value *self, const CallArgs *a) {
+  SmCall *c = (SmCall *)self;
+  DevCtx *d = dev_ctx();
+  int rank = d && !c->staged ? d->rank : 0;
+  size_t n;
+  Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
   if (r && c->staged) {
     Value *all = with_residuals(c, r, n);
     val_decref(r);
     r = all;
   }
-fail:
-  for (size_t i = 0; i < k; i++) val_decref(tans[i]);
-  if (lt) trace_abort(lt);
-  if (res) val_decref(res);
   return r;
 }
 
@@ -1098,6 +1149,25 @@ static Value *sm_back_body(Value *self, const CallArgs *a) {
   Value *t = tuple_pack((size_t)c->ndiff, cts);
   values_free(cts, c->ndiff);
   return t;
+}
+
+/* The backward pass on one device from the primals: (argument blocks...,
+ * result cotangent blocks...) -> the differentiated arguments' cotangent
+ * blocks (a tuple); the body is linearized again here (SmCall.remat). */
+static Value *sm_remat_body(Value *self, const CallArgs *a) {
+  SmCall *c = (SmCall *)self;
+  Lin lin = {0};
+  size_t n;
+  Value *r = NULL, *res = sm_linearize(c, a->args, &lin.plan, &lin.caps, &lin.ncap, &n);
+  lin.nout = (int)n;
+  Value **cts = res ? backward(&lin, a->args + c->nargs) : NULL;
+  if (res) val_decref(res);
+  if (cts) {
+    r = tuple_pack((size_t)c->ndiff, cts);
+    values_free(cts, c->ndiff);
+  }
+  lin_free(&lin);
+  return r;
 }
 
 /* A tuple of [n] specs: [one] repeated, or the items of [specs] (repeated
@@ -1213,14 +1283,30 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
     args[i] = primal_of(a->args[i], j->id);
     if (c->diff[i]) tans[k++] = ((Tracer *)a->args[i])->tangent;
   }
-  c->plans = shm_calloc((size_t)c->ndev, sizeof(Plan *));
-  c->caps = shm_calloc((size_t)c->ndev, sizeof(Value **));
-  c->ncaps = shm_calloc((size_t)c->ndev, sizeof(int));
-  Value *res = c->plans && c->caps && c->ncaps
-                   ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
-                            val_incref(c->f->out_specs), c->nargs, args)
-                   : err_nomem();
-  values_free_n(args, c->nargs);
+  bool batched = false;
+  for (int i = 0; i < c->nargs; i++) batched |= IS_BATCH_TRACER(args[i]);
+  Value *res;
+  if (batched) {   /* the primals move into c->remat; no residuals */
+    CallArgs ca = {c->nargs, args, 0, NULL, NULL};
+    c->staged = false;
+    res = (c->remat = shm_calloc((size_t)c->nargs + 1, sizeof(Value *)))
+              ? shardmap_call(&c->f->hdr, &ca) : err_nomem();
+    if (c->remat) memcpy(c->remat, args, sizeof(Value *) * (size_t)c->nargs);
+    else values_free_n(args, c->nargs);
+    if (res) {
+      c->single = res->type != V_TUPLE;
+      c->nout = c->single ? 1 : (int)tuple_len(res);
+    }
+  } else {
+    c->plans = shm_calloc((size_t)c->ndev, sizeof(Plan *));
+    c->caps = shm_calloc((size_t)c->ndev, sizeof(Value **));
+    c->ncaps = shm_calloc((size_t)c->ndev, sizeof(int));
+    res = c->plans && c->caps && c->ncaps
+              ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
+                       val_incref(c->f->out_specs), c->nargs, args)
+              : err_nomem();
+    values_free_n(args, c->nargs);
+  }
   if (!res) return NULL;
   Value *outs[SHARDMAP_MAX_ARGS], *r = NULL, *tup = NULL;
   if (c->staged) {   /* the results, then the residuals */
@@ -1295,6 +1381,33 @@ static Value *ad_shard_map(Value *fv, const CallArgs *a) {
   return r;
 }
 
+/* The transpose of a shard_map whose primals were batched (SmCall.remat):
+ * a shard_map of sm_remat_body on (primals..., cotangents...). */
+static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, Value **cts) {
+  Value *args[2 * SHARDMAP_MAX_ARGS];
+  int n = 0;
+  for (; n < c->nargs; n++) args[n] = val_incref(c->remat[n]);
+  for (int m = 0; m < c->nout; m++, n++)
+    if (!(args[n] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
+      values_free_n(args, n);
+      return -1;
+    }
+  Value *in_specs = tuple_new((size_t)n), *out_specs = tuple_new((size_t)c->ndiff);
+  for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
+    if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
+  for (int i = 0; in_specs && i < c->nargs; i++)
+    tuple_set_steal(in_specs, (size_t)i, val_incref(&shardmap_in_spec(c->f, i)->hdr));
+  for (int m = 0; in_specs && m < c->nout; m++)
+    tuple_set_steal(in_specs, (size_t)(c->nargs + m), val_incref(&shardmap_out_spec(c->f, m)->hdr));
+  Value *res = sm_run(c, sm_remat_body, in_specs, out_specs, n, args);
+  values_free_n(args, n);
+  if (!res) return -1;
+  for (int i = 0; i < nin; i++)
+    cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
+  val_decref(res);
+  return 0;
+}
+
 /* The transpose of a linearized shard_map equation: the devices' backward
  * passes on the results' cotangents, split by the out_specs; the
  * arguments' cotangents assembled by the in_specs. */
@@ -1311,6 +1424,7 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
             2 * SHARDMAP_MAX_ARGS);
     return -1;
   }
+  if (c->remat) return tr_shard_map_remat(c, ct, lin, nin, cts);
   for (int m = 0; m < c->nout; m++)
     if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
       values_free_n(args, m);

@@ -594,9 +594,14 @@ static Value *while_reverse_error(void) {
                             "or using fori_loop with static start/stop.");
 }
 
-/* Whether any example of the batched predicate [c] holds: 0/1, or -1. */
+/* Whether any example of the batched predicate [c] holds: 0/1, or -1.
+ * Under nested vmaps the batched value is itself batched by the outer
+ * traces: the loop goes on while any example of any of them holds (the
+ * select in batched_step keeps the finished ones), so every level is
+ * unwrapped down to the array that holds them all. */
 static int any_example(Value *c) {
-  Value *b = ((Tracer *)c)->batched;
+  Value *b = c;
+  while (IS_BATCH_TRACER(b)) b = ((Tracer *)b)->batched;
   AVal a;
   if (ops_aval(b, &a) < 0) return -1;
   int64_t axes[SHM_MAXDIM];
@@ -989,16 +994,13 @@ static Value *fori_cond(void *ctx, Value **tr) {
   return ops_compare(OP_LT, tr[0], tr[1]);
 }
 
-/* body of the fori while: (i + 1, upper, body(i, x)). */
-static Value *fori_body(void *vctx, Value **tr) {
-  ForiCtx *c = vctx;
-  int pos = 0;
-  Value *x = replace(c->tree, tr + 2, &pos);
-  Value *args[2] = {tr[0], x};
-  Value *nx = x ? val_call_n(c->body, 2, args) : NULL;
-  val_decref(x);
+/* One step of the fori while: (i + 1, upper, body(i, x)); [x] borrowed,
+ * a new tuple or NULL. */
+static Value *fori_step(Value *body, Value *i, Value *upper, Value *x) {
+  Value *args[2] = {i, x};
+  Value *nx = val_call_n(body, 2, args);
   Value *one = nx ? val_int(1) : NULL;
-  Value *i1 = one ? ops_binary(OP_ADD, tr[0], one) : NULL;
+  Value *i1 = one ? ops_binary(OP_ADD, i, one) : NULL;
   val_decref(one);
   Value *r = i1 ? tuple_new(3) : NULL;
   if (!r) {
@@ -1007,8 +1009,18 @@ static Value *fori_body(void *vctx, Value **tr) {
     return NULL;
   }
   tuple_set_steal(r, 0, i1);
-  tuple_set_steal(r, 1, val_incref(tr[1]));
+  tuple_set_steal(r, 1, val_incref(upper));
   tuple_set_steal(r, 2, nx);
+  return r;
+}
+
+/* body of the fori while over the carry's leaves [tr]. */
+static Value *fori_body(void *vctx, Value **tr) {
+  ForiCtx *c = vctx;
+  int pos = 0;
+  Value *x = replace(c->tree, tr + 2, &pos);
+  Value *r = x ? fori_step(c->body, tr[0], tr[1], x) : NULL;
+  val_decref(x);
   return r;
 }
 
@@ -1050,6 +1062,37 @@ out:
   return r;
 }
 
+/* The while loop of a fori_loop whose bounds are batched (vmap): its
+ * carry is (i, upper, x); cond_fun is i < upper, body_fun [self] steps i
+ * and x.  As JAX does, such a fori_loop is this while_loop, so each
+ * example runs its own trip count. */
+static Value *fori_while_cond(Value *self, const CallArgs *a) {
+  (void)self;
+  Value *c = a->nargs == 1 ? a->args[0] : NULL;
+  if (!c || c->type != V_TUPLE || tuple_len(c) != 3)
+    return err_set(ERR_TYPE, "fori_loop: the loop's carry lost its structure");
+  return ops_compare(OP_LT, tuple_get(c, 0), tuple_get(c, 1));
+}
+
+static Value *fori_while_body(Value *self, const CallArgs *a) {
+  Value *c = a->nargs == 1 ? a->args[0] : NULL;
+  if (!c || c->type != V_TUPLE || tuple_len(c) != 3)
+    return err_set(ERR_TYPE, "fori_loop: the loop's carry lost its structure");
+  return fori_step(self, tuple_get(c, 0), tuple_get(c, 1), tuple_get(c, 2));
+}
+
+static Value *batched_fori(Value *lo, Value *hi, Value *body, Value *init) {
+  Value *carry = tuple_pack(3, (Value *[]){lo, hi, init});
+  Value *cf = carry ? bound_new("fori_cond", fori_while_cond, body) : NULL;
+  Value *bf = cf ? bound_new("fori_body", fori_while_body, body) : NULL;
+  Value *res = bf ? while_loop(cf, bf, carry) : NULL, *r = NULL;
+  if (res && res->type == V_TUPLE && tuple_len(res) == 3) r = val_incref(tuple_get(res, 2));
+  Value *tmp[] = {carry, cf, bf, res};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
 /* fori_loop(lower, upper, body_fun, init_val) */
 static Value *bi_fori_loop(const CallArgs *a) {
   Value *lo, *hi, *body, *init, *lo_a, *hi_a;
@@ -1059,7 +1102,10 @@ static Value *bi_fori_loop(const CallArgs *a) {
   Value *r = NULL;
   if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0) {
     trace_transformed_operand();
-    r = trace_current() ? staged_fori(lo_a, hi_a, body, init) : eager_fori(lo_a, hi_a, body, init);
+    if (IS_BATCH_TRACER(lo_a) || IS_BATCH_TRACER(hi_a))
+      r = batched_fori(lo_a, hi_a, body, init);
+    else
+      r = trace_current() ? staged_fori(lo_a, hi_a, body, init) : eager_fori(lo_a, hi_a, body, init);
     if (!r && trace_current() && IS_ARRAY(lo_a) && IS_ARRAY(hi_a) && unstage())
       r = eager_fori(lo_a, hi_a, body, init);
   }
