@@ -696,9 +696,11 @@ static int carry_count_error(const char *what, int n, int got) {
   return -1;
 }
 
+static bool weak_promotes(const AVal *want, const AVal *got);
+
 /* Eager loops check each new carry as jit checks the traced body's: the
  * same array leaves, each of the init's dtype and shape (a weak type may
- * become strong).  0, or -1 with carry_types' message. */
+ * become strong, or the dtype weak_promotes allows).  0, or -1 with carry_types' message. */
 static int eager_carry_check(const char *what, Value *init, Value *next) {
   Leaves a = {0}, b = {0};
   int rc = flatten(init, &a) < 0 || flatten(next, &b) < 0 ? -1 : 0;
@@ -706,11 +708,23 @@ static int eager_carry_check(const char *what, Value *init, Value *next) {
   for (int i = 0; rc == 0 && i < a.n; i++) {
     AVal x, y;
     if (ops_aval(a.v[i], &x) < 0 || ops_aval(b.v[i], &y) < 0) rc = -1;
-    else if (!same_type(&x, &y)) rc = carry_type_error(what, i, &x, &y);
+    else if (!same_type(&x, &y) && !weak_promotes(&x, &y)) rc = carry_type_error(what, i, &x, &y);
   }
   shm_free(a.v);
   shm_free(b.v);
   return rc;
+}
+
+/* Whether a weakly typed carry [want] takes the body's result [got]'s
+ * dtype: same shape, another dtype, and the promotion of the two is
+ * got's (a Python float carry that the body makes float64), as JAX
+ * promotes weakly typed loop inputs before it checks the carry. */
+static bool weak_promotes(const AVal *want, const AVal *got) {
+  if (!want->weak || want->dtype == got->dtype || want->ndim != got->ndim ||
+      memcmp(want->shape, got->shape, sizeof(int64_t) * (size_t)want->ndim))
+    return false;
+  bool weak;
+  return dt_promote(want->dtype, true, got->dtype, got->weak, &weak) == got->dtype;
 }
 
 /* Checks the body's carry outputs [first, first + n) against [want]; the
@@ -723,6 +737,12 @@ static int carry_types(const char *what, const Sub *s, int first, int n, int ski
   for (int i = 0; i < n; i++) {
     AVal a;
     out_aval(s, first + i, &a);
+    if (weak_promotes(&want[i], &a)) {   /* JAX converts the init, to a strong type */
+      want[i].dtype = a.dtype;
+      want[i].weak = false;
+      retrace = 1;
+      continue;
+    }
     if (!same_type(&a, &want[i])) return carry_type_error(what, i - skip, &want[i], &a);
     if (want[i].weak && !a.weak) {
       want[i].weak = false;
