@@ -475,7 +475,7 @@ int arr_to_double(Value *v, double *out) {
     err_set(ERR_TYPE, "only size-1 arrays can be converted to Python scalars");
     return -1;
   }
-  *out = arr_get_f64(a, 0);
+  *out = a->host ? arr_host_f64(a) : arr_get_f64(a, 0);   /* a Python float: its double */
   return 0;
 }
 

@@ -204,7 +204,8 @@ int64_t arr_get_i64(const Array *a, int64_t flat);
  * array"), size != 1. */
 int arr_to_index(Value *v, int64_t *out);
 
-/* Reads a size-1 array of any dtype as a double. */
+/* Reads a size-1 array of any dtype as a double (a Python float: its
+ * exact double, not the float32 array functions read). */
 int arr_to_double(Value *v, double *out);
 
 /* ---- shapes ------------------------------------------------------------------ */

@@ -79,6 +79,15 @@ AVal bi_aval(Value *x);
 /* [x] (borrowed) as an array (bi_arr_dtype with the inferred dtype). */
 Value *bi_arr(Value *x);
 
+/* The two operands [x], [y] (borrowed) of a binary array function as
+ * arrays into [xa], [ya] (new references): a Python number beside an
+ * array stays a Python number, so it meets the array's dtype as in an
+ * operator (0.3 beside float64 is the double 0.3; 300 beside int8 is an
+ * OverflowError); two Python numbers become weak arrays, as bi_arr makes
+ * them (jnp.add(0.1, 0.2) computes in float32).  0, or -1 with the error
+ * set and nothing to release. */
+int bi_arr2(Value *x, Value *y, Value **xa, Value **ya);
+
 /* ---- array helpers (builtins.c), all through primitives ----------------------- */
 
 /* A 0-d constant of dtype [t] holding [v], not weak. */

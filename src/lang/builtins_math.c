@@ -284,7 +284,8 @@ static Value *binary_fn(const char *fname, const CallArgs *a, PrimId id) {
   Value *x, *y;
   Value **slots[] = {&x, &y};
   if (args_bind(fname, a, "x1, x2", slots) < 0) return NULL;
-  Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
+  Value *xa, *ya;
+  if (bi_arr2(x, y, &xa, &ya) < 0) return NULL;
   Value *r = ya ? bi_bin(id, xa, ya) : NULL;
   bi_drop(xa, ya, NULL, NULL);
   return r;
@@ -298,7 +299,8 @@ static Value *binary_op(const char *fname, const CallArgs *a, OpKind op) {
   Value *x, *y;
   Value **slots[] = {&x, &y};
   if (args_bind(fname, a, "x1, x2", slots) < 0) return NULL;
-  Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
+  Value *xa, *ya;
+  if (bi_arr2(x, y, &xa, &ya) < 0) return NULL;
   Value *r = NULL;
   if (ya) {
     if (op >= OP_EQ) r = ops_compare(op, xa, ya);
@@ -332,7 +334,8 @@ static Value *bi_arctan2(const CallArgs *a) {
   Value *x, *y;
   Value **slots[] = {&x, &y};
   if (args_bind("arctan2", a, "x1, x2", slots) < 0) return NULL;
-  Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
+  Value *xa, *ya;
+  if (bi_arr2(x, y, &xa, &ya) < 0) return NULL;
   Value *xf = ya ? bi_inexact(xa) : NULL, *yf = xf ? bi_inexact(ya) : NULL;
   Value *r = yf ? bi_bin(P_ATAN2, xf, yf) : NULL;
   bi_drop(xa, ya, xf, yf);
@@ -401,22 +404,31 @@ static Value *bi_relu(const CallArgs *a) {
 }
 
 /* jnp.clip(a, min, max) via maximum and minimum. */
+/* One bound of clip: [r] (consumed) [id] (max or min) [bound], the two
+ * converted as a binary function's operands (bi_arr2). */
+static Value *clip_side(Value *r, Value *bound, PrimId id) {
+  Value *ra, *ba;
+  int rc = bi_arr2(r, bound, &ra, &ba);
+  val_decref(r);
+  if (rc < 0) return NULL;
+  Value *m = bi_bin(id, ra, ba);
+  bi_drop(ra, ba, NULL, NULL);
+  return m;
+}
+
 static Value *bi_clip(const CallArgs *a) {
   Value *x, *lo, *hi, *lo2, *hi2;
   Value **slots[] = {&x, &lo, &hi, &lo2, &hi2};
   if (args_bind("clip", a, "a, a_min=, a_max=, min=, max=", slots) < 0) return NULL;
   if (bi_is_none(lo)) lo = lo2;
   if (bi_is_none(hi)) hi = hi2;
-  Value *r = bi_arr(x);
-  if (r && !bi_is_none(lo)) {
-    Value *l = bi_arr(lo), *m = l ? bi_bin(P_MAX, r, l) : NULL;
-    bi_drop(l, r, NULL, NULL);
-    r = m;
-  }
-  if (r && !bi_is_none(hi)) {
-    Value *h = bi_arr(hi), *m = h ? bi_bin(P_MIN, r, h) : NULL;
-    bi_drop(h, r, NULL, NULL);
-    r = m;
+  Value *r = val_incref(x);
+  if (!bi_is_none(lo)) r = clip_side(r, lo, P_MAX);
+  if (r && !bi_is_none(hi)) r = clip_side(r, hi, P_MIN);
+  if (r && arr_is_host(r)) {   /* clip(0.5) of a Python number alone */
+    Value *c = bi_arr(r);
+    val_decref(r);
+    r = c;
   }
   return r;
 }
@@ -430,8 +442,9 @@ static Value *bi_where(const CallArgs *a) {
   if (args_bind("where", a, "condition, x=, y=", slots) < 0) return NULL;
   if (!x && !y) return bi_nonzero(a);
   if (!x || !y) return err_set(ERR_VALUE, "Either both or neither of the x and y arguments should be provided to jax.numpy.where, got %s and %s.", x ? "an array" : "None", y ? "an array" : "None");
-  Value *ca = bi_arr(c), *xa = ca ? bi_arr(x) : NULL, *ya = xa ? bi_arr(y) : NULL;
-  Value *cb = ya ? ops_convert(ca, DT_BOOL, false) : NULL;
+  Value *xa, *ya;
+  if (bi_arr2(x, y, &xa, &ya) < 0) return NULL;
+  Value *ca = bi_arr(c), *cb = ca ? ops_convert(ca, DT_BOOL, false) : NULL;
   Value *r = cb ? ops_select(cb, xa, ya) : NULL;
   bi_drop(ca, xa, ya, cb);
   return r;
