@@ -143,6 +143,28 @@ START_TEST(test_binary_into) {
 }
 END_TEST
 
+START_TEST(test_binary_into_2d) {
+  int64_t sh[2] = {2, 3}, tsh[2] = {3, 2};
+  Value *m = mk(DT_F32, 2, sh, (double[]){0, 1, 2, 3, 4, 5});
+  Value *d = mk(DT_F32, 2, sh, (double[]){0, 0, 0, 0, 0, 0});
+  ck_assert(prim_binary_into(P_ADD, m, m, d));          /* contiguous, d's shape */
+  expect(d, 6, (double[]){0, 2, 4, 6, 8, 10});
+  Value *row = vec(DT_F32, 3, (double[]){1, 1, 1});
+  Value *flat = vec(DT_F32, 6, (double[]){1, 1, 1, 1, 1, 1});
+  Value *mt = mk(DT_F32, 2, tsh, (double[]){0, 1, 2, 3, 4, 5});
+  Params p = one("permutation", ints(2, (int64_t[]){1, 0}));
+  Value *t = apply1(P_TRANSPOSE, mt, &p);              /* a (2, 3) view, not contiguous */
+  ck_assert(!prim_binary_into(P_ADD, m, row, d));       /* a row broadcast over d */
+  ck_assert(!prim_binary_into(P_ADD, flat, flat, d));   /* as many elements, other rank */
+  ck_assert(!prim_binary_into(P_ADD, t, m, d));         /* rows of another layout */
+  ck_assert(!prim_binary_into(P_ADD, m, m, flat));      /* a 1-d result of 2-d operands */
+  expect(d, 6, (double[]){0, 2, 4, 6, 8, 10});
+  expect(flat, 6, (double[]){1, 1, 1, 1, 1, 1});
+  Value *vals[] = {m, d, row, flat, mt, t};
+  for (int k = 0; k < 6; k++) val_decref(vals[k]);
+}
+END_TEST
+
 START_TEST(test_int_division) {
   Value *a = vec(DT_I32, 5, (double[]){7, -7, 7, 5, -2147483648.0});
   Value *b = vec(DT_I32, 5, (double[]){-2, 2, 0, 0, -1});
@@ -855,6 +877,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_add_scalar_broadcast);
   tcase_add_test(el, test_inplace_reuse);
   tcase_add_test(el, test_binary_into);
+  tcase_add_test(el, test_binary_into_2d);
   tcase_add_test(el, test_int_division);
   tcase_add_test(el, test_int_wraps);
   tcase_add_test(el, test_compare_and_nan);
