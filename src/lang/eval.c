@@ -1319,23 +1319,61 @@ static bool int_reusable(const Value *v, int64_t x) {
   return a->ndim == 0 && a->dtype == t && a->host && a->vma == 0 && arr_sole_holder(a);
 }
 
-/* Binds a range loop's variable [target] to [x]: its current int is
- * overwritten when nothing else holds it, which saves an allocation and
- * a free per iteration; else a new int. */
-static int assign_range_item(const Node *target, Env *env, int64_t x) {
+/* Writes [x] into the host int [a] of dtype int32 or int64. */
+static inline void int_overwrite(Array *a, int64_t x) {
+  if (a->dtype == DT_I32)
+    ((int32_t *)a->buf->data)[a->offset] = (int32_t)x;
+  else
+    ((int64_t *)a->buf->data)[a->offset] = x;
+}
+
+/* Whether [v], the int a range loop holds (*held below), is still held
+ * only by the loop and its binding, unviewed, and of [x]'s dtype: the
+ * fields int_reusable checked when the loop took it that can change
+ * since (a count, a buffer's count, the marks val_static and a device
+ * copy may set), read with no other test. */
+static inline bool held_reusable(const Value *v, int64_t x) {
+  const Array *a = (const Array *)v;
+  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
+  return val_refcount(v) == 2 &&
+         atomic_load_explicit(&((Buffer *)a->buf)->refcount, memory_order_acquire) == 1 &&
+         !(v->flags & VAL_IMMORTAL) && a->vma == 0 && a->dtype == t;
+}
+
+/* assign_range_item past its first test: the int the name holds is
+ * overwritten when int_reusable says so, and then becomes [*held]; else
+ * a new int is bound. */
+static __attribute__((noinline)) int assign_range_slow(const Node *target, Env *env, int64_t x,
+                                                       Value **held) {
   if (target->kind == N_NAME && env_target(env, target->name) == env) {
     Value **s = env_slot_hinted(env, target);
     if (s && *s && int_reusable(*s, x)) {
-      Array *a = AS_ARRAY(*s);
-      if (a->dtype == DT_I32)
-        *(int32_t *)arr_data(a) = (int32_t)x;
-      else
-        *(int64_t *)arr_data(a) = x;
+      int_overwrite(AS_ARRAY(*s), x);
+      val_decref(*held);
+      *held = val_incref(*s);
       return 0;
     }
   }
   Value *v = val_int(x);
   return v ? assign_steal(target, v, env) : -1;
+}
+
+/* Binds a range loop's variable [target] to [x]: its current int is
+ * overwritten when nothing else holds it, which saves an allocation and
+ * a free per iteration; else a new int.  [*held] is a reference the loop
+ * keeps to the int it last overwrote (NULL at first; the caller drops
+ * it when the loop ends): while the binding still holds that int and
+ * nothing else does, its count is 2, and the next item goes into it
+ * after the few tests of held_reusable, inline in the loop. */
+static inline int assign_range_item(const Node *target, Env *env, int64_t x, Value **held) {
+  if (*held && env_target(env, target->name) == env) {   /* held: target is a name */
+    Value **s = env_slot_hinted(env, target);
+    if (s && *s == *held && held_reusable(*s, x)) {
+      int_overwrite(AS_ARRAY(*s), x);
+      return 0;
+    }
+  }
+  return assign_range_slow(target, env, x, held);
 }
 
 /* Iterates [iter], assigning each item to [target] and running [body].
@@ -1347,14 +1385,14 @@ for_each(const Node *target, Value *iter, Env *env, Outcome (*body)(Env *env, vo
   if (iter->type == V_RANGE) {
     Range *r = (Range *)iter;
     int64_t n = range_len(iter);
-    for (int64_t i = 0; i < n; i++) {
-      int rc = assign_range_item(target, env, r->start + i * r->step);
-      if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
-      Outcome o = body(env, ctx);
-      if (o == OUT_BREAK) return OUT_OK;
-      if (o != OUT_OK) return o;
+    Value *held = NULL;
+    Outcome res = OUT_OK;
+    for (int64_t i = 0; i < n && res == OUT_OK; i++) {
+      int rc = assign_range_item(target, env, r->start + i * r->step, &held);
+      res = rc < 0 || check_interrupt(target->loc) < 0 ? OUT_ERR : body(env, ctx);
     }
-    return OUT_OK;
+    val_decref(held);
+    return res == OUT_BREAK ? OUT_OK : res;
   }
   Value *items = iter->type == V_LIST || iter->type == V_TUPLE ? val_incref(iter)
                                                                : ops_iter_items(iter);
