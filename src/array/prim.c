@@ -1402,8 +1402,9 @@ static inline char *into_data(const Array *a, size_t size) {
   return (char *)a->buf->data + (size_t)a->offset * size;
 }
 
-/* The checks run first, the row loop last: nothing is live across the
- * call, so the common case saves and restores no registers. */
+/* The checks run first and the row loop last: a refusal returns before
+ * any register is saved, and nothing but the answer is live across the
+ * call. */
 bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
   const IntoRow *r = &into_rows[id][a->dtype];
@@ -1414,7 +1415,7 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   /* two 0-d operands make a 0-d result, whatever o's shape */
   if (!into_stride(a, o, &sa) || !into_stride(b, o, &sb) || ((a->ndim | b->ndim) == 0 && o->ndim))
     return false;
-  o->weak = r->weak && a->weak && b->weak;   /* before the call: see above */
+  o->weak = r->weak & a->weak & b->weak;   /* before the call: see above */
   o->vma = 0;
   o->why = (VmaWhy){0};
   r->row(into_data(a, r->size), sa, into_data(b, r->size), sb, into_data(o, r->out_size), o->size);
