@@ -1691,20 +1691,29 @@ static inline Value *leaf_peek(const Node *n, Env *env) {
   return v ? v : env_lookup(shm_interp->builtins, n->name);
 }
 
-/* name = a <op> b with names or constants for a and b, written into the
- * array the name holds when nothing else holds it (ops_binary_into):
- * a loop's small operation then allocates and frees nothing.  Leaves
- * only: evaluating them runs no code that could take or drop the old
- * value.  False when the statement must run the usual way. */
+/* name = a <op> b, or one comparison a <cmp> b, with names or constants
+ * for a and b, written into the array the name holds when nothing else
+ * holds it (ops_binary_into): a loop's small operation then allocates
+ * and frees nothing.  Leaves only: evaluating them runs no code that
+ * could take or drop the old value.  False when the statement must run
+ * the usual way. */
 static bool assign_binop_in_place(const Node *s, Env *env) {
-  const Node *t = s->items.items[0], *n = s->a;
-  if (s->items.n != 1 || t->kind != N_NAME || n->kind != N_BINOP || !eval_is_leaf(n->a) ||
-      !eval_is_leaf(n->b))
+  const Node *t = s->items.items[0], *n = s->a, *l, *r;
+  if (s->items.n != 1 || t->kind != N_NAME) return false;
+  if (n->kind == N_BINOP) {
+    l = n->a;
+    r = n->b;
+  } else if (n->kind == N_COMPARE && n->items.n == 2) {   /* its op is its one operator */
+    l = n->items.items[0];
+    r = n->items.items[1];
+  } else {
     return false;
+  }
+  if (!eval_is_leaf(l) || !eval_is_leaf(r)) return false;
   if (env_target(env, t->name) != env) return false;   /* declared: env_target_w's checks */
   Value **slot = env_slot_hinted(env, t);
   if (!slot || !*slot || (*slot)->type != V_ARRAY) return false;
-  Value *a = leaf_peek(n->a, env), *b = a ? leaf_peek(n->b, env) : NULL;
+  Value *a = leaf_peek(l, env), *b = a ? leaf_peek(r, env) : NULL;
   return b && ops_binary_into(n->op, a, b, *slot);
 }
 

@@ -128,6 +128,14 @@ START_TEST(test_binary_into) {
   Value *i = vec(DT_I32, 4, (double[]){1, 2, 3, 4});
   ck_assert(!prim_binary_into(P_ADD, i, i, d));          /* another dtype */
   ck_assert(!prim_binary_into(P_LT, x, y, d));           /* the result is bool */
+  Value *m = vec(DT_BOOL, 4, (double[]){0, 0, 0, 0});
+  ck_assert(prim_binary_into(P_LT, x, y, m));            /* ...into a bool array */
+  expect(m, 4, (double[]){1, 1, 1, 1});
+  ck_assert(!AS_ARRAY(m)->weak);
+  ck_assert(!prim_binary_into(P_ADD, x, y, m));
+  ck_assert(prim_binary_into(P_DIV, y, x, d));
+  expect(d, 4, (double[]){10, 10, 10, 10});
+  val_decref(m);
   Value *s = vec(DT_F32, 3, (double[]){1, 2, 3});
   ck_assert(!prim_binary_into(P_ADD, s, s, d));          /* another shape */
   ck_assert(!prim_binary_into(P_ADD, h, h, d));          /* a 0-d result */
