@@ -1335,10 +1335,11 @@ static inline void int_overwrite(Array *a, int64_t x) {
 }
 
 /* Whether [v], the int a range loop holds (*held below), is still held
- * only by the loop and its binding, unviewed, and of [x]'s dtype: the
- * fields int_reusable checked when the loop took it that can change
- * since (a count, a buffer's count, the marks val_static and a device
- * copy may set), read with no other test. */
+ * only by the loop and its binding, unviewed, and of [x]'s dtype: of
+ * what int_reusable checked when the loop took it, the fields another
+ * holder could have changed since (the two counts, the immortal mark
+ * val_static sets, the mesh axes); its type, shape, host mark and
+ * payload stay as they were. */
 static inline bool held_reusable(const Value *v, int64_t x) {
   const Array *a = (const Array *)v;
   DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
