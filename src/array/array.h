@@ -172,8 +172,7 @@ bool arr_share_buffer(Array *dst, const Array *src);
  * eager hot path asks it of every small result. */
 static inline bool arr_sole_holder(const Array *a) {
   const Buffer *b = a->buf;
-  const unsigned char *d = b->data;
-  bool local = b->owned || (d >= b->inline_data && d < b->inline_data + 64);
+  bool local = b->owned || b->data == b->inline_data;   /* embedded: arr_alloc's two kinds */
   return !(a->hdr.flags & VAL_IMMORTAL) && val_refcount(&a->hdr) == 1 &&
          atomic_load_explicit(&((Buffer *)b)->refcount, memory_order_acquire) == 1 && local;
 }

@@ -584,7 +584,13 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
     const T *a = pa;                                                        \
     const T *b = pb;                                                        \
     OT *o = po;                                                             \
-    if (sa == 1 && sb == 1) {                                               \
+    if ((sa | sb) == 0) { /* two broadcasts (ones(8)): first, one test */   \
+      if (n > 0) {                                                          \
+        T x = a[0], y = b[0];                                               \
+        OT r = (OT)(EXPR);                                                  \
+        for (int64_t i = 0; i < n; i++) o[i] = r;                           \
+      }                                                                     \
+    } else if (sa == 1 && sb == 1) {                                        \
       for (int64_t i = 0; i < n; i++) {                                     \
         T x = a[i], y = b[i];                                               \
         o[i] = (OT)(EXPR);                                                  \
@@ -601,10 +607,6 @@ static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
         T x = a[i];                                                         \
         o[i] = (OT)(EXPR);                                                  \
       }                                                                     \
-    } else if (sa == 0 && sb == 0 && n > 0) { /* two broadcasts: ones(8) */ \
-      T x = a[0], y = b[0];                                                 \
-      OT r = (OT)(EXPR);                                                    \
-      for (int64_t i = 0; i < n; i++) o[i] = r;                             \
     } else {                                                                \
       for (int64_t i = 0; i < n; i++) {                                     \
         T x = a[i * sa], y = b[i * sb];                                     \

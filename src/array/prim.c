@@ -1004,9 +1004,18 @@ PrimInfo prim_table[P_COUNT] = {
 /* Binary primitives' row loops by dtype (prim_binary_row). */
 static KernRow2 binary_rows[P_COUNT][DT_COUNT];
 
-/* ...and those prim_binary_into may run: primitives binary_agree takes
- * (no replication rule of their own), on dtypes they accept. */
-static KernRow2 into_rows[P_COUNT][DT_COUNT];
+/* What prim_binary_into needs of a primitive on one operand dtype, all
+ * read from one entry on its hot path. */
+typedef struct IntoRow {
+  KernRow2 row;          /* NULL: not run in place (binary_agree refuses it,
+                            it has a replication rule, or the dtype is not one
+                            it accepts) */
+  DType out;             /* the result's dtype: bool for a comparison */
+  bool weak;             /* the result is weak when both operands are */
+  uint8_t size;          /* bytes of an operand's element */
+  uint8_t out_size;      /* ...and of the result's */
+} IntoRow;
+static IntoRow into_rows[P_COUNT][DT_COUNT];
 
 
 static void resolve_binary_rows(PrimId id) {
@@ -1016,7 +1025,13 @@ static void resolve_binary_rows(PrimId id) {
     binary_rows[id][t] = pi->kind == PK_BINARY && pi->rules.kernel
                              ? kern_binary_row(pi->rules.kernel, (DType)t)
                              : NULL;
-    into_rows[id][t] = plain && (prim_accepts(id) & (1u << t)) ? binary_rows[id][t] : NULL;
+    bool cmp = prim_is_compare(id);
+    into_rows[id][t] = (IntoRow){
+        .row = plain && (prim_accepts(id) & (1u << t)) ? binary_rows[id][t] : NULL,
+        .out = cmp ? DT_BOOL : (DType)t,
+        .weak = !cmp,
+        .size = (uint8_t)dt_size((DType)t),
+        .out_size = (uint8_t)dt_size(cmp ? DT_BOOL : (DType)t)};
   }
 }
 
@@ -1367,15 +1382,18 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
 }
 
 /* The stride at which a row loop reads operand [a] of a result shaped
- * as [o], into [*stride]: 1 contiguous of o's shape, a's own stride 1-d
- * (negative when reversed), 0 when 0-d (a broadcast).  False for any
- * other operand. */
+ * as [o], into [*stride]: 0 when 0-d (a broadcast), a 1-d operand's own
+ * stride (negative when reversed, 1 when contiguous), 1 for a contiguous
+ * one of o's shape.  False for any other operand. */
 static inline bool into_stride(const Array *a, const Array *o, int64_t *stride) {
   *stride = 0;
   if (a->ndim == 0) return true;
-  if (a->ndim != o->ndim || !prim_same_dims(a->ndim, a->shape, o->shape)) return false;
-  *stride = a->contiguous ? 1 : a->strides[0];
-  return a->contiguous || a->ndim == 1;
+  if (a->ndim == 1) {
+    *stride = a->contiguous ? 1 : a->strides[0];
+    return o->ndim == 1 && a->shape[0] == o->shape[0];
+  }
+  *stride = 1;
+  return a->contiguous && a->ndim == o->ndim && prim_same_dims(a->ndim, a->shape, o->shape);
 }
 
 /* Where [a]'s elements start, each of [size] bytes (arr_data without
@@ -1384,23 +1402,23 @@ static inline char *into_data(const Array *a, size_t size) {
   return (char *)a->buf->data + (size_t)a->offset * size;
 }
 
+/* The checks run first and the row loop last: a refusal returns before
+ * any register is saved, and nothing but the answer is live across the
+ * call. */
 bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
-  if ((unsigned)id >= P_COUNT || !IS_ARRAY(x) || !IS_ARRAY(y) || !IS_ARRAY(dst)) return false;
   Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
-  DType t = a->dtype;
-  KernRow2 row = into_rows[id][t];
-  bool cmp = prim_is_compare(id);
-  if (!row || b->dtype != t || (a->vma | b->vma) || o->dtype != (cmp ? DT_BOOL : t) ||
-      !o->contiguous || o->size >= KERN_PAR_MIN || (a->ndim != o->ndim && b->ndim != o->ndim))
+  const IntoRow *r = &into_rows[id][a->dtype];
+  if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
+      !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_tracing())
     return false;
   int64_t sa, sb;
-  if (!into_stride(a, o, &sa) || !into_stride(b, o, &sb) || !arr_unshared(o) || tl_tracing())
+  /* two 0-d operands make a 0-d result, whatever o's shape */
+  if (!into_stride(a, o, &sa) || !into_stride(b, o, &sb) || ((a->ndim | b->ndim) == 0 && o->ndim))
     return false;
-  size_t es = dt_size(t);
-  row(into_data(a, es), sa, into_data(b, es), sb, into_data(o, cmp ? 1 : es), o->size);
-  o->weak = !cmp && a->weak && b->weak;
+  o->weak = r->weak & a->weak & b->weak;   /* before the call: see above */
   o->vma = 0;
   o->why = (VmaWhy){0};
+  r->row(into_data(a, r->size), sa, into_data(b, r->size), sb, into_data(o, r->out_size), o->size);
   return true;
 }
 

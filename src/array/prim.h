@@ -183,6 +183,7 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept);
 
 /*
  * prim_apply_binary written into [dst] (borrowed) instead of a new array,
+ * for arrays [x], [y] and [dst] (the caller has checked their type),
  * where that gives the same array: [x] and [y] agree as above, the result
  * has [dst]'s dtype and shape and is small enough for one row loop (no
  * timeline being written), and [dst] is a contiguous array nothing else

@@ -1279,15 +1279,22 @@ static int jump_index(const NodeList *body) {
 }
 
 /* Runs the statements of [body] in order; a debugger's jump to one of
- * them (OUT_JUMP) goes on from there. */
-static Outcome exec_block(const NodeList *body, Env *env, Value **ret) {
+ * them (OUT_JUMP) goes on from there.  Inline where a loop runs its
+ * body, whose frame then serves it; exec_block elsewhere. */
+static inline __attribute__((always_inline)) Outcome exec_block_inline(const NodeList *body,
+                                                                       Env *env, Value **ret) {
   for (int i = 0; i < body->n; i++) {
     Outcome o = exec_stmt(body->items[i], env, ret);
+    if (__builtin_expect(o == OUT_OK, 1)) continue;
     int to = o == OUT_JUMP ? jump_index(body) : -1;
-    if (to >= 0) i = to - 1;
-    else if (o != OUT_OK) return o;
+    if (to < 0) return o;
+    i = to - 1;
   }
   return OUT_OK;
+}
+
+static Outcome exec_block(const NodeList *body, Env *env, Value **ret) {
+  return exec_block_inline(body, env, ret);
 }
 
 /* Whether the statement hook is to run now (eval.h). */
@@ -1319,23 +1326,62 @@ static bool int_reusable(const Value *v, int64_t x) {
   return a->ndim == 0 && a->dtype == t && a->host && a->vma == 0 && arr_sole_holder(a);
 }
 
-/* Binds a range loop's variable [target] to [x]: its current int is
- * overwritten when nothing else holds it, which saves an allocation and
- * a free per iteration; else a new int. */
-static int assign_range_item(const Node *target, Env *env, int64_t x) {
+/* Writes [x] into the host int [a] of dtype int32 or int64. */
+static inline void int_overwrite(Array *a, int64_t x) {
+  if (a->dtype == DT_I32)
+    ((int32_t *)a->buf->data)[a->offset] = (int32_t)x;
+  else
+    ((int64_t *)a->buf->data)[a->offset] = x;
+}
+
+/* Whether [v], the int a range loop holds (*held below), is still held
+ * only by the loop and its binding, unviewed, and of [x]'s dtype: of
+ * what int_reusable checked when the loop took it, the fields another
+ * holder could have changed since (the two counts, the immortal mark
+ * val_static sets, the mesh axes); its type, shape, host mark and
+ * payload stay as they were. */
+static inline bool held_reusable(const Value *v, int64_t x) {
+  const Array *a = (const Array *)v;
+  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
+  return val_refcount(v) == 2 &&
+         atomic_load_explicit(&((Buffer *)a->buf)->refcount, memory_order_acquire) == 1 &&
+         !(v->flags & VAL_IMMORTAL) && a->vma == 0 && a->dtype == t;
+}
+
+/* assign_range_item past its first test: the int the name holds is
+ * overwritten when int_reusable says so, and then becomes [*held]; else
+ * a new int is bound. */
+static __attribute__((noinline)) int assign_range_slow(const Node *target, Env *env, int64_t x,
+                                                       Value **held) {
   if (target->kind == N_NAME && env_target(env, target->name) == env) {
     Value **s = env_slot_hinted(env, target);
     if (s && *s && int_reusable(*s, x)) {
-      Array *a = AS_ARRAY(*s);
-      if (a->dtype == DT_I32)
-        *(int32_t *)arr_data(a) = (int32_t)x;
-      else
-        *(int64_t *)arr_data(a) = x;
+      int_overwrite(AS_ARRAY(*s), x);
+      val_decref(*held);
+      *held = val_incref(*s);
       return 0;
     }
   }
   Value *v = val_int(x);
   return v ? assign_steal(target, v, env) : -1;
+}
+
+/* Binds a range loop's variable [target] to [x]: its current int is
+ * overwritten when nothing else holds it, which saves an allocation and
+ * a free per iteration; else a new int.  [*held] is a reference the loop
+ * keeps to the int it last overwrote (NULL at first; the caller drops
+ * it when the loop ends): while the binding still holds that int and
+ * nothing else does, its count is 2, and the next item goes into it
+ * after the few tests of held_reusable, inline in the loop. */
+static inline int assign_range_item(const Node *target, Env *env, int64_t x, Value **held) {
+  if (*held && env_target(env, target->name) == env) {   /* held: target is a name */
+    Value **s = env_slot_hinted(env, target);
+    if (s && *s == *held && held_reusable(*s, x)) {
+      int_overwrite(AS_ARRAY(*s), x);
+      return 0;
+    }
+  }
+  return assign_range_slow(target, env, x, held);
 }
 
 /* Iterates [iter], assigning each item to [target] and running [body].
@@ -1347,14 +1393,14 @@ for_each(const Node *target, Value *iter, Env *env, Outcome (*body)(Env *env, vo
   if (iter->type == V_RANGE) {
     Range *r = (Range *)iter;
     int64_t n = range_len(iter);
-    for (int64_t i = 0; i < n; i++) {
-      int rc = assign_range_item(target, env, r->start + i * r->step);
-      if (rc < 0 || check_interrupt(target->loc) < 0) return OUT_ERR;
-      Outcome o = body(env, ctx);
-      if (o == OUT_BREAK) return OUT_OK;
-      if (o != OUT_OK) return o;
+    Value *held = NULL;
+    Outcome res = OUT_OK;
+    for (int64_t i = 0; i < n && res == OUT_OK; i++) {
+      int rc = assign_range_item(target, env, r->start + i * r->step, &held);
+      res = rc < 0 || check_interrupt(target->loc) < 0 ? OUT_ERR : body(env, ctx);
     }
-    return OUT_OK;
+    val_decref(held);
+    return res == OUT_BREAK ? OUT_OK : res;
   }
   Value *items = iter->type == V_LIST || iter->type == V_TUPLE ? val_incref(iter)
                                                                : ops_iter_items(iter);
@@ -1583,7 +1629,7 @@ static Outcome exec_raise(const Node *s, Env *env) {
 /* Runs the debugger's hook on a loop header again, before the next item
  * or test: as in Python, a breakpoint or a step lands on the `for` or
  * `while` line once per iteration, not only when the loop starts. */
-static Outcome loop_header_again(const Node *s) {
+static inline Outcome loop_header_again(const Node *s) {
   Frame *f = cur_frame;
   if (!eval_stmt_hook || !f) return OUT_OK;
   f->stmt = s;
@@ -1591,9 +1637,11 @@ static Outcome loop_header_again(const Node *s) {
   return hook_due() ? run_hook(f, s) : OUT_OK;
 }
 
-static Outcome loop_body(Env *env, void *vctx) {
+/* One iteration of a for loop: the body, then the header's hook.
+ * Inline in exec_for's copy of for_each, which saves a call a turn. */
+static inline __attribute__((always_inline)) Outcome loop_body(Env *env, void *vctx) {
   LoopCtx *c = vctx;
-  Outcome o = exec_block(&c->s->body, env, c->ret);
+  Outcome o = exec_block_inline(&c->s->body, env, c->ret);
   if (o == OUT_CONTINUE) o = OUT_OK;
   if (o == OUT_BREAK) c->broke = true;
   if (o == OUT_OK) o = loop_header_again(c->s);
@@ -1647,25 +1695,34 @@ static inline Value *leaf_peek(const Node *n, Env *env) {
   return v ? v : env_lookup(shm_interp->builtins, n->name);
 }
 
-/* name = a <op> b with names or constants for a and b, written into the
- * array the name holds when nothing else holds it (ops_binary_into):
- * a loop's small operation then allocates and frees nothing.  Leaves
- * only: evaluating them runs no code that could take or drop the old
- * value.  False when the statement must run the usual way. */
+/* name = a <op> b, or one comparison a <cmp> b, with names or constants
+ * for a and b, written into the array the name holds when nothing else
+ * holds it (ops_binary_into): a loop's small operation then allocates
+ * and frees nothing.  Leaves only: evaluating them runs no code that
+ * could take or drop the old value.  False when the statement must run
+ * the usual way. */
 static bool assign_binop_in_place(const Node *s, Env *env) {
-  const Node *t = s->items.items[0], *n = s->a;
-  if (s->items.n != 1 || t->kind != N_NAME || n->kind != N_BINOP || !eval_is_leaf(n->a) ||
-      !eval_is_leaf(n->b))
+  const Node *t = s->items.items[0], *n = s->a, *l, *r;
+  if (s->items.n != 1 || t->kind != N_NAME) return false;
+  if (n->kind == N_BINOP) {
+    l = n->a;
+    r = n->b;
+  } else if (n->kind == N_COMPARE && n->items.n == 2) {   /* its op is its one operator */
+    l = n->items.items[0];
+    r = n->items.items[1];
+  } else {
     return false;
+  }
+  if (!eval_is_leaf(l) || !eval_is_leaf(r)) return false;
   if (env_target(env, t->name) != env) return false;   /* declared: env_target_w's checks */
   Value **slot = env_slot_hinted(env, t);
   if (!slot || !*slot || (*slot)->type != V_ARRAY) return false;
-  Value *a = leaf_peek(n->a, env), *b = a ? leaf_peek(n->b, env) : NULL;
+  Value *a = leaf_peek(l, env), *b = a ? leaf_peek(r, env) : NULL;
   return b && ops_binary_into(n->op, a, b, *slot);
 }
 
-static Outcome exec_assign(const Node *s, Env *env) {
-  if (assign_binop_in_place(s, env)) return OUT_OK;
+/* targets = value, the value made anew and bound to each target. */
+static __attribute__((noinline)) Outcome exec_assign_new(const Node *s, Env *env) {
   Value *v = eval(s->a, env);
   if (!v) return OUT_ERR;
   for (int i = 0; i + 1 < s->items.n; i++)
@@ -1674,6 +1731,13 @@ static Outcome exec_assign(const Node *s, Env *env) {
       return OUT_ERR;
     }
   return assign_steal(s->items.items[s->items.n - 1], v, env) < 0 ? OUT_ERR : OUT_OK;
+}
+
+/* An assignment: in place when it can be (assign_binop_in_place), else
+ * exec_assign_new, kept out of line so this path saves few registers. */
+static __attribute__((noinline)) Outcome exec_assign(const Node *s, Env *env) {
+  if (assign_binop_in_place(s, env)) return OUT_OK;
+  return exec_assign_new(s, env);
 }
 
 static Outcome exec_augassign(const Node *s, Env *env) {
@@ -1857,7 +1921,7 @@ static void timeline_stmt(const Node *s, int64_t t0) {
 static _Thread_local const Node *timing_stmt;
 
 /* exec_stmt while the timeline records. */
-static Outcome exec_stmt_timed(const Node *s, Env *env, Value **ret) {
+static __attribute__((noinline)) Outcome exec_stmt_timed(const Node *s, Env *env, Value **ret) {
   const Node *outer = timing_stmt;
   timing_stmt = s;
   int64_t t0 = tl_now();
@@ -1867,18 +1931,21 @@ static Outcome exec_stmt_timed(const Node *s, Env *env, Value **ret) {
   return o;
 }
 
-static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
-  if (__builtin_expect(tl_tracing(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
-  cur_loc = s->loc;
-  if (cur_frame) cur_frame->stmt = s;
-  bool landing = false;
-  if (__builtin_expect(jump_landing != NULL, 0)) {   /* the next statement run is the target */
-    landing = s == jump_landing;
-    jump_landing = NULL;
-  }
-  Outcome h = cur_frame && !landing && hook_due() ? run_hook(cur_frame, s) : OUT_OK;
+static Outcome exec_kind(const Node *s, Env *env, Value **ret);
+
+/* exec_stmt when the debugger's hook is due: the hook, then [s] unless
+ * it says otherwise. */
+static __attribute__((noinline)) Outcome exec_hooked(const Node *s, Env *env, Value **ret) {
+  Outcome h = run_hook(cur_frame, s);
   if (h != OUT_OK) return h;
   if (check_interrupt(s->loc) < 0) return OUT_ERR;
+  return exec_kind(s, env, ret);
+}
+
+/* Runs [s] by its kind, after exec_stmt's checks.  Out of line, with
+ * each kind's code inlined in it: the frame it needs is not paid by an
+ * assignment, which exec_stmt runs directly. */
+static __attribute__((noinline)) Outcome exec_kind(const Node *s, Env *env, Value **ret) {
   switch (s->kind) {
   case N_EXPR_STMT: {
     Value *v = eval(s->a, env);
@@ -1911,6 +1978,24 @@ static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
     err_set_at(s->loc, ERR_SYNTAX, "invalid statement");
     return OUT_ERR;
   }
+}
+
+/* The checks before every statement (the timeline, the debugger's jump
+ * and hook, Ctrl-C), then the statement: calls only in tail position, so
+ * no registers are saved for the checks. */
+static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
+  if (__builtin_expect(tl_tracing(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
+  cur_loc = s->loc;
+  if (cur_frame) cur_frame->stmt = s;
+  bool landing = false;
+  if (__builtin_expect(jump_landing != NULL, 0)) {   /* the next statement run is the target */
+    landing = s == jump_landing;
+    jump_landing = NULL;
+  }
+  if (cur_frame && !landing && hook_due()) return exec_hooked(s, env, ret);
+  if (check_interrupt(s->loc) < 0) return OUT_ERR;
+  if (s->kind == N_ASSIGN) return exec_assign(s, env);
+  return exec_kind(s, env, ret);
 }
 
 /* ==== running sources ======================================================== */

@@ -840,11 +840,27 @@ Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept) {
   return r;
 }
 
+static PrimId compare_prim(OpKind op);
+
+/* The primitive that [op] applies to two arrays of dtype [t] that agree
+ * (nothing promoted, not two Python numbers), for ops_binary_into; -1
+ * if none: + - * (elementwise_last), / of floats (true_divide's; ints
+ * give a float quotient), the comparisons (ops_compare's). */
+static int into_prim(OpKind op, DType t) {
+  int id = last_prim(op);   /* first: a loop's arithmetic takes one test */
+  if (id >= 0) return id;
+  if (op == OP_DIV) return dt_is_float(t) ? P_DIV : -1;
+  bool cmp = op == OP_EQ || op == OP_NE || op == OP_LT || op == OP_LE || op == OP_GT ||
+             op == OP_GE;
+  return cmp ? (int)compare_prim(op) : -1;
+}
+
 bool ops_binary_into(OpKind op, Value *a, Value *b, Value *dst) {
-  int id = last_prim(op);
-  if (id < 0 || a->type != V_ARRAY || b->type != V_ARRAY) return false;
+  if (a->type != V_ARRAY || b->type != V_ARRAY) return false;
   const Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);   /* already_alike's dtype, shape: prim's */
-  return x->weak == y->weak && !(x->host && y->host) && prim_binary_into((PrimId)id, a, b, dst);
+  int id = into_prim(op, x->dtype);
+  return id >= 0 && x->weak == y->weak && !(x->host && y->host) &&
+         prim_binary_into((PrimId)id, a, b, dst);
 }
 
 Value *ops_unary(OpKind op, Value *a) {

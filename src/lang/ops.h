@@ -33,9 +33,11 @@ Value *ops_binary_kept(OpKind op, Value *a, Value *b, unsigned kept);
 
 /* a <op> b (borrowed) written into [dst], the array a binding is about
  * to drop for the result, when prim_binary_into can (an operator that is
- * one primitive, +, - or *, on arrays that already agree): true when
+ * one primitive on arrays that already agree: +, -, *, / of floats, or a
+ * comparison ==, !=, <, <=, >, >=, whose result is bool): true when
  * done, false with nothing changed and no error, the result then to be
- * made by ops_binary_kept.  The same array as ops_binary's. */
+ * made the usual way (ops_binary_kept, ops_compare).  The same array as
+ * theirs, bit for bit. */
 bool ops_binary_into(OpKind op, Value *a, Value *b, Value *dst);
 
 /* -x, +x, ~x, not x. */

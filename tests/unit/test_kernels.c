@@ -128,6 +128,14 @@ START_TEST(test_binary_into) {
   Value *i = vec(DT_I32, 4, (double[]){1, 2, 3, 4});
   ck_assert(!prim_binary_into(P_ADD, i, i, d));          /* another dtype */
   ck_assert(!prim_binary_into(P_LT, x, y, d));           /* the result is bool */
+  Value *m = vec(DT_BOOL, 4, (double[]){0, 0, 0, 0});
+  ck_assert(prim_binary_into(P_LT, x, y, m));            /* ...into a bool array */
+  expect(m, 4, (double[]){1, 1, 1, 1});
+  ck_assert(!AS_ARRAY(m)->weak);
+  ck_assert(!prim_binary_into(P_ADD, x, y, m));
+  ck_assert(prim_binary_into(P_DIV, y, x, d));
+  expect(d, 4, (double[]){10, 10, 10, 10});
+  val_decref(m);
   Value *s = vec(DT_F32, 3, (double[]){1, 2, 3});
   ck_assert(!prim_binary_into(P_ADD, s, s, d));          /* another shape */
   ck_assert(!prim_binary_into(P_ADD, h, h, d));          /* a 0-d result */
@@ -140,6 +148,28 @@ START_TEST(test_binary_into) {
   expect(wd, 1, (double[]){3});
   Value *vals[] = {x, y, d, h, i, s, w, wd};
   for (int k = 0; k < 8; k++) val_decref(vals[k]);
+}
+END_TEST
+
+START_TEST(test_binary_into_2d) {
+  int64_t sh[2] = {2, 3}, tsh[2] = {3, 2};
+  Value *m = mk(DT_F32, 2, sh, (double[]){0, 1, 2, 3, 4, 5});
+  Value *d = mk(DT_F32, 2, sh, (double[]){0, 0, 0, 0, 0, 0});
+  ck_assert(prim_binary_into(P_ADD, m, m, d));          /* contiguous, d's shape */
+  expect(d, 6, (double[]){0, 2, 4, 6, 8, 10});
+  Value *row = vec(DT_F32, 3, (double[]){1, 1, 1});
+  Value *flat = vec(DT_F32, 6, (double[]){1, 1, 1, 1, 1, 1});
+  Value *mt = mk(DT_F32, 2, tsh, (double[]){0, 1, 2, 3, 4, 5});
+  Params p = one("permutation", ints(2, (int64_t[]){1, 0}));
+  Value *t = apply1(P_TRANSPOSE, mt, &p);              /* a (2, 3) view, not contiguous */
+  ck_assert(!prim_binary_into(P_ADD, m, row, d));       /* a row broadcast over d */
+  ck_assert(!prim_binary_into(P_ADD, flat, flat, d));   /* as many elements, other rank */
+  ck_assert(!prim_binary_into(P_ADD, t, m, d));         /* rows of another layout */
+  ck_assert(!prim_binary_into(P_ADD, m, m, flat));      /* a 1-d result of 2-d operands */
+  expect(d, 6, (double[]){0, 2, 4, 6, 8, 10});
+  expect(flat, 6, (double[]){1, 1, 1, 1, 1, 1});
+  Value *vals[] = {m, d, row, flat, mt, t};
+  for (int k = 0; k < 6; k++) val_decref(vals[k]);
 }
 END_TEST
 
@@ -855,6 +885,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_add_scalar_broadcast);
   tcase_add_test(el, test_inplace_reuse);
   tcase_add_test(el, test_binary_into);
+  tcase_add_test(el, test_binary_into_2d);
   tcase_add_test(el, test_int_division);
   tcase_add_test(el, test_int_wraps);
   tcase_add_test(el, test_compare_and_nan);
