@@ -702,13 +702,20 @@ static void memo_clear(CallMemo *m) {
   m->valid = false;
 }
 
-/* Whether the set-up of a call of [kind] with [p] is the memo's. */
-static bool memo_hit(const CallMemo *m, int kind, const Params *p) {
+/* Whether the set-up of a call of [kind] with [p] is the memo's.  Values
+ * equal to the memo's but not the same (another statement's) replace
+ * them, so the next call of that statement compares pointers. */
+static bool memo_hit(CallMemo *m, int kind, const Params *p) {
   if (!m->valid || m->kind != kind || m->np != p->n) return false;
   for (int i = 0; i < p->n; i++)
     if ((m->names[i] != p->p[i].name && strcmp(m->names[i], p->p[i].name) != 0) ||
         !param_same(m->vals[i], p->p[i].value))
       return false;
+  for (int i = 0; i < p->n; i++)
+    if (m->vals[i] != p->p[i].value) {
+      val_decref(m->vals[i]);
+      m->vals[i] = val_incref(p->p[i].value);
+    }
   return true;
 }
 
