@@ -85,7 +85,41 @@ struct Env {
   const char *declared[16];  /* names declared `global` / `nonlocal` here */
   bool declared_global[16];
   int ndeclared;
+  atomic_bool encloses;      /* some scope has had it for parent (env_new) */
 };
+
+/* Outer names.  A name not bound in the innermost scope is looked up
+ * through the enclosing scopes, then the built-ins: in a shard_map body
+ * `psum` is three tables out, each a hash probe.  Each thread remembers,
+ * per name node and enclosing scope (the innermost one's parent), the
+ * table and index where that lookup found it (OuterHit).  An entry holds
+ * while outer_version is unchanged: it changes whenever a name is added
+ * to a scope that encloses another, to a module's or to the built-ins'
+ * (any of those may now shadow an entry's binding, and a scope can
+ * enclose the innermost one only once it has a child), and whenever such
+ * a scope is freed (a new scope at its address may enclose other names).
+ * Scopes that enclose none, the innermost ones, change without touching
+ * it, so a loop's assignments keep every entry.  The home table's key at
+ * the index is checked at every use, so a name unbound there or moved
+ * (`del`, the table grown) goes by the full lookup again. */
+static atomic_ulong outer_version;
+
+typedef struct OuterHit {
+  const Node *n;                 /* the N_NAME node; NULL: empty */
+  const Env *parent;             /* the innermost scope's parent then */
+  unsigned long version;         /* outer_version then */
+  Env *home;                     /* where the name was found, */
+  int idx;                       /* and at which index of its table */
+} OuterHit;
+
+#define OUTER_HITS 64            /* entries per thread, by node address */
+static _Thread_local OuterHit outer_hits[OUTER_HITS];
+
+/* A change to [e] that may shadow or drop what outer_hits hold. */
+static inline void env_outer_changed(const Env *e) {
+  if (!e->parent || atomic_load_explicit(&e->encloses, memory_order_relaxed))
+    atomic_fetch_add_explicit(&outer_version, 1, memory_order_release);
+}
 
 static size_t ptr_hash(const char *p) {
   uintptr_t x = (uintptr_t)p;
@@ -101,6 +135,9 @@ Env *env_new(Env *parent) {
   e->parent = parent;
   e->writer = val_writer;
   if (parent) env_incref(parent);
+  /* set once: a scope many threads call functions of is read, not written */
+  if (parent && !atomic_load_explicit(&parent->encloses, memory_order_relaxed))
+    atomic_store_explicit(&parent->encloses, true, memory_order_relaxed);
   return e;
 }
 
@@ -122,6 +159,7 @@ void env_clear(Env *e) {
 void env_decref(Env *e) {
   if (!e || atomic_fetch_sub_explicit(&e->refcount, 1, memory_order_acq_rel) != 1)
     return;
+  env_outer_changed(e);
   env_clear(e);
   shm_free(e->keys);
   shm_free(e->vals);
@@ -158,20 +196,30 @@ static inline Value **env_slot_hinted(Env *e, const Node *n) {
   return env_slot_rehint(e, n);
 }
 
-/* env_lookup of N_NAME [n] through its hint, past the innermost scope. */
-static __attribute__((noinline)) Value *env_lookup_outer(Env *e, const Node *n) {
-  for (; e; e = e->parent) {
-    Value **s = env_slot_hinted(e, n);
-    if (s) return *s;
-  }
-  return NULL;
+/* The lookup of N_NAME [n] past the innermost scope [e]: the enclosing
+ * scopes, then the built-ins, through the thread's OuterHit for [n] when
+ * it holds, else in full, remembered.  NULL when unbound. */
+static __attribute__((noinline)) Value *env_lookup_far(Env *e, const Node *n) {
+  unsigned long ver = atomic_load_explicit(&outer_version, memory_order_acquire);
+  OuterHit *h = &outer_hits[((uintptr_t)n >> 4) % OUTER_HITS];
+  if (h->n == n && h->parent == e->parent && h->version == ver && h->idx < h->home->cap &&
+      h->home->keys[h->idx] == n->name)
+    return h->home->vals[h->idx];
+  Value **s = NULL;
+  Env *home = e->parent;
+  for (; home && !(s = env_slot_hinted(home, n)); home = home->parent) {}
+  if (!s && (home = shm_interp->builtins)) s = env_slot(home, n->name);
+  if (!s) return NULL;
+  *h = (OuterHit){n, e->parent, ver, home, (int)(s - home->vals)};
+  return *s;
 }
 
-/* env_lookup of N_NAME [n], through its hint: inline for a name of the
+/* The value N_NAME [n] names from scope [e] (the built-ins last),
+ * borrowed, or NULL: through its hint, inline for a name of the
  * innermost scope. */
-static inline Value *env_lookup_hinted(Env *e, const Node *n) {
+static inline Value *env_lookup_name(Env *e, const Node *n) {
   Value **s = env_slot_hinted(e, n);
-  return s ? *s : env_lookup_outer(e->parent, n);
+  return s ? *s : env_lookup_far(e, n);
 }
 
 Value *env_lookup(Env *e, const char *name) {
@@ -224,6 +272,7 @@ int env_set_steal(Env *e, const char *name, Value *v) {
   e->keys[i] = name;
   e->vals[i] = v;
   e->n++;
+  env_outer_changed(e);
   return 0;
 }
 
@@ -634,15 +683,13 @@ static Value *name_error(const Node *n, Env *env) {
 }
 
 Value *eval_lookup_name(const Node *n, Env *env) {
-  Value *v = env_lookup_hinted(env, n);
-  return v ? v : env_lookup(shm_interp->builtins, n->name);
+  return env_lookup_name(env, n);
 }
 
 Value eval_declined;
 
 static Value *eval_name(const Node *n, Env *env) {
-  Value *v = env_lookup_hinted(env, n);
-  if (!v) v = env_lookup(shm_interp->builtins, n->name);
+  Value *v = env_lookup_name(env, n);
   if (!v) return name_error(n, env);
   return val_incref(v);
 }
@@ -657,8 +704,7 @@ static bool eval_is_leaf(const Node *n) { return n->kind == N_NAME || n->kind ==
 static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
                            unsigned bit) {
   if (borrow && n->kind == N_NAME) {
-    Value *v = env_lookup_hinted(env, n);
-    if (!v) v = env_lookup(shm_interp->builtins, n->name);
+    Value *v = env_lookup_name(env, n);
     if (v) {
       *kept |= bit;
       return v;
@@ -1691,8 +1737,7 @@ static Outcome exec_if(const Node *s, Env *env, Value **ret) {
  * error) for an unbound name. */
 static inline Value *leaf_peek(const Node *n, Env *env) {
   if (n->kind == N_CONST) return const_value(n);
-  Value *v = env_lookup_hinted(env, n);
-  return v ? v : env_lookup(shm_interp->builtins, n->name);
+  return env_lookup_name(env, n);
 }
 
 /* name = a <op> b, or one comparison a <cmp> b, with names or constants

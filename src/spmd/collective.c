@@ -147,6 +147,7 @@ typedef struct Verified {
 typedef struct AxesMemo {
   Value *v;                       /* the axis-name value; NULL: empty */
   int naxes, axes[DEV_MAX_AXES];  /* what resolve_axes made of it */
+  uint32_t mask;                  /* those axes' bits (coll_axes_mask) */
 } AxesMemo;
 
 typedef struct CallMemo {
@@ -655,12 +656,24 @@ static bool param_same(const Value *a, const Value *b) {
   }
 }
 
+/* Whether axis names [v] are those memo [am] resolved last.  Another
+ * value of the same names (another statement's) replaces the memo's, so
+ * the next call of that statement compares one pointer. */
+static bool axes_memo_hit(AxesMemo *am, Value *v) {
+  if (!v || !am->v) return false;
+  if (v == am->v) return true;
+  if (!param_same(v, am->v)) return false;
+  val_decref(am->v);
+  am->v = val_incref(v);
+  return true;
+}
+
 /* resolve_axes, remembered in the owner's slot [s] for the last value. */
 static int memo_axes(Slot *s, const char *prim, const MeshDesc *m, const Params *p,
                      int *axes, int *naxes) {
   AxesMemo *am = &s->axes_memo;
   Value *v = axis_param(p);
-  if (v && am->v && param_same(v, am->v)) {
+  if (axes_memo_hit(am, v)) {
     memcpy(axes, am->axes, sizeof(int) * (size_t)am->naxes);
     *naxes = am->naxes;
     return 0;
@@ -670,6 +683,8 @@ static int memo_axes(Slot *s, const char *prim, const MeshDesc *m, const Params 
   am->v = val_incref(v);
   am->naxes = *naxes;
   memcpy(am->axes, axes, sizeof(int) * (size_t)*naxes);
+  am->mask = 0;
+  for (int k = 0; k < *naxes; k++) am->mask |= 1u << axes[k];
   return 0;
 }
 
@@ -687,13 +702,20 @@ static void memo_clear(CallMemo *m) {
   m->valid = false;
 }
 
-/* Whether the set-up of a call of [kind] with [p] is the memo's. */
-static bool memo_hit(const CallMemo *m, int kind, const Params *p) {
+/* Whether the set-up of a call of [kind] with [p] is the memo's.  Values
+ * equal to the memo's but not the same (another statement's) replace
+ * them, so the next call of that statement compares pointers. */
+static bool memo_hit(CallMemo *m, int kind, const Params *p) {
   if (!m->valid || m->kind != kind || m->np != p->n) return false;
   for (int i = 0; i < p->n; i++)
     if ((m->names[i] != p->p[i].name && strcmp(m->names[i], p->p[i].name) != 0) ||
         !param_same(m->vals[i], p->p[i].value))
       return false;
+  for (int i = 0; i < p->n; i++)
+    if (m->vals[i] != p->p[i].value) {
+      val_decref(m->vals[i]);
+      m->vals[i] = val_incref(p->p[i].value);
+    }
   return true;
 }
 
@@ -2809,6 +2831,15 @@ bool coll_axes_mask(const Params *p, uint32_t *mask) {
   DevCtx *ctx = dev_ctx();
   int axes[DEV_MAX_AXES], na;
   if (!ctx || !ctx->mesh) return false;
+  /* the vma rule runs before every collective's kernel, and a loop
+   * repeating one passes the names the device's memo resolved last */
+  if (ctx->group && ctx->mesh == &ctx->group->mesh) {
+    AxesMemo *am = &ctx->group->slots[ctx->rank].axes_memo;
+    if (axes_memo_hit(am, axis_param(p))) {
+      *mask = am->mask;
+      return true;
+    }
+  }
   if (ctx_axes(ctx, "collective", p, axes, &na) < 0) {
     err_clear();
     return false;
@@ -2826,9 +2857,9 @@ static uint32_t vma_union(const uint32_t *in, int nin) {
 
 /* psum, pmax, pmin, all_gather: the axes are removed unless grouped. */
 static uint32_t vma_remove(const uint32_t *in, int nin, const Params *p) {
-  uint32_t m;
-  if (groups_param(p) || !coll_axes_mask(p, &m)) return vma_union(in, nin);
-  return vma_union(in, nin) & ~m;
+  uint32_t m, u = vma_union(in, nin);
+  if (!u || groups_param(p) || !coll_axes_mask(p, &m)) return u;
+  return u & ~m;
 }
 
 /* ppermute, all_to_all, psum_scatter, ragged_all_to_all: the axes are added. */

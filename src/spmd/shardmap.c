@@ -1294,7 +1294,9 @@ static Value *reduce_collective(const char *fname, PrimId id, const CallArgs *a)
   }
   AVal av;
   bool host = arr_is_host(x) && !prim_tracing();
-  bool count = id == P_PSUM && ops_is_array(x) && ops_aval(x, &av) == 0 && av.dtype == DT_BOOL;
+  bool count = id == P_PSUM && (IS_ARRAY(x) ? AS_ARRAY(x)->dtype == DT_BOOL
+                                            : ops_is_array(x) && ops_aval(x, &av) == 0 &&
+                                                  av.dtype == DT_BOOL);
   /* JAX sums booleans as int32: a count, not a logical or */
   Value *xs = count ? ops_convert(x, DT_I32, false) : host ? host_operand(x) : val_incref(x);
   Params p;

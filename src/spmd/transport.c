@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "base/error.h"
 #include "base/mem.h"
@@ -148,6 +149,10 @@ struct TransportExpect {
   TransportMsg *msg;            /* its data (cap bytes): what the receive gets */
 };
 static TransportExpect *expects, *spare_expects;
+/* One more spare handle, given back without box_lock (the header a
+ * waiter took, freed after it was read: transport_msg_free) and taken
+ * by the next expect_alloc. */
+static _Atomic(TransportExpect *) quick_expect;
 
 /* A small message sent from the transport's copy (send_copy), until its
  * send completes.  The pending ones are on the list [copies], oldest
@@ -166,6 +171,13 @@ typedef struct CopySend {
 static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
 static CopySend *copies, **copies_tail = &copies, *spare_copies;
 static int ncopies, nspare_copies;
+/* One more spare, taken and given back without copy_lock: Open MPI
+ * completes the send of a message up to its inline size inside
+ * MPI_Isend (it goes straight into the receiver's queue), so the copy of
+ * a collective's header is free again at once and serves the next one;
+ * the lock and the list cost a one-float psum ~170 instructions before
+ * its send. */
+static _Atomic(CopySend *) quick_copy;
 
 int transport_init(int ndevices) {
   long procs = launched_procs();
@@ -227,18 +239,22 @@ int transport_departed(int p, int tag, const char *what) {
 }
 
 static void reap_copies(bool wait);
+static void expect_free(TransportExpect *e);
 
 void transport_finalize(void) {
   if (comm == MPI_COMM_NULL) return;
   transport_clear(0, 0);
   pthread_mutex_lock(&copy_lock);
   reap_copies(true);   /* the last small sends (a BYE) complete before the end */
+  shm_free(atomic_exchange(&quick_copy, NULL));
   for (CopySend *c; (c = spare_copies);) {
     spare_copies = c->next;
     shm_free(c);
   }
   nspare_copies = 0;
   pthread_mutex_unlock(&copy_lock);
+  TransportExpect *q = atomic_exchange(&quick_expect, NULL);
+  if (q) expect_free(q);
   for (TransportExpect *e; (e = spare_expects);) {
     spare_expects = e->next;
     shm_free(e->msg);
@@ -308,24 +324,58 @@ static CopySend *copy_alloc(void) {
   return c;
 }
 
-/* Sends [total] bytes of [iov] from a copy (a small message): false when
- * out of memory. */
-static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
+/* A copy for a small message: the quick spare, else one under the lock
+ * (NULL when out of memory). */
+static CopySend *copy_take(void) {
+  CopySend *c = atomic_exchange_explicit(&quick_copy, NULL, memory_order_acquire);
+  if (c) return c;
   pthread_mutex_lock(&copy_lock);
   reap_copies(false);
-  CopySend *c = copy_alloc();
-  if (!c) {
-    pthread_mutex_unlock(&copy_lock);
-    return false;
+  c = copy_alloc();
+  pthread_mutex_unlock(&copy_lock);
+  return c;
+}
+
+/* Gives back copy [c], whose send has completed: the quick spare when it
+ * is free, else a spare under the lock. */
+static void copy_give_back(CopySend *c) {
+  CopySend *none = NULL;
+  if (atomic_compare_exchange_strong_explicit(&quick_copy, &none, c, memory_order_release,
+                                              memory_order_relaxed))
+    return;
+  pthread_mutex_lock(&copy_lock);
+  if (nspare_copies < COPY_SPARES) {
+    c->next = spare_copies;
+    spare_copies = c;
+    nspare_copies++;
+    c = NULL;
   }
+  pthread_mutex_unlock(&copy_lock);
+  shm_free(c);
+}
+
+/* Sends [total] bytes of [iov] from a copy (a small message): false when
+ * out of memory.  A send MPI has not completed at once joins the pending
+ * list, which later sends and transport_finalize complete. */
+static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
+  CopySend *c = copy_take();
+  if (!c) return false;
   char *p = c->data;
   for (int i = 0; i < niov; p += iov[i].len, i++) memcpy(p, iov[i].base, iov[i].len);
   c->next = NULL;
+  int done = 0;
+  MPI_Isend(c->data, (int)total, MPI_BYTE, proc, tag, comm, &c->req);
+  MPI_Test(&c->req, &done, MPI_STATUS_IGNORE);
+  if (done) {
+    copy_give_back(c);
+    return true;
+  }
+  pthread_mutex_lock(&copy_lock);
+  reap_copies(false);
   if (ncopies >= COPY_SENDS_MAX) {   /* complete the oldest: its peer polls */
     MPI_Wait(&copies->req, MPI_STATUS_IGNORE);
     reap_copies(false);
   }
-  MPI_Isend(c->data, (int)total, MPI_BYTE, proc, tag, comm, &c->req);
   *copies_tail = c;
   copies_tail = &c->next;
   ncopies++;
@@ -520,9 +570,18 @@ static bool has_locked(int source, int tag) {
   return m != NULL;
 }
 
+/* Gives handle [e] back (lock held). */
+static void expect_free(TransportExpect *e) {
+  e->next = spare_expects;
+  spare_expects = e;
+}
+
 /* A handle for a receive of at most [cap] bytes: a spare one, or a new
  * one (lock held; NULL when out of memory). */
 static TransportExpect *expect_alloc(size_t cap) {
+  TransportExpect *q = atomic_exchange_explicit(&quick_expect, NULL, memory_order_acquire);
+  if (q && q->cap >= cap) return q;
+  if (q) expect_free(q);
   TransportExpect **pp = &spare_expects;
   while (*pp && (*pp)->cap < cap) pp = &(*pp)->next;
   TransportExpect *e = *pp;
@@ -539,11 +598,6 @@ static TransportExpect *expect_alloc(size_t cap) {
   return e;
 }
 
-/* Gives handle [e] back (lock held). */
-static void expect_free(TransportExpect *e) {
-  e->next = spare_expects;
-  spare_expects = e;
-}
 
 TransportExpect *transport_expect(int source, int tag, size_t cap) {
   if (comm == MPI_COMM_NULL || cap > (size_t)INT_MAX) return NULL;
@@ -644,6 +698,10 @@ void transport_msg_free(TransportMsg *m) {
     shm_free(m);
     return;
   }
+  TransportExpect *none = NULL;
+  if (atomic_compare_exchange_strong_explicit(&quick_expect, &none, m->home,
+                                              memory_order_release, memory_order_relaxed))
+    return;
   pthread_mutex_lock(&box_lock);
   expect_free(m->home);
   pthread_mutex_unlock(&box_lock);

@@ -39,8 +39,8 @@
  *
  * Threads: MPI is initialised with MPI_THREAD_MULTIPLE; every function
  * may be called from any thread; one mutex guards the mailbox (with the
- * posted receives), another the sends from copies; neither is taken
- * while holding the other.
+ * posted receives), another the sends from copies (but for one spare
+ * copy, an atomic pointer); neither is taken while holding the other.
  */
 #ifndef SHMAP_TRANSPORT_H
 #define SHMAP_TRANSPORT_H
