@@ -104,7 +104,7 @@
  * process).  While waiting it reads the other processes' headers, exit
  * records and BYEs, so a mismatch, a device that left or failed, or a
  * process that ended is the error one process gives, never a hang.
- * collective.c's "across processes" section has the details.
+ * collective_x.c has the details.
  *
  * Kernels need prim_apply not to alias a collective's output with its
  * operand (outputs are written while peers still read operands).

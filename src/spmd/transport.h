@@ -25,7 +25,7 @@
  * A tag's key carries the shard_map call's parity (collective.h), so what
  * is left of one call is dropped without touching the next one's.
  * What the messages mean (descriptors, matching, errors) is the collective
- * engine's (collective.c) and shard_map's (shardmap.c).
+ * engine's (collective.c, collective_x.c) and shard_map's (shardmap.c).
  *
  * Why point-to-point and not MPI_Allreduce and its kin: an MPI collective
  * cannot be interrupted and needs every process to call the same one on

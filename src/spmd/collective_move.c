@@ -1,0 +1,816 @@
+/*
+ * collective_move.c - the collectives that move data: all_gather,
+ * psum_scatter, ppermute, all_to_all (also across processes) and
+ * ragged_all_to_all (collective_impl.h).
+ */
+#include "spmd/collective_impl.h"
+
+/* ---- all_gather ---------------------------------------------------------------- */
+
+static int gather_args(const Params *p, int ndim, GatherArgs *a, bool need_n) {
+  const char *prim = "all_gather";
+  if (coll_param_bool(prim, p, "tiled", &a->tiled) < 0) return -1;
+  if (coll_param_dim(prim, p, "all_gather_dimension", a->tiled ? ndim : ndim + 1,
+                     &a->dim) < 0)
+    return -1;
+  a->n = 0;
+  return need_n ? coll_shape_axis_n(prim, p, &a->n) : 0;
+}
+
+int coll_shape_all_gather(const AVal *in, int nin, const Params *p, AVal *out) {
+  GatherArgs a;
+  if (coll_shape_same(in, nin, out) < 0 || gather_args(p, in[0].ndim, &a, true) < 0)
+    return -1;
+  if (a.tiled)
+    out->shape[a.dim] *= a.n;
+  else if (out->ndim >= SHM_MAXDIM)
+    return err_set(ERR_VALUE, "all_gather: result would have more than %d "
+                   "dimensions", SHM_MAXDIM), -1;
+  else
+    coll_shape_insert(out, a.dim, a.n);
+  return 0;
+}
+
+/* The length along the gathered dimension of a block of operand [in]. */
+static int64_t gather_len(const Array *in, const GatherArgs *a) {
+  return a->tiled ? in->shape[a->dim] : 1;
+}
+
+/* Where participant q's block goes in the output. */
+static void gather_dst(View *dst, const Array *out, const GatherArgs *a, int q,
+                       int64_t len) {
+  coll_view_of(dst, out);
+  if (a->tiled) {
+    coll_view_slice(dst, a->dim, q * len, len);
+  } else {
+    coll_view_slice(dst, a->dim, q, 1);
+    coll_view_drop(dst, a->dim);
+  }
+}
+
+/* Each participant copies its own block into the first participant's
+ * output, which all of them then share (coll_share_output; the final barrier
+ * publishes the writes): the output is written once in all, where a copy
+ * of every block into every output writes it n times (n^2 blocks, 1 GiB
+ * for 16 MiB blocks on 8 devices).  Inline (small) outputs cannot be
+ * shared: each participant then copies every block into its own. */
+static int fast_gather(const Call *c, const GatherArgs *a) {
+  bool shared = coll_can_share(c) && coll_peer_out(c, 0)->contiguous;
+  Array *out = shared ? coll_peer_out(c, 0) : c->out[0];
+  int from = shared ? c->pos : 0, to = shared ? c->pos + 1 : c->n;
+  for (int q = from; q < to; q++) {
+    View src, dst;
+    coll_view_of(&src, coll_peer_in(c, q, 0));
+    gather_dst(&dst, out, a, q, a->tiled ? src.shape[a->dim] : 1);
+    coll_view_copy(&dst, &src);
+  }
+  if (shared) coll_share_output(c);
+  return 0;
+}
+
+static int map_gather(const Call *c, const void *arg, int64_t *idx) {
+  const GatherArgs *a = arg;
+  int q;
+  if (a->tiled) {
+    int64_t b = c->in[0]->shape[a->dim];
+    q = (int)(idx[a->dim] / b);
+    idx[a->dim] %= b;
+  } else {
+    q = (int)idx[a->dim];
+    coll_idx_delete(idx, c->out[0]->ndim, a->dim);
+  }
+  return q;
+}
+
+/* Runs the common body of the data-movement collectives: rendezvous, the
+ * fast or reference movement, the final barrier. */
+static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
+                       RefMap map, const void *arg) {
+  if (c->cross) return coll_x_run(c, coll_x_exchange, fast, arg);
+  if (coll_rendezvous(c) < 0) return -1;
+  int rc = 0;
+  if (!c->g->reference) {
+    rc = fast(c, arg);
+  } else {
+    Global gl;
+    rc = coll_global_gather(&gl, c, 0);
+    if (rc == 0) {
+      coll_ref_fill(c, &gl, c->out[0], map, arg);
+      coll_global_free(&gl);
+    }
+  }
+  coll_leave(c);
+  return rc;
+}
+
+static int fast_gather_v(const Call *c, const void *a) { return fast_gather(c, a); }
+
+char *coll_x_gather_at(const Call *c, int q) {
+  const Slot *me = &c->g->slots[c->rank];
+  View dst;
+  gather_dst(&dst, me->xres, me->xgather, q, gather_len(c->in[0], me->xgather));
+  return dst.base;
+}
+
+/* The leader's exchange of an all_gather (an XExchange; arg: the
+ * GatherArgs): coll_x_exchange's messages (each block once to each process),
+ * received straight into the leader's output when it is contiguous, its
+ * blocks are runs of memory, and every local output can share it (else
+ * into proxies, as for other collectives). */
+static int x_gather(const Call *c, const XLocal *lc, const void *arg) {
+  const GatherArgs *a = arg;
+  Slot *me = &c->g->slots[c->rank];
+  Array *o = c->out[0];
+  int64_t outer = 1;
+  for (int d = 0; d < a->dim; d++) outer *= o->shape[d];
+  bool direct = o->contiguous && o->ndim > 0 && outer == 1;
+  for (int l = 0; direct && l < lc->n; l++) direct = c->g->slots[lc->peers[l]].out[0]->buf->owned;
+  if (direct) me->xres = o, me->xgather = a;
+  int rc = coll_x_exchange(c, lc, arg);
+  me->xgather = NULL;
+  return rc;
+}
+
+/* Every local participant's part after x_gather: its own block into the
+ * leader's output, which its output then shares (the final barrier
+ * publishes the writes); fast_gather from the proxies otherwise. */
+static int x_gather_local(const Call *c, const void *arg) {
+  const GatherArgs *a = arg;
+  int lead = 0;
+  while (!coll_x_local(c->g, c->peers[lead])) lead++;
+  Array *res = c->g->slots[c->peers[lead]].xres;
+  if (!res) return fast_gather(c, a);
+  View src, dst;
+  coll_view_of(&src, c->in[0]);
+  gather_dst(&dst, res, a, c->pos, gather_len(c->in[0], a));
+  coll_view_copy(&dst, &src);
+  if (c->out[0] != res) arr_share_buffer(c->out[0], res);
+  return 0;
+}
+
+/* Semantics: jax.lax.all_gather (axis, tiled, axis_index_groups). */
+int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
+  Call c;
+  GatherArgs a;
+  (void)nin;
+  if (coll_call_init(&c, CK_ALL_GATHER, p, in, 1, out) < 0 ||
+      gather_args(p, in[0]->ndim, &a, false) < 0 ||
+      coll_check_axis_size("all_gather", p, c.n) < 0)
+    return -1;
+  a.n = c.n;
+  if (c.cross) return coll_x_run(&c, x_gather, x_gather_local, &a);
+  return move_kernel(&c, fast_gather_v, map_gather, &a);
+}
+
+uint32_t coll_vma_all_gather(const uint32_t *in, int nin, const Params *p) {
+  return coll_vma_remove(in, nin, p);
+}
+
+/* ---- psum_scatter (reduce_scatter) ---------------------------------------------- */
+
+static int scatter_args(const Params *p, const AVal *in, GatherArgs *a) {
+  const char *prim = "psum_scatter";
+  if (coll_param_bool(prim, p, "tiled", &a->tiled) < 0 ||
+      coll_param_dim(prim, p, "scatter_dimension", in->ndim, &a->dim) < 0 ||
+      coll_shape_axis_n(prim, p, &a->n) < 0)
+    return -1;
+  int64_t size = in->shape[a->dim];
+  if (!a->tiled && size != a->n)
+    return err_set(ERR_VALUE, "psum_scatter: scatter_dimension %d has size "
+                   "%lld, which must equal the axis size %lld when "
+                   "tiled=False", a->dim, (long long)size, (long long)a->n), -1;
+  if (a->tiled && size % a->n != 0)
+    return err_set(ERR_VALUE, "psum_scatter: scatter_dimension %d has size "
+                   "%lld, which the axis size %lld does not divide", a->dim,
+                   (long long)size, (long long)a->n), -1;
+  return 0;
+}
+
+int coll_shape_psum_scatter(const AVal *in, int nin, const Params *p, AVal *out) {
+  GatherArgs a;
+  if (coll_shape_same(in, nin, out) < 0 || scatter_args(p, &in[0], &a) < 0) return -1;
+  if (a.tiled)
+    out->shape[a.dim] /= a.n;
+  else
+    coll_shape_delete(out, a.dim);
+  return 0;
+}
+
+/* This device's block of participant q's operand. */
+static void scatter_src(View *src, const Call *c, int q, const GatherArgs *a) {
+  coll_view_of(src, coll_peer_in(c, q, 0));
+  if (a->tiled) {
+    int64_t b = src->shape[a->dim] / a->n;
+    coll_view_slice(src, a->dim, c->pos * b, b);
+  } else {
+    coll_view_slice(src, a->dim, c->pos, 1);
+    coll_view_drop(src, a->dim);
+  }
+}
+
+static int ref_scatter(const Call *c, const GatherArgs *a, const RedArg *r) {
+  Global gl;
+  if (coll_global_gather(&gl, c, 0) < 0) return -1;
+  Array *out = c->out[0];
+  size_t es = dt_size(out->dtype);
+  for (int64_t f = 0; f < out->size; f++) {
+    int64_t idx[SHM_MAXDIM + 1];
+    char *o = (char *)arr_data(out) + (size_t)f * es;
+    coll_unravel(f, out->ndim, out->shape, idx);
+    if (a->tiled)
+      idx[a->dim] += c->pos * (c->in[0]->shape[a->dim] / a->n);
+    else
+      coll_idx_insert(idx, out->ndim, a->dim, c->pos);
+    memcpy(o, coll_global_at(&gl, 0, idx), es);
+    for (int q = 1; q < c->n; q++) coll_inner_reduce(o, coll_global_at(&gl, q, idx), 1, 1, 1, r);
+  }
+  coll_global_free(&gl);
+  return 0;
+}
+
+static int fast_scatter(const Call *c, const GatherArgs *a, const RedArg *r) {
+  View dst, src;
+  coll_view_of(&dst, c->out[0]);
+  for (int q = 0; q < c->n; q++) {
+    scatter_src(&src, c, q, a);
+    if (q == 0)
+      coll_view_copy(&dst, &src);
+    else
+      coll_view_each2(&dst, &src, coll_inner_reduce, r);
+  }
+  return 0;
+}
+
+typedef struct XScatter {
+  const GatherArgs *a;
+  const RedArg *r;
+} XScatter;
+
+static int x_scatter(const Call *c, const void *arg) {
+  const XScatter *xs = arg;
+  return fast_scatter(c, xs->a, xs->r);
+}
+
+/* Semantics: jax.lax.psum_scatter (scatter_dimension, tiled, groups). */
+int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) {
+  Call c;
+  GatherArgs a;
+  AVal av;
+  (void)nin;
+  if (coll_call_init(&c, CK_PSUM_SCATTER, p, in, 1, out) < 0) return -1;
+  coll_aval_from(in[0], &av);
+  if (coll_param_bool("psum_scatter", p, "tiled", &a.tiled) < 0 ||
+      coll_param_dim("psum_scatter", p, "scatter_dimension", av.ndim, &a.dim) < 0 ||
+      coll_check_axis_size("psum_scatter", p, c.n) < 0)
+    return -1;
+  a.n = c.n;
+  RedArg r = {in[0]->dtype, RED_SUM};
+  if (c.cross) {
+    XScatter xs = {&a, &r};
+    return coll_x_run(&c, coll_x_exchange, x_scatter, &xs);
+  }
+  if (coll_rendezvous(&c) < 0) return -1;
+  int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
+  coll_leave(&c);
+  return rc;
+}
+
+uint32_t coll_vma_psum_scatter(const uint32_t *in, int nin, const Params *p) {
+  return coll_vma_add(in, nin, p);
+}
+
+/* ---- ppermute --------------------------------------------------------------------- */
+
+int coll_shape_ppermute(const AVal *in, int nin, const Params *p, AVal *out) {
+  (void)p;
+  return coll_shape_same(in, nin, out);
+}
+
+/* Finds the source of position [me] in perm (pairs (src, dst) over an axis
+ * of [size]); *src = -1 when none.  Errors: malformed pairs, indices out of
+ * range, a source or a destination named twice. */
+static int perm_source(const Params *p, int size, int me, int *src) {
+  Value *perm = params_get(p, "perm");
+  size_t n, two;
+  Value *const *pairs, *const *sd;
+  if (!perm || !val_seq(perm, &n, &pairs))
+    return err_set(ERR_TYPE, "ppermute: perm must be a tuple of (source, "
+                   "destination) pairs"), -1;
+  *src = -1;
+  for (size_t i = 0; i < n; i++) {
+    if (!val_seq(pairs[i], &two, &sd) || two != 2 || !coll_is_intlike(sd[0]) ||
+        !coll_is_intlike(sd[1]))
+      return err_set(ERR_TYPE, "ppermute: perm must be a tuple of (source, "
+                     "destination) pairs of ints"), -1;
+    int64_t s = coll_elem_i64((Array *)sd[0], 0), d = coll_elem_i64((Array *)sd[1], 0);
+    if (s < 0 || s >= size || d < 0 || d >= size)
+      return err_set(ERR_VALUE, "ppermute: pair (%lld, %lld) is out of range "
+                     "for an axis of size %d", (long long)s, (long long)d,
+                     size), -1;
+    for (size_t j = 0; j < i; j++) {
+      val_seq(pairs[j], &two, &sd);
+      if (coll_elem_i64((Array *)sd[0], 0) == s)
+        return err_set(ERR_VALUE, "ppermute: source %lld appears twice in "
+                       "perm", (long long)s), -1;
+      if (coll_elem_i64((Array *)sd[1], 0) == d)
+        return err_set(ERR_VALUE, "ppermute: destination %lld appears twice "
+                       "in perm", (long long)d), -1;
+    }
+    if (d == me) *src = (int)s;
+  }
+  return 0;
+}
+
+static int fast_permute(const Call *c, const void *arg) {
+  int src = *(const int *)arg;
+  Array *out = c->out[0];
+  if (src < 0) {
+    memset(arr_data(out), 0, (size_t)out->size * dt_size(out->dtype));
+    return 0;
+  }
+  View d, s;
+  coll_view_of(&d, out);
+  coll_view_of(&s, coll_peer_in(c, src, 0));
+  coll_view_copy(&d, &s);
+  return 0;
+}
+
+static int map_permute(const Call *c, const void *arg, int64_t *idx) {
+  (void)c, (void)idx;
+  return *(const int *)arg;
+}
+
+/* Semantics: jax.lax.ppermute; positions that receive nothing get zeros. */
+int coll_kernel_ppermute(Array **in, int nin, const Params *p, Array **out) {
+  Call c;
+  int src;
+  (void)nin;
+  if (coll_call_init(&c, CK_PPERMUTE, p, in, 1, out) < 0 ||
+      perm_source(p, c.n, c.pos, &src) < 0)
+    return -1;
+  return move_kernel(&c, fast_permute, map_permute, &src);
+}
+
+uint32_t coll_vma_ppermute(const uint32_t *in, int nin, const Params *p) {
+  return coll_vma_add(in, nin, p);
+}
+
+/* ---- all_to_all --------------------------------------------------------------------- */
+
+typedef struct A2AArgs {
+  int split, concat;
+  bool tiled;
+  int64_t n;
+  int64_t b;                      /* tiled: split_axis / n */
+  int64_t chunk_c;                /* tiled: a received chunk's size along concat */
+} A2AArgs;
+
+static int a2a_args(const Params *p, const AVal *in, int64_t n, A2AArgs *a) {
+  const char *prim = "all_to_all";
+  if (coll_param_bool(prim, p, "tiled", &a->tiled) < 0 ||
+      coll_param_dim(prim, p, "split_axis", in->ndim, &a->split) < 0 ||
+      coll_param_dim(prim, p, "concat_axis", in->ndim, &a->concat) < 0)
+    return -1;
+  int64_t size = in->shape[a->split];
+  a->n = n;
+  if (!a->tiled && size != n)
+    return err_set(ERR_VALUE, "all_to_all: split_axis %d has size %lld, which "
+                   "must equal the axis size %lld when tiled=False", a->split,
+                   (long long)size, (long long)n), -1;
+  if (a->tiled && size % n != 0)
+    return err_set(ERR_VALUE, "all_to_all: split_axis %d has size %lld, which "
+                   "the axis size %lld does not divide", a->split,
+                   (long long)size, (long long)n), -1;
+  a->b = size / n;
+  a->chunk_c = a->split == a->concat ? a->b : in->shape[a->concat];
+  return 0;
+}
+
+int coll_shape_all_to_all(const AVal *in, int nin, const Params *p, AVal *out) {
+  A2AArgs a;
+  int64_t n;
+  if (coll_shape_same(in, nin, out) < 0 || coll_shape_axis_n("all_to_all", p, &n) < 0 ||
+      a2a_args(p, &in[0], n, &a) < 0)
+    return -1;
+  if (a.tiled) {
+    out->shape[a.split] /= n;
+    out->shape[a.concat] *= n;
+  } else {
+    coll_shape_delete(out, a.split);
+    coll_shape_insert(out, a.concat, n);
+  }
+  return 0;
+}
+
+/* Where output [o] takes participant q's slice: along the concat axis,
+ * [q * chunk_c, (q + 1) * chunk_c), or q when not tiled (that axis kept,
+ * of size 1: row-major, the same elements in the same order as the
+ * slice x_a2a_slice takes). */
+static void a2a_dst(View *dst, const Array *o, const A2AArgs *a, int q) {
+  coll_view_of(dst, o);
+  if (a->tiled)
+    coll_view_slice(dst, a->concat, q * a->chunk_c, a->chunk_c);
+  else
+    coll_view_slice(dst, a->concat, q, 1);
+}
+
+/* This device's output's block from participant [q]. */
+static void a2a_copy(const Call *c, const A2AArgs *a, int q) {
+  View src, dst;
+  coll_view_of(&src, coll_peer_in(c, q, 0));
+  a2a_dst(&dst, c->out[0], a, q);
+  if (a->tiled) {
+    coll_view_slice(&src, a->split, c->pos * a->b, a->b);
+  } else {
+    coll_view_slice(&src, a->split, c->pos, 1);
+    coll_view_drop(&src, a->split);
+    coll_view_drop(&dst, a->concat);
+  }
+  coll_view_copy(&dst, &src);
+}
+
+static int fast_a2a(const Call *c, const void *arg) {
+  for (int q = 0; q < c->n; q++) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* Across processes (x_a2a): the blocks from the local participants; the
+ * leader received the others' into the outputs. */
+static int x_a2a_local(const Call *c, const void *arg) {
+  for (int q = 0; q < c->n; q++)
+    if (coll_x_local(c->g, c->peers[q])) a2a_copy(c, arg, q);
+  return 0;
+}
+
+/* ---- all_to_all across processes: each process gets only its slices ---------- */
+
+/* Slice [p] of operand [a] (what participant p takes of it): along the
+ * split axis, [p * b, (p + 1) * b) with b = 1 when not tiled. */
+static void x_a2a_slice(View *v, const Array *a, const A2AArgs *g, int p) {
+  int64_t b = g->tiled ? g->b : 1;
+  coll_view_of(v, a);
+  coll_view_slice(v, g->split, p * b, b);
+}
+
+/* Whether slices of a contiguous array of [a]'s shape are contiguous
+ * runs of memory (nothing before the split axis): they are then sent
+ * from, and received into, the arrays themselves. */
+static bool x_a2a_runs(const Array *a, const A2AArgs *g) {
+  int64_t outer = 1;
+  for (int d = 0; d < g->split; d++) outer *= a->shape[d];
+  return outer == 1;
+}
+
+/* Whether [a]'s own slices are such runs. */
+static bool x_a2a_flat(const Array *a, const A2AArgs *g) {
+  return (a->contiguous || a->ndim == 0) && x_a2a_runs(a, g);
+}
+
+/* [v] made a row-major view of its own shape over [buf]. */
+static void x_packed(View *v, char *buf) {
+  v->base = buf;
+  for (int d = v->ndim - 1, st = 1; d >= 0; st *= (int)v->shape[d], d--) v->strides[d] = st;
+}
+
+/* The positions of process [proc]'s participants, in order, into [pos]; their number. */
+static int x_positions(const Call *c, int proc, int *pos) {
+  int m = 0;
+  for (int q = 0; q < c->n; q++)
+    if (coll_x_proc(c->g, c->peers[q]) == proc) pos[m++] = q;
+  return m;
+}
+
+/* State of one leader's x_a2a. */
+typedef struct XA2A {
+  const Call *c;
+  const A2AArgs *a;
+  size_t slice;                   /* bytes of one slice */
+  Array **tab;                    /* the leader slot's xin */
+  char **packs;                   /* [np]: packed slices sent, or received */
+  size_t *pack_bytes;
+  void **reqs;                    /* [2 * np] */
+  int nreqs;
+} XA2A;
+
+/* Sends the header, then to each other process procs[i] the slices its
+ * participants take of this process's operands (local participant-major). */
+static int x_a2a_send(XA2A *s, const XLocal *lc, char *h, const int *procs, int np) {
+  const Call *c = s->c;
+  int key = coll_x_key(c->g, c->seq, c->peers[0]), pos[c->n];
+  TransportIov hv = {h, coll_x_header_pack(h, c, lc, 0)};
+  for (int i = 0; i < np; i++) {
+    int m = x_positions(c, procs[i], pos), k = 0;
+    TransportIov iov[lc->n * m + 1];
+    char *pack = NULL;
+    for (int l = 0; l < lc->n; l++) {
+      const Array *op = c->g->slots[lc->peers[l]].in[0];
+      bool flat = x_a2a_flat(op, s->a);
+      if (!flat && !pack) {
+        s->pack_bytes[i] = s->slice * (size_t)(lc->n * m) + 1;
+        if (!(pack = s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+      }
+      for (int j = 0; j < m; j++, k++) {
+        View v;
+        x_a2a_slice(&v, op, s->a, pos[j]);
+        char *at = flat ? v.base : pack + s->slice * (size_t)k;
+        if (!flat) {
+          View dst = v;
+          x_packed(&dst, at);
+          coll_view_copy(&dst, &v);
+        }
+        iov[k] = (TransportIov){at, s->slice};
+      }
+    }
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_HEADER, key), &hv, 1);
+    s->reqs[s->nreqs++] = transport_isend(procs[i], transport_tag(TRANSPORT_DATA, key), iov, k);
+  }
+  return 0;
+}
+
+/* Receives process [proc]'s header and the slices of its participants'
+ * operands that this process's participants [lc] take, straight into
+ * their outputs where the block is a run of memory, else through a
+ * buffer. */
+static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
+  const Call *c = s->c;
+  int key = coll_x_key(c->g, c->seq, c->peers[0]);
+  TransportMsg *m = coll_x_wait_header(c, proc, transport_tag(TRANSPORT_HEADER, key));
+  if (!m) return -1;
+  XHeader h;
+  if (coll_x_header_read(m, &h) < 0) {
+    transport_msg_free(m);
+    return -1;
+  }
+  int nr = h.nloc, rs[nr], k = 0;
+  memcpy(rs, h.ranks, sizeof(int) * (size_t)nr);
+  int rc = coll_desc_equal(&h.desc, &c->desc)
+               ? 0 : coll_mismatch_error(c->g, c->rank, &c->desc, rs[0], &h.desc);
+  transport_msg_free(m);
+  if (rc < 0) return -1;
+  TransportIov iov[nr * lc->n + 1];
+  bool flat[lc->n];
+  for (int l = 0; l < lc->n; l++) {
+    const Array *o = c->g->slots[lc->peers[l]].out[0];
+    int64_t outer = 1;
+    for (int d = 0; d < s->a->concat; d++) outer *= o->shape[d];
+    flat[l] = (o->contiguous || o->ndim == 0) && outer == 1;
+    if (!flat[l] && !s->packs[i]) {
+      s->pack_bytes[i] = s->slice * (size_t)(nr * lc->n) + 1;
+      if (!(s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
+    }
+  }
+  int qs[nr > 0 ? nr : 1];
+  for (int r = 0; r < nr; r++) {
+    int q = 0;
+    while (q < c->n && c->peers[q] != rs[r]) q++;
+    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
+                                  "sent operands for devices outside this group"), -1;
+    qs[r] = q;
+    for (int l = 0; l < lc->n; l++, k++) {
+      View dst;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, q);
+      iov[k] = (TransportIov){flat[l] ? dst.base : s->packs[i] + s->slice * (size_t)k, s->slice};
+    }
+  }
+  if (transport_recv_data(proc, transport_tag(TRANSPORT_DATA, key), iov, k) < 0) return -1;
+  for (int r = 0, k2 = 0; r < nr; r++)
+    for (int l = 0; l < lc->n; l++, k2++) {
+      if (flat[l]) continue;
+      View dst, src;
+      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, qs[r]);
+      src = dst;
+      x_packed(&src, s->packs[i] + s->slice * (size_t)k2);
+      coll_view_copy(&dst, &src);
+    }
+  return 0;
+}
+
+/* The leader's exchange of an all_to_all (an XExchange; arg: the
+ * A2AArgs): every process sends each other one only the slices its
+ * participants take, received into their outputs; x_a2a_local then
+ * copies the local participants' blocks. */
+static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n], np = coll_x_procs(c, procs);
+  XA2A s = {.c = c, .a = arg};
+  s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
+  s.tab = coll_x_tab(me, n);
+  s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
+  s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
+  s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  char *h = shm_malloc(coll_x_wire_cap(lc->n));
+  me->xin = s.tab;
+  me->xn = n;
+  me->xnin = 1;
+  int rc = s.tab && s.packs && s.pack_bytes && s.reqs && h ? 0 : (err_nomem(), -1);
+  for (int q = 0; rc == 0 && q < n; q++)
+    if (coll_x_local(c->g, c->peers[q])) s.tab[q] = c->g->slots[c->peers[q]].in[0];
+  if (rc == 0) rc = x_a2a_send(&s, lc, h, procs, np);
+  for (int i = 0; rc == 0 && i < np; i++) rc = x_a2a_recv(&s, lc, procs[i], np + i);
+  coll_x_wait_sends(c, s.reqs, s.nreqs, rc);
+  for (int i = 0; s.packs && i < 2 * np; i++)
+    if (s.packs[i]) shm_buf_free(s.packs[i], s.pack_bytes[i]);
+  shm_free(s.packs), shm_free(s.pack_bytes), shm_free(s.reqs), shm_free(h);
+  return rc;
+}
+
+static int map_a2a(const Call *c, const void *arg, int64_t *idx) {
+  const A2AArgs *a = arg;
+  int q;
+  if (a->tiled) {
+    q = (int)(idx[a->concat] / a->chunk_c);
+    idx[a->concat] %= a->chunk_c;
+    idx[a->split] += c->pos * a->b;
+  } else {
+    q = (int)idx[a->concat];
+    coll_idx_delete(idx, c->out[0]->ndim, a->concat);
+    coll_idx_insert(idx, c->out[0]->ndim - 1, a->split, c->pos);
+  }
+  return q;
+}
+
+/* Semantics: jax.lax.all_to_all, tiled and not (not tiled: the split axis
+ * must be n long; it is removed and a new n-long axis appears at
+ * concat_axis, np.insert(np.delete(shape, split), concat, n)). */
+int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
+  Call c;
+  A2AArgs a;
+  AVal av;
+  (void)nin;
+  if (coll_call_init(&c, CK_ALL_TO_ALL, p, in, 1, out) < 0) return -1;
+  coll_aval_from(in[0], &av);
+  if (a2a_args(p, &av, c.n, &a) < 0 || coll_check_axis_size("all_to_all", p, c.n) < 0)
+    return -1;
+  if (c.cross) return coll_x_run(&c, x_a2a, x_a2a_local, &a);
+  return move_kernel(&c, fast_a2a, map_a2a, &a);
+}
+
+uint32_t coll_vma_all_to_all(const uint32_t *in, int nin, const Params *p) {
+  return coll_vma_add(in, nin, p);
+}
+
+/* ---- ragged_all_to_all ------------------------------------------------------------- */
+
+enum { RA_OPERAND, RA_OUTPUT, RA_IN_OFF, RA_SEND, RA_OUT_OFF, RA_RECV };
+
+int coll_shape_ragged_all_to_all(const AVal *in, int nin, const Params *p,
+                                 AVal *out) {
+  (void)p;
+  const char *prim = "ragged_all_to_all";
+  if (nin != 6) return err_set(ERR_TYPE, "%s takes 6 operands, got %d", prim, nin), -1;
+  const AVal *op = &in[RA_OPERAND], *o = &in[RA_OUTPUT];
+  if (op->ndim < 1 || op->ndim != o->ndim || op->dtype != o->dtype)
+    return err_set(ERR_VALUE, "%s: operand and output must have the same "
+                   "dtype and rank (at least 1)", prim), -1;
+  for (int d = 1; d < op->ndim; d++)
+    if (op->shape[d] != o->shape[d])
+      return err_set(ERR_VALUE, "%s: operand and output must agree in every "
+                     "dimension but the first", prim), -1;
+  for (int k = RA_IN_OFF; k <= RA_RECV; k++)
+    if (in[k].ndim != 1 || !dt_is_int(in[k].dtype) ||
+        in[k].shape[0] != in[RA_IN_OFF].shape[0])
+      return err_set(ERR_VALUE, "%s: input_offsets, send_sizes, output_offsets "
+                     "and recv_sizes must be 1-D integer arrays of one length",
+                     prim), -1;
+  *out = *o;
+  return 0;
+}
+
+/* One slice sent from participant qs to participant qd (their j-th). */
+typedef struct RaggedSlice {
+  int64_t in_off, size, out_off;
+} RaggedSlice;
+
+static RaggedSlice ragged_slice(const Call *c, int qs, int qd, int64_t spd,
+                                int64_t j) {
+  int64_t i = qd * spd + j;
+  RaggedSlice s;
+  s.in_off = coll_elem_i64(coll_peer_in(c, qs, RA_IN_OFF), i);
+  s.size = coll_elem_i64(coll_peer_in(c, qs, RA_SEND), i);
+  s.out_off = coll_elem_i64(coll_peer_in(c, qs, RA_OUT_OFF), i);
+  return s;
+}
+
+/* Checks the slice qs -> qd #j: in bounds on both sides, sizes agreeing. */
+static int ragged_check(const Call *c, int qs, int qd, int64_t spd, int64_t j) {
+  RaggedSlice s = ragged_slice(c, qs, qd, spd, j);
+  int64_t i = qd * spd + j, k = qs * spd + j;
+  int64_t rows = coll_peer_in(c, qs, RA_OPERAND)->shape[0];
+  int64_t orows = coll_peer_in(c, qd, RA_OUTPUT)->shape[0];
+  int64_t recv = coll_elem_i64(coll_peer_in(c, qd, RA_RECV), k);
+  char cs[128], cd[128];
+  coll_coords_of(c->g, c->peers[qs], cs, sizeof cs);
+  coll_coords_of(c->g, c->peers[qd], cd, sizeof cd);
+  if (s.size < 0 || s.in_off < 0 || s.in_off > rows - s.size)
+    return err_set(ERR_INDEX, "ragged_all_to_all: device %s: input_offsets[%lld] "
+                   "= %lld with send_sizes[%lld] = %lld reads outside the "
+                   "operand's %lld rows", cs, (long long)i, (long long)s.in_off,
+                   (long long)i, (long long)s.size, (long long)rows), -1;
+  if (recv != s.size)
+    return err_set(ERR_VALUE, "ragged_all_to_all: device %s sends %lld rows to "
+                   "device %s (send_sizes[%lld]), which expects recv_sizes[%lld] "
+                   "= %lld", cs, (long long)s.size, cd, (long long)i,
+                   (long long)k, (long long)recv), -1;
+  if (s.out_off < 0 || s.out_off > orows - s.size)
+    return err_set(ERR_INDEX, "ragged_all_to_all: device %s: output_offsets[%lld] "
+                   "= %lld with send_sizes[%lld] = %lld writes outside the %lld "
+                   "output rows of device %s", cs, (long long)i,
+                   (long long)s.out_off, (long long)i, (long long)s.size,
+                   (long long)orows, cd), -1;
+  return 0;
+}
+
+/* Every participant checks every slice, in the same order, so all of them
+ * reach the same verdict and fail together. */
+static int ragged_validate(const Call *c, int64_t spd) {
+  for (int qs = 0; qs < c->n; qs++)
+    for (int qd = 0; qd < c->n; qd++)
+      for (int64_t j = 0; j < spd; j++)
+        if (ragged_check(c, qs, qd, spd, j) < 0) return -1;
+  return 0;
+}
+
+/* Copies rows [s.in_off, +s.size) of [src] to rows [s.out_off, ...) of out. */
+static void ragged_copy(Array *out, const Array *src, RaggedSlice s) {
+  View d, v;
+  coll_view_of(&d, out);
+  coll_view_of(&v, src);
+  coll_view_slice(&d, 0, s.out_off, s.size);
+  coll_view_slice(&v, 0, s.in_off, s.size);
+  coll_view_copy(&d, &v);
+}
+
+static void fast_ragged(const Call *c, int64_t spd) {
+  View d, v;
+  coll_view_of(&d, c->out[0]);
+  coll_view_of(&v, c->in[RA_OUTPUT]);
+  coll_view_copy(&d, &v);
+  for (int qs = 0; qs < c->n; qs++)
+    for (int64_t j = 0; j < spd; j++)
+      ragged_copy(c->out[0], coll_peer_in(c, qs, RA_OPERAND),
+                  ragged_slice(c, qs, c->pos, spd, j));
+}
+
+/* Reference: the seed's pseudocode, element by element, from the gathered
+ * operands: result = output, then result[off:off+size] = RECEIVE(...). */
+static int ref_ragged(const Call *c, int64_t spd) {
+  Global gl;
+  if (coll_global_gather(&gl, c, RA_OPERAND) < 0) return -1;
+  Array *out = c->out[0];
+  size_t es = dt_size(out->dtype);
+  int64_t row = out->shape[0] ? out->size / out->shape[0] : 0;
+  View d, v;
+  coll_view_of(&d, out);
+  coll_view_of(&v, c->in[RA_OUTPUT]);
+  coll_view_copy(&d, &v);
+  for (int qs = 0; qs < c->n; qs++)
+    for (int64_t j = 0; j < spd; j++) {
+      RaggedSlice s = ragged_slice(c, qs, c->pos, spd, j);
+      for (int64_t e = 0; e < s.size * row; e++) {
+        int64_t idx[SHM_MAXDIM];
+        coll_unravel(s.in_off * row + e, gl.blockview.ndim, gl.blockview.shape, idx);
+        memcpy((char *)arr_data(out) + (size_t)(s.out_off * row + e) * es,
+               coll_global_at(&gl, qs, idx), es);
+      }
+    }
+  coll_global_free(&gl);
+  return 0;
+}
+
+static int x_ragged(const Call *c, const void *arg) {
+  int64_t spd = *(const int64_t *)arg;
+  if (ragged_validate(c, spd) < 0) return -1;
+  fast_ragged(c, spd);
+  return 0;
+}
+
+/* Semantics: seed 002, ragged_all_to_all, exactly; with axis_index_groups
+ * the slices per peer follow the group's size and order.  Offsets and
+ * sizes reading or writing out of bounds, and send_sizes disagreeing with
+ * the receiver's recv_sizes, are errors naming the device and index. */
+int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
+                                  Array **out) {
+  Call c;
+  if (coll_call_init(&c, CK_RAGGED, p, in, nin, out) < 0) return -1;
+  int64_t k = in[RA_IN_OFF]->shape[0];
+  if (k % c.n != 0)
+    return err_set(ERR_VALUE, "ragged_all_to_all: the offset and size arrays "
+                   "have length %lld, which the axis size %d does not divide",
+                   (long long)k, c.n), -1;
+  if (c.cross) {
+    int64_t spd = k / c.n;
+    return coll_x_run(&c, coll_x_exchange, x_ragged, &spd);
+  }
+  if (coll_rendezvous(&c) < 0) return -1;
+  int rc = ragged_validate(&c, k / c.n);
+  if (rc == 0 && c.g->reference)
+    rc = ref_ragged(&c, k / c.n);
+  else if (rc == 0)
+    fast_ragged(&c, k / c.n);
+  coll_leave(&c);
+  return rc;
+}
+
+uint32_t coll_vma_ragged_all_to_all(const uint32_t *in, int nin, const Params *p) {
+  return coll_vma_add(in, nin, p);
+}
