@@ -349,7 +349,9 @@ KERN_CLONES static void kern_log_f32_clones(const float *x, float *y, int64_t n)
 void kern_log_f32(const float *x, float *y, int64_t n) { kern_log_f32_clones(x, y, n); }
 
 /* sin(r) or cos(r) for |r| <= pi/4 picked by quadrant [j] (Cephes's
- * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos. */
+ * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos.  The
+ * sign is quadrant bit 1 moved to the sign bit, which gcc vectorises as a
+ * shift and an xor rather than a compare and a blend. */
 static inline float kern_sincos_poly(float r, int32_t j) {
   float z = r * r;
   float s = -1.9515295891E-4f;
@@ -361,7 +363,7 @@ static inline float kern_sincos_poly(float r, int32_t j) {
   c = c * z + 4.166664568298827E-2f;
   c = c * z * z - 0.5f * z + 1.0f;
   float v = (j & 1) ? c : s;
-  return (j & 2) ? -v : v;
+  return kern_u2f(kern_f2u(v) ^ ((uint32_t)j << 30 & 0x80000000u));
 }
 
 /* sin or cos of [x] given [shift] quadrants (0 for sin, 1 for cos):
@@ -395,60 +397,67 @@ static inline float kern_sincosf_small(float x, int32_t shift) {
  * that finds j, and the two-part pi/2, run out of bits. */
 #define KERN_TRIG_MAX 100000.0f
 
-/* A block's loop writes y[i] for i < n and returns which paths the block
- * needs: bit 0 when some |x| > KERN_TRIG_SMALL, bit 1 when some |x| >
- * KERN_TRIG_MAX (NaN needs neither).  The check rides in the same vector
- * loop (an integer or-reduction, which gcc vectorises where a float max
- * would not be), so a block is read from memory once. */
-typedef int (*TrigVec)(const float *x, float *y, int64_t n);
-
-#define TRIG_LOOP(NAME, FN, SHIFT)                                            \
-  KERN_CLONES static int NAME(const float *x, float *y, int64_t n) {         \
-    int over_small = 0, over_max = 0;                                       \
+/* Each element's path depends on that element alone (|x| <= SMALL: the
+ * float reduction; up to MAX: the double one; beyond: libm), so a result
+ * never depends on its neighbours or on where a loop was cut into
+ * blocks: eager kernels, fused loops of any block size and the two cores'
+ * halves of a split loop all give the same bits.
+ *
+ * The first loop computes every element by the float path and the
+ * largest |x| as raw bits (an unsigned max, one vector instruction; NaN
+ * counts as large and is then left alone by the float compares below).
+ * Only a block that has larger arguments takes the second and third
+ * loops, which overwrite those elements; they read x again, so y must not
+ * be x. */
+#define TRIG_LOOPS(NAME, SHIFT)                                               \
+  KERN_CLONES static uint32_t NAME##_small(const float *restrict x,          \
+                                           float *restrict y, int64_t n) {   \
+    uint32_t top = 0;                                                       \
     for (int64_t i = 0; i < n; i++) {                                       \
-      float a = fabsf(x[i]);                                                \
-      over_small |= a > KERN_TRIG_SMALL;                                    \
-      over_max |= a > KERN_TRIG_MAX;                                        \
-      y[i] = FN(x[i], SHIFT);                                               \
+      uint32_t a = kern_f2u(x[i]) & 0x7fffffffu;                            \
+      top = a > top ? a : top;                                              \
+      y[i] = kern_sincosf_small(x[i], SHIFT);                               \
     }                                                                       \
-    return over_small | over_max << 1;                                      \
+    return top;                                                             \
+  }                                                                         \
+  KERN_CLONES static void NAME##_big(const float *restrict x,                \
+                                     float *restrict y, int64_t n) {         \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      float v = kern_sincosf1(x[i], SHIFT);                                 \
+      y[i] = fabsf(x[i]) > KERN_TRIG_SMALL ? v : y[i];                      \
+    }                                                                       \
+  }                                                                         \
+  static void NAME(const float *restrict x, float *restrict y, int64_t n) {  \
+    uint32_t top = NAME##_small(x, y, n);                                   \
+    if (top > kern_f2u(KERN_TRIG_SMALL))                                    \
+      NAME##_big(x, y, n);                                                  \
+    if (top > kern_f2u(KERN_TRIG_MAX))                                      \
+      for (int64_t i = 0; i < n; i++)                                       \
+        if (fabsf(x[i]) > KERN_TRIG_MAX)                                    \
+          y[i] = (SHIFT) ? cosf(x[i]) : sinf(x[i]);                         \
   }
-TRIG_LOOP(kern_sin_vec, kern_sincosf1, 0)
-TRIG_LOOP(kern_cos_vec, kern_sincosf1, 1)
-TRIG_LOOP(kern_sin_vec_small, kern_sincosf_small, 0)
-TRIG_LOOP(kern_cos_vec_small, kern_sincosf_small, 1)
+TRIG_LOOPS(kern_sin_apart, 0)
+TRIG_LOOPS(kern_cos_apart, 1)
 
-/* Fills one block of [n] <= 1024: the float path, redone with the
- * double-reduced path when some argument is not small, then libm for the
- * few beyond KERN_TRIG_MAX.  Straight into y when y is not x; in place
- * through a temporary, since a redone block reads x again. */
-static void kern_trig_block(const float *x, float *y, int64_t n, int32_t shift,
-                            TrigVec small, TrigVec big) {
+/* In place, block by block through a temporary, since the later loops
+ * read x again. */
+static void kern_trig(const float *x, float *y, int64_t n,
+                      void (*apart)(const float *restrict, float *restrict, int64_t)) {
+  if (x != y) {
+    apart(x, y, n);
+    return;
+  }
   float tmp[1024];
-  float *d = y == x ? tmp : y;
-  int ranges = small(x, d, n);
-  if (ranges & 1)
-    big(x, d, n);
-  if (ranges & 2) {
-    for (int64_t i = 0; i < n; i++)
-      if (fabsf(x[i]) > KERN_TRIG_MAX)
-        d[i] = shift ? cosf(x[i]) : sinf(x[i]);
+  for (int64_t i = 0; i < n; i += 1024) {
+    int64_t m = n - i < 1024 ? n - i : 1024;
+    apart(x + i, tmp, m);
+    memcpy(y + i, tmp, sizeof(float) * (size_t)m);
   }
-  if (d != y)
-    memcpy(y, d, sizeof(float) * (size_t)n);
 }
 
-void kern_sin_f32(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 0, kern_sin_vec_small,
-                    kern_sin_vec);
-}
+void kern_sin_f32(const float *x, float *y, int64_t n) { kern_trig(x, y, n, kern_sin_apart); }
 
-void kern_cos_f32(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 1, kern_cos_vec_small,
-                    kern_cos_vec);
-}
+void kern_cos_f32(const float *x, float *y, int64_t n) { kern_trig(x, y, n, kern_cos_apart); }
 
 /* ---- integer helpers: defined results where C has none -------------------- */
 

@@ -138,9 +138,6 @@ int kern_padding_config(Value *cfg, int ndim, int64_t *lo, int64_t *hi, int64_t 
 float kern_sum_f32(const float *x, int64_t n);
 double kern_sum_f64(const double *x, int64_t n);
 
-/* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
- * (range reduction and minimax polynomials, within 2 ulp over the whole
- * range; large sin/cos arguments fall back to libm).  [y] may equal [x]. */
 /* Splitting a large loop over two cores (kern_elementwise.c): one helper
  * thread takes the upper part while the caller runs the lower one, since
  * element-wise work over 10^7 elements is bound by one core's memory
@@ -156,6 +153,11 @@ void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t 
 /* Elements below which a second core costs more than it brings. */
 #define KERN_PAR_MIN ((int64_t)1 << 20)
 
+/* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
+ * (range reduction and minimax polynomials, within 2 ulp over the whole
+ * range; large sin/cos arguments fall back to libm).  [y] may equal [x].
+ * Each element's result depends on its argument alone, never on its
+ * neighbours or on how a caller cuts the array into blocks. */
 void kern_sin_f32(const float *x, float *y, int64_t n);
 void kern_cos_f32(const float *x, float *y, int64_t n);
 void kern_exp_f32(const float *x, float *y, int64_t n);

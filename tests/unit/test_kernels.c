@@ -393,6 +393,35 @@ START_TEST(test_transcendental_lanes_match_scalar) {
 }
 END_TEST
 
+/* sin and cos of an element do not depend on its neighbours: arguments
+ * of every range side by side in one block (small, reduced in double,
+ * past libm's threshold) give what each gives alone, out of place and in
+ * place. */
+static void check_mixed_ranges(VecFn fn) {
+  enum { N = 3001 };
+  static const float big[] = {7.5f, -123.25f, 4321.5f, 2.5e5f, -1e30f};
+  float x[N], y[N], z[N];
+  for (int i = 0; i < N; i++)
+    x[i] = i % 4 == 3 ? big[i / 4 % 5] : (float)(i % 97) * 0.061f - 2.9f;
+  x[5] = NAN;
+  x[9] = -INFINITY;
+  fn(x, y, N);
+  memcpy(z, x, sizeof z);
+  fn(z, z, N);
+  for (int i = 0; i < N; i++) {
+    float s;
+    fn(x + i, &s, 1);
+    ck_assert_msg(memcmp(&s, y + i, sizeof s) == 0, "x=%a: in a block %a, alone %a", x[i], y[i], s);
+    ck_assert(memcmp(z + i, y + i, sizeof s) == 0);
+  }
+}
+
+START_TEST(test_trig_elementwise_pure) {
+  check_mixed_ranges(kern_sin_f32);
+  check_mixed_ranges(kern_cos_f32);
+}
+END_TEST
+
 START_TEST(test_transcendental_specials) {
   float x[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1.0f, 1e30f};
   float y[8];
@@ -864,6 +893,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_large_split);
   tcase_add_test(el, test_transcendental_accuracy);
   tcase_add_test(el, test_transcendental_specials);
+  tcase_add_test(el, test_trig_elementwise_pure);
   tcase_add_test(el, test_transcendental_lanes_match_scalar);
   tcase_add_test(el, test_unary_prims);
   tcase_add_test(el, test_select_and_clamp);
