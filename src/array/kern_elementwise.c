@@ -413,6 +413,7 @@ static inline float kern_sincosf_small(float x, int32_t shift) {
   KERN_CLONES static uint32_t NAME##_small(const float *restrict x,          \
                                            float *restrict y, int64_t n) {   \
     uint32_t top = 0;                                                       \
+    _Pragma("GCC unroll 2")                                                 \
     for (int64_t i = 0; i < n; i++) {                                       \
       uint32_t a = kern_f2u(x[i]) & 0x7fffffffu;                            \
       top = a > top ? a : top;                                              \

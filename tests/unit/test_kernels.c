@@ -562,6 +562,49 @@ START_TEST(test_sum_accuracy) {
 }
 END_TEST
 
+/* The pairwise sum as kern_reduce.c documents it, one add at a time: a
+ * run of up to 256 folds its halves (an odd element joins the first),
+ * a longer one splits at half rounded down to 16 and sums both parts. */
+static float ref_fold(const float *x, int64_t n) {
+  float t[128];
+  if (n < 2)
+    return n ? x[0] : 0;
+  int64_t h = n / 2;
+  for (int64_t i = 0; i < h; i++)
+    t[i] = x[i] + x[i + h];
+  if (n & 1)
+    t[0] += x[n - 1];
+  for (; h > 1; h /= 2) {
+    for (int64_t i = 0; i < h / 2; i++)
+      t[i] += t[i + h / 2];
+    if (h & 1)
+      t[0] += t[h - 1];
+  }
+  return t[0];
+}
+static float ref_pairwise(const float *x, int64_t n) {
+  if (n <= 256)
+    return ref_fold(x, n);
+  int64_t m = n / 2 / 16 * 16;
+  return ref_pairwise(x, m) + ref_pairwise(x + m, n - m);
+}
+
+/* kern_sum_f32's whole-block fast path adds in the documented order, bit
+ * for bit, as the runs of other lengths do (fused sums rely on it). */
+START_TEST(test_sum_pairwise_order) {
+  enum { N = 5000 };
+  float x[N];
+  for (int i = 0; i < N; i++)
+    x[i] = cosf((float)i * 0.37f) * 1000.0f + (float)i * 1e-3f;
+  static const int64_t sizes[] = {0, 1, 2, 3, 17, 255, 256, 257, 512, 1000, 2048, 4999};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    float got = kern_sum_f32(x + 1, sizes[k]), want = ref_pairwise(x + 1, sizes[k]);
+    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "n=%ld: %a, want %a", (long)sizes[k],
+                  got, want);
+  }
+}
+END_TEST
+
 START_TEST(test_reduce_nan_and_empty) {
   Value *x = vec(DT_F32, 4, (double[]){1, NAN, 5, 2});
   Value *r = reduce(P_REDUCE_MAX, x, 1, (int64_t[]){0});
@@ -902,6 +945,7 @@ static Suite *kernels_suite(void) {
   tcase_set_timeout(rd, 60);
   tcase_add_test(rd, test_reduce_axes);
   tcase_add_test(rd, test_sum_accuracy);
+  tcase_add_test(rd, test_sum_pairwise_order);
   tcase_add_test(rd, test_reduce_nan_and_empty);
   tcase_add_test(rd, test_argmax);
   tcase_add_test(rd, test_long_extremes);
