@@ -377,18 +377,21 @@ void fuse_mem_free(FuseMem *m) {
                                bool va, const float *restrict b, bool vb,       \
                                int64_t n) {                                     \
     if (va && vb) {                                                             \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float x = a[i], y = b[i];                                               \
         d[i] = (EXPR);                                                          \
       }                                                                         \
     } else if (vb) {                                                            \
       float x = a[0];                                                           \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float y = b[i];                                                         \
         d[i] = (EXPR);                                                          \
       }                                                                         \
     } else if (va) {                                                            \
       float y = b[0];                                                           \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float x = a[i];                                                         \
         d[i] = (EXPR);                                                          \
@@ -424,20 +427,52 @@ FUN(f_neg, -x)
 FUN(f_abs, fabsf(x))
 FUN(f_sqrt, sqrtf(x))
 
+/* A whole block runs as two lines of FUSE_LINE elements: the lines of
+ * the registers and of the operands read in place (4 KiB each) then stay
+ * in the first-level cache from one instruction to the next, where a
+ * whole block's would not, while each instruction's dispatch is still
+ * paid once per 1024 elements.  kern_sum_f32 sums a whole block as its
+ * two halves added, so a closing sum of the two lines' sums gives the
+ * same bits. */
+#define FUSE_LINE 1024
+_Static_assert(CMP_BLOCK == 2 * FUSE_LINE, "a block's sum adds two lines");
+
+/* Where an operand or result of an instruction is, looked up once per
+ * run rather than on every line. */
+typedef struct Site {
+  char *mem;            /* the slot's data, or NULL for a register */
+  int64_t step;         /* bytes per element; 0 for a broadcast scalar */
+  int reg;
+} Site;
+
 typedef struct Ctx {
+  const Prog *prog;
   Array **slots;
   FuseLane *lane;
   int64_t off, n;
+  int64_t rstride;      /* floats from one register to the next */
+  Site site[FUSE_MAX_EQNS][4];   /* each instruction's operands, then its result */
+  Site red;             /* a closing sum's operand */
 } Ctx;
 
-/* The block of [r] (a register holds CMP_BLOCK elements of any fused
- * dtype: at most 4 bytes each). */
-static void *ptr(const Ctx *c, FRef r) {
-  switch (r.kind) {
-  case FK_REG: return c->lane->regs + (size_t)r.idx * CMP_BLOCK;
-  case FK_MEM: return (char *)arr_data(c->slots[r.idx]) + (size_t)c->off * dt_size(r.dtype);
-  default: return arr_data(c->slots[r.idx]);
+static Site site_of(Array **slots, FRef r) {
+  if (r.kind == FK_REG) return (Site){NULL, 0, r.idx};
+  return (Site){arr_data(slots[r.idx]), r.kind == FK_MEM ? (int64_t)dt_size(r.dtype) : 0, -1};
+}
+
+static void sites_init(Ctx *c, const Prog *p) {
+  for (int k = 0; k < p->n; k++) {
+    for (int m = 0; m < p->ins[k].nin; m++) c->site[k][m] = site_of(c->slots, p->ins[k].in[m]);
+    c->site[k][3] = site_of(c->slots, p->ins[k].dst);
   }
+  if (p->reduce) c->red = site_of(c->slots, p->red_src);
+}
+
+/* The line or block of [s] (a register holds up to CMP_BLOCK elements of
+ * any fused dtype: at most 4 bytes each). */
+static inline void *at(const Ctx *c, const Site *s) {
+  if (s->mem) return s->mem + c->off * s->step;
+  return c->lane->regs + (size_t)s->reg * (size_t)c->rstride;
 }
 
 /* A transcendental routine over a (possibly broadcast) operand. */
@@ -476,20 +511,24 @@ static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
   return a;
 }
 
-static int run_kernel(const Ctx *c, const FInstr *ins) {
+static int run_kernel(const Ctx *c, int k) {
+  const FInstr *ins = &c->prog->ins[k];
   Array *in[3], *out;
   for (int m = 0; m < ins->nin; m++)
     in[m] = ins->in[m].kind == FK_SCALAR
                 ? c->slots[ins->in[m].idx]
-                : view(c->lane, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
-  out = view(c->lane, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
+                : view(c->lane, m, at(c, &c->site[k][m]), ins->in[m].dtype, c->n);
+  out = view(c->lane, 3, at(c, &c->site[k][3]), ins->dst.dtype, c->n);
   /* one chunk of a fused loop: the timeline shows the loop, not its chunks */
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
-static int run_instr(const Ctx *c, const FInstr *ins) {
-  float *d = ptr(c, ins->dst), *a = ptr(c, ins->in[0]);
-  float *b = ins->nin > 1 ? ptr(c, ins->in[1]) : NULL;
+static int run_instr(const Ctx *c, int k) {
+  const FInstr *ins = &c->prog->ins[k];
+  const Site *s = c->site[k];
+  if (ins->op == FO_KERNEL) return run_kernel(c, k);
+  float *d = at(c, &s[3]), *a = at(c, &s[0]);
+  float *b = ins->nin > 1 ? at(c, &s[1]) : NULL;
   bool va = ins->in[0].kind != FK_SCALAR, vb = ins->nin > 1 && ins->in[1].kind != FK_SCALAR;
   switch (ins->op) {
   case FO_ADD: f_add(d, a, va, b, vb, c->n); return 0;
@@ -505,22 +544,51 @@ static int run_instr(const Ctx *c, const FInstr *ins) {
   case FO_COS: vec_fn(kern_cos_f32, d, a, va, c->n); return 0;
   case FO_EXP: vec_fn(kern_exp_f32, d, a, va, c->n); return 0;
   case FO_LOG: vec_fn(kern_log_f32, d, a, va, c->n); return 0;
-  case FO_KERNEL: return run_kernel(c, ins);
+  case FO_KERNEL: break;
   }
   return 0;
 }
 
+/* Runs every instruction over [c]'s elements; -1 when a kernel failed. */
+static int run_span(const Prog *p, const Ctx *c) {
+  for (int k = 0; k < p->n; k++)
+    if (run_instr(c, k) < 0) return -1;
+  return 0;
+}
+
+/* A whole block as FUSE_LINE lines, registers packed line by line; its
+ * closing sum is kern_sum_f32's over the block. */
+static int run_whole_block(const Prog *p, Ctx *c, float *partial) {
+  float line_sum[CMP_BLOCK / FUSE_LINE];
+  int64_t base = c->off;
+  c->n = FUSE_LINE;
+  c->rstride = FUSE_LINE;
+  for (int l = 0; l < CMP_BLOCK / FUSE_LINE; l++) {
+    c->off = base + l * FUSE_LINE;
+    if (run_span(p, c) < 0) return -1;
+    if (p->reduce) line_sum[l] = kern_sum_f32(at(c, &c->red), FUSE_LINE);
+  }
+  if (p->reduce) *partial = line_sum[0] + line_sum[1];
+  return 0;
+}
+
 /* Blocks [b0, b1) of [p] with the registers of [lane]; a closing sum
- * leaves one partial per block. */
+ * leaves one partial per block.  The last block may be short: it runs
+ * in one span, summed by kern_sum_f32 as a whole. */
 static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, int64_t b0,
                       int64_t b1) {
-  Ctx c = {slots, lane, 0, 0};
+  Ctx c = {.prog = p, .slots = slots, .lane = lane};
+  sites_init(&c, p);
   for (int64_t blk = b0; blk < b1; blk++) {
     c.off = blk * CMP_BLOCK;
-    c.n = p->size - c.off < CMP_BLOCK ? p->size - c.off : CMP_BLOCK;
-    for (int k = 0; k < p->n; k++)
-      if (run_instr(&c, &p->ins[k]) < 0) return -1;
-    if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
+    if (p->size - c.off >= CMP_BLOCK) {
+      if (run_whole_block(p, &c, &m->partials[blk]) < 0) return -1;
+    } else {
+      c.n = p->size - c.off;
+      c.rstride = CMP_BLOCK;
+      if (run_span(p, &c) < 0) return -1;
+      if (p->reduce) m->partials[blk] = kern_sum_f32(at(&c, &c.red), c.n);
+    }
     /* Ctrl-C is looked at every 512 Ki elements: a fused block may chain
      * many costly operations, so more often than the eager kernels do */
     if ((blk & 255) == 255 && shm_interrupt_pending()) return -1;
