@@ -12,6 +12,7 @@
 #pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,29 +489,40 @@ INT_HELPERS(i64, int64_t, uint64_t, INT64_MIN)
 
 /* ---- splitting large loops over two cores ------------------------------------ */
 
-/* One helper thread takes the upper half of a large contiguous loop while
- * the caller runs the lower half: elementwise work over 10^7 elements is
- * bound by one core's memory bandwidth, and a second core adds to it.
- * Only one caller uses the helper at a time (par.use, taken with trylock);
- * the others, e.g. concurrent device threads, just run serially, so the
- * helper never queues work or oversubscribes the machine. */
+/* One helper thread shares a large contiguous loop with the caller:
+ * elementwise work over 10^7 elements is bound by one core's memory
+ * bandwidth, and a second core adds to it.  The loop is cut into about
+ * KERN_PAR_PIECES ranges that both threads take in turn from one atomic
+ * counter, so when the other core is busy with another process the
+ * caller simply takes more of them; and a caller that finished every
+ * range before the helper woke withdraws the job instead of waiting for
+ * it.  Only one caller uses the helper at a time (par.use, taken with
+ * trylock); the others, e.g. concurrent device threads, just run
+ * serially, so the helper never queues work or oversubscribes the
+ * machine. */
+
+#define KERN_PAR_PIECES 64
 
 static struct {
   pthread_mutex_t use;    /* held by the one caller currently splitting */
-  pthread_mutex_t lock;   /* guards fn, ctx, lo, hi, posted, finished */
+  pthread_mutex_t lock;   /* guards posted and busy; fn, ctx, n and step are
+                             written before a job is posted and read only
+                             by the thread that took it */
   pthread_cond_t go;      /* signalled when a job is posted */
-  pthread_cond_t fin;     /* signalled when the helper finished it */
+  pthread_cond_t fin;     /* signalled when the helper is done with a job */
   RangeFn fn;
   const void *ctx;
-  int64_t lo, hi;
-  bool posted, finished;
+  int64_t n, step;        /* the loop's length and the ranges' */
+  _Atomic int64_t next;   /* start of the next range not taken */
+  bool posted;            /* a job waits for the helper */
+  bool busy;              /* the helper took the job and works on it */
   bool ok;                /* the helper is running (set once, in par_start) */
 } par = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, false, false, false};
+         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, false, false, false};
 static pthread_once_t par_once = PTHREAD_ONCE_INIT;
 
-/* Elements between two looks at Ctrl-C in a long loop: 4 Mi (tens of
- * milliseconds at most), a multiple of the parallel split's blocks. */
+/* Elements between two looks at Ctrl-C in a long serial loop: 4 Mi (tens
+ * of milliseconds at most). */
 #define KERN_CHUNK ((int64_t)1 << 22)
 
 /* fn(ctx, lo, hi) in chunks, stopping early at Ctrl-C: the caller's
@@ -521,6 +533,16 @@ static void kern_chunked(RangeFn fn, const void *ctx, int64_t lo, int64_t hi) {
     fn(ctx, s, hi - s < KERN_CHUNK ? hi : s + KERN_CHUNK);
 }
 
+/* Takes ranges of the posted job until none is left (or Ctrl-C). */
+static void kern_take(void) {
+  while (!shm_interrupt_pending()) {
+    int64_t lo = atomic_fetch_add(&par.next, par.step);
+    if (lo >= par.n)
+      return;
+    par.fn(par.ctx, lo, par.n - lo < par.step ? par.n : lo + par.step);
+  }
+}
+
 static void *kern_par_helper(void *unused) {
   (void)unused;
   pthread_mutex_lock(&par.lock);
@@ -528,10 +550,11 @@ static void *kern_par_helper(void *unused) {
     while (!par.posted)
       pthread_cond_wait(&par.go, &par.lock);
     par.posted = false;
+    par.busy = true;
     pthread_mutex_unlock(&par.lock);
-    kern_chunked(par.fn, par.ctx, par.lo, par.hi);
+    kern_take();
     pthread_mutex_lock(&par.lock);
-    par.finished = true;
+    par.busy = false;
     pthread_cond_signal(&par.fin);
   }
   return NULL;
@@ -562,26 +585,27 @@ void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t 
     kern_chunked(fn, ctx, 0, n);
     return;
   }
-  int64_t mid = (n / 2 + align - 1) / align * align;
-  pthread_mutex_lock(&par.lock);
+  int64_t step = (n / KERN_PAR_PIECES + align - 1) / align * align;
   par.fn = fn;
   par.ctx = ctx;
-  par.lo = mid;
-  par.hi = n;
-  par.finished = false;
+  par.n = n;
+  par.step = step < align ? align : step > KERN_CHUNK ? KERN_CHUNK / align * align : step;
+  atomic_store(&par.next, 0);
+  pthread_mutex_lock(&par.lock);
   par.posted = true;
   pthread_cond_signal(&par.go);
   pthread_mutex_unlock(&par.lock);
-  kern_chunked(fn, ctx, 0, mid);
+  kern_take();
   pthread_mutex_lock(&par.lock);
-  while (!par.finished)
+  par.posted = false;   /* not taken yet: nothing is left for the helper */
+  while (par.busy)
     pthread_cond_wait(&par.fin, &par.lock);
   pthread_mutex_unlock(&par.lock);
   pthread_mutex_unlock(&par.use);
 }
 
-/* Element loops split at a multiple of 1024 (whole sin/cos blocks, whole
- * cache lines). */
+/* Element loops split at multiples of 1024 (whole cache lines, and
+ * whole blocks of the in-place sin/cos). */
 static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
   kern_parallel(fn, ctx, n, KERN_PAR_MIN, 1024);
 }

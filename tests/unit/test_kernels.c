@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,41 @@ START_TEST(test_large_split) {
     val_decref(&x->hdr);
     val_decref(&y->hdr);
   }
+}
+END_TEST
+
+/* kern_parallel hands out every index once, in ranges starting at
+ * multiples of align, whatever the length and whichever thread is
+ * faster. */
+typedef struct Cover {
+  _Atomic unsigned char *seen;
+  int64_t align;
+  atomic_int misaligned;
+} Cover;
+
+static void cover_range(const void *ctx, int64_t lo, int64_t hi) {
+  const Cover *c = ctx;
+  if (lo % c->align)
+    atomic_fetch_add((atomic_int *)&c->misaligned, 1);
+  for (int64_t i = lo; i < hi; i++)
+    atomic_fetch_add(&c->seen[i], 1);
+}
+
+START_TEST(test_parallel_cover) {
+  static const int64_t lengths[] = {1 << 20, (1 << 20) + 1, 3000001, 64 * 1024 + 7};
+  static const int64_t aligns[] = {1024, 1, 7};
+  for (size_t a = 0; a < 3; a++)
+    for (size_t k = 0; k < 4; k++) {
+      int64_t n = lengths[k];
+      Cover c = {calloc((size_t)n, 1), aligns[a], 0};
+      ck_assert(c.seen != NULL);
+      kern_parallel(cover_range, &c, n, 1000, c.align);
+      for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(c.seen[i] == 1, "n=%ld: index %ld taken %d times", (long)n, (long)i,
+                      c.seen[i]);
+      ck_assert_int_eq(atomic_load(&c.misaligned), 0);
+      free((void *)c.seen);
+    }
 }
 END_TEST
 
@@ -934,6 +970,7 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_strided_operands);
   tcase_add_test(el, test_half_arithmetic);
   tcase_add_test(el, test_large_split);
+  tcase_add_test(el, test_parallel_cover);
   tcase_add_test(el, test_transcendental_accuracy);
   tcase_add_test(el, test_transcendental_specials);
   tcase_add_test(el, test_trig_elementwise_pure);
