@@ -20,7 +20,9 @@
  * the sum.
  *
  * Exactness: add, sub, mul, div, max, min, neg, abs and sqrt over f32 are
- * the same C expressions the eager kernels use; sin, cos, exp and log call the
+ * the same C expressions the eager kernels use (two of add, sub, mul and
+ * div in a row, the first's value read only by the second, run in one
+ * pass as the same two IEEE operations); sin, cos, exp and log call the
  * eager kernels' vectorised routines (kernels.h); every other operation
  * calls its eager kernel on block-sized views.  Results therefore equal
  * eager evaluation bit for bit, except a fused sum, which adds blockwise
