@@ -12,6 +12,7 @@
 #pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,7 +350,9 @@ KERN_CLONES static void kern_log_f32_clones(const float *x, float *y, int64_t n)
 void kern_log_f32(const float *x, float *y, int64_t n) { kern_log_f32_clones(x, y, n); }
 
 /* sin(r) or cos(r) for |r| <= pi/4 picked by quadrant [j] (Cephes's
- * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos. */
+ * sinf/cosf polynomials): quadrant 1 is cos, 2 is -sin, 3 is -cos.  The
+ * sign is quadrant bit 1 moved to the sign bit, which gcc vectorises as a
+ * shift and an xor rather than a compare and a blend. */
 static inline float kern_sincos_poly(float r, int32_t j) {
   float z = r * r;
   float s = -1.9515295891E-4f;
@@ -361,7 +364,7 @@ static inline float kern_sincos_poly(float r, int32_t j) {
   c = c * z + 4.166664568298827E-2f;
   c = c * z * z - 0.5f * z + 1.0f;
   float v = (j & 1) ? c : s;
-  return (j & 2) ? -v : v;
+  return kern_u2f(kern_f2u(v) ^ ((uint32_t)j << 30 & 0x80000000u));
 }
 
 /* sin or cos of [x] given [shift] quadrants (0 for sin, 1 for cos):
@@ -395,60 +398,68 @@ static inline float kern_sincosf_small(float x, int32_t shift) {
  * that finds j, and the two-part pi/2, run out of bits. */
 #define KERN_TRIG_MAX 100000.0f
 
-/* A block's loop writes y[i] for i < n and returns which paths the block
- * needs: bit 0 when some |x| > KERN_TRIG_SMALL, bit 1 when some |x| >
- * KERN_TRIG_MAX (NaN needs neither).  The check rides in the same vector
- * loop (an integer or-reduction, which gcc vectorises where a float max
- * would not be), so a block is read from memory once. */
-typedef int (*TrigVec)(const float *x, float *y, int64_t n);
-
-#define TRIG_LOOP(NAME, FN, SHIFT)                                            \
-  KERN_CLONES static int NAME(const float *x, float *y, int64_t n) {         \
-    int over_small = 0, over_max = 0;                                       \
+/* Each element's path depends on that element alone (|x| <= SMALL: the
+ * float reduction; up to MAX: the double one; beyond: libm), so a result
+ * never depends on its neighbours or on where a loop was cut into
+ * blocks: eager kernels, fused loops of any block size and the two cores'
+ * halves of a split loop all give the same bits.
+ *
+ * The first loop computes every element by the float path and the
+ * largest |x| as raw bits (an unsigned max, one vector instruction; NaN
+ * counts as large and is then left alone by the float compares below).
+ * Only a block that has larger arguments takes the second and third
+ * loops, which overwrite those elements; they read x again, so y must not
+ * be x. */
+#define TRIG_LOOPS(NAME, SHIFT)                                               \
+  KERN_CLONES static uint32_t NAME##_small(const float *restrict x,          \
+                                           float *restrict y, int64_t n) {   \
+    uint32_t top = 0;                                                       \
+    _Pragma("GCC unroll 2")                                                 \
     for (int64_t i = 0; i < n; i++) {                                       \
-      float a = fabsf(x[i]);                                                \
-      over_small |= a > KERN_TRIG_SMALL;                                    \
-      over_max |= a > KERN_TRIG_MAX;                                        \
-      y[i] = FN(x[i], SHIFT);                                               \
+      uint32_t a = kern_f2u(x[i]) & 0x7fffffffu;                            \
+      top = a > top ? a : top;                                              \
+      y[i] = kern_sincosf_small(x[i], SHIFT);                               \
     }                                                                       \
-    return over_small | over_max << 1;                                      \
+    return top;                                                             \
+  }                                                                         \
+  KERN_CLONES static void NAME##_big(const float *restrict x,                \
+                                     float *restrict y, int64_t n) {         \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      float v = kern_sincosf1(x[i], SHIFT);                                 \
+      y[i] = fabsf(x[i]) > KERN_TRIG_SMALL ? v : y[i];                      \
+    }                                                                       \
+  }                                                                         \
+  static void NAME(const float *restrict x, float *restrict y, int64_t n) {  \
+    uint32_t top = NAME##_small(x, y, n);                                   \
+    if (top > kern_f2u(KERN_TRIG_SMALL))                                    \
+      NAME##_big(x, y, n);                                                  \
+    if (top > kern_f2u(KERN_TRIG_MAX))                                      \
+      for (int64_t i = 0; i < n; i++)                                       \
+        if (fabsf(x[i]) > KERN_TRIG_MAX)                                    \
+          y[i] = (SHIFT) ? cosf(x[i]) : sinf(x[i]);                         \
   }
-TRIG_LOOP(kern_sin_vec, kern_sincosf1, 0)
-TRIG_LOOP(kern_cos_vec, kern_sincosf1, 1)
-TRIG_LOOP(kern_sin_vec_small, kern_sincosf_small, 0)
-TRIG_LOOP(kern_cos_vec_small, kern_sincosf_small, 1)
+TRIG_LOOPS(kern_sin_apart, 0)
+TRIG_LOOPS(kern_cos_apart, 1)
 
-/* Fills one block of [n] <= 1024: the float path, redone with the
- * double-reduced path when some argument is not small, then libm for the
- * few beyond KERN_TRIG_MAX.  Straight into y when y is not x; in place
- * through a temporary, since a redone block reads x again. */
-static void kern_trig_block(const float *x, float *y, int64_t n, int32_t shift,
-                            TrigVec small, TrigVec big) {
+/* In place, block by block through a temporary, since the later loops
+ * read x again. */
+static void kern_trig(const float *x, float *y, int64_t n,
+                      void (*apart)(const float *restrict, float *restrict, int64_t)) {
+  if (x != y) {
+    apart(x, y, n);
+    return;
+  }
   float tmp[1024];
-  float *d = y == x ? tmp : y;
-  int ranges = small(x, d, n);
-  if (ranges & 1)
-    big(x, d, n);
-  if (ranges & 2) {
-    for (int64_t i = 0; i < n; i++)
-      if (fabsf(x[i]) > KERN_TRIG_MAX)
-        d[i] = shift ? cosf(x[i]) : sinf(x[i]);
+  for (int64_t i = 0; i < n; i += 1024) {
+    int64_t m = n - i < 1024 ? n - i : 1024;
+    apart(x + i, tmp, m);
+    memcpy(y + i, tmp, sizeof(float) * (size_t)m);
   }
-  if (d != y)
-    memcpy(y, d, sizeof(float) * (size_t)n);
 }
 
-void kern_sin_f32(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 0, kern_sin_vec_small,
-                    kern_sin_vec);
-}
+void kern_sin_f32(const float *x, float *y, int64_t n) { kern_trig(x, y, n, kern_sin_apart); }
 
-void kern_cos_f32(const float *x, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 1024)
-    kern_trig_block(x + i, y + i, n - i < 1024 ? n - i : 1024, 1, kern_cos_vec_small,
-                    kern_cos_vec);
-}
+void kern_cos_f32(const float *x, float *y, int64_t n) { kern_trig(x, y, n, kern_cos_apart); }
 
 /* ---- integer helpers: defined results where C has none -------------------- */
 
@@ -478,29 +489,40 @@ INT_HELPERS(i64, int64_t, uint64_t, INT64_MIN)
 
 /* ---- splitting large loops over two cores ------------------------------------ */
 
-/* One helper thread takes the upper half of a large contiguous loop while
- * the caller runs the lower half: elementwise work over 10^7 elements is
- * bound by one core's memory bandwidth, and a second core adds to it.
- * Only one caller uses the helper at a time (par.use, taken with trylock);
- * the others, e.g. concurrent device threads, just run serially, so the
- * helper never queues work or oversubscribes the machine. */
+/* One helper thread shares a large contiguous loop with the caller:
+ * elementwise work over 10^7 elements is bound by one core's memory
+ * bandwidth, and a second core adds to it.  The loop is cut into about
+ * KERN_PAR_PIECES ranges that both threads take in turn from one atomic
+ * counter, so when the other core is busy with another process the
+ * caller simply takes more of them; and a caller that finished every
+ * range before the helper woke withdraws the job instead of waiting for
+ * it.  Only one caller uses the helper at a time (par.use, taken with
+ * trylock); the others, e.g. concurrent device threads, just run
+ * serially, so the helper never queues work or oversubscribes the
+ * machine. */
+
+#define KERN_PAR_PIECES 64
 
 static struct {
   pthread_mutex_t use;    /* held by the one caller currently splitting */
-  pthread_mutex_t lock;   /* guards fn, ctx, lo, hi, posted, finished */
+  pthread_mutex_t lock;   /* guards posted and busy; fn, ctx, n and step are
+                             written before a job is posted and read only
+                             by the thread that took it */
   pthread_cond_t go;      /* signalled when a job is posted */
-  pthread_cond_t fin;     /* signalled when the helper finished it */
+  pthread_cond_t fin;     /* signalled when the helper is done with a job */
   RangeFn fn;
   const void *ctx;
-  int64_t lo, hi;
-  bool posted, finished;
+  int64_t n, step;        /* the loop's length and the ranges' */
+  _Atomic int64_t next;   /* start of the next range not taken */
+  bool posted;            /* a job waits for the helper */
+  bool busy;              /* the helper took the job and works on it */
   bool ok;                /* the helper is running (set once, in par_start) */
 } par = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, false, false, false};
+         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, false, false, false};
 static pthread_once_t par_once = PTHREAD_ONCE_INIT;
 
-/* Elements between two looks at Ctrl-C in a long loop: 4 Mi (tens of
- * milliseconds at most), a multiple of the parallel split's blocks. */
+/* Elements between two looks at Ctrl-C in a long serial loop: 4 Mi (tens
+ * of milliseconds at most). */
 #define KERN_CHUNK ((int64_t)1 << 22)
 
 /* fn(ctx, lo, hi) in chunks, stopping early at Ctrl-C: the caller's
@@ -511,6 +533,16 @@ static void kern_chunked(RangeFn fn, const void *ctx, int64_t lo, int64_t hi) {
     fn(ctx, s, hi - s < KERN_CHUNK ? hi : s + KERN_CHUNK);
 }
 
+/* Takes ranges of the posted job until none is left (or Ctrl-C). */
+static void kern_take(void) {
+  while (!shm_interrupt_pending()) {
+    int64_t lo = atomic_fetch_add(&par.next, par.step);
+    if (lo >= par.n)
+      return;
+    par.fn(par.ctx, lo, par.n - lo < par.step ? par.n : lo + par.step);
+  }
+}
+
 static void *kern_par_helper(void *unused) {
   (void)unused;
   pthread_mutex_lock(&par.lock);
@@ -518,10 +550,11 @@ static void *kern_par_helper(void *unused) {
     while (!par.posted)
       pthread_cond_wait(&par.go, &par.lock);
     par.posted = false;
+    par.busy = true;
     pthread_mutex_unlock(&par.lock);
-    kern_chunked(par.fn, par.ctx, par.lo, par.hi);
+    kern_take();
     pthread_mutex_lock(&par.lock);
-    par.finished = true;
+    par.busy = false;
     pthread_cond_signal(&par.fin);
   }
   return NULL;
@@ -552,26 +585,27 @@ void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t 
     kern_chunked(fn, ctx, 0, n);
     return;
   }
-  int64_t mid = (n / 2 + align - 1) / align * align;
-  pthread_mutex_lock(&par.lock);
+  int64_t step = (n / KERN_PAR_PIECES + align - 1) / align * align;
   par.fn = fn;
   par.ctx = ctx;
-  par.lo = mid;
-  par.hi = n;
-  par.finished = false;
+  par.n = n;
+  par.step = step < align ? align : step > KERN_CHUNK ? KERN_CHUNK / align * align : step;
+  atomic_store(&par.next, 0);
+  pthread_mutex_lock(&par.lock);
   par.posted = true;
   pthread_cond_signal(&par.go);
   pthread_mutex_unlock(&par.lock);
-  kern_chunked(fn, ctx, 0, mid);
+  kern_take();
   pthread_mutex_lock(&par.lock);
-  while (!par.finished)
+  par.posted = false;   /* not taken yet: nothing is left for the helper */
+  while (par.busy)
     pthread_cond_wait(&par.fin, &par.lock);
   pthread_mutex_unlock(&par.lock);
   pthread_mutex_unlock(&par.use);
 }
 
-/* Element loops split at a multiple of 1024 (whole sin/cos blocks, whole
- * cache lines). */
+/* Element loops split at multiples of 1024 (whole cache lines, and
+ * whole blocks of the in-place sin/cos). */
 static void kern_par(RangeFn fn, const void *ctx, int64_t n) {
   kern_parallel(fn, ctx, n, KERN_PAR_MIN, 1024);
 }

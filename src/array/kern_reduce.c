@@ -148,7 +148,8 @@ ROWS(rows_sum_f64, double, double, C_ADDF)
  * 128 copies of x is x (the seed 001 toy network's loss depends on it). */
 #define PW_BLOCK 256
 #define PAIRWISE(NAME, T)                                                    \
-  KERN_CLONES static T NAME##_block(const T *x, int64_t n) {                \
+  static inline __attribute__((always_inline)) T NAME##_fold(const T *x,   \
+                                                             int64_t n) {  \
     T t[PW_BLOCK / 2];                                                      \
     if (n < 2)                                                              \
       return n ? x[0] : 0;                                                  \
@@ -166,6 +167,22 @@ ROWS(rows_sum_f64, double, double, C_ADDF)
       h = h2;                                                               \
     }                                                                       \
     return t[0];                                                            \
+  }                                                                         \
+  /* a whole block, the common case, is the same fold (no odd halves)    \
+   * with constant sizes, every level unrolled into straight vector adds */ \
+  static inline __attribute__((always_inline)) T NAME##_fold_whole(        \
+      const T *x) {                                                         \
+    T t[PW_BLOCK / 2];                                                      \
+    for (int i = 0; i < PW_BLOCK / 2; i++)                                  \
+      t[i] = x[i] + x[i + PW_BLOCK / 2];                                    \
+    _Pragma("GCC unroll 8")                                                 \
+    for (int h = PW_BLOCK / 4; h >= 1; h /= 2)                              \
+      for (int i = 0; i < h; i++)                                           \
+        t[i] += t[i + h];                                                   \
+    return t[0];                                                            \
+  }                                                                         \
+  KERN_CLONES static T NAME##_block(const T *x, int64_t n) {                \
+    return n == PW_BLOCK ? NAME##_fold_whole(x) : NAME##_fold(x, n);        \
   }                                                                         \
   T NAME(const T *x, int64_t n) {                                           \
     if (n <= PW_BLOCK)                                                      \

@@ -138,24 +138,30 @@ int kern_padding_config(Value *cfg, int ndim, int64_t *lo, int64_t *hi, int64_t 
 float kern_sum_f32(const float *x, int64_t n);
 double kern_sum_f64(const double *x, int64_t n);
 
-/* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
- * (range reduction and minimax polynomials, within 2 ulp over the whole
- * range; large sin/cos arguments fall back to libm).  [y] may equal [x]. */
-/* Splitting a large loop over two cores (kern_elementwise.c): one helper
- * thread takes the upper part while the caller runs the lower one, since
- * element-wise work over 10^7 elements is bound by one core's memory
- * bandwidth.  Only one caller uses the helper at a time; the others (such
- * as concurrent device threads) run serially, so the machine is never
- * oversubscribed.  fn(ctx, lo, hi) covers [0, n) in ranges: two halves
- * split at a multiple of [align] when n >= [min] and the helper is free,
- * else one, with Ctrl-C looked at between chunks of 4 Mi.  [fn] runs on
- * two threads at once: what it writes must be disjoint per range, and it
- * cannot report errors (the helper's error state is its own). */
+/* Splitting a large loop over two cores (kern_elementwise.c): a helper
+ * thread and the caller take ranges of it in turn, since element-wise
+ * work over 10^7 elements is bound by one core's memory bandwidth; when
+ * the other core is busy the caller takes more ranges and does not wait
+ * for a helper that has not started.  Only one caller uses the helper at
+ * a time; the others (such as concurrent device threads) run serially,
+ * so the machine is never oversubscribed.  fn(ctx, lo, hi) covers [0, n)
+ * once, in ranges starting at multiples of [align] (about 64 of them)
+ * when n >= [min] and the helper is free, else in one pass with Ctrl-C
+ * looked at between chunks of 4 Mi; a split loop looks at Ctrl-C between
+ * ranges.  [fn] runs on two threads at once, on any number of ranges
+ * each: what it writes must be disjoint per range and must not depend on
+ * which thread ran a range, and it cannot report errors (the helper's
+ * error state is its own). */
 typedef void (*RangeFn)(const void *ctx, int64_t lo, int64_t hi);
 void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t align);
 /* Elements below which a second core costs more than it brings. */
 #define KERN_PAR_MIN ((int64_t)1 << 20)
 
+/* Float32 sin, cos, exp and log over [n] contiguous elements, vectorised
+ * (range reduction and minimax polynomials, within 2 ulp over the whole
+ * range; large sin/cos arguments fall back to libm).  [y] may equal [x].
+ * Each element's result depends on its argument alone, never on its
+ * neighbours or on how a caller cuts the array into blocks. */
 void kern_sin_f32(const float *x, float *y, int64_t n);
 void kern_cos_f32(const float *x, float *y, int64_t n);
 void kern_exp_f32(const float *x, float *y, int64_t n);

@@ -46,10 +46,9 @@
 #include "transform/plan.h"
 
 /* Elements per block of a fused loop: 8 KiB per register, so a dozen
- * registers stay in L2.  A multiple of 1024, because kern_sin_f32 and
- * kern_cos_f32 pick their polynomial per 1024-element block: fused blocks
- * then give those routines the blocks eager evaluation gives them, and
- * the same bits. */
+ * registers stay in L2.  A closing sum leaves one partial per block, so
+ * the block fixes a fused sum's order of additions (fuse.c runs a block
+ * in shorter lines and keeps that order). */
 #define CMP_BLOCK 2048
 
 /* Compiles [p] if it is not yet (sets p->exec; sub-plans compiled too).

@@ -37,7 +37,8 @@ typedef struct FRef {
 
 typedef enum {
   FO_ADD, FO_SUB, FO_MUL, FO_DIV, FO_MAX, FO_MIN,
-  FO_NEG, FO_ABS, FO_SQRT, FO_SIN, FO_COS, FO_EXP, FO_LOG, FO_KERNEL
+  FO_NEG, FO_ABS, FO_SQRT, FO_SIN, FO_COS, FO_EXP, FO_LOG, FO_KERNEL,
+  FO_PAIR   /* two arithmetic operations in one pass: see pair_up */
 } FOp;
 
 typedef struct FInstr {
@@ -46,6 +47,7 @@ typedef struct FInstr {
   int nin;
   FRef in[3];
   FRef dst;
+  int pair;             /* FO_PAIR: which of the pair loops (pair_loops) */
 } FInstr;
 
 typedef struct Prog {
@@ -253,6 +255,61 @@ static int build_reduce(Builder *b, FRef *locs, int k) {
   return 0;
 }
 
+/* ---- pairs ---- */
+
+/* The operations a pair may join: the arithmetic ones, whose vector
+ * forms are the same IEEE operations as the single loops'. */
+static int pair_code(FOp op) {
+  switch (op) {
+  case FO_ADD: return 0;
+  case FO_SUB: return 1;
+  case FO_MUL: return 2;
+  case FO_DIV: return 3;
+  default: return -1;
+  }
+}
+
+static bool same_reg(FRef a, FRef b) { return a.kind == FK_REG && b.kind == FK_REG && a.idx == b.idx; }
+
+/* True when register [r] is read after instruction [k] before being
+ * written again (or by the closing sum). */
+static bool read_later(const Prog *p, int k, FRef r) {
+  for (int j = k + 1; j < p->n; j++) {
+    for (int m = 0; m < p->ins[j].nin; m++)
+      if (same_reg(p->ins[j].in[m], r)) return true;
+    if (same_reg(p->ins[j].dst, r)) return false;
+  }
+  return p->reduce && same_reg(p->red_src, r);
+}
+
+/* Joins instruction [k], t = a op1 b, and [k + 1], which reads t once as
+ * one of its two operands and is the last to read it, into one pass that
+ * keeps t in a vector register: d = t op2 c or c op2 t.  Each element
+ * goes through the same two roundings, so the bits are those of the two
+ * loops; the pass saves a store and a load of t and a loop. */
+static bool pair_up(Prog *p, int k) {
+  FInstr *i1 = &p->ins[k], *i2 = &p->ins[k + 1];
+  int c1 = pair_code(i1->op), c2 = pair_code(i2->op);
+  if (c1 < 0 || c2 < 0 || i1->dst.kind != FK_REG) return false;
+  bool left = same_reg(i2->in[0], i1->dst), right = same_reg(i2->in[1], i1->dst);
+  if (left == right || read_later(p, k + 1, i1->dst)) return false;
+  FInstr j = *i2;
+  j.op = FO_PAIR;
+  j.nin = 3;
+  j.in[0] = i1->in[0];
+  j.in[1] = i1->in[1];
+  j.in[2] = left ? i2->in[1] : i2->in[0];
+  j.pair = (c1 * 4 + c2) * 2 + (left ? 0 : 1);
+  *i1 = j;
+  memmove(i2, i2 + 1, sizeof(FInstr) * (size_t)(p->n - k - 2));
+  p->n--;
+  return true;
+}
+
+static void pair_all(Prog *p) {
+  for (int k = 0; k + 1 < p->n; k++) pair_up(p, k);
+}
+
 /* Whether every instruction is one of the loop's own (no kernel call,
  * which could fail on the helper thread, where its error would be lost). */
 static bool splittable(const Prog *p) {
@@ -279,6 +336,7 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
     bool red = items[i + k].eqn->prim == P_REDUCE_SUM;
     if ((red ? build_reduce(&b, locs, k) : build_instr(&b, locs, k)) < 0) goto fail;
   }
+  pair_all(prog);
   f->impl = prog;
   f->nregs = b.nregs;
   f->npartials = prog->reduce ? prog->size / CMP_BLOCK + 2 : 0;
@@ -377,18 +435,21 @@ void fuse_mem_free(FuseMem *m) {
                                bool va, const float *restrict b, bool vb,       \
                                int64_t n) {                                     \
     if (va && vb) {                                                             \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float x = a[i], y = b[i];                                               \
         d[i] = (EXPR);                                                          \
       }                                                                         \
     } else if (vb) {                                                            \
       float x = a[0];                                                           \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float y = b[i];                                                         \
         d[i] = (EXPR);                                                          \
       }                                                                         \
     } else if (va) {                                                            \
       float y = b[0];                                                           \
+      _Pragma("GCC unroll 4")                                                   \
       for (int64_t i = 0; i < n; i++) {                                         \
         float x = a[i];                                                         \
         d[i] = (EXPR);                                                          \
@@ -424,20 +485,115 @@ FUN(f_neg, -x)
 FUN(f_abs, fabsf(x))
 FUN(f_sqrt, sqrtf(x))
 
+/* A pair's loop: t = a OP1 b, then d = t OP2 c (LEFT) or c OP2 t, over
+ * n elements; a broadcast operand has its flag false.  d may be the very
+ * line of a, b or c (a register freed by the pair's first operation and
+ * taken for its result): every element is read before it is written, in
+ * vectors of 8 read whole before any is stored, so the loop is written
+ * with vector types rather than left to the vectoriser, which would
+ * need an overlap check. */
+typedef float V8 __attribute__((vector_size(32)));
+
+#define PAIR_OPS(X) X(add, +) X(sub, -) X(mul, *) X(div, /)
+#define PAIR_LOOP(N1, O1, N2, O2, LEFT, SUF)                                     \
+  static inline __attribute__((always_inline)) void pair_body_##N1##_##N2##SUF(   \
+      float *d, const float *a, bool va, const float *b, bool vb, const float *c, \
+      bool vc, int64_t n) {                                                      \
+    float as = a[0], bs = b[0], cs = c[0];                                       \
+    V8 av = (V8){0} + as, bv = (V8){0} + bs, cv = (V8){0} + cs;                  \
+    int64_t i = 0;                                                               \
+    _Pragma("GCC unroll 2")                                                      \
+    for (; i + 8 <= n; i += 8) {                                                 \
+      V8 x1 = av, x2 = bv, o = cv;                                               \
+      if (va) memcpy(&x1, a + i, sizeof x1);                                     \
+      if (vb) memcpy(&x2, b + i, sizeof x2);                                     \
+      if (vc) memcpy(&o, c + i, sizeof o);                                       \
+      V8 t = x1 O1 x2;                                                           \
+      V8 r = LEFT ? t O2 o : o O2 t;                                             \
+      memcpy(d + i, &r, sizeof r);                                               \
+    }                                                                            \
+    for (; i < n; i++) {                                                         \
+      float t = (va ? a[i] : as) O1 (vb ? b[i] : bs);                            \
+      float o = vc ? c[i] : cs;                                                  \
+      d[i] = LEFT ? t O2 o : o O2 t;                                             \
+    }                                                                            \
+  }                                                                              \
+  /* the broadcast patterns of chains are made constant, so their loops are    \
+   * plain vector code; a scalar is never read past its one element */         \
+  FUSE_CLONES static void pair_##N1##_##N2##SUF(float *d, const float *a, bool va, \
+                                             const float *b, bool vb,           \
+                                             const float *c, bool vc, int64_t n) { \
+    if (va && vb && vc)                                                          \
+      pair_body_##N1##_##N2##SUF(d, a, true, b, true, c, true, n);               \
+    else if (va && !vb && vc)                                                    \
+      pair_body_##N1##_##N2##SUF(d, a, true, b, false, c, true, n);              \
+    else if (!va && vb && vc)                                                    \
+      pair_body_##N1##_##N2##SUF(d, a, false, b, true, c, true, n);             \
+    else if (va && vb && !vc)                                                    \
+      pair_body_##N1##_##N2##SUF(d, a, true, b, true, c, false, n);             \
+    else                                                                         \
+      pair_body_##N1##_##N2##SUF(d, a, va, b, vb, c, vc, n);                     \
+  }
+#define PAIR_BOTH(N1, O1, N2, O2) PAIR_LOOP(N1, O1, N2, O2, 1, _l) PAIR_LOOP(N1, O1, N2, O2, 0, _r)
+#define PAIR_SECOND(N1, O1)                                                       \
+  PAIR_BOTH(N1, O1, add, +) PAIR_BOTH(N1, O1, sub, -) PAIR_BOTH(N1, O1, mul, *)  \
+  PAIR_BOTH(N1, O1, div, /)
+PAIR_OPS(PAIR_SECOND)
+
+typedef void (*PairLoop)(float *, const float *, bool, const float *, bool, const float *, bool,
+                         int64_t);
+/* Indexed by (first * 4 + second) * 2 + (t on the right), in pair_code's
+ * order. */
+#define PAIR_ENTRY2(N1, N2) pair_##N1##_##N2##_l, pair_##N1##_##N2##_r,
+#define PAIR_ROW(N1, O1) PAIR_ENTRY2(N1, add) PAIR_ENTRY2(N1, sub) PAIR_ENTRY2(N1, mul) PAIR_ENTRY2(N1, div)
+static const PairLoop pair_loops[32] = {PAIR_OPS(PAIR_ROW)};
+
+/* A whole block runs as two lines of FUSE_LINE elements: the lines of
+ * the registers and of the operands read in place (4 KiB each) then stay
+ * in the first-level cache from one instruction to the next, where a
+ * whole block's would not, while each instruction's dispatch is still
+ * paid once per 1024 elements.  kern_sum_f32 sums a whole block as its
+ * two halves added, so a closing sum of the two lines' sums gives the
+ * same bits. */
+#define FUSE_LINE 1024
+_Static_assert(CMP_BLOCK == 2 * FUSE_LINE, "a block's sum adds two lines");
+
+/* Where an operand or result of an instruction is, looked up once per
+ * run rather than on every line. */
+typedef struct Site {
+  char *mem;            /* the slot's data, or NULL for a register */
+  int64_t step;         /* bytes per element; 0 for a broadcast scalar */
+  int reg;
+} Site;
+
 typedef struct Ctx {
+  const Prog *prog;
   Array **slots;
   FuseLane *lane;
   int64_t off, n;
+  int64_t rstride;      /* floats from one register to the next */
+  Site site[FUSE_MAX_EQNS][4];   /* each instruction's operands, then its result */
+  Site red;             /* a closing sum's operand */
 } Ctx;
 
-/* The block of [r] (a register holds CMP_BLOCK elements of any fused
- * dtype: at most 4 bytes each). */
-static void *ptr(const Ctx *c, FRef r) {
-  switch (r.kind) {
-  case FK_REG: return c->lane->regs + (size_t)r.idx * CMP_BLOCK;
-  case FK_MEM: return (char *)arr_data(c->slots[r.idx]) + (size_t)c->off * dt_size(r.dtype);
-  default: return arr_data(c->slots[r.idx]);
+static Site site_of(Array **slots, FRef r) {
+  if (r.kind == FK_REG) return (Site){NULL, 0, r.idx};
+  return (Site){arr_data(slots[r.idx]), r.kind == FK_MEM ? (int64_t)dt_size(r.dtype) : 0, -1};
+}
+
+static void sites_init(Ctx *c, const Prog *p) {
+  for (int k = 0; k < p->n; k++) {
+    for (int m = 0; m < p->ins[k].nin; m++) c->site[k][m] = site_of(c->slots, p->ins[k].in[m]);
+    c->site[k][3] = site_of(c->slots, p->ins[k].dst);
   }
+  if (p->reduce) c->red = site_of(c->slots, p->red_src);
+}
+
+/* The line or block of [s] (a register holds up to CMP_BLOCK elements of
+ * any fused dtype: at most 4 bytes each). */
+static inline void *at(const Ctx *c, const Site *s) {
+  if (s->mem) return s->mem + c->off * s->step;
+  return c->lane->regs + (size_t)s->reg * (size_t)c->rstride;
 }
 
 /* A transcendental routine over a (possibly broadcast) operand. */
@@ -476,22 +632,29 @@ static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
   return a;
 }
 
-static int run_kernel(const Ctx *c, const FInstr *ins) {
+static int run_kernel(const Ctx *c, int k) {
+  const FInstr *ins = &c->prog->ins[k];
   Array *in[3], *out;
   for (int m = 0; m < ins->nin; m++)
     in[m] = ins->in[m].kind == FK_SCALAR
                 ? c->slots[ins->in[m].idx]
-                : view(c->lane, m, ptr(c, ins->in[m]), ins->in[m].dtype, c->n);
-  out = view(c->lane, 3, ptr(c, ins->dst), ins->dst.dtype, c->n);
+                : view(c->lane, m, at(c, &c->site[k][m]), ins->in[m].dtype, c->n);
+  out = view(c->lane, 3, at(c, &c->site[k][3]), ins->dst.dtype, c->n);
   /* one chunk of a fused loop: the timeline shows the loop, not its chunks */
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
-static int run_instr(const Ctx *c, const FInstr *ins) {
-  float *d = ptr(c, ins->dst), *a = ptr(c, ins->in[0]);
-  float *b = ins->nin > 1 ? ptr(c, ins->in[1]) : NULL;
+static int run_instr(const Ctx *c, int k) {
+  const FInstr *ins = &c->prog->ins[k];
+  const Site *s = c->site[k];
+  if (ins->op == FO_KERNEL) return run_kernel(c, k);
+  float *d = at(c, &s[3]), *a = at(c, &s[0]);
+  float *b = ins->nin > 1 ? at(c, &s[1]) : NULL;
   bool va = ins->in[0].kind != FK_SCALAR, vb = ins->nin > 1 && ins->in[1].kind != FK_SCALAR;
   switch (ins->op) {
+  case FO_PAIR:
+    pair_loops[ins->pair](d, a, va, b, vb, at(c, &s[2]), ins->in[2].kind != FK_SCALAR, c->n);
+    return 0;
   case FO_ADD: f_add(d, a, va, b, vb, c->n); return 0;
   case FO_SUB: f_sub(d, a, va, b, vb, c->n); return 0;
   case FO_MUL: f_mul(d, a, va, b, vb, c->n); return 0;
@@ -505,22 +668,51 @@ static int run_instr(const Ctx *c, const FInstr *ins) {
   case FO_COS: vec_fn(kern_cos_f32, d, a, va, c->n); return 0;
   case FO_EXP: vec_fn(kern_exp_f32, d, a, va, c->n); return 0;
   case FO_LOG: vec_fn(kern_log_f32, d, a, va, c->n); return 0;
-  case FO_KERNEL: return run_kernel(c, ins);
+  case FO_KERNEL: break;
   }
   return 0;
 }
 
+/* Runs every instruction over [c]'s elements; -1 when a kernel failed. */
+static int run_span(const Prog *p, const Ctx *c) {
+  for (int k = 0; k < p->n; k++)
+    if (run_instr(c, k) < 0) return -1;
+  return 0;
+}
+
+/* A whole block as FUSE_LINE lines, registers packed line by line; its
+ * closing sum is kern_sum_f32's over the block. */
+static int run_whole_block(const Prog *p, Ctx *c, float *partial) {
+  float line_sum[CMP_BLOCK / FUSE_LINE];
+  int64_t base = c->off;
+  c->n = FUSE_LINE;
+  c->rstride = FUSE_LINE;
+  for (int l = 0; l < CMP_BLOCK / FUSE_LINE; l++) {
+    c->off = base + l * FUSE_LINE;
+    if (run_span(p, c) < 0) return -1;
+    if (p->reduce) line_sum[l] = kern_sum_f32(at(c, &c->red), FUSE_LINE);
+  }
+  if (p->reduce) *partial = line_sum[0] + line_sum[1];
+  return 0;
+}
+
 /* Blocks [b0, b1) of [p] with the registers of [lane]; a closing sum
- * leaves one partial per block. */
+ * leaves one partial per block.  The last block may be short: it runs
+ * in one span, summed by kern_sum_f32 as a whole. */
 static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, int64_t b0,
                       int64_t b1) {
-  Ctx c = {slots, lane, 0, 0};
+  Ctx c = {.prog = p, .slots = slots, .lane = lane};
+  sites_init(&c, p);
   for (int64_t blk = b0; blk < b1; blk++) {
     c.off = blk * CMP_BLOCK;
-    c.n = p->size - c.off < CMP_BLOCK ? p->size - c.off : CMP_BLOCK;
-    for (int k = 0; k < p->n; k++)
-      if (run_instr(&c, &p->ins[k]) < 0) return -1;
-    if (p->reduce) m->partials[blk] = kern_sum_f32(ptr(&c, p->red_src), c.n);
+    if (p->size - c.off >= CMP_BLOCK) {
+      if (run_whole_block(p, &c, &m->partials[blk]) < 0) return -1;
+    } else {
+      c.n = p->size - c.off;
+      c.rstride = CMP_BLOCK;
+      if (run_span(p, &c) < 0) return -1;
+      if (p->reduce) m->partials[blk] = kern_sum_f32(at(&c, &c.red), c.n);
+    }
     /* Ctrl-C is looked at every 512 Ki elements: a fused block may chain
      * many costly operations, so more often than the eager kernels do */
     if ((blk & 255) == 255 && shm_interrupt_pending()) return -1;

@@ -11,13 +11,18 @@
  * such equations next to each other first when nothing in between needs
  * them.
  * The run becomes a small program over "registers" (CMP_BLOCK floats
- * each), executed block by block: an operand read from memory is read in
- * place, a value only the run uses lives in a register, a value used
- * after the run is written to its slot.  So `sum(x + sin(y) * 3. - x*y)`
- * reads x and y once and writes nothing but the sum.
+ * each), executed block by block, a whole block in two lines of 1024
+ * elements so that the lines of the registers and operands stay in the
+ * first-level cache between instructions: an operand read from memory is
+ * read in place, a value only the run uses lives in a register, a value
+ * used after the run is written to its slot.  So
+ * `sum(x + sin(y) * 3. - x*y)` reads x and y once and writes nothing but
+ * the sum.
  *
  * Exactness: add, sub, mul, div, max, min, neg, abs and sqrt over f32 are
- * the same C expressions the eager kernels use; sin, cos, exp and log call the
+ * the same C expressions the eager kernels use (two of add, sub, mul and
+ * div in a row, the first's value read only by the second, run in one
+ * pass as the same two IEEE operations); sin, cos, exp and log call the
  * eager kernels' vectorised routines (kernels.h); every other operation
  * calls its eager kernel on block-sized views.  Results therefore equal
  * eager evaluation bit for bit, except a fused sum, which adds blockwise

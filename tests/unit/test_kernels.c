@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +319,41 @@ START_TEST(test_large_split) {
 }
 END_TEST
 
+/* kern_parallel hands out every index once, in ranges starting at
+ * multiples of align, whatever the length and whichever thread is
+ * faster. */
+typedef struct Cover {
+  _Atomic unsigned char *seen;
+  int64_t align;
+  atomic_int misaligned;
+} Cover;
+
+static void cover_range(const void *ctx, int64_t lo, int64_t hi) {
+  const Cover *c = ctx;
+  if (lo % c->align)
+    atomic_fetch_add((atomic_int *)&c->misaligned, 1);
+  for (int64_t i = lo; i < hi; i++)
+    atomic_fetch_add(&c->seen[i], 1);
+}
+
+START_TEST(test_parallel_cover) {
+  static const int64_t lengths[] = {1000, 4097, 64 * 1024 + 7, 100003};
+  static const int64_t aligns[] = {1024, 1, 7};
+  for (size_t a = 0; a < 3; a++)
+    for (size_t k = 0; k < 4; k++) {
+      int64_t n = lengths[k];
+      Cover c = {calloc((size_t)n, 1), aligns[a], 0};
+      ck_assert(c.seen != NULL);
+      kern_parallel(cover_range, &c, n, 1000, c.align);
+      for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(c.seen[i] == 1, "n=%ld: index %ld taken %d times", (long)n, (long)i,
+                      c.seen[i]);
+      ck_assert_int_eq(atomic_load(&c.misaligned), 0);
+      free((void *)c.seen);
+    }
+}
+END_TEST
+
 START_TEST(test_half_arithmetic) {
   Value *a = vec(DT_BF16, 3, (double[]){1, 2, 3});
   Value *b = vec(DT_BF16, 3, (double[]){0.5, 0.25, 256});
@@ -420,6 +456,35 @@ START_TEST(test_transcendental_lanes_match_scalar) {
   check_lanes_match_scalar(kern_log_f32, -1.f, 1e6f);
   check_lanes_match_scalar(tanh_f32, -12.f, 12.f);
   check_lanes_match_scalar(logistic_f32, -100.f, 100.f);
+}
+END_TEST
+
+/* sin and cos of an element do not depend on its neighbours: arguments
+ * of every range side by side in one block (small, reduced in double,
+ * past libm's threshold) give what each gives alone, out of place and in
+ * place. */
+static void check_mixed_ranges(VecFn fn) {
+  enum { N = 3001 };
+  static const float big[] = {7.5f, -123.25f, 4321.5f, 2.5e5f, -1e30f};
+  float x[N], y[N], z[N];
+  for (int i = 0; i < N; i++)
+    x[i] = i % 4 == 3 ? big[i / 4 % 5] : (float)(i % 97) * 0.061f - 2.9f;
+  x[5] = NAN;
+  x[9] = -INFINITY;
+  fn(x, y, N);
+  memcpy(z, x, sizeof z);
+  fn(z, z, N);
+  for (int i = 0; i < N; i++) {
+    float s;
+    fn(x + i, &s, 1);
+    ck_assert_msg(memcmp(&s, y + i, sizeof s) == 0, "x=%a: in a block %a, alone %a", x[i], y[i], s);
+    ck_assert(memcmp(z + i, y + i, sizeof s) == 0);
+  }
+}
+
+START_TEST(test_trig_elementwise_pure) {
+  check_mixed_ranges(kern_sin_f32);
+  check_mixed_ranges(kern_cos_f32);
 }
 END_TEST
 
@@ -560,6 +625,49 @@ START_TEST(test_sum_accuracy) {
   ck_assert_double_le(fabs(arr_get_f64(AS_ARRAY(r), 0) - want) / want, 1e-6);
   val_decref(r);
   val_decref(&x->hdr);
+}
+END_TEST
+
+/* The pairwise sum as kern_reduce.c documents it, one add at a time: a
+ * run of up to 256 folds its halves (an odd element joins the first),
+ * a longer one splits at half rounded down to 16 and sums both parts. */
+static float ref_fold(const float *x, int64_t n) {
+  float t[128];
+  if (n < 2)
+    return n ? x[0] : 0;
+  int64_t h = n / 2;
+  for (int64_t i = 0; i < h; i++)
+    t[i] = x[i] + x[i + h];
+  if (n & 1)
+    t[0] += x[n - 1];
+  for (; h > 1; h /= 2) {
+    for (int64_t i = 0; i < h / 2; i++)
+      t[i] += t[i + h / 2];
+    if (h & 1)
+      t[0] += t[h - 1];
+  }
+  return t[0];
+}
+static float ref_pairwise(const float *x, int64_t n) {
+  if (n <= 256)
+    return ref_fold(x, n);
+  int64_t m = n / 2 / 16 * 16;
+  return ref_pairwise(x, m) + ref_pairwise(x + m, n - m);
+}
+
+/* kern_sum_f32's whole-block fast path adds in the documented order, bit
+ * for bit, as the runs of other lengths do (fused sums rely on it). */
+START_TEST(test_sum_pairwise_order) {
+  enum { N = 5000 };
+  float x[N];
+  for (int i = 0; i < N; i++)
+    x[i] = cosf((float)i * 0.37f) * 1000.0f + (float)i * 1e-3f;
+  static const int64_t sizes[] = {0, 1, 2, 3, 17, 255, 256, 257, 512, 1000, 2048, 4999};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    float got = kern_sum_f32(x + 1, sizes[k]), want = ref_pairwise(x + 1, sizes[k]);
+    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "n=%ld: %a, want %a", (long)sizes[k],
+                  got, want);
+  }
 }
 END_TEST
 
@@ -893,8 +1001,10 @@ static Suite *kernels_suite(void) {
   tcase_add_test(el, test_strided_operands);
   tcase_add_test(el, test_half_arithmetic);
   tcase_add_test(el, test_large_split);
+  tcase_add_test(el, test_parallel_cover);
   tcase_add_test(el, test_transcendental_accuracy);
   tcase_add_test(el, test_transcendental_specials);
+  tcase_add_test(el, test_trig_elementwise_pure);
   tcase_add_test(el, test_transcendental_lanes_match_scalar);
   tcase_add_test(el, test_unary_prims);
   tcase_add_test(el, test_select_and_clamp);
@@ -903,6 +1013,7 @@ static Suite *kernels_suite(void) {
   tcase_set_timeout(rd, 60);
   tcase_add_test(rd, test_reduce_axes);
   tcase_add_test(rd, test_sum_accuracy);
+  tcase_add_test(rd, test_sum_pairwise_order);
   tcase_add_test(rd, test_reduce_nan_and_empty);
   tcase_add_test(rd, test_argmax);
   tcase_add_test(rd, test_long_extremes);

@@ -157,6 +157,22 @@ START_TEST(test_large_f32) {
 }
 END_TEST
 
+/* Float products deeper than two of BLIS's packed panels (512 each) and
+ * taller than one block of rows, in place and transposed: exact, since
+ * the values are small integers. */
+START_TEST(test_f32_deep_panels) {
+  int64_t ls[] = {150, 1100}, rs[] = {1100, 40}, ts[] = {40, 1100};
+  int lc[] = {1}, rc[] = {0}, tc[] = {1};
+  Array *l = rand_array(DT_F32, 2, ls, 5), *r = rand_array(DT_F32, 2, rs, 6);
+  Array *t = rand_array(DT_F32, 2, ts, 7);
+  check_dot(l, r, 1, lc, rc, 0, NULL, NULL, -1);
+  check_dot(l, t, 1, lc, tc, 0, NULL, NULL, -1);
+  val_decref(&l->hdr);
+  val_decref(&r->hdr);
+  val_decref(&t->hdr);
+}
+END_TEST
+
 START_TEST(test_bool) {
   int64_t ls[] = {4, 6}, rs[] = {6, 5};
   int lc[] = {1}, rc[] = {0};
@@ -358,6 +374,7 @@ static Suite *linalg_suite(void) {
   TCase *tc = tcase_create("dot_general");
   tcase_add_test(tc, test_matmul_every_dtype);
   tcase_add_test(tc, test_large_f32);
+  tcase_add_test(tc, test_f32_deep_panels);
   tcase_add_test(tc, test_bool);
   tcase_add_test(tc, test_batched_leading);
   tcase_add_test(tc, test_batch_anywhere_two_contracting);
