@@ -328,6 +328,8 @@ BINARY_OP(greater_equal, OP_GE)
 BINARY_OP(bitwise_and, OP_BITAND)
 BINARY_OP(bitwise_or, OP_BITOR)
 BINARY_OP(bitwise_xor, OP_BITXOR)
+BINARY_OP(left_shift, OP_LSHIFT)
+BINARY_OP(right_shift, OP_RSHIFT)
 #undef BINARY_OP
 
 static Value *bi_arctan2(const CallArgs *a) {
@@ -982,6 +984,8 @@ const BiEntry bi_math_table[] = {
   {"bitwise_and", bi_bitwise_and, NP, "bitwise_and(x1, x2)"},
   {"bitwise_or", bi_bitwise_or, NP, "bitwise_or(x1, x2)"},
   {"bitwise_xor", bi_bitwise_xor, NP, "bitwise_xor(x1, x2)"},
+  {"left_shift", bi_left_shift, NP, "left_shift(x1, x2): x1 << x2"},
+  {"right_shift", bi_right_shift, NP, "right_shift(x1, x2): x1 >> x2, arithmetic"},
   {"logical_and", bi_logical_and, NP, "logical_and(x1, x2)"},
   {"logical_or", bi_logical_or, NP, "logical_or(x1, x2)"},
   {"logical_xor", bi_logical_xor, NP, "logical_xor(x1, x2)"},

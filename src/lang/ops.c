@@ -412,6 +412,7 @@ static Value *shift(OpKind op, Value *a, Value *b) {
   DType t;
   bool weak;
   if (result_type(a, b, &t, &weak) < 0) return NULL;
+  if (t == DT_BOOL) t = DT_I32;   /* jnp's shifts promote bools to numbers (to_numeric_dtype) */
   if (!dt_is_int(t))
     return bad_operand_dtype(op == OP_LSHIFT ? "shift_left" : "shift_right_arithmetic", t,
                              "integer");
