@@ -157,28 +157,30 @@ Value *bi_bin_const(PrimId id, Value *x, double v) {
  * not with Python's arithmetic on doubles. */
 Value *bi_arr(Value *v) { return bi_arr_dtype(v, -1); }
 
-int bi_arr2(Value *x, Value *y, Value **xa, Value **ya) {
-  *xa = ops_to_array(x, -1);
-  *ya = *xa ? ops_to_array(y, -1) : NULL;
-  if (!*ya) {
-    val_decref(*xa);
-    return -1;
-  }
-  if (!arr_is_host(*xa) || !arr_is_host(*ya)) return 0;
-  Value *cx = (Value *)arr_copy(AS_ARRAY(*xa)), *cy = cx ? (Value *)arr_copy(AS_ARRAY(*ya)) : NULL;
-  val_decref(*xa), val_decref(*ya);
-  *xa = cx, *ya = cy;
-  if (cy) return 0;
-  val_decref(cx);
-  return -1;
-}
-
 Value *bi_arr_dtype(Value *v, int dtype) {
   Value *a = ops_to_array(v, dtype);
   if (!arr_is_host(a)) return a;
   Value *c = (Value *)arr_copy(AS_ARRAY(a));
   val_decref(a);
   return c;
+}
+
+int bi_arr2(Value *x, Value *y, Value **xa, Value **ya) {
+  Value *a = ops_to_array(x, -1), *b = a ? ops_to_array(y, -1) : NULL;
+  if (!b) {
+    val_decref(a);
+    return -1;
+  }
+  if (!arr_is_host(a) || !arr_is_host(b)) {   /* a number meets the array as in an operator */
+    *xa = a, *ya = b;
+    return 0;
+  }
+  *xa = bi_arr(a);   /* two Python numbers: weak arrays */
+  *ya = *xa ? bi_arr(b) : NULL;
+  val_decref(a), val_decref(b);
+  if (*ya) return 0;
+  val_decref(*xa);
+  return -1;
 }
 
 /* Converts [x] to its float dtype (jnp's promote_args_inexact). */

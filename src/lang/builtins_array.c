@@ -157,8 +157,7 @@ static bool is_float_val(Value *v) {
 static int arange_int(const char *pname, Value *v, int64_t dflt, DType t, int64_t *out) {
   if (bi_int_arg("arange", pname, v, dflt, out) < 0) return -1;
   if (dt_holds(t, *out)) return 0;
-  err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s", (long long)*out,
-          dt_name(t));
+  ops_int_overflow(*out, t);
   return -1;
 }
 

@@ -70,8 +70,7 @@ Value *ops_convert(Value *x, DType t, bool weak) {
   if (av.dtype == t && av.weak == weak) return val_incref(x);
   if (IS_ARRAY(x) && av.ndim == 0 && av.weak) {
     if (dt_is_int(av.dtype) && dt_is_int(t) && t != DT_BOOL && !dt_holds(t, arr_get_i64(AS_ARRAY(x), 0)))
-      return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s",
-                     (long long)arr_get_i64(AS_ARRAY(x), 0), dt_name(t));
+      return ops_int_overflow(arr_get_i64(AS_ARRAY(x), 0), t);
     Array *a = AS_ARRAY(x);
     if (a->host && dt_is_float(av.dtype) && dt_is_float(t))   /* from its double, not its float32 */
       return (Value *)arr_scalar_f64(t, arr_host_f64(a), weak);
@@ -1337,19 +1336,23 @@ typedef struct NestInfo {
   const Array *wide;   /* a Python int past int32 among the leaves */
 } NestInfo;
 
-/* Whether [v] is a Python int that int32 cannot hold.  Such an int is a
- * weak int64 (arr_python_int); where it becomes an array with no dtype
- * given, JAX's 32-bit default refuses it (OverflowError) rather than
- * make an int64 array or wrap it. */
+/* Whether [v] is a Python int that int32 cannot hold (a weak int64,
+ * arr_python_int). */
 static bool wide_python_int(const Value *v) {
   if (!arr_is_host(v)) return false;
   const Array *h = (const Array *)v;
   return dt_is_int(h->dtype) && !dt_holds(DT_I32, arr_get_i64(h, 0));
 }
 
-static Value *wide_int_error(const Array *h) {
-  return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to int32",
-                 (long long)arr_get_i64(h, 0));
+Value *ops_int_overflow(int64_t x, DType t) {
+  return err_set(ERR_OVERFLOW, "Python int %lld too large to convert to %s", (long long)x,
+                 dt_name(t));
+}
+
+int ops_check_python_int(const Value *v) {
+  if (!wide_python_int(v)) return 0;
+  ops_int_overflow(arr_get_i64((const Array *)v, 0), DT_I32);
+  return -1;
 }
 
 static int nest_scan(Value *v, int depth, NestInfo *ni);
@@ -1473,14 +1476,15 @@ Value *ops_to_array(Value *v, int dtype) {
   if (!v) return err_set(ERR_TYPE, "cannot convert a missing value to an array");
   if (ops_is_array(v)) {
     if (dtype >= 0) return ops_convert(v, (DType)dtype, false);
-    return wide_python_int(v) ? wide_int_error((const Array *)v) : val_incref(v);
+    return ops_check_python_int(v) < 0 ? NULL : val_incref(v);
   }
   if (!ops_is_seq(v)) return err_set(ERR_TYPE, "cannot convert '%s' to an array", val_type_name(v));
   NestInfo ni = {.ndim = -1, .dtype = DT_F32};
   if (nest_scan(v, 0, &ni) < 0) return NULL;
   DType t = dtype >= 0 ? (DType)dtype : ni.any ? ni.dtype : DT_F32;
   /* [1, 2**40] has no int32 type; [1., 2**40] is float32, [x_i64, 2**40] int64 */
-  if (dtype < 0 && ni.wide && ni.weak && dt_is_int(t)) return wide_int_error(ni.wide);
+  if (dtype < 0 && ni.wide && ni.weak && dt_is_int(t))
+    return ops_int_overflow(arr_get_i64(ni.wide, 0), DT_I32);
   if (ni.tracer) return nest_stack(v, t);
   bool ints = !dt_is_float(t) && (!ni.any || !dt_is_float(ni.dtype));
   Array *tmp = arr_new(ints ? DT_I64 : DT_F64, ni.ndim, ni.shape);

@@ -69,6 +69,14 @@ Value *ops_dir(Value *obj);
  * inferred dtype (JAX's 32-bit default; dtype=int64 takes it). */
 Value *ops_to_array(Value *v, int dtype);
 
+/* JAX's OverflowError for Python int [x] where dtype [t] cannot hold it
+ * ("Python int N too large to convert to int8"); always NULL. */
+Value *ops_int_overflow(int64_t x, DType t);
+
+/* -1 with that OverflowError when [v] is a Python int int32 cannot hold
+ * (a weak int64 past JAX's 32-bit default), else 0. */
+int ops_check_python_int(const Value *v);
+
 /* len(obj). */
 int ops_len(Value *obj, int64_t *out);
 

@@ -203,22 +203,13 @@ static void sig_dict(Sig *s, Value *v) {
   shm_free(idx);
 }
 
-/* Whether [v] is a Python int that a weak i32 cannot hold, with JAX's
- * OverflowError set: traced, it would wrap silently wherever it meets an
- * array, where eagerly the same int is an error. */
-static bool host_int_overflows(Value *v) {
-  if (!arr_is_host(v) || !dt_is_int(AS_ARRAY(v)->dtype)) return false;
-  int64_t x = arr_get_i64(AS_ARRAY(v), 0);
-  if (dt_holds(DT_I32, x)) return false;
-  err_set(ERR_OVERFLOW, "Python int %lld too large to convert to int32", (long long)x);
-  return true;
-}
-
 /* A traced argument: arrays are leaves, tuples, lists and dicts are
  * walked (lang/pytree.h's order); a tuple of ints is static (a shape). */
 static void sig_traced(Sig *s, Value *v) {
   if (ops_is_array(v)) {
-    if (host_int_overflows(v)) {
+    /* a Python int past int32 is JAX's OverflowError: traced, it would
+     * wrap silently wherever it meets an array, as it does not eagerly */
+    if (ops_check_python_int(v) < 0) {
       s->failed = true;
       return;
     }
