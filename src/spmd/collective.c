@@ -108,7 +108,8 @@ static int x_alloc(Slot *s, int n) {
   if (!transport_active()) return 0;
   s->lpeers = shm_calloc((size_t)n, sizeof(int));
   s->xreqs = shm_calloc((size_t)transport_procs(), sizeof(void *));
-  return s->lpeers && s->xreqs ? 0 : -1;
+  s->xread_peers = shm_calloc((size_t)n, sizeof(int));
+  return s->lpeers && s->xreqs && s->xread_peers ? 0 : -1;
 }
 
 /* Zeroed slots for [n] devices, on boundaries of a pair of cache lines,
@@ -188,6 +189,8 @@ void coll_group_free(CollGroup *g) {
       coll_x_seen_free(&g->slots[r]);
       shm_free(g->slots[r].lpeers);
       shm_free(g->slots[r].xreqs);
+      shm_free(g->slots[r].xread_peers);
+      val_decref(g->slots[r].xsmall ? &g->slots[r].xsmall->hdr : NULL);
     }
     shm_free(g->slots);
   }
@@ -843,28 +846,49 @@ char *coll_lane_data(Slot *s, int k, size_t bytes) {
   return bytes <= COLL_INLINE_BYTES ? s->inline_lane[k] : s->lane[k].data;
 }
 
-/* A reader of [lane] not yet done with it, or -1 when none is.  With
- * [locked] (lock held) a reader that left the body counts as done (it
- * reads nothing more); without, it is only found when the lock is taken. */
-static int lane_blocker(Slot *me, const CollGroup *g, const Lane *lane, bool locked) {
-  for (int i = 0; i < lane->n; i++) {
-    int p = lane->peers[i];
-    if (me->known_done[p] >= lane->seq) continue;
+/* A reader of what the caller wrote for collective #seq (participants
+ * [peers]) not yet done with it, or -1 when none is.  With [locked] (lock
+ * held) a reader that left the body counts as done (it reads nothing
+ * more); without, it is only found when the lock is taken. */
+static int readers_blocker(Slot *me, const CollGroup *g, long seq, int n, const int *peers,
+                           bool locked) {
+  for (int i = 0; i < n; i++) {
+    int p = peers[i];
+    if (me->known_done[p] >= seq) continue;
     me->known_done[p] = atomic_load(&g->slots[p].done);
-    if (me->known_done[p] < lane->seq && !(locked && g->slots[p].exited)) return p;
+    if (me->known_done[p] < seq && !(locked && g->slots[p].exited)) return p;
   }
   return -1;
 }
 
-typedef struct LaneArg {
+typedef struct ReadersArg {
   Slot *me;
   const CollGroup *g;
-  const Lane *lane;
-} LaneArg;
+  long seq;
+  int n;
+  const int *peers;
+} ReadersArg;
 
-static bool lane_free(void *arg) {
-  LaneArg *a = arg;
-  return lane_blocker(a->me, a->g, a->lane, false) < 0;
+static bool readers_done(void *arg) {
+  ReadersArg *a = arg;
+  return readers_blocker(a->me, a->g, a->seq, a->n, a->peers, false) < 0;
+}
+
+void coll_wait_readers(Call *c, long seq, int n, const int *peers) {
+  CollGroup *g = c->g;
+  Slot *me = &g->slots[c->rank];
+  ReadersArg a = {me, g, seq, n, peers};
+  if (seq < 0 || readers_done(&a) ||
+      spin_until(g, me, readers_done, &a, atomic_load(&g->epoch)))
+    return;
+  pthread_mutex_lock(&g->lock);
+  for (int p; (p = readers_blocker(me, g, seq, n, peers, true)) >= 0;) {
+    Slot *s = &g->slots[p];
+    atomic_fetch_add(&s->sleepers, 1);
+    if (atomic_load(&s->done) < seq && !s->exited) timed_wait(g, &s->wake);
+    atomic_fetch_sub(&s->sleepers, 1);
+  }
+  pthread_mutex_unlock(&g->lock);
 }
 
 /* Waits until the caller's lane of parity c->seq % 2 may be written: its
@@ -872,20 +896,7 @@ static bool lane_free(void *arg) {
  * left the body.  They are past that collective's arrival, so they finish
  * without running user code, and the wait is bounded. */
 static void lane_reusable(Call *c, Lane *lane) {
-  CollGroup *g = c->g;
-  Slot *me = &g->slots[c->rank];
-  LaneArg a = {me, g, lane};
-  if (lane->seq < 0 || lane_free(&a) ||
-      spin_until(g, me, lane_free, &a, atomic_load(&g->epoch)))
-    return;
-  pthread_mutex_lock(&g->lock);
-  for (int p; (p = lane_blocker(me, g, lane, true)) >= 0;) {
-    Slot *s = &g->slots[p];
-    atomic_fetch_add(&s->sleepers, 1);
-    if (atomic_load(&s->done) < lane->seq && !s->exited) timed_wait(g, &s->wake);
-    atomic_fetch_sub(&s->sleepers, 1);
-  }
-  pthread_mutex_unlock(&g->lock);
+  coll_wait_readers(c, lane->seq, lane->n, lane->peers);
 }
 
 void coll_lane_write(Call *c, const Array *x) {

@@ -211,6 +211,13 @@ typedef struct Slot {
   ErrKind xkind;
   char xmsg[768];
   int *lpeers;                    /* [ndevices]: the current call's local participants */
+  /* a call whose leader computed the result alone (coll_x_run's [lead])
+   * ends without a final barrier; its other local participants may still
+   * be copying it when the leader's next call begins: */
+  Array *xsmall;                  /* the leader's result, kept from call to call */
+  long xread_seq;                 /* that call, */
+  int xread_n;                    /* its other local participants, */
+  int *xread_peers;               /* [ndevices] their ranks */
   XExit xexit;                    /* its exit record, sent as it leaves the body */
   void **xreqs;                   /* [processes]: those sends */
   /* a remote device, from its exit record (guarded by the lock, like exited): */
@@ -380,6 +387,12 @@ char *coll_lane_data(Slot *s, int k, size_t bytes);
  * before the arrival is published. */
 void coll_lane_write(Call *c, const Array *x);
 
+/* Waits (fast mode) until the [n] devices [peers], which read what the
+ * caller wrote for collective #seq, are done with it or left the body.
+ * They are past that collective's arrival, so they finish without
+ * running user code, and the wait is bounded; nothing when seq < 0. */
+void coll_wait_readers(Call *c, long seq, int n, const int *peers);
+
 /* ---- collective_params.c ----------------------------------------------------- */
 
 /* Element [flat] (row-major over the logical shape) of an int or bool array. */
@@ -525,12 +538,24 @@ void coll_x_wait_sends(const Call *c, void **reqs, int n, int rc);
  * that are not contiguous are sent from contiguous copies. */
 int coll_x_exchange(const Call *c, const XLocal *lc, const void *arg);
 
+/* A step of a collective across processes: 0, or -1 with the error set. */
+typedef int (*XStep)(const Call *c, const void *arg);
+
 /* Runs collective [c], which has participants on other processes: the
  * leader runs [exchange] (coll_x_exchange: every operand to every process),
  * then every local participant [body], which computes its output (from
- * every operand, coll_peer_in, after coll_x_exchange). */
-int coll_x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
-               const void *arg);
+ * every operand, coll_peer_in, after coll_x_exchange), and a final
+ * barrier lets the leader free what they read.  With [lead] (small
+ * reductions) the leader alone computes the result after its exchange,
+ * into its slot's xres, which is its own (xsmall), and [body] copies it:
+ * the local participants then read nothing the leader frees or that
+ * belongs to another device (a compiled plan reuses its buffers as soon
+ * as the collective returns), and leave without the barrier, as a lane
+ * reduction does; the leader waits before its next exchange until they
+ * are done (under mpirun the devices share the cores with other
+ * processes, and a barrier costs a turn of the scheduler).  The reference
+ * mode keeps the barrier. */
+int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XStep lead);
 
 /* Sends device [rank]'s exit record to every other process. */
 void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed);

@@ -86,7 +86,7 @@ static int map_gather(const Call *c, const void *arg, int64_t *idx) {
  * fast or reference movement, the final barrier. */
 static int move_kernel(Call *c, int (*fast)(const Call *, const void *),
                        RefMap map, const void *arg) {
-  if (c->cross) return coll_x_run(c, coll_x_exchange, fast, arg);
+  if (c->cross) return coll_x_run(c, coll_x_exchange, fast, arg, NULL);
   if (coll_rendezvous(c) < 0) return -1;
   int rc = 0;
   if (!c->g->reference) {
@@ -158,7 +158,7 @@ int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
       coll_check_axis_size("all_gather", p, c.n) < 0)
     return -1;
   a.n = c.n;
-  if (c.cross) return coll_x_run(&c, x_gather, x_gather_local, &a);
+  if (c.cross) return coll_x_run(&c, x_gather, x_gather_local, &a, NULL);
   return move_kernel(&c, fast_gather_v, map_gather, &a);
 }
 
@@ -267,7 +267,7 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
   RedArg r = {in[0]->dtype, RED_SUM};
   if (c.cross) {
     XScatter xs = {&a, &r};
-    return coll_x_run(&c, coll_x_exchange, x_scatter, &xs);
+    return coll_x_run(&c, coll_x_exchange, x_scatter, &xs, NULL);
   }
   if (coll_rendezvous(&c) < 0) return -1;
   int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
@@ -641,7 +641,7 @@ int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
   coll_aval_from(in[0], &av);
   if (a2a_args(p, &av, c.n, &a) < 0 || coll_check_axis_size("all_to_all", p, c.n) < 0)
     return -1;
-  if (c.cross) return coll_x_run(&c, x_a2a, x_a2a_local, &a);
+  if (c.cross) return coll_x_run(&c, x_a2a, x_a2a_local, &a, NULL);
   return move_kernel(&c, fast_a2a, map_a2a, &a);
 }
 
@@ -799,7 +799,7 @@ int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
                    (long long)k, c.n), -1;
   if (c.cross) {
     int64_t spd = k / c.n;
-    return coll_x_run(&c, coll_x_exchange, x_ragged, &spd);
+    return coll_x_run(&c, coll_x_exchange, x_ragged, &spd, NULL);
   }
   if (coll_rendezvous(&c) < 0) return -1;
   int rc = ragged_validate(&c, k / c.n);

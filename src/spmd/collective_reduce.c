@@ -479,12 +479,12 @@ Array *coll_peer_out(const Call *c, int q) {
  * participant order (the same bits everywhere), saving the barrier that
  * splitting the work needs; a barrier costs more than the arithmetic.
  * Strided fallback for outputs that are not contiguous. */
-static bool fold_flat(const Call *c, const RedArg *r);
+static bool fold_flat(const Call *c, const RedArg *r, Array *out);
 
-static void fold_all(const Call *c, const RedArg *r) {
-  if (fold_flat(c, r)) return;
+static void fold_into(const Call *c, const RedArg *r, Array *out) {
+  if (fold_flat(c, r, out)) return;
   View dst, src;
-  coll_view_of(&dst, c->out[0]);
+  coll_view_of(&dst, out);
   for (int q = 0; q < c->n; q++) {
     coll_view_of(&src, coll_peer_in(c, q, 0));
     if (q == 0)
@@ -494,6 +494,8 @@ static void fold_all(const Call *c, const RedArg *r) {
   }
 }
 
+static void fold_all(const Call *c, const RedArg *r) { fold_into(c, r, c->out[0]); }
+
 /* Whether [a] is a run of memory apart from the [bytes] at [o]. */
 static bool flat_apart(const Array *a, const char *o, size_t bytes) {
   const char *p = arr_data(a);
@@ -501,12 +503,11 @@ static bool flat_apart(const Array *a, const char *o, size_t bytes) {
          (p + (size_t)a->size * dt_size(a->dtype) <= o || o + bytes <= p);
 }
 
-/* fold_all when the output and every operand are runs of memory apart
+/* fold_into when the output and every operand are runs of memory apart
  * from each other: the contiguous folds (red_first, red_next: the same
  * bits as the views' coll_inner_reduce) without setting up views, which is
  * most of a small collective's fold.  False when it does nothing. */
-static bool fold_flat(const Call *c, const RedArg *r) {
-  Array *out = c->out[0];
+static bool fold_flat(const Call *c, const RedArg *r, Array *out) {
   char *o = arr_data(out);
   int64_t n = out->size;
   size_t bytes = (size_t)n * dt_size(out->dtype);
@@ -728,8 +729,41 @@ static void lane_reduce(const Call *c, const RedArg *r) {
   coll_view_copy(&dst, &from);
 }
 
-static int x_fold_all(const Call *c, const void *r) {
-  fold_all(c, r);
+/* The leader's step of a small reduction across processes (an XStep,
+ * after coll_x_exchange; arg: the RedArg): every operand folded in
+ * participant order, the fold each participant would compute, into the
+ * leader slot's xres, an array of its own kept from call to call. */
+static int x_fold_lead(const Call *c, const void *r) {
+  Slot *me = &c->g->slots[c->rank];
+  const Array *o = c->out[0];
+  Array *res = me->xsmall;
+  if (!res || res->dtype != o->dtype || res->ndim != o->ndim ||
+      memcmp(res->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) != 0 ||
+      !arr_sole_holder(res)) {
+    val_decref(res ? &res->hdr : NULL);
+    if (!(res = me->xsmall = arr_new(o->dtype, o->ndim, o->shape))) return -1;
+  }
+  fold_into(c, r, res);
+  me->xres = res;
+  return 0;
+}
+
+/* Every local participant's output after x_fold_lead: a copy of the
+ * leader's result. */
+static int x_take_copy(const Call *c, const void *arg) {
+  (void)arg;
+  int lead = 0;
+  while (!coll_x_local(c->g, c->peers[lead])) lead++;
+  const Array *res = c->g->slots[c->peers[lead]].xres;
+  Array *o = c->out[0];
+  if (o->contiguous || o->ndim == 0) {
+    memcpy(arr_data(o), arr_data(res), (size_t)o->size * dt_size(o->dtype));
+    return 0;
+  }
+  View dst, src;
+  coll_view_of(&dst, o);
+  coll_view_of(&src, res);
+  coll_view_copy(&dst, &src);
   return 0;
 }
 
@@ -983,8 +1017,8 @@ static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
   if (coll_call_init(&c, kind, p, in, 1, out) < 0) return -1;
   if (c.cross) {
     RedArg r = {in[0]->dtype, op};
-    if (x_reduce_split(&c)) return coll_x_run(&c, x_reduce, x_take_result, &r);
-    return coll_x_run(&c, coll_x_exchange, x_fold_all, &r);
+    if (x_reduce_split(&c)) return coll_x_run(&c, x_reduce, x_take_result, &r, NULL);
+    return coll_x_run(&c, coll_x_exchange, x_take_copy, &r, x_fold_lead);
   }
   bool lane = coll_uses_lane(&c, in[0]);
   if (lane) coll_lane_write(&c, in[0]);

@@ -521,10 +521,13 @@ int coll_x_exchange(const Call *c, const XLocal *lc, const void *arg) {
 
 /* Lets the leader's proxies (the remote participants' operands) go, kept
  * for the next call at their places in the table, and frees its result
- * (x_reduce) when it is not its output. */
-static void x_free(CollGroup *g, Slot *lead) {
-  if (lead->xres && lead->xres != lead->out[0]) val_decref(&lead->xres->hdr);
-  lead->xres = NULL;
+ * (x_reduce) when it is not its output.  After a call without the final
+ * barrier (xsmall) the local participants may still read xin and xres:
+ * x_lead clears them. */
+static void x_free(CollGroup *g, Slot *lead, bool barrier) {
+  if (lead->xres && lead->xres != lead->out[0] && lead->xres != lead->xsmall)
+    val_decref(&lead->xres->hdr);
+  if (barrier) lead->xres = NULL;
   if (!lead->xin) return;
   Array **kept = lead->xtab + lead->xtab_cap;
   for (int q = 0; q < lead->xn; q++)
@@ -535,7 +538,7 @@ static void x_free(CollGroup *g, Slot *lead) {
         val_decref(kept[i] ? &kept[i]->hdr : NULL);
         kept[i] = lead->xin[i];
       }
-  lead->xin = NULL;
+  if (barrier) lead->xin = NULL;
 }
 
 /* Swaps call [c]'s participants with [l]'s.  x_run's local steps
@@ -548,19 +551,39 @@ static void x_swap(Call *c, XLocal *l) {
   *l = t;
 }
 
-/* The leader's exchange, its error copied into the leader slot for the
- * other local participants (who read it after the barrier that follows). */
-static void x_lead(Call *c, const XLocal *lc, XExchange exchange, const void *arg) {
+/* The leader's exchange and, when given, its [lead] step, the error
+ * copied into the leader slot for the other local participants (who read
+ * it after the barrier that follows).  First its last call's local
+ * participants must be done with what it left them (coll_x_run). */
+static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XStep step,
+                   const void *arg) {
   Slot *lead = &c->g->slots[c->rank];
+  coll_wait_readers(c, lead->xread_seq, lead->xread_n, lead->xread_peers);
+  lead->xread_n = 0;
+  lead->xin = NULL;
+  lead->xres = NULL;
   lead->xrc = exchange(c, lc, arg);
+  if (lead->xrc == 0 && step) {
+    c->xin = lead->xin;
+    lead->xrc = step(c, arg);
+    c->xin = NULL;
+  }
   if (lead->xrc < 0) {
     lead->xkind = err_kind();
     snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
   }
 }
 
-int coll_x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const void *arg),
-               const void *arg) {
+/* Records, at the end of leader [lead]'s call [c] (over its local
+ * participants) without the final barrier, who may still read its xres. */
+static void x_readers(Slot *lead, const Call *c) {
+  lead->xread_seq = c->seq;
+  lead->xread_n = 0;
+  for (int l = 0; l < c->n; l++)
+    if (c->peers[l] != c->rank) lead->xread_peers[lead->xread_n++] = c->peers[l];
+}
+
+int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XStep lead_step) {
   CollGroup *g = c->g;
   XLocal l = {0, 0, g->slots[c->rank].lpeers};
   for (int q = 0; q < c->n; q++)
@@ -569,12 +592,12 @@ int coll_x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const voi
       l.peers[l.n++] = c->peers[q];
     }
   Slot *lead = &g->slots[l.peers[0]];
-  bool leader = l.pos == 0;
+  bool leader = l.pos == 0, barrier = !lead_step || g->reference;
   x_swap(c, &l);   /* c: the local participants; l: all of them */
   int rc = coll_rendezvous(c);
   x_swap(c, &l);
   if (rc < 0) return -1;
-  if (leader) x_lead(c, &l, exchange, arg);
+  if (leader) x_lead(c, &l, exchange, lead_step, arg);
   x_swap(c, &l);
   coll_barrier(c);
   x_swap(c, &l);
@@ -587,8 +610,11 @@ int coll_x_run(Call *c, XExchange exchange, int (*body)(const Call *c, const voi
     rc = body(c, arg);
   }
   x_swap(c, &l);
-  coll_barrier(c);
-  if (leader) x_free(g, lead);
+  if (barrier) coll_barrier(c);
+  if (leader) {
+    x_free(g, lead, barrier);
+    if (!barrier) x_readers(lead, c);
+  }
   coll_finish(c);
   x_swap(c, &l);
   return rc;
