@@ -606,7 +606,14 @@ static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
   for (int q = 0; rc == 0 && q < n; q++)
     if (coll_x_local(c->g, c->peers[q])) s.tab[q] = c->g->slots[c->peers[q]].in[0];
   if (rc == 0) rc = x_a2a_send(&s, lc, h, procs, np);
-  for (int i = 0; rc == 0 && i < np; i++) rc = x_a2a_recv(&s, lc, procs[i], np + i);
+  /* from the next process up first, as a pairwise exchange goes: at each
+   * step every process reads from a different one */
+  int first = 0;
+  while (first < np && procs[first] < transport_rank()) first++;
+  for (int k = 0; rc == 0 && k < np; k++) {
+    int i = (first + k) % np;
+    rc = x_a2a_recv(&s, lc, procs[i], np + i);
+  }
   coll_x_wait_sends(c, s.reqs, s.nreqs, rc);
   for (int i = 0; s.packs && i < 2 * np; i++)
     if (s.packs[i]) shm_buf_free(s.packs[i], s.pack_bytes[i]);
