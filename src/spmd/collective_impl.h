@@ -547,7 +547,8 @@ typedef int (*XStep)(const Call *c, const void *arg);
  * every operand, coll_peer_in, after coll_x_exchange), and a final
  * barrier lets the leader free what they read.  With [lead] (small
  * reductions) the leader alone computes the result after its exchange,
- * into its slot's xres, which is its own (xsmall), and [body] copies it:
+ * into its slot's xres, which is its own (xsmall) unless the leader is
+ * the process's only participant, and [body] copies it:
  * the local participants then read nothing the leader frees or that
  * belongs to another device (a compiled plan reuses its buffers as soon
  * as the collective returns), and leave without the barrier, as a lane
@@ -555,7 +556,7 @@ typedef int (*XStep)(const Call *c, const void *arg);
  * are done (under mpirun the devices share the cores with other
  * processes, and a barrier costs a turn of the scheduler).  The reference
  * mode keeps the barrier. */
-int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XStep lead);
+int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XExchange lead);
 
 /* Sends device [rank]'s exit record to every other process. */
 void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed);

@@ -729,14 +729,20 @@ static void lane_reduce(const Call *c, const RedArg *r) {
   coll_view_copy(&dst, &from);
 }
 
-/* The leader's step of a small reduction across processes (an XStep,
- * after coll_x_exchange; arg: the RedArg): every operand folded in
- * participant order, the fold each participant would compute, into the
- * leader slot's xres, an array of its own kept from call to call. */
-static int x_fold_lead(const Call *c, const void *r) {
+/* The leader's step of a small reduction across processes (an
+ * XExchange, after coll_x_exchange; arg: the RedArg): every operand folded
+ * in participant order, the fold each participant would compute, into the
+ * leader slot's xres: its own output when it is the process's only
+ * participant (nobody else reads it), else an array of its own kept from
+ * call to call. */
+static int x_fold_lead(const Call *c, const XLocal *lc, const void *r) {
   Slot *me = &c->g->slots[c->rank];
-  const Array *o = c->out[0];
-  Array *res = me->xsmall;
+  Array *o = c->out[0], *res = me->xsmall;
+  if (lc->n == 1) {
+    fold_all(c, r);
+    me->xres = o;
+    return 0;
+  }
   if (!res || res->dtype != o->dtype || res->ndim != o->ndim ||
       memcmp(res->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) != 0 ||
       !arr_sole_holder(res)) {
@@ -756,6 +762,7 @@ static int x_take_copy(const Call *c, const void *arg) {
   while (!coll_x_local(c->g, c->peers[lead])) lead++;
   const Array *res = c->g->slots[c->peers[lead]].xres;
   Array *o = c->out[0];
+  if (o == res) return 0;
   if (o->contiguous || o->ndim == 0) {
     memcpy(arr_data(o), arr_data(res), (size_t)o->size * dt_size(o->dtype));
     return 0;

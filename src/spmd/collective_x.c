@@ -555,17 +555,17 @@ static void x_swap(Call *c, XLocal *l) {
  * copied into the leader slot for the other local participants (who read
  * it after the barrier that follows).  First its last call's local
  * participants must be done with what it left them (coll_x_run). */
-static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XStep step,
+static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XExchange step,
                    const void *arg) {
   Slot *lead = &c->g->slots[c->rank];
-  coll_wait_readers(c, lead->xread_seq, lead->xread_n, lead->xread_peers);
+  if (lead->xread_n) coll_wait_readers(c, lead->xread_seq, lead->xread_n, lead->xread_peers);
   lead->xread_n = 0;
   lead->xin = NULL;
   lead->xres = NULL;
   lead->xrc = exchange(c, lc, arg);
   if (lead->xrc == 0 && step) {
     c->xin = lead->xin;
-    lead->xrc = step(c, arg);
+    lead->xrc = step(c, lc, arg);
     c->xin = NULL;
   }
   if (lead->xrc < 0) {
@@ -583,7 +583,7 @@ static void x_readers(Slot *lead, const Call *c) {
     if (c->peers[l] != c->rank) lead->xread_peers[lead->xread_n++] = c->peers[l];
 }
 
-int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XStep lead_step) {
+int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XExchange lead_step) {
   CollGroup *g = c->g;
   XLocal l = {0, 0, g->slots[c->rank].lpeers};
   for (int q = 0; q < c->n; q++)
