@@ -29,7 +29,10 @@
  *      from all the operands with the algorithms that read peers' operands
  *      and write only their own output (the same folds, in the same
  *      participant order: the bits equal a one-process run's), and a
- *      final barrier lets the leader free the proxies.
+ *      final barrier lets the leader free the proxies.  A small reduction
+ *      instead has the leader fold once, into an array of its own, which
+ *      the others copy before they leave without the final barrier; the
+ *      leader's next exchange waits until they have (coll_x_run).
  * While it waits for a header the leader reads what the other processes
  * said: a header of the same number listing one of its participants under
  * another descriptor is a mismatch, a later one a participant that went
