@@ -162,6 +162,11 @@ int exc_isinstance(Value *x, Value *cls) {
   return is_exc(x) && subclass(((Exc *)x)->cls, c);
 }
 
+const char *exc_type_name(Value *x) {
+  if (is_exc(x)) return classes[((Exc *)x)->cls].name;
+  return class_index(x) >= 0 ? "type" : NULL;
+}
+
 int exc_raise(Value *v, Loc loc) {
   Value *inst = NULL;
   int c = class_index(v);
