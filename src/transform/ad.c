@@ -1789,6 +1789,26 @@ static Value *bi_hessian(const CallArgs *a) {
 
 /* ==== queries for control flow ================================================ */
 
+/* Whether tracer [v] is being differentiated ([reverse]: in reverse mode,
+ * looking through batch tracers' values and forward JVP tracers'
+ * primals, as a batched or forward-differentiated value may carry a
+ * reverse-mode one inside it). */
+static bool tracer_ad(Value *v, bool reverse) {
+  while (IS_TRACER(v)) {
+    Tracer *t = (Tracer *)v;
+    if (t->kind == TR_JVP) {
+      JvpTrace *j = jvp_find(t->trace_id);
+      if (!reverse || (j && j->lin)) return true;
+      v = t->primal;
+    } else if (reverse && t->kind == TR_BATCH) {
+      v = t->batched;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
 static bool leaf_pred(Value *tree, bool reverse) {
   PyLeaves l = {0};
   if (leaves_of(tree, &l) < 0) {
@@ -1796,13 +1816,15 @@ static bool leaf_pred(Value *tree, bool reverse) {
     return false;
   }
   bool found = false;
-  for (int i = 0; i < l.n && !found; i++) {
-    if (!IS_JVP_TRACER(l.v[i])) continue;
-    JvpTrace *j = jvp_find(((Tracer *)l.v[i])->trace_id);
-    found = !reverse || (j && j->lin);
-  }
+  for (int i = 0; i < l.n && !found; i++) found = tracer_ad(l.v[i], reverse);
   pytree_leaves_free(&l);
   return found;
+}
+
+bool ad_reverse_active(void) {
+  for (JvpTrace *j = jvp_top; j; j = j->parent)
+    if (j->lin) return true;
+  return false;
 }
 
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }

@@ -43,9 +43,14 @@
 int ad_register(Env *builtins);
 
 /* Whether some array leaf of [tree] is being differentiated in reverse
- * mode on this thread (a JVP tracer whose trace linearises): control flow
- * that cannot be transposed refuses it. */
+ * mode on this thread (a JVP tracer whose trace linearises, also inside a
+ * batch tracer or a forward JVP tracer): control flow that cannot be
+ * transposed refuses it. */
 bool ad_reverse_leaf(Value *tree);
+
+/* Whether reverse-mode differentiation is under way on this thread (some
+ * grad, vjp or value_and_grad is tracing). */
+bool ad_reverse_active(void);
 
 /* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
 bool ad_has_jvp_leaf(Value *tree);

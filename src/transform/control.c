@@ -931,10 +931,12 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
   trace_transformed_operand();
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
-  if (!r && unstage())   /* no trip count to unroll by */
+  if (!r && unstage()) {   /* no trip count to unroll by */
+    if (ad_reverse_active()) return while_reverse_error();   /* JAX's, as eagerly */
     err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being batched is not "
                                  "implemented yet; use fori_loop or scan, or transform "
                                  "outside jit");
+  }
   return r;
 }
 
