@@ -638,12 +638,13 @@ static int eager_pred_check(Value *c) {
   return -1;
 }
 
-static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init) {
+static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init, bool *ran) {
   Value *val = val_incref(init);
   for (;;) {
     Value *c = val_call_n(cond_fun, 1, &val);
     if (c && IS_BATCH_TRACER(c)) {
       int any = eager_pred_check(c) < 0 ? -1 : any_example(c);
+      *ran = *ran || any == 1;
       Value *next = any == 1 && check_interrupt() == 0 ? batched_step(c, body_fun, val) : NULL;
       val_decref(c);
       if (any == 0) return val;
@@ -665,6 +666,7 @@ static Value *eager_while_run(Value *cond_fun, Value *body_fun, Value *init) {
       }
       return val;
     }
+    *ran = true;
     Value *next = val_call_n(body_fun, 1, &val);
     val_decref(val);
     if (next && (eager_carry_check("while_loop body_fun", init, next) < 0 ||
@@ -851,15 +853,17 @@ static bool any_weak(const Leaves *l, int from) {
 }
 
 /* An eager loop's carry leaves [l] (of tree [tree]) made what the staged
- * loop's would be: when one is a weak Python number, cond and body are
- * traced once, as JAX's loops always are, and the leaves converted to
- * the settled types (a number the body makes strong is strong from the
- * start, so zero iterations give what jit gives); a type error found so
- * is raised (NULL).  Else, and when the body cannot be traced (Python
- * control flow on the carry's values), a new reference to [tree]. */
-static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree) {
+ * loop's would be: when one is a weak Python number, or with [zero_trips]
+ * (the body will not run), cond and body are traced once, as JAX's loops
+ * always are, and the leaves converted to the settled types (a number the
+ * body makes strong is strong from the start, so zero iterations give
+ * what jit gives); a type error found so is raised (NULL), as jit raises
+ * it however many times the loop runs.  Else, and when the body cannot
+ * be traced (Python control flow on the carry's values), a new reference
+ * to [tree]. */
+static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree, bool zero_trips) {
   /* the loop's own leaves (fori's bounds) do not count */
-  if (!all_concrete(l) || !any_weak(l, lp->skip)) return val_incref(tree);
+  if (!all_concrete(l) || (!zero_trips && !any_weak(l, lp->skip))) return val_incref(tree);
   AVal *avs = NULL;
   Sub c = {0}, b = {0};
   Value **cv = NULL, *r = NULL;
@@ -914,9 +918,20 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
   CallCtx cc = {cond_fun, 1, &init}, bc = {body_fun, 1, &init};
   Loop lp = {"while_loop body_fun", 0, fn_name(cond_fun), fn_name(body_fun), call_body, call_body,
              &cc, &bc};
-  Value *settled = settle_carry(&lp, &l, init);
+  Value *settled = settle_carry(&lp, &l, init, false);
   shm_free(l.v);
-  Value *r = settled ? eager_while_run(cond_fun, body_fun, settled) : NULL;
+  bool ran = false;
+  Value *r = settled ? eager_while_run(cond_fun, body_fun, settled, &ran) : NULL;
+  if (r && !ran) {   /* the body never ran: its types are still checked */
+    Leaves z = {0};
+    Value *checked = flatten(settled, &z) == 0 ? settle_carry(&lp, &z, settled, true) : NULL;
+    shm_free(z.v);
+    if (!checked) {
+      val_decref(r);
+      r = NULL;
+    }
+    val_decref(checked);
+  }
   val_decref(settled);
   val_decref(init);
   return r;
@@ -968,6 +983,17 @@ typedef struct ForiCtx {
   Value *body, *tree;
 } ForiCtx;
 
+/* Whether concrete bounds [lo], [hi] make a loop of no iterations (false
+ * when they are not concrete integers: the loop reports that). */
+static bool fori_zero_trips(Value *lo, Value *hi) {
+  int64_t a, b;
+  if (!IS_ARRAY(lo) || !IS_ARRAY(hi) || arr_to_index(lo, &a) < 0 || arr_to_index(hi, &b) < 0) {
+    err_clear();
+    return false;
+  }
+  return a >= b;
+}
+
 /* fori_loop eagerly, its carry settled first as the staged loop's
  * (settle_carry). */
 static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init0) {
@@ -979,7 +1005,7 @@ static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init0) {
     ForiCtx fc = {body, init};
     Loop lp = {"fori_loop body_fun", 2, intern_cstr("fori_cond"), fn_name(body), fori_cond,
                fori_body, NULL, &fc};
-    settled = settle_carry(&lp, &l, tree);
+    settled = settle_carry(&lp, &l, tree, fori_zero_trips(lo, hi));
   }
   if (settled) r = eager_fori_run(lo, hi, body, tuple_get(settled, 2));
   val_decref(settled);
