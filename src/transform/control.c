@@ -946,8 +946,13 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
   trace_transformed_operand();
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
+  TracerKind met = trace_transformed_kind();
   if (!r && unstage()) {   /* no trip count to unroll by */
     if (ad_reverse_active()) return while_reverse_error();   /* JAX's, as eagerly */
+    if (met == TR_JVP)   /* the body closes over a value being differentiated */
+      return err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit whose body closes over a value "
+                     "being differentiated (jvp) is not implemented yet: pass that value in "
+                     "the loop's carry, or use fori_loop or scan");
     err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being batched is not "
                                  "implemented yet; use fori_loop or scan, or transform "
                                  "outside jit");

@@ -36,12 +36,15 @@ struct Trace {
 static _Thread_local Trace *cur_trace;
 static _Thread_local Trace *linear_traces;
 static _Thread_local bool transformed_operand;
+static _Thread_local TracerKind transformed_kind;
 
 bool trace_transformed_operand(void) {
   bool b = transformed_operand;
   transformed_operand = false;
   return b;
 }
+
+TracerKind trace_transformed_kind(void) { return transformed_kind; }
 static atomic_uint next_trace_id = 1;
 
 unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
@@ -295,6 +298,7 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
       return out->var < 0 ? -1 : 0;
     }
     transformed_operand = true;
+    transformed_kind = ((Tracer *)v)->kind;
     err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (a jit function's "
                                  "closure, or cond, while_loop, fori_loop, scan or shard_map "
                                  "under jit); transforming staged code is not implemented yet: "

@@ -100,6 +100,10 @@ Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a);
  * Clears the flag. */
 bool trace_transformed_operand(void);
 
+/* The kind of the last such value (TR_JVP, TR_BATCH), which names what
+ * control flow could not stage. */
+TracerKind trace_transformed_kind(void);
+
 /* A fresh trace id, above every id handed out before (traces of one
  * thread nest, so the innermost has the largest id). */
 unsigned trace_next_id(void);
