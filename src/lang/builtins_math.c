@@ -405,7 +405,6 @@ static Value *bi_relu(const CallArgs *a) {
   return r;
 }
 
-/* jnp.clip(a, min, max) via maximum and minimum. */
 /* One bound of clip: [r] (consumed) [id] (max or min) [bound], the two
  * converted as a binary function's operands (bi_arr2). */
 static Value *clip_side(Value *r, Value *bound, PrimId id) {
@@ -418,6 +417,7 @@ static Value *clip_side(Value *r, Value *bound, PrimId id) {
   return m;
 }
 
+/* jnp.clip(a, min, max) via maximum and minimum. */
 static Value *bi_clip(const CallArgs *a) {
   Value *x, *lo, *hi, *lo2, *hi2;
   Value **slots[] = {&x, &lo, &hi, &lo2, &hi2};

@@ -160,49 +160,35 @@ void coll_inner_reduce(char *acc, const char *x, int64_t n, int64_t as,
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 
-#define FLOAT_FOLDS(T, NAME)                                                  \
+/* NAME_first: o = a (op) b; NAME_next: o = o (op) b, each element by
+ * [COMBINE], an expression of x, y and op. */
+#define FOLDS(T, NAME, COMBINE)                                               \
   KERN_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
                                        const T *restrict b, int64_t n,        \
                                        RedOp op) {                            \
     for (int64_t i = 0; i < n; i++) {                                         \
       T x = a[i], y = b[i];                                                   \
-      o[i] = RED_FLOAT(T, x, y, op);                                          \
+      o[i] = COMBINE;                                                         \
     }                                                                         \
   }                                                                           \
   KERN_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
                                       int64_t n, RedOp op) {                  \
     for (int64_t i = 0; i < n; i++) {                                         \
       T x = o[i], y = b[i];                                                   \
-      o[i] = RED_FLOAT(T, x, y, op);                                          \
+      o[i] = COMBINE;                                                         \
     }                                                                         \
   }
-
-FLOAT_FOLDS(float, fold_f32)
-FLOAT_FOLDS(double, fold_f64)
 
 /* Integers: sums wrap (computed unsigned, the same bits as red_int). */
-#define INT_FOLDS(T, U, NAME)                                                 \
-  KERN_CLONES static void NAME##_first(T *restrict o, const T *restrict a,    \
-                                       const T *restrict b, int64_t n,        \
-                                       RedOp op) {                            \
-    for (int64_t i = 0; i < n; i++) {                                         \
-      T x = a[i], y = b[i];                                                   \
-      o[i] = op == RED_SUM ? (T)((U)x + (U)y)                                 \
-             : op == RED_MAX ? (x > y ? x : y) : (x < y ? x : y);             \
-    }                                                                         \
-  }                                                                           \
-  KERN_CLONES static void NAME##_next(T *restrict o, const T *restrict b,     \
-                                      int64_t n, RedOp op) {                  \
-    for (int64_t i = 0; i < n; i++) {                                         \
-      T x = o[i], y = b[i];                                                   \
-      o[i] = op == RED_SUM ? (T)((U)x + (U)y)                                 \
-             : op == RED_MAX ? (x > y ? x : y) : (x < y ? x : y);             \
-    }                                                                         \
-  }
+#define RED_WRAP(T, U, a, b, op)                                              \
+  ((op) == RED_SUM ? (T)((U)(a) + (U)(b))                                     \
+   : (op) == RED_MAX ? ((a) > (b) ? (a) : (b)) : ((a) < (b) ? (a) : (b)))
 
-INT_FOLDS(int8_t, uint8_t, fold_i8)
-INT_FOLDS(int32_t, uint32_t, fold_i32)
-INT_FOLDS(int64_t, uint64_t, fold_i64)
+FOLDS(float, fold_f32, RED_FLOAT(float, x, y, op))
+FOLDS(double, fold_f64, RED_FLOAT(double, x, y, op))
+FOLDS(int8_t, fold_i8, RED_WRAP(int8_t, uint8_t, x, y, op))
+FOLDS(int32_t, fold_i32, RED_WRAP(int32_t, uint32_t, x, y, op))
+FOLDS(int64_t, fold_i64, RED_WRAP(int64_t, uint64_t, x, y, op))
 
 #pragma GCC pop_options
 

@@ -1827,7 +1827,6 @@ bool ad_reverse_active(void) {
   return false;
 }
 
-
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
 bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 

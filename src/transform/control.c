@@ -702,7 +702,8 @@ static bool weak_promotes(const AVal *want, const AVal *got);
 
 /* Eager loops check each new carry as jit checks the traced body's: the
  * same array leaves, each of the init's dtype and shape (a weak type may
- * become strong, or the dtype weak_promotes allows).  0, or -1 with carry_types' message. */
+ * become strong, or the dtype weak_promotes allows).  0, or -1 with
+ * carry_types' message. */
 static int eager_carry_check(const char *what, Value *init, Value *next) {
   Leaves a = {0}, b = {0};
   int rc = flatten(init, &a) < 0 || flatten(next, &b) < 0 ? -1 : 0;

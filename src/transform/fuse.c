@@ -647,7 +647,6 @@ static int run_kernel(const Ctx *c, int k) {
 static int run_instr(const Ctx *c, int k) {
   const FInstr *ins = &c->prog->ins[k];
   const Site *s = c->site[k];
-  if (ins->op == FO_KERNEL) return run_kernel(c, k);
   float *d = at(c, &s[3]), *a = at(c, &s[0]);
   float *b = ins->nin > 1 ? at(c, &s[1]) : NULL;
   bool va = ins->in[0].kind != FK_SCALAR, vb = ins->nin > 1 && ins->in[1].kind != FK_SCALAR;
@@ -668,7 +667,7 @@ static int run_instr(const Ctx *c, int k) {
   case FO_COS: vec_fn(kern_cos_f32, d, a, va, c->n); return 0;
   case FO_EXP: vec_fn(kern_exp_f32, d, a, va, c->n); return 0;
   case FO_LOG: vec_fn(kern_log_f32, d, a, va, c->n); return 0;
-  case FO_KERNEL: break;
+  case FO_KERNEL: return run_kernel(c, k);
   }
   return 0;
 }
