@@ -43,6 +43,7 @@ static void free_one(Value *v) {
     free_items(d->vals, d->len);
     shm_free(d->keys);
     shm_free(d->vals);
+    shm_free(d->index);
     break;
   }
   case V_SLICE: {
@@ -371,8 +372,11 @@ bool val_seq(const Value *v, size_t *len, Value *const **items) {
   return false;
 }
 
-/* ---- dicts: insertion-ordered arrays with linear lookup (dicts in this
- * language are small: mesh shapes, keyword arguments, configs) ------------- */
+/* ---- dicts: insertion-ordered arrays, with a hash index once they grow
+ * (kwargs and mesh shapes stay small and are scanned; module globals and
+ * user tables are looked up through the index) ---------------------------- */
+
+#define DICT_LINEAR_MAX 8
 
 Value *dict_new(void) {
   Dict *d = shm_calloc(1, sizeof *d);
@@ -382,9 +386,46 @@ Value *dict_new(void) {
   return &d->hdr;
 }
 
+static bool key_hash(Value *v, uint64_t *h);
+
+/* The index's first slot for hash [h]. */
+static size_t index_home(const Dict *d, uint64_t h) {
+  return (size_t)(h ^ (h >> 29)) & (d->index_cap - 1);
+}
+
+static void index_put(Dict *d, size_t pos, uint64_t h) {
+  size_t i = index_home(d, h);
+  while (d->index[i]) i = (i + 1) & (d->index_cap - 1);
+  d->index[i] = (uint32_t)pos + 1;
+}
+
+/* (Re)builds the index for the current entries, at most half full; -1 out
+ * of memory (the dict is then unchanged and still searched linearly). */
+static int index_build(Dict *d) {
+  size_t cap = 16;
+  while (cap < 2 * (d->len + 1)) cap *= 2;
+  uint32_t *t = shm_calloc(cap, sizeof *t);
+  if (!t) return -1;
+  shm_free(d->index);
+  d->index = t;
+  d->index_cap = cap;
+  for (size_t i = 0; i < d->len; i++) {
+    uint64_t h = 0;
+    key_hash(d->keys[i], &h);   /* every stored key is hashable */
+    index_put(d, i, h);
+  }
+  return 0;
+}
+
 static long dict_find(Dict *d, Value *key) {
-  for (size_t i = 0; i < d->len; i++)
-    if (val_equal_key(d->keys[i], key)) return (long)i;
+  uint64_t h;
+  if (!d->index || !key_hash(key, &h)) {
+    for (size_t i = 0; i < d->len; i++)
+      if (val_equal_key(d->keys[i], key)) return (long)i;
+    return -1;
+  }
+  for (size_t i = index_home(d, h); d->index[i]; i = (i + 1) & (d->index_cap - 1))
+    if (val_equal_key(d->keys[d->index[i] - 1], key)) return (long)d->index[i] - 1;
   return -1;
 }
 
@@ -396,6 +437,11 @@ int dict_del(Value *dv, Value *key) {
   memmove(d->keys + i, d->keys + i + 1, (d->len - (size_t)i - 1) * sizeof(Value *));
   memmove(d->vals + i, d->vals + i + 1, (d->len - (size_t)i - 1) * sizeof(Value *));
   d->len--;
+  /* the positions after [i] moved: a new index, or none (scanned) */
+  if (d->index && index_build(d) < 0) {
+    shm_free(d->index);
+    d->index = NULL;
+  }
   val_decref(k);
   val_decref(v);
   return 1;
@@ -406,11 +452,23 @@ Value *dict_get(Value *dv, Value *key) {
   return i < 0 ? NULL : ((Dict *)dv)->vals[i];
 }
 
+static uint64_t hash_bytes(const char *s, size_t n);
+
 Value *dict_get_str(Value *dv, const char *key) {
   Dict *d = (Dict *)dv;
-  for (size_t i = 0; i < d->len; i++)
-    if (d->keys[i]->type == V_STR && strcmp(str_cstr(d->keys[i]), key) == 0)
-      return d->vals[i];
+  if (!d->index) {
+    for (size_t i = 0; i < d->len; i++)
+      if (d->keys[i]->type == V_STR && strcmp(str_cstr(d->keys[i]), key) == 0)
+        return d->vals[i];
+    return NULL;
+  }
+  size_t n = strlen(key);
+  uint64_t h = hash_bytes(key, n);
+  for (size_t i = index_home(d, h); d->index[i]; i = (i + 1) & (d->index_cap - 1)) {
+    const Str *k = (const Str *)d->keys[d->index[i] - 1];
+    if (k->hdr.type == V_STR && k->hash == h && k->len == n && memcmp(k->s, key, n) == 0)
+      return d->vals[d->index[i] - 1];
+  }
   return NULL;
 }
 
@@ -428,7 +486,8 @@ static int dict_grow(Dict *d) {
 
 int dict_set(Value *dv, Value *key, Value *val) {
   Dict *d = (Dict *)dv;
-  if (val_hash(key) == -1 && err_occurred()) return -1;
+  uint64_t h;
+  if (!key_hash(key, &h)) return (int)val_hash(key);   /* sets the error */
   long i = dict_find(d, key);
   if (i >= 0) {
     val_incref(val);
@@ -443,6 +502,12 @@ int dict_set(Value *dv, Value *key, Value *val) {
   d->keys[d->len] = val_incref(key);
   d->vals[d->len] = val_incref(val);
   d->len++;
+  if (d->index && 2 * (d->len + 1) <= d->index_cap)
+    index_put(d, d->len - 1, h);
+  else if (d->len > DICT_LINEAR_MAX && index_build(d) < 0) {
+    shm_free(d->index);   /* scanned until a later set can build it */
+    d->index = NULL;
+  }
   return 0;
 }
 
@@ -588,28 +653,38 @@ bool val_equal_key(Value *a, Value *b) {
   }
 }
 
-int64_t val_hash(Value *v) {
+/* The hash of key [v] into [h] (equal keys, as val_equal_key says, hash
+ * alike: a number by its integer part); false, with no error set, when
+ * [v] cannot be a key. */
+static bool key_hash(Value *v, uint64_t *h) {
   switch ((VType)v->type) {
-  case V_STR: return (int64_t)(((Str *)v)->hash & INT64_MAX);
-  case V_NONE: return 0;
-  case V_DTYPE: return 17 + ((DTypeVal *)v)->dtype;
+  case V_STR: *h = ((Str *)v)->hash; return true;
+  case V_NONE: *h = 0; return true;
+  case V_DTYPE: *h = 17 + (uint64_t)((DTypeVal *)v)->dtype; return true;
   case V_ARRAY: {
     double d;
-    if (number_of(v, &d)) return (int64_t)((uint64_t)(int64_t)d & INT64_MAX);
-    break;
+    if (!number_of(v, &d)) return false;
+    /* in range of int64 (NaN and huge numbers are not: one hash for all) */
+    *h = d > -9.2e18 && d < 9.2e18 ? (uint64_t)(int64_t)d : 0x7ff0;
+    return true;
   }
   case V_TUPLE: {
-    uint64_t h = 7;
+    uint64_t acc = 7, hi;
     for (size_t i = 0; i < tuple_len(v); i++) {
-      int64_t hi = val_hash(tuple_get(v, i));
-      if (hi == -1 && err_occurred()) return -1;
-      h = h * 31 + (uint64_t)hi;
+      if (!key_hash(tuple_get(v, i), &hi)) return false;
+      acc = acc * 31 + (hi & INT64_MAX);
     }
-    return (int64_t)(h & INT64_MAX);
+    *h = acc;
+    return true;
   }
   default:
-    break;
+    return false;
   }
+}
+
+int64_t val_hash(Value *v) {
+  uint64_t h;
+  if (key_hash(v, &h)) return (int64_t)(h & INT64_MAX);
   err_set(ERR_TYPE, "unhashable type: '%s'", val_type_name(v));
   return -1;
 }
