@@ -88,6 +88,16 @@ static int ncores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* The device threads that may run at once on this machine in a group of
+ * [mesh]: its devices in this process, times the job's processes here
+ * (each holds as many).  Devices on other machines take no core here. */
+static int threads_here(const MeshDesc *mesh) {
+  int local = 0;
+  for (int r = 0; r < mesh->ndevices; r++)
+    local += transport_is_local(mesh->device_ids ? mesh->device_ids[r] : r);
+  return local * transport_node_procs();
+}
+
 /* The group's mutex.  When devices have cores of their own, it spins a
  * little before sleeping (glibc's adaptive mutex): it is held for a few
  * hundred nanoseconds at a time, far less than a futex sleep and wake. */
@@ -146,7 +156,7 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
   static int calls;   /* every process makes the same calls, so counts alike */
   g->parity = calls++ & 1;
   g->reference = reference;
-  g->spin = !reference && n <= ncores();
+  g->spin = !reference && threads_here(mesh) <= ncores();
   init_lock(&g->lock, g->spin);
   pthread_cond_init(&g->cond, NULL);
   atomic_init(&g->epoch, 0);

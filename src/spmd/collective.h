@@ -69,7 +69,9 @@
  * barrier, copy the other parts from the peers' outputs.)
  * psum_scatter reduces only its own block, in the same order.
  *
- * WAITING.  With no more mesh devices than cores a waiter spins briefly
+ * WAITING.  With no more device threads on the machine than cores (a
+ * group's devices in this process times the MPI job's processes on this
+ * machine; the mesh's devices without MPI) a waiter spins briefly
  * (a pause instruction per turn, COLL_PAUSE_NS) before sleeping: a
  * spinning hand-off costs ~0.04 µs, waking a sleeper ~20 µs.  With more
  * devices than cores it yields its core at every turn (COLL_YIELD_NS),

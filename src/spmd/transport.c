@@ -19,6 +19,7 @@
 #endif
 
 static int nprocs = 1, myrank = 0, per_proc = 0;
+static int node_procs = 1;   /* the job's processes on this machine */
 
 /* Whether the launcher started more than one process: Open MPI's variable,
  * or the PMI ones of other launchers. */
@@ -50,6 +51,7 @@ long transport_launched(int *rank) {
 bool transport_active(void) { return nprocs > 1; }
 int transport_rank(void) { return myrank; }
 int transport_procs(void) { return nprocs; }
+int transport_node_procs(void) { return node_procs; }
 int transport_process_of(int d) { return nprocs > 1 ? d / per_proc : 0; }
 bool transport_is_local(int d) { return transport_process_of(d) == myrank; }
 int transport_pool_index(int d) { return nprocs > 1 ? d - myrank * per_proc : d; }
@@ -194,6 +196,12 @@ int transport_init(int ndevices) {
     return err_set(ERR_VALUE, "this MPI does not support MPI_THREAD_MULTIPLE, which "
                    "shmap's device threads need"), -1;
   if (check_split(ndevices, nprocs) < 0) return -1;
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, myrank, MPI_INFO_NULL,
+                          &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &node_procs);
+    MPI_Comm_free(&node);
+  }
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   per_proc = ndevices / nprocs;
   return per_proc;

@@ -118,6 +118,9 @@ bool transport_active(void);
  * mpirun). */
 int transport_rank(void);
 int transport_procs(void);
+/* The job's processes on this machine, this one among them (1 without
+ * mpirun): what shares its cores (MPI_COMM_TYPE_SHARED). */
+int transport_node_procs(void);
 
 /* The process holding device [d], and whether it is this one. */
 int transport_process_of(int d);
