@@ -37,6 +37,7 @@ static _Thread_local Trace *cur_trace;
 static _Thread_local Trace *linear_traces;
 static _Thread_local bool transformed_operand;
 static _Thread_local TracerKind transformed_kind;
+static _Thread_local unsigned transformed_id;
 
 bool trace_transformed_operand(void) {
   bool b = transformed_operand;
@@ -45,6 +46,7 @@ bool trace_transformed_operand(void) {
 }
 
 TracerKind trace_transformed_kind(void) { return transformed_kind; }
+unsigned trace_transformed_id(void) { return transformed_id; }
 static atomic_uint next_trace_id = 1;
 
 unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
@@ -299,6 +301,7 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
     }
     transformed_operand = true;
     transformed_kind = ((Tracer *)v)->kind;
+    transformed_id = ((Tracer *)v)->trace_id;
     err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (a jit function's "
                                  "closure, or cond, while_loop, fori_loop, scan or shard_map "
                                  "under jit); transforming staged code is not implemented yet: "
@@ -628,23 +631,31 @@ void trace_set_kind(TracerKind kind, KindApply apply, KindTruth truth) {
   kind_truth[kind] = truth;
 }
 
-/* A trace re-entered as the innermost (trace_reenter): its tracers rank
- * as [reenter_level] while it is. */
-static _Thread_local TraceReentry reentry;
+/* The traces re-entered (trace_reenter), innermost last: tracers of
+ * reentered[i].id rank as reentered[i].level while it is. */
+static _Thread_local struct {
+  unsigned id, level;
+} reentered[TRACE_REENTRY_MAX];
+static _Thread_local int nreentered;
 
 TraceReentry trace_reenter(unsigned id) {
-  TraceReentry prev = reentry;
-  reentry.id = id;
-  reentry.level = trace_next_id();
+  TraceReentry prev = {nreentered};
+  if (nreentered < TRACE_REENTRY_MAX) {
+    reentered[nreentered].id = id;
+    reentered[nreentered].level = trace_next_id();
+    nreentered++;
+  }
   return prev;
 }
 
-void trace_reenter_end(TraceReentry prev) { reentry = prev; }
+void trace_reenter_end(TraceReentry prev) { nreentered = prev.depth; }
 
-/* The nesting rank of tracer [x]: its trace's id, or the level of a
- * re-entered trace. */
+/* The nesting rank of tracer [x]: its trace's id, or the level of its
+ * trace's innermost re-entry. */
 static unsigned rank_of(const Tracer *x) {
-  return reentry.id && x->trace_id == reentry.id ? reentry.level : x->trace_id;
+  for (int i = nreentered - 1; i >= 0; i--)
+    if (reentered[i].id == x->trace_id) return reentered[i].level;
+  return x->trace_id;
 }
 
 Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p) {

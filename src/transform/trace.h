@@ -101,8 +101,9 @@ Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a);
 bool trace_transformed_operand(void);
 
 /* The kind of the last such value (TR_JVP, TR_BATCH), which names what
- * control flow could not stage. */
+ * control flow could not stage, and the id of its trace. */
 TracerKind trace_transformed_kind(void);
+unsigned trace_transformed_id(void);
 
 /* A fresh trace id, above every id handed out before (traces of one
  * thread nest, so the innermost has the largest id). */
@@ -209,13 +210,18 @@ int trace_truth_error(Value *v);
  * and prim_aval_hook.  Call once at start-up. */
 void trace_register(void);
 
-/* Re-enters trace [id] (a vmap's batch trace) as the innermost, below
- * which a staged sub-trace was opened since: an operation on its tracers
- * and the sub-trace's goes to it first, as if the sub-trace were outside
- * it (a batched while_loop's cond and body, staged inside the vmap).
- * Returns the previous state for trace_reenter_end. */
+/* Re-enters trace [id] (a vmap's batch trace, a jvp's) as the innermost,
+ * below which a staged sub-trace was opened since: an operation on its
+ * tracers and the sub-trace's goes to it first, as if the sub-trace were
+ * outside it (a transformed while_loop's cond and body, staged inside the
+ * vmap or jvp; a value of that trace the body closes over is then
+ * transformed with the carry).  Re-entries nest (a while_loop inside
+ * another's body, a jvp of a jvp): each ranks above those before it, up
+ * to TRACE_REENTRY_MAX deep (past it, not re-entered: the operation
+ * stays an error to stage).  Returns the state for trace_reenter_end. */
+#define TRACE_REENTRY_MAX 32
 typedef struct TraceReentry {
-  unsigned id, level;
+  int depth;
 } TraceReentry;
 TraceReentry trace_reenter(unsigned id);
 void trace_reenter_end(TraceReentry prev);
