@@ -56,12 +56,14 @@ bool ad_reverse_active(void);
 bool ad_has_jvp_leaf(Value *tree);
 
 /* A while_loop under jit whose carry [init] holds forward-mode JVP
- * tracers: one staged loop, run by [loop] (the staged while_loop), over
- * the carry's primals and tangents, whose body is the JVP of [bf] (JAX's
- * while JVP rule).  The result has init's structure, its float leaves JVP
- * tracers.  NULL with the error set (as [loop]'s, or a body that changes
- * the carry's structure). */
-Value *ad_while_jvp(Value *cf, Value *bf, Value *init,
+ * tracers of jvp trace [id] (0: the innermost in init), or whose body
+ * closes over one: one staged loop, run by [loop] (the staged
+ * while_loop), over the carry's primals and tangents, whose body is the
+ * JVP of [bf] (JAX's while JVP rule; its closed-over values are the
+ * rule's consts).  The result has init's structure, its float leaves JVP
+ * tracers of [id].  NULL with the error set (as [loop]'s, or a body that
+ * changes the carry's structure). */
+Value *ad_while_jvp(Value *cf, Value *bf, Value *init, unsigned id,
                     Value *(*loop)(Value *cf, Value *bf, Value *init));
 
 #endif

@@ -1212,12 +1212,12 @@ bool batch_has_leaf(Value *tree) {
   return any;
 }
 
-Value *batch_while(Value *cf, Value *bf, Value *init,
+Value *batch_while(Value *cf, Value *bf, Value *init, unsigned id,
                    Value *(*loop)(Value *cf, Value *bf, Value *init)) {
   PyLeaves l = {0};
   if (pytree_flatten(init, is_array_leaf, &l) < 0) return NULL;
-  unsigned id = 0;
-  for (int i = 0; i < l.n; i++)
+  bool innermost = id == 0;
+  for (int i = 0; innermost && i < l.n; i++)
     if (IS_BATCH_TRACER(l.v[i]) && ((Tracer *)l.v[i])->trace_id > id)
       id = ((Tracer *)l.v[i])->trace_id;
   pytree_leaves_free(&l);

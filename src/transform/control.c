@@ -938,7 +938,22 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
   return r;
 }
 
-/* The staged while_loop of [cf], [bf] on [init] under the current trace. */
+static Value *while_loop(Value *cf, Value *bf, Value *init);
+
+/* How deep this thread's while_loops run as a transformation's rule for a
+ * value their bodies close over (staged_while): past WHILE_LIFT_MAX the
+ * value is not taken in again.  Every level takes in one more value (a
+ * jvp of a jvp, a loop in a loop's body); a value that reaches staged
+ * code other than the body's own operations (the operand of a jit
+ * function called in the body, say) would be taken in forever. */
+#define WHILE_LIFT_MAX 8
+static _Thread_local int while_lifts;
+
+/* The staged while_loop of [cf], [bf] on [init] under the current trace.
+ * A body (or condition) that closes over a value being transformed, met
+ * while staging it, runs as that transformation's while rule does, the
+ * value among the rule's consts (ad_while_jvp, batch_while: the value is
+ * differentiated or batched with the carry). */
 static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Leaves l = {0};
   if (flatten(init, &l) < 0) return NULL;
@@ -948,14 +963,24 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Value *r = staged_loop(&lp, &l, init);
   shm_free(l.v);
   TracerKind met = trace_transformed_kind();
+  unsigned id = trace_transformed_id();
   if (!r && unstage()) {   /* no trip count to unroll by */
     if (ad_reverse_active()) return while_reverse_error();   /* JAX's, as eagerly */
-    if (met == TR_JVP)   /* the body closes over a value being differentiated */
-      return err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit whose body closes over a value "
-                     "being differentiated (jvp) is not implemented yet: pass that value in "
-                     "the loop's carry, or use fori_loop or scan");
-    err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit on values being batched is not "
-                                 "implemented yet; use fori_loop or scan, or transform "
+    if (while_lifts < WHILE_LIFT_MAX && (met == TR_JVP || met == TR_BATCH)) {
+      while_lifts++;
+      r = met == TR_JVP ? ad_while_jvp(cf, bf, init, id, while_loop)
+                        : batch_while(cf, bf, init, id, while_loop);
+      while_lifts--;
+      return r;
+    }
+    if (met == TR_JVP)
+      return err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit whose body passes a value "
+                     "being differentiated (jvp) to staged code other than its own operations "
+                     "is not implemented yet: pass that value in the loop's carry, or use "
+                     "fori_loop or scan");
+    err_set(ERR_NOT_IMPLEMENTED, "while_loop under jit whose body passes a value being "
+                                 "batched to staged code other than its own operations is "
+                                 "not implemented yet; use fori_loop or scan, or transform "
                                  "outside jit");
   }
   return r;
@@ -963,12 +988,14 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
 
 /* while_loop(cond_fun, body_fun, init_val).  Under jit, a carry being
  * differentiated (forward mode) runs as one staged loop over its primals
- * and tangents (ad_while_jvp); reverse mode is JAX's error. */
+ * and tangents (ad_while_jvp), a batched one over the whole batch
+ * (batch_while), and so does a loop whose body closes over such a value
+ * (staged_while); reverse mode is JAX's error. */
 static Value *while_loop(Value *cf, Value *bf, Value *init) {
   if (!trace_current()) return eager_while(cf, bf, init);
   if (ad_reverse_leaf(init)) return while_reverse_error();
-  if (ad_has_jvp_leaf(init)) return ad_while_jvp(cf, bf, init, while_loop);
-  if (batch_has_leaf(init)) return batch_while(cf, bf, init, while_loop);
+  if (ad_has_jvp_leaf(init)) return ad_while_jvp(cf, bf, init, 0, while_loop);
+  if (batch_has_leaf(init)) return batch_while(cf, bf, init, 0, while_loop);
   return staged_while(cf, bf, init);
 }
 
@@ -1135,7 +1162,11 @@ static Value *fori_while_body(Value *self, const CallArgs *a) {
   return fori_step(self, tuple_get(c, 0), tuple_get(c, 1), tuple_get(c, 2));
 }
 
-static Value *batched_fori(Value *lo, Value *hi, Value *body, Value *init) {
+/* fori_loop as the while_loop over (i, upper, carry) JAX makes of one
+ * whose bounds are not static: for batched bounds, and for a body that
+ * closes over a value being transformed when the bounds are traced (the
+ * while_loop takes the value in; unrolling needs concrete bounds). */
+static Value *fori_as_while(Value *lo, Value *hi, Value *body, Value *init) {
   Value *carry = tuple_pack(3, (Value *[]){lo, hi, init});
   Value *cf = carry ? bound_new("fori_cond", fori_while_cond, body) : NULL;
   Value *bf = cf ? bound_new("fori_body", fori_while_body, body) : NULL;
@@ -1157,11 +1188,12 @@ static Value *bi_fori_loop(const CallArgs *a) {
   if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0) {
     trace_transformed_operand();
     if (IS_BATCH_TRACER(lo_a) || IS_BATCH_TRACER(hi_a))
-      r = batched_fori(lo_a, hi_a, body, init);
+      r = fori_as_while(lo_a, hi_a, body, init);
     else
       r = trace_current() ? staged_fori(lo_a, hi_a, body, init) : eager_fori(lo_a, hi_a, body, init);
-    if (!r && trace_current() && IS_ARRAY(lo_a) && IS_ARRAY(hi_a) && unstage())
-      r = eager_fori(lo_a, hi_a, body, init);
+    if (!r && trace_current() && unstage())
+      r = IS_ARRAY(lo_a) && IS_ARRAY(hi_a) ? eager_fori(lo_a, hi_a, body, init)
+                                           : fori_as_while(lo_a, hi_a, body, init);
   }
   val_decref(lo_a);
   val_decref(hi_a);
