@@ -663,14 +663,21 @@ Value *jit_call(Value *f, const CallArgs *a) {
     r = val_call(j->fn, a);
     goto out;
   }
+  trace_transformed_operand();
   if (trace_current() || any_tracer(&s)) {
     r = call_nested(j, a, &s);
-    goto out;
+  } else {
+    Entry *e = cache_find(j, &s);
+    if (!e) e = cache_fill(j, a, &s);
+    if (e) r = run_entry(e, &s);
+    entry_release(e);
   }
-  Entry *e = cache_find(j, &s);
-  if (!e) e = cache_fill(j, a, &s);
-  if (e) r = run_entry(e, &s);
-  entry_release(e);
+  if (!r && trace_transformed_operand()) {
+    /* the function closes over a value being transformed, which staging
+     * cannot take in: evaluated inline, as for such an argument */
+    err_clear();
+    r = val_call(j->fn, a);
+  }
 out:
   sig_free(&s);
   return r;

@@ -302,10 +302,10 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
     transformed_operand = true;
     transformed_kind = ((Tracer *)v)->kind;
     transformed_id = ((Tracer *)v)->trace_id;
-    err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (a jit function's "
-                                 "closure, or cond, while_loop, fori_loop, scan or shard_map "
-                                 "under jit); transforming staged code is not implemented yet: "
-                                 "pass it as an argument, or transform outside jit",
+    err_set(ERR_NOT_IMPLEMENTED, "a value being %s reached staged code (cond, while_loop, "
+                                 "fori_loop, scan or shard_map under jit); transforming staged "
+                                 "code is not implemented yet: pass it as an argument, or "
+                                 "transform outside jit",
             IS_JVP_TRACER(v) ? "differentiated" : "batched (vmap)");
     return -1;
   }
