@@ -469,11 +469,17 @@ typedef struct CtCtx {
   int pos;
 } CtCtx;
 
+/* A float leaf's cotangent has its primal's weak type, as JAX's autodiff
+ * keeps weak types (grad of a Python float is weakly typed). */
 static Value *ct_leaf(Value *v, void *vctx) {
   CtCtx *c = vctx;
-  AVal a;
+  AVal a, ca;
   if (ops_aval(v, &a) < 0) return NULL;
-  return dt_is_float(a.dtype) ? val_incref(c->cts[c->pos++]) : prim_zeros(&a);
+  if (!dt_is_float(a.dtype)) return prim_zeros(&a);
+  Value *ct = c->cts[c->pos++];
+  if (a.weak && ops_aval(ct, &ca) == 0 && ca.dtype == a.dtype && !ca.weak)
+    return ops_convert(ct, a.dtype, true);
+  return val_incref(ct);
 }
 
 /* The cotangent trees of the differentiated arguments: each float leaf
