@@ -667,8 +667,10 @@ static bool repr_simple(StrBuf *b, Value *v) {
     return true;
   case V_BOUND: {
     BoundMethod *m = (BoundMethod *)v;
-    sbuf_printf(b, "<built-in method %s of %s object>", m->name,
-              val_type_name(m->self));
+    if (m->is_class)
+      sbuf_printf(b, "<class '%s'>", m->name);
+    else
+      sbuf_printf(b, "<built-in method %s of %s object>", m->name, val_type_name(m->self));
     return true;
   }
   case V_MODULE:

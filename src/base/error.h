@@ -80,6 +80,7 @@ typedef enum {
   ERR_NOT_IMPLEMENTED, /* a rule a transformation needs is missing */
   ERR_ZERO_DIVISION,   /* Python numbers divided by zero */
   ERR_OVERFLOW,        /* Python ints past 64 bits */
+  ERR_ATTRIBUTE,       /* no such attribute (Python's AttributeError) */
 } ErrKind;
 
 /* Ctrl-C: set by the SIGINT handler (cli/main.c), polled between

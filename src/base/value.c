@@ -581,6 +581,7 @@ Value *bound_new(const char *name, MethodFn fn, Value *self) {
   b->name = name;
   b->fn = fn;
   b->self = val_incref(self);
+  b->is_class = false;
   return &b->hdr;
 }
 

@@ -291,6 +291,7 @@ typedef struct BoundMethod {
   const char *name;   /* static */
   MethodFn fn;
   Value *self;        /* owned */
+  bool is_class;      /* a class (an exception class): prints <class 'name'> */
 } BoundMethod;
 Value *bound_new(const char *name, MethodFn fn, Value *self);
 

@@ -809,8 +809,8 @@ static Value *bi_type(const CallArgs *a) {
     DType t = AS_ARRAY(x)->dtype;
     return str_from(t == DT_BOOL ? "bool" : dt_is_float(t) ? "float" : "int");
   }
-  const char *exc = exc_type_name(x);
-  return str_from(exc ? exc : val_type_name(x));
+  Value *exc = exc_type_of(x);
+  return exc ? exc : str_from(val_type_name(x));
 }
 
 /* ======================================================================
@@ -1032,7 +1032,7 @@ const BiEntry bi_python_table[] = {
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
-  {"type", bi_type, IN_TOP, "type(object): the type's name (int, float, bool for Python numbers; an exception's class, ValueError)"},
+  {"type", bi_type, IN_TOP, "type(object): the type's name (int, float, bool for Python numbers); an exception's class itself (ValueError)"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},

@@ -2257,6 +2257,12 @@ static Value *import_locked(const char *name, const char *from_dir) {
 /* repr of a user function, as Python's without the address. */
 static Value *func_repr(Value *v) { return str_printf("<function %s>", ((Func *)v)->name); }
 
+/* A function's attributes: __name__ (a lambda's is <lambda>), as Python's. */
+static Value *func_getattr(Value *v, const char *name) {
+  if (!strcmp(name, "__name__")) return str_from(((Func *)v)->name);
+  return err_set(ERR_ATTRIBUTE, "'function' object has no attribute '%s'", name);
+}
+
 static int current_line(void) { return cur_loc.line; }
 
 static void scope_incref(void *e) { env_incref(e); }
@@ -2276,6 +2282,7 @@ int interp_init(int ndevices) {
   shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
   val_register_free(V_FUNC, func_free);
   print_register(V_FUNC, func_repr, func_repr);
+  ops_register_getattr(V_FUNC, func_getattr);
   if (!(shm_interp->builtins = env_new(NULL))) return -1;
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;

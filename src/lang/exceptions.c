@@ -22,7 +22,7 @@ typedef struct ExcClass {
 enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
-  X_RECURSION, X_KEYBOARD, X_COUNT
+  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -45,6 +45,7 @@ static const ExcClass classes[X_COUNT] = {
     [X_SYNTAX] = {"SyntaxError", X_EXCEPTION, ERR_SYNTAX},
     [X_RECURSION] = {"RecursionError", X_RUNTIME, ERR_VALUE},
     [X_KEYBOARD] = {"KeyboardInterrupt", X_BASE, ERR_INTERRUPT},
+    [X_ATTRIBUTE] = {"AttributeError", X_EXCEPTION, ERR_ATTRIBUTE},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -69,7 +70,7 @@ static Value *exc_repr(Value *v) {
 static Value *exc_getattr(Value *v, const char *name) {
   Exc *e = (Exc *)v;
   if (!strcmp(name, "args")) return tuple_pack(1, &e->msg);
-  return err_set(ERR_NAME, "'%s' object has no attribute '%s'", classes[e->cls].name, name);
+  return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", classes[e->cls].name, name);
 }
 
 static Value *exc_str(Value *v) { return val_incref(((Exc *)v)->msg); }
@@ -122,6 +123,7 @@ static int current_class(void) {
   case ERR_ZERO_DIVISION: return X_ZERO;
   case ERR_OVERFLOW: return X_OVERFLOW;
   case ERR_SYNTAX: return X_SYNTAX;
+  case ERR_ATTRIBUTE: return X_ATTRIBUTE;
   default: return X_VALUE;
   }
 }
@@ -162,9 +164,9 @@ int exc_isinstance(Value *x, Value *cls) {
   return is_exc(x) && subclass(((Exc *)x)->cls, c);
 }
 
-const char *exc_type_name(Value *x) {
-  if (is_exc(x)) return classes[((Exc *)x)->cls].name;
-  return class_index(x) >= 0 ? "type" : NULL;
+Value *exc_type_of(Value *x) {
+  if (is_exc(x)) return val_incref(class_values[((Exc *)x)->cls]);
+  return class_index(x) >= 0 ? str_from("type") : NULL;
 }
 
 int exc_raise(Value *v, Loc loc) {
@@ -211,6 +213,7 @@ int exc_register(Env *b) {
     Value *idx = val_int(i);
     Value *v = idx ? bound_new(classes[i].name, class_call, idx) : NULL;
     val_decref(idx);
+    if (v) ((BoundMethod *)v)->is_class = true;
     if (!v || env_set(b, intern_cstr(classes[i].name), v) < 0) {
       val_decref(v);
       return -1;

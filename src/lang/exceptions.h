@@ -36,10 +36,11 @@ Value *exc_current(void);
  * [cls] is not one (no error set). */
 int exc_isinstance(Value *x, Value *cls);
 
-/* What type(x) names for an exception: an instance's class
- * ("ValueError", as Python's type(e).__name__), "type" for a class; NULL
- * when [x] is neither. */
-const char *exc_type_name(Value *x);
+/* type(x) for an exception: an instance's class (the built-in
+ * ValueError itself, so type(e) is ValueError and type(e).__name__ is
+ * its name, as in Python), the string "type" for a class; NULL (no error
+ * set) when [x] is neither.  A new reference. */
+Value *exc_type_of(Value *x);
 
 /* raise [v]: sets the error for [v] (a class or an instance) at [loc];
  * always returns -1. */

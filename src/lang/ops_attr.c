@@ -45,7 +45,7 @@ int ops_equal_hook(Value *a, Value *b) {
 static Value *forward(const char *name, Value *self, const CallArgs *a) {
   Value *ns = builtins_namespace("jnp");
   Value *fn = ns ? dict_get_str(((Module *)ns)->globals, name) : NULL;
-  if (!fn) return err_set(ERR_TYPE, "'array' object has no attribute '%s'", name);
+  if (!fn) return err_set(ERR_ATTRIBUTE, "'array' object has no attribute '%s'", name);
   Value *args[40];
   if (a->nargs >= 39) return err_set(ERR_TYPE, "%s() got too many arguments", name);
   args[0] = self;
@@ -192,9 +192,9 @@ static Value *no_attribute(Value *obj, const Method *ms, Suggest *s) {
   for (const Method *m = ms; m && m->name; m++) suggest_offer(s, m->name);
   const char *best = suggest_best(s);
   if (best)
-    return err_set(ERR_TYPE, "'%s' object has no attribute '%s'. Did you mean: '%s'?",
+    return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'. Did you mean: '%s'?",
                    val_type_name(obj), s->name, best);
-  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), s->name);
+  return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", val_type_name(obj), s->name);
 }
 
 static const Method array_methods[] = {
@@ -627,7 +627,7 @@ Value *ops_getattr(Value *obj, const char *name) {
     Value *v = dict_get_str(m->globals, name);
     if (v) return val_incref(v);
     if (eval_module_loading(obj))
-      return err_set(ERR_NAME, "partially initialized module '%s' has no attribute '%s' "
+      return err_set(ERR_ATTRIBUTE, "partially initialized module '%s' has no attribute '%s' "
                      "(most likely due to a circular import)", m->name, name);
     Suggest s;
     suggest_init(&s, name);
@@ -635,9 +635,9 @@ Value *ops_getattr(Value *obj, const char *name) {
     for (size_t i = 0; i < g->len; i++)
       if (g->keys[i]->type == V_STR) suggest_offer(&s, str_cstr(g->keys[i]));
     if (suggest_best(&s))
-      return err_set(ERR_NAME, "module '%s' has no attribute '%s'. Did you mean: '%s'?",
+      return err_set(ERR_ATTRIBUTE, "module '%s' has no attribute '%s'. Did you mean: '%s'?",
                      m->name, name, suggest_best(&s));
-    return err_set(ERR_NAME, "module '%s' has no attribute '%s'", m->name, name);
+    return err_set(ERR_ATTRIBUTE, "module '%s' has no attribute '%s'", m->name, name);
   }
   case V_DTYPE: {
     DType t = ((DTypeVal *)obj)->dtype;
@@ -658,11 +658,17 @@ Value *ops_getattr(Value *obj, const char *name) {
     if (ot->getattr) return ot->getattr(obj, name);
     break;
   }
+  case V_BUILTIN:
+    if (!strcmp(name, "__name__")) return str_from(((Builtin *)obj)->name);
+    break;
+  case V_BOUND:
+    if (!strcmp(name, "__name__")) return str_from(((BoundMethod *)obj)->name);
+    break;
   default:
     if (getattr_hooks[obj->type]) return getattr_hooks[obj->type](obj, name);
     break;
   }
-  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'", val_type_name(obj), name);
+  return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", val_type_name(obj), name);
 }
 
 static int add_names(Value *l, const Method *ms) {

@@ -869,6 +869,6 @@ static Value *at_getattr(Value *self, const char *name) {
     if (!strcmp(name, "min")) return bound_new("min", at_min, self);
     if (!strcmp(name, "max")) return bound_new("max", at_max, self);
   }
-  return err_set(ERR_TYPE, "'%s' object has no attribute '%s'",
+  return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'",
                  r->index ? "_IndexUpdateRef" : "_IndexUpdateHelper", name);
 }

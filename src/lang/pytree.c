@@ -263,7 +263,7 @@ static Value *treedef_getattr(Value *v, const char *name) {
     pytree_leaves_free(&l);
     return n;
   }
-  return err_set(ERR_NAME, "'PyTreeDef' object has no attribute '%s'", name);
+  return err_set(ERR_ATTRIBUTE, "'PyTreeDef' object has no attribute '%s'", name);
 }
 
 static const OpaqueType treedef_type = {"PyTreeDef", treedef_free, treedef_repr, treedef_getattr, NULL, NULL, NULL};

@@ -323,7 +323,7 @@ static Value *mesh_getattr(Value *self, const char *name) {
     for (int i = 0; i < m->size; i++) ((int32_t *)arr_data(r))[i] = m->devices[i];
     return &r->hdr;
   }
-  return err_set(ERR_NAME, "'Mesh' object has no attribute '%s'", name);
+  return err_set(ERR_ATTRIBUTE, "'Mesh' object has no attribute '%s'", name);
 }
 
 static Value *mesh_repr(Value *self) {
@@ -451,7 +451,7 @@ static Value *pspec_repr(Value *self) {
 
 static Value *pspec_getitem_len(Value *self, const char *name) {
   (void)self;
-  return err_set(ERR_NAME, "'PartitionSpec' object has no attribute '%s'", name);
+  return err_set(ERR_ATTRIBUTE, "'PartitionSpec' object has no attribute '%s'", name);
 }
 
 /* ==== show_sharding ============================================================ */

@@ -1729,7 +1729,7 @@ static Value *bi_pswapaxes(const CallArgs *a) {
  * per-device body (the debugger's `b f` breaks in it). */
 static Value *shardfn_getattr(Value *self, const char *name) {
   if (strcmp(name, "__wrapped__") == 0) return val_incref(((ShardFn *)self)->body);
-  return err_set(ERR_NAME, "'shard_map' object has no attribute '%s'", name);
+  return err_set(ERR_ATTRIBUTE, "'shard_map' object has no attribute '%s'", name);
 }
 
 /* The built-ins that need every device of the body (shardmap_is_collective). */

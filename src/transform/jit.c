@@ -989,7 +989,8 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc, con
  * function it stages (the debugger's `b f` breaks in it). */
 static Value *jit_getattr(Value *self, const char *name) {
   if (strcmp(name, "__wrapped__") == 0) return val_incref(((JitFn *)self)->fn);
-  return err_set(ERR_NAME, "'jit' object has no attribute '%s'", name);
+  if (strcmp(name, "__name__") == 0) return ops_getattr(((JitFn *)self)->fn, name);
+  return err_set(ERR_ATTRIBUTE, "'jit' object has no attribute '%s'", name);
 }
 
 int jit_register(Env *b) {

@@ -500,7 +500,7 @@ static Value *plan_getattr(Value *self, const char *name) {
   if (!strcmp(name, "nconsts")) return val_int(p->nconst);
   if (!strcmp(name, "in_avals")) return avals_str(p, false);
   if (!strcmp(name, "out_avals")) return avals_str(p, true);
-  return err_set(ERR_TYPE, "'plan' object has no attribute '%s'", name);
+  return err_set(ERR_ATTRIBUTE, "'plan' object has no attribute '%s'", name);
 }
 
 void plan_register(void) {
