@@ -1524,8 +1524,12 @@ static Value *wj_cond(Value *self, const CallArgs *a) {
 static Value *wj_results(WhileJvp *w, const PyLeaves *l) {
   if (l->n != w->n)
     return err_set(ERR_TYPE, "while_loop body_fun must return a carry of the init's structure");
-  for (int i = 0; i < w->n; i++)
-    if (!w->diff[i] && is_jvp_of(l->v[i], w->id)) w->grow[i] = w->grew = true;
+  for (int i = 0; i < w->n; i++) {
+    AVal a;   /* an integer leaf's tangent is zero (float0): never carried */
+    if (!w->diff[i] && is_jvp_of(l->v[i], w->id) && ops_aval(l->v[i], &a) == 0 &&
+        dt_is_float(a.dtype))
+      w->grow[i] = w->grew = true;
+  }
   if (w->grew) return err_set(ERR_VALUE, "while_loop: the carry's tangents grew");
   Value *po = tuple_new((size_t)w->n), *to = tuple_new((size_t)w->k), *r = NULL;
   for (int i = 0, k = 0; po && to && i < w->n; i++) {
