@@ -5,7 +5,10 @@
 # For 2 and 4 processes with 1 and 2 devices each: psum of 16 MiB and of
 # one float32, all_gather and all_to_all of 16 MiB per device, against
 # MPI_Allreduce / MPI_Allgather / MPI_Alltoall over as many ranks as shmap
-# has devices.  shmap's and Open MPI's runs are taken in turn, 7 pairs, so
+# has devices.  Both run with each process bound to a core (mpirun
+# --bind-to core:overload-allowed: several processes share a core when
+# there are more than cores), so the scheduler does not move their
+# threads between runs.  shmap's and Open MPI's runs are taken in turn, 7 pairs, so
 # a drift of the machine's load touches both; each figure is the median of
 # its 7 runs, and the comparison the median over the pairs of the ratio
 # (16 MiB) or of the difference (one float).  On a machine with fewer
@@ -22,7 +25,7 @@ command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
 "$shmap" --version | grep -q '^MPI: Open MPI' || { echo "(shmap built without MPI)"; exit 0; }
 mpicc -O2 -o "$tmp/mpi_collectives" "$here/mpi_collectives.c"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-run() { local np=$1; shift; mpirun --oversubscribe --bind-to none -np "$np" "$@" 2>/dev/null; }
+run() { local np=$1; shift; mpirun --oversubscribe --bind-to core:overload-allowed -np "$np" "$@" 2>/dev/null; }
 # median of the numbers on standard input
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 # pair NP N SCRIPT ELEMENTS REPS OP: shmap's and Open MPI's median seconds,
