@@ -944,8 +944,8 @@ static Value *while_loop(Value *cf, Value *bf, Value *init);
  * value their bodies close over (staged_while): past WHILE_LIFT_MAX the
  * value is not taken in again.  Every level takes in one more value (a
  * jvp of a jvp, a loop in a loop's body); a value that reaches staged
- * code other than the body's own operations (the operand of a jit
- * function called in the body, say) would be taken in forever. */
+ * code other than the body's own operations (an operand of a shard_map
+ * the body calls, say) would be taken in again at every level. */
 #define WHILE_LIFT_MAX 8
 static _Thread_local int while_lifts;
 
