@@ -663,7 +663,8 @@ static bool repr_simple(StrBuf *b, Value *v) {
     repr_range(b, v);
     return true;
   case V_BUILTIN:
-    sbuf_printf(b, "<built-in function %s>", ((Builtin *)v)->name);
+    sbuf_printf(b, ((Builtin *)v)->is_class ? "<class '%s'>" : "<built-in function %s>",
+                ((Builtin *)v)->name);
     return true;
   case V_BOUND: {
     BoundMethod *m = (BoundMethod *)v;

@@ -571,6 +571,7 @@ Value *builtin_new(const char *name, BuiltinFn fn, const char *doc) {
   b->name = name;
   b->fn = fn;
   b->doc = doc;
+  b->is_class = false;
   return val_make_static(&b->hdr);
 }
 

@@ -282,6 +282,7 @@ typedef struct Builtin {
   const char *name;   /* static */
   BuiltinFn fn;
   const char *doc;    /* static, one line, for help() and completion */
+  bool is_class;      /* a type (int, list, jax.Array): prints <class 'name'> */
 } Builtin;
 /* A built-in function; static (val_make_static): made at start-up only. */
 Value *builtin_new(const char *name, BuiltinFn fn, const char *doc);

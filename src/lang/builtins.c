@@ -708,7 +708,7 @@ static Value *bi_isinstance(const CallArgs *a) {
         (!strcmp(name, "bool") && num && t == DT_BOOL) ||
         (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
         (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
-        (!strcmp(name, "array") && ops_is_array(x) && !arr_is_host(x)))
+        ((!strcmp(name, "array") || !strcmp(name, "Array")) && ops_is_array(x) && !arr_is_host(x)))
       return val_bool(true);
   }
   return val_bool(false);
@@ -801,14 +801,39 @@ static Value *bi_hasattr(const CallArgs *a) {
   return val_bool(r != NULL);
 }
 
+/* The built-in types type() gives (Python's classes, which these
+ * built-ins also construct), made at start-up. */
+enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_COUNT };
+static const char *const type_names[TY_COUNT] = {"int", "float", "bool", "str", "list",
+                                                 "tuple", "dict", "Array"};
+static Value *types[TY_COUNT];
+
+/* Marks [v] (a new built-in) a type when it is one of type_names. */
+static void note_type(Value *v) {
+  for (int t = 0; t < TY_COUNT; t++)
+    if (!strcmp(((Builtin *)v)->name, type_names[t])) {
+      ((Builtin *)v)->is_class = true;
+      types[t] = v;
+    }
+}
+
+/* type(x): the built-in type of a Python number, string, list, tuple,
+ * dict or array (jax.Array: tracers too), an exception's class; for other
+ * values, the name of their type. */
 static Value *bi_type(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("type", a, "object", slots) < 0) return NULL;
+  int t = -1;
   if (arr_is_host(x)) {   /* a Python number: Python's type, not an array's */
-    DType t = AS_ARRAY(x)->dtype;
-    return str_from(t == DT_BOOL ? "bool" : dt_is_float(t) ? "float" : "int");
+    DType d = AS_ARRAY(x)->dtype;
+    t = d == DT_BOOL ? TY_BOOL : dt_is_float(d) ? TY_FLOAT : TY_INT;
+  } else if (ops_is_array(x)) {
+    t = TY_ARRAY;
+  } else if (x->type == V_STR || x->type == V_LIST || x->type == V_TUPLE || x->type == V_DICT) {
+    t = x->type == V_STR ? TY_STR : x->type == V_LIST ? TY_LIST : x->type == V_TUPLE ? TY_TUPLE : TY_DICT;
   }
+  if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
   return exc ? exc : str_from(val_type_name(x));
 }
@@ -974,6 +999,7 @@ int builtins_register(Env *e) {
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
     for (const BiEntry *b = tables[t]; b->name; b++) {
       Value *v = builtin_new(b->name, b->fn, b->doc);
+      if (v && b->where & IN_TOP) note_type(v);
       int rc = v ? bind(e, b->name, v, b->where) : -1;
       val_decref(v);
       if (rc < 0) return -1;
@@ -987,13 +1013,16 @@ int builtins_register(Env *e) {
   if (lse && dict_set_str(((Module *)ns_special)->globals, "logsumexp", lse) < 0) return -1;
   Value *ei = dict_get_str(((Module *)ns_lax)->globals, "erf_inv");
   if (ei && dict_set_str(((Module *)ns_special)->globals, "erfinv", ei) < 0) return -1;
-  /* jax.Array and jnp.ndarray, the array type of isinstance and annotations:
-   * the array builtin, which isinstance reads as "an array, not a Python
-   * number" */
+  /* jax.Array and jnp.ndarray, the array type of type(), isinstance and
+   * annotations ("an array, not a Python number"); called, it makes an
+   * array as jnp.array does */
   Value *arr = dict_get_str(((Module *)ns_jnp)->globals, "array");
-  if (arr && (dict_set_str(((Module *)ns_jax)->globals, "Array", arr) < 0 ||
-              dict_set_str(((Module *)ns_jnp)->globals, "ndarray", arr) < 0))
-    return -1;
+  Value *at = arr ? builtin_new("Array", ((Builtin *)arr)->fn, "jax.Array: the array type") : NULL;
+  if (at) note_type(at);
+  int arc = at && dict_set_str(((Module *)ns_jax)->globals, "Array", at) == 0 &&
+                    dict_set_str(((Module *)ns_jnp)->globals, "ndarray", at) == 0 ? 0 : -1;
+  val_decref(at);
+  if (arc < 0) return -1;
   Value *jg = ((Module *)ns_jax)->globals;
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
@@ -1032,7 +1061,7 @@ const BiEntry bi_python_table[] = {
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
-  {"type", bi_type, IN_TOP, "type(object): the type's name (int, float, bool for Python numbers); an exception's class itself (ValueError)"},
+  {"type", bi_type, IN_TOP, "type(object): the type (int, float, bool, str, list, tuple, dict, jax.Array, an exception's class), else its name"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},
