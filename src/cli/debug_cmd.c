@@ -1242,8 +1242,13 @@ static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
   if (!v || !*arg) return printf("*** usage: whatis expression\n"), 0;
   Value *x = eval_in(st, v, st_rank_of(st, st->level), arg);
   if (!x) return print_error(), 0;
-  printf("<class '%s'>\n", val_type_name(x));
+  Value *t = builtins_type_of(x);   /* type(x): <class 'int'> for a Python number */
   val_decref(x);
+  if (!t) return print_error(), 0;
+  Value *rep = t->type == V_STR ? NULL : val_repr(t);
+  printf(rep ? "%s\n" : "<class '%s'>\n", str_cstr(rep ? rep : t));
+  val_decref(rep);
+  val_decref(t);
   return 0;
 }
 

@@ -824,6 +824,10 @@ static Value *bi_type(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("type", a, "object", slots) < 0) return NULL;
+  return builtins_type_of(x);
+}
+
+Value *builtins_type_of(Value *x) {
   int t = -1;
   if (arr_is_host(x)) {   /* a Python number: Python's type, not an array's */
     DType d = AS_ARRAY(x)->dtype;

@@ -28,6 +28,11 @@ int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc);
  * builtins_register ran. */
 Value *builtins_namespace(const char *name);
 
+/* type(x), as the built-in gives it: a type (int, float, bool, str, list,
+ * tuple, dict, jax.Array; an exception's class), or for other values the
+ * name of their type as a string.  A new reference; NULL on out of memory. */
+Value *builtins_type_of(Value *x);
+
 /* Binds [v] (borrowed) as [name] in the namespace [ns] ("jnp", "lax",
  * "jax", "jax.nn"), e.g. builtins_add_to("lax", "psum", psum_builtin) so
  * `lax.psum` and `jax.lax.psum` resolve.  0, or -1 with the error set
