@@ -220,7 +220,8 @@ typedef struct Dict {
   size_t len, cap;
   Value **keys, **vals;  /* owned, in insertion order */
   /* Past DICT_LINEAR_MAX entries, an open-addressing table of positions + 1
-   * (0: empty) keyed by val_hash, of index_cap (a power of two) slots; made
+   * (0: empty) keyed by the keys' hashes (a string's own hash, so
+   * dict_get_str needs no Str), of index_cap (a power of two) slots; made
    * and changed only by dict_set and dict_del, so readers on other threads
    * never write it.  A module's globals are hundreds of names. */
   uint32_t *index;

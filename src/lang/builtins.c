@@ -827,16 +827,24 @@ static Value *bi_type(const CallArgs *a) {
   return builtins_type_of(x);
 }
 
-Value *builtins_type_of(Value *x) {
-  int t = -1;
+/* Which of types[] is x's, or -1. */
+static int type_index(Value *x) {
   if (arr_is_host(x)) {   /* a Python number: Python's type, not an array's */
     DType d = AS_ARRAY(x)->dtype;
-    t = d == DT_BOOL ? TY_BOOL : dt_is_float(d) ? TY_FLOAT : TY_INT;
-  } else if (ops_is_array(x)) {
-    t = TY_ARRAY;
-  } else if (x->type == V_STR || x->type == V_LIST || x->type == V_TUPLE || x->type == V_DICT) {
-    t = x->type == V_STR ? TY_STR : x->type == V_LIST ? TY_LIST : x->type == V_TUPLE ? TY_TUPLE : TY_DICT;
+    return d == DT_BOOL ? TY_BOOL : dt_is_float(d) ? TY_FLOAT : TY_INT;
   }
+  if (ops_is_array(x)) return TY_ARRAY;
+  switch (x->type) {
+  case V_STR: return TY_STR;
+  case V_LIST: return TY_LIST;
+  case V_TUPLE: return TY_TUPLE;
+  case V_DICT: return TY_DICT;
+  default: return -1;
+  }
+}
+
+Value *builtins_type_of(Value *x) {
+  int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
   return exc ? exc : str_from(val_type_name(x));
