@@ -166,6 +166,7 @@ CollGroup *coll_group_new(const MeshDesc *mesh, bool reference) {
     s->seq = -1;
     atomic_init(&s->done, -1);
     atomic_init(&s->gave_up, -1);
+    atomic_init(&s->xlead_seq, -1);
     for (int p = 0; p < n; p++) {
       s->known_done[p] = -1;
       atomic_init(&s->met[p], -1);

@@ -184,8 +184,10 @@ typedef struct Slot {
   AxesMemo axes_memo;
   CallMemo memo;
   /* across processes (transport.h).  The local leader's (its first local
-   * participant's) exchange, read by the call's other local participants
-   * after the barrier that follows it: */
+   * participant's) exchange, run by whichever local participant left the
+   * rendezvous first (x_elect), read by the call's other local
+   * participants after the barrier that follows it: */
+  atomic_long xlead_seq;          /* the last call led for this slot */
   Array **xin;                    /* [n * nin]: every participant's operands
                                      (local ones borrowed, remote ones owned) */
   int xn, xnin;                   /* its participants and operands */
@@ -209,12 +211,15 @@ typedef struct Slot {
                                      into xres, without proxies */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
+  bool xsecondary;                /* raised because a peer failed or left */
   char xmsg[768];
   int *lpeers;                    /* [ndevices]: the current call's local participants */
   /* a call whose leader computed the result alone (coll_x_run's [lead])
-   * ends without a final barrier; its other local participants may still
-   * be copying it when the leader's next call begins: */
+   * ends without a final barrier; the local participants other than the
+   * one that ran it may still be copying it when the slot's next call
+   * begins: */
   Array *xsmall;                  /* the leader's result, kept from call to call */
+
   long xread_seq;                 /* that call, */
   int xread_n;                    /* its other local participants, */
   int *xread_peers;               /* [ndevices] their ranks */

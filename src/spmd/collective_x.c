@@ -14,7 +14,9 @@
  * participants are all local runs as above.  One with participants
  * elsewhere (c->cross) runs in three steps:
  *   1. the local participants meet as usual (rendezvous over them alone);
- *   2. the first of them, the local leader, sends a header (the
+ *   2. the local leader (the first of them, in whose slot the exchange's
+ *      state lives; whichever local participant leaves the rendezvous
+ *      first runs its part, x_elect) sends a header (the
  *      collective's number and descriptor, and which participants it
  *      speaks for) and their operands to every other process holding
  *      participants, and receives theirs into arrays of its own (proxies);
@@ -556,13 +558,11 @@ static void x_swap(Call *c, XLocal *l) {
 
 /* The leader's exchange and, when given, its [lead] step, the error
  * copied into the leader slot for the other local participants (who read
- * it after the barrier that follows).  First its last call's local
- * participants must be done with what it left them (coll_x_run). */
+ * it after the barrier that follows).  Its last call's local
+ * participants are done with what it left them (x_lead_for). */
 static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XExchange step,
                    const void *arg) {
   Slot *lead = &c->g->slots[c->rank];
-  if (lead->xread_n) coll_wait_readers(c, lead->xread_seq, lead->xread_n, lead->xread_peers);
-  lead->xread_n = 0;
   lead->xin = NULL;
   lead->xres = NULL;
   lead->xrc = exchange(c, lc, arg);
@@ -573,6 +573,7 @@ static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XExchange step
   }
   if (lead->xrc < 0) {
     lead->xkind = err_kind();
+    lead->xsecondary = dev_error_is_secondary();
     snprintf(lead->xmsg, sizeof lead->xmsg, "%s", err_message());
   }
 }
@@ -586,35 +587,77 @@ static void x_readers(Slot *lead, const Call *c) {
     if (c->peers[l] != c->rank) lead->xread_peers[lead->xread_n++] = c->peers[l];
 }
 
+/* Whether the caller runs the leader's part of call [c] (over all
+ * participants; [l] the local ones): the first of them out of the
+ * rendezvous, which is usually the last to arrive and still running, so
+ * the exchange starts without handing the core to another device (with
+ * more devices than cores each hand-off is a turn of the scheduler; a
+ * one-float psum at 4 processes x 2 devices on 2 cores took ~1.5 us less).
+ * Reference mode keeps the first local participant. */
+static bool x_elect(const Call *c, const XLocal *l) {
+  Slot *first = &c->g->slots[l->peers[0]];
+  if (c->g->reference || l->n == 1) return l->peers[0] == c->rank;
+  long last = atomic_load_explicit(&first->xlead_seq, memory_order_relaxed);
+  return last < c->seq &&
+         atomic_compare_exchange_strong(&first->xlead_seq, &last, c->seq);
+}
+
+/* x_lead run by the calling device on behalf of the first local
+ * participant [first] (at position [pos] of c's participants): with its
+ * slot, operands, outputs and line, so the exchange, its state kept from
+ * call to call and its errors' wording are the same whichever device
+ * runs it.  First the slot's last call's readers must be done with what
+ * it left them (coll_x_run); the caller waits as itself, with its own
+ * slot's caches: the first participant may still be noting the arrivals
+ * in its own. */
+static void x_lead_for(Call *c, int first, int pos, const XLocal *lc, XExchange exchange,
+                       XExchange step, const void *arg) {
+  Slot *f = &c->g->slots[first];
+  if (f->xread_n) coll_wait_readers(c, f->xread_seq, f->xread_n, f->xread_peers);
+  f->xread_n = 0;
+  int rank = c->rank, self = c->pos, line = c->desc.line;
+  Array **in = c->in, **out = c->out;
+  c->rank = first, c->pos = pos, c->desc.line = atomic_load(&f->line);
+  c->in = f->in, c->out = f->out;
+  x_lead(c, lc, exchange, step, arg);
+  c->rank = rank, c->pos = self, c->desc.line = line, c->in = in, c->out = out;
+}
+
 int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XExchange lead_step) {
   CollGroup *g = c->g;
   XLocal l = {0, 0, g->slots[c->rank].lpeers};
+  int first_pos = -1;
   for (int q = 0; q < c->n; q++)
     if (coll_x_local(g, c->peers[q])) {
       if (c->peers[q] == c->rank) l.pos = l.n;
+      if (first_pos < 0) first_pos = q;
       l.peers[l.n++] = c->peers[q];
     }
   Slot *lead = &g->slots[l.peers[0]];
-  bool leader = l.pos == 0, barrier = !lead_step || g->reference;
+  bool barrier = !lead_step || g->reference;
   x_swap(c, &l);   /* c: the local participants; l: all of them */
   int rc = coll_rendezvous(c);
   x_swap(c, &l);
   if (rc < 0) return -1;
-  if (leader) x_lead(c, &l, exchange, lead_step, arg);
+  bool leader = x_elect(c, &l);
+  if (leader) x_lead_for(c, l.peers[0], first_pos, &l, exchange, lead_step, arg);
   x_swap(c, &l);
   coll_barrier(c);
   x_swap(c, &l);
   rc = lead->xrc;
   if (rc < 0 && !leader) {
+    /* as primary or secondary as the leader's own copy */
     err_set(lead->xkind, "%s", lead->xmsg);
-    dev_error_secondary();
+    if (lead->xsecondary) dev_error_secondary();
   } else if (rc == 0) {
     c->xin = lead->xin;
     rc = body(c, arg);
   }
   x_swap(c, &l);
   if (barrier) coll_barrier(c);
-  if (leader) {
+  /* the slot's own device lets the exchange go, whoever ran it: the
+   * others may be past the call, and the slot's fields its next one's */
+  if (lead == &g->slots[c->rank]) {
     x_free(g, lead, barrier);
     if (!barrier) x_readers(lead, c);
   }

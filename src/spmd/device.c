@@ -60,6 +60,7 @@ void dev_ctx_set(DevCtx *c) {
   eval_on_device = c != NULL;
 }
 void dev_error_secondary(void) { tls_secondary = true; }
+bool dev_error_is_secondary(void) { return tls_secondary; }
 
 /* dev_run_error_secondary: one dev_run runs at a time (pool.busy), and the
  * debugger's runner calls it from a helper thread, so not thread-local. */

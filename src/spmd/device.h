@@ -112,6 +112,9 @@ void dev_ctx_set(DevCtx *c);
  * next fn starts. */
 void dev_error_secondary(void);
 
+/* Whether this thread's pending error is marked secondary. */
+bool dev_error_is_secondary(void);
+
 /* Whether the error the last failed dev_run moved to its caller was
  * secondary (every failing device's was): under mpirun the processes
  * prefer another process's primary error to it (xcall.c). */
