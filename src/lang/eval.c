@@ -280,6 +280,8 @@ int env_set(Env *e, const char *name, Value *v) {
   return env_set_steal(e, name, val_incref(v));
 }
 
+Env *env_parent(const Env *e) { return e->parent; }
+
 void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx) {
   for (int i = 0; i < e->cap; i++)
     if (e->keys[i]) fn(e->keys[i], e->vals[i], ctx);

@@ -47,6 +47,9 @@ void env_release_scope(Env *e);
  * `dir()` and the debugger. */
 void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
 
+/* The scope enclosing [e] (borrowed), or NULL when [e] is a module's. */
+Env *env_parent(const Env *e);
+
 /* A user function: a `def` or `lambda` with its closure. */
 typedef struct Func {
   Value hdr;             /* V_FUNC */

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "lang/builtins.h"
+#include "lang/eval.h"
 #include "transform/compile.h"
 #include "spmd/device.h"
 #include "base/intern.h"
@@ -653,13 +654,72 @@ static bool any_jvp(const Sig *s) {
   return false;
 }
 
+/* How many functions deep holds_transformed looks through closures
+ * (a closure calling a closure...), and how deep into containers. */
+#define CLOSURE_SCAN_DEPTH 4
+
+static bool closes_over_transformed(Value *fn, int depth);
+
+/* Whether [v] is a value being transformed (differentiated, batched), or
+ * holds one in a tuple, list or dict, or in the closure of a function,
+ * up to [depth] levels down. */
+static bool holds_transformed(Value *v, int depth) {
+  if (!v || depth < 0) return false;
+  if (IS_TRACER(v)) return !IS_STAGE_TRACER(v);
+  switch (v->type) {
+  case V_TUPLE:
+    for (size_t i = 0; i < tuple_len(v); i++)
+      if (holds_transformed(tuple_get(v, i), depth - 1)) return true;
+    return false;
+  case V_LIST:
+    for (size_t i = 0; i < list_len(v); i++)
+      if (holds_transformed(list_get(v, i), depth - 1)) return true;
+    return false;
+  case V_DICT:
+    for (size_t i = 0; i < ((Dict *)v)->len; i++)
+      if (holds_transformed(((Dict *)v)->vals[i], depth - 1)) return true;
+    return false;
+  case V_FUNC:
+    return closes_over_transformed(v, depth - 1);
+  default:
+    return false;
+  }
+}
+
+typedef struct ScanArg {
+  int depth;
+  bool found;
+} ScanArg;
+
+static void scan_binding(const char *name, Value *v, void *arg) {
+  ScanArg *s = arg;
+  (void)name;
+  if (!s->found) s->found = holds_transformed(v, s->depth);
+}
+
+/* Whether user function [fn] closes over a value being transformed: a
+ * binding of a scope that encloses it other than its module's (a value
+ * being transformed lives in the frame of a function a transformation
+ * called). */
+static bool closes_over_transformed(Value *fn, int depth) {
+  if (!fn || fn->type != V_FUNC || depth < 0) return false;
+  ScanArg s = {depth, false};
+  for (Env *e = ((Func *)fn)->closure; e && env_parent(e) && !s.found; e = env_parent(e))
+    env_each(e, scan_binding, &s);
+  return s.found;
+}
+
 Value *jit_call(Value *f, const CallArgs *a) {
   JitFn *j = (JitFn *)f;
   Sig s;
   sig_init(&s);
   Value *r = NULL;
   if (sig_build(j, a, &s) < 0) goto out;
-  if (any_jvp(&s)) {   /* being transformed: the same result, evaluated inline */
+  /* being transformed, as an argument or closed over: the same result,
+   * evaluated inline (staging cannot take a transformation's value in; a
+   * closed-over one found by tracing would run the function's Python side
+   * effects once more, for the failed trace) */
+  if (any_jvp(&s) || closes_over_transformed(j->fn, CLOSURE_SCAN_DEPTH)) {
     r = val_call(j->fn, a);
     goto out;
   }
