@@ -701,11 +701,16 @@ static Value *bi_isinstance(const CallArgs *a) {
     }
     const char *name = c->type == V_BUILTIN ? ((Builtin *)c)->name : NULL;
     if (!name) return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
+    Value *tx = builtins_type_of(x);
+    if (!tx) return NULL;
+    val_decref(tx);
+    if (tx == c) return val_bool(true);   /* the same class object: borrowed is enough */
     bool num = IS_ARRAY(x) && AS_ARRAY(x)->ndim == 0;
     DType t = IS_ARRAY(x) ? AS_ARRAY(x)->dtype : DT_F32;
-    if ((!strcmp(name, "int") && num && dt_is_int(t) && AS_ARRAY(x)->host) ||
-        (!strcmp(name, "float") && num && dt_is_float(t) && AS_ARRAY(x)->host) ||
-        (!strcmp(name, "bool") && num && t == DT_BOOL) ||
+    bool host = num && AS_ARRAY(x)->host;   /* a Python number; bool is a subclass of int */
+    if ((!strcmp(name, "int") && host && (dt_is_int(t) || t == DT_BOOL)) ||
+        (!strcmp(name, "float") && host && dt_is_float(t)) ||
+        (!strcmp(name, "bool") && host && t == DT_BOOL) ||
         (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
         (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
         ((!strcmp(name, "array") || !strcmp(name, "Array")) && ops_is_array(x) && !arr_is_host(x)))
@@ -802,11 +807,73 @@ static Value *bi_hasattr(const CallArgs *a) {
 }
 
 /* The built-in types type() gives (Python's classes, which these
- * built-ins also construct), made at start-up. */
-enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_COUNT };
-static const char *const type_names[TY_COUNT] = {"int", "float", "bool", "str", "list",
-                                                 "tuple", "dict", "Array"};
+ * built-ins also construct), made at start-up; `type` is type(int)'s. */
+enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_RANGE,
+       TY_SLICE, TY_TYPE, TY_COUNT };
+static const char *const type_names[TY_COUNT] = {"int", "float", "bool", "str", "list", "tuple",
+                                                 "dict", "Array", "range", "slice", "type"};
 static Value *types[TY_COUNT];
+
+/* The classes of the other kinds of values (Python's or JAX's names),
+ * made at start-up (kind_classes_make) or given by the layer that defines
+ * the kind (builtins_set_class: jax.sharding.Mesh, PartitionSpec).  A
+ * user function and a shard_map-wrapped one are both Python functions. */
+static const char *const kind_names[V_TYPE_COUNT] = {
+    [V_NONE] = "NoneType", [V_ELLIPSIS] = "ellipsis",
+    [V_DTYPE] = "dtype",   [V_BUILTIN] = "builtin_function_or_method",
+    [V_BOUND] = "method",  [V_FUNC] = "function",    [V_MODULE] = "module",
+    [V_MESH] = "Mesh",     [V_PSPEC] = "PartitionSpec", [V_JITFN] = "PjitFunction",
+    [V_PLAN] = "Plan",     [V_OPAQUE] = "object"};
+static Value *kind_classes[V_TYPE_COUNT];
+/* Opaque values a program sees, by their type's name. */
+static const char *const opaque_names[] = {"PyTreeDef", "_IndexUpdateHelper", "ShapedArray"};
+#define N_OPAQUE_CLASSES (sizeof opaque_names / sizeof *opaque_names)
+static Value *opaque_classes[N_OPAQUE_CLASSES];
+
+/* slice(stop) or slice(start, stop, step=None): what a[start:stop:step]
+ * indexes with, as Python's. */
+static Value *bi_slice(const CallArgs *a) {
+  Value *x, *y = NULL, *z = NULL;
+  if (args_bind("slice", a, "start, stop=, step=", (Value **[]){&x, &y, &z}) < 0) return NULL;
+  if (a->nargs + a->nkw == 1) return slice_new(VAL_NONE, x, VAL_NONE);
+  return slice_new(x, y ? y : VAL_NONE, z ? z : VAL_NONE);
+}
+
+/* Calling a class of kind_classes: NoneType() is None; the others cannot
+ * make a value, as in Python. */
+static Value *bi_none_type(const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "NoneType takes no arguments");
+  return VAL_NONE;
+}
+
+static Value *bi_no_instances(const CallArgs *a) {
+  (void)a;
+  return err_set(ERR_TYPE, "cannot create instances of this type by calling it");
+}
+
+/* A class named [name] for type(). */
+static Value *class_new(const char *name) {
+  Value *c = builtin_new(name, strcmp(name, "NoneType") ? bi_no_instances : bi_none_type,
+                         "a type: what type() gives");
+  if (c) ((Builtin *)c)->is_class = true;
+  return c;
+}
+
+static int kind_classes_make(void) {
+  for (int k = 0; k < V_TYPE_COUNT; k++)
+    if (kind_names[k] && !kind_classes[k] && !(kind_classes[k] = class_new(kind_names[k])))
+      return -1;
+  kind_classes[V_SHARDFN] = val_incref(kind_classes[V_FUNC]);
+  for (size_t i = 0; i < N_OPAQUE_CLASSES; i++)
+    if (!(opaque_classes[i] = class_new(opaque_names[i]))) return -1;
+  return 0;
+}
+
+void builtins_set_class(int kind, Value *cls) {
+  ((Builtin *)cls)->is_class = true;
+  val_decref(kind_classes[kind]);
+  kind_classes[kind] = val_incref(cls);
+}
 
 /* Marks [v] (a new built-in) a type when it is one of type_names. */
 static void note_type(Value *v) {
@@ -817,9 +884,7 @@ static void note_type(Value *v) {
     }
 }
 
-/* type(x): the built-in type of a Python number, string, list, tuple,
- * dict or array (jax.Array: tracers too), an exception's class; for other
- * values, the name of their type. */
+/* type(x): x's class (builtins_type_of). */
 static Value *bi_type(const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
@@ -839,15 +904,30 @@ static int type_index(Value *x) {
   case V_LIST: return TY_LIST;
   case V_TUPLE: return TY_TUPLE;
   case V_DICT: return TY_DICT;
+  case V_RANGE: return TY_RANGE;
+  case V_SLICE: return TY_SLICE;
+  case V_BUILTIN: return ((Builtin *)x)->is_class ? TY_TYPE : -1;
+  case V_BOUND: return ((BoundMethod *)x)->is_class ? TY_TYPE : -1;   /* ValueError */
   default: return -1;
   }
+}
+
+/* The class of a value none of types[] is for. */
+static Value *kind_class(Value *x) {
+  if (x->type != V_OPAQUE) return x->type < V_TYPE_COUNT ? kind_classes[x->type] : NULL;
+  const char *name = val_type_name(x);
+  for (size_t i = 0; i < N_OPAQUE_CLASSES; i++)
+    if (!strcmp(name, opaque_names[i])) return opaque_classes[i];
+  return kind_classes[V_OPAQUE];
 }
 
 Value *builtins_type_of(Value *x) {
   int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
-  return exc ? exc : str_from(val_type_name(x));
+  if (exc) return exc;
+  Value *c = kind_class(x);
+  return c ? val_incref(c) : str_from(val_type_name(x));
 }
 
 /* ======================================================================
@@ -1016,7 +1096,7 @@ int builtins_register(Env *e) {
       val_decref(v);
       if (rc < 0) return -1;
     }
-  if (bind_dtypes(e) < 0 || bind_constants(e) < 0) return -1;
+  if (bind_dtypes(e) < 0 || bind_constants(e) < 0 || kind_classes_make() < 0) return -1;
   Value *pf = builtin_new("partial", bi_partial, "partial(func, *args, **keywords)");
   int prc = pf ? builtins_add_to("functools", "partial", pf) : -1;
   if (pf) val_decref(pf);
@@ -1053,6 +1133,7 @@ const BiEntry bi_python_table[] = {
   {"len", bi_len, IN_TOP, "len(obj)"},
   {"perf_counter", bi_perf_counter, IN_TOP, "perf_counter(): seconds of a monotonic clock (float64)"},
   {"range", bi_range, IN_TOP, "range(stop) or range(start, stop, step=1)"},
+  {"slice", bi_slice, IN_TOP, "slice(stop) or slice(start, stop, step=None)"},
   {"print", bi_print, IN_TOP, "print(*args, sep=' ', end='\\n')"},
   {"str", bi_str, IN_TOP, "str(object)"},
   {"repr", bi_repr, IN_TOP, "repr(obj)"},
@@ -1073,7 +1154,7 @@ const BiEntry bi_python_table[] = {
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
-  {"type", bi_type, IN_TOP, "type(object): the type (int, float, bool, str, list, tuple, dict, jax.Array, an exception's class), else its name"},
+  {"type", bi_type, IN_TOP, "type(object): its class (int, float, str, list, jax.Array, NoneType, function, ...)"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},

@@ -28,10 +28,20 @@ int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc);
  * builtins_register ran. */
 Value *builtins_namespace(const char *name);
 
-/* type(x), as the built-in gives it: a type (int, float, bool, str, list,
- * tuple, dict, jax.Array; an exception's class), or for other values the
- * name of their type as a string.  A new reference; NULL on out of memory. */
+/* type(x), as the built-in gives it: a class, printed <class 'name'>, the
+ * same object for every value of the type (so `type(a) is type(b)`): int,
+ * float, bool, str, list, tuple, dict, range, jax.Array (also for traced
+ * values), an exception's class, `type` for a class, else the class of
+ * the value's kind under Python's or JAX's name (NoneType, function,
+ * builtin_function_or_method, method, module, slice, PjitFunction,
+ * jax.sharding.Mesh, PartitionSpec, ...).  A new reference; NULL on out
+ * of memory. */
 Value *builtins_type_of(Value *x);
+
+/* Makes [cls] (a built-in that constructs values of VType [kind], e.g.
+ * jax.sharding.Mesh) the class type() gives for them, and marks it a
+ * class.  Main thread, at start-up, after builtins_register. */
+void builtins_set_class(int kind, Value *cls);
 
 /* Binds [v] (borrowed) as [name] in the namespace [ns] ("jnp", "lax",
  * "jax", "jax.nn"), e.g. builtins_add_to("lax", "psum", psum_builtin) so

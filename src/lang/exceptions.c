@@ -165,8 +165,7 @@ int exc_isinstance(Value *x, Value *cls) {
 }
 
 Value *exc_type_of(Value *x) {
-  if (is_exc(x)) return val_incref(class_values[((Exc *)x)->cls]);
-  return class_index(x) >= 0 ? str_from("type") : NULL;
+  return is_exc(x) ? val_incref(class_values[((Exc *)x)->cls]) : NULL;
 }
 
 int exc_raise(Value *v, Loc loc) {

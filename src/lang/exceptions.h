@@ -36,10 +36,10 @@ Value *exc_current(void);
  * [cls] is not one (no error set). */
 int exc_isinstance(Value *x, Value *cls);
 
-/* type(x) for an exception: an instance's class (the built-in
+/* type(x) for an exception instance: its class (the built-in
  * ValueError itself, so type(e) is ValueError and type(e).__name__ is
- * its name, as in Python), the string "type" for a class; NULL (no error
- * set) when [x] is neither.  A new reference. */
+ * its name, as in Python); NULL (no error set) when [x] is not one (a
+ * class's type is `type`: builtins_type_of).  A new reference. */
 Value *exc_type_of(Value *x);
 
 /* raise [v]: sets the error for [v] (a class or an instance) at [loc];

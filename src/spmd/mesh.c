@@ -238,9 +238,20 @@ out:
 
 /* Binds a builtin as a global and in the namespace [ns] (jax.P,
  * jax.sharding.PartitionSpec, ...). */
+static int add_class_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn,
+                           const char *doc, int kind);
+
 static int add_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn, const char *doc) {
+  return add_class_to_ns(b, ns, name, fn, doc, -1);
+}
+
+/* add_to_ns of a built-in that constructs values of VType [kind]: the
+ * class type() gives for them (-1: none). */
+static int add_class_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn,
+                           const char *doc, int kind) {
   Value *v = builtin_new(name, fn, doc);
   int rc = v && env_set(b, intern_cstr(name), v) == 0 && builtins_add_to(ns, name, v) == 0 ? 0 : -1;
+  if (rc == 0 && kind >= 0) builtins_set_class(kind, v);
   if (v) val_decref(v);
   return rc;
 }
@@ -635,8 +646,9 @@ int mesh_register(Env *b) {
   eval_register_context(V_MESH, mesh_enter, mesh_exit);
   eval_exec_mesh = exec_mesh;
   if (add_to_ns(b, "jax", "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
-      add_to_ns(b, "jax.sharding", "PartitionSpec", bi_pspec, "PartitionSpec(*entries)") < 0 ||
-      add_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)") < 0 ||
+      add_class_to_ns(b, "jax.sharding", "PartitionSpec", bi_pspec, "PartitionSpec(*entries)",
+                      V_PSPEC) < 0 ||
+      add_class_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)", V_MESH) < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       add_to_jax(b, "set_mesh", bi_set_mesh, "set_mesh(mesh): the mesh of shard_maps naming none") < 0 ||
