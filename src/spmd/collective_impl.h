@@ -498,6 +498,12 @@ void coll_x_tab_free(Slot *s);
  * when large enough (NULL when out of memory). */
 Array **coll_x_tab(Slot *s, int n);
 
+/* The proxy at place [i] of leader [s]'s table for a remote participant's
+ * operand shaped as [mine]: the one its last call left there when nothing
+ * else holds it and it has that shape, else a new one; its data is all
+ * received again.  NULL when out of memory. */
+Array *coll_x_proxy(Slot *s, int i, const Array *mine);
+
 /* The longest header of a sender of [nloc] participants. */
 size_t coll_x_wire_cap(int nloc);
 

@@ -246,10 +246,15 @@ typedef struct XScatter {
   const RedArg *r;
 } XScatter;
 
+/* Across processes: each participant's block folded in participant
+ * order from the local operands and the proxies, which hold just the
+ * blocks this process's participants take (x_scatter_exchange). */
 static int x_scatter(const Call *c, const void *arg) {
   const XScatter *xs = arg;
   return fast_scatter(c, xs->a, xs->r);
 }
+
+static int x_scatter_exchange(const Call *c, const XLocal *lc, const void *arg);
 
 /* Semantics: jax.lax.psum_scatter (scatter_dimension, tiled, groups). */
 int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) {
@@ -267,7 +272,7 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
   RedArg r = {in[0]->dtype, RED_SUM};
   if (c.cross) {
     XScatter xs = {&a, &r};
-    return coll_x_run(&c, coll_x_exchange, x_scatter, &xs, NULL);
+    return coll_x_run(&c, x_scatter_exchange, x_scatter, &xs, NULL);
   }
   if (coll_rendezvous(&c) < 0) return -1;
   int rc = c.g->reference ? ref_scatter(&c, &a, &r) : fast_scatter(&c, &a, &r);
@@ -480,9 +485,10 @@ static int x_positions(const Call *c, int proc, int *pos) {
   return m;
 }
 
-/* State of one leader's x_a2a. */
+/* State of one leader's x_a2a (or x_scatter_exchange). */
 typedef struct XA2A {
   const Call *c;
+  const XLocal *lc;
   const A2AArgs *a;
   size_t slice;                   /* bytes of one slice */
   Array **tab;                    /* the leader slot's xin */
@@ -490,7 +496,23 @@ typedef struct XA2A {
   size_t *pack_bytes;
   void **reqs;                    /* [2 * np] */
   int nreqs;
+  /* where local participant lc->peers[l] takes participant q's slice,
+   * and whether those places are runs of memory for every q */
+  void (*dst)(View *v, const struct XA2A *s, int l, int q);
+  bool (*dst_runs)(const struct XA2A *s, int l);
 } XA2A;
+
+/* all_to_all: into the output's block from q. */
+static void x_a2a_dst(View *v, const XA2A *s, int l, int q) {
+  a2a_dst(v, s->c->g->slots[s->lc->peers[l]].out[0], s->a, q);
+}
+
+static bool x_a2a_dst_runs(const XA2A *s, int l) {
+  const Array *o = s->c->g->slots[s->lc->peers[l]].out[0];
+  int64_t outer = 1;
+  for (int d = 0; d < s->a->concat; d++) outer *= o->shape[d];
+  return (o->contiguous || o->ndim == 0) && outer == 1;
+}
 
 /* Sends the header, then to each other process procs[i] the slices its
  * participants take of this process's operands (local participant-major). */
@@ -550,10 +572,7 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
   TransportIov iov[nr * lc->n + 1];
   bool flat[lc->n];
   for (int l = 0; l < lc->n; l++) {
-    const Array *o = c->g->slots[lc->peers[l]].out[0];
-    int64_t outer = 1;
-    for (int d = 0; d < s->a->concat; d++) outer *= o->shape[d];
-    flat[l] = (o->contiguous || o->ndim == 0) && outer == 1;
+    flat[l] = s->dst_runs(s, l);
     if (!flat[l] && !s->packs[i]) {
       s->pack_bytes[i] = s->slice * (size_t)(nr * lc->n) + 1;
       if (!(s->packs[i] = shm_buf_alloc(s->pack_bytes[i]))) return err_nomem(), -1;
@@ -568,7 +587,7 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
     qs[r] = q;
     for (int l = 0; l < lc->n; l++, k++) {
       View dst;
-      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, q);
+      s->dst(&dst, s, l, q);
       iov[k] = (TransportIov){flat[l] ? dst.base : s->packs[i] + s->slice * (size_t)k, s->slice};
     }
   }
@@ -577,13 +596,19 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
     for (int l = 0; l < lc->n; l++, k2++) {
       if (flat[l]) continue;
       View dst, src;
-      a2a_dst(&dst, c->g->slots[lc->peers[l]].out[0], s->a, qs[r]);
+      s->dst(&dst, s, l, qs[r]);
       src = dst;
       x_packed(&src, s->packs[i] + s->slice * (size_t)k2);
       coll_view_copy(&dst, &src);
     }
   return 0;
 }
+
+/* x_a2a's exchange with [s] set up (c, lc, a, dst, dst_runs): each
+ * process sends each other one the slices its participants take, then
+ * receives theirs; with [proxies] the remote participants' operands get
+ * proxies in the table first (x_scatter_exchange's places). */
+static int x_a2a_run(XA2A *s, Slot *me, int n, const int *procs, int np, bool proxies);
 
 /* The leader's exchange of an all_to_all (an XExchange; arg: the
  * A2AArgs): every process sends each other one only the slices its
@@ -592,33 +617,74 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
 static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
   Slot *me = &c->g->slots[c->rank];
   int n = c->n, procs[n], np = coll_x_procs(c, procs);
-  XA2A s = {.c = c, .a = arg};
-  s.slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
-  s.tab = coll_x_tab(me, n);
-  s.packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
-  s.pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
-  s.reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
+  XA2A s = {.c = c, .lc = lc, .a = arg, .dst = x_a2a_dst, .dst_runs = x_a2a_dst_runs};
+  return x_a2a_run(&s, me, n, procs, np, false);
+}
+
+static int x_a2a_run(XA2A *s, Slot *me, int n, const int *procs, int np, bool proxies) {
+  const Call *c = s->c;
+  const XLocal *lc = s->lc;
+  s->slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
+  s->tab = coll_x_tab(me, n);
+  s->packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
+  s->pack_bytes = shm_calloc((size_t)(2 * np) + 1, sizeof(size_t));
+  s->reqs = shm_calloc((size_t)(2 * np) + 1, sizeof(void *));
   char *h = shm_malloc(coll_x_wire_cap(lc->n));
-  me->xin = s.tab;
+  me->xin = s->tab;
   me->xn = n;
   me->xnin = 1;
-  int rc = s.tab && s.packs && s.pack_bytes && s.reqs && h ? 0 : (err_nomem(), -1);
+  int rc = s->tab && s->packs && s->pack_bytes && s->reqs && h ? 0 : (err_nomem(), -1);
   for (int q = 0; rc == 0 && q < n; q++)
-    if (coll_x_local(c->g, c->peers[q])) s.tab[q] = c->g->slots[c->peers[q]].in[0];
-  if (rc == 0) rc = x_a2a_send(&s, lc, h, procs, np);
+    if (coll_x_local(c->g, c->peers[q]))
+      s->tab[q] = c->g->slots[c->peers[q]].in[0];
+    else if (proxies && !(s->tab[q] = coll_x_proxy(me, q, c->in[0])))
+      rc = -1;
+  if (rc == 0) rc = x_a2a_send(s, lc, h, procs, np);
   /* from the next process up first, as a pairwise exchange goes: at each
    * step every process reads from a different one */
   int first = 0;
   while (first < np && procs[first] < transport_rank()) first++;
   for (int k = 0; rc == 0 && k < np; k++) {
     int i = (first + k) % np;
-    rc = x_a2a_recv(&s, lc, procs[i], np + i);
+    rc = x_a2a_recv(s, lc, procs[i], np + i);
   }
-  coll_x_wait_sends(c, s.reqs, s.nreqs, rc);
-  for (int i = 0; s.packs && i < 2 * np; i++)
-    if (s.packs[i]) shm_buf_free(s.packs[i], s.pack_bytes[i]);
-  shm_free(s.packs), shm_free(s.pack_bytes), shm_free(s.reqs), shm_free(h);
+  coll_x_wait_sends(c, s->reqs, s->nreqs, rc);
+  for (int i = 0; s->packs && i < 2 * np; i++)
+    if (s->packs[i]) shm_buf_free(s->packs[i], s->pack_bytes[i]);
+  shm_free(s->packs), shm_free(s->pack_bytes), shm_free(s->reqs), shm_free(h);
   return rc;
+}
+
+/* psum_scatter across processes: participant q's slice that local
+ * participant lc->peers[l] takes goes into q's proxy, at that slice. */
+static void x_scatter_dst(View *v, const XA2A *s, int l, int q) {
+  int pos = 0;
+  while (s->c->peers[pos] != s->lc->peers[l]) pos++;
+  x_a2a_slice(v, s->tab[q], s->a, pos);
+}
+
+/* The proxies are contiguous arrays of the operand's shape. */
+static bool x_scatter_dst_runs(const XA2A *s, int l) {
+  (void)l;
+  return x_a2a_runs(s->c->in[0], s->a);
+}
+
+/* The leader's exchange of a psum_scatter (an XExchange; arg: the
+ * XScatter), as MPI_Reduce_scatter_block moves data: every process sends
+ * each other one only the blocks its participants take of this
+ * process's operands (an all_to_all's exchange over the scatter
+ * dimension), into proxies of the remote operands, from which x_scatter
+ * folds each block in participant order (so the bits are a one-process
+ * run's).  It sent every process whole operands: P - 1 times the data
+ * at P processes. */
+static int x_scatter_exchange(const Call *c, const XLocal *lc, const void *arg) {
+  const GatherArgs *g = ((const XScatter *)arg)->a;
+  A2AArgs a = {.split = g->dim, .concat = g->dim, .tiled = g->tiled, .n = g->n,
+               .b = g->tiled ? c->in[0]->shape[g->dim] / g->n : 1};
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n], np = coll_x_procs(c, procs);
+  XA2A s = {.c = c, .lc = lc, .a = &a, .dst = x_scatter_dst, .dst_runs = x_scatter_dst_runs};
+  return x_a2a_run(&s, me, n, procs, np, true);
 }
 
 static int map_a2a(const Call *c, const void *arg, int64_t *idx) {

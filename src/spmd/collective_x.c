@@ -70,11 +70,7 @@ Array **coll_x_tab(Slot *s, int n) {
   return s->xtab;
 }
 
-/* The proxy at place [i] of leader [s]'s table, shaped as [mine]: the
- * one of the last call there when nothing else holds it and it has that
- * shape, else a new one (NULL when out of memory).  Its data is all
- * received again. */
-static Array *x_proxy(Slot *s, int i, const Array *mine) {
+Array *coll_x_proxy(Slot *s, int i, const Array *mine) {
   Array **kept = s->xtab + s->xtab_cap, *a = kept[i];
   kept[i] = NULL;
   if (a && a->dtype == mine->dtype && a->ndim == mine->ndim && a->contiguous &&
@@ -352,7 +348,7 @@ static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov 
       continue;
     }
     for (int j = 0; j < nin; j++) {
-      Array *a = tab[q * nin + j] = x_proxy(me, q * nin + j, c->in[j]);
+      Array *a = tab[q * nin + j] = coll_x_proxy(me, q * nin + j, c->in[j]);
       if (!a) return -1;
       iov[k++] = (TransportIov){arr_data(a), (size_t)a->size * dt_size(a->dtype)};
     }
