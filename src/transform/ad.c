@@ -212,13 +212,22 @@ static Value *wrap_linear(Value *tree, JvpTrace *j, Trace *lin) {
   return map_leaves(tree, wrap_leaf, &c);
 }
 
+/* Zeros of [v]'s aval, weakly typed when [v] is, as JAX instantiates a
+ * symbolic zero tangent (zeros_like_aval keeps weak_type); a new
+ * reference. */
+static Value *zeros_like(Value *v) {
+  AVal a;
+  if (ops_aval(v, &a) < 0) return NULL;
+  Value *z = prim_zeros(&a);
+  if (z && IS_ARRAY(z)) AS_ARRAY(z)->weak = a.weak;
+  return z;
+}
+
 /* The tangent of output leaf [v] for trace [id]: its tangent, or zeros of
  * its aval (a new reference). */
 static Value *tangent_of(Value *v, unsigned id) {
   if (is_jvp_of(v, id)) return val_incref(((Tracer *)v)->tangent);
-  AVal a;
-  if (ops_aval(v, &a) < 0) return NULL;
-  return prim_zeros(&a);
+  return zeros_like(v);
 }
 
 /* Splits [res] into (out, aux) when [has_aux]. */
@@ -1578,11 +1587,7 @@ static Value *wj_body(Value *self, const CallArgs *a) {
  * of its aval (weak as it is). */
 static Value *wj_init_tangent(Value *v, unsigned id) {
   if (is_jvp_of(v, id)) return val_incref(((Tracer *)v)->tangent);
-  AVal a;
-  if (ops_aval(v, &a) < 0) return NULL;
-  Value *z = prim_zeros(&a);
-  if (z && IS_ARRAY(z)) AS_ARRAY(z)->weak = a.weak;
-  return z;
+  return zeros_like(v);
 }
 
 /* The staged carry (primals, tangents) of init's leaves [l]. */
