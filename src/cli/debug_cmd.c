@@ -1244,11 +1244,11 @@ static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
   if (!x) return print_error(), 0;
   Value *t = builtins_type_of(x);   /* type(x): <class 'int'> for a Python number */
   val_decref(x);
-  if (!t) return print_error(), 0;
-  Value *rep = t->type == V_STR ? NULL : val_repr(t);
-  printf(rep ? "%s\n" : "<class '%s'>\n", str_cstr(rep ? rep : t));
-  val_decref(rep);
+  Value *rep = val_repr(t);
   val_decref(t);
+  if (!rep) return print_error(), 0;
+  printf("%s\n", str_cstr(rep));
+  val_decref(rep);
   return 0;
 }
 

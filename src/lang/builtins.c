@@ -685,40 +685,6 @@ static Value *bi_reversed(const CallArgs *a) {
   return l;
 }
 
-static Value *bi_isinstance(const CallArgs *a) {
-  Value *x, *cls;
-  Value **slots[] = {&x, &cls};
-  if (args_bind("isinstance", a, "obj, class_or_tuple", slots) < 0) return NULL;
-  size_t n = 1;
-  Value *const *cs = &cls;
-  if (cls->type == V_TUPLE) val_seq(cls, &n, &cs);
-  for (size_t i = 0; i < n; i++) {
-    Value *c = cs[i];
-    int e = exc_isinstance(x, c);
-    if (e >= 0) {
-      if (e) return val_bool(true);
-      continue;
-    }
-    const char *name = c->type == V_BUILTIN ? ((Builtin *)c)->name : NULL;
-    if (!name) return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
-    Value *tx = builtins_type_of(x);
-    if (!tx) return NULL;
-    val_decref(tx);
-    if (tx == c) return val_bool(true);   /* the same class object: borrowed is enough */
-    bool num = IS_ARRAY(x) && AS_ARRAY(x)->ndim == 0;
-    DType t = IS_ARRAY(x) ? AS_ARRAY(x)->dtype : DT_F32;
-    bool host = num && AS_ARRAY(x)->host;   /* a Python number; bool is a subclass of int */
-    if ((!strcmp(name, "int") && host && (dt_is_int(t) || t == DT_BOOL)) ||
-        (!strcmp(name, "float") && host && dt_is_float(t)) ||
-        (!strcmp(name, "bool") && host && t == DT_BOOL) ||
-        (!strcmp(name, "str") && x->type == V_STR) || (!strcmp(name, "list") && x->type == V_LIST) ||
-        (!strcmp(name, "tuple") && x->type == V_TUPLE) || (!strcmp(name, "dict") && x->type == V_DICT) ||
-        ((!strcmp(name, "array") || !strcmp(name, "Array")) && ops_is_array(x) && !arr_is_host(x)))
-      return val_bool(true);
-  }
-  return val_bool(false);
-}
-
 static int by_name(const void *x, const void *y) {
   return strcmp(str_cstr(*(Value *const *)x), str_cstr(*(Value *const *)y));
 }
@@ -927,7 +893,32 @@ Value *builtins_type_of(Value *x) {
   Value *exc = exc_type_of(x);
   if (exc) return exc;
   Value *c = kind_class(x);
-  return c ? val_incref(c) : str_from(val_type_name(x));
+  return val_incref(c ? c : kind_classes[V_OPAQUE]);
+}
+
+/* isinstance(obj, class_or_tuple): whether type(obj) is the class (or
+ * one of them), or a subclass of it: bool of int, an exception class of
+ * its bases.  Arg 2 must be a class, as in Python. */
+static Value *bi_isinstance(const CallArgs *a) {
+  Value *x, *cls;
+  Value **slots[] = {&x, &cls};
+  if (args_bind("isinstance", a, "obj, class_or_tuple", slots) < 0) return NULL;
+  size_t n = 1;
+  Value *const *cs = &cls;
+  if (cls->type == V_TUPLE) val_seq(cls, &n, &cs);
+  Value *tx = builtins_type_of(x);
+  if (!tx) return NULL;
+  val_decref(tx);   /* a class: the tables hold it */
+  for (size_t i = 0; i < n; i++) {
+    Value *c = cs[i];
+    int e = exc_isinstance(x, c);
+    if (e > 0) return val_bool(true);
+    if (e == 0) continue;
+    if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
+      return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
+    if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
+  }
+  return val_bool(false);
 }
 
 /* ======================================================================
@@ -1151,7 +1142,7 @@ const BiEntry bi_python_table[] = {
   {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},
   {"sorted", bi_sorted, IN_TOP, "sorted(iterable, reverse=False)"},
   {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
-  {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, int/float/bool/str/list/tuple/dict/jax.Array)"},
+  {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, class_or_tuple): int, float, str, jax.Array, type(v), ..."},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},
   {"type", bi_type, IN_TOP, "type(object): its class (int, float, str, list, jax.Array, NoneType, function, ...)"},

@@ -34,8 +34,8 @@ Value *builtins_namespace(const char *name);
  * values), an exception's class, `type` for a class, else the class of
  * the value's kind under Python's or JAX's name (NoneType, function,
  * builtin_function_or_method, method, module, slice, PjitFunction,
- * jax.sharding.Mesh, PartitionSpec, ...).  A new reference; NULL on out
- * of memory. */
+ * jax.sharding.Mesh, PartitionSpec, ...; `object` for any other).  A
+ * new reference, never NULL once builtins_register ran. */
 Value *builtins_type_of(Value *x);
 
 /* Makes [cls] (a built-in that constructs values of VType [kind], e.g.

@@ -219,7 +219,6 @@ typedef struct Slot {
    * one that ran it may still be copying it when the slot's next call
    * begins: */
   Array *xsmall;                  /* the leader's result, kept from call to call */
-
   long xread_seq;                 /* that call, */
   int xread_n;                    /* its other local participants, */
   int *xread_peers;               /* [ndevices] their ranks */

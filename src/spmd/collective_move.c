@@ -608,22 +608,11 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
  * process sends each other one the slices its participants take, then
  * receives theirs; with [proxies] the remote participants' operands get
  * proxies in the table first (x_scatter_exchange's places). */
-static int x_a2a_run(XA2A *s, Slot *me, int n, const int *procs, int np, bool proxies);
-
-/* The leader's exchange of an all_to_all (an XExchange; arg: the
- * A2AArgs): every process sends each other one only the slices its
- * participants take, received into their outputs; x_a2a_local then
- * copies the local participants' blocks. */
-static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
-  Slot *me = &c->g->slots[c->rank];
-  int n = c->n, procs[n], np = coll_x_procs(c, procs);
-  XA2A s = {.c = c, .lc = lc, .a = arg, .dst = x_a2a_dst, .dst_runs = x_a2a_dst_runs};
-  return x_a2a_run(&s, me, n, procs, np, false);
-}
-
-static int x_a2a_run(XA2A *s, Slot *me, int n, const int *procs, int np, bool proxies) {
+static int x_a2a_run(XA2A *s, bool proxies) {
   const Call *c = s->c;
   const XLocal *lc = s->lc;
+  Slot *me = &c->g->slots[c->rank];
+  int n = c->n, procs[n], np = coll_x_procs(c, procs);
   s->slice = (size_t)c->in[0]->size / (size_t)n * dt_size(c->in[0]->dtype);
   s->tab = coll_x_tab(me, n);
   s->packs = shm_calloc((size_t)(2 * np) + 1, sizeof(char *));
@@ -655,6 +644,15 @@ static int x_a2a_run(XA2A *s, Slot *me, int n, const int *procs, int np, bool pr
   return rc;
 }
 
+/* The leader's exchange of an all_to_all (an XExchange; arg: the
+ * A2AArgs): every process sends each other one only the slices its
+ * participants take, received into their outputs; x_a2a_local then
+ * copies the local participants' blocks. */
+static int x_a2a(const Call *c, const XLocal *lc, const void *arg) {
+  XA2A s = {.c = c, .lc = lc, .a = arg, .dst = x_a2a_dst, .dst_runs = x_a2a_dst_runs};
+  return x_a2a_run(&s, false);
+}
+
 /* psum_scatter across processes: participant q's slice that local
  * participant lc->peers[l] takes goes into q's proxy, at that slice. */
 static void x_scatter_dst(View *v, const XA2A *s, int l, int q) {
@@ -675,16 +673,13 @@ static bool x_scatter_dst_runs(const XA2A *s, int l) {
  * process's operands (an all_to_all's exchange over the scatter
  * dimension), into proxies of the remote operands, from which x_scatter
  * folds each block in participant order (so the bits are a one-process
- * run's).  It sent every process whole operands: P - 1 times the data
- * at P processes. */
+ * run's). */
 static int x_scatter_exchange(const Call *c, const XLocal *lc, const void *arg) {
   const GatherArgs *g = ((const XScatter *)arg)->a;
   A2AArgs a = {.split = g->dim, .concat = g->dim, .tiled = g->tiled, .n = g->n,
                .b = g->tiled ? c->in[0]->shape[g->dim] / g->n : 1};
-  Slot *me = &c->g->slots[c->rank];
-  int n = c->n, procs[n], np = coll_x_procs(c, procs);
   XA2A s = {.c = c, .lc = lc, .a = &a, .dst = x_scatter_dst, .dst_runs = x_scatter_dst_runs};
-  return x_a2a_run(&s, me, n, procs, np, true);
+  return x_a2a_run(&s, true);
 }
 
 static int map_a2a(const Call *c, const void *arg, int64_t *idx) {

@@ -237,16 +237,8 @@ out:
 }
 
 /* Binds a builtin as a global and in the namespace [ns] (jax.P,
- * jax.sharding.PartitionSpec, ...). */
-static int add_class_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn,
-                           const char *doc, int kind);
-
-static int add_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn, const char *doc) {
-  return add_class_to_ns(b, ns, name, fn, doc, -1);
-}
-
-/* add_to_ns of a built-in that constructs values of VType [kind]: the
- * class type() gives for them (-1: none). */
+ * jax.sharding.PartitionSpec, ...); when it constructs values of VType
+ * [kind] (-1: none), it is the class type() gives for them. */
 static int add_class_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn,
                            const char *doc, int kind) {
   Value *v = builtin_new(name, fn, doc);
@@ -254,6 +246,10 @@ static int add_class_to_ns(Env *b, const char *ns, const char *name, BuiltinFn f
   if (rc == 0 && kind >= 0) builtins_set_class(kind, v);
   if (v) val_decref(v);
   return rc;
+}
+
+static int add_to_ns(Env *b, const char *ns, const char *name, BuiltinFn fn, const char *doc) {
+  return add_class_to_ns(b, ns, name, fn, doc, -1);
 }
 
 /* Binds [fn] as [name] at the top level and in the jax namespace. */

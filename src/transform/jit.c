@@ -733,8 +733,9 @@ Value *jit_call(Value *f, const CallArgs *a) {
     entry_release(e);
   }
   if (!r && trace_transformed_operand()) {
-    /* the function closes over a value being transformed, which staging
-     * cannot take in: evaluated inline, as for such an argument */
+    /* a value being transformed the scan above does not see (past its
+     * depth, in a global, behind another kind of object) reached the
+     * staging: evaluated inline all the same */
     err_clear();
     r = val_call(j->fn, a);
   }
