@@ -21,13 +21,15 @@
  *      speaks for) and their operands to every other process holding
  *      participants, and receives theirs into arrays of its own (proxies);
  *      the descriptors must agree, as within a process.  Operands of up
- *      to COLL_XINLINE_BYTES ride in the header.  Four kernels exchange
+ *      to COLL_XINLINE_BYTES ride in the header.  Five kernels exchange
  *      less than whole operands (the XExchange given to coll_x_run): large
  *      reductions reduce-scatter and all-gather between the processes
  *      (x_reduce), all_to_all sends only the slices each process takes
  *      (x_a2a), psum_scatter only the blocks it keeps (x_scatter_exchange,
- *      into proxies), and all_to_all and all_gather (x_gather) receive
- *      straight into the outputs;
+ *      into proxies), ragged_all_to_all the offsets and sizes, then only
+ *      the rows each process takes (x_ragged_exchange, into proxies), and
+ *      all_to_all and all_gather (x_gather) receive straight into the
+ *      outputs;
  *   3. after a barrier every local participant computes its own output
  *      from all the operands with the algorithms that read peers' operands
  *      and write only their own output (the same folds, in the same
