@@ -202,6 +202,8 @@ void coll_group_free(CollGroup *g) {
       shm_free(g->slots[r].xreqs);
       shm_free(g->slots[r].xread_peers);
       val_decref(g->slots[r].xsmall ? &g->slots[r].xsmall->hdr : NULL);
+      shm_free(g->slots[r].xmis);
+      shm_free(g->slots[r].xdesc);
     }
     shm_free(g->slots);
   }
@@ -334,8 +336,20 @@ const char *coll_coords_of(const CollGroup *g, int rank, char *buf, size_t cap) 
   return dev_mesh_coords_str(&g->mesh, rank, buf, cap);
 }
 
+/* Keeps what caller [a] found, that [b] reached [db] where it reached
+ * [da] (its current collective), for its exit record (XMismatch); nothing
+ * without other processes, or when out of memory. */
+static void note_mismatch(CollGroup *g, int a, const CollDesc *da, int b, const CollDesc *db) {
+  Slot *s = &g->slots[a];
+  if (!transport_active() || (!s->xmis && !(s->xmis = shm_malloc(sizeof *s->xmis)))) return;
+  s->xmis->seq = s->seq;
+  s->xmis->rank[0] = a, s->xmis->rank[1] = b;
+  s->xmis->desc[0] = *da, s->xmis->desc[1] = *db;
+}
+
 int coll_mismatch_error(CollGroup *g, int a, const CollDesc *da, int b,
                         const CollDesc *db) {
+  note_mismatch(g, a, da, b, db);
   if (b < a) {
     int t = a; a = b; b = t;
     const CollDesc *td = da; da = db; db = td;

@@ -120,8 +120,25 @@ typedef struct CallMemo {
  * waiting forever. */
 typedef struct XExit {
   int rank, line, failed;
+  int nevid;                      /* mismatch evidence that follows: headers
+                                     (as coll_x_header_pack writes them, each
+                                     after its length as an int64_t, padded
+                                     to 8 bytes) of what two devices reached
+                                     at collective #evid_seq (XMismatch) */
   long count;                     /* collectives it entered */
+  long evid_seq;
 } XExit;
+
+/* A collective mismatch a device found (coll_mismatch_error): the two
+ * participants and what each reached at collective #seq.  When the device
+ * fails, its exit record carries this to the other processes, where a
+ * device waiting for one of the two reports the mismatch itself, as it
+ * would within one process (x_check), rather than the failure's echo. */
+typedef struct XMismatch {
+  long seq;
+  int rank[2];
+  CollDesc desc[2];
+} XMismatch;
 
 /* One device's state in the group. */
 typedef struct Slot {
@@ -224,8 +241,12 @@ typedef struct Slot {
   int *xread_peers;               /* [ndevices] their ranks */
   XExit xexit;                    /* its exit record, sent as it leaves the body */
   void **xreqs;                   /* [processes]: those sends */
+  XMismatch *xmis;                /* the last mismatch it found; NULL: none */
   /* a remote device, from its exit record (guarded by the lock, like exited): */
   long xcount;                    /* collectives it entered */
+  CollDesc *xdesc;                /* what it reached at #xdesc_seq, as another
+                                     device's mismatch evidence says; or NULL */
+  long xdesc_seq;
 } Slot;
 
 _Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -

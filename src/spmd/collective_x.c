@@ -155,10 +155,12 @@ static char *x_header(Slot *me, const Call *c, const XLocal *lc, int inline_byte
   return me->xhdr;
 }
 
-int coll_x_header_read(const TransportMsg *m, XHeader *h) {
+/* coll_x_header_read of the [len] bytes at [data] from process [source]:
+ * a message, or a header inside one (an exit record's evidence). */
+static int x_header_parse(const char *data, size_t len, int source, XHeader *h) {
   XWire w;
-  if (m->len < sizeof w) goto bad;
-  memcpy(&w, m->data, sizeof w);
+  if (len < sizeof w) goto bad;
+  memcpy(&w, data, sizeof w);
   if (w.naxes < 0 || w.naxes > DEV_MAX_AXES || w.nin < 0 || w.nin > COLL_MAX_IN ||
       w.ndims < 0 || w.ndims > COLL_MAX_IN * SHM_MAXDIM || w.params_len < 1 ||
       w.params_len > COLL_PARAMS_CAP || w.nloc < 1 || w.inline_bytes < 0)
@@ -166,14 +168,14 @@ int coll_x_header_read(const TransportMsg *m, XHeader *h) {
   size_t ranks = sizeof w + sizeof(int64_t) * (size_t)w.ndims;
   size_t params = ranks + sizeof(int) * (size_t)w.nloc, end = params + (size_t)w.params_len;
   size_t payload = (end + 7) & ~(size_t)7;
-  if (payload + (size_t)w.inline_bytes > m->len || m->data[end - 1] != 0) goto bad;
+  if (payload + (size_t)w.inline_bytes > len || data[end - 1] != 0) goto bad;
   /* field by field: a compound literal would clear all of desc (~1.9 KB) */
   h->seq = w.seq;
   h->first = w.first;
   h->nloc = w.nloc;
   h->inline_bytes = w.inline_bytes;
-  h->ranks = (const int *)(m->data + ranks);
-  h->payload = m->data + payload;
+  h->ranks = (const int *)(data + ranks);
+  h->payload = data + payload;
   CollDesc *d = &h->desc;
   d->kind = w.kind;
   d->naxes = w.naxes;
@@ -183,30 +185,78 @@ int coll_x_header_read(const TransportMsg *m, XHeader *h) {
   d->ndims = w.ndims;
   memcpy(d->dtype, w.dtype, sizeof d->dtype);
   memcpy(d->ndim, w.ndim, sizeof d->ndim);
-  memcpy(d->dims, m->data + sizeof w, sizeof(int64_t) * (size_t)w.ndims);
-  memcpy(d->params, m->data + params, (size_t)w.params_len);
+  memcpy(d->dims, data + sizeof w, sizeof(int64_t) * (size_t)w.ndims);
+  memcpy(d->params, data + params, (size_t)w.params_len);
   return 0;
 bad:
-  return err_set(ERR_COLLECTIVE, "a malformed collective header from process %d", m->source),
-         -1;
+  return err_set(ERR_COLLECTIVE, "a malformed collective header from process %d", source), -1;
+}
+
+int coll_x_header_read(const TransportMsg *m, XHeader *h) {
+  return x_header_parse(m->data, m->len, m->source, h);
 }
 
 int coll_x_key(const CollGroup *g, long seq, int first) {
   return (g->parity << 27) | (int)((seq & 0xFFFF) << 11) | (first & 0x7FF);
 }
 
+/* Notes, from exit record [m] ([e]), what its mismatch evidence says the
+ * remote devices it names reached (lock held); a malformed piece ends the
+ * reading (evidence only refines an error already coming). */
+static void x_apply_evidence(CollGroup *g, const TransportMsg *m, const XExit *e) {
+  size_t at = sizeof *e;
+  for (int i = 0; i < e->nevid && at + sizeof(int64_t) <= m->len; i++) {
+    int64_t len;
+    memcpy(&len, m->data + at, sizeof len);
+    at += sizeof len;
+    XHeader h;
+    if (len < 0 || (size_t)len > m->len - at ||
+        x_header_parse(m->data + at, (size_t)len, m->source, &h) < 0) {
+      err_clear();
+      return;
+    }
+    at += ((size_t)len + 7) & ~(size_t)7;
+    int r = h.ranks[0];
+    if (r < 0 || r >= g->mesh.ndevices || coll_x_local(g, r)) continue;
+    Slot *s = &g->slots[r];
+    if (!s->xdesc && !(s->xdesc = shm_malloc(sizeof *s->xdesc))) return;
+    *s->xdesc = h.desc;
+    s->xdesc_seq = e->evid_seq;
+  }
+}
+
 /* Applies exit records of this call to the remote slots (lock held). */
 static bool x_apply_exit(TransportMsg *m, void *arg) {
   CollGroup *g = arg;
-  if (m->tag != transport_tag(TRANSPORT_EXIT, g->parity << 27)) return false;
-  const XExit *e = (const XExit *)m->data;
-  Slot *s = &g->slots[e->rank];
-  s->exited = true;
-  s->failed = e->failed;
-  s->exit_line = e->line;
-  s->xcount = e->count;
+  if (m->tag != transport_tag(TRANSPORT_EXIT, g->parity << 27) || m->len < sizeof(XExit))
+    return false;
+  XExit e;
+  memcpy(&e, m->data, sizeof e);
+  if (e.rank >= 0 && e.rank < g->mesh.ndevices) {
+    Slot *s = &g->slots[e.rank];
+    s->exited = true;
+    s->failed = e.failed;
+    s->exit_line = e.line;
+    s->xcount = e.count;
+    x_apply_evidence(g, m, &e);
+  }
   transport_msg_free(m);
   return true;
+}
+
+/* The first participant of [c] on process [proc] whose descriptor of
+ * c's collective another device's mismatch evidence gives (XMismatch) and
+ * differs from c's: the mismatch error, as a device of one process finds
+ * it among its peers' (lock held); 0 when none. */
+static int x_evidence_error(const Call *c, int proc) {
+  CollGroup *g = c->g;
+  for (int q = 0; q < c->n; q++) {
+    const Slot *s = &g->slots[c->peers[q]];
+    if (coll_x_proc(g, c->peers[q]) == proc && s->xdesc && s->xdesc_seq == c->seq &&
+        !coll_desc_equal(s->xdesc, &c->desc))
+      return coll_mismatch_error(g, c->rank, &c->desc, c->peers[q], s->xdesc);
+  }
+  return 0;
 }
 
 /* What a conflicting header says, for x_check. */
@@ -261,7 +311,9 @@ static int x_check(const Call *c, int proc, int tag, bool data) {
     return 0;
   }
   int rc = coll_abort_error(g);
-  /* a participant that returned is the cause; one that failed may be its echo */
+  /* a participant that reached another collective is the cause, as within
+   * a process; then one that returned; one that failed may be its echo */
+  if (rc == 0) rc = x_evidence_error(c, proc);
   for (int pass = 0; pass < 2; pass++)
     for (int q = 0; rc == 0 && q < c->n; q++) {
       int p = c->peers[q];
@@ -665,9 +717,38 @@ int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XExchan
   return rc;
 }
 
+/* Appends to exit record [buf] (of [len] bytes, at most [cap]) the
+ * header of what device [rank] reached, [d]: the new length, or [len]
+ * when it does not fit. */
+static size_t x_evidence_pack(char *buf, size_t len, size_t cap, int rank, const CollDesc *d) {
+  Call t = {.seq = 0, .desc = *d, .peers = &rank};
+  XLocal one = {1, 0, &rank};
+  char h[coll_x_wire_cap(1)];
+  int64_t n = (int64_t)coll_x_header_pack(h, &t, &one, 0);
+  size_t need = sizeof n + (((size_t)n + 7) & ~(size_t)7);
+  if (len + need > cap) return len;
+  memcpy(buf + len, &n, sizeof n);
+  memcpy(buf + len + sizeof n, h, (size_t)n);
+  memset(buf + len + sizeof n + n, 0, need - sizeof n - (size_t)n);
+  return len + need;
+}
+
 void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed) {
-  s->xexit = (XExit){rank, line, failed, atomic_load(&s->published) + 1};
-  TransportIov v = {&s->xexit, sizeof s->xexit};
+  s->xexit = (XExit){rank, line, failed, 0, atomic_load(&s->published) + 1, -1};
+  /* a failure with a mismatch found carries both descriptors; the record
+   * stays a small message, sent from a copy */
+  char buf[TRANSPORT_COPY_BYTES];
+  size_t len = sizeof s->xexit;
+  if (failed && s->xmis && s->xmis->seq == s->seq) {
+    for (int i = 0; i < 2; i++) {
+      size_t n = x_evidence_pack(buf, len, sizeof buf, s->xmis->rank[i], &s->xmis->desc[i]);
+      s->xexit.nevid += n > len;
+      len = n;
+    }
+    s->xexit.evid_seq = s->xmis->seq;
+  }
+  memcpy(buf, &s->xexit, sizeof s->xexit);
+  TransportIov v = {buf, len};
   for (int p = 0; p < transport_procs(); p++)
     if (p != transport_rank())
       s->xreqs[p] = transport_isend(p, transport_tag(TRANSPORT_EXIT, g->parity << 27), &v, 1);
