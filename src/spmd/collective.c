@@ -7,7 +7,8 @@
  * collective_params.c the parameters, axes and participants;
  * collective_x.c the exchange across processes; collective_reduce.c
  * strided views, the reduction arithmetic and psum, pmax, pmin;
- * collective_move.c the other collectives.  What they share:
+ * collective_move.c all_gather, psum_scatter, ppermute and all_to_all;
+ * collective_ragged.c ragged_all_to_all.  What they share:
  * collective_impl.h.
  *
  * Locking.  One mutex per group, CollGroup.lock, guards every field marked
