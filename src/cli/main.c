@@ -425,20 +425,25 @@ static int write_trace(const char *file) {
 /* Under mpirun (LANGUAGE.md section 12): starts the transport, which gives
  * this process its share of the devices, and keeps the standard output
  * and error of process 0 only, since every process runs the whole
- * program.  The REPL and the debugger read the terminal, which only one
- * process has: refused.  Returns the number of device threads to start,
- * or -1 after reporting. */
+ * program.  The REPL and the debugger read the terminal, and a program
+ * read from standard input would be read by process 0 alone (mpirun gives
+ * the others none, so they would run an empty program): refused.  Returns
+ * the number of device threads to start, or -1 after reporting. */
 static int start_processes(const CmdLine *cl) {
   int local = transport_init(shm_options.devices);
   if (local < 0) return report_error(), -1;
   if (!transport_active()) return local;
-  if (shm_options.interactive || shm_options.debug || shm_options.post_mortem) {
-    if (transport_rank() == 0)
-      fprintf(stderr, "shmap: error: the REPL, -i, --debug and --pm need one process: "
-              "under mpirun only process 0 has the terminal\n");
+  const char *why = NULL;
+  if (shm_options.interactive || shm_options.debug || shm_options.post_mortem)
+    why = "the REPL, -i, --debug and --pm need one process: under mpirun only process 0 "
+          "has the terminal";
+  else if (cl->mode == RUN_SCRIPT && strcmp(cl->target, "-") == 0)
+    why = "a program read from standard input needs one process: under mpirun only "
+          "process 0 reads it (give the script's path, or -c)";
+  if (why) {
+    if (transport_rank() == 0) fprintf(stderr, "shmap: error: %s\n", why);
     return -1;
   }
-  (void)cl;
   if (transport_rank() != 0) {
     if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) return -1;
   }

@@ -7,7 +7,8 @@
 # try/except on every process, each run in one process and under
 # `mpirun -np 2` and `-np 4`: the same output, the same error line and
 # exit status, within seconds, never a hang.  Also: a device count the
-# processes do not divide, and the debugger, are refused with a message;
+# processes do not divide, the debugger and a program read from standard
+# input are refused with a message;
 # --trace writes one file per process.
 # A build without MPI says so when started as one of several processes.
 set -u
@@ -77,6 +78,10 @@ out=$(mpi 2 "$shmap" --test "$progs" 2>&1 </dev/null); status=$?
 out=$(mpi 2 "$shmap" --devices 4 --debug -c 'print("ran")' 2>&1 </dev/null); status=$?
 [ "$status" -ne 0 ] || fail "--debug under mpirun ran"
 grep -q "need one process" <<<"$out" || fail "--debug: no message: $out"
+# a program from standard input reaches process 0 alone: refused, not run as empty elsewhere
+out=$(printf 'print("ran")\n' | mpi 2 "$shmap" --devices 4 - 2>&1); status=$?
+[ "$status" -ne 0 ] || fail "a program from stdin under mpirun ran"
+[ "$(grep -c 'standard input needs one process' <<<"$out")" = 1 ] || fail "stdin under mpirun: message: $out"
 
 # --trace: each process writes its own devices' timeline, to its own file
 tdir=$(mktemp -d)
