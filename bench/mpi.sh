@@ -3,7 +3,10 @@
 # Open MPI's own in a C program, run the same way (mpirun, the same ranks).
 #   bench/mpi.sh [BUILDDIR]
 # For 2 and 4 processes with 1 and 2 devices each: psum of 16 MiB and of
-# one float32, all_gather and all_to_all of 16 MiB per device, against
+# one float32 (the latter twice: a loop of psum statements, psum.shm, and
+# a jit'ed loop, psum_jit.shm, whose steps are the compiled plan's psum
+# with no statement of the interpreter, as the C program's loop has none),
+# all_gather and all_to_all of 16 MiB per device, against
 # MPI_Allreduce / MPI_Allgather / MPI_Alltoall over as many ranks as shmap
 # has devices.  Both run with each process bound to a core (mpirun
 # --bind-to core:overload-allowed: several processes share a core when
@@ -53,10 +56,12 @@ for np in 2 4; do
     n=$((np * d))
     read -r t1 r1 q1 _ < <(pair "$np" "$n" psum.shm "$big" 10 allreduce)
     read -r t2 r2 _ g2 < <(pair "$np" "$n" psum.shm 1 4000 allreduce)
+    read -r t5 r5 _ g5 < <(pair "$np" "$n" psum_jit.shm 1 4000 allreduce)
     read -r t3 r3 q3 _ < <(pair "$np" "$n" all_gather.shm "$big" 10 allgather)
     read -r t4 r4 q4 _ < <(pair "$np" "$n" all_to_all.shm "$big" 10 alltoall)
     echo "$np x $d: psum 16 MiB $(ms "$t1") | $(ms "$r1") ($(ratio "$q1"));" \
          "psum 1 float $(us "$t2") | $(us "$r2") ($(gap "$g2"));" \
+         "jit'ed $(us "$t5") | $(us "$r5") ($(gap "$g5"));" \
          "all_gather 16 MiB $(ms "$t3") | $(ms "$r3") ($(ratio "$q3"));" \
          "all_to_all 16 MiB $(ms "$t4") | $(ms "$r4") ($(ratio "$q4"))"
   done
