@@ -120,7 +120,8 @@ static int x_alloc(Slot *s, int n) {
   s->lpeers = shm_calloc((size_t)n, sizeof(int));
   s->xreqs = shm_calloc((size_t)transport_procs(), sizeof(void *));
   s->xread_peers = shm_calloc((size_t)n, sizeof(int));
-  return s->lpeers && s->xreqs && s->xread_peers ? 0 : -1;
+  s->xexit = shm_malloc(TRANSPORT_COPY_BYTES);
+  return s->lpeers && s->xreqs && s->xread_peers && s->xexit ? 0 : -1;
 }
 
 /* Zeroed slots for [n] devices, on boundaries of a pair of cache lines,
@@ -202,6 +203,7 @@ void coll_group_free(CollGroup *g) {
       shm_free(g->slots[r].lpeers);
       shm_free(g->slots[r].xreqs);
       shm_free(g->slots[r].xread_peers);
+      shm_free(g->slots[r].xexit);
       val_decref(g->slots[r].xsmall ? &g->slots[r].xsmall->hdr : NULL);
       shm_free(g->slots[r].xmis);
       shm_free(g->slots[r].xdesc);

@@ -124,9 +124,9 @@ typedef struct XExit {
                                      (as coll_x_header_pack writes them, each
                                      after its length as an int64_t, padded
                                      to 8 bytes) of what two devices reached
-                                     at collective #evid_seq (XMismatch) */
+                                     at the collective whose number they
+                                     carry (XMismatch) */
   long count;                     /* collectives it entered */
-  long evid_seq;
 } XExit;
 
 /* A collective mismatch a device found (coll_mismatch_error): the two
@@ -239,7 +239,9 @@ typedef struct Slot {
   long xread_seq;                 /* that call, */
   int xread_n;                    /* its other local participants, */
   int *xread_peers;               /* [ndevices] their ranks */
-  XExit xexit;                    /* its exit record, sent as it leaves the body */
+  char *xexit;                    /* [TRANSPORT_COPY_BYTES] its exit record
+                                     (XExit and evidence), sent as it leaves
+                                     the body: alive until the sends end */
   void **xreqs;                   /* [processes]: those sends */
   XMismatch *xmis;                /* the last mismatch it found; NULL: none */
   /* a remote device, from its exit record (guarded by the lock, like exited): */

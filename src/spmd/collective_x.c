@@ -221,7 +221,7 @@ static void x_apply_evidence(CollGroup *g, const TransportMsg *m, const XExit *e
     Slot *s = &g->slots[r];
     if (!s->xdesc && !(s->xdesc = shm_malloc(sizeof *s->xdesc))) return;
     *s->xdesc = h.desc;
-    s->xdesc_seq = e->evid_seq;
+    s->xdesc_seq = h.seq;
   }
 }
 
@@ -718,10 +718,11 @@ int coll_x_run(Call *c, XExchange exchange, XStep body, const void *arg, XExchan
 }
 
 /* Appends to exit record [buf] (of [len] bytes, at most [cap]) the
- * header of what device [rank] reached, [d]: the new length, or [len]
- * when it does not fit. */
-static size_t x_evidence_pack(char *buf, size_t len, size_t cap, int rank, const CollDesc *d) {
-  Call t = {.seq = 0, .desc = *d, .peers = &rank};
+ * header of what device [rank] reached at collective #seq, [d]: the new
+ * length, or [len] when it does not fit. */
+static size_t x_evidence_pack(char *buf, size_t len, size_t cap, long seq, int rank,
+                              const CollDesc *d) {
+  Call t = {.seq = seq, .desc = *d, .peers = &rank};
   XLocal one = {1, 0, &rank};
   char h[coll_x_wire_cap(1)];
   int64_t n = (int64_t)coll_x_header_pack(h, &t, &one, 0);
@@ -734,20 +735,19 @@ static size_t x_evidence_pack(char *buf, size_t len, size_t cap, int rank, const
 }
 
 void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed) {
-  s->xexit = (XExit){rank, line, failed, 0, atomic_load(&s->published) + 1, -1};
+  XExit e = {rank, line, failed, 0, atomic_load(&s->published) + 1};
   /* a failure with a mismatch found carries both descriptors; the record
-   * stays a small message, sent from a copy */
-  char buf[TRANSPORT_COPY_BYTES];
-  size_t len = sizeof s->xexit;
-  if (failed && s->xmis && s->xmis->seq == s->seq) {
+   * stays a small message (sent from a copy, unless memory is short) */
+  char *buf = s->xexit;
+  size_t len = sizeof e;
+  if (failed && s->xmis && s->xmis->seq == s->seq)
     for (int i = 0; i < 2; i++) {
-      size_t n = x_evidence_pack(buf, len, sizeof buf, s->xmis->rank[i], &s->xmis->desc[i]);
-      s->xexit.nevid += n > len;
+      size_t n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, s->xmis->seq, s->xmis->rank[i],
+                                 &s->xmis->desc[i]);
+      e.nevid += n > len;
       len = n;
     }
-    s->xexit.evid_seq = s->xmis->seq;
-  }
-  memcpy(buf, &s->xexit, sizeof s->xexit);
+  memcpy(buf, &e, sizeof e);
   TransportIov v = {buf, len};
   for (int p = 0; p < transport_procs(); p++)
     if (p != transport_rank())
