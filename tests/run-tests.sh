@@ -12,7 +12,8 @@
 #      examples once more in reference mode (SHMAP_REFERENCE=1);
 #      with MPI (and not under a sanitizer), the shard_map, collective
 #      and xmap tests and the examples once more over `mpirun -np 2` and
-#      `-np 4` (SHMAP_TEST_MPI, testrun.h);
+#      `-np 4` (SHMAP_TEST_MPI, testrun.h), and over `-np 4` with every
+#      message by MPI (SHMAP_MPI_NO_SHARED: as between machines);
 #   3. the manual's examples: tests/man-examples.sh;
 #   4. the --test runner itself: its report on the deliberately failing
 #      fixtures of tests/testrun must equal tests/testrun/expected.out;
@@ -190,9 +191,13 @@ if [ -x "$builddir/shmap" ]; then
   # one process's; not in sanitizer builds (Open MPI is not instrumented).
   if "$builddir/shmap" --version | grep -q '^MPI: Open MPI' && command -v mpirun >/dev/null &&
      [ "$SHMAP_TEST_SCALE" -eq 1 ]; then
-    for np in 2 4; do
+    # -np 4 twice: processes of one machine pass small messages through
+    # shared memory (transport_node.c); SHMAP_MPI_NO_SHARED sends every
+    # message by MPI, as processes on different machines do
+    for run in "2" "4" "4 SHMAP_MPI_NO_SHARED=1"; do
+      read -r np shared <<<"$run"
       # shellcheck disable=SC2016
-      run_report "mpirun -np $np" bash -c 'cd "$1" && SHMAP_TEST_MPI=$3 exec "$2" --test tests/lang/*shard_map*.shm tests/lang/coll_*.shm tests/lang/xmap_*.shm examples' _ "$srcdir" "$builddir/shmap" "$np"
+      run_report "mpirun -np $np${shared:+, $shared}" bash -c 'cd "$1" && exec env $4 SHMAP_TEST_MPI="$3" "$2" --test tests/lang/*shard_map*.shm tests/lang/coll_*.shm tests/lang/xmap_*.shm examples' _ "$srcdir" "$builddir/shmap" "$np" "$shared"
     done
   else
     echo "note: the MPI runs are skipped (a build without MPI, no mpirun, or a sanitizer build)"

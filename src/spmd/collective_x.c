@@ -361,7 +361,7 @@ TransportMsg *coll_x_wait_header(const Call *c, int proc, int tag) {
       transport_expect_cancel(e);
       return NULL;
     }
-    if (i >= 256) sched_yield();
+    transport_idle(i);
   }
 }
 
@@ -369,7 +369,7 @@ int coll_x_wait_data(const Call *c, int proc, int tag, const TransportIov *iov, 
   for (unsigned i = 0; !transport_has_data(proc, tag); i++) {
     transport_poll();
     if (i % 64 == 63 && x_check(c, proc, tag, true) < 0) return -1;
-    if (i >= 256) sched_yield();
+    transport_idle(i);
   }
   return transport_recv_data(proc, tag, iov, niov);
 }

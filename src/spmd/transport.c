@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include "base/error.h"
@@ -16,10 +17,13 @@
 
 #ifdef HAVE_MPI
 #include <mpi.h>
+
+#include "spmd/transport_node.h"
 #endif
 
 static int nprocs = 1, myrank = 0, per_proc = 0;
 static int node_procs = 1;   /* the job's processes on this machine */
+static bool crowded;         /* they outnumber its cores */
 
 /* Whether the launcher started more than one process: Open MPI's variable,
  * or the PMI ones of other launchers. */
@@ -55,6 +59,18 @@ int transport_node_procs(void) { return node_procs; }
 int transport_process_of(int d) { return nprocs > 1 ? d / per_proc : 0; }
 bool transport_is_local(int d) { return transport_process_of(d) == myrank; }
 int transport_pool_index(int d) { return nprocs > 1 ? d - myrank * per_proc : d; }
+
+void transport_idle(unsigned turn) {
+  if (crowded || turn >= 256) {
+    sched_yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 #ifndef HAVE_MPI
 
@@ -200,10 +216,17 @@ int transport_init(int ndevices) {
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, myrank, MPI_INFO_NULL,
                           &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &node_procs);
-    MPI_Comm_free(&node);
+    /* the same answer on every process: the variable comes from mpirun */
+    const char *off = getenv("SHMAP_MPI_NO_SHARED");
+    if (off && *off) MPI_Comm_free(&node);
+    else node_open(node, nprocs);   /* owns [node] from here */
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   per_proc = ndevices / nprocs;
+  /* as Open MPI's idle waits decide: more processes here than cores (the
+   * devices of this process wait for one another in the engine, not here) */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  crowded = node_procs > (cores > 0 ? cores : 1);
   return per_proc;
 }
 
@@ -249,9 +272,16 @@ int transport_departed(int p, int tag, const char *what) {
 static void reap_copies(bool wait);
 static void expect_free(TransportExpect *e);
 
+static void drop_small(int source, int tag, const char *data, size_t len, void *arg) {
+  (void)source, (void)tag, (void)data, (void)len, (void)arg;
+}
+
 void transport_finalize(void) {
   if (comm == MPI_COMM_NULL) return;
   transport_clear(0, 0);
+  pthread_mutex_lock(&box_lock);
+  node_close(drop_small, NULL);
+  pthread_mutex_unlock(&box_lock);
   pthread_mutex_lock(&copy_lock);
   reap_copies(true);   /* the last small sends (a BYE) complete before the end */
   shm_free(atomic_exchange(&quick_copy, NULL));
@@ -391,9 +421,31 @@ static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size
   return true;
 }
 
+/* A small message to a process of this machine, through its ring:
+ * false when it goes by MPI (data, or too long for a ring). */
+static bool send_node(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
+  if ((tag & 3) == TRANSPORT_DATA || total > NODE_MSG_MAX || !node_reaches(proc)) return false;
+  if (!node_send(proc, tag, iov, niov, total)) {   /* a message lost would leave a peer waiting */
+    fprintf(stderr, "shmap: error: out of memory sending a message to process %d\n", proc);
+    transport_abort(1);
+  }
+  return true;
+}
+
+static void *isend_mpi(int proc, int tag, const TransportIov *iov, int niov, size_t total);
+
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   size_t total = 0;
   for (int i = 0; i < niov; i++) total += iov[i].len;
+  if (send_node(proc, tag, iov, niov, total)) return NULL;
+  void *r = isend_mpi(proc, tag, iov, niov, total);
+  /* counted once posted: a ring's next record to [proc] waits behind it */
+  if (node_reaches(proc)) node_mpi_sent(proc);
+  return r;
+}
+
+/* transport_isend by MPI. */
+static void *isend_mpi(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
   if (total <= TRANSPORT_COPY_BYTES && send_copy(proc, tag, iov, niov, total)) return NULL;
   MPI_Request *r = shm_malloc(sizeof *r);
   if (niov == 1) {   /* one piece: no datatype to make (a small message's latency) */
@@ -523,7 +575,23 @@ static void harvest(void) {
   }
 }
 
+/* Appends a small message a ring gave to the mailbox (lock held). */
+static void keep_node(int source, int tag, const char *data, size_t len, void *arg) {
+  (void)arg;
+  TransportMsg *msg = shm_malloc(sizeof *msg + len + 16);
+  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
+    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
+            source);
+    transport_abort(1);
+  }
+  *msg = (TransportMsg){NULL, NULL, source, tag, len};
+  memcpy(msg->data, data, len);
+  *small_tail = msg;
+  small_tail = &msg->next;
+}
+
 static void poll_locked(void) {
+  node_drain(-1, keep_node, NULL);
   harvest();
   for (;;) {
     int flag = 0;
@@ -532,14 +600,20 @@ static void poll_locked(void) {
     MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &m, &st);
     if (!flag) return;
     /* a message sent before this one may have completed a posted receive
-     * during the probe */
+     * during the probe, or be in its sender's ring */
     harvest();
+    bool near = node_reaches(st.MPI_SOURCE);
+    if (near) node_drain(st.MPI_SOURCE, keep_node, NULL);
     MPI_Count len;
     MPI_Get_elements_x(&st, MPI_BYTE, &len);
     if ((st.MPI_TAG & 3) == TRANSPORT_DATA)
       keep_data(&m, &st, len);
     else
       keep_small(&m, &st, len);
+    if (near) {   /* the records its sender wrote after it may go now */
+      node_mpi_matched(st.MPI_SOURCE);
+      node_drain(st.MPI_SOURCE, keep_node, NULL);
+    }
   }
 }
 
@@ -617,7 +691,9 @@ TransportExpect *transport_expect(int source, int tag, size_t cap) {
     e->posted = false;
     e->req = MPI_REQUEST_NULL;
   }
-  if (e && !has_locked(source, tag)) {
+  /* a process of this machine sends small messages through its ring,
+   * which the waiter reads (transport_expect_take) */
+  if (e && !has_locked(source, tag) && !node_reaches(source)) {
     /* not probed yet: the receive matches it, whether it is in MPI's queue
      * of unexpected messages now or comes later */
     MPI_Irecv(e->msg->data, (int)cap, MPI_BYTE, source, tag, comm, &e->req);
@@ -650,6 +726,7 @@ static TransportMsg *test_own(TransportExpect *e) {
 
 TransportMsg *transport_expect_take(TransportExpect *e) {
   pthread_mutex_lock(&box_lock);
+  if (!e->posted && node_reaches(e->source)) node_drain(e->source, keep_node, NULL);
   TransportMsg *m = e->posted ? test_own(e) : take_locked(e->source, e->tag);
   if (m && !m->home) expect_free(e);
   pthread_mutex_unlock(&box_lock);

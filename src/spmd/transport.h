@@ -22,6 +22,11 @@
  *     caller's buffers (MPI_Improbe / MPI_Mrecv), so 16 MiB is copied
  *     once, by MPI;
  * (A BYE, transport_bye, is a small message: a process has ended the program.)
+ * Small messages between processes of one machine go instead through
+ * rings in memory the two share (an MPI-3 shared window, transport_node.h),
+ * in the order sent, also relative to the MPI messages between them; with
+ * SHMAP_MPI_NO_SHARED set (for every process: mpirun passes it on) every
+ * message goes by MPI, as between processes of different machines.
  * A tag's key carries the shard_map call's parity (collective.h), so what
  * is left of one call is dropped without touching the next one's.
  * What the messages mean (descriptors, matching, errors) is the collective
@@ -102,6 +107,16 @@ void transport_bye(int status);
  * shard_map call") waits for a process that has ended; else 0.  Polls the
  * mailbox. */
 int transport_departed(int p, int tag, const char *what);
+
+/* What a thread waiting for a message does at its [turn]-th look (0, 1,
+ * ...): when the job's processes on this machine outnumber its cores,
+ * gives the core away at once (sched_yield), since the message may only
+ * come once a process sharing the core runs, as MPI's own waits do when
+ * oversubscribed; else spins briefly (a pause instruction), yielding
+ * from the 256th turn on.  A look at a ring costs a few loads, not MPI's
+ * progress engine, so without this a waiter would spin its time slice
+ * away while its peer waits for the core. */
+void transport_idle(unsigned turn);
 
 /* Ends MPI (MPI_Finalize) after a run that initialised it. */
 void transport_finalize(void);

@@ -5,7 +5,8 @@
 # after collectives they shared: xmismatch_*.shm, by the mismatch named), a
 # device that returns while the others wait, and an error caught by
 # try/except on every process, each run in one process and under
-# `mpirun -np 2` and `-np 4`: the same output, the same error line and
+# `mpirun -np 2` and `-np 4` (also with every message by MPI, as between
+# machines: SHMAP_MPI_NO_SHARED): the same output, the same error line and
 # exit status, within seconds, never a hang.  Also: a device count the
 # processes do not divide, the debugger and a program read from standard
 # input are refused with a message;
@@ -27,13 +28,21 @@ command -v mpirun >/dev/null || { echo "mpirun is not installed: MPI runs not te
 # Open MPI's libraries are not built with the sanitizers' instrumentation
 [ "$scale" -gt 1 ] && { echo "MPI runs are not tested in sanitizer builds"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
-mpi() { local np=$1; shift; timeout -s KILL 60 mpirun --oversubscribe --bind-to none -np "$np" "$@"; }
+# mpi NP ARGS...: ARGS under mpirun -np NP; NP "4x" is -np 4 with every
+# message by MPI, as between processes on different machines (by default
+# those on one machine pass small messages through shared memory)
+mpi() {
+  local np=$1 env=()
+  shift
+  [ "${np%x}" = "$np" ] || { np=${np%x}; env=(SHMAP_MPI_NO_SHARED=1); }
+  timeout -s KILL 60 env "${env[@]}" mpirun --oversubscribe --bind-to none -np "$np" "$@"
+}
 
 for prog in "$progs"/mpi_*.shm; do
   name=$(basename "$prog")
   want_out=$("$shmap" --devices 4 "$prog" 2>/tmp/mpi_err.$$); want_status=$?
   want_err=$(grep ' error: ' /tmp/mpi_err.$$)
-  for np in 2 4; do
+  for np in 2 4 4x; do
     start=$(date +%s)
     got_out=$(cd "$progs" && mpi "$np" "$shmap" --devices 4 "$name" 2>/tmp/mpi_err.$$); got_status=$?
     got_err=$(grep ' error: ' /tmp/mpi_err.$$)
@@ -56,7 +65,7 @@ rm -f /tmp/mpi_err.$$
 for prog in "$progs"/xmismatch_*.shm; do
   name=$(basename "$prog")
   want=$(sed -n 's/^# expect: //p' "$prog")
-  for np in 1 2 4; do
+  for np in 1 2 4 4x; do
     if [ "$np" = 1 ]; then
       err=$(cd "$progs" && timeout -s KILL 60 "$shmap" --devices 4 "$name" 2>&1 >/dev/null); status=$?
     else
