@@ -424,7 +424,7 @@ static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size
 /* A small message to a process of this machine, through its ring:
  * false when it goes by MPI (data, or too long for a ring). */
 static bool send_node(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
-  if ((tag & 3) == TRANSPORT_DATA || total > NODE_MSG_MAX || !node_reaches(proc)) return false;
+  if ((tag & 3) == TRANSPORT_DATA || !node_reaches(proc) || total > node_msg_max()) return false;
   if (!node_send(proc, tag, iov, niov, total)) {   /* a message lost would leave a peer waiting */
     fprintf(stderr, "shmap: error: out of memory sending a message to process %d\n", proc);
     transport_abort(1);

@@ -9,13 +9,18 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/mem.h"
 
 /* A ring's bytes: 8 of the longest messages, so a burst of a collective's
- * headers and exit records never waits in a queue. */
+ * headers and exit records never waits in a queue.  SHMAP_TEST_RING_BYTES
+ * makes them fewer (at least 128), for tests of full rings, the queues and
+ * records that wrap around; a message then rides in a ring only if it
+ * fits in half of one (node_msg_max). */
 #define NODE_RING (8 * (NODE_MSG_MAX + 64))
+#define NODE_RING_MIN 128
 
 /* One ring, in its consumer's part of the window.  The producer writes
  * records at [tail] and then stores it (release); the consumer reads them
@@ -24,7 +29,7 @@
 typedef struct Ring {
   _Alignas(64) _Atomic uint64_t tail;
   _Alignas(64) _Atomic uint64_t head;
-  _Alignas(64) char buf[NODE_RING];
+  _Alignas(64) char buf[];     /* ring_bytes */
 } Ring;
 
 /* A record's head in a ring; its bytes follow, then zeros to a multiple
@@ -60,7 +65,9 @@ static MPI_Win win = MPI_WIN_NULL;
 static int node_n, node_me;
 static int *node_rank_of;   /* world rank -> rank on the node, or -1 */
 static int *world_of;       /* rank on the node -> world rank */
-static Ring *rings;         /* this process's part: a ring per producer */
+static char *rings;         /* this process's part: a ring per producer */
+static size_t ring_bytes;   /* a ring's buffer: NODE_RING, a multiple of 64 */
+static size_t msg_max;      /* node_msg_max */
 static Dest *dests;
 static atomic_int queued;   /* records in every queue */
 
@@ -101,27 +108,44 @@ static void forget(void) {
   if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
 }
 
+/* Producer [i]'s ring in the part of the window at [base]. */
+static Ring *ring_at(char *base, int i) {
+  return (Ring *)(base + (sizeof(Ring) + ring_bytes) * (size_t)i);
+}
+
+/* The size of a ring's buffer (the same on every process: the variable
+ * comes from mpirun). */
+static size_t ring_size(void) {
+  const char *v = getenv("SHMAP_TEST_RING_BYTES");
+  long n = v && *v ? strtol(v, NULL, 10) : 0;
+  if (n <= 0 || n >= NODE_RING) return NODE_RING;
+  return n < NODE_RING_MIN ? NODE_RING_MIN : (size_t)n & ~(size_t)63;
+}
+
 bool node_open(MPI_Comm comm, int nprocs) {
   node = comm;
+  ring_bytes = ring_size();
+  msg_max = ring_bytes / 2 - sizeof(Rec) < NODE_MSG_MAX ? ring_bytes / 2 - sizeof(Rec)
+                                                        : NODE_MSG_MAX;
   MPI_Comm_size(node, &node_n);
   MPI_Comm_rank(node, &node_me);
   bool ok = node_n > 1 && map_ranks(nprocs);
   /* a window no component can give (MPI's errors are otherwise fatal) */
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   if (!all_agree(ok) ||   /* every process uses the rings, or none */
-      MPI_Win_allocate_shared((MPI_Aint)sizeof(Ring) * node_n, sizeof(Ring), MPI_INFO_NULL,
-                              node, &rings, &win) != MPI_SUCCESS) {
+      MPI_Win_allocate_shared((MPI_Aint)(sizeof(Ring) + ring_bytes) * node_n, 1,
+                              MPI_INFO_NULL, node, &rings, &win) != MPI_SUCCESS) {
     forget();
     node_n = 0;
     return false;
   }
-  memset(rings, 0, sizeof(Ring) * (size_t)node_n);
+  memset(rings, 0, (sizeof(Ring) + ring_bytes) * (size_t)node_n);
   for (int i = 0; i < node_n; i++) {
     MPI_Aint size;
     int unit;
-    Ring *base = NULL;
+    char *base = NULL;
     if (i != node_me) MPI_Win_shared_query(win, i, &size, &unit, &base);
-    dests[i].ring = base ? base + node_me : NULL;
+    dests[i].ring = base ? ring_at(base, node_me) : NULL;
     dests[i].queue_tail = &dests[i].queue;
     pthread_mutex_init(&dests[i].lock, NULL);
   }
@@ -129,6 +153,8 @@ bool node_open(MPI_Comm comm, int nprocs) {
   MPI_Barrier(node);
   return true;
 }
+
+size_t node_msg_max(void) { return msg_max; }
 
 bool node_reaches(int proc) {
   return node_rank_of && proc >= 0 && node_rank_of[proc] >= 0 && node_rank_of[proc] != node_me;
@@ -146,9 +172,9 @@ static bool ring_put(Dest *d, int tag, uint32_t after, const TransportIov *iov, 
   Ring *r = d->ring;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
   uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  size_t need = rec_bytes(len), at = tail % NODE_RING;
-  size_t gap = at + need > NODE_RING ? NODE_RING - at : 0;
-  if (tail + gap + need - head > NODE_RING) return false;
+  size_t need = rec_bytes(len), at = tail % ring_bytes;
+  size_t gap = at + need > ring_bytes ? ring_bytes - at : 0;
+  if (tail + gap + need - head > ring_bytes) return false;
   if (gap) {
     memcpy(r->buf + at, &(Rec){0, 0, 0, 1}, sizeof(Rec));
     at = 0;
@@ -200,15 +226,15 @@ bool node_send(int proc, int tag, const TransportIov *iov, int niov, size_t tota
  * waiting for an MPI message (all of them when [closing]). */
 static void drain_one(int i, bool closing, void (*deliver)(int, int, const char *, size_t, void *),
                       void *arg) {
-  Ring *r = &rings[i];
+  Ring *r = ring_at(rings, i);
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed), start = head;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
   while (head < tail) {
-    size_t at = head % NODE_RING;
+    size_t at = head % ring_bytes;
     Rec h;
     memcpy(&h, r->buf + at, sizeof h);
     if (h.wrap) {
-      head += NODE_RING - at;
+      head += ring_bytes - at;
       continue;
     }
     if (!closing && h.after > dests[i].mpi_matched) break;

@@ -56,6 +56,10 @@
  * the node alike (then every message goes by MPI). */
 bool node_open(MPI_Comm node, int nprocs);
 
+/* The longest message the rings carry (NODE_MSG_MAX, less with
+ * SHMAP_TEST_RING_BYTES): a longer one goes by MPI. */
+size_t node_msg_max(void);
+
 /* Whether messages to (and from) process [proc] go through a ring. */
 bool node_reaches(int proc);
 
@@ -66,7 +70,7 @@ void node_mpi_sent(int proc);
 /* Counts a message from process [source] matched by MPI (caller's lock). */
 void node_mpi_matched(int source);
 
-/* Sends the [total] bytes of [iov] (at most NODE_MSG_MAX) to process
+/* Sends the [total] bytes of [iov] (at most node_msg_max()) to process
  * [proc] (node_reaches) with [tag]: into its ring, or queued behind what
  * waits for room.  False when out of memory for the queue. */
 bool node_send(int proc, int tag, const TransportIov *iov, int niov, size_t total);

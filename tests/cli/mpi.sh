@@ -30,11 +30,14 @@ command -v mpirun >/dev/null || { echo "mpirun is not installed: MPI runs not te
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 # mpi NP ARGS...: ARGS under mpirun -np NP; NP "4x" is -np 4 with every
 # message by MPI, as between processes on different machines (by default
-# those on one machine pass small messages through shared memory)
+# those on one machine pass small messages through shared memory), "4r"
+# with rings of 128 bytes, so records wrap around, small messages longer
+# than 48 bytes go by MPI between the others, and bursts wait in queues
 mpi() {
   local np=$1 env=()
   shift
   [ "${np%x}" = "$np" ] || { np=${np%x}; env=(SHMAP_MPI_NO_SHARED=1); }
+  [ "${np%r}" = "$np" ] || { np=${np%r}; env=(SHMAP_TEST_RING_BYTES=128); }
   timeout -s KILL 60 env "${env[@]}" mpirun --oversubscribe --bind-to none -np "$np" "$@"
 }
 
@@ -42,7 +45,7 @@ for prog in "$progs"/mpi_*.shm; do
   name=$(basename "$prog")
   want_out=$("$shmap" --devices 4 "$prog" 2>/tmp/mpi_err.$$); want_status=$?
   want_err=$(grep ' error: ' /tmp/mpi_err.$$)
-  for np in 2 4 4x; do
+  for np in 2 4 4x 4r; do
     start=$(date +%s)
     got_out=$(cd "$progs" && mpi "$np" "$shmap" --devices 4 "$name" 2>/tmp/mpi_err.$$); got_status=$?
     got_err=$(grep ' error: ' /tmp/mpi_err.$$)
@@ -75,6 +78,15 @@ for prog in "$progs"/xmismatch_*.shm; do
     [ "$status" -eq 1 ] || fail "$name, -np $np: exit status $status: $err"
     [ "$got" = "$want" ] || fail "$name, -np $np: error [$got], expected [$want]"
   done
+done
+
+# bursts of small messages nobody reads yet: more than a ring of 1 KiB
+# holds (a queue that lost them fails this)
+want=$("$shmap" --devices 16 "$progs/ring_burst.shm" 2>&1)
+for ring in "" 1024; do
+  got=$(SHMAP_TEST_RING_BYTES=$ring mpi 2 "$shmap" --devices 16 "$progs/ring_burst.shm" 2>&1) ||
+    fail "ring_burst.shm, rings of ${ring:-default} bytes: exit status $?: $got"
+  [ "$got" = "$want" ] || fail "ring_burst.shm, rings of ${ring:-default} bytes: output [$got], one process [$want]"
 done
 
 out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
