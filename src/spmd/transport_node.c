@@ -137,6 +137,7 @@ bool node_open(MPI_Comm comm, int nprocs) {
                               MPI_INFO_NULL, node, &rings, &win) != MPI_SUCCESS) {
     forget();
     node_n = 0;
+    win = MPI_WIN_NULL;
     return false;
   }
   memset(rings, 0, (sizeof(Ring) + ring_bytes) * (size_t)node_n);
@@ -237,7 +238,8 @@ static void drain_one(int i, bool closing, void (*deliver)(int, int, const char 
       head += ring_bytes - at;
       continue;
     }
-    if (!closing && h.after > dests[i].mpi_matched) break;
+    /* (a difference, so the counts may wrap around) */
+    if (!closing && (int32_t)(h.after - dests[i].mpi_matched) > 0) break;
     deliver(world_of[i], h.tag, r->buf + at + sizeof h, h.len, arg);
     head += rec_bytes(h.len);
   }
