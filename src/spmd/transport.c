@@ -197,6 +197,17 @@ static int ncopies, nspare_copies;
  * its send. */
 static _Atomic(CopySend *) quick_copy;
 
+/* Whether this machine has more of the job's processes than cores, as
+ * Open MPI's mpirun decided it from its slots (and told its processes, whose
+ * idle waits yield then), else as the count of online cores says.  The
+ * devices of one process wait for one another in the engine, not here. */
+static bool oversubscribed(void) {
+  const char *v = getenv("OMPI_MCA_mpi_oversubscribe");
+  if (v && *v) return strtol(v, NULL, 10) != 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return node_procs > (cores > 0 ? cores : 1);
+}
+
 int transport_init(int ndevices) {
   long procs = launched_procs();
   if (procs <= 1) {
@@ -223,10 +234,7 @@ int transport_init(int ndevices) {
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   per_proc = ndevices / nprocs;
-  /* as Open MPI's idle waits decide: more processes here than cores (the
-   * devices of this process wait for one another in the engine, not here) */
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  crowded = node_procs > (cores > 0 ? cores : 1);
+  crowded = oversubscribed();
   return per_proc;
 }
 

@@ -109,10 +109,11 @@ void transport_bye(int status);
 int transport_departed(int p, int tag, const char *what);
 
 /* What a thread waiting for a message does at its [turn]-th look (0, 1,
- * ...): when the job's processes on this machine outnumber its cores,
- * gives the core away at once (sched_yield), since the message may only
- * come once a process sharing the core runs, as MPI's own waits do when
- * oversubscribed; else spins briefly (a pause instruction), yielding
+ * ...): when the job's processes on this machine outnumber its cores
+ * (as mpirun judged from its slots: OMPI_MCA_mpi_oversubscribe; else the
+ * online cores), gives the core away at once (sched_yield), since the
+ * message may only come once a process sharing the core runs, as MPI's
+ * own waits do then; else spins briefly (a pause instruction), yielding
  * from the 256th turn on.  A look at a ring costs a few loads, not MPI's
  * progress engine, so without this a waiter would spin its time slice
  * away while its peer waits for the core. */
