@@ -191,7 +191,9 @@ typedef struct TransportExpect TransportExpect;
  * [cap] bytes (a longer one ends the job: MPI's truncation error), so
  * that the message lands in its buffer on arrival and waiting for it
  * costs an MPI_Test at each turn instead of a probe.  When the message is
- * already in the mailbox nothing is posted.  Until it is taken the
+ * already in the mailbox, or comes from a process of this machine (whose
+ * small messages come through its ring, which transport_expect_take reads
+ * then), nothing is posted.  Until it is taken the
  * message counts as in the mailbox for every other function here: a poll
  * that completes the receive moves it there, in arrival order.  Returns
  * the handle, owned by the caller until transport_expect_take returns the
@@ -200,8 +202,8 @@ typedef struct TransportExpect TransportExpect;
 TransportExpect *transport_expect(int source, int tag, size_t cap);
 
 /* The message [e] awaits, taken (owned by the caller; [e] is freed), or
- * NULL when it has not arrived yet.  Tests the posted receive; does not
- * probe for other messages.  A message this test completes is the
+ * NULL when it has not arrived yet.  Tests the posted receive, or reads
+ * the sender's ring; does not probe for other messages.  A message this test completes is the
  * receive's own buffer, not a copy: freeing it gives the buffer back for
  * the next transport_expect. */
 TransportMsg *transport_expect_take(TransportExpect *e);
