@@ -539,6 +539,11 @@ size_t coll_x_header_pack(char *buf, const Call *c, const XLocal *lc, int inline
  * it): 0, or -1 with the error set when its lengths do not add up. */
 int coll_x_header_read(const TransportMsg *m, XHeader *h);
 
+/* The position in [c]'s participants of device [rank], which another
+ * process's header names: -1 with a collective mismatch error set when it
+ * is not one of them. */
+int coll_x_position(const Call *c, int rank);
+
 /* The tag key of collective #seq of the group whose first participant is
  * [first]: one call's parity, 16 bits of the number, 11 of the rank. */
 int coll_x_key(const CollGroup *g, long seq, int first);

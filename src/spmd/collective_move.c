@@ -580,11 +580,8 @@ static int x_a2a_recv(XA2A *s, const XLocal *lc, int proc, int i) {
   }
   int qs[nr > 0 ? nr : 1];
   for (int r = 0; r < nr; r++) {
-    int q = 0;
-    while (q < c->n && c->peers[q] != rs[r]) q++;
-    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
-                                  "sent operands for devices outside this group"), -1;
-    qs[r] = q;
+    int q = qs[r] = coll_x_position(c, rs[r]);
+    if (q < 0) return -1;
     for (int l = 0; l < lc->n; l++, k++) {
       View dst;
       s->dst(&dst, s, l, q);

@@ -250,16 +250,8 @@ static int x_ragged_recv(XRagged *x, int proc) {
   int nr = h.nloc, qs[nr], k = 0;
   int rc = coll_desc_equal(&h.desc, &v->desc)
                ? 0 : coll_mismatch_error(v->g, v->rank, &v->desc, h.ranks[0], &h.desc);
-  for (int r = 0; rc == 0 && r < nr; r++) {
-    int q = 0;
-    while (q < v->n && v->peers[q] != h.ranks[r]) q++;
-    if (q == v->n) {
-      err_set(ERR_COLLECTIVE, "collective mismatch: another process sent operands for "
-              "devices outside this group");
-      rc = -1;
-    }
-    qs[r] = q;
-  }
+  for (int r = 0; rc == 0 && r < nr; r++)
+    if ((qs[r] = coll_x_position(v, h.ranks[r])) < 0) rc = -1;
   transport_msg_free(m);
   for (int r = 0; rc == 0 && r < nr; r++)
     for (int j = 0; j < nin; j++) {

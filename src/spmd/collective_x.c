@@ -389,14 +389,19 @@ int coll_x_procs(const Call *c, int *procs) {
   return np;
 }
 
+int coll_x_position(const Call *c, int rank) {
+  for (int q = 0; q < c->n; q++)
+    if (c->peers[q] == rank) return q;
+  return err_set(ERR_COLLECTIVE, "collective mismatch: another process sent operands for "
+                 "devices outside this group"), -1;
+}
+
 static int x_proxies(const Call *c, const XHeader *h, Array **tab, TransportIov *iov) {
   int nin = c->desc.nin, k = 0;
   Slot *me = &c->g->slots[c->rank];
   for (int i = 0; i < h->nloc; i++) {
-    int q = 0;
-    while (q < c->n && c->peers[q] != h->ranks[i]) q++;
-    if (q == c->n) return err_set(ERR_COLLECTIVE, "collective mismatch: another process "
-                                  "sent operands for devices outside this group"), -1;
+    int q = coll_x_position(c, h->ranks[i]);
+    if (q < 0) return -1;
     if (me->xgather) {   /* x_gather: into the result (one operand) */
       iov[k++] = (TransportIov){coll_x_gather_at(c, q),
                                 (size_t)c->in[0]->size * dt_size(c->in[0]->dtype)};

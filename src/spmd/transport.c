@@ -495,48 +495,36 @@ void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
   wait_sends(reqs, n, true, mask, value);
 }
 
-/* Receives matched small message [m] of [len] bytes into the mailbox (lock held). */
-static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
-  TransportMsg *msg = shm_malloc(sizeof *msg + (size_t)len + 16);
-  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
-    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
-            st->MPI_SOURCE);
-    transport_abort(1);
-  }
-  MPI_Mrecv(msg->data, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
-  msg->next = NULL;
-  msg->home = NULL;
-  msg->source = st->MPI_SOURCE;
-  msg->tag = st->MPI_TAG;
-  msg->len = (size_t)len;
+/* Ends the job when there is no memory to receive process [source]'s
+ * message: a message lost would leave a peer waiting. */
+static _Noreturn void lost(int source) {
+  fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n", source);
+  transport_abort(1);
+}
+
+/* A small message of [len] bytes from [source] with [tag], appended to the
+ * mailbox for the caller to fill (lock held). */
+static TransportMsg *new_small(int source, int tag, size_t len) {
+  TransportMsg *msg = shm_malloc(sizeof *msg + len + 16);
+  if (!msg) lost(source);
+  *msg = (TransportMsg){NULL, NULL, source, tag, len};
   *small_tail = msg;
   small_tail = &msg->next;
+  return msg;
+}
+
+/* Receives matched small message [m] of [len] bytes into the mailbox (lock held). */
+static void keep_small(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
+  TransportMsg *msg = new_small(st->MPI_SOURCE, st->MPI_TAG, (size_t)len);
+  MPI_Mrecv(msg->data, (int)len, MPI_BYTE, m, MPI_STATUS_IGNORE);
 }
 
 static void keep_data(MPI_Message *m, const MPI_Status *st, MPI_Count len) {
   Pending *p = shm_malloc(sizeof *p);
-  if (!p) {
-    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
-            st->MPI_SOURCE);
-    transport_abort(1);
-  }
+  if (!p) lost(st->MPI_SOURCE);
   *p = (Pending){NULL, st->MPI_SOURCE, st->MPI_TAG, *m, len};
   *data_tail = p;
   data_tail = &p->next;
-}
-
-/* Appends small message [msg], received with status [st], to the
- * mailbox (lock held). */
-static void append_small(TransportMsg *msg, const MPI_Status *st) {
-  int len = 0;
-  MPI_Get_count(st, MPI_BYTE, &len);
-  msg->next = NULL;
-  msg->home = NULL;
-  msg->source = st->MPI_SOURCE;
-  msg->tag = st->MPI_TAG;
-  msg->len = (size_t)len;
-  *small_tail = msg;
-  small_tail = &msg->next;
 }
 
 /* Takes [e] off the list of pending receives (lock held). */
@@ -553,14 +541,7 @@ static void unlist(TransportExpect *e) {
 static void keep_expected(TransportExpect *e, const MPI_Status *st) {
   int len = 0;
   MPI_Get_count(st, MPI_BYTE, &len);
-  TransportMsg *msg = shm_malloc(sizeof *msg + (size_t)len + 16);
-  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
-    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
-            st->MPI_SOURCE);
-    transport_abort(1);
-  }
-  memcpy(msg->data, e->msg->data, (size_t)len);
-  append_small(msg, st);
+  memcpy(new_small(st->MPI_SOURCE, st->MPI_TAG, (size_t)len)->data, e->msg->data, (size_t)len);
   unlist(e);
 }
 
@@ -586,16 +567,7 @@ static void harvest(void) {
 /* Appends a small message a ring gave to the mailbox (lock held). */
 static void keep_node(int source, int tag, const char *data, size_t len, void *arg) {
   (void)arg;
-  TransportMsg *msg = shm_malloc(sizeof *msg + len + 16);
-  if (!msg) {   /* a message lost would leave a peer waiting: end the job */
-    fprintf(stderr, "shmap: error: out of memory receiving a message from process %d\n",
-            source);
-    transport_abort(1);
-  }
-  *msg = (TransportMsg){NULL, NULL, source, tag, len};
-  memcpy(msg->data, data, len);
-  *small_tail = msg;
-  small_tail = &msg->next;
+  memcpy(new_small(source, tag, len)->data, data, len);
 }
 
 static void poll_locked(void) {
