@@ -120,6 +120,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     ((void **)b)[-1] = a;
     b->data = b->inline_data;
     b->owned = false;
+    b->pinned = false;
   } else {
     a = shm_malloc(arr_header_size(ndim));
     if (!a)
@@ -133,6 +134,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     }
     b->data = d;
     b->owned = true;
+    b->pinned = false;
   }
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
@@ -385,8 +387,10 @@ Array *arr_copy(Array *a) {
 }
 
 
+void arr_pin(Array *a) { a->buf->pinned = true; }
+
 bool arr_share_buffer(Array *dst, const Array *src) {
-  if (!dst->buf->owned || !src->buf->owned) return false;
+  if (!arr_shareable(dst) || !arr_shareable(src)) return false;
   Buffer *old = dst->buf;
   atomic_fetch_add_explicit(&src->buf->refcount, 1, memory_order_relaxed);
   dst->buf = src->buf;

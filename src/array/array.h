@@ -49,6 +49,7 @@ typedef struct Buffer {
   size_t nbytes;   /* payload size */
   void *data;      /* 64-byte aligned; points into inline_data for small ones */
   bool owned;      /* data came from shm_buf_alloc and is returned to it */
+  bool pinned;     /* a compiled plan's workspace memory (arr_pin): never shared */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
 
@@ -165,6 +166,20 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
  * caller makes sure nobody else uses [dst] meanwhile.  Returns false, and
  * changes nothing, when either payload is inline (small arrays). */
 bool arr_share_buffer(Array *dst, const Array *src);
+
+/* Marks [a]'s buffer as memory its holder writes again after handing the
+ * array on: a compiled plan's temporary slots and loop carries, which
+ * every run (and every step reusing the slot) overwrites without looking
+ * at counts.  Such a buffer is never shared: arr_shareable is false for
+ * it and arr_share_buffer refuses it on either side.  The ownership rule
+ * for shared outputs (spmd/collective.h): a collective may point several
+ * devices' outputs at one buffer only when every one of them is
+ * shareable, i.e. a fresh array that is immutable once written. */
+void arr_pin(Array *a);
+
+/* Whether [a]'s buffer may be shared with other arrays by
+ * arr_share_buffer: its payload is not inline and not pinned. */
+static inline bool arr_shareable(const Array *a) { return a->buf->owned && !a->buf->pinned; }
 
 /* arr_unshared without its exception for Python numbers: for a caller
  * that overwrites a host int with another host int of the same dtype

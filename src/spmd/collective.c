@@ -482,6 +482,7 @@ static void publish(Call *c, bool locked) {
   }
   s->in = c->in;
   s->out = c->out;
+  s->shareable = c->out && c->out[0] && arr_shareable(c->out[0]);
   atomic_store_explicit(&s->line, c->desc.line, memory_order_relaxed);
   atomic_store_explicit(&s->in_coll, true, memory_order_relaxed);
   s->seq = c->seq;

@@ -52,7 +52,13 @@
  * cache lines) from all peers, in participant order, a cache-sized chunk
  * at a time, into the first participant's output, and every participant's
  * result then shares that one buffer (arr_share_buffer: a shared buffer
- * is never changed in place), so each element is written once; a
+ * is never changed in place), so each element is written once.  The
+ * ownership rule: outputs share a buffer only when every participant's
+ * output is shareable (arr_shareable, decided as each publishes): a fresh
+ * array, immutable once written.  A compiled plan's workspace slots and
+ * loop carries are pinned (arr_pin): the plan writes them again in later
+ * steps and runs without looking at counts, so they never share, and
+ * each such output gets its own copy; a
  * non-contiguous operand (a broadcast, a transpose) is read into a
  * contiguous chunk, so the fold loops are always contiguous and
  * vectorised.  Every device gets the same bits.  Small reductions, up to

@@ -155,6 +155,9 @@ typedef struct Slot {
   /* written by the owner before its release of published; read by the
    * participants of that collective after acquiring it: */
   Array **in, **out;              /* operands and outputs of #published */
+  bool shareable;                 /* arr_shareable(out[0]) when it published:
+                                     peers read this, never out[0]->buf, which
+                                     the owner changes once it shares */
   Lane lane[2];                   /* lane of collective #s at [s % 2] */
   pthread_cond_t wake;            /* fast mode: peers waiting for this device's
                                      arrival, its done counter, or a barrier it
@@ -678,9 +681,11 @@ Array *coll_peer_out(const Call *c, int q);
  * a contiguous chunk first, so the fold loops stay contiguous. */
 void coll_read_flat(char *dst, const Array *a, int64_t lo, int64_t len);
 
-/* Whether a split reduction leaves one buffer shared by all participants:
- * when their payloads are not inline (the same answer on every
- * participant: the outputs have one shape and dtype). */
+/* Whether a split reduction or a gather leaves one buffer shared by all
+ * participants: when every participant's output was shareable when it
+ * published (Slot.shareable: not inline, not a compiled plan's pinned
+ * workspace, arr_pin).  Every participant gets the same answer, as each
+ * must: one that shares writes only its part into the first output. */
 bool coll_can_share(const Call *c);
 
 /* After a split reduction into the first participant's output: every

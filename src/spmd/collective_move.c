@@ -124,7 +124,7 @@ static int x_gather(const Call *c, const XLocal *lc, const void *arg) {
   int64_t outer = 1;
   for (int d = 0; d < a->dim; d++) outer *= o->shape[d];
   bool direct = o->contiguous && o->ndim > 0 && outer == 1;
-  for (int l = 0; direct && l < lc->n; l++) direct = c->g->slots[lc->peers[l]].out[0]->buf->owned;
+  for (int l = 0; direct && l < lc->n; l++) direct = c->g->slots[lc->peers[l]].shareable;
   if (direct) me->xres = o, me->xgather = a;
   int rc = coll_x_exchange(c, lc, arg);
   me->xgather = NULL;

@@ -625,7 +625,12 @@ static void fold_range(const Call *c, const RedArg *r, int64_t lo, int64_t hi,
   }
 }
 
-bool coll_can_share(const Call *c) { return !c->xin && c->out[0]->buf->owned; }
+bool coll_can_share(const Call *c) {
+  if (c->xin) return false;
+  for (int q = 0; q < c->n; q++)
+    if (!c->g->slots[c->peers[q]].shareable) return false;
+  return true;
+}
 
 void coll_share_output(const Call *c) {
   if (c->pos != 0) arr_share_buffer(c->out[0], coll_peer_out(c, 0));

@@ -133,6 +133,15 @@ static Array *array_of(const AVal *a) {
   return x;
 }
 
+/* A workspace array of aval [a]: later steps and runs write it again
+ * whatever its counts, so no collective may share its buffer with another
+ * device's output (arr_pin). */
+static Array *pinned_of(const AVal *a) {
+  Array *x = array_of(a);
+  if (x) arr_pin(x);
+  return x;
+}
+
 /* ==== the passes ================================================================== */
 
 /* Per-variable knowledge while compiling one plan. */
@@ -791,10 +800,10 @@ static Workspace *ws_new(Exec *e) {
   if (!w->slot || !w->scratch || !w->ops || !w->vargs || fuse_mem_init(&w->fm, e->nregs, e->npartials, e->split) < 0) goto fail;
   for (int s = 0; s < e->nslots; s++) {
     if (e->slots[s].kind == SL_CONST) w->slot[s] = AS_ARRAY(e->slots[s].value);
-    else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = array_of(&e->slots[s].aval))) goto fail;
+    else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = pinned_of(&e->slots[s].aval))) goto fail;
   }
   for (int i = 0; i < e->nscratch; i++)
-    if (!(w->scratch[i] = array_of(&e->scratch[i]))) goto fail;
+    if (!(w->scratch[i] = pinned_of(&e->scratch[i]))) goto fail;
   return w;
 fail:
   if (!err_occurred()) err_nomem();
