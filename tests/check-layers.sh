@@ -2,7 +2,7 @@
 # tests/check-layers.sh SRCDIR [BUILDDIR] - checks that calls run downward
 # through src/'s layers.  The layers, bottom to top, are the folders named
 # in LAYERS; a file of layer k may include headers of layers 0..k only
-# (src/README.md).  With BUILDDIR, the objects built there are checked
+# (src/README.md), with quotes or angle brackets.  With BUILDDIR, the objects built there are checked
 # too: no object may use a symbol defined by an object of a higher layer
 # (an upward call hidden behind an extern declaration); a higher layer
 # reaches a lower one only through the hooks the lower one offers.
@@ -22,6 +22,17 @@ rank() {
     [ "${LAYERS[$i]}" = "$1" ] && { echo "$i"; return; }
   done
   echo -1
+}
+
+# The project's own headers included with angle brackets, "line:layer/file.h"
+# (<base/mem.h>, as -I lets a compiler find it): checked as the quoted
+# ones are; system headers (<stdio.h>, <sys/types.h>) are not a layer's.
+project_angle_includes() {
+  grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*<' "$1" |
+    sed 's/^\([0-9]*\):.*<\([^>]*\)>.*/\1:\2/' |
+    while IFS=: read -r line inc; do
+      [ "$(rank "${inc%%/*}")" -ge 0 ] && echo "$line:$inc"
+    done
 }
 
 files=0
@@ -47,7 +58,8 @@ for f in "$srcdir"/src/*/*.[ch] "$srcdir"/src/*/*.def; do
       bad=$((bad + 1))
     fi
   done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-           sed 's/^\([0-9]*\):.*"\([^"]*\)".*/\1:\2/')
+           sed 's/^\([0-9]*\):.*"\([^"]*\)".*/\1:\2/'
+           project_angle_includes "$f")
 done
 for f in "$srcdir"/src/*.[ch]; do
   [ -e "$f" ] || continue
