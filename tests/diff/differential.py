@@ -9,9 +9,11 @@ element-wise chains (unary functions, arithmetic with constants and with
 earlier values, row reductions broadcast back), collectives (psum, pmax,
 pmin, pmean, all_gather tiled or not and then element-wise work on the
 gathered array before it is cut back, ppermute, all_to_all, axis_index),
-fori_loops whose bodies hold collectives, and vmap over the block's rows.
-Every case is called eagerly and as `jit shard_map`, and a third of them
-are also batched by vmap outside the shard_map, eagerly and under jax.jit.
+fori_loops, while_loops, scans, conds and switches whose bodies hold
+collectives, psum_scatter, and vmap over the block's rows.  Every case is
+called eagerly and as `jit shard_map`, a third of them are also batched by
+vmap outside the shard_map, eagerly and under jax.jit, and a quarter
+differentiated by jax.grad, eagerly and under jax.jit.
 A file of cases then runs as a whole in three ways: threaded, in reference
 mode (SHMAP_REFERENCE=1: devices one at a time, every collective a plain
 loop) and under `mpirun -np 2` (two devices a process).  Every case must
@@ -89,9 +91,10 @@ def chain(rng, x, depth):
     return x
 
 
-def collective(b, v, vma, in_loop=False):
-    """A collective applied to variable [v]; returns (expr, vma) or None.
-    Every result has the block's shape again."""
+def collective(b, v, vma, in_loop=False, row=False):
+    """A collective applied to variable [v], of the block's shape or, with
+    [row], one of its rows; returns (expr, vma) or None.  Every result has
+    the shape of [v] again."""
     rng = b.rng
     ax = b.varying_choice(vma)
     if ax is None:
@@ -100,7 +103,8 @@ def collective(b, v, vma, in_loop=False):
     n = 1
     for a in names:
         n *= AXES[a]
-    kinds = ["psum", "pmax", "pmin", "pmean", "gather_tiled", "gather", "ppermute", "all_to_all"]
+    kinds = ["psum", "pmax", "pmin", "pmean", "gather_tiled", "gather", "ppermute", "all_to_all",
+             "psum_scatter"]
     if in_loop:
         kinds = ["psum", "pmax", "pmean", "gather_tiled", "gather"]
     k = rng.choice(kinds)
@@ -109,8 +113,9 @@ def collective(b, v, vma, in_loop=False):
         return f"{k}({v}, {ax})", rest
     if k == "gather_tiled":
         g = chain(rng, f"all_gather({v}, {ax}, tiled=True)", rng.randrange(1, 4))
-        cut = rng.choice([f"[:{b.rows}]", f"[{b.rows * (n - 1)}:]",
-                          f".reshape({n}, {b.rows}, {b.cols}).sum(0) * {1.0 / n}"])
+        lead, shape = (b.cols, f"{b.cols}") if row else (b.rows, f"{b.rows}, {b.cols}")
+        cut = rng.choice([f"[:{lead}]", f"[{lead * (n - 1)}:]",
+                          f".reshape({n}, {shape}).sum(0) * {1.0 / n}"])
         return f"({g}){cut}", vma
     if k == "gather":
         g = chain(rng, f"all_gather({v}, {ax})", rng.randrange(1, 4))
@@ -120,6 +125,9 @@ def collective(b, v, vma, in_loop=False):
         return f"ppermute({v}, '{a}', [(0, 1), (1, 0)])", vma
     if k == "all_to_all" and b.cols % 2 == 0 and len(names) == 1:
         return f"all_to_all({v}, {ax}, 1, 1, tiled=True)", vma
+    if k == "psum_scatter" and b.cols % n == 0 and not row:
+        s = chain(rng, f"psum_scatter({v}, {ax}, scatter_dimension=1, tiled=True)", rng.randrange(0, 3))
+        return f"all_gather({s}, {ax}, axis=1, tiled=True)", vma
     return f"psum({v}, {ax})", rest
 
 
@@ -135,10 +143,57 @@ def loop(b, v, vma):
     return f"fori_loop(0, {steps}, lambda k, c: {inner} * 0.5 + c * 0.25, {v})", vma
 
 
+def branch(b, v, vma):
+    """lax.cond or lax.switch on a predicate that is the same on every
+    device or varies over an axis; branches hold collectives."""
+    rng = b.rng
+    preds = [(f"psum({v}.sum(), ('i', 'j')) > 0.", set()) if vma >= {"i", "j"} else ("True", set()),
+             ("axis_index('i') == 0", {"i"}), (f"{v}.sum() > 0.", set(vma))]
+    pred, pv = rng.choice(preds)
+    def arm(same):
+        # devices that take different arms must not reach collectives
+        c = collective(b, "a", vma, in_loop=True) if same else None
+        return chain(rng, c[0] if c else "a", rng.randrange(0, 3))
+    if rng.random() < 0.7:
+        same = not pv and "sum() > 0." not in pred or pred.startswith("psum")
+        return f"lax.cond({pred}, lambda a: {arm(same)}, lambda a: {arm(same)}, {v})", vma | pv
+    if rng.random() < 0.5:
+        idx, same, iv = "axis_index('j')", False, {"j"}
+    else:
+        idx, same, iv = f"(psum(({v}.sum() > 0.) * 1, ('i', 'j')) % 3)", vma >= {"i", "j"}, set()
+        if not same:
+            idx = f"({v}.sum() > 0.) * 1"
+            iv = set(vma)
+    return (f"lax.switch({idx}, [lambda a: {arm(same)}, lambda a: {arm(same)}, lambda a: {arm(same)}], {v})",
+            vma | iv)
+
+
+def while_(b, v, vma):
+    """lax.while_loop counting to a trip count the data decides (the same
+    on every device: a psum over both axes)."""
+    rng = b.rng
+    if not vma >= {"i", "j"}:
+        return loop(b, v, vma)
+    c = collective(b, "c[1]", vma, in_loop=True)
+    inner = chain(rng, c[0] if c else "c[1]", rng.randrange(0, 2))
+    n = f"(psum(({v} > 0.).sum(), ('i', 'j')) % 4)"
+    return (f"lax.while_loop(lambda c: c[0] < {n}, lambda c: (c[0] + 1, {inner} * 0.5 + c[1] * 0.25), (0, {v}))[1]",
+            vma)
+
+
+def scan(b, v, vma):
+    """lax.scan over the block's rows, carrying a row."""
+    rng = b.rng
+    c = collective(b, "c", vma, in_loop=True, row=True)
+    inner = chain(rng, c[0] if c else "c", rng.randrange(0, 2))
+    return (f"(lambda cy: cy[0][None, :] * 0.5 + cy[1])(lax.scan(lambda c, r: ({inner} * 0.5 + r * 0.25, tanh(c + r)), {v}[0], {v}))",
+            vma)
+
+
 def vmapped(b, v, vma):
     """vmap over the block's rows of a chain holding a collective."""
     rng = b.rng
-    c = collective(b, "r", vma, in_loop=True)
+    c = collective(b, "r", vma, in_loop=True, row=True)
     inner = chain(rng, c[0] if c else "r", rng.randrange(1, 3))
     return f"jax.vmap(lambda r: {inner})({v})", vma
 
@@ -147,7 +202,13 @@ def statement(b):
     rng = b.rng
     v = b.pick()
     vma = b.vars[v]
-    k = rng.randrange(10)
+    k = rng.randrange(13)
+    if k == 10:
+        return b.emit(*branch(b, v, vma))
+    if k == 11:
+        return b.emit(*while_(b, v, vma))
+    if k == 12:
+        return b.emit(*scan(b, v, vma))
     if k < 3:
         return b.emit(chain(rng, v, rng.randrange(1, 4)), vma)
     if k == 3:
@@ -196,6 +257,10 @@ def case(rng, k):
         text += [f"xb_{k} = jax.random.uniform(jax.random.PRNGKey({k + 100000}), (2, {2 * rows}, {2 * cols}), minval=-1., maxval=1.)",
                  f"show({k}, 'vmap', lambda: jax.vmap(e_{k})(xb_{k}))",
                  f"show({k}, 'jit vmap', lambda: jax.jit(jax.vmap(e_{k}))(xb_{k}))"]
+    if rng.random() < 0.25:
+        loss = f"lambda z: (lambda r: sum([(a * a).sum() for a in (r if isinstance(r, tuple) else (r,))]))"
+        text += [f"show({k}, 'grad', lambda: jax.grad({loss}(e_{k}(z)))(x_{k}))",
+                 f"show({k}, 'jit grad', lambda: jax.jit(jax.grad({loss}(j_{k}(z))))(x_{k}))"]
     return "\n".join(text) + "\n"
 
 
@@ -308,7 +373,7 @@ def main():
         keys = sorted({k for r in results.values() for k in r})
         ref = results["threaded"]
         for key in keys:
-            want = ref.get((key[0], "vmap" if "vmap" in key[1] else "eager"))
+            want = ref.get((key[0], next((m for m in ("vmap", "grad") if m in key[1]), "eager")))
             for name, _, _ in ways:
                 got = results[name].get(key)
                 if want is not None and got is not None and same(got, want):
