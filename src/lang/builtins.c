@@ -28,6 +28,7 @@
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "array/npy.h"
 #include "lang/ops.h"
 #include "array/prim.h"
@@ -206,6 +207,35 @@ static Value *bi_len(const CallArgs *a) {
   if (args_bind("len", a, "obj", slots) < 0) return NULL;
   int64_t n;
   return ops_len(x, &n) < 0 ? NULL : val_int(n);
+}
+
+/* ord(c): the code point of the one-character str [c], as Python's. */
+static Value *bi_ord(const CallArgs *a) {
+  Value *c;
+  Value **slots[] = {&c};
+  if (args_bind("ord", a, "c", slots) < 0) return NULL;
+  if (c->type != V_STR)
+    return err_set(ERR_TYPE, "ord() expected string of length 1, but %s found", val_type_name(c));
+  if (str_nchars(c) != 1)
+    return err_set(ERR_TYPE, "ord() expected a character, but string of length %zu found",
+                   str_nchars(c));
+  size_t i = 0;
+  return val_int(utf8_decode(str_cstr(c), ((Str *)c)->len, &i));
+}
+
+/* chr(i): the one-character str of code point [i], 0 <= i <= 0x10ffff. */
+static Value *bi_chr(const CallArgs *a) {
+  Value *i;
+  Value **slots[] = {&i};
+  int64_t cp;
+  if (args_bind("chr", a, "i", slots) < 0) return NULL;
+  if (!IS_ARRAY(i) || !dt_is_int(AS_ARRAY(i)->dtype))
+    return err_set(ERR_TYPE, "'%s' object cannot be interpreted as an integer",
+                   IS_ARRAY(i) ? "float" : val_type_name(i));
+  if (arr_to_index(i, &cp) < 0) return NULL;
+  if (cp < 0 || cp > UTF8_MAX_CP) return err_set(ERR_VALUE, "chr() arg not in range(0x110000)");
+  char u[4];
+  return str_new(u, (size_t)utf8_encode((uint32_t)cp, u));
 }
 
 /* perf_counter(): seconds of a monotonic clock as a float64 scalar, as
@@ -1122,6 +1152,8 @@ int builtins_register(Env *e) {
 /* The names this file binds, and where (builtins_impl.h). */
 const BiEntry bi_python_table[] = {
   {"len", bi_len, IN_TOP, "len(obj)"},
+  {"ord", bi_ord, IN_TOP, "ord(c): the code point of a one-character string"},
+  {"chr", bi_chr, IN_TOP, "chr(i): the one-character string of code point i"},
   {"perf_counter", bi_perf_counter, IN_TOP, "perf_counter(): seconds of a monotonic clock (float64)"},
   {"range", bi_range, IN_TOP, "range(stop) or range(start, stop, step=1)"},
   {"slice", bi_slice, IN_TOP, "slice(stop) or slice(start, stop, step=None)"},
