@@ -88,7 +88,9 @@ Source *src_from_file(const char *path) {
     shm_free(buf);
     return err_set(ERR_SYNTAX, "'%s' contains a NUL byte: not a source file", path);
   }
-  Source *s = src_new(path, buf);
+  /* A UTF-8 byte-order mark says only "UTF-8": Python skips it too. */
+  bool bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3);
+  Source *s = src_new(path, buf + (bom ? 3 : 0));
   shm_free(buf);
   return s;
 }
