@@ -171,7 +171,10 @@ static const Range formats[] = {
 };
 
 bool utf8_isdigit(uint32_t cp) { return in_ranges(digits, NRANGES(digits), cp); }
-bool utf8_isspace(uint32_t cp) { return in_ranges(spaces, NRANGES(spaces), cp); }
+bool utf8_isspace(uint32_t cp) {
+  if (cp < 0x80) return (cp >= 0x9 && cp <= 0xD) || (cp >= 0x1C && cp <= 0x20);
+  return in_ranges(spaces, NRANGES(spaces), cp);
+}
 
 /* The C.UTF-8 locale, made once; (locale_t)0 when the system lacks it.
  * A locale object, not setlocale, so nothing global changes. */

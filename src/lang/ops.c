@@ -11,6 +11,7 @@
  * literal, `mul x 3.0:f32[]`).  Indexing is in ops_index.c, attributes
  * in ops_attr.c (ops_impl.h).
  */
+#define _GNU_SOURCE   /* memmem */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -951,7 +952,9 @@ static Value *contains(Value *item, Value *c) {
   if (c->type == V_STR) {
     if (item->type != V_STR)
       return err_set(ERR_TYPE, "'in <string>' requires string as left operand, not %s", val_type_name(item));
-    return val_bool(strstr(str_cstr(c), str_cstr(item)) != NULL);
+    /* memmem, not strstr: a string may hold '\0' */
+    size_t m = ((Str *)item)->len;
+    return val_bool(!m || memmem(str_cstr(c), ((Str *)c)->len, str_cstr(item), m) != NULL);
   }
   if (c->type == V_RANGE) {
     int64_t x;

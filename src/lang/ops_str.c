@@ -60,6 +60,11 @@ static int span_arg(Value *self, Value *start, Value *end, size_t *a, size_t *b)
 
 /* ---- searching ------------------------------------------------------------ */
 
+/* The code-point position of byte offset [at] of [self]: O(1) for ASCII. */
+static int64_t position(Value *self, size_t at) {
+  return (int64_t)(str_is_ascii(self) ? at : utf8_count(str_cstr(self), at));
+}
+
 /* The byte offset of the first (or, if [last], the last) [m] bytes [nd]
  * within [h, h + n), or -1. */
 static int64_t search(const char *h, size_t n, const char *nd, size_t m, bool last) {
@@ -85,7 +90,7 @@ static Value *find_impl(const char *fn, Value *self, const CallArgs *a, bool las
   int64_t at = rc < 0 ? -1 : search(str_cstr(self) + lo, hi - lo, str_cstr(sub), SLEN(sub), last);
   if (at < 0 && raise) return err_set(ERR_VALUE, "substring not found");
   if (at < 0) return val_int(-1);
-  return val_int((int64_t)utf8_count(str_cstr(self), lo + (size_t)at));
+  return val_int(position(self, lo + (size_t)at));
 }
 
 static Value *s_find(Value *self, const CallArgs *a) { return find_impl("find", self, a, false, false); }
