@@ -3,7 +3,8 @@
 # byte-order mark at the start of a file is skipped (it was a syntax
 # error), and a byte that does not decode is a located syntax error in
 # the words of Python's 'utf-8' codec (such files were accepted, their
-# bytes passed into strings).  The files hold bytes a .shm test cannot.
+# bytes passed into strings), its source line shown with U+FFFD for the
+# bad bytes.  The files hold bytes a .shm test cannot.
 set -u
 shmap=${1:?usage: source_utf8.sh SHMAP}
 dir=$(mktemp -d)
@@ -29,6 +30,12 @@ expect bom 0 "2 日本" ""
 
 printf 'x = 1\ns = "日本\xff"\nprint(s)\n' >"$dir/start.shm"
 expect start 1 "" "start.shm:2:8: error: (unicode error) 'utf-8' codec can't decode byte 0xff in position 17: invalid start byte"
+
+# The source line shows the bad byte as U+FFFD, so the caret stands under it.
+want=$(printf '    2 | s = "日本\xef\xbf\xbd"\n      |        ^')
+if [ "$(tail -n 2 "$dir/err")" != "$want" ]; then
+  echo "FAIL start: the source line and caret are"; tail -n 2 "$dir/err"; fail=1
+fi
 
 printf '# caf\xc3(\n' >"$dir/continuation.shm"
 expect continuation 1 "" "continuation.shm:1:6: error: (unicode error) 'utf-8' codec can't decode byte 0xc3 in position 5: invalid continuation byte"
