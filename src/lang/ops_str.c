@@ -13,6 +13,7 @@
 
 #include "array/array.h"
 #include "base/error.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 #include "lang/ops.h"
@@ -145,9 +146,19 @@ static Value *s_endswith(Value *self, const CallArgs *a) { return affix_impl("en
 /* ---- splitting and joining ------------------------------------------------------ */
 
 /* The byte length of the white space (Python's, utf8_isspace) at [s]. */
-static size_t space_at(const char *s, size_t n) {
+static inline size_t space_at(const char *s, size_t n) {
+  unsigned char c = n ? (unsigned char)*s : 0;
+  if (c < 0x80)   /* ASCII, inline: Python's '\t'-'\r', '\x1c'-'\x1f' and ' ' */
+    return n && ((c >= 0x9 && c <= 0xD) || (c >= 0x1C && c <= 0x20));
   size_t j = 0;
-  return n && utf8_isspace(utf8_decode(s, n, &j)) ? j : 0;
+  return utf8_isspace(utf8_decode(s, n, &j)) ? j : 0;
+}
+
+/* The byte length of the code point at [s]. */
+static size_t char_len(const char *s, size_t n) {
+  size_t j = 1;
+  while (j < n && !utf8_is_lead((unsigned char)s[j])) j++;
+  return j;
 }
 
 /* Appends [s, s + n) to list [l] as a new str: 0, or -1 with the error. */
@@ -164,7 +175,7 @@ static int split_ws(Value *l, const char *s, size_t n, int64_t maxsplit) {
     if (i == n) return 0;
     size_t j = i;
     if (maxsplit-- == 0) return append_str(l, s + i, n - i);
-    while (j < n && !space_at(s + j, n - j)) utf8_decode(s, n, &j);
+    while (j < n && !space_at(s + j, n - j)) j += char_len(s + j, n - j);
     if (append_str(l, s + i, j - i) < 0) return -1;
     i = j;
   }
@@ -380,9 +391,16 @@ static Value *case_impl(Value *self, CaseOp op, bool first) {
   size_t n = SLEN(self);
   StrBuf b = {0};
   if (str_is_ascii(self) && (op == TO_UPPER || op == TO_LOWER)) {
-    Value *r = str_new(s, n);   /* the common case, a byte at a time */
-    for (char *p = r ? ((Str *)r)->s : NULL; p && *p; p++)
-      *p = (char)(op == TO_UPPER ? utf8_upper((unsigned char)*p) : utf8_lower((unsigned char)*p));
+    /* The common case, a byte at a time, into a buffer: a Str's hash is
+     * made with it, so a Str is never changed after (the old in-place
+     * upper() left the hash of its input: 'ABC' == 'abc'.upper() was False). */
+    char *buf = shm_malloc(n + 1);
+    if (!buf) return err_nomem();
+    char lo = op == TO_UPPER ? 'a' : 'A';
+    for (size_t i = 0; i < n; i++)
+      buf[i] = (char)(s[i] >= lo && s[i] <= lo + 25 ? s[i] ^ 0x20 : s[i]);
+    Value *r = str_new(buf, n);
+    shm_free(buf);
     return r;
   }
   bool prev_cased = false, start = true;
