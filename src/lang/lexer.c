@@ -178,6 +178,18 @@ static bool is_name_char(int c) {
          (c >= '0' && c <= '9') || (unsigned char)c >= 0x80;
 }
 
+/* The byte length of the name character at [p], 0 if none: ASCII letters,
+ * digits and '_', and non-ASCII letters and digits (Python's identifiers
+ * are Unicode's; a stray '´', '€' or no-break space is an error, not part
+ * of a name). */
+static size_t name_char_at(const char *p) {
+  unsigned char c = (unsigned char)*p;
+  if (c < 0x80) return is_name_char(c);
+  size_t i = 0;   /* the source is valid UTF-8: the sequence is whole */
+  uint32_t cp = utf8_decode(p, strnlen(p, 4), &i);
+  return utf8_isalpha(cp) || utf8_isdigit(cp) ? i : 0;
+}
+
 /* Scans digits of [base] with single underscores between them from [*pp];
  * appends them to [buf] (if not NULL, [*n] bytes used, room for all).
  * Returns the number of digits, or -1 when an underscore is misplaced. */
@@ -224,7 +236,7 @@ static int lex_prefixed_int(Lexer *lx, const char *start, char *buf) {
   size_t n = 0;
   if (*p == '_') p++;
   int nd = scan_digits(&p, base, buf, &n);
-  if (nd <= 0 || is_name_char(*p)) {
+  if (nd <= 0 || name_char_at(p)) {
     lex_error(lx, lx->line, col_of(lx, start), "invalid %s literal", name);
     return -1;
   }
@@ -259,7 +271,7 @@ static int lex_decimal(Lexer *lx, const char *start, char *buf) {
   }
   int e = nint < 0 ? -1 : scan_exponent(&p, buf, &n);
   if (e > 0) is_float = true;
-  if (nint < 0 || e < 0 || is_name_char(*p)) {
+  if (nint < 0 || e < 0 || name_char_at(p)) {
     const char *msg = (*p | 0x20) == 'j' ? "complex literals are not supported"
                                          : "invalid decimal literal";
     return lex_error(lx, lx->line, col_of(lx, start), "%s", msg), -1;
@@ -490,7 +502,7 @@ static int lex_field_expr(Lexer *lx, char q, bool triple, int qline, int qcol) {
     int rc = starts_string(lx->p) ? lex_string(lx)
              : (c >= '0' && c <= '9') || (c == '.' && lx->p[1] >= '0' && lx->p[1] <= '9')
                  ? lex_number(lx)
-             : is_name_char(c) ? lex_name(lx)
+             : name_char_at(lx->p) ? lex_name(lx)
                                : lex_operator(lx);
     if (rc < 0) return -1;
   }
@@ -639,7 +651,7 @@ static bool starts_string(const char *p) {
 
 static int lex_name(Lexer *lx) {
   const char *start = lx->p;
-  while (is_name_char(*lx->p)) lx->p++;
+  for (size_t k; (k = name_char_at(lx->p)) > 0;) lx->p += k;
   int len = (int)(lx->p - start);
   TokKind kind = T_NAME;
   for (int i = 0; keywords[i]; i++)
@@ -692,6 +704,9 @@ static int lex_operator(Lexer *lx) {
   if (c >= 0x80) {   /* Python's words for a character outside the grammar */
     size_t i = 0;
     uint32_t cp = utf8_decode(lx->p, strlen(lx->p), &i);
+    if (!utf8_isprintable(cp))
+      return lex_error(lx, lx->line, col_of(lx, lx->p), "invalid non-printable character U+%04X",
+                       cp), -1;
     return lex_error(lx, lx->line, col_of(lx, lx->p), "invalid character '%.*s' (U+%04X)",
                      (int)i, lx->p, cp), -1;
   }
@@ -739,7 +754,7 @@ static int lex_step(Lexer *lx) {
   if (starts_string(lx->p)) return lex_string(lx);
   if ((c >= '0' && c <= '9') || (c == '.' && lx->p[1] >= '0' && lx->p[1] <= '9'))
     return lex_number(lx);
-  if (is_name_char(c)) return lex_name(lx);
+  if (name_char_at(lx->p)) return lex_name(lx);
   return lex_operator(lx);
 }
 
