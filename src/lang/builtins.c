@@ -209,6 +209,14 @@ static Value *bi_len(const CallArgs *a) {
   return ops_len(x, &n) < 0 ? NULL : val_int(n);
 }
 
+/* ascii(obj): repr with non-ASCII characters escaped, as Python's. */
+static Value *bi_ascii(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("ascii", a, "obj", slots) < 0) return NULL;
+  return val_ascii(x);
+}
+
 /* ord(c): the code point of the one-character str [c], as Python's. */
 static Value *bi_ord(const CallArgs *a) {
   Value *c;
@@ -1160,6 +1168,7 @@ const BiEntry bi_python_table[] = {
   {"print", bi_print, IN_TOP, "print(*args, sep=' ', end='\\n')"},
   {"str", bi_str, IN_TOP, "str(object)"},
   {"repr", bi_repr, IN_TOP, "repr(obj)"},
+  {"ascii", bi_ascii, IN_TOP, "ascii(obj): repr with non-ASCII characters escaped"},
   {"int", bi_int, IN_TOP, "int(x)"},
   {"float", bi_float, IN_TOP, "float(x)"},
   {"bool", bi_bool, IN_TOP, "bool(x): truth value"},

@@ -479,7 +479,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
       *colon = 0;
       spec = colon + 1;
     }
-    char *bang = strchr(field, '!');   /* a conversion: !r repr, !s/!a str */
+    char *bang = strchr(field, '!');   /* a conversion: !r repr, !s str, !a ascii */
     char conv = bang ? bang[1] : 0;
     if (bang) *bang = 0;
     if (bang && (!strchr("rsa", conv) || !conv || bang[2])) {
@@ -487,7 +487,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
       return err_set(ERR_VALUE, "Unknown conversion specifier %s", bang + 1);
     }
     Value *v = format_field(field, a, &next);
-    Value *cv = v && conv ? (conv == 'r' ? val_repr(v) : val_str(v)) : NULL;
+    Value *cv = v && conv ? (conv == 'r' ? val_repr(v) : conv == 'a' ? val_ascii(v) : val_str(v)) : NULL;
     int rc = v && (!conv || cv) ? format_one(&b, cv ? cv : v, spec) : -1;
     if (cv) val_decref(cv);
     if (rc < 0) {
