@@ -295,13 +295,9 @@ static bool strippable(const char *s, size_t n, Value *chars, size_t *k) {
   return memmem(str_cstr(chars), SLEN(chars), s, j) != NULL;
 }
 
-/* strip/lstrip/rstrip: [ends] 1 the left, 2 the right, 3 both. */
-static Value *strip_impl(const char *fn, Value *self, const CallArgs *a, int ends) {
-  Value *chars;
-  Value **slots[] = {&chars};
-  if (args_bind(fn, a, "chars=", slots) < 0) return NULL;
-  if (chars == VAL_NONE) chars = NULL;
-  if (chars && chars->type != V_STR) return err_set(ERR_TYPE, "%s arg must be None or str", fn);
+/* [self] without the code points of [chars] (NULL: white space) at its
+ * left ([ends] 1), right (2) or both ends (3). */
+static Value *strip_ends(Value *self, Value *chars, int ends) {
   const char *s = str_cstr(self);
   size_t lo = 0, hi = SLEN(self), k;
   while ((ends & 1) && lo < hi && strippable(s + lo, hi - lo, chars, &k)) lo += k;
@@ -312,6 +308,18 @@ static Value *strip_impl(const char *fn, Value *self, const CallArgs *a, int end
     hi = c;
   }
   return str_new(s + lo, hi - lo);
+}
+
+Value *ops_str_strip(Value *s) { return strip_ends(s, NULL, 3); }
+
+/* strip/lstrip/rstrip: [ends] as strip_ends's. */
+static Value *strip_impl(const char *fn, Value *self, const CallArgs *a, int ends) {
+  Value *chars;
+  Value **slots[] = {&chars};
+  if (args_bind(fn, a, "chars=", slots) < 0) return NULL;
+  if (chars == VAL_NONE) chars = NULL;
+  if (chars && chars->type != V_STR) return err_set(ERR_TYPE, "%s arg must be None or str", fn);
+  return strip_ends(self, chars, ends);
 }
 
 static Value *s_strip(Value *self, const CallArgs *a) { return strip_impl("strip", self, a, 3); }
