@@ -193,12 +193,15 @@ static pthread_once_t ctype_once = PTHREAD_ONCE_INIT;
 
 static void make_locale(void) {
   ctype_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+  if (!ctype_locale) ctype_locale = newlocale(LC_CTYPE_MASK, "en_US.UTF-8", (locale_t)0);
 }
 
 static locale_t wide(void) {
   pthread_once(&ctype_once, make_locale);
   return ctype_locale;
 }
+
+bool utf8_have_case(void) { return wide() != (locale_t)0; }
 
 bool utf8_isalpha(uint32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';

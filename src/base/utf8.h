@@ -62,8 +62,11 @@ bool utf8_isalpha(uint32_t cp);
 bool utf8_isprintable(uint32_t cp);
 
 /* Case of one code point, from the C library's C.UTF-8 locale (towupper,
- * towlower, iswupper, iswlower); ASCII only if that locale is missing.
- * One code point maps to one: the callers handle 'ß' (upper 'SS'). */
+ * towlower, iswupper, iswlower; en_US.UTF-8 when C.UTF-8 is missing);
+ * ASCII only if neither is there (utf8_have_case says so, for callers
+ * to refuse non-ASCII text rather than answer wrongly).  One code point
+ * maps to one: the callers handle 'ß' (upper 'SS'). */
+bool utf8_have_case(void);   /* whether that locale is there */
 uint32_t utf8_upper(uint32_t cp);
 uint32_t utf8_lower(uint32_t cp);
 bool utf8_isupper(uint32_t cp);

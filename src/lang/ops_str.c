@@ -374,6 +374,16 @@ static Value *s_zfill(Value *self, const CallArgs *a) {
 
 /* ---- case ---------------------------------------------------------------------- */
 
+/* 0 when the case and letters of [self] are known: ASCII text, or the C
+ * library's UTF-8 locale is there (utf8_have_case); else -1 with an
+ * error, rather than an answer that takes 'é' for a non-letter. */
+static int case_known(Value *self) {
+  if (str_is_ascii(self) || utf8_have_case()) return 0;
+  err_set(ERR_VALUE, "the case and letters of non-ASCII text need the C library's C.UTF-8 "
+          "locale, which this system lacks");
+  return -1;
+}
+
 typedef enum { TO_UPPER, TO_LOWER, TO_TITLE, TO_SWAP } CaseOp;
 
 /* Appends [cp] under [op]: 'ß' has no one-character upper case, and
@@ -395,6 +405,7 @@ static bool is_cased(uint32_t cp) { return utf8_isupper(cp) || utf8_islower(cp);
 /* upper, lower, swapcase, title ([word] the per-word rule) and
  * capitalize ([first] only the first character up, the rest down). */
 static Value *case_impl(Value *self, CaseOp op, bool first) {
+  if (case_known(self) < 0) return NULL;
   const char *s = str_cstr(self);
   size_t n = SLEN(self);
   StrBuf b = {0};
@@ -431,6 +442,7 @@ static Value *s_capitalize(Value *self, const CallArgs *a) { return case_impl(se
 
 /* Whether [self] is non-empty and [is] holds for each of its code points. */
 static Value *all_chars(Value *self, bool (*is)(uint32_t)) {
+  if (is != utf8_isdigit && is != utf8_isspace && case_known(self) < 0) return NULL;
   const char *s = str_cstr(self);
   size_t n = SLEN(self);
   for (size_t i = 0; i < n;)
@@ -447,6 +459,7 @@ static Value *s_isalnum(Value *self, const CallArgs *a) { return all_chars(self,
 
 /* isupper/islower: some cased code point, and none of the other case. */
 static Value *case_test(Value *self, bool (*is)(uint32_t), bool (*other)(uint32_t)) {
+  if (case_known(self) < 0) return NULL;
   const char *s = str_cstr(self);
   size_t n = SLEN(self);
   bool cased = false;
