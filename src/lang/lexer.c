@@ -792,8 +792,9 @@ Lexer *lex_source(Source *src) {
   Lexer *lx = shm_calloc(1, sizeof *lx);
   if (!lx) return err_nomem();
   lx->src = src;
-  lx->p = lx->line_start = src->text;
+  lx->p = lx->line_start = lx->col_at = src->text;
   lx->line = 1;
+  lx->col_n = 1;
   if (check_utf8(lx) < 0) {
     lex_free(lx);
     return NULL;
