@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "array/print.h"
 
 PrintOptions print_options = {8, 1000, 3, 75, false};
@@ -550,6 +551,19 @@ static void array_repr(StrBuf *b, const Array *a) {
 /* ---- Python's forms --------------------------------------------------------- */
 
 /* Python's repr of a str: single quotes unless the text has a ' and no ". */
+/* The non-ASCII code point at byte [*i] of [s], as Python's repr shows
+ * it: itself when printable (and not [ascii]), else \\xhh, \\uhhhh or
+ * \\Uhhhhhhhh; [*i] is left on its last byte. */
+static void quote_code_point(StrBuf *b, const char *s, size_t n, size_t *i, bool ascii) {
+  size_t j = *i;
+  uint32_t cp = utf8_decode(s, n, &j);
+  if (!ascii && utf8_isprintable(cp)) sbuf_add(b, s + *i, j - *i);
+  else if (cp <= 0xFF) sbuf_printf(b, "\\x%02x", (unsigned)cp);
+  else if (cp <= 0xFFFF) sbuf_printf(b, "\\u%04x", (unsigned)cp);
+  else sbuf_printf(b, "\\U%08x", (unsigned)cp);
+  *i = j - 1;
+}
+
 static void quote_str(StrBuf *b, const char *s, size_t n) {
   bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
   char q = sq && !dq ? '"' : '\'';
@@ -567,8 +581,10 @@ static void quote_str(StrBuf *b, const char *s, size_t n) {
       sbuf_puts(b, "\\t");
     } else if (c < 0x20 || c == 0x7f) {
       sbuf_printf(b, "\\x%02x", c);
-    } else {
+    } else if (c < 0x80) {
       sbuf_add(b, (const char *)&c, 1);
+    } else {
+      quote_code_point(b, s, n, &i, false);
     }
   }
   sbuf_add(b, &q, 1);
@@ -756,6 +772,19 @@ Value *val_repr(Value *v) {
     sbuf_free(&b);
     return NULL;
   }
+  return str_take(&b);
+}
+
+Value *val_ascii(Value *v) {
+  Value *r = val_repr(v);
+  if (!r || str_is_ascii(r)) return r;
+  StrBuf b = {0};
+  const char *s = str_cstr(r);
+  size_t n = ((Str *)r)->len;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x80) sbuf_add(&b, s + i, 1);
+    else quote_code_point(&b, s, n, &i, true);
+  val_decref(r);
   return str_take(&b);
 }
 

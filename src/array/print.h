@@ -47,6 +47,11 @@ Value *val_str(Value *v);
  * container prints as the Python number, so shapes print `(8, 32)`. */
 Value *val_repr(Value *v);
 
+/* ascii(v), Python's: val_repr with every non-ASCII code point escaped
+ * as \xhh, \uhhhh or \Uhhhhhhhh (f-strings' !a).  A new Str, or NULL
+ * with the error set. */
+Value *val_ascii(Value *v);
+
 /* Registers the str and repr of a value type defined by a later subsystem
  * (V_MESH, V_PSPEC, V_SHARDFN, V_JITFN, V_PLAN, V_TRACER, ...).  Either
  * function may be NULL: str falls back to repr, repr to `<typename>`

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include "base/mem.h"
+#include "base/utf8.h"
 
 atomic_int shm_interrupted;
 atomic_int shm_interrupt_to_debugger, shm_debugger_interrupted;
@@ -88,7 +89,9 @@ Source *src_from_file(const char *path) {
     shm_free(buf);
     return err_set(ERR_SYNTAX, "'%s' contains a NUL byte: not a source file", path);
   }
-  Source *s = src_new(path, buf);
+  /* A UTF-8 byte-order mark says only "UTF-8": Python skips it too. */
+  bool bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3);
+  Source *s = src_new(path, buf + (bom ? 3 : 0));
   shm_free(buf);
   return s;
 }
@@ -324,11 +327,30 @@ static int line_len(const Source *s, int i) {
   return e ? (int)(e - p) : (int)strlen(p);
 }
 
+/* Writes the [n] bytes at [p], each run that is not UTF-8 (a lead byte
+ * and its continuation bytes) as one U+FFFD, which keeps the caret under
+ * its column, as the lexer counts columns. */
+static void put_text(FILE *out, const char *p, size_t n) {
+  const char *why;
+  size_t ok;
+  while ((ok = utf8_check(p, n, &why)) < n) {
+    fwrite(p, 1, ok, out);
+    fputs("\xEF\xBF\xBD", out);
+    do ok++;
+    while (ok < n && !utf8_is_lead((unsigned char)p[ok]));
+    p += ok;
+    n -= ok;
+  }
+  fwrite(p, 1, n, out);
+}
+
 void err_print_caret(FILE *out, Loc loc) {
   const Source *s = loc.src;
   if (!s || loc.line < 1 || loc.line > s->nlines) return;
   int len = line_len(s, loc.line);
-  fprintf(out, "%5d | %.*s\n", loc.line, len, s->lines[loc.line - 1]);
+  fprintf(out, "%5d | ", loc.line);
+  put_text(out, s->lines[loc.line - 1], (size_t)len);
+  fputc('\n', out);
   int col = loc.col < 1 ? 1 : loc.col;
   fprintf(out, "      | %*s^\n", col - 1, "");
 }

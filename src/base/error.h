@@ -50,8 +50,10 @@ typedef struct Loc {
  * of memory.  The result has refcount 1. */
 Source *src_new(const char *name, const char *text);
 
-/* Reads a whole file into a new source.  On failure sets the error
- * "cannot open 'NAME': <strerror>" and returns NULL. */
+/* Reads a whole file into a new source, without the UTF-8 byte-order
+ * mark it may start with (the lexer checks that the rest is UTF-8).  On
+ * failure sets the error "cannot open 'NAME': <strerror>" and returns
+ * NULL. */
 Source *src_from_file(const char *path);
 
 /* The newest live source named [name] (a new reference), or NULL: an

@@ -11,6 +11,7 @@
 #include "base/mem.h"
 #include "base/suggest.h"
 #include "base/value.h"
+#include "base/utf8.h"
 
 Value val_none_ = {.type = V_NONE, .flags = VAL_IMMORTAL};
 Value val_ellipsis_ = {.type = V_ELLIPSIS, .flags = VAL_IMMORTAL};
@@ -211,7 +212,13 @@ Value *str_new(const char *s, size_t len) {
   memcpy(v->s, s, len);
   v->s[len] = '\0';
   v->hash = hash_bytes(s, len);
+  v->nchars = utf8_count(s, len);
   return &v->hdr;
+}
+
+size_t str_offset(const Value *v, size_t k) {
+  const Str *s = (const Str *)v;
+  return s->nchars == s->len ? k : utf8_offset(s->s, s->len, k);
 }
 
 Value *str_take(StrBuf *b) {

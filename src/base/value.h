@@ -135,9 +135,13 @@ void val_register_bools(Value *(*make)(bool b));
 
 /* ---- strings ------------------------------------------------------------ */
 
+/* A str: a sequence of code points, as in Python 3, kept as UTF-8.  [len]
+ * counts bytes, [nchars] code points (what len() says); nchars == len
+ * when the text is ASCII, which keeps indexing O(1) there. */
 typedef struct Str {
   Value hdr;
   size_t len;
+  size_t nchars;  /* code points, computed at creation (utf8_count) */
   uint64_t hash;  /* computed at creation */
   char s[];       /* NUL-terminated */
 } Str;
@@ -149,6 +153,15 @@ Value *str_take(StrBuf *b);
 Value *str_from(const char *s);                    /* NUL-terminated */
 Value *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline const char *str_cstr(const Value *v) { return ((const Str *)v)->s; }
+/* The number of code points of str [v]: Python's len(). */
+static inline size_t str_nchars(const Value *v) { return ((const Str *)v)->nchars; }
+/* Whether str [v] is all ASCII (one byte per code point). */
+static inline bool str_is_ascii(const Value *v) {
+  return ((const Str *)v)->nchars == ((const Str *)v)->len;
+}
+/* The byte offset in str [v] of its code point [k] (0 <= k <= its
+ * length): O(1) for ASCII text, a scan otherwise. */
+size_t str_offset(const Value *v, size_t k);
 
 /* ---- tuples and lists --------------------------------------------------- */
 

@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/parser.h"
 #include "array/prim.h"
@@ -929,8 +930,10 @@ static void print_return_value(Value *v) {
     while (t[i] == '\n' && i + 1 < n && t[i + 1] == ' ') i++;
   }
   one[len] = 0;
-  int head = (DBG_REPR_MAX - 3) / 2, tail = DBG_REPR_MAX - 3 - head;
-  if (len > DBG_REPR_MAX) printf("->%.*s...%s", head, one, one + len - (size_t)tail);
+  size_t nc = utf8_count(one, len);   /* cut between characters, counted as code points */
+  size_t head = (DBG_REPR_MAX - 3) / 2, tail = DBG_REPR_MAX - 3 - head;
+  if (nc > DBG_REPR_MAX)
+    printf("->%.*s...%s", (int)utf8_offset(one, len, head), one, one + utf8_offset(one, len, nc - tail));
   else printf("->%s", one);
   shm_free(one);
   val_decref(r);
@@ -1024,7 +1027,7 @@ void exec_in(const Stop *st, const char *text) {
  * each top-level comma, one item per line. */
 static Value *pretty_repr(Value *v) {
   Value *r = val_repr(v);
-  if (!r || ((Str *)r)->len <= 79 || (v->type != V_TUPLE && v->type != V_LIST && v->type != V_DICT))
+  if (!r || str_nchars(r) <= 79 || (v->type != V_TUPLE && v->type != V_LIST && v->type != V_DICT))
     return r;
   const char *t = str_cstr(r);
   size_t n = ((Str *)r)->len, len = 0;

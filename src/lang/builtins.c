@@ -28,6 +28,7 @@
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "array/npy.h"
 #include "lang/ops.h"
 #include "array/prim.h"
@@ -208,6 +209,43 @@ static Value *bi_len(const CallArgs *a) {
   return ops_len(x, &n) < 0 ? NULL : val_int(n);
 }
 
+/* ascii(obj): repr with non-ASCII characters escaped, as Python's. */
+static Value *bi_ascii(const CallArgs *a) {
+  Value *x;
+  Value **slots[] = {&x};
+  if (args_bind("ascii", a, "obj", slots) < 0) return NULL;
+  return val_ascii(x);
+}
+
+/* ord(c): the code point of the one-character str [c], as Python's. */
+static Value *bi_ord(const CallArgs *a) {
+  Value *c;
+  Value **slots[] = {&c};
+  if (args_bind("ord", a, "c", slots) < 0) return NULL;
+  if (c->type != V_STR)
+    return err_set(ERR_TYPE, "ord() expected string of length 1, but %s found", val_type_name(c));
+  if (str_nchars(c) != 1)
+    return err_set(ERR_TYPE, "ord() expected a character, but string of length %zu found",
+                   str_nchars(c));
+  size_t i = 0;
+  return val_int(utf8_decode(str_cstr(c), ((Str *)c)->len, &i));
+}
+
+/* chr(i): the one-character str of code point [i], 0 <= i <= 0x10ffff. */
+static Value *bi_chr(const CallArgs *a) {
+  Value *i;
+  Value **slots[] = {&i};
+  int64_t cp;
+  if (args_bind("chr", a, "i", slots) < 0) return NULL;
+  if (!IS_ARRAY(i) || !dt_is_int(AS_ARRAY(i)->dtype))
+    return err_set(ERR_TYPE, "'%s' object cannot be interpreted as an integer",
+                   IS_ARRAY(i) ? "float" : val_type_name(i));
+  if (arr_to_index(i, &cp) < 0) return NULL;
+  if (cp < 0 || cp > UTF8_MAX_CP) return err_set(ERR_VALUE, "chr() arg not in range(0x110000)");
+  char u[4];
+  return str_new(u, (size_t)utf8_encode((uint32_t)cp, u));
+}
+
 /* perf_counter(): seconds of a monotonic clock as a float64 scalar, as
  * Python's time.perf_counter; only differences are meaningful. */
 /* functools.partial: (func, args tuple, keyword names tuple, keyword
@@ -344,6 +382,15 @@ static Value *parse_number(const char *s, bool want_int) {
   return arr_python_float(d);
 }
 
+/* int(s)/float(s) of str [s]: Python's white space (Unicode's too, as
+ * str.strip() removes it) may surround the number. */
+static Value *parse_str(Value *s, bool want_int) {
+  Value *t = ops_str_strip(s);
+  Value *r = t ? parse_number(str_cstr(t), want_int) : NULL;
+  val_decref(t);
+  return r;
+}
+
 /* A concrete size-1 array for int()/float(); tracers are an error. */
 static Array *scalar_arg(const char *fname, Value *x) {
   if (x->type == V_TRACER) {
@@ -365,7 +412,7 @@ static Value *bi_int(const CallArgs *a) {
   Value **slots[] = {&x};
   if (a->nargs == 0 && a->nkw == 0) return val_int(0);
   if (args_bind("int", a, "x", slots) < 0) return NULL;
-  if (x->type == V_STR) return parse_number(str_cstr(x), true);
+  if (x->type == V_STR) return parse_str(x, true);
   Array *xa = scalar_arg("int", x);
   if (!xa) return NULL;
   if (!dt_is_float(xa->dtype)) return val_int(arr_get_i64(xa, 0));
@@ -380,7 +427,7 @@ static Value *bi_float(const CallArgs *a) {
   Value **slots[] = {&x};
   if (a->nargs == 0 && a->nkw == 0) return arr_python_float(0);
   if (args_bind("float", a, "x", slots) < 0) return NULL;
-  if (x->type == V_STR) return parse_number(str_cstr(x), false);
+  if (x->type == V_STR) return parse_str(x, false);
   Array *xa = scalar_arg("float", x);
   if (!xa) return NULL;
   /* A Python float whatever the dtype, as in JAX: a float64 array's
@@ -1122,12 +1169,15 @@ int builtins_register(Env *e) {
 /* The names this file binds, and where (builtins_impl.h). */
 const BiEntry bi_python_table[] = {
   {"len", bi_len, IN_TOP, "len(obj)"},
+  {"ord", bi_ord, IN_TOP, "ord(c): the code point of a one-character string"},
+  {"chr", bi_chr, IN_TOP, "chr(i): the one-character string of code point i"},
   {"perf_counter", bi_perf_counter, IN_TOP, "perf_counter(): seconds of a monotonic clock (float64)"},
   {"range", bi_range, IN_TOP, "range(stop) or range(start, stop, step=1)"},
   {"slice", bi_slice, IN_TOP, "slice(stop) or slice(start, stop, step=None)"},
   {"print", bi_print, IN_TOP, "print(*args, sep=' ', end='\\n')"},
   {"str", bi_str, IN_TOP, "str(object)"},
   {"repr", bi_repr, IN_TOP, "repr(obj)"},
+  {"ascii", bi_ascii, IN_TOP, "ascii(obj): repr with non-ASCII characters escaped"},
   {"int", bi_int, IN_TOP, "int(x)"},
   {"float", bi_float, IN_TOP, "float(x)"},
   {"bool", bi_bool, IN_TOP, "bool(x): truth value"},

@@ -15,6 +15,7 @@
 
 #include "lang/lexer.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #define MAX_INDENT 100  /* CPython's limit on indentation levels */
 #define MAX_NEST 200    /* CPython's limit on nested open brackets */
@@ -32,6 +33,8 @@ struct Lexer {
   int nbr;                /* open brackets */
   char brackets[MAX_NEST];
   int br_line[MAX_NEST], br_col[MAX_NEST];  /* where each was opened */
+  const char *col_at;     /* col_of's last place, at column col_n */
+  int col_n;
 };
 
 static const char *const keywords[] = {
@@ -50,8 +53,18 @@ static const char *const operators[] = {
 
 /* ---- token array ---------------------------------------------------------- */
 
-static int col_of(const Lexer *lx, const char *at) {
-  return (int)(at - lx->line_start) + 1;
+/* The 1-based column of [at] in code points, as Python counts them, so a
+ * caret under the source line stands under its character.  Counted on
+ * from the last answer when [at] is past it on the same line: tokens come
+ * in order, and a long line is not counted again for each. */
+static int col_of(Lexer *lx, const char *at) {
+  if (lx->col_at < lx->line_start || lx->col_at > at) {
+    lx->col_at = lx->line_start;
+    lx->col_n = 1;
+  }
+  lx->col_n += (int)utf8_count(lx->col_at, (size_t)(at - lx->col_at));
+  lx->col_at = at;
+  return lx->col_n;
 }
 
 /* Sets the syntax error at [line]:[col]; returns NULL. */
@@ -165,6 +178,18 @@ static bool is_name_char(int c) {
          (c >= '0' && c <= '9') || (unsigned char)c >= 0x80;
 }
 
+/* The byte length of the name character at [p], 0 if none: ASCII letters,
+ * digits and '_', and non-ASCII letters and digits (Python's identifiers
+ * are Unicode's; a stray '´', '€' or no-break space is an error, not part
+ * of a name). */
+static size_t name_char_at(const char *p) {
+  unsigned char c = (unsigned char)*p;
+  if (c < 0x80) return is_name_char(c);
+  size_t i = 0;   /* the source is valid UTF-8: the sequence is whole */
+  uint32_t cp = utf8_decode(p, strnlen(p, 4), &i);
+  return utf8_isalpha(cp) || utf8_isdigit(cp) ? i : 0;
+}
+
 /* Scans digits of [base] with single underscores between them from [*pp];
  * appends them to [buf] (if not NULL, [*n] bytes used, room for all).
  * Returns the number of digits, or -1 when an underscore is misplaced. */
@@ -211,7 +236,7 @@ static int lex_prefixed_int(Lexer *lx, const char *start, char *buf) {
   size_t n = 0;
   if (*p == '_') p++;
   int nd = scan_digits(&p, base, buf, &n);
-  if (nd <= 0 || is_name_char(*p)) {
+  if (nd <= 0 || name_char_at(p)) {
     lex_error(lx, lx->line, col_of(lx, start), "invalid %s literal", name);
     return -1;
   }
@@ -246,7 +271,7 @@ static int lex_decimal(Lexer *lx, const char *start, char *buf) {
   }
   int e = nint < 0 ? -1 : scan_exponent(&p, buf, &n);
   if (e > 0) is_float = true;
-  if (nint < 0 || e < 0 || is_name_char(*p)) {
+  if (nint < 0 || e < 0 || name_char_at(p)) {
     const char *msg = (*p | 0x20) == 'j' ? "complex literals are not supported"
                                          : "invalid decimal literal";
     return lex_error(lx, lx->line, col_of(lx, start), "%s", msg), -1;
@@ -312,26 +337,7 @@ static int sb_put(StrBuf *b, char c) {
 /* Appends code point [cp] as UTF-8, as Python encodes str to bytes. */
 static int sb_put_utf8(StrBuf *b, uint32_t cp) {
   char u[4];
-  int n;
-  if (cp < 0x80) {
-    u[0] = (char)cp;
-    n = 1;
-  } else if (cp < 0x800) {
-    u[0] = (char)(0xC0 | (cp >> 6));
-    u[1] = (char)(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    u[0] = (char)(0xE0 | (cp >> 12));
-    u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    u[2] = (char)(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    u[0] = (char)(0xF0 | (cp >> 18));
-    u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    u[3] = (char)(0x80 | (cp & 0x3F));
-    n = 4;
-  }
+  int n = utf8_encode(cp, u);
   for (int i = 0; i < n; i++)
     if (sb_put(b, u[i]) < 0) return -1;
   return 0;
@@ -378,6 +384,9 @@ static int decode_escape(Lexer *lx, const char **pp, StrBuf *b) {
   if (*p == 'x') return decode_hex_escape(lx, pp, 2, b);
   if (*p == 'u') return decode_hex_escape(lx, pp, 4, b);
   if (*p == 'U') return decode_hex_escape(lx, pp, 8, b);
+  if (*p == 'N')   /* names need the Unicode database, which shmap lacks */
+    return lex_error(lx, lx->line, col_of(lx, p - 1), "%s", "\\N{...} escapes are not "
+                     "supported: write the character or its \\u/\\U code"), -1;
   if (*p >= '0' && *p <= '7') {
     uint32_t cp = 0;
     for (int i = 0; i < 3 && *p >= '0' && *p <= '7'; i++, p++)
@@ -493,7 +502,7 @@ static int lex_field_expr(Lexer *lx, char q, bool triple, int qline, int qcol) {
     int rc = starts_string(lx->p) ? lex_string(lx)
              : (c >= '0' && c <= '9') || (c == '.' && lx->p[1] >= '0' && lx->p[1] <= '9')
                  ? lex_number(lx)
-             : is_name_char(c) ? lex_name(lx)
+             : name_char_at(lx->p) ? lex_name(lx)
                                : lex_operator(lx);
     if (rc < 0) return -1;
   }
@@ -642,7 +651,7 @@ static bool starts_string(const char *p) {
 
 static int lex_name(Lexer *lx) {
   const char *start = lx->p;
-  while (is_name_char(*lx->p)) lx->p++;
+  for (size_t k; (k = name_char_at(lx->p)) > 0;) lx->p += k;
   int len = (int)(lx->p - start);
   TokKind kind = T_NAME;
   for (int i = 0; keywords[i]; i++)
@@ -692,6 +701,15 @@ static int lex_operator(Lexer *lx) {
   unsigned char c = (unsigned char)*lx->p;
   char shown[8];
   snprintf(shown, sizeof shown, c >= 0x20 && c < 0x7F ? "%c" : "\\x%02x", c);
+  if (c >= 0x80) {   /* Python's words for a character outside the grammar */
+    size_t i = 0;
+    uint32_t cp = utf8_decode(lx->p, strlen(lx->p), &i);
+    if (!utf8_isprintable(cp))
+      return lex_error(lx, lx->line, col_of(lx, lx->p), "invalid non-printable character U+%04X",
+                       cp), -1;
+    return lex_error(lx, lx->line, col_of(lx, lx->p), "invalid character '%.*s' (U+%04X)",
+                     (int)i, lx->p, cp), -1;
+  }
   return lex_error(lx, lx->line, col_of(lx, lx->p),
                    "unexpected character '%s'", shown), -1;
 }
@@ -736,7 +754,7 @@ static int lex_step(Lexer *lx) {
   if (starts_string(lx->p)) return lex_string(lx);
   if ((c >= '0' && c <= '9') || (c == '.' && lx->p[1] >= '0' && lx->p[1] <= '9'))
     return lex_number(lx);
-  if (is_name_char(c)) return lex_name(lx);
+  if (name_char_at(lx->p)) return lex_name(lx);
   return lex_operator(lx);
 }
 
@@ -753,12 +771,34 @@ static int lex_finish(Lexer *lx) {
   return push_token(lx, T_EOF, lx->p, 0) ? 0 : -1;
 }
 
+/* Source is UTF-8: the first byte that does not decode is a syntax error
+ * at its place, in the words of Python's codec. */
+static int check_utf8(Lexer *lx) {
+  const char *t = lx->src->text, *why = NULL;
+  size_t n = strlen(t), bad = utf8_check(t, n, &why);
+  if (bad == n) return 0;
+  int line = 1;
+  for (size_t i = 0; i < bad; i++)
+    if (t[i] == '\n') {
+      line++;
+      lx->line_start = t + i + 1;
+    }
+  lex_error(lx, line, col_of(lx, t + bad), "(unicode error) 'utf-8' codec can't decode "
+            "byte 0x%02x in position %zu: %s", (unsigned char)t[bad], bad, why);
+  return -1;
+}
+
 Lexer *lex_source(Source *src) {
   Lexer *lx = shm_calloc(1, sizeof *lx);
   if (!lx) return err_nomem();
   lx->src = src;
-  lx->p = lx->line_start = src->text;
+  lx->p = lx->line_start = lx->col_at = src->text;
   lx->line = 1;
+  lx->col_n = 1;
+  if (check_utf8(lx) < 0) {
+    lex_free(lx);
+    return NULL;
+  }
   int rc = lex_indentation(lx);
   while (rc == 0) {
     while (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\f') lx->p++;

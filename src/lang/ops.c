@@ -11,6 +11,7 @@
  * literal, `mul x 3.0:f32[]`).  Indexing is in ops_index.c, attributes
  * in ops_attr.c (ops_impl.h).
  */
+#define _GNU_SOURCE   /* memmem */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "array/prim.h"
@@ -923,8 +925,11 @@ static int seq_order(Value *a, Value *b, int *cmp) {
 
 static int python_order(Value *a, Value *b, int *cmp) {
   if (a->type == V_STR && b->type == V_STR) {
-    int c = strcmp(str_cstr(a), str_cstr(b));
-    *cmp = c < 0 ? -1 : c > 0;
+    /* UTF-8's byte order is its code points' order, Python's order of
+     * strings; lengths break ties, so an embedded NUL compares too. */
+    size_t na = ((Str *)a)->len, nb = ((Str *)b)->len;
+    int c = memcmp(str_cstr(a), str_cstr(b), na < nb ? na : nb);
+    *cmp = c ? (c < 0 ? -1 : 1) : na < nb ? -1 : na > nb;
     return 0;
   }
   if (ops_is_seq(a) && a->type == b->type) return seq_order(a, b, cmp);
@@ -947,7 +952,9 @@ static Value *contains(Value *item, Value *c) {
   if (c->type == V_STR) {
     if (item->type != V_STR)
       return err_set(ERR_TYPE, "'in <string>' requires string as left operand, not %s", val_type_name(item));
-    return val_bool(strstr(str_cstr(c), str_cstr(item)) != NULL);
+    /* memmem, not strstr: a string may hold '\0' */
+    size_t m = ((Str *)item)->len;
+    return val_bool(!m || memmem(str_cstr(c), ((Str *)c)->len, str_cstr(item), m) != NULL);
   }
   if (c->type == V_RANGE) {
     int64_t x;
@@ -1547,7 +1554,7 @@ int ops_shape_arg(Value *v, int *ndim, int64_t *shape) {
 
 int ops_len(Value *obj, int64_t *out) {
   switch (obj->type) {
-  case V_STR: *out = (int64_t)((Str *)obj)->len; return 0;
+  case V_STR: *out = (int64_t)str_nchars(obj); return 0;
   case V_TUPLE: *out = (int64_t)tuple_len(obj); return 0;
   case V_LIST: *out = (int64_t)list_len(obj); return 0;
   case V_DICT: *out = (int64_t)((Dict *)obj)->len; return 0;
@@ -1566,6 +1573,25 @@ int ops_len(Value *obj, int64_t *out) {
     err_set(ERR_TYPE, "object of type '%s' has no len()", val_type_name(obj));
     return -1;
   }
+}
+
+/* The characters of str [s] as a list of one-code-point strs, in one
+ * pass (indexing each would scan non-ASCII text from its start). */
+static Value *str_chars(Value *s) {
+  const char *p = str_cstr(s);
+  size_t n = ((Str *)s)->len;
+  Value *l = list_new(str_nchars(s));
+  for (size_t i = 0; l && i < n;) {
+    size_t j = i + 1;   /* to the next lead byte, as str_nchars counts */
+    while (j < n && !utf8_is_lead((unsigned char)p[j])) j++;
+    Value *c = str_new(p + i, j - i);
+    if (!c || list_append_steal(l, c) < 0) {
+      val_decref(l);
+      return NULL;
+    }
+    i = j;
+  }
+  return l;
 }
 
 Value *ops_iter_items(Value *obj) {
@@ -1594,6 +1620,7 @@ Value *ops_iter_items(Value *obj) {
     if (ops_aval(obj, &av) < 0) return NULL;
     if (av.ndim == 0) return err_set(ERR_TYPE, "iteration over a 0-d array");
   }
+  if (obj->type == V_STR) return str_chars(obj);
   if (ops_len(obj, &n) < 0) return NULL;
   Value *l = list_new((size_t)n);
   for (int64_t i = 0; l && i < n; i++) {

@@ -207,4 +207,8 @@ int ops_shape_arg(Value *v, int *ndim, int64_t *shape);
  * no numeric spec applies.  Errors: a missing index or keyword. */
 Value *ops_format(const char *fmt, const CallArgs *a);
 
+/* str.strip() of the str [s]: without Python's white space (ASCII's and
+ * Unicode's, '\u3000' ...) at either end.  A new reference (ops_str.c). */
+Value *ops_str_strip(Value *s);
+
 #endif

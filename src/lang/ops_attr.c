@@ -17,6 +17,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "array/prim.h"
@@ -180,11 +181,6 @@ static Value *m_copy(Value *self, const CallArgs *a) {
 static Value *m_block_until_ready(Value *self, const CallArgs *a) {
   return val_incref(self);
 }
-
-typedef struct Method {
-  const char *name;
-  MethodFn fn;
-} Method;
 
 /* The AttributeError of [obj] lacking [s]'s name, with Python 3.12's
  * "Did you mean" over [ms] and what [s] was offered already. */
@@ -354,6 +350,40 @@ static Value *l_index(Value *self, const CallArgs *a) {
  * checked characters, so the non-literal formats below are intended. */
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
 
+/* Appends text [s] formatted by [spec]: Python's [[fill]align][width]
+ * [.precision] of str, widths and precision in code points; [deflt] is
+ * the alignment without one ('<' for text, '>' for numbers).  The
+ * precision cuts only a str [v] ([s] is its text, or another value's). */
+static int format_text(StrBuf *b, Value *v, Value *s, const char *spec, char deflt) {
+  const char *w = spec, *fill = " ";
+  size_t fl = 1, k = 1;
+  while (w[0] && w[k] && !utf8_is_lead((unsigned char)w[k])) k++;
+  if (w[0] && w[k] && strchr("<>^", w[k])) {   /* a fill character before the align */
+    fill = w;
+    fl = k;
+    w += k;
+  }
+  char align = *w && strchr("<>^", *w) ? *w++ : deflt;
+  char *end;
+  long width = strtol(w, &end, 10), prec = -1;
+  if (*end == '.') prec = strtol(end + 1, &end, 10);
+  if (width > 100000) {
+    err_set(ERR_VALUE, "format width %ld is too large", width);
+    return -1;
+  }
+  size_t len = str_nchars(s), shown = ((Str *)s)->len;   /* widths count code points */
+  if (v->type == V_STR && prec >= 0 && (size_t)prec < len) {
+    shown = str_offset(s, (size_t)prec);
+    len = (size_t)prec;
+  }
+  size_t pad = width > 0 && (size_t)width > len ? (size_t)width - len : 0;
+  size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad;
+  for (size_t i = 0; i < left; i++) sbuf_add(b, fill, fl);
+  sbuf_add(b, str_cstr(s), shown);
+  for (size_t i = left; i < pad; i++) sbuf_add(b, fill, fl);
+  return 0;
+}
+
 /* Formats [v] with the format spec [spec] ("", ".3f", ">8", "d", "e"). */
 static int format_one(StrBuf *b, Value *v, const char *spec) {
   /* Short specs only: widths and precisions stay small, and the printf
@@ -364,26 +394,9 @@ static int format_one(StrBuf *b, Value *v, const char *spec) {
   }
   if (!*spec || !ops_is_array(v) || !IS_ARRAY(v) || AS_ARRAY(v)->size != 1) {
     Value *s = val_str(v);
-    if (!s) return -1;
-    char fmt[64];
-    const char *w = spec;
-    char align = '<';
-    if (*w == '<' || *w == '>' || *w == '^') align = *w++;
-    int width = atoi(w);
-    if (width > 100000) {
-      err_set(ERR_VALUE, "format width %d is too large", width);
-      return -1;
-    }
-    size_t len = ((Str *)s)->len;
-    size_t pad = width > 0 && (size_t)width > len ? (size_t)width - len : 0;
-    (void)fmt;
-    if (ops_is_array(v) && align == '<' && spec[0] != '<') align = '>';
-    size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad;   /* width <= 100000 */
-    sbuf_spaces(b, (int)left);
-    sbuf_add(b, str_cstr(s), len);
-    sbuf_spaces(b, (int)(pad - left));
-    val_decref(s);
-    return 0;
+    int rc = s ? format_text(b, v, s, spec, ops_is_array(v) ? '>' : '<') : -1;
+    if (s) val_decref(s);
+    return rc;
   }
   /* A numeric spec: translate to printf. */
   char fmt[64], out[512];
@@ -466,7 +479,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
       *colon = 0;
       spec = colon + 1;
     }
-    char *bang = strchr(field, '!');   /* a conversion: !r repr, !s/!a str */
+    char *bang = strchr(field, '!');   /* a conversion: !r repr, !s str, !a ascii */
     char conv = bang ? bang[1] : 0;
     if (bang) *bang = 0;
     if (bang && (!strchr("rsa", conv) || !conv || bang[2])) {
@@ -474,7 +487,7 @@ Value *ops_format(const char *f, const CallArgs *a) {
       return err_set(ERR_VALUE, "Unknown conversion specifier %s", bang + 1);
     }
     Value *v = format_field(field, a, &next);
-    Value *cv = v && conv ? (conv == 'r' ? val_repr(v) : val_str(v)) : NULL;
+    Value *cv = v && conv ? (conv == 'r' ? val_repr(v) : conv == 'a' ? val_ascii(v) : val_str(v)) : NULL;
     int rc = v && (!conv || cv) ? format_one(&b, cv ? cv : v, spec) : -1;
     if (cv) val_decref(cv);
     if (rc < 0) {
@@ -486,126 +499,11 @@ Value *ops_format(const char *f, const CallArgs *a) {
   return str_take(&b);
 }
 
-static Value *s_format(Value *self, const CallArgs *a) {
-  return ops_format(str_cstr(self), a);
-}
-
-static Value *s_join(Value *self, const CallArgs *a) {
-  Value *it;
-  Value **slots[] = {&it};
-  if (args_bind("join", a, "iterable", slots) < 0) return NULL;
-  Value *items = ops_iter_items(it);
-  if (!items) return NULL;
-  StrBuf b = {0};
-  for (size_t i = 0; i < list_len(items); i++) {
-    Value *s = list_get(items, i);
-    if (s->type != V_STR) {
-      err_set(ERR_TYPE, "sequence item %zu: expected str instance, %s found", i, val_type_name(s));
-      val_decref(items);
-      sbuf_free(&b);
-      return NULL;
-    }
-    if (i) sbuf_add(&b, str_cstr(self), ((Str *)self)->len);
-    sbuf_add(&b, str_cstr(s), ((Str *)s)->len);
-  }
-  val_decref(items);
-  return str_take(&b);
-}
-
-static Value *s_split(Value *self, const CallArgs *a) {
-  Value *sep, *maxsplit;
-  Value **slots[] = {&sep, &maxsplit};
-  if (args_bind("split", a, "sep=, maxsplit=", slots) < 0) return NULL;
-  if (sep && sep != VAL_NONE && (sep->type != V_STR || ((Str *)sep)->len == 0))
-    return err_set(ERR_VALUE, "empty separator");
-  Value *l = list_new(4);
-  const char *s = str_cstr(self);
-  bool ws = !sep || sep == VAL_NONE;
-  while (l) {
-    if (ws) {
-      while (*s == ' ' || *s == '\t' || *s == '\n') s++;
-      if (!*s) break;
-      const char *e = s;
-      while (*e && *e != ' ' && *e != '\t' && *e != '\n') e++;
-      list_append_steal(l, str_new(s, (size_t)(e - s)));
-      s = e;
-    } else {
-      const char *e = strstr(s, str_cstr(sep));
-      if (!e) {
-        list_append_steal(l, str_from(s));
-        break;
-      }
-      list_append_steal(l, str_new(s, (size_t)(e - s)));
-      s = e + ((Str *)sep)->len;
-    }
-  }
-  return l;
-}
-
-static Value *s_case(Value *self, int upper) {
-  Value *r = str_new(str_cstr(self), ((Str *)self)->len);
-  if (!r) return NULL;
-  for (char *p = ((Str *)r)->s; *p; p++) *p = (char)(upper ? toupper((unsigned char)*p) : tolower((unsigned char)*p));
-  return r;
-}
-
-static Value *s_upper(Value *self, const CallArgs *a) { return s_case(self, 1); }
-static Value *s_lower(Value *self, const CallArgs *a) { return s_case(self, 0); }
-
-static Value *s_strip(Value *self, const CallArgs *a) {
-  const char *s = str_cstr(self), *e = s + ((Str *)self)->len;
-  while (s < e && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) s++;
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
-  return str_new(s, (size_t)(e - s));
-}
-
-static Value *s_startswith(Value *self, const CallArgs *a) {
-  Value *p;
-  Value **slots[] = {&p};
-  if (args_bind("startswith", a, "prefix", slots) < 0) return NULL;
-  if (p->type != V_STR) return err_set(ERR_TYPE, "startswith first arg must be str");
-  return val_bool(strncmp(str_cstr(self), str_cstr(p), ((Str *)p)->len) == 0);
-}
-
-static Value *s_endswith(Value *self, const CallArgs *a) {
-  Value *p;
-  Value **slots[] = {&p};
-  if (args_bind("endswith", a, "suffix", slots) < 0) return NULL;
-  if (p->type != V_STR) return err_set(ERR_TYPE, "endswith first arg must be str");
-  size_t n = ((Str *)self)->len, m = ((Str *)p)->len;
-  return val_bool(m <= n && memcmp(str_cstr(self) + n - m, str_cstr(p), m) == 0);
-}
-
-static Value *s_replace(Value *self, const CallArgs *a) {
-  Value *old, *new_;
-  Value **slots[] = {&old, &new_};
-  if (args_bind("replace", a, "old, new", slots) < 0) return NULL;
-  if (old->type != V_STR || new_->type != V_STR) return err_set(ERR_TYPE, "replace() arguments must be str");
-  size_t ol = ((Str *)old)->len;
-  StrBuf b = {0};
-  const char *s = str_cstr(self);
-  while (*s) {
-    const char *e = ol ? strstr(s, str_cstr(old)) : NULL;
-    if (!e) {
-      sbuf_add(&b, s, strlen(s));
-      break;
-    }
-    sbuf_add(&b, s, (size_t)(e - s));
-    sbuf_add(&b, str_cstr(new_), ((Str *)new_)->len);
-    s = e + ol;
-  }
-  return str_take(&b);
-}
-
 static const Method dict_methods[] = {
   {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get}, {NULL, NULL}};
 static const Method list_methods[] = {
   {"append", l_append}, {"extend", l_extend}, {"pop", l_pop}, {"insert", l_insert},
   {"index", l_index}, {NULL, NULL}};
-static const Method str_methods[] = {
-  {"format", s_format}, {"join", s_join}, {"split", s_split}, {"upper", s_upper},
-  {"lower", s_lower}, {"strip", s_strip}, {"startswith", s_startswith},
-  {"endswith", s_endswith}, {"replace", s_replace}, {NULL, NULL}};
 
 static Value *method_of(Value *obj, const Method *ms, const char *name) {
   for (const Method *m = ms; m->name; m++)
@@ -621,7 +519,7 @@ Value *ops_getattr(Value *obj, const char *name) {
     return array_getattr(obj, name);
   case V_DICT: return method_of(obj, dict_methods, name);
   case V_LIST: return method_of(obj, list_methods, name);
-  case V_STR: return method_of(obj, str_methods, name);
+  case V_STR: return method_of(obj, ops_str_methods, name);
   case V_MODULE: {
     Module *m = (Module *)obj;
     Value *v = dict_get_str(m->globals, name);
@@ -689,7 +587,7 @@ Value *ops_dir(Value *obj) {
     break;
   case V_DICT: rc = add_names(l, dict_methods); break;
   case V_LIST: rc = add_names(l, list_methods); break;
-  case V_STR: rc = add_names(l, str_methods); break;
+  case V_STR: rc = add_names(l, ops_str_methods); break;
   case V_MODULE: {
     Dict *g = (Dict *)((Module *)obj)->globals;
     for (size_t i = 0; i < g->len && rc == 0; i++) rc = list_append(l, g->keys[i]);

@@ -7,7 +7,8 @@
  *     ops_index.c  NumPy indexing of arrays, Python sequence indexing,
  *                  the `x.at[idx]` update helpers
  *     ops_attr.c   attributes and methods of arrays, dicts, lists,
- *                  strings, modules and dtypes; str.format
+ *                  modules and dtypes; str.format
+ *     ops_str.c    the methods of str, in code points
  *
  * Conventions as in ops.h: Value arguments borrowed, results new
  * references or NULL with the error set.
@@ -44,5 +45,14 @@ int ops_seq_index(Value *index, int64_t len, const char *what, int64_t *out);
 /* The `x.at` helper of the array [array] (ops_index.c); indexing it makes
  * the update reference whose .set/.add/.get do the functional update. */
 Value *ops_at_new(Value *array, Value *index);
+
+/* A method: its name and its C function (value.h's MethodFn). */
+typedef struct Method {
+  const char *name;
+  MethodFn fn;
+} Method;
+
+/* The methods of str (ops_str.c), Python's, ending with {NULL, NULL}. */
+extern const Method ops_str_methods[];
 
 #endif

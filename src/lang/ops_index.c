@@ -20,6 +20,7 @@
 #include "lang/eval.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "array/prim.h"
@@ -648,22 +649,47 @@ int ops_seq_index(Value *index, int64_t len, const char *what, int64_t *out) {
   return 0;
 }
 
+/* The [n] code points of str [s] from [start] by [step] (a slice's
+ * indices, in range): bytes copied directly for ASCII text, through a
+ * table of the code points' byte offsets otherwise. */
+static Value *str_slice(Value *s, int64_t start, int64_t step, int64_t n) {
+  const char *p = str_cstr(s);
+  size_t len = ((Str *)s)->len, nc = str_nchars(s);
+  if (step == 1) {
+    size_t a = str_offset(s, (size_t)start);
+    return str_new(p + a, str_offset(s, (size_t)(start + n)) - a);
+  }
+  size_t *off = str_is_ascii(s) ? NULL : shm_malloc((nc + 1) * sizeof *off);
+  char *buf = shm_malloc(str_is_ascii(s) ? (size_t)n + 1 : len + 1);
+  if (!buf || (!str_is_ascii(s) && !off)) {
+    shm_free(off);
+    shm_free(buf);
+    return err_nomem();
+  }
+  for (size_t i = 0, k = 0; off && i <= len; i++)
+    if (i == len || utf8_is_lead((unsigned char)p[i])) off[k++] = i;
+  size_t w = 0;
+  for (int64_t i = 0; i < n; i++) {
+    size_t k = (size_t)(start + i * step);
+    size_t a = off ? off[k] : k, b = off ? off[k + 1] : k + 1;
+    memcpy(buf + w, p + a, b - a);
+    w += b - a;
+  }
+  Value *r = str_new(buf, w);
+  shm_free(off);
+  shm_free(buf);
+  return r;
+}
+
 /* seq[start:stop:step] for tuples, lists and strings. */
 static Value *seq_slice(Value *obj, Value *sl) {
   size_t len;
   Value *const *items = NULL;
-  if (obj->type == V_STR) len = ((Str *)obj)->len;
+  if (obj->type == V_STR) len = str_nchars(obj);
   else val_seq(obj, &len, &items);
   int64_t start, step, n;
   if (ops_slice_indices(sl, (int64_t)len, &start, &step, &n) < 0) return NULL;
-  if (obj->type == V_STR) {
-    char *buf = shm_malloc((size_t)n + 1);
-    if (!buf) return err_nomem();
-    for (int64_t i = 0; i < n; i++) buf[i] = str_cstr(obj)[start + i * step];
-    Value *r = str_new(buf, (size_t)n);
-    shm_free(buf);
-    return r;
-  }
+  if (obj->type == V_STR) return str_slice(obj, start, step, n);
   if (obj->type == V_TUPLE) {
     Value *t = tuple_new((size_t)n);
     for (int64_t i = 0; t && i < n; i++) tuple_set_steal(t, (size_t)i, val_incref(items[start + i * step]));
@@ -695,8 +721,8 @@ Value *ops_getitem(Value *obj, Value *index) {
   }
   case V_STR:
     if (index->type == V_SLICE) return seq_slice(obj, index);
-    if (ops_seq_index(index, (int64_t)((Str *)obj)->len, "string", &i) < 0) return NULL;
-    return str_new(str_cstr(obj) + i, 1);
+    if (ops_seq_index(index, (int64_t)str_nchars(obj), "string", &i) < 0) return NULL;
+    return str_slice(obj, i, 1, 1);
   case V_RANGE: {
     Range *r = (Range *)obj;
     if (index->type == V_SLICE) {

@@ -190,7 +190,9 @@ static const Case string_cases[] = {
     {"'''a\nb''' \"\"\"c'\"d\"\"\"", "s:\"a\\nb\" s:\"c'\\\"d\" NL EOF"},
     {"'''a''b'''", "s:\"a''b\" NL EOF"},
     {"'a\\\nb'", "s:\"ab\" NL EOF"},
-    {"'\xff\xfe\xe4'", "s:\"\\xff\\xfe\\xe4\" NL EOF"},
+    {"'\xc3\xa9\xe6\x97\xa5'", "s:\"\\xc3\\xa9\\xe6\\x97\\xa5\" NL EOF"},
+    {"'\xff\xfe\xe4'", "ERROR 1:2: (unicode error) 'utf-8' codec can't decode byte 0xff in position 1: "
+     "invalid start byte"},
     {"r + u", "r + u NL EOF"},
     {"'#' # real", "s:\"#\" NL EOF"},
 };
