@@ -224,6 +224,8 @@ static void run_device(int rank, void *vctx) {
   Value *blocks[SHARDMAP_MAX_ARGS];
   int made = 0;
   eval_set_output(&c->out[rank]);
+  DevCtx *dc = dev_ctx();
+  if (dc) dc->unchecked = !c->f->check_rep;
   for (; made < c->nargs; made++) {
     Array *b = block_of(c->args[made], in_spec_of(c->f, made), c->f->mesh, rank);
     if (!b) break;
@@ -1518,16 +1520,7 @@ static Value *bi_typeof(const CallArgs *a) {
   for (int i = 0; i < av.ndim && n < 400; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
   n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
-  DevCtx *c = dev_ctx();
-  if (av.vma && c && c->mesh) {
-    n += snprintf(buf + n, sizeof buf - (size_t)n, "{V:");
-    for (int k = 0, first = 1; k < c->mesh->naxes && n < 480; k++)
-      if (av.vma & (1u << k)) {
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%s", first ? "" : ",", c->mesh->names[k]);
-        first = 0;
-      }
-    snprintf(buf + n, sizeof buf - (size_t)n, "}");
-  }
+  dev_vma_str(av.vma, buf + n, sizeof buf - (size_t)n);
   TypeOf *t = shm_calloc(1, sizeof *t);
   if (!t) return err_nomem();
   val_init(&t->base.hdr, V_OPAQUE);
