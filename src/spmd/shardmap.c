@@ -1158,7 +1158,10 @@ static int64_t named_size(Value *names, size_t *mesh_left) {
   return size;
 }
 
-static int axis_size_of(Value *names, Value *groups, int64_t *out) {
+/* The size of the (flattened) axes [names] in the running body's mesh,
+ * or of one group when [groups] is given; an unknown name is an error of
+ * collective [prim] that lists the mesh's axes. */
+static int axis_size_of(const char *prim, Value *names, Value *groups, int64_t *out) {
   size_t left;
   int64_t named = (!groups || groups->type == V_NONE) ? named_size(names, &left) : 1;
   if ((!groups || groups->type == V_NONE) && left == 0) {
@@ -1191,10 +1194,7 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
     }
     int ax = dev_mesh_axis(c->mesh, str_cstr(items[i]));
     if (ax < 0) {
-      err_set(ERR_NAME, "unknown mesh axis '%s' (the mesh's axes are %s%s)",
-              str_cstr(items[i]), c->mesh->naxes ? c->mesh->names[0] : "",
-              c->mesh->naxes > 1 ? ", ..." : "");
-      return -1;
+      return coll_unknown_axis(prim, c->mesh, str_cstr(items[i]));
     }
     size *= c->mesh->sizes[ax];
   }
@@ -1219,7 +1219,7 @@ static Value *apply1(PrimId id, Value *x, Params *p) {
 
 static Value *groups_param(Value *g) { return val_incref(g ? g : VAL_NONE); }
 
-static int axis_size_of(Value *names, Value *groups, int64_t *out);
+static int axis_size_of(const char *prim, Value *names, Value *groups, int64_t *out);
 
 /* psum of a value that is not a tracer while a body is traced (jit): it is
  * the same on every device, so the sum is the axis size times it, a
@@ -1228,7 +1228,7 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out);
  * there are concrete on every device, varying or not. */
 static Value *psum_of_constant(Value *x, Value *name, Value *groups) {
   int64_t n;
-  if (axis_size_of(name, groups, &n) < 0) return NULL;
+  if (axis_size_of("psum", name, groups, &n) < 0) return NULL;
   Value *size = val_int(n);
   Value *r = size ? ops_binary(OP_MUL, size, x) : NULL;
   val_decref(size);
@@ -1328,7 +1328,7 @@ static Value *bi_pmean(const CallArgs *a) {
     return NULL;
   Value *names = axis_names(name);
   int64_t n;
-  if (!names || axis_size_of(names, groups, &n) < 0) {
+  if (!names || axis_size_of("pmean", names, groups, &n) < 0) {
     val_decref(names);
     return NULL;
   }
@@ -1364,16 +1364,17 @@ static Value *bi_axis_size(const CallArgs *a) {
   if (args_bind("axis_size", a, "axis_name", (Value **[]){&name}) < 0) return NULL;
   Value *names = axis_names(name);
   int64_t n;
-  Value *r = names && axis_size_of(names, NULL, &n) == 0 ? val_int(n) : NULL;
+  Value *r = names && axis_size_of("axis_size", names, NULL, &n) == 0 ? val_int(n) : NULL;
   val_decref(names);
   return r;
 }
 
-/* Adds axis_name, axis_size and axis_index_groups to [p]. */
-static int axis_params(Params *p, Value *name, Value *groups) {
+/* Adds axis_name, axis_size and axis_index_groups to [p], for collective
+ * [prim] (named in errors). */
+static int axis_params(const char *prim, Params *p, Value *name, Value *groups) {
   Value *names = axis_names(name);
   int64_t n;
-  if (!names || axis_size_of(names, groups, &n) < 0) {
+  if (!names || axis_size_of(prim, names, groups, &n) < 0) {
     val_decref(names);
     return -1;
   }
@@ -1425,7 +1426,7 @@ static Value *bi_all_gather(const CallArgs *a) {
   }
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("all_gather", &p, name, groups) < 0 ||
       params_add(&p, "all_gather_dimension", int_param(axis, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {
     params_clear(&p);
@@ -1441,7 +1442,7 @@ static Value *bi_psum_scatter(const CallArgs *a) {
     return NULL;
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("psum_scatter", &p, name, groups) < 0 ||
       params_add(&p, "scatter_dimension", int_param(dim, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {
     params_clear(&p);
@@ -1581,7 +1582,7 @@ static Value *bi_all_to_all(const CallArgs *a) {
     return NULL;
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("all_to_all", &p, name, groups) < 0 ||
       params_add(&p, "split_axis", int_param(split, 0)) < 0 ||
       params_add(&p, "concat_axis", int_param(concat, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {
