@@ -229,7 +229,7 @@ static void run_device(int rank, void *vctx) {
   for (; made < c->nargs; made++) {
     Array *b = block_of(c->args[made], in_spec_of(c->f, made), c->f->mesh, rank);
     if (!b) break;
-    if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1)};   /* its in_spec splits it */
+    if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1), b->vma};   /* its in_spec splits it */
     blocks[made] = &b->hdr;
   }
   Loc before = eval_current_loc();
@@ -311,11 +311,13 @@ static void index_str(const Array *a, int64_t flat, char *buf, size_t cap) {
   shape_str(buf, cap, a->ndim, idx);
 }
 
-/* Checks that result [k] varies only over axes its out_spec names. */
-/* Why result [k] varies over mesh axis [ax] (from [why]), and the fitting
- * hint, into [buf]. */
-static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, size_t cap) {
-  if (why.prim) {
+/* Why result [k] varies over mesh axis number [a] (from [why], when it
+ * explains that axis), and the fitting hint, into [buf]. */
+static void vma_reason(const ShardFn *f, VmaWhy why, int a, char *buf, size_t cap) {
+  const char *ax = f->mesh->axis_names[a];
+  if (!(why.axes & (1u << a))) {
+    snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
+  } else if (why.prim) {
     const char *prim = prim_table[why.prim - 1].name;
     bool index = why.prim - 1 == P_AXIS_INDEX;
     snprintf(buf, cap, ": %s%s at line %d makes it vary over '%s'; reduce it over '%s' "
@@ -328,11 +330,22 @@ static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, 
     pspec_str(in_spec_of(f, why.arg - 1), sb, sizeof sb);
     snprintf(buf, cap, ": it is computed from %s, which in_specs %s splits over '%s' "
                        "(is a psum over '%s' missing?)", nm, sb, ax, ax);
-  } else {
-    snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
   }
 }
 
+/* The first device whose block [blocks] varies over mesh axis [a], one
+ * whose recorded reason explains that axis if there is one. */
+static int device_varying(const Mesh *m, Array *const *blocks, int a) {
+  int any = -1;
+  for (int r = 0; r < m->size; r++) {
+    if (!(blocks[r]->vma & (1u << a))) continue;
+    if (blocks[r]->why.axes & (1u << a)) return r;
+    if (any < 0) any = r;
+  }
+  return any;
+}
+
+/* Checks that result [k] varies only over axes its out_spec names. */
 static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int k,
                      const Loc *ret) {
   const Mesh *m = f->mesh;
@@ -340,11 +353,10 @@ static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int
   for (int r = 0; r < m->size; r++) vary |= blocks[r]->vma;
   for (int a = 0; a < m->naxes; a++) {
     if (!(vary & ~named & (1u << a))) continue;
-    int r = 0;
-    while (r < m->size && !(blocks[r]->vma & (1u << a))) r++;
+    int r = device_varying(m, blocks, a);
     char sb[256], why[512];
     pspec_str(s, sb, sizeof sb);
-    vma_reason(f, blocks[r]->why, m->axis_names[a], why, sizeof why);
+    vma_reason(f, blocks[r]->why, a, why, sizeof why);
     Loc at = ret ? ret[r] : (Loc){0};
     if (at.src)   /* at the body's return */
       err_set_at(at, ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d "
