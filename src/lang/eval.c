@@ -49,6 +49,12 @@ static _Thread_local OutBuf *cur_out;
 
 Frame *eval_current_frame(void) { return cur_frame; }
 Loc eval_current_loc(void) { return cur_loc; }
+
+Loc eval_set_current_loc(Loc loc) {
+  Loc was = cur_loc;
+  cur_loc = loc;
+  return was;
+}
 void eval_set_output(OutBuf *b) { cur_out = b; }
 
 void eval_flush(void) {
