@@ -744,6 +744,7 @@ typedef struct TreeCall {
   Value *args;           /* tuple: the arguments as given (templates) */
   Value *split;          /* tuple of bool tuples: per leaf, split (True) or whole */
   Value *out_template;   /* the body's result (set by the first device) */
+  ShardFn *flat;         /* the shard_map over the leaves (borrowed, during the call) */
   pthread_mutex_t lock;
 } TreeCall;
 
@@ -807,6 +808,21 @@ Value *shardmap_out_leaf_specs(const ShardFn *f, Value *result) {
   return r;
 }
 
+/* Sets the flat call's out_specs to one spec per leaf of the body's
+ * result [res], as the user's out_specs prefix gives them: a spec of the
+ * prefix covers a whole subtree ((P(), P()) for ((a, b), c)), which the
+ * prefix alone cannot count.  One P(...) for every leaf needs nothing.
+ * 0, or -1 with the error of a prefix that does not fit. */
+static int leaf_out_specs(TreeCall *t, Value *res) {
+  Value *out = t->f->out_tree ? t->f->out_tree : t->f->out_specs;
+  if (out->type == V_PSPEC || !t->flat) return 0;
+  Value *specs = shardmap_out_leaf_specs(t->f, res);
+  if (!specs) return -1;
+  val_decref(t->flat->out_specs);
+  t->flat->out_specs = specs;
+  return 0;
+}
+
 /* The wrapper body on one device: leaves in, the trees rebuilt, the
  * body's result flattened out (a tuple). */
 static Value *tree_body(Value *self, const CallArgs *a) {
@@ -832,9 +848,10 @@ static Value *tree_body(Value *self, const CallArgs *a) {
   PyLeaves l = {0};
   if (pytree_flatten(res, leaf_is_array, &l) == 0) {
     pthread_mutex_lock(&t->lock);
-    if (!t->out_template) t->out_template = val_incref(res);
+    int rc = t->out_template ? 0 : leaf_out_specs(t, res);
+    if (rc == 0 && !t->out_template) t->out_template = val_incref(res);
     pthread_mutex_unlock(&t->lock);
-    r = tuple_pack((size_t)l.n, l.v);
+    if (rc == 0) r = tuple_pack((size_t)l.n, l.v);
   }
   pytree_leaves_free(&l);
   val_decref(res);
@@ -851,7 +868,8 @@ static Value **tree_template(Value *body) {
 }
 
 /* The out_specs of the flat call: one P for every leaf, or one per leaf of
- * the out_specs tree (a P covering a subtree is then an error of arity). */
+ * the out_specs tree until the body's first result gives each leaf its
+ * spec (leaf_out_specs: a P may cover a subtree). */
 static Value *flat_out_specs(Value *out) {
   if (out->type == V_PSPEC) return val_incref(out);
   PyLeaves l = {0};
@@ -930,7 +948,9 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
+  t->flat = (ShardFn *)sf;
   res = shardmap_call(sf, &c);
+  t->flat = NULL;
   if (!res) goto out;
   if (!t->out_template) {
     err_set(ERR_VALUE, "%s(): the body returned no result to rebuild", f->name);
