@@ -984,15 +984,18 @@ out:
   return r;
 }
 
+bool shardmap_returns_leaves(const ShardFn *f) { return tree_template(f->body) != NULL; }
+
+Value *shardmap_call_leaves(Value *f, const CallArgs *a) {
+  return shardmap_call_tree((ShardFn *)f, a);
+}
+
 Value *shardmap_call(Value *fv, const CallArgs *a) {
   if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
-  /* arguments being transformed (differentiated, batched), staged or not;
-   * the differentiated body returns its results' leaves (the tree call's
-   * wrapper), as results may be nested tuples that out_specs covers */
+  /* arguments being transformed (differentiated, batched), staged or not */
   for (int i = 0; differentiator && i < a->nargs; i++)
     if (a->args[i]->type == V_TRACER && !prim_value_is_staged(a->args[i]))
-      return tree_template(((ShardFn *)fv)->body) ? differentiator(fv, a)
-                                                   : shardmap_call_tree((ShardFn *)fv, a);
+      return differentiator(fv, a);
   if (prim_tracing()) {   /* called under jit: one staged equation */
     if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
     return stager(fv, a);
