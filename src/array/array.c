@@ -207,7 +207,7 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   a->contiguous = true;
   a->ndim = (uint8_t)ndim;
   a->vma = 0;
-  a->why = (VmaWhy){0, 0, 0};
+  a->why = (VmaWhy){0};
   a->size = size;
   a->offset = 0;
   int64_t st = 1;

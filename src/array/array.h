@@ -56,11 +56,14 @@ typedef struct Buffer {
 /* Where a value's variation over mesh axes comes from, for the error of
  * an out_spec that leaves them out: the primitive that introduced it
  * (axis_index, ppermute, ...) at a source line, or the in_spec of an
- * argument.  All zero: unknown. */
+ * argument, and the mesh axes that reason explains (a value may vary over
+ * others for other reasons: the error names it only for these).  All
+ * zero: unknown. */
 typedef struct VmaWhy {
   int32_t line;       /* source line of the primitive, 0 if none */
   int16_t prim;       /* PrimId + 1, 0 if none */
   int16_t arg;        /* shard_map argument index + 1, 0 if none */
+  uint32_t axes;      /* the mesh axes (vma bits) it makes the value vary over */
 } VmaWhy;
 
 typedef struct Array {

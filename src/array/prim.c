@@ -1267,22 +1267,28 @@ static int prim_scan_operands(PrimId id, int nin, Value **in) {
 int (*prim_line_hook)(void);
 
 /* Records why [out] varies: this primitive when it adds mesh axes none of
- * its operands varies over, else the reason of an operand that varies
- * over them. */
+ * its operands varies over, else an operand's reason for the axes it
+ * shares with [out]: a primitive's (axis_index, a collective) before an
+ * argument's, whose axes in_specs and out_specs usually both name. */
 static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
   uint32_t in = 0;
   for (int i = 0; i < nin; i++) in |= f->ops[i]->vma;
   if (out->vma & ~in) {
-    out->why = (VmaWhy){prim_line_hook ? prim_line_hook() : 0, (int16_t)(id + 1), 0};
+    out->why = (VmaWhy){prim_line_hook ? prim_line_hook() : 0, (int16_t)(id + 1), 0,
+                        out->vma & ~in};
     return;
   }
+  const VmaWhy *arg = NULL;
   for (int i = 0; i < nin; i++) {
-    const Array *a = f->ops[i];
-    if ((a->vma & out->vma) && (a->why.prim || a->why.arg)) {
-      out->why = a->why;
+    const VmaWhy *w = &f->ops[i]->why;
+    if (!(w->axes & out->vma)) continue;
+    if (w->prim) {
+      out->why = *w;
       return;
     }
+    if (w->arg && !arg) arg = w;
   }
+  if (arg) out->why = *arg;
 }
 
 /* Runs the kernel and stamps the outputs' avals. */

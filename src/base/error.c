@@ -164,14 +164,14 @@ int err_scopes(const ErrScope **out) {
   return cur_nscopes;
 }
 
-void err_push_frame(Loc loc, const char *fname) {
+void err_push_frame(Loc loc, const char *fname, int depth) {
   if (cur_kind == ERR_NONE || cur_kind == ERR_QUIT || !loc.src) return;
-  /* the error's own line is the located message; a repeat (recursion on
-   * one line, a call site seen twice) is one calling line */
+  /* the error's own line is the located message; a repeat is one calling
+   * line: seen twice from one frame, or a recursion on one line (counted) */
   if (!cur_ntrace && cur_loc.src == loc.src && cur_loc.line == loc.line) return;
-  if (cur_ntrace && cur_trace[cur_ntrace - 1].loc.src == loc.src &&
-      cur_trace[cur_ntrace - 1].loc.line == loc.line) {
-    cur_dropped++;
+  const ErrFrame *last = cur_ntrace ? &cur_trace[cur_ntrace - 1] : NULL;
+  if (last && last->loc.src == loc.src && last->loc.line == loc.line) {
+    if (last->depth != depth) cur_dropped++;
     return;
   }
   if (cur_ntrace == TRACE_MAX) {
@@ -179,7 +179,7 @@ void err_push_frame(Loc loc, const char *fname) {
     return;
   }
   src_incref(loc.src);
-  cur_trace[cur_ntrace++] = (ErrFrame){loc, fname ? fname : "?"};
+  cur_trace[cur_ntrace++] = (ErrFrame){loc, fname ? fname : "?", depth};
 }
 
 static void set_loc(Loc loc) {

@@ -135,14 +135,18 @@ void err_clear(void);
 typedef struct ErrFrame {
   Loc loc;              /* src is a counted reference */
   const char *fname;    /* interned or static */
+  int depth;            /* the interpreter's call depth of the frame running it */
 } ErrFrame;
 
-/* Adds the calling line [loc] in function [fname] to the pending error's
- * traceback, as the error leaves a function called from there (the
- * interpreter calls it as an error unwinds, innermost first).  The
- * traceback is cleared by a new error and by err_clear; past 64 lines the
- * rest are only counted. */
-void err_push_frame(Loc loc, const char *fname);
+/* Adds the calling line [loc] in function [fname], running at call depth
+ * [depth], to the pending error's traceback, as the error leaves a
+ * function called from there (the interpreter calls it as an error
+ * unwinds, innermost first).  The same line at the same depth again (a
+ * call that failed in a function it called: both add the line) is that
+ * one line; at another depth it is a recursion, counted as Python's
+ * "[Previous line repeated N more times]".  The traceback is cleared by a
+ * new error and by err_clear; past 64 lines the rest are only counted. */
+void err_push_frame(Loc loc, const char *fname, int depth);
 
 /*
  * The frames an error left as it unwound, innermost first, each with a

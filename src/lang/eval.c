@@ -49,6 +49,12 @@ static _Thread_local OutBuf *cur_out;
 
 Frame *eval_current_frame(void) { return cur_frame; }
 Loc eval_current_loc(void) { return cur_loc; }
+
+Loc eval_set_current_loc(Loc loc) {
+  Loc was = cur_loc;
+  cur_loc = loc;
+  return was;
+}
 void eval_set_output(OutBuf *b) { cur_out = b; }
 
 void eval_flush(void) {
@@ -628,7 +634,8 @@ static Value *call_func(Func *f, const CallArgs *a) {
   cur_tree = saved_tree;
   env_release_scope(e);
   /* the calling line joins the error's traceback as it leaves f */
-  if (!ret && cur_frame && cur_frame->stmt) err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
+  if (!ret && cur_frame && cur_frame->stmt)
+    err_push_frame(cur_frame->stmt->loc, cur_frame->fname, cur_depth);
   return ret;
 }
 
@@ -941,7 +948,7 @@ static Value *eval_call_plain(const Node *n, Env *env) {
      * called) adds this calling line (err_push_frame skips the line the
      * error itself is on, and a repeat of the last calling line) */
     if (!r && f->type != V_FUNC && cur_frame && cur_frame->stmt)
-      err_push_frame(cur_frame->stmt->loc, cur_frame->fname);
+      err_push_frame(cur_frame->stmt->loc, cur_frame->fname, cur_depth);
   }
   argbuf_free(&b);
   val_decref(f);

@@ -264,5 +264,10 @@ const ErrState *eval_handled_error(void);
  * call of a collective, for mismatch messages); {NULL,0,0} outside. */
 Loc eval_current_loc(void);
 
+/* Sets it to [loc] (borrowed: [loc].src must outlive its use) and
+ * returns the previous one, for code that runs a staged equation made at
+ * [loc]: a compiled collective reports its line as an eager one does. */
+Loc eval_set_current_loc(Loc loc);
+
 
 #endif

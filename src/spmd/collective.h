@@ -169,6 +169,11 @@ COLLECTIVE_LIST(X)
  * device thread runs; idempotent. */
 void coll_register_prims(void);
 
+/* The error (ERR_NAME, -1) for an axis name [name] that [m] does not
+ * have, from collective [prim]: "psum: unknown axis name 'k' (the mesh's
+ * axes are 'i', 'j')", every axis listed. */
+int coll_unknown_axis(const char *prim, const MeshDesc *m, const char *name);
+
 /* The mesh-axis bits of the axes a collective's parameters [p] name
  * (`axes` or `axis_name`), on a device thread; false when no mesh is
  * current or a name is not one of its axes (no error kept). */

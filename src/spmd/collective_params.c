@@ -187,8 +187,7 @@ void coll_axes_str(const MeshDesc *m, const CollDesc *d, char *buf, size_t cap) 
   if (len < cap) snprintf(buf + len, cap - len, ")");
 }
 
-/* The error for an axis name [name] that [m] does not have. */
-static int unknown_axis(const char *prim, const MeshDesc *m, const char *name) {
+int coll_unknown_axis(const char *prim, const MeshDesc *m, const char *name) {
   char have[256] = "";
   size_t len = 0;
   for (int a = 0; a < m->naxes && len < sizeof have; a++)
@@ -216,7 +215,7 @@ static int resolve_axes(const char *prim, const MeshDesc *m, const Params *p,
     if (items[k]->type != V_STR)
       return err_set(ERR_TYPE, "%s: axis names must be strings", prim), -1;
     int a = dev_mesh_axis(m, str_cstr(items[k]));
-    if (a < 0) return unknown_axis(prim, m, str_cstr(items[k]));
+    if (a < 0) return coll_unknown_axis(prim, m, str_cstr(items[k]));
     for (size_t q = 0; q < k; q++)
       if (axes[q] == a)
         return err_set(ERR_VALUE, "%s: axis '%s' named twice", prim,

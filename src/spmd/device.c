@@ -111,6 +111,23 @@ char *dev_coords_str(const DevCtx *c, int rank, char *buf, size_t cap) {
   return dev_mesh_coords_str(c ? c->mesh : NULL, rank, buf, cap);
 }
 
+char *dev_vma_str(uint32_t vma, char *buf, size_t cap) {
+  const MeshDesc *m = tls_ctx ? tls_ctx->mesh : NULL;
+  size_t len = 0;
+  if (cap) buf[0] = '\0';
+  if (!vma || !m) return buf;
+  len += (size_t)snprintf(buf, cap, "{V:");
+  for (int k = 0, first = 1; k < m->naxes && len < cap; k++)
+    if (vma & (1u << k)) {
+      len += (size_t)snprintf(buf + len, cap - len, "%s%s", first ? "" : ",", m->names[k]);
+      first = 0;
+    }
+  if (len < cap) snprintf(buf + len, cap - len, "}");
+  return buf;
+}
+
+bool dev_checks_vma(void) { return tls_ctx && tls_ctx->mesh && !tls_ctx->unchecked; }
+
 /* ---- running a job on one device ------------------------------------------- */
 
 /* Moves this thread's error into the job, prefixed by where it happened. */

@@ -38,6 +38,7 @@
 #define SHMAP_DEVICE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 #define DEV_MAX_AXES 8     /* mesh axes; vma sets are bit masks over them */
@@ -64,6 +65,9 @@ typedef struct DevCtx {
   struct CollGroup *group;              /* rendezvous of the call's collectives */
   bool reference;                       /* reference mode: one device at a time,
                                            collectives by the simple algorithm */
+  bool unchecked;                       /* the call's check_rep=False: values keep
+                                           their vma sets, but no rule checks them
+                                           (JAX's check_vma=False) */
 } DevCtx;
 
 /* ---- the pool ------------------------------------------------------------- */
@@ -138,5 +142,15 @@ char *dev_coords_str(const DevCtx *c, int rank, char *buf, size_t cap);
 
 /* Same, from a mesh descriptor. */
 char *dev_mesh_coords_str(const MeshDesc *m, int rank, char *buf, size_t cap);
+
+/* Writes the mesh axes of [vma] (bit k: axis k of this thread's mesh) as
+ * jax.typeof shows them after a type, "{V:i,j}", into [buf] (truncated
+ * to [cap]); "" when [vma] is empty or no mesh is installed.  Returns
+ * [buf]. */
+char *dev_vma_str(uint32_t vma, char *buf, size_t cap);
+
+/* Whether replication types are checked on this thread: inside a
+ * shard_map body (eager or traced) whose call has check_rep=True. */
+bool dev_checks_vma(void);
 
 #endif

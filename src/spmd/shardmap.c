@@ -224,10 +224,12 @@ static void run_device(int rank, void *vctx) {
   Value *blocks[SHARDMAP_MAX_ARGS];
   int made = 0;
   eval_set_output(&c->out[rank]);
+  DevCtx *dc = dev_ctx();
+  if (dc) dc->unchecked = !c->f->check_rep;
   for (; made < c->nargs; made++) {
     Array *b = block_of(c->args[made], in_spec_of(c->f, made), c->f->mesh, rank);
     if (!b) break;
-    if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1)};   /* its in_spec splits it */
+    if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1), b->vma};   /* its in_spec splits it */
     blocks[made] = &b->hdr;
   }
   Loc before = eval_current_loc();
@@ -309,11 +311,13 @@ static void index_str(const Array *a, int64_t flat, char *buf, size_t cap) {
   shape_str(buf, cap, a->ndim, idx);
 }
 
-/* Checks that result [k] varies only over axes its out_spec names. */
-/* Why result [k] varies over mesh axis [ax] (from [why]), and the fitting
- * hint, into [buf]. */
-static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, size_t cap) {
-  if (why.prim) {
+/* Why result [k] varies over mesh axis number [a] (from [why], when it
+ * explains that axis), and the fitting hint, into [buf]. */
+static void vma_reason(const ShardFn *f, VmaWhy why, int a, char *buf, size_t cap) {
+  const char *ax = f->mesh->axis_names[a];
+  if (!(why.axes & (1u << a))) {
+    snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
+  } else if (why.prim) {
     const char *prim = prim_table[why.prim - 1].name;
     bool index = why.prim - 1 == P_AXIS_INDEX;
     snprintf(buf, cap, ": %s%s at line %d makes it vary over '%s'; reduce it over '%s' "
@@ -326,11 +330,22 @@ static void vma_reason(const ShardFn *f, VmaWhy why, const char *ax, char *buf, 
     pspec_str(in_spec_of(f, why.arg - 1), sb, sizeof sb);
     snprintf(buf, cap, ": it is computed from %s, which in_specs %s splits over '%s' "
                        "(is a psum over '%s' missing?)", nm, sb, ax, ax);
-  } else {
-    snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
   }
 }
 
+/* The first device whose block [blocks] varies over mesh axis [a], one
+ * whose recorded reason explains that axis if there is one. */
+static int device_varying(const Mesh *m, Array *const *blocks, int a) {
+  int any = -1;
+  for (int r = 0; r < m->size; r++) {
+    if (!(blocks[r]->vma & (1u << a))) continue;
+    if (blocks[r]->why.axes & (1u << a)) return r;
+    if (any < 0) any = r;
+  }
+  return any;
+}
+
+/* Checks that result [k] varies only over axes its out_spec names. */
 static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int k,
                      const Loc *ret) {
   const Mesh *m = f->mesh;
@@ -338,11 +353,10 @@ static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int
   for (int r = 0; r < m->size; r++) vary |= blocks[r]->vma;
   for (int a = 0; a < m->naxes; a++) {
     if (!(vary & ~named & (1u << a))) continue;
-    int r = 0;
-    while (r < m->size && !(blocks[r]->vma & (1u << a))) r++;
+    int r = device_varying(m, blocks, a);
     char sb[256], why[512];
     pspec_str(s, sb, sizeof sb);
-    vma_reason(f, blocks[r]->why, m->axis_names[a], why, sizeof why);
+    vma_reason(f, blocks[r]->why, a, why, sizeof why);
     Loc at = ret ? ret[r] : (Loc){0};
     if (at.src)   /* at the body's return */
       err_set_at(at, ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d "
@@ -730,6 +744,7 @@ typedef struct TreeCall {
   Value *args;           /* tuple: the arguments as given (templates) */
   Value *split;          /* tuple of bool tuples: per leaf, split (True) or whole */
   Value *out_template;   /* the body's result (set by the first device) */
+  ShardFn *flat;         /* the shard_map over the leaves (borrowed, during the call) */
   pthread_mutex_t lock;
 } TreeCall;
 
@@ -793,6 +808,21 @@ Value *shardmap_out_leaf_specs(const ShardFn *f, Value *result) {
   return r;
 }
 
+/* Sets the flat call's out_specs to one spec per leaf of the body's
+ * result [res], as the user's out_specs prefix gives them: a spec of the
+ * prefix covers a whole subtree ((P(), P()) for ((a, b), c)), which the
+ * prefix alone cannot count.  One P(...) for every leaf needs nothing.
+ * 0, or -1 with the error of a prefix that does not fit. */
+static int leaf_out_specs(TreeCall *t, Value *res) {
+  Value *out = t->f->out_tree ? t->f->out_tree : t->f->out_specs;
+  if (out->type == V_PSPEC || !t->flat) return 0;
+  Value *specs = shardmap_out_leaf_specs(t->f, res);
+  if (!specs) return -1;
+  val_decref(t->flat->out_specs);
+  t->flat->out_specs = specs;
+  return 0;
+}
+
 /* The wrapper body on one device: leaves in, the trees rebuilt, the
  * body's result flattened out (a tuple). */
 static Value *tree_body(Value *self, const CallArgs *a) {
@@ -818,9 +848,10 @@ static Value *tree_body(Value *self, const CallArgs *a) {
   PyLeaves l = {0};
   if (pytree_flatten(res, leaf_is_array, &l) == 0) {
     pthread_mutex_lock(&t->lock);
-    if (!t->out_template) t->out_template = val_incref(res);
+    int rc = t->out_template ? 0 : leaf_out_specs(t, res);
+    if (rc == 0 && !t->out_template) t->out_template = val_incref(res);
     pthread_mutex_unlock(&t->lock);
-    r = tuple_pack((size_t)l.n, l.v);
+    if (rc == 0) r = tuple_pack((size_t)l.n, l.v);
   }
   pytree_leaves_free(&l);
   val_decref(res);
@@ -837,7 +868,8 @@ static Value **tree_template(Value *body) {
 }
 
 /* The out_specs of the flat call: one P for every leaf, or one per leaf of
- * the out_specs tree (a P covering a subtree is then an error of arity). */
+ * the out_specs tree until the body's first result gives each leaf its
+ * spec (leaf_out_specs: a P may cover a subtree). */
 static Value *flat_out_specs(Value *out) {
   if (out->type == V_PSPEC) return val_incref(out);
   PyLeaves l = {0};
@@ -916,7 +948,9 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
+  t->flat = (ShardFn *)sf;
   res = shardmap_call(sf, &c);
+  t->flat = NULL;
   if (!res) goto out;
   if (!t->out_template) {
     err_set(ERR_VALUE, "%s(): the body returned no result to rebuild", f->name);
@@ -948,6 +982,12 @@ out:
   val_decref(labels);
   if (splits) val_decref(splits);
   return r;
+}
+
+bool shardmap_returns_leaves(const ShardFn *f) { return tree_template(f->body) != NULL; }
+
+Value *shardmap_call_leaves(Value *f, const CallArgs *a) {
+  return shardmap_call_tree((ShardFn *)f, a);
 }
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
@@ -1156,7 +1196,10 @@ static int64_t named_size(Value *names, size_t *mesh_left) {
   return size;
 }
 
-static int axis_size_of(Value *names, Value *groups, int64_t *out) {
+/* The size of the (flattened) axes [names] in the running body's mesh,
+ * or of one group when [groups] is given; an unknown name is an error of
+ * collective [prim] that lists the mesh's axes. */
+static int axis_size_of(const char *prim, Value *names, Value *groups, int64_t *out) {
   size_t left;
   int64_t named = (!groups || groups->type == V_NONE) ? named_size(names, &left) : 1;
   if ((!groups || groups->type == V_NONE) && left == 0) {
@@ -1189,10 +1232,7 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out) {
     }
     int ax = dev_mesh_axis(c->mesh, str_cstr(items[i]));
     if (ax < 0) {
-      err_set(ERR_NAME, "unknown mesh axis '%s' (the mesh's axes are %s%s)",
-              str_cstr(items[i]), c->mesh->naxes ? c->mesh->names[0] : "",
-              c->mesh->naxes > 1 ? ", ..." : "");
-      return -1;
+      return coll_unknown_axis(prim, c->mesh, str_cstr(items[i]));
     }
     size *= c->mesh->sizes[ax];
   }
@@ -1217,7 +1257,7 @@ static Value *apply1(PrimId id, Value *x, Params *p) {
 
 static Value *groups_param(Value *g) { return val_incref(g ? g : VAL_NONE); }
 
-static int axis_size_of(Value *names, Value *groups, int64_t *out);
+static int axis_size_of(const char *prim, Value *names, Value *groups, int64_t *out);
 
 /* psum of a value that is not a tracer while a body is traced (jit): it is
  * the same on every device, so the sum is the axis size times it, a
@@ -1226,7 +1266,7 @@ static int axis_size_of(Value *names, Value *groups, int64_t *out);
  * there are concrete on every device, varying or not. */
 static Value *psum_of_constant(Value *x, Value *name, Value *groups) {
   int64_t n;
-  if (axis_size_of(name, groups, &n) < 0) return NULL;
+  if (axis_size_of("psum", name, groups, &n) < 0) return NULL;
   Value *size = val_int(n);
   Value *r = size ? ops_binary(OP_MUL, size, x) : NULL;
   val_decref(size);
@@ -1326,7 +1366,7 @@ static Value *bi_pmean(const CallArgs *a) {
     return NULL;
   Value *names = axis_names(name);
   int64_t n;
-  if (!names || axis_size_of(names, groups, &n) < 0) {
+  if (!names || axis_size_of("pmean", names, groups, &n) < 0) {
     val_decref(names);
     return NULL;
   }
@@ -1362,16 +1402,17 @@ static Value *bi_axis_size(const CallArgs *a) {
   if (args_bind("axis_size", a, "axis_name", (Value **[]){&name}) < 0) return NULL;
   Value *names = axis_names(name);
   int64_t n;
-  Value *r = names && axis_size_of(names, NULL, &n) == 0 ? val_int(n) : NULL;
+  Value *r = names && axis_size_of("axis_size", names, NULL, &n) == 0 ? val_int(n) : NULL;
   val_decref(names);
   return r;
 }
 
-/* Adds axis_name, axis_size and axis_index_groups to [p]. */
-static int axis_params(Params *p, Value *name, Value *groups) {
+/* Adds axis_name, axis_size and axis_index_groups to [p], for collective
+ * [prim] (named in errors). */
+static int axis_params(const char *prim, Params *p, Value *name, Value *groups) {
   Value *names = axis_names(name);
   int64_t n;
-  if (!names || axis_size_of(names, groups, &n) < 0) {
+  if (!names || axis_size_of(prim, names, groups, &n) < 0) {
     val_decref(names);
     return -1;
   }
@@ -1423,7 +1464,7 @@ static Value *bi_all_gather(const CallArgs *a) {
   }
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("all_gather", &p, name, groups) < 0 ||
       params_add(&p, "all_gather_dimension", int_param(axis, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {
     params_clear(&p);
@@ -1439,7 +1480,7 @@ static Value *bi_psum_scatter(const CallArgs *a) {
     return NULL;
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("psum_scatter", &p, name, groups) < 0 ||
       params_add(&p, "scatter_dimension", int_param(dim, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {
     params_clear(&p);
@@ -1518,16 +1559,7 @@ static Value *bi_typeof(const CallArgs *a) {
   for (int i = 0; i < av.ndim && n < 400; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
   n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
-  DevCtx *c = dev_ctx();
-  if (av.vma && c && c->mesh) {
-    n += snprintf(buf + n, sizeof buf - (size_t)n, "{V:");
-    for (int k = 0, first = 1; k < c->mesh->naxes && n < 480; k++)
-      if (av.vma & (1u << k)) {
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%s", first ? "" : ",", c->mesh->names[k]);
-        first = 0;
-      }
-    snprintf(buf + n, sizeof buf - (size_t)n, "}");
-  }
+  dev_vma_str(av.vma, buf + n, sizeof buf - (size_t)n);
   TypeOf *t = shm_calloc(1, sizeof *t);
   if (!t) return err_nomem();
   val_init(&t->base.hdr, V_OPAQUE);
@@ -1588,7 +1620,7 @@ static Value *bi_all_to_all(const CallArgs *a) {
     return NULL;
   Params p;
   params_init(&p);
-  if (axis_params(&p, name, groups) < 0 ||
+  if (axis_params("all_to_all", &p, name, groups) < 0 ||
       params_add(&p, "split_axis", int_param(split, 0)) < 0 ||
       params_add(&p, "concat_axis", int_param(concat, 0)) < 0 ||
       params_add(&p, "tiled", bool_param(tiled)) < 0) {

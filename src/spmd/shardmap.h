@@ -54,6 +54,18 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
 
+/* Calls [f] on [a] as a call with pytree arguments runs: a shard_map over
+ * the leaves whose wrapper body returns the leaves of the body's results,
+ * the results' tree rebuilt after (its out_specs a prefix of it).  A
+ * differentiation rule that takes each result as an array calls it on a
+ * call whose body may return nested tuples.  Same contract as
+ * shardmap_call. */
+Value *shardmap_call_leaves(Value *f, const CallArgs *a);
+
+/* Whether [f] is such a shard_map over leaves (its body's results are a
+ * flat tuple of arrays). */
+bool shardmap_returns_leaves(const ShardFn *f);
+
 /* The out_specs of each leaf of a body's [result] (a pytree), as the
  * out_specs prefix gives them: a tuple of PSpec, or NULL with the error
  * set (a prefix that does not fit the result). */

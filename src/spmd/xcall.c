@@ -245,7 +245,7 @@ static void raise_remote(Rbuf *r) {
     char fname[256];
     Loc l = get_loc(r);
     get_str(r, fname, sizeof fname);
-    if (st.trace) st.trace[i] = (ErrFrame){l, intern(fname, strlen(fname))};
+    if (st.trace) st.trace[i] = (ErrFrame){l, intern(fname, strlen(fname)), 0};
     else src_decref(l.src);
   }
   if (!st.trace) st.ntrace = 0;

@@ -1,6 +1,7 @@
 /*
  * ad.c - jvp, vjp, grad and value_and_grad (ad.h).
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -913,6 +914,7 @@ typedef struct SmCall {
    * JAX's shard_map partial evaluation passes them. */
   bool staged;
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
+  bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
   Value *told;             /* (single, nout), as the first device of this process
                               recorded them; under mpirun a process without a
                               device of the mesh gets them from another one */
@@ -926,6 +928,9 @@ typedef struct SmCall {
    * (kept here) and transposes it in the same call, under the same vmap. */
   Value **remat;           /* owned: the primal arguments, or NULL */
 } SmCall;
+
+static Value *specs_tuple(Value *specs, int n, int times);
+static void fwd_out_specs(SmCall *c, int times);
 
 static void smcall_free(Value *v) {
   SmCall *c = (SmCall *)v;
@@ -1013,6 +1018,7 @@ static Value *sm_jvp_body(Value *self, const CallArgs *a) {
   Value *const *items;
   size_t n;
   if (!res || body_results(c, res, &items, &n) < 0) goto out;
+  fwd_out_specs(c, 2);
   Value *outs = tuple_new(2 * n);
   for (size_t k = 0; outs && k < n; k++) {
     Value *o = items ? items[k] : res;
@@ -1127,6 +1133,25 @@ fail:
   return r;
 }
 
+/* The forward shard_map's out_specs once the body ran on a device: the
+ * user's call's, which a pytree call's wrapper sets from the body's first
+ * result (a spec of the prefix covering a subtree: (P(), P()) for
+ * ((a, b), c)), [times] over (primals, then tangents).  Every device
+ * calls it; the first sets them. */
+static void fwd_out_specs(SmCall *c, int times) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  Value *out = c->f->out_specs;
+  if (out->type == V_PSPEC || !c->fwd) return;
+  pthread_mutex_lock(&lock);
+  Value *specs = c->fwd_specs ? NULL : specs_tuple(out, (int)tuple_len(out), times);
+  if (specs) {
+    val_decref(c->fwd->out_specs);
+    c->fwd->out_specs = specs;
+    c->fwd_specs = true;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
 /* Reverse mode on one device: linearizes the body; returns the primal
  * results as the body does and keeps the linear plan and residuals. */
 static Value *sm_lin_body(Value *self, const CallArgs *a) {
@@ -1135,6 +1160,7 @@ static Value *sm_lin_body(Value *self, const CallArgs *a) {
   int rank = d && !c->staged ? d->rank : 0;
   size_t n;
   Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
+  if (r && !c->staged) fwd_out_specs(c, 1);
   if (r && c->staged) {
     Value *all = with_residuals(c, r, n);
     val_decref(r);
@@ -1224,7 +1250,8 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
   Value *r = NULL;
   if (sf) {
     CallArgs ca = {n, args, 0, NULL, NULL};
-    if (body == sm_lin_body) c->fwd = (ShardFn *)sf;
+    if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
+    c->fwd_specs = false;
     r = shardmap_call(sf, &ca);
     c->fwd = NULL;
     if (c->told) {   /* what this process's devices, or another process's, saw */
@@ -1370,6 +1397,9 @@ static Value *ad_shard_map(Value *fv, const CallArgs *a) {
     if (IS_TRACER(a->args[i]) && (!top || ((Tracer *)a->args[i])->trace_id > top->trace_id))
       top = (Tracer *)a->args[i];
   if (top && top->kind == TR_BATCH) return batch_shard_map(fv, a);
+  /* the rule takes each result as an array: nested results go through
+   * the call over leaves, which comes back here */
+  if (!shardmap_returns_leaves(f)) return shardmap_call_leaves(fv, a);
   JvpTrace *j = args_trace(a);
   if (!j)
     return err_set(ERR_VALUE, "%s(): an argument is an abstract value of another thread or of "

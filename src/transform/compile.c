@@ -974,8 +974,14 @@ static bool run_row(Step *s, Workspace *w) {
 
 static int run_kernel(Step *s, Workspace *w) {
   if ((s->row1 || s->row2) && run_row(s, w)) return 0;
-  return prim_run_kernel(s->eqn->prim, step_ins(s, w, 0), s->nin, &s->eqn->params,
-                         step_outs(s, w));
+  /* a collective takes its source line (--comm-stats, --trace, mismatch
+   * messages) from the thread's current location: the equation's */
+  bool coll = prim_table[s->eqn->prim].kind == PK_COLLECTIVE && s->eqn->loc.src;
+  Loc was = coll ? eval_set_current_loc(s->eqn->loc) : (Loc){0};
+  int rc = prim_run_kernel(s->eqn->prim, step_ins(s, w, 0), s->nin, &s->eqn->params,
+                           step_outs(s, w));
+  if (coll) eval_set_current_loc(was);
+  return rc;
 }
 
 static int run_cond(Step *s, Workspace *w) {

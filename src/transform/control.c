@@ -11,6 +11,7 @@
 #include "transform/control.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "spmd/device.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
 #include "transform/trace.h"
@@ -260,8 +261,12 @@ static int align_branch(Sub *s, Leaves *all) {
   return 0;
 }
 
-/* Checks that every branch returns the types of the first; the out avals. */
-static int branch_types(Sub *br, int nb, uint32_t vma, AVal **out) {
+/* Checks that every branch returns the types of the first; the out avals,
+ * each varying over the axes any branch's varies over.  The index's axes
+ * do not join them: current JAX types a cond's results by its branches
+ * alone (jax/_src/lax/control_flow/conditionals.py), and eagerly each
+ * device's result is its branch's. */
+static int branch_types(Sub *br, int nb, AVal **out) {
   int n = br[0].plan->nout;
   *out = shm_calloc((size_t)n + 1, sizeof(AVal));
   if (!*out) return err_nomem(), -1;
@@ -294,7 +299,6 @@ static int branch_types(Sub *br, int nb, uint32_t vma, AVal **out) {
       return -1;
     }
   }
-  for (int i = 0; i < n; i++) (*out)[i].vma |= vma;
   return 0;
 }
 
@@ -302,14 +306,14 @@ static int branch_types(Sub *br, int nb, uint32_t vma, AVal **out) {
 static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv) {
   Value *ops_tree = tuple_pack((size_t)nops, opv);
   Leaves leaves = {0}, all = {0};
-  AVal *avs = NULL, *outs = NULL, ia;
+  AVal *avs = NULL, *outs = NULL;
   Sub *br = shm_calloc((size_t)nb, sizeof(Sub));
   Value *r = NULL, *plans = NULL, **opsall = NULL;
   int b = 0;
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0 || avals_of(&leaves, &avs) < 0) goto out;
   for (; b < nb; b++)
     if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0) goto out;
-  if (union_caps(br, nb, &all) < 0 || ops_aval(idx, &ia) < 0 || branch_types(br, nb, ia.vma, &outs) < 0)
+  if (union_caps(br, nb, &all) < 0 || branch_types(br, nb, &outs) < 0)
     goto out;
   if (!(plans = tuple_new((size_t)nb))) goto out;
   for (int k = 0; k < nb; k++) tuple_set_steal(plans, (size_t)k, val_incref(&br[k].plan->hdr));
@@ -387,7 +391,7 @@ static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Val
         break;
     if (b < nb) {
       err_clear();
-    } else if (branch_types(br, nb, 0, &outs) < 0) {
+    } else if (branch_types(br, nb, &outs) < 0) {
       goto out;
     } else {
       nout = br[0].plan->nout;
@@ -692,6 +696,30 @@ static int carry_type_error(const char *what, int i, const AVal *want, const AVa
   return -1;
 }
 
+/* Whether a body's carry [got] keeps the mesh axes the carry [want]
+ * varies over: JAX's loops type the carry's varying manual axes as part
+ * of its type (jax/_src/lax/control_flow/loops.py, _check_carry_type),
+ * so a body that psums a varying carry, or mixes a varying value into an
+ * invariant one, changes the type.  Unchecked under check_rep=False. */
+static bool same_vma(const AVal *want, const AVal *got) {
+  return want->vma == got->vma || !dev_checks_vma();
+}
+
+/* The error of a body that changed carry leaf [i]'s varying axes, with
+ * the fix that fits: pvary the init, or reduce inside the body. */
+static int carry_vma_error(const char *what, int i, const AVal *want, const AVal *got) {
+  char x[256], y[256], vx[128], vy[128];
+  aval_text(want, x, sizeof x);
+  aval_text(got, y, sizeof y);
+  dev_vma_str(want->vma, vx, sizeof vx);
+  dev_vma_str(got->vma, vy, sizeof vy);
+  bool more = (got->vma & ~want->vma) != 0;
+  err_set(ERR_TYPE, "%s must return the carry's types: carry %d is %s%s, the body returns %s%s, "
+          "so the varying manual axes do not match (%s)", what, i, x, vx, y, vy,
+          more ? "make the initial carry vary with lax.pvary" : "reduce outside the loop instead");
+  return -1;
+}
+
 static int carry_count_error(const char *what, int n, int got) {
   err_set(ERR_TYPE, "%s must return the loop carry (%d value%s), got %d", what, n,
           n == 1 ? "" : "s", got);
@@ -712,6 +740,7 @@ static int eager_carry_check(const char *what, Value *init, Value *next) {
     AVal x, y;
     if (ops_aval(a.v[i], &x) < 0 || ops_aval(b.v[i], &y) < 0) rc = -1;
     else if (!same_type(&x, &y) && !weak_promotes(&x, &y)) rc = carry_type_error(what, i, &x, &y);
+    else if (!same_vma(&x, &y)) rc = carry_vma_error(what, i, &x, &y);
   }
   shm_free(a.v);
   shm_free(b.v);
@@ -747,11 +776,11 @@ static int carry_types(const char *what, const Sub *s, int first, int n, int ski
       continue;
     }
     if (!same_type(&a, &want[i])) return carry_type_error(what, i - skip, &want[i], &a);
+    if (!same_vma(&want[i], &a)) return carry_vma_error(what, i - skip, &want[i], &a);
     if (want[i].weak && !a.weak) {
       want[i].weak = false;
       retrace = 1;
     }
-    want[i].vma |= a.vma;
   }
   return retrace;
 }
@@ -891,9 +920,8 @@ static Value *staged_loop(const Loop *lp, Leaves *l, Value *tree) {
   Value *r = NULL, **init = NULL;
   if (avals_of(l, &avs) == 0 && trace_loop(lp, l->n, avs, l->v, &c, &b) == 0 &&
       (init = carry_values(l, avs))) {
-    AVal pred;
-    out_aval(&c, 0, &pred);
-    for (int i = 0; i < l->n; i++) avs[i].vma |= pred.vma;   /* LANGUAGE.md §4 */
+    /* the carry's types are the body's, not joined with the predicate's
+     * axes: JAX's while_loop abstract eval is the body's out avals */
     r = emit_while(&c, &b, init, l->n, avs, tree);
   }
   values_free(init, l->n);

@@ -25,8 +25,10 @@
  * loop body changing the carry's types, a predicate that is not a scalar,
  * xs of different lengths.  A weakly typed carry that the body makes
  * strongly typed (a 0. carry accumulating f32 arrays) is retraced with a
- * strong type, as JAX does.  The replication sets (vma) of the predicate
- * or index join the results'.
+ * strong type, as JAX does.  Replication types (vma) are JAX's, eagerly
+ * and under jit alike: a loop body must return each carry varying over
+ * the mesh axes it came in with (under check_rep), and a cond's results
+ * vary over what its branches' vary over, not over its predicate's axes.
  */
 #ifndef SHMAP_CONTROL_H
 #define SHMAP_CONTROL_H

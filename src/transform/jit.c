@@ -784,7 +784,7 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
                         Value **result) {
   MeshDesc md;
   mesh_to_desc(f->mesh, &md);
-  DevCtx ctx = {.mesh = &md, .rank = 0};
+  DevCtx ctx = {.mesh = &md, .rank = 0, .unchecked = !f->check_rep};
   DevCtx *saved = dev_ctx();
   Trace *t = trace_begin(f->name, false);
   if (!t) return NULL;

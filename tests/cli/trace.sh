@@ -54,6 +54,24 @@ PY
 
 grep -Eq "^ +7  psum +'j' +1 +2.0 KiB " "$dir/err" || { echo "no psum row in --comm-stats:"; cat "$dir/err"; exit 1; }
 
+# a jit shard_map's collectives carry the body's line too (not line 0)
+cat >"$dir/jit.shm" <<'SHM'
+mesh m(i=2)
+def body(x):
+    y = psum(x, 'i')
+    return y * 2.0
+print(jit(shard_map(body, mesh=m, in_specs=P('i'), out_specs=P()))(ones(2)))
+SHM
+out=$("$shmap" --trace "$dir/j.json" --comm-stats "$dir/jit.shm" 2>"$dir/err3") || {
+  echo "shmap failed:"; cat "$dir/err3"; exit 1; }
+grep -Eq "^ +3  psum +'i' +1 " "$dir/err3" || { echo "jit psum not on line 3 in --comm-stats:"; cat "$dir/err3"; exit 1; }
+python3 - "$dir/j.json" <<'PY' || exit 1
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+coll = [e for e in ev if e["ph"] == "X" and e["cat"] == "collective"]
+assert len(coll) == 2 and all(e["args"]["line"] == "3" for e in coll), coll
+PY
+
 # an unwritable file is a clear error, exit status 1, after the program ran
 out=$("$shmap" --trace "$dir/no/such/dir/t.json" -c 'print(1)' 2>"$dir/err2"); st=$?
 [ $st -eq 1 ] && [ "$out" = 1 ] && grep -q "error: --trace: cannot write '$dir/no/such/dir/t.json'" "$dir/err2" || {
