@@ -4,6 +4,7 @@
  * strings (with str.format), modules and dtypes, and the hooks through
  * which later subsystems give their own types attributes.
  */
+#define _GNU_SOURCE   /* memmem */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -576,6 +577,14 @@ static Value *s_endswith(Value *self, const CallArgs *a) {
   return val_bool(m <= n && memcmp(str_cstr(self) + n - m, str_cstr(p), m) == 0);
 }
 
+/* Bytes str.replace searches between two looks at Ctrl-C: replacing in a
+ * gigabyte string is seconds of work. */
+#define REPLACE_WINDOW ((size_t)1 << 20)
+
+/* str.replace(old, new): every occurrence of old, left to right, as
+ * Python's.  The search goes window by window (each one long enough to
+ * find any match that starts in its first REPLACE_WINDOW bytes), and
+ * Ctrl-C is looked at before each window and each match. */
 static Value *s_replace(Value *self, const CallArgs *a) {
   Value *old, *new_;
   Value **slots[] = {&old, &new_};
@@ -583,17 +592,21 @@ static Value *s_replace(Value *self, const CallArgs *a) {
   if (old->type != V_STR || new_->type != V_STR) return err_set(ERR_TYPE, "replace() arguments must be str");
   size_t ol = ((Str *)old)->len;
   StrBuf b = {0};
-  const char *s = str_cstr(self);
-  while (*s) {
-    const char *e = ol ? strstr(s, str_cstr(old)) : NULL;
-    if (!e) {
-      sbuf_add(&b, s, strlen(s));
-      break;
+  const char *s = str_cstr(self), *end = s + ((Str *)self)->len;
+  while (ol && s < end) {
+    if (shm_interrupt_pending()) {
+      sbuf_free(&b);
+      return err_set(ERR_INTERRUPT, "interrupted");
     }
-    sbuf_add(&b, s, (size_t)(e - s));
-    sbuf_add(&b, str_cstr(new_), ((Str *)new_)->len);
-    s = e + ol;
+    size_t rest = (size_t)(end - s), w = rest < REPLACE_WINDOW + ol ? rest : REPLACE_WINDOW + ol - 1;
+    const char *e = memmem(s, w, str_cstr(old), ol);
+    if (!e && w == rest) break;
+    size_t keep = e ? (size_t)(e - s) : REPLACE_WINDOW;
+    sbuf_add(&b, s, keep);
+    if (e) sbuf_add(&b, str_cstr(new_), ((Str *)new_)->len);
+    s += keep + (e ? ol : 0);
   }
+  sbuf_add(&b, s, (size_t)(end - s));
   return str_take(&b);
 }
 
