@@ -1787,11 +1787,45 @@ static __attribute__((noinline)) Outcome exec_assign(const Node *s, Env *env) {
   return exec_assign_new(s, env);
 }
 
+/* name += str where [cur] (one reference of it ours) is the string the
+ * name still holds and nothing else holds: the text is appended in place
+ * (str_append_owned), as CPython does for a string with one holder, so a
+ * loop of `s += 'ab'` is linear, not quadratic.  False when the statement
+ * must make a new string (another holder would see the change); true with
+ * [*rc] the outcome otherwise. */
+static bool augassign_str_in_place(const Node *s, Env *env, Value *cur, Value *rhs,
+                                   Outcome *rc) {
+  const Node *t = s->a;
+  if (s->op != OP_ADD || t->kind != N_NAME || cur->type != V_STR || rhs->type != V_STR ||
+      (cur->flags & VAL_IMMORTAL) || env_target(env, t->name) != env)
+    return false;
+  Value **slot = env_slot_hinted(env, t);   /* again: evaluating rhs may have moved it */
+  if (!slot || *slot != cur || atomic_load(&cur->refcount) != 2) return false;
+  val_decref(cur);   /* the binding's reference is the only one left */
+  Value *v = str_append_owned(cur, str_cstr(rhs), ((Str *)rhs)->len);
+  if (v) *slot = v;
+  else err_locate(s->loc);
+  *rc = v ? OUT_OK : OUT_ERR;
+  return true;
+}
+
+/* target op= value.  A list extended (+=) in place, as Python's
+ * list.__iadd__ (so other names for it see the change), and bound again
+ * to the target; a string with one holder appended to in place; anything
+ * else target = target op value. */
 static Outcome exec_augassign(const Node *s, Env *env) {
   Value *cur = eval(s->a, env);
   if (!cur) return OUT_ERR;
-  Value *rhs = eval(s->b, env);
-  Value *v = rhs ? ops_binary(s->op, cur, rhs) : NULL;
+  Value *rhs = eval(s->b, env), *v = NULL;
+  Outcome rc;
+  if (rhs && augassign_str_in_place(s, env, cur, rhs, &rc)) {
+    val_decref(rhs);
+    return rc;
+  }
+  if (rhs && s->op == OP_ADD && cur->type == V_LIST)
+    v = ops_list_extend(cur, rhs) < 0 ? NULL : val_incref(cur);
+  else if (rhs)
+    v = ops_binary(s->op, cur, rhs);
   val_decref(cur);
   val_decref(rhs);
   if (!v) {
