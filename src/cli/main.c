@@ -6,6 +6,8 @@
  * Exit status: 0 success, 1 an error in the program (or its config),
  * 2 bad command-line usage.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -450,8 +452,38 @@ static int start_processes(const CmdLine *cl) {
   return local;
 }
 
+/* A program started with its standard output closed: /dev/null takes
+ * descriptor 1, so that no file the program opens gets it (and the
+ * program's output), and the first print fails ("[Errno 9] Bad file
+ * descriptor") instead of the output being lost unseen. */
+static void guard_closed_stdout(void) {
+  if (fcntl(STDOUT_FILENO, F_GETFD) >= 0 || errno != EBADF) return;
+  int fd = open("/dev/null", O_WRONLY);
+  if (fd >= 0 && fd != STDOUT_FILENO) {
+    dup2(fd, STDOUT_FILENO);
+    close(fd);
+  }
+  eval_output_closed();
+}
+
+/* The last flush of the standard output: output lost there (a full disk,
+ * /dev/full) or before makes a program that otherwise succeeded fail,
+ * "shmap: error: cannot write the standard output: [Errno 28] No space
+ * left on device", status 1, as Python reports it.  Returns the exit
+ * status. */
+static int finish_output(int rc) {
+  eval_flush();
+  if (eval_output_check() == 0) return rc;
+  if (rc) {   /* the program's own error was reported already */
+    err_clear();
+    return rc;
+  }
+  return report_error();
+}
+
 /* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
+  guard_closed_stdout();
   int rc = merge_options(cl);
   if (rc) return rc;
   int local = start_processes(cl);
@@ -474,6 +506,7 @@ static int run_interpreter(const CmdLine *cl) {
     if (cl->mode != RUN_REPL) rc = run_program(cl, &globals);
     if (shm_options.interactive) rc = repl_run(globals);
   }
+  rc = finish_output(rc);
   release_globals(globals);
   dbg_free();
   dev_stop();   /* the devices' timelines are complete from here on */

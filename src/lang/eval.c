@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -51,14 +52,33 @@ Frame *eval_current_frame(void) { return cur_frame; }
 Loc eval_current_loc(void) { return cur_loc; }
 void eval_set_output(OutBuf *b) { cur_out = b; }
 
+/* errno of the first failed write to the standard output, 0 while none
+ * failed (written by the main thread only: devices write to OutBufs). */
+static int out_errno;
+static bool out_closed;   /* descriptor 1 was closed at the start */
+
+static void output_failed(int errnum) {
+  if (!out_errno) out_errno = errnum ? errnum : EIO;
+}
+
+void eval_output_closed(void) { out_closed = true; }
+
+int eval_output_check(void) {
+  if (!out_errno) return 0;
+  err_set(ERR_IO, "cannot write the standard output: [Errno %d] %s", out_errno,
+          strerror(out_errno));
+  return -1;
+}
+
 void eval_flush(void) {
-  if (!cur_out) fflush(stdout);
+  if (!cur_out && !out_errno && fflush(stdout) != 0) output_failed(errno);
 }
 
 void eval_write(const char *s, size_t n) {
   OutBuf *b = cur_out;
   if (!b) {
-    fwrite(s, 1, n, stdout);
+    if (out_closed) output_failed(EBADF);
+    else if (!out_errno && fwrite(s, 1, n, stdout) < n) output_failed(errno);
     return;
   }
   if (b->len + n > b->cap) {
@@ -2100,7 +2120,7 @@ static Outcome echo_stmt(const Node *s, Frame *fr, Env *globals) {
       eval_write("\n", 1);
     }
     val_decref(r);
-    if (!r) o = OUT_ERR;
+    if (!r || eval_output_check() < 0) o = OUT_ERR;
   }
   val_decref(v);
   return o;
@@ -2146,7 +2166,7 @@ int eval_source(Source *src, Env *globals, bool echo) {
   int rc = run_module(mod, globals, echo);
   cur_tree = saved;
   val_decref(tree);
-  fflush(stdout);
+  eval_flush();
   return rc;
 }
 
