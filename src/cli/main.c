@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -481,6 +482,36 @@ static int finish_output(int rc) {
   return report_error();
 }
 
+/* Whether this is the binary the build made, run where it was built (not
+ * a copy `make install` put under the prefix): its executable's folder is
+ * the build folder. */
+static bool uninstalled(void) {
+  char exe[PATH_MAX], *dir = realpath("/proc/self/exe", NULL), *build = realpath(SHMAP_BUILD_DIR, NULL);
+  bool same = false;
+  if (dir && build && strlen(dir) < sizeof exe) {
+    strcpy(exe, dir);
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    same = strcmp(exe, build) == 0;
+  }
+  free(dir);
+  free(build);
+  return same;
+}
+
+/* The module search path's last folder: an uninstalled build also
+ * searches its source tree's stdlib/, after the installed one (shmap(1),
+ * FILES); an installed binary does not, so it never reads the modules of
+ * a build tree that may have changed since.  --verbose shows the path. */
+static int finish_module_path(void) {
+  if (uninstalled() && interp_add_path(SHMAP_SRC_STDLIB_DIR) < 0) return -1;
+  if (!shm_options.verbose) return 0;
+  fputs("shmap: module search path:", stderr);
+  for (int i = 0; i < shm_interp->npath; i++) fprintf(stderr, " %s", shm_interp->path[i]);
+  fputc('\n', stderr);
+  return 0;
+}
+
 /* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
   guard_closed_stdout();
@@ -496,7 +527,8 @@ static int run_interpreter(const CmdLine *cl) {
   tl_start(cl->trace != NULL, cl->comm_stats);
   if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;
-  if (interp_init(shm_options.devices) < 0 || register_layers(local) < 0 ||
+  if (interp_init(shm_options.devices) < 0 || finish_module_path() < 0 ||
+      register_layers(local) < 0 ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
     rc = report_error();

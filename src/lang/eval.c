@@ -2355,8 +2355,7 @@ int interp_init(int ndevices) {
       }
     shm_free(copy);
   }
-  if (interp_add_path(SHMAP_STDLIB_DIR) < 0) return -1;
-  return interp_add_path(SHMAP_SRC_STDLIB_DIR);
+  return interp_add_path(SHMAP_STDLIB_DIR);
 }
 
 void interp_free(void) {
