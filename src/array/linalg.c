@@ -467,7 +467,7 @@ static PanelPlan panel_plan(DType ct, int64_t m, int64_t n, int64_t k) {
   pthread_once(&la_sgemm_once, la_sgemm_cntx_init);
   cntx_t *cx = ct == DT_F32 ? &la_sgemm_cntx : bli_gks_query_cntx();
   dim_t kc = bli_cntx_get_blksz_def_dt(dt, BLIS_KC, cx);
-  if (m * n * k <= LA_PANEL_WORK || kc != bli_cntx_get_blksz_max_dt(dt, BLIS_KC, cx) ||
+  if ((double)m * n * k <= LA_PANEL_WORK || kc != bli_cntx_get_blksz_max_dt(dt, BLIS_KC, cx) ||
       bli_cntx_l3_sup_thresh_is_met(dt, m, n, k, cx))
     return pl;
   int64_t rows = LA_PANEL_WORK / (n * k);
