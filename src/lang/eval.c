@@ -64,7 +64,7 @@ static void output_failed(int errnum) {
 void eval_output_closed(void) { out_closed = true; }
 
 int eval_output_check(void) {
-  if (!out_errno) return 0;
+  if (cur_out || !out_errno) return 0;   /* a device's print: its buffer took it */
   err_set(ERR_IO, "cannot write the standard output: [Errno %d] %s", out_errno,
           strerror(out_errno));
   return -1;

@@ -259,7 +259,8 @@ void eval_flush(void);
  * output: [Errno 28] No space left on device") once a write or a flush of it failed (a full disk,
  * /dev/full, a closed descriptor); output after that is dropped, and
  * every later call fails the same way, as each of Python's prints
- * raises again. */
+ * raises again.  On a device thread, whose output goes to its buffer,
+ * always 0: the main thread's write of the buffers is what can fail. */
 int eval_output_check(void);
 /* The program started with descriptor 1 closed (cli/main.c): its first
  * write to the standard output fails, "[Errno 9] Bad file descriptor";
