@@ -121,11 +121,30 @@ static void kern_copy_row(void *dst, const void *src, size_t isz, int64_t st, in
   }
 }
 
-void kern_copy_to_contiguous(void *dst, const Array *a) {
+void kern_move_polled(void *dst, const void *src, size_t n) {
+  char *dp = dst;
+  const char *sp = src;
+  if (dp < sp + n && sp < dp + n) {
+    memmove(dp, sp, n);
+    return;
+  }
+  KERN_FOR_POLLED(c, 0, (int64_t)((n + KERN_CHUNK - 1) / KERN_CHUNK), 1) {
+    size_t at = (size_t)c * KERN_CHUNK;
+    memcpy(dp + at, sp + at, n - at < (size_t)KERN_CHUNK ? n - at : (size_t)KERN_CHUNK);
+  }
+}
+
+/* kern_copy_to_contiguous; when [poll], stopping at Ctrl-C, looked at
+ * every KERN_CHUNK elements (also within one long row). */
+static void kern_copy_flat(void *dst, const Array *a, bool poll) {
   size_t isz = dt_size(a->dtype);
   const char *base = a->buf->data;
   if (a->contiguous) {   /* memmove: dst may be a's own data (copy in place) */
-    memmove(dst, base + (size_t)a->offset * isz, (size_t)a->size * isz);
+    const char *s = base + (size_t)a->offset * isz;
+    if (poll)
+      kern_move_polled(dst, s, (size_t)a->size * isz);
+    else
+      memmove(dst, s, (size_t)a->size * isz);
     return;
   }
   KernIter it;
@@ -133,9 +152,31 @@ void kern_copy_to_contiguous(void *dst, const Array *a) {
   kern_iter_init(&it, a->ndim, a->shape, 1, st, &a->offset);
   char *d = dst;
   for (bool more = !it.done; more; more = kern_iter_next(&it)) {
-    kern_copy_row(d, base + it.off[0] * (int64_t)isz, isz, it.inner_stride[0], it.inner);
-    d += (size_t)it.inner * isz;
+    const char *s = base + it.off[0] * (int64_t)isz;
+    int64_t step = it.inner_stride[0], chunk = poll ? KERN_CHUNK : it.inner;
+    for (int64_t at = 0; at < it.inner; at += chunk) {
+      if (poll && shm_interrupt_pending())
+        return;
+      int64_t m = it.inner - at < chunk ? it.inner - at : chunk;
+      kern_copy_row(d, s + at * step * (int64_t)isz, isz, step, m);
+      d += (size_t)m * isz;
+    }
   }
+}
+
+void kern_copy_to_contiguous(void *dst, const Array *a) { kern_copy_flat(dst, a, false); }
+
+Array *kern_contiguous(Array *a) {
+  if (a->contiguous)
+    return (Array *)val_incref(&a->hdr);
+  Array *c = arr_new(a->dtype, a->ndim, a->shape);
+  if (!c)
+    return NULL;
+  kern_copy_flat(c->buf->data, a, true);
+  c->weak = a->weak;
+  c->vma = a->vma;
+  c->why = a->why;
+  return c;
 }
 
 /* Conversions: to a float/int C type from any source C type.  Float to
@@ -520,10 +561,6 @@ static struct {
 } par = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
          PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, false, false, false};
 static pthread_once_t par_once = PTHREAD_ONCE_INIT;
-
-/* Elements between two looks at Ctrl-C in a long serial loop: 4 Mi (tens
- * of milliseconds at most). */
-#define KERN_CHUNK ((int64_t)1 << 22)
 
 /* fn(ctx, lo, hi) in chunks, stopping early at Ctrl-C: the caller's
  * primitive then fails with "interrupted" (prim_apply), so what was not
@@ -1014,11 +1051,27 @@ int kern_copy(Array **in, int nin, const Params *p, Array **out) {
   return 0;
 }
 
+/* One conversion split by kern_parallel: ranges of [n] elements. */
+typedef struct {
+  char *dst;
+  const char *src;
+  DType dt, st;
+} ConvertJob;
+
+static void kern_convert_range(const void *ctx, int64_t lo, int64_t hi) {
+  const ConvertJob *j = ctx;
+  kern_convert(j->dst + (size_t)lo * dt_size(j->dt), j->dt,
+               j->src + (size_t)lo * dt_size(j->st), j->st, hi - lo);
+}
+
+/* astype of 10^8 elements is a second of work: split over two cores and
+ * stopped at Ctrl-C between ranges. */
 int kern_convert_element_type(Array **in, int nin, const Params *p, Array **out) {
-  Array *x = arr_contiguous(in[0]);
+  Array *x = kern_contiguous(in[0]);
   if (!x)
     return -1;
-  kern_convert(arr_data(out[0]), out[0]->dtype, arr_data(x), x->dtype, x->size);
+  ConvertJob job = {arr_data(out[0]), arr_data(x), out[0]->dtype, x->dtype};
+  kern_par(kern_convert_range, &job, x->size);
   val_decref(&x->hdr);
   return 0;
 }

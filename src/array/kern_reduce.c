@@ -513,21 +513,26 @@ int kern_argmin(Array **in, int nin, const Params *p, Array **out) {
 
 /* ---- cumulative scans ----------------------------------------------------------- */
 
-/* Scans [r] rows of [q] elements at [x] into [y] (same layout): row k of y
- * is op(row k-1 of y, row k of x), walking backwards when [rev]. */
+/* Steps [k0, k1) of a scan of [r] rows of [q] elements at [x] into [y]
+ * (same layout): row k of y is op(row k-1 of y, row k of x), walking
+ * backwards when [rev]; step 0 copies the first row, a later step reads
+ * the row the step before wrote. */
 #define SCAN(NAME, T, U, COMB)                                               \
-  static void NAME(const void *px, void *py, int64_t r, int64_t q, bool rev) { \
+  static void NAME(const void *px, void *py, int64_t r, int64_t q, bool rev, \
+                   int64_t k0, int64_t k1) {                                \
     const T *x = px;                                                        \
     T *y = py;                                                              \
     int64_t first = rev ? r - 1 : 0, step = rev ? -1 : 1;                   \
-    memcpy(y + first * q, x + first * q, sizeof(T) * (size_t)q);            \
-    for (int64_t k = 1; k < r; k++) {                                       \
+    if (k0 == 0)                                                            \
+      memcpy(y + first * q, x + first * q, sizeof(T) * (size_t)q);          \
+    for (int64_t k = k0 ? k0 : 1; k < k1; k++) {                            \
       int64_t cur = first + k * step, prev = cur - step;                    \
       for (int64_t i = 0; i < q; i++)                                       \
         y[cur * q + i] = (T)COMB(U, y[prev * q + i], x[cur * q + i]);       \
     }                                                                       \
   }
-typedef void (*ScanFn)(const void *x, void *y, int64_t r, int64_t q, bool rev);
+typedef void (*ScanFn)(const void *x, void *y, int64_t r, int64_t q, bool rev,
+                       int64_t k0, int64_t k1);
 #define SCANS(OP, CI, CF)                                                    \
   SCAN(scan_##OP##_b, uint8_t, uint8_t, C_OR)                                \
   SCAN(scan_##OP##_i8, int8_t, uint8_t, CI)                                  \
@@ -552,7 +557,7 @@ static int kern_scan(int op, Array *x0, const Params *p, Array *o) {
     return -1;
   if (params_get(p, "reverse") && params_bool(p, "reverse", &rev) < 0)
     return -1;
-  Array *w = kern_widen_half(x0), *x = w ? arr_contiguous(w) : NULL;
+  Array *w = kern_widen_half(x0), *x = w ? kern_contiguous(w) : NULL;
   if (w)
     val_decref(&w->hdr);
   if (!x)
@@ -566,9 +571,14 @@ static int kern_scan(int op, Array *x0, const Params *p, Array *o) {
                                   : arr_new(x->dtype, o->ndim, o->shape);
   if (t) {
     size_t blk = (size_t)(r * q) * dt_size(x->dtype);
+    /* steps of about KERN_CHUNK elements, with a look at Ctrl-C before
+     * each (a cumsum of 5*10^8 is tens of seconds of work) */
+    int64_t rows = q < KERN_CHUNK ? KERN_CHUNK / q : 1;
     for (int64_t i = 0; r > 0 && i < pp; i++)
-      scan_fns[op][kern_tcode(x->dtype)]((char *)arr_data(x) + i * blk,
-                                         (char *)arr_data(t) + i * blk, r, q, rev);
+      KERN_FOR_POLLED(k, 0, (r + rows - 1) / rows, 1)
+        scan_fns[op][kern_tcode(x->dtype)]((char *)arr_data(x) + i * blk,
+                                           (char *)arr_data(t) + i * blk, r, q, rev,
+                                           k * rows, r - k * rows < rows ? r : (k + 1) * rows);
     if (t != o)
       kern_convert(arr_data(o), o->dtype, arr_data(t), t->dtype, o->size);
     val_decref(&t->hdr);

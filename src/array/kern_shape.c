@@ -18,7 +18,10 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* Copies [src] (any layout) into [dst] (any layout, same shape and dtype). */
+/* Copies [src] (any layout) into [dst] (any layout, same shape and dtype),
+ * leaving the rest undone at Ctrl-C (looked at every KERN_CHUNK
+ * elements): only kernels call it, and prim_run_kernel fails an
+ * interrupted one. */
 static void kern_assign(Array *dst, const Array *src) {
   size_t isz = dt_size(dst->dtype);
   const int64_t *st[2] = {dst->strides, src->strides};
@@ -32,10 +35,10 @@ static void kern_assign(Array *dst, const Array *src) {
     const char *sp = s + it.off[1] * (int64_t)isz;
     int64_t ds = it.inner_stride[0] * (int64_t)isz, ss = it.inner_stride[1] * (int64_t)isz;
     if (ds == (int64_t)isz && ss == (int64_t)isz) {
-      memmove(dp, sp, (size_t)it.inner * isz);
+      kern_move_polled(dp, sp, (size_t)it.inner * isz);
       continue;
     }
-    for (int64_t i = 0; i < it.inner; i++)
+    KERN_FOR_POLLED(i, 0, it.inner, KERN_CHUNK)
       memcpy(dp + i * ds, sp + i * ss, isz);
   }
 }

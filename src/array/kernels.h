@@ -64,6 +64,18 @@ void kern_convert(void *dst, DType dt, const void *src, DType st, int64_t n);
  * dtype, in row-major order of a's logical shape. */
 void kern_copy_to_contiguous(void *dst, const Array *a);
 
+/* For kernels: arr_contiguous (a new reference to [a] when contiguous,
+ * else a contiguous copy), with the copy stopped at Ctrl-C (looked at
+ * every KERN_CHUNK elements): the copy is then partial, and the kernel's
+ * primitive fails with "interrupted" (prim_run_kernel).  NULL when out of
+ * memory. */
+Array *kern_contiguous(Array *a);
+
+/* memmove of [n] bytes; when [dst] and [src] do not overlap, in chunks of
+ * KERN_CHUNK bytes with a look at Ctrl-C before each, the rest left
+ * undone at Ctrl-C (for kernels, as kern_contiguous). */
+void kern_move_polled(void *dst, const void *src, size_t n);
+
 /* Walks the rows of an N-d iteration space for up to KERN_ITER_MAXOPS
  * operands with their own strides and offsets (in elements).  Size-1
  * dimensions are dropped and dimensions every operand walks contiguously
@@ -153,6 +165,22 @@ double kern_sum_f64(const double *x, int64_t n);
  * which thread ran a range, and it cannot report errors (the helper's
  * error state is its own). */
 typedef void (*RangeFn)(const void *ctx, int64_t lo, int64_t hi);
+/* Elements between two looks at Ctrl-C in a long serial loop: 4 Mi (tens
+ * of milliseconds at most). */
+#define KERN_CHUNK ((int64_t)1 << 22)
+/* Elements between two looks at Ctrl-C in a serial loop whose element
+ * costs a hash or a polynomial (random bits, erf_inv): 1 Mi. */
+#define KERN_CHUNK_SLOW ((int64_t)1 << 20)
+/* for (i = lo; i < hi; i++) in chunks of [chunk], looking at Ctrl-C
+ * before each and leaving the loop when it came: the kernel's primitive
+ * then fails with "interrupted" (prim_run_kernel), so the elements left
+ * unwritten are never seen.  The inner loop keeps a plain bound, so it
+ * vectorises as the unchunked one did. */
+#define KERN_FOR_POLLED(i, lo, hi, chunk)                                          \
+  for (int64_t i##_lo = (lo), i##_hi = (hi); i##_lo < i##_hi && !shm_interrupt_pending(); \
+       i##_lo += (chunk))                                                           \
+    for (int64_t i = i##_lo, i##_end = i##_hi - i##_lo < (chunk) ? i##_hi : i##_lo + (chunk); \
+         i < i##_end; i++)
 void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t align);
 /* Elements below which a second core costs more than it brings. */
 #define KERN_PAR_MIN ((int64_t)1 << 20)

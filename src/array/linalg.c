@@ -422,21 +422,86 @@ static void la_sgemm_cntx_init(void) {
   }
 }
 
-static void gemm_f32(const MatView *l, const MatView *r, float *c, int64_t m,
-                     int64_t n, int64_t k, int64_t lo, int64_t ro) {
-  float one = 1.0f, zero = 0.0f;
+/* C = A B, or C += A B when [acc] (BLIS's beta 0 or 1), for the m x k
+ * block of A at element [lo] and the k x n block of B at [ro]. */
+static void gemm_f32(const MatView *l, const MatView *r, float *c, int64_t m, int64_t n,
+                     int64_t k, int64_t lo, int64_t ro, bool acc) {
+  float one = 1.0f, beta = acc ? 1.0f : 0.0f;
   pthread_once(&la_sgemm_once, la_sgemm_cntx_init);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
                (float *)l->data + lo, l->rs, l->cs, (float *)r->data + ro, r->rs, r->cs,
-               &zero, c, n, 1, &la_sgemm_cntx, NULL);
+               &beta, c, n, 1, &la_sgemm_cntx, NULL);
 }
 
-static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t m,
-                     int64_t n, int64_t k, int64_t lo, int64_t ro) {
-  double one = 1.0, zero = 0.0;
+static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t m, int64_t n,
+                     int64_t k, int64_t lo, int64_t ro, bool acc) {
+  double one = 1.0, beta = acc ? 1.0 : 0.0;
   bli_dgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
             (double *)l->data + lo, l->rs, l->cs, (double *)r->data + ro, r->rs,
-            r->cs, &zero, c, n, 1);
+            r->cs, &beta, c, n, 1);
+}
+
+/* Multiply-adds in one BLIS call of a float product: about 2^30, tens of
+ * milliseconds, so Ctrl-C is seen within them. */
+#define LA_PANEL_WORK ((int64_t)1 << 30)
+/* Rows of C in one panel, at least: each row panel packs B again (k n
+ * elements, at memory speed, against the panel's rows k n multiply-adds),
+ * which at 512 rows stays near a percent. */
+#define LA_PANEL_MIN_ROWS 512
+
+/* How a float product is cut into BLIS calls: [np] equal panels of rows
+ * of C, each cut along k into panels of [kp] (the last one takes the
+ * rest).  BLIS itself walks k in blocks of its KC, adding each block's
+ * product to C, so cuts at multiples of KC add the same products in the
+ * same order: the result is the one call's, bit for bit.  That holds
+ * only on BLIS's large-matrix path with a fixed KC (its largest block
+ * equal to its default); otherwise, and for a product of one call's
+ * work, the plan is one call. */
+typedef struct {
+  int64_t np, kp;
+} PanelPlan;
+
+static PanelPlan panel_plan(DType ct, int64_t m, int64_t n, int64_t k) {
+  PanelPlan pl = {1, k};
+  num_t dt = ct == DT_F32 ? BLIS_FLOAT : BLIS_DOUBLE;
+  pthread_once(&la_sgemm_once, la_sgemm_cntx_init);
+  cntx_t *cx = ct == DT_F32 ? &la_sgemm_cntx : bli_gks_query_cntx();
+  dim_t kc = bli_cntx_get_blksz_def_dt(dt, BLIS_KC, cx);
+  if ((double)m * n * k <= LA_PANEL_WORK || kc != bli_cntx_get_blksz_max_dt(dt, BLIS_KC, cx) ||
+      bli_cntx_l3_sup_thresh_is_met(dt, m, n, k, cx))
+    return pl;
+  int64_t rows = LA_PANEL_WORK / (n * k);
+  rows = rows < LA_PANEL_MIN_ROWS ? LA_PANEL_MIN_ROWS : rows;
+  pl.np = m / rows > 1 ? m / rows : 1;
+  int64_t mp = m / pl.np, kt = bli_cntx_get_l3_sup_thresh_dt(dt, BLIS_KT, cx);
+  int64_t kp = LA_PANEL_WORK / (mp * n) / kc * kc;
+  kp = kp < kc ? kc : kp;
+  kp = kp < kt ? (kt + kc - 1) / kc * kc : kp;
+  pl.kp = kp < k ? kp : k;
+  if (bli_cntx_l3_sup_thresh_is_met(dt, mp, n, pl.kp, cx))   /* a panel would take the small path */
+    pl = (PanelPlan){1, k};
+  return pl;
+}
+
+/* C = A B for float [ct] in the BLIS calls of panel_plan, looking at
+ * Ctrl-C before each (a 6000-square product is seconds in one call;
+ * prim_run_kernel fails an interrupted one). */
+static void gemm_panels(const MatView *l, const MatView *r, DType ct, char *c,
+                        int64_t m, int64_t n, int64_t k, int64_t lo, int64_t ro) {
+  PanelPlan pl = panel_plan(ct, m, n, k);
+  int64_t nk = k / pl.kp;
+  size_t csz = dt_size(ct);
+  KERN_FOR_POLLED(call, 0, pl.np * nk, 1) {
+    int64_t p = call / nk, q = call % nk;
+    int64_t i0 = p * m / pl.np, mp = (p + 1) * m / pl.np - i0;
+    int64_t k0 = q * pl.kp, kq = q == nk - 1 ? k - k0 : pl.kp;
+    char *cp = c + (size_t)(i0 * n) * csz;
+    int64_t la = lo + i0 * l->rs + k0 * l->cs, rb = ro + k0 * r->rs;
+    if (ct == DT_F32)
+      gemm_f32(l, r, (float *)cp, mp, n, kq, la, rb, q > 0);
+    else
+      gemm_f64(l, r, (double *)cp, mp, n, kq, la, rb, q > 0);
+  }
 }
 
 /* C = A B in int64, i-k-j order so the inner loop runs along rows of B
@@ -475,10 +540,8 @@ static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
     char *cb = c + (size_t)(b * m * n) * csz;
     if (k == 0)
       memset(cb, 0, (size_t)(m * n) * csz);
-    else if (ct == DT_F32)
-      gemm_f32(l, r, (float *)cb, m, n, k, lo, ro);
-    else if (ct == DT_F64)
-      gemm_f64(l, r, (double *)cb, m, n, k, lo, ro);
+    else if (ct != DT_I64)
+      gemm_panels(l, r, ct, cb, m, n, k, lo, ro);
     else
       gemm_i64(l, r, (int64_t *)cb, m, n, k, lo, ro);
     for (int i = nb - 1; i >= 0 && ++idx[i] == bshape[i]; i--)

@@ -178,7 +178,7 @@ static int kern_bits(Array **in, int nin, const Params *p, Array **out) {
   Array *o = fresh(out, DT_I64, n, shape);
   if (!o) return -1;
   int64_t *d = arr_data(o);
-  for (int64_t i = 0; i < o->size; i++) d[i] = bits32(k0, k1, i);
+  KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) d[i] = bits32(k0, k1, i);
   return 0;
 }
 
@@ -202,7 +202,7 @@ static int kern_uniform(Array **in, int nin, const Params *p, Array **out) {
   if (!o) return -1;
   if (t == DT_F32) {
     float *d = arr_data(o);
-    for (int64_t i = 0; i < o->size; i++) {
+    KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) {
       uint32_t u = (bits32(k0, k1, i) >> 9) | 0x3F800000u;
       float f;
       memcpy(&f, &u, 4);
@@ -210,7 +210,7 @@ static int kern_uniform(Array **in, int nin, const Params *p, Array **out) {
     }
   } else {
     double *d = arr_data(o);
-    for (int64_t i = 0; i < o->size; i++) {
+    KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) {
       uint64_t u = (bits64(k0, k1, i) >> 12) | 0x3FF0000000000000ull;
       double f;
       memcpy(&f, &u, 8);
@@ -266,7 +266,7 @@ static int kern_randint(Array **in, int nin, const Params *p, Array **out) {
   if (!o) return -1;
   int64_t *v = shm_malloc(sizeof(int64_t) * (size_t)(o->size ? o->size : 1));
   if (!v) return err_nomem(), -1;
-  for (int64_t i = 0; i < o->size; i++) {
+  KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) {
     uint32_t h = bits32(ks[0][0], ks[0][1], i), l = bits32(ks[1][0], ks[1][1], i);
     uint32_t off = span ? (uint32_t)((h % span) * mult + (l % span)) % span : h * mult + l;
     v[i] = lo + (int64_t)off;
@@ -421,14 +421,14 @@ static int kern_erf_inv(Array **in, int nin, const Params *p, Array **out) {
   if (x->dtype == DT_F64) {
     const double *s = arr_data(x);
     double *d = arr_data(o);
-    for (int64_t i = 0; i < x->size; i++) d[i] = erfinv_f64(s[i]);
+    KERN_FOR_POLLED(i, 0, x->size, KERN_CHUNK_SLOW) d[i] = erfinv_f64(s[i]);
   } else {
     Array *f = x->dtype == DT_F32 ? (Array *)val_incref(&x->hdr) : arr_astype(x, DT_F32, false);
     Array *r = f && x->dtype != DT_F32 ? arr_new(DT_F32, x->ndim, x->shape) : NULL;
     float *d = x->dtype == DT_F32 ? arr_data(o) : r ? arr_data(r) : NULL;
     if (f && d) {
       const float *s = arr_data(f);
-      for (int64_t i = 0; i < x->size; i++) d[i] = erfinv_f32(s[i]);
+      KERN_FOR_POLLED(i, 0, x->size, KERN_CHUNK_SLOW) d[i] = erfinv_f32(s[i]);
       if (r) kern_convert(arr_data(o), o->dtype, d, DT_F32, x->size);
     }
     if (f) val_decref(&f->hdr);

@@ -198,10 +198,15 @@ void val_free_statics(void) {
 
 /* ---- strings ------------------------------------------------------------------ */
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+/* FNV-1a of [n] bytes continued from [h]: a hash of a text extended is
+ * the old hash continued over the new bytes. */
+static uint64_t hash_more(uint64_t h, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
   return h;
+}
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+  return hash_more(1469598103934665603ull, s, n);
 }
 
 Value *str_new(const char *s, size_t len) {
@@ -219,6 +224,19 @@ Value *str_new(const char *s, size_t len) {
 size_t str_offset(const Value *v, size_t k) {
   const Str *s = (const Str *)v;
   return s->nchars == s->len ? k : utf8_offset(s->s, s->len, k);
+}
+
+Value *str_append_owned(Value *s, const char *t, size_t n) {
+  size_t len = ((Str *)s)->len;
+  if (n > SIZE_MAX - sizeof(Str) - len - 1) return err_nomem();
+  Str *v = shm_realloc(s, sizeof *v + len + n + 1);
+  if (!v) return err_nomem();
+  memcpy(v->s + len, t, n);
+  v->len = len + n;
+  v->s[v->len] = '\0';
+  v->hash = hash_more(v->hash, t, n);
+  v->nchars += utf8_count(t, n);
+  return &v->hdr;
 }
 
 Value *str_take(StrBuf *b) {

@@ -151,6 +151,13 @@ Value *str_new(const char *s, size_t len);
  * out-of-memory error when an append to it had failed. */
 Value *str_take(StrBuf *b);
 Value *str_from(const char *s);                    /* NUL-terminated */
+/* Appends [n] bytes at [t] to string [s] in place, which its caller holds
+ * alone (refcount 1, not immortal): CPython's way of making a loop of
+ * `s += t` linear, the string's block grown by realloc ([t] must not
+ * point into [s]).  Returns the
+ * string, perhaps moved (the old pointer is then invalid), its hash that
+ * of the new text; NULL with the out-of-memory error and [s] unchanged. */
+Value *str_append_owned(Value *s, const char *t, size_t n);
 Value *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline const char *str_cstr(const Value *v) { return ((const Str *)v)->s; }
 /* The number of code points of str [v]: Python's len(). */

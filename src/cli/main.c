@@ -6,6 +6,9 @@
  * Exit status: 0 success, 1 an error in the program (or its config),
  * 2 bad command-line usage.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -450,8 +453,68 @@ static int start_processes(const CmdLine *cl) {
   return local;
 }
 
+/* A program started with its standard output closed: /dev/null takes
+ * descriptor 1, so that no file the program opens gets it (and the
+ * program's output), and the first print fails ("[Errno 9] Bad file
+ * descriptor") instead of the output being lost unseen. */
+static void guard_closed_stdout(void) {
+  if (fcntl(STDOUT_FILENO, F_GETFD) >= 0 || errno != EBADF) return;
+  int fd = open("/dev/null", O_WRONLY);
+  if (fd >= 0 && fd != STDOUT_FILENO) {
+    dup2(fd, STDOUT_FILENO);
+    close(fd);
+  }
+  eval_output_closed();
+}
+
+/* The last flush of the standard output: output lost there (a full disk,
+ * /dev/full) or before makes a program that otherwise succeeded fail,
+ * "shmap: error: cannot write the standard output: [Errno 28] No space
+ * left on device", status 1, as Python reports it.  Returns the exit
+ * status. */
+static int finish_output(int rc) {
+  eval_flush();
+  if (eval_output_check() == 0) return rc;
+  if (rc) {   /* the program's own error was reported already */
+    err_clear();
+    return rc;
+  }
+  return report_error();
+}
+
+/* Whether this is the binary the build made, run where it was built (not
+ * a copy `make install` put under the prefix): its executable's folder is
+ * the build folder. */
+static bool uninstalled(void) {
+  char exe[PATH_MAX], *dir = realpath("/proc/self/exe", NULL), *build = realpath(SHMAP_BUILD_DIR, NULL);
+  bool same = false;
+  if (dir && build && strlen(dir) < sizeof exe) {
+    strcpy(exe, dir);
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    same = strcmp(exe, build) == 0;
+  }
+  free(dir);
+  free(build);
+  return same;
+}
+
+/* The module search path's last folder: an uninstalled build also
+ * searches its source tree's stdlib/, after the installed one (shmap(1),
+ * FILES); an installed binary does not, so it never reads the modules of
+ * a build tree that may have changed since.  --verbose shows the path. */
+static int finish_module_path(void) {
+  if (uninstalled() && interp_add_path(SHMAP_SRC_STDLIB_DIR) < 0) return -1;
+  if (!shm_options.verbose) return 0;
+  fputs("shmap: module search path:", stderr);
+  for (int i = 0; i < shm_interp->npath; i++) fprintf(stderr, " %s", shm_interp->path[i]);
+  fputc('\n', stderr);
+  return 0;
+}
+
 /* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
+  guard_closed_stdout();
   int rc = merge_options(cl);
   if (rc) return rc;
   int local = start_processes(cl);
@@ -464,7 +527,8 @@ static int run_interpreter(const CmdLine *cl) {
   tl_start(cl->trace != NULL, cl->comm_stats);
   if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;
-  if (interp_init(shm_options.devices) < 0 || register_layers(local) < 0 ||
+  if (interp_init(shm_options.devices) < 0 || finish_module_path() < 0 ||
+      register_layers(local) < 0 ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
     rc = report_error();
@@ -474,6 +538,7 @@ static int run_interpreter(const CmdLine *cl) {
     if (cl->mode != RUN_REPL) rc = run_program(cl, &globals);
     if (shm_options.interactive) rc = repl_run(globals);
   }
+  rc = finish_output(rc);
   release_globals(globals);
   dbg_free();
   dev_stop();   /* the devices' timelines are complete from here on */

@@ -346,7 +346,7 @@ static Value *bi_print(const CallArgs *a) {
   int f = flush ? val_truth(flush) : 0;
   if (f < 0) return NULL;
   if (f) eval_flush();
-  return VAL_NONE;
+  return eval_output_check() < 0 ? NULL : VAL_NONE;
 }
 
 static Value *bi_str(const CallArgs *a) {

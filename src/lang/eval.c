@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -57,14 +58,33 @@ Loc eval_set_current_loc(Loc loc) {
 }
 void eval_set_output(OutBuf *b) { cur_out = b; }
 
+/* errno of the first failed write to the standard output, 0 while none
+ * failed (written by the main thread only: devices write to OutBufs). */
+static int out_errno;
+static bool out_closed;   /* descriptor 1 was closed at the start */
+
+static void output_failed(int errnum) {
+  if (!out_errno) out_errno = errnum ? errnum : EIO;
+}
+
+void eval_output_closed(void) { out_closed = true; }
+
+int eval_output_check(void) {
+  if (cur_out || !out_errno) return 0;   /* a device's print: its buffer took it */
+  err_set(ERR_IO, "cannot write the standard output: [Errno %d] %s", out_errno,
+          strerror(out_errno));
+  return -1;
+}
+
 void eval_flush(void) {
-  if (!cur_out) fflush(stdout);
+  if (!cur_out && !out_errno && fflush(stdout) != 0) output_failed(errno);
 }
 
 void eval_write(const char *s, size_t n) {
   OutBuf *b = cur_out;
   if (!b) {
-    fwrite(s, 1, n, stdout);
+    if (out_closed) output_failed(EBADF);
+    else if (!out_errno && fwrite(s, 1, n, stdout) < n) output_failed(errno);
     return;
   }
   if (b->len + n > b->cap) {
@@ -1794,11 +1814,45 @@ static __attribute__((noinline)) Outcome exec_assign(const Node *s, Env *env) {
   return exec_assign_new(s, env);
 }
 
+/* name += str where [cur] (one reference of it ours) is the string the
+ * name still holds and nothing else holds: the text is appended in place
+ * (str_append_owned), as CPython does for a string with one holder, so a
+ * loop of `s += 'ab'` is linear, not quadratic.  False when the statement
+ * must make a new string (another holder would see the change); true with
+ * [*rc] the outcome otherwise. */
+static bool augassign_str_in_place(const Node *s, Env *env, Value *cur, Value *rhs,
+                                   Outcome *rc) {
+  const Node *t = s->a;
+  if (s->op != OP_ADD || t->kind != N_NAME || cur->type != V_STR || rhs->type != V_STR ||
+      (cur->flags & VAL_IMMORTAL) || env_target(env, t->name) != env)
+    return false;
+  Value **slot = env_slot_hinted(env, t);   /* again: evaluating rhs may have moved it */
+  if (!slot || *slot != cur || atomic_load(&cur->refcount) != 2) return false;
+  val_decref(cur);   /* the binding's reference is the only one left */
+  Value *v = str_append_owned(cur, str_cstr(rhs), ((Str *)rhs)->len);
+  if (v) *slot = v;
+  else err_locate(s->loc);
+  *rc = v ? OUT_OK : OUT_ERR;
+  return true;
+}
+
+/* target op= value.  A list extended (+=) in place, as Python's
+ * list.__iadd__ (so other names for it see the change), and bound again
+ * to the target; a string with one holder appended to in place; anything
+ * else target = target op value. */
 static Outcome exec_augassign(const Node *s, Env *env) {
   Value *cur = eval(s->a, env);
   if (!cur) return OUT_ERR;
-  Value *rhs = eval(s->b, env);
-  Value *v = rhs ? ops_binary(s->op, cur, rhs) : NULL;
+  Value *rhs = eval(s->b, env), *v = NULL;
+  Outcome rc;
+  if (rhs && augassign_str_in_place(s, env, cur, rhs, &rc)) {
+    val_decref(rhs);
+    return rc;
+  }
+  if (rhs && s->op == OP_ADD && cur->type == V_LIST)
+    v = ops_list_extend(cur, rhs) < 0 ? NULL : val_incref(cur);
+  else if (rhs)
+    v = ops_binary(s->op, cur, rhs);
   val_decref(cur);
   val_decref(rhs);
   if (!v) {
@@ -2073,7 +2127,7 @@ static Outcome echo_stmt(const Node *s, Frame *fr, Env *globals) {
       eval_write("\n", 1);
     }
     val_decref(r);
-    if (!r) o = OUT_ERR;
+    if (!r || eval_output_check() < 0) o = OUT_ERR;
   }
   val_decref(v);
   return o;
@@ -2119,7 +2173,7 @@ int eval_source(Source *src, Env *globals, bool echo) {
   int rc = run_module(mod, globals, echo);
   cur_tree = saved;
   val_decref(tree);
-  fflush(stdout);
+  eval_flush();
   return rc;
 }
 
@@ -2308,8 +2362,7 @@ int interp_init(int ndevices) {
       }
     shm_free(copy);
   }
-  if (interp_add_path(SHMAP_STDLIB_DIR) < 0) return -1;
-  return interp_add_path(SHMAP_SRC_STDLIB_DIR);
+  return interp_add_path(SHMAP_STDLIB_DIR);
 }
 
 void interp_free(void) {

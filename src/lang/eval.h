@@ -254,6 +254,18 @@ void eval_write(const char *s, size_t n);
  * Output a device buffers (inside a body) is written in device order
  * when the call ends, whatever flush says. */
 void eval_flush(void);
+/* Whether the standard output has taken everything written to it: 0, or
+ * -1 with an ERR_IO error, Python's OSError ("cannot write the standard
+ * output: [Errno 28] No space left on device") once a write or a flush of it failed (a full disk,
+ * /dev/full, a closed descriptor); output after that is dropped, and
+ * every later call fails the same way, as each of Python's prints
+ * raises again.  On a device thread, whose output goes to its buffer,
+ * always 0: the main thread's write of the buffers is what can fail. */
+int eval_output_check(void);
+/* The program started with descriptor 1 closed (cli/main.c): its first
+ * write to the standard output fails, "[Errno 9] Bad file descriptor";
+ * a program that writes nothing there does not fail. */
+void eval_output_closed(void);
 
 /* The error the innermost `except` block of this thread is handling
  * (borrowed, valid while that block runs), or NULL outside one: what

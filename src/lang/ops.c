@@ -479,7 +479,10 @@ static Value *seq_repeat(Value *s, int64_t n) {
     if (len && (size_t)n > ((size_t)1 << 30) / len) return err_set(ERR_MEMORY, "repeated string is too long");
     char *buf = shm_malloc(len * (size_t)n + 1);
     if (!buf) return err_nomem();
-    for (int64_t i = 0; i < n; i++) memcpy(buf + (size_t)i * len, str_cstr(s), len);
+    /* by doubling: a gigabyte of "ab" is thirty copies, not 5*10^8 */
+    size_t total = len * (size_t)n, done = total ? len : 0;
+    if (total) memcpy(buf, str_cstr(s), len);
+    for (; done < total; done *= 2) memcpy(buf + done, buf, done < total - done ? done : total - done);
     Value *r = str_new(buf, len * (size_t)n);
     shm_free(buf);
     return r;

@@ -83,6 +83,11 @@ int ops_len(Value *obj, int64_t *out);
 /* Iteration support for `for` and comprehensions: a List of items (arrays
  * iterate over their first axis; ranges are handled by the evaluator). */
 Value *ops_iter_items(Value *obj);
+/* list.extend: appends the items of iterable [x] to list [l] in place (a
+ * list extended by itself gets its items once more, as Python's).  0, or
+ * -1 with the error set (x not iterable, l made outside a shard_map body
+ * being run, out of memory). */
+int ops_list_extend(Value *l, Value *x);
 
 /* Registers attribute access for a value type defined by a later subsystem
  * (V_MESH, V_PSPEC, V_PLAN, ...): ops_getattr calls [fn], which returns a

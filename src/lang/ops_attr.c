@@ -4,6 +4,7 @@
  * strings (with str.format), modules and dtypes, and the hooks through
  * which later subsystems give their own types attributes.
  */
+#define _GNU_SOURCE   /* memmem */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,20 +286,24 @@ static Value *l_append(Value *self, const CallArgs *a) {
   return list_append(self, x) < 0 ? err_nomem() : VAL_NONE;
 }
 
+int ops_list_extend(Value *l, Value *x) {
+  if (val_check_container(l) < 0) return -1;
+  Value *items = ops_iter_items(x);
+  if (!items) return -1;
+  for (size_t i = 0; i < list_len(items); i++)
+    if (list_append(l, list_get(items, i)) < 0) {
+      val_decref(items);
+      return err_nomem(), -1;
+    }
+  val_decref(items);
+  return 0;
+}
+
 static Value *l_extend(Value *self, const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
   if (args_bind("extend", a, "iterable", slots) < 0) return NULL;
-  if (val_check_container(self) < 0) return NULL;
-  Value *items = ops_iter_items(x);
-  if (!items) return NULL;
-  for (size_t i = 0; i < list_len(items); i++)
-    if (list_append(self, list_get(items, i)) < 0) {
-      val_decref(items);
-      return err_nomem();
-    }
-  val_decref(items);
-  return VAL_NONE;
+  return ops_list_extend(self, x) < 0 ? NULL : VAL_NONE;
 }
 
 static Value *l_pop(Value *self, const CallArgs *a) {

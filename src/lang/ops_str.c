@@ -253,6 +253,11 @@ static Value *partition_impl(const char *fn, Value *self, const CallArgs *a, boo
 static Value *s_partition(Value *self, const CallArgs *a) { return partition_impl("partition", self, a, false); }
 static Value *s_rpartition(Value *self, const CallArgs *a) { return partition_impl("rpartition", self, a, true); }
 
+/* Bytes str.replace searches between two looks at Ctrl-C: replacing in a
+ * gigabyte string is seconds of work.  Each window is long enough to find
+ * any match that starts in its first REPLACE_WINDOW bytes. */
+#define REPLACE_WINDOW ((size_t)1 << 20)
+
 static Value *s_replace(Value *self, const CallArgs *a) {
   Value *old, *new_, *count;
   Value **slots[] = {&old, &new_, &count};
@@ -264,7 +269,18 @@ static Value *s_replace(Value *self, const CallArgs *a) {
   const char *s = str_cstr(self);
   StrBuf b = {0};
   for (; max != 0; max--) {
-    int64_t at = ol ? search(s + i, n - i, str_cstr(old), ol, false) : 0;
+    if (shm_interrupt_pending()) {
+      sbuf_free(&b);
+      return err_set(ERR_INTERRUPT, "interrupted");
+    }
+    size_t w = n - i < REPLACE_WINDOW + ol ? n - i : REPLACE_WINDOW + ol - 1;
+    int64_t at = ol && i <= n ? search(s + i, w, str_cstr(old), ol, false) : 0;
+    if (at < 0 && w < n - i) {   /* none in this window: its first part is kept */
+      sbuf_add(&b, s + i, REPLACE_WINDOW);
+      i += REPLACE_WINDOW;
+      max++;
+      continue;
+    }
     if (at < 0 || (!ol && i > n)) break;
     sbuf_add(&b, s + i, (size_t)at);
     sbuf_add(&b, str_cstr(new_), SLEN(new_));

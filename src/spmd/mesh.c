@@ -41,15 +41,15 @@ static int check_devices(const Mesh *m, const int *devices) {
   return 0;
 }
 
-static int check_axes(int naxes, const char *const *names, const int *sizes) {
+static int check_axes(int naxes, const char *const *names, const int64_t *sizes) {
   if (naxes > MESH_MAX_AXES) {
     err_set(ERR_VALUE, "a mesh may have at most %d axes", MESH_MAX_AXES);
     return -1;
   }
   for (int i = 0; i < naxes; i++) {
     if (sizes[i] < 1) {
-      err_set(ERR_VALUE, "mesh axis '%s' has size %d; sizes must be positive", names[i],
-              sizes[i]);
+      err_set(ERR_VALUE, "mesh axis '%s' has size %lld; sizes must be positive", names[i],
+              (long long)sizes[i]);
       return -1;
     }
     for (int j = 0; j < i; j++)
@@ -73,13 +73,19 @@ static int default_device(int size, int ndev, int i) {
   return (i / share) * (ndev / procs) + i % share;
 }
 
-Value *mesh_new(const char *name, int naxes, const char *const *names, const int *sizes,
+Value *mesh_new(const char *name, int naxes, const char *const *names, const int64_t *sizes,
                 const int *devices) {
   if (check_axes(naxes, names, sizes) < 0) return NULL;
   int64_t size = 1;
+  bool overflow = false;
   for (int i = 0; i < naxes; i++)
-    if ((size *= sizes[i]) > 1 << 20)
-      return err_set(ERR_VALUE, "mesh of %lld devices is too large", (long long)size);
+    overflow |= __builtin_mul_overflow(size, sizes[i], &size);
+  if (overflow)
+    return err_set(ERR_VALUE, "mesh of more than %lld devices is too large (at most %d)",
+                   (long long)INT64_MAX, MESH_MAX_DEVICES);
+  if (size > MESH_MAX_DEVICES)
+    return err_set(ERR_VALUE, "mesh of %lld devices is too large (at most %d)",
+                   (long long)size, MESH_MAX_DEVICES);
   int ndev = shm_interp ? shm_interp->ndevices : (int)size;
   if (!devices && size > ndev)
     return err_set(ERR_VALUE,
@@ -94,7 +100,7 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
   m->size = (int)size;
   for (int i = 0; i < naxes; i++) {
     m->axis_names[i] = names[i];
-    m->axis_sizes[i] = sizes[i];
+    m->axis_sizes[i] = (int)sizes[i];
   }
   if (!(m->devices = shm_malloc(sizeof(int) * (size_t)size))) {
     val_decref(&m->hdr);
@@ -160,7 +166,8 @@ static int read_device_ids(Value *v, int n, int *out) {
 
 /* `mesh NAME(AXIS=SIZE, ...) [devices EXPR]` */
 static int exec_mesh(const Node *s, Env *env, AstModule *mod) {
-  int sizes[MESH_MAX_AXES], n = s->nnames;
+  int64_t sizes[MESH_MAX_AXES];
+  int n = s->nnames;
   if (n > MESH_MAX_AXES) {
     err_set_at(s->loc, ERR_VALUE, "a mesh may have at most %d axes", MESH_MAX_AXES);
     return -1;
@@ -174,16 +181,18 @@ static int exec_mesh(const Node *s, Env *env, AstModule *mod) {
       err_locate(s->items.items[i]->loc);
       return -1;
     }
-    sizes[i] = x > 1 << 20 ? 1 << 21 : (int)x;
+    sizes[i] = x;
   }
   int *devs = NULL;
   Value *m = NULL;
   if (s->a) {
     int64_t size = 1;
-    for (int i = 0; i < n; i++) size *= sizes[i] > 0 ? sizes[i] : 1;
+    for (int i = 0; i < n; i++)
+      if (__builtin_mul_overflow(size, sizes[i] > 0 ? sizes[i] : 1, &size)) size = INT64_MAX;
     Value *dv = eval_node(s->a, env);
-    devs = dv && size <= 1 << 20 ? shm_malloc(sizeof(int) * (size_t)size) : NULL;
-    if (dv && devs && read_device_ids(dv, (int)size, devs) < 0) err_locate(s->a->loc);
+    devs = dv && size <= MESH_MAX_DEVICES ? shm_malloc(sizeof(int) * (size_t)size) : NULL;
+    if (dv && size > MESH_MAX_DEVICES) m = mesh_new(s->name, n, s->names, sizes, NULL);   /* its error */
+    else if (dv && devs && read_device_ids(dv, (int)size, devs) < 0) err_locate(s->a->loc);
     else if (dv && devs) m = mesh_new(s->name, n, s->names, sizes, devs);
     val_decref(dv);
   } else {
@@ -213,7 +222,8 @@ static Value *bi_mesh(const CallArgs *a) {
     goto out;
   }
   const char *an[MESH_MAX_AXES];
-  int sizes[MESH_MAX_AXES], *ids = shm_malloc(sizeof(int) * (size_t)(d->size ? d->size : 1));
+  int64_t sizes[MESH_MAX_AXES];
+  int *ids = shm_malloc(sizeof(int) * (size_t)(d->size ? d->size : 1));
   if (!ids || nn > MESH_MAX_AXES) {
     shm_free(ids);
     err_set(ERR_VALUE, "Mesh: too many axes");
@@ -226,7 +236,7 @@ static Value *bi_mesh(const CallArgs *a) {
       goto out;
     }
     an[i] = intern_cstr(str_cstr(items[i]));
-    sizes[i] = (int)d->shape[i];
+    sizes[i] = d->shape[i];
   }
   for (int64_t i = 0; i < d->size; i++) ids[i] = (int)arr_get_i64(d, i);
   res = mesh_new(NULL, (int)nn, an, sizes, ids);
@@ -270,14 +280,12 @@ static Value *bi_make_mesh(const CallArgs *a) {
     return err_set(ERR_VALUE, "make_mesh: axis_shapes and axis_names must be sequences of "
                               "one size and one name per axis");
   const char *an[MESH_MAX_AXES];
-  int sizes[MESH_MAX_AXES];
+  int64_t sizes[MESH_MAX_AXES];
   for (size_t i = 0; i < ns; i++) {
-    int64_t s;
     if (ni[i]->type != V_STR) return err_set(ERR_TYPE, "make_mesh: axis names must be strings");
-    if (arr_to_index(si[i], &s) < 0) return NULL;
-    if (s <= 0 || s > INT32_MAX) return err_set(ERR_VALUE, "make_mesh: axis sizes must be positive");
+    if (arr_to_index(si[i], &sizes[i]) < 0) return NULL;
+    if (sizes[i] <= 0) return err_set(ERR_VALUE, "make_mesh: axis sizes must be positive");
     an[i] = intern_cstr(str_cstr(ni[i]));
-    sizes[i] = (int)s;
   }
   (void)devs, (void)types;
   return mesh_new(NULL, (int)ns, an, sizes, NULL);

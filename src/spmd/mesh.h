@@ -43,12 +43,16 @@ typedef struct PSpec {
 
 /* Makes a mesh.  [names] interned, [sizes] positive, [devices] the device
  * id of each flat index or NULL for the identity.  Errors: a repeated
- * axis name, a non-positive size, more devices needed than exist ("mesh m
+ * axis name, a non-positive size, more than MESH_MAX_DEVICES devices (the
+ * message names the product of the sizes as given), more devices needed
+ * than exist ("mesh m
  * needs 8 devices but only 4 exist; run with --devices 8 or set
  * SHMAP_DEVICES=8"), a devices list of the wrong length, out-of-range or
  * repeated device ids. */
 Value *mesh_new(const char *name, int naxes, const char *const *names,
-                const int *sizes, const int *devices);
+                const int64_t *sizes, const int *devices);
+/* The most devices a mesh may have: 2^20. */
+#define MESH_MAX_DEVICES (1 << 20)
 
 /* Fills the device layer's description of [m] (device.h); the names and
  * device ids stay borrowed from [m]. */

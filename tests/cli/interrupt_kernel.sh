@@ -1,7 +1,9 @@
 #!/bin/bash
 # tests/cli/interrupt_kernel.sh SHMAP - Ctrl-C during one long kernel (an
 # arange of 2**30 elements; an int32 2000-square product, 7 s of work; a
-# fused element-wise loop of seconds; a compiled loop that never ends)
+# fused element-wise loop of seconds; a compiled loop that never ends;
+# astype, concatenate, cumsum, a 6000-square float product, random.normal
+# and str.replace of 200 MB)
 # ends the program promptly with
 # "interrupted", exit status 1: the kernel looks at the flag between
 # blocks or rows and its result is never used.  (All used to run to the
@@ -56,5 +58,28 @@ print('done')" 1000
 interrupted_soon "f = jit(lambda v: while_loop(lambda s: s[0] > -1., lambda s: (s[0] * 0.5, s[1] + 1.), (1., v)))
 print('ready', flush=True)
 f(ones(8))
+print('done')" 1000
+# kernels of seconds that looked at the flag only at their end: each now
+# stops within a chunk (astype, concatenate's copies, cumsum's scan, the
+# random bits and erf_inv behind normal, str.replace's search) or within a
+# panel of rows (a float product through BLIS)
+for body in 'y = x.astype(int32)' 'y = concatenate([x, x])' 'y = cumsum(x)'; do
+  interrupted_soon "x = ones(4 * 10**8, dtype=float32)
+print('ready', flush=True)
+$body
+print('done')" 1000
+done
+interrupted_soon "x = ones((6000, 6000), dtype=float32) * 1.
+print('ready', flush=True)
+y = x @ x
+print('done')" 1000
+interrupted_soon "import jax
+k = jax.random.key(0)
+print('ready', flush=True)
+y = jax.random.normal(k, (4 * 10**8,))
+print('done')" 1000
+interrupted_soon "s = 'ab' * 10**8
+print('ready', flush=True)
+t = s.replace('b', 'cd')
 print('done')" 1000
 exit 0
