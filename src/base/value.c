@@ -29,16 +29,101 @@ static void free_items(Value **items, size_t n) {
   for (size_t i = 0; i < n; i++) val_decref(items[i]);
 }
 
+/* ---- every live list and dict, for val_break_cycles ------------------------ */
+
+/* A circular list through a sentinel, so a container unlinks itself
+ * without knowing which list (live, or val_break_cycles' own) holds it. */
+static pthread_mutex_t containers_lock = PTHREAD_MUTEX_INITIALIZER;
+static ContainerLinks live_containers = {&live_containers, &live_containers, NULL};
+
+/* Puts [l] after [head]; the caller holds containers_lock. */
+static void links_insert(ContainerLinks *head, ContainerLinks *l) {
+  l->next = head->next;
+  l->prev = head;
+  head->next->prev = l;
+  head->next = l;
+}
+
+/* Takes [l] out of its list; the caller holds containers_lock. */
+static void links_remove(ContainerLinks *l) {
+  l->prev->next = l->next;
+  l->next->prev = l->prev;
+}
+
+static void container_link(ContainerLinks *l, Value *owner) {
+  l->owner = owner;
+  pthread_mutex_lock(&containers_lock);
+  links_insert(&live_containers, l);
+  pthread_mutex_unlock(&containers_lock);
+}
+
+static void container_unlink(ContainerLinks *l) {
+  pthread_mutex_lock(&containers_lock);
+  links_remove(l);
+  pthread_mutex_unlock(&containers_lock);
+}
+
+/* Drops what the list or dict [v] holds; [v] itself stays, empty. */
+static void container_empty(Value *v) {
+  if (v->type == V_LIST) {
+    List *l = (List *)v;
+    Value **items = l->items;
+    size_t n = l->len;
+    l->items = NULL;   /* detached first: freeing an item may reach [v] again */
+    l->len = l->cap = 0;
+    free_items(items, n);
+    shm_free(items);
+    return;
+  }
+  Dict *d = (Dict *)v;
+  Value **keys = d->keys, **vals = d->vals;
+  size_t n = d->len;
+  shm_free(d->index);
+  d->keys = d->vals = NULL;
+  d->index = NULL;
+  d->len = d->cap = d->index_cap = 0;
+  free_items(keys, n);
+  free_items(vals, n);
+  shm_free(keys);
+  shm_free(vals);
+}
+
+void val_break_cycles(void) {
+  ContainerLinks todo = {&todo, &todo, NULL};
+  pthread_mutex_lock(&containers_lock);
+  if (live_containers.next != &live_containers) {   /* all of them move to [todo] */
+    todo.next = live_containers.next;
+    todo.prev = live_containers.prev;
+    todo.next->prev = &todo;
+    todo.prev->next = &todo;
+    live_containers.next = live_containers.prev = &live_containers;
+  }
+  for (;;) {
+    ContainerLinks *l = todo.next;
+    if (l == &todo) break;
+    links_remove(l);   /* back among the live, where its free unlinks it */
+    links_insert(&live_containers, l);
+    Value *v = val_incref(l->owner);
+    pthread_mutex_unlock(&containers_lock);
+    container_empty(v);
+    val_decref(v);
+    pthread_mutex_lock(&containers_lock);
+  }
+  pthread_mutex_unlock(&containers_lock);
+}
+
 /* Releases what [v] holds and frees it. */
 static void free_one(Value *v) {
   switch ((VType)v->type) {
   case V_TUPLE: free_items(((Tuple *)v)->items, ((Tuple *)v)->len); break;
   case V_LIST:
+    container_unlink(&((List *)v)->links);
     free_items(((List *)v)->items, ((List *)v)->len);
     shm_free(((List *)v)->items);
     break;
   case V_DICT: {
     Dict *d = (Dict *)v;
+    container_unlink(&d->links);
     free_items(d->keys, d->len);
     free_items(d->vals, d->len);
     shm_free(d->keys);
@@ -299,6 +384,7 @@ Value *list_new(size_t cap) {
     }
     l->cap = cap;
   }
+  container_link(&l->links, &l->hdr);
   return &l->hdr;
 }
 
@@ -383,6 +469,7 @@ Value *dict_new(void) {
   if (!d) return err_nomem();
   val_init(&d->hdr, V_DICT);
   d->writer = val_writer;
+  container_link(&d->links, &d->hdr);
   return &d->hdr;
 }
 

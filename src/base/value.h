@@ -116,6 +116,17 @@ Value *val_make_static(Value *v);
  * and nothing else runs).  References still held elsewhere dangle. */
 void val_free_statics(void);
 
+/* Empties every list and dict still alive (at exit, after the program's
+ * scopes were released and before val_free_statics, with no device thread
+ * running): what only a reference cycle kept alive (a list that holds
+ * itself, a dict of functions whose scope holds the dict) is freed.
+ * Counting references never frees a cycle and the language has no
+ * collector; a list or dict is the link every such cycle of values runs
+ * through, as in CPython, whose collector tracks the containers too.  A
+ * cycle through a function's scope alone (a nested function that refers
+ * to itself) is not one of these and is not freed. */
+void val_break_cycles(void);
+
 /* ---- singletons --------------------------------------------------------- */
 
 extern Value val_none_, val_ellipsis_;
@@ -162,13 +173,25 @@ typedef struct Tuple {
  * tuple is shared. */
 Value *tuple_new(size_t n);
 void tuple_set_steal(Value *t, size_t i, Value *item);
+/* False when [v] is a tuple with a NULL item, at any depth of tuples in
+ * tuples: one filled by tuple_set_steal with the result of a maker that
+ * ran out of memory.  Any other value is complete. */
+bool tuple_complete(const Value *v);
 /* A tuple of the [n] given values (borrowed). */
 Value *tuple_pack(size_t n, Value *const *items);
 static inline size_t tuple_len(const Value *t) { return ((const Tuple *)t)->len; }
 static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple *)t)->items[i]; }
 
+/* The links of a list or dict in the list of every live one, which
+ * val_break_cycles walks at exit (value.c). */
+typedef struct ContainerLinks {
+  struct ContainerLinks *prev, *next;
+  Value *owner;
+} ContainerLinks;
+
 typedef struct List {
   Value hdr;
+  ContainerLinks links;
   uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **items;   /* owned references */
@@ -216,6 +239,7 @@ bool val_seq(const Value *v, size_t *len, Value *const **items);
 
 typedef struct Dict {
   Value hdr;
+  ContainerLinks links;
   uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **keys, **vals;  /* owned, in insertion order */

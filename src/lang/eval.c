@@ -2306,23 +2306,26 @@ int interp_init(int ndevices) {
 }
 
 void interp_free(void) {
+  exc_forget();
   if (!shm_interp) return;
   Dict *mods = (Dict *)shm_interp->modules;
   for (size_t i = 0; mods && i < mods->len; i++) {
     /* Module globals hold functions whose closures hold the module scope:
-     * clear each so the cycles are freed. */
-    Value *g = ((Module *)mods->vals[i])->globals;
+     * clear each so the cycles are freed.  A module whose loading ran out
+     * of memory may lack its globals, or a name its value. */
+    Value *g = mods->vals[i] ? ((Module *)mods->vals[i])->globals : NULL;
     Dict *gd = (Dict *)g;
-    for (size_t k = 0; k < gd->len; k++)
-      if (gd->vals[k]->type == V_FUNC) {
+    for (size_t k = 0; gd && k < gd->len; k++)
+      if (gd->vals[k] && gd->vals[k]->type == V_FUNC) {
         Env *e = ((Func *)gd->vals[k])->closure;
         if (e && !e->parent) env_clear(e);
       }
   }
-  env_clear(shm_interp->builtins);
+  if (shm_interp->builtins) env_clear(shm_interp->builtins);   /* NULL: interp_init failed */
   env_decref(shm_interp->builtins);
   val_decref(shm_interp->modules);
   val_decref(shm_interp->argv);
+  val_break_cycles();   /* the program's scopes are gone: what is left is cycles */
   for (int i = 0; i < shm_interp->npath; i++) shm_free(shm_interp->path[i]);
   shm_free(shm_interp->path);
   shm_free(shm_interp);

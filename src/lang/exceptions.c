@@ -194,6 +194,12 @@ int exc_raise(Value *v, Loc loc) {
   return -1;
 }
 
+void exc_forget(void) {
+  val_decref(raised);
+  raised = NULL;
+  raised_msg[0] = '\0';
+}
+
 /* ---- the classes as built-ins ----------------------------------------------------- */
 
 /* Calling a class: an instance whose message is its argument's str. */

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "lang/eval.h"
+#include "lang/exceptions.h"
 #include "base/mem.h"
 #include "base/timeline.h"
 #include "spmd/transport.h"
@@ -143,6 +144,7 @@ static void run_job(Job *job, int rank) {
   err_clear();
   job->fn(rank, job->ctx);
   if (err_occurred()) save_error(job, rank);
+  exc_forget();   /* the thread may end before its next raise replaces it */
   tls_ctx = NULL;
 }
 
