@@ -22,7 +22,8 @@
 #   6. the terminal sessions tests/tty/*.sh, through tmux (each is
 #      skipped, with a note, when tmux is not installed), and the command
 #      line's scripts tests/cli/*.sh (--trace, --comm-stats, Ctrl-C, races
-#      whose right answers are more than one; their programs in tests/cli/progs);
+#      whose right answers are more than one, out of memory at each
+#      allocation; their programs in tests/cli/progs);
 #   7. the layering of src/: tests/check-layers.sh over the sources'
 #      #include lines and the built objects' symbols.
 #

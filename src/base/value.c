@@ -215,23 +215,31 @@ void val_register_bools(Value *(*make)(bool b)) { bool_maker = make; }
 static void make_bools(void) {
   true_v = bool_maker ? bool_maker(true) : NULL;
   false_v = bool_maker ? bool_maker(false) : NULL;
-  if (!true_v || !false_v) {
-    fprintf(stderr, "shmap: out of memory at start-up\n");
+  if (true_v) true_v->flags |= VAL_IMMORTAL;
+  if (false_v) false_v->flags |= VAL_IMMORTAL;
+}
+
+int val_bools_init(void) {
+  pthread_once(&bools_once, make_bools);
+  if (true_v && false_v) return 0;
+  err_nomem();
+  return -1;
+}
+
+/* True or False, made on first use where val_bools_init was not called
+ * (a unit test): without memory for them there is nothing to return. */
+static Value *bool_or_abort(Value **v) {
+  pthread_once(&bools_once, make_bools);
+  if (!*v) {
+    fprintf(stderr, "shmap: out of memory making True and False\n");
     abort();
   }
-  true_v->flags |= VAL_IMMORTAL;
-  false_v->flags |= VAL_IMMORTAL;
+  return *v;
 }
 
-Value *val_true(void) {
-  pthread_once(&bools_once, make_bools);
-  return true_v;
-}
+Value *val_true(void) { return bool_or_abort(&true_v); }
 
-Value *val_false(void) {
-  pthread_once(&bools_once, make_bools);
-  return false_v;
-}
+Value *val_false(void) { return bool_or_abort(&false_v); }
 
 /* ---- static values: immortal until exit ------------------------------------ */
 
@@ -338,6 +346,14 @@ void tuple_set_steal(Value *t, size_t i, Value *item) {
   tu->items[i] = item;
 }
 
+bool tuple_complete(const Value *v) {
+  if (v->type != V_TUPLE) return true;
+  const Tuple *t = (const Tuple *)v;
+  for (size_t i = 0; i < t->len; i++)
+    if (!t->items[i] || !tuple_complete(t->items[i])) return false;
+  return true;
+}
+
 Value *tuple_pack(size_t n, Value *const *items) {
   Value *t = tuple_new(n);
   if (!t) return NULL;
@@ -423,8 +439,18 @@ int list_splice(Value *lv, size_t start, size_t n, size_t m, Value *const *items
 }
 
 
+/* For a container's setters: a NULL [v] is the result of a maker that
+ * failed (out of memory, its error set), refused so that no container
+ * holds a NULL for a later reader to follow. */
+static int refuse_null(const Value *v) {
+  if (v) return 0;
+  if (!err_occurred()) err_nomem();
+  return -1;
+}
+
 int list_append_steal(Value *lv, Value *item) {
   List *l = (List *)lv;
+  if (refuse_null(item) < 0) return -1;
   if (l->len == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 4;
     Value **ni = shm_realloc(l->items, cap * sizeof(Value *));
@@ -574,6 +600,7 @@ static int dict_grow(Dict *d) {
 int dict_set(Value *dv, Value *key, Value *val) {
   Dict *d = (Dict *)dv;
   uint64_t h;
+  if (refuse_null(key) < 0 || refuse_null(val) < 0) return -1;
   if (!key_hash(key, &h)) return (int)val_hash(key);   /* sets the error */
   long i = dict_find(d, key);
   if (i >= 0) {

@@ -144,6 +144,12 @@ static inline Value *val_bool(bool b) { return b ? val_true() : val_false(); }
  * memory.  Called once, before the first val_true. */
 void val_register_bools(Value *(*make)(bool b));
 
+/* Makes True and False now, after val_register_bools: 0, or -1 with the
+ * out-of-memory error.  The interpreter calls it at start-up, where a
+ * failure is reported; made on first use instead, mid-program and on any
+ * thread, val_true could only abort. */
+int val_bools_init(void);
+
 /* ---- strings ------------------------------------------------------------ */
 
 typedef struct Str {

@@ -256,6 +256,10 @@ static int env_grow(Env *e) {
 }
 
 int env_set_steal(Env *e, const char *name, Value *v) {
+  if (!v) {   /* its maker failed, the error set: no scope holds a NULL */
+    if (!err_occurred()) err_nomem();
+    return -1;
+  }
   Value **s = env_slot(e, name);
   if (s) {
     Value *old = *s;
@@ -1334,6 +1338,7 @@ static inline __attribute__((always_inline)) Outcome exec_block_inline(const Nod
   for (int i = 0; i < body->n; i++) {
     Outcome o = exec_stmt(body->items[i], env, ret);
     if (__builtin_expect(o == OUT_OK, 1)) continue;
+    if (o == OUT_ERR) err_locate(body->items[i]->loc);   /* one no expression claimed */
     int to = o == OUT_JUMP ? jump_index(body) : -1;
     if (to < 0) return o;
     i = to - 1;
@@ -1701,6 +1706,7 @@ static Outcome exec_for(const Node *s, Env *env, Value **ret) {
   if (!it) return OUT_ERR;
   LoopCtx c = {.s = s, .ret = ret};
   Outcome o = for_each(s->a, it, env, loop_body, &c);
+  if (o == OUT_ERR) err_locate(s->b->loc);   /* making the next item; the body's are located */
   val_decref(it);
   if (o == OUT_OK && !c.broke) return exec_block(&s->orelse, env, ret);
   return o;
@@ -2088,6 +2094,7 @@ static int run_module(AstModule *mod, Env *globals, bool echo) {
     if (to >= 0) {
       i = to - 1;
     } else if (o == OUT_ERR) {
+      err_locate(s->loc);   /* one no expression claimed: the next item of a for, ... */
       rc = -1;
     } else if (o == OUT_BREAK || o == OUT_CONTINUE) {
       err_set_at(s->loc, ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
@@ -2280,6 +2287,7 @@ int interp_init(int ndevices) {
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;
   la_init(); /* picks BLIS's kernels before any device thread calls it */
+  if (val_bools_init() < 0) return -1;
   const char *ref = getenv("SHMAP_REFERENCE");
   shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
   val_register_free(V_FUNC, func_free);

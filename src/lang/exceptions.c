@@ -152,6 +152,7 @@ Value *exc_current(void) {
   int c = current_class();
   const char *m = err_message();
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
+  if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
   Value *msg = str_from(m);
   Value *e = msg ? exc_new(c, msg) : NULL;
   val_decref(msg);

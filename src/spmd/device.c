@@ -126,7 +126,7 @@ static void save_error(Job *job, int rank) {
   ErrState *e = &job->errs[rank];
   err_save(e);
   err_state_tag_scopes(e, rank + 1);   /* pm() shows these frames on this device */
-  const char *msg = e->msg ? e->msg : "out of memory";
+  const char *msg = e->msg ? e->msg : ERR_NOMEM_MSG;
   size_t cap = strlen(where) + strlen(msg) + 16;
   char *full = shm_malloc(cap);
   if (full) {
