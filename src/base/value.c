@@ -31,24 +31,8 @@ static void free_items(Value **items, size_t n) {
 
 /* ---- every live list and dict, for val_break_cycles ------------------------ */
 
-/* A circular list through a sentinel, so a container unlinks itself
- * without knowing which list (live, or val_break_cycles' own) holds it. */
 static pthread_mutex_t containers_lock = PTHREAD_MUTEX_INITIALIZER;
 static ContainerLinks live_containers = {&live_containers, &live_containers, NULL};
-
-/* Puts [l] after [head]; the caller holds containers_lock. */
-static void links_insert(ContainerLinks *head, ContainerLinks *l) {
-  l->next = head->next;
-  l->prev = head;
-  head->next->prev = l;
-  head->next = l;
-}
-
-/* Takes [l] out of its list; the caller holds containers_lock. */
-static void links_remove(ContainerLinks *l) {
-  l->prev->next = l->next;
-  l->next->prev = l->prev;
-}
 
 static void container_link(ContainerLinks *l, Value *owner) {
   l->owner = owner;
@@ -91,13 +75,7 @@ static void container_empty(Value *v) {
 void val_break_cycles(void) {
   ContainerLinks todo = {&todo, &todo, NULL};
   pthread_mutex_lock(&containers_lock);
-  if (live_containers.next != &live_containers) {   /* all of them move to [todo] */
-    todo.next = live_containers.next;
-    todo.prev = live_containers.prev;
-    todo.next->prev = &todo;
-    todo.prev->next = &todo;
-    live_containers.next = live_containers.prev = &live_containers;
-  }
+  links_move_all(&live_containers, &todo);
   for (;;) {
     ContainerLinks *l = todo.next;
     if (l == &todo) break;

@@ -189,11 +189,37 @@ static inline size_t tuple_len(const Value *t) { return ((const Tuple *)t)->len;
 static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple *)t)->items[i]; }
 
 /* The links of a list or dict in the list of every live one, which
- * val_break_cycles walks at exit (value.c). */
+ * val_break_cycles walks at exit (value.c); eval.c's kept scopes use them
+ * too.  Circular lists through a sentinel, so an entry unlinks itself
+ * without knowing which list holds it; the callers hold their lock. */
 typedef struct ContainerLinks {
   struct ContainerLinks *prev, *next;
-  Value *owner;
+  void *owner;
 } ContainerLinks;
+
+/* Puts [l] after [head]. */
+static inline void links_insert(ContainerLinks *head, ContainerLinks *l) {
+  l->next = head->next;
+  l->prev = head;
+  head->next->prev = l;
+  head->next = l;
+}
+
+/* Takes [l] out of its list. */
+static inline void links_remove(ContainerLinks *l) {
+  l->prev->next = l->next;
+  l->next->prev = l->prev;
+}
+
+/* Moves every entry of the list at [from] to the empty list at [to]. */
+static inline void links_move_all(ContainerLinks *from, ContainerLinks *to) {
+  if (from->next == from) return;
+  to->next = from->next;
+  to->prev = from->prev;
+  to->next->prev = to;
+  to->prev->next = to;
+  from->next = from->prev = from;
+}
 
 typedef struct List {
   Value hdr;

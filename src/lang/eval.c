@@ -86,7 +86,52 @@ struct Env {
   bool declared_global[16];
   int ndeclared;
   atomic_bool encloses;      /* some scope has had it for parent (env_new) */
+  /* In kept_scopes: a call's scope that outlived the call (scope_keep). */
+  bool kept;
+  ContainerLinks kept_links;   /* owner: the Env */
 };
+
+/* The scopes of calls that outlived their call, held by a closure that
+ * escaped or by a cycle (a function's scope holding a shard_map or other
+ * wrapper of a function defined there, which env_release_scope cannot
+ * see through).  Reference counting never frees the cycles;
+ * env_break_cycles clears what is left at exit.  A circular list
+ * through this sentinel, guarded by kept_lock; a scope that dies
+ * normally never enters it. */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static ContainerLinks kept_scopes = {&kept_scopes, &kept_scopes, NULL};
+
+/* Records that the call's scope [e] outlives its call. */
+static void scope_keep(Env *e) {
+  pthread_mutex_lock(&kept_lock);
+  if (!e->kept) {
+    e->kept = true;
+    e->kept_links.owner = e;
+    links_insert(&kept_scopes, &e->kept_links);
+  }
+  pthread_mutex_unlock(&kept_lock);
+}
+
+/* Clears every kept scope still alive (at exit, with no device thread
+ * running), so the cycles through them are freed; the way
+ * val_break_cycles empties lists and dicts. */
+static void env_break_cycles(void) {
+  ContainerLinks todo = {&todo, &todo, NULL};
+  pthread_mutex_lock(&kept_lock);
+  links_move_all(&kept_scopes, &todo);
+  while (todo.next != &todo) {
+    ContainerLinks *l = todo.next;
+    Env *e = l->owner;
+    links_remove(l);   /* back among the kept, where its free unlinks it */
+    links_insert(&kept_scopes, l);
+    env_incref(e);
+    pthread_mutex_unlock(&kept_lock);
+    env_clear(e);
+    env_decref(e);
+    pthread_mutex_lock(&kept_lock);
+  }
+  pthread_mutex_unlock(&kept_lock);
+}
 
 /* Outer names.  A name not bound in the innermost scope is looked up
  * through the enclosing scopes, then the built-ins: in a shard_map body
@@ -160,6 +205,11 @@ void env_decref(Env *e) {
   if (!e || atomic_fetch_sub_explicit(&e->refcount, 1, memory_order_acq_rel) != 1)
     return;
   env_outer_changed(e);
+  if (e->kept) {   /* set before the releasing thread's decrement, which we saw */
+    pthread_mutex_lock(&kept_lock);
+    links_remove(&e->kept_links);
+    pthread_mutex_unlock(&kept_lock);
+  }
   env_clear(e);
   shm_free(e->keys);
   shm_free(e->vals);
@@ -532,6 +582,7 @@ void env_release_scope(Env *e) {
       inner++;
   }
   if (refs - 1 == inner) env_clear(e);
+  else scope_keep(e);
   env_decref(e);
 }
 
@@ -2333,7 +2384,8 @@ void interp_free(void) {
   env_decref(shm_interp->builtins);
   val_decref(shm_interp->modules);
   val_decref(shm_interp->argv);
-  val_break_cycles();   /* the program's scopes are gone: what is left is cycles */
+  env_break_cycles();   /* the program's scopes are gone: what is left is cycles */
+  val_break_cycles();
   for (int i = 0; i < shm_interp->npath; i++) shm_free(shm_interp->path[i]);
   shm_free(shm_interp->path);
   shm_free(shm_interp);
