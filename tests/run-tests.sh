@@ -22,7 +22,8 @@
 #   6. the terminal sessions tests/tty/*.sh, through tmux (each is
 #      skipped, with a note, when tmux is not installed), and the command
 #      line's scripts tests/cli/*.sh (--trace, --comm-stats, Ctrl-C, races
-#      whose right answers are more than one; their programs in tests/cli/progs);
+#      whose right answers are more than one, out of memory at each
+#      allocation; their programs in tests/cli/progs);
 #   7. the layering of src/: tests/check-layers.sh over the sources'
 #      #include lines and the built objects' symbols.
 #
@@ -54,6 +55,11 @@ if [ -z "${SHMAP_TEST_SCALE:-}" ]; then
   fi
 fi
 export SHMAP_TEST_SCALE
+# LeakSanitizer ends a leaking run with status 1, the status of an
+# expected error: its own status makes a leak fail any test or script
+# that checks the status (the --test runner also fails a test whose
+# stderr holds a sanitizer's report, wherever it stands).
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}exitcode=23"
 export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-$SHMAP_TEST_SCALE}
 export SHMAP_TEST_TIMEOUT=${SHMAP_TEST_TIMEOUT:-$((60 * SHMAP_TEST_SCALE))}
 

@@ -227,11 +227,17 @@ void arr_set_max_bytes(int64_t bytes) {
   if (bytes > 0 && bytes < arr_max_bytes) arr_max_bytes = bytes;
 }
 
+/* Below this size a failed allocation is memory that ran out, not an
+ * array too large to have: the plain out-of-memory error says so, where
+ * "needs 0.00 GiB, more than the memory available" would contradict it. */
+#define LARGE_ARRAY_BYTES ((int64_t)64 << 20)
+
 Array *arr_new(DType t, int ndim, const int64_t *shape) {
   int64_t size, nbytes;
   if (arr_check_shape(t, ndim, shape, &size, &nbytes) < 0)
     return NULL;
   Array *a = arr_alloc(ndim, (size_t)nbytes);
+  if (!a && nbytes < LARGE_ARRAY_BYTES) return err_nomem();
   if (!a) {
     char sbuf[256];
     shape_str(sbuf, sizeof sbuf, ndim, shape);

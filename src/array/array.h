@@ -118,8 +118,9 @@ int arr_check_size(DType t, int ndim, const int64_t *shape);
 void arr_set_max_bytes(int64_t bytes);
 
 /* A new C-contiguous array with uninitialised contents.  Errors: ndim too
- * large, negative dimension, size overflow, out of memory (ERR_MEMORY with
- * the shape and the size in GiB in the message). */
+ * large, negative dimension, size overflow, out of memory (ERR_MEMORY:
+ * for an array of 64 MiB or more, with the shape and the size in GiB in
+ * the message; else err_nomem's). */
 Array *arr_new(DType t, int ndim, const int64_t *shape);
 Array *arr_zeros(DType t, int ndim, const int64_t *shape);
 

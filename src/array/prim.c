@@ -23,11 +23,17 @@ Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);
 
 /* ---- parameters ----------------------------------------------------------- */
 
-void params_init(Params *p) { p->n = 0; }
+void params_init(Params *p) {
+  p->n = 0;
+  p->nomem = false;
+}
 
 int params_add(Params *p, const char *name, Value *v) {
-  if (!v)
+  if (!v || !tuple_complete(v)) {   /* a tuple of tuples, one of them not made */
+    val_decref(v);
+    p->nomem = true;
     return -1;
+  }
   if (p->n >= PRIM_MAX_PARAMS) {
     val_decref(v);
     err_set(ERR_VALUE, "too many parameters (at most %d)", PRIM_MAX_PARAMS);
@@ -1093,6 +1099,7 @@ int prim_value_aval(Value *v, AVal *out) {
 bool prim_tracing(void) { return prim_tracing_hook && prim_tracing_hook(); }
 
 Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
+  if (p && p->nomem) return err_nomem();
   if (prim_tracing()) return prim_trace_hook(id, nin, in, p);
   return prim_apply(id, nin, in, p);
 }
@@ -1362,7 +1369,7 @@ static bool binary_row(PrimId id, Array **ops, Array *out) {
 static Value *binary_general(PrimId id, Value *x, Value *y, unsigned kept) {
   Value *in[2] = {x, y};
   Params p;
-  p.n = 0;
+  params_init(&p);
   if (kept & 1u) val_incref(x);
   if (kept & 2u) val_incref(y);
   Value *r = prim_apply(id, 2, in, &p);
@@ -1377,7 +1384,7 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
   Array *out = binary_out(id, ops, kept);
   if (!out) return NULL;
   Params p;
-  p.n = 0;
+  params_init(&p);
   if (!binary_row(id, ops, out) && prim_run_kernel(id, ops, 2, &p, &out) < 0) {
     val_decref(&out->hdr);
     return NULL;
@@ -1429,6 +1436,7 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
 }
 
 Value *prim_apply(PrimId id, int nin, Value **in, const Params *p) {
+  if (p && p->nomem) return err_nomem();
   if ((unsigned)id >= P_COUNT)
     return err_set(ERR_VALUE, "unknown primitive %d", (int)id);
   if (prim_check_arity(id, nin) < 0)

@@ -64,6 +64,11 @@ static inline void aval_copy(AVal *dst, const AVal *src) {
 typedef struct Params {
   int n;
   struct { const char *name; Value *value; } p[PRIM_MAX_PARAMS];
+  /* A params_add got no value (its maker ran out of memory): prim_apply
+   * and prim_bind refuse the parameters with the out-of-memory error, so
+   * the hundreds of callers that add without checking need not, and a
+   * missing parameter is never blamed instead. */
+  bool nomem;
 } Params;
 
 /* Infers the [nout] output avals from the operands'.  Returns 0, or -1
@@ -281,7 +286,9 @@ extern bool (*prim_staged_hook)(const Value *v);
 /* ---- parameters ---------------------------------------------------------- */
 
 void params_init(Params *p);
-/* Adds [name] = [v], stealing [v].  Returns 0, -1 on NULL v (error kept). */
+/* Adds [name] = [v], stealing [v].  Returns 0, -1 on NULL v or a tuple
+ * that is not complete (tuple_complete): the error is kept, [p] is marked
+ * (Params.nomem). */
 int params_add(Params *p, const char *name, Value *v);
 /* Borrowed value of [name], or NULL (no error) when absent. */
 Value *params_get(const Params *p, const char *name);

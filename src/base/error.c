@@ -213,7 +213,7 @@ void *err_set_at(Loc loc, ErrKind kind, const char *fmt, ...) {
 }
 
 void *err_nomem(void) {
-  return err_set(ERR_MEMORY, "out of memory");
+  return err_set(ERR_MEMORY, "%s", ERR_NOMEM_MSG);
 }
 
 void err_locate(Loc loc) {
@@ -256,7 +256,7 @@ void err_save(ErrState *saved) {
 void err_restore(ErrState *saved) {
   trace_clear();
   cur_kind = saved->kind;
-  snprintf(cur_msg, sizeof cur_msg, "%s", saved->msg ? saved->msg : "out of memory");
+  snprintf(cur_msg, sizeof cur_msg, "%s", saved->msg ? saved->msg : ERR_NOMEM_MSG);
   set_loc(saved->loc);
   if (saved->loc.src) src_decref(saved->loc.src);
   shm_free(saved->msg);

@@ -112,7 +112,12 @@ void *err_set(ErrKind kind, const char *fmt, ...)
 void *err_set_at(Loc loc, ErrKind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Sets the out-of-memory error ("out of memory") and returns NULL. */
+/* The out-of-memory error's message, with its class's name as an uncaught
+ * raise prints it (Python's MemoryError); `except MemoryError as e` sees
+ * str(e) without the prefix, as for KeyError (exceptions.c). */
+#define ERR_NOMEM_MSG "MemoryError: out of memory"
+
+/* Sets the out-of-memory error (ERR_NOMEM_MSG) and returns NULL. */
 void *err_nomem(void);
 
 /* Fills in the location of the pending error if it has none yet. */

@@ -212,6 +212,10 @@ void shm_mem_fail_after(long n) {
   atomic_store_explicit(&fail_countdown, n > 0 ? n : 0, memory_order_relaxed);
 }
 
+long shm_mem_fail_pending(void) {
+  return atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+}
+
 long shm_mem_count(void) {
   return alloc_count;
 }

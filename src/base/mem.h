@@ -77,6 +77,12 @@ size_t shm_buf_cached(void);
  * from the environment variable SHMAP_FAIL_ALLOC at start-up. */
 void shm_mem_fail_after(long n);
 
+/* How many allocations are left before the injected failure: 0 when it
+ * has fired or none was asked for.  With SHMAP_FAIL_ALLOC=N set, N minus
+ * this is the count of allocations the run made (every thread's), which
+ * is how a test learns how far to walk N. */
+long shm_mem_fail_pending(void);
+
 /* Number of allocations this thread made through shm_malloc/shm_buf_alloc
  * so far. */
 long shm_mem_count(void);

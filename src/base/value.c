@@ -30,16 +30,79 @@ static void free_items(Value **items, size_t n) {
   for (size_t i = 0; i < n; i++) val_decref(items[i]);
 }
 
+/* ---- every live list and dict, for val_break_cycles ------------------------ */
+
+static pthread_mutex_t containers_lock = PTHREAD_MUTEX_INITIALIZER;
+static ContainerLinks live_containers = {&live_containers, &live_containers, NULL};
+
+static void container_link(ContainerLinks *l, Value *owner) {
+  l->owner = owner;
+  pthread_mutex_lock(&containers_lock);
+  links_insert(&live_containers, l);
+  pthread_mutex_unlock(&containers_lock);
+}
+
+static void container_unlink(ContainerLinks *l) {
+  pthread_mutex_lock(&containers_lock);
+  links_remove(l);
+  pthread_mutex_unlock(&containers_lock);
+}
+
+/* Drops what the list or dict [v] holds; [v] itself stays, empty. */
+static void container_empty(Value *v) {
+  if (v->type == V_LIST) {
+    List *l = (List *)v;
+    Value **items = l->items;
+    size_t n = l->len;
+    l->items = NULL;   /* detached first: freeing an item may reach [v] again */
+    l->len = l->cap = 0;
+    free_items(items, n);
+    shm_free(items);
+    return;
+  }
+  Dict *d = (Dict *)v;
+  Value **keys = d->keys, **vals = d->vals;
+  size_t n = d->len;
+  shm_free(d->index);
+  d->keys = d->vals = NULL;
+  d->index = NULL;
+  d->len = d->cap = d->index_cap = 0;
+  free_items(keys, n);
+  free_items(vals, n);
+  shm_free(keys);
+  shm_free(vals);
+}
+
+void val_break_cycles(void) {
+  ContainerLinks todo = {&todo, &todo, NULL};
+  pthread_mutex_lock(&containers_lock);
+  links_move_all(&live_containers, &todo);
+  for (;;) {
+    ContainerLinks *l = todo.next;
+    if (l == &todo) break;
+    links_remove(l);   /* back among the live, where its free unlinks it */
+    links_insert(&live_containers, l);
+    Value *v = val_incref(l->owner);
+    pthread_mutex_unlock(&containers_lock);
+    container_empty(v);
+    val_decref(v);
+    pthread_mutex_lock(&containers_lock);
+  }
+  pthread_mutex_unlock(&containers_lock);
+}
+
 /* Releases what [v] holds and frees it. */
 static void free_one(Value *v) {
   switch ((VType)v->type) {
   case V_TUPLE: free_items(((Tuple *)v)->items, ((Tuple *)v)->len); break;
   case V_LIST:
+    container_unlink(&((List *)v)->links);
     free_items(((List *)v)->items, ((List *)v)->len);
     shm_free(((List *)v)->items);
     break;
   case V_DICT: {
     Dict *d = (Dict *)v;
+    container_unlink(&d->links);
     free_items(d->keys, d->len);
     free_items(d->vals, d->len);
     shm_free(d->keys);
@@ -131,23 +194,31 @@ void val_register_bools(Value *(*make)(bool b)) { bool_maker = make; }
 static void make_bools(void) {
   true_v = bool_maker ? bool_maker(true) : NULL;
   false_v = bool_maker ? bool_maker(false) : NULL;
-  if (!true_v || !false_v) {
-    fprintf(stderr, "shmap: out of memory at start-up\n");
+  if (true_v) true_v->flags |= VAL_IMMORTAL;
+  if (false_v) false_v->flags |= VAL_IMMORTAL;
+}
+
+int val_bools_init(void) {
+  pthread_once(&bools_once, make_bools);
+  if (true_v && false_v) return 0;
+  err_nomem();
+  return -1;
+}
+
+/* True or False, made on first use where val_bools_init was not called
+ * (a unit test): without memory for them there is nothing to return. */
+static Value *bool_or_abort(Value **v) {
+  pthread_once(&bools_once, make_bools);
+  if (!*v) {
+    fprintf(stderr, "shmap: out of memory making True and False\n");
     abort();
   }
-  true_v->flags |= VAL_IMMORTAL;
-  false_v->flags |= VAL_IMMORTAL;
+  return *v;
 }
 
-Value *val_true(void) {
-  pthread_once(&bools_once, make_bools);
-  return true_v;
-}
+Value *val_true(void) { return bool_or_abort(&true_v); }
 
-Value *val_false(void) {
-  pthread_once(&bools_once, make_bools);
-  return false_v;
-}
+Value *val_false(void) { return bool_or_abort(&false_v); }
 
 /* ---- static values: immortal until exit ------------------------------------ */
 
@@ -278,6 +349,14 @@ void tuple_set_steal(Value *t, size_t i, Value *item) {
   tu->items[i] = item;
 }
 
+bool tuple_complete(const Value *v) {
+  if (v->type != V_TUPLE) return true;
+  const Tuple *t = (const Tuple *)v;
+  for (size_t i = 0; i < t->len; i++)
+    if (!t->items[i] || !tuple_complete(t->items[i])) return false;
+  return true;
+}
+
 Value *tuple_pack(size_t n, Value *const *items) {
   Value *t = tuple_new(n);
   if (!t) return NULL;
@@ -324,6 +403,7 @@ Value *list_new(size_t cap) {
     }
     l->cap = cap;
   }
+  container_link(&l->links, &l->hdr);
   return &l->hdr;
 }
 
@@ -362,8 +442,18 @@ int list_splice(Value *lv, size_t start, size_t n, size_t m, Value *const *items
 }
 
 
+/* For a container's setters: a NULL [v] is the result of a maker that
+ * failed (out of memory, its error set), refused so that no container
+ * holds a NULL for a later reader to follow. */
+static int refuse_null(const Value *v) {
+  if (v) return 0;
+  if (!err_occurred()) err_nomem();
+  return -1;
+}
+
 int list_append_steal(Value *lv, Value *item) {
   List *l = (List *)lv;
+  if (refuse_null(item) < 0) return -1;
   if (l->len == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 4;
     Value **ni = shm_realloc(l->items, cap * sizeof(Value *));
@@ -408,6 +498,7 @@ Value *dict_new(void) {
   if (!d) return err_nomem();
   val_init(&d->hdr, V_DICT);
   d->writer = val_writer;
+  container_link(&d->links, &d->hdr);
   return &d->hdr;
 }
 
@@ -512,6 +603,7 @@ static int dict_grow(Dict *d) {
 int dict_set(Value *dv, Value *key, Value *val) {
   Dict *d = (Dict *)dv;
   uint64_t h;
+  if (refuse_null(key) < 0 || refuse_null(val) < 0) return -1;
   if (!key_hash(key, &h)) return (int)val_hash(key);   /* sets the error */
   long i = dict_find(d, key);
   if (i >= 0) {

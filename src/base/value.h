@@ -116,6 +116,17 @@ Value *val_make_static(Value *v);
  * and nothing else runs).  References still held elsewhere dangle. */
 void val_free_statics(void);
 
+/* Empties every list and dict still alive (at exit, after the program's
+ * scopes were released and before val_free_statics, with no device thread
+ * running): what only a reference cycle kept alive (a list that holds
+ * itself, a dict of functions whose scope holds the dict) is freed.
+ * Counting references never frees a cycle and the language has no
+ * collector; a list or dict is the link every such cycle of values runs
+ * through, as in CPython, whose collector tracks the containers too.  A
+ * cycle through a function's scope alone (a nested function that refers
+ * to itself) is not one of these and is not freed. */
+void val_break_cycles(void);
+
 /* ---- singletons --------------------------------------------------------- */
 
 extern Value val_none_, val_ellipsis_;
@@ -132,6 +143,12 @@ static inline Value *val_bool(bool b) { return b ? val_true() : val_false(); }
  * for b that val_true/val_false then keep, immortal; NULL on out of
  * memory.  Called once, before the first val_true. */
 void val_register_bools(Value *(*make)(bool b));
+
+/* Makes True and False now, after val_register_bools: 0, or -1 with the
+ * out-of-memory error.  The interpreter calls it at start-up, where a
+ * failure is reported; made on first use instead, mid-program and on any
+ * thread, val_true could only abort. */
+int val_bools_init(void);
 
 /* ---- strings ------------------------------------------------------------ */
 
@@ -182,13 +199,51 @@ typedef struct Tuple {
  * tuple is shared. */
 Value *tuple_new(size_t n);
 void tuple_set_steal(Value *t, size_t i, Value *item);
+/* False when [v] is a tuple with a NULL item, at any depth of tuples in
+ * tuples: one filled by tuple_set_steal with the result of a maker that
+ * ran out of memory.  Any other value is complete. */
+bool tuple_complete(const Value *v);
 /* A tuple of the [n] given values (borrowed). */
 Value *tuple_pack(size_t n, Value *const *items);
 static inline size_t tuple_len(const Value *t) { return ((const Tuple *)t)->len; }
 static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple *)t)->items[i]; }
 
+/* The links of a list or dict in the list of every live one, which
+ * val_break_cycles walks at exit (value.c); eval.c's kept scopes use them
+ * too.  Circular lists through a sentinel, so an entry unlinks itself
+ * without knowing which list holds it; the callers hold their lock. */
+typedef struct ContainerLinks {
+  struct ContainerLinks *prev, *next;
+  void *owner;
+} ContainerLinks;
+
+/* Puts [l] after [head]. */
+static inline void links_insert(ContainerLinks *head, ContainerLinks *l) {
+  l->next = head->next;
+  l->prev = head;
+  head->next->prev = l;
+  head->next = l;
+}
+
+/* Takes [l] out of its list. */
+static inline void links_remove(ContainerLinks *l) {
+  l->prev->next = l->next;
+  l->next->prev = l->prev;
+}
+
+/* Moves every entry of the list at [from] to the empty list at [to]. */
+static inline void links_move_all(ContainerLinks *from, ContainerLinks *to) {
+  if (from->next == from) return;
+  to->next = from->next;
+  to->prev = from->prev;
+  to->next->prev = to;
+  to->prev->next = to;
+  from->next = from->prev = from;
+}
+
 typedef struct List {
   Value hdr;
+  ContainerLinks links;
   uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **items;   /* owned references */
@@ -236,6 +291,7 @@ bool val_seq(const Value *v, size_t *len, Value *const **items);
 
 typedef struct Dict {
   Value hdr;
+  ContainerLinks links;
   uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **keys, **vals;  /* owned, in insertion order */

@@ -202,11 +202,26 @@ static int parse_cmdline(int argc, char **argv, CmdLine *cl) {
 
 /* ---- options, environment, config --------------------------------------- */
 
-/* Prints the pending error (unless it is the debugger's silent quit) and
- * clears it; returns 1, the exit status of a failed program. */
+/* The name errors of the program's source carry ("<string>" for -c), or
+ * NULL for the REPL: set once the command line is read. */
+static const char *program_name;
+
+/* Prints the pending error (unless it is the debugger's silent quit).
+ * Memory that runs out outside any line of the program (starting the
+ * interpreter, reading the source) is still the program's failure: the
+ * message names the program, the place a failed run is looked for. */
+static void print_error(void) {
+  if (err_kind() == ERR_MEMORY && !err_loc().src && program_name)
+    fprintf(stderr, "%s: error: %s\n", program_name, err_message());
+  else
+    err_print(stderr);
+}
+
+/* Prints the pending error and clears it; returns 1, the exit status of
+ * a failed program. */
 static int report_error(void) {
   fflush(stdout);
-  err_print(stderr);
+  print_error();
   err_clear();
   return 1;
 }
@@ -322,7 +337,7 @@ static int run_once(Source *src, Env *globals) {
   if (eval_source(src, globals, false) < 0) {
     dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
     fflush(stdout);
-    err_print(stderr);
+    print_error();
     if (shm_options.interactive) dbg_keep_error();   /* for pm() at -i's REPL */
     err_clear();
     rc = 1;
@@ -512,9 +527,22 @@ static int finish_module_path(void) {
   return 0;
 }
 
+/* With SHMAP_FAIL_ALLOC=N (shmap(1), ENVIRONMENT) set and fewer than N
+ * allocations made, says so and how many were made: a walk over N
+ * (tests/cli/alloc_failure.sh) learns from one run where to stop. */
+static void say_alloc_count(void) {
+  const char *s = getenv("SHMAP_FAIL_ALLOC");
+  long left = shm_mem_fail_pending();
+  if (s && left > 0)
+    fprintf(stderr, "shmap: SHMAP_FAIL_ALLOC=%s: no allocation failed (%ld made)\n", s,
+            strtol(s, NULL, 10) - left);
+}
+
 /* Starts the interpreter and runs what the command line asks for. */
 static int run_interpreter(const CmdLine *cl) {
   guard_closed_stdout();
+  if (cl->mode == RUN_CODE) program_name = "<string>";
+  else if (cl->mode == RUN_SCRIPT) program_name = strcmp(cl->target, "-") ? cl->target : "<stdin>";
   int rc = merge_options(cl);
   if (rc) return rc;
   int local = start_processes(cl);
@@ -549,6 +577,7 @@ static int run_interpreter(const CmdLine *cl) {
   cfg_free(&shm_options);
   transport_bye(rc);
   transport_finalize();
+  say_alloc_count();
   return rc;
 }
 

@@ -542,6 +542,19 @@ static void drop_traceback(StrList *got, const StrList *want) {
   got->len -= k;
 }
 
+/* The first line of a sanitizer's report in [err], or NULL.  A leak
+ * report ends the run with status 1, the status an error test expects,
+ * after the lines a test compares: without this look a leaking error
+ * test would pass. */
+static const char *sanitizer_report(const StrList *err) {
+  static const char *const heads[] = {"ERROR: LeakSanitizer", "ERROR: AddressSanitizer",
+                                      "WARNING: ThreadSanitizer"};
+  for (size_t i = 0; i < err->len; i++)
+    for (size_t k = 0; k < sizeof heads / sizeof *heads; k++)
+      if (strstr(err->items[i], heads[k])) return err->items[i];
+  return NULL;
+}
+
 /* Judges the outcome against the expectations, reporting what differs. */
 static bool judge(FILE *rep, const Expect *e, const Outcome *o, int timeout) {
   StrList out = {0}, err = {0};
@@ -557,6 +570,11 @@ static bool judge(FILE *rep, const Expect *e, const Outcome *o, int timeout) {
     ok = false;
   } else if (o->status != want_exit) {
     fprintf(rep, "  exit status %d, expected %d\n", o->status, want_exit);
+    ok = false;
+  }
+  const char *report = sanitizer_report(&err);
+  if (report) {
+    fprintf(rep, "  a sanitizer reported: %s\n", report);
     ok = false;
   }
   ok = compare(rep, "stdout", &e->out, &out, false, false) && ok;

@@ -112,7 +112,52 @@ struct Env {
   bool declared_global[16];
   int ndeclared;
   atomic_bool encloses;      /* some scope has had it for parent (env_new) */
+  /* In kept_scopes: a call's scope that outlived the call (scope_keep). */
+  bool kept;
+  ContainerLinks kept_links;   /* owner: the Env */
 };
+
+/* The scopes of calls that outlived their call, held by a closure that
+ * escaped or by a cycle (a function's scope holding a shard_map or other
+ * wrapper of a function defined there, which env_release_scope cannot
+ * see through).  Reference counting never frees the cycles;
+ * env_break_cycles clears what is left at exit.  A circular list
+ * through this sentinel, guarded by kept_lock; a scope that dies
+ * normally never enters it. */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static ContainerLinks kept_scopes = {&kept_scopes, &kept_scopes, NULL};
+
+/* Records that the call's scope [e] outlives its call. */
+static void scope_keep(Env *e) {
+  pthread_mutex_lock(&kept_lock);
+  if (!e->kept) {
+    e->kept = true;
+    e->kept_links.owner = e;
+    links_insert(&kept_scopes, &e->kept_links);
+  }
+  pthread_mutex_unlock(&kept_lock);
+}
+
+/* Clears every kept scope still alive (at exit, with no device thread
+ * running), so the cycles through them are freed; the way
+ * val_break_cycles empties lists and dicts. */
+static void env_break_cycles(void) {
+  ContainerLinks todo = {&todo, &todo, NULL};
+  pthread_mutex_lock(&kept_lock);
+  links_move_all(&kept_scopes, &todo);
+  while (todo.next != &todo) {
+    ContainerLinks *l = todo.next;
+    Env *e = l->owner;
+    links_remove(l);   /* back among the kept, where its free unlinks it */
+    links_insert(&kept_scopes, l);
+    env_incref(e);
+    pthread_mutex_unlock(&kept_lock);
+    env_clear(e);
+    env_decref(e);
+    pthread_mutex_lock(&kept_lock);
+  }
+  pthread_mutex_unlock(&kept_lock);
+}
 
 /* Outer names.  A name not bound in the innermost scope is looked up
  * through the enclosing scopes, then the built-ins: in a shard_map body
@@ -186,6 +231,11 @@ void env_decref(Env *e) {
   if (!e || atomic_fetch_sub_explicit(&e->refcount, 1, memory_order_acq_rel) != 1)
     return;
   env_outer_changed(e);
+  if (e->kept) {   /* set before the releasing thread's decrement, which we saw */
+    pthread_mutex_lock(&kept_lock);
+    links_remove(&e->kept_links);
+    pthread_mutex_unlock(&kept_lock);
+  }
   env_clear(e);
   shm_free(e->keys);
   shm_free(e->vals);
@@ -282,6 +332,10 @@ static int env_grow(Env *e) {
 }
 
 int env_set_steal(Env *e, const char *name, Value *v) {
+  if (!v) {   /* its maker failed, the error set: no scope holds a NULL */
+    if (!err_occurred()) err_nomem();
+    return -1;
+  }
   Value **s = env_slot(e, name);
   if (s) {
     Value *old = *s;
@@ -554,6 +608,7 @@ void env_release_scope(Env *e) {
       inner++;
   }
   if (refs - 1 == inner) env_clear(e);
+  else scope_keep(e);
   env_decref(e);
 }
 
@@ -1361,6 +1416,7 @@ static inline __attribute__((always_inline)) Outcome exec_block_inline(const Nod
   for (int i = 0; i < body->n; i++) {
     Outcome o = exec_stmt(body->items[i], env, ret);
     if (__builtin_expect(o == OUT_OK, 1)) continue;
+    if (o == OUT_ERR) err_locate(body->items[i]->loc);   /* one no expression claimed */
     int to = o == OUT_JUMP ? jump_index(body) : -1;
     if (to < 0) return o;
     i = to - 1;
@@ -1728,6 +1784,7 @@ static Outcome exec_for(const Node *s, Env *env, Value **ret) {
   if (!it) return OUT_ERR;
   LoopCtx c = {.s = s, .ret = ret};
   Outcome o = for_each(s->a, it, env, loop_body, &c);
+  if (o == OUT_ERR) err_locate(s->b->loc);   /* making the next item; the body's are located */
   val_decref(it);
   if (o == OUT_OK && !c.broke) return exec_block(&s->orelse, env, ret);
   return o;
@@ -2149,6 +2206,7 @@ static int run_module(AstModule *mod, Env *globals, bool echo) {
     if (to >= 0) {
       i = to - 1;
     } else if (o == OUT_ERR) {
+      err_locate(s->loc);   /* one no expression claimed: the next item of a for, ... */
       rc = -1;
     } else if (o == OUT_BREAK || o == OUT_CONTINUE) {
       err_set_at(s->loc, ERR_SYNTAX, "'%s' outside loop", o == OUT_BREAK ? "break" : "continue");
@@ -2341,6 +2399,7 @@ int interp_init(int ndevices) {
   if (!shm_interp) return err_nomem(), -1;
   shm_interp->ndevices = ndevices;
   la_init(); /* picks BLIS's kernels before any device thread calls it */
+  if (val_bools_init() < 0) return -1;
   const char *ref = getenv("SHMAP_REFERENCE");
   shm_interp->reference = ref && *ref && strcmp(ref, "0") != 0;
   val_register_free(V_FUNC, func_free);
@@ -2366,23 +2425,27 @@ int interp_init(int ndevices) {
 }
 
 void interp_free(void) {
+  exc_forget();
   if (!shm_interp) return;
   Dict *mods = (Dict *)shm_interp->modules;
   for (size_t i = 0; mods && i < mods->len; i++) {
     /* Module globals hold functions whose closures hold the module scope:
-     * clear each so the cycles are freed. */
-    Value *g = ((Module *)mods->vals[i])->globals;
+     * clear each so the cycles are freed.  A module whose loading ran out
+     * of memory may lack its globals, or a name its value. */
+    Value *g = mods->vals[i] ? ((Module *)mods->vals[i])->globals : NULL;
     Dict *gd = (Dict *)g;
-    for (size_t k = 0; k < gd->len; k++)
-      if (gd->vals[k]->type == V_FUNC) {
+    for (size_t k = 0; gd && k < gd->len; k++)
+      if (gd->vals[k] && gd->vals[k]->type == V_FUNC) {
         Env *e = ((Func *)gd->vals[k])->closure;
         if (e && !e->parent) env_clear(e);
       }
   }
-  env_clear(shm_interp->builtins);
+  if (shm_interp->builtins) env_clear(shm_interp->builtins);   /* NULL: interp_init failed */
   env_decref(shm_interp->builtins);
   val_decref(shm_interp->modules);
   val_decref(shm_interp->argv);
+  env_break_cycles();   /* the program's scopes are gone: what is left is cycles */
+  val_break_cycles();
   for (int i = 0; i < shm_interp->npath; i++) shm_free(shm_interp->path[i]);
   shm_free(shm_interp->path);
   shm_free(shm_interp);

@@ -40,7 +40,10 @@ void env_clear(Env *e);
  * scope kept past its frame, such as a traceback's): when what is left
  * holding it is only closures bound in [e] itself that nothing else holds
  * (a nested def: a reference cycle), [e] is cleared first so the cycle is
- * freed.  Raises nothing. */
+ * freed.  Otherwise [e] outlives the call, held by a closure or by a
+ * cycle this cannot see (a shard_map of a lambda defined in [e]): it is
+ * recorded, and interp_free clears the recorded scopes still alive at
+ * exit.  Raises nothing. */
 void env_release_scope(Env *e);
 
 /* Calls [fn] on each binding of [e] itself (not parents), for completion,

@@ -152,6 +152,7 @@ Value *exc_current(void) {
   int c = current_class();
   const char *m = err_message();
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
+  if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
   Value *msg = str_from(m);
   Value *e = msg ? exc_new(c, msg) : NULL;
   val_decref(msg);
@@ -192,6 +193,12 @@ int exc_raise(Value *v, Loc loc) {
   raised = inst;
   snprintf(raised_msg, sizeof raised_msg, "%s", err_message());
   return -1;
+}
+
+void exc_forget(void) {
+  val_decref(raised);
+  raised = NULL;
+  raised_msg[0] = '\0';
 }
 
 /* ---- the classes as built-ins ----------------------------------------------------- */

@@ -46,4 +46,10 @@ Value *exc_type_of(Value *x);
  * always returns -1. */
 int exc_raise(Value *v, Loc loc);
 
+/* Releases this thread's last raised instance (kept so `except ... as e`
+ * gets it back): a device thread calls it when its job is over, the
+ * interpreter at exit, since the reference lives in thread-local storage
+ * that nothing else frees when the thread ends. */
+void exc_forget(void);
+
 #endif

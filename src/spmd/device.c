@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "lang/eval.h"
+#include "lang/exceptions.h"
 #include "base/mem.h"
 #include "base/timeline.h"
 #include "spmd/transport.h"
@@ -142,7 +143,7 @@ static void save_error(Job *job, int rank) {
   ErrState *e = &job->errs[rank];
   err_save(e);
   err_state_tag_scopes(e, rank + 1);   /* pm() shows these frames on this device */
-  const char *msg = e->msg ? e->msg : "out of memory";
+  const char *msg = e->msg ? e->msg : ERR_NOMEM_MSG;
   size_t cap = strlen(where) + strlen(msg) + 16;
   char *full = shm_malloc(cap);
   if (full) {
@@ -160,6 +161,7 @@ static void run_job(Job *job, int rank) {
   err_clear();
   job->fn(rank, job->ctx);
   if (err_occurred()) save_error(job, rank);
+  exc_forget();   /* the thread may end before its next raise replaces it */
   tls_ctx = NULL;
 }
 

@@ -428,7 +428,10 @@ static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k,
   Array *out = nblocks == 1 ? arr_view(b0, b0->ndim, b0->shape, b0->strides, b0->offset)
                             : arr_new(b0->dtype, b0->ndim, gs);
   int *owner = shm_malloc(sizeof(int) * (size_t)nblocks);
-  if (!out || !owner) goto fail;
+  if (!out || !owner) {
+    if (out) err_nomem();
+    goto fail;
+  }
   out->weak = b0->weak;
   out->vma = 0;
   for (int64_t i = 0; i < nblocks; i++) owner[i] = -1;

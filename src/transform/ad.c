@@ -260,7 +260,7 @@ static int linearize(Value *fn, const CallArgs *a, const bool *diff, bool has_au
   jvp_push(&j, lt);
   Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *));
   Value *res = NULL;
-  int ok = args != NULL;
+  int ok = args ? 1 : (err_nomem(), 0);
   for (int i = 0; ok && i < a->nargs; i++)
     ok = (args[i] = diff[i] ? wrap_linear(a->args[i], &j, lt) : val_incref(a->args[i])) != NULL;
   if (ok) {
@@ -275,7 +275,10 @@ static int linearize(Value *fn, const CallArgs *a, const bool *diff, bool has_au
   int n = 0;
   if (!res || split_aux(res, has_aux, &out, &aux) < 0 || leaves_of(out, &l) < 0) goto fail;
   tans = shm_calloc((size_t)l.n + 1, sizeof(Value *));
-  if (!tans) goto fail;
+  if (!tans) {
+    err_nomem();
+    goto fail;
+  }
   for (; n < l.n; n++)
     if (!(tans[n] = tangent_of(l.v[n], j.id))) goto fail;
   lin->out = strip(out, j.id);

@@ -387,9 +387,9 @@ typedef struct Views {
 static int lane_init(FuseLane *l, size_t regs_bytes) {
   l->regs = shm_buf_alloc(regs_bytes);
   Views *v = shm_buf_alloc(sizeof(Views));
+  if (v) memset(v, 0, sizeof *v);   /* lane_free reads every pointer, whatever failed */
   l->views = v;
   if (!l->regs || !v) return -1;
-  memset(v, 0, sizeof *v);
   for (int k = 0; k < 4; k++) {
     if (!(v->buf[k] = shm_buf_alloc(sizeof(Buffer)))) return -1;
     memset(v->buf[k], 0, sizeof(Buffer));
