@@ -114,6 +114,22 @@ out=$(printf 'print("ran")\n' | mpi 2 "$shmap" --devices 4 - 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "a program from stdin under mpirun ran"
 [ "$(grep -c 'standard input needs one process' <<<"$out")" = 1 ] || fail "stdin under mpirun: message: $out"
 
+# Ctrl-C of the job: mpirun sends its processes SIGTERM (then SIGKILL),
+# which stops the program with a one-process run's error, written by
+# process 0, and an exit status not 0
+idir=$(mktemp -d)
+printf '%s\n' 'print("ready")' 'k = 0' 'while True:' '    k = k + 1' >"$idir/loop.shm"
+timeout -s KILL 60 mpirun --oversubscribe --bind-to none -np 2 "$shmap" --devices 2 "$idir/loop.shm" \
+  >"$idir/out" 2>&1 &
+job=$!
+for t in $(seq 300); do grep -q ready "$idir/out" && break; sleep 0.1; done
+kill -INT $job   # timeout passes it on to mpirun
+wait $job; status=$?
+[ "$status" -ne 0 ] && [ "$status" -ne 137 ] || fail "Ctrl-C under mpirun: exit status $status: $(cat "$idir/out")"
+grep -q '^.*loop.shm:[34]:[0-9]*: error: interrupted$' "$idir/out" ||
+  fail "Ctrl-C under mpirun: no message: $(cat "$idir/out")"
+rm -rf "$idir"
+
 # --trace: each process writes its own devices' timeline, to its own file
 tdir=$(mktemp -d)
 printf '%s\n' 'mesh m(i=4)' "shard_map f(x: P('i')) -> P('i') on m:" "    return psum(x, 'i')" \
