@@ -745,13 +745,23 @@ void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed) {
    * stays a small message (sent from a copy, unless memory is short) */
   char *buf = s->xexit;
   size_t len = sizeof e;
-  if (failed && s->xmis && s->xmis->seq == s->seq)
+  if (failed && s->xmis && s->xmis->seq == s->seq) {
     for (int i = 0; i < 2; i++) {
       size_t n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, s->xmis->seq, s->xmis->rank[i],
                                  &s->xmis->desc[i]);
       e.nevid += n > len;
       len = n;
     }
+  } else if (!failed && s->nruns > 0) {
+    /* what it reached last: a device of another process that waits for it
+     * in another collective of that number names both, as in one process
+     * (check_peer), not a device that returned from the body */
+    CollDesc d = s->runs[(s->nruns - 1) % COLL_HIST].d;
+    d.line = atomic_load(&s->line);
+    size_t n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, s->seq, rank, &d);
+    e.nevid += n > len;
+    len = n;
+  }
   memcpy(buf, &e, sizeof e);
   TransportIov v = {buf, len};
   for (int p = 0; p < transport_procs(); p++)
