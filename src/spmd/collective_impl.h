@@ -226,6 +226,10 @@ typedef struct Slot {
                                      it is not the leader's output */
   const struct GatherArgs *xgather; /* x_gather: remote blocks go straight
                                      into xres, without proxies */
+  bool xconflict;                 /* the exchange failed on another process's
+                                     header of another collective, whose */
+  int xconflict_key;              /* key it has (x_check): that process's data
+                                     of it is dropped too (coll_x_wait_sends) */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
   bool xsecondary;                /* raised because a peer failed or left */
@@ -566,10 +570,11 @@ int coll_x_procs(const Call *c, int *procs);
 void coll_x_seen_free(Slot *s);
 
 /* Completes the leader's sends [reqs] of collective [c]; after a failure
- * ([rc] < 0) meanwhile drops what the other processes sent for [c]: a
- * peer that failed too may be waiting for its own large sends to this
- * process to complete (a send of more than MPI's eager limit completes
- * only once received). */
+ * ([rc] < 0) meanwhile drops what the other processes sent for [c], and
+ * for the collective of another process's conflicting header (a group
+ * with another first participant has another key): a peer that failed
+ * too may be waiting for its own large sends to this process to complete
+ * (a send of more than MPI's eager limit completes only once received). */
 void coll_x_wait_sends(const Call *c, void **reqs, int n, int rc);
 
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands

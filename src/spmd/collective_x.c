@@ -264,6 +264,7 @@ typedef struct XConflict {
   const Call *c;
   int proc;
   int rank;                       /* the participant it concerns, or -1 */
+  int key;                        /* the header's key (coll_x_key) */
   CollDesc desc;
   bool later;                     /* a later collective (went past) */
 } XConflict;
@@ -282,6 +283,7 @@ static bool x_find_conflict(TransportMsg *m, void *arg) {
     for (int q = 0; q < c->n; q++)
       if (c->peers[q] == h.ranks[i]) {
         x->rank = h.ranks[i];
+        x->key = coll_x_key(c->g, h.seq, h.first);
         x->desc = h.desc;
         x->later = h.seq > c->seq;
         return false;
@@ -332,6 +334,9 @@ static int x_check(const Call *c, int proc, int tag, bool data) {
     err_clear();
     return 0;
   }
+  /* its sender may wait for its data to this process to be received */
+  g->slots[c->rank].xconflict = true;
+  g->slots[c->rank].xconflict_key = x.key;
   if (x.later) return coll_passed_error(g, c, x.rank);
   return coll_mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }
@@ -513,11 +518,15 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
 }
 
 void coll_x_wait_sends(const Call *c, void **reqs, int n, int rc) {
-  int tag = transport_tag(TRANSPORT_DATA, coll_x_key(c->g, c->seq, c->peers[0]));
+  Slot *me = &c->g->slots[c->rank];
+  int tags[2] = {transport_tag(TRANSPORT_DATA, coll_x_key(c->g, c->seq, c->peers[0])),
+                 transport_tag(TRANSPORT_DATA, me->xconflict_key)};
+  bool conflict = me->xconflict;
+  me->xconflict = false;
   if (rc == 0)
     transport_wait_sends(reqs, n);
   else
-    transport_wait_sends_dropping(reqs, n, -1, tag);
+    transport_wait_sends_dropping(reqs, n, tags, conflict ? 2 : 1);
 }
 
 int coll_x_exchange(const Call *c, const XLocal *lc, const void *arg) {
@@ -621,6 +630,7 @@ static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XExchange step
   Slot *lead = &c->g->slots[c->rank];
   lead->xin = NULL;
   lead->xres = NULL;
+  lead->xconflict = false;
   lead->xrc = exchange(c, lc, arg);
   if (lead->xrc == 0 && step) {
     c->xin = lead->xin;

@@ -97,8 +97,8 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   return NULL;
 }
 void transport_wait_sends(void **reqs, int n) { (void)reqs, (void)n; }
-void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
-  (void)reqs, (void)n, (void)mask, (void)value;
+void transport_wait_sends_dropping(void **reqs, int n, const int *tags, int ntags) {
+  (void)reqs, (void)n, (void)tags, (void)ntags;
 }
 void transport_drop_data(int mask, int value) { (void)mask, (void)value; }
 void transport_poll(void) {}
@@ -497,16 +497,16 @@ static void *isend_mpi(int proc, int tag, const TransportIov *iov, int niov, siz
   return r;
 }
 
-/* Completes [reqs], dropping meanwhile the data messages of tag & mask ==
- * value when [drop]. */
-static void wait_sends(void **reqs, int n, bool drop, int mask, int value) {
+/* Completes [reqs], dropping meanwhile the data messages with one of the
+ * [ntags] [tags] (none: polling only). */
+static void wait_sends(void **reqs, int n, const int *tags, int ntags) {
   for (int i = 0; i < n; i++) {
     if (!reqs[i]) continue;
     for (int done = 0;;) {
       MPI_Test(reqs[i], &done, MPI_STATUS_IGNORE);
       if (done) break;
-      if (drop) transport_drop_data(mask, value);
-      else transport_poll();
+      if (!ntags) transport_poll();   /* (each drop polls) */
+      for (int t = 0; t < ntags; t++) transport_drop_data(-1, tags[t]);
       sched_yield();
     }
     shm_free(reqs[i]);
@@ -514,10 +514,10 @@ static void wait_sends(void **reqs, int n, bool drop, int mask, int value) {
   }
 }
 
-void transport_wait_sends(void **reqs, int n) { wait_sends(reqs, n, false, 0, 0); }
+void transport_wait_sends(void **reqs, int n) { wait_sends(reqs, n, NULL, 0); }
 
-void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
-  wait_sends(reqs, n, true, mask, value);
+void transport_wait_sends_dropping(void **reqs, int n, const int *tags, int ntags) {
+  wait_sends(reqs, n, tags, ntags);
 }
 
 /* Ends the job when there is no memory to receive process [source]'s
