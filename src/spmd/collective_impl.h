@@ -120,14 +120,23 @@ typedef struct CallMemo {
  * waiting forever. */
 typedef struct XExit {
   int rank, line, failed;
-  int nevid;                      /* mismatch evidence that follows: headers
-                                     (as coll_x_header_pack writes them, each
+  int nevid;                      /* evidence that follows: headers (as
+                                     coll_x_header_pack writes them, each
                                      after its length as an int64_t, padded
-                                     to 8 bytes) of what two devices reached
-                                     at the collective whose number they
-                                     carry (XMismatch) */
+                                     to 8 bytes) of what devices reached at
+                                     the collective whose number they carry:
+                                     two devices' at a mismatch (XMismatch),
+                                     or with [runs] its own */
+  int runs;                       /* the evidence is the device's runs of
+                                     descriptors, newest first, each header
+                                     numbered with its run's first, the
+                                     first one its last collective alone */
   long count;                     /* collectives it entered */
 } XExit;
+
+/* The runs of a device's descriptors its exit record carries at most:
+ * its history and its last collective alone (its line). */
+#define XRUNS_MAX (COLL_HIST + 1)
 
 /* A collective mismatch a device found (coll_mismatch_error): the two
  * participants and what each reached at collective #seq.  When the device
@@ -250,9 +259,13 @@ typedef struct Slot {
   XMismatch *xmis;                /* the last mismatch it found; NULL: none */
   /* a remote device, from its exit record (guarded by the lock, like exited): */
   long xcount;                    /* collectives it entered */
-  CollDesc *xdesc;                /* what it reached at #xdesc_seq, as another
-                                     device's mismatch evidence says; or NULL */
-  long xdesc_seq;
+  DescRun *xruns;                 /* [XRUNS_MAX] what it reached up to
+                                     #xlast, as exit records' evidence says:
+                                     runs newest first (its own record's), or
+                                     one collective (a mismatch another found);
+                                     or NULL */
+  int nxruns;
+  long xlast;
 } Slot;
 
 _Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -
