@@ -270,14 +270,29 @@ static void on_sigint(int sig) {
   }
 }
 
+/* Under mpirun, Ctrl-C reaches mpirun, which ends the job by sending
+ * every process SIGTERM and, a second later, SIGKILL (Open MPI's
+ * odls_base_sigkill_timeout): SIGTERM is then Ctrl-C, so the program
+ * stops with the error a one-process run gives (process 0 writes it)
+ * before the SIGKILL.  It only sets the flag, never ends the process the
+ * default way: a terminal's SIGINT to the processes themselves may have
+ * come first, and the SIGKILL bounds the wait anyway. */
+static void on_sigterm(int sig) {
+  (void)sig;
+  atomic_store(&shm_interrupted, 1);
+}
+
 /* Installed without SA_RESTART: a blocking read returns EINTR, so the
- * REPL sees the flag at once. */
+ * REPL sees the flag at once.  Under mpirun also SIGTERM (on_sigterm). */
 static void install_sigint(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+  if (!transport_active()) return;
+  sa.sa_handler = on_sigterm;
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ---- running programs ---------------------------------------------------- */

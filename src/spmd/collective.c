@@ -206,7 +206,7 @@ void coll_group_free(CollGroup *g) {
       shm_free(g->slots[r].xexit);
       val_decref(g->slots[r].xsmall ? &g->slots[r].xsmall->hdr : NULL);
       shm_free(g->slots[r].xmis);
-      shm_free(g->slots[r].xdesc);
+      shm_free(g->slots[r].xruns);
     }
     shm_free(g->slots);
   }

@@ -120,14 +120,23 @@ typedef struct CallMemo {
  * waiting forever. */
 typedef struct XExit {
   int rank, line, failed;
-  int nevid;                      /* mismatch evidence that follows: headers
-                                     (as coll_x_header_pack writes them, each
+  int nevid;                      /* evidence that follows: headers (as
+                                     coll_x_header_pack writes them, each
                                      after its length as an int64_t, padded
-                                     to 8 bytes) of what two devices reached
-                                     at the collective whose number they
-                                     carry (XMismatch) */
+                                     to 8 bytes) of what devices reached at
+                                     the collective whose number they carry:
+                                     two devices' at a mismatch (XMismatch),
+                                     or with [runs] its own */
+  int runs;                       /* the evidence is the device's runs of
+                                     descriptors, newest first, each header
+                                     numbered with its run's first, the
+                                     first one its last collective alone */
   long count;                     /* collectives it entered */
 } XExit;
+
+/* The runs of a device's descriptors its exit record carries at most:
+ * its history and its last collective alone (its line). */
+#define XRUNS_MAX (COLL_HIST + 1)
 
 /* A collective mismatch a device found (coll_mismatch_error): the two
  * participants and what each reached at collective #seq.  When the device
@@ -229,6 +238,10 @@ typedef struct Slot {
                                      it is not the leader's output */
   const struct GatherArgs *xgather; /* x_gather: remote blocks go straight
                                      into xres, without proxies */
+  bool xconflict;                 /* the exchange failed on another process's
+                                     header of another collective, whose */
+  int xconflict_key;              /* key it has (x_check): that process's data
+                                     of it is dropped too (coll_x_wait_sends) */
   int xrc;                        /* -1: the exchange failed with xkind, xmsg */
   ErrKind xkind;
   bool xsecondary;                /* raised because a peer failed or left */
@@ -249,9 +262,13 @@ typedef struct Slot {
   XMismatch *xmis;                /* the last mismatch it found; NULL: none */
   /* a remote device, from its exit record (guarded by the lock, like exited): */
   long xcount;                    /* collectives it entered */
-  CollDesc *xdesc;                /* what it reached at #xdesc_seq, as another
-                                     device's mismatch evidence says; or NULL */
-  long xdesc_seq;
+  DescRun *xruns;                 /* [XRUNS_MAX] what it reached up to
+                                     #xlast, as exit records' evidence says:
+                                     runs newest first (its own record's), or
+                                     one collective (a mismatch another found);
+                                     or NULL */
+  int nxruns;
+  long xlast;
 } Slot;
 
 _Static_assert(offsetof(Slot, inline_lane) + sizeof(((Slot *)0)->inline_lane) -
@@ -569,10 +586,11 @@ int coll_x_procs(const Call *c, int *procs);
 void coll_x_seen_free(Slot *s);
 
 /* Completes the leader's sends [reqs] of collective [c]; after a failure
- * ([rc] < 0) meanwhile drops what the other processes sent for [c]: a
- * peer that failed too may be waiting for its own large sends to this
- * process to complete (a send of more than MPI's eager limit completes
- * only once received). */
+ * ([rc] < 0) meanwhile drops what the other processes sent for [c], and
+ * for the collective of another process's conflicting header (a group
+ * with another first participant has another key): a peer that failed
+ * too may be waiting for its own large sends to this process to complete
+ * (a send of more than MPI's eager limit completes only once received). */
 void coll_x_wait_sends(const Call *c, void **reqs, int n, int rc);
 
 /* The leader's exchange (step 2): fills the leader slot's xin.  Operands

@@ -200,8 +200,32 @@ int coll_x_key(const CollGroup *g, long seq, int first) {
   return (g->parity << 27) | (int)((seq & 0xFFFF) << 11) | (first & 0x7FF);
 }
 
-/* Notes, from exit record [m] ([e]), what its mismatch evidence says the
- * remote devices it names reached (lock held); a malformed piece ends the
+/* Notes that remote device [s] reached [h]'s descriptor at #h.seq (and
+ * on, up to the numbers already noted, when [run]) (lock held): a
+ * device's own runs replace what another's mismatch said of it, which
+ * is kept only where nothing else is known. */
+static void x_note_reached(Slot *s, const XHeader *h, bool run, bool first) {
+  if (!s->xruns && !(s->xruns = shm_malloc(sizeof(DescRun) * XRUNS_MAX))) return;
+  if (!run && s->nxruns > 0) return;
+  if (!run || first) {
+    s->nxruns = 0;
+    s->xlast = h->seq;
+  }
+  if (s->nxruns < XRUNS_MAX) s->xruns[s->nxruns++] = (DescRun){h->seq, h->desc};
+}
+
+/* What remote device [s] reached at collective #seq, as exit records'
+ * evidence says (lock held), or NULL: the newest run from #seq or before,
+ * as desc_at reads a local device's history. */
+static const CollDesc *x_reached(const Slot *s, long seq) {
+  if (!s->xruns || seq > s->xlast) return NULL;
+  for (int i = 0; i < s->nxruns; i++)
+    if (s->xruns[i].from <= seq) return &s->xruns[i].d;
+  return NULL;
+}
+
+/* Notes, from exit record [m] ([e]), what its evidence says the remote
+ * devices it names reached (lock held); a malformed piece ends the
  * reading (evidence only refines an error already coming). */
 static void x_apply_evidence(CollGroup *g, const TransportMsg *m, const XExit *e) {
   size_t at = sizeof *e;
@@ -218,10 +242,7 @@ static void x_apply_evidence(CollGroup *g, const TransportMsg *m, const XExit *e
     at += ((size_t)len + 7) & ~(size_t)7;
     int r = h.ranks[0];
     if (r < 0 || r >= g->mesh.ndevices || coll_x_local(g, r)) continue;
-    Slot *s = &g->slots[r];
-    if (!s->xdesc && !(s->xdesc = shm_malloc(sizeof *s->xdesc))) return;
-    *s->xdesc = h.desc;
-    s->xdesc_seq = h.seq;
+    x_note_reached(&g->slots[r], &h, e->runs, i == 0);
   }
 }
 
@@ -245,16 +266,16 @@ static bool x_apply_exit(TransportMsg *m, void *arg) {
 }
 
 /* The first participant of [c] on process [proc] whose descriptor of
- * c's collective another device's mismatch evidence gives (XMismatch) and
- * differs from c's: the mismatch error, as a device of one process finds
- * it among its peers' (lock held); 0 when none. */
+ * c's collective exit records' evidence gives (its own runs, or another
+ * device's mismatch: XMismatch) and differs from c's: the mismatch error,
+ * as a device of one process finds it among its peers' (lock held); 0
+ * when none. */
 static int x_evidence_error(const Call *c, int proc) {
   CollGroup *g = c->g;
   for (int q = 0; q < c->n; q++) {
-    const Slot *s = &g->slots[c->peers[q]];
-    if (coll_x_proc(g, c->peers[q]) == proc && s->xdesc && s->xdesc_seq == c->seq &&
-        !coll_desc_equal(s->xdesc, &c->desc))
-      return coll_mismatch_error(g, c->rank, &c->desc, c->peers[q], s->xdesc);
+    const CollDesc *d = x_reached(&g->slots[c->peers[q]], c->seq);
+    if (coll_x_proc(g, c->peers[q]) == proc && d && !coll_desc_equal(d, &c->desc))
+      return coll_mismatch_error(g, c->rank, &c->desc, c->peers[q], d);
   }
   return 0;
 }
@@ -264,6 +285,7 @@ typedef struct XConflict {
   const Call *c;
   int proc;
   int rank;                       /* the participant it concerns, or -1 */
+  int key;                        /* the header's key (coll_x_key) */
   CollDesc desc;
   bool later;                     /* a later collective (went past) */
 } XConflict;
@@ -282,6 +304,7 @@ static bool x_find_conflict(TransportMsg *m, void *arg) {
     for (int q = 0; q < c->n; q++)
       if (c->peers[q] == h.ranks[i]) {
         x->rank = h.ranks[i];
+        x->key = coll_x_key(c->g, h.seq, h.first);
         x->desc = h.desc;
         x->later = h.seq > c->seq;
         return false;
@@ -332,6 +355,9 @@ static int x_check(const Call *c, int proc, int tag, bool data) {
     err_clear();
     return 0;
   }
+  /* its sender may wait for its data to this process to be received */
+  g->slots[c->rank].xconflict = true;
+  g->slots[c->rank].xconflict_key = x.key;
   if (x.later) return coll_passed_error(g, c, x.rank);
   return coll_mismatch_error(g, c->rank, &c->desc, x.rank, &x.desc);
 }
@@ -513,11 +539,15 @@ static int x_receive(const Call *c, const int *procs, int np, Array **tab, Trans
 }
 
 void coll_x_wait_sends(const Call *c, void **reqs, int n, int rc) {
-  int tag = transport_tag(TRANSPORT_DATA, coll_x_key(c->g, c->seq, c->peers[0]));
+  Slot *me = &c->g->slots[c->rank];
+  int tags[2] = {transport_tag(TRANSPORT_DATA, coll_x_key(c->g, c->seq, c->peers[0])),
+                 transport_tag(TRANSPORT_DATA, me->xconflict_key)};
+  bool conflict = me->xconflict;
+  me->xconflict = false;
   if (rc == 0)
     transport_wait_sends(reqs, n);
   else
-    transport_wait_sends_dropping(reqs, n, -1, tag);
+    transport_wait_sends_dropping(reqs, n, tags, conflict ? 2 : 1);
 }
 
 int coll_x_exchange(const Call *c, const XLocal *lc, const void *arg) {
@@ -621,6 +651,7 @@ static void x_lead(Call *c, const XLocal *lc, XExchange exchange, XExchange step
   Slot *lead = &c->g->slots[c->rank];
   lead->xin = NULL;
   lead->xres = NULL;
+  lead->xconflict = false;
   lead->xrc = exchange(c, lc, arg);
   if (lead->xrc == 0 && step) {
     c->xin = lead->xin;
@@ -739,19 +770,44 @@ static size_t x_evidence_pack(char *buf, size_t len, size_t cap, long seq, int r
   return len + need;
 }
 
+/* Appends to exit record [buf] (of [len] bytes, at most
+ * TRANSPORT_COPY_BYTES) device [rank]'s (slot [s]) runs of descriptors,
+ * newest first, its last collective alone first (with its own line, as
+ * desc_at reads it), counting them in [nevid]: the new length.  A device
+ * of another process that waits for it in another collective of a number
+ * it reached then names both, as in one process (check_peer), not a
+ * device that returned from the body. */
+static size_t x_runs_pack(const Slot *s, int rank, char *buf, size_t len, int *nevid) {
+  CollDesc d = s->runs[(s->nruns - 1) % COLL_HIST].d;
+  d.line = atomic_load(&s->line);
+  size_t n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, s->seq, rank, &d);
+  *nevid += n > len;
+  for (long k = s->nruns - 1; n > len && k >= 0 && k >= s->nruns - COLL_HIST; k--) {
+    const DescRun *run = &s->runs[k % COLL_HIST];
+    len = n;
+    n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, run->from, rank, &run->d);
+    *nevid += n > len;
+  }
+  return n;
+}
+
 void coll_x_send_exit(CollGroup *g, Slot *s, int rank, int line, bool failed) {
-  XExit e = {rank, line, failed, 0, atomic_load(&s->published) + 1};
+  XExit e = {rank, line, failed, 0, 0, atomic_load(&s->published) + 1};
   /* a failure with a mismatch found carries both descriptors; the record
    * stays a small message (sent from a copy, unless memory is short) */
   char *buf = s->xexit;
   size_t len = sizeof e;
-  if (failed && s->xmis && s->xmis->seq == s->seq)
+  if (failed && s->xmis && s->xmis->seq == s->seq) {
     for (int i = 0; i < 2; i++) {
       size_t n = x_evidence_pack(buf, len, TRANSPORT_COPY_BYTES, s->xmis->seq, s->xmis->rank[i],
                                  &s->xmis->desc[i]);
       e.nevid += n > len;
       len = n;
     }
+  } else if (!failed && s->nruns > 0) {
+    e.runs = 1;
+    len = x_runs_pack(s, rank, buf, len, &e.nevid);
+  }
   memcpy(buf, &e, sizeof e);
   TransportIov v = {buf, len};
   for (int p = 0; p < transport_procs(); p++)

@@ -97,8 +97,8 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   return NULL;
 }
 void transport_wait_sends(void **reqs, int n) { (void)reqs, (void)n; }
-void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
-  (void)reqs, (void)n, (void)mask, (void)value;
+void transport_wait_sends_dropping(void **reqs, int n, const int *tags, int ntags) {
+  (void)reqs, (void)n, (void)tags, (void)ntags;
 }
 void transport_drop_data(int mask, int value) { (void)mask, (void)value; }
 void transport_poll(void) {}
@@ -176,15 +176,17 @@ static _Atomic(TransportExpect *) quick_expect;
  * send completes.  The pending ones are on the list [copies], oldest
  * first; copy_lock guards the list, ncopies and the spares (not box_lock,
  * which is held while large messages are received).  Never taken with
- * box_lock.  Every copy has room for TRANSPORT_COPY_BYTES, so one whose
+ * box_lock.  Every copy has room for COPY_CAP bytes (a small message, or a
+ * record a ring's queue sends by MPI: node_send_mpi), so one whose
  * send completed serves any next one: up to COPY_SPARES of them wait on
  * [spare_copies] (a collective across processes sends one or two small
  * messages; without the spares each was an allocation and a free). */
 typedef struct CopySend {
   struct CopySend *next;
   MPI_Request req;
-  char data[TRANSPORT_COPY_BYTES + 1];
+  char data[];   /* COPY_CAP bytes */
 } CopySend;
+#define COPY_CAP (NODE_MSG_MAX > TRANSPORT_COPY_BYTES ? NODE_MSG_MAX : TRANSPORT_COPY_BYTES)
 #define COPY_SPARES 16
 static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER;
 static CopySend *copies, **copies_tail = &copies, *spare_copies;
@@ -364,7 +366,7 @@ static void reap_copies(bool wait) {
  * NULL when out of memory). */
 static CopySend *copy_alloc(void) {
   CopySend *c = spare_copies;
-  if (!c) return shm_malloc(sizeof *c);
+  if (!c) return shm_malloc(sizeof *c + COPY_CAP);
   spare_copies = c->next;
   nspare_copies--;
   return c;
@@ -429,27 +431,50 @@ static bool send_copy(int proc, int tag, const TransportIov *iov, int niov, size
   return true;
 }
 
+/* Ends the job when there is no memory to send a small message to
+ * process [proc]: a message lost would leave a peer waiting. */
+static _Noreturn void unsent(int proc) {
+  fprintf(stderr, "shmap: error: out of memory sending a message to process %d\n", proc);
+  transport_abort(1);
+}
+
 /* A small message to a process of this machine, through its ring:
  * false when it goes by MPI (data, or too long for a ring). */
 static bool send_node(int proc, int tag, const TransportIov *iov, int niov, size_t total) {
   if ((tag & 3) == TRANSPORT_DATA || !node_reaches(proc) || total > node_msg_max()) return false;
-  if (!node_send(proc, tag, iov, niov, total)) {   /* a message lost would leave a peer waiting */
-    fprintf(stderr, "shmap: error: out of memory sending a message to process %d\n", proc);
-    transport_abort(1);
-  }
+  if (!node_send(proc, tag, iov, niov, total)) unsent(proc);
   return true;
 }
 
 static void *isend_mpi(int proc, int tag, const TransportIov *iov, int niov, size_t total);
 
+/* A record of a ring's queue sent by MPI instead (node_send_mpi): from a
+ * copy, which never fails but when memory is short. */
+static void spill_record(int proc, int tag, const char *data, size_t len) {
+  if (!send_copy(proc, tag, &(TransportIov){(void *)data, len}, 1, len)) unsent(proc);
+}
+
+/* The arguments of an isend_mpi that node_send_mpi runs. */
+typedef struct MpiSend {
+  int proc, tag;
+  const TransportIov *iov;
+  int niov;
+  size_t total;
+} MpiSend;
+
+static void *isend_mpi_args(void *arg) {
+  const MpiSend *m = arg;
+  return isend_mpi(m->proc, m->tag, m->iov, m->niov, m->total);
+}
+
 void *transport_isend(int proc, int tag, const TransportIov *iov, int niov) {
   size_t total = 0;
   for (int i = 0; i < niov; i++) total += iov[i].len;
   if (send_node(proc, tag, iov, niov, total)) return NULL;
-  void *r = isend_mpi(proc, tag, iov, niov, total);
-  /* counted once posted: a ring's next record to [proc] waits behind it */
-  if (node_reaches(proc)) node_mpi_sent(proc);
-  return r;
+  if (!node_reaches(proc)) return isend_mpi(proc, tag, iov, niov, total);
+  /* behind the records queued for [proc], which must not come after it */
+  MpiSend m = {proc, tag, iov, niov, total};
+  return node_send_mpi(proc, spill_record, isend_mpi_args, &m);
 }
 
 /* transport_isend by MPI. */
@@ -472,16 +497,16 @@ static void *isend_mpi(int proc, int tag, const TransportIov *iov, int niov, siz
   return r;
 }
 
-/* Completes [reqs], dropping meanwhile the data messages of tag & mask ==
- * value when [drop]. */
-static void wait_sends(void **reqs, int n, bool drop, int mask, int value) {
+/* Completes [reqs], dropping meanwhile the data messages with one of the
+ * [ntags] [tags] (none: polling only). */
+static void wait_sends(void **reqs, int n, const int *tags, int ntags) {
   for (int i = 0; i < n; i++) {
     if (!reqs[i]) continue;
     for (int done = 0;;) {
       MPI_Test(reqs[i], &done, MPI_STATUS_IGNORE);
       if (done) break;
-      if (drop) transport_drop_data(mask, value);
-      else transport_poll();
+      if (!ntags) transport_poll();   /* (each drop polls) */
+      for (int t = 0; t < ntags; t++) transport_drop_data(-1, tags[t]);
       sched_yield();
     }
     shm_free(reqs[i]);
@@ -489,10 +514,10 @@ static void wait_sends(void **reqs, int n, bool drop, int mask, int value) {
   }
 }
 
-void transport_wait_sends(void **reqs, int n) { wait_sends(reqs, n, false, 0, 0); }
+void transport_wait_sends(void **reqs, int n) { wait_sends(reqs, n, NULL, 0); }
 
-void transport_wait_sends_dropping(void **reqs, int n, int mask, int value) {
-  wait_sends(reqs, n, true, mask, value);
+void transport_wait_sends_dropping(void **reqs, int n, const int *tags, int ntags) {
+  wait_sends(reqs, n, tags, ntags);
 }
 
 /* Ends the job when there is no memory to receive process [source]'s

@@ -165,11 +165,11 @@ void *transport_isend(int proc, int tag, const TransportIov *iov, int niov);
 void transport_wait_sends(void **reqs, int n);
 
 /* transport_wait_sends for a collective that failed on this process:
- * meanwhile receives and drops the data messages whose tag has
- * (tag & mask) == value (what its peers sent it for that collective,
- * which nobody will receive now), since a peer may in turn wait for its
- * large sends to this process to complete before it can go on. */
-void transport_wait_sends_dropping(void **reqs, int n, int mask, int value);
+ * meanwhile receives and drops the data messages with one of the [ntags]
+ * [tags] (what its peers sent it for that collective, which nobody will
+ * receive now), since a peer may in turn wait for its large sends to this
+ * process to complete before it can go on. */
+void transport_wait_sends_dropping(void **reqs, int n, const int *tags, int ntags);
 
 /* Polls, then receives and drops the matched data messages whose tag has
  * (tag & mask) == value: those of a call every device of this process

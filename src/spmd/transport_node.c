@@ -161,9 +161,6 @@ bool node_reaches(int proc) {
   return node_rank_of && proc >= 0 && node_rank_of[proc] >= 0 && node_rank_of[proc] != node_me;
 }
 
-void node_mpi_sent(int proc) {
-  atomic_fetch_add_explicit(&dests[node_rank_of[proc]].mpi_sent, 1, memory_order_relaxed);
-}
 
 void node_mpi_matched(int source) { dests[node_rank_of[source]].mpi_matched++; }
 
@@ -187,14 +184,19 @@ static bool ring_put(Dest *d, int tag, uint32_t after, const TransportIov *iov, 
   return true;
 }
 
+/* Takes [d]'s oldest queued record off its queue and frees it (d's lock held). */
+static void dequeue(Dest *d) {
+  Queued *q = d->queue;
+  if (!(d->queue = q->next)) d->queue_tail = &d->queue;
+  atomic_fetch_sub_explicit(&queued, 1, memory_order_relaxed);
+  shm_free(q);
+}
+
 /* Moves [d]'s queued records into its ring while it has room (d's lock held). */
 static void flush(Dest *d) {
-  for (Queued *q; (q = d->queue);) {
+  for (Queued *q; (q = d->queue); dequeue(d)) {
     TransportIov v = {q->data, q->len};
     if (!ring_put(d, q->tag, q->after, &v, 1, q->len)) return;
-    if (!(d->queue = q->next)) d->queue_tail = &d->queue;
-    atomic_fetch_sub_explicit(&queued, 1, memory_order_relaxed);
-    shm_free(q);
   }
 }
 
@@ -210,6 +212,21 @@ static bool enqueue(Dest *d, int tag, uint32_t after, const TransportIov *iov, i
   d->queue_tail = &q->next;
   atomic_fetch_add_explicit(&queued, 1, memory_order_relaxed);
   return true;
+}
+
+void *node_send_mpi(int proc, void (*spill)(int, int, const char *, size_t),
+                    void *(*send)(void *), void *arg) {
+  Dest *d = &dests[node_rank_of[proc]];
+  pthread_mutex_lock(&d->lock);
+  flush(d);
+  for (Queued *q; (q = d->queue); dequeue(d)) {
+    spill(proc, q->tag, q->data, q->len);
+    atomic_fetch_add_explicit(&d->mpi_sent, 1, memory_order_relaxed);
+  }
+  void *r = send(arg);
+  atomic_fetch_add_explicit(&d->mpi_sent, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&d->lock);
+  return r;
 }
 
 bool node_send(int proc, int tag, const TransportIov *iov, int niov, size_t total) {

@@ -27,7 +27,9 @@
  *
  * A full ring never blocks a sender: the record waits in a queue of the
  * sender's (and so does every later one to that process, keeping the
- * order), moved into the ring by later sends and polls.  node_close makes
+ * order), moved into the ring by later sends and polls; what is still
+ * queued when the sender sends that process an MPI message goes by MPI
+ * ahead of it (node_send_mpi).  node_close makes
  * every process's queue empty before the window goes.
  *
  * Threads: the producer side of each ring is guarded by a mutex per
@@ -63,9 +65,18 @@ size_t node_msg_max(void);
 /* Whether messages to (and from) process [proc] go through a ring. */
 bool node_reaches(int proc);
 
-/* Counts a message sent to process [proc] by MPI (after MPI_Isend): the
- * next record to it waits behind it at the receiver. */
-void node_mpi_sent(int proc);
+/* Sends a message to process [proc] (node_reaches) by MPI, in order with
+ * the records to it: under the lock of [proc]'s ring, moves the records
+ * queued for it into the ring while there is room and sends those left by
+ * MPI ahead of the message (spill(proc, tag, data, len) each: a small
+ * send that must not fail), then calls send(arg); each MPI message is
+ * counted, so the next record to [proc] waits behind it at the receiver.
+ * (A record left in the queue behind an MPI message would reach the
+ * receiver after it: the receiver takes a sender's ring before an MPI
+ * message from it, and the record was not in the ring yet.)  Returns what
+ * send returned.  Neither callback may take the mailbox's lock. */
+void *node_send_mpi(int proc, void (*spill)(int, int, const char *, size_t),
+                    void *(*send)(void *), void *arg);
 
 /* Counts a message from process [source] matched by MPI (caller's lock). */
 void node_mpi_matched(int source);

@@ -89,6 +89,16 @@ for ring in "" 1024; do
   [ "$got" = "$want" ] || fail "ring_burst.shm, rings of ${ring:-default} bytes: output [$got], one process [$want]"
 done
 
+# records still queued for a full ring when their sender sends an MPI
+# message (the end of a call) reach the receiver before it: a record that
+# came after it was read in the next call as a device that returned
+want=$("$shmap" --devices 16 "$progs/ring_order.shm" 2>&1)
+for run in 1 2 3; do
+  got=$(SHMAP_TEST_RING_BYTES=128 mpi 2 "$shmap" --devices 16 "$progs/ring_order.shm" 2>&1) ||
+    fail "ring_order.shm, run $run: exit status $?: $got"
+  [ "$got" = "$want" ] || fail "ring_order.shm, run $run: output [$got], one process [$want]"
+done
+
 out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "4 devices over 3 processes ran"
 grep -q "cannot be split evenly over 3 processes" <<<"$out" || fail "4 over 3: no message: $out"
@@ -103,6 +113,24 @@ grep -q "need one process" <<<"$out" || fail "--debug: no message: $out"
 out=$(printf 'print("ran")\n' | mpi 2 "$shmap" --devices 4 - 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "a program from stdin under mpirun ran"
 [ "$(grep -c 'standard input needs one process' <<<"$out")" = 1 ] || fail "stdin under mpirun: message: $out"
+
+# Ctrl-C of the job: mpirun sends its processes SIGTERM (then SIGKILL),
+# which stops the program with a one-process run's error, written by
+# process 0, and an exit status not 0.  The SIGKILL comes 1 s after by
+# default (odls_base_sigkill_timeout), which a loaded machine may not
+# give a process to be scheduled: 10 s here.
+idir=$(mktemp -d)
+printf '%s\n' 'print("ready")' 'k = 0' 'while True:' '    k = k + 1' >"$idir/loop.shm"
+OMPI_MCA_odls_base_sigkill_timeout=10 timeout -s KILL 60 \
+  mpirun --oversubscribe --bind-to none -np 2 "$shmap" --devices 2 "$idir/loop.shm" >"$idir/out" 2>&1 &
+job=$!
+for t in $(seq 300); do grep -q ready "$idir/out" && break; sleep 0.1; done
+kill -INT $job   # timeout passes it on to mpirun
+wait $job; status=$?
+[ "$status" -ne 0 ] && [ "$status" -ne 137 ] || fail "Ctrl-C under mpirun: exit status $status: $(cat "$idir/out")"
+grep -q '^.*loop.shm:[34]:[0-9]*: error: interrupted$' "$idir/out" ||
+  fail "Ctrl-C under mpirun: no message: $(cat "$idir/out")"
+rm -rf "$idir"
 
 # --trace: each process writes its own devices' timeline, to its own file
 tdir=$(mktemp -d)
