@@ -136,7 +136,7 @@ run_scripts() {
   local part=$1 t out status p=0 f=0
   for t in "$srcdir/$2"/*.sh; do
     [ -e "$t" ] || continue
-    out=$(timeout $((120 * SHMAP_TEST_SCALE)) bash "$t" "$builddir/shmap" 2>&1)
+    out=$(timeout $((300 * SHMAP_TEST_SCALE)) bash "$t" "$builddir/shmap" 2>&1)
     status=$?
     if [ "$status" -eq 77 ]; then
       echo "note: $(tail -n 1 <<<"$out")"
