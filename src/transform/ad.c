@@ -1938,6 +1938,27 @@ bool ad_reverse_active(void) {
 }
 
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
+
+/* A reverse-mode leaf with its tangent pvary'd over the axes of [*mask]
+ * it does not vary over yet; other leaves as they are. */
+static Value *vary_leaf(Value *v, void *vmask) {
+  uint32_t mask = *(uint32_t *)vmask;
+  JvpTrace *j = IS_JVP_TRACER(v) ? jvp_find(((Tracer *)v)->trace_id) : NULL;
+  AVal ta;
+  if (!j || !j->lin || prim_value_aval(((Tracer *)v)->tangent, &ta) < 0 || !(mask & ~ta.vma))
+    return val_incref(v);
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", coll_axis_names(mask & ~ta.vma));
+  Value *t = prim_apply(P_PVARY, 1, &((Tracer *)v)->tangent, &p);
+  params_clear(&p);
+  return t ? jvp_tracer(j->id, val_incref(((Tracer *)v)->primal), t) : NULL;
+}
+
+Value *ad_vary_tangents(Value *tree, uint32_t mask) {
+  if (!mask) return val_incref(tree);
+  return map_leaves(tree, vary_leaf, &mask);
+}
 bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 
 /* jax._primitive_table(): per primitive of the table, a dict of its name,

@@ -35,6 +35,7 @@
 #ifndef SHMAP_AD_H
 #define SHMAP_AD_H
 
+#include <stdint.h>
 #include "lang/eval.h"
 
 /* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
@@ -54,6 +55,16 @@ bool ad_reverse_active(void);
 
 /* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
 bool ad_has_jvp_leaf(Value *tree);
+
+/* [tree] (borrowed) with the tangent of each leaf differentiated in
+ * reverse mode made to vary over the mesh axes of [mask] (pvary; the
+ * primal unchanged); a new reference.  An eager cond whose index varies
+ * over those axes gives its operands' tangents this type before the
+ * taken branch runs: each device's linear map then differs along them,
+ * so the backward pass sums a cotangent over them (the transpose of
+ * pvary) only after the branch's transpose, as the staged cond's select
+ * does. */
+Value *ad_vary_tangents(Value *tree, uint32_t mask);
 
 /* A while_loop under jit whose carry [init] holds forward-mode JVP
  * tracers of jvp trace [id] (0: the innermost in init), or whose body

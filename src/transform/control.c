@@ -411,6 +411,25 @@ out:
   return r;
 }
 
+/* eager_branches with the index [index]: under reverse-mode
+ * differentiation, when the index varies over mesh axes, the operands'
+ * tangents are first made to vary over them (ad_vary_tangents), since the
+ * devices along them run different branches. */
+static Value *eager_indexed(Value *index, int nb, Value *const *fns, int taken, int nops,
+                            Value **opv) {
+  AVal ia;
+  if (ops_aval(index, &ia) < 0) return NULL;
+  if (!ia.vma || !ad_reverse_active()) return eager_branches(nb, fns, taken, nops, opv);
+  Value **ops = shm_calloc((size_t)nops + 1, sizeof(Value *)), *r = NULL;
+  int k = 0;
+  if (!ops) return err_nomem();
+  for (; k < nops; k++)
+    if (!(ops[k] = ad_vary_tangents(opv[k], ia.vma))) break;
+  if (k == nops) r = eager_branches(nb, fns, taken, nops, ops);
+  values_free(ops, k);
+  return r;
+}
+
 /* A scalar predicate's truth, or an error naming its shape. */
 static int check_scalar(Value *v, const char *what) {
   AVal a;
@@ -516,7 +535,7 @@ static Value *bi_cond(const CallArgs *a) {
   } else if (!trace_current()) {
     int t = val_truth(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
-    if (t >= 0) r = eager_branches(2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
+    if (t >= 0) r = eager_indexed(pred, 2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
   } else {
     Value *idx = pred_index(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
@@ -568,7 +587,7 @@ static Value *bi_switch(const CallArgs *a) {
     Value *i32 = ops_convert(index, DT_I32, false);  /* as staged: a float index truncates */
     if (i32 && arr_to_index(i32, &i) == 0) {
       i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
-      r = eager_branches((int)nb, fns, (int)i, a->nargs - 2, a->args + 2);
+      r = eager_indexed(index, (int)nb, fns, (int)i, a->nargs - 2, a->args + 2);
     }
     val_decref(i32);
   } else {
