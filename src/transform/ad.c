@@ -333,24 +333,38 @@ static int forward_eqn(Back *b, const PlanEqn *e) {
   return 0;
 }
 
+/* [prim] (psum or pvary) of [c] (stolen) over the mesh axes of [mask];
+ * [c] itself when [mask] is empty.  NULL with the error set. */
+static Value *over_axes(PrimId prim, Value *c, uint32_t mask) {
+  if (!mask) return c;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", coll_axis_names(mask));
+  if (prim == P_PSUM) params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_apply(prim, 1, &c, &q);
+  params_clear(&q);
+  val_decref(c);
+  return r;
+}
+
 /* Adds [c] (stolen, may be NULL) into the cotangent of variable [var].
- * Inside a shard_map body, a contribution that varies over mesh axes its
- * primal does not vary over is first summed over them: the transpose of
- * the implicit pvary where an invariant value met varying ones
- * (LANGUAGE.md §11). */
+ * Inside a shard_map body a cotangent takes its variable's replication
+ * type (LANGUAGE.md §11): a contribution that varies over mesh axes the
+ * variable does not vary over is first summed over them (the transpose
+ * of the implicit pvary where an invariant value met varying ones), and
+ * one invariant over axes the variable varies over is typed as varying
+ * over them (pvary: the same values), as a transpose rule may give an
+ * invariant cotangent for a varying operand (psum's, whose result is
+ * invariant); an invariant value that met it is then summed over those
+ * axes further back, as it must be. */
 static int ct_add(Back *b, int var, Value *c) {
   if (!c) return 0;
   AVal ca;
-  uint32_t extra = prim_value_aval(c, &ca) == 0 ? ca.vma & ~b->p->vars[var].vma : 0;
-  if (extra) {
-    Params q;
-    params_init(&q);
-    params_add(&q, "axes", coll_axis_names(extra));
-    params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-    Value *sum = prim_apply(P_PSUM, 1, &c, &q);
-    params_clear(&q);
-    val_decref(c);
-    if (!(c = sum)) return -1;
+  uint32_t want = b->p->vars[var].vma;
+  if (prim_value_aval(c, &ca) == 0) {
+    c = over_axes(P_PSUM, c, ca.vma & ~want);
+    if (c) c = over_axes(P_PVARY, c, want & ~ca.vma);
+    if (!c) return -1;
   }
   Value *s = prim_add_any(b->ct[var], c);
   val_decref(c);
