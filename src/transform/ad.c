@@ -1953,25 +1953,32 @@ bool ad_reverse_active(void) {
 
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
 
-/* A reverse-mode leaf with its tangent pvary'd over the axes of [*mask]
- * it does not vary over yet; other leaves as they are. */
-static Value *vary_leaf(Value *v, void *vmask) {
-  uint32_t mask = *(uint32_t *)vmask;
-  JvpTrace *j = IS_JVP_TRACER(v) ? jvp_find(((Tracer *)v)->trace_id) : NULL;
-  AVal ta;
-  if (!j || !j->lin || prim_value_aval(((Tracer *)v)->tangent, &ta) < 0 || !(mask & ~ta.vma))
-    return val_incref(v);
-  Params p;
-  params_init(&p);
-  params_add(&p, "axes", coll_axis_names(mask & ~ta.vma));
-  Value *t = prim_apply(P_PVARY, 1, &((Tracer *)v)->tangent, &p);
-  params_clear(&p);
-  return t ? jvp_tracer(j->id, val_incref(((Tracer *)v)->primal), t) : NULL;
+/* The leaf of [own] for the leaf [sel] of the selected tree: a reverse-
+ * mode JVP tracer with [own]'s primal and [sel]'s tangent, or [own]. */
+static Value *keep_primal(Value *sel, Value *own) {
+  JvpTrace *j = IS_JVP_TRACER(sel) ? jvp_find(((Tracer *)sel)->trace_id) : NULL;
+  if (!j || !j->lin) return val_incref(own);
+  return jvp_tracer(j->id, primal_of(own, j->id), val_incref(((Tracer *)sel)->tangent));
 }
 
-Value *ad_vary_tangents(Value *tree, uint32_t mask) {
-  if (!mask) return val_incref(tree);
-  return map_leaves(tree, vary_leaf, &mask);
+Value *ad_keep_primals(Value *sel, Value *own) {
+  PyLeaves ls = {0}, lo = {0};
+  Value **vals = NULL, *r = NULL;
+  int k = 0;
+  /* [sel] was selected from trees of [own]'s structure: the leaves pair up */
+  if (leaves_of(sel, &ls) < 0 || leaves_of(own, &lo) < 0) goto out;
+  if (!(vals = shm_calloc((size_t)lo.n + 1, sizeof(Value *)))) {
+    err_nomem();
+    goto out;
+  }
+  for (; k < lo.n; k++)
+    if (!(vals[k] = k < ls.n ? keep_primal(ls.v[k], lo.v[k]) : val_incref(lo.v[k]))) goto out;
+  r = rebuild(own, vals);
+out:
+  values_free(vals, k);
+  pytree_leaves_free(&ls);
+  pytree_leaves_free(&lo);
+  return r;
 }
 bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 

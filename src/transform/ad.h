@@ -35,7 +35,6 @@
 #ifndef SHMAP_AD_H
 #define SHMAP_AD_H
 
-#include <stdint.h>
 #include "lang/eval.h"
 
 /* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
@@ -56,15 +55,16 @@ bool ad_reverse_active(void);
 /* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
 bool ad_has_jvp_leaf(Value *tree);
 
-/* [tree] (borrowed) with the tangent of each leaf differentiated in
- * reverse mode made to vary over the mesh axes of [mask] (pvary; the
- * primal unchanged); a new reference.  An eager cond whose index varies
- * over those axes gives its operands' tangents this type before the
- * taken branch runs: each device's linear map then differs along them,
- * so the backward pass sums a cotangent over them (the transpose of
- * pvary) only after the branch's transpose, as the staged cond's select
- * does. */
-Value *ad_vary_tangents(Value *tree, uint32_t mask);
+/* The tree [own] (borrowed) with the tangent of each leaf that [sel]
+ * (borrowed, the same structure) holds differentiated in reverse mode
+ * replaced by [sel]'s: the primal is [own]'s.  A new reference, or NULL
+ * with the error set.  An eager cond whose index varies over mesh axes
+ * takes its primal results from the taken branch but, under reverse
+ * mode, its tangents from a selection among every branch's, so that all
+ * devices record the same linear map and the backward pass sums a
+ * cotangent over those axes only after the branches' transposes (as the
+ * cond under jit does). */
+Value *ad_keep_primals(Value *sel, Value *own);
 
 /* A while_loop under jit whose carry [init] holds forward-mode JVP
  * tracers of jvp trace [id] (0: the innermost in init), or whose body
