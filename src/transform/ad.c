@@ -180,6 +180,7 @@ typedef struct Lin {
   Value **caps;
   int ncap;
   int nout;          /* output leaves */
+  bool shard_out;    /* the outputs are a shard_map body's (seed_share) */
 } Lin;
 
 static void lin_free(Lin *l) {
@@ -374,6 +375,29 @@ static int ct_add(Back *b, int var, Value *c) {
   return 0;
 }
 
+/* The seed [c] (stolen) of a shard_map body's output variable [var]: a
+ * cotangent invariant over mesh axes the variable's tangent varies over
+ * (a cond on an index varying over them, whose tangent is selected among
+ * its branches) belongs to the one value that out_specs takes from any
+ * of the devices along them, so each device takes an equal share. */
+static Value *seed_share(Back *b, int var, Value *c) {
+  AVal ca;
+  const DevCtx *d = dev_ctx();
+  if (prim_value_aval(c, &ca) < 0 || !d || !d->mesh) return c;
+  uint32_t spread = b->p->vars[var].vma & ~ca.vma;
+  int64_t n = 1;
+  for (int k = 0; k < d->mesh->naxes; k++)
+    if (spread & (1u << k)) n *= d->mesh->sizes[k];
+  if (n == 1) return c;
+  Array *share = arr_scalar_f64(ca.dtype, 1.0 / (double)n, true);
+  Params none;
+  params_init(&none);
+  Value *r = share ? prim_apply(P_MUL, 2, (Value *[]){c, &share->hdr}, &none) : NULL;
+  if (share) val_decref(&share->hdr);
+  val_decref(c);
+  return r;
+}
+
 static int transpose_with(Back *b, const PlanEqn *e, TransposeRule rule, Value **cts_out,
                           Value **ops, Value **cts_in, AVal *avs, bool *lin);
 
@@ -458,10 +482,12 @@ static Value **backward(const Lin *lin, Value **ct_out) {
     else if (forward_eqn(&b, e) < 0)
       goto out;
   }
-  for (int i = 0; i < p->nout; i++)
-    if (atom_linear(&b, &p->outs[i]) && ct_out[i] &&
-        ct_add(&b, p->outs[i].var, val_incref(ct_out[i])) < 0)
-      goto out;
+  for (int i = 0; i < p->nout; i++) {
+    if (!atom_linear(&b, &p->outs[i]) || !ct_out[i]) continue;
+    Value *seed = val_incref(ct_out[i]);
+    if (lin->shard_out && !(seed = seed_share(&b, p->outs[i].var, seed))) goto out;
+    if (ct_add(&b, p->outs[i].var, seed) < 0) goto out;
+  }
   for (int i = p->neqn - 1; i >= 0; i--) {
     const PlanEqn *e = &p->eqns[i];
     bool l = false;
@@ -724,7 +750,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
                              "output, got %d", a->nargs);
   Value *caps = tuple_get(self, V_CAPS);
   Lin lin = {NULL, NULL, (Plan *)tuple_get(self, V_PLANV), ((Tuple *)caps)->items,
-             (int)tuple_len(caps), 0};
+             (int)tuple_len(caps), 0, false};
   PyLeaves want = {0}, got = {0};
   Value *r = NULL, **cts = NULL, **ctv;
   if (leaves_of(tuple_get(self, V_OUT), &want) < 0 || leaves_of(a->args[0], &got) < 0) goto out;
@@ -1197,7 +1223,7 @@ static Value *sm_back_body(Value *self, const CallArgs *a) {
       return NULL;
     }
   Lin lin = {NULL, NULL, c->plans[rank], c->staged ? res : c->caps[rank],
-             c->staged ? nres : c->ncaps[rank], c->nout};
+             c->staged ? nres : c->ncaps[rank], c->nout, true};
   Value **cts = backward(&lin, a->args);
   values_free_n(res, made);
   if (!cts) return NULL;
@@ -1215,6 +1241,7 @@ static Value *sm_remat_body(Value *self, const CallArgs *a) {
   size_t n;
   Value *r = NULL, *res = sm_linearize(c, a->args, &lin.plan, &lin.caps, &lin.ncap, &n);
   lin.nout = (int)n;
+  lin.shard_out = true;
   Value **cts = res ? backward(&lin, a->args + c->nargs) : NULL;
   if (res) val_decref(res);
   if (cts) {
