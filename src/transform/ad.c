@@ -180,6 +180,7 @@ typedef struct Lin {
   Value **caps;
   int ncap;
   int nout;          /* output leaves */
+  bool shard_out;    /* the outputs are a shard_map body's (seed_share) */
 } Lin;
 
 static void lin_free(Lin *l) {
@@ -336,24 +337,38 @@ static int forward_eqn(Back *b, const PlanEqn *e) {
   return 0;
 }
 
+/* [prim] (psum or pvary) of [c] (stolen) over the mesh axes of [mask];
+ * [c] itself when [mask] is empty.  NULL with the error set. */
+static Value *over_axes(PrimId prim, Value *c, uint32_t mask) {
+  if (!mask) return c;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", coll_axis_names(mask));
+  if (prim == P_PSUM) params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_apply(prim, 1, &c, &q);
+  params_clear(&q);
+  val_decref(c);
+  return r;
+}
+
 /* Adds [c] (stolen, may be NULL) into the cotangent of variable [var].
- * Inside a shard_map body, a contribution that varies over mesh axes its
- * primal does not vary over is first summed over them: the transpose of
- * the implicit pvary where an invariant value met varying ones
- * (LANGUAGE.md §11). */
+ * Inside a shard_map body a cotangent takes its variable's replication
+ * type (LANGUAGE.md §11): a contribution that varies over mesh axes the
+ * variable does not vary over is first summed over them (the transpose
+ * of the implicit pvary where an invariant value met varying ones), and
+ * one invariant over axes the variable varies over is typed as varying
+ * over them (pvary: the same values), as a transpose rule may give an
+ * invariant cotangent for a varying operand (psum's, whose result is
+ * invariant); an invariant value that met it is then summed over those
+ * axes further back, as it must be. */
 static int ct_add(Back *b, int var, Value *c) {
   if (!c) return 0;
   AVal ca;
-  uint32_t extra = prim_value_aval(c, &ca) == 0 ? ca.vma & ~b->p->vars[var].vma : 0;
-  if (extra) {
-    Params q;
-    params_init(&q);
-    params_add(&q, "axes", coll_axis_names(extra));
-    params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-    Value *sum = prim_apply(P_PSUM, 1, &c, &q);
-    params_clear(&q);
-    val_decref(c);
-    if (!(c = sum)) return -1;
+  uint32_t want = b->p->vars[var].vma;
+  if (prim_value_aval(c, &ca) == 0) {
+    c = over_axes(P_PSUM, c, ca.vma & ~want);
+    if (c) c = over_axes(P_PVARY, c, want & ~ca.vma);
+    if (!c) return -1;
   }
   Value *s = prim_add_any(b->ct[var], c);
   val_decref(c);
@@ -361,6 +376,29 @@ static int ct_add(Back *b, int var, Value *c) {
   if (b->ct[var]) val_decref(b->ct[var]);
   b->ct[var] = s;
   return 0;
+}
+
+/* The seed [c] (stolen) of a shard_map body's output variable [var]: a
+ * cotangent invariant over mesh axes the variable's tangent varies over
+ * (a cond on an index varying over them, whose tangent is selected among
+ * its branches) belongs to the one value that out_specs takes from any
+ * of the devices along them, so each device takes an equal share. */
+static Value *seed_share(Back *b, int var, Value *c) {
+  AVal ca;
+  const DevCtx *d = dev_ctx();
+  if (prim_value_aval(c, &ca) < 0 || !d || !d->mesh) return c;
+  uint32_t spread = b->p->vars[var].vma & ~ca.vma;
+  int64_t n = 1;
+  for (int k = 0; k < d->mesh->naxes; k++)
+    if (spread & (1u << k)) n *= d->mesh->sizes[k];
+  if (n == 1) return c;
+  Array *share = arr_scalar_f64(ca.dtype, 1.0 / (double)n, true);
+  Params none;
+  params_init(&none);
+  Value *r = share ? prim_apply(P_MUL, 2, (Value *[]){c, &share->hdr}, &none) : NULL;
+  if (share) val_decref(&share->hdr);
+  val_decref(c);
+  return r;
 }
 
 static int transpose_with(Back *b, const PlanEqn *e, TransposeRule rule, Value **cts_out,
@@ -447,10 +485,12 @@ static Value **backward(const Lin *lin, Value **ct_out) {
     else if (forward_eqn(&b, e) < 0)
       goto out;
   }
-  for (int i = 0; i < p->nout; i++)
-    if (atom_linear(&b, &p->outs[i]) && ct_out[i] &&
-        ct_add(&b, p->outs[i].var, val_incref(ct_out[i])) < 0)
-      goto out;
+  for (int i = 0; i < p->nout; i++) {
+    if (!atom_linear(&b, &p->outs[i]) || !ct_out[i]) continue;
+    Value *seed = val_incref(ct_out[i]);
+    if (lin->shard_out && !(seed = seed_share(&b, p->outs[i].var, seed))) goto out;
+    if (ct_add(&b, p->outs[i].var, seed) < 0) goto out;
+  }
   for (int i = p->neqn - 1; i >= 0; i--) {
     const PlanEqn *e = &p->eqns[i];
     bool l = false;
@@ -713,7 +753,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
                              "output, got %d", a->nargs);
   Value *caps = tuple_get(self, V_CAPS);
   Lin lin = {NULL, NULL, (Plan *)tuple_get(self, V_PLANV), ((Tuple *)caps)->items,
-             (int)tuple_len(caps), 0};
+             (int)tuple_len(caps), 0, false};
   PyLeaves want = {0}, got = {0};
   Value *r = NULL, **cts = NULL, **ctv;
   if (leaves_of(tuple_get(self, V_OUT), &want) < 0 || leaves_of(a->args[0], &got) < 0) goto out;
@@ -1186,7 +1226,7 @@ static Value *sm_back_body(Value *self, const CallArgs *a) {
       return NULL;
     }
   Lin lin = {NULL, NULL, c->plans[rank], c->staged ? res : c->caps[rank],
-             c->staged ? nres : c->ncaps[rank], c->nout};
+             c->staged ? nres : c->ncaps[rank], c->nout, true};
   Value **cts = backward(&lin, a->args);
   values_free_n(res, made);
   if (!cts) return NULL;
@@ -1204,6 +1244,7 @@ static Value *sm_remat_body(Value *self, const CallArgs *a) {
   size_t n;
   Value *r = NULL, *res = sm_linearize(c, a->args, &lin.plan, &lin.caps, &lin.ncap, &n);
   lin.nout = (int)n;
+  lin.shard_out = true;
   Value **cts = res ? backward(&lin, a->args + c->nargs) : NULL;
   if (res) val_decref(res);
   if (cts) {
@@ -1941,6 +1982,34 @@ bool ad_reverse_active(void) {
 }
 
 bool ad_reverse_leaf(Value *tree) { return leaf_pred(tree, true); }
+
+/* The leaf of [own] for the leaf [sel] of the selected tree: a reverse-
+ * mode JVP tracer with [own]'s primal and [sel]'s tangent, or [own]. */
+static Value *keep_primal(Value *sel, Value *own) {
+  JvpTrace *j = IS_JVP_TRACER(sel) ? jvp_find(((Tracer *)sel)->trace_id) : NULL;
+  if (!j || !j->lin) return val_incref(own);
+  return jvp_tracer(j->id, primal_of(own, j->id), val_incref(((Tracer *)sel)->tangent));
+}
+
+Value *ad_keep_primals(Value *sel, Value *own) {
+  PyLeaves ls = {0}, lo = {0};
+  Value **vals = NULL, *r = NULL;
+  int k = 0;
+  /* [sel] was selected from trees of [own]'s structure: the leaves pair up */
+  if (leaves_of(sel, &ls) < 0 || leaves_of(own, &lo) < 0) goto out;
+  if (!(vals = shm_calloc((size_t)lo.n + 1, sizeof(Value *)))) {
+    err_nomem();
+    goto out;
+  }
+  for (; k < lo.n; k++)
+    if (!(vals[k] = k < ls.n ? keep_primal(ls.v[k], lo.v[k]) : val_incref(lo.v[k]))) goto out;
+  r = rebuild(own, vals);
+out:
+  values_free(vals, k);
+  pytree_leaves_free(&ls);
+  pytree_leaves_free(&lo);
+  return r;
+}
 bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 
 /* jax._primitive_table(): per primitive of the table, a dict of its name,

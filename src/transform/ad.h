@@ -55,6 +55,17 @@ bool ad_reverse_active(void);
 /* Whether some leaf of [tree] is a JVP tracer (being differentiated). */
 bool ad_has_jvp_leaf(Value *tree);
 
+/* The tree [own] (borrowed) with the tangent of each leaf that [sel]
+ * (borrowed, the same structure) holds differentiated in reverse mode
+ * replaced by [sel]'s: the primal is [own]'s.  A new reference, or NULL
+ * with the error set.  An eager cond whose index varies over mesh axes
+ * takes its primal results from the taken branch but, under reverse
+ * mode, its tangents from a selection among every branch's, so that all
+ * devices record the same linear map and the backward pass sums a
+ * cotangent over those axes only after the branches' transposes (as the
+ * cond under jit does). */
+Value *ad_keep_primals(Value *sel, Value *own);
+
 /* A while_loop under jit whose carry [init] holds forward-mode JVP
  * tracers of jvp trace [id] (0: the innermost in init), or whose body
  * closes over one: one staged loop, run by [loop] (the staged

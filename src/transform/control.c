@@ -459,21 +459,24 @@ out:
   return r;
 }
 
-/* A cond or switch whose index differs between the examples of a vmap:
- * every branch runs, and each result leaf is selected by the index, as
- * JAX's batching rule of cond does. */
-static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const *fns, int nops,
-                               Value **ops) {
-  Value **res = shm_calloc((size_t)nb + 1, sizeof(Value *)), *r = NULL;
-  int k = 0;
+/* Every branch of [fns] run on [ops]: a new array of [nb] results, or
+ * NULL with the error set. */
+static Value **all_branches(int nb, Value *const *fns, int nops, Value **ops) {
+  Value **res = shm_calloc((size_t)nb + 1, sizeof(Value *));
   if (!res) return err_nomem();
-  for (; k < nb; k++)
-    if (!(res[k] = val_call_n(fns[k], nops, ops))) goto out;
-  if (is_bool) {
-    r = select_trees(index, res[1], res[0]);
-    goto out;
-  }
-  r = val_incref(res[nb - 1]);
+  for (int k = 0; k < nb; k++)
+    if (!(res[k] = val_call_n(fns[k], nops, ops))) {
+      values_free(res, k);
+      return NULL;
+    }
+  return res;
+}
+
+/* Each result leaf of the branches' results [res] selected by [index]
+ * (a predicate when [is_bool], else an i32 index in range). */
+static Value *select_branches(Value *index, bool is_bool, int nb, Value **res) {
+  if (is_bool) return select_trees(index, res[1], res[0]);
+  Value *r = val_incref(res[nb - 1]);
   for (int i = nb - 2; r && i >= 0; i--) {
     Value *iv = val_int(i), *eq = iv ? ops_compare(OP_EQ, index, iv) : NULL;
     Value *s = eq ? select_trees(eq, res[i], r) : NULL;
@@ -482,8 +485,40 @@ static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const 
     val_decref(r);
     r = s;
   }
-out:
-  values_free(res, k);
+  return r;
+}
+
+/* A cond or switch whose index differs between the examples of a vmap:
+ * every branch runs, and each result leaf is selected by the index, as
+ * JAX's batching rule of cond does. */
+static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const *fns, int nops,
+                               Value **ops) {
+  Value **res = all_branches(nb, fns, nops, ops);
+  Value *r = res ? select_branches(index, is_bool, nb, res) : NULL;
+  if (res) values_free(res, nb);
+  return r;
+}
+
+/* An eager cond or switch running branch [taken]; [index] is the
+ * predicate when [is_bool], else an i32 index in range.  Under
+ * reverse-mode differentiation, when the index varies over mesh axes,
+ * the devices along them run different branches: each device would
+ * record only its own branch's linear map, and the backward pass would
+ * sum cotangents over those axes before transposing each device's branch
+ * (wrong numbers, or different psums on different devices).  So every
+ * branch runs, the tangents are selected by the index (varying over its
+ * axes, one linear map on every device, as under jit), and the primal
+ * results are still the taken branch's, typed by the branches alone. */
+static Value *eager_indexed(Value *index, bool is_bool, int nb, Value *const *fns, int taken,
+                            int nops, Value **opv) {
+  AVal ia;
+  if (ops_aval(index, &ia) < 0) return NULL;
+  if (!ia.vma || !ad_reverse_active()) return eager_branches(nb, fns, taken, nops, opv);
+  Value **res = all_branches(nb, fns, nops, opv);
+  Value *sel = res ? select_branches(index, is_bool, nb, res) : NULL;
+  Value *r = sel ? ad_keep_primals(sel, res[taken]) : NULL;
+  val_decref(sel);
+  if (res) values_free(res, nb);
   return r;
 }
 
@@ -516,7 +551,7 @@ static Value *bi_cond(const CallArgs *a) {
   } else if (!trace_current()) {
     int t = val_truth(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
-    if (t >= 0) r = eager_branches(2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
+    if (t >= 0) r = eager_indexed(pred, true, 2, fns, t ? 1 : 0, a->nargs - 3, a->args + 3);
   } else {
     Value *idx = pred_index(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
@@ -568,7 +603,9 @@ static Value *bi_switch(const CallArgs *a) {
     Value *i32 = ops_convert(index, DT_I32, false);  /* as staged: a float index truncates */
     if (i32 && arr_to_index(i32, &i) == 0) {
       i = i < 0 ? 0 : i >= (int64_t)nb ? (int64_t)nb - 1 : i;
-      r = eager_branches((int)nb, fns, (int)i, a->nargs - 2, a->args + 2);
+      Value *idx = clamp_index(index, (int64_t)nb);
+      r = idx ? eager_indexed(idx, false, (int)nb, fns, (int)i, a->nargs - 2, a->args + 2) : NULL;
+      val_decref(idx);
     }
     val_decref(i32);
   } else {
