@@ -872,6 +872,13 @@ static int vmap_shared(Value *body, Value ***slots, int cap) {
   return shardmap_shared_slots(tuple_get(b->self, VM_FUN), slots, cap);
 }
 
+/* shardmap_settle for such a body: the body it wraps settles. */
+static int vmap_settle(Value *body) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND || b->fn != vmap_call) return 0;
+  return shardmap_settle(tuple_get(b->self, VM_FUN));
+}
+
 Value *batch_shard_map(Value *fv, const CallArgs *a) {
   ShardFn *f = (ShardFn *)fv;
   unsigned id = 0;
@@ -1079,7 +1086,7 @@ static Value *named_shape_hook(Value *x) {
 int batch_register(Env *b) {
   prim_batch_install();
   trace_set_kind(TR_BATCH, batch_apply, batch_truth);
-  shardmap_add_shared(vmap_shared);
+  shardmap_add_shared(vmap_shared, vmap_settle);
   static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index, vmap_carries};
   shardmap_set_named_axes(&hooks);
   ops_named_reduce_hook = named_reduce_hook;
