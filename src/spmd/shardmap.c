@@ -699,12 +699,21 @@ void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
 void shardmap_set_stager(ShardmapStager stage) { stager = stage; }
 
 static Value **tree_template(Value *body);
+static int tree_settle(Value *body);
 
 static ShardmapSharedFn finders[4];
+static ShardmapSettleFn settlers[4];
 static int nfinders;
 
-void shardmap_add_shared(ShardmapSharedFn find) {
-  if (nfinders < 4) finders[nfinders++] = find;
+void shardmap_add_shared(ShardmapSharedFn find, ShardmapSettleFn settle) {
+  if (nfinders < 4) finders[nfinders] = find, settlers[nfinders++] = settle;
+}
+
+int shardmap_settle(Value *body) {
+  int rc = tree_settle(body);
+  for (int i = 0; rc == 0 && i < nfinders; i++)
+    if (settlers[i]) rc = settlers[i](body);
+  return rc;
 }
 
 int shardmap_shared_slots(Value *body, Value ***slots, int cap) {
@@ -725,6 +734,7 @@ static int run_on_devices(Call *c) {
     Value **slots[8];
     int nslots = shardmap_shared_slots(c->f->body, slots, 8);
     rc = xcall_end(g, &md, c->results, c->out, rc, slots, nslots);
+    if (rc == 0) rc = shardmap_settle(c->f->body);   /* a process without a device */
   }
   coll_group_free(g);
   return rc;
@@ -747,6 +757,7 @@ typedef struct TreeCall {
   Value *args;           /* tuple: the arguments as given (templates) */
   Value *split;          /* tuple of bool tuples: per leaf, split (True) or whole */
   Value *out_template;   /* the body's result (set by the first device) */
+  bool leaf_specs;       /* flat's out_specs were set from out_template */
   ShardFn *flat;         /* the shard_map over the leaves (borrowed, during the call) */
   pthread_mutex_t lock;
 } TreeCall;
@@ -823,6 +834,7 @@ static int leaf_out_specs(TreeCall *t, Value *res) {
   if (!specs) return -1;
   val_decref(t->flat->out_specs);
   t->flat->out_specs = specs;
+  t->leaf_specs = true;
   return 0;
 }
 
@@ -868,6 +880,16 @@ static Value **tree_template(Value *body) {
   BoundMethod *b = (BoundMethod *)body;
   if (body->type != V_BOUND || b->fn != tree_body) return NULL;
   return &((TreeCall *)b->self)->out_template;
+}
+
+/* shardmap_settle for a tree call's flat call: a process none of whose
+ * devices ran the body got the result's tree from another one (xcall.h)
+ * and takes the per-leaf out_specs from it, as a device would have. */
+static int tree_settle(Value *body) {
+  Value **tmpl = tree_template(body);
+  if (!tmpl || !*tmpl) return 0;
+  TreeCall *t = (TreeCall *)((BoundMethod *)body)->self;
+  return t->leaf_specs ? 0 : leaf_out_specs(t, *tmpl);
 }
 
 /* The out_specs of the flat call: one P for every leaf, or one per leaf of

@@ -116,10 +116,21 @@ void shardmap_set_stager(ShardmapStager stage);
  * many; a layer above registers it at start-up (at most 4).
  * shardmap_shared_slots collects every registered finder's slots, and a
  * tree call's, for [body] (a finder whose body wraps another callable
- * calls it on that one). */
+ * calls it on that one).
+ *
+ * What a body's first result decides beyond those values (the out_specs
+ * of a call whose prefix covers subtrees, one spec per leaf: (P(), P())
+ * for ((a, b), c)) is derived from them again on such a process: after
+ * the slots are filled, [settle] (may be NULL) does for [body] what its
+ * devices would have done with the first result, inner bodies first
+ * (shardmap_settle on the callable it wraps); 0, or -1 with the error.
+ * shardmap_settle runs a tree call's and every registered one on [body].
+ * Main thread, after a call's devices are done. */
 typedef int (*ShardmapSharedFn)(Value *body, Value ***slots, int cap);
-void shardmap_add_shared(ShardmapSharedFn find);
+typedef int (*ShardmapSettleFn)(Value *body);
+void shardmap_add_shared(ShardmapSharedFn find, ShardmapSettleFn settle);
 int shardmap_shared_slots(Value *body, Value ***slots, int cap);
+int shardmap_settle(Value *body);
 
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer

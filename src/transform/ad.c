@@ -1281,6 +1281,20 @@ static int sm_shared(Value *body, Value ***slots, int cap) {
   return 1 + shardmap_shared_slots(c->f->body, slots + 1, cap - 1);
 }
 
+/* shardmap_settle for a differentiated shard_map's body: on a process
+ * without a device of the mesh, the forward call's out_specs as its
+ * devices would have set them (fwd_out_specs), once the body it
+ * differentiates has settled its own. */
+static int sm_settle(Value *body) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body)) return 0;
+  SmCall *c = (SmCall *)b->self;
+  if (shardmap_settle(c->f->body) < 0) return -1;
+  if (b->fn == sm_jvp_body) fwd_out_specs(c, 2);
+  else if (!c->staged) fwd_out_specs(c, 1);
+  return 0;
+}
+
 /* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
  * staged forward one is [c]->fwd while it runs (its body sets its
  * out_specs). */
@@ -2057,7 +2071,7 @@ int ad_register(Env *b) {
   prim_ad_install();
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
-  shardmap_add_shared(sm_shared);
+  shardmap_add_shared(sm_shared, sm_settle);
   prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,

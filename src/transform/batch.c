@@ -1,6 +1,7 @@
 /*
  * batch.c - vmap (batch.h).
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "array/prim_batch.h"
@@ -864,12 +865,91 @@ static Value *batch_result_leaf(Value *v, void *id) {
   return batch_tracer(*(unsigned *)id, val_incref(v), 0);
 }
 
+/*
+ * The body of a batched shard_map: the vmap of the body of the shard_map
+ * [f] it batches.  [f]'s out_specs may be settled only by its body's
+ * first result (a prefix covering subtrees: shardmap_settle), so the
+ * batched call [call] takes them, batched, once the first device's vmap
+ * returned, and on a process without a device of the mesh when it
+ * settles.
+ */
+typedef struct SmBatch {
+  Opaque base;
+  Value *vmapped;        /* vmap of f's body (a bound vmap_call) */
+  ShardFn *f, *call;     /* borrowed, during the call */
+  bool specs;            /* call's out_specs were taken from f's */
+  pthread_mutex_t lock;
+} SmBatch;
+
+static void smbatch_free(Value *v) {
+  SmBatch *b = (SmBatch *)v;
+  val_decref(b->vmapped);
+  pthread_mutex_destroy(&b->lock);
+}
+
+static const OpaqueType smbatch_type = {"batched shard_map", smbatch_free, NULL, NULL, NULL,
+                                        NULL, NULL};
+
+/* [b]'s call's out_specs: f's, now settled, batched (once). */
+static void smbatch_specs(SmBatch *b) {
+  pthread_mutex_lock(&b->lock);
+  Value *os = b->f->out_specs;
+  Value *out = b->specs ? NULL
+                        : specs_batched(os, os->type == V_PSPEC ? 1 : (int)tuple_len(os), NULL);
+  if (out) {
+    val_decref(b->call->out_specs);
+    b->call->out_specs = out;
+    b->specs = true;
+  }
+  pthread_mutex_unlock(&b->lock);
+}
+
+static Value *smbatch_body(Value *self, const CallArgs *a) {
+  SmBatch *b = (SmBatch *)self;
+  Value *r = val_call(b->vmapped, a);
+  if (r) smbatch_specs(b);
+  return r;
+}
+
+/* The callable a vmap of a shard_map body, or a batched shard_map's
+ * body, wraps; else NULL. */
+static Value *vmap_inner(Value *body) {
+  BoundMethod *b = (BoundMethod *)body;
+  if (body->type != V_BOUND) return NULL;
+  if (b->fn == vmap_call) return tuple_get(b->self, VM_FUN);
+  return b->fn == smbatch_body ? ((SmBatch *)b->self)->vmapped : NULL;
+}
+
 /* The slots of what the body a vmap of a shard_map body wraps records
  * (shardmap_add_shared). */
 static int vmap_shared(Value *body, Value ***slots, int cap) {
-  BoundMethod *b = (BoundMethod *)body;
-  if (body->type != V_BOUND || b->fn != vmap_call) return 0;
-  return shardmap_shared_slots(tuple_get(b->self, VM_FUN), slots, cap);
+  Value *inner = vmap_inner(body);
+  return inner ? shardmap_shared_slots(inner, slots, cap) : 0;
+}
+
+/* shardmap_settle for such a body: the body it wraps settles, then a
+ * batched shard_map takes the out_specs of the one it batches. */
+static int vmap_settle(Value *body) {
+  Value *inner = vmap_inner(body);
+  if (!inner || shardmap_settle(inner) < 0) return inner ? -1 : 0;
+  if (((BoundMethod *)body)->fn == smbatch_body) smbatch_specs((SmBatch *)((BoundMethod *)body)->self);
+  return 0;
+}
+
+/* A new batched shard_map body over [vmapped] (stolen). */
+static Value *smbatch_new(const char *name, Value *vmapped) {
+  SmBatch *b = shm_calloc(1, sizeof *b);
+  if (!b) {
+    val_decref(vmapped);
+    return err_nomem();
+  }
+  val_init(&b->base.hdr, V_OPAQUE);
+  b->base.ot = &smbatch_type;
+  pthread_mutex_init(&b->lock, NULL);
+  b->vmapped = vmapped;
+  Value *r = bound_new(name, smbatch_body, &b->base.hdr);
+  val_decref(&b->base.hdr);
+  return r;
 }
 
 Value *batch_shard_map(Value *fv, const CallArgs *a) {
@@ -897,14 +977,18 @@ Value *batch_shard_map(Value *fv, const CallArgs *a) {
   Value *cfg = axes && made == a->nargs
                    ? tuple_pack(VM_N, (Value *[]){f->body, axes, zero, name, VAL_NONE})
                    : NULL;
-  Value *body = cfg ? bound_new("vmap", vmap_call, cfg) : NULL;
+  Value *vm = cfg ? bound_new("vmap", vmap_call, cfg) : NULL;
+  Value *body = vm ? smbatch_new(f->name, vm) : NULL;
   Value *in = body ? specs_batched(f->in_specs, a->nargs, batched) : NULL;
   Value *out = in ? specs_batched(f->out_specs, f->out_specs->type == V_PSPEC ? 1
                                   : (int)tuple_len(f->out_specs), NULL) : NULL;
   Value *sf = out ? shardmap_new(f->name, body, &f->mesh->hdr, in, out, f->check_rep) : NULL;
   if (sf) {
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
+    SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
+    sb->f = f, sb->call = (ShardFn *)sf;
     Value *res = shardmap_call(sf, &c);
+    sb->f = sb->call = NULL;
     if (res) r = pytree_map_arrays(res, batch_result_leaf, &bt->id);
     if (res) val_decref(res);
   }
@@ -1079,7 +1163,7 @@ static Value *named_shape_hook(Value *x) {
 int batch_register(Env *b) {
   prim_batch_install();
   trace_set_kind(TR_BATCH, batch_apply, batch_truth);
-  shardmap_add_shared(vmap_shared);
+  shardmap_add_shared(vmap_shared, vmap_settle);
   static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index, vmap_carries};
   shardmap_set_named_axes(&hooks);
   ops_named_reduce_hook = named_reduce_hook;
