@@ -131,14 +131,19 @@ def collective(b, v, vma, in_loop=False, row=False):
     return f"psum({v}, {ax})", rest
 
 
+def collective_chain(b, name, vma, high, low=0, row=False):
+    """A loop-safe collective on [name] (when one fits its axes), then an
+    element-wise chain of [low, high) steps."""
+    c = collective(b, name, vma, in_loop=True, row=row)
+    return chain(b.rng, c[0] if c else name, b.rng.randrange(low, high))
+
+
 def loop(b, v, vma):
     """A fori_loop whose carry starts at [v]: its body keeps the carry
     varying over the same axes (a collective's result joined with the
     carry itself)."""
     rng = b.rng
-    c = collective(b, "c", vma, in_loop=True)
-    inner = c[0] if c else "c"
-    inner = chain(rng, inner, rng.randrange(0, 3))
+    inner = collective_chain(b, "c", vma, 3)
     steps = rng.randrange(1, 5)
     return f"fori_loop(0, {steps}, lambda k, c: {inner} * 0.5 + c * 0.25, {v})", vma
 
@@ -174,8 +179,7 @@ def while_(b, v, vma):
     rng = b.rng
     if not vma >= {"i", "j"}:
         return loop(b, v, vma)
-    c = collective(b, "c[1]", vma, in_loop=True)
-    inner = chain(rng, c[0] if c else "c[1]", rng.randrange(0, 2))
+    inner = collective_chain(b, "c[1]", vma, 2)
     n = f"(psum(({v} > 0.).sum(), ('i', 'j')) % 4)"
     return (f"lax.while_loop(lambda c: c[0] < {n}, lambda c: (c[0] + 1, {inner} * 0.5 + c[1] * 0.25), (0, {v}))[1]",
             vma)
@@ -184,8 +188,7 @@ def while_(b, v, vma):
 def scan(b, v, vma):
     """lax.scan over the block's rows, carrying a row."""
     rng = b.rng
-    c = collective(b, "c", vma, in_loop=True, row=True)
-    inner = chain(rng, c[0] if c else "c", rng.randrange(0, 2))
+    inner = collective_chain(b, "c", vma, 2, row=True)
     return (f"(lambda cy: cy[0][None, :] * 0.5 + cy[1])(lax.scan(lambda c, r: ({inner} * 0.5 + r * 0.25, tanh(c + r)), {v}[0], {v}))",
             vma)
 
@@ -193,8 +196,7 @@ def scan(b, v, vma):
 def vmapped(b, v, vma):
     """vmap over the block's rows of a chain holding a collective."""
     rng = b.rng
-    c = collective(b, "r", vma, in_loop=True, row=True)
-    inner = chain(rng, c[0] if c else "r", rng.randrange(1, 3))
+    inner = collective_chain(b, "r", vma, 3, low=1, row=True)
     return f"jax.vmap(lambda r: {inner})({v})", vma
 
 
