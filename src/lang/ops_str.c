@@ -254,9 +254,22 @@ static Value *s_partition(Value *self, const CallArgs *a) { return partition_imp
 static Value *s_rpartition(Value *self, const CallArgs *a) { return partition_impl("rpartition", self, a, true); }
 
 /* Bytes str.replace searches between two looks at Ctrl-C: replacing in a
- * gigabyte string is seconds of work.  Each window is long enough to find
- * any match that starts in its first REPLACE_WINDOW bytes. */
+ * gigabyte string is seconds of work. */
 #define REPLACE_WINDOW ((size_t)1 << 20)
+
+/* Where the [ol] > 0 bytes [o] next occur in the [n] bytes [h], searched
+ * a window at a time (each long enough to find any match that starts in
+ * its first REPLACE_WINDOW bytes) with a look at Ctrl-C before each;
+ * -1 none, -2 interrupted (the error set). */
+static int64_t search_windows(const char *h, size_t n, const char *o, size_t ol) {
+  for (size_t i = 0;; i += REPLACE_WINDOW) {
+    if (shm_interrupt_pending()) return err_set(ERR_INTERRUPT, "interrupted"), -2;
+    size_t w = n - i < REPLACE_WINDOW + ol ? n - i : REPLACE_WINDOW + ol - 1;
+    int64_t at = search(h + i, w, o, ol, false);
+    if (at >= 0) return (int64_t)i + at;
+    if (w == n - i) return -1;
+  }
+}
 
 static Value *s_replace(Value *self, const CallArgs *a) {
   Value *old, *new_, *count;
@@ -269,17 +282,10 @@ static Value *s_replace(Value *self, const CallArgs *a) {
   const char *s = str_cstr(self);
   StrBuf b = {0};
   for (; max != 0; max--) {
-    if (shm_interrupt_pending()) {
+    int64_t at = ol ? search_windows(s + i, n - i, str_cstr(old), ol) : 0;
+    if (at == -2) {
       sbuf_free(&b);
-      return err_set(ERR_INTERRUPT, "interrupted");
-    }
-    size_t w = n - i < REPLACE_WINDOW + ol ? n - i : REPLACE_WINDOW + ol - 1;
-    int64_t at = ol && i <= n ? search(s + i, w, str_cstr(old), ol, false) : 0;
-    if (at < 0 && w < n - i) {   /* none in this window: its first part is kept */
-      sbuf_add(&b, s + i, REPLACE_WINDOW);
-      i += REPLACE_WINDOW;
-      max++;
-      continue;
+      return NULL;
     }
     if (at < 0 || (!ol && i > n)) break;
     sbuf_add(&b, s + i, (size_t)at);
