@@ -10,7 +10,7 @@
  * records into its own buffer (no lock on the recording path); buffers
  * are registered once per thread under a mutex and read only after every
  * device thread has stopped (tl_each_event, tl_each_comm), by the writer
- * in cli/trace_out.c.
+ * in cli/timeline_out.c.
  *
  * Times are nanoseconds of CLOCK_MONOTONIC (tl_now).  Category strings and
  * argument keys must outlive the recorder (string literals); event names

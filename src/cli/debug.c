@@ -76,24 +76,24 @@ static int stack_reserve(Stack *s, int n) {
 
 /* The last source line of statement [n]'s own text: its expressions, not
  * the blocks it opens. */
-int node_last_line(const Node *n) {
+int dbg_node_last_line(const Node *n) {
   if (!n) return 0;
   int m = n->loc.line > n->loc2.line ? n->loc.line : n->loc2.line;
   const Node *kids[3] = {n->a, n->b, n->c};
   for (int i = 0; i < 3; i++) {
-    int l = node_last_line(kids[i]);
+    int l = dbg_node_last_line(kids[i]);
     if (l > m) m = l;
   }
   for (int i = 0; i < n->items.n; i++) {
-    int l = node_last_line(n->items.items[i]);
+    int l = dbg_node_last_line(n->items.items[i]);
     if (l > m) m = l;
   }
   for (int i = 0; n->kind == N_DICT && i < n->items2.n; i++) {   /* a try's is a block */
-    int l = node_last_line(n->items2.items[i]);
+    int l = dbg_node_last_line(n->items2.items[i]);
     if (l > m) m = l;
   }
   for (int i = 0; n->kind == N_CALL && i < n->nkw; i++) {
-    int l = node_last_line(n->kws[i].value);
+    int l = dbg_node_last_line(n->kws[i].value);
     if (l > m) m = l;
   }
   return m;
@@ -108,7 +108,7 @@ static int stack_push(Stack *s, const Frame *f, int depth) {
   View *v = &s->v[s->n++];
   src_incref(src);
   env_incref(f->env);
-  *v = (View){src, st->loc.line, node_last_line(st), depth, f->fname, f->env, NULL};
+  *v = (View){src, st->loc.line, dbg_node_last_line(st), depth, f->fname, f->env, NULL};
   if (v->last_line < v->line) v->last_line = v->line;
   return 0;
 }
@@ -219,7 +219,7 @@ static void snap_update(Snap *s, const Frame *inner, int depth0) {
 
 /* ==== the debugger's state ====================================================== */
 
-DbgState dbg = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+DbgState dbg_state = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
          .helper_wake = PTHREAD_COND_INITIALIZER};
 
 /* This device thread's Slot.current under a debugged call (else NULL):
@@ -232,21 +232,21 @@ static _Thread_local Snap tls_snap;         /* --pm, main thread */
 static _Thread_local Resume tls_resume;     /* a device's current command */
 static _Thread_local unsigned tls_cmd_gen;  /* ...taken from this release */
 
-/* Recomputes dbg.engaged.  Main thread, or with dbg.lock held. */
-void update_engaged(void) {
-  DbgCall *c = atomic_load(&dbg.call);
-  bool e = dbg.post_mortem || dbg.main_resume.mode != RM_CONTINUE ||
-           atomic_load(&dbg.nbp_enabled) > 0 ||
+/* Recomputes dbg_state.engaged.  Main thread, or with dbg_state.lock held. */
+void dbg_update_engaged(void) {
+  DbgCall *c = atomic_load(&dbg_state.call);
+  bool e = dbg_state.post_mortem || dbg_state.main_resume.mode != RM_CONTINUE ||
+           atomic_load(&dbg_state.nbp_enabled) > 0 ||
            (c && (atomic_load(&c->stop) || atomic_load(&c->quit) ||
                   c->cmd.mode != RM_CONTINUE));
-  atomic_store_explicit(&dbg.engaged, e, memory_order_release);
+  atomic_store_explicit(&dbg_state.engaged, e, memory_order_release);
   atomic_store_explicit(&eval_hook_all, e, memory_order_relaxed);
 }
 
 /* Engages the debugger on every thread at once (a Ctrl-C, a stop in a
  * body). */
 static void engage(void) {
-  atomic_store(&dbg.engaged, true);
+  atomic_store(&dbg_state.engaged, true);
   atomic_store_explicit(&eval_hook_all, true, memory_order_relaxed);
 }
 
@@ -259,7 +259,7 @@ static int quit_error(void) {
 
 /* True when breakpoint file [bp] names source [name]: the same path, or
  * one is the other's tail after a '/'. */
-bool file_matches(const char *bp, const char *name) {
+bool dbg_file_matches(const char *bp, const char *name) {
   size_t a = strlen(bp), b = strlen(name);
   if (a == b) return strcmp(bp, name) == 0;
   const char *lng = a > b ? bp : name, *shrt = a > b ? name : bp;
@@ -267,20 +267,20 @@ bool file_matches(const char *bp, const char *name) {
   return lng[d - 1] == '/' && strcmp(lng + d, shrt) == 0;
 }
 
-Bp *bp_find(int number) {
-  for (int i = 0; i < dbg.nbps; i++)
-    if (dbg.bps[i].number == number) return &dbg.bps[i];
+Bp *dbg_bp_find(int number) {
+  for (int i = 0; i < dbg_state.nbps; i++)
+    if (dbg_state.bps[i].number == number) return &dbg_state.bps[i];
   return NULL;
 }
 
 /* Removes breakpoint [b] (lock held). */
-void bp_delete(Bp *b) {
-  if (b->enabled) atomic_fetch_sub(&dbg.nbp_enabled, 1);
+void dbg_bp_delete(Bp *b) {
+  if (b->enabled) atomic_fetch_sub(&dbg_state.nbp_enabled, 1);
   shm_free(b->file);
   shm_free(b->cond);
-  int i = (int)(b - dbg.bps);
-  memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg.nbps - i - 1));
-  dbg.nbps--;
+  int i = (int)(b - dbg_state.bps);
+  memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg_state.nbps - i - 1));
+  dbg_state.nbps--;
 }
 
 /* Evaluates a breakpoint condition in [env] on this thread: 1 true, 0
@@ -316,16 +316,16 @@ typedef struct Candidate {
 static int bp_candidates(const Node *stmt, Candidate *out) {
   int n = 0;
   const char *name = stmt->loc.src->name;
-  pthread_mutex_lock(&dbg.lock);
-  for (int i = 0; i < dbg.nbps && n < DBG_MAX_CANDIDATES; i++) {
-    const Bp *b = &dbg.bps[i];
-    if (!b->enabled || b->line != stmt->loc.line || !file_matches(b->file, name)) continue;
+  pthread_mutex_lock(&dbg_state.lock);
+  for (int i = 0; i < dbg_state.nbps && n < DBG_MAX_CANDIDATES; i++) {
+    const Bp *b = &dbg_state.bps[i];
+    if (!b->enabled || b->line != stmt->loc.line || !dbg_file_matches(b->file, name)) continue;
     out[n].number = b->number;
     out[n].has_cond = b->cond != NULL;
     snprintf(out[n].cond, sizeof out[n].cond, "%s", b->cond ? b->cond : "");
     n++;
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   return n;
 }
 
@@ -338,25 +338,25 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
  * same breakpoint at once: each device's crossing counts. */
 static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
   bool stops = false;
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *b = dbg_bp_find(number);
   if (b) {
     b->hits++;
     if (cond > 0 && b->ignore > 0) b->ignore--;
     else stops = cond != 0;
     if (stops && b->temporary) {
       snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-      bp_delete(b);
+      dbg_bp_delete(b);
     }
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   return stops;
 }
 
 /* The number of the breakpoint that stops [f] at [stmt], or 0 (its
  * condition is evaluated on this thread, in the frame's scope). */
 static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
-  if (atomic_load_explicit(&dbg.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
+  if (atomic_load_explicit(&dbg_state.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
     return 0;
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
@@ -397,11 +397,11 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
                        const char *note, Value *retval);
 
 static int main_hook(Frame *f, const Node *stmt) {
-  if (dbg.post_mortem) snap_update(&tls_snap, f, 0);
+  if (dbg_state.post_mortem) snap_update(&tls_snap, f, 0);
   char note[160] = "";
   int bp = 0;
   bool stop = tls_break_next ||
-              resume_stops(&dbg.main_resume, frame_depth(f), stmt->loc.line) ||
+              resume_stops(&dbg_state.main_resume, frame_depth(f), stmt->loc.line) ||
               (bp = bp_hit(f, stmt, note, sizeof note)) > 0;
   if (!stop) return 0;
   tls_break_next = false;
@@ -413,23 +413,23 @@ static int main_hook(Frame *f, const Node *stmt) {
  * was inside a collective): step and next count the statement it was in
  * as done; return and until start from where it is. */
 static ParkWhy device_pickup(DbgCall *c, int depth) {
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   tls_resume = c->cmd;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
   bool relative = c->cmd_relative;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (!relative) return PARK_NONE;
   tls_resume.depth = depth;
   return tls_resume.mode == RM_STEP || tls_resume.mode == RM_NEXT ? PARK_TARGET : PARK_NONE;
 }
 
 static int device_hook(Frame *f, const Node *stmt) {
-  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DbgCall *c = atomic_load_explicit(&dbg_state.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
   if (atomic_load(&c->quit)) return quit_error();
   int depth = c->depth0 + frame_depth(f);
-  if (dbg.post_mortem) snap_update(&c->slots[ctx->rank].snap, f, c->depth0);
+  if (dbg_state.post_mortem) snap_update(&c->slots[ctx->rank].snap, f, c->depth0);
   ParkWhy why = PARK_NONE;
   char note[160] = "";
   int bp = 0;
@@ -445,7 +445,7 @@ static int device_hook(Frame *f, const Node *stmt) {
 /* The main thread's return event: frame [f] returns [rv].  breakpoint()
  * as a function's last statement stops here, as in pdb. */
 static int main_return(Frame *f, Value *rv) {
-  if (!tls_break_next && !resume_stops_at_return(&dbg.main_resume, frame_depth(f))) return 0;
+  if (!tls_break_next && !resume_stops_at_return(&dbg_state.main_resume, frame_depth(f))) return 0;
   tls_break_next = false;
   return stop_main(f, 0, rv);
 }
@@ -453,7 +453,7 @@ static int main_return(Frame *f, Value *rv) {
 /* A device's return event: it parks there for the same reasons as at a
  * statement, breakpoints aside (they name lines, not returns). */
 static int device_return(Frame *f, Value *rv) {
-  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DbgCall *c = atomic_load_explicit(&dbg_state.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
   if (atomic_load(&c->quit)) return quit_error();
@@ -479,7 +479,7 @@ static bool take_interrupt(void) {
   if (!atomic_exchange(&shm_debugger_interrupted, 0)) return false;
   printf("\nProgram interrupted. (Use 'cont' to resume).\n");
   fflush(stdout);
-  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DbgCall *c = atomic_load_explicit(&dbg_state.call, memory_order_acquire);
   if (c && dev_on_device_thread()) atomic_store(&c->stop, true);
   engage();
   return true;
@@ -489,7 +489,7 @@ static bool take_interrupt(void) {
 __attribute__((noinline, cold)) static int dbg_hook_engaged(Frame *f, const Node *stmt) {
   if (take_interrupt() && !dev_on_device_thread()) tls_break_next = true;
   if (tls_busy) return 0;
-  if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
+  if (!tls_break_next && !atomic_load_explicit(&dbg_state.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_hook(f, stmt);
   return main_hook(f, stmt);
 }
@@ -501,7 +501,7 @@ static int dbg_hook(Frame *f, const Node *stmt) {
   if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
   eval_hook_here = tls_current || tls_break_next;
   if (!atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed) &&
-      !tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire))
+      !tls_break_next && !atomic_load_explicit(&dbg_state.engaged, memory_order_acquire))
     return 0;
   return dbg_hook_engaged(f, stmt);
 }
@@ -512,7 +512,7 @@ static int dbg_hook(Frame *f, const Node *stmt) {
  * its return included. */
 static int dbg_return_hook(Frame *f, const Node *at, Value *ret) {
   if (tls_busy || at->kind == N_LAMBDA || !f->stmt) return 0;
-  if (!tls_break_next && !atomic_load_explicit(&dbg.engaged, memory_order_acquire)) return 0;
+  if (!tls_break_next && !atomic_load_explicit(&dbg_state.engaged, memory_order_acquire)) return 0;
   if (dev_on_device_thread()) return device_return(f, ret);
   return main_return(f, ret);
 }
@@ -543,7 +543,7 @@ static char *error_text(void);
 static void run_job(DbgCall *c, int rank) {
   Job *j = c->job;
   const Frame *cur = tls_current ? atomic_load(tls_current) : NULL;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   tls_busy = true;
   uint32_t writer = val_writer;
   val_writer = 0;   /* every device is parked: the prompt may change anything */
@@ -563,10 +563,10 @@ static void run_job(DbgCall *c, int rank) {
   val_writer = writer;
   tls_busy = false;
   if (tls_current) atomic_store(tls_current, cur);   /* the job's frames are gone */
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   j->out[rank] = out;
   j->pending--;
-  pthread_cond_broadcast(&dbg.cond);
+  pthread_cond_broadcast(&dbg_state.cond);
 }
 
 /* Parks device [rank] until the main thread releases it, meanwhile
@@ -579,7 +579,7 @@ static void run_job(DbgCall *c, int rank) {
 static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note, Value *retval) {
   Slot *s = &c->slots[rank];
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   s->state = DS_PARKED;
   s->frame = f;
   s->depth = depth;
@@ -596,7 +596,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
   size_t used = strlen(c->notes);
   if (!strstr(c->notes, note))   /* the same breakpoint on several devices: one note */
     snprintf(c->notes + used, sizeof c->notes - used, "%s", note);
-  pthread_cond_broadcast(&dbg.cond);
+  pthread_cond_broadcast(&dbg_state.cond);
   unsigned gen = c->gen;
   while (c->gen == gen) {
     if (c->job && s->job_seen != c->job_gen) {
@@ -604,14 +604,14 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
       run_job(c, rank);
       continue;
     }
-    pthread_cond_wait(&dbg.cond, &dbg.lock);
+    pthread_cond_wait(&dbg_state.cond, &dbg_state.lock);
   }
   s->retval = NULL;
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
   const Node *jump = !retval && c->jump_to && f->stmt == c->jump_from ? c->jump_to : NULL;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (atomic_load(&c->quit)) return quit_error();
   f->jump = jump;
   return jump ? EVAL_HOOK_JUMP : 0;
@@ -632,11 +632,11 @@ static void device_body(int rank, void *arg) {
   eval_hook_here = false;
   bool failed = err_occurred();
   tls_break_next = false;
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   s->state = DS_DONE;
   s->failed = failed;
-  if (c->parked > 0) pthread_cond_broadcast(&dbg.cond); /* only a stop waits for this */
-  pthread_mutex_unlock(&dbg.lock);
+  if (c->parked > 0) pthread_cond_broadcast(&dbg_state.cond); /* only a stop waits for this */
+  pthread_mutex_unlock(&dbg_state.lock);
 }
 
 /* The helper thread: calls coll_run for the main thread, which meanwhile
@@ -644,54 +644,54 @@ static void device_body(int rank, void *arg) {
  * (a thread per call would cost more than a small call itself). */
 static void *helper_main(void *arg) {
   (void)arg;
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   for (;;) {
-    while (!dbg.helper_job && !dbg.helper_exit) pthread_cond_wait(&dbg.helper_wake, &dbg.lock);
-    DbgCall *c = dbg.helper_job;
+    while (!dbg_state.helper_job && !dbg_state.helper_exit) pthread_cond_wait(&dbg_state.helper_wake, &dbg_state.lock);
+    DbgCall *c = dbg_state.helper_job;
     if (!c) break;
-    pthread_mutex_unlock(&dbg.lock);
+    pthread_mutex_unlock(&dbg_state.lock);
     int rc = coll_run(c->g, device_body, c);
     if (rc < 0) err_save(&c->err);
-    pthread_mutex_lock(&dbg.lock);
-    dbg.helper_job = NULL;
+    pthread_mutex_lock(&dbg_state.lock);
+    dbg_state.helper_job = NULL;
     c->rc = rc;
     c->done = true;
-    pthread_cond_broadcast(&dbg.cond);
+    pthread_cond_broadcast(&dbg_state.cond);
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   return NULL;
 }
 
 /* Hands [c] to the helper thread, starting it if needed; -1 if it cannot
  * be started. */
 static int helper_start(DbgCall *c) {
-  if (!dbg.helper_started) {
-    if (pthread_create(&dbg.helper, NULL, helper_main, NULL) != 0) return -1;
-    dbg.helper_started = true;
+  if (!dbg_state.helper_started) {
+    if (pthread_create(&dbg_state.helper, NULL, helper_main, NULL) != 0) return -1;
+    dbg_state.helper_started = true;
   }
-  pthread_mutex_lock(&dbg.lock);
-  dbg.helper_job = c;
-  pthread_cond_signal(&dbg.helper_wake);
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
+  dbg_state.helper_job = c;
+  pthread_cond_signal(&dbg_state.helper_wake);
+  pthread_mutex_unlock(&dbg_state.lock);
   return 0;
 }
 
 /* Stops and joins the helper thread (no call may be running). */
 static void helper_stop(void) {
-  if (!dbg.helper_started) return;
-  pthread_mutex_lock(&dbg.lock);
-  dbg.helper_exit = true;
-  pthread_cond_signal(&dbg.helper_wake);
-  pthread_mutex_unlock(&dbg.lock);
-  pthread_join(dbg.helper, NULL);
-  dbg.helper_started = false;
-  dbg.helper_exit = false;
+  if (!dbg_state.helper_started) return;
+  pthread_mutex_lock(&dbg_state.lock);
+  dbg_state.helper_exit = true;
+  pthread_cond_signal(&dbg_state.helper_wake);
+  pthread_mutex_unlock(&dbg_state.lock);
+  pthread_join(dbg_state.helper, NULL);
+  dbg_state.helper_started = false;
+  dbg_state.helper_exit = false;
 }
 
 /* Writes out device [rank]'s buffered print output, each line prefixed by
  * its mesh coordinates (as shard_map does at the end of a call), and
  * empties the buffer.  The device must be parked or done. */
-void flush_device(DbgCall *c, int rank) {
+void dbg_flush_device(DbgCall *c, int rank) {
   OutBuf *b = &c->outs[rank];
   char coords[160];
   dev_mesh_coords_str(&c->mesh, rank, coords, sizeof coords);
@@ -725,7 +725,7 @@ static bool quiescent(DbgCall *c, long *sig) {
   return c->parked > 0;
 }
 
-void timed_wait(void) {
+void dbg_timed_wait(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_nsec += DBG_POLL_NS;
@@ -733,7 +733,7 @@ void timed_wait(void) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  pthread_cond_timedwait(&dbg.cond, &dbg.lock, &ts);
+  pthread_cond_timedwait(&dbg_state.cond, &dbg_state.lock, &ts);
 }
 
 /* Waits (lock held) until the call ends or its devices have stopped;
@@ -748,8 +748,8 @@ static bool wait_for_stop(DbgCall *c) {
     } else {
       prev = -1;
     }
-    if (c->parked > 0) timed_wait();
-    else pthread_cond_wait(&dbg.cond, &dbg.lock);
+    if (c->parked > 0) dbg_timed_wait();
+    else pthread_cond_wait(&dbg_state.cond, &dbg_state.lock);
   }
   return false;
 }
@@ -764,7 +764,7 @@ static void release(DbgCall *c, const Resume *r, int focus_depth) {
     Slot *s = &c->slots[i];
     if (s->state != DS_PARKED) continue;
     s->state = DS_RUNNING;
-    s->base = i == dbg.focus && focus_depth > 0 ? focus_depth : s->depth;
+    s->base = i == dbg_state.focus && focus_depth > 0 ? focus_depth : s->depth;
   }
   c->parked = 0;
   c->trigger = -1;
@@ -776,31 +776,31 @@ static void release(DbgCall *c, const Resume *r, int focus_depth) {
   }
   atomic_fetch_add(&c->cmd_gen, 1);
   c->gen++;
-  update_engaged();
-  pthread_cond_broadcast(&dbg.cond);
+  dbg_update_engaged();
+  pthread_cond_broadcast(&dbg_state.cond);
 }
 
 /* The main thread's part of a call: serve stops until the call ends. */
 static void serve_call(DbgCall *c) {
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   while (wait_for_stop(c)) {
-    pthread_mutex_unlock(&dbg.lock);
+    pthread_mutex_unlock(&dbg_state.lock);
     Resume r = stop_devices(c);
-    pthread_mutex_lock(&dbg.lock);
+    pthread_mutex_lock(&dbg_state.lock);
     release(c, &r, r.mode == RM_NEXT || r.mode == RM_RETURN || r.mode == RM_UNTIL ? r.depth : 0);
-    if (r.mode == RM_QUIT) dbg.main_resume = (Resume){RM_CONTINUE, 0, 0};
-    else if (r.mode != RM_CONTINUE) dbg.main_resume = (Resume){RM_STEP, 0, 0};
-    else dbg.main_resume = r;
-    update_engaged();
+    if (r.mode == RM_QUIT) dbg_state.main_resume = (Resume){RM_CONTINUE, 0, 0};
+    else if (r.mode != RM_CONTINUE) dbg_state.main_resume = (Resume){RM_STEP, 0, 0};
+    else dbg_state.main_resume = r;
+    dbg_update_engaged();
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
 }
 
 static void pm_record_free(void);
 
 /* --pm: keeps the frames of the devices that failed in [c]. */
 static void keep_pm_record(DbgCall *c) {
-  PmRecord *pm = &dbg.pm;
+  PmRecord *pm = &dbg_state.pm;
   pm_record_free();
   if (!(pm->stacks = shm_calloc((size_t)c->n, sizeof(Stack)))) return;
   pm->n = c->n;
@@ -829,7 +829,7 @@ static int call_init(DbgCall *c, CollGroup *g, const MeshDesc *mesh,
   c->outs = outs;
   c->trigger = -1;
   c->depth0 = frame_depth(eval_current_frame());
-  c->cmd = dbg.main_resume;
+  c->cmd = dbg_state.main_resume;
   atomic_init(&c->stop, false);
   atomic_init(&c->quit, false);
   atomic_init(&c->cmd_gen, 1);
@@ -840,23 +840,23 @@ static int call_init(DbgCall *c, CollGroup *g, const MeshDesc *mesh,
 
 int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *ctx),
                  void *ctx, OutBuf *outs) {
-  if (!dbg.installed || tls_busy || dev_on_device_thread()) return coll_run(g, fn, ctx);
+  if (!dbg_state.installed || tls_busy || dev_on_device_thread()) return coll_run(g, fn, ctx);
   DbgCall c;
   if (call_init(&c, g, mesh, fn, ctx, outs) < 0) return -1;
-  atomic_store_explicit(&dbg.call, &c, memory_order_release);
+  atomic_store_explicit(&dbg_state.call, &c, memory_order_release);
   if (helper_start(&c) < 0) {
-    atomic_store(&dbg.call, NULL);
+    atomic_store(&dbg_state.call, NULL);
     call_free(&c);
     return coll_run(g, fn, ctx);
   }
   serve_call(&c);
-  atomic_store_explicit(&dbg.call, NULL, memory_order_release);
-  update_engaged();
+  atomic_store_explicit(&dbg_state.call, NULL, memory_order_release);
+  dbg_update_engaged();
   if (c.rc < 0) {
-    if (dbg.post_mortem) keep_pm_record(&c);
-    dbg.fail_mesh = c.mesh;   /* pm() shows a device's frames with it */
-    dbg.fail_mesh.device_ids = NULL;
-    dbg.fail_has_mesh = true;
+    if (dbg_state.post_mortem) keep_pm_record(&c);
+    dbg_state.fail_mesh = c.mesh;   /* pm() shows a device's frames with it */
+    dbg_state.fail_mesh.device_ids = NULL;
+    dbg_state.fail_has_mesh = true;
     err_restore(&c.err);
   }
   call_free(&c);
@@ -867,24 +867,24 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
 
 
 /* The focused device's frames, or NULL. */
-const Stack *focus_stack(const Stop *st) {
-  return st->dev && dbg.focus < st->ndev ? &st->dev[dbg.focus] : NULL;
+const Stack *dbg_focus_stack(const Stop *st) {
+  return st->dev && dbg_state.focus < st->ndev ? &st->dev[dbg_state.focus] : NULL;
 }
 
-int st_nframes(const Stop *st) {
-  const Stack *d = focus_stack(st);
+int dbg_st_nframes(const Stop *st) {
+  const Stack *d = dbg_focus_stack(st);
   return st->main.n + (d ? d->n : 0);
 }
 
-const View *st_frame(const Stop *st, int i) {
-  if (i < 0 || i >= st_nframes(st)) return NULL;
-  return i < st->main.n ? &st->main.v[i] : &focus_stack(st)->v[i - st->main.n];
+const View *dbg_st_frame(const Stop *st, int i) {
+  if (i < 0 || i >= dbg_st_nframes(st)) return NULL;
+  return i < st->main.n ? &st->main.v[i] : &dbg_focus_stack(st)->v[i - st->main.n];
 }
 
-const View *st_cur(const Stop *st) { return st_frame(st, st->level); }
+const View *dbg_st_cur(const Stop *st) { return dbg_st_frame(st, st->level); }
 
 /* The device whose frame [i] is, or -1 for the main thread's. */
-int st_rank_of(const Stop *st, int i) { return i >= st->main.n ? dbg.focus : -1; }
+int dbg_st_rank_of(const Stop *st, int i) { return i >= st->main.n ? dbg_state.focus : -1; }
 
 static void st_free(Stop *st) {
   stack_free(&st->main);
@@ -895,7 +895,7 @@ static void st_free(Stop *st) {
 /* ---- output ---------------------------------------------------------------------- */
 
 /* Line [line] of [s] without its newline; false when out of range. */
-bool src_line(const Source *s, int line, const char **text, int *len) {
+bool dbg_src_line(const Source *s, int line, const char **text, int *len) {
   if (!s || line < 1 || line > s->nlines) return false;
   const char *p = s->lines[line - 1];
   const char *e = strchr(p, '\n');
@@ -941,19 +941,19 @@ static void print_return_value(Value *v) {
 
 /* pdb's frame line: "> file.shm(12)f()" and "-> code"; at a return stop,
  * "> file.shm(12)f()->value". */
-void print_view(const View *v, const char *mark) {
+void dbg_print_view(const View *v, const char *mark) {
   const char *t = "";
   int n = 0;
   printf("%s%s(%d)%s()", mark, v->src->name, v->line, v->fname);
   if (v->retval) print_return_value(v->retval);
   putchar('\n');
-  if (src_line(v->src, v->line, &t, &n))
+  if (dbg_src_line(v->src, v->line, &t, &n))
     while (n > 0 && (*t == ' ' || *t == '\t')) t++, n--;
   printf("-> %.*s\n", n, t);
 }
 
 /* Prints the pending error as pdb does ("*** message") and clears it. */
-void print_error(void) {
+void dbg_print_error(void) {
   printf("*** %s\n", err_occurred() ? err_message() : "error");
   err_clear();
 }
@@ -969,7 +969,7 @@ static char *error_text(void) {
 }
 
 /* Prints [text] with each line prefixed by [prefix]. */
-void print_prefixed(const char *prefix, const char *text) {
+void dbg_print_prefixed(const char *prefix, const char *text) {
   for (;;) {
     const char *nl = strchr(text, '\n');
     int n = nl ? (int)(nl - text) : (int)strlen(text);
@@ -985,7 +985,7 @@ void print_prefixed(const char *prefix, const char *text) {
  * thread: the mesh and coordinates (axis_index works) but no group, so a
  * collective typed at the prompt fails instead of waiting for peers that
  * are parked. */
-DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
+DevCtx *dbg_enter_device(const Stop *st, int rank, DevCtx *dc) {
   DevCtx *saved = dev_ctx();
   if (rank < 0 || !st->mesh) return saved;
   memset(dc, 0, sizeof *dc);
@@ -997,8 +997,8 @@ DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc) {
 }
 
 /* Evaluates [expr] in view [v] of device [rank] (-1: main thread). */
-Value *eval_in(const Stop *st, const View *v, int rank, const char *expr) {
-  DevCtx dc, *saved = enter_device(st, rank, &dc);
+Value *dbg_eval_in(const Stop *st, const View *v, int rank, const char *expr) {
+  DevCtx dc, *saved = dbg_enter_device(st, rank, &dc);
   Value *r = eval_expr_text(expr, v->env);
   dev_ctx_set(saved);
   return r;
@@ -1007,18 +1007,18 @@ Value *eval_in(const Stop *st, const View *v, int rank, const char *expr) {
 
 /* Runs the statements [text] in the current frame, echoing an
  * expression's value as the REPL does; a line calling a collective, in
- * a body, runs on every device (run_everywhere). */
-void exec_in(const Stop *st, const char *text) {
-  const View *v = st_cur(st);
+ * a body, runs on every device (dbg_run_everywhere). */
+void dbg_exec_in(const Stop *st, const char *text) {
+  const View *v = dbg_st_cur(st);
   if (!v) {
     printf("*** no frame to run in\n");
     return;
   }
-  if (run_everywhere(st, text, false, false, false)) return;
+  if (dbg_run_everywhere(st, text, false, false, false)) return;
   Source *src = src_new("<stdin>", text);
-  if (!src) return print_error();
-  DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
-  if (eval_source(src, v->env, true) < 0) print_error();
+  if (!src) return dbg_print_error();
+  DevCtx dc, *saved = dbg_enter_device(st, dbg_st_rank_of(st, st->level), &dc);
+  if (eval_source(src, v->env, true) < 0) dbg_print_error();
   dev_ctx_set(saved);
   src_decref(src);
 }
@@ -1060,9 +1060,9 @@ static Value *pretty_repr(Value *v) {
 
 /* The repr (pretty: pp's form) of [expr] in view [v] as a new string, or
  * the failure in form [ff]. */
-char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
+char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff) {
-  Value *x = eval_in(st, v, rank, expr);
+  Value *x = dbg_eval_in(st, v, rank, expr);
   Value *r = x ? (pretty ? pretty_repr(x) : val_repr(x)) : NULL;
   char *s;
   if (r) {
@@ -1081,21 +1081,21 @@ char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool
 
 /* ---- devices ---------------------------------------------------------------------- */
 
-const char *coords_of(const Stop *st, int rank, char *buf, size_t cap) {
+const char *dbg_coords_of(const Stop *st, int rank, char *buf, size_t cap) {
   return dev_mesh_coords_str(st->mesh, rank, buf, cap);
 }
 
 /* What device [r] is doing, for `devices`, `p x @ all` and the stop line. */
-void device_state(const Stop *st, int r, char *buf, size_t cap) {
+void dbg_device_state(const Stop *st, int r, char *buf, size_t cap) {
   char w[256];
   const Stack *s = &st->dev[r];
   if (s->n > 0) {   /* where it is, and the collective it waits in, if any */
     const View *v = &s->v[s->n - 1];
     bool running = false;
     if (st->call) {
-      pthread_mutex_lock(&dbg.lock);
+      pthread_mutex_lock(&dbg_state.lock);
       running = st->call->slots[r].state == DS_RUNNING;
-      pthread_mutex_unlock(&dbg.lock);
+      pthread_mutex_unlock(&dbg_state.lock);
     }
     bool waits = running && coll_waiting_str(st->call->g, r, w, sizeof w);
     snprintf(buf, cap, "%s:%d in %s%s%s", v->src->name, v->line, v->fname,
@@ -1106,10 +1106,10 @@ void device_state(const Stop *st, int r, char *buf, size_t cap) {
     snprintf(buf, cap, st->raiser_only ? "frames not kept" : "returned");
     return;
   }
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   DevState ds = st->call->slots[r].state;
   bool failed = st->call->slots[r].failed;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (ds == DS_DONE) snprintf(buf, cap, failed ? "stopped with an error" : "returned");
   else if (coll_waiting_str(st->call->g, r, w, sizeof w)) snprintf(buf, cap, "waits in %s", w);
   else if (shm_interp->reference) snprintf(buf, cap, "waits for its turn (reference mode)");
@@ -1117,7 +1117,7 @@ void device_state(const Stop *st, int r, char *buf, size_t cap) {
 }
 
 /* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
-int parse_rank(const Stop *st, const char *arg) {
+int dbg_parse_rank(const Stop *st, const char *arg) {
   int vals[DEV_MAX_AXES + 1], n = 0;
   const char *p = arg;
   while (*p) {
@@ -1154,13 +1154,13 @@ int parse_rank(const Stop *st, const char *arg) {
 
 /* Which entry of display [d] belongs to view [v] of the stop: the
  * focused device's, or the main thread's; -1 when [d] is another frame's. */
-int display_index(const Stop *st, const Display *d, const View *v) {
-  int rank = st_rank_of(st, st->level), k = d->dev ? rank : 0;
+int dbg_display_index(const Stop *st, const Display *d, const View *v) {
+  int rank = dbg_st_rank_of(st, st->level), k = d->dev ? rank : 0;
   if (d->dev != (rank >= 0) || k < 0 || k >= d->n) return -1;
   return d->env[k] == v->env ? k : -1;
 }
 
-void display_free(Display *d) {
+void dbg_display_free(Display *d) {
   for (int k = 0; k < d->n; k++) {
     env_decref(d->env[k]);
     shm_free(d->last[k]);
@@ -1172,27 +1172,27 @@ void display_free(Display *d) {
 
 /* Shows where the stop is: the current frame, or what the focused device
  * does when it has no frame to show. */
-void print_location(const Stop *st) {
-  const Stack *d = focus_stack(st);
+void dbg_print_location(const Stop *st) {
+  const Stack *d = dbg_focus_stack(st);
   if (st->mesh && d && d->n == 0) {
     char c[160], s[320];
-    device_state(st, dbg.focus, s, sizeof s);
-    printf("device %s %s\n", coords_of(st, dbg.focus, c, sizeof c), s);
+    dbg_device_state(st, dbg_state.focus, s, sizeof s);
+    printf("device %s %s\n", dbg_coords_of(st, dbg_state.focus, c, sizeof c), s);
     return;
   }
-  const View *v = st_cur(st);
-  if (v) print_view(v, "> ");
+  const View *v = dbg_st_cur(st);
+  if (v) dbg_print_view(v, "> ");
 }
 
 /* pdb's display: at each stop in a display's frame, show it if its value
  * changed. */
 static void run_displays(const Stop *st) {
-  const View *v = st_cur(st);
-  for (int i = 0; v && i < dbg.ndisplays; i++) {
-    Display *d = &dbg.displays[i];
-    int k = display_index(st, d, v);
+  const View *v = dbg_st_cur(st);
+  for (int i = 0; v && i < dbg_state.ndisplays; i++) {
+    Display *d = &dbg_state.displays[i];
+    int k = dbg_display_index(st, d, v);
     if (k < 0) continue;
-    char *now = value_text(st, v, st_rank_of(st, st->level), d->expr, false, FAIL_DISPLAY);
+    char *now = dbg_value_text(st, v, dbg_st_rank_of(st, st->level), d->expr, false, FAIL_DISPLAY);
     if (!now) continue;
     if (d->last[k] && strcmp(now, d->last[k]) == 0) {
       shm_free(now);
@@ -1226,7 +1226,7 @@ static struct {
   int n, cap, next;
 } comp;
 
-void comp_add(const char *name, Value *v, void *ctx) {
+void dbg_comp_add(const char *name, Value *v, void *ctx) {
   (void)v, (void)ctx;
   if (comp.n == comp.cap) {
     char **nn = shm_realloc(comp.names, sizeof(char *) * (size_t)(comp.cap * 2 + 64));
@@ -1259,12 +1259,12 @@ static char **dbg_complete(const char *text, int start, int end) {
   rl_attempted_completion_over = 1;
   comp_clear();
   if (start == 0) {
-    comp_commands();
+    dbg_comp_commands();
   } else if (comp.stop) {
-    const View *v = st_cur(comp.stop);
-    if (v) env_each(v->env, comp_add, NULL);
-    if (comp.stop->main.n) env_each(comp.stop->main.v[0].env, comp_add, NULL);
-    env_each(shm_interp->builtins, comp_add, NULL);
+    const View *v = dbg_st_cur(comp.stop);
+    if (v) env_each(v->env, dbg_comp_add, NULL);
+    if (comp.stop->main.n) env_each(comp.stop->main.v[0].env, dbg_comp_add, NULL);
+    env_each(shm_interp->builtins, dbg_comp_add, NULL);
   }
   return rl_completion_matches(text, comp_next);
 }
@@ -1332,14 +1332,14 @@ static char *read_pipe(const char *prompt) {
 }
 
 /* The next command line (malloc'd), or NULL at end of input. */
-char *read_command(const char *prompt) {
+char *dbg_read_command(const char *prompt) {
   fflush(stdout);
   return isatty(fileno(stdin)) ? read_tty(prompt) : read_pipe(prompt);
 }
 
 static void make_prompt(const Stop *st, char *buf, size_t cap) {
   char c[160];
-  if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", coords_of(st, dbg.focus, c, sizeof c));
+  if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", dbg_coords_of(st, dbg_state.focus, c, sizeof c));
   else snprintf(buf, cap, DBG_PROMPT ") ");
 }
 
@@ -1351,21 +1351,21 @@ static void prompt_loop(Stop *st, Resume *r) {
   char prompt[256];
   for (;;) {
     make_prompt(st, prompt, sizeof prompt);
-    char *line = read_command(prompt);
+    char *line = dbg_read_command(prompt);
     if (!line) {   /* end of input: quit, as pdb does, and say why (its BdbQuit) */
       fflush(stdout);
       fprintf(stderr, "\nshmap: quit: end of input at the debugger's prompt (BdbQuit)\n");
       break;
     }
-    if (strspn(line, " \t") == strlen(line) && dbg.last_cmd) {
+    if (strspn(line, " \t") == strlen(line) && dbg_state.last_cmd) {
       free(line);
-      line = strdup(dbg.last_cmd);
+      line = strdup(dbg_state.last_cmd);
       if (!line) continue;
     } else if (line[0]) {
-      shm_free(dbg.last_cmd);
-      dbg.last_cmd = shm_strdup(line);
+      shm_free(dbg_state.last_cmd);
+      dbg_state.last_cmd = shm_strdup(line);
     }
-    int go = line[0] ? dispatch(st, line, r) : 0;
+    int go = line[0] ? dbg_dispatch(st, line, r) : 0;
     free(line);
     fflush(stdout);
     if (go) break;
@@ -1381,10 +1381,10 @@ static Resume interact_prompt(Stop *st) {
   bool silent = false;
   tls_busy = true;
   comp.stop = st;
-  int go = st->bp ? run_bp_commands(st, &r, &silent) : 0;
-  const View *at = st_cur(st);
+  int go = st->bp ? dbg_run_bp_commands(st, &r, &silent) : 0;
+  const View *at = dbg_st_cur(st);
   if (!silent && at && at->retval) printf("--Return--\n");
-  if (!silent) print_location(st);
+  if (!silent) dbg_print_location(st);
   if (!go) {
     run_displays(st);
     prompt_loop(st, &r);
@@ -1411,7 +1411,7 @@ static Resume interact(Stop *st) {
  * breakpoint [bp] (0: not at a breakpoint); at [f]'s return event,
  * [retval] is the value it returns (borrowed), else NULL. */
 static int stop_main(Frame *f, int bp, Value *retval) {
-  atomic_store(&dbg.entered, true);
+  atomic_store(&dbg_state.entered, true);
   Stop st = {.bp = bp, .frame = f};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
@@ -1419,12 +1419,12 @@ static int stop_main(Frame *f, int bp, Value *retval) {
   Resume r = interact(&st);
   st_free(&st);
   if (r.mode == RM_QUIT) {
-    dbg.main_resume = (Resume){RM_CONTINUE, 0, 0};
-    update_engaged();
+    dbg_state.main_resume = (Resume){RM_CONTINUE, 0, 0};
+    dbg_update_engaged();
     return quit_error();
   }
-  dbg.main_resume = r;
-  update_engaged();
+  dbg_state.main_resume = r;
+  dbg_update_engaged();
   f->jump = st.jump;
   return st.jump ? EVAL_HOOK_JUMP : 0;
 }
@@ -1444,13 +1444,13 @@ static void collect_devices(DbgCall *c, Stop *st) {
       if (st->dev[r].n > 0) st->dev[r].v[st->dev[r].n - 1].retval = s->retval;
     } else if (s->state == DS_RUNNING && cur && coll_waiting_str(c->g, r, buf, sizeof buf))
       stack_from_frames(&st->dev[r], cur, c->depth0);
-    if (s->state != DS_RUNNING) flush_device(c, r);
+    if (s->state != DS_RUNNING) dbg_flush_device(c, r);
   }
-  if (c->trigger >= 0) dbg.focus = c->trigger;
-  if (dbg.focus >= c->n) dbg.focus = 0;
-  for (int r = 0; c->slots[dbg.focus].state == DS_DONE && r < c->n; r++)
-    if (c->slots[r].state == DS_PARKED) dbg.focus = r; /* a returned device shows nothing */
-  st->bp = c->slots[dbg.focus].state == DS_PARKED ? c->slots[dbg.focus].bp : 0;
+  if (c->trigger >= 0) dbg_state.focus = c->trigger;
+  if (dbg_state.focus >= c->n) dbg_state.focus = 0;
+  for (int r = 0; c->slots[dbg_state.focus].state == DS_DONE && r < c->n; r++)
+    if (c->slots[r].state == DS_PARKED) dbg_state.focus = r; /* a returned device shows nothing */
+  st->bp = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
   c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
@@ -1459,7 +1459,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
 /* A stop of the devices of call [c] (every one parked, done or waiting
  * in a collective); returns the command that resumes them. */
 static Resume stop_devices(DbgCall *c) {
-  atomic_store(&dbg.entered, true);
+  atomic_store(&dbg_state.entered, true);
   Stop st = {0};
   st.call = c;
   st.mesh = &c->mesh;
@@ -1469,16 +1469,16 @@ static Resume stop_devices(DbgCall *c) {
     st_free(&st);
     return (Resume){RM_CONTINUE, 0, 0};
   }
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   collect_devices(c, &st);
-  pthread_mutex_unlock(&dbg.lock);
-  st.level = st_nframes(&st) - 1;
+  pthread_mutex_unlock(&dbg_state.lock);
+  st.level = dbg_st_nframes(&st) - 1;
   Resume r = interact(&st);
   if (st.jump && r.mode != RM_QUIT) {   /* cmd_jump saw every device parked there */
-    pthread_mutex_lock(&dbg.lock);
-    c->jump_from = c->slots[dbg.focus].frame->stmt;
+    pthread_mutex_lock(&dbg_state.lock);
+    c->jump_from = c->slots[dbg_state.focus].frame->stmt;
     c->jump_to = st.jump;
-    pthread_mutex_unlock(&dbg.lock);
+    pthread_mutex_unlock(&dbg_state.lock);
   }
   st_free(&st);
   return r;
@@ -1488,7 +1488,7 @@ static Resume stop_devices(DbgCall *c) {
 
 /* The device an error message names ("on device (i=1, j=0): ..."), or -1. */
 static int pm_rank(const char *msg) {
-  const PmRecord *pm = &dbg.pm;
+  const PmRecord *pm = &dbg_state.pm;
   char c[160];
   if (strncmp(msg, "on device ", 10) != 0) return -1;
   for (int r = 0; r < pm->n; r++) {
@@ -1499,9 +1499,9 @@ static int pm_rank(const char *msg) {
 }
 
 static void pm_record_free(void) {
-  for (int r = 0; r < dbg.pm.n; r++) stack_free(&dbg.pm.stacks[r]);
-  shm_free(dbg.pm.stacks);
-  memset(&dbg.pm, 0, sizeof dbg.pm);
+  for (int r = 0; r < dbg_state.pm.n; r++) stack_free(&dbg_state.pm.stacks[r]);
+  shm_free(dbg_state.pm.stacks);
+  memset(&dbg_state.pm, 0, sizeof dbg_state.pm);
 }
 
 /* Fills [st] with the kept frames: the main thread's, and the devices'
@@ -1513,24 +1513,24 @@ static int pm_stop(Stop *st, int rank, Loc loc) {
     st->level = st->main.n - 1;
     return 0;
   }
-  st->mesh = &dbg.pm.mesh;
-  st->ndev = dbg.pm.n;
+  st->mesh = &dbg_state.pm.mesh;
+  st->ndev = dbg_state.pm.n;
   if (!(st->dev = shm_calloc((size_t)st->ndev, sizeof(Stack)))) return -1;
   for (int r = 0; r < st->ndev; r++)
-    if (stack_append(&st->dev[r], &dbg.pm.stacks[r]) < 0) return -1;
+    if (stack_append(&st->dev[r], &dbg_state.pm.stacks[r]) < 0) return -1;
   stack_trim_to(&st->dev[rank], loc);
-  dbg.focus = rank;
-  st->level = st_nframes(st) - 1;
+  dbg_state.focus = rank;
+  st->level = dbg_st_nframes(st) - 1;
   return 0;
 }
 
 void dbg_post_mortem(void) {
-  if (!dbg.installed || !dbg.post_mortem || !err_occurred() || err_kind() == ERR_QUIT) return;
+  if (!dbg_state.installed || !dbg_state.post_mortem || !err_occurred() || err_kind() == ERR_QUIT) return;
   Loc loc = err_loc();
   Stop st = {0};
   st.pm = true;
   int rank = pm_rank(err_message());
-  if (pm_stop(&st, rank, loc) == 0 && st_nframes(&st) > 0) {
+  if (pm_stop(&st, rank, loc) == 0 && dbg_st_nframes(&st) > 0) {
     fflush(stdout);
     err_print(stderr);
     err_clear();
@@ -1569,7 +1569,7 @@ static int pm_stop_from(Stop *st, const ErrState *e, const MeshDesc *mesh,
     st->mesh = mesh;
     st->ndev = mesh->ndevices;
     if (!(st->dev = shm_calloc((size_t)st->ndev, sizeof(Stack)))) return -1;
-    dbg.focus = rank;
+    dbg_state.focus = rank;
   }
   for (int i = e->nscopes - 1; i >= 0; i--) {
     const ErrScope *sc = &e->scopes[i];
@@ -1577,7 +1577,7 @@ static int pm_stop_from(Stop *st, const ErrState *e, const MeshDesc *mesh,
     if (stack_push_scope(on_dev ? &st->dev[rank] : &st->main, sc) < 0) return -1;
   }
   st->pm = st->raiser_only = true;
-  st->level = st_nframes(st) - 1;
+  st->level = dbg_st_nframes(st) - 1;
   return 0;
 }
 
@@ -1586,7 +1586,7 @@ static int pm_stop_from(Stop *st, const ErrState *e, const MeshDesc *mesh,
  * when `restart` ends the program. */
 static Value *pm_enter(const ErrState *e, const MeshDesc *mesh, const ErrScope *catcher) {
   Stop st = {0};
-  if (pm_stop_from(&st, e, mesh, catcher) < 0 || st_nframes(&st) == 0) {
+  if (pm_stop_from(&st, e, mesh, catcher) < 0 || dbg_st_nframes(&st) == 0) {
     st_free(&st);
     return err_nomem();
   }
@@ -1595,7 +1595,7 @@ static Value *pm_enter(const ErrState *e, const MeshDesc *mesh, const ErrScope *
   atomic_store(&shm_interrupt_to_debugger, to_debugger);   /* as before: pm() does not stop later */
   st_free(&st);
   fflush(stdout);
-  if (dbg.restart) return err_set(ERR_QUIT, "quit"), NULL;
+  if (dbg_state.restart) return err_set(ERR_QUIT, "quit"), NULL;
   return val_incref(VAL_NONE);
 }
 
@@ -1617,8 +1617,8 @@ static void *no_traceback(void) {
  * (Python's sys.last_traceback). */
 static Value *bi_pm(const CallArgs *a) {
   if (pm_refused("pm", a)) return NULL;
-  if (dbg.last.kind == ERR_NONE) return no_traceback();
-  return pm_enter(&dbg.last, dbg.last_has_mesh ? &dbg.last_mesh : NULL, NULL);
+  if (dbg_state.last.kind == ERR_NONE) return no_traceback();
+  return pm_enter(&dbg_state.last, dbg_state.last_has_mesh ? &dbg_state.last_mesh : NULL, NULL);
 }
 
 /* pdb.post_mortem(): inside an `except` block the error it handles, as
@@ -1635,7 +1635,7 @@ static Value *bi_post_mortem(const CallArgs *a) {
   ErrScope catcher = {h->ntrace ? h->trace[h->ntrace - 1].loc : h->loc, f ? f->fname : "?",
                       f ? f->env : NULL, 0};
   bool ok = f && catcher.loc.src && catcher.scope;
-  return pm_enter(h, dev && dbg.fail_has_mesh ? &dbg.fail_mesh : NULL, ok ? &catcher : NULL);
+  return pm_enter(h, dev && dbg_state.fail_has_mesh ? &dbg_state.fail_mesh : NULL, ok ? &catcher : NULL);
 }
 
 void dbg_keep_error(void) {
@@ -1643,12 +1643,12 @@ void dbg_keep_error(void) {
     err_clear();
     return;
   }
-  ErrState old = dbg.last;
-  err_save(&dbg.last);
+  ErrState old = dbg_state.last;
+  err_save(&dbg_state.last);
   bool dev = false;
-  for (int i = 0; i < dbg.last.nscopes; i++) dev = dev || dbg.last.scopes[i].tag > 0;
-  dbg.last_has_mesh = dev && dbg.fail_has_mesh;
-  dbg.last_mesh = dbg.fail_mesh;
+  for (int i = 0; i < dbg_state.last.nscopes; i++) dev = dev || dbg_state.last.scopes[i].tag > 0;
+  dbg_state.last_has_mesh = dev && dbg_state.fail_has_mesh;
+  dbg_state.last_mesh = dbg_state.fail_mesh;
   err_state_free(&old);   /* after: its scopes may hold what the new one shows */
 }
 
@@ -1685,7 +1685,7 @@ static Value *site_new(const Frame *f) {
  * a breakpoint there. */
 static int stop_at(Frame *fr) {
   if (!dev_on_device_thread()) return tls_busy ? 0 : stop_main(fr, 0, NULL);
-  DbgCall *c = atomic_load_explicit(&dbg.call, memory_order_acquire);
+  DbgCall *c = atomic_load_explicit(&dbg_state.call, memory_order_acquire);
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
   return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "", NULL);
@@ -1772,7 +1772,7 @@ static Value *stage_breakpoint(void) {
  * stop with it inside a shard_map body); under jit, when the plan runs. */
 static Value *bi_breakpoint(const CallArgs *a) {
   if (a->nargs || a->nkw) return err_set(ERR_TYPE, "breakpoint() takes no arguments");
-  if (!dbg.installed) return val_incref(VAL_NONE);
+  if (!dbg_state.installed) return val_incref(VAL_NONE);
   if (trace_current()) return stage_breakpoint();
   tls_break_next = true;
   eval_hook_here = true;
@@ -1931,32 +1931,32 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
                    "debug_print(fmt, *args): print(fmt.format(*args)), per device, also under jit") < 0 ||
       add_jax_debug(builtins) < 0)
     return -1;
-  dbg.post_mortem = post_mortem;
-  dbg.main_resume = (Resume){debug ? RM_STEP : RM_CONTINUE, 0, 0};
-  dbg.installed = true;
-  update_engaged();
+  dbg_state.post_mortem = post_mortem;
+  dbg_state.main_resume = (Resume){debug ? RM_STEP : RM_CONTINUE, 0, 0};
+  dbg_state.installed = true;
+  dbg_update_engaged();
   eval_stmt_hook = dbg_hook;
   eval_return_hook = dbg_return_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
 
-void dbg_set_restartable(bool on) { dbg.restartable = on; }
+void dbg_set_restartable(bool on) { dbg_state.restartable = on; }
 
 bool dbg_take_restart(char **args) {
   *args = NULL;
-  if (!dbg.restart) return false;
-  dbg.restart = false;
-  *args = dbg.restart_args;
-  dbg.restart_args = NULL;
-  dbg.main_resume = (Resume){RM_STEP, 0, 0};   /* pdb stops at the first line again */
-  update_engaged();
+  if (!dbg_state.restart) return false;
+  dbg_state.restart = false;
+  *args = dbg_state.restart_args;
+  dbg_state.restart_args = NULL;
+  dbg_state.main_resume = (Resume){RM_STEP, 0, 0};   /* pdb stops at the first line again */
+  dbg_update_engaged();
   return true;
 }
 
 void dbg_restarted(Env *old_globals, Env *new_globals) {
-  for (int i = 0; i < dbg.ndisplays; i++) {
-    Display *d = &dbg.displays[i];
+  for (int i = 0; i < dbg_state.ndisplays; i++) {
+    Display *d = &dbg_state.displays[i];
     if (d->dev || d->env[0] != old_globals) continue;   /* module level: the main thread's */
     env_incref(new_globals);
     env_decref(d->env[0]);
@@ -1967,32 +1967,32 @@ void dbg_restarted(Env *old_globals, Env *new_globals) {
 }
 
 void dbg_free(void) {
-  if (!dbg.installed) return;
+  if (!dbg_state.installed) return;
   eval_stmt_hook = NULL;
   eval_return_hook = NULL;
   shardmap_set_runner(NULL);
-  dbg.installed = false;
+  dbg_state.installed = false;
   helper_stop();
-  pthread_mutex_lock(&dbg.lock);
-  while (dbg.nbps) bp_delete(&dbg.bps[0]);
-  shm_free(dbg.bps);
-  dbg.bps = NULL;
-  dbg.bpcap = 0;
-  pthread_mutex_unlock(&dbg.lock);
-  for (int i = 0; i < dbg.ndisplays; i++) display_free(&dbg.displays[i]);
-  shm_free(dbg.displays);
-  dbg.displays = NULL;
-  dbg.ndisplays = 0;
-  for (int i = 0; i < dbg.nbpcmds; i++) bpcmds_free_lines(&dbg.bpcmds[i]);
-  shm_free(dbg.bpcmds);
-  dbg.bpcmds = NULL;
-  dbg.nbpcmds = 0;
-  shm_free(dbg.last_cmd);
-  dbg.last_cmd = NULL;
-  shm_free(dbg.restart_args);
-  dbg.restart_args = NULL;
-  err_state_free(&dbg.last);
-  dbg.last.kind = ERR_NONE;
+  pthread_mutex_lock(&dbg_state.lock);
+  while (dbg_state.nbps) dbg_bp_delete(&dbg_state.bps[0]);
+  shm_free(dbg_state.bps);
+  dbg_state.bps = NULL;
+  dbg_state.bpcap = 0;
+  pthread_mutex_unlock(&dbg_state.lock);
+  for (int i = 0; i < dbg_state.ndisplays; i++) dbg_display_free(&dbg_state.displays[i]);
+  shm_free(dbg_state.displays);
+  dbg_state.displays = NULL;
+  dbg_state.ndisplays = 0;
+  for (int i = 0; i < dbg_state.nbpcmds; i++) dbg_bpcmds_free_lines(&dbg_state.bpcmds[i]);
+  shm_free(dbg_state.bpcmds);
+  dbg_state.bpcmds = NULL;
+  dbg_state.nbpcmds = 0;
+  shm_free(dbg_state.last_cmd);
+  dbg_state.last_cmd = NULL;
+  shm_free(dbg_state.restart_args);
+  dbg_state.restart_args = NULL;
+  err_state_free(&dbg_state.last);
+  dbg_state.last.kind = ERR_NONE;
   comp_clear();
   shm_free(comp.names);
   comp.names = NULL;

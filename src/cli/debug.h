@@ -42,11 +42,11 @@
  * ever.  Device print output is written out, in device order, every time
  * the devices stop (LANGUAGE.md §4).
  *
- * Locking (debug.c): one mutex, dbg.lock, guards the breakpoint table and
+ * Locking (debug.c): one mutex, dbg_state.lock, guards the breakpoint table and
  * the state of the running call (each device's park state, the stop and
- * quit flags, the release generation); one condition variable, dbg.cond,
+ * quit flags, the release generation); one condition variable, dbg_state.cond,
  * is broadcast whenever that state changes.  No other lock is taken while
- * dbg.lock is held, except CollGroup.lock inside coll_waiting_str and
+ * dbg_state.lock is held, except CollGroup.lock inside coll_waiting_str and
  * coll_group_abort (which take no lock of ours).
  */
 #ifndef SHMAP_DEBUG_H

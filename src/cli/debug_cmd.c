@@ -2,7 +2,7 @@
  * debug_cmd.c - the debugger's commands (pdb's, with pdb's meanings and
  * output shapes), their table for `help` and completion, and dispatching a
  * line typed at the prompt; a line in a shard_map body that calls a
- * collective runs on every device (run_everywhere).  The state and the
+ * collective runs on every device (dbg_run_everywhere).  The state and the
  * stop they work on: debug_impl.h.
  */
 #include "cli/debug_impl.h"
@@ -53,7 +53,7 @@ static int count_arg(const char *arg, int deflt) {
 
 /* The selected frame's depth, for next/return/until. */
 static int cur_depth(const Stop *st) {
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   return v ? v->depth : 0;
 }
 
@@ -76,7 +76,7 @@ static int cmd_return(Stop *st, const char *arg, Resume *r) {
 }
 
 static int cmd_until(Stop *st, const char *arg, Resume *r) {
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   int line = v ? v->line + 1 : 0;
   if (*arg) {
     int n = count_arg(arg, 0);
@@ -108,13 +108,13 @@ static int cmd_quit(Stop *st, const char *arg, Resume *r) {
  * main.c runs it again from the start (dbg_take_restart). */
 static int cmd_restart(Stop *st, const char *arg, Resume *r) {
   (void)st;
-  if (!dbg.restartable) {
+  if (!dbg_state.restartable) {
     printf("*** restart is not available here: there is no script to run again\n");
     return 0;
   }
-  shm_free(dbg.restart_args);
-  dbg.restart_args = *arg ? shm_strdup(arg) : NULL;
-  dbg.restart = true;
+  shm_free(dbg_state.restart_args);
+  dbg_state.restart_args = *arg ? shm_strdup(arg) : NULL;
+  dbg_state.restart = true;
   *r = (Resume){RM_QUIT, 0, 0};
   return 1;
 }
@@ -123,12 +123,12 @@ static int cmd_restart(Stop *st, const char *arg, Resume *r) {
 
 static int cmd_where(Stop *st, const char *arg, Resume *r) {
   (void)arg, (void)r;
-  for (int i = 0; i < st_nframes(st); i++) print_view(st_frame(st, i), i == st->level ? "> " : "  ");
+  for (int i = 0; i < dbg_st_nframes(st); i++) dbg_print_view(dbg_st_frame(st, i), i == st->level ? "> " : "  ");
   return 0;
 }
 
 static int move_frame(Stop *st, int by) {
-  int n = st_nframes(st), to = st->level + by;
+  int n = dbg_st_nframes(st), to = st->level + by;
   if (by < 0 && st->level == 0) {
     printf("*** Oldest frame\n");
     return 0;
@@ -139,7 +139,7 @@ static int move_frame(Stop *st, int by) {
   }
   st->level = to < 0 ? 0 : to >= n ? n - 1 : to;
   st->list_next = 0;
-  print_view(st_cur(st), "> ");
+  dbg_print_view(dbg_st_cur(st), "> ");
   return 0;
 }
 
@@ -159,22 +159,22 @@ static int cmd_down(Stop *st, const char *arg, Resume *r) {
 
 static bool has_bp_at(const char *file, int line) {
   bool found = false;
-  pthread_mutex_lock(&dbg.lock);
-  for (int i = 0; i < dbg.nbps && !found; i++)
-    found = dbg.bps[i].line == line && file_matches(dbg.bps[i].file, file);
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
+  for (int i = 0; i < dbg_state.nbps && !found; i++)
+    found = dbg_state.bps[i].line == line && dbg_file_matches(dbg_state.bps[i].file, file);
+  pthread_mutex_unlock(&dbg_state.lock);
   return found;
 }
 
 /* Lists lines [first, last] of the current frame's source in pdb's shape:
  * number, 'B' at a breakpoint, '->' at the current line. */
 static void list_range(Stop *st, int first, int last) {
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (first < 1) first = 1;
   for (int l = first; l <= last; l++) {
     const char *t;
     int n;
-    if (!src_line(v->src, l, &t, &n)) {
+    if (!dbg_src_line(v->src, l, &t, &n)) {
       printf("[EOF]\n");
       break;
     }
@@ -191,7 +191,7 @@ static int line_arg(long n) { return n < -(1L << 24) ? -(1 << 24) : n > (1L << 2
 
 static int cmd_list(Stop *st, const char *arg, Resume *r) {
   (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (!v) return printf("*** no source to list\n"), 0;
   int first, last;
   if (!*arg || strcmp(arg, ".") == 0) {
@@ -248,16 +248,16 @@ static bool function_lines(const View *v, int *first, int *last) {
   *first = 1;
   *last = v->src->nlines;
   if (strcmp(v->fname, "<module>") == 0) return true;
-  if (src_line(v->src, v->line, &t, &n)) cur_indent = indent_of(t, n);
+  if (dbg_src_line(v->src, v->line, &t, &n)) cur_indent = indent_of(t, n);
   int def = 0, def_indent = 0;
   for (int l = v->line; l >= 1 && !def; l--) {
-    if (!src_line(v->src, l, &t, &n)) continue;
+    if (!dbg_src_line(v->src, l, &t, &n)) continue;
     int in = indent_of(t, n);
     if (in < cur_indent && opens_function(t + in, n - in, v->fname)) def = l, def_indent = in;
   }
   if (!def) return false;
   int end = def;
-  for (int l = def + 1; src_line(v->src, l, &t, &n); l++) {
+  for (int l = def + 1; dbg_src_line(v->src, l, &t, &n); l++) {
     int in = indent_of(t, n);
     if (in == n || t[in] == '#') continue; /* blank or comment */
     if (in <= def_indent) break;
@@ -270,7 +270,7 @@ static bool function_lines(const View *v, int *first, int *last) {
 
 static int cmd_longlist(Stop *st, const char *arg, Resume *r) {
   (void)arg, (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   int first, last;
   if (!v) return printf("*** no source to list\n"), 0;
   if (!function_lines(v, &first, &last)) return printf("*** could not find the source of %s\n", v->fname), 0;
@@ -285,7 +285,7 @@ static int param_names(const View *v, int l, char names[][64], int cap) {
   int n, depth = 0, count = 0, k = 0;
   bool in_name = true, started = false;
   char cur[64] = "";
-  for (; src_line(v->src, l, &t, &n); l++) {
+  for (; dbg_src_line(v->src, l, &t, &n); l++) {
     for (int i = 0; i < n; i++) {
       char ch = t[i];
       if (!started) {
@@ -315,7 +315,7 @@ static int param_names(const View *v, int l, char names[][64], int cap) {
 
 static int cmd_args(Stop *st, const char *arg, Resume *r) {
   (void)arg, (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   int first, last;
   char names[32][64];
   if (!v || strcmp(v->fname, "<module>") == 0 || !function_lines(v, &first, &last)) return 0;
@@ -333,32 +333,32 @@ static int cmd_args(Stop *st, const char *arg, Resume *r) {
 /* ---- breakpoints ---- */
 
 static void print_breakpoints(void) {
-  pthread_mutex_lock(&dbg.lock);
-  if (dbg.nbps) printf("Num Type         Disp Enb   Where\n");
-  for (int i = 0; i < dbg.nbps; i++) {
-    const Bp *b = &dbg.bps[i];
+  pthread_mutex_lock(&dbg_state.lock);
+  if (dbg_state.nbps) printf("Num Type         Disp Enb   Where\n");
+  for (int i = 0; i < dbg_state.nbps; i++) {
+    const Bp *b = &dbg_state.bps[i];
     printf("%-4dbreakpoint   %s %s at %s:%d\n", b->number, b->temporary ? "del " : "keep",
            b->enabled ? "yes  " : "no   ", b->file, b->line);
     if (b->cond) printf("\tstop only if %s\n", b->cond);
     if (b->ignore) printf("\tignore next %d hits\n", b->ignore);
     if (b->hits) printf("\tbreakpoint already hit %d time%s\n", b->hits, b->hits == 1 ? "" : "s");
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
 }
 
 /* The source a breakpoint names: the current frame's when [file] is NULL
  * or names it, else the file read afresh.  A new reference, or NULL after
  * saying why. */
 static Source *bp_source(const Stop *st, const char *file) {
-  const View *v = st_cur(st);
-  if (v && (!file || file_matches(file, v->src->name))) {
+  const View *v = dbg_st_cur(st);
+  if (v && (!file || dbg_file_matches(file, v->src->name))) {
     src_incref(v->src);
     return v->src;
   }
-  for (int i = 0; file && i < st_nframes(st); i++)
-    if (file_matches(file, st_frame(st, i)->src->name)) {
-      src_incref(st_frame(st, i)->src);
-      return st_frame(st, i)->src;
+  for (int i = 0; file && i < dbg_st_nframes(st); i++)
+    if (dbg_file_matches(file, dbg_st_frame(st, i)->src->name)) {
+      src_incref(dbg_st_frame(st, i)->src);
+      return dbg_st_frame(st, i)->src;
     }
   if (!file) return printf("*** no current file: give file:line\n"), NULL;
   Source *s = src_from_file(file);
@@ -369,7 +369,7 @@ static Source *bp_source(const Stop *st, const char *file) {
 /* A function name as a breakpoint location: its first statement; a
  * shard_map or jit function's is its wrapped function's (__wrapped__). */
 static bool bp_function(const Stop *st, const char *name, char *file, size_t cap, int *line) {
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   Value *f = v ? env_lookup(v->env, intern_cstr(name)) : NULL;
   if (!f) return false;
   /* a shard_map or jit function breaks in the function it wraps */
@@ -413,7 +413,7 @@ static bool bp_location(const Stop *st, char *loc, char *file, size_t cap, int *
 static bool bp_line_ok(const Source *src, int line) {
   const char *t;
   int n;
-  if (!src_line(src, line, &t, &n)) {
+  if (!dbg_src_line(src, line, &t, &n)) {
     printf("*** End of file\n");
     return false;
   }
@@ -447,19 +447,19 @@ static bool cond_parses(const char *cond) {
 }
 
 static void bp_add(const char *file, int line, const char *cond, bool temporary) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *bps = dbg.nbps == dbg.bpcap ? shm_realloc(dbg.bps, sizeof(Bp) * (size_t)(dbg.bpcap * 2 + 4)) : dbg.bps;
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *bps = dbg_state.nbps == dbg_state.bpcap ? shm_realloc(dbg_state.bps, sizeof(Bp) * (size_t)(dbg_state.bpcap * 2 + 4)) : dbg_state.bps;
   if (bps) {
-    if (bps != dbg.bps) dbg.bpcap = dbg.bpcap * 2 + 4;
-    dbg.bps = bps;
-    Bp *b = &bps[dbg.nbps++];
-    *b = (Bp){++dbg.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
+    if (bps != dbg_state.bps) dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
+    dbg_state.bps = bps;
+    Bp *b = &bps[dbg_state.nbps++];
+    *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
               temporary, true, 0, 0};
-    atomic_fetch_add(&dbg.nbp_enabled, 1);
+    atomic_fetch_add(&dbg_state.nbp_enabled, 1);
     printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
   }
-  pthread_mutex_unlock(&dbg.lock);
-  update_engaged();
+  pthread_mutex_unlock(&dbg_state.lock);
+  dbg_update_engaged();
 }
 
 static int set_break(Stop *st, const char *arg, bool temporary) {
@@ -495,13 +495,13 @@ static int cmd_tbreak(Stop *st, const char *arg, Resume *r) {
 
 /* Deletes breakpoint [number], saying so; false if there is none. */
 static bool delete_numbered(int number) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *b = dbg_bp_find(number);
   if (b) {
     printf("Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-    bp_delete(b);
+    dbg_bp_delete(b);
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   return b != NULL;
 }
 
@@ -526,17 +526,17 @@ static void clear_one(int number) {
  * is NULL (lock taken here: devices delete tbreaks they hit). */
 static int bp_numbers(const char *file, int line, int *out, int cap) {
   int n = 0;
-  pthread_mutex_lock(&dbg.lock);
-  for (int i = 0; i < dbg.nbps && n < cap; i++)
-    if (!file || (dbg.bps[i].line == line && file_matches(file, dbg.bps[i].file)))
-      out[n++] = dbg.bps[i].number;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
+  for (int i = 0; i < dbg_state.nbps && n < cap; i++)
+    if (!file || (dbg_state.bps[i].line == line && dbg_file_matches(file, dbg_state.bps[i].file)))
+      out[n++] = dbg_state.bps[i].number;
+  pthread_mutex_unlock(&dbg_state.lock);
   return n;
 }
 
 static void clear_all(void) {
   int nums[256];
-  char *reply = read_command("Clear all breaks? ");
+  char *reply = dbg_read_command("Clear all breaks? ");
   bool yes = reply && (strcmp(reply, "y") == 0 || strcmp(reply, "yes") == 0);
   free(reply);
   int n = yes ? bp_numbers(NULL, 0, nums, 256) : 0;
@@ -559,21 +559,21 @@ static int cmd_clear(Stop *st, const char *arg, Resume *r) {
   else if (buf && strchr(arg, ':')) clear_at(st, buf);
   else each_number(arg, clear_one);
   shm_free(buf);
-  update_engaged();
+  dbg_update_engaged();
   return 0;
 }
 
 static void set_enabled(int number, bool on) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *b = dbg_bp_find(number);
   if (!b) {
     printf("*** No breakpoint numbered %d\n", number);
   } else {
-    if (b->enabled != on) atomic_fetch_add(&dbg.nbp_enabled, on ? 1 : -1);
+    if (b->enabled != on) atomic_fetch_add(&dbg_state.nbp_enabled, on ? 1 : -1);
     b->enabled = on;
     printf("%s breakpoint %d at %s:%d\n", on ? "Enabled" : "Disabled", b->number, b->file, b->line);
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
 }
 
 static void enable_one(int number) { set_enabled(number, true); }
@@ -582,22 +582,22 @@ static void disable_one(int number) { set_enabled(number, false); }
 static int cmd_disable(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
   each_number(arg, disable_one);
-  update_engaged();
+  dbg_update_engaged();
   return 0;
 }
 
 static int cmd_enable(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
   each_number(arg, enable_one);
-  update_engaged();
+  dbg_update_engaged();
   return 0;
 }
 
 /* Sets breakpoint [number]'s ignore count to [count] and says so in
  * pdb's words (a count below 1 clears it, as pdb treats it). */
 static void set_ignore(int number, int count) {
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find(number);
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *b = dbg_bp_find(number);
   if (!b) {
     printf("*** No breakpoint numbered %d\n", number);
   } else {
@@ -606,7 +606,7 @@ static void set_ignore(int number, int count) {
     else if (count == 1) printf("Will ignore next 1 crossing of breakpoint %d.\n", number);
     else printf("Will stop next time breakpoint %d is reached.\n", number);
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
 }
 
 /* ignore bpnumber [count]: pass over the breakpoint's next count
@@ -632,13 +632,13 @@ static int cmd_ignore(Stop *st, const char *arg, Resume *r) {
 
 /* Breakpoint [number]'s command list, or NULL. */
 static BpCmds *bpcmds_find(int number) {
-  for (int i = 0; i < dbg.nbpcmds; i++)
-    if (dbg.bpcmds[i].number == number) return &dbg.bpcmds[i];
+  for (int i = 0; i < dbg_state.nbpcmds; i++)
+    if (dbg_state.bpcmds[i].number == number) return &dbg_state.bpcmds[i];
   return NULL;
 }
 
 /* Frees [bc]'s lines, leaving it empty. */
-void bpcmds_free_lines(BpCmds *bc) {
+void dbg_bpcmds_free_lines(BpCmds *bc) {
   for (int i = 0; i < bc->n; i++) shm_free(bc->lines[i]);
   shm_free(bc->lines);
   bc->lines = NULL;
@@ -650,20 +650,20 @@ void bpcmds_free_lines(BpCmds *bc) {
  * `end` does in pdb. */
 static void bpcmds_set(int number, bool silent, char **lines, int n) {
   BpCmds *bc = bpcmds_find(number);
-  if (bc) bpcmds_free_lines(bc);
+  if (bc) dbg_bpcmds_free_lines(bc);
   if (!n && !silent) {
-    if (bc) *bc = dbg.bpcmds[--dbg.nbpcmds];
+    if (bc) *bc = dbg_state.bpcmds[--dbg_state.nbpcmds];
     shm_free(lines);
     return;
   }
   if (!bc) {
-    BpCmds *t = shm_realloc(dbg.bpcmds, sizeof(BpCmds) * (size_t)(dbg.nbpcmds + 1));
+    BpCmds *t = shm_realloc(dbg_state.bpcmds, sizeof(BpCmds) * (size_t)(dbg_state.nbpcmds + 1));
     if (!t) {
-      bpcmds_free_lines(&(BpCmds){.n = n, .lines = lines});
+      dbg_bpcmds_free_lines(&(BpCmds){.n = n, .lines = lines});
       return;
     }
-    dbg.bpcmds = t;
-    bc = &dbg.bpcmds[dbg.nbpcmds++];
+    dbg_state.bpcmds = t;
+    bc = &dbg_state.bpcmds[dbg_state.nbpcmds++];
   }
   *bc = (BpCmds){number, silent, n, lines};
 }
@@ -691,7 +691,7 @@ static void read_command_list(int number) {
   char **lines = NULL, word[32];
   int n = 0;
   bool silent = false;
-  for (char *line; (line = read_command("(com) "));) {
+  for (char *line; (line = dbg_read_command("(com) "));) {
     trim(line);
     size_t k = first_word(line, word, sizeof word);
     bool end = k && line[k] == 0 && strcmp(word, "end") == 0;
@@ -718,10 +718,10 @@ static int cmd_commands(Stop *st, const char *arg, Resume *r) {
   char *end;
   long n = strtol(arg, &end, 10);
   if (*arg && (end == arg || *end)) return printf("*** Non-numeric breakpoint number %s\n", arg), 0;
-  pthread_mutex_lock(&dbg.lock);
-  if (!*arg) n = dbg.next_bp;
-  bool found = n >= INT_MIN && n <= INT_MAX && bp_find((int)n);
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
+  if (!*arg) n = dbg_state.next_bp;
+  bool found = n >= INT_MIN && n <= INT_MAX && dbg_bp_find((int)n);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (!found) return printf("*** No breakpoint numbered %ld\n", n), 0;
   read_command_list((int)n);
   return 0;
@@ -732,7 +732,7 @@ static int cmd_commands(Stop *st, const char *arg, Resume *r) {
  * A list that ends with a resuming command never prompts: when that
  * command does not resume by itself (jump, or it failed) the program
  * continues. */
-int run_bp_commands(Stop *st, Resume *r, bool *silent) {
+int dbg_run_bp_commands(Stop *st, Resume *r, bool *silent) {
   const BpCmds *bc = bpcmds_find(st->bp);
   int n = bc ? bc->n : 0;
   bool last_resumes = n > 0 && line_resumes(bc->lines[n - 1]);
@@ -741,7 +741,7 @@ int run_bp_commands(Stop *st, Resume *r, bool *silent) {
     bc = bpcmds_find(st->bp);   /* a command of the list may have replaced it */
     char *line = bc && i < bc->n ? shm_strdup(bc->lines[i]) : NULL;
     if (!line) break;
-    int go = dispatch(st, line, r);
+    int go = dbg_dispatch(st, line, r);
     shm_free(line);
     fflush(stdout);
     if (go) return 1;
@@ -787,7 +787,7 @@ static const NodeList *block_holding(const NodeList *l, const Node *stmt) {
 
 /* The last source line of statement [n], the blocks it opens included. */
 static int stmt_end_line(const Node *n) {
-  int m = node_last_line(n);
+  int m = dbg_node_last_line(n);
   const NodeList *b;
   for (int k = 0; (b = sub_block(n, k)); k++)
     if (b->n > 0) {
@@ -840,7 +840,7 @@ static const Node *jump_target(const NodeList *block, int line) {
  * the bottom frame, the main thread's or the parked focused device's. */
 static const Frame *jump_frame(const Stop *st) {
   char c[160], state[320];
-  if (st->level != st_nframes(st) - 1) {
+  if (st->level != dbg_st_nframes(st) - 1) {
     printf("*** You can only jump within the bottom frame\n");
     return NULL;
   }
@@ -848,19 +848,19 @@ static const Frame *jump_frame(const Stop *st) {
     printf("*** Jump failed: the program has ended (post-mortem)\n");
     return NULL;
   }
-  if (st_cur(st) && st_cur(st)->retval) {   /* pdb: only from a 'line' event */
+  if (dbg_st_cur(st) && dbg_st_cur(st)->retval) {   /* pdb: only from a 'line' event */
     printf("*** Jump failed: the frame is returning (--Return--); jump from a line\n");
     return NULL;
   }
   if (!st->call) return st->frame;
   const Frame *f = NULL;
-  pthread_mutex_lock(&dbg.lock);
-  if (st->call->slots[dbg.focus].state == DS_PARKED) f = st->call->slots[dbg.focus].frame;
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
+  if (st->call->slots[dbg_state.focus].state == DS_PARKED) f = st->call->slots[dbg_state.focus].frame;
+  pthread_mutex_unlock(&dbg_state.lock);
   if (f) return f;
-  device_state(st, dbg.focus, state, sizeof state);
+  dbg_device_state(st, dbg_state.focus, state, sizeof state);
   printf("*** Jump failed: device %s is not stopped at a statement (%s)\n",
-         coords_of(st, dbg.focus, c, sizeof c), state);
+         dbg_coords_of(st, dbg_state.focus, c, sizeof c), state);
   return NULL;
 }
 
@@ -871,18 +871,18 @@ static bool devices_together(const Stop *st, const Frame *f) {
   DbgCall *c = st->call;
   char cbuf[160], state[320];
   int bad = -1;
-  pthread_mutex_lock(&dbg.lock);
-  int depth = c->slots[dbg.focus].depth;
+  pthread_mutex_lock(&dbg_state.lock);
+  int depth = c->slots[dbg_state.focus].depth;
   for (int r = 0; r < c->n && bad < 0; r++) {
     const Slot *s = &c->slots[r];
     if (s->state != DS_PARKED || s->retval || s->frame->stmt != f->stmt || s->depth != depth)
       bad = r;
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (bad < 0) return true;
-  device_state(st, bad, state, sizeof state);
+  dbg_device_state(st, bad, state, sizeof state);
   printf("*** Jump failed: all devices must be stopped at this statement to jump together; "
-         "device %s: %s\n", coords_of(st, bad, cbuf, sizeof cbuf), state);
+         "device %s: %s\n", dbg_coords_of(st, bad, cbuf, sizeof cbuf), state);
   return false;
 }
 
@@ -895,7 +895,7 @@ static void jump_views(Stop *st, const Node *to) {
     if (s->n == 0) continue;
     View *v = &s->v[s->n - 1];
     v->line = to->loc.line;
-    v->last_line = node_last_line(to) > v->line ? node_last_line(to) : v->line;
+    v->last_line = dbg_node_last_line(to) > v->line ? dbg_node_last_line(to) : v->line;
   }
 }
 
@@ -916,7 +916,7 @@ static int cmd_jump(Stop *st, const char *arg, Resume *r) {
   st->jump = to;
   jump_views(st, to);
   st->list_next = 0;
-  print_view(st_cur(st), "> ");
+  dbg_print_view(dbg_st_cur(st), "> ");
   return 0;
 }
 
@@ -940,7 +940,7 @@ static bool split_at_all(char *expr) {
  * evaluate: as many levels up as the focused device's selected frame
  * (`up` and `down` select it for all of them); NULL when it has none. */
 static const View *dev_view(const Stop *st, int r) {
-  const Stack *fs = focus_stack(st), *s = &st->dev[r];
+  const Stack *fs = dbg_focus_stack(st), *s = &st->dev[r];
   int up = fs && st->level >= st->main.n ? fs->n - 1 - (st->level - st->main.n) : 0;
   int k = s->n - 1 - up;
   return s->n ? &s->v[k < 0 ? 0 : k] : NULL;
@@ -1045,7 +1045,7 @@ static void wait_job(DbgCall *c, Job *j) {
   long sig, prev = -1;
   int same = 0;
   while (j->pending > 0) {
-    timed_wait();
+    dbg_timed_wait();
     if (!job_stuck(c, j, &sig)) {
       prev = -1, same = 0;
       continue;
@@ -1067,11 +1067,11 @@ static void wait_job(DbgCall *c, Job *j) {
  * once when every device failed alike. */
 static void print_job(const Stop *st, const Job *j, bool all) {
   char c[160], prefix[176];
-  for (int r = 0; r < st->ndev; r++) flush_device(st->call, r);
+  for (int r = 0; r < st->ndev; r++) dbg_flush_device(st->call, r);
   bool alike = true;
   for (int r = 1; r < st->ndev; r++) alike = alike && strcmp(j->out[r], j->out[0]) == 0;
   if (j->expr && !all) {
-    printf("%s\n", j->out[dbg.focus]);
+    printf("%s\n", j->out[dbg_state.focus]);
     return;
   }
   if (!j->expr && alike) {
@@ -1080,8 +1080,8 @@ static void print_job(const Stop *st, const Job *j, bool all) {
   }
   for (int r = 0; r < st->ndev; r++) {
     if (!j->expr && !j->out[r][0]) continue;
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
-    print_prefixed(prefix, j->out[r]);
+    snprintf(prefix, sizeof prefix, "%s: ", dbg_coords_of(st, r, c, sizeof c));
+    dbg_print_prefixed(prefix, j->out[r]);
   }
 }
 
@@ -1091,9 +1091,9 @@ static void print_job(const Stop *st, const Job *j, bool all) {
  * doing nothing, when the line calls none or the focused frame is not a
  * device's.  Every device must be parked at a statement; else the line is
  * refused, naming the device that is not, so it can never hang. */
-bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
+bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
   DbgCall *c = st->call;
-  const View *fv = st_cur(st);
+  const View *fv = dbg_st_cur(st);
   if (!c || !fv || st->level < st->main.n || !text_calls_collective(text, fv->env)) return false;
   char coords[160], state[320];
   if (shm_interp->reference) {
@@ -1107,23 +1107,23 @@ bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bo
     const View *v = dev_view(st, r);
     env[r] = v ? v->env : NULL;
   }
-  pthread_mutex_lock(&dbg.lock);
+  pthread_mutex_lock(&dbg_state.lock);
   int missing = env && out ? first_unparked(c) : -1;
   if (env && out && missing < 0) {
     c->job = &j;
     c->job_gen++;
-    pthread_cond_broadcast(&dbg.cond);
+    pthread_cond_broadcast(&dbg_state.cond);
     wait_job(c, &j);
     c->job = NULL;
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   if (!env || !out) {
     printf("*** out of memory\n");
   } else if (missing >= 0) {
-    device_state(st, missing, state, sizeof state);
+    dbg_device_state(st, missing, state, sizeof state);
     printf("*** the line calls a collective, which runs on every device, but device %s is "
            "not stopped at a statement (%s)\n",
-           coords_of(st, missing, coords, sizeof coords), state);
+           dbg_coords_of(st, missing, coords, sizeof coords), state);
   } else {
     print_job(st, &j, all);
     if (j.aborted)
@@ -1145,32 +1145,32 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
     return;
   }
   for (int r = 0; r < st->ndev; r++) {
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, r, c, sizeof c));
+    snprintf(prefix, sizeof prefix, "%s: ", dbg_coords_of(st, r, c, sizeof c));
     const View *v = dev_view(st, r);
     if (!v) {
-      device_state(st, r, state, sizeof state);
+      dbg_device_state(st, r, state, sizeof state);
       printf("%s(%s)\n", prefix, state);
       continue;
     }
-    char *t = value_text(st, v, r, expr, pretty, FAIL_P);
-    if (t) print_prefixed(prefix, t);
+    char *t = dbg_value_text(st, v, r, expr, pretty, FAIL_P);
+    if (t) dbg_print_prefixed(prefix, t);
     shm_free(t);
   }
 }
 
 static int print_value(Stop *st, const char *arg, bool pretty) {
   char *expr = shm_strdup(arg);
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (!expr) return 0;
   trim(expr);
   if (!*expr) {
     printf("*** usage: p expression [@ all]\n");
   } else if (split_at_all(expr)) {
-    if (!run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
+    if (!dbg_run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
   } else if (!v) {
     printf("*** no frame\n");
-  } else if (!run_everywhere(st, expr, true, pretty, false)) {
-    char *t = value_text(st, v, st_rank_of(st, st->level), expr, pretty, FAIL_P);
+  } else if (!dbg_run_everywhere(st, expr, true, pretty, false)) {
+    char *t = dbg_value_text(st, v, dbg_st_rank_of(st, st->level), expr, pretty, FAIL_P);
     if (t) printf("%s\n", t);
     shm_free(t);
   }
@@ -1187,8 +1187,8 @@ static void print_retval(const View *v, const char *prefix) {
     return;
   }
   Value *r = val_repr(v->retval);
-  if (r) print_prefixed(prefix, str_cstr(r));
-  else print_error();
+  if (r) dbg_print_prefixed(prefix, str_cstr(r));
+  else dbg_print_error();
   val_decref(r);
 }
 
@@ -1199,16 +1199,16 @@ static int cmd_retval(Stop *st, const char *arg, Resume *r) {
   char c[160], prefix[176], state[320];
   bool all = strcmp(arg, "@ all") == 0 || strcmp(arg, "@all") == 0;
   if (*arg && !all) return printf("*** usage: retval [@ all]\n"), 0;
-  if (!all) return print_retval(st_cur(st), ""), 0;
+  if (!all) return print_retval(dbg_st_cur(st), ""), 0;
   if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
   for (int i = 0; i < st->ndev; i++) {
     const Stack *s = &st->dev[i];
-    snprintf(prefix, sizeof prefix, "%s: ", coords_of(st, i, c, sizeof c));
+    snprintf(prefix, sizeof prefix, "%s: ", dbg_coords_of(st, i, c, sizeof c));
     if (s->n > 0) {
       print_retval(&s->v[s->n - 1], prefix);
       continue;
     }
-    device_state(st, i, state, sizeof state);
+    dbg_device_state(st, i, state, sizeof state);
     printf("%s(%s)\n", prefix, state);
   }
   return 0;
@@ -1221,8 +1221,8 @@ static int cmd_condition(Stop *st, const char *arg, Resume *r) {
   long n = strtol(arg, &end, 10);
   if (end == arg) return printf("*** usage: condition bpnumber [condition]\n"), 0;
   while (*end == ' ') end++;
-  pthread_mutex_lock(&dbg.lock);
-  Bp *b = bp_find((int)n);
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *b = dbg_bp_find((int)n);
   if (!b) {
     printf("*** No breakpoint numbered %ld\n", n);
   } else {
@@ -1231,22 +1231,22 @@ static int cmd_condition(Stop *st, const char *arg, Resume *r) {
     if (b->cond) printf("New condition set for breakpoint %ld.\n", n);
     else printf("Breakpoint %ld is now unconditional.\n", n);
   }
-  pthread_mutex_unlock(&dbg.lock);
+  pthread_mutex_unlock(&dbg_state.lock);
   return 0;
 }
 
 /* whatis expr: the type of its value (pdb). */
 static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
   (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (!v || !*arg) return printf("*** usage: whatis expression\n"), 0;
-  Value *x = eval_in(st, v, st_rank_of(st, st->level), arg);
-  if (!x) return print_error(), 0;
+  Value *x = dbg_eval_in(st, v, dbg_st_rank_of(st, st->level), arg);
+  if (!x) return dbg_print_error(), 0;
   Value *t = builtins_type_of(x);   /* type(x): <class 'int'> for a Python number */
   val_decref(x);
   Value *rep = val_repr(t);
   val_decref(t);
-  if (!rep) return print_error(), 0;
+  if (!rep) return dbg_print_error(), 0;
   printf("%s\n", str_cstr(rep));
   val_decref(rep);
   return 0;
@@ -1264,35 +1264,35 @@ static int cmd_pp(Stop *st, const char *arg, Resume *r) {
 
 static int cmd_display(Stop *st, const char *arg, Resume *r) {
   (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (!*arg) {   /* pdb lists the current frame's */
     printf("Currently displaying:\n");
-    for (int i = 0; v && i < dbg.ndisplays; i++) {
-      const Display *d = &dbg.displays[i];
-      int k = display_index(st, d, v);
+    for (int i = 0; v && i < dbg_state.ndisplays; i++) {
+      const Display *d = &dbg_state.displays[i];
+      int k = dbg_display_index(st, d, v);
       if (k >= 0) printf("%s: %s\n", d->expr, d->last[k] ? d->last[k] : "");
     }
     return 0;
   }
   if (!v) return 0;
-  int rank = st_rank_of(st, st->level), n = rank >= 0 ? st->ndev : 1;
+  int rank = dbg_st_rank_of(st, st->level), n = rank >= 0 ? st->ndev : 1;
   Display d = {shm_strdup(arg), n, rank >= 0, shm_calloc((size_t)n, sizeof(Env *)),
                shm_calloc((size_t)n, sizeof(char *))};
-  Display *all = shm_realloc(dbg.displays, sizeof(Display) * (size_t)(dbg.ndisplays + 1));
+  Display *all = shm_realloc(dbg_state.displays, sizeof(Display) * (size_t)(dbg_state.ndisplays + 1));
   if (!d.expr || !d.env || !d.last || !all) {
     d.n = 0;
-    display_free(&d);
-    if (all) dbg.displays = all;
+    dbg_display_free(&d);
+    if (all) dbg_state.displays = all;
     return printf("*** out of memory\n"), 0;
   }
-  dbg.displays = all;
+  dbg_state.displays = all;
   for (int k = 0; k < n; k++) {   /* the same frame on every device */
     const View *dv = rank >= 0 ? dev_view(st, k) : v;
     if ((d.env[k] = dv ? dv->env : NULL)) env_incref(d.env[k]);
   }
   int k = rank >= 0 ? rank : 0;
-  d.last[k] = value_text(st, v, rank, arg, false, FAIL_DISPLAY);
-  dbg.displays[dbg.ndisplays++] = d;
+  d.last[k] = dbg_value_text(st, v, rank, arg, false, FAIL_DISPLAY);
+  dbg_state.displays[dbg_state.ndisplays++] = d;
   printf("display %s: %s\n", arg, d.last[k] ? d.last[k] : "");
   return 0;
 }
@@ -1301,16 +1301,16 @@ static int cmd_undisplay(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)r;
   int kept = 0;
   bool found = false;
-  for (int i = 0; i < dbg.ndisplays; i++) {
-    Display *d = &dbg.displays[i];
+  for (int i = 0; i < dbg_state.ndisplays; i++) {
+    Display *d = &dbg_state.displays[i];
     if (!*arg || strcmp(d->expr, arg) == 0) {
       found = true;
-      display_free(d);
+      dbg_display_free(d);
     } else {
-      dbg.displays[kept++] = *d;
+      dbg_state.displays[kept++] = *d;
     }
   }
-  dbg.ndisplays = kept;
+  dbg_state.ndisplays = kept;
   if (*arg && !found) printf("** %s not in the display list **\n", arg);
   return 0;
 }
@@ -1337,7 +1337,7 @@ static char *interact_entry(void) {
   bool block = false;
   const char *prompt = ">>> ";
   for (;;) {
-    char *line = read_command(prompt);
+    char *line = dbg_read_command(prompt);
     if (!line) return text;
     size_t n = strlen(line);
     char *t = shm_realloc(text, len + n + 2);
@@ -1366,7 +1366,7 @@ static void interact_loop(const Stop *st, Env *ns) {
   while (!interact_exit && (text = interact_entry())) {
     Source *src = src_new("<stdin>", text);
     shm_free(text);
-    DevCtx dc, *saved = enter_device(st, st_rank_of(st, st->level), &dc);
+    DevCtx dc, *saved = dbg_enter_device(st, dbg_st_rank_of(st, st->level), &dc);
     int rc = src ? eval_source(src, ns, true) : -1;
     dev_ctx_set(saved);
     src_decref(src);
@@ -1384,13 +1384,13 @@ static void interact_loop(const Stop *st, Env *ns) {
  * globals while its assignments stay its own (pdb works on a copy). */
 static int cmd_interact(Stop *st, const char *arg, Resume *r) {
   (void)arg, (void)r;
-  const View *v = st_cur(st);
+  const View *v = dbg_st_cur(st);
   if (!v) return printf("*** no frame to run in\n"), 0;
   Env *ns = env_new(v->env);
   if (!ns || builtins_add(ns, "exit", bi_interact_exit, "exit(): leave interact") < 0 ||
       builtins_add(ns, "quit", bi_interact_exit, "quit(): leave interact") < 0) {
     if (ns) env_decref(ns);
-    return print_error(), 0;
+    return dbg_print_error(), 0;
   }
   printf("*pdb interact start*\n");
   interact_loop(st, ns);
@@ -1406,8 +1406,8 @@ static int cmd_devices(Stop *st, const char *arg, Resume *r) {
   char c[160], s[320];
   if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
   for (int i = 0; i < st->ndev; i++) {
-    device_state(st, i, s, sizeof s);
-    printf("%c %d %s  %s\n", i == dbg.focus ? '*' : ' ', i, coords_of(st, i, c, sizeof c), s);
+    dbg_device_state(st, i, s, sizeof s);
+    printf("%c %d %s  %s\n", i == dbg_state.focus ? '*' : ' ', i, dbg_coords_of(st, i, c, sizeof c), s);
   }
   return 0;
 }
@@ -1416,13 +1416,13 @@ static int cmd_dev(Stop *st, const char *arg, Resume *r) {
   (void)r;
   char c[160];
   if (!st->mesh) return printf("*** not stopped inside a shard_map body\n"), 0;
-  if (!*arg) return printf("device %d %s\n", dbg.focus, coords_of(st, dbg.focus, c, sizeof c)), 0;
-  int rank = parse_rank(st, arg);
+  if (!*arg) return printf("device %d %s\n", dbg_state.focus, dbg_coords_of(st, dbg_state.focus, c, sizeof c)), 0;
+  int rank = dbg_parse_rank(st, arg);
   if (rank < 0) return 0;
-  dbg.focus = rank;
-  st->level = st_nframes(st) - 1;
+  dbg_state.focus = rank;
+  st->level = dbg_st_nframes(st) - 1;
   st->list_next = 0;
-  print_location(st);
+  dbg_print_location(st);
   return 0;
 }
 
@@ -1529,14 +1529,14 @@ static int cmd_help(Stop *st, const char *arg, Resume *r) {
   return 0;
 }
 
-void comp_commands(void) {
+void dbg_comp_commands(void) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
     const char *p = commands[i].names;
     while (*p) {
       size_t k = strcspn(p, " ");
       char w[32];
       snprintf(w, sizeof w, "%.*s", (int)k, p);
-      comp_add(w, NULL, NULL);
+      dbg_comp_add(w, NULL, NULL);
       p += k;
       while (*p == ' ') p++;
     }
@@ -1558,17 +1558,17 @@ static const Cmd *cmd_lookup(const char *word) {
 }
 
 /* Runs one command line; 1 when the program resumes (*r set). */
-int dispatch(Stop *st, const char *line, Resume *r) {
+int dbg_dispatch(Stop *st, const char *line, Resume *r) {
   while (*line == ' ' || *line == '\t') line++;
   if (*line == '!') {
-    exec_in(st, line + 1);
+    dbg_exec_in(st, line + 1);
     return 0;
   }
   char word[32];
   size_t n = first_word(line, word, sizeof word);
   const Cmd *c = n ? cmd_lookup(word) : NULL;
   if (!c) {
-    exec_in(st, line);
+    dbg_exec_in(st, line);
     return 0;
   }
   char *arg = shm_strdup(line + n);

@@ -118,7 +118,7 @@ typedef struct Slot {
 
 /* A line typed at a stop in a body that calls a collective: every device
  * thread runs it at once, in its own scope and with its own group, since
- * the collective needs them all (LANGUAGE.md §7; see run_everywhere). */
+ * the collective needs them all (LANGUAGE.md §7; see dbg_run_everywhere). */
 typedef struct Job {
   const char *text;       /* statements, or an expression when [expr] */
   bool expr, pretty;      /* an expression: out[r] is its repr (pp's when pretty) */
@@ -211,7 +211,7 @@ typedef struct DbgState {
   bool restart;           /* `restart` was given: main.c runs the program again */
   char *restart_args;     /* its arguments (owned), or NULL to keep argv */
 } DbgState;
-extern DbgState dbg;
+extern DbgState dbg_state;
 
 typedef struct Stop {
   Stack main;              /* the main thread's frames */
@@ -245,121 +245,121 @@ typedef struct Cmd {
 /* ---- debug.c, for debug_cmd.c ---- */
 
 /* Removes breakpoint [b] (lock held). */
-void bp_delete(Bp *b);
+void dbg_bp_delete(Bp *b);
 
 /* Breakpoint [number], or NULL (lock held). */
-Bp *bp_find(int number);
+Bp *dbg_bp_find(int number);
 
 /* Adds [name] to the completion candidates (env_each callback). */
-void comp_add(const char *name, Value *v, void *ctx);
+void dbg_comp_add(const char *name, Value *v, void *ctx);
 
 /* Device [rank]'s mesh coordinates as text, "(i=0, j=1)", in [buf]. */
-const char *coords_of(const Stop *st, int rank, char *buf, size_t cap);
+const char *dbg_coords_of(const Stop *st, int rank, char *buf, size_t cap);
 
 /* What device [r] is doing, for `devices`, `p x @ all` and the stop line. */
-void device_state(const Stop *st, int r, char *buf, size_t cap);
+void dbg_device_state(const Stop *st, int r, char *buf, size_t cap);
 
 /* Releases what display [d] holds. */
-void display_free(Display *d);
+void dbg_display_free(Display *d);
 
 /* Which entry of display [d] belongs to view [v] of the stop: the
  * focused device's, or the main thread's; -1 when [d] is another frame's. */
-int display_index(const Stop *st, const Display *d, const View *v);
+int dbg_display_index(const Stop *st, const Display *d, const View *v);
 
 /* Makes [dc] the context of device [rank] for evaluation on the main
  * thread: the mesh and coordinates (axis_index works) but no group, so a
  * collective typed at the prompt fails instead of waiting for peers that
  * are parked. */
-DevCtx *enter_device(const Stop *st, int rank, DevCtx *dc);
+DevCtx *dbg_enter_device(const Stop *st, int rank, DevCtx *dc);
 
 /* Evaluates [expr] in view [v] of device [rank] (-1: main thread). */
-Value *eval_in(const Stop *st, const View *v, int rank, const char *expr);
+Value *dbg_eval_in(const Stop *st, const View *v, int rank, const char *expr);
 
 /* Runs the statements [text] in the current frame, echoing an
  * expression's value as the REPL does; a line calling a collective, in
- * a body, runs on every device (run_everywhere). */
-void exec_in(const Stop *st, const char *text);
+ * a body, runs on every device (dbg_run_everywhere). */
+void dbg_exec_in(const Stop *st, const char *text);
 
 /* True when breakpoint file [bp] names source [name]: the same path, or
  * one is the other's tail after a '/'. */
-bool file_matches(const char *bp, const char *name);
+bool dbg_file_matches(const char *bp, const char *name);
 
 /* Writes out device [rank]'s buffered print output, each line prefixed by
  * its mesh coordinates (as shard_map does at the end of a call), and
  * empties the buffer.  The device must be parked or done. */
-void flush_device(DbgCall *c, int rank);
+void dbg_flush_device(DbgCall *c, int rank);
 
 /* The focused device's frames, or NULL. */
-const Stack *focus_stack(const Stop *st);
+const Stack *dbg_focus_stack(const Stop *st);
 
 /* The last source line of statement [n]'s own text: its expressions, not
  * the blocks it opens. */
-int node_last_line(const Node *n);
+int dbg_node_last_line(const Node *n);
 
 /* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
-int parse_rank(const Stop *st, const char *arg);
+int dbg_parse_rank(const Stop *st, const char *arg);
 
 /* Prints the pending error as pdb does ("*** message") and clears it. */
-void print_error(void);
+void dbg_print_error(void);
 
 /* Shows where the stop is: the current frame, or what the focused device
  * does when it has no frame to show. */
-void print_location(const Stop *st);
+void dbg_print_location(const Stop *st);
 
 /* Prints [text] with each line prefixed by [prefix]. */
-void print_prefixed(const char *prefix, const char *text);
+void dbg_print_prefixed(const char *prefix, const char *text);
 
 /* pdb's frame line: "> file.shm(12)f()" and "-> code"; at a return stop,
  * "> file.shm(12)f()->value". */
-void print_view(const View *v, const char *mark);
+void dbg_print_view(const View *v, const char *mark);
 
 /* The next command line (malloc'd), or NULL at end of input. */
-char *read_command(const char *prompt);
+char *dbg_read_command(const char *prompt);
 
 /* Line [line] of [s] without its newline; false when out of range. */
-bool src_line(const Source *s, int line, const char **text, int *len);
+bool dbg_src_line(const Source *s, int line, const char **text, int *len);
 
 /* The selected frame of the stop (the focused stack's), or NULL. */
-const View *st_cur(const Stop *st);
+const View *dbg_st_cur(const Stop *st);
 
 /* Frame [i] of the stop, outermost first: the main thread's, then the
  * focused device's; NULL when out of range. */
-const View *st_frame(const Stop *st, int i);
+const View *dbg_st_frame(const Stop *st, int i);
 
 /* The number of frames of the stop (the main thread's and the focused
  * device's). */
-int st_nframes(const Stop *st);
+int dbg_st_nframes(const Stop *st);
 
 /* The device whose frame [i] is, or -1 for the main thread's. */
-int st_rank_of(const Stop *st, int i);
+int dbg_st_rank_of(const Stop *st, int i);
 
-/* Waits on dbg.cond for at most 10 ms (lock held). */
-void timed_wait(void);
+/* Waits on dbg_state.cond for at most 10 ms (lock held). */
+void dbg_timed_wait(void);
 
-/* Recomputes dbg.engaged.  Main thread, or with dbg.lock held. */
-void update_engaged(void);
+/* Recomputes dbg_state.engaged.  Main thread, or with dbg_state.lock held. */
+void dbg_update_engaged(void);
 
 /* The repr (pretty: pp's form) of [expr] in view [v] as a new string, or
  * the failure in form [ff]. */
-char *value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
+char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff);
 
 /* ---- debug_cmd.c ---- */
 
 /* Frees [bc]'s lines, leaving it empty. */
-void bpcmds_free_lines(BpCmds *bc);
+void dbg_bpcmds_free_lines(BpCmds *bc);
 
-void comp_commands(void);
+void dbg_comp_commands(void);
 
 /* Runs one command line; 1 when the program resumes (*r set). */
-int dispatch(Stop *st, const char *line, Resume *r);
+int dbg_dispatch(Stop *st, const char *line, Resume *r);
 
 /* Runs the command list of the breakpoint the stop is at, as if typed
  * (pdb's bp_commands); 1 when one of them resumed the program (*r set).
  * A list that ends with a resuming command never prompts: when that
  * command does not resume by itself (jump, or it failed) the program
  * continues. */
-int run_bp_commands(Stop *st, Resume *r, bool *silent);
+int dbg_run_bp_commands(Stop *st, Resume *r, bool *silent);
 
 /* Runs [text] (an expression when [expr]) on every device of the stop's
  * call, each in its selected frame, when it calls a collective: such a
@@ -367,6 +367,6 @@ int run_bp_commands(Stop *st, Resume *r, bool *silent);
  * doing nothing, when the line calls none or the focused frame is not a
  * device's.  Every device must be parked at a statement; else the line is
  * refused, naming the device that is not, so it can never hang. */
-bool run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
+bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
 
 #endif

@@ -26,7 +26,7 @@
 #include "array/print.h"
 #include "cli/repl.h"
 #include "cli/testrun.h"
-#include "cli/trace_out.h"
+#include "cli/timeline_out.h"
 #include "base/timeline.h"
 #include "spmd/device.h"
 #include "spmd/mesh.h"
@@ -447,10 +447,10 @@ static int register_layers(int ndevices) {
   return dev_start(ndevices);
 }
 
-/* --trace FILE: each process writes its own file (trace_path). */
+/* --trace FILE: each process writes its own file (timeline_path). */
 static int write_trace(const char *file) {
-  char *path = trace_path(file, transport_rank());
-  int rc = path ? trace_write(path, transport_rank()) : (err_nomem(), -1);
+  char *path = timeline_path(file, transport_rank());
+  int rc = path ? timeline_write(path, transport_rank()) : (err_nomem(), -1);
   shm_free(path);
   return rc;
 }
@@ -586,7 +586,7 @@ static int run_interpreter(const CmdLine *cl) {
   dbg_free();
   dev_stop();   /* the devices' timelines are complete from here on */
   if (cl->trace && write_trace(cl->trace) < 0 && rc == 0) rc = report_error();
-  if (cl->comm_stats) trace_comm_stats(stderr);
+  if (cl->comm_stats) timeline_comm_stats(stderr);
   tl_free();
   interp_free();
   cfg_free(&shm_options);

@@ -1,12 +1,12 @@
 /*
- * trace_out.c - the timeline's file and the communication table
- * (trace_out.h).
+ * timeline_out.c - the timeline's file and the communication table
+ * (timeline_out.h).
  *
  * Format: the Trace Event Format (the JSON object form), as Perfetto and
  * chrome://tracing read it; times there are microseconds, ours are
  * nanoseconds from tl_now, shifted so the first event starts at 0.
  */
-#include "cli/trace_out.h"
+#include "cli/timeline_out.h"
 
 #include <json-c/json.h>
 #include <stdint.h>
@@ -86,7 +86,7 @@ static void add_track(int tid, const char *name, const TlEvent *ev, long n, long
   out->dropped += dropped;
 }
 
-int trace_write(const char *path, int process) {
+int timeline_write(const char *path, int process) {
   Out out = {.pid = process + 1, .events = json_object_new_array(), .origin = INT64_MAX};
   json_object *root = json_object_new_object(), *other = json_object_new_object();
   int rc = -1;
@@ -112,7 +112,7 @@ done:
   return rc;
 }
 
-char *trace_path(const char *path, int process) {
+char *timeline_path(const char *path, int process) {
   if (process == 0) return shm_strdup(path);
   const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
   size_t stem = dot && dot > (slash ? slash + 1 : path) ? (size_t)(dot - path) : strlen(path);
@@ -187,7 +187,7 @@ static void fmt_bytes(char *buf, size_t cap, int64_t bytes) {
   else snprintf(buf, cap, "%.2f GiB", (double)bytes / (1 << 30));
 }
 
-void trace_comm_stats(FILE *f) {
+void timeline_comm_stats(FILE *f) {
   Table t = {0};
   tl_each_comm(add_counts, &t);
   if (t.nomem) fprintf(f, "shmap: --comm-stats: out of memory\n");

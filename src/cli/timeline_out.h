@@ -1,10 +1,10 @@
 /*
- * trace_out.h - writing what the timeline recorded (base/timeline.h):
+ * timeline_out.h - writing what the timeline recorded (base/timeline.h):
  * `shmap --trace FILE` and `shmap --comm-stats`.  Main thread, after the
  * device threads stopped.
  */
-#ifndef SHMAP_TRACE_OUT_H
-#define SHMAP_TRACE_OUT_H
+#ifndef SHMAP_TIMELINE_OUT_H
+#define SHMAP_TIMELINE_OUT_H
 
 #include <stdio.h>
 
@@ -20,20 +20,20 @@
  * several processes merge into one timeline.
  * Built with json-c.  0, or -1 with the error set (the file cannot be
  * written, out of memory). */
-int trace_write(const char *path, int process);
+int timeline_write(const char *path, int process);
 
 /* The file process [process] writes the timeline to for `--trace [path]`:
  * [path] itself for process 0, else [path] with ".<process>" before its
  * extension (t.json -> t.1.json; no extension: t -> t.1), so processes
  * under mpirun never write one file together.  Owned by the caller (free
  * with shm_free); NULL on out of memory. */
-char *trace_path(const char *path, int process);
+char *timeline_path(const char *path, int process);
 
 /* Prints the communication table to [f]: one row per collective, mesh
  * axes and source line, with the calls each device made, the bytes all
  * devices sent (their operands' bytes), the time all of them spent in it
  * (waiting included) and the slowest device's time.  Nothing when no
  * collective ran. */
-void trace_comm_stats(FILE *f);
+void timeline_comm_stats(FILE *f);
 
 #endif
