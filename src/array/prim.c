@@ -1001,8 +1001,8 @@ SCAN_RULE(shape_cummax, P_CUMMAX)
 #define RULES_PDOT
 
 PrimInfo prim_table[P_COUNT] = {
-#define PRIM(id, nm, ni, no, k) \
-  [P_##id] = {.name = nm, .nin = ni, .nout = no, .kind = k, .rules = {RULES_##id}},
+#define PRIM(id, nm, ni, no, k, kn) \
+  [P_##id] = {.name = #nm, .nin = ni, .nout = no, .kind = k, .rules = {RULES_##id}},
 #include "array/prim.def"
 #undef PRIM
 };

@@ -32,7 +32,7 @@ typedef enum { PK_UNARY, PK_BINARY, PK_REDUCE, PK_SHAPE, PK_CONTRACT,
                PK_COLLECTIVE, PK_HIGHER } PrimKind;
 
 typedef enum {
-#define PRIM(id, name, nin, nout, kind) P_##id,
+#define PRIM(id, name, nin, nout, kind, kernel) P_##id,
 #include "array/prim.def"
 #undef PRIM
   P_COUNT
@@ -125,10 +125,27 @@ typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
                              const bool *linear, int nin, const Params *p,
                              Value **cts_in);
 
-/* All rules of one primitive.  The array layer's primitives get theirs
- * from prim.c's table; the layers above register theirs at start-up with
- * prim_register (the collectives: spmd/collective.c), the way JAX's
- * parallel.py attaches rules to the primitives it defines. */
+/* The float32 loop of an element-wise primitive inside a fused loop
+ * (transform/fuse.c): d[i] = f(a[i*sa], b[i*sb]) for i < n, strides 0 or
+ * 1 in elements ([b] NULL for a unary primitive).  [d] may equal [a] or
+ * [b].  The same values as the primitive's kernel on float32, element by
+ * element (a fused plan prints and computes as the unfused one). */
+typedef void (*FuseRule)(float *d, const float *a, int64_t sa, const float *b, int64_t sb,
+                         int64_t n);
+
+/* How the primitive partitions over a mesh: from the operands' shardings
+ * the result's, or the communication a partitioner must insert.  The
+ * slot is empty (NULL) for every primitive today; sharded arrays fill
+ * it.  Semantics: GSPMD's propagation rules, as JAX's sharding rules. */
+struct Sharding;
+typedef int (*ShardingRule)(const AVal *in, const struct Sharding *const *in_sh, int nin,
+                            const Params *p, struct Sharding **out_sh);
+
+/* All rules of one primitive, filled by its family's file (src/README.md,
+ * "The primitive table"): the array layer's families at start-up
+ * (prim_install), the layers above with prim_register (the collectives
+ * from spmd/, the higher-order primitives from transform/), the way JAX's
+ * lax.py and parallel.py attach rules to the primitives they define. */
 typedef struct PrimRules {
   ShapeRule shape;          /* abstract evaluation; NULL for PK_HIGHER */
   Kernel kernel;            /* eager evaluation; NULL for PK_HIGHER */
@@ -136,6 +153,9 @@ typedef struct PrimRules {
   BatchRule batch;          /* vmap / xmap; NULL: not implemented yet */
   JvpRule jvp;              /* grad, jvp; NULL: not implemented yet */
   TransposeRule transpose;  /* grad, vjp; NULL: not linear, or not yet */
+  FuseRule fuse;            /* fused float32 loop; NULL: runs its kernel */
+  ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
+  /* ---- the layers above's own rules, typed by them ---- */
 } PrimRules;
 
 typedef struct PrimInfo {

@@ -500,12 +500,12 @@ static int b_dot_general(Value **in, const int *dims, int nin, const Params *p, 
   __attribute__((unused)) static int fn(Value **in, const int *dims, int nin, const Params *p, Value **out, int *od) { \
     return batch_elementwise(P_##ID, in, dims, nin, p, out, od);                            \
   }
-#define PRIM(id, nm, ni, no, k) ELEMENTWISE(b_ew_##id, id)
+#define PRIM(id, nm, ni, no, k, kn) ELEMENTWISE(b_ew_##id, id)
 #include "array/prim.def"
 #undef PRIM
 
 void prim_batch_install(void) {
-#define PRIM(id, nm, ni, no, k)                                                            \
+#define PRIM(id, nm, ni, no, k, kn)                                                        \
   if (k == PK_UNARY || (k == PK_BINARY)) prim_table[P_##id].rules.batch = b_ew_##id;
 #include "array/prim.def"
 #undef PRIM
