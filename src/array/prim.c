@@ -1,14 +1,15 @@
 /*
- * prim.c - the primitive table, the shape rules, parameters, and the one
- * apply function (prim.h).
+ * prim.c - the primitive table, parameters, and the one apply function
+ * (prim.h).
  *
- * A shape rule checks what jax.lax checks and words its errors the way
- * JAX does, naming the primitive and the offending shapes or dtypes; the
- * kernels then trust their inputs.  The table itself is generated from
- * prim.def: each PRIM row picks up its rules from the RULES_<ID> macro
- * below, so a primitive added to prim.def without rules does not compile.
+ * The table's rows are named by prim.def and filled by the families'
+ * files at load (prim_install): prim_elementwise.c, prim_reduce.c,
+ * prim_layout.c, prim_index.c, prim_dot.c, prim_random.c; the layers
+ * above fill their primitives' rows at start-up (prim_register).  Nothing
+ * here knows one primitive from another: it dispatches on the rows.
  */
 #include "array/prim.h"
+#include "array/prim_rules.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -192,817 +193,9 @@ void aval_of(const Array *a, AVal *out) {
   out->vma = a->vma;
 }
 
-/* ---- dtype classes -------------------------------------------------------------- */
-
-/* Which dtypes a primitive accepts, as bit sets over DType. */
-#define DC_BOOL (1u << DT_BOOL)
-#define DC_INT (1u << DT_I8 | 1u << DT_I32 | 1u << DT_I64)
-#define DC_FLOAT (1u << DT_BF16 | 1u << DT_F16 | 1u << DT_F32 | 1u << DT_F64)
-#define DC_NUM (DC_INT | DC_FLOAT)
-#define DC_ANY (DC_BOOL | DC_NUM)
-
-static unsigned prim_accepts(PrimId id) {
-  switch (id) {
-    case P_FLOOR: case P_CEIL: case P_ROUND: case P_IS_FINITE: case P_EXP:
-    case P_LOG: case P_LOG1P: case P_EXPM1: case P_TANH: case P_LOGISTIC:
-    case P_SIN: case P_COS: case P_TAN: case P_ASIN: case P_ACOS: case P_ATAN:
-    case P_SINH: case P_COSH: case P_SQRT: case P_RSQRT: case P_ATAN2:
-      return DC_FLOAT;
-    case P_NEG: case P_SIGN: case P_ABS: case P_INTEGER_POW: case P_SUB:
-    case P_DIV: case P_REM: case P_POW:
-      return DC_NUM;
-    case P_NOT: case P_AND: case P_OR: case P_XOR: case P_REDUCE_AND:
-    case P_REDUCE_OR:
-      return DC_BOOL | DC_INT;
-    default:
-      return DC_ANY;
-  }
-}
-
-static const char *prim_class_name(unsigned cls) {
-  if (cls == DC_FLOAT)
-    return "floating";
-  if (cls == DC_NUM)
-    return "number";
-  return "integer or bool";
-}
-
-/* Checks that primitive [id] accepts [t]. */
-static int prim_check_dtype(PrimId id, DType t) {
-  unsigned cls = prim_accepts(id);
-  if (cls & (1u << t))
-    return 0;
-  err_set(ERR_TYPE, "%s does not accept dtype %s. Accepted dtypes are subtypes of %s.",
-          prim_table[id].name, dt_name(t), prim_class_name(cls));
-  return -1;
-}
-
-/* ---- helpers for the rules ---------------------------------------------------------- */
-
-static void prim_set(AVal *out, DType t, bool weak, int ndim, const int64_t *shape) {
-  out->dtype = t;
-  out->weak = weak;
-  out->ndim = ndim;
-  for (int i = 0; i < ndim; i++)
-    out->shape[i] = shape[i];
-  out->vma = 0;
-}
-
-/* "(3, 4)" for error messages, in a caller's buffer. */
-static const char *prim_shape(char *buf, const AVal *a) {
-  shape_str(buf, 128, a->ndim, a->shape);
-  return buf;
-}
-
-static const char *prim_ints(char *buf, int n, const int64_t *xs) {
-  shape_str(buf, 128, n, xs);
-  return buf;
-}
-
-static bool prim_same_dims(int n, const int64_t *a, const int64_t *b) {
-  for (int i = 0; i < n; i++)
-    if (a[i] != b[i])
-      return false;
-  return true;
-}
-
-static bool prim_same_shape(const AVal *a, const AVal *b) {
-  return a->ndim == b->ndim && prim_same_dims(a->ndim, a->shape, b->shape);
-}
-
-/* Reads dims param [name] and checks each is a distinct axis of rank
- * [ndim]; negative dims are normalised.  [*mask] gets the set. */
-static int prim_dims(PrimId id, const Params *p, const char *name, int ndim,
-                     int *n, int64_t *dims, bool *mask) {
-  if (params_ints(p, name, n, dims, SHM_MAXDIM) < 0)
-    return -1;
-  memset(mask, 0, sizeof(bool) * SHM_MAXDIM);
-  for (int i = 0; i < *n; i++) {
-    int d;
-    if (axis_normalize(dims[i], ndim, &d) < 0)
-      return -1;
-    if (mask[d]) {
-      err_set(ERR_VALUE, "%s: %s contains the axis %d twice", prim_table[id].name, name, d);
-      return -1;
-    }
-    mask[d] = true;
-    dims[i] = d;
-  }
-  return 0;
-}
-
-/* ---- elementwise rules -------------------------------------------------------------- */
-
-static int shape_unary(PrimId id, const AVal *in, const Params *p, AVal *out) {
-  if (prim_check_dtype(id, in[0].dtype) < 0)
-    return -1;
-  prim_set(out, in[0].dtype, in[0].weak, in[0].ndim, in[0].shape);
-  if (id == P_IS_FINITE) {
-    out->dtype = DT_BOOL;
-    out->weak = false;
-  }
-  return 0;
-}
-
-#define UNARY_RULE(NAME, ID)                                                   \
-  static int NAME(const AVal *in, int nin, const Params *p, AVal *out) {     \
-    return shape_unary(ID, in, p, out);                                      \
-  }
-
-static int shape_convert_element_type(const AVal *in, int nin, const Params *p, AVal *out) {
-  DType t;
-  bool weak = false;
-  if (params_dtype(p, "new_dtype", &t) < 0)
-    return -1;
-  if (params_get(p, "weak_type") && params_bool(p, "weak_type", &weak) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  out->dtype = t;
-  out->weak = weak;
-  return 0;
-}
-
-static int shape_integer_pow(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t y;
-  if (params_int(p, "y", &y) < 0 || shape_unary(P_INTEGER_POW, in, p, out) < 0)
-    return -1;
-  if (y < 0 && !dt_is_float(in[0].dtype)) {
-    err_set(ERR_VALUE, "integer_pow: integers to negative powers are not allowed (y=%" PRId64 ")", y);
-    return -1;
-  }
-  return 0;
-}
-
-/* The common shape of operands that are all the same shape or rank 0. */
-static int prim_common_shape(PrimId id, const AVal *in, int nin, const AVal **shape_of) {
-  const AVal *s = &in[0];
-  for (int i = 1; i < nin; i++)
-    if (in[i].ndim > s->ndim)
-      s = &in[i];
-  for (int i = 0; i < nin; i++) {
-    if (in[i].ndim != 0 && !prim_same_shape(&in[i], s)) {
-      char a[128], b[128];
-      err_set(ERR_VALUE, "%s got incompatible shapes for broadcasting: %s, %s",
-              prim_table[id].name, prim_shape(a, &in[i]), prim_shape(b, s));
-      return -1;
-    }
-  }
-  *shape_of = s;
-  return 0;
-}
-
-/* Every operand from [first] has the dtype of in[first]. */
-static int prim_same_dtypes(PrimId id, const AVal *in, int first, int nin) {
-  for (int i = first + 1; i < nin; i++) {
-    if (in[i].dtype != in[first].dtype) {
-      err_set(ERR_TYPE, "%s requires arguments to have the same dtypes, got %s, %s",
-              prim_table[id].name, dt_name(in[first].dtype), dt_name(in[i].dtype));
-      return -1;
-    }
-  }
-  return 0;
-}
-
-static bool prim_all_weak(const AVal *in, int first, int nin) {
-  bool w = true;
-  for (int i = first; i < nin; i++)
-    w = w && in[i].weak;
-  return w;
-}
-
-static bool prim_is_compare(PrimId id) {
-  return id == P_EQ || id == P_NE || id == P_LT || id == P_LE || id == P_GT || id == P_GE;
-}
-
-static int shape_binary(PrimId id, const AVal *in, int nin, AVal *out) {
-  const AVal *s;
-  if (prim_same_dtypes(id, in, 0, nin) < 0 || prim_check_dtype(id, in[0].dtype) < 0 ||
-      prim_common_shape(id, in, nin, &s) < 0)
-    return -1;
-  bool cmp = prim_is_compare(id);
-  prim_set(out, cmp ? DT_BOOL : in[0].dtype, cmp ? false : prim_all_weak(in, 0, nin),
-           s->ndim, s->shape);
-  return 0;
-}
-
-#define BINARY_RULE(NAME, ID)                                                  \
-  static int NAME(const AVal *in, int nin, const Params *p, AVal *out) {     \
-    return shape_binary(ID, in, nin, out);                                   \
-  }
-
-static int shape_select_n(const AVal *in, int nin, const Params *p, AVal *out) {
-  const AVal *s;
-  if (nin < 2) {
-    err_set(ERR_TYPE, "select_n requires at least one case");
-    return -1;
-  }
-  if (in[0].dtype != DT_BOOL && in[0].dtype != DT_I32) {
-    err_set(ERR_TYPE, "select_n which must be boolean or int32, got %s", dt_name(in[0].dtype));
-    return -1;
-  }
-  if (in[0].dtype == DT_BOOL && nin > 3) {
-    err_set(ERR_TYPE, "select_n with a boolean predicate takes at most 2 cases, got %d", nin - 1);
-    return -1;
-  }
-  if (prim_same_dtypes(P_SELECT_N, in, 1, nin) < 0 ||
-      prim_common_shape(P_SELECT_N, in, nin, &s) < 0)
-    return -1;
-  prim_set(out, in[1].dtype, prim_all_weak(in, 1, nin), s->ndim, s->shape);
-  return 0;
-}
-
-/* ---- reductions ------------------------------------------------------------------- */
-
-static int shape_reduce(PrimId id, const AVal *in, const Params *p, AVal *out) {
-  int n;
-  int64_t axes[SHM_MAXDIM], shape[SHM_MAXDIM];
-  bool mask[SHM_MAXDIM];
-  if (prim_check_dtype(id, in[0].dtype) < 0 ||
-      prim_dims(id, p, "axes", in[0].ndim, &n, axes, mask) < 0)
-    return -1;
-  int k = 0;
-  for (int i = 0; i < in[0].ndim; i++)
-    if (!mask[i])
-      shape[k++] = in[0].shape[i];
-  prim_set(out, in[0].dtype, in[0].weak, k, shape);
-  return 0;
-}
-
-#define REDUCE_RULE(NAME, ID)                                                  \
-  static int NAME(const AVal *in, int nin, const Params *p, AVal *out) {     \
-    return shape_reduce(ID, in, p, out);                                     \
-  }
-
-static int shape_argreduce(PrimId id, const AVal *in, const Params *p, AVal *out) {
-  int n;
-  int64_t axes[SHM_MAXDIM];
-  bool mask[SHM_MAXDIM];
-  DType t;
-  if (prim_dims(id, p, "axes", in[0].ndim, &n, axes, mask) < 0 ||
-      params_dtype(p, "index_dtype", &t) < 0)
-    return -1;
-  if (n != 1 || !dt_is_int(t)) {
-    err_set(ERR_VALUE, "%s requires one axis and an integer index_dtype", prim_table[id].name);
-    return -1;
-  }
-  if (in[0].shape[axes[0]] == 0) {
-    err_set(ERR_VALUE, "attempt to get %s of an empty sequence", prim_table[id].name);
-    return -1;
-  }
-  if (shape_reduce(P_REDUCE_MAX, in, p, out) < 0)
-    return -1;
-  out->dtype = t;
-  out->weak = false;
-  return 0;
-}
-
-static int shape_scan(PrimId id, const AVal *in, const Params *p, AVal *out) {
-  int64_t axis;
-  int ax;
-  bool rev;
-  if (prim_check_dtype(id, in[0].dtype) < 0 || params_int(p, "axis", &axis) < 0 ||
-      axis_normalize(axis, in[0].ndim, &ax) < 0)
-    return -1;
-  if (params_get(p, "reverse") && params_bool(p, "reverse", &rev) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  return 0;
-}
-
-static int shape_argmax(const AVal *in, int nin, const Params *p, AVal *out) {
-  return shape_argreduce(P_ARGMAX, in, p, out);
-}
-static int shape_argmin(const AVal *in, int nin, const Params *p, AVal *out) {
-  return shape_argreduce(P_ARGMIN, in, p, out);
-}
-#define SCAN_RULE(NAME, ID)                                                    \
-  static int NAME(const AVal *in, int nin, const Params *p, AVal *out) {     \
-    return shape_scan(ID, in, p, out);                                       \
-  }
-
-/* ---- layout rules ------------------------------------------------------------------- */
-
-/* Checks a shape parameter: ndim in range, dims non-negative. */
-static int prim_check_shape(PrimId id, int n, const int64_t *shape) {
-  for (int i = 0; i < n; i++) {
-    if (shape[i] < 0) {
-      char b[128];
-      err_set(ERR_VALUE, "%s: shape %s has a negative dimension", prim_table[id].name,
-              prim_ints(b, n, shape));
-      return -1;
-    }
-  }
-  if (shape_size(n, shape) < 0) {
-    err_set(ERR_MEMORY, "%s: shape is too large", prim_table[id].name);
-    return -1;
-  }
-  return 0;
-}
-
-static int shape_iota(const AVal *in, int nin, const Params *p, AVal *out) {
-  DType t;
-  int n;
-  int64_t shape[SHM_MAXDIM], dim = 0;
-  if (params_dtype(p, "dtype", &t) < 0 || params_ints(p, "shape", &n, shape, SHM_MAXDIM) < 0 ||
-      prim_check_shape(P_IOTA, n, shape) < 0)
-    return -1;
-  if (params_get(p, "dimension") && params_int(p, "dimension", &dim) < 0)
-    return -1;
-  if (n > 0 && (dim < 0 || dim >= n)) {
-    err_set(ERR_VALUE, "iota dimension must be between 0 and %d, got %" PRId64, n - 1, dim);
-    return -1;
-  }
-  prim_set(out, t, false, n, shape);
-  return 0;
-}
-
-static int shape_broadcast_in_dim(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n, nb;
-  int64_t shape[SHM_MAXDIM], bd[SHM_MAXDIM];
-  char a[128], b[128], c[128];
-  if (params_ints(p, "shape", &n, shape, SHM_MAXDIM) < 0 ||
-      params_ints(p, "broadcast_dimensions", &nb, bd, SHM_MAXDIM) < 0 ||
-      prim_check_shape(P_BROADCAST_IN_DIM, n, shape) < 0)
-    return -1;
-  if (nb != in[0].ndim) {
-    err_set(ERR_VALUE, "broadcast_in_dim broadcast_dimensions must have length equal to "
-            "operand ndim; got broadcast_dimensions %s for operand ndim %d.",
-            prim_ints(a, nb, bd), in[0].ndim);
-    return -1;
-  }
-  for (int i = 0; i < nb; i++) {
-    if (bd[i] < 0 || bd[i] >= n || (i > 0 && bd[i] <= bd[i - 1])) {
-      err_set(ERR_VALUE, "broadcast_in_dim broadcast_dimensions must be strictly increasing "
-              "and within the target rank %d; got broadcast_dimensions %s", n,
-              prim_ints(a, nb, bd));
-      return -1;
-    }
-    if (in[0].shape[i] != 1 && in[0].shape[i] != shape[bd[i]]) {
-      err_set(ERR_VALUE, "broadcast_in_dim operand dimension sizes must either be 1, or be "
-              "equal to their corresponding dimensions in the target broadcast shape; got "
-              "operand of shape %s, target broadcast shape %s, broadcast_dimensions %s",
-              prim_shape(a, &in[0]), prim_ints(b, n, shape), prim_ints(c, nb, bd));
-      return -1;
-    }
-  }
-  prim_set(out, in[0].dtype, in[0].weak, n, shape);
-  return 0;
-}
-
-/* Checks [perm] is a permutation of 0..ndim-1. */
-static int prim_check_perm(PrimId id, const char *what, int n, const int64_t *perm, int ndim) {
-  bool seen[SHM_MAXDIM] = {false};
-  bool ok = n == ndim;
-  for (int i = 0; ok && i < n; i++) {
-    ok = perm[i] >= 0 && perm[i] < ndim && !seen[perm[i]];
-    if (ok)
-      seen[perm[i]] = true;
-  }
-  if (!ok) {
-    char b[128];
-    err_set(ERR_VALUE, "%s %s must be a permutation of the operand dimensions (ndim %d), got %s",
-            prim_table[id].name, what, ndim, prim_ints(b, n, perm));
-    return -1;
-  }
-  return 0;
-}
-
-static int shape_reshape(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n, nd;
-  int64_t shape[SHM_MAXDIM], dims[SHM_MAXDIM];
-  char a[128], b[128];
-  if (params_ints(p, "new_sizes", &n, shape, SHM_MAXDIM) < 0 ||
-      prim_check_shape(P_RESHAPE, n, shape) < 0)
-    return -1;
-  Value *dv = params_get(p, "dimensions");
-  if (dv && dv != VAL_NONE &&
-      (params_ints(p, "dimensions", &nd, dims, SHM_MAXDIM) < 0 ||
-       prim_check_perm(P_RESHAPE, "dimensions", nd, dims, in[0].ndim) < 0))
-    return -1;
-  int64_t have = shape_size(in[0].ndim, in[0].shape), want = shape_size(n, shape);
-  if (have != want) {
-    err_set(ERR_VALUE, "reshape total size must be unchanged, got new_sizes %s (of total size "
-            "%" PRId64 ") for shape %s (of total size %" PRId64 ").",
-            prim_ints(a, n, shape), want, prim_shape(b, &in[0]), have);
-    return -1;
-  }
-  prim_set(out, in[0].dtype, in[0].weak, n, shape);
-  return 0;
-}
-
-static int shape_transpose(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n;
-  int64_t perm[SHM_MAXDIM];
-  if (params_ints(p, "permutation", &n, perm, SHM_MAXDIM) < 0 ||
-      prim_check_perm(P_TRANSPOSE, "permutation", n, perm, in[0].ndim) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  for (int i = 0; i < n; i++)
-    out->shape[i] = in[0].shape[perm[i]];
-  return 0;
-}
-
-static int shape_squeeze(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n, k = 0;
-  int64_t dims[SHM_MAXDIM], shape[SHM_MAXDIM];
-  bool mask[SHM_MAXDIM];
-  if (prim_dims(P_SQUEEZE, p, "dimensions", in[0].ndim, &n, dims, mask) < 0)
-    return -1;
-  for (int i = 0; i < in[0].ndim; i++) {
-    if (mask[i] && in[0].shape[i] != 1) {
-      char a[128];
-      err_set(ERR_VALUE, "cannot select an axis to squeeze out which has size not equal to "
-              "one, got shape=%s and dimensions=(%d,)", prim_shape(a, &in[0]), i);
-      return -1;
-    }
-    if (!mask[i])
-      shape[k++] = in[0].shape[i];
-  }
-  prim_set(out, in[0].dtype, in[0].weak, k, shape);
-  return 0;
-}
-
-static int shape_expand_dims(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n;
-  int64_t dims[SHM_MAXDIM], shape[SHM_MAXDIM];
-  bool mask[SHM_MAXDIM];
-  if (params_ints(p, "dimensions", &n, dims, SHM_MAXDIM) < 0)
-    return -1;
-  int nout = in[0].ndim + n;
-  if (nout > SHM_MAXDIM) {
-    err_set(ERR_VALUE, "expand_dims: result rank %d exceeds %d", nout, SHM_MAXDIM);
-    return -1;
-  }
-  if (prim_dims(P_EXPAND_DIMS, p, "dimensions", nout, &n, dims, mask) < 0)
-    return -1;
-  for (int i = 0, k = 0; i < nout; i++)
-    shape[i] = mask[i] ? 1 : in[0].shape[k++];
-  prim_set(out, in[0].dtype, in[0].weak, nout, shape);
-  return 0;
-}
-
-static int shape_rev(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n;
-  int64_t dims[SHM_MAXDIM];
-  bool mask[SHM_MAXDIM];
-  if (prim_dims(P_REV, p, "dimensions", in[0].ndim, &n, dims, mask) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  return 0;
-}
-
-static int shape_slice(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n, nl, ns = 0;
-  int64_t st[SHM_MAXDIM], li[SHM_MAXDIM], sd[SHM_MAXDIM];
-  char a[128], b[128], c[128];
-  if (params_ints(p, "start_indices", &n, st, SHM_MAXDIM) < 0 ||
-      params_ints(p, "limit_indices", &nl, li, SHM_MAXDIM) < 0)
-    return -1;
-  Value *sv = params_get(p, "strides");
-  if (sv && sv != VAL_NONE && params_ints(p, "strides", &ns, sd, SHM_MAXDIM) < 0)
-    return -1;
-  if (n != in[0].ndim || nl != n || (ns && ns != n)) {
-    err_set(ERR_VALUE, "slice start_indices, limit_indices and strides must have length equal "
-            "to the operand rank %d", in[0].ndim);
-    return -1;
-  }
-  aval_copy(out, &in[0]);
-  for (int i = 0; i < n; i++) {
-    int64_t s = ns ? sd[i] : 1;
-    if (st[i] < 0 || li[i] < st[i] || li[i] > in[0].shape[i] || s < 1) {
-      err_set(ERR_VALUE, "slice start_indices %s, limit_indices %s and strides must satisfy "
-              "0 <= start <= limit <= shape %s with strides >= 1",
-              prim_ints(a, n, st), prim_ints(b, n, li), prim_shape(c, &in[0]));
-      return -1;
-    }
-    out->shape[i] = (li[i] - st[i] + s - 1) / s;
-  }
-  return 0;
-}
-
-/* Checks that in[first..first+ndim) are 0-d integer start indices. */
-static int prim_check_starts(PrimId id, const AVal *in, int nin, int first, int ndim) {
-  if (nin != first + ndim) {
-    err_set(ERR_TYPE, "%s takes %d start indices for an operand of rank %d, got %d",
-            prim_table[id].name, ndim, ndim, nin - first);
-    return -1;
-  }
-  for (int i = first; i < nin; i++) {
-    if (in[i].ndim != 0 || !dt_is_int(in[i].dtype)) {
-      err_set(ERR_TYPE, "%s start indices must be scalar integers, got %s with %d dimensions",
-              prim_table[id].name, dt_name(in[i].dtype), in[i].ndim);
-      return -1;
-    }
-  }
-  return 0;
-}
-
-static int shape_dynamic_slice(const AVal *in, int nin, const Params *p, AVal *out) {
-  int n;
-  int64_t sizes[SHM_MAXDIM];
-  char a[128], b[128];
-  if (params_ints(p, "slice_sizes", &n, sizes, SHM_MAXDIM) < 0 ||
-      prim_check_starts(P_DYNAMIC_SLICE, in, nin, 1, in[0].ndim) < 0)
-    return -1;
-  bool ok = n == in[0].ndim;
-  for (int i = 0; ok && i < n; i++)
-    ok = sizes[i] >= 0 && sizes[i] <= in[0].shape[i];
-  if (!ok) {
-    err_set(ERR_VALUE, "slice_sizes must be less than or equal to operand shape, got "
-            "slice_sizes %s for operand shape %s", prim_ints(a, n, sizes), prim_shape(b, &in[0]));
-    return -1;
-  }
-  prim_set(out, in[0].dtype, in[0].weak, n, sizes);
-  return 0;
-}
-
-static int shape_dynamic_update_slice(const AVal *in, int nin, const Params *p, AVal *out) {
-  char a[128], b[128];
-  if (nin < 2 || prim_check_starts(P_DYNAMIC_UPDATE_SLICE, in, nin, 2, in[0].ndim) < 0 ||
-      prim_same_dtypes(P_DYNAMIC_UPDATE_SLICE, in, 0, 2) < 0)
-    return -1;
-  bool ok = in[1].ndim == in[0].ndim;
-  for (int i = 0; ok && i < in[0].ndim; i++)
-    ok = in[1].shape[i] <= in[0].shape[i];
-  if (!ok) {
-    err_set(ERR_VALUE, "dynamic_update_slice update shape must be smaller than operand shape, "
-            "got update shape %s for operand shape %s", prim_shape(a, &in[1]),
-            prim_shape(b, &in[0]));
-    return -1;
-  }
-  aval_copy(out, &in[0]);
-  return 0;
-}
-
-static int shape_concatenate(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t dim;
-  int d;
-  char a[128], b[128];
-  if (nin < 1) {
-    err_set(ERR_VALUE, "concatenate requires at least one operand");
-    return -1;
-  }
-  if (params_int(p, "dimension", &dim) < 0 || axis_normalize(dim, in[0].ndim, &d) < 0 ||
-      prim_same_dtypes(P_CONCATENATE, in, 0, nin) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  out->weak = prim_all_weak(in, 0, nin);
-  for (int k = 1; k < nin; k++) {
-    bool ok = in[k].ndim == in[0].ndim;
-    for (int i = 0; ok && i < in[0].ndim; i++)
-      ok = i == d || in[k].shape[i] == in[0].shape[i];
-    if (!ok) {
-      err_set(ERR_VALUE, "concatenate operands must have the same shape except on dimension "
-              "%d, got shapes %s and %s", d, prim_shape(a, &in[0]), prim_shape(b, &in[k]));
-      return -1;
-    }
-    out->shape[d] += in[k].shape[d];
-  }
-  return 0;
-}
-
-static int shape_pad(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t lo[SHM_MAXDIM], hi[SHM_MAXDIM], it[SHM_MAXDIM];
-  if (prim_same_dtypes(P_PAD, in, 0, 2) < 0)
-    return -1;
-  if (in[1].ndim != 0) {
-    err_set(ERR_TYPE, "pad padding_value must be a scalar, got %d dimensions", in[1].ndim);
-    return -1;
-  }
-  if (kern_padding_config(params_get(p, "padding_config"), in[0].ndim, lo, hi, it) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  for (int i = 0; i < in[0].ndim; i++) {
-    int64_t n = in[0].shape[i];
-    int64_t d = lo[i] + hi[i] + n + (n > 0 ? (n - 1) * it[i] : 0);
-    if (it[i] < 0 || d < 0) {
-      err_set(ERR_VALUE, "pad: interior padding must be non-negative and the padded dimension "
-              "%d non-negative, got (%" PRId64 ", %" PRId64 ", %" PRId64 ")", i, lo[i], hi[i], it[i]);
-      return -1;
-    }
-    out->shape[i] = d;
-  }
-  return 0;
-}
-
-/* operand.shape[:axis] + indices.shape + operand.shape[axis+1:] */
-static int prim_take_shape(PrimId id, const AVal *x, const AVal *idx, int axis,
-                           int *n, int64_t *shape) {
-  if (!dt_is_int(idx->dtype)) {
-    err_set(ERR_TYPE, "%s indices must be integers, got %s", prim_table[id].name,
-            dt_name(idx->dtype));
-    return -1;
-  }
-  if (x->ndim - 1 + idx->ndim > SHM_MAXDIM) {
-    err_set(ERR_VALUE, "%s: result rank exceeds %d", prim_table[id].name, SHM_MAXDIM);
-    return -1;
-  }
-  int k = 0;
-  for (int i = 0; i < axis; i++)
-    shape[k++] = x->shape[i];
-  for (int i = 0; i < idx->ndim; i++)
-    shape[k++] = idx->shape[i];
-  for (int i = axis + 1; i < x->ndim; i++)
-    shape[k++] = x->shape[i];
-  *n = k;
-  return 0;
-}
-
-static int shape_gather(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t ax, shape[SHM_MAXDIM];
-  int axis, n;
-  if (params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0 ||
-      prim_take_shape(P_GATHER, &in[0], &in[1], axis, &n, shape) < 0)
-    return -1;
-  prim_set(out, in[0].dtype, in[0].weak, n, shape);
-  return 0;
-}
-
-static int shape_scatter(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t ax, shape[SHM_MAXDIM];
-  int axis, n;
-  char a[128], b[128];
-  if (params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0 ||
-      prim_take_shape(P_SCATTER, &in[0], &in[1], axis, &n, shape) < 0)
-    return -1;
-  Value *mode = params_get(p, "mode");
-  if (mode && (mode->type != V_STR || kern_scatter_mode(str_cstr(mode)) < 0)) {
-    err_set(ERR_VALUE, "scatter mode must be 'set', 'add', 'multiply', 'min' or 'max'");
-    return -1;
-  }
-  if (in[2].dtype != in[0].dtype) {
-    err_set(ERR_TYPE, "scatter requires updates of the operand's dtype %s, got %s",
-            dt_name(in[0].dtype), dt_name(in[2].dtype));
-    return -1;
-  }
-  if (in[2].ndim != n || memcmp(in[2].shape, shape, sizeof(int64_t) * n)) {
-    err_set(ERR_VALUE, "scatter updates must have shape %s, got %s",
-            prim_ints(a, n, shape), prim_shape(b, &in[2]));
-    return -1;
-  }
-  aval_copy(out, &in[0]);
-  return 0;
-}
-
-static int shape_sort(const AVal *in, int nin, const Params *p, AVal *out) {
-  int64_t dim = in[0].ndim - 1;
-  int d;
-  if (in[0].ndim == 0) {
-    err_set(ERR_VALUE, "sort requires an operand of rank >= 1");
-    return -1;
-  }
-  if (params_get(p, "dimension") && params_int(p, "dimension", &dim) < 0)
-    return -1;
-  if (axis_normalize(dim, in[0].ndim, &d) < 0)
-    return -1;
-  aval_copy(out, &in[0]);
-  return 0;
-}
-
-static int shape_argsort(const AVal *in, int nin, const Params *p, AVal *out) {
-  if (shape_sort(in, nin, p, out) < 0)
-    return -1;
-  out->dtype = DT_I32;
-  out->weak = false;
-  return 0;
-}
-
-/* ---- rule instances --------------------------------------------------------------- */
-
-UNARY_RULE(shape_neg, P_NEG) UNARY_RULE(shape_sign, P_SIGN) UNARY_RULE(shape_floor, P_FLOOR)
-UNARY_RULE(shape_ceil, P_CEIL) UNARY_RULE(shape_round, P_ROUND)
-UNARY_RULE(shape_is_finite, P_IS_FINITE) UNARY_RULE(shape_exp, P_EXP)
-UNARY_RULE(shape_log, P_LOG) UNARY_RULE(shape_log1p, P_LOG1P) UNARY_RULE(shape_expm1, P_EXPM1)
-UNARY_RULE(shape_tanh, P_TANH) UNARY_RULE(shape_logistic, P_LOGISTIC)
-UNARY_RULE(shape_sin, P_SIN) UNARY_RULE(shape_cos, P_COS) UNARY_RULE(shape_tan, P_TAN)
-UNARY_RULE(shape_asin, P_ASIN) UNARY_RULE(shape_acos, P_ACOS) UNARY_RULE(shape_atan, P_ATAN)
-UNARY_RULE(shape_sinh, P_SINH) UNARY_RULE(shape_cosh, P_COSH) UNARY_RULE(shape_sqrt, P_SQRT)
-UNARY_RULE(shape_rsqrt, P_RSQRT) UNARY_RULE(shape_abs, P_ABS) UNARY_RULE(shape_not, P_NOT)
-UNARY_RULE(shape_copy, P_COPY)
-BINARY_RULE(shape_add, P_ADD) BINARY_RULE(shape_sub, P_SUB) BINARY_RULE(shape_mul, P_MUL)
-BINARY_RULE(shape_div, P_DIV) BINARY_RULE(shape_rem, P_REM) BINARY_RULE(shape_pow, P_POW)
-BINARY_RULE(shape_max, P_MAX) BINARY_RULE(shape_min, P_MIN) BINARY_RULE(shape_atan2, P_ATAN2)
-BINARY_RULE(shape_and, P_AND) BINARY_RULE(shape_or, P_OR) BINARY_RULE(shape_xor, P_XOR)
-BINARY_RULE(shape_eq, P_EQ) BINARY_RULE(shape_ne, P_NE) BINARY_RULE(shape_lt, P_LT)
-BINARY_RULE(shape_le, P_LE) BINARY_RULE(shape_gt, P_GT) BINARY_RULE(shape_ge, P_GE)
-BINARY_RULE(shape_clamp, P_CLAMP)
-REDUCE_RULE(shape_reduce_sum, P_REDUCE_SUM) REDUCE_RULE(shape_reduce_max, P_REDUCE_MAX)
-REDUCE_RULE(shape_reduce_min, P_REDUCE_MIN) REDUCE_RULE(shape_reduce_prod, P_REDUCE_PROD)
-REDUCE_RULE(shape_reduce_and, P_REDUCE_AND) REDUCE_RULE(shape_reduce_or, P_REDUCE_OR)
-SCAN_RULE(shape_cumsum, P_CUMSUM) SCAN_RULE(shape_cumprod, P_CUMPROD)
-SCAN_RULE(shape_cummax, P_CUMMAX)
-
-/* ---- the table ------------------------------------------------------------------------ */
-
-/* RULES_<ID>: the shape rule, kernel and replication rule of each row. */
-#define R(name) .shape = shape_##name, .kernel = kern_##name
-#define RULES_NEG R(neg)
-#define RULES_SIGN R(sign)
-#define RULES_FLOOR R(floor)
-#define RULES_CEIL R(ceil)
-#define RULES_ROUND R(round)
-#define RULES_IS_FINITE R(is_finite)
-#define RULES_EXP R(exp)
-#define RULES_LOG R(log)
-#define RULES_LOG1P R(log1p)
-#define RULES_EXPM1 R(expm1)
-#define RULES_TANH R(tanh)
-#define RULES_LOGISTIC R(logistic)
-#define RULES_SIN R(sin)
-#define RULES_COS R(cos)
-#define RULES_TAN R(tan)
-#define RULES_ASIN R(asin)
-#define RULES_ACOS R(acos)
-#define RULES_ATAN R(atan)
-#define RULES_SINH R(sinh)
-#define RULES_COSH R(cosh)
-#define RULES_SQRT R(sqrt)
-#define RULES_RSQRT R(rsqrt)
-#define RULES_ABS R(abs)
-#define RULES_NOT R(not)
-#define RULES_INTEGER_POW R(integer_pow)
-#define RULES_CONVERT_ELEMENT_TYPE R(convert_element_type)
-#define RULES_COPY R(copy)
-#define RULES_ADD R(add)
-#define RULES_SUB R(sub)
-#define RULES_MUL R(mul)
-#define RULES_DIV R(div)
-#define RULES_REM R(rem)
-#define RULES_POW R(pow)
-#define RULES_MAX R(max)
-#define RULES_MIN R(min)
-#define RULES_ATAN2 R(atan2)
-#define RULES_AND R(and)
-#define RULES_OR R(or)
-#define RULES_XOR R(xor)
-#define RULES_EQ R(eq)
-#define RULES_NE R(ne)
-#define RULES_LT R(lt)
-#define RULES_LE R(le)
-#define RULES_GT R(gt)
-#define RULES_GE R(ge)
-#define RULES_SELECT_N R(select_n)
-#define RULES_CLAMP R(clamp)
-#define RULES_REDUCE_SUM R(reduce_sum)
-#define RULES_REDUCE_MAX R(reduce_max)
-#define RULES_REDUCE_MIN R(reduce_min)
-#define RULES_REDUCE_PROD R(reduce_prod)
-#define RULES_REDUCE_AND R(reduce_and)
-#define RULES_REDUCE_OR R(reduce_or)
-#define RULES_ARGMAX R(argmax)
-#define RULES_ARGMIN R(argmin)
-#define RULES_CUMSUM R(cumsum)
-#define RULES_CUMPROD R(cumprod)
-#define RULES_CUMMAX R(cummax)
-#define RULES_IOTA R(iota)
-#define RULES_BROADCAST_IN_DIM R(broadcast_in_dim)
-#define RULES_RESHAPE R(reshape)
-#define RULES_TRANSPOSE R(transpose)
-#define RULES_SQUEEZE R(squeeze)
-#define RULES_EXPAND_DIMS R(expand_dims)
-#define RULES_REV R(rev)
-#define RULES_SLICE R(slice)
-#define RULES_DYNAMIC_SLICE R(dynamic_slice)
-#define RULES_DYNAMIC_UPDATE_SLICE R(dynamic_update_slice)
-#define RULES_CONCATENATE R(concatenate)
-#define RULES_PAD R(pad)
-#define RULES_GATHER R(gather)
-#define RULES_SCATTER R(scatter)
-#define RULES_SORT R(sort)
-#define RULES_ARGSORT R(argsort)
-#define RULES_DOT_GENERAL .shape = la_shape_dot_general, .kernel = la_kernel_dot_general
-/* The collectives' rules live with the collective engine (spmd/), which
- * registers them at start-up; the higher-order primitives' with the
- * transform layer that stages and runs their sub-plans. */
-#define RULES_AXIS_INDEX
-#define RULES_PSUM
-#define RULES_PMAX
-#define RULES_PMIN
-#define RULES_ALL_GATHER
-#define RULES_PSUM_SCATTER
-#define RULES_PPERMUTE
-#define RULES_ALL_TO_ALL
-#define RULES_RAGGED_ALL_TO_ALL
-#define RULES_PVARY
-#define RULES_RANDOM_SPLIT
-#define RULES_RANDOM_FOLD_IN
-#define RULES_RANDOM_BITS
-#define RULES_RANDOM_UNIFORM
-#define RULES_ERF_INV
-#define RULES_RANDOM_RANDINT
-#define RULES_RANDOM_PERMUTATION
-#define RULES_COND
-#define RULES_WHILE
-#define RULES_SCAN
-#define RULES_PJIT
-#define RULES_SHARD_MAP
-#define RULES_DEBUG_CALLBACK
-#define RULES_XMAP
-#define RULES_PDOT
-
 PrimInfo prim_table[P_COUNT] = {
 #define PRIM(id, nm, ni, no, k, kn) \
-  [P_##id] = {.name = #nm, .nin = ni, .nout = no, .kind = k, .rules = {RULES_##id}},
+  [P_##id] = {.name = #nm, .nin = ni, .nout = no, .kind = k},
 #include "array/prim.def"
 #undef PRIM
 };
@@ -1024,16 +217,36 @@ typedef struct IntoRow {
 static IntoRow into_rows[P_COUNT][DT_COUNT];
 
 
+/* What the binary fast paths read of a row, resolved when it is
+ * registered: the dtypes it accepts, and whether its result is bool (a
+ * comparison), asked of its shape rule once. */
+static unsigned accepts[P_COUNT];
+static bool to_bool[P_COUNT];
+
+static void resolve_result(PrimId id) {
+  const PrimRules *r = &prim_table[id].rules;
+  accepts[id] = r->dtypes ? r->dtypes : DC_ANY;
+  to_bool[id] = false;
+  if (prim_table[id].kind != PK_BINARY || !r->shape) return;
+  DType t = accepts[id] & (1u << DT_I32) ? DT_I32 : DT_F32;
+  AVal in[2] = {{.dtype = t}, {.dtype = t}}, out;
+  if (r->shape(in, 2, NULL, &out) == 0)
+    to_bool[id] = out.dtype == DT_BOOL;
+  else
+    err_clear();
+}
+
 static void resolve_binary_rows(PrimId id) {
   const PrimInfo *pi = &prim_table[id];
+  resolve_result(id);
   bool plain = pi->kind == PK_BINARY && pi->nin == 2 && pi->rules.shape && !pi->rules.vma;
   for (int t = 0; t < DT_COUNT; t++) {
     binary_rows[id][t] = pi->kind == PK_BINARY && pi->rules.kernel
                              ? kern_binary_row(pi->rules.kernel, (DType)t)
                              : NULL;
-    bool cmp = prim_is_compare(id);
+    bool cmp = to_bool[id];
     into_rows[id][t] = (IntoRow){
-        .row = plain && (prim_accepts(id) & (1u << t)) ? binary_rows[id][t] : NULL,
+        .row = plain && (accepts[id] & (1u << t)) ? binary_rows[id][t] : NULL,
         .out = cmp ? DT_BOOL : (DType)t,
         .weak = !cmp,
         .size = (uint8_t)dt_size((DType)t),
@@ -1041,16 +254,26 @@ static void resolve_binary_rows(PrimId id) {
   }
 }
 
-/* At load time, so the eager hot path reads a filled table: the kernels
- * are constants of prim_table and kern_binary_row reads only constant
- * tables. */
-__attribute__((constructor)) static void resolve_all_rows(void) {
+/* At load, so every thread, the unit tests and the start-up code read a
+ * filled table: the array layer's families fill their rows (the layers
+ * above fill theirs with prim_register before any device thread runs). */
+__attribute__((constructor)) static void prim_install(void) {
   for (int id = 0; id < P_COUNT; id++) resolve_binary_rows((PrimId)id);
+  prim_elementwise_register();
+  prim_reduce_register();
+  prim_layout_register();
+  prim_index_register();
+  prim_dot_register();
+  prim_random_register();
 }
 
 void prim_register(PrimId id, const PrimRules *rules) {
   prim_table[id].rules = *rules;
   resolve_binary_rows(id);
+}
+
+void prim_register_rows(const PrimRow *rows, size_t n) {
+  for (size_t i = 0; i < n; i++) prim_register(rows[i].id, &rows[i].rules);
 }
 
 KernRow2 prim_binary_row(PrimId id, DType t) { return binary_rows[id][t]; }
@@ -1331,7 +554,7 @@ static bool binary_agree(PrimId id, const Value *x, const Value *y) {
       pi->rules.vma)
     return false;
   const Array *a = (const Array *)x, *b = (const Array *)y;
-  if (a->dtype != b->dtype || !(prim_accepts(id) & (1u << a->dtype)) || a->vma || b->vma)
+  if (a->dtype != b->dtype || !(accepts[id] & (1u << a->dtype)) || a->vma || b->vma)
     return false;
   return a->ndim == 0 || b->ndim == 0 ||
          (a->ndim == b->ndim && prim_same_dims(a->ndim, a->shape, b->shape));
@@ -1341,7 +564,7 @@ static bool binary_agree(PrimId id, const Value *x, const Value *y) {
  * that may be overwritten (prim_alloc_outs' rule), else a new one. */
 static Array *binary_out(PrimId id, Array **ops, unsigned kept) {
   const Array *s = ops[1]->ndim > ops[0]->ndim ? ops[1] : ops[0];
-  DType t = prim_is_compare(id) ? DT_BOOL : ops[0]->dtype;
+  DType t = to_bool[id] ? DT_BOOL : ops[0]->dtype;
   for (int j = 0; j < 2; j++) {
     Array *a = ops[j];
     if (!(kept & (1u << j)) && a->ndim == s->ndim && a->dtype == t && a->contiguous &&
@@ -1389,7 +612,7 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
     val_decref(&out->hdr);
     return NULL;
   }
-  out->weak = !prim_is_compare(id) && ops[0]->weak && ops[1]->weak;
+  out->weak = !to_bool[id] && ops[0]->weak && ops[1]->weak;
   out->vma = 0;
   return &out->hdr;
 }

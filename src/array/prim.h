@@ -100,7 +100,7 @@ typedef uint32_t (*VmaRule)(const uint32_t *in, int nin, const Params *p);
  * batch axis at position in_dims[i] (-1: not batched), writing the [nout]
  * results (new references) to [out] and each result's batch axis to
  * [out_dims] (-1: not batched).  0, -1 with the error set, or
- * BATCH_BY_LOOP (prim_batch.h) for a case the rule leaves to the
+ * BATCH_BY_LOOP (below) for a case the rule leaves to the
  * example-by-example loop.
  * Semantics: JAX's batching rules (jax/_src/interpreters/batching.py). */
 typedef int (*BatchRule)(Value **in, const int *in_dims, int nin,
@@ -125,13 +125,17 @@ typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
                              const bool *linear, int nin, const Params *p,
                              Value **cts_in);
 
-/* The float32 loop of an element-wise primitive inside a fused loop
- * (transform/fuse.c): d[i] = f(a[i*sa], b[i*sb]) for i < n, strides 0 or
- * 1 in elements ([b] NULL for a unary primitive).  [d] may equal [a] or
- * [b].  The same values as the primitive's kernel on float32, element by
- * element (a fused plan prints and computes as the unfused one). */
-typedef void (*FuseRule)(float *d, const float *a, int64_t sa, const float *b, int64_t sb,
-                         int64_t n);
+/* An element-wise primitive inside a fused loop (transform/fuse.c): its
+ * float32 loop, d[i] = f(a[i], b[i]) for i < n, where an operand whose
+ * flag (va, vb) is false is one element broadcast ([b] NULL for a unary
+ * primitive), and, for the four arithmetic operations, the operator the
+ * fused loops may join with a neighbour's in one pass ('+', '-', '*',
+ * '/'; 0 for none).  The loop gives the kernel's float32 values, element
+ * by element: a fused plan computes as the unfused one. */
+typedef struct FuseRule {
+  void (*loop)(float *d, const float *a, bool va, const float *b, bool vb, int64_t n);
+  char op;
+} FuseRule;
 
 /* How the primitive partitions over a mesh: from the operands' shardings
  * the result's, or the communication a partitioner must insert.  The
@@ -153,7 +157,8 @@ typedef struct PrimRules {
   BatchRule batch;          /* vmap / xmap; NULL: not implemented yet */
   JvpRule jvp;              /* grad, jvp; NULL: not implemented yet */
   TransposeRule transpose;  /* grad, vjp; NULL: not linear, or not yet */
-  FuseRule fuse;            /* fused float32 loop; NULL: runs its kernel */
+  unsigned dtypes;          /* operand dtypes accepted (bits over DType) */
+  const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
   /* ---- the layers above's own rules, typed by them ---- */
 } PrimRules;
@@ -169,10 +174,19 @@ typedef struct PrimInfo {
  * start (prim.c's static rules, then prim_register); read-only after. */
 extern PrimInfo prim_table[P_COUNT];
 
-/* Installs [rules] (copied) for primitive [id]; a layer above array/
- * calls it at start-up for the primitives whose rules it owns.  Not
- * thread-safe: call before any device thread runs. */
+/* Installs [rules] (copied) for primitive [id]; a family's file calls it
+ * for the primitives whose rules it holds (the array layer's at load, a
+ * layer above at start-up).  Not thread-safe: call before any device
+ * thread runs. */
 void prim_register(PrimId id, const PrimRules *rules);
+
+/* One primitive's row as a family's file lists it; prim_register_rows
+ * registers [n] of them. */
+typedef struct PrimRow {
+  PrimId id;
+  PrimRules rules;
+} PrimRow;
+void prim_register_rows(const PrimRow *rows, size_t n);
 
 /* Sets the error "<what> of '<name>' is not implemented" (e.g. "grad of
  * 'cumsum' is not implemented") and returns -1: what a transformation
@@ -302,6 +316,40 @@ extern int (*prim_aval_hook)(Value *v, AVal *out);
  * by the tracer.  False for anything else. */
 bool prim_value_is_staged(const Value *v);
 extern bool (*prim_staged_hook)(const Value *v);
+
+/* ---- what the transformations borrow of the rules ----------------------- */
+
+/* Zeros of aval [a] (a concrete Array, new reference), the cotangent of an
+ * operand no path reaches.  NULL on nomem. */
+Value *prim_zeros(const AVal *a);
+
+/* a + b for two cotangents of one aval (new reference); NULL operands are
+ * zeros: returns the other (new reference), or NULL when both are. */
+Value *prim_add_any(Value *a, Value *b);
+
+/* take_along_axis: [x]'s elements at the int positions [idx] along axis
+ * [axis] (idx of x's shape but along that axis; every other axis of
+ * idx's length 1 or x's), as one gather of the rows flattened, so it
+ * differentiates and stages (semantics: NumPy's take_along_axis, JAX's
+ * default clamping of out-of-range positions).  A new reference, or NULL
+ * with the error set. */
+Value *prim_take_along(Value *x, Value *idx, int axis);
+
+/* What a batching rule returns for a case it does not cover: the
+ * interpreter then applies the primitive one example at a time. */
+#define BATCH_BY_LOOP 1
+
+/* The batch size: the length of the first batched operand's batch axis
+ * ([dims][i] >= 0), or 1 when none is batched. */
+int64_t prim_batch_size(Value **in, const int *dims, int nin);
+
+/* [x] (borrowed) with axis [from] moved to position [to] (a transpose;
+ * a new reference, or NULL with the error set). */
+Value *prim_batch_moveaxis(Value *x, int from, int to);
+
+/* [x] repeated [b] times along a new leading axis, its own axes after it
+ * (a new reference, or NULL with the error set). */
+Value *prim_batch_repeat_front(Value *x, int64_t b);
 
 /* ---- parameters ---------------------------------------------------------- */
 

@@ -15,9 +15,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "array/kernels.h"
-#include "base/mem.h"
 #include "array/prim_random.h"
+#include "array/prim_rules.h"
 
 /* ---- threefry2x32 ---------------------------------------------------------- */
 
@@ -462,20 +461,21 @@ static int jvp_erf_inv(Value **x, Value **t, int nin, const Params *p, Value **y
   return -1;
 }
 
-void prim_random_install(void) {
-  prim_table[P_RANDOM_SPLIT].rules.shape = shape_split;
-  prim_table[P_RANDOM_SPLIT].rules.kernel = kern_split;
-  prim_table[P_RANDOM_FOLD_IN].rules.shape = shape_fold_in;
-  prim_table[P_RANDOM_FOLD_IN].rules.kernel = kern_fold_in;
-  prim_table[P_RANDOM_BITS].rules.shape = shape_bits;
-  prim_table[P_RANDOM_BITS].rules.kernel = kern_bits;
-  prim_table[P_RANDOM_UNIFORM].rules.shape = shape_uniform;
-  prim_table[P_RANDOM_UNIFORM].rules.kernel = kern_uniform;
-  prim_table[P_RANDOM_RANDINT].rules.shape = shape_randint;
-  prim_table[P_RANDOM_RANDINT].rules.kernel = kern_randint;
-  prim_table[P_RANDOM_PERMUTATION].rules.shape = shape_permutation;
-  prim_table[P_RANDOM_PERMUTATION].rules.kernel = kern_permutation;
-  prim_table[P_ERF_INV].rules.shape = shape_erf_inv;
-  prim_table[P_ERF_INV].rules.kernel = kern_erf_inv;
-  prim_table[P_ERF_INV].rules.jvp = jvp_erf_inv;
-}
+ELEMENTWISE(b_erf_inv, ERF_INV)
+
+/* ==== the rows ============================================================= */
+
+/* Each primitive's rules, side by side (prim.h, PrimRules): the key
+ * primitives have no derivative (JAX's keys are integers) and are batched
+ * example by example. */
+static const PrimRow rows[] = {
+    {P_RANDOM_SPLIT, {.shape = shape_split, .kernel = kern_split}},
+    {P_RANDOM_FOLD_IN, {.shape = shape_fold_in, .kernel = kern_fold_in}},
+    {P_RANDOM_BITS, {.shape = shape_bits, .kernel = kern_bits}},
+    {P_RANDOM_UNIFORM, {.shape = shape_uniform, .kernel = kern_uniform}},
+    {P_RANDOM_RANDINT, {.shape = shape_randint, .kernel = kern_randint}},
+    {P_RANDOM_PERMUTATION, {.shape = shape_permutation, .kernel = kern_permutation}},
+    {P_ERF_INV, {.shape = shape_erf_inv, .kernel = kern_erf_inv, .batch = b_erf_inv, .jvp = jvp_erf_inv}},
+};
+
+void prim_random_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -11,9 +11,6 @@
 
 #include "array/prim.h"
 
-/* Installs the rules into prim_table.  Called once at start-up. */
-void prim_random_install(void);
-
 /* The Threefry-2x32 hash (20 rounds) of counter words (*x0, *x1) under key
  * (k0, k1), in place: Random123's known answers hold (counter and key 0 give
  * 0x6b200159 0x99ba4efe). */

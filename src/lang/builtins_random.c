@@ -241,7 +241,6 @@ static Value *bi_permutation(const CallArgs *a) {
 
 int builtins_random_register(Env *b) {
   (void)b;
-  prim_random_install();
   static const struct {
     const char *name;
     BuiltinFn fn;

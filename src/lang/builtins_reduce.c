@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "array/array.h"
-#include "array/prim_ad.h"
+#include "array/prim.h"
 #include "lang/builtins.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "base/intern.h"
-#include "array/prim_ad.h"
-#include "array/prim_batch.h"
+#include "array/prim.h"
+#include "array/prim.h"
 #include "spmd/collective.h"
 
 Value *coll_axis_names(uint32_t mask) {

@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "array/prim_ad.h"
+#include "array/prim.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
@@ -2068,7 +2068,6 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc) {
 }
 
 int ad_register(Env *b) {
-  prim_ad_install();
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
   shardmap_add_shared(sm_shared, sm_settle);

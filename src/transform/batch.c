@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "array/prim_batch.h"
+#include "array/prim.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
@@ -1161,7 +1161,6 @@ static Value *named_shape_hook(Value *x) {
 /* ==== registration ================================================================ */
 
 int batch_register(Env *b) {
-  prim_batch_install();
   trace_set_kind(TR_BATCH, batch_apply, batch_truth);
   shardmap_add_shared(vmap_shared, vmap_settle);
   static const NamedAxisHooks hooks = {vmap_axis_size, vmap_axis_index, vmap_carries};

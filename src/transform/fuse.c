@@ -36,13 +36,14 @@ typedef struct FRef {
 } FRef;
 
 typedef enum {
-  FO_ADD, FO_SUB, FO_MUL, FO_DIV, FO_MAX, FO_MIN,
-  FO_NEG, FO_ABS, FO_SQRT, FO_SIN, FO_COS, FO_EXP, FO_LOG, FO_KERNEL,
-  FO_PAIR   /* two arithmetic operations in one pass: see pair_up */
+  FO_LOOP,    /* the primitive's float32 loop (PrimRules.fuse) */
+  FO_KERNEL,  /* its kernel, over views of the block */
+  FO_PAIR     /* two arithmetic operations in one pass: see pair_up */
 } FOp;
 
 typedef struct FInstr {
   FOp op;
+  const FuseRule *rule; /* FO_LOOP: the loop */
   const PlanEqn *eqn;   /* for FO_KERNEL: prim and params */
   int nin;
   FRef in[3];
@@ -186,25 +187,6 @@ static int reg_alloc(Builder *b) {
   return -1;
 }
 
-static FOp op_of(PrimId id) {
-  switch (id) {
-  case P_ADD: return FO_ADD;
-  case P_SUB: return FO_SUB;
-  case P_MUL: return FO_MUL;
-  case P_DIV: return FO_DIV;
-  case P_MAX: return FO_MAX;
-  case P_MIN: return FO_MIN;
-  case P_NEG: return FO_NEG;
-  case P_ABS: return FO_ABS;
-  case P_SQRT: return FO_SQRT;
-  case P_SIN: return FO_SIN;
-  case P_COS: return FO_COS;
-  case P_EXP: return FO_EXP;
-  case P_LOG: return FO_LOG;
-  default: return FO_KERNEL;
-  }
-}
-
 /* The destination of item [k]'s result: its slot if used after the run,
  * else a register. */
 static int place_result(Builder *b, FRef *locs, int k) {
@@ -241,7 +223,8 @@ static int build_instr(Builder *b, FRef *locs, int k) {
   /* the hand-written loops are f32 only; the rest calls the kernel */
   bool all_f32 = ins->dst.dtype == DT_F32;
   for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
-  ins->op = all_f32 ? op_of(it->eqn->prim) : FO_KERNEL;
+  ins->rule = all_f32 ? prim_table[it->eqn->prim].rules.fuse : NULL;
+  ins->op = ins->rule ? FO_LOOP : FO_KERNEL;
   release_regs(b, locs, k);
   return 0;
 }
@@ -259,12 +242,12 @@ static int build_reduce(Builder *b, FRef *locs, int k) {
 
 /* The operations a pair may join: the arithmetic ones, whose vector
  * forms are the same IEEE operations as the single loops'. */
-static int pair_code(FOp op) {
-  switch (op) {
-  case FO_ADD: return 0;
-  case FO_SUB: return 1;
-  case FO_MUL: return 2;
-  case FO_DIV: return 3;
+static int pair_code(const FInstr *ins) {
+  switch (ins->op == FO_LOOP ? ins->rule->op : 0) {
+  case '+': return 0;
+  case '-': return 1;
+  case '*': return 2;
+  case '/': return 3;
   default: return -1;
   }
 }
@@ -289,7 +272,7 @@ static bool read_later(const Prog *p, int k, FRef r) {
  * loops; the pass saves a store and a load of t and a loop. */
 static bool pair_up(Prog *p, int k) {
   FInstr *i1 = &p->ins[k], *i2 = &p->ins[k + 1];
-  int c1 = pair_code(i1->op), c2 = pair_code(i2->op);
+  int c1 = pair_code(i1), c2 = pair_code(i2);
   if (c1 < 0 || c2 < 0 || i1->dst.kind != FK_REG) return false;
   bool left = same_reg(i2->in[0], i1->dst), right = same_reg(i2->in[1], i1->dst);
   if (left == right || read_later(p, k + 1, i1->dst)) return false;
@@ -430,61 +413,6 @@ void fuse_mem_free(FuseMem *m) {
   memset(m, 0, sizeof *m);
 }
 
-#define FBIN(NAME, EXPR)                                                         \
-  FUSE_CLONES static void NAME(float *restrict d, const float *restrict a,      \
-                               bool va, const float *restrict b, bool vb,       \
-                               int64_t n) {                                     \
-    if (va && vb) {                                                             \
-      _Pragma("GCC unroll 4")                                                   \
-      for (int64_t i = 0; i < n; i++) {                                         \
-        float x = a[i], y = b[i];                                               \
-        d[i] = (EXPR);                                                          \
-      }                                                                         \
-    } else if (vb) {                                                            \
-      float x = a[0];                                                           \
-      _Pragma("GCC unroll 4")                                                   \
-      for (int64_t i = 0; i < n; i++) {                                         \
-        float y = b[i];                                                         \
-        d[i] = (EXPR);                                                          \
-      }                                                                         \
-    } else if (va) {                                                            \
-      float y = b[0];                                                           \
-      _Pragma("GCC unroll 4")                                                   \
-      for (int64_t i = 0; i < n; i++) {                                         \
-        float x = a[i];                                                         \
-        d[i] = (EXPR);                                                          \
-      }                                                                         \
-    } else {                                                                    \
-      float x = a[0], y = b[0];                                                 \
-      for (int64_t i = 0; i < n; i++) d[i] = (EXPR);                            \
-    }                                                                           \
-  }
-
-FBIN(f_add, x + y)
-FBIN(f_sub, x - y)
-FBIN(f_mul, x * y)
-FBIN(f_div, x / y)
-FBIN(f_max, (x != x || x > y) ? x : y)
-FBIN(f_min, (x != x || x < y) ? x : y)
-
-#define FUN(NAME, EXPR)                                                          \
-  FUSE_CLONES static void NAME(float *restrict d, const float *restrict a,      \
-                               bool va, int64_t n) {                            \
-    if (va) {                                                                   \
-      for (int64_t i = 0; i < n; i++) {                                         \
-        float x = a[i];                                                         \
-        d[i] = (EXPR);                                                          \
-      }                                                                         \
-    } else {                                                                    \
-      float x = a[0];                                                           \
-      for (int64_t i = 0; i < n; i++) d[i] = (EXPR);                            \
-    }                                                                           \
-  }
-
-FUN(f_neg, -x)
-FUN(f_abs, fabsf(x))
-FUN(f_sqrt, sqrtf(x))
-
 /* A pair's loop: t = a OP1 b, then d = t OP2 c (LEFT) or c OP2 t, over
  * n elements; a broadcast operand has its flag false.  d may be the very
  * line of a, b or c (a register freed by the pair's first operation and
@@ -596,18 +524,6 @@ static inline void *at(const Ctx *c, const Site *s) {
   return c->lane->regs + (size_t)s->reg * (size_t)c->rstride;
 }
 
-/* A transcendental routine over a (possibly broadcast) operand. */
-static void vec_fn(void (*fn)(const float *, float *, int64_t), float *d, const float *a,
-                   bool va, int64_t n) {
-  if (va) {
-    fn(a, d, n);
-    return;
-  }
-  float y;
-  fn(a, &y, 1);
-  for (int64_t i = 0; i < n; i++) d[i] = y;
-}
-
 /* A block-sized view over [p] (n floats) in view slot [k]. */
 static Array *view(FuseLane *l, int k, void *p, DType t, int64_t n) {
   Views *v = l->views;
@@ -654,19 +570,7 @@ static int run_instr(const Ctx *c, int k) {
   case FO_PAIR:
     pair_loops[ins->pair](d, a, va, b, vb, at(c, &s[2]), ins->in[2].kind != FK_SCALAR, c->n);
     return 0;
-  case FO_ADD: f_add(d, a, va, b, vb, c->n); return 0;
-  case FO_SUB: f_sub(d, a, va, b, vb, c->n); return 0;
-  case FO_MUL: f_mul(d, a, va, b, vb, c->n); return 0;
-  case FO_DIV: f_div(d, a, va, b, vb, c->n); return 0;
-  case FO_MAX: f_max(d, a, va, b, vb, c->n); return 0;
-  case FO_MIN: f_min(d, a, va, b, vb, c->n); return 0;
-  case FO_NEG: f_neg(d, a, va, c->n); return 0;
-  case FO_ABS: f_abs(d, a, va, c->n); return 0;
-  case FO_SQRT: f_sqrt(d, a, va, c->n); return 0;
-  case FO_SIN: vec_fn(kern_sin_f32, d, a, va, c->n); return 0;
-  case FO_COS: vec_fn(kern_cos_f32, d, a, va, c->n); return 0;
-  case FO_EXP: vec_fn(kern_exp_f32, d, a, va, c->n); return 0;
-  case FO_LOG: vec_fn(kern_log_f32, d, a, va, c->n); return 0;
+  case FO_LOOP: ins->rule->loop(d, a, va, b, vb, c->n); return 0;
   case FO_KERNEL: return run_kernel(c, k);
   }
   return 0;

@@ -3,7 +3,7 @@
  */
 #include <string.h>
 
-#include "array/prim_batch.h"
+#include "array/prim.h"
 #include "array/print.h"
 #include "base/intern.h"
 #include "base/mem.h"

@@ -947,7 +947,6 @@ END_TEST
  * from spmd/ at start-up, so before that applying one is a clear error,
  * not a crash. */
 START_TEST(test_table_rules) {
-  prim_random_install();
   for (int id = 0; id < P_COUNT; id++) {
     PrimKind k = prim_table[id].kind;
     if (k == PK_HIGHER || k == PK_COLLECTIVE) continue;

@@ -16,8 +16,8 @@
 
 #include "array/array.h"
 #include "array/prim.h"
-#include "array/prim_ad.h"
-#include "array/prim_batch.h"
+#include "array/prim.h"
+#include "array/prim.h"
 #include "array/prim_random.h"
 #include "base/error.h"
 #include "spmd/collective.h"
@@ -53,9 +53,6 @@ static bool listed(const char *const *l, const char *name) {
 }
 
 START_TEST(tc_every_primitive_has_rules) {
-  prim_ad_install();
-  prim_batch_install();
-  prim_random_install();
   coll_register_prims();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
@@ -150,7 +147,6 @@ static Value *A(int nd, int64_t a, int64_t b, int64_t c) {
 static Value *ints1(int n, const int64_t *xs) { return val_int_tuple(n, xs); }
 
 START_TEST(tc_transposes_are_adjoints) {
-  prim_ad_install();
   Params p;
   Value *x = A(2, 3, 4, 0), *y = A(2, 3, 4, 0), *s = A(0, 0, 0, 0), *m = A(2, 3, 5, 0);
   params_init(&p);
