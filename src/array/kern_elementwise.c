@@ -753,7 +753,9 @@ BIN_CMP(ge, x >= y)
 
 enum {
 #define X(name) B_##name,
-  KERN_BINARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW2_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
   B_COUNT
 };
@@ -875,13 +877,17 @@ static int kern_binary(int op, Array **in, Array **out) {
   int kern_##name(Array **in, int nin, const Params *p, Array **out) {      \
     return kern_binary(B_##name, in, out);                                  \
   }
-KERN_BINARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW2_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
 
 KernRow2 kern_binary_row(Kernel k, DType t) {
   if (kern_is_half(t)) return NULL;
 #define X(name) if (k == kern_##name) return bin_loops[B_##name][kern_ct[t]];
-  KERN_BINARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW2_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
   return NULL;
 }
@@ -949,8 +955,11 @@ static void un_cos_fast(const void *x, void *y, int64_t n) { kern_cos_f32(x, y, 
 
 enum {
 #define X(name) U_##name,
-  KERN_UNARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW1_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
+  U_round,
   U_round_even,
   U_COUNT
 };
@@ -1021,18 +1030,18 @@ static int kern_unary(int op, Array *x, Array *y) {
   int kern_##name(Array **in, int nin, const Params *p, Array **out) {      \
     return kern_unary(U_##name, in[0], out[0]);                             \
   }
-#define KERN_PLAIN_UNARY_LIST(X)                                             \
-  X(neg) X(sign) X(floor) X(ceil) X(is_finite) X(exp) X(log) X(log1p)       \
-  X(expm1) X(tanh) X(logistic) X(sin) X(cos) X(tan) X(asin) X(acos) X(atan) \
-  X(sinh) X(cosh) X(sqrt) X(rsqrt) X(abs) X(not)
-KERN_PLAIN_UNARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW1_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
 
 KernRow1 kern_unary_row(Kernel k, DType t, DType to) {
   if (kern_is_half(t) || kern_is_half(to)) return NULL;
   if (k == kern_convert_element_type) return kern_cvt[kern_ct[to]][kern_ct[t]];
 #define X(name) if (k == kern_##name) return un_loops[U_##name][kern_ct[t]];
-  KERN_PLAIN_UNARY_LIST(X)
+#define PRIM(id, nm, ni, no, k, kn) KERN_PICK_ROW1_##kn(X, nm)
+#include "array/prim.def"
+#undef PRIM
 #undef X
   return NULL;
 }

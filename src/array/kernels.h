@@ -101,25 +101,31 @@ void kern_iter_init(KernIter *it, int ndim, const int64_t *shape, int nops,
 bool kern_iter_next(KernIter *it);
 
 /* ---- elementwise (kern_elementwise.c) --------------------------------------- */
-#define KERN_DECL(name) \
-  int kern_##name(Array **in, int nin, const Params *p, Array **out);
+/* The kernels of prim.def's rows whose kernel column is ROW1, ROW2 or
+ * OWN: kern_<name>, the Kernel contract of prim.h. */
+#define KERN_DECL(name) int kern_##name(Array **in, int nin, const Params *p, Array **out);
+#define KERN_DECL_ROW1 KERN_DECL
+#define KERN_DECL_ROW2 KERN_DECL
+#define KERN_DECL_OWN KERN_DECL
+#define KERN_DECL_NONE(name)
+#define PRIM(id, nm, ni, no, k, kn) KERN_DECL_##kn(nm)
+#include "array/prim.def"
+#undef PRIM
 
-#define KERN_UNARY_LIST(X)                                                   \
-  X(neg) X(sign) X(floor) X(ceil) X(round) X(is_finite) X(exp) X(log)       \
-  X(log1p) X(expm1) X(tanh) X(logistic) X(sin) X(cos) X(tan) X(asin)        \
-  X(acos) X(atan) X(sinh) X(cosh) X(sqrt) X(rsqrt) X(abs) X(not)            \
-  X(integer_pow) X(convert_element_type) X(copy)
-#define KERN_BINARY_LIST(X)                                                  \
-  X(add) X(sub) X(mul) X(div) X(rem) X(pow) X(max) X(min) X(atan2) X(and)   \
-  X(or) X(xor) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
-KERN_UNARY_LIST(KERN_DECL)
-KERN_BINARY_LIST(KERN_DECL)
-KERN_DECL(select_n)
-KERN_DECL(clamp)
+/* X(name) for each row whose kernel is made from unary (ROW1) or binary
+ * (ROW2) row loops, in prim.def's order. */
+#define KERN_PICK_ROW1_ROW1(X, nm) X(nm)
+#define KERN_PICK_ROW1_ROW2(X, nm)
+#define KERN_PICK_ROW1_OWN(X, nm)
+#define KERN_PICK_ROW1_NONE(X, nm)
+#define KERN_PICK_ROW2_ROW1(X, nm)
+#define KERN_PICK_ROW2_ROW2(X, nm) X(nm)
+#define KERN_PICK_ROW2_OWN(X, nm)
+#define KERN_PICK_ROW2_NONE(X, nm)
 
 /* The row loop (prim.h) behind binary elementwise kernel [k] (kern_add,
  * kern_lt, ...) for operands of dtype [t], its output of the kernel's
- * output dtype.  NULL when [k] is not one of KERN_BINARY_LIST, when [t]
+ * output dtype.  NULL when [k] is not a ROW2 kernel, when [t]
  * is refused, or for bf16/f16 (computed through f32 by the kernel). */
 KernRow2 kern_binary_row(Kernel k, DType t);
 /* The same for a unary elementwise kernel without parameters (kern_neg,
@@ -128,17 +134,8 @@ KernRow2 kern_binary_row(Kernel k, DType t);
 KernRow1 kern_unary_row(Kernel k, DType t, DType to);
 
 /* ---- reductions and scans (kern_reduce.c) ----------------------------------- */
-#define KERN_REDUCE_LIST(X)                                                  \
-  X(reduce_sum) X(reduce_max) X(reduce_min) X(reduce_prod) X(reduce_and)    \
-  X(reduce_or) X(argmax) X(argmin) X(cumsum) X(cumprod) X(cummax)
-KERN_REDUCE_LIST(KERN_DECL)
 
 /* ---- layout, creation and indexing (kern_shape.c) --------------------------- */
-#define KERN_SHAPE_LIST(X)                                                   \
-  X(iota) X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze)            \
-  X(expand_dims) X(rev) X(slice) X(dynamic_slice) X(dynamic_update_slice)   \
-  X(concatenate) X(pad) X(gather) X(scatter) X(sort) X(argsort)
-KERN_SHAPE_LIST(KERN_DECL)
 
 /* Reads pad's padding_config [cfg] (a tuple of (lo, hi, interior) int
  * triples, one per dimension of a rank-[ndim] operand).  -1 with an

@@ -443,10 +443,9 @@ static int prim_alloc_outs(PrimId id, Array **ops, int nin, const AVal *avals, i
   if (k == PK_SHAPE)
     return 0;
   if ((k == PK_UNARY || k == PK_BINARY) && nout == 1) {
-    /* clamp's kernel runs max then min, so only x may be overwritten */
-    int first = id == P_CLAMP ? 1 : 0, last = id == P_CLAMP ? 2 : nin;
-    for (int j = first; j < last; j++) {
-      if (prim_reusable(ops[j], &avals[0])) {
+    unsigned kept = prim_table[id].rules.kept;
+    for (int j = 0; j < nin; j++) {
+      if (!(kept & (1u << j)) && prim_reusable(ops[j], &avals[0])) {
         out[0] = (Array *)val_incref(&ops[j]->hdr);
         return 0;
       }

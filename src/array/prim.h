@@ -125,16 +125,19 @@ typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
                              const bool *linear, int nin, const Params *p,
                              Value **cts_in);
 
-/* An element-wise primitive inside a fused loop (transform/fuse.c): its
- * float32 loop, d[i] = f(a[i], b[i]) for i < n, where an operand whose
- * flag (va, vb) is false is one element broadcast ([b] NULL for a unary
- * primitive), and, for the four arithmetic operations, the operator the
- * fused loops may join with a neighbour's in one pass ('+', '-', '*',
- * '/'; 0 for none).  The loop gives the kernel's float32 values, element
- * by element: a fused plan computes as the unfused one. */
+/* A primitive inside a fused loop (transform/fuse.c).  An element-wise
+ * one gives its float32 loop, d[i] = f(a[i], b[i]) for i < n, where an
+ * operand whose flag (va, vb) is false is one element broadcast ([b] NULL
+ * for a unary primitive), and, for the four arithmetic operations, the
+ * operator the fused loops may join with a neighbour's in one pass ('+',
+ * '-', '*', '/'; 0 for none).  The loop gives the kernel's float32
+ * values, element by element: a fused plan computes as the unfused one.
+ * [sum] marks the reduction that may close a fused run when it sums a
+ * float32 value of the run over every axis (reduce_sum). */
 typedef struct FuseRule {
   void (*loop)(float *d, const float *a, bool va, const float *b, bool vb, int64_t n);
   char op;
+  bool sum;
 } FuseRule;
 
 /* How the primitive partitions over a mesh: from the operands' shardings
@@ -158,6 +161,8 @@ typedef struct PrimRules {
   JvpRule jvp;              /* grad, jvp; NULL: not implemented yet */
   TransposeRule transpose;  /* grad, vjp; NULL: not linear, or not yet */
   unsigned dtypes;          /* operand dtypes accepted (bits over DType) */
+  unsigned kept;            /* operands (bits) the kernel must not write
+                               its result over; the others may be reused */
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
   /* ---- the layers above's own rules, typed by them ---- */

@@ -459,11 +459,19 @@ FVEC(f_log, kern_log_f32)
 
 /* The operators of the four arithmetic loops let fused plans join two of
  * them in one pass (transform/fuse.c, pair_up). */
-static const FuseRule fuse_add = {f_add, '+'}, fuse_sub = {f_sub, '-'}, fuse_mul = {f_mul, '*'},
-                      fuse_div = {f_div, '/'}, fuse_max = {f_max, 0}, fuse_min = {f_min, 0},
-                      fuse_neg = {f_neg, 0}, fuse_abs = {f_abs, 0}, fuse_sqrt = {f_sqrt, 0},
-                      fuse_sin = {f_sin, 0}, fuse_cos = {f_cos, 0}, fuse_exp = {f_exp, 0},
-                      fuse_log = {f_log, 0};
+static const FuseRule fuse_add = {.loop = f_add, .op = '+'};
+static const FuseRule fuse_sub = {.loop = f_sub, .op = '-'};
+static const FuseRule fuse_mul = {.loop = f_mul, .op = '*'};
+static const FuseRule fuse_div = {.loop = f_div, .op = '/'};
+static const FuseRule fuse_max = {.loop = f_max};
+static const FuseRule fuse_min = {.loop = f_min};
+static const FuseRule fuse_neg = {.loop = f_neg};
+static const FuseRule fuse_abs = {.loop = f_abs};
+static const FuseRule fuse_sqrt = {.loop = f_sqrt};
+static const FuseRule fuse_sin = {.loop = f_sin};
+static const FuseRule fuse_cos = {.loop = f_cos};
+static const FuseRule fuse_exp = {.loop = f_exp};
+static const FuseRule fuse_log = {.loop = f_log};
 
 /* ==== shape rule and zero-derivative instances ============================ */
 
@@ -543,7 +551,7 @@ static const PrimRow rows[] = {
     {P_GT, {.shape = shape_gt, .kernel = kern_gt, .batch = b_ew_GT, .jvp = jvp_gt}},
     {P_GE, {.shape = shape_ge, .kernel = kern_ge, .batch = b_ew_GE, .jvp = jvp_ge}},
     {P_SELECT_N, {.shape = shape_select_n, .kernel = kern_select_n, .batch = b_ew_SELECT_N, .jvp = jvp_select_n, .transpose = tr_select_n}},
-    {P_CLAMP, {.shape = shape_clamp, .kernel = kern_clamp, .batch = b_ew_CLAMP, .jvp = jvp_clamp}},
+    {P_CLAMP, {.shape = shape_clamp, .kernel = kern_clamp, .kept = 1u << 0 | 1u << 2, .batch = b_ew_CLAMP, .jvp = jvp_clamp}},
 };
 
 void prim_elementwise_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -349,11 +349,14 @@ AXES_RULE(b_argmax, ARGMAX, "axes") AXES_RULE(b_argmin, ARGMIN, "axes")
 AXIS1_RULE(b_cumsum, CUMSUM, "axis") AXIS1_RULE(b_cumprod, CUMPROD, "axis")
 AXIS1_RULE(b_cummax, CUMMAX, "axis")
 
+/* A fused run may close with a whole-array float32 sum (fuse.c). */
+static const FuseRule fuse_reduce_sum = {.sum = true};
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum}},
+    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum, .fuse = &fuse_reduce_sum}},
     {P_REDUCE_MAX, {.shape = shape_reduce_max, .kernel = kern_reduce_max, .batch = b_reduce_max, .jvp = jvp_reduce_max}},
     {P_REDUCE_MIN, {.shape = shape_reduce_min, .kernel = kern_reduce_min, .batch = b_reduce_min, .jvp = jvp_reduce_min}},
     {P_REDUCE_PROD, {.shape = shape_reduce_prod, .kernel = kern_reduce_prod, .batch = b_reduce_prod, .jvp = jvp_reduce_prod}},

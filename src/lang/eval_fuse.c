@@ -5,7 +5,8 @@
  * `x * y + z` evaluated operator by operator writes x * y to memory and
  * reads it back: two passes where a C loop makes one.  An expression tree
  * made only of + - * / and unary minus, over names, number literals and
- * calls of the built-in sin, cos, exp and log, is instead handed whole to
+ * calls of the built-ins named as the unary primitives with fused loops
+ * (sin, cos, exp, log, sqrt, abs), is instead handed whole to
  * the transform layer (eval_fuse_hook), which stages it once per shape of
  * its operands, compiles it (fused into one blocked loop, as under jit)
  * and runs it.  What the user sees is unchanged: the fused loop performs
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "array/array.h"
+#include "array/prim.h"
 #include "lang/builtins.h"
 #include "lang/eval.h"
 #include "lang/ops.h"
@@ -36,17 +38,17 @@ Value *(*eval_fuse_hook)(const Node *root, int nleaf, Value **leaves);
  * staged loop's call costs about what two small operations do. */
 #define FUSE_MIN_SIZE 16384
 
-static const char *const fuse_fns[] = {"sin", "cos", "exp", "log"};
-
-/* The built-in [n] (an N_CALL) calls when it has the shape of one, else
- * NULL (the name may still be rebound: checked against the value). */
+/* The built-in [n] (an N_CALL) calls when it has the shape of a call of
+ * a built-in named as a unary primitive with a loop in fused plans (sin,
+ * cos, exp, log, sqrt, abs: PrimRules.fuse), else NULL (the name may
+ * still be rebound: checked against the value). */
 static const char *fused_call_name(const Node *n) {
   if (n->a->kind != N_NAME || n->items.n != 1 || n->nkw != 0 ||
       n->items.items[0]->kind == N_STARRED)
     return NULL;
-  for (size_t i = 0; i < sizeof fuse_fns / sizeof *fuse_fns; i++)
-    if (!strcmp(n->a->name, fuse_fns[i])) return fuse_fns[i];
-  return NULL;
+  int id = prim_lookup(n->a->name);
+  if (id < 0 || prim_table[id].kind != PK_UNARY || !prim_table[id].rules.fuse) return NULL;
+  return n->a->name;
 }
 
 static bool fused_binop(OpKind op) {

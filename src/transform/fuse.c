@@ -87,10 +87,16 @@ static bool fusible(const FuseEnv *fe, const FuseItem *it, const AVal *s) {
   return true;
 }
 
-/* True when [it] is a reduce_sum of every axis of a value defined in the
- * run [i, j). */
+/* Whether [e] is a reduction that may close a run (FuseRule.sum). */
+static bool sums(const PlanEqn *e) {
+  const FuseRule *r = prim_table[e->prim].rules.fuse;
+  return r && r->sum;
+}
+
+/* True when [it] is a closing sum of every axis of a value defined in
+ * the run [i, j). */
 static bool closing_sum(const FuseEnv *fe, const FuseItem *items, int i, int j, const FuseItem *it) {
-  if (!it->eqn || it->eqn->prim != P_REDUCE_SUM || it->in[0] < 0) return false;
+  if (!it->eqn || !sums(it->eqn) || it->in[0] < 0) return false;
   const AVal *a = &fe->p->vars[it->in[0]];
   if (a->dtype != DT_F32 || fe->p->vars[it->out[0]].ndim != 0) return false;
   for (int k = i; k < j; k++)
@@ -113,7 +119,7 @@ int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n) {
 
 bool fuse_joins(const FuseEnv *fe, const FuseItem *items, int i, int j, int k) {
   if (!items[i].eqn || !items[k].eqn || j - i >= FUSE_MAX_EQNS - 1) return false;
-  if (items[j - 1].eqn->prim == P_REDUCE_SUM) return false;   /* the run is closed */
+  if (sums(items[j - 1].eqn)) return false;   /* the run is closed */
   const AVal *s = &fe->p->vars[items[i].out[0]];
   return fusible(fe, &items[k], s) || closing_sum(fe, items, i, j, &items[k]);
 }
@@ -223,7 +229,8 @@ static int build_instr(Builder *b, FRef *locs, int k) {
   /* the hand-written loops are f32 only; the rest calls the kernel */
   bool all_f32 = ins->dst.dtype == DT_F32;
   for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
-  ins->rule = all_f32 ? prim_table[it->eqn->prim].rules.fuse : NULL;
+  const FuseRule *r = prim_table[it->eqn->prim].rules.fuse;
+  ins->rule = all_f32 && r && r->loop ? r : NULL;
   ins->op = ins->rule ? FO_LOOP : FO_KERNEL;
   release_regs(b, locs, k);
   return 0;
@@ -316,7 +323,7 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
   prog->size = 1;
   for (int d = 0; d < s->ndim; d++) prog->size *= s->shape[d];
   for (int k = 0; k < len; k++) {
-    bool red = items[i + k].eqn->prim == P_REDUCE_SUM;
+    bool red = sums(items[i + k].eqn);
     if ((red ? build_reduce(&b, locs, k) : build_instr(&b, locs, k)) < 0) goto fail;
   }
   pair_all(prog);
