@@ -46,6 +46,12 @@ static const char *const linear[] = {
     "dynamic_update_slice", "gather", "scatter", "dot_general", "psum", "all_gather",
     "reduce_scatter", "ppermute", "all_to_all", "ragged_all_to_all", "pvary", NULL};
 
+/* Element-wise primitives with a float32 loop in fused plans, and the
+ * reduction that may close a fused run. */
+static const char *const fused[] = {"add", "sub", "mul", "div", "max", "min", "neg", "abs",
+                                    "sqrt", "sin", "cos", "exp", "log", NULL};
+static const char *const closes_fused[] = {"reduce_sum", NULL};
+
 static bool listed(const char *const *l, const char *name) {
   for (; *l; l++)
     if (!strcmp(*l, name)) return true;
@@ -56,6 +62,15 @@ START_TEST(tc_every_primitive_has_rules) {
   coll_register_prims();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
+    /* the sharding slot is every primitive's, and empty until sharded
+     * arrays fill it: a rule there must come with its tests */
+    ck_assert_msg(p->rules.sharding == NULL, "%s: a sharding rule without its tests", p->name);
+    const FuseRule *f = p->rules.fuse;
+    ck_assert_msg((f && f->loop) == listed(fused, p->name), "%s: fused loop %s", p->name,
+                  f && f->loop ? "not listed in fused" : "missing");
+    ck_assert_msg((f && f->sum) == listed(closes_fused, p->name), "%s: closing sum", p->name);
+    if (p->kind != PK_HIGHER && p->kind != PK_COLLECTIVE)
+      ck_assert_msg(p->rules.shape && p->rules.kernel, "%s lacks a shape rule or kernel", p->name);
     if (p->kind == PK_HIGHER || listed(no_operand, p->name)) continue;
     bool loop = listed(batch_by_loop, p->name);
     ck_assert_msg((p->rules.batch != NULL) != loop, "%s: %s", p->name,
