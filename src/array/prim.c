@@ -581,7 +581,7 @@ static bool binary_row(PrimId id, Array **ops, Array *out) {
   KernRow2 row = binary_rows[id][ops[0]->dtype];
   int64_t sa, sb;
   if (!row || out->size >= KERN_PAR_MIN || !prim_row_stride(ops[0], out, &sa) ||
-      !prim_row_stride(ops[1], out, &sb) || tl_tracing())
+      !prim_row_stride(ops[1], out, &sb) || tl_recording())
     return false;
   row(arr_data(ops[0]), sa, arr_data(ops[1]), sb, arr_data(out), out->size);
   return true;
@@ -644,7 +644,7 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
   const IntoRow *r = &into_rows[id][a->dtype];
   if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
-      !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_tracing())
+      !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording())
     return false;
   int64_t sa, sb;
   /* two 0-d operands make a 0-d result, whatever o's shape */

@@ -279,7 +279,7 @@ Value *prim_bind(PrimId id, int nin, Value **in, const Params *p);
 int prim_run_kernel_timed(PrimId id, Array **in, int nin, const Params *p, Array **out);
 int prim_interrupted(void);
 static inline int prim_run_kernel(PrimId id, Array **in, int nin, const Params *p, Array **out) {
-  int rc = __builtin_expect(tl_tracing(), 0) ? prim_run_kernel_timed(id, in, nin, p, out)
+  int rc = __builtin_expect(tl_recording(), 0) ? prim_run_kernel_timed(id, in, nin, p, out)
                                              : prim_table[id].rules.kernel(in, nin, p, out);
   /* a long kernel stops early at Ctrl-C: its result must never be seen */
   if (rc == 0 && __builtin_expect(shm_interrupt_pending(), 0)) return prim_interrupted();

@@ -16,7 +16,7 @@
 
 #include "base/mem.h"
 
-bool tl_trace_on, tl_comm_on;
+bool tl_record_on, tl_comm_on;
 
 typedef struct Track {
   struct Track *next;  /* registration list, guarded by tracks_lock */
@@ -34,7 +34,7 @@ static int anon_tid = 1000;                                       /* guarded too
 static _Thread_local Track *self;
 
 void tl_start(bool trace, bool comm) {
-  tl_trace_on = trace;
+  tl_record_on = trace;
   tl_comm_on = comm;
 }
 
@@ -167,5 +167,5 @@ void tl_free(void) {
   }
   pthread_mutex_unlock(&tracks_lock);
   self = NULL;
-  tl_trace_on = tl_comm_on = false;
+  tl_record_on = tl_comm_on = false;
 }

@@ -5,7 +5,7 @@
  * and source line, as PyTorch's CommDebugMode reports them).
  *
  * Off by default; the layers that do the work record into it only when
- * tl_tracing() or tl_counting() says so, so the cost when off is one load
+ * tl_recording() or tl_counting() says so, so the cost when off is one load
  * and a branch per statement, primitive or collective.  Each thread
  * records into its own buffer (no lock on the recording path); buffers
  * are registered once per thread under a mutex and read only after every
@@ -33,8 +33,8 @@
 void tl_start(bool trace, bool comm);
 
 /* Whether events / communication counts are being recorded. */
-extern bool tl_trace_on, tl_comm_on;
-static inline bool tl_tracing(void) { return tl_trace_on; }
+extern bool tl_record_on, tl_comm_on;
+static inline bool tl_recording(void) { return tl_record_on; }
 static inline bool tl_counting(void) { return tl_comm_on; }
 
 /* Nanoseconds since an arbitrary start, monotonic. */

@@ -2149,7 +2149,7 @@ static __attribute__((noinline)) Outcome exec_kind(const Node *s, Env *env, Valu
  * and hook, Ctrl-C), then the statement: calls only in tail position, so
  * no registers are saved for the checks. */
 static Outcome exec_stmt(const Node *s, Env *env, Value **ret) {
-  if (__builtin_expect(tl_tracing(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
+  if (__builtin_expect(tl_recording(), 0) && timing_stmt != s) return exec_stmt_timed(s, env, ret);
   cur_loc = s->loc;
   if (cur_frame) cur_frame->stmt = s;
   bool landing = false;

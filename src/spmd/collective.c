@@ -662,7 +662,7 @@ static void note_arrivals(const Call *c) {
 static int rendezvous_(Call *c);
 
 int coll_rendezvous(Call *c) {
-  if (!tl_tracing() && !tl_counting()) return rendezvous_(c);
+  if (!tl_recording() && !tl_counting()) return rendezvous_(c);
   c->wait0 = tl_now();
   c->waited_for = -1;
   for (int i = 0; i < c->n && c->waited_for < 0; i++) {
@@ -794,7 +794,7 @@ static void record(const Call *c) {
     bytes += c->in[i]->size * (int64_t)dt_size(c->in[i]->dtype);
   coll_axes_str(&c->g->mesh, &c->desc, axes, sizeof axes);
   if (tl_counting()) tl_comm(kind_names[c->desc.kind], axes, c->desc.line, bytes, t1 - c->t0);
-  if (!tl_tracing()) return;
+  if (!tl_recording()) return;
   snprintf(line, sizeof line, "%d", c->desc.line);
   const char *keys[] = {"axes", "line"}, *vals[] = {axes, line};
   tl_event("collective", kind_names[c->desc.kind], c->t0, t1, 2, keys, vals);
@@ -804,7 +804,7 @@ static void record(const Call *c) {
 }
 
 void coll_finish(Call *c) {
-  if (tl_tracing() || tl_counting()) record(c);
+  if (tl_recording() || tl_counting()) record(c);
   Slot *me = &c->g->slots[c->rank];
   atomic_store_explicit(&me->in_coll, false, memory_order_relaxed);
   atomic_store(&me->done, c->seq);
@@ -839,7 +839,7 @@ int coll_call_init(Call *c, CollKind kind, const Params *p, Array **in,
   c->seq = s->seq + 1;
   c->desc.kind = kind;
   c->desc.line = eval_current_loc().line;
-  if (tl_tracing() || tl_counting()) c->t0 = tl_now();
+  if (tl_recording() || tl_counting()) c->t0 = tl_now();
   coll_sig_of(in, nin, &c->desc);
   c->xin = NULL;
   CallMemo *m = &s->memo;

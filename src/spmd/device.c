@@ -168,7 +168,7 @@ static void run_job(Job *job, int rank) {
 static void *device_main(void *arg) {
   Device *d = arg;
   tls_on_device = true;
-  if (tl_tracing() || tl_counting()) {   /* its own track on the timeline */
+  if (tl_recording() || tl_counting()) {   /* its own track on the timeline */
     /* the mesh's device number: across processes, this one's first is
      * its rank times its device count */
     int id = d->id + transport_rank() * pool.n;

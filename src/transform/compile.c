@@ -886,7 +886,7 @@ static void copy_into(Array *dst, Array *src) {
 
 /* A fused elementwise loop; on the timeline as one "fused" primitive. */
 static int run_fused(Step *s, Workspace *w) {
-  if (!tl_tracing()) return fuse_run(s->fused, w->slot, &w->fm);
+  if (!tl_recording()) return fuse_run(s->fused, w->slot, &w->fm);
   int64_t t0 = tl_now();
   int rc = fuse_run(s->fused, w->slot, &w->fm);
   tl_event("primitive", "fused loop", t0, tl_now(), 0, NULL, NULL);
@@ -967,7 +967,7 @@ static void tape_run(const Tape *t) {
  * kernel, as does a timeline being written (it records each primitive). */
 static bool run_row(Step *s, Workspace *w) {
   TapeOp op;
-  if (tl_tracing() || !tape_op_of(s, w, &op)) return false;
+  if (tl_recording() || !tape_op_of(s, w, &op)) return false;
   tape_op_run(&op);
   return true;
 }
@@ -1066,7 +1066,7 @@ static Array **loop_ins(Array **ins, Array **consts, int64_t nconsts, Array **ca
  * tc[j] reads set j, tb[j] reads set j and writes set j ^ 1. */
 static bool while_tapes(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn,
                         Tape *tc, Tape *tb) {
-  if (!cond->e->tapeable || !body->e->tapeable || tl_tracing()) return false;
+  if (!cond->e->tapeable || !body->e->tapeable || tl_recording()) return false;
   Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
   Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
   for (int j = 0; j < 2; j++)
@@ -1186,7 +1186,7 @@ static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) 
 /* Tapes of a scan's body for each of the two carry sets: t[j] reads set
  * j and the row of xs, writes set j ^ 1 and the row of ys. */
 static bool scan_tapes(Step *s, Workspace *w, Held *body, const ScanShape *sh, Tape *t) {
-  if (!body->e->tapeable || tl_tracing()) return false;
+  if (!body->e->tapeable || tl_recording()) return false;
   Array **bout = body_outs(s, w), **bins = body_ins(s, w), **consts = step_ins(s, w, 0);
   Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
   Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
