@@ -25,7 +25,9 @@
 #      whose right answers are more than one, out of memory at each
 #      allocation; their programs in tests/cli/progs);
 #   7. the layering of src/: tests/check-layers.sh over the sources'
-#      #include lines and the built objects' symbols.
+#      #include lines and the built objects' symbols, and
+#      tests/check-hooks.sh, src/README.md's table of hooks against the
+#      headers' /* hook */ declarations.
 #
 # Failures are shown in full; passes only as counts.  The last line is
 # exactly "N passed, M failed", and the exit status is 0 iff M is 0.
@@ -160,6 +162,13 @@ run_layers() {
     echo "FAIL layers: calls that run upward (src/README.md):"
     indent <<<"$out"
     tally "layers" 0 1
+  fi
+  if out=$(bash "$srcdir/tests/check-hooks.sh" "$srcdir" 2>&1); then
+    tally "hooks" 1 0
+  else
+    echo "FAIL hooks: src/README.md's table of hooks against the headers:"
+    indent <<<"$out"
+    tally "hooks" 0 1
   fi
 }
 
