@@ -15,12 +15,14 @@ srcdir=${1:?usage: check-hooks.sh SRCDIR}
 readme="$srcdir/src/README.md"
 bad=0
 
-# "header name" for each marked declaration: the identifier of a
-# function-pointer variable, (*name), else the function's name.
+# "header name" for each marked declaration: the variable of an extern
+# function pointer, (*name), else the function's name (the identifier
+# before the first parenthesis), else the variable's.
 declared() {
   grep -n '/\* hook \*/' "$srcdir"/src/*/*.h | while IFS=: read -r file _ text; do
-    name=$(sed -n 's/.*(\*\([A-Za-z_][A-Za-z0-9_]*\)).*/\1/p' <<<"$text")
-    [ -n "$name" ] || name=$(sed -n 's/^[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[[:space:]]*(.*/\1/p' <<<"$text")
+    name=$(sed -n 's/^extern[^(]*(\*\([A-Za-z_][A-Za-z0-9_]*\)).*/\1/p' <<<"$text")
+    [ -n "$name" ] || name=$(sed -n 's/^\([^(]*[^A-Za-z0-9_]\)\{0,1\}\([A-Za-z_][A-Za-z0-9_]*\)[[:space:]]*(.*/\2/p' <<<"$text")
+    [ -n "$name" ] || name=$(sed -n 's/^.*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[[:space:]]*;.*/\1/p' <<<"$text")
     echo "${file#"$srcdir"/src/} $name"
   done | sort -u
 }

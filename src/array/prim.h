@@ -183,7 +183,7 @@ extern PrimInfo prim_table[P_COUNT];
  * for the primitives whose rules it holds (the array layer's at load, a
  * layer above at start-up).  Not thread-safe: call before any device
  * thread runs. */
-void prim_register(PrimId id, const PrimRules *rules);
+void prim_register(PrimId id, const PrimRules *rules);  /* hook */
 
 /* One primitive's row as a family's file lists it; prim_register_rows
  * registers [n] of them. */
@@ -191,7 +191,7 @@ typedef struct PrimRow {
   PrimId id;
   PrimRules rules;
 } PrimRow;
-void prim_register_rows(const PrimRow *rows, size_t n);
+void prim_register_rows(const PrimRow *rows, size_t n);  /* hook */
 
 /* Sets the error "<what> of '<name>' is not implemented" (e.g. "grad of
  * 'cumsum' is not implemented") and returns -1: what a transformation
@@ -250,15 +250,15 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p);
 
 /* Set by the tracer: called instead of the kernel when an operand is a
  * V_TRACER.  Same contract as prim_apply. */
-extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);
+extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p);  /* hook */
 
 /* Set by the evaluator: the source line running on this thread, for the
  * provenance of values that vary over mesh axes (array.h, VmaWhy). */
-extern int (*prim_line_hook)(void);
+extern int (*prim_line_hook)(void);  /* hook */
 
 /* Set by the tracer: whether this thread is tracing now.  NULL (never
  * tracing) until the transform layer is registered. */
-extern bool (*prim_tracing_hook)(void);
+extern bool (*prim_tracing_hook)(void);  /* hook */
 
 /* Whether this thread is staging a plan (jit): the layers under the
  * tracer ask it where JAX would look for the current trace. */
@@ -314,13 +314,13 @@ void aval_of(const Array *a, AVal *out);
  * tracer sets (prim_aval_hook).  0, or -1 with the error set ("expected
  * an array, got 'str'"). */
 int prim_value_aval(Value *v, AVal *out);
-extern int (*prim_aval_hook)(Value *v, AVal *out);
+extern int (*prim_aval_hook)(Value *v, AVal *out);  /* hook */
 
 /* Whether tracer [v] stands for a variable of a plan being staged (jit),
  * rather than a value being transformed (differentiated, batched): set
  * by the tracer.  False for anything else. */
 bool prim_value_is_staged(const Value *v);
-extern bool (*prim_staged_hook)(const Value *v);
+extern bool (*prim_staged_hook)(const Value *v);  /* hook */
 
 /* ---- what the transformations borrow of the rules ----------------------- */
 

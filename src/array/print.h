@@ -58,7 +58,7 @@ Value *val_ascii(Value *v);
  * (val_type_name).  Call at start-up, before any device thread runs; the
  * table is read-only afterwards.  Each function returns a new Str or NULL
  * with the error set. */
-void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *));
+void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *));  /* hook */
 
 /* Formats a float as NumPy prints a float scalar of dtype [t] (bf16, f16,
  * f32 or f64): shortest round-trip digits for that dtype, positional for

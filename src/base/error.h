@@ -169,8 +169,8 @@ typedef struct ErrScope {
   int tag;              /* 0, or what err_state_tag_scopes set: rank + 1 of the
                            device whose frame it was */
 } ErrScope;
-extern void (*err_scope_incref)(void *scope);
-extern void (*err_scope_release)(void *scope);
+extern void (*err_scope_incref)(void *scope);  /* hook */
+extern void (*err_scope_release)(void *scope);  /* hook */
 
 /* Adds the frame running [loc] in function [fname] with scope [scope]
  * (borrowed; a reference is taken) to the pending error, as the error

@@ -142,7 +142,7 @@ static inline Value *val_bool(bool b) { return b ? val_true() : val_false(); }
 /* Installs the maker of True and False: [make](b) returns a new value
  * for b that val_true/val_false then keep, immortal; NULL on out of
  * memory.  Called once, before the first val_true. */
-void val_register_bools(Value *(*make)(bool b));
+void val_register_bools(Value *(*make)(bool b));  /* hook */
 
 /* Makes True and False now, after val_register_bools: 0, or -1 with the
  * out-of-memory error.  The interpreter calls it at start-up, where a
@@ -445,8 +445,8 @@ int64_t val_hash(Value *v);
 typedef void (*ValFreeFn)(Value *v);
 typedef int (*ValTruthFn)(Value *v);
 typedef bool (*ValNumberFn)(Value *v, double *out);
-void val_register_free(VType t, ValFreeFn fn);
-void val_register_truth(VType t, ValTruthFn fn);
-void val_register_number(VType t, ValNumberFn fn);
+void val_register_free(VType t, ValFreeFn fn);  /* hook */
+void val_register_truth(VType t, ValTruthFn fn);  /* hook */
+void val_register_number(VType t, ValNumberFn fn);  /* hook */
 
 #endif

@@ -41,7 +41,7 @@ Value *builtins_type_of(Value *x);
 /* Makes [cls] (a built-in that constructs values of VType [kind], e.g.
  * jax.sharding.Mesh) the class type() gives for them, and marks it a
  * class.  Main thread, at start-up, after builtins_register. */
-void builtins_set_class(int kind, Value *cls);
+void builtins_set_class(int kind, Value *cls);  /* hook */
 
 /* Binds [v] (borrowed) as [name] in the namespace [ns] ("jnp", "lax",
  * "jax", "jax.nn"), e.g. builtins_add_to("lax", "psum", psum_builtin) so

@@ -98,7 +98,7 @@ bool eval_module_loading(Value *m);
  * with the device's context): constants are then read through this
  * thread's private copies, so cores do not share a literal's reference
  * count. */
-extern _Thread_local bool eval_on_device;
+extern _Thread_local bool eval_on_device;  /* hook */
 
 /* Adds [dir] to the module search path (copied). */
 int interp_add_path(const char *dir);
@@ -126,24 +126,25 @@ Value *val_call(Value *f, const CallArgs *a);
 
 /* Lets another subsystem make its values callable (shard_map and jit
  * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
-void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));
+void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));  /* hook */
 
 /* Makes values of type [t] context managers for `with`: [enter] (a new
  * reference, bound by `as`) when the block starts, [exit] (0, or -1 with
  * the error set) however it ends.  Opaque values use their OpaqueType's
  * enter and exit instead. */
-void eval_register_context(VType t, Value *(*enter)(Value *self), int (*exit)(Value *self));
+void eval_register_context(VType t, Value *(*enter)(Value *self), int (*exit)(Value *self));  /* hook */
 
 /* Executors for the language's own statements, registered by the
  * subsystems that own them (mesh.c, shardmap.c, jit.c): each runs [stmt]
  * in [env] and returns 0 or -1 with the error set.  Unregistered, the
  * statement is an error saying the feature is not available. */
 typedef int (*StmtExec)(const Node *stmt, Env *env, AstModule *mod);
-extern StmtExec eval_exec_mesh, eval_exec_shard_map;
+extern StmtExec eval_exec_mesh;  /* hook */
+extern StmtExec eval_exec_shard_map;  /* hook */
 
 /* Wraps a freshly defined `jit def` function (a new reference to a Func)
  * into a jit function; registered by jit.c.  Steals [fn]. */
-extern Value *(*eval_make_jit)(Value *fn);
+extern Value *(*eval_make_jit)(Value *fn);  /* hook */
 
 /* Makes a Func for the def or lambda [node] closing over [env]; the
  * default values are evaluated now, in [env].  New reference. */
@@ -181,7 +182,7 @@ Value *eval_fuse_try(const Node *n, Env *env, Value *(*eval_plain)(const Node *,
  * Python numbers, in evaluation order), staged once per kind of leaves
  * through eval_fuse_apply.  A new reference, NULL with the error set, or
  * EVAL_DECLINED. */
-extern Value *(*eval_fuse_hook)(const Node *root, int nleaf, Value **leaves);
+extern Value *(*eval_fuse_hook)(const Node *root, int nleaf, Value **leaves);  /* hook */
 
 /* Applies tree [root]'s operations, in the evaluator's order, to [vals]
  * standing for its leaves (tracers while staging).  A new reference, or
@@ -218,7 +219,7 @@ Frame *eval_current_frame(void);
  * the hook for it (the hook has just stopped there).  When [stmt] is a
  * loop whose header runs again, the jump leaves the loop for the block
  * that holds it. */
-extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);
+extern int (*eval_stmt_hook)(Frame *f, const Node *stmt);  /* hook */
 #define EVAL_HOOK_JUMP 1
 
 /* When the statement hook runs: before every statement of every thread
@@ -238,7 +239,7 @@ extern _Thread_local bool eval_hook_here;
  * with an error.  NULL when no debugger is attached.  A nonzero return
  * aborts the call with the error set (the debugger's quit): the value is
  * released and the call fails. */
-extern int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
+extern int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);  /* hook */
 
 /* Drops this device thread's private copies of source constants (eval.c
  * explains them); called when a shard_map body ends on the thread. */

@@ -92,12 +92,12 @@ int ops_list_extend(Value *l, Value *x);
 /* Registers attribute access for a value type defined by a later subsystem
  * (V_MESH, V_PSPEC, V_PLAN, ...): ops_getattr calls [fn], which returns a
  * new reference or NULL with the error set.  Call at start-up. */
-void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));
+void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));  /* hook */
 
 /* Registers [fn] as `==` between two values of type [t] (a type a higher
  * layer owns: PartitionSpec); ops_equal_hook calls it: 1 or 0, or -1 when
  * none is registered for the pair. */
-void ops_register_equal(VType t, bool (*fn)(Value *a, Value *b));
+void ops_register_equal(VType t, bool (*fn)(Value *a, Value *b));  /* hook */
 int ops_equal_hook(Value *a, Value *b);
 
 /* ---- helpers shared with builtins.c ------------------------------------------
@@ -190,11 +190,11 @@ int ops_split_named_axes(Value *axis, Value **pos, Value **names);
  * divisor of a mean.  Set by the transform layer (transform/batch.c),
  * which owns named axes; NULL until then.  A new reference, or NULL with
  * the error set. */
-extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int64_t *size);
+extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int64_t *size);  /* hook */
 
 /* A value's named shape (`.named_shape`): a new dict from axis name to
  * size, {} outside xmap.  Set by the transform layer; NULL: always {}. */
-extern Value *(*ops_named_shape_hook)(Value *x);
+extern Value *(*ops_named_shape_hook)(Value *x);  /* hook */
 
 /* ops_named_reduce_hook, or the error that no named axis is in scope. */
 Value *ops_named_reduce(PrimId kind, Value *x, Value *names, int64_t *size);

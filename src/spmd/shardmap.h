@@ -100,13 +100,13 @@ Value *shardmap_arg(const ShardFn *f, const CallArgs *a, int i);
 typedef int (*ShardmapRunner)(CollGroup *g, const MeshDesc *mesh,
                               void (*fn)(int rank, void *ctx), void *ctx,
                               OutBuf *outs);
-void shardmap_set_runner(ShardmapRunner run);
+void shardmap_set_runner(ShardmapRunner run);  /* hook */
 
 /* How a shard_map call made while this thread traces (jit) is staged as
  * one shard_map equation: set by the transform layer (transform/jit.c)
  * at start-up.  Same contract as shardmap_call. */
 typedef Value *(*ShardmapStager)(Value *f, const CallArgs *a);
-void shardmap_set_stager(ShardmapStager stage);
+void shardmap_set_stager(ShardmapStager stage);  /* hook */
 
 /* Under mpirun a process none of whose devices is in a call's mesh runs
  * no body, so what a body records on its call objects (the pytree of a
@@ -128,7 +128,7 @@ void shardmap_set_stager(ShardmapStager stage);
  * Main thread, after a call's devices are done. */
 typedef int (*ShardmapSharedFn)(Value *body, Value ***slots, int cap);
 typedef int (*ShardmapSettleFn)(Value *body);
-void shardmap_add_shared(ShardmapSharedFn find, ShardmapSettleFn settle);
+void shardmap_add_shared(ShardmapSharedFn find, ShardmapSettleFn settle);  /* hook */
 int shardmap_shared_slots(Value *body, Value ***slots, int cap);
 int shardmap_settle(Value *body);
 
@@ -136,7 +136,7 @@ int shardmap_settle(Value *body);
  * tracers, outside any staging) runs: set by the transform layer
  * (transform/ad.c) at start-up; it calls shard_map functions of its own
  * making over the same mesh.  Same contract as shardmap_call. */
-void shardmap_set_differentiator(ShardmapStager d);
+void shardmap_set_differentiator(ShardmapStager d);  /* hook */
 
 /* Named axes that are not mesh axes: vmap's (transform/batch.c sets
  * them).  [size]: whether [name] is such an axis in scope on this thread,
@@ -149,7 +149,7 @@ typedef struct NamedAxisHooks {
   Value *(*index)(const char *name);
   bool (*carries)(Value *x, const char *name);   /* x varies along it */
 } NamedAxisHooks;
-void shardmap_set_named_axes(const NamedAxisHooks *hooks);
+void shardmap_set_named_axes(const NamedAxisHooks *hooks);  /* hook */
 
 /* The in_spec of argument [i] of [f] (borrowed). */
 PSpec *shardmap_in_spec(const ShardFn *f, int i);
