@@ -148,6 +148,8 @@ struct Sharding;
 typedef int (*ShardingRule)(const AVal *in, const struct Sharding *const *in_sh, int nin,
                             const Params *p, struct Sharding **out_sh);
 
+struct CollRules;   /* a layer above's rules, defined in its own header */
+
 /* All rules of one primitive, filled by its family's file (src/README.md,
  * "The primitive table"): the array layer's families at start-up
  * (prim_install), the layers above with prim_register (the collectives
@@ -166,6 +168,8 @@ typedef struct PrimRules {
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
   /* ---- the layers above's own rules, typed by them ---- */
+  const struct CollRules *coll;  /* named-axis rules (spmd/collective.h);
+                                    NULL: the primitive names no axis */
 } PrimRules;
 
 typedef struct PrimInfo {

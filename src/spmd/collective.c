@@ -78,9 +78,7 @@
 #include "base/mem.h"
 #include "spmd/transport.h"
 
-static const char *const kind_names[] = {
-    "psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
-    "all_to_all", "ragged_all_to_all"};
+const char *coll_kind_name(int kind) { return prim_table[kind].rules.coll->api_name; }
 
 /* ---- the group ----------------------------------------------------------- */
 
@@ -330,7 +328,7 @@ static void desc_str(const CollGroup *g, const CollDesc *d, bool with_params,
   coll_axes_str(&g->mesh, d, axes, sizeof axes);
   coll_sig_str(d, sig, sizeof sig);
   if (d->line > 0) snprintf(line, sizeof line, " at line %d", d->line);
-  snprintf(buf, cap, "%s%s%s%s over %s of %s%s", kind_names[d->kind],
+  snprintf(buf, cap, "%s%s%s%s over %s of %s%s", coll_kind_name(d->kind),
            with_params ? "[" : "", with_params ? d->params : "",
            with_params ? "]" : "", axes, sig, line);
 }
@@ -793,14 +791,14 @@ static void record(const Call *c) {
   for (int i = 0; i < c->desc.nin; i++)
     bytes += c->in[i]->size * (int64_t)dt_size(c->in[i]->dtype);
   coll_axes_str(&c->g->mesh, &c->desc, axes, sizeof axes);
-  if (tl_counting()) tl_comm(kind_names[c->desc.kind], axes, c->desc.line, bytes, t1 - c->t0);
+  if (tl_counting()) tl_comm(coll_kind_name(c->desc.kind), axes, c->desc.line, bytes, t1 - c->t0);
   if (!tl_recording()) return;
   snprintf(line, sizeof line, "%d", c->desc.line);
   const char *keys[] = {"axes", "line"}, *vals[] = {axes, line};
-  tl_event("collective", kind_names[c->desc.kind], c->t0, t1, 2, keys, vals);
+  tl_event("collective", coll_kind_name(c->desc.kind), c->t0, t1, 2, keys, vals);
   if (c->waited_for >= 0) coll_coords_of(c->g, c->waited_for, who, sizeof who);
   const char *wkeys[] = {"waited for", "axes"}, *wvals[] = {who, axes};
-  tl_event("wait", kind_names[c->desc.kind], c->wait0, c->wait1, 2, wkeys, wvals);
+  tl_event("wait", coll_kind_name(c->desc.kind), c->wait0, c->wait1, 2, wkeys, wvals);
 }
 
 void coll_finish(Call *c) {
@@ -816,9 +814,9 @@ void coll_leave(Call *c) {
   coll_finish(c);
 }
 
-int coll_call_init(Call *c, CollKind kind, const Params *p, Array **in,
+int coll_call_init(Call *c, PrimId kind, const Params *p, Array **in,
                    int nin, Array **out) {
-  const char *prim = kind_names[kind];
+  const char *prim = coll_kind_name(kind);
   DevCtx *ctx = dev_ctx();
   if (ctx && !ctx->group)   /* the debugger: its prompt, or a breakpoint's condition */
     return err_set(ERR_VALUE, "%s needs every device of the shard_map body: at the "
@@ -1024,7 +1022,7 @@ bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap) {
     char axes[128], line[32] = "";
     coll_axes_str(&g->mesh, d, axes, sizeof axes);
     if (d->line > 0) snprintf(line, sizeof line, " at line %d", d->line);
-    snprintf(buf, cap, "%s over %s%s", kind_names[d->kind], axes, line);
+    snprintf(buf, cap, "%s over %s%s", coll_kind_name(d->kind), axes, line);
     append_missing(g, rank, d, seq, buf, cap);
   }
   pthread_mutex_unlock(&g->lock);
@@ -1110,27 +1108,22 @@ __attribute__((weak)) Loc eval_current_loc(void) {
   return none;
 }
 
-/* ---- the primitive table's entries for the collectives ------------------ */
+/* ---- the primitive table's rows of the collectives --------------------- */
 
-#define COLL_RULES(n) \
-  {.shape = coll_shape_##n, .kernel = coll_kernel_##n, .vma = coll_vma_##n}
-
-/* The shape, kernel and replication rules of every collective, one row
- * each; their JVP and transpose rules are collective_ad.c's. */
-static const struct { PrimId id; PrimRules rules; } coll_rules[] = {
-    {P_AXIS_INDEX, COLL_RULES(axis_index)},
-    {P_PSUM, COLL_RULES(psum)},
-    {P_PMAX, COLL_RULES(pmax)},
-    {P_PMIN, COLL_RULES(pmin)},
-    {P_ALL_GATHER, COLL_RULES(all_gather)},
-    {P_PSUM_SCATTER, COLL_RULES(psum_scatter)},
-    {P_PPERMUTE, COLL_RULES(ppermute)},
-    {P_ALL_TO_ALL, COLL_RULES(all_to_all)},
-    {P_RAGGED_ALL_TO_ALL, COLL_RULES(ragged_all_to_all)},
-};
+void coll_register_rows(const CollRow *rows, size_t n) {
+  for (size_t i = 0; i < n; i++) prim_register(rows[i].id, &rows[i].rules);
+}
 
 void coll_register_prims(void) {
-  for (size_t i = 0; i < sizeof coll_rules / sizeof coll_rules[0]; i++)
-    prim_register(coll_rules[i].id, &coll_rules[i].rules);
-  coll_ad_install();
+  coll_reduce_register();
+  coll_move_register();
+  coll_ragged_register();
+}
+
+int coll_for_reduce(PrimId reduce) {
+  for (int id = 0; id < P_COUNT; id++) {
+    const CollRules *c = prim_table[id].rules.coll;
+    if (c && c->reduces && c->reduce == reduce) return id;
+  }
+  return -1;
 }

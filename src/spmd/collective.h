@@ -4,8 +4,21 @@
  * For each collective primitive X of prim.def (axis_index psum pmax pmin
  * all_gather psum_scatter ppermute all_to_all ragged_all_to_all) this
  * module defines its shape rule, kernel and replication (vma) rule with the
- * signatures of prim.h (the names are fixed: prim.c's table uses them).
+ * signatures of prim.h (coll_shape_X, coll_kernel_X, coll_vma_X).
  * Semantics are jax.lax's; ragged_all_to_all is exactly seed 002.
+ *
+ * THE FAMILY FILES.  Each collective's whole row of the primitive table
+ * sits in one file, side by side with its kernel: shape, kernel, vma,
+ * batching, JVP and transpose rules, and its named-axis rules (CollRules:
+ * the engine's name for it, its effect on xmap's named shapes, the
+ * positional reduction it is over a named axis, its batching over a
+ * vmap or xmap axis); the sharding slot stays empty.  axis_index, psum,
+ * pmax, pmin and pvary: collective_reduce.c; all_gather, psum_scatter,
+ * ppermute and all_to_all: collective_move.c; ragged_all_to_all:
+ * collective_ragged.c.  Each registers its rows (coll_register_prims), as
+ * JAX's parallel.py attaches every rule of a collective where it defines
+ * it; the machinery of transform/ (the tracer, the batching interpreter,
+ * xmap's evaluator) dispatches on the slots and names no collective.
  *
  * THE GROUP.  One CollGroup per shard_map call is the rendezvous of every
  * collective the call's devices make.  The shard_map layer uses it so:
@@ -164,9 +177,74 @@
 COLLECTIVE_LIST(X)
 #undef X
 
-/* Registers the collectives' rules (shape, kernel, replication) in the
- * primitive table (prim_register).  Called once at start-up, before any
- * device thread runs; idempotent. */
+/* ---- the collectives' own slots of the primitive table ------------------- */
+
+/* How an equation changes the named shape (xmap's named axes, seed 001)
+ * its results get from the union of its operands': the axes its `axes`
+ * (else `axis_name`) parameter names are kept, removed (a reduction or
+ * gather over them: psum, all_gather, pdot) or added (axis_index). */
+typedef enum { COLL_NAMED_KEEPS, COLL_NAMED_REMOVES, COLL_NAMED_ADDS } CollNamed;
+
+/* A vmap or xmap axis a collective names, as the batching interpreter
+ * sees it: its [name] (interned), its [size] on this device (the block,
+ * when xmap's axis_resources split it over mesh axes), and those mesh
+ * axes [resources] (a tuple of Str, borrowed; NULL: not split) with the
+ * product of their sizes [res_size]. */
+typedef struct CollNamedAxis {
+  const char *name;
+  int64_t size;
+  Value *resources;
+  int64_t res_size;
+} CollNamedAxis;
+
+/* What a named-axis batching rule returns for a case it does not cover;
+ * the batching interpreter then says "<prim> over the vmap axis 'i' ...
+ * is not implemented". */
+#define COLL_NAMED_MISSING 1
+
+/* Batching rule of collective [id] over a named axis [ax] (vmap's
+ * axis_name, xmap's named axes): [x] (borrowed) holds the examples along
+ * its axis [d] (-1: the same value for every example), [rest] (borrowed;
+ * NULL: none) the other axes [p] names, mesh axes.  Writes the result (a
+ * new reference) to [out] and its batch axis to [od] (-1: the same for
+ * every example).  0, -1 with the error set, or COLL_NAMED_MISSING.
+ * Semantics: JAX's collective batching rules over a vmapped axis name
+ * (parallel.py: psum over the axis becomes a positional reduction). */
+typedef int (*CollNamedBatchRule)(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
+                                  const Params *p, Value **out, int *od);
+
+/* A primitive's named-axis rules: PrimRules.coll, filled by the family
+ * file that registers its row (collective_reduce.c, collective_move.c,
+ * collective_ragged.c). */
+typedef struct CollRules {
+  const char *api_name;        /* the jax.lax function, in the engine's
+                                  messages and --comm-stats (psum_scatter
+                                  for reduce_scatter); NULL: the engine
+                                  never runs it (axis_index, pvary) */
+  CollNamed named;             /* its effect on named shapes (trace.c) */
+  bool reduces;                /* a reduction over the axes it names: */
+  PrimId reduce;               /* the positional reduction it is over a
+                                  named axis (reduce_sum for psum) */
+  CollNamedBatchRule named_batch;  /* over a vmap/xmap axis; NULL: none */
+} CollRules;
+
+/* The collective that reduces over named axes as positional reduction
+ * [reduce] does over positions (psum for reduce_sum: its row's `reduce`),
+ * or -1 when none does. */
+int coll_for_reduce(PrimId reduce);
+
+/* The product of [x] (borrowed) over the named axis [nm] (a Str) of
+ * [size], which JAX has no collective for: every index's value gathered
+ * in a new leading axis (all_gather; a copy of x when [carried] is false:
+ * x is the same at every index), then multiplied along it; exact in x's
+ * dtype, zeros and signs included.  A new reference, or NULL with the
+ * error set.  For ops_named_reduce_hook (lang/ops.h). */
+Value *coll_named_prod(Value *x, Value *nm, int64_t size, bool carried);
+
+/* Registers the collectives' complete rows (shape, kernel, replication,
+ * batching, JVP, transpose and CollRules) in the primitive table
+ * (prim_register), each from its family's file.  Called once at
+ * start-up, before any device thread runs; idempotent. */
 void coll_register_prims(void);
 
 /* The error (ERR_NAME, -1) for an axis name [name] that [m] does not
@@ -183,15 +261,6 @@ bool coll_axes_mask(const Params *p, uint32_t *mask);
  * Str (a collective's `axes` parameter); NULL with the error set off a
  * device thread. */
 Value *coll_axis_names(uint32_t mask);
-
-/* Installs the collectives' JVP and transpose rules (collective_ad.c):
- * psum, all_gather, psum_scatter, ppermute and all_to_all are linear, and
- * transpose per LANGUAGE.md §11 under the replication types (a psum's
- * cotangent passes back unchanged: JAX's pvary; an all_gather, whose
- * result is invariant, gives each device its own slice); pmax and pmin
- * differentiate as the location of the extremum.  Called by
- * coll_register_prims. */
-void coll_ad_install(void);
 
 typedef struct CollGroup CollGroup;
 

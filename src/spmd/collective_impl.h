@@ -47,15 +47,11 @@
 #define COLL_INLINE_BYTES 16   /* lanes up to this size live on the line
                                   peers poll: one transfer brings both */
 
-/* The kinds of collective, in messages by their jax.lax function name. */
-typedef enum { CK_PSUM, CK_PMAX, CK_PMIN, CK_ALL_GATHER, CK_PSUM_SCATTER,
-               CK_PPERMUTE, CK_ALL_TO_ALL, CK_RAGGED } CollKind;
-
 typedef enum { RED_SUM, RED_MAX, RED_MIN } RedOp;
 
 /* What one device brings to one collective; equal on all participants. */
 typedef struct CollDesc {
-  int kind;                       /* CollKind */
+  int kind;                       /* the PrimId of a collective the engine runs */
   int naxes;
   int axes[DEV_MAX_AXES];         /* mesh axis indices, in the user's order */
   int line;                       /* source line of the call; 0 unknown */
@@ -106,7 +102,7 @@ typedef struct AxesMemo {
 
 typedef struct CallMemo {
   bool valid;
-  int kind, np;                   /* CollKind; parameters */
+  int kind, np;                   /* PrimId; parameters */
   const char *names[PRIM_MAX_PARAMS];
   Value *vals[PRIM_MAX_PARAMS];   /* references */
   int naxes, axes[DEV_MAX_AXES];  /* the resolved axis names */
@@ -418,8 +414,16 @@ void coll_finish(Call *c);
 /* The final barrier (operands may be released after it) and leaving. */
 void coll_leave(Call *c);
 
-int coll_call_init(Call *c, CollKind kind, const Params *p, Array **in,
+/* Sets up call [c] of collective [kind] (a PrimId whose row has a
+ * CollRules.api_name, the name its errors give) on this device thread:
+ * its participants, descriptor and sequence number.  0, or -1 with the
+ * error set (outside a shard_map body, an unknown axis, ...). */
+int coll_call_init(Call *c, PrimId kind, const Params *p, Array **in,
                    int nin, Array **out);
+
+/* The jax.lax function name of collective [kind] (a PrimId, as in
+ * CollDesc.kind): its row's CollRules.api_name. */
+const char *coll_kind_name(int kind);
 
 /* Whether collective [c] moves its data through the lanes: a reduction of
  * at most COLL_LANE_BYTES in fast mode.  The same answer on every
@@ -711,6 +715,69 @@ bool coll_can_share(const Call *c);
  * reference before the final barrier, so the first participant never
  * sees its result unshared and overwrites it in place. */
 void coll_share_output(const Call *c);
+
+/* ---- the families' rows ------------------------------------------------------ */
+
+/* One row of the primitive table, as a family file lists it. */
+typedef struct CollRow {
+  PrimId id;
+  PrimRules rules;
+} CollRow;
+
+/* prim_register of each of the [n] rows [rows]. */
+void coll_register_rows(const CollRow *rows, size_t n);
+
+/* The rows of each family file: axis_index, psum, pmax, pmin and pvary
+ * (collective_reduce.c); all_gather, psum_scatter, ppermute and
+ * all_to_all (collective_move.c); ragged_all_to_all (collective_ragged.c). */
+void coll_reduce_register(void);
+void coll_move_register(void);
+void coll_ragged_register(void);
+
+/* ---- what the rules share (collective_ad.c) ----------------------------------- */
+
+/* [id][*p](x...), the operands held across the call (prim_apply_rule);
+ * [p] consumed when [own], else copied.  A new reference, or NULL. */
+Value *coll_rule_apply(PrimId id, int n, Value **x, Params *p, bool own);
+
+/* [dst] made a copy of [p] without parameter [skip] (NULL: none). */
+void coll_params_except(Params *dst, const Params *p, const char *skip);
+
+/* psum of [x] over the mesh axes of [mask] (none: a new reference to x). */
+Value *coll_psum_over(Value *x, uint32_t mask);
+
+/* Whether a collective's parameters [p] give axis_index_groups. */
+bool coll_grouped(const Params *p);
+
+/* The axes [p] names over which operand aval [a] is invariant, into
+ * [extra]: its cotangent sums over them (none for grouped collectives,
+ * whose results keep their axes).  0. */
+int coll_invariant_axes(const Params *p, const AVal *a, uint32_t *extra);
+
+/* JVP of a collective [id] linear in its one operand: the same
+ * collective on the tangent (JvpRule's contract). */
+int coll_jvp_linear(PrimId id, Value **x, Value **t, const Params *p, Value **yo, Value **to);
+
+/* Batching over mesh axes of a collective [id] element-wise across
+ * devices (psum, pmax, pmin, ppermute, pvary): the batch axis stays where
+ * it is (BatchRule's contract). */
+int coll_batch_same(PrimId id, Value **in, const int *dims, const Params *p, Value **out,
+                    int *od);
+
+/* The JvpRule and BatchRule of collective P_<ID>, named jvp_<name> and
+ * batch_<name>, made from the two above. */
+#define COLL_JVP_LINEAR(name, ID)                                                       \
+  static int jvp_##name(Value **x, Value **t, int nin, const Params *p, Value **yo,      \
+                        Value **to) {                                                   \
+    (void)nin;                                                                          \
+    return coll_jvp_linear(P_##ID, x, t, p, yo, to);                                    \
+  }
+#define COLL_BATCH_SAME(name, ID)                                                       \
+  static int batch_##name(Value **in, const int *dims, int nin, const Params *p,         \
+                          Value **out, int *od) {                                       \
+    (void)nin;                                                                          \
+    return coll_batch_same(P_##ID, in, dims, p, out, od);                               \
+  }
 
 /* ---- collective_move.c ------------------------------------------------------- */
 

@@ -2,8 +2,20 @@
  * collective_move.c - the collectives that move data in blocks of equal
  * size: all_gather, psum_scatter, ppermute and all_to_all, also across
  * processes (collective_impl.h).  ragged_all_to_all: collective_ragged.c.
+ *
+ * Their family file: each one's complete row of the primitive table
+ * (move_rows, at the end) with its rules beside it: shape, kernel and vma
+ * rules; JVP (each is linear) and transpose (all_gather's invariant
+ * result gives each device its own slice back, psum_scatter's is an
+ * all_gather, ppermute's the inverse permutation, all_to_all's the swapped
+ * axes: JAX's parallel.py under the replication types of LANGUAGE.md
+ * §11); batching over mesh axes and over a vmap or xmap axis they name
+ * (all_gather and ppermute); all_gather's removal of named axes.
  */
 #include "spmd/collective_impl.h"
+
+#include "array/prim.h"
+#include "lang/ops.h"
 
 /* ---- all_gather ---------------------------------------------------------------- */
 
@@ -153,7 +165,7 @@ int coll_kernel_all_gather(Array **in, int nin, const Params *p, Array **out) {
   Call c;
   GatherArgs a;
   (void)nin;
-  if (coll_call_init(&c, CK_ALL_GATHER, p, in, 1, out) < 0 ||
+  if (coll_call_init(&c, P_ALL_GATHER, p, in, 1, out) < 0 ||
       gather_args(p, in[0]->ndim, &a, false) < 0 ||
       coll_check_axis_size("all_gather", p, c.n) < 0)
     return -1;
@@ -262,7 +274,7 @@ int coll_kernel_psum_scatter(Array **in, int nin, const Params *p, Array **out) 
   GatherArgs a;
   AVal av;
   (void)nin;
-  if (coll_call_init(&c, CK_PSUM_SCATTER, p, in, 1, out) < 0) return -1;
+  if (coll_call_init(&c, P_PSUM_SCATTER, p, in, 1, out) < 0) return -1;
   coll_aval_from(in[0], &av);
   if (coll_param_bool("psum_scatter", p, "tiled", &a.tiled) < 0 ||
       coll_param_dim("psum_scatter", p, "scatter_dimension", av.ndim, &a.dim) < 0 ||
@@ -350,7 +362,7 @@ int coll_kernel_ppermute(Array **in, int nin, const Params *p, Array **out) {
   Call c;
   int src;
   (void)nin;
-  if (coll_call_init(&c, CK_PPERMUTE, p, in, 1, out) < 0 ||
+  if (coll_call_init(&c, P_PPERMUTE, p, in, 1, out) < 0 ||
       perm_source(p, c.n, c.pos, &src) < 0)
     return -1;
   return move_kernel(&c, fast_permute, map_permute, &src);
@@ -702,7 +714,7 @@ int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
   A2AArgs a;
   AVal av;
   (void)nin;
-  if (coll_call_init(&c, CK_ALL_TO_ALL, p, in, 1, out) < 0) return -1;
+  if (coll_call_init(&c, P_ALL_TO_ALL, p, in, 1, out) < 0) return -1;
   coll_aval_from(in[0], &av);
   if (a2a_args(p, &av, c.n, &a) < 0 || coll_check_axis_size("all_to_all", p, c.n) < 0)
     return -1;
@@ -712,4 +724,471 @@ int coll_kernel_all_to_all(Array **in, int nin, const Params *p, Array **out) {
 
 uint32_t coll_vma_all_to_all(const uint32_t *in, int nin, const Params *p) {
   return coll_vma_add(in, nin, p);
+}
+
+/* ==== all_gather, psum_scatter, ppermute, all_to_all: differentiation and
+ * batching ===================================================================== */
+
+/* ---- JVP: each is linear in its operand ------------------------------------ */
+
+COLL_JVP_LINEAR(all_gather, ALL_GATHER)
+COLL_JVP_LINEAR(psum_scatter, PSUM_SCATTER)
+COLL_JVP_LINEAR(ppermute, PPERMUTE)
+COLL_JVP_LINEAR(all_to_all, ALL_TO_ALL)
+
+/* ---- transpose -------------------------------------------------------------- */
+
+/* all_gather (invariant result): this device's own slice of the
+ * cotangent along the gathered dimension. */
+static int tr_all_gather(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                         const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  int64_t dim;
+  bool tiled = false;
+  uint32_t extra;
+  if (coll_grouped(p)) {   /* a varying result: the group's cotangents summed and scattered */
+    Params q;
+    coll_params_except(&q, p, "all_gather_dimension");
+    params_add(&q, "scatter_dimension", val_incref(params_get(p, "all_gather_dimension")));
+    return (cts[0] = coll_rule_apply(P_PSUM_SCATTER, 1, ct, &q, true)) ? 0 : -1;
+  }
+  if (coll_invariant_axes(p, &av[0], &extra) < 0 ||
+      params_int(p, "all_gather_dimension", &dim) < 0 ||
+      (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))
+    return -1;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(params_get(p, "axis_name")));
+  Value *idx = prim_bind(P_AXIS_INDEX, 0, NULL, &q);   /* staged too: it has no operand */
+  params_clear(&q);
+  if (!idx) return -1;
+  int nd = av[0].ndim + (tiled ? 0 : 1);
+  int64_t sizes[SHM_MAXDIM];
+  Value *ops[SHM_MAXDIM + 1];
+  Value *zero = val_int(0), *start = NULL;
+  Params none;
+  params_init(&none);
+  if (tiled) {
+    Value *bs = val_int(av[0].shape[dim]);
+    start = coll_rule_apply(P_MUL, 2, (Value *[]){idx, bs}, &none, false);
+    val_decref(bs);
+  } else {
+    start = val_incref(idx);
+  }
+  ops[0] = ct[0];
+  for (int d = 0, k = 0; d < nd; d++) {
+    ops[d + 1] = d == dim ? start : zero;
+    sizes[d] = d == dim ? (tiled ? av[0].shape[dim] : 1) : av[0].shape[k];
+    if (d != dim || tiled) k++;
+  }
+  Value *sl = NULL;
+  if (start) {
+    params_init(&q);
+    params_add(&q, "slice_sizes", val_int_tuple(nd, sizes));
+    sl = coll_rule_apply(P_DYNAMIC_SLICE, nd + 1, ops, &q, true);
+  }
+  Value *r = sl;
+  if (sl && !tiled) {
+    params_init(&q);
+    params_add(&q, "new_sizes", val_int_tuple(av[0].ndim, av[0].shape));
+    params_add(&q, "dimensions", val_incref(VAL_NONE));
+    r = coll_rule_apply(P_RESHAPE, 1, &sl, &q, true);
+    val_decref(sl);
+  }
+  val_decref(idx);
+  val_decref(zero);
+  if (start) val_decref(start);
+  cts[0] = r ? coll_psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+/* psum_scatter: all_gather of the cotangent */
+static int tr_psum_scatter(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (coll_invariant_axes(p, &av[0], &extra) < 0) return -1;
+  Params q;
+  coll_params_except(&q, p, "scatter_dimension");
+  params_add(&q, "all_gather_dimension", val_incref(params_get(p, "scatter_dimension")));
+  Value *g = coll_rule_apply(P_ALL_GATHER, 1, ct, &q, true);
+  cts[0] = g ? coll_psum_over(g, extra) : NULL;
+  if (g) val_decref(g);
+  return cts[0] ? 0 : -1;
+}
+
+/* ppermute: the inverse permutation */
+static int tr_ppermute(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                       const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  size_t n, k;
+  Value *const *items, *const *pr;
+  if (coll_invariant_axes(p, &av[0], &extra) < 0) return -1;
+  Value *perm = params_get(p, "perm");
+  if (!perm || !val_seq(perm, &n, &items)) return prim_rule_missing(P_PPERMUTE, "transpose");
+  Value *inv = tuple_new(n);
+  for (size_t i = 0; inv && i < n; i++) {
+    val_seq(items[i], &k, &pr);
+    Value *sw = tuple_pack(2, (Value *[]){pr[1], pr[0]});
+    tuple_set_steal(inv, i, sw ? sw : val_incref(VAL_NONE));
+  }
+  Params q;
+  coll_params_except(&q, p, "perm");
+  params_add(&q, "perm", inv);
+  Value *r = coll_rule_apply(P_PPERMUTE, 1, ct, &q, true);
+  cts[0] = r ? coll_psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+/* all_to_all: the same with split_axis and concat_axis swapped */
+static int tr_all_to_all(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                         const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (coll_invariant_axes(p, &av[0], &extra) < 0) return -1;
+  Params q;
+  params_init(&q);
+  for (int i = 0; i < p->n; i++) {
+    const char *nm = p->p[i].name;
+    const char *to = !strcmp(nm, "split_axis") ? "concat_axis"
+                   : !strcmp(nm, "concat_axis") ? "split_axis" : nm;
+    params_add(&q, to, val_incref(p->p[i].value));
+  }
+  Value *r = coll_rule_apply(P_ALL_TO_ALL, 1, ct, &q, true);
+  cts[0] = r ? coll_psum_over(r, extra) : NULL;
+  if (r) val_decref(r);
+  return cts[0] ? 0 : -1;
+}
+
+/* ---- batching over mesh axes (a vmap inside or around a body) -------------- */
+
+COLL_BATCH_SAME(ppermute, PPERMUTE)
+
+/* all_gather, psum_scatter, all_to_all: the batch axis first and their
+ * dimension parameters one further. */
+static int batch_shift(PrimId id, const char *const *names, Value **in, const int *dims,
+                       const Params *p, Value **out, int *od) {
+  Value *x = prim_batch_moveaxis(in[0], dims[0], 0);
+  if (!x) return -1;
+  Params q;
+  params_init(&q);
+  for (int i = 0; i < p->n; i++) {
+    bool shift = false;
+    for (int k = 0; names[k]; k++) shift |= !strcmp(p->p[i].name, names[k]);
+    int64_t v;
+    if (shift && arr_to_index(p->p[i].value, &v) == 0)
+      params_add(&q, p->p[i].name, val_int(v + 1));
+    else
+      params_add(&q, p->p[i].name, val_incref(p->p[i].value));
+  }
+  *out = coll_rule_apply(id, 1, &x, &q, true);
+  val_decref(x);
+  *od = 0;
+  return *out ? 0 : -1;
+}
+static int batch_all_gather(Value **in, const int *dims, int nin, const Params *p,
+                            Value **out, int *od) {
+  (void)nin;
+  return batch_shift(P_ALL_GATHER, (const char *[]){"all_gather_dimension", NULL}, in, dims, p,
+                     out, od);
+}
+static int batch_psum_scatter(Value **in, const int *dims, int nin, const Params *p,
+                              Value **out, int *od) {
+  (void)nin;
+  return batch_shift(P_PSUM_SCATTER, (const char *[]){"scatter_dimension", NULL}, in, dims, p,
+                     out, od);
+}
+static int batch_all_to_all(Value **in, const int *dims, int nin, const Params *p,
+                            Value **out, int *od) {
+  (void)nin;
+  return batch_shift(P_ALL_TO_ALL, (const char *[]){"split_axis", "concat_axis", NULL}, in, dims,
+                     p, out, od);
+}
+
+/* ---- batching over a vmap or xmap axis the collective names ---------------- */
+
+/* The named axis's whole size: its block times the mesh axes it is split
+ * over (xmap axis_resources). */
+static int64_t whole_size(const CollNamedAxis *ax) {
+  return ax->size * (ax->resources ? ax->res_size : 1);
+}
+
+/* all_gather over the vmap axis: the batch stacked where the gathered axis
+ * goes (tiled: merged into that axis); the result is the same for every
+ * example. */
+static Value *named_gather(Value *x, int d, int64_t size, const Params *p) {
+  int64_t ax = 0;
+  bool tiled = false;
+  if (params_int(p, "all_gather_dimension", &ax) < 0 ||
+      (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))
+    return NULL;
+  Value *m = d >= 0 ? prim_batch_moveaxis(x, d, (int)ax) : NULL;
+  if (d < 0) {
+    AVal a;
+    if (prim_value_aval(x, &a) < 0) return NULL;
+    int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
+    for (int i = 0, k = 0; i <= a.ndim; i++) {
+      sh[i] = i == ax ? size : a.shape[k];
+      if (i != ax) bd[k] = i, k++;
+    }
+    Params q;
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(a.ndim + 1, sh));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
+    m = prim_apply(P_BROADCAST_IN_DIM, 1, &x, &q);
+    params_clear(&q);
+  }
+  if (!m || !tiled) return m;
+  AVal a;
+  prim_value_aval(m, &a);
+  int64_t sh[SHM_MAXDIM];
+  for (int i = 0, k = 0; i < a.ndim; i++) {
+    if (i == ax + 1) continue;
+    sh[k++] = i == ax ? a.shape[ax] * a.shape[ax + 1] : a.shape[i];
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "new_sizes", val_int_tuple(a.ndim - 1, sh));
+  params_add(&q, "dimensions", val_incref(VAL_NONE));
+  Value *r = prim_apply(P_RESHAPE, 1, &m, &q);
+  params_clear(&q);
+  val_decref(m);
+  return r;
+}
+
+/* ppermute over the vmap axis: example dst takes example src's value for
+ * each (src, dst) pair, zeros where no pair sends (a gather along the
+ * batch axis). */
+static Value *named_permute(Value *x, int d, int64_t size, const Params *p, int *od) {
+  Value *perm = params_get(p, "perm");
+  size_t n, k;
+  Value *const *items, *const *pr;
+  if (!perm || !val_seq(perm, &n, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
+  int64_t one = size;
+  Array *idx = arr_zeros(DT_I32, 1, &one), *mask = arr_zeros(DT_BOOL, 1, &one);
+  bool all = true;
+  if (!idx || !mask) goto fail;
+  for (size_t i = 0; i < n; i++) {
+    int64_t s, t;
+    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s) < 0 ||
+        arr_to_index(pr[1], &t) < 0 || s < 0 || t < 0 || s >= size || t >= size) {
+      err_clear();
+      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld",
+              (long long)size);
+      goto fail;
+    }
+    ((int32_t *)arr_data(idx))[t] = (int32_t)s;
+    ((uint8_t *)arr_data(mask))[t] = 1;
+  }
+  for (int64_t i = 0; i < size; i++) all &= ((uint8_t *)arr_data(mask))[i] != 0;
+  if (d < 0) {   /* the same value everywhere: it moves onto itself */
+    val_decref(&idx->hdr);
+    val_decref(&mask->hdr);
+    *od = -1;
+    return val_incref(x);
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis", val_int(d));
+  Value *g = prim_apply_rule(P_GATHER, 2, (Value *[]){x, &idx->hdr}, &q), *r = g;
+  if (g && !all) {   /* zeros where nothing arrives */
+    AVal a;
+    prim_value_aval(g, &a);
+    int64_t bd[1] = {d};
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(1, bd));
+    Value *mv = &mask->hdr;
+    Value *mb = prim_apply_rule(P_BROADCAST_IN_DIM, 1, &mv, &q);
+    Array *z = arr_scalar_f64(a.dtype, 0.0, false);
+    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
+    if (mb) val_decref(mb);
+    if (z) val_decref(&z->hdr);
+    val_decref(g);
+  }
+  val_decref(&idx->hdr);
+  val_decref(&mask->hdr);
+  *od = d;
+  return r;
+fail:
+  if (idx) val_decref(&idx->hdr);
+  if (mask) val_decref(&mask->hdr);
+  return NULL;
+}
+
+/* all_gather over a named axis split over mesh axes (axis_resources): the
+ * device's blocks gathered locally ([g], consumed), then the devices'
+ * concatenated along the same axis in device order, which is the named
+ * axis's order (its block j of device k is index k * block + j). */
+static Value *gather_across(const CollNamedAxis *ax, Value *g, const Params *p) {
+  if (!g || !ax->resources) return g;
+  int64_t dim = 0;
+  if (params_int(p, "all_gather_dimension", &dim) < 0) {
+    val_decref(g);
+    return NULL;
+  }
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(ax->resources));
+  params_add(&q, "all_gather_dimension", val_int(dim));
+  params_add(&q, "axis_size", val_int(ax->res_size));
+  params_add(&q, "tiled", val_bool(true));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(P_ALL_GATHER, 1, &g, &q);
+  params_clear(&q);
+  val_decref(g);
+  return r;
+}
+
+/* ppermute (and pshuffle) over a named axis split over mesh axes: the
+ * whole axis gathered from every device, then each device takes, for each
+ * position of its block, the source the perm gives it (zeros where none):
+ * correct for any permutation, at the cost of one all_gather. */
+static Value *permute_across(const CollNamedAxis *ax, Value *x, int d, const Params *p, int *od) {
+  int64_t n = whole_size(ax), b = ax->size;
+  Value *perm = params_get(p, "perm");
+  size_t np, k;
+  Value *const *items, *const *pr;
+  if (!perm || !val_seq(perm, &np, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
+  Array *src = arr_zeros(DT_I32, 1, &n), *has = arr_zeros(DT_BOOL, 1, &n);
+  Value *r = NULL, *whole = NULL, *local = NULL, *dev = NULL, *pos = NULL, *si = NULL, *hi = NULL;
+  if (!src || !has) goto out;
+  for (size_t i = 0; i < np; i++) {
+    int64_t s0, t0;
+    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s0) < 0 ||
+        arr_to_index(pr[1], &t0) < 0 || s0 < 0 || t0 < 0 || s0 >= n || t0 >= n) {
+      err_clear();
+      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld", (long long)n);
+      goto out;
+    }
+    ((int32_t *)arr_data(src))[t0] = (int32_t)s0;
+    ((uint8_t *)arr_data(has))[t0] = 1;
+  }
+  /* the whole axis, first: this device's block moved to the front, then
+   * every device's concatenated in order */
+  local = d >= 0 ? prim_batch_moveaxis(x, d, 0) : prim_batch_repeat_front(x, b);
+  if (!local) goto out;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(ax->resources));
+  params_add(&q, "all_gather_dimension", val_int(0));
+  params_add(&q, "axis_size", val_int(ax->res_size));
+  params_add(&q, "tiled", val_bool(true));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  whole = prim_bind(P_ALL_GATHER, 1, &local, &q);
+  params_clear(&q);
+  /* this device's positions along the axis, and their sources */
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(ax->resources));
+  dev = whole ? prim_bind(P_AXIS_INDEX, 0, NULL, &q) : NULL;
+  params_clear(&q);
+  params_init(&q);
+  params_add(&q, "dtype", dtype_value(DT_I32));
+  params_add(&q, "shape", val_int_tuple(1, &b));
+  params_add(&q, "dimension", val_int(0));
+  Value *io = dev ? prim_apply(P_IOTA, 0, NULL, &q) : NULL;
+  params_clear(&q);
+  Value *bv = io ? val_int(b) : NULL, *start = bv ? ops_binary(OP_MUL, dev, bv) : NULL;
+  pos = start ? ops_binary(OP_ADD, io, start) : NULL;
+  if (io) val_decref(io);
+  if (bv) val_decref(bv);
+  if (start) val_decref(start);
+  params_init(&q);
+  params_add(&q, "axis", val_int(0));
+  si = pos ? prim_apply(P_GATHER, 2, (Value *[]){&src->hdr, pos}, &q) : NULL;
+  hi = si ? prim_apply(P_GATHER, 2, (Value *[]){&has->hdr, pos}, &q) : NULL;
+  Value *g = hi ? prim_apply(P_GATHER, 2, (Value *[]){whole, si}, &q) : NULL;
+  params_clear(&q);
+  if (g) {   /* zeros where nothing arrives */
+    AVal ga;
+    prim_value_aval(g, &ga);
+    params_init(&q);
+    params_add(&q, "shape", val_int_tuple(ga.ndim, ga.shape));
+    params_add(&q, "broadcast_dimensions", val_int_tuple(1, (int64_t[]){0}));
+    Value *mb = prim_apply(P_BROADCAST_IN_DIM, 1, &hi, &q);
+    params_clear(&q);
+    Array *z = arr_scalar_f64(ga.dtype, 0.0, false);
+    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
+    if (mb) val_decref(mb);
+    if (z) val_decref(&z->hdr);
+    val_decref(g);
+  }
+  *od = 0;
+out:
+  if (src) val_decref(&src->hdr);
+  if (has) val_decref(&has->hdr);
+  Value *tmp[] = {whole, local, dev, pos, si, hi};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* JAX has no pprod: the product over a named axis (collective.h). */
+Value *coll_named_prod(Value *x, Value *nm, int64_t size, bool carried) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", tuple_pack(1, &nm));
+  params_add(&q, "all_gather_dimension", val_int(0));
+  params_add(&q, "axis_size", val_int(size));
+  params_add(&q, "tiled", val_bool(false));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *g = carried ? prim_bind(P_ALL_GATHER, 1, &x, &q) : prim_batch_repeat_front(x, size);
+  params_clear(&q);
+  if (!g) return NULL;
+  params_init(&q);
+  params_add(&q, "axes", val_int_tuple(1, (int64_t[]){0}));
+  Value *r = prim_bind(P_REDUCE_PROD, 1, &g, &q);
+  params_clear(&q);
+  val_decref(g);
+  return r;
+}
+
+/* all_gather over the vmap axis alone (CollNamedBatchRule). */
+static int batch_named_gather(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
+                              const Params *p, Value **out, int *od) {
+  (void)id;
+  *od = -1;
+  if (rest) return COLL_NAMED_MISSING;
+  return (*out = gather_across(ax, named_gather(x, d, ax->size, p), p)) ? 0 : -1;
+}
+
+/* ppermute over the vmap axis alone (CollNamedBatchRule). */
+static int batch_named_permute(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
+                               const Params *p, Value **out, int *od) {
+  (void)id;
+  *od = -1;
+  if (rest) return COLL_NAMED_MISSING;
+  *out = ax->resources ? permute_across(ax, x, d, p, od) : named_permute(x, d, ax->size, p, od);
+  return *out ? 0 : -1;
+}
+
+/* ==== the rows ================================================================ */
+
+static const CollRow move_rows[] = {
+    {P_ALL_GATHER, {.shape = coll_shape_all_gather, .kernel = coll_kernel_all_gather,
+                    .vma = coll_vma_all_gather, .batch = batch_all_gather,
+                    .jvp = jvp_all_gather, .transpose = tr_all_gather,
+                    .coll = &(const CollRules){.api_name = "all_gather",
+                                               .named = COLL_NAMED_REMOVES,
+                                               .named_batch = batch_named_gather}}},
+    {P_PSUM_SCATTER, {.shape = coll_shape_psum_scatter, .kernel = coll_kernel_psum_scatter,
+                      .vma = coll_vma_psum_scatter, .batch = batch_psum_scatter,
+                      .jvp = jvp_psum_scatter, .transpose = tr_psum_scatter,
+                      .coll = &(const CollRules){.api_name = "psum_scatter"}}},
+    {P_PPERMUTE, {.shape = coll_shape_ppermute, .kernel = coll_kernel_ppermute,
+                  .vma = coll_vma_ppermute, .batch = batch_ppermute, .jvp = jvp_ppermute,
+                  .transpose = tr_ppermute,
+                  .coll = &(const CollRules){.api_name = "ppermute",
+                                             .named_batch = batch_named_permute}}},
+    {P_ALL_TO_ALL, {.shape = coll_shape_all_to_all, .kernel = coll_kernel_all_to_all,
+                    .vma = coll_vma_all_to_all, .batch = batch_all_to_all,
+                    .jvp = jvp_all_to_all, .transpose = tr_all_to_all,
+                    .coll = &(const CollRules){.api_name = "all_to_all"}}},
+};
+
+void coll_move_register(void) {
+  coll_register_rows(move_rows, sizeof move_rows / sizeof *move_rows);
 }

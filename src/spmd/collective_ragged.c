@@ -3,8 +3,15 @@
  * process and across processes (collective_impl.h): every participant
  * sends each other one a data-dependent number of rows, by offsets and
  * sizes that are operands too.
+ *
+ * Its family file: the complete row (ragged_rows, at the end) with its
+ * rules beside it: shape, kernel, vma, JVP and transpose (JAX's rule in
+ * parallel.py); vmap runs it example by example (no batching rule).
  */
 #include "spmd/collective_impl.h"
+
+#include "array/prim.h"
+#include "lang/ops.h"
 
 /* ---- ragged_all_to_all ------------------------------------------------------------- */
 
@@ -317,7 +324,7 @@ static int x_ragged_exchange(const Call *c, const XLocal *lc, const void *arg) {
 int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
                                   Array **out) {
   Call c;
-  if (coll_call_init(&c, CK_RAGGED, p, in, nin, out) < 0) return -1;
+  if (coll_call_init(&c, P_RAGGED_ALL_TO_ALL, p, in, nin, out) < 0) return -1;
   int64_t k = in[RA_IN_OFF]->shape[0];
   if (k % c.n != 0)
     return err_set(ERR_VALUE, "ragged_all_to_all: the offset and size arrays "
@@ -339,4 +346,155 @@ int coll_kernel_ragged_all_to_all(Array **in, int nin, const Params *p,
 
 uint32_t coll_vma_ragged_all_to_all(const uint32_t *in, int nin, const Params *p) {
   return coll_vma_add(in, nin, p);
+}
+
+/* ==== differentiation (seed 002) ============================================== */
+
+/* Linear in (operand, output) jointly; the offsets and sizes are integers:
+ * the same collective on the tangents, zeros for a symbolic zero. */
+static int jvp_ragged_all_to_all(Value **x, Value **t, int nin, const Params *p, Value **yo,
+                                 Value **to) {
+  (void)nin;
+  *to = NULL;
+  if (!(*yo = coll_rule_apply(P_RAGGED_ALL_TO_ALL, 6, x, (Params *)p, false))) return -1;
+  if (!t[0] && !t[1]) return 0;
+  Value *in[6] = {t[0], t[1], x[2], x[3], x[4], x[5]}, *z[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    AVal a;
+    if (!in[i] && prim_value_aval(x[i], &a) == 0) in[i] = z[i] = prim_zeros(&a);
+  }
+  if (in[0] && in[1]) *to = coll_rule_apply(P_RAGGED_ALL_TO_ALL, 6, in, (Params *)p, false);
+  for (int i = 0; i < 2; i++)
+    if (z[i]) val_decref(z[i]);
+  if (*to) return 0;
+  val_decref(*yo);
+  *yo = NULL;
+  return -1;
+}
+
+/* all_to_all of a per-peer vector [v] (one entry per device of the axis):
+ * entry j of the result is entry i of device j's, i this device. */
+static Value *exchange(Value *v, const Params *p, int64_t n) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(params_get(p, "axis_name")));
+  params_add(&q, "axis_size", val_int(n));
+  params_add(&q, "axis_index_groups", val_incref(params_get(p, "axis_index_groups")));
+  params_add(&q, "split_axis", val_int(0));
+  params_add(&q, "concat_axis", val_int(0));
+  params_add(&q, "tiled", val_bool(true));
+  return coll_rule_apply(P_ALL_TO_ALL, 1, &v, &q, true);
+}
+
+/* [acc] with [c] added at each of the positions [at] (scatter-add). */
+static Value *add_at(Value *acc, Value *at, int64_t c) {
+  AVal a;
+  if (!acc || prim_value_aval(at, &a) < 0) return NULL;
+  Value *cv = &arr_scalar_i64(DT_I32, c, false)->hdr;
+  Params q;
+  params_init(&q);
+  params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
+  params_add(&q, "broadcast_dimensions", val_int_tuple(0, NULL));
+  Value *upd = coll_rule_apply(P_BROADCAST_IN_DIM, 1, &cv, &q, true);
+  params_init(&q);
+  params_add(&q, "axis", val_int(0));
+  params_add(&q, "mode", str_from("add"));
+  Value *r = upd ? coll_rule_apply(P_SCATTER, 3, (Value *[]){acc, at, upd}, &q, true) : NULL;
+  params_clear(&q);
+  val_decref(cv);
+  if (upd) val_decref(upd);
+  return r;
+}
+
+/* The rows of an output of [rows] rows that the peers wrote: rows
+ * [start_j, start_j + size_j) for each j, as a bool vector, from a
+ * difference array (+1 at each start, -1 at each end, summed). */
+static Value *written_rows(Value *start, Value *size, int64_t rows) {
+  Params q;
+  params_init(&q);
+  Value *end = coll_rule_apply(P_ADD, 2, (Value *[]){start, size}, &q, false);
+  AVal ma = {.dtype = DT_I32, .ndim = 1, .shape = {rows + 1}};
+  Value *z = prim_zeros(&ma), *m1 = add_at(z, start, 1), *m2 = end ? add_at(m1, end, -1) : NULL;
+  Value *run = NULL, *cut = NULL, *r = NULL;
+  if (m2) {
+    params_init(&q);
+    params_add(&q, "axis", val_int(0));
+    params_add(&q, "reverse", val_bool(false));
+    run = coll_rule_apply(P_CUMSUM, 1, &m2, &q, true);
+  }
+  if (run) {
+    params_init(&q);
+    params_add(&q, "start_indices", val_int_tuple(1, (int64_t[]){0}));
+    params_add(&q, "limit_indices", val_int_tuple(1, (int64_t[]){rows}));
+    params_add(&q, "strides", val_incref(VAL_NONE));
+    cut = coll_rule_apply(P_SLICE, 1, &run, &q, true);
+  }
+  if (cut) {
+    Value *zs = &arr_scalar_i64(DT_I32, 0, false)->hdr;
+    params_init(&q);
+    r = coll_rule_apply(P_GT, 2, (Value *[]){cut, zs}, &q, false);
+    val_decref(zs);
+  }
+  Value *tmp[] = {end, z, m1, m2, run, cut};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* The transpose sends each device's output cotangent back where it came
+ * from: the rows a peer wrote (at that peer's output_offsets for this
+ * device, learned by an all_to_all) go back to the peer's operand rows
+ * (its input_offsets, likewise); the output's cotangent keeps the rows no
+ * peer wrote.  JAX's rule in parallel.py. */
+static int tr_ragged_all_to_all(Value **ct, Value **in, const AVal *av, const bool *lin,
+                                int nin, const Params *p, Value **cts) {
+  (void)nin;
+  int64_t n = av[2].ndim ? av[2].shape[0] : 1, rows = av[1].ndim ? av[1].shape[0] : 0;
+  Value *out_off = exchange(in[4], p, n), *in_off = out_off ? exchange(in[2], p, n) : NULL;
+  Value *zero = prim_zeros(&av[0]);
+  int rc = -1;
+  if (out_off && in_off && zero) {
+    if (lin[0]) {
+      Value *args[6] = {ct[0], zero, out_off, in[5], in_off, in[3]};
+      cts[0] = coll_rule_apply(P_RAGGED_ALL_TO_ALL, 6, args, (Params *)p, false);
+    }
+    if (lin[1]) {
+      Value *w = written_rows(out_off, in[5], rows);
+      AVal ca = av[1];
+      Value *bw = NULL;
+      if (w) {
+        Params q;
+        params_init(&q);
+        params_add(&q, "shape", val_int_tuple(ca.ndim, ca.shape));
+        params_add(&q, "broadcast_dimensions", val_int_tuple(1, (int64_t[]){0}));
+        bw = coll_rule_apply(P_BROADCAST_IN_DIM, 1, &w, &q, true);
+        val_decref(w);
+      }
+      Value *zo = bw ? prim_zeros(&ca) : NULL;
+      Params none;
+      params_init(&none);
+      cts[1] = zo ? coll_rule_apply(P_SELECT_N, 3, (Value *[]){bw, ct[0], zo}, &none, false) : NULL;
+      if (bw) val_decref(bw);
+      if (zo) val_decref(zo);
+    }
+    rc = (!lin[0] || cts[0]) && (!lin[1] || cts[1]) ? 0 : -1;
+  }
+  Value *tmp[] = {out_off, in_off, zero};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return rc;
+}
+
+/* ==== the row ================================================================== */
+
+static const CollRow ragged_rows[] = {
+    {P_RAGGED_ALL_TO_ALL,
+     {.shape = coll_shape_ragged_all_to_all, .kernel = coll_kernel_ragged_all_to_all,
+      .vma = coll_vma_ragged_all_to_all, .jvp = jvp_ragged_all_to_all,
+      .transpose = tr_ragged_all_to_all,
+      .coll = &(const CollRules){.api_name = "ragged_all_to_all"}}},
+};
+
+void coll_ragged_register(void) {
+  coll_register_rows(ragged_rows, sizeof ragged_rows / sizeof *ragged_rows);
 }

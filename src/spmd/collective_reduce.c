@@ -3,8 +3,21 @@
  * arithmetic, the contiguous folds, the shape and vma rule helpers,
  * axis_index, and psum, pmax and pmin with their reduce-scatter across
  * processes (collective_impl.h).
+ *
+ * The family file of axis_index, psum, pmax, pmin and pvary: each one's
+ * complete row of the primitive table (reduce_rows, at the end) with its
+ * rules beside it: shape, kernel and vma rules; batching over mesh axes
+ * (element-wise across devices) and over a vmap or xmap axis it names
+ * (the positional reduction of its row, reduce_sum for psum); JVP (psum
+ * and pvary linear, pmax and pmin as the location of the extremum) and
+ * transpose (psum's is pvary, pvary's psum, under the replication types
+ * of LANGUAGE.md §11); its effect on named shapes.  Semantics: JAX's
+ * parallel.py.
  */
 #include "spmd/collective_impl.h"
+
+#include "array/prim.h"
+#include "lang/ops.h"
 
 /* ---- strided views ------------------------------------------------------------ */
 
@@ -1009,7 +1022,7 @@ static int x_take_result(const Call *c, const void *arg) {
 }
 
 /* Semantics: jax.lax.psum / pmax / pmin with axis_index_groups. */
-static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
+static int reduce_kernel(PrimId kind, RedOp op, Array **in, const Params *p,
                          Array **out) {
   Call c;
   if (coll_call_init(&c, kind, p, in, 1, out) < 0) return -1;
@@ -1034,15 +1047,15 @@ static int reduce_kernel(CollKind kind, RedOp op, Array **in, const Params *p,
 
 int coll_kernel_psum(Array **in, int nin, const Params *p, Array **out) {
   (void)nin;
-  return reduce_kernel(CK_PSUM, RED_SUM, in, p, out);
+  return reduce_kernel(P_PSUM, RED_SUM, in, p, out);
 }
 int coll_kernel_pmax(Array **in, int nin, const Params *p, Array **out) {
   (void)nin;
-  return reduce_kernel(CK_PMAX, RED_MAX, in, p, out);
+  return reduce_kernel(P_PMAX, RED_MAX, in, p, out);
 }
 int coll_kernel_pmin(Array **in, int nin, const Params *p, Array **out) {
   (void)nin;
-  return reduce_kernel(CK_PMIN, RED_MIN, in, p, out);
+  return reduce_kernel(P_PMIN, RED_MIN, in, p, out);
 }
 
 uint32_t coll_vma_psum(const uint32_t *in, int nin, const Params *p) {
@@ -1053,4 +1066,189 @@ uint32_t coll_vma_pmax(const uint32_t *in, int nin, const Params *p) {
 }
 uint32_t coll_vma_pmin(const uint32_t *in, int nin, const Params *p) {
   return coll_vma_remove(in, nin, p);
+}
+
+/* ==== psum, pmax, pmin, pvary: differentiation and batching ================= */
+
+/* ---- JVP ------------------------------------------------------------------ */
+
+COLL_JVP_LINEAR(psum, PSUM)
+COLL_JVP_LINEAR(pvary, PVARY)
+
+/* pmax/pmin: the mean of the tangents of the devices holding the
+ * extremum, as reduce_max's rule over the devices. */
+static int jvp_chooser(PrimId id, Value **x, Value **t, const Params *p, Value **yo, Value **to) {
+  *to = NULL;
+  if (!(*yo = coll_rule_apply(id, 1, x, (Params *)p, false))) return -1;
+  if (!t[0]) return 0;
+  AVal a;
+  Params q;
+  Value *eq = NULL, *at = NULL, *num = NULL, *den = NULL, *prod = NULL;
+  if (prim_value_aval(x[0], &a) == 0 && (eq = coll_rule_apply(P_EQ, 2, (Value *[]){x[0], *yo}, NULL, false))) {
+    params_init(&q);
+    params_add(&q, "new_dtype", dtype_value(a.dtype));
+    params_add(&q, "weak_type", val_bool(a.weak));
+    at = coll_rule_apply(P_CONVERT_ELEMENT_TYPE, 1, &eq, &q, true);
+  }
+  Params none;
+  params_init(&none);
+  if (at) prod = coll_rule_apply(P_MUL, 2, (Value *[]){t[0], at}, &none, false);
+  Params s;
+  if (prod) {
+    coll_params_except(&s, p, NULL);
+    num = coll_rule_apply(P_PSUM, 1, &prod, &s, true);
+    coll_params_except(&s, p, NULL);
+    den = coll_rule_apply(P_PSUM, 1, &at, &s, true);
+  }
+  if (num && den) *to = coll_rule_apply(P_DIV, 2, (Value *[]){num, den}, &none, false);
+  Value *tmp[] = {eq, at, num, den, prod};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  if (*to) return 0;
+  val_decref(*yo);
+  *yo = NULL;
+  return -1;
+}
+static int jvp_pmax(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_chooser(P_PMAX, x, t, p, yo, to);
+}
+static int jvp_pmin(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  (void)nin;
+  return jvp_chooser(P_PMIN, x, t, p, yo, to);
+}
+
+/* ---- transpose --------------------------------------------------------------- */
+
+/* psum: pvary (the cotangent back unchanged), summed over the axes its
+ * operand was invariant over. */
+static int tr_psum(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                   const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t extra;
+  if (coll_grouped(p))   /* the result varies: each device's sum of its group's cotangents */
+    return (cts[0] = coll_rule_apply(P_PSUM, 1, ct, (Params *)p, false)) ? 0 : -1;
+  if (coll_invariant_axes(p, &av[0], &extra) < 0) return -1;
+  return (cts[0] = coll_psum_over(ct[0], extra)) ? 0 : -1;
+}
+
+/* ---- batching over mesh axes (a vmap inside or around a body) -------------- */
+
+COLL_BATCH_SAME(psum, PSUM)
+COLL_BATCH_SAME(pmax, PMAX)
+COLL_BATCH_SAME(pmin, PMIN)
+COLL_BATCH_SAME(pvary, PVARY)
+
+/* ---- batching over a vmap or xmap axis the reduction names ---------------- */
+
+/* [r] reduced across the mesh axes of [ax]'s resources too (consumed). */
+static Value *across_resources(PrimId id, const CollNamedAxis *ax, Value *r) {
+  if (!r || !ax->resources) return r;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", val_incref(ax->resources));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *s = prim_bind(id, 1, &r, &q);
+  params_clear(&q);
+  val_decref(r);
+  return s;
+}
+
+static Value *named_reduce(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
+                           const Params *p) {
+  int64_t size = ax->size;
+  PrimId red = prim_table[id].rules.coll->reduce;
+  Value *r;
+  if (d < 0) {   /* the same on every example: psum multiplies */
+    Array *n = id == P_PSUM ? arr_scalar_i64(DT_I32, size, true) : NULL;
+    r = n ? ops_binary(OP_MUL, &n->hdr, x) : val_incref(x);
+    if (n) val_decref(&n->hdr);
+  } else {
+    Params q;
+    params_init(&q);
+    params_add(&q, "axes", val_int_tuple(1, (int64_t[]){d}));
+    r = prim_apply(red, 1, &x, &q);
+    params_clear(&q);
+  }
+  r = across_resources(id, ax, r);   /* then across the devices of the axis */
+  if (!r || !rest) return r;
+  Params q;   /* the mesh axes named beside it */
+  params_init(&q);
+  params_add(&q, "axes", val_incref(rest));
+  Value *g = params_get(p, "axis_index_groups");
+  params_add(&q, "axis_index_groups", val_incref(g ? g : VAL_NONE));
+  Value *s = prim_bind(id, 1, &r, &q);
+  params_clear(&q);
+  val_decref(r);
+  return s;
+}
+
+/* psum, pmax, pmin over the vmap axis itself: the positional reduction
+ * of their row over the batch axis (a psum of a value the same for every
+ * example multiplies it by the axis size), then across the mesh axes the
+ * axis is split over and the mesh axes named beside it. */
+static int batch_named_reduce(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
+                              const Params *p, Value **out, int *od) {
+  *od = -1;
+  return (*out = named_reduce(id, x, d, ax, rest, p)) ? 0 : -1;
+}
+
+/* ---- pvary: the invariant-to-varying cast --------------------------------- */
+
+static int shape_pvary(const AVal *in, int nin, const Params *p, AVal *out) {
+  (void)nin, (void)p;
+  aval_copy(out, &in[0]);
+  return 0;
+}
+
+/* A copy: the value is the same on every device, only its type changes. */
+static int kernel_pvary(Array **in, int nin, const Params *p, Array **out) {
+  return prim_table[P_COPY].rules.kernel(in, nin, p, out);
+}
+
+static uint32_t vma_pvary(const uint32_t *in, int nin, const Params *p) {
+  uint32_t m = 0;
+  (void)nin;
+  if (!coll_axes_mask(p, &m)) m = 0;
+  return in[0] | m;
+}
+
+/* pvary's transpose is psum over the axes it added: each device's
+ * cotangent is a part of the invariant value's. */
+static int tr_pvary(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                    const Params *p, Value **cts) {
+  (void)in, (void)lin, (void)nin;
+  uint32_t m = 0;
+  if (!coll_axes_mask(p, &m)) m = 0;
+  return (cts[0] = coll_psum_over(ct[0], m & ~av[0].vma)) ? 0 : -1;
+}
+
+/* ==== the rows ================================================================ */
+
+static const CollRow reduce_rows[] = {
+    {P_AXIS_INDEX, {.shape = coll_shape_axis_index, .kernel = coll_kernel_axis_index,
+                    .vma = coll_vma_axis_index,
+                    .coll = &(const CollRules){.named = COLL_NAMED_ADDS}}},
+    {P_PSUM, {.shape = coll_shape_psum, .kernel = coll_kernel_psum, .vma = coll_vma_psum,
+              .batch = batch_psum, .jvp = jvp_psum, .transpose = tr_psum,
+              .coll = &(const CollRules){.api_name = "psum", .named = COLL_NAMED_REMOVES,
+                                         .reduces = true, .reduce = P_REDUCE_SUM,
+                                         .named_batch = batch_named_reduce}}},
+    {P_PMAX, {.shape = coll_shape_pmax, .kernel = coll_kernel_pmax, .vma = coll_vma_pmax,
+              .batch = batch_pmax, .jvp = jvp_pmax,
+              .coll = &(const CollRules){.api_name = "pmax", .named = COLL_NAMED_REMOVES,
+                                         .reduces = true, .reduce = P_REDUCE_MAX,
+                                         .named_batch = batch_named_reduce}}},
+    {P_PMIN, {.shape = coll_shape_pmin, .kernel = coll_kernel_pmin, .vma = coll_vma_pmin,
+              .batch = batch_pmin, .jvp = jvp_pmin,
+              .coll = &(const CollRules){.api_name = "pmin", .named = COLL_NAMED_REMOVES,
+                                         .reduces = true, .reduce = P_REDUCE_MIN,
+                                         .named_batch = batch_named_reduce}}},
+    {P_PVARY, {.shape = shape_pvary, .kernel = kernel_pvary, .vma = vma_pvary,
+               .batch = batch_pvary, .jvp = jvp_pvary, .transpose = tr_pvary,
+               .coll = &(const CollRules){.named = COLL_NAMED_KEEPS}}},
+};
+
+void coll_reduce_register(void) {
+  coll_register_rows(reduce_rows, sizeof reduce_rows / sizeof *reduce_rows);
 }

@@ -163,7 +163,8 @@ static int x_header_parse(const char *data, size_t len, int source, XHeader *h) 
   memcpy(&w, data, sizeof w);
   if (w.naxes < 0 || w.naxes > DEV_MAX_AXES || w.nin < 0 || w.nin > COLL_MAX_IN ||
       w.ndims < 0 || w.ndims > COLL_MAX_IN * SHM_MAXDIM || w.params_len < 1 ||
-      w.params_len > COLL_PARAMS_CAP || w.nloc < 1 || w.inline_bytes < 0)
+      w.params_len > COLL_PARAMS_CAP || w.nloc < 1 || w.inline_bytes < 0 || w.kind < 0 ||
+      w.kind >= P_COUNT || !prim_table[w.kind].rules.coll || !prim_table[w.kind].rules.coll->api_name)
     goto bad;
   size_t ranks = sizeof w + sizeof(int64_t) * (size_t)w.ndims;
   size_t params = ranks + sizeof(int) * (size_t)w.nloc, end = params + (size_t)w.params_len;

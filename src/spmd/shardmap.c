@@ -1713,12 +1713,6 @@ static Value *tree_collective(BuiltinFn fn, const CallArgs *a) {
   pytree_leaves_free(&l);
   return r;
 }
-#define TREE_COLL(name) \
-  static Value *name##_tree(const CallArgs *a) { return tree_collective(name, a); }
-TREE_COLL(bi_psum) TREE_COLL(bi_pmean) TREE_COLL(bi_pmax) TREE_COLL(bi_pmin)
-TREE_COLL(bi_all_gather) TREE_COLL(bi_psum_scatter) TREE_COLL(bi_ppermute) TREE_COLL(bi_pvary)
-TREE_COLL(bi_pcast) TREE_COLL(bi_pshuffle) TREE_COLL(bi_all_to_all)
-
 /* Calls builtin [fn] on [n] positional arguments. */
 static Value *call_builtin(BuiltinFn fn, int n, Value **args) {
   CallArgs c = {n, args, 0, NULL, NULL};
@@ -1789,61 +1783,86 @@ static Value *shardfn_getattr(Value *self, const char *name) {
   return err_set(ERR_ATTRIBUTE, "'shard_map' object has no attribute '%s'", name);
 }
 
-/* The built-ins that need every device of the body (shardmap_is_collective). */
-static const BuiltinFn group_builtins[] = {
-    bi_psum_tree, bi_pmean_tree, bi_pmax_tree, bi_pmin_tree, bi_all_gather_tree,
-    bi_psum_scatter_tree, bi_ppermute_tree, bi_pshuffle_tree, bi_all_to_all_tree,
-    bi_pbroadcast, bi_pargmax, bi_pargmin, bi_pswapaxes, bi_ragged_all_to_all,
+/* ==== the built-ins' one list ================================================== */
+
+/*
+ * Every built-in of this file, once, in the order they are registered
+ * (each also as lax.NAME; shard_map as jax.shard_map):
+ *   X(name, form, group, doc)
+ *   name   the function is bi_<name>
+ *   form   TREE: applied to each leaf of a pytree operand (tree_collective,
+ *          through the bi_<name>_tree made below); PLAIN: as it is
+ *   group  whether it needs every device of the body (shardmap_is_collective)
+ *   doc    its line for help() and completion
+ */
+#define SHARDMAP_BUILTINS(X)                                                               \
+  X(shard_map, PLAIN, false, "shard_map(f, mesh, in_specs, out_specs, check_rep=True)")    \
+  X(axis_index, PLAIN, false, "axis_index(axis_name): this device's index")               \
+  X(axis_size, PLAIN, false, "axis_size(axis_name): the axis size")                       \
+  X(psum, TREE, true, "psum(x, axis_name, axis_index_groups=None)")                       \
+  X(pmean, TREE, true, "pmean(x, axis_name, axis_index_groups=None)")                     \
+  X(pmax, TREE, true, "pmax(x, axis_name, axis_index_groups=None)")                       \
+  X(pmin, TREE, true, "pmin(x, axis_name, axis_index_groups=None)")                       \
+  X(all_gather, TREE, true, "all_gather(x, axis_name, axis=0, tiled=False)")              \
+  X(psum_scatter, TREE, true, "psum_scatter(x, axis_name, scatter_dimension=0, tiled=False)") \
+  X(ppermute, TREE, true, "ppermute(x, axis_name, perm)")                                 \
+  X(pvary, TREE, false, "pvary(x, axis_name): x, typed as varying over the axes")         \
+  X(pcast, TREE, false, "pcast(x, axis_name, to='varying')")                              \
+  X(pshuffle, TREE, true, "pshuffle(x, axis_name, perm)")                                 \
+  X(all_to_all, TREE, true,                                                                \
+    "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)")                     \
+  X(pbroadcast, PLAIN, true, "pbroadcast(x, axis_name, source): device source's x")       \
+  X(pargmax, PLAIN, true, "pargmax(x, axis_name): the index of the device of the max")    \
+  X(pargmin, PLAIN, true, "pargmin(x, axis_name): the index of the device of the min")    \
+  X(pswapaxes, PLAIN, true,                                                                \
+    "pswapaxes(x, axis_name, axis): all_to_all(x, axis_name, axis, axis)")                \
+  X(ragged_all_to_all, PLAIN, true,                                                        \
+    "ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, "      \
+    "recv_sizes, axis_name=, axis_index_groups=None)")
+
+/* bi_<name>_tree of each TREE built-in, and the function each registers */
+#define TREE_WRAPPER_TREE(name) \
+  static Value *bi_##name##_tree(const CallArgs *a) { return tree_collective(bi_##name, a); }
+#define TREE_WRAPPER_PLAIN(name)
+#define FN_TREE(name) bi_##name##_tree
+#define FN_PLAIN(name) bi_##name
+#define X(name, form, group, doc) TREE_WRAPPER_##form(name)
+SHARDMAP_BUILTINS(X)
+#undef X
+
+static const struct {
+  const char *name;
+  BuiltinFn fn;
+  bool group;
+  const char *doc;
+} shardmap_builtins[] = {
+#define X(name, form, group, doc) {#name, FN_##form(name), group, doc},
+    SHARDMAP_BUILTINS(X)
+#undef X
 };
 
 bool shardmap_is_collective(const Value *fn) {
   if (!fn || fn->type != V_BUILTIN) return false;
-  for (size_t i = 0; i < sizeof group_builtins / sizeof *group_builtins; i++)
-    if (((const Builtin *)fn)->fn == group_builtins[i]) return true;
+  for (size_t i = 0; i < sizeof shardmap_builtins / sizeof *shardmap_builtins; i++)
+    if (shardmap_builtins[i].group && ((const Builtin *)fn)->fn == shardmap_builtins[i].fn)
+      return true;
   return false;
 }
 
 int shardmap_register(Env *b) {
-  static const struct {
-    const char *name;
-    BuiltinFn fn;
-    const char *doc;
-  } fns[] = {
-      {"shard_map", bi_shard_map, "shard_map(f, mesh, in_specs, out_specs, check_rep=True)"},
-      {"axis_index", bi_axis_index, "axis_index(axis_name): this device's index"},
-      {"axis_size", bi_axis_size, "axis_size(axis_name): the axis size"},
-      {"psum", bi_psum_tree, "psum(x, axis_name, axis_index_groups=None)"},
-      {"pmean", bi_pmean_tree, "pmean(x, axis_name, axis_index_groups=None)"},
-      {"pmax", bi_pmax_tree, "pmax(x, axis_name, axis_index_groups=None)"},
-      {"pmin", bi_pmin_tree, "pmin(x, axis_name, axis_index_groups=None)"},
-      {"all_gather", bi_all_gather_tree, "all_gather(x, axis_name, axis=0, tiled=False)"},
-      {"psum_scatter", bi_psum_scatter_tree,
-       "psum_scatter(x, axis_name, scatter_dimension=0, tiled=False)"},
-      {"ppermute", bi_ppermute_tree, "ppermute(x, axis_name, perm)"},
-      {"pvary", bi_pvary_tree, "pvary(x, axis_name): x, typed as varying over the axes"},
-      {"pcast", bi_pcast_tree, "pcast(x, axis_name, to='varying')"},
-      {"pshuffle", bi_pshuffle_tree, "pshuffle(x, axis_name, perm)"},
-      {"all_to_all", bi_all_to_all_tree, "all_to_all(x, axis_name, split_axis, concat_axis, tiled=False)"},
-      {"pbroadcast", bi_pbroadcast, "pbroadcast(x, axis_name, source): device source's x"},
-      {"pargmax", bi_pargmax, "pargmax(x, axis_name): the index of the device of the max"},
-      {"pargmin", bi_pargmin, "pargmin(x, axis_name): the index of the device of the min"},
-      {"pswapaxes", bi_pswapaxes, "pswapaxes(x, axis_name, axis): all_to_all(x, axis_name, axis, axis)"},
-      {"ragged_all_to_all", bi_ragged_all_to_all,
-       "ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, "
-       "recv_sizes, axis_name=, axis_index_groups=None)"},
-  };
   val_register_free(V_SHARDFN, shardfn_free);
   print_register(V_SHARDFN, shardfn_repr, shardfn_repr);
   eval_register_call(V_SHARDFN, shardmap_call);
   ops_register_getattr(V_SHARDFN, shardfn_getattr);
   eval_exec_shard_map = exec_shard_map;
   coll_register_prims();
-  for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+  for (size_t i = 0; i < sizeof shardmap_builtins / sizeof *shardmap_builtins; i++) {
     /* Each is also lax.NAME / jax.lax.NAME; shard_map is jax.shard_map. */
-    Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    const char *name = shardmap_builtins[i].name;
+    Value *v = builtin_new(name, shardmap_builtins[i].fn, shardmap_builtins[i].doc);
     const char *ns = i == 0 ? "jax" : "lax";
-    int rc = v ? env_set(b, intern_cstr(fns[i].name), v) : -1;
-    if (rc == 0) rc = builtins_add_to(ns, fns[i].name, v);
+    int rc = v ? env_set(b, intern_cstr(name), v) : -1;
+    if (rc == 0) rc = builtins_add_to(ns, name, v);
     val_decref(v);
     if (rc < 0) return -1;
   }

@@ -8,7 +8,7 @@
  * tangent.  prim_apply hands every operation with a tracer operand to
  * ad_apply, which picks the innermost trace among the operands (trace ids
  * grow with nesting, so grad of grad works): a JVP trace applies the
- * primitive's JVP rule (array/prim_ad.h) to the unwrapped primals and
+ * primitive's JVP rule (its row's, array/prim.h) to the unwrapped primals and
  * tangents, anything else is staged as before.  A result whose tangent is
  * a symbolic zero (a comparison, argmax, an integer) is the bare primal,
  * so Python control flow on it, and `if x > 0:` on a concrete primal,
@@ -38,7 +38,7 @@
 #include "lang/eval.h"
 
 /* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
- * ad_apply as the tracer hook and the array rules (prim_ad_install).
+ * ad_apply as the tracer hook.
  * Call once at start-up, after jit_register.  0 or -1. */
 int ad_register(Env *builtins);
 

@@ -10,6 +10,7 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
+#include "spmd/collective.h"
 #include "spmd/device.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
@@ -175,281 +176,21 @@ static bool names_axis(const Params *p, const char *name, Value **rest) {
   return found;
 }
 
-/* A reduction over the vmap axis itself: psum, pmax, pmin. */
 /* The named axis's whole size: its block times the mesh axes it is split
  * over (xmap axis_resources). */
 static int64_t global_size(const BatchTrace *b) { return b->size * (b->resources ? b->res_size : 1); }
 
-/* [r] reduced across the mesh axes of [bt]'s resources too (consumed). */
-static Value *across_resources(PrimId id, const BatchTrace *bt, Value *r) {
-  if (!r || !bt->resources) return r;
-  Params q;
-  params_init(&q);
-  params_add(&q, "axes", val_incref(bt->resources));
-  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-  Value *s = prim_bind(id, 1, &r, &q);
-  params_clear(&q);
-  val_decref(r);
-  return s;
-}
-
-static Value *named_reduce(PrimId id, Value *x, int d, const BatchTrace *bt, Value *rest,
-                           const Params *p) {
-  int64_t size = bt->size;
-  PrimId red = id == P_PSUM ? P_REDUCE_SUM : id == P_PMAX ? P_REDUCE_MAX : P_REDUCE_MIN;
-  Value *r;
-  if (d < 0) {   /* the same on every example: psum multiplies */
-    Array *n = id == P_PSUM ? arr_scalar_i64(DT_I32, size, true) : NULL;
-    r = n ? ops_binary(OP_MUL, &n->hdr, x) : val_incref(x);
-    if (n) val_decref(&n->hdr);
-  } else {
-    Params q;
-    params_init(&q);
-    params_add(&q, "axes", val_int_tuple(1, (int64_t[]){d}));
-    r = prim_apply(red, 1, &x, &q);
-    params_clear(&q);
-  }
-  r = across_resources(id, bt, r);   /* then across the devices of the axis */
-  if (!r || !rest) return r;
-  Params q;   /* the mesh axes named beside it */
-  params_init(&q);
-  params_add(&q, "axes", val_incref(rest));
-  Value *g = params_get(p, "axis_index_groups");
-  params_add(&q, "axis_index_groups", val_incref(g ? g : VAL_NONE));
-  Value *s = prim_bind(id, 1, &r, &q);
-  params_clear(&q);
-  val_decref(r);
-  return s;
-}
-
-/* all_gather over the vmap axis: the batch stacked where the gathered axis
- * goes (tiled: merged into that axis); the result is the same for every
- * example. */
-static Value *named_gather(Value *x, int d, int64_t size, const Params *p) {
-  int64_t ax = 0;
-  bool tiled = false;
-  if (params_int(p, "all_gather_dimension", &ax) < 0 ||
-      (params_get(p, "tiled") && params_bool(p, "tiled", &tiled) < 0))
-    return NULL;
-  Value *m = d >= 0 ? prim_batch_moveaxis(x, d, (int)ax) : NULL;
-  if (d < 0) {
-    AVal a;
-    if (prim_value_aval(x, &a) < 0) return NULL;
-    int64_t sh[SHM_MAXDIM], bd[SHM_MAXDIM];
-    for (int i = 0, k = 0; i <= a.ndim; i++) {
-      sh[i] = i == ax ? size : a.shape[k];
-      if (i != ax) bd[k] = i, k++;
-    }
-    Params q;
-    params_init(&q);
-    params_add(&q, "shape", val_int_tuple(a.ndim + 1, sh));
-    params_add(&q, "broadcast_dimensions", val_int_tuple(a.ndim, bd));
-    m = prim_apply(P_BROADCAST_IN_DIM, 1, &x, &q);
-    params_clear(&q);
-  }
-  if (!m || !tiled) return m;
-  AVal a;
-  prim_value_aval(m, &a);
-  int64_t sh[SHM_MAXDIM];
-  for (int i = 0, k = 0; i < a.ndim; i++) {
-    if (i == ax + 1) continue;
-    sh[k++] = i == ax ? a.shape[ax] * a.shape[ax + 1] : a.shape[i];
-  }
-  Params q;
-  params_init(&q);
-  params_add(&q, "new_sizes", val_int_tuple(a.ndim - 1, sh));
-  params_add(&q, "dimensions", val_incref(VAL_NONE));
-  Value *r = prim_apply(P_RESHAPE, 1, &m, &q);
-  params_clear(&q);
-  val_decref(m);
-  return r;
-}
-
-/* ppermute over the vmap axis: example dst takes example src's value for
- * each (src, dst) pair, zeros where no pair sends (a gather along the
- * batch axis). */
-static Value *named_permute(Value *x, int d, int64_t size, const Params *p, int *od) {
-  Value *perm = params_get(p, "perm");
-  size_t n, k;
-  Value *const *items, *const *pr;
-  if (!perm || !val_seq(perm, &n, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
-  int64_t one = size;
-  Array *idx = arr_zeros(DT_I32, 1, &one), *mask = arr_zeros(DT_BOOL, 1, &one);
-  bool all = true;
-  if (!idx || !mask) goto fail;
-  for (size_t i = 0; i < n; i++) {
-    int64_t s, t;
-    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s) < 0 ||
-        arr_to_index(pr[1], &t) < 0 || s < 0 || t < 0 || s >= size || t >= size) {
-      err_clear();
-      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld",
-              (long long)size);
-      goto fail;
-    }
-    ((int32_t *)arr_data(idx))[t] = (int32_t)s;
-    ((uint8_t *)arr_data(mask))[t] = 1;
-  }
-  for (int64_t i = 0; i < size; i++) all &= ((uint8_t *)arr_data(mask))[i] != 0;
-  if (d < 0) {   /* the same value everywhere: it moves onto itself */
-    val_decref(&idx->hdr);
-    val_decref(&mask->hdr);
-    *od = -1;
-    return val_incref(x);
-  }
-  Params q;
-  params_init(&q);
-  params_add(&q, "axis", val_int(d));
-  Value *g = prim_apply_rule(P_GATHER, 2, (Value *[]){x, &idx->hdr}, &q), *r = g;
-  if (g && !all) {   /* zeros where nothing arrives */
-    AVal a;
-    prim_value_aval(g, &a);
-    int64_t bd[1] = {d};
-    params_init(&q);
-    params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
-    params_add(&q, "broadcast_dimensions", val_int_tuple(1, bd));
-    Value *mv = &mask->hdr;
-    Value *mb = prim_apply_rule(P_BROADCAST_IN_DIM, 1, &mv, &q);
-    Array *z = arr_scalar_f64(a.dtype, 0.0, false);
-    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
-    if (mb) val_decref(mb);
-    if (z) val_decref(&z->hdr);
-    val_decref(g);
-  }
-  val_decref(&idx->hdr);
-  val_decref(&mask->hdr);
-  *od = d;
-  return r;
-fail:
-  if (idx) val_decref(&idx->hdr);
-  if (mask) val_decref(&mask->hdr);
-  return NULL;
-}
-
-/* all_gather over a named axis split over mesh axes (axis_resources): the
- * device's blocks gathered locally ([g], consumed), then the devices'
- * concatenated along the same axis in device order, which is the named
- * axis's order (its block j of device k is index k * block + j). */
-static Value *gather_across(const BatchTrace *bt, Value *g, const Params *p) {
-  if (!g || !bt->resources) return g;
-  int64_t ax = 0;
-  if (params_int(p, "all_gather_dimension", &ax) < 0) {
-    val_decref(g);
-    return NULL;
-  }
-  Params q;
-  params_init(&q);
-  params_add(&q, "axis_name", val_incref(bt->resources));
-  params_add(&q, "all_gather_dimension", val_int(ax));
-  params_add(&q, "axis_size", val_int(bt->res_size));
-  params_add(&q, "tiled", val_bool(true));
-  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-  Value *r = prim_bind(P_ALL_GATHER, 1, &g, &q);
-  params_clear(&q);
-  val_decref(g);
-  return r;
-}
-
-/* ppermute (and pshuffle) over a named axis split over mesh axes: the
- * whole axis gathered from every device, then each device takes, for each
- * position of its block, the source the perm gives it (zeros where none):
- * correct for any permutation, at the cost of one all_gather. */
-static Value *permute_across(const BatchTrace *bt, Value *x, int d, const Params *p, int *od) {
-  int64_t n = global_size(bt), b = bt->size;
-  Value *perm = params_get(p, "perm");
-  size_t np, k;
-  Value *const *items, *const *pr;
-  if (!perm || !val_seq(perm, &np, &items)) return err_set(ERR_VALUE, "ppermute: no perm");
-  Array *src = arr_zeros(DT_I32, 1, &n), *has = arr_zeros(DT_BOOL, 1, &n);
-  Value *r = NULL, *whole = NULL, *local = NULL, *dev = NULL, *pos = NULL, *si = NULL, *hi = NULL;
-  if (!src || !has) goto out;
-  for (size_t i = 0; i < np; i++) {
-    int64_t s0, t0;
-    if (!val_seq(items[i], &k, &pr) || k != 2 || arr_to_index(pr[0], &s0) < 0 ||
-        arr_to_index(pr[1], &t0) < 0 || s0 < 0 || t0 < 0 || s0 >= n || t0 >= n) {
-      err_clear();
-      err_set(ERR_VALUE, "ppermute: perm pairs must be indices into the axis of size %lld", (long long)n);
-      goto out;
-    }
-    ((int32_t *)arr_data(src))[t0] = (int32_t)s0;
-    ((uint8_t *)arr_data(has))[t0] = 1;
-  }
-  /* the whole axis, first: this device's block moved to the front, then
-   * every device's concatenated in order */
-  local = d >= 0 ? prim_batch_moveaxis(x, d, 0) : prim_batch_repeat_front(x, b);
-  if (!local) goto out;
-  Params q;
-  params_init(&q);
-  params_add(&q, "axis_name", val_incref(bt->resources));
-  params_add(&q, "all_gather_dimension", val_int(0));
-  params_add(&q, "axis_size", val_int(bt->res_size));
-  params_add(&q, "tiled", val_bool(true));
-  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-  whole = prim_bind(P_ALL_GATHER, 1, &local, &q);
-  params_clear(&q);
-  /* this device's positions along the axis, and their sources */
-  params_init(&q);
-  params_add(&q, "axis_name", val_incref(bt->resources));
-  dev = whole ? prim_bind(P_AXIS_INDEX, 0, NULL, &q) : NULL;
-  params_clear(&q);
-  params_init(&q);
-  params_add(&q, "dtype", dtype_value(DT_I32));
-  params_add(&q, "shape", val_int_tuple(1, &b));
-  params_add(&q, "dimension", val_int(0));
-  Value *io = dev ? prim_apply(P_IOTA, 0, NULL, &q) : NULL;
-  params_clear(&q);
-  Value *bv = io ? val_int(b) : NULL, *start = bv ? ops_binary(OP_MUL, dev, bv) : NULL;
-  pos = start ? ops_binary(OP_ADD, io, start) : NULL;
-  if (io) val_decref(io);
-  if (bv) val_decref(bv);
-  if (start) val_decref(start);
-  params_init(&q);
-  params_add(&q, "axis", val_int(0));
-  si = pos ? prim_apply(P_GATHER, 2, (Value *[]){&src->hdr, pos}, &q) : NULL;
-  hi = si ? prim_apply(P_GATHER, 2, (Value *[]){&has->hdr, pos}, &q) : NULL;
-  Value *g = hi ? prim_apply(P_GATHER, 2, (Value *[]){whole, si}, &q) : NULL;
-  params_clear(&q);
-  if (g) {   /* zeros where nothing arrives */
-    AVal ga;
-    prim_value_aval(g, &ga);
-    params_init(&q);
-    params_add(&q, "shape", val_int_tuple(ga.ndim, ga.shape));
-    params_add(&q, "broadcast_dimensions", val_int_tuple(1, (int64_t[]){0}));
-    Value *mb = prim_apply(P_BROADCAST_IN_DIM, 1, &hi, &q);
-    params_clear(&q);
-    Array *z = arr_scalar_f64(ga.dtype, 0.0, false);
-    r = mb && z ? ops_select(mb, g, &z->hdr) : NULL;
-    if (mb) val_decref(mb);
-    if (z) val_decref(&z->hdr);
-    val_decref(g);
-  }
-  *od = 0;
-out:
-  if (src) val_decref(&src->hdr);
-  if (has) val_decref(&has->hdr);
-  Value *tmp[] = {whole, local, dev, pos, si, hi};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-    if (tmp[i]) val_decref(tmp[i]);
-  return r;
-}
-
-/* A collective over the vmap axis's name; [*od]: the result's batch axis
+/* A collective over the vmap axis's name, by its row's named-axis
+ * batching rule (CollRules.named_batch); [*od]: the result's batch axis
  * (-1: the same for every example). */
 static Value *named_collective(BatchTrace *bt, PrimId id, Value *x, int d, Value *rest,
                                const Params *p, int *od) {
   *od = -1;
-  switch (id) {
-  case P_PSUM: case P_PMAX: case P_PMIN:
-    return named_reduce(id, x, d, bt, rest, p);
-  case P_ALL_GATHER:
-    if (!rest) return gather_across(bt, named_gather(x, d, bt->size, p), p);
-    break;
-  case P_PPERMUTE:
-    if (bt->resources && !rest) return permute_across(bt, x, d, p, od);
-    if (!rest) return named_permute(x, d, bt->size, p, od);
-    break;
-  default:
-    break;
-  }
+  const CollRules *c = prim_table[id].rules.coll;
+  CollNamedAxis ax = {bt->name, bt->size, bt->resources, bt->res_size};
+  Value *r = NULL;
+  int rc = c && c->named_batch ? c->named_batch(id, x, d, &ax, rest, p, &r, od) : COLL_NAMED_MISSING;
+  if (rc != COLL_NAMED_MISSING) return rc == 0 ? r : NULL;
   return err_set(ERR_NOT_IMPLEMENTED, "%s over the vmap axis '%s'%s is not implemented",
                  prim_table[id].name, bt->name,
                  bt->resources ? " with axis_resources" : rest ? " together with mesh axes" : "");
@@ -1074,36 +815,14 @@ static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
   return 0;
 }
 
-/* The product of [x] over named axis [nm] of [size] (JAX has no pprod):
- * every index's value gathered in a new leading axis (all_gather; copies
- * when [carried] is false), then multiplied along it; exact in [x]'s
- * dtype, zeros and signs included. */
-static Value *named_prod(Value *x, Value *nm, int64_t size, bool carried) {
-  Params q;
-  params_init(&q);
-  params_add(&q, "axis_name", tuple_pack(1, &nm));
-  params_add(&q, "all_gather_dimension", val_int(0));
-  params_add(&q, "axis_size", val_int(size));
-  params_add(&q, "tiled", val_bool(false));
-  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
-  Value *g = carried ? prim_bind(P_ALL_GATHER, 1, &x, &q) : prim_batch_repeat_front(x, size);
-  params_clear(&q);
-  if (!g) return NULL;
-  params_init(&q);
-  params_add(&q, "axes", val_int_tuple(1, (int64_t[]){0}));
-  Value *r = prim_bind(P_REDUCE_PROD, 1, &g, &q);
-  params_clear(&q);
-  val_decref(g);
-  return r;
-}
-
 /* [x] reduced over one named axis [nm] as [kind] (sum, max, min: the
- * collective; prod: named_prod); *size gets the axis's size. */
+ * collective whose row reduces so; prod: coll_named_prod); *size gets
+ * the axis's size. */
 static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
   bool named;
   if (reduce_axis_size(str_cstr(nm), size, &named) < 0) return NULL;
   bool same = named && !vmap_carries(x, str_cstr(nm));   /* the same at every index */
-  if (kind == P_REDUCE_PROD) return named_prod(x, nm, *size, !same);
+  if (kind == P_REDUCE_PROD) return coll_named_prod(x, nm, *size, !same);
   if (same) {
     if (kind != P_REDUCE_SUM) return val_incref(x);
     Array *n = arr_scalar_i64(DT_I32, *size, true);
@@ -1111,7 +830,9 @@ static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
     if (n) val_decref(&n->hdr);
     return r;
   }
-  PrimId coll = kind == P_REDUCE_SUM ? P_PSUM : kind == P_REDUCE_MAX ? P_PMAX : P_PMIN;
+  int coll = coll_for_reduce(kind);
+  if (coll < 0)
+    return err_set(ERR_NOT_IMPLEMENTED, "%s over a named axis is not implemented", prim_table[kind].name);
   Params p;
   params_init(&p);
   params_add(&p, "axes", tuple_pack(1, &nm));

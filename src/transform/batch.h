@@ -8,7 +8,7 @@
  * batch of its argument with the position of the batch axis.  Every
  * operation reaches the primitive table through prim_apply, whose hook
  * gives the innermost trace among the operands its turn; a batch trace
- * applies the primitive's batching rule (array/prim_batch.h) to the
+ * applies the primitive's batching rule (its row's, array/prim.h) to the
  * batched values, or, where a rule leaves a case open, the primitive to
  * each example in turn.  Results that do not depend on the batch stay
  * unbatched.  So vmap nests, composes with grad and jit in every order,
@@ -26,7 +26,7 @@
 
 #include "lang/eval.h"
 
-/* Registers vmap (also jax.vmap), the batching rules (prim_batch_install)
+/* Registers vmap (also jax.vmap), the batching hooks
  * and the batch tracer's handlers.  Call once at start-up, after
  * jit_register.  0 or -1. */
 int batch_register(Env *builtins);

@@ -15,6 +15,7 @@
 #include "lang/ops.h"
 #include "array/print.h"
 #include "base/intern.h"
+#include "spmd/collective.h"
 #include "transform/trace.h"
 
 struct Trace {
@@ -207,8 +208,17 @@ static int axis_rank(const Trace *from, const char *name) {
   return rank;   /* larger: further out, earlier */
 }
 
+/* The effect of [prim] on named shapes: its row's (CollRules.named).
+ * pdot, an xmap body's contraction, removes the names it contracts. */
+static CollNamed named_effect(PrimId prim) {
+  const CollRules *c = prim_table[prim].rules.coll;
+  if (c) return c->named;
+  return prim == P_PDOT ? COLL_NAMED_REMOVES : COLL_NAMED_KEEPS;
+}
+
 /* The named shape of the outputs of [prim] over [in] in [t]: the union
- * of the operands', then the names the collective removes or adds. */
+ * of the operands', then the names the equation removes or adds (those
+ * its `axes`, else `axis_name`, parameter lists). */
 static int out_named(Trace *t, PrimId prim, const Params *p, int nin, Value **in, NamedShape *ns) {
   ns->n = 0;
   for (int i = 0; i < nin; i++) {
@@ -217,8 +227,9 @@ static int out_named(Trace *t, PrimId prim, const Params *p, int nin, Value **in
       if (plan_named_add(ns, o->name[k], o->size[k]) < 0) return -1;
   }
   if (axes_clash(t, ns) < 0) return -1;
-  bool reduces = prim == P_PSUM || prim == P_PMAX || prim == P_PMIN;
-  Value *axes = p ? params_get(p, reduces ? "axes" : "axis_name") : NULL;
+  CollNamed effect = named_effect(prim);
+  Value *axes = p && effect != COLL_NAMED_KEEPS ? params_get(p, "axes") : NULL;
+  if (p && effect != COLL_NAMED_KEEPS && !axes) axes = params_get(p, "axis_name");
   size_t n = 1;
   Value *const *items = &axes;
   if (axes && axes->type != V_STR && !val_seq(axes, &n, &items)) axes = NULL;
@@ -226,9 +237,9 @@ static int out_named(Trace *t, PrimId prim, const Params *p, int nin, Value **in
     if (items[i]->type != V_STR) continue;
     const char *nm = intern_cstr(str_cstr(items[i]));
     int64_t size;
-    if (prim == P_PSUM || prim == P_PMAX || prim == P_PMIN || prim == P_ALL_GATHER || prim == P_PDOT)
+    if (effect == COLL_NAMED_REMOVES)
       plan_named_remove(ns, nm);
-    else if (prim == P_AXIS_INDEX && trace_axis_size(nm, &size) && plan_named_add(ns, nm, size) < 0)
+    else if (trace_axis_size(nm, &size) && plan_named_add(ns, nm, size) < 0)
       return -1;
   }
   for (int i = 1; i < ns->n; i++)   /* in the order the names came in */

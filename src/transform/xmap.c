@@ -10,6 +10,7 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
+#include "spmd/collective.h"
 #include "spmd/device.h"
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
@@ -1030,13 +1031,12 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
     }
     return prim_bind(e->prim, e->nin, in, ps);
   }
-  case P_PSUM: case P_PMAX: case P_PMIN:
-    if (!g || g == VAL_NONE)
-      return ops_named_reduce(e->prim == P_PSUM ? P_REDUCE_SUM : e->prim == P_PMAX ? P_REDUCE_MAX
-                                                                                 : P_REDUCE_MIN,
-                              in[0], params_get(ps, "axes"), NULL);
-    /* fall through */
-  default: return prim_bind(e->prim, e->nin, in, ps);
+  default: {   /* psum, pmax, pmin: their row's positional reduction */
+    const CollRules *c = prim_table[e->prim].rules.coll;
+    if (c && c->reduces && (!g || g == VAL_NONE))
+      return ops_named_reduce(c->reduce, in[0], params_get(ps, "axes"), NULL);
+    return prim_bind(e->prim, e->nin, in, ps);
+  }
   }
 }
 

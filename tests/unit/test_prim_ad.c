@@ -1,9 +1,10 @@
 /*
  * test_prim_ad.c - the transformation rules of the primitive table
- * (prim_ad.c, prim_batch.c, spmd/collective_ad.c): every primitive has a
- * batching rule and a JVP rule or is listed here as lacking one (so a
- * primitive added without rules fails this test), every linear one has a
- * transpose rule, and each transpose rule is the adjoint of its
+ * (prim_ad.c, prim_batch.c, the collectives' family files in spmd/):
+ * every primitive has a batching rule and a JVP rule or is listed here as
+ * lacking one (so a primitive added without rules fails this test), every
+ * linear one has a transpose rule, every collective its named-axis slots
+ * (CollRules), and each transpose rule is the adjoint of its
  * primitive: <ct, f(x)> = <f^T(ct), x> for random float64 x and ct.  The
  * derivatives themselves are checked against finite differences, every
  * primitive of the table, by tests/lang/grad_every_primitive.shm (which
@@ -58,6 +59,39 @@ static bool listed(const char *const *l, const char *name) {
   return false;
 }
 
+/* The collectives' own slots (spmd/collective.h, CollRules): every
+ * collective has them; exactly those the collective engine runs have a
+ * jax.lax name for its messages; a reduction over named axes names the
+ * positional reduction it is, batches over a named axis, and is what
+ * coll_for_reduce finds for that reduction; all_gather removes named
+ * axes and axis_index adds one. */
+static const char *const engine_runs[] = {"psum", "pmax", "pmin", "all_gather", "reduce_scatter",
+                                          "ppermute", "all_to_all", "ragged_all_to_all", NULL};
+static const char *const reduces_as[][2] = {{"psum", "reduce_sum"}, {"pmax", "reduce_max"},
+                                            {"pmin", "reduce_min"}};
+
+static void check_named_rules(void) {
+  for (int i = 0; i < P_COUNT; i++) {
+    const PrimInfo *p = &prim_table[i];
+    const CollRules *c = p->rules.coll;
+    if (p->kind != PK_COLLECTIVE) continue;
+    ck_assert_msg(c != NULL, "%s: no CollRules", p->name);
+    ck_assert_msg((c->api_name != NULL) == listed(engine_runs, p->name),
+                  "%s: the engine's name and engine_runs disagree", p->name);
+    ck_assert_msg(!c->reduces || prim_table[c->reduce].kind == PK_REDUCE,
+                  "%s: reduces as a primitive that is no reduction", p->name);
+    ck_assert_msg(!c->reduces || c->named_batch, "%s: a reduction with no named batching", p->name);
+  }
+  for (size_t k = 0; k < sizeof reduces_as / sizeof *reduces_as; k++) {
+    int coll = prim_lookup(reduces_as[k][0]), red = prim_lookup(reduces_as[k][1]);
+    ck_assert_int_eq(coll_for_reduce((PrimId)red), coll);
+  }
+  ck_assert_int_eq(coll_for_reduce((PrimId)prim_lookup("reduce_prod")), -1);
+  ck_assert_int_eq(prim_table[prim_lookup("all_gather")].rules.coll->named, COLL_NAMED_REMOVES);
+  ck_assert_int_eq(prim_table[prim_lookup("axis_index")].rules.coll->named, COLL_NAMED_ADDS);
+  ck_assert_str_eq(prim_table[prim_lookup("reduce_scatter")].rules.coll->api_name, "psum_scatter");
+}
+
 START_TEST(tc_every_primitive_has_rules) {
   coll_register_prims();
   for (int i = 0; i < P_COUNT; i++) {
@@ -84,6 +118,7 @@ START_TEST(tc_every_primitive_has_rules) {
     if (listed(linear, p->name))
       ck_assert_msg(p->rules.transpose != NULL, "%s: linear, but no transpose rule", p->name);
   }
+  check_named_rules();
 }
 END_TEST
 
