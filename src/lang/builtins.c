@@ -22,6 +22,7 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "lang/exceptions.h"
+#include "lang/hostnp.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
@@ -1026,7 +1027,7 @@ static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_fun
     *ns_special, *ns_maps, *ns_random, *ns_sharding;
 
 Value *builtins_namespace(const char *name) {
-  if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
+  if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy")) return ns_jnp;
   if (!strcmp(name, "lax") || !strcmp(name, "jax.lax")) return ns_lax;
   if (!strcmp(name, "jax.nn")) return ns_nn;
   if (!strcmp(name, "jax")) return ns_jax;
@@ -1037,7 +1038,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
-  return NULL;
+  return hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
 }
 
 int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc) {
@@ -1158,7 +1159,7 @@ int builtins_register(Env *e) {
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
       dict_set_str(jg, "sharding", ns_sharding) < 0 ||
-      pytree_register() < 0 || builtins_random_register(e) < 0)
+      pytree_register() < 0 || builtins_random_register(e) < 0 || hostnp_register() < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)

@@ -1,0 +1,37 @@
+/*
+ * hostnp.h - host NumPy: the `numpy` module a script imports beside
+ * jax.numpy (`import numpy as np`), with NumPy's defaults rather than
+ * JAX's: float64 and int64 where NumPy makes them, `dtype=float` is
+ * float64, and numpy.random draws NumPy's own numbers (hostnp_random.c).
+ *
+ * A host array is an ordinary shmap array of NumPy's dtype, so it meets
+ * jax.numpy and the operators as any array of that dtype does (64-bit
+ * arrays exist when asked for: LANGUAGE.md section 2).  What of NumPy is
+ * here is listed in shmap(7), HOST NUMPY; any other name is an
+ * AttributeError naming it, never a jax.numpy function under NumPy's name.
+ */
+#ifndef SHMAP_HOSTNP_H
+#define SHMAP_HOSTNP_H
+
+#include "base/value.h"
+
+/* The module [name] ("numpy", "numpy.random", "numpy.testing") or NULL;
+ * borrowed, made by hostnp_register. */
+Value *hostnp_namespace(const char *name);
+
+/* Makes the modules; main thread, at start-up, after the jax.numpy
+ * namespace exists (its functions are what most of NumPy's delegate to).
+ * 0, or -1 with the error set. */
+int hostnp_register(void);
+
+/* A `dtype=` argument read as NumPy reads it: the built-ins int and float
+ * are int64 and float64 (ops_dtype_arg otherwise); -1 in [*out] for
+ * None or absent.  0, or -1 with the error set. */
+int hostnp_dtype_arg(Value *v, int *out);
+
+/* Fills the numpy.random module's [globals] (a Dict): the legacy
+ * functions over np.random's RandomState, RandomState and default_rng.
+ * (hostnp_random.c) */
+int hostnp_random_register(Value *globals);
+
+#endif
