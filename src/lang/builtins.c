@@ -23,6 +23,7 @@
 #include "lang/builtins.h"
 #include "lang/exceptions.h"
 #include "lang/hostnp.h"
+#include "lang/stdmod.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
@@ -1038,7 +1039,8 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
-  return hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
+  Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
+  return np ? np : stdmod_namespace(name);
 }
 
 int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc) {
@@ -1159,7 +1161,8 @@ int builtins_register(Env *e) {
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
       dict_set_str(jg, "sharding", ns_sharding) < 0 ||
-      pytree_register() < 0 || builtins_random_register(e) < 0 || hostnp_register() < 0)
+      pytree_register() < 0 || builtins_random_register(e) < 0 || hostnp_register() < 0 ||
+      stdmod_register(ns_functools) < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)
