@@ -1025,7 +1025,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random, *ns_sharding;
+    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy")) return ns_jnp;
@@ -1037,6 +1037,9 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "functools")) return ns_functools;
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
+  if (!strcmp(name, "jax.experimental")) return ns_experimental;
+  if (!strcmp(name, "jax.experimental.shard_map")) return ns_exp_shard_map;   /* JAX's old homes */
+  if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
   Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
@@ -1122,7 +1125,10 @@ int builtins_register(Env *e) {
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
     ns_sharding = new_namespace("jax.sharding");
-    if (!ns_sharding ||
+    ns_experimental = new_namespace("jax.experimental");
+    ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
+    ns_exp_pjit = new_namespace("jax.experimental.pjit");
+    if (!ns_sharding || !ns_experimental || !ns_exp_shard_map || !ns_exp_pjit ||
         !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;
@@ -1160,7 +1166,10 @@ int builtins_register(Env *e) {
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
-      dict_set_str(jg, "sharding", ns_sharding) < 0 ||
+      dict_set_str(jg, "sharding", ns_sharding) < 0 || dict_set_str(jg, "experimental", ns_experimental) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "pjit", ns_exp_pjit) < 0 ||
       pytree_register() < 0 || builtins_random_register(e) < 0 || hostnp_register() < 0 ||
       stdmod_register(ns_functools) < 0)
     return -1;
