@@ -1034,7 +1034,10 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax")) return ns_jax;
   if (!strcmp(name, "jax.tree_util")) return ns_tree_util;
   if (!strcmp(name, "jax.tree")) return ns_tree;
-  if (!strcmp(name, "functools")) return ns_functools;
+  if (!strcmp(name, "functools")) {   /* stdmod's: partial and the rest */
+    Value *ft = stdmod_namespace(name);
+    return ft ? ft : ns_functools;
+  }
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.experimental")) return ns_experimental;
@@ -1170,8 +1173,8 @@ int builtins_register(Env *e) {
       dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "pjit", ns_exp_pjit) < 0 ||
-      pytree_register() < 0 || builtins_random_register(e) < 0 || hostnp_register() < 0 ||
-      stdmod_register(ns_functools) < 0)
+      pytree_register() < 0 || builtins_random_register(e) < 0 ||
+      stdmod_register(dict_get_str(((Module *)ns_functools)->globals, "partial")) < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)

@@ -14,6 +14,7 @@
  * hostnp_random.c.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "base/mem.h"
@@ -25,11 +26,20 @@
 
 static Value *ns_np, *ns_random, *ns_testing;
 
+static int make_modules(void);
+
+/* The modules are made at the first import of one of them, so a script
+ * that imports none pays nothing for them; the lock makes that once. */
+static pthread_mutex_t make_lock = PTHREAD_MUTEX_INITIALIZER;
+
 Value *hostnp_namespace(const char *name) {
-  if (!strcmp(name, "numpy")) return ns_np;
-  if (!strcmp(name, "numpy.random")) return ns_random;
-  if (!strcmp(name, "numpy.testing")) return ns_testing;
-  return NULL;
+  Value *const *which = !strcmp(name, "numpy") ? &ns_np : !strcmp(name, "numpy.random") ? &ns_random
+                      : !strcmp(name, "numpy.testing") ? &ns_testing : NULL;
+  if (!which) return NULL;
+  pthread_mutex_lock(&make_lock);
+  Value *m = ns_np || make_modules() == 0 ? *which : NULL;
+  pthread_mutex_unlock(&make_lock);
+  return m;
 }
 
 int hostnp_dtype_arg(Value *v, int *out) {
@@ -353,22 +363,27 @@ static int bind_names(Value *g) {
   return 0;
 }
 
-int hostnp_register(void) {
-  if (!(ns_np = new_module("numpy")) || !(ns_random = new_module("numpy.random")) ||
-      !(ns_testing = new_module("numpy.testing")))
-    return -1;
-  Value *g = ((Module *)ns_np)->globals;
+/* Makes numpy, numpy.random and numpy.testing; published together, and
+ * only when all are made (modules are static: a failure leaves garbage,
+ * not a half module). */
+static int make_modules(void) {
+  Value *np = new_module("numpy"), *random = new_module("numpy.random"), *testing = new_module("numpy.testing");
+  if (!np || !random || !testing) return -1;
+  Value *g = ((Module *)np)->globals;
   for (size_t i = 0; i < sizeof delegated / sizeof delegated[0]; i++)
     if (bind_delegated((Dict *)g, delegated[i].fn, delegated[i].names) < 0) return -1;
-  if (bind_names(g) < 0 || hostnp_random_register(((Module *)ns_random)->globals) < 0 ||
-      set_builtin(ns_testing, "assert_allclose", np_assert_allclose,
+  if (bind_names(g) < 0 || hostnp_random_register(((Module *)random)->globals) < 0 ||
+      set_builtin(testing, "assert_allclose", np_assert_allclose,
                   "assert_allclose(actual, desired, rtol=1e-07, atol=0, equal_nan=True, err_msg='')") < 0 ||
-      set_builtin(ns_testing, "assert_array_equal", np_assert_array_equal,
+      set_builtin(testing, "assert_array_equal", np_assert_array_equal,
                   "assert_array_equal(x, y, err_msg='')") < 0 ||
-      set_builtin(ns_testing, "assert_equal", np_assert_array_equal, "assert_equal(actual, desired)") < 0 ||
-      set_builtin(ns_testing, "assert_array_almost_equal", np_assert_array_almost_equal,
+      set_builtin(testing, "assert_equal", np_assert_array_equal, "assert_equal(actual, desired)") < 0 ||
+      set_builtin(testing, "assert_array_almost_equal", np_assert_array_almost_equal,
                   "assert_array_almost_equal(x, y, decimal=6)") < 0 ||
-      dict_set_str(g, "random", ns_random) < 0 || dict_set_str(g, "testing", ns_testing) < 0)
+      dict_set_str(g, "random", random) < 0 || dict_set_str(g, "testing", testing) < 0)
     return -1;
+  ns_testing = testing;
+  ns_random = random;
+  ns_np = np;
   return 0;
 }

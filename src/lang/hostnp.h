@@ -15,14 +15,11 @@
 
 #include "base/value.h"
 
-/* The module [name] ("numpy", "numpy.random", "numpy.testing") or NULL;
- * borrowed, made by hostnp_register. */
+/* The module [name] ("numpy", "numpy.random", "numpy.testing"), made at
+ * the first call for any of them (any thread; the jax.numpy namespace,
+ * whose functions most of NumPy's delegate to, exists by then), or NULL:
+ * another name, or out of memory with the error set.  Borrowed. */
 Value *hostnp_namespace(const char *name);
-
-/* Makes the modules; main thread, at start-up, after the jax.numpy
- * namespace exists (its functions are what most of NumPy's delegate to).
- * 0, or -1 with the error set. */
-int hostnp_register(void);
 
 /* A `dtype=` argument read as NumPy reads it: the built-ins int and float
  * are int64 and float64 (ops_dtype_arg otherwise); -1 in [*out] for

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +34,28 @@
 
 extern char **environ;
 
-enum { M_MATH, M_TIME, M_OS, M_OS_PATH, M_SYS, M_TYPING, M_FUTURE, M_COLLECTIONS, M_ITERTOOLS,
-       M_OPERATOR, M_COUNT };
+enum { M_MATH, M_TIME, M_OS, M_OS_PATH, M_SYS, M_TYPING, M_FUTURE, M_COLLECTIONS, M_FUNCTOOLS,
+       M_ITERTOOLS, M_OPERATOR, M_COUNT };
 static const char *const mod_names[M_COUNT] = {
-  "math", "time", "os", "os.path", "sys", "typing", "__future__", "collections", "itertools",
-  "operator"};
+  "math", "time", "os", "os.path", "sys", "typing", "__future__", "collections", "functools",
+  "itertools", "operator"};
 static Value *mods[M_COUNT];
 
+static int make_module(int i);
+static Value *partial_fn;   /* functools.partial, made by builtins.c */
+
+/* Each module is made at its first import, so a script that imports none
+ * pays nothing for them; the lock makes that once. */
+static pthread_mutex_t make_lock = PTHREAD_MUTEX_INITIALIZER;
+
 Value *stdmod_namespace(const char *name) {
-  for (int i = 0; i < M_COUNT; i++)
-    if (mods[i] && !strcmp(name, mod_names[i])) return mods[i];
-  return NULL;
+  int i = 0;
+  while (i < M_COUNT && strcmp(name, mod_names[i])) i++;
+  if (i == M_COUNT || !partial_fn) return NULL;   /* before start-up ends: builtins.c's own */
+  pthread_mutex_lock(&make_lock);
+  Value *m = mods[i] || make_module(i) == 0 ? mods[i] : NULL;
+  pthread_mutex_unlock(&make_lock);
+  return m;
 }
 
 int stdmod_add(Value *m, const char *name, BuiltinFn fn, const char *doc) {
@@ -745,7 +757,6 @@ static int make_typing(Value *m) {
     p += n + (p[n] == ' ');
     if (set_steal(m, name, form_new(name)) < 0) return -1;
   }
-  ops_register_getitem(&form_type, form_getitem);
   return set_steal(m, "TYPE_CHECKING", val_bool(false)) < 0 ? -1 : stdmod_add_all(m, typing_fns);
 }
 
@@ -768,17 +779,46 @@ static int make_collections(Value *m) {
 
 /* ==== registration ================================================================ */
 
-int stdmod_register(Value *ft) {
-  for (int i = 0; i < M_COUNT; i++) {
-    Value *g = dict_new();
-    mods[i] = g ? module_new(mod_names[i], g) : NULL;
-    val_decref(g);
-    if (!mods[i]) return -1;
+static Value *new_module(int i) {
+  Value *g = dict_new();
+  Value *m = g ? module_new(mod_names[i], g) : NULL;
+  val_decref(g);
+  return m;
+}
+
+/* Makes module [i] (os and os.path together) and publishes it once it is
+ * whole (modules are static: a failure leaves garbage, not half a module). */
+static int make_module(int i) {
+  if (i == M_OS || i == M_OS_PATH) {
+    Value *os = new_module(M_OS), *path = new_module(M_OS_PATH);
+    if (!os || !path || make_os(os, path) < 0) return -1;
+    mods[M_OS_PATH] = path;
+    mods[M_OS] = os;
+    return 0;
   }
-  if (make_math(mods[M_MATH]) < 0 || stdmod_add_all(mods[M_TIME], time_fns) < 0 ||
-      make_os(mods[M_OS], mods[M_OS_PATH]) < 0 || make_sys(mods[M_SYS]) < 0 ||
-      make_typing(mods[M_TYPING]) < 0 || make_future(mods[M_FUTURE]) < 0 ||
-      make_collections(mods[M_COLLECTIONS]) < 0)
-    return -1;
-  return stdmod_func_register(ft, mods[M_ITERTOOLS], mods[M_OPERATOR]);
+  Value *m = new_module(i);
+  if (!m) return -1;
+  int rc = -1;
+  switch (i) {
+  case M_MATH: rc = make_math(m); break;
+  case M_TIME: rc = stdmod_add_all(m, time_fns); break;
+  case M_SYS: rc = make_sys(m); break;
+  case M_TYPING: rc = make_typing(m); break;
+  case M_FUTURE: rc = make_future(m); break;
+  case M_COLLECTIONS: rc = make_collections(m); break;
+  case M_FUNCTOOLS:
+    rc = dict_set_str(((Module *)m)->globals, "partial", partial_fn) == 0 ? stdmod_functools(m) : -1;
+    break;
+  case M_ITERTOOLS: rc = stdmod_itertools(m); break;
+  case M_OPERATOR: rc = stdmod_operator(m); break;
+  }
+  if (rc == 0) mods[i] = m;
+  return rc;
+}
+
+int stdmod_register(Value *partial) {
+  partial_fn = partial;
+  if (!partial) return err_set(ERR_NAME, "functools.partial is not made yet"), -1;
+  ops_register_getitem(&form_type, form_getitem);
+  return 0;
 }

@@ -15,15 +15,16 @@
 
 #include "base/value.h"
 
-/* The module [name] ("math", "os.path", "typing", ...) or NULL;
- * borrowed, made by stdmod_register. */
+/* The module [name] ("math", "os.path", "functools", ...), made at its
+ * first call (any thread), or NULL: another name, or out of memory with
+ * the error set.  Borrowed. */
 Value *stdmod_namespace(const char *name);
 
-/* Makes the modules and fills the built-ins' functools namespace [ft]
- * (which holds partial) with the rest of functools; main thread, at
- * start-up, once the interpreter's argv list exists (sys.argv is it).
- * 0, or -1 with the error set. */
-int stdmod_register(Value *ft);
+/* Keeps [partial] (functools.partial, which builtins.c makes and
+ * shard_map's decorator form uses) for the functools module, and makes
+ * typing's forms subscriptable; main thread, at start-up.  0, or -1 with
+ * the error set. */
+int stdmod_register(Value *partial);
 
 /* Adds a built-in [fn] as [name] to the module [m] (a Module). */
 int stdmod_add(Value *m, const char *name, BuiltinFn fn, const char *doc);
@@ -38,8 +39,10 @@ typedef struct StdFn {
 /* stdmod_add for each entry of [fns]. */
 int stdmod_add_all(Value *m, const StdFn *fns);
 
-/* Fills functools' [ft], itertools' [it] and operator's [op] globals'
- * modules (stdmod_func.c). */
-int stdmod_func_register(Value *ft, Value *it, Value *op);
+/* Fill the modules functools (beside partial), itertools and operator
+ * (stdmod_func.c).  0, or -1 with the error set. */
+int stdmod_functools(Value *m);
+int stdmod_itertools(Value *m);
+int stdmod_operator(Value *m);
 
 #endif

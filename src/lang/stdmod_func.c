@@ -665,6 +665,6 @@ static const StdFn op_fns[] = {
   {NULL, NULL, NULL},
 };
 
-int stdmod_func_register(Value *ft, Value *it, Value *op) {
-  return stdmod_add_all(ft, ft_fns) < 0 || stdmod_add_all(it, it_fns) < 0 || stdmod_add_all(op, op_fns) < 0 ? -1 : 0;
-}
+int stdmod_functools(Value *m) { return stdmod_add_all(m, ft_fns); }
+int stdmod_itertools(Value *m) { return stdmod_add_all(m, it_fns); }
+int stdmod_operator(Value *m) { return stdmod_add_all(m, op_fns); }
