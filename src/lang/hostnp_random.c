@@ -183,8 +183,20 @@ typedef struct NpRng {
   Pcg64 pg;
   bool has_gauss;      /* legacy_gauss's second value, kept for the next call */
   double gauss;
+  uint32_t writer;     /* val_writer of the run that made it (value.h) */
   pthread_mutex_t lock;
 } NpRng;
+
+/* Takes [r]'s lock for a draw or a seed: 0, or -1 with the error set when
+ * [r] was made outside the shard_map body this device runs.  Every device
+ * runs the body at once, so they would take turns on one state in no set
+ * order (where JAX traces the body once and draws once). */
+static int rng_acquire(NpRng *r) {
+  if (val_check_writer(r->writer, "a numpy.random generator made outside this shard_map body") < 0)
+    return -1;
+  pthread_mutex_lock(&r->lock);
+  return 0;
+}
 
 static uint32_t next32(NpRng *r) { return r->pcg ? pcg_next32(&r->pg) : mt_next32(&r->mt); }
 
@@ -351,6 +363,7 @@ static Value *rng_new(bool pcg, Value *seed) {
   val_init(&r->base.hdr, V_OPAQUE);
   r->base.ot = &rng_type;
   r->pcg = pcg;
+  r->writer = val_writer;
   pthread_mutex_init(&r->lock, NULL);
   if (rng_seed(r, seed) < 0) {
     val_decref(&r->base.hdr);
@@ -379,7 +392,10 @@ static Value *fill_f64(NpRng *r, Value *size, DrawF f, double a, double b) {
   if (size_arg(size, &nd, shape, &scalar) < 0) return NULL;
   Array *out = scalar ? NULL : arr_new(DT_F64, nd, shape);
   if (!scalar && !out) return NULL;
-  pthread_mutex_lock(&r->lock);
+  if (rng_acquire(r) < 0) {
+    val_decref(out ? &out->hdr : NULL);
+    return NULL;
+  }
   double one = 0, *d = out ? arr_data(out) : &one;
   for (int64_t i = 0, n = out ? out->size : 1; i < n; i++) d[i] = f(r, a, b);
   pthread_mutex_unlock(&r->lock);
@@ -504,7 +520,10 @@ static Value *draw_ints(NpRng *r, const char *fname, Value *lo, Value *hi, Value
   Array *out = scalar ? NULL : arr_new((DType)t, nd, shape);
   if (!scalar && !out) return NULL;
   int64_t one = 0;
-  pthread_mutex_lock(&r->lock);
+  if (rng_acquire(r) < 0) {
+    val_decref(out ? &out->hdr : NULL);
+    return NULL;
+  }
   for (int64_t i = 0, n = out ? out->size : 1; i < n; i++) {
     int64_t v = (int64_t)((uint64_t)l + bounded(r, rng));
     if (!out) one = v;
@@ -554,7 +573,10 @@ static Value *m_permutation(Value *self, const CallArgs *a) {
   int64_t *d = arr_data(idx);
   for (int64_t i = 0; i < n; i++) d[i] = i;
   NpRng *r = self_rng(self);
-  pthread_mutex_lock(&r->lock);
+  if (rng_acquire(r) < 0) {
+    val_decref(&idx->hdr);
+    return NULL;
+  }
   for (int64_t i = n - 1; i > 0; i--) {
     int64_t j = (int64_t)bounded_masked(r, (uint64_t)i), t = d[i];
     d[i] = d[j];
@@ -572,7 +594,7 @@ static Value *m_seed(Value *self, const CallArgs *a) {
   Value *seed = NULL;
   if (args_bind("seed", a, "seed=", (Value **[]){&seed}) < 0) return NULL;
   NpRng *r = self_rng(self);
-  pthread_mutex_lock(&r->lock);
+  if (rng_acquire(r) < 0) return NULL;
   int rc = rng_seed(r, seed);
   pthread_mutex_unlock(&r->lock);
   return rc < 0 ? NULL : VAL_NONE;
@@ -653,6 +675,7 @@ int hostnp_random_register(Value *globals) {
     {"RandomState", fn_random_state, "RandomState(seed=None): a legacy MT19937 generator"},
   };
   if (!global_rs && !(global_rs = rng_new(false, NULL))) return -1;
+  ((NpRng *)global_rs)->writer = 0;   /* the program's, even when a body imports numpy first */
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     Value *b = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
     int rc = b ? dict_set_str(globals, fns[i].name, b) : -1;
