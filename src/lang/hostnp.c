@@ -98,6 +98,8 @@ static Value *np_operand(Value *x, bool inexact) {
   return val_incref(x);
 }
 
+Value *hostnp_operand(Value *x) { return np_operand(x, false); }
+
 /* ---- delegation to jax.numpy ------------------------------------------------------- */
 
 /* Calls the jax.numpy function [f] with [a]'s arguments, the first [nconv]

@@ -26,6 +26,11 @@ Value *hostnp_namespace(const char *name);
  * None or absent.  0, or -1 with the error set. */
 int hostnp_dtype_arg(Value *v, int *out);
 
+/* [x] (borrowed) as NumPy's functions take an operand: Python numbers
+ * and their lists as np.asarray makes them (float64, int64, bool), other
+ * values as they are.  A new reference, or NULL with the error set. */
+Value *hostnp_operand(Value *x);
+
 /* Fills the numpy.random module's [globals] (a Dict): the legacy
  * functions over np.random's RandomState, RandomState and default_rng.
  * (hostnp_random.c) */

@@ -589,6 +589,126 @@ static Value *m_permutation(Value *self, const CallArgs *a) {
   return res;
 }
 
+/* The probabilities [p] of choice over [n] (NULL for None) as a
+ * normalised cumulative sum in [cdf] (n doubles, a new array), summed in
+ * order and divided by the total as NumPy does; NumPy's checks. */
+static int choice_cdf(Value *p, int64_t n, double **cdf) {
+  *cdf = NULL;
+  if (bi_is_none(p)) return 0;
+  Value *pa = hostnp_operand(p);
+  if (!pa) return -1;
+  int rc = -1;
+  if (pa->type != V_ARRAY || AS_ARRAY(pa)->ndim != 1) {
+    err_set(ERR_VALUE, "p must be 1-dimensional");
+  } else if (AS_ARRAY(pa)->size != n) {
+    err_set(ERR_VALUE, "a and p must have same size");
+  } else if (!(*cdf = shm_calloc((size_t)n + 1, sizeof **cdf))) {
+    err_nomem();
+  } else {
+    double acc = 0, comp = 0;   /* the check's Kahan sum, as NumPy's */
+    rc = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double v = arr_get_f64(AS_ARRAY(pa), i), y = v - comp, t = acc + y;
+      comp = (t - acc) - y;
+      acc = t;
+      if (!(v >= 0)) rc = -1;
+      (*cdf)[i] = (i ? (*cdf)[i - 1] : 0) + v;
+    }
+    if (rc < 0) err_set(ERR_VALUE, "probabilities are not non-negative");
+    else if (fabs(acc - 1.0) > 1.4901161193847656e-08) rc = -1, err_set(ERR_VALUE, "probabilities do not sum to 1");
+    for (int64_t i = 0; rc == 0 && i < n; i++) (*cdf)[i] /= (*cdf)[n - 1];
+  }
+  val_decref(pa);
+  if (rc < 0) {
+    shm_free(*cdf);
+    *cdf = NULL;
+  }
+  return rc;
+}
+
+/* The indices of choice, [n] of them into [d], drawn from [r] (locked):
+ * by the cumulative probabilities (the count of cdf values <= a uniform,
+ * NumPy's searchsorted right), else uniform integers below [pop], or,
+ * given the scratch [perm], without replacement: the first n of a
+ * permutation. */
+static void choice_draw(NpRng *r, int64_t *d, int64_t n, int64_t pop, const double *cdf, int64_t *perm) {
+  if (perm) {   /* without replacement: [perm] has room for pop */
+    for (int64_t i = 0; i < pop; i++) perm[i] = i;
+    for (int64_t i = pop - 1; i > 0; i--) {
+      int64_t j = (int64_t)bounded_masked(r, (uint64_t)i), t = perm[i];
+      perm[i] = perm[j];
+      perm[j] = t;
+    }
+    memcpy(d, perm, (size_t)n * sizeof *d);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (!cdf) {
+      d[i] = (int64_t)bounded(r, (uint64_t)pop - 1);
+      continue;
+    }
+    double u = next_double(r);
+    int64_t lo = 0, hi = pop;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (cdf[mid] <= u) lo = mid + 1;
+      else hi = mid;
+    }
+    d[i] = lo;
+  }
+}
+
+/* choice(a, size=None, replace=True, p=None): elements of a 1-D [a] (or
+ * of arange(a) for an int).  Without replacement, only the legacy API
+ * without p (NumPy's Generator uses another method there). */
+static Value *m_choice(Value *self, const CallArgs *a) {
+  Value *av, *size = NULL, *rep = NULL, *p = NULL;
+  if (args_bind("choice", a, "a, size=, replace=, p=", (Value **[]){&av, &size, &rep, &p}) < 0) return NULL;
+  NpRng *r = self_rng(self);
+  bool replace, is_int = av->type == V_ARRAY && AS_ARRAY(av)->ndim == 0;
+  if (bi_bool_arg(rep, true, &replace) < 0) return NULL;
+  if (!replace && (r->pcg || !bi_is_none(p)))
+    return err_set(ERR_NOT_IMPLEMENTED, "choice(replace=False) is implemented for the legacy API without p only");
+  Value *arr = is_int ? NULL : hostnp_operand(av);
+  int64_t pop;
+  if (is_int ? arr_to_index(av, &pop) < 0 : !arr) return NULL;
+  if (!is_int && (arr->type != V_ARRAY || AS_ARRAY(arr)->ndim != 1)) {
+    val_decref(arr);
+    return err_set(ERR_VALUE, "a must be 1-dimensional or an integer");
+  }
+  if (!is_int) pop = AS_ARRAY(arr)->shape[0];
+  int nd;
+  int64_t shape[SHM_MAXDIM];
+  bool scalar;
+  double *cdf = NULL;
+  int64_t *perm = NULL;
+  Array *idx = NULL;
+  Value *res = NULL;
+  if (size_arg(size, &nd, shape, &scalar) < 0 || choice_cdf(p, pop, &cdf) < 0) goto done;
+  int64_t n = shape_size(nd, shape);
+  if (pop <= 0 && n > 0) {
+    err_set(ERR_VALUE, pop < 0 ? "a must be greater than 0 unless no samples are taken"
+                               : "a cannot be empty unless no samples are taken");
+    goto done;
+  }
+  if (!replace && n > pop) {
+    err_set(ERR_VALUE, "Cannot take a larger sample than population when 'replace=False'");
+    goto done;
+  }
+  if (!replace && !(perm = shm_calloc((size_t)pop + 1, sizeof *perm))) goto done;
+  if (!(idx = arr_new(DT_I64, nd, shape)) || rng_acquire(r) < 0) goto done;
+  choice_draw(r, arr_data(idx), idx->size, pop, cdf, perm);
+  pthread_mutex_unlock(&r->lock);
+  res = is_int ? (scalar ? arr_python_int(*(int64_t *)arr_data(idx)) : val_incref(&idx->hdr))
+               : ops_getitem(arr, &idx->hdr);
+done:
+  shm_free(cdf);
+  shm_free(perm);
+  val_decref(idx ? &idx->hdr : NULL);
+  val_decref(arr);
+  return res;
+}
+
 /* seed(seed=None): RandomState only */
 static Value *m_seed(Value *self, const CallArgs *a) {
   Value *seed = NULL;
@@ -614,6 +734,7 @@ static const RngMethod rng_methods[] = {
   {"rand", m_rand, LEGACY},             {"randn", m_randn, LEGACY},
   {"randint", m_randint, LEGACY},       {"integers", m_integers, GEN},
   {"permutation", m_permutation, GEN | LEGACY}, {"seed", m_seed, LEGACY},
+  {"choice", m_choice, GEN | LEGACY},
   {NULL, NULL, 0},
 };
 
@@ -641,6 +762,7 @@ LEGACY_FN(rand)
 LEGACY_FN(randn)
 LEGACY_FN(randint)
 LEGACY_FN(permutation)
+LEGACY_FN(choice)
 LEGACY_FN(seed)
 
 /* default_rng(seed=None) */
@@ -670,6 +792,7 @@ int hostnp_random_register(Value *globals) {
     {"randn", fn_randn, "randn(d0, d1, ...): standard normal floats"},
     {"randint", fn_randint, "randint(low, high=None, size=None, dtype=int)"},
     {"permutation", fn_permutation, "permutation(x): a shuffled arange(x) or copy of x"},
+    {"choice", fn_choice, "choice(a, size=None, replace=True, p=None)"},
     {"seed", fn_seed, "seed(seed=None): reseeds np.random's RandomState"},
     {"default_rng", fn_default_rng, "default_rng(seed=None): a Generator over PCG64"},
     {"RandomState", fn_random_state, "RandomState(seed=None): a legacy MT19937 generator"},

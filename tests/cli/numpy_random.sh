@@ -2,10 +2,11 @@
 # tests/cli/numpy_random.sh SHMAP - host NumPy's random numbers against
 # NumPy itself: progs/numpy_random.py, which is also a shmap script, draws
 # data as programs do (np.random.seed with rand, randn, randint, normal,
-# uniform, permutation, RandomState; default_rng with random, integers,
-# uniform, permutation) and prints every number with repr; shmap's output
-# must equal python3's with NumPy line for line, bit for bit.  Skipped
-# when no python3 with NumPy is installed (Debian: python3-numpy).
+# uniform, permutation, choice, RandomState; default_rng with random,
+# integers, uniform, permutation, choice) and prints every number with
+# repr; shmap's output must equal python3's with NumPy line for line, bit
+# for bit.  Skipped when no python3 with NumPy is installed (Debian:
+# python3-numpy).
 set -u
 shmap=${1:?usage: numpy_random.sh SHMAP}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -16,6 +16,8 @@ for seed in [0, 1, 42, 2**32 - 1]:
     print(np.random.standard_normal(3).tolist())
     print(np.random.permutation(12).tolist())
     print(np.random.permutation(np.arange(12).reshape(4, 3)).tolist())
+    print(np.random.choice(10, 5).tolist(), np.random.choice(5), np.random.choice([1.5, 2.5, 3.5], size=(2, 2)).tolist())
+    print(np.random.choice(4, 6, p=[0.1, 0.2, 0.3, 0.4]).tolist(), np.random.choice(8, 4, replace=False).tolist())
 np.random.seed([1, 2, 3])
 print(np.random.rand(2).tolist(), np.random.randn(1).tolist())
 rs = np.random.RandomState(7)
@@ -32,3 +34,4 @@ for seed in [0, 1, 42, 2**32, 2**45 + 12345, [1, 2, 3]]:
     print(rng.uniform(2.0, 3.0, size=2).tolist(), rng.uniform())
     print(rng.permutation(10).tolist(), rng.permutation(np.arange(8)).tolist())
     print(rng.random((2, 3)).tolist())
+    print(rng.choice(10, 5).tolist(), rng.choice([1.5, 2.5, 3.5], size=3).tolist(), rng.choice(4, 3, p=[0.1, 0.2, 0.3, 0.4]).tolist())
