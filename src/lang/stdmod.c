@@ -258,6 +258,18 @@ static Value *perm_comb(const CallArgs *a, const char *f, bool comb) {
 static Value *m_perm(const CallArgs *a) { return perm_comb(a, "perm", false); }
 static Value *m_comb(const CallArgs *a) { return perm_comb(a, "comb", true); }
 
+/* isqrt(n): the floor of the exact square root */
+static Value *m_isqrt(const CallArgs *a) {
+  Value *x;
+  int64_t n;
+  if (args_bind("isqrt", a, "n", (Value **[]){&x}) < 0 || int_arg("isqrt", x, &n) < 0) return NULL;
+  if (n < 0) return err_set(ERR_VALUE, "isqrt() argument must be nonnegative");
+  int64_t r = (int64_t)sqrt((double)n);   /* within one of the answer; corrected exactly */
+  while (r > 0 && (r > 3037000499 || r * r > n)) r--;
+  while (r < 3037000499 && (r + 1) * (r + 1) <= n) r++;
+  return arr_python_int(r);
+}
+
 static int64_t gcd64(int64_t x, int64_t y) {
   x = x < 0 ? -x : x;
   y = y < 0 ? -y : y;
@@ -378,6 +390,7 @@ static const StdFn math_fns[] = {
   {"ceil", m_ceil, "ceil(x): an int"},
   {"trunc", m_trunc, "trunc(x): an int"},
   {"factorial", m_factorial, "factorial(n)"},
+  {"isqrt", m_isqrt, "isqrt(n): the integer square root"},
   {"perm", m_perm, "perm(n, k=None)"},
   {"comb", m_comb, "comb(n, k)"},
   {"gcd", m_gcd, "gcd(*integers)"},
