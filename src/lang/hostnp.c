@@ -122,7 +122,8 @@ static Value *delegate(Value *f, const CallArgs *a, int nconv, bool inexact, int
     Value *v = made < n ? a->args[made] : a->kwvals[made - n];
     int t;
     if (made >= n) kn[made - n] = a->kwnames[made - n];
-    if (v->type == V_DTYPE || (made >= n && !strcmp(kn[made - n], "dtype"))) has_dtype = true;
+    bool type_arg = v->type == V_BUILTIN && ((Builtin *)v)->is_class;   /* int, float, bool */
+    if (v->type == V_DTYPE || type_arg || (made >= n && !strcmp(kn[made - n], "dtype"))) has_dtype = true;
     if (v->type == V_BUILTIN && (!strcmp(((Builtin *)v)->name, "int") || !strcmp(((Builtin *)v)->name, "float"))) {
       if (hostnp_dtype_arg(v, &t) < 0) goto done;
       args[made] = val_incref(dtype_value((DType)t));
