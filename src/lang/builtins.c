@@ -1179,7 +1179,11 @@ int builtins_register(Env *e) {
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)
     return -1;
-  return 0;
+  /* the script's __name__ (an imported module binds its own name) */
+  Value *main_name = str_from("__main__");
+  int nrc = main_name ? env_set(e, intern_cstr("__name__"), main_name) : -1;
+  val_decref(main_name);
+  return nrc;
 }
 
 /* The names this file binds, and where (builtins_impl.h). */
