@@ -22,6 +22,8 @@
 #include "array/array.h"
 #include "lang/builtins.h"
 #include "lang/exceptions.h"
+#include "lang/hostnp.h"
+#include "lang/stdmod.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
 #include "base/error.h"
@@ -1023,21 +1025,28 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random, *ns_sharding;
+    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit;
 
 Value *builtins_namespace(const char *name) {
-  if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
+  if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy")) return ns_jnp;
   if (!strcmp(name, "lax") || !strcmp(name, "jax.lax")) return ns_lax;
   if (!strcmp(name, "jax.nn")) return ns_nn;
   if (!strcmp(name, "jax")) return ns_jax;
   if (!strcmp(name, "jax.tree_util")) return ns_tree_util;
   if (!strcmp(name, "jax.tree")) return ns_tree;
-  if (!strcmp(name, "functools")) return ns_functools;
+  if (!strcmp(name, "functools")) {   /* stdmod's: partial and the rest */
+    Value *ft = stdmod_namespace(name);
+    return ft ? ft : ns_functools;
+  }
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
+  if (!strcmp(name, "jax.experimental")) return ns_experimental;
+  if (!strcmp(name, "jax.experimental.shard_map")) return ns_exp_shard_map;   /* JAX's old homes */
+  if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
-  return NULL;
+  Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
+  return np ? np : stdmod_namespace(name);
 }
 
 int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc) {
@@ -1119,7 +1128,10 @@ int builtins_register(Env *e) {
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
     ns_sharding = new_namespace("jax.sharding");
-    if (!ns_sharding ||
+    ns_experimental = new_namespace("jax.experimental");
+    ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
+    ns_exp_pjit = new_namespace("jax.experimental.pjit");
+    if (!ns_sharding || !ns_experimental || !ns_exp_shard_map || !ns_exp_pjit ||
         !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;
@@ -1157,13 +1169,21 @@ int builtins_register(Env *e) {
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
-      dict_set_str(jg, "sharding", ns_sharding) < 0 ||
-      pytree_register() < 0 || builtins_random_register(e) < 0)
+      dict_set_str(jg, "sharding", ns_sharding) < 0 || dict_set_str(jg, "experimental", ns_experimental) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
+      dict_set_str(((Module *)ns_experimental)->globals, "pjit", ns_exp_pjit) < 0 ||
+      pytree_register() < 0 || builtins_random_register(e) < 0 ||
+      stdmod_register(dict_get_str(((Module *)ns_functools)->globals, "partial")) < 0)
     return -1;
   if (env_set(e, intern_cstr("jnp"), ns_jnp) < 0 || env_set(e, intern_cstr("lax"), ns_lax) < 0 ||
       env_set(e, intern_cstr("jax"), ns_jax) < 0)
     return -1;
-  return 0;
+  /* the script's __name__ (an imported module binds its own name) */
+  Value *main_name = str_from("__main__");
+  int nrc = main_name ? env_set(e, intern_cstr("__name__"), main_name) : -1;
+  val_decref(main_name);
+  return nrc;
 }
 
 /* The names this file binds, and where (builtins_impl.h). */

@@ -2299,6 +2299,9 @@ static Value *load_module(const char *name, const char *path) {
   if (!src) return NULL;
   Env *g = env_new(NULL);
   Value *d = dict_new(), *m = d ? module_new(name, d) : NULL;
+  Value *own = g && m ? str_from(name) : NULL;   /* the module's __name__ */
+  if (!own || env_set(g, intern_cstr("__name__"), own) < 0) m = NULL;
+  val_decref(own);
   if (g && m) {
     loading[nloading].name = name;
     loading[nloading++].module = m;

@@ -100,6 +100,11 @@ void ops_register_getattr(VType t, Value *(*fn)(Value *self, const char *name));
 void ops_register_equal(VType t, bool (*fn)(Value *a, Value *b));  /* hook */
 int ops_equal_hook(Value *a, Value *b);
 
+/* Makes the opaque values of type [ot] subscriptable: obj[index] calls
+ * [fn] (a new reference, or NULL with the error set).  Main thread, at
+ * start-up; a few types at most (typing's forms). */
+void ops_register_getitem(const OpaqueType *ot, Value *(*fn)(Value *self, Value *index));  /* hook */
+
 /* ---- helpers shared with builtins.c ------------------------------------------
  * The jax.numpy layer's building blocks.  Operands are V_ARRAY or V_TRACER
  * (borrowed); results are new references or NULL with the error set. */

@@ -348,7 +348,20 @@ static Value *l_index(Value *self, const CallArgs *a) {
   val_seq(self, &n, &items);
   for (size_t i = 0; i < n; i++)
     if (items[i] == x || val_equal_key(items[i], x)) return val_int((int64_t)i);
-  return err_set(ERR_VALUE, "value is not in list");
+  return self->type == V_TUPLE ? err_set(ERR_VALUE, "tuple.index(x): x not in tuple")
+                               : err_set(ERR_VALUE, "value is not in list");
+}
+
+/* list.count(value), tuple.count(value) */
+static Value *l_count(Value *self, const CallArgs *a) {
+  Value *x;
+  if (args_bind("count", a, "value", (Value **[]){&x}) < 0) return NULL;
+  size_t n;
+  Value *const *items;
+  val_seq(self, &n, &items);
+  int64_t k = 0;
+  for (size_t i = 0; i < n; i++) k += items[i] == x || val_equal_key(items[i], x);
+  return val_int(k);
 }
 
 /* The spec is the user's, translated to a printf format built here from
@@ -508,7 +521,8 @@ static const Method dict_methods[] = {
   {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get}, {NULL, NULL}};
 static const Method list_methods[] = {
   {"append", l_append}, {"extend", l_extend}, {"pop", l_pop}, {"insert", l_insert},
-  {"index", l_index}, {NULL, NULL}};
+  {"index", l_index}, {"count", l_count}, {NULL, NULL}};
+static const Method tuple_methods[] = {{"index", l_index}, {"count", l_count}, {NULL, NULL}};
 
 static Value *method_of(Value *obj, const Method *ms, const char *name) {
   for (const Method *m = ms; m->name; m++)
@@ -524,6 +538,7 @@ Value *ops_getattr(Value *obj, const char *name) {
     return array_getattr(obj, name);
   case V_DICT: return method_of(obj, dict_methods, name);
   case V_LIST: return method_of(obj, list_methods, name);
+  case V_TUPLE: return method_of(obj, tuple_methods, name);
   case V_STR: return method_of(obj, ops_str_methods, name);
   case V_MODULE: {
     Module *m = (Module *)obj;

@@ -706,6 +706,19 @@ static Value *seq_slice(Value *obj, Value *sl) {
 
 static Value *at_getitem(Value *helper, Value *index);
 
+/* The opaque types of other files that are subscriptable (typing's
+ * forms): registered at start-up, read-only afterwards. */
+enum { MAX_OPAQUE_GETITEM = 4 };
+static struct {
+  const OpaqueType *ot;
+  Value *(*fn)(Value *self, Value *index);
+} opaque_getitem[MAX_OPAQUE_GETITEM];
+static int n_opaque_getitem;
+
+void ops_register_getitem(const OpaqueType *ot, Value *(*fn)(Value *self, Value *index)) {
+  if (n_opaque_getitem < MAX_OPAQUE_GETITEM) opaque_getitem[n_opaque_getitem++] = (typeof(opaque_getitem[0])){ot, fn};
+}
+
 Value *ops_getitem(Value *obj, Value *index) {
   int64_t i;
   switch (obj->type) {
@@ -745,6 +758,8 @@ Value *ops_getitem(Value *obj, Value *index) {
     return NULL;
   }
   case V_OPAQUE:
+    for (int k = 0; k < n_opaque_getitem; k++)
+      if (opaque_getitem[k].ot == ((Opaque *)obj)->ot) return opaque_getitem[k].fn(obj, index);
     return at_getitem(obj, index);
   default:
     return err_set(ERR_TYPE, "'%s' object is not subscriptable", val_type_name(obj));

@@ -1863,6 +1863,7 @@ int shardmap_register(Env *b) {
     const char *ns = i == 0 ? "jax" : "lax";
     int rc = v ? env_set(b, intern_cstr(name), v) : -1;
     if (rc == 0) rc = builtins_add_to(ns, name, v);
+    if (rc == 0 && i == 0) rc = builtins_add_to("jax.experimental.shard_map", name, v);
     val_decref(v);
     if (rc < 0) return -1;
   }

@@ -1069,5 +1069,9 @@ int jit_register(Env *b) {
       add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||
       add_both(b, "make_jaxpr", bi_make_jaxpr, "make_jaxpr(f)(*args): the staged plan", "jax") < 0)
     return -1;
-  return 0;
+  /* jax.experimental.pjit.pjit: JAX's former name of jit */
+  Value *pj = builtin_new("pjit", bi_jit, "pjit(fun, static_argnums=None, static_argnames=None): jit");
+  int rc = pj ? builtins_add_to("jax.experimental.pjit", "pjit", pj) : -1;
+  val_decref(pj);
+  return rc;
 }
