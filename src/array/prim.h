@@ -141,6 +141,8 @@ struct Sharding;
 typedef int (*ShardingRule)(const AVal *in, const struct Sharding *const *in_sh, int nin,
                             const Params *p, struct Sharding **out_sh);
 
+struct HigherRules;   /* transform/higher.h */
+
 /* All rules of one primitive, filled by its family's file (src/README.md,
  * "The primitive table"): the array layer's families at start-up
  * (prim_install), the layers above with prim_register (the collectives
@@ -156,6 +158,7 @@ typedef struct PrimRules {
   FuseRule fuse;            /* fused float32 loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
   /* ---- the layers above's own rules, typed by them ---- */
+  const struct HigherRules *higher; /* transform/higher.h: cond ... pdot; NULL: first-order */
 } PrimRules;
 
 typedef struct PrimInfo {

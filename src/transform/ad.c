@@ -1514,8 +1514,8 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
 /* The transpose of a linearized shard_map equation: the devices' backward
  * passes on the results' cotangents, split by the out_specs; the
  * arguments' cotangents assembled by the in_specs. */
-static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
-                        const Params *p, Value **cts) {
+int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts) {
   (void)in, (void)av;
   Value *cv = params_get(p, "linearized");
   if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
@@ -2072,7 +2072,6 @@ int ad_register(Env *b) {
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
   shardmap_add_shared(sm_shared, sm_settle);
-  prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||

@@ -36,6 +36,7 @@
 #define SHMAP_AD_H
 
 #include "lang/eval.h"
+#include "array/prim.h"
 
 /* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
  * ad_apply as the tracer hook and the array rules (prim_ad_install).
@@ -76,5 +77,15 @@ Value *ad_keep_primals(Value *sel, Value *own);
  * changes the carry's structure). */
 Value *ad_while_jvp(Value *cf, Value *bf, Value *init, unsigned id,
                     Value *(*loop)(Value *cf, Value *bf, Value *init));
+
+/* shard_map's transpose rule (TransposeRule, array/prim.h), for its row
+ * (jit_rules.c): a shard_map equation staged by linearizing a call
+ * (its `linearized` parameter, the call's record of its devices' linear
+ * maps) runs the devices' backward passes on the results' cotangents,
+ * split by the out_specs, and assembles the arguments' cotangents by the
+ * in_specs.  Any other shard_map equation: prim_rule_missing ("transpose
+ * of a staged shard_map").  Semantics: JAX's shard_map transpose. */
+int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts);
 
 #endif

@@ -9,6 +9,7 @@
 #include "transform/ad.h"
 #include "transform/batch.h"
 #include "transform/control.h"
+#include "transform/higher.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "spmd/device.h"
@@ -1005,6 +1006,19 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
 
 static Value *while_loop(Value *cf, Value *bf, Value *init);
 
+/* The while row's rule (higher.h) of transformation [kind] (TR_JVP:
+ * forward mode, TR_BATCH: vmap) for the staged loop of [cf], [bf] on
+ * [init], for trace [id] (0: the innermost). */
+static Value *while_rule(TracerKind kind, Value *cf, Value *bf, Value *init, unsigned id) {
+  const HigherRules *h = higher_rules(P_WHILE);
+  HigherLoopRule rule = !h ? NULL : kind == TR_JVP ? h->jvp_loop : h->batch_loop;
+  if (!rule) {
+    prim_rule_missing(P_WHILE, kind == TR_JVP ? "jvp" : "vmap");
+    return NULL;
+  }
+  return rule(cf, bf, init, id, while_loop);
+}
+
 /* How deep this thread's while_loops run as a transformation's rule for a
  * value their bodies close over (staged_while): past WHILE_LIFT_MAX the
  * value is not taken in again.  Every level takes in one more value (a
@@ -1033,8 +1047,7 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
     if (ad_reverse_active()) return while_reverse_error();   /* JAX's, as eagerly */
     if (while_lifts < WHILE_LIFT_MAX && (met == TR_JVP || met == TR_BATCH)) {
       while_lifts++;
-      r = met == TR_JVP ? ad_while_jvp(cf, bf, init, id, while_loop)
-                        : batch_while(cf, bf, init, id, while_loop);
+      r = while_rule(met, cf, bf, init, id);
       while_lifts--;
       return r;
     }
@@ -1059,8 +1072,8 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
 static Value *while_loop(Value *cf, Value *bf, Value *init) {
   if (!trace_current()) return eager_while(cf, bf, init);
   if (ad_reverse_leaf(init)) return while_reverse_error();
-  if (ad_has_jvp_leaf(init)) return ad_while_jvp(cf, bf, init, 0, while_loop);
-  if (batch_has_leaf(init)) return batch_while(cf, bf, init, 0, while_loop);
+  if (ad_has_jvp_leaf(init)) return while_rule(TR_JVP, cf, bf, init, 0);
+  if (batch_has_leaf(init)) return while_rule(TR_BATCH, cf, bf, init, 0);
   return staged_while(cf, bf, init);
 }
 
@@ -1655,6 +1668,7 @@ Value *ctl_scan(const CallArgs *a) { return bi_scan(a); }
 /* ==== registration ================================================================= */
 
 int ctl_register(Env *b) {
+  ctl_register_rules();
   static const struct {
     const char *name;
     BuiltinFn fn;

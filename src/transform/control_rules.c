@@ -1,0 +1,419 @@
+/*
+ * control_rules.c - the rules of the control-flow primitives, cond,
+ * while and scan (higher.h), side by side for each: how the compiled
+ * executor prepares and runs its equation (jit), how xmap's plan
+ * interpreter evaluates it and whether xmap's lowering can (xmap under
+ * jit), and, for while, the forward-mode and batching rules of a staged
+ * while_loop whose carry is being transformed (grad, vmap).  control.c
+ * stages the equations; the built-ins are there.
+ *
+ * Semantics: jax.lax.cond/switch, while_loop, scan and their rules in
+ * jax/_src/lax/control_flow (conditionals.py, loops.py): a cond runs the
+ * branch its clamped index picks; a while runs its body while its
+ * predicate on the carry holds; a scan runs its body over the leading
+ * axis of its xs, reversed when asked, stacking the ys.
+ *
+ * In the executor a loop keeps its carries in two sets of scratch arrays
+ * that the iterations alternate between, so an iteration allocates
+ * nothing; a body whose steps are all row loops runs from tapes
+ * (compile_impl.h).
+ */
+#include "transform/ad.h"
+#include "transform/batch.h"
+#include "transform/compile_impl.h"
+#include "transform/control.h"
+#include "transform/higher.h"
+#include "transform/xmap.h"
+#include "base/timeline.h"
+
+/* ==== cond ====================================================================== */
+
+static int prepare_cond(Exec *e, Step *s, const Plan *p) {
+  (void)e, (void)p;
+  Value *br = params_get(&s->eqn->params, "branches");
+  if (!br) return err_set(ERR_VALUE, "cond without branches"), -1;
+  for (size_t i = 0; i < tuple_len(br); i++)
+    if (cmp_compile(AS_PLAN(tuple_get(br, i))) < 0) return -1;
+  return 0;
+}
+
+static int run_cond(Step *s, Workspace *w) {
+  Value *br = params_get(&s->eqn->params, "branches");
+  int64_t n = (int64_t)tuple_len(br), i = arr_get_i64(w->slot[s->in[0]], 0);
+  i = i < 0 ? 0 : i >= n ? n - 1 : i;
+  Array **outs = cmp_step_outs(s, w);
+  return cmp_run_into(AS_PLAN(tuple_get(br, (size_t)i)), cmp_step_ins(s, w, 1), outs);
+}
+
+/* In xmap's interpreter, cond, while and scan equations go through the
+ * language's control flow, their sub-plans as the functions (xmap.h,
+ * xmap_sub_fn): batched, staged or eager as an eager xmap body's would
+ * be.  Each gives a tuple of the results. */
+
+/* The new references in [v] released (NULL entries skipped). */
+static void release(Value **v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i]) val_decref(v[i]);
+}
+
+/* xmap's interpreter: switch(index, branches, *operands), each branch
+ * its sub-plan evaluated.  A tuple of the results. */
+static Value *eval_cond(const PlanEqn *e, Value **in) {
+  Value *br = params_get(&e->params, "branches");
+  size_t nb = tuple_len(br);
+  Value *fns = tuple_new(nb), **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *)), *r = NULL;
+  bool ok = fns && args;
+  for (size_t i = 0; fns && i < nb; i++) {
+    Value *f = ok ? xmap_sub_fn("branch", xmap_branch_call, tuple_get(br, i), 0, NULL, 0) : NULL;
+    ok = ok && f;
+    tuple_set_steal(fns, i, f ? f : val_incref(VAL_NONE));
+  }
+  if (ok) {
+    args[0] = in[0], args[1] = fns;
+    shm_memcpy(args + 2, in + 1, sizeof(Value *) * (size_t)(e->nin - 1));
+    CallArgs c = {.nargs = e->nin + 1, .args = args};
+    r = ctl_switch(&c);
+  } else if (!err_occurred()) {
+    err_nomem();
+  }
+  shm_free(args);
+  if (fns) val_decref(fns);
+  return r;
+}
+
+static bool lowerable_cond(const PlanEqn *e) {
+  return xmap_subs_lowerable(params_get(&e->params, "branches"));
+}
+
+static const HigherRules cond_rules = {
+    .prepare = prepare_cond,
+    .run = run_cond,
+    .eval = eval_cond,
+    .eval_tuple = true,
+    .lowerable = lowerable_cond,
+};
+
+/* ==== the loops' scratch ============================================================ */
+
+/* Scratch of avals of [body]'s outputs [from, to). */
+static int scratch_outs(Exec *e, Plan *body, int from, int to) {
+  for (int i = from; i < to; i++) {
+    AVal a;
+    plan_atom_aval(body, &body->outs[i], &a);
+    if (cmp_add_scratch(e, &a) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The two carry sets of a loop of [ncarry] carries over [body]. */
+static int carry_sets(Exec *e, Plan *body, int ncarry) {
+  return scratch_outs(e, body, 0, ncarry) < 0 || scratch_outs(e, body, 0, ncarry) < 0 ? -1 : 0;
+}
+
+/* ==== while ======================================================================= */
+
+/* while: the predicate, then two carry sets. */
+static int prepare_while(Exec *e, Step *s, const Plan *p) {
+  (void)p;
+  Plan *body = cmp_param_plan(s->eqn, "body_jaxpr"), *cond = cmp_param_plan(s->eqn, "cond_jaxpr");
+  AVal pred;
+  if (!body || cmp_compile(body) < 0 || !cond || cmp_compile(cond) < 0) return -1;
+  plan_atom_aval(cond, &cond->outs[0], &pred);
+  if (cmp_add_scratch(e, &pred) < 0) return -1;
+  return carry_sets(e, body, s->nout);
+}
+
+/* Whether the 0-d predicate [pred] is true; [data] is its bool element,
+ * found once per loop (NULL: read it through its dtype). */
+static bool pred_true(const Array *pred, const uint8_t *data) {
+  return data ? *data != 0 : arr_get_i64(pred, 0) != 0;
+}
+
+/* The arrays a loop plan reads: [consts] then [carry], gathered in [ins]. */
+static Array **loop_ins(Array **ins, Array **consts, int64_t nconsts, Array **carry, int ncarry) {
+  shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
+  shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
+  return ins;
+}
+
+/* Tapes of a while loop's cond and body for each of the two carry sets:
+ * tc[j] reads set j, tb[j] reads set j and writes set j ^ 1. */
+static bool while_tapes(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn,
+                        Tape *tc, Tape *tb) {
+  if (!cond->e->tapeable || !body->e->tapeable || tl_tracing()) return false;
+  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = cmp_body_ins(s, w);
+  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
+  for (int j = 0; j < 2; j++)
+    if (!cmp_tape_build(cond->e, cond->w, loop_ins(bins, cconst, cn, set[j], s->nout), &pred,
+                    &tc[j]) ||
+        !cmp_tape_build(body->e, body->w, loop_ins(bins, cconst + cn, bn, set[j], s->nout),
+                    set[j ^ 1], &tb[j]))
+      return false;
+  return true;
+}
+
+/* The iterations of run_while from tapes: the carries start in set 1. */
+static int while_run_tapes(Step *s, Workspace *w, const Tape *tc, const Tape *tb) {
+  Array **cur = cmp_step_ins(s, w, 0) + (s->nin - s->nout), *pred = w->scratch[s->scratch];
+  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
+  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
+  for (int k = 0; k < s->nout; k++) cmp_copy_into(set[1][k], cur[k]);
+  int j = 1;
+  for (;;) {
+    cmp_tape_run(&tc[j]);
+    if (!pred_true(pred, pdata)) break;
+    cmp_tape_run(&tb[j]);
+    if (cmp_interrupted() < 0) return -1;
+    j ^= 1;
+  }
+  for (int k = 0; k < s->nout; k++) cmp_copy_into(w->slot[s->out[k]], set[j][k]);
+  return 0;
+}
+
+/* The iterations of run_while with both plans held. */
+static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn) {
+  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = cmp_body_ins(s, w);
+  Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
+                                              w->scratch + s->scratch + 1 + s->nout};
+  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
+  int which = 0;
+  for (;;) {
+    if (cmp_run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
+    if (!pred_true(pred, pdata)) break;
+    if (cmp_run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
+        cmp_interrupted() < 0)
+      return -1;
+    cur = set[which];
+    which ^= 1;
+  }
+  for (int k = 0; k < s->nout; k++) cmp_copy_into(w->slot[s->out[k]], cur[k]);
+  return 0;
+}
+
+static int run_while(Step *s, Workspace *w) {
+  const Params *ps = &s->eqn->params;
+  Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
+  Held hc, hb = {NULL, NULL};
+  int rc = -1;
+  if (cmp_held_take(cond, &hc) == 0 && cmp_held_take(body, &hb) == 0) {
+    Tape tapes[4];
+    rc = while_tapes(s, w, &hc, &hb, cn, bn, tapes, tapes + 2)
+             ? while_run_tapes(s, w, tapes, tapes + 2)
+             : while_iterate(s, w, &hc, &hb, cn, bn);
+  }
+  cmp_held_give(&hb);
+  cmp_held_give(&hc);
+  return rc;
+}
+
+/* xmap's interpreter: while_loop(cond_fun, body_fun, carry), each fun
+ * its sub-plan closing over its constants. */
+static Value *eval_while(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t cn, bn;
+  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return NULL;
+  Value *v[3] = {xmap_sub_fn("cond_fun", xmap_pred_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0),
+                 NULL, NULL};
+  v[1] = v[0] ? xmap_sub_fn("body_fun", xmap_branch_call, params_get(ps, "body_jaxpr"), (int)bn,
+                            in + cn, 0)
+              : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - cn - bn), in + cn + bn) : NULL;
+  CallArgs c = {.nargs = 3, .args = v};
+  Value *r = v[2] ? ctl_while_loop(&c) : NULL;
+  release(v, 3);
+  return r;
+}
+
+/* A while whose carries keep their named shapes (xmap_carries_settle). */
+static bool lowerable_while(const PlanEqn *e) {
+  const Params *ps = &e->params;
+  int64_t nc = 0;
+  Value *c = params_get(ps, "cond_jaxpr"), *b = params_get(ps, "body_jaxpr");
+  if (!xmap_subs_lowerable(c) || !xmap_subs_lowerable(b) || params_int(ps, "body_nconsts", &nc) < 0)
+    return false;
+  Plan *cp = AS_PLAN(c);
+  return cp->nout == 1 &&
+         xmap_carries_settle(AS_PLAN(b), (int)nc, e->nout, plan_var_named(cp, cp->outs[0].var));
+}
+
+static const HigherRules while_rules = {
+    .prepare = prepare_while,
+    .run = run_while,
+    .eval = eval_while,
+    .eval_tuple = true,
+    .lowerable = lowerable_while,
+    .jvp_loop = ad_while_jvp,
+    .batch_loop = batch_while,
+};
+
+/* ==== scan ======================================================================== */
+
+/* scan: two carry sets, the y slices, the x slices. */
+static int prepare_scan(Exec *e, Step *s, const Plan *p) {
+  (void)p;
+  const PlanEqn *q = s->eqn;
+  Plan *body = cmp_param_plan(q, "jaxpr");
+  int64_t ncarry, nconsts;
+  if (!body || cmp_compile(body) < 0 || params_int(&q->params, "num_carry", &ncarry) < 0 ||
+      carry_sets(e, body, (int)ncarry) < 0 || scratch_outs(e, body, (int)ncarry, body->nout) < 0 ||
+      params_int(&q->params, "num_consts", &nconsts) < 0)
+    return -1;
+  for (int i = (int)(nconsts + ncarry); i < body->nin; i++)
+    if (cmp_add_scratch(e, &body->vars[body->invars[i]]) < 0) return -1;
+  return 0;
+}
+
+/* Row [i] of the leading axis of contiguous [x], copied to or from [row]. */
+static void row_copy(Array *x, int64_t i, Array *row, bool into_row) {
+  size_t n = (size_t)row->size * dt_size(row->dtype);
+  char *p = (char *)arr_data(x) + (size_t)i * n;
+  if (into_row) shm_memcpy(arr_data(row), p, n);
+  else shm_memcpy(p, arr_data(row), n);
+}
+
+typedef struct ScanShape {
+  int64_t length, nconsts, ncarry;
+  bool reverse;
+  int nxs, nys;
+} ScanShape;
+
+static int scan_shape(Step *s, Plan *body, ScanShape *sh) {
+  const Params *ps = &s->eqn->params;
+  if (params_int(ps, "length", &sh->length) < 0 || params_int(ps, "num_consts", &sh->nconsts) < 0 ||
+      params_int(ps, "num_carry", &sh->ncarry) < 0 || params_bool(ps, "reverse", &sh->reverse) < 0)
+    return -1;
+  sh->nxs = s->nin - (int)(sh->nconsts + sh->ncarry);
+  sh->nys = body->nout - (int)sh->ncarry;
+  return 0;
+}
+
+/* The iterations of run_scan with the body held. */
+static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) {
+  Array **bout = cmp_body_outs(s, w), **bins = cmp_body_ins(s, w);
+  Array **consts = cmp_step_ins(s, w, 0), **cur = consts + sh->nconsts;
+  Array **xs = cur + sh->ncarry, **res = cmp_step_outs(s, w);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  int which = 0;
+  for (int64_t it = 0; it < sh->length; it++) {
+    int64_t i = sh->reverse ? sh->length - 1 - it : it;
+    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
+    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh->ncarry);
+    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
+    if (cmp_run_body(body, consts, (int)sh->nconsts, cur, (int)sh->ncarry, xrow, sh->nxs, bout,
+                 bins) < 0 ||
+        cmp_interrupted() < 0)
+      return -1;
+    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
+    cur = sets[which];
+    which ^= 1;
+  }
+  for (int k = 0; k < sh->ncarry; k++) cmp_copy_into(res[k], cur[k]);
+  return 0;
+}
+
+/* Tapes of a scan's body for each of the two carry sets: t[j] reads set
+ * j and the row of xs, writes set j ^ 1 and the row of ys. */
+static bool scan_tapes(Step *s, Workspace *w, Held *body, const ScanShape *sh, Tape *t) {
+  if (!body->e->tapeable || tl_tracing()) return false;
+  Array **bout = cmp_body_outs(s, w), **bins = cmp_body_ins(s, w), **consts = cmp_step_ins(s, w, 0);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  for (int j = 0; j < 2; j++) {
+    loop_ins(bins, consts, sh->nconsts, sets[j], (int)sh->ncarry);
+    shm_memcpy(bins + sh->nconsts + sh->ncarry, xrow, sizeof(Array *) * (size_t)sh->nxs);
+    shm_memcpy(bout, sets[j ^ 1], sizeof(Array *) * (size_t)sh->ncarry);
+    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
+    if (!cmp_tape_build(body->e, body->w, bins, bout, &t[j])) return false;
+  }
+  return true;
+}
+
+/* The iterations of run_scan from tapes: the carries start in set 1. */
+static int scan_run_tapes(Step *s, Workspace *w, const ScanShape *sh, const Tape *t) {
+  Array **cur = cmp_step_ins(s, w, 0) + sh->nconsts, **xs = cur + sh->ncarry, **res = cmp_step_outs(s, w);
+  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
+  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  for (int k = 0; k < sh->ncarry; k++) cmp_copy_into(sets[1][k], cur[k]);
+  int j = 1;
+  for (int64_t it = 0; it < sh->length; it++, j ^= 1) {
+    int64_t i = sh->reverse ? sh->length - 1 - it : it;
+    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
+    cmp_tape_run(&t[j]);
+    if (cmp_interrupted() < 0) return -1;
+    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
+  }
+  for (int k = 0; k < sh->ncarry; k++) cmp_copy_into(res[k], sets[j][k]);
+  return 0;
+}
+
+static int run_scan(Step *s, Workspace *w) {
+  Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
+  ScanShape sh;
+  Held hb;
+  if (scan_shape(s, body, &sh) < 0 || cmp_held_take(body, &hb) < 0) return -1;
+  Tape tapes[2];
+  int rc = scan_tapes(s, w, &hb, &sh, tapes) ? scan_run_tapes(s, w, &sh, tapes)
+                                             : scan_iterate(s, w, &hb, &sh);
+  cmp_held_give(&hb);
+  return rc;
+}
+
+/* xmap's interpreter: scan(f, carry, xs, length, reverse), f its
+ * sub-plan closing over its constants; its (carry, ys) made one tuple of
+ * the equation's results. */
+static Value *eval_scan(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  int64_t nc, ncar, len;
+  bool rev;
+  if (params_int(ps, "num_consts", &nc) < 0 || params_int(ps, "num_carry", &ncar) < 0 ||
+      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
+    return NULL;
+  Value *v[5] = {xmap_sub_fn("f", xmap_scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL,
+                 NULL, val_int(len), val_incref(val_bool(rev))};
+  v[1] = v[0] ? tuple_pack((size_t)ncar, in + nc) : NULL;
+  v[2] = v[1] ? tuple_pack((size_t)(e->nin - nc - ncar), in + nc + ncar) : NULL;
+  CallArgs c = {.nargs = 5, .args = v};
+  Value *r = v[2] && v[3] ? ctl_scan(&c) : NULL, *out = NULL;
+  release(v, 5);
+  if (r && r->type == V_TUPLE && tuple_len(r) == 2) {
+    Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
+    size_t ncs = tuple_len(cs), nys = tuple_len(ys);
+    if ((out = tuple_new(ncs + nys)))
+      for (size_t i = 0; i < ncs + nys; i++)
+        tuple_set_steal(out, i, val_incref(i < ncs ? tuple_get(cs, i) : tuple_get(ys, i - ncs)));
+  } else if (r) {
+    err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
+  }
+  if (r) val_decref(r);
+  return out;
+}
+
+/* A scan whose carries keep their named shapes (xmap_carries_settle). */
+static bool lowerable_scan(const PlanEqn *e) {
+  const Params *ps = &e->params;
+  int64_t nc = 0, ncar = 0;
+  Value *j = params_get(ps, "jaxpr");
+  return xmap_subs_lowerable(j) && params_int(ps, "num_consts", &nc) == 0 &&
+         params_int(ps, "num_carry", &ncar) == 0 &&
+         xmap_carries_settle(AS_PLAN(j), (int)nc, (int)ncar, NULL);
+}
+
+static const HigherRules scan_rules = {
+    .prepare = prepare_scan,
+    .run = run_scan,
+    .reads_in_place = true,
+    .eval = eval_scan,
+    .eval_tuple = true,
+    .lowerable = lowerable_scan,
+};
+
+/* ==== registration ================================================================= */
+
+void ctl_register_rules(void) {
+  higher_register(P_COND, &cond_rules);
+  higher_register(P_WHILE, &while_rules);
+  higher_register(P_SCAN, &scan_rules);
+}
