@@ -172,44 +172,23 @@ static bool same_type(const AVal *a, const AVal *b) {
          !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
 }
 
-/* Records [prim] with [p] over [ops], giving the results the structure
- * of [tree]. */
-/* The named shapes of [prim]'s results (in a staged xmap body): its
- * sub-plan's outputs', the union over cond's branches and the index's
- * names ([idx]: a cond varies along what its index varies along), not
- * the operands' union.  NULL with the error set on nomem. */
-static NamedShape *results_named(PrimId prim, const Params *p, int nout, Value *idx) {
-  Value *br = prim == P_COND ? params_get(p, "branches") : NULL;
-  Value *one = params_get(p, prim == P_WHILE ? "body_jaxpr" : "jaxpr");
-  size_t nb = br ? tuple_len(br) : 1;
+/* The named shapes of [prim]'s results in a staged xmap body: its row's
+ * rule (higher.h).  NULL with the error set. */
+static NamedShape *results_named(PrimId prim, const Params *p, int nops, Value **ops, int nout) {
   NamedShape *ns = shm_calloc((size_t)nout + 1, sizeof(NamedShape));
   if (!ns) return err_nomem();
-  const NamedShape *in = prim == P_COND ? trace_named(idx) : NULL;
-  for (int i = 0; in && i < nout; i++)
-    for (int k = 0; k < in->n; k++) {
-      if (plan_named_add(&ns[i], in->name[k], in->size[k]) < 0) {
-        shm_free(ns);
-        return NULL;
-      }
-    }
-  for (size_t b = 0; b < nb; b++) {
-    Value *pv = br ? tuple_get(br, b) : one;
-    Plan *sp = pv && IS_PLAN(pv) ? AS_PLAN(pv) : NULL;
-    for (int i = 0; sp && i < nout && i < sp->nout; i++) {
-      const NamedShape *o = plan_var_named(sp, sp->outs[i].var);
-      for (int k = 0; o && k < o->n; k++)
-        if (plan_named_add(&ns[i], o->name[k], o->size[k]) < 0) {
-          shm_free(ns);
-          return NULL;
-        }
-    }
+  if (higher_rules(prim)->named(p, nops, ops, nout, ns) < 0) {
+    shm_free(ns);
+    return NULL;
   }
   return ns;
 }
 
+/* Records [prim] with [p] over [ops], giving the results the structure
+ * of [tree]. */
 static Value *emit_tree(PrimId prim, Params *p, int nops, Value **ops, int nout, const AVal *avs,
                         Value *tree) {
-  NamedShape *named = results_named(prim, p, nout, nops ? ops[0] : NULL);
+  NamedShape *named = results_named(prim, p, nops, ops, nout);
   if (!named) {
     params_clear(p);
     return NULL;

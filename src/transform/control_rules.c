@@ -23,10 +23,40 @@
 #include "transform/compile_impl.h"
 #include "transform/control.h"
 #include "transform/higher.h"
+#include "transform/trace.h"
 #include "transform/xmap.h"
 #include "base/timeline.h"
 
+/* ==== named shapes in a staged xmap body ============================================= */
+
+/* Adds the names of [in] to each of [ns]'s [n] named shapes. */
+static int named_add_all(NamedShape *ns, int n, const NamedShape *in) {
+  for (int i = 0; in && i < n; i++)
+    for (int k = 0; k < in->n; k++)
+      if (plan_named_add(&ns[i], in->name[k], in->size[k]) < 0) return -1;
+  return 0;
+}
+
+/* Adds the names of sub-plan [pv]'s results to [ns]'s [n] named shapes,
+ * result by result (nothing when [pv] is not a plan). */
+static int named_add_plan(NamedShape *ns, int n, Value *pv) {
+  Plan *sp = pv && IS_PLAN(pv) ? AS_PLAN(pv) : NULL;
+  for (int i = 0; sp && i < n && i < sp->nout; i++)
+    if (named_add_all(ns + i, 1, plan_var_named(sp, sp->outs[i].var)) < 0) return -1;
+  return 0;
+}
+
 /* ==== cond ====================================================================== */
+
+/* A cond's results vary along what its index ([ops][0]) varies along and
+ * what any branch's results do. */
+static int named_cond(const Params *p, int nops, Value **ops, int nout, NamedShape *out) {
+  Value *br = params_get(p, "branches");
+  if (named_add_all(out, nout, nops ? trace_named(ops[0]) : NULL) < 0) return -1;
+  for (size_t b = 0; br && b < tuple_len(br); b++)
+    if (named_add_plan(out, nout, tuple_get(br, b)) < 0) return -1;
+  return 0;
+}
 
 static int prepare_cond(Exec *e, Step *s, const Plan *p) {
   (void)e, (void)p;
@@ -88,6 +118,7 @@ static bool lowerable_cond(const PlanEqn *e) {
 static const HigherRules cond_rules = {
     .prepare = prepare_cond,
     .run = run_cond,
+    .named = named_cond,
     .eval = eval_cond,
     .eval_tuple = true,
     .lowerable = lowerable_cond,
@@ -238,9 +269,16 @@ static bool lowerable_while(const PlanEqn *e) {
          xmap_carries_settle(AS_PLAN(b), (int)nc, e->nout, plan_var_named(cp, cp->outs[0].var));
 }
 
+/* A while's results carry what its body's do. */
+static int named_while(const Params *p, int nops, Value **ops, int nout, NamedShape *out) {
+  (void)nops, (void)ops;
+  return named_add_plan(out, nout, params_get(p, "body_jaxpr"));
+}
+
 static const HigherRules while_rules = {
     .prepare = prepare_while,
     .run = run_while,
+    .named = named_while,
     .eval = eval_while,
     .eval_tuple = true,
     .lowerable = lowerable_while,
@@ -401,9 +439,16 @@ static bool lowerable_scan(const PlanEqn *e) {
          xmap_carries_settle(AS_PLAN(j), (int)nc, (int)ncar, NULL);
 }
 
+/* A scan's results carry what its body's do. */
+static int named_scan(const Params *p, int nops, Value **ops, int nout, NamedShape *out) {
+  (void)nops, (void)ops;
+  return named_add_plan(out, nout, params_get(p, "jaxpr"));
+}
+
 static const HigherRules scan_rules = {
     .prepare = prepare_scan,
     .run = run_scan,
+    .named = named_scan,
     .reads_in_place = true,
     .eval = eval_scan,
     .eval_tuple = true,

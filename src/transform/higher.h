@@ -48,7 +48,12 @@ typedef struct HigherRules {
   bool effectful;       /* never dropped as dead code (a callback, devices' collectives) */
   bool reads_in_place;  /* its plan inputs are read in place: made contiguous */
   bool own_errors;      /* its errors belong to the call, not to the equation's line */
-  /* ---- xmap under jit: the plan interpreter (xmap.c) ---- */
+  /* ---- xmap under jit: staging and the plan interpreter (xmap.c) ---- */
+  /* The named shapes of the [nout] results of the equation of [p] over
+   * [ops] staged in an xmap body, added to [out] (zeroed by the caller):
+   * what its sub-plans' results carry, not the operands' union.  0, or
+   * -1 with the error set.  NULL: the operands' union (trace.h). */
+  int (*named)(const Params *p, int nops, Value **ops, int nout, NamedShape *out);
   /* Evaluates the equation on [in] (borrowed) under the xmap's batch
    * traces: a new reference, a tuple of its results when [eval_tuple],
    * else its one result.  NULL: left to prim_bind. */
