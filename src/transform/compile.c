@@ -533,8 +533,9 @@ static void pre_free(Pre *pr) {
 static void mark_contiguous_inputs(Exec *e) {
   for (int i = 0; i < e->nsteps; i++) {
     Step *s = &e->steps[i];
-    if (s->kind != ST_FUSED && !(s->kind == ST_HIGHER && higher_rules(s->eqn->prim)->reads_in_place))
-      continue;
+    bool in_place = s->kind == ST_FUSED ||
+                    (s->kind == ST_HIGHER && higher_rules(s->eqn->prim)->reads_in_place);
+    if (!in_place) continue;
     for (int k = 0; k < s->nin; k++)
       if (e->slots[s->in[k]].kind == SL_INPUT) e->in_contig[e->slots[s->in[k]].index] = true;
   }

@@ -141,7 +141,9 @@ static inline Array **cmp_step_outs(Step *s, Workspace *w) {
 /* The operand list's room for a loop body's inputs, and a scan body's
  * outputs (ws_ops_len). */
 static inline Array **cmp_body_ins(Step *s, Workspace *w) { return w->ops + s->nin + s->nout; }
-static inline Array **cmp_body_outs(Step *s, Workspace *w) { return w->ops + 2 * (s->nin + s->nout); }
+static inline Array **cmp_body_outs(Step *s, Workspace *w) {
+  return w->ops + 2 * (s->nin + s->nout);
+}
 
 /* The step's operands as values, for calls out of the plan. */
 static inline Value **cmp_step_values(Step *s, Workspace *w) {

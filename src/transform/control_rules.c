@@ -2,8 +2,9 @@
  * control_rules.c - the rules of the control-flow primitives, cond,
  * while and scan (higher.h), side by side for each: how the compiled
  * executor prepares and runs its equation (jit), how xmap's plan
- * interpreter evaluates it and whether xmap's lowering can (xmap under
- * jit), and, for while, the forward-mode and batching rules of a staged
+ * interpreter evaluates it, whether xmap's lowering can and what named
+ * shapes its results carry in an xmap body (xmap under jit), and, for
+ * while, the forward-mode and batching rules of a staged
  * while_loop whose carry is being transformed (grad, vmap).  control.c
  * stages the equations; the built-ins are there.
  *
@@ -172,13 +173,14 @@ static Array **loop_ins(Array **ins, Array **consts, int64_t nconsts, Array **ca
 static bool while_tapes(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn,
                         Tape *tc, Tape *tb) {
   if (!cond->e->tapeable || !body->e->tapeable || tl_tracing()) return false;
-  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = cmp_body_ins(s, w);
+  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch];
+  Array **bins = cmp_body_ins(s, w);
   Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
   for (int j = 0; j < 2; j++)
     if (!cmp_tape_build(cond->e, cond->w, loop_ins(bins, cconst, cn, set[j], s->nout), &pred,
-                    &tc[j]) ||
+                        &tc[j]) ||
         !cmp_tape_build(body->e, body->w, loop_ins(bins, cconst + cn, bn, set[j], s->nout),
-                    set[j ^ 1], &tb[j]))
+                        set[j ^ 1], &tb[j]))
       return false;
   return true;
 }
@@ -203,7 +205,8 @@ static int while_run_tapes(Step *s, Workspace *w, const Tape *tc, const Tape *tb
 
 /* The iterations of run_while with both plans held. */
 static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn) {
-  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = cmp_body_ins(s, w);
+  Array **cconst = cmp_step_ins(s, w, 0), *pred = w->scratch[s->scratch];
+  Array **bins = cmp_body_ins(s, w);
   Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
                                               w->scratch + s->scratch + 1 + s->nout};
   const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
@@ -245,8 +248,9 @@ static Value *eval_while(const PlanEqn *e, Value **in) {
   const Params *ps = &e->params;
   int64_t cn, bn;
   if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return NULL;
-  Value *v[3] = {xmap_sub_fn("cond_fun", xmap_pred_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0),
-                 NULL, NULL};
+  Value *v[3] = {
+      xmap_sub_fn("cond_fun", xmap_pred_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0), NULL,
+      NULL};
   v[1] = v[0] ? xmap_sub_fn("body_fun", xmap_branch_call, params_get(ps, "body_jaxpr"), (int)bn,
                             in + cn, 0)
               : NULL;
@@ -341,7 +345,7 @@ static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) 
     shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh->ncarry);
     shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
     if (cmp_run_body(body, consts, (int)sh->nconsts, cur, (int)sh->ncarry, xrow, sh->nxs, bout,
-                 bins) < 0 ||
+                     bins) < 0 ||
         cmp_interrupted() < 0)
       return -1;
     for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
@@ -371,7 +375,8 @@ static bool scan_tapes(Step *s, Workspace *w, Held *body, const ScanShape *sh, T
 
 /* The iterations of run_scan from tapes: the carries start in set 1. */
 static int scan_run_tapes(Step *s, Workspace *w, const ScanShape *sh, const Tape *t) {
-  Array **cur = cmp_step_ins(s, w, 0) + sh->nconsts, **xs = cur + sh->ncarry, **res = cmp_step_outs(s, w);
+  Array **cur = cmp_step_ins(s, w, 0) + sh->nconsts, **xs = cur + sh->ncarry;
+  Array **res = cmp_step_outs(s, w);
   Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
   Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
   for (int k = 0; k < sh->ncarry; k++) cmp_copy_into(sets[1][k], cur[k]);
