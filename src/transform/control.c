@@ -1010,8 +1010,9 @@ static _Thread_local int while_lifts;
 /* The staged while_loop of [cf], [bf] on [init] under the current trace.
  * A body (or condition) that closes over a value being transformed, met
  * while staging it, runs as that transformation's while rule does, the
- * value among the rule's consts (ad_while_jvp, batch_while: the value is
- * differentiated or batched with the carry). */
+ * value among the rule's consts (the while row's jvp_loop and
+ * batch_loop, higher.h: the value is differentiated or batched with the
+ * carry). */
 static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Leaves l = {0};
   if (flatten(init, &l) < 0) return NULL;
@@ -1045,9 +1046,9 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
 
 /* while_loop(cond_fun, body_fun, init_val).  Under jit, a carry being
  * differentiated (forward mode) runs as one staged loop over its primals
- * and tangents (ad_while_jvp), a batched one over the whole batch
- * (batch_while), and so does a loop whose body closes over such a value
- * (staged_while); reverse mode is JAX's error. */
+ * and tangents (the while row's jvp_loop), a batched one over the whole
+ * batch (its batch_loop), and so does a loop whose body closes over such
+ * a value (staged_while); reverse mode is JAX's error. */
 static Value *while_loop(Value *cf, Value *bf, Value *init) {
   if (!trace_current()) return eager_while(cf, bf, init);
   if (ad_reverse_leaf(init)) return while_reverse_error();
