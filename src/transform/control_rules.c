@@ -4,9 +4,9 @@
  * executor prepares and runs its equation (jit), how xmap's plan
  * interpreter evaluates it, whether xmap's lowering can and what named
  * shapes its results carry in an xmap body (xmap under jit), and, for
- * while, the forward-mode and batching rules of a staged
- * while_loop whose carry is being transformed (grad, vmap).  control.c
- * stages the equations; the built-ins are there.
+ * while, the forward-mode and batching rules of a staged while_loop
+ * whose carry is being transformed (grad, vmap).  control.c stages the
+ * equations; the built-ins are there.
  *
  * Semantics: jax.lax.cond/switch, while_loop, scan and their rules in
  * jax/_src/lax/control_flow (conditionals.py, loops.py): a cond runs the
@@ -146,6 +146,8 @@ static int carry_sets(Exec *e, Plan *body, int ncarry) {
 
 /* ==== while ======================================================================= */
 
+/* ---- while: the compiled step ---- */
+
 /* while: the predicate, then two carry sets. */
 static int prepare_while(Exec *e, Step *s, const Plan *p) {
   (void)p;
@@ -243,6 +245,8 @@ static int run_while(Step *s, Workspace *w) {
   cmp_held_give(&hc);
   return rc;
 }
+
+/* ---- while: the batching rule (vmap) ---- */
 
 /*
  * A staged while_loop whose carry is batched runs one staged loop on the
@@ -388,6 +392,8 @@ static Value *while_batch(Value *cf, Value *bf, Value *init, unsigned id,
   val_decref(&w->base.hdr);
   return r;
 }
+
+/* ---- while: the forward-mode rule (jvp, grad) ---- */
 
 /*
  * A staged while_loop whose carry is being differentiated (forward mode,
@@ -608,6 +614,8 @@ static Value *while_jvp(Value *cf, Value *bf, Value *init, unsigned id,
   val_decref(&w->base.hdr);
   return r;
 }
+
+/* ---- while: in an xmap body ---- */
 
 /* xmap's interpreter: while_loop(cond_fun, body_fun, carry), each fun
  * its sub-plan closing over its constants. */

@@ -900,10 +900,12 @@ Value *xmap_scan_call(Value *self, const CallArgs *a) {
 }
 
 /* One equation of a staged body on [in]: a new reference to its result
- * (a tuple when the equation has other than one output, and for pjit
- * and xmap).  Collectives over names go through the language's named
- * reduction, as the eager body's psum does: a value that does not vary
- * along a name is the same on every index. */
+ * (a tuple when the equation has other than one output, and when its
+ * row's eval rule gives one: HigherRules.eval_tuple).  A higher-order
+ * equation goes through its row's eval rule (higher.h).  Collectives
+ * over names go through the language's named reduction, as the eager
+ * body's psum does: a value that does not vary along a name is the same
+ * on every index. */
 static Value *eval_eqn(const PlanEqn *e, Value **in) {
   const Params *ps = &e->params;
   Value *g = params_get(ps, "axis_index_groups");
