@@ -148,7 +148,8 @@ struct Sharding;
 typedef int (*ShardingRule)(const AVal *in, const struct Sharding *const *in_sh, int nin,
                             const Params *p, struct Sharding **out_sh);
 
-struct CollRules;   /* a layer above's rules, defined in its own header */
+struct CollRules;     /* spmd/collective.h */
+struct HigherRules;   /* transform/higher.h */
 
 /* All rules of one primitive, filled by its family's file (src/README.md,
  * "The primitive table"): the array layer's families at start-up
@@ -170,6 +171,7 @@ typedef struct PrimRules {
   /* ---- the layers above's own rules, typed by them ---- */
   const struct CollRules *coll;  /* named-axis rules (spmd/collective.h);
                                     NULL: the primitive names no axis */
+  const struct HigherRules *higher; /* transform/higher.h: cond ... pdot; NULL: first-order */
 } PrimRules;
 
 typedef struct PrimInfo {

@@ -232,6 +232,14 @@ static Value *tangent_of(Value *v, unsigned id) {
   return zeros_like(v);
 }
 
+Value *ad_jvp_tracer(unsigned id, Value *primal, Value *tangent) {
+  return jvp_tracer(id, primal, tangent);
+}
+
+Value *ad_primal_of(Value *v, unsigned id) { return primal_of(v, id); }
+
+Value *ad_tangent_of(Value *v, unsigned id) { return tangent_of(v, id); }
+
 /* Splits [res] into (out, aux) when [has_aux]. */
 static int split_aux(Value *res, bool has_aux, Value **out, Value **aux) {
   *aux = NULL;
@@ -1514,8 +1522,8 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
 /* The transpose of a linearized shard_map equation: the devices' backward
  * passes on the results' cotangents, split by the out_specs; the
  * arguments' cotangents assembled by the in_specs. */
-static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
-                        const Params *p, Value **cts) {
+int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts) {
   (void)in, (void)av;
   Value *cv = params_get(p, "linearized");
   if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
@@ -1550,224 +1558,6 @@ static int tr_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin,
     cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
   val_decref(res);
   return 0;
-}
-
-/* ==== while_loop under jit, forward mode ========================================== */
-
-/*
- * A staged while_loop whose carry is being differentiated (forward mode,
- * under jit) runs one staged loop on the carry's primals and tangents
- * together, as JAX's while JVP rule does: the condition sees the primals,
- * the body is the JVP of the user's body.  The leaves with tangents are
- * found as JAX's rule finds its nonzero tangents, by a fixpoint: those
- * with one in init, then each the body gives one (a staging of the body
- * that finds a new one stops at once, and the loop is staged again with
- * it; its tangent starts as zeros, weakly typed when the leaf is, as the
- * eager loop's first tangent for it is whatever the body computed).  The
- * body runs with the jvp trace re-entered above the loop's staging trace
- * (trace_reenter), so a value of that trace it closes over is
- * differentiated with the carry: its primal and tangent are the staged
- * body's captures, as the rule's consts are in JAX.
- */
-typedef struct WhileJvp {
-  Opaque base;
-  Value *cf, *bf, *tree;   /* the user's functions and init (its structure) */
-  unsigned id;             /* the jvp trace */
-  int n, k;                /* leaves, and those with tangents */
-  bool *diff;              /* leaf i has a tangent */
-  bool *grow;              /* leaf i got one from the body, without diff[i] */
-  bool grew;               /* some grow[i] was set: stage again */
-} WhileJvp;
-
-static void whilejvp_free(Value *v) {
-  WhileJvp *w = (WhileJvp *)v;
-  val_decref(w->cf);
-  val_decref(w->bf);
-  val_decref(w->tree);
-  shm_free(w->diff);
-  shm_free(w->grow);
-}
-
-static const OpaqueType whilejvp_type = {"while_loop JVP", whilejvp_free, NULL, NULL, NULL, NULL, NULL};
-
-/* The primal tree from the staged carry (primals, tangents). */
-static Value *carry_primals(WhileJvp *w, Value *carry, Value *const **items) {
-  size_t n;
-  Value *ps = tuple_get(carry, 0);
-  if (!val_seq(ps, &n, items) || (int)n != w->n)
-    return err_set(ERR_TYPE, "while_loop: malformed carry");
-  int pos = 0;
-  return pytree_replace(w->tree, array_leaf, (Value **)*items, &pos);
-}
-
-/* The condition on the primals, with the trace re-entered as for the
- * body: it may close over a value being differentiated (its primal
- * decides). */
-static Value *wj_cond(Value *self, const CallArgs *a) {
-  WhileJvp *w = (WhileJvp *)self;
-  Value *const *items;
-  Value *t = carry_primals(w, a->args[0], &items);
-  TraceReentry prev = trace_reenter(w->id);
-  Value *p = t ? val_call_n(w->cf, 1, &t) : NULL;
-  trace_reenter_end(prev);
-  Value *r = p ? primal_of(p, w->id) : NULL;
-  if (p) val_decref(p);
-  if (t) val_decref(t);
-  return r;
-}
-
-/* The staged carry (primals, tangents) of the body's results [l]: NULL,
- * with w->grew set, when a leaf without a tangent got one. */
-static Value *wj_results(WhileJvp *w, const PyLeaves *l) {
-  if (l->n != w->n)
-    return err_set(ERR_TYPE, "while_loop body_fun must return a carry of the init's structure");
-  for (int i = 0; i < w->n; i++) {
-    AVal a;   /* an integer leaf's tangent is zero (float0): never carried */
-    if (!w->diff[i] && is_jvp_of(l->v[i], w->id) && ops_aval(l->v[i], &a) == 0 &&
-        dt_is_float(a.dtype))
-      w->grow[i] = w->grew = true;
-  }
-  if (w->grew) return err_set(ERR_VALUE, "while_loop: the carry's tangents grew");
-  Value *po = tuple_new((size_t)w->n), *to = tuple_new((size_t)w->k), *r = NULL;
-  for (int i = 0, k = 0; po && to && i < w->n; i++) {
-    tuple_set_steal(po, (size_t)i, primal_of(l->v[i], w->id));
-    if (w->diff[i]) tuple_set_steal(to, (size_t)k++, tangent_of(l->v[i], w->id));
-  }
-  r = po && to ? tuple_pack(2, (Value *[]){po, to}) : NULL;
-  if (po) val_decref(po);
-  if (to) val_decref(to);
-  return r;
-}
-
-/* The body: the user's body on JVP tracers of the re-entered trace, its
- * results split back into primals and tangents. */
-static Value *wj_body(Value *self, const CallArgs *a) {
-  WhileJvp *w = (WhileJvp *)self;
-  Value *const *ps, *const *ts;
-  size_t nt;
-  if (!val_seq(a->args[0], &nt, &ps) || nt != 2) return err_set(ERR_TYPE, "while_loop: malformed carry");
-  Value *tan = tuple_get(a->args[0], 1);
-  if (!val_seq(tuple_get(a->args[0], 0), &nt, &ps) || !val_seq(tan, &nt, &ts))
-    return err_set(ERR_TYPE, "while_loop: malformed carry");
-  unsigned id = w->id;
-  TraceReentry prev = trace_reenter(id);
-  Value **in = shm_calloc((size_t)w->n + 1, sizeof(Value *)), *res = NULL, *r = NULL;
-  int made = 0;
-  for (int i = 0, k = 0; in && i < w->n; i++, made++) {
-    in[i] = w->diff[i] ? jvp_tracer(id, val_incref(ps[i]), val_incref(ts[k++])) : val_incref(ps[i]);
-    if (!in[i]) break;
-  }
-  int pos = 0;
-  Value *arg = in && made == w->n ? pytree_replace(w->tree, array_leaf, in, &pos) : NULL;
-  if (arg) res = val_call_n(w->bf, 1, &arg);
-  trace_reenter_end(prev);
-  PyLeaves l = {0};
-  if (res && leaves_of(res, &l) == 0) r = wj_results(w, &l);
-  pytree_leaves_free(&l);
-  values_free_n(in, made);
-  shm_free(in);
-  if (arg) val_decref(arg);
-  if (res) val_decref(res);
-  return r;
-}
-
-/* The tangent leaf [v] of init starts the loop with: its own, or zeros
- * of its aval (weak as it is). */
-static Value *wj_init_tangent(Value *v, unsigned id) {
-  if (is_jvp_of(v, id)) return val_incref(((Tracer *)v)->tangent);
-  return zeros_like(v);
-}
-
-/* The staged carry (primals, tangents) of init's leaves [l]. */
-static Value *wj_carry(WhileJvp *w, const PyLeaves *l) {
-  Value *ps = tuple_new((size_t)l->n), *ts = list_new(4), *carry = NULL;
-  bool ok = ps && ts;
-  for (int i = 0; ok && i < l->n; i++) {
-    tuple_set_steal(ps, (size_t)i, primal_of(l->v[i], w->id));
-    if (w->diff[i]) {
-      Value *t = wj_init_tangent(l->v[i], w->id);
-      ok = t && list_append_steal(ts, t) == 0;
-    }
-  }
-  w->k = ok ? (int)list_len(ts) : 0;
-  Value *tt = ok ? tuple_pack(list_len(ts), ((List *)ts)->items) : NULL;
-  carry = tt ? tuple_pack(2, (Value *[]){ps, tt}) : NULL;
-  if (tt) val_decref(tt);
-  if (ps) val_decref(ps);
-  if (ts) val_decref(ts);
-  if (!carry && !err_occurred()) err_nomem();
-  return carry;
-}
-
-/* init's tree from the loop's result [out] (primals, tangents). */
-static Value *wj_unpack(WhileJvp *w, Value *init, Value *out) {
-  Value *const *po, *const *to;
-  size_t np, nto;
-  if (!val_seq(tuple_get(out, 0), &np, &po) || !val_seq(tuple_get(out, 1), &nto, &to))
-    return err_set(ERR_TYPE, "while_loop: malformed carry");
-  Value **leaves = shm_calloc((size_t)w->n + 1, sizeof(Value *)), *r = NULL;
-  int made = 0;
-  for (int i = 0, k = 0; leaves && i < w->n; i++, made++)
-    if (!(leaves[i] = w->diff[i] ? jvp_tracer(w->id, val_incref(po[i]), val_incref(to[k++]))
-                                 : val_incref(po[i])))
-      break;
-  int pos = 0;
-  if (leaves && made == w->n) r = pytree_replace(init, array_leaf, leaves, &pos);
-  values_free_n(leaves, made);
-  shm_free(leaves);
-  return r;
-}
-
-Value *ad_while_jvp(Value *cf, Value *bf, Value *init, unsigned id,
-                    Value *(*loop)(Value *cf, Value *bf, Value *init)) {
-  PyLeaves l = {0};
-  if (leaves_of(init, &l) < 0) return NULL;
-  bool innermost = id == 0;
-  for (int i = 0; innermost && i < l.n; i++)
-    if (IS_JVP_TRACER(l.v[i]) && ((Tracer *)l.v[i])->trace_id > id) id = ((Tracer *)l.v[i])->trace_id;
-  WhileJvp *w = shm_calloc(1, sizeof *w);
-  Value *r = NULL, *cfn = NULL, *bfn = NULL;
-  if (!w || !(w->diff = shm_calloc((size_t)l.n + 1, sizeof(bool))) ||
-      !(w->grow = shm_calloc((size_t)l.n + 1, sizeof(bool)))) {
-    err_nomem();
-    if (w) shm_free(w->diff);
-    shm_free(w);
-    pytree_leaves_free(&l);
-    return NULL;
-  }
-  val_init(&w->base.hdr, V_OPAQUE);
-  w->base.ot = &whilejvp_type;
-  w->cf = val_incref(cf);
-  w->bf = val_incref(bf);
-  w->tree = val_incref(init);
-  w->id = id;
-  w->n = l.n;
-  for (int i = 0; i < l.n; i++) w->diff[i] = is_jvp_of(l.v[i], id);
-  cfn = bound_new("cond_fun", wj_cond, &w->base.hdr);
-  bfn = cfn ? bound_new("body_fun", wj_body, &w->base.hdr) : NULL;
-  /* each round adds a leaf's tangent, so at most n + 1 of them */
-  for (int round = 0; bfn && round <= l.n; round++) {
-    Value *carry = wj_carry(w, &l);
-    Value *out = carry ? loop(cfn, bfn, carry) : NULL;
-    if (carry) val_decref(carry);
-    if (out) {
-      r = wj_unpack(w, init, out);
-      val_decref(out);
-      break;
-    }
-    if (!w->grew) break;
-    err_clear();
-    w->grew = false;
-    for (int i = 0; i < l.n; i++) {
-      w->diff[i] = w->diff[i] || w->grow[i];
-      w->grow[i] = false;
-    }
-  }
-  pytree_leaves_free(&l);
-  if (cfn) val_decref(cfn);
-  if (bfn) val_decref(bfn);
-  val_decref(&w->base.hdr);
-  return r;
 }
 
 /* ==== stop_gradient, jacfwd, jacrev, hessian, checkpoint ========================== */
@@ -2071,7 +1861,6 @@ int ad_register(Env *b) {
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
   shardmap_add_shared(sm_shared, sm_settle);
-  prim_table[P_SHARD_MAP].rules.transpose = tr_shard_map;
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||

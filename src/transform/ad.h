@@ -28,14 +28,16 @@
  * passes are staged into the jit's one plan.  A jit function called on a
  * value being differentiated is evaluated inline (the same result as its
  * plan).  A while_loop under jit differentiates as one staged loop over
- * primals and tangents (ad_while_jvp); reverse mode through while_loop is
- * JAX's error.  Under jit, cond and scan on differentiated values are
- * recorded operation by operation (the same values as staged ones).
+ * primals and tangents (the while row's rule, control_rules.c); reverse
+ * mode through while_loop is JAX's error.  Under jit, cond and scan on
+ * differentiated values are recorded operation by operation (the same
+ * values as staged ones).
  */
 #ifndef SHMAP_AD_H
 #define SHMAP_AD_H
 
 #include "lang/eval.h"
+#include "array/prim.h"
 
 /* Registers jvp, vjp, grad, value_and_grad (also under jax.) and installs
  * ad_apply as the tracer hook.
@@ -66,15 +68,26 @@ bool ad_has_jvp_leaf(Value *tree);
  * cond under jit does). */
 Value *ad_keep_primals(Value *sel, Value *own);
 
-/* A while_loop under jit whose carry [init] holds forward-mode JVP
- * tracers of jvp trace [id] (0: the innermost in init), or whose body
- * closes over one: one staged loop, run by [loop] (the staged
- * while_loop), over the carry's primals and tangents, whose body is the
- * JVP of [bf] (JAX's while JVP rule; its closed-over values are the
- * rule's consts).  The result has init's structure, its float leaves JVP
- * tracers of [id].  NULL with the error set (as [loop]'s, or a body that
- * changes the carry's structure). */
-Value *ad_while_jvp(Value *cf, Value *bf, Value *init, unsigned id,
-                    Value *(*loop)(Value *cf, Value *bf, Value *init));
+/* For the rules of other primitives built on forward mode (the while
+ * row's, control_rules.c).  A JVP tracer of trace [id] for [primal] and
+ * [tangent] (both stolen): a new reference, or NULL with the error set. */
+Value *ad_jvp_tracer(unsigned id, Value *primal, Value *tangent);
+/* The primal of [v] for trace [id]: a JVP tracer of another trace, and
+ * anything else, is its own.  A new reference. */
+Value *ad_primal_of(Value *v, unsigned id);
+/* The tangent of [v] for trace [id]: its own, or zeros of its aval,
+ * weakly typed when [v] is (JAX's instantiated symbolic zero).  A new
+ * reference, or NULL with the error set. */
+Value *ad_tangent_of(Value *v, unsigned id);
+
+/* shard_map's transpose rule (TransposeRule, array/prim.h), for its row
+ * (jit_rules.c): a shard_map equation staged by linearizing a call
+ * (its `linearized` parameter, the call's record of its devices' linear
+ * maps) runs the devices' backward passes on the results' cotangents,
+ * split by the out_specs, and assembles the arguments' cotangents by the
+ * in_specs.  Any other shard_map equation: prim_rule_missing ("transpose
+ * of a staged shard_map").  Semantics: JAX's shard_map transpose. */
+int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                           const Params *p, Value **cts);
 
 #endif

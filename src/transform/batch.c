@@ -446,7 +446,6 @@ static Value *out_leaf(Value *v, void *vctx) {
   return r;
 }
 
-
 /* The batch size from the mapped leaves (checked to agree and to be in
  * range), or the axis_size given. */
 static int batch_size(Value *args, const Axes *ax, Value *size_v, int64_t *size) {
@@ -896,114 +895,9 @@ int batch_register(Env *b) {
   return rc;
 }
 
-/* ==== while_loop under jit with a batched carry ==================================== */
-
-/*
- * A staged while_loop whose carry is batched runs one staged loop on the
- * whole batch, as JAX's batching rule of while does with a batched
- * predicate: the loop goes on while any example's condition holds, the
- * body runs for every example, and the examples whose condition is false
- * keep their carry.  The cond and body run in the vmap's own batch trace
- * (the loop is staged inside it), so values they close over that the vmap
- * batches, and collectives over its axis name, work as eagerly.
- */
-typedef struct WhileBatch {
-  Opaque base;
-  Value *cf, *bf, *tree;
-  unsigned id;        /* the vmap's batch trace */
-  int64_t size;
-} WhileBatch;
-
-static void whilebatch_free(Value *v) {
-  WhileBatch *w = (WhileBatch *)v;
-  val_decref(w->cf);
-  val_decref(w->bf);
-  val_decref(w->tree);
-}
-
-static const OpaqueType whilebatch_type = {"while_loop batching", whilebatch_free, NULL, NULL,
-                                           NULL, NULL, NULL};
+/* ==== queries for control flow ==================================================== */
 
 static bool is_array_leaf(Value *v) { return ops_is_array(v); }
-
-/* [tree]'s leaves each through [fn](id, leaf): a new tree, or NULL. */
-static Value *map_batch(Value *tree, unsigned id, int64_t size, bool wrap) {
-  PyLeaves l = {0};
-  if (pytree_flatten(tree, is_array_leaf, &l) < 0) return NULL;
-  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
-  int k = 0;
-  for (; vals && k < l.n; k++)
-    if (!(vals[k] = wrap ? batch_wrap(id, l.v[k], 0) : batch_unwrap_front(id, l.v[k], size))) break;
-  int pos = 0;
-  if (vals && k == l.n) r = pytree_replace(tree, is_array_leaf, vals, &pos);
-  for (int i = 0; i < k; i++) val_decref(vals[i]);
-  shm_free(vals);
-  pytree_leaves_free(&l);
-  return r;
-}
-
-/* The batched condition of the (unbatched) carry [c], inside a batch
- * trace opened for it: a batch tracer of bool examples, or NULL. */
-static Value *wb_pred(WhileBatch *w, unsigned id, Value *c, Value **wrapped) {
-  *wrapped = map_batch(c, id, w->size, true);
-  return *wrapped ? val_call_n(w->cf, 1, wrapped) : NULL;
-}
-
-static Value *wb_cond(Value *self, const CallArgs *a) {
-  WhileBatch *w = (WhileBatch *)self;
-  unsigned id = w->id;
-  TraceReentry prev = trace_reenter(id);
-  Value *wrapped = NULL, *pred = wb_pred(w, id, a->args[0], &wrapped);
-  Value *each = pred ? batch_unwrap_front(id, pred, w->size) : NULL;
-  trace_reenter_end(prev);
-  Value *r = NULL;
-  if (each) {   /* any example's condition */
-    Params p;
-    params_init(&p);
-    params_add(&p, "axes", val_int_tuple(1, (int64_t[]){0}));
-    r = ops_apply(P_REDUCE_OR, 1, &each, &p);
-    params_clear(&p);
-    val_decref(each);
-  }
-  if (pred) val_decref(pred);
-  if (wrapped) val_decref(wrapped);
-  return r;
-}
-
-static Value *wb_body(Value *self, const CallArgs *a) {
-  WhileBatch *w = (WhileBatch *)self;
-  unsigned id = w->id;
-  TraceReentry prev = trace_reenter(id);
-  Value *wrapped = NULL, *pred = wb_pred(w, id, a->args[0], &wrapped), *r = NULL;
-  Value *next = pred ? val_call_n(w->bf, 1, &wrapped) : NULL;
-  PyLeaves ln = {0}, lo = {0};
-  if (next && pytree_flatten(next, is_array_leaf, &ln) == 0 &&
-      pytree_flatten(wrapped, is_array_leaf, &lo) == 0) {
-    if (ln.n != lo.n) {
-      err_set(ERR_TYPE, "while_loop body_fun must return a carry of the init's structure");
-    } else {   /* each example keeps its carry once its condition fails */
-      Value **vals = shm_calloc((size_t)ln.n + 1, sizeof(Value *));
-      int k = 0;
-      for (; vals && k < ln.n; k++) {
-        Value *sel = ops_select(pred, ln.v[k], lo.v[k]);
-        vals[k] = sel ? batch_unwrap_front(id, sel, w->size) : NULL;
-        if (sel) val_decref(sel);
-        if (!vals[k]) break;
-      }
-      int pos = 0;
-      if (vals && k == ln.n) r = pytree_replace(w->tree, is_array_leaf, vals, &pos);
-      for (int i = 0; i < k; i++) val_decref(vals[i]);
-      shm_free(vals);
-    }
-  }
-  pytree_leaves_free(&ln);
-  pytree_leaves_free(&lo);
-  trace_reenter_end(prev);
-  if (next) val_decref(next);
-  if (pred) val_decref(pred);
-  if (wrapped) val_decref(wrapped);
-  return r;
-}
 
 bool batch_has_leaf(Value *tree) {
   PyLeaves l = {0};
@@ -1016,38 +910,6 @@ bool batch_has_leaf(Value *tree) {
   return any;
 }
 
-Value *batch_while(Value *cf, Value *bf, Value *init, unsigned id,
-                   Value *(*loop)(Value *cf, Value *bf, Value *init)) {
-  PyLeaves l = {0};
-  if (pytree_flatten(init, is_array_leaf, &l) < 0) return NULL;
-  bool innermost = id == 0;
-  for (int i = 0; innermost && i < l.n; i++)
-    if (IS_BATCH_TRACER(l.v[i]) && ((Tracer *)l.v[i])->trace_id > id)
-      id = ((Tracer *)l.v[i])->trace_id;
-  pytree_leaves_free(&l);
-  BatchTrace *bt = batch_find(id);
-  if (!bt) return err_set(ERR_VALUE, "while_loop: a batched value of a finished vmap");
-  WhileBatch *w = shm_calloc(1, sizeof *w);
-  if (!w) return err_nomem();
-  val_init(&w->base.hdr, V_OPAQUE);
-  w->base.ot = &whilebatch_type;
-  w->cf = val_incref(cf);
-  w->bf = val_incref(bf);
-  w->tree = val_incref(init);
-  w->id = id;
-  w->size = bt->size;
-  Value *carry = map_batch(init, id, bt->size, false), *r = NULL;
-  Value *cfn = carry ? bound_new("cond_fun", wb_cond, &w->base.hdr) : NULL;
-  Value *bfn = cfn ? bound_new("body_fun", wb_body, &w->base.hdr) : NULL;
-  Value *out = bfn ? loop(cfn, bfn, carry) : NULL;
-  if (out) r = map_batch(out, id, bt->size, true);
-  Value *tmp[] = {carry, cfn, bfn, out};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-    if (tmp[i]) val_decref(tmp[i]);
-  val_decref(&w->base.hdr);
-  return r;
-}
-
 bool batch_axis_info(const char *name, unsigned *id, int64_t *size, Value **resources) {
   BatchTrace *b = batch_named(name);
   if (!b) return false;
@@ -1055,6 +917,12 @@ bool batch_axis_info(const char *name, unsigned *id, int64_t *size, Value **reso
   *size = b->size;
   *resources = b->resources;
   return true;
+}
+
+bool batch_trace_open(unsigned id, int64_t *size) {
+  BatchTrace *b = batch_find(id);
+  if (b) *size = b->size;
+  return b != NULL;
 }
 
 int64_t batch_trace_size(unsigned id) {

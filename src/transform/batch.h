@@ -80,21 +80,14 @@ Value *batch_axis_index(const char *name);
 /* The (block) size of batch trace [id] of this thread, 0 if none. */
 int64_t batch_trace_size(unsigned id);
 
+/* Whether batch trace [id] is open on this thread, its (block) size
+ * then written to [size]. */
+bool batch_trace_open(unsigned id, int64_t *size);
+
 /* batch_wrap, taking [x]'s reference (also on failure). */
 Value *batch_wrap_steal(unsigned id, Value *x, int axis);
 
 /* Whether [tree] has a batch tracer among its leaves. */
 bool batch_has_leaf(Value *tree);
-
-/* A while_loop under jit whose carry [init] is batched by vmap trace [id]
- * (0: the innermost in init), or whose body closes over a value batched
- * by it: one staged loop, run by [loop], over the whole batch: on while
- * any example's condition holds, the examples whose condition fails
- * keeping their carry (JAX's batching rule of while; the closed-over
- * values are the staged body's captures, batched).  The result has
- * init's structure, batched along the vmap's axis.  NULL with the error
- * set. */
-Value *batch_while(Value *cf, Value *bf, Value *init, unsigned id,
-                   Value *(*loop)(Value *cf, Value *bf, Value *init));
 
 #endif

@@ -11,87 +11,12 @@
 
 #include "transform/compile.h"
 #include "lang/eval.h"
+#include "transform/compile_impl.h"
 #include "transform/fuse.h"
+#include "transform/higher.h"
 #include "array/kernels.h"
 #include "base/mem.h"
 #include "base/timeline.h"
-#include "spmd/shardmap.h"
-#include "transform/xmap.h"
-
-/* ==== executable form ======================================================= */
-
-typedef enum { SL_INPUT, SL_CONST, SL_TEMP, SL_OUTPUT } SlotKind;
-
-typedef struct Slot {
-  SlotKind kind;
-  AVal aval;
-  int index;        /* SL_INPUT: input number; SL_OUTPUT: output number */
-  Value *value;     /* SL_CONST: the array (owned) */
-} Slot;
-
-typedef enum { ST_KERNEL, ST_FUSED, ST_COND, ST_WHILE, ST_SCAN, ST_PJIT, ST_SHARD_MAP, ST_CALLBACK,
-               ST_XMAP } StepKind;
-
-typedef struct Step {
-  StepKind kind;
-  const PlanEqn *eqn;  /* borrowed from the plan: prim and params */
-  int nin, nout;
-  int *in, *out;       /* references while compiling, slots afterwards */
-  Fused *fused;        /* ST_FUSED, owned */
-  Value *shardfn;      /* ST_SHARD_MAP, owned */
-  Plan *lowered;       /* ST_XMAP: the positional plan it runs (xmap_lower), owned */
-  int scratch;         /* first scratch array of this step */
-  KernRow2 row2;       /* ST_KERNEL: a small elementwise step's row loop, its dispatch */
-  KernRow1 row1;       /* resolved when compiled (resolve_rows), or NULL */
-} Step;
-
-typedef struct Workspace Workspace;
-
-/* Per-thread workspace slots of a plan: a thread uses slot
- * (its ordinal % WS_SLOTS); ordinals are handed out on first use. */
-#define WS_SLOTS 16
-
-/* Most steps and copies a loop body may have to run from a tape; a
- * longer body's dispatch is a small part of its time. */
-#define TAPE_MAX 24
-
-typedef struct Exec {
-  int nslots, capslots;
-  Slot *slots;
-  int nsteps;
-  Step *steps;
-  int nin, nout;
-  int *in_slot, *out_slot;
-  bool *out_copy;      /* output i is copied from out_slot[i], not bound */
-  bool *in_contig;     /* input i is read in place (fused, scan): make it contiguous */
-  int ncontig;         /* how many in_contig are true */
-  int nbound, ncopied; /* outputs bound in place and outputs copied, */
-  int *bound, *copied; /* listed by index: a run reads no flags */
-  int nscratch, capscratch;
-  AVal *scratch;       /* avals of per-workspace scratch arrays */
-  int nregs;           /* fused registers needed */
-  int64_t npartials;   /* fused reduction partial sums needed */
-  bool split;          /* some fused loop runs on two cores */
-  bool tapeable;       /* every step a row loop: a loop runs it from a tape */
-  /* Idle workspaces.  A thread first looks in its own slot of [mine]
-   * (64 bytes apart: never two on one cache line, so a loop running a plan over and over takes
-   * and gives back its workspace without a lock or a shared line); the
-   * locked [pool] holds the rest (a plan entered again on the same
-   * thread, threads beyond WS_SLOTS). */
-  struct { _Atomic(Workspace *) w; char pad[64 - sizeof(void *)]; } mine[WS_SLOTS];
-  pthread_mutex_t lock;/* guards [pool] */
-  Workspace *pool;
-} Exec;
-
-struct Workspace {
-  Workspace *next;
-  Array **slot;        /* TEMP: owned; CONST: borrowed; INPUT/OUTPUT: bound per run */
-  Array **scratch;     /* owned */
-  Array **ops;         /* owned: a step's operand lists (ws_ops_len), so no step has a
-                          fixed limit on its operands */
-  Value **vargs;       /* owned: the operands as values, for calls out */
-  FuseMem fm;          /* registers and partials for fused steps */
-};
 
 /* ==== slots and scratch ========================================================= */
 
@@ -111,7 +36,7 @@ static int add_slot(Exec *e, SlotKind k, const AVal *a, int index, Value *value)
   return e->nslots++;
 }
 
-static int add_scratch(Exec *e, const AVal *a) {
+int cmp_add_scratch(Exec *e, const AVal *a) {
   if (e->nscratch == e->capscratch) {
     int n = e->capscratch ? e->capscratch * 2 : 8;
     AVal *s = shm_realloc(e->scratch, sizeof(AVal) * (size_t)n);
@@ -256,7 +181,8 @@ static bool value_has_effects(Value *v) {
 
 static bool eqn_has_effects(const PlanEqn *q) {
   PrimKind k = prim_table[q->prim].kind;
-  if (k == PK_COLLECTIVE || q->prim == P_DEBUG_CALLBACK || q->prim == P_SHARD_MAP) return true;
+  const HigherRules *h = higher_rules(q->prim);
+  if (k == PK_COLLECTIVE || (h && h->effectful)) return true;
   for (int i = 0; k == PK_HIGHER && i < q->params.n; i++)
     if (value_has_effects(q->params.p[i].value)) return true;
   return false;
@@ -302,113 +228,19 @@ static int run_passes(Pre *pr) {
 
 /* ==== steps ======================================================================= */
 
+/* A higher-order primitive whose row has a run rule is a step of its
+ * own; any other primitive runs its kernel. */
 static StepKind step_kind(PrimId id) {
-  switch (id) {
-  case P_COND: return ST_COND;
-  case P_WHILE: return ST_WHILE;
-  case P_SCAN: return ST_SCAN;
-  case P_PJIT: return ST_PJIT;
-  case P_SHARD_MAP: return ST_SHARD_MAP;
-  case P_DEBUG_CALLBACK: return ST_CALLBACK;
-  case P_XMAP: return ST_XMAP;
-  default: return ST_KERNEL;
-  }
+  const HigherRules *h = higher_rules(id);
+  return h && h->run ? ST_HIGHER : ST_KERNEL;
 }
 
-static Plan *param_plan(const PlanEqn *q, const char *name) {
-  Value *v = params_get(&q->params, name);
-  return v && IS_PLAN(v) ? AS_PLAN(v) : NULL;
-}
-
-static int prepare_cond(const PlanEqn *q) {
-  Value *br = params_get(&q->params, "branches");
-  if (!br) return err_set(ERR_VALUE, "cond without branches"), -1;
-  for (size_t i = 0; i < tuple_len(br); i++)
-    if (cmp_compile(AS_PLAN(tuple_get(br, i))) < 0) return -1;
-  return 0;
-}
-
-/* A ShardFn running the compiled body: shardmap.c's call machinery then
- * runs one plan on every device. */
-static int prepare_shard_map(Step *s, const Plan *p) {
-  const PlanEqn *q = s->eqn;
-  Plan *body = param_plan(q, "jaxpr");
-  Value *mesh = params_get(&q->params, "mesh"), *ins = params_get(&q->params, "in_specs");
-  Value *outs = params_get(&q->params, "out_specs"), *cr = params_get(&q->params, "check_rep");
-  if (!body || !mesh || !ins || !outs || cmp_compile(body) < 0) return -1;
-  bool check = cr && IS_ARRAY(cr) && arr_get_i64(AS_ARRAY(cr), 0);
-  /* the printed out_specs is a tuple; one result is one array */
-  if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
-  s->shardfn = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
-  return s->shardfn ? 0 : -1;
-}
-
-/* An xmap equation: lowered through the eager call's batching and
- * resource machinery into a positional plan (xmap.h), compiled. */
-static int prepare_xmap(Step *s, const Plan *p) {
-  const PlanEqn *q = s->eqn;
-  AVal *av = shm_calloc((size_t)(q->nin + q->nout) + 1, sizeof(AVal));
-  if (!av) return err_nomem(), -1;
-  for (int k = 0; k < q->nin; k++) plan_atom_aval(p, &q->in[k], &av[k]);
-  for (int k = 0; k < q->nout; k++) av[q->nin + k] = p->vars[q->out[k]];
-  s->lowered = xmap_lower(q, av, av + q->nin);
-  shm_free(av);
-  if (!s->lowered) {
-    if (q->loc.src) err_locate(q->loc);
-    return -1;
-  }
-  return cmp_compile(s->lowered);
-}
-
-/* Scratch of avals of [body]'s outputs [from, to). */
-static int scratch_outs(Exec *e, Plan *body, int from, int to) {
-  for (int i = from; i < to; i++) {
-    AVal a;
-    plan_atom_aval(body, &body->outs[i], &a);
-    if (add_scratch(e, &a) < 0) return -1;
-  }
-  return 0;
-}
-
-/* while: the predicate, then two carry sets.  scan: two carry sets, the
- * y slices, the x slices. */
-static int prepare_loop(Exec *e, Step *s) {
-  const PlanEqn *q = s->eqn;
-  Plan *body = param_plan(q, s->kind == ST_WHILE ? "body_jaxpr" : "jaxpr");
-  if (!body || cmp_compile(body) < 0) return -1;
-  if (s->kind == ST_WHILE) {
-    Plan *cond = param_plan(q, "cond_jaxpr");
-    AVal pred;
-    if (!cond || cmp_compile(cond) < 0) return -1;
-    plan_atom_aval(cond, &cond->outs[0], &pred);
-    if (add_scratch(e, &pred) < 0) return -1;
-  }
-  int64_t ncarry = s->nout, nconsts;
-  if (s->kind == ST_SCAN && params_int(&q->params, "num_carry", &ncarry) < 0) return -1;
-  if (scratch_outs(e, body, 0, (int)ncarry) < 0 || scratch_outs(e, body, 0, (int)ncarry) < 0)
-    return -1;
-  if (s->kind != ST_SCAN) return 0;
-  if (scratch_outs(e, body, (int)ncarry, body->nout) < 0 ||
-      params_int(&q->params, "num_consts", &nconsts) < 0)
-    return -1;
-  for (int i = (int)(nconsts + ncarry); i < body->nin; i++)
-    if (add_scratch(e, &body->vars[body->invars[i]]) < 0) return -1;
-  return 0;
-}
-
-/* Compiles the sub-plans of a higher-order step and reserves its scratch. */
+/* Compiles the sub-plans of a higher-order step and reserves its scratch
+ * (its row's prepare rule). */
 static int prepare_higher(Exec *e, Step *s, const Plan *p) {
+  const HigherRules *h = higher_rules(s->eqn->prim);
   s->scratch = e->nscratch;
-  switch (s->kind) {
-  case ST_COND: return prepare_cond(s->eqn);
-  case ST_PJIT: return cmp_compile(param_plan(s->eqn, "jaxpr"));
-  case ST_SHARD_MAP: return prepare_shard_map(s, p);
-  case ST_XMAP: return prepare_xmap(s, p);
-  case ST_CALLBACK:
-    if (params_get(&s->eqn->params, "callback")) return 0;
-    return err_set(ERR_VALUE, "debug_callback without a callback"), -1;
-  default: return prepare_loop(e, s);
-  }
+  return h->prepare ? h->prepare(e, s, p) : 0;
 }
 
 /* Builds the steps of the live equations over references. */
@@ -701,7 +533,9 @@ static void pre_free(Pre *pr) {
 static void mark_contiguous_inputs(Exec *e) {
   for (int i = 0; i < e->nsteps; i++) {
     Step *s = &e->steps[i];
-    if (s->kind != ST_FUSED && s->kind != ST_SCAN) continue;
+    bool in_place = s->kind == ST_FUSED ||
+                    (s->kind == ST_HIGHER && higher_rules(s->eqn->prim)->reads_in_place);
+    if (!in_place) continue;
     for (int k = 0; k < s->nin; k++)
       if (e->slots[s->in[k]].kind == SL_INPUT) e->in_contig[e->slots[s->in[k]].index] = true;
   }
@@ -853,8 +687,7 @@ static void exec_free(void *ve) {
     shm_free(e->steps[i].in);
     shm_free(e->steps[i].out);
     fuse_free(e->steps[i].fused);
-    val_decref(e->steps[i].shardfn);
-    if (e->steps[i].lowered) val_decref(&e->steps[i].lowered->hdr);
+    if (e->steps[i].own) val_decref(e->steps[i].own);
   }
   for (int s = 0; s < e->nslots; s++) val_decref(e->slots[s].value);
   shm_free(e->steps);
@@ -874,16 +707,6 @@ static void exec_free(void *ve) {
 
 static int run_steps(Exec *e, Workspace *w);
 
-/* Copies [src] (any layout) into the contiguous [dst] of the same aval. */
-static void copy_into(Array *dst, Array *src) {
-  if (dst == src) return;
-  size_t n = (size_t)dst->size * dt_size(dst->dtype);
-  if (!src->contiguous) kern_copy_to_contiguous(arr_data(dst), src);
-  else if (n == 4) memcpy(arr_data(dst), arr_data(src), 4);   /* a loop's scalar carries: */
-  else if (n == 8) memcpy(arr_data(dst), arr_data(src), 8);   /* a move, not a call */
-  else shm_memcpy(arr_data(dst), arr_data(src), n);
-}
-
 /* A fused elementwise loop; on the timeline as one "fused" primitive. */
 static int run_fused(Step *s, Workspace *w) {
   if (!tl_recording()) return fuse_run(s->fused, w->slot, &w->fm);
@@ -893,51 +716,7 @@ static int run_fused(Step *s, Workspace *w) {
   return rc;
 }
 
-/* The step's operand arrays from input [first] on, in the workspace's
- * operand list. */
-static Array **step_ins(Step *s, Workspace *w, int first) {
-  for (int k = first; k < s->nin; k++) w->ops[k - first] = w->slot[s->in[k]];
-  return w->ops;
-}
-
-/* The step's result arrays, after its inputs in the operand list. */
-static Array **step_outs(Step *s, Workspace *w) {
-  Array **buf = w->ops + s->nin;
-  for (int k = 0; k < s->nout; k++) buf[k] = w->slot[s->out[k]];
-  return buf;
-}
-
-/* The operand list's room for a loop body's inputs, and a scan body's
- * outputs (ws_ops_len). */
-static Array **body_ins(Step *s, Workspace *w) { return w->ops + s->nin + s->nout; }
-static Array **body_outs(Step *s, Workspace *w) { return w->ops + 2 * (s->nin + s->nout); }
-
-/* The step's operands as values, for calls out of the plan. */
-static Value **step_values(Step *s, Workspace *w) {
-  for (int k = 0; k < s->nin; k++) w->vargs[k] = &w->slot[s->in[k]]->hdr;
-  return w->vargs;
-}
-
 /* ==== tapes ==================================================================== */
-
-/* A step resolved to data pointers: a row loop over arrays bound once, or
- * (both rows NULL) a copy of [n] bytes from [a] to [o]. */
-typedef struct TapeOp {
-  KernRow2 row2;
-  KernRow1 row1;
-  const void *a, *b;
-  void *o;
-  int64_t sa, sb, n;
-} TapeOp;
-
-/* A plan's run resolved to pointers for one binding of its inputs and
- * outputs: a while loop's carries alternate between the same two sets,
- * so every pointer its small body touches is known before the first
- * iteration, and an iteration is a few calls of row loops. */
-typedef struct Tape {
-  int n;
-  TapeOp op[TAPE_MAX];
-} Tape;
 
 /* Step [s]'s row loop over its operands bound in [w], as the kernel
  * would run it: operands contiguous, of one element, or 1-d at a stride
@@ -952,23 +731,13 @@ static bool tape_op_of(Step *s, Workspace *w, TapeOp *op) {
   return prim_row_stride(a, o, &op->sa) && prim_row_stride(b, o, &op->sb);
 }
 
-static void tape_op_run(const TapeOp *op) {
-  if (op->row2) op->row2(op->a, op->sa, op->b, op->sb, op->o, op->n);
-  else if (op->row1) op->row1(op->a, op->o, op->n);
-  else memcpy(op->o, op->a, (size_t)op->n);
-}
-
-static void tape_run(const Tape *t) {
-  for (int i = 0; i < t->n; i++) tape_op_run(&t->op[i]);
-}
-
 /* A step with a row loop (resolve_rows) in one call of it, when its
  * operands are laid out for it (tape_op_of); false leaves the step to the
  * kernel, as does a timeline being written (it records each primitive). */
 static bool run_row(Step *s, Workspace *w) {
   TapeOp op;
   if (tl_recording() || !tape_op_of(s, w, &op)) return false;
-  tape_op_run(&op);
+  cmp_tape_op_run(&op);
   return true;
 }
 
@@ -978,36 +747,13 @@ static int run_kernel(Step *s, Workspace *w) {
    * messages) from the thread's current location: the equation's */
   bool coll = prim_table[s->eqn->prim].kind == PK_COLLECTIVE && s->eqn->loc.src;
   Loc was = coll ? eval_set_current_loc(s->eqn->loc) : (Loc){0};
-  int rc = prim_run_kernel(s->eqn->prim, step_ins(s, w, 0), s->nin, &s->eqn->params,
-                           step_outs(s, w));
+  int rc = prim_run_kernel(s->eqn->prim, cmp_step_ins(s, w, 0), s->nin, &s->eqn->params,
+                           cmp_step_outs(s, w));
   if (coll) eval_set_current_loc(was);
   return rc;
 }
 
-static int run_cond(Step *s, Workspace *w) {
-  Value *br = params_get(&s->eqn->params, "branches");
-  int64_t n = (int64_t)tuple_len(br), i = arr_get_i64(w->slot[s->in[0]], 0);
-  i = i < 0 ? 0 : i >= n ? n - 1 : i;
-  Array **outs = step_outs(s, w);
-  return cmp_run_into(AS_PLAN(tuple_get(br, (size_t)i)), step_ins(s, w, 1), outs);
-}
-
-static int interrupted(void) {
-  if (!atomic_load_explicit(&shm_interrupted, memory_order_relaxed)) return 0;
-  err_set(ERR_INTERRUPT, "interrupted");
-  return -1;
-}
-
-/* A sub-plan with a workspace of its own held across a loop: taken once
- * before the first iteration and given back after the last, so an
- * iteration pays neither the take nor the give (an exchange and a
- * compare-and-swap on the plan's slot). */
-typedef struct Held {
-  Exec *e;
-  Workspace *w;
-} Held;
-
-static int held_take(Plan *p, Held *h) {
+int cmp_held_take(Plan *p, Held *h) {
   h->e = p->exec;
   h->w = NULL;
   if (!h->e) return err_set(ERR_VALUE, "jit: plan was not compiled"), -1;
@@ -1015,32 +761,22 @@ static int held_take(Plan *p, Held *h) {
   return h->w ? 0 : -1;
 }
 
-static void held_give(Held *h) {
+void cmp_held_give(Held *h) {
   if (h->w) ws_give(h->e, h->w);
   h->w = NULL;
 }
 
 static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh);
 
-/* Runs a loop body plan on (consts ++ carry ++ extra) into [outs]. */
-static int run_body(Held *body, Array **consts, int nconsts, Array **carry, int ncarry,
-                    Array **extra, int nextra, Array **outs, Array **ins) {
+int cmp_run_body(Held *body, Array **consts, int nconsts, Array **carry, int ncarry,
+                 Array **extra, int nextra, Array **outs, Array **ins) {
   shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
   shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
   shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
   return run_ws(body->e, body->w, ins, outs, false);
 }
 
-/* Whether the 0-d predicate [pred] is true; [data] is its bool element,
- * found once per loop (NULL: read it through its dtype). */
-static bool pred_true(const Array *pred, const uint8_t *data) {
-  return data ? *data != 0 : arr_get_i64(pred, 0) != 0;
-}
-
-/* Binds [in] and [out] in [w] and resolves [e]'s steps and copied outputs
- * into [t].  False when a step's operands are not laid out for its row
- * loop, or a copied output's source is not contiguous. */
-static bool tape_build(Exec *e, Workspace *w, Array **in, Array **out, Tape *t) {
+bool cmp_tape_build(Exec *e, Workspace *w, Array **in, Array **out, Tape *t) {
   t->n = 0;
   for (int k = 0; k < e->nbound; k++) w->slot[e->out_slot[e->bound[k]]] = out[e->bound[k]];
   for (int i = 0; i < e->nin; i++) w->slot[e->in_slot[i]] = in[i];
@@ -1055,222 +791,12 @@ static bool tape_build(Exec *e, Workspace *w, Array **in, Array **out, Tape *t) 
   return true;
 }
 
-/* The arrays a loop plan reads: [consts] then [carry], gathered in [ins]. */
-static Array **loop_ins(Array **ins, Array **consts, int64_t nconsts, Array **carry, int ncarry) {
-  shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
-  shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
-  return ins;
-}
-
-/* Tapes of a while loop's cond and body for each of the two carry sets:
- * tc[j] reads set j, tb[j] reads set j and writes set j ^ 1. */
-static bool while_tapes(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn,
-                        Tape *tc, Tape *tb) {
-  if (!cond->e->tapeable || !body->e->tapeable || tl_recording()) return false;
-  Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
-  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
-  for (int j = 0; j < 2; j++)
-    if (!tape_build(cond->e, cond->w, loop_ins(bins, cconst, cn, set[j], s->nout), &pred,
-                    &tc[j]) ||
-        !tape_build(body->e, body->w, loop_ins(bins, cconst + cn, bn, set[j], s->nout),
-                    set[j ^ 1], &tb[j]))
-      return false;
-  return true;
-}
-
-/* The iterations of run_while from tapes: the carries start in set 1. */
-static int while_run_tapes(Step *s, Workspace *w, const Tape *tc, const Tape *tb) {
-  Array **cur = step_ins(s, w, 0) + (s->nin - s->nout), *pred = w->scratch[s->scratch];
-  Array **set[2] = {w->scratch + s->scratch + 1, w->scratch + s->scratch + 1 + s->nout};
-  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
-  for (int k = 0; k < s->nout; k++) copy_into(set[1][k], cur[k]);
-  int j = 1;
-  for (;;) {
-    tape_run(&tc[j]);
-    if (!pred_true(pred, pdata)) break;
-    tape_run(&tb[j]);
-    if (interrupted() < 0) return -1;
-    j ^= 1;
-  }
-  for (int k = 0; k < s->nout; k++) copy_into(w->slot[s->out[k]], set[j][k]);
-  return 0;
-}
-
-/* The iterations of run_while with both plans held. */
-static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t cn, int64_t bn) {
-  Array **cconst = step_ins(s, w, 0), *pred = w->scratch[s->scratch], **bins = body_ins(s, w);
-  Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
-                                              w->scratch + s->scratch + 1 + s->nout};
-  const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
-  int which = 0;
-  for (;;) {
-    if (run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
-    if (!pred_true(pred, pdata)) break;
-    if (run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
-        interrupted() < 0)
-      return -1;
-    cur = set[which];
-    which ^= 1;
-  }
-  for (int k = 0; k < s->nout; k++) copy_into(w->slot[s->out[k]], cur[k]);
-  return 0;
-}
-
-static int run_while(Step *s, Workspace *w) {
-  const Params *ps = &s->eqn->params;
-  Plan *cond = AS_PLAN(params_get(ps, "cond_jaxpr")), *body = AS_PLAN(params_get(ps, "body_jaxpr"));
-  int64_t cn, bn;
-  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return -1;
-  Held hc, hb = {NULL, NULL};
-  int rc = -1;
-  if (held_take(cond, &hc) == 0 && held_take(body, &hb) == 0) {
-    Tape tapes[4];
-    rc = while_tapes(s, w, &hc, &hb, cn, bn, tapes, tapes + 2)
-             ? while_run_tapes(s, w, tapes, tapes + 2)
-             : while_iterate(s, w, &hc, &hb, cn, bn);
-  }
-  held_give(&hb);
-  held_give(&hc);
-  return rc;
-}
-
-/* Row [i] of the leading axis of contiguous [x], copied to or from [row]. */
-static void row_copy(Array *x, int64_t i, Array *row, bool into_row) {
-  size_t n = (size_t)row->size * dt_size(row->dtype);
-  char *p = (char *)arr_data(x) + (size_t)i * n;
-  if (into_row) shm_memcpy(arr_data(row), p, n);
-  else shm_memcpy(p, arr_data(row), n);
-}
-
-typedef struct ScanShape {
-  int64_t length, nconsts, ncarry;
-  bool reverse;
-  int nxs, nys;
-} ScanShape;
-
-static int scan_shape(Step *s, Plan *body, ScanShape *sh) {
-  const Params *ps = &s->eqn->params;
-  if (params_int(ps, "length", &sh->length) < 0 || params_int(ps, "num_consts", &sh->nconsts) < 0 ||
-      params_int(ps, "num_carry", &sh->ncarry) < 0 || params_bool(ps, "reverse", &sh->reverse) < 0)
-    return -1;
-  sh->nxs = s->nin - (int)(sh->nconsts + sh->ncarry);
-  sh->nys = body->nout - (int)sh->ncarry;
-  return 0;
-}
-
-/* The iterations of run_scan with the body held. */
-static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) {
-  Array **bout = body_outs(s, w), **bins = body_ins(s, w);
-  Array **consts = step_ins(s, w, 0), **cur = consts + sh->nconsts;
-  Array **xs = cur + sh->ncarry, **res = step_outs(s, w);
-  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
-  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
-  int which = 0;
-  for (int64_t it = 0; it < sh->length; it++) {
-    int64_t i = sh->reverse ? sh->length - 1 - it : it;
-    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
-    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh->ncarry);
-    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
-    if (run_body(body, consts, (int)sh->nconsts, cur, (int)sh->ncarry, xrow, sh->nxs, bout,
-                 bins) < 0 ||
-        interrupted() < 0)
-      return -1;
-    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
-    cur = sets[which];
-    which ^= 1;
-  }
-  for (int k = 0; k < sh->ncarry; k++) copy_into(res[k], cur[k]);
-  return 0;
-}
-
-/* Tapes of a scan's body for each of the two carry sets: t[j] reads set
- * j and the row of xs, writes set j ^ 1 and the row of ys. */
-static bool scan_tapes(Step *s, Workspace *w, Held *body, const ScanShape *sh, Tape *t) {
-  if (!body->e->tapeable || tl_recording()) return false;
-  Array **bout = body_outs(s, w), **bins = body_ins(s, w), **consts = step_ins(s, w, 0);
-  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
-  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
-  for (int j = 0; j < 2; j++) {
-    loop_ins(bins, consts, sh->nconsts, sets[j], (int)sh->ncarry);
-    shm_memcpy(bins + sh->nconsts + sh->ncarry, xrow, sizeof(Array *) * (size_t)sh->nxs);
-    shm_memcpy(bout, sets[j ^ 1], sizeof(Array *) * (size_t)sh->ncarry);
-    shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
-    if (!tape_build(body->e, body->w, bins, bout, &t[j])) return false;
-  }
-  return true;
-}
-
-/* The iterations of run_scan from tapes: the carries start in set 1. */
-static int scan_run_tapes(Step *s, Workspace *w, const ScanShape *sh, const Tape *t) {
-  Array **cur = step_ins(s, w, 0) + sh->nconsts, **xs = cur + sh->ncarry, **res = step_outs(s, w);
-  Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
-  Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
-  for (int k = 0; k < sh->ncarry; k++) copy_into(sets[1][k], cur[k]);
-  int j = 1;
-  for (int64_t it = 0; it < sh->length; it++, j ^= 1) {
-    int64_t i = sh->reverse ? sh->length - 1 - it : it;
-    for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
-    tape_run(&t[j]);
-    if (interrupted() < 0) return -1;
-    for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
-  }
-  for (int k = 0; k < sh->ncarry; k++) copy_into(res[k], sets[j][k]);
-  return 0;
-}
-
-static int run_scan(Step *s, Workspace *w) {
-  Plan *body = AS_PLAN(params_get(&s->eqn->params, "jaxpr"));
-  ScanShape sh;
-  Held hb;
-  if (scan_shape(s, body, &sh) < 0 || held_take(body, &hb) < 0) return -1;
-  Tape tapes[2];
-  int rc = scan_tapes(s, w, &hb, &sh, tapes) ? scan_run_tapes(s, w, &sh, tapes)
-                                             : scan_iterate(s, w, &hb, &sh);
-  held_give(&hb);
-  return rc;
-}
-
-static int run_pjit(Step *s, Workspace *w) {
-  Array **outs = step_outs(s, w);
-  return cmp_run_into(AS_PLAN(params_get(&s->eqn->params, "jaxpr")), step_ins(s, w, 0), outs);
-}
-
-static int run_xmap(Step *s, Workspace *w) {
-  Array **outs = step_outs(s, w);
-  return cmp_run_into(s->lowered, step_ins(s, w, 0), outs);
-}
-
-static int run_shard_map(Step *s, Workspace *w) {
-  CallArgs a = {.nargs = s->nin, .args = step_values(s, w)};
-  Value *r = shardmap_call(s->shardfn, &a);
-  if (!r) return -1;
-  for (int k = 0; k < s->nout; k++) {
-    Value *x = r->type == V_TUPLE ? tuple_get(r, (size_t)k) : r;
-    copy_into(w->slot[s->out[k]], AS_ARRAY(x));
-  }
-  val_decref(r);
-  return 0;
-}
-
-/* debug_callback: calls the staged callback with the operands' values
- * (debug_print, breakpoint under jit). */
-static int run_callback(Step *s, Workspace *w) {
-  Value *r = val_call_n(params_get(&s->eqn->params, "callback"), s->nin, step_values(s, w));
-  val_decref(r);
-  return r ? 0 : -1;
-}
-
+/* A kernel, a fused loop, or the step's higher-order rule (higher.h). */
 static int run_step(Step *s, Workspace *w) {
   switch (s->kind) {
   case ST_KERNEL: return run_kernel(s, w);
   case ST_FUSED: return run_fused(s, w);
-  case ST_COND: return run_cond(s, w);
-  case ST_WHILE: return run_while(s, w);
-  case ST_SCAN: return run_scan(s, w);
-  case ST_PJIT: return run_pjit(s, w);
-  case ST_SHARD_MAP: return run_shard_map(s, w);
-  case ST_CALLBACK: return run_callback(s, w);
-  case ST_XMAP: return run_xmap(s, w);
+  case ST_HIGHER: return higher_rules(s->eqn->prim)->run(s, w);
   }
   return -1;
 }
@@ -1278,8 +804,10 @@ static int run_step(Step *s, Workspace *w) {
 static int run_steps(Exec *e, Workspace *w) {
   for (int i = 0; i < e->nsteps; i++) {
     if (run_step(&e->steps[i], w) < 0) {
-      /* shard_map's own errors (specs, replication) belong to the call */
-      if (e->steps[i].eqn->loc.src && e->steps[i].kind != ST_SHARD_MAP)
+      /* a step whose errors belong to the call (shard_map's specs,
+       * replication) is not located at its equation */
+      const Step *s = &e->steps[i];
+      if (s->eqn->loc.src && !(s->kind == ST_HIGHER && higher_rules(s->eqn->prim)->own_errors))
         err_locate(e->steps[i].eqn->loc);
       return -1;
     }
@@ -1322,7 +850,7 @@ static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
   for (int k = 0; k < e->ncopied; k++) {
     int i = e->copied[k];
     Array *src = w->slot[e->out_slot[i]];
-    if (!fresh) copy_into(out[i], src);
+    if (!fresh) cmp_copy_into(out[i], src);
     /* A Python number passed through comes out an array, as from JAX's
      * jit: a copy without the host mark. */
     else if (e->slots[e->out_slot[i]].kind == SL_TEMP || src->host) out[i] = arr_copy(src);
@@ -1349,8 +877,8 @@ static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh) {
 
 static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
   Held h;
-  int rc = held_take(p, &h) < 0 ? -1 : run_ws(h.e, h.w, in, out, fresh);
-  held_give(&h);
+  int rc = cmp_held_take(p, &h) < 0 ? -1 : run_ws(h.e, h.w, in, out, fresh);
+  cmp_held_give(&h);
   if (rc < 0 && fresh)
     for (int i = 0; i < p->nout; i++) {
       if (out[i]) val_decref(&out[i]->hdr);

@@ -30,7 +30,9 @@
  * block-sized views, and differ from eager only in the order of a fused
  * sum (allclose).  cond, while, scan, pjit and shard_map run their
  * compiled sub-plans; shard_map runs one compiled plan on every device
- * thread through shardmap.c's call machinery.
+ * thread through shardmap.c's call machinery.  A higher-order equation
+ * is prepared and run by its row's rules (higher.h), which the family
+ * files write over the executor's internals (compile_impl.h).
  *
  * Threads: an Exec is immutable once made; each run takes a workspace:
  * first the one its thread's slot keeps (an atomic exchange, no lock),

@@ -9,6 +9,7 @@
 #include "transform/ad.h"
 #include "transform/batch.h"
 #include "transform/control.h"
+#include "transform/higher.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "spmd/device.h"
@@ -171,44 +172,23 @@ static bool same_type(const AVal *a, const AVal *b) {
          !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
 }
 
-/* Records [prim] with [p] over [ops], giving the results the structure
- * of [tree]. */
-/* The named shapes of [prim]'s results (in a staged xmap body): its
- * sub-plan's outputs', the union over cond's branches and the index's
- * names ([idx]: a cond varies along what its index varies along), not
- * the operands' union.  NULL with the error set on nomem. */
-static NamedShape *results_named(PrimId prim, const Params *p, int nout, Value *idx) {
-  Value *br = prim == P_COND ? params_get(p, "branches") : NULL;
-  Value *one = params_get(p, prim == P_WHILE ? "body_jaxpr" : "jaxpr");
-  size_t nb = br ? tuple_len(br) : 1;
+/* The named shapes of [prim]'s results in a staged xmap body: its row's
+ * rule (higher.h).  NULL with the error set. */
+static NamedShape *results_named(PrimId prim, const Params *p, int nops, Value **ops, int nout) {
   NamedShape *ns = shm_calloc((size_t)nout + 1, sizeof(NamedShape));
   if (!ns) return err_nomem();
-  const NamedShape *in = prim == P_COND ? trace_named(idx) : NULL;
-  for (int i = 0; in && i < nout; i++)
-    for (int k = 0; k < in->n; k++) {
-      if (plan_named_add(&ns[i], in->name[k], in->size[k]) < 0) {
-        shm_free(ns);
-        return NULL;
-      }
-    }
-  for (size_t b = 0; b < nb; b++) {
-    Value *pv = br ? tuple_get(br, b) : one;
-    Plan *sp = pv && IS_PLAN(pv) ? AS_PLAN(pv) : NULL;
-    for (int i = 0; sp && i < nout && i < sp->nout; i++) {
-      const NamedShape *o = plan_var_named(sp, sp->outs[i].var);
-      for (int k = 0; o && k < o->n; k++)
-        if (plan_named_add(&ns[i], o->name[k], o->size[k]) < 0) {
-          shm_free(ns);
-          return NULL;
-        }
-    }
+  if (higher_rules(prim)->named(p, nops, ops, nout, ns) < 0) {
+    shm_free(ns);
+    return NULL;
   }
   return ns;
 }
 
+/* Records [prim] with [p] over [ops], giving the results the structure
+ * of [tree]. */
 static Value *emit_tree(PrimId prim, Params *p, int nops, Value **ops, int nout, const AVal *avs,
                         Value *tree) {
-  NamedShape *named = results_named(prim, p, nout, nops ? ops[0] : NULL);
+  NamedShape *named = results_named(prim, p, nops, ops, nout);
   if (!named) {
     params_clear(p);
     return NULL;
@@ -1005,6 +985,19 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
 
 static Value *while_loop(Value *cf, Value *bf, Value *init);
 
+/* The while row's rule (higher.h) of transformation [kind] (TR_JVP:
+ * forward mode, TR_BATCH: vmap) for the staged loop of [cf], [bf] on
+ * [init], for trace [id] (0: the innermost). */
+static Value *while_rule(TracerKind kind, Value *cf, Value *bf, Value *init, unsigned id) {
+  const HigherRules *h = higher_rules(P_WHILE);
+  HigherLoopRule rule = !h ? NULL : kind == TR_JVP ? h->jvp_loop : h->batch_loop;
+  if (!rule) {
+    prim_rule_missing(P_WHILE, kind == TR_JVP ? "jvp" : "vmap");
+    return NULL;
+  }
+  return rule(cf, bf, init, id, while_loop);
+}
+
 /* How deep this thread's while_loops run as a transformation's rule for a
  * value their bodies close over (staged_while): past WHILE_LIFT_MAX the
  * value is not taken in again.  Every level takes in one more value (a
@@ -1017,8 +1010,9 @@ static _Thread_local int while_lifts;
 /* The staged while_loop of [cf], [bf] on [init] under the current trace.
  * A body (or condition) that closes over a value being transformed, met
  * while staging it, runs as that transformation's while rule does, the
- * value among the rule's consts (ad_while_jvp, batch_while: the value is
- * differentiated or batched with the carry). */
+ * value among the rule's consts (the while row's jvp_loop and
+ * batch_loop, higher.h: the value is differentiated or batched with the
+ * carry). */
 static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Leaves l = {0};
   if (flatten(init, &l) < 0) return NULL;
@@ -1033,8 +1027,7 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
     if (ad_reverse_active()) return while_reverse_error();   /* JAX's, as eagerly */
     if (while_lifts < WHILE_LIFT_MAX && (met == TR_JVP || met == TR_BATCH)) {
       while_lifts++;
-      r = met == TR_JVP ? ad_while_jvp(cf, bf, init, id, while_loop)
-                        : batch_while(cf, bf, init, id, while_loop);
+      r = while_rule(met, cf, bf, init, id);
       while_lifts--;
       return r;
     }
@@ -1053,14 +1046,14 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
 
 /* while_loop(cond_fun, body_fun, init_val).  Under jit, a carry being
  * differentiated (forward mode) runs as one staged loop over its primals
- * and tangents (ad_while_jvp), a batched one over the whole batch
- * (batch_while), and so does a loop whose body closes over such a value
- * (staged_while); reverse mode is JAX's error. */
+ * and tangents (the while row's jvp_loop), a batched one over the whole
+ * batch (its batch_loop), and so does a loop whose body closes over such
+ * a value (staged_while); reverse mode is JAX's error. */
 static Value *while_loop(Value *cf, Value *bf, Value *init) {
   if (!trace_current()) return eager_while(cf, bf, init);
   if (ad_reverse_leaf(init)) return while_reverse_error();
-  if (ad_has_jvp_leaf(init)) return ad_while_jvp(cf, bf, init, 0, while_loop);
-  if (batch_has_leaf(init)) return batch_while(cf, bf, init, 0, while_loop);
+  if (ad_has_jvp_leaf(init)) return while_rule(TR_JVP, cf, bf, init, 0);
+  if (batch_has_leaf(init)) return while_rule(TR_BATCH, cf, bf, init, 0);
   return staged_while(cf, bf, init);
 }
 
@@ -1655,6 +1648,7 @@ Value *ctl_scan(const CallArgs *a) { return bi_scan(a); }
 /* ==== registration ================================================================= */
 
 int ctl_register(Env *b) {
+  ctl_register_rules();
   static const struct {
     const char *name;
     BuiltinFn fn;

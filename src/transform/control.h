@@ -44,7 +44,14 @@ Value *ctl_while_loop(const CallArgs *a);
 Value *ctl_scan(const CallArgs *a);
 
 /* Registers cond, switch, while_loop, fori_loop, scan at the top level
- * and in `lax` (so jax.lax.cond resolves).  0 or -1 with the error set. */
+ * and in `lax` (so jax.lax.cond resolves), and the rows of cond, while
+ * and scan (ctl_register_rules).  0 or -1 with the error set. */
 int ctl_register(Env *builtins);
+
+/* Registers the rows of cond, while and scan in the primitive table
+ * (control_rules.c, higher.h): their compiled steps, their evaluation in
+ * an xmap body, while's forward-mode and batching rules.  Not
+ * thread-safe: at start-up. */
+void ctl_register_rules(void);
 
 #endif

@@ -1055,6 +1055,7 @@ static Value *jit_getattr(Value *self, const char *name) {
 }
 
 int jit_register(Env *b) {
+  jit_register_rules();
   trace_register();
   plan_register();
   cmp_register();

@@ -15,7 +15,9 @@
 #include "spmd/mesh.h"
 #include "spmd/shardmap.h"
 #include "transform/batch.h"
+#include "transform/compile_impl.h"
 #include "transform/control.h"
+#include "transform/higher.h"
 #include "transform/plan.h"
 #include "transform/trace.h"
 #include "transform/xmap.h"
@@ -580,11 +582,7 @@ static bool named_within(const NamedShape *a, const NamedShape *b) {
   return true;
 }
 
-/* Whether loop body [body]'s carries (its inputs from [first], its
- * outputs from 0, [n] of them) keep their named shapes, and none lacks a
- * name of [pred] (a while's predicate, or NULL): then what the staged
- * body says a value carries, the lowered loop's value carries. */
-static bool carries_settle(const Plan *body, int first, int n, const NamedShape *pred) {
+bool xmap_carries_settle(const Plan *body, int first, int n, const NamedShape *pred) {
   if (first + n > body->nin || n > body->nout) return false;
   for (int i = 0; i < n; i++) {
     const NamedShape *in = plan_var_named(body, body->invars[first + i]);
@@ -594,47 +592,25 @@ static bool carries_settle(const Plan *body, int first, int n, const NamedShape 
   return true;
 }
 
-/* Whether the sub-plans in [v] (a plan or a tuple of them) are lowerable. */
-static bool subs_lowerable(Value *v) {
+bool xmap_subs_lowerable(Value *v) {
   if (!v) return false;
   if (IS_PLAN(v)) return lowerable(AS_PLAN(v));
   for (size_t i = 0; v->type == V_TUPLE && i < tuple_len(v); i++)
-    if (!subs_lowerable(tuple_get(v, i))) return false;
+    if (!xmap_subs_lowerable(tuple_get(v, i))) return false;
   return v->type == V_TUPLE;
 }
 
-/* A loop equation whose carries keep their named shapes (carries_settle). */
-static bool loop_lowerable(const PlanEqn *e) {
-  const Params *ps = &e->params;
-  int64_t nc = 0, ncar = 0;
-  if (e->prim == P_SCAN) {
-    Value *j = params_get(ps, "jaxpr");
-    return subs_lowerable(j) && params_int(ps, "num_consts", &nc) == 0 &&
-           params_int(ps, "num_carry", &ncar) == 0 && carries_settle(AS_PLAN(j), (int)nc, (int)ncar, NULL);
-  }
-  Value *c = params_get(ps, "cond_jaxpr"), *b = params_get(ps, "body_jaxpr");
-  if (!subs_lowerable(c) || !subs_lowerable(b) || params_int(ps, "body_nconsts", &nc) < 0) return false;
-  Plan *cp = AS_PLAN(c);
-  return cp->nout == 1 && carries_settle(AS_PLAN(b), (int)nc, e->nout, plan_var_named(cp, cp->outs[0].var));
-}
-
 /* Primitives a staged body may hold and the lowering can evaluate: the
- * first-order ones and collectives, pdot, and pjit, xmap, cond, while
- * and scan of such bodies (loops whose carries keep their named shapes).
- * A body with shard_map or a callback, or a loop whose carry gains a
- * name, is run by the batching path instead (the trace of it
- * discarded). */
+ * first-order ones and collectives, and the higher-order ones whose row
+ * says so (pdot; pjit, xmap, cond, while and scan of such bodies, loops
+ * whose carries keep their named shapes).  A body with shard_map or a
+ * callback, or a loop whose carry gains a name, is run by the batching
+ * path instead (the trace of it discarded). */
 static bool lowerable(const Plan *p) {
   for (int i = 0; i < p->neqn; i++) {
     const PlanEqn *e = &p->eqns[i];
-    bool ok;
-    switch (e->prim) {
-    case P_PJIT: ok = subs_lowerable(params_get(&e->params, "jaxpr")); break;
-    case P_XMAP: ok = subs_lowerable(params_get(&e->params, "call_jaxpr")); break;
-    case P_COND: ok = subs_lowerable(params_get(&e->params, "branches")); break;
-    case P_WHILE: case P_SCAN: ok = loop_lowerable(e); break;
-    default: ok = e->prim == P_PDOT || prim_table[e->prim].kind != PK_HIGHER; break;
-    }
+    const HigherRules *h = higher_rules(e->prim);
+    bool ok = prim_table[e->prim].kind != PK_HIGHER || (h && h->lowerable && h->lowerable(e));
     if (!ok) return false;
   }
   return true;
@@ -864,12 +840,11 @@ done:
 /* ---- lowering: the staged body through the batching machinery ---------------------- */
 
 static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb);
-static Value *eval_plan(Plan *p, Value **args);
 static Value *xmap_eqn_run(const Params *ps, int n, Value **in);
 
-/* A sub-plan as the function a control-flow built-in calls: self is
- * (plan, its leading constants, an int: scan's number of carries). */
-static Value *sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Value **consts, int64_t k) {
+/* self of xmap_sub_fn's functions: (plan, its leading constants, an
+ * int: scan's number of carries). */
+Value *xmap_sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Value **consts, int64_t k) {
   Value *c = tuple_pack((size_t)nconsts, consts), *kv = val_int(k);
   Value *self = c && kv ? tuple_pack(3, (Value *[]){plan, c, kv}) : NULL;
   Value *r = self ? bound_new(name, fn, self) : NULL;
@@ -895,25 +870,22 @@ static Value *sub_run(Value *self, int ntrees, Value *const *trees) {
       if (n < p->nin) args[n] = l.v[k];   /* borrowed from the trees */
     pytree_leaves_free(&l);
   }
-  if (n == p->nin) r = eval_plan(p, args);
+  if (n == p->nin) r = xmap_eval_plan(p, args);
   else err_set(ERR_VALUE, "xmap under jit: a control-flow sub-plan of %d inputs got %d", p->nin, n);
 out:
   shm_free(args);
   return r;
 }
 
-/* cond's branch: the operands' results as a tuple. */
-static Value *branch_call(Value *self, const CallArgs *a) { return sub_run(self, a->nargs, a->args); }
+Value *xmap_branch_call(Value *self, const CallArgs *a) { return sub_run(self, a->nargs, a->args); }
 
-/* while's cond_fun on the carry tuple: the predicate. */
-static Value *wcond_call(Value *self, const CallArgs *a) {
+Value *xmap_pred_call(Value *self, const CallArgs *a) {
   Value *r = sub_run(self, a->nargs, a->args), *pred = r ? val_incref(tuple_get(r, 0)) : NULL;
   if (r) val_decref(r);
   return pred;
 }
 
-/* scan's f(carry, x): (carry, y), each a tuple. */
-static Value *scan_call(Value *self, const CallArgs *a) {
+Value *xmap_scan_call(Value *self, const CallArgs *a) {
   Value *r = sub_run(self, a->nargs, a->args);
   if (!r) return NULL;
   int64_t nc = 0;
@@ -928,101 +900,19 @@ static Value *scan_call(Value *self, const CallArgs *a) {
   return pair;
 }
 
-/* The new references in [v] released (NULL entries skipped). */
-static void release(Value **v, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (v[i]) val_decref(v[i]);
-}
-
-/* cond and while and scan equations go through the language's control
- * flow, their sub-plans as the functions: batched, staged or eager as an
- * eager xmap body's would be.  Each gives a tuple of the results. */
-
-/* cond: switch(index, branches, *operands). */
-static Value *eval_cond(const PlanEqn *e, Value **in) {
-  Value *br = params_get(&e->params, "branches");
-  size_t nb = tuple_len(br);
-  Value *fns = tuple_new(nb), **args = shm_calloc((size_t)e->nin + 2, sizeof(Value *)), *r = NULL;
-  bool ok = fns && args;
-  for (size_t i = 0; fns && i < nb; i++) {
-    Value *f = ok ? sub_fn("branch", branch_call, tuple_get(br, i), 0, NULL, 0) : NULL;
-    ok = ok && f;
-    tuple_set_steal(fns, i, f ? f : val_incref(VAL_NONE));
-  }
-  if (ok) {
-    args[0] = in[0], args[1] = fns;
-    shm_memcpy(args + 2, in + 1, sizeof(Value *) * (size_t)(e->nin - 1));
-    CallArgs c = {.nargs = e->nin + 1, .args = args};
-    r = ctl_switch(&c);
-  } else if (!err_occurred()) {
-    err_nomem();
-  }
-  shm_free(args);
-  if (fns) val_decref(fns);
-  return r;
-}
-
-/* while: while_loop(cond_fun, body_fun, carry), each fun closing over
- * its constants. */
-static Value *eval_while(const PlanEqn *e, Value **in) {
-  const Params *ps = &e->params;
-  int64_t cn, bn;
-  if (params_int(ps, "cond_nconsts", &cn) < 0 || params_int(ps, "body_nconsts", &bn) < 0) return NULL;
-  Value *v[3] = {sub_fn("cond_fun", wcond_call, params_get(ps, "cond_jaxpr"), (int)cn, in, 0), NULL, NULL};
-  v[1] = v[0] ? sub_fn("body_fun", branch_call, params_get(ps, "body_jaxpr"), (int)bn, in + cn, 0) : NULL;
-  v[2] = v[1] ? tuple_pack((size_t)(e->nin - cn - bn), in + cn + bn) : NULL;
-  CallArgs c = {.nargs = 3, .args = v};
-  Value *r = v[2] ? ctl_while_loop(&c) : NULL;
-  release(v, 3);
-  return r;
-}
-
-/* scan: scan(f, carry, xs, length, reverse); its (carry, ys) made one
- * tuple of the equation's results. */
-static Value *eval_scan(const PlanEqn *e, Value **in) {
-  const Params *ps = &e->params;
-  int64_t nc, ncar, len;
-  bool rev;
-  if (params_int(ps, "num_consts", &nc) < 0 || params_int(ps, "num_carry", &ncar) < 0 ||
-      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
-    return NULL;
-  Value *v[5] = {sub_fn("f", scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL, NULL,
-                 val_int(len), val_incref(val_bool(rev))};
-  v[1] = v[0] ? tuple_pack((size_t)ncar, in + nc) : NULL;
-  v[2] = v[1] ? tuple_pack((size_t)(e->nin - nc - ncar), in + nc + ncar) : NULL;
-  CallArgs c = {.nargs = 5, .args = v};
-  Value *r = v[2] && v[3] ? ctl_scan(&c) : NULL, *out = NULL;
-  release(v, 5);
-  if (r && r->type == V_TUPLE && tuple_len(r) == 2) {
-    Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
-    size_t ncs = tuple_len(cs), nys = tuple_len(ys);
-    if ((out = tuple_new(ncs + nys)))
-      for (size_t i = 0; i < ncs + nys; i++)
-        tuple_set_steal(out, i, val_incref(i < ncs ? tuple_get(cs, i) : tuple_get(ys, i - ncs)));
-  } else if (r) {
-    err_set(ERR_VALUE, "xmap under jit: scan gave no (carry, ys) pair");
-  }
-  if (r) val_decref(r);
-  return out;
-}
-
 /* One equation of a staged body on [in]: a new reference to its result
- * (a tuple when the equation has other than one output, and for pjit
- * and xmap).  Collectives over names go through the language's named
- * reduction, as the eager body's psum does: a value that does not vary
- * along a name is the same on every index. */
+ * (a tuple when the equation has other than one output, and when its
+ * row's eval rule gives one: HigherRules.eval_tuple).  A higher-order
+ * equation goes through its row's eval rule (higher.h).  Collectives
+ * over names go through the language's named reduction, as the eager
+ * body's psum does: a value that does not vary along a name is the same
+ * on every index. */
 static Value *eval_eqn(const PlanEqn *e, Value **in) {
   const Params *ps = &e->params;
   Value *g = params_get(ps, "axis_index_groups");
+  const HigherRules *h = higher_rules(e->prim);
+  if (h && h->eval) return h->eval(e, in);
   switch (e->prim) {
-  case P_PDOT:
-    return pdot_apply(in[0], in[1], params_get(ps, "axis_name"), params_get(ps, "pos_contract"),
-                      params_get(ps, "pos_batch"));
-  case P_PJIT: return eval_plan(AS_PLAN(params_get(ps, "jaxpr")), in);
-  case P_XMAP: return xmap_eqn_run(ps, e->nin, in);
-  case P_COND: return eval_cond(e, in);
-  case P_WHILE: return eval_while(e, in);
-  case P_SCAN: return eval_scan(e, in);
   case P_AXIS_INDEX: {   /* over a name: each index's position */
     Value *an = params_get(ps, "axis_name");
     if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
@@ -1040,10 +930,7 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
   }
 }
 
-/* Runs plan [p] on [args] (p->nin values, borrowed) equation by equation
- * through the primitive table: JAX's eval_jaxpr, here under the batch
- * traces of an xmap.  A tuple of p->nout new references, or NULL. */
-static Value *eval_plan(Plan *p, Value **args) {
+Value *xmap_eval_plan(Plan *p, Value **args) {
   int most = 1;
   for (int i = 0; i < p->neqn; i++) most = p->eqns[i].nin > most ? p->eqns[i].nin : most;
   Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
@@ -1064,8 +951,8 @@ static Value *eval_plan(Plan *p, Value **args) {
       if (e->loc.src) err_locate(e->loc);
       goto out;
     }
-    bool tup = e->nout != 1 || e->prim == P_PJIT || e->prim == P_XMAP || e->prim == P_COND ||
-               e->prim == P_WHILE || e->prim == P_SCAN;
+    const HigherRules *h = higher_rules(e->prim);
+    bool tup = e->nout != 1 || (h && h->eval && h->eval_tuple);
     for (int k = 0; k < e->nout; k++) env[e->out[k]] = val_incref(tup ? tuple_get(res, (size_t)k) : res);
     val_decref(res);
   }
@@ -1084,7 +971,7 @@ static Value *body_call(Value *self, const CallArgs *a) {
   Plan *p = AS_PLAN(self);
   if (a->nkw || a->nargs != p->nin)
     return err_set(ERR_TYPE, "xmap body: %d arguments for %d inputs", a->nargs, p->nin);
-  return eval_plan(p, a->args);
+  return xmap_eval_plan(p, a->args);
 }
 
 /* An xmap equation's call on [in]: the eager machinery (xmap_run, or
@@ -1392,7 +1279,73 @@ static Value *pdot_apply(Value *x, Value *y, Value *names, Value *pc, Value *pb)
   return r;
 }
 
+/* ==== the rows of xmap and pdot (higher.h) ========================================= */
+
+/* jit: an xmap equation lowered through the eager call's batching and
+ * resource machinery into a positional plan (xmap_lower), compiled, kept
+ * as the step's own. */
+static int prepare_xmap(Exec *e, Step *s, const Plan *p) {
+  (void)e;
+  const PlanEqn *q = s->eqn;
+  AVal *av = shm_calloc((size_t)(q->nin + q->nout) + 1, sizeof(AVal));
+  if (!av) return err_nomem(), -1;
+  for (int k = 0; k < q->nin; k++) plan_atom_aval(p, &q->in[k], &av[k]);
+  for (int k = 0; k < q->nout; k++) av[q->nin + k] = p->vars[q->out[k]];
+  Plan *lowered = xmap_lower(q, av, av + q->nin);
+  shm_free(av);
+  if (!lowered) {
+    if (q->loc.src) err_locate(q->loc);
+    return -1;
+  }
+  s->own = &lowered->hdr;
+  return cmp_compile(lowered);
+}
+
+static int run_xmap(Step *s, Workspace *w) {
+  Array **outs = cmp_step_outs(s, w);
+  return cmp_run_into(AS_PLAN(s->own), cmp_step_ins(s, w, 0), outs);
+}
+
+/* xmap's interpreter: a nested xmap equation's call (xmap_eqn_run). */
+static Value *eval_xmap(const PlanEqn *e, Value **in) { return xmap_eqn_run(&e->params, e->nin, in); }
+
+static bool lowerable_xmap(const PlanEqn *e) {
+  return xmap_subs_lowerable(params_get(&e->params, "call_jaxpr"));
+}
+
+static const HigherRules xmap_rules = {
+    .prepare = prepare_xmap,
+    .run = run_xmap,
+    .eval = eval_xmap,
+    .eval_tuple = true,
+    .lowerable = lowerable_xmap,
+};
+
+/* xmap's interpreter: pdot over the names of the xmap's batch traces.
+ * Not compiled by itself: only an xmap body holds it. */
+static Value *eval_pdot(const PlanEqn *e, Value **in) {
+  const Params *ps = &e->params;
+  return pdot_apply(in[0], in[1], params_get(ps, "axis_name"), params_get(ps, "pos_contract"),
+                    params_get(ps, "pos_batch"));
+}
+
+static bool lowerable_pdot(const PlanEqn *e) {
+  (void)e;
+  return true;
+}
+
+static const HigherRules pdot_rules = {
+    .eval = eval_pdot,
+    .lowerable = lowerable_pdot,
+};
+
+void xmap_register_rules(void) {
+  higher_register(P_XMAP, &xmap_rules);
+  higher_register(P_PDOT, &pdot_rules);
+}
+
 int xmap_register(Env *b) {
+  xmap_register_rules();
   Value *x = builtin_new("xmap", bi_xmap, "xmap(fun, in_axes, out_axes, axis_resources={})");
   Value *p = builtin_new("pdot", bi_pdot, "pdot(x, y, axis_name, pos_contract=, pos_batch=)");
   int rc = x && p && env_set(b, intern_cstr("xmap"), x) == 0 &&

@@ -46,7 +46,45 @@
  * a lowered result that is not the staged aval). */
 Plan *xmap_lower(const PlanEqn *e, const AVal *in, const AVal *out);
 
-/* Registers xmap (also jax.xmap) and lax.pdot.  0 or -1. */
+/* ---- xmap's plan interpreter, for the higher-order rules (higher.h) ---- */
+
+/* Runs plan [p] on [args] (p->nin values, borrowed) equation by equation
+ * through the primitive table (a higher-order equation by its row's eval
+ * rule): JAX's eval_jaxpr, here under the batch traces of an xmap.  A
+ * tuple of p->nout new references, or NULL with the error set. */
+Value *xmap_eval_plan(Plan *p, Value **args);
+
+/* A sub-plan [plan] as the function a control-flow built-in calls, named
+ * [name], closing over its first [nconsts] inputs [consts] (borrowed);
+ * [k] is scan's number of carries.  [fn] is one of the three below.  A
+ * new reference, or NULL with the error set. */
+Value *xmap_sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Value **consts,
+                   int64_t k);
+/* cond's branch and while's body_fun: the sub-plan on the array leaves
+ * of the arguments, its results as a tuple. */
+Value *xmap_branch_call(Value *self, const CallArgs *a);
+/* while's cond_fun on the carry: the predicate, its one result. */
+Value *xmap_pred_call(Value *self, const CallArgs *a);
+/* scan's f(carry, x): (carry, y), each a tuple. */
+Value *xmap_scan_call(Value *self, const CallArgs *a);
+
+/* Whether the sub-plans in [v] (a plan or a tuple of them; NULL: false)
+ * hold only equations xmap's lowering can evaluate. */
+bool xmap_subs_lowerable(Value *v);
+
+/* Whether loop body [body]'s carries (its inputs from [first], its
+ * outputs from 0, [n] of them) keep their named shapes, and none lacks a
+ * name of [pred] (a while's predicate, or NULL): then what the staged
+ * body says a value carries, the lowered loop's value carries. */
+bool xmap_carries_settle(const Plan *body, int first, int n, const NamedShape *pred);
+
+/* Registers the rows of xmap and pdot in the primitive table (higher.h):
+ * the xmap equation's compiled step (xmap_lower), and both primitives'
+ * evaluation in an xmap body.  Called by xmap_register; not thread-safe. */
+void xmap_register_rules(void);
+
+/* Registers xmap (also jax.xmap) and lax.pdot, and their rows
+ * (xmap_register_rules).  0 or -1. */
 int xmap_register(Env *builtins);
 
 #endif

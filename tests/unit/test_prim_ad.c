@@ -1,10 +1,11 @@
 /*
  * test_prim_ad.c - the transformation rules of the primitive table
- * (prim_ad.c, prim_batch.c, the collectives' family files in spmd/):
- * every primitive has a batching rule and a JVP rule or is listed here as
+ * (the families' files in array/, spmd/ and transform/): every
+ * primitive has a batching rule and a JVP rule or is listed here as
  * lacking one (so a primitive added without rules fails this test), every
  * linear one has a transpose rule, every collective its named-axis slots
- * (CollRules), and each transpose rule is the adjoint of its
+ * (CollRules), every higher-order one its row of transform/higher.h's
+ * rules, and each transpose rule is the adjoint of its
  * primitive: <ct, f(x)> = <f^T(ct), x> for random float64 x and ct.  The
  * derivatives themselves are checked against finite differences, every
  * primitive of the table, by tests/lang/grad_every_primitive.shm (which
@@ -22,6 +23,10 @@
 #include "array/prim_random.h"
 #include "base/error.h"
 #include "spmd/collective.h"
+#include "transform/control.h"
+#include "transform/higher.h"
+#include "transform/jit.h"
+#include "transform/xmap.h"
 
 /* Primitives with no JVP rule yet: the transformations say so by name. */
 static const char *const no_jvp_yet[] = {NULL};
@@ -92,8 +97,38 @@ static void check_named_rules(void) {
   ck_assert_str_eq(prim_table[prim_lookup("reduce_scatter")].rules.coll->api_name, "psum_scatter");
 }
 
+/* Higher-order primitives the compiled executor does not run by
+ * themselves ("jit: pdot cannot be compiled": only an xmap body holds
+ * one), and those an xmap body cannot hold where it is lowered (its body
+ * then takes the batching path). */
+static const char *const not_compiled[] = {"pdot", NULL};
+static const char *const not_in_lowered_xmap[] = {"shard_map", "debug_callback", NULL};
+
+/* A higher-order primitive's row (transform/higher.h): its family file
+ * registered it, with the executor's rules unless listed, and with the
+ * xmap interpreter's unless listed; the control-flow ones say what
+ * their results carry in an xmap body, while has grad's and vmap's loop
+ * rules, shard_map its transpose. */
+static void check_higher(PrimId id) {
+  const PrimInfo *p = &prim_table[id];
+  const HigherRules *h = p->rules.higher;
+  ck_assert_msg(h != NULL, "%s: higher-order, but no higher-order rules", p->name);
+  ck_assert_msg((h->run != NULL) != listed(not_compiled, p->name), "%s: %s", p->name,
+                h->run ? "compiled now: take it off not_compiled" : "has no executor rule");
+  bool lowered = !listed(not_in_lowered_xmap, p->name);
+  ck_assert_msg((h->eval && h->lowerable) == lowered, "%s: %s", p->name,
+                lowered ? "has no xmap interpreter rule" : "lowerable now: take it off the list");
+  if (id == P_COND || id == P_WHILE || id == P_SCAN)
+    ck_assert_msg(h->named != NULL, "%s: no named shapes rule for an xmap body", p->name);
+  if (id == P_WHILE) ck_assert(h->jvp_loop && h->batch_loop);
+  if (id == P_SHARD_MAP) ck_assert(p->rules.transpose != NULL);
+}
+
 START_TEST(tc_every_primitive_has_rules) {
   coll_register_prims();
+  ctl_register_rules();
+  jit_register_rules();
+  xmap_register_rules();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
     /* the sharding slot is every primitive's, and empty until sharded
@@ -105,6 +140,7 @@ START_TEST(tc_every_primitive_has_rules) {
     ck_assert_msg((f && f->sum) == listed(closes_fused, p->name), "%s: closing sum", p->name);
     if (p->kind != PK_HIGHER && p->kind != PK_COLLECTIVE)
       ck_assert_msg(p->rules.shape && p->rules.kernel, "%s lacks a shape rule or kernel", p->name);
+    if (p->kind == PK_HIGHER) check_higher((PrimId)i);
     if (p->kind == PK_HIGHER || listed(no_operand, p->name)) continue;
     bool loop = listed(batch_by_loop, p->name);
     ck_assert_msg((p->rules.batch != NULL) != loop, "%s: %s", p->name,
