@@ -954,13 +954,13 @@ void dbg_print_view(const View *v, const char *mark) {
 
 /* Prints the pending error as pdb does ("*** message") and clears it. */
 void dbg_print_error(void) {
-  printf("*** %s\n", err_occurred() ? err_message() : "error");
+  printf("*** %s\n", err_occurred() ? err_text() : "error");
   err_clear();
 }
 
 /* The pending error as p prints it ("*** message", owned), cleared. */
 static char *error_text(void) {
-  const char *m = err_occurred() ? err_message() : "error";
+  const char *m = err_occurred() ? err_text() : "error";
   size_t cap = strlen(m) + 8;
   char *t = shm_malloc(cap);
   if (t) snprintf(t, cap, "*** %s", m);
@@ -1068,10 +1068,10 @@ char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, 
   if (r) {
     s = shm_strdup(str_cstr(r));
   } else {
-    size_t cap = strlen(err_message()) + 32;
+    size_t cap = strlen(err_text()) + 32;
     s = shm_malloc(cap);
-    if (s && ff == FAIL_P) snprintf(s, cap, "*** %s", err_message());
-    else if (s) snprintf(s, cap, "** raised %s **", err_message());
+    if (s && ff == FAIL_P) snprintf(s, cap, "*** %s", err_text());
+    else if (s) snprintf(s, cap, "** raised %s **", err_text());
     err_clear();
   }
   val_decref(x);

@@ -439,7 +439,7 @@ static bool cond_parses(const char *cond) {
   Source *src = src_new("<condition>", cond);
   AstModule *mod = src ? parse_source(src) : NULL;
   bool ok = mod && mod->body.n == 1 && mod->body.items[0]->kind == N_EXPR_STMT;
-  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_message() : "not an expression");
+  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_text() : "not an expression");
   err_clear();
   ast_free(mod);
   src_decref(src);

@@ -1956,12 +1956,12 @@ static Outcome exec_assert(const Node *s, Env *env) {
   if (t < 0) return OUT_ERR;
   if (t) return OUT_OK;
   if (!s->b) {
-    err_set_at(s->loc, ERR_ASSERT, "assertion failed");
+    err_set_at(s->loc, ERR_ASSERT, "AssertionError");   /* Python's line, the bare class */
     return OUT_ERR;
   }
   Value *m = eval(s->b, env);
   Value *ms = m ? val_str(m) : NULL;
-  if (ms) err_set_at(s->loc, ERR_ASSERT, "assertion failed: %s", str_cstr(ms));
+  if (ms) err_set_at(s->loc, ERR_ASSERT, "%s", str_cstr(ms));
   val_decref(m);
   val_decref(ms);
   return OUT_ERR;

@@ -128,6 +128,29 @@ static int current_class(void) {
   }
 }
 
+/* Whether message [m] starts with a class's name, as a raise's and
+ * KeyError's do: "ValueError: msg", or the bare name. */
+static bool names_class(const char *m) {
+  for (int i = 0; i < X_COUNT; i++) {
+    size_t n = strlen(classes[i].name);
+    if (!strncmp(m, classes[i].name, n) && (m[n] == '\0' || (m[n] == ':' && m[n + 1] == ' ')))
+      return true;
+  }
+  return false;
+}
+
+/* err_class_hook: the class to print before an uncaught error's message.
+ * Not for ValueError, the class of the errors shmap itself finds in
+ * specs, shapes and dtypes, which LANGUAGE.md section 9 prints without a
+ * class; nor for what is not an exception (a collective that failed
+ * elsewhere, the debugger's quit). */
+static const char *class_to_print(void) {
+  ErrKind k = err_kind();
+  if (k == ERR_QUIT || k == ERR_COLLECTIVE || names_class(err_message())) return NULL;
+  int c = current_class();
+  return c == X_VALUE ? NULL : classes[c].name;
+}
+
 int exc_matches(Value *handler) {
   ErrKind k = err_kind();
   if (k == ERR_QUIT || k == ERR_COLLECTIVE || k == ERR_NONE) return 0;
@@ -153,6 +176,7 @@ Value *exc_current(void) {
   const char *m = err_message();
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
   if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
+  if (!strcmp(m, classes[c].name)) m = "";   /* a bare `assert`'s */
   Value *msg = str_from(m);
   Value *e = msg ? exc_new(c, msg) : NULL;
   val_decref(msg);
@@ -215,6 +239,7 @@ static Value *class_call(Value *self, const CallArgs *a) {
 }
 
 int exc_register(Env *b) {
+  err_class_hook = class_to_print;
   for (int i = 0; i < X_COUNT; i++) {
     Value *idx = val_int(i);
     Value *v = idx ? bound_new(classes[i].name, class_call, idx) : NULL;
