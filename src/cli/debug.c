@@ -278,6 +278,8 @@ void dbg_bp_delete(Bp *b) {
   if (b->enabled) atomic_fetch_sub(&dbg_state.nbp_enabled, 1);
   shm_free(b->file);
   shm_free(b->cond);
+  shm_free(b->crossed);
+  shm_free(b->verdicts);
   int i = (int)(b - dbg_state.bps);
   memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg_state.nbps - i - 1));
   dbg_state.nbps--;
@@ -329,40 +331,89 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
   return n;
 }
 
+/* The flags of the crossing device [rank] of a call of [n] devices makes
+ * of [b] now (lock held), or NULL out of memory. */
+static unsigned char *bp_device_crossing(Bp *b, int rank, int n) {
+  if (b->ncrossed < n) {
+    int *c = shm_realloc(b->crossed, sizeof(int) * (size_t)n);
+    if (!c) return NULL;
+    memset(c + b->ncrossed, 0, sizeof(int) * (size_t)(n - b->ncrossed));
+    b->crossed = c;
+    b->ncrossed = n;
+  }
+  int k = b->crossed[rank]++;
+  if (k >= b->nverdicts) {
+    int cap = b->nverdicts ? 2 * b->nverdicts : 16;
+    while (cap <= k) cap *= 2;
+    unsigned char *v = shm_realloc(b->verdicts, (size_t)cap);
+    if (!v) return NULL;
+    memset(v + b->nverdicts, 0, (size_t)(cap - b->nverdicts));
+    b->verdicts = v;
+    b->nverdicts = cap;
+  }
+  return &b->verdicts[k];
+}
+
+/* Forgets the devices' crossings as a new call begins (lock held). */
+static void bp_new_call(void) {
+  for (int i = 0; i < dbg_state.nbps; i++) {
+    Bp *b = &dbg_state.bps[i];
+    if (b->crossed) memset(b->crossed, 0, sizeof(int) * (size_t)b->ncrossed);
+    if (b->verdicts) memset(b->verdicts, 0, (size_t)b->nverdicts);
+  }
+}
+
+/* Deletes the tbreaks that stopped devices, as the stop's prompt opens
+ * (lock held): every device that was to stop at them has. */
+static void bp_reap_dying(void) {
+  for (int i = dbg_state.nbps - 1; i >= 0; i--)
+    if (dbg_state.bps[i].dying) dbg_bp_delete(&dbg_state.bps[i]);
+}
+
 /* Counts a crossing of breakpoint [number] (as pdb, whether or not its
- * condition holds) whose condition gave [cond] (1 true or none, 0 false,
- * -1 failed), and decides whether it stops: a crossing with a true
- * condition is passed over while the ignore count lasts, and uses one up
- * (pdb's bdb.effective).  When it stops, a tbreak is deleted, which
- * [note] reports as pdb does.  Under the lock, since devices cross the
- * same breakpoint at once: each device's crossing counts. */
-static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
+ * condition holds) by device [rank] of [n] (-1: the main thread) whose
+ * condition gave [cond] (1 true or none, 0 false, -1 failed), and decides
+ * whether it stops: a crossing with a true condition is passed over while
+ * the ignore count lasts, and uses one up (pdb's bdb.effective).  When it
+ * stops, a tbreak is deleted, which [note] reports as pdb does; on a
+ * device, once the devices are released, so that every device stops at
+ * it.  A device's crossing follows the verdict of the devices' same
+ * crossing (Bp.verdicts). */
+static bool bp_count_hit(int number, int rank, int n, int cond, char *note, size_t cap) {
   bool stops = false;
   pthread_mutex_lock(&dbg_state.lock);
   Bp *b = dbg_bp_find(number);
-  if (b) {
-    b->hits++;
-    if (cond > 0 && b->ignore > 0) b->ignore--;
-    else stops = cond != 0;
-    if (stops && b->temporary) {
-      snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-      dbg_bp_delete(b);
+  unsigned char one = 0, *v = b && rank >= 0 ? bp_device_crossing(b, rank, n) : &one;
+  if (b && v) {
+    if (!(*v & BP_COUNTED)) b->hits++;
+    *v |= BP_COUNTED;
+    if (cond > 0 && !(*v & BP_DECIDED)) {
+      *v |= BP_DECIDED;
+      if (b->ignore > 0) b->ignore--;
+      else *v |= BP_STOPS;
     }
+    stops = cond < 0 || (cond > 0 && (*v & BP_STOPS));
+  }
+  if (stops && b->temporary) {
+    snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
+    if (rank < 0) dbg_bp_delete(b);
+    else b->dying = true;
   }
   pthread_mutex_unlock(&dbg_state.lock);
   return stops;
 }
 
-/* The number of the breakpoint that stops [f] at [stmt], or 0 (its
- * condition is evaluated on this thread, in the frame's scope). */
-static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
+/* The number of the breakpoint that stops [f] at [stmt] on device [rank]
+ * of [ndev] (-1: the main thread), or 0 (its condition is evaluated on this
+ * thread, in the frame's scope). */
+static int bp_hit(const Frame *f, const Node *stmt, int rank, int ndev, char *note, size_t cap) {
   if (atomic_load_explicit(&dbg_state.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
     return 0;
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
     int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
-    if (bp_count_hit(cand[i].number, cond, note, cap)) return cand[i].number;
+    if (bp_count_hit(cand[i].number, rank, ndev, cond, note, cap)) return cand[i].number;
   }
   return 0;
 }
@@ -402,7 +453,7 @@ static int main_hook(Frame *f, const Node *stmt) {
   int bp = 0;
   bool stop = tls_break_next ||
               resume_stops(&dbg_state.main_resume, frame_depth(f), stmt->loc.line) ||
-              (bp = bp_hit(f, stmt, note, sizeof note)) > 0;
+              (bp = bp_hit(f, stmt, -1, 0, note, sizeof note)) > 0;
   if (!stop) return 0;
   tls_break_next = false;
   fputs(note, stdout);
@@ -434,7 +485,8 @@ static int device_hook(Frame *f, const Node *stmt) {
   char note[160] = "";
   int bp = 0;
   if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
-  if (tls_break_next || (bp = bp_hit(f, stmt, note, sizeof note)) > 0) why = PARK_BREAK;
+  if (tls_break_next || (bp = bp_hit(f, stmt, ctx->rank, c->n, note, sizeof note)) > 0)
+    why = PARK_BREAK;
   else if (!why && resume_stops(&tls_resume, depth, stmt->loc.line)) why = PARK_TARGET;
   else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
   if (!why) return 0;
@@ -843,6 +895,9 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
   if (!dbg_state.installed || tls_busy || dev_on_device_thread()) return coll_run(g, fn, ctx);
   DbgCall c;
   if (call_init(&c, g, mesh, fn, ctx, outs) < 0) return -1;
+  pthread_mutex_lock(&dbg_state.lock);
+  bp_new_call();
+  pthread_mutex_unlock(&dbg_state.lock);
   atomic_store_explicit(&dbg_state.call, &c, memory_order_release);
   if (helper_start(&c) < 0) {
     atomic_store(&dbg_state.call, NULL);
@@ -851,6 +906,9 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
   }
   serve_call(&c);
   atomic_store_explicit(&dbg_state.call, NULL, memory_order_release);
+  pthread_mutex_lock(&dbg_state.lock);
+  bp_reap_dying();   /* a call that ended at its stop (quit) */
+  pthread_mutex_unlock(&dbg_state.lock);
   dbg_update_engaged();
   if (c.rc < 0) {
     if (dbg_state.post_mortem) keep_pm_record(&c);
@@ -1453,6 +1511,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   st->bp = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
+  bp_reap_dying();
   c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
 }
 

@@ -453,8 +453,9 @@ static void bp_add(const char *file, int line, const char *cond, bool temporary)
     if (bps != dbg_state.bps) dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
     dbg_state.bps = bps;
     Bp *b = &bps[dbg_state.nbps++];
-    *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0, 0};
+    *b = (Bp){.number = ++dbg_state.next_bp, .file = shm_strdup(file), .line = line,
+              .cond = cond && *cond ? shm_strdup(cond) : NULL, .temporary = temporary,
+              .enabled = true};
     atomic_fetch_add(&dbg_state.nbp_enabled, 1);
     printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
   }

@@ -81,7 +81,19 @@ typedef struct Bp {
   bool enabled;
   int hits;
   int ignore;       /* pdb's ignore count: crossings still to pass over */
+  /* In a shard_map body every device crosses the line: the devices' k-th
+   * crossings are one crossing, counted once and decided once (stop, or
+   * pass over for the ignore count), so what stops does not depend on
+   * which device got there first (LANGUAGE.md section 7's rendezvous). */
+  int *crossed;     /* [ncrossed]: each device's crossings in the running call */
+  int ncrossed;
+  unsigned char *verdicts; /* [nverdicts]: crossing k+1's BP_* flags */
+  int nverdicts;
+  bool dying;       /* a tbreak that stopped devices: deleted as the stop's prompt opens */
 } Bp;
+
+/* A crossing's flags in Bp.verdicts. */
+enum { BP_COUNTED = 1, BP_DECIDED = 2, BP_STOPS = 4 };
 
 /* pdb's `commands`: the command list of a breakpoint.  Kept by number
  * apart from the Bp (main thread only: lists are made and run at the
