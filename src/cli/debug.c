@@ -1175,21 +1175,49 @@ void dbg_device_state(const Stop *st, int r, char *buf, size_t cap) {
 }
 
 /* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
-int dbg_parse_rank(const Stop *st, const char *arg) {
-  int vals[DEV_MAX_AXES + 1], n = 0;
+/* The mesh axis that the name at [p] (up to '=') names, or -1. */
+static int coord_axis(const MeshDesc *m, const char *p, size_t len) {
+  for (int a = 0; a < m->naxes; a++)
+    if (strlen(m->names[a]) == len && !strncmp(m->names[a], p, len)) return a;
+  return -1;
+}
+
+/* Reads the coordinates of [arg] into [vals] in the mesh's axis order:
+ * "3", "(1, 0)" or, by name in any order, "(i=1, j=0)".  Their number, or
+ * -1 after saying what is wrong. */
+static int parse_coords(const MeshDesc *m, const char *arg, int *vals) {
+  int n = 0, named = 0;
   const char *p = arg;
   while (*p) {
     while (*p == ' ' || *p == '(' || *p == ')' || *p == ',') p++;
     if (!*p) break;
+    int axis = n;
+    const char *eq = strchr(p, '=');
+    size_t len = strcspn(p, "=,) ");
+    if (eq && p + len == eq) {
+      axis = coord_axis(m, p, len);
+      if (axis < 0) return printf("*** the mesh has no axis '%.*s'\n", (int)len, p), -1;
+      named++;
+      p = eq + 1;
+    }
     char *end;
     long x = strtol(p, &end, 10);
-    if (end == p || n > DEV_MAX_AXES || x < -1000000 || x > 1000000) {
-      printf("*** expected a device number or mesh coordinates, got '%s'\n", arg);
-      return -1;
-    }
-    vals[n++] = (int)x;
+    if (end == p || n > DEV_MAX_AXES || axis > DEV_MAX_AXES || x < -1000000 || x > 1000000)
+      return printf("*** expected a device number or mesh coordinates, got '%s'\n", arg), -1;
+    vals[axis] = (int)x;
+    n++;
     p = end;
   }
+  if (named && named != n)
+    return printf("*** give every coordinate by name or none, got '%s'\n", arg), -1;
+  return n;
+}
+
+int dbg_parse_rank(const Stop *st, const char *arg) {
+  int vals[DEV_MAX_AXES + 2];
+  for (int a = 0; a < DEV_MAX_AXES + 2; a++) vals[a] = -1;
+  int n = parse_coords(st->mesh, arg, vals);
+  if (n < 0) return -1;
   if (n == 1 && strchr(arg, '(') == NULL) {
     if (vals[0] >= 0 && vals[0] < st->ndev) return vals[0];
     printf("*** no device %d (there are %d)\n", vals[0], st->ndev);

@@ -937,6 +937,25 @@ static bool split_at_all(char *expr) {
   return true;
 }
 
+/* Splits "EXPR @ dev SPEC" into EXPR and SPEC (a device number or mesh
+ * coordinates, as `dev` takes them): NULL when there is no such suffix.
+ * "@ dev" followed by more cannot be a Python expression, so it never
+ * takes a matrix product ("y @ 2") for a device. */
+static char *split_at_dev(char *expr) {
+  for (char *at = expr + strlen(expr); at-- > expr;) {
+    if (*at != '@') continue;
+    char *p = at + 1;
+    while (*p == ' ') p++;
+    if (strncmp(p, "dev", 3) != 0 || (p[3] != ' ' && p[3] != '(')) continue;
+    *at = 0;
+    trim(expr);
+    p += 3;
+    while (*p == ' ') p++;
+    return p;
+  }
+  return NULL;
+}
+
 /* Device [r]'s frame in which `p x @ all` and a line run on every device
  * evaluate: as many levels up as the focused device's selected frame
  * (`up` and `down` select it for all of them); NULL when it has none. */
@@ -1159,13 +1178,43 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
   }
 }
 
+/* `p x @ dev SPEC`: the value on device SPEC, in its frame as many levels
+ * up as the focused device's selected one (a line that calls a
+ * collective runs on every device and shows that device's). */
+static void print_on_device(Stop *st, const char *expr, const char *spec, bool pretty) {
+  if (!st->mesh) {
+    printf("*** not stopped inside a shard_map body\n");
+    return;
+  }
+  int r = dbg_parse_rank(st, spec);
+  if (r < 0) return;
+  const View *v = dev_view(st, r);
+  int focus = dbg_state.focus;
+  dbg_state.focus = r;
+  bool ran = dbg_st_cur(st) && dbg_run_everywhere(st, expr, true, pretty, false);
+  dbg_state.focus = focus;
+  if (ran) return;
+  char state[320];
+  if (!v) {
+    dbg_device_state(st, r, state, sizeof state);
+    printf("*** device %d has no frame (%s)\n", r, state);
+    return;
+  }
+  char *t = dbg_value_text(st, v, r, expr, pretty, FAIL_P);
+  if (t) printf("%s\n", t);
+  shm_free(t);
+}
+
 static int print_value(Stop *st, const char *arg, bool pretty) {
   char *expr = shm_strdup(arg);
   const View *v = dbg_st_cur(st);
   if (!expr) return 0;
   trim(expr);
+  char *dev = *expr ? split_at_dev(expr) : NULL;
   if (!*expr) {
-    printf("*** usage: p expression [@ all]\n");
+    printf("*** usage: p expression [@ all | @ dev device]\n");
+  } else if (dev) {
+    print_on_device(st, expr, dev, pretty);
   } else if (split_at_all(expr)) {
     if (!dbg_run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
   } else if (!v) {
@@ -1485,11 +1534,13 @@ static const Cmd commands[] = {
      "lines given (a last smaller than first is a count)."},
     {"ll longlist", cmd_longlist, "ll | longlist", "List the whole current function."},
     {"a args", cmd_args, "a(rgs)", "Print the arguments of the current function."},
-    {"p", cmd_p, "p expression [@ all]",
+    {"p", cmd_p, "p expression [@ all | @ dev device]",
      "Print the value of expression in the current frame; with '@ all', on every device\n"
-     "of the shard_map body, each line prefixed by the device's mesh coordinates.  An\n"
-     "expression that calls a collective runs on every device at once."},
-    {"pp", cmd_pp, "pp expression [@ all]", "Like p, a long tuple or list one item per line."},
+     "of the shard_map body, each line prefixed by the device's mesh coordinates; with\n"
+     "'@ dev 3' or '@ dev (i=1, j=0)', on that device.  An expression that calls a\n"
+     "collective runs on every device at once."},
+    {"pp", cmd_pp, "pp expression [@ all | @ dev device]",
+     "Like p, a long tuple or list one item per line."},
     {"display", cmd_display, "display [expression]",
      "Show the value of expression now and at each stop where it changed; without\n"
      "argument, list the displayed expressions."},
