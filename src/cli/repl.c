@@ -182,9 +182,24 @@ static bool unfinished(const char *entry) {
   return more;
 }
 
+/* True when [line] starts a compound statement (its first word is if,
+ * for, while, try, with, def, class or async, or it is a decorator): as
+ * at Python's prompt, `if 0: print(1)` on one line still lets an `else:`
+ * line follow, so the entry goes on to a blank line. */
+static bool starts_compound(const char *line) {
+  static const char *const words[] = {"if", "for", "while", "try", "with", "def", "class", "async"};
+  line += strspn(line, " \t");
+  if (*line == '@') return true;
+  size_t n = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    if (strlen(words[i]) == n && !strncmp(line, words[i], n)) return true;
+  return false;
+}
+
 bool repl_entry_goes_on(const char *entry, const char *line, bool *block) {
   if (unfinished(entry)) return true;
-  *block = *block || opens_block(line);
+  bool first = strlen(entry) == strlen(line) + 1;   /* [line] is the entry's only line */
+  *block = *block || opens_block(line) || (first && starts_compound(line));
   return *block && !is_blank(line);
 }
 
@@ -470,9 +485,21 @@ static bool run_entry(const char *text) {
   return true;
 }
 
-int repl_run(Env *globals) {
+#ifndef SHMAP_VERSION
+#define SHMAP_VERSION "unknown"
+#endif
+
+/* The greeting of a session at a terminal, as Python's prompt has one. */
+static void print_banner(void) {
+  printf("shmap %s (%d devices): Python's syntax, JAX's jit, grad, vmap and shard_map\n"
+         "Type help() for help, :help for the prompt's commands, Ctrl-D to leave.\n",
+         SHMAP_VERSION, shm_interp->ndevices);
+}
+
+int repl_run(Env *globals, bool banner) {
   repl.globals = globals;
   repl.tty = isatty(0);
+  if (repl.tty && banner) print_banner();
   if (repl.tty) setup_readline();
   Buf b = {0};
   EntryKind k;

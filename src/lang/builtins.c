@@ -760,13 +760,106 @@ static Value *bi_dir(const CallArgs *a) {
   return l;
 }
 
-/* help(obj): a built-in's signature and summary, a function's signature,
- * a module's names. */
+/* [text] (consumed) with [more] after it; NULL (error set) on failure. */
+static Value *str_append(Value *text, const char *more) {
+  Value *t = text ? str_printf("%s%s", str_cstr(text), more) : NULL;
+  val_decref(text);
+  return t;
+}
+
+/* Parameter [i] of user function [f] as its signature shows it:
+ * "x", "y=2", "*args", "**kw". */
+static Value *param_text(const Func *f, int i) {
+  const Param *p = &f->node->params[i];
+  if (p->star || p->starstar)   /* a bare '*' has no name */
+    return str_printf("%s%s", p->starstar ? "**" : "*", p->name ? p->name : "");
+  if (!f->defaults || !f->defaults[i]) return str_from(p->name);
+  Value *r = val_repr(f->defaults[i]);
+  Value *t = r ? str_printf("%s=%s", p->name, str_cstr(r)) : NULL;
+  val_decref(r);
+  return t;
+}
+
+/* The docstring of user function [f] (borrowed), or NULL: its body's
+ * first statement when that is a string, as Python's __doc__. */
+static const char *func_doc(const Func *f) {
+  if (f->node->kind != N_DEF || f->node->body.n == 0) return NULL;
+  const Node *s = f->node->body.items[0];
+  if (s->kind != N_EXPR_STMT || s->a->kind != N_CONST || s->a->value->type != V_STR) return NULL;
+  return str_cstr(s->a->value);
+}
+
+/* The indentation that the lines of [doc] after its first share. */
+static size_t doc_indent(const char *doc) {
+  size_t least = (size_t)-1;
+  for (const char *p = strchr(doc, '\n'); p; p = strchr(p, '\n')) {
+    p++;
+    size_t k = strspn(p, " ");
+    if (p[k] && p[k] != '\n' && k < least) least = k;
+  }
+  return least == (size_t)-1 ? 0 : least;
+}
+
+/* [text] (consumed) with docstring [doc] after it as pydoc shows it
+ * (Python's inspect.cleandoc, each line indented by 4): the first line
+ * without its blanks, the others without their common indentation, no
+ * blank lines at either end. */
+static Value *doc_append(Value *text, const char *doc) {
+  size_t indent = doc_indent(doc);
+  int blanks = 0;
+  bool started = false;
+  for (const char *p = doc; text && *p;) {
+    size_t n = strcspn(p, "\n");
+    size_t k = p == doc ? strspn(p, " ") : n < indent ? n : indent;
+    bool blank = strspn(p, " ") >= n;
+    if (blank) {
+      blanks += started;
+    } else {
+      for (; text && blanks > 0; blanks--) text = str_append(text, "\n");
+      Value *line = text ? str_printf("    %.*s\n", (int)(n - k), p + k) : NULL;
+      text = line ? str_append(text, str_cstr(line)) : (val_decref(text), NULL);
+      val_decref(line);
+      started = true;
+    }
+    p += n + (p[n] == '\n');
+  }
+  return text;
+}
+
+/* help(f) of a user function: Python's "Help on function", the signature
+ * and the docstring indented under it. */
+static Value *func_help(const Func *f) {
+  Value *text = str_printf("Help on function %s:\n\n%s(", f->name, f->name);
+  for (int i = 0; text && i < f->node->nparams; i++) {
+    Value *p = param_text(f, i);
+    text = p ? str_append(str_append(text, i ? ", " : ""), str_cstr(p)) : (val_decref(text), NULL);
+    val_decref(p);
+  }
+  text = str_append(text, ")\n");
+  const char *doc = func_doc(f);
+  return doc ? doc_append(text, doc) : text;
+}
+
+/* help(): what the interactive help of Python's help() would start with,
+ * pointing to the manual instead. */
+static const char HELP_INTRO[] =
+    "Welcome to shmap's help.  help(obj) shows a function's signature and\n"
+    "docstring, a built-in's summary or a module's names; dir(obj) lists\n"
+    "names.  The language is described in shmap(7), the command line, the\n"
+    "REPL and the debugger in shmap(1).\n";
+
+/* help(obj): a built-in's signature and summary, a function's signature
+ * and docstring, a module's names; help() an introduction. */
 static Value *bi_help(const CallArgs *a) {
-  if (a->nargs != 1 || a->nkw)
-    return err_set(ERR_TYPE, "help() takes one argument (interactive help: see shmap(7))");
+  if (a->nargs == 0 && !a->nkw) {
+    eval_write(HELP_INTRO, strlen(HELP_INTRO));
+    return val_incref(VAL_NONE);
+  }
+  if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "help() takes at most 1 argument");
   Value *x = a->args[0], *text = NULL;
-  if (x->type == V_BUILTIN) {
+  if (x->type == V_FUNC) {
+    text = func_help((const Func *)x);
+  } else if (x->type == V_BUILTIN) {
     const Builtin *b = (const Builtin *)x;
     text = str_printf("Help on built-in function %s:\n\n%s\n", b->name, b->doc ? b->doc : b->name);
   } else if (x->type == V_BOUND) {

@@ -10,13 +10,9 @@
 set -u
 shmap=${1:?usage: debug_tty.sh SHMAP}
 name=tty/debug_tty
-if ! command -v tmux >/dev/null 2>&1; then
-  echo "SKIP $name: tmux is not installed"
-  exit 77
-fi
-tmp=$(mktemp -d)
-sock=$tmp/tmux.sock
-trap 'tmux -S "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+# tty_setup, screen, wait_for, keys
+. "$(dirname "$0")/tmux.bash"
+tty_setup
 cat >"$tmp/t.shm" <<'SHM'
 answer_to_all = 42
 x = 41
@@ -24,9 +20,6 @@ breakpoint()
 y = x + 1
 print('y is', y)
 SHM
-
-# screen, wait_for, keys
-. "$(dirname "$0")/tmux.bash"
 
 # HOME and XDG_STATE_HOME point into $tmp so no history file of the user's
 # is read or written.
