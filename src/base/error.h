@@ -83,6 +83,7 @@ typedef enum {
   ERR_ZERO_DIVISION,   /* Python numbers divided by zero */
   ERR_OVERFLOW,        /* Python ints past 64 bits */
   ERR_ATTRIBUTE,       /* no such attribute (Python's AttributeError) */
+  ERR_FLOATING_POINT,  /* a NaN under jax_debug_nans (FloatingPointError) */
 } ErrKind;
 
 /* Ctrl-C: set by the SIGINT handler (cli/main.c), polled between

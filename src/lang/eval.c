@@ -22,6 +22,7 @@
 #include "base/timeline.h"
 #include "lang/eval.h"
 #include "lang/exceptions.h"
+#include "lang/jaxconfig.h"
 #include "base/intern.h"
 #include "array/linalg.h"
 #include "base/mem.h"
@@ -797,6 +798,23 @@ static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
   return eval(n, env);
 }
 
+/* The primitive an arithmetic operator applies, as jax_debug_nans names
+ * it ("invalid value (nan) encountered in div"). */
+static const char *op_prim_name(OpKind op) {
+  switch (op) {
+  case OP_ADD: return "add";
+  case OP_SUB: return "sub";
+  case OP_MUL: return "mul";
+  case OP_DIV: return "div";
+  case OP_FLOORDIV: return "floor_divide";
+  case OP_MOD: return "rem";
+  case OP_POW: return "pow";
+  case OP_MATMUL: return "dot_general";
+  case OP_NEG: return "neg";
+  default: return "an operator";
+  }
+}
+
 /* a <op> b.  A name on the left is borrowed only when the right side is a
  * name or a constant: any other right side may run code that rebinds it. */
 static Value *eval_binop_plain(const Node *n, Env *env) {
@@ -811,7 +829,7 @@ static Value *eval_binop_plain(const Node *n, Env *env) {
   Value *r = ops_binary_kept(n->op, a, b, kept);
   if (!(kept & 1u)) val_decref(a);
   if (!(kept & 2u)) val_decref(b);
-  return r;
+  return jaxcfg_check_nans(r, op_prim_name(n->op));
 }
 
 static Value *eval_unary_plain(const Node *n, Env *env) {
@@ -822,7 +840,7 @@ static Value *eval_unary_plain(const Node *n, Env *env) {
     int t = val_truth(a);
     r = t < 0 ? NULL : val_incref(val_bool(!t));
   } else {
-    r = ops_unary(n->op, a);
+    r = jaxcfg_check_nans(ops_unary(n->op, a), op_prim_name(n->op));
   }
   val_decref(a);
   return r;
@@ -1018,6 +1036,8 @@ static Value *eval_call_plain(const Node *n, Env *env) {
   if (eval_args(n, env, &b) == 0) {
     cur_loc = n->loc;
     r = val_call(f, &b.a);
+    if (f->type == V_BUILTIN || f->type == V_BOUND)   /* a user function's operations check themselves */
+      r = jaxcfg_check_nans(r, f->type == V_BUILTIN ? ((Builtin *)f)->name : ((BoundMethod *)f)->name);
     if (!r) err_locate(n->loc);
     /* a call that failed deeper (a shard_map body, a function a built-in
      * called) adds this calling line (err_push_frame skips the line the
@@ -1239,7 +1259,9 @@ void eval_const_cache_clear(void) {
  * (most operators: one load of its memo). */
 static inline Value *eval_fusing(const Node *n, Env *env,
                                  Value *(*plain)(const Node *, Env *)) {
-  if (__atomic_load_n(&n->fuse, __ATOMIC_RELAXED) == EVAL_FUSE_NO) return plain(n, env);
+  if (__atomic_load_n(&n->fuse, __ATOMIC_RELAXED) == EVAL_FUSE_NO ||
+      atomic_load_explicit(&jaxcfg_debug_nans, memory_order_relaxed))   /* op by op, each checked */
+    return plain(n, env);
   return eval_fuse_try(n, env, plain);
 }
 
@@ -2409,7 +2431,7 @@ int interp_init(int ndevices) {
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
   Env *b = shm_interp->builtins;
-  if (builtins_register(b) < 0 || exc_register(b) < 0) return -1;
+  if (builtins_register(b) < 0 || exc_register(b) < 0 || jaxcfg_register() < 0) return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;

@@ -22,7 +22,7 @@ typedef struct ExcClass {
 enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
-  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_COUNT
+  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -46,6 +46,7 @@ static const ExcClass classes[X_COUNT] = {
     [X_RECURSION] = {"RecursionError", X_RUNTIME, ERR_VALUE},
     [X_KEYBOARD] = {"KeyboardInterrupt", X_BASE, ERR_INTERRUPT},
     [X_ATTRIBUTE] = {"AttributeError", X_EXCEPTION, ERR_ATTRIBUTE},
+    [X_FLOATING] = {"FloatingPointError", X_ARITH, ERR_FLOATING_POINT},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -124,6 +125,7 @@ static int current_class(void) {
   case ERR_OVERFLOW: return X_OVERFLOW;
   case ERR_SYNTAX: return X_SYNTAX;
   case ERR_ATTRIBUTE: return X_ATTRIBUTE;
+  case ERR_FLOATING_POINT: return X_FLOATING;
   default: return X_VALUE;
   }
 }
