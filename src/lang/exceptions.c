@@ -131,8 +131,10 @@ static int current_class(void) {
 }
 
 /* Whether message [m] starts with a class's name, as a raise's and
- * KeyError's do: "ValueError: msg", or the bare name. */
+ * KeyError's do: "ValueError: msg", or the bare name; after the
+ * "on device (i=0): " a device's error gets on its way out. */
 static bool names_class(const char *m) {
+  while (!strncmp(m, "on device (", 11) && strstr(m, "): ")) m = strstr(m, "): ") + 3;
   for (int i = 0; i < X_COUNT; i++) {
     size_t n = strlen(classes[i].name);
     if (!strncmp(m, classes[i].name, n) && (m[n] == '\0' || (m[n] == ':' && m[n + 1] == ' ')))
