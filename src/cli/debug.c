@@ -2076,6 +2076,7 @@ void dbg_free(void) {
   dbg_state.nbpcmds = 0;
   shm_free(dbg_state.last_cmd);
   dbg_state.last_cmd = NULL;
+  dbg_aliases_free();
   shm_free(dbg_state.restart_args);
   dbg_state.restart_args = NULL;
   err_state_free(&dbg_state.last);

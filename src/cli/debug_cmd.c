@@ -28,6 +28,7 @@
 
 
 static const Cmd *cmd_lookup(const char *word);
+static int dispatch_command(Stop *st, const char *line, Resume *r);
 
 /* Copies the command word that [line] starts with (letters, digits, '_')
  * into [word]; its length. */
@@ -166,23 +167,29 @@ static bool has_bp_at(const char *file, int line) {
   return found;
 }
 
-/* Lists lines [first, last] of the current frame's source in pdb's shape:
- * number, 'B' at a breakpoint, '->' at the current line. */
-static void list_range(Stop *st, int first, int last) {
-  const View *v = dbg_st_cur(st);
+/* Lists lines [first, last] of [src] in pdb's shape: number, 'B' at a
+ * breakpoint, '->' at line [cur]. */
+static void list_lines(const Source *src, int first, int last, int cur) {
   if (first < 1) first = 1;
   for (int l = first; l <= last; l++) {
     const char *t;
     int n;
-    if (!dbg_src_line(v->src, l, &t, &n)) {
+    if (!dbg_src_line(src, l, &t, &n)) {
       printf("[EOF]\n");
       break;
     }
     char num[16];
     int w = snprintf(num, sizeof num, "%3d", l);
-    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(v->src->name, l) ? 'B' : ' ',
-           l == v->line ? "->" : "", n, t);
+    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(src->name, l) ? 'B' : ' ',
+           l == cur ? "->" : "", n, t);
   }
+}
+
+/* Lists lines [first, last] of the current frame's source; `list` goes on
+ * after them. */
+static void list_range(Stop *st, int first, int last) {
+  const View *v = dbg_st_cur(st);
+  list_lines(v->src, first, last, v->line);
   st->list_next = last + 1;
 }
 
@@ -1302,6 +1309,33 @@ static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
   return 0;
 }
 
+static int stmt_end_line(const Node *n);
+
+/* source expression: the lines of the function the expression names, its
+ * decorators included (pdb's, through inspect.getsourcelines). */
+static int cmd_source(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const View *v = dbg_st_cur(st);
+  if (!v || !*arg) return printf("*** usage: source expression\n"), 0;
+  Value *x = dbg_eval_in(st, v, dbg_st_rank_of(st, st->level), arg);
+  if (!x) return dbg_print_error(), 0;
+  if (x->type != V_FUNC) {
+    Value *rep = val_repr(x);
+    printf("*** source code not available for %s\n", rep ? str_cstr(rep) : "this value");
+    err_clear();
+    val_decref(rep);
+    val_decref(x);
+    return 0;
+  }
+  const Func *f = (const Func *)x;
+  int first = f->node->loc.line;
+  for (int i = 0; f->node->kind == N_DEF && i < f->node->decorators.n; i++)
+    if (f->node->decorators.items[i]->loc.line < first) first = f->node->decorators.items[i]->loc.line;
+  list_lines(f->mod->src, first, stmt_end_line(f->node), f->mod->src == v->src ? v->line : 0);
+  val_decref(x);
+  return 0;
+}
+
 static int cmd_p(Stop *st, const char *arg, Resume *r) {
   (void)r;
   return print_value(st, arg, false);
@@ -1494,6 +1528,12 @@ static const Cmd commands[] = {
     {"condition", cmd_condition, "condition bpnumber [condition]",
      "Set a new condition for the breakpoint, or without one make it unconditional."},
     {"whatis", cmd_whatis, "whatis expression", "Print the type of the expression's value."},
+    {"source", cmd_source, "source expression",
+     "List the source of the function the expression names."},
+    {"alias", dbg_cmd_alias, "alias [name [command]]",
+     "Make name stand for command, in which %1..%9 are its arguments and %* all of them;\n"
+     "with a name only, show its command; with none, list the aliases."},
+    {"unalias", dbg_cmd_unalias, "unalias name", "Delete the alias name."},
     {"cl clear", cmd_clear, "cl(ear) [number ... | file:line]",
      "Delete breakpoints; without argument, all of them (after asking)."},
     {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
@@ -1609,13 +1649,24 @@ static const Cmd *cmd_lookup(const char *word) {
   return NULL;
 }
 
-/* Runs one command line; 1 when the program resumes (*r set). */
+/* Runs one command line, its alias expanded; 1 when the program resumes
+ * (*r set). */
 int dbg_dispatch(Stop *st, const char *line, Resume *r) {
   while (*line == ' ' || *line == '\t') line++;
   if (*line == '!') {
     dbg_exec_in(st, line + 1);
     return 0;
   }
+  char *expanded = dbg_alias_expand(line);
+  if (!expanded) return printf("*** out of memory\n"), 0;
+  int go = dispatch_command(st, expanded, r);
+  shm_free(expanded);
+  return go;
+}
+
+/* dbg_dispatch past the aliases. */
+static int dispatch_command(Stop *st, const char *line, Resume *r) {
+  while (*line == ' ' || *line == '\t') line++;
   char word[32];
   size_t n = first_word(line, word, sizeof word);
   const Cmd *c = n ? cmd_lookup(word) : NULL;

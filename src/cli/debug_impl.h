@@ -381,4 +381,19 @@ int dbg_run_bp_commands(Stop *st, Resume *r, bool *silent);
  * refused, naming the device that is not, so it can never hang. */
 bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
 
+/* ---- debug_alias.c ---- */
+
+/* pdb's `alias [name [command]]`: lists the aliases, shows one, or sets
+ * it; and `unalias name`.  Commands (CmdFn). */
+int dbg_cmd_alias(Stop *st, const char *arg, Resume *r);
+int dbg_cmd_unalias(Stop *st, const char *arg, Resume *r);
+
+/* [line] with the alias its first word names expanded, again while the
+ * result starts with one (ten times at most): %1..%9 are the arguments,
+ * %* all of them.  Owned; NULL out of memory. */
+char *dbg_alias_expand(const char *line);
+
+/* Forgets every alias (dbg_free). */
+void dbg_aliases_free(void);
+
 #endif
