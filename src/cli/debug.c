@@ -1615,7 +1615,7 @@ void dbg_post_mortem(void) {
   if (!dbg_state.installed || !dbg_state.post_mortem || !err_occurred() || err_kind() == ERR_QUIT) return;
   Loc loc = err_loc();
   Stop st = {0};
-  st.pm = true;
+  st.pm = st.uncaught = true;
   int rank = pm_rank(err_message());
   if (pm_stop(&st, rank, loc) == 0 && dbg_st_nframes(&st) > 0) {
     fflush(stdout);

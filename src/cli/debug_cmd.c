@@ -98,8 +98,17 @@ static int cmd_continue(Stop *st, const char *arg, Resume *r) {
   return 1;
 }
 
+static int cmd_restart(Stop *st, const char *arg, Resume *r);
+
+/* quit; in --pm's post-mortem of a script, the program runs again from
+ * its start, as `python -m pdb` does after an uncaught exception (the end
+ * of input still ends it). */
 static int cmd_quit(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)arg;
+  (void)arg;
+  if (st->uncaught && dbg_state.restartable && st->main.n > 0) {
+    printf("Post mortem debugger finished. The %s will be restarted\n", st->main.v[0].src->name);
+    return cmd_restart(st, "", r);
+  }
   *r = (Resume){RM_QUIT, 0, 0};
   return 1;
 }

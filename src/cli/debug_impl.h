@@ -233,6 +233,7 @@ typedef struct Stop {
   Stack *dev;              /* [ndev]: each device's frames (n == 0: none) */
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
+  bool uncaught;           /* --pm's stop at an error nothing handled: q restarts, as pdb's */
   bool raiser_only;        /* pm(): only the raising device's frames were kept */
   int list_next;           /* `list` goes on here; 0: around the current line */
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
