@@ -444,6 +444,7 @@ static bool resume_stops_at_return(const Resume *r, int depth) {
 }
 
 static int stop_main(Frame *f, int bp, Value *retval);
+static int stop_main_at(Frame *f, int bp, Value *retval, bool at_call);
 static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note, Value *retval);
 
@@ -518,6 +519,16 @@ static int device_return(Frame *f, Value *rv) {
   if (!why) return 0;
   tls_break_next = false;
   return device_park(c, ctx->rank, f, depth, why, 0, "", rv);
+}
+
+/* eval_call_hook: pdb's --Call-- stop as a function is entered, made by
+ * `step` alone on the main thread (a device stops at the first statement
+ * of the function it steps into). */
+static int dbg_call_hook(Frame *f, const Node *def) {
+  (void)def;
+  if (tls_busy || dev_on_device_thread() || tls_break_next || dbg_state.main_resume.mode != RM_STEP)
+    return 0;
+  return stop_main_at(f, 0, NULL, true);
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
@@ -1470,6 +1481,7 @@ static Resume interact_prompt(Stop *st) {
   int go = st->bp ? dbg_run_bp_commands(st, &r, &silent) : 0;
   const View *at = dbg_st_cur(st);
   if (!silent && at && at->retval) printf("--Return--\n");
+  if (!silent && st->at_call) printf("--Call--\n");
   if (!silent) dbg_print_location(st);
   if (!go) {
     run_displays(st);
@@ -1497,8 +1509,13 @@ static Resume interact(Stop *st) {
  * breakpoint [bp] (0: not at a breakpoint); at [f]'s return event,
  * [retval] is the value it returns (borrowed), else NULL. */
 static int stop_main(Frame *f, int bp, Value *retval) {
+  return stop_main_at(f, bp, retval, false);
+}
+
+/* stop_main, or with [at_call] the stop at [f]'s call event. */
+static int stop_main_at(Frame *f, int bp, Value *retval, bool at_call) {
   atomic_store(&dbg_state.entered, true);
-  Stop st = {.bp = bp, .frame = f};
+  Stop st = {.bp = bp, .frame = f, .at_call = at_call};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   if (st.main.n > 0) st.main.v[st.main.n - 1].retval = retval;
@@ -2024,6 +2041,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   dbg_update_engaged();
   eval_stmt_hook = dbg_hook;
   eval_return_hook = dbg_return_hook;
+  eval_call_hook = dbg_call_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
@@ -2057,6 +2075,7 @@ void dbg_free(void) {
   if (!dbg_state.installed) return;
   eval_stmt_hook = NULL;
   eval_return_hook = NULL;
+  eval_call_hook = NULL;
   shardmap_set_runner(NULL);
   dbg_state.installed = false;
   helper_stop();

@@ -234,6 +234,7 @@ typedef struct Stop {
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
   bool uncaught;           /* --pm's stop at an error nothing handled: q restarts, as pdb's */
+  bool at_call;            /* at a function's call event: shown as pdb's --Call-- */
   bool raiser_only;        /* pm(): only the raising device's frames were kept */
   int list_next;           /* `list` goes on here; 0: around the current line */
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */

@@ -36,6 +36,7 @@ int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 atomic_bool eval_hook_all;
 _Thread_local bool eval_hook_here;
 int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
+int (*eval_call_hook)(Frame *f, const Node *def);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);
 
@@ -657,16 +658,29 @@ static bool return_hook_aborts(Frame *f, const Node *at, Value **ret) {
   return true;
 }
 
-/* Runs the statements [body] in [env] as the body of a call of a def
+static inline bool hook_due(void);
+
+/* The call hook for frame [f] of [def] (eval.h): OUT_OK, or OUT_ERR when
+ * it aborts the call. */
+static Outcome run_call_hook(Frame *f, const Node *def) {
+  if (!eval_call_hook || !hook_due()) return OUT_OK;
+  f->stmt = def;   /* where the stop shows the frame: its def line */
+  int h = eval_call_hook(f, def);
+  f->stmt = NULL;
+  return h ? OUT_ERR : OUT_OK;
+}
+
+/* Runs the statements [body] in [env] as the body of a call of def [def]
  * (block-form shard_map bodies are defs too): the returned value (None
  * when it falls off the end), or NULL with the error set. */
-static Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
+static Value *eval_run_body(const Node *def, Env *env, AstModule *mod, const char *fname) {
   Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
   if (too_deep() < 0) return NULL;
   cur_frame = &fr;
   cur_depth++;
   Value *ret = NULL;
-  Outcome o = exec_block(body, env, &ret);
+  Outcome o = run_call_hook(&fr, def);
+  if (o == OUT_OK) o = exec_block(&def->body, env, &ret);
   if (eval_return_hook && fr.stmt && (o == OUT_OK || o == OUT_RETURN) &&
       return_hook_aborts(&fr, fr.stmt, &ret))
     o = OUT_ERR;
@@ -704,7 +718,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
       cur_depth--;
       cur_frame = fr.back;
     } else {
-      ret = eval_run_body(&f->node->body, e, f->mod, f->name);
+      ret = eval_run_body(f->node, e, f->mod, f->name);
     }
   }
   cur_tree = saved_tree;
