@@ -1334,6 +1334,8 @@ void dbg_comp_add(const char *name, Value *v, void *ctx) {
   if ((comp.names[comp.n] = shm_strdup(name))) comp.n++;
 }
 
+static void comp_add_name(const char *name, void *ctx) { dbg_comp_add(name, NULL, ctx); }
+
 static void comp_clear(void) {
   for (int i = 0; i < comp.n; i++) shm_free(comp.names[i]);
   comp.n = 0;
@@ -1357,6 +1359,9 @@ static char **dbg_complete(const char *text, int start, int end) {
   comp_clear();
   if (start == 0) {
     dbg_comp_commands();
+  } else if (comp.stop && strchr(text, '.')) {   /* an attribute: x.sh, jnp.ar */
+    const View *v = dbg_st_cur(comp.stop);
+    repl_each_attribute(v ? v->env : NULL, text, comp_add_name, NULL);
   } else if (comp.stop) {
     const View *v = dbg_st_cur(comp.stop);
     if (v) env_each(v->env, dbg_comp_add, NULL);

@@ -365,15 +365,15 @@ static const char *const KEYWORDS[] = {
     "False", "assert", "import", "from", "as", "global", "nonlocal", "mesh",
     "shard_map", "jit", "on", "devices", NULL};
 
-/* The value named by the dotted path [path] ("a" or "a.b"), as a new
- * reference, or NULL.  Only names and attributes: completion must not run
- * the user's calls. */
-static Value *resolve_dotted(const char *path) {
+/* The value named by the dotted path [path] ("a" or "a.b") in [scope]
+ * (then the built-ins), as a new reference, or NULL.  Only names and
+ * attributes: completion must not run the user's calls. */
+static Value *resolve_dotted(Env *scope, const char *path) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", path);
   char *save = NULL, *part = strtok_r(buf, ".", &save);
   const char *name = part ? intern_cstr(part) : NULL;
-  Value *v = name ? env_lookup(repl.globals, name) : NULL;
+  Value *v = name && scope ? env_lookup(scope, name) : NULL;
   if (!v && name && shm_interp) v = env_lookup(shm_interp->builtins, name);
   if (!v) return NULL;
   val_incref(v);
@@ -386,22 +386,36 @@ static Value *resolve_dotted(const char *path) {
   return v;
 }
 
-/* Fills [cands] with the attributes of the object before the last dot. */
-static void collect_attributes(const char *text, const char *dot) {
-  char base[256];
+void repl_each_attribute(Env *scope, const char *text, void (*add)(const char *, void *),
+                         void *ctx) {
+  const char *dot = strrchr(text, '.');
+  if (!dot) return;
+  char base[256], full[512];
   snprintf(base, sizeof base, "%.*s", (int)(dot - text), text);
-  Value *obj = resolve_dotted(base);
+  Value *obj = resolve_dotted(scope, base);
   Value *names = obj ? ops_dir(obj) : NULL;
-  char prefix[260];
-  snprintf(prefix, sizeof prefix, "%s.", base);
-  cands.prefix = prefix;
-  cands.stem = dot + 1;
-  for (size_t i = 0; names && i < list_len(names); i++)
-    cand_add(str_cstr(list_get(names, i)));
-  cands.prefix = "";
+  size_t stem = strlen(dot + 1);
+  for (size_t i = 0; names && i < list_len(names); i++) {
+    const char *name = str_cstr(list_get(names, i));
+    if (strncmp(name, dot + 1, stem) != 0) continue;
+    snprintf(full, sizeof full, "%s.%s", base, name);
+    add(full, ctx);
+  }
   if (!names) err_clear();
   val_decref(names);
   val_decref(obj);
+}
+
+static void cand_add_full(const char *name, void *ctx) {
+  (void)ctx;
+  cands.prefix = "";
+  cands.stem = "";
+  cand_add(name);
+}
+
+/* Fills [cands] with the attributes of the object before the last dot. */
+static void collect_attributes(const char *text) {
+  repl_each_attribute(repl.globals, text, cand_add_full, NULL);
 }
 
 static void collect_names(const char *text) {
@@ -417,8 +431,7 @@ static char *generate(const char *text, int state) {
   static size_t next;
   if (state == 0) {
     cand_clear();
-    const char *dot = strrchr(text, '.');
-    if (dot) collect_attributes(text, dot);
+    if (strchr(text, '.')) collect_attributes(text);
     else collect_names(text);
     next = 0;
   }

@@ -70,4 +70,13 @@ char *repl_history_path(void);
  */
 bool repl_entry_goes_on(const char *entry, const char *line, bool *block);
 
+/* Tab completion of an attribute, for the REPL and the debugger: calls
+ * [add]("base.name", ctx) for each attribute of the object that the
+ * dotted path before [text]'s last dot names in [scope] (then among the
+ * built-ins) whose name starts with what follows the dot.  Only names and
+ * attributes are looked up: no call runs.  Nothing when [text] has no
+ * dot or names nothing.  Raises nothing. */
+void repl_each_attribute(Env *scope, const char *text, void (*add)(const char *, void *),
+                         void *ctx);
+
 #endif

@@ -2,8 +2,9 @@
 # tests/tty/debug_tty.sh SHMAP - one debugger session through a real
 # terminal (tmux): breakpoint() shows the `(shmap-dbg) ` prompt, readline
 # edits the line (Backspace, Ctrl-A), Up recalls the history, an empty line
-# repeats the last command, Tab completes names, Ctrl-C abandons the line
-# being typed, `c` goes on, and the program ends normally.
+# repeats the last command, Tab completes names and attributes (jnp.ara),
+# Ctrl-C abandons the line being typed, `c` goes on, and the program ends
+# normally.
 #
 # Prints "PASS tty/debug_tty", "FAIL tty/debug_tty" with the screen, or
 # "SKIP tty/debug_tty: ..." (exit status 77) when tmux is not installed.
@@ -42,6 +43,8 @@ keys n Enter
 wait_for '^-> print(.y is., y)$'
 keys 'p y + answer_t' Tab Enter            # Tab completes answer_to_all
 wait_for '^84$'
+keys 'p jnp.ara' Tab '(3)' Enter           # and an attribute: jnp.arange
+wait_for '^Array(\[0, 1, 2\], dtype=int32)$'
 keys 'p y' Enter
 wait_for '^42$' 4
 keys c Enter
