@@ -2,8 +2,8 @@
 # tests/tty/repl_tty.sh SHMAP - the REPL at a real terminal (tmux): it
 # greets with its banner (version, devices, where help is), as Python's
 # prompt does; `if 0: print(1)` then `else: print(2)` is one entry, ended
-# by an empty line; help() answers; Ctrl-D leaves.  With a script and -i
-# there is no banner, as with Python's -i.
+# by an empty line; help() answers; Tab completes jnp.ara; Ctrl-D leaves.
+# With a script and -i there is no banner, as with Python's -i.
 #
 # Prints "PASS tty/repl_tty", "FAIL tty/repl_tty" with the screen, or
 # "SKIP tty/repl_tty: ..." (exit status 77) when tmux is not installed.
@@ -29,6 +29,8 @@ keys 'else: print(2)' Enter Enter
 wait_for '^2$'
 keys 'help()' Enter
 wait_for "^Welcome to shmap's help"
+keys 'jnp.ara' Tab '(2)' Enter             # Tab completes an attribute
+wait_for '^Array(\[0, 1\], dtype=int32)$'
 keys C-d
 wait_for '^EXITED 0$'
 wait_for '^>>> *$'
