@@ -1800,6 +1800,12 @@ static int stop_at(Frame *fr) {
   return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "", NULL);
 }
 
+/* Threads stopped in a staged breakpoint() (the main thread's, or the
+ * devices' of a jit shard_map body). */
+static atomic_int plan_stops;
+
+bool dbg_at_plan_stop(void) { return atomic_load(&plan_stops) > 0; }
+
 /* The staged callback of breakpoint(): self is (site, names, template,
  * traced); binds each name to its concrete value and stops. */
 static Value *breakpoint_callback(Value *self, const CallArgs *a) {
@@ -1814,7 +1820,9 @@ static Value *breakpoint_callback(Value *self, const CallArgs *a) {
     if (env_set(e, intern_cstr(str_cstr(tuple_get(names, i))), v) < 0) break;
   }
   Frame fr = {.back = eval_current_frame(), .fname = site->fname, .env = e, .stmt = &site->node};
+  atomic_fetch_add(&plan_stops, 1);
   int rc = err_occurred() ? -1 : stop_at(&fr);
+  atomic_fetch_sub(&plan_stops, 1);
   env_decref(e);
   return rc < 0 ? NULL : val_incref(VAL_NONE);
 }

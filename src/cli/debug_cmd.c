@@ -58,20 +58,32 @@ static int cur_depth(const Stop *st) {
   return v ? v->depth : 0;
 }
 
+/* At a breakpoint() staged in a jit plan, step, next, return and until
+ * say that the rest of the plan runs at once (its statements were traced:
+ * there is none to stop at, as with jax.debug.breakpoint), not silently. */
+static void plan_note(const char *cmd) {
+  if (dbg_at_plan_stop())
+    printf("*** %s: a jit plan has no statements to stop at: the rest of it runs at once, "
+           "up to the statement after the jit call\n", cmd);
+}
+
 static int cmd_step(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)arg;
+  plan_note("step");
   *r = (Resume){RM_STEP, 0, 0};
   return 1;
 }
 
 static int cmd_next(Stop *st, const char *arg, Resume *r) {
   (void)arg;
+  plan_note("next");
   *r = (Resume){RM_NEXT, cur_depth(st), 0};
   return 1;
 }
 
 static int cmd_return(Stop *st, const char *arg, Resume *r) {
   (void)arg;
+  plan_note("return");
   *r = (Resume){RM_RETURN, cur_depth(st), 0};
   return 1;
 }
@@ -88,6 +100,7 @@ static int cmd_until(Stop *st, const char *arg, Resume *r) {
     }
     line = n;
   }
+  plan_note("until");
   *r = (Resume){RM_UNTIL, cur_depth(st), line};
   return 1;
 }

@@ -358,6 +358,10 @@ void dbg_update_engaged(void);
 char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff);
 
+/* Whether the stop is at a breakpoint() staged in a jit plan, where the
+ * plan's statements run as one (no statement to step to). */
+bool dbg_at_plan_stop(void);
+
 /* ---- debug_cmd.c ---- */
 
 /* Frees [bc]'s lines, leaving it empty. */
