@@ -1439,10 +1439,46 @@ char *dbg_read_command(const char *prompt) {
   return isatty(fileno(stdin)) ? read_tty(prompt) : read_pipe(prompt);
 }
 
+/* How many `debug` commands the prompt is inside: pdb wraps its prompt
+ * in one more pair of parentheses for each, "((shmap-dbg)) ". */
+static int nested;
+
 static void make_prompt(const Stop *st, char *buf, size_t cap) {
-  char c[160];
-  if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", dbg_coords_of(st, dbg_state.focus, c, sizeof c));
-  else snprintf(buf, cap, DBG_PROMPT ") ");
+  char c[160], open[16] = "", close[16] = "";
+  for (int i = 0; i < nested && i < 15; i++) open[i] = '(', close[i] = ')';
+  if (st->mesh)
+    snprintf(buf, cap, "%s" DBG_PROMPT " %s)%s ", open, dbg_coords_of(st, dbg_state.focus, c, sizeof c), close);
+  else snprintf(buf, cap, "%s" DBG_PROMPT ")%s ", open, close);
+}
+
+/* pdb's `debug code`: runs [text] in the current frame's scope under a
+ * debugger of its own, which stops before its first statement; its quit
+ * ends only [text].  Main thread frames only: a device's frame waits in
+ * its call, whose devices a second stop would need. */
+void dbg_debug_code(Stop *st, const char *text) {
+  const View *v = dbg_st_cur(st);
+  if (!v) return (void)printf("*** no frame to run in\n");
+  if (dbg_st_rank_of(st, st->level) >= 0)
+    return (void)printf("*** debug: not in a shard_map body's frame\n");
+  Source *src = src_new("<string>", text);
+  if (!src) return dbg_print_error();
+  printf("ENTERING RECURSIVE DEBUGGER\n");
+  Resume saved = dbg_state.main_resume;
+  bool here = eval_hook_here;
+  nested++;
+  tls_busy = false;   /* the statements of [text] are watched */
+  tls_break_next = eval_hook_here = true;
+  int rc = eval_source(src, v->env, false);   /* pdb runs it, echoing nothing */
+  tls_break_next = false;
+  tls_busy = true;
+  eval_hook_here = here;
+  nested--;
+  dbg_state.main_resume = saved;
+  dbg_update_engaged();
+  if (rc < 0 && err_kind() != ERR_QUIT) dbg_print_error();
+  err_clear();
+  src_decref(src);
+  printf("LEAVING RECURSIVE DEBUGGER\n");
 }
 
 /* ==== stops ============================================================================ */

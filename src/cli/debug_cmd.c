@@ -1333,6 +1333,13 @@ static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
 
 static int stmt_end_line(const Node *n);
 
+static int cmd_debug(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  if (!*arg) return printf("*** usage: debug code\n"), 0;
+  dbg_debug_code(st, arg);
+  return 0;
+}
+
 /* source expression: the lines of the function the expression names, its
  * decorators included (pdb's, through inspect.getsourcelines). */
 static int cmd_source(Stop *st, const char *arg, Resume *r) {
@@ -1550,6 +1557,9 @@ static const Cmd commands[] = {
     {"condition", cmd_condition, "condition bpnumber [condition]",
      "Set a new condition for the breakpoint, or without one make it unconditional."},
     {"whatis", cmd_whatis, "whatis expression", "Print the type of the expression's value."},
+    {"debug", cmd_debug, "debug code",
+     "Run code (statements) in the current frame under a nested debugger, which stops\n"
+     "before its first statement; its quit ends the code alone."},
     {"source", cmd_source, "source expression",
      "List the source of the function the expression names."},
     {"alias", dbg_cmd_alias, "alias [name [command]]",

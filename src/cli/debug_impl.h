@@ -358,6 +358,11 @@ void dbg_update_engaged(void);
 char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff);
 
+/* pdb's `debug code`: [text] runs in the current frame's scope under a
+ * nested debugger ("((shmap-dbg)) ") that stops before its first
+ * statement; its quit ends [text] alone. */
+void dbg_debug_code(Stop *st, const char *text);
+
 /* Whether the stop is at a breakpoint() staged in a jit plan, where the
  * plan's statements run as one (no statement to step to). */
 bool dbg_at_plan_stop(void);
