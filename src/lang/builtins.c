@@ -1116,7 +1116,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random, *ns_sharding;
+    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_linalg;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -1130,6 +1130,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "jax.numpy.linalg")) return ns_linalg;
   return NULL;
 }
 
@@ -1156,6 +1157,7 @@ static int bind(Env *e, const char *name, Value *v, unsigned where) {
   if ((where & IN_JNP) && dict_set_str(((Module *)ns_jnp)->globals, name, v) < 0) return -1;
   if ((where & IN_LAX) && dict_set_str(((Module *)ns_lax)->globals, name, v) < 0) return -1;
   if ((where & IN_NN) && dict_set_str(((Module *)ns_nn)->globals, name, v) < 0) return -1;
+  if ((where & IN_LINALG) && dict_set_str(((Module *)ns_linalg)->globals, name, v) < 0) return -1;
   return 0;
 }
 
@@ -1212,7 +1214,9 @@ int builtins_register(Env *e) {
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
     ns_sharding = new_namespace("jax.sharding");
-    if (!ns_sharding ||
+    ns_linalg = new_namespace("jax.numpy.linalg");
+    if (!ns_sharding || !ns_linalg ||
+        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0 ||
         !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;
