@@ -22,7 +22,7 @@ typedef struct ExcClass {
 enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
-  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_COUNT
+  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -47,6 +47,8 @@ static const ExcClass classes[X_COUNT] = {
     [X_KEYBOARD] = {"KeyboardInterrupt", X_BASE, ERR_INTERRUPT},
     [X_ATTRIBUTE] = {"AttributeError", X_EXCEPTION, ERR_ATTRIBUTE},
     [X_FLOATING] = {"FloatingPointError", X_ARITH, ERR_FLOATING_POINT},
+    [X_IMPORT] = {"ImportError", X_EXCEPTION, ERR_IO},
+    [X_MODULE_NOT_FOUND] = {"ModuleNotFoundError", X_IMPORT, ERR_IO},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -116,7 +118,7 @@ static int current_class(void) {
   case ERR_NAME: return X_NAME;
   case ERR_TYPE: return X_TYPE;
   case ERR_INDEX: return strncmp(err_message(), "KeyError: ", 10) ? X_INDEX : X_KEY;
-  case ERR_IO: return X_OS;
+  case ERR_IO: return strncmp(err_message(), "no module named ", 16) ? X_OS : X_MODULE_NOT_FOUND;
   case ERR_MEMORY: return X_MEMORY;
   case ERR_ASSERT: return X_ASSERT;
   case ERR_INTERRUPT: return X_KEYBOARD;
