@@ -52,10 +52,8 @@ static bool is_conversion(const char *what) {
   return !strcmp(what, "array") || !strcmp(what, "asarray") || !strcmp(what, "device_put");
 }
 
-Value *jaxcfg_check_nans(Value *v, const char *what) {
-  if (!v || !atomic_load_explicit(&jaxcfg_debug_nans, memory_order_relaxed) ||
-      v->type != V_ARRAY || is_conversion(what) || !array_has_nan(AS_ARRAY(v)))
-    return v;
+Value *jaxcfg_nan_check(Value *v, const char *what) {
+  if (!v || v->type != V_ARRAY || is_conversion(what) || !array_has_nan(AS_ARRAY(v))) return v;
   val_decref(v);
   return err_set(ERR_FLOATING_POINT, "invalid value (nan) encountered in %s", what);
 }

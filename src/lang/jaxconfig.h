@@ -34,10 +34,17 @@ int jaxcfg_register(void);
  * a NaN in an array of floats.  Raises nothing. */
 bool jaxcfg_has_nan(const Value *v);
 
+/* jaxcfg_check_nans past its test of the setting. */
+Value *jaxcfg_nan_check(Value *v, const char *what);
+
 /* With jax_debug_nans, the result [v] (consumed) of operation [what]
  * ("div", "log", "jit(f)"): NULL with FloatingPointError "invalid value
  * (nan) encountered in WHAT" when it holds a NaN, else [v].  Without the
- * setting, [v] untouched. */
-Value *jaxcfg_check_nans(Value *v, const char *what);
+ * setting, [v] untouched, at the cost of one load (every operator of the
+ * evaluator calls it). */
+static inline Value *jaxcfg_check_nans(Value *v, const char *what) {
+  if (!atomic_load_explicit(&jaxcfg_debug_nans, memory_order_relaxed)) return v;
+  return jaxcfg_nan_check(v, what);
+}
 
 #endif
