@@ -223,6 +223,18 @@ void err_locate(Loc loc) {
 bool err_occurred(void) { return cur_kind != ERR_NONE; }
 ErrKind err_kind(void) { return cur_kind; }
 const char *err_message(void) { return cur_msg; }
+
+const char *(*err_class_hook)(void);
+
+/* err_text's result: the class, ": " and the message. */
+static _Thread_local char cur_text[sizeof cur_msg + 64];
+
+const char *err_text(void) {
+  const char *cls = err_class_hook && cur_kind != ERR_NONE ? err_class_hook() : NULL;
+  if (!cls) return cur_msg;
+  snprintf(cur_text, sizeof cur_text, "%s: %s", cls, cur_msg);
+  return cur_text;
+}
 Loc err_loc(void) { return cur_loc; }
 
 void err_clear(void) {
@@ -379,8 +391,8 @@ void err_print(FILE *out) {
   }
   if (cur_loc.src)
     fprintf(out, "%s:%d:%d: error: %s\n", cur_loc.src->name, cur_loc.line,
-            cur_loc.col, cur_msg);
+            cur_loc.col, err_text());
   else
-    fprintf(out, "shmap: error: %s\n", cur_msg);
+    fprintf(out, "shmap: error: %s\n", cur_msg);   /* the command line's, not an exception */
   err_print_caret(out, cur_loc);
 }

@@ -83,6 +83,7 @@ typedef enum {
   ERR_ZERO_DIVISION,   /* Python numbers divided by zero */
   ERR_OVERFLOW,        /* Python ints past 64 bits */
   ERR_ATTRIBUTE,       /* no such attribute (Python's AttributeError) */
+  ERR_FLOATING_POINT,  /* a NaN under jax_debug_nans (FloatingPointError) */
 } ErrKind;
 
 /* Ctrl-C: set by the SIGINT handler (cli/main.c), polled between
@@ -134,6 +135,19 @@ Loc err_loc(void);
 
 /* Clears the pending error. */
 void err_clear(void);
+
+/* The name of the class of the pending error, to print before its
+ * message as Python prints an uncaught exception ("ZeroDivisionError:
+ * division by zero"), or NULL when the message names its class already
+ * (a `raise`, KeyError) or the class is not printed (see err_text).  The
+ * language fills it (lang/exceptions.c: this layer does not know the
+ * classes); while it is NULL messages print bare. */
+extern const char *(*err_class_hook)(void);  /* hook */
+
+/* The pending error's message as the user sees it: with its class's name
+ * before it when err_class_hook gives one.  Borrowed, valid until the
+ * next err_* call on this thread. */
+const char *err_text(void);
 
 /* One calling line of the traceback: where a function was called from,
  * and the function that was running there. */

@@ -278,6 +278,8 @@ void dbg_bp_delete(Bp *b) {
   if (b->enabled) atomic_fetch_sub(&dbg_state.nbp_enabled, 1);
   shm_free(b->file);
   shm_free(b->cond);
+  shm_free(b->crossed);
+  shm_free(b->verdicts);
   int i = (int)(b - dbg_state.bps);
   memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg_state.nbps - i - 1));
   dbg_state.nbps--;
@@ -329,40 +331,89 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
   return n;
 }
 
+/* The flags of the crossing device [rank] of a call of [n] devices makes
+ * of [b] now (lock held), or NULL out of memory. */
+static unsigned char *bp_device_crossing(Bp *b, int rank, int n) {
+  if (b->ncrossed < n) {
+    int *c = shm_realloc(b->crossed, sizeof(int) * (size_t)n);
+    if (!c) return NULL;
+    memset(c + b->ncrossed, 0, sizeof(int) * (size_t)(n - b->ncrossed));
+    b->crossed = c;
+    b->ncrossed = n;
+  }
+  int k = b->crossed[rank]++;
+  if (k >= b->nverdicts) {
+    int cap = b->nverdicts ? 2 * b->nverdicts : 16;
+    while (cap <= k) cap *= 2;
+    unsigned char *v = shm_realloc(b->verdicts, (size_t)cap);
+    if (!v) return NULL;
+    memset(v + b->nverdicts, 0, (size_t)(cap - b->nverdicts));
+    b->verdicts = v;
+    b->nverdicts = cap;
+  }
+  return &b->verdicts[k];
+}
+
+/* Forgets the devices' crossings as a new call begins (lock held). */
+static void bp_new_call(void) {
+  for (int i = 0; i < dbg_state.nbps; i++) {
+    Bp *b = &dbg_state.bps[i];
+    if (b->crossed) memset(b->crossed, 0, sizeof(int) * (size_t)b->ncrossed);
+    if (b->verdicts) memset(b->verdicts, 0, (size_t)b->nverdicts);
+  }
+}
+
+/* Deletes the tbreaks that stopped devices, as the stop's prompt opens
+ * (lock held): every device that was to stop at them has. */
+static void bp_reap_dying(void) {
+  for (int i = dbg_state.nbps - 1; i >= 0; i--)
+    if (dbg_state.bps[i].dying) dbg_bp_delete(&dbg_state.bps[i]);
+}
+
 /* Counts a crossing of breakpoint [number] (as pdb, whether or not its
- * condition holds) whose condition gave [cond] (1 true or none, 0 false,
- * -1 failed), and decides whether it stops: a crossing with a true
- * condition is passed over while the ignore count lasts, and uses one up
- * (pdb's bdb.effective).  When it stops, a tbreak is deleted, which
- * [note] reports as pdb does.  Under the lock, since devices cross the
- * same breakpoint at once: each device's crossing counts. */
-static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
+ * condition holds) by device [rank] of [n] (-1: the main thread) whose
+ * condition gave [cond] (1 true or none, 0 false, -1 failed), and decides
+ * whether it stops: a crossing with a true condition is passed over while
+ * the ignore count lasts, and uses one up (pdb's bdb.effective).  When it
+ * stops, a tbreak is deleted, which [note] reports as pdb does; on a
+ * device, once the devices are released, so that every device stops at
+ * it.  A device's crossing follows the verdict of the devices' same
+ * crossing (Bp.verdicts). */
+static bool bp_count_hit(int number, int rank, int n, int cond, char *note, size_t cap) {
   bool stops = false;
   pthread_mutex_lock(&dbg_state.lock);
   Bp *b = dbg_bp_find(number);
-  if (b) {
-    b->hits++;
-    if (cond > 0 && b->ignore > 0) b->ignore--;
-    else stops = cond != 0;
-    if (stops && b->temporary) {
-      snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-      dbg_bp_delete(b);
+  unsigned char one = 0, *v = b && rank >= 0 ? bp_device_crossing(b, rank, n) : &one;
+  if (b && v) {
+    if (!(*v & BP_COUNTED)) b->hits++;
+    *v |= BP_COUNTED;
+    if (cond > 0 && !(*v & BP_DECIDED)) {
+      *v |= BP_DECIDED;
+      if (b->ignore > 0) b->ignore--;
+      else *v |= BP_STOPS;
     }
+    stops = cond < 0 || (cond > 0 && (*v & BP_STOPS));
+  }
+  if (stops && b->temporary) {
+    snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
+    if (rank < 0) dbg_bp_delete(b);
+    else b->dying = true;
   }
   pthread_mutex_unlock(&dbg_state.lock);
   return stops;
 }
 
-/* The number of the breakpoint that stops [f] at [stmt], or 0 (its
- * condition is evaluated on this thread, in the frame's scope). */
-static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
+/* The number of the breakpoint that stops [f] at [stmt] on device [rank]
+ * of [ndev] (-1: the main thread), or 0 (its condition is evaluated on this
+ * thread, in the frame's scope). */
+static int bp_hit(const Frame *f, const Node *stmt, int rank, int ndev, char *note, size_t cap) {
   if (atomic_load_explicit(&dbg_state.nbp_enabled, memory_order_relaxed) == 0 || !stmt->loc.src)
     return 0;
   Candidate cand[DBG_MAX_CANDIDATES];
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
     int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
-    if (bp_count_hit(cand[i].number, cond, note, cap)) return cand[i].number;
+    if (bp_count_hit(cand[i].number, rank, ndev, cond, note, cap)) return cand[i].number;
   }
   return 0;
 }
@@ -393,6 +444,7 @@ static bool resume_stops_at_return(const Resume *r, int depth) {
 }
 
 static int stop_main(Frame *f, int bp, Value *retval);
+static int stop_main_at(Frame *f, int bp, Value *retval, bool at_call);
 static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, int bp,
                        const char *note, Value *retval);
 
@@ -402,7 +454,7 @@ static int main_hook(Frame *f, const Node *stmt) {
   int bp = 0;
   bool stop = tls_break_next ||
               resume_stops(&dbg_state.main_resume, frame_depth(f), stmt->loc.line) ||
-              (bp = bp_hit(f, stmt, note, sizeof note)) > 0;
+              (bp = bp_hit(f, stmt, -1, 0, note, sizeof note)) > 0;
   if (!stop) return 0;
   tls_break_next = false;
   fputs(note, stdout);
@@ -434,7 +486,8 @@ static int device_hook(Frame *f, const Node *stmt) {
   char note[160] = "";
   int bp = 0;
   if (atomic_load(&c->cmd_gen) != tls_cmd_gen) why = device_pickup(c, depth);
-  if (tls_break_next || (bp = bp_hit(f, stmt, note, sizeof note)) > 0) why = PARK_BREAK;
+  if (tls_break_next || (bp = bp_hit(f, stmt, ctx->rank, c->n, note, sizeof note)) > 0)
+    why = PARK_BREAK;
   else if (!why && resume_stops(&tls_resume, depth, stmt->loc.line)) why = PARK_TARGET;
   else if (!why && atomic_load(&c->stop)) why = PARK_FOLLOW;
   if (!why) return 0;
@@ -466,6 +519,16 @@ static int device_return(Frame *f, Value *rv) {
   if (!why) return 0;
   tls_break_next = false;
   return device_park(c, ctx->rank, f, depth, why, 0, "", rv);
+}
+
+/* eval_call_hook: pdb's --Call-- stop as a function is entered, made by
+ * `step` alone on the main thread (a device stops at the first statement
+ * of the function it steps into). */
+static int dbg_call_hook(Frame *f, const Node *def) {
+  (void)def;
+  if (tls_busy || dev_on_device_thread() || tls_break_next || dbg_state.main_resume.mode != RM_STEP)
+    return 0;
+  return stop_main_at(f, 0, NULL, true);
 }
 
 /* eval_stmt_hook: runs before every statement on every thread. */
@@ -843,6 +906,9 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
   if (!dbg_state.installed || tls_busy || dev_on_device_thread()) return coll_run(g, fn, ctx);
   DbgCall c;
   if (call_init(&c, g, mesh, fn, ctx, outs) < 0) return -1;
+  pthread_mutex_lock(&dbg_state.lock);
+  bp_new_call();
+  pthread_mutex_unlock(&dbg_state.lock);
   atomic_store_explicit(&dbg_state.call, &c, memory_order_release);
   if (helper_start(&c) < 0) {
     atomic_store(&dbg_state.call, NULL);
@@ -851,6 +917,9 @@ int dbg_coll_run(CollGroup *g, const MeshDesc *mesh, void (*fn)(int rank, void *
   }
   serve_call(&c);
   atomic_store_explicit(&dbg_state.call, NULL, memory_order_release);
+  pthread_mutex_lock(&dbg_state.lock);
+  bp_reap_dying();   /* a call that ended at its stop (quit) */
+  pthread_mutex_unlock(&dbg_state.lock);
   dbg_update_engaged();
   if (c.rc < 0) {
     if (dbg_state.post_mortem) keep_pm_record(&c);
@@ -954,13 +1023,13 @@ void dbg_print_view(const View *v, const char *mark) {
 
 /* Prints the pending error as pdb does ("*** message") and clears it. */
 void dbg_print_error(void) {
-  printf("*** %s\n", err_occurred() ? err_message() : "error");
+  printf("*** %s\n", err_occurred() ? err_text() : "error");
   err_clear();
 }
 
 /* The pending error as p prints it ("*** message", owned), cleared. */
 static char *error_text(void) {
-  const char *m = err_occurred() ? err_message() : "error";
+  const char *m = err_occurred() ? err_text() : "error";
   size_t cap = strlen(m) + 8;
   char *t = shm_malloc(cap);
   if (t) snprintf(t, cap, "*** %s", m);
@@ -1068,10 +1137,10 @@ char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, 
   if (r) {
     s = shm_strdup(str_cstr(r));
   } else {
-    size_t cap = strlen(err_message()) + 32;
+    size_t cap = strlen(err_text()) + 32;
     s = shm_malloc(cap);
-    if (s && ff == FAIL_P) snprintf(s, cap, "*** %s", err_message());
-    else if (s) snprintf(s, cap, "** raised %s **", err_message());
+    if (s && ff == FAIL_P) snprintf(s, cap, "*** %s", err_text());
+    else if (s) snprintf(s, cap, "** raised %s **", err_text());
     err_clear();
   }
   val_decref(x);
@@ -1117,21 +1186,49 @@ void dbg_device_state(const Stop *st, int r, char *buf, size_t cap) {
 }
 
 /* The rank that [arg] names: "3", "(1, 1)" or "1, 1"; -1 after saying why not. */
-int dbg_parse_rank(const Stop *st, const char *arg) {
-  int vals[DEV_MAX_AXES + 1], n = 0;
+/* The mesh axis that the name at [p] (up to '=') names, or -1. */
+static int coord_axis(const MeshDesc *m, const char *p, size_t len) {
+  for (int a = 0; a < m->naxes; a++)
+    if (strlen(m->names[a]) == len && !strncmp(m->names[a], p, len)) return a;
+  return -1;
+}
+
+/* Reads the coordinates of [arg] into [vals] in the mesh's axis order:
+ * "3", "(1, 0)" or, by name in any order, "(i=1, j=0)".  Their number, or
+ * -1 after saying what is wrong. */
+static int parse_coords(const MeshDesc *m, const char *arg, int *vals) {
+  int n = 0, named = 0;
   const char *p = arg;
   while (*p) {
     while (*p == ' ' || *p == '(' || *p == ')' || *p == ',') p++;
     if (!*p) break;
+    int axis = n;
+    const char *eq = strchr(p, '=');
+    size_t len = strcspn(p, "=,) ");
+    if (eq && p + len == eq) {
+      axis = coord_axis(m, p, len);
+      if (axis < 0) return printf("*** the mesh has no axis '%.*s'\n", (int)len, p), -1;
+      named++;
+      p = eq + 1;
+    }
     char *end;
     long x = strtol(p, &end, 10);
-    if (end == p || n > DEV_MAX_AXES || x < -1000000 || x > 1000000) {
-      printf("*** expected a device number or mesh coordinates, got '%s'\n", arg);
-      return -1;
-    }
-    vals[n++] = (int)x;
+    if (end == p || n > DEV_MAX_AXES || axis > DEV_MAX_AXES || x < -1000000 || x > 1000000)
+      return printf("*** expected a device number or mesh coordinates, got '%s'\n", arg), -1;
+    vals[axis] = (int)x;
+    n++;
     p = end;
   }
+  if (named && named != n)
+    return printf("*** give every coordinate by name or none, got '%s'\n", arg), -1;
+  return n;
+}
+
+int dbg_parse_rank(const Stop *st, const char *arg) {
+  int vals[DEV_MAX_AXES + 2];
+  for (int a = 0; a < DEV_MAX_AXES + 2; a++) vals[a] = -1;
+  int n = parse_coords(st->mesh, arg, vals);
+  if (n < 0) return -1;
   if (n == 1 && strchr(arg, '(') == NULL) {
     if (vals[0] >= 0 && vals[0] < st->ndev) return vals[0];
     printf("*** no device %d (there are %d)\n", vals[0], st->ndev);
@@ -1237,6 +1334,8 @@ void dbg_comp_add(const char *name, Value *v, void *ctx) {
   if ((comp.names[comp.n] = shm_strdup(name))) comp.n++;
 }
 
+static void comp_add_name(const char *name, void *ctx) { dbg_comp_add(name, NULL, ctx); }
+
 static void comp_clear(void) {
   for (int i = 0; i < comp.n; i++) shm_free(comp.names[i]);
   comp.n = 0;
@@ -1260,6 +1359,9 @@ static char **dbg_complete(const char *text, int start, int end) {
   comp_clear();
   if (start == 0) {
     dbg_comp_commands();
+  } else if (comp.stop && strchr(text, '.')) {   /* an attribute: x.sh, jnp.ar */
+    const View *v = dbg_st_cur(comp.stop);
+    repl_each_attribute(v ? v->env : NULL, text, comp_add_name, NULL);
   } else if (comp.stop) {
     const View *v = dbg_st_cur(comp.stop);
     if (v) env_each(v->env, dbg_comp_add, NULL);
@@ -1337,10 +1439,46 @@ char *dbg_read_command(const char *prompt) {
   return isatty(fileno(stdin)) ? read_tty(prompt) : read_pipe(prompt);
 }
 
+/* How many `debug` commands the prompt is inside: pdb wraps its prompt
+ * in one more pair of parentheses for each, "((shmap-dbg)) ". */
+static int nested;
+
 static void make_prompt(const Stop *st, char *buf, size_t cap) {
-  char c[160];
-  if (st->mesh) snprintf(buf, cap, DBG_PROMPT " %s) ", dbg_coords_of(st, dbg_state.focus, c, sizeof c));
-  else snprintf(buf, cap, DBG_PROMPT ") ");
+  char c[160], open[16] = "", close[16] = "";
+  for (int i = 0; i < nested && i < 15; i++) open[i] = '(', close[i] = ')';
+  if (st->mesh)
+    snprintf(buf, cap, "%s" DBG_PROMPT " %s)%s ", open, dbg_coords_of(st, dbg_state.focus, c, sizeof c), close);
+  else snprintf(buf, cap, "%s" DBG_PROMPT ")%s ", open, close);
+}
+
+/* pdb's `debug code`: runs [text] in the current frame's scope under a
+ * debugger of its own, which stops before its first statement; its quit
+ * ends only [text].  Main thread frames only: a device's frame waits in
+ * its call, whose devices a second stop would need. */
+void dbg_debug_code(Stop *st, const char *text) {
+  const View *v = dbg_st_cur(st);
+  if (!v) return (void)printf("*** no frame to run in\n");
+  if (dbg_st_rank_of(st, st->level) >= 0)
+    return (void)printf("*** debug: not in a shard_map body's frame\n");
+  Source *src = src_new("<string>", text);
+  if (!src) return dbg_print_error();
+  printf("ENTERING RECURSIVE DEBUGGER\n");
+  Resume saved = dbg_state.main_resume;
+  bool here = eval_hook_here;
+  nested++;
+  tls_busy = false;   /* the statements of [text] are watched */
+  tls_break_next = eval_hook_here = true;
+  int rc = eval_source(src, v->env, false);   /* pdb runs it, echoing nothing */
+  tls_break_next = false;
+  tls_busy = true;
+  eval_hook_here = here;
+  nested--;
+  dbg_state.main_resume = saved;
+  dbg_update_engaged();
+  if (rc < 0 && err_kind() != ERR_QUIT) dbg_print_error();
+  err_clear();
+  src_decref(src);
+  printf("LEAVING RECURSIVE DEBUGGER\n");
 }
 
 /* ==== stops ============================================================================ */
@@ -1384,6 +1522,7 @@ static Resume interact_prompt(Stop *st) {
   int go = st->bp ? dbg_run_bp_commands(st, &r, &silent) : 0;
   const View *at = dbg_st_cur(st);
   if (!silent && at && at->retval) printf("--Return--\n");
+  if (!silent && st->at_call) printf("--Call--\n");
   if (!silent) dbg_print_location(st);
   if (!go) {
     run_displays(st);
@@ -1411,8 +1550,13 @@ static Resume interact(Stop *st) {
  * breakpoint [bp] (0: not at a breakpoint); at [f]'s return event,
  * [retval] is the value it returns (borrowed), else NULL. */
 static int stop_main(Frame *f, int bp, Value *retval) {
+  return stop_main_at(f, bp, retval, false);
+}
+
+/* stop_main, or with [at_call] the stop at [f]'s call event. */
+static int stop_main_at(Frame *f, int bp, Value *retval, bool at_call) {
   atomic_store(&dbg_state.entered, true);
-  Stop st = {.bp = bp, .frame = f};
+  Stop st = {.bp = bp, .frame = f, .at_call = at_call};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   if (st.main.n > 0) st.main.v[st.main.n - 1].retval = retval;
@@ -1453,6 +1597,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   st->bp = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].bp : 0;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
+  bp_reap_dying();
   c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
 }
 
@@ -1528,7 +1673,7 @@ void dbg_post_mortem(void) {
   if (!dbg_state.installed || !dbg_state.post_mortem || !err_occurred() || err_kind() == ERR_QUIT) return;
   Loc loc = err_loc();
   Stop st = {0};
-  st.pm = true;
+  st.pm = st.uncaught = true;
   int rank = pm_rank(err_message());
   if (pm_stop(&st, rank, loc) == 0 && dbg_st_nframes(&st) > 0) {
     fflush(stdout);
@@ -1691,6 +1836,12 @@ static int stop_at(Frame *fr) {
   return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "", NULL);
 }
 
+/* Threads stopped in a staged breakpoint() (the main thread's, or the
+ * devices' of a jit shard_map body). */
+static atomic_int plan_stops;
+
+bool dbg_at_plan_stop(void) { return atomic_load(&plan_stops) > 0; }
+
 /* The staged callback of breakpoint(): self is (site, names, template,
  * traced); binds each name to its concrete value and stops. */
 static Value *breakpoint_callback(Value *self, const CallArgs *a) {
@@ -1705,7 +1856,9 @@ static Value *breakpoint_callback(Value *self, const CallArgs *a) {
     if (env_set(e, intern_cstr(str_cstr(tuple_get(names, i))), v) < 0) break;
   }
   Frame fr = {.back = eval_current_frame(), .fname = site->fname, .env = e, .stmt = &site->node};
+  atomic_fetch_add(&plan_stops, 1);
   int rc = err_occurred() ? -1 : stop_at(&fr);
+  atomic_fetch_sub(&plan_stops, 1);
   env_decref(e);
   return rc < 0 ? NULL : val_incref(VAL_NONE);
 }
@@ -1937,6 +2090,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   dbg_update_engaged();
   eval_stmt_hook = dbg_hook;
   eval_return_hook = dbg_return_hook;
+  eval_call_hook = dbg_call_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
@@ -1970,6 +2124,7 @@ void dbg_free(void) {
   if (!dbg_state.installed) return;
   eval_stmt_hook = NULL;
   eval_return_hook = NULL;
+  eval_call_hook = NULL;
   shardmap_set_runner(NULL);
   dbg_state.installed = false;
   helper_stop();
@@ -1989,6 +2144,7 @@ void dbg_free(void) {
   dbg_state.nbpcmds = 0;
   shm_free(dbg_state.last_cmd);
   dbg_state.last_cmd = NULL;
+  dbg_aliases_free();
   shm_free(dbg_state.restart_args);
   dbg_state.restart_args = NULL;
   err_state_free(&dbg_state.last);

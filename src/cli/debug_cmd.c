@@ -28,6 +28,7 @@
 
 
 static const Cmd *cmd_lookup(const char *word);
+static int dispatch_command(Stop *st, const char *line, Resume *r);
 
 /* Copies the command word that [line] starts with (letters, digits, '_')
  * into [word]; its length. */
@@ -57,20 +58,32 @@ static int cur_depth(const Stop *st) {
   return v ? v->depth : 0;
 }
 
+/* At a breakpoint() staged in a jit plan, step, next, return and until
+ * say that the rest of the plan runs at once (its statements were traced:
+ * there is none to stop at, as with jax.debug.breakpoint), not silently. */
+static void plan_note(const char *cmd) {
+  if (dbg_at_plan_stop())
+    printf("*** %s: a jit plan has no statements to stop at: the rest of it runs at once, "
+           "up to the statement after the jit call\n", cmd);
+}
+
 static int cmd_step(Stop *st, const char *arg, Resume *r) {
   (void)st, (void)arg;
+  plan_note("step");
   *r = (Resume){RM_STEP, 0, 0};
   return 1;
 }
 
 static int cmd_next(Stop *st, const char *arg, Resume *r) {
   (void)arg;
+  plan_note("next");
   *r = (Resume){RM_NEXT, cur_depth(st), 0};
   return 1;
 }
 
 static int cmd_return(Stop *st, const char *arg, Resume *r) {
   (void)arg;
+  plan_note("return");
   *r = (Resume){RM_RETURN, cur_depth(st), 0};
   return 1;
 }
@@ -87,6 +100,7 @@ static int cmd_until(Stop *st, const char *arg, Resume *r) {
     }
     line = n;
   }
+  plan_note("until");
   *r = (Resume){RM_UNTIL, cur_depth(st), line};
   return 1;
 }
@@ -97,8 +111,17 @@ static int cmd_continue(Stop *st, const char *arg, Resume *r) {
   return 1;
 }
 
+static int cmd_restart(Stop *st, const char *arg, Resume *r);
+
+/* quit; in --pm's post-mortem of a script, the program runs again from
+ * its start, as `python -m pdb` does after an uncaught exception (the end
+ * of input still ends it). */
 static int cmd_quit(Stop *st, const char *arg, Resume *r) {
-  (void)st, (void)arg;
+  (void)arg;
+  if (st->uncaught && dbg_state.restartable && st->main.n > 0) {
+    printf("Post mortem debugger finished. The %s will be restarted\n", st->main.v[0].src->name);
+    return cmd_restart(st, "", r);
+  }
   *r = (Resume){RM_QUIT, 0, 0};
   return 1;
 }
@@ -166,23 +189,29 @@ static bool has_bp_at(const char *file, int line) {
   return found;
 }
 
-/* Lists lines [first, last] of the current frame's source in pdb's shape:
- * number, 'B' at a breakpoint, '->' at the current line. */
-static void list_range(Stop *st, int first, int last) {
-  const View *v = dbg_st_cur(st);
+/* Lists lines [first, last] of [src] in pdb's shape: number, 'B' at a
+ * breakpoint, '->' at line [cur]. */
+static void list_lines(const Source *src, int first, int last, int cur) {
   if (first < 1) first = 1;
   for (int l = first; l <= last; l++) {
     const char *t;
     int n;
-    if (!dbg_src_line(v->src, l, &t, &n)) {
+    if (!dbg_src_line(src, l, &t, &n)) {
       printf("[EOF]\n");
       break;
     }
     char num[16];
     int w = snprintf(num, sizeof num, "%3d", l);
-    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(v->src->name, l) ? 'B' : ' ',
-           l == v->line ? "->" : "", n, t);
+    printf("%s%s%c%s\t%.*s\n", num, w < 4 ? " " : "", has_bp_at(src->name, l) ? 'B' : ' ',
+           l == cur ? "->" : "", n, t);
   }
+}
+
+/* Lists lines [first, last] of the current frame's source; `list` goes on
+ * after them. */
+static void list_range(Stop *st, int first, int last) {
+  const View *v = dbg_st_cur(st);
+  list_lines(v->src, first, last, v->line);
   st->list_next = last + 1;
 }
 
@@ -439,7 +468,7 @@ static bool cond_parses(const char *cond) {
   Source *src = src_new("<condition>", cond);
   AstModule *mod = src ? parse_source(src) : NULL;
   bool ok = mod && mod->body.n == 1 && mod->body.items[0]->kind == N_EXPR_STMT;
-  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_message() : "not an expression");
+  if (!ok) printf("*** Invalid condition %s: %s\n", cond, err_occurred() ? err_text() : "not an expression");
   err_clear();
   ast_free(mod);
   src_decref(src);
@@ -453,8 +482,9 @@ static void bp_add(const char *file, int line, const char *cond, bool temporary)
     if (bps != dbg_state.bps) dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
     dbg_state.bps = bps;
     Bp *b = &bps[dbg_state.nbps++];
-    *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0, 0};
+    *b = (Bp){.number = ++dbg_state.next_bp, .file = shm_strdup(file), .line = line,
+              .cond = cond && *cond ? shm_strdup(cond) : NULL, .temporary = temporary,
+              .enabled = true};
     atomic_fetch_add(&dbg_state.nbp_enabled, 1);
     printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
   }
@@ -936,6 +966,25 @@ static bool split_at_all(char *expr) {
   return true;
 }
 
+/* Splits "EXPR @ dev SPEC" into EXPR and SPEC (a device number or mesh
+ * coordinates, as `dev` takes them): NULL when there is no such suffix.
+ * "@ dev" followed by more cannot be a Python expression, so it never
+ * takes a matrix product ("y @ 2") for a device. */
+static char *split_at_dev(char *expr) {
+  for (char *at = expr + strlen(expr); at-- > expr;) {
+    if (*at != '@') continue;
+    char *p = at + 1;
+    while (*p == ' ') p++;
+    if (strncmp(p, "dev", 3) != 0 || (p[3] != ' ' && p[3] != '(')) continue;
+    *at = 0;
+    trim(expr);
+    p += 3;
+    while (*p == ' ') p++;
+    return p;
+  }
+  return NULL;
+}
+
 /* Device [r]'s frame in which `p x @ all` and a line run on every device
  * evaluate: as many levels up as the focused device's selected frame
  * (`up` and `down` select it for all of them); NULL when it has none. */
@@ -1158,13 +1207,43 @@ static void print_all(const Stop *st, const char *expr, bool pretty) {
   }
 }
 
+/* `p x @ dev SPEC`: the value on device SPEC, in its frame as many levels
+ * up as the focused device's selected one (a line that calls a
+ * collective runs on every device and shows that device's). */
+static void print_on_device(Stop *st, const char *expr, const char *spec, bool pretty) {
+  if (!st->mesh) {
+    printf("*** not stopped inside a shard_map body\n");
+    return;
+  }
+  int r = dbg_parse_rank(st, spec);
+  if (r < 0) return;
+  const View *v = dev_view(st, r);
+  int focus = dbg_state.focus;
+  dbg_state.focus = r;
+  bool ran = dbg_st_cur(st) && dbg_run_everywhere(st, expr, true, pretty, false);
+  dbg_state.focus = focus;
+  if (ran) return;
+  char state[320];
+  if (!v) {
+    dbg_device_state(st, r, state, sizeof state);
+    printf("*** device %d has no frame (%s)\n", r, state);
+    return;
+  }
+  char *t = dbg_value_text(st, v, r, expr, pretty, FAIL_P);
+  if (t) printf("%s\n", t);
+  shm_free(t);
+}
+
 static int print_value(Stop *st, const char *arg, bool pretty) {
   char *expr = shm_strdup(arg);
   const View *v = dbg_st_cur(st);
   if (!expr) return 0;
   trim(expr);
+  char *dev = *expr ? split_at_dev(expr) : NULL;
   if (!*expr) {
-    printf("*** usage: p expression [@ all]\n");
+    printf("*** usage: p expression [@ all | @ dev device]\n");
+  } else if (dev) {
+    print_on_device(st, expr, dev, pretty);
   } else if (split_at_all(expr)) {
     if (!dbg_run_everywhere(st, expr, true, pretty, true)) print_all(st, expr, pretty);
   } else if (!v) {
@@ -1249,6 +1328,40 @@ static int cmd_whatis(Stop *st, const char *arg, Resume *r) {
   if (!rep) return dbg_print_error(), 0;
   printf("%s\n", str_cstr(rep));
   val_decref(rep);
+  return 0;
+}
+
+static int stmt_end_line(const Node *n);
+
+static int cmd_debug(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  if (!*arg) return printf("*** usage: debug code\n"), 0;
+  dbg_debug_code(st, arg);
+  return 0;
+}
+
+/* source expression: the lines of the function the expression names, its
+ * decorators included (pdb's, through inspect.getsourcelines). */
+static int cmd_source(Stop *st, const char *arg, Resume *r) {
+  (void)r;
+  const View *v = dbg_st_cur(st);
+  if (!v || !*arg) return printf("*** usage: source expression\n"), 0;
+  Value *x = dbg_eval_in(st, v, dbg_st_rank_of(st, st->level), arg);
+  if (!x) return dbg_print_error(), 0;
+  if (x->type != V_FUNC) {
+    Value *rep = val_repr(x);
+    printf("*** source code not available for %s\n", rep ? str_cstr(rep) : "this value");
+    err_clear();
+    val_decref(rep);
+    val_decref(x);
+    return 0;
+  }
+  const Func *f = (const Func *)x;
+  int first = f->node->loc.line;
+  for (int i = 0; f->node->kind == N_DEF && i < f->node->decorators.n; i++)
+    if (f->node->decorators.items[i]->loc.line < first) first = f->node->decorators.items[i]->loc.line;
+  list_lines(f->mod->src, first, stmt_end_line(f->node), f->mod->src == v->src ? v->line : 0);
+  val_decref(x);
   return 0;
 }
 
@@ -1444,6 +1557,15 @@ static const Cmd commands[] = {
     {"condition", cmd_condition, "condition bpnumber [condition]",
      "Set a new condition for the breakpoint, or without one make it unconditional."},
     {"whatis", cmd_whatis, "whatis expression", "Print the type of the expression's value."},
+    {"debug", cmd_debug, "debug code",
+     "Run code (statements) in the current frame under a nested debugger, which stops\n"
+     "before its first statement; its quit ends the code alone."},
+    {"source", cmd_source, "source expression",
+     "List the source of the function the expression names."},
+    {"alias", dbg_cmd_alias, "alias [name [command]]",
+     "Make name stand for command, in which %1..%9 are its arguments and %* all of them;\n"
+     "with a name only, show its command; with none, list the aliases."},
+    {"unalias", dbg_cmd_unalias, "unalias name", "Delete the alias name."},
     {"cl clear", cmd_clear, "cl(ear) [number ... | file:line]",
      "Delete breakpoints; without argument, all of them (after asking)."},
     {"disable", cmd_disable, "disable number ...", "Disable breakpoints."},
@@ -1484,11 +1606,13 @@ static const Cmd commands[] = {
      "lines given (a last smaller than first is a count)."},
     {"ll longlist", cmd_longlist, "ll | longlist", "List the whole current function."},
     {"a args", cmd_args, "a(rgs)", "Print the arguments of the current function."},
-    {"p", cmd_p, "p expression [@ all]",
+    {"p", cmd_p, "p expression [@ all | @ dev device]",
      "Print the value of expression in the current frame; with '@ all', on every device\n"
-     "of the shard_map body, each line prefixed by the device's mesh coordinates.  An\n"
-     "expression that calls a collective runs on every device at once."},
-    {"pp", cmd_pp, "pp expression [@ all]", "Like p, a long tuple or list one item per line."},
+     "of the shard_map body, each line prefixed by the device's mesh coordinates; with\n"
+     "'@ dev 3' or '@ dev (i=1, j=0)', on that device.  An expression that calls a\n"
+     "collective runs on every device at once."},
+    {"pp", cmd_pp, "pp expression [@ all | @ dev device]",
+     "Like p, a long tuple or list one item per line."},
     {"display", cmd_display, "display [expression]",
      "Show the value of expression now and at each stop where it changed; without\n"
      "argument, list the displayed expressions."},
@@ -1557,13 +1681,24 @@ static const Cmd *cmd_lookup(const char *word) {
   return NULL;
 }
 
-/* Runs one command line; 1 when the program resumes (*r set). */
+/* Runs one command line, its alias expanded; 1 when the program resumes
+ * (*r set). */
 int dbg_dispatch(Stop *st, const char *line, Resume *r) {
   while (*line == ' ' || *line == '\t') line++;
   if (*line == '!') {
     dbg_exec_in(st, line + 1);
     return 0;
   }
+  char *expanded = dbg_alias_expand(line);
+  if (!expanded) return printf("*** out of memory\n"), 0;
+  int go = dispatch_command(st, expanded, r);
+  shm_free(expanded);
+  return go;
+}
+
+/* dbg_dispatch past the aliases. */
+static int dispatch_command(Stop *st, const char *line, Resume *r) {
+  while (*line == ' ' || *line == '\t') line++;
   char word[32];
   size_t n = first_word(line, word, sizeof word);
   const Cmd *c = n ? cmd_lookup(word) : NULL;

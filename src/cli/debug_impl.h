@@ -81,7 +81,19 @@ typedef struct Bp {
   bool enabled;
   int hits;
   int ignore;       /* pdb's ignore count: crossings still to pass over */
+  /* In a shard_map body every device crosses the line: the devices' k-th
+   * crossings are one crossing, counted once and decided once (stop, or
+   * pass over for the ignore count), so what stops does not depend on
+   * which device got there first (LANGUAGE.md section 7's rendezvous). */
+  int *crossed;     /* [ncrossed]: each device's crossings in the running call */
+  int ncrossed;
+  unsigned char *verdicts; /* [nverdicts]: crossing k+1's BP_* flags */
+  int nverdicts;
+  bool dying;       /* a tbreak that stopped devices: deleted as the stop's prompt opens */
 } Bp;
+
+/* A crossing's flags in Bp.verdicts. */
+enum { BP_COUNTED = 1, BP_DECIDED = 2, BP_STOPS = 4 };
 
 /* pdb's `commands`: the command list of a breakpoint.  Kept by number
  * apart from the Bp (main thread only: lists are made and run at the
@@ -221,6 +233,8 @@ typedef struct Stop {
   Stack *dev;              /* [ndev]: each device's frames (n == 0: none) */
   int level;               /* selected frame of the focused stack */
   bool pm;                 /* post-mortem */
+  bool uncaught;           /* --pm's stop at an error nothing handled: q restarts, as pdb's */
+  bool at_call;            /* at a function's call event: shown as pdb's --Call-- */
   bool raiser_only;        /* pm(): only the raising device's frames were kept */
   int list_next;           /* `list` goes on here; 0: around the current line */
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
@@ -344,6 +358,15 @@ void dbg_update_engaged(void);
 char *dbg_value_text(const Stop *st, const View *v, int rank, const char *expr, bool pretty,
                         FailForm ff);
 
+/* pdb's `debug code`: [text] runs in the current frame's scope under a
+ * nested debugger ("((shmap-dbg)) ") that stops before its first
+ * statement; its quit ends [text] alone. */
+void dbg_debug_code(Stop *st, const char *text);
+
+/* Whether the stop is at a breakpoint() staged in a jit plan, where the
+ * plan's statements run as one (no statement to step to). */
+bool dbg_at_plan_stop(void);
+
 /* ---- debug_cmd.c ---- */
 
 /* Frees [bc]'s lines, leaving it empty. */
@@ -368,5 +391,20 @@ int dbg_run_bp_commands(Stop *st, Resume *r, bool *silent);
  * device's.  Every device must be parked at a statement; else the line is
  * refused, naming the device that is not, so it can never hang. */
 bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
+
+/* ---- debug_alias.c ---- */
+
+/* pdb's `alias [name [command]]`: lists the aliases, shows one, or sets
+ * it; and `unalias name`.  Commands (CmdFn). */
+int dbg_cmd_alias(Stop *st, const char *arg, Resume *r);
+int dbg_cmd_unalias(Stop *st, const char *arg, Resume *r);
+
+/* [line] with the alias its first word names expanded, again while the
+ * result starts with one (ten times at most): %1..%9 are the arguments,
+ * %* all of them.  Owned; NULL out of memory. */
+char *dbg_alias_expand(const char *line);
+
+/* Forgets every alias (dbg_free). */
+void dbg_aliases_free(void);
 
 #endif

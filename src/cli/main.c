@@ -579,7 +579,7 @@ static int run_interpreter(const CmdLine *cl) {
     shm_interp->verbose = shm_options.verbose;
     shm_interp->dump_plans = shm_options.dump_plans;
     if (cl->mode != RUN_REPL) rc = run_program(cl, &globals);
-    if (shm_options.interactive) rc = repl_run(globals);
+    if (shm_options.interactive) rc = repl_run(globals, cl->mode == RUN_REPL);
   }
   rc = finish_output(rc);
   release_globals(globals);

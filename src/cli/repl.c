@@ -182,9 +182,24 @@ static bool unfinished(const char *entry) {
   return more;
 }
 
+/* True when [line] starts a compound statement (its first word is if,
+ * for, while, try, with, def, class or async, or it is a decorator): as
+ * at Python's prompt, `if 0: print(1)` on one line still lets an `else:`
+ * line follow, so the entry goes on to a blank line. */
+static bool starts_compound(const char *line) {
+  static const char *const words[] = {"if", "for", "while", "try", "with", "def", "class", "async"};
+  line += strspn(line, " \t");
+  if (*line == '@') return true;
+  size_t n = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    if (strlen(words[i]) == n && !strncmp(line, words[i], n)) return true;
+  return false;
+}
+
 bool repl_entry_goes_on(const char *entry, const char *line, bool *block) {
   if (unfinished(entry)) return true;
-  *block = *block || opens_block(line);
+  bool first = strlen(entry) == strlen(line) + 1;   /* [line] is the entry's only line */
+  *block = *block || opens_block(line) || (first && starts_compound(line));
   return *block && !is_blank(line);
 }
 
@@ -350,15 +365,15 @@ static const char *const KEYWORDS[] = {
     "False", "assert", "import", "from", "as", "global", "nonlocal", "mesh",
     "shard_map", "jit", "on", "devices", NULL};
 
-/* The value named by the dotted path [path] ("a" or "a.b"), as a new
- * reference, or NULL.  Only names and attributes: completion must not run
- * the user's calls. */
-static Value *resolve_dotted(const char *path) {
+/* The value named by the dotted path [path] ("a" or "a.b") in [scope]
+ * (then the built-ins), as a new reference, or NULL.  Only names and
+ * attributes: completion must not run the user's calls. */
+static Value *resolve_dotted(Env *scope, const char *path) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", path);
   char *save = NULL, *part = strtok_r(buf, ".", &save);
   const char *name = part ? intern_cstr(part) : NULL;
-  Value *v = name ? env_lookup(repl.globals, name) : NULL;
+  Value *v = name && scope ? env_lookup(scope, name) : NULL;
   if (!v && name && shm_interp) v = env_lookup(shm_interp->builtins, name);
   if (!v) return NULL;
   val_incref(v);
@@ -371,22 +386,36 @@ static Value *resolve_dotted(const char *path) {
   return v;
 }
 
-/* Fills [cands] with the attributes of the object before the last dot. */
-static void collect_attributes(const char *text, const char *dot) {
-  char base[256];
+void repl_each_attribute(Env *scope, const char *text, void (*add)(const char *, void *),
+                         void *ctx) {
+  const char *dot = strrchr(text, '.');
+  if (!dot) return;
+  char base[256], full[512];
   snprintf(base, sizeof base, "%.*s", (int)(dot - text), text);
-  Value *obj = resolve_dotted(base);
+  Value *obj = resolve_dotted(scope, base);
   Value *names = obj ? ops_dir(obj) : NULL;
-  char prefix[260];
-  snprintf(prefix, sizeof prefix, "%s.", base);
-  cands.prefix = prefix;
-  cands.stem = dot + 1;
-  for (size_t i = 0; names && i < list_len(names); i++)
-    cand_add(str_cstr(list_get(names, i)));
-  cands.prefix = "";
+  size_t stem = strlen(dot + 1);
+  for (size_t i = 0; names && i < list_len(names); i++) {
+    const char *name = str_cstr(list_get(names, i));
+    if (strncmp(name, dot + 1, stem) != 0) continue;
+    snprintf(full, sizeof full, "%s.%s", base, name);
+    add(full, ctx);
+  }
   if (!names) err_clear();
   val_decref(names);
   val_decref(obj);
+}
+
+static void cand_add_full(const char *name, void *ctx) {
+  (void)ctx;
+  cands.prefix = "";
+  cands.stem = "";
+  cand_add(name);
+}
+
+/* Fills [cands] with the attributes of the object before the last dot. */
+static void collect_attributes(const char *text) {
+  repl_each_attribute(repl.globals, text, cand_add_full, NULL);
 }
 
 static void collect_names(const char *text) {
@@ -402,8 +431,7 @@ static char *generate(const char *text, int state) {
   static size_t next;
   if (state == 0) {
     cand_clear();
-    const char *dot = strrchr(text, '.');
-    if (dot) collect_attributes(text, dot);
+    if (strchr(text, '.')) collect_attributes(text);
     else collect_names(text);
     next = 0;
   }
@@ -470,9 +498,21 @@ static bool run_entry(const char *text) {
   return true;
 }
 
-int repl_run(Env *globals) {
+#ifndef SHMAP_VERSION
+#define SHMAP_VERSION "unknown"
+#endif
+
+/* The greeting of a session at a terminal, as Python's prompt has one. */
+static void print_banner(void) {
+  printf("shmap %s (%d devices): Python's syntax, JAX's jit, grad, vmap and shard_map\n"
+         "Type help() for help, :help for the prompt's commands, Ctrl-D to leave.\n",
+         SHMAP_VERSION, shm_interp->ndevices);
+}
+
+int repl_run(Env *globals, bool banner) {
   repl.globals = globals;
   repl.tty = isatty(0);
+  if (repl.tty && banner) print_banner();
   if (repl.tty) setup_readline();
   Buf b = {0};
   EntryKind k;

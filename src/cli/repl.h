@@ -43,10 +43,12 @@
 /*
  * Runs the REPL in the module scope [globals] (borrowed; a script run
  * before with -i shares it) until end of input or :quit.  Reads the
- * history and print settings from shm_options (config.h).  Returns the
- * process exit status: 0.
+ * history and print settings from shm_options (config.h).  At a terminal
+ * and with [banner] (a session without a script before it, as Python's)
+ * it first greets the user with the version and where help is.  Returns
+ * the process exit status: 0.
  */
-int repl_run(Env *globals);
+int repl_run(Env *globals, bool banner);
 
 /*
  * The file the REPL keeps its history in, as a new shm_malloc'd string
@@ -62,9 +64,19 @@ char *repl_history_path(void);
  * after [line], its latest line, [entry] being the whole entry so far
  * with [line] last, each line ending in a newline.  An entry goes on
  * while a bracket or string is open or a line ends in a backslash, and,
- * once a line opened a block (*block, false for a new entry, is set
- * then), until a blank line.  Raises nothing.
+ * once a line opened a block or the entry's first line starts a compound
+ * statement, even one on a single line (*block, false for a new entry, is
+ * set then), until a blank line.  Raises nothing.
  */
 bool repl_entry_goes_on(const char *entry, const char *line, bool *block);
+
+/* Tab completion of an attribute, for the REPL and the debugger: calls
+ * [add]("base.name", ctx) for each attribute of the object that the
+ * dotted path before [text]'s last dot names in [scope] (then among the
+ * built-ins) whose name starts with what follows the dot.  Only names and
+ * attributes are looked up: no call runs.  Nothing when [text] has no
+ * dot or names nothing.  Raises nothing. */
+void repl_each_attribute(Env *scope, const char *text, void (*add)(const char *, void *),
+                         void *ctx);
 
 #endif

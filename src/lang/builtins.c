@@ -762,13 +762,106 @@ static Value *bi_dir(const CallArgs *a) {
   return l;
 }
 
-/* help(obj): a built-in's signature and summary, a function's signature,
- * a module's names. */
+/* [text] (consumed) with [more] after it; NULL (error set) on failure. */
+static Value *str_append(Value *text, const char *more) {
+  Value *t = text ? str_printf("%s%s", str_cstr(text), more) : NULL;
+  val_decref(text);
+  return t;
+}
+
+/* Parameter [i] of user function [f] as its signature shows it:
+ * "x", "y=2", "*args", "**kw". */
+static Value *param_text(const Func *f, int i) {
+  const Param *p = &f->node->params[i];
+  if (p->star || p->starstar)   /* a bare '*' has no name */
+    return str_printf("%s%s", p->starstar ? "**" : "*", p->name ? p->name : "");
+  if (!f->defaults || !f->defaults[i]) return str_from(p->name);
+  Value *r = val_repr(f->defaults[i]);
+  Value *t = r ? str_printf("%s=%s", p->name, str_cstr(r)) : NULL;
+  val_decref(r);
+  return t;
+}
+
+/* The docstring of user function [f] (borrowed), or NULL: its body's
+ * first statement when that is a string, as Python's __doc__. */
+static const char *func_doc(const Func *f) {
+  if (f->node->kind != N_DEF || f->node->body.n == 0) return NULL;
+  const Node *s = f->node->body.items[0];
+  if (s->kind != N_EXPR_STMT || s->a->kind != N_CONST || s->a->value->type != V_STR) return NULL;
+  return str_cstr(s->a->value);
+}
+
+/* The indentation that the lines of [doc] after its first share. */
+static size_t doc_indent(const char *doc) {
+  size_t least = (size_t)-1;
+  for (const char *p = strchr(doc, '\n'); p; p = strchr(p, '\n')) {
+    p++;
+    size_t k = strspn(p, " ");
+    if (p[k] && p[k] != '\n' && k < least) least = k;
+  }
+  return least == (size_t)-1 ? 0 : least;
+}
+
+/* [text] (consumed) with docstring [doc] after it as pydoc shows it
+ * (Python's inspect.cleandoc, each line indented by 4): the first line
+ * without its blanks, the others without their common indentation, no
+ * blank lines at either end. */
+static Value *doc_append(Value *text, const char *doc) {
+  size_t indent = doc_indent(doc);
+  int blanks = 0;
+  bool started = false;
+  for (const char *p = doc; text && *p;) {
+    size_t n = strcspn(p, "\n");
+    size_t k = p == doc ? strspn(p, " ") : n < indent ? n : indent;
+    bool blank = strspn(p, " ") >= n;
+    if (blank) {
+      blanks += started;
+    } else {
+      for (; text && blanks > 0; blanks--) text = str_append(text, "\n");
+      Value *line = text ? str_printf("    %.*s\n", (int)(n - k), p + k) : NULL;
+      text = line ? str_append(text, str_cstr(line)) : (val_decref(text), NULL);
+      val_decref(line);
+      started = true;
+    }
+    p += n + (p[n] == '\n');
+  }
+  return text;
+}
+
+/* help(f) of a user function: Python's "Help on function", the signature
+ * and the docstring indented under it. */
+static Value *func_help(const Func *f) {
+  Value *text = str_printf("Help on function %s:\n\n%s(", f->name, f->name);
+  for (int i = 0; text && i < f->node->nparams; i++) {
+    Value *p = param_text(f, i);
+    text = p ? str_append(str_append(text, i ? ", " : ""), str_cstr(p)) : (val_decref(text), NULL);
+    val_decref(p);
+  }
+  text = str_append(text, ")\n");
+  const char *doc = func_doc(f);
+  return doc ? doc_append(text, doc) : text;
+}
+
+/* help(): what the interactive help of Python's help() would start with,
+ * pointing to the manual instead. */
+static const char HELP_INTRO[] =
+    "Welcome to shmap's help.  help(obj) shows a function's signature and\n"
+    "docstring, a built-in's summary or a module's names; dir(obj) lists\n"
+    "names.  The language is described in shmap(7), the command line, the\n"
+    "REPL and the debugger in shmap(1).\n";
+
+/* help(obj): a built-in's signature and summary, a function's signature
+ * and docstring, a module's names; help() an introduction. */
 static Value *bi_help(const CallArgs *a) {
-  if (a->nargs != 1 || a->nkw)
-    return err_set(ERR_TYPE, "help() takes one argument (interactive help: see shmap(7))");
+  if (a->nargs == 0 && !a->nkw) {
+    eval_write(HELP_INTRO, strlen(HELP_INTRO));
+    return val_incref(VAL_NONE);
+  }
+  if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "help() takes at most 1 argument");
   Value *x = a->args[0], *text = NULL;
-  if (x->type == V_BUILTIN) {
+  if (x->type == V_FUNC) {
+    text = func_help((const Func *)x);
+  } else if (x->type == V_BUILTIN) {
     const Builtin *b = (const Builtin *)x;
     text = str_printf("Help on built-in function %s:\n\n%s\n", b->name, b->doc ? b->doc : b->name);
   } else if (x->type == V_BOUND) {
@@ -1025,7 +1118,8 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit;
+    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
+    *ns_linalg;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy")) return ns_jnp;
@@ -1045,6 +1139,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "jax.numpy.linalg")) return ns_linalg;
   Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
   return np ? np : stdmod_namespace(name);
 }
@@ -1072,6 +1167,7 @@ static int bind(Env *e, const char *name, Value *v, unsigned where) {
   if ((where & IN_JNP) && dict_set_str(((Module *)ns_jnp)->globals, name, v) < 0) return -1;
   if ((where & IN_LAX) && dict_set_str(((Module *)ns_lax)->globals, name, v) < 0) return -1;
   if ((where & IN_NN) && dict_set_str(((Module *)ns_nn)->globals, name, v) < 0) return -1;
+  if ((where & IN_LINALG) && dict_set_str(((Module *)ns_linalg)->globals, name, v) < 0) return -1;
   return 0;
 }
 
@@ -1131,7 +1227,9 @@ int builtins_register(Env *e) {
     ns_experimental = new_namespace("jax.experimental");
     ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
     ns_exp_pjit = new_namespace("jax.experimental.pjit");
-    if (!ns_sharding || !ns_experimental || !ns_exp_shard_map || !ns_exp_pjit ||
+    ns_linalg = new_namespace("jax.numpy.linalg");
+    if (!ns_sharding || !ns_experimental || !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg ||
+        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0 ||
         !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;

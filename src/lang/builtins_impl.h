@@ -29,7 +29,7 @@
 
 /* Scopes a name is bound in: the global built-ins, the jnp (jax.numpy)
  * namespace, lax (jax.lax), jax.nn. */
-enum { IN_TOP = 1, IN_JNP = 2, IN_LAX = 4, IN_NN = 8 };
+enum { IN_TOP = 1, IN_JNP = 2, IN_LAX = 4, IN_NN = 8, IN_LINALG = 16 /* jnp.linalg */ };
 #define NP (IN_TOP | IN_JNP)  /* NumPy names: global and jnp */
 
 /* One binding: [fn] as [name] in the scopes [where], with a one-line

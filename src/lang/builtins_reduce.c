@@ -1099,8 +1099,92 @@ static Value *bi_result_type(const CallArgs *a) {
   return dtype_value(t);
 }
 
+/* ======================================================================
+ * jnp.linalg.norm
+ * ====================================================================== */
+
+/* The 2-norm of [x] over axes [ax] ([kd]: keepdims): the square root of
+ * the sum of squares, through a safe where so that its derivative at 0 is
+ * 0, as JAX's (sqrt's infinite slope there times a zero tangent would be
+ * nan): where(s > 0, sqrt(where(s > 0, s, 1)), 0). */
+static Value *norm_two(Value *x, int n, const int *ax, bool kd) {
+  Value *sq = bi_bin(P_MUL, x, x);
+  Value *s = sq ? ops_reduce(P_REDUCE_SUM, sq, n, ax, kd) : NULL;
+  Value *zero = s ? bi_bin_const(P_MUL, s, 0.) : NULL;
+  Value *one = zero ? bi_bin_const(P_ADD, zero, 1.) : NULL;
+  Value *pos = one ? bi_bin(P_GT, s, zero) : NULL;
+  Value *safe = pos ? ops_select(pos, s, one) : NULL;
+  Value *root = safe ? ops_unary_prim(P_SQRT, safe) : NULL;
+  Value *r = root ? ops_select(pos, root, zero) : NULL;
+  bi_drop(sq, s, zero, one);
+  bi_drop(pos, safe, root, NULL);
+  return r;
+}
+
+/* A vector norm of [x] over one axis (or all of a 1-d [x]) for [ord]: 2
+ * (or None), 1, inf, -inf. */
+static Value *norm_vector(Value *x, double ord, int n, const int *ax, bool kd) {
+  if (ord == 2) return norm_two(x, n, ax, kd);
+  if (ord != 1 && !isinf(ord))
+    return err_set(ERR_NOT_IMPLEMENTED, "jnp.linalg.norm: ord=%g is not implemented "
+                   "(2, 1, inf and -inf are)", ord);
+  Value *m = ops_unary_prim(P_ABS, x);
+  PrimId id = ord == 1 ? P_REDUCE_SUM : ord > 0 ? P_REDUCE_MAX : P_REDUCE_MIN;
+  Value *r = m ? ops_reduce(id, m, n, ax, kd) : NULL;
+  val_decref(m);
+  return r;
+}
+
+/* The norm's ord: *fro for None or 'fro', else *ord its number; -1 with
+ * the error set for anything else. */
+static int norm_ord(Value *v, double *ord, bool *fro) {
+  *ord = 2;
+  *fro = bi_is_none(v) || (v->type == V_STR && !strcmp(str_cstr(v), "fro"));
+  if (*fro || (v->type == V_ARRAY && AS_ARRAY(v)->size == 1 && AS_ARRAY(v)->ndim == 0)) {
+    if (!*fro) *ord = arr_get_f64(AS_ARRAY(v), 0);
+    return 0;
+  }
+  err_set(ERR_VALUE, "jnp.linalg.norm: invalid ord");
+  return -1;
+}
+
+/* jnp.linalg.norm(x, ord=None, axis=None, keepdims=False), NumPy's rules:
+ * without axis, a vector's norm of a 1-d x, a matrix's of a 2-d one, the
+ * 2-norm of the whole of x when ord is None; one axis, vector norms; two,
+ * matrix norms, of which the Frobenius norm (None, 'fro'). */
+static Value *bi_norm(const CallArgs *a) {
+  Value *x, *ord, *axis, *keepdims;
+  Value **slots[] = {&x, &ord, &axis, &keepdims};
+  if (args_bind("norm", a, "x, ord=, axis=, keepdims=", slots) < 0) return NULL;
+  bool kd, fro;
+  double o;
+  if (bi_bool_arg(keepdims, false, &kd) < 0 || norm_ord(ord, &o, &fro) < 0) return NULL;
+  Value *f = bi_inexact(x);
+  if (!f) return NULL;
+  AVal av = bi_aval(f);
+  int n, ax[SHM_MAXDIM];
+  if (ops_axes_arg(axis, av.ndim, &n, ax) < 0) return val_decref(f), NULL;
+  int dims = bi_is_none(axis) ? (bi_is_none(ord) ? 1 : av.ndim) : n;   /* 1: vector, 2: matrix */
+  Value *r;
+  if (bi_is_none(axis) && bi_is_none(ord))
+    r = norm_two(f, n, ax, kd);
+  else if (dims == 1)
+    r = fro && !bi_is_none(ord) ? err_set(ERR_VALUE, "jnp.linalg.norm: invalid norm order 'fro' for vectors")
+                                : norm_vector(f, o, n, ax, kd);
+  else if (dims == 2 && fro)
+    r = norm_two(f, n, ax, kd);
+  else if (dims == 2)
+    r = err_set(ERR_NOT_IMPLEMENTED, "jnp.linalg.norm: ord=%g of a matrix is not implemented "
+                "(the Frobenius norm is)", o);
+  else
+    r = err_set(ERR_VALUE, "jnp.linalg.norm: improper number of dimensions to norm");
+  val_decref(f);
+  return r;
+}
+
 /* The names this file binds, and where (builtins_impl.h). */
 const BiEntry bi_reduce_table[] = {
+  {"norm", bi_norm, IN_LINALG, "norm(x, ord=None, axis=None, keepdims=False)"},
   {"sum", bi_jnp_sum, IN_JNP, "sum(a, axis=None, dtype=None, keepdims=False)"},
   {"prod", bi_prod, NP, "prod(a, axis=None, dtype=None, keepdims=False)"},
   {"max", bi_jnp_max, IN_JNP, "max(a, axis=None, keepdims=False)"},

@@ -22,6 +22,7 @@
 #include "base/timeline.h"
 #include "lang/eval.h"
 #include "lang/exceptions.h"
+#include "lang/jaxconfig.h"
 #include "base/intern.h"
 #include "array/linalg.h"
 #include "base/mem.h"
@@ -35,6 +36,7 @@ int (*eval_stmt_hook)(Frame *f, const Node *stmt);
 atomic_bool eval_hook_all;
 _Thread_local bool eval_hook_here;
 int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
+int (*eval_call_hook)(Frame *f, const Node *def);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);
 
@@ -656,16 +658,29 @@ static bool return_hook_aborts(Frame *f, const Node *at, Value **ret) {
   return true;
 }
 
-/* Runs the statements [body] in [env] as the body of a call of a def
+static inline bool hook_due(void);
+
+/* The call hook for frame [f] of [def] (eval.h): OUT_OK, or OUT_ERR when
+ * it aborts the call. */
+static Outcome run_call_hook(Frame *f, const Node *def) {
+  if (!eval_call_hook || !hook_due()) return OUT_OK;
+  f->stmt = def;   /* where the stop shows the frame: its def line */
+  int h = eval_call_hook(f, def);
+  f->stmt = NULL;
+  return h ? OUT_ERR : OUT_OK;
+}
+
+/* Runs the statements [body] in [env] as the body of a call of def [def]
  * (block-form shard_map bodies are defs too): the returned value (None
  * when it falls off the end), or NULL with the error set. */
-static Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname) {
+static Value *eval_run_body(const Node *def, Env *env, AstModule *mod, const char *fname) {
   Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
   if (too_deep() < 0) return NULL;
   cur_frame = &fr;
   cur_depth++;
   Value *ret = NULL;
-  Outcome o = exec_block(body, env, &ret);
+  Outcome o = run_call_hook(&fr, def);
+  if (o == OUT_OK) o = exec_block(&def->body, env, &ret);
   if (eval_return_hook && fr.stmt && (o == OUT_OK || o == OUT_RETURN) &&
       return_hook_aborts(&fr, fr.stmt, &ret))
     o = OUT_ERR;
@@ -703,7 +718,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
       cur_depth--;
       cur_frame = fr.back;
     } else {
-      ret = eval_run_body(&f->node->body, e, f->mod, f->name);
+      ret = eval_run_body(f->node, e, f->mod, f->name);
     }
   }
   cur_tree = saved_tree;
@@ -797,6 +812,23 @@ static Value *eval_operand(const Node *n, Env *env, bool borrow, unsigned *kept,
   return eval(n, env);
 }
 
+/* The primitive an arithmetic operator applies, as jax_debug_nans names
+ * it ("invalid value (nan) encountered in div"). */
+static const char *op_prim_name(OpKind op) {
+  switch (op) {
+  case OP_ADD: return "add";
+  case OP_SUB: return "sub";
+  case OP_MUL: return "mul";
+  case OP_DIV: return "div";
+  case OP_FLOORDIV: return "floor_divide";
+  case OP_MOD: return "rem";
+  case OP_POW: return "pow";
+  case OP_MATMUL: return "dot_general";
+  case OP_NEG: return "neg";
+  default: return "an operator";
+  }
+}
+
 /* a <op> b.  A name on the left is borrowed only when the right side is a
  * name or a constant: any other right side may run code that rebinds it. */
 static Value *eval_binop_plain(const Node *n, Env *env) {
@@ -811,7 +843,7 @@ static Value *eval_binop_plain(const Node *n, Env *env) {
   Value *r = ops_binary_kept(n->op, a, b, kept);
   if (!(kept & 1u)) val_decref(a);
   if (!(kept & 2u)) val_decref(b);
-  return r;
+  return jaxcfg_check_nans(r, op_prim_name(n->op));
 }
 
 static Value *eval_unary_plain(const Node *n, Env *env) {
@@ -822,7 +854,7 @@ static Value *eval_unary_plain(const Node *n, Env *env) {
     int t = val_truth(a);
     r = t < 0 ? NULL : val_incref(val_bool(!t));
   } else {
-    r = ops_unary(n->op, a);
+    r = jaxcfg_check_nans(ops_unary(n->op, a), op_prim_name(n->op));
   }
   val_decref(a);
   return r;
@@ -1018,6 +1050,8 @@ static Value *eval_call_plain(const Node *n, Env *env) {
   if (eval_args(n, env, &b) == 0) {
     cur_loc = n->loc;
     r = val_call(f, &b.a);
+    if (f->type == V_BUILTIN || f->type == V_BOUND)   /* a user function's operations check themselves */
+      r = jaxcfg_check_nans(r, f->type == V_BUILTIN ? ((Builtin *)f)->name : ((BoundMethod *)f)->name);
     if (!r) err_locate(n->loc);
     /* a call that failed deeper (a shard_map body, a function a built-in
      * called) adds this calling line (err_push_frame skips the line the
@@ -1239,7 +1273,9 @@ void eval_const_cache_clear(void) {
  * (most operators: one load of its memo). */
 static inline Value *eval_fusing(const Node *n, Env *env,
                                  Value *(*plain)(const Node *, Env *)) {
-  if (__atomic_load_n(&n->fuse, __ATOMIC_RELAXED) == EVAL_FUSE_NO) return plain(n, env);
+  if (__atomic_load_n(&n->fuse, __ATOMIC_RELAXED) == EVAL_FUSE_NO ||
+      atomic_load_explicit(&jaxcfg_debug_nans, memory_order_relaxed))   /* op by op, each checked */
+    return plain(n, env);
   return eval_fuse_try(n, env, plain);
 }
 
@@ -1956,12 +1992,12 @@ static Outcome exec_assert(const Node *s, Env *env) {
   if (t < 0) return OUT_ERR;
   if (t) return OUT_OK;
   if (!s->b) {
-    err_set_at(s->loc, ERR_ASSERT, "assertion failed");
+    err_set_at(s->loc, ERR_ASSERT, "AssertionError");   /* Python's line, the bare class */
     return OUT_ERR;
   }
   Value *m = eval(s->b, env);
   Value *ms = m ? val_str(m) : NULL;
-  if (ms) err_set_at(s->loc, ERR_ASSERT, "assertion failed: %s", str_cstr(ms));
+  if (ms) err_set_at(s->loc, ERR_ASSERT, "%s", str_cstr(ms));
   val_decref(m);
   val_decref(ms);
   return OUT_ERR;
@@ -2016,7 +2052,7 @@ static Outcome exec_import(const Node *s, Env *env) {
     for (int i = 0; rc == 0 && i < s->nnames; i++) {
       Value *v = ops_getattr(m, s->names[i]);
       if (!v) {
-        err_set_at(s->loc, ERR_NAME, "cannot import name '%s' from '%s'", s->names[i],
+        err_set_at(s->loc, ERR_IO, "cannot import name '%s' from '%s'", s->names[i],
                    s->name);
         rc = -1;
         break;
@@ -2412,7 +2448,7 @@ int interp_init(int ndevices) {
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
   Env *b = shm_interp->builtins;
-  if (builtins_register(b) < 0 || exc_register(b) < 0) return -1;
+  if (builtins_register(b) < 0 || exc_register(b) < 0 || jaxcfg_register() < 0) return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;

@@ -241,6 +241,13 @@ extern _Thread_local bool eval_hook_here;
  * released and the call fails. */
 extern int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);  /* hook */
 
+/* Hook run as a def's frame starts, before its first statement (pdb's
+ * "call" event), when the statement hook would run: [f] is the new frame,
+ * this thread's innermost, its stmt the def [def] for the while.  NULL
+ * when no debugger is attached.  A nonzero return aborts the call with
+ * the error set (the debugger's quit). */
+extern int (*eval_call_hook)(Frame *f, const Node *def);  /* hook */
+
 /* Drops this device thread's private copies of source constants (eval.c
  * explains them); called when a shard_map body ends on the thread. */
 void eval_const_cache_clear(void);

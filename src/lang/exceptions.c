@@ -22,7 +22,7 @@ typedef struct ExcClass {
 enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
-  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_COUNT
+  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -46,6 +46,9 @@ static const ExcClass classes[X_COUNT] = {
     [X_RECURSION] = {"RecursionError", X_RUNTIME, ERR_VALUE},
     [X_KEYBOARD] = {"KeyboardInterrupt", X_BASE, ERR_INTERRUPT},
     [X_ATTRIBUTE] = {"AttributeError", X_EXCEPTION, ERR_ATTRIBUTE},
+    [X_FLOATING] = {"FloatingPointError", X_ARITH, ERR_FLOATING_POINT},
+    [X_IMPORT] = {"ImportError", X_EXCEPTION, ERR_IO},
+    [X_MODULE_NOT_FOUND] = {"ModuleNotFoundError", X_IMPORT, ERR_IO},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -115,7 +118,9 @@ static int current_class(void) {
   case ERR_NAME: return X_NAME;
   case ERR_TYPE: return X_TYPE;
   case ERR_INDEX: return strncmp(err_message(), "KeyError: ", 10) ? X_INDEX : X_KEY;
-  case ERR_IO: return X_OS;
+  case ERR_IO:
+    if (!strncmp(err_message(), "no module named ", 16)) return X_MODULE_NOT_FOUND;
+    return strncmp(err_message(), "cannot import name ", 19) ? X_OS : X_IMPORT;
   case ERR_MEMORY: return X_MEMORY;
   case ERR_ASSERT: return X_ASSERT;
   case ERR_INTERRUPT: return X_KEYBOARD;
@@ -124,8 +129,34 @@ static int current_class(void) {
   case ERR_OVERFLOW: return X_OVERFLOW;
   case ERR_SYNTAX: return X_SYNTAX;
   case ERR_ATTRIBUTE: return X_ATTRIBUTE;
+  case ERR_FLOATING_POINT: return X_FLOATING;
   default: return X_VALUE;
   }
+}
+
+/* Whether message [m] starts with a class's name, as a raise's and
+ * KeyError's do: "ValueError: msg", or the bare name; after the
+ * "on device (i=0): " a device's error gets on its way out. */
+static bool names_class(const char *m) {
+  while (!strncmp(m, "on device (", 11) && strstr(m, "): ")) m = strstr(m, "): ") + 3;
+  for (int i = 0; i < X_COUNT; i++) {
+    size_t n = strlen(classes[i].name);
+    if (!strncmp(m, classes[i].name, n) && (m[n] == '\0' || (m[n] == ':' && m[n + 1] == ' ')))
+      return true;
+  }
+  return false;
+}
+
+/* err_class_hook: the class to print before an uncaught error's message.
+ * Not for ValueError, the class of the errors shmap itself finds in
+ * specs, shapes and dtypes, which LANGUAGE.md section 9 prints without a
+ * class; nor for what is not an exception (a collective that failed
+ * elsewhere, the debugger's quit). */
+static const char *class_to_print(void) {
+  ErrKind k = err_kind();
+  if (k == ERR_QUIT || k == ERR_COLLECTIVE || names_class(err_message())) return NULL;
+  int c = current_class();
+  return c == X_VALUE ? NULL : classes[c].name;
 }
 
 int exc_matches(Value *handler) {
@@ -153,6 +184,7 @@ Value *exc_current(void) {
   const char *m = err_message();
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
   if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
+  if (!strcmp(m, classes[c].name)) m = "";   /* a bare `assert`'s */
   Value *msg = str_from(m);
   Value *e = msg ? exc_new(c, msg) : NULL;
   val_decref(msg);
@@ -215,6 +247,7 @@ static Value *class_call(Value *self, const CallArgs *a) {
 }
 
 int exc_register(Env *b) {
+  err_class_hook = class_to_print;
   for (int i = 0; i < X_COUNT; i++) {
     Value *idx = val_int(i);
     Value *v = idx ? bound_new(classes[i].name, class_call, idx) : NULL;

@@ -14,6 +14,7 @@
 #include "spmd/device.h"
 #include "base/intern.h"
 #include "transform/jit.h"
+#include "lang/jaxconfig.h"
 #include "transform/fuse_eager.h"
 #include "base/mem.h"
 #include "spmd/mesh.h"
@@ -709,8 +710,23 @@ static bool closes_over_transformed(Value *fn, int depth) {
   return s.found;
 }
 
+/* jax_debug_nans after jit function [j] returned [r] (consumed) holding a
+ * NaN: its function runs again without jit, op by op, so the operation
+ * that made the NaN raises FloatingPointError where it is (JAX's
+ * de-optimized call); when none does, the error names the jit function. */
+static Value *rerun_for_nan(const JitFn *j, const CallArgs *a, Value *r) {
+  val_decref(r);
+  bool saved = atomic_exchange(&jaxcfg_disable_jit, true);
+  r = val_call(j->fn, a);
+  atomic_store(&jaxcfg_disable_jit, saved);
+  if (!r) return NULL;
+  val_decref(r);
+  return err_set(ERR_FLOATING_POINT, "invalid value (nan) encountered in jit(%s)", j->name);
+}
+
 Value *jit_call(Value *f, const CallArgs *a) {
   JitFn *j = (JitFn *)f;
+  if (atomic_load(&jaxcfg_disable_jit)) return val_call(j->fn, a);
   Sig s;
   sig_init(&s);
   Value *r = NULL;
@@ -731,6 +747,7 @@ Value *jit_call(Value *f, const CallArgs *a) {
     if (!e) e = cache_fill(j, a, &s);
     if (e) r = run_entry(e, &s);
     entry_release(e);
+    if (r && atomic_load(&jaxcfg_debug_nans) && jaxcfg_has_nan(r)) r = rerun_for_nan(j, a, r);
   }
   if (!r && trace_transformed_operand()) {
     /* a value being transformed the scan above does not see (past its

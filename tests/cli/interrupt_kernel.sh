@@ -31,7 +31,7 @@ interrupted_soon() {
   wait "$pid"
   status=$?
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  if [ "$status" -ne 1 ] || ! grep -q "error: interrupted" "$dir/err" || grep -q done "$dir/out"; then
+  if [ "$status" -ne 1 ] || ! grep -q "error: KeyboardInterrupt: interrupted" "$dir/err" || grep -q done "$dir/out"; then
     echo "$1: status $status after ${ms} ms; stdout:"; cat "$dir/out"; echo "stderr:"; cat "$dir/err"
     exit 1
   fi

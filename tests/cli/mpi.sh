@@ -128,7 +128,7 @@ for t in $(seq 300); do grep -q ready "$idir/out" && break; sleep 0.1; done
 kill -INT $job   # timeout passes it on to mpirun
 wait $job; status=$?
 [ "$status" -ne 0 ] && [ "$status" -ne 137 ] || fail "Ctrl-C under mpirun: exit status $status: $(cat "$idir/out")"
-grep -q '^.*loop.shm:[34]:[0-9]*: error: interrupted$' "$idir/out" ||
+grep -q '^.*loop.shm:[34]:[0-9]*: error: KeyboardInterrupt: interrupted$' "$idir/out" ||
   fail "Ctrl-C under mpirun: no message: $(cat "$idir/out")"
 rm -rf "$idir"
 

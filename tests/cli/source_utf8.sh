@@ -29,7 +29,7 @@ printf '\xef\xbb\xbfs = "日本"\nprint(len(s), s)\n' >"$dir/bom.shm"
 expect bom 0 "2 日本" ""
 
 printf 'x = 1\ns = "日本\xff"\nprint(s)\n' >"$dir/start.shm"
-expect start 1 "" "start.shm:2:8: error: (unicode error) 'utf-8' codec can't decode byte 0xff in position 17: invalid start byte"
+expect start 1 "" "start.shm:2:8: error: SyntaxError: (unicode error) 'utf-8' codec can't decode byte 0xff in position 17: invalid start byte"
 
 # The source line shows the bad byte as U+FFFD, so the caret stands under it.
 want=$(printf '    2 | s = "日本\xef\xbf\xbd"\n      |        ^')
@@ -38,12 +38,12 @@ if [ "$(tail -n 2 "$dir/err")" != "$want" ]; then
 fi
 
 printf '# caf\xc3(\n' >"$dir/continuation.shm"
-expect continuation 1 "" "continuation.shm:1:6: error: (unicode error) 'utf-8' codec can't decode byte 0xc3 in position 5: invalid continuation byte"
+expect continuation 1 "" "continuation.shm:1:6: error: SyntaxError: (unicode error) 'utf-8' codec can't decode byte 0xc3 in position 5: invalid continuation byte"
 
 printf 's = "\xed\xa0\x80"\n' >"$dir/surrogate.shm"
-expect surrogate 1 "" "surrogate.shm:1:6: error: (unicode error) 'utf-8' codec can't decode byte 0xed in position 5: invalid continuation byte"
+expect surrogate 1 "" "surrogate.shm:1:6: error: SyntaxError: (unicode error) 'utf-8' codec can't decode byte 0xed in position 5: invalid continuation byte"
 
 printf 'print(1)\n# \xe6\x97' >"$dir/end.shm"
-expect end 1 "" "end.shm:2:3: error: (unicode error) 'utf-8' codec can't decode byte 0xe6 in position 11: unexpected end of data"
+expect end 1 "" "end.shm:2:3: error: SyntaxError: (unicode error) 'utf-8' codec can't decode byte 0xe6 in position 11: unexpected end of data"
 
 exit $fail

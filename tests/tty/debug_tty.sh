@@ -2,21 +2,18 @@
 # tests/tty/debug_tty.sh SHMAP - one debugger session through a real
 # terminal (tmux): breakpoint() shows the `(shmap-dbg) ` prompt, readline
 # edits the line (Backspace, Ctrl-A), Up recalls the history, an empty line
-# repeats the last command, Tab completes names, Ctrl-C abandons the line
-# being typed, `c` goes on, and the program ends normally.
+# repeats the last command, Tab completes names and attributes (jnp.ara),
+# Ctrl-C abandons the line being typed, `c` goes on, and the program ends
+# normally.
 #
 # Prints "PASS tty/debug_tty", "FAIL tty/debug_tty" with the screen, or
 # "SKIP tty/debug_tty: ..." (exit status 77) when tmux is not installed.
 set -u
 shmap=${1:?usage: debug_tty.sh SHMAP}
 name=tty/debug_tty
-if ! command -v tmux >/dev/null 2>&1; then
-  echo "SKIP $name: tmux is not installed"
-  exit 77
-fi
-tmp=$(mktemp -d)
-sock=$tmp/tmux.sock
-trap 'tmux -S "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+# tty_setup, screen, wait_for, keys
+. "$(dirname "$0")/tmux.bash"
+tty_setup
 cat >"$tmp/t.shm" <<'SHM'
 answer_to_all = 42
 x = 41
@@ -24,9 +21,6 @@ breakpoint()
 y = x + 1
 print('y is', y)
 SHM
-
-# screen, wait_for, keys
-. "$(dirname "$0")/tmux.bash"
 
 # HOME and XDG_STATE_HOME point into $tmp so no history file of the user's
 # is read or written.
@@ -49,6 +43,8 @@ keys n Enter
 wait_for '^-> print(.y is., y)$'
 keys 'p y + answer_t' Tab Enter            # Tab completes answer_to_all
 wait_for '^84$'
+keys 'p jnp.ara' Tab '(3)' Enter           # and an attribute: jnp.arange
+wait_for '^Array(\[0, 1, 2\], dtype=int32)$'
 keys 'p y' Enter
 wait_for '^42$' 4
 keys c Enter

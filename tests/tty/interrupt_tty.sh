@@ -9,13 +9,9 @@
 set -u
 shmap=${1:?usage: interrupt_tty.sh SHMAP}
 name=tty/interrupt_tty
-if ! command -v tmux >/dev/null 2>&1; then
-  echo "SKIP $name: tmux is not installed"
-  exit 77
-fi
-tmp=$(mktemp -d)
-sock=$tmp/tmux.sock
-trap 'tmux -S "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+# tty_setup, screen, wait_for, keys
+. "$(dirname "$0")/tmux.bash"
+tty_setup
 cat >"$tmp/main.shm" <<'SHM'
 i = 0
 breakpoint()
@@ -33,9 +29,6 @@ def body(x):
 f = shard_map(body, mesh=m, in_specs=P('i'), out_specs=P('i'))
 f(arange(2.))
 SHM
-
-# screen, wait_for, keys
-. "$(dirname "$0")/tmux.bash"
 
 session() {
   tmux -S "$sock" kill-session -t dbg 2>/dev/null
