@@ -278,9 +278,55 @@ void dbg_bp_delete(Bp *b) {
   if (b->enabled) atomic_fetch_sub(&dbg_state.nbp_enabled, 1);
   shm_free(b->file);
   shm_free(b->cond);
+  shm_free(b->hit_cond);
+  shm_free(b->log);
   int i = (int)(b - dbg_state.bps);
   memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg_state.nbps - i - 1));
   dbg_state.nbps--;
+}
+
+/* A copy of [s], or NULL when it is NULL or empty. */
+static char *dup_or_null(const char *s) { return s && *s ? shm_strdup(s) : NULL; }
+
+int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_cond,
+                  const char *log, bool temporary) {
+  int number = 0;
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *bps = dbg_state.bps;
+  if (dbg_state.nbps == dbg_state.bpcap &&
+      (bps = shm_realloc(bps, sizeof(Bp) * (size_t)(dbg_state.bpcap * 2 + 4))))
+    dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
+  if (bps) {
+    dbg_state.bps = bps;
+    Bp *b = &bps[dbg_state.nbps++];
+    *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, dup_or_null(cond), temporary, true,
+              0, 0, dup_or_null(hit_cond), dup_or_null(log)};
+    number = b->number;
+    atomic_fetch_add(&dbg_state.nbp_enabled, 1);
+  }
+  pthread_mutex_unlock(&dbg_state.lock);
+  if (number) engage();   /* what dbg_update_engaged would say, from any thread */
+  return number;
+}
+
+int dbg_hit_matches(const char *hit, int hits) {
+  static const char *const ops[] = {">=", "<=", "==", ">", "<", "%", ""};
+  while (*hit == ' ') hit++;
+  int k = 0;
+  while (strncmp(hit, ops[k], strlen(ops[k])) != 0) k++;
+  const char *p = hit + strlen(ops[k]);
+  char *end;
+  long n = strtol(p, &end, 10);
+  while (*end == ' ') end++;
+  if (end == p || *end || n < 0 || n > INT_MAX || (k == 5 && n == 0)) return -1;
+  switch (k) {
+  case 0: return hits >= n;
+  case 1: return hits <= n;
+  case 3: return hits > n;
+  case 4: return hits < n;
+  case 5: return hits % n == 0;
+  default: return hits == n;
+  }
 }
 
 /* Evaluates a breakpoint condition in [env] on this thread: 1 true, 0
@@ -306,10 +352,52 @@ static int cond_value(const char *cond, Env *env) {
   return t < 0 ? -1 : t != 0;
 }
 
+/* A log point's message with each {expr} replaced by str(expr) evaluated
+ * in [env] ("{{" and "}}" are braces), written as a line of print output:
+ * on a device, to its buffer, shown with its coordinates.  A failing
+ * expression shows as <error: message>. */
+static void log_point(const char *msg, Env *env) {
+  bool saved = tls_busy;
+  DevCtx *ctx = dev_ctx(), alone;
+  if (ctx) {   /* as cond_value: no group, so no collective can wait here */
+    alone = *ctx;
+    alone.group = NULL;
+    dev_ctx_set(&alone);
+  }
+  tls_busy = true;
+  for (const char *p = msg; *p;) {
+    const char *close = *p == '{' && p[1] != '{' ? strchr(p, '}') : NULL;
+    if (!close) {
+      bool twice = (*p == '{' || *p == '}') && p[1] == *p;
+      eval_write(p, 1);
+      p += twice ? 2 : 1;
+      continue;
+    }
+    char expr[256];
+    snprintf(expr, sizeof expr, "%.*s", (int)(close - p - 1), p + 1);
+    Value *v = eval_expr_text(expr, env), *t = v ? val_str(v) : NULL;
+    if (t) eval_write(str_cstr(t), ((Str *)t)->len);
+    else {
+      eval_write("<error: ", 8);
+      eval_write(err_message(), strlen(err_message()));
+      eval_write(">", 1);
+    }
+    err_clear();
+    val_decref(v);
+    val_decref(t);
+    p = close + 1;
+  }
+  eval_write("\n", 1);
+  tls_busy = saved;
+  dev_ctx_set(ctx);
+}
+
 typedef struct Candidate {
   int number;
   char cond[256];
   bool has_cond;
+  char log[256];      /* a log point's message */
+  bool has_log;
 } Candidate;
 
 /* The enabled breakpoints at [stmt] (lock taken here). */
@@ -323,6 +411,8 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
     out[n].number = b->number;
     out[n].has_cond = b->cond != NULL;
     snprintf(out[n].cond, sizeof out[n].cond, "%s", b->cond ? b->cond : "");
+    out[n].has_log = b->log != NULL;
+    snprintf(out[n].log, sizeof out[n].log, "%s", b->log ? b->log : "");
     n++;
   }
   pthread_mutex_unlock(&dbg_state.lock);
@@ -344,6 +434,7 @@ static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
     b->hits++;
     if (cond > 0 && b->ignore > 0) b->ignore--;
     else stops = cond != 0;
+    if (stops && cond > 0 && b->hit_cond) stops = dbg_hit_matches(b->hit_cond, b->hits) != 0;
     if (stops && b->temporary) {
       snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
       dbg_bp_delete(b);
@@ -362,7 +453,9 @@ static int bp_hit(const Frame *f, const Node *stmt, char *note, size_t cap) {
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
     int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
-    if (bp_count_hit(cand[i].number, cond, note, cap)) return cand[i].number;
+    if (!bp_count_hit(cand[i].number, cond, note, cap)) continue;
+    if (!cand[i].has_log) return cand[i].number;
+    log_point(cand[i].log, f->env);
   }
   return 0;
 }
@@ -1398,10 +1491,23 @@ static Resume interact_prompt(Stop *st) {
 
 /* The prompt: Ctrl-C there is readline's (it abandons the line); once a
  * command resumes the program, Ctrl-C stops it again (take_interrupt). */
+Resume (*dbg_front)(Stop *st);
+
+/* A stop served by the other front end (dbg_front), as the prompt is:
+ * nothing stops inside it. */
+static Resume interact_front(Stop *st) {
+  tls_busy = true;
+  Resume r = dbg_front(st);
+  tls_busy = false;
+  tls_break_next = false;
+  fflush(stdout);
+  return r;
+}
+
 static Resume interact(Stop *st) {
   atomic_store(&shm_interrupt_to_debugger, 0);
   atomic_store(&shm_debugger_interrupted, 0);
-  Resume r = interact_prompt(st);
+  Resume r = dbg_front ? interact_front(st) : interact_prompt(st);
   atomic_store(&shm_interrupted, 0);
   atomic_store(&shm_interrupt_to_debugger, r.mode != RM_QUIT);
   return r;
@@ -1533,9 +1639,12 @@ void dbg_post_mortem(void) {
   if (pm_stop(&st, rank, loc) == 0 && dbg_st_nframes(&st) > 0) {
     fflush(stdout);
     err_print(stderr);
+    char *msg = shm_strdup(err_message());
+    st.error = msg;
     err_clear();
     printf("Uncaught error. Entering post mortem debugging\n");
     interact(&st);
+    shm_free(msg);
     err_set(ERR_QUIT, "quit"); /* printed already: the caller's report is silent */
   }
   st_free(&st);

@@ -447,19 +447,8 @@ static bool cond_parses(const char *cond) {
 }
 
 static void bp_add(const char *file, int line, const char *cond, bool temporary) {
-  pthread_mutex_lock(&dbg_state.lock);
-  Bp *bps = dbg_state.nbps == dbg_state.bpcap ? shm_realloc(dbg_state.bps, sizeof(Bp) * (size_t)(dbg_state.bpcap * 2 + 4)) : dbg_state.bps;
-  if (bps) {
-    if (bps != dbg_state.bps) dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
-    dbg_state.bps = bps;
-    Bp *b = &bps[dbg_state.nbps++];
-    *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, cond && *cond ? shm_strdup(cond) : NULL,
-              temporary, true, 0, 0};
-    atomic_fetch_add(&dbg_state.nbp_enabled, 1);
-    printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-  }
-  pthread_mutex_unlock(&dbg_state.lock);
-  dbg_update_engaged();
+  int number = dbg_bp_insert(file, line, cond, NULL, NULL, temporary);
+  if (number) printf("Breakpoint %d at %s:%d\n", number, file, line);
 }
 
 static int set_break(Stop *st, const char *arg, bool temporary) {
@@ -1001,9 +990,7 @@ static bool calls_collective(const Node *n, Env *env) {
   return false;
 }
 
-/* Whether the line [text] calls a collective (names looked up in [env]).
- * A line that does not parse is not one: it fails when it runs. */
-static bool text_calls_collective(const char *text, Env *env) {
+bool dbg_text_calls_collective(const char *text, Env *env) {
   Source *src = src_new("<stdin>", text);
   AstModule *m = src ? parse_source(src) : NULL;
   bool yes = m && list_calls_collective(&m->body, env);
@@ -1094,7 +1081,7 @@ static void print_job(const Stop *st, const Job *j, bool all) {
 bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
   DbgCall *c = st->call;
   const View *fv = dbg_st_cur(st);
-  if (!c || !fv || st->level < st->main.n || !text_calls_collective(text, fv->env)) return false;
+  if (!c || !fv || st->level < st->main.n || !dbg_text_calls_collective(text, fv->env)) return false;
   char coords[160], state[320];
   if (shm_interp->reference) {
     printf("*** a collective typed at the prompt runs on every device: not in reference mode\n");

@@ -7,7 +7,8 @@
  * reading lines, stops, post-mortem, the built-ins, set-up.
  * debug_cmd.c: the commands typed at the prompt.
  *
- * Not for use outside src/cli/debug*.c.
+ * Not for use outside src/cli/debug*.c and the debugger's other front end,
+ * src/cli/dap.c.
  */
 #ifndef SHMAP_DEBUG_IMPL_H
 #define SHMAP_DEBUG_IMPL_H
@@ -81,6 +82,10 @@ typedef struct Bp {
   bool enabled;
   int hits;
   int ignore;       /* pdb's ignore count: crossings still to pass over */
+  char *hit_cond;   /* owned; NULL: none.  A hit condition (dbg_hit_matches):
+                       the crossings with a true condition, counted, that stop */
+  char *log;        /* owned; NULL: none.  A log point: instead of stopping,
+                       writes this message, {expr} replaced by str(expr) */
 } Bp;
 
 /* pdb's `commands`: the command list of a breakpoint.  Kept by number
@@ -226,6 +231,7 @@ typedef struct Stop {
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
   const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
   const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
+  const char *error;       /* post-mortem on an uncaught error: its message; else NULL */
 } Stop;
 
 /* How value_text words a failure: p's "*** MESSAGE" or display's
@@ -249,6 +255,23 @@ void dbg_bp_delete(Bp *b);
 
 /* Breakpoint [number], or NULL (lock held). */
 Bp *dbg_bp_find(int number);
+
+/* Adds a breakpoint at [file]:[line] (every string copied; [cond],
+ * [hit_cond] and [log] may be NULL or empty for none) and returns its
+ * number, or 0 on out of memory.  Takes the lock. */
+int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_cond,
+                  const char *log, bool temporary);
+
+/* Whether the [hits]-th crossing (counted from 1) passes hit condition
+ * [hit]: "N" or "== N" that crossing only, ">= N", "> N", "<= N", "< N",
+ * "% N" every N-th (the forms of VS Code's hit counts, as debugpy reads
+ * them).  1 yes, 0 no, -1 when [hit] is none of these forms. */
+int dbg_hit_matches(const char *hit, int hits);
+
+/* A front end other than the prompt (the debug adapter, dap.c): when set,
+ * every stop is served by it instead of the prompt; it returns the
+ * command that resumes the program.  Main thread. */
+extern Resume (*dbg_front)(Stop *st);
 
 /* Adds [name] to the completion candidates (env_each callback). */
 void dbg_comp_add(const char *name, Value *v, void *ctx);
@@ -368,5 +391,9 @@ int dbg_run_bp_commands(Stop *st, Resume *r, bool *silent);
  * device's.  Every device must be parked at a statement; else the line is
  * refused, naming the device that is not, so it can never hang. */
 bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all);
+
+/* Whether the line [text] calls a collective (names looked up in [env]).
+ * A line that does not parse is not one: it fails when it runs. */
+bool dbg_text_calls_collective(const char *text, Env *env);
 
 #endif

@@ -1,0 +1,171 @@
+// tests/dap/session.js SHMAP [RUNS] - `shmap --dap` driven by VS Code's own
+// test client (DebugClient, @vscode/debugadapter-testsupport) through
+// program.shm on 8 devices: a breakpoint in the shard_map body stops every
+// thread (device); the stacks and variables of two devices; evaluation on
+// every device and of a collective; a step; a conditional breakpoint that
+// holds on one device only, a log point and setVariable there; a
+// breakpoint() in a jit function; the uncaught error (post-mortem) and its
+// pytree; terminate.  The session runs RUNS
+// times (default 10): every run must give the same events and values.
+'use strict';
+const assert = require('assert');
+const path = require('path');
+const { DebugClient } = require('@vscode/debugadapter-testsupport');
+
+const shmap = path.resolve(process.argv[2]);
+const runs = Number(process.argv[3] || 10);
+const program = path.join(__dirname, 'program.shm');
+const EVENTS = ['initialized', 'stopped', 'continued', 'thread', 'output', 'exited', 'terminated'];
+
+// The value of variable [name] among [vars].
+function value(vars, name) {
+  const v = vars.find((x) => x.name === name);
+  assert.ok(v, `no variable ${name} in ${JSON.stringify(vars.map((x) => x.name))}`);
+  return v;
+}
+
+async function variables(dc, ref, extra) {
+  return (await dc.variablesRequest({ variablesReference: ref, ...extra })).body.variables;
+}
+
+// The Locals, Globals and Device scopes of thread [tid]'s top frame, and
+// that frame.
+async function top(dc, tid) {
+  const frames = (await dc.stackTraceRequest({ threadId: tid })).body.stackFrames;
+  const scopes = (await dc.scopesRequest({ frameId: frames[0].id })).body.scopes;
+  return { frames, scope: (name) => scopes.find((s) => s.name.startsWith(name)) };
+}
+
+// Sends [request] and waits for the `stopped` event it leads to.
+async function resumeTo(dc, request) {
+  const [, stopped] = await Promise.all([request, dc.waitForEvent('stopped')]);
+  return stopped.body;
+}
+
+async function session() {
+  const dc = new DebugClient(shmap, '--dap', 'shmap');
+  const log = [];
+  for (const e of EVENTS) dc.on(e, (ev) => log.push({ event: e, body: ev.body }));
+  const seen = [];   // values looked at, compared between runs too
+  await dc.start();
+  try {
+    // a breakpoint in the body: every device stops there, one stop
+    await dc.initializeRequest();
+    const initialized = dc.waitForEvent('initialized');
+    await dc.launchRequest({ program, devices: 8 });
+    await initialized;
+    const bps = await dc.setBreakpointsRequest({ source: { path: program }, breakpoints: [{ line: 6 }] });
+    assert.deepStrictEqual(bps.body.breakpoints.map((b) => [b.verified, b.line]), [[true, 6]]);
+    await dc.setExceptionBreakpointsRequest({ filters: ['uncaught'] });
+    let stop = await resumeTo(dc, dc.configurationDoneRequest());
+    assert.strictEqual(stop.reason, 'breakpoint');
+    assert.strictEqual(stop.allThreadsStopped, true);
+    assert.strictEqual(stop.threadId, 1000);
+    const threads = (await dc.threadsRequest()).body.threads;
+    assert.deepStrictEqual(threads.map((t) => t.name), [0, 1, 2, 3, 4, 5, 6, 7].map((i) => `(i=${i})`));
+
+    // two devices' stacks and variables
+    for (const [tid, y] of [[1000, '1.'], [1003, '7.']]) {
+      const t = await top(dc, tid);
+      assert.deepStrictEqual(t.frames.map((f) => [f.name, f.line]), [['body', 6], ['<module>', 10]]);
+      const locals = await variables(dc, t.scope('Locals').variablesReference);
+      const yv = value(locals, 'y');
+      assert.strictEqual(yv.value, `Array([${y}], dtype=float32)`);
+      assert.strictEqual(yv.type, 'float32[1]');
+      const named = await variables(dc, yv.variablesReference, { filter: 'named' });
+      assert.strictEqual(value(named, 'shape').value, '(1,)');
+      const rows = await variables(dc, yv.variablesReference, { filter: 'indexed', start: 0, count: 1 });
+      assert.strictEqual(rows[0].value, `Array(${y}, dtype=float32)`);
+      const device = await variables(dc, t.scope('Device').variablesReference);
+      assert.strictEqual(value(device, "axis_index('i')").value, `${tid - 1000} of 8`);
+      seen.push(locals, device);
+    }
+
+    // evaluation on every device, and a collective typed at the stop
+    const t3 = await top(dc, 1003);
+    const all = await dc.evaluateRequest({ expression: 'y @ all', frameId: t3.frames[0].id, context: 'watch' });
+    assert.strictEqual(all.body.result.split('\n').length, 8);
+    assert.match(all.body.result, /^\(i=7\): Array\(\[15\.\], dtype=float32\)$/m);
+    const ps = await dc.evaluateRequest({ expression: "psum(y, 'i')", frameId: t3.frames[0].id, context: 'watch' });
+    assert.strictEqual(ps.body.result, 'Array([64.], dtype=float32)');
+    // in the debug console, a line as typed at the terminal debugger's prompt
+    const repl = await dc.evaluateRequest({ expression: "psum(y, 'i') + y", frameId: t3.frames[0].id, context: 'repl' });
+    assert.match(repl.body.result, /^\(i=3\): Array\(\[71\.\], dtype=float32\)$/m);
+    seen.push(all.body, ps.body, repl.body);
+
+    // a step moves every device one statement
+    stop = await resumeTo(dc, dc.nextRequest({ threadId: 1003 }));
+    assert.strictEqual(stop.reason, 'step');
+    const s3 = await top(dc, 1003);
+    assert.strictEqual(s3.frames[0].line, 7);
+    const sv = await dc.evaluateRequest({ expression: 's', frameId: s3.frames[0].id, context: 'hover' });
+    assert.strictEqual(sv.body.result, 'Array([64.], dtype=float32)');
+
+    // a breakpoint whose condition holds on device (i=3) only, in the
+    // second call; a log point on every device; then setVariable there
+    await dc.setBreakpointsRequest({
+      source: { path: program },
+      breakpoints: [{ line: 5, logMessage: 'x is {x[0]}' }, { line: 7, condition: 'y[0] == 27.' }],
+    });
+    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1003 }));
+    assert.strictEqual(stop.reason, 'breakpoint');
+    assert.strictEqual(stop.threadId, 1003);
+    const c3 = await top(dc, 1003);
+    assert.strictEqual(c3.frames[0].line, 7);
+    const set = await dc.setVariableRequest({
+      variablesReference: c3.scope('Locals').variablesReference, name: 'y', value: 'y + 100',
+    });
+    assert.strictEqual(set.body.value, 'Array([127.], dtype=float32)');
+
+    // breakpoint() in a jit function: its frame with concrete values
+    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1003 }));
+    assert.strictEqual(stop.reason, 'breakpoint');
+    assert.strictEqual(stop.threadId, 1);
+    const j = await top(dc, 1);
+    assert.deepStrictEqual(j.frames.map((f) => [f.name, f.line]), [['h', 15], ['<module>', 17]]);
+    const jl = await variables(dc, j.scope('Locals').variablesReference);
+    assert.strictEqual(value(jl, 'w').value, 'Array([0., 3.], dtype=float32)');
+    seen.push(jl);
+
+    // the uncaught error: post-mortem, where it was raised
+    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1 }));
+    assert.strictEqual(stop.reason, 'exception');
+    assert.match(stop.text, /KeyError: 'b'/);
+    assert.strictEqual(stop.threadId, 1);
+    const pm = await top(dc, 1);
+    assert.deepStrictEqual(pm.frames.map((f) => [f.name, f.line]), [['<module>', 19]]);
+    const globals = await variables(dc, pm.scope('Globals').variablesReference);
+    const tree = await variables(dc, value(globals, 't').variablesReference);
+    assert.deepStrictEqual(tree.map((v) => v.name), ['[0]', '[1]', '[2]']);
+    const dict = await variables(dc, tree[2].variablesReference);
+    assert.deepStrictEqual(dict.map((v) => [v.name, v.type]), [["'a'", 'float32[3]']]);
+    seen.push(tree, dict);
+
+    // terminate: the program ends, with the error's status
+    const ended = dc.waitForEvent('terminated');
+    await dc.terminateRequest();
+    await ended;
+    await dc.disconnectRequest();
+  } finally {
+    dc.stopAdapter();
+  }
+  const out = log.filter((e) => e.event === 'output').map((e) => e.body.output).join('');
+  assert.match(out, /^\(i=3\): x is 13\.0$/m);
+  assert.match(out, /^\[245\. 247\. 249\. 351\. 253\. 255\. 257\. 259\.\]$/m);
+  const exited = log.find((e) => e.event === 'exited');
+  assert.strictEqual(exited.body.exitCode, 1);
+  return JSON.stringify({ log, seen });
+}
+
+(async () => {
+  let first = null;
+  for (let run = 1; run <= runs; run++) {
+    const got = await session();
+    if (first === null) first = got;
+    else assert.strictEqual(got, first, `run ${run} differs from run 1`);
+  }
+  console.log(`PASS tests/dap/session.js: ${runs} runs, the same events and values`);
+})().catch((e) => {
+  console.error(`FAIL tests/dap/session.js: ${e.stack || e}`);
+  process.exit(1);
+});
