@@ -270,7 +270,8 @@ static struct {
 /* The session's state, main thread's unless said. */
 static struct {
   DapLaunch launch;
-  char *program_abs;          /* the program's absolute path */
+  char *program_abs;          /* the program's absolute path (rq.lock: the reader
+                                 thread reads it for function breakpoints) */
   bool uncaught;              /* the "uncaught" exception filter */
   bool configured;            /* configurationDone was received */
   bool stepped;               /* the program resumed with a step */
@@ -403,6 +404,9 @@ static void set_serving(bool on) {
 
 /* The thread of device [rank], or the main thread's for -1. */
 static int tid_of(int rank) { return rank < 0 ? DAP_MAIN_THREAD : DAP_DEVICE_THREAD0 + rank; }
+
+/* The thread a stop is shown on: the focused device's, or the main one. */
+static int stop_thread(const Stop *st) { return st->mesh ? tid_of(dbg_state.focus) : DAP_MAIN_THREAD; }
 
 /* The rank thread [tid] is at stop [st]: -1 for the main thread, -2 when
  * there is no such thread. */
@@ -883,6 +887,13 @@ static int serve_evaluate(Stop *st, json_object *req, Resume *r) {
   if (ctx && strcmp(ctx, "repl") == 0) {
     int go = run_command(st, text, r, &body);
     respond(req, NULL, body);
+    if (go) {   /* no request of the client's said the program goes on */
+      json_object *b = json_object_new_object();
+      json_object_object_add(b, "threadId", json_object_new_int(stop_thread(st)));
+      json_object_object_add(b, "allThreadsContinued", json_object_new_boolean(true));
+      send_event("continued", b);
+      dap.stepped = r->mode != RM_CONTINUE;
+    }
     return go;
   }
   if (!v) return respond(req, "no frame to evaluate in", NULL), 0;
@@ -1076,8 +1087,11 @@ static void serve_set_function_breakpoints(json_object *req) {
   SrcBps *s = src_bps("");
   if (!s) return respond(req, "out of memory", NULL);
   src_bps_clear(s);
-  char why[512];
-  AstModule *m = dap.program_abs ? parse_file(dap.program_abs, why, sizeof why) : NULL;
+  char why[512], program[PATH_MAX] = "";
+  pthread_mutex_lock(&rq.lock);
+  if (dap.program_abs) snprintf(program, sizeof program, "%s", dap.program_abs);
+  pthread_mutex_unlock(&rq.lock);
+  AstModule *m = program[0] ? parse_file(program, why, sizeof why) : NULL;
   json_object *a = json_object_new_array();
   size_t n = want && json_object_is_type(want, json_type_array) ? json_object_array_length(want) : 0;
   for (size_t i = 0; i < n; i++) {
@@ -1085,8 +1099,8 @@ static void serve_set_function_breakpoints(json_object *req) {
     const char *name = get_str(w, "name");
     const Node *at = m && name ? find_function(&m->body, intern_cstr(name)) : NULL;
     char msg[300];
-    snprintf(msg, sizeof msg, "no function '%s' in %s", name ? name : "", dap.launch.program);
-    json_object *o = bp_add_one(s, w, dap.program_abs, at ? at->loc.line : 0, NULL,
+    snprintf(msg, sizeof msg, "no function '%s' in %s", name ? name : "", program);
+    json_object *o = bp_add_one(s, w, program, at ? at->loc.line : 0, NULL,
                                 m ? m->src->nlines : 0, at ? NULL : msg);
     json_object_array_add(a, o);
   }
@@ -1133,8 +1147,6 @@ static const char *stop_reason(const Stop *st, json_object *body) {
   return "breakpoint";
 }
 
-/* The thread a stop is shown on: the focused device's, or the main one. */
-static int stop_thread(const Stop *st) { return st->mesh ? tid_of(dbg_state.focus) : DAP_MAIN_THREAD; }
 
 /* A step of thread [tid]: its innermost frame is the one the command is
  * about, as at the prompt after `dev N`. */
@@ -1273,7 +1285,11 @@ static const char *take_launch(json_object *args) {
       else setenv(key, json_object_get_string(val), 1);
     }
   }
-  if (!(dap.program_abs = realpath(program, NULL))) return "launch: the program is not found";
+  char *abs = realpath(program, NULL);
+  if (!abs) return "launch: the program is not found";
+  pthread_mutex_lock(&rq.lock);
+  dap.program_abs = abs;
+  pthread_mutex_unlock(&rq.lock);
   DapLaunch *l = &dap.launch;
   l->program = shm_strdup(program);
   json_object *a = get_obj(args, "args");

@@ -127,8 +127,11 @@ async function session() {
     assert.strictEqual(value(jl, 'w').value, 'Array([0., 3.], dtype=float32)');
     seen.push(jl);
 
-    // the uncaught error: post-mortem, where it was raised
-    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1 }));
+    // the uncaught error: post-mortem, where it was raised; the program
+    // goes on from a line typed in the debug console (`continued`)
+    const cont = dc.waitForEvent('continued');
+    stop = await resumeTo(dc, dc.evaluateRequest({ expression: 'c', frameId: j.frames[0].id, context: 'repl' }));
+    assert.strictEqual((await cont).body.allThreadsContinued, true);
     assert.strictEqual(stop.reason, 'exception');
     assert.match(stop.text, /KeyError: 'b'/);
     assert.strictEqual(stop.threadId, 1);
