@@ -1111,17 +1111,18 @@ static void serve_set_function_breakpoints(json_object *req) {
 }
 
 /* `setExceptionBreakpoints`: the "uncaught" filter is --pm's post-mortem
- * stop (main thread). */
+ * stop; "raised" stops where any error is raised, caught or not (main
+ * thread, the program stopped or not started). */
 static void serve_set_exception_breakpoints(json_object *req) {
   json_object *f = get_obj(args_of(req), "filters");
-  dap.uncaught = false;
-  for (size_t i = 0; f && json_object_is_type(f, json_type_array) && i < json_object_array_length(f); i++)
-    if (strcmp(json_object_get_string(json_object_array_get_idx(f, i)), "uncaught") == 0)
-      dap.uncaught = true;
-  if (dap.configured) {   /* from now on: the snapshots post-mortem needs */
-    dbg_state.post_mortem = dap.uncaught;
-    dbg_update_engaged();
+  dap.uncaught = dbg_state.raised = false;
+  for (size_t i = 0; f && json_object_is_type(f, json_type_array) && i < json_object_array_length(f); i++) {
+    const char *name = json_object_get_string(json_object_array_get_idx(f, i));
+    if (strcmp(name, "uncaught") == 0) dap.uncaught = true;
+    if (strcmp(name, "raised") == 0) dbg_state.raised = true;
   }
+  if (dap.configured) dbg_state.post_mortem = dap.uncaught;   /* from now on: its snapshots */
+  dbg_update_engaged();
   respond_ok(req);
 }
 
@@ -1131,7 +1132,8 @@ static void serve_set_exception_breakpoints(json_object *req) {
 static const char *stop_reason(const Stop *st, json_object *body) {
   if (st->error) {
     json_object_object_add(body, "text", json_object_new_string(st->error));
-    json_object_object_add(body, "description", json_object_new_string("Uncaught error"));
+    json_object_object_add(body, "description",
+                           json_object_new_string(st->pm ? "Uncaught error" : "Error raised"));
     return "exception";
   }
   if (st->bp > 0) {
@@ -1213,7 +1215,7 @@ static bool serve_stopped(Stop *st, json_object *req, Resume *r) {
  * then serves requests until one resumes the program. */
 static Resume dap_stop(Stop *st) {
   Resume r = {RM_CONTINUE, 0, 0};
-  bool hidden = (st->error && !dap.uncaught) ||
+  bool hidden = (st->pm && !dap.uncaught) ||
                 (dap.restarting && !dap.launch.stop_on_entry);   /* a restart's entry stop */
   dap.restarting = false;
   if (atomic_load(&dap.quit)) return (Resume){RM_QUIT, 0, 0};
@@ -1269,6 +1271,8 @@ static void serve_initialize(json_object *req) {
   json_object *f = json_object_new_array();
   json_object_array_add(f, filter_json("uncaught", "Uncaught Errors",
                                        "stop where an error nothing catches was raised (--pm)"));
+  json_object_array_add(f, filter_json("raised", "Raised Errors",
+                                       "stop where any error is raised, caught or not"));
   json_object_object_add(b, "exceptionBreakpointFilters", f);
   respond(req, NULL, b);
 }

@@ -231,11 +231,13 @@ static _Thread_local bool tls_break_next;   /* breakpoint() was called */
 static _Thread_local Snap tls_snap;         /* --pm, main thread */
 static _Thread_local Resume tls_resume;     /* a device's current command */
 static _Thread_local unsigned tls_cmd_gen;  /* ...taken from this release */
+static _Thread_local const char *tls_raised; /* stopping where this error was raised */
+static _Thread_local bool tls_raise_seen;   /* the pending error's stop was made */
 
 /* Recomputes dbg_state.engaged.  Main thread, or with dbg_state.lock held. */
 void dbg_update_engaged(void) {
   DbgCall *c = atomic_load(&dbg_state.call);
-  bool e = dbg_state.post_mortem || dbg_state.main_resume.mode != RM_CONTINUE ||
+  bool e = dbg_state.post_mortem || dbg_state.raised || dbg_state.main_resume.mode != RM_CONTINUE ||
            atomic_load(&dbg_state.nbp_enabled) > 0 ||
            (c && (atomic_load(&c->stop) || atomic_load(&c->quit) ||
                   c->cmd.mode != RM_CONTINUE));
@@ -592,6 +594,7 @@ __attribute__((noinline, cold)) static int dbg_hook_engaged(Frame *f, const Node
  * with no stack frame to set up (the rest is out of line). */
 static int dbg_hook(Frame *f, const Node *stmt) {
   if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
+  tls_raise_seen = false;   /* a statement runs: no error is on its way out */
   eval_hook_here = tls_current || tls_break_next;
   if (!atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed) &&
       !tls_break_next && !atomic_load_explicit(&dbg_state.engaged, memory_order_acquire))
@@ -678,6 +681,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
   s->depth = depth;
   s->bp = bp;
   s->retval = retval;
+  s->raised = tls_raised;
   c->parked++;
   if (why == PARK_BREAK) {
     /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
@@ -700,6 +704,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
     pthread_cond_wait(&dbg_state.cond, &dbg_state.lock);
   }
   s->retval = NULL;
+  s->raised = NULL;
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
@@ -1518,7 +1523,7 @@ static Resume interact(Stop *st) {
  * [retval] is the value it returns (borrowed), else NULL. */
 static int stop_main(Frame *f, int bp, Value *retval) {
   atomic_store(&dbg_state.entered, true);
-  Stop st = {.bp = bp, .frame = f};
+  Stop st = {.bp = bp, .frame = f, .error = tls_raised};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   if (st.main.n > 0) st.main.v[st.main.n - 1].retval = retval;
@@ -1557,6 +1562,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   for (int r = 0; c->slots[dbg_state.focus].state == DS_DONE && r < c->n; r++)
     if (c->slots[r].state == DS_PARKED) dbg_state.focus = r; /* a returned device shows nothing */
   st->bp = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].bp : 0;
+  st->error = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].raised : NULL;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
   c->jump_from = c->jump_to = NULL;   /* every device has taken it by now */
@@ -1798,6 +1804,32 @@ static int stop_at(Frame *fr) {
   DevCtx *ctx = dev_ctx();
   if (!c || !ctx || ctx->rank >= c->n) return 0;
   return device_park(c, ctx->rank, fr, c->depth0 + frame_depth(fr), PARK_BREAK, 0, "", NULL);
+}
+
+/* eval_raise_hook: with dbg_state.raised, stops where an error is raised,
+ * once: at the statement whose own text holds the error's location (an
+ * error that left a function it called, or a statement of a block it
+ * opens, was raised there), or at the first statement it leaves when it
+ * has no location.  The stop sees no error pending; the error goes on
+ * unchanged unless the stop quits. */
+static int dbg_raise_hook(Frame *f, const Node *stmt) {
+  if (!dbg_state.raised || tls_busy || tls_raise_seen || err_kind() == ERR_QUIT) return 0;
+  Loc at = err_loc();
+  if (at.src && (at.src != stmt->loc.src || at.line < stmt->loc.line ||
+                 at.line > dbg_node_last_line(stmt)))
+    return 0;
+  tls_raise_seen = true;
+  ErrState e;
+  err_save(&e);
+  tls_raised = e.msg;
+  int rc = stop_at(f);
+  tls_raised = NULL;
+  if (rc < 0) {
+    err_state_free(&e);
+    return -1;
+  }
+  err_restore(&e);
+  return 0;
 }
 
 /* The staged callback of breakpoint(): self is (site, names, template,
@@ -2046,6 +2078,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   dbg_update_engaged();
   eval_stmt_hook = dbg_hook;
   eval_return_hook = dbg_return_hook;
+  eval_raise_hook = dbg_raise_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
@@ -2079,6 +2112,7 @@ void dbg_free(void) {
   if (!dbg_state.installed) return;
   eval_stmt_hook = NULL;
   eval_return_hook = NULL;
+  eval_raise_hook = NULL;
   shardmap_set_runner(NULL);
   dbg_state.installed = false;
   helper_stop();

@@ -117,6 +117,8 @@ typedef struct Slot {
                              borrowed (the device holds it while parked) */
   bool failed;            /* (L) returned from the body with an error */
   unsigned job_seen;      /* (L) the job_gen of the last job it ran */
+  const char *raised;     /* (L) parked where it raised this error (its message,
+                             the device's while it is parked); else NULL */
   Snap snap;              /* --pm: written by the device thread only; read
                              by the main thread once the call is over */
 } Slot;
@@ -193,6 +195,9 @@ typedef struct DbgState {
   bool installed;         /* dbg_init ran (main thread, before any device) */
   atomic_bool entered;    /* a prompt has been shown: Ctrl-C now stops, as in pdb */
   bool post_mortem;       /* --pm (read-only after init) */
+  bool raised;            /* stop where an error is raised, caught or not (the
+                             debug adapter's "raised" filter); main thread, while
+                             the program is stopped or before it runs */
   atomic_bool engaged;    /* the hook has work beyond breakpoint() */
   _Atomic(DbgCall *) call;/* the call running through dbg_coll_run */
   Bp *bps;                /* (L) */
@@ -231,7 +236,9 @@ typedef struct Stop {
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
   const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
   const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
-  const char *error;       /* post-mortem on an uncaught error: its message; else NULL */
+  const char *error;       /* post-mortem on an uncaught error, or a stop where an
+                              error was raised (dbg_state.raised): its message;
+                              else NULL */
 } Stop;
 
 /* How value_text words a failure: p's "*** MESSAGE" or display's

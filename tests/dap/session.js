@@ -4,8 +4,8 @@
 // thread (device); the stacks and variables of two devices; evaluation on
 // every device and of a collective; a step; a conditional breakpoint that
 // holds on one device only, a log point and setVariable there; a
-// breakpoint() in a jit function; the uncaught error (post-mortem) and its
-// pytree; terminate.  The session runs RUNS
+// breakpoint() in a jit function; errors where they are raised (caught or
+// not); the uncaught error (post-mortem) and its pytree; terminate.  The session runs RUNS
 // times (default 10): every run must give the same events and values.
 'use strict';
 const assert = require('assert');
@@ -127,16 +127,28 @@ async function session() {
     assert.strictEqual(value(jl, 'w').value, 'Array([0., 3.], dtype=float32)');
     seen.push(jl);
 
-    // the uncaught error: post-mortem, where it was raised; the program
-    // goes on from a line typed in the debug console (`continued`)
+    // the "raised" filter: a stop where an error is raised, caught or not;
+    // the program goes on from a line typed in the debug console
+    // (`continued`)
+    await dc.setExceptionBreakpointsRequest({ filters: ['uncaught', 'raised'] });
     const cont = dc.waitForEvent('continued');
     stop = await resumeTo(dc, dc.evaluateRequest({ expression: 'c', frameId: j.frames[0].id, context: 'repl' }));
     assert.strictEqual((await cont).body.allThreadsContinued, true);
+    assert.deepStrictEqual([stop.reason, stop.description, stop.text],
+                           ['exception', 'Error raised', 'list index out of range']);
+    assert.strictEqual((await top(dc, 1)).frames[0].line, 19);
+    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1 }));
+    assert.deepStrictEqual([stop.reason, stop.description], ['exception', 'Error raised']);
+    assert.strictEqual((await top(dc, 1)).frames[0].line, 23);
+
+    // the uncaught error: post-mortem, where it was raised
+    stop = await resumeTo(dc, dc.continueRequest({ threadId: 1 }));
     assert.strictEqual(stop.reason, 'exception');
+    assert.strictEqual(stop.description, 'Uncaught error');
     assert.match(stop.text, /KeyError: 'b'/);
     assert.strictEqual(stop.threadId, 1);
     const pm = await top(dc, 1);
-    assert.deepStrictEqual(pm.frames.map((f) => [f.name, f.line]), [['<module>', 19]]);
+    assert.deepStrictEqual(pm.frames.map((f) => [f.name, f.line]), [['<module>', 23]]);
     const globals = await variables(dc, pm.scope('Globals').variablesReference);
     const tree = await variables(dc, value(globals, 't').variablesReference);
     assert.deepStrictEqual(tree.map((v) => v.name), ['[0]', '[1]', '[2]']);
