@@ -278,7 +278,11 @@ static struct {
   bool restarting;            /* a restart: its entry stop is not shown unless stopOnEntry */
   bool disconnected;
   atomic_bool pause;          /* a pause is under way (reader thread sets it) */
-  atomic_bool quit;           /* terminate/disconnect while running */
+  atomic_bool quit;           /* the client is gone, or left before the program ran */
+  atomic_bool ending;         /* a terminate, disconnect or restart interrupted the
+                                 running program: its stop serves them unseen */
+  int *fbps;                  /* (rq.lock) the function breakpoints' numbers */
+  int nfbps;
   /* the threads as last announced (rq.lock): their ids and names */
   int nthreads;
   int *tids;
@@ -365,6 +369,30 @@ static bool serve_here(json_object *req) {
   return true;
 }
 
+/* Whether request [req] ends or restarts the program. */
+static bool ends_program(json_object *req) {
+  const char *cmd = get_str(req, "command");
+  return strcmp(cmd, "terminate") == 0 || strcmp(cmd, "disconnect") == 0 ||
+         strcmp(cmd, "restart") == 0;
+}
+
+/* The main thread starts ([on]) or stops serving requests.  Before the
+ * program goes on it says so (before answering the request that resumes
+ * it, so that a pause or terminate sent after the answer finds it
+ * running); a request that ends the program and came in the meantime
+ * interrupts it at once. */
+static void set_serving(bool on) {
+  pthread_mutex_lock(&rq.lock);
+  rq.serving = on;
+  bool ends = false;
+  for (Queued *q = rq.head; !on && q; q = q->next) ends = ends || ends_program(q->req);
+  pthread_mutex_unlock(&rq.lock);
+  if (ends) {
+    atomic_store(&dap.ending, true);
+    interrupt_program();
+  }
+}
+
 static void *reader_main(void *arg) {
   FILE *in = arg;
   json_object *req;
@@ -375,12 +403,14 @@ static void *reader_main(void *arg) {
       continue;
     }
     if (serve_here(req)) continue;
-    bool ends = strcmp(cmd, "terminate") == 0 || strcmp(cmd, "disconnect") == 0 ||
-                strcmp(cmd, "restart") == 0;
+    bool ends = ends_program(req);
     pthread_mutex_lock(&rq.lock);
     bool running = !rq.serving;
     pthread_mutex_unlock(&rq.lock);
-    if (ends && running) interrupt_program();
+    if (ends && running) {
+      atomic_store(&dap.ending, true);
+      interrupt_program();
+    }
     queue_push(req);
   }
   pthread_mutex_lock(&rq.lock);
@@ -392,12 +422,6 @@ static void *reader_main(void *arg) {
   if (running) interrupt_program();
   fclose(in);
   return NULL;
-}
-
-static void set_serving(bool on) {
-  pthread_mutex_lock(&rq.lock);
-  rq.serving = on;
-  pthread_mutex_unlock(&rq.lock);
 }
 
 /* ==== threads and frames ==================================================== */
@@ -422,9 +446,10 @@ static void threads_free(int n, int *tids, char **names) {
   shm_free(names);
 }
 
-static bool has_tid(const int *tids, int n, int tid) {
+/* Whether [x] is one of the [n] ints of [a]. */
+static bool has_int(const int *a, int n, int x) {
   for (int i = 0; i < n; i++)
-    if (tids[i] == tid) return true;
+    if (a[i] == x) return true;
   return false;
 }
 
@@ -457,9 +482,9 @@ static void threads_announce(const Stop *st, bool none) {
   dap.tnames = names;
   pthread_mutex_unlock(&rq.lock);
   for (int i = 0; i < on; i++)
-    if (!has_tid(tids, n, otids[i])) thread_event("exited", otids[i]);
+    if (!has_int(tids, n, otids[i])) thread_event("exited", otids[i]);
   for (int i = 0; i < n; i++)
-    if (!has_tid(otids, on, tids[i])) thread_event("started", tids[i]);
+    if (!has_int(otids, on, tids[i])) thread_event("started", tids[i]);
   threads_free(on, otids, onames);
 }
 
@@ -886,6 +911,7 @@ static int serve_evaluate(Stop *st, json_object *req, Resume *r) {
   json_object *body = NULL;
   if (ctx && strcmp(ctx, "repl") == 0) {
     int go = run_command(st, text, r, &body);
+    if (go) set_serving(false);
     respond(req, NULL, body);
     if (go) {   /* no request of the client's said the program goes on */
       json_object *b = json_object_new_object();
@@ -1105,6 +1131,13 @@ static void serve_set_function_breakpoints(json_object *req) {
     json_object_array_add(a, o);
   }
   ast_free(m);
+  int *numbers = shm_malloc(sizeof(int) * (size_t)(s->n + 1));
+  if (numbers) memcpy(numbers, s->numbers, sizeof(int) * (size_t)s->n);
+  pthread_mutex_lock(&rq.lock);
+  shm_free(dap.fbps);
+  dap.fbps = numbers;
+  dap.nfbps = numbers ? s->n : 0;
+  pthread_mutex_unlock(&rq.lock);
   json_object *b = json_object_new_object();
   json_object_object_add(b, "breakpoints", a);
   respond(req, NULL, b);
@@ -1140,7 +1173,10 @@ static const char *stop_reason(const Stop *st, json_object *body) {
     json_object *ids = json_object_new_array();
     json_object_array_add(ids, json_object_new_int(st->bp));
     json_object_object_add(body, "hitBreakpointIds", ids);
-    return "breakpoint";
+    pthread_mutex_lock(&rq.lock);
+    bool function = has_int(dap.fbps, dap.nfbps, st->bp);
+    pthread_mutex_unlock(&rq.lock);
+    return function ? "function breakpoint" : "breakpoint";
   }
   if (atomic_exchange(&dap.pause, false)) return "pause";
   if (!dap.stepped && dap.launch.stop_on_entry && st->main.n == 1 && !st->mesh) return "entry";
@@ -1161,6 +1197,7 @@ static bool step(Stop *st, json_object *req, RMode mode, Resume *r) {
   if (!v) return respond(req, "the thread has no frame to step in", NULL), false;
   *r = (Resume){mode, mode == RM_STEP ? 0 : v->depth, 0};
   dap.stepped = true;
+  set_serving(false);
   respond_ok(req);
   return true;
 }
@@ -1181,6 +1218,7 @@ static bool quit(Stop *st, json_object *req, Resume *r, bool restart) {
     *r = (Resume){RM_QUIT, 0, 0};
   }
   if (strcmp(get_str(req, "command"), "disconnect") == 0) dap.disconnected = true;
+  set_serving(false);
   respond_ok(req);
   return true;
 }
@@ -1191,6 +1229,7 @@ static bool serve_stopped(Stop *st, json_object *req, Resume *r) {
   if (strcmp(cmd, "continue") == 0) {
     json_object *b = json_object_new_object();
     json_object_object_add(b, "allThreadsContinued", json_object_new_boolean(true));
+    set_serving(false);
     respond(req, NULL, b);
     *r = (Resume){RM_CONTINUE, 0, 0};
     dap.stepped = false;
@@ -1217,11 +1256,15 @@ static Resume dap_stop(Stop *st) {
   Resume r = {RM_CONTINUE, 0, 0};
   bool hidden = (st->pm && !dap.uncaught) ||
                 (dap.restarting && !dap.launch.stop_on_entry);   /* a restart's entry stop */
+  bool ending = atomic_exchange(&dap.ending, false);
   dap.restarting = false;
   if (atomic_load(&dap.quit)) return (Resume){RM_QUIT, 0, 0};
+  if (hidden && !ending) return r;
   set_serving(true);
   pump_sync();
-  if (!hidden) {
+  if (ending) {
+    atomic_store(&dap.pause, false);
+  } else {
     threads_announce(st, false);
     json_object *b = json_object_new_object();
     const char *reason = stop_reason(st, b);
@@ -1229,16 +1272,14 @@ static Resume dap_stop(Stop *st) {
     json_object_object_add(b, "threadId", json_object_new_int(stop_thread(st)));
     json_object_object_add(b, "allThreadsStopped", json_object_new_boolean(true));
     send_event("stopped", b);
-    int focus = dbg_state.focus;
-    json_object *req;
-    bool go = false;
-    while (!go && (req = next_request())) {
-      go = serve_stopped(st, req, &r);
-      json_object_put(req);
-    }
-    if (!go) r = (Resume){RM_QUIT, 0, 0};   /* the client is gone */
-    if (st->mesh && dbg_state.focus != focus && r.mode == RM_CONTINUE) dbg_state.focus = focus;
   }
+  json_object *req;
+  bool go = false;
+  while (!go && (req = next_request())) {
+    go = serve_stopped(st, req, &r);
+    json_object_put(req);
+  }
+  if (!go) r = (Resume){RM_QUIT, 0, 0};   /* the client is gone */
   handles_clear();
   set_serving(false);
   pump_sync();
@@ -1424,6 +1465,7 @@ void dap_close(void) {
   }
   shm_free(sbps.s);
   threads_free(dap.nthreads, dap.tids, dap.tnames);
+  shm_free(dap.fbps);
   for (int i = 0; i < dap.launch.nargs; i++) shm_free(dap.launch.args[i]);
   shm_free(dap.launch.args);
   shm_free((char *)dap.launch.program);

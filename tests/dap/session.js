@@ -5,8 +5,10 @@
 // every device and of a collective; a step; a conditional breakpoint that
 // holds on one device only, a log point and setVariable there; a
 // breakpoint() in a jit function; errors where they are raised (caught or
-// not); the uncaught error (post-mortem) and its pytree; terminate.  The session runs RUNS
-// times (default 10): every run must give the same events and values.
+// not); the uncaught error (post-mortem) and its pytree; terminate.  Then
+// loop.shm: function breakpoints, hit conditions, pause, restart, terminate
+// while the program runs.  Both sessions run RUNS times (default 10):
+// every run must give the same events and values.
 'use strict';
 const assert = require('assert');
 const path = require('path');
@@ -42,18 +44,33 @@ async function resumeTo(dc, request) {
   return stopped.body;
 }
 
-async function session() {
+// Starts the adapter and launches [launchArgs], every event going into
+// [log]; returns the client once the adapter asks for its configuration.
+async function launch(launchArgs, log) {
   const dc = new DebugClient(shmap, '--dap', 'shmap');
-  const log = [];
   for (const e of EVENTS) dc.on(e, (ev) => log.push({ event: e, body: ev.body }));
-  const seen = [];   // values looked at, compared between runs too
   await dc.start();
+  await dc.initializeRequest();
+  const initialized = dc.waitForEvent('initialized');
+  await dc.launchRequest(launchArgs);
+  await initialized;
+  return dc;
+}
+
+// Ends the program (terminate), then the session.
+async function terminate(dc) {
+  const ended = dc.waitForEvent('terminated');
+  await dc.terminateRequest();
+  await ended;
+  await dc.disconnectRequest();
+}
+
+async function session() {
+  const log = [];
+  const seen = [];   // values looked at, compared between runs too
+  const dc = await launch({ program, devices: 8 }, log);
   try {
     // a breakpoint in the body: every device stops there, one stop
-    await dc.initializeRequest();
-    const initialized = dc.waitForEvent('initialized');
-    await dc.launchRequest({ program, devices: 8 });
-    await initialized;
     const bps = await dc.setBreakpointsRequest({ source: { path: program }, breakpoints: [{ line: 6 }] });
     assert.deepStrictEqual(bps.body.breakpoints.map((b) => [b.verified, b.line]), [[true, 6]]);
     await dc.setExceptionBreakpointsRequest({ filters: ['uncaught'] });
@@ -157,10 +174,7 @@ async function session() {
     seen.push(tree, dict);
 
     // terminate: the program ends, with the error's status
-    const ended = dc.waitForEvent('terminated');
-    await dc.terminateRequest();
-    await ended;
-    await dc.disconnectRequest();
+    await terminate(dc);
   } finally {
     dc.stopAdapter();
   }
@@ -172,10 +186,54 @@ async function session() {
   return JSON.stringify({ log, seen });
 }
 
+// The second session, on loop.shm: a function breakpoint with a hit
+// condition, pause, a breakpoint with a hit condition across a restart,
+// terminate while the program runs.
+async function loopSession() {
+  const log = [];
+  const seen = [];
+  const loop = path.join(__dirname, 'loop.shm');
+  const dc = await launch({ program: loop }, log);
+  try {
+    const fb = await dc.setFunctionBreakpointsRequest({ breakpoints: [{ name: 'tick', hitCondition: '== 3' }, { name: 'tock' }] });
+    assert.deepStrictEqual(fb.body.breakpoints.map((b) => [b.verified, b.line]), [[true, 4], [false, undefined]]);
+    let stop = await resumeTo(dc, dc.configurationDoneRequest());
+    assert.strictEqual(stop.reason, 'function breakpoint');
+    const t = await top(dc, 1);
+    assert.deepStrictEqual(t.frames.map((f) => [f.name, f.line]), [['tick', 4], ['<module>', 7]]);
+    const k = await dc.evaluateRequest({ expression: 'k', frameId: t.frames[0].id, context: 'hover' });
+    assert.strictEqual(k.body.result, '2');
+    seen.push(k.body);
+
+    // pause: where it stops is the loop's, not checked
+    await dc.setFunctionBreakpointsRequest({ breakpoints: [] });
+    await dc.continueRequest({ threadId: 1 });
+    stop = await resumeTo(dc, dc.pauseRequest({ threadId: 1 }));
+    assert.strictEqual(stop.reason, 'pause');
+
+    // restart, with a breakpoint stopping at its 100th crossing
+    await dc.setBreakpointsRequest({ source: { path: loop }, breakpoints: [{ line: 7, hitCondition: '== 100' }] });
+    stop = await resumeTo(dc, dc.restartRequest({}));
+    assert.strictEqual(stop.reason, 'breakpoint');
+    const r = await top(dc, 1);
+    const n = await dc.evaluateRequest({ expression: 'n', frameId: r.frames[0].id, context: 'watch' });
+    assert.strictEqual(n.body.result, '99');
+    seen.push(n.body);
+
+    // terminate while it runs
+    await dc.continueRequest({ threadId: 1 });
+    await terminate(dc);
+  } finally {
+    dc.stopAdapter();
+  }
+  assert.ok(log.some((e) => e.event === 'exited'));
+  return JSON.stringify({ log, seen });
+}
+
 (async () => {
   let first = null;
   for (let run = 1; run <= runs; run++) {
-    const got = await session();
+    const got = await session() + await loopSession();
     if (first === null) first = got;
     else assert.strictEqual(got, first, `run ${run} differs from run 1`);
   }
