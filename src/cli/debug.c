@@ -319,8 +319,9 @@ int dbg_hit_matches(const char *hit, int hits) {
   const char *p = hit + strlen(ops[k]);
   char *end;
   long n = strtol(p, &end, 10);
+  bool digits = end != p;
   while (*end == ' ') end++;
-  if (end == p || *end || n < 0 || n > INT_MAX || (k == 5 && n == 0)) return -1;
+  if (!digits || *end || n < 0 || n > INT_MAX || (k == 5 && n == 0)) return -1;
   switch (k) {
   case 0: return hits >= n;
   case 1: return hits <= n;

@@ -122,7 +122,7 @@ async function session() {
     // second call; a log point on every device; then setVariable there
     await dc.setBreakpointsRequest({
       source: { path: program },
-      breakpoints: [{ line: 5, logMessage: 'x is {x[0]}' }, { line: 7, condition: 'y[0] == 27.' }],
+      breakpoints: [{ line: 5, logMessage: 'x is {x[0]}, {{x}}' }, { line: 7, condition: 'y[0] == 27.' }],
     });
     stop = await resumeTo(dc, dc.continueRequest({ threadId: 1003 }));
     assert.strictEqual(stop.reason, 'breakpoint');
@@ -179,7 +179,7 @@ async function session() {
     dc.stopAdapter();
   }
   const out = log.filter((e) => e.event === 'output').map((e) => e.body.output).join('');
-  assert.match(out, /^\(i=3\): x is 13\.0$/m);
+  assert.match(out, /^\(i=3\): x is 13\.0, {x}$/m);
   assert.match(out, /^\[245\. 247\. 249\. 351\. 253\. 255\. 257\. 259\.\]$/m);
   const exited = log.find((e) => e.event === 'exited');
   assert.strictEqual(exited.body.exitCode, 1);
