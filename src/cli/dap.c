@@ -647,7 +647,7 @@ static bool children_of(const Value *v, int64_t *indexed, int *named) {
   *named = 0;
   if (v->type == V_ARRAY && !((const Array *)v)->host && ((const Array *)v)->ndim > 0) {
     *indexed = ((const Array *)v)->shape[0];
-    *named = 2;
+    *named = 3;
   } else if (v->type == V_TUPLE) {
     *indexed = (int64_t)tuple_len(v);
   } else if (v->type == V_LIST) {
@@ -744,10 +744,41 @@ static void device_variables(Stop *st, json_object *a, int rank) {
   json_object_array_add(a, text_variable("state", buf));
 }
 
-/* An array's children: dtype and shape (named), its rows x[i] (indexed,
- * [start, start + count) of them). */
-static void array_variables(json_object *a, Value *v, const char *filter, int start, int count,
-                            int frame) {
+/* How array [v] lies on the devices, in [buf]: its .sharding when it has
+ * one; in device [rank]'s frame, that device's block and the mesh axes
+ * it may vary over (its vma: bit k is the mesh's axis k); else the whole
+ * array. */
+static void sharding_text(const Stop *st, int rank, Value *v, char *buf, size_t cap) {
+  Value *s = ops_getattr(v, "sharding"), *r = s ? val_repr(s) : NULL;
+  val_decref(s);
+  err_clear();
+  if (r) {
+    snprintf(buf, cap, "%s", str_cstr(r));
+    val_decref(r);
+    return;
+  }
+  const Array *x = (const Array *)v;
+  if (rank < 0 || !st->mesh) {
+    snprintf(buf, cap, "the whole array, on no device of a mesh");
+    return;
+  }
+  char c[160];
+  int k = snprintf(buf, cap, "block of %s, ", dbg_coords_of(st, rank, c, sizeof c));
+  if (!x->vma) {
+    snprintf(buf + k, cap - (size_t)k, "the same on every device");
+    return;
+  }
+  k += snprintf(buf + k, cap - (size_t)k, "varying over {");
+  for (int a = 0, n = 0; a < st->mesh->naxes && k < (int)cap - 40; a++)
+    if (x->vma & (1u << a))
+      k += snprintf(buf + k, cap - (size_t)k, "%s'%s'", n++ ? ", " : "", st->mesh->names[a]);
+  snprintf(buf + k, cap - (size_t)k, "}");
+}
+
+/* An array's children: dtype, shape and sharding (named), its rows x[i]
+ * (indexed, [start, start + count) of them). */
+static void array_variables(const Stop *st, json_object *a, Value *v, const char *filter,
+                            int start, int count, int frame) {
   const Array *x = (const Array *)v;
   if (!filter || strcmp(filter, "indexed") != 0) {
     json_object_array_add(a, text_variable("dtype", dt_name(x->dtype)));
@@ -758,6 +789,9 @@ static void array_variables(json_object *a, Value *v, const char *filter, int st
                     x->ndim == 1 ? "," : i + 1 < x->ndim ? ", " : "");
     snprintf(shape + k, sizeof shape - (size_t)k, ")");
     json_object_array_add(a, text_variable("shape", shape));
+    char where[512];
+    sharding_text(st, frame / DAP_FRAME_STRIDE - 2, v, where, sizeof where);
+    json_object_array_add(a, text_variable("sharding", where));
   }
   if (filter && strcmp(filter, "named") == 0) return;
   int64_t end = count > 0 && start + (int64_t)count < x->shape[0] ? start + (int64_t)count : x->shape[0];
@@ -773,9 +807,9 @@ static void array_variables(json_object *a, Value *v, const char *filter, int st
 }
 
 /* A pytree node's children: a tuple's or list's items, a dict's entries. */
-static void value_variables(json_object *a, Value *v, const char *filter, int start, int count,
-                            int frame) {
-  if (v->type == V_ARRAY) return array_variables(a, v, filter, start, count, frame);
+static void value_variables(const Stop *st, json_object *a, Value *v, const char *filter,
+                            int start, int count, int frame) {
+  if (v->type == V_ARRAY) return array_variables(st, a, v, filter, start, count, frame);
   size_t n;
   Value *const *items;
   if (val_seq(v, &n, &items)) {
@@ -806,7 +840,7 @@ static void serve_variables(Stop *st, json_object *req) {
   if (start < 0) start = 0;
   if (h->kind == H_SCOPE) scope_variables(a, h);
   else if (h->kind == H_DEVICE) device_variables(st, a, h->frame / DAP_FRAME_STRIDE - 2);
-  else value_variables(a, h->v, get_str(args, "filter"), start, count, h->frame);
+  else value_variables(st, a, h->v, get_str(args, "filter"), start, count, h->frame);
   json_object *b = json_object_new_object();
   json_object_object_add(b, "variables", a);
   respond(req, NULL, b);

@@ -91,6 +91,7 @@ async function session() {
       assert.strictEqual(yv.type, 'float32[1]');
       const named = await variables(dc, yv.variablesReference, { filter: 'named' });
       assert.strictEqual(value(named, 'shape').value, '(1,)');
+      assert.strictEqual(value(named, 'sharding').value, `block of (i=${tid - 1000}), varying over {'i'}`);
       const rows = await variables(dc, yv.variablesReference, { filter: 'indexed', start: 0, count: 1 });
       assert.strictEqual(rows[0].value, `Array(${y}, dtype=float32)`);
       const device = await variables(dc, t.scope('Device').variablesReference);
@@ -171,6 +172,8 @@ async function session() {
     assert.deepStrictEqual(tree.map((v) => v.name), ['[0]', '[1]', '[2]']);
     const dict = await variables(dc, tree[2].variablesReference);
     assert.deepStrictEqual(dict.map((v) => [v.name, v.type]), [["'a'", 'float32[3]']]);
+    const a = await variables(dc, dict[0].variablesReference, { filter: 'named' });
+    assert.strictEqual(value(a, 'sharding').value, 'the whole array, on no device of a mesh');
     seen.push(tree, dict);
 
     // terminate: the program ends, with the error's status
