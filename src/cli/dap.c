@@ -41,13 +41,14 @@
 #include "array/print.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/parser.h"
 
 #define DAP_MAIN_THREAD 1       /* the main thread's id */
 #define DAP_DEVICE_THREAD0 1000 /* device rank r is thread 1000 + r */
 #define DAP_FRAME_STRIDE 65536  /* frame id: (rank + 2) * stride + level + 1 */
-#define DAP_VALUE_MAX 400       /* a variable's value: its repr, cut to this */
+#define DAP_VALUE_MAX 400       /* a variable's value: its repr, cut to this many characters */
 
 /* ==== the wire ============================================================ */
 
@@ -604,7 +605,7 @@ static void handles_clear(void) {
 static Handle *handle_get(int ref) { return ref >= 1 && ref <= handles.n ? &handles.h[ref - 1] : NULL; }
 
 /* [v]'s repr on one line (line breaks and their indentation become one
- * blank), cut at DAP_VALUE_MAX bytes; a new json string. */
+ * blank), cut to DAP_VALUE_MAX characters; a new json string. */
 static json_object *value_json(Value *v) {
   Value *r = val_repr(v);
   if (!r) {
@@ -615,13 +616,15 @@ static json_object *value_json(Value *v) {
   const char *t = str_cstr(r);
   size_t n = ((Str *)r)->len, len = 0;
   char *one = shm_malloc(n + 4);
-  for (size_t i = 0; one && i < n && len < DAP_VALUE_MAX; i++) {
+  for (size_t i = 0; one && i < n; i++) {
     one[len++] = t[i] == '\n' ? ' ' : t[i];
     while (t[i] == '\n' && i + 1 < n && t[i + 1] == ' ') i++;
   }
-  while (one && len > 0 && ((unsigned char)one[len - 1] & 0xC0) == 0x80) len--;   /* whole characters */
-  if (one && len > 0 && ((unsigned char)one[len - 1] & 0xC0) == 0xC0) len--;
-  if (one && len < n && len >= DAP_VALUE_MAX - 3) memcpy(one + len, "...", 3), len += 3;
+  if (one && utf8_count(one, len) > DAP_VALUE_MAX) {   /* cut between characters */
+    len = utf8_offset(one, len, DAP_VALUE_MAX - 3);
+    memcpy(one + len, "...", 3);
+    len += 3;
+  }
   json_object *o = json_object_new_string_len(one ? one : "", (int)len);
   shm_free(one);
   val_decref(r);

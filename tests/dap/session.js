@@ -172,6 +172,10 @@ async function session() {
     assert.deepStrictEqual(tree.map((v) => v.name), ['[0]', '[1]', '[2]']);
     const dict = await variables(dc, tree[2].variablesReference);
     assert.deepStrictEqual(dict.map((v) => [v.name, v.type]), [["'a'", 'float32[3]']]);
+    // a long value is cut to 400 characters, between characters
+    const long = await dc.evaluateRequest({ expression: "'\u00e9' * 500", frameId: pm.frames[0].id, context: 'watch' });
+    assert.strictEqual([...long.body.result].length, 400);
+    assert.ok(long.body.result.startsWith("'\u00e9\u00e9") && long.body.result.endsWith('\u00e9...'));
     const a = await variables(dc, dict[0].variablesReference, { filter: 'named' });
     assert.strictEqual(value(a, 'sharding').value, 'the whole array, on no device of a mesh');
     seen.push(tree, dict);
