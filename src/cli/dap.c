@@ -22,6 +22,7 @@
  * output written before a stop comes before its `stopped`, every run.
  */
 #include "cli/dap.h"
+#include "cli/config.h"
 #include "cli/debug_impl.h"
 
 #include <errno.h>
@@ -48,6 +49,8 @@
 #define DAP_MAIN_THREAD 1       /* the main thread's id */
 #define DAP_DEVICE_THREAD0 1000 /* device rank r is thread 1000 + r */
 #define DAP_FRAME_STRIDE 65536  /* frame id: (rank + 2) * stride + level + 1 */
+#define DAP_STR_(x) #x
+#define DAP_STR(x) DAP_STR_(x)
 #define DAP_VALUE_MAX 400       /* a variable's value: its repr, cut to this many characters */
 
 /* ==== the wire ============================================================ */
@@ -1283,7 +1286,11 @@ static bool serve_stopped(Stop *st, json_object *req, Resume *r) {
   else if (strcmp(cmd, "setVariable") == 0) serve_set_variable(st, req);
   else if (strcmp(cmd, "evaluate") == 0) return serve_evaluate(st, req, r) != 0;
   else if (strcmp(cmd, "setExceptionBreakpoints") == 0) serve_set_exception_breakpoints(req);
-  else respond(req, "not supported while stopped", NULL);
+  else {
+    char msg[128];
+    snprintf(msg, sizeof msg, "'%.64s' is not supported (initialize lists what is)", cmd);
+    respond(req, msg, NULL);
+  }
   return false;
 }
 
@@ -1359,6 +1366,10 @@ static void serve_initialize(json_object *req) {
 static const char *take_launch(json_object *args) {
   const char *program = get_str(args, "program"), *cwd = get_str(args, "cwd");
   if (!program) return "launch needs 'program', the script to run";
+  json_object *d = get_obj(args, "devices");
+  int devices = get_int(args, "devices", 0);
+  if (d && (!json_object_is_type(d, json_type_int) || devices < 1 || devices > CFG_MAX_DEVICES))
+    return "launch: 'devices' must be an integer from 1 to " DAP_STR(CFG_MAX_DEVICES);
   if (cwd && chdir(cwd) < 0) return "launch: cannot change to 'cwd'";
   json_object *env = get_obj(args, "env");
   if (env && json_object_is_type(env, json_type_object)) {
@@ -1379,7 +1390,7 @@ static const char *take_launch(json_object *args) {
   l->args = shm_calloc((size_t)n + 1, sizeof(char *));
   for (int i = 0; l->args && i < n; i++)
     l->args[l->nargs++] = shm_strdup(json_object_get_string(json_object_array_get_idx(a, (size_t)i)));
-  l->devices = get_int(args, "devices", 0);
+  l->devices = devices;
   l->stop_on_entry = get_bool(args, "stopOnEntry");
   return NULL;
 }
