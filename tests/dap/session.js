@@ -7,8 +7,8 @@
 // breakpoint() in a jit function; errors where they are raised (caught or
 // not); the uncaught error (post-mortem) and its pytree; terminate.  Then
 // loop.shm: function breakpoints, hit conditions, pause, restart, terminate
-// while the program runs.  Both sessions run RUNS times (default 10):
-// every run must give the same events and values.
+// while the program runs; and bad requests, refused.  The sessions run
+// RUNS times (default 10): every run must give the same events and values.
 'use strict';
 const assert = require('assert');
 const path = require('path');
@@ -44,13 +44,19 @@ async function resumeTo(dc, request) {
   return stopped.body;
 }
 
-// Starts the adapter and launches [launchArgs], every event going into
-// [log]; returns the client once the adapter asks for its configuration.
-async function launch(launchArgs, log) {
+// Starts the adapter and initializes it, every event going into [log].
+async function connect(log) {
   const dc = new DebugClient(shmap, '--dap', 'shmap');
   for (const e of EVENTS) dc.on(e, (ev) => log.push({ event: e, body: ev.body }));
   await dc.start();
   await dc.initializeRequest();
+  return dc;
+}
+
+// connect, then launch [launchArgs]; the client once the adapter asks for
+// its configuration.
+async function launch(launchArgs, log) {
+  const dc = await connect(log);
   const initialized = dc.waitForEvent('initialized');
   await dc.launchRequest(launchArgs);
   await initialized;
@@ -237,10 +243,49 @@ async function loopSession() {
   return JSON.stringify({ log, seen });
 }
 
+// The third session: bad requests are refused, saying why, and the
+// session goes on: a launch of a missing program or with bad `devices`;
+// breakpoints with a condition that does not parse, a malformed hit
+// condition, on a line with no statement at or after it; a request the
+// adapter does not support; a frame that does not exist.
+async function errorSession() {
+  const log = [];
+  const loop = path.join(__dirname, 'loop.shm');
+  const dc = await connect(log);
+  try {
+    await assert.rejects(dc.launchRequest({ program: path.join(__dirname, 'missing.shm') }),
+                         /the program is not found/);
+    await assert.rejects(dc.launchRequest({ program: loop, devices: 0 }), /'devices' must be an integer from 1/);
+    const initialized = dc.waitForEvent('initialized');
+    await dc.launchRequest({ program: loop, stopOnEntry: true });
+    await initialized;
+    const bps = await dc.setBreakpointsRequest({
+      source: { path: loop },
+      breakpoints: [{ line: 4, condition: 'k +' }, { line: 4, hitCondition: 'often' }, { line: 99 }, { line: 1 }],
+    });
+    assert.deepStrictEqual(bps.body.breakpoints.map((b) => [b.verified, b.line, b.message]), [
+      [false, undefined, "condition 'k +': invalid syntax"],
+      [false, undefined, "hit condition 'often': expected N, == N, >= N, > N, <= N, < N or % N"],
+      [false, undefined, 'no statement at or after this line'],
+      [true, 3, undefined],   // the comment's line moves to the def's
+    ]);
+    const stop = await resumeTo(dc, dc.configurationDoneRequest());
+    assert.strictEqual(stop.reason, 'entry');
+    await assert.rejects(dc.gotoRequest({ threadId: 1, targetId: 1 }), /'goto' is not supported/);
+    await assert.rejects(dc.scopesRequest({ frameId: 12345 }), /no such frame/);
+    await assert.rejects(dc.evaluateRequest({ expression: 'nothing_here', context: 'watch' }),
+                         /name 'nothing_here' is not defined/);
+    await terminate(dc);
+  } finally {
+    dc.stopAdapter();
+  }
+  return JSON.stringify(log);
+}
+
 (async () => {
   let first = null;
   for (let run = 1; run <= runs; run++) {
-    const got = await session() + await loopSession();
+    const got = await session() + await loopSession() + await errorSession();
     if (first === null) first = got;
     else assert.strictEqual(got, first, `run ${run} differs from run 1`);
   }
