@@ -807,18 +807,18 @@ void dbg_flush_device(DbgCall *c, int rank) {
 }
 
 /* True when no device runs user code: each is parked, done, or waits in a
- * collective; at least one is parked (lock held).  [sig] sums the
- * collective counters of the waiting ones, so a caller can see that
- * nothing moved between two looks. */
+ * collective for a device that has not reached it (one whose collective
+ * is complete runs on, even if its thread has not woken yet); at least
+ * one is parked (lock held).  [sig] sums the collective counters of the
+ * waiting ones, so a caller can see that nothing moved between two looks. */
 static bool quiescent(DbgCall *c, long *sig) {
-  char buf[256];
   *sig = 0;
   /* Reference mode runs one device at a time: a parked device holds the
    * baton, so every other one waits for its turn. */
   if (shm_interp->reference) return c->parked > 0;
   for (int r = 0; r < c->n; r++) {
     if (c->slots[r].state != DS_RUNNING) continue;
-    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    if (!coll_waits_for_peer(c->g, r)) return false;   /* its collective done: it runs on */
     *sig += coll_seq(c->g, r) * (r + 1);
   }
   return c->parked > 0;

@@ -1009,16 +1009,18 @@ static int first_unparked(const DbgCall *c) {
 }
 
 /* Whether job [j] can no longer finish (lock held): every device still
- * running it waits in a collective, and some device is done with it, so
- * will never join (the line failed there only).  [sig] sums the waiting
- * ones' collective counters, for the caller to see that nothing moved. */
+ * running it waits in a collective for a device that has not reached it
+ * (coll_waits_for_peer: one whose collective is complete but whose thread
+ * has not woken yet on a busy machine goes on), and some device is done
+ * with it, so will never join (the line failed there only).  [sig] sums
+ * the waiting ones' collective counters, for the caller to see that
+ * nothing moved. */
 static bool job_stuck(DbgCall *c, const Job *j, long *sig) {
-  char buf[256];
   *sig = 0;
   if (j->pending == c->n) return false;
   for (int r = 0; r < c->n; r++) {
     if (j->out[r]) continue;
-    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    if (!coll_waits_for_peer(c->g, r)) return false;   /* not for a peer: it goes on */
     *sig += coll_seq(c->g, r) * (r + 1);
   }
   return true;

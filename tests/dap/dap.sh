@@ -2,8 +2,8 @@
 # tests/dap/dap.sh SHMAP - the debug adapter (`shmap --dap`, shmap(1) DEBUG
 # ADAPTER) driven by VS Code's own test client, @vscode/debugadapter-
 # testsupport's DebugClient, through tests/dap/session.js: 10 runs of the
-# session (DAP_RUNS to change it) must pass and give the same events and
-# values.  Skipped (status 77) where node or npm is missing.  The client's
+# sessions (3 in a sanitizer build; DAP_RUNS to change it) must pass and
+# give the same events and values.  Skipped (status 77) where node or npm is missing.  The client's
 # packages are those package-lock.json pins, installed with `npm ci` beside
 # this script or, when the build is elsewhere, under the build's
 # tests/dap; node_modules is never committed.
@@ -31,4 +31,6 @@ else
   fi
   modules=$dir/node_modules
 fi
-NODE_PATH=$modules timeout $((120 * scale)) node "$here/session.js" "$shmap" "${DAP_RUNS:-10}"
+# 10 runs; 3 in a sanitizer build, several times slower
+runs=${DAP_RUNS:-$([ "$scale" -eq 1 ] && echo 10 || echo 3)}
+NODE_PATH=$modules timeout $((120 * scale)) node "$here/session.js" "$shmap" "$runs"

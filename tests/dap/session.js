@@ -18,6 +18,8 @@ const shmap = path.resolve(process.argv[2]);
 const runs = Number(process.argv[3] || 10);
 const program = path.join(__dirname, 'program.shm');
 const EVENTS = ['initialized', 'stopped', 'continued', 'thread', 'output', 'exited', 'terminated'];
+// a sanitizer build runs slower: the client's waits grow by its factor (run-tests.sh)
+const scale = Number(process.env.SHMAP_TEST_SCALE || 1);
 
 // The value of variable [name] among [vars].
 function value(vars, name) {
@@ -47,6 +49,7 @@ async function resumeTo(dc, request) {
 // Starts the adapter and initializes it, every event going into [log].
 async function connect(log) {
   const dc = new DebugClient(shmap, '--dap', 'shmap');
+  dc.defaultTimeout = 5000 * scale;
   for (const e of EVENTS) dc.on(e, (ev) => log.push({ event: e, body: ev.body }));
   await dc.start();
   await dc.initializeRequest();
