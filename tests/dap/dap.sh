@@ -3,10 +3,10 @@
 # ADAPTER) driven by VS Code's own test client, @vscode/debugadapter-
 # testsupport's DebugClient, through tests/dap/session.js: 10 runs of the
 # sessions (3 in a sanitizer build; DAP_RUNS to change it) must pass and
-# give the same events and values.  Skipped (status 77) where node or npm is missing.  The client's
-# packages are those package-lock.json pins, installed with `npm ci` beside
-# this script or, when the build is elsewhere, under the build's
-# tests/dap; node_modules is never committed.
+# give the same events and values.  Skipped (status 77) where node or npm
+# is missing.  The client's packages are those package-lock.json pins,
+# installed with `npm ci` beside this script or, when the build is
+# elsewhere, under the build's tests/dap; node_modules is never committed.
 set -u
 shmap=${1:?usage: dap.sh SHMAP}
 scale=${SHMAP_TEST_SCALE:-1}   # time limits grow in sanitizer builds (run-tests.sh)
