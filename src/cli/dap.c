@@ -6,7 +6,7 @@
  * and error as `output` events); the requests (a reader thread, a queue
  * for the main thread); threads and frames; variables; a stop (the
  * requests served while the program is stopped); breakpoints; the
- * sessions's phases (launch, configuration, end).
+ * session's phases (launch, configuration, end).
  *
  * Threads.  The main thread runs the program and serves every request
  * that looks at or changes the program: at a stop (dbg_front, called by
@@ -20,6 +20,14 @@
  * The pump thread turns the program's output into events; before the
  * main thread sends an event it drains the pipe (pump_sync), so the
  * output written before a stop comes before its `stopped`, every run.
+ *
+ * Locks.  wire.lock: one message at a time on the wire, and its sequence
+ * numbers.  pump.lock: the pump's stream and capture; taken before
+ * wire.lock (a line read goes out as an event).  rq.lock: the queue, who
+ * serves requests, the announced threads, the function breakpoints'
+ * numbers and the program's path; nothing else is taken while it is held.
+ * The engine's dbg_state.lock is taken only around the breakpoint table,
+ * with none of these held.
  */
 #include "cli/dap.h"
 #include "cli/config.h"
@@ -939,6 +947,42 @@ static int run_command(Stop *st, const char *line, Resume *r, json_object **body
  * hover) an expression, whose value can be expanded.  `x @ all` and an
  * expression calling a collective in a device's frame run as `p` runs
  * them: on every device. */
+/* The debug console's line: run as typed at the prompt; 1 when it
+ * resumes the program (*r), which `continued` then says, since no request
+ * of the client's did. */
+static int evaluate_console(Stop *st, json_object *req, const char *text, Resume *r) {
+  json_object *body;
+  int go = run_command(st, text, r, &body);
+  if (go) set_serving(false);
+  respond(req, NULL, body);
+  if (!go) return 0;
+  json_object *b = json_object_new_object();
+  json_object_object_add(b, "threadId", json_object_new_int(stop_thread(st)));
+  json_object_object_add(b, "allThreadsContinued", json_object_new_boolean(true));
+  send_event("continued", b);
+  dap.stepped = r->mode != RM_CONTINUE;
+  return 1;
+}
+
+/* An expression `p` runs on every device: `x @ all`, or one calling a
+ * collective; a failure ("*** ...") fails the request. */
+static void evaluate_everywhere(Stop *st, json_object *req, const char *text) {
+  char *line = shm_malloc(strlen(text) + 3);
+  if (!line) return respond(req, "out of memory", NULL);
+  sprintf(line, "p %s", text);
+  Resume ignored;
+  json_object *body;
+  run_command(st, line, &ignored, &body);
+  shm_free(line);
+  const char *res = get_str(body, "result");
+  if (res && strncmp(res, "*** ", 4) == 0) {
+    respond(req, res + 4, NULL);
+    json_object_put(body);
+  } else {
+    respond(req, NULL, body);
+  }
+}
+
 static int serve_evaluate(Stop *st, json_object *req, Resume *r) {
   json_object *args = args_of(req);
   const char *text = get_str(args, "expression"), *ctx = get_str(args, "context");
@@ -948,45 +992,17 @@ static int serve_evaluate(Stop *st, json_object *req, Resume *r) {
   if (!id) id = frame_id(dbg_st_rank_of(st, st->level), st->level);
   const View *v = dbg_st_cur(st);
   int rank = dbg_st_rank_of(st, st->level);
-  json_object *body = NULL;
-  if (ctx && strcmp(ctx, "repl") == 0) {
-    int go = run_command(st, text, r, &body);
-    if (go) set_serving(false);
-    respond(req, NULL, body);
-    if (go) {   /* no request of the client's said the program goes on */
-      json_object *b = json_object_new_object();
-      json_object_object_add(b, "threadId", json_object_new_int(stop_thread(st)));
-      json_object_object_add(b, "allThreadsContinued", json_object_new_boolean(true));
-      send_event("continued", b);
-      dap.stepped = r->mode != RM_CONTINUE;
-    }
-    return go;
-  }
+  if (ctx && strcmp(ctx, "repl") == 0) return evaluate_console(st, req, text, r);
   if (!v) return respond(req, "no frame to evaluate in", NULL), 0;
-  if (at_all(text) || (rank >= 0 && dbg_text_calls_collective(text, v->env))) {
-    char *line = shm_malloc(strlen(text) + 3);
-    if (!line) return respond(req, "out of memory", NULL), 0;
-    sprintf(line, "p %s", text);
-    Resume ignored;
-    run_command(st, line, &ignored, &body);
-    shm_free(line);
-    const char *res = get_str(body, "result");
-    if (res && strncmp(res, "*** ", 4) == 0) {
-      respond(req, res + 4, NULL);
-      json_object_put(body);
-    } else {
-      respond(req, NULL, body);
-    }
-    return 0;
-  }
+  if (at_all(text) || (rank >= 0 && dbg_text_calls_collective(text, v->env)))
+    return evaluate_everywhere(st, req, text), 0;
   Value *x = dbg_eval_in(st, v, rank, text);
   if (!x) {
     respond(req, err_message(), NULL);
     err_clear();
     return 0;
   }
-  body = variable_json("", x, id);
-  json_object *value = NULL;
+  json_object *body = variable_json("", x, id), *value = NULL;
   json_object_object_get_ex(body, "value", &value);
   json_object_object_add(body, "result", json_object_get(value));
   json_object_object_del(body, "value");
