@@ -70,7 +70,7 @@ static struct {
 } wire = {-1, -1, PTHREAD_MUTEX_INITIALIZER, 0};
 
 static void write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
+  while (fd >= 0 && n > 0) {
     ssize_t k = write(fd, p, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return;   /* the client is gone: the reader sees the end */
@@ -1517,21 +1517,29 @@ void dap_close(void) {
     close(null);
   }
   if (pump.started) pthread_join(pump.thread, NULL);
-  close(wire.out);   /* the reader is left to the exit: it may wait for input */
+  /* The reader thread is left to the exit (it may wait for input that
+   * never comes), with what it uses: the breakpoints per source, and
+   * the wire, where a late answer is dropped. */
+  pthread_mutex_lock(&wire.lock);
+  int out = wire.out;
+  wire.out = -1;
+  pthread_mutex_unlock(&wire.lock);
+  close(out);
   handles_clear();
   shm_free(handles.h);
   close(pump.s.fd);
   shm_free(pump.s.line);
   shm_free(pump.cap);
-  for (int i = 0; i < sbps.n; i++) {
-    shm_free(sbps.s[i].path);
-    shm_free(sbps.s[i].numbers);
-  }
-  shm_free(sbps.s);
+  pthread_mutex_lock(&rq.lock);
   threads_free(dap.nthreads, dap.tids, dap.tnames);
+  dap.nthreads = 0;
   shm_free(dap.fbps);
+  dap.fbps = NULL;
+  dap.nfbps = 0;
+  free(dap.program_abs);
+  dap.program_abs = NULL;
+  pthread_mutex_unlock(&rq.lock);
   for (int i = 0; i < dap.launch.nargs; i++) shm_free(dap.launch.args[i]);
   shm_free(dap.launch.args);
   shm_free((char *)dap.launch.program);
-  free(dap.program_abs);
 }
