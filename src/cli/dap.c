@@ -1188,7 +1188,7 @@ static void serve_set_function_breakpoints(json_object *req) {
   }
   ast_free(m);
   int *numbers = shm_malloc(sizeof(int) * (size_t)(s->n + 1));
-  if (numbers) memcpy(numbers, s->numbers, sizeof(int) * (size_t)s->n);
+  if (numbers && s->n) memcpy(numbers, s->numbers, sizeof(int) * (size_t)s->n);
   pthread_mutex_lock(&rq.lock);
   shm_free(dap.fbps);
   dap.fbps = numbers;

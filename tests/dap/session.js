@@ -66,12 +66,18 @@ async function launch(launchArgs, log) {
   return dc;
 }
 
-// Ends the program (terminate), then the session.
+// Ends the program (terminate), then the session; shmap --dap must then
+// exit by itself with the program's status, as the `exited` event said
+// (a sanitizer's report, such as a leak, changes the status: run-tests.sh).
 async function terminate(dc) {
   const ended = dc.waitForEvent('terminated');
+  const exited = dc.waitForEvent('exited');
   await dc.terminateRequest();
   await ended;
+  const adapter = dc._adapterProcess;   // the DebugClient's child; no accessor of its own
+  const status = new Promise((resolve) => adapter.once('exit', (code, signal) => resolve(code ?? signal)));
   await dc.disconnectRequest();
+  assert.strictEqual(await status, (await exited).body.exitCode);
 }
 
 async function session() {
@@ -285,6 +291,15 @@ async function errorSession() {
   return JSON.stringify(log);
 }
 
+// A session whose adapter died leaves nothing for node to wait on: node
+// would end, status 0, in the middle of it.  That is a failure.
+let finished = false;
+process.on('exit', (code) => {
+  if (finished || code !== 0) return;
+  console.error('FAIL tests/dap/session.js: a session stopped half-way (did shmap --dap exit?)');
+  process.exitCode = 1;
+});
+
 (async () => {
   let first = null;
   for (let run = 1; run <= runs; run++) {
@@ -292,6 +307,7 @@ async function errorSession() {
     if (first === null) first = got;
     else assert.strictEqual(got, first, `run ${run} differs from run 1`);
   }
+  finished = true;
   console.log(`PASS tests/dap/session.js: ${runs} runs, the same events and values`);
 })().catch((e) => {
   console.error(`FAIL tests/dap/session.js: ${e.stack || e}`);
