@@ -209,7 +209,7 @@ async function session() {
 }
 
 // The second session, on loop.shm: a function breakpoint with a hit
-// condition, pause, a breakpoint with a hit condition across a restart,
+// condition, stepOut to its return, pause, a breakpoint with a hit condition across a restart,
 // terminate while the program runs.
 async function loopSession() {
   const log = [];
@@ -226,6 +226,14 @@ async function loopSession() {
     const k = await dc.evaluateRequest({ expression: 'k', frameId: t.frames[0].id, context: 'hover' });
     assert.strictEqual(k.body.result, '2');
     seen.push(k.body);
+
+    // stepOut stops as tick returns (pdb's --Return--), its value shown
+    stop = await resumeTo(dc, dc.stepOutRequest({ threadId: 1 }));
+    assert.strictEqual(stop.reason, 'step');
+    const out = await top(dc, 1);
+    assert.deepStrictEqual(out.frames.map((f) => [f.name, f.line]), [['tick', 4], ['<module>', 7]]);
+    const ret = await variables(dc, out.scope('Locals').variablesReference);
+    assert.deepStrictEqual(ret.map((v) => [v.name, v.value]), [['__return__', '3'], ['k', '2']]);
 
     // pause: where it stops is the loop's, not checked
     await dc.setFunctionBreakpointsRequest({ breakpoints: [] });
