@@ -209,8 +209,8 @@ async function session() {
 }
 
 // The second session, on loop.shm: a function breakpoint with a hit
-// condition, stepOut to its return, pause, a breakpoint with a hit condition across a restart,
-// terminate while the program runs.
+// condition, stepOut to its return, pause, a breakpoint with a hit
+// condition across a restart, terminate while the program runs.
 async function loopSession() {
   const log = [];
   const seen = [];
