@@ -210,12 +210,13 @@ async function session() {
 
 // The second session, on loop.shm: a function breakpoint with a hit
 // condition, stepOut to its return, pause, a breakpoint with a hit
-// condition across a restart, terminate while the program runs.
+// condition across a restart, stepIn, the program's arguments, terminate
+// while the program runs.
 async function loopSession() {
   const log = [];
   const seen = [];
   const loop = path.join(__dirname, 'loop.shm');
-  const dc = await launch({ program: loop }, log);
+  const dc = await launch({ program: loop, args: ['-x', 'two words'] }, log);
   try {
     const fb = await dc.setFunctionBreakpointsRequest({ breakpoints: [{ name: 'tick', hitCondition: '== 3' }, { name: 'tock' }] });
     assert.deepStrictEqual(fb.body.breakpoints.map((b) => [b.verified, b.line]), [[true, 4], [false, undefined]]);
@@ -249,6 +250,14 @@ async function loopSession() {
     const n = await dc.evaluateRequest({ expression: 'n', frameId: r.frames[0].id, context: 'watch' });
     assert.strictEqual(n.body.result, '99');
     seen.push(n.body);
+
+    // stepIn goes into tick; the launch's args are its argv[1:]
+    stop = await resumeTo(dc, dc.stepInRequest({ threadId: 1 }));
+    assert.strictEqual(stop.reason, 'step');
+    const inside = await top(dc, 1);
+    assert.deepStrictEqual(inside.frames.map((f) => [f.name, f.line]), [['tick', 4], ['<module>', 7]]);
+    const argv = await dc.evaluateRequest({ expression: 'argv[1:]', frameId: inside.frames[0].id, context: 'watch' });
+    assert.strictEqual(argv.body.result, "['-x', 'two words']");
 
     // terminate while it runs
     await dc.continueRequest({ threadId: 1 });
