@@ -22,7 +22,7 @@ else
   dir=$(cd "$(dirname "$shmap")" && pwd)/tests/dap
   mkdir -p "$dir"
   if [ ! -d "$dir/node_modules/$client" ] || ! cmp -s "$here/package-lock.json" "$dir/package-lock.json"; then
-    cp "$here/package.json" "$here/package-lock.json" "$dir/"
+    [ "$dir" -ef "$here" ] || cp "$here/package.json" "$here/package-lock.json" "$dir/"
     if ! (cd "$dir" && timeout $((300 * scale)) npm ci --no-audit --no-fund >npm.log 2>&1); then
       echo "FAIL tests/dap: npm ci in $dir failed:"
       tail -n 20 "$dir/npm.log"
