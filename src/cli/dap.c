@@ -1076,9 +1076,14 @@ static AstModule *parse_file(const char *path, char *why, size_t cap) {
   return m;
 }
 
-/* Checks a breakpoint's condition (one expression) and hit condition;
- * NULL, or why not in [why]. */
-static bool bp_options_ok(const char *cond, const char *hit, char *why, size_t cap) {
+/* Checks a breakpoint's condition (one expression), hit condition and
+ * log message; true, or false with why not in [why]. */
+static bool bp_options_ok(const char *cond, const char *hit, const char *log, char *why,
+                          size_t cap) {
+  if ((cond && strlen(cond) >= DBG_BP_TEXT_MAX) || (log && strlen(log) >= DBG_BP_TEXT_MAX)) {
+    snprintf(why, cap, "a condition or log message has at most %d bytes", DBG_BP_TEXT_MAX - 1);
+    return false;
+  }
   if (hit && *hit && dbg_hit_matches(hit, 1) < 0) {
     snprintf(why, cap, "hit condition '%s': expected N, == N, >= N, > N, <= N, < N or %% N", hit);
     return false;
@@ -1100,13 +1105,14 @@ static bool bp_options_ok(const char *cond, const char *hit, char *why, size_t c
 static json_object *bp_add_one(SrcBps *s, json_object *want, const char *file, int line,
                                const unsigned char *lines, int nlines, const char *why) {
   json_object *o = json_object_new_object();
-  const char *cond = get_str(want, "condition"), *hit = get_str(want, "hitCondition");
+  const char *cond = get_str(want, "condition"), *hit = get_str(want, "hitCondition"),
+             *log = get_str(want, "logMessage");
   char msg[512] = "";
   while (lines && line >= 1 && line <= nlines && !lines[line - 1]) line++;
   if (why) snprintf(msg, sizeof msg, "%s", why);
   else if (line < 1 || line > nlines) snprintf(msg, sizeof msg, "no statement at or after this line");
-  else bp_options_ok(cond, hit, msg, sizeof msg);
-  int number = msg[0] ? 0 : dbg_bp_insert(file, line, cond, hit, get_str(want, "logMessage"), false);
+  else bp_options_ok(cond, hit, log, msg, sizeof msg);
+  int number = msg[0] ? 0 : dbg_bp_insert(file, line, cond, hit, log, false);
   int *nums = number ? shm_realloc(s->numbers, sizeof(int) * (size_t)(s->n + 1)) : NULL;
   if (nums) {
     s->numbers = nums;

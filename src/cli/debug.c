@@ -302,7 +302,7 @@ int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_
     dbg_state.bps = bps;
     Bp *b = &bps[dbg_state.nbps++];
     *b = (Bp){++dbg_state.next_bp, shm_strdup(file), line, dup_or_null(cond), temporary, true,
-              0, 0, dup_or_null(hit_cond), dup_or_null(log)};
+              0, 0, dup_or_null(hit_cond), dup_or_null(log), 0};
     number = b->number;
     atomic_fetch_add(&dbg_state.nbp_enabled, 1);
   }
@@ -376,7 +376,7 @@ static void log_point(const char *msg, Env *env) {
       p += twice ? 2 : 1;
       continue;
     }
-    char expr[256];
+    char expr[DBG_BP_TEXT_MAX];
     snprintf(expr, sizeof expr, "%.*s", (int)(close - p - 1), p + 1);
     Value *v = eval_expr_text(expr, env), *t = v ? val_str(v) : NULL;
     if (t) eval_write(str_cstr(t), ((Str *)t)->len);
@@ -397,9 +397,9 @@ static void log_point(const char *msg, Env *env) {
 
 typedef struct Candidate {
   int number;
-  char cond[256];
+  char cond[DBG_BP_TEXT_MAX];
   bool has_cond;
-  char log[256];      /* a log point's message */
+  char log[DBG_BP_TEXT_MAX];   /* a log point's message */
   bool has_log;
 } Candidate;
 
@@ -437,7 +437,7 @@ static bool bp_count_hit(int number, int cond, char *note, size_t cap) {
     b->hits++;
     if (cond > 0 && b->ignore > 0) b->ignore--;
     else stops = cond != 0;
-    if (stops && cond > 0 && b->hit_cond) stops = dbg_hit_matches(b->hit_cond, b->hits) != 0;
+    if (stops && cond > 0 && b->hit_cond) stops = dbg_hit_matches(b->hit_cond, ++b->cond_hits) != 0;
     if (stops && b->temporary) {
       snprintf(note, cap, "Deleted breakpoint %d at %s:%d\n", b->number, b->file, b->line);
       dbg_bp_delete(b);

@@ -29,6 +29,7 @@
 #define DBG_LIST_LINES 11        /* pdb's `list` window */
 #define DBG_POLL_NS 10000000L    /* 10 ms: how often a stop re-checks collectives */
 #define DBG_MAX_CANDIDATES 16    /* breakpoints looked at per statement */
+#define DBG_BP_TEXT_MAX 256      /* a breakpoint's condition or log message, its 0 included */
 
 /* One frame as a stop shows it. */
 typedef struct View {
@@ -82,10 +83,12 @@ typedef struct Bp {
   bool enabled;
   int hits;
   int ignore;       /* pdb's ignore count: crossings still to pass over */
-  char *hit_cond;   /* owned; NULL: none.  A hit condition (dbg_hit_matches):
-                       the crossings with a true condition, counted, that stop */
+  char *hit_cond;   /* owned; NULL: none.  A hit condition (dbg_hit_matches) on
+                       cond_hits: which crossings with a true condition stop */
   char *log;        /* owned; NULL: none.  A log point: instead of stopping,
                        writes this message, {expr} replaced by str(expr) */
+  int cond_hits;    /* the crossings with a true condition, which hit_cond counts
+                       (as debugpy's; hits counts them all, as pdb's) */
 } Bp;
 
 /* pdb's `commands`: the command list of a breakpoint.  Kept by number
@@ -264,8 +267,9 @@ void dbg_bp_delete(Bp *b);
 Bp *dbg_bp_find(int number);
 
 /* Adds a breakpoint at [file]:[line] (every string copied; [cond],
- * [hit_cond] and [log] may be NULL or empty for none) and returns its
- * number, or 0 on out of memory.  Takes the lock. */
+ * [hit_cond] and [log] may be NULL or empty for none; [cond] and [log]
+ * shorter than DBG_BP_TEXT_MAX) and returns its number, or 0 on out of
+ * memory.  Takes the lock. */
 int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_cond,
                   const char *log, bool temporary);
 

@@ -242,13 +242,16 @@ async function loopSession() {
     stop = await resumeTo(dc, dc.pauseRequest({ threadId: 1 }));
     assert.strictEqual(stop.reason, 'pause');
 
-    // restart, with a breakpoint stopping at its 100th crossing
-    await dc.setBreakpointsRequest({ source: { path: loop }, breakpoints: [{ line: 7, hitCondition: '== 100' }] });
+    // restart, with a breakpoint stopping at the 50th crossing where its
+    // condition holds (the hit condition counts those only): n is 98
+    await dc.setBreakpointsRequest({
+      source: { path: loop }, breakpoints: [{ line: 7, condition: 'n % 2 == 0', hitCondition: '== 50' }],
+    });
     stop = await resumeTo(dc, dc.restartRequest({}));
     assert.strictEqual(stop.reason, 'breakpoint');
     const r = await top(dc, 1);
     const n = await dc.evaluateRequest({ expression: 'n', frameId: r.frames[0].id, context: 'watch' });
-    assert.strictEqual(n.body.result, '99');
+    assert.strictEqual(n.body.result, '98');
     seen.push(n.body);
 
     // stepIn goes into tick; the launch's args are its argv[1:]
@@ -287,13 +290,15 @@ async function errorSession() {
     await initialized;
     const bps = await dc.setBreakpointsRequest({
       source: { path: loop },
-      breakpoints: [{ line: 4, condition: 'k +' }, { line: 4, hitCondition: 'often' }, { line: 99 }, { line: 1 }],
+      breakpoints: [{ line: 4, condition: 'k +' }, { line: 4, hitCondition: 'often' }, { line: 99 }, { line: 1 },
+                    { line: 4, logMessage: 'x'.repeat(256) }],
     });
     assert.deepStrictEqual(bps.body.breakpoints.map((b) => [b.verified, b.line, b.message]), [
       [false, undefined, "condition 'k +': invalid syntax"],
       [false, undefined, "hit condition 'often': expected N, == N, >= N, > N, <= N, < N or % N"],
       [false, undefined, 'no statement at or after this line'],
       [true, 3, undefined],   // the comment's line moves to the def's
+      [false, undefined, 'a condition or log message has at most 255 bytes'],
     ]);
     const stop = await resumeTo(dc, dc.configurationDoneRequest());
     assert.strictEqual(stop.reason, 'entry');
