@@ -1517,7 +1517,7 @@ void dap_close(void) {
   dbg_front = NULL;
   pump_sync();
   int null = open("/dev/null", O_WRONLY);
-  if (null >= 0) {   /* the pipes' last writers: the pump sees their end */
+  if (null >= 0) {   /* the pipe's last writers: the pump sees its end */
     dup2(null, STDOUT_FILENO);
     dup2(null, STDERR_FILENO);
     close(null);

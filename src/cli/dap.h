@@ -36,9 +36,10 @@ typedef struct DapLaunch {
 } DapLaunch;
 
 /* Takes over standard input and output for the protocol: standard input
- * becomes /dev/null for the program, standard output and error become
- * pipes whose lines go out as `output` events.  Starts the threads that
- * read requests and output.  0, or -1 after saying why on stderr. */
+ * becomes /dev/null for the program, standard output and error become one
+ * pipe whose lines go out as `output` events, in the order written.
+ * Starts the threads that read requests and output.  0, or -1 after
+ * saying why on stderr. */
 int dap_open(void);
 
 /* Serves `initialize` and waits for `launch`, whose arguments fill [*l]
