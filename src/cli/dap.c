@@ -961,6 +961,7 @@ static int evaluate_console(Stop *st, json_object *req, const char *text, Resume
   json_object_object_add(b, "allThreadsContinued", json_object_new_boolean(true));
   send_event("continued", b);
   dap.stepped = r->mode != RM_CONTINUE;
+  dap.restarting = dbg_state.restart;   /* `restart` typed: as the request */
   return 1;
 }
 
