@@ -198,9 +198,6 @@ typedef struct DbgState {
   bool installed;         /* dbg_init ran (main thread, before any device) */
   atomic_bool entered;    /* a prompt has been shown: Ctrl-C now stops, as in pdb */
   bool post_mortem;       /* --pm (read-only after init) */
-  bool raised;            /* stop where an error is raised, caught or not (the
-                             debug adapter's "raised" filter); main thread, while
-                             the program is stopped or before it runs */
   atomic_bool engaged;    /* the hook has work beyond breakpoint() */
   _Atomic(DbgCall *) call;/* the call running through dbg_coll_run */
   Bp *bps;                /* (L) */
@@ -223,6 +220,12 @@ typedef struct DbgState {
   bool restartable;       /* a script or -c code runs: `restart` can re-run it */
   bool restart;           /* `restart` was given: main.c runs the program again */
   char *restart_args;     /* its arguments (owned), or NULL to keep argv */
+  bool raised;            /* stop where an error is raised, caught or not (the
+                             debug adapter's "raised" filter); set while the
+                             program is stopped or before it runs, read by
+                             every thread.  Not beside the atomics above: a
+                             load of two neighbouring bools may be one wide
+                             load, which would overlap them */
 } DbgState;
 extern DbgState dbg_state;
 
