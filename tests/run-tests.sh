@@ -24,7 +24,9 @@
 #      line's scripts tests/cli/*.sh (--trace, --comm-stats, Ctrl-C, races
 #      whose right answers are more than one, out of memory at each
 #      allocation; their programs in tests/cli/progs);
-#   7. the layering of src/: tests/check-layers.sh over the sources'
+#   7. the debug adapter, `shmap --dap`, driven by VS Code's test client
+#      (tests/dap/dap.sh; skipped, with a SKIP line, where node is absent);
+#   8. the layering of src/: tests/check-layers.sh over the sources'
 #      #include lines and the built objects' symbols, and
 #      tests/check-hooks.sh, src/README.md's table of hooks against the
 #      headers' /* hook */ declarations.
@@ -221,6 +223,7 @@ if [ -x "$builddir/shmap" ]; then
   run_selftest
   run_scripts "terminal" tests/tty
   run_scripts "command line" tests/cli
+  run_scripts "debug adapter" tests/dap
 else
   echo "FAIL shmap: not built"
   tally "shmap" 0 1

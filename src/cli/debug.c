@@ -231,11 +231,13 @@ static _Thread_local bool tls_break_next;   /* breakpoint() was called */
 static _Thread_local Snap tls_snap;         /* --pm, main thread */
 static _Thread_local Resume tls_resume;     /* a device's current command */
 static _Thread_local unsigned tls_cmd_gen;  /* ...taken from this release */
+static _Thread_local const char *tls_raised; /* stopping where this error was raised */
+static _Thread_local bool tls_raise_seen;   /* the pending error's stop was made */
 
 /* Recomputes dbg_state.engaged.  Main thread, or with dbg_state.lock held. */
 void dbg_update_engaged(void) {
   DbgCall *c = atomic_load(&dbg_state.call);
-  bool e = dbg_state.post_mortem || dbg_state.main_resume.mode != RM_CONTINUE ||
+  bool e = dbg_state.post_mortem || dbg_state.raised || dbg_state.main_resume.mode != RM_CONTINUE ||
            atomic_load(&dbg_state.nbp_enabled) > 0 ||
            (c && (atomic_load(&c->stop) || atomic_load(&c->quit) ||
                   c->cmd.mode != RM_CONTINUE));
@@ -280,9 +282,57 @@ void dbg_bp_delete(Bp *b) {
   shm_free(b->cond);
   shm_free(b->crossed);
   shm_free(b->verdicts);
+  shm_free(b->hit_cond);
+  shm_free(b->log);
   int i = (int)(b - dbg_state.bps);
   memmove(b, b + 1, sizeof(Bp) * (size_t)(dbg_state.nbps - i - 1));
   dbg_state.nbps--;
+}
+
+/* A copy of [s], or NULL when it is NULL or empty. */
+static char *dup_or_null(const char *s) { return s && *s ? shm_strdup(s) : NULL; }
+
+int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_cond,
+                  const char *log, bool temporary) {
+  int number = 0;
+  pthread_mutex_lock(&dbg_state.lock);
+  Bp *bps = dbg_state.bps;
+  if (dbg_state.nbps == dbg_state.bpcap &&
+      (bps = shm_realloc(bps, sizeof(Bp) * (size_t)(dbg_state.bpcap * 2 + 4))))
+    dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
+  if (bps) {
+    dbg_state.bps = bps;
+    Bp *b = &bps[dbg_state.nbps++];
+    *b = (Bp){.number = ++dbg_state.next_bp, .file = shm_strdup(file), .line = line,
+              .cond = dup_or_null(cond), .temporary = temporary, .enabled = true,
+              .hit_cond = dup_or_null(hit_cond), .log = dup_or_null(log)};
+    number = b->number;
+    atomic_fetch_add(&dbg_state.nbp_enabled, 1);
+  }
+  pthread_mutex_unlock(&dbg_state.lock);
+  if (number) engage();   /* what dbg_update_engaged would say, from any thread */
+  return number;
+}
+
+int dbg_hit_matches(const char *hit, int hits) {
+  static const char *const ops[] = {">=", "<=", "==", ">", "<", "%", ""};
+  while (*hit == ' ') hit++;
+  int k = 0;
+  while (strncmp(hit, ops[k], strlen(ops[k])) != 0) k++;
+  const char *p = hit + strlen(ops[k]);
+  char *end;
+  long n = strtol(p, &end, 10);
+  bool digits = end != p;
+  while (*end == ' ') end++;
+  if (!digits || *end || n < 0 || n > INT_MAX || (k == 5 && n == 0)) return -1;
+  switch (k) {
+  case 0: return hits >= n;
+  case 1: return hits <= n;
+  case 3: return hits > n;
+  case 4: return hits < n;
+  case 5: return hits % n == 0;
+  default: return hits == n;
+  }
 }
 
 /* Evaluates a breakpoint condition in [env] on this thread: 1 true, 0
@@ -308,10 +358,52 @@ static int cond_value(const char *cond, Env *env) {
   return t < 0 ? -1 : t != 0;
 }
 
+/* A log point's message with each {expr} replaced by str(expr) evaluated
+ * in [env] ("{{" and "}}" are braces), written as a line of print output:
+ * on a device, to its buffer, shown with its coordinates.  A failing
+ * expression shows as <error: message>. */
+static void log_point(const char *msg, Env *env) {
+  bool saved = tls_busy;
+  DevCtx *ctx = dev_ctx(), alone;
+  if (ctx) {   /* as cond_value: no group, so no collective can wait here */
+    alone = *ctx;
+    alone.group = NULL;
+    dev_ctx_set(&alone);
+  }
+  tls_busy = true;
+  for (const char *p = msg; *p;) {
+    const char *close = *p == '{' && p[1] != '{' ? strchr(p, '}') : NULL;
+    if (!close) {
+      bool twice = (*p == '{' || *p == '}') && p[1] == *p;
+      eval_write(p, 1);
+      p += twice ? 2 : 1;
+      continue;
+    }
+    char expr[DBG_BP_TEXT_MAX];
+    snprintf(expr, sizeof expr, "%.*s", (int)(close - p - 1), p + 1);
+    Value *v = eval_expr_text(expr, env), *t = v ? val_str(v) : NULL;
+    if (t) eval_write(str_cstr(t), ((Str *)t)->len);
+    else {
+      eval_write("<error: ", 8);
+      eval_write(err_message(), strlen(err_message()));
+      eval_write(">", 1);
+    }
+    err_clear();
+    val_decref(v);
+    val_decref(t);
+    p = close + 1;
+  }
+  eval_write("\n", 1);
+  tls_busy = saved;
+  dev_ctx_set(ctx);
+}
+
 typedef struct Candidate {
   int number;
-  char cond[256];
+  char cond[DBG_BP_TEXT_MAX];
   bool has_cond;
+  char log[DBG_BP_TEXT_MAX];   /* a log point's message */
+  bool has_log;
 } Candidate;
 
 /* The enabled breakpoints at [stmt] (lock taken here). */
@@ -325,6 +417,8 @@ static int bp_candidates(const Node *stmt, Candidate *out) {
     out[n].number = b->number;
     out[n].has_cond = b->cond != NULL;
     snprintf(out[n].cond, sizeof out[n].cond, "%s", b->cond ? b->cond : "");
+    out[n].has_log = b->log != NULL;
+    snprintf(out[n].log, sizeof out[n].log, "%s", b->log ? b->log : "");
     n++;
   }
   pthread_mutex_unlock(&dbg_state.lock);
@@ -390,7 +484,7 @@ static bool bp_count_hit(int number, int rank, int n, int cond, char *note, size
     if (cond > 0 && !(*v & BP_DECIDED)) {
       *v |= BP_DECIDED;
       if (b->ignore > 0) b->ignore--;
-      else *v |= BP_STOPS;
+      else if (!b->hit_cond || dbg_hit_matches(b->hit_cond, ++b->cond_hits)) *v |= BP_STOPS;
     }
     stops = cond < 0 || (cond > 0 && (*v & BP_STOPS));
   }
@@ -413,7 +507,9 @@ static int bp_hit(const Frame *f, const Node *stmt, int rank, int ndev, char *no
   int n = bp_candidates(stmt, cand);
   for (int i = 0; i < n; i++) {
     int cond = cand[i].has_cond ? cond_value(cand[i].cond, f->env) : 1;
-    if (bp_count_hit(cand[i].number, rank, ndev, cond, note, cap)) return cand[i].number;
+    if (!bp_count_hit(cand[i].number, rank, ndev, cond, note, cap)) continue;
+    if (!cand[i].has_log) return cand[i].number;
+    log_point(cand[i].log, f->env);
   }
   return 0;
 }
@@ -526,7 +622,10 @@ static int device_return(Frame *f, Value *rv) {
  * of the function it steps into). */
 static int dbg_call_hook(Frame *f, const Node *def) {
   (void)def;
-  if (tls_busy || dev_on_device_thread() || tls_break_next || dbg_state.main_resume.mode != RM_STEP)
+  /* an editor's stepIn lands on the function's first statement, as
+   * debugpy's does: the --Call-- stop is the terminal's (pdb's) */
+  if (tls_busy || dev_on_device_thread() || tls_break_next || dbg_front ||
+      dbg_state.main_resume.mode != RM_STEP)
     return 0;
   return stop_main_at(f, 0, NULL, true);
 }
@@ -562,6 +661,7 @@ __attribute__((noinline, cold)) static int dbg_hook_engaged(Frame *f, const Node
  * with no stack frame to set up (the rest is out of line). */
 static int dbg_hook(Frame *f, const Node *stmt) {
   if (tls_current) atomic_store_explicit(tls_current, f, memory_order_release);
+  tls_raise_seen = false;   /* a statement runs: no error is on its way out */
   eval_hook_here = tls_current || tls_break_next;
   if (!atomic_load_explicit(&shm_debugger_interrupted, memory_order_relaxed) &&
       !tls_break_next && !atomic_load_explicit(&dbg_state.engaged, memory_order_acquire))
@@ -648,6 +748,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
   s->depth = depth;
   s->bp = bp;
   s->retval = retval;
+  s->raised = tls_raised;
   c->parked++;
   if (why == PARK_BREAK) {
     /* a rendezvous (LANGUAGE.md §7): the other devices are not stopped
@@ -670,6 +771,7 @@ static int device_park(DbgCall *c, int rank, Frame *f, int depth, ParkWhy why, i
     pthread_cond_wait(&dbg_state.cond, &dbg_state.lock);
   }
   s->retval = NULL;
+  s->raised = NULL;
   tls_resume = c->cmd;
   tls_resume.depth = c->cmd_relative ? s->base : c->cmd.depth;
   tls_cmd_gen = atomic_load(&c->cmd_gen);
@@ -771,18 +873,18 @@ void dbg_flush_device(DbgCall *c, int rank) {
 }
 
 /* True when no device runs user code: each is parked, done, or waits in a
- * collective; at least one is parked (lock held).  [sig] sums the
- * collective counters of the waiting ones, so a caller can see that
- * nothing moved between two looks. */
+ * collective for a device that has not reached it (one whose collective
+ * is complete runs on, even if its thread has not woken yet); at least
+ * one is parked (lock held).  [sig] sums the collective counters of the
+ * waiting ones, so a caller can see that nothing moved between two looks. */
 static bool quiescent(DbgCall *c, long *sig) {
-  char buf[256];
   *sig = 0;
   /* Reference mode runs one device at a time: a parked device holds the
    * baton, so every other one waits for its turn. */
   if (shm_interp->reference) return c->parked > 0;
   for (int r = 0; r < c->n; r++) {
     if (c->slots[r].state != DS_RUNNING) continue;
-    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    if (!coll_waits_for_peer(c->g, r)) return false;   /* its collective done: it runs on */
     *sig += coll_seq(c->g, r) * (r + 1);
   }
   return c->parked > 0;
@@ -1537,10 +1639,23 @@ static Resume interact_prompt(Stop *st) {
 
 /* The prompt: Ctrl-C there is readline's (it abandons the line); once a
  * command resumes the program, Ctrl-C stops it again (take_interrupt). */
+Resume (*dbg_front)(Stop *st);
+
+/* A stop served by the other front end (dbg_front), as the prompt is:
+ * nothing stops inside it. */
+static Resume interact_front(Stop *st) {
+  tls_busy = true;
+  Resume r = dbg_front(st);
+  tls_busy = false;
+  tls_break_next = false;
+  fflush(stdout);
+  return r;
+}
+
 static Resume interact(Stop *st) {
   atomic_store(&shm_interrupt_to_debugger, 0);
   atomic_store(&shm_debugger_interrupted, 0);
-  Resume r = interact_prompt(st);
+  Resume r = dbg_front ? interact_front(st) : interact_prompt(st);
   atomic_store(&shm_interrupted, 0);
   atomic_store(&shm_interrupt_to_debugger, r.mode != RM_QUIT);
   return r;
@@ -1556,7 +1671,7 @@ static int stop_main(Frame *f, int bp, Value *retval) {
 /* stop_main, or with [at_call] the stop at [f]'s call event. */
 static int stop_main_at(Frame *f, int bp, Value *retval, bool at_call) {
   atomic_store(&dbg_state.entered, true);
-  Stop st = {.bp = bp, .frame = f, .at_call = at_call};
+  Stop st = {.bp = bp, .frame = f, .at_call = at_call, .error = tls_raised};
   if (stack_from_frames(&st.main, f, 0) < 0) return 0;
   st.level = st.main.n - 1;
   if (st.main.n > 0) st.main.v[st.main.n - 1].retval = retval;
@@ -1595,6 +1710,7 @@ static void collect_devices(DbgCall *c, Stop *st) {
   for (int r = 0; c->slots[dbg_state.focus].state == DS_DONE && r < c->n; r++)
     if (c->slots[r].state == DS_PARKED) dbg_state.focus = r; /* a returned device shows nothing */
   st->bp = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].bp : 0;
+  st->error = c->slots[dbg_state.focus].state == DS_PARKED ? c->slots[dbg_state.focus].raised : NULL;
   fputs(c->notes, stdout);
   c->notes[0] = 0;
   bp_reap_dying();
@@ -1678,9 +1794,12 @@ void dbg_post_mortem(void) {
   if (pm_stop(&st, rank, loc) == 0 && dbg_st_nframes(&st) > 0) {
     fflush(stdout);
     err_print(stderr);
+    char *msg = shm_strdup(err_message());
+    st.error = msg;
     err_clear();
     printf("Uncaught error. Entering post mortem debugging\n");
     interact(&st);
+    shm_free(msg);
     err_set(ERR_QUIT, "quit"); /* printed already: the caller's report is silent */
   }
   st_free(&st);
@@ -1841,6 +1960,31 @@ static int stop_at(Frame *fr) {
 static atomic_int plan_stops;
 
 bool dbg_at_plan_stop(void) { return atomic_load(&plan_stops) > 0; }
+/* eval_raise_hook: with dbg_state.raised, stops where an error is raised,
+ * once: at the statement whose own text holds the error's location (an
+ * error that left a function it called, or a statement of a block it
+ * opens, was raised there), or at the first statement it leaves when it
+ * has no location.  The stop sees no error pending; the error goes on
+ * unchanged unless the stop quits. */
+static int dbg_raise_hook(Frame *f, const Node *stmt) {
+  if (!dbg_state.raised || tls_busy || tls_raise_seen || err_kind() == ERR_QUIT) return 0;
+  Loc at = err_loc();
+  if (at.src && (at.src != stmt->loc.src || at.line < stmt->loc.line ||
+                 at.line > dbg_node_last_line(stmt)))
+    return 0;
+  tls_raise_seen = true;
+  ErrState e;
+  err_save(&e);
+  tls_raised = e.msg;
+  int rc = stop_at(f);
+  tls_raised = NULL;
+  if (rc < 0) {
+    err_state_free(&e);
+    return -1;
+  }
+  err_restore(&e);
+  return 0;
+}
 
 /* The staged callback of breakpoint(): self is (site, names, template,
  * traced); binds each name to its concrete value and stops. */
@@ -2091,6 +2235,7 @@ int dbg_init(Env *builtins, bool debug, bool post_mortem) {
   eval_stmt_hook = dbg_hook;
   eval_return_hook = dbg_return_hook;
   eval_call_hook = dbg_call_hook;
+  eval_raise_hook = dbg_raise_hook;
   shardmap_set_runner(dbg_coll_run);
   return 0;
 }
@@ -2125,6 +2270,7 @@ void dbg_free(void) {
   eval_stmt_hook = NULL;
   eval_return_hook = NULL;
   eval_call_hook = NULL;
+  eval_raise_hook = NULL;
   shardmap_set_runner(NULL);
   dbg_state.installed = false;
   helper_stop();

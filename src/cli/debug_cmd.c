@@ -476,20 +476,8 @@ static bool cond_parses(const char *cond) {
 }
 
 static void bp_add(const char *file, int line, const char *cond, bool temporary) {
-  pthread_mutex_lock(&dbg_state.lock);
-  Bp *bps = dbg_state.nbps == dbg_state.bpcap ? shm_realloc(dbg_state.bps, sizeof(Bp) * (size_t)(dbg_state.bpcap * 2 + 4)) : dbg_state.bps;
-  if (bps) {
-    if (bps != dbg_state.bps) dbg_state.bpcap = dbg_state.bpcap * 2 + 4;
-    dbg_state.bps = bps;
-    Bp *b = &bps[dbg_state.nbps++];
-    *b = (Bp){.number = ++dbg_state.next_bp, .file = shm_strdup(file), .line = line,
-              .cond = cond && *cond ? shm_strdup(cond) : NULL, .temporary = temporary,
-              .enabled = true};
-    atomic_fetch_add(&dbg_state.nbp_enabled, 1);
-    printf("Breakpoint %d at %s:%d\n", b->number, b->file, b->line);
-  }
-  pthread_mutex_unlock(&dbg_state.lock);
-  dbg_update_engaged();
+  int number = dbg_bp_insert(file, line, cond, NULL, NULL, temporary);
+  if (number) printf("Breakpoint %d at %s:%d\n", number, file, line);
 }
 
 static int set_break(Stop *st, const char *arg, bool temporary) {
@@ -1050,9 +1038,7 @@ static bool calls_collective(const Node *n, Env *env) {
   return false;
 }
 
-/* Whether the line [text] calls a collective (names looked up in [env]).
- * A line that does not parse is not one: it fails when it runs. */
-static bool text_calls_collective(const char *text, Env *env) {
+bool dbg_text_calls_collective(const char *text, Env *env) {
   Source *src = src_new("<stdin>", text);
   AstModule *m = src ? parse_source(src) : NULL;
   bool yes = m && list_calls_collective(&m->body, env);
@@ -1071,16 +1057,18 @@ static int first_unparked(const DbgCall *c) {
 }
 
 /* Whether job [j] can no longer finish (lock held): every device still
- * running it waits in a collective, and some device is done with it, so
- * will never join (the line failed there only).  [sig] sums the waiting
- * ones' collective counters, for the caller to see that nothing moved. */
+ * running it waits in a collective for a device that has not reached it
+ * (coll_waits_for_peer: one whose collective is complete but whose thread
+ * has not woken yet on a busy machine goes on), and some device is done
+ * with it, so will never join (the line failed there only).  [sig] sums
+ * the waiting ones' collective counters, for the caller to see that
+ * nothing moved. */
 static bool job_stuck(DbgCall *c, const Job *j, long *sig) {
-  char buf[256];
   *sig = 0;
   if (j->pending == c->n) return false;
   for (int r = 0; r < c->n; r++) {
     if (j->out[r]) continue;
-    if (!coll_waiting_str(c->g, r, buf, sizeof buf)) return false;
+    if (!coll_waits_for_peer(c->g, r)) return false;   /* not for a peer: it goes on */
     *sig += coll_seq(c->g, r) * (r + 1);
   }
   return true;
@@ -1143,7 +1131,7 @@ static void print_job(const Stop *st, const Job *j, bool all) {
 bool dbg_run_everywhere(const Stop *st, const char *text, bool expr, bool pretty, bool all) {
   DbgCall *c = st->call;
   const View *fv = dbg_st_cur(st);
-  if (!c || !fv || st->level < st->main.n || !text_calls_collective(text, fv->env)) return false;
+  if (!c || !fv || st->level < st->main.n || !dbg_text_calls_collective(text, fv->env)) return false;
   char coords[160], state[320];
   if (shm_interp->reference) {
     printf("*** a collective typed at the prompt runs on every device: not in reference mode\n");

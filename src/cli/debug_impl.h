@@ -7,7 +7,8 @@
  * reading lines, stops, post-mortem, the built-ins, set-up.
  * debug_cmd.c: the commands typed at the prompt.
  *
- * Not for use outside src/cli/debug*.c.
+ * Not for use outside src/cli/debug*.c and the debugger's other front end,
+ * src/cli/dap.c.
  */
 #ifndef SHMAP_DEBUG_IMPL_H
 #define SHMAP_DEBUG_IMPL_H
@@ -28,6 +29,7 @@
 #define DBG_LIST_LINES 11        /* pdb's `list` window */
 #define DBG_POLL_NS 10000000L    /* 10 ms: how often a stop re-checks collectives */
 #define DBG_MAX_CANDIDATES 16    /* breakpoints looked at per statement */
+#define DBG_BP_TEXT_MAX 256      /* a breakpoint's condition or log message, its 0 included */
 
 /* One frame as a stop shows it. */
 typedef struct View {
@@ -90,6 +92,12 @@ typedef struct Bp {
   unsigned char *verdicts; /* [nverdicts]: crossing k+1's BP_* flags */
   int nverdicts;
   bool dying;       /* a tbreak that stopped devices: deleted as the stop's prompt opens */
+  char *hit_cond;   /* owned; NULL: none.  A hit condition (dbg_hit_matches) on
+                       cond_hits: which crossings with a true condition stop */
+  char *log;        /* owned; NULL: none.  A log point: instead of stopping,
+                       writes this message, {expr} replaced by str(expr) */
+  int cond_hits;    /* the crossings with a true condition, which hit_cond counts
+                       (as debugpy's; hits counts them all, as pdb's) */
 } Bp;
 
 /* A crossing's flags in Bp.verdicts. */
@@ -124,6 +132,8 @@ typedef struct Slot {
                              borrowed (the device holds it while parked) */
   bool failed;            /* (L) returned from the body with an error */
   unsigned job_seen;      /* (L) the job_gen of the last job it ran */
+  const char *raised;     /* (L) parked where it raised this error (its message,
+                             the device's while it is parked); else NULL */
   Snap snap;              /* --pm: written by the device thread only; read
                              by the main thread once the call is over */
 } Slot;
@@ -222,6 +232,12 @@ typedef struct DbgState {
   bool restartable;       /* a script or -c code runs: `restart` can re-run it */
   bool restart;           /* `restart` was given: main.c runs the program again */
   char *restart_args;     /* its arguments (owned), or NULL to keep argv */
+  bool raised;            /* stop where an error is raised, caught or not (the
+                             debug adapter's "raised" filter); set while the
+                             program is stopped or before it runs, read by
+                             every thread.  Not beside the atomics above: a
+                             load of two neighbouring bools may be one wide
+                             load, which would overlap them */
 } DbgState;
 extern DbgState dbg_state;
 
@@ -240,6 +256,9 @@ typedef struct Stop {
   int bp;                  /* the breakpoint stopped at, whose commands run; 0: none */
   const Frame *frame;      /* a main thread's stop: its bottom frame (for jump) */
   const Node *jump;        /* jump's target, taken as the program resumes; NULL: none */
+  const char *error;       /* post-mortem on an uncaught error, or a stop where an
+                              error was raised (dbg_state.raised): its message;
+                              else NULL */
 } Stop;
 
 /* How value_text words a failure: p's "*** MESSAGE" or display's
@@ -263,6 +282,24 @@ void dbg_bp_delete(Bp *b);
 
 /* Breakpoint [number], or NULL (lock held). */
 Bp *dbg_bp_find(int number);
+
+/* Adds a breakpoint at [file]:[line] (every string copied; [cond],
+ * [hit_cond] and [log] may be NULL or empty for none; [cond] and [log]
+ * shorter than DBG_BP_TEXT_MAX) and returns its number, or 0 on out of
+ * memory.  Takes the lock. */
+int dbg_bp_insert(const char *file, int line, const char *cond, const char *hit_cond,
+                  const char *log, bool temporary);
+
+/* Whether the [hits]-th crossing (counted from 1) passes hit condition
+ * [hit]: "N" or "== N" that crossing only, ">= N", "> N", "<= N", "< N",
+ * "% N" every N-th (the forms of VS Code's hit counts, as debugpy reads
+ * them).  1 yes, 0 no, -1 when [hit] is none of these forms. */
+int dbg_hit_matches(const char *hit, int hits);
+
+/* A front end other than the prompt (the debug adapter, dap.c): when set,
+ * every stop is served by it instead of the prompt; it returns the
+ * command that resumes the program.  Main thread. */
+extern Resume (*dbg_front)(Stop *st);
 
 /* Adds [name] to the completion candidates (env_each callback). */
 void dbg_comp_add(const char *name, Value *v, void *ctx);
@@ -406,5 +443,8 @@ char *dbg_alias_expand(const char *line);
 
 /* Forgets every alias (dbg_free). */
 void dbg_aliases_free(void);
+/* Whether the line [text] calls a collective (names looked up in [env]).
+ * A line that does not parse is not one: it fails when it runs. */
+bool dbg_text_calls_collective(const char *text, Env *env);
 
 #endif

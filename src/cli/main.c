@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/config.h"
+#include "cli/dap.h"
 #include "cli/debug.h"
 #include "base/error.h"
 #include "lang/eval.h"
@@ -50,6 +51,7 @@ typedef enum {
   RUN_SCRIPT,   /* a script file, or "-" for stdin */
   RUN_CODE,     /* -c CODE */
   RUN_TEST,     /* --test FILE... */
+  RUN_DAP,      /* --dap: the script comes from the debug adapter's launch */
   RUN_HELP,
   RUN_VERSION,
 } RunMode;
@@ -65,6 +67,7 @@ typedef struct CmdLine {
   bool debug, post_mortem, dump_plans, verbose;
   const char *trace;    /* --trace FILE: the timeline's file */
   bool comm_stats;      /* --comm-stats */
+  bool dap;             /* run under the debug adapter (dap.h) */
 } CmdLine;
 
 static const char USAGE[] = "usage: shmap [options] [script.shm | -] [args...]\n";
@@ -85,6 +88,8 @@ static const char HELP[] =
     "                       collectives per device (Perfetto, chrome://tracing)\n"
     "      --comm-stats     print bytes and time per collective, mesh axes and\n"
     "                       line at exit, on stderr\n"
+    "      --dap            be a debug adapter (Debug Adapter Protocol) on\n"
+    "                       standard input and output, for an editor\n"
     "      --test FILE...   run test scripts (or directories of them) and\n"
     "                       compare with the output written in them\n"
     "  -h, --help           show this help and exit\n"
@@ -131,6 +136,7 @@ static bool parse_flag(CmdLine *cl, const char *arg) {
   else if (strcmp(arg, "--comm-stats") == 0) cl->comm_stats = true;
   else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) cl->mode = RUN_HELP;
   else if (strcmp(arg, "--version") == 0) cl->mode = RUN_VERSION;
+  else if (strcmp(arg, "--dap") == 0) cl->mode = RUN_DAP;
   else return false;
   return true;
 }
@@ -467,8 +473,8 @@ static int start_processes(const CmdLine *cl) {
   if (local < 0) return report_error(), -1;
   if (!transport_active()) return local;
   const char *why = NULL;
-  if (shm_options.interactive || shm_options.debug || shm_options.post_mortem)
-    why = "the REPL, -i, --debug and --pm need one process: under mpirun only process 0 "
+  if (shm_options.interactive || shm_options.debug || shm_options.post_mortem || cl->dap)
+    why = "the REPL, -i, --debug, --pm and --dap need one process: under mpirun only process 0 "
           "has the terminal";
   else if (cl->mode == RUN_SCRIPT && strcmp(cl->target, "-") == 0)
     why = "a program read from standard input needs one process: under mpirun only "
@@ -572,6 +578,7 @@ static int run_interpreter(const CmdLine *cl) {
   Env *globals = NULL;
   if (interp_init(shm_options.devices) < 0 || finish_module_path() < 0 ||
       register_layers(local) < 0 ||
+      (cl->dap && dap_configure(&shm_options.post_mortem) < 0) ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {
     rc = report_error();
@@ -582,6 +589,7 @@ static int run_interpreter(const CmdLine *cl) {
     if (shm_options.interactive) rc = repl_run(globals, cl->mode == RUN_REPL);
   }
   rc = finish_output(rc);
+  if (cl->dap) dap_end(rc);
   release_globals(globals);
   dbg_free();
   dev_stop();   /* the devices' timelines are complete from here on */
@@ -611,6 +619,30 @@ static bool under_mpirun_test(void) {
   return true;
 }
 
+/* shmap --dap: the adapter takes standard input and output, and its
+ * launch request says what to run, which then runs as a script does. */
+static int run_dap(CmdLine *cl) {
+  if (cl->nrest > 0) {
+    usage_error("--dap takes no script: the client's launch request names it");
+    return EXIT_USAGE;
+  }
+  if (dap_open() < 0) return 1;
+  DapLaunch l;
+  int rc = dap_launch(&l);
+  if (rc == 0) {
+    cl->mode = RUN_SCRIPT;
+    cl->target = l.program;
+    cl->nrest = l.nargs;
+    cl->rest = l.args;
+    if (l.devices > 0) cl->devices = l.devices;
+    cl->debug = l.stop_on_entry;
+    cl->dap = true;
+    rc = run_interpreter(cl);
+  }
+  dap_close();
+  return rc;
+}
+
 static void print_help(void) {
   fputs(USAGE, stdout);
   fputs(HELP, stdout);
@@ -635,6 +667,8 @@ int main(int argc, char **argv) {
     return 0;
   case RUN_TEST:
     return under_mpirun_test() ? 1 : testrun_main(cl.nrest, cl.rest, NULL);
+  case RUN_DAP:
+    return run_dap(&cl);
   default:
     return run_interpreter(&cl);
   }

@@ -37,6 +37,7 @@ atomic_bool eval_hook_all;
 _Thread_local bool eval_hook_here;
 int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);
 int (*eval_call_hook)(Frame *f, const Node *def);
+int (*eval_raise_hook)(Frame *f, const Node *stmt);
 StmtExec eval_exec_mesh, eval_exec_shard_map;
 Value *(*eval_make_jit)(Value *fn);
 
@@ -2140,7 +2141,9 @@ static __attribute__((noinline)) Outcome exec_hooked(const Node *s, Env *env, Va
   Outcome h = run_hook(cur_frame, s);
   if (h != OUT_OK) return h;
   if (check_interrupt(s->loc) < 0) return OUT_ERR;
-  return exec_kind(s, env, ret);
+  Outcome o = exec_kind(s, env, ret);
+  if (o == OUT_ERR && eval_raise_hook) eval_raise_hook(cur_frame, s);
+  return o;
 }
 
 /* Runs [s] by its kind, after exec_stmt's checks.  Out of line, with

@@ -248,6 +248,15 @@ extern int (*eval_return_hook)(Frame *f, const Node *at, Value *ret);  /* hook *
  * the error set (the debugger's quit). */
 extern int (*eval_call_hook)(Frame *f, const Node *def);  /* hook */
 
+/* Hook run when statement [stmt] of frame [f] (this thread's innermost)
+ * has just failed, the error still pending (a debugger's stop on raised
+ * errors, as debugpy's "raised exceptions").  It runs only where the
+ * statement hook does (eval_hook_all, eval_hook_here), and for each
+ * statement the error leaves: the hook tells the one that raised it.  It
+ * returns 0 with the error as it found it, or nonzero with the error
+ * replaced (the debugger's quit).  NULL when no debugger is attached. */
+extern int (*eval_raise_hook)(Frame *f, const Node *stmt);  /* hook */
+
 /* Drops this device thread's private copies of source constants (eval.c
  * explains them); called when a shard_map body ends on the thread. */
 void eval_const_cache_clear(void);

@@ -1029,6 +1029,24 @@ bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap) {
   return in;
 }
 
+bool coll_waits_for_peer(CollGroup *g, int rank) {
+  pthread_mutex_lock(&g->lock);
+  Slot *s = &g->slots[rank];
+  long seq = atomic_load(&s->published);
+  CollDesc buf_d;
+  const CollDesc *d = atomic_load(&s->in_coll) ? desc_at(s, seq, &buf_d) : NULL;
+  /* with axis_index_groups the participants are not the axes' own: any
+   * wait counts, as coll_waiting_str's */
+  bool waits = d && strstr(d->params, "axis_index_groups") && !strstr(d->params, "axis_index_groups=None");
+  int n = d && !waits ? coll_flat_size(&g->mesh, d->axes, d->naxes) : 0;
+  for (int i = 0; i < n && !waits; i++) {
+    int p = coll_rank_at(&g->mesh, d->axes, d->naxes, s->ctx.coords, i);
+    waits = p != rank && atomic_load(&g->slots[p].published) < seq;
+  }
+  pthread_mutex_unlock(&g->lock);
+  return waits;
+}
+
 long coll_seq(CollGroup *g, int rank) {
   pthread_mutex_lock(&g->lock);
   long s = atomic_load(&g->slots[rank].published) + 1;

@@ -302,6 +302,14 @@ void coll_group_abort(CollGroup *g, ErrKind kind, const char *why);
  * (buf = "") when it is not in a collective. */
 bool coll_waiting_str(CollGroup *g, int rank, char *buf, size_t cap);
 
+/* Whether [rank] is inside a collective that some participant has not
+ * reached yet: it cannot go on by itself.  A device whose collective is
+ * complete is inside it until its thread runs again, however long that
+ * takes on a busy machine, but it is not waiting for anyone.  The
+ * debugger's rendezvous (LANGUAGE.md §7) counts only such a device as
+ * stopped.  Any thread. */
+bool coll_waits_for_peer(CollGroup *g, int rank);
+
 /* The parity of [g]'s call number (every process numbers its shard_map
  * calls alike): the tags of the call's messages between processes carry
  * it (transport.h), so a call's leftovers never meet the next call's. */
