@@ -21,6 +21,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/exceptions.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
@@ -935,6 +936,9 @@ static Value *kind_class(Value *x) {
 }
 
 Value *builtins_type_of(Value *x) {
+  Value *user = cls_class_of(x);   /* an instance of a class statement's class */
+  if (user) return val_incref(user);
+  if (cls_is_class(x)) return val_incref(types[TY_TYPE]);
   int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
@@ -961,6 +965,11 @@ static Value *bi_isinstance(const CallArgs *a) {
     int e = exc_isinstance(x, c);
     if (e > 0) return val_bool(true);
     if (e == 0) continue;
+    if ((e = cls_isinstance(x, c)) >= 0) {
+      if (e) return val_bool(true);
+      continue;
+    }
+    if (c == types[TY_TUPLE] && x->type == V_TUPLE) return val_bool(true);   /* a named tuple */
     if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
       return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
@@ -1024,6 +1033,10 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
     *ns_special, *ns_maps, *ns_random, *ns_sharding;
+/* Python's modules whose names lang/classes_lib.c fills (dataclasses,
+ * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
+ * of typing and collections go in beside them with builtins_add_to. */
+static Value *ns_dataclasses, *ns_enum, *ns_typing, *ns_collections;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy") || !strcmp(name, "numpy")) return ns_jnp;
@@ -1037,6 +1050,10 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "dataclasses")) return ns_dataclasses;
+  if (!strcmp(name, "enum")) return ns_enum;
+  if (!strcmp(name, "typing")) return ns_typing;
+  if (!strcmp(name, "collections")) return ns_collections;
   return NULL;
 }
 
@@ -1119,7 +1136,11 @@ int builtins_register(Env *e) {
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
     ns_sharding = new_namespace("jax.sharding");
-    if (!ns_sharding ||
+    ns_dataclasses = new_namespace("dataclasses");
+    ns_enum = new_namespace("enum");
+    ns_typing = new_namespace("typing");
+    ns_collections = new_namespace("collections");
+    if (!ns_sharding || !ns_dataclasses || !ns_enum || !ns_typing || !ns_collections ||
         !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random)
       return -1;

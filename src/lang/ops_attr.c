@@ -12,6 +12,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "base/suggest.h"
 #include "lang/eval.h"
@@ -523,6 +524,9 @@ Value *ops_getattr(Value *obj, const char *name) {
   case V_ARRAY: case V_TRACER:
     return array_getattr(obj, name);
   case V_DICT: return method_of(obj, dict_methods, name);
+  case V_TUPLE:
+    if (tuple_class(obj)) return cls_getattr(obj, name);   /* a named tuple's field */
+    break;
   case V_LIST: return method_of(obj, list_methods, name);
   case V_STR: return method_of(obj, ops_str_methods, name);
   case V_MODULE: {

@@ -16,6 +16,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "lang/eval.h"
 #include "base/intern.h"
@@ -745,6 +746,7 @@ Value *ops_getitem(Value *obj, Value *index) {
     return NULL;
   }
   case V_OPAQUE:
+    if (cls_is_class(obj)) return cls_getitem(obj, index);   /* Color['RED'] */
     return at_getitem(obj, index);
   default:
     return err_set(ERR_TYPE, "'%s' object is not subscriptable", val_type_name(obj));

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/pytree.h"
 #include "spmd/collective.h"
 #include "spmd/device.h"
@@ -55,6 +56,14 @@ static bool is_specs(Value *v) {
 static bool is_spec_tree(Value *v, int depth) {
   if (v->type == V_PSPEC || v == VAL_NONE) return true;
   if (depth > 64) return false;
+  if (cls_is_tree_node(v)) {   /* a registered class's instance holding specs */
+    Value *aux, *kids = cls_tree_children(v, &aux);
+    bool ok = kids && is_spec_tree(kids, depth + 1);
+    if (kids) val_decref(aux);
+    val_decref(kids);
+    if (!kids) err_clear();
+    return ok;
+  }
   if (v->type == V_DICT) {
     Dict *d = (Dict *)v;
     for (size_t i = 0; i < d->len; i++)
@@ -517,12 +526,13 @@ static bool leaf_is_array(Value *v);
 /* Whether device 0's result holds a tuple, list or dict below its top. */
 static bool results_nest(const Call *c) {
   Value *r0 = c->results[0];
-  if (r0->type == V_LIST || r0->type == V_DICT) return true;
+  if (r0->type == V_LIST || r0->type == V_DICT || cls_is_tree_node(r0)) return true;
   size_t n;
   Value *const *items;
   if (r0->type != V_TUPLE || !val_seq(r0, &n, &items)) return false;
   for (size_t i = 0; i < n; i++)
-    if (items[i]->type == V_TUPLE || items[i]->type == V_LIST || items[i]->type == V_DICT)
+    if (items[i]->type == V_TUPLE || items[i]->type == V_LIST || items[i]->type == V_DICT ||
+        cls_is_tree_node(items[i]))
       return true;
   return false;
 }
@@ -614,7 +624,7 @@ static Value *assemble_all(const Call *c) {
 /* ==== the call ==================================================================== */
 
 static bool is_container(const Value *x) {
-  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT || cls_is_tree_node(x);
 }
 
 bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a) {
@@ -774,6 +784,27 @@ static const OpaqueType treecall_type = {"shard_map call", treecall_free, NULL, 
 
 static bool leaf_is_array(Value *v) { return ops_is_array(v); }
 
+/* leaf_specs for a custom node [tree] (a registered class's instance)
+ * and [spec], an instance of its class whose children are specs and
+ * whose auxiliary data is the tree's, as a prefix's must be. */
+static int custom_leaf_specs(Value *tree, Value *spec, Value *specs, Value *split,
+                             const char *what) {
+  Value *ta, *sa = NULL, *tk = cls_tree_children(tree, &ta);
+  Value *sk = tk ? cls_tree_children(spec, &sa) : NULL;
+  Value *eq = sk ? ops_compare(OP_EQ, ta, sa) : NULL;
+  int same = eq ? val_truth(eq) : -1, rc = -1;
+  val_decref(eq);
+  if (same == 0)
+    err_set(ERR_VALUE, "%s must be a pytree prefix of the value: its '%s' has other auxiliary "
+            "data (static fields) than the value's", what, cls_name(cls_class_of(tree)));
+  if (same == 1) rc = leaf_specs(tk, sk, specs, split, what);
+  if (tk) val_decref(ta);
+  if (sk) val_decref(sa);
+  val_decref(tk);
+  val_decref(sk);
+  return rc;
+}
+
 /* Appends to [specs] (and [split] flags) one entry per leaf of [tree]
  * under the prefix [spec]. */
 static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, const char *what) {
@@ -800,6 +831,8 @@ static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, cons
     shm_free(order);
     return rc;
   }
+  if (cls_is_tree_node(spec) && cls_class_of(spec) == cls_class_of(tree))
+    return custom_leaf_specs(tree, spec, specs, split, what);
   size_t n, m;
   Value *const *ts, *const *ss;
   if (tree->type != V_DICT && val_seq(tree, &n, &ts) && val_seq(spec, &m, &ss) && n == m) {
@@ -1683,7 +1716,7 @@ out:
 /* ==== pytrees of operands, and the collectives built from others ============ */
 
 static bool is_pytree_node(Value *x) {
-  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT || cls_is_tree_node(x);
 }
 
 /* A collective [fn] of a pytree: the collective of each leaf, in the
