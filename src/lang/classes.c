@@ -50,7 +50,7 @@ static Value *field_repr(Value *v);
 static Value *field_getattr(Value *v, const char *name);
 
 const OpaqueType cls_class_type = {"type", class_free, class_repr, class_getattr, NULL, NULL, NULL};
-const OpaqueType cls_instance_type = {"object", instance_free, instance_repr, instance_getattr,
+static const OpaqueType instance_type = {"object", instance_free, instance_repr, instance_getattr,
                                       instance_str, NULL, NULL};
 const OpaqueType cls_method_type = {"method", wrap_free, method_repr, NULL, NULL, NULL, NULL};
 const OpaqueType cls_property_type = {"property", wrap_free, NULL, property_getattr, NULL, NULL,
@@ -67,6 +67,10 @@ bool cls_is(const Value *v, const OpaqueType *ot) {
 
 bool cls_is_class(const Value *v) { return cls_is(v, &cls_class_type); }
 
+bool cls_is_instance(const Value *v) {
+  return v->type == V_OPAQUE && ((const Opaque *)v)->ot->free == instance_free;
+}
+
 Value *cls_wrap_new(const OpaqueType *ot, Value *a, Value *b, Value *c) {
   Wrap *w = shm_calloc(1, sizeof *w);
   if (!w) return err_nomem();
@@ -82,7 +86,7 @@ Value *cls_instance_new(Class *c) {
   Instance *o = shm_calloc(1, sizeof *o);
   if (!o) return err_nomem();
   val_init(&o->base.hdr, V_OPAQUE);
-  o->base.ot = &cls_instance_type;
+  o->base.ot = &c->instance_type;
   o->cls = c;
   if (!(o->dict = dict_new())) {
     shm_free(o);
@@ -92,7 +96,7 @@ Value *cls_instance_new(Class *c) {
 }
 
 Value *cls_class_of(Value *x) {
-  if (cls_is(x, &cls_instance_type)) return &((Instance *)x)->cls->base.hdr;
+  if (cls_is_instance(x)) return &((Instance *)x)->cls->base.hdr;
   return tuple_class(x);
 }
 
@@ -197,7 +201,7 @@ static Value *class_getattr(Value *v, const char *name) {
 }
 
 int cls_setattr(Value *obj, const char *name, Value *v) {
-  if (cls_is(obj, &cls_instance_type)) {
+  if (cls_is_instance(obj)) {
     Instance *o = (Instance *)obj;
     Value *attr = cls_find(o->cls, name, NULL);
     if (attr && cls_is(attr, &cls_property_type)) {
@@ -342,6 +346,8 @@ Class *cls_alloc(const char *name, Class *parent, Value *dict) {
   }
   strcpy(c->name, name);
   c->dict = val_incref(dict);
+  c->instance_type = instance_type;
+  c->instance_type.name = c->name;
   if (parent) c->flags = parent->flags & CLS_INHERITED;
   /* immortal: named tuples point at their class without a reference */
   val_make_static(&c->base.hdr);
@@ -418,7 +424,7 @@ static Value *cls_call(Value *f, const CallArgs *a) {
   if (ot == &cls_class_type) return class_call((Class *)f, a);
   if (ot == &cls_method_type) return cls_call_with_self(w->a, w->b, a);
   if (ot == &cls_staticmethod_type) return val_call(w->a, a);
-  if (ot == &cls_instance_type) {
+  if (cls_is_instance(f)) {
     Value *c = cls_find(((Instance *)f)->cls, "__call__", NULL);
     if (c && binds(c)) return cls_call_with_self(c, f, a);
     return err_set(ERR_TYPE, "'%s' object is not callable", ((Instance *)f)->cls->name);
@@ -475,8 +481,8 @@ static Value *named_repr(Value *v) {
  * a dataclass's fields, else identity.  1, 0, -1 with the error set, or
  * CLS_NOT_MINE when neither value is an instance. */
 int cls_equal(Value *a, Value *b) {
-  if (!cls_is(a, &cls_instance_type) && !cls_is(b, &cls_instance_type)) return CLS_NOT_MINE;
-  Value *self = cls_is(a, &cls_instance_type) ? a : b, *other = self == a ? b : a;
+  if (!cls_is_instance(a) && !cls_is_instance(b)) return CLS_NOT_MINE;
+  Value *self = cls_is_instance(a) ? a : b, *other = self == a ? b : a;
   bool found;
   Value *r = cls_call_dunder(self, "__eq__", 1, &other, &found);
   if (found) {
@@ -499,7 +505,7 @@ static bool key_hash(Value *v, uint64_t *h) {
     *h = (uint64_t)(uintptr_t)v >> 4;
     return true;
   }
-  if (!cls_is(v, &cls_instance_type)) return false;
+  if (!cls_is_instance(v)) return false;
   bool found;
   Value *r = cls_call_dunder(v, "__hash__", 0, NULL, &found);
   if (found) {

@@ -39,6 +39,8 @@ typedef struct Class {
   Value *flatten, *unflatten;          /* TREE_FUNCS */
   Value *data_fields, *meta_fields;    /* TREE_FIELDS: tuples of str */
   int id;                  /* its number (cls_id) */
+  OpaqueType instance_type;/* its instances': the class's name is their
+                              type's name (val_type_name), in every message */
 } Class;
 
 typedef struct Instance {
@@ -57,7 +59,7 @@ typedef struct Wrap {
   Value *a, *b, *c, *d;
 } Wrap;
 
-extern const OpaqueType cls_class_type, cls_instance_type, cls_method_type, cls_property_type,
+extern const OpaqueType cls_class_type, cls_method_type, cls_property_type,
     cls_staticmethod_type, cls_classmethod_type, cls_super_type, cls_field_type;
 
 /* The built-in `object` (a class with no base) and object.__init__. */
@@ -69,6 +71,8 @@ extern Value cls_declined;
 #define CLS_DECLINED (&cls_declined)
 
 bool cls_is(const Value *v, const OpaqueType *ot);
+/* Whether [v] is an instance of a class (each class has its own type). */
+bool cls_is_instance(const Value *v);
 Value *cls_wrap_new(const OpaqueType *ot, Value *a, Value *b, Value *c);
 /* A new class [name] with base [parent] and attributes [dict] (borrowed),
  * immortal; NULL with the error set. */

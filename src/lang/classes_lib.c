@@ -299,7 +299,7 @@ static Value *asdict_of(Value *x, int depth) {
   if (depth > 1000) return err_set(ERR_VALUE, "maximum recursion depth exceeded in asdict()");
   if (x->type == V_LIST || x->type == V_TUPLE) return asdict_seq(x, depth);
   bool dict = x->type == V_DICT;
-  const Class *d = cls_is(x, &cls_instance_type) ? dataclass_of(((Instance *)x)->cls) : NULL;
+  const Class *d = cls_is_instance(x) ? dataclass_of(((Instance *)x)->cls) : NULL;
   if (!dict && !d) return val_incref(x);
   Dict *src = dict ? (Dict *)x : (Dict *)((Instance *)x)->dict;
   Value *r = dict_new();
@@ -321,7 +321,7 @@ static Value *asdict_of(Value *x, int depth) {
 static Value *bi_asdict(const CallArgs *a) {
   Value *x;
   if (args_bind("asdict", a, "obj", (Value **[]){&x}) < 0) return NULL;
-  if (!cls_is(x, &cls_instance_type) || !dataclass_arg(x, "asdict")) {
+  if (!cls_is_instance(x) || !dataclass_arg(x, "asdict")) {
     if (!err_occurred()) err_set(ERR_TYPE, "asdict() should be called on dataclass instances");
     return NULL;
   }
@@ -363,7 +363,7 @@ out:
 
 static Value *bi_replace(const CallArgs *a) {
   if (a->nargs != 1) return err_set(ERR_TYPE, "replace() takes the instance, then keywords");
-  const Class *d = cls_is(a->args[0], &cls_instance_type) ? dataclass_arg(a->args[0], "replace")
+  const Class *d = cls_is_instance(a->args[0]) ? dataclass_arg(a->args[0], "replace")
                                                           : NULL;
   if (!d) {
     if (!err_occurred()) err_set(ERR_TYPE, "replace() should be called on dataclass instances");
@@ -494,7 +494,7 @@ Value *cls_getitem(Value *obj, Value *key) {
   Class *c = (Class *)obj;
   if (!c->members) return err_set(ERR_TYPE, "type '%s' is not subscriptable", c->name);
   Value *m = key->type == V_STR ? dict_get(c->dict, key) : NULL;
-  if (m && cls_is(m, &cls_instance_type) && ((Instance *)m)->cls == c) return val_incref(m);
+  if (m && cls_is_instance(m) && ((Instance *)m)->cls == c) return val_incref(m);
   Value *r = val_repr(key);
   if (r) err_set(ERR_INDEX, "KeyError: %s", str_cstr(r));
   val_decref(r);
@@ -540,7 +540,11 @@ static Value *namedtuple_make(Class *c, const CallArgs *a) {
 
 static Value *nt_replace(Value *self, const CallArgs *a) {
   if (a->nargs) return err_set(ERR_TYPE, "_replace() takes keyword arguments only");
-  return replace_fields(self, (Class *)tuple_class(self), a);
+  Class *c = (Class *)tuple_class(self);
+  for (int k = 0; k < a->nkw; k++)
+    if (field_index(c, a->kwnames[k]) < 0)
+      return err_set(ERR_VALUE, "Got unexpected field names: ['%s']", a->kwnames[k]);
+  return replace_fields(self, c, a);
 }
 
 static Value *nt_asdict(Value *self, const CallArgs *a) {
@@ -685,7 +689,7 @@ Value *cls_lib_str(Value *v) {
 }
 
 int cls_lib_equal(Value *a, Value *b) {
-  if (!cls_is(a, &cls_instance_type) || !cls_is(b, &cls_instance_type)) return CLS_NOT_MINE;
+  if (!cls_is_instance(a) || !cls_is_instance(b)) return CLS_NOT_MINE;
   Instance *x = (Instance *)a, *y = (Instance *)b;
   const Class *d = dataclass_of(x->cls);
   if (!d || (d->flags & CLS_NO_EQ)) return CLS_NOT_MINE;
@@ -724,8 +728,7 @@ int cls_lib_hash(Value *v, uint64_t *h) {
 /* ---- pytree registration ------------------------------------------------------ */
 
 bool cls_is_tree_node(const Value *v) {
-  return v->type == V_OPAQUE && ((const Opaque *)v)->ot == &cls_instance_type &&
-         ((const Instance *)v)->cls->tree != TREE_NONE;
+  return cls_is_instance(v) && ((const Instance *)v)->cls->tree != TREE_NONE;
 }
 
 /* The (children, aux) pair a flatten function returned, split: children
