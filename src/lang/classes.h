@@ -76,6 +76,10 @@ int cls_isinstance(Value *x, Value *cls);
  * attribute 'x'" style for other values, as Python's). */
 int cls_setattr(Value *obj, const char *name, Value *v);
 
+/* Whether [v] is an instance of a class statement's class (not a named
+ * tuple, which is a tuple). */
+bool cls_is_instance(const Value *v);
+
 /* Whether [v] is a custom pytree node: an instance of a registered class. */
 bool cls_is_tree_node(const Value *v);
 

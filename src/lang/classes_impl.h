@@ -71,8 +71,6 @@ extern Value cls_declined;
 #define CLS_DECLINED (&cls_declined)
 
 bool cls_is(const Value *v, const OpaqueType *ot);
-/* Whether [v] is an instance of a class (each class has its own type). */
-bool cls_is_instance(const Value *v);
 Value *cls_wrap_new(const OpaqueType *ot, Value *a, Value *b, Value *c);
 /* A new class [name] with base [parent] and attributes [dict] (borrowed),
  * immortal; NULL with the error set. */

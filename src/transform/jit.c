@@ -227,6 +227,14 @@ static void sig_traced(Sig *s, Value *v) {
     sig_leaf(s, v);
     return;
   }
+  if (cls_is_instance(v) && !cls_is_tree_node(v)) {
+    /* as JAX: by identity, a changed attribute would keep the old plan */
+    err_set(ERR_TYPE, "argument '%s' of type '%s' is not a valid JAX type: register its class "
+            "as a pytree (jax.tree_util.register_dataclass, register_pytree_node_class) or "
+            "make the argument static", s->cur ? s->cur : "?", val_type_name(v));
+    s->failed = true;
+    return;
+  }
   if (!is_pytree_node(v)) {
     sig_static(s, v);
     return;
