@@ -16,6 +16,7 @@
 #include "base/suggest.h"
 #include "lang/builtins.h"
 #include "lang/classes_impl.h"
+#include "lang/exceptions.h"
 #include "lang/ops.h"
 
 /* ---- the opaque kinds ------------------------------------------------------ */
@@ -233,27 +234,34 @@ int cls_setattr(Value *obj, const char *name, Value *v) {
 
 /* The error for a base that is not a class statement's class. */
 static int bad_base(Value *b) {
-  if (b->type == V_BOUND && ((BoundMethod *)b)->is_class)   /* ValueError, Exception */
-    return err_set(ERR_TYPE, "a class cannot derive from the built-in exception '%s' in "
-                   "shmap: raise the built-in one with a message", ((BoundMethod *)b)->name), -1;
   Value *r = val_repr(b);
   if (r) err_set(ERR_TYPE, "a class's base must be a class, got %s", str_cstr(r));
   val_decref(r);
   return -1;
 }
 
-/* The one class among [bases] (object aside), into *[parent]. */
-static int pick_parent(int n, Value **bases, Class **parent) {
+/* The one class among [bases] (object aside), into *[parent], or the
+ * built-in exception class into *[exc]. */
+static int pick_parent(int n, Value **bases, Class **parent, int *exc) {
   *parent = NULL;
+  *exc = -1;
   for (int i = 0; i < n; i++) {
     if (bases[i] == cls_object) continue;
-    if (!cls_is_class(bases[i])) return bad_base(bases[i]);
-    if (*parent)
-      return err_set(ERR_TYPE, "multiple inheritance is not supported in shmap (bases '%s' "
-                     "and '%s')", (*parent)->name, ((Class *)bases[i])->name), -1;
-    *parent = (Class *)bases[i];
+    int e = exc_class_index(bases[i]);
+    if (e < 0 && !cls_is_class(bases[i])) return bad_base(bases[i]);
+    if (*parent || *exc >= 0)
+      return err_set(ERR_TYPE, "multiple inheritance is not supported in shmap (a second base, "
+                     "'%s')", e >= 0 ? ((BoundMethod *)bases[i])->name
+                                     : ((Class *)bases[i])->name), -1;
+    if (e >= 0) *exc = e;
+    else *parent = (Class *)bases[i];
   }
   return 0;
+}
+
+int cls_exc_base(Value *v) {
+  if (cls_is_class(v)) return ((Class *)v)->exc;
+  return cls_is_instance(v) ? ((Instance *)v)->cls->exc : -1;
 }
 
 /* The name a statement of a class body binds, or NULL. */
@@ -348,6 +356,7 @@ Class *cls_alloc(const char *name, Class *parent, Value *dict) {
   c->dict = val_incref(dict);
   c->instance_type = instance_type;
   c->instance_type.name = c->name;
+  c->exc = parent ? parent->exc : -1;
   if (parent) c->flags = parent->flags & CLS_INHERITED;
   /* immortal: named tuples point at their class without a reference */
   val_make_static(&c->base.hdr);
@@ -361,9 +370,11 @@ Class *cls_alloc(const char *name, Class *parent, Value *dict) {
 Value *cls_new(const char *name, int nbases, Value **bases, Env *body, Env *cell,
                const NodeList *stmts) {
   Class *parent;
-  if (pick_parent(nbases, bases, &parent) < 0) return NULL;
+  int exc;
+  if (pick_parent(nbases, bases, &parent, &exc) < 0) return NULL;
   Value *dict = body_dict(body, stmts);
   Class *c = dict ? cls_alloc(name, parent, dict) : NULL;
+  if (c && exc >= 0) c->exc = exc;
   val_decref(dict);
   env_clear(body);   /* the methods' closure: they see no class attribute, as in Python */
   if (!c) return NULL;
@@ -388,9 +399,24 @@ Value *cls_call_with_self(Value *fn, Value *self, const CallArgs *a) {
   return r;
 }
 
+/* An exception's args: the constructor's arguments, as BaseException
+ * keeps them (str(e) shows them); also super().__init__(msg). */
+static int set_exc_args(Value *o, const CallArgs *a) {
+  if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", val_type_name(o)), -1;
+  Value *args = tuple_pack((size_t)a->nargs, a->args);
+  int rc = args ? dict_set_str(((Instance *)o)->dict, "args", args) : -1;
+  val_decref(args);
+  return rc;
+}
+
+static Value *exc_base_init(Value *self, const CallArgs *a) {
+  return set_exc_args(self, a) < 0 ? NULL : VAL_NONE;
+}
+
 /* Runs [c]'s __init__ on the new instance [o]: the user's (a method of
  * [c] or a base), or the generated one of a dataclass. */
 static int run_init(Class *c, Value *o, const CallArgs *a) {
+  if (c->exc >= 0 && set_exc_args(o, a) < 0) return -1;
   for (Class *k = c; k; k = k->parent) {
     Value *init = dict_get_str(k->dict, "__init__");
     if (init) {
@@ -403,7 +429,8 @@ static int run_init(Class *c, Value *o, const CallArgs *a) {
     }
     if (cls_lib_has_init(k)) return cls_lib_init(k, o, a);
   }
-  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "%s() takes no arguments", c->name), -1;
+  if (c->exc < 0 && (a->nargs || a->nkw))
+    return err_set(ERR_TYPE, "%s() takes no arguments", c->name), -1;
   return 0;
 }
 
@@ -454,13 +481,29 @@ static Value *str_result(Value *r, const char *name) {
   return r;
 }
 
+/* An exception's str: its one argument's, none's '', else the tuple's. */
+static Value *exc_str(Value *v) {
+  Value *args = dict_get_str(((Instance *)v)->dict, "args");
+  if (!args || args->type != V_TUPLE || tuple_len(args) == 0) return str_from("");
+  return tuple_len(args) == 1 ? val_str(tuple_get(args, 0)) : val_repr(args);
+}
+
 static Value *instance_repr(Value *v) {
   bool found;
   Value *r = cls_call_dunder(v, "__repr__", 0, NULL, &found);
   if (found) return str_result(r, "__repr__");
   Value *lib = cls_lib_repr(v);
   if (lib != CLS_DECLINED) return lib;
-  return str_printf("<%s object>", ((Instance *)v)->cls->name);
+  Instance *o = (Instance *)v;
+  Value *args = o->cls->exc >= 0 ? dict_get_str(o->dict, "args") : NULL;
+  if (args && args->type == V_TUPLE) {   /* MyError('msg'), as BaseException's repr */
+    Value *ar = tuple_len(args) == 1 ? val_repr(tuple_get(args, 0)) : val_repr(args);
+    Value *s = ar ? str_printf(tuple_len(args) == 1 ? "%s(%s)" : "%s%s", o->cls->name, str_cstr(ar))
+                  : NULL;
+    val_decref(ar);
+    return s;
+  }
+  return str_printf("<%s object>", o->cls->name);
 }
 
 static Value *instance_str(Value *v) {
@@ -468,7 +511,8 @@ static Value *instance_str(Value *v) {
   Value *r = cls_call_dunder(v, "__str__", 0, NULL, &found);
   if (found) return str_result(r, "__str__");
   Value *lib = cls_lib_str(v);
-  return lib != CLS_DECLINED ? lib : instance_repr(v);
+  if (lib != CLS_DECLINED) return lib;
+  return ((Instance *)v)->cls->exc >= 0 ? exc_str(v) : instance_repr(v);
 }
 
 static Value *named_repr(Value *v) {
@@ -561,6 +605,8 @@ static Value *super_getattr(Value *v, const char *name) {
   Class *start = ((Class *)s->a)->parent;
   Value *attr = cls_find(start, name, NULL);
   if (attr) return cls_bind(attr, s->b, cls_class_of(s->b) ? cls_class_of(s->b) : s->a);
+  if (!strcmp(name, "__init__") && ((Class *)s->a)->exc >= 0)
+    return bound_new("__init__", exc_base_init, s->b);
   if (!strcmp(name, "__init__")) return val_incref(cls_object_init);
   return err_set(ERR_ATTRIBUTE, "'super' object has no attribute '%s'", name);
 }

@@ -76,6 +76,11 @@ int cls_isinstance(Value *x, Value *cls);
  * attribute 'x'" style for other values, as Python's). */
 int cls_setattr(Value *obj, const char *name, Value *v);
 
+/* For a class derived from a built-in exception class (class
+ * MyError(ValueError)), or an instance of one: that built-in class's
+ * index in exceptions.c (raise and except use it); else -1. */
+int cls_exc_base(Value *v);
+
 /* Whether [v] is an instance of a class statement's class (not a named
  * tuple, which is a tuple). */
 bool cls_is_instance(const Value *v);

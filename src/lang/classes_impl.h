@@ -39,6 +39,8 @@ typedef struct Class {
   Value *flatten, *unflatten;          /* TREE_FUNCS */
   Value *data_fields, *meta_fields;    /* TREE_FIELDS: tuples of str */
   int id;                  /* its number (cls_id) */
+  int exc;                 /* the built-in exception class it derives from
+                              (exceptions.c's index), or -1 */
   OpaqueType instance_type;/* its instances': the class's name is their
                               type's name (val_type_name), in every message */
 } Class;
