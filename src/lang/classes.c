@@ -24,7 +24,7 @@
 static void class_free(Value *v) {
   Class *c = (Class *)v;
   shm_free(c->name);
-  Value *owned[] = {c->dict, c->fields, c->defaults, c->factories, c->metadata, c->members,
+  Value *owned[] = {c->dict, c->fields, c->defaults, c->factories, c->metadata, c->options, c->members,
                     c->flatten, c->unflatten, c->data_fields, c->meta_fields};
   for (size_t i = 0; i < sizeof owned / sizeof *owned; i++) val_decref(owned[i]);
 }

@@ -21,6 +21,9 @@ enum {
   CLS_INHERITED = CLS_NAMEDTUPLE | CLS_ENUM,
 };
 
+/* A dataclass field's options: field(init=False), field(repr=False). */
+enum { FIELD_NO_INIT = 1, FIELD_NO_REPR = 2 };
+
 /* How instances flatten as pytrees (classes.h). */
 enum { TREE_NONE, TREE_FUNCS, TREE_METHODS, TREE_FIELDS };
 
@@ -34,6 +37,7 @@ typedef struct Class {
    * first), their defaults and default factories (dicts by name), the
    * metadata dicts field(metadata=...) gave; NULL when none */
   Value *fields, *defaults, *factories, *metadata;
+  Value *options;          /* Dict: field name -> FIELD_* bits, when not 0 */
   Value *members;          /* enum: the list of members, in order */
   int tree;                /* TREE_*: set by jax.tree_util's registration */
   Value *flatten, *unflatten;          /* TREE_FUNCS */
@@ -59,6 +63,7 @@ typedef struct Instance {
 typedef struct Wrap {
   Opaque base;
   Value *a, *b, *c, *d;
+  int flags;               /* a Field's FIELD_* options */
 } Wrap;
 
 extern const OpaqueType cls_class_type, cls_method_type, cls_property_type,

@@ -52,20 +52,34 @@ static Value *field_default(const Class *c, Value *name) {
   return err_set(ERR_TYPE, "%s() missing required argument '%s'", c->name, str_cstr(name));
 }
 
+/* Field [i]'s FIELD_* options. */
+static int field_options(const Class *c, size_t i) {
+  Value *o = c->options ? dict_get(c->options, tuple_get(c->fields, i)) : NULL;
+  return o ? (int)arr_get_i64(AS_ARRAY(o), 0) : 0;
+}
+
+static bool field_init(const Class *c, size_t i) { return !(field_options(c, i) & FIELD_NO_INIT); }
+
 /* Binds [a] to [c]'s fields, as the generated __init__ (or a named
- * tuple's constructor) does: vals[i] gets a new reference for field i.
+ * tuple's constructor) does: vals[i] gets a new reference for field i;
+ * a field(init=False) takes no argument, its default or nothing (NULL).
  * 0, or -1 with the error set (and vals released). */
 static int bind_fields(const Class *c, const CallArgs *a, Value **vals) {
-  int n = (int)tuple_len(c->fields);
+  int n = (int)tuple_len(c->fields), ninit = 0, next = 0;
   memset(vals, 0, sizeof(Value *) * (size_t)n);
-  if (a->nargs > n) {
-    err_set(ERR_TYPE, "%s() takes %d positional argument%s but %d %s given", c->name, n,
-            n == 1 ? "" : "s", a->nargs, a->nargs == 1 ? "was" : "were");
+  for (int i = 0; i < n; i++) ninit += field_init(c, (size_t)i);
+  if (a->nargs > ninit) {
+    err_set(ERR_TYPE, "%s() takes %d positional argument%s but %d %s given", c->name, ninit,
+            ninit == 1 ? "" : "s", a->nargs, a->nargs == 1 ? "was" : "were");
     return -1;
   }
-  for (int i = 0; i < a->nargs; i++) vals[i] = val_incref(a->args[i]);
+  for (int k = 0; k < a->nargs; k++, next++) {
+    while (!field_init(c, (size_t)next)) next++;
+    vals[next] = val_incref(a->args[k]);
+  }
   for (int k = 0; k < a->nkw; k++) {
     int i = field_index(c, a->kwnames[k]);
+    if (i >= 0 && !field_init(c, (size_t)i)) i = -1;
     if (i < 0 || vals[i]) {
       err_set(ERR_TYPE, i < 0 ? "%s() got an unexpected keyword argument '%s'"
                               : "%s() got multiple values for argument '%s'",
@@ -74,8 +88,12 @@ static int bind_fields(const Class *c, const CallArgs *a, Value **vals) {
     }
     vals[i] = val_incref(a->kwvals[k]);
   }
-  for (int i = 0; i < n; i++)
-    if (!vals[i] && !(vals[i] = field_default(c, tuple_get(c->fields, i)))) goto fail;
+  for (int i = 0; i < n; i++) {
+    Value *name = tuple_get(c->fields, i);
+    bool has = (c->defaults && dict_get(c->defaults, name)) || (c->factories && dict_get(c->factories, name));
+    if (!vals[i] && (has || field_init(c, (size_t)i)) && !(vals[i] = field_default(c, name)))
+      goto fail;
+  }
   return 0;
 fail:
   for (int i = 0; i < n; i++) val_decref(vals[i]);
@@ -94,7 +112,7 @@ int cls_lib_init(Class *c, Value *self, const CallArgs *a) {
   if (!vals) return err_nomem(), -1;
   int rc = bind_fields(c, a, vals);
   for (int i = 0; i < n && rc == 0; i++)
-    rc = dict_set(((Instance *)self)->dict, tuple_get(c->fields, i), vals[i]);
+    if (vals[i]) rc = dict_set(((Instance *)self)->dict, tuple_get(c->fields, i), vals[i]);
   for (int i = 0; rc == 0 && i < n; i++) val_decref(vals[i]);
   shm_free(vals);
   bool found;
@@ -104,14 +122,17 @@ int cls_lib_init(Class *c, Value *self, const CallArgs *a) {
 }
 
 /* Adds field [name] (a str) of default [dflt] or factory [fac] (either
- * NULL) and [meta] to the dataclass [c]'s tables. */
-static int add_field(Class *c, Value *name, Value *dflt, Value *fac, Value *meta) {
-  if (!c->defaults && !(c->defaults = dict_new())) return -1;
-  if (!c->factories && !(c->factories = dict_new())) return -1;
-  if (!c->metadata && !(c->metadata = dict_new())) return -1;
-  dict_del(c->defaults, name);
-  dict_del(c->factories, name);
-  dict_del(c->metadata, name);
+ * NULL), [meta] and FIELD_* [opts] to the dataclass [c]'s tables. */
+static int add_field(Class *c, Value *name, Value *dflt, Value *fac, Value *meta, int opts) {
+  Value **tables[] = {&c->defaults, &c->factories, &c->metadata, &c->options};
+  for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+    if (!*tables[i] && !(*tables[i] = dict_new())) return -1;
+    dict_del(*tables[i], name);
+  }
+  Value *o = opts ? val_int(opts) : NULL;
+  int rc = opts && (!o || dict_set(c->options, name, o) < 0) ? -1 : 0;
+  val_decref(o);
+  if (rc < 0) return -1;
   if (dflt && dict_set(c->defaults, name, dflt) < 0) return -1;
   if (fac && dict_set(c->factories, name, fac) < 0) return -1;
   if (meta && dict_set(c->metadata, name, meta) < 0) return -1;
@@ -132,7 +153,7 @@ static int inherit_fields(Class *c, const Class *from) {
     Value *n = tuple_get(from->fields, i);
     if (add_field(c, n, from->defaults ? dict_get(from->defaults, n) : NULL,
                   from->factories ? dict_get(from->factories, n) : NULL,
-                  from->metadata ? dict_get(from->metadata, n) : NULL) < 0)
+                  from->metadata ? dict_get(from->metadata, n) : NULL, field_options(from, i)) < 0)
       return -1;
   }
   return 0;
@@ -142,18 +163,20 @@ static int inherit_fields(Class *c, const Class *from) {
  * is its default, or a dataclasses.field() that says more. */
 static int own_field(Class *c, Value *name) {
   Value *v = dict_get(c->dict, name), *dflt = v, *fac = NULL, *meta = NULL;
+  int opts = 0;
   if (v && cls_is(v, &cls_field_type)) {
     Wrap *f = (Wrap *)v;
     dflt = f->a;
     fac = f->b;
     meta = f->d;
+    opts = f->flags;
     val_decref(f->c);
     f->c = val_incref(name);
   }
   if (dflt && (dflt->type == V_LIST || dflt->type == V_DICT))
     return err_set(ERR_VALUE, "mutable default %s for field %s is not allowed: use "
                    "default_factory", val_type_name(dflt), str_cstr(name)), -1;
-  int rc = add_field(c, name, dflt, fac, meta);
+  int rc = add_field(c, name, dflt, fac, meta, opts);
   if (rc == 0 && v && cls_is(v, &cls_field_type)) {
     if (dflt) rc = dict_set(c->dict, name, dflt);   /* the class attribute is the default */
     else dict_del(c->dict, name);
@@ -167,11 +190,18 @@ static Value *annotations(const Class *c) {
   return a && a->type == V_DICT ? a : NULL;
 }
 
+/* Whether annotated name [i] of [ann] is a field: not a ClassVar. */
+static bool annotated_field(Dict *ann, size_t i) {
+  Value *v = ann->vals[i];
+  return !(v->type == V_STR && !strcmp(str_cstr(v), "ClassVar"));
+}
+
 /* A field without a default after one with: Python's TypeError. */
 static int check_default_order(const Class *c) {
   bool seen = false;
   for (size_t i = 0; c->fields && i < tuple_len(c->fields); i++) {
     Value *n = tuple_get(c->fields, i);
+    if (!field_init(c, i)) continue;
     bool has = (c->defaults && dict_get(c->defaults, n)) || (c->factories && dict_get(c->factories, n));
     if (seen && !has)
       return err_set(ERR_TYPE, "non-default argument '%s' follows default argument",
@@ -186,7 +216,7 @@ static int collect_fields(Class *c, const Class *base) {
   if (inherit_fields(c, base) < 0) return -1;
   Dict *ann = (Dict *)annotations(c);
   for (size_t i = 0; ann && i < ann->len; i++)
-    if (own_field(c, ann->keys[i]) < 0) return -1;
+    if (annotated_field(ann, i) && own_field(c, ann->keys[i]) < 0) return -1;
   if (!c->fields && !(c->fields = tuple_new(0))) return -1;
   return check_default_order(c);
 }
@@ -239,8 +269,11 @@ static Value *bi_field(const CallArgs *a) {
     return NULL;
   if (a->nargs) return err_set(ERR_TYPE, "field() takes keyword arguments only");
   if (dflt && fac) return err_set(ERR_VALUE, "cannot specify both default and default_factory");
+  int in_init = init ? val_truth(init) : 1, in_repr = repr ? val_truth(repr) : 1;
+  if (in_init < 0 || in_repr < 0) return NULL;
   Value *f = cls_wrap_new(&cls_field_type, dflt, fac, NULL);
   if (f && meta && meta != VAL_NONE) ((Wrap *)f)->d = val_incref(meta);
+  if (f) ((Wrap *)f)->flags = (in_init ? 0 : FIELD_NO_INIT) | (in_repr ? 0 : FIELD_NO_REPR);
   return f;
 }
 
@@ -342,17 +375,20 @@ static Value *replace_fields(Value *x, const Class *c, const CallArgs *a) {
               a->kwnames[k]);
       goto out;
     }
+  size_t m = 0;   /* the init fields, by name */
   for (size_t i = 0; i < n; i++) {
-    names[i] = intern_cstr(str_cstr(tuple_get(c->fields, i)));
-    vals[i] = tuple_class(x) ? tuple_get(x, i) : dict_get(((Instance *)x)->dict, tuple_get(c->fields, i));
+    if (!field_init(c, i)) continue;
+    names[m] = intern_cstr(str_cstr(tuple_get(c->fields, i)));
+    vals[m] = tuple_class(x) ? tuple_get(x, i) : dict_get(((Instance *)x)->dict, tuple_get(c->fields, i));
     for (int k = 0; k < a->nkw; k++)
-      if (!strcmp(a->kwnames[k], names[i])) vals[i] = a->kwvals[k];
-    if (!vals[i]) {
-      err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", c->name, names[i]);
+      if (!strcmp(a->kwnames[k], names[m])) vals[m] = a->kwvals[k];
+    if (!vals[m]) {
+      err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", c->name, names[m]);
       goto out;
     }
+    m++;
   }
-  CallArgs b = {.nkw = (int)n, .kwnames = names, .kwvals = vals};
+  CallArgs b = {.nkw = (int)m, .kwnames = names, .kwvals = vals};
   r = val_call((Value *)&c->base.hdr, &b);
 out:
   if (!vals || !names) err_nomem();
@@ -381,17 +417,21 @@ static Value *bi_is_dataclass(const CallArgs *a) {
   return val_bool(k && !tuple_class(x) && dataclass_of((Class *)k));
 }
 
-/* The dataclass's repr: Name(field=repr, ...). */
-static Value *fields_repr(const char *name, Value *fields, Value *const *vals) {
+/* A dataclass's or named tuple's repr: Name(field=repr, ...), [name]
+ * the instance's class's, the fields [c]'s but field(repr=False) ones. */
+static Value *fields_repr(const char *name, const Class *c, Value *const *vals) {
   StrBuf b = {0};
   sbuf_printf(&b, "%s(", name);
-  for (size_t i = 0; i < tuple_len(fields); i++) {
+  bool first = true;
+  for (size_t i = 0; i < tuple_len(c->fields); i++) {
+    if (field_options(c, i) & FIELD_NO_REPR) continue;
     Value *r = vals[i] ? val_repr(vals[i]) : str_from("<unset>");
     if (!r) {
       sbuf_free(&b);
       return NULL;
     }
-    sbuf_printf(&b, "%s%s=%s", i ? ", " : "", str_cstr(tuple_get(fields, i)), str_cstr(r));
+    sbuf_printf(&b, "%s%s=%s", first ? "" : ", ", str_cstr(tuple_get(c->fields, i)), str_cstr(r));
+    first = false;
     val_decref(r);
   }
   sbuf_printf(&b, ")");
@@ -518,8 +558,9 @@ static Value *enum_lookup(const Class *c, const CallArgs *a) {
 static int namedtuple_fields(Class *c) {
   Dict *ann = (Dict *)annotations(c);
   for (size_t i = 0; ann && i < ann->len; i++) {
+    if (!annotated_field(ann, i)) continue;
     Value *name = ann->keys[i], *dflt = dict_get(c->dict, name);
-    if (add_field(c, name, dflt, NULL, NULL) < 0) return -1;
+    if (add_field(c, name, dflt, NULL, NULL, 0) < 0) return -1;
     if (dflt) dict_del(c->dict, name);   /* the field, not the default, is the attribute */
   }
   if (!c->fields && !(c->fields = tuple_new(0))) return -1;
@@ -616,7 +657,7 @@ static Value *bi_namedtuple(const CallArgs *a) {
   if (nd > nf) return err_set(ERR_TYPE, "Got more default values than field names");
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < nf; i++)
-    rc = add_field(c, tuple_get(names, i), i >= nf - nd ? ds[i - (nf - nd)] : NULL, NULL, NULL);
+    rc = add_field(c, tuple_get(names, i), i >= nf - nd ? ds[i - (nf - nd)] : NULL, NULL, NULL, 0);
   val_decref(names);
   if (rc == 0 && !c->fields) rc = (c->fields = tuple_new(0)) ? 0 : -1;
   return rc < 0 ? NULL : &c->base.hdr;
@@ -664,7 +705,7 @@ Value *cls_lib_construct(Class *c, const CallArgs *a) {
 Value *cls_lib_repr(Value *v) {
   if (tuple_class(v)) {
     Class *c = (Class *)tuple_class(v);
-    return fields_repr(c->name, c->fields, ((Tuple *)v)->items);
+    return fields_repr(c->name, c, ((Tuple *)v)->items);
   }
   Instance *o = (Instance *)v;
   if (o->cls->members) {
@@ -677,7 +718,7 @@ Value *cls_lib_repr(Value *v) {
   const Class *d = dataclass_of(o->cls);
   if (!d || (d->flags & CLS_NO_REPR)) return CLS_DECLINED;
   Value **vals = instance_fields(v, d);
-  Value *r = vals ? fields_repr(o->cls->name, d->fields, vals) : NULL;
+  Value *r = vals ? fields_repr(o->cls->name, d, vals) : NULL;
   shm_free(vals);
   return r;
 }
@@ -870,7 +911,8 @@ static bool field_static(const Class *d, Value *name) {
 static Value *infer_fields(const Class *d, bool meta) {
   Value *l = list_new(4), *t = NULL;
   for (size_t i = 0; l && i < tuple_len(d->fields); i++)
-    if (field_static(d, tuple_get(d->fields, i)) == meta && list_append(l, tuple_get(d->fields, i)) < 0)
+    if (field_init(d, i) && field_static(d, tuple_get(d->fields, i)) == meta &&
+        list_append(l, tuple_get(d->fields, i)) < 0)
       break;
   if (l) t = tuple_pack(list_len(l), ((List *)l)->items);
   val_decref(l);
@@ -955,7 +997,10 @@ int cls_lib_register(Env *b) {
     Value *f = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
     if (!f || builtins_add_to(fns[i].ns, fns[i].name, f) < 0) return -1;
   }
-  return builtins_add_to("enum", "Enum", enum_base) < 0 ||
-                 builtins_add_to("typing", "NamedTuple", namedtuple_base) < 0
+  /* typing.ClassVar only marks an annotation, which is never evaluated */
+  Value *classvar = marker("ClassVar", 0);
+  return !classvar || builtins_add_to("enum", "Enum", enum_base) < 0 ||
+                 builtins_add_to("typing", "NamedTuple", namedtuple_base) < 0 ||
+                 builtins_add_to("typing", "ClassVar", classvar) < 0
              ? -1 : 0;
 }

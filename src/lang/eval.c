@@ -1999,14 +1999,24 @@ out:
   return rc < 0 ? OUT_ERR : OUT_OK;
 }
 
+/* Whether annotation [n] is typing.ClassVar (bare or subscripted): a
+ * dataclass's field it is not. */
+static bool is_classvar(const Node *n) {
+  if (n->kind == N_SUBSCRIPT) n = n->a;
+  return (n->kind == N_NAME || n->kind == N_ATTR) && !strcmp(n->name, "ClassVar");
+}
+
 /* target: annotation [= value]: an assignment when there is a value; a
  * class body records the name in __annotations__ (the annotation itself
- * is not evaluated, as with `from __future__ import annotations`). */
+ * is not evaluated, as with `from __future__ import annotations`: the
+ * record is None, or the string 'ClassVar' for a ClassVar). */
 static Outcome exec_annassign(const Node *s, Env *env) {
   if (s->a->kind == N_NAME) {
     Value **ann = env_slot(env, intern_cstr("__annotations__"));
-    if (ann && *ann && (*ann)->type == V_DICT && dict_set_str(*ann, s->a->name, VAL_NONE) < 0)
-      return OUT_ERR;
+    Value *mark = is_classvar(s->b) ? str_from("ClassVar") : VAL_NONE;
+    int rc = mark && ann && *ann && (*ann)->type == V_DICT ? dict_set_str(*ann, s->a->name, mark) : 0;
+    val_decref(mark);
+    if (!mark || rc < 0) return OUT_ERR;
   }
   if (!s->c) return OUT_OK;
   Value *v = eval(s->c, env);
