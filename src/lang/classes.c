@@ -133,7 +133,7 @@ static bool binds(const Value *v) {
 }
 
 Value *cls_bind(Value *attr, Value *self, Value *cls) {
-  if (binds(attr)) return cls_wrap_new(&cls_method_type, attr, self, NULL);
+  if (binds(attr)) return self ? cls_wrap_new(&cls_method_type, attr, self, NULL) : val_incref(attr);
   if (cls_is(attr, &cls_staticmethod_type)) return val_incref(((Wrap *)attr)->a);
   if (cls_is(attr, &cls_classmethod_type))
     return cls_wrap_new(&cls_method_type, ((Wrap *)attr)->a, cls, NULL);
@@ -604,17 +604,28 @@ static Value *super_getattr(Value *v, const char *name) {
   Wrap *s = (Wrap *)v;
   Class *start = ((Class *)s->a)->parent;
   Value *attr = cls_find(start, name, NULL);
-  if (attr) return cls_bind(attr, s->b, cls_class_of(s->b) ? cls_class_of(s->b) : s->a);
+  bool of_class = cls_is_class(s->b);   /* super() in a classmethod */
+  if (attr) return cls_bind(attr, of_class ? NULL : s->b, of_class ? s->b : cls_class_of(s->b));
   if (!strcmp(name, "__init__") && ((Class *)s->a)->exc >= 0)
     return bound_new("__init__", exc_base_init, s->b);
   if (!strcmp(name, "__init__")) return val_incref(cls_object_init);
   return err_set(ERR_ATTRIBUTE, "'super' object has no attribute '%s'", name);
 }
 
+/* super(cls, obj): obj must be an instance of cls or a class derived
+ * from it, as Python checks. */
+static Value *super_new(Value *cls, Value *obj) {
+  Value *k = cls_is_class(obj) ? obj : cls_class_of(obj);
+  Class *c = k ? (Class *)k : NULL;
+  while (c && &c->base.hdr != cls) c = c->parent;
+  if (!c) return err_set(ERR_TYPE, "super(type, obj): obj must be an instance or subtype of type");
+  return cls_wrap_new(&cls_super_type, cls, obj, NULL);
+}
+
 static Value *bi_super(const CallArgs *a) {
   if (a->nargs == 2 && !a->nkw) {
     if (!cls_is_class(a->args[0])) return err_set(ERR_TYPE, "super() argument 1 must be a class");
-    return cls_wrap_new(&cls_super_type, a->args[0], a->args[1], NULL);
+    return super_new(a->args[0], a->args[1]);
   }
   if (a->nargs || a->nkw) return err_set(ERR_TYPE, "super() takes no arguments or two");
   Frame *f = eval_current_frame();
@@ -626,7 +637,7 @@ static Value *bi_super(const CallArgs *a) {
                    "class");
   Value *self = env_lookup(f->env, d->params[0].name);
   if (!self) return err_set(ERR_VALUE, "RuntimeError: super(): its first argument is unbound");
-  return cls_wrap_new(&cls_super_type, cls, self, NULL);
+  return super_new(cls, self);
 }
 
 /* object.__init__ as super().__init__() reaches it: takes nothing. */
