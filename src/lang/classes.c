@@ -655,6 +655,14 @@ static Value *bi_hash(const CallArgs *a) {
   return h < 0 ? NULL : val_int(h);
 }
 
+/* setattr(obj, name, value): obj.name = value. */
+static Value *bi_setattr(const CallArgs *a) {
+  Value *obj, *name, *v;
+  if (args_bind("setattr", a, "obj, name, value", (Value **[]){&obj, &name, &v}) < 0) return NULL;
+  if (name->type != V_STR) return err_set(ERR_TYPE, "attribute name must be string");
+  return cls_setattr(obj, intern_cstr(str_cstr(name)), v) < 0 ? NULL : VAL_NONE;
+}
+
 static Value *wrapper_of(const char *what, const OpaqueType *ot, const CallArgs *a) {
   if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "%s() takes one argument", what);
   return cls_wrap_new(ot, a->args[0], NULL, NULL);
@@ -709,6 +717,7 @@ int cls_register(Env *b) {
       {"staticmethod", "staticmethod(f): a function in a class, not bound", bi_staticmethod},
       {"classmethod", "classmethod(f): a method bound to the class", bi_classmethod},
       {"hash", "hash(obj): the hash of a dict key", bi_hash},
+      {"setattr", "setattr(obj, name, value): obj.name = value", bi_setattr},
   };
   if (env_set(b, intern_cstr("object"), cls_object) < 0) return -1;
   for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
