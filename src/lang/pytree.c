@@ -402,6 +402,27 @@ static int same_structure(Value *a, Value *b, int depth) {
 
 int pytree_same_structure(Value *a, Value *b) { return same_structure(a, b, 0); }
 
+int pytree_prefix_children(Value *tree, Value *prefix, Value **tk, Value **pk, const char *what) {
+  *tk = *pk = NULL;
+  if (!cls_is_tree_node(prefix) || cls_class_of(prefix) != cls_class_of(tree)) return 0;
+  Value *ta, *pa = NULL;
+  *tk = cls_tree_children(tree, &ta);
+  *pk = *tk ? cls_tree_children(prefix, &pa) : NULL;
+  Value *eq = *pk ? ops_compare(OP_EQ, ta, pa) : NULL;
+  int same = eq ? val_truth(eq) : -1;
+  val_decref(eq);
+  if (*tk) val_decref(ta);
+  if (*pk) val_decref(pa);
+  if (same == 0)
+    err_set(ERR_VALUE, "%s must be a pytree prefix of the value: its '%s' has other auxiliary "
+            "data (static fields) than the value's", what, cls_name(cls_class_of(tree)));
+  if (same == 1) return 1;
+  val_decref(*tk);
+  val_decref(*pk);
+  *tk = *pk = NULL;
+  return -1;
+}
+
 /* A list of the leaves in [l] (new reference). */
 static Value *leaves_list(const PyLeaves *l) {
   Value *r = list_new((size_t)l->n);

@@ -53,6 +53,14 @@ bool pytree_is_node(const Value *v);
  * 0, or -1 with the error set (nested too deeply). */
 int pytree_same_structure(Value *a, Value *b);
 
+/* For the walks of a pytree prefix beside a tree (shard_map's specs,
+ * vmap's axes): when [prefix] is a custom node of [tree]'s class (an
+ * instance holding specs), the children of both, new tuples, into *[tk]
+ * and *[pk], and 1; 0 when [prefix] is no such node (no error set); -1
+ * with the error set, ValueError "[what] must be a pytree prefix of the
+ * value: ..." when their auxiliary data (static fields) differ. */
+int pytree_prefix_children(Value *tree, Value *prefix, Value **tk, Value **pk, const char *what);
+
 /* Appends the leaves of [tree] to [out] for which [is_leaf] holds (all of
  * them when it is NULL); the others are static parts of the structure,
  * as control flow treats non-array leaves.  0, or -1 with the error set

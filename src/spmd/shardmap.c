@@ -784,27 +784,6 @@ static const OpaqueType treecall_type = {"shard_map call", treecall_free, NULL, 
 
 static bool leaf_is_array(Value *v) { return ops_is_array(v); }
 
-/* leaf_specs for a custom node [tree] (a registered class's instance)
- * and [spec], an instance of its class whose children are specs and
- * whose auxiliary data is the tree's, as a prefix's must be. */
-static int custom_leaf_specs(Value *tree, Value *spec, Value *specs, Value *split,
-                             const char *what) {
-  Value *ta, *sa = NULL, *tk = cls_tree_children(tree, &ta);
-  Value *sk = tk ? cls_tree_children(spec, &sa) : NULL;
-  Value *eq = sk ? ops_compare(OP_EQ, ta, sa) : NULL;
-  int same = eq ? val_truth(eq) : -1, rc = -1;
-  val_decref(eq);
-  if (same == 0)
-    err_set(ERR_VALUE, "%s must be a pytree prefix of the value: its '%s' has other auxiliary "
-            "data (static fields) than the value's", what, cls_name(cls_class_of(tree)));
-  if (same == 1) rc = leaf_specs(tk, sk, specs, split, what);
-  if (tk) val_decref(ta);
-  if (sk) val_decref(sa);
-  val_decref(tk);
-  val_decref(sk);
-  return rc;
-}
-
 /* Appends to [specs] (and [split] flags) one entry per leaf of [tree]
  * under the prefix [spec]. */
 static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, const char *what) {
@@ -831,8 +810,14 @@ static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, cons
     shm_free(order);
     return rc;
   }
-  if (cls_is_tree_node(spec) && cls_class_of(spec) == cls_class_of(tree))
-    return custom_leaf_specs(tree, spec, specs, split, what);
+  Value *tk, *sk;   /* a registered class's instance holding specs */
+  int custom = pytree_prefix_children(tree, spec, &tk, &sk, what);
+  if (custom) {
+    int rc = custom < 0 ? -1 : leaf_specs(tk, sk, specs, split, what);
+    val_decref(tk);
+    val_decref(sk);
+    return rc;
+  }
   size_t n, m;
   Value *const *ts, *const *ss;
   if (tree->type != V_DICT && val_seq(tree, &n, &ts) && val_seq(spec, &m, &ss) && n == m) {
