@@ -232,6 +232,10 @@ int cls_setattr(Value *obj, const char *name, Value *v) {
 
 /* ---- the class statement ------------------------------------------------- */
 
+/* `__class__`, interned once (cls_register): the name the methods' scope
+ * binds to their class, for super(). */
+static const char *name_class;
+
 /* The error for a base that is not a class statement's class. */
 static int bad_base(Value *b) {
   Value *r = val_repr(b);
@@ -378,7 +382,7 @@ Value *cls_new(const char *name, int nbases, Value **bases, Env *body, Env *cell
   val_decref(dict);
   env_clear(body);   /* the methods' closure: they see no class attribute, as in Python */
   if (!c) return NULL;
-  if (env_set(cell, intern_cstr("__class__"), &c->base.hdr) < 0) return NULL;
+  if (env_set(cell, name_class, &c->base.hdr) < 0) return NULL;
   if (cls_lib_init_class(c) < 0) return NULL;
   return &c->base.hdr;
 }
@@ -629,7 +633,7 @@ static Value *bi_super(const CallArgs *a) {
   }
   if (a->nargs || a->nkw) return err_set(ERR_TYPE, "super() takes no arguments or two");
   Frame *f = eval_current_frame();
-  Value *cls = f ? env_lookup(f->env, intern_cstr("__class__")) : NULL;
+  Value *cls = f ? env_lookup(f->env, name_class) : NULL;
   const Node *d = f ? f->def : NULL;
   if (!cls || !cls_is_class(cls) || !d || d->nparams < 1 || d->params[0].star ||
       d->params[0].starstar)
@@ -660,7 +664,7 @@ static Value *bi_setattr(const CallArgs *a) {
   Value *obj, *name, *v;
   if (args_bind("setattr", a, "obj, name, value", (Value **[]){&obj, &name, &v}) < 0) return NULL;
   if (name->type != V_STR) return err_set(ERR_TYPE, "attribute name must be string");
-  return cls_setattr(obj, intern_cstr(str_cstr(name)), v) < 0 ? NULL : VAL_NONE;
+  return cls_setattr(obj, str_cstr(name), v) < 0 ? NULL : VAL_NONE;
 }
 
 static Value *wrapper_of(const char *what, const OpaqueType *ot, const CallArgs *a) {
@@ -719,7 +723,9 @@ int cls_register(Env *b) {
       {"hash", "hash(obj): the hash of a dict key", bi_hash},
       {"setattr", "setattr(obj, name, value): obj.name = value", bi_setattr},
   };
-  if (env_set(b, intern_cstr("object"), cls_object) < 0) return -1;
+  const char *object = intern_cstr("object");
+  if (!(name_class = intern_cstr("__class__")) || !object) return err_nomem(), -1;
+  if (env_set(b, object, cls_object) < 0) return -1;
   for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
     if (builtins_add(b, fns[i].name, fns[i].fn, fns[i].doc) < 0) return -1;
   return cls_lib_register(b);

@@ -378,7 +378,10 @@ static Value *replace_fields(Value *x, const Class *c, const CallArgs *a) {
   size_t m = 0;   /* the init fields, by name */
   for (size_t i = 0; i < n; i++) {
     if (!field_init(c, i)) continue;
-    names[m] = intern_cstr(str_cstr(tuple_get(c->fields, i)));
+    if (!(names[m] = intern_cstr(str_cstr(tuple_get(c->fields, i))))) {
+      err_nomem();
+      goto out;
+    }
     vals[m] = tuple_class(x) ? tuple_get(x, i) : dict_get(((Instance *)x)->dict, tuple_get(c->fields, i));
     for (int k = 0; k < a->nkw; k++)
       if (!strcmp(a->kwnames[k], names[m])) vals[m] = a->kwvals[k];
@@ -836,11 +839,13 @@ static Value *rebuild_fields(Class *c, Value *aux, Value *children) {
     for (size_t i = 0; i < nd + nm; i++) {
       Value *src = i < nd ? c->data_fields : c->meta_fields;
       size_t j = i < nd ? i : i - nd;
-      names[i] = intern_cstr(str_cstr(tuple_get(src, j)));
+      if (!(names[i] = intern_cstr(str_cstr(tuple_get(src, j))))) break;
       vals[i] = tuple_get(i < nd ? children : aux, j);
     }
     CallArgs a = {.nkw = (int)(nd + nm), .kwnames = names, .kwvals = vals};
-    r = val_call(&c->base.hdr, &a);
+    bool named = true;
+    for (size_t i = 0; i < nd + nm; i++) named = named && names[i];
+    r = named ? val_call(&c->base.hdr, &a) : err_nomem();
   } else {
     err_nomem();
   }

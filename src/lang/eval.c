@@ -1976,8 +1976,13 @@ static Outcome exec_class(const Node *s, Env *env) {
   }
   for (; nb < s->items.n; nb++)
     if (!(bases[nb] = eval(s->items.items[nb], env))) goto out;
+  const char *annotations = intern_cstr("__annotations__");
+  if (!annotations) {
+    err_nomem();
+    goto out;
+  }
   if (!(cell = env_new(env)) || !(body = env_new(cell)) || !(ann = dict_new()) ||
-      env_set(body, intern_cstr("__annotations__"), ann) < 0)
+      env_set(body, annotations, ann) < 0)
     goto out;
   Value *r = eval_run_body(&s->body, body, cur_frame ? cur_frame->mod : NULL, s->name, NULL);
   if (!r) goto out;
@@ -2012,7 +2017,9 @@ static bool is_classvar(const Node *n) {
  * record is None, or the string 'ClassVar' for a ClassVar). */
 static Outcome exec_annassign(const Node *s, Env *env) {
   if (s->a->kind == N_NAME) {
-    Value **ann = env_slot(env, intern_cstr("__annotations__"));
+    const char *annotations = intern_cstr("__annotations__");
+    if (!annotations) return err_nomem(), OUT_ERR;
+    Value **ann = env_slot(env, annotations);
     Value *mark = is_classvar(s->b) ? str_from("ClassVar") : VAL_NONE;
     int rc = mark && ann && *ann && (*ann)->type == V_DICT ? dict_set_str(*ann, s->a->name, mark) : 0;
     val_decref(mark);
