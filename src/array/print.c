@@ -741,6 +741,9 @@ static bool repr_into(StrBuf *b, Value *v, bool nested) {
     quote_str(b, str_cstr(v), ((Str *)v)->len);
     return true;
   case V_TUPLE:
+    if ((v->flags & VAL_NAMED) && repr_hooks[V_TUPLE])   /* Point(x=1, y=2) */
+      return sb_put_value(b, repr_hooks[V_TUPLE](v));
+    return repr_container(b, v);
   case V_LIST:
   case V_DICT:
     return repr_container(b, v);

@@ -57,7 +57,8 @@ Value *val_ascii(Value *v);
  * function may be NULL: str falls back to repr, repr to `<typename>`
  * (val_type_name).  Call at start-up, before any device thread runs; the
  * table is read-only afterwards.  Each function returns a new Str or NULL
- * with the error set. */
+ * with the error set.  For V_TUPLE, [repr] is the repr of named tuples
+ * (VAL_NAMED: lang/classes.c) only; other tuples print as tuples. */
 void print_register(VType t, Value *(*str)(Value *), Value *(*repr)(Value *));  /* hook */
 
 /* Formats a float as NumPy prints a float scalar of dtype [t] (bf16, f16,

@@ -26,6 +26,14 @@ void val_register_free(VType t, ValFreeFn fn) { free_hooks[t] = fn; }
 void val_register_truth(VType t, ValTruthFn fn) { truth_hooks[t] = fn; }
 void val_register_number(VType t, ValNumberFn fn) { number_hooks[t] = fn; }
 
+static ValKeyHashFn key_hash_hooks[V_TYPE_COUNT];
+static ValKeyEqualFn key_equal_hooks[V_TYPE_COUNT];
+
+void val_register_key(VType t, ValKeyHashFn hash, ValKeyEqualFn equal) {
+  key_hash_hooks[t] = hash;
+  key_equal_hooks[t] = equal;
+}
+
 static void free_items(Value **items, size_t n) {
   for (size_t i = 0; i < n; i++) val_decref(items[i]);
 }
@@ -341,6 +349,21 @@ Value *tuple_new(size_t n) {
   val_init(&t->hdr, V_TUPLE);
   t->len = n;
   return &t->hdr;
+}
+
+Value *tuple_new_named(size_t n, Value *cls) {
+  Tuple *t = shm_calloc(1, sizeof *t + (n + 1) * sizeof(Value *));
+  if (!t) return err_nomem();
+  val_init(&t->hdr, V_TUPLE);
+  t->hdr.flags = VAL_NAMED;
+  t->len = n;
+  t->items[n] = cls;
+  return &t->hdr;
+}
+
+Value *tuple_new_like(const Value *like, size_t n) {
+  Value *cls = tuple_class(like);
+  return cls ? tuple_new_named(n, cls) : tuple_new(n);
 }
 
 void tuple_set_steal(Value *t, size_t i, Value *item) {
@@ -768,7 +791,7 @@ bool val_equal_key(Value *a, Value *b) {
     return true;
   }
   case V_DTYPE: return ((DTypeVal *)a)->dtype == ((DTypeVal *)b)->dtype;
-  default: return false;
+  default: return key_equal_hooks[a->type] && key_equal_hooks[a->type](a, b);
   }
 }
 
@@ -797,7 +820,7 @@ static bool key_hash(Value *v, uint64_t *h) {
     return true;
   }
   default:
-    return false;
+    return key_hash_hooks[v->type] && key_hash_hooks[v->type](v, h);
   }
 }
 

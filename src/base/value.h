@@ -63,6 +63,10 @@ typedef enum {
 } VType;
 
 #define VAL_IMMORTAL 0x1
+/* A tuple of a named-tuple class (collections.namedtuple, typing.NamedTuple):
+ * a tuple in every way, with its class in the slot after its items
+ * (tuple_class).  Classes are immortal, so the slot holds no reference. */
+#define VAL_NAMED 0x2
 
 typedef struct Value {
   atomic_int refcount;
@@ -205,6 +209,17 @@ void tuple_set_steal(Value *t, size_t i, Value *item);
 bool tuple_complete(const Value *v);
 /* A tuple of the [n] given values (borrowed). */
 Value *tuple_pack(size_t n, Value *const *items);
+/* tuple_new for a named tuple of class [cls] (an immortal value, kept
+ * unreferenced in the slot after the items): VAL_NAMED is set. */
+Value *tuple_new_named(size_t n, Value *cls);
+/* tuple_new(n), or tuple_new_named(n, its class) when tuple [like] is a
+ * named one: what rebuilds a tuple of a pytree with new items. */
+Value *tuple_new_like(const Value *like, size_t n);
+/* The class of a named tuple (borrowed), or NULL for any other value. */
+static inline Value *tuple_class(const Value *t) {
+  if (t->type != V_TUPLE || !(t->flags & VAL_NAMED)) return NULL;
+  return ((const Tuple *)t)->items[((const Tuple *)t)->len];
+}
 static inline size_t tuple_len(const Value *t) { return ((const Tuple *)t)->len; }
 static inline Value *tuple_get(const Value *t, size_t i) { return ((const Tuple *)t)->items[i]; }
 
@@ -448,5 +463,13 @@ typedef bool (*ValNumberFn)(Value *v, double *out);
 void val_register_free(VType t, ValFreeFn fn);  /* hook */
 void val_register_truth(VType t, ValTruthFn fn);  /* hook */
 void val_register_number(VType t, ValNumberFn fn);  /* hook */
+
+/* Makes values of type [t] dict keys (lang/classes.c: instances of user
+ * classes, enum members): [hash] sets *out and returns true, or false
+ * when [v] is unhashable (no error set); [equal] says whether [a] and [b]
+ * (both of type [t]) are equal keys.  Not thread-safe; at start-up. */
+typedef bool (*ValKeyHashFn)(Value *v, uint64_t *out);
+typedef bool (*ValKeyEqualFn)(Value *a, Value *b);
+void val_register_key(VType t, ValKeyHashFn hash, ValKeyEqualFn equal);  /* hook */
 
 #endif

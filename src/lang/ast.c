@@ -418,6 +418,16 @@ static void dump_def(FILE *out, const Node *n, int indent) {
   fputc(')', out);
 }
 
+static void dump_class(FILE *out, const Node *n, int indent) {
+  fprintf(out, "(class %s", n->name);
+  dump_decorators(out, n);
+  fputs(" (bases", out);
+  dump_list(out, &n->items);
+  fputc(')', out);
+  dump_block(out, "body", &n->body, indent);
+  fputc(')', out);
+}
+
 static void dump_shard_map(FILE *out, const Node *n, int indent) {
   fprintf(out, "(shard_map %s%s", n->is_jit ? "jit " : "", n->name);
   dump_decorators(out, n);
@@ -494,6 +504,8 @@ static void dump_stmt(FILE *out, const Node *n, int indent) {
   case N_PASS: fputs("(pass)", out); break;
   case N_RETURN: dump_form(out, "return", n->a, NULL, NULL); break;
   case N_DEF: dump_def(out, n, indent); break;
+  case N_CLASS: dump_class(out, n, indent); break;
+  case N_ANNASSIGN: dump_form(out, ":", n->a, n->b, n->c); break;
   case N_ASSERT: dump_form(out, "assert", n->a, n->b, NULL); break;
   case N_IMPORT:
   case N_FROM_IMPORT: dump_import(out, n); break;

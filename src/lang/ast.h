@@ -84,6 +84,11 @@ typedef enum {
   N_WITH,       /* a=the context manager, name: `as` name (or NULL), body; several
                    items nest, one N_WITH in the body of the one before */
   N_RAISE,      /* a=the exception (NULL: re-raise the one being handled) */
+  N_CLASS,      /* name, items = the bases, body, decorators (applied last
+                   to first, as in Python) */
+  N_ANNASSIGN,  /* a=target: annotation b [= value c (NULL: none)]; the
+                   annotation is recorded, not evaluated, as under PEP
+                   563's `from __future__ import annotations` */
 } NodeKind;
 
 typedef enum {
@@ -143,7 +148,7 @@ struct Node {
   Loc loc2;            /* N_BINOP/N_BOOLOP/N_COMPARE: the left operand's
                           start; N_CALL: '('; N_SUBSCRIPT: '['; N_ATTR: the
                           attribute name; else == loc */
-  const char *name;    /* N_NAME, N_ATTR, N_DEF, N_MESH, N_SHARD_MAP, N_IMPORT
+  const char *name;    /* N_NAME, N_ATTR, N_DEF, N_CLASS, N_MESH, N_SHARD_MAP, N_IMPORT
                           and N_FROM_IMPORT (dotted module name "a.b");
                           every identifier in the tree is interned, so
                           names compare by pointer */
@@ -182,7 +187,7 @@ struct Node {
     NodeList items2;       /* N_DICT values; N_TRY: the finally block */
   };
   union {
-    NodeList decorators;   /* N_DEF, N_SHARD_MAP */
+    NodeList decorators;   /* N_DEF, N_SHARD_MAP, N_CLASS */
     NodeList orelse;       /* else block of N_IF, N_WHILE, N_FOR, N_TRY */
     const char *alias;     /* N_IMPORT ... as alias */
   };
@@ -241,6 +246,7 @@ int nodelist_push(AstModule *m, NodeList *l, Node *n);
  *   (def [jit] f (decorators ...) (params ...) [-> ann] (body ...))
  *   params: x  (x : ann)  (x = d)  (x : ann = d)  *args  **kw
  *   (import a.b [as c])  (from a import b [as c] ...)  (global a b)
+ *   (class C (decorators ...) (bases ...) (body ...))  (: t ann [v])
  *   (mesh m (i 4) (j 2) [(devices e)])
  *   (shard_map [jit] f (decorators ...) (params ...) -> spec on m (kw k v)
  *     (body ...))

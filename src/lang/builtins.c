@@ -21,6 +21,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/exceptions.h"
 #include "lang/hostnp.h"
 #include "lang/stdmod.h"
@@ -1030,6 +1031,9 @@ static Value *kind_class(Value *x) {
 }
 
 Value *builtins_type_of(Value *x) {
+  Value *user = cls_class_of(x);   /* an instance of a class statement's class */
+  if (user) return val_incref(user);
+  if (cls_is_class(x)) return val_incref(types[TY_TYPE]);
   int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
@@ -1056,6 +1060,11 @@ static Value *bi_isinstance(const CallArgs *a) {
     int e = exc_isinstance(x, c);
     if (e > 0) return val_bool(true);
     if (e == 0) continue;
+    if ((e = cls_isinstance(x, c)) >= 0) {
+      if (e) return val_bool(true);
+      continue;
+    }
+    if (c == types[TY_TUPLE] && x->type == V_TUPLE) return val_bool(true);   /* a named tuple */
     if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
       return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
@@ -1120,6 +1129,10 @@ static Value *bi_set_printoptions(const CallArgs *a) {
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
     *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
     *ns_linalg;
+/* Python's modules whose names lang/classes_lib.c fills (dataclasses,
+ * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
+ * of typing and collections go in beside them with builtins_add_to. */
+static Value *ns_dataclasses, *ns_enum, *ns_typing, *ns_collections;
 
 Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jnp") || !strcmp(name, "jax.numpy")) return ns_jnp;
@@ -1139,6 +1152,12 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "dataclasses")) return ns_dataclasses;
+  if (!strcmp(name, "enum")) return ns_enum;
+  if (!strcmp(name, "typing") || !strcmp(name, "collections")) {
+    Value *m = stdmod_namespace(name);   /* after start-up: with the classes' names */
+    return m ? m : builtins_classes_namespace(name);
+  }
   if (!strcmp(name, "jax.numpy.linalg")) return ns_linalg;
   Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
   return np ? np : stdmod_namespace(name);
@@ -1150,6 +1169,12 @@ int builtins_add(Env *e, const char *name, BuiltinFn fn, const char *doc) {
   int rc = env_set(e, intern_cstr(name), b);
   val_decref(b);
   return rc;
+}
+
+Value *builtins_classes_namespace(const char *name) {
+  if (!strcmp(name, "typing")) return ns_typing;
+  if (!strcmp(name, "collections")) return ns_collections;
+  return NULL;
 }
 
 int builtins_add_to(const char *ns, const char *name, Value *v) {
@@ -1228,10 +1253,15 @@ int builtins_register(Env *e) {
     ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
     ns_exp_pjit = new_namespace("jax.experimental.pjit");
     ns_linalg = new_namespace("jax.numpy.linalg");
-    if (!ns_sharding || !ns_experimental || !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg ||
-        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0 ||
-        !ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
-        !ns_special || !ns_maps || !ns_random)
+    ns_dataclasses = new_namespace("dataclasses");
+    ns_enum = new_namespace("enum");
+    ns_typing = new_namespace("typing");
+    ns_collections = new_namespace("collections");
+    if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
+        !ns_special || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
+        !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_dataclasses || !ns_enum ||
+        !ns_typing || !ns_collections ||
+        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0)
       return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,

@@ -49,6 +49,12 @@ void builtins_set_class(int kind, Value *cls);  /* hook */
  * (unknown namespace, out of memory).  Main thread, at start-up. */
 int builtins_add_to(const char *ns, const char *name, Value *v);
 
+/* The names classes_lib.c gives typing (NamedTuple, ClassVar) or
+ * collections (namedtuple), made at start-up: a namespace the standard
+ * module of that name takes in when it is made at its first import
+ * (stdmod.c).  NULL for another name.  Borrowed. */
+Value *builtins_classes_namespace(const char *name);
+
 /* Registers jax.random (builtins_random.c) and the PRNG primitives' rules.
  * Main thread, at start-up. */
 int builtins_random_register(Env *builtins);

@@ -17,6 +17,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "base/suggest.h"
 #include "base/timeline.h"
@@ -674,14 +675,15 @@ static Outcome run_call_hook(Frame *f, const Node *def) {
 /* Runs the statements [body] in [env] as the body of a call of def [def]
  * (block-form shard_map bodies are defs too): the returned value (None
  * when it falls off the end), or NULL with the error set. */
-static Value *eval_run_body(const Node *def, Env *env, AstModule *mod, const char *fname) {
-  Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod};
+static Value *eval_run_body(const NodeList *body, Env *env, AstModule *mod, const char *fname,
+                            const Node *def) {
+  Frame fr = {.back = cur_frame, .fname = fname, .env = env, .mod = mod, .def = def};
   if (too_deep() < 0) return NULL;
   cur_frame = &fr;
   cur_depth++;
   Value *ret = NULL;
-  Outcome o = run_call_hook(&fr, def);
-  if (o == OUT_OK) o = exec_block(&def->body, env, &ret);
+  Outcome o = def ? run_call_hook(&fr, def) : OUT_OK;   /* a class body has no def */
+  if (o == OUT_OK) o = exec_block(body, env, &ret);
   if (eval_return_hook && fr.stmt && (o == OUT_OK || o == OUT_RETURN) &&
       return_hook_aborts(&fr, fr.stmt, &ret))
     o = OUT_ERR;
@@ -711,7 +713,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
     if (f->node->kind == N_LAMBDA && too_deep() < 0) {
       /* counted as eval_run_body counts */
     } else if (f->node->kind == N_LAMBDA) {
-      Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod};
+      Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod, .def = f->node};
       cur_frame = &fr;
       cur_depth++;
       ret = eval(f->node->a, e);
@@ -719,7 +721,7 @@ static Value *call_func(Func *f, const CallArgs *a) {
       cur_depth--;
       cur_frame = fr.back;
     } else {
-      ret = eval_run_body(f->node, e, f->mod, f->name);
+      ret = eval_run_body(&f->node->body, e, f->mod, f->name, f->node);
     }
   }
   cur_tree = saved_tree;
@@ -1397,6 +1399,15 @@ static int assign_steal(const Node *target, Value *v, Env *env) {
   return rc;
 }
 
+/* obj.name = v: the attributes of instances and classes (classes.h). */
+static int assign_attr(const Node *target, Value *v, Env *env) {
+  Value *obj = eval(target->a, env);
+  if (!obj) return -1;
+  int rc = cls_setattr(obj, target->name, v);
+  val_decref(obj);
+  return rc;
+}
+
 static int assign(const Node *target, Value *v, Env *env) {
   int rc;
   switch (target->kind) {
@@ -1408,11 +1419,7 @@ static int assign(const Node *target, Value *v, Env *env) {
   case N_TUPLE:
   case N_LIST: rc = assign_unpack(target, v, env); break;
   case N_SUBSCRIPT: rc = assign_item(target, v, env); break;
-  case N_ATTR:
-    err_set(ERR_TYPE, "cannot set attribute '%s' of '%s' object", target->name,
-            val_type_name(v));
-    rc = -1;
-    break;
+  case N_ATTR: rc = assign_attr(target, v, env); break;
   default:
     err_set(ERR_SYNTAX, "cannot assign to this expression");
     rc = -1;
@@ -1956,20 +1963,24 @@ static Outcome exec_augassign(const Node *s, Env *env) {
   return assign_steal(s->a, v, env) < 0 ? OUT_ERR : OUT_OK;
 }
 
-static Outcome exec_def(const Node *s, Env *env) {
-  Value *f = eval_make_func(s, env, cur_frame ? cur_frame->mod : NULL);
-  if (!f) return OUT_ERR;
-  for (int i = s->decorators.n - 1; i >= 0; i--) {
+/* [f] (stolen) through the decorators of def or class [s], the last
+ * first, as Python applies them: a new reference, or NULL with the error
+ * set at the failing decorator. */
+static Value *decorate(const Node *s, Value *f, Env *env) {
+  for (int i = s->decorators.n - 1; f && i >= 0; i--) {
     Value *d = eval(s->decorators.items[i], env);
     Value *g = d ? val_call_n(d, 1, &f) : NULL;
     val_decref(d);
     val_decref(f);
-    if (!g) {
-      err_locate(s->decorators.items[i]->loc);
-      return OUT_ERR;
-    }
+    if (!g) err_locate(s->decorators.items[i]->loc);
     f = g;
   }
+  return f;
+}
+
+static Outcome exec_def(const Node *s, Env *env) {
+  Value *f = eval_make_func(s, env, cur_frame ? cur_frame->mod : NULL);
+  if (!f || !(f = decorate(s, f, env))) return OUT_ERR;
   if (s->is_jit) {
     if (!eval_make_jit) {
       val_decref(f);
@@ -1984,6 +1995,77 @@ static Outcome exec_def(const Node *s, Env *env) {
   int rc = env_set(env, s->name, f);
   val_decref(f);
   return rc < 0 ? OUT_ERR : OUT_OK;
+}
+
+/* class NAME(bases): body.  The body runs in a scope of its own whose
+ * parent holds only `__class__` (CPython's cell, for super()); the
+ * methods close over the body's scope, which cls_new empties once its
+ * bindings are the class's attributes, so methods see the enclosing
+ * scope and not the class's names, as in Python. */
+static Outcome exec_class(const Node *s, Env *env) {
+  Value *inl[4], **bases = s->items.n <= 4 ? inl : shm_calloc((size_t)s->items.n, sizeof *bases);
+  int nb = 0;
+  Value *cls = NULL, *ann = NULL;
+  Env *cell = NULL, *body = NULL;
+  if (!bases) {
+    err_nomem();
+    goto out;
+  }
+  for (; nb < s->items.n; nb++)
+    if (!(bases[nb] = eval(s->items.items[nb], env))) goto out;
+  const char *annotations = intern_cstr("__annotations__");
+  if (!annotations) {
+    err_nomem();
+    goto out;
+  }
+  if (!(cell = env_new(env)) || !(body = env_new(cell)) || !(ann = dict_new()) ||
+      env_set(body, annotations, ann) < 0)
+    goto out;
+  Value *r = eval_run_body(&s->body, body, cur_frame ? cur_frame->mod : NULL, s->name, NULL);
+  if (!r) goto out;
+  val_decref(r);
+  cls = cls_new(s->name, nb, bases, body, cell, &s->body);
+  if (cls) cls = decorate(s, cls, env);
+out:
+  for (int i = 0; i < nb; i++) val_decref(bases[i]);
+  if (bases != inl) shm_free(bases);
+  val_decref(ann);
+  if (body) env_decref(body);
+  if (cell) env_decref(cell);
+  if (!cls) {
+    err_locate(s->loc);
+    return OUT_ERR;
+  }
+  int rc = env_set(env, s->name, cls);
+  val_decref(cls);
+  return rc < 0 ? OUT_ERR : OUT_OK;
+}
+
+/* Whether annotation [n] is typing.ClassVar (bare or subscripted): a
+ * dataclass's field it is not. */
+static bool is_classvar(const Node *n) {
+  if (n->kind == N_SUBSCRIPT) n = n->a;
+  return (n->kind == N_NAME || n->kind == N_ATTR) && !strcmp(n->name, "ClassVar");
+}
+
+/* target: annotation [= value]: an assignment when there is a value; a
+ * class body records the name in __annotations__ (the annotation itself
+ * is not evaluated, as with `from __future__ import annotations`: the
+ * record is None, or the string 'ClassVar' for a ClassVar). */
+static Outcome exec_annassign(const Node *s, Env *env) {
+  if (s->a->kind == N_NAME) {
+    const char *annotations = intern_cstr("__annotations__");
+    if (!annotations) return err_nomem(), OUT_ERR;
+    Value **ann = env_slot(env, annotations);
+    Value *mark = is_classvar(s->b) ? str_from("ClassVar") : VAL_NONE;
+    int rc = mark && ann && *ann && (*ann)->type == V_DICT ? dict_set_str(*ann, s->a->name, mark) : 0;
+    val_decref(mark);
+    if (!mark || rc < 0) return OUT_ERR;
+  }
+  if (!s->c) return OUT_OK;
+  Value *v = eval(s->c, env);
+  if (!v) return OUT_ERR;
+  return assign_steal(s->a, v, env) < 0 ? OUT_ERR : OUT_OK;
 }
 
 static Outcome exec_assert(const Node *s, Env *env) {
@@ -2167,6 +2249,8 @@ static __attribute__((noinline)) Outcome exec_kind(const Node *s, Env *env, Valu
   case N_PASS: return OUT_OK;
   case N_RETURN: return exec_return(s, env, ret);
   case N_DEF: return exec_def(s, env);
+  case N_CLASS: return exec_class(s, env);
+  case N_ANNASSIGN: return exec_annassign(s, env);
   case N_ASSERT: return exec_assert(s, env);
   case N_IMPORT:
   case N_FROM_IMPORT: return exec_import(s, env);
@@ -2451,7 +2535,9 @@ int interp_init(int ndevices) {
   if (!(shm_interp->modules = dict_new())) return -1;
   if (!(shm_interp->argv = list_new(0))) return -1;
   Env *b = shm_interp->builtins;
-  if (builtins_register(b) < 0 || exc_register(b) < 0 || jaxcfg_register() < 0) return -1;
+  if (builtins_register(b) < 0 || exc_register(b) < 0 || jaxcfg_register() < 0 ||
+      cls_register(b) < 0)
+    return -1;
   const char *sp = getenv("SHMAP_PATH");
   if (sp && *sp) {
     char *copy = shm_strdup(sp), *save = NULL;

@@ -206,6 +206,8 @@ typedef struct Frame {
   const Node *stmt;      /* statement being executed */
   AstModule *mod;
   const Node *jump;      /* set by the statement hook with EVAL_HOOK_JUMP */
+  const Node *def;       /* the N_DEF or N_LAMBDA running (super() reads its
+                            first parameter); NULL for a module or class body */
 } Frame;
 
 /* The innermost frame of this thread (NULL outside user code). */

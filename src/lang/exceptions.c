@@ -10,6 +10,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/exceptions.h"
 
 /* The classes, each with its parent and the error kind it raises. */
@@ -111,9 +112,16 @@ static bool subclass(int c, int of) {
 static _Thread_local Value *raised;
 static _Thread_local char raised_msg[256];
 
+/* The built-in class of exception instance [v]: its own, or the one its
+ * user class derives from (classes.h). */
+static int instance_class(Value *v) { return is_exc(v) ? ((Exc *)v)->cls : cls_exc_base(v); }
+
+/* Whether the pending error is the last raise's. */
+static bool raised_pending(void) { return raised && !strcmp(err_message(), raised_msg); }
+
 /* The class of the pending error: the raised instance's, else its kind's. */
 static int current_class(void) {
-  if (raised && !strcmp(err_message(), raised_msg)) return ((Exc *)raised)->cls;
+  if (raised_pending()) return instance_class(raised);
   switch (err_kind()) {
   case ERR_NAME: return X_NAME;
   case ERR_TYPE: return X_TYPE;
@@ -155,6 +163,9 @@ static bool names_class(const char *m) {
 static const char *class_to_print(void) {
   ErrKind k = err_kind();
   if (k == ERR_QUIT || k == ERR_COLLECTIVE || names_class(err_message())) return NULL;
+  /* a raised instance of a class of the program's: its message is
+   * already "E: boom" (raise_user) */
+  if (raised_pending() && !is_exc(raised)) return NULL;
   int c = current_class();
   return c == X_VALUE ? NULL : classes[c].name;
 }
@@ -169,6 +180,10 @@ int exc_matches(Value *handler) {
   if (handler->type == V_TUPLE) val_seq(handler, &n, &hs);
   for (size_t i = 0; i < n; i++) {
     int h = class_index(hs[i]);
+    if (h < 0 && cls_exc_base(hs[i]) >= 0) {   /* a class derived from an exception */
+      if (raised_pending() && cls_isinstance(raised, hs[i]) == 1) return 1;
+      continue;
+    }
     if (h < 0) {
       err_set(ERR_TYPE, "catching classes that do not inherit from BaseException is not allowed");
       return -1;
@@ -179,7 +194,7 @@ int exc_matches(Value *handler) {
 }
 
 Value *exc_current(void) {
-  if (raised && !strcmp(err_message(), raised_msg)) return val_incref(raised);
+  if (raised_pending()) return val_incref(raised);
   int c = current_class();
   const char *m = err_message();
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
@@ -192,17 +207,40 @@ Value *exc_current(void) {
 }
 
 int exc_isinstance(Value *x, Value *cls) {
-  int c = class_index(cls);
+  int c = class_index(cls), k = instance_class(x);
   if (c < 0) return -1;
-  return is_exc(x) && subclass(((Exc *)x)->cls, c);
+  return k >= 0 && subclass(k, c);
 }
+
+int exc_class_index(Value *v) { return class_index(v); }
 
 Value *exc_type_of(Value *x) {
   return is_exc(x) ? val_incref(class_values[((Exc *)x)->cls]) : NULL;
 }
 
+/* raise of an instance (or a class) derived from an exception class: its
+ * message is str() of the instance, its name the user class's. */
+static int raise_user(Value *v, Loc loc) {
+  Value *inst = cls_is_class(v) ? val_call_n(v, 0, NULL) : val_incref(v);
+  Value *msg = inst ? val_str(inst) : NULL;
+  if (!msg) {
+    val_decref(inst);
+    return -1;
+  }
+  ErrKind kind = classes[cls_exc_base(inst)].kind;
+  const char *name = cls_name(cls_class_of(inst));
+  if (*str_cstr(msg)) err_set_at(loc, kind, "%s: %s", name, str_cstr(msg));
+  else err_set_at(loc, kind, "%s", name);
+  val_decref(msg);
+  if (raised) val_decref(raised);
+  raised = inst;
+  snprintf(raised_msg, sizeof raised_msg, "%s", err_message());
+  return -1;
+}
+
 int exc_raise(Value *v, Loc loc) {
   Value *inst = NULL;
+  if (cls_exc_base(v) >= 0) return raise_user(v, loc);
   int c = class_index(v);
   if (c >= 0) {
     Value *empty = str_from("");

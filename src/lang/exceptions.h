@@ -36,6 +36,11 @@ Value *exc_current(void);
  * [cls] is not one (no error set). */
 int exc_isinstance(Value *x, Value *cls);
 
+/* The index of built-in exception class [v] (ValueError, Exception, ...)
+ * among the classes, for classes.c's classes derived from one; -1 when
+ * [v] is not one. */
+int exc_class_index(Value *v);
+
 /* type(x) for an exception instance: its class (the built-in
  * ValueError itself, so type(e) is ValueError and type(e).__name__ is
  * its name, as in Python); NULL (no error set) when [x] is not one (a

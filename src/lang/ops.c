@@ -20,6 +20,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "lang/eval.h"
 #include "base/intern.h"
@@ -1047,6 +1048,10 @@ static int py_equal(Value *a, Value *b, int depth) {
     }
     return 1;
   }
+  if (a->type == V_OPAQUE || b->type == V_OPAQUE) {   /* instances of classes: __eq__ */
+    int eq = cls_equal(a, b);
+    if (eq != CLS_NOT_MINE) return eq;
+  }
   int hooked = ops_equal_hook(a, b);
   return hooked >= 0 ? hooked : val_equal_key(a, b);
 }
@@ -1616,6 +1621,7 @@ Value *ops_iter_items(Value *obj) {
       }
     return l;
   }
+  if (cls_is_class(obj)) return cls_iter_items(obj);   /* an enum's members */
   if (obj->type != V_STR && obj->type != V_RANGE && !ops_is_array(obj))
     return err_set(ERR_TYPE, "'%s' object is not iterable", val_type_name(obj));
   if (ops_is_array(obj)) {

@@ -12,6 +12,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "base/suggest.h"
 #include "lang/eval.h"
@@ -537,8 +538,10 @@ Value *ops_getattr(Value *obj, const char *name) {
   case V_ARRAY: case V_TRACER:
     return array_getattr(obj, name);
   case V_DICT: return method_of(obj, dict_methods, name);
+  case V_TUPLE:
+    if (tuple_class(obj)) return cls_getattr(obj, name);   /* a named tuple's field */
+    return method_of(obj, tuple_methods, name);
   case V_LIST: return method_of(obj, list_methods, name);
-  case V_TUPLE: return method_of(obj, tuple_methods, name);
   case V_STR: return method_of(obj, ops_str_methods, name);
   case V_MODULE: {
     Module *m = (Module *)obj;

@@ -16,6 +16,7 @@
 
 #include "array/array.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "base/error.h"
 #include "lang/eval.h"
 #include "base/intern.h"
@@ -758,6 +759,7 @@ Value *ops_getitem(Value *obj, Value *index) {
     return NULL;
   }
   case V_OPAQUE:
+    if (cls_is_class(obj)) return cls_getitem(obj, index);   /* Color['RED'] */
     for (int k = 0; k < n_opaque_getitem; k++)
       if (opaque_getitem[k].ot == ((Opaque *)obj)->ot) return opaque_getitem[k].fn(obj, index);
     return at_getitem(obj, index);

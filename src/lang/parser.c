@@ -1030,6 +1030,20 @@ static Node *parse_assign(Parser *p, const Token *first, Node *lhs) {
   return n;
 }
 
+/* annassign -> target ':' test ['=' testlist_star_expr], after the
+ * target [target] (a name, attribute or subscript, as Python allows) */
+static Node *parse_annassign(Parser *p, const Token *first, Node *target) {
+  if (target->kind != N_NAME && target->kind != N_ATTR && target->kind != N_SUBSCRIPT)
+    return syntax_error(p, first, "only single target (not %s) can be annotated",
+                        target->kind == N_TUPLE ? "tuple" : "this expression");
+  advance(p);   /* ':' */
+  Node *n = new_node(p, N_ANNASSIGN, first);
+  if (!n || !(n->b = parse_test(p))) return NULL;
+  n->a = target;
+  if (accept_op(p, "=") && !(n->c = parse_testlist_star(p))) return NULL;
+  return n;
+}
+
 /* expr_stmt -> testlist_star_expr (augassign testlist |
  *                                  {'=' testlist_star_expr}) */
 static Node *parse_expr_stmt(Parser *p) {
@@ -1040,6 +1054,7 @@ static Node *parse_expr_stmt(Parser *p) {
   OpKind op = aug_op(peek(p), &aug);
   if (aug) return parse_augassign(p, first, e, op);
   if (is_op(peek(p), "=")) return parse_assign(p, first, e);
+  if (is_op(peek(p), ":")) return parse_annassign(p, first, e);
   if (e->kind == N_STARRED)
     return syntax_error(p, first, "can't use starred expression here");
   Node *n = new_node(p, N_EXPR_STMT, first);
@@ -1456,7 +1471,36 @@ static Node *parse_function_stmt(Parser *p, const Token *first) {
   return parse_shard_map(p, first);
 }
 
-/* decorated -> decorator {decorator} (funcdef | shardmap_stmt);
+/* True at `class NAME`. */
+static bool at_class_stmt(const Parser *p) {
+  return is_word(peek(p), "class") && peek_at(p, 1)->kind == T_NAME;
+}
+
+/* classdef -> 'class' NAME ['(' [test {',' test} [',']] ')'] ':' block;
+ * the body is not a function's: `return` there is outside one. */
+static Node *parse_class(Parser *p, const Token *first) {
+  Node *n = new_node(p, N_CLASS, first);
+  if (!n) return NULL;
+  const Token *t = advance(p);   /* 'class' */
+  if (!(n->name = expect_name(p))) return NULL;
+  const Token *open = peek(p);
+  if (accept_op(p, "(")) {
+    while (!is_op(peek(p), ")")) {
+      Node *b = parse_test(p);
+      if (!b || push(p, &n->items, b) < 0) return NULL;
+      if (!accept_op(p, ",")) break;
+    }
+    if (!expect_close(p, open, ")")) return NULL;
+  }
+  int saved_loops = p->loop_depth, saved_funcs = p->func_depth;
+  p->loop_depth = p->func_depth = 0;
+  int rc = parse_suite(p, &n->body, "class definition", t);
+  p->loop_depth = saved_loops;
+  p->func_depth = saved_funcs;
+  return rc < 0 ? NULL : n;
+}
+
+/* decorated -> decorator {decorator} (funcdef | shardmap_stmt | classdef);
  * decorator -> '@' test NEWLINE */
 static Node *parse_decorated(Parser *p) {
   const Token *first = peek(p);
@@ -1468,10 +1512,10 @@ static Node *parse_decorated(Parser *p) {
     advance(p);
   }
   if (!is_kw(peek(p), "def") && !at_jit_stmt(p) &&
-      !at_word_stmt(p, 0, "shard_map"))
-    return syntax_error(p, peek(p), "expected a def or shard_map after a "
+      !at_word_stmt(p, 0, "shard_map") && !at_class_stmt(p))
+    return syntax_error(p, peek(p), "expected a def, class or shard_map after a "
                                     "decorator");
-  Node *n = parse_function_stmt(p, first);
+  Node *n = at_class_stmt(p) ? parse_class(p, first) : parse_function_stmt(p, first);
   if (n) n->decorators = decos;
   return n;
 }
@@ -1539,7 +1583,7 @@ static Node *parse_with_items(Parser *p, const Token *t) {
 }
 
 /* compound_stmt -> if_stmt | while_stmt | for_stmt | funcdef |
- *                  shardmap_stmt | decorated; NULL with no error set when
+ *                  shardmap_stmt | classdef | decorated; NULL with no error set when
  * the statement is not a compound one. */
 static Node *parse_compound(Parser *p, bool *is_compound) {
   const Token *t = peek(p);
@@ -1557,6 +1601,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
   if (is_op(t, "@")) return parse_decorated(p);
   if (is_kw(t, "def") || at_jit_stmt(p) || at_word_stmt(p, 0, "shard_map"))
     return parse_function_stmt(p, t);
+  if (at_class_stmt(p)) return parse_class(p, t);
   *is_compound = false;
   return NULL;
 }
@@ -1564,7 +1609,7 @@ static Node *parse_compound(Parser *p, bool *is_compound) {
 /* Python statements the language does not have: when a statement that
  * starts with one of these words fails to parse, the error says so. */
 static void explain_unsupported(Parser *p, const Token *t) {
-  static const char *const words[] = {"class", "except", "finally", "yield",
+  static const char *const words[] = {"except", "finally", "yield",
                                       "async", "await", "match", NULL};
   if (t->kind != T_NAME || strcmp(err_message(), "invalid syntax")) return;
   for (int i = 0; words[i]; i++)

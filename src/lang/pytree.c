@@ -12,6 +12,7 @@
 #include "array/print.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/eval.h"
 #include "lang/ops.h"
 
@@ -33,11 +34,13 @@ int pytree_push(PyLeaves *l, Value *v) {
 
 void pytree_leaves_free(PyLeaves *l) {
   shm_free(l->v);
+  val_decref(l->held);
   *l = (PyLeaves){0};
 }
 
 bool pytree_is_node(const Value *v) {
-  return v->type == V_TUPLE || v->type == V_LIST || v->type == V_DICT || v->type == V_NONE;
+  return v->type == V_TUPLE || v->type == V_LIST || v->type == V_DICT || v->type == V_NONE ||
+         cls_is_tree_node(v);
 }
 
 static int too_deep(void) {
@@ -108,10 +111,24 @@ out:
   return r;
 }
 
+static int flatten_at(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth);
+
+/* A custom node's children, kept in [out]'s held list: its leaves are
+ * borrowed from them. */
+static int flatten_custom(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth) {
+  Value *aux, *kids = cls_tree_children(t, &aux);
+  if (!kids) return -1;
+  val_decref(aux);
+  if ((!out->held && !(out->held = list_new(4))) || list_append_steal(out->held, kids) < 0)
+    return err_nomem(), -1;
+  return flatten_at(kids, is_leaf, out, depth + 1);
+}
+
 static int flatten_at(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
   if (!pytree_is_node(t)) return is_leaf && !is_leaf(t) ? 0 : pytree_push(out, t);
   if (t->type == V_NONE) return 0;
+  if (t->type == V_OPAQUE) return flatten_custom(t, is_leaf, out, depth);
   if (t->type == V_DICT) {
     Dict *d = (Dict *)t;
     size_t *idx = pytree_key_order(t);
@@ -154,16 +171,30 @@ static Value *replace_dict(Dict *d, bool (*is_leaf)(Value *v), Value **vals, int
   return r;
 }
 
+/* A custom node with new leaves: its unflatten function over its
+ * children with theirs. */
+static Value *replace_custom(Value *t, bool (*is_leaf)(Value *v), Value **vals, int *pos,
+                             int depth) {
+  Value *aux, *kids = cls_tree_children(t, &aux);
+  Value *fresh = kids ? replace_at(kids, is_leaf, vals, pos, depth + 1) : NULL;
+  Value *r = fresh ? cls_tree_unflatten(cls_class_of(t), aux, fresh) : NULL;
+  val_decref(fresh);
+  val_decref(kids);
+  if (kids) val_decref(aux);
+  return r;
+}
+
 static Value *replace_at(Value *t, bool (*is_leaf)(Value *v), Value **vals, int *pos, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep(), NULL;
   if (!pytree_is_node(t))
     return is_leaf && !is_leaf(t) ? val_incref(t) : val_incref(vals[(*pos)++]);
   if (t->type == V_NONE) return val_incref(t);
   if (t->type == V_DICT) return replace_dict((Dict *)t, is_leaf, vals, pos, depth);
+  if (t->type == V_OPAQUE) return replace_custom(t, is_leaf, vals, pos, depth);
   size_t n;
   Value *const *items;
   val_seq(t, &n, &items);
-  Value *r = t->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  Value *r = t->type == V_TUPLE ? tuple_new_like(t, n) : list_new(n);
   for (size_t i = 0; r && i < n; i++) {
     Value *x = replace_at(items[i], is_leaf, vals, pos, depth + 1);
     if (t->type == V_TUPLE) tuple_set_steal(r, i, x ? x : val_incref(VAL_NONE));
@@ -211,11 +242,52 @@ static int text_put(Text *t, const char *x) {
   return 0;
 }
 
+static int structure_str(Value *t, Text *out, int depth);
+
+/* A custom node's structure, as JAX prints it: CustomNode(Name[aux], [children]). */
+static int custom_str(Value *t, Text *out, int depth) {
+  Value *aux, *kids = cls_tree_children(t, &aux);
+  if (!kids) return -1;
+  Value *ar = val_repr(aux);
+  int rc = ar ? 0 : -1;
+  if (rc == 0) rc = text_put(out, "CustomNode(");
+  if (rc == 0) rc = text_put(out, cls_name(cls_class_of(t)));
+  if (rc == 0) rc = text_put(out, "[");
+  if (rc == 0) rc = text_put(out, str_cstr(ar));
+  if (rc == 0) rc = text_put(out, "], [");
+  for (size_t i = 0; rc == 0 && i < tuple_len(kids); i++) {
+    if (i) rc = text_put(out, ", ");
+    if (rc == 0) rc = structure_str(tuple_get(kids, i), out, depth + 1);
+  }
+  if (rc == 0) rc = text_put(out, "])");
+  val_decref(ar);
+  val_decref(aux);
+  val_decref(kids);
+  return rc;
+}
+
+/* A named tuple's structure: Name(field=..., ...). */
+static int named_str(Value *t, Text *out, int depth) {
+  Value *cls = tuple_class(t), *fields = ops_getattr(cls, "_fields");
+  int rc = fields ? text_put(out, cls_name(cls)) : -1;
+  if (rc == 0) rc = text_put(out, "(");
+  for (size_t i = 0; rc == 0 && i < tuple_len(t); i++) {
+    if (i) rc = text_put(out, ", ");
+    if (rc == 0) rc = text_put(out, str_cstr(tuple_get(fields, i)));
+    if (rc == 0) rc = text_put(out, "=");
+    if (rc == 0) rc = structure_str(tuple_get(t, i), out, depth + 1);
+  }
+  val_decref(fields);
+  return rc == 0 ? text_put(out, ")") : -1;
+}
+
 /* Appends the structure of [t] to [out] as JAX prints it: "*" a leaf. */
 static int structure_str(Value *t, Text *out, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
   if (!pytree_is_node(t)) return text_put(out, "*");
   if (t->type == V_NONE) return text_put(out, "None");
+  if (t->type == V_OPAQUE) return custom_str(t, out, depth);
+  if (tuple_class(t)) return named_str(t, out, depth);
   if (t->type == V_DICT) {
     Dict *d = (Dict *)t;
     size_t *idx = pytree_key_order(t);
@@ -277,13 +349,35 @@ static Value *treedef_new(Value *tree) {
   return &d->base.hdr;
 }
 
+static int same_structure(Value *a, Value *b, int depth);
+
+/* Whether custom nodes [a] and [b] have one structure: one class, equal
+ * auxiliary data, children of one structure. */
+static int same_custom(Value *a, Value *b, int depth) {
+  if (cls_class_of(a) != cls_class_of(b)) return 0;
+  Value *xa, *xb = NULL, *ka = cls_tree_children(a, &xa), *kb = ka ? cls_tree_children(b, &xb) : NULL;
+  int r = -1;
+  if (kb) {
+    Value *eq = ops_compare(OP_EQ, xa, xb);
+    r = eq ? val_truth(eq) : -1;
+    val_decref(eq);
+    if (r == 1) r = same_structure(ka, kb, depth + 1);
+  }
+  if (ka) val_decref(xa);
+  if (kb) val_decref(xb);
+  val_decref(ka);
+  val_decref(kb);
+  return r;
+}
+
 /* Whether [a] and [b] have the same structure (their leaves aside). */
 static int same_structure(Value *a, Value *b, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
   bool na = pytree_is_node(a), nb = pytree_is_node(b);
   if (!na || !nb) return !na && !nb;
-  if (a->type != b->type) return 0;
+  if (a->type != b->type || tuple_class(a) != tuple_class(b)) return 0;
   if (a->type == V_NONE) return 1;
+  if (a->type == V_OPAQUE) return same_custom(a, b, depth);
   if (a->type == V_DICT) {
     Dict *x = (Dict *)a, *y = (Dict *)b;
     if (x->len != y->len) return 0;
@@ -307,6 +401,27 @@ static int same_structure(Value *a, Value *b, int depth) {
 }
 
 int pytree_same_structure(Value *a, Value *b) { return same_structure(a, b, 0); }
+
+int pytree_prefix_children(Value *tree, Value *prefix, Value **tk, Value **pk, const char *what) {
+  *tk = *pk = NULL;
+  if (!cls_is_tree_node(prefix) || cls_class_of(prefix) != cls_class_of(tree)) return 0;
+  Value *ta, *pa = NULL;
+  *tk = cls_tree_children(tree, &ta);
+  *pk = *tk ? cls_tree_children(prefix, &pa) : NULL;
+  Value *eq = *pk ? ops_compare(OP_EQ, ta, pa) : NULL;
+  int same = eq ? val_truth(eq) : -1;
+  val_decref(eq);
+  if (*tk) val_decref(ta);
+  if (*pk) val_decref(pa);
+  if (same == 0)
+    err_set(ERR_VALUE, "%s must be a pytree prefix of the value: its '%s' has other auxiliary "
+            "data (static fields) than the value's", what, cls_name(cls_class_of(tree)));
+  if (same == 1) return 1;
+  val_decref(*tk);
+  val_decref(*pk);
+  *tk = *pk = NULL;
+  return -1;
+}
 
 /* A list of the leaves in [l] (new reference). */
 static Value *leaves_list(const PyLeaves *l) {

@@ -4,7 +4,11 @@
  *
  * A tuple, a list or a dict is a node whose children are its items (a
  * dict's in the order of its sorted keys, as JAX orders them); None is a
- * node with no children; every other value is a leaf.  The transformations
+ * node with no children; an instance of a class registered with
+ * jax.tree_util (lang/classes.h) is a custom node whose children its
+ * flatten function gives, and whose auxiliary data is part of its
+ * structure; a named tuple is a tuple that keeps its class; every other
+ * value is a leaf.  The transformations
  * and control flow that carry pytrees (cond, while_loop, fori_loop, scan,
  * the tree_util built-ins) all flatten and rebuild them here, so they agree
  * on the order of the leaves.
@@ -21,16 +25,20 @@
 
 #include "base/value.h"
 
-/* The leaves of a tree, borrowed from it, in order. */
+/* The leaves of a tree, borrowed from it, in order.  A custom node's
+ * children are made by its flatten function (classes.h), perhaps anew:
+ * [held] keeps them alive until pytree_leaves_free. */
 typedef struct PyLeaves {
   Value **v;
   int n, cap;
+  Value *held;   /* a List of the custom nodes' children, or NULL */
 } PyLeaves;
 
 /* Appends [v] (borrowed): 0, or -1 on out of memory. */
 int pytree_push(PyLeaves *l, Value *v);
 
-/* Frees the array of leaves (not the leaves); [l] is empty after. */
+/* Frees the array of leaves (not the leaves) and what [held] holds; [l]
+ * is empty after.  Every PyLeaves a flatten filled is freed so. */
 void pytree_leaves_free(PyLeaves *l);
 
 /* The positions of dict [d]'s items in JAX's order (its keys sorted): a
@@ -38,12 +46,20 @@ void pytree_leaves_free(PyLeaves *l);
  * set (keys that do not order: TypeError, as Python's sorted()). */
 size_t *pytree_key_order(Value *d);
 
-/* Whether [v] is a node: a tuple, list, dict or None. */
+/* Whether [v] is a node: a tuple, list, dict, None or a custom node. */
 bool pytree_is_node(const Value *v);
 
 /* Whether [a] and [b] have the same structure, their leaves aside: 1 or
  * 0, or -1 with the error set (nested too deeply). */
 int pytree_same_structure(Value *a, Value *b);
+
+/* For the walks of a pytree prefix beside a tree (shard_map's specs,
+ * vmap's axes): when [prefix] is a custom node of [tree]'s class (an
+ * instance holding specs), the children of both, new tuples, into *[tk]
+ * and *[pk], and 1; 0 when [prefix] is no such node (no error set); -1
+ * with the error set, ValueError "[what] must be a pytree prefix of the
+ * value: ..." when their auxiliary data (static fields) differ. */
+int pytree_prefix_children(Value *tree, Value *prefix, Value **tk, Value **pk, const char *what);
 
 /* Appends the leaves of [tree] to [out] for which [is_leaf] holds (all of
  * them when it is NULL); the others are static parts of the structure,

@@ -825,6 +825,10 @@ static int make_module(int i) {
   case M_ITERTOOLS: rc = stdmod_itertools(m); break;
   case M_OPERATOR: rc = stdmod_operator(m); break;
   }
+  Value *extra = rc == 0 ? builtins_classes_namespace(mod_names[i]) : NULL;
+  const Dict *d = extra ? (const Dict *)((Module *)extra)->globals : NULL;
+  for (size_t k = 0; d && rc == 0 && k < d->len; k++)   /* typing.NamedTuple and the like */
+    rc = dict_set(((Module *)m)->globals, d->keys[k], d->vals[k]);
   if (rc == 0) mods[i] = m;
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/pytree.h"
 #include "spmd/collective.h"
 #include "spmd/device.h"
@@ -55,6 +56,14 @@ static bool is_specs(Value *v) {
 static bool is_spec_tree(Value *v, int depth) {
   if (v->type == V_PSPEC || v == VAL_NONE) return true;
   if (depth > 64) return false;
+  if (cls_is_tree_node(v)) {   /* a registered class's instance holding specs */
+    Value *aux, *kids = cls_tree_children(v, &aux);
+    bool ok = kids && is_spec_tree(kids, depth + 1);
+    if (kids) val_decref(aux);
+    val_decref(kids);
+    if (!kids) err_clear();
+    return ok;
+  }
   if (v->type == V_DICT) {
     Dict *d = (Dict *)v;
     for (size_t i = 0; i < d->len; i++)
@@ -517,12 +526,13 @@ static bool leaf_is_array(Value *v);
 /* Whether device 0's result holds a tuple, list or dict below its top. */
 static bool results_nest(const Call *c) {
   Value *r0 = c->results[0];
-  if (r0->type == V_LIST || r0->type == V_DICT) return true;
+  if (r0->type == V_LIST || r0->type == V_DICT || cls_is_tree_node(r0)) return true;
   size_t n;
   Value *const *items;
   if (r0->type != V_TUPLE || !val_seq(r0, &n, &items)) return false;
   for (size_t i = 0; i < n; i++)
-    if (items[i]->type == V_TUPLE || items[i]->type == V_LIST || items[i]->type == V_DICT)
+    if (items[i]->type == V_TUPLE || items[i]->type == V_LIST || items[i]->type == V_DICT ||
+        cls_is_tree_node(items[i]))
       return true;
   return false;
 }
@@ -614,7 +624,7 @@ static Value *assemble_all(const Call *c) {
 /* ==== the call ==================================================================== */
 
 static bool is_container(const Value *x) {
-  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT || cls_is_tree_node(x);
 }
 
 bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a) {
@@ -798,6 +808,14 @@ static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, cons
              : (err_set(ERR_VALUE, "%s: a dict of specs lacks a key of the value", what), -1);
     }
     shm_free(order);
+    return rc;
+  }
+  Value *tk, *sk;   /* a registered class's instance holding specs */
+  int custom = pytree_prefix_children(tree, spec, &tk, &sk, what);
+  if (custom) {
+    int rc = custom < 0 ? -1 : leaf_specs(tk, sk, specs, split, what);
+    val_decref(tk);
+    val_decref(sk);
     return rc;
   }
   size_t n, m;
@@ -1683,7 +1701,7 @@ out:
 /* ==== pytrees of operands, and the collectives built from others ============ */
 
 static bool is_pytree_node(Value *x) {
-  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT;
+  return x->type == V_TUPLE || x->type == V_LIST || x->type == V_DICT || cls_is_tree_node(x);
 }
 
 /* A collective [fn] of a pytree: the collective of each leaf, in the

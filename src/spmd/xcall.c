@@ -12,6 +12,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "lang/classes.h"
 #include "spmd/transport.h"
 
 /* ---- writing --------------------------------------------------------------- */
@@ -30,7 +31,12 @@ static void put_loc(StrBuf *w, Loc l) {
   put_i64(w, l.col);
 }
 
-enum { V_NONE_TAG, V_ARRAY_TAG, V_TUPLE_TAG, V_LIST_TAG, V_DICT_TAG, V_STR_TAG };
+/* A named tuple (V_NAMED_TAG) and a registered class's instance
+ * (V_NODE_TAG) name their class by its number and name (classes.h): every
+ * process runs the same program, so defines the same classes in the same
+ * order. */
+enum { V_NONE_TAG, V_ARRAY_TAG, V_TUPLE_TAG, V_LIST_TAG, V_DICT_TAG, V_STR_TAG, V_NAMED_TAG,
+       V_NODE_TAG };
 
 /* Writes array [a]: its type, shape and elements (a Python number: its
  * exact value). */
@@ -56,6 +62,50 @@ static void put_array(StrBuf *w, const Array *a) {
   val_decref(&c->hdr);
 }
 
+static void put_value(StrBuf *w, Value *v, bool shape_only);
+
+static void put_class(StrBuf *w, Value *cls) {
+  put_i64(w, cls_id(cls));
+  put_str(w, cls_name(cls));
+}
+
+/* Whether put_value writes [v] as it is: None, arrays, strings, and
+ * containers of them (a custom node's auxiliary data must be). */
+static bool sendable(Value *v, int depth) {
+  size_t n;
+  Value *const *items;
+  if (v == VAL_NONE || v->type == V_STR || IS_ARRAY(v)) return true;
+  if (depth > 64) return false;
+  if (v->type == V_DICT) {
+    for (size_t i = 0; i < ((Dict *)v)->len; i++)
+      if (!sendable(((Dict *)v)->keys[i], depth + 1) || !sendable(((Dict *)v)->vals[i], depth + 1))
+        return false;
+    return true;
+  }
+  if (!val_seq(v, &n, &items)) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!sendable(items[i], depth + 1)) return false;
+  return true;
+}
+
+/* A registered class's instance: its class, auxiliary data and children. */
+static void put_node(StrBuf *w, Value *v, bool shape_only) {
+  Value *aux, *kids = cls_tree_children(v, &aux);
+  if (kids && !sendable(aux, 0))
+    err_set(ERR_VALUE, "a pytree node of class '%s' cannot go from one process to another: its "
+            "auxiliary data holds a %s", cls_name(cls_class_of(v)), val_type_name(aux));
+  if (!kids || !sendable(aux, 0)) {
+    w->failed = true;
+  } else {
+    put_i64(w, V_NODE_TAG);
+    put_class(w, cls_class_of(v));
+    put_value(w, aux, false);
+    put_value(w, kids, shape_only);
+  }
+  if (kids) val_decref(aux);
+  val_decref(kids);
+}
+
 /* Writes a device's result: arrays, strings, and tuples, lists and dicts
  * of them (a pytree); anything else as None (shard_map then says what the
  * body returned), or with [shape_only] (a pytree kept for its structure,
@@ -63,7 +113,14 @@ static void put_array(StrBuf *w, const Array *a) {
 static void put_value(StrBuf *w, Value *v, bool shape_only) {
   size_t n;
   Value *const *items;
-  if (v && v->type == V_STR) {
+  if (v && cls_is_tree_node(v)) {
+    put_node(w, v, shape_only);
+  } else if (v && tuple_class(v)) {
+    put_i64(w, V_NAMED_TAG);
+    put_class(w, tuple_class(v));
+    put_i64(w, (int64_t)tuple_len(v));
+    for (size_t i = 0; i < tuple_len(v); i++) put_value(w, tuple_get(v, i), shape_only);
+  } else if (v && v->type == V_STR) {
     put_i64(w, V_STR_TAG);
     put_str(w, str_cstr(v));
   } else if (v && v->type == V_DICT) {
@@ -189,6 +246,29 @@ static Value *get_array(Rbuf *r) {
 }
 
 static Value *get_dict(Rbuf *r);
+static Value *get_value(Rbuf *r);
+
+/* The class put_class named: this process's class of that number, which
+ * must have that name. */
+static Value *get_class(Rbuf *r) {
+  int64_t id = get_i64(r);
+  char name[256];
+  get_str(r, name, sizeof name);
+  Value *c = cls_from_id((int)id);
+  if (!c || strcmp(cls_name(c), name))
+    return err_set(ERR_VALUE, "a result of class '%s' came from another process, where the "
+                   "classes were defined in another order", name);
+  return c;
+}
+
+static Value *get_node(Rbuf *r) {
+  Value *cls = get_class(r);
+  Value *aux = get_value(r), *kids = aux ? get_value(r) : NULL;
+  Value *v = cls && kids ? cls_tree_unflatten(cls, aux, kids) : NULL;
+  val_decref(aux);
+  val_decref(kids);
+  return v;
+}
 
 static Value *get_value(Rbuf *r) {
   int64_t tag = get_i64(r);
@@ -198,16 +278,19 @@ static Value *get_value(Rbuf *r) {
     size_t n = (size_t)get_i64(r);
     return str_new(get_bytes(r, n), n);
   }
-  if (tag != V_TUPLE_TAG && tag != V_LIST_TAG) return val_incref(VAL_NONE);
+  if (tag == V_NODE_TAG) return get_node(r);
+  Value *cls = tag == V_NAMED_TAG ? get_class(r) : NULL;
+  if (tag == V_NAMED_TAG && !cls) return NULL;
+  if (tag != V_TUPLE_TAG && tag != V_LIST_TAG && !cls) return val_incref(VAL_NONE);
   size_t n = (size_t)get_i64(r);
-  Value *t = tag == V_TUPLE_TAG ? tuple_new(n) : list_new(n);
+  Value *t = cls ? tuple_new_named(n, cls) : tag == V_TUPLE_TAG ? tuple_new(n) : list_new(n);
   for (size_t i = 0; t && i < n; i++) {
     Value *x = get_value(r);
     if (!x) {
       val_decref(t);
       return NULL;
     }
-    if (tag == V_TUPLE_TAG)
+    if (tag != V_LIST_TAG)
       tuple_set_steal(t, i, x);
     else if (list_append_steal(t, x) < 0) {
       val_decref(t);

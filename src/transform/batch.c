@@ -362,6 +362,14 @@ static int spec_axes(const char *what, Value *tree, Value *spec, Axes *out) {
     pytree_leaves_free(&l);
     return rc;
   }
+  Value *tk, *sk;   /* a registered class's instance holding axes */
+  int custom = pytree_prefix_children(tree, spec, &tk, &sk, what);
+  if (custom) {
+    int rc = custom < 0 ? -1 : spec_axes(what, tk, sk, out);
+    val_decref(tk);
+    val_decref(sk);
+    return rc;
+  }
   size_t n, m;
   Value *const *ts, *const *ss;
   if ((spec->type == V_TUPLE || spec->type == V_LIST) && val_seq(tree, &n, &ts) &&

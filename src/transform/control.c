@@ -50,7 +50,7 @@ static Value *array_results(Value *t) {
   bool any = false;
   for (int i = 0; i < l.n; i++) any |= arr_is_host(l.v[i]);
   if (!any) {
-    shm_free(l.v);
+    pytree_leaves_free(&l);
     return t;
   }
   Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *));
@@ -67,7 +67,7 @@ static Value *array_results(Value *t) {
   }
   values_free(vals, l.n);
   val_decref(t);
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   return r;
 }
 
@@ -121,14 +121,14 @@ static int sub_trace(const char *name, BodyFn body, void *ctx, int n, const AVal
   s->plan = trace_end(t, out.n, out.v, &s->caps, &s->ncap);
   s->out_tree = r;
   values_free(tr, n);
-  shm_free(out.v);
+  pytree_leaves_free(&out);
   if (s->plan) return 0;
   sub_free(s);
   return -1;
 fail:
   if (!tr) err_nomem();
   values_free(tr, n);
-  shm_free(out.v);
+  pytree_leaves_free(&out);
   val_decref(r);
   trace_abort(t);
   return -1;
@@ -312,8 +312,8 @@ out:
   shm_free(br);
   val_decref(ops_tree);
   val_decref(plans);
-  shm_free(leaves.v);
-  shm_free(all.v);
+  pytree_leaves_free(&leaves);
+  pytree_leaves_free(&all);
   shm_free(avs);
   shm_free(outs);
   shm_free(opsall);
@@ -327,7 +327,7 @@ static bool all_concrete(const Leaves *l);
 static Value *retype_results(Value *r, const AVal *outs, int nout) {
   Leaves l = {0};
   if (flatten(r, &l) < 0 || l.n != nout) {
-    shm_free(l.v);
+    pytree_leaves_free(&l);
     return r;
   }
   Value **vals = shm_calloc((size_t)nout + 1, sizeof(Value *));
@@ -347,7 +347,7 @@ static Value *retype_results(Value *r, const AVal *outs, int nout) {
     err_nomem();
   }
   values_free(vals, k);
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   val_decref(r);
   return res;
 }
@@ -385,7 +385,7 @@ out:
   for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
   shm_free(br);
   val_decref(ops_tree);
-  shm_free(leaves.v);
+  pytree_leaves_free(&leaves);
   shm_free(avs);
   shm_free(outs);
   return r;
@@ -434,8 +434,8 @@ static Value *select_trees(Value *pred, Value *on_true, Value *on_false) {
   r = replace(on_true, vals, &pos);
 out:
   values_free(vals, k);
-  shm_free(lt.v);
-  shm_free(lf.v);
+  pytree_leaves_free(&lt);
+  pytree_leaves_free(&lf);
   return r;
 }
 
@@ -759,8 +759,8 @@ static int eager_carry_check(const char *what, Value *init, Value *next) {
     else if (!same_type(&x, &y) && !weak_promotes(&x, &y)) rc = carry_type_error(what, i, &x, &y);
     else if (!same_vma(&x, &y)) rc = carry_vma_error(what, i, &x, &y);
   }
-  shm_free(a.v);
-  shm_free(b.v);
+  pytree_leaves_free(&a);
+  pytree_leaves_free(&b);
   return rc;
 }
 
@@ -965,13 +965,13 @@ static Value *eager_while(Value *cond_fun, Value *body_fun, Value *init0) {
   Loop lp = {"while_loop body_fun", 0, fn_name(cond_fun), fn_name(body_fun), call_body, call_body,
              &cc, &bc};
   Value *settled = settle_carry(&lp, &l, init, false);
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   bool ran = false;
   Value *r = settled ? eager_while_run(cond_fun, body_fun, settled, &ran) : NULL;
   if (r && !ran) {   /* the body never ran: its types are still checked */
     Leaves z = {0};
     Value *checked = flatten(settled, &z) == 0 ? settle_carry(&lp, &z, settled, true) : NULL;
-    shm_free(z.v);
+    pytree_leaves_free(&z);
     if (!checked) {
       val_decref(r);
       r = NULL;
@@ -1020,7 +1020,7 @@ static Value *staged_while(Value *cf, Value *bf, Value *init) {
   Loop lp = {"while_loop body_fun", 0, fn_name(cf), fn_name(bf), call_body, call_body, &cc, &bc};
   trace_transformed_operand();
   Value *r = staged_loop(&lp, &l, init);
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   TracerKind met = trace_transformed_kind();
   unsigned id = trace_transformed_id();
   if (!r && unstage()) {   /* no trip count to unroll by */
@@ -1102,7 +1102,7 @@ static Value *eager_fori(Value *lo, Value *hi, Value *body, Value *init0) {
   val_decref(settled);
   val_decref(tree);
   val_decref(init);
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   return r;
 }
 
@@ -1197,7 +1197,7 @@ static Value *staged_fori(Value *lo, Value *hi, Value *body, Value *init) {
   val_decref(res);
   val_decref(tree);
 out:
-  shm_free(l.v);
+  pytree_leaves_free(&l);
   return r;
 }
 
@@ -1376,12 +1376,12 @@ static Value *eager_ys(Value **ys, int64_t n, Value *tree) {
     for (int64_t i = 0; i < n; i++) {
       Leaves li = {0};
       if (flatten(ys[i], &li) < 0 || li.n != m) {
-        shm_free(li.v);
+        pytree_leaves_free(&li);
         if (!err_occurred()) err_set(ERR_TYPE, "scan: the body returned ys of different structures");
         goto out;
       }
       rows[i] = li.v[k];
-      shm_free(li.v);
+      pytree_leaves_free(&li);
     }
     if (ops_aval(rows[0], &a) < 0 || !(cols[k] = stack_rows(rows, n, &a))) goto out;
   }
@@ -1390,7 +1390,7 @@ static Value *eager_ys(Value **ys, int64_t n, Value *tree) {
 out:
   values_free(cols, k);
   shm_free(rows);
-  shm_free(first.v);
+  pytree_leaves_free(&first);
   return r;
 }
 
@@ -1496,7 +1496,7 @@ static Value *eager_scan_arrays(Value *f, Value *init, Value *xs, Leaves *xl, in
   Leaves cl = {0};
   if (flatten(init, &cl) < 0) return NULL;
   if (!all_concrete(&cl) || (n > 0 && !any_weak(&cl, 0))) {
-    shm_free(cl.v);
+    pytree_leaves_free(&cl);
     return eager_scan(f, init, xs, xl, n, reverse);
   }
   Sub s = {0};
@@ -1516,7 +1516,7 @@ static Value *eager_scan_arrays(Value *f, Value *init, Value *xs, Leaves *xl, in
   val_decref(init2);
   values_free(cv, cl.n);
   sub_free(&s);
-  shm_free(cl.v);
+  pytree_leaves_free(&cl);
   shm_free(avs);
   return r;
 }
@@ -1614,7 +1614,7 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
     r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
   values_free(cv, cl.n);
   sub_free(&s);
-  shm_free(cl.v);
+  pytree_leaves_free(&cl);
   shm_free(avs);
   return r;
 }
@@ -1635,7 +1635,7 @@ static Value *bi_scan(const CallArgs *a) {
                         : eager_scan_settled(f, init, xs, &xl, n, reverse);
     if (!r && trace_current() && unstage()) r = eager_scan_settled(f, init, xs, &xl, n, reverse);
   }
-  shm_free(xl.v);
+  pytree_leaves_free(&xl);
   return array_results(r);
 }
 

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "lang/builtins.h"
+#include "lang/classes.h"
 #include "lang/eval.h"
 #include "transform/compile.h"
 #include "spmd/device.h"
@@ -71,6 +72,8 @@ typedef struct Sig {
   const char *cur;     /* the parameter being walked */
   int nleaves, capleaves;
   Value *holds;
+  Value *kids;         /* List: custom pytree nodes' children, whose leaves
+                          [leaves] borrows, kept for this call only */
   bool failed;
   char inl_key[256];
   Value *inl_leaves[SIG_INLINE];
@@ -182,7 +185,14 @@ static bool is_int_tuple(Value *v) {
 static bool array_leaf(Value *v) { return ops_is_array(v); }
 
 static bool is_pytree_node(Value *v) {
-  return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST || v->type == V_DICT;
+  return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST || v->type == V_DICT ||
+         cls_is_tree_node(v);
+}
+
+/* Keeps [v] (stolen) for the signature's life: a custom node's children. */
+static void sig_keep(Sig *s, Value *v) {
+  if (!v || (!s->kids && !(s->kids = list_new(4))) || list_append_steal(s->kids, v) < 0)
+    s->failed = true;
 }
 
 static void sig_traced(Sig *s, Value *v);
@@ -218,6 +228,14 @@ static void sig_traced(Sig *s, Value *v) {
     sig_leaf(s, v);
     return;
   }
+  if (cls_is_instance(v) && !cls_is_tree_node(v)) {
+    /* as JAX: by identity, a changed attribute would keep the old plan */
+    err_set(ERR_TYPE, "argument '%s' of type '%s' is not a valid JAX type: register its class "
+            "as a pytree (jax.tree_util.register_dataclass, register_pytree_node_class) or "
+            "make the argument static", s->cur ? s->cur : "?", val_type_name(v));
+    s->failed = true;
+    return;
+  }
   if (!is_pytree_node(v)) {
     sig_static(s, v);
     return;
@@ -226,10 +244,25 @@ static void sig_traced(Sig *s, Value *v) {
     sig_dict(s, v);
     return;
   }
+  if (v->type == V_OPAQUE) {   /* a custom node: its class and aux data are static */
+    Value *aux, *kids = cls_tree_children(v, &aux);
+    if (!kids) {
+      s->failed = true;
+      return;
+    }
+    sig_tag(s, 'C');
+    sig_static(s, cls_class_of(v));
+    sig_static(s, aux);
+    val_decref(aux);
+    sig_keep(s, kids);
+    sig_traced(s, kids);
+    return;
+  }
   size_t n;
   Value *const *items;
   val_seq(v, &n, &items);
   int64_t len = (int64_t)n;
+  if (tuple_class(v)) sig_static(s, tuple_class(v));   /* a named tuple's class */
   sig_tag(s, v->type == V_TUPLE ? '(' : '[');
   sig_bytes(s, &len, sizeof len);
   for (size_t i = 0; i < n; i++) sig_traced(s, items[i]);
@@ -240,6 +273,7 @@ static void sig_free(Sig *s) {
   if (s->key != s->inl_key) shm_free(s->key);
   if (s->leaves != s->inl_leaves) shm_free(s->leaves);
   val_decref(s->holds);
+  val_decref(s->kids);
 }
 
 /* ==== static arguments ====================================================== */
@@ -303,11 +337,11 @@ static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
 static Value *rebuild(Value *v, Value **repl, int *pos) {
   if (ops_is_array(v)) return val_incref(repl[(*pos)++]);
   if (!is_pytree_node(v)) return val_incref(v);
-  if (v->type == V_DICT) return pytree_replace(v, array_leaf, repl, pos);
+  if (v->type == V_DICT || v->type == V_OPAQUE) return pytree_replace(v, array_leaf, repl, pos);
   size_t n;
   Value *const *items;
   val_seq(v, &n, &items);
-  Value *r = v->type == V_TUPLE ? tuple_new(n) : list_new(n);
+  Value *r = v->type == V_TUPLE ? tuple_new_like(v, n) : list_new(n);
   for (size_t i = 0; r && i < n; i++) {
     Value *x = rebuild(items[i], repl, pos);
     if (!x) {
@@ -355,6 +389,7 @@ static void args_release(CallArgs *c) {
 static int flatten_out(Value *v, Sig *s) {
   PyLeaves l = {0};
   int rc = pytree_flatten(v, NULL, &l);
+  if (l.held) sig_keep(s, val_incref(l.held));   /* custom nodes' children */
   for (int i = 0; rc == 0 && i < l.n; i++) {
     if (ops_is_array(l.v[i])) sig_leaf(s, l.v[i]);
     else if (l.v[i]->type != V_STR) {
