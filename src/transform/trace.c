@@ -208,12 +208,11 @@ static int axis_rank(const Trace *from, const char *name) {
   return rank;   /* larger: further out, earlier */
 }
 
-/* The effect of [prim] on named shapes: its row's (CollRules.named).
- * pdot, an xmap body's contraction, removes the names it contracts. */
+/* The effect of [prim] on named shapes: its row's (CollRules.named, a
+ * collective's or pdot's); none for a primitive that names no axis. */
 static CollNamed named_effect(PrimId prim) {
   const CollRules *c = prim_table[prim].rules.coll;
-  if (c) return c->named;
-  return prim == P_PDOT ? COLL_NAMED_REMOVES : COLL_NAMED_KEEPS;
+  return c ? c->named : COLL_NAMED_KEEPS;
 }
 
 /* The named shape of the outputs of [prim] over [in] in [t]: the union

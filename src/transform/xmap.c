@@ -1339,9 +1339,13 @@ static const HigherRules pdot_rules = {
     .lowerable = lowerable_pdot,
 };
 
+/* pdot contracts the names it is given: they leave the named shape, as
+ * a collective's reduction's do (trace.c reads CollRules.named). */
+static const CollRules pdot_named = {.named = COLL_NAMED_REMOVES};
+
 void xmap_register_rules(void) {
   higher_register(P_XMAP, &xmap_rules);
-  higher_register(P_PDOT, &pdot_rules);
+  prim_register(P_PDOT, &(const PrimRules){.higher = &pdot_rules, .coll = &pdot_named});
 }
 
 int xmap_register(Env *b) {
