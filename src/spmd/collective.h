@@ -233,13 +233,12 @@ typedef struct CollRules {
  * or -1 when none does. */
 int coll_for_reduce(PrimId reduce);
 
-/* The product of [x] (borrowed) over the named axis [nm] (a Str) of
- * [size], which JAX has no collective for: every index's value gathered
- * in a new leading axis (all_gather; a copy of x when [carried] is false:
- * x is the same at every index), then multiplied along it; exact in x's
- * dtype, zeros and signs included.  A new reference, or NULL with the
- * error set.  For ops_named_reduce_hook (lang/ops.h). */
-Value *coll_named_prod(Value *x, Value *nm, int64_t size, bool carried);
+/* [x] reduced as [reduce] (a positional reduction, e.g. reduce_prod)
+ * over the named axis [nm] (a Str) of [size] for which no collective
+ * reduces so: all_gather over it (when [carried]: x varies along it;
+ * else x repeated [size] times), then [reduce] over the gathered axis.
+ * A new reference, or NULL with the error set. */
+Value *coll_named_gathered(PrimId reduce, Value *x, Value *nm, int64_t size, bool carried);
 
 /* Registers the collectives' complete rows (shape, kernel, replication,
  * batching, JVP, transpose and CollRules) in the primitive table

@@ -1127,7 +1127,7 @@ out:
 }
 
 /* JAX has no pprod: the product over a named axis (collective.h). */
-Value *coll_named_prod(Value *x, Value *nm, int64_t size, bool carried) {
+Value *coll_named_gathered(PrimId reduce, Value *x, Value *nm, int64_t size, bool carried) {
   Params q;
   params_init(&q);
   params_add(&q, "axis_name", tuple_pack(1, &nm));
@@ -1140,7 +1140,7 @@ Value *coll_named_prod(Value *x, Value *nm, int64_t size, bool carried) {
   if (!g) return NULL;
   params_init(&q);
   params_add(&q, "axes", val_int_tuple(1, (int64_t[]){0}));
-  Value *r = prim_bind(P_REDUCE_PROD, 1, &g, &q);
+  Value *r = prim_bind(reduce, 1, &g, &q);
   params_clear(&q);
   val_decref(g);
   return r;

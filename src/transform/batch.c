@@ -823,13 +823,14 @@ static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
 }
 
 /* [x] reduced over one named axis [nm] as [kind] (sum, max, min: the
- * collective whose row reduces so; prod: coll_named_prod); *size gets
- * the axis's size. */
+ * collective whose row reduces so; any other, such as prod: gathered,
+ * then reduced, coll_named_gathered); *size gets the axis's size. */
 static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
   bool named;
   if (reduce_axis_size(str_cstr(nm), size, &named) < 0) return NULL;
   bool same = named && !vmap_carries(x, str_cstr(nm));   /* the same at every index */
-  if (kind == P_REDUCE_PROD) return coll_named_prod(x, nm, *size, !same);
+  int coll = coll_for_reduce(kind);
+  if (coll < 0) return coll_named_gathered(kind, x, nm, *size, !same);
   if (same) {
     if (kind != P_REDUCE_SUM) return val_incref(x);
     Array *n = arr_scalar_i64(DT_I32, *size, true);
@@ -837,9 +838,6 @@ static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
     if (n) val_decref(&n->hdr);
     return r;
   }
-  int coll = coll_for_reduce(kind);
-  if (coll < 0)
-    return err_set(ERR_NOT_IMPLEMENTED, "%s over a named axis is not implemented", prim_table[kind].name);
   Params p;
   params_init(&p);
   params_add(&p, "axes", tuple_pack(1, &nm));
