@@ -1,7 +1,6 @@
 /*
  * ad.c - jvp, vjp, grad and value_and_grad (ad.h).
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -11,21 +10,14 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
-#include "transform/ad.h"
+#include "transform/ad_impl.h"
 #include "transform/batch.h"
+#include "transform/higher.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
 
 /* ==== JVP traces ========================================================== */
-
-/* One differentiation in progress on this thread; [lin]: the linear trace
- * its tangents belong to (reverse mode), or NULL (forward mode). */
-typedef struct JvpTrace {
-  unsigned id;
-  Trace *lin;
-  struct JvpTrace *parent;
-} JvpTrace;
 
 static _Thread_local JvpTrace *jvp_top;
 
@@ -169,19 +161,6 @@ static Value *strip_leaf(Value *v, void *id) { return primal_of(v, *(unsigned *)
 static Value *strip(Value *tree, unsigned id) { return map_leaves(tree, strip_leaf, &id); }
 
 /* ==== linearizing: the JVP pass with staged tangents ======================== */
-
-/* What one linearization gave: the primal output tree, the linear plan
- * from the differentiated input leaves' tangents to the output leaves'
- * tangents, and its captured residuals. */
-typedef struct Lin {
-  Value *out;        /* primal output tree (JVP tracers stripped) */
-  Value *aux;        /* has_aux: the aux tree, stripped; else NULL */
-  Plan *plan;
-  Value **caps;
-  int ncap;
-  int nout;          /* output leaves */
-  bool shard_out;    /* the outputs are a shard_map body's (seed_share) */
-} Lin;
 
 static void lin_free(Lin *l) {
   if (l->out) val_decref(l->out);
@@ -550,6 +529,36 @@ static Value *ct_tree(Value *arg, Value **cts, int *pos) {
   Value *r = map_leaves(arg, ct_leaf, &c);
   *pos = c.pos;
   return r;
+}
+
+/* ==== for the rules of shard_map's row (ad_impl.h) ============================= */
+
+JvpTrace *ad_jvp_find(unsigned id) { return jvp_find(id); }
+
+void ad_jvp_push(JvpTrace *j, Trace *lin) { jvp_push(j, lin); }
+
+void ad_jvp_pop(JvpTrace *j) { jvp_pop(j); }
+
+Value *ad_strip(Value *tree, unsigned id) { return strip(tree, id); }
+
+Value **ad_backward(const Lin *lin, Value **ct_out) { return backward(lin, ct_out); }
+
+void ad_lin_free(Lin *l) { lin_free(l); }
+
+/* shardmap_set_differentiator: a shard_map call on values being
+ * differentiated or batched goes to the rule of shard_map's row for the
+ * innermost trace among its arguments (higher.h): a batch trace's
+ * batch_call, else jvp_call. */
+static Value *ad_shard_map(Value *fv, const CallArgs *a) {
+  Tracer *top = NULL;
+  for (int i = 0; i < a->nargs; i++)
+    if (IS_TRACER(a->args[i]) && (!top || ((Tracer *)a->args[i])->trace_id > top->trace_id))
+      top = (Tracer *)a->args[i];
+  bool batch = top && top->kind == TR_BATCH;
+  const HigherRules *h = higher_rules(P_SHARD_MAP);
+  HigherCallRule rule = !h ? NULL : batch ? h->batch_call : h->jvp_call;
+  if (!rule) return prim_rule_missing(P_SHARD_MAP, batch ? "vmap" : "differentiation"), NULL;
+  return rule(fv, a);
 }
 
 /* ==== grad and value_and_grad ================================================ */
@@ -935,631 +944,6 @@ out:
   return r;
 }
 
-/* ==== shard_map ================================================================== */
-
-/*
- * A shard_map call on values being differentiated differentiates its body
- * on every device, with the collectives' rules, as JAX's shard_map JVP
- * and partial evaluation rules do.  Forward mode calls a shard_map of the
- * body's jvp on (primals, tangents).  Reverse mode calls a shard_map that
- * linearizes the body on each device, keeping each device's linear plan
- * and residuals, and records one shard_map equation in the caller's
- * linear trace; its transpose rule calls a shard_map of the devices'
- * backward passes on the results' cotangents.
- */
-typedef struct SmCall {
-  Opaque base;
-  ShardFn *f;              /* the user's (a reference) */
-  int nargs, ndiff;
-  bool *diff;              /* owned: the arguments being differentiated */
-  int ndev;
-  bool single;             /* the body returns one array (rank 0 tells) */
-  int nout;                /* results (rank 0 tells) */
-  AVal *out_avals;         /* owned: the global results' (reverse mode) */
-  Plan **plans;            /* reverse: each device's linear plan */
-  Value ***caps;           /* and its residuals */
-  int *ncaps;
-  /* Staged (under jit): one traced body for every device, whose residuals
-   * leave the forward shard_map as extra results, a leading axis over all
-   * devices (P(mesh axes)), and enter the backward one the same way, as
-   * JAX's shard_map partial evaluation passes them. */
-  bool staged;
-  ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
-  bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
-  Value *told;             /* (single, nout), as the first device of this process
-                              recorded them; under mpirun a process without a
-                              device of the mesh gets them from another one */
-  int nres;
-  Value **res_globals;     /* the residuals, global values of the jit trace */
-  Value *res_specs;        /* the forward's out_specs: results', then residuals' */
-  /* Batched primals (vmap outside the differentiation): the forward pass
-   * runs each device's body under a vmap of its own, whose batch trace
-   * ends with the call, so its residuals cannot reach the backward pass.
-   * The backward shard_map then linearizes the body again on the primals
-   * (kept here) and transposes it in the same call, under the same vmap. */
-  Value **remat;           /* owned: the primal arguments, or NULL */
-} SmCall;
-
-static Value *specs_tuple(Value *specs, int n, int times);
-static void fwd_out_specs(SmCall *c, int times);
-
-static void smcall_free(Value *v) {
-  SmCall *c = (SmCall *)v;
-  if (c->remat) values_free(c->remat, c->nargs);
-  if (c->told) val_decref(c->told);
-  for (int i = 0; c->res_globals && i < c->nres; i++)
-    if (c->res_globals[i]) val_decref(c->res_globals[i]);
-  shm_free(c->res_globals);
-  shm_free(c->diff);
-  shm_free(c->out_avals);
-  if (c->res_specs) val_decref(c->res_specs);
-  for (int r = 0; c->plans && r < c->ndev; r++) {
-    if (c->plans[r]) val_decref(&c->plans[r]->hdr);
-    trace_caps_free(c->caps[r], c->ncaps[r]);
-  }
-  shm_free(c->plans);
-  shm_free(c->caps);
-  shm_free(c->ncaps);
-  val_decref(&c->f->hdr);
-}
-
-static Value *smcall_repr(Value *v) {
-  return str_printf("<differentiated shard_map %s>", ((SmCall *)v)->f->name);
-}
-
-static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, smcall_repr, NULL, NULL, NULL, NULL};
-
-/* The body's results on one device as leaves: the tuple's items or the
- * one array; the first device of this process records which (under
- * mpirun device 0 may run elsewhere). */
-static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) {
-  bool single = !val_seq(res, n, items) || res->type != V_TUPLE;
-  if (single) *items = NULL, *n = 1;
-  if (*n > SHARDMAP_MAX_ARGS) {
-    err_set(ERR_VALUE, "shard_map: at most %d results can be differentiated", SHARDMAP_MAX_ARGS);
-    return -1;
-  }
-  DevCtx *d = dev_ctx();
-  if (d && coll_first_local(d)) {
-    c->single = single, c->nout = (int)*n;
-    Value *one = c->told ? NULL : arr_python_int(single);
-    Value *count = one ? arr_python_int((int64_t)*n) : NULL;
-    Value *pair[2] = {one, count};
-    if (count) c->told = tuple_pack(2, pair);
-    if (one) val_decref(one);
-    if (count) val_decref(count);
-  }
-  return 0;
-}
-
-/* The body's arguments on one device: differentiated blocks wrapped into
- * JVP tracers of [j] with tangents from [tan] (or new inputs of [lin]). */
-static int wrap_blocks(SmCall *c, JvpTrace *j, Trace *lin, Value **blocks, Value **tan,
-                       Value **args) {
-  int k = 0;
-  for (int i = 0; i < c->nargs; i++) {
-    if (!c->diff[i]) {
-      args[i] = val_incref(blocks[i]);
-      continue;
-    }
-    AVal a;
-    Value *t = NULL;
-    if (ops_aval(blocks[i], &a) == 0)
-      t = lin ? trace_new_arg(lin, &a, NULL) : val_incref(tan[k++]);
-    if (!t || !(args[i] = jvp_tracer(j->id, val_incref(blocks[i]), t))) {
-      values_free_n(args, i);
-      return -1;
-    }
-  }
-  return 0;
-}
-
-/* Forward mode on one device: (x blocks..., t blocks...) -> (primals...,
- * tangents...). */
-static Value *sm_jvp_body(Value *self, const CallArgs *a) {
-  SmCall *c = (SmCall *)self;
-  Value *args[SHARDMAP_MAX_ARGS], *res = NULL, *r = NULL;
-  JvpTrace j;
-  jvp_push(&j, NULL);
-  if (wrap_blocks(c, &j, NULL, a->args, a->args + c->nargs, args) == 0) {
-    res = val_call_n(c->f->body, c->nargs, args);
-    for (int i = 0; i < c->nargs; i++) val_decref(args[i]);
-  }
-  jvp_pop(&j);
-  Value *const *items;
-  size_t n;
-  if (!res || body_results(c, res, &items, &n) < 0) goto out;
-  fwd_out_specs(c, 2);
-  Value *outs = tuple_new(2 * n);
-  for (size_t k = 0; outs && k < n; k++) {
-    Value *o = items ? items[k] : res;
-    Value *p = primal_of(o, j.id), *t = tangent_of(o, j.id);
-    tuple_set_steal(outs, k, p);
-    tuple_set_steal(outs, n + k, t ? t : val_incref(VAL_NONE));
-    if (!t) {
-      val_decref(outs);
-      outs = NULL;
-    }
-  }
-  r = outs;
-out:
-  if (res) val_decref(res);
-  return r;
-}
-
-/* A residual block with a leading axis of 1 (staged: one row per device
- * of the residual's global value), or without it again. */
-static Value *residual_row(Value *x, bool add) {
-  AVal a;
-  if (prim_value_aval(x, &a) < 0) return NULL;
-  int64_t sh[SHM_MAXDIM + 1];
-  int nd = add ? a.ndim + 1 : a.ndim - 1;
-  for (int i = 0; i < nd; i++) sh[i] = add ? (i ? a.shape[i - 1] : 1) : a.shape[i + 1];
-  Params p;
-  params_init(&p);
-  params_add(&p, "new_sizes", val_int_tuple(nd, sh));
-  params_add(&p, "dimensions", val_incref(VAL_NONE));
-  return prim_apply_rule(P_RESHAPE, 1, &x, &p);
-}
-
-/* The spec of a residual's row: its leading axis split over the mesh axes
- * the residual varies over (so each device's block keeps its replication
- * type), P(None) when it varies over none. */
-static Value *residual_spec(SmCall *c, Value *res) {
-  AVal a;
-  if (prim_value_aval(res, &a) < 0) return NULL;
-  int n = 0;
-  for (int i = 0; i < c->f->mesh->naxes; i++) n += (a.vma >> i) & 1u;
-  Value *names = n ? tuple_new((size_t)n) : val_incref(VAL_NONE);
-  for (int i = 0, k = 0; n && names && i < c->f->mesh->naxes; i++)
-    if ((a.vma >> i) & 1u) tuple_set_steal(names, (size_t)k++, str_from(c->f->mesh->axis_names[i]));
-  Value *s = names ? pspec_from_args(1, &names) : NULL;
-  if (names) val_decref(names);
-  return s;
-}
-
-/* Staged: the primal results [r] ([n] of them) and then the residuals,
- * a row each; the forward shard_map's out_specs become the results'
- * specs and each residual's row spec. */
-static Value *with_residuals(SmCall *c, Value *r, size_t n) {
-  int k = c->ncaps[0];
-  Value *t = tuple_new(n + (size_t)k);
-  Value *specs = tuple_new(n + (size_t)k);
-  bool ok = t && specs;
-  for (size_t i = 0; ok && i < n; i++) {
-    tuple_set_steal(t, i, val_incref(c->single ? r : tuple_get(r, i)));
-    tuple_set_steal(specs, i, val_incref(&shardmap_out_spec(c->f, (int)i)->hdr));
-  }
-  for (int i = 0; ok && i < k; i++) {
-    Value *row = residual_row(c->caps[0][i], true), *rs = residual_spec(c, c->caps[0][i]);
-    tuple_set_steal(t, n + (size_t)i, row ? row : val_incref(VAL_NONE));
-    tuple_set_steal(specs, n + (size_t)i, rs ? rs : val_incref(VAL_NONE));
-    ok = row && rs;
-  }
-  if (ok) {
-    val_decref(c->fwd->out_specs);
-    c->fwd->out_specs = val_incref(specs);
-    if (c->res_specs) val_decref(c->res_specs);
-    c->res_specs = val_incref(specs);
-  }
-  if (specs) val_decref(specs);
-  if (!ok && t) {
-    for (size_t i = 0; i < n + (size_t)k; i++)
-      if (!tuple_get(t, i)) tuple_set_steal(t, i, val_incref(VAL_NONE));
-    val_decref(t);
-    t = NULL;
-  }
-  return t;
-}
-
-/* Linearizes the body on one device's argument [blocks]: the primal
- * results as the body gives them (JVP tracers stripped), its linear plan
- * and residuals in [*plan], [*caps], [*ncaps] (owned by the caller), the
- * number of results in [*n]; NULL with the error set. */
-static Value *sm_linearize(SmCall *c, Value **blocks, Plan **plan, Value ***caps, int *ncaps,
-                           size_t *n) {
-  Value *args[SHARDMAP_MAX_ARGS], *res = NULL, *r = NULL, *tans[SHARDMAP_MAX_ARGS] = {0};
-  Trace *lt = trace_begin_linear(c->f->name);
-  if (!lt) return NULL;
-  JvpTrace j;
-  jvp_push(&j, lt);
-  if (wrap_blocks(c, &j, lt, blocks, NULL, args) == 0) {
-    res = val_call_n(c->f->body, c->nargs, args);
-    for (int i = 0; i < c->nargs; i++) val_decref(args[i]);
-  }
-  jvp_pop(&j);
-  Value *const *items;
-  size_t k = 0;
-  *n = 0;
-  if (!res || body_results(c, res, &items, n) < 0) goto fail;
-  for (; k < *n; k++)
-    if (!(tans[k] = tangent_of(items ? items[k] : res, j.id))) goto fail;
-  *plan = trace_end(lt, (int)*n, tans, caps, ncaps);
-  lt = NULL;
-  if (*plan) r = strip(res, j.id);
-fail:
-  for (size_t i = 0; i < k; i++) val_decref(tans[i]);
-  if (lt) trace_abort(lt);
-  if (res) val_decref(res);
-  return r;
-}
-
-/* The forward shard_map's out_specs once the body ran on a device: the
- * user's call's, which a pytree call's wrapper sets from the body's first
- * result (a spec of the prefix covering a subtree: (P(), P()) for
- * ((a, b), c)), [times] over (primals, then tangents).  Every device
- * calls it; the first sets them. */
-static void fwd_out_specs(SmCall *c, int times) {
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  Value *out = c->f->out_specs;
-  if (out->type == V_PSPEC || !c->fwd) return;
-  pthread_mutex_lock(&lock);
-  Value *specs = c->fwd_specs ? NULL : specs_tuple(out, (int)tuple_len(out), times);
-  if (specs) {
-    val_decref(c->fwd->out_specs);
-    c->fwd->out_specs = specs;
-    c->fwd_specs = true;
-  }
-  pthread_mutex_unlock(&lock);
-}
-
-/* Reverse mode on one device: linearizes the body; returns the primal
- * results as the body does and keeps the linear plan and residuals. */
-static Value *sm_lin_body(Value *self, const CallArgs *a) {
-  SmCall *c = (SmCall *)self;
-  DevCtx *d = dev_ctx();
-  int rank = d && !c->staged ? d->rank : 0;
-  size_t n;
-  Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
-  if (r && !c->staged) fwd_out_specs(c, 1);
-  if (r && c->staged) {
-    Value *all = with_residuals(c, r, n);
-    val_decref(r);
-    r = all;
-  }
-  return r;
-}
-
-/* The backward pass on one device: result cotangent blocks -> the
- * differentiated arguments' cotangent blocks (a tuple). */
-static Value *sm_back_body(Value *self, const CallArgs *a) {
-  SmCall *c = (SmCall *)self;
-  DevCtx *d = dev_ctx();
-  int rank = d && !c->staged ? d->rank : 0;
-  Value *res[2 * SHARDMAP_MAX_ARGS];
-  int nres = c->staged ? a->nargs - c->nout : 0, made = 0;
-  for (; made < nres; made++)   /* staged: the residual rows, as blocks */
-    if (!(res[made] = residual_row(a->args[c->nout + made], false))) {
-      values_free_n(res, made);
-      return NULL;
-    }
-  Lin lin = {NULL, NULL, c->plans[rank], c->staged ? res : c->caps[rank],
-             c->staged ? nres : c->ncaps[rank], c->nout, true};
-  Value **cts = backward(&lin, a->args);
-  values_free_n(res, made);
-  if (!cts) return NULL;
-  Value *t = tuple_pack((size_t)c->ndiff, cts);
-  values_free(cts, c->ndiff);
-  return t;
-}
-
-/* The backward pass on one device from the primals: (argument blocks...,
- * result cotangent blocks...) -> the differentiated arguments' cotangent
- * blocks (a tuple); the body is linearized again here (SmCall.remat). */
-static Value *sm_remat_body(Value *self, const CallArgs *a) {
-  SmCall *c = (SmCall *)self;
-  Lin lin = {0};
-  size_t n;
-  Value *r = NULL, *res = sm_linearize(c, a->args, &lin.plan, &lin.caps, &lin.ncap, &n);
-  lin.nout = (int)n;
-  lin.shard_out = true;
-  Value **cts = res ? backward(&lin, a->args + c->nargs) : NULL;
-  if (res) val_decref(res);
-  if (cts) {
-    r = tuple_pack((size_t)c->ndiff, cts);
-    values_free(cts, c->ndiff);
-  }
-  lin_free(&lin);
-  return r;
-}
-
-/* A tuple of [n] specs: [one] repeated, or the items of [specs] (repeated
- * [times] times). */
-static Value *specs_tuple(Value *specs, int n, int times) {
-  Value *t = tuple_new((size_t)(n * times));
-  for (int r = 0; t && r < times; r++)
-    for (int k = 0; k < n; k++)
-      tuple_set_steal(t, (size_t)(r * n + k),
-                      val_incref(specs->type == V_PSPEC ? specs : tuple_get(specs, (size_t)k)));
-  return t;
-}
-
-static Value *sm_lin_body(Value *self, const CallArgs *a);
-static Value *sm_jvp_body(Value *self, const CallArgs *a);
-
-/* The slots of what a differentiated shard_map's devices record: its
- * (single, nout), and what the body it differentiates records
- * (shardmap_add_shared). */
-static int sm_shared(Value *body, Value ***slots, int cap) {
-  BoundMethod *b = (BoundMethod *)body;
-  if (body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body) || cap < 1)
-    return 0;
-  SmCall *c = (SmCall *)b->self;
-  slots[0] = &c->told;
-  return 1 + shardmap_shared_slots(c->f->body, slots + 1, cap - 1);
-}
-
-/* shardmap_settle for a differentiated shard_map's body: on a process
- * without a device of the mesh, the forward call's out_specs as its
- * devices would have set them (fwd_out_specs), once the body it
- * differentiates has settled its own. */
-static int sm_settle(Value *body) {
-  BoundMethod *b = (BoundMethod *)body;
-  if (body->type != V_BOUND || (b->fn != sm_lin_body && b->fn != sm_jvp_body)) return 0;
-  SmCall *c = (SmCall *)b->self;
-  if (shardmap_settle(c->f->body) < 0) return -1;
-  if (b->fn == sm_jvp_body) fwd_out_specs(c, 2);
-  else if (!c->staged) fwd_out_specs(c, 1);
-  return 0;
-}
-
-/* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
- * staged forward one is [c]->fwd while it runs (its body sets its
- * out_specs). */
-static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs, int n,
-                     Value **args) {
-  Value *fn = bound_new(c->f->name, body, &c->base.hdr);
-  Value *sf = fn && in_specs && out_specs
-                  ? shardmap_new(c->f->name, fn, &c->f->mesh->hdr, in_specs, out_specs,
-                                 c->f->check_rep)
-                  : NULL;
-  Value *r = NULL;
-  if (sf) {
-    CallArgs ca = {n, args, 0, NULL, NULL};
-    if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
-    c->fwd_specs = false;
-    r = shardmap_call(sf, &ca);
-    c->fwd = NULL;
-    if (c->told) {   /* what this process's devices, or another process's, saw */
-      c->single = arr_get_i64((Array *)tuple_get(c->told, 0), 0) != 0;
-      c->nout = (int)arr_get_i64((Array *)tuple_get(c->told, 1), 0);
-      val_decref(c->told);
-      c->told = NULL;
-    }
-    val_decref(sf);
-  }
-  if (fn) val_decref(fn);
-  if (in_specs) val_decref(in_specs);
-  if (out_specs) val_decref(out_specs);
-  return r;
-}
-
-/* The innermost JVP trace among the arguments (one of this thread). */
-static JvpTrace *args_trace(const CallArgs *a) {
-  unsigned id = 0;
-  for (int i = 0; i < a->nargs; i++)
-    if (IS_JVP_TRACER(a->args[i]) && ((Tracer *)a->args[i])->trace_id > id)
-      id = ((Tracer *)a->args[i])->trace_id;
-  return jvp_find(id);
-}
-
-/* The results as the body gave them: one value, or a tuple of [vals]. */
-static Value *sm_results(SmCall *c, Value **vals) {
-  return c->single ? val_incref(vals[0]) : tuple_pack((size_t)c->nout, vals);
-}
-
-static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
-  Value *args[2 * SHARDMAP_MAX_ARGS];
-  int k = 0;
-  for (int i = 0; i < c->nargs; i++) args[i] = primal_of(a->args[i], j->id);
-  for (int i = 0; i < c->nargs; i++)
-    if (c->diff[i]) args[c->nargs + k++] = val_incref(((Tracer *)a->args[i])->tangent);
-  Value *in = specs_tuple(c->f->in_specs, c->nargs, 1);
-  if (in && c->ndiff) {   /* the tangents' specs after the primals' */
-    Value *all = tuple_new((size_t)(c->nargs + c->ndiff));
-    for (int i = 0, m = 0; all && i < c->nargs; i++) {
-      tuple_set_steal(all, (size_t)i, val_incref(tuple_get(in, (size_t)i)));
-      if (c->diff[i]) tuple_set_steal(all, (size_t)(c->nargs + m++), val_incref(tuple_get(in, (size_t)i)));
-    }
-    val_decref(in);
-    in = all;
-  }
-  Value *out_specs = c->f->out_specs->type == V_PSPEC
-                         ? val_incref(c->f->out_specs)
-                         : specs_tuple(c->f->out_specs, (int)tuple_len(c->f->out_specs), 2);
-  Value *res = sm_run(c, sm_jvp_body, in, out_specs, c->nargs + c->ndiff, args);
-  values_free_n(args, c->nargs + c->ndiff);
-  if (!res) return NULL;
-  Value *vals[SHARDMAP_MAX_ARGS];
-  int n = c->nout;
-  for (int k2 = 0; k2 < n; k2++) {
-    Value *p = tuple_get(res, (size_t)k2), *t = tuple_get(res, (size_t)(n + k2));
-    AVal pa;
-    vals[k2] = ops_aval(p, &pa) == 0 && dt_is_float(pa.dtype)
-                   ? jvp_tracer(j->id, val_incref(p), val_incref(t)) : val_incref(p);
-  }
-  val_decref(res);
-  Value *r = sm_results(c, vals);
-  values_free_n(vals, n);
-  return r;
-}
-
-static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
-  Value *args[SHARDMAP_MAX_ARGS], *tans[SHARDMAP_MAX_ARGS];
-  int k = 0;
-  for (int i = 0; i < c->nargs; i++) {
-    args[i] = primal_of(a->args[i], j->id);
-    if (c->diff[i]) tans[k++] = ((Tracer *)a->args[i])->tangent;
-  }
-  bool batched = false;
-  for (int i = 0; i < c->nargs; i++) batched |= IS_BATCH_TRACER(args[i]);
-  Value *res;
-  if (batched) {   /* the primals move into c->remat; no residuals */
-    CallArgs ca = {c->nargs, args, 0, NULL, NULL};
-    c->staged = false;
-    res = (c->remat = shm_calloc((size_t)c->nargs + 1, sizeof(Value *)))
-              ? shardmap_call(&c->f->hdr, &ca) : err_nomem();
-    if (c->remat) memcpy(c->remat, args, sizeof(Value *) * (size_t)c->nargs);
-    else values_free_n(args, c->nargs);
-    if (res) {
-      c->single = res->type != V_TUPLE;
-      c->nout = c->single ? 1 : (int)tuple_len(res);
-    }
-  } else {
-    c->plans = shm_calloc((size_t)c->ndev, sizeof(Plan *));
-    c->caps = shm_calloc((size_t)c->ndev, sizeof(Value **));
-    c->ncaps = shm_calloc((size_t)c->ndev, sizeof(int));
-    res = c->plans && c->caps && c->ncaps
-              ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
-                       val_incref(c->f->out_specs), c->nargs, args)
-              : err_nomem();
-    values_free_n(args, c->nargs);
-  }
-  if (!res) return NULL;
-  Value *outs[SHARDMAP_MAX_ARGS], *r = NULL, *tup = NULL;
-  if (c->staged) {   /* the results, then the residuals */
-    c->nres = (int)tuple_len(res) - c->nout;
-    c->res_globals = shm_calloc((size_t)c->nres + 1, sizeof(Value *));
-    if (!c->res_globals) {
-      val_decref(res);
-      return err_nomem();
-    }
-    for (int i = 0; i < c->nres; i++)
-      c->res_globals[i] = val_incref(tuple_get(res, (size_t)(c->nout + i)));
-  }
-  if (!(c->out_avals = shm_calloc((size_t)c->nout + 1, sizeof(AVal)))) {
-    err_nomem();
-    goto out;
-  }
-  for (int m = 0; m < c->nout; m++) {
-    outs[m] = c->single && !c->staged ? res : tuple_get(res, (size_t)m);
-    if (ops_aval(outs[m], &c->out_avals[m]) < 0) goto out;
-    c->out_avals[m].vma = 0;
-  }
-  Params p;
-  params_init(&p);
-  params_add(&p, "linearized", val_incref(&c->base.hdr));
-  tup = trace_emit(P_SHARD_MAP, &p, c->ndiff, tans, c->nout, c->out_avals);
-  if (!tup) goto out;
-  Value *vals[SHARDMAP_MAX_ARGS];
-  for (int m = 0; m < c->nout; m++)
-    vals[m] = dt_is_float(c->out_avals[m].dtype)
-                  ? jvp_tracer(j->id, val_incref(outs[m]), val_incref(tuple_get(tup, (size_t)m)))
-                  : val_incref(outs[m]);
-  r = sm_results(c, vals);
-  values_free_n(vals, c->nout);
-out:
-  if (tup) val_decref(tup);
-  val_decref(res);
-  return r;
-}
-
-/* shardmap_set_differentiator: a shard_map call on values being
- * differentiated. */
-static Value *ad_shard_map(Value *fv, const CallArgs *a) {
-  ShardFn *f = (ShardFn *)fv;
-  Tracer *top = NULL;
-  for (int i = 0; i < a->nargs; i++)
-    if (IS_TRACER(a->args[i]) && (!top || ((Tracer *)a->args[i])->trace_id > top->trace_id))
-      top = (Tracer *)a->args[i];
-  if (top && top->kind == TR_BATCH) return batch_shard_map(fv, a);
-  /* the rule takes each result as an array: nested results go through
-   * the call over leaves, which comes back here */
-  if (!shardmap_returns_leaves(f)) return shardmap_call_leaves(fv, a);
-  JvpTrace *j = args_trace(a);
-  if (!j)
-    return err_set(ERR_VALUE, "%s(): an argument is an abstract value of another thread or of "
-                              "a finished differentiation", f->name);
-  if (a->nkw || a->nargs > SHARDMAP_MAX_ARGS)
-    return err_set(ERR_TYPE, "%s() takes at most %d positional arguments", f->name, SHARDMAP_MAX_ARGS);
-  for (int i = 0; i < a->nargs; i++)
-    if (shardmap_check_arg(f, a, i) < 0) return NULL;
-  SmCall *c = shm_calloc(1, sizeof *c);
-  if (!c) return err_nomem();
-  val_init(&c->base.hdr, V_OPAQUE);
-  c->base.ot = &smcall_type;
-  c->f = (ShardFn *)val_incref(fv);
-  c->nargs = a->nargs;
-  c->ndev = f->mesh->size;
-  c->staged = prim_tracing();
-  if (!(c->diff = shm_calloc((size_t)a->nargs + 1, sizeof(bool)))) {
-    val_decref(&c->base.hdr);
-    return err_nomem();
-  }
-  for (int i = 0; i < a->nargs; i++) c->ndiff += c->diff[i] = is_jvp_of(a->args[i], j->id);
-  Value *r = j->lin ? sm_reverse(c, j, a) : sm_forward(c, j, a);
-  val_decref(&c->base.hdr);
-  return r;
-}
-
-/* The transpose of a shard_map whose primals were batched (SmCall.remat):
- * a shard_map of sm_remat_body on (primals..., cotangents...). */
-static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, Value **cts) {
-  Value *args[2 * SHARDMAP_MAX_ARGS];
-  int n = 0;
-  for (; n < c->nargs; n++) args[n] = val_incref(c->remat[n]);
-  for (int m = 0; m < c->nout; m++, n++)
-    if (!(args[n] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
-      values_free_n(args, n);
-      return -1;
-    }
-  Value *in_specs = tuple_new((size_t)n), *out_specs = tuple_new((size_t)c->ndiff);
-  for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
-    if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
-  for (int i = 0; in_specs && i < c->nargs; i++)
-    tuple_set_steal(in_specs, (size_t)i, val_incref(&shardmap_in_spec(c->f, i)->hdr));
-  for (int m = 0; in_specs && m < c->nout; m++)
-    tuple_set_steal(in_specs, (size_t)(c->nargs + m), val_incref(&shardmap_out_spec(c->f, m)->hdr));
-  Value *res = sm_run(c, sm_remat_body, in_specs, out_specs, n, args);
-  values_free_n(args, n);
-  if (!res) return -1;
-  for (int i = 0; i < nin; i++)
-    cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
-  val_decref(res);
-  return 0;
-}
-
-/* The transpose of a linearized shard_map equation: the devices' backward
- * passes on the results' cotangents, split by the out_specs; the
- * arguments' cotangents assembled by the in_specs. */
-int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
-                           const Params *p, Value **cts) {
-  (void)in, (void)av;
-  Value *cv = params_get(p, "linearized");
-  if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
-    return prim_rule_missing(P_SHARD_MAP, "transpose of a staged shard_map");
-  SmCall *c = (SmCall *)cv;
-  Value *args[2 * SHARDMAP_MAX_ARGS];
-  if (c->nout + c->nres > 2 * SHARDMAP_MAX_ARGS) {
-    err_set(ERR_VALUE, "shard_map: more than %d results and residuals to transpose",
-            2 * SHARDMAP_MAX_ARGS);
-    return -1;
-  }
-  if (c->remat) return tr_shard_map_remat(c, ct, lin, nin, cts);
-  for (int m = 0; m < c->nout; m++)
-    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
-      values_free_n(args, m);
-      return -1;
-    }
-  for (int i = 0; i < c->nres; i++) args[c->nout + i] = val_incref(c->res_globals[i]);
-  Value *out_specs = tuple_new((size_t)c->ndiff);
-  for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
-    if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
-  Value *in_specs = tuple_new((size_t)(c->nout + c->nres));
-  for (int m = 0; in_specs && m < c->nout; m++)
-    tuple_set_steal(in_specs, (size_t)m, val_incref(&shardmap_out_spec(c->f, m)->hdr));
-  for (int i = 0; in_specs && i < c->nres; i++)   /* the residuals' rows, as they left */
-    tuple_set_steal(in_specs, (size_t)(c->nout + i),
-                    val_incref(tuple_get(c->res_specs, (size_t)(c->nout + i))));
-  Value *res = sm_run(c, sm_back_body, in_specs, out_specs, c->nout + c->nres, args);
-  values_free_n(args, c->nout + c->nres);
-  if (!res) return -1;
-  for (int i = 0; i < nin; i++)
-    cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
-  val_decref(res);
-  return 0;
-}
-
 /* ==== stop_gradient, jacfwd, jacrev, hessian, checkpoint ========================== */
 
 /* [v] without its tangents, at every level of differentiation. */
@@ -1860,7 +1244,6 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc) {
 int ad_register(Env *b) {
   trace_set_kind(TR_JVP, ad_apply, ad_truth);
   shardmap_set_differentiator(ad_shard_map);
-  shardmap_add_shared(sm_shared, sm_settle);
   if (add_both(b, "grad", bi_grad, "grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||

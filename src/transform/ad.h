@@ -69,7 +69,8 @@ bool ad_has_jvp_leaf(Value *tree);
 Value *ad_keep_primals(Value *sel, Value *own);
 
 /* For the rules of other primitives built on forward mode (the while
- * row's, control_rules.c).  A JVP tracer of trace [id] for [primal] and
+ * row's, control_rules.c; shard_map's, shardmap_rules.c, which also takes
+ * ad_impl.h).  A JVP tracer of trace [id] for [primal] and
  * [tangent] (both stolen): a new reference, or NULL with the error set. */
 Value *ad_jvp_tracer(unsigned id, Value *primal, Value *tangent);
 /* The primal of [v] for trace [id]: a JVP tracer of another trace, and
@@ -79,15 +80,5 @@ Value *ad_primal_of(Value *v, unsigned id);
  * weakly typed when [v] is (JAX's instantiated symbolic zero).  A new
  * reference, or NULL with the error set. */
 Value *ad_tangent_of(Value *v, unsigned id);
-
-/* shard_map's transpose rule (TransposeRule, array/prim.h), for its row
- * (jit_rules.c): a shard_map equation staged by linearizing a call
- * (its `linearized` parameter, the call's record of its devices' linear
- * maps) runs the devices' backward passes on the results' cotangents,
- * split by the out_specs, and assembles the arguments' cotangents by the
- * in_specs.  Any other shard_map equation: prim_rule_missing ("transpose
- * of a staged shard_map").  Semantics: JAX's shard_map transpose. */
-int ad_shard_map_transpose(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
-                           const Params *p, Value **cts);
 
 #endif

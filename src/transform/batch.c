@@ -1,7 +1,6 @@
 /*
  * batch.c - vmap (batch.h).
  */
-#include <pthread.h>
 #include <string.h>
 
 #include "array/prim.h"
@@ -594,78 +593,25 @@ static Value *bi_vmap(const CallArgs *a) {
   return r;
 }
 
-/* ==== shard_map of batched arguments ================================================ */
+/* ==== vmap in and around shard_map bodies ========================================= */
 
-/* [specs] (one P or a tuple) with None put first in the entries of the
- * batched ones ([batched] NULL: all). */
-static Value *specs_batched(Value *specs, int n, const bool *batched) {
-  if (specs->type == V_PSPEC && !batched) return pspec_prepend_none((PSpec *)specs);
-  Value *t = tuple_new((size_t)n);
-  for (int i = 0; t && i < n; i++) {
-    PSpec *s = (PSpec *)(specs->type == V_PSPEC ? specs : tuple_get(specs, (size_t)i));
-    Value *e = !batched || batched[i] ? pspec_prepend_none(s) : val_incref(&s->hdr);
-    tuple_set_steal(t, (size_t)i, e ? e : val_incref(VAL_NONE));
-  }
-  return t;
-}
-
-static Value *batch_result_leaf(Value *v, void *id) {
-  return batch_tracer(*(unsigned *)id, val_incref(v), 0);
-}
-
-/*
- * The body of a batched shard_map: the vmap of the body of the shard_map
- * [f] it batches.  [f]'s out_specs may be settled only by its body's
- * first result (a prefix covering subtrees: shardmap_settle), so the
- * batched call [call] takes them, batched, once the first device's vmap
- * returned, and on a process without a device of the mesh when it
- * settles.
- */
-typedef struct SmBatch {
-  Opaque base;
-  Value *vmapped;        /* vmap of f's body (a bound vmap_call) */
-  ShardFn *f, *call;     /* borrowed, during the call */
-  bool specs;            /* call's out_specs were taken from f's */
-  pthread_mutex_t lock;
-} SmBatch;
-
-static void smbatch_free(Value *v) {
-  SmBatch *b = (SmBatch *)v;
-  val_decref(b->vmapped);
-  pthread_mutex_destroy(&b->lock);
-}
-
-static const OpaqueType smbatch_type = {"batched shard_map", smbatch_free, NULL, NULL, NULL,
-                                        NULL, NULL};
-
-/* [b]'s call's out_specs: f's, now settled, batched (once). */
-static void smbatch_specs(SmBatch *b) {
-  pthread_mutex_lock(&b->lock);
-  Value *os = b->f->out_specs;
-  Value *out = b->specs ? NULL
-                        : specs_batched(os, os->type == V_PSPEC ? 1 : (int)tuple_len(os), NULL);
-  if (out) {
-    val_decref(b->call->out_specs);
-    b->call->out_specs = out;
-    b->specs = true;
-  }
-  pthread_mutex_unlock(&b->lock);
-}
-
-static Value *smbatch_body(Value *self, const CallArgs *a) {
-  SmBatch *b = (SmBatch *)self;
-  Value *r = val_call(b->vmapped, a);
-  if (r) smbatch_specs(b);
+Value *batch_vmap_of(unsigned id, Value *fun, Value *in_axes) {
+  BatchTrace *bt = batch_find(id);
+  if (!bt) return err_set(ERR_VALUE, "vmap: batch trace %u is not open on this thread", id);
+  Value *zero = val_int(0), *name = bt->name ? str_from(bt->name) : val_incref(VAL_NONE);
+  Value *cfg = tuple_pack(VM_N, (Value *[]){fun, in_axes, zero, name, VAL_NONE});
+  Value *r = cfg ? bound_new("vmap", vmap_call, cfg) : NULL;
+  Value *tmp[] = {zero, name, cfg};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) val_decref(tmp[i]);
   return r;
 }
 
-/* The callable a vmap of a shard_map body, or a batched shard_map's
- * body, wraps; else NULL. */
+/* The callable a vmap of a shard_map body wraps; else NULL. */
 static Value *vmap_inner(Value *body) {
   BoundMethod *b = (BoundMethod *)body;
   if (body->type != V_BOUND) return NULL;
-  if (b->fn == vmap_call) return tuple_get(b->self, VM_FUN);
-  return b->fn == smbatch_body ? ((SmBatch *)b->self)->vmapped : NULL;
+  return b->fn == vmap_call ? tuple_get(b->self, VM_FUN) : NULL;
 }
 
 /* The slots of what the body a vmap of a shard_map body wraps records
@@ -675,76 +621,11 @@ static int vmap_shared(Value *body, Value ***slots, int cap) {
   return inner ? shardmap_shared_slots(inner, slots, cap) : 0;
 }
 
-/* shardmap_settle for such a body: the body it wraps settles, then a
- * batched shard_map takes the out_specs of the one it batches. */
+/* shardmap_settle for such a body: the body it wraps settles. */
 static int vmap_settle(Value *body) {
   Value *inner = vmap_inner(body);
   if (!inner || shardmap_settle(inner) < 0) return inner ? -1 : 0;
-  if (((BoundMethod *)body)->fn == smbatch_body) smbatch_specs((SmBatch *)((BoundMethod *)body)->self);
   return 0;
-}
-
-/* A new batched shard_map body over [vmapped] (stolen). */
-static Value *smbatch_new(const char *name, Value *vmapped) {
-  SmBatch *b = shm_calloc(1, sizeof *b);
-  if (!b) {
-    val_decref(vmapped);
-    return err_nomem();
-  }
-  val_init(&b->base.hdr, V_OPAQUE);
-  b->base.ot = &smbatch_type;
-  pthread_mutex_init(&b->lock, NULL);
-  b->vmapped = vmapped;
-  Value *r = bound_new(name, smbatch_body, &b->base.hdr);
-  val_decref(&b->base.hdr);
-  return r;
-}
-
-Value *batch_shard_map(Value *fv, const CallArgs *a) {
-  ShardFn *f = (ShardFn *)fv;
-  unsigned id = 0;
-  for (int i = 0; i < a->nargs; i++)
-    if (IS_TRACER(a->args[i]) && ((Tracer *)a->args[i])->trace_id > id)
-      id = ((Tracer *)a->args[i])->trace_id;
-  BatchTrace *bt = batch_find(id);
-  if (!bt || a->nkw || a->nargs > 64)
-    return err_set(ERR_VALUE, "%s(): called on batched values of another thread, or with "
-                              "keyword arguments", f->name);
-  bool batched[64];
-  Value *args[64], *axes = tuple_new((size_t)a->nargs), *r = NULL;
-  int made = 0;
-  for (; axes && made < a->nargs; made++) {
-    Value *x = a->args[made];
-    batched[made] = is_batch_of(x, bt->id);
-    args[made] = batched[made] ? prim_batch_moveaxis(((Tracer *)x)->batched, ((Tracer *)x)->bdim, 0)
-                               : val_incref(x);
-    tuple_set_steal(axes, (size_t)made, batched[made] ? val_int(0) : val_incref(VAL_NONE));
-    if (!args[made]) break;
-  }
-  Value *zero = val_int(0), *name = bt->name ? str_from(bt->name) : val_incref(VAL_NONE);
-  Value *cfg = axes && made == a->nargs
-                   ? tuple_pack(VM_N, (Value *[]){f->body, axes, zero, name, VAL_NONE})
-                   : NULL;
-  Value *vm = cfg ? bound_new("vmap", vmap_call, cfg) : NULL;
-  Value *body = vm ? smbatch_new(f->name, vm) : NULL;
-  Value *in = body ? specs_batched(f->in_specs, a->nargs, batched) : NULL;
-  Value *out = in ? specs_batched(f->out_specs, f->out_specs->type == V_PSPEC ? 1
-                                  : (int)tuple_len(f->out_specs), NULL) : NULL;
-  Value *sf = out ? shardmap_new(f->name, body, &f->mesh->hdr, in, out, f->check_rep) : NULL;
-  if (sf) {
-    CallArgs c = {a->nargs, args, 0, NULL, NULL};
-    SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
-    sb->f = f, sb->call = (ShardFn *)sf;
-    Value *res = shardmap_call(sf, &c);
-    sb->f = sb->call = NULL;
-    if (res) r = pytree_map_arrays(res, batch_result_leaf, &bt->id);
-    if (res) val_decref(res);
-  }
-  Value *tmp[] = {zero, name, cfg, body, in, out, sf, axes};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
-    if (tmp[i]) val_decref(tmp[i]);
-  values_free_n(args, made);
-  return r;
 }
 
 /* ==== named batch traces (xmap) ===================================================== */

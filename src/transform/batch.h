@@ -61,11 +61,11 @@ bool batch_carries(Value *v, unsigned id);
  * along it.  A new reference, or NULL with the error set. */
 Value *batch_unwrap_front(unsigned id, Value *v, int64_t size);
 
-/* A shard_map function [f] called on batched arguments (the innermost
- * tracer among them a batch tracer): a shard_map of the body's vmap over
- * the same mesh, the batch axis first and unsplit (P(None, ...)); the
- * results batched along it.  Same contract as shardmap_call. */
-Value *batch_shard_map(Value *f, const CallArgs *a);
+/* vmap(fun, in_axes, out_axes=0, axis_name=A) as a callable (a new
+ * reference, or NULL with the error set), A the axis name of batch trace
+ * [id] of this thread (None when it has none): for shard_map's batching
+ * rule (shardmap_rules.c), whose body is the vmap of the user's. */
+Value *batch_vmap_of(unsigned id, Value *fun, Value *in_axes);
 
 /* The innermost trace of named axis [name] in scope on this thread: its
  * id, its (block) size and its resources (a borrowed tuple of mesh axes,

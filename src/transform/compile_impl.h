@@ -2,7 +2,7 @@
  * compile_impl.h - the compiled executor's internals (compile.c), shared
  * with the rules of the higher-order primitives (higher.h) that prepare
  * and run their steps: control_rules.c (cond, while, scan), jit_rules.c
- * (pjit, shard_map, debug_callback), xmap.c (xmap).  Not for any other
+ * (pjit, debug_callback), shardmap_rules.c (shard_map), xmap.c (xmap).  Not for any other
  * file: the executor's layout may change with it.
  *
  * An Exec is a plan compiled to steps over numbered slots; a Workspace

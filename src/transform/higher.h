@@ -7,11 +7,12 @@
  *
  * Each family file fills the rows of its primitives at start-up with
  * prim_register, the rules of each primitive side by side:
- * control_rules.c (cond, while, scan), jit_rules.c (pjit, shard_map,
- * debug_callback), xmap.c (xmap, pdot).  The machinery (compile.c's
- * executor, xmap.c's plan interpreter and lowering, control.c's staged
- * while_loop) dispatches on the slots and names no primitive; an empty
- * slot is the error the machinery gave before for that primitive ("jit:
+ * control_rules.c (cond, while, scan), jit_rules.c (pjit,
+ * debug_callback), shardmap_rules.c (shard_map), xmap.c (xmap, pdot).
+ * The machinery (compile.c's executor, xmap.c's plan interpreter and
+ * lowering, control.c's staged while_loop, ad.c's shard_map call on
+ * transformed values) dispatches on the slots and names no rule; an
+ * empty slot is the error the machinery gave before for that primitive ("jit:
  * pdot cannot be compiled"), or prim_rule_missing.  Semantics: JAX's
  * lax.control_flow, pjit and shard_map modules, which hold each of these
  * primitives' lowering, batching and differentiation rules beside it.
@@ -34,6 +35,13 @@ struct CmpWorkspace;
  * batching rules (lax/control_flow/loops.py). */
 typedef Value *(*HigherLoopRule)(Value *cf, Value *bf, Value *init, unsigned id,
                                  Value *(*loop)(Value *cf, Value *bf, Value *init));
+
+/* A call of the higher-order function [f] (a shard_map function) on [a],
+ * among whose arguments the innermost tracer is one of the trace the rule
+ * is for: the transformation's rule runs the call (a new reference, or
+ * NULL with the error set).  Semantics: JAX's shard_map JVP, partial
+ * evaluation and batching rules (experimental/shard_map.py). */
+typedef Value *(*HigherCallRule)(Value *f, const CallArgs *a);
 
 typedef struct HigherRules {
   /* ---- jit: the compiled executor (compile.c, compile_impl.h) ---- */
@@ -66,6 +74,10 @@ typedef struct HigherRules {
   /* ---- grad and vmap of the staged language-level loop (control.c) ---- */
   HigherLoopRule jvp_loop;     /* forward mode over the carry; NULL: not implemented */
   HigherLoopRule batch_loop;   /* vmap over the carry; NULL: not implemented */
+  /* ---- grad and vmap of a language-level call (shardmap.c's
+   * shardmap_set_differentiator hook, filled by ad.c) ---- */
+  HigherCallRule jvp_call;     /* on JVP tracers (forward or reverse mode); NULL: not implemented */
+  HigherCallRule batch_call;   /* on batch tracers; NULL: not implemented */
 } HigherRules;
 
 /* The higher-order rules of primitive [id], or NULL (a first-order

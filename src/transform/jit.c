@@ -1108,6 +1108,7 @@ static Value *jit_getattr(Value *self, const char *name) {
 
 int jit_register(Env *b) {
   jit_register_rules();
+  jit_register_shard_map_rules();
   trace_register();
   plan_register();
   cmp_register();

@@ -64,15 +64,21 @@ Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
 /* Registers jit (also jax.jit), plan, jax.make_jaxpr, the V_JITFN type,
  * eval_make_jit, and the staging subsystems under it (trace.h, plan.h,
  * compile.h; control.h registers itself, ctl_register), and the rows of
- * pjit, shard_map and debug_callback (jit_register_rules).  Also binds
+ * pjit, debug_callback (jit_register_rules) and shard_map
+ * (jit_register_shard_map_rules).  Also binds
  * perf_counter() when nothing else has.  0, or -1 with the error set. */
 int jit_register(Env *builtins);
 
-/* Registers the rows of pjit, shard_map and debug_callback in the
- * primitive table (jit_rules.c, higher.h): their compiled steps, their
- * evaluation in an xmap body, shard_map's transpose.  Not thread-safe:
- * at start-up. */
+/* Registers the rows of pjit and debug_callback in the primitive table
+ * (jit_rules.c, higher.h): their compiled steps, their evaluation in an
+ * xmap body.  Not thread-safe: at start-up. */
 void jit_register_rules(void);
+
+/* Registers shard_map's row in the primitive table (shardmap_rules.c,
+ * higher.h): its compiled step, its grad (jvp_call, transpose) and vmap
+ * (batch_call) rules, and what the devices of a differentiated or batched
+ * call record (shardmap_add_shared).  Not thread-safe: at start-up. */
+void jit_register_shard_map_rules(void);
 
 /* Traced signatures a jit function keeps, the least recently used
  * dropped past it (each holds a compiled plan, tens of KiB): the

@@ -108,7 +108,7 @@ static const char *const not_in_lowered_xmap[] = {"shard_map", "debug_callback",
  * registered it, with the executor's rules unless listed, and with the
  * xmap interpreter's unless listed; the control-flow ones say what
  * their results carry in an xmap body, while has grad's and vmap's loop
- * rules, shard_map its transpose. */
+ * rules, shard_map its transpose and grad's and vmap's call rules. */
 static void check_higher(PrimId id) {
   const PrimInfo *p = &prim_table[id];
   const HigherRules *h = p->rules.higher;
@@ -121,13 +121,14 @@ static void check_higher(PrimId id) {
   if (id == P_COND || id == P_WHILE || id == P_SCAN)
     ck_assert_msg(h->named != NULL, "%s: no named shapes rule for an xmap body", p->name);
   if (id == P_WHILE) ck_assert(h->jvp_loop && h->batch_loop);
-  if (id == P_SHARD_MAP) ck_assert(p->rules.transpose != NULL);
+  if (id == P_SHARD_MAP) ck_assert(p->rules.transpose && h->jvp_call && h->batch_call);
 }
 
 START_TEST(tc_every_primitive_has_rules) {
   coll_register_prims();
   ctl_register_rules();
   jit_register_rules();
+  jit_register_shard_map_rules();
   xmap_register_rules();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
