@@ -912,22 +912,17 @@ static Value *eval_eqn(const PlanEqn *e, Value **in) {
   Value *g = params_get(ps, "axis_index_groups");
   const HigherRules *h = higher_rules(e->prim);
   if (h && h->eval) return h->eval(e, in);
-  switch (e->prim) {
-  case P_AXIS_INDEX: {   /* over a name: each index's position */
-    Value *an = params_get(ps, "axis_name");
-    if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
-      Value *r = batch_axis_index(str_cstr(tuple_get(an, 0)));
-      if (r || err_occurred()) return r;
-    }
-    return prim_bind(e->prim, e->nin, in, ps);
+  const CollRules *c = prim_table[e->prim].rules.coll;
+  Value *an = c && c->named == COLL_NAMED_ADDS ? params_get(ps, "axis_name") : NULL;
+  if (an && an->type == V_TUPLE && tuple_len(an) == 1 && tuple_get(an, 0)->type == V_STR) {
+    /* axis_index over a name: each index's position */
+    Value *r = batch_axis_index(str_cstr(tuple_get(an, 0)));
+    if (r || err_occurred()) return r;
   }
-  default: {   /* psum, pmax, pmin: their row's positional reduction */
-    const CollRules *c = prim_table[e->prim].rules.coll;
-    if (c && c->reduces && (!g || g == VAL_NONE))
-      return ops_named_reduce(c->reduce, in[0], params_get(ps, "axes"), NULL);
-    return prim_bind(e->prim, e->nin, in, ps);
-  }
-  }
+  /* psum, pmax, pmin: their row's positional reduction */
+  if (c && c->reduces && (!g || g == VAL_NONE))
+    return ops_named_reduce(c->reduce, in[0], params_get(ps, "axes"), NULL);
+  return prim_bind(e->prim, e->nin, in, ps);
 }
 
 Value *xmap_eval_plan(Plan *p, Value **args) {
