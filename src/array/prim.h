@@ -125,7 +125,7 @@ typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
                              const bool *linear, int nin, const Params *p,
                              Value **cts_in);
 
-/* A primitive inside a fused loop (transform/fuse.c).  An element-wise
+/* A primitive inside a fused loop (transform/fused_loop.c).  An element-wise
  * one gives its float32 loop, d[i] = f(a[i], b[i]) for i < n, where an
  * operand whose flag (va, vb) is false is one element broadcast ([b] NULL
  * for a unary primitive), and, for the four arithmetic operations, the

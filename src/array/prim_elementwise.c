@@ -458,7 +458,7 @@ FVEC(f_exp, kern_exp_f32)
 FVEC(f_log, kern_log_f32)
 
 /* The operators of the four arithmetic loops let fused plans join two of
- * them in one pass (transform/fuse.c, pair_up). */
+ * them in one pass (transform/fused_loop.c, pair_up). */
 static const FuseRule fuse_add = {.loop = f_add, .op = '+'};
 static const FuseRule fuse_sub = {.loop = f_sub, .op = '-'};
 static const FuseRule fuse_mul = {.loop = f_mul, .op = '*'};

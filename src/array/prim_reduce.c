@@ -349,7 +349,7 @@ AXES_RULE(b_argmax, ARGMAX, "axes") AXES_RULE(b_argmin, ARGMIN, "axes")
 AXIS1_RULE(b_cumsum, CUMSUM, "axis") AXIS1_RULE(b_cumprod, CUMPROD, "axis")
 AXIS1_RULE(b_cummax, CUMMAX, "axis")
 
-/* A fused run may close with a whole-array float32 sum (fuse.c). */
+/* A fused run may close with a whole-array float32 sum (fused_loop.c). */
 static const FuseRule fuse_reduce_sum = {.sum = true};
 
 /* ==== the rows ============================================================= */

@@ -142,7 +142,7 @@ struct Node {
   OpKind op;
   bool is_jit;         /* N_DEF, N_SHARD_MAP */
   uint8_t fuse;        /* N_BINOP, N_UNARY, N_CALL: whether it roots an
-                          element-wise tree (eval_fuse.c's memo) */
+                          element-wise tree (eval_fusable.c's memo) */
   Loc loc;             /* first token of the construct; for N_BINOP,
                           N_BOOLOP and N_COMPARE, the operator */
   Loc loc2;            /* N_BINOP/N_BOOLOP/N_COMPARE: the left operand's

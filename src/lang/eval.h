@@ -158,7 +158,7 @@ Value *val_call_n(Value *f, int n, Value **args);
  * or NULL when it is not defined (no error set). */
 Value *eval_lookup_name(const Node *n, Env *env);
 
-/* ---- element-wise expressions in one pass (eval_fuse.c) ----------------- */
+/* ---- element-wise expressions in one pass (eval_fusable.c) ----------------- */
 
 /* What eval_fuse_hook returns to let the usual evaluation run. */
 extern Value eval_declined;
@@ -177,7 +177,7 @@ enum { EVAL_FUSE_UNKNOWN, EVAL_FUSE_TREE, EVAL_FUSE_NO };
  * raises every error).  A new reference or NULL with the error set. */
 Value *eval_fuse_try(const Node *n, Env *env, Value *(*eval_plain)(const Node *, Env *));
 
-/* Set by the transform layer (transform/fuse_eager.c): runs tree [root]
+/* Set by the transform layer (transform/eager_fusion.c): runs tree [root]
  * over its [nleaf] leaf values (borrowed: float32 arrays of one shape and
  * Python numbers, in evaluation order), staged once per kind of leaves
  * through eval_fuse_apply.  A new reference, NULL with the error set, or

@@ -12,7 +12,7 @@
 #include "transform/compile.h"
 #include "lang/eval.h"
 #include "transform/compile_impl.h"
-#include "transform/fuse.h"
+#include "transform/fused_loop.h"
 #include "transform/higher.h"
 #include "array/kernels.h"
 #include "base/mem.h"
@@ -438,7 +438,7 @@ static int extend_run(Exec *e, FuseItem *items, const FuseEnv *fe, int i, int n)
 /* The aval of constant slot [slot] of the Exec [ctx]. */
 static const AVal *const_aval(void *ctx, int slot) { return &((Exec *)ctx)->slots[slot].aval; }
 
-/* Replaces runs of fusible steps by fused ones (fuse.h decides). */
+/* Replaces runs of fusible steps by fused ones (fused_loop.h decides). */
 static int fuse_steps(Pre *pr) {
   Exec *e = pr->e;
   int *uses = count_uses(e, pr->p, pr);

@@ -49,7 +49,7 @@
 
 /* Elements per block of a fused loop: 8 KiB per register, so a dozen
  * registers stay in L2.  A closing sum leaves one partial per block, so
- * the block fixes a fused sum's order of additions (fuse.c runs a block
+ * the block fixes a fused sum's order of additions (fused_loop.c runs a block
  * in shorter lines and keeps that order). */
 #define CMP_BLOCK 2048
 

@@ -24,7 +24,7 @@
 #include "array/kernels.h"
 #include "base/mem.h"
 #include "transform/compile.h"
-#include "transform/fuse.h"
+#include "transform/fused_loop.h"
 
 /* ==== executable form ======================================================= */
 

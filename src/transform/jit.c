@@ -16,7 +16,7 @@
 #include "base/intern.h"
 #include "transform/jit.h"
 #include "lang/jaxconfig.h"
-#include "transform/fuse_eager.h"
+#include "transform/eager_fusion.h"
 #include "base/mem.h"
 #include "spmd/mesh.h"
 #include "lang/ops.h"
@@ -1112,7 +1112,7 @@ int jit_register(Env *b) {
   trace_register();
   plan_register();
   cmp_register();
-  fuse_eager_register();
+  eager_fusion_register();
   val_register_free(V_JITFN, jit_free);
   print_register(V_JITFN, jit_repr, jit_repr);
   eval_register_call(V_JITFN, jit_call);

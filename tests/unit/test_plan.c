@@ -2,7 +2,7 @@
  * test_plan.c - the staging core without the evaluator: plans built by
  * hand and printed (plan.c), primitives traced through prim_apply with
  * tracer operands (trace.c), and compiled plans run against eager
- * prim_apply (compile.c, fuse.c).  Expected texts follow the jaxpr
+ * prim_apply (compile.c, fused_loop.c).  Expected texts follow the jaxpr
  * grammar of seed 004 with current JAX's typed binders.
  */
 #include <check.h>

@@ -1,5 +1,5 @@
 /*
- * fuse.h - fusion of elementwise chains into one blocked loop, a pass of
+ * fused_loop.h - fusion of elementwise chains into one blocked loop, a pass of
  * the compiler (compile.h, step 4).
  *
  * A fusible run is a sequence of elementwise equations (PK_UNARY /
@@ -32,8 +32,8 @@
  * constant slot (-1 - slot), as compile.c encodes them; fuse_resolve turns
  * them into slots once buffers are planned.
  */
-#ifndef SHMAP_FUSE_H
-#define SHMAP_FUSE_H
+#ifndef SHMAP_FUSED_LOOP_H
+#define SHMAP_FUSED_LOOP_H
 
 #include "transform/plan.h"
 
@@ -59,7 +59,7 @@ struct Fused {
   int nregs;              /* registers of CMP_BLOCK floats needed */
   int64_t npartials;      /* partial sums of a closing reduction */
   bool split;             /* long enough to run on two cores (a second lane) */
-  void *impl;             /* fuse.c's program */
+  void *impl;             /* fused_loop.c's program */
 };
 
 /* Registers and block views of a fused loop. */

@@ -1,11 +1,11 @@
 /*
- * fuse_eager.c - staging and running the element-wise expressions eager
- * evaluation hands over (fuse_eager.h; lang/eval.h, eval_fuse_hook).
+ * eager_fusion.c - staging and running the element-wise expressions eager
+ * evaluation hands over (eager_fusion.h; lang/eval.h, eval_fuse_hook).
  *
  * A tree is traced with one input per distinct leaf value (a name read
  * twice, as x in `x + sin(y) * 3. - x * y`, is read from memory once),
  * compiled by the jit compiler, whose fusion pass makes it one blocked
- * loop (fuse.h), and kept in a small per-thread cache keyed by the tree
+ * loop (fused_loop.h), and kept in a small per-thread cache keyed by the tree
  * and the kinds of its leaves (shapes, dtypes, which leaves are the same
  * value).  Per thread: device threads evaluate their bodies at once, and a
  * compiled plan runs on one thread at a time.
@@ -19,7 +19,7 @@
 #include "lang/ast.h"
 #include "lang/eval.h"
 #include "transform/compile.h"
-#include "transform/fuse_eager.h"
+#include "transform/eager_fusion.h"
 #include "transform/trace.h"
 
 #define FE_SLOTS 8
@@ -169,7 +169,7 @@ static FeEntry *lookup(FeCache *c, const FeEntry *k) {
 }
 
 /* eval_fuse_hook. */
-static Value *fuse_eager_run(const Node *root, int nleaf, Value **leaves) {
+static Value *eager_fusion_run(const Node *root, int nleaf, Value **leaves) {
   if (prim_tracing()) return EVAL_DECLINED;
   FeCache *c = cache_get();
   if (!c) return err_nomem(), NULL;
@@ -189,6 +189,6 @@ static Value *fuse_eager_run(const Node *root, int nleaf, Value **leaves) {
   return cmp_run(e->plan, in, &out) == 0 ? &out->hdr : NULL;
 }
 
-void fuse_eager_register(void) {
-  if (!getenv("SHMAP_NO_EAGER_FUSION")) eval_fuse_hook = fuse_eager_run;
+void eager_fusion_register(void) {
+  if (!getenv("SHMAP_NO_EAGER_FUSION")) eval_fuse_hook = eager_fusion_run;
 }

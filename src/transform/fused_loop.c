@@ -1,5 +1,5 @@
 /*
- * fuse.c - fused elementwise loops (fuse.h).
+ * fused_loop.c - fused elementwise loops (fused_loop.h).
  */
 /* Vectorised as the eager kernels are (kern_elementwise.c), with the same
  * floating-point options so both compute the same bits. */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "transform/compile.h"
-#include "transform/fuse.h"
+#include "transform/fused_loop.h"
 #include "array/kernels.h"
 #include "base/mem.h"
 

@@ -1,5 +1,5 @@
 /*
- * eval_fuse.c - eager evaluation of element-wise expressions in one pass
+ * eval_fusable.c - eager evaluation of element-wise expressions in one pass
  * (eval.h, eval_fuse_try).
  *
  * `x * y + z` evaluated operator by operator writes x * y to memory and
