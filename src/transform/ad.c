@@ -128,15 +128,13 @@ static Value *rebuild(Value *tree, Value **vals) {
   return pytree_replace(tree, array_leaf, vals, &pos);
 }
 
-/* Releases [n] values of a caller-owned array. */
-static void values_free_n(Value **v, int n) {
+void ad_values_free_n(Value **v, int n) {
   for (int i = 0; v && i < n; i++)
     if (v[i]) val_decref(v[i]);
 }
 
-/* Releases [n] values and the shm_malloc'd array. */
-static void values_free(Value **v, int n) {
-  values_free_n(v, n);
+void ad_values_free(Value **v, int n) {
+  ad_values_free_n(v, n);
   shm_free(v);
 }
 
@@ -256,7 +254,7 @@ static int linearize(Value *fn, const CallArgs *a, const bool *diff, bool has_au
     res = val_call(fn, &c);
   }
   jvp_pop(&j);
-  values_free(args, a->nargs);
+  ad_values_free(args, a->nargs);
   Value *out, *aux;
   PyLeaves l = {0};
   Value **tans = NULL;
@@ -276,12 +274,12 @@ static int linearize(Value *fn, const CallArgs *a, const bool *diff, bool has_au
   lin->plan = trace_end(lt, l.n, tans, &lin->caps, &lin->ncap);
   lt = NULL;
   if (!lin->plan) goto fail;
-  values_free(tans, n);
+  ad_values_free(tans, n);
   pytree_leaves_free(&l);
   val_decref(res);
   return 0;
 fail:
-  values_free(tans, n);
+  ad_values_free(tans, n);
   pytree_leaves_free(&l);
   if (res) val_decref(res);
   if (lt) trace_abort(lt);
@@ -494,7 +492,7 @@ static Value **backward(const Lin *lin, Value **ct_out) {
     res[i] = b.ct[v] ? b.ct[v] : prim_zeros(&p->vars[v]);
     b.ct[v] = NULL;
     if (!res[i]) {
-      values_free(res, i);
+      ad_values_free(res, i);
       res = NULL;
       goto out;
     }
@@ -701,7 +699,7 @@ static Value *grad_call(Value *self, const CallArgs *a) {
     g = pair(val_incref(lin.out), g);
   r = g;
 out:
-  if (cts) values_free(cts, lin.plan ? lin.plan->nin - lin.ncap : 0);
+  if (cts) ad_values_free(cts, lin.plan ? lin.plan->nin - lin.ncap : 0);
   lin_free(&lin);
   shm_free(diff);
   return r;
@@ -760,7 +758,7 @@ static Value **ct_dtypes(const PyLeaves *want, const PyLeaves *got) {
   }
   return v;
 fail:
-  values_free(v, got->n);
+  ad_values_free(v, got->n);
   return NULL;
 }
 
@@ -793,7 +791,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   }
   if (!(ctv = ct_dtypes(&want, &got))) goto out;
   cts = backward(&lin, ctv);
-  values_free(ctv, got.n);
+  ad_values_free(ctv, got.n);
   if (!cts) goto out;
   Value *prims = tuple_get(self, V_PRIMALS);
   size_t n = tuple_len(prims);
@@ -811,7 +809,7 @@ static Value *vjp_fn_call(Value *self, const CallArgs *a) {
   }
   r = t;
 out:
-  if (cts) values_free(cts, lin.plan->nin - lin.ncap);
+  if (cts) ad_values_free(cts, lin.plan->nin - lin.ncap);
   pytree_leaves_free(&want);
   pytree_leaves_free(&got);
   return r;
@@ -937,7 +935,7 @@ static Value *bi_jvp(const CallArgs *a) {
   }
 out:
   jvp_pop(&j);
-  values_free(wrapped, nw);
+  ad_values_free(wrapped, nw);
   pytree_leaves_free(&pl);
   pytree_leaves_free(&tl);
   if (res) val_decref(res);
@@ -1017,7 +1015,7 @@ static Value *stack_jacobian(Value **v, int64_t n, const AVal *lead, const AVal 
         : cat ? err_set(ERR_VALUE, "jacobian: more than %d dimensions", SHM_MAXDIM) : NULL;
     if (cat) val_decref(cat);
   }
-  values_free(cols, (int)k);
+  ad_values_free(cols, (int)k);
   return r;
 }
 
@@ -1095,7 +1093,7 @@ static Value *jac_call(Value *self, const CallArgs *a) {
     shm_free(args);
     if (pieces && made == n) r = stack_jacobian(pieces, n, &xa, &ya, false);
   }
-  values_free(pieces, (int)made);
+  ad_values_free(pieces, (int)made);
   return r;
 }
 
@@ -1193,7 +1191,7 @@ Value *ad_keep_primals(Value *sel, Value *own) {
     if (!(vals[k] = k < ls.n ? keep_primal(ls.v[k], lo.v[k]) : val_incref(lo.v[k]))) goto out;
   r = rebuild(own, vals);
 out:
-  values_free(vals, k);
+  ad_values_free(vals, k);
   pytree_leaves_free(&ls);
   pytree_leaves_free(&lo);
   return r;

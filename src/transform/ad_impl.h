@@ -48,4 +48,9 @@ Value **ad_backward(const Lin *lin, Value **ct_out);
 /* Releases what [l] holds and zeroes it. */
 void ad_lin_free(Lin *l);
 
+/* Releases [n] values (NULLs skipped) of a caller-owned array; and, with
+ * ad_values_free, the shm_malloc'd array itself. */
+void ad_values_free_n(Value **v, int n);
+void ad_values_free(Value **v, int n);
+
 #endif

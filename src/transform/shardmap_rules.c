@@ -31,17 +31,6 @@
 
 /* ==== helpers ======================================================================= */
 
-/* Releases [n] values of a caller-owned array. */
-static void values_free_n(Value **v, int n) {
-  for (int i = 0; v && i < n; i++)
-    if (v[i]) val_decref(v[i]);
-}
-
-/* Releases [n] values and the shm_malloc'd array. */
-static void values_free(Value **v, int n) {
-  values_free_n(v, n);
-  shm_free(v);
-}
 
 static bool is_jvp_of(Value *v, unsigned id) {
   return IS_JVP_TRACER(v) && ((Tracer *)v)->trace_id == id;
@@ -133,7 +122,7 @@ static void fwd_out_specs(SmCall *c, int times);
 
 static void smcall_free(Value *v) {
   SmCall *c = (SmCall *)v;
-  if (c->remat) values_free(c->remat, c->nargs);
+  if (c->remat) ad_values_free(c->remat, c->nargs);
   if (c->told) val_decref(c->told);
   for (int i = 0; c->res_globals && i < c->nres; i++)
     if (c->res_globals[i]) val_decref(c->res_globals[i]);
@@ -195,7 +184,7 @@ static int wrap_blocks(SmCall *c, JvpTrace *j, Trace *lin, Value **blocks, Value
     if (ops_aval(blocks[i], &a) == 0)
       t = lin ? trace_new_arg(lin, &a, NULL) : val_incref(tan[k++]);
     if (!t || !(args[i] = ad_jvp_tracer(j->id, val_incref(blocks[i]), t))) {
-      values_free_n(args, i);
+      ad_values_free_n(args, i);
       return -1;
     }
   }
@@ -378,16 +367,16 @@ static Value *sm_back_body(Value *self, const CallArgs *a) {
   int nres = c->staged ? a->nargs - c->nout : 0, made = 0;
   for (; made < nres; made++)   /* staged: the residual rows, as blocks */
     if (!(res[made] = residual_row(a->args[c->nout + made], false))) {
-      values_free_n(res, made);
+      ad_values_free_n(res, made);
       return NULL;
     }
   Lin lin = {NULL, NULL, c->plans[rank], c->staged ? res : c->caps[rank],
              c->staged ? nres : c->ncaps[rank], c->nout, true};
   Value **cts = ad_backward(&lin, a->args);
-  values_free_n(res, made);
+  ad_values_free_n(res, made);
   if (!cts) return NULL;
   Value *t = tuple_pack((size_t)c->ndiff, cts);
-  values_free(cts, c->ndiff);
+  ad_values_free(cts, c->ndiff);
   return t;
 }
 
@@ -405,7 +394,7 @@ static Value *sm_remat_body(Value *self, const CallArgs *a) {
   if (res) val_decref(res);
   if (cts) {
     r = tuple_pack((size_t)c->ndiff, cts);
-    values_free(cts, c->ndiff);
+    ad_values_free(cts, c->ndiff);
   }
   ad_lin_free(&lin);
   return r;
@@ -515,7 +504,7 @@ static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
                          ? val_incref(c->f->out_specs)
                          : specs_tuple(c->f->out_specs, (int)tuple_len(c->f->out_specs), 2);
   Value *res = sm_run(c, sm_jvp_body, in, out_specs, c->nargs + c->ndiff, args);
-  values_free_n(args, c->nargs + c->ndiff);
+  ad_values_free_n(args, c->nargs + c->ndiff);
   if (!res) return NULL;
   Value *vals[SHARDMAP_MAX_ARGS];
   int n = c->nout;
@@ -527,7 +516,7 @@ static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
   }
   val_decref(res);
   Value *r = sm_results(c, vals);
-  values_free_n(vals, n);
+  ad_values_free_n(vals, n);
   return r;
 }
 
@@ -547,7 +536,7 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
     res = (c->remat = shm_calloc((size_t)c->nargs + 1, sizeof(Value *)))
               ? shardmap_call(&c->f->hdr, &ca) : err_nomem();
     if (c->remat) memcpy(c->remat, args, sizeof(Value *) * (size_t)c->nargs);
-    else values_free_n(args, c->nargs);
+    else ad_values_free_n(args, c->nargs);
     if (res) {
       c->single = res->type != V_TUPLE;
       c->nout = c->single ? 1 : (int)tuple_len(res);
@@ -560,7 +549,7 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
               ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
                        val_incref(c->f->out_specs), c->nargs, args)
               : err_nomem();
-    values_free_n(args, c->nargs);
+    ad_values_free_n(args, c->nargs);
   }
   if (!res) return NULL;
   Value *outs[SHARDMAP_MAX_ARGS], *r = NULL, *tup = NULL;
@@ -594,7 +583,7 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
                   ? ad_jvp_tracer(j->id, val_incref(outs[m]), val_incref(tuple_get(tup, (size_t)m)))
                   : val_incref(outs[m]);
   r = sm_results(c, vals);
-  values_free_n(vals, c->nout);
+  ad_values_free_n(vals, c->nout);
 out:
   if (tup) val_decref(tup);
   val_decref(res);
@@ -642,7 +631,7 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
   for (; n < c->nargs; n++) args[n] = val_incref(c->remat[n]);
   for (int m = 0; m < c->nout; m++, n++)
     if (!(args[n] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
-      values_free_n(args, n);
+      ad_values_free_n(args, n);
       return -1;
     }
   Value *in_specs = tuple_new((size_t)n), *out_specs = tuple_new((size_t)c->ndiff);
@@ -653,7 +642,7 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
   for (int m = 0; in_specs && m < c->nout; m++)
     tuple_set_steal(in_specs, (size_t)(c->nargs + m), val_incref(&shardmap_out_spec(c->f, m)->hdr));
   Value *res = sm_run(c, sm_remat_body, in_specs, out_specs, n, args);
-  values_free_n(args, n);
+  ad_values_free_n(args, n);
   if (!res) return -1;
   for (int i = 0; i < nin; i++)
     cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
@@ -680,7 +669,7 @@ static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const boo
   if (c->remat) return tr_shard_map_remat(c, ct, lin, nin, cts);
   for (int m = 0; m < c->nout; m++)
     if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
-      values_free_n(args, m);
+      ad_values_free_n(args, m);
       return -1;
     }
   for (int i = 0; i < c->nres; i++) args[c->nout + i] = val_incref(c->res_globals[i]);
@@ -694,7 +683,7 @@ static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const boo
     tuple_set_steal(in_specs, (size_t)(c->nout + i),
                     val_incref(tuple_get(c->res_specs, (size_t)(c->nout + i))));
   Value *res = sm_run(c, sm_back_body, in_specs, out_specs, c->nout + c->nres, args);
-  values_free_n(args, c->nout + c->nres);
+  ad_values_free_n(args, c->nout + c->nres);
   if (!res) return -1;
   for (int i = 0; i < nin; i++)
     cts[i] = lin[i] ? val_incref(tuple_get(res, (size_t)i)) : NULL;
@@ -826,7 +815,7 @@ static Value *batch_call_shard_map(Value *fv, const CallArgs *a) {
   Value *tmp[] = {body, in, out, sf, axes};
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     if (tmp[i]) val_decref(tmp[i]);
-  values_free_n(args, made);
+  ad_values_free_n(args, made);
   return r;
 }
 
