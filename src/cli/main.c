@@ -289,14 +289,18 @@ static void on_sigterm(int sig) {
 }
 
 /* Installed without SA_RESTART: a blocking read returns EINTR, so the
- * REPL sees the flag at once.  Under mpirun also SIGTERM (on_sigterm). */
+ * REPL sees the flag at once.  Under mpirun also SIGTERM (on_sigterm),
+ * and before MPI starts: mpirun may end the job while this process is
+ * still starting, after another one has begun the program, and this
+ * one must then stop as the others do, with an exit status of its own
+ * rather than by the signal. */
 static void install_sigint(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
-  if (!transport_active()) return;
+  if (transport_launched(NULL) <= 1) return;
   sa.sa_handler = on_sigterm;
   sigaction(SIGTERM, &sa, NULL);
 }
@@ -566,13 +570,13 @@ static int run_interpreter(const CmdLine *cl) {
   else if (cl->mode == RUN_SCRIPT) program_name = strcmp(cl->target, "-") ? cl->target : "<stdin>";
   int rc = merge_options(cl);
   if (rc) return rc;
+  install_sigint();
   int local = start_processes(cl);
   if (local < 0) {
     transport_finalize();
     return 1;
   }
   say_verbose();
-  install_sigint();
   tl_start(cl->trace != NULL, cl->comm_stats);
   if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;

@@ -118,10 +118,13 @@ out=$(printf 'print("ran")\n' | mpi 2 "$shmap" --devices 4 - 2>&1); status=$?
 # which stops the program with a one-process run's error, written by
 # process 0, and an exit status not 0.  The SIGKILL comes 1 s after by
 # default (odls_base_sigkill_timeout), which a loaded machine may not
-# give a process to be scheduled: 10 s here.
+# give a process to be scheduled: 10 s here.  mpirun gets one SIGINT, as
+# from a terminal: a second one makes it SIGKILL the job at once, and
+# timeout(1) without --foreground sends its signal to mpirun and again to
+# its whole process group.
 idir=$(mktemp -d)
 printf '%s\n' 'print("ready")' 'k = 0' 'while True:' '    k = k + 1' >"$idir/loop.shm"
-OMPI_MCA_odls_base_sigkill_timeout=10 timeout -s KILL 60 \
+OMPI_MCA_odls_base_sigkill_timeout=10 timeout --foreground -s KILL 60 \
   mpirun --oversubscribe --bind-to none -np 2 "$shmap" --devices 2 "$idir/loop.shm" >"$idir/out" 2>&1 &
 job=$!
 for t in $(seq 300); do grep -q ready "$idir/out" && break; sleep 0.1; done
