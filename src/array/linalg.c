@@ -7,7 +7,10 @@
  * [batch..., lhs free..., rhs free...] in row-major order, is exactly a
  * stack of row-major M x N matrices, so BLIS writes it directly.
  */
+#define _GNU_SOURCE   /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -422,23 +425,79 @@ static void la_sgemm_cntx_init(void) {
   }
 }
 
+/* ---- threads ------------------------------------------------------------------ */
+
+/* The cores this process may run on (its affinity mask, la_init), the
+ * processes of this node sharing them (under mpirun) and the devices
+ * running a shard_map body now (0: only the host thread runs). */
+static int la_cores = 1;
+static _Atomic int la_node_procs = 1;
+static _Atomic int la_busy = 0;
+
+/* Multiply-adds below which a product stays on one core: waking the
+ * helper costs some microseconds, a 2^21 product about forty. */
+#define LA_THREAD_WORK ((double)(1 << 21))
+
+void la_set_busy_devices(int n) { atomic_store(&la_busy, n > 0 ? n : 0); }
+
+void la_set_node_processes(int n) { atomic_store(&la_node_procs, n > 1 ? n : 1); }
+
+/* Whether an m x n x k product may take a second core: one is idle when
+ * the running devices and this node's processes leave it one. */
+static bool la_spare_core(int64_t m, int64_t n, int64_t k) {
+  int users = atomic_load(&la_busy), procs = atomic_load(&la_node_procs);
+  return la_cores >= 2 * (users > 0 ? users : 1) * procs && (double)m * n * k >= LA_THREAD_WORK;
+}
+
+/* Vector products go to BLIS's level-1 and level-2 operations: sgemm
+ * with n = 1 spends most of its time packing panels a gemv never builds
+ * (NumPy's BLAS calls gemv there too).  One output element is a dotv; one
+ * output column (n = 1) is A x; one output row (m = 1) is B^T x, a gemv
+ * over B read transposed through its strides.  [acc] adds into C as the
+ * gemm's beta 1 would. */
+#define LA_GEMV(name, T, ch)                                                           \
+  static bool name(const MatView *l, const MatView *r, T *c, int64_t ldc, int64_t m,      \
+                   int64_t n, int64_t k, int64_t lo, int64_t ro, bool acc) {               \
+    T one = 1, beta = acc ? 1 : 0, *a = (T *)l->data + lo, *b = (T *)r->data + ro;       \
+    if (m == 1 && n == 1) {                                                              \
+      T rho;                                                                             \
+      bli_##ch##dotv(BLIS_NO_CONJUGATE, BLIS_NO_CONJUGATE, k, a, l->cs, b, r->rs, &rho); \
+      c[0] = acc ? c[0] + rho : rho;                                                     \
+    } else if (n == 1) {                                                                 \
+      bli_##ch##gemv(BLIS_NO_TRANSPOSE, BLIS_NO_CONJUGATE, m, k, &one, a, l->rs, l->cs,  \
+                     b, r->rs, &beta, c, ldc);                                           \
+    } else if (m == 1) {                                                                 \
+      bli_##ch##gemv(BLIS_TRANSPOSE, BLIS_NO_CONJUGATE, k, n, &one, b, r->rs, r->cs, a,  \
+                     l->cs, &beta, c, 1);                                                \
+    } else {                                                                             \
+      return false;                                                                      \
+    }                                                                                    \
+    return true;                                                                         \
+  }
+LA_GEMV(gemv_f32, float, s)
+LA_GEMV(gemv_f64, double, d)
+
 /* C = A B, or C += A B when [acc] (BLIS's beta 0 or 1), for the m x k
  * block of A at element [lo] and the k x n block of B at [ro]. */
-static void gemm_f32(const MatView *l, const MatView *r, float *c, int64_t m, int64_t n,
-                     int64_t k, int64_t lo, int64_t ro, bool acc) {
+static void gemm_f32(const MatView *l, const MatView *r, float *c, int64_t ldc, int64_t m,
+                     int64_t n, int64_t k, int64_t lo, int64_t ro, bool acc) {
   float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+  if (gemv_f32(l, r, c, ldc, m, n, k, lo, ro, acc))
+    return;
   pthread_once(&la_sgemm_once, la_sgemm_cntx_init);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
                (float *)l->data + lo, l->rs, l->cs, (float *)r->data + ro, r->rs, r->cs,
-               &beta, c, n, 1, &la_sgemm_cntx, NULL);
+               &beta, c, ldc, 1, &la_sgemm_cntx, NULL);
 }
 
-static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t m, int64_t n,
-                     int64_t k, int64_t lo, int64_t ro, bool acc) {
+static void gemm_f64(const MatView *l, const MatView *r, double *c, int64_t ldc, int64_t m,
+                     int64_t n, int64_t k, int64_t lo, int64_t ro, bool acc) {
   double one = 1.0, beta = acc ? 1.0 : 0.0;
+  if (gemv_f64(l, r, c, ldc, m, n, k, lo, ro, acc))
+    return;
   bli_dgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one,
             (double *)l->data + lo, l->rs, l->cs, (double *)r->data + ro, r->rs,
-            r->cs, &beta, c, n, 1);
+            r->cs, &beta, c, ldc, 1);
 }
 
 /* Multiply-adds in one BLIS call of a float product: about 2^30, tens of
@@ -483,25 +542,89 @@ static PanelPlan panel_plan(DType ct, int64_t m, int64_t n, int64_t k) {
   return pl;
 }
 
-/* C = A B for float [ct] in the BLIS calls of panel_plan, looking at
- * Ctrl-C before each (a 6000-square product is seconds in one call;
- * prim_run_kernel fails an interrupted one). */
+/* The smallest piece of C's rows or columns given to a core: each piece
+ * packs the other operand again (k elements per row or column against
+ * LA_PIECE_MIN k multiply-adds per element of it). */
+#define LA_PIECE_MIN 256
+
+/* A float product cut into pieces that run on any core in any order:
+ * panel_plan's row panels, or, for a product of one panel with a core to
+ * spare, [np] blocks of C's rows or ([cols]) columns.  Each element of C
+ * is still summed by one BLIS call over the same k panels, and a piece
+ * is cut only when it stays on BLIS's large-matrix path (as the whole
+ * does), whose sums do not depend on where C is cut: the bits are those
+ * of the uncut product. */
+typedef struct {
+  const MatView *l, *r;
+  DType ct;
+  char *c;
+  int64_t m, n, k, lo, ro;
+  PanelPlan pl;
+  bool cols;
+  int64_t step;   /* gemm_cut's pieces: this many rows or columns each (the
+                     last takes the rest); 0: panel_plan's equal panels */
+} GemmJob;
+
+/* The cut of a product of one row panel: up to 8 pieces of at least
+ * LA_PIECE_MIN along the longer of m and n when a core is spare, cut at
+ * multiples of 64.  Vector products stay whole: gemv's fused kernels
+ * group rows from the first, so a cut could regroup them. */
+static void gemm_cut(GemmJob *j) {
+  num_t dt = j->ct == DT_F32 ? BLIS_FLOAT : BLIS_DOUBLE;
+  cntx_t *cx = j->ct == DT_F32 ? &la_sgemm_cntx : bli_gks_query_cntx();
+  if (j->pl.np > 1 || j->m == 1 || j->n == 1 || !la_spare_core(j->m, j->n, j->k) ||
+      bli_cntx_l3_sup_thresh_is_met(dt, j->m, j->n, j->k, cx))
+    return;
+  j->cols = j->n > j->m;
+  int64_t len = j->cols ? j->n : j->m, np = len / LA_PIECE_MIN;
+  np = np > 8 ? 8 : np;
+  if (np < 2)
+    return;
+  int64_t step = (len / np + 63) / 64 * 64;
+  np = (len + step - 1) / step;
+  int64_t last = len - (np - 1) * step;
+  if (np < 2 || bli_cntx_l3_sup_thresh_is_met(dt, j->cols ? j->m : last,
+                                                 j->cols ? last : j->n, j->k, cx))
+    return;
+  j->pl.np = np;
+  j->step = step;
+}
+
+/* Pieces [lo, hi) of a GemmJob (a RangeFn of kern_parallel): each its
+ * BLIS calls along k, looking at Ctrl-C before each (a 6000-square
+ * product is seconds in one call; prim_run_kernel fails an interrupted
+ * one). */
+static void gemm_pieces(const void *ctx, int64_t lo, int64_t hi) {
+  const GemmJob *j = ctx;
+  int64_t nk = j->k / j->pl.kp, np = j->pl.np;
+  size_t csz = dt_size(j->ct);
+  for (int64_t p = lo; p < hi; p++)
+    for (int64_t q = 0; q < nk && !shm_interrupt_pending(); q++) {
+      int64_t len = j->cols ? j->n : j->m;
+      int64_t a0 = j->step ? p * j->step : p * len / np;
+      int64_t ap = (j->step ? (p + 1 < np ? (p + 1) * j->step : len) : (p + 1) * len / np) - a0;
+      int64_t k0 = q * j->pl.kp, kq = q == nk - 1 ? j->k - k0 : j->pl.kp;
+      int64_t mp = j->cols ? j->m : ap, npc = j->cols ? ap : j->n;
+      char *cp = j->c + (size_t)(j->cols ? a0 : a0 * j->n) * csz;
+      int64_t la = j->lo + (j->cols ? 0 : a0 * j->l->rs) + k0 * j->l->cs;
+      int64_t rb = j->ro + (j->cols ? a0 * j->r->cs : 0) + k0 * j->r->rs;
+      if (j->ct == DT_F32)
+        gemm_f32(j->l, j->r, (float *)cp, j->n, mp, npc, kq, la, rb, q > 0);
+      else
+        gemm_f64(j->l, j->r, (double *)cp, j->n, mp, npc, kq, la, rb, q > 0);
+    }
+}
+
+/* C = A B for float [ct]: panel_plan's BLIS calls, and the pieces on a
+ * spare core when there is one. */
 static void gemm_panels(const MatView *l, const MatView *r, DType ct, char *c,
                         int64_t m, int64_t n, int64_t k, int64_t lo, int64_t ro) {
-  PanelPlan pl = panel_plan(ct, m, n, k);
-  int64_t nk = k / pl.kp;
-  size_t csz = dt_size(ct);
-  KERN_FOR_POLLED(call, 0, pl.np * nk, 1) {
-    int64_t p = call / nk, q = call % nk;
-    int64_t i0 = p * m / pl.np, mp = (p + 1) * m / pl.np - i0;
-    int64_t k0 = q * pl.kp, kq = q == nk - 1 ? k - k0 : pl.kp;
-    char *cp = c + (size_t)(i0 * n) * csz;
-    int64_t la = lo + i0 * l->rs + k0 * l->cs, rb = ro + k0 * r->rs;
-    if (ct == DT_F32)
-      gemm_f32(l, r, (float *)cp, mp, n, kq, la, rb, q > 0);
-    else
-      gemm_f64(l, r, (double *)cp, mp, n, kq, la, rb, q > 0);
-  }
+  GemmJob j = {l, r, ct, c, m, n, k, lo, ro, panel_plan(ct, m, n, k), false, 0};
+  gemm_cut(&j);
+  if (j.pl.np > 1 && la_spare_core(m, n, k))
+    kern_parallel(gemm_pieces, &j, j.pl.np, 2, 1);
+  else
+    gemm_pieces(&j, 0, j.pl.np);
 }
 
 /* C = A B in int64, i-k-j order so the inner loop runs along rows of B
@@ -644,6 +767,9 @@ void la_init(void) {
     }
   }
   bli_thread_set_num_threads(1);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    la_cores = CPU_COUNT(&set);
 }
 
 const char *la_blis_arch(void) {

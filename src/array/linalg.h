@@ -18,9 +18,22 @@
  * computed in int64 by a C loop (so i32 results wrap as XLA's do); a bool
  * result is true when any product is.
  *
- * Threads.  BLIS runs single-threaded (la_init): the devices are the
- * parallelism, and each device thread calls the kernel concurrently;
- * BLIS's typed API is thread-safe.
+ * Vector products (an output of one row or one column) go through BLIS's
+ * gemv, one element through its dotv: no panels are packed for them.
+ *
+ * Threads.  BLIS runs one thread per call (la_init).  A float product of
+ * 2^21 multiply-adds or more is cut into up to 8 pieces of C's rows or
+ * columns (at least 256 each, cut at multiples of 64; vector products
+ * stay whole) that the caller and kern_parallel's helper take in turn,
+ * when a core is spare: the process's cores (its affinity mask) are at
+ * least twice the shard_map devices running (la_set_busy_devices, at
+ * least 1) times this node's processes (la_set_node_processes).  So the
+ * host thread and a plain jit use both cores, and a shard_map body with
+ * as many devices as cores one each.  A piece is cut only where BLIS
+ * stays on its large-matrix path, which sums each element over k in one
+ * order wherever C is cut: results are the same bits at any thread
+ * count.  BLIS's typed API is thread-safe: device threads call the
+ * kernel concurrently.
  */
 #ifndef SHMAP_LINALG_H
 #define SHMAP_LINALG_H
@@ -60,6 +73,15 @@ int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out);
  * ~195).  Setting BLIS_ARCH_TYPE yourself overrides this choice.
  */
 void la_init(void);
+
+/* The number of shard_map devices now running bodies, [n] (0 when the
+ * call ended): their contractions share the cores.  Set by the device
+ * pool around each call; any thread. */
+void la_set_busy_devices(int n);
+
+/* The number of processes on this node sharing its cores, [n] >= 1 (set
+ * once under mpirun, before the devices start). */
+void la_set_node_processes(int n);
 
 /* The name of the kernels BLIS runs ("skx", "haswell", "generic", ...),
  * for --version and --verbose.  Static string. */

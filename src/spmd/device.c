@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "array/linalg.h"
 #include "base/error.h"
 #include "lang/eval.h"
 #include "lang/exceptions.h"
@@ -303,6 +304,7 @@ int dev_run(int n, const int *device_ids, void (*fn)(int rank, void *ctx),
     return err_set(ERR_VALUE, "the devices are busy with another shard_map"), -1;
   }
   pool.busy = true;
+  la_set_busy_devices(n);   /* their contractions share the cores */
   for (int r = 0; r < n; r++) {
     Device *d = &pool.devs[device_ids ? device_ids[r] : r];
     d->job = &job;
@@ -311,6 +313,7 @@ int dev_run(int n, const int *device_ids, void (*fn)(int rank, void *ctx),
   }
   while (job.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
   pool.busy = false;
+  la_set_busy_devices(0);
   pthread_mutex_unlock(&pool.lock);
   int rc = collect_errors(&job);
   job_free(&job);

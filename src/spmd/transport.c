@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <stdatomic.h>
 
+#include "array/linalg.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -229,6 +230,7 @@ int transport_init(int ndevices) {
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, myrank, MPI_INFO_NULL,
                           &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &node_procs);
+    la_set_node_processes(node_procs);   /* they share this node's cores */
     /* the same answer on every process: the variable comes from mpirun */
     const char *off = getenv("SHMAP_MPI_NO_SHARED");
     if (off && *off) MPI_Comm_free(&node);
