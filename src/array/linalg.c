@@ -645,6 +645,24 @@ static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
     }
 }
 
+/* C = A B for k = 1 (nothing contracted, one outer product), by a plain
+ * loop: a BLIS call costs more than a small product, and batched outer
+ * products (per-example gradients under vmap) are many small ones.  Each
+ * element is 0 + a b, the sum BLIS starts from zero (so a product of -0
+ * is +0, as BLAS gives): the same bits as the BLIS call. */
+#define LA_OUTER(name, T)                                                               \
+  static void name(const MatView *l, const MatView *r, T *c, int64_t m, int64_t n,     \
+                   int64_t lo, int64_t ro) {                                            \
+    const T *a = (const T *)l->data + lo, *b = (const T *)r->data + ro;                \
+    for (int64_t i = 0; i < m; i++) {                                                   \
+      T x = a[i * l->rs];                                                               \
+      for (int64_t j = 0; j < n; j++)                                                   \
+        c[i * n + j] = (T)0 + x * b[j * r->cs];                                         \
+    }                                                                                   \
+  }
+LA_OUTER(outer_f32, float)
+LA_OUTER(outer_f64, double)
+
 /* Runs one product per batch element into [c] (contiguous, dtype ct),
  * looking at Ctrl-C between them. */
 static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
@@ -663,6 +681,10 @@ static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
     char *cb = c + (size_t)(b * m * n) * csz;
     if (k == 0)
       memset(cb, 0, (size_t)(m * n) * csz);
+    else if (k == 1 && ct == DT_F32)
+      outer_f32(l, r, (float *)cb, m, n, lo, ro);
+    else if (k == 1 && ct == DT_F64)
+      outer_f64(l, r, (double *)cb, m, n, lo, ro);
     else if (ct != DT_I64)
       gemm_panels(l, r, ct, cb, m, n, k, lo, ro);
     else

@@ -57,10 +57,24 @@ static bool in_list(int64_t v, int n, const int64_t *xs) {
   return false;
 }
 
+/* The dimension numbers ((g_c, y_c), (g_b, y_b)) contracting g's
+ * [nk] dims [g_c] with y's [y_c] and batching the first [nb] dims of
+ * both; [y_first]: y is the left operand. */
+static Value *tr_dnums(bool y_first, int nk, const int64_t *g_c, const int64_t *y_c, int nb,
+                       const int64_t *g_b, const int64_t *y_b) {
+  return y_first ? val_dot_dimension_numbers(nk, y_c, g_c, nb, y_b, g_b)
+                 : val_dot_dimension_numbers(nk, g_c, y_c, nb, g_b, y_b);
+}
+
 /* The cotangent of dot_general's operand [xa] (aval; the linear one) given
  * the other operand [y] and the result's cotangent [g]; [swap]: x is the
  * right-hand operand.  JAX's _dot_general_transpose_lhs: contract g with
- * y over y's kept dimensions, then put x's dimensions back in order. */
+ * y over y's kept dimensions, then put x's dimensions back in order.
+ * That product's result holds x's batch dims, then g's free dims (x's
+ * kept ones) and y's (x's contracting ones), or these two groups the
+ * other way round when y is the left operand: the order that needs no
+ * transpose is chosen when there is one (a weight gradient x^T g, not
+ * (g^T x)^T), as XLA would fold the transpose into the product. */
 static Value *dot_transpose(Scope *s, Value *g, Value *y, const AVal *xa, const AVal *ya,
                             const int64_t *xc, const int64_t *yc, int nc, const int64_t *xb,
                             const int64_t *yb, int nb, bool swap, const Params *p) {
@@ -75,18 +89,6 @@ static Value *dot_transpose(Scope *s, Value *g, Value *y, const AVal *xa, const 
   for (int i = 0; i < nb; i++) ans_batch[i] = i;
   int y_at = swap ? nb : nb + nxk;
   for (int i = 0; i < nyk; i++) ans_y[i] = y_at + i;
-  Value *dn = val_dot_dimension_numbers(nyk, ans_y, y_kept, nb, ans_batch, yb);
-  Params q;
-  params_init(&q);
-  params_add(&q, "dimension_numbers", dn);
-  Value *pet = params_get(p, "preferred_element_type");
-  if (pet) params_add(&q, "preferred_element_type", val_incref(pet));
-  Value *r = ap(s, P_DOT_GENERAL, 2, (Value *[]){g, y}, &q);
-  /* r: x_batch, x_kept, then x's contracting dims in the order of y's */
-  int64_t order[SHM_MAXDIM], perm[SHM_MAXDIM];
-  int k = 0;
-  for (int i = 0; i < nb; i++) order[k++] = xb[i];
-  for (int i = 0; i < nxk; i++) order[k++] = x_kept[i];
   /* y's remaining dims come out ascending: sort x_contract by y_contract */
   int64_t ys[SHM_MAXDIM], xs[SHM_MAXDIM];
   for (int i = 0; i < nc; i++) ys[i] = yc[i], xs[i] = xc[i];
@@ -96,11 +98,26 @@ static Value *dot_transpose(Scope *s, Value *g, Value *y, const AVal *xa, const 
       ys[j] = ys[j - 1], xs[j] = xs[j - 1];
       ys[j - 1] = t1, xs[j - 1] = t2;
     }
-  for (int i = 0; i < nc; i++) order[k++] = xs[i];
+  /* the product's dims as x's, for g first (order) and for y first */
+  int64_t order[SHM_MAXDIM], order_y[SHM_MAXDIM], perm[SHM_MAXDIM];
+  int k = 0;
+  for (int i = 0; i < nb; i++) order[k] = order_y[k] = xb[i], k++;
+  for (int i = 0; i < nxk; i++) order[k + i] = order_y[k + nc + i] = x_kept[i];
+  for (int i = 0; i < nc; i++) order[k + nxk + i] = order_y[k + i] = xs[i];
+  k += nxk + nc;
+  bool y_first = true;
+  for (int i = 0; i < k; i++) y_first &= order_y[i] == i;
+  y_first &= nxk > 0 && nc > 0;   /* else both orders agree: keep JAX's */
+  Params q;
+  params_init(&q);
+  params_add(&q, "dimension_numbers", tr_dnums(y_first, nyk, ans_y, y_kept, nb, ans_batch, yb));
+  Value *pet = params_get(p, "preferred_element_type");
+  if (pet) params_add(&q, "preferred_element_type", val_incref(pet));
+  Value *r = ap(s, P_DOT_GENERAL, 2, y_first ? (Value *[]){y, g} : (Value *[]){g, y}, &q);
   for (int i = 0; i < k; i++) perm[order[i]] = i;
   bool ident = true;
   for (int i = 0; i < k; i++) ident &= perm[i] == i;
-  if (ident || !r) return r;
+  if (y_first || ident || !r) return r;
   Params tp;
   params_init(&tp);
   params_add(&tp, "permutation", val_int_tuple(k, perm));
