@@ -33,6 +33,16 @@ echo
 echo "== value_and_grad of a 2-layer MLP (batch 256, width 1024): shmap eager and jit | NumPy by hand"
 "$shmap" --devices 1 "$here/grad_mlp.shm"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/grad_mlp.py"; fi
+
+echo
+echo "== contractions: matrix-vector, vmap(grad) of a linear model, an MLP training step: shmap | NumPy 1 thread | NumPy 2 threads"
+"$shmap" --devices 1 "$here/dot_bench.shm"
+if "$py" -c 'import numpy' 2>/dev/null; then
+  for nt in 1 2; do
+    echo "-- NumPy, $nt thread(s)"
+    BLIS_NUM_THREADS=$nt OPENBLAS_NUM_THREADS=$nt OMP_NUM_THREADS=$nt "$py" "$here/dot_bench.py"
+  done
+fi
 echo "== seed 001's network, positional and named (xmap) under each axis_resources, eager and jit"
 "$shmap" "$here/xmap_network.shm"
 

@@ -663,35 +663,59 @@ static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
 LA_OUTER(outer_f32, float)
 LA_OUTER(outer_f64, double)
 
-/* Runs one product per batch element into [c] (contiguous, dtype ct),
- * looking at Ctrl-C between them. */
+/* The products of a batched contraction: operands, result, shapes. */
+typedef struct {
+  const MatView *l, *r;
+  DType ct;
+  char *c;
+  const int64_t *bshape;
+  int nb;
+  int64_t m, n, k;
+} BatchJob;
+
+/* Batch elements [lo, hi) of a BatchJob (a RangeFn of kern_parallel):
+ * one product each, looking at Ctrl-C between them. */
+static void run_batch_range(const void *ctx, int64_t lo, int64_t hi) {
+  const BatchJob *j = ctx;
+  size_t csz = dt_size(j->ct);
+  int64_t m = j->m, n = j->n, k = j->k;
+  for (int64_t b = lo; b < hi && !shm_interrupt_pending(); b++) {
+    int64_t loff = 0, roff = 0, rest = b;
+    for (int i = j->nb - 1; i >= 0; i--) {
+      int64_t at = rest % j->bshape[i];
+      rest /= j->bshape[i];
+      loff += at * j->l->bstride[i];
+      roff += at * j->r->bstride[i];
+    }
+    char *cb = j->c + (size_t)(b * m * n) * csz;
+    if (k == 0)
+      memset(cb, 0, (size_t)(m * n) * csz);
+    else if (k == 1 && j->ct == DT_F32)
+      outer_f32(j->l, j->r, (float *)cb, m, n, loff, roff);
+    else if (k == 1 && j->ct == DT_F64)
+      outer_f64(j->l, j->r, (double *)cb, m, n, loff, roff);
+    else if (j->ct != DT_I64)
+      gemm_panels(j->l, j->r, j->ct, cb, m, n, k, loff, roff);
+    else
+      gemm_i64(j->l, j->r, (int64_t *)cb, m, n, k, loff, roff);
+  }
+}
+
+/* Runs one product per batch element into [c] (contiguous, dtype ct):
+ * one loop over all of them, shared with the spare core when there is
+ * one and the batch's work is large (each product is whole on one
+ * thread, so the bits do not depend on it). */
 static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
                         const int64_t *bshape, int nb, int64_t m, int64_t n,
                         int64_t k) {
-  int64_t idx[SHM_MAXDIM] = {0}, nbatch = 1;
+  int64_t nbatch = 1;
   for (int i = 0; i < nb; i++)
     nbatch *= bshape[i];
-  size_t csz = dt_size(ct);
-  for (int64_t b = 0; b < nbatch && !shm_interrupt_pending(); b++) {
-    int64_t lo = 0, ro = 0;
-    for (int i = 0; i < nb; i++) {
-      lo += idx[i] * l->bstride[i];
-      ro += idx[i] * r->bstride[i];
-    }
-    char *cb = c + (size_t)(b * m * n) * csz;
-    if (k == 0)
-      memset(cb, 0, (size_t)(m * n) * csz);
-    else if (k == 1 && ct == DT_F32)
-      outer_f32(l, r, (float *)cb, m, n, lo, ro);
-    else if (k == 1 && ct == DT_F64)
-      outer_f64(l, r, (double *)cb, m, n, lo, ro);
-    else if (ct != DT_I64)
-      gemm_panels(l, r, ct, cb, m, n, k, lo, ro);
-    else
-      gemm_i64(l, r, (int64_t *)cb, m, n, k, lo, ro);
-    for (int i = nb - 1; i >= 0 && ++idx[i] == bshape[i]; i--)
-      idx[i] = 0;
-  }
+  BatchJob j = {l, r, ct, c, bshape, nb, m, n, k};
+  if (nbatch > 1 && ct != DT_I64 && la_spare_core(nbatch * m, n, k > 0 ? k : 1))
+    kern_parallel(run_batch_range, &j, nbatch, 2, 1);
+  else
+    run_batch_range(&j, 0, nbatch);
 }
 
 /* The product into [o], all operands described and checked. */

@@ -11,9 +11,12 @@
  * (promoted as jnp would if they differ).
  *
  * Arithmetic.  f32 and f64 go through BLIS's sgemm/dgemm, one call per
- * batch element, reading the operands in place when each group of dims
- * (free, contracting) collapses to one positive stride, else after packing
- * them into [batch, rows, cols] buffers.  bf16 and f16 are computed in f32
+ * batch element in one loop of the kernel (shared with the spare core, a
+ * whole product on each thread), reading the operands in place when each
+ * group of dims (free, contracting) collapses to one positive stride, else
+ * after packing them into [batch, rows, cols] buffers.  Products with
+ * nothing contracted (outer products, vmap's per-example gradients) are a
+ * plain loop, each element 0 + a b as BLIS's would be.  bf16 and f16 are computed in f32
  * and rounded once at the end, as XLA on CPU does.  Integers and bools are
  * computed in int64 by a C loop (so i32 results wrap as XLA's do); a bool
  * result is true when any product is.
