@@ -1020,10 +1020,12 @@ out:
   if (res) val_decref(res);
   if (sf) val_decref(sf);
   if (fn) val_decref(fn);
-  if (t && t->args) val_decref(&t->base.hdr);
-  else if (t && t->f)
-    val_decref(&t->f->hdr);
-  if (t && !t->args) shm_free(t);
+  if (t && t->args) {
+    val_decref(&t->base.hdr);
+  } else if (t) {
+    if (t->f) val_decref(&t->f->hdr);
+    shm_free(t);
+  }
   val_decref(specs);
   val_decref(leaves);
   val_decref(labels);
