@@ -706,6 +706,10 @@ static Value *slice_axis(Value *x, int axis, int64_t lo, int64_t hi) {
   return r;
 }
 
+Value *bi_slice_axis(Value *x, int axis, int64_t lo, int64_t hi) {
+  return slice_axis(x, axis, lo, hi);
+}
+
 /* jnp.split / array_split: a list of slices along [axis]. */
 static Value *split_impl(const char *fname, const CallArgs *a, bool equal) {
   Value *x, *ios, *axis;

@@ -112,6 +112,10 @@ Value *bi_inexact(Value *x);
 /* [x] flattened to 1-D. */
 Value *bi_ravel_of(Value *x);
 
+/* [x] (an array, borrowed) sliced to [lo, hi) along axis [axis]
+ * (normalised): lax.slice, a new reference or NULL with the error set. */
+Value *bi_slice_axis(Value *x, int axis, int64_t lo, int64_t hi);
+
 /* ---- shared between files --------------------------------------------------- */
 
 /* The arrays of a sequence argument of [fname] (converted; at least one):

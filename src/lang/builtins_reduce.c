@@ -487,6 +487,25 @@ static Value *argsort_along(Value *x, int64_t axis) {
   return r;
 }
 
+/* The stable argsort of [src] (borrowed) along axis [axn] (normalised),
+ * descending when [desc]: the ascending order of the reversed array,
+ * reversed and mapped back, which keeps equal elements in their original
+ * order (NaN first).  int32, or NULL with the error set. */
+static Value *argsort_dir(Value *src, int axn, bool desc) {
+  Value *keys = desc ? rev_axis(src, axn) : val_incref(src);
+  Value *i = keys ? argsort_along(keys, axn) : NULL, *r = i;
+  if (keys) val_decref(keys);
+  if (i && desc) {   /* position k of the reversed array is n-1-k of the original */
+    Value *ri = rev_axis(i, axn);
+    Value *last = ri ? &arr_scalar_i64(DT_I32, bi_aval(src).shape[axn] - 1, false)->hdr : NULL;
+    r = last ? ops_binary(OP_SUB, last, ri) : NULL;
+    if (last) val_decref(last);
+    if (ri) val_decref(ri);
+    val_decref(i);
+  }
+  return r;
+}
+
 /* argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
  * the stable order, NaN last (first when descending); int32, as JAX's.
  * Descending is the ascending order of the reversed array, reversed and
@@ -512,21 +531,8 @@ static Value *bi_argsort(const CallArgs *a) {
   int axn;
   Value *r = NULL;
   if (bi_int_arg("argsort", "axis", axis && axis != VAL_NONE ? axis : NULL, -1, &ax) == 0 &&
-      axis_normalize(ax, av.ndim, &axn) == 0) {
-    Value *keys = desc ? rev_axis(src, axn) : val_incref(src);
-    Value *i = keys ? argsort_along(keys, axn) : NULL;
-    if (keys) val_decref(keys);
-    if (i && desc) {   /* position k of the reversed array is n-1-k of the original */
-      Value *ri = rev_axis(i, axn);
-      Value *last = ri ? &arr_scalar_i64(DT_I32, av.shape[axn] - 1, false)->hdr : NULL;
-      r = last ? ops_binary(OP_SUB, last, ri) : NULL;
-      if (last) val_decref(last);
-      if (ri) val_decref(ri);
-      val_decref(i);
-    } else {
-      r = i;
-    }
-  }
+      axis_normalize(ax, av.ndim, &axn) == 0)
+    r = argsort_dir(src, axn, desc);
   val_decref(src);
   return r;
 }
@@ -555,6 +561,73 @@ static Value *bi_take_along_axis(const CallArgs *a) {
   if (ia) val_decref(ia);
   return r;
 }
+
+/* The [k] largest ([largest]) or smallest elements of [x] (borrowed)
+ * along axis [axn], in order, equal ones by lower index first (NaN as the
+ * largest): (values, int32 indices), the values gathered by the indices,
+ * so their derivative gathers the tangents (JAX's top_k and its CPU
+ * approx_max_k / approx_min_k, which are exact).  [who] names the caller
+ * in JAX's errors. */
+static Value *top_k_along(const char *who, Value *x, int64_t k, int axn, bool largest) {
+  AVal av = bi_aval(x);
+  if (k < 0) return err_set(ERR_VALUE, "k argument to %s must be nonnegative, got %lld", who, (long long)k);
+  if (av.shape[axn] < k)
+    return err_set(ERR_VALUE, "k argument to %s must be no larger than the size of its "
+                              "dimension %d; %lld vs %lld", who, axn, (long long)k,
+                   (long long)av.shape[axn]);
+  Value *order = argsort_dir(x, axn, largest);
+  Value *idx = order ? bi_slice_axis(order, axn, 0, k) : NULL;
+  Value *vals = idx ? prim_take_along(x, idx, axn) : NULL;
+  Value *r = vals ? tuple_pack(2, (Value *[]){vals, idx}) : NULL;
+  Value *tmp[] = {order, idx, vals};
+  for (int i = 0; i < 3; i++)
+    if (tmp[i]) val_decref(tmp[i]);
+  return r;
+}
+
+/* lax.top_k(operand, k): the k largest along the last axis. */
+static Value *lax_top_k(const CallArgs *a) {
+  Value *x, *kv;
+  if (args_bind("top_k", a, "operand, k", (Value **[]){&x, &kv}) < 0) return NULL;
+  Value *xa = bi_arr(x), *r = NULL;
+  int64_t k;
+  if (!xa) return NULL;
+  if (bi_aval(xa).ndim == 0)
+    err_set(ERR_TYPE, "top_k operand must have >= 1 dimension, got ()");
+  else if (bi_int_arg("top_k", "k", kv, 0, &k) == 0)
+    r = top_k_along("top_k", xa, k, bi_aval(xa).ndim - 1, true);
+  val_decref(xa);
+  return r;
+}
+
+/* lax.approx_max_k / approx_min_k(operand, k, reduction_dimension=-1,
+ * recall_target=0.95, reduction_input_size_override=-1,
+ * aggregate_to_topk=True): exact, as JAX's on CPU (recall 1 meets any
+ * target). */
+static Value *approx_k(const CallArgs *a, const char *who, bool largest) {
+  Value *x, *kv, *dim, *recall, *over, *agg;   /* the last two change nothing on CPU */
+  Value **slots[] = {&x, &kv, &dim, &recall, &over, &agg};
+  if (args_bind(who, a, "operand, k, reduction_dimension=, recall_target=, "
+                        "reduction_input_size_override=, aggregate_to_topk=", slots) < 0)
+    return NULL;
+  double rt;
+  if (bi_float_arg(who, "recall_target", recall, 0.95, &rt) < 0) return NULL;
+  if (!(rt > 0.0 && rt <= 1.0))
+    return err_set(ERR_VALUE, "recall_target should be in (0, 1], got %g", rt);
+  Value *xa = bi_arr(x), *r = NULL;
+  int64_t k, d;
+  int axn;
+  if (!xa) return NULL;
+  if (bi_int_arg(who, "k", kv, 0, &k) == 0 &&
+      bi_int_arg(who, "reduction_dimension", dim, -1, &d) == 0 &&
+      axis_normalize(d, bi_aval(xa).ndim, &axn) == 0)
+    r = top_k_along(who, xa, k, axn, largest);
+  val_decref(xa);
+  return r;
+}
+
+static Value *lax_approx_max_k(const CallArgs *a) { return approx_k(a, "approx_max_k", true); }
+static Value *lax_approx_min_k(const CallArgs *a) { return approx_k(a, "approx_min_k", false); }
 
 /* lax.sort(operand, dimension=-1, is_stable=True, num_keys=1): an array,
  * or a tuple or list of arrays of one shape sorted together by their
@@ -1203,6 +1276,9 @@ const BiEntry bi_reduce_table[] = {
   {"argsort", bi_argsort, NP, "argsort(a, axis=-1, stable=True, descending=False)"},
   {"take_along_axis", bi_take_along_axis, NP, "take_along_axis(arr, indices, axis)"},
   {"sort", lax_sort, IN_LAX, "lax.sort(operand, dimension=-1, is_stable=True, num_keys=1)"},
+  {"top_k", lax_top_k, IN_LAX, "lax.top_k(operand, k): (values, indices) of the k largest, last axis"},
+  {"approx_max_k", lax_approx_max_k, IN_LAX, "lax.approx_max_k(operand, k, reduction_dimension=-1, recall_target=0.95, ...): exact"},
+  {"approx_min_k", lax_approx_min_k, IN_LAX, "lax.approx_min_k(operand, k, reduction_dimension=-1, recall_target=0.95, ...): exact"},
   {"cumsum", lax_cumsum, IN_LAX, "lax.cumsum(operand, axis=0, reverse=False)"},
   {"cumprod", lax_cumprod, IN_LAX, "lax.cumprod(operand, axis=0, reverse=False)"},
   {"cummax", lax_cummax, IN_LAX, "lax.cummax(operand, axis=0, reverse=False)"},

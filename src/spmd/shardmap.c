@@ -762,7 +762,8 @@ static int run_on_devices(Call *c) {
  */
 typedef struct TreeCall {
   Opaque base;
-  ShardFn *f;            /* the user's (borrowed for the call) */
+  ShardFn *f;            /* the user's (owned: a differentiated call that keeps the
+                            flat call runs the body again in its backward pass) */
   int nargs;
   Value *args;           /* tuple: the arguments as given (templates) */
   Value *split;          /* tuple of bool tuples: per leaf, split (True) or whole */
@@ -774,6 +775,7 @@ typedef struct TreeCall {
 
 static void treecall_free(Value *v) {
   TreeCall *t = (TreeCall *)v;
+  val_decref(&t->f->hdr);
   val_decref(t->args);
   val_decref(t->split);
   if (t->out_template) val_decref(t->out_template);
@@ -957,7 +959,7 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   val_init(&t->base.hdr, V_OPAQUE);
   t->base.ot = &treecall_type;
   pthread_mutex_init(&t->lock, NULL);
-  t->f = f;
+  t->f = (ShardFn *)val_incref(&f->hdr);
   t->nargs = a->nargs;
   t->args = tuple_pack((size_t)a->nargs, a->args);
   t->split = splits;
@@ -1018,8 +1020,12 @@ out:
   if (res) val_decref(res);
   if (sf) val_decref(sf);
   if (fn) val_decref(fn);
-  if (t && t->args) val_decref(&t->base.hdr);
-  else if (t) shm_free(t);
+  if (t && t->args) {
+    val_decref(&t->base.hdr);
+  } else if (t) {
+    if (t->f) val_decref(&t->f->hdr);
+    shm_free(t);
+  }
   val_decref(specs);
   val_decref(leaves);
   val_decref(labels);
@@ -1034,6 +1040,8 @@ Value *shardmap_call_leaves(Value *f, const CallArgs *a) {
 }
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
+  Value *lifted = differentiator ? shardmap_lift_call((ShardFn *)fv, a) : LIFT_NONE;
+  if (lifted != LIFT_NONE) return lifted;
   if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
   /* arguments being transformed (differentiated, batched), staged or not */
   for (int i = 0; differentiator && i < a->nargs; i++)

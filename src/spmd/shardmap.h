@@ -132,6 +132,27 @@ void shardmap_add_shared(ShardmapSharedFn find, ShardmapSettleFn settle);  /* ho
 int shardmap_shared_slots(Value *body, Value ***slots, int cap);
 int shardmap_settle(Value *body);
 
+/* A body that closes over values a transformation of the calling thread
+ * traces (being differentiated or batched, not staged by jit): the call
+ * passes them as inputs after its arguments, replicated (P()), as JAX
+ * passes a body's constants, so the transformation's rules see them as
+ * arguments and the cotangent of one is summed over the devices
+ * (shardmap_lift.c).  shardmap_lift_call finds them in the scopes the
+ * body closes over (functions' closures and default values,
+ * functools.partial, tuples, lists and dicts in them; not the arguments'
+ * own tracers) and makes that call: its result (a new reference), NULL
+ * with the error set, or LIFT_NONE when the body closes over none (or
+ * over more than it lifts) and the call runs as it is.  shardmap_call
+ * calls it first. */
+#define LIFT_NONE ((Value *)&shardmap_lift_none)
+extern const Value shardmap_lift_none;
+Value *shardmap_lift_call(ShardFn *f, const CallArgs *a);
+/* While such a body runs on this thread: the block of this device that
+ * stands for closed-over value [v] (borrowed), or NULL when [v] is not
+ * one.  The trace's dispatch (transform/trace.c) puts them in place of
+ * the values an operation meets. */
+Value *shardmap_lifted(const Value *v);
+
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer
  * (transform/ad.c) at start-up; it calls shard_map functions of its own

@@ -106,8 +106,9 @@ static Value *ad_apply(Tracer *top, PrimId id, int nin, Value **in, const Params
   if (!j)
     return err_set(ERR_VALUE, "a value being differentiated escaped from the function that "
                               "grad, vjp or jvp differentiates, or reached a shard_map body "
-                              "other than as its argument; return it, or pass it to the "
-                              "shard_map function as an argument");
+                              "where the call does not pass it (an object's attribute, or an "
+                              "argument the body also uses whole); return it, or pass it to "
+                              "the shard_map function as an argument");
   return jvp_apply(j, id, nin, in, p);
 }
 

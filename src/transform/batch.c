@@ -226,7 +226,8 @@ static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Par
   BatchTrace *bt = batch_find(top->trace_id);
   if (!bt)
     return err_set(ERR_VALUE, "a batched value escaped from the function vmap vectorizes, or "
-                              "reached a shard_map body other than as its argument");
+                              "reached a shard_map body where the call does not pass it (an "
+                              "object's attribute, or an argument the body also uses whole)");
   if (nin > 64) return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' with more than 64 operands",
                                prim_table[id].name);
   Value *vals[64];

@@ -527,10 +527,15 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
     args[i] = ad_primal_of(a->args[i], j->id);
     if (c->diff[i]) tans[k++] = ((Tracer *)a->args[i])->tangent;
   }
-  bool batched = false;
-  for (int i = 0; i < c->nargs; i++) batched |= IS_BATCH_TRACER(args[i]);
+  /* Primals of an outer transformation (batched, or differentiated again
+   * eagerly): each device's residuals would be tracers of a trace that
+   * ends with the forward call, so the backward pass linearizes again
+   * (staged, the residuals leave the forward call as results instead). */
+  bool outer = false;
+  for (int i = 0; i < c->nargs; i++)
+    outer |= IS_BATCH_TRACER(args[i]) || (!c->staged && IS_JVP_TRACER(args[i]));
   Value *res;
-  if (batched) {   /* the primals move into c->remat; no residuals */
+  if (outer) {   /* the primals move into c->remat; no residuals */
     CallArgs ca = {c->nargs, args, 0, NULL, NULL};
     c->staged = false;
     res = (c->remat = shm_calloc((size_t)c->nargs + 1, sizeof(Value *)))
@@ -735,12 +740,14 @@ static void smbatch_free(Value *v) {
 static const OpaqueType smbatch_type = {"batched shard_map", smbatch_free, NULL, NULL, NULL,
                                         NULL, NULL};
 
-/* [b]'s call's out_specs: f's, now settled, batched (once). */
+/* [b]'s call's out_specs: f's, now settled, batched (once).  A backward
+ * pass that runs the body again after the call (SmCall.remat) finds them
+ * set. */
 static void smbatch_specs(SmBatch *b) {
   pthread_mutex_lock(&b->lock);
-  Value *os = b->f->out_specs;
-  Value *out = b->specs ? NULL
-                        : specs_batched(os, os->type == V_PSPEC ? 1 : (int)tuple_len(os), NULL);
+  Value *os = b->specs || !b->f ? NULL : b->f->out_specs;
+  Value *out = !os ? NULL
+                   : specs_batched(os, os->type == V_PSPEC ? 1 : (int)tuple_len(os), NULL);
   if (out) {
     val_decref(b->call->out_specs);
     b->call->out_specs = out;

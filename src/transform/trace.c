@@ -16,6 +16,7 @@
 #include "array/print.h"
 #include "base/intern.h"
 #include "spmd/collective.h"
+#include "spmd/shardmap.h"
 #include "transform/trace.h"
 
 struct Trace {
@@ -668,7 +669,27 @@ static unsigned rank_of(const Tracer *x) {
   return x->trace_id;
 }
 
+/* When an operand is a value a shard_map body closes over, which a
+ * trace of another thread traces: [in] with this device's blocks of
+ * them in their place (shardmap_lifted) applied again into [*r], true. */
+static bool apply_lifted(PrimId id, int nin, Value **in, const Params *p, Value **r) {
+  int k = 0;
+  while (k < nin && !(IS_TRACER(in[k]) && shardmap_lifted(in[k]))) k++;
+  if (k == nin) return false;
+  Value *mine[16], **v = nin <= 16 ? mine : shm_malloc(sizeof(Value *) * (size_t)nin);
+  if (!v) return (*r = err_nomem()), true;
+  for (int i = 0; i < nin; i++) {
+    Value *b = IS_TRACER(in[i]) ? shardmap_lifted(in[i]) : NULL;
+    v[i] = b ? b : in[i];
+  }
+  *r = prim_apply(id, nin, v, p);
+  if (v != mine) shm_free(v);
+  return true;
+}
+
 Value *trace_dispatch(PrimId id, int nin, Value **in, const Params *p) {
+  Value *lifted;
+  if (apply_lifted(id, nin, in, p, &lifted)) return lifted;
   Tracer *top = NULL;
   for (int i = 0; i < nin; i++)
     if (IS_TRACER(in[i]) && (!top || rank_of((Tracer *)in[i]) > rank_of(top)))
