@@ -179,6 +179,54 @@ static Value *make_custom(const CallArgs *a, const OpaqueType *ot) {
 }
 
 static Value *bi_custom_vjp(const CallArgs *a) { return make_custom(a, &vjp_type); }
+
+static int pair_of(Value *r, Value **x, Value **y, const char *rule, const char *name,
+                   const char *what);
+
+/* custom_gradient's primal function: fun(*args)'s first item. */
+static Value *gradient_primal(Value *fun, const CallArgs *a) {
+  Value *r = val_call(fun, a), *x, *y;
+  if (!r) return NULL;
+  Value *out = pair_of(r, &x, &y, "gradient", fn_name(fun), "the output and its vjp function") == 0
+                   ? val_incref(x) : NULL;
+  val_decref(r);
+  return out;
+}
+
+/* custom_gradient's bwd: the vjp function fwd left as the residual, on
+ * the cotangent; one cotangent alone is the tuple of it. */
+static Value *gradient_bwd(const CallArgs *a) {
+  Value *vjp_fn, *g;
+  if (args_bind("custom_gradient bwd", a, "res, g", (Value **[]){&vjp_fn, &g}) < 0) return NULL;
+  Value *r = val_call_n(vjp_fn, 1, &g);
+  if (!r || r->type == V_TUPLE || r->type == V_LIST) return r;
+  Value *t = tuple_pack(1, &r);
+  val_decref(r);
+  return t;
+}
+
+/* custom_gradient(fun): fun(*args) returns (out, vjp_fn), vjp_fn(g) the
+ * arguments' cotangents; a custom_vjp whose fwd is fun (vjp_fn the
+ * residual) and whose bwd calls vjp_fn. */
+static Value *bi_custom_gradient(const CallArgs *a) {
+  Value *fun;
+  if (args_bind("custom_gradient", a, "fun", (Value **[]){&fun}) < 0) return NULL;
+  Value *prim = bound_new(fn_name(fun), gradient_primal, fun);
+  Value *bwd = builtin_new("bwd", gradient_bwd, "the vjp function of custom_gradient");
+  Value *nd = tuple_new(0);
+  Custom *c = prim && bwd && nd ? custom_new(&vjp_type, prim, nd) : NULL;
+  if (c) {
+    c->name = fn_name(fun);
+    set_rule(&c->fwd, fun);
+    set_rule(&c->bwd, bwd);
+    c->rule_names[0] = c->name;
+    c->rule_names[1] = intern_cstr("bwd");
+  }
+  Value *held[] = {prim, bwd, nd};
+  for (size_t i = 0; i < 3; i++)
+    if (held[i]) val_decref(held[i]);
+  return c ? &c->base.hdr : NULL;
+}
 static Value *bi_custom_jvp(const CallArgs *a) { return make_custom(a, &jvp_type); }
 
 /* ==== the call: the innermost trace among the arguments picks the rule ============= */
@@ -947,6 +995,7 @@ int custom_register(Env *builtins) {
   static const struct { const char *name; BuiltinFn fn; const char *doc; } fns[] = {
       {"custom_vjp", bi_custom_vjp, "custom_vjp(fun, nondiff_argnums=()): f.defvjp(fwd, bwd)"},
       {"custom_jvp", bi_custom_jvp, "custom_jvp(fun, nondiff_argnums=()): f.defjvp(jvp)"},
+      {"custom_gradient", bi_custom_gradient, "custom_gradient(fun): fun returns (out, vjp_fn)"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
