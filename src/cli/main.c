@@ -36,6 +36,7 @@
 #include "transform/control.h"
 #include "transform/ad.h"
 #include "transform/batch.h"
+#include "transform/custom_derivatives.h"
 #include "transform/xmap.h"
 #include "transform/jit.h"
 
@@ -452,7 +453,7 @@ static int register_layers(int ndevices) {
   Env *b = shm_interp->builtins;
   if (mesh_register(b) < 0 || shardmap_register(b) < 0 || ctl_register(b) < 0 ||
       jit_register(b) < 0 || ad_register(b) < 0 ||
-      batch_register(b) < 0 || xmap_register(b) < 0)
+      batch_register(b) < 0 || custom_register(b) < 0 || xmap_register(b) < 0)
     return -1;
   return dev_start(ndevices);
 }

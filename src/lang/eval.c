@@ -740,6 +740,21 @@ void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a)) {
   call_hooks[t] = call;
 }
 
+/* The opaque types of higher layers that are callable (few: a table). */
+static struct {
+  const OpaqueType *ot;
+  Value *(*call)(Value *f, const CallArgs *a);
+} opaque_calls[8];
+static int n_opaque_calls;
+
+int eval_register_opaque_call(const OpaqueType *ot, Value *(*call)(Value *f, const CallArgs *a)) {
+  if (n_opaque_calls == (int)(sizeof opaque_calls / sizeof opaque_calls[0]))
+    return err_set(ERR_VALUE, "too many callable opaque types"), -1;
+  opaque_calls[n_opaque_calls].ot = ot;
+  opaque_calls[n_opaque_calls++].call = call;
+  return 0;
+}
+
 static Value *call_dtype(Value *f, const CallArgs *a) {
   if (a->nargs != 1 || a->nkw)
     return err_set(ERR_TYPE, "%s() takes exactly one argument", dt_name(((DTypeVal *)f)->dtype));
@@ -753,10 +768,14 @@ Value *val_call(Value *f, const CallArgs *a) {
   case V_BUILTIN: return ((Builtin *)f)->fn(a);
   case V_BOUND: return ((BoundMethod *)f)->fn(((BoundMethod *)f)->self, a);
   case V_DTYPE: return call_dtype(f, a);
-  default:
-    if (call_hooks[f->type]) return call_hooks[f->type](f, a);
-    return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
+  case V_OPAQUE:
+    for (int i = 0; i < n_opaque_calls; i++)
+      if (opaque_calls[i].ot == ((Opaque *)f)->ot) return opaque_calls[i].call(f, a);
+    break;
+  default: break;
   }
+  if (call_hooks[f->type]) return call_hooks[f->type](f, a);
+  return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
 }
 
 Value *val_call_n(Value *f, int n, Value **args) {

@@ -128,6 +128,12 @@ Value *val_call(Value *f, const CallArgs *a);
  * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
 void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));  /* hook */
 
+/* Makes the opaque objects of type [ot] (a higher layer's: jax.custom_vjp
+ * functions) callable: val_call on one calls [call], before the opaque
+ * types' call hook (classes).  At start-up; not thread-safe.  0, or -1
+ * with the error set (more than 8 such types). */
+int eval_register_opaque_call(const OpaqueType *ot, Value *(*call)(Value *f, const CallArgs *a));  /* hook */
+
 /* Makes values of type [t] context managers for `with`: [enter] (a new
  * reference, bound by `as`) when the block starts, [exit] (0, or -1 with
  * the error set) however it ends.  Opaque values use their OpaqueType's

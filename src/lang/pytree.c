@@ -317,15 +317,17 @@ static int structure_str(Value *t, Text *out, int depth) {
   return rc == 0 ? text_put(out, tuple ? ")" : "]") : -1;
 }
 
-static Value *treedef_repr(Value *v) {
+Value *pytree_structure_repr(Value *tree) {
   Text t = {0};
   Value *r = NULL;
-  if (text_put(&t, "PyTreeDef(") == 0 && structure_str(((TreeDef *)v)->tree, &t, 0) == 0 &&
+  if (text_put(&t, "PyTreeDef(") == 0 && structure_str(tree, &t, 0) == 0 &&
       text_put(&t, ")") == 0)
     r = str_new(t.s, t.len);
   shm_free(t.s);
   return r;
 }
+
+static Value *treedef_repr(Value *v) { return pytree_structure_repr(((TreeDef *)v)->tree); }
 
 static Value *treedef_getattr(Value *v, const char *name) {
   if (strcmp(name, "num_leaves") == 0) {

@@ -80,6 +80,11 @@ Value *pytree_replace(Value *tree, bool (*is_leaf)(Value *v), Value **vals, int 
 Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *leaf, void *ctx),
                   void *ctx);
 
+/* JAX's repr of [tree]'s structure (every non-node a leaf, "*"), as
+ * jax.tree_util.tree_structure(tree) prints: "PyTreeDef((*, {'a': *}))".
+ * A new Str, or NULL with the error set. */
+Value *pytree_structure_repr(Value *tree);
+
 /* Registers jax.tree_util's tree_map, tree_leaves, tree_flatten,
  * tree_unflatten, tree_structure, in the jax.tree_util namespace and as
  * jax.tree.map, .leaves, .flatten, .unflatten, .structure.  0, or -1. */

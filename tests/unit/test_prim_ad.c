@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "spmd/collective.h"
 #include "transform/control.h"
+#include "transform/custom_derivatives.h"
 #include "transform/higher.h"
 #include "transform/jit.h"
 #include "transform/xmap.h"
@@ -101,14 +102,15 @@ static void check_named_rules(void) {
  * themselves ("jit: pdot cannot be compiled": only an xmap body holds
  * one), and those an xmap body cannot hold where it is lowered (its body
  * then takes the batching path). */
-static const char *const not_compiled[] = {"pdot", NULL};
-static const char *const not_in_lowered_xmap[] = {"shard_map", "debug_callback", NULL};
+static const char *const not_compiled[] = {"pdot", "custom_lin", NULL};
+static const char *const not_in_lowered_xmap[] = {"shard_map", "debug_callback", "custom_lin", NULL};
 
 /* A higher-order primitive's row (transform/higher.h): its family file
  * registered it, with the executor's rules unless listed, and with the
  * xmap interpreter's unless listed; the control-flow ones say what
  * their results carry in an xmap body, while has grad's and vmap's loop
- * rules, shard_map its transpose and grad's and vmap's call rules. */
+ * rules, shard_map its transpose and grad's and vmap's call rules, as
+ * custom_jvp_call and custom_vjp_call have, and custom_lin its transpose. */
 static void check_higher(PrimId id) {
   const PrimInfo *p = &prim_table[id];
   const HigherRules *h = p->rules.higher;
@@ -122,6 +124,8 @@ static void check_higher(PrimId id) {
     ck_assert_msg(h->named != NULL, "%s: no named shapes rule for an xmap body", p->name);
   if (id == P_WHILE) ck_assert(h->jvp_loop && h->batch_loop);
   if (id == P_SHARD_MAP) ck_assert(p->rules.transpose && h->jvp_call && h->batch_call);
+  if (id == P_CUSTOM_JVP_CALL || id == P_CUSTOM_VJP_CALL) ck_assert(h->jvp_call && h->batch_call);
+  if (id == P_CUSTOM_LIN) ck_assert(p->rules.transpose != NULL);
 }
 
 START_TEST(tc_every_primitive_has_rules) {
@@ -130,6 +134,7 @@ START_TEST(tc_every_primitive_has_rules) {
   jit_register_rules();
   jit_register_shard_map_rules();
   xmap_register_rules();
+  custom_register_rules();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
     /* the sharding slot is every primitive's, and empty until sharded
