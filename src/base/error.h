@@ -84,6 +84,7 @@ typedef enum {
   ERR_OVERFLOW,        /* Python ints past 64 bits */
   ERR_ATTRIBUTE,       /* no such attribute (Python's AttributeError) */
   ERR_FLOATING_POINT,  /* a NaN under jax_debug_nans (FloatingPointError) */
+  ERR_SYSTEM_EXIT,     /* sys.exit() or raise SystemExit: ends the program (exceptions.h) */
 } ErrKind;
 
 /* Ctrl-C: set by the SIGINT handler (cli/main.c), polled between

@@ -21,6 +21,7 @@
 #include "cli/debug.h"
 #include "base/error.h"
 #include "lang/eval.h"
+#include "lang/exceptions.h"
 #include "base/intern.h"
 #include "array/linalg.h"
 #include "base/mem.h"
@@ -356,17 +357,24 @@ static void release_globals(Env *globals) {
   env_decref(globals);
 }
 
-/* Runs [src] once in [globals]; 0 or an exit status. */
+/* Runs [src] once in [globals]; 0 or an exit status: sys.exit()'s
+ * (SystemExit is not an error to report, but for -i's REPL to come),
+ * else 1 after an error. */
 static int run_once(Source *src, Env *globals) {
   if (shm_options.verbose) fprintf(stderr, "shmap: running %s\n", src->name);
   int rc = 0;
   if (eval_source(src, globals, false) < 0) {
-    dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
     fflush(stdout);
-    print_error();
-    if (shm_options.interactive) dbg_keep_error();   /* for pm() at -i's REPL */
+    if (err_kind() == ERR_SYSTEM_EXIT && !shm_options.interactive) {   /* -i reports it, as python -i */
+      rc = exc_exit_status(stderr);
+    } else {
+      dbg_post_mortem();  /* with --pm: the debugger, where the error was raised */
+      fflush(stdout);
+      print_error();
+      if (shm_options.interactive) dbg_keep_error();   /* for pm() at -i's REPL */
+      rc = 1;
+    }
     err_clear();
-    rc = 1;
   }
   fflush(stdout);
   return rc;

@@ -24,6 +24,7 @@
 #include "cli/debug.h"
 #include "base/error.h"
 #include "base/intern.h"
+#include "lang/exceptions.h"
 #include "lang/lexer.h"
 #include "base/mem.h"
 #include "lang/ops.h"
@@ -40,6 +41,7 @@ typedef struct Repl {
   char *history;       /* history file, or NULL */
   char *line;          /* the line readline handed over (malloc'd) */
   bool line_done;      /* the callback ran: [line] is set (NULL: EOF) */
+  int exit_status;     /* set by an entry that raised SystemExit; -1 before */
 } Repl;
 
 static Repl repl;
@@ -242,6 +244,11 @@ static EntryKind read_entry(Buf *b) {
  * debugger's quit is silent. */
 static void report_error(void) {
   fflush(stdout);
+  if (err_kind() == ERR_SYSTEM_EXIT) {   /* sys.exit(): ends the session with its status */
+    repl.exit_status = exc_exit_status(stderr);
+    err_clear();
+    return;
+  }
   if (err_kind() != ERR_QUIT) err_print(stderr);
   dbg_keep_error();
 }
@@ -517,7 +524,8 @@ int repl_run(Env *globals, bool banner) {
   Buf b = {0};
   EntryKind k;
   bool going = true;
-  while (going) {
+  repl.exit_status = -1;
+  while (going && repl.exit_status < 0) {
     b.len = 0;
     k = read_entry(&b);
     if (k == ENTRY_EOF) break;
@@ -529,5 +537,5 @@ int repl_run(Env *globals, bool banner) {
   cand_clear();
   free(cands.items);
   save_history();
-  return 0;
+  return repl.exit_status > 0 ? repl.exit_status : 0;
 }

@@ -673,50 +673,66 @@ static Value *bi_min(const CallArgs *a) {
   return jnp_reduction_call(a) ? bi_jnp_min(a) : py_minmax("min", a, false);
 }
 
-/* Merges the sorted runs [lo, mid) and [mid, hi) of [v] through [tmp];
- * -1 when a comparison fails. */
-static int merge_runs(Value **v, Value **tmp, size_t lo, size_t mid, size_t hi, bool rev) {
-  size_t i = lo, j = mid, k = lo;
-  while (i < mid && j < hi) {
-    /* Take from the right run only when strictly before: stable. */
-    Value *c = ops_compare(rev ? OP_GT : OP_LT, v[j], v[i]);
-    int t = c ? val_truth(c) : -1;
-    val_decref(c);
-    if (t < 0) return -1;
-    tmp[k++] = t ? v[j++] : v[i++];
-  }
-  while (i < mid) tmp[k++] = v[i++];
-  while (j < hi) tmp[k++] = v[j++];
-  memcpy(v + lo, tmp + lo, sizeof(Value *) * (hi - lo));
-  return 0;
+/* A Python int argument of pow's three-argument form (a bool is an int). */
+static bool py_int(Value *v) { return arr_is_host(v) && !dt_is_float(AS_ARRAY(v)->dtype); }
+
+/* x**e mod m for 0 <= x < m, in 128-bit products. */
+static int64_t pow_mod(int64_t x, uint64_t e, int64_t m) {
+  __int128 r = 1 % m, b = x;
+  for (; e; e >>= 1, b = b * b % m)
+    if (e & 1) r = r * b % m;
+  return (int64_t)r;
 }
 
-/* Python's sorted (stable; reverse=True keeps equal items in order). */
+/* The inverse of [x] modulo [m] (m > 0) by Euclid's extended algorithm;
+ * -1 when gcd(x, m) is not 1. */
+static int64_t inverse_mod(int64_t x, int64_t m) {
+  __int128 r0 = m, r1 = x, s0 = 0, s1 = 1;
+  while (r1) {
+    __int128 q = r0 / r1, t = r0 - q * r1;
+    r0 = r1, r1 = t;
+    t = s0 - q * s1;
+    s0 = s1, s1 = t;
+  }
+  return r0 == 1 ? (int64_t)((s0 % m + m) % m) : -1;
+}
+
+/* pow(base, exp, mod): Python's, on ints: a negative exponent takes the
+ * inverse of base first; the result has mod's sign. */
+static Value *int_pow_mod(Value *bv, Value *ev, Value *mv) {
+  if (!py_int(bv) || !py_int(ev) || !py_int(mv))
+    return err_set(ERR_TYPE, "pow() 3rd argument not allowed unless all arguments are integers");
+  int64_t b = arr_get_i64(AS_ARRAY(bv), 0), e = arr_get_i64(AS_ARRAY(ev), 0), m = arr_get_i64(AS_ARRAY(mv), 0);
+  if (m == 0) return err_set(ERR_VALUE, "pow() 3rd argument cannot be 0");
+  if (m == INT64_MIN) return err_set(ERR_OVERFLOW, "pow(): a modulus of -2**63 exceeds shmap's 64-bit ints");
+  int64_t am = m < 0 ? -m : m, x = (int64_t)(((__int128)b % am + am) % am);
+  if (e < 0 && (x = inverse_mod(x, am)) < 0)
+    return err_set(ERR_VALUE, "base is not invertible for the given modulus");
+  int64_t r = pow_mod(x, e < 0 ? -(uint64_t)e : (uint64_t)e, am);
+  return arr_python_int(m < 0 && r ? r - am : r);
+}
+
+/* pow(base, exp, mod=None): base ** exp (Python's numbers, or arrays as
+ * the operator computes them), or Python's modular power of ints. */
+static Value *bi_pow(const CallArgs *a) {
+  Value *b, *e, *m = NULL;
+  if (args_bind("pow", a, "base, exp, mod=", (Value **[]){&b, &e, &m}) < 0) return NULL;
+  return bi_is_none(m) ? ops_binary(OP_POW, b, e) : int_pow_mod(b, e, m);
+}
+
+/* Python's sorted(iterable, /, *, key=None, reverse=False): a new list,
+ * stable (ops_list_sort). */
 static Value *bi_sorted(const CallArgs *a) {
   Value *it, *key, *reverse;
   Value **slots[] = {&it, &key, &reverse};
   if (args_bind("sorted", a, "iterable, key=, reverse=", slots) < 0) return NULL;
   bool rev;
   if (bi_bool_arg(reverse, false, &rev) < 0) return NULL;
-  if (!bi_is_none(key)) return err_set(ERR_VALUE, "sorted(): key= is not supported");
   Value *l = ops_iter_items(it);
-  if (!l) return NULL;
-  List *L = (List *)l;
-  Value **tmp = shm_calloc(L->len ? L->len : 1, sizeof(Value *));
-  if (!tmp) {
+  if (l && ops_list_sort(l, key, rev) < 0) {
     val_decref(l);
-    return err_nomem();
+    return NULL;
   }
-  for (size_t w = 1; w < L->len; w *= 2)
-    for (size_t lo = 0; lo + w < L->len; lo += 2 * w) {
-      size_t hi = lo + 2 * w < L->len ? lo + 2 * w : L->len;
-      if (merge_runs(L->items, tmp, lo, lo + w, hi, rev) < 0) {
-        shm_free(tmp);
-        val_decref(l);
-        return NULL;
-      }
-    }
-  shm_free(tmp);
   return l;
 }
 
@@ -725,13 +741,7 @@ static Value *bi_reversed(const CallArgs *a) {
   Value **slots[] = {&it};
   if (args_bind("reversed", a, "sequence", slots) < 0) return NULL;
   Value *l = ops_iter_items(it);
-  if (!l) return NULL;
-  List *L = (List *)l;
-  for (size_t i = 0; i < L->len / 2; i++) {
-    Value *t = L->items[i];
-    L->items[i] = L->items[L->len - 1 - i];
-    L->items[L->len - 1 - i] = t;
-  }
+  if (l) ops_list_reverse(l);
   return l;
 }
 
@@ -1338,7 +1348,8 @@ const BiEntry bi_python_table[] = {
   {"sum", bi_sum, IN_TOP, "sum(a, axis=None, ...) on arrays; Python's sum on lists"},
   {"max", bi_max, IN_TOP, "max(a, axis=None) on an array; Python's max of several values"},
   {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},
-  {"sorted", bi_sorted, IN_TOP, "sorted(iterable, reverse=False)"},
+  {"pow", bi_pow, IN_TOP, "pow(base, exp, mod=None): base ** exp, or (base ** exp) % mod of ints"},
+  {"sorted", bi_sorted, IN_TOP, "sorted(iterable, key=None, reverse=False)"},
   {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, class_or_tuple): int, float, str, jax.Array, type(v), ..."},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},

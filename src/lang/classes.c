@@ -61,6 +61,8 @@ const OpaqueType cls_classmethod_type = {"classmethod", wrap_free, NULL, NULL, N
 const OpaqueType cls_super_type = {"super", wrap_free, NULL, super_getattr, NULL, NULL, NULL};
 const OpaqueType cls_field_type = {"Field", wrap_free, field_repr, field_getattr, NULL, NULL,
                                    NULL};
+static const OpaqueType cached_property_type = {"cached_property", wrap_free, NULL, NULL, NULL,
+                                                NULL, NULL};
 
 bool cls_is(const Value *v, const OpaqueType *ot) {
   return v->type == V_OPAQUE && ((const Opaque *)v)->ot == ot;
@@ -161,10 +163,31 @@ Value *cls_no_attribute(Value *obj, Class *c, Value *dict, const char *name) {
   return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'%s", c->name, name, hint);
 }
 
+/* The cached_property [attr] read as [name] through [self]: computed
+ * and kept in self's dict (the instance dict is read first next time). */
+static Value *cached_value(Value *self, Class *c, Value *attr, const char *name) {
+  if (!cls_is_instance(self))
+    return err_set(ERR_TYPE, "No '__dict__' attribute on '%s' instance to cache '%s' property.", c->name, name);
+  Value *dict = ((Instance *)self)->dict;
+  if (val_check_container(dict) < 0) return NULL;
+  Value *v = val_call_n(((Wrap *)attr)->a, 1, &self);
+  if (v && dict_set_str(dict, name, v) < 0) {
+    val_decref(v);
+    return NULL;
+  }
+  return v;
+}
+
+Value *cls_cached_property(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "cached_property() takes one function");
+  return cls_wrap_new(&cached_property_type, a->args[0], NULL, NULL);
+}
+
 /* An attribute of an instance or a named tuple [self] of class [c] that
  * its own storage did not have: the class's, then __getattr__. */
 Value *cls_class_attr(Value *self, Class *c, Value *dict, const char *name) {
   Value *attr = cls_find(c, name, NULL);
+  if (attr && cls_is(attr, &cached_property_type)) return cached_value(self, c, attr, name);
   if (attr) return cls_bind(attr, self, &c->base.hdr);
   Value *ga = cls_find(c, "__getattr__", NULL);
   if (ga && binds(ga)) {

@@ -122,6 +122,13 @@ Value *cls_getitem(Value *obj, Value *key);
  * AttributeError. */
 Value *cls_getattr(Value *obj, const char *name);
 
+/* functools.cached_property(func): a descriptor whose first read through
+ * an instance calls func(instance) and stores the result in the
+ * instance's dict under the attribute's name, where later reads find it
+ * (Python's non-data descriptor); read through the class it is itself.
+ * A named tuple has no dict: TypeError, as Python's.  (A BuiltinFn.) */
+Value *cls_cached_property(const CallArgs *a);
+
 /* `a == b` when either is an instance of a user class: the user's
  * __eq__, a dataclass's fields (same class, fields equal), else identity.
  * 1 or 0, -1 with the error set, or CLS_NOT_MINE when neither is one. */

@@ -2,6 +2,8 @@
  * exceptions.c - exception classes, raise and except matching
  * (exceptions.h).
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "array/array.h"
@@ -23,7 +25,8 @@ typedef struct ExcClass {
 enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
-  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_COUNT
+  X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_SYSTEM_EXIT,
+  X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -50,22 +53,29 @@ static const ExcClass classes[X_COUNT] = {
     [X_FLOATING] = {"FloatingPointError", X_ARITH, ERR_FLOATING_POINT},
     [X_IMPORT] = {"ImportError", X_EXCEPTION, ERR_IO},
     [X_MODULE_NOT_FOUND] = {"ModuleNotFoundError", X_IMPORT, ERR_IO},
+    [X_SYSTEM_EXIT] = {"SystemExit", X_BASE, ERR_SYSTEM_EXIT},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
 
-/* An instance: its class and message. */
+/* An instance: its class, message, and the argument it was made with
+ * (SystemExit's code). */
 typedef struct Exc {
   Opaque base;
   int cls;
   Value *msg;   /* Str */
+  Value *arg;   /* the first argument; NULL for none */
 } Exc;
 
-static void exc_free(Value *v) { val_decref(((Exc *)v)->msg); }
+static void exc_free(Value *v) {
+  val_decref(((Exc *)v)->msg);
+  val_decref(((Exc *)v)->arg);
+}
 
 static Value *exc_repr(Value *v) {
   Exc *e = (Exc *)v;
-  Value *m = val_repr(e->msg);
+  if (!e->arg && !*str_cstr(e->msg)) return str_printf("%s()", classes[e->cls].name);
+  Value *m = val_repr(e->arg ? e->arg : e->msg);
   Value *r = m ? str_printf("%s(%s)", classes[e->cls].name, str_cstr(m)) : NULL;
   val_decref(m);
   return r;
@@ -73,7 +83,8 @@ static Value *exc_repr(Value *v) {
 
 static Value *exc_getattr(Value *v, const char *name) {
   Exc *e = (Exc *)v;
-  if (!strcmp(name, "args")) return tuple_pack(1, &e->msg);
+  if (!strcmp(name, "args")) return e->arg ? tuple_pack(1, &e->arg) : tuple_pack(1, &e->msg);
+  if (!strcmp(name, "code") && e->cls == X_SYSTEM_EXIT) return val_incref(e->arg ? e->arg : VAL_NONE);
   return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", classes[e->cls].name, name);
 }
 
@@ -81,13 +92,14 @@ static Value *exc_str(Value *v) { return val_incref(((Exc *)v)->msg); }
 
 static const OpaqueType exc_type = {"exception", exc_free, exc_repr, exc_getattr, exc_str, NULL, NULL};
 
-static Value *exc_new(int cls, Value *msg) {
+static Value *exc_new(int cls, Value *msg, Value *arg) {
   Exc *e = shm_calloc(1, sizeof *e);
   if (!e) return err_nomem();
   val_init(&e->base.hdr, V_OPAQUE);
   e->base.ot = &exc_type;
   e->cls = cls;
   e->msg = val_incref(msg);
+  e->arg = arg ? val_incref(arg) : NULL;
   return &e->base.hdr;
 }
 
@@ -111,6 +123,40 @@ static bool subclass(int c, int of) {
  * it gave the error (to know the error still is that one). */
 static _Thread_local Value *raised;
 static _Thread_local char raised_msg[256];
+
+/* The code of the last SystemExit raised on any thread: a device's
+ * raise reaches the main thread as its error's message only (the
+ * instance is the device thread's), and the status needs the code.
+ * NONE: no code or None; INT: [code]; TEXT: str(code) in [text]. */
+enum { EXIT_UNSET, EXIT_NONE, EXIT_INT, EXIT_TEXT };
+static struct {
+  pthread_mutex_t lock;
+  int kind;
+  int64_t code;
+  char text[200];
+} last_exit = {PTHREAD_MUTEX_INITIALIZER, EXIT_UNSET, 0, ""};
+
+static void note_exit(const Exc *e) {
+  pthread_mutex_lock(&last_exit.lock);
+  bool is_int = e->arg && arr_is_host(e->arg) && !dt_is_float(AS_ARRAY(e->arg)->dtype);
+  last_exit.kind = !e->arg || e->arg == VAL_NONE ? EXIT_NONE : is_int ? EXIT_INT : EXIT_TEXT;
+  last_exit.code = is_int ? arr_get_i64(AS_ARRAY(e->arg), 0) : 0;
+  snprintf(last_exit.text, sizeof last_exit.text, "%s", str_cstr(e->msg));
+  pthread_mutex_unlock(&last_exit.lock);
+}
+
+/* The last SystemExit's code as a value (NULL for none), when the pending
+ * error's message is the one it made. */
+static Value *noted_code(void) {
+  pthread_mutex_lock(&last_exit.lock);
+  const char *m = strstr(err_message(), "SystemExit");
+  bool same = m && (last_exit.kind == EXIT_NONE ? !strcmp(m, "SystemExit")
+                                                : !strncmp(m, "SystemExit: ", 12) && !strcmp(m + 12, last_exit.text));
+  Value *v = !same || last_exit.kind == EXIT_NONE ? NULL
+             : last_exit.kind == EXIT_INT ? arr_python_int(last_exit.code) : str_from(last_exit.text);
+  pthread_mutex_unlock(&last_exit.lock);
+  return v;
+}
 
 /* The built-in class of exception instance [v]: its own, or the one its
  * user class derives from (classes.h). */
@@ -138,6 +184,7 @@ static int current_class(void) {
   case ERR_SYNTAX: return X_SYNTAX;
   case ERR_ATTRIBUTE: return X_ATTRIBUTE;
   case ERR_FLOATING_POINT: return X_FLOATING;
+  case ERR_SYSTEM_EXIT: return X_SYSTEM_EXIT;
   default: return X_VALUE;
   }
 }
@@ -197,11 +244,18 @@ Value *exc_current(void) {
   if (raised_pending()) return val_incref(raised);
   int c = current_class();
   const char *m = err_message();
+  if (c == X_SYSTEM_EXIT) {   /* raised on a device: the code it was given */
+    Value *code = noted_code(), *msg = code ? val_str(code) : str_from("");
+    Value *e = msg ? exc_new(c, msg, code) : NULL;
+    val_decref(code);
+    val_decref(msg);
+    return e;
+  }
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
   if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
   if (!strcmp(m, classes[c].name)) m = "";   /* a bare `assert`'s */
   Value *msg = str_from(m);
-  Value *e = msg ? exc_new(c, msg) : NULL;
+  Value *e = msg ? exc_new(c, msg, NULL) : NULL;
   val_decref(msg);
   return e;
 }
@@ -244,7 +298,7 @@ int exc_raise(Value *v, Loc loc) {
   int c = class_index(v);
   if (c >= 0) {
     Value *empty = str_from("");
-    inst = empty ? exc_new(c, empty) : NULL;
+    inst = empty ? exc_new(c, empty, NULL) : NULL;
     val_decref(empty);
   } else if (is_exc(v)) {
     inst = val_incref(v);
@@ -259,6 +313,7 @@ int exc_raise(Value *v, Loc loc) {
     err_set_at(loc, classes[e->cls].kind, "%s: %s", classes[e->cls].name, m);
   else
     err_set_at(loc, classes[e->cls].kind, "%s", classes[e->cls].name);
+  if (e->cls == X_SYSTEM_EXIT) note_exit(e);
   if (raised) val_decref(raised);
   raised = inst;
   snprintf(raised_msg, sizeof raised_msg, "%s", err_message());
@@ -279,9 +334,38 @@ static Value *class_call(Value *self, const CallArgs *a) {
   if (a->nkw) return err_set(ERR_TYPE, "%s() takes no keyword arguments", classes[c].name);
   Value *msg = a->nargs == 0 ? str_from("")
                : a->args[0]->type == V_STR ? val_incref(a->args[0]) : val_str(a->args[0]);
-  Value *e = msg ? exc_new(c, msg) : NULL;
+  Value *e = msg ? exc_new(c, msg, a->nargs ? a->args[0] : NULL) : NULL;
   val_decref(msg);
   return e;
+}
+
+Value *exc_system_exit(Value *code) {
+  bool none = !code || code == VAL_NONE;
+  Value *msg = none ? str_from("") : code->type == V_STR ? val_incref(code) : val_str(code);
+  Value *e = msg ? exc_new(X_SYSTEM_EXIT, msg, none ? NULL : code) : NULL;
+  val_decref(msg);
+  if (e) exc_raise(e, eval_current_loc());
+  val_decref(e);
+  return NULL;
+}
+
+int exc_exit_status(FILE *err) {
+  Exc *e = raised_pending() && is_exc(raised) ? (Exc *)raised : NULL;
+  Value *code = e ? val_incref(e->arg) : noted_code();
+  int status = 1;
+  if (!code || code == VAL_NONE) {
+    /* sys.exit() or None; a class of the program's: its message */
+    const char *m = e || !raised_pending() ? "" : strstr(err_message(), ": ");
+    status = m && *m ? (fprintf(err, "%s\n", m + 2), 1) : 0;
+  } else if (arr_is_host(code) && !dt_is_float(AS_ARRAY(code)->dtype)) {
+    status = (int)(arr_get_i64(AS_ARRAY(code), 0) & 0xff);
+  } else {
+    Value *s = val_str(code);
+    if (s) fprintf(err, "%s\n", str_cstr(s));
+    val_decref(s);
+  }
+  val_decref(code);
+  return status;
 }
 
 int exc_register(Env *b) {

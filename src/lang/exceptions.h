@@ -18,6 +18,8 @@
 #ifndef SHMAP_EXCEPTIONS_H
 #define SHMAP_EXCEPTIONS_H
 
+#include <stdio.h>
+
 #include "lang/eval.h"
 
 /* Registers the classes as built-ins.  0 or -1. */
@@ -50,6 +52,17 @@ Value *exc_type_of(Value *x);
 /* raise [v]: sets the error for [v] (a class or an instance) at [loc];
  * always returns -1. */
 int exc_raise(Value *v, Loc loc);
+
+/* sys.exit([code]): raises SystemExit(code) at the statement being run
+ * (ERR_SYSTEM_EXIT, which `except SystemExit`, `except BaseException` and
+ * a bare except catch, and `except Exception` does not).  Returns NULL. */
+Value *exc_system_exit(Value *code);
+
+/* The exit status of the pending ERR_SYSTEM_EXIT, as Python's: 0 for no
+ * code or None, an int code's low 8 bits (what the system keeps), else 1
+ * after writing str(code) and a newline to [err].  The error stays
+ * pending. */
+int exc_exit_status(FILE *err);
 
 /* Releases this thread's last raised instance (kept so `except ... as e`
  * gets it back): a device thread calls it when its job is over, the

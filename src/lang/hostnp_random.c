@@ -10,9 +10,9 @@
  *   - np.random.default_rng: a Generator over PCG64 (O'Neill's 128-bit
  *     LCG with the XSL-RR output), seeded through SeedSequence's hash
  *     (numpy/random/bit_generator.pyx), bounded integers by Lemire's
- *     multiply-and-reject.  Its normal() uses NumPy's ziggurat, whose
- *     tables shmap does not have: Generator.normal and standard_normal
- *     are errors that say so, never other numbers.
+ *     multiply-and-reject, Gaussians by NumPy's 256-level ziggurat
+ *     (random_standard_normal in numpy/random/src/distributions), its
+ *     tables computed here as NumPy's generator script computes them.
  *
  * The algorithms are the published ones (the references above and NumPy's
  * documentation of numpy.random); every number is checked against NumPy
@@ -232,6 +232,75 @@ static double legacy_gauss(NpRng *r) {
   return f * x2;
 }
 
+/* ---- the ziggurat of Generator.standard_normal ------------------------------------- */
+
+/* Marsaglia and Tsang's ziggurat over 256 levels of equal area: the
+ * base's right edge R and the area V of each level.  NumPy's tables
+ * (ziggurat_constants.h) were made by a script that runs the recursion
+ * x[i] = sqrt(-2 log(f(x[i-1]) + V / x[i-1])), f(x) = exp(-x*x/2), from
+ * x = R in doubles and scales it by 2**52; the same steps here give the
+ * same bits, except at one step: the exp NumPy's tables were computed
+ * with rounded f at step ZIG_UP_STEP up where the correctly rounded
+ * value (0.498 ulp below it) rounds down.  That step is reproduced; every
+ * entry of the three tables is then NumPy's (checked against
+ * python3-numpy's draws by tests/cli/numpy_random.sh). */
+#define ZIG_R 3.6541528853610087963519472518
+#define ZIG_INV_R 0.27366123732975827203338247596
+#define ZIG_V 0.0049286732339746519
+enum { ZIG_N = 256, ZIG_UP_STEP = 218 };
+
+static uint64_t zig_k[ZIG_N];        /* ki_double: acceptance bounds of the 52-bit draw */
+static double zig_w[ZIG_N], zig_f[ZIG_N];   /* wi_double (x / 2**52) and fi_double (f(x)) */
+static pthread_once_t zig_once = PTHREAD_ONCE_INIT;
+
+static double zig_pdf(double x) { return exp(-0.5 * x * x); }
+
+/* Fills the tables, level 255 (the base, x = R) down to level 0 (the
+ * tip, x = 0). */
+static void zig_tables(void) {
+  double x[ZIG_N];   /* the levels' right edges, in the recursion's order */
+  x[0] = ZIG_R;
+  for (int i = 1; i < ZIG_N - 1; i++) {
+    double f = zig_pdf(x[i - 1]);
+    if (i == ZIG_UP_STEP) f = nextafter(f, 2.0);
+    x[i] = sqrt(-2 * log(f + ZIG_V / x[i - 1]));
+  }
+  x[ZIG_N - 1] = 0;
+  for (int j = 0; j < ZIG_N; j++) {
+    double xj = x[ZIG_N - 1 - j];
+    zig_w[j] = xj / 4503599627370496.0;
+    zig_f[j] = j == ZIG_N - 1 - (ZIG_UP_STEP - 1) ? nextafter(zig_pdf(xj), 2.0) : zig_pdf(xj);
+    if (j > 0) zig_k[j] = (uint64_t)nearbyint(x[ZIG_N - j] / xj * 4503599627370496.0);
+  }
+  zig_k[0] = (uint64_t)nearbyint(ZIG_R * zig_pdf(ZIG_R) / ZIG_V * 4503599627370496.0);
+  zig_w[0] = ZIG_V / zig_pdf(ZIG_R) / 4503599627370496.0;
+}
+
+/* One standard normal: a 64-bit draw gives the level (8 bits), the sign
+ * (1 bit) and a 52-bit position; inside the level's rectangle it is
+ * accepted at once, in the base's tail by Marsaglia's exponential
+ * method (on 1 - U, so the log never sees 0), in a wedge by comparing
+ * with f. */
+static double zig_gauss(NpRng *r) {
+  for (;;) {
+    uint64_t b = pcg_next64(&r->pg);
+    int idx = (int)(b & 0xff);
+    b >>= 8;
+    bool neg = b & 1;
+    uint64_t pos = (b >> 1) & 0xfffffffffffffull;
+    double x = (double)pos * zig_w[idx];
+    if (neg) x = -x;
+    if (pos < zig_k[idx]) return x;
+    if (idx == 0) {
+      for (;;) {
+        double xx = -ZIG_INV_R * log1p(-next_double(r)), yy = -log1p(-next_double(r));
+        if (yy + yy > xx * xx) return (pos >> 8) & 1 ? -(ZIG_R + xx) : ZIG_R + xx;
+      }
+    }
+    if ((zig_f[idx - 1] - zig_f[idx]) * next_double(r) + zig_f[idx] < exp(-0.5 * x * x)) return x;
+  }
+}
+
 /* The smallest 2**k - 1 at least [max]. */
 static uint64_t mask_of(uint64_t max) {
   uint64_t m = max;
@@ -363,6 +432,7 @@ static Value *rng_new(bool pcg, Value *seed) {
   val_init(&r->base.hdr, V_OPAQUE);
   r->base.ot = &rng_type;
   r->pcg = pcg;
+  if (pcg) pthread_once(&zig_once, zig_tables);
   r->writer = val_writer;
   pthread_mutex_init(&r->lock, NULL);
   if (rng_seed(r, seed) < 0) {
@@ -403,7 +473,9 @@ static Value *fill_f64(NpRng *r, Value *size, DrawF f, double a, double b) {
 }
 
 static double draw_uniform(NpRng *r, double low, double range) { return low + range * next_double(r); }
-static double draw_normal(NpRng *r, double loc, double scale) { return loc + scale * legacy_gauss(r); }
+static double draw_normal(NpRng *r, double loc, double scale) {
+  return loc + scale * (r->pcg ? zig_gauss(r) : legacy_gauss(r));
+}
 
 /* A Python number argument [v] of [fname] as a double, [dflt] when absent;
  * arrays of several elements are refused (NumPy would broadcast them). */
@@ -439,15 +511,8 @@ static Value *m_uniform(Value *self, const CallArgs *a) {
   return fill_f64(self_rng(self), size, draw_uniform, l, h - l);
 }
 
-static Value *ziggurat_missing(const char *name) {
-  return err_set(ERR_NOT_IMPLEMENTED,
-                 "Generator.%s is not implemented (NumPy's ziggurat); the legacy "
-                 "np.random.seed/np.random.normal give NumPy's numbers, or use jax.random", name);
-}
-
-/* normal(loc=0.0, scale=1.0, size=None): the legacy polar method */
+/* normal(loc=0.0, scale=1.0, size=None): loc + scale * a standard normal */
 static Value *m_normal(Value *self, const CallArgs *a) {
-  if (self_rng(self)->pcg) return ziggurat_missing("normal");
   Value *loc = NULL, *scale = NULL, *size = NULL;
   if (args_bind("normal", a, "loc=, scale=, size=", (Value **[]){&loc, &scale, &size}) < 0) return NULL;
   double l, s;
@@ -459,9 +524,13 @@ static Value *m_normal(Value *self, const CallArgs *a) {
 
 /* standard_normal(size=None) */
 static Value *m_standard_normal(Value *self, const CallArgs *a) {
-  if (self_rng(self)->pcg) return ziggurat_missing("standard_normal");
-  Value *size = NULL;
-  if (args_bind("standard_normal", a, "size=", (Value **[]){&size}) < 0) return NULL;
+  Value *size = NULL, *dtype = NULL;
+  bool gen = self_rng(self)->pcg;
+  if (args_bind("standard_normal", a, gen ? "size=, dtype=" : "size=", (Value **[]){&size, &dtype}) < 0)
+    return NULL;
+  int t = DT_F64;
+  if (!bi_is_none(dtype) && (hostnp_dtype_arg(dtype, &t) < 0 || t != DT_F64))
+    return err_occurred() ? NULL : err_set(ERR_NOT_IMPLEMENTED, "standard_normal(): only dtype float64 is supported");
   return fill_f64(self_rng(self), size, draw_normal, 0.0, 1.0);
 }
 

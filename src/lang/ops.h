@@ -89,6 +89,16 @@ Value *ops_iter_items(Value *obj);
  * being run, out of memory). */
 int ops_list_extend(Value *l, Value *x);
 
+/* Sorts the list [l] in place as Python's list.sort(key=, reverse=):
+ * stable (a merge sort; with [reverse] equal items keep their order),
+ * by `<` of the items or of key(item) ([key] NULL or None: the items),
+ * each key computed once.  0, or -1 with the error a key or a comparison
+ * raised ([l] then keeps its order). */
+int ops_list_sort(Value *l, Value *key, bool reverse);
+
+/* Reverses the list [l] in place (list.reverse, reversed()). */
+void ops_list_reverse(Value *l);
+
 /* Registers attribute access for a value type defined by a later subsystem
  * (V_MESH, V_PSPEC, V_PLAN, ...): ops_getattr calls [fn], which returns a
  * new reference or NULL with the error set.  Call at start-up. */

@@ -307,6 +307,87 @@ static Value *l_extend(Value *self, const CallArgs *a) {
   return ops_list_extend(self, x) < 0 ? NULL : VAL_NONE;
 }
 
+/* Merges the sorted runs [lo, mid) and [mid, hi) of the positions [v]
+ * (into [keys]) through [tmp]; -1 when a comparison fails. */
+static int merge_runs(Value **keys, size_t *v, size_t *tmp, size_t lo, size_t mid, size_t hi, bool rev) {
+  size_t i = lo, j = mid, k = lo;
+  while (i < mid && j < hi) {
+    /* Take from the right run only when strictly before: stable. */
+    Value *c = ops_compare(rev ? OP_GT : OP_LT, keys[v[j]], keys[v[i]]);
+    int t = c ? val_truth(c) : -1;
+    val_decref(c);
+    if (t < 0) return -1;
+    tmp[k++] = t ? v[j++] : v[i++];
+  }
+  while (i < mid) tmp[k++] = v[i++];
+  while (j < hi) tmp[k++] = v[j++];
+  memcpy(v + lo, tmp + lo, sizeof *v * (hi - lo));
+  return 0;
+}
+
+/* The order of [keys] (n of them) in [pos]: bottom-up merge sort. */
+static int sort_positions(Value **keys, size_t n, size_t *pos, bool rev) {
+  size_t *tmp = shm_calloc(n + 1, sizeof *tmp);
+  if (!tmp) return err_nomem(), -1;
+  for (size_t i = 0; i < n; i++) pos[i] = i;
+  int rc = 0;
+  for (size_t w = 1; rc == 0 && w < n; w *= 2)
+    for (size_t lo = 0; rc == 0 && lo + w < n; lo += 2 * w)
+      rc = merge_runs(keys, pos, tmp, lo, lo + w, lo + 2 * w < n ? lo + 2 * w : n, rev);
+  shm_free(tmp);
+  return rc;
+}
+
+int ops_list_sort(Value *l, Value *key, bool reverse) {
+  List *L = (List *)l;
+  size_t n = L->len;
+  Value **keys = shm_calloc(n + 1, sizeof *keys), **items = shm_calloc(n + 1, sizeof *items);
+  size_t *pos = shm_calloc(n + 1, sizeof *pos);
+  int rc = keys && items && pos ? 0 : (err_nomem(), -1);
+  size_t made = 0;
+  for (; rc == 0 && made < n; made++) {
+    keys[made] = !key || key == VAL_NONE ? val_incref(L->items[made]) : val_call_n(key, 1, &L->items[made]);
+    if (!keys[made]) rc = -1;
+  }
+  if (rc == 0) rc = sort_positions(keys, n, pos, reverse);
+  if (rc == 0 && L->len != n) rc = (err_set(ERR_VALUE, "list modified during sort"), -1);
+  if (rc == 0) {
+    memcpy(items, L->items, sizeof *items * n);
+    for (size_t i = 0; i < n; i++) L->items[i] = items[pos[i]];
+  }
+  for (size_t i = 0; keys && i < made; i++) val_decref(keys[i]);
+  shm_free(keys);
+  shm_free(items);
+  shm_free(pos);
+  return rc;
+}
+
+/* list.sort(*, key=None, reverse=False) */
+static Value *l_sort(Value *self, const CallArgs *a) {
+  Value *key = NULL, *rev = NULL;
+  if (a->nargs) return err_set(ERR_TYPE, "sort() takes no positional arguments");
+  if (args_bind("sort", a, "key=, reverse=", (Value **[]){&key, &rev}) < 0) return NULL;
+  int r = rev ? val_truth(rev) : 0;
+  if (val_check_container(self) < 0 || r < 0) return NULL;
+  return ops_list_sort(self, key, r) < 0 ? NULL : VAL_NONE;
+}
+
+void ops_list_reverse(Value *l) {
+  List *L = (List *)l;
+  for (size_t i = 0; i < L->len / 2; i++) {
+    Value *t = L->items[i];
+    L->items[i] = L->items[L->len - 1 - i];
+    L->items[L->len - 1 - i] = t;
+  }
+}
+
+/* list.reverse() */
+static Value *l_reverse(Value *self, const CallArgs *a) {
+  if (args_bind("reverse", a, "", (Value **[]){NULL}) < 0 || val_check_container(self) < 0) return NULL;
+  ops_list_reverse(self);
+  return VAL_NONE;
+}
+
 static Value *l_pop(Value *self, const CallArgs *a) {
   Value *iv;
   Value **slots[] = {&iv};
@@ -522,7 +603,7 @@ static const Method dict_methods[] = {
   {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get}, {NULL, NULL}};
 static const Method list_methods[] = {
   {"append", l_append}, {"extend", l_extend}, {"pop", l_pop}, {"insert", l_insert},
-  {"index", l_index}, {"count", l_count}, {NULL, NULL}};
+  {"index", l_index}, {"count", l_count}, {"sort", l_sort}, {"reverse", l_reverse}, {NULL, NULL}};
 static const Method tuple_methods[] = {{"index", l_index}, {"count", l_count}, {NULL, NULL}};
 
 static Value *method_of(Value *obj, const Method *ms, const char *name) {

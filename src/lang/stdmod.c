@@ -29,6 +29,7 @@
 #include "lang/builtins.h"
 #include "lang/builtins_impl.h"
 #include "lang/eval.h"
+#include "lang/exceptions.h"
 #include "lang/ops.h"
 #include "lang/stdmod.h"
 
@@ -661,6 +662,13 @@ static Value *sys_setrecursionlimit(const CallArgs *a) {
   return v < 1 ? err_set(ERR_VALUE, "recursion limit must be greater or equal than 1") : VAL_NONE;
 }
 
+/* exit(status=None): raises SystemExit(status) (exceptions.h) */
+static Value *sys_exit(const CallArgs *a) {
+  Value *code = NULL;
+  if (args_bind("exit", a, "status=", (Value **[]){&code}) < 0) return NULL;
+  return exc_system_exit(code);
+}
+
 static int make_sys(Value *m) {
   Value *vi = tuple_new(3);
   if (!vi) return -1;
@@ -671,7 +679,8 @@ static int make_sys(Value *m) {
       set_steal(m, "byteorder", str_from("little")) < 0 ||
       set_steal(m, "maxsize", arr_python_int(INT64_MAX)) < 0 ||
       set_steal(m, "stdout", stream_new(false)) < 0 || set_steal(m, "stderr", stream_new(true)) < 0 ||
-      stdmod_add(m, "setrecursionlimit", sys_setrecursionlimit, "setrecursionlimit(limit): accepted") < 0)
+      stdmod_add(m, "setrecursionlimit", sys_setrecursionlimit, "setrecursionlimit(limit): accepted") < 0 ||
+      stdmod_add(m, "exit", sys_exit, "exit(status=None): raise SystemExit(status)") < 0)
     return -1;
   return dict_set_str(((Module *)m)->globals, "argv", shm_interp->argv);
 }

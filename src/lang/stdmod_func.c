@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "lang/builtins.h"
 #include "lang/builtins_impl.h"
+#include "lang/classes.h"
 #include "lang/eval.h"
 #include "lang/ops.h"
 #include "lang/stdmod.h"
@@ -620,6 +621,7 @@ static const StdFn ft_fns[] = {
   {"update_wrapper", ft_update_wrapper, "update_wrapper(wrapper, wrapped): wrapper"},
   {"lru_cache", ft_lru_cache, "lru_cache(maxsize=128) or lru_cache(user_function)"},
   {"cache", ft_cache, "cache(user_function): lru_cache(maxsize=None)"},
+  {"cached_property", cls_cached_property, "cached_property(func): computed once per instance"},
   {NULL, NULL, NULL},
 };
 
