@@ -208,6 +208,7 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   a->ndim = (uint8_t)ndim;
   a->vma = 0;
   a->why = (VmaWhy){0};
+  a->sharding = NULL;
   a->size = size;
   a->offset = 0;
   int64_t st = 1;
@@ -369,6 +370,7 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
   v->ndim = (uint8_t)ndim;
   v->vma = a->vma;
   v->why = a->why;
+  v->sharding = NULL;
   v->offset = offset;
   v->size = shape_size(ndim, shape);
   for (int i = 0; i < ndim; i++) {  /* not memcpy: a few words, rep movs is slow */
@@ -584,6 +586,7 @@ int axis_normalize(int64_t axis, int ndim, int *out) {
 void arr_free(Value *v) {
   Array *a = AS_ARRAY(v);
   Buffer *b = a->buf;
+  if (a->sharding) val_decref(a->sharding);
   /* read before the release: once it is dropped another holder may free b */
   bool embedded = !b->owned && ((void **)b)[-1] == (void *)a;
   bool last = arr_buffer_release(b);

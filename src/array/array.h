@@ -17,6 +17,13 @@
  * the running shard_map) the value may vary over, for the static check of
  * LANGUAGE.md §4; it is 0 outside shard_map bodies.
  *
+ * Sharded arrays.  [sharding] marks a global jax.Array laid out over a
+ * mesh's devices (jax.device_put, a partitioned jit's results).  The
+ * values are the global array's, held once per process; each device's
+ * shard is the view of its block.  Operations keep it as the primitives'
+ * sharding rules say (prim_sharding_hook); a view, a copy or a kernel's
+ * fresh result starts unsharded.
+ *
  * Python numbers.  [host] marks a Python int, float or bool that has not
  * met an array function: a literal, len(), True, or the result of Python
  * arithmetic between two of them (lang/ops.c).  It is also weak (an int
@@ -75,6 +82,8 @@ typedef struct Array {
   bool host;          /* a Python number (int, float, bool), see below */
   uint32_t vma;       /* mesh axes it may vary over, see above */
   VmaWhy why;         /* what first made it vary (for the replication error) */
+  Value *sharding;    /* owned: a sharded jax.Array's NamedSharding (spmd/sharding.h),
+                         NULL for an unsharded one; see "Sharded arrays" above */
   int64_t size;       /* number of elements, product of shape */
   int64_t offset;     /* start, in elements, within buf */
   Buffer *buf;        /* owned reference */

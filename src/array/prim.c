@@ -303,6 +303,8 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
 
 int (*prim_aval_hook)(Value *v, AVal *out);
 
+PrimShardingHook prim_sharding_hook;
+
 bool (*prim_staged_hook)(const Value *v);
 
 bool prim_value_is_staged(const Value *v) {
@@ -521,6 +523,15 @@ static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
 }
 
 /* Runs the kernel and stamps the outputs' avals. */
+/* Whether an operand is a sharded jax.Array (array.h), whose results the
+ * sharding hook lays out. */
+static bool prim_sharded(Array *const *ops, int nin) {
+  if (!prim_sharding_hook) return false;
+  for (int i = 0; i < nin; i++)
+    if (ops[i]->sharding) return true;
+  return false;
+}
+
 static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal *outv) {
   int nout = prim_table[id].nout;
   Array *out[8];
@@ -529,16 +540,22 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
       err_set(ERR_VALUE, "%s: too many outputs", prim_table[id].name);
     return NULL;
   }
-  if (prim_run_kernel(id, f->ops, nin, p, out) < 0) {
-    for (int i = 0; i < nout; i++)
-      if (out[i])
-        val_decref(&out[i]->hdr);
+  Value *sh[8] = {NULL};
+  /* the shardings are read before the kernel, which may write over an operand */
+  if ((prim_sharded(f->ops, nin) && prim_sharding_hook(id, f->ops, nin, p, outv, nout, sh) < 0) ||
+      prim_run_kernel(id, f->ops, nin, p, out) < 0) {
+    for (int i = 0; i < nout; i++) {
+      if (out[i]) val_decref(&out[i]->hdr);
+      if (sh[i]) val_decref(sh[i]);
+    }
     return NULL;
   }
   for (int i = 0; i < nout; i++) {
     out[i]->weak = outv[i].weak;
     out[i]->vma = outv[i].vma;
     if (outv[i].vma) vma_why(id, f, nin, out[i]);
+    if (out[i]->sharding) val_decref(out[i]->sharding);
+    out[i]->sharding = sh[i];
   }
   return prim_result(out, nout);
 }
@@ -553,7 +570,8 @@ static bool binary_agree(PrimId id, const Value *x, const Value *y) {
       pi->rules.vma)
     return false;
   const Array *a = (const Array *)x, *b = (const Array *)y;
-  if (a->dtype != b->dtype || !(accepts[id] & (1u << a->dtype)) || a->vma || b->vma)
+  if (a->dtype != b->dtype || !(accepts[id] & (1u << a->dtype)) || a->vma || b->vma ||
+      a->sharding || b->sharding)   /* sharded: prim_run's path lays the result out */
     return false;
   return a->ndim == 0 || b->ndim == 0 ||
          (a->ndim == b->ndim && prim_same_dims(a->ndim, a->shape, b->shape));
@@ -644,6 +662,7 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
   const IntoRow *r = &into_rows[id][a->dtype];
   if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
+      a->sharding || b->sharding || o->sharding ||
       !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording())
     return false;
   int64_t sa, sb;

@@ -140,13 +140,34 @@ typedef struct FuseRule {
   bool sum;
 } FuseRule;
 
-/* How the primitive partitions over a mesh: from the operands' shardings
- * the result's, or the communication a partitioner must insert.  The
- * slot is empty (NULL) for every primitive today; sharded arrays fill
- * it.  Semantics: GSPMD's propagation rules, as JAX's sharding rules. */
-struct Sharding;
-typedef int (*ShardingRule)(const AVal *in, const struct Sharding *const *in_sh, int nin,
-                            const Params *p, struct Sharding **out_sh);
+/* A value's partitioning over a mesh, as the sharding rules see it
+ * (GSPMD's sharding over a named mesh; JAX's NamedSharding with its axes
+ * numbered): for each array dimension the mesh axes splitting it, major
+ * to minor, as a PartitionSpec's entry; the mesh's axis sizes, for the
+ * rules that must know whether a split divides a dimension; and the mesh
+ * axes over which the value is a partial result that [partial_coll]
+ * ("psum", "pmax", "pmin") must complete (a contraction or a reduction
+ * over a split dimension).  Plain data, copied freely. */
+enum { SHARDING_MAX_AXES = 8 };
+typedef struct Sharding {
+  int ndim, naxes;
+  int axis_sizes[SHARDING_MAX_AXES];
+  uint8_t nsplit[SHM_MAXDIM];
+  int8_t split[SHM_MAXDIM][SHARDING_MAX_AXES];
+  uint32_t partial;
+  const char *partial_coll;
+} Sharding;
+
+/* Sharding rule: how the primitive partitions.  From the operands' avals
+ * and shardings [in_sh] writes each result's sharding to [out_sh], and
+ * may rewrite an operand's entry of [in_sh] to the sharding it needs it
+ * in (the partitioner reshards it first: an all_gather, or a local slice
+ * of a replicated value); a result with [partial] bits set needs its
+ * collective.  0, or -1 with the error set.  A primitive without a rule
+ * has its operands replicated.  Semantics: GSPMD's propagation rules
+ * (JAX's sharding rules), with the heuristics shmap(7) documents. */
+typedef int (*ShardingRule)(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                            Sharding *out_sh);
 
 struct CollRules;     /* spmd/collective.h */
 struct HigherRules;   /* transform/higher.h */
@@ -167,7 +188,7 @@ typedef struct PrimRules {
   unsigned kept;            /* operands (bits) the kernel must not write
                                its result over; the others may be reused */
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
-  ShardingRule sharding;    /* partitioning; NULL for every primitive yet */
+  ShardingRule sharding;    /* partitioning; NULL: operands replicated */
   /* ---- the layers above's own rules, typed by them ---- */
   const struct CollRules *coll;  /* named-axis rules (spmd/collective.h);
                                     NULL: the primitive names no axis */
@@ -261,6 +282,15 @@ extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p
 /* Set by the evaluator: the source line running on this thread, for the
  * provenance of values that vary over mesh axes (array.h, VmaWhy). */
 extern int (*prim_line_hook)(void);  /* hook */
+
+/* The sharding of eager results (spmd/sharding.c): when an operand of
+ * prim_apply is a sharded jax.Array (Array.sharding), the results' are
+ * what the primitive's sharding rule makes them, as JAX's eager dispatch
+ * is a jit of one primitive.  Fills [out] with new references (NULL:
+ * unsharded) before the kernel runs; 0, or -1 with the error set. */
+typedef int (*PrimShardingHook)(PrimId id, Array *const *in, int nin, const Params *p,
+                                const AVal *outv, int nout, Value **out);
+extern PrimShardingHook prim_sharding_hook;  /* hook */
 
 /* Set by the tracer: whether this thread is tracing now.  NULL (never
  * tracing) until the transform layer is registered. */

@@ -220,11 +220,63 @@ static int b_dot_general(Value **in, const int *dims, int nin, const Params *p, 
   return *out ? 0 : -1;
 }
 
+/* ==== sharding rule (prim.h; GSPMD's dot, shmap(7)) ========================= */
+
+/* Lays the pair of dimensions ([ld] of the lhs, [rd] of the rhs) out
+ * alike: the lhs's split if it has one and its mesh axes are free, else
+ * the rhs's; the other operand is resharded to it.  Returns the axes. */
+static uint32_t dot_pair(Sharding *in_sh, int ld, int rd, uint32_t *used) {
+  Sharding *l = &in_sh[0], *r = &in_sh[1];
+  const Sharding *src = l->nsplit[ld] && !(sh_dim_axes(l, ld) & *used) ? l
+                        : r->nsplit[rd] && !(sh_dim_axes(r, rd) & *used) ? r : NULL;
+  if (!src) {
+    l->nsplit[ld] = r->nsplit[rd] = 0;
+    return 0;
+  }
+  if (src == l) sh_copy_dim(r, rd, l, ld);
+  else sh_copy_dim(l, ld, r, rd);
+  *used |= sh_dim_axes(l, ld);
+  return sh_dim_axes(l, ld);
+}
+
+/* Keeps a free dimension's split when its mesh axes are still free. */
+static void dot_free(Sharding *s, int d, uint32_t *used) {
+  if (sh_dim_axes(s, d) & *used) s->nsplit[d] = 0;
+  *used |= sh_dim_axes(s, d);
+}
+
+/* dot_general: batch dimensions keep their (agreed) split; a contracting
+ * dimension split on both sides gives partial sums over its mesh axes (a
+ * psum completes them); free dimensions keep theirs where no mesh axis
+ * is used twice.  The result: batch, lhs free, rhs free. */
+static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                          Sharding *out_sh) {
+  (void)nin;
+  Dims d;
+  if (dims_read(p, &d) < 0) return -1;
+  uint32_t used = 0, partial = 0;
+  for (int k = 0; k < d.n[2]; k++) dot_pair(in_sh, (int)d.d[2][k], (int)d.d[3][k], &used);
+  for (int k = 0; k < d.n[0]; k++) partial |= dot_pair(in_sh, (int)d.d[0][k], (int)d.d[1][k], &used);
+  int o = 0;
+  sh_replicated(out_sh, 0, &in_sh[0]);
+  for (int k = 0; k < d.n[2]; k++) sh_copy_dim(out_sh, o++, &in_sh[0], (int)d.d[2][k]);
+  for (int side = 0; side < 2; side++)
+    for (int x = 0; x < in[side].ndim; x++) {
+      if (in_list(x, d.n[side], d.d[side]) || in_list(x, d.n[2 + side], d.d[2 + side])) continue;
+      dot_free(&in_sh[side], x, &used);
+      sh_copy_dim(out_sh, o++, &in_sh[side], x);
+    }
+  out_sh->ndim = o;
+  out_sh->partial = partial;
+  out_sh->partial_coll = partial ? "psum" : NULL;
+  return 0;
+}
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general}},
+    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .sharding = sh_dot_general}},
 };
 
 void prim_dot_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -495,20 +495,155 @@ LINEAR1_JVP(expand_dims, EXPAND_DIMS) LINEAR1_JVP(rev, REV) LINEAR1_JVP(slice, S
 AXES_RULE(b_squeeze, SQUEEZE, "dimensions") AXES_RULE(b_expand_dims, EXPAND_DIMS, "dimensions")
 AXES_RULE(b_rev, REV, "dimensions")
 
+
+/* ==== sharding rules (prim.h; GSPMD's, shmap(7)) ============================= */
+
+/* The set of dimensions param [name] lists, as bits. */
+static uint64_t dims_mask(PrimId id, const Params *p, const char *name, int ndim) {
+  int n;
+  int64_t dims[SHM_MAXDIM];
+  bool mask[SHM_MAXDIM];
+  uint64_t m = 0;
+  if (prim_dims(id, p, name, ndim, &n, dims, mask) < 0) return 0;
+  for (int d = 0; d < ndim; d++) m |= (uint64_t)mask[d] << d;
+  return m;
+}
+
+/* broadcast_in_dim: operand dimension i lands on broadcast_dimensions[i]
+ * keeping its split, unless it is a size-1 dimension being broadcast. */
+static int sh_broadcast_in_dim(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                               Sharding *out_sh) {
+  int n, nb;
+  int64_t shape[SHM_MAXDIM], bd[SHM_MAXDIM];
+  if (params_ints(p, "shape", &n, shape, SHM_MAXDIM) < 0 ||
+      params_ints(p, "broadcast_dimensions", &nb, bd, SHM_MAXDIM) < 0)
+    return -1;
+  sh_replicated(out_sh, n, &in_sh[0]);
+  for (int i = 0; i < nb && i < in[0].ndim; i++) {
+    if (in[0].shape[i] != shape[bd[i]]) in_sh[0].nsplit[i] = 0;
+    sh_copy_dim(out_sh, (int)bd[i], &in_sh[0], i);
+  }
+  for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
+  return 0;
+}
+
+/* transpose: the spec permuted as the dimensions are. */
+static int sh_transpose(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                        Sharding *out_sh) {
+  (void)nin;
+  int n;
+  int64_t perm[SHM_MAXDIM];
+  if (params_ints(p, "permutation", &n, perm, SHM_MAXDIM) < 0) return -1;
+  sh_replicated(out_sh, in[0].ndim, &in_sh[0]);
+  for (int d = 0; d < n; d++) sh_copy_dim(out_sh, d, &in_sh[0], (int)perm[d]);
+  return 0;
+}
+
+/* One group of a reshape: operand dimensions [i0, i1) and result
+ * dimensions [o0, o1) of the same product.  A split survives when the
+ * group is one dimension to one, or when only its major operand
+ * dimension is split and the major result dimension's size is a multiple
+ * of the blocks (a clean split or merge); otherwise the group is
+ * resharded to replicated (an all_gather). */
+static void reshape_group(const AVal *in, Sharding *in_sh, const int64_t *shape, int i0, int i1,
+                          int o0, int o1, Sharding *out_sh) {
+  bool minor_split = false;
+  for (int i = i0 + 1; i < i1; i++) minor_split |= in_sh[0].nsplit[i] != 0;
+  if (i0 < i1 && o0 < o1 && !minor_split && shape[o0] % sh_dim_blocks(&in_sh[0], i0) == 0 &&
+      (i1 - i0 == 1 || in[0].shape[i0] % sh_dim_blocks(&in_sh[0], i0) == 0)) {
+    sh_copy_dim(out_sh, o0, &in_sh[0], i0);
+    return;
+  }
+  for (int i = i0; i < i1; i++) in_sh[0].nsplit[i] = 0;
+}
+
+/* reshape: dimensions grouped by equal products, left to right. */
+static int sh_reshape(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                      Sharding *out_sh) {
+  (void)nin;
+  int n;
+  int64_t shape[SHM_MAXDIM];
+  if (params_ints(p, "new_sizes", &n, shape, SHM_MAXDIM) < 0) return -1;
+  sh_replicated(out_sh, n, &in_sh[0]);
+  int i = 0, o = 0, nd = in[0].ndim;
+  while (i < nd || o < n) {
+    int i0 = i, o0 = o;
+    int64_t a = i < nd ? in[0].shape[i++] : 1, b = o < n ? shape[o++] : 1;
+    while (a != b && (i < nd || o < n)) {
+      if ((a < b && i < nd) || o >= n) a *= in[0].shape[i++];
+      else b *= shape[o++];
+    }
+    reshape_group(in, in_sh, shape, i0, i, o0, o, out_sh);
+  }
+  return 0;
+}
+
+/* squeeze: the listed (size-1) dimensions drop out. */
+static int sh_squeeze(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                      Sharding *out_sh) {
+  (void)nin;
+  uint64_t m = dims_mask(P_SQUEEZE, p, "dimensions", in[0].ndim);
+  return sh_reduce(in, in_sh, m, NULL, out_sh);
+}
+
+/* expand_dims: new unsplit dimensions at the listed places. */
+static int sh_expand_dims(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                          Sharding *out_sh) {
+  (void)nin;
+  int nout = in[0].ndim, n;
+  int64_t dims[SHM_MAXDIM];
+  if (params_ints(p, "dimensions", &n, dims, SHM_MAXDIM) < 0) return -1;
+  nout += n;
+  uint64_t m = dims_mask(P_EXPAND_DIMS, p, "dimensions", nout);
+  sh_replicated(out_sh, nout, &in_sh[0]);
+  for (int d = 0, k = 0; d < nout; d++)
+    if (!(m >> d & 1)) sh_copy_dim(out_sh, d, &in_sh[0], k++);
+  return 0;
+}
+
+/* rev: the reversed dimensions unsplit (the blocks trade places). */
+static int sh_rev(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_keep_but(in, in_sh, nin, dims_mask(P_REV, p, "dimensions", in[0].ndim), out_sh);
+}
+
+/* slice and pad: a dimension whose size changes is unsplit. */
+static int sh_resize(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                     Sharding *out_sh, PrimId id) {
+  AVal out;
+  if (prim_table[id].rules.shape(in, nin, p, &out) < 0) return -1;
+  uint64_t m = 0;
+  for (int d = 0; d < in[0].ndim; d++) m |= (uint64_t)(in[0].shape[d] != out.shape[d]) << d;
+  for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
+  return sh_keep_but(in, in_sh, 1, m, out_sh);
+}
+
+static int sh_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_resize(in, in_sh, nin, p, out_sh, P_SLICE);
+}
+
+static int sh_pad(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_resize(in, in_sh, nin, p, out_sh, P_PAD);
+}
+
+/* concatenate: the joined dimension unsplit, the others element-wise. */
+static int sh_concatenate(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
+}
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_IOTA, {.shape = shape_iota, .kernel = kern_iota, .jvp = jvp_iota}},
-    {P_BROADCAST_IN_DIM, {.shape = shape_broadcast_in_dim, .kernel = kern_broadcast_in_dim, .batch = b_broadcast_in_dim, .jvp = jvp_broadcast_in_dim, .transpose = tr_broadcast_in_dim}},
-    {P_RESHAPE, {.shape = shape_reshape, .kernel = kern_reshape, .batch = b_reshape, .jvp = jvp_reshape, .transpose = tr_reshape}},
-    {P_TRANSPOSE, {.shape = shape_transpose, .kernel = kern_transpose, .batch = b_transpose, .jvp = jvp_transpose, .transpose = tr_transpose}},
-    {P_SQUEEZE, {.shape = shape_squeeze, .kernel = kern_squeeze, .batch = b_squeeze, .jvp = jvp_squeeze, .transpose = tr_reshape}},
-    {P_EXPAND_DIMS, {.shape = shape_expand_dims, .kernel = kern_expand_dims, .batch = b_expand_dims, .jvp = jvp_expand_dims, .transpose = tr_reshape}},
-    {P_REV, {.shape = shape_rev, .kernel = kern_rev, .batch = b_rev, .jvp = jvp_rev, .transpose = tr_rev}},
-    {P_SLICE, {.shape = shape_slice, .kernel = kern_slice, .batch = b_slice, .jvp = jvp_slice, .transpose = tr_slice}},
-    {P_CONCATENATE, {.shape = shape_concatenate, .kernel = kern_concatenate, .batch = b_concatenate, .jvp = jvp_concatenate, .transpose = tr_concatenate}},
-    {P_PAD, {.shape = shape_pad, .kernel = kern_pad, .batch = b_pad, .jvp = jvp_pad, .transpose = tr_pad}},
+    {P_BROADCAST_IN_DIM, {.shape = shape_broadcast_in_dim, .kernel = kern_broadcast_in_dim, .batch = b_broadcast_in_dim, .jvp = jvp_broadcast_in_dim, .transpose = tr_broadcast_in_dim, .sharding = sh_broadcast_in_dim}},
+    {P_RESHAPE, {.shape = shape_reshape, .kernel = kern_reshape, .batch = b_reshape, .jvp = jvp_reshape, .transpose = tr_reshape, .sharding = sh_reshape}},
+    {P_TRANSPOSE, {.shape = shape_transpose, .kernel = kern_transpose, .batch = b_transpose, .jvp = jvp_transpose, .transpose = tr_transpose, .sharding = sh_transpose}},
+    {P_SQUEEZE, {.shape = shape_squeeze, .kernel = kern_squeeze, .batch = b_squeeze, .jvp = jvp_squeeze, .transpose = tr_reshape, .sharding = sh_squeeze}},
+    {P_EXPAND_DIMS, {.shape = shape_expand_dims, .kernel = kern_expand_dims, .batch = b_expand_dims, .jvp = jvp_expand_dims, .transpose = tr_reshape, .sharding = sh_expand_dims}},
+    {P_REV, {.shape = shape_rev, .kernel = kern_rev, .batch = b_rev, .jvp = jvp_rev, .transpose = tr_rev, .sharding = sh_rev}},
+    {P_SLICE, {.shape = shape_slice, .kernel = kern_slice, .batch = b_slice, .jvp = jvp_slice, .transpose = tr_slice, .sharding = sh_slice}},
+    {P_CONCATENATE, {.shape = shape_concatenate, .kernel = kern_concatenate, .batch = b_concatenate, .jvp = jvp_concatenate, .transpose = tr_concatenate, .sharding = sh_concatenate}},
+    {P_PAD, {.shape = shape_pad, .kernel = kern_pad, .batch = b_pad, .jvp = jvp_pad, .transpose = tr_pad, .sharding = sh_pad}},
 };
 
 void prim_layout_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

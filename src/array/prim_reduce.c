@@ -352,21 +352,56 @@ AXIS1_RULE(b_cummax, CUMMAX, "axis")
 /* A fused run may close with a whole-array float32 sum (fused_loop.c). */
 static const FuseRule fuse_reduce_sum = {.sum = true};
 
+/* ==== sharding rules (prim.h; GSPMD's, shmap(7)) ============================= */
+
+/* The reduced dimensions of a reduction's "axes", as bits. */
+static uint64_t reduced(PrimId id, const AVal *in, const Params *p) {
+  int n;
+  int64_t dims[SHM_MAXDIM];
+  bool mask[SHM_MAXDIM];
+  uint64_t m = 0;
+  if (prim_dims(id, p, "axes", in[0].ndim, &n, dims, mask) < 0) return 0;
+  for (int d = 0; d < in[0].ndim; d++) m |= (uint64_t)mask[d] << d;
+  return m;
+}
+
+/* A sum, max or min over a split dimension: each device reduces its
+ * block and the collective of the same reduction completes it. */
+#define REDUCE_SHARDING(fn, ID, coll)                                                        \
+  static int fn(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out) { \
+    (void)nin;                                                                              \
+    return sh_reduce(in, in_sh, reduced(P_##ID, in, p), coll, out);                         \
+  }
+REDUCE_SHARDING(sh_reduce_sum, REDUCE_SUM, "psum")
+REDUCE_SHARDING(sh_reduce_max, REDUCE_MAX, "pmax")
+REDUCE_SHARDING(sh_reduce_min, REDUCE_MIN, "pmin")
+/* product, and, or, argmax, argmin: the reduced dimensions gathered first */
+REDUCE_SHARDING(sh_reduce_prod, REDUCE_PROD, NULL)
+REDUCE_SHARDING(sh_reduce_and, REDUCE_AND, NULL)
+REDUCE_SHARDING(sh_reduce_or, REDUCE_OR, NULL)
+REDUCE_SHARDING(sh_argmax, ARGMAX, NULL)
+REDUCE_SHARDING(sh_argmin, ARGMIN, NULL)
+
+/* A cumulative reduction runs along its axis: that axis unsplit. */
+static int sh_cumulative(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_keep_but_param(in, in_sh, nin, p, "axis", out_sh);
+}
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum, .fuse = &fuse_reduce_sum}},
-    {P_REDUCE_MAX, {.shape = shape_reduce_max, .kernel = kern_reduce_max, .batch = b_reduce_max, .jvp = jvp_reduce_max}},
-    {P_REDUCE_MIN, {.shape = shape_reduce_min, .kernel = kern_reduce_min, .batch = b_reduce_min, .jvp = jvp_reduce_min}},
-    {P_REDUCE_PROD, {.shape = shape_reduce_prod, .kernel = kern_reduce_prod, .batch = b_reduce_prod, .jvp = jvp_reduce_prod}},
-    {P_REDUCE_AND, {.shape = shape_reduce_and, .kernel = kern_reduce_and, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_and, .jvp = jvp_reduce_and}},
-    {P_REDUCE_OR, {.shape = shape_reduce_or, .kernel = kern_reduce_or, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_or, .jvp = jvp_reduce_or}},
-    {P_ARGMAX, {.shape = shape_argmax, .kernel = kern_argmax, .batch = b_argmax, .jvp = jvp_argmax}},
-    {P_ARGMIN, {.shape = shape_argmin, .kernel = kern_argmin, .batch = b_argmin, .jvp = jvp_argmin}},
-    {P_CUMSUM, {.shape = shape_cumsum, .kernel = kern_cumsum, .batch = b_cumsum, .jvp = jvp_cumsum, .transpose = tr_cumsum}},
-    {P_CUMPROD, {.shape = shape_cumprod, .kernel = kern_cumprod, .batch = b_cumprod, .jvp = jvp_cumprod}},
-    {P_CUMMAX, {.shape = shape_cummax, .kernel = kern_cummax, .batch = b_cummax, .jvp = jvp_cummax}},
+    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum, .fuse = &fuse_reduce_sum, .sharding = sh_reduce_sum}},
+    {P_REDUCE_MAX, {.shape = shape_reduce_max, .kernel = kern_reduce_max, .batch = b_reduce_max, .jvp = jvp_reduce_max, .sharding = sh_reduce_max}},
+    {P_REDUCE_MIN, {.shape = shape_reduce_min, .kernel = kern_reduce_min, .batch = b_reduce_min, .jvp = jvp_reduce_min, .sharding = sh_reduce_min}},
+    {P_REDUCE_PROD, {.shape = shape_reduce_prod, .kernel = kern_reduce_prod, .batch = b_reduce_prod, .jvp = jvp_reduce_prod, .sharding = sh_reduce_prod}},
+    {P_REDUCE_AND, {.shape = shape_reduce_and, .kernel = kern_reduce_and, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_and, .jvp = jvp_reduce_and, .sharding = sh_reduce_and}},
+    {P_REDUCE_OR, {.shape = shape_reduce_or, .kernel = kern_reduce_or, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_or, .jvp = jvp_reduce_or, .sharding = sh_reduce_or}},
+    {P_ARGMAX, {.shape = shape_argmax, .kernel = kern_argmax, .batch = b_argmax, .jvp = jvp_argmax, .sharding = sh_argmax}},
+    {P_ARGMIN, {.shape = shape_argmin, .kernel = kern_argmin, .batch = b_argmin, .jvp = jvp_argmin, .sharding = sh_argmin}},
+    {P_CUMSUM, {.shape = shape_cumsum, .kernel = kern_cumsum, .batch = b_cumsum, .jvp = jvp_cumsum, .transpose = tr_cumsum, .sharding = sh_cumulative}},
+    {P_CUMPROD, {.shape = shape_cumprod, .kernel = kern_cumprod, .batch = b_cumprod, .jvp = jvp_cumprod, .sharding = sh_cumulative}},
+    {P_CUMMAX, {.shape = shape_cummax, .kernel = kern_cummax, .batch = b_cummax, .jvp = jvp_cummax, .sharding = sh_cumulative}},
 };
 
 void prim_reduce_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

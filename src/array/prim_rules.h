@@ -648,6 +648,126 @@ out:
   return rc;
 }
 
+
+/* ==== sharding rules (prim.h, Sharding) =================================== */
+
+/* [s] laid out as nothing over [like]'s mesh: rank [ndim], no split. */
+static inline void sh_replicated(Sharding *s, int ndim, const Sharding *like) {
+  s->ndim = ndim;
+  s->naxes = like->naxes;
+  for (int i = 0; i < like->naxes; i++) s->axis_sizes[i] = like->axis_sizes[i];
+  for (int d = 0; d < ndim; d++) s->nsplit[d] = 0;
+  s->partial = 0;
+  s->partial_coll = NULL;
+}
+
+/* Copies the split of dimension [sd] of [src] to dimension [dd] of [dst]. */
+static inline void sh_copy_dim(Sharding *dst, int dd, const Sharding *src, int sd) {
+  dst->nsplit[dd] = src->nsplit[sd];
+  for (int k = 0; k < src->nsplit[sd]; k++) dst->split[dd][k] = src->split[sd][k];
+}
+
+/* The mesh axes (bits) splitting any dimension of [s]. */
+static inline uint32_t sh_used(const Sharding *s) {
+  uint32_t u = 0;
+  for (int d = 0; d < s->ndim; d++)
+    for (int k = 0; k < s->nsplit[d]; k++) u |= 1u << s->split[d][k];
+  return u;
+}
+
+/* The mesh axes (bits) splitting dimension [d] of [s]. */
+static inline uint32_t sh_dim_axes(const Sharding *s, int d) {
+  uint32_t u = 0;
+  for (int k = 0; k < s->nsplit[d]; k++) u |= 1u << s->split[d][k];
+  return u;
+}
+
+/* How many blocks dimension [d] of [s] is split into. */
+static inline int64_t sh_dim_blocks(const Sharding *s, int d) {
+  int64_t n = 1;
+  for (int k = 0; k < s->nsplit[d]; k++) n *= s->axis_sizes[s->split[d][k]];
+  return n;
+}
+
+/* Element-wise (and select_n, clamp): the result is laid out as the
+ * operands of its rank; where they disagree on a dimension the first
+ * operand that splits it wins (GSPMD's heuristic, shmap(7)) unless its
+ * mesh axes already split another dimension, and every operand is
+ * resharded to the result's layout.  Rank-0 operands broadcast and stay
+ * replicated. */
+static inline int prim_sharding_elementwise(const AVal *in, Sharding *in_sh, int nin,
+                                            const Params *p, Sharding *out_sh) {
+  (void)p;
+  int nd = 0;
+  for (int i = 0; i < nin; i++) nd = in[i].ndim > nd ? in[i].ndim : nd;
+  sh_replicated(out_sh, nd, &in_sh[0]);
+  uint32_t used = 0;
+  for (int d = 0; d < nd; d++)
+    for (int i = 0; i < nin; i++) {
+      if (in[i].ndim != nd || !in_sh[i].nsplit[d] || (sh_dim_axes(&in_sh[i], d) & used)) continue;
+      sh_copy_dim(out_sh, d, &in_sh[i], d);
+      used |= sh_dim_axes(&in_sh[i], d);
+      break;
+    }
+  for (int i = 0; i < nin; i++)
+    if (in[i].ndim == nd) {
+      for (int d = 0; d < nd; d++) sh_copy_dim(&in_sh[i], d, out_sh, d);
+      in_sh[i].partial = 0;
+    }
+  return 0;
+}
+
+
+/* Dimension [d] of every operand of rank [nd] unsplit: the dimensions a
+ * primitive moves data along (slice, pad, rev, concatenate, a cumulative
+ * reduction), which GSPMD reshards rather than compute across blocks. */
+static inline void sh_unsplit(Sharding *in_sh, const AVal *in, int nin, int nd, int d) {
+  for (int i = 0; i < nin; i++)
+    if (in[i].ndim == nd && d < nd) in_sh[i].nsplit[d] = 0;
+}
+
+/* Operand 0's layout with [in]'s dimensions [mask] (bits) unsplit first,
+ * then the element-wise rule over the operands: what a primitive that
+ * keeps its operands' shape but moves data along [mask] does. */
+static inline int sh_keep_but(const AVal *in, Sharding *in_sh, int nin, uint64_t mask,
+                              Sharding *out_sh) {
+  for (int d = 0; d < in[0].ndim; d++)
+    if (mask >> d & 1) sh_unsplit(in_sh, in, nin, in[0].ndim, d);
+  return prim_sharding_elementwise(in, in_sh, nin, NULL, out_sh);
+}
+
+/* sh_keep_but of the one dimension the int param [name] names
+ * (concatenate's "dimension", a cumulative reduction's "axis"). */
+static inline int sh_keep_but_param(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                                    const char *name, Sharding *out_sh) {
+  int64_t dim;
+  if (params_int(p, name, &dim) < 0) return -1;
+  int d = dim < 0 ? (int)dim + in[0].ndim : (int)dim;
+  return sh_keep_but(in, in_sh, nin, (uint64_t)1 << d, out_sh);
+}
+
+/* A reduction over the dimensions [mask] of operand 0: the result drops
+ * them.  With [coll] ("psum", "pmax", "pmin") a split reduced dimension
+ * leaves a partial result over its mesh axes; without, it is unsplit
+ * first (an all_gather: a product, a logical or an arg-reduction). */
+static inline int sh_reduce(const AVal *in, Sharding *in_sh, uint64_t mask, const char *coll,
+                            Sharding *out_sh) {
+  int nd = in[0].ndim, o = 0;
+  uint32_t partial = 0;
+  for (int d = 0; d < nd; d++)
+    if (mask >> d & 1) {
+      if (coll) partial |= sh_dim_axes(&in_sh[0], d);
+      else in_sh[0].nsplit[d] = 0;
+    }
+  sh_replicated(out_sh, 0, &in_sh[0]);
+  for (int d = 0; d < nd; d++)
+    if (!(mask >> d & 1)) sh_copy_dim(out_sh, o++, &in_sh[0], d);
+  out_sh->ndim = o;
+  out_sh->partial = partial;
+  out_sh->partial_coll = partial ? coll : NULL;
+  return 0;
+}
+
 /* ---- installing -------------------------------------------------------------------- */
 
 #define ELEMENTWISE(fn, ID)                                                                 \

@@ -2190,6 +2190,15 @@ static Value *bi_debug_print(const CallArgs *a) {
 /* `jax.debug.print` and `jax.debug.breakpoint`, so JAX code ports line for
  * line (LANGUAGE.md §2's prefixes). */
 static int add_jax_debug(Env *builtins) {
+  Value *jax = builtins_namespace("jax");
+  Value *had = jax ? dict_get_str(((Module *)jax)->globals, "debug") : NULL;
+  if (had && had->type == V_MODULE) {   /* a lower layer's (visualize_array_sharding) */
+    Value *g = ((Module *)had)->globals;
+    return dict_set_str(g, "print", env_lookup(builtins, intern_cstr("debug_print"))) == 0 &&
+                   dict_set_str(g, "breakpoint", env_lookup(builtins, intern_cstr("breakpoint"))) == 0
+               ? 0
+               : -1;
+  }
   Value *d = dict_new(), *m = NULL;
   int rc = -1;
   if (d && dict_set_str(d, "print", env_lookup(builtins, intern_cstr("debug_print"))) == 0 &&

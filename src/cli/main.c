@@ -32,6 +32,7 @@
 #include "base/timeline.h"
 #include "spmd/device.h"
 #include "spmd/mesh.h"
+#include "spmd/sharding.h"
 #include "spmd/shardmap.h"
 #include "spmd/transport.h"
 #include "transform/control.h"
@@ -459,7 +460,7 @@ static void say_verbose(void) {
  * device threads. */
 static int register_layers(int ndevices) {
   Env *b = shm_interp->builtins;
-  if (mesh_register(b) < 0 || shardmap_register(b) < 0 || ctl_register(b) < 0 ||
+  if (mesh_register(b) < 0 || sharding_register(b) < 0 || shardmap_register(b) < 0 || ctl_register(b) < 0 ||
       jit_register(b) < 0 || ad_register(b) < 0 ||
       batch_register(b) < 0 || custom_register(b) < 0 || xmap_register(b) < 0)
     return -1;

@@ -566,6 +566,7 @@ int cls_equal(Value *a, Value *b) {
 }
 
 static bool key_equal(Value *a, Value *b) {
+  if (a == b) return true;   /* Python's default: identity */
   int eq = cls_equal(a, b);
   if (eq < 0) err_clear();   /* a key that cannot be compared: not this one */
   return eq == 1;
@@ -576,7 +577,10 @@ static bool key_hash(Value *v, uint64_t *h) {
     *h = (uint64_t)(uintptr_t)v >> 4;
     return true;
   }
-  if (!cls_is_instance(v)) return false;
+  if (!cls_is_instance(v)) {   /* another C type's object: by identity, as object.__hash__ */
+    *h = (uint64_t)(uintptr_t)v >> 4;
+    return true;
+  }
   bool found;
   Value *r = cls_call_dunder(v, "__hash__", 0, NULL, &found);
   if (found) {

@@ -1246,6 +1246,10 @@ Value *ops_squeeze(Value *x, int n, const int64_t *dims) {
 Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int64_t *size);
 Value *(*ops_named_shape_hook)(Value *x);
 
+Value *(*ops_array_attr_hook)(Value *x, const char *name);
+
+bool (*ops_index_hook)(const Value *v, int64_t *out);
+
 Value *ops_named_reduce(PrimId kind, Value *x, Value *names, int64_t *size) {
   if (!ops_named_reduce_hook)
     return err_set(ERR_NAME, "unbound axis name: %s", str_cstr(tuple_get(names, 0)));
@@ -1374,6 +1378,13 @@ static int nest_scan(Value *v, int depth, NestInfo *ni);
 
 static int nest_leaf(Value *v, int depth, NestInfo *ni) {
   AVal av;
+  int64_t id;
+  if (!ops_is_array(v) && ops_index_hook && ops_index_hook(v, &id)) {
+    Value *n = val_int(id);   /* as the int it stands for */
+    int rc = n ? nest_leaf(n, depth, ni) : -1;
+    if (n) val_decref(n);
+    return rc;
+  }
   if (!ops_is_array(v)) {
     err_set(ERR_TYPE, "cannot convert '%s' to an array", val_type_name(v));
     return -1;
@@ -1448,6 +1459,12 @@ static void nest_fill(Value *v, bool ints, void *out, int64_t *pos) {
     Value *const *items;
     val_seq(v, &n, &items);
     for (size_t i = 0; i < n; i++) nest_fill(items[i], ints, out, pos);
+    return;
+  }
+  int64_t id;
+  if (!ops_is_array(v) && ops_index_hook && ops_index_hook(v, &id)) {
+    if (ints) ((int64_t *)out)[(*pos)++] = id;
+    else ((double *)out)[(*pos)++] = (double)id;
     return;
   }
   Array *a = AS_ARRAY(v);

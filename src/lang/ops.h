@@ -211,6 +211,16 @@ extern Value *(*ops_named_reduce_hook)(PrimId kind, Value *x, Value *names, int6
  * size, {} outside xmap.  Set by the transform layer; NULL: always {}. */
 extern Value *(*ops_named_shape_hook)(Value *x);  /* hook */
 
+/* The attributes of arrays a higher layer defines (spmd/sharding.c:
+ * x.sharding, x.addressable_shards, ...): a new reference, NULL with the
+ * error set, or NULL with no error when [name] is not one of them. */
+extern Value *(*ops_array_attr_hook)(Value *x, const char *name);  /* hook */
+
+/* A value of a higher layer's type that stands for an integer where an
+ * array is built from a nested sequence (a jax Device: its id, so that
+ * np.array(jax.devices()) is an array of ids): true with [*out] set. */
+extern bool (*ops_index_hook)(const Value *v, int64_t *out);  /* hook */
+
 /* ops_named_reduce_hook, or the error that no named axis is in scope. */
 Value *ops_named_reduce(PrimId kind, Value *x, Value *names, int64_t *size);
 

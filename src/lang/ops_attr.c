@@ -219,6 +219,10 @@ static Value *array_getattr(Value *x, const char *name) {
   if (!strcmp(name, "weak_type")) return val_bool(av.weak);
   if (!strcmp(name, "named_shape")) return ops_named_shape_hook ? ops_named_shape_hook(x) : dict_new();
   if (!strcmp(name, "at")) return ops_at_new(x, NULL);
+  if (ops_array_attr_hook) {
+    Value *r = ops_array_attr_hook(x, name);
+    if (r || err_occurred()) return r;
+  }
   if (!strcmp(name, "T") || !strcmp(name, "mT")) {
     int perm[SHM_MAXDIM];
     for (int i = 0; i < av.ndim; i++) perm[i] = av.ndim - 1 - i;

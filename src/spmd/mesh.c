@@ -304,7 +304,12 @@ static Value *bi_devices(const CallArgs *a) {
 
 static Value *mesh_getattr(Value *self, const char *name) {
   Mesh *m = (Mesh *)self;
-  if (strcmp(name, "shape") == 0 || strcmp(name, "axis_sizes") == 0) {
+  if (strcmp(name, "axis_sizes") == 0) {   /* a tuple of sizes, as JAX's */
+    int64_t sizes[MESH_MAX_AXES];
+    for (int i = 0; i < m->naxes; i++) sizes[i] = m->axis_sizes[i];
+    return val_int_tuple(m->naxes, sizes);
+  }
+  if (strcmp(name, "shape") == 0) {
     Value *d = dict_new();
     for (int i = 0; d && i < m->naxes; i++) {
       Value *sz = val_int(m->axis_sizes[i]);

@@ -171,6 +171,9 @@ static FeEntry *lookup(FeCache *c, const FeEntry *k) {
 /* eval_fuse_hook. */
 static Value *eager_fusion_run(const Node *root, int nleaf, Value **leaves) {
   if (prim_tracing()) return EVAL_DECLINED;
+  /* a sharded operand's results are laid out operation by operation (prim_run) */
+  for (int i = 0; i < nleaf; i++)
+    if (IS_ARRAY(leaves[i]) && AS_ARRAY(leaves[i])->sharding) return EVAL_DECLINED;
   FeCache *c = cache_get();
   if (!c) return err_nomem(), NULL;
   FeEntry k;

@@ -1,0 +1,940 @@
+/*
+ * sharding.c - sharded jax.Arrays: NamedSharding, devices, device_put and
+ * the layout of eager results (sharding.h).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "array/array.h"
+#include "array/prim.h"
+#include "array/print.h"
+#include "base/error.h"
+#include "base/intern.h"
+#include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/ops.h"
+#include "lang/pytree.h"
+#include "spmd/sharding.h"
+#include "spmd/transport.h"
+
+/* ==== device objects ========================================================== */
+
+/* A jax Device: its id; process_index and platform follow from it. */
+typedef struct Device {
+  Opaque base;
+  int id;
+} Device;
+
+static Value *device_repr(Value *self) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "CpuDevice(id=%d)", ((Device *)self)->id);
+  return str_from(buf);
+}
+
+static Value *device_getattr(Value *self, const char *name) {
+  int id = ((Device *)self)->id;
+  if (!strcmp(name, "id")) return val_int(id);
+  if (!strcmp(name, "process_index")) return val_int(transport_process_of(id));
+  if (!strcmp(name, "platform")) return str_from("cpu");
+  if (!strcmp(name, "device_kind")) return str_from("cpu");
+  return err_set(ERR_ATTRIBUTE, "'Device' object has no attribute '%s'", name);
+}
+
+static void nothing_to_free(Value *v) { (void)v; }
+
+static const OpaqueType device_type = {"Device", nothing_to_free, device_repr, device_getattr,
+                                       NULL, NULL, NULL};
+
+/* One Device object per id, made on first use and never freed, so that
+ * devices compare and hash (as dict keys) by identity, as JAX's do. */
+static Device *device_objs[MESH_MAX_DEVICES / 1024];
+/* guards device_objs' first fill (any thread may ask for a device) */
+static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static Value *device_new(int id) {
+  if (id < 0 || id >= (int)(sizeof device_objs / sizeof device_objs[0]))
+    return err_set(ERR_VALUE, "device id %d is out of range", id);
+  pthread_mutex_lock(&device_lock);
+  Device *d = device_objs[id];
+  if (!d && (d = shm_calloc(1, sizeof *d))) {
+    val_init(&d->base.hdr, V_OPAQUE);
+    val_make_static(&d->base.hdr);
+    d->base.ot = &device_type;
+    d->id = id;
+    device_objs[id] = d;
+  }
+  pthread_mutex_unlock(&device_lock);
+  return d ? val_incref(&d->base.hdr) : err_nomem();
+}
+
+/* The id of a Device value, or -1 (no error) for anything else. */
+static int device_id(const Value *v) {
+  return v && v->type == V_OPAQUE && ((const Opaque *)v)->ot == &device_type ? ((const Device *)v)->id
+                                                                             : -1;
+}
+
+/* The Devices of ids [first, first + n) as a list. */
+static Value *device_list(int first, int n) {
+  Value *l = list_new((size_t)n);
+  for (int i = 0; l && i < n; i++)
+    if (list_append_steal(l, device_new(first + i)) < 0) {
+      val_decref(l);
+      return err_nomem();
+    }
+  return l;
+}
+
+/* This process's devices: [*first] and the count (all without mpirun). */
+static int local_range(int *first) {
+  int procs = transport_procs(), n = shm_interp->ndevices / procs;
+  *first = transport_rank() * n;
+  return n;
+}
+
+static Value *bi_devices(const CallArgs *a) {
+  if (a->nargs > 1 || a->nkw) return err_set(ERR_TYPE, "devices() takes at most one argument (the backend)");
+  return device_list(0, shm_interp->ndevices);
+}
+
+static Value *bi_local_devices(const CallArgs *a) {
+  if (a->nargs > 1 || a->nkw > 2) return err_set(ERR_TYPE, "local_devices() takes the process index and backend");
+  int first, n = local_range(&first);
+  return device_list(first, n);
+}
+
+static Value *bi_device_count(const CallArgs *a) {
+  (void)a;
+  return val_int(shm_interp->ndevices);
+}
+
+static Value *bi_local_device_count(const CallArgs *a) {
+  (void)a;
+  int first;
+  return val_int(local_range(&first));
+}
+
+static Value *bi_process_index(const CallArgs *a) {
+  (void)a;
+  return val_int(transport_rank());
+}
+
+static Value *bi_process_count(const CallArgs *a) {
+  (void)a;
+  return val_int(transport_procs());
+}
+
+/* ==== NamedSharding ============================================================ */
+
+static void sharding_free(Value *v) {
+  NamedSharding *s = (NamedSharding *)v;
+  if (s->mesh) val_decref(&s->mesh->hdr);
+  val_decref(&s->spec->hdr);
+}
+
+static Value *sharding_repr(Value *self);
+static Value *sharding_getattr(Value *self, const char *name);
+
+static const OpaqueType sharding_type = {"NamedSharding", sharding_free, sharding_repr,
+                                         sharding_getattr, NULL, NULL, NULL};
+
+bool sharding_is(const Value *v) {
+  return v && v->type == V_OPAQUE && ((const Opaque *)v)->ot == &sharding_type;
+}
+
+static PSpec *pspec_alloc(int n) {
+  PSpec *s = shm_calloc(1, sizeof *s + sizeof(SpecEntry) * (size_t)n);
+  if (!s) return err_nomem();
+  val_init(&s->hdr, V_PSPEC);
+  s->n = n;
+  return s;
+}
+
+/* A new sharding of [mesh] (NULL: single device [device]) and [spec]. */
+static Value *sharding_make(Mesh *mesh, PSpec *spec, int device) {
+  NamedSharding *s = shm_calloc(1, sizeof *s);
+  if (!s) return err_nomem();
+  val_init(&s->base.hdr, V_OPAQUE);
+  s->base.ot = &sharding_type;
+  s->mesh = mesh ? (Mesh *)val_incref(&mesh->hdr) : NULL;
+  s->spec = (PSpec *)val_incref(&spec->hdr);
+  s->device = device;
+  return &s->base.hdr;
+}
+
+Value *sharding_new(Mesh *mesh, PSpec *spec) { return sharding_make(mesh, spec, -1); }
+
+static Value *single_device(int device) {
+  PSpec *none = pspec_alloc(0);
+  Value *r = none ? sharding_make(NULL, none, device) : NULL;
+  if (none) val_decref(&none->hdr);
+  return r;
+}
+
+int sharding_check(const NamedSharding *s, int ndim, const int64_t *shape) {
+  if (!s->mesh) return 0;
+  if (pspec_check(s->spec, s->mesh, ndim, "the sharding's spec") < 0) return -1;
+  for (int d = 0; d < s->spec->n; d++) {
+    int k = pspec_entry_size(s->spec, s->mesh, d);
+    if (shape[d] % k) {
+      char sb[256];
+      pspec_str(s->spec, sb, sizeof sb);
+      err_set(ERR_VALUE, "one of the array's dimensions is not divisible by its mesh axes: "
+              "dimension %d of size %lld is split %d ways by %s", d, (long long)shape[d], k, sb);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out) {
+  memset(out, 0, sizeof *out);
+  out->ndim = ndim;
+  out->naxes = s->mesh ? s->mesh->naxes : 0;
+  for (int i = 0; i < out->naxes; i++) out->axis_sizes[i] = s->mesh->axis_sizes[i];
+  for (int d = 0; d < ndim && d < s->spec->n; d++) {
+    out->nsplit[d] = (uint8_t)s->spec->e[d].nnames;
+    for (int k = 0; k < s->spec->e[d].nnames; k++)
+      out->split[d][k] = (int8_t)mesh_axis(s->mesh, s->spec->e[d].names[k]);
+  }
+}
+
+Value *sharding_from_rule(Mesh *mesh, const Sharding *r) {
+  PSpec *spec = pspec_alloc(r->ndim);
+  if (!spec) return NULL;
+  for (int d = 0; d < r->ndim; d++) {
+    spec->e[d].nnames = r->nsplit[d];
+    for (int k = 0; k < r->nsplit[d]; k++) spec->e[d].names[k] = mesh->axis_names[r->split[d][k]];
+  }
+  Value *s = sharding_new(mesh, spec);
+  val_decref(&spec->hdr);
+  return s;
+}
+
+/* The number of spec entries that matter: trailing Nones dropped (JAX
+ * compares specs so: P('x') and P('x', None) lay out alike). */
+static int spec_len(const PSpec *s) {
+  int n = s->n;
+  while (n > 0 && s->e[n - 1].nnames == 0) n--;
+  return n;
+}
+
+static bool same_mesh(const Mesh *a, const Mesh *b) {
+  if (a == b) return true;
+  if (!a || !b || a->naxes != b->naxes || a->size != b->size) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->axis_names[i] != b->axis_names[i] || a->axis_sizes[i] != b->axis_sizes[i]) return false;
+  return !memcmp(a->devices, b->devices, sizeof(int) * (size_t)a->size);
+}
+
+/* NamedSharding == NamedSharding: one mesh, specs alike up to trailing
+ * Nones; SingleDeviceShardings by device. */
+static bool sharding_equal(const NamedSharding *a, const NamedSharding *b) {
+  if (!a->mesh || !b->mesh) return !a->mesh && !b->mesh && a->device == b->device;
+  int n = spec_len(a->spec);
+  if (!same_mesh(a->mesh, b->mesh) || n != spec_len(b->spec)) return false;
+  for (int d = 0; d < n; d++) {
+    if (a->spec->e[d].nnames != b->spec->e[d].nnames) return false;
+    for (int k = 0; k < a->spec->e[d].nnames; k++)
+      if (a->spec->e[d].names[k] != b->spec->e[d].names[k]) return false;
+  }
+  return true;
+}
+
+static bool fully_replicated(const NamedSharding *s) {
+  for (int d = 0; d < s->spec->n; d++)
+    if (s->spec->e[d].nnames) return false;
+  return true;
+}
+
+static Value *sharding_repr(Value *self) {
+  NamedSharding *s = (NamedSharding *)self;
+  char buf[1024], sb[512];
+  if (!s->mesh) {
+    snprintf(buf, sizeof buf, "SingleDeviceSharding(device=CpuDevice(id=%d))", s->device);
+    return str_from(buf);
+  }
+  Value *m = val_repr(&s->mesh->hdr);
+  if (!m) return NULL;
+  pspec_str(s->spec, sb, sizeof sb);
+  snprintf(buf, sizeof buf, "NamedSharding(mesh=%s, spec=%s)", str_cstr(m), sb);
+  val_decref(m);
+  return str_from(buf);
+}
+
+/* The shape of one device's block of an array of [shape]. */
+static Value *shard_shape(const NamedSharding *s, Value *shape_v) {
+  int64_t shape[SHM_MAXDIM];
+  Value *arr = ops_to_array(shape_v, DT_I64);
+  if (!arr) return NULL;
+  Array *a = AS_ARRAY(arr);
+  int nd = a->ndim == 1 && a->size <= SHM_MAXDIM ? (int)a->size : -1;
+  for (int d = 0; d < nd; d++) shape[d] = arr_get_i64(a, d);
+  val_decref(arr);
+  if (nd < 0) return err_set(ERR_TYPE, "shard_shape: expected a shape tuple");
+  if (sharding_check(s, nd, shape) < 0) return NULL;
+  for (int d = 0; s->mesh && d < s->spec->n; d++) shape[d] /= pspec_entry_size(s->spec, s->mesh, d);
+  return val_int_tuple(nd, shape);
+}
+
+/* Reads a shape argument: a tuple of sizes. */
+static int read_shape(Value *v, int *nd, int64_t *shape) {
+  Value *arr = ops_to_array(v, DT_I64);
+  if (!arr) return -1;
+  Array *a = AS_ARRAY(arr);
+  int ok = a->ndim == 1 && a->size <= SHM_MAXDIM;
+  *nd = ok ? (int)a->size : 0;
+  for (int d = 0; d < *nd; d++) shape[d] = arr_get_i64(a, d);
+  val_decref(arr);
+  if (!ok) err_set(ERR_TYPE, "expected a shape tuple");
+  return ok ? 0 : -1;
+}
+
+/* Device [flat] of [s]'s mesh holds, along dimension d, the block
+ * [start[d], start[d] + size[d]) of an array of [shape]. */
+static void block_of(const NamedSharding *s, int flat, int nd, const int64_t *shape,
+                     int64_t *start, int64_t *size) {
+  int coords[MESH_MAX_AXES];
+  if (s->mesh) mesh_coords(s->mesh, flat, coords);
+  for (int d = 0; d < nd; d++) {
+    int64_t idx = 0, k = 1;
+    for (int q = 0; s->mesh && d < s->spec->n && q < s->spec->e[d].nnames; q++) {
+      int mi = mesh_axis(s->mesh, s->spec->e[d].names[q]);
+      idx = idx * s->mesh->axis_sizes[mi] + coords[mi];
+      k *= s->mesh->axis_sizes[mi];
+    }
+    size[d] = shape[d] / k;
+    start[d] = idx * size[d];
+  }
+}
+
+/* The index of a block, as JAX gives it: a tuple of slices, slice(None)
+ * for a whole dimension. */
+static Value *block_index(int nd, const int64_t *shape, const int64_t *start, const int64_t *size) {
+  Value *t = tuple_new((size_t)nd);
+  for (int d = 0; t && d < nd; d++) {
+    bool whole = size[d] == shape[d];
+    Value *a = whole ? val_incref(VAL_NONE) : val_int(start[d]);
+    Value *b = whole ? val_incref(VAL_NONE) : val_int(start[d] + size[d]);
+    Value *sl = a && b ? slice_new(a, b, VAL_NONE) : NULL;
+    if (a) val_decref(a);
+    if (b) val_decref(b);
+    if (!sl) {
+      val_decref(t);
+      return err_nomem();
+    }
+    tuple_set_steal(t, (size_t)d, sl);
+  }
+  return t;
+}
+
+/* The mesh's device count, or 1 for a single device. */
+static int sharding_ndev(const NamedSharding *s) { return s->mesh ? s->mesh->size : 1; }
+
+static int sharding_device(const NamedSharding *s, int flat) {
+  return s->mesh ? s->mesh->devices[flat] : s->device;
+}
+
+/* {Device: index} for every device ([local]: this process's only). */
+static Value *indices_map(const NamedSharding *s, Value *shape_v, bool local) {
+  int nd;
+  int64_t shape[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
+  if (read_shape(shape_v, &nd, shape) < 0 || sharding_check(s, nd, shape) < 0) return NULL;
+  Value *d = dict_new();
+  for (int f = 0; d && f < sharding_ndev(s); f++) {
+    int dev = sharding_device(s, f);
+    if (local && !transport_is_local(dev)) continue;
+    block_of(s, f, nd, shape, start, size);
+    Value *k = device_new(dev), *v = k ? block_index(nd, shape, start, size) : NULL;
+    int rc = v ? dict_set(d, k, v) : -1;
+    if (k) val_decref(k);
+    if (v) val_decref(v);
+    if (rc < 0) {
+      val_decref(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+
+static Value *m_shard_shape(Value *self, const CallArgs *a) {
+  Value *shape;
+  if (args_bind("shard_shape", a, "global_shape", (Value **[]){&shape}) < 0) return NULL;
+  return shard_shape((NamedSharding *)self, shape);
+}
+
+static Value *m_devices_indices_map(Value *self, const CallArgs *a) {
+  Value *shape;
+  if (args_bind("devices_indices_map", a, "global_shape", (Value **[]){&shape}) < 0) return NULL;
+  return indices_map((NamedSharding *)self, shape, false);
+}
+
+static Value *m_addressable_map(Value *self, const CallArgs *a) {
+  Value *shape;
+  if (args_bind("addressable_devices_indices_map", a, "global_shape", (Value **[]){&shape}) < 0)
+    return NULL;
+  return indices_map((NamedSharding *)self, shape, true);
+}
+
+/* is_equivalent_to(other, ndim): the same blocks on the same devices for
+ * arrays of rank ndim (JAX's; here: equal up to trailing Nones, or both
+ * fully replicated over one mesh). */
+static Value *m_is_equivalent_to(Value *self, const CallArgs *a) {
+  Value *other, *ndim;
+  if (args_bind("is_equivalent_to", a, "other, ndim", (Value **[]){&other, &ndim}) < 0) return NULL;
+  if (!sharding_is(other)) return val_bool(false);
+  NamedSharding *x = (NamedSharding *)self, *y = (NamedSharding *)other;
+  bool rep = x->mesh && y->mesh && same_mesh(x->mesh, y->mesh) && fully_replicated(x) &&
+             fully_replicated(y);
+  return val_bool(rep || sharding_equal(x, y));
+}
+
+static Value *sharding_getattr(Value *self, const char *name) {
+  NamedSharding *s = (NamedSharding *)self;
+  if (!strcmp(name, "mesh") && s->mesh) return val_incref(&s->mesh->hdr);
+  if (!strcmp(name, "spec")) return val_incref(&s->spec->hdr);
+  if (!strcmp(name, "is_fully_replicated")) return val_bool(!s->mesh || fully_replicated(s));
+  if (!strcmp(name, "is_fully_addressable")) {
+    bool all = true;
+    for (int f = 0; f < sharding_ndev(s); f++) all &= transport_is_local(sharding_device(s, f));
+    return val_bool(all);
+  }
+  if (!strcmp(name, "num_devices")) return val_int(sharding_ndev(s));
+  if (!strcmp(name, "memory_kind")) return str_from("device");
+  if (!strcmp(name, "device_set") || !strcmp(name, "addressable_devices")) {
+    Value *l = list_new(0);
+    bool local = name[0] == 'a';
+    for (int f = 0; l && f < sharding_ndev(s); f++)
+      if ((!local || transport_is_local(sharding_device(s, f))) &&
+          list_append_steal(l, device_new(sharding_device(s, f))) < 0) {
+        val_decref(l);
+        return err_nomem();
+      }
+    return l;
+  }
+  if (!strcmp(name, "shard_shape")) return bound_new("shard_shape", m_shard_shape, self);
+  if (!strcmp(name, "devices_indices_map"))
+    return bound_new("devices_indices_map", m_devices_indices_map, self);
+  if (!strcmp(name, "addressable_devices_indices_map"))
+    return bound_new("addressable_devices_indices_map", m_addressable_map, self);
+  if (!strcmp(name, "is_equivalent_to")) return bound_new("is_equivalent_to", m_is_equivalent_to, self);
+  return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'",
+                 s->mesh ? "NamedSharding" : "SingleDeviceSharding", name);
+}
+
+/* == between two opaque values: shardings and devices by content, any
+ * other by identity. */
+static bool opaque_equal(Value *a, Value *b) {
+  if (sharding_is(a) && sharding_is(b)) return sharding_equal((NamedSharding *)a, (NamedSharding *)b);
+  if (device_id(a) >= 0) return device_id(a) == device_id(b);
+  return a == b;
+}
+
+/* NamedSharding(mesh, spec): [spec] a P(...); the context mesh's
+ * abstract form is not needed, a Mesh is. */
+static Value *bi_named_sharding(const CallArgs *a) {
+  Value *mesh, *spec, *mk = NULL;
+  if (args_bind("NamedSharding", a, "mesh, spec, memory_kind=", (Value **[]){&mesh, &spec, &mk}) < 0)
+    return NULL;
+  if (mesh->type != V_MESH) return err_set(ERR_TYPE, "NamedSharding: mesh must be a Mesh, got %s", val_type_name(mesh));
+  if (spec->type != V_PSPEC)
+    return err_set(ERR_TYPE, "NamedSharding: spec must be a PartitionSpec, got %s", val_type_name(spec));
+  Mesh *m = (Mesh *)mesh;
+  if (pspec_check((PSpec *)spec, m, ((PSpec *)spec)->n, "NamedSharding's spec") < 0) return NULL;
+  return sharding_new(m, (PSpec *)spec);
+}
+
+static Value *bi_single_device_sharding(const CallArgs *a) {
+  Value *dev, *mk = NULL;
+  if (args_bind("SingleDeviceSharding", a, "device, memory_kind=", (Value **[]){&dev, &mk}) < 0) return NULL;
+  if (device_id(dev) < 0)
+    return err_set(ERR_TYPE, "SingleDeviceSharding: expected a Device (jax.devices()[i]), got %s",
+                   val_type_name(dev));
+  return single_device(device_id(dev));
+}
+
+/* ==== sharded arrays ============================================================= */
+
+Value *sharding_put(Value *x, const NamedSharding *s) {
+  Value *arr = ops_to_array(x, -1);
+  if (!arr) return NULL;
+  Array *a = AS_ARRAY(arr);
+  if (sharding_check(s, a->ndim, a->shape) < 0) {
+    val_decref(arr);
+    return NULL;
+  }
+  Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
+  val_decref(arr);
+  if (!v) return NULL;
+  v->weak = false;   /* a committed array is strongly typed */
+  v->sharding = s->mesh ? val_incref((Value *)&s->base.hdr) : NULL;
+  return &v->hdr;
+}
+
+/* The sharding an argument of device_put names: a sharding, a Device, or
+ * a PartitionSpec over the context mesh (jax.set_mesh).  New reference. */
+static Value *as_sharding(Value *v) {
+  if (sharding_is(v)) return val_incref(v);
+  if (device_id(v) >= 0) return single_device(device_id(v));
+  if (v == VAL_NONE) return single_device(0);
+  if (v->type == V_PSPEC) {
+    Mesh *m = mesh_context();
+    if (!m)
+      return err_set(ERR_VALUE, "device_put with a PartitionSpec needs a mesh: use "
+                                "NamedSharding(mesh, spec) or `with jax.set_mesh(mesh):`");
+    return sharding_new(m, (PSpec *)v);
+  }
+  return err_set(ERR_TYPE, "device_put: expected a Sharding, a Device or a PartitionSpec, got %s",
+                 val_type_name(v));
+}
+
+static bool put_leaf(Value *v) { return !pytree_is_node(v) || sharding_is(v) || v->type == V_PSPEC; }
+
+static Value *put_one(Value *leaf, void *ctx) {
+  Value *s = as_sharding((Value *)ctx);
+  Value *r = s ? sharding_put(leaf, (NamedSharding *)s) : NULL;
+  if (s) val_decref(s);
+  return r;
+}
+
+/* device_put over a tree [x] with one sharding, or a tuple, list or dict
+ * of them matching x's (a pytree prefix). */
+static Value *put_tree(Value *x, Value *dev) {
+  size_t n, m;
+  Value *const *xs, *const *ds;
+  if (dev->type == V_DICT && x->type == V_DICT) {
+    Value *r = dict_new();
+    Dict *dx = (Dict *)x;
+    for (size_t i = 0; r && i < dx->len; i++) {
+      Value *d = dict_get(dev, dx->keys[i]);
+      Value *v = d ? put_tree(dx->vals[i], d)
+                   : err_set(ERR_VALUE, "device_put: the device tree has no entry for a key of x");
+      int rc = v ? dict_set(r, dx->keys[i], v) : -1;
+      if (v) val_decref(v);
+      if (rc < 0) {
+        val_decref(r);
+        return NULL;
+      }
+    }
+    return r;
+  }
+  if (put_leaf(dev) || !val_seq(x, &n, &xs) || !val_seq(dev, &m, &ds))
+    return pytree_map(x, NULL, put_one, dev);
+  if (n != m)
+    return err_set(ERR_VALUE, "device_put: the device tree has %zu entries where x has %zu", m, n);
+  bool list = x->type == V_LIST;
+  Value *r = list ? list_new(n) : tuple_new_like(x, n);
+  for (size_t i = 0; r && i < n; i++) {
+    Value *v = put_tree(xs[i], ds[i]);
+    if (!v) {
+      val_decref(r);
+      return NULL;
+    }
+    if (!list) tuple_set_steal(r, i, v);
+    else if (list_append_steal(r, v) < 0) {
+      val_decref(r);
+      return err_nomem();
+    }
+  }
+  return r;
+}
+
+/* jax.device_put(x, device=None): x's arrays laid out by the sharding. */
+static Value *bi_device_put(const CallArgs *a) {
+  Value *x, *dev = NULL, *src = NULL, *donate = NULL, *alias = NULL;
+  if (args_bind("device_put", a, "x, device=, src=, donate=, may_alias=",
+                (Value **[]){&x, &dev, &src, &donate, &alias}) < 0)
+    return NULL;
+  return put_tree(x, dev ? dev : VAL_NONE);
+}
+
+/* An unsharded copy of a leaf: the global value. */
+static Value *get_one(Value *leaf, void *ctx) {
+  (void)ctx;
+  if (!IS_ARRAY(leaf) || !AS_ARRAY(leaf)->sharding) return val_incref(leaf);
+  Array *a = AS_ARRAY(leaf);
+  Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
+  return v ? &v->hdr : NULL;
+}
+
+/* jax.device_get(x): the global values, unsharded. */
+static Value *bi_device_get(const CallArgs *a) {
+  Value *x;
+  if (args_bind("device_get", a, "x", (Value **[]){&x}) < 0) return NULL;
+  return pytree_map(x, NULL, get_one, NULL);
+}
+
+/* The element offset of flat (row-major) position [i] of a block of
+ * [size] starting at [start] in an array of [strides] and [offset]. */
+static int64_t elem_offset(int nd, const int64_t *start, const int64_t *size,
+                           const int64_t *strides, int64_t offset, int64_t i) {
+  for (int d = nd - 1; d >= 0; d--) {
+    offset += (start[d] + i % size[d]) * strides[d];
+    i /= size[d];
+  }
+  return offset;
+}
+
+/* device [f]'s block: cb(index) as an array of dtype [t] (-1: its own). */
+static Value *call_block(const NamedSharding *s, int f, int nd, const int64_t *shape, Value *cb,
+                         int t, int64_t *start, int64_t *size) {
+  block_of(s, f, nd, shape, start, size);
+  Value *idx = block_index(nd, shape, start, size);
+  Value *blk = idx ? val_call_n(cb, 1, &idx) : NULL;
+  Value *arr = blk ? ops_to_array(blk, t) : NULL;
+  if (idx) val_decref(idx);
+  if (blk) val_decref(blk);
+  if (arr && (AS_ARRAY(arr)->ndim != nd || memcmp(AS_ARRAY(arr)->shape, size, sizeof(int64_t) * (size_t)nd))) {
+    val_decref(arr);
+    return err_set(ERR_VALUE, "make_array_from_callback: the callback's block for device %d "
+                   "does not have the sharding's shard shape", sharding_device(s, f));
+  }
+  return arr;
+}
+
+/* Copies block [b] into [g] at [start]. */
+static void put_block(Array *g, const Array *b, const int64_t *start) {
+  int64_t zero[SHM_MAXDIM] = {0};
+  size_t es = dt_size(g->dtype);
+  for (int64_t i = 0; i < b->size; i++)
+    memcpy((char *)g->buf->data + es * (size_t)elem_offset(g->ndim, start, b->shape, g->strides, 0, i),
+           (const char *)b->buf->data +
+               es * (size_t)elem_offset(b->ndim, zero, b->shape, b->strides, b->offset, i),
+           es);
+}
+
+/* jax.make_array_from_callback(shape, sharding, data_callback): the
+ * array whose block on each device is data_callback(index), of the first
+ * block's dtype. */
+static Value *bi_make_array_from_callback(const CallArgs *a) {
+  Value *shape_v, *sv, *cb, *dt = NULL;
+  if (args_bind("make_array_from_callback", a, "shape, sharding, data_callback, dtype=",
+                (Value **[]){&shape_v, &sv, &cb, &dt}) < 0)
+    return NULL;
+  int nd;
+  int64_t shape[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
+  Value *s = read_shape(shape_v, &nd, shape) < 0 ? NULL : as_sharding(sv);
+  if (!s) return NULL;
+  NamedSharding *ns = (NamedSharding *)s;
+  Array *g = NULL;
+  Value *r = NULL;
+  if (sharding_check(ns, nd, shape) < 0) goto out;
+  for (int f = 0; f < sharding_ndev(ns); f++) {
+    Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);
+    if (b && !g) g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
+    if (b && g) put_block(g, AS_ARRAY(b), start);
+    if (b) val_decref(b);
+    if (!b || !g) goto out;
+  }
+  r = sharding_put(&g->hdr, ns);
+out:
+  if (g) val_decref(&g->hdr);
+  val_decref(s);
+  return r;
+}
+
+/* jax.lax.with_sharding_constraint(x, shardings): eagerly, x laid out so
+ * (a device_put); under jit the value is the same and the layout is the
+ * partitioner's to honour (shmap(7)). */
+static Value *bi_with_sharding_constraint(const CallArgs *a) {
+  Value *x, *sh;
+  if (args_bind("with_sharding_constraint", a, "x, shardings", (Value **[]){&x, &sh}) < 0) return NULL;
+  if (prim_tracing()) return val_incref(x);
+  return put_tree(x, sh);
+}
+
+/* ==== a sharded array's attributes ================================================ */
+
+/* A jax Shard: device, index, data (the device's block, a view). */
+typedef struct Shard {
+  Opaque base;
+  int device, replica;
+  Value *index, *data;   /* owned */
+} Shard;
+
+static void shard_free(Value *v) {
+  Shard *s = (Shard *)v;
+  if (s->index) val_decref(s->index);
+  if (s->data) val_decref(s->data);
+}
+
+static Value *shard_repr(Value *self) {
+  Shard *s = (Shard *)self;
+  char buf[512];
+  Value *ix = val_repr(s->index);
+  if (!ix) return NULL;
+  snprintf(buf, sizeof buf, "Shard(device=CpuDevice(id=%d), index=%s, replica_id=%d, data=...)",
+           s->device, str_cstr(ix), s->replica);
+  val_decref(ix);
+  return str_from(buf);
+}
+
+static Value *shard_getattr(Value *self, const char *name) {
+  Shard *s = (Shard *)self;
+  if (!strcmp(name, "device")) return device_new(s->device);
+  if (!strcmp(name, "index")) return val_incref(s->index);
+  if (!strcmp(name, "data")) return val_incref(s->data);
+  if (!strcmp(name, "replica_id")) return val_int(s->replica);
+  return err_set(ERR_ATTRIBUTE, "'Shard' object has no attribute '%s'", name);
+}
+
+static const OpaqueType shard_type = {"Shard", shard_free, shard_repr, shard_getattr, NULL, NULL, NULL};
+
+/* Which copy of its block device [f] holds: its position among the
+ * devices holding the same block, in mesh order. */
+static int replica_of(const NamedSharding *s, int f, int nd, const int64_t *shape) {
+  int64_t st[SHM_MAXDIM], sz[SHM_MAXDIM], st2[SHM_MAXDIM], sz2[SHM_MAXDIM];
+  block_of(s, f, nd, shape, st, sz);
+  int r = 0;
+  for (int g = 0; g < f; g++) {
+    block_of(s, g, nd, shape, st2, sz2);
+    r += !memcmp(st, st2, sizeof(int64_t) * (size_t)nd);
+  }
+  return r;
+}
+
+static Value *shard_new(Array *a, const NamedSharding *s, int f) {
+  int nd = a->ndim;
+  int64_t start[SHM_MAXDIM], size[SHM_MAXDIM];
+  block_of(s, f, nd, a->shape, start, size);
+  Shard *sh = shm_calloc(1, sizeof *sh);
+  if (!sh) return err_nomem();
+  val_init(&sh->base.hdr, V_OPAQUE);
+  sh->base.ot = &shard_type;
+  sh->device = sharding_device(s, f);
+  sh->replica = replica_of(s, f, nd, a->shape);
+  int64_t off = a->offset;
+  for (int d = 0; d < nd; d++) off += start[d] * a->strides[d];
+  sh->index = block_index(nd, a->shape, start, size);
+  sh->data = (Value *)arr_view(a, nd, size, a->strides, off);
+  if (!sh->index || !sh->data) {
+    val_decref(&sh->base.hdr);
+    return NULL;
+  }
+  return &sh->base.hdr;
+}
+
+/* The sharding of array [a]: its own, or device 0's. */
+static Value *array_sharding(Array *a) { return a->sharding ? val_incref(a->sharding) : single_device(0); }
+
+static Value *addressable_shards(Array *a) {
+  Value *s = array_sharding(a);
+  Value *l = s ? list_new(0) : NULL;
+  NamedSharding *ns = (NamedSharding *)s;
+  for (int f = 0; l && f < sharding_ndev(ns); f++) {
+    if (!transport_is_local(sharding_device(ns, f))) continue;
+    if (list_append_steal(l, shard_new(a, ns, f)) < 0) {
+      val_decref(l);
+      l = NULL;
+    }
+  }
+  if (s) val_decref(s);
+  return l;
+}
+
+/* ops_array_attr_hook: sharding, addressable_shards, is_fully_addressable,
+ * is_fully_replicated; NULL with no error for any other name. */
+static Value *array_attr(Value *x, const char *name) {
+  if (!IS_ARRAY(x)) return NULL;
+  Array *a = AS_ARRAY(x);
+  if (!strcmp(name, "sharding")) return array_sharding(a);
+  if (!strcmp(name, "addressable_shards")) return addressable_shards(a);
+  if (!strcmp(name, "is_fully_addressable") || !strcmp(name, "is_fully_replicated")) {
+    Value *s = array_sharding(a);
+    Value *r = s ? sharding_getattr(s, name) : NULL;
+    if (s) val_decref(s);
+    return r;
+  }
+  return NULL;
+}
+
+/* ==== eager results: prim_sharding_hook ============================================== */
+
+enum { EAGER_MAX_OPS = 16 };
+
+/* The sharding of operand [a] over [ref]'s mesh, for the rules. */
+static int operand_rule(const Array *a, const NamedSharding *ref, Sharding *out) {
+  const NamedSharding *s = a->sharding ? (const NamedSharding *)a->sharding : NULL;
+  if (s && s->mesh && !same_mesh(s->mesh, ref->mesh)) {
+    err_set(ERR_VALUE, "received incompatible devices for jitted computation: operands are "
+            "sharded over different meshes");
+    return -1;
+  }
+  sharding_to_rule(s && s->mesh ? s : ref, a->ndim, out);
+  if (!s || !s->mesh) memset(out->nsplit, 0, sizeof out->nsplit);
+  return 0;
+}
+
+static int eager_sharding(PrimId id, Array *const *in, int nin, const Params *p, const AVal *outv,
+                          int nout, Value **out) {
+  const NamedSharding *ref = NULL;
+  for (int i = 0; i < nin && !ref; i++)
+    if (in[i]->sharding && ((NamedSharding *)in[i]->sharding)->mesh) ref = (NamedSharding *)in[i]->sharding;
+  if (!ref) return 0;
+  Sharding sh[EAGER_MAX_OPS], osh;
+  AVal av[EAGER_MAX_OPS];
+  ShardingRule rule = prim_table[id].rules.sharding;
+  bool ruled = rule && nout == 1 && nin <= EAGER_MAX_OPS;
+  for (int i = 0; ruled && i < nin; i++) {
+    aval_of(in[i], &av[i]);
+    if (operand_rule(in[i], ref, &sh[i]) < 0) return -1;
+  }
+  for (int k = 0; k < nout; k++) {
+    if (ruled && k == 0 && rule(av, sh, nin, p, &osh) < 0) return -1;
+    if (!ruled) {
+      sharding_to_rule(ref, outv[k].ndim, &osh);
+      memset(osh.nsplit, 0, sizeof osh.nsplit);
+    }
+    osh.ndim = outv[k].ndim;
+    if (!(out[k] = sharding_from_rule(ref->mesh, &osh))) return -1;
+  }
+  return 0;
+}
+
+/* ==== jax.debug.visualize_array_sharding ============================================ */
+
+/* Draws one row of cells: [top] the rule above it ("┌┬┐" or "├┼┤"). */
+static void draw_rule(const char *l, const char *m, const char *r, int ncols, int width) {
+  for (int c = 0; c < ncols; c++) {
+    eval_write(c ? m : l, strlen(l));
+    for (int i = 0; i < width; i++) eval_write("─", strlen("─"));
+  }
+  eval_write(r, strlen(r));
+  eval_write("\n", 1);
+}
+
+static void draw_cells(char (*labels)[128], int ncols, int width) {
+  for (int line = 0; line < 3; line++) {
+    for (int c = 0; c < ncols; c++) {
+      const char *t = line == 1 ? labels[c] : "";
+      int len = (int)strlen(t), left = (width - len) / 2;
+      char buf[256];
+      snprintf(buf, sizeof buf, "%*s%s%*s", left, "", t, width - len - left, "");
+      eval_write("│", strlen("│"));
+      eval_write(buf, strlen(buf));
+    }
+    eval_write("│\n", strlen("│\n"));
+  }
+}
+
+/* The label of block ([r], [c]): "CPU " and the devices holding it. */
+static void block_label(const NamedSharding *s, const Array *a, int r, int c, int nr, int nc,
+                        char *buf, size_t cap) {
+  size_t len = (size_t)snprintf(buf, cap, "CPU ");
+  bool first = true;
+  int64_t st[SHM_MAXDIM], sz[SHM_MAXDIM];
+  for (int f = 0; f < sharding_ndev(s) && len < cap; f++) {
+    block_of(s, f, a->ndim, a->shape, st, sz);
+    int br = a->ndim == 2 ? (int)(st[0] / (a->shape[0] / nr)) : 0;
+    int bc = (int)(st[a->ndim - 1] / (a->shape[a->ndim - 1] / nc));
+    if (br != r || bc != c) continue;
+    len += (size_t)snprintf(buf + len, cap - len, "%s%d", first ? "" : ",", sharding_device(s, f));
+    first = false;
+  }
+}
+
+/* visualize_array_sharding(arr): the blocks of a 1-D or 2-D array as a
+ * grid of boxes, each naming the devices holding it (JAX's drawing, at
+ * a fixed cell size). */
+static Value *bi_visualize(const CallArgs *a) {
+  Value *x, *uc = NULL, *mw = NULL, *cs = NULL;
+  if (args_bind("visualize_array_sharding", a, "arr, use_color=, scale=, min_width=",
+                (Value **[]){&x, &uc, &cs, &mw}) < 0)
+    return NULL;
+  if (!IS_ARRAY(x)) return err_set(ERR_TYPE, "visualize_array_sharding: expected an array");
+  Array *arr = AS_ARRAY(x);
+  if (arr->ndim < 1 || arr->ndim > 2)
+    return err_set(ERR_VALUE, "visualize_array_sharding can only visualize one- or two-dimensional "
+                              "arrays, got an array of rank %d", arr->ndim);
+  Value *sv = array_sharding(arr);
+  if (!sv) return NULL;
+  NamedSharding *s = (NamedSharding *)sv;
+  int nr = arr->ndim == 2 && s->mesh ? pspec_entry_size(s->spec, s->mesh, 0) : 1;
+  int nc = s->mesh ? pspec_entry_size(s->spec, s->mesh, arr->ndim - 1) : 1;
+  if (nr > 64 || nc > 16) {
+    val_decref(sv);
+    return err_set(ERR_VALUE, "visualize_array_sharding: too many blocks to draw");
+  }
+  static _Thread_local char labels[64][16][128];
+  int width = 7;
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++) {
+      block_label(s, arr, r, c, nr, nc, labels[r][c], sizeof labels[r][c]);
+      int w = (int)strlen(labels[r][c]) + 4;
+      width = w > width ? w : width;
+    }
+  for (int r = 0; r < nr; r++) {
+    draw_rule(r ? "├" : "┌", r ? "┼" : "┬", r ? "┤" : "┐", nc, width);
+    draw_cells(labels[r], nc, width);
+  }
+  draw_rule("└", "┴", "┘", nc, width);
+  val_decref(sv);
+  return val_incref(VAL_NONE);
+}
+
+/* ==== registration ================================================================= */
+
+static int add_to(const char *ns, const char *name, BuiltinFn fn, const char *doc) {
+  Value *v = builtin_new(name, fn, doc);
+  int rc = -1;
+  if (v && !strcmp(ns, "jax.debug")) {
+    Value *dbg = dict_get_str(((Module *)builtins_namespace("jax"))->globals, "debug");
+    rc = dbg ? dict_set_str(((Module *)dbg)->globals, name, v) : -1;
+  } else if (v) {
+    rc = builtins_add_to(ns, name, v);
+  }
+  if (v) val_decref(v);
+  return rc;
+}
+
+/* ops_index_hook: a Device stands for its id where arrays are built
+ * (np.array(jax.devices()) is the array of ids a Mesh takes). */
+static bool device_index(const Value *v, int64_t *out) {
+  int id = device_id(v);
+  if (id >= 0) *out = id;
+  return id >= 0;
+}
+
+/* The jax.debug namespace, made here (cli/debug.c adds print and
+ * breakpoint to it). */
+static int add_jax_debug_ns(void) {
+  Value *d = dict_new(), *m = d ? module_new("jax.debug", d) : NULL;
+  int rc = m ? builtins_add_to("jax", "debug", m) : -1;
+  if (m) val_decref(m);
+  if (d) val_decref(d);
+  return rc;
+}
+
+int sharding_register(Env *b) {
+  (void)b;
+  if (add_jax_debug_ns() < 0) return -1;
+  prim_sharding_hook = eager_sharding;
+  ops_array_attr_hook = array_attr;
+  ops_index_hook = device_index;
+  ops_register_equal(V_OPAQUE, opaque_equal);
+  static const struct {
+    const char *ns, *name;
+    BuiltinFn fn;
+    const char *doc;
+  } fns[] = {
+      {"jax.sharding", "NamedSharding", bi_named_sharding, "NamedSharding(mesh, spec)"},
+      {"jax.sharding", "SingleDeviceSharding", bi_single_device_sharding, "SingleDeviceSharding(device)"},
+      {"jax", "device_put", bi_device_put, "device_put(x, device): x laid out by a sharding"},
+      {"jax", "device_get", bi_device_get, "device_get(x): the global values"},
+      {"jax", "make_array_from_callback", bi_make_array_from_callback,
+       "make_array_from_callback(shape, sharding, data_callback)"},
+      {"jax", "devices", bi_devices, "devices(): every Device"},
+      {"jax", "local_devices", bi_local_devices, "local_devices(): this process's Devices"},
+      {"jax", "device_count", bi_device_count, "device_count()"},
+      {"jax", "local_device_count", bi_local_device_count, "local_device_count()"},
+      {"jax", "process_index", bi_process_index, "process_index(): this process's number"},
+      {"jax", "process_count", bi_process_count, "process_count(): the MPI job's processes"},
+      {"jax.debug", "visualize_array_sharding", bi_visualize,
+       "visualize_array_sharding(arr): draw which device holds which block"},
+      {"jax.lax", "with_sharding_constraint", bi_with_sharding_constraint,
+       "with_sharding_constraint(x, shardings)"},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+    if (add_to(fns[i].ns, fns[i].name, fns[i].fn, fns[i].doc) < 0) return -1;
+  return 0;
+}

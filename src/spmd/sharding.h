@@ -1,0 +1,63 @@
+/*
+ * sharding.h - sharded jax.Arrays: NamedSharding, SingleDeviceSharding,
+ * device objects, jax.device_put and the layout of eager results
+ * (semantics: JAX's jax.sharding module and "Distributed arrays and
+ * automatic parallelization"; shmap(7), THE THREE MODES).
+ *
+ * A sharded array is an Array whose [sharding] is a NamedSharding
+ * (array.h): a mesh and a PartitionSpec.  Its values are the global
+ * array's; device d's shard is the view of the block the spec gives it,
+ * the block shard_map's in_specs would give it.  NamedShardings are
+ * immutable once made, so device threads read them freely.
+ */
+#ifndef SHMAP_SHARDING_H
+#define SHMAP_SHARDING_H
+
+#include "array/prim.h"
+#include "spmd/mesh.h"
+
+/* jax.sharding.NamedSharding(mesh, spec), or SingleDeviceSharding(device)
+ * when [mesh] is NULL.  Both references owned. */
+typedef struct NamedSharding {
+  Opaque base;
+  Mesh *mesh;      /* NULL for a SingleDeviceSharding */
+  PSpec *spec;     /* P() for a SingleDeviceSharding */
+  int device;      /* a SingleDeviceSharding's device id, else -1 */
+} NamedSharding;
+
+/* Whether [v] is a NamedSharding or SingleDeviceSharding value. */
+bool sharding_is(const Value *v);
+
+/* A new NamedSharding of [mesh] and [spec] (borrowed; the spec is not
+ * checked here).  NULL on out of memory. */
+Value *sharding_new(Mesh *mesh, PSpec *spec);
+
+/* Checks that [s] can lay out an array of rank [ndim] and [shape]: the
+ * spec's axes are the mesh's, used once, no longer than the rank, and
+ * each split dimension is a multiple of its number of blocks (JAX's
+ * error for an uneven shard_shape).  0, or -1 with the error set. */
+int sharding_check(const NamedSharding *s, int ndim, const int64_t *shape);
+
+/* Fills the sharding rules' view of [s] (prim.h, Sharding) for rank
+ * [ndim]: each spec entry's mesh axes by index. */
+void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out);
+
+/* The NamedSharding of [mesh] (borrowed) that [r] describes, with its
+ * partial axes completed (replicated).  New reference or NULL. */
+Value *sharding_from_rule(Mesh *mesh, const Sharding *r);
+
+/* [x] (an array, borrowed) laid out by [s] (borrowed): a view of the same
+ * values marked sharded (or unsharded for a SingleDeviceSharding).  New
+ * reference or NULL with sharding_check's error. */
+Value *sharding_put(Value *x, const NamedSharding *s);
+
+/* Registers the types, the eager-result hook (prim_sharding_hook) and
+ * the built-ins: jax.sharding.NamedSharding, SingleDeviceSharding,
+ * jax.device_put, device_get, make_array_from_callback, devices,
+ * local_devices, device_count, local_device_count, process_index,
+ * process_count, jax.debug.visualize_array_sharding,
+ * jax.lax.with_sharding_constraint, and the arrays' attributes sharding,
+ * addressable_shards, is_fully_addressable, is_fully_replicated. */
+int sharding_register(Env *builtins);
+
+#endif
