@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "base/mem.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -56,10 +57,32 @@ static int shm_should_fail(void) {
   return 0;
 }
 
+/* glibc's defaults make payloads under 2 MiB fault their pages in again
+ * and again: freeing the last result gives the top of the heap back to
+ * the kernel once it exceeds the trim threshold (and a brk shrink costs a
+ * TLB flush), and the dynamic mmap threshold sends some sizes to mmap and
+ * munmap on every call.  Here payloads of 2 MiB and more are mapped and
+ * recycled by the buffer cache, so malloc may map only those (a fixed
+ * M_MMAP_THRESHOLD of 2 MiB) and keeps up to HEAP_KEEP bytes of free heap
+ * top (M_TRIM_THRESHOLD): every smaller temporary reuses warm heap pages.
+ * The user's own tuning (GLIBC_TUNABLES, MALLOC_*_ environment variables)
+ * wins. */
+#define HEAP_KEEP ((size_t)64 << 20)
+static void shm_malloc_tune(void) {
+  if (getenv("GLIBC_TUNABLES") || getenv("MALLOC_TRIM_THRESHOLD_") ||
+      getenv("MALLOC_MMAP_THRESHOLD_"))
+    return;
+#ifdef M_MMAP_THRESHOLD
+  mallopt(M_MMAP_THRESHOLD, (int)HUGE_PAGE);
+  mallopt(M_TRIM_THRESHOLD, (int)HEAP_KEEP);
+#endif
+}
+
 __attribute__((constructor)) static void shm_mem_init(void) {
   const char *s = getenv("SHMAP_FAIL_ALLOC");
   if (s && *s)
     shm_mem_fail_after(strtol(s, NULL, 10));
+  shm_malloc_tune();
 }
 
 void *shm_malloc(size_t n) {

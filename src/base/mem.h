@@ -7,7 +7,9 @@
  * (SHMAP_FAIL_ALLOC), and lets large array buffers get transparent huge
  * pages and be recycled: a fresh 40 MB buffer costs more in page faults
  * than `x * y + z` costs in arithmetic, so eager code must not be bound by
- * the kernel's allocator.
+ * the kernel's allocator.  Smaller payloads come from malloc, tuned at
+ * start-up (mem.c, shm_malloc_tune) to keep freed heap memory mapped, so
+ * they too reuse warm pages (bench/pagefaults.sh counts the faults).
  *
  * Thread safety: every function here may be called from any device thread.
  * The buffer cache is guarded by one mutex (mem.c: cache_lock), held only
