@@ -110,8 +110,8 @@ static int shape_bits(const AVal *in, int nin, const Params *p, AVal *out) {
 static int shape_uniform(const AVal *in, int nin, const Params *p, AVal *out) {
   DType t;
   if (shape_bits(in, nin, p, out) < 0 || params_dtype(p, "dtype", &t) < 0) return -1;
-  if (t != DT_F32 && t != DT_F64)
-    return err_set(ERR_TYPE, "random_uniform: dtype must be float32 or float64, got %s",
+  if (!dt_is_float(t))
+    return err_set(ERR_TYPE, "random_uniform: dtype must be a float dtype, got %s",
                    dt_name(t)), -1;
   out->dtype = t;
   return 0;
@@ -190,6 +190,17 @@ static int sample_args(Array **in, const Params *p, uint32_t *k0, uint32_t *k1, 
   return 0;
 }
 
+/* A 16-bit float in [0, 1) as JAX's _uniform draws it: the dtype's
+ * mantissa bits from the top of random bits of the dtype's width (8 for
+ * bfloat16, whose 7 mantissa bits are fewer than 8: the low byte of the
+ * 32-bit value; 16 for float16: its low half, as convert_element_type
+ * truncates), under the exponent of 1.0, minus 1 (exact). */
+static uint16_t uniform16(uint32_t bits, DType t) {
+  if (t == DT_BF16)
+    return dt_f32_to_bf16(dt_bf16_to_f32((uint16_t)(((bits & 0xFFu) >> 1) | 0x3F80u)) - 1.0f);
+  return dt_f32_to_f16(dt_f16_to_f32((uint16_t)(((bits & 0xFFFFu) >> 6) | 0x3C00u)) - 1.0f);
+}
+
 static int kern_uniform(Array **in, int nin, const Params *p, Array **out) {
   (void)nin;
   uint32_t k0, k1;
@@ -199,7 +210,10 @@ static int kern_uniform(Array **in, int nin, const Params *p, Array **out) {
   if (sample_args(in, p, &k0, &k1, &n, shape, &t) < 0) return -1;
   Array *o = fresh(out, t, n, shape);
   if (!o) return -1;
-  if (t == DT_F32) {
+  if (t == DT_BF16 || t == DT_F16) {
+    uint16_t *d = arr_data(o);
+    KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) d[i] = uniform16(bits32(k0, k1, i), t);
+  } else if (t == DT_F32) {
     float *d = arr_data(o);
     KERN_FOR_POLLED(i, 0, o->size, KERN_CHUNK_SLOW) {
       uint32_t u = (bits32(k0, k1, i) >> 9) | 0x3F800000u;

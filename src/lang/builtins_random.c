@@ -70,13 +70,17 @@ static int shape_of(Value *v, int *n, int64_t *shape) {
   return ops_shape_arg(v, n, shape);
 }
 
+/* The mantissa bits of float dtype [t] (finfo.nmant). */
+static int mantissa_bits(DType t) {
+  return t == DT_BF16 ? 7 : t == DT_F16 ? 10 : t == DT_F32 ? 23 : 52;
+}
+
 static int float_dtype(Value *v, DType *t) {
   int d;
   if (ops_dtype_arg(v, &d) < 0) return -1;
   *t = d < 0 ? DT_F32 : (DType)d;
-  if (*t != DT_F32 && *t != DT_F64) {
-    err_set(ERR_VALUE, "dtype argument to a random float sampler must be float32 or float64, "
-                       "got %s", dt_name(*t));
+  if (!dt_is_float(*t)) {
+    err_set(ERR_VALUE, "dtype argument to `uniform` must be a float dtype, got %s", dt_name(*t));
     return -1;
   }
   return 0;
@@ -130,7 +134,8 @@ static Value *bi_uniform(const CallArgs *a) {
 }
 
 /* normal(key, shape=(), dtype=float32): sqrt(2) erf_inv(u), u uniform in
- * (-1, 1) from the float after -1 */
+ * (-1, 1) from the float of t after -1, each step in t (JAX's
+ * _normal_real) */
 static Value *bi_normal(const CallArgs *a) {
   Value *key, *shape = NULL, *dtype = NULL;
   if (args_bind("normal", a, "key, shape=, dtype=", (Value **[]){&key, &shape, &dtype}) < 0)
@@ -139,7 +144,7 @@ static Value *bi_normal(const CallArgs *a) {
   int64_t sh[SHM_MAXDIM];
   DType t;
   if (shape_of(shape, &n, sh) < 0 || float_dtype(dtype, &t) < 0) return NULL;
-  double lo = t == DT_F32 ? (double)nextafterf(-1.0f, 0.0f) : nextafter(-1.0, 0.0);
+  double lo = -1.0 + ldexp(1.0, -mantissa_bits(t) - 1);   /* nextafter(-1, 0) in t */
   Array *l = arr_scalar_f64(t, lo, false), *h = arr_scalar_f64(t, 1.0, false);
   Array *s2 = arr_scalar_f64(t, t == DT_F32 ? (double)(float)M_SQRT2 : M_SQRT2, false);
   Value *u = l && h ? uniform_of(key, n, sh, t, &l->hdr, &h->hdr) : NULL;

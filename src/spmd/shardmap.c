@@ -794,8 +794,16 @@ static int leaf_specs(Value *tree, Value *spec, Value *specs, Value *split, cons
     if (pytree_flatten(tree, leaf_is_array, &l) < 0) return -1;
     int rc = 0;
     for (int i = 0; i < l.n && rc == 0; i++) {
-      rc = list_append(split, val_bool(spec != VAL_NONE));
-      if (rc == 0 && spec != VAL_NONE) rc = list_append(specs, spec);
+      /* a whole argument leaf being differentiated or batched goes as an input
+       * replicated with P(): the same blocks, which the transformation
+       * then sees (one reaching the devices as it is would be another
+       * thread's tracer there) */
+      bool traced = !strncmp(what, "in_specs", 8) && l.v[i]->type == V_TRACER &&
+                    !prim_value_is_staged(l.v[i]);
+      Value *s = spec != VAL_NONE ? val_incref(spec) : traced ? pspec_from_args(0, NULL) : NULL;
+      rc = list_append(split, val_bool(s != NULL));
+      if (rc == 0 && s) rc = list_append(specs, s);
+      if (s) val_decref(s);
     }
     pytree_leaves_free(&l);
     return rc;

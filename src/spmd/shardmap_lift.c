@@ -27,6 +27,9 @@
 /* Scopes a search visits, and how deep it follows containers. */
 #define LIFT_SCOPES 64
 #define LIFT_DEPTH 16
+/* Values a search looks at in all: containers are not remembered, so one
+ * that holds itself several times would otherwise be walked for long. */
+#define LIFT_BUDGET 100000
 
 /* ==== finding them =============================================================== */
 
@@ -39,6 +42,7 @@ typedef struct Scan {
   const Env *seen[LIFT_SCOPES];
   int nseen;
   int depth;
+  long budget;
 } Scan;
 
 static Value *lift_body(Value *self, const CallArgs *a);
@@ -81,6 +85,7 @@ static void scan_tracer(Scan *s, Value *v) {
  * holds. */
 static void scan_value(Scan *s, Value *v) {
   if (s->depth >= LIFT_DEPTH) return;
+  if (++s->budget > LIFT_BUDGET) return;   /* what it found so far is passed */
   s->depth++;
   switch ((VType)v->type) {
   case V_TRACER: scan_tracer(s, v); break;
