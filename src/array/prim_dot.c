@@ -224,7 +224,7 @@ static int b_dot_general(Value **in, const int *dims, int nin, const Params *p, 
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general}},
+    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .through_transpose = la_dot_through_transpose}},
 };
 
 void prim_dot_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }
