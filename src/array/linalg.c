@@ -272,6 +272,49 @@ int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out) {
   return dot_rule(&in[0], &in[1], p, &dn, out);
 }
 
+/* ---- reading an operand through a transpose ------------------------------------- */
+
+/* A dims list mapped through [perm] into int64s (range already checked). */
+static void dims_through(const int *d, int n, const int64_t *perm, int64_t *out) {
+  for (int i = 0; i < n; i++)
+    out[i] = perm[d[i]];
+}
+
+int la_dot_through_transpose(const Params *p, int operand, int ndim, const int64_t *perm,
+                             Params *out) {
+  DimNums dn;
+  if (read_dimnums(p, &dn) < 0) {
+    err_clear();   /* malformed: the product's own kernel reports it */
+    return 0;
+  }
+  int *c = operand ? dn.rc : dn.lc, *b = operand ? dn.rb : dn.lb;
+  if (dn.nlc != dn.nrc || dn.nlb != dn.nrb || !dims_in_range(c, dn.nc, ndim) ||
+      !dims_in_range(b, dn.nb, ndim))
+    return 0;
+  int f[SHM_MAXDIM];
+  int nf = free_dims(ndim, c, dn.nc, b, dn.nb, f);
+  for (int i = 1; i < nf; i++)
+    if (perm[f[i]] < perm[f[i - 1]])
+      return 0;   /* the free dims would come out in another order */
+  int64_t lc[SHM_MAXDIM], rc[SHM_MAXDIM], lb[SHM_MAXDIM], rb[SHM_MAXDIM];
+  int64_t ident[SHM_MAXDIM];   /* the other operand's dims stay */
+  for (int i = 0; i < SHM_MAXDIM; i++)
+    ident[i] = i;
+  dims_through(dn.lc, dn.nc, operand ? ident : perm, lc);
+  dims_through(dn.rc, dn.nc, operand ? perm : ident, rc);
+  dims_through(dn.lb, dn.nb, operand ? ident : perm, lb);
+  dims_through(dn.rb, dn.nb, operand ? perm : ident, rb);
+  Value *d = val_dot_dimension_numbers(dn.nc, lc, rc, dn.nb, lb, rb);
+  if (!d)
+    return err_nomem(), -1;
+  params_init(out);
+  for (int i = 0; i < p->n; i++)
+    if (strcmp(p->p[i].name, "dimension_numbers") != 0)
+      params_add(out, p->p[i].name, val_incref(p->p[i].value));
+  params_add(out, "dimension_numbers", d);
+  return 1;
+}
+
 /* ---- operands as stacks of matrices ----------------------------------------------- */
 
 /* One operand seen as [batch..., rows, cols]: its data in the compute

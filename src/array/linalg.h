@@ -65,6 +65,21 @@ int la_shape_dot_general(const AVal *in, int nin, const Params *p, AVal *out);
 int la_kernel_dot_general(Array **in, int nin, const Params *p, Array **out);
 
 /*
+ * Reading an operand through a transpose: for dot_general with parameters
+ * [p] whose operand [operand] (0 lhs, 1 rhs) is transpose(a, [perm]) of a
+ * rank-[ndim] array a, the parameters of the same product reading a
+ * itself: contracting and batch dims mapped through [perm].  Only when
+ * the operand's free dims keep their order through [perm], so that the
+ * result is the same array; the kernel reads a's strides in place, as it
+ * does eagerly, where a transpose is a view.  Returns 1 with [out] filled
+ * (owned by the caller, params_clear), 0 when it does not apply (also for
+ * malformed parameters, left to the product's own checks), -1 on out of
+ * memory.
+ */
+int la_dot_through_transpose(const Params *p, int operand, int ndim, const int64_t *perm,
+                             Params *out);
+
+/*
  * Prepares BLIS; call once from main() before any thread starts and before
  * any other BLIS call.  Sets BLIS to one thread.  When the environment does
  * not set BLIS_ARCH_TYPE, chooses the kernels from the CPU's features and

@@ -177,6 +177,14 @@ struct HigherRules;   /* transform/higher.h */
  * (prim_install), the layers above with prim_register (the collectives
  * from spmd/, the higher-order primitives from transform/), the way JAX's
  * lax.py and parallel.py attach rules to the primitives they define. */
+/* Compiled plans: the parameters [out] (owned by the caller) of the same
+ * primitive reading, as its operand [operand], the input of that
+ * operand's transpose by [perm] (rank [ndim]) instead; 1, 0 when that
+ * would change the result, -1 with the error set.  dot_general's reads
+ * strides, as it does eagerly, where a transpose is a view. */
+typedef int (*ThroughTransposeRule)(const Params *p, int operand, int ndim,
+                                    const int64_t *perm, Params *out);
+
 typedef struct PrimRules {
   ShapeRule shape;          /* abstract evaluation; NULL for PK_HIGHER */
   Kernel kernel;            /* eager evaluation; NULL for PK_HIGHER */
@@ -189,6 +197,7 @@ typedef struct PrimRules {
                                its result over; the others may be reused */
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL: operands replicated */
+  ThroughTransposeRule through_transpose; /* plans; NULL: a transpose read is copied */
   /* ---- the layers above's own rules, typed by them ---- */
   const struct CollRules *coll;  /* named-axis rules (spmd/collective.h);
                                     NULL: the primitive names no axis */

@@ -276,7 +276,7 @@ static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .sharding = sh_dot_general}},
+    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .sharding = sh_dot_general, .through_transpose = la_dot_through_transpose}},
 };
 
 void prim_dot_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -76,6 +76,8 @@ typedef struct Pre {
   int *ren;          /* CSE: the variable standing for this one */
   int *cslot;        /* constant slot of a known variable, or -1 */
   bool *live;        /* per equation */
+  const PlanEqn **eq; /* per equation: the plan's, or its rewrite in folded */
+  PlanEqn **folded;  /* per equation: a rewrite (fold_transposes), owned, or NULL */
 } Pre;
 
 static int ref_of(Pre *pr, const PlanAtom *a) {
@@ -155,10 +157,10 @@ static bool atoms_equal(Pre *pr, const PlanAtom *a, const PlanAtom *b) {
 
 /* CSE: makes [i]'s outputs stand for an equal earlier equation's. */
 static void cse_eqn(Pre *pr, int i) {
-  const PlanEqn *q = &pr->p->eqns[i];
+  const PlanEqn *q = pr->eq[i];
   if (!first_order(q->prim)) return;
   for (int j = i - 1; j >= 0 && j >= i - 256; j--) {
-    const PlanEqn *o = &pr->p->eqns[j];
+    const PlanEqn *o = pr->eq[j];
     if (!pr->live[j] || o->prim != q->prim || o->nin != q->nin || o->nout != q->nout) continue;
     int k = 0;
     while (k < q->nin && atoms_equal(pr, &q->in[k], &o->in[k])) k++;
@@ -202,7 +204,7 @@ static int dce(Pre *pr) {
   for (int i = 0; i < p->nout; i++)
     if (p->outs[i].var >= 0) need[pr->ren[p->outs[i].var]] = true;
   for (int i = p->neqn - 1; i >= 0; i--) {
-    const PlanEqn *q = &p->eqns[i];
+    const PlanEqn *q = pr->eq[i];
     if (!pr->live[i]) continue;
     bool want = eqn_has_effects(q);
     for (int k = 0; k < q->nout && !want; k++) want = need[q->out[k]];
@@ -214,11 +216,82 @@ static int dce(Pre *pr) {
   return 0;
 }
 
-static int run_passes(Pre *pr) {
+/* A copy of [q] to rewrite: its own operand list and parameters, its
+ * outputs the plan's. */
+static PlanEqn *eqn_copy(const PlanEqn *q) {
+  PlanEqn *c = shm_calloc(1, sizeof *c);
+  if (c && !(c->in = shm_malloc(sizeof(PlanAtom) * (size_t)q->nin + 1))) {
+    shm_free(c);
+    c = NULL;
+  }
+  if (!c) return err_nomem();
+  *c = (PlanEqn){q->prim, {0}, q->nin, q->nout, c->in, q->out, q->loc};
+  shm_memcpy(c->in, q->in, sizeof(PlanAtom) * (size_t)q->nin);
+  params_init(&c->params);
+  return c;
+}
+
+static void eqn_copy_free(PlanEqn *c) {
+  if (!c) return;
+  params_clear(&c->params);
+  shm_free(c->in);
+  shm_free(c);
+}
+
+/* Folds transpose(a) read by a primitive whose row can read through it
+ * (its through_transpose rule: dot_general, which reads a through its
+ * strides as it does eagerly, where a transpose is a view), so jit gives
+ * eager's bits without the copy; the transpose then dies unless
+ * something else reads it. */
+static int fold_transposes(Pre *pr, const int *def) {
   const Plan *p = pr->p;
   for (int i = 0; i < p->neqn; i++) {
+    ThroughTransposeRule rule = prim_table[p->eqns[i].prim].rules.through_transpose;
+    for (int k = 0; rule && k < p->eqns[i].nin; k++) {
+      const PlanEqn *q = pr->eq[i];
+      int v = q->in[k].var, n;
+      int64_t perm[SHM_MAXDIM];
+      if (v < 0 || def[v] < 0 || p->eqns[def[v]].prim != P_TRANSPOSE) continue;
+      const PlanEqn *t = &p->eqns[def[v]];
+      if (params_ints(&t->params, "permutation", &n, perm, SHM_MAXDIM) < 0) {
+        err_clear();
+        continue;
+      }
+      Params np;
+      int r = rule(&q->params, k, n, perm, &np);
+      if (r < 0) return -1;
+      if (r == 0) continue;
+      PlanEqn *c = pr->folded[i] ? pr->folded[i] : eqn_copy(q);
+      if (!c) return params_clear(&np), -1;
+      params_clear(&c->params);
+      c->params = np;
+      c->in[k] = t->in[0];
+      pr->eq[i] = pr->folded[i] = c;
+    }
+  }
+  return 0;
+}
+
+/* The equation defining each variable (-1: an input or constant), for
+ * fold_transposes. */
+static int fold_all(Pre *pr) {
+  const Plan *p = pr->p;
+  int *def = shm_malloc(sizeof(int) * ((size_t)p->nvars + 1));
+  if (!def) return err_nomem(), -1;
+  for (int v = 0; v <= p->nvars; v++) def[v] = -1;
+  for (int i = 0; i < p->neqn; i++)
+    for (int k = 0; k < p->eqns[i].nout; k++) def[p->eqns[i].out[k]] = i;
+  int rc = fold_transposes(pr, def);
+  shm_free(def);
+  return rc;
+}
+
+static int run_passes(Pre *pr) {
+  const Plan *p = pr->p;
+  if (fold_all(pr) < 0) return -1;
+  for (int i = 0; i < p->neqn; i++) {
     pr->live[i] = true;
-    int f = fold_eqn(pr, &p->eqns[i]);
+    int f = fold_eqn(pr, pr->eq[i]);
     if (f < 0) return -1;
     if (f) pr->live[i] = false;
     else cse_eqn(pr, i);
@@ -251,10 +324,12 @@ static int build_steps(Pre *pr) {
   if (!e->steps) return err_nomem(), -1;
   for (int i = 0; i < p->neqn; i++) {
     if (!pr->live[i]) continue;
-    const PlanEqn *q = &p->eqns[i];
+    const PlanEqn *q = pr->eq[i];
     Step *s = &e->steps[e->nsteps++];
     s->kind = step_kind(q->prim);
     s->eqn = q;
+    s->folded = pr->folded[i];   /* the step owns it from here */
+    pr->folded[i] = NULL;
     s->nin = q->nin;
     s->nout = q->nout;
     s->in = shm_calloc((size_t)q->nin + 1, sizeof(int));
@@ -513,7 +588,10 @@ static int pre_init(Pre *pr, const Plan *p, Exec *e) {
   pr->ren = shm_malloc(sizeof(int) * (size_t)nv);
   pr->cslot = shm_malloc(sizeof(int) * (size_t)nv);
   pr->live = shm_calloc((size_t)p->neqn + 1, 1);
-  if (!pr->ren || !pr->cslot || !pr->live) return err_nomem(), -1;
+  pr->eq = shm_calloc((size_t)p->neqn + 1, sizeof *pr->eq);
+  pr->folded = shm_calloc((size_t)p->neqn + 1, sizeof *pr->folded);
+  if (!pr->ren || !pr->cslot || !pr->live || !pr->eq || !pr->folded) return err_nomem(), -1;
+  for (int i = 0; i < p->neqn; i++) pr->eq[i] = &p->eqns[i];
   for (int v = 0; v < nv; v++) pr->ren[v] = v, pr->cslot[v] = -1;
   for (int i = 0; i < p->nconst; i++) {
     int s = add_slot(e, SL_CONST, &p->vars[p->constvars[i]], 0, p->consts[i]);
@@ -524,9 +602,12 @@ static int pre_init(Pre *pr, const Plan *p, Exec *e) {
 }
 
 static void pre_free(Pre *pr) {
+  for (int i = 0; pr->folded && i < pr->p->neqn; i++) eqn_copy_free(pr->folded[i]);
   shm_free(pr->ren);
   shm_free(pr->cslot);
   shm_free(pr->live);
+  shm_free(pr->eq);
+  shm_free(pr->folded);
 }
 
 /* Marks the inputs that fused loops and scans read in place. */
@@ -688,6 +769,7 @@ static void exec_free(void *ve) {
     shm_free(e->steps[i].out);
     fuse_free(e->steps[i].fused);
     if (e->steps[i].own) val_decref(e->steps[i].own);
+    eqn_copy_free(e->steps[i].folded);
   }
   for (int s = 0; s < e->nslots; s++) val_decref(e->slots[s].value);
   shm_free(e->steps);

@@ -5,6 +5,11 @@
  * numbered slots, then run any number of times, from any thread.  The
  * passes, in order (LANGUAGE.md §6):
  *
+ *   0. transposes read through: an operand made by a transpose is read
+ *      from the transpose's input when the reader's row has a
+ *      through_transpose rule (dot_general: its kernel takes strides, as
+ *      eagerly, where a transpose is a view); the transpose then dies
+ *      unless something else reads it;
  *   1. constant folding: an equation whose operands are all literals or
  *      constvars is evaluated now, through prim_apply, and its result
  *      becomes a constant;

@@ -49,6 +49,9 @@ typedef struct CmpStep {
   Fused *fused;        /* ST_FUSED, owned */
   Value *own;          /* ST_HIGHER: what its prepare rule made (shard_map's ShardFn,
                           xmap's lowered plan), owned, or NULL */
+  PlanEqn *folded;     /* ST_KERNEL: the equation as compiled, when it differs from
+                          the plan's (a product reading a transpose's operand):
+                          eqn points here; owned, its out borrowed, or NULL */
   int scratch;         /* first scratch array of this step */
   KernRow2 row2;       /* ST_KERNEL: a small elementwise step's row loop, its dispatch */
   KernRow1 row1;       /* resolved when compiled (resolve_rows), or NULL */

@@ -279,6 +279,65 @@ START_TEST(passes_fold_cse_dce) {
 }
 END_TEST
 
+/* An f32 [rows, cols] matrix filled with sin(i). */
+static Array *sin_matrix(int64_t rows, int64_t cols) {
+  int64_t shape[2] = {rows, cols};
+  Array *a = arr_new(DT_F32, 2, shape);
+  for (int64_t i = 0; i < rows * cols; i++) ((float *)arr_data(a))[i] = sinf((float)i);
+  return a;
+}
+
+/* transpose(a) @ b: the product reads a through its strides and the
+ * transpose's copy is gone (one step), unless the transpose is an output
+ * too (two steps); the bits are eager's, where the transpose is a view. */
+START_TEST(transpose_folds_into_product) {
+  for (int keep = 0; keep < 2; keep++) {
+    Array *a = sin_matrix(6, 4), *b = sin_matrix(6, 5);
+    AVal av, bv, tv, dv;
+    aval_of(a, &av);
+    aval_of(b, &bv);
+    tv = av, tv.shape[0] = 4, tv.shape[1] = 6;
+    dv = av, dv.shape[0] = 4, dv.shape[1] = 5;
+    Plan *p = plan_new(NULL);
+    int x = plan_add_var(p, &av), y = plan_add_var(p, &bv), t = plan_add_var(p, &tv);
+    int d = plan_add_var(p, &dv);
+    plan_add_invar(p, x);
+    plan_add_invar(p, y);
+    Params tp, dp;
+    params_init(&tp);
+    params_add(&tp, "permutation", val_int_tuple(2, (int64_t[]){1, 0}));
+    plan_add_eqn(p, P_TRANSPOSE, &tp, 1, (PlanAtom[]){{x, NULL}}, 1, &t, (Loc){0});
+    params_init(&dp);
+    params_add(&dp, "dimension_numbers",
+               val_dot_dimension_numbers(1, (int64_t[]){1}, (int64_t[]){0}, 0, NULL, NULL));
+    Params eager;
+    params_init(&eager);
+    params_add(&eager, "dimension_numbers", val_incref(params_get(&dp, "dimension_numbers")));
+    plan_add_eqn(p, P_DOT_GENERAL, &dp, 2, (PlanAtom[]){{t, NULL}, {y, NULL}}, 1, &d, (Loc){0});
+    PlanAtom o[2] = {{d, NULL}, {t, NULL}};
+    plan_set_outs(p, 1 + keep, o);
+    ck_assert_int_eq(cmp_compile(p), 0);
+    ck_assert_int_eq(cmp_nsteps(p), 1 + keep);
+    Array *in[2] = {a, b}, *out[2] = {NULL, NULL};
+    ck_assert_int_eq(cmp_run(p, in, out), 0);
+    Params tp2;
+    params_init(&tp2);
+    params_add(&tp2, "permutation", val_int_tuple(2, (int64_t[]){1, 0}));
+    Value *at = prim_apply(P_TRANSPOSE, 1, (Value *[]){val_incref(&a->hdr)}, &tp2);
+    params_clear(&tp2);
+    Value *want = prim_apply(P_DOT_GENERAL, 2, (Value *[]){at, val_incref(&b->hdr)}, &eager);
+    ck_assert_ptr_nonnull(want);
+    ck_assert(!memcmp(arr_data(out[0]), arr_data(AS_ARRAY(want)), 20 * sizeof(float)));
+    for (int i = 0; i <= keep; i++) val_decref(&out[i]->hdr);
+    val_decref(want);
+    params_clear(&eager);
+    val_decref(&p->hdr);
+    val_decref(&a->hdr);
+    val_decref(&b->hdr);
+  }
+}
+END_TEST
+
 /* func1's four equations become one fused loop past one block; within
  * one they stay four steps, each its row loop, equal to eager bit for
  * bit (the sum included: no blockwise order). */
@@ -347,6 +406,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tc, compiled_equals_eager);
   tcase_add_test(tc, fused_chain_bitwise);
   tcase_add_test(tc, passes_fold_cse_dce);
+  tcase_add_test(tc, transpose_folds_into_product);
   tcase_add_test(tc, func1_is_one_loop);
   tcase_add_test(tc, fusion_skips_independent_steps);
   suite_add_tcase(s, tc);
