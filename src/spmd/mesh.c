@@ -216,7 +216,13 @@ static Value *bi_mesh(const CallArgs *a) {
   size_t nn;
   Value *const *items;
   Value *res = NULL;
-  if (!val_seq(names, &nn, &items) || (int)nn != d->ndim) {
+  if (names->type == V_STR) {   /* axis_names=('i') is the string 'i': one axis */
+    items = &names;
+    nn = 1;
+  } else if (!val_seq(names, &nn, &items)) {
+    nn = (size_t)-1;
+  }
+  if ((int)nn != d->ndim) {
     err_set(ERR_VALUE, "Mesh: axis_names must be a tuple with one name per axis of "
                        "devices (devices has %d axes)", d->ndim);
     goto out;

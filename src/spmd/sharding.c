@@ -539,6 +539,8 @@ static Value *put_tree(Value *x, Value *dev) {
   return r;
 }
 
+Value *sharding_device_put(Value *x, Value *device) { return put_tree(x, device); }
+
 /* jax.device_put(x, device=None): x's arrays laid out by the sharding. */
 static Value *bi_device_put(const CallArgs *a) {
   Value *x, *dev = NULL, *src = NULL, *donate = NULL, *alias = NULL;
