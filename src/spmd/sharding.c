@@ -636,12 +636,15 @@ out:
 }
 
 /* jax.lax.with_sharding_constraint(x, shardings): eagerly, x laid out so
- * (a device_put); under jit the value is the same and the layout is the
- * partitioner's to honour (shmap(7)). */
+ * (a device_put).  Under jit the plan has no equation to carry the
+ * constraint yet, so the results' layout could not honour it: an error
+ * rather than a jit that disagrees with eager evaluation (shmap(7)). */
 static Value *bi_with_sharding_constraint(const CallArgs *a) {
   Value *x, *sh;
   if (args_bind("with_sharding_constraint", a, "x, shardings", (Value **[]){&x, &sh}) < 0) return NULL;
-  if (prim_tracing()) return val_incref(x);
+  if (prim_tracing())
+    return err_set(ERR_NOT_IMPLEMENTED, "with_sharding_constraint under jit is not implemented "
+                   "yet; constrain the jit's out_shardings, or call it outside jit");
   return put_tree(x, sh);
 }
 
