@@ -205,10 +205,83 @@ static int exec_mesh(const Node *s, Env *env, AstModule *mod) {
   return rc;
 }
 
+/* ==== jax.sharding.AxisType ==================================================== */
+
+static const char *const axis_type_names[] = {"Auto", "Explicit", "Manual"};
+
+typedef struct AxisTypeVal {
+  Opaque base;
+  MeshAxisType t;
+} AxisTypeVal;
+
+static Value *axis_type_repr(Value *self) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "AxisType.%s", axis_type_names[((AxisTypeVal *)self)->t]);
+  return str_from(buf);
+}
+
+static Value *axis_type_getattr(Value *self, const char *name) {
+  if (!strcmp(name, "name")) return str_from(axis_type_names[((AxisTypeVal *)self)->t]);
+  return err_set(ERR_ATTRIBUTE, "'AxisType' object has no attribute '%s'", name);
+}
+
+static void axis_type_free(Value *v) { (void)v; }
+
+static const OpaqueType axis_type_type = {"AxisType", axis_type_free, axis_type_repr,
+                                          axis_type_getattr, NULL, NULL, NULL};
+
+/* The three members, immortal, so == and dict keys go by identity. */
+static AxisTypeVal axis_types[3] = {
+    {{{1, V_OPAQUE, VAL_IMMORTAL}, &axis_type_type}, MESH_AUTO},
+    {{{1, V_OPAQUE, VAL_IMMORTAL}, &axis_type_type}, MESH_EXPLICIT},
+    {{{1, V_OPAQUE, VAL_IMMORTAL}, &axis_type_type}, MESH_MANUAL},
+};
+
+/* The class jax.sharding.AxisType: its members as attributes. */
+static Value *axis_type_class_getattr(Value *self, const char *name) {
+  (void)self;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(name, axis_type_names[i])) return &axis_types[i].base.hdr;
+  return err_set(ERR_ATTRIBUTE, "type object 'AxisType' has no attribute '%s'", name);
+}
+
+static const OpaqueType axis_type_class = {"AxisType", axis_type_free, NULL,
+                                           axis_type_class_getattr, NULL, NULL, NULL};
+static Opaque axis_type_cls = {{1, V_OPAQUE, VAL_IMMORTAL}, &axis_type_class};
+
+/* Reads axis_types= (NULL or None: every axis Auto) for [n] axes. */
+static int read_axis_types(Value *v, int n, Mesh *m) {
+  size_t k;
+  Value *const *items;
+  if (!v || v == VAL_NONE) return 0;
+  if (!val_seq(v, &k, &items) || (int)k != n) {
+    err_set(ERR_VALUE, "axis_types must be a tuple of one jax.sharding.AxisType per mesh axis");
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    if (items[i]->type != V_OPAQUE || ((Opaque *)items[i])->ot != &axis_type_type) {
+      err_set(ERR_TYPE, "axis_types entries must be jax.sharding.AxisType members, got %s",
+              val_type_name(items[i]));
+      return -1;
+    }
+    m->axis_types[i] = (uint8_t)((AxisTypeVal *)items[i])->t;
+  }
+  return 0;
+}
+
+/* The mesh [m] (a new reference, stolen) with [types] read in, or NULL. */
+static Value *with_axis_types(Value *m, Value *types) {
+  if (m && read_axis_types(types, ((Mesh *)m)->naxes, (Mesh *)m) < 0) {
+    val_decref(m);
+    return NULL;
+  }
+  return m;
+}
+
 /* Mesh(devices, axis_names): the function form, as jax.sharding.Mesh. */
 static Value *bi_mesh(const CallArgs *a) {
-  Value *devs, *names;
-  if (args_bind("Mesh", a, "devices, axis_names", (Value **[]){&devs, &names}) < 0)
+  Value *devs, *names, *types = NULL;
+  if (args_bind("Mesh", a, "devices, axis_names, axis_types=", (Value **[]){&devs, &names, &types}) < 0)
     return NULL;
   Value *arr = ops_to_array(devs, DT_I64);
   if (!arr) return NULL;
@@ -216,7 +289,13 @@ static Value *bi_mesh(const CallArgs *a) {
   size_t nn;
   Value *const *items;
   Value *res = NULL;
-  if (!val_seq(names, &nn, &items) || (int)nn != d->ndim) {
+  if (names->type == V_STR) {   /* axis_names=('i') is the string 'i': one axis */
+    items = &names;
+    nn = 1;
+  } else if (!val_seq(names, &nn, &items)) {
+    nn = (size_t)-1;
+  }
+  if ((int)nn != d->ndim) {
     err_set(ERR_VALUE, "Mesh: axis_names must be a tuple with one name per axis of "
                        "devices (devices has %d axes)", d->ndim);
     goto out;
@@ -239,7 +318,7 @@ static Value *bi_mesh(const CallArgs *a) {
     sizes[i] = d->shape[i];
   }
   for (int64_t i = 0; i < d->size; i++) ids[i] = (int)arr_get_i64(d, i);
-  res = mesh_new(NULL, (int)nn, an, sizes, ids);
+  res = with_axis_types(mesh_new(NULL, (int)nn, an, sizes, ids), types);
   shm_free(ids);
 out:
   val_decref(arr);
@@ -287,8 +366,8 @@ static Value *bi_make_mesh(const CallArgs *a) {
     if (sizes[i] <= 0) return err_set(ERR_VALUE, "make_mesh: axis sizes must be positive");
     an[i] = intern_cstr(str_cstr(ni[i]));
   }
-  (void)devs, (void)types;
-  return mesh_new(NULL, (int)ns, an, sizes, NULL);
+  (void)devs;
+  return with_axis_types(mesh_new(NULL, (int)ns, an, sizes, NULL), types);
 }
 
 /* devices(): the ids of every device, as an int32 array (reshape it to
@@ -335,6 +414,11 @@ static Value *mesh_getattr(Value *self, const char *name) {
     return t;
   }
   if (strcmp(name, "size") == 0) return val_int(m->size);
+  if (strcmp(name, "axis_types") == 0) {
+    Value *t = tuple_new((size_t)m->naxes);
+    for (int i = 0; t && i < m->naxes; i++) tuple_set_steal(t, (size_t)i, &axis_types[m->axis_types[i]].base.hdr);
+    return t;
+  }
   if (strcmp(name, "devices") == 0) {
     int64_t shape[MESH_MAX_AXES];
     for (int i = 0; i < m->naxes; i++) shape[i] = m->axis_sizes[i];
@@ -658,6 +742,7 @@ int mesh_register(Env *b) {
       add_class_to_ns(b, "jax.sharding", "PartitionSpec", bi_pspec, "PartitionSpec(*entries)",
                       V_PSPEC) < 0 ||
       add_class_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)", V_MESH) < 0 ||
+      builtins_add_to("jax.sharding", "AxisType", &axis_type_cls.hdr) < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       add_to_jax(b, "set_mesh", bi_set_mesh, "set_mesh(mesh): the mesh of shard_maps naming none") < 0 ||

@@ -27,7 +27,12 @@ typedef struct Mesh {
   int axis_sizes[MESH_MAX_AXES];
   int size;                              /* product of the sizes */
   int *devices;                          /* owned: device id of each flat index */
+  uint8_t axis_types[MESH_MAX_AXES];     /* MeshAxisType of each axis (jax.sharding.AxisType) */
 } Mesh;
+
+/* jax.sharding.AxisType: how a program treats a mesh axis (shmap(7), THE
+ * THREE MODES).  Explicit axes are accepted and behave as Auto ones. */
+typedef enum MeshAxisType { MESH_AUTO, MESH_EXPLICIT, MESH_MANUAL } MeshAxisType;
 
 /* One entry of a spec: the mesh axes splitting one array axis. */
 typedef struct SpecEntry {

@@ -539,6 +539,8 @@ static Value *put_tree(Value *x, Value *dev) {
   return r;
 }
 
+Value *sharding_device_put(Value *x, Value *device) { return put_tree(x, device); }
+
 /* jax.device_put(x, device=None): x's arrays laid out by the sharding. */
 static Value *bi_device_put(const CallArgs *a) {
   Value *x, *dev = NULL, *src = NULL, *donate = NULL, *alias = NULL;
@@ -634,12 +636,15 @@ out:
 }
 
 /* jax.lax.with_sharding_constraint(x, shardings): eagerly, x laid out so
- * (a device_put); under jit the value is the same and the layout is the
- * partitioner's to honour (shmap(7)). */
+ * (a device_put).  Under jit the plan has no equation to carry the
+ * constraint yet, so the results' layout could not honour it: an error
+ * rather than a jit that disagrees with eager evaluation (shmap(7)). */
 static Value *bi_with_sharding_constraint(const CallArgs *a) {
   Value *x, *sh;
   if (args_bind("with_sharding_constraint", a, "x, shardings", (Value **[]){&x, &sh}) < 0) return NULL;
-  if (prim_tracing()) return val_incref(x);
+  if (prim_tracing())
+    return err_set(ERR_NOT_IMPLEMENTED, "with_sharding_constraint under jit is not implemented "
+                   "yet; constrain the jit's out_shardings, or call it outside jit");
   return put_tree(x, sh);
 }
 
@@ -872,6 +877,44 @@ static Value *bi_visualize(const CallArgs *a) {
   return val_incref(VAL_NONE);
 }
 
+/* ==== jax.experimental.mesh_utils ================================================== */
+
+/* create_device_mesh(mesh_shape, devices=None): the devices (ids) in a
+ * row-major array of that shape; on CPU threads no placement is better
+ * than another, so it is the first devices in order. */
+static Value *bi_create_device_mesh(const CallArgs *a) {
+  Value *shape_v, *devs = NULL, *ci = NULL, *asr = NULL;
+  if (args_bind("create_device_mesh", a, "mesh_shape, devices=, contiguous_submeshes=, allow_split_physical_axes=",
+                (Value **[]){&shape_v, &devs, &ci, &asr}) < 0)
+    return NULL;
+  int nd;
+  int64_t shape[SHM_MAXDIM], n = 1;
+  if (read_shape(shape_v, &nd, shape) < 0) return NULL;
+  for (int d = 0; d < nd; d++) n *= shape[d];
+  Value *ids = devs && devs != VAL_NONE ? ops_to_array(devs, DT_I32) : NULL;
+  if (devs && devs != VAL_NONE && !ids) return NULL;
+  int64_t have = ids ? AS_ARRAY(ids)->size : shm_interp->ndevices;
+  Array *r = n == have ? arr_new(DT_I32, nd, shape) : NULL;
+  for (int64_t i = 0; r && i < n; i++)
+    ((int32_t *)arr_data(r))[i] = ids ? (int32_t)arr_get_i64(AS_ARRAY(ids), i) : (int32_t)i;
+  if (ids) val_decref(ids);
+  if (n != have)
+    return err_set(ERR_VALUE, "create_device_mesh: a mesh of %lld devices from %lld devices",
+                   (long long)n, (long long)have);
+  return r ? &r->hdr : NULL;
+}
+
+/* A namespace module [name] made here, an attribute [attr] of [parent]'s
+ * and importable by its dotted name. */
+static Value *add_module(const char *name, const char *parent, const char *attr) {
+  Value *d = dict_new(), *m = d ? module_new(name, d) : NULL;
+  int rc = m && builtins_add_to(parent, attr, m) == 0 &&
+                   dict_set_str(shm_interp->modules, name, m) == 0 ? 0 : -1;
+  if (d) val_decref(d);
+  if (rc < 0 && m) val_decref(m);
+  return rc < 0 ? NULL : m;
+}
+
 /* ==== registration ================================================================= */
 
 static int add_to(const char *ns, const char *name, BuiltinFn fn, const char *doc) {
@@ -895,19 +938,23 @@ static bool device_index(const Value *v, int64_t *out) {
   return id >= 0;
 }
 
-/* The jax.debug namespace, made here (cli/debug.c adds print and
- * breakpoint to it). */
-static int add_jax_debug_ns(void) {
-  Value *d = dict_new(), *m = d ? module_new("jax.debug", d) : NULL;
-  int rc = m ? builtins_add_to("jax", "debug", m) : -1;
-  if (m) val_decref(m);
-  if (d) val_decref(d);
+/* The jax.debug and mesh_utils namespaces, made here (cli/debug.c adds
+ * print and breakpoint to jax.debug). */
+static int add_namespaces(void) {
+  Value *dbg = add_module("jax.debug", "jax", "debug");
+  Value *mu = add_module("jax.experimental.mesh_utils", "jax.experimental", "mesh_utils");
+  Value *f = mu ? builtin_new("create_device_mesh", bi_create_device_mesh,
+                              "create_device_mesh(mesh_shape): device ids in that shape") : NULL;
+  int rc = dbg && f && dict_set_str(((Module *)mu)->globals, "create_device_mesh", f) == 0 ? 0 : -1;
+  if (f) val_decref(f);
+  if (mu) val_decref(mu);
+  if (dbg) val_decref(dbg);
   return rc;
 }
 
 int sharding_register(Env *b) {
   (void)b;
-  if (add_jax_debug_ns() < 0) return -1;
+  if (add_namespaces() < 0) return -1;
   prim_sharding_hook = eager_sharding;
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;

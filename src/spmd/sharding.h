@@ -51,6 +51,12 @@ Value *sharding_from_rule(Mesh *mesh, const Sharding *r);
  * reference or NULL with sharding_check's error. */
 Value *sharding_put(Value *x, const NamedSharding *s);
 
+/* jax.device_put(x, device): each array leaf of tree [x] laid out by
+ * [device] (a sharding, a Device, a PartitionSpec over the context mesh,
+ * None; or a tuple, list or dict of them matching x's).  New reference
+ * or NULL with the error set. */
+Value *sharding_device_put(Value *x, Value *device);
+
 /* Registers the types, the eager-result hook (prim_sharding_hook) and
  * the built-ins: jax.sharding.NamedSharding, SingleDeviceSharding,
  * jax.device_put, device_get, make_array_from_callback, devices,

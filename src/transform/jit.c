@@ -15,6 +15,7 @@
 #include "spmd/device.h"
 #include "base/intern.h"
 #include "transform/jit.h"
+#include "transform/partition.h"
 #include "lang/jaxconfig.h"
 #include "transform/eager_fusion.h"
 #include "base/mem.h"
@@ -49,6 +50,8 @@ typedef struct JitFn {
   pthread_mutex_t lock;/* guards [cache], [ncache] and the entries' next links */
   Entry *cache;        /* most recently used first */
   int ncache;
+  Value *in_shardings, *out_shardings;  /* owned or NULL: jax.jit's, device_put
+                                           on the arguments and results */
 } JitFn;
 
 /* Signatures kept per jit function (jit_set_cache_size; the YAML
@@ -625,7 +628,9 @@ static Value *run_entry(Entry *e, Sig *s) {
   for (int i = 0; i < s->nleaves; i++) in[i] = AS_ARRAY(s->leaves[i]);
   if (cmp_run(p, in, (Array **)out) == 0) {
     int pos = 0;
-    r = unflatten(e->out_tree, out, &pos);
+    /* sharded arguments: the results laid out as the partitioner's pass says */
+    if (p->nin != s->nleaves || part_lay_out(p, s->leaves, out) == 0)
+      r = unflatten(e->out_tree, out, &pos);
     for (int i = 0; i < p->nout; i++) val_decref(out[i]);
   }
 done:
@@ -759,8 +764,51 @@ static Value *rerun_for_nan(const JitFn *j, const CallArgs *a, Value *r) {
   return err_set(ERR_FLOATING_POINT, "invalid value (nan) encountered in jit(%s)", j->name);
 }
 
+static Value *jit_call_laid(JitFn *j, const CallArgs *a);
+
+/* The arguments of a jit with in_shardings: each positional one put
+ * (jax.device_put) as its entry says, or as the one sharding says. */
+static int put_args(const JitFn *j, const CallArgs *a, Value **args) {
+  size_t n;
+  Value *const *items;
+  bool each = !sharding_is(j->in_shardings) && val_seq(j->in_shardings, &n, &items);
+  if (each && n != (size_t)a->nargs) {
+    err_set(ERR_VALUE, "jit: in_shardings has %zu entries for %d positional arguments", n, a->nargs);
+    return -1;
+  }
+  for (int i = 0; i < a->nargs; i++) {
+    Value *sh = each ? items[i] : j->in_shardings;
+    args[i] = sh == VAL_NONE ? val_incref(a->args[i]) : sharding_device_put(a->args[i], sh);
+    if (!args[i]) {
+      while (i--) val_decref(args[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 Value *jit_call(Value *f, const CallArgs *a) {
   JitFn *j = (JitFn *)f;
+  if (!j->in_shardings && !j->out_shardings) return jit_call_laid(j, a);
+  Value *stack[16], **args = a->nargs <= 16 ? stack : shm_calloc((size_t)a->nargs, sizeof(Value *));
+  if (!args) return err_nomem();
+  Value *r = NULL;
+  if (!j->in_shardings || put_args(j, a, args) == 0) {
+    CallArgs b = {a->nargs, j->in_shardings ? args : a->args, a->nkw, a->kwnames, a->kwvals};
+    r = jit_call_laid(j, &b);
+    for (int i = 0; j->in_shardings && i < a->nargs; i++) val_decref(args[i]);
+  }
+  if (args != stack) shm_free(args);
+  if (r && j->out_shardings && !trace_current()) {   /* a strict constraint, as JAX's */
+    Value *t = sharding_device_put(r, j->out_shardings);
+    val_decref(r);
+    r = t;
+  }
+  return r;
+}
+
+/* jit_call once the arguments are laid out as in_shardings says. */
+static Value *jit_call_laid(JitFn *j, const CallArgs *a) {
   if (atomic_load(&jaxcfg_disable_jit)) return val_call(j->fn, a);
   Sig s;
   sig_init(&s);
@@ -969,6 +1017,8 @@ static void jit_free(Value *v) {
     entry_release(e);
   }
   val_decref(j->fn);
+  if (j->in_shardings) val_decref(j->in_shardings);
+  if (j->out_shardings) val_decref(j->out_shardings);
   shm_free(j->nums);
   shm_free(j->names);
   pthread_mutex_destroy(&j->lock);
@@ -1045,16 +1095,22 @@ static int read_names(Value *v, int *n, const char **out) {
 }
 
 /* jit(fun, static_argnums=None, static_argnames=None) */
+/* jax.jit(fun, static_argnums=, static_argnames=, in_shardings=,
+ * out_shardings=, donate_argnums=): donation is advice JAX may ignore,
+ * and shmap does. */
 static Value *bi_jit(const CallArgs *a) {
-  Value *fn, *nums_v, *names_v;
-  if (args_bind("jit", a, "fun, static_argnums=, static_argnames=",
-                (Value **[]){&fn, &nums_v, &names_v}) < 0)
+  Value *fn, *nums_v, *names_v, *ins = NULL, *outs = NULL, *donate = NULL;
+  if (args_bind("jit", a, "fun, static_argnums=, static_argnames=, in_shardings=, out_shardings=, donate_argnums=",
+                (Value **[]){&fn, &nums_v, &names_v, &ins, &outs, &donate}) < 0)
     return NULL;
   int64_t nums[32];
   const char *names[32];
   int nn, nm;
   if (read_nums(nums_v, &nn, nums) < 0 || read_names(names_v, &nm, names) < 0) return NULL;
-  return jit_new(fn, nn, nums, nm, names);
+  Value *r = jit_new(fn, nn, nums, nm, names);
+  if (r && ins && ins != VAL_NONE) ((JitFn *)r)->in_shardings = val_incref(ins);
+  if (r && outs && outs != VAL_NONE) ((JitFn *)r)->out_shardings = val_incref(outs);
+  return r;
 }
 
 Value *jit_plan_of(Value *fn, const CallArgs *a) {
@@ -1067,6 +1123,11 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   Value *r = NULL;
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
     r = &tr.plan->hdr;
+    /* sharded arguments: the partitioner's notes, printed with the plan */
+    if (tr.plan->nin == s.nleaves && part_annotate_plan(tr.plan, s.leaves, j->out_shardings) < 0) {
+      val_decref(r);
+      r = NULL;
+    }
     trace_caps_free(tr.caps, tr.ncap);
     val_decref(tr.out_tree);
   }

@@ -193,6 +193,8 @@ void plan_eqn_clear(PlanEqn *e) {
 
 static void plan_free(Value *v) {
   Plan *p = AS_PLAN(v);
+  for (int i = 0; p->notes && i <= p->neqn; i++) shm_free(p->notes[i]);
+  shm_free(p->notes);
   if (p->exec && plan_exec_free) plan_exec_free(p->exec);
   for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
   for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);
@@ -433,6 +435,19 @@ static void put_outs(PrintCtx *c) {
 
 /* Prints [p] whose `{` is at column [indent]: equations at indent + 4,
  * `in` at indent + 2. */
+/* The partitioner's comments after equation [i] (i == neqn: before the
+ * outputs), each line indented as the equations. */
+static void put_notes(StrBuf *t, const Plan *p, int i, int indent) {
+  const char *s = p->notes ? p->notes[i] : NULL;
+  while (s && *s) {
+    const char *nl = strchr(s, '\n');
+    size_t n = nl ? (size_t)(nl - s) : strlen(s);
+    sbuf_spaces(t, indent);
+    sbuf_printf(t, "%.*s\n", (int)n, s);
+    s += n + (nl != NULL);
+  }
+}
+
 static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
   int n = p->nvars ? p->nvars : 1;
   PrintCtx c = {t, names, shm_malloc(sizeof(int) * (size_t)n), shm_calloc((size_t)n, 1), p};
@@ -458,7 +473,11 @@ static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
     sbuf_puts(t, ". let  in ");
   } else {
     sbuf_puts(t, ". let\n");
-    for (int i = 0; i < p->neqn; i++) put_eqn(&c, &p->eqns[i], indent + 4);
+    for (int i = 0; i < p->neqn; i++) {
+      put_eqn(&c, &p->eqns[i], indent + 4);
+      put_notes(t, p, i, indent + 4);
+    }
+    put_notes(t, p, p->neqn, indent + 4);
     sbuf_spaces(t, indent + 2);
     sbuf_puts(t, "in ");
   }

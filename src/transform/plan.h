@@ -85,6 +85,9 @@ typedef struct Plan {
   int nout;
   PlanAtom *outs;    /* owned */
   void *exec;        /* compile.h's Exec, or NULL until compiled */
+  char **notes;      /* owned, or NULL: per equation, then one for the outputs (neqn + 1),
+                        the partitioner's comment lines printed after it (NULL: none;
+                        transform/partition.h) */
 } Plan;
 
 static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
