@@ -180,6 +180,7 @@ static Value *m_compile(Value *self, const CallArgs *a) {
   val_incref(l.jit);
   val_incref(l.out_tree);
   if (l.holds) val_incref(l.holds);
+  if (l.statics) val_incref(l.statics);
   if (!(l.key = shm_malloc(s->l.keylen + 1))) {
     jit_lowered_clear(&l);
     val_decref(&s->plan->hdr);

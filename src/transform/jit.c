@@ -1102,6 +1102,58 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   return r;
 }
 
+/* The static arguments of [a]: (position, value) and (keyword, value)
+ * pairs, in a tuple; an empty one on out of memory (the call then needs
+ * them passed, and says so by its signature). */
+static Value *statics_of(const JitFn *j, const CallArgs *a) {
+  Value *l = list_new(2);
+  for (int i = 0; l && i < a->nargs + a->nkw; i++) {
+    bool pos = i < a->nargs;
+    const char *name = pos ? param_name(j->fn, i) : a->kwnames[i - a->nargs];
+    if (!is_static(j, pos ? i : -1, name)) continue;
+    Value *k = pos ? val_int(i) : str_from(name);
+    Value *pair = k ? tuple_pack(2, (Value *[]){k, pos ? a->args[i] : a->kwvals[i - a->nargs]}) : NULL;
+    val_decref(k);
+    if (list_append_steal(l, pair) < 0) err_clear();
+  }
+  Value *t = l ? tuple_pack(list_len(l), ((List *)l)->items) : NULL;
+  val_decref(l);
+  if (!t) err_clear();
+  return t ? t : tuple_new(0);
+}
+
+/* [a] with the lowered call's static arguments put back where they were:
+ * positional ones at their positions, keywords after [a]'s. */
+static int with_statics(const JitLowered *l, const CallArgs *a, CallArgs *out, Value ***args,
+                        const char ***kwn, Value ***kwv) {
+  size_t ns = l->statics ? tuple_len(l->statics) : 0;
+  int npos = 0, nkw = 0;
+  for (size_t k = 0; k < ns; k++)
+    IS_ARRAY(tuple_get(tuple_get(l->statics, k), 0)) ? npos++ : nkw++;
+  *args = shm_calloc((size_t)(a->nargs + npos) + 1, sizeof(Value *));
+  *kwn = shm_calloc((size_t)(a->nkw + nkw) + 1, sizeof(char *));
+  *kwv = shm_calloc((size_t)(a->nkw + nkw) + 1, sizeof(Value *));
+  if (!*args || !*kwn || !*kwv) return err_nomem(), -1;
+  int next = 0;
+  for (int i = 0; i < a->nargs + npos; i++) {
+    Value *v = NULL;
+    for (size_t k = 0; k < ns && !v; k++) {
+      Value *pr = tuple_get(l->statics, k), *key = tuple_get(pr, 0);
+      if (IS_ARRAY(key) && arr_get_i64(AS_ARRAY(key), 0) == i) v = tuple_get(pr, 1);
+    }
+    (*args)[i] = v ? v : next < a->nargs ? a->args[next++] : VAL_NONE;
+  }
+  int m = 0;
+  for (int k = 0; k < a->nkw; k++, m++) (*kwn)[m] = a->kwnames[k], (*kwv)[m] = a->kwvals[k];
+  for (size_t k = 0; k < ns; k++) {
+    Value *pr = tuple_get(l->statics, k), *key = tuple_get(pr, 0);
+    if (IS_ARRAY(key)) continue;
+    (*kwn)[m] = intern_cstr(str_cstr(key)), (*kwv)[m++] = tuple_get(pr, 1);
+  }
+  *out = (CallArgs){a->nargs + npos, *args, m, *kwn, *kwv};
+  return 0;
+}
+
 Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out) {
   Value *jv = fn->type == V_JITFN ? val_incref(fn) : jit_new(fn, 0, NULL, 0, NULL);
   if (!jv) return NULL;
@@ -1124,6 +1176,7 @@ Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out) {
       out->jit = jv;
       out->holds = s.holds;
       s.holds = NULL;
+      out->statics = statics_of(j, a);
       p = tr.plan;
     } else {
       err_nomem();
@@ -1177,11 +1230,14 @@ static void mismatch_error(const Plan *p, const Sig *s) {
   err_set(ERR_TYPE, "%s", msg);
 }
 
-Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *a) {
+Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
   JitFn *j = (JitFn *)l->jit;
   Sig s;
   sig_init(&s);
-  Value *r = NULL;
+  Value *r = NULL, **args = NULL, **kwv = NULL;
+  const char **kwn = NULL;
+  CallArgs full, *a = &full;
+  if (with_statics(l, given, &full, &args, &kwn, &kwv) < 0) goto out;
   if (sig_build(j, a, &s) < 0 || no_sds(&s) < 0) goto out;
   if (any_tracer(&s)) {
     err_set(ERR_TYPE, "a Compiled function cannot be called on traced values (call the jit "
@@ -1196,6 +1252,9 @@ Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *a) {
   r = run_entry(&e, &s);
 out:
   sig_free(&s);
+  shm_free(args);
+  shm_free(kwn);
+  shm_free(kwv);
   return r;
 }
 
@@ -1204,6 +1263,7 @@ void jit_lowered_clear(JitLowered *l) {
   val_decref(l->out_tree);
   val_decref(l->jit);
   val_decref(l->holds);
+  val_decref(l->statics);
   memset(l, 0, sizeof *l);
 }
 

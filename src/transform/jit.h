@@ -71,6 +71,9 @@ typedef struct JitLowered {
   size_t keylen;
   Value *out_tree;
   Value *holds;
+  Value *statics;   /* a tuple of (position or keyword, value): the static
+                       arguments, constants of the plan, which a call of the
+                       Compiled leaves out (JAX's) */
 } JitLowered;
 
 /* jit(f).lower(*args): traces [fn] (a JitFn or any callable) at top level
@@ -79,8 +82,9 @@ typedef struct JitLowered {
  * the error set (as tracing's; TypeError while another trace is open). */
 Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out);
 
-/* Runs [p] (compiled, from jit_lower into [l]) on the arrays of [a]: the
- * result in the traced structure.  A call whose signature is not the
+/* Runs [p] (compiled, from jit_lower into [l]) on the arrays of [a], the
+ * lowered call's arguments less its static ones: the result in the traced
+ * structure.  A call whose signature is not the
  * lowered one is JAX's TypeError: "Argument types differ from the types
  * for which this computation was compiled. The mismatches are: Argument
  * 'x' compiled with float32[8] and called with float32[4]". */
