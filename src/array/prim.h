@@ -185,6 +185,29 @@ struct HigherRules;   /* transform/higher.h */
 typedef int (*ThroughTransposeRule)(const Params *p, int operand, int ndim,
                                     const int64_t *perm, Params *out);
 
+/* What one application costs on the device that runs it, as XLA's
+ * HloCostAnalysis counts (Compiled.cost_analysis): floating-point
+ * operations (a multiply-add is two) and transcendental evaluations
+ * (exp, log, sin, ...: counted there, not in flops). */
+typedef struct PrimCost {
+  double flops, transcendentals;
+} PrimCost;
+/* Fills [c] (zeroed by the caller) for operands [in] and results [out]
+ * under [p]. */
+typedef void (*CostRule)(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                         PrimCost *c);
+
+/* The cost rules most rows share (prim_rules.c): one flop per result
+ * element (element-wise arithmetic and comparisons), one transcendental
+ * per result element, one flop per operand element folded into a result
+ * (reductions, cumulative ones: input minus output elements). */
+void prim_cost_per_element(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                           PrimCost *c);
+void prim_cost_transcendental(const Params *p, int nin, const AVal *in, int nout,
+                              const AVal *out, PrimCost *c);
+void prim_cost_reduction(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                         PrimCost *c);
+
 typedef struct PrimRules {
   ShapeRule shape;          /* abstract evaluation; NULL for PK_HIGHER */
   Kernel kernel;            /* eager evaluation; NULL for PK_HIGHER */
@@ -198,6 +221,7 @@ typedef struct PrimRules {
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL: operands replicated */
   ThroughTransposeRule through_transpose; /* plans; NULL: a transpose read is copied */
+  CostRule cost;            /* flops, transcendentals; NULL: moves data only */
   /* ---- the layers above's own rules, typed by them ---- */
   const struct CollRules *coll;  /* named-axis rules (spmd/collective.h);
                                     NULL: the primitive names no axis */

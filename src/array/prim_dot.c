@@ -272,11 +272,31 @@ static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params
   return 0;
 }
 
+/* Each result element is a dot product over the contracted dimensions:
+ * as many multiply-adds, two flops each (XLA's count). */
+static void cost_dot_general(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                             PrimCost *c) {
+  (void)nin, (void)nout;
+  Value *dn = params_get(p, "dimension_numbers");
+  size_t n2;
+  Value *const *pr, *const *cc;
+  int nc;
+  int64_t lc[SHM_MAXDIM];
+  if (!dn || !val_seq(dn, &n2, &pr) || n2 != 2 || !val_seq(pr[0], &n2, &cc) ||
+      read_seq(cc[0], &nc, lc) < 0) {
+    err_clear();
+    return;
+  }
+  double k = 1;
+  for (int i = 0; i < nc; i++) k *= (double)in[0].shape[lc[i]];
+  c->flops += 2 * k * (double)shape_size(out[0].ndim, out[0].shape);
+}
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .sharding = sh_dot_general, .through_transpose = la_dot_through_transpose}},
+    {P_DOT_GENERAL, {.shape = la_shape_dot_general, .kernel = la_kernel_dot_general, .batch = b_dot_general, .jvp = jvp_dot_general, .transpose = tr_dot_general, .sharding = sh_dot_general, .through_transpose = la_dot_through_transpose, .cost = cost_dot_general}},
 };
 
 void prim_dot_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -489,7 +489,7 @@ static const PrimRow rows[] = {
     {P_RANDOM_UNIFORM, {.shape = shape_uniform, .kernel = kern_uniform}},
     {P_RANDOM_RANDINT, {.shape = shape_randint, .kernel = kern_randint}},
     {P_RANDOM_PERMUTATION, {.shape = shape_permutation, .kernel = kern_permutation}},
-    {P_ERF_INV, {.shape = shape_erf_inv, .kernel = kern_erf_inv, .batch = b_erf_inv, .jvp = jvp_erf_inv, .sharding = prim_sharding_elementwise}},
+    {P_ERF_INV, {.shape = shape_erf_inv, .kernel = kern_erf_inv, .batch = b_erf_inv, .jvp = jvp_erf_inv, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
 };
 
 void prim_random_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -391,17 +391,17 @@ static int sh_cumulative(const AVal *in, Sharding *in_sh, int nin, const Params 
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum, .fuse = &fuse_reduce_sum, .sharding = sh_reduce_sum}},
-    {P_REDUCE_MAX, {.shape = shape_reduce_max, .kernel = kern_reduce_max, .batch = b_reduce_max, .jvp = jvp_reduce_max, .sharding = sh_reduce_max}},
-    {P_REDUCE_MIN, {.shape = shape_reduce_min, .kernel = kern_reduce_min, .batch = b_reduce_min, .jvp = jvp_reduce_min, .sharding = sh_reduce_min}},
-    {P_REDUCE_PROD, {.shape = shape_reduce_prod, .kernel = kern_reduce_prod, .batch = b_reduce_prod, .jvp = jvp_reduce_prod, .sharding = sh_reduce_prod}},
-    {P_REDUCE_AND, {.shape = shape_reduce_and, .kernel = kern_reduce_and, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_and, .jvp = jvp_reduce_and, .sharding = sh_reduce_and}},
-    {P_REDUCE_OR, {.shape = shape_reduce_or, .kernel = kern_reduce_or, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_or, .jvp = jvp_reduce_or, .sharding = sh_reduce_or}},
-    {P_ARGMAX, {.shape = shape_argmax, .kernel = kern_argmax, .batch = b_argmax, .jvp = jvp_argmax, .sharding = sh_argmax}},
-    {P_ARGMIN, {.shape = shape_argmin, .kernel = kern_argmin, .batch = b_argmin, .jvp = jvp_argmin, .sharding = sh_argmin}},
-    {P_CUMSUM, {.shape = shape_cumsum, .kernel = kern_cumsum, .batch = b_cumsum, .jvp = jvp_cumsum, .transpose = tr_cumsum, .sharding = sh_cumulative}},
-    {P_CUMPROD, {.shape = shape_cumprod, .kernel = kern_cumprod, .batch = b_cumprod, .jvp = jvp_cumprod, .sharding = sh_cumulative}},
-    {P_CUMMAX, {.shape = shape_cummax, .kernel = kern_cummax, .batch = b_cummax, .jvp = jvp_cummax, .sharding = sh_cumulative}},
+    {P_REDUCE_SUM, {.shape = shape_reduce_sum, .kernel = kern_reduce_sum, .batch = b_reduce_sum, .jvp = jvp_reduce_sum, .transpose = tr_reduce_sum, .fuse = &fuse_reduce_sum, .sharding = sh_reduce_sum, .cost = prim_cost_reduction}},
+    {P_REDUCE_MAX, {.shape = shape_reduce_max, .kernel = kern_reduce_max, .batch = b_reduce_max, .jvp = jvp_reduce_max, .sharding = sh_reduce_max, .cost = prim_cost_reduction}},
+    {P_REDUCE_MIN, {.shape = shape_reduce_min, .kernel = kern_reduce_min, .batch = b_reduce_min, .jvp = jvp_reduce_min, .sharding = sh_reduce_min, .cost = prim_cost_reduction}},
+    {P_REDUCE_PROD, {.shape = shape_reduce_prod, .kernel = kern_reduce_prod, .batch = b_reduce_prod, .jvp = jvp_reduce_prod, .sharding = sh_reduce_prod, .cost = prim_cost_reduction}},
+    {P_REDUCE_AND, {.shape = shape_reduce_and, .kernel = kern_reduce_and, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_and, .jvp = jvp_reduce_and, .sharding = sh_reduce_and, .cost = prim_cost_reduction}},
+    {P_REDUCE_OR, {.shape = shape_reduce_or, .kernel = kern_reduce_or, .dtypes = DC_BOOL | DC_INT, .batch = b_reduce_or, .jvp = jvp_reduce_or, .sharding = sh_reduce_or, .cost = prim_cost_reduction}},
+    {P_ARGMAX, {.shape = shape_argmax, .kernel = kern_argmax, .batch = b_argmax, .jvp = jvp_argmax, .sharding = sh_argmax, .cost = prim_cost_reduction}},
+    {P_ARGMIN, {.shape = shape_argmin, .kernel = kern_argmin, .batch = b_argmin, .jvp = jvp_argmin, .sharding = sh_argmin, .cost = prim_cost_reduction}},
+    {P_CUMSUM, {.shape = shape_cumsum, .kernel = kern_cumsum, .batch = b_cumsum, .jvp = jvp_cumsum, .transpose = tr_cumsum, .sharding = sh_cumulative, .cost = prim_cost_reduction}},
+    {P_CUMPROD, {.shape = shape_cumprod, .kernel = kern_cumprod, .batch = b_cumprod, .jvp = jvp_cumprod, .sharding = sh_cumulative, .cost = prim_cost_reduction}},
+    {P_CUMMAX, {.shape = shape_cummax, .kernel = kern_cummax, .batch = b_cummax, .jvp = jvp_cummax, .sharding = sh_cumulative, .cost = prim_cost_reduction}},
 };
 
 void prim_reduce_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

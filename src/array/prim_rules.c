@@ -28,3 +28,29 @@ int64_t prim_batch_size(Value **in, const int *dims, int nin) {
   }
   return 1;
 }
+
+/* ---- costs ---- */
+
+static double elements(const AVal *a) { return (double)shape_size(a->ndim, a->shape); }
+
+void prim_cost_per_element(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                           PrimCost *c) {
+  (void)p, (void)nin, (void)in;
+  for (int i = 0; i < nout; i++) c->flops += elements(&out[i]);
+}
+
+void prim_cost_transcendental(const Params *p, int nin, const AVal *in, int nout,
+                              const AVal *out, PrimCost *c) {
+  (void)p, (void)nin, (void)in;
+  for (int i = 0; i < nout; i++) c->transcendentals += elements(&out[i]);
+}
+
+/* A reduction of n elements into m results applies its operator n - m
+ * times (a cumulative one: once per element past the first of a run,
+ * about n as well). */
+void prim_cost_reduction(const Params *p, int nin, const AVal *in, int nout, const AVal *out,
+                         PrimCost *c) {
+  (void)p;
+  double n = nin ? elements(&in[0]) : 0, m = nout ? elements(&out[0]) : 0;
+  c->flops += n > m ? n - m : n;
+}

@@ -41,6 +41,8 @@
 #include "transform/custom_derivatives.h"
 #include "transform/xmap.h"
 #include "transform/jit.h"
+#include "transform/aot.h"
+#include "cli/calibrate.h"
 
 #ifndef SHMAP_VERSION
 #define SHMAP_VERSION "unknown"
@@ -70,6 +72,7 @@ typedef struct CmdLine {
   bool debug, post_mortem, dump_plans, verbose;
   const char *trace;    /* --trace FILE: the timeline's file */
   bool comm_stats;      /* --comm-stats */
+  const char *estimate; /* --estimate PROFILE: predicted time of each jit plan */
   bool dap;             /* run under the debug adapter (dap.h) */
 } CmdLine;
 
@@ -91,6 +94,10 @@ static const char HELP[] =
     "                       collectives per device (Perfetto, chrome://tracing)\n"
     "      --comm-stats     print bytes and time per collective, mesh axes and\n"
     "                       line at exit, on stderr\n"
+    "      --estimate PROFILE\n"
+    "                       predict each compiled plan's step time on the\n"
+    "                       hardware of PROFILE (YAML), on stderr at exit\n"
+    "      --calibrate      measure this machine: print its hardware profile\n"
     "      --dap            be a debug adapter (Debug Adapter Protocol) on\n"
     "                       standard input and output, for an editor\n"
     "      --test FILE...   run test scripts (or directories of them) and\n"
@@ -153,6 +160,16 @@ static int parse_option(CmdLine *cl, int argc, char **argv, int *i) {
     if (!(cl->trace = option_value(argc, argv, i, "--trace")) || !*cl->trace)
       return usage_error("--trace needs a file name");
     return 0;
+  }
+  if (is_option(arg, "--estimate")) {
+    if (!(cl->estimate = option_value(argc, argv, i, "--estimate")) || !*cl->estimate)
+      return usage_error("--estimate needs a hardware profile (a YAML file)");
+    return 0;
+  }
+  if (strcmp(arg, "--calibrate") == 0) {
+    cl->mode = RUN_CODE;
+    cl->target = calibrate_program;
+    return 1;
   }
   if (is_option(arg, "--devices")) {
     const char *v = option_value(argc, argv, i, "--devices");
@@ -599,6 +616,7 @@ static int run_interpreter(const CmdLine *cl) {
   } else {
     shm_interp->verbose = shm_options.verbose;
     shm_interp->dump_plans = shm_options.dump_plans;
+    if (cl->estimate) aot_estimate_on(cl->estimate);
     if (cl->mode != RUN_REPL) rc = run_program(cl, &globals);
     if (shm_options.interactive) rc = repl_run(globals, cl->mode == RUN_REPL);
   }
@@ -609,6 +627,7 @@ static int run_interpreter(const CmdLine *cl) {
   dev_stop();   /* the devices' timelines are complete from here on */
   if (cl->trace && write_trace(cl->trace) < 0 && rc == 0) rc = report_error();
   if (cl->comm_stats) timeline_comm_stats(stderr);
+  if (cl->estimate && aot_estimate_report(stderr) < 0 && rc == 0) rc = 1;
   tl_free();
   interp_free();
   cfg_free(&shm_options);

@@ -472,6 +472,18 @@ static Value *class_call(Class *c, const CallArgs *a) {
   return o;
 }
 
+/* The opaque types of higher layers that are callable (cls_register_call). */
+enum { MAX_CALLABLES = 8 };
+static struct {
+  const OpaqueType *ot;
+  Value *(*call)(Value *self, const CallArgs *a);
+} callables[MAX_CALLABLES];
+static int ncallables;
+
+void cls_register_call(const OpaqueType *ot, Value *(*call)(Value *self, const CallArgs *a)) {
+  if (ncallables < MAX_CALLABLES) callables[ncallables++] = (typeof(callables[0])){ot, call};
+}
+
 static Value *cls_call(Value *f, const CallArgs *a) {
   const OpaqueType *ot = ((Opaque *)f)->ot;
   Wrap *w = (Wrap *)f;
@@ -483,6 +495,8 @@ static Value *cls_call(Value *f, const CallArgs *a) {
     if (c && binds(c)) return cls_call_with_self(c, f, a);
     return err_set(ERR_TYPE, "'%s' object is not callable", ((Instance *)f)->cls->name);
   }
+  for (int i = 0; i < ncallables; i++)
+    if (callables[i].ot == ot) return callables[i].call(f, a);
   return err_set(ERR_TYPE, "'%s' object is not callable", ot->name);
 }
 

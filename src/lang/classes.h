@@ -85,6 +85,11 @@ int cls_exc_base(Value *v);
  * tuple, which is a tuple). */
 bool cls_is_instance(const Value *v);
 
+/* Makes values of opaque type [ot] (a higher layer's, e.g. aot.h's
+ * Compiled) callable: calling one runs [call].  At start-up; at most 8
+ * types. */
+void cls_register_call(const OpaqueType *ot, Value *(*call)(Value *self, const CallArgs *a));  /* hook */
+
 /* Whether [v] is a custom pytree node: an instance of a registered class. */
 bool cls_is_tree_node(const Value *v);
 

@@ -213,6 +213,19 @@ typedef struct CollNamedAxis {
 typedef int (*CollNamedBatchRule)(PrimId id, Value *x, int d, const CollNamedAxis *ax, Value *rest,
                                   const Params *p, Value **out, int *od);
 
+/* What one device of a group of [n] sends and receives in a collective
+ * whose operand there is [in_bytes] bytes, by the algorithm the cost model
+ * assumes for it (Compiled.cost_analysis, estimate; semantics: the
+ * scaling book's ring and all-to-all costs): bytes sent and received,
+ * and the rounds of messages one after another (each costs a link's
+ * latency). */
+typedef struct CollTraffic {
+  const char *algorithm;       /* "ring all-reduce", "all-to-all", ... */
+  double sent, received;       /* bytes per device */
+  int steps;                   /* sequential rounds of messages */
+} CollTraffic;
+typedef void (*CollTrafficRule)(double in_bytes, int n, CollTraffic *t);
+
 /* A primitive's named-axis rules: PrimRules.coll, filled by the family
  * file that registers its row (collective_reduce.c, collective_move.c,
  * collective_ragged.c). */
@@ -226,6 +239,7 @@ typedef struct CollRules {
   PrimId reduce;               /* the positional reduction it is over a
                                   named axis (reduce_sum for psum) */
   CollNamedBatchRule named_batch;  /* over a vmap/xmap axis; NULL: none */
+  CollTrafficRule traffic;     /* its bytes on the links; NULL: none move */
 } CollRules;
 
 /* The collective that reduces over named axes as positional reduction

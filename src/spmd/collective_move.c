@@ -1165,6 +1165,28 @@ static int batch_named_permute(PrimId id, Value *x, int d, const CollNamedAxis *
   return *out ? 0 : -1;
 }
 
+/* Ring all-gather: each device forwards n - 1 blocks of its operand's
+ * size. */
+static void traffic_all_gather(double b, int n, CollTraffic *t) {
+  *t = (CollTraffic){"ring all-gather", b * (n - 1), b * (n - 1), n - 1};
+}
+
+/* Ring reduce-scatter: n - 1 rounds of one 1/n piece of the operand. */
+static void traffic_reduce_scatter(double b, int n, CollTraffic *t) {
+  *t = (CollTraffic){"ring reduce-scatter", b * (n - 1) / n, b * (n - 1) / n, n - 1};
+}
+
+/* ppermute: the whole operand to one peer, in one round. */
+static void traffic_permute(double b, int n, CollTraffic *t) {
+  (void)n;
+  *t = (CollTraffic){"point-to-point", b, b, 1};
+}
+
+/* all_to_all: a 1/n chunk to each of the n - 1 others, all at once. */
+static void traffic_all_to_all(double b, int n, CollTraffic *t) {
+  *t = (CollTraffic){"all-to-all", b * (n - 1) / n, b * (n - 1) / n, 1};
+}
+
 /* ==== the rows ================================================================ */
 
 static const CollRow move_rows[] = {
@@ -1173,20 +1195,24 @@ static const CollRow move_rows[] = {
                     .jvp = jvp_all_gather, .transpose = tr_all_gather,
                     .coll = &(const CollRules){.api_name = "all_gather",
                                                .named = COLL_NAMED_REMOVES,
-                                               .named_batch = batch_named_gather}}},
+                                               .named_batch = batch_named_gather,
+                                               .traffic = traffic_all_gather}}},
     {P_PSUM_SCATTER, {.shape = coll_shape_psum_scatter, .kernel = coll_kernel_psum_scatter,
                       .vma = coll_vma_psum_scatter, .batch = batch_psum_scatter,
                       .jvp = jvp_psum_scatter, .transpose = tr_psum_scatter,
-                      .coll = &(const CollRules){.api_name = "psum_scatter"}}},
+                      .coll = &(const CollRules){.api_name = "psum_scatter",
+                                                 .traffic = traffic_reduce_scatter}}},
     {P_PPERMUTE, {.shape = coll_shape_ppermute, .kernel = coll_kernel_ppermute,
                   .vma = coll_vma_ppermute, .batch = batch_ppermute, .jvp = jvp_ppermute,
                   .transpose = tr_ppermute,
                   .coll = &(const CollRules){.api_name = "ppermute",
-                                             .named_batch = batch_named_permute}}},
+                                             .named_batch = batch_named_permute,
+                                             .traffic = traffic_permute}}},
     {P_ALL_TO_ALL, {.shape = coll_shape_all_to_all, .kernel = coll_kernel_all_to_all,
                     .vma = coll_vma_all_to_all, .batch = batch_all_to_all,
                     .jvp = jvp_all_to_all, .transpose = tr_all_to_all,
-                    .coll = &(const CollRules){.api_name = "all_to_all"}}},
+                    .coll = &(const CollRules){.api_name = "all_to_all",
+                                               .traffic = traffic_all_to_all}}},
 };
 
 void coll_move_register(void) {

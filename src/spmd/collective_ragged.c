@@ -485,6 +485,13 @@ static int tr_ragged_all_to_all(Value **ct, Value **in, const AVal *av, const bo
   return rc;
 }
 
+/* The sizes exchanged are data, unknown when lowering: counted as a
+ * dense all_to_all of the operand (an upper bound when the output buffer
+ * is the operand's size). */
+static void traffic_ragged(double b, int n, CollTraffic *t) {
+  *t = (CollTraffic){"all-to-all (dense bound)", b * (n - 1) / n, b * (n - 1) / n, 1};
+}
+
 /* ==== the row ================================================================== */
 
 static const CollRow ragged_rows[] = {
@@ -492,7 +499,7 @@ static const CollRow ragged_rows[] = {
      {.shape = coll_shape_ragged_all_to_all, .kernel = coll_kernel_ragged_all_to_all,
       .vma = coll_vma_ragged_all_to_all, .jvp = jvp_ragged_all_to_all,
       .transpose = tr_ragged_all_to_all,
-      .coll = &(const CollRules){.api_name = "ragged_all_to_all"}}},
+      .coll = &(const CollRules){.api_name = "ragged_all_to_all", .traffic = traffic_ragged}}},
 };
 
 void coll_ragged_register(void) {

@@ -1223,6 +1223,12 @@ static int tr_pvary(Value **ct, Value **in, const AVal *av, const bool *lin, int
   return (cts[0] = coll_psum_over(ct[0], m & ~av[0].vma)) ? 0 : -1;
 }
 
+/* A ring all-reduce: a reduce-scatter then an all-gather of the 1/n
+ * pieces, each n - 1 rounds (psum, pmax, pmin alike). */
+static void traffic_all_reduce(double b, int n, CollTraffic *t) {
+  *t = (CollTraffic){"ring all-reduce", 2 * b * (n - 1) / n, 2 * b * (n - 1) / n, 2 * (n - 1)};
+}
+
 /* ==== the rows ================================================================ */
 
 static const CollRow reduce_rows[] = {
@@ -1233,17 +1239,20 @@ static const CollRow reduce_rows[] = {
               .batch = batch_psum, .jvp = jvp_psum, .transpose = tr_psum,
               .coll = &(const CollRules){.api_name = "psum", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_SUM,
-                                         .named_batch = batch_named_reduce}}},
+                                         .named_batch = batch_named_reduce,
+                                         .traffic = traffic_all_reduce}}},
     {P_PMAX, {.shape = coll_shape_pmax, .kernel = coll_kernel_pmax, .vma = coll_vma_pmax,
               .batch = batch_pmax, .jvp = jvp_pmax,
               .coll = &(const CollRules){.api_name = "pmax", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_MAX,
-                                         .named_batch = batch_named_reduce}}},
+                                         .named_batch = batch_named_reduce,
+                                         .traffic = traffic_all_reduce}}},
     {P_PMIN, {.shape = coll_shape_pmin, .kernel = coll_kernel_pmin, .vma = coll_vma_pmin,
               .batch = batch_pmin, .jvp = jvp_pmin,
               .coll = &(const CollRules){.api_name = "pmin", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_MIN,
-                                         .named_batch = batch_named_reduce}}},
+                                         .named_batch = batch_named_reduce,
+                                         .traffic = traffic_all_reduce}}},
     {P_PVARY, {.shape = shape_pvary, .kernel = kernel_pvary, .vma = vma_pvary,
                .batch = batch_pvary, .jvp = jvp_pvary, .transpose = tr_pvary,
                .coll = &(const CollRules){.named = COLL_NAMED_KEEPS}}},

@@ -73,8 +73,9 @@ static int default_device(int size, int ndev, int i) {
   return (i / share) * (ndev / procs) + i % share;
 }
 
-Value *mesh_new(const char *name, int naxes, const char *const *names, const int64_t *sizes,
-                const int *devices) {
+/* Builds a mesh; [abstract] skips the count of real devices. */
+static Value *mesh_make(const char *name, int naxes, const char *const *names,
+                        const int64_t *sizes, const int *devices, bool abstract) {
   if (check_axes(naxes, names, sizes) < 0) return NULL;
   int64_t size = 1;
   bool overflow = false;
@@ -86,7 +87,7 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
   if (size > MESH_MAX_DEVICES)
     return err_set(ERR_VALUE, "mesh of %lld devices is too large (at most %d)",
                    (long long)size, MESH_MAX_DEVICES);
-  int ndev = shm_interp ? shm_interp->ndevices : (int)size;
+  int ndev = shm_interp && !abstract ? shm_interp->ndevices : (int)size;
   if (!devices && size > ndev)
     return err_set(ERR_VALUE,
                    "mesh %s needs %lld devices but only %d exist; run with --devices %lld "
@@ -98,6 +99,7 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
   m->name = name;
   m->naxes = naxes;
   m->size = (int)size;
+  m->abstract = abstract;
   for (int i = 0; i < naxes; i++) {
     m->axis_names[i] = names[i];
     m->axis_sizes[i] = (int)sizes[i];
@@ -112,6 +114,26 @@ Value *mesh_new(const char *name, int naxes, const char *const *names, const int
     return NULL;
   }
   return &m->hdr;
+}
+
+Value *mesh_new(const char *name, int naxes, const char *const *names, const int64_t *sizes,
+                const int *devices) {
+  return mesh_make(name, naxes, names, sizes, devices, false);
+}
+
+Value *mesh_new_abstract(int naxes, const char *const *names, const int64_t *sizes) {
+  return mesh_make(NULL, naxes, names, sizes, NULL, true);
+}
+
+int mesh_check_runnable(const Mesh *m) {
+  int ndev = shm_interp ? shm_interp->ndevices : m->size;
+  if (!m->abstract || m->size <= ndev) return 0;
+  Value *r = val_repr((Value *)&m->hdr);
+  err_set(ERR_VALUE, "shard_map on %s needs a real mesh of %d devices, but only %d exist; "
+          "an abstract mesh is for lowering and analysis (run with --devices %d to run it)",
+          r ? str_cstr(r) : "AbstractMesh", m->size, ndev, m->size);
+  val_decref(r);
+  return -1;
 }
 
 void mesh_to_desc(const Mesh *m, MeshDesc *d) {
@@ -346,6 +368,44 @@ static int add_to_jax(Env *b, const char *name, BuiltinFn fn, const char *doc) {
   return add_to_ns(b, "jax", name, fn, doc);
 }
 
+/* The sizes and names of make_mesh and AbstractMesh: [what] names the
+ * function in messages.  The count, or -1 with the error set. */
+static int read_axes(const char *what, Value *shapes, Value *names, const char **an,
+                     int64_t *sizes) {
+  size_t ns, nn;
+  Value *const *si, *const *ni;
+  if (!val_seq(shapes, &ns, &si) || !val_seq(names, &nn, &ni) || ns != nn || ns > MESH_MAX_AXES)
+    return err_set(ERR_VALUE, "%s: axis sizes and axis_names must be sequences of one size and "
+                              "one name per axis", what), -1;
+  for (size_t i = 0; i < ns; i++) {
+    if (ni[i]->type != V_STR) return err_set(ERR_TYPE, "%s: axis names must be strings", what), -1;
+    if (arr_to_index(si[i], &sizes[i]) < 0) return -1;
+    if (sizes[i] <= 0) return err_set(ERR_VALUE, "%s: axis sizes must be positive", what), -1;
+    an[i] = intern_cstr(str_cstr(ni[i]));
+  }
+  return (int)ns;
+}
+
+/* jax.sharding.AbstractMesh(axis_sizes, axis_names, axis_types=None):
+ * JAX's current signature; axis_types, when given, has one entry per
+ * axis (every axis behaves as Auto: shard_map's manual axes are its
+ * specs'). */
+static Value *bi_abstract_mesh(const CallArgs *a) {
+  Value *shapes, *names, *types = NULL;
+  if (args_bind("AbstractMesh", a, "axis_sizes, axis_names, axis_types=",
+                (Value **[]){&shapes, &names, &types}) < 0)
+    return NULL;
+  const char *an[MESH_MAX_AXES];
+  int64_t sizes[MESH_MAX_AXES];
+  int n = read_axes("AbstractMesh", shapes, names, an, sizes);
+  if (n < 0) return NULL;
+  size_t nt;
+  Value *const *ti;
+  if (types && types != VAL_NONE && (!val_seq(types, &nt, &ti) || (int)nt != n))
+    return err_set(ERR_VALUE, "AbstractMesh: axis_types must have one entry per axis (%d)", n);
+  return mesh_new_abstract(n, an, sizes);
+}
+
 /* jax.make_mesh(axis_shapes, axis_names): a mesh over the first devices,
  * in row-major order. */
 static Value *bi_make_mesh(const CallArgs *a) {
@@ -353,21 +413,11 @@ static Value *bi_make_mesh(const CallArgs *a) {
   if (args_bind("make_mesh", a, "axis_shapes, axis_names, devices=, axis_types=",
                 (Value **[]){&shapes, &names, &devs, &types}) < 0)
     return NULL;
-  size_t ns, nn;
-  Value *const *si, *const *ni;
-  if (!val_seq(shapes, &ns, &si) || !val_seq(names, &nn, &ni) || ns != nn || ns > MESH_MAX_AXES)
-    return err_set(ERR_VALUE, "make_mesh: axis_shapes and axis_names must be sequences of "
-                              "one size and one name per axis");
   const char *an[MESH_MAX_AXES];
   int64_t sizes[MESH_MAX_AXES];
-  for (size_t i = 0; i < ns; i++) {
-    if (ni[i]->type != V_STR) return err_set(ERR_TYPE, "make_mesh: axis names must be strings");
-    if (arr_to_index(si[i], &sizes[i]) < 0) return NULL;
-    if (sizes[i] <= 0) return err_set(ERR_VALUE, "make_mesh: axis sizes must be positive");
-    an[i] = intern_cstr(str_cstr(ni[i]));
-  }
+  int ns = read_axes("make_mesh", shapes, names, an, sizes);
   (void)devs;
-  return with_axis_types(mesh_new(NULL, (int)ns, an, sizes, NULL), types);
+  return ns < 0 ? NULL : with_axis_types(mesh_new(NULL, ns, an, sizes, NULL), types);
 }
 
 /* devices(): the ids of every device, as an int32 array (reshape it to
@@ -433,7 +483,7 @@ static Value *mesh_getattr(Value *self, const char *name) {
 static Value *mesh_repr(Value *self) {
   Mesh *m = (Mesh *)self;
   char buf[512];
-  size_t len = (size_t)snprintf(buf, sizeof buf, "Mesh(");
+  size_t len = (size_t)snprintf(buf, sizeof buf, m->abstract ? "AbstractMesh(" : "Mesh(");
   for (int i = 0; i < m->naxes && len < sizeof buf; i++)
     len += (size_t)snprintf(buf + len, sizeof buf - len, "%s'%s': %d", i ? ", " : "",
                             m->axis_names[i], m->axis_sizes[i]);
@@ -744,6 +794,8 @@ int mesh_register(Env *b) {
       add_class_to_ns(b, "jax.sharding", "Mesh", bi_mesh, "Mesh(devices, axis_names)", V_MESH) < 0 ||
       builtins_add_to("jax.sharding", "AxisType", &axis_type_cls.hdr) < 0 ||
       builtins_add(b, "devices", bi_devices, "devices(): ids of every device") < 0 ||
+      add_to_ns(b, "jax.sharding", "AbstractMesh", bi_abstract_mesh,
+                "AbstractMesh(axis_sizes, axis_names, axis_types=None)") < 0 ||
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       add_to_jax(b, "set_mesh", bi_set_mesh, "set_mesh(mesh): the mesh of shard_maps naming none") < 0 ||
       add_to_ns(b, "jax.sharding", "use_mesh", bi_set_mesh, "use_mesh(mesh): as jax.set_mesh") < 0 ||

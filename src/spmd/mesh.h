@@ -28,6 +28,9 @@ typedef struct Mesh {
   int size;                              /* product of the sizes */
   int *devices;                          /* owned: device id of each flat index */
   uint8_t axis_types[MESH_MAX_AXES];     /* MeshAxisType of each axis (jax.sharding.AxisType) */
+  bool abstract;                         /* jax.sharding.AbstractMesh: names and
+                                            sizes only, for lowering; running on it
+                                            needs [size] real devices */
 } Mesh;
 
 /* jax.sharding.AxisType: how a program treats a mesh axis (shmap(7), THE
@@ -56,6 +59,18 @@ typedef struct PSpec {
  * repeated device ids. */
 Value *mesh_new(const char *name, int naxes, const char *const *names,
                 const int64_t *sizes, const int *devices);
+/* jax.sharding.AbstractMesh(axis_sizes, axis_names): a mesh of names and
+ * sizes that no device backs (semantics: JAX's AbstractMesh), up to
+ * MESH_MAX_DEVICES devices whatever --devices says.  Lowering and tracing
+ * work on it; a shard_map run on it needs as many real devices as its size
+ * (mesh_check_runnable).  Errors: as mesh_new's, less the device count. */
+Value *mesh_new_abstract(int naxes, const char *const *names, const int64_t *sizes);
+
+/* 0 when [m] can run on this process's devices, else -1 with the error
+ * "shard_map on AbstractMesh('x': 65536) needs a real mesh of 65536
+ * devices, but only 8 exist ...". */
+int mesh_check_runnable(const Mesh *m);
+
 /* The most devices a mesh may have: 2^20. */
 #define MESH_MAX_DEVICES (1 << 20)
 

@@ -1060,6 +1060,7 @@ Value *shardmap_call(Value *fv, const CallArgs *a) {
     return stager(fv, a);
   }
   ShardFn *f = (ShardFn *)fv;
+  if (mesh_check_runnable(f->mesh) < 0) return NULL;
   int n = f->mesh->size;
   Call c = {.f = f};
   c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));

@@ -535,7 +535,7 @@ static int fuse_steps(Pre *pr) {
       e->steps[w++] = e->steps[i++];
       continue;
     }
-    Step f = {.kind = ST_FUSED, .eqn = e->steps[i].eqn};
+    Step f = {.kind = ST_FUSED, .eqn = e->steps[i].eqn, .last = e->steps[i + n - 1].eqn};
     f.fused = fuse_build(&fe, items, i, n, &f.nin, &f.in, &f.nout, &f.out);
     if (!f.fused) {
       shm_free(uses);

@@ -16,6 +16,7 @@
 #include "base/intern.h"
 #include "transform/jit.h"
 #include "transform/partition.h"
+#include "transform/aot.h"
 #include "lang/jaxconfig.h"
 #include "transform/eager_fusion.h"
 #include "base/mem.h"
@@ -118,9 +119,19 @@ static void sig_bytes(Sig *s, const void *p, size_t n) {
 
 static void sig_tag(Sig *s, char tag) { sig_bytes(s, &tag, 1); }
 
+/* A traced leaf: an array, a tracer, or a ShapeDtypeStruct standing for
+ * an array (aot.h: jit(f).lower, eval_shape). */
+static bool traced_leaf(Value *v) { return ops_is_array(v) || aot_is_sds(v); }
+
+static int leaf_aval(Value *v, AVal *a) {
+  if (!aot_is_sds(v)) return ops_aval(v, a);
+  aot_sds_aval(v, a);
+  return 0;
+}
+
 static void sig_leaf(Sig *s, Value *v) {
   AVal a;
-  if (ops_aval(v, &a) < 0) {
+  if (leaf_aval(v, &a) < 0) {
     err_clear();
     s->failed = true;
     return;
@@ -185,7 +196,7 @@ static bool is_int_tuple(Value *v) {
 }
 
 /* The traced leaves of a pytree: arrays (pytree_replace's predicate). */
-static bool array_leaf(Value *v) { return ops_is_array(v); }
+static bool array_leaf(Value *v) { return traced_leaf(v); }
 
 static bool is_pytree_node(Value *v) {
   return (v->type == V_TUPLE && !is_int_tuple(v)) || v->type == V_LIST || v->type == V_DICT ||
@@ -221,6 +232,10 @@ static void sig_dict(Sig *s, Value *v) {
 /* A traced argument: arrays are leaves, tuples, lists and dicts are
  * walked (lang/pytree.h's order); a tuple of ints is static (a shape). */
 static void sig_traced(Sig *s, Value *v) {
+  if (aot_is_sds(v)) {
+    sig_leaf(s, v);
+    return;
+  }
   if (ops_is_array(v)) {
     /* a Python int past int32 is JAX's OverflowError: traced, it would
      * wrap silently wherever it meets an array, as it does not eagerly */
@@ -338,7 +353,7 @@ static int sig_build(const JitFn *j, const CallArgs *a, Sig *s) {
 
 /* [v] with its traced leaves replaced, in order, by [repl] from [*pos]. */
 static Value *rebuild(Value *v, Value **repl, int *pos) {
-  if (ops_is_array(v)) return val_incref(repl[(*pos)++]);
+  if (traced_leaf(v)) return val_incref(repl[(*pos)++]);
   if (!is_pytree_node(v)) return val_incref(v);
   if (v->type == V_DICT || v->type == V_OPAQUE) return pytree_replace(v, array_leaf, repl, pos);
   size_t n;
@@ -422,7 +437,7 @@ static Value **make_tracers(Trace *t, Sig *s) {
   if (!tr) return err_nomem();
   for (int i = 0; i < s->nleaves; i++) {
     AVal a;
-    ops_aval(s->leaves[i], &a);
+    leaf_aval(s->leaves[i], &a);
     /* a value of a staged xmap body keeps its named shape (trace.h) */
     if (!(tr[i] = trace_new_arg_named(t, &a, trace_named(s->leaves[i]), s->names[i]))) {
       for (int k = 0; k < i; k++) val_decref(tr[k]);
@@ -595,6 +610,7 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
     return NULL;
   }
   dump_plan(j, tr.plan);
+  aot_estimate_note(j->name, tr.plan);
   if (!(e->key = shm_malloc(s->len + 1))) {
     err_nomem();
     entry_free(e);
@@ -787,6 +803,17 @@ static int put_args(const JitFn *j, const CallArgs *a, Value **args) {
   return 0;
 }
 
+/* A ShapeDtypeStruct describes an argument for lower or eval_shape; a
+ * call needs the array (JAX's TypeError). */
+static int no_sds(const Sig *s) {
+  for (int i = 0; i < s->nleaves; i++)
+    if (aot_is_sds(s->leaves[i]))
+      return err_set(ERR_TYPE, "argument '%s' of type ShapeDtypeStruct is not a valid JAX type: "
+                     "a ShapeDtypeStruct stands for an array in jit(f).lower(...) and "
+                     "jax.eval_shape, not in a call", s->names[i] ? s->names[i] : "?"), -1;
+  return 0;
+}
+
 Value *jit_call(Value *f, const CallArgs *a) {
   JitFn *j = (JitFn *)f;
   if (!j->in_shardings && !j->out_shardings) return jit_call_laid(j, a);
@@ -813,7 +840,7 @@ static Value *jit_call_laid(JitFn *j, const CallArgs *a) {
   Sig s;
   sig_init(&s);
   Value *r = NULL;
-  if (sig_build(j, a, &s) < 0) goto out;
+  if (sig_build(j, a, &s) < 0 || no_sds(&s) < 0) goto out;
   /* being transformed, as an argument or closed over: the same result,
    * evaluated inline (staging cannot take a transformation's value in; a
    * closed-over one found by tracing would run the function's Python side
@@ -1136,6 +1163,171 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   return r;
 }
 
+/* The static arguments of [a]: (position, value) and (keyword, value)
+ * pairs, in a tuple; an empty one on out of memory (the call then needs
+ * them passed, and says so by its signature). */
+static Value *statics_of(const JitFn *j, const CallArgs *a) {
+  Value *l = list_new(2);
+  for (int i = 0; l && i < a->nargs + a->nkw; i++) {
+    bool pos = i < a->nargs;
+    const char *name = pos ? param_name(j->fn, i) : a->kwnames[i - a->nargs];
+    if (!is_static(j, pos ? i : -1, name)) continue;
+    Value *k = pos ? val_int(i) : str_from(name);
+    Value *pair = k ? tuple_pack(2, (Value *[]){k, pos ? a->args[i] : a->kwvals[i - a->nargs]}) : NULL;
+    val_decref(k);
+    if (list_append_steal(l, pair) < 0) err_clear();
+  }
+  Value *t = l ? tuple_pack(list_len(l), ((List *)l)->items) : NULL;
+  val_decref(l);
+  if (!t) err_clear();
+  return t ? t : tuple_new(0);
+}
+
+/* [a] with the lowered call's static arguments put back where they were:
+ * positional ones at their positions, keywords after [a]'s. */
+static int with_statics(const JitLowered *l, const CallArgs *a, CallArgs *out, Value ***args,
+                        const char ***kwn, Value ***kwv) {
+  size_t ns = l->statics ? tuple_len(l->statics) : 0;
+  int npos = 0, nkw = 0;
+  for (size_t k = 0; k < ns; k++)
+    IS_ARRAY(tuple_get(tuple_get(l->statics, k), 0)) ? npos++ : nkw++;
+  *args = shm_calloc((size_t)(a->nargs + npos) + 1, sizeof(Value *));
+  *kwn = shm_calloc((size_t)(a->nkw + nkw) + 1, sizeof(char *));
+  *kwv = shm_calloc((size_t)(a->nkw + nkw) + 1, sizeof(Value *));
+  if (!*args || !*kwn || !*kwv) return err_nomem(), -1;
+  int next = 0;
+  for (int i = 0; i < a->nargs + npos; i++) {
+    Value *v = NULL;
+    for (size_t k = 0; k < ns && !v; k++) {
+      Value *pr = tuple_get(l->statics, k), *key = tuple_get(pr, 0);
+      if (IS_ARRAY(key) && arr_get_i64(AS_ARRAY(key), 0) == i) v = tuple_get(pr, 1);
+    }
+    (*args)[i] = v ? v : next < a->nargs ? a->args[next++] : VAL_NONE;
+  }
+  int m = 0;
+  for (int k = 0; k < a->nkw; k++, m++) (*kwn)[m] = a->kwnames[k], (*kwv)[m] = a->kwvals[k];
+  for (size_t k = 0; k < ns; k++) {
+    Value *pr = tuple_get(l->statics, k), *key = tuple_get(pr, 0);
+    if (IS_ARRAY(key)) continue;
+    (*kwn)[m] = intern_cstr(str_cstr(key)), (*kwv)[m++] = tuple_get(pr, 1);
+  }
+  *out = (CallArgs){a->nargs + npos, *args, m, *kwn, *kwv};
+  return 0;
+}
+
+Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out) {
+  Value *jv = fn->type == V_JITFN ? val_incref(fn) : jit_new(fn, 0, NULL, 0, NULL);
+  if (!jv) return NULL;
+  if (trace_current()) {
+    val_decref(jv);
+    return err_set(ERR_TYPE, "lower: cannot lower while tracing (call it outside jit)");
+  }
+  JitFn *j = (JitFn *)jv;
+  Sig s;
+  sig_init(&s);
+  Traced tr = {0};
+  Plan *p = NULL;
+  if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, true, &tr) == 0) {
+    trace_caps_free(tr.caps, tr.ncap);
+    out->key = shm_malloc(s.len + 1);
+    if (out->key) {
+      shm_memcpy(out->key, s.key, s.len);
+      out->keylen = s.len;
+      out->out_tree = tr.out_tree;
+      out->jit = jv;
+      out->holds = s.holds;
+      s.holds = NULL;
+      out->statics = statics_of(j, a);
+      p = tr.plan;
+    } else {
+      err_nomem();
+      val_decref(tr.out_tree);
+      val_decref(&tr.plan->hdr);
+    }
+  }
+  sig_free(&s);
+  if (!p) val_decref(jv);
+  return p;
+}
+
+/* The type JAX prints for an aval, float32[8,16]{weak_type=True}. */
+static void jax_type_str(const AVal *a, char *buf, size_t cap) {
+  size_t len = (size_t)snprintf(buf, cap, "%s[", dt_name(a->dtype));
+  for (int i = 0; i < a->ndim && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? "," : "", (long long)a->shape[i]);
+  if (len < cap) snprintf(buf + len, cap - len, a->weak ? "]{weak_type=True}" : "]");
+}
+
+/* The error of a call whose signature is not the lowered one: JAX's
+ * wording, each differing argument named. */
+static void mismatch_error(const Plan *p, const Sig *s) {
+  if (s->nleaves != p->nin) {
+    err_set(ERR_TYPE, "Function compiled with input pytree does not match the input pytree it "
+            "was called with: compiled for %d arrays, called with %d", p->nin, s->nleaves);
+    return;
+  }
+  char msg[1024], want[128], got[128];
+  size_t len = (size_t)snprintf(msg, sizeof msg, "Argument types differ from the types for which "
+                                "this computation was compiled. The mismatches are:");
+  int bad = 0;
+  for (int i = 0; i < s->nleaves && len < sizeof msg; i++) {
+    AVal g;
+    if (leaf_aval(s->leaves[i], &g) < 0) {
+      err_clear();
+      continue;
+    }
+    const AVal *w = &p->vars[p->invars[i]];
+    jax_type_str(w, want, sizeof want);
+    jax_type_str(&g, got, sizeof got);
+    if (strcmp(want, got) == 0) continue;
+    bad++;
+    char pos[32];
+    snprintf(pos, sizeof pos, "args[%d]", i);
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "\nArgument '%s' compiled with %s and "
+                            "called with %s", s->names[i] ? s->names[i] : pos, want, got);
+  }
+  if (!bad) snprintf(msg + len, sizeof msg - len, "\nthe static arguments or the context mesh "
+                     "differ from the lowered call's");
+  err_set(ERR_TYPE, "%s", msg);
+}
+
+Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
+  JitFn *j = (JitFn *)l->jit;
+  Sig s;
+  sig_init(&s);
+  Value *r = NULL, **args = NULL, **kwv = NULL;
+  const char **kwn = NULL;
+  CallArgs full, *a = &full;
+  if (with_statics(l, given, &full, &args, &kwn, &kwv) < 0) goto out;
+  if (sig_build(j, a, &s) < 0 || no_sds(&s) < 0) goto out;
+  if (any_tracer(&s)) {
+    err_set(ERR_TYPE, "a Compiled function cannot be called on traced values (call the jit "
+            "function instead)");
+    goto out;
+  }
+  if (s.len != l->keylen || memcmp(s.key, l->key, s.len) != 0) {
+    mismatch_error(p, &s);
+    goto out;
+  }
+  Entry e = {.plan = p, .out_tree = l->out_tree};
+  r = run_entry(&e, &s);
+out:
+  sig_free(&s);
+  shm_free(args);
+  shm_free(kwn);
+  shm_free(kwv);
+  return r;
+}
+
+void jit_lowered_clear(JitLowered *l) {
+  shm_free(l->key);
+  val_decref(l->out_tree);
+  val_decref(l->jit);
+  val_decref(l->holds);
+  val_decref(l->statics);
+  memset(l, 0, sizeof *l);
+}
+
 /* plan(f, *args, **kwargs): the staged plan of calling f on args. */
 static Value *bi_plan(const CallArgs *a) {
   if (a->nargs < 1) return err_set(ERR_TYPE, "plan() missing required argument 'f'");
@@ -1164,6 +1356,8 @@ static int add_both(Env *b, const char *name, BuiltinFn fn, const char *doc, con
 static Value *jit_getattr(Value *self, const char *name) {
   if (strcmp(name, "__wrapped__") == 0) return val_incref(((JitFn *)self)->fn);
   if (strcmp(name, "__name__") == 0) return ops_getattr(((JitFn *)self)->fn, name);
+  if (strcmp(name, "lower") == 0) return bound_new("lower", aot_lower_method, self);
+  if (strcmp(name, "eval_shape") == 0) return bound_new("eval_shape", aot_eval_shape_method, self);
   return err_set(ERR_ATTRIBUTE, "'jit' object has no attribute '%s'", name);
 }
 
@@ -1180,6 +1374,7 @@ int jit_register(Env *b) {
   ops_register_getattr(V_JITFN, jit_getattr);
   eval_make_jit = make_jit_hook;
   shardmap_set_stager(jit_trace_shard_map);
+  if (aot_register(b) < 0) return -1;
   if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
       add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||
       add_both(b, "make_jaxpr", bi_make_jaxpr, "make_jaxpr(f)(*args): the staged plan", "jax") < 0)

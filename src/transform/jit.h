@@ -61,6 +61,38 @@ Value *jit_plan_of(Value *fn, const CallArgs *a);
  * returns the traced result.  shardmap_call hands such calls here. */
 Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
 
+/* What lowering a call keeps to run it later (aot.h's Lowered and
+ * Compiled): the jit function, the call's signature bytes, the result's
+ * structure (its leaves the tracers of the trace) and the objects the
+ * signature holds by identity.  All owned. */
+typedef struct JitLowered {
+  Value *jit;
+  char *key;
+  size_t keylen;
+  Value *out_tree;
+  Value *holds;
+  Value *statics;   /* a tuple of (position or keyword, value): the static
+                       arguments, constants of the plan, which a call of the
+                       Compiled leaves out (JAX's) */
+} JitLowered;
+
+/* jit(f).lower(*args): traces [fn] (a JitFn or any callable) at top level
+ * on [a], whose array leaves may be arrays or ShapeDtypeStructs (aot.h),
+ * without running it.  The plan (a new reference), [out] filled; NULL with
+ * the error set (as tracing's; TypeError while another trace is open). */
+Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out);
+
+/* Runs [p] (compiled, from jit_lower into [l]) on the arrays of [a], the
+ * lowered call's arguments less its static ones: the result in the traced
+ * structure.  A call whose signature is not the
+ * lowered one is JAX's TypeError: "Argument types differ from the types
+ * for which this computation was compiled. The mismatches are: Argument
+ * 'x' compiled with float32[8] and called with float32[4]". */
+Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *a);
+
+/* Releases what [l] owns; [l] is zeroed. */
+void jit_lowered_clear(JitLowered *l);
+
 /* Registers jit (also jax.jit), plan, jax.make_jaxpr, the V_JITFN type,
  * eval_make_jit, and the staging subsystems under it (trace.h, plan.h,
  * compile.h; control.h registers itself, ctl_register), and the rows of

@@ -317,7 +317,7 @@ static void put_value(StrBuf *t, Value *v) {
       sbuf_puts(t, m->name);
       return;
     }
-    sbuf_puts(t, "Mesh(");
+    sbuf_puts(t, m->abstract ? "AbstractMesh(" : "Mesh(");
     for (int i = 0; i < m->naxes; i++) sbuf_printf(t, "%s%s=%d", i ? ", " : "", m->axis_names[i], m->axis_sizes[i]);
     sbuf_puts(t, ")");
     return;

@@ -93,6 +93,8 @@ static void check_named_rules(void) {
     ck_assert_msg(!c->reduces || prim_table[c->reduce].kind == PK_REDUCE,
                   "%s: reduces as a primitive that is no reduction", p->name);
     ck_assert_msg(!c->reduces || c->named_batch, "%s: a reduction with no named batching", p->name);
+    ck_assert_msg((c->traffic != NULL) == (c->api_name != NULL),
+                  "%s: what the engine runs moves bytes: a traffic rule (cost_analysis)", p->name);
   }
   for (size_t k = 0; k < sizeof reduces_as / sizeof *reduces_as; k++) {
     int coll = prim_lookup(reduces_as[k][0]), red = prim_lookup(reduces_as[k][1]);
@@ -102,6 +104,19 @@ static void check_named_rules(void) {
   ck_assert_int_eq(prim_table[prim_lookup("all_gather")].rules.coll->named, COLL_NAMED_REMOVES);
   ck_assert_int_eq(prim_table[prim_lookup("axis_index")].rules.coll->named, COLL_NAMED_ADDS);
   ck_assert_str_eq(prim_table[prim_lookup("reduce_scatter")].rules.coll->api_name, "psum_scatter");
+}
+
+/* The primitives with no cost rule: they move data, or change only its
+ * type (cost_analysis counts their bytes, no flops). */
+static const char *const moves_only[] = {"convert_element_type", "copy", NULL};
+
+/* Every element-wise and reduction row says its flops or
+ * transcendentals, and so does dot_general. */
+static void check_cost(const PrimInfo *p) {
+  bool counts = p->kind == PK_UNARY || p->kind == PK_BINARY || p->kind == PK_REDUCE ||
+                p->kind == PK_CONTRACT;
+  if (!counts || listed(moves_only, p->name)) return;
+  ck_assert_msg(p->rules.cost != NULL, "%s: no cost rule (flops for cost_analysis)", p->name);
 }
 
 /* Higher-order primitives the compiled executor does not run by
@@ -156,6 +171,7 @@ START_TEST(tc_every_primitive_has_rules) {
     if (p->kind != PK_HIGHER && p->kind != PK_COLLECTIVE)
       ck_assert_msg(p->rules.shape && p->rules.kernel, "%s lacks a shape rule or kernel", p->name);
     if (p->kind == PK_HIGHER) check_higher((PrimId)i);
+    check_cost(p);
     if (p->kind == PK_HIGHER || listed(no_operand, p->name)) continue;
     bool loop = listed(batch_by_loop, p->name);
     ck_assert_msg((p->rules.batch != NULL) != loop, "%s: %s", p->name,
