@@ -231,18 +231,41 @@ static Value *bi_custom_jvp(const CallArgs *a) { return make_custom(a, &jvp_type
 
 /* ==== the call: the innermost trace among the arguments picks the rule ============= */
 
-/* The tracer of the innermost trace among the leaves of the
- * differentiable arguments, or NULL (none is a tracer).  0 or -1. */
+/* The tracer of the innermost trace among the arguments' leaves, or
+ * NULL (none is a tracer): a nondiff argument's too, which its rule
+ * then refuses.  0 or -1. */
 static int top_tracer(const Custom *c, const CallArgs *a, Tracer **top) {
+  (void)c;
   *top = NULL;
   for (int i = 0; i < a->nargs; i++) {
     PyLeaves l = {0};
-    if (is_nondiff(c, i)) continue;
     if (pytree_flatten(a->args[i], array_leaf, &l) < 0) return -1;
     for (int k = 0; k < l.n; k++)
       if (IS_TRACER(l.v[k]) && (!*top || ((Tracer *)l.v[k])->trace_id > (*top)->trace_id))
         *top = (Tracer *)l.v[k];
     pytree_leaves_free(&l);
+  }
+  return 0;
+}
+
+/* JAX's check on custom_vjp's nondiff arguments: no tracer among their
+ * leaves (their derivative could be neither taken nor refused later). */
+static int check_nondiff(const Custom *c, const CallArgs *a) {
+  for (int i = 0; i < a->nargs; i++) {
+    PyLeaves l = {0};
+    if (!is_nondiff(c, i)) continue;
+    if (pytree_flatten(a->args[i], array_leaf, &l) < 0) return -1;
+    bool traced = false;
+    for (int k = 0; k < l.n; k++) traced |= IS_TRACER(l.v[k]);
+    pytree_leaves_free(&l);
+    if (traced)
+      return err_set(ERR_TYPE, "Found a JAX Tracer object passed as an argument to a custom_vjp "
+                               "function in a position indicated by nondiff_argnums as "
+                               "non-differentiable. Tracers cannot be passed as non-differentiable "
+                               "arguments to custom_vjp functions; instead, nondiff_argnums should "
+                               "only be used for arguments that can't be or contain JAX tracers, "
+                               "e.g. function-valued arguments. In particular, array-valued "
+                               "arguments should typically not be indicated as nondiff_argnums."), -1;
   }
   return 0;
 }
@@ -266,7 +289,7 @@ static Value *custom_call(Value *self, const CallArgs *a) {
                                "arguments", c->name, (long long)n, a->nargs);
   }
   Tracer *top;
-  if (top_tracer(c, a, &top) < 0) return NULL;
+  if ((is_vjp(c) && check_nondiff(c, a) < 0) || top_tracer(c, a, &top) < 0) return NULL;
   PrimId row = is_vjp(c) ? P_CUSTOM_VJP_CALL : P_CUSTOM_JVP_CALL;
   if (top && (top->kind == TR_JVP || top->kind == TR_BATCH)) {
     HigherCallRule rule = top->kind == TR_JVP ? higher_rules(row)->jvp_call : higher_rules(row)->batch_call;
@@ -718,6 +741,15 @@ static Value *jvp_call_vjp(Value *self, const CallArgs *a) {
                      "primal outputs and residuals (values stored from the forward pass for use "
                      "on the backward pass)") < 0)
     goto out;
+  if (differentiated(out, j->id)) {
+    err_set(ERR_TYPE, "Detected differentiation of a custom_vjp function with respect to a "
+                      "closed-over value. That isn't supported because the custom VJP rule only "
+                      "specifies how to differentiate the custom_vjp function with respect to "
+                      "explicit input parameters. Try passing the closed-over value into the "
+                      "custom_vjp function as an argument, and adapting the custom_vjp fwd and "
+                      "bwd rules.");
+    goto out;
+  }
   if ((l->out = ad_strip(out, j->id)) && (l->res = ad_strip(res, j->id))) r = lin_emit(l, a, j->id);
 out:
   ad_values_free(prims, a->nargs);
