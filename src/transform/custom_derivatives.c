@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "base/intern.h"
-#include "array/print.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
 #include "lang/ops.h"
@@ -272,11 +271,59 @@ static int check_nondiff(const Custom *c, const CallArgs *a) {
 
 static Value *stage_call(Custom *c, const CallArgs *a);
 
+/* The keyword argument [name] of [a], or NULL. */
+static Value *kwarg(const CallArgs *a, const char *name) {
+  for (int i = 0; i < a->nkw; i++)
+    if (!strcmp(a->kwnames[i], name)) return a->kwvals[i];
+  return NULL;
+}
+
+/* [a]'s arguments bound to positions by fun's signature, defaults
+ * applied, as JAX resolves a custom function's arguments: a new
+ * array of [*n] borrowed values (shm_free it), or NULL with the error set. */
+static Value **resolve_kwargs(Custom *c, const CallArgs *a, int *n) {
+  const Func *f = c->fun->type == V_FUNC ? (const Func *)c->fun : NULL;
+  if (!f) return err_set(ERR_TYPE, "%s(): keyword arguments could not be resolved to positions", c->name);
+  int np = 0, used = 0;
+  while (np < f->node->nparams && !f->node->params[np].star && !f->node->params[np].starstar) np++;
+  bool star = np < f->node->nparams && f->node->params[np].star;
+  int extra = star && a->nargs > np ? a->nargs - np : 0;   /* *args takes the rest */
+  Value **v = shm_calloc((size_t)(np + extra) + 1, sizeof(Value *));
+  if (!v) return err_nomem();
+  for (int i = 0; i < extra; i++) v[np + i] = a->args[np + i];
+  for (int i = 0; i < np; i++) {
+    Value *kw = kwarg(a, f->node->params[i].name);
+    used += kw != NULL;
+    v[i] = i < a->nargs ? a->args[i] : kw ? kw : f->defaults ? f->defaults[i] : NULL;
+    if (!v[i] || (kw && i < a->nargs)) {
+      shm_free(v);
+      return err_set(ERR_TYPE, "%s(): keyword arguments could not be resolved to positions", c->name);
+    }
+  }
+  if (used != a->nkw || a->nargs > np + extra) {
+    shm_free(v);
+    return err_set(ERR_TYPE, "%s(): %s", c->name, used != a->nkw ? "keyword arguments could not be "
+                   "resolved to positions" : "too many positional arguments");
+  }
+  *n = np + extra;
+  return v;
+}
+
+static Value *custom_call_positional(Value *self, const CallArgs *a);
+
 static Value *custom_call(Value *self, const CallArgs *a) {
+  if (!a->nkw && ((Custom *)self)->fun->type != V_FUNC) return custom_call_positional(self, a);
+  int n = 0;
+  Value **v = resolve_kwargs((Custom *)self, a, &n);
+  if (!v) return NULL;
+  CallArgs pa = {.nargs = n, .args = v};
+  Value *r = custom_call_positional(self, &pa);
+  shm_free(v);
+  return r;
+}
+
+static Value *custom_call_positional(Value *self, const CallArgs *a) {
   Custom *c = (Custom *)self;
-  if (a->nkw)
-    return err_set(ERR_TYPE, "%s(): pass the arguments of a %s function positionally", c->name,
-                   c->base.ot->name);
   if (is_vjp(c) && !c->fwd)
     return err_set(ERR_ATTRIBUTE, "No VJP defined for custom_vjp function %s using defvjp.", c->name);
   if (!is_vjp(c) && !c->jvp && !c->jvps)
