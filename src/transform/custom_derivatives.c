@@ -403,8 +403,8 @@ static Value *stage_call(Custom *c, const CallArgs *a) {
     err_nomem();
     goto out;
   }
-  memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
-  memcpy(ops + ncap, in.v, sizeof(Value *) * (size_t)in.n);
+  shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
+  shm_memcpy(ops + ncap, in.v, sizeof(Value *) * (size_t)in.n);
   for (int i = 0; i < plan->nout; i++) plan_atom_aval(plan, &plan->outs[i], &avs[i]);
   Params p;
   call_params(c, &p, plan, ncap);
@@ -484,8 +484,8 @@ static Value *call_with(Value *rule, Value *nd, int n, Value **rest) {
   size_t m = tuple_len(nd);
   Value **args = shm_calloc(m + (size_t)n + 1, sizeof(Value *));
   if (!args) return err_nomem();
-  memcpy(args, ((Tuple *)nd)->items, sizeof(Value *) * m);
-  memcpy(args + m, rest, sizeof(Value *) * (size_t)n);
+  shm_memcpy(args, ((Tuple *)nd)->items, sizeof(Value *) * m);
+  shm_memcpy(args + m, rest, sizeof(Value *) * (size_t)n);
   Value *r = val_call_n(rule, (int)m + n, args);
   shm_free(args);
   return r;
@@ -591,7 +591,7 @@ static Value *jvps_rule(Custom *c, const CallArgs *a, unsigned id, Value *prims,
     Value **args = shm_calloc(tuple_len(prims) + 3, sizeof(Value *));
     if (!args) goto out;
     memcpy(args, lead, sizeof lead);
-    memcpy(args + 2, ((Tuple *)prims)->items, sizeof(Value *) * tuple_len(prims));
+    shm_memcpy(args + 2, ((Tuple *)prims)->items, sizeof(Value *) * tuple_len(prims));
     Value *t = val_call_n(rule, 2 + (int)tuple_len(prims), args);
     shm_free(args);
     int rc = t ? add_leaves(acc, ol.n, t) : -1;
@@ -727,7 +727,7 @@ static Value *lin_emit(CustomLin *l, const CallArgs *a, unsigned id) {
     err_nomem();
     goto out;
   }
-  memcpy(ops, rl.v, sizeof(Value *) * (size_t)rl.n);
+  shm_memcpy(ops, rl.v, sizeof(Value *) * (size_t)rl.n);
   n = rl.n;
   if (lin_tangents(l, a, id, ops, &n) < 0) goto out;
   for (int k = 0; k < ol.n; k++)
