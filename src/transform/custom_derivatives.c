@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "base/intern.h"
-#include "array/print.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
 #include "lang/ops.h"
@@ -231,13 +230,14 @@ static Value *bi_custom_jvp(const CallArgs *a) { return make_custom(a, &jvp_type
 
 /* ==== the call: the innermost trace among the arguments picks the rule ============= */
 
-/* The tracer of the innermost trace among the leaves of the
- * differentiable arguments, or NULL (none is a tracer).  0 or -1. */
+/* The tracer of the innermost trace among the arguments' leaves, or
+ * NULL (none is a tracer): a nondiff argument's too, which its rule
+ * then refuses.  0 or -1. */
 static int top_tracer(const Custom *c, const CallArgs *a, Tracer **top) {
+  (void)c;
   *top = NULL;
   for (int i = 0; i < a->nargs; i++) {
     PyLeaves l = {0};
-    if (is_nondiff(c, i)) continue;
     if (pytree_flatten(a->args[i], array_leaf, &l) < 0) return -1;
     for (int k = 0; k < l.n; k++)
       if (IS_TRACER(l.v[k]) && (!*top || ((Tracer *)l.v[k])->trace_id > (*top)->trace_id))
@@ -247,13 +247,83 @@ static int top_tracer(const Custom *c, const CallArgs *a, Tracer **top) {
   return 0;
 }
 
+/* JAX's check on custom_vjp's nondiff arguments: no tracer among their
+ * leaves (their derivative could be neither taken nor refused later). */
+static int check_nondiff(const Custom *c, const CallArgs *a) {
+  for (int i = 0; i < a->nargs; i++) {
+    PyLeaves l = {0};
+    if (!is_nondiff(c, i)) continue;
+    if (pytree_flatten(a->args[i], array_leaf, &l) < 0) return -1;
+    bool traced = false;
+    for (int k = 0; k < l.n; k++) traced |= IS_TRACER(l.v[k]);
+    pytree_leaves_free(&l);
+    if (traced)
+      return err_set(ERR_TYPE, "Found a JAX Tracer object passed as an argument to a custom_vjp "
+                               "function in a position indicated by nondiff_argnums as "
+                               "non-differentiable. Tracers cannot be passed as non-differentiable "
+                               "arguments to custom_vjp functions; instead, nondiff_argnums should "
+                               "only be used for arguments that can't be or contain JAX tracers, "
+                               "e.g. function-valued arguments. In particular, array-valued "
+                               "arguments should typically not be indicated as nondiff_argnums."), -1;
+  }
+  return 0;
+}
+
 static Value *stage_call(Custom *c, const CallArgs *a);
 
+/* The keyword argument [name] of [a], or NULL. */
+static Value *kwarg(const CallArgs *a, const char *name) {
+  for (int i = 0; i < a->nkw; i++)
+    if (!strcmp(a->kwnames[i], name)) return a->kwvals[i];
+  return NULL;
+}
+
+/* [a]'s arguments bound to positions by fun's signature, defaults
+ * applied, as JAX resolves a custom function's arguments: a new
+ * array of [*n] borrowed values (shm_free it), or NULL with the error set. */
+static Value **resolve_kwargs(Custom *c, const CallArgs *a, int *n) {
+  const Func *f = c->fun->type == V_FUNC ? (const Func *)c->fun : NULL;
+  if (!f) return err_set(ERR_TYPE, "%s(): keyword arguments could not be resolved to positions", c->name);
+  int np = 0, used = 0;
+  while (np < f->node->nparams && !f->node->params[np].star && !f->node->params[np].starstar) np++;
+  bool star = np < f->node->nparams && f->node->params[np].star;
+  int extra = star && a->nargs > np ? a->nargs - np : 0;   /* *args takes the rest */
+  Value **v = shm_calloc((size_t)(np + extra) + 1, sizeof(Value *));
+  if (!v) return err_nomem();
+  for (int i = 0; i < extra; i++) v[np + i] = a->args[np + i];
+  for (int i = 0; i < np; i++) {
+    Value *kw = kwarg(a, f->node->params[i].name);
+    used += kw != NULL;
+    v[i] = i < a->nargs ? a->args[i] : kw ? kw : f->defaults ? f->defaults[i] : NULL;
+    if (!v[i] || (kw && i < a->nargs)) {
+      shm_free(v);
+      return err_set(ERR_TYPE, "%s(): keyword arguments could not be resolved to positions", c->name);
+    }
+  }
+  if (used != a->nkw || a->nargs > np + extra) {
+    shm_free(v);
+    return err_set(ERR_TYPE, "%s(): %s", c->name, used != a->nkw ? "keyword arguments could not be "
+                   "resolved to positions" : "too many positional arguments");
+  }
+  *n = np + extra;
+  return v;
+}
+
+static Value *custom_call_positional(Value *self, const CallArgs *a);
+
 static Value *custom_call(Value *self, const CallArgs *a) {
+  if (!a->nkw && ((Custom *)self)->fun->type != V_FUNC) return custom_call_positional(self, a);
+  int n = 0;
+  Value **v = resolve_kwargs((Custom *)self, a, &n);
+  if (!v) return NULL;
+  CallArgs pa = {.nargs = n, .args = v};
+  Value *r = custom_call_positional(self, &pa);
+  shm_free(v);
+  return r;
+}
+
+static Value *custom_call_positional(Value *self, const CallArgs *a) {
   Custom *c = (Custom *)self;
-  if (a->nkw)
-    return err_set(ERR_TYPE, "%s(): pass the arguments of a %s function positionally", c->name,
-                   c->base.ot->name);
   if (is_vjp(c) && !c->fwd)
     return err_set(ERR_ATTRIBUTE, "No VJP defined for custom_vjp function %s using defvjp.", c->name);
   if (!is_vjp(c) && !c->jvp && !c->jvps)
@@ -266,7 +336,7 @@ static Value *custom_call(Value *self, const CallArgs *a) {
                                "arguments", c->name, (long long)n, a->nargs);
   }
   Tracer *top;
-  if (top_tracer(c, a, &top) < 0) return NULL;
+  if ((is_vjp(c) && check_nondiff(c, a) < 0) || top_tracer(c, a, &top) < 0) return NULL;
   PrimId row = is_vjp(c) ? P_CUSTOM_VJP_CALL : P_CUSTOM_JVP_CALL;
   if (top && (top->kind == TR_JVP || top->kind == TR_BATCH)) {
     HigherCallRule rule = top->kind == TR_JVP ? higher_rules(row)->jvp_call : higher_rules(row)->batch_call;
@@ -333,8 +403,8 @@ static Value *stage_call(Custom *c, const CallArgs *a) {
     err_nomem();
     goto out;
   }
-  memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
-  memcpy(ops + ncap, in.v, sizeof(Value *) * (size_t)in.n);
+  shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
+  shm_memcpy(ops + ncap, in.v, sizeof(Value *) * (size_t)in.n);
   for (int i = 0; i < plan->nout; i++) plan_atom_aval(plan, &plan->outs[i], &avs[i]);
   Params p;
   call_params(c, &p, plan, ncap);
@@ -414,8 +484,8 @@ static Value *call_with(Value *rule, Value *nd, int n, Value **rest) {
   size_t m = tuple_len(nd);
   Value **args = shm_calloc(m + (size_t)n + 1, sizeof(Value *));
   if (!args) return err_nomem();
-  memcpy(args, ((Tuple *)nd)->items, sizeof(Value *) * m);
-  memcpy(args + m, rest, sizeof(Value *) * (size_t)n);
+  shm_memcpy(args, ((Tuple *)nd)->items, sizeof(Value *) * m);
+  shm_memcpy(args + m, rest, sizeof(Value *) * (size_t)n);
   Value *r = val_call_n(rule, (int)m + n, args);
   shm_free(args);
   return r;
@@ -521,7 +591,7 @@ static Value *jvps_rule(Custom *c, const CallArgs *a, unsigned id, Value *prims,
     Value **args = shm_calloc(tuple_len(prims) + 3, sizeof(Value *));
     if (!args) goto out;
     memcpy(args, lead, sizeof lead);
-    memcpy(args + 2, ((Tuple *)prims)->items, sizeof(Value *) * tuple_len(prims));
+    shm_memcpy(args + 2, ((Tuple *)prims)->items, sizeof(Value *) * tuple_len(prims));
     Value *t = val_call_n(rule, 2 + (int)tuple_len(prims), args);
     shm_free(args);
     int rc = t ? add_leaves(acc, ol.n, t) : -1;
@@ -657,7 +727,7 @@ static Value *lin_emit(CustomLin *l, const CallArgs *a, unsigned id) {
     err_nomem();
     goto out;
   }
-  memcpy(ops, rl.v, sizeof(Value *) * (size_t)rl.n);
+  shm_memcpy(ops, rl.v, sizeof(Value *) * (size_t)rl.n);
   n = rl.n;
   if (lin_tangents(l, a, id, ops, &n) < 0) goto out;
   for (int k = 0; k < ol.n; k++)
@@ -718,6 +788,15 @@ static Value *jvp_call_vjp(Value *self, const CallArgs *a) {
                      "primal outputs and residuals (values stored from the forward pass for use "
                      "on the backward pass)") < 0)
     goto out;
+  if (differentiated(out, j->id)) {
+    err_set(ERR_TYPE, "Detected differentiation of a custom_vjp function with respect to a "
+                      "closed-over value. That isn't supported because the custom VJP rule only "
+                      "specifies how to differentiate the custom_vjp function with respect to "
+                      "explicit input parameters. Try passing the closed-over value into the "
+                      "custom_vjp function as an argument, and adapting the custom_vjp fwd and "
+                      "bwd rules.");
+    goto out;
+  }
   if ((l->out = ad_strip(out, j->id)) && (l->res = ad_strip(res, j->id))) r = lin_emit(l, a, j->id);
 out:
   ad_values_free(prims, a->nargs);
