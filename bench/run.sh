@@ -30,6 +30,15 @@ echo "== jit against eager: shmap eager | shmap jit | NumPy"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/jit_bench.py"; fi
 
 echo
+echo "== row-normalisation of 4096x256: shmap eager | shmap jit | NumPy"
+"$shmap" --devices 1 "$here/rownorm.shm"
+if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/rownorm.py"; fi
+
+echo
+echo "== page faults of eager x*y+z (float32), steady state: shmap | NumPy"
+"$here/pagefaults.sh" "$shmap"
+
+echo
 echo "== value_and_grad of a 2-layer MLP (batch 256, width 1024): shmap eager and jit | NumPy by hand"
 "$shmap" --devices 1 "$here/grad_mlp.shm"
 if "$py" -c 'import numpy' 2>/dev/null; then "$py" "$here/grad_mlp.py"; fi

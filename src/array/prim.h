@@ -133,11 +133,17 @@ typedef int (*TransposeRule)(Value **cts_out, Value **in, const AVal *in_avals,
  * '-', '*', '/'; 0 for none).  The loop gives the kernel's float32
  * values, element by element: a fused plan computes as the unfused one.
  * [sum] marks the reduction that may close a fused run when it sums a
- * float32 value of the run over every axis (reduce_sum). */
+ * float32 value of the run over every axis (reduce_sum).  A layout
+ * primitive whose result is a view of its one operand (broadcast_in_dim)
+ * gives [dims] instead: for each result dimension the operand dimension
+ * it reads (-1: a new dimension), so the fused loop reads the operand at
+ * stride 0 where it is broadcast and never materialises the result;
+ * 0, or -1 with the error set. */
 typedef struct FuseRule {
   void (*loop)(float *d, const float *a, bool va, const float *b, bool vb, int64_t n);
   char op;
   bool sum;
+  int (*dims)(const AVal *in, const Params *p, int *src_dim);
 } FuseRule;
 
 /* A value's partitioning over a mesh, as the sharding rules see it

@@ -630,12 +630,27 @@ static int sh_concatenate(const AVal *in, Sharding *in_sh, int nin, const Params
   return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
 }
 
+/* broadcast_in_dim in a fused loop: result dimension bd[i] reads operand
+ * dimension i, every other one is new (FuseRule.dims). */
+static int fuse_dims_broadcast_in_dim(const AVal *in, const Params *p, int *src_dim) {
+  int n, nb;
+  int64_t shape[SHM_MAXDIM], bd[SHM_MAXDIM];
+  if (params_ints(p, "shape", &n, shape, SHM_MAXDIM) < 0 ||
+      params_ints(p, "broadcast_dimensions", &nb, bd, SHM_MAXDIM) < 0)
+    return -1;
+  (void)in;
+  for (int d = 0; d < n; d++) src_dim[d] = -1;
+  for (int i = 0; i < nb; i++) src_dim[bd[i]] = i;
+  return 0;
+}
+static const FuseRule fuse_broadcast_in_dim = {.dims = fuse_dims_broadcast_in_dim};
+
 /* ==== the rows ============================================================= */
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_IOTA, {.shape = shape_iota, .kernel = kern_iota, .jvp = jvp_iota}},
-    {P_BROADCAST_IN_DIM, {.shape = shape_broadcast_in_dim, .kernel = kern_broadcast_in_dim, .batch = b_broadcast_in_dim, .jvp = jvp_broadcast_in_dim, .transpose = tr_broadcast_in_dim, .sharding = sh_broadcast_in_dim}},
+    {P_BROADCAST_IN_DIM, {.shape = shape_broadcast_in_dim, .kernel = kern_broadcast_in_dim, .batch = b_broadcast_in_dim, .jvp = jvp_broadcast_in_dim, .transpose = tr_broadcast_in_dim, .sharding = sh_broadcast_in_dim, .fuse = &fuse_broadcast_in_dim}},
     {P_RESHAPE, {.shape = shape_reshape, .kernel = kern_reshape, .batch = b_reshape, .jvp = jvp_reshape, .transpose = tr_reshape, .sharding = sh_reshape}},
     {P_TRANSPOSE, {.shape = shape_transpose, .kernel = kern_transpose, .batch = b_transpose, .jvp = jvp_transpose, .transpose = tr_transpose, .sharding = sh_transpose}},
     {P_SQUEEZE, {.shape = shape_squeeze, .kernel = kern_squeeze, .batch = b_squeeze, .jvp = jvp_squeeze, .transpose = tr_reshape, .sharding = sh_squeeze}},

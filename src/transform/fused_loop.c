@@ -38,7 +38,9 @@ typedef struct FRef {
 typedef enum {
   FO_LOOP,    /* the primitive's float32 loop (PrimRules.fuse) */
   FO_KERNEL,  /* its kernel, over views of the block */
-  FO_PAIR     /* two arithmetic operations in one pass: see pair_up */
+  FO_PAIR,    /* two arithmetic operations in one pass: see pair_up */
+  FO_VIEW     /* a layout view of an outside operand (FuseRule.dims),
+                 read at its strides, 0 where it is broadcast */
 } FOp;
 
 typedef struct FInstr {
@@ -49,12 +51,16 @@ typedef struct FInstr {
   FRef in[3];
   FRef dst;
   int pair;             /* FO_PAIR: which of the pair loops (pair_loops) */
+  int8_t src_dim[SHM_MAXDIM]; /* FO_VIEW: the operand dimension of each
+                                 result dimension, -1 for a new one */
 } FInstr;
 
 typedef struct Prog {
   int n;
   FInstr ins[FUSE_MAX_EQNS];
   int64_t size;         /* elements of the run's shape */
+  int ndim;             /* the run's shape, for FO_VIEW's indexing */
+  int64_t shape[SHM_MAXDIM];
   bool split;           /* run on two cores: long, and no kernel call */
   bool reduce;
   FRef red_src, red_dst;
@@ -72,10 +78,22 @@ static bool same_shape(const AVal *a, const AVal *b) {
 
 static bool fused_dtype(DType t) { return t == DT_F32 || t == DT_BOOL; }
 
+/* True when [it] is a view of an outside operand of another shape as
+ * the run's shape [s] (FuseRule.dims; a value of the run has shape [s],
+ * so the operand is never one of the run's, which lives in registers). */
+static bool fusible_view(const FuseEnv *fe, const FuseItem *it, const AVal *s) {
+  const FuseRule *r = prim_table[it->eqn->prim].rules.fuse;
+  if (!r || !r->dims || it->eqn->nin != 1 || it->eqn->nout != 1) return false;
+  const AVal *o = &fe->p->vars[it->out[0]], *a = ref_aval(fe, it->in[0]);
+  return fused_dtype(o->dtype) && a->dtype == o->dtype && o->ndim > 0 && same_shape(o, s) &&
+         !same_shape(a, s);
+}
+
 /* True when [it] is an elementwise equation over shape [s] whose values
- * are all f32 or bool. */
+ * are all f32 or bool, or a view read in place (fusible_view). */
 static bool fusible(const FuseEnv *fe, const FuseItem *it, const AVal *s) {
   if (!it->eqn) return false;
+  if (fusible_view(fe, it, s)) return true;
   PrimKind k = prim_table[it->eqn->prim].kind;
   if ((k != PK_UNARY && k != PK_BINARY) || it->eqn->nout != 1 || it->eqn->nin > 3) return false;
   const AVal *o = &fe->p->vars[it->out[0]];
@@ -218,6 +236,17 @@ static void release_regs(Builder *b, FRef *locs, int k) {
   }
 }
 
+/* Instruction [ins] as a view of its operand (fusible_view). */
+static int build_view(Builder *b, FInstr *ins, const FuseItem *it) {
+  int dims[SHM_MAXDIM];
+  const AVal *a = ref_aval(b->fe, it->in[0]);
+  if (prim_table[it->eqn->prim].rules.fuse->dims(a, &it->eqn->params, dims) < 0) return -1;
+  for (int d = 0; d < b->prog->ndim; d++) ins->src_dim[d] = (int8_t)dims[d];
+  ins->op = FO_VIEW;
+  ins->rule = NULL;
+  return 0;
+}
+
 static int build_instr(Builder *b, FRef *locs, int k) {
   const FuseItem *it = &b->items[b->i + k];
   FInstr *ins = &b->prog->ins[b->prog->n++];
@@ -226,6 +255,10 @@ static int build_instr(Builder *b, FRef *locs, int k) {
   for (int m = 0; m < ins->nin; m++) ins->in[m] = operand(b, locs, it->in[m]);
   if (place_result(b, locs, k) < 0) return -1;
   ins->dst = locs[k];
+  if (fusible_view(b->fe, it, &b->fe->p->vars[it->out[0]])) {
+    release_regs(b, locs, k);
+    return build_view(b, ins, it);
+  }
   /* the hand-written loops are f32 only; the rest calls the kernel */
   bool all_f32 = ins->dst.dtype == DT_F32;
   for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
@@ -321,7 +354,8 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
   }
   const AVal *s = &fe->p->vars[items[i].out[0]];
   prog->size = 1;
-  for (int d = 0; d < s->ndim; d++) prog->size *= s->shape[d];
+  prog->ndim = s->ndim;
+  for (int d = 0; d < s->ndim; d++) prog->size *= prog->shape[d] = s->shape[d];
   for (int k = 0; k < len; k++) {
     bool red = sums(items[i + k].eqn);
     if ((red ? build_reduce(&b, locs, k) : build_instr(&b, locs, k)) < 0) goto fail;
@@ -508,6 +542,7 @@ typedef struct Ctx {
   int64_t off, n;
   int64_t rstride;      /* floats from one register to the next */
   Site site[FUSE_MAX_EQNS][4];   /* each instruction's operands, then its result */
+  int64_t *vstride[FUSE_MAX_EQNS]; /* FO_VIEW: its operand's strides over the run's shape */
   Site red;             /* a closing sum's operand */
 } Ctx;
 
@@ -516,8 +551,22 @@ static Site site_of(Array **slots, FRef r) {
   return (Site){arr_data(slots[r.idx]), r.kind == FK_MEM ? (int64_t)dt_size(r.dtype) : 0, -1};
 }
 
-static void sites_init(Ctx *c, const Prog *p) {
+/* The strides, in elements, at which view [ins] reads its operand over
+ * the run's shape: the operand's own, 0 for a new dimension or one of
+ * size 1 broadcast. */
+static void view_strides(const Prog *p, const FInstr *ins, const Array *x, int64_t *st) {
+  for (int d = 0; d < p->ndim; d++) {
+    int sd = ins->src_dim[d];
+    st[d] = sd >= 0 && x->shape[sd] == p->shape[d] ? x->strides[sd] : 0;
+  }
+}
+
+static void sites_init(Ctx *c, const Prog *p, int64_t (*vst)[SHM_MAXDIM]) {
   for (int k = 0; k < p->n; k++) {
+    if (p->ins[k].op == FO_VIEW) {
+      c->vstride[k] = vst[k];
+      view_strides(p, &p->ins[k], c->slots[p->ins[k].in[0].idx], vst[k]);
+    }
     for (int m = 0; m < p->ins[k].nin; m++) c->site[k][m] = site_of(c->slots, p->ins[k].in[m]);
     c->site[k][3] = site_of(c->slots, p->ins[k].dst);
   }
@@ -567,6 +616,45 @@ static int run_kernel(const Ctx *c, int k) {
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
+/* Copies [n] elements of [esz] bytes from run position [off] on: the
+ * element at index i of the run's shape is src[sum of i[d] * st[d]].
+ * Walks the innermost dimension in runs: one element repeated where it is
+ * broadcast (a row's mean), a plain copy where it is contiguous. */
+static void view_copy(char *dst, const char *src, size_t esz, const Prog *p,
+                      const int64_t *st, int64_t off, int64_t n) {
+  int64_t idx[SHM_MAXDIM], pos = 0, rem = off;
+  int in = p->ndim - 1;
+  for (int d = in; d >= 0; d--) {
+    idx[d] = rem % p->shape[d];
+    rem /= p->shape[d];
+    pos += idx[d] * st[d];
+  }
+  while (n > 0) {
+    int64_t run = p->shape[in] - idx[in] < n ? p->shape[in] - idx[in] : n;
+    if (st[in] == 0 && esz == 4) {
+      float v;
+      memcpy(&v, src + (size_t)pos * 4, 4);
+      for (int64_t i = 0; i < run; i++) ((float *)dst)[i] = v;
+    } else if (st[in] == 0) {
+      memset(dst, src[pos], (size_t)run);   /* bool: one byte */
+    } else if (st[in] == 1) {
+      memcpy(dst, src + (size_t)pos * esz, (size_t)run * esz);
+    } else {
+      for (int64_t i = 0; i < run; i++)
+        memcpy(dst + (size_t)i * esz, src + (size_t)(pos + i * st[in]) * esz, esz);
+    }
+    dst += (size_t)run * esz;
+    n -= run;
+    pos += run * st[in];
+    idx[in] += run;
+    for (int d = in; d > 0 && idx[d] == p->shape[d]; d--) {   /* carry */
+      pos += st[d - 1] - idx[d] * st[d];
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+
 static int run_instr(const Ctx *c, int k) {
   const FInstr *ins = &c->prog->ins[k];
   const Site *s = c->site[k];
@@ -579,6 +667,10 @@ static int run_instr(const Ctx *c, int k) {
     return 0;
   case FO_LOOP: ins->rule->loop(d, a, va, b, vb, c->n); return 0;
   case FO_KERNEL: return run_kernel(c, k);
+  case FO_VIEW:
+    view_copy((char *)d, arr_data(c->slots[ins->in[0].idx]), dt_size(ins->dst.dtype), c->prog,
+              c->vstride[k], c->off, c->n);
+    return 0;
   }
   return 0;
 }
@@ -612,7 +704,8 @@ static int run_whole_block(const Prog *p, Ctx *c, float *partial) {
 static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, int64_t b0,
                       int64_t b1) {
   Ctx c = {.prog = p, .slots = slots, .lane = lane};
-  sites_init(&c, p);
+  int64_t vst[FUSE_MAX_EQNS][SHM_MAXDIM];
+  sites_init(&c, p, vst);
   for (int64_t blk = b0; blk < b1; blk++) {
     c.off = blk * CMP_BLOCK;
     if (p->size - c.off >= CMP_BLOCK) {

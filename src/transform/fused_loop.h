@@ -6,7 +6,9 @@
  * PK_BINARY, every operand and result f32 or bool, so comparisons and
  * select_n join in) whose results all have one shape S of more than
  * CMP_BLOCK elements (smaller ones stay in cache unfused), each
- * operand being of shape S or 0-d, optionally closed by a float32
+ * operand being of shape S or 0-d, or a view of an outside operand as
+ * shape S (broadcast_in_dim, FuseRule.dims: read at stride 0 where it
+ * is broadcast, never materialised), optionally closed by a float32
  * reduce_sum over every axis of a value of the run.  compile.c schedules
  * such equations next to each other first when nothing in between needs
  * them.
