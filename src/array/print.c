@@ -626,20 +626,53 @@ static bool repr_seq(StrBuf *b, Value *v, const char *open, const char *close) {
   return true;
 }
 
+/* A Counter's count as a number to order by (0 for another value). */
+static double count_of(Value *v) {
+  return IS_ARRAY(v) && AS_ARRAY(v)->size == 1 ? arr_host_f64(AS_ARRAY(v)) : 0;
+}
+
+/* The order a dict's pairs print in: insertion order, or for a Counter
+ * its most_common order (counts descending, ties as inserted). */
+static void dict_order(const Dict *d, size_t *pos) {
+  for (size_t i = 0; i < d->len; i++) {
+    size_t j = i;
+    while (d->kind == DICT_COUNTER && j > 0 && count_of(d->vals[pos[j - 1]]) < count_of(d->vals[i])) {
+      pos[j] = pos[j - 1];
+      j--;
+    }
+    pos[j] = i;
+  }
+}
+
+/* {k: v, ...}; a defaultdict as defaultdict(factory, {...}), a Counter as
+ * Counter({...}) (Counter() when empty), as Python prints them. */
 static bool repr_dict(StrBuf *b, Value *v) {
   Dict *d = (Dict *)v;
+  if (d->kind == DICT_COUNTER && d->len == 0) {
+    sbuf_puts(b, "Counter()");
+    return true;
+  }
+  size_t *pos = shm_calloc(d->len + 1, sizeof *pos);
+  if (!pos) return err_nomem(), false;
+  dict_order(d, pos);
+  bool ok = true;
+  if (d->kind == DICT_COUNTER) sbuf_puts(b, "Counter(");
+  if (d->kind == DICT_DEFAULT) {
+    sbuf_puts(b, "defaultdict(");
+    ok = d->missing ? repr_into(b, d->missing, true) : (sbuf_puts(b, "None"), true);
+    sbuf_puts(b, ", ");
+  }
   sbuf_puts(b, "{");
-  for (size_t i = 0; i < d->len; i++) {
+  for (size_t i = 0; ok && i < d->len; i++) {
     if (i > 0)
       sbuf_puts(b, ", ");
-    if (!repr_into(b, d->keys[i], true))
-      return false;
+    ok = repr_into(b, d->keys[pos[i]], true);
     sbuf_puts(b, ": ");
-    if (!repr_into(b, d->vals[i], true))
-      return false;
+    ok = ok && repr_into(b, d->vals[pos[i]], true);
   }
-  sbuf_puts(b, "}");
-  return true;
+  sbuf_puts(b, d->kind != DICT_PLAIN ? "})" : "}");
+  shm_free(pos);
+  return ok;
 }
 
 static bool repr_slice(StrBuf *b, Value *v) {

@@ -116,6 +116,7 @@ static void free_one(Value *v) {
     shm_free(d->keys);
     shm_free(d->vals);
     shm_free(d->index);
+    val_decref(d->missing);
     break;
   }
   case V_SLICE: {

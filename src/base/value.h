@@ -317,7 +317,13 @@ typedef struct Dict {
    * never write it.  A module's globals are hundreds of names. */
   uint32_t *index;
   size_t index_cap;
+  /* collections' dict kinds (lang/stdmod_coll.c): a missing key of a
+   * defaultdict calls [missing] (its default_factory, owned; NULL for
+   * None), of a Counter is 0; both print as their class does. */
+  uint8_t kind;      /* DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER */
+  Value *missing;
 } Dict;
+enum { DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER };
 
 Value *dict_new(void);
 /* Borrowed value for [key], or NULL (no error set) when absent. */

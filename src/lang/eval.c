@@ -1384,9 +1384,9 @@ static int assign_item(const Node *target, Value *v, Env *env) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
     rc = ops_list_setitem(obj, key, v);
-  } else if (obj->type == V_ARRAY) {
-    err_set(ERR_TYPE, "arrays are immutable: use x = x.at[idx].set(y) instead of "
-                      "x[idx] = y");
+  } else if (obj->type == V_ARRAY || obj->type == V_TRACER) {   /* JAX's message, eager and traced */
+    err_set(ERR_TYPE, "'Array' object does not support item assignment. JAX arrays are immutable. "
+                      "Instead of x[idx] = y, use x = x.at[idx].set(y) or another .at[] method");
   } else {
     err_set(ERR_TYPE, "'%s' object does not support item assignment", val_type_name(obj));
   }

@@ -28,6 +28,7 @@
 #include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
+#include "lang/stdmod.h"
 #include "array/prim.h"
 #include "array/print.h"
 
@@ -523,6 +524,9 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
     return r;
   }
   if (op == OP_ADD && ops_is_seq(a) && a->type == b->type) return seq_concat(a, b);
+  if (a->type == V_DICT && b->type == V_DICT && ((Dict *)a)->kind == DICT_COUNTER &&
+      ((Dict *)b)->kind == DICT_COUNTER)
+    return stdmod_counter_binary(op, a, b);
   if (op == OP_MUL && (a->type == V_STR || ops_is_seq(a)) && is_int_literal(b, &n))
     return seq_repeat(a, n);
   if (op == OP_MUL && (b->type == V_STR || ops_is_seq(b)) && is_int_literal(a, &n))

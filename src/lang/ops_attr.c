@@ -22,6 +22,7 @@
 #include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
+#include "lang/stdmod.h"
 #include "array/prim.h"
 #include "array/print.h"
 
@@ -622,7 +623,10 @@ Value *ops_getattr(Value *obj, const char *name) {
   switch (obj->type) {
   case V_ARRAY: case V_TRACER:
     return array_getattr(obj, name);
-  case V_DICT: return method_of(obj, dict_methods, name);
+  case V_DICT: {
+    Value *m = ((Dict *)obj)->kind != DICT_PLAIN ? stdmod_dict_attr(obj, name) : NULL;
+    return m || err_occurred() ? m : method_of(obj, dict_methods, name);
+  }
   case V_TUPLE:
     if (tuple_class(obj)) return cls_getattr(obj, name);   /* a named tuple's field */
     return method_of(obj, tuple_methods, name);

@@ -24,6 +24,7 @@
 #include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
+#include "lang/stdmod.h"
 #include "array/prim.h"
 #include "array/print.h"
 
@@ -752,6 +753,7 @@ Value *ops_getitem(Value *obj, Value *index) {
     Value *v = dict_get(obj, index);
     if (v) return val_incref(v);
     if (err_occurred()) return NULL;
+    if (((Dict *)obj)->kind != DICT_PLAIN) return stdmod_dict_missing(obj, index);
     Value *rs = val_repr(index);
     if (!rs) return NULL;
     err_set(ERR_INDEX, "KeyError: %s", str_cstr(rs));

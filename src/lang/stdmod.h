@@ -14,6 +14,7 @@
 #define SHMAP_STDMOD_H
 
 #include "base/value.h"
+#include "lang/ops.h"
 
 /* The module [name] ("math", "os.path", "functools", ...), made at its
  * first call (any thread), or NULL: another name, or out of memory with
@@ -42,6 +43,24 @@ int stdmod_add_all(Value *m, const StdFn *fns);
 /* Fill the modules functools (beside partial), itertools and operator
  * (stdmod_func.c).  0, or -1 with the error set. */
 int stdmod_functools(Value *m);
+/* collections' defaultdict and Counter into [m], [dict] being the
+ * built-in dict (stdmod_coll.c).  0, or -1 with the error set. */
+int stdmod_collections(Value *m, Value *dict);
+
+/* d[key] for a [key] the dict [d] lacks: a defaultdict's factory's
+ * value (stored), a Counter's 0 (not stored), else KeyError.  A new
+ * reference, or NULL with the error set. */
+Value *stdmod_dict_missing(Value *d, Value *key);
+
+/* Attribute [name] of a defaultdict or Counter [d] that a dict lacks
+ * (default_factory; most_common, update, subtract, elements, total): a
+ * new reference, or NULL with no error set when it has none. */
+Value *stdmod_dict_attr(Value *d, const char *name);
+
+/* Counter [a] [op] Counter [b]: + and - keep the positive counts, as
+ * Python's; other operators are a TypeError.  A new Counter, or NULL
+ * with the error set. */
+Value *stdmod_counter_binary(OpKind op, Value *a, Value *b);
 int stdmod_itertools(Value *m);
 int stdmod_operator(Value *m);
 
