@@ -284,6 +284,124 @@ static Value *d_get(Value *self, const CallArgs *a) {
   return val_incref(v ? v : dflt ? dflt : VAL_NONE);
 }
 
+/* KeyError: the key's repr, as d[key] says it (ops_index.c). */
+static Value *key_error(Value *k) {
+  Value *rs = val_repr(k);
+  if (rs) {
+    err_set(ERR_INDEX, "KeyError: %s", str_cstr(rs));
+    val_decref(rs);
+  }
+  return NULL;
+}
+
+/* Sets each (key, value) of [src]: a dict, or an iterable of pairs
+ * (Python's dict.update); then the keyword arguments of [a]. */
+static int dict_update_from(Value *d, Value *src, const CallArgs *a) {
+  if (src && src->type == V_DICT) {
+    Dict *s = (Dict *)src;
+    for (size_t i = 0; i < s->len; i++)
+      if (dict_set(d, s->keys[i], s->vals[i]) < 0) return -1;
+  } else if (src) {
+    Value *items = ops_iter_items(src);
+    if (!items) return -1;
+    for (size_t i = 0; i < list_len(items); i++) {
+      size_t n;
+      Value *const *kv;
+      bool seq = val_seq(list_get(items, i), &n, &kv);
+      if (!seq || n != 2) {
+        val_decref(items);
+        if (!seq)
+          return err_set(ERR_TYPE, "cannot convert dictionary update sequence element #%zu to a "
+                                   "sequence", i), -1;
+        return err_set(ERR_VALUE, "dictionary update sequence element #%zu has length %zu; 2 is "
+                                  "required", i, n), -1;
+      }
+      if (dict_set(d, kv[0], kv[1]) < 0) return val_decref(items), -1;
+    }
+    val_decref(items);
+  }
+  for (int i = 0; i < a->nkw; i++) {
+    Value *k = str_from(a->kwnames[i]);
+    int rc = k ? dict_set(d, k, a->kwvals[i]) : -1;
+    if (k) val_decref(k);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}
+
+/* d.update([other], **kw) */
+static Value *d_update(Value *self, const CallArgs *a) {
+  if (a->nargs > 1)
+    return err_set(ERR_TYPE, "update expected at most 1 argument, got %d", a->nargs);
+  if (val_check_container(self) < 0) return NULL;
+  return dict_update_from(self, a->nargs ? a->args[0] : NULL, a) < 0 ? NULL : VAL_NONE;
+}
+
+/* d.pop(key[, default]): KeyError without a default. */
+static Value *d_pop(Value *self, const CallArgs *a) {
+  Value *k, *dflt;
+  Value **slots[] = {&k, &dflt};
+  if (args_bind("pop", a, "key, default=", slots) < 0 || val_check_container(self) < 0)
+    return NULL;
+  Value *v = dict_get(self, k);
+  if (!v) return err_occurred() ? NULL : dflt ? val_incref(dflt) : key_error(k);
+  val_incref(v);
+  dict_del(self, k);
+  return v;
+}
+
+/* d.popitem(): the last pair inserted (LIFO, as Python 3.7+). */
+static Value *d_popitem(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("popitem", a, "", slots) < 0 || val_check_container(self) < 0) return NULL;
+  Dict *d = (Dict *)self;
+  if (!d->len) return err_set(ERR_INDEX, "KeyError: 'popitem(): dictionary is empty'");
+  Value *k = val_incref(d->keys[d->len - 1]);
+  Value *t = tuple_pack(2, (Value *[]){k, d->vals[d->len - 1]});
+  if (t) dict_del(self, k);
+  val_decref(k);
+  return t;
+}
+
+/* d.setdefault(key, default=None) */
+static Value *d_setdefault(Value *self, const CallArgs *a) {
+  Value *k, *dflt;
+  Value **slots[] = {&k, &dflt};
+  if (args_bind("setdefault", a, "key, default=", slots) < 0 || val_check_container(self) < 0)
+    return NULL;
+  Value *v = dict_get(self, k);
+  if (v) return val_incref(v);
+  if (err_occurred()) return NULL;
+  if (!dflt) dflt = VAL_NONE;
+  return dict_set(self, k, dflt) < 0 ? NULL : val_incref(dflt);
+}
+
+/* d.copy(): a shallow copy (a plain dict, as dict(d) is). */
+static Value *d_copy(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("copy", a, "", slots) < 0) return NULL;
+  Value *d = dict_new();
+  CallArgs none = {0};
+  if (d && dict_update_from(d, self, &none) < 0) {
+    val_decref(d);
+    return NULL;
+  }
+  return d;
+}
+
+/* d.clear() */
+static Value *d_clear(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("clear", a, "", slots) < 0 || val_check_container(self) < 0) return NULL;
+  Dict *d = (Dict *)self;
+  while (d->len) {
+    Value *k = val_incref(d->keys[d->len - 1]);
+    dict_del(self, k);
+    val_decref(k);
+  }
+  return VAL_NONE;
+}
+
 static Value *l_append(Value *self, const CallArgs *a) {
   Value *x;
   Value **slots[] = {&x};
@@ -605,7 +723,9 @@ Value *ops_format(const char *f, const CallArgs *a) {
 }
 
 static const Method dict_methods[] = {
-  {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get}, {NULL, NULL}};
+  {"keys", d_keys}, {"values", d_values}, {"items", d_items}, {"get", d_get},
+  {"update", d_update}, {"pop", d_pop}, {"popitem", d_popitem}, {"setdefault", d_setdefault},
+  {"copy", d_copy}, {"clear", d_clear}, {NULL, NULL}};
 static const Method list_methods[] = {
   {"append", l_append}, {"extend", l_extend}, {"pop", l_pop}, {"insert", l_insert},
   {"index", l_index}, {"count", l_count}, {"sort", l_sort}, {"reverse", l_reverse}, {NULL, NULL}};
