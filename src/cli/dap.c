@@ -758,20 +758,21 @@ static void device_variables(Stop *st, json_object *a, int rank) {
   json_object_array_add(a, text_variable("state", buf));
 }
 
-/* How array [v] lies on the devices, in [buf]: its .sharding when it has
- * one; in device [rank]'s frame, that device's block and the mesh axes
- * it may vary over (its vma: bit k is the mesh's axis k); else the whole
- * array. */
+/* How array [v] lies on the devices, in [buf]: its NamedSharding when it
+ * is a sharded global array; in device [rank]'s frame, that device's
+ * block and the mesh axes it may vary over (its vma: bit k is the mesh's
+ * axis k); else the whole array.  (Every array answers .sharding, an
+ * unsharded one with its SingleDeviceSharding, which says nothing of a
+ * device's block.) */
 static void sharding_text(const Stop *st, int rank, Value *v, char *buf, size_t cap) {
-  Value *s = ops_getattr(v, "sharding"), *r = s ? val_repr(s) : NULL;
-  val_decref(s);
+  const Array *x = (const Array *)v;
+  Value *r = x->sharding ? val_repr(x->sharding) : NULL;
   err_clear();
   if (r) {
     snprintf(buf, cap, "%s", str_cstr(r));
     val_decref(r);
     return;
   }
-  const Array *x = (const Array *)v;
   if (rank < 0 || !st->mesh) {
     snprintf(buf, cap, "the whole array, on no device of a mesh");
     return;
