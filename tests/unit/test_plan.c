@@ -323,9 +323,13 @@ START_TEST(transpose_folds_into_product) {
     Params tp2;
     params_init(&tp2);
     params_add(&tp2, "permutation", val_int_tuple(2, (int64_t[]){1, 0}));
-    Value *at = prim_apply(P_TRANSPOSE, 1, (Value *[]){val_incref(&a->hdr)}, &tp2);
+    /* prim_apply borrows its operands; a and b stay owned here (refcount
+     * 1 would let the kernel write over them) */
+    Value *at = prim_apply(P_TRANSPOSE, 1, (Value *[]){&a->hdr}, &tp2);
     params_clear(&tp2);
-    Value *want = prim_apply(P_DOT_GENERAL, 2, (Value *[]){at, val_incref(&b->hdr)}, &eager);
+    ck_assert_ptr_nonnull(at);
+    Value *want = prim_apply(P_DOT_GENERAL, 2, (Value *[]){at, &b->hdr}, &eager);
+    val_decref(at);
     ck_assert_ptr_nonnull(want);
     ck_assert(!memcmp(arr_data(out[0]), arr_data(AS_ARRAY(want)), 20 * sizeof(float)));
     for (int i = 0; i <= keep; i++) val_decref(&out[i]->hdr);
