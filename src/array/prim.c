@@ -522,7 +522,6 @@ static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
   if (arg) out->why = *arg;
 }
 
-/* Runs the kernel and stamps the outputs' avals. */
 /* Whether an operand is a sharded jax.Array (array.h), whose results the
  * sharding hook lays out. */
 static bool prim_sharded(Array *const *ops, int nin) {
@@ -532,6 +531,8 @@ static bool prim_sharded(Array *const *ops, int nin) {
   return false;
 }
 
+/* Runs the kernel and stamps the outputs' avals (and, for sharded
+ * operands, the results' shardings). */
 static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal *outv) {
   int nout = prim_table[id].nout;
   Array *out[8];
