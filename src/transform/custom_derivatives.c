@@ -634,7 +634,7 @@ static Value *jvp_call_jvp(Value *self, const CallArgs *a) {
   Value *ps = ad_strip(po, j->id);
   if (ps) r = with_tangents(ps, to, j->id);
   if (ps) val_decref(ps);
-out:
+out:;
   Value *held[] = {nd, prims, tans, res};
   for (size_t i = 0; i < 4; i++)
     if (held[i]) val_decref(held[i]);
