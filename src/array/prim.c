@@ -384,6 +384,96 @@ static uint32_t prim_vma(PrimId id, const AVal *in, int nin, const Params *p) {
   return v;
 }
 
+/* [s] with every dimension unsplit and nothing partial. */
+static void unsplit(Sharding *s, int ndim) {
+  s->ndim = ndim;
+  for (int d = 0; d < ndim; d++) s->nsplit[d] = 0;
+  s->partial = 0;
+  s->partial_coll = NULL;
+}
+
+static int64_t sh_blocks(const Sharding *s, int d) {
+  int64_t n = 1;
+  for (int k = 0; k < s->nsplit[d]; k++) n *= s->axis_sizes[s->split[d][k]];
+  return n;
+}
+
+/* [a] as each device's block of it laid out as [s]; false when a split
+ * dimension does not divide evenly. */
+static bool block_aval(const AVal *a, const Sharding *s, AVal *out) {
+  aval_copy(out, a);
+  for (int d = 0; d < a->ndim; d++) {
+    int64_t b = sh_blocks(s, d);
+    if (a->shape[d] % b) return false;
+    out->shape[d] /= b;
+  }
+  return true;
+}
+
+/* A slice's limit_indices for blocks [res] of [out]: a split dimension
+ * is whole (start 0, stride 1: sh_slice), so its limit is the block's. */
+static Value *block_limits(const Params *p, const AVal *out, const AVal *res) {
+  int n;
+  int64_t lim[SHM_MAXDIM];
+  if (params_ints(p, "limit_indices", &n, lim, SHM_MAXDIM) < 0 || n != out->ndim) {
+    err_clear();
+    return NULL;
+  }
+  for (int d = 0; d < n; d++)
+    if (res->shape[d] != out->shape[d]) lim[d] = res->shape[d];
+  return val_int_tuple(n, lim);
+}
+
+/* prim_sharding's test: whether the blocks compute the result's block. */
+static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int nin,
+                           const Params *p, const AVal *out, const Sharding *out_sh,
+                           Params *local, bool *has_local) {
+  enum { MAXOPS = 16 };
+  AVal loc[MAXOPS], res, got;
+  if (nin > MAXOPS || !block_aval(out, out_sh, &res)) return false;
+  for (int i = 0; i < nin; i++)
+    if (!block_aval(&in[i], &in_sh[i], &loc[i])) return false;
+  bool split = false;
+  for (int d = 0; d < out->ndim; d++) split |= res.shape[d] != out->shape[d];
+  if (split && (params_get(p, "new_sizes") || params_get(p, "shape") || params_get(p, "limit_indices"))) {
+    for (int i = 0; i < p->n; i++) {
+      const char *n = p->p[i].name;
+      Value *v = NULL;
+      if (!strcmp(n, "new_sizes") || !strcmp(n, "shape")) v = val_int_tuple(res.ndim, res.shape);
+      else if (!strcmp(n, "limit_indices")) v = block_limits(p, out, &res);
+      params_add(local, n, v ? v : val_incref(p->p[i].value));
+    }
+    *has_local = true;
+  }
+  int rc = prim_infer(id, loc, nin, *has_local ? local : p, &got);
+  if (rc < 0) err_clear();
+  bool same = rc == 0 && got.dtype == res.dtype && got.ndim == res.ndim &&
+              !memcmp(got.shape, res.shape, sizeof(int64_t) * (size_t)res.ndim);
+  if (!same && *has_local) {
+    params_clear(local);
+    params_init(local);
+    *has_local = false;
+  }
+  return same;
+}
+
+int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                  const AVal *out, Sharding *out_sh, Params *local, bool *has_local) {
+  const PrimInfo *pi = &prim_table[id];
+  *has_local = false;
+  if (pi->rules.sharding && pi->kind != PK_HIGHER && nin > 0) {
+    Sharding keep[16];
+    int n = nin < 16 ? nin : 16;
+    memcpy(keep, in_sh, sizeof(Sharding) * (size_t)n);
+    if (pi->rules.sharding(in, in_sh, nin, p, out_sh) < 0) return -1;
+    if (nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local)) return 1;
+    memcpy(in_sh, keep, sizeof(Sharding) * (size_t)n);
+  }
+  for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
+  unsplit(out_sh, out->ndim);
+  return 0;
+}
+
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out) {
   if ((unsigned)id >= P_COUNT) {
     err_set(ERR_VALUE, "unknown primitive %d", (int)id);

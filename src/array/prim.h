@@ -379,6 +379,25 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
   return a->size == 1;
 }
 
+/* Primitive [id]'s layout on [nin] operands of avals [in] laid out as
+ * [in_sh] over one mesh, for a result of aval [out] (one result; [out_sh]
+ * has the mesh's axes filled by the caller, as the operands' are): its
+ * sharding rule, kept only when each device's blocks compute its block
+ * of the result: every split dimension divides evenly and the shape rule
+ * on the blocks' avals gives the result block's aval, a "shape" or
+ * "new_sizes" parameter (broadcast_in_dim, reshape) made the block's in
+ * [*local] (params_init'ed by the caller; filled, and then owned by the
+ * caller, only when [*has_local]).  1 with [in_sh] rewritten to the
+ * operands' layouts and [out_sh] the result's (its partial axes to
+ * complete); 0 when the rule does not apply (no rule, several results, a
+ * higher-order primitive, blocks that do not compute it: the operands and
+ * result then replicated, [in_sh] and [out_sh] so written); -1 with the
+ * error set (a rule's parameter error).  One decision for eager results
+ * (spmd/sharding.c) and jit (transform/partition.c), so both lay results
+ * out alike.  Semantics: GSPMD's propagation, shmap(7) THE THREE MODES. */
+int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                  const AVal *out, Sharding *out_sh, Params *local, bool *has_local);
+
 /* Computes output avals without running anything (the tracer uses it). */
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);
 

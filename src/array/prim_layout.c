@@ -606,7 +606,8 @@ static int sh_rev(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sha
   return sh_keep_but(in, in_sh, nin, dims_mask(P_REV, p, "dimensions", in[0].ndim), out_sh);
 }
 
-/* slice and pad: a dimension whose size changes is unsplit. */
+/* slice: a dimension whose size changes is unsplit (one that keeps it is
+ * whole: start 0, stride 1). */
 static int sh_resize(const AVal *in, Sharding *in_sh, int nin, const Params *p,
                      Sharding *out_sh, PrimId id) {
   AVal out;
@@ -621,8 +622,15 @@ static int sh_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p, S
   return sh_resize(in, in_sh, nin, p, out_sh, P_SLICE);
 }
 
+/* pad: a dimension padded at all is unsplit, even one whose size stays
+ * (a low pad with a negative high one shifts the data across blocks). */
 static int sh_pad(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
-  return sh_resize(in, in_sh, nin, p, out_sh, P_PAD);
+  int64_t lo[SHM_MAXDIM], hi[SHM_MAXDIM], it[SHM_MAXDIM];
+  if (kern_padding_config(params_get(p, "padding_config"), in[0].ndim, lo, hi, it) < 0) return -1;
+  uint64_t m = 0;
+  for (int d = 0; d < in[0].ndim; d++) m |= (uint64_t)(lo[d] || hi[d] || it[d]) << d;
+  for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
+  return sh_keep_but(in, in_sh, 1, m, out_sh);
 }
 
 /* concatenate: the joined dimension unsplit, the others element-wise. */

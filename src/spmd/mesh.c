@@ -147,6 +147,14 @@ void mesh_to_desc(const Mesh *m, MeshDesc *d) {
   d->device_ids = m->devices;
 }
 
+bool mesh_same(const Mesh *a, const Mesh *b) {
+  if (a == b) return true;
+  if (!a || !b || a->naxes != b->naxes || a->size != b->size) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->axis_names[i] != b->axis_names[i] || a->axis_sizes[i] != b->axis_sizes[i]) return false;
+  return !memcmp(a->devices, b->devices, sizeof(int) * (size_t)a->size);
+}
+
 int mesh_axis(const Mesh *m, const char *name) {
   for (int i = 0; i < m->naxes; i++)
     if (m->axis_names[i] == name) return i;

@@ -82,6 +82,11 @@ void mesh_to_desc(const Mesh *m, struct MeshDesc *d);
 /* Index of axis [name] (interned) in [m], or -1. */
 int mesh_axis(const Mesh *m, const char *name);
 
+/* Whether [a] and [b] are one mesh: the same axes (names, sizes) over the
+ * same devices in the same order (either may be NULL: never the same as
+ * a mesh). */
+bool mesh_same(const Mesh *a, const Mesh *b);
+
 /* Coordinates of flat index [flat] into [coords] (naxes entries). */
 void mesh_coords(const Mesh *m, int flat, int *coords);
 

@@ -219,20 +219,12 @@ static int spec_len(const PSpec *s) {
   return n;
 }
 
-static bool same_mesh(const Mesh *a, const Mesh *b) {
-  if (a == b) return true;
-  if (!a || !b || a->naxes != b->naxes || a->size != b->size) return false;
-  for (int i = 0; i < a->naxes; i++)
-    if (a->axis_names[i] != b->axis_names[i] || a->axis_sizes[i] != b->axis_sizes[i]) return false;
-  return !memcmp(a->devices, b->devices, sizeof(int) * (size_t)a->size);
-}
-
 /* NamedSharding == NamedSharding: one mesh, specs alike up to trailing
  * Nones; SingleDeviceShardings by device. */
 static bool sharding_equal(const NamedSharding *a, const NamedSharding *b) {
   if (!a->mesh || !b->mesh) return !a->mesh && !b->mesh && a->device == b->device;
   int n = spec_len(a->spec);
-  if (!same_mesh(a->mesh, b->mesh) || n != spec_len(b->spec)) return false;
+  if (!mesh_same(a->mesh, b->mesh) || n != spec_len(b->spec)) return false;
   for (int d = 0; d < n; d++) {
     if (a->spec->e[d].nnames != b->spec->e[d].nnames) return false;
     for (int k = 0; k < a->spec->e[d].nnames; k++)
@@ -384,7 +376,7 @@ static Value *m_is_equivalent_to(Value *self, const CallArgs *a) {
   if (args_bind("is_equivalent_to", a, "other, ndim", (Value **[]){&other, &ndim}) < 0) return NULL;
   if (!sharding_is(other)) return val_bool(false);
   NamedSharding *x = (NamedSharding *)self, *y = (NamedSharding *)other;
-  bool rep = x->mesh && y->mesh && same_mesh(x->mesh, y->mesh) && fully_replicated(x) &&
+  bool rep = x->mesh && y->mesh && mesh_same(x->mesh, y->mesh) && fully_replicated(x) &&
              fully_replicated(y);
   return val_bool(rep || sharding_equal(x, y));
 }
@@ -760,7 +752,7 @@ enum { EAGER_MAX_OPS = 16 };
 /* The sharding of operand [a] over [ref]'s mesh, for the rules. */
 static int operand_rule(const Array *a, const NamedSharding *ref, Sharding *out) {
   const NamedSharding *s = a->sharding ? (const NamedSharding *)a->sharding : NULL;
-  if (s && s->mesh && !same_mesh(s->mesh, ref->mesh)) {
+  if (s && s->mesh && !mesh_same(s->mesh, ref->mesh)) {
     err_set(ERR_VALUE, "received incompatible devices for jitted computation: operands are "
             "sharded over different meshes");
     return -1;
@@ -778,18 +770,25 @@ static int eager_sharding(PrimId id, Array *const *in, int nin, const Params *p,
   if (!ref) return 0;
   Sharding sh[EAGER_MAX_OPS], osh;
   AVal av[EAGER_MAX_OPS];
-  ShardingRule rule = prim_table[id].rules.sharding;
-  bool ruled = rule && nout == 1 && nin <= EAGER_MAX_OPS;
+  bool ruled = nout == 1 && nin <= EAGER_MAX_OPS;
   for (int i = 0; ruled && i < nin; i++) {
     aval_of(in[i], &av[i]);
     if (operand_rule(in[i], ref, &sh[i]) < 0) return -1;
   }
+  if (ruled) {
+    /* jit's decision (partition.h): the same layout eagerly and staged */
+    Params local;
+    bool has_local;
+    params_init(&local);
+    sharding_to_rule(ref, outv[0].ndim, &osh);
+    if (prim_sharding(id, av, sh, nin, p, &outv[0], &osh, &local, &has_local) < 0) return -1;
+    if (has_local) params_clear(&local);
+    osh.ndim = outv[0].ndim;
+    return (out[0] = sharding_from_rule(ref->mesh, &osh)) ? 0 : -1;
+  }
   for (int k = 0; k < nout; k++) {
-    if (ruled && k == 0 && rule(av, sh, nin, p, &osh) < 0) return -1;
-    if (!ruled) {
-      sharding_to_rule(ref, outv[k].ndim, &osh);
-      memset(osh.nsplit, 0, sizeof osh.nsplit);
-    }
+    sharding_to_rule(ref, outv[k].ndim, &osh);
+    memset(osh.nsplit, 0, sizeof osh.nsplit);
     osh.ndim = outv[k].ndim;
     if (!(out[k] = sharding_from_rule(ref->mesh, &osh))) return -1;
   }

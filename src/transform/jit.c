@@ -39,6 +39,11 @@ typedef struct Entry {
   Value *holds;        /* List: static objects keyed by identity, kept alive */
   Plan *plan;          /* owned, compiled */
   Value *out_tree;     /* owned: the traced result, its structure */
+  /* on sharded leaves (the key holds their shardings): the plan's layouts
+   * and the jit of the shard_map running it per device (partition.h),
+   * made by the first call; guarded by JitFn.lock */
+  PartPlan *part;
+  Value *part_fn;
 } Entry;
 
 typedef struct JitFn {
@@ -53,6 +58,7 @@ typedef struct JitFn {
   int ncache;
   Value *in_shardings, *out_shardings;  /* owned or NULL: jax.jit's, device_put
                                            on the arguments and results */
+  bool manual;         /* a partitioned plan's shard_map: never partitioned again */
 } JitFn;
 
 /* Signatures kept per jit function (jit_set_cache_size; the YAML
@@ -129,6 +135,25 @@ static int leaf_aval(Value *v, AVal *a) {
   return 0;
 }
 
+static void sig_static(Sig *s, Value *v);
+
+/* A sharded leaf's layout: its mesh (by identity) and each dimension's
+ * mesh axes, as JAX keys its cache on the arguments' shardings; a jit
+ * partitions differently for each (partition.h). */
+static void sig_sharding(Sig *s, Value *v, int ndim) {
+  if (!IS_ARRAY(v) || !AS_ARRAY(v)->sharding) return;
+  NamedSharding *ns = (NamedSharding *)AS_ARRAY(v)->sharding;
+  if (!ns->mesh) return;
+  Sharding r;
+  sharding_to_rule(ns, ndim, &r);
+  sig_tag(s, 'H');
+  sig_static(s, &ns->mesh->hdr);
+  for (int d = 0; d < ndim; d++) {
+    sig_bytes(s, &r.nsplit[d], 1);
+    sig_bytes(s, r.split[d], (size_t)r.nsplit[d]);
+  }
+}
+
 static void sig_leaf(Sig *s, Value *v) {
   AVal a;
   if (leaf_aval(v, &a) < 0) {
@@ -140,6 +165,7 @@ static void sig_leaf(Sig *s, Value *v) {
   sig_bytes(s, hdr, 4);
   sig_bytes(s, a.shape, sizeof(int64_t) * (size_t)a.ndim);
   sig_bytes(s, &a.vma, sizeof a.vma);
+  sig_sharding(s, v, a.ndim);
   if (s->nleaves == s->capleaves) {
     size_t old = (size_t)s->capleaves, n = old * 2;
     if (!grow_inline((void **)&s->leaves, s->inl_leaves, old * sizeof(Value *), n * sizeof(Value *)) ||
@@ -533,6 +559,8 @@ static void entry_free(Entry *e) {
   val_decref(e->holds);
   val_decref(e->plan ? &e->plan->hdr : NULL);
   val_decref(e->out_tree);
+  if (e->part) val_decref(&e->part->base.hdr);
+  if (e->part_fn) val_decref(e->part_fn);
   shm_free(e);
 }
 
@@ -629,9 +657,75 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
 
 /* ==== calling ==================================================================== */
 
-/* Runs the compiled plan of [e] on the leaves of [s]. */
-static Value *run_entry(Entry *e, Sig *s) {
+static Value *jit_call_laid(JitFn *j, const CallArgs *a);
+
+/* The jit of the shard_map running [e]'s plan per device on the leaves
+ * of [s] (borrowed; made by the first call). */
+static Value *partitioned_fn(JitFn *j, Entry *e, Sig *s) {
+  pthread_mutex_lock(&j->lock);
+  Value *f = e->part_fn ? val_incref(e->part_fn) : NULL;
+  pthread_mutex_unlock(&j->lock);
+  if (f) return f;
+  PartPlan *pp = part_plan_call(e->plan, s->leaves, j->out_shardings);
+  Value *sf = pp ? part_shard_fn(pp) : NULL;
+  f = sf ? jit_new(sf, 0, NULL, 0, NULL) : NULL;
+  if (sf) val_decref(sf);
+  if (!f) {
+    if (pp) val_decref(&pp->base.hdr);
+    return NULL;
+  }
+  ((JitFn *)f)->manual = true;
+  ((JitFn *)f)->name = j->name;
+  pthread_mutex_lock(&j->lock);
+  if (!e->part_fn) {
+    e->part = pp;
+    e->part_fn = f;
+    pp = NULL;
+  } else {
+    val_decref(f);
+  }
+  f = val_incref(e->part_fn);
+  pthread_mutex_unlock(&j->lock);
+  if (pp) val_decref(&pp->base.hdr);
+  return f;
+}
+
+/* Runs [e] partitioned (Auto mode, partition.h): a shard_map over the
+ * mesh of the sharded leaves, each result laid out as propagation says. */
+static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
+  Value *f = partitioned_fn(j, e, s);
+  if (!f) return NULL;
+  CallArgs c = {.nargs = s->nleaves, .args = s->leaves};
+  Value *t = jit_call_laid((JitFn *)f, &c), *r = NULL;
+  val_decref(f);
+  int n = e->plan->nout;
+  Value **outs = t ? shm_calloc((size_t)n + 1, sizeof(Value *)) : NULL;
+  int made = 0;
+  for (; outs && made < n; made++) {
+    Value *sh = part_out_sharding(e->part, made);
+    outs[made] = sh ? sharding_put(tuple_get(t, (size_t)made), (NamedSharding *)sh) : NULL;
+    if (sh) val_decref(sh);
+    if (!outs[made]) break;
+  }
+  if (made == n) {
+    int pos = 0;
+    r = unflatten(e->out_tree, outs, &pos);
+  } else if (t && !outs) {
+    err_nomem();
+  }
+  for (int i = 0; i < made; i++) val_decref(outs[i]);
+  shm_free(outs);
+  if (t) val_decref(t);
+  return r;
+}
+
+/* Runs the compiled plan of [e] on the leaves of [s]: per device when a
+ * leaf is sharded (or out_shardings asks for a layout). */
+static Value *run_entry(JitFn *j, Entry *e, Sig *s) {
   Plan *p = e->plan;
+  if (!j->manual && p->nin == s->nleaves && !dev_ctx() &&
+      part_mesh(s->leaves, s->nleaves, j->out_shardings))
+    return run_partitioned(j, e, s);
   Array *in_stack[SIG_INLINE];
   Value *out_stack[SIG_INLINE];
   Array **in = s->nleaves <= SIG_INLINE ? in_stack : shm_calloc((size_t)s->nleaves, sizeof(Array *));
@@ -644,9 +738,7 @@ static Value *run_entry(Entry *e, Sig *s) {
   for (int i = 0; i < s->nleaves; i++) in[i] = AS_ARRAY(s->leaves[i]);
   if (cmp_run(p, in, (Array **)out) == 0) {
     int pos = 0;
-    /* sharded arguments: the results laid out as the partitioner's pass says */
-    if (p->nin != s->nleaves || part_lay_out(p, s->leaves, out) == 0)
-      r = unflatten(e->out_tree, out, &pos);
+    r = unflatten(e->out_tree, out, &pos);
     for (int i = 0; i < p->nout; i++) val_decref(out[i]);
   }
 done:
@@ -780,8 +872,6 @@ static Value *rerun_for_nan(const JitFn *j, const CallArgs *a, Value *r) {
   return err_set(ERR_FLOATING_POINT, "invalid value (nan) encountered in jit(%s)", j->name);
 }
 
-static Value *jit_call_laid(JitFn *j, const CallArgs *a);
-
 /* The arguments of a jit with in_shardings: each positional one put
  * (jax.device_put) as its entry says, or as the one sharding says. */
 static int put_args(const JitFn *j, const CallArgs *a, Value **args) {
@@ -855,7 +945,7 @@ static Value *jit_call_laid(JitFn *j, const CallArgs *a) {
   } else {
     Entry *e = cache_find(j, &s);
     if (!e) e = cache_fill(j, a, &s);
-    if (e) r = run_entry(e, &s);
+    if (e) r = run_entry(j, e, &s);
     entry_release(e);
     if (r && atomic_load(&jaxcfg_debug_nans) && jaxcfg_has_nan(r)) r = rerun_for_nan(j, a, r);
   }
@@ -1140,6 +1230,26 @@ static Value *bi_jit(const CallArgs *a) {
   return r;
 }
 
+/* The plan a call of [j] on the sharded leaves of [s] runs (its global
+ * plan [p]): a shard_map whose body is the per-device program, each
+ * inserted collective commented with its source line and reason. */
+static Value *partitioned_plan(JitFn *j, Plan *p, Sig *s) {
+  PartPlan *pp = part_plan_call(p, s->leaves, j->out_shardings);
+  if (!pp) return NULL;
+  pp->annotate = true;
+  Value *sf = part_shard_fn(pp), *f = sf ? jit_new(sf, 0, NULL, 0, NULL) : NULL, *r = NULL;
+  val_decref(&pp->base.hdr);
+  if (sf) val_decref(sf);
+  if (f) {
+    ((JitFn *)f)->manual = true;
+    ((JitFn *)f)->name = j->name;
+    CallArgs c = {.nargs = s->nleaves, .args = s->leaves};
+    r = jit_plan_of(f, &c);
+    val_decref(f);
+  }
+  return r;
+}
+
 Value *jit_plan_of(Value *fn, const CallArgs *a) {
   Value *jv = fn->type == V_JITFN ? val_incref(fn) : jit_new(fn, 0, NULL, 0, NULL);
   if (!jv) return NULL;
@@ -1150,10 +1260,11 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   Value *r = NULL;
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
     r = &tr.plan->hdr;
-    /* sharded arguments: the partitioner's notes, printed with the plan */
-    if (tr.plan->nin == s.nleaves && part_annotate_plan(tr.plan, s.leaves, j->out_shardings) < 0) {
+    /* sharded arguments: the per-device plan the partitioner runs */
+    if (!j->manual && tr.plan->nin == s.nleaves && part_mesh(s.leaves, s.nleaves, j->out_shardings)) {
+      Value *q = partitioned_plan(j, tr.plan, &s);
       val_decref(r);
-      r = NULL;
+      r = q;
     }
     trace_caps_free(tr.caps, tr.ncap);
     val_decref(tr.out_tree);
@@ -1310,7 +1421,9 @@ Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
     goto out;
   }
   Entry e = {.plan = p, .out_tree = l->out_tree};
-  r = run_entry(&e, &s);
+  r = run_entry(j, &e, &s);
+  if (e.part) val_decref(&e.part->base.hdr);
+  if (e.part_fn) val_decref(e.part_fn);
 out:
   sig_free(&s);
   shm_free(args);

@@ -7,27 +7,26 @@
 #include "base/strbuf.h"
 #include "transform/partition.h"
 
-/* The pass's state: each variable's layout and each equation's notes. */
+/* The pass's state: the plan being laid out and each equation's notes. */
 typedef struct Part {
-  Plan *p;
-  Mesh *mesh;
-  Sharding *vars;   /* owned, p->nvars */
-  StrBuf *notes;    /* owned, p->neqn + 1 */
+  PartPlan *pp;
+  StrBuf *notes;    /* owned, p->neqn + 1: operand reshards, then the outputs' */
+  StrBuf *partial;  /* owned, p->neqn: partial results completed */
 } Part;
 
-/* [s] replicated at rank [ndim] over the mesh. */
-static void replicated(const Part *pt, int ndim, Sharding *s) {
+/* [s] replicated at rank [ndim] over [m]. */
+static void replicated(const Mesh *m, int ndim, Sharding *s) {
   memset(s, 0, sizeof *s);
   s->ndim = ndim;
-  s->naxes = pt->mesh->naxes;
-  for (int i = 0; i < s->naxes; i++) s->axis_sizes[i] = pt->mesh->axis_sizes[i];
+  s->naxes = m->naxes;
+  for (int i = 0; i < s->naxes; i++) s->axis_sizes[i] = m->axis_sizes[i];
 }
 
-static void atom_sharding(const Part *pt, const PlanAtom *a, Sharding *s) {
+static void atom_sharding(const PartPlan *pp, const PlanAtom *a, Sharding *s) {
   AVal av;
-  plan_atom_aval(pt->p, a, &av);
-  if (a->var >= 0) *s = pt->vars[a->var];
-  else replicated(pt, av.ndim, s);
+  plan_atom_aval(pp->p, a, &av);
+  if (a->var >= 0) *s = pp->vars[a->var];
+  else replicated(pp->mesh, av.ndim, s);
 }
 
 /* Writes the mesh axes of [bits] as "'x', 'y'". */
@@ -40,133 +39,257 @@ static void put_axes(StrBuf *b, const Mesh *m, uint32_t bits) {
     }
 }
 
-static uint32_t dim_axes(const Sharding *s, int d) {
+static uint32_t axes_bits(const Sharding *s, int d, int from) {
   uint32_t u = 0;
-  for (int k = 0; k < s->nsplit[d]; k++) u |= 1u << s->split[d][k];
+  for (int k = from; k < s->nsplit[d]; k++) u |= 1u << s->split[d][k];
   return u;
 }
 
-/* Notes the resharding of a value laid out as [have] to [want]: an
- * all_gather of the mesh axes it stops being split by, a local slice
- * (no communication) for those it starts being split by, all_to_all
- * when one dimension's axes move to another. */
+void part_dim_steps(const Sharding *have, const Sharding *want, int d, bool *gather, int *from) {
+  int h = have->nsplit[d], w = want->nsplit[d];
+  bool prefix = h <= w;
+  for (int k = 0; prefix && k < h; k++) prefix = have->split[d][k] == want->split[d][k];
+  *gather = !prefix;
+  *from = prefix ? h : 0;
+}
+
+/* Notes the resharding of a value laid out as [have] to [want]: the
+ * all_gather and local slices partition_run.c performs. */
 static void note_reshard(Part *pt, StrBuf *b, const char *where, const Sharding *have,
                          const Sharding *want, const char *what) {
   uint32_t gone = 0, come = 0;
   for (int d = 0; d < have->ndim; d++) {
-    uint32_t h = dim_axes(have, d), w = dim_axes(want, d);
-    if (h == w) continue;
-    gone |= h & ~w;
-    come |= w & ~h;
+    bool gather;
+    int from;
+    part_dim_steps(have, want, d, &gather, &from);
+    if (gather) gone |= axes_bits(have, d, 0);
+    come |= axes_bits(want, d, from);
   }
   if (!gone && !come) return;
-  const char *coll = gone && come ? (gone & come ? "all_to_all" : "all_gather, then a local slice")
-                                  : gone ? "all_gather" : "local slice";
-  sbuf_printf(b, "# %s: %s over ", where, coll);
-  put_axes(b, pt->mesh, gone | come);
+  const Mesh *m = pt->pp->mesh;
+  sbuf_printf(b, "# %s: ", where);
+  if (gone) {
+    sbuf_puts(b, "all_gather over ");
+    put_axes(b, m, gone);
+  }
+  if (come) {
+    sbuf_puts(b, gone ? ", then a local slice over " : "local slice over ");
+    put_axes(b, m, come);
+  }
   sbuf_printf(b, ": %s\n", what);
 }
 
-/* One equation: its operands resharded as its rule asks, its results'
- * layouts, its partial results completed. */
+/* Notes a partial result's completion. */
+static void note_partial(Part *pt, StrBuf *b, const PlanEqn *e, const Sharding *out) {
+  const Mesh *m = pt->pp->mesh;
+  sbuf_printf(b, "# line %d: %s over ", e->loc.line, out->partial_coll);
+  put_axes(b, m, out->partial);
+  sbuf_printf(b, ": %s %s a dimension split by ", prim_table[e->prim].name,
+              strcmp(out->partial_coll, "psum") ? "reduces over" : "sums over");
+  put_axes(b, m, out->partial);
+  sbuf_puts(b, "\n");
+}
+
+/* [spec] (a PSpec, borrowed) over the plan's mesh as a layout of rank [ndim]. */
+static void spec_layout(const PartPlan *pp, Value *spec, int ndim, Sharding *out) {
+  NamedSharding ns = {.mesh = pp->mesh, .spec = (PSpec *)spec, .device = -1};
+  sharding_to_rule(&ns, ndim, out);
+}
+
+/* A shard_map equation (Manual inside Auto, shmap(7)): over the plan's
+ * mesh its operands are resharded to its in_specs and its body runs on
+ * the blocks in place, its results laid out as its out_specs say; over
+ * another mesh it cannot run inside this one.  0, or -1 with the error. */
+static int part_manual(Part *pt, int k, const Sharding *have) {
+  PartPlan *pp = pt->pp;
+  PlanEqn *e = &pp->p->eqns[k];
+  PartEqn *pe = &pp->eqns[k];
+  Value *m = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs"),
+        *os = params_get(&e->params, "out_specs");
+  if (!m || m->type != V_MESH || !mesh_same((Mesh *)m, pp->mesh))
+    return err_set(ERR_NOT_IMPLEMENTED, "a shard_map over another mesh inside a jit partitioned "
+                   "over %s: use one mesh for both", pp->mesh->name ? pp->mesh->name : "its "
+                   "arguments' mesh"), -1;
+  if (!is || is->type != V_TUPLE || tuple_len(is) != (size_t)e->nin || !os ||
+      os->type != V_TUPLE || tuple_len(os) != (size_t)e->nout)
+    return err_set(ERR_VALUE, "shard_map equation without its specs"), -1;
+  char where[32];
+  snprintf(where, sizeof where, "line %d", e->loc.line);
+  for (int i = 0; i < e->nin; i++) {
+    spec_layout(pp, tuple_get(is, (size_t)i), have[i].ndim, &pe->want[i]);
+    note_reshard(pt, &pt->notes[k], where, &have[i], &pe->want[i], "shard_map's in_specs");
+  }
+  for (int j = 0; j < e->nout; j++)
+    spec_layout(pp, tuple_get(os, (size_t)j), pp->p->vars[e->out[j]].ndim, &pp->vars[e->out[j]]);
+  pe->manual = true;
+  return 0;
+}
+
+/* One equation: its operands' layouts, its results', its notes. */
 static int part_eqn(Part *pt, int k) {
-  PlanEqn *e = &pt->p->eqns[k];
+  PartPlan *pp = pt->pp;
+  PlanEqn *e = &pp->p->eqns[k];
+  PartEqn *pe = &pp->eqns[k];
   const PrimInfo *pi = &prim_table[e->prim];
   int nin = e->nin;
-  Sharding *have = shm_calloc((size_t)nin * 2 + 2, sizeof(Sharding));
+  Sharding *have = shm_calloc((size_t)nin + 1, sizeof(Sharding));
   AVal *av = shm_calloc((size_t)nin + 1, sizeof(AVal));
-  if (!have || !av) {
+  pe->want = shm_calloc((size_t)nin + 1, sizeof(Sharding));
+  if (!have || !av || !pe->want) {
     shm_free(have);
     shm_free(av);
     err_nomem();
     return -1;
   }
-  Sharding *want = have + nin, out;
   for (int i = 0; i < nin; i++) {
-    plan_atom_aval(pt->p, &e->in[i], &av[i]);
-    atom_sharding(pt, &e->in[i], &have[i]);
-    want[i] = have[i];
+    plan_atom_aval(pp->p, &e->in[i], &av[i]);
+    atom_sharding(pp, &e->in[i], &have[i]);
+    pe->want[i] = have[i];
   }
-  bool ruled = pi->rules.sharding && e->nout == 1 && pi->kind != PK_HIGHER;
-  int rc = 0;
-  if (ruled) rc = pi->rules.sharding(av, want, nin, &e->params, &out);
-  for (int i = 0; !ruled && i < nin; i++) replicated(pt, av[i].ndim, &want[i]);
+  if (e->prim == P_SHARD_MAP) {
+    int rc = part_manual(pt, k, have);
+    shm_free(have);
+    shm_free(av);
+    return rc;
+  }
+  int ruled = 0;
+  replicated(pp->mesh, e->nout ? pp->p->vars[e->out[0]].ndim : 0, &pe->out);
+  params_init(&pe->params);
+  if (e->nout == 1)
+    ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, &pp->p->vars[e->out[0]], &pe->out,
+                          &pe->params, &pe->local);
+  if (ruled < 0) {
+    shm_free(have);
+    shm_free(av);
+    return -1;
+  }
+  pe->replicated = !ruled;
+  if (!ruled)
+    for (int i = 0; i < nin; i++) replicated(pp->mesh, av[i].ndim, &pe->want[i]);
   char what[160], where[32];
   snprintf(where, sizeof where, "line %d", e->loc.line);
-  for (int i = 0; rc == 0 && i < nin; i++) {
+  for (int i = 0; i < nin; i++) {
     if (ruled) snprintf(what, sizeof what, "%s's operand %d laid out as its rule needs", pi->name, i);
-    else snprintf(what, sizeof what, "%s has no sharding rule: its operands are replicated", pi->name);
-    note_reshard(pt, &pt->notes[k], where, &have[i], &want[i], what);
+    else snprintf(what, sizeof what, "%s %s: its operands are replicated", pi->name,
+                  pi->rules.sharding && pi->kind != PK_HIGHER ? "cannot compute on these blocks"
+                                                                : "has no sharding rule");
+    note_reshard(pt, &pt->notes[k], where, &have[i], &pe->want[i], what);
   }
-  if (rc == 0 && ruled && out.partial) {
-    sbuf_printf(&pt->notes[k], "# line %d: %s over ", e->loc.line, out.partial_coll);
-    put_axes(&pt->notes[k], pt->mesh, out.partial);
-    sbuf_printf(&pt->notes[k], ": %s %s a dimension split by ", pi->name,
-                strcmp(out.partial_coll, "psum") ? "reduces over" : "sums over");
-    put_axes(&pt->notes[k], pt->mesh, out.partial);
-    sbuf_puts(&pt->notes[k], "\n");
-    out.partial = 0;
-  }
-  for (int j = 0; rc == 0 && j < e->nout; j++) {
-    AVal oa = pt->p->vars[e->out[j]];
-    if (ruled) pt->vars[e->out[j]] = out;
-    else replicated(pt, oa.ndim, &pt->vars[e->out[j]]);
+  if (pe->out.partial) note_partial(pt, &pt->partial[k], e, &pe->out);
+  for (int j = 0; j < e->nout; j++) {
+    Sharding *v = &pp->vars[e->out[j]];
+    if (ruled) {
+      *v = pe->out;
+      v->partial = 0;
+      v->partial_coll = NULL;
+    } else {
+      replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
+    }
   }
   shm_free(have);
   shm_free(av);
-  return rc;
-}
-
-/* Output [i]'s NamedSharding, resharded to [want] when given. */
-static Value *part_out(Part *pt, int i, Value *want) {
-  Sharding s;
-  atom_sharding(pt, &pt->p->outs[i], &s);
-  if (!want) return sharding_from_rule(pt->mesh, &s);
-  NamedSharding *w = (NamedSharding *)want;
-  Sharding ws;
-  char where[32];
-  snprintf(where, sizeof where, "output %d", i);
-  sharding_to_rule(w, s.ndim, &ws);
-  if (!w->mesh) replicated(pt, s.ndim, &ws);
-  note_reshard(pt, &pt->notes[pt->p->neqn], where, &s, &ws, "out_shardings asks for it");
-  return val_incref(want);
-}
-
-/* Moves the notes into the plan, where plan_str prints them. */
-static int part_annotate(Part *pt) {
-  Plan *p = pt->p;
-  char **notes = shm_calloc((size_t)p->neqn + 1, sizeof(char *));
-  if (!notes) return err_nomem(), -1;
-  for (int i = 0; i <= p->neqn; i++) {
-    if (!pt->notes[i].len) continue;
-    size_t n = pt->notes[i].len;
-    if (!(notes[i] = shm_malloc(n + 1))) continue;
-    memcpy(notes[i], sbuf_text(&pt->notes[i]), n + 1);
-  }
-  for (int i = 0; p->notes && i <= p->neqn; i++) shm_free(p->notes[i]);
-  shm_free(p->notes);
-  p->notes = notes;
   return 0;
 }
 
-int part_propagate(Plan *p, Mesh *mesh, Value *const *in, Value *const *want, Value **out,
-                   bool annotate) {
-  Part pt = {p, mesh, shm_calloc((size_t)p->nvars + 1, sizeof(Sharding)),
+/* Output [i]'s layout, resharded to [want] (a NamedSharding, or NULL). */
+static void part_out(Part *pt, int i, Value *want) {
+  PartPlan *pp = pt->pp;
+  Sharding s;
+  atom_sharding(pp, &pp->p->outs[i], &s);
+  pp->outs[i] = s;
+  if (!want) return;
+  NamedSharding *w = (NamedSharding *)want;
+  char where[32];
+  snprintf(where, sizeof where, "output %d", i);
+  if (w->mesh) sharding_to_rule(w, s.ndim, &pp->outs[i]);
+  else replicated(pp->mesh, s.ndim, &pp->outs[i]);
+  note_reshard(pt, &pt->notes[pp->p->neqn], where, &s, &pp->outs[i], "out_shardings asks for it");
+}
+
+/* The text of each of [n] notes, NULL where empty. */
+static char **keep_notes(const StrBuf *b, int n) {
+  char **r = shm_calloc((size_t)n + 1, sizeof(char *));
+  if (!r) return err_nomem();
+  for (int i = 0; i < n; i++) {
+    if (!b[i].len) continue;
+    if (!(r[i] = shm_malloc(b[i].len + 1))) {
+      err_nomem();
+      continue;
+    }
+    memcpy(r[i], sbuf_text(&b[i]), b[i].len + 1);
+  }
+  return r;
+}
+
+static void part_plan_free(Value *self) {
+  PartPlan *pp = (PartPlan *)self;
+  for (int k = 0; pp->eqns && k < pp->p->neqn; k++) {
+    shm_free(pp->eqns[k].want);
+    if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
+  }
+  for (int i = 0; pp->notes && i <= pp->p->neqn; i++) shm_free(pp->notes[i]);
+  for (int i = 0; pp->partial_notes && i < pp->p->neqn; i++) shm_free(pp->partial_notes[i]);
+  shm_free(pp->notes);
+  shm_free(pp->partial_notes);
+  shm_free(pp->eqns);
+  shm_free(pp->vars);
+  shm_free(pp->outs);
+  val_decref(&pp->p->hdr);
+  val_decref(&pp->mesh->hdr);
+}
+
+static Value *part_plan_repr(Value *self) {
+  return str_from(((PartPlan *)self)->p->name ? ((PartPlan *)self)->p->name : "<partitioned plan>");
+}
+
+static const OpaqueType part_plan_type = {"PartitionedPlan", part_plan_free, part_plan_repr,
+                                          NULL, NULL, NULL, NULL};
+
+static PartPlan *part_plan_alloc(Plan *p, Mesh *mesh) {
+  PartPlan *pp = shm_calloc(1, sizeof *pp);
+  if (!pp) return err_nomem();
+  val_init(&pp->base.hdr, V_OPAQUE);
+  pp->base.ot = &part_plan_type;
+  pp->p = (Plan *)val_incref(&p->hdr);
+  pp->mesh = (Mesh *)val_incref(&mesh->hdr);
+  pp->vars = shm_calloc((size_t)p->nvars + 1, sizeof(Sharding));
+  pp->eqns = shm_calloc((size_t)p->neqn + 1, sizeof(PartEqn));
+  pp->outs = shm_calloc((size_t)p->nout + 1, sizeof(Sharding));
+  if (!pp->vars || !pp->eqns || !pp->outs) {
+    val_decref(&pp->base.hdr);
+    return err_nomem();
+  }
+  return pp;
+}
+
+PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want) {
+  PartPlan *pp = part_plan_alloc(p, mesh);
+  if (!pp) return NULL;
+  Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf)),
              shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf))};
-  int rc = pt.vars && pt.notes ? 0 : (err_nomem(), -1);
-  for (int v = 0; rc == 0 && v < p->nvars; v++) replicated(&pt, p->vars[v].ndim, &pt.vars[v]);
+  int rc = pt.notes && pt.partial ? 0 : (err_nomem(), -1);
+  for (int v = 0; rc == 0 && v < p->nvars; v++) replicated(mesh, p->vars[v].ndim, &pp->vars[v]);
   for (int i = 0; rc == 0 && i < p->nin; i++)
     if (in[i] && ((NamedSharding *)in[i])->mesh)
-      sharding_to_rule((NamedSharding *)in[i], p->vars[p->invars[i]].ndim, &pt.vars[p->invars[i]]);
+      sharding_to_rule((NamedSharding *)in[i], p->vars[p->invars[i]].ndim, &pp->vars[p->invars[i]]);
   for (int k = 0; rc == 0 && k < p->neqn; k++) rc = part_eqn(&pt, k);
-  for (int i = 0; i < p->nout; i++) out[i] = NULL;
-  for (int i = 0; rc == 0 && i < p->nout; i++)
-    if (!(out[i] = part_out(&pt, i, want ? want[i] : NULL))) rc = -1;
-  if (rc == 0 && annotate) rc = part_annotate(&pt);
+  for (int i = 0; rc == 0 && i < p->nout; i++) part_out(&pt, i, want ? want[i] : NULL);
+  if (rc == 0 && (!(pp->notes = keep_notes(pt.notes, p->neqn + 1)) ||
+                  !(pp->partial_notes = keep_notes(pt.partial, p->neqn))))
+    rc = -1;
   for (int i = 0; pt.notes && i <= p->neqn; i++) sbuf_free(&pt.notes[i]);
+  for (int i = 0; pt.partial && i < p->neqn; i++) sbuf_free(&pt.partial[i]);
   shm_free(pt.notes);
-  shm_free(pt.vars);
-  return rc;
+  shm_free(pt.partial);
+  if (rc < 0) {
+    val_decref(&pp->base.hdr);
+    return NULL;
+  }
+  return pp;
+}
+
+Value *part_out_sharding(const PartPlan *pp, int i) {
+  return sharding_from_rule(pp->mesh, &pp->outs[i]);
 }
 
 /* The NamedSharding of leaf [v] (borrowed), or NULL when unsharded. */
@@ -195,46 +318,20 @@ Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings) {
   return w ? ((NamedSharding *)w)->mesh : NULL;
 }
 
-/* Propagation from the leaves' shardings; [out] gets p->nout references. */
-static int from_leaves(Plan *p, Mesh *m, Value *const *leaves, Value *want_tree, Value **out,
-                       bool annotate) {
+PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
+  Mesh *m = part_mesh(leaves, p->nin, out_shardings);
+  if (!m) return NULL;
   Value **in = shm_calloc((size_t)p->nin + 1, sizeof(Value *));
   Value **want = shm_calloc((size_t)p->nout + 1, sizeof(Value *));
-  int rc = in && want ? 0 : (err_nomem(), -1);
-  for (int i = 0; rc == 0 && i < p->nin; i++) in[i] = leaf_sharding(leaves[i]);
-  for (int i = 0; rc == 0 && i < p->nout; i++) want[i] = want_at(want_tree, i);
-  if (rc == 0) rc = part_propagate(p, m, in, want_tree ? want : NULL, out, annotate);
+  PartPlan *pp = NULL;
+  if (in && want) {
+    for (int i = 0; i < p->nin; i++) in[i] = leaf_sharding(leaves[i]);
+    for (int i = 0; i < p->nout; i++) want[i] = want_at(out_shardings, i);
+    pp = part_plan(p, m, in, out_shardings ? want : NULL);
+  } else {
+    err_nomem();
+  }
   shm_free(in);
   shm_free(want);
-  return rc;
-}
-
-int part_lay_out(Plan *p, Value *const *leaves, Value **outs) {
-  Mesh *m = part_mesh(leaves, p->nin, NULL);
-  if (!m) return 0;
-  Value **sh = shm_calloc((size_t)p->nout + 1, sizeof(Value *));
-  int rc = sh ? from_leaves(p, m, leaves, NULL, sh, false) : (err_nomem(), -1);
-  for (int i = 0; rc == 0 && i < p->nout; i++) {
-    Value *v = sharding_put(outs[i], (NamedSharding *)sh[i]);
-    if (!v) rc = -1;
-    else {
-      val_decref(outs[i]);
-      outs[i] = v;
-    }
-  }
-  for (int i = 0; sh && i < p->nout; i++)
-    if (sh[i]) val_decref(sh[i]);
-  shm_free(sh);
-  return rc;
-}
-
-int part_annotate_plan(Plan *p, Value *const *leaves, Value *out_shardings) {
-  Mesh *m = part_mesh(leaves, p->nin, out_shardings);
-  if (!m) return 0;
-  Value **sh = shm_calloc((size_t)p->nout + 1, sizeof(Value *));
-  int rc = sh ? from_leaves(p, m, leaves, out_shardings, sh, true) : (err_nomem(), -1);
-  for (int i = 0; sh && i < p->nout; i++)
-    if (sh[i]) val_decref(sh[i]);
-  shm_free(sh);
-  return rc;
+  return pp;
 }

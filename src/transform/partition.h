@@ -1,17 +1,31 @@
 /*
- * partition.h - Auto mode's sharding propagation over a plan (shmap(7),
- * THE THREE MODES; semantics: GSPMD's propagation as JAX's jit applies
- * it to sharded arguments, in_shardings and out_shardings).
+ * partition.h - Auto mode: jit on sharded arrays as a per-device program
+ * (shmap(7), THE THREE MODES; semantics: GSPMD's propagation as JAX's jit
+ * applies it to sharded arguments, in_shardings and out_shardings, and
+ * the shard_map design (seed 000) for the per-device program it lowers
+ * to).
  *
- * From the shardings of a plan's inputs, each equation's sharding rule
- * (prim.h, PrimRules.sharding) gives its results' layout and the
- * resharding of its operands; a primitive without a rule has its operands
- * replicated.  The pass records, per equation, the communication a
- * per-device program needs there (all_gather, a local slice, all_to_all,
- * psum/pmax/pmin of partial results) with the source line and the
- * reason, as comments plan() prints.  A jit called on sharded arrays
- * returns its results laid out as the pass says, so eager (one primitive
- * at a time, spmd/sharding.c) and jit agree on values and shardings.
+ * Propagation (partition.c): from the shardings of a plan's inputs, each
+ * equation's sharding rule (prim.h, PrimRules.sharding) gives the layout
+ * its operands are resharded to and its results' layout, with partial
+ * results a psum, pmax or pmin completes.  An equation is kept split only
+ * when its blocks compute its result's blocks: every split dimension
+ * divides evenly and the primitive's shape rule, on the blocks' avals
+ * (with a "shape" or "new_sizes" parameter made the block's), gives the
+ * result block's aval.  Otherwise, and for primitives without a rule
+ * (gathers, sorts, iota, random bits, control flow), its operands are
+ * replicated first and it computes the whole result on every device.
+ * The pass records the communication per equation with the source line
+ * and the reason, as comments plan() prints.
+ *
+ * Execution (partition_run.c): the plan becomes the body of a shard_map
+ * over the mesh, in_specs the arguments' shardings, out_specs the
+ * results': each device interprets the plan on its blocks, resharding
+ * operands with all_gather (tiled) and local dynamic slices by
+ * axis_index, and completing partial results with psum, pmax or pmin.
+ * jit stages and compiles that shard_map like any other, so the inserted
+ * collectives run on the device threads, the collective engine and the
+ * MPI transport, and --comm-stats counts them by source line.
  */
 #ifndef SHMAP_PARTITION_H
 #define SHMAP_PARTITION_H
@@ -19,30 +33,66 @@
 #include "spmd/sharding.h"
 #include "transform/plan.h"
 
-/* Propagates shardings through [p] from [in] (p->nin NamedSharding
- * values or NULL for an unsharded input; borrowed) over [mesh], writing
- * each output's NamedSharding (new references) to [out] (p->nout slots).
- * [want] (p->nout values or NULL; borrowed) are out_shardings asked for:
- * an output is laid out so, noting the reshard.  With [annotate], the
- * notes become p->notes (replacing any).  0, or -1 with the error set. */
-int part_propagate(Plan *p, Mesh *mesh, Value *const *in, Value *const *want, Value **out,
-                   bool annotate);
+/* One equation's decision. */
+typedef struct PartEqn {
+  Sharding *want;    /* owned, nin: the layout each operand is resharded to */
+  Sharding out;      /* every result's layout; out.partial: axes to complete */
+  bool replicated;   /* no rule applied: operands and results replicated */
+  bool manual;       /* a shard_map over the plan's mesh: its body runs on the
+                        blocks its in_specs give (Manual inside Auto) */
+  bool local;        /* [params] replace the equation's for blocks */
+  Params params;     /* owned when [local] */
+} PartEqn;
 
-#endif
+/* A plan with its layouts: an Opaque value, so a shard_map body can own
+ * it.  Immutable once made; device threads read it freely. */
+typedef struct PartPlan {
+  Opaque base;
+  Plan *p;           /* owned reference: the global plan */
+  Mesh *mesh;        /* owned reference */
+  Sharding *vars;    /* owned, p->nvars: each variable's (complete) layout */
+  PartEqn *eqns;     /* owned, p->neqn */
+  Sharding *outs;    /* owned, p->nout: each result's layout as returned */
+  char **notes;      /* owned, p->neqn + 1 (NULL entries: none): the comments on
+                        each equation's operand reshards, then on the outputs' */
+  char **partial_notes; /* owned, p->neqn: the comments on completing partial results */
+  bool annotate;     /* staging the body writes the comments into its plan (plan()) */
+} PartPlan;
+
+/* Propagates shardings through [p] over [mesh] (both borrowed; a
+ * reference is kept) from [in] (p->nin NamedSharding values or NULL for
+ * an unsharded input; borrowed).  [want] (p->nout values or NULL;
+ * borrowed, or NULL for none) are out_shardings asked for: an output is
+ * resharded to it.  New reference, or NULL with the error set. */
+PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want);
 
 /* The mesh of the first sharded array among [leaves] (borrowed), else
  * that of [out_shardings] (a sharding or a tuple of them, or NULL), else
  * NULL: the mesh a jit call partitions over. */
 Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings);
 
-/* After a jit's compiled plan [p] ran on [leaves] (p->nin arrays,
- * borrowed) into [outs] (p->nout owned arrays): each output replaced by
- * a view laid out as propagation says (partition's eager agreement).
- * Nothing to do when no leaf is sharded.  0, or -1 with the error set. */
-int part_lay_out(Plan *p, Value *const *leaves, Value **outs);
+/* part_plan for a call of [p] on [leaves] (p->nin arrays, borrowed) with
+ * jit's [out_shardings] (one sharding for every output, a tuple of one
+ * per output, or NULL).  NULL with no error set when nothing is sharded
+ * (no mesh), else as part_plan. */
+PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings);
 
-/* plan(f, *args) on sharded arguments (or with out_shardings): [p]'s
- * notes, from the leaves' shardings and the out_shardings asked for
- * (one sharding for every output, or a tuple of one per output).  0, or
- * -1 with the error set. */
-int part_annotate_plan(Plan *p, Value *const *leaves, Value *out_shardings);
+/* How dimension [d] goes from [have] to [want]: whether it is first
+ * all_gathered (tiled) over all of have's axes ([*gather]; not when
+ * have's axes begin want's), then sliced locally over want's axes from
+ * position [*from] on (none when [*from] is want's count). */
+void part_dim_steps(const Sharding *have, const Sharding *want, int d, bool *gather, int *from);
+
+/* Output [i]'s NamedSharding: a new reference, or NULL. */
+Value *part_out_sharding(const PartPlan *pp, int i);
+
+/* ---- execution (partition_run.c) ---- */
+
+/* The shard_map that runs [pp] (borrowed; the body keeps a reference):
+ * in_specs and out_specs from its layouts, its body the plan interpreted
+ * on each device's blocks.  Called with the leaves (the global arrays),
+ * it returns a tuple of the results (global arrays).  New reference, or
+ * NULL with the error set (an abstract mesh cannot run). */
+Value *part_shard_fn(PartPlan *pp);
+
+#endif

@@ -193,7 +193,7 @@ void plan_eqn_clear(PlanEqn *e) {
 
 static void plan_free(Value *v) {
   Plan *p = AS_PLAN(v);
-  for (int i = 0; p->notes && i <= p->neqn; i++) shm_free(p->notes[i]);
+  for (int i = 0; i < p->nnotes; i++) shm_free(p->notes[i]);
   shm_free(p->notes);
   if (p->exec && plan_exec_free) plan_exec_free(p->exec);
   for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
@@ -435,10 +435,27 @@ static void put_outs(PrintCtx *c) {
 
 /* Prints [p] whose `{` is at column [indent]: equations at indent + 4,
  * `in` at indent + 2. */
-/* The partitioner's comments after equation [i] (i == neqn: before the
- * outputs), each line indented as the equations. */
+/* The partitioner's comments after equation [i], each line indented as
+ * the equations. */
+int plan_note_add(Plan *p, int i, const char *text) {
+  if (i >= p->nnotes) {
+    int n = i + 1 > 2 * p->nnotes ? i + 1 : 2 * p->nnotes;
+    char **g = shm_realloc(p->notes, sizeof(char *) * (size_t)n);
+    if (!g) return err_nomem(), -1;
+    memset(g + p->nnotes, 0, sizeof(char *) * (size_t)(n - p->nnotes));
+    p->notes = g;
+    p->nnotes = n;
+  }
+  size_t old = p->notes[i] ? strlen(p->notes[i]) : 0, add = strlen(text);
+  char *s = shm_realloc(p->notes[i], old + add + 1);
+  if (!s) return err_nomem(), -1;
+  memcpy(s + old, text, add + 1);
+  p->notes[i] = s;
+  return 0;
+}
+
 static void put_notes(StrBuf *t, const Plan *p, int i, int indent) {
-  const char *s = p->notes ? p->notes[i] : NULL;
+  const char *s = i < p->nnotes ? p->notes[i] : NULL;
   while (s && *s) {
     const char *nl = strchr(s, '\n');
     size_t n = nl ? (size_t)(nl - s) : strlen(s);
@@ -477,7 +494,6 @@ static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
       put_eqn(&c, &p->eqns[i], indent + 4);
       put_notes(t, p, i, indent + 4);
     }
-    put_notes(t, p, p->neqn, indent + 4);
     sbuf_spaces(t, indent + 2);
     sbuf_puts(t, "in ");
   }

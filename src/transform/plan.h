@@ -85,9 +85,9 @@ typedef struct Plan {
   int nout;
   PlanAtom *outs;    /* owned */
   void *exec;        /* compile.h's Exec, or NULL until compiled */
-  char **notes;      /* owned, or NULL: per equation, then one for the outputs (neqn + 1),
-                        the partitioner's comment lines printed after it (NULL: none;
-                        transform/partition.h) */
+  char **notes;      /* owned, or NULL: per equation, the partitioner's comment
+                        lines printed after it (NULL: none; transform/partition.h) */
+  int nnotes;        /* entries of [notes]: equations past them have none */
 } Plan;
 
 static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
@@ -140,6 +140,11 @@ int plan_set_outs(Plan *p, int nout, const PlanAtom *outs);
 
 /* The aval of atom [a] of [p]. */
 void plan_atom_aval(const Plan *p, const PlanAtom *a, AVal *out);
+
+/* Appends the comment line(s) [text] (ending in a newline) to those
+ * printed after equation [i] of [p] (plan_str).  0, or -1 on out of
+ * memory (the error set). */
+int plan_note_add(Plan *p, int i, const char *text);
 
 /* Releases what an equation owns (used by the passes when they drop one). */
 void plan_eqn_clear(PlanEqn *e);

@@ -1,0 +1,285 @@
+/*
+ * partition_run.c - a partitioned plan run as a shard_map (partition.h,
+ * "Execution").
+ *
+ * The body is an interpreter over the global plan: each device holds its
+ * block of every variable, laid out as the PartPlan says, and before an
+ * equation it reshards the operands the equation wants laid out
+ * otherwise.  Every step goes through prim_bind, so the same body runs
+ * eagerly on the device threads and stages into the shard_map's plan
+ * under jit (where the inserted collectives carry the equation's source
+ * line).
+ */
+#include <string.h>
+
+#include "base/mem.h"
+#include "lang/eval.h"
+#include "lang/ops.h"
+#include "spmd/shardmap.h"
+#include "transform/higher.h"
+#include "transform/partition.h"
+#include "transform/trace.h"
+
+/* The names of the mesh axes [s->split[d]][from..] (a string for one),
+ * and the product of their sizes in [*size]. */
+static Value *axis_names(const PartPlan *pp, const Sharding *s, int d, int from, int64_t *size) {
+  int n = s->nsplit[d] - from;
+  *size = 1;
+  for (int k = from; k < s->nsplit[d]; k++) *size *= s->axis_sizes[s->split[d][k]];
+  if (n == 1) return str_from(pp->mesh->axis_names[s->split[d][from]]);
+  Value *t = tuple_new((size_t)n);
+  for (int k = 0; t && k < n; k++)
+    tuple_set_steal(t, (size_t)k, str_from(pp->mesh->axis_names[s->split[d][from + k]]));
+  return t;
+}
+
+/* all_gather (tiled) of [x] (consumed) along [d] over [names] (consumed). */
+static Value *gather_dim(Value *x, int d, Value *names, int64_t size) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", names);
+  params_add(&q, "all_gather_dimension", val_int(d));
+  params_add(&q, "axis_size", val_int(size));
+  params_add(&q, "tiled", val_bool(true));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = x ? prim_bind(P_ALL_GATHER, 1, &x, &q) : NULL;
+  params_clear(&q);
+  if (x) val_decref(x);
+  return r;
+}
+
+/* This device's block [count] ways of [x] (consumed) along [d]: a
+ * dynamic slice at axis_index([names]) (consumed) times the block. */
+static Value *slice_dim(Value *x, int d, Value *names, int64_t count) {
+  AVal av;
+  Value *r = NULL, *in[SHM_MAXDIM + 1] = {0}, *idx = NULL, *bv = NULL;
+  if (!x || prim_value_aval(x, &av) < 0) goto out;
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", val_incref(names));
+  idx = prim_bind(P_AXIS_INDEX, 0, NULL, &q);
+  params_clear(&q);
+  int64_t block = av.shape[d] / count, sizes[SHM_MAXDIM];
+  if (!idx || !(bv = val_int(block))) goto out;
+  in[0] = x;
+  for (int i = 0; i < av.ndim; i++) {
+    sizes[i] = i == d ? block : av.shape[i];
+    in[i + 1] = i == d ? ops_binary(OP_MUL, idx, bv) : val_int(0);
+    if (!in[i + 1]) goto out;
+  }
+  params_init(&q);
+  params_add(&q, "slice_sizes", val_int_tuple(av.ndim, sizes));
+  r = ops_apply(P_DYNAMIC_SLICE, av.ndim + 1, in, &q);
+  params_clear(&q);
+out:
+  for (int i = 1; i <= SHM_MAXDIM; i++)
+    if (in[i]) val_decref(in[i]);
+  if (idx) val_decref(idx);
+  if (bv) val_decref(bv);
+  if (x) val_decref(x);
+  val_decref(names);
+  return r;
+}
+
+/* [x] (borrowed), this device's block of a value laid out as [have],
+ * as its block laid out as [want]: a new reference or NULL. */
+static Value *reshard(const PartPlan *pp, Value *x, const Sharding *have, const Sharding *want) {
+  Value *r = val_incref(x);
+  for (int d = 0; r && d < have->ndim; d++) {
+    bool gather;
+    int from;
+    int64_t n;
+    part_dim_steps(have, want, d, &gather, &from);
+    if (gather) {
+      Value *names = axis_names(pp, have, d, 0, &n);
+      r = names ? gather_dim(r, d, names, n) : (val_decref(r), NULL);
+    }
+    if (r && from < want->nsplit[d]) {
+      Value *names = axis_names(pp, want, d, from, &n);
+      r = names ? slice_dim(r, d, names, n) : (val_decref(r), NULL);
+    }
+  }
+  return r;
+}
+
+/* The collective completing a partial result [x] (consumed) over the
+ * mesh axes [out->partial]. */
+static Value *complete(const PartPlan *pp, Value *x, const Sharding *out) {
+  PrimId id = !strcmp(out->partial_coll, "pmax") ? P_PMAX
+              : !strcmp(out->partial_coll, "pmin") ? P_PMIN : P_PSUM;
+  int n = 0;
+  for (int a = 0; a < pp->mesh->naxes; a++) n += out->partial >> a & 1;
+  Value *names = tuple_new((size_t)n);
+  for (int a = 0, k = 0; names && a < pp->mesh->naxes; a++)
+    if (out->partial >> a & 1) tuple_set_steal(names, (size_t)k++, str_from(pp->mesh->axis_names[a]));
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", names);
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = x && names ? prim_bind(id, 1, &x, &q) : NULL;
+  params_clear(&q);
+  if (x) val_decref(x);
+  return r;
+}
+
+/* Plan [p] (a shard_map's body) on this device's blocks [in]: a tuple of
+ * its results.  Each equation through its row (a higher-order one by its
+ * eval rule), as the body runs under shard_map. */
+static Value *run_body(const Plan *p, Value **in) {
+  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
+  if (!env) return err_nomem();
+  for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
+  for (int i = 0; i < p->nin; i++) env[p->invars[i]] = val_incref(in[i]);
+  int k = 0;
+  for (; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    Value *stack[8], **ops = e->nin <= 8 ? stack : shm_calloc((size_t)e->nin, sizeof(Value *));
+    if (!ops) break;
+    for (int i = 0; i < e->nin; i++) ops[i] = e->in[i].var >= 0 ? env[e->in[i].var] : e->in[i].lit;
+    eval_set_current_loc(e->loc);
+    const HigherRules *h = higher_rules(e->prim);
+    Value *res = h && h->eval ? h->eval(e, ops) : prim_bind(e->prim, e->nin, ops, &e->params);
+    if (ops != stack) shm_free(ops);
+    if (!res) break;
+    bool tup = e->nout != 1 || (h && h->eval && h->eval_tuple);
+    for (int j = 0; j < e->nout; j++) env[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
+    val_decref(res);
+  }
+  if (k == p->neqn) r = tuple_new((size_t)p->nout);
+  for (int i = 0; r && i < p->nout; i++)
+    tuple_set_steal(r, (size_t)i, val_incref(p->outs[i].var >= 0 ? env[p->outs[i].var] : p->outs[i].lit));
+  for (int i = 0; i < p->nvars; i++)
+    if (env[i]) val_decref(env[i]);
+  shm_free(env);
+  return r;
+}
+
+/* plan(): [text] (NULL: none) as the comment after the last equation
+ * staged into [bp] (NULL: not annotating), when any was staged since
+ * [before] equations. */
+static void note_after(Plan *bp, int before, const char *text) {
+  if (bp && text && bp->neqn > before && plan_note_add(bp, bp->neqn - 1, text) < 0) err_clear();
+}
+
+/* Equation [k] on this device's blocks in [env], annotating [bp]. */
+static int run_eqn(const PartPlan *pp, int k, Value **env, Plan *bp) {
+  int n0 = bp ? bp->neqn : 0;
+  const PlanEqn *e = &pp->p->eqns[k];
+  const PartEqn *pe = &pp->eqns[k];
+  Value *stack[8], **ops = e->nin <= 8 ? stack : shm_calloc((size_t)e->nin, sizeof(Value *));
+  if (!ops) return err_nomem(), -1;
+  int made = 0;
+  for (; made < e->nin; made++) {
+    const PlanAtom *a = &e->in[made];
+    Sharding have;
+    if (a->var >= 0) have = pp->vars[a->var];
+    else {
+      have = pe->want[made];
+      for (int d = 0; d < have.ndim; d++) have.nsplit[d] = 0;
+    }
+    if (!(ops[made] = reshard(pp, a->var >= 0 ? env[a->var] : a->lit, &have, &pe->want[made])))
+      break;
+  }
+  Value *res = NULL;
+  const HigherRules *h = higher_rules(e->prim);
+  note_after(bp, n0, pp->notes[k]);
+  if (made == e->nin) {
+    if (pe->manual) res = run_body(AS_PLAN(params_get(&e->params, "jaxpr")), ops);
+    else if (h && h->eval) res = h->eval(e, ops);
+    else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
+  }
+  for (int i = 0; i < made; i++) val_decref(ops[i]);
+  if (ops != stack) shm_free(ops);
+  int n1 = bp ? bp->neqn : 0;
+  if (res && pe->out.partial) res = complete(pp, res, &pe->out);
+  note_after(bp, n1, pp->partial_notes[k]);
+  if (!res) return -1;
+  bool tup = e->nout != 1 || pe->manual || (h && h->eval && h->eval_tuple);
+  for (int j = 0; j < e->nout; j++) env[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
+  val_decref(res);
+  return 0;
+}
+
+/* The shard_map's body: the plan on this device's blocks [a->args], a
+ * tuple of its results' blocks laid out as pp->outs. */
+static Value *body_call(Value *self, const CallArgs *a) {
+  const PartPlan *pp = (const PartPlan *)self;
+  const Plan *p = pp->p;
+  if (a->nkw || a->nargs != p->nin)
+    return err_set(ERR_TYPE, "partitioned %s: %d arguments for %d inputs", p->name ? p->name : "jit",
+                   a->nargs, p->nin);
+  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
+  if (!env) return err_nomem();
+  Loc saved = eval_current_loc();
+  Trace *t = pp->annotate && prim_tracing() ? trace_current() : NULL;
+  Plan *bp = t ? trace_plan(t) : NULL;
+  for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
+  for (int i = 0; i < p->nin; i++) env[p->invars[i]] = val_incref(a->args[i]);
+  int k = 0;
+  for (; k < p->neqn; k++) {
+    eval_set_current_loc(p->eqns[k].loc);
+    if (run_eqn(pp, k, env, bp) < 0) break;
+  }
+  int n0 = bp ? bp->neqn : 0;
+  if (k == p->neqn) r = tuple_new((size_t)p->nout);
+  for (int i = 0; r && i < p->nout; i++) {
+    const PlanAtom *o = &p->outs[i];
+    Sharding have;
+    if (o->var >= 0) have = pp->vars[o->var];
+    else {
+      have = pp->outs[i];
+      for (int d = 0; d < have.ndim; d++) have.nsplit[d] = 0;
+    }
+    Value *v = reshard(pp, o->var >= 0 ? env[o->var] : o->lit, &have, &pp->outs[i]);
+    if (!v) {
+      val_decref(r);
+      r = NULL;
+      break;
+    }
+    tuple_set_steal(r, (size_t)i, v);
+  }
+  note_after(bp, n0, pp->notes[p->neqn]);
+  eval_set_current_loc(saved);
+  for (int i = 0; i < p->nvars; i++)
+    if (env[i]) val_decref(env[i]);
+  shm_free(env);
+  return r;
+}
+
+/* A tuple of each layout's PartitionSpec. */
+static Value *specs(const PartPlan *pp, const Sharding *s, int n) {
+  Value *t = tuple_new((size_t)n);
+  for (int i = 0; t && i < n; i++) {
+    Value *ns = sharding_from_rule(pp->mesh, &s[i]);
+    if (!ns) {
+      for (int k = i; k < n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, (size_t)i, val_incref(&((NamedSharding *)ns)->spec->hdr));
+    val_decref(ns);
+  }
+  return t;
+}
+
+Value *part_shard_fn(PartPlan *pp) {
+  const Plan *p = pp->p;
+  if (pp->mesh->abstract)
+    return err_set(ERR_VALUE, "jit of %s: an AbstractMesh has no devices to run on; lower and "
+                   "compile it instead", p->name ? p->name : "the function");
+  Sharding *ins = shm_calloc((size_t)p->nin + 1, sizeof(Sharding));
+  if (!ins) return err_nomem();
+  for (int i = 0; i < p->nin; i++) ins[i] = pp->vars[p->invars[i]];
+  Value *in_specs = specs(pp, ins, p->nin), *out_specs = specs(pp, pp->outs, p->nout);
+  shm_free(ins);
+  const char *name = p->name ? p->name : "jit";
+  Value *body = in_specs && out_specs ? bound_new(name, body_call, &pp->base.hdr) : NULL;
+  /* unchecked: the layouts say what varies, and a shard_map inside
+   * (check_vma=False) may return blocks the static check cannot see are
+   * equal */
+  Value *r = body ? shardmap_new(name, body, &pp->mesh->hdr, in_specs, out_specs, false) : NULL;
+  if (body) val_decref(body);
+  if (in_specs) val_decref(in_specs);
+  if (out_specs) val_decref(out_specs);
+  return r;
+}
