@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "array/array.h"
+#include "array/kernels.h"
 #include "array/prim.h"
 #include "array/print.h"
 #include "base/error.h"
@@ -489,9 +490,12 @@ static Value *put_one(Value *leaf, void *ctx) {
   return r;
 }
 
-/* device_put over a tree [x] with one sharding, or a tuple, list or dict
- * of them matching x's (a pytree prefix). */
-static Value *put_tree(Value *x, Value *dev) {
+typedef Value *(*PutFn)(Value *leaf, void *sharding);
+
+/* [one] (device_put's or with_sharding_constraint's) over a tree [x] with
+ * one sharding, or a tuple, list or dict of them matching x's (a pytree
+ * prefix). */
+static Value *put_tree(Value *x, Value *dev, PutFn one) {
   size_t n, m;
   Value *const *xs, *const *ds;
   if (dev->type == V_DICT && x->type == V_DICT) {
@@ -499,7 +503,7 @@ static Value *put_tree(Value *x, Value *dev) {
     Dict *dx = (Dict *)x;
     for (size_t i = 0; r && i < dx->len; i++) {
       Value *d = dict_get(dev, dx->keys[i]);
-      Value *v = d ? put_tree(dx->vals[i], d)
+      Value *v = d ? put_tree(dx->vals[i], d, one)
                    : err_set(ERR_VALUE, "device_put: the device tree has no entry for a key of x");
       int rc = v ? dict_set(r, dx->keys[i], v) : -1;
       if (v) val_decref(v);
@@ -511,13 +515,13 @@ static Value *put_tree(Value *x, Value *dev) {
     return r;
   }
   if (put_leaf(dev) || !val_seq(x, &n, &xs) || !val_seq(dev, &m, &ds))
-    return pytree_map(x, NULL, put_one, dev);
+    return pytree_map(x, NULL, one, dev);
   if (n != m)
     return err_set(ERR_VALUE, "device_put: the device tree has %zu entries where x has %zu", m, n);
   bool list = x->type == V_LIST;
   Value *r = list ? list_new(n) : tuple_new_like(x, n);
   for (size_t i = 0; r && i < n; i++) {
-    Value *v = put_tree(xs[i], ds[i]);
+    Value *v = put_tree(xs[i], ds[i], one);
     if (!v) {
       val_decref(r);
       return NULL;
@@ -531,7 +535,7 @@ static Value *put_tree(Value *x, Value *dev) {
   return r;
 }
 
-Value *sharding_device_put(Value *x, Value *device) { return put_tree(x, device); }
+Value *sharding_device_put(Value *x, Value *device) { return put_tree(x, device, put_one); }
 
 /* jax.device_put(x, device=None): x's arrays laid out by the sharding. */
 static Value *bi_device_put(const CallArgs *a) {
@@ -539,7 +543,7 @@ static Value *bi_device_put(const CallArgs *a) {
   if (args_bind("device_put", a, "x, device=, src=, donate=, may_alias=",
                 (Value **[]){&x, &dev, &src, &donate, &alias}) < 0)
     return NULL;
-  return put_tree(x, dev ? dev : VAL_NONE);
+  return put_tree(x, dev ? dev : VAL_NONE, put_one);
 }
 
 /* An unsharded copy of a leaf: the global value. */
@@ -627,18 +631,127 @@ out:
   return r;
 }
 
+/* ==== jax.lax.with_sharding_constraint: the sharding_constraint row ============ */
+
+/* Under a trace: [leaf] bound to sharding_constraint[sharding]. */
+static Value *constrain_one(Value *leaf, void *ctx) {
+  Value *s = as_sharding((Value *)ctx), *r = NULL;
+  if (!s) return NULL;
+  AVal av;
+  if (prim_value_aval(leaf, &av) == 0 && sharding_check((NamedSharding *)s, av.ndim, av.shape) == 0) {
+    Params q;
+    params_init(&q);
+    params_add(&q, "sharding", s);
+    r = prim_bind(P_SHARDING_CONSTRAINT, 1, &leaf, &q);
+    params_clear(&q);
+  } else {
+    val_decref(s);
+  }
+  return r;
+}
+
+/* A leaf of with_sharding_constraint: a concrete array laid out at once
+ * (a device_put), a traced one (jit, grad, vmap) bound. */
+static Value *constraint_leaf(Value *leaf, void *ctx) {
+  return IS_ARRAY(leaf) && !prim_tracing() ? put_one(leaf, ctx) : constrain_one(leaf, ctx);
+}
+
 /* jax.lax.with_sharding_constraint(x, shardings): eagerly, x laid out so
- * (a device_put).  Under jit the plan has no equation to carry the
- * constraint yet, so the results' layout could not honour it: an error
- * rather than a jit that disagrees with eager evaluation (shmap(7)). */
+ * (a device_put); traced, a sharding_constraint equation, which the
+ * partitioner honours strictly (shmap(7), THE THREE MODES). */
 static Value *bi_with_sharding_constraint(const CallArgs *a) {
   Value *x, *sh;
   if (args_bind("with_sharding_constraint", a, "x, shardings", (Value **[]){&x, &sh}) < 0) return NULL;
-  if (prim_tracing())
-    return err_set(ERR_NOT_IMPLEMENTED, "with_sharding_constraint under jit is not implemented "
-                   "yet; constrain the jit's out_shardings, or call it outside jit");
-  return put_tree(x, sh);
+  return put_tree(x, sh, constraint_leaf);
 }
+
+static int shape_constraint(const AVal *in, int nin, const Params *p, AVal *out) {
+  (void)nin, (void)p;
+  aval_copy(out, &in[0]);
+  return 0;
+}
+
+/* The value as it is: a view eagerly (a layout primitive makes its
+ * result), a copy into a compiled plan's slot.  The layout is the
+ * partitioner's business. */
+static int kern_constraint(Array **in, int nin, const Params *p, Array **out) {
+  (void)nin, (void)p;
+  Array *x = in[0];
+  if (out[0]) {
+    kern_copy_to_contiguous(arr_data(out[0]), x);
+    return 0;
+  }
+  out[0] = arr_view(x, x->ndim, x->shape, x->strides, x->offset);
+  return out[0] ? 0 : -1;
+}
+
+/* [x] constrained as [p] says (operands held, prim_apply_rule); NULL x: NULL. */
+static Value *constrained(Value *x, const Params *p) {
+  if (!x) return NULL;
+  Params q;
+  params_init(&q);
+  params_add(&q, "sharding", val_incref(params_get(p, "sharding")));
+  return prim_apply_rule(P_SHARDING_CONSTRAINT, 1, &x, &q);
+}
+
+/* Linear: the tangent and the cotangent laid out as the value is. */
+static int jvp_constraint(Value **x, Value **t, int nin, const Params *p, Value **y, Value **ty) {
+  (void)nin;
+  *y = constrained(x[0], p);
+  *ty = t[0] ? constrained(t[0], p) : NULL;
+  return *y && (!t[0] || *ty) ? 0 : -1;
+}
+
+static int tr_constraint(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
+                         const Params *p, Value **ct_in) {
+  (void)in, (void)av, (void)lin, (void)nin;
+  ct_in[0] = ct[0] ? constrained(ct[0], p) : NULL;
+  return !ct[0] || ct_in[0] ? 0 : -1;
+}
+
+/* vmap: the batch dimension moved first and left unsplit. */
+static int b_constraint(Value **in, const int *dims, int nin, const Params *p, Value **out, int *od) {
+  (void)nin;
+  NamedSharding *s = (NamedSharding *)params_get(p, "sharding");
+  Value *x = dims[0] >= 0 ? prim_batch_moveaxis(in[0], dims[0], 0) : val_incref(in[0]);
+  Value *spec = x && dims[0] >= 0 && s->mesh ? pspec_prepend_none(s->spec) : NULL;
+  Params q;
+  params_init(&q);
+  params_add(&q, "sharding", spec ? sharding_new(s->mesh, (PSpec *)spec) : val_incref(&s->base.hdr));
+  *out = x ? prim_apply_rule(P_SHARDING_CONSTRAINT, 1, &x, &q) : (params_clear(&q), NULL);
+  if (spec) val_decref(spec);
+  if (x) val_decref(x);
+  *od = dims[0] >= 0 ? 0 : -1;
+  return *out ? 0 : -1;
+}
+
+/* The operand and the result laid out as the constraint says: the
+ * partitioner reshards the operand to it (shmap(7)). */
+static int sh_constraint(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  (void)nin;
+  NamedSharding *s = (NamedSharding *)params_get(p, "sharding");
+  Sharding w = in_sh[0];
+  if (s->mesh) {
+    bool same = s->mesh->naxes == in_sh[0].naxes;
+    for (int i = 0; same && i < s->mesh->naxes; i++) same = s->mesh->axis_sizes[i] == in_sh[0].axis_sizes[i];
+    if (!same)
+      return err_set(ERR_VALUE, "with_sharding_constraint: its mesh is not the mesh the "
+                     "computation is partitioned over"), -1;
+    sharding_to_rule(s, in[0].ndim, &w);
+  } else {
+    for (int d = 0; d < in[0].ndim; d++) w.nsplit[d] = 0;
+  }
+  w.partial = 0;
+  w.partial_coll = NULL;
+  in_sh[0] = w;
+  *out_sh = w;
+  return 0;
+}
+
+static const PrimRow constraint_rows[] = {
+    {P_SHARDING_CONSTRAINT, {.shape = shape_constraint, .kernel = kern_constraint, .batch = b_constraint,
+                             .jvp = jvp_constraint, .transpose = tr_constraint, .sharding = sh_constraint}},
+};
 
 /* ==== a sharded array's attributes ================================================ */
 
@@ -955,6 +1068,7 @@ int sharding_register(Env *b) {
   (void)b;
   if (add_namespaces() < 0) return -1;
   prim_sharding_hook = eager_sharding;
+  prim_register_rows(constraint_rows, sizeof constraint_rows / sizeof constraint_rows[0]);
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
   ops_register_equal(V_OPAQUE, opaque_equal);

@@ -44,6 +44,7 @@ typedef struct Entry {
    * made by the first call; guarded by JitFn.lock */
   PartPlan *part;
   Value *part_fn;
+  bool constrained;    /* the plan has a sharding_constraint over a mesh */
 } Entry;
 
 typedef struct JitFn {
@@ -652,6 +653,7 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
   s->holds = NULL;
   e->plan = tr.plan;
   e->out_tree = tr.out_tree;
+  e->constrained = part_constraint_mesh(tr.plan) != NULL;
   return cache_insert(j, e);
 }
 
@@ -724,7 +726,7 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
 static Value *run_entry(JitFn *j, Entry *e, Sig *s) {
   Plan *p = e->plan;
   if (!j->manual && p->nin == s->nleaves && !dev_ctx() &&
-      part_mesh(s->leaves, s->nleaves, j->out_shardings))
+      (e->constrained || part_mesh(s->leaves, s->nleaves, j->out_shardings)))
     return run_partitioned(j, e, s);
   Array *in_stack[SIG_INLINE];
   Value *out_stack[SIG_INLINE];
@@ -1261,7 +1263,8 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
     r = &tr.plan->hdr;
     /* sharded arguments: the per-device plan the partitioner runs */
-    if (!j->manual && tr.plan->nin == s.nleaves && part_mesh(s.leaves, s.nleaves, j->out_shardings)) {
+    if (!j->manual && tr.plan->nin == s.nleaves &&
+        (part_mesh(s.leaves, s.nleaves, j->out_shardings) || part_constraint_mesh(tr.plan))) {
       Value *q = partitioned_plan(j, tr.plan, &s);
       val_decref(r);
       r = q;
@@ -1420,7 +1423,7 @@ Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
     mismatch_error(p, &s);
     goto out;
   }
-  Entry e = {.plan = p, .out_tree = l->out_tree};
+  Entry e = {.plan = p, .out_tree = l->out_tree, .constrained = part_constraint_mesh(p) != NULL};
   r = run_entry(j, &e, &s);
   if (e.part) val_decref(&e.part->base.hdr);
   if (e.part_fn) val_decref(e.part_fn);

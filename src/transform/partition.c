@@ -318,8 +318,18 @@ Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings) {
   return w ? ((NamedSharding *)w)->mesh : NULL;
 }
 
+Mesh *part_constraint_mesh(const Plan *p) {
+  for (int k = 0; k < p->neqn; k++) {
+    if (p->eqns[k].prim != P_SHARDING_CONSTRAINT) continue;
+    NamedSharding *s = (NamedSharding *)params_get(&p->eqns[k].params, "sharding");
+    if (s && s->mesh) return s->mesh;
+  }
+  return NULL;
+}
+
 PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
   Mesh *m = part_mesh(leaves, p->nin, out_shardings);
+  if (!m) m = part_constraint_mesh(p);
   if (!m) return NULL;
   Value **in = shm_calloc((size_t)p->nin + 1, sizeof(Value *));
   Value **want = shm_calloc((size_t)p->nout + 1, sizeof(Value *));

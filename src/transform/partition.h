@@ -71,10 +71,16 @@ PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want);
  * NULL: the mesh a jit call partitions over. */
 Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings);
 
+/* The mesh of the first sharding_constraint among [p]'s equations (its
+ * sharding's, borrowed), or NULL: a jit whose arguments are unsharded
+ * still partitions over it. */
+Mesh *part_constraint_mesh(const Plan *p);
+
 /* part_plan for a call of [p] on [leaves] (p->nin arrays, borrowed) with
  * jit's [out_shardings] (one sharding for every output, a tuple of one
- * per output, or NULL).  NULL with no error set when nothing is sharded
- * (no mesh), else as part_plan. */
+ * per output, or NULL), over the mesh of the leaves, else of
+ * out_shardings, else of a sharding_constraint.  NULL with no error set
+ * when nothing is sharded (no mesh), else as part_plan. */
 PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings);
 
 /* How dimension [d] goes from [have] to [want]: whether it is first
