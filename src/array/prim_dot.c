@@ -245,10 +245,11 @@ static void dot_free(Sharding *s, int d, uint32_t *used) {
   *used |= sh_dim_axes(s, d);
 }
 
-/* dot_general: batch dimensions keep their (agreed) split; a contracting
- * dimension split on both sides gives partial sums over its mesh axes (a
- * psum completes them); free dimensions keep theirs where no mesh axis
- * is used twice.  The result: batch, lhs free, rhs free. */
+/* dot_general: batch dimensions keep their (agreed) split; free
+ * dimensions keep theirs where no mesh axis is used twice; a contracting
+ * dimension split on both sides by axes still free gives partial sums
+ * over them (a psum completes them), else it is gathered.  The result:
+ * batch, lhs free, rhs free. */
 static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params *p,
                           Sharding *out_sh) {
   (void)nin;
@@ -256,16 +257,21 @@ static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params
   if (dims_read(p, &d) < 0) return -1;
   uint32_t used = 0, partial = 0;
   for (int k = 0; k < d.n[2]; k++) dot_pair(in_sh, (int)d.d[2][k], (int)d.d[3][k], &used);
+  /* free dimensions before contracting ones: where a mesh axis splits
+   * both, the contracting dimension is gathered (the weight, in FSDP)
+   * rather than the free one resharded and the result summed */
+  for (int side = 0; side < 2; side++)
+    for (int x = 0; x < in[side].ndim; x++)
+      if (!in_list(x, d.n[side], d.d[side]) && !in_list(x, d.n[2 + side], d.d[2 + side]))
+        dot_free(&in_sh[side], x, &used);
   for (int k = 0; k < d.n[0]; k++) partial |= dot_pair(in_sh, (int)d.d[0][k], (int)d.d[1][k], &used);
   int o = 0;
   sh_replicated(out_sh, 0, &in_sh[0]);
   for (int k = 0; k < d.n[2]; k++) sh_copy_dim(out_sh, o++, &in_sh[0], (int)d.d[2][k]);
   for (int side = 0; side < 2; side++)
-    for (int x = 0; x < in[side].ndim; x++) {
-      if (in_list(x, d.n[side], d.d[side]) || in_list(x, d.n[2 + side], d.d[2 + side])) continue;
-      dot_free(&in_sh[side], x, &used);
-      sh_copy_dim(out_sh, o++, &in_sh[side], x);
-    }
+    for (int x = 0; x < in[side].ndim; x++)
+      if (!in_list(x, d.n[side], d.d[side]) && !in_list(x, d.n[2 + side], d.d[2 + side]))
+        sh_copy_dim(out_sh, o++, &in_sh[side], x);
   out_sh->ndim = o;
   out_sh->partial = partial;
   out_sh->partial_coll = partial ? "psum" : NULL;

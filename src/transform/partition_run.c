@@ -161,8 +161,39 @@ static void note_after(Plan *bp, int before, const char *text) {
   if (bp && text && bp->neqn > before && plan_note_add(bp, bp->neqn - 1, text) < 0) err_clear();
 }
 
+/* A device's variables: each one's block as the plan lays it out, and
+ * the last other layout an equation needed it in (a weight FSDP gathers
+ * for the forward pass is not gathered again for the backward one). */
+typedef struct Env {
+  Value **v;          /* p->nvars */
+  Value **alt;        /* p->nvars, or NULL entries */
+  Sharding *alt_sh;   /* p->nvars */
+} Env;
+
+static bool same_layout(const Sharding *a, const Sharding *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++) {
+    if (a->nsplit[d] != b->nsplit[d]) return false;
+    for (int k = 0; k < a->nsplit[d]; k++)
+      if (a->split[d][k] != b->split[d][k]) return false;
+  }
+  return true;
+}
+
+/* Variable [v]'s block laid out as [want]: a new reference or NULL. */
+static Value *var_as(const PartPlan *pp, Env *env, int v, const Sharding *want) {
+  if (same_layout(&pp->vars[v], want)) return val_incref(env->v[v]);
+  if (env->alt[v] && same_layout(&env->alt_sh[v], want)) return val_incref(env->alt[v]);
+  Value *r = reshard(pp, env->v[v], &pp->vars[v], want);
+  if (!r) return NULL;
+  if (env->alt[v]) val_decref(env->alt[v]);
+  env->alt[v] = val_incref(r);
+  env->alt_sh[v] = *want;
+  return r;
+}
+
 /* Equation [k] on this device's blocks in [env], annotating [bp]. */
-static int run_eqn(const PartPlan *pp, int k, Value **env, Plan *bp) {
+static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   int n0 = bp ? bp->neqn : 0;
   const PlanEqn *e = &pp->p->eqns[k];
   const PartEqn *pe = &pp->eqns[k];
@@ -171,14 +202,13 @@ static int run_eqn(const PartPlan *pp, int k, Value **env, Plan *bp) {
   int made = 0;
   for (; made < e->nin; made++) {
     const PlanAtom *a = &e->in[made];
-    Sharding have;
-    if (a->var >= 0) have = pp->vars[a->var];
+    if (a->var >= 0) ops[made] = var_as(pp, env, a->var, &pe->want[made]);
     else {
-      have = pe->want[made];
+      Sharding have = pe->want[made];
       for (int d = 0; d < have.ndim; d++) have.nsplit[d] = 0;
+      ops[made] = reshard(pp, a->lit, &have, &pe->want[made]);
     }
-    if (!(ops[made] = reshard(pp, a->var >= 0 ? env[a->var] : a->lit, &have, &pe->want[made])))
-      break;
+    if (!ops[made]) break;
   }
   Value *res = NULL;
   const HigherRules *h = higher_rules(e->prim);
@@ -195,7 +225,7 @@ static int run_eqn(const PartPlan *pp, int k, Value **env, Plan *bp) {
   note_after(bp, n1, pp->partial_notes[k]);
   if (!res) return -1;
   bool tup = e->nout != 1 || pe->manual || (h && h->eval && h->eval_tuple);
-  for (int j = 0; j < e->nout; j++) env[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
+  for (int j = 0; j < e->nout; j++) env->v[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
   val_decref(res);
   return 0;
 }
@@ -208,29 +238,33 @@ static Value *body_call(Value *self, const CallArgs *a) {
   if (a->nkw || a->nargs != p->nin)
     return err_set(ERR_TYPE, "partitioned %s: %d arguments for %d inputs", p->name ? p->name : "jit",
                    a->nargs, p->nin);
-  Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
-  if (!env) return err_nomem();
+  Env env = {shm_calloc((size_t)p->nvars + 1, sizeof(Value *)),
+             shm_calloc((size_t)p->nvars + 1, sizeof(Value *)),
+             shm_calloc((size_t)p->nvars + 1, sizeof(Sharding))};
+  Value *r = NULL;
+  if (!env.v || !env.alt || !env.alt_sh) goto out;
   Loc saved = eval_current_loc();
   Trace *t = pp->annotate && prim_tracing() ? trace_current() : NULL;
   Plan *bp = t ? trace_plan(t) : NULL;
-  for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
-  for (int i = 0; i < p->nin; i++) env[p->invars[i]] = val_incref(a->args[i]);
+  for (int i = 0; i < p->nconst; i++) env.v[p->constvars[i]] = val_incref(p->consts[i]);
+  for (int i = 0; i < p->nin; i++) env.v[p->invars[i]] = val_incref(a->args[i]);
   int k = 0;
   for (; k < p->neqn; k++) {
     eval_set_current_loc(p->eqns[k].loc);
-    if (run_eqn(pp, k, env, bp) < 0) break;
+    if (run_eqn(pp, k, &env, bp) < 0) break;
   }
   int n0 = bp ? bp->neqn : 0;
   if (k == p->neqn) r = tuple_new((size_t)p->nout);
   for (int i = 0; r && i < p->nout; i++) {
     const PlanAtom *o = &p->outs[i];
-    Sharding have;
-    if (o->var >= 0) have = pp->vars[o->var];
-    else {
-      have = pp->outs[i];
+    Value *v;
+    if (o->var >= 0) {
+      v = var_as(pp, &env, o->var, &pp->outs[i]);
+    } else {
+      Sharding have = pp->outs[i];
       for (int d = 0; d < have.ndim; d++) have.nsplit[d] = 0;
+      v = reshard(pp, o->lit, &have, &pp->outs[i]);
     }
-    Value *v = reshard(pp, o->var >= 0 ? env[o->var] : o->lit, &have, &pp->outs[i]);
     if (!v) {
       val_decref(r);
       r = NULL;
@@ -240,10 +274,15 @@ static Value *body_call(Value *self, const CallArgs *a) {
   }
   note_after(bp, n0, pp->notes[p->neqn]);
   eval_set_current_loc(saved);
-  for (int i = 0; i < p->nvars; i++)
-    if (env[i]) val_decref(env[i]);
-  shm_free(env);
-  return r;
+out:
+  for (int i = 0; i < p->nvars; i++) {
+    if (env.v && env.v[i]) val_decref(env.v[i]);
+    if (env.alt && env.alt[i]) val_decref(env.alt[i]);
+  }
+  shm_free(env.v);
+  shm_free(env.alt);
+  shm_free(env.alt_sh);
+  return r ? r : err_occurred() ? NULL : err_nomem();
 }
 
 /* A tuple of each layout's PartitionSpec. */
