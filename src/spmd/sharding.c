@@ -665,6 +665,14 @@ static Value *bi_with_sharding_constraint(const CallArgs *a) {
   return put_tree(x, sh, constraint_leaf);
 }
 
+/* jax.sharding.reshard(x, out_shardings): the same strict constraint,
+ * Explicit mode's spelling. */
+static Value *bi_reshard(const CallArgs *a) {
+  Value *x, *sh;
+  if (args_bind("reshard", a, "x, out_shardings", (Value **[]){&x, &sh}) < 0) return NULL;
+  return put_tree(x, sh, constraint_leaf);
+}
+
 static int shape_constraint(const AVal *in, int nin, const Params *p, AVal *out) {
   (void)nin, (void)p;
   aval_copy(out, &in[0]);
@@ -1093,6 +1101,7 @@ int sharding_register(Env *b) {
        "visualize_array_sharding(arr): draw which device holds which block"},
       {"jax.lax", "with_sharding_constraint", bi_with_sharding_constraint,
        "with_sharding_constraint(x, shardings)"},
+      {"jax.sharding", "reshard", bi_reshard, "reshard(x, out_shardings): x laid out so, strictly"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
     if (add_to(fns[i].ns, fns[i].name, fns[i].fn, fns[i].doc) < 0) return -1;

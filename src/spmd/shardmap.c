@@ -19,6 +19,7 @@
 #include "array/prim.h"
 #include "array/print.h"
 #include "spmd/shardmap.h"
+#include "spmd/sharding.h"
 #include "spmd/transport.h"
 #include "spmd/xcall.h"
 
@@ -1608,6 +1609,33 @@ static void typeof_free(Value *v) { val_decref(((TypeOf *)v)->text); }
 static Value *typeof_str(Value *v) { return val_incref(((TypeOf *)v)->text); }
 static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str, NULL, NULL};
 
+/* A sharded array's type names the Explicit mesh axes splitting each
+ * dimension, as "8@X" or "8@(X,Y)" (shmap(7), THE THREE MODES): [buf]
+ * holding "f32[8,4]" is rewritten so. */
+static void explicit_axes(const Array *x, int ndim, char *buf, size_t cap) {
+  const NamedSharding *s = (const NamedSharding *)x->sharding;
+  if (!s->mesh) return;
+  char *open = strchr(buf, '[');
+  if (!open) return;
+  int n = (int)(open - buf) + 1;
+  for (int d = 0; d < ndim && (size_t)n < cap - 64; d++) {
+    n += snprintf(buf + n, cap - (size_t)n, "%s%lld", d ? "," : "", (long long)x->shape[d]);
+    const SpecEntry *e = d < s->spec->n ? &s->spec->e[d] : NULL;
+    int shown = 0;
+    for (int k = 0; e && k < e->nnames; k++) {
+      int a = mesh_axis(s->mesh, e->names[k]);
+      shown += a >= 0 && s->mesh->axis_types[a] == MESH_EXPLICIT;
+    }
+    for (int k = 0, j = 0; shown && k < e->nnames && (size_t)n < cap - 64; k++) {
+      int a = mesh_axis(s->mesh, e->names[k]);
+      if (a < 0 || s->mesh->axis_types[a] != MESH_EXPLICIT) continue;
+      n += snprintf(buf + n, cap - (size_t)n, "%s%s", j++ ? "," : shown > 1 ? "@(" : "@", e->names[k]);
+    }
+    if (shown > 1) n += snprintf(buf + n, cap - (size_t)n, ")");
+  }
+  snprintf(buf + n, cap - (size_t)n, "]");
+}
+
 /* jax.typeof(x): dtype, shape and the mesh axes x varies over. */
 static Value *bi_typeof(const CallArgs *a) {
   Value *x;
@@ -1619,6 +1647,8 @@ static Value *bi_typeof(const CallArgs *a) {
   for (int i = 0; i < av.ndim && n < 400; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
   n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
+  if (IS_ARRAY(x) && AS_ARRAY(x)->sharding) explicit_axes(AS_ARRAY(x), av.ndim, buf, sizeof buf);
+  n = (int)strlen(buf);
   dev_vma_str(av.vma, buf + n, sizeof buf - (size_t)n);
   TypeOf *t = shm_calloc(1, sizeof *t);
   if (!t) return err_nomem();
