@@ -11,7 +11,6 @@
 typedef struct Part {
   PartPlan *pp;
   StrBuf *notes;    /* owned, p->neqn + 1: operand reshards, then the outputs' */
-  StrBuf *partial;  /* owned, p->neqn: partial results completed */
 } Part;
 
 /* [s] replicated at rank [ndim] over [m]. */
@@ -79,17 +78,6 @@ static void note_reshard(Part *pt, StrBuf *b, const char *where, const Sharding 
   sbuf_printf(b, ": %s\n", what);
 }
 
-/* Notes a partial result's completion. */
-static void note_partial(Part *pt, StrBuf *b, const PlanEqn *e, const Sharding *out) {
-  const Mesh *m = pt->pp->mesh;
-  sbuf_printf(b, "# line %d: %s over ", e->loc.line, out->partial_coll);
-  put_axes(b, m, out->partial);
-  sbuf_printf(b, ": %s %s a dimension split by ", prim_table[e->prim].name,
-              strcmp(out->partial_coll, "psum") ? "reduces over" : "sums over");
-  put_axes(b, m, out->partial);
-  sbuf_puts(b, "\n");
-}
-
 /* [spec] (a PSpec, borrowed) over the plan's mesh as a layout of rank [ndim]. */
 static void spec_layout(const PartPlan *pp, Value *spec, int ndim, Sharding *out) {
   NamedSharding ns = {.mesh = pp->mesh, .spec = (PSpec *)spec, .device = -1};
@@ -125,6 +113,42 @@ static int part_manual(Part *pt, int k, const Sharding *have) {
   return 0;
 }
 
+/* Whether [e] is linear in exactly its operands [mask] (bits), so a
+ * partial sum in them passes through to its result and one psum after it
+ * completes both (GSPMD's order: the sum of a contraction's partial
+ * results reduced first, then summed over the devices). */
+static bool carries_partial(const PartPlan *pp, const PlanEqn *e, uint32_t mask) {
+  switch (e->prim) {
+  case P_NEG: case P_REDUCE_SUM: case P_TRANSPOSE: case P_RESHAPE: case P_SQUEEZE:
+  case P_EXPAND_DIMS: case P_BROADCAST_IN_DIM: case P_COPY: case P_SLICE: case P_REV:
+  case P_CUMSUM: case P_DIV:
+    return mask == 1;
+  case P_CONVERT_ELEMENT_TYPE: {
+    AVal a;
+    plan_atom_aval(pp->p, &e->in[0], &a);
+    return mask == 1 && dt_is_float(a.dtype) && dt_is_float(pp->p->vars[e->out[0]].dtype);
+  }
+  case P_MUL: case P_DOT_GENERAL:
+    return mask == 1 || mask == 2;
+  case P_ADD: case P_SUB:
+    return mask == 3;
+  default:
+    return false;
+  }
+}
+
+/* Notes the completion of operand [i]'s partial sum before equation [k]. */
+static void note_complete(Part *pt, StrBuf *b, const Sharding *have, int v) {
+  const PartPlan *pp = pt->pp;
+  const PlanEqn *o = &pp->p->eqns[pp->origin[v]];
+  sbuf_printf(b, "# line %d: %s over ", o->loc.line, have->partial_coll);
+  put_axes(b, pp->mesh, have->partial);
+  sbuf_printf(b, ": %s %s a dimension split by ", prim_table[o->prim].name,
+              strcmp(have->partial_coll, "psum") ? "reduces over" : "sums over");
+  put_axes(b, pp->mesh, have->partial);
+  sbuf_puts(b, "\n");
+}
+
 /* One equation: its operands' layouts, its results', its notes. */
 static int part_eqn(Part *pt, int k) {
   PartPlan *pp = pt->pp;
@@ -141,11 +165,22 @@ static int part_eqn(Part *pt, int k) {
     err_nomem();
     return -1;
   }
+  uint32_t pmask = 0, pbits = 0;
+  const char *pcoll = NULL;
+  bool carry = true;
   for (int i = 0; i < nin; i++) {
     plan_atom_aval(pp->p, &e->in[i], &av[i]);
     atom_sharding(pp, &e->in[i], &have[i]);
     pe->want[i] = have[i];
+    pe->want[i].partial = 0;
+    pe->want[i].partial_coll = NULL;
+    if (!have[i].partial) continue;
+    carry &= !pmask || (have[i].partial == pbits && !strcmp(have[i].partial_coll, pcoll));
+    pmask |= 1u << i;
+    pbits = have[i].partial;
+    pcoll = have[i].partial_coll;
   }
+  carry = carry && pmask && !strcmp(pcoll, "psum") && e->nout == 1 && carries_partial(pp, e, pmask);
   if (e->prim == P_SHARD_MAP) {
     int rc = part_manual(pt, k, have);
     shm_free(have);
@@ -166,25 +201,35 @@ static int part_eqn(Part *pt, int k) {
   pe->replicated = !ruled;
   if (!ruled)
     for (int i = 0; i < nin; i++) replicated(pp->mesh, av[i].ndim, &pe->want[i]);
+  /* a partial sum passes through a linear equation that computes on the
+   * blocks, and is completed before any other use */
+  carry = carry && ruled && (!pe->out.partial || !strcmp(pe->out.partial_coll, "psum"));
+  int from = -1;
+  for (int i = 0; carry && i < nin; i++)
+    if (pmask >> i & 1) {
+      pe->want[i].partial = have[i].partial;
+      pe->want[i].partial_coll = have[i].partial_coll;
+      if (from < 0 && e->in[i].var >= 0) from = pp->origin[e->in[i].var];
+    }
   char what[160], where[32];
   snprintf(where, sizeof where, "line %d", e->loc.line);
   for (int i = 0; i < nin; i++) {
+    if (have[i].partial && !pe->want[i].partial) note_complete(pt, &pt->notes[k], &have[i], e->in[i].var);
     if (ruled) snprintf(what, sizeof what, "%s's operand %d laid out as its rule needs", pi->name, i);
     else snprintf(what, sizeof what, "%s %s: its operands are replicated", pi->name,
                   pi->rules.sharding && pi->kind != PK_HIGHER ? "cannot compute on these blocks"
                                                                 : "has no sharding rule");
     note_reshard(pt, &pt->notes[k], where, &have[i], &pe->want[i], what);
   }
-  if (pe->out.partial) note_partial(pt, &pt->partial[k], e, &pe->out);
+  if (carry) {
+    pe->out.partial |= pbits;
+    pe->out.partial_coll = "psum";
+  }
   for (int j = 0; j < e->nout; j++) {
     Sharding *v = &pp->vars[e->out[j]];
-    if (ruled) {
-      *v = pe->out;
-      v->partial = 0;
-      v->partial_coll = NULL;
-    } else {
-      replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
-    }
+    if (ruled) *v = pe->out;
+    else replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
+    pp->origin[e->out[j]] = carry && from >= 0 && !(pe->out.partial & ~pbits) ? from : k;
   }
   shm_free(have);
   shm_free(av);
@@ -196,7 +241,10 @@ static void part_out(Part *pt, int i, Value *want) {
   PartPlan *pp = pt->pp;
   Sharding s;
   atom_sharding(pp, &pp->p->outs[i], &s);
+  if (s.partial) note_complete(pt, &pt->notes[pp->p->neqn], &s, pp->p->outs[i].var);
   pp->outs[i] = s;
+  pp->outs[i].partial = 0;
+  pp->outs[i].partial_coll = NULL;
   if (!want) return;
   NamedSharding *w = (NamedSharding *)want;
   char where[32];
@@ -228,9 +276,8 @@ static void part_plan_free(Value *self) {
     if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
   }
   for (int i = 0; pp->notes && i <= pp->p->neqn; i++) shm_free(pp->notes[i]);
-  for (int i = 0; pp->partial_notes && i < pp->p->neqn; i++) shm_free(pp->partial_notes[i]);
   shm_free(pp->notes);
-  shm_free(pp->partial_notes);
+  shm_free(pp->origin);
   shm_free(pp->eqns);
   shm_free(pp->vars);
   shm_free(pp->outs);
@@ -255,7 +302,8 @@ static PartPlan *part_plan_alloc(Plan *p, Mesh *mesh) {
   pp->vars = shm_calloc((size_t)p->nvars + 1, sizeof(Sharding));
   pp->eqns = shm_calloc((size_t)p->neqn + 1, sizeof(PartEqn));
   pp->outs = shm_calloc((size_t)p->nout + 1, sizeof(Sharding));
-  if (!pp->vars || !pp->eqns || !pp->outs) {
+  pp->origin = shm_calloc((size_t)p->nvars + 1, sizeof(int));
+  if (!pp->vars || !pp->eqns || !pp->outs || !pp->origin) {
     val_decref(&pp->base.hdr);
     return err_nomem();
   }
@@ -265,22 +313,17 @@ static PartPlan *part_plan_alloc(Plan *p, Mesh *mesh) {
 PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want) {
   PartPlan *pp = part_plan_alloc(p, mesh);
   if (!pp) return NULL;
-  Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf)),
-             shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf))};
-  int rc = pt.notes && pt.partial ? 0 : (err_nomem(), -1);
+  Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf))};
+  int rc = pt.notes ? 0 : (err_nomem(), -1);
   for (int v = 0; rc == 0 && v < p->nvars; v++) replicated(mesh, p->vars[v].ndim, &pp->vars[v]);
   for (int i = 0; rc == 0 && i < p->nin; i++)
     if (in[i] && ((NamedSharding *)in[i])->mesh)
       sharding_to_rule((NamedSharding *)in[i], p->vars[p->invars[i]].ndim, &pp->vars[p->invars[i]]);
   for (int k = 0; rc == 0 && k < p->neqn; k++) rc = part_eqn(&pt, k);
   for (int i = 0; rc == 0 && i < p->nout; i++) part_out(&pt, i, want ? want[i] : NULL);
-  if (rc == 0 && (!(pp->notes = keep_notes(pt.notes, p->neqn + 1)) ||
-                  !(pp->partial_notes = keep_notes(pt.partial, p->neqn))))
-    rc = -1;
+  if (rc == 0 && !(pp->notes = keep_notes(pt.notes, p->neqn + 1))) rc = -1;
   for (int i = 0; pt.notes && i <= p->neqn; i++) sbuf_free(&pt.notes[i]);
-  for (int i = 0; pt.partial && i < p->neqn; i++) sbuf_free(&pt.partial[i]);
   shm_free(pt.notes);
-  shm_free(pt.partial);
   if (rc < 0) {
     val_decref(&pp->base.hdr);
     return NULL;

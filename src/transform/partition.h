@@ -22,7 +22,10 @@
  * over the mesh, in_specs the arguments' shardings, out_specs the
  * results': each device interprets the plan on its blocks, resharding
  * operands with all_gather (tiled) and local dynamic slices by
- * axis_index, and completing partial results with psum, pmax or pmin.
+ * axis_index, and completing partial results with psum, pmax or pmin
+ * where they are next used: a psum's partial sum passes through linear
+ * equations first (a contraction then a sum: one psum of the smaller
+ * result, as GSPMD orders it).
  * jit stages and compiles that shard_map like any other, so the inserted
  * collectives run on the device threads, the collective engine and the
  * MPI transport, and --comm-stats counts them by source line.
@@ -35,8 +38,10 @@
 
 /* One equation's decision. */
 typedef struct PartEqn {
-  Sharding *want;    /* owned, nin: the layout each operand is resharded to */
-  Sharding out;      /* every result's layout; out.partial: axes to complete */
+  Sharding *want;    /* owned, nin: the layout each operand is resharded to (a
+                        partial operand whose want is not partial is completed) */
+  Sharding out;      /* every result's layout; out.partial: the axes over which it
+                        is a partial sum (completed where it is next used) */
   bool replicated;   /* no rule applied: operands and results replicated */
   bool manual;       /* a shard_map over the plan's mesh: its body runs on the
                         blocks its in_specs give (Manual inside Auto) */
@@ -50,12 +55,13 @@ typedef struct PartPlan {
   Opaque base;
   Plan *p;           /* owned reference: the global plan */
   Mesh *mesh;        /* owned reference */
-  Sharding *vars;    /* owned, p->nvars: each variable's (complete) layout */
+  Sharding *vars;    /* owned, p->nvars: each variable's layout, partial or not */
+  int *origin;       /* owned, p->nvars: the equation that made a partial sum */
   PartEqn *eqns;     /* owned, p->neqn */
   Sharding *outs;    /* owned, p->nout: each result's layout as returned */
   char **notes;      /* owned, p->neqn + 1 (NULL entries: none): the comments on
-                        each equation's operand reshards, then on the outputs' */
-  char **partial_notes; /* owned, p->neqn: the comments on completing partial results */
+                        each equation's operand reshards and completions, then on
+                        the outputs' */
   bool annotate;     /* staging the body writes the comments into its plan (plan()) */
 } PartPlan;
 

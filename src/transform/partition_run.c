@@ -83,8 +83,11 @@ out:
 
 /* [x] (borrowed), this device's block of a value laid out as [have],
  * as its block laid out as [want]: a new reference or NULL. */
+static Value *complete(const PartPlan *pp, Value *x, const Sharding *out);
+
 static Value *reshard(const PartPlan *pp, Value *x, const Sharding *have, const Sharding *want) {
   Value *r = val_incref(x);
+  if (have->partial && !want->partial) r = complete(pp, r, have);
   for (int d = 0; r && d < have->ndim; d++) {
     bool gather;
     int from;
@@ -171,7 +174,7 @@ typedef struct Env {
 } Env;
 
 static bool same_layout(const Sharding *a, const Sharding *b) {
-  if (a->ndim != b->ndim) return false;
+  if (a->ndim != b->ndim || a->partial != b->partial) return false;
   for (int d = 0; d < a->ndim; d++) {
     if (a->nsplit[d] != b->nsplit[d]) return false;
     for (int k = 0; k < a->nsplit[d]; k++)
@@ -180,11 +183,16 @@ static bool same_layout(const Sharding *a, const Sharding *b) {
   return true;
 }
 
-/* Variable [v]'s block laid out as [want]: a new reference or NULL. */
+/* Variable [v]'s block laid out as [want]: a new reference or NULL.  A
+ * partial sum completed here counts at the line of the equation that
+ * made it (--comm-stats, the plan's comments). */
 static Value *var_as(const PartPlan *pp, Env *env, int v, const Sharding *want) {
   if (same_layout(&pp->vars[v], want)) return val_incref(env->v[v]);
   if (env->alt[v] && same_layout(&env->alt_sh[v], want)) return val_incref(env->alt[v]);
+  bool completes = pp->vars[v].partial && !want->partial;
+  Loc was = completes ? eval_set_current_loc(pp->p->eqns[pp->origin[v]].loc) : (Loc){0};
   Value *r = reshard(pp, env->v[v], &pp->vars[v], want);
+  if (completes) eval_set_current_loc(was);
   if (!r) return NULL;
   if (env->alt[v]) val_decref(env->alt[v]);
   env->alt[v] = val_incref(r);
@@ -220,9 +228,6 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   }
   for (int i = 0; i < made; i++) val_decref(ops[i]);
   if (ops != stack) shm_free(ops);
-  int n1 = bp ? bp->neqn : 0;
-  if (res && pe->out.partial) res = complete(pp, res, &pe->out);
-  note_after(bp, n1, pp->partial_notes[k]);
   if (!res) return -1;
   bool tup = e->nout != 1 || pe->manual || (h && h->eval && h->eval_tuple);
   for (int j = 0; j < e->nout; j++) env->v[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
