@@ -13,6 +13,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "spmd/device.h"
+#include "spmd/sharding.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
 #include "transform/trace.h"
@@ -1310,6 +1311,21 @@ out:
   return r;
 }
 
+/* [out] (consumed), the stack of rows laid out as [row] is: sharded
+ * rows stack into an array laid out alike with the new axis unsplit, as
+ * a partitioned scan stacks its ys (transform/partition.h). */
+static Value *stacked_layout(Array *out, const Array *row) {
+  const NamedSharding *s = row->sharding ? (const NamedSharding *)row->sharding : NULL;
+  if (!s || !s->mesh) return &out->hdr;
+  Value *spec = pspec_prepend_none(s->spec);
+  Value *ns = spec ? sharding_new(s->mesh, (PSpec *)spec) : NULL;
+  Value *r = ns ? sharding_put(&out->hdr, (NamedSharding *)ns) : NULL;
+  if (spec) val_decref(spec);
+  if (ns) val_decref(ns);
+  val_decref(&out->hdr);
+  return r;
+}
+
 /* Stacks [n] equally shaped arrays along a new leading axis; rows of
  * another dtype or shape than the first (Python control flow choosing
  * them per iteration) are an error, never reinterpreted bytes. */
@@ -1343,7 +1359,7 @@ static Value *stack_rows(Value **rows, int64_t n, const AVal *row) {
     shm_memcpy((char *)arr_data(out) + (size_t)i * bytes, arr_data(c), bytes);
     val_decref(&c->hdr);
   }
-  return &out->hdr;
+  return stacked_layout(out, AS_ARRAY(rows[0]));
 }
 
 /* Row [i] of each xs leaf, as the tree of [xs]. */

@@ -1238,7 +1238,7 @@ static Value *bi_jit(const CallArgs *a) {
 static Value *partitioned_plan(JitFn *j, Plan *p, Sig *s) {
   PartPlan *pp = part_plan_call(p, s->leaves, j->out_shardings);
   if (!pp) return NULL;
-  pp->annotate = true;
+  part_plan_set_annotate(pp);
   Value *sf = part_shard_fn(pp), *f = sf ? jit_new(sf, 0, NULL, 0, NULL) : NULL, *r = NULL;
   val_decref(&pp->base.hdr);
   if (sf) val_decref(sf);

@@ -149,6 +149,150 @@ static void note_complete(Part *pt, StrBuf *b, const Sharding *have, int v) {
   sbuf_puts(b, "\n");
 }
 
+static PartPlan *plan_layouts(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
+                              const bool *wanted, const char *why);
+
+/* [s] with dimension 0 dropped (a scan's slice of its xs), or prepended
+ * unsplit (its stacked ys). */
+static void drop_dim0(const Sharding *s, Sharding *out) {
+  *out = *s;
+  out->ndim = s->ndim - 1;
+  for (int d = 0; d < out->ndim; d++) {
+    out->nsplit[d] = s->nsplit[d + 1];
+    memcpy(out->split[d], s->split[d + 1], sizeof s->split[0]);
+  }
+}
+
+static void add_dim0(const Sharding *s, Sharding *out) {
+  *out = *s;
+  out->ndim = s->ndim + 1;
+  out->nsplit[0] = 0;
+  for (int d = 0; d < s->ndim; d++) {
+    out->nsplit[d + 1] = s->nsplit[d];
+    memcpy(out->split[d + 1], s->split[d], sizeof s->split[0]);
+  }
+}
+
+/* Sub-plan [sub] of equation [k] partitioned from the layouts [in],
+ * its results resharded to [want] where [wanted] (NULL: all); appended
+ * to the equation's. */
+static int part_sub(Part *pt, int k, Value *sub, const Sharding *in, const Sharding *want,
+                    const bool *wanted, const char *why) {
+  PartEqn *pe = &pt->pp->eqns[k];
+  if (!IS_PLAN(sub)) {
+    err_set(ERR_VALUE, "control-flow equation without its sub-plan");
+    return -1;
+  }
+  PartPlan *s = plan_layouts(AS_PLAN(sub), pt->pp->mesh, in, want, wanted, why);
+  if (!s) return -1;
+  pe->subs[pe->nsubs++] = s;
+  return 0;
+}
+
+static bool same_splits(const Sharding *a, const Sharding *b, int n) {
+  for (int i = 0; i < n; i++) {
+    if (a[i].ndim != b[i].ndim) return false;
+    for (int d = 0; d < a[i].ndim; d++)
+      if (a[i].nsplit[d] != b[i].nsplit[d] ||
+          memcmp(a[i].split[d], b[i].split[d], (size_t)a[i].nsplit[d]) != 0)
+        return false;
+  }
+  return true;
+}
+
+/* A loop's carry layouts [carry] ([n] of them, at [at] among [body]'s
+ * inputs [in] and from its output 0): the layouts the body gives them
+ * back, from the ones they enter with, until they settle (as eager
+ * iterations settle: a replicated accumulator of sharded rows becomes
+ * sharded), at most a few rounds; then the body is made to give back
+ * exactly those. */
+static int settle_carry(Part *pt, Value *body, Sharding *in, int at, Sharding *carry, int n) {
+  if (!IS_PLAN(body)) return err_set(ERR_VALUE, "loop equation without its body"), -1;
+  for (int round = 0; round < 4; round++) {
+    memcpy(in + at, carry, sizeof(Sharding) * (size_t)n);
+    PartPlan *s = plan_layouts(AS_PLAN(body), pt->pp->mesh, in, NULL, NULL, NULL);
+    if (!s) return -1;
+    bool same = same_splits(s->outs, carry, n);
+    if (!same) memcpy(carry, s->outs, sizeof(Sharding) * (size_t)n);
+    val_decref(&s->base.hdr);
+    if (same) break;
+  }
+  memcpy(in + at, carry, sizeof(Sharding) * (size_t)n);
+  return 0;
+}
+
+/* cond, while and scan (control flow carrying shardings): the operands
+ * complete, their sub-plans partitioned from the operands' layouts; a
+ * cond's branches give the first branch's result layouts, a loop's
+ * carries take the layouts its body settles on (settle_carry), a scan's
+ * xs are unsplit along the scanned dimension and its ys stacked unsplit
+ * along it.  0, or -1. */
+static int part_control(Part *pt, int k, const AVal *av) {
+  PartPlan *pp = pt->pp;
+  PlanEqn *e = &pp->p->eqns[k];
+  PartEqn *pe = &pp->eqns[k];
+  const Params *ps = &e->params;
+  int nin = e->nin, nout = e->nout;
+  Sharding *in = shm_calloc((size_t)nin + 1, sizeof(Sharding));
+  Sharding *want = shm_calloc((size_t)(nin + nout) + 1, sizeof(Sharding));
+  bool *wanted = shm_calloc((size_t)(nin + nout) + 1, sizeof(bool));
+  pe->subs = shm_calloc(8, sizeof(PartPlan *));
+  int rc = in && want && wanted && pe->subs ? 0 : (err_nomem(), -1);
+  int64_t a = 0, b = 0, c = 0;
+  if (rc == 0 && e->prim == P_COND) {
+    Value *br = params_get(ps, "branches");
+    size_t nb = br && br->type == V_TUPLE ? tuple_len(br) : 0;
+    replicated(pp->mesh, av[0].ndim, &pe->want[0]);
+    if (nb == 0 || nb > 8) {
+      err_set(ERR_VALUE, "cond equation without its branches (or more than 8)");
+      rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < nb; i++)
+      rc = part_sub(pt, k, tuple_get(br, i), pe->want + 1, i ? pe->subs[0]->outs : NULL, NULL,
+                    "cond's branches give the first branch's layouts");
+    for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = pe->subs[0]->outs[j];
+  } else if (rc == 0 && e->prim == P_WHILE) {
+    rc = params_int(ps, "cond_nconsts", &a) < 0 || params_int(ps, "body_nconsts", &b) < 0 ? -1 : 0;
+    int nc = nin - (int)a - (int)b;
+    Sharding *carry = pe->want + a + b;
+    memcpy(in, pe->want + a, sizeof(Sharding) * (size_t)(b + nc));
+    if (rc == 0) rc = settle_carry(pt, params_get(ps, "body_jaxpr"), in, (int)b, carry, nc);
+    /* cond (subs[0]): its consts and the carry, to a replicated predicate */
+    Sharding *cin = shm_calloc((size_t)(a + nc) + 1, sizeof(Sharding));
+    if (rc == 0 && !cin) rc = (err_nomem(), -1);
+    if (rc == 0) {
+      memcpy(cin, pe->want, sizeof(Sharding) * (size_t)a);
+      memcpy(cin + a, carry, sizeof(Sharding) * (size_t)nc);
+      replicated(pp->mesh, 0, &want[0]);
+      rc = part_sub(pt, k, params_get(ps, "cond_jaxpr"), cin, want, NULL, "the predicate");
+    }
+    shm_free(cin);
+    /* body (subs[1]): its consts and the carry, to the carry's layouts */
+    if (rc == 0)
+      rc = part_sub(pt, k, params_get(ps, "body_jaxpr"), in, carry, NULL, "a loop's carry keeps its layout");
+    for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = carry[j];
+  } else if (rc == 0 && e->prim == P_SCAN) {
+    rc = params_int(ps, "num_consts", &a) < 0 || params_int(ps, "num_carry", &c) < 0 ? -1 : 0;
+    int nx = nin - (int)a - (int)c;
+    for (int i = (int)(a + c); rc == 0 && i < nin; i++) pe->want[i].nsplit[0] = 0;
+    memcpy(in, pe->want, sizeof(Sharding) * (size_t)(a + c));
+    for (int i = 0; rc == 0 && i < nx; i++) drop_dim0(&pe->want[a + c + i], &in[a + c + i]);
+    if (rc == 0) rc = settle_carry(pt, params_get(ps, "jaxpr"), in, (int)a, pe->want + a, (int)c);
+    for (int j = 0; j < nout; j++) wanted[j] = j < c;
+    if (rc == 0)
+      rc = part_sub(pt, k, params_get(ps, "jaxpr"), in, pe->want + a, wanted,
+                    "a loop's carry keeps its layout");
+    for (int j = 0; rc == 0 && j < nout; j++) {
+      if (j < c) pp->vars[e->out[j]] = pe->want[a + j];
+      else add_dim0(&pe->subs[0]->outs[j], &pp->vars[e->out[j]]);
+    }
+  }
+  shm_free(in);
+  shm_free(want);
+  shm_free(wanted);
+  return rc;
+}
+
 /* One equation: its operands' layouts, its results', its notes. */
 static int part_eqn(Part *pt, int k) {
   PartPlan *pp = pt->pp;
@@ -156,6 +300,7 @@ static int part_eqn(Part *pt, int k) {
   PartEqn *pe = &pp->eqns[k];
   const PrimInfo *pi = &prim_table[e->prim];
   int nin = e->nin;
+  char where_ctl[32];
   Sharding *have = shm_calloc((size_t)nin + 1, sizeof(Sharding));
   AVal *av = shm_calloc((size_t)nin + 1, sizeof(AVal));
   pe->want = shm_calloc((size_t)nin + 1, sizeof(Sharding));
@@ -181,8 +326,13 @@ static int part_eqn(Part *pt, int k) {
     pcoll = have[i].partial_coll;
   }
   carry = carry && pmask && !strcmp(pcoll, "psum") && e->nout == 1 && carries_partial(pp, e, pmask);
-  if (e->prim == P_SHARD_MAP) {
-    int rc = part_manual(pt, k, have);
+  if (e->prim == P_SHARD_MAP || e->prim == P_COND || e->prim == P_WHILE || e->prim == P_SCAN) {
+    int rc = e->prim == P_SHARD_MAP ? part_manual(pt, k, have) : part_control(pt, k, av);
+    snprintf(where_ctl, sizeof where_ctl, "line %d", e->loc.line);
+    for (int i = 0; rc == 0 && e->prim != P_SHARD_MAP && i < nin; i++) {
+      if (have[i].partial) note_complete(pt, &pt->notes[k], &have[i], e->in[i].var);
+      note_reshard(pt, &pt->notes[k], where_ctl, &have[i], &pe->want[i], "control flow's operand");
+    }
     shm_free(have);
     shm_free(av);
     return rc;
@@ -236,8 +386,8 @@ static int part_eqn(Part *pt, int k) {
   return 0;
 }
 
-/* Output [i]'s layout, resharded to [want] (a NamedSharding, or NULL). */
-static void part_out(Part *pt, int i, Value *want) {
+/* Output [i]'s layout, resharded to [want] (NULL: as it is), for [why]. */
+static void part_out(Part *pt, int i, const Sharding *want, const char *why) {
   PartPlan *pp = pt->pp;
   Sharding s;
   atom_sharding(pp, &pp->p->outs[i], &s);
@@ -246,12 +396,12 @@ static void part_out(Part *pt, int i, Value *want) {
   pp->outs[i].partial = 0;
   pp->outs[i].partial_coll = NULL;
   if (!want) return;
-  NamedSharding *w = (NamedSharding *)want;
   char where[32];
   snprintf(where, sizeof where, "output %d", i);
-  if (w->mesh) sharding_to_rule(w, s.ndim, &pp->outs[i]);
-  else replicated(pp->mesh, s.ndim, &pp->outs[i]);
-  note_reshard(pt, &pt->notes[pp->p->neqn], where, &s, &pp->outs[i], "out_shardings asks for it");
+  pp->outs[i] = *want;
+  pp->outs[i].partial = 0;
+  pp->outs[i].partial_coll = NULL;
+  note_reshard(pt, &pt->notes[pp->p->neqn], where, &s, &pp->outs[i], why);
 }
 
 /* The text of each of [n] notes, NULL where empty. */
@@ -274,6 +424,8 @@ static void part_plan_free(Value *self) {
   for (int k = 0; pp->eqns && k < pp->p->neqn; k++) {
     shm_free(pp->eqns[k].want);
     if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
+    for (int j = 0; j < pp->eqns[k].nsubs; j++) val_decref(&pp->eqns[k].subs[j]->base.hdr);
+    shm_free(pp->eqns[k].subs);
   }
   for (int i = 0; pp->notes && i <= pp->p->neqn; i++) shm_free(pp->notes[i]);
   shm_free(pp->notes);
@@ -310,17 +462,23 @@ static PartPlan *part_plan_alloc(Plan *p, Mesh *mesh) {
   return pp;
 }
 
-PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want) {
+/* part_plan from layouts: [in] (p->nin), [want] (p->nout, or NULL) with
+ * [wanted] (which of them apply, or NULL: all). */
+static PartPlan *plan_layouts(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
+                              const bool *wanted, const char *why) {
   PartPlan *pp = part_plan_alloc(p, mesh);
   if (!pp) return NULL;
   Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf))};
   int rc = pt.notes ? 0 : (err_nomem(), -1);
   for (int v = 0; rc == 0 && v < p->nvars; v++) replicated(mesh, p->vars[v].ndim, &pp->vars[v]);
-  for (int i = 0; rc == 0 && i < p->nin; i++)
-    if (in[i] && ((NamedSharding *)in[i])->mesh)
-      sharding_to_rule((NamedSharding *)in[i], p->vars[p->invars[i]].ndim, &pp->vars[p->invars[i]]);
+  for (int i = 0; rc == 0 && i < p->nin; i++) {
+    pp->vars[p->invars[i]] = in[i];
+    pp->vars[p->invars[i]].partial = 0;
+    pp->vars[p->invars[i]].partial_coll = NULL;
+  }
   for (int k = 0; rc == 0 && k < p->neqn; k++) rc = part_eqn(&pt, k);
-  for (int i = 0; rc == 0 && i < p->nout; i++) part_out(&pt, i, want ? want[i] : NULL);
+  for (int i = 0; rc == 0 && i < p->nout; i++)
+    part_out(&pt, i, want && (!wanted || wanted[i]) ? &want[i] : NULL, why);
   if (rc == 0 && !(pp->notes = keep_notes(pt.notes, p->neqn + 1))) rc = -1;
   for (int i = 0; pt.notes && i <= p->neqn; i++) sbuf_free(&pt.notes[i]);
   shm_free(pt.notes);
@@ -329,6 +487,42 @@ PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want) {
     return NULL;
   }
   return pp;
+}
+
+/* [s] (a NamedSharding, a SingleDeviceSharding, or NULL: replicated) as
+ * a layout of rank [ndim] over [mesh]. */
+static void layout_of(Mesh *mesh, Value *s, int ndim, Sharding *out) {
+  replicated(mesh, ndim, out);
+  if (s && ((NamedSharding *)s)->mesh) sharding_to_rule((NamedSharding *)s, ndim, out);
+}
+
+PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want) {
+  Sharding *li = shm_calloc((size_t)p->nin + 1, sizeof(Sharding));
+  Sharding *lo = shm_calloc((size_t)p->nout + 1, sizeof(Sharding));
+  bool *wanted = shm_calloc((size_t)p->nout + 1, sizeof(bool));
+  PartPlan *pp = NULL;
+  if (li && lo && wanted) {
+    for (int i = 0; i < p->nin; i++) layout_of(mesh, in[i], p->vars[p->invars[i]].ndim, &li[i]);
+    for (int i = 0; want && i < p->nout; i++) {
+      AVal a;
+      plan_atom_aval(p, &p->outs[i], &a);
+      layout_of(mesh, want[i], a.ndim, &lo[i]);
+      wanted[i] = want[i] != NULL;
+    }
+    pp = plan_layouts(p, mesh, li, want ? lo : NULL, wanted, "out_shardings asks for it");
+  } else {
+    err_nomem();
+  }
+  shm_free(li);
+  shm_free(lo);
+  shm_free(wanted);
+  return pp;
+}
+
+void part_plan_set_annotate(PartPlan *pp) {
+  pp->annotate = true;
+  for (int k = 0; k < pp->p->neqn; k++)
+    for (int j = 0; j < pp->eqns[k].nsubs; j++) part_plan_set_annotate(pp->eqns[k].subs[j]);
 }
 
 Value *part_out_sharding(const PartPlan *pp, int i) {

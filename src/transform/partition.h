@@ -47,6 +47,9 @@ typedef struct PartEqn {
                         blocks its in_specs give (Manual inside Auto) */
   bool local;        /* [params] replace the equation's for blocks */
   Params params;     /* owned when [local] */
+  struct PartPlan **subs; /* owned: cond's branches, while's cond and body, scan's
+                        body, partitioned (NULL: none) */
+  int nsubs;
 } PartEqn;
 
 /* A plan with its layouts: an Opaque value, so a shard_map body can own
@@ -71,6 +74,10 @@ typedef struct PartPlan {
  * borrowed, or NULL for none) are out_shardings asked for: an output is
  * resharded to it.  New reference, or NULL with the error set. */
 PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want);
+
+/* Makes staging [pp]'s body (and its sub-plans') write the comments
+ * into the staged plan (plan()). */
+void part_plan_set_annotate(PartPlan *pp);
 
 /* The mesh of the first sharded array among [leaves] (borrowed), else
  * that of [out_shardings] (a sharding or a tuple of them, or NULL), else

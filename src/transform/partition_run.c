@@ -200,6 +200,48 @@ static Value *var_as(const PartPlan *pp, Env *env, int v, const Sharding *want) 
   return r;
 }
 
+static Value *body_call(Value *self, const CallArgs *a);
+
+/* A control-flow equation on this device's blocks [ops]: its row's eval
+ * rule (the language's cond, while_loop, scan: eager on the device
+ * threads, staged under jit) with each sub-plan replaced by the
+ * per-device body of its partitioned form. */
+static Value *run_control(const PlanEqn *e, const PartEqn *pe, Value **ops) {
+  /* each sub-plan's parameter and the first of pe->subs it takes
+   * (part_control's order) */
+  static const struct {
+    const char *name;
+    int first;
+  } names[] = {{"branches", 0}, {"cond_jaxpr", 0}, {"body_jaxpr", 1}, {"jaxpr", 0}};
+  PlanEqn t = *e;
+  params_init(&t.params);
+  bool ok = true;
+  for (int i = 0; i < e->params.n; i++) {
+    const char *n = e->params.p[i].name;
+    Value *v = e->params.p[i].value, *w = NULL;
+    int next = -1;
+    for (size_t j = 0; j < sizeof names / sizeof *names; j++)
+      if (!strcmp(n, names[j].name)) next = names[j].first;
+    if (next < 0) {
+      params_add(&t.params, n, val_incref(v));
+      continue;
+    }
+    size_t m = v->type == V_TUPLE ? tuple_len(v) : 1;
+    Value *tup = v->type == V_TUPLE ? tuple_new(m) : NULL;
+    for (size_t j = 0; j < m; j++) {
+      Value *f = next < pe->nsubs ? bound_new("partitioned", body_call, &pe->subs[next++]->base.hdr) : NULL;
+      ok = ok && f;
+      if (!tup) w = f;
+      else tuple_set_steal(tup, j, f ? f : val_incref(VAL_NONE));
+    }
+    params_add(&t.params, n, tup ? tup : w ? w : val_incref(VAL_NONE));
+  }
+  Value *r = ok ? higher_rules(e->prim)->eval(&t, ops) : NULL;
+  if (!ok && !err_occurred()) err_nomem();
+  params_clear(&t.params);
+  return r;
+}
+
 /* Equation [k] on this device's blocks in [env], annotating [bp]. */
 static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   int n0 = bp ? bp->neqn : 0;
@@ -223,6 +265,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
     if (pe->manual) res = run_body(AS_PLAN(params_get(&e->params, "jaxpr")), ops);
+    else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (h && h->eval) res = h->eval(e, ops);
     else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
   }

@@ -855,25 +855,39 @@ Value *xmap_sub_fn(const char *name, MethodFn fn, Value *plan, int nconsts, Valu
 }
 
 /* Runs self's plan on its constants and then the array leaves of
- * [trees]: a tuple of its results. */
+ * [trees]: a tuple of its results.  In place of the plan, a callable
+ * taking those arrays and giving that tuple (a partitioned sub-plan's
+ * per-device body, partition_run.c). */
 static Value *sub_run(Value *self, int ntrees, Value *const *trees) {
-  Plan *p = AS_PLAN(tuple_get(self, 0));
-  Value *consts = tuple_get(self, 1);
-  Value **args = shm_calloc((size_t)p->nin + 1, sizeof(Value *)), *r = NULL;
-  int n = (int)tuple_len(consts);
-  if (!args) return err_nomem();
-  for (int i = 0; i < n && i < p->nin; i++) args[i] = tuple_get(consts, (size_t)i);
-  for (int t = 0; t < ntrees; t++) {
-    PyLeaves l = {0};
-    if (pytree_flatten(trees[t], array_leaf, &l) < 0) goto out;
-    for (int k = 0; k < l.n; k++, n++)
-      if (n < p->nin) args[n] = l.v[k];   /* borrowed from the trees */
-    pytree_leaves_free(&l);
+  Value *sub = tuple_get(self, 0), *consts = tuple_get(self, 1), *r = NULL;
+  int n = (int)tuple_len(consts), cap = n;
+  PyLeaves *l = shm_calloc((size_t)ntrees + 1, sizeof(PyLeaves));
+  if (!l) return err_nomem();
+  int t = 0;
+  for (; t < ntrees; t++) {
+    if (pytree_flatten(trees[t], array_leaf, &l[t]) < 0) goto out;
+    cap += l[t].n;
   }
-  if (n == p->nin) r = xmap_eval_plan(p, args);
-  else err_set(ERR_VALUE, "xmap under jit: a control-flow sub-plan of %d inputs got %d", p->nin, n);
-out:
+  Value **args = shm_calloc((size_t)cap + 1, sizeof(Value *));
+  if (!args) {
+    err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < n; i++) args[i] = tuple_get(consts, (size_t)i);
+  for (int k = 0; k < ntrees; k++)
+    for (int j = 0; j < l[k].n; j++) args[n++] = l[k].v[j];   /* borrowed from the trees */
+  if (!IS_PLAN(sub)) {
+    CallArgs c = {.nargs = n, .args = args};
+    r = val_call(sub, &c);
+  } else if (n == AS_PLAN(sub)->nin) {
+    r = xmap_eval_plan(AS_PLAN(sub), args);
+  } else {
+    err_set(ERR_VALUE, "xmap under jit: a control-flow sub-plan of %d inputs got %d", AS_PLAN(sub)->nin, n);
+  }
   shm_free(args);
+out:
+  for (int k = 0; k < t; k++) pytree_leaves_free(&l[k]);
+  shm_free(l);
   return r;
 }
 
