@@ -988,6 +988,8 @@ static int kind_classes_make(void) {
   return 0;
 }
 
+Value *(*builtins_out_sharding_hook)(Value *x, Value *sharding);
+
 void builtins_set_class(int kind, Value *cls) {
   ((Builtin *)cls)->is_class = true;
   val_decref(kind_classes[kind]);

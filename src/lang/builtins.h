@@ -43,6 +43,13 @@ Value *builtins_type_of(Value *x);
  * class.  Main thread, at start-up, after builtins_register. */
 void builtins_set_class(int kind, Value *cls);  /* hook */
 
+/* Lays [x] (consumed) out as [sharding] (borrowed; NULL or None: as it
+ * is): the `out_sharding=` of constructors, reshape and contractions
+ * (JAX's Explicit mode).  Set by spmd/sharding.c (a device_put eagerly,
+ * a sharding_constraint under a trace); a new reference or NULL with the
+ * error set. */
+extern Value *(*builtins_out_sharding_hook)(Value *x, Value *sharding);  /* hook */
+
 /* Binds [v] (borrowed) as [name] in the namespace [ns] ("jnp", "lax",
  * "jax", "jax.nn"), e.g. builtins_add_to("lax", "psum", psum_builtin) so
  * `lax.psum` and `jax.lax.psum` resolve.  0, or -1 with the error set

@@ -83,24 +83,24 @@ static Value *make_full(const char *fname, Value *shape, Value *fill, double v, 
 }
 
 static Value *bi_zeros(const CallArgs *a) {
-  Value *shape, *dtype;
-  Value **slots[] = {&shape, &dtype};
-  if (args_bind("zeros", a, "shape, dtype=", slots) < 0) return NULL;
-  return make_full("zeros", shape, NULL, 0, dtype);
+  Value *shape, *dtype, *sh = NULL;
+  Value **slots[] = {&shape, &dtype, &sh};
+  if (args_bind("zeros", a, "shape, dtype=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(make_full("zeros", shape, NULL, 0, dtype), sh);
 }
 
 static Value *bi_ones(const CallArgs *a) {
-  Value *shape, *dtype;
-  Value **slots[] = {&shape, &dtype};
-  if (args_bind("ones", a, "shape, dtype=", slots) < 0) return NULL;
-  return make_full("ones", shape, NULL, 1, dtype);
+  Value *shape, *dtype, *sh = NULL;
+  Value **slots[] = {&shape, &dtype, &sh};
+  if (args_bind("ones", a, "shape, dtype=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(make_full("ones", shape, NULL, 1, dtype), sh);
 }
 
 static Value *bi_full(const CallArgs *a) {
-  Value *shape, *fill, *dtype;
-  Value **slots[] = {&shape, &fill, &dtype};
-  if (args_bind("full", a, "shape, fill_value, dtype=", slots) < 0) return NULL;
-  return make_full("full", shape, fill, 0, dtype);
+  Value *shape, *fill, *dtype, *sh = NULL;
+  Value **slots[] = {&shape, &fill, &dtype, &sh};
+  if (args_bind("full", a, "shape, fill_value, dtype=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(make_full("full", shape, fill, 0, dtype), sh);
 }
 
 /* zeros_like/ones_like/full_like: shape and dtype from [x] unless given. */
@@ -190,10 +190,7 @@ static Value *arange_ints(Value *start, Value *stop, Value *step, DType t) {
 }
 
 /* jnp.arange: iota * step + start, in i32 for int arguments, else f32. */
-static Value *bi_arange(const CallArgs *a) {
-  Value *start, *stop, *step, *dtype;
-  Value **slots[] = {&start, &stop, &step, &dtype};
-  if (args_bind("arange", a, "start, stop=, step=, dtype=", slots) < 0) return NULL;
+static Value *arange_of(Value *start, Value *stop, Value *step, Value *dtype) {
   int t;
   if (ops_dtype_arg(dtype, &t) < 0) return NULL;
   bool floats = is_float_val(start) || is_float_val(stop) || is_float_val(step);
@@ -225,6 +222,13 @@ static Value *bi_arange(const CallArgs *a) {
     r = m;
   }
   return r;
+}
+
+static Value *bi_arange(const CallArgs *a) {
+  Value *start, *stop, *step, *dtype, *sh = NULL;
+  Value **slots[] = {&start, &stop, &step, &dtype, &sh};
+  if (args_bind("arange", a, "start, stop=, step=, dtype=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(arange_of(start, stop, step, dtype), sh);
 }
 
 /* numpy.linspace, computed in float64 as NumPy does, then converted. */
@@ -287,10 +291,10 @@ static Value *bi_identity(const CallArgs *a) {
  * Shapes and layout
  * ====================================================================== */
 
-static Value *bi_reshape(const CallArgs *a) {
-  Value *x, *shape, *order, *newshape;
-  Value **slots[] = {&x, &shape, &order, &newshape};
-  if (args_bind("reshape", a, "a, shape=, order=, newshape=", slots) < 0) return NULL;
+static Value *reshape_of(const CallArgs *a) {
+  Value *x, *shape, *order, *newshape, *out_sh = NULL;
+  Value **slots[] = {&x, &shape, &order, &newshape, &out_sh};
+  if (args_bind("reshape", a, "a, shape=, order=, newshape=, out_sharding=", slots) < 0) return NULL;
   if (bi_is_none(shape)) shape = newshape;
   if (bi_is_none(shape)) return err_set(ERR_TYPE, "reshape() missing required argument 'shape'");
   if (order && order->type == V_STR && strcmp(str_cstr(order), "C"))
@@ -302,6 +306,14 @@ static Value *bi_reshape(const CallArgs *a) {
   Value *r = xa ? ops_reshape(xa, nd, sh) : NULL;
   val_decref(xa);
   return r;
+}
+
+/* jnp.reshape(a, shape, out_sharding=): the result laid out so. */
+static Value *bi_reshape(const CallArgs *a) {
+  Value *x, *shape, *order, *newshape, *sh = NULL;
+  Value **slots[] = {&x, &shape, &order, &newshape, &sh};
+  if (args_bind("reshape", a, "a, shape=, order=, newshape=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(reshape_of(a), sh);
 }
 
 /* A permutation from an `axes` argument for rank [nd]; reversed if None. */

@@ -134,4 +134,17 @@ Value *bi_jnp_sum(const CallArgs *a);
 Value *bi_jnp_max(const CallArgs *a);
 Value *bi_jnp_min(const CallArgs *a);
 
+/* [r] (consumed) laid out as out_sharding= [sh] says (builtins.h,
+ * builtins_out_sharding_hook); [r] itself when [sh] is NULL or None. */
+static inline Value *bi_out_sharding(Value *r, Value *sh) {
+  if (!r || !sh || sh == VAL_NONE) return r;
+  if (!builtins_out_sharding_hook) {
+    val_decref(r);
+    return err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
+  }
+  Value *o = builtins_out_sharding_hook(r, sh);
+  val_decref(r);
+  return o;
+}
+
 #endif

@@ -497,21 +497,21 @@ static Value *bi_nonzero(const CallArgs *a) {
  * ====================================================================== */
 
 static Value *bi_matmul(const CallArgs *a) {
-  Value *x, *y, *pref;
-  Value **slots[] = {&x, &y, &pref};
-  if (args_bind("matmul", a, "a, b, preferred_element_type=", slots) < 0) return NULL;
+  Value *x, *y, *pref, *sh = NULL;
+  Value **slots[] = {&x, &y, &pref, &sh};
+  if (args_bind("matmul", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
   Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
   Value *r = ya ? ops_matmul(xa, ya) : NULL;
   bi_drop(xa, ya, NULL, NULL);
-  return r;
+  return bi_out_sharding(r, sh);
 }
 
 /* numpy.dot: a product for scalars; otherwise contracts a's last axis with
  * b's second-to-last (its only one if 1-D). */
-static Value *bi_dot(const CallArgs *a) {
-  Value *x, *y, *pref;
-  Value **slots[] = {&x, &y, &pref};
-  if (args_bind("dot", a, "a, b, preferred_element_type=", slots) < 0) return NULL;
+static Value *dot_of(const CallArgs *a) {
+  Value *x, *y, *pref, *sh = NULL;
+  Value **slots[] = {&x, &y, &pref, &sh};
+  if (args_bind("dot", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
   Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
   Value *r = NULL;
   if (ya) {
@@ -534,6 +534,14 @@ static Value *bi_dot(const CallArgs *a) {
   }
   bi_drop(xa, ya, NULL, NULL);
   return r;
+}
+
+/* jnp.dot(a, b, out_sharding=): the product laid out so. */
+static Value *bi_dot(const CallArgs *a) {
+  Value *x, *y, *pref, *sh = NULL;
+  Value **slots[] = {&x, &y, &pref, &sh};
+  if (args_bind("dot", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
+  return bi_out_sharding(dot_of(a), sh);
 }
 
 static Value *bi_vdot(const CallArgs *a) {
@@ -568,6 +576,7 @@ static Value *bi_outer(const CallArgs *a) {
 /* ---- einsum ---------------------------------------------------------------- */
 
 static Value *bi_einsum(const CallArgs *a);
+static Value *einsum_of(const CallArgs *a);
 
 /* One operand during einsum: its array and the letter of each axis. */
 typedef struct EinOp {
@@ -845,7 +854,17 @@ static Value *ein_named(const char *eq, const CallArgs *a) {
   return out;
 }
 
+/* jnp.einsum(subscripts, *operands, out_sharding=): the result laid out
+ * so; the other keywords (optimize=, preferred_element_type=) change
+ * nothing here. */
 static Value *bi_einsum(const CallArgs *a) {
+  Value *sh = NULL;
+  for (int k = 0; k < a->nkw; k++)
+    if (!strcmp(a->kwnames[k], "out_sharding")) sh = a->kwvals[k];
+  return bi_out_sharding(einsum_of(a), sh);
+}
+
+static Value *einsum_of(const CallArgs *a) {
   if (a->nargs < 2 || a->args[0]->type != V_STR)
     return err_set(ERR_TYPE, "einsum() takes a subscripts string and at least one operand");
   if (strchr(str_cstr(a->args[0]), '{')) return ein_named(str_cstr(a->args[0]), a);

@@ -673,6 +673,10 @@ static Value *bi_reshard(const CallArgs *a) {
   return put_tree(x, sh, constraint_leaf);
 }
 
+/* out_sharding= of the language's constructors and contractions
+ * (builtins_out_sharding_hook). */
+static Value *out_sharding(Value *x, Value *sh) { return put_tree(x, sh, constraint_leaf); }
+
 static int shape_constraint(const AVal *in, int nin, const Params *p, AVal *out) {
   (void)nin, (void)p;
   aval_copy(out, &in[0]);
@@ -1076,6 +1080,7 @@ int sharding_register(Env *b) {
   (void)b;
   if (add_namespaces() < 0) return -1;
   prim_sharding_hook = eager_sharding;
+  builtins_out_sharding_hook = out_sharding;
   prim_register_rows(constraint_rows, sizeof constraint_rows / sizeof constraint_rows[0]);
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
