@@ -52,20 +52,47 @@ void part_dim_steps(const Sharding *have, const Sharding *want, int d, bool *gat
   *from = prefix ? h : 0;
 }
 
+int part_moves(const Sharding *have, const Sharding *want, int d1) {
+  int h = have->nsplit[d1];
+  if (!h || want->nsplit[d1]) return -1;
+  for (int d2 = 0; d2 < have->ndim; d2++) {
+    int h2 = have->nsplit[d2];
+    if (d2 == d1 || want->nsplit[d2] != h2 + h) continue;
+    bool ok = true;
+    for (int k = 0; ok && k < h2; k++) ok = have->split[d2][k] == want->split[d2][k];
+    for (int k = 0; ok && k < h; k++) ok = have->split[d1][k] == want->split[d2][h2 + k];
+    if (ok) return d2;
+  }
+  return -1;
+}
+
 /* Notes the resharding of a value laid out as [have] to [want]: the
- * all_gather and local slices partition_run.c performs. */
+ * all_to_all, all_gather and local slices partition_run.c performs. */
 static void note_reshard(Part *pt, StrBuf *b, const char *where, const Sharding *have,
                          const Sharding *want, const char *what) {
-  uint32_t gone = 0, come = 0;
+  uint32_t gone = 0, come = 0, moved = 0, dims = 0;
   for (int d = 0; d < have->ndim; d++) {
+    int d2 = part_moves(have, want, d);
+    if (d2 >= 0 && !(dims >> d2 & 1)) {
+      moved |= axes_bits(have, d, 0);
+      dims |= 1u << d | 1u << d2;
+    }
+  }
+  for (int d = 0; d < have->ndim; d++) {
+    if (dims >> d & 1) continue;
     bool gather;
     int from;
     part_dim_steps(have, want, d, &gather, &from);
     if (gather) gone |= axes_bits(have, d, 0);
     come |= axes_bits(want, d, from);
   }
-  if (!gone && !come) return;
   const Mesh *m = pt->pp->mesh;
+  if (moved) {
+    sbuf_printf(b, "# %s: all_to_all over ", where);
+    put_axes(b, m, moved);
+    sbuf_printf(b, ": %s\n", what);
+  }
+  if (!gone && !come) return;
   sbuf_printf(b, "# %s: ", where);
   if (gone) {
     sbuf_puts(b, "all_gather over ");

@@ -102,6 +102,12 @@ PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings);
  * position [*from] on (none when [*from] is want's count). */
 void part_dim_steps(const Sharding *have, const Sharding *want, int d, bool *gather, int *from);
 
+/* Whether dimension [d1]'s mesh axes move to another dimension from
+ * [have] to [want]: the dimension [d2] whose split becomes its own
+ * followed by d1's (d1 ending unsplit), which one tiled all_to_all
+ * reshards (split along d2, concatenated along d1); -1 when none. */
+int part_moves(const Sharding *have, const Sharding *want, int d1);
+
 /* Output [i]'s NamedSharding: a new reference, or NULL. */
 Value *part_out_sharding(const PartPlan *pp, int i);
 

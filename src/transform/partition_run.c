@@ -85,9 +85,40 @@ out:
  * as its block laid out as [want]: a new reference or NULL. */
 static Value *complete(const PartPlan *pp, Value *x, const Sharding *out);
 
+/* all_to_all (tiled) of [x] (consumed) over [names] (consumed): split
+ * along [split], concatenated along [concat]. */
+static Value *move_dim(Value *x, int split, int concat, Value *names) {
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", names);
+  params_add(&q, "split_axis", val_int(split));
+  params_add(&q, "concat_axis", val_int(concat));
+  params_add(&q, "axis_index_groups", val_incref(VAL_NONE));
+  params_add(&q, "tiled", val_bool(true));
+  Value *r = x ? prim_bind(P_ALL_TO_ALL, 1, &x, &q) : NULL;
+  params_clear(&q);
+  if (x) val_decref(x);
+  return r;
+}
+
 static Value *reshard(const PartPlan *pp, Value *x, const Sharding *have, const Sharding *want) {
   Value *r = val_incref(x);
   if (have->partial && !want->partial) r = complete(pp, r, have);
+  /* axes moving from one dimension to another: one all_to_all each */
+  Sharding cur = *have;
+  uint32_t done = 0;
+  for (int d = 0; r && d < have->ndim; d++) {
+    int d2 = part_moves(have, want, d);
+    if (d2 < 0 || (done >> d2 & 1)) continue;
+    int64_t n;
+    Value *names = axis_names(pp, have, d, 0, &n);
+    r = names ? move_dim(r, d2, d, names) : (val_decref(r), NULL);
+    cur.nsplit[d] = 0;
+    cur.nsplit[d2] = want->nsplit[d2];
+    memcpy(cur.split[d2], want->split[d2], sizeof cur.split[d2]);
+    done |= 1u << d | 1u << d2;
+  }
+  have = &cur;
   for (int d = 0; r && d < have->ndim; d++) {
     bool gather;
     int from;
