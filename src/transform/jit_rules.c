@@ -13,6 +13,7 @@
 #include "transform/compile_impl.h"
 #include "transform/higher.h"
 #include "transform/jit.h"
+#include "transform/trace.h"
 #include "transform/xmap.h"
 
 /* ==== pjit ======================================================================== */
@@ -59,9 +60,28 @@ static int run_callback(Step *s, Workspace *w) {
   return r ? 0 : -1;
 }
 
+/* An interpreter's (xmap's, the partitioner's): the callback on the
+ * operands' values, or, under a trace, the equation staged again. */
+static Value *eval_callback(const PlanEqn *e, Value **in) {
+  bool traced = prim_tracing();
+  for (int i = 0; !traced && i < e->nin; i++) traced = prim_value_is_staged(in[i]);
+  if (traced) {
+    Params q;
+    params_init(&q);
+    for (int i = 0; i < e->params.n; i++) params_add(&q, e->params.p[i].name, val_incref(e->params.p[i].value));
+    return trace_emit(P_DEBUG_CALLBACK, &q, e->nin, in, 0, NULL);
+  }
+  Value *r = val_call_n(params_get(&e->params, "callback"), e->nin, in);
+  if (!r) return NULL;
+  val_decref(r);
+  return tuple_new(0);
+}
+
 static const HigherRules callback_rules = {
     .prepare = prepare_callback,
     .run = run_callback,
+    .eval = eval_callback,
+    .eval_tuple = true,
     .effectful = true,
 };
 

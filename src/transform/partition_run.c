@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "lang/eval.h"
 #include "lang/ops.h"
+#include "spmd/device.h"
 #include "spmd/shardmap.h"
 #include "transform/higher.h"
 #include "transform/partition.h"
@@ -273,6 +274,29 @@ static Value *run_control(const PlanEqn *e, const PartEqn *pe, Value **ops) {
   return r;
 }
 
+/* The callback of a debug_callback (jax.debug.print, breakpoint) run
+ * by the mesh's first device only, on the whole values: a partitioned
+ * jit prints once and stops once, as JAX's runs its callbacks on one
+ * device. */
+static Value *first_device_call(Value *self, const CallArgs *a) {
+  DevCtx *ctx = dev_ctx();
+  if (ctx && ctx->rank != 0) return val_incref(VAL_NONE);
+  return val_call(self, a);
+}
+
+static Value *run_callback(const PlanEqn *e, Value **ops) {
+  PlanEqn t = *e;
+  params_init(&t.params);
+  for (int i = 0; i < e->params.n; i++) {
+    Value *v = e->params.p[i].value;
+    bool cb = !strcmp(e->params.p[i].name, "callback");
+    params_add(&t.params, e->params.p[i].name, cb ? bound_new("callback", first_device_call, v) : val_incref(v));
+  }
+  Value *r = t.params.nomem ? err_nomem() : higher_rules(e->prim)->eval(&t, ops);
+  params_clear(&t.params);
+  return r;
+}
+
 /* Equation [k] on this device's blocks in [env], annotating [bp]. */
 static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   int n0 = bp ? bp->neqn : 0;
@@ -297,6 +321,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   if (made == e->nin) {
     if (pe->manual) res = run_body(AS_PLAN(params_get(&e->params, "jaxpr")), ops);
     else if (pe->nsubs) res = run_control(e, pe, ops);
+    else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
     else if (h && h->eval) res = h->eval(e, ops);
     else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
   }
