@@ -1609,17 +1609,19 @@ static void typeof_free(Value *v) { val_decref(((TypeOf *)v)->text); }
 static Value *typeof_str(Value *v) { return val_incref(((TypeOf *)v)->text); }
 static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str, NULL, NULL};
 
+Value *(*shardmap_typeof_sharding_hook)(Value *x);
+
 /* A sharded array's type names the Explicit mesh axes splitting each
  * dimension, as "8@X" or "8@(X,Y)" (shmap(7), THE THREE MODES): [buf]
  * holding "f32[8,4]" is rewritten so. */
-static void explicit_axes(const Array *x, int ndim, char *buf, size_t cap) {
-  const NamedSharding *s = (const NamedSharding *)x->sharding;
+static void explicit_axes(const NamedSharding *s, int ndim, const int64_t *shape, char *buf,
+                          size_t cap) {
   if (!s->mesh) return;
   char *open = strchr(buf, '[');
   if (!open) return;
   int n = (int)(open - buf) + 1;
   for (int d = 0; d < ndim && (size_t)n < cap - 64; d++) {
-    n += snprintf(buf + n, cap - (size_t)n, "%s%lld", d ? "," : "", (long long)x->shape[d]);
+    n += snprintf(buf + n, cap - (size_t)n, "%s%lld", d ? "," : "", (long long)shape[d]);
     const SpecEntry *e = d < s->spec->n ? &s->spec->e[d] : NULL;
     int shown = 0;
     for (int k = 0; e && k < e->nnames; k++) {
@@ -1647,7 +1649,13 @@ static Value *bi_typeof(const CallArgs *a) {
   for (int i = 0; i < av.ndim && n < 400; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
   n += snprintf(buf + n, sizeof buf - (size_t)n, "]");
-  if (IS_ARRAY(x) && AS_ARRAY(x)->sharding) explicit_axes(AS_ARRAY(x), av.ndim, buf, sizeof buf);
+  if (IS_ARRAY(x) && AS_ARRAY(x)->sharding) {
+    explicit_axes((const NamedSharding *)AS_ARRAY(x)->sharding, av.ndim, av.shape, buf, sizeof buf);
+  } else if (!IS_ARRAY(x) && shardmap_typeof_sharding_hook) {
+    Value *ns = shardmap_typeof_sharding_hook(x);
+    if (ns) explicit_axes((const NamedSharding *)ns, av.ndim, av.shape, buf, sizeof buf);
+    if (ns) val_decref(ns);
+  }
   n = (int)strlen(buf);
   dev_vma_str(av.vma, buf + n, sizeof buf - (size_t)n);
   TypeOf *t = shm_calloc(1, sizeof *t);

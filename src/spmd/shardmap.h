@@ -179,6 +179,12 @@ PSpec *shardmap_in_spec(const ShardFn *f, int i);
  * P(...) for every result or a tuple with one per result. */
 PSpec *shardmap_out_spec(const ShardFn *f, int k);
 
+/* The layout jax.typeof shows for a traced value [x] under jit (its
+ * Explicit axes): a NamedSharding (new reference), or NULL with no error
+ * set when unknown.  Set by transform/jit.c to the partitioner's
+ * propagation over the plan traced so far (partition.h). */
+extern Value *(*shardmap_typeof_sharding_hook)(Value *x);  /* hook */
+
 /* Registers shard_map (function form, also jax.shard_map), the block-form
  * statement executor, and the collective built-ins of LANGUAGE.md §5:
  * axis_index axis_size psum pmean pmax pmin all_gather psum_scatter

@@ -508,7 +508,10 @@ static int trace_call(const JitFn *j, const CallArgs *a, Sig *s, bool top, Trace
   Trace *t = trace_begin(j->name, top);
   if (!t) return -1;
   Value **tracers = make_tracers(t, s);
+  PartTraced scope;
+  part_trace_enter(&scope, t, s->leaves, s->nleaves);   /* jax.typeof's layouts */
   Value *r = tracers ? call_traced(j, a, tracers, s->nleaves) : NULL;
+  part_trace_leave(&scope);
   values_free(tracers, s->nleaves);
   Sig outs;
   sig_init(&outs);
@@ -1478,6 +1481,7 @@ static Value *jit_getattr(Value *self, const char *name) {
 }
 
 int jit_register(Env *b) {
+  shardmap_typeof_sharding_hook = part_traced_sharding;
   jit_register_rules();
   jit_register_shard_map_rules();
   trace_register();

@@ -609,3 +609,37 @@ PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
   shm_free(want);
   return pp;
 }
+
+static _Thread_local PartTraced *traced_scope;
+
+void part_trace_enter(PartTraced *scope, Trace *t, Value *const *leaves, int n) {
+  *scope = (PartTraced){t, leaves, n, traced_scope};
+  traced_scope = scope;
+}
+
+void part_trace_leave(PartTraced *scope) { traced_scope = scope->prev; }
+
+Value *part_traced_sharding(Value *x) {
+  PartTraced *sc = traced_scope;
+  if (!sc || trace_current() != sc->t || !IS_STAGE_TRACER(x) ||
+      ((Tracer *)x)->trace_id != trace_id_of(sc->t))
+    return NULL;
+  Plan *p = trace_plan(sc->t);
+  int var = ((Tracer *)x)->var;
+  Mesh *m = p->nin == sc->n ? part_mesh(sc->leaves, sc->n, NULL) : NULL;
+  if (!m || var < 0 || var >= p->nvars) return NULL;
+  Value **in = shm_calloc((size_t)sc->n + 1, sizeof(Value *));
+  if (!in) return NULL;
+  for (int i = 0; i < sc->n; i++) in[i] = leaf_sharding(sc->leaves[i]);
+  PartPlan *pp = part_plan(p, m, in, NULL);
+  shm_free(in);
+  Value *r = NULL;
+  if (pp) {
+    Sharding s = pp->vars[var];
+    s.partial = 0;
+    r = sharding_from_rule(m, &s);
+    val_decref(&pp->base.hdr);
+  }
+  if (!r) err_clear();
+  return r;
+}

@@ -35,6 +35,7 @@
 
 #include "spmd/sharding.h"
 #include "transform/plan.h"
+#include "transform/trace.h"
 
 /* One equation's decision. */
 typedef struct PartEqn {
@@ -110,6 +111,28 @@ int part_moves(const Sharding *have, const Sharding *want, int d1);
 
 /* Output [i]'s NamedSharding: a new reference, or NULL. */
 Value *part_out_sharding(const PartPlan *pp, int i);
+
+/* ---- layouts of traced values (jax.typeof under jit) ---- */
+
+/* The top-level trace of a jit call on [leaves] (borrowed, p->nin of
+ * them, for as long as the scope is entered), so that a traced value's
+ * layout can be asked while the function runs.  Scopes nest per thread;
+ * leave each one entered. */
+typedef struct PartTraced {
+  Trace *t;
+  Value *const *leaves;
+  int n;
+  struct PartTraced *prev;
+} PartTraced;
+void part_trace_enter(PartTraced *scope, Trace *t, Value *const *leaves, int n);
+void part_trace_leave(PartTraced *scope);
+
+/* The NamedSharding (a new reference) propagation gives [x], a value
+ * traced by the innermost entered trace, from the plan recorded so far
+ * and the call's arguments' shardings; NULL, with no error set, for any
+ * other value or when no argument is sharded.  Semantics: JAX's sharding
+ * in types (Explicit mode). */
+Value *part_traced_sharding(Value *x);
 
 /* ---- execution (partition_run.c) ---- */
 

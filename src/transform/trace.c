@@ -68,6 +68,8 @@ Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a) {
 Trace *trace_current(void) { return cur_trace; }
 Plan *trace_plan(Trace *t) { return t->plan; }
 
+unsigned trace_id_of(const Trace *t) { return t->id; }
+
 Trace *trace_begin(const char *fname, bool top) {
   Trace *t = shm_calloc(1, sizeof *t);
   if (!t) return err_nomem();

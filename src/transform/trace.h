@@ -149,6 +149,9 @@ Trace *trace_current(void);
 /* The plan [t] records into (borrowed). */
 Plan *trace_plan(Trace *t);
 
+/* [t]'s id: its tracers' Tracer.trace_id. */
+unsigned trace_id_of(const Trace *t);
+
 /* Resolves [v] (a tracer or a concrete array) as an operand of the
  * innermost trace [t], per the rules above.  0, or -1 with the error set
  * (a value that is not an array, a leaked tracer). */
