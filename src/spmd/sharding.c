@@ -677,6 +677,60 @@ static Value *bi_reshard(const CallArgs *a) {
  * (builtins_out_sharding_hook). */
 static Value *out_sharding(Value *x, Value *sh) { return put_tree(x, sh, constraint_leaf); }
 
+/* auto_axes(f, axes=, out_sharding=)'s function: f on the arguments,
+ * its results laid out by out_sharding.  self: (f, out_sharding). */
+static Value *auto_axes_call(Value *self, const CallArgs *a) {
+  Value *r = val_call(tuple_get(self, 0), a), *sh = tuple_get(self, 1);
+  if (!r || sh == VAL_NONE) return r;
+  Value *o = put_tree(r, sh, constraint_leaf);
+  val_decref(r);
+  return o;
+}
+
+/* explicit_axes(f, axes=, in_sharding=)'s function: the positional
+ * arguments laid out by in_sharding (one for all, or a tuple of one
+ * each), then f.  self: (f, in_sharding). */
+static Value *explicit_axes_call(Value *self, const CallArgs *a) {
+  Value *sh = tuple_get(self, 1);
+  if (sh == VAL_NONE) return val_call(tuple_get(self, 0), a);
+  Value *args = tuple_pack((size_t)a->nargs, a->args), *put = NULL, *r = NULL;
+  size_t n;
+  Value *const *items;
+  bool each = !sharding_is(sh) && sh->type != V_PSPEC && val_seq(sh, &n, &items);
+  if (args && each && n != (size_t)a->nargs)
+    err_set(ERR_VALUE, "explicit_axes: in_sharding has %zu entries for %d arguments", n, a->nargs);
+  else if (args)
+    put = each ? put_tree(args, sh, constraint_leaf) : pytree_map(args, NULL, constraint_leaf, sh);
+  if (put) {
+    CallArgs c = {a->nargs, ((Tuple *)put)->items, a->nkw, a->kwnames, a->kwvals};
+    r = val_call(tuple_get(self, 0), &c);
+  }
+  if (args) val_decref(args);
+  if (put) val_decref(put);
+  return r;
+}
+
+/* jax.sharding.auto_axes(f, axes=None, out_sharding=None) and
+ * explicit_axes(f, axes=None, in_sharding=None): Explicit axes behave as
+ * Auto ones here, so each is f with its results (arguments) laid out as
+ * given; [axes] names the axes JAX switches, accepted as it is. */
+static Value *axes_wrapper(const CallArgs *a, const char *name, const char *spec, MethodFn call) {
+  Value *f, *axes = NULL, *sh = NULL;
+  if (args_bind(name, a, spec, (Value **[]){&f, &axes, &sh}) < 0) return NULL;
+  Value *self = tuple_pack(2, (Value *[]){f, sh ? sh : VAL_NONE});
+  Value *r = self ? bound_new(name, call, self) : NULL;
+  if (self) val_decref(self);
+  return r;
+}
+
+static Value *bi_auto_axes(const CallArgs *a) {
+  return axes_wrapper(a, "auto_axes", "fun, axes=, out_sharding=", auto_axes_call);
+}
+
+static Value *bi_explicit_axes(const CallArgs *a) {
+  return axes_wrapper(a, "explicit_axes", "fun, axes=, in_sharding=", explicit_axes_call);
+}
+
 static int shape_constraint(const AVal *in, int nin, const Params *p, AVal *out) {
   (void)nin, (void)p;
   aval_copy(out, &in[0]);
@@ -1107,6 +1161,9 @@ int sharding_register(Env *b) {
       {"jax.lax", "with_sharding_constraint", bi_with_sharding_constraint,
        "with_sharding_constraint(x, shardings)"},
       {"jax.sharding", "reshard", bi_reshard, "reshard(x, out_shardings): x laid out so, strictly"},
+      {"jax.sharding", "auto_axes", bi_auto_axes, "auto_axes(f, axes=, out_sharding=): f, results laid out so"},
+      {"jax.sharding", "explicit_axes", bi_explicit_axes,
+       "explicit_axes(f, axes=, in_sharding=): f on arguments laid out so"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
     if (add_to(fns[i].ns, fns[i].name, fns[i].fn, fns[i].doc) < 0) return -1;
