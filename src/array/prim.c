@@ -410,7 +410,9 @@ static bool block_aval(const AVal *a, const Sharding *s, AVal *out) {
   return true;
 }
 
-/* A slice's limit_indices for blocks [res] of [out]: a split dimension
+/* (A dynamic_slice's slice_sizes are the result block's shape, as a
+ * reshape's new_sizes are.)  A slice's limit_indices for blocks [res] of
+ * [out]: a split dimension
  * is whole (start 0, stride 1: sh_slice), so its limit is the block's. */
 static Value *block_limits(const Params *p, const AVal *out, const AVal *res) {
   int n;
@@ -435,11 +437,13 @@ static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int
     if (!block_aval(&in[i], &in_sh[i], &loc[i])) return false;
   bool split = false;
   for (int d = 0; d < out->ndim; d++) split |= res.shape[d] != out->shape[d];
-  if (split && (params_get(p, "new_sizes") || params_get(p, "shape") || params_get(p, "limit_indices"))) {
+  if (split && (params_get(p, "new_sizes") || params_get(p, "shape") || params_get(p, "limit_indices") ||
+                params_get(p, "slice_sizes"))) {
     for (int i = 0; i < p->n; i++) {
       const char *n = p->p[i].name;
       Value *v = NULL;
-      if (!strcmp(n, "new_sizes") || !strcmp(n, "shape")) v = val_int_tuple(res.ndim, res.shape);
+      if (!strcmp(n, "new_sizes") || !strcmp(n, "shape") || !strcmp(n, "slice_sizes"))
+        v = val_int_tuple(res.ndim, res.shape);
       else if (!strcmp(n, "limit_indices")) v = block_limits(p, out, &res);
       params_add(local, n, v ? v : val_incref(p->p[i].value));
     }

@@ -485,11 +485,71 @@ AXIS1_RULE(b_sort, SORT, "dimension") AXIS1_RULE(b_argsort, ARGSORT, "dimension"
 
 /* ==== the rows ============================================================= */
 
+/* ==== sharding rules (prim.h, Sharding; shmap(7), THE THREE MODES) ======== */
+
+/* dynamic_slice: a dimension sliced whole (slice size = its size, the
+ * start then clamped to 0) keeps its split, the others are unsplit; the
+ * start indices replicated. */
+static int sh_dynamic_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                            Sharding *out_sh) {
+  int n;
+  int64_t sizes[SHM_MAXDIM];
+  if (params_ints(p, "slice_sizes", &n, sizes, SHM_MAXDIM) < 0) return -1;
+  for (int d = 0; d < in[0].ndim && d < n; d++)
+    if (sizes[d] != in[0].shape[d]) in_sh[0].nsplit[d] = 0;
+  for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
+  *out_sh = in_sh[0];
+  out_sh->partial = 0;
+  out_sh->partial_coll = NULL;
+  return 0;
+}
+
+/* dynamic_update_slice: a dimension the update covers whole keeps its
+ * split (operand and update laid out alike there), the others are
+ * unsplit; the start indices replicated. */
+static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                                   Sharding *out_sh) {
+  (void)p;
+  for (int d = 0; d < in[0].ndim; d++) {
+    if (in[1].ndim != in[0].ndim || in[1].shape[d] != in[0].shape[d]) in_sh[0].nsplit[d] = 0;
+    if (in[1].ndim == in[0].ndim) sh_copy_dim(&in_sh[1], d, &in_sh[0], d);
+  }
+  for (int i = 2; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
+  *out_sh = in_sh[0];
+  out_sh->partial = 0;
+  out_sh->partial_coll = NULL;
+  return 0;
+}
+
+/* gather (take along [axis]): the operand whole along its axis, the
+ * indices' dimensions keeping their splits (a batch of ids), then the
+ * operand's other dimensions where their mesh axes are still free; the
+ * result is operand[:axis] + indices + operand[axis+1:]. */
+static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  (void)nin;
+  int64_t ax;
+  int axis;
+  if (params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0) return -1;
+  in_sh[0].nsplit[axis] = 0;
+  uint32_t used = sh_used(&in_sh[1]);
+  for (int d = 0; d < in[0].ndim; d++) {
+    if (sh_dim_axes(&in_sh[0], d) & used) in_sh[0].nsplit[d] = 0;
+    used |= sh_dim_axes(&in_sh[0], d);
+  }
+  sh_replicated(out_sh, 0, &in_sh[0]);
+  int o = 0;
+  for (int d = 0; d < axis; d++) sh_copy_dim(out_sh, o++, &in_sh[0], d);
+  for (int d = 0; d < in[1].ndim; d++) sh_copy_dim(out_sh, o++, &in_sh[1], d);
+  for (int d = axis + 1; d < in[0].ndim; d++) sh_copy_dim(out_sh, o++, &in_sh[0], d);
+  out_sh->ndim = o;
+  return 0;
+}
+
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_DYNAMIC_SLICE, {.shape = shape_dynamic_slice, .kernel = kern_dynamic_slice, .batch = b_dynamic_slice, .jvp = jvp_dynamic_slice, .transpose = tr_dynamic_slice}},
-    {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice}},
-    {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather}},
+    {P_DYNAMIC_SLICE, {.shape = shape_dynamic_slice, .kernel = kern_dynamic_slice, .batch = b_dynamic_slice, .jvp = jvp_dynamic_slice, .transpose = tr_dynamic_slice, .sharding = sh_dynamic_slice}},
+    {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice}},
+    {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather, .sharding = sh_gather}},
     {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter}},
     {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort}},
     {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort}},
