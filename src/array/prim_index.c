@@ -521,6 +521,12 @@ static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, con
   return 0;
 }
 
+/* sort and argsort: the sorted dimension unsplit, the others kept (each
+ * device sorts its rows whole). */
+static int sh_sort(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
+}
+
 /* gather (take along [axis]): the operand whole along its axis, the
  * indices' dimensions keeping their splits (a batch of ids), then the
  * operand's other dimensions where their mesh axes are still free; the
@@ -551,8 +557,8 @@ static const PrimRow rows[] = {
     {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice}},
     {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather, .sharding = sh_gather}},
     {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter}},
-    {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort}},
-    {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort}},
+    {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort, .sharding = sh_sort}},
+    {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort, .sharding = sh_sort}},
 };
 
 void prim_index_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }
