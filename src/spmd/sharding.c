@@ -1130,12 +1130,16 @@ static int add_namespaces(void) {
   return rc;
 }
 
+void sharding_register_rules(void) {
+  prim_register_rows(constraint_rows, sizeof constraint_rows / sizeof constraint_rows[0]);
+}
+
 int sharding_register(Env *b) {
   (void)b;
   if (add_namespaces() < 0) return -1;
   prim_sharding_hook = eager_sharding;
   builtins_out_sharding_hook = out_sharding;
-  prim_register_rows(constraint_rows, sizeof constraint_rows / sizeof constraint_rows[0]);
+  sharding_register_rules();
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
   ops_register_equal(V_OPAQUE, opaque_equal);

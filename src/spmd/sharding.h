@@ -57,6 +57,10 @@ Value *sharding_put(Value *x, const NamedSharding *s);
  * or NULL with the error set. */
 Value *sharding_device_put(Value *x, Value *device);
 
+/* Registers the row of sharding_constraint (with_sharding_constraint
+ * and reshard under a trace) in the primitive table.  At start-up. */
+void sharding_register_rules(void);
+
 /* Registers the types, the eager-result hook (prim_sharding_hook) and
  * the built-ins: jax.sharding.NamedSharding, SingleDeviceSharding,
  * jax.device_put, device_get, make_array_from_callback, devices,

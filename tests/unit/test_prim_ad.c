@@ -22,6 +22,7 @@
 #include "array/prim.h"
 #include "array/prim_random.h"
 #include "base/error.h"
+#include "spmd/sharding.h"
 #include "spmd/collective.h"
 #include "transform/control.h"
 #include "transform/custom_derivatives.h"
@@ -61,8 +62,7 @@ static const char *const closes_fused[] = {"reduce_sum", NULL};
 /* The array primitives without a sharding rule: a partitioner replicates
  * their operands (an all_gather) and says so. */
 static const char *const sharding_replicates[] = {
-    "iota", "dynamic_slice", "dynamic_update_slice", "gather", "scatter", "sort", "argsort",
-    "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
+    "iota", "scatter", "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
     "random_permutation", NULL};
 
 static bool listed(const char *const *l, const char *name) {
@@ -156,6 +156,7 @@ START_TEST(tc_every_primitive_has_rules) {
   jit_register_shard_map_rules();
   xmap_register_rules();
   custom_register_rules();
+  sharding_register_rules();
   for (int i = 0; i < P_COUNT; i++) {
     const PrimInfo *p = &prim_table[i];
     /* an array primitive partitions by its rule, or is listed as one
