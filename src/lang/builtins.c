@@ -925,6 +925,13 @@ static Value *bi_hasattr(const CallArgs *a) {
   return val_bool(r != NULL);
 }
 
+/* callable(obj): whether obj can be called (eval.h's val_callable). */
+static Value *bi_callable(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw)
+    return err_set(ERR_TYPE, "callable() takes exactly one argument (%d given)", a->nargs + a->nkw);
+  return val_bool(val_callable(a->args[0]));
+}
+
 /* The built-in types type() gives (Python's classes, which these
  * built-ins also construct), made at start-up; `type` is type(int)'s. */
 enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_RANGE,
@@ -1044,6 +1051,8 @@ Value *builtins_type_of(Value *x) {
   Value *user = cls_class_of(x);   /* an instance of a class statement's class */
   if (user) return val_incref(user);
   if (cls_is_class(x)) return val_incref(types[TY_TYPE]);
+  Value *coll = stdmod_class_of(x);   /* a deque, an OrderedDict */
+  if (coll) return val_incref(coll);
   int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
@@ -1075,6 +1084,7 @@ static Value *bi_isinstance(const CallArgs *a) {
       continue;
     }
     if (c == types[TY_TUPLE] && x->type == V_TUPLE) return val_bool(true);   /* a named tuple */
+    if (c == types[TY_DICT] && x->type == V_DICT) return val_bool(true);     /* an OrderedDict */
     if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
       return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
@@ -1357,6 +1367,7 @@ const BiEntry bi_python_table[] = {
   {"type", bi_type, IN_TOP, "type(object): its class (int, float, str, list, jax.Array, NoneType, function, ...)"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
+  {"callable", bi_callable, IN_TOP, "callable(obj): whether obj can be called"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},
   {"save", bi_save, NP, "save(file, arr): writes a .npy file"},
   {"set_printoptions", bi_set_printoptions, NP, "set_printoptions(precision=, threshold=, edgeitems=, linewidth=, suppress=)"},

@@ -778,6 +778,17 @@ Value *val_call(Value *f, const CallArgs *a) {
   return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
 }
 
+bool val_callable(Value *f) {
+  switch ((VType)f->type) {
+  case V_FUNC: case V_BUILTIN: case V_BOUND: case V_DTYPE: return true;
+  case V_OPAQUE:
+    for (int i = 0; i < n_opaque_calls; i++)
+      if (opaque_calls[i].ot == ((Opaque *)f)->ot) return true;
+    return cls_callable(f);
+  default: return call_hooks[f->type] != NULL;
+  }
+}
+
 Value *val_call_n(Value *f, int n, Value **args) {
   CallArgs a = {.nargs = n, .args = args};
   return val_call(f, &a);

@@ -523,6 +523,7 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
     shm_free(buf);
     return r;
   }
+  if (stdmod_is_deque(a) || stdmod_is_deque(b)) return stdmod_deque_binary(op, a, b);
   if (op == OP_ADD && ops_is_seq(a) && a->type == b->type) return seq_concat(a, b);
   if (a->type == V_DICT && b->type == V_DICT && ((Dict *)a)->kind == DICT_COUNTER &&
       ((Dict *)b)->kind == DICT_COUNTER)
@@ -1032,7 +1033,7 @@ static int py_equal(Value *a, Value *b, int depth) {
   if (ops_is_seq(a) || ops_is_seq(b)) {
     size_t na, nb;
     Value *const *ia, *const *ib;
-    if (a->type != b->type) return 0;
+    if (a->type != b->type || stdmod_is_deque(a) != stdmod_is_deque(b)) return 0;   /* deque([1]) != [1] */
     val_seq(a, &na, &ia);
     val_seq(b, &nb, &ib);
     if (na != nb) return 0;
@@ -1045,6 +1046,11 @@ static int py_equal(Value *a, Value *b, int depth) {
   if (a->type == V_DICT && b->type == V_DICT) {
     Dict *da = (Dict *)a;
     if (da->len != ((Dict *)b)->len) return 0;
+    if (da->kind == DICT_ORDERED && ((Dict *)b)->kind == DICT_ORDERED)   /* two of them mind the order */
+      for (size_t i = 0; i < da->len; i++) {
+        int eq = py_equal(da->keys[i], ((Dict *)b)->keys[i], depth + 1);
+        if (eq != 1) return eq;
+      }
     for (size_t i = 0; i < da->len; i++) {
       Value *v = dict_get(b, da->keys[i]);
       int eq = v ? py_equal(da->vals[i], v, depth + 1) : 0;
