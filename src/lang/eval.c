@@ -23,6 +23,7 @@
 #include "base/timeline.h"
 #include "lang/eval.h"
 #include "lang/exceptions.h"
+#include "lang/iter.h"
 #include "lang/jaxconfig.h"
 #include "base/intern.h"
 #include "array/linalg.h"
@@ -1589,6 +1590,21 @@ static inline int assign_range_item(const Node *target, Env *env, int64_t x, Val
   return assign_range_slow(target, env, x, held);
 }
 
+/* for_each over a lazy iterator (iter.h): one item pulled per step, so a
+ * loop over one that never ends runs until its body breaks out. */
+static Outcome for_each_lazy(const Node *target, Value *iter, Env *env,
+                             Outcome (*body)(Env *env, void *ctx), void *ctx) {
+  Outcome res = OUT_OK;
+  while (res == OUT_OK) {
+    Value *x = iter_next(iter);
+    if (!x) return err_occurred() ? OUT_ERR : OUT_OK;
+    int rc = assign(target, x, env);
+    val_decref(x);
+    res = rc < 0 || check_interrupt(target->loc) < 0 ? OUT_ERR : body(env, ctx);
+  }
+  return res == OUT_BREAK ? OUT_OK : res;
+}
+
 /* Iterates [iter], assigning each item to [target] and running [body].
  * Inlined into each caller, so [body], a constant there, is a direct
  * call (a loop's per-iteration cost is mostly such calls). */
@@ -1607,6 +1623,7 @@ for_each(const Node *target, Value *iter, Env *env, Outcome (*body)(Env *env, vo
     val_decref(held);
     return res == OUT_BREAK ? OUT_OK : res;
   }
+  if (iter_is(iter)) return for_each_lazy(target, iter, env, body, ctx);
   Value *items = iter->type == V_LIST || iter->type == V_TUPLE ? val_incref(iter)
                                                                : ops_iter_items(iter);
   if (!items) return OUT_ERR;

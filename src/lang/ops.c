@@ -28,6 +28,7 @@
 #include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
+#include "lang/iter.h"
 #include "lang/stdmod.h"
 #include "array/prim.h"
 #include "array/print.h"
@@ -955,8 +956,22 @@ static int python_order(Value *a, Value *b, int *cmp) {
 
 static int py_equal(Value *a, Value *b, int depth);
 
+/* `x in it` for a lazy iterator: pulls items until one equals x (they
+ * are consumed, as in Python), polling Ctrl-C, since it may never end. */
+static Value *contains_lazy(Value *item, Value *it) {
+  Value *x;
+  while ((x = iter_next(it))) {
+    int eq = x == item ? 1 : py_equal(x, item, 0);
+    val_decref(x);
+    if (eq) return eq < 0 ? NULL : val_bool(true);
+    if (shm_interrupt_pending()) return err_set(ERR_INTERRUPT, "interrupted");
+  }
+  return err_occurred() ? NULL : val_bool(false);
+}
+
 /* `x in container`. */
 static Value *contains(Value *item, Value *c) {
+  if (iter_is(c)) return contains_lazy(item, c);
   if (c->type == V_DICT) return val_bool(dict_get(c, item) != NULL);
   if (c->type == V_STR) {
     if (item->type != V_STR)
@@ -1631,6 +1646,7 @@ static Value *str_chars(Value *s) {
 
 Value *ops_iter_items(Value *obj) {
   int64_t n;
+  if (iter_is(obj)) return iter_drain(obj);   /* what is left of a lazy iterator */
   if (obj->type == V_TUPLE || obj->type == V_LIST || obj->type == V_DICT) {
     size_t len;
     Value *const *items;

@@ -7,8 +7,8 @@
  * "cannot import name") naming it, never another value.
  *
  * Iterators are eager here, as map() and zip() are: itertools' functions
- * return lists, and the infinite ones (count, cycle, repeat without
- * times) do not exist.
+ * return lists, except the infinite ones (count, cycle, repeat without
+ * times) and islice of them, which are lazy iterators (iter.h).
  */
 #ifndef SHMAP_STDMOD_H
 #define SHMAP_STDMOD_H
