@@ -1350,14 +1350,18 @@ Value *eval_node(const Node *n, Env *env) { return eval(n, env); }
 /* ==== assignment ============================================================ */
 
 static int assign_unpack(const Node *target, Value *v, Env *env) {
-  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
+  int nt = target->items.n, star = -1, rc = -1;
+  for (int i = 0; i < nt; i++)
+    if (target->items.items[i]->kind == N_STARRED) star = i;
+  /* of a lazy iterator, one item more than the targets: "too many values"
+   * of an endless one, as Python says, instead of reading it all */
+  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v)
+               : iter_is(v) && star < 0 ? iter_take(v, (size_t)nt + 1)
+                                        : ops_iter_items(v);
   if (!items) return -1;
   size_t n;
   Value *const *xs;
   val_seq(items, &n, &xs);
-  int nt = target->items.n, star = -1, rc = -1;
-  for (int i = 0; i < nt; i++)
-    if (target->items.items[i]->kind == N_STARRED) star = i;
   size_t need = (size_t)(star >= 0 ? nt - 1 : nt);
   if (star < 0 ? n != need : n < need) {
     err_set(ERR_VALUE, n > need ? "too many values to unpack (expected %zu)"

@@ -217,6 +217,14 @@ Value *iter_drain(Value *v) {
   return l;
 }
 
+Value *iter_take(Value *v, size_t max) {
+  Value *l = list_new(0), *x;
+  while (l && list_len(l) < max && (x = iter_next(v)))
+    if (list_append_steal(l, x) < 0) drop(&l);
+  if (l && err_occurred()) drop(&l);
+  return l;
+}
+
 /* ==== makers ====================================================================== */
 
 Value *iter_over(Value *x) {

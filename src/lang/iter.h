@@ -48,6 +48,11 @@ bool iter_infinite(const Value *it);
  * error set. */
 Value *iter_drain(Value *it);
 
+/* Up to [max] items of the lazy iterator [it], as a new List (fewer when
+ * it ends): what unpacking `a, b = it` reads, one more than it needs, to
+ * tell "too many values" as Python does.  NULL with the error set. */
+Value *iter_take(Value *it, size_t max);
+
 /* iter(x): [x] itself when it is a lazy iterator, else a new iterator
  * over the items of the iterable [x] (read now: a list's later changes
  * are not seen, unlike Python's list_iterator).  New reference, or NULL

@@ -1667,6 +1667,10 @@ Value *ops_iter_items(Value *obj) {
   if (cls_is_class(obj)) return cls_iter_items(obj);   /* an enum's members */
   if (obj->type != V_STR && obj->type != V_RANGE && !ops_is_array(obj))
     return err_set(ERR_TYPE, "'%s' object is not iterable", val_type_name(obj));
+  if (arr_is_host(obj)) {   /* a Python number: Python's words, not an array's */
+    DType t = AS_ARRAY(obj)->dtype;
+    return err_set(ERR_TYPE, "'%s' object is not iterable", t == DT_BOOL ? "bool" : dt_is_float(t) ? "float" : "int");
+  }
   if (ops_is_array(obj)) {
     AVal av;
     if (ops_aval(obj, &av) < 0) return NULL;

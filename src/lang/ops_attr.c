@@ -411,6 +411,7 @@ static Value *l_append(Value *self, const CallArgs *a) {
 }
 
 int ops_list_extend(Value *l, Value *x) {
+  if (stdmod_is_deque(l)) return stdmod_deque_extend(l, x);   /* its bound */
   if (val_check_container(l) < 0) return -1;
   Value *items = ops_iter_items(x);
   if (!items) return -1;

@@ -81,6 +81,11 @@ bool stdmod_is_deque(const Value *v);
  * deque gives; NULL before collections is imported (no deque exists). */
 Value *stdmod_deque_class(void);
 
+/* d.extend(it) and d += it for the deque [d]: the items of [it] pushed at
+ * the right, those past maxlen dropping off the left.  0, or -1 with the
+ * error set. */
+int stdmod_deque_extend(Value *d, Value *it);
+
 /* Attribute [name] of the deque [d]: maxlen or a bound method (append,
  * appendleft, pop, popleft, extend, extendleft, rotate, clear, copy,
  * count, index, remove, insert, reverse).  A new reference, or NULL with

@@ -71,6 +71,8 @@ static int push_all(Value *d, Value *it, bool left) {
   return rc;
 }
 
+int stdmod_deque_extend(Value *d, Value *it) { return push_all(d, it, false); }
+
 /* deque(iterable=(), maxlen=None) */
 static Value *coll_deque(const CallArgs *a) {
   Value *it = NULL, *mv = NULL;
