@@ -2529,6 +2529,7 @@ static Value *import_locked(const char *name, const char *from_dir) {
   if (cached) return val_incref(cached);
   Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
   if (ns) return val_incref(ns);
+  if (err_occurred() && err_kind() == ERR_MEMORY) return NULL;   /* a standard module not made */
   Value *partial = loading_module(name);
   if (partial) return partial;
   char path[PATH_MAX];
