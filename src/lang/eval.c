@@ -1225,11 +1225,62 @@ static Outcome comp_step(Env *env, void *vctx) {
   return o;
 }
 
+/* A lazy generator expression's state (iter.h's iter_gen): its node, its
+ * own scope, and the tree the node lives in, kept alive as a Func keeps
+ * its own. */
+typedef struct GenCtx {
+  const Node *n;
+  Env *scope;
+  Value *mod_ref;
+} GenCtx;
+
+/* The values the generator expression makes of one item of its first
+ * iterable: its first target bound, then the rest of it as a
+ * comprehension's body runs. */
+static int gen_step(void *vctx, Value *item, Value *out) {
+  GenCtx *g = vctx;
+  if (assign(g->n->clauses[0].target, item, g->scope) < 0) return -1;
+  CompCtx c = {.n = g->n, .clause = 0, .out = out};
+  Value *saved_tree = cur_tree;
+  cur_tree = g->mod_ref;   /* a lambda made here belongs to the expression's tree */
+  Outcome o = comp_body(g->scope, &c);
+  cur_tree = saved_tree;
+  return o == OUT_ERR ? -1 : 0;
+}
+
+static void gen_release(void *vctx) {
+  GenCtx *g = vctx;
+  env_decref(g->scope);
+  val_decref(g->mod_ref);
+  shm_free(g);
+}
+
+/* A generator expression over the lazy iterator [src] in [scope]: lazy
+ * too, so `next(i for i in count() if p(i))` ends (iter.h). */
+static Value *make_gen(const Node *n, Env *scope, Value *src) {
+  GenCtx *g = shm_malloc(sizeof *g);
+  if (!g) return err_nomem();
+  env_incref(scope);
+  *g = (GenCtx){.n = n, .scope = scope, .mod_ref = val_incref(cur_tree)};
+  return iter_gen(src, gen_step, gen_release, g);
+}
+
+/* A list comprehension, or a generator expression, whose first iterable
+ * is evaluated first (in Python too, where the expression is written). */
 static Value *eval_listcomp(const Node *n, Env *env) {
   Env *scope = env_new(env);
   if (!scope) return NULL;
-  CompCtx c = {.n = n, .clause = 0, .out = list_new(0)};
-  Outcome o = c.out ? comp_step(scope, &c) : OUT_ERR;
+  CompCtx c = {.n = n, .clause = 0, .out = NULL};
+  Value *it = eval(n->clauses[0].iter, scope);
+  if (it && n->is_gen && iter_is(it)) {
+    Value *g = make_gen(n, scope, it);
+    val_decref(it);
+    env_decref(scope);
+    return g;
+  }
+  c.out = it ? list_new(0) : NULL;
+  Outcome o = c.out ? for_each(n->clauses[0].target, it, scope, comp_body, &c) : OUT_ERR;
+  val_decref(it);
   env_decref(scope);
   if (o == OUT_ERR) {
     val_decref(c.out);

@@ -12,7 +12,7 @@
 #include "lang/iter.h"
 #include "lang/ops.h"
 
-enum { K_COUNT, K_CYCLE, K_REPEAT, K_ISLICE, K_ZIP, K_MAP, K_ENUMERATE, K_SEQ, K_KINDS };
+enum { K_COUNT, K_CYCLE, K_REPEAT, K_ISLICE, K_ZIP, K_MAP, K_ENUMERATE, K_SEQ, K_GEN, K_KINDS };
 
 typedef struct Iter {
   Opaque base;
@@ -26,18 +26,25 @@ typedef struct Iter {
    *   islice: a = the source, pos/next/stop/step as CPython's islice;
    *   zip, map, enumerate: a = a List of the sources (lazy iterators),
    *          b = map's function;
-   *   seq (iter()): a = the items (a List), pos = the next one. */
+   *   seq (iter()): a = the items (a List), pos = the next one;
+   *   gen: a = the source, b = the values made but not handed out (a
+   *          List), gen_step/gen_release/gen_ctx from eval.c. */
   Value *a, *b;
   int64_t pos, next, stop, step;
+  IterStep gen_step;
+  void (*gen_release)(void *ctx);
+  void *gen_ctx;
 } Iter;
 
 static const char *const kind_names[K_KINDS] = {
   "itertools.count", "itertools.cycle", "itertools.repeat", "itertools.islice", "zip", "map",
-  "enumerate", "iterator"};
+  "enumerate", "iterator", "generator"};
 
 static void iter_free(Value *v) {
-  val_decref(((Iter *)v)->a);
-  val_decref(((Iter *)v)->b);
+  Iter *it = (Iter *)v;
+  val_decref(it->a);
+  val_decref(it->b);
+  if (it->gen_release) it->gen_release(it->gen_ctx);
 }
 
 static Value *iter_repr(Value *v);
@@ -49,7 +56,8 @@ static Value *iter_getattr(Value *v, const char *name) {
 #define ITER_TYPE(k) {.name = kind_names[k], .free = iter_free, .repr = iter_repr, .getattr = iter_getattr}
 static const OpaqueType iter_types[K_KINDS] = {
   ITER_TYPE(K_COUNT), ITER_TYPE(K_CYCLE), ITER_TYPE(K_REPEAT), ITER_TYPE(K_ISLICE),
-  ITER_TYPE(K_ZIP),   ITER_TYPE(K_MAP),   ITER_TYPE(K_ENUMERATE), ITER_TYPE(K_SEQ)};
+  ITER_TYPE(K_ZIP),   ITER_TYPE(K_MAP),   ITER_TYPE(K_ENUMERATE), ITER_TYPE(K_SEQ),
+  ITER_TYPE(K_GEN)};
 
 bool iter_is(const Value *v) {
   if (v->type != V_OPAQUE) return false;
@@ -164,6 +172,21 @@ static Value *next_seq(Iter *it) {
   return val_incref(list_get(it->a, (size_t)it->pos++));
 }
 
+/* The next value of a generator expression: from those made of one
+ * source item, making more as they run out. */
+static Value *next_gen(Iter *it) {
+  while (!list_len(it->b)) {
+    Value *x = iter_next(it->a);
+    if (!x) return NULL;
+    int rc = it->gen_step(it->gen_ctx, x, it->b);
+    val_decref(x);
+    if (rc < 0) return NULL;
+  }
+  Value *v = val_incref(list_get(it->b, 0));
+  list_splice(it->b, 0, 1, 0, NULL);   /* shrinking: cannot fail */
+  return v;
+}
+
 /* The next item by kind (iter_next's contract). */
 static Value *next_of(Iter *it) {
   switch (it->kind) {
@@ -173,6 +196,7 @@ static Value *next_of(Iter *it) {
   case K_ISLICE: return next_islice(it);
   case K_ZIP: case K_ENUMERATE: return next_row(it);
   case K_MAP: return next_map(it);
+  case K_GEN: return next_gen(it);
   default: return next_seq(it);
   }
 }
@@ -193,6 +217,7 @@ bool iter_infinite(const Value *v) {
   case K_COUNT: case K_REPEAT: return true;
   case K_CYCLE: return it->b || list_len(it->a) > 0;
   case K_ISLICE: return it->stop < 0 && iter_infinite(it->a);
+  case K_GEN: return iter_infinite(it->a);   /* its `if` may drop them all: then it never ends either */
   case K_ZIP: case K_MAP: case K_ENUMERATE:
     for (size_t i = 0; i < list_len(it->a); i++)
       if (!iter_infinite(list_get(it->a, i))) return false;
@@ -286,4 +311,17 @@ Value *iter_enumerate(Value *src, int64_t start) {
   Value *l = sources(2, (Value *[]){c, src});
   val_decref(c);
   return l ? iter_new(K_ENUMERATE, l, NULL) : NULL;
+}
+
+Value *iter_gen(Value *src, IterStep step, void (*release)(void *ctx), void *ctx) {
+  Value *buf = list_new(0), *v = buf ? iter_new(K_GEN, val_incref(src), buf) : NULL;
+  if (!v) {
+    release(ctx);
+    return NULL;
+  }
+  Iter *it = (Iter *)v;
+  it->gen_step = step;
+  it->gen_release = release;
+  it->gen_ctx = ctx;
+  return v;
 }

@@ -5,13 +5,15 @@
  *
  * They exist for the iterators that never end: itertools.count, cycle and
  * repeat without times, which no list can hold, and what is built over
- * them: islice, zip, map and enumerate of a lazy iterator are lazy too
- * (of lists they stay the lists they always were).  iter(x) makes one
+ * them: islice, zip, map and enumerate of a lazy iterator are lazy too,
+ * and so is a generator expression whose first iterable is one (of lists
+ * they stay the lists they always were).  iter(x) makes one
  * over any iterable, and next(it) takes an item from any of them.
  *
  * Who reads them: a `for` loop and a comprehension pull one item per
  * step (so `for i in count(): ... break` ends, and Ctrl-C stops a loop
- * between items); `x in it` pulls until it finds x, polling Ctrl-C;
+ * between items); `x in it`, any() and all() pull until they know,
+ * polling Ctrl-C;
  * everything else (list(), sorted(), unpacking, a function of itertools
  * that makes a list) takes the items that are left through
  * ops_iter_items, which for an iterator that never ends is a ValueError
@@ -86,5 +88,15 @@ Value *iter_zip(int n, Value *const *srcs, Value *fn);
 
 /* enumerate(src, start) for a lazy [src]: (start, item), (start+1, ...). */
 Value *iter_enumerate(Value *src, int64_t start);
+
+/* A generator expression over the lazy iterator [src] (eval.c makes it):
+ * for each item of [src], [step]([ctx], item, out) appends to the List
+ * [out] the values the expression makes from it (none when its `if`
+ * fails, several when it has more `for` clauses), 0 or -1 with the error
+ * set; the iterator hands them out one by one.  [release]([ctx]) runs
+ * when the iterator is freed.  New reference, or NULL with the error set
+ * ([ctx] released then too). */
+typedef int (*IterStep)(void *ctx, Value *item, Value *out);
+Value *iter_gen(Value *src, IterStep step, void (*release)(void *ctx), void *ctx);
 
 #endif
