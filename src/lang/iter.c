@@ -112,6 +112,14 @@ static void drop(Value **l) {
 
 /* ==== the next item =============================================================== */
 
+/* Whether Ctrl-C came, as an error: for the loops here that pull items
+ * without handing any out, which may never end. */
+static bool interrupted(void) {
+  if (!shm_interrupt_pending()) return false;
+  err_set(ERR_INTERRUPT, "interrupted");
+  return true;
+}
+
 static Value *next_count(Iter *it) {
   Value *n = ops_binary(OP_ADD, it->a, it->b);
   if (!n) return NULL;
@@ -130,6 +138,7 @@ static Value *next_cycle(Iter *it) {
 /* Python's islice: skips to the next wanted position, stops at stop. */
 static Value *next_islice(Iter *it) {
   while (it->pos < it->next) {
+    if (interrupted()) return NULL;   /* a start of 10**18 is a long skip */
     Value *x = iter_next(it->a);
     if (!x) return NULL;
     val_decref(x);
@@ -176,6 +185,7 @@ static Value *next_seq(Iter *it) {
  * source item, making more as they run out. */
 static Value *next_gen(Iter *it) {
   while (!list_len(it->b)) {
+    if (interrupted()) return NULL;   /* its `if` may drop every item */
     Value *x = iter_next(it->a);
     if (!x) return NULL;
     int rc = it->gen_step(it->gen_ctx, x, it->b);
@@ -232,11 +242,7 @@ Value *iter_drain(Value *v) {
                               "(bound it with itertools.islice or zip)", val_type_name(v));
   Value *l = list_new(0), *x;
   while (l && (x = iter_next(v))) {
-    if (list_append_steal(l, x) < 0) drop(&l);
-    else if (shm_interrupt_pending()) {
-      err_set(ERR_INTERRUPT, "interrupted");
-      drop(&l);
-    }
+    if (list_append_steal(l, x) < 0 || interrupted()) drop(&l);
   }
   if (l && err_occurred()) drop(&l);
   return l;
