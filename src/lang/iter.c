@@ -36,10 +36,6 @@ typedef struct Iter {
   void *gen_ctx;
 } Iter;
 
-static const char *const kind_names[K_KINDS] = {
-  "itertools.count", "itertools.cycle", "itertools.repeat", "itertools.islice", "zip", "map",
-  "enumerate", "iterator", "generator"};
-
 static void iter_free(Value *v) {
   Iter *it = (Iter *)v;
   val_decref(it->a);
@@ -53,11 +49,12 @@ static Value *iter_getattr(Value *v, const char *name) {
   return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'", val_type_name(v), name);
 }
 
-#define ITER_TYPE(k) {.name = kind_names[k], .free = iter_free, .repr = iter_repr, .getattr = iter_getattr}
+/* One type a kind, named as Python names it (the index is the kind). */
+#define ITER_TYPE(type_name) {.name = type_name, .free = iter_free, .repr = iter_repr, .getattr = iter_getattr}
 static const OpaqueType iter_types[K_KINDS] = {
-  ITER_TYPE(K_COUNT), ITER_TYPE(K_CYCLE), ITER_TYPE(K_REPEAT), ITER_TYPE(K_ISLICE),
-  ITER_TYPE(K_ZIP),   ITER_TYPE(K_MAP),   ITER_TYPE(K_ENUMERATE), ITER_TYPE(K_SEQ),
-  ITER_TYPE(K_GEN)};
+  ITER_TYPE("itertools.count"), ITER_TYPE("itertools.cycle"), ITER_TYPE("itertools.repeat"),
+  ITER_TYPE("itertools.islice"), ITER_TYPE("zip"), ITER_TYPE("map"), ITER_TYPE("enumerate"),
+  ITER_TYPE("iterator"), ITER_TYPE("generator")};
 
 bool iter_is(const Value *v) {
   if (v->type != V_OPAQUE) return false;
@@ -92,7 +89,7 @@ static bool is_int_one(Value *v) {
  * is not the int 1; repeat(x); the others by their type's name. */
 static Value *iter_repr(Value *v) {
   Iter *it = (Iter *)v;
-  if (it->kind != K_COUNT && it->kind != K_REPEAT) return str_printf("<%s object>", kind_names[it->kind]);
+  if (it->kind != K_COUNT && it->kind != K_REPEAT) return str_printf("<%s object>", iter_types[it->kind].name);
   bool unit = it->kind == K_REPEAT || is_int_one(it->b);
   Value *x = val_repr(it->a), *s = x && !unit ? val_repr(it->b) : NULL;
   Value *r = NULL;
