@@ -645,11 +645,13 @@ static void dict_order(const Dict *d, size_t *pos) {
 }
 
 /* {k: v, ...}; a defaultdict as defaultdict(factory, {...}), a Counter as
- * Counter({...}) (Counter() when empty), as Python prints them. */
+ * Counter({...}) (Counter() when empty), an OrderedDict as
+ * OrderedDict({...}) (OrderedDict() when empty), as Python 3.12 prints
+ * them. */
 static bool repr_dict(StrBuf *b, Value *v) {
   Dict *d = (Dict *)v;
-  if (d->kind == DICT_COUNTER && d->len == 0) {
-    sbuf_puts(b, "Counter()");
+  if ((d->kind == DICT_COUNTER || d->kind == DICT_ORDERED) && d->len == 0) {
+    sbuf_puts(b, d->kind == DICT_COUNTER ? "Counter()" : "OrderedDict()");
     return true;
   }
   size_t *pos = shm_calloc(d->len + 1, sizeof *pos);
@@ -657,6 +659,7 @@ static bool repr_dict(StrBuf *b, Value *v) {
   dict_order(d, pos);
   bool ok = true;
   if (d->kind == DICT_COUNTER) sbuf_puts(b, "Counter(");
+  if (d->kind == DICT_ORDERED) sbuf_puts(b, "OrderedDict(");   /* Python 3.12's form */
   if (d->kind == DICT_DEFAULT) {
     sbuf_puts(b, "defaultdict(");
     ok = d->missing ? repr_into(b, d->missing, true) : (sbuf_puts(b, "None"), true);
@@ -738,7 +741,16 @@ static bool repr_simple(StrBuf *b, Value *v) {
 static _Thread_local Value *repr_stack[REPR_MAX_DEPTH];
 static _Thread_local int repr_depth;
 
-/* Appends the repr of container [v] (a tuple, list or dict). */
+/* deque([1, 2]) or deque([1, 2], maxlen=3), as Python prints a deque. */
+static bool repr_deque(StrBuf *b, Value *v) {
+  sbuf_puts(b, "deque(");
+  if (!repr_seq(b, v, "[", "]")) return false;
+  if (((List *)v)->maxlen >= 0) sbuf_printf(b, ", maxlen=%lld", (long long)((List *)v)->maxlen);
+  sbuf_puts(b, ")");
+  return true;
+}
+
+/* Appends the repr of container [v] (a tuple, list, deque or dict). */
 static bool repr_container(StrBuf *b, Value *v) {
   for (int i = 0; i < repr_depth; i++)
     if (repr_stack[i] == v) {
@@ -750,7 +762,9 @@ static bool repr_container(StrBuf *b, Value *v) {
     return false;
   }
   repr_stack[repr_depth++] = v;
+  bool deque = v->type == V_LIST && ((List *)v)->kind == LIST_DEQUE;
   bool ok = v->type == V_DICT ? repr_dict(b, v)
+          : deque             ? repr_deque(b, v)
                               : repr_seq(b, v, v->type == V_LIST ? "[" : "(",
                                          v->type == V_LIST ? "]" : ")");
   repr_depth--;

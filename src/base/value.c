@@ -754,6 +754,8 @@ const char *val_type_name(const Value *v) {
       [V_PLAN] = "plan",     [V_TRACER] = "tracer",   [V_OPAQUE] = "object",
   };
   if (v->type == V_OPAQUE) return ((const Opaque *)v)->ot->name;
+  if (v->type == V_LIST && ((const List *)v)->kind == LIST_DEQUE) return "collections.deque";
+  if (v->type == V_DICT && ((const Dict *)v)->kind == DICT_ORDERED) return "collections.OrderedDict";
   return v->type < V_TYPE_COUNT ? names[v->type] : "object";
 }
 

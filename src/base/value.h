@@ -262,7 +262,15 @@ typedef struct List {
   uint32_t writer;   /* val_writer of the thread that made it */
   size_t len, cap;
   Value **items;   /* owned references */
+  /* collections.deque is a list of a kind (lang/stdmod_coll.c), as
+   * defaultdict is a dict of one: it holds at most [maxlen] items (-1:
+   * unbounded), its methods are a deque's, and it prints, compares and
+   * is typed as Python's deque.  Items are kept in order from index 0, so
+   * appendleft and popleft move them: O(n), as a list's insert(0, x). */
+  uint8_t kind;      /* LIST_PLAIN, LIST_DEQUE */
+  int64_t maxlen;
 } List;
+enum { LIST_PLAIN, LIST_DEQUE };
 
 /* ---- who may change a container ----------------------------------------
  * A shard_map body runs on all its devices at once, so lists, dicts and
@@ -320,10 +328,10 @@ typedef struct Dict {
   /* collections' dict kinds (lang/stdmod_coll.c): a missing key of a
    * defaultdict calls [missing] (its default_factory, owned; NULL for
    * None), of a Counter is 0; both print as their class does. */
-  uint8_t kind;      /* DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER */
+  uint8_t kind;      /* DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED */
   Value *missing;
 } Dict;
-enum { DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER };
+enum { DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED };
 
 Value *dict_new(void);
 /* Borrowed value for [key], or NULL (no error set) when absent. */

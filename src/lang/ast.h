@@ -141,6 +141,8 @@ struct Node {
   NodeKind kind;
   OpKind op;
   bool is_jit;         /* N_DEF, N_SHARD_MAP */
+  bool is_gen;         /* N_LISTCOMP: written as a generator expression,
+                          lazy when its first iterable is (eval.c) */
   uint8_t fuse;        /* N_BINOP, N_UNARY, N_CALL: whether it roots an
                           element-wise tree (eval_fusable.c's memo) */
   Loc loc;             /* first token of the construct; for N_BINOP,

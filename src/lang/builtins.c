@@ -24,6 +24,7 @@
 #include "lang/classes.h"
 #include "lang/exceptions.h"
 #include "lang/hostnp.h"
+#include "lang/iter.h"
 #include "lang/stdmod.h"
 #include "lang/pytree.h"
 #include "lang/builtins_impl.h"
@@ -511,6 +512,7 @@ static Value *bi_enumerate(const CallArgs *a) {
   if (args_bind("enumerate", a, "iterable, start=", slots) < 0) return NULL;
   int64_t s;
   if (bi_int_arg("enumerate", "start", start, 0, &s) < 0) return NULL;
+  if (iter_is(x)) return iter_enumerate(x, s);   /* lazy over a lazy one */
   Value *items = ops_iter_items(x);
   if (!items) return NULL;
   Value *l = list_new(list_len(items));
@@ -531,8 +533,17 @@ static Value *bi_enumerate(const CallArgs *a) {
  * function applied to the items side by side, to the shortest. */
 static Value *bi_zip(const CallArgs *a);
 
+/* Whether one of the [n] [args] is a lazy iterator (iter.h), which makes
+ * zip, map and enumerate lazy too: it may never end. */
+static bool any_lazy(int n, Value *const *args) {
+  for (int i = 0; i < n; i++)
+    if (iter_is(args[i])) return true;
+  return false;
+}
+
 static Value *bi_map(const CallArgs *a) {
   if (a->nargs < 2 || a->nkw) return err_set(ERR_TYPE, "map() must have at least two arguments.");
+  if (any_lazy(a->nargs - 1, a->args + 1)) return iter_zip(a->nargs - 1, a->args + 1, a->args[0]);
   CallArgs z = {a->nargs - 1, a->args + 1, 0, NULL, NULL};
   Value *rows = bi_zip(&z), *res = rows ? list_new(list_len(rows)) : NULL;
   for (size_t i = 0; res && i < list_len(rows); i++) {
@@ -549,6 +560,7 @@ static Value *bi_map(const CallArgs *a) {
 
 static Value *bi_zip(const CallArgs *a) {
   if (a->nkw) return err_set(ERR_TYPE, "zip() takes no keyword arguments");
+  if (any_lazy(a->nargs, a->args)) return iter_zip(a->nargs, a->args, NULL);
   int n = a->nargs;
   Value **lists = shm_calloc(n ? (size_t)n : 1, sizeof(Value *));
   if (!lists) return err_nomem();
@@ -578,7 +590,7 @@ done:
 /* Python's sum over a list or tuple (start + each item), jnp.sum on an
  * array. */
 static Value *bi_sum(const CallArgs *a) {
-  if (a->nargs >= 1 && (bi_is_seq(a->args[0]) || a->args[0]->type == V_RANGE)) {
+  if (a->nargs >= 1 && (bi_is_seq(a->args[0]) || a->args[0]->type == V_RANGE || iter_is(a->args[0]))) {
     Value *it, *start;
     Value **slots[] = {&it, &start};
     if (args_bind("sum", a, "iterable, start=", slots) < 0) return NULL;
@@ -925,6 +937,30 @@ static Value *bi_hasattr(const CallArgs *a) {
   return val_bool(r != NULL);
 }
 
+/* iter(object): a lazy iterator over it (iter.h); an iterator itself. */
+static Value *bi_iter(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "iter expected 1 argument, got %d", a->nargs + a->nkw);
+  return iter_over(a->args[0]);
+}
+
+/* next(iterator[, default]): its next item; at its end the default, or
+ * StopIteration (exceptions.c) when there is none. */
+static Value *bi_next(const CallArgs *a) {
+  if (a->nargs < 1 || a->nargs > 2 || a->nkw)
+    return err_set(ERR_TYPE, "next expected at most 2 arguments, got %d", a->nargs + a->nkw);
+  if (!iter_is(a->args[0])) return err_set(ERR_TYPE, "'%s' object is not an iterator", val_type_name(a->args[0]));
+  Value *x = iter_next(a->args[0]);
+  if (x || err_occurred()) return x;
+  return a->nargs == 2 ? val_incref(a->args[1]) : err_set(ERR_VALUE, "StopIteration");
+}
+
+/* callable(obj): whether obj can be called (eval.h's val_callable). */
+static Value *bi_callable(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw)
+    return err_set(ERR_TYPE, "callable() takes exactly one argument (%d given)", a->nargs + a->nkw);
+  return val_bool(val_callable(a->args[0]));
+}
+
 /* The built-in types type() gives (Python's classes, which these
  * built-ins also construct), made at start-up; `type` is type(int)'s. */
 enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_RANGE,
@@ -945,7 +981,9 @@ static const char *const kind_names[V_TYPE_COUNT] = {
     [V_PLAN] = "Plan",     [V_OPAQUE] = "object"};
 static Value *kind_classes[V_TYPE_COUNT];
 /* Opaque values a program sees, by their type's name. */
-static const char *const opaque_names[] = {"PyTreeDef", "_IndexUpdateHelper", "ShapedArray"};
+static const char *const opaque_names[] = {"PyTreeDef", "_IndexUpdateHelper", "ShapedArray",
+                                           "itertools.count", "itertools.cycle", "itertools.repeat",
+                                           "itertools.islice"};
 #define N_OPAQUE_CLASSES (sizeof opaque_names / sizeof *opaque_names)
 static Value *opaque_classes[N_OPAQUE_CLASSES];
 
@@ -1046,6 +1084,8 @@ Value *builtins_type_of(Value *x) {
   Value *user = cls_class_of(x);   /* an instance of a class statement's class */
   if (user) return val_incref(user);
   if (cls_is_class(x)) return val_incref(types[TY_TYPE]);
+  Value *coll = stdmod_class_of(x);   /* a deque, an OrderedDict */
+  if (coll) return val_incref(coll);
   int t = type_index(x);
   if (t >= 0 && types[t]) return val_incref(types[t]);
   Value *exc = exc_type_of(x);
@@ -1077,6 +1117,7 @@ static Value *bi_isinstance(const CallArgs *a) {
       continue;
     }
     if (c == types[TY_TUPLE] && x->type == V_TUPLE) return val_bool(true);   /* a named tuple */
+    if (c == types[TY_DICT] && x->type == V_DICT) return val_bool(true);     /* an OrderedDict */
     if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
       return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
@@ -1359,6 +1400,9 @@ const BiEntry bi_python_table[] = {
   {"type", bi_type, IN_TOP, "type(object): its class (int, float, str, list, jax.Array, NoneType, function, ...)"},
   {"getattr", bi_getattr, IN_TOP, "getattr(object, name, default=None)"},
   {"hasattr", bi_hasattr, IN_TOP, "hasattr(obj, name)"},
+  {"callable", bi_callable, IN_TOP, "callable(obj): whether obj can be called"},
+  {"iter", bi_iter, IN_TOP, "iter(object): an iterator over its items"},
+  {"next", bi_next, IN_TOP, "next(iterator[, default]): its next item"},
   {"load", bi_load, NP, "load(file): reads a .npy file"},
   {"save", bi_save, NP, "save(file, arr): writes a .npy file"},
   {"set_printoptions", bi_set_printoptions, NP, "set_printoptions(precision=, threshold=, edgeitems=, linewidth=, suppress=)"},

@@ -18,6 +18,7 @@
 #include "lang/builtins_impl.h"
 #include "base/error.h"
 #include "lang/eval.h"
+#include "lang/iter.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "array/npy.h"
@@ -143,9 +144,24 @@ static Value *max_like(const char *fname, const CallArgs *a, PrimId id) {
 Value *bi_jnp_max(const CallArgs *a) { return max_like("max", a, P_REDUCE_MAX); }
 Value *bi_jnp_min(const CallArgs *a) { return max_like("min", a, P_REDUCE_MIN); }
 
+/* Python's any or all ([want] true: any) of a lazy iterator: its items
+ * pulled until one decides, polling Ctrl-C (it may never end). */
+static Value *all_lazy(Value *it, bool want) {
+  Value *x;
+  while ((x = iter_next(it))) {
+    int t = val_truth(x);
+    val_decref(x);
+    if (t < 0) return NULL;
+    if (t == want) return val_bool(want);
+    if (shm_interrupt_pending()) return err_set(ERR_INTERRUPT, "interrupted");
+  }
+  return err_occurred() ? NULL : val_bool(!want);
+}
+
 /* all and any: reduce_and / reduce_or of the bools; over named axes the
  * minimum / maximum of the bools, which they are. */
 static Value *all_like(const char *fname, const CallArgs *a, PrimId id) {
+  if (a->nargs == 1 && !a->nkw && iter_is(a->args[0])) return all_lazy(a->args[0], id == P_REDUCE_OR);
   RedArgs r;
   if (red_bind(fname, a, &r, false) < 0) return NULL;
   Value *b = ops_convert(r.x, DT_BOOL, false);

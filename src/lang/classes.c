@@ -500,6 +500,15 @@ static Value *cls_call(Value *f, const CallArgs *a) {
   return err_set(ERR_TYPE, "'%s' object is not callable", ot->name);
 }
 
+bool cls_callable(const Value *f) {
+  const OpaqueType *ot = ((const Opaque *)f)->ot;
+  if (ot == &cls_class_type || ot == &cls_method_type || ot == &cls_staticmethod_type) return true;
+  if (cls_is_instance(f)) return cls_find(((const Instance *)f)->cls, "__call__", NULL) != NULL;
+  for (int i = 0; i < ncallables; i++)
+    if (callables[i].ot == ot) return true;
+  return false;
+}
+
 /* ---- printing, equality, hashing ---------------------------------------- */
 
 /* Calls the dunder [name] of [self] (an instance or a named tuple) when its

@@ -90,6 +90,12 @@ bool cls_is_instance(const Value *v);
  * types. */
 void cls_register_call(const OpaqueType *ot, Value *(*call)(Value *self, const CallArgs *a));  /* hook */
 
+/* Whether the opaque value [f] is callable as cls_call calls it: a class,
+ * a bound method, a staticmethod, an instance whose class has __call__
+ * (Python's callable() asks only that the class has one), or a type
+ * registered with cls_register_call.  Never an error. */
+bool cls_callable(const Value *f);
+
 /* Whether [v] is a custom pytree node: an instance of a registered class. */
 bool cls_is_tree_node(const Value *v);
 

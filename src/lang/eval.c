@@ -23,6 +23,7 @@
 #include "base/timeline.h"
 #include "lang/eval.h"
 #include "lang/exceptions.h"
+#include "lang/iter.h"
 #include "lang/jaxconfig.h"
 #include "base/intern.h"
 #include "array/linalg.h"
@@ -778,6 +779,17 @@ Value *val_call(Value *f, const CallArgs *a) {
   return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
 }
 
+bool val_callable(Value *f) {
+  switch ((VType)f->type) {
+  case V_FUNC: case V_BUILTIN: case V_BOUND: case V_DTYPE: return true;
+  case V_OPAQUE:
+    for (int i = 0; i < n_opaque_calls; i++)
+      if (opaque_calls[i].ot == ((Opaque *)f)->ot) return true;
+    return cls_callable(f);
+  default: return call_hooks[f->type] != NULL;
+  }
+}
+
 Value *val_call_n(Value *f, int n, Value **args) {
   CallArgs a = {.nargs = n, .args = args};
   return val_call(f, &a);
@@ -1213,11 +1225,62 @@ static Outcome comp_step(Env *env, void *vctx) {
   return o;
 }
 
+/* A lazy generator expression's state (iter.h's iter_gen): its node, its
+ * own scope, and the tree the node lives in, kept alive as a Func keeps
+ * its own. */
+typedef struct GenCtx {
+  const Node *n;
+  Env *scope;
+  Value *mod_ref;
+} GenCtx;
+
+/* The values the generator expression makes of one item of its first
+ * iterable: its first target bound, then the rest of it as a
+ * comprehension's body runs. */
+static int gen_step(void *vctx, Value *item, Value *out) {
+  GenCtx *g = vctx;
+  if (assign(g->n->clauses[0].target, item, g->scope) < 0) return -1;
+  CompCtx c = {.n = g->n, .clause = 0, .out = out};
+  Value *saved_tree = cur_tree;
+  cur_tree = g->mod_ref;   /* a lambda made here belongs to the expression's tree */
+  Outcome o = comp_body(g->scope, &c);
+  cur_tree = saved_tree;
+  return o == OUT_ERR ? -1 : 0;
+}
+
+static void gen_release(void *vctx) {
+  GenCtx *g = vctx;
+  env_decref(g->scope);
+  val_decref(g->mod_ref);
+  shm_free(g);
+}
+
+/* A generator expression over the lazy iterator [src] in [scope]: lazy
+ * too, so `next(i for i in count() if p(i))` ends (iter.h). */
+static Value *make_gen(const Node *n, Env *scope, Value *src) {
+  GenCtx *g = shm_malloc(sizeof *g);
+  if (!g) return err_nomem();
+  env_incref(scope);
+  *g = (GenCtx){.n = n, .scope = scope, .mod_ref = val_incref(cur_tree)};
+  return iter_gen(src, gen_step, gen_release, g);
+}
+
+/* A list comprehension, or a generator expression, whose first iterable
+ * is evaluated first (in Python too, where the expression is written). */
 static Value *eval_listcomp(const Node *n, Env *env) {
   Env *scope = env_new(env);
   if (!scope) return NULL;
-  CompCtx c = {.n = n, .clause = 0, .out = list_new(0)};
-  Outcome o = c.out ? comp_step(scope, &c) : OUT_ERR;
+  CompCtx c = {.n = n, .clause = 0, .out = NULL};
+  Value *it = eval(n->clauses[0].iter, scope);
+  if (it && n->is_gen && iter_is(it)) {
+    Value *g = make_gen(n, scope, it);
+    val_decref(it);
+    env_decref(scope);
+    return g;
+  }
+  c.out = it ? list_new(0) : NULL;
+  Outcome o = c.out ? for_each(n->clauses[0].target, it, scope, comp_body, &c) : OUT_ERR;
+  val_decref(it);
   env_decref(scope);
   if (o == OUT_ERR) {
     val_decref(c.out);
@@ -1338,14 +1401,18 @@ Value *eval_node(const Node *n, Env *env) { return eval(n, env); }
 /* ==== assignment ============================================================ */
 
 static int assign_unpack(const Node *target, Value *v, Env *env) {
-  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v) : ops_iter_items(v);
+  int nt = target->items.n, star = -1, rc = -1;
+  for (int i = 0; i < nt; i++)
+    if (target->items.items[i]->kind == N_STARRED) star = i;
+  /* of a lazy iterator, one item more than the targets: "too many values"
+   * of an endless one, as Python says, instead of reading it all */
+  Value *items = v->type == V_LIST || v->type == V_TUPLE ? val_incref(v)
+               : iter_is(v) && star < 0 ? iter_take(v, (size_t)nt + 1)
+                                        : ops_iter_items(v);
   if (!items) return -1;
   size_t n;
   Value *const *xs;
   val_seq(items, &n, &xs);
-  int nt = target->items.n, star = -1, rc = -1;
-  for (int i = 0; i < nt; i++)
-    if (target->items.items[i]->kind == N_STARRED) star = i;
   size_t need = (size_t)(star >= 0 ? nt - 1 : nt);
   if (star < 0 ? n != need : n < need) {
     err_set(ERR_VALUE, n > need ? "too many values to unpack (expected %zu)"
@@ -1578,6 +1645,21 @@ static inline int assign_range_item(const Node *target, Env *env, int64_t x, Val
   return assign_range_slow(target, env, x, held);
 }
 
+/* for_each over a lazy iterator (iter.h): one item pulled per step, so a
+ * loop over one that never ends runs until its body breaks out. */
+static Outcome for_each_lazy(const Node *target, Value *iter, Env *env,
+                             Outcome (*body)(Env *env, void *ctx), void *ctx) {
+  Outcome res = OUT_OK;
+  while (res == OUT_OK) {
+    Value *x = iter_next(iter);
+    if (!x) return err_occurred() ? OUT_ERR : OUT_OK;
+    int rc = assign(target, x, env);
+    val_decref(x);
+    res = rc < 0 || check_interrupt(target->loc) < 0 ? OUT_ERR : body(env, ctx);
+  }
+  return res == OUT_BREAK ? OUT_OK : res;
+}
+
 /* Iterates [iter], assigning each item to [target] and running [body].
  * Inlined into each caller, so [body], a constant there, is a direct
  * call (a loop's per-iteration cost is mostly such calls). */
@@ -1596,6 +1678,7 @@ for_each(const Node *target, Value *iter, Env *env, Outcome (*body)(Env *env, vo
     val_decref(held);
     return res == OUT_BREAK ? OUT_OK : res;
   }
+  if (iter_is(iter)) return for_each_lazy(target, iter, env, body, ctx);
   Value *items = iter->type == V_LIST || iter->type == V_TUPLE ? val_incref(iter)
                                                                : ops_iter_items(iter);
   if (!items) return OUT_ERR;
@@ -2497,6 +2580,7 @@ static Value *import_locked(const char *name, const char *from_dir) {
   if (cached) return val_incref(cached);
   Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
   if (ns) return val_incref(ns);
+  if (err_occurred() && err_kind() == ERR_MEMORY) return NULL;   /* a standard module not made */
   Value *partial = loading_module(name);
   if (partial) return partial;
   char path[PATH_MAX];

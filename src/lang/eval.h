@@ -124,6 +124,13 @@ Value *eval_expr_text(const char *text, Env *scope);
  * object is not callable", argument binding errors as Python words them. */
 Value *val_call(Value *f, const CallArgs *a);
 
+/* Python's callable(): whether val_call would call [f] rather than raise
+ * "object is not callable" (its arguments aside): functions, lambdas,
+ * built-ins, methods, dtypes, classes, instances whose class has
+ * __call__, and the callable types of higher layers (jit, shard_map,
+ * custom_vjp functions, plans).  Never an error. */
+bool val_callable(Value *f);
+
 /* Lets another subsystem make its values callable (shard_map and jit
  * wrappers, meshes' methods): val_call dispatches type [t] to [call]. */
 void eval_register_call(VType t, Value *(*call)(Value *f, const CallArgs *a));  /* hook */

@@ -26,7 +26,7 @@ enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
   X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_SYSTEM_EXIT,
-  X_COUNT
+  X_STOP_ITERATION, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -54,6 +54,7 @@ static const ExcClass classes[X_COUNT] = {
     [X_IMPORT] = {"ImportError", X_EXCEPTION, ERR_IO},
     [X_MODULE_NOT_FOUND] = {"ModuleNotFoundError", X_IMPORT, ERR_IO},
     [X_SYSTEM_EXIT] = {"SystemExit", X_BASE, ERR_SYSTEM_EXIT},
+    [X_STOP_ITERATION] = {"StopIteration", X_EXCEPTION, ERR_VALUE},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -185,7 +186,7 @@ static int current_class(void) {
   case ERR_ATTRIBUTE: return X_ATTRIBUTE;
   case ERR_FLOATING_POINT: return X_FLOATING;
   case ERR_SYSTEM_EXIT: return X_SYSTEM_EXIT;
-  default: return X_VALUE;
+  default: return strcmp(err_message(), "StopIteration") ? X_VALUE : X_STOP_ITERATION;   /* next()'s */
   }
 }
 

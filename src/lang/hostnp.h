@@ -6,7 +6,23 @@
  *
  * A host array is an ordinary shmap array of NumPy's dtype, so it meets
  * jax.numpy and the operators as any array of that dtype does (64-bit
- * arrays exist when asked for: LANGUAGE.md section 2).  What of NumPy is
+ * arrays exist when asked for: LANGUAGE.md section 2).
+ *
+ * It is therefore immutable, as a jax.Array is: `a[i] = v` is JAX's
+ * TypeError naming a.at[i].set(v).  NumPy's in-place writes are not here
+ * because they would break what the layers below rely on: value.h's rule
+ * that a shared value never changes (device threads read arrays with no
+ * lock; jit plans keep the constants they closed over by reference, where
+ * JAX bakes a copy at trace time), and array.h's views (zeros, ones and
+ * full are broadcast views of one element; reshape, transpose and basic
+ * slices share a buffer whatever function made them, so jnp.reshape of a
+ * host array would see its later writes).  Doing it right takes a mark on
+ * the buffer that every array result of numpy, of the operators and of
+ * the array methods carries when its operands are host arrays and no
+ * jax.Array, a copy wherever such a buffer would reach a jax.Array
+ * (jnp.asarray, jnp functions' views, jit constants), writes through the
+ * view's strides with NumPy's casting, in-place `a += b` on a name, and
+ * copies of 0-d results of integer indexing (NumPy's scalars).  What of NumPy is
  * here is listed in shmap(7), HOST NUMPY; any other name is an
  * AttributeError naming it, never a jax.numpy function under NumPy's name.
  */

@@ -28,6 +28,7 @@
 #include "base/utf8.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
+#include "lang/iter.h"
 #include "lang/stdmod.h"
 #include "array/prim.h"
 #include "array/print.h"
@@ -523,6 +524,7 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
     shm_free(buf);
     return r;
   }
+  if (stdmod_is_deque(a) || stdmod_is_deque(b)) return stdmod_deque_binary(op, a, b);
   if (op == OP_ADD && ops_is_seq(a) && a->type == b->type) return seq_concat(a, b);
   if (a->type == V_DICT && b->type == V_DICT && ((Dict *)a)->kind == DICT_COUNTER &&
       ((Dict *)b)->kind == DICT_COUNTER)
@@ -954,8 +956,22 @@ static int python_order(Value *a, Value *b, int *cmp) {
 
 static int py_equal(Value *a, Value *b, int depth);
 
+/* `x in it` for a lazy iterator: pulls items until one equals x (they
+ * are consumed, as in Python), polling Ctrl-C, since it may never end. */
+static Value *contains_lazy(Value *item, Value *it) {
+  Value *x;
+  while ((x = iter_next(it))) {
+    int eq = x == item ? 1 : py_equal(x, item, 0);
+    val_decref(x);
+    if (eq) return eq < 0 ? NULL : val_bool(true);
+    if (shm_interrupt_pending()) return err_set(ERR_INTERRUPT, "interrupted");
+  }
+  return err_occurred() ? NULL : val_bool(false);
+}
+
 /* `x in container`. */
 static Value *contains(Value *item, Value *c) {
+  if (iter_is(c)) return contains_lazy(item, c);
   if (c->type == V_DICT) return val_bool(dict_get(c, item) != NULL);
   if (c->type == V_STR) {
     if (item->type != V_STR)
@@ -1032,7 +1048,7 @@ static int py_equal(Value *a, Value *b, int depth) {
   if (ops_is_seq(a) || ops_is_seq(b)) {
     size_t na, nb;
     Value *const *ia, *const *ib;
-    if (a->type != b->type) return 0;
+    if (a->type != b->type || stdmod_is_deque(a) != stdmod_is_deque(b)) return 0;   /* deque([1]) != [1] */
     val_seq(a, &na, &ia);
     val_seq(b, &nb, &ib);
     if (na != nb) return 0;
@@ -1045,6 +1061,11 @@ static int py_equal(Value *a, Value *b, int depth) {
   if (a->type == V_DICT && b->type == V_DICT) {
     Dict *da = (Dict *)a;
     if (da->len != ((Dict *)b)->len) return 0;
+    if (da->kind == DICT_ORDERED && ((Dict *)b)->kind == DICT_ORDERED)   /* two of them mind the order */
+      for (size_t i = 0; i < da->len; i++) {
+        int eq = py_equal(da->keys[i], ((Dict *)b)->keys[i], depth + 1);
+        if (eq != 1) return eq;
+      }
     for (size_t i = 0; i < da->len; i++) {
       Value *v = dict_get(b, da->keys[i]);
       int eq = v ? py_equal(da->vals[i], v, depth + 1) : 0;
@@ -1625,6 +1646,7 @@ static Value *str_chars(Value *s) {
 
 Value *ops_iter_items(Value *obj) {
   int64_t n;
+  if (iter_is(obj)) return iter_drain(obj);   /* what is left of a lazy iterator */
   if (obj->type == V_TUPLE || obj->type == V_LIST || obj->type == V_DICT) {
     size_t len;
     Value *const *items;
@@ -1645,6 +1667,10 @@ Value *ops_iter_items(Value *obj) {
   if (cls_is_class(obj)) return cls_iter_items(obj);   /* an enum's members */
   if (obj->type != V_STR && obj->type != V_RANGE && !ops_is_array(obj))
     return err_set(ERR_TYPE, "'%s' object is not iterable", val_type_name(obj));
+  if (arr_is_host(obj)) {   /* a Python number: Python's words, not an array's */
+    DType t = AS_ARRAY(obj)->dtype;
+    return err_set(ERR_TYPE, "'%s' object is not iterable", t == DT_BOOL ? "bool" : dt_is_float(t) ? "float" : "int");
+  }
   if (ops_is_array(obj)) {
     AVal av;
     if (ops_aval(obj, &av) < 0) return NULL;

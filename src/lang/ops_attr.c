@@ -411,6 +411,7 @@ static Value *l_append(Value *self, const CallArgs *a) {
 }
 
 int ops_list_extend(Value *l, Value *x) {
+  if (stdmod_is_deque(l)) return stdmod_deque_extend(l, x);   /* its bound */
   if (val_check_container(l) < 0) return -1;
   Value *items = ops_iter_items(x);
   if (!items) return -1;
@@ -750,7 +751,9 @@ Value *ops_getattr(Value *obj, const char *name) {
   case V_TUPLE:
     if (tuple_class(obj)) return cls_getattr(obj, name);   /* a named tuple's field */
     return method_of(obj, tuple_methods, name);
-  case V_LIST: return method_of(obj, list_methods, name);
+  case V_LIST:
+    if (stdmod_is_deque(obj)) return stdmod_deque_attr(obj, name);
+    return method_of(obj, list_methods, name);
   case V_STR: return method_of(obj, ops_str_methods, name);
   case V_MODULE: {
     Module *m = (Module *)obj;

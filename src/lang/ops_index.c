@@ -106,8 +106,19 @@ static int list_index(Value *key, int64_t len, const char *what, int64_t *i) {
   return 0;
 }
 
+/* A deque takes only integer indices, and says "deque index out of
+ * range" (Python's): -1 with that error, 0 when [l] may take [key]. */
+static int deque_key(Value *l, Value *key, int64_t *i) {
+  if (key->type == V_SLICE) {
+    err_set(ERR_TYPE, "sequence index must be integer, not 'slice'");
+    return -1;
+  }
+  return ops_seq_index(key, (int64_t)list_len(l), "deque", i);
+}
+
 int ops_list_setitem(Value *l, Value *key, Value *v) {
   int64_t len = (int64_t)list_len(l), i;
+  if (stdmod_is_deque(l)) return deque_key(l, key, &i) < 0 ? -1 : list_splice(l, (size_t)i, 1, 1, &v);
   if (key->type != V_SLICE) {
     if (list_index(key, len, "assignment", &i) < 0) return -1;
     return list_splice(l, (size_t)i, 1, 1, &v);
@@ -135,6 +146,7 @@ int ops_list_setitem(Value *l, Value *key, Value *v) {
 
 int ops_list_delitem(Value *l, Value *key) {
   int64_t len = (int64_t)list_len(l), i;
+  if (stdmod_is_deque(l)) return deque_key(l, key, &i) < 0 ? -1 : list_splice(l, (size_t)i, 1, 0, NULL);
   if (key->type != V_SLICE) {
     if (list_index(key, len, "assignment", &i) < 0) return -1;
     return list_splice(l, (size_t)i, 1, 0, NULL);
@@ -727,6 +739,7 @@ Value *ops_getitem(Value *obj, Value *index) {
   case V_ARRAY: case V_TRACER:
     return array_getitem(obj, index);
   case V_TUPLE: case V_LIST: {
+    if (stdmod_is_deque(obj)) return deque_key(obj, index, &i) < 0 ? NULL : val_incref(list_get(obj, (size_t)i));
     if (index->type == V_SLICE) return seq_slice(obj, index);
     size_t len;
     Value *const *items;

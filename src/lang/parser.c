@@ -419,6 +419,7 @@ static Node *parse_paren(Parser *p) {
   if (!first) return NULL;
   if (is_kw(peek(p), "for")) {
     Node *n = parse_listcomp(p, open, first);
+    if (n) n->is_gen = true;
     return n && expect_close(p, open, ")") ? n : NULL;
   }
   if (!is_op(peek(p), ",")) return expect_close(p, open, ")") ? first : NULL;
@@ -544,6 +545,7 @@ static int parse_positional_arg(Parser *p, Node *call, bool *genexp) {
   if (is_kw(peek(p), "for")) {
     *genexp = true;
     if (!(a = parse_listcomp(p, t, a))) return -1;
+    a->is_gen = true;
   }
   return push(p, &call->items, a);
 }

@@ -39,8 +39,11 @@ void pytree_leaves_free(PyLeaves *l) {
 }
 
 bool pytree_is_node(const Value *v) {
-  return v->type == V_TUPLE || v->type == V_LIST || v->type == V_DICT || v->type == V_NONE ||
-         cls_is_tree_node(v);
+  /* JAX registers list and dict by exact type: a deque and a Counter are
+   * leaves; OrderedDict and defaultdict are registered nodes */
+  if (v->type == V_LIST) return ((const List *)v)->kind == LIST_PLAIN;
+  if (v->type == V_DICT) return ((const Dict *)v)->kind != DICT_COUNTER;
+  return v->type == V_TUPLE || v->type == V_NONE || cls_is_tree_node(v);
 }
 
 static int too_deep(void) {
@@ -75,6 +78,7 @@ size_t *pytree_key_order(Value *dv) {
   size_t *idx = shm_malloc(sizeof(size_t) * (d->len + 1));
   if (!idx) return err_nomem();
   for (size_t i = 0; i < d->len; i++) idx[i] = i;
+  if (d->kind == DICT_ORDERED) return idx;   /* JAX flattens an OrderedDict in its own order */
   int kind = d->len ? key_kind(d->keys[0]) : 0;
   for (size_t i = 0; i < d->len; i++)
     if (key_kind(d->keys[i]) != kind || kind < 0) {
@@ -157,6 +161,10 @@ static Value *replace_dict(Dict *d, bool (*is_leaf)(Value *v), Value **vals, int
                            int depth) {
   size_t *idx = pytree_key_order(&d->hdr);
   Value *r = idx ? dict_new() : NULL;
+  if (r) {   /* an OrderedDict or a defaultdict comes back as one */
+    ((Dict *)r)->kind = d->kind;
+    ((Dict *)r)->missing = val_incref(d->missing);
+  }
   for (size_t i = 0; r && i < d->len; i++) {
     Value *x = replace_at(d->vals[idx[i]], is_leaf, vals, pos, depth + 1);
     if (!x || dict_set(r, d->keys[idx[i]], x) < 0) {

@@ -41,12 +41,15 @@ int pytree_push(PyLeaves *l, Value *v);
  * is empty after.  Every PyLeaves a flatten filled is freed so. */
 void pytree_leaves_free(PyLeaves *l);
 
-/* The positions of dict [d]'s items in JAX's order (its keys sorted): a
- * new array of d->len + 1 entries (shm_free it), or NULL with the error
- * set (keys that do not order: TypeError, as Python's sorted()). */
+/* The positions of dict [d]'s items in JAX's order (its keys sorted; an
+ * OrderedDict's own order): a new array of d->len + 1 entries (shm_free
+ * it), or NULL with the error set (keys that do not order: TypeError, as
+ * Python's sorted()). */
 size_t *pytree_key_order(Value *d);
 
-/* Whether [v] is a node: a tuple, list, dict, None or a custom node. */
+/* Whether [v] is a node: a tuple, list, dict (OrderedDict and
+ * defaultdict too, which rebuild as themselves), None or a custom node;
+ * a deque and a Counter are leaves, as JAX registers types exactly. */
 bool pytree_is_node(const Value *v);
 
 /* Whether [a] and [b] have the same structure, their leaves aside: 1 or

@@ -793,12 +793,12 @@ static int make_future(Value *m) {
 
 /* ==== collections ================================================================ */
 
-/* OrderedDict(pairs or **kwargs): a dict (dicts keep their order);
- * defaultdict and Counter (stdmod_coll.c). */
+/* defaultdict, Counter, OrderedDict (stdmod_coll.c) and deque
+ * (stdmod_deque.c), given the built-in dict that builds the dicts. */
 static int make_collections(Value *m) {
   Value *d = env_lookup(shm_interp->builtins, intern_cstr("dict"));
   if (!d) return err_set(ERR_NAME, "the built-in dict is not made yet"), -1;
-  return dict_set_str(((Module *)m)->globals, "OrderedDict", d) < 0 ? -1 : stdmod_collections(m, d);
+  return stdmod_collections(m, d);
 }
 
 /* ==== registration ================================================================ */

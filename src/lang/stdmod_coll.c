@@ -1,13 +1,15 @@
 /*
- * stdmod_coll.c - collections.defaultdict and collections.Counter
- * (stdmod.h), with Python's semantics (the collections module's
- * documentation).
+ * stdmod_coll.c - collections.defaultdict, collections.Counter and
+ * collections.OrderedDict (stdmod.h), with Python's semantics (the
+ * collections module's documentation); deque is stdmod_deque.c.
  *
- * Both are dicts (V_DICT, so isinstance(x, dict), iteration, len, `in`,
- * item assignment and the dict methods are a dict's) of a kind
+ * All three are dicts (V_DICT, so isinstance(x, dict), iteration, len,
+ * `in`, item assignment and the dict methods are a dict's) of a kind
  * (Dict.kind): a defaultdict's missing key calls its default_factory and
  * stores the result; a Counter's missing key reads as 0 without being
- * stored.  Counts are Python numbers added with `+`.
+ * stored.  Counts are Python numbers added with `+`.  Every dict keeps
+ * its order; an OrderedDict adds moving a key to either end, popping
+ * from either end, and == that minds the order against another one.
  */
 #include <string.h>
 
@@ -21,6 +23,7 @@
 #include "lang/stdmod.h"
 
 static Value *dict_class;   /* the built-in dict, which builds a defaultdict's items */
+static Value *ordered_class;   /* collections.OrderedDict */
 
 /* ==== the missing key ============================================================= */
 
@@ -225,6 +228,79 @@ Value *stdmod_counter_binary(OpKind op, Value *a, Value *b) {
   return r;
 }
 
+/* ==== OrderedDict ================================================================= */
+
+/* OrderedDict(*args, **kwargs): as dict() takes them. */
+static Value *coll_ordered(const CallArgs *a) {
+  Value *d = val_call(dict_class, a);
+  if (d) ((Dict *)d)->kind = DICT_ORDERED;
+  return d;
+}
+
+/* Moves every key of [d] but [key] (which it holds) behind it: [key]
+ * becomes the first.  The others are taken out and put back in order. */
+static int move_others_behind(Value *d, Value *key) {
+  Dict *dd = (Dict *)d;
+  Value *rest = list_new(2 * dd->len);
+  for (size_t i = 0; rest && i < dd->len; i++)
+    if (dd->keys[i] != key && !val_equal_key(dd->keys[i], key) &&
+        (list_append(rest, dd->keys[i]) < 0 || list_append(rest, dd->vals[i]) < 0))
+      bi_drop(rest, NULL, NULL, NULL), rest = NULL;
+  if (!rest) return -1;
+  int rc = 0;
+  for (size_t i = 0; i < list_len(rest); i += 2) dict_del(d, list_get(rest, i));
+  for (size_t i = 0; rc == 0 && i < list_len(rest); i += 2) rc = dict_set(d, list_get(rest, i), list_get(rest, i + 1));
+  val_decref(rest);
+  return rc;
+}
+
+/* move_to_end(key, last=True) */
+static Value *od_move_to_end(Value *self, const CallArgs *a) {
+  Value *key, *lv = NULL;
+  if (args_bind("move_to_end", a, "key, last=", (Value **[]){&key, &lv}) < 0 || val_check_container(self) < 0)
+    return NULL;
+  int last = lv ? val_truth(lv) : 1;
+  Value *v = last < 0 ? NULL : dict_get(self, key);
+  if (!v) return err_occurred() ? NULL : stdmod_dict_missing(self, key);
+  v = val_incref(v);
+  int rc;
+  if (last) {
+    dict_del(self, key);   /* set again, it comes last */
+    rc = dict_set(self, key, v);
+  } else {
+    rc = move_others_behind(self, key);
+  }
+  val_decref(v);
+  return rc < 0 ? NULL : VAL_NONE;
+}
+
+/* popitem(last=True): the last pair, or the first. */
+static Value *od_popitem(Value *self, const CallArgs *a) {
+  Value *lv = NULL;
+  if (args_bind("popitem", a, "last=", (Value **[]){&lv}) < 0 || val_check_container(self) < 0) return NULL;
+  int last = lv ? val_truth(lv) : 1;
+  Dict *d = (Dict *)self;
+  if (last < 0) return NULL;
+  if (!d->len) return err_set(ERR_INDEX, "KeyError: 'dictionary is empty'");
+  size_t at = last ? d->len - 1 : 0;
+  Value *k = val_incref(d->keys[at]), *t = tuple_pack(2, (Value *[]){k, d->vals[at]});
+  if (t) dict_del(self, k);
+  val_decref(k);
+  return t;
+}
+
+/* copy(): an OrderedDict, as Python's. */
+static Value *od_copy(Value *self, const CallArgs *a) {
+  if (args_bind("copy", a, "", (Value **[]){NULL}) < 0) return NULL;
+  CallArgs one = {1, &self, 0, NULL, NULL};
+  return coll_ordered(&one);
+}
+
+Value *stdmod_class_of(const Value *v) {
+  if (v->type == V_DICT && ((const Dict *)v)->kind == DICT_ORDERED) return ordered_class;
+  return stdmod_is_deque(v) ? stdmod_deque_class() : NULL;
+}
+
 /* ==== attributes ================================================================== */
 
 static const struct {
@@ -235,8 +311,16 @@ static const struct {
   {"elements", c_elements}, {"total", c_total},
 };
 
+static const struct {
+  const char *name;
+  MethodFn fn;
+} ordered_methods[] = {{"move_to_end", od_move_to_end}, {"popitem", od_popitem}, {"copy", od_copy}};
+
 Value *stdmod_dict_attr(Value *d, const char *name) {
   Dict *dd = (Dict *)d;
+  if (dd->kind == DICT_ORDERED)
+    for (size_t i = 0; i < sizeof ordered_methods / sizeof *ordered_methods; i++)
+      if (!strcmp(name, ordered_methods[i].name)) return bound_new(name, ordered_methods[i].fn, d);
   if (dd->kind == DICT_DEFAULT && !strcmp(name, "default_factory"))
     return val_incref(dd->missing ? dd->missing : VAL_NONE);
   if (dd->kind == DICT_COUNTER)
@@ -253,5 +337,11 @@ static const StdFn coll_fns[] = {
 
 int stdmod_collections(Value *m, Value *dict) {
   dict_class = dict;
+  Value *od = builtin_new("collections.OrderedDict", coll_ordered,
+                          "OrderedDict(pairs or **kwargs): a dict with move_to_end and popitem(last=)");
+  if (!od) return -1;
+  ((Builtin *)od)->is_class = true;   /* prints <class 'collections.OrderedDict'>; type() of one */
+  ordered_class = od;
+  if (dict_set_str(((Module *)m)->globals, "OrderedDict", od) < 0 || stdmod_deque_register(m) < 0) return -1;
   return stdmod_add_all(m, coll_fns);
 }

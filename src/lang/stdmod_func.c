@@ -3,8 +3,10 @@
  * itertools and operator (stdmod.h).
  *
  * itertools' functions return lists, as map() and zip() do here: every
- * iterable is read whole first (ops_iter_items), so the infinite ones
- * (count, cycle, repeat without times) are not provided.  The orders are
+ * iterable is read whole first (ops_iter_items).  The infinite ones
+ * (count, cycle, repeat without times) are lazy iterators (iter.h), and
+ * so is islice of one; takewhile of one reads it only up to the first
+ * item that fails, into a list.  The orders are
  * Python's documented ones (product: the rightmost element advancing
  * first; permutations and combinations: lexicographic in the positions).
  */
@@ -17,6 +19,7 @@
 #include "lang/builtins_impl.h"
 #include "lang/classes.h"
 #include "lang/eval.h"
+#include "lang/iter.h"
 #include "lang/ops.h"
 #include "lang/stdmod.h"
 
@@ -334,11 +337,28 @@ static Value *it_accumulate(const CallArgs *a) {
   return res;
 }
 
-/* repeat(object, times): times is required (lists are eager here). */
+/* count(start=0, step=1): lazy, it never ends. */
+static Value *it_count(const CallArgs *a) {
+  Value *start = NULL, *step = NULL;
+  if (args_bind("count", a, "start=, step=", (Value **[]){&start, &step}) < 0) return NULL;
+  Value *zero = start ? NULL : val_int(0), *one = step ? NULL : val_int(1);
+  Value *r = (start || zero) && (step || one) ? iter_count(start ? start : zero, step ? step : one) : NULL;
+  bi_drop(zero, one, NULL, NULL);
+  return r;
+}
+
+/* cycle(iterable): lazy, it never ends unless the iterable is empty. */
+static Value *it_cycle(const CallArgs *a) {
+  if (a->nargs != 1 || a->nkw) return err_set(ERR_TYPE, "cycle expected 1 argument, got %d", a->nargs + a->nkw);
+  return iter_cycle(a->args[0]);
+}
+
+/* repeat(object[, times]): a list of times items; without times a lazy
+ * iterator that never ends. */
 static Value *it_repeat(const CallArgs *a) {
   Value *obj, *tv = NULL;
   if (args_bind("repeat", a, "object, times=", (Value **[]){&obj, &tv}) < 0) return NULL;
-  if (!tv) return err_set(ERR_NOT_IMPLEMENTED, "repeat() without times is infinite: itertools here makes lists");
+  if (!tv) return iter_repeat(obj);
   int64_t n;
   if (arr_to_index(tv, &n) < 0) return NULL;
   Value *res = list_new(n > 0 ? (size_t)n : 0);
@@ -352,10 +372,19 @@ static Value *it_islice(const CallArgs *a) {
   if (a->nkw || a->nargs < 2 || a->nargs > 4) return err_set(ERR_TYPE, "islice() takes 2 to 4 positional arguments");
   int64_t v[3] = {0, -1, 1};   /* start, stop (-1: to the end), step */
   Value *const *ps = a->nargs == 2 ? (Value *[]){NULL, a->args[1], NULL} : (Value *[]){a->args[1], a->args[2], a->nargs > 3 ? a->args[3] : NULL};
-  for (int i = 0; i < 3; i++)
-    if (!bi_is_none(ps[i]) && (arr_to_index(ps[i], &v[i]) < 0 || v[i] < (i == 2 ? 1 : 0)))
-      return err_occurred() ? NULL : err_set(ERR_VALUE, i == 2 ? "Step for islice() must be a positive integer or None."
-                                                               : "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.");
+  static const char *const bad[3] = {
+    "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.",
+    "Stop argument for islice() must be None or an integer: 0 <= x <= sys.maxsize.",
+    "Step for islice() must be a positive integer or None."};
+  for (int i = 0; i < 3; i++) {
+    if (bi_is_none(ps[i])) continue;
+    bool is_int = arr_is_host(ps[i]) && !dt_is_float(AS_ARRAY(ps[i])->dtype);
+    if (!is_int || arr_to_index(ps[i], &v[i]) < 0 || v[i] < (i == 2 ? 1 : 0)) {
+      err_clear();   /* Python says ValueError whatever was wrong with it */
+      return err_set(ERR_VALUE, "%s", bad[i]);
+    }
+  }
+  if (iter_is(a->args[0])) return iter_islice(a->args[0], v[0], v[1], v[2]);
   Value *items = ops_iter_items(a->args[0]);
   if (!items) return NULL;
   int64_t n = (int64_t)list_len(items), stop = v[1] < 0 || v[1] > n ? n : v[1];
@@ -449,10 +478,32 @@ static int test(Value *pred, Value *x) {
   return t;
 }
 
+/* takewhile(pred, it) of a lazy [it]: its items up to the first that
+ * fails, pulled one at a time (polling Ctrl-C: it may never fail). */
+static Value *takewhile_lazy(Value *pred, Value *it) {
+  Value *res = list_new(0), *x;
+  while (res && (x = iter_next(it))) {
+    int t = test(pred, x);
+    if (t == 1 && shm_interrupt_pending()) {
+      err_set(ERR_INTERRUPT, "interrupted");
+      t = -1;
+    }
+    if (t != 1) {
+      val_decref(x);
+      if (t < 0) bi_drop(res, NULL, NULL, NULL), res = NULL;
+      return res;
+    }
+    if (list_append_steal(res, x) < 0) bi_drop(res, NULL, NULL, NULL), res = NULL;
+  }
+  if (res && err_occurred()) bi_drop(res, NULL, NULL, NULL), res = NULL;   /* iter_next failed */
+  return res;
+}
+
 /* takewhile, dropwhile, filterfalse: [mode] 0, 1, 2. */
 static Value *filtering(const CallArgs *a, const char *f, int mode) {
   Value *pred, *it;
   if (args_bind(f, a, "predicate, iterable", (Value **[]){&pred, &it}) < 0) return NULL;
+  if (mode == 0 && iter_is(it)) return takewhile_lazy(pred, it);
   Value *items = ops_iter_items(it), *res = items ? list_new(0) : NULL;
   bool dropping = mode == 1;
   for (size_t i = 0; res && i < list_len(items); i++) {
@@ -632,8 +683,10 @@ static const StdFn it_fns[] = {
   {"combinations_with_replacement", it_combinations_wr, "combinations_with_replacement(iterable, r)"},
   {"chain", it_chain, "chain(*iterables): a list"},
   {"accumulate", it_accumulate, "accumulate(iterable, func=None, *, initial=None): a list"},
-  {"repeat", it_repeat, "repeat(object, times): a list"},
-  {"islice", it_islice, "islice(iterable, [start,] stop[, step]): a list"},
+  {"count", it_count, "count(start=0, step=1): start, start+step, ... (lazy, endless)"},
+  {"cycle", it_cycle, "cycle(iterable): its items again and again (lazy, endless)"},
+  {"repeat", it_repeat, "repeat(object[, times]): a list; without times lazy and endless"},
+  {"islice", it_islice, "islice(iterable, [start,] stop[, step]): a list; lazy of a lazy iterator"},
   {"zip_longest", it_zip_longest, "zip_longest(*iterables, fillvalue=None): a list of tuples"},
   {"starmap", it_starmap, "starmap(function, iterable): a list"},
   {"pairwise", it_pairwise, "pairwise(iterable): a list of tuples"},

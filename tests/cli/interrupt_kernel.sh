@@ -3,7 +3,7 @@
 # arange of 2**30 elements; an int32 2000-square product, 7 s of work; a
 # fused element-wise loop of seconds; a compiled loop that never ends;
 # astype, concatenate, cumsum, a 6000-square float product, random.normal
-# and str.replace of 200 MB)
+# and str.replace of 200 MB; loops over itertools' endless iterators)
 # ends the program promptly with
 # "interrupted", exit status 1: the kernel looks at the flag between
 # blocks or rows and its result is never used.  (All used to run to the
@@ -85,4 +85,15 @@ interrupted_soon "s = 'ab' * 10**8
 print('ready', flush=True)
 t = s.replace('b', 'cd')
 print('done')"
+# itertools' endless iterators: a loop with an empty body, and each place
+# that pulls items until one decides (in, any, takewhile, a generator
+# expression's next, islice's skip) looks at the flag between items
+for body in 'for i in count(): pass' 'b = -1 in cycle([1, 2])' 'b = any(x < 0 for x in count())' \
+            'b = list(takewhile(lambda x: x >= 0, count()))' 'b = next(x for x in count() if x < 0)' \
+            'b = next(islice(count(), 10**17, None))'; do
+  interrupted_soon "from itertools import count, cycle, islice, takewhile
+print('ready', flush=True)
+$body
+print('done')" 1000
+done
 exit 0
