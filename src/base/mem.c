@@ -244,3 +244,61 @@ long shm_mem_count(void) {
 }
 
 long long shm_mem_bytes(void) { return alloc_bytes; }
+
+/* ---- per-device accounting (mem.h) ---- */
+
+/* One device's counters, on a cache-line pair of their own: its thread
+ * adds at every payload it makes. */
+typedef struct DevMem {
+  _Atomic long long in_use;   /* added by the device's thread, taken by any */
+  _Atomic long long peak;     /* written only by the device's thread */
+  char pad[SHM_LINE_PAIR - 2 * sizeof(long long)];
+} DevMem;
+
+/* Set before the device threads start (pthread_create orders it before
+ * their reads); [old_devmem] keeps the set before the last growth
+ * reachable for a thread that read the pointer just before it. */
+static DevMem *devmem, *old_devmem;
+static int ndevmem;
+static _Thread_local int mem_device = -1;
+
+int shm_mem_track_devices(int n) {
+  if (n <= ndevmem) return 0;
+  DevMem *m = shm_pair_alloc(sizeof(DevMem) * (size_t)n);
+  if (!m) return -1;
+  for (int i = 0; i < ndevmem; i++) {   /* no device thread runs: plain copies */
+    atomic_init(&m[i].in_use, atomic_load(&devmem[i].in_use));
+    atomic_init(&m[i].peak, atomic_load(&devmem[i].peak));
+  }
+  shm_free(old_devmem);
+  old_devmem = devmem;
+  devmem = m;
+  ndevmem = n;
+  return 0;
+}
+
+void shm_mem_set_device(int device) { mem_device = device; }
+
+int shm_mem_charge(size_t bytes) {
+  int d = mem_device;
+  if (d < 0 || d >= ndevmem) return 0;
+  DevMem *m = &devmem[d];
+  long long now = atomic_fetch_add_explicit(&m->in_use, (long long)bytes, memory_order_relaxed) +
+                  (long long)bytes;
+  if (now > atomic_load_explicit(&m->peak, memory_order_relaxed))
+    atomic_store_explicit(&m->peak, now, memory_order_relaxed);
+  return d + 1;
+}
+
+void shm_mem_uncharge(int tag, size_t bytes) {
+  if (tag > 0 && tag <= ndevmem)
+    atomic_fetch_sub_explicit(&devmem[tag - 1].in_use, (long long)bytes, memory_order_relaxed);
+}
+
+bool shm_mem_device_stats(int device, long long *in_use, long long *peak) {
+  *in_use = *peak = 0;
+  if (device < 0 || device >= ndevmem) return false;
+  *in_use = atomic_load_explicit(&devmem[device].in_use, memory_order_relaxed);
+  *peak = atomic_load_explicit(&devmem[device].peak, memory_order_relaxed);
+  return true;
+}

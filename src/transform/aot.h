@@ -93,13 +93,23 @@ void aot_cost_free(AotCost *c);
 Value *aot_cost_dict(const AotCost *c);
 
 /* Per-device memory from the compiled plan's buffer planner (compile.h):
- * what Compiled.memory_analysis() reports. */
+ * what Compiled.memory_analysis() reports, in bytes.  argument: the
+ * blocks of one device; output: the results a run writes (not one that
+ * passes an argument or a constant through: that buffer is the
+ * argument's); temp: the planner's TEMP slots and scratch arrays, the
+ * sub-plans' workspaces, and the contiguous copies of strided argument
+ * blocks that fused loops and scans read in place; alias: 0 (nothing is
+ * donated); constant: the plan's constants.  argument + output + temp is
+ * what each device's bytes in use peak at during a run
+ * (base/mem.h's per-device accounting, Device.memory_stats()). */
 typedef struct AotMemory {
   double argument, output, temp, alias, constant;
 } AotMemory;
 
-/* [p] compiled: its arguments, outputs and planned temporaries per
- * device (the body's when the plan is a shard_map call).  0, or -1. */
+/* Compiles [p] if it is not yet and fills [m] with its arguments,
+ * outputs and planned temporaries per device (the body's when every step
+ * is a shard_map call: the largest body workspace, since the calls run
+ * one after another).  0, or -1 with the error set (compiling failed). */
 int aot_memory(Plan *p, AotMemory *m);
 
 /* ---- predicted time (aot_estimate.c) ---- */

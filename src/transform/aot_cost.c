@@ -372,10 +372,41 @@ static void exec_memory(const Exec *e, AotMemory *m) {
     case SL_TEMP: break;
     }
   }
-  /* outputs copied from an input or a constant are new buffers too */
+  /* an output copied from a temporary is a new buffer; one that passes
+   * an input or a constant through is that buffer (compile.c's
+   * copy_results takes a reference, as JAX forwards such an input) */
   for (int i = 0; i < e->nout; i++)
-    if (e->out_copy[i]) m->output += aval_bytes(&e->slots[e->out_slot[i]].aval);
+    if (e->out_copy[i] && e->slots[e->out_slot[i]].kind == SL_TEMP)
+      m->output += aval_bytes(&e->slots[e->out_slot[i]].aval);
   m->temp += temp_bytes(e);
+}
+
+/* Whether a block of shape [block] cut from a C-contiguous [global] is
+ * itself contiguous: below its first dimension longer than one, every
+ * dimension is whole. */
+static bool block_contiguous(const AVal *global, const AVal *block) {
+  int d = 0;
+  while (d < block->ndim && block->shape[d] <= 1) d++;
+  for (int k = d + 1; k < block->ndim; k++)
+    if (block->shape[k] != global->shape[k]) return false;
+  return true;
+}
+
+/* The copies a run of shard_map step [s]'s body makes of its argument
+ * blocks: a block the body reads in place (a fused loop, a scan) must be
+ * contiguous (compile.c's bind_args), and a device's block of a global
+ * array split along a later dimension is a strided view. */
+static double block_copies(const Plan *outer, const Step *s, const Plan *body) {
+  const Exec *e = body->exec;
+  double t = 0;
+  for (int i = 0; i < e->nin && i < s->eqn->nin; i++) {
+    if (!e->in_contig[i]) continue;
+    AVal global;
+    plan_atom_aval(outer, &s->eqn->in[i], &global);
+    const AVal *block = &e->slots[e->in_slot[i]].aval;
+    if (!block_contiguous(&global, block)) t += aval_bytes(block);
+  }
+  return t;
 }
 
 /* The shard_map body a step runs on every device, or NULL. */
@@ -399,7 +430,9 @@ int aot_memory(Plan *p, AotMemory *m) {
   double temp = 0;
   for (int i = 0; i < e->nsteps; i++) {
     AotMemory b = {0};
-    exec_memory(device_body(&e->steps[i])->exec, &b);
+    Plan *body = device_body(&e->steps[i]);
+    exec_memory(body->exec, &b);
+    b.temp += block_copies(p, &e->steps[i], body);
     m->argument += b.argument;
     m->output += b.output;
     m->constant += b.constant;
