@@ -19,7 +19,9 @@
  * device: the equations of a shard_map body count once (each device runs
  * them), equations outside it count as the one device running them; a
  * scan body counts `length` times, a while body once (its trip count is
- * data), a cond the costliest branch.  Each primitive's flops and
+ * data) unless the while is a fori_loop over literal bounds (then as many
+ * times as it iterates, as JAX's scan of it), a cond the costliest
+ * branch.  Each primitive's flops and
  * transcendentals come from its row's cost rule (PrimRules.cost), each
  * collective's traffic from its row's CollRules.traffic.
  */
@@ -71,6 +73,10 @@ typedef struct AotItem {
   double operand_bytes;      /* per run: the bytes --comm-stats counts */
   double sent, received;     /* per run, bytes per device */
   int steps;                 /* per run, message rounds */
+  bool call;                 /* a shard_map call itself (no flops, no bytes): the
+                                profile's call_overhead, [count] times */
+  int64_t running;           /* devices running it at once: the mesh of the
+                                shard_map around it; 0 outside any */
 } AotItem;
 
 typedef struct AotCost {

@@ -6,14 +6,22 @@
  * Each equation runs after the one before it, as the compiled executor
  * runs them (shmap overlaps no communication with compute), so the step
  * time is the sum of:
- *   - a kernel: max(flops / peak FLOP/s of its dtype, bytes accessed /
- *     memory bandwidth), bound by whichever is larger (transcendentals
- *     count as flops);
+ *   - a kernel: max(flops / peak FLOP/s of its dtype + transcendentals /
+ *     the profile's transcendentals per second, bytes accessed / memory
+ *     bandwidth), bound by whichever is larger (transcendentals count as
+ *     flops when the profile gives no rate of its own: a TPU's or GPU's
+ *     special-function units keep pace with its vector units, a CPU's
+ *     vectorised sin or exp costs tens of flops);
+ *     plus the profile's kernel_overhead per run (dispatching a step: what
+ *     a loop of tiny kernels costs; 0 when not given);
  *   - a collective: rounds x latency + bytes sent / bandwidth over the
  *     slowest link of the axes it spans, its rounds and bytes its row's
- *     (CollTraffic); on a torus the ring runs both ways, halving both.
+ *     (CollTraffic); on a torus the ring runs both ways, halving both;
+ *   - a shard_map call: the profile's call_overhead (starting the body on
+ *     every device and waiting for the last; 0 when not given).
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -40,6 +48,13 @@ typedef struct Profile {
   char name[128];
   double peak[DT_COUNT];   /* FLOP/s per dtype; 0: not given */
   double mem_bw, capacity;
+  double call_overhead;    /* seconds per shard_map call; 0: not given */
+  double kernel_overhead;  /* seconds per kernel run, whatever its size; 0: not given */
+  double host_cores;       /* the devices are threads of one host of this many cores,
+                              whose peak_flops, memory_bandwidth and transcendentals
+                              they share; 0: each device has its own */
+  double transcendentals;  /* exp, sin, tanh, ... per second; 0: not given (counted
+                              as flops) */
   int nlinks;
   Link links[MAX_LINKS];
 } Profile;
@@ -141,9 +156,13 @@ static int read_top(const Reader *r, const yaml_node_t *root, Profile *p) {
     else if (k && !strcmp(k, "peak_flops")) rc = read_peaks(r, v, p);
     else if (k && !strcmp(k, "memory_bandwidth")) rc = number(r, v, k, &p->mem_bw);
     else if (k && !strcmp(k, "memory_capacity")) rc = number(r, v, k, &p->capacity);
+    else if (k && !strcmp(k, "call_overhead")) rc = number(r, v, k, &p->call_overhead);
+    else if (k && !strcmp(k, "kernel_overhead")) rc = number(r, v, k, &p->kernel_overhead);
+    else if (k && !strcmp(k, "host_cores")) rc = number(r, v, k, &p->host_cores);
+    else if (k && !strcmp(k, "transcendentals")) rc = number(r, v, k, &p->transcendentals);
     else if (k && !strcmp(k, "links")) rc = read_links(r, v, p);
     else rc = bad(r, node(r, q->key), "unknown key '%s' (name, peak_flops, memory_bandwidth, "
-                  "memory_capacity, links)", k ? k : "?");
+                  "memory_capacity, host_cores, transcendentals, kernel_overhead, call_overhead, links)", k ? k : "?");
     if (rc < 0) return -1;
   }
   if (!(p->peak[DT_F32] > 0)) return bad(r, root, "%s needs peak_flops for float32", "a profile");
@@ -196,6 +215,11 @@ typedef struct Timed {
 } Timed;
 
 static int time_item(const Profile *p, const AotItem *it, Timed *o) {
+  if (it->call) {
+    o->t = it->count * p->call_overhead;
+    snprintf(o->bound, sizeof o->bound, "%s", "call overhead");
+    return 0;
+  }
   if (it->kind) {
     int a = 0;
     const Link *l = it->group > 1 ? link_of(p, it, &a) : NULL;
@@ -208,9 +232,20 @@ static int time_item(const Profile *p, const AotItem *it, Timed *o) {
     snprintf(o->bound, sizeof o->bound, "link '%s'", it->naxes ? it->axes[a] : "");
     return 0;
   }
-  double peak = p->peak[it->dtype] > 0 ? p->peak[it->dtype] : p->peak[DT_F32];
-  double tc = (it->flops + it->transcendentals) / peak, tm = it->bytes / p->mem_bw;
-  o->t = tc > tm ? tc : tm;
+  /* on a host, the devices of a shard_map share its cores, one thread
+   * each: a device runs at 1/max(devices, cores) of the host's rates (a
+   * plan outside shard_map has them all: its large kernels use every core) */
+  double share = 1;
+  if (p->host_cores > 0 && it->running > 0)
+    share = (double)it->running > p->host_cores ? (double)it->running : p->host_cores;
+  double peak = (p->peak[it->dtype] > 0 ? p->peak[it->dtype] : p->peak[DT_F32]) / share;
+  double tc = p->transcendentals > 0
+                  ? it->flops / peak + it->transcendentals / (p->transcendentals / share)
+                  : (it->flops + it->transcendentals) / peak;
+  double tm = it->bytes / (p->mem_bw / share);
+  /* a fused loop's other equations (merge_fusions) are no kernel of their own */
+  double launch = it->bytes > 0 || it->flops > 0 ? it->count * p->kernel_overhead : 0;
+  o->t = (tc > tm ? tc : tm) + launch;
   snprintf(o->bound, sizeof o->bound, "%s", tc > tm ? "compute" : "memory");
   return 0;
 }
@@ -289,14 +324,15 @@ static int report_lines(const Profile *p, AotCost *c, StrBuf *sb, double *total,
       shm_free(tm), shm_free(ls);
       return -1;
     }
-    ls[i] = c->items[i].line;
+    /* a profile without call_overhead gives a shard_map call no row */
+    ls[i] = c->items[i].call && !(p->call_overhead > 0) ? INT_MAX : c->items[i].line;
     *total += tm[i].t;
     add_share(all, nall, 32, tm[i].bound, tm[i].t);
   }
   qsort(ls, (size_t)c->n, sizeof *ls, cmp_int);
   sbuf_printf(sb, "%6s  %12s  %-16s %12s %12s %12s\n", "line", "time", "bound", "flops",
               "bytes", "sent");
-  for (int i = 0; i < c->n; i++) {
+  for (int i = 0; i < c->n && ls[i] != INT_MAX; i++) {
     if (i && ls[i] == ls[i - 1]) continue;
     Share sh[8];
     int nsh = 0;
@@ -327,7 +363,8 @@ Value *aot_estimate(Plan *plan, const char *path, double *seconds) {
   Share all[32];
   int nall = 0;
   Value *r = NULL;
-  if (aot_cost(plan, &c) < 0 || aot_memory(plan, &m) < 0) goto out;
+  /* compiled first: a compiled xmap is costed by the plan it runs */
+  if (aot_memory(plan, &m) < 0 || aot_cost(plan, &c) < 0) goto out;
   sbuf_printf(&sb, "predicted step time of %s on %s, per device of %lld:\n",
               plan->name ? plan->name : "<plan>", p.name[0] ? p.name : path, (long long)c.devices);
   if (report_lines(&p, &c, &sb, &total, all, &nall) < 0) goto out;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Checks the predicted step time against this machine: calibrates a
+# profile (`shmap --calibrate`), asks `--estimate` for the step time of
+# each jit plan the bench programs run, and times the same plan by whole
+# processes: the median wall time of a run making K2 calls less that of a
+# run making K1 (start-up, data and compiling cancel), over K2 - K1.
+# Prints the machine and a Markdown table (README.md, "Planning at
+# scale") with the ratio measured / predicted.
+#   bench/validate_estimate.sh [BUILDDIR [RUNS]]   (default: . and 5 runs each)
+#
+# Each program makes only the calls asked for when its environment says
+# so (SHMAP_BENCH_PLAN, SHMAP_BENCH_CALLS; dot_bench's SHMAP_DOT_STEPS).
+# The bench programs without a jit plan (elementwise, psum, all_gather,
+# all_to_all, matmul_basic: eager) have nothing to estimate.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:-.}" && pwd)
+runs=${2:-5}
+shmap="$build/shmap"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# program | plan | variable with the number of calls | other environment | K1 | K2
+cases='jit_bench.shm|expr|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=expr|1|101
+jit_bench.shm|loop|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=loop|1|301
+jit_bench.shm|matmul_basic|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=matmul_basic|1|2001
+rownorm.shm|rownorm|SHMAP_BENCH_CALLS||1|501
+grad_mlp.shm|<jit>|SHMAP_BENCH_CALLS||1|41
+dot_bench.shm|step|SHMAP_DOT_STEPS||1|41
+xmap_network.shm|loss|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=positional|1|501
+xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=none|1|501
+xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=batch:x|1|201
+xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=hidden:x|1|201
+xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=batch:x,hidden:y|1|201'
+
+# seconds of "12.3 ms", "4.5 us", "1.2 s"
+seconds() { awk -v x="$1" -v u="$2" 'BEGIN { f = u == "s" ? 1 : u == "ms" ? 1e-3 : 1e-6; printf "%.9g\n", x * f }'; }
+
+# the median wall seconds of $runs runs of: env VARS shmap PROGRAM
+wall_median() {
+  local prog=$1; shift
+  for ((r = 0; r < runs; r++)); do
+    local t0 t1
+    t0=$(date +%s.%N)
+    env "$@" "$shmap" "$here/$prog" >/dev/null
+    t1=$(date +%s.%N)
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }'
+  done | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+"$shmap" --calibrate >"$tmp/me.yaml"
+model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+echo "machine: $(nproc) cores, ${model:-unknown CPU} at ${mhz:-?} MHz, $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
+sed -n 's/^  float32: /profile: float32 /p; s/^memory_bandwidth: /  memory bandwidth /p; s/^call_overhead: /  call overhead /p; s/^    bandwidth: /  link bandwidth /p; s/^    latency: /  link latency /p' "$tmp/me.yaml" | paste -sd' '
+echo
+echo "| program | plan | predicted | measured | measured / predicted |"
+echo "|---|---|---|---|---|"
+while IFS='|' read -r prog plan var envs k1 k2; do
+  extra=()
+  [ -n "$envs" ] && extra=("$envs")
+  total=$(env "${extra[@]}" "$var=1" "$shmap" --estimate "$tmp/me.yaml" "$here/$prog" 2>&1 >/dev/null |
+    awk -v p="$plan" '/^predicted step time of / { on = ($5 == p) } on && /^total: / { print $2, $3; exit }')
+  [ -n "$total" ] || { echo "no estimate of $plan in $prog" >&2; exit 1; }
+  pred=$(seconds $total)
+  a=$(wall_median "$prog" "${extra[@]}" "$var=$k1")
+  b=$(wall_median "$prog" "${extra[@]}" "$var=$k2")
+  awk -v prog="$prog" -v plan="$plan" -v envs="$envs" -v p="$pred" -v a="$a" -v b="$b" -v n=$((k2 - k1)) '
+    function show(t) { return t >= 1e-3 ? sprintf("%.3g ms", t * 1e3) : sprintf("%.3g us", t * 1e6) }
+    BEGIN { m = (b - a) / n; name = envs == "" ? plan : plan " (" envs ")"
+            printf "| `%s` | %s | %s | %s | %.2f |\n", prog, name, show(p), show(m), m / p }'
+done <<<"$cases"
