@@ -9,7 +9,9 @@
 #   bench/validate_estimate.sh [BUILDDIR [RUNS]]   (default: . and 5 runs each)
 #
 # Each program makes only the calls asked for when its environment says
-# so (SHMAP_BENCH_PLAN, SHMAP_BENCH_CALLS; dot_bench's SHMAP_DOT_STEPS).
+# so (SHMAP_BENCH_PLAN, SHMAP_BENCH_CALLS; dot_bench's SHMAP_DOT_STEPS);
+# psum_jit's REPS argument is its number of psums (the estimate of its
+# while loop, whose trip count is data, is of one iteration).
 # The bench programs without a jit plan (elementwise, psum, all_gather,
 # all_to_all, matmul_basic: eager) have nothing to estimate.
 set -euo pipefail
@@ -20,7 +22,8 @@ shmap="$build/shmap"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# program | plan | variable with the number of calls | other environment | K1 | K2
+# program | plan | variable with the number of calls | other environment |
+# K1 | K2 | arguments, where {K} stands for the number of calls
 cases='jit_bench.shm|expr|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=expr|1|101
 jit_bench.shm|loop|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=loop|1|301
 jit_bench.shm|matmul_basic|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=matmul_basic|1|2001
@@ -31,18 +34,28 @@ xmap_network.shm|loss|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=positional|1|501
 xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=none|1|501
 xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=batch:x|1|201
 xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=hidden:x|1|201
-xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=batch:x,hidden:y|1|201'
+xmap_network.shm|<jit>|SHMAP_BENCH_CALLS|SHMAP_BENCH_PLAN=batch:x,hidden:y|1|201
+psum_jit.shm|many|||1|20001|8 1024 {K}'
 
 # seconds of "12.3 ms", "4.5 us", "1.2 s"
 seconds() { awk -v x="$1" -v u="$2" 'BEGIN { f = u == "s" ? 1 : u == "ms" ? 1e-3 : 1e-6; printf "%.9g\n", x * f }'; }
 
-# the median wall seconds of $runs runs of: env VARS shmap PROGRAM
+# the environment (in $extra) and arguments of a run making $1 calls
+run_with() {
+  local k=$1
+  extra=()
+  [ -n "$envs" ] && extra+=("$envs")
+  [ -n "$var" ] && extra+=("$var=$k")
+  read -r -a argv <<<"${args//\{K\}/$k}"
+}
+
+# the median wall seconds of $runs runs making $1 calls
 wall_median() {
-  local prog=$1; shift
+  run_with "$1"
   for ((r = 0; r < runs; r++)); do
     local t0 t1
     t0=$(date +%s.%N)
-    env "$@" "$shmap" "$here/$prog" >/dev/null
+    env "${extra[@]}" "$shmap" "$here/$prog" "${argv[@]}" >/dev/null
     t1=$(date +%s.%N)
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }'
   done | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
@@ -56,16 +69,15 @@ sed -n 's/^  float32: /profile: float32 /p; s/^memory_bandwidth: /  memory bandw
 echo
 echo "| program | plan | predicted | measured | measured / predicted |"
 echo "|---|---|---|---|---|"
-while IFS='|' read -r prog plan var envs k1 k2; do
-  extra=()
-  [ -n "$envs" ] && extra=("$envs")
-  total=$(env "${extra[@]}" "$var=1" "$shmap" --estimate "$tmp/me.yaml" "$here/$prog" 2>&1 >/dev/null |
+while IFS='|' read -r prog plan var envs k1 k2 args; do
+  run_with 1
+  total=$(env "${extra[@]}" "$shmap" --estimate "$tmp/me.yaml" "$here/$prog" "${argv[@]}" 2>&1 >/dev/null |
     awk -v p="$plan" '/^predicted step time of / { on = ($5 == p) } on && /^total: / { print $2, $3; exit }')
   [ -n "$total" ] || { echo "no estimate of $plan in $prog" >&2; exit 1; }
   pred=$(seconds $total)
-  a=$(wall_median "$prog" "${extra[@]}" "$var=$k1")
-  b=$(wall_median "$prog" "${extra[@]}" "$var=$k2")
-  awk -v prog="$prog" -v plan="$plan" -v envs="$envs" -v p="$pred" -v a="$a" -v b="$b" -v n=$((k2 - k1)) '
+  a=$(wall_median "$k1")
+  b=$(wall_median "$k2")
+  awk -v prog="$prog" -v plan="$plan" -v envs="$envs${args:+${envs:+ }argv ${args//\{K\}/K}}" -v p="$pred" -v a="$a" -v b="$b" -v n=$((k2 - k1)) '
     function show(t) { return t >= 1e-3 ? sprintf("%.3g ms", t * 1e3) : sprintf("%.3g us", t * 1e6) }
     BEGIN { m = (b - a) / n; name = envs == "" ? plan : plan " (" envs ")"
             printf "| `%s` | %s | %s | %s | %.2f |\n", prog, name, show(p), show(m), m / p }'

@@ -32,6 +32,7 @@
 
 #include "array/prim.h"
 #include "lang/eval.h"
+#include "spmd/mesh.h"
 #include "transform/plan.h"
 
 /* Whether [v] is a jax.ShapeDtypeStruct. */
@@ -87,8 +88,11 @@ typedef struct AotCost {
 } AotCost;
 
 /* Fills [c] (zeroed by the caller) with the costs of [p]'s equations,
- * sub-plans included.  0, or -1 with the error set (nomem). */
-int aot_cost(const Plan *p, AotCost *c);
+ * sub-plans included.  [within]: the mesh of the shard_map body [p] runs
+ * in (a jit called inside a body: its collectives' groups are that
+ * mesh's, all its devices run it at once), or NULL.  0, or -1 with the
+ * error set (nomem). */
+int aot_cost(const Plan *p, const Mesh *within, AotCost *c);
 void aot_cost_free(AotCost *c);
 
 /* The dict Lowered/Compiled.cost_analysis() returns: 'flops', 'bytes
@@ -124,7 +128,7 @@ int aot_memory(Plan *p, AotMemory *m);
  * scale") and predicts [p]'s step time: a new Str holding the report
  * (per line, total, the bound, a warning when memory exceeds capacity),
  * and into *[seconds] the total.  NULL with the error set. */
-Value *aot_estimate(Plan *p, const char *path, double *seconds);
+Value *aot_estimate(Plan *p, const Mesh *within, const char *path, double *seconds);
 
 /* `shmap --estimate PROFILE`: from now on every plan jit compiles and
  * every Compiled is noted, and aot_estimate_report prints each one's
@@ -132,7 +136,9 @@ Value *aot_estimate(Plan *p, const char *path, double *seconds);
 void aot_estimate_on(const char *path);
 
 /* Notes plan [p] (a reference taken) named [name] for the report, when
- * --estimate is on; a no-op otherwise.  Thread-safe. */
+ * --estimate is on; a no-op otherwise.  Noted on a device thread inside
+ * a shard_map body, the plan is estimated within that body's mesh
+ * (aot_cost's [within]).  Thread-safe. */
 void aot_estimate_note(const char *name, Plan *p);
 
 /* Prints the prediction of every plan noted, to [f]; 0 or -1 (the first

@@ -281,9 +281,9 @@ static int walk(const Plan *p, const Mesh *m, double mult, AotCost *c) {
   return rc;
 }
 
-int aot_cost(const Plan *p, AotCost *c) {
-  c->devices = 1;
-  return walk(p, NULL, 1, c);
+int aot_cost(const Plan *p, const Mesh *within, AotCost *c) {
+  c->devices = within ? within->size : 1;
+  return walk(p, within, 1, c);
 }
 
 void aot_cost_free(AotCost *c) {

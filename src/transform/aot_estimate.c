@@ -31,6 +31,7 @@
 
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "spmd/device.h"
 #include "transform/aot.h"
 
 /* ==== the profile ================================================================== */
@@ -353,7 +354,7 @@ static int report_lines(const Profile *p, AotCost *c, StrBuf *sb, double *total,
   return 0;
 }
 
-Value *aot_estimate(Plan *plan, const char *path, double *seconds) {
+Value *aot_estimate(Plan *plan, const Mesh *within, const char *path, double *seconds) {
   Profile p;
   if (read_profile(path, &p) < 0) return NULL;
   AotCost c = {0};
@@ -364,7 +365,7 @@ Value *aot_estimate(Plan *plan, const char *path, double *seconds) {
   int nall = 0;
   Value *r = NULL;
   /* compiled first: a compiled xmap is costed by the plan it runs */
-  if (aot_memory(plan, &m) < 0 || aot_cost(plan, &c) < 0) goto out;
+  if (aot_memory(plan, &m) < 0 || aot_cost(plan, within, &c) < 0) goto out;
   sbuf_printf(&sb, "predicted step time of %s on %s, per device of %lld:\n",
               plan->name ? plan->name : "<plan>", p.name[0] ? p.name : path, (long long)c.devices);
   if (report_lines(&p, &c, &sb, &total, all, &nall) < 0) goto out;
@@ -392,25 +393,44 @@ enum { MAX_NOTED = 256 };
 static const char *est_path;
 static pthread_mutex_t est_lock = PTHREAD_MUTEX_INITIALIZER;
 static Plan *noted[MAX_NOTED];
+static Value *noted_mesh[MAX_NOTED];   /* owned: the body's mesh it was noted in, or NULL */
 static int nnoted;
 
 void aot_estimate_on(const char *path) { est_path = path; }
 
+/* The mesh of the shard_map body this thread runs, as an abstract mesh
+ * of its names and sizes (a new reference), or NULL outside a body. */
+static Value *body_mesh(void) {
+  const DevCtx *d = dev_ctx();
+  if (!d || !d->mesh) return NULL;
+  int64_t sizes[DEV_MAX_AXES];
+  for (int a = 0; a < d->mesh->naxes; a++) sizes[a] = d->mesh->sizes[a];
+  Value *m = mesh_new_abstract(d->mesh->naxes, d->mesh->names, sizes);
+  if (!m) err_clear();   /* estimated as outside a body, then */
+  return m;
+}
+
 void aot_estimate_note(const char *name, Plan *p) {
   (void)name;
   if (!est_path) return;
+  Value *mesh = body_mesh();
   pthread_mutex_lock(&est_lock);
   bool seen = false;
   for (int i = 0; i < nnoted; i++) seen |= noted[i] == p;
-  if (!seen && nnoted < MAX_NOTED) noted[nnoted++] = (Plan *)val_incref(&p->hdr);
+  if (!seen && nnoted < MAX_NOTED) {
+    noted_mesh[nnoted] = mesh;
+    noted[nnoted++] = (Plan *)val_incref(&p->hdr);
+    mesh = NULL;
+  }
   pthread_mutex_unlock(&est_lock);
+  val_decref(mesh);
 }
 
 int aot_estimate_report(FILE *f) {
   int rc = 0;
   for (int i = 0; i < nnoted; i++) {
     double t;
-    Value *s = rc == 0 ? aot_estimate(noted[i], est_path, &t) : NULL;
+    Value *s = rc == 0 ? aot_estimate(noted[i], (const Mesh *)noted_mesh[i], est_path, &t) : NULL;
     if (s) fprintf(f, "%s\n", str_cstr(s));
     else if (rc == 0) {
       fprintf(f, "shmap: --estimate: %s\n", err_message());
@@ -419,6 +439,7 @@ int aot_estimate_report(FILE *f) {
     }
     val_decref(s);
     val_decref(&noted[i]->hdr);
+    val_decref(noted_mesh[i]);
   }
   nnoted = 0;
   return rc;
