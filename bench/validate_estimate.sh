@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Checks the predicted step time against this machine: calibrates a
-# profile (`shmap --calibrate`), asks `--estimate` for the step time of
-# each jit plan the bench programs run, and times the same plan by whole
-# processes: the median wall time of a run making K2 calls less that of a
-# run making K1 (start-up, data and compiling cancel), over K2 - K1.
+# Checks the predicted step time against this machine: for each jit plan
+# the bench programs run, asks `--estimate` for the plan's step time on a
+# profile `shmap --calibrate` measures afresh (three times: before and
+# after the timed runs; the median), and times the same plan by whole
+# processes: the median wall time of runs making K2 calls less that of
+# runs making K1, the two in turn (start-up, data and compiling cancel),
+# over K2 - K1.
 # Prints the machine and a Markdown table (README.md, "Planning at
 # scale") with the ratio measured / predicted.
 #   bench/validate_estimate.sh [BUILDDIR [RUNS]]   (default: . and 5 runs each)
@@ -49,34 +51,55 @@ run_with() {
   read -r -a argv <<<"${args//\{K\}/$k}"
 }
 
-# the median wall seconds of $runs runs making $1 calls
-wall_median() {
+# the wall seconds of one run making $1 calls
+wall() {
   run_with "$1"
-  for ((r = 0; r < runs; r++)); do
-    local t0 t1
-    t0=$(date +%s.%N)
-    env "${extra[@]}" "$shmap" "$here/$prog" "${argv[@]}" >/dev/null
-    t1=$(date +%s.%N)
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }'
-  done | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  local t0 t1
+  t0=$(date +%s.%N)
+  env "${extra[@]}" "$shmap" "$here/$prog" "${argv[@]}" >/dev/null
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }'
 }
 
-"$shmap" --calibrate >"$tmp/me.yaml"
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# $runs runs making $1 calls and $runs making $2, in turn (a drifting
+# machine then slows both alike): the two medians
+wall_medians() {
+  : >"$tmp/a"; : >"$tmp/b"
+  for ((r = 0; r < runs; r++)); do
+    wall "$1" >>"$tmp/a"
+    wall "$2" >>"$tmp/b"
+  done
+  echo "$(median <"$tmp/a") $(median <"$tmp/b")"
+}
+
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "machine: $(nproc) cores, ${model:-unknown CPU} at ${mhz:-?} MHz, $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
-sed -n 's/^  float32: /profile: float32 /p; s/^memory_bandwidth: /  memory bandwidth /p; s/^call_overhead: /  call overhead /p; s/^    bandwidth: /  link bandwidth /p; s/^    latency: /  link latency /p' "$tmp/me.yaml" | paste -sd' '
+echo "(the prediction is the median of three, each on a profile measured afresh before"
+echo " or after the timed runs: a shared machine's load drifts)"
 echo
 echo "| program | plan | predicted | measured | measured / predicted |"
 echo "|---|---|---|---|---|"
-while IFS='|' read -r prog plan var envs k1 k2 args; do
+# the predicted seconds of the case's plan on a profile measured now
+predict() {
+  "$shmap" --calibrate >"$tmp/me.yaml"
   run_with 1
+  local total
   total=$(env "${extra[@]}" "$shmap" --estimate "$tmp/me.yaml" "$here/$prog" "${argv[@]}" 2>&1 >/dev/null |
     awk -v p="$plan" '/^predicted step time of / { on = ($5 == p) } on && /^total: / { print $2, $3; exit }')
   [ -n "$total" ] || { echo "no estimate of $plan in $prog" >&2; exit 1; }
-  pred=$(seconds $total)
-  a=$(wall_median "$k1")
-  b=$(wall_median "$k2")
+  seconds $total
+}
+
+while IFS='|' read -r prog plan var envs k1 k2 args; do
+  p1=$(predict)
+  wall "$k1" >/dev/null   # a warm-up run, not counted
+  read -r a b <<<"$(wall_medians "$k1" "$k2")"
+  p2=$(predict)
+  p3=$(predict)
+  pred=$(printf '%s\n' "$p1" "$p2" "$p3" | sort -g | sed -n 2p)
   awk -v prog="$prog" -v plan="$plan" -v envs="$envs${args:+${envs:+ }argv ${args//\{K\}/K}}" -v p="$pred" -v a="$a" -v b="$b" -v n=$((k2 - k1)) '
     function show(t) { return t >= 1e-3 ? sprintf("%.3g ms", t * 1e3) : sprintf("%.3g us", t * 1e6) }
     BEGIN { m = (b - a) / n; name = envs == "" ? plan : plan " (" envs ")"

@@ -21,7 +21,8 @@
  * scan body counts `length` times, a while body once (its trip count is
  * data) unless the while is a fori_loop over literal bounds (then as many
  * times as it iterates, as JAX's scan of it), a cond the costliest
- * branch.  Each primitive's flops and
+ * branch, a compiled xmap the positional plan it runs (its named axes
+ * batched, its resources a shard_map).  Each primitive's flops and
  * transcendentals come from its row's cost rule (PrimRules.cost), each
  * collective's traffic from its row's CollRules.traffic.
  */
