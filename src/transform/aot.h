@@ -126,9 +126,12 @@ int aot_memory(Plan *p, AotMemory *m);
 /* ---- predicted time (aot_estimate.c) ---- */
 
 /* Reads the hardware profile at [path] (YAML, man/shmap.7 "Planning at
- * scale") and predicts [p]'s step time: a new Str holding the report
- * (per line, total, the bound, a warning when memory exceeds capacity),
- * and into *[seconds] the total.  NULL with the error set. */
+ * scale") and predicts [p]'s step time in seconds (compiling [p] if it
+ * is not yet), [within] the mesh of the shard_map body it runs in or NULL
+ * (aot_cost's): a new Str holding the report (per line, total, the
+ * bound, a warning when memory exceeds capacity), and into *[seconds] the
+ * total.  NULL with the error set (the profile unreadable or invalid, a
+ * mesh axis with no link, out of memory). */
 Value *aot_estimate(Plan *p, const Mesh *within, const char *path, double *seconds);
 
 /* `shmap --estimate PROFILE`: from now on every plan jit compiles and
