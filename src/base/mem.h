@@ -108,9 +108,10 @@ long long shm_mem_bytes(void);
  * device's own memory) for as long as the body runs.  The high-water
  * mark is exact: only the device's own thread adds, so it compares the
  * sum it made with the mark, while others only subtract.  Threads that
- * name no device (the main thread) charge nothing.  Cost: one relaxed
- * atomic add on the device's own cache-line pair per payload made and
- * freed. */
+ * name no device (the main thread) charge nothing.  Cost: a plain load
+ * and store on the device's own cache-line pair per payload made and
+ * freed on its thread (one writer: no atomic read-modify-write); an
+ * atomic add when another thread frees it. */
 
 /* Makes counters for devices 0..[n)-1 (all zero).  Called by the device
  * pool before its threads start; a later call with a larger [n] makes
