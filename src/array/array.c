@@ -138,6 +138,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
   }
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
+  b->charged = shm_mem_charge(nbytes);
   a->buf = b;
   arr_set_dims(a, ndim);
   return a;
@@ -152,6 +153,7 @@ static bool arr_buffer_release(Buffer *b) {
 
 /* Frees a buffer whose count reached zero. */
 static void arr_buffer_free(Buffer *b) {
+  shm_mem_uncharge(b->charged, b->nbytes);
   if (b->owned) {
     shm_buf_free(b->data, b->nbytes);
     shm_buf_free(b, sizeof(Buffer));
@@ -591,6 +593,7 @@ void arr_free(Value *v) {
   bool embedded = !b->owned && ((void **)b)[-1] == (void *)a;
   bool last = arr_buffer_release(b);
   if (embedded) {   /* a's own embedded buffer */
+    if (last) shm_mem_uncharge(b->charged, b->nbytes);
     if (last && !spare_put(a, arr_embed_size(a->ndim, b->nbytes)))
       shm_free(a);   /* else the last view's release frees it */
     return;

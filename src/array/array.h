@@ -57,6 +57,7 @@ typedef struct Buffer {
   void *data;      /* 64-byte aligned; points into inline_data for small ones */
   bool owned;      /* data came from shm_buf_alloc and is returned to it */
   bool pinned;     /* a compiled plan's workspace memory (arr_pin): never shared */
+  int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
 

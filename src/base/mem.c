@@ -244,3 +244,74 @@ long shm_mem_count(void) {
 }
 
 long long shm_mem_bytes(void) { return alloc_bytes; }
+
+/* ---- per-device accounting (mem.h) ---- */
+
+/* One device's counters, on a cache-line pair of their own.  The bytes in
+ * use are [added] - [taken]: [added] has one writer, the device's thread
+ * (its payloads made, less those it frees itself), so it needs no atomic
+ * read-modify-write; [taken] counts what other threads free. */
+typedef struct DevMem {
+  _Atomic long long added;    /* written only by the device's thread */
+  _Atomic long long taken;    /* added to by any other thread */
+  _Atomic long long peak;     /* written only by the device's thread */
+  char pad[SHM_LINE_PAIR - 3 * sizeof(long long)];
+} DevMem;
+
+/* Set before the device threads start (pthread_create orders it before
+ * their reads); [old_devmem] keeps the set before the last growth
+ * reachable for a thread that read the pointer just before it. */
+static DevMem *devmem, *old_devmem;
+static int ndevmem;
+static _Thread_local int mem_device = -1;
+
+int shm_mem_track_devices(int n) {
+  if (n <= ndevmem) return 0;
+  DevMem *m = shm_pair_alloc(sizeof(DevMem) * (size_t)n);
+  if (!m) return -1;
+  for (int i = 0; i < ndevmem; i++) {   /* no device thread runs: plain copies */
+    atomic_init(&m[i].added, atomic_load(&devmem[i].added));
+    atomic_init(&m[i].taken, atomic_load(&devmem[i].taken));
+    atomic_init(&m[i].peak, atomic_load(&devmem[i].peak));
+  }
+  shm_free(old_devmem);
+  old_devmem = devmem;
+  devmem = m;
+  ndevmem = n;
+  return 0;
+}
+
+void shm_mem_set_device(int device) { mem_device = device; }
+
+int shm_mem_charge(size_t bytes) {
+  int d = mem_device;
+  if (d < 0 || d >= ndevmem) return 0;
+  DevMem *m = &devmem[d];
+  long long added = atomic_load_explicit(&m->added, memory_order_relaxed) + (long long)bytes;
+  atomic_store_explicit(&m->added, added, memory_order_relaxed);
+  long long now = added - atomic_load_explicit(&m->taken, memory_order_relaxed);
+  if (now > atomic_load_explicit(&m->peak, memory_order_relaxed))
+    atomic_store_explicit(&m->peak, now, memory_order_relaxed);
+  return d + 1;
+}
+
+void shm_mem_uncharge(int tag, size_t bytes) {
+  if (tag <= 0 || tag > ndevmem) return;
+  DevMem *m = &devmem[tag - 1];
+  if (mem_device == tag - 1)   /* the device's own thread: the only writer of [added] */
+    atomic_store_explicit(&m->added,
+                          atomic_load_explicit(&m->added, memory_order_relaxed) - (long long)bytes,
+                          memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(&m->taken, (long long)bytes, memory_order_relaxed);
+}
+
+bool shm_mem_device_stats(int device, long long *in_use, long long *peak) {
+  *in_use = *peak = 0;
+  if (device < 0 || device >= ndevmem) return false;
+  const DevMem *m = &devmem[device];
+  *in_use = atomic_load_explicit(&m->added, memory_order_relaxed) -
+            atomic_load_explicit(&m->taken, memory_order_relaxed);
+  *peak = atomic_load_explicit(&m->peak, memory_order_relaxed);
+  return true;
+}

@@ -18,6 +18,7 @@
 #ifndef SHMAP_MEM_H
 #define SHMAP_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Allocates [n] bytes (n may be 0).  Returns NULL only when the system is
@@ -93,5 +94,46 @@ long shm_mem_count(void);
  * realloc, not array payloads): tests bound what an operation allocates,
  * e.g. that lexing stays linear in the source's size. */
 long long shm_mem_bytes(void);
+
+/* ---- per-device accounting of array payloads --------------------------------
+ *
+ * What a device holds, as XLA's allocator statistics report it (jax's
+ * Device.memory_stats(): bytes_in_use, peak_bytes_in_use).  A device
+ * thread names its device once (shm_mem_set_device); from then on every
+ * array payload made on that thread is charged to the device
+ * (shm_mem_charge, called by array.c for each Buffer, whose tag the
+ * Buffer keeps) until the payload is freed, on whatever thread frees it
+ * (shm_mem_uncharge).  The shard_map call machinery charges the argument
+ * blocks it hands a device (views of the global arrays: on hardware the
+ * device's own memory) for as long as the body runs.  The high-water
+ * mark is exact: only the device's own thread adds, so it compares the
+ * sum it made with the mark, while others only subtract.  Threads that
+ * name no device (the main thread) charge nothing.  Cost: a plain load
+ * and store on the device's own cache-line pair per payload made and
+ * freed on its thread (one writer: no atomic read-modify-write); an
+ * atomic add when another thread frees it. */
+
+/* Makes counters for devices 0..[n)-1 (all zero).  Called by the device
+ * pool before its threads start; a later call with a larger [n] makes
+ * new counters (the old ones stay, unused).  0, or -1 on out of memory
+ * (the caller raises it). */
+int shm_mem_track_devices(int n);
+
+/* This thread allocates for device [device] from now on (-1: for none). */
+void shm_mem_set_device(int device);
+
+/* Adds [bytes] to the bytes in use of this thread's device and moves its
+ * high-water mark.  Returns the tag to give shm_mem_uncharge: 1 + the
+ * device, or 0 when this thread names no tracked device. */
+int shm_mem_charge(size_t bytes);
+
+/* Takes [bytes] charged under [tag] (shm_mem_charge's) off its device;
+ * a no-op for tag 0.  Any thread. */
+void shm_mem_uncharge(int tag, size_t bytes);
+
+/* The bytes device [device]'s payloads hold now (*[in_use]) and their
+ * most since the start (*[peak]).  False (both 0) for a device without
+ * counters.  Any thread; a running device's figures move meanwhile. */
+bool shm_mem_device_stats(int device, long long *in_use, long long *peak);
 
 #endif

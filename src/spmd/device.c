@@ -169,6 +169,7 @@ static void run_job(Job *job, int rank) {
 static void *device_main(void *arg) {
   Device *d = arg;
   tls_on_device = true;
+  shm_mem_set_device(d->id);   /* the payloads it makes are this device's */
   if (tl_recording() || tl_counting()) {   /* its own track on the timeline */
     /* the mesh's device number: across processes, this one's first is
      * its rank times its device count */
@@ -213,6 +214,7 @@ static void stop_threads(int made) {
 int dev_start(int n) {
   if (pool.n) return err_set(ERR_VALUE, "device pool already started"), -1;
   if (n < 1) return err_set(ERR_VALUE, "need at least 1 device, got %d", n), -1;
+  if (shm_mem_track_devices(n) < 0) return err_nomem(), -1;
   pool.devs = shm_calloc((size_t)n, sizeof(Device));
   if (!pool.devs) return err_nomem(), -1;
   pool.n = n;

@@ -33,8 +33,36 @@ static Value *device_repr(Value *self) {
   return str_from(buf);
 }
 
+static int local_range(int *first);
+
+/* Device.memory_stats(): what this process's device holds, as XLA's
+ * allocator statistics name it (base/mem.h: the array payloads its thread
+ * made and still live, and the argument blocks of a running shard_map
+ * body): a dict of bytes_in_use and peak_bytes_in_use, or None for a
+ * device of another process. */
+static Value *device_memory_stats(Value *self, const CallArgs *a) {
+  if (a->nargs || a->nkw) return err_set(ERR_TYPE, "memory_stats() takes no arguments");
+  int first, n = local_range(&first), local = ((Device *)self)->id - first;
+  long long in_use, peak;
+  if (local < 0 || local >= n || !shm_mem_device_stats(local, &in_use, &peak))
+    return val_incref(VAL_NONE);
+  Value *d = dict_new(), *u = val_int(in_use), *p = val_int(peak);
+  int rc = d && u && p && dict_set_str(d, "bytes_in_use", u) == 0 &&
+                   dict_set_str(d, "peak_bytes_in_use", p) == 0
+               ? 0
+               : -1;
+  val_decref(u);
+  val_decref(p);
+  if (rc < 0) {
+    val_decref(d);
+    return err_occurred() ? NULL : err_nomem();
+  }
+  return d;
+}
+
 static Value *device_getattr(Value *self, const char *name) {
   int id = ((Device *)self)->id;
+  if (!strcmp(name, "memory_stats")) return bound_new("memory_stats", device_memory_stats, self);
   if (!strcmp(name, "id")) return val_int(id);
   if (!strcmp(name, "process_index")) return val_int(transport_process_of(id));
   if (!strcmp(name, "platform")) return str_from("cpu");

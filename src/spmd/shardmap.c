@@ -229,10 +229,16 @@ typedef struct Call {
   Loc *ret;          /* per rank: where the body returned (its last statement) */
 } Call;
 
+/* The bytes of [a]'s elements. */
+static size_t block_bytes(const Array *a) { return (size_t)a->size * dt_size(a->dtype); }
+
+/* Runs the body on device [rank].  Its argument blocks are views of the
+ * global arrays; they count as the device's memory while the body runs
+ * (shm_mem_charge), as an argument's shard is on hardware. */
 static void run_device(int rank, void *vctx) {
   Call *c = vctx;
   Value *blocks[SHARDMAP_MAX_ARGS];
-  int made = 0;
+  int made = 0, tags[SHARDMAP_MAX_ARGS];
   eval_set_output(&c->out[rank]);
   DevCtx *dc = dev_ctx();
   if (dc) dc->unchecked = !c->f->check_rep;
@@ -241,6 +247,7 @@ static void run_device(int rank, void *vctx) {
     if (!b) break;
     if (b->vma) b->why = (VmaWhy){0, 0, (int16_t)(made + 1), b->vma};   /* its in_spec splits it */
     blocks[made] = &b->hdr;
+    tags[made] = shm_mem_charge(block_bytes(b));
   }
   Loc before = eval_current_loc();
   if (made == c->nargs) c->results[rank] = val_call_n(c->f->body, c->nargs, blocks);
@@ -249,7 +256,10 @@ static void run_device(int rank, void *vctx) {
   Loc after = eval_current_loc();
   if (c->ret && (after.src != before.src || after.line != before.line || after.col != before.col))
     c->ret[rank] = after;
-  for (int i = 0; i < made; i++) val_decref(blocks[i]);
+  for (int i = 0; i < made; i++) {
+    shm_mem_uncharge(tags[i], block_bytes(AS_ARRAY(blocks[i])));
+    val_decref(blocks[i]);
+  }
   eval_const_cache_clear();
   eval_set_output(NULL);
 }

@@ -200,7 +200,7 @@ static Value *m_compile(Value *self, const CallArgs *a) {
 static Value *m_cost_analysis(Value *self, const CallArgs *a) {
   if (no_args("cost_analysis", a) < 0) return NULL;
   AotCost c = {0};
-  Value *r = aot_cost(((Stage *)self)->plan, &c) == 0 ? aot_cost_dict(&c) : NULL;
+  Value *r = aot_cost(((Stage *)self)->plan, NULL, &c) == 0 ? aot_cost_dict(&c) : NULL;
   aot_cost_free(&c);
   return r;
 }
@@ -259,7 +259,7 @@ static Value *m_estimate(Value *self, const CallArgs *a) {
     return err_set(ERR_TYPE, "estimate: profile must be the path of a YAML file, got %s",
                    val_type_name(path));
   double t;
-  return aot_estimate(((Stage *)self)->plan, str_cstr(path), &t);
+  return aot_estimate(((Stage *)self)->plan, NULL, str_cstr(path), &t);
 }
 
 static Value *m_out_info(Stage *s) { return out_info(s->plan, s->l.out_tree); }

@@ -19,7 +19,10 @@
  * device: the equations of a shard_map body count once (each device runs
  * them), equations outside it count as the one device running them; a
  * scan body counts `length` times, a while body once (its trip count is
- * data), a cond the costliest branch.  Each primitive's flops and
+ * data) unless the while is a fori_loop over literal bounds (then as many
+ * times as it iterates, as JAX's scan of it), a cond the costliest
+ * branch, a compiled xmap the positional plan it runs (its named axes
+ * batched, its resources a shard_map).  Each primitive's flops and
  * transcendentals come from its row's cost rule (PrimRules.cost), each
  * collective's traffic from its row's CollRules.traffic.
  */
@@ -30,6 +33,7 @@
 
 #include "array/prim.h"
 #include "lang/eval.h"
+#include "spmd/mesh.h"
 #include "transform/plan.h"
 
 /* Whether [v] is a jax.ShapeDtypeStruct. */
@@ -71,6 +75,10 @@ typedef struct AotItem {
   double operand_bytes;      /* per run: the bytes --comm-stats counts */
   double sent, received;     /* per run, bytes per device */
   int steps;                 /* per run, message rounds */
+  bool call;                 /* a shard_map call itself (no flops, no bytes): the
+                                profile's call_overhead, [count] times */
+  int64_t running;           /* devices running it at once: the mesh of the
+                                shard_map around it; 0 outside any */
 } AotItem;
 
 typedef struct AotCost {
@@ -81,8 +89,11 @@ typedef struct AotCost {
 } AotCost;
 
 /* Fills [c] (zeroed by the caller) with the costs of [p]'s equations,
- * sub-plans included.  0, or -1 with the error set (nomem). */
-int aot_cost(const Plan *p, AotCost *c);
+ * sub-plans included.  [within]: the mesh of the shard_map body [p] runs
+ * in (a jit called inside a body: its collectives' groups are that
+ * mesh's, all its devices run it at once), or NULL.  0, or -1 with the
+ * error set (nomem). */
+int aot_cost(const Plan *p, const Mesh *within, AotCost *c);
 void aot_cost_free(AotCost *c);
 
 /* The dict Lowered/Compiled.cost_analysis() returns: 'flops', 'bytes
@@ -93,22 +104,35 @@ void aot_cost_free(AotCost *c);
 Value *aot_cost_dict(const AotCost *c);
 
 /* Per-device memory from the compiled plan's buffer planner (compile.h):
- * what Compiled.memory_analysis() reports. */
+ * what Compiled.memory_analysis() reports, in bytes.  argument: the
+ * blocks of one device; output: the results a run writes (not one that
+ * passes an argument or a constant through: that buffer is the
+ * argument's); temp: the planner's TEMP slots and scratch arrays, the
+ * sub-plans' workspaces, and the contiguous copies of strided argument
+ * blocks that fused loops and scans read in place; alias: 0 (nothing is
+ * donated); constant: the plan's constants.  argument + output + temp is
+ * what each device's bytes in use peak at during a run
+ * (base/mem.h's per-device accounting, Device.memory_stats()). */
 typedef struct AotMemory {
   double argument, output, temp, alias, constant;
 } AotMemory;
 
-/* [p] compiled: its arguments, outputs and planned temporaries per
- * device (the body's when the plan is a shard_map call).  0, or -1. */
+/* Compiles [p] if it is not yet and fills [m] with its arguments,
+ * outputs and planned temporaries per device (the body's when every step
+ * is a shard_map call: the largest body workspace, since the calls run
+ * one after another).  0, or -1 with the error set (compiling failed). */
 int aot_memory(Plan *p, AotMemory *m);
 
 /* ---- predicted time (aot_estimate.c) ---- */
 
 /* Reads the hardware profile at [path] (YAML, man/shmap.7 "Planning at
- * scale") and predicts [p]'s step time: a new Str holding the report
- * (per line, total, the bound, a warning when memory exceeds capacity),
- * and into *[seconds] the total.  NULL with the error set. */
-Value *aot_estimate(Plan *p, const char *path, double *seconds);
+ * scale") and predicts [p]'s step time in seconds (compiling [p] if it
+ * is not yet), [within] the mesh of the shard_map body it runs in or NULL
+ * (aot_cost's): a new Str holding the report (per line, total, the
+ * bound, a warning when memory exceeds capacity), and into *[seconds] the
+ * total.  NULL with the error set (the profile unreadable or invalid, a
+ * mesh axis with no link, out of memory). */
+Value *aot_estimate(Plan *p, const Mesh *within, const char *path, double *seconds);
 
 /* `shmap --estimate PROFILE`: from now on every plan jit compiles and
  * every Compiled is noted, and aot_estimate_report prints each one's
@@ -116,7 +140,9 @@ Value *aot_estimate(Plan *p, const char *path, double *seconds);
 void aot_estimate_on(const char *path);
 
 /* Notes plan [p] (a reference taken) named [name] for the report, when
- * --estimate is on; a no-op otherwise.  Thread-safe. */
+ * --estimate is on; a no-op otherwise.  Noted on a device thread inside
+ * a shard_map body, the plan is estimated within that body's mesh
+ * (aot_cost's [within]).  Thread-safe. */
 void aot_estimate_note(const char *name, Plan *p);
 
 /* Prints the prediction of every plan noted, to [f]; 0 or -1 (the first

@@ -101,8 +101,50 @@ static int walk_param(Value *v, const Mesh *m, double mult, AotCost *c) {
   return err_occurred() ? -1 : 0;
 }
 
+/* The equation of [p] defining variable [v], or NULL. */
+static const PlanEqn *defining(const Plan *p, int v) {
+  for (int i = 0; i < p->neqn; i++)
+    for (int k = 0; k < p->eqns[i].nout; k++)
+      if (p->eqns[i].out[k] == v) return &p->eqns[i];
+  return NULL;
+}
+
+static bool is_literal(const PlanAtom *a, int64_t *x) {
+  if (a->var >= 0 || !a->lit || !IS_ARRAY(a->lit) || AS_ARRAY(a->lit)->size != 1) return false;
+  *x = arr_get_i64(AS_ARRAY(a->lit), 0);
+  return true;
+}
+
+/* The trip count of while equation [q] when it is a fori_loop over
+ * literal bounds, which JAX lowers to a scan of that length: its cond is
+ * `lt` of its first two carries, its body adds 1 to the first and passes
+ * the second through, and both start as literals.  -1 for any other
+ * while, whose trip count is data. */
+static double fori_trips(const PlanEqn *q) {
+  Plan *cond = cmp_param_plan(q, "cond_jaxpr"), *body = cmp_param_plan(q, "body_jaxpr");
+  int64_t cn, bn, lo, hi, one;
+  if (!cond || !body || params_int(&q->params, "cond_nconsts", &cn) < 0 ||
+      params_int(&q->params, "body_nconsts", &bn) < 0) {
+    err_clear();
+    return -1;
+  }
+  if (q->nin < cn + bn + 2 || cond->nin < cn + 2 || body->nin < bn + 2 || body->nout < 2 ||
+      !is_literal(&q->in[cn + bn], &lo) || !is_literal(&q->in[cn + bn + 1], &hi))
+    return -1;
+  const PlanEqn *lt = cond->neqn == 1 && cond->nout == 1 ? &cond->eqns[0] : NULL;
+  if (!lt || lt->prim != P_LT || lt->in[0].var != cond->invars[cn] ||
+      lt->in[1].var != cond->invars[cn + 1] || cond->outs[0].var != lt->out[0])
+    return -1;
+  const PlanEqn *inc = body->outs[0].var >= 0 ? defining(body, body->outs[0].var) : NULL;
+  if (!inc || inc->prim != P_ADD || inc->in[0].var != body->invars[bn] ||
+      !is_literal(&inc->in[1], &one) || one != 1 || body->outs[1].var != body->invars[bn + 1])
+    return -1;
+  return hi > lo ? (double)(hi - lo) : 0;
+}
+
 /* A higher-order equation: its sub-plans, on the mesh it names (a
- * shard_map's), repeated `length` times when it has one (scan). */
+ * shard_map's), repeated `length` times when it has one (scan), or its
+ * trip count when it is a fori_loop over literal bounds. */
 static int walk_higher(const PlanEqn *q, const Mesh *m, double mult, AotCost *c) {
   Value *mv = params_get(&q->params, "mesh");
   if (mv && mv->type == V_MESH) {
@@ -113,6 +155,8 @@ static int walk_higher(const PlanEqn *q, const Mesh *m, double mult, AotCost *c)
   if (params_get(&q->params, "length") && params_int(&q->params, "length", &len) == 0)
     mult *= (double)len;
   err_clear();
+  double trips = q->prim == P_WHILE ? fori_trips(q) : -1;
+  if (trips >= 0) mult *= trips;
   for (int i = 0; i < q->params.n; i++)
     if (walk_param(q->params.p[i].value, m, mult, c) < 0) return -1;
   return 0;
@@ -166,6 +210,7 @@ static int walk_eqn(const Plan *p, const PlanEqn *q, const Mesh *m, double mult,
   it->line = q->loc.line;
   it->prim = q->prim;
   it->count = mult;
+  it->running = m ? m->size : 0;
   double bytes = 0;
   for (int k = 0; k < nin; k++) plan_atom_aval(p, &q->in[k], &in[k]), bytes += aval_bytes(&in[k]);
   for (int k = 0; k < nout; k++) out[k] = p->vars[q->out[k]], bytes += aval_bytes(&out[k]);
@@ -193,23 +238,52 @@ static int walk_eqn(const Plan *p, const PlanEqn *q, const Mesh *m, double mult,
   return 0;
 }
 
+/* The plan a compiled step of [p] runs in place of higher-order equation
+ * [q] when its row's prepare rule made one (xmap's: the body lowered to
+ * positional equations over its resources, which is what runs), or NULL. */
+static Plan *lowered_plan(const Plan *p, const PlanEqn *q) {
+  const Exec *e = p->exec;
+  for (int i = 0; e && i < e->nsteps; i++)
+    if (e->steps[i].eqn == q && e->steps[i].own && IS_PLAN(e->steps[i].own))
+      return AS_PLAN(e->steps[i].own);
+  return NULL;
+}
+
+/* A shard_map call: an item of no flops or bytes that stands for
+ * starting its body on every device, per call (the profile's
+ * call_overhead). */
+static int note_call(const PlanEqn *q, double mult, AotCost *c) {
+  Value *mv = params_get(&q->params, "mesh");
+  if (!mv || mv->type != V_MESH) return 0;
+  AotItem *it = push(c);
+  if (!it) return -1;
+  it->line = q->loc.line;
+  it->prim = q->prim;
+  it->count = mult;
+  it->call = true;
+  it->running = ((const Mesh *)mv)->size;
+  return 0;
+}
+
 static int walk(const Plan *p, const Mesh *m, double mult, AotCost *c) {
   int *group;
   double *fb = fused_bytes(p, &group, c);
   int rc = 0;
   for (int i = 0; i < p->neqn && rc == 0; i++) {
     const PlanEqn *q = &p->eqns[i];
-    rc = has_plan_param(q) ? walk_higher(q, m, mult, c)
-                           : walk_eqn(p, q, m, mult, fb ? fb[i] : -1, fb ? group[i] : 0, c);
+    Plan *low = has_plan_param(q) ? lowered_plan(p, q) : NULL;
+    if (low) rc = walk(low, m, mult, c);
+    else if (has_plan_param(q)) rc = note_call(q, mult, c) < 0 ? -1 : walk_higher(q, m, mult, c);
+    else rc = walk_eqn(p, q, m, mult, fb ? fb[i] : -1, fb ? group[i] : 0, c);
   }
   shm_free(fb);
   shm_free(group);
   return rc;
 }
 
-int aot_cost(const Plan *p, AotCost *c) {
-  c->devices = 1;
-  return walk(p, NULL, 1, c);
+int aot_cost(const Plan *p, const Mesh *within, AotCost *c) {
+  c->devices = within ? within->size : 1;
+  return walk(p, within, 1, c);
 }
 
 void aot_cost_free(AotCost *c) {
@@ -293,9 +367,11 @@ static Value *lines_dict(const AotCost *c) {
     shm_free(ls);
     return ls ? NULL : err_nomem();
   }
-  for (int i = 0; i < c->n; i++) ls[i] = c->items[i].line;
-  qsort(ls, (size_t)c->n, sizeof *ls, by_line);
-  for (int i = 0; i < c->n; i++) {
+  int n = 0;
+  for (int i = 0; i < c->n; i++)
+    if (!c->items[i].call) ls[n++] = c->items[i].line;
+  qsort(ls, (size_t)n, sizeof *ls, by_line);
+  for (int i = 0; i < n; i++) {
     if (i && ls[i] == ls[i - 1]) continue;
     Value *k = val_int(ls[i]), *v = sums(c, ls[i], false);
     int rc = k && v ? dict_set(d, k, v) : -1;
@@ -372,10 +448,41 @@ static void exec_memory(const Exec *e, AotMemory *m) {
     case SL_TEMP: break;
     }
   }
-  /* outputs copied from an input or a constant are new buffers too */
+  /* an output copied from a temporary is a new buffer; one that passes
+   * an input or a constant through is that buffer (compile.c's
+   * copy_results takes a reference, as JAX forwards such an input) */
   for (int i = 0; i < e->nout; i++)
-    if (e->out_copy[i]) m->output += aval_bytes(&e->slots[e->out_slot[i]].aval);
+    if (e->out_copy[i] && e->slots[e->out_slot[i]].kind == SL_TEMP)
+      m->output += aval_bytes(&e->slots[e->out_slot[i]].aval);
   m->temp += temp_bytes(e);
+}
+
+/* Whether a block of shape [block] cut from a C-contiguous [global] is
+ * itself contiguous: below its first dimension longer than one, every
+ * dimension is whole. */
+static bool block_contiguous(const AVal *global, const AVal *block) {
+  int d = 0;
+  while (d < block->ndim && block->shape[d] <= 1) d++;
+  for (int k = d + 1; k < block->ndim; k++)
+    if (block->shape[k] != global->shape[k]) return false;
+  return true;
+}
+
+/* The copies a run of shard_map step [s]'s body makes of its argument
+ * blocks: a block the body reads in place (a fused loop, a scan) must be
+ * contiguous (compile.c's bind_args), and a device's block of a global
+ * array split along a later dimension is a strided view. */
+static double block_copies(const Plan *outer, const Step *s, const Plan *body) {
+  const Exec *e = body->exec;
+  double t = 0;
+  for (int i = 0; i < e->nin && i < s->eqn->nin; i++) {
+    if (!e->in_contig[i]) continue;
+    AVal global;
+    plan_atom_aval(outer, &s->eqn->in[i], &global);
+    const AVal *block = &e->slots[e->in_slot[i]].aval;
+    if (!block_contiguous(&global, block)) t += aval_bytes(block);
+  }
+  return t;
 }
 
 /* The shard_map body a step runs on every device, or NULL. */
@@ -399,7 +506,9 @@ int aot_memory(Plan *p, AotMemory *m) {
   double temp = 0;
   for (int i = 0; i < e->nsteps; i++) {
     AotMemory b = {0};
-    exec_memory(device_body(&e->steps[i])->exec, &b);
+    Plan *body = device_body(&e->steps[i]);
+    exec_memory(body->exec, &b);
+    b.temp += block_copies(p, &e->steps[i], body);
     m->argument += b.argument;
     m->output += b.output;
     m->constant += b.constant;

@@ -7,13 +7,23 @@
  * runs them (shmap overlaps no communication with compute), so the step
  * time is the sum of:
  *   - a kernel: max(flops / peak FLOP/s of its dtype, bytes accessed /
- *     memory bandwidth), bound by whichever is larger (transcendentals
- *     count as flops);
+ *     memory bandwidth), bound by whichever is larger; transcendentals
+ *     count as flops, unless the profile gives them a rate of their own
+ *     (a CPU's: its vectorised sin or exp is tens of instructions on the
+ *     cores that also issue the loads, where a TPU's or GPU's
+ *     special-function units keep pace beside the vector units): then
+ *     transcendentals / that rate adds to the max, not hidden under the
+ *     memory traffic (bench/validate_estimate.sh's fused sin loop);
+ *     plus the profile's kernel_overhead per run (dispatching a step: what
+ *     a loop of tiny kernels costs; 0 when not given);
  *   - a collective: rounds x latency + bytes sent / bandwidth over the
  *     slowest link of the axes it spans, its rounds and bytes its row's
- *     (CollTraffic); on a torus the ring runs both ways, halving both.
+ *     (CollTraffic); on a torus the ring runs both ways, halving both;
+ *   - a shard_map call: the profile's call_overhead (starting the body on
+ *     every device and waiting for the last; 0 when not given).
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -23,6 +33,7 @@
 
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "spmd/device.h"
 #include "transform/aot.h"
 
 /* ==== the profile ================================================================== */
@@ -40,6 +51,13 @@ typedef struct Profile {
   char name[128];
   double peak[DT_COUNT];   /* FLOP/s per dtype; 0: not given */
   double mem_bw, capacity;
+  double call_overhead;    /* seconds per shard_map call; 0: not given */
+  double kernel_overhead;  /* seconds per kernel run, whatever its size; 0: not given */
+  double host_cores;       /* the devices are threads of one host of this many cores,
+                              whose peak_flops, memory_bandwidth and transcendentals
+                              they share; 0: each device has its own */
+  double transcendentals;  /* exp, sin, tanh, ... per second; 0: not given (counted
+                              as flops) */
   int nlinks;
   Link links[MAX_LINKS];
 } Profile;
@@ -141,9 +159,13 @@ static int read_top(const Reader *r, const yaml_node_t *root, Profile *p) {
     else if (k && !strcmp(k, "peak_flops")) rc = read_peaks(r, v, p);
     else if (k && !strcmp(k, "memory_bandwidth")) rc = number(r, v, k, &p->mem_bw);
     else if (k && !strcmp(k, "memory_capacity")) rc = number(r, v, k, &p->capacity);
+    else if (k && !strcmp(k, "call_overhead")) rc = number(r, v, k, &p->call_overhead);
+    else if (k && !strcmp(k, "kernel_overhead")) rc = number(r, v, k, &p->kernel_overhead);
+    else if (k && !strcmp(k, "host_cores")) rc = number(r, v, k, &p->host_cores);
+    else if (k && !strcmp(k, "transcendentals")) rc = number(r, v, k, &p->transcendentals);
     else if (k && !strcmp(k, "links")) rc = read_links(r, v, p);
     else rc = bad(r, node(r, q->key), "unknown key '%s' (name, peak_flops, memory_bandwidth, "
-                  "memory_capacity, links)", k ? k : "?");
+                  "memory_capacity, host_cores, transcendentals, kernel_overhead, call_overhead, links)", k ? k : "?");
     if (rc < 0) return -1;
   }
   if (!(p->peak[DT_F32] > 0)) return bad(r, root, "%s needs peak_flops for float32", "a profile");
@@ -196,6 +218,11 @@ typedef struct Timed {
 } Timed;
 
 static int time_item(const Profile *p, const AotItem *it, Timed *o) {
+  if (it->call) {
+    o->t = it->count * p->call_overhead;
+    snprintf(o->bound, sizeof o->bound, "%s", "call overhead");
+    return 0;
+  }
   if (it->kind) {
     int a = 0;
     const Link *l = it->group > 1 ? link_of(p, it, &a) : NULL;
@@ -208,10 +235,23 @@ static int time_item(const Profile *p, const AotItem *it, Timed *o) {
     snprintf(o->bound, sizeof o->bound, "link '%s'", it->naxes ? it->axes[a] : "");
     return 0;
   }
-  double peak = p->peak[it->dtype] > 0 ? p->peak[it->dtype] : p->peak[DT_F32];
-  double tc = (it->flops + it->transcendentals) / peak, tm = it->bytes / p->mem_bw;
-  o->t = tc > tm ? tc : tm;
-  snprintf(o->bound, sizeof o->bound, "%s", tc > tm ? "compute" : "memory");
+  /* on a host, the devices of a shard_map share its cores, one thread
+   * each: a device runs at 1/max(devices, cores) of the host's rates (a
+   * plan outside shard_map has them all: its large kernels use every core) */
+  double share = 1;
+  if (p->host_cores > 0 && it->running > 0)
+    share = (double)it->running > p->host_cores ? (double)it->running : p->host_cores;
+  double peak = (p->peak[it->dtype] > 0 ? p->peak[it->dtype] : p->peak[DT_F32]) / share;
+  /* with a rate of their own (a CPU's), transcendentals are long
+   * polynomial code on the cores that also issue the loads: their time
+   * adds to the roofline's instead of hiding under the memory traffic */
+  double tt = p->transcendentals > 0 ? it->transcendentals / (p->transcendentals / share) : 0;
+  double tc = p->transcendentals > 0 ? it->flops / peak : (it->flops + it->transcendentals) / peak;
+  double tm = it->bytes / (p->mem_bw / share);
+  /* a fused loop's other equations (merge_fusions) are no kernel of their own */
+  double launch = it->bytes > 0 || it->flops > 0 ? it->count * p->kernel_overhead : 0;
+  o->t = (tc > tm ? tc : tm) + tt + launch;
+  snprintf(o->bound, sizeof o->bound, "%s", tc + tt > tm ? "compute" : "memory");
   return 0;
 }
 
@@ -289,14 +329,15 @@ static int report_lines(const Profile *p, AotCost *c, StrBuf *sb, double *total,
       shm_free(tm), shm_free(ls);
       return -1;
     }
-    ls[i] = c->items[i].line;
+    /* a profile without call_overhead gives a shard_map call no row */
+    ls[i] = c->items[i].call && !(p->call_overhead > 0) ? INT_MAX : c->items[i].line;
     *total += tm[i].t;
     add_share(all, nall, 32, tm[i].bound, tm[i].t);
   }
   qsort(ls, (size_t)c->n, sizeof *ls, cmp_int);
   sbuf_printf(sb, "%6s  %12s  %-16s %12s %12s %12s\n", "line", "time", "bound", "flops",
               "bytes", "sent");
-  for (int i = 0; i < c->n; i++) {
+  for (int i = 0; i < c->n && ls[i] != INT_MAX; i++) {
     if (i && ls[i] == ls[i - 1]) continue;
     Share sh[8];
     int nsh = 0;
@@ -317,7 +358,7 @@ static int report_lines(const Profile *p, AotCost *c, StrBuf *sb, double *total,
   return 0;
 }
 
-Value *aot_estimate(Plan *plan, const char *path, double *seconds) {
+Value *aot_estimate(Plan *plan, const Mesh *within, const char *path, double *seconds) {
   Profile p;
   if (read_profile(path, &p) < 0) return NULL;
   AotCost c = {0};
@@ -327,7 +368,8 @@ Value *aot_estimate(Plan *plan, const char *path, double *seconds) {
   Share all[32];
   int nall = 0;
   Value *r = NULL;
-  if (aot_cost(plan, &c) < 0 || aot_memory(plan, &m) < 0) goto out;
+  /* compiled first: a compiled xmap is costed by the plan it runs */
+  if (aot_memory(plan, &m) < 0 || aot_cost(plan, within, &c) < 0) goto out;
   sbuf_printf(&sb, "predicted step time of %s on %s, per device of %lld:\n",
               plan->name ? plan->name : "<plan>", p.name[0] ? p.name : path, (long long)c.devices);
   if (report_lines(&p, &c, &sb, &total, all, &nall) < 0) goto out;
@@ -355,25 +397,44 @@ enum { MAX_NOTED = 256 };
 static const char *est_path;
 static pthread_mutex_t est_lock = PTHREAD_MUTEX_INITIALIZER;
 static Plan *noted[MAX_NOTED];
+static Value *noted_mesh[MAX_NOTED];   /* owned: the body's mesh it was noted in, or NULL */
 static int nnoted;
 
 void aot_estimate_on(const char *path) { est_path = path; }
 
+/* The mesh of the shard_map body this thread runs, as an abstract mesh
+ * of its names and sizes (a new reference), or NULL outside a body. */
+static Value *body_mesh(void) {
+  const DevCtx *d = dev_ctx();
+  if (!d || !d->mesh) return NULL;
+  int64_t sizes[DEV_MAX_AXES];
+  for (int a = 0; a < d->mesh->naxes; a++) sizes[a] = d->mesh->sizes[a];
+  Value *m = mesh_new_abstract(d->mesh->naxes, d->mesh->names, sizes);
+  if (!m) err_clear();   /* estimated as outside a body, then */
+  return m;
+}
+
 void aot_estimate_note(const char *name, Plan *p) {
   (void)name;
   if (!est_path) return;
+  Value *mesh = body_mesh();
   pthread_mutex_lock(&est_lock);
   bool seen = false;
   for (int i = 0; i < nnoted; i++) seen |= noted[i] == p;
-  if (!seen && nnoted < MAX_NOTED) noted[nnoted++] = (Plan *)val_incref(&p->hdr);
+  if (!seen && nnoted < MAX_NOTED) {
+    noted_mesh[nnoted] = mesh;
+    noted[nnoted++] = (Plan *)val_incref(&p->hdr);
+    mesh = NULL;
+  }
   pthread_mutex_unlock(&est_lock);
+  val_decref(mesh);
 }
 
 int aot_estimate_report(FILE *f) {
   int rc = 0;
   for (int i = 0; i < nnoted; i++) {
     double t;
-    Value *s = rc == 0 ? aot_estimate(noted[i], est_path, &t) : NULL;
+    Value *s = rc == 0 ? aot_estimate(noted[i], (const Mesh *)noted_mesh[i], est_path, &t) : NULL;
     if (s) fprintf(f, "%s\n", str_cstr(s));
     else if (rc == 0) {
       fprintf(f, "shmap: --estimate: %s\n", err_message());
@@ -382,6 +443,7 @@ int aot_estimate_report(FILE *f) {
     }
     val_decref(s);
     val_decref(&noted[i]->hdr);
+    val_decref(noted_mesh[i]);
   }
   nnoted = 0;
   return rc;
