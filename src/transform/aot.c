@@ -26,6 +26,8 @@ typedef struct Sds {
 
 static void sds_free(Value *v) { val_decref(((Sds *)v)->sharding); }
 
+Value *aot_sds_sharding(const Value *v) { return ((const Sds *)v)->sharding; }
+
 static Value *sds_repr(Value *v) {
   const Sds *s = (const Sds *)v;
   char sh[256];

@@ -43,6 +43,9 @@ bool aot_is_sds(const Value *v);
  * mesh axis). */
 void aot_sds_aval(const Value *v, AVal *out);
 
+/* A ShapeDtypeStruct's sharding= (borrowed): None, a NamedSharding, ... */
+Value *aot_sds_sharding(const Value *v);
+
 /* jit(f).lower(*args): a Lowered (bound method of a JitFn [self]). */
 Value *aot_lower_method(Value *self, const CallArgs *a);
 

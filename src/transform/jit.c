@@ -138,17 +138,30 @@ static int leaf_aval(Value *v, AVal *a) {
 
 static void sig_static(Sig *s, Value *v);
 
-/* A sharded leaf's layout: its mesh (by identity) and each dimension's
- * mesh axes, as JAX keys its cache on the arguments' shardings; a jit
- * partitions differently for each (partition.h). */
+/* A sharded leaf's layout (an array's, or a ShapeDtypeStruct's being
+ * lowered): its mesh's axes and each dimension's mesh axes, as JAX keys
+ * its cache on the arguments' shardings; a jit partitions differently for
+ * each (partition.h). */
 static void sig_sharding(Sig *s, Value *v, int ndim) {
-  if (!IS_ARRAY(v) || !AS_ARRAY(v)->sharding) return;
-  NamedSharding *ns = (NamedSharding *)AS_ARRAY(v)->sharding;
-  if (!ns->mesh) return;
+  Value *sv = IS_ARRAY(v) ? AS_ARRAY(v)->sharding : aot_is_sds(v) ? aot_sds_sharding(v) : NULL;
+  if (!sv || !sharding_is(sv) || !((NamedSharding *)sv)->mesh) return;
+  NamedSharding *ns = (NamedSharding *)sv;
   Sharding r;
   sharding_to_rule(ns, ndim, &r);
   sig_tag(s, 'H');
-  sig_static(s, &ns->mesh->hdr);
+  /* the mesh by its axes: a program lowered on an AbstractMesh runs on
+   * arrays laid out over a real mesh of that shape */
+  for (int i = 0; i < ns->mesh->naxes; i++) {
+    sig_bytes(s, ns->mesh->axis_names[i], strlen(ns->mesh->axis_names[i]) + 1);
+    sig_bytes(s, &ns->mesh->axis_sizes[i], sizeof(int));
+  }
+  /* and its devices when they are not in order (an AbstractMesh's are) */
+  bool ordered = true;
+  for (int i = 0; ns->mesh->devices && i < ns->mesh->size; i++) ordered &= ns->mesh->devices[i] == i;
+  if (!ordered) {
+    sig_tag(s, 'D');
+    sig_bytes(s, ns->mesh->devices, sizeof(int) * (size_t)ns->mesh->size);
+  }
   for (int d = 0; d < ndim; d++) {
     sig_bytes(s, &r.nsplit[d], 1);
     sig_bytes(s, r.split[d], (size_t)r.nsplit[d]);
@@ -1346,6 +1359,21 @@ Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out) {
   Plan *p = NULL;
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, true, &tr) == 0) {
     trace_caps_free(tr.caps, tr.ncap);
+    /* sharded arguments (arrays, or ShapeDtypeStructs with a sharding,
+     * on a real or abstract mesh): the per-device program partitioned
+     * from them, whose costs are per device as a shard_map's */
+    if (!j->manual && tr.plan->nin == s.nleaves &&
+        (part_mesh(s.leaves, s.nleaves, j->out_shardings) || part_constraint_mesh(tr.plan))) {
+      Value *q = partitioned_plan(j, tr.plan, &s);
+      val_decref(&tr.plan->hdr);
+      tr.plan = q ? AS_PLAN(q) : NULL;
+      if (!q) {
+        val_decref(tr.out_tree);
+        sig_free(&s);
+        val_decref(jv);
+        return NULL;
+      }
+    }
     out->key = shm_malloc(s.len + 1);
     if (out->key) {
       shm_memcpy(out->key, s.key, s.len);

@@ -5,6 +5,7 @@
 
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "transform/aot.h"
 #include "transform/partition.h"
 
 /* The pass's state: the plan being laid out and each equation's notes. */
@@ -556,10 +557,11 @@ Value *part_out_sharding(const PartPlan *pp, int i) {
   return sharding_from_rule(pp->mesh, &pp->outs[i]);
 }
 
-/* The NamedSharding of leaf [v] (borrowed), or NULL when unsharded. */
+/* The NamedSharding of leaf [v] (borrowed; an array, or a
+ * ShapeDtypeStruct being lowered), or NULL when unsharded. */
 static Value *leaf_sharding(Value *v) {
-  if (!IS_ARRAY(v) || !AS_ARRAY(v)->sharding) return NULL;
-  return ((NamedSharding *)AS_ARRAY(v)->sharding)->mesh ? AS_ARRAY(v)->sharding : NULL;
+  Value *s = IS_ARRAY(v) ? AS_ARRAY(v)->sharding : aot_is_sds(v) ? aot_sds_sharding(v) : NULL;
+  return s && sharding_is(s) && ((NamedSharding *)s)->mesh ? s : NULL;
 }
 
 /* The [i]th of out_shardings [o]: itself when one sharding, else its

@@ -139,8 +139,9 @@ Value *part_traced_sharding(Value *x);
 /* The shard_map that runs [pp] (borrowed; the body keeps a reference):
  * in_specs and out_specs from its layouts, its body the plan interpreted
  * on each device's blocks.  Called with the leaves (the global arrays),
- * it returns a tuple of the results (global arrays).  New reference, or
- * NULL with the error set (an abstract mesh cannot run). */
+ * it returns a tuple of the results (global arrays); over an
+ * AbstractMesh it lowers (jit(f).lower), and a call says it needs real
+ * devices.  New reference, or NULL with the error set. */
 Value *part_shard_fn(PartPlan *pp);
 
 #endif

@@ -407,9 +407,6 @@ static Value *specs(const PartPlan *pp, const Sharding *s, int n) {
 
 Value *part_shard_fn(PartPlan *pp) {
   const Plan *p = pp->p;
-  if (pp->mesh->abstract)
-    return err_set(ERR_VALUE, "jit of %s: an AbstractMesh has no devices to run on; lower and "
-                   "compile it instead", p->name ? p->name : "the function");
   Sharding *ins = shm_calloc((size_t)p->nin + 1, sizeof(Sharding));
   if (!ins) return err_nomem();
   for (int i = 0; i < p->nin; i++) ins[i] = pp->vars[p->invars[i]];
