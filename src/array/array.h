@@ -131,6 +131,9 @@ void arr_set_max_bytes(int64_t bytes);
  * large, negative dimension, size overflow, out of memory (ERR_MEMORY:
  * for an array of 64 MiB or more, with the shape and the size in GiB in
  * the message; else err_nomem's). */
+/* [a] as a Value, or NULL when [a] is (an allocation that failed). */
+static inline Value *arr_value(Array *a) { return a ? &a->hdr : NULL; }
+
 Array *arr_new(DType t, int ndim, const int64_t *shape);
 Array *arr_zeros(DType t, int ndim, const int64_t *shape);
 

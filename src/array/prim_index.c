@@ -243,7 +243,7 @@ static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d, i
   params_add(&q, "shape", val_int_tuple(2, (int64_t[]){rows, m}));
   params_add(&q, "dimension", val_int(0));
   Value *row = ap(s, P_IOTA, 0, NULL, &q);
-  Value *stride = keep(s, &arr_scalar_i64(DT_I32, len, false)->hdr);
+  Value *stride = keep(s, arr_value(arr_scalar_i64(DT_I32, len, false)));
   Value *flat = add(s, mul(s, row, stride), il);
   params_init(&q);
   params_add(&q, "axis", val_int(0));
@@ -273,8 +273,8 @@ Value *prim_take_along(Value *x, Value *idx, int axis) {
   }
   Value *full_idx = bcast(&s, idx, a.ndim, shape, a.ndim, dims);
   /* negative positions count from the end, as NumPy's */
-  Value *zero = keep(&s, &arr_scalar_i64(ia.dtype, 0, false)->hdr);
-  Value *len = keep(&s, &arr_scalar_i64(ia.dtype, a.shape[axis], false)->hdr);
+  Value *zero = keep(&s, arr_value(arr_scalar_i64(ia.dtype, 0, false)));
+  Value *len = keep(&s, arr_value(arr_scalar_i64(ia.dtype, a.shape[axis], false)));
   Value *wrapped = select(&s, bin(&s, P_LT, full_idx, zero), add(&s, full_idx, len), full_idx);
   return scope_return(&s, wrapped ? take_along(&s, x, wrapped, &a, axis, ia.shape[axis]) : NULL);
 }
@@ -404,7 +404,7 @@ static int batch_dynamic(PrimId id, int nlin, Value **in, const int *dims, int n
     AVal ia;
     DType it = DT_I32;
     if (nin > nlin && prim_value_aval(in[nlin], &ia) == 0) it = ia.dtype;
-    zero = &arr_scalar_i64(it, 0, false)->hdr;
+    zero = arr_value(arr_scalar_i64(it, 0, false));
   }
   Params q;
   params_but(&q, p, "slice_sizes", NULL);

@@ -239,7 +239,7 @@ static int cumscan_step(PrimId id, Value *y, Value *ty, int axis, int64_t k, boo
   z = a;
   z.ndim = 0;
   Value *ident = id == P_CUMPROD ? full(&s, 1.0, &z)
-                                 : keep(&s, &arr_scalar_f64(a.dtype, -INFINITY, false)->hdr);
+                                 : keep(&s, arr_value(arr_scalar_f64(a.dtype, -INFINITY, false)));
   Value *ys = shift_by(&s, y, axis, k, reverse, ident);
   Value *ts = shift_by(&s, ty, axis, k, reverse, full(&s, 0.0, &z));
   Value *ny, *nt;

@@ -279,7 +279,7 @@ static inline Value *bcast(Scope *s, Value *x, int nd, const int64_t *shape, int
 
 /* A concrete array of aval [a] (dtype, shape) filled with [c]. */
 static inline Value *full(Scope *s, double c, const AVal *a) {
-  Value *x = keep(s, &arr_scalar_f64(a->dtype, c, false)->hdr);
+  Value *x = keep(s, arr_value(arr_scalar_f64(a->dtype, c, false)));
   return a->ndim ? bcast(s, x, a->ndim, a->shape, 0, NULL) : x;
 }
 

@@ -513,7 +513,7 @@ static Value *argsort_dir(Value *src, int axn, bool desc) {
   if (keys) val_decref(keys);
   if (i && desc) {   /* position k of the reversed array is n-1-k of the original */
     Value *ri = rev_axis(i, axn);
-    Value *last = ri ? &arr_scalar_i64(DT_I32, bi_aval(src).shape[axn] - 1, false)->hdr : NULL;
+    Value *last = ri ? arr_value(arr_scalar_i64(DT_I32, bi_aval(src).shape[axn] - 1, false)) : NULL;
     r = last ? ops_binary(OP_SUB, last, ri) : NULL;
     if (last) val_decref(last);
     if (ri) val_decref(ri);

@@ -390,7 +390,7 @@ static Value *exchange(Value *v, const Params *p, int64_t n) {
 static Value *add_at(Value *acc, Value *at, int64_t c) {
   AVal a;
   if (!acc || prim_value_aval(at, &a) < 0) return NULL;
-  Value *cv = &arr_scalar_i64(DT_I32, c, false)->hdr;
+  Value *cv = arr_value(arr_scalar_i64(DT_I32, c, false));
   Params q;
   params_init(&q);
   params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
@@ -430,7 +430,7 @@ static Value *written_rows(Value *start, Value *size, int64_t rows) {
     cut = coll_rule_apply(P_SLICE, 1, &run, &q, true);
   }
   if (cut) {
-    Value *zs = &arr_scalar_i64(DT_I32, 0, false)->hdr;
+    Value *zs = arr_value(arr_scalar_i64(DT_I32, 0, false));
     params_init(&q);
     r = coll_rule_apply(P_GT, 2, (Value *[]){cut, zs}, &q, false);
     val_decref(zs);

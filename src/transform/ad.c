@@ -1213,8 +1213,8 @@ static Value *bi_primitive_table(const CallArgs *a) {
         name, str_from(p->kind == PK_HIGHER ? "higher" : "first-order"),
         val_incref(val_bool(p->rules.jvp != NULL)), val_incref(val_bool(p->rules.transpose != NULL)),
         val_incref(val_bool(p->rules.batch != NULL)),
-        &arr_scalar_i64(DT_I64, atomic_load(&jvp_runs[i]), true)->hdr,
-        &arr_scalar_i64(DT_I64, atomic_load(&transpose_runs[i]), true)->hdr};
+        arr_value(arr_scalar_i64(DT_I64, atomic_load(&jvp_runs[i]), true)),
+        arr_value(arr_scalar_i64(DT_I64, atomic_load(&transpose_runs[i]), true))};
     static const char *const keys[] = {"name", "kind", "jvp", "transpose", "batch", "jvp_runs",
                                        "transpose_runs"};
     int rc = d ? 0 : -1;

@@ -30,7 +30,7 @@ static int add_slot(Exec *e, SlotKind k, const AVal *a, int index, Value *value)
   }
   /* steps read constants in place: views (a broadcast `ones(16)`) are
    * made contiguous once here */
-  Value *v = value && IS_ARRAY(value) ? &arr_contiguous(AS_ARRAY(value))->hdr : val_incref(value);
+  Value *v = value && IS_ARRAY(value) ? arr_value(arr_contiguous(AS_ARRAY(value))) : val_incref(value);
   if (value && !v) return -1;
   e->slots[e->nslots] = (Slot){k, *a, index, v};
   return e->nslots++;

@@ -64,13 +64,13 @@ print('done')" 1000
 # random bits and erf_inv behind normal, str.replace's search) or within a
 # panel of rows (a float product through BLIS).  Their arrays are
 # gigabytes, which the exit frees (and a sanitizer build's leak check
-# scans): the default bound, 3 s, where the old kernels ran on for 12 to
-# 280 s
+# scans, seconds of it on a busy machine): a bound of 4 s, where the old
+# kernels ran on for 12 to 280 s
 for body in 'y = x.astype(int32)' 'y = concatenate([x, x])' 'y = cumsum(x)'; do
   interrupted_soon "x = ones(4 * 10**8, dtype=float32)
 print('ready', flush=True)
 $body
-print('done')"
+print('done')" 4000
 done
 interrupted_soon "x = ones((6000, 6000), dtype=float32) * 1.
 print('ready', flush=True)
