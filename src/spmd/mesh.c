@@ -344,7 +344,11 @@ static Value *bi_mesh(const CallArgs *a) {
       err_set(ERR_TYPE, "Mesh: axis names must be strings");
       goto out;
     }
-    an[i] = intern_cstr(str_cstr(items[i]));
+    if (!(an[i] = intern_cstr(str_cstr(items[i])))) {
+      shm_free(ids);
+      err_nomem();
+      goto out;
+    }
     sizes[i] = d->shape[i];
   }
   for (int64_t i = 0; i < d->size; i++) ids[i] = (int)arr_get_i64(d, i);
@@ -389,7 +393,7 @@ static int read_axes(const char *what, Value *shapes, Value *names, const char *
     if (ni[i]->type != V_STR) return err_set(ERR_TYPE, "%s: axis names must be strings", what), -1;
     if (arr_to_index(si[i], &sizes[i]) < 0) return -1;
     if (sizes[i] <= 0) return err_set(ERR_VALUE, "%s: axis sizes must be positive", what), -1;
-    an[i] = intern_cstr(str_cstr(ni[i]));
+    if (!(an[i] = intern_cstr(str_cstr(ni[i])))) return err_nomem(), -1;
   }
   return (int)ns;
 }
@@ -505,7 +509,7 @@ static int spec_entry(Value *v, SpecEntry *e) {
   e->nnames = 0;
   if (v->type == V_NONE) return 0;
   if (v->type == V_STR) {
-    e->names[e->nnames++] = intern_cstr(str_cstr(v));
+    if (!(e->names[e->nnames++] = intern_cstr(str_cstr(v)))) return err_nomem(), -1;
     return 0;
   }
   size_t n;
@@ -513,7 +517,7 @@ static int spec_entry(Value *v, SpecEntry *e) {
   if (v->type == V_TUPLE && val_seq(v, &n, &items) && n <= MESH_MAX_AXES) {
     for (size_t i = 0; i < n; i++) {
       if (items[i]->type != V_STR) goto bad;
-      e->names[e->nnames++] = intern_cstr(str_cstr(items[i]));
+      if (!(e->names[e->nnames++] = intern_cstr(str_cstr(items[i])))) return err_nomem(), -1;
     }
     return 0;
   }
