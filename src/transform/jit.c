@@ -677,6 +677,15 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
 
 static Value *jit_call_laid(JitFn *j, const CallArgs *a);
 
+/* Whether a call of [j] on the leaves of [s] runs plan [p] partitioned
+ * (partition.h): a leaf is sharded, out_shardings asks for a layout, or
+ * [constrained] (p has a sharding_constraint); never the shard_map a
+ * partitioned plan runs as. */
+static bool partitions(const JitFn *j, const Plan *p, Sig *s, bool constrained) {
+  return !j->manual && p->nin == s->nleaves &&
+         (constrained || part_mesh(s->leaves, s->nleaves, j->out_shardings));
+}
+
 /* The jit of the shard_map running [e]'s plan per device on the leaves
  * of [s] (borrowed; made by the first call). */
 static Value *partitioned_fn(JitFn *j, Entry *e, Sig *s) {
@@ -741,8 +750,7 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
  * leaf is sharded (or out_shardings asks for a layout). */
 static Value *run_entry(JitFn *j, Entry *e, Sig *s) {
   Plan *p = e->plan;
-  if (!j->manual && p->nin == s->nleaves && !dev_ctx() &&
-      (e->constrained || part_mesh(s->leaves, s->nleaves, j->out_shardings)))
+  if (!dev_ctx() && partitions(j, p, s, e->constrained))
     return run_partitioned(j, e, s);
   Array *in_stack[SIG_INLINE];
   Value *out_stack[SIG_INLINE];
@@ -1279,8 +1287,7 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
     r = &tr.plan->hdr;
     /* sharded arguments: the per-device plan the partitioner runs */
-    if (!j->manual && tr.plan->nin == s.nleaves &&
-        (part_mesh(s.leaves, s.nleaves, j->out_shardings) || part_constraint_mesh(tr.plan))) {
+    if (partitions(j, tr.plan, &s, part_constraint_mesh(tr.plan) != NULL)) {
       Value *q = partitioned_plan(j, tr.plan, &s);
       val_decref(r);
       r = q;
@@ -1362,8 +1369,7 @@ Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out) {
     /* sharded arguments (arrays, or ShapeDtypeStructs with a sharding,
      * on a real or abstract mesh): the per-device program partitioned
      * from them, whose costs are per device as a shard_map's */
-    if (!j->manual && tr.plan->nin == s.nleaves &&
-        (part_mesh(s.leaves, s.nleaves, j->out_shardings) || part_constraint_mesh(tr.plan))) {
+    if (partitions(j, tr.plan, &s, part_constraint_mesh(tr.plan) != NULL)) {
       Value *q = partitioned_plan(j, tr.plan, &s);
       val_decref(&tr.plan->hdr);
       tr.plan = q ? AS_PLAN(q) : NULL;

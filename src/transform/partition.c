@@ -376,7 +376,6 @@ static int part_eqn(Part *pt, int k) {
     shm_free(av);
     return -1;
   }
-  pe->replicated = !ruled;
   if (!ruled)
     for (int i = 0; i < nin; i++) replicated(pp->mesh, av[i].ndim, &pe->want[i]);
   /* a partial sum passes through a linear equation that computes on the

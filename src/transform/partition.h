@@ -43,7 +43,6 @@ typedef struct PartEqn {
                         partial operand whose want is not partial is completed) */
   Sharding out;      /* every result's layout; out.partial: the axes over which it
                         is a partial sum (completed where it is next used) */
-  bool replicated;   /* no rule applied: operands and results replicated */
   bool manual;       /* a shard_map over the plan's mesh: its body runs on the
                         blocks its in_specs give (Manual inside Auto) */
   bool local;        /* [params] replace the equation's for blocks */
