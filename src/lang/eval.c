@@ -341,6 +341,10 @@ int env_set_steal(Env *e, const char *name, Value *v) {
     if (!err_occurred()) err_nomem();
     return -1;
   }
+  if (!name) {   /* interning the name failed: out of memory */
+    val_decref(v);
+    return err_nomem(), -1;
+  }
   Value **s = env_slot(e, name);
   if (s) {
     Value *old = *s;

@@ -28,7 +28,8 @@ void env_decref(Env *e);
 /* Borrowed value of interned [name] in [e] or its parents, or NULL (no
  * error set). */
 Value *env_lookup(Env *e, const char *name);
-/* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem. */
+/* Binds [name] (interned) to [v] (borrowed) in [e] itself.  -1 on nomem,
+ * MemoryError set; a NULL [name] (an interning that failed) is that too. */
 int env_set(Env *e, const char *name, Value *v);
 /* env_set taking [v]'s reference (released on failure too). */
 int env_set_steal(Env *e, const char *name, Value *v);

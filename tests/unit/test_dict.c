@@ -2,7 +2,8 @@
  * test_dict.c - dicts (base/value.c): insertion order, lookup by key and
  * by C string on both sides of the size where the hash index starts,
  * numbers that are equal as keys (1, 1.0, True) being one key, tuple
- * keys, deletion keeping order and the index, and an unhashable key.
+ * keys, deletion keeping order and the index, and an unhashable key;
+ * and a scope (lang/eval.c) refusing a name whose interning failed.
  */
 #include <check.h>
 #include <stdio.h>
@@ -10,7 +11,9 @@
 
 #include "array/array.h"
 #include "base/error.h"
+#include "base/intern.h"
 #include "base/value.h"
+#include "lang/eval.h"
 
 static Value *num_i(int64_t x) { return (Value *)arr_scalar_i64(DT_I32, x, true); }
 static Value *num_f(double x) { return (Value *)arr_scalar_f64(DT_F32, x, true); }
@@ -168,6 +171,23 @@ START_TEST(test_unhashable) {
 }
 END_TEST
 
+/* A name whose interning failed (NULL) is a MemoryError, not a binding
+ * no lookup finds: start-up's built-ins were silently missing so. */
+START_TEST(test_scope_unnamed) {
+  Env *e = env_new(NULL);
+  Value *v = num_i(7);
+  err_clear();
+  ck_assert_int_eq(env_set(e, NULL, v), -1);
+  ck_assert(err_occurred());
+  err_clear();
+  const char *x = intern_cstr("x");
+  ck_assert_int_eq(env_set(e, x, v), 0);
+  ck_assert_ptr_eq(env_lookup(e, x), v);
+  val_decref(v);
+  env_decref(e);
+}
+END_TEST
+
 static Suite *dict_suite(void) {
   Suite *s = suite_create("dict");
   TCase *tc = tcase_create("core");
@@ -176,6 +196,7 @@ static Suite *dict_suite(void) {
   tcase_add_test(tc, test_number_keys);
   tcase_add_test(tc, test_delete);
   tcase_add_test(tc, test_unhashable);
+  tcase_add_test(tc, test_scope_unnamed);
   suite_add_tcase(s, tc);
   return s;
 }
