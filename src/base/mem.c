@@ -263,7 +263,7 @@ typedef struct DevMem {
  * reachable for a thread that read the pointer just before it. */
 static DevMem *devmem, *old_devmem;
 static int ndevmem;
-static _Thread_local int mem_device = -1;
+_Thread_local int shm_mem_device = -1;
 
 int shm_mem_track_devices(int n) {
   if (n <= ndevmem) return 0;
@@ -281,10 +281,10 @@ int shm_mem_track_devices(int n) {
   return 0;
 }
 
-void shm_mem_set_device(int device) { mem_device = device; }
+void shm_mem_set_device(int device) { shm_mem_device = device; }
 
-int shm_mem_charge(size_t bytes) {
-  int d = mem_device;
+int shm_mem_charge_device(size_t bytes) {
+  int d = shm_mem_device;
   if (d < 0 || d >= ndevmem) return 0;
   DevMem *m = &devmem[d];
   long long added = atomic_load_explicit(&m->added, memory_order_relaxed) + (long long)bytes;
@@ -295,10 +295,10 @@ int shm_mem_charge(size_t bytes) {
   return d + 1;
 }
 
-void shm_mem_uncharge(int tag, size_t bytes) {
+void shm_mem_uncharge_tag(int tag, size_t bytes) {
   if (tag <= 0 || tag > ndevmem) return;
   DevMem *m = &devmem[tag - 1];
-  if (mem_device == tag - 1)   /* the device's own thread: the only writer of [added] */
+  if (shm_mem_device == tag - 1)   /* the device's own thread: the only writer of [added] */
     atomic_store_explicit(&m->added,
                           atomic_load_explicit(&m->added, memory_order_relaxed) - (long long)bytes,
                           memory_order_relaxed);

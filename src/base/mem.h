@@ -122,14 +122,24 @@ int shm_mem_track_devices(int n);
 /* This thread allocates for device [device] from now on (-1: for none). */
 void shm_mem_set_device(int device);
 
+/* This thread's device (shm_mem_set_device), -1 for none: read inline by
+ * the two calls below, so that the host thread's arrays pay one test. */
+extern _Thread_local int shm_mem_device;
+int shm_mem_charge_device(size_t bytes);
+void shm_mem_uncharge_tag(int tag, size_t bytes);
+
 /* Adds [bytes] to the bytes in use of this thread's device and moves its
  * high-water mark.  Returns the tag to give shm_mem_uncharge: 1 + the
  * device, or 0 when this thread names no tracked device. */
-int shm_mem_charge(size_t bytes);
+static inline int shm_mem_charge(size_t bytes) {
+  return shm_mem_device < 0 ? 0 : shm_mem_charge_device(bytes);
+}
 
 /* Takes [bytes] charged under [tag] (shm_mem_charge's) off its device;
  * a no-op for tag 0.  Any thread. */
-void shm_mem_uncharge(int tag, size_t bytes);
+static inline void shm_mem_uncharge(int tag, size_t bytes) {
+  if (tag > 0) shm_mem_uncharge_tag(tag, bytes);
+}
 
 /* The bytes device [device]'s payloads hold now (*[in_use]) and their
  * most since the start (*[peak]).  False (both 0) for a device without

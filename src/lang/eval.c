@@ -1638,7 +1638,8 @@ static __attribute__((noinline)) int assign_range_slow(const Node *target, Env *
  * it when the loop ends): while the binding still holds that int and
  * nothing else does, its count is 2, and the next item goes into it
  * after the few tests of held_reusable, inline in the loop. */
-static inline int assign_range_item(const Node *target, Env *env, int64_t x, Value **held) {
+static inline __attribute__((always_inline)) int assign_range_item(const Node *target, Env *env,
+                                                                  int64_t x, Value **held) {
   if (*held && env_target(env, target->name) == env) {   /* held: target is a name */
     Value **s = env_slot_hinted(env, target);
     if (s && *s == *held && held_reusable(*s, x)) {
