@@ -959,15 +959,22 @@ static Value *unwrap_leaf(Value *v, void *vctx) {
 
 static Value *wrap_leaf(Value *v, void *id) { return batch_wrap(*(unsigned *)id, v, 0); }
 
-/* (None for each nondiff argument, 0 for each other) of [n] arguments,
- * then [extra] zeros (bwd's residuals and cotangents). */
-static Value *rule_axes(Custom *c, int n, int extra, bool nondiff_first) {
-  int nnd = (int)tuple_len(c->nondiff);
-  Value *t = tuple_new((size_t)(n + extra));
-  for (int i = 0; t && i < n + extra; i++) {
-    bool none = nondiff_first ? i < nnd && i < n : i < n && is_nondiff(c, i);
-    tuple_set_steal(t, (size_t)i, none ? val_incref(VAL_NONE) : val_int(0));
+/* The in_axes of a rule of a call with [n] arguments: 0 for each but a
+ * nondiff argument's, which is None unless [batched] says it is batched
+ * (a custom_jvp's may be, as JAX lets a nondiff argument vary).  With
+ * [extra] >= 0 the rule takes the nondiff arguments first, then [extra]
+ * more (bwd: residuals and cotangents; jvp: primals and tangents); with
+ * -1 it takes the call's arguments in place (fun, fwd). */
+static Value *rule_axes(Custom *c, int n, int extra, const bool *batched) {
+  int nnd = 0;
+  for (int i = 0; i < n; i++) nnd += is_nondiff(c, i);
+  Value *t = tuple_new((size_t)(extra < 0 ? n : nnd + extra));
+  for (int i = 0, k = 0; t && i < n; i++) {
+    bool nd = is_nondiff(c, i);
+    if (extra >= 0 && !nd) continue;
+    tuple_set_steal(t, (size_t)(extra < 0 ? i : k++), nd && !batched[i] ? val_incref(VAL_NONE) : val_int(0));
   }
+  for (int i = 0; t && i < extra; i++) tuple_set_steal(t, (size_t)(nnd + i), val_int(0));
   return t;
 }
 
@@ -979,17 +986,18 @@ static int vmapped(unsigned id, Value *f, Value *axes, Value **slot) {
 }
 
 /* The custom function of vmap(fun) and vmap of its rules, every
- * differentiable argument batched on axis 0. */
-static Custom *batched_custom(Custom *c, unsigned id, int nargs) {
+ * differentiable argument batched on axis 0, and the nondiff ones that
+ * [batched] says. */
+static Custom *batched_custom(Custom *c, unsigned id, int nargs, const bool *batched) {
   Custom *b = custom_new(c->base.ot, c->fun, c->nondiff);
   if (!b) return NULL;
   memcpy(b->rule_names, c->rule_names, sizeof b->rule_names);
-  int nnd = (int)tuple_len(c->nondiff), rc;
+  int rc;
   val_decref(b->fun);
-  rc = vmapped(id, c->fun, rule_axes(c, nargs, 0, false), &b->fun);
-  if (rc == 0) rc = vmapped(id, c->fwd, rule_axes(c, nargs, 0, false), &b->fwd);
-  if (rc == 0) rc = vmapped(id, c->bwd, rule_axes(c, nnd, 2, true), &b->bwd);
-  if (rc == 0) rc = vmapped(id, c->jvp, rule_axes(c, nnd, 2, true), &b->jvp);
+  rc = vmapped(id, c->fun, rule_axes(c, nargs, -1, batched), &b->fun);
+  if (rc == 0) rc = vmapped(id, c->fwd, rule_axes(c, nargs, -1, batched), &b->fwd);
+  if (rc == 0) rc = vmapped(id, c->bwd, rule_axes(c, nargs, 2, batched), &b->bwd);
+  if (rc == 0) rc = vmapped(id, c->jvp, rule_axes(c, nargs, 2, batched), &b->jvp);
   if (rc == 0 && c->jvps) {
     b->jvps = tuple_new(tuple_len(c->jvps));
     for (size_t i = 0; b->jvps && i < tuple_len(c->jvps); i++) {
@@ -1005,29 +1013,30 @@ static Custom *batched_custom(Custom *c, unsigned id, int nargs) {
 }
 
 /* The batch_call of both rows: the batched custom function on the
- * arguments unbatched to a leading axis; its results batched on it. */
+ * arguments unbatched to a leading axis; its results batched on it.  A
+ * custom_jvp's batched nondiff argument is unbatched too and its rules
+ * vmapped over it (JAX closes fun and the rule over it); a custom_vjp's
+ * is refused before (check_nondiff), as JAX refuses any tracer there. */
 static Value *batch_call_custom(Value *self, const CallArgs *a) {
   Custom *c = (Custom *)self;
   Tracer *top;
   if (top_tracer(c, a, &top) < 0) return NULL;
   Unwrap u = {top->trace_id, batch_trace_size(top->trace_id)};
   Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *)), *r = NULL;
+  bool *batched = shm_calloc((size_t)a->nargs + 1, sizeof(bool));
   int i = 0;
-  for (; args && i < a->nargs; i++) {
+  for (; args && batched && i < a->nargs; i++) {
     bool nd = is_nondiff(c, i);
-    if (nd && batch_carries(a->args[i], u.id)) {
-      err_set(ERR_NOT_IMPLEMENTED, "vmap of %s: argument %d, one of nondiff_argnums, is batched",
-              c->name, i);
-      break;
-    }
-    if (!(args[i] = nd ? val_incref(a->args[i]) : pytree_map(a->args[i], array_leaf, unwrap_leaf, &u)))
+    batched[i] = !nd || batch_carries(a->args[i], u.id);
+    if (!(args[i] = !batched[i] ? val_incref(a->args[i]) : pytree_map(a->args[i], array_leaf, unwrap_leaf, &u)))
       break;
   }
-  Custom *b = args && i == a->nargs ? batched_custom(c, u.id, a->nargs) : NULL;
+  Custom *b = args && batched && i == a->nargs ? batched_custom(c, u.id, a->nargs, batched) : NULL;
   Value *res = b ? val_call_n(&b->base.hdr, a->nargs, args) : NULL;
   if (res) r = pytree_map(res, array_leaf, wrap_leaf, &u.id);
-  if (!args) err_nomem();
+  if (!args || !batched) err_nomem();
   ad_values_free(args, i);
+  shm_free(batched);
   if (b) val_decref(&b->base.hdr);
   if (res) val_decref(res);
   return r;
