@@ -931,7 +931,7 @@ static const char *const opaque_names[] = {
     "PyTreeDef", "_IndexUpdateHelper", "ShapedArray", "itertools.count", "itertools.cycle",
     "itertools.repeat", "itertools.islice", "generator", "iterator", "list_iterator",
     "tuple_iterator", "range_iterator", "str_ascii_iterator", "dict_keyiterator",
-    "list_reverseiterator"};
+    "list_reverseiterator", "SymbolicZero", "CustomVJPPrimal"};
 #define N_OPAQUE_CLASSES (sizeof opaque_names / sizeof *opaque_names)
 static Value *opaque_classes[N_OPAQUE_CLASSES];
 
@@ -975,6 +975,12 @@ static int kind_classes_make(void) {
 }
 
 Value *(*builtins_out_sharding_hook)(Value *x, Value *sharding);
+
+Value *builtins_opaque_class(const char *name) {
+  for (size_t i = 0; i < N_OPAQUE_CLASSES; i++)
+    if (!strcmp(name, opaque_names[i]) && opaque_classes[i]) return opaque_classes[i];
+  return err_set(ERR_VALUE, "no class of opaque values named '%s'", name);
+}
 
 void builtins_set_class(int kind, Value *cls) {
   ((Builtin *)cls)->is_class = true;
@@ -1143,7 +1149,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
     *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
-    *ns_linalg;
+    *ns_linalg, *ns_custom_derivatives;
 /* Python's modules whose names lang/classes_lib.c fills (dataclasses,
  * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
  * of typing and collections go in beside them with builtins_add_to. */
@@ -1167,6 +1173,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "jax.custom_derivatives")) return ns_custom_derivatives;
   if (!strcmp(name, "dataclasses")) return ns_dataclasses;
   if (!strcmp(name, "enum")) return ns_enum;
   if (!strcmp(name, "typing") || !strcmp(name, "collections")) {
@@ -1268,6 +1275,7 @@ int builtins_register(Env *e) {
     ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
     ns_exp_pjit = new_namespace("jax.experimental.pjit");
     ns_linalg = new_namespace("jax.numpy.linalg");
+    ns_custom_derivatives = new_namespace("jax.custom_derivatives");
     ns_dataclasses = new_namespace("dataclasses");
     ns_enum = new_namespace("enum");
     ns_typing = new_namespace("typing");
@@ -1275,7 +1283,7 @@ int builtins_register(Env *e) {
     if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
         !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_dataclasses || !ns_enum ||
-        !ns_typing || !ns_collections ||
+        !ns_typing || !ns_collections || !ns_custom_derivatives ||
         dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0)
       return -1;
   }
@@ -1312,6 +1320,7 @@ int builtins_register(Env *e) {
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
+      dict_set_str(jg, "custom_derivatives", ns_custom_derivatives) < 0 ||
       dict_set_str(jg, "sharding", ns_sharding) < 0 || dict_set_str(jg, "experimental", ns_experimental) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
