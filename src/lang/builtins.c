@@ -512,79 +512,27 @@ static Value *bi_enumerate(const CallArgs *a) {
   if (args_bind("enumerate", a, "iterable, start=", slots) < 0) return NULL;
   int64_t s;
   if (bi_int_arg("enumerate", "start", start, 0, &s) < 0) return NULL;
-  if (iter_is(x)) return iter_enumerate(x, s);   /* lazy over a lazy one */
-  Value *items = ops_iter_items(x);
-  if (!items) return NULL;
-  Value *l = list_new(list_len(items));
-  for (size_t i = 0; l && i < list_len(items); i++) {
-    Value *iv = val_int(s + (int64_t)i);
-    Value *pair = iv ? tuple_pack(2, (Value *[]){iv, list_get(items, i)}) : NULL;
-    val_decref(iv);
-    if (!pair || list_append_steal(l, pair) < 0) {
-      val_decref(l);
-      l = NULL;
-    }
-  }
-  val_decref(items);
-  return l;
+  return iter_enumerate(x, s);
 }
 
-/* map(function, *iterables): a list (Python's iterator, materialised) of
- * function applied to the items side by side, to the shortest. */
-static Value *bi_zip(const CallArgs *a);
-
-/* Whether one of the [n] [args] is a lazy iterator (iter.h), which makes
- * zip, map and enumerate lazy too: it may never end. */
-static bool any_lazy(int n, Value *const *args) {
-  for (int i = 0; i < n; i++)
-    if (iter_is(args[i])) return true;
-  return false;
-}
+/* map(function, *iterables): an iterator (iter.h) of function applied to
+ * the items side by side, to the shortest, as Python's. */
 
 static Value *bi_map(const CallArgs *a) {
   if (a->nargs < 2 || a->nkw) return err_set(ERR_TYPE, "map() must have at least two arguments.");
-  if (any_lazy(a->nargs - 1, a->args + 1)) return iter_zip(a->nargs - 1, a->args + 1, a->args[0]);
-  CallArgs z = {a->nargs - 1, a->args + 1, 0, NULL, NULL};
-  Value *rows = bi_zip(&z), *res = rows ? list_new(list_len(rows)) : NULL;
-  for (size_t i = 0; res && i < list_len(rows); i++) {
-    Value *t = list_get(rows, i);
-    Value *r = val_call_n(a->args[0], (int)tuple_len(t), ((Tuple *)t)->items);
-    if (!r || list_append_steal(res, r) < 0) {
-      val_decref(res);
-      res = NULL;
-    }
-  }
-  val_decref(rows);
-  return res;
+  return iter_zip(a->nargs - 1, a->args + 1, a->args[0]);
 }
 
+/* zip(*iterables): an iterator of tuples of their items side by side. */
 static Value *bi_zip(const CallArgs *a) {
   if (a->nkw) return err_set(ERR_TYPE, "zip() takes no keyword arguments");
-  if (any_lazy(a->nargs, a->args)) return iter_zip(a->nargs, a->args, NULL);
-  int n = a->nargs;
-  Value **lists = shm_calloc(n ? (size_t)n : 1, sizeof(Value *));
-  if (!lists) return err_nomem();
-  size_t len = SIZE_MAX;
-  Value *res = NULL;
-  int k = 0;
-  for (; k < n; k++) {
-    if (!(lists[k] = ops_iter_items(a->args[k]))) goto done;
-    if (list_len(lists[k]) < len) len = list_len(lists[k]);
-  }
-  if (n == 0) len = 0;
-  res = list_new(len);
-  for (size_t i = 0; res && i < len; i++) {
-    Value *t = tuple_new((size_t)n);
-    for (int j = 0; t && j < n; j++) tuple_set_steal(t, (size_t)j, val_incref(list_get(lists[j], i)));
-    if (!t || list_append_steal(res, t) < 0) {
-      val_decref(res);
-      res = NULL;
-    }
-  }
-done:
-  for (int j = 0; j < k; j++) val_decref(lists[j]);
-  shm_free(lists);
-  return res;
+  return iter_zip(a->nargs, a->args, NULL);
+}
+
+/* filter(function, iterable): an iterator of the items function passes. */
+static Value *bi_filter(const CallArgs *a) {
+  if (a->nargs != 2 || a->nkw) return err_set(ERR_TYPE, "filter expected 2 arguments, got %d", a->nargs + a->nkw);
+  return iter_filter(a->args[0], a->args[1]);
 }
 
 /* Python's sum over a list or tuple (start + each item), jnp.sum on an
@@ -752,9 +700,7 @@ static Value *bi_reversed(const CallArgs *a) {
   Value *it;
   Value **slots[] = {&it};
   if (args_bind("reversed", a, "sequence", slots) < 0) return NULL;
-  Value *l = ops_iter_items(it);
-  if (l) ops_list_reverse(l);
-  return l;
+  return iter_reversed(it);
 }
 
 static int by_name(const void *x, const void *y) {
@@ -981,9 +927,11 @@ static const char *const kind_names[V_TYPE_COUNT] = {
     [V_PLAN] = "Plan",     [V_OPAQUE] = "object"};
 static Value *kind_classes[V_TYPE_COUNT];
 /* Opaque values a program sees, by their type's name. */
-static const char *const opaque_names[] = {"PyTreeDef", "_IndexUpdateHelper", "ShapedArray",
-                                           "itertools.count", "itertools.cycle", "itertools.repeat",
-                                           "itertools.islice"};
+static const char *const opaque_names[] = {
+    "PyTreeDef", "_IndexUpdateHelper", "ShapedArray", "itertools.count", "itertools.cycle",
+    "itertools.repeat", "itertools.islice", "generator", "iterator", "list_iterator",
+    "tuple_iterator", "range_iterator", "str_ascii_iterator", "dict_keyiterator",
+    "list_reverseiterator", "SymbolicZero", "CustomVJPPrimal"};
 #define N_OPAQUE_CLASSES (sizeof opaque_names / sizeof *opaque_names)
 static Value *opaque_classes[N_OPAQUE_CLASSES];
 
@@ -1028,14 +976,32 @@ static int kind_classes_make(void) {
 
 Value *(*builtins_out_sharding_hook)(Value *x, Value *sharding);
 
+Value *builtins_opaque_class(const char *name) {
+  for (size_t i = 0; i < N_OPAQUE_CLASSES; i++)
+    if (!strcmp(name, opaque_names[i]) && opaque_classes[i]) return opaque_classes[i];
+  return err_set(ERR_VALUE, "no class of opaque values named '%s'", name);
+}
+
 void builtins_set_class(int kind, Value *cls) {
   ((Builtin *)cls)->is_class = true;
   val_decref(kind_classes[kind]);
   kind_classes[kind] = val_incref(cls);
 }
 
-/* Marks [v] (a new built-in) a type when it is one of type_names. */
+/* The built-ins that are the classes of the iterators they make (iter.h),
+ * as in Python: type(zip(a, b)) is zip. */
+static const char *const iter_class_names[] = {"zip", "map", "enumerate", "filter", "reversed"};
+#define N_ITER_CLASSES (sizeof iter_class_names / sizeof *iter_class_names)
+static Value *iter_classes[N_ITER_CLASSES];
+
+/* Marks [v] (a new built-in) a type when it is one of type_names or
+ * iter_class_names. */
 static void note_type(Value *v) {
+  for (size_t i = 0; i < N_ITER_CLASSES; i++)
+    if (!strcmp(((Builtin *)v)->name, iter_class_names[i])) {
+      ((Builtin *)v)->is_class = true;
+      iter_classes[i] = v;
+    }
   for (int t = 0; t < TY_COUNT; t++)
     if (!strcmp(((Builtin *)v)->name, type_names[t])) {
       ((Builtin *)v)->is_class = true;
@@ -1075,6 +1041,8 @@ static int type_index(Value *x) {
 static Value *kind_class(Value *x) {
   if (x->type != V_OPAQUE) return x->type < V_TYPE_COUNT ? kind_classes[x->type] : NULL;
   const char *name = val_type_name(x);
+  for (size_t i = 0; i < N_ITER_CLASSES; i++)
+    if (iter_classes[i] && !strcmp(name, iter_class_names[i])) return iter_classes[i];
   for (size_t i = 0; i < N_OPAQUE_CLASSES; i++)
     if (!strcmp(name, opaque_names[i])) return opaque_classes[i];
   return kind_classes[V_OPAQUE];
@@ -1181,7 +1149,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
     *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
-    *ns_linalg;
+    *ns_linalg, *ns_custom_derivatives;
 /* Python's modules whose names lang/classes_lib.c fills (dataclasses,
  * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
  * of typing and collections go in beside them with builtins_add_to. */
@@ -1205,6 +1173,7 @@ Value *builtins_namespace(const char *name) {
   if (!strcmp(name, "jax.experimental.pjit")) return ns_exp_pjit;
   if (!strcmp(name, "jax.random")) return ns_random;
   if (!strcmp(name, "jax.sharding")) return ns_sharding;
+  if (!strcmp(name, "jax.custom_derivatives")) return ns_custom_derivatives;
   if (!strcmp(name, "dataclasses")) return ns_dataclasses;
   if (!strcmp(name, "enum")) return ns_enum;
   if (!strcmp(name, "typing") || !strcmp(name, "collections")) {
@@ -1306,6 +1275,7 @@ int builtins_register(Env *e) {
     ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
     ns_exp_pjit = new_namespace("jax.experimental.pjit");
     ns_linalg = new_namespace("jax.numpy.linalg");
+    ns_custom_derivatives = new_namespace("jax.custom_derivatives");
     ns_dataclasses = new_namespace("dataclasses");
     ns_enum = new_namespace("enum");
     ns_typing = new_namespace("typing");
@@ -1313,7 +1283,7 @@ int builtins_register(Env *e) {
     if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
         !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_dataclasses || !ns_enum ||
-        !ns_typing || !ns_collections ||
+        !ns_typing || !ns_collections || !ns_custom_derivatives ||
         dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0)
       return -1;
   }
@@ -1350,6 +1320,7 @@ int builtins_register(Env *e) {
   if (dict_set_str(jg, "numpy", ns_jnp) < 0 || dict_set_str(jg, "lax", ns_lax) < 0 ||
       dict_set_str(jg, "nn", ns_nn) < 0 || dict_set_str(jg, "tree_util", ns_tree_util) < 0 ||
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
+      dict_set_str(jg, "custom_derivatives", ns_custom_derivatives) < 0 ||
       dict_set_str(jg, "sharding", ns_sharding) < 0 || dict_set_str(jg, "experimental", ns_experimental) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
@@ -1387,13 +1358,14 @@ const BiEntry bi_python_table[] = {
   {"dict", bi_dict, IN_TOP, "dict(pairs or **kwargs)"},
   {"enumerate", bi_enumerate, IN_TOP, "enumerate(iterable, start=0)"},
   {"zip", bi_zip, IN_TOP, "zip(*iterables)"},
-  {"map", bi_map, IN_TOP, "map(function, *iterables): a list"},
+  {"map", bi_map, IN_TOP, "map(function, *iterables): an iterator"},
+  {"filter", bi_filter, IN_TOP, "filter(function, iterable): an iterator"},
   {"sum", bi_sum, IN_TOP, "sum(a, axis=None, ...) on arrays; Python's sum on lists"},
   {"max", bi_max, IN_TOP, "max(a, axis=None) on an array; Python's max of several values"},
   {"min", bi_min, IN_TOP, "min(a, axis=None) on an array; Python's min of several values"},
   {"pow", bi_pow, IN_TOP, "pow(base, exp, mod=None): base ** exp, or (base ** exp) % mod of ints"},
   {"sorted", bi_sorted, IN_TOP, "sorted(iterable, key=None, reverse=False)"},
-  {"reversed", bi_reversed, IN_TOP, "reversed(sequence): a list"},
+  {"reversed", bi_reversed, IN_TOP, "reversed(sequence): an iterator"},
   {"isinstance", bi_isinstance, IN_TOP, "isinstance(obj, class_or_tuple): int, float, str, jax.Array, type(v), ..."},
   {"dir", bi_dir, IN_TOP, "dir([obj]): the names in scope, or obj's attributes, sorted"},
   {"help", bi_help, IN_TOP, "help(obj): a built-in's signature and summary"},

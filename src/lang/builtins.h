@@ -38,6 +38,13 @@ Value *builtins_namespace(const char *name);
  * new reference, never NULL once builtins_register ran. */
 Value *builtins_type_of(Value *x);
 
+/* The class type() gives for the opaque values whose type is named
+ * [name] (one of builtins.c's table: "SymbolicZero", "CustomVJPPrimal",
+ * "generator", ...), for the layer that makes such values to export
+ * under its module.  Borrowed (classes live as long as the program), or
+ * NULL with a ValueError for a name not in the table. */
+Value *builtins_opaque_class(const char *name);
+
 /* Makes [cls] (a built-in that constructs values of VType [kind], e.g.
  * jax.sharding.Mesh) the class type() gives for them, and marks it a
  * class.  Main thread, at start-up, after builtins_register. */

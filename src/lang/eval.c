@@ -1269,15 +1269,17 @@ static Value *make_gen(const Node *n, Env *scope, Value *src) {
   return iter_gen(src, gen_step, gen_release, g);
 }
 
-/* A list comprehension, or a generator expression, whose first iterable
- * is evaluated first (in Python too, where the expression is written). */
+/* A list comprehension, or a generator expression (a lazy iterator),
+ * whose first iterable is evaluated first (in Python too, where the
+ * expression is written). */
 static Value *eval_listcomp(const Node *n, Env *env) {
   Env *scope = env_new(env);
   if (!scope) return NULL;
   CompCtx c = {.n = n, .clause = 0, .out = NULL};
   Value *it = eval(n->clauses[0].iter, scope);
-  if (it && n->is_gen && iter_is(it)) {
-    Value *g = make_gen(n, scope, it);
+  if (it && n->is_gen) {   /* a generator, as Python's: lazy over any iterable */
+    Value *src = iter_over(it), *g = src ? make_gen(n, scope, src) : NULL;
+    val_decref(src);
     val_decref(it);
     env_decref(scope);
     return g;

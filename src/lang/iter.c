@@ -1,7 +1,8 @@
 /*
  * iter.c - lazy iterators (iter.h): count, cycle, repeat, islice, zip,
- * map, enumerate and iter()'s, as opaque values of one struct whose kind
- * picks how the next item is made.
+ * map, enumerate, filter, reversed and iter()'s, as opaque values of one
+ * struct whose kind picks how the next item is made; their types carry
+ * Python's names (zip, list_iterator, generator, itertools.count, ...).
  */
 #include <string.h>
 
@@ -12,7 +13,11 @@
 #include "lang/iter.h"
 #include "lang/ops.h"
 
-enum { K_COUNT, K_CYCLE, K_REPEAT, K_ISLICE, K_ZIP, K_MAP, K_ENUMERATE, K_SEQ, K_GEN, K_KINDS };
+enum { K_COUNT, K_CYCLE, K_REPEAT, K_ISLICE, K_ZIP, K_MAP, K_ENUMERATE, K_SEQ, K_GEN, K_FILTER, K_KINDS };
+
+/* The names Python gives iter(x) and reversed(x) by the kind of x (all
+ * of kind K_SEQ here: the items read at once). */
+enum { SEQ_ANY, SEQ_LIST, SEQ_TUPLE, SEQ_RANGE, SEQ_STR, SEQ_DICT, SEQ_LIST_REV, SEQ_REVERSED, SEQ_NAMES };
 
 typedef struct Iter {
   Opaque base;
@@ -26,7 +31,8 @@ typedef struct Iter {
    *   islice: a = the source, pos/next/stop/step as CPython's islice;
    *   zip, map, enumerate: a = a List of the sources (lazy iterators),
    *          b = map's function;
-   *   seq (iter()): a = the items (a List), pos = the next one;
+   *   seq (iter(), reversed()): a = the items (a List), pos = the next one;
+   *   filter: a = the source (a lazy iterator), b = the predicate or None;
    *   gen: a = the source, b = the values made but not handed out (a
    *          List), gen_step/gen_release/gen_ctx from eval.c. */
   Value *a, *b;
@@ -54,12 +60,16 @@ static Value *iter_getattr(Value *v, const char *name) {
 static const OpaqueType iter_types[K_KINDS] = {
   ITER_TYPE("itertools.count"), ITER_TYPE("itertools.cycle"), ITER_TYPE("itertools.repeat"),
   ITER_TYPE("itertools.islice"), ITER_TYPE("zip"), ITER_TYPE("map"), ITER_TYPE("enumerate"),
-  ITER_TYPE("iterator"), ITER_TYPE("generator")};
+  ITER_TYPE("iterator"), ITER_TYPE("generator"), ITER_TYPE("filter")};
+static const OpaqueType seq_types[SEQ_NAMES] = {
+  ITER_TYPE("iterator"), ITER_TYPE("list_iterator"), ITER_TYPE("tuple_iterator"),
+  ITER_TYPE("range_iterator"), ITER_TYPE("str_ascii_iterator"), ITER_TYPE("dict_keyiterator"),
+  ITER_TYPE("list_reverseiterator"), ITER_TYPE("reversed")};
 
 bool iter_is(const Value *v) {
   if (v->type != V_OPAQUE) return false;
   const OpaqueType *ot = ((const Opaque *)v)->ot;
-  return ot >= iter_types && ot < iter_types + K_KINDS;
+  return (ot >= iter_types && ot < iter_types + K_KINDS) || (ot >= seq_types && ot < seq_types + SEQ_NAMES);
 }
 
 /* A new iterator of [kind] holding [a] and [b] (stolen, even on failure). */
@@ -89,7 +99,7 @@ static bool is_int_one(Value *v) {
  * is not the int 1; repeat(x); the others by their type's name. */
 static Value *iter_repr(Value *v) {
   Iter *it = (Iter *)v;
-  if (it->kind != K_COUNT && it->kind != K_REPEAT) return str_printf("<%s object>", iter_types[it->kind].name);
+  if (it->kind != K_COUNT && it->kind != K_REPEAT) return str_printf("<%s object>", it->base.ot->name);
   bool unit = it->kind == K_REPEAT || is_int_one(it->b);
   Value *x = val_repr(it->a), *s = x && !unit ? val_repr(it->b) : NULL;
   Value *r = NULL;
@@ -194,6 +204,22 @@ static Value *next_gen(Iter *it) {
   return v;
 }
 
+/* The next item of the source that passes the predicate (its truth;
+ * with None the item's own), as Python's filter. */
+static Value *next_filter(Iter *it) {
+  for (;;) {
+    if (interrupted()) return NULL;   /* the predicate may drop every item */
+    Value *x = iter_next(it->a);
+    if (!x) return NULL;
+    Value *p = it->b == VAL_NONE ? val_incref(x) : val_call_n(it->b, 1, &x);
+    int t = p ? val_truth(p) : -1;
+    if (p) val_decref(p);
+    if (t == 1) return x;
+    val_decref(x);
+    if (t < 0) return NULL;
+  }
+}
+
 /* The next item by kind (iter_next's contract). */
 static Value *next_of(Iter *it) {
   switch (it->kind) {
@@ -204,6 +230,7 @@ static Value *next_of(Iter *it) {
   case K_ZIP: case K_ENUMERATE: return next_row(it);
   case K_MAP: return next_map(it);
   case K_GEN: return next_gen(it);
+  case K_FILTER: return next_filter(it);
   default: return next_seq(it);
   }
 }
@@ -224,7 +251,7 @@ bool iter_infinite(const Value *v) {
   case K_COUNT: case K_REPEAT: return true;
   case K_CYCLE: return it->b || list_len(it->a) > 0;
   case K_ISLICE: return it->stop < 0 && iter_infinite(it->a);
-  case K_GEN: return iter_infinite(it->a);   /* its `if` may drop them all: then it never ends either */
+  case K_GEN: case K_FILTER: return iter_infinite(it->a);   /* its `if` may drop them all: then it never ends either */
   case K_ZIP: case K_MAP: case K_ENUMERATE:
     for (size_t i = 0; i < list_len(it->a); i++)
       if (!iter_infinite(list_get(it->a, i))) return false;
@@ -255,10 +282,33 @@ Value *iter_take(Value *v, size_t max) {
 
 /* ==== makers ====================================================================== */
 
+/* Python's name for an iterator over [x] (reversed: a reversed one). */
+static const OpaqueType *seq_type(const Value *x, bool reversed) {
+  int n = x->type == V_LIST ? (reversed ? SEQ_LIST_REV : SEQ_LIST) : x->type == V_RANGE ? SEQ_RANGE
+        : reversed ? SEQ_REVERSED : x->type == V_TUPLE ? SEQ_TUPLE : x->type == V_STR ? SEQ_STR
+        : x->type == V_DICT ? SEQ_DICT : SEQ_ANY;
+  return &seq_types[n];
+}
+
 Value *iter_over(Value *x) {
   if (iter_is(x)) return val_incref(x);
-  Value *items = ops_iter_items(x);
-  return items ? iter_new(K_SEQ, items, NULL) : NULL;
+  Value *items = ops_iter_items(x), *v = items ? iter_new(K_SEQ, items, NULL) : NULL;
+  if (v) ((Iter *)v)->base.ot = seq_type(x, false);
+  return v;
+}
+
+Value *iter_reversed(Value *x) {
+  if (iter_is(x)) return err_set(ERR_TYPE, "'%s' object is not reversible", val_type_name(x));
+  Value *items = ops_iter_items(x), *v = items ? iter_new(K_SEQ, items, NULL) : NULL;
+  if (!v) return NULL;
+  ops_list_reverse(items);
+  ((Iter *)v)->base.ot = seq_type(x, true);
+  return v;
+}
+
+Value *iter_filter(Value *pred, Value *src) {
+  Value *s = iter_over(src);
+  return s ? iter_new(K_FILTER, s, val_incref(pred)) : NULL;
 }
 
 /* A number for count(): a Python number or an array (what `+` takes). */

@@ -3,12 +3,16 @@
  * time, as Python's iterators do, where the rest of the language reads an
  * iterable whole (ops_iter_items).
  *
- * They exist for the iterators that never end: itertools.count, cycle and
- * repeat without times, which no list can hold, and what is built over
- * them: islice, zip, map and enumerate of a lazy iterator are lazy too,
- * and so is a generator expression whose first iterable is one (of lists
- * they stay the lists they always were).  iter(x) makes one
- * over any iterable, and next(it) takes an item from any of them.
+ * They are what Python's iterators are: zip, map, enumerate, filter and
+ * reversed always make one (a zip of lists too, as in Python, so that
+ * type() and isinstance() see Python's classes), and so do the iterators
+ * that never end (itertools.count, cycle and repeat without times, which
+ * no list can hold), islice of a lazy iterator and a generator
+ * expression whose first iterable is one.  iter(x) makes one over any
+ * iterable, and next(it) takes an item from any of them.  Their types
+ * are named as Python's (zip, map, enumerate, filter, list_iterator,
+ * range_iterator, list_reverseiterator, reversed, generator,
+ * itertools.count, ...).
  *
  * Who reads them: a `for` loop and a comprehension pull one item per
  * step (so `for i in count(): ... break` ends, and Ctrl-C stops a loop
@@ -86,7 +90,17 @@ Value *iter_islice(Value *src, int64_t start, int64_t stop, int64_t step);
  * with the error set (an argument that is not iterable). */
 Value *iter_zip(int n, Value *const *srcs, Value *fn);
 
-/* enumerate(src, start) for a lazy [src]: (start, item), (start+1, ...). */
+/* reversed(x): an iterator over the items of [x] (read now) last first;
+ * an iterator [x] is the TypeError "'zip' object is not reversible", as
+ * Python's.  New reference, or NULL with the error set. */
+Value *iter_reversed(Value *x);
+
+/* filter(pred, src): the items of [src] for which pred(item) (None: the
+ * item itself) is true, pulled as they are asked for.  [pred] and [src]
+ * borrowed.  New reference, or NULL with the error set. */
+Value *iter_filter(Value *pred, Value *src);
+
+/* enumerate(src, start): (start, item), (start+1, ...). */
 Value *iter_enumerate(Value *src, int64_t start);
 
 /* A generator expression over the lazy iterator [src] (eval.c makes it):

@@ -10,6 +10,7 @@
  */
 #include <string.h>
 
+#include "array/print.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "lang/builtins.h"
@@ -36,6 +37,7 @@ typedef struct Custom {
   Value *jvp;         /* custom_jvp: defjvp's rule, or NULL */
   Value *jvps;        /* custom_jvp: defjvps's tuple (None entries: zero), or NULL */
   const char *rule_names[2];  /* interned: fwd's and bwd's, or jvp's; for the plan */
+  bool symbolic_zeros;        /* defvjp's or defjvp's symbolic_zeros=True */
 } Custom;
 
 static const OpaqueType vjp_type, jvp_type;
@@ -91,12 +93,165 @@ static Custom *custom_new(const OpaqueType *ot, Value *fun, Value *nondiff) {
   return c;
 }
 
+/* ---- symbolic zeros: SymbolicZero and CustomVJPPrimal ------------------------- */
+
+/* jax.custom_derivatives.SymbolicZero: the zero tangent or cotangent of a
+ * value that is not being differentiated, by its aval (JAX forwards the
+ * attributes to it: shape, dtype, ndim, size, weak_type). */
+typedef struct SymZero {
+  Opaque base;
+  AVal av;
+} SymZero;
+
+/* jax.custom_derivatives.CustomVJPPrimal: what fwd receives for each
+ * array leaf under symbolic_zeros=True: the value and whether it is being
+ * differentiated. */
+typedef struct VjpPrimal {
+  Opaque base;
+  Value *value;
+  bool perturbed;
+} VjpPrimal;
+
+static Value *symzero_getattr(Value *self, const char *name);
+static Value *symzero_repr(Value *self) { (void)self; return str_from("SymbolicZero"); }
+static void vjp_primal_free(Value *v) { val_decref(((VjpPrimal *)v)->value); }
+static Value *vjp_primal_getattr(Value *self, const char *name);
+static Value *vjp_primal_repr(Value *self);
+
+static const OpaqueType symzero_type = {.name = "SymbolicZero", .repr = symzero_repr,
+                                        .getattr = symzero_getattr};
+static const OpaqueType vjp_primal_type = {.name = "CustomVJPPrimal", .free = vjp_primal_free,
+                                           .repr = vjp_primal_repr, .getattr = vjp_primal_getattr};
+
+static bool is_symzero(Value *v) { return v->type == V_OPAQUE && ((Opaque *)v)->ot == &symzero_type; }
+static bool is_vjp_primal(Value *v) { return v->type == V_OPAQUE && ((Opaque *)v)->ot == &vjp_primal_type; }
+static bool array_or_symzero(Value *v) { return array_leaf(v) || is_symzero(v); }
+static bool any_leaf(Value *v) { (void)v; return true; }
+
+/* A new SymbolicZero of aval [av]. */
+static Value *symzero_new(const AVal *av) {
+  SymZero *z = shm_calloc(1, sizeof *z);
+  if (!z) return err_nomem();
+  val_init(&z->base.hdr, V_OPAQUE);
+  z->base.ot = &symzero_type;
+  aval_copy(&z->av, av);
+  return &z->base.hdr;
+}
+
+/* The SymbolicZero of array leaf [v]'s aval. */
+static Value *symzero_of(Value *v, void *unused) {
+  (void)unused;
+  AVal av;
+  return ops_aval(v, &av) < 0 ? NULL : symzero_new(&av);
+}
+
+static Value *symzero_getattr(Value *self, const char *name) {
+  const AVal *av = &((SymZero *)self)->av;
+  int64_t size = 1;
+  for (int d = 0; d < av->ndim; d++) size *= av->shape[d];
+  if (!strcmp(name, "shape")) {
+    Value *t = tuple_new((size_t)av->ndim);
+    for (int d = 0; t && d < av->ndim; d++) tuple_set_steal(t, (size_t)d, val_int(av->shape[d]));
+    return t;
+  }
+  if (!strcmp(name, "dtype")) return dtype_value(av->dtype);
+  if (!strcmp(name, "ndim")) return val_int(av->ndim);
+  if (!strcmp(name, "size")) return val_int(size);
+  if (!strcmp(name, "weak_type")) return val_bool(av->weak);
+  return err_set(ERR_ATTRIBUTE, "SymbolicZero has no attribute %s", name);
+}
+
+/* A new CustomVJPPrimal of [value] (borrowed). */
+static Value *vjp_primal_new(Value *value, bool perturbed) {
+  VjpPrimal *p = shm_calloc(1, sizeof *p);
+  if (!p) return err_nomem();
+  val_init(&p->base.hdr, V_OPAQUE);
+  p->base.ot = &vjp_primal_type;
+  p->value = val_incref(value);
+  p->perturbed = perturbed;
+  return &p->base.hdr;
+}
+
+static Value *vjp_primal_getattr(Value *self, const char *name) {
+  VjpPrimal *p = (VjpPrimal *)self;
+  if (!strcmp(name, "value")) return val_incref(p->value);
+  if (!strcmp(name, "perturbed")) return val_bool(p->perturbed);
+  return err_set(ERR_ATTRIBUTE, "'CustomVJPPrimal' object has no attribute '%s'", name);
+}
+
+/* As the dataclass prints: CustomVJPPrimal(value=..., perturbed=True). */
+static Value *vjp_primal_repr(Value *self) {
+  VjpPrimal *p = (VjpPrimal *)self;
+  Value *r = val_repr(p->value), *s = r ? str_printf("CustomVJPPrimal(value=%s, perturbed=%s)",
+                                                     str_cstr(r), p->perturbed ? "True" : "False") : NULL;
+  val_decref(r);
+  return s;
+}
+
+/* custom_vjp_primal_tree_values(tree): each CustomVJPPrimal leaf's value;
+ * any other leaf is JAX's TypeError. */
+static Value *unwrap_primal_leaf(Value *v, void *unused) {
+  (void)unused;
+  if (is_vjp_primal(v)) return val_incref(((VjpPrimal *)v)->value);
+  Value *t = builtins_type_of(v), *r = t ? val_repr(t) : NULL;
+  if (r) err_set(ERR_TYPE, "unexpected leaf type %s", str_cstr(r));
+  val_decref(t);
+  val_decref(r);
+  return NULL;
+}
+
+static Value *bi_primal_tree_values(const CallArgs *a) {
+  Value *tree;
+  if (args_bind("custom_vjp_primal_tree_values", a, "tree", (Value **[]){&tree}) < 0) return NULL;
+  return pytree_map(tree, any_leaf, unwrap_primal_leaf, NULL);
+}
+
+/* zeros of array leaf [v]'s aval, weakly typed as it is (JAX's
+ * instantiated zero tangent). */
+static Value *zeros_of(Value *v, void *unused) {
+  (void)unused;
+  AVal av;
+  if (ops_aval(v, &av) < 0) return NULL;
+  Value *z = prim_zeros(&av);
+  if (z && IS_ARRAY(z)) AS_ARRAY(z)->weak = av.weak;
+  return z;
+}
+
+/* zero_from_primal(val, symbolic_zeros=False): the zero tangent of each
+ * array leaf of [val]: a SymbolicZero, or zeros. */
+static Value *bi_zero_from_primal(const CallArgs *a) {
+  Value *val, *sz = NULL;
+  if (args_bind("zero_from_primal", a, "val, symbolic_zeros=", (Value **[]){&val, &sz}) < 0) return NULL;
+  int symbolic = sz ? val_truth(sz) : 0;
+  if (symbolic < 0) return NULL;
+  return pytree_map(val, array_leaf, symbolic ? symzero_of : zeros_of, NULL);
+}
+
+/* SymbolicZero leaves of [tree] with [size] put in front of their shape
+ * ([size] > 0) or their first dimension dropped ([size] == 0): the rules
+ * of a vmapped custom function see one example's avals. */
+static Value *symzero_batched(Value *v, void *ctx) {
+  int64_t size = *(int64_t *)ctx;
+  AVal av;
+  aval_copy(&av, &((SymZero *)v)->av);
+  if (size > 0 && av.ndim < SHM_MAXDIM) {
+    memmove(av.shape + 1, av.shape, sizeof(int64_t) * (size_t)av.ndim);
+    av.shape[0] = size;
+    av.ndim++;
+  } else if (size == 0 && av.ndim > 0) {
+    memmove(av.shape, av.shape + 1, sizeof(int64_t) * (size_t)--av.ndim);
+  }
+  return symzero_new(&av);
+}
+
 /* ---- defvjp, defjvp, defjvps ---------------------------------------------------- */
 
-static Value *no_symbolic_zeros(const char *who, Value *sz) {
-  if (sz && val_truth(sz) == 1)
-    return err_set(ERR_NOT_IMPLEMENTED, "%s: symbolic_zeros=True is not implemented", who);
-  return VAL_NONE;
+/* symbolic_zeros= of defvjp/defjvp into c: 0, or -1 with the error set. */
+static int set_symbolic_zeros(Custom *c, Value *sz) {
+  int t = sz ? val_truth(sz) : 0;
+  if (t < 0) return -1;
+  c->symbolic_zeros = t;
+  return 0;
 }
 
 static void set_rule(Value **slot, Value *v) {
@@ -108,8 +263,10 @@ static void set_rule(Value **slot, Value *v) {
 static Value *defvjp_m(Value *self, const CallArgs *a) {
   Value *fwd, *bwd, *sz = NULL, *remat = NULL;
   if (args_bind("defvjp", a, "fwd, bwd, symbolic_zeros=, optimize_remat=",
-                (Value **[]){&fwd, &bwd, &sz, &remat}) < 0 || !no_symbolic_zeros("defvjp", sz))
+                (Value **[]){&fwd, &bwd, &sz, &remat}) < 0 || set_symbolic_zeros((Custom *)self, sz) < 0)
     return NULL;
+  if (((Custom *)self)->symbolic_zeros && remat && val_truth(remat) == 1)
+    return err_set(ERR_NOT_IMPLEMENTED, "remat optimization for custom_vjp does not support symbolic zeros");
   set_rule(&((Custom *)self)->fwd, fwd);
   set_rule(&((Custom *)self)->bwd, bwd);
   ((Custom *)self)->rule_names[0] = fn_name(fwd);
@@ -121,7 +278,7 @@ static Value *defvjp_m(Value *self, const CallArgs *a) {
 static Value *defjvp_m(Value *self, const CallArgs *a) {
   Value *jvp, *sz = NULL;
   if (args_bind("defjvp", a, "jvp, symbolic_zeros=", (Value **[]){&jvp, &sz}) < 0 ||
-      !no_symbolic_zeros("defjvp", sz))
+      set_symbolic_zeros((Custom *)self, sz) < 0)
     return NULL;
   set_rule(&((Custom *)self)->jvp, jvp);
   set_rule(&((Custom *)self)->jvps, NULL);
@@ -136,6 +293,7 @@ static Value *defjvps_m(Value *self, const CallArgs *a) {
   if (!t) return NULL;
   set_rule(&((Custom *)self)->jvps, t);
   set_rule(&((Custom *)self)->jvp, NULL);
+  ((Custom *)self)->symbolic_zeros = false;
   ((Custom *)self)->rule_names[0] = intern_cstr("defjvps");
   val_decref(t);
   return VAL_NONE;
@@ -150,6 +308,7 @@ static Value *custom_getattr(Value *self, const char *name) {
   if (!strcmp(name, "fun") || !strcmp(name, "__wrapped__")) return val_incref(c->fun);
   if (!strcmp(name, "nondiff_argnums")) return val_incref(c->nondiff);
   if (!strcmp(name, "__name__")) return str_from(c->name);
+  if (!strcmp(name, "symbolic_zeros")) return val_bool(c->symbolic_zeros);
   Value *rule = !strcmp(name, "fwd") && vjp ? c->fwd : !strcmp(name, "bwd") && vjp ? c->bwd
               : !strcmp(name, "jvp") && !vjp ? c->jvp : self;
   if (rule != self) return val_incref(rule ? rule : VAL_NONE);
@@ -384,7 +543,7 @@ static void call_params(Custom *c, Params *p, Plan *plan, int ncap) {
   params_add(p, "call_jaxpr", val_incref(&plan->hdr));
   params_add(p, is_vjp(c) ? "fwd" : "jvp", str_from(c->rule_names[0]));
   params_add(p, "num_consts", val_int(ncap));
-  params_add(p, "symbolic_zeros", val_incref(val_false()));
+  params_add(p, "symbolic_zeros", val_bool(c->symbolic_zeros));
 }
 
 static Value *stage_call(Custom *c, const CallArgs *a) {
@@ -509,13 +668,31 @@ static int pair_of(Value *r, Value **x, Value **y, const char *rule, const char 
 
 static Value *tangent_leaf(Value *v, void *id) { return ad_tangent_of(v, *(unsigned *)id); }
 
+static bool is_jvp_of(Value *v, unsigned id) {
+  return IS_JVP_TRACER(v) && ((Tracer *)v)->trace_id == id;
+}
+
+/* symbolic_zeros=True: a differentiated leaf's tangent, else a SymbolicZero. */
+static Value *tangent_or_symzero(Value *v, void *id) {
+  return is_jvp_of(v, *(unsigned *)id) ? ad_tangent_of(v, *(unsigned *)id) : symzero_of(v, NULL);
+}
+
+/* symbolic_zeros=True: CustomVJPPrimal(the primal of leaf [v], whether it is
+ * differentiated), what fwd receives. */
+static Value *vjp_primal_leaf(Value *v, void *id) {
+  Value *p = ad_primal_of(v, *(unsigned *)id), *r = p ? vjp_primal_new(p, is_jvp_of(v, *(unsigned *)id)) : NULL;
+  val_decref(p);
+  return r;
+}
+
 /* The output tree [po] whose float leaves carry the tangents [to] (same
- * structure) for trace [id]: a new tree, or NULL with the error set. */
+ * structure; a SymbolicZero leaf is zeros, as JAX takes one from any
+ * rule) for trace [id]: a new tree, or NULL with the error set. */
 static Value *with_tangents(Value *po, Value *to, unsigned id) {
   PyLeaves pl = {0}, tl = {0};
   Value **vals = NULL, *r = NULL;
   int k = 0;
-  if (pytree_flatten(po, array_leaf, &pl) < 0 || pytree_flatten(to, array_leaf, &tl) < 0) goto out;
+  if (pytree_flatten(po, array_leaf, &pl) < 0 || pytree_flatten(to, array_or_symzero, &tl) < 0) goto out;
   if (pl.n != tl.n) {
     err_set(ERR_TYPE, "Custom JVP rule must produce primal and tangent outputs with equal container "
                       "(pytree) structures, but got %d and %d leaves respectively.", pl.n, tl.n);
@@ -524,7 +701,10 @@ static Value *with_tangents(Value *po, Value *to, unsigned id) {
   if (!(vals = shm_calloc((size_t)pl.n + 1, sizeof(Value *)))) goto out;
   for (; k < pl.n; k++) {
     AVal pa, ta;
-    if (ops_aval(pl.v[k], &pa) < 0 || ops_aval(tl.v[k], &ta) < 0) goto out;
+    bool zero = is_symzero(tl.v[k]);   /* a SymbolicZero: zeros, as JAX's Zero */
+    if (ops_aval(pl.v[k], &pa) < 0) goto out;
+    if (zero) aval_copy(&ta, &((SymZero *)tl.v[k])->av);
+    else if (ops_aval(tl.v[k], &ta) < 0) goto out;
     if (pa.ndim != ta.ndim || memcmp(pa.shape, ta.shape, sizeof(int64_t) * (size_t)pa.ndim)) {
       char s1[128], s2[128];
       aval_str(s1, sizeof s1, pa.dtype, pa.ndim, pa.shape);
@@ -533,8 +713,8 @@ static Value *with_tangents(Value *po, Value *to, unsigned id) {
                         "shapes and dtypes, but got %s and %s.", s1, s2);
       goto out;
     }
-    vals[k] = dt_is_float(pa.dtype) ? ad_jvp_tracer(id, val_incref(pl.v[k]), val_incref(tl.v[k]))
-                                    : val_incref(pl.v[k]);
+    Value *t = !dt_is_float(pa.dtype) ? NULL : zero ? zeros_of(pl.v[k], NULL) : val_incref(tl.v[k]);
+    vals[k] = t ? ad_jvp_tracer(id, val_incref(pl.v[k]), t) : val_incref(pl.v[k]);
     if (!vals[k]) goto out;
   }
   int pos = 0;
@@ -625,7 +805,7 @@ static Value *jvp_call_jvp(Value *self, const CallArgs *a) {
   if (!nd || !prims || !(tans = tuple_new(tuple_len(prims)))) goto out;
   for (int i = 0, k = 0; i < a->nargs; i++) {
     if (is_nondiff(c, i)) continue;
-    Value *t = pytree_map(a->args[i], array_leaf, tangent_leaf, &j->id);
+    Value *t = pytree_map(a->args[i], array_leaf, c->symbolic_zeros ? tangent_or_symzero : tangent_leaf, &j->id);
     tuple_set_steal(tans, (size_t)k++, t ? t : val_incref(VAL_NONE));
     if (!t) goto out;
   }
@@ -781,8 +961,11 @@ static Value *jvp_call_vjp(Value *self, const CallArgs *a) {
   l->c = (Custom *)val_incref(self);
   if (!(l->nd = strip_args(c, a, j->id, true)) || !(l->args = strip_args(c, a, j->id, false)))
     goto out;
-  for (int i = 0; i < a->nargs; i++)
-    if (!(prims[i] = ad_strip(a->args[i], j->id))) goto out;
+  for (int i = 0; i < a->nargs; i++) {
+    bool wrap = c->symbolic_zeros && !is_nondiff(c, i);
+    prims[i] = wrap ? pytree_map(a->args[i], array_leaf, vjp_primal_leaf, &j->id) : ad_strip(a->args[i], j->id);
+    if (!prims[i]) goto out;
+  }
   fr = val_call_n(c->fwd, a->nargs, prims);
   if (!fr || pair_of(fr, &out, &res, "VJP fwd", c->rule_names[0],
                      "primal outputs and residuals (values stored from the forward pass for use "
@@ -808,7 +991,8 @@ out:
 /* ---- custom_lin's transpose: bwd(*nondiff, residuals, cotangents) ---------------- */
 
 /* The cotangent tree of the outputs: each float output's from [ct]
- * (NULL: zeros), the others zeros. */
+ * (NULL: zeros), the others zeros; zeros are SymbolicZeros under
+ * symbolic_zeros=True. */
 static Value *out_cotangents(CustomLin *l, Value **ct) {
   Value **vals = shm_calloc((size_t)l->nout + 1, sizeof(Value *)), *r = NULL;
   int k = 0;
@@ -816,7 +1000,7 @@ static Value *out_cotangents(CustomLin *l, Value **ct) {
   for (int m = 0; k < l->nout; k++) {
     Value *c = l->out_float[k] ? ct[m++] : NULL;
     AVal av = l->out_avals[k];
-    if (!(vals[k] = c ? val_incref(c) : prim_zeros(&av))) break;
+    if (!(vals[k] = c ? val_incref(c) : l->c->symbolic_zeros ? symzero_new(&av) : prim_zeros(&av))) break;
   }
   int pos = 0;
   if (k == l->nout) r = pytree_replace(l->out, array_leaf, vals, &pos);
@@ -864,6 +1048,27 @@ static int ct_zeros(CustomLin *l, Value *x, Value **cts, int *n, int *leaf) {
   return 0;
 }
 
+/* A SymbolicZero [g] that bwd gave for primal leaf [x]: a zero
+ * cotangent, of [x]'s shape, else JAX's ValueError. */
+static int symzero_ct(CustomLin *l, Value *x, Value *g, int arg, Value **cts, int *n, int *leaf) {
+  AVal xa;
+  const AVal *ga = &((SymZero *)g)->av;
+  if (ops_aval(x, &xa) < 0) return -1;
+  if (ga->ndim != xa.ndim || memcmp(ga->shape, xa.shape, sizeof(int64_t) * (size_t)xa.ndim)) {
+    char s1[128], s2[128];
+    aval_str(s1, sizeof s1, ga->dtype, ga->ndim, ga->shape);
+    aval_str(s2, sizeof s2, xa.dtype, xa.ndim, xa.shape);
+    err_set(ERR_VALUE, "Custom VJP bwd rule produced a SymbolicZero with a shape/dtype that does not "
+                       "match the corresponding input tangent shape/dtype: at output[%d] the "
+                       "SymbolicZero had shape/dtype %s while the corresponding input had "
+                       "shape/dtype %s. Consider just returning a None here instead of a "
+                       "SymbolicZero object.", arg, s1, s2);
+    return -1;
+  }
+  if (l->diff[(*leaf)++]) cts[(*n)++] = NULL;
+  return 0;
+}
+
 /* The cotangents of the differentiated leaves of primal [x] from bwd's
  * [g] (its structure; None for any subtree: zeros, as JAX allows) into
  * cts[*n...]; [*leaf] walks l->diff.  0, -1 with the error set, or
@@ -872,6 +1077,7 @@ static int ct_walk(CustomLin *l, Value *x, Value *g, int arg, Value **cts, int *
                    int depth) {
   if (depth > 64) return err_set(ERR_VALUE, "custom_vjp: cotangents nested too deeply"), -1;
   if (g == VAL_NONE && x != VAL_NONE) return ct_zeros(l, x, cts, n, leaf);
+  if (array_leaf(x) && is_symzero(g)) return symzero_ct(l, x, g, arg, cts, n, leaf);
   if (array_leaf(x)) {
     if (!array_leaf(g)) return CT_MISMATCH;
     bool d = l->diff[(*leaf)++];
@@ -959,16 +1165,111 @@ static Value *unwrap_leaf(Value *v, void *vctx) {
 
 static Value *wrap_leaf(Value *v, void *id) { return batch_wrap(*(unsigned *)id, v, 0); }
 
-/* (None for each nondiff argument, 0 for each other) of [n] arguments,
- * then [extra] zeros (bwd's residuals and cotangents). */
-static Value *rule_axes(Custom *c, int n, int extra, bool nondiff_first) {
-  int nnd = (int)tuple_len(c->nondiff);
-  Value *t = tuple_new((size_t)(n + extra));
-  for (int i = 0; t && i < n + extra; i++) {
-    bool none = nondiff_first ? i < nnd && i < n : i < n && is_nondiff(c, i);
-    tuple_set_steal(t, (size_t)i, none ? val_incref(VAL_NONE) : val_int(0));
+/* The in_axes of a rule of a call with [n] arguments: 0 for each but a
+ * nondiff argument's, which is None unless [batched] says it is batched
+ * (a custom_jvp's may be, as JAX lets a nondiff argument vary).  With
+ * [extra] >= 0 the rule takes the nondiff arguments first, then [extra]
+ * more (bwd: residuals and cotangents; jvp: primals and tangents); with
+ * -1 it takes the call's arguments in place (fun, fwd). */
+static Value *rule_axes(Custom *c, int n, int extra, const bool *batched) {
+  int nnd = 0;
+  for (int i = 0; i < n; i++) nnd += is_nondiff(c, i);
+  Value *t = tuple_new((size_t)(extra < 0 ? n : nnd + extra));
+  for (int i = 0, k = 0; t && i < n; i++) {
+    bool nd = is_nondiff(c, i);
+    if (extra >= 0 && !nd) continue;
+    tuple_set_steal(t, (size_t)(extra < 0 ? i : k++), nd && !batched[i] ? val_incref(VAL_NONE) : val_int(0));
   }
+  for (int i = 0; t && i < extra; i++) tuple_set_steal(t, (size_t)(nnd + i), val_int(0));
   return t;
+}
+
+/* ---- vmap of the rules under symbolic_zeros ------------------------------------- */
+
+/* The state tuple [st]'s item [i]. */
+static Value *st_get(Value *st, size_t i) { return tuple_get(st, i); }
+
+/* What the batched fwd's vmap calls, state (fwd, args): each argument
+ * whose leaves in args were CustomVJPPrimals gets them back around the
+ * values it receives (one example's), each with its perturbed bit. */
+static Value *rewrap_fwd(Value *st, const CallArgs *a) {
+  Value *tmpl = st_get(st, 1), **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *)), *r = NULL;
+  int i = 0;
+  for (; args && i < a->nargs; i++) {
+    PyLeaves pl = {0}, vl = {0};
+    Value *t = tuple_get(tmpl, (size_t)i), **wrapped = NULL;
+    int rc = pytree_flatten(t, is_vjp_primal, &pl);
+    if (rc == 0 && pl.n == 0) args[i] = val_incref(a->args[i]);
+    else if (rc == 0 && (rc = pytree_flatten(a->args[i], array_leaf, &vl)) == 0 && vl.n == pl.n &&
+             (wrapped = shm_calloc((size_t)pl.n + 1, sizeof(Value *)))) {
+      int k = 0, pos = 0;
+      for (; k < pl.n; k++)
+        if (!(wrapped[k] = vjp_primal_new(vl.v[k], ((VjpPrimal *)pl.v[k])->perturbed))) break;
+      if (k == pl.n) args[i] = pytree_replace(t, is_vjp_primal, wrapped, &pos);
+      ad_values_free(wrapped, k);
+    } else if (rc == 0) {
+      err_set(ERR_VALUE, "custom_vjp: the batched fwd's arguments lost their structure");
+    }
+    pytree_leaves_free(&pl);
+    pytree_leaves_free(&vl);
+    if (!args[i]) break;
+  }
+  if (!args) err_nomem();
+  else if (i == a->nargs) r = val_call_n(st_get(st, 0), a->nargs, args);
+  ad_values_free(args, i);
+  return r;
+}
+
+/* fwd of a vmapped custom_vjp function with symbolic_zeros, state (fwd,
+ * in_axes, batch trace id): the vmap of fwd over the CustomVJPPrimals'
+ * values, fwd seeing one example's values in CustomVJPPrimals again. */
+static Value *batched_fwd(Value *st, const CallArgs *a) {
+  Value *tmpl = tuple_pack((size_t)a->nargs, a->args), **vals = shm_calloc((size_t)a->nargs + 1, sizeof(Value *));
+  Value *state = tmpl ? tuple_pack(2, (Value *[]){st_get(st, 0), tmpl}) : NULL, *r = NULL;
+  Value *inner = state ? bound_new("fwd", rewrap_fwd, state) : NULL, *vf = NULL;
+  int64_t id;
+  int i = 0;
+  for (; vals && inner && i < a->nargs; i++)
+    if (!(vals[i] = pytree_map(a->args[i], is_vjp_primal, unwrap_primal_leaf, NULL))) break;
+  if (vals && inner && i == a->nargs && arr_to_index(st_get(st, 2), &id) == 0 &&
+      (vf = batch_vmap_of((unsigned)id, inner, st_get(st, 1))))
+    r = val_call_n(vf, a->nargs, vals);
+  if (!vals) err_nomem();
+  ad_values_free(vals, i);
+  Value *held[] = {tmpl, state, inner, vf};
+  for (size_t k = 0; k < 4; k++) val_decref(held[k]);
+  return r;
+}
+
+/* bwd or jvp of a vmapped custom function with symbolic_zeros, state
+ * (the vmapped rule, the batch size): SymbolicZeros going in lose the
+ * batch axis (the rule sees one example's), those coming out get it. */
+static Value *batched_zero_rule(Value *st, const CallArgs *a) {
+  Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *)), *r = NULL, *out = NULL;
+  int64_t size, none = 0;
+  int i = 0;
+  if (arr_to_index(st_get(st, 1), &size) < 0) size = -1;
+  for (; args && size >= 0 && i < a->nargs; i++)
+    if (!(args[i] = pytree_map(a->args[i], is_symzero, symzero_batched, &none))) break;
+  if (args && i == a->nargs && (r = val_call_n(st_get(st, 0), a->nargs, args)))
+    out = pytree_map(r, is_symzero, symzero_batched, &size);
+  if (!args) err_nomem();
+  ad_values_free(args, i);
+  val_decref(r);
+  return out;
+}
+
+/* [*slot] (a vmapped rule, replaced) wrapped by [fn] with state (rule,
+ * [extra]) (stolen).  0 or -1. */
+static int wrap_rule(Value **slot, MethodFn fn, Value *extra, const char *name) {
+  Value *st = extra && *slot ? tuple_pack(2, (Value *[]){*slot, extra}) : NULL;
+  Value *w = st ? bound_new(name, fn, st) : NULL;
+  val_decref(extra);
+  val_decref(st);
+  if (!*slot) return 0;
+  val_decref(*slot);
+  *slot = w;
+  return w ? 0 : -1;
 }
 
 /* vmap of [f] over batch trace [id] with [axes] (stolen): into *slot. */
@@ -979,17 +1280,33 @@ static int vmapped(unsigned id, Value *f, Value *axes, Value **slot) {
 }
 
 /* The custom function of vmap(fun) and vmap of its rules, every
- * differentiable argument batched on axis 0. */
-static Custom *batched_custom(Custom *c, unsigned id, int nargs) {
+ * differentiable argument batched on axis 0, and the nondiff ones that
+ * [batched] says. */
+static Custom *batched_custom(Custom *c, unsigned id, int nargs, const bool *batched) {
   Custom *b = custom_new(c->base.ot, c->fun, c->nondiff);
   if (!b) return NULL;
   memcpy(b->rule_names, c->rule_names, sizeof b->rule_names);
-  int nnd = (int)tuple_len(c->nondiff), rc;
+  int rc;
   val_decref(b->fun);
-  rc = vmapped(id, c->fun, rule_axes(c, nargs, 0, false), &b->fun);
-  if (rc == 0) rc = vmapped(id, c->fwd, rule_axes(c, nargs, 0, false), &b->fwd);
-  if (rc == 0) rc = vmapped(id, c->bwd, rule_axes(c, nnd, 2, true), &b->bwd);
-  if (rc == 0) rc = vmapped(id, c->jvp, rule_axes(c, nnd, 2, true), &b->jvp);
+  b->symbolic_zeros = c->symbolic_zeros;
+  rc = vmapped(id, c->fun, rule_axes(c, nargs, -1, batched), &b->fun);
+  if (rc == 0 && c->fwd && c->symbolic_zeros) {   /* fwd takes CustomVJPPrimals: vmapped inside */
+    Value *axes = rule_axes(c, nargs, -1, batched), *idv = axes ? val_int(id) : NULL;
+    Value *st = idv ? tuple_pack(3, (Value *[]){c->fwd, axes, idv}) : NULL;
+    if (!(b->fwd = st ? bound_new("fwd", batched_fwd, st) : NULL)) rc = -1;
+    val_decref(axes);
+    val_decref(idv);
+    val_decref(st);
+  } else if (rc == 0) {
+    rc = vmapped(id, c->fwd, rule_axes(c, nargs, -1, batched), &b->fwd);
+  }
+  if (rc == 0) rc = vmapped(id, c->bwd, rule_axes(c, nargs, 2, batched), &b->bwd);
+  if (rc == 0) rc = vmapped(id, c->jvp, rule_axes(c, nargs, 2, batched), &b->jvp);
+  if (rc == 0 && c->symbolic_zeros) {
+    int64_t size = batch_trace_size(id);
+    rc = wrap_rule(&b->bwd, batched_zero_rule, val_int(size), "bwd");
+    if (rc == 0) rc = wrap_rule(&b->jvp, batched_zero_rule, val_int(size), "jvp");
+  }
   if (rc == 0 && c->jvps) {
     b->jvps = tuple_new(tuple_len(c->jvps));
     for (size_t i = 0; b->jvps && i < tuple_len(c->jvps); i++) {
@@ -1005,29 +1322,30 @@ static Custom *batched_custom(Custom *c, unsigned id, int nargs) {
 }
 
 /* The batch_call of both rows: the batched custom function on the
- * arguments unbatched to a leading axis; its results batched on it. */
+ * arguments unbatched to a leading axis; its results batched on it.  A
+ * custom_jvp's batched nondiff argument is unbatched too and its rules
+ * vmapped over it (JAX closes fun and the rule over it); a custom_vjp's
+ * is refused before (check_nondiff), as JAX refuses any tracer there. */
 static Value *batch_call_custom(Value *self, const CallArgs *a) {
   Custom *c = (Custom *)self;
   Tracer *top;
   if (top_tracer(c, a, &top) < 0) return NULL;
   Unwrap u = {top->trace_id, batch_trace_size(top->trace_id)};
   Value **args = shm_calloc((size_t)a->nargs + 1, sizeof(Value *)), *r = NULL;
+  bool *batched = shm_calloc((size_t)a->nargs + 1, sizeof(bool));
   int i = 0;
-  for (; args && i < a->nargs; i++) {
+  for (; args && batched && i < a->nargs; i++) {
     bool nd = is_nondiff(c, i);
-    if (nd && batch_carries(a->args[i], u.id)) {
-      err_set(ERR_NOT_IMPLEMENTED, "vmap of %s: argument %d, one of nondiff_argnums, is batched",
-              c->name, i);
-      break;
-    }
-    if (!(args[i] = nd ? val_incref(a->args[i]) : pytree_map(a->args[i], array_leaf, unwrap_leaf, &u)))
+    batched[i] = !nd || batch_carries(a->args[i], u.id);
+    if (!(args[i] = !batched[i] ? val_incref(a->args[i]) : pytree_map(a->args[i], array_leaf, unwrap_leaf, &u)))
       break;
   }
-  Custom *b = args && i == a->nargs ? batched_custom(c, u.id, a->nargs) : NULL;
+  Custom *b = args && batched && i == a->nargs ? batched_custom(c, u.id, a->nargs, batched) : NULL;
   Value *res = b ? val_call_n(&b->base.hdr, a->nargs, args) : NULL;
   if (res) r = pytree_map(res, array_leaf, wrap_leaf, &u.id);
-  if (!args) err_nomem();
+  if (!args || !batched) err_nomem();
   ad_values_free(args, i);
+  shm_free(batched);
   if (b) val_decref(&b->base.hdr);
   if (res) val_decref(res);
   return r;
@@ -1065,6 +1383,29 @@ void custom_register_rules(void) {
   prim_register(P_CUSTOM_LIN, &lr);
 }
 
+/* jax.custom_derivatives' SymbolicZero, CustomVJPPrimal (their classes,
+ * for isinstance), zero_from_primal and custom_vjp_primal_tree_values. */
+static int custom_register_zeros(void) {
+  static const struct { const char *name; BuiltinFn fn; const char *doc; } fns[] = {
+      {"zero_from_primal", bi_zero_from_primal,
+       "zero_from_primal(val, symbolic_zeros=False): the zero tangent of each leaf"},
+      {"custom_vjp_primal_tree_values", bi_primal_tree_values,
+       "custom_vjp_primal_tree_values(tree): the values of fwd's CustomVJPPrimal leaves"},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    int rc = v ? builtins_add_to("jax.custom_derivatives", fns[i].name, v) : -1;
+    val_decref(v);
+    if (rc < 0) return -1;
+  }
+  const char *classes[] = {"SymbolicZero", "CustomVJPPrimal"};
+  for (size_t i = 0; i < 2; i++) {
+    Value *cls = builtins_opaque_class(classes[i]);
+    if (!cls || builtins_add_to("jax.custom_derivatives", classes[i], cls) < 0) return -1;
+  }
+  return 0;
+}
+
 int custom_register(Env *builtins) {
   (void)builtins;
   if (eval_register_opaque_call(&vjp_type, custom_call) < 0 ||
@@ -1079,8 +1420,9 @@ int custom_register(Env *builtins) {
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
     int rc = v ? builtins_add_to("jax", fns[i].name, v) : -1;
+    if (rc == 0) rc = builtins_add_to("jax.custom_derivatives", fns[i].name, v);
     if (v) val_decref(v);
     if (rc < 0) return -1;
   }
-  return 0;
+  return custom_register_zeros();
 }
