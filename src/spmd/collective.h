@@ -265,6 +265,12 @@ void coll_register_prims(void);
  * axes are 'i', 'j')", every axis listed. */
 int coll_unknown_axis(const char *prim, const MeshDesc *m, const char *name);
 
+/* The error (ERR_NAME, -1) for a collective [prim] (or axis_index) naming
+ * axis [a] of [m] that the body's partial-manual shard_map leaves
+ * automatic (m->auto_axes): JAX binds only the manual axes in such a
+ * body, so the name is unbound there.  The message lists the manual axes. */
+int coll_auto_axis(const char *prim, const MeshDesc *m, int a);
+
 /* The mesh-axis bits of the axes a collective's parameters [p] name
  * (`axes` or `axis_name`), on a device thread; false when no mesh is
  * current or a name is not one of its axes (no error kept). */

@@ -198,6 +198,19 @@ int coll_unknown_axis(const char *prim, const MeshDesc *m, const char *name) {
   return -1;
 }
 
+int coll_auto_axis(const char *prim, const MeshDesc *m, int a) {
+  char have[256] = "";
+  size_t len = 0;
+  for (int q = 0; q < m->naxes && len < sizeof have; q++)
+    if (!(m->auto_axes >> q & 1))
+      len += (size_t)snprintf(have + len, sizeof have - len, "%s'%s'", len ? ", " : "",
+                              m->names[q]);
+  err_set(ERR_NAME, "%s: unbound axis name '%s': this shard_map is manual only over %s "
+          "(axis_names=), and '%s' is an automatic axis, which collectives and axis_index "
+          "cannot name", prim, m->names[a], len ? have : "no axis", m->names[a]);
+  return -1;
+}
+
 /* Resolves the axis names of [p] against [m] into axes[] (user's order). */
 static int resolve_axes(const char *prim, const MeshDesc *m, const Params *p,
                         int *axes, int *naxes) {
@@ -216,6 +229,7 @@ static int resolve_axes(const char *prim, const MeshDesc *m, const Params *p,
       return err_set(ERR_TYPE, "%s: axis names must be strings", prim), -1;
     int a = dev_mesh_axis(m, str_cstr(items[k]));
     if (a < 0) return coll_unknown_axis(prim, m, str_cstr(items[k]));
+    if (m->auto_axes >> a & 1) return coll_auto_axis(prim, m, a);
     for (size_t q = 0; q < k; q++)
       if (axes[q] == a)
         return err_set(ERR_VALUE, "%s: axis '%s' named twice", prim,

@@ -52,6 +52,9 @@ typedef struct MeshDesc {
   int sizes[DEV_MAX_AXES];              /* axis sizes, each >= 1 */
   int ndevices;                         /* product of sizes */
   const int *device_ids;                /* rank -> pool device; NULL: identity */
+  uint32_t auto_axes;                   /* axes a partial-manual shard_map leaves
+                                           automatic (its axis_names= omits them):
+                                           no collective may name one */
 } MeshDesc;
 
 struct CollGroup;

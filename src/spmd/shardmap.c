@@ -748,6 +748,7 @@ int shardmap_shared_slots(Value *body, Value ***slots, int cap) {
 static int run_on_devices(Call *c) {
   MeshDesc md;
   mesh_to_desc(c->f->mesh, &md);
+  md.auto_axes = c->f->auto_axes;
   CollGroup *g = coll_group_new(&md, shm_interp->reference);
   if (!g) return -1;
   int rc = runner(g, &md, run_device, c, c->out);
@@ -1009,6 +1010,7 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   if (in_flat) val_decref(in_flat);
   if (out_flat) val_decref(out_flat);
   if (!sf) goto out;
+  ((ShardFn *)sf)->auto_axes = f->auto_axes;
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
@@ -1102,6 +1104,100 @@ static int read_check_rep(Value *check_rep, Value *check_vma, bool *out) {
   return 0;
 }
 
+/* [m]'s axes in [bits] as "'x', 'y'" into buf. */
+static void axes_list(const Mesh *m, uint32_t bits, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int q = 0; q < m->naxes && len < cap; q++)
+    if (bits >> q & 1)
+      len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", len ? ", " : "", m->axis_names[q]);
+}
+
+/* The mesh axes [v] names (a str, or a tuple or list of them: the
+ * language has no set display, so JAX's {'x'} is written ('x',)) as bits
+ * of [m] in [*bits].  0, or -1 + ERR_TYPE (not names) / ERR_VALUE (a name
+ * [m] does not have, as jax.shard_map's subset check). */
+static int read_axis_set(const char *kw, Value *v, const Mesh *m, uint32_t *bits) {
+  size_t n = 1;
+  Value *const *items = &v;
+  *bits = 0;
+  if (v->type != V_STR && !val_seq(v, &n, &items))
+    return err_set(ERR_TYPE, "shard_map: %s= must be a collection of mesh axis names (a tuple, "
+                   "list or str), got %s", kw, val_type_name(v)), -1;
+  for (size_t i = 0; i < n; i++) {
+    if (items[i]->type != V_STR)
+      return err_set(ERR_TYPE, "shard_map: %s= must hold mesh axis names (str), got %s", kw,
+                     val_type_name(items[i])), -1;
+    int a = mesh_axis(m, intern_cstr(str_cstr(items[i])));
+    if (a < 0) {
+      char have[256];
+      axes_list(m, ~0u, have, sizeof have);
+      return err_set(ERR_VALUE, "shard_map requires %s= to be a subset of the mesh's axis "
+                     "names (%s), but it names '%s'", kw, have, str_cstr(items[i])), -1;
+    }
+    *bits |= 1u << a;
+  }
+  return 0;
+}
+
+/* Checks that every P(...) in the spec tree [v] names only axes outside
+ * [auto_axes] of [m]: 0, or -1 + ERR_VALUE in the words of JAX's check
+ * (specs of a partial-manual shard_map may refer only to manual axes). */
+static int specs_manual_only(const char *what, Value *v, const Mesh *m, uint32_t auto_axes,
+                             int depth) {
+  if (v->type == V_PSPEC) {
+    const PSpec *sp = (const PSpec *)v;
+    for (int i = 0; i < sp->n; i++)
+      for (int k = 0; k < sp->e[i].nnames; k++) {
+        int a = mesh_axis(m, sp->e[i].names[k]);
+        if (a < 0 || !(auto_axes >> a & 1)) continue;
+        char sb[256], manual[256];
+        pspec_str(sp, sb, sizeof sb);
+        axes_list(m, ~auto_axes, manual, sizeof manual);
+        return err_set(ERR_VALUE, "shard_map %s must refer only to axes marked as manual (%s), "
+                       "but %s refers to '%s', an automatic axis (not in axis_names=)",
+                       what, manual[0] ? manual : "none", sb, sp->e[i].names[k]), -1;
+      }
+    return 0;
+  }
+  if (depth > 64) return 0;
+  if (v->type == V_DICT) {
+    Dict *d = (Dict *)v;
+    for (size_t i = 0; i < d->len; i++)
+      if (specs_manual_only(what, d->vals[i], m, auto_axes, depth + 1) < 0) return -1;
+    return 0;
+  }
+  size_t n;
+  Value *const *items;
+  if (!val_seq(v, &n, &items)) return 0;   /* None, or a class's node: checked when split */
+  for (size_t i = 0; i < n; i++)
+    if (specs_manual_only(what, items[i], m, auto_axes, depth + 1) < 0) return -1;
+  return 0;
+}
+
+int shardmap_set_manual(Value *fv, Value *axis_names, Value *auto_) {
+  ShardFn *f = (ShardFn *)fv;
+  const Mesh *m = f->mesh;
+  uint32_t all = m->naxes >= 32 ? ~0u : (1u << m->naxes) - 1, manual = all, au = 0;
+  if (axis_names && axis_names != VAL_NONE) {
+    if (read_axis_set("axis_names", axis_names, m, &manual) < 0) return -1;
+    if (!manual) manual = all;   /* JAX: an empty set means every axis */
+  }
+  if (auto_ && auto_ != VAL_NONE) {
+    if (read_axis_set("auto", auto_, m, &au) < 0) return -1;
+    if (axis_names && axis_names != VAL_NONE && au & manual)
+      return err_set(ERR_VALUE, "shard_map: an axis cannot be in both axis_names= and auto="), -1;
+    manual &= ~au;
+  }
+  f->auto_axes = all & ~manual;
+  if (!f->auto_axes) return 0;
+  Value *in = f->in_tree ? f->in_tree : f->in_specs, *out = f->out_tree ? f->out_tree : f->out_specs;
+  if (specs_manual_only("in_specs", in, m, f->auto_axes, 0) < 0 ||
+      specs_manual_only("out_specs", out, m, f->auto_axes, 0) < 0)
+    return -1;
+  return 0;
+}
+
 /* shard_map(f, mesh, in_specs, out_specs, check_rep=True): the function
  * form, as jax.shard_map. */
 static Value *bi_shard_map(const CallArgs *a);
@@ -1124,9 +1220,11 @@ static Value *shard_map_decorator(const CallArgs *a) {
 
 static Value *bi_shard_map(const CallArgs *a) {
   if (a->nargs == 0) return shard_map_decorator(a);
-  Value *f, *mesh, *in_specs, *out_specs, *check_rep, *check_vma;
-  if (args_bind("shard_map", a, "f, mesh=, in_specs=, out_specs=, check_rep=, check_vma=",
-                (Value **[]){&f, &mesh, &in_specs, &out_specs, &check_rep, &check_vma}) < 0)
+  Value *f, *mesh, *in_specs, *out_specs, *check_rep, *check_vma, *axis_names, *auto_;
+  if (args_bind("shard_map", a,
+                "f, mesh=, in_specs=, out_specs=, check_rep=, check_vma=, axis_names=, auto=",
+                (Value **[]){&f, &mesh, &in_specs, &out_specs, &check_rep, &check_vma,
+                             &axis_names, &auto_}) < 0)
     return NULL;
   if (!mesh) mesh = mesh_context() ? &mesh_context()->hdr : NULL;
   if (!mesh)
@@ -1137,7 +1235,12 @@ static Value *bi_shard_map(const CallArgs *a) {
   bool cr;
   if (read_check_rep(check_rep, check_vma, &cr) < 0) return NULL;
   const char *name = f->type == V_FUNC ? ((Func *)f)->name : NULL;
-  return shardmap_new(name, f, mesh, in_specs, out_specs, cr);
+  Value *sf = shardmap_new(name, f, mesh, in_specs, out_specs, cr);
+  if (sf && shardmap_set_manual(sf, axis_names, auto_) < 0) {
+    val_decref(sf);
+    return NULL;
+  }
+  return sf;
 }
 
 /* The block form: `[jit] shard_map NAME(x: SPEC, ...) -> SPECS on MESH[, opts]:` */
@@ -1161,13 +1264,16 @@ static Value *block_specs(const Node *s, Env *env) {
   return t;
 }
 
-static int block_options(const Node *s, Env *env, bool *check_rep) {
+static int block_options(const Node *s, Env *env, bool *check_rep, Value **axis_names,
+                         Value **auto_) {
   Value *cr = NULL, *cv = NULL;
   int rc = 0;
   for (int k = 0; rc == 0 && k < s->nkw; k++) {
     const char *kw = s->kws[k].name;
     Value **slot = kw && strcmp(kw, "check_rep") == 0 ? &cr
-                 : kw && strcmp(kw, "check_vma") == 0 ? &cv : NULL;
+                 : kw && strcmp(kw, "check_vma") == 0 ? &cv
+                 : kw && strcmp(kw, "axis_names") == 0 ? axis_names
+                 : kw && strcmp(kw, "auto") == 0 ? auto_ : NULL;
     if (!slot) {
       err_set_at(s->kws[k].loc, ERR_TYPE, "shard_map got an unknown option '%s'",
                  kw ? kw : "**");
@@ -1183,7 +1289,7 @@ static int block_options(const Node *s, Env *env, bool *check_rep) {
 }
 
 static int exec_shard_map(const Node *s, Env *env, AstModule *mod) {
-  Value *in = NULL, *out = NULL, *mesh = NULL, *body = NULL, *sf = NULL;
+  Value *in = NULL, *out = NULL, *mesh = NULL, *body = NULL, *sf = NULL, *an = NULL, *au = NULL;
   bool check_rep;
   int rc = -1;
   if (!s->a) {
@@ -1191,10 +1297,11 @@ static int exec_shard_map(const Node *s, Env *env, AstModule *mod) {
     return -1;
   }
   if (!(in = block_specs(s, env)) || !(out = eval_node(s->a, env)) ||
-      !(mesh = eval_node(s->b, env)) || block_options(s, env, &check_rep) < 0 ||
+      !(mesh = eval_node(s->b, env)) || block_options(s, env, &check_rep, &an, &au) < 0 ||
       !(body = eval_make_func(s, env, mod)))
     goto out;
   if (!(sf = shardmap_new(s->name, body, mesh, in, out, check_rep))) goto out;
+  if (shardmap_set_manual(sf, an, au) < 0) goto out;
   if (s->is_jit) {
     if (!eval_make_jit) {
       err_set_at(s->loc, ERR_VALUE, "jit is not available in this build");
@@ -1211,6 +1318,8 @@ out:
   val_decref(mesh);
   val_decref(body);
   val_decref(sf);
+  val_decref(an);
+  val_decref(au);
   return rc;
 }
 
@@ -1305,15 +1414,37 @@ static int axis_size_of(const char *prim, Value *names, Value *groups, int64_t *
     if (ax < 0) {
       return coll_unknown_axis(prim, c->mesh, str_cstr(items[i]));
     }
+    if (c->mesh->auto_axes >> ax & 1) return coll_auto_axis(prim, c->mesh, ax);
     size *= c->mesh->sizes[ax];
   }
   *out = size;
   return 0;
 }
 
+/* The error when collective [prim]'s parameters [p] name an axis the
+ * body's partial-manual shard_map leaves automatic: checked before the
+ * collective binds, since a traced one resolves its axes only when the
+ * plan runs, and a plan run in place inside a partitioned jit runs over
+ * the whole mesh (no axis automatic there).  0, or -1 with the error. */
+static int no_auto_axis(const char *prim, const Params *p) {
+  DevCtx *c = dev_ctx();
+  Value *v = params_get(p, "axes");
+  if (!v) v = params_get(p, "axis_name");
+  if (!c || !c->mesh || !c->mesh->auto_axes || !v) return 0;
+  size_t n = 1;
+  Value *const *items = &v;
+  if (v->type != V_STR && !val_seq(v, &n, &items)) return 0;   /* the rule's error */
+  for (size_t k = 0; k < n; k++) {
+    int a = items[k]->type == V_STR ? dev_mesh_axis(c->mesh, str_cstr(items[k])) : -1;
+    if (a >= 0 && c->mesh->auto_axes >> a & 1) return coll_auto_axis(prim, c->mesh, a);
+  }
+  return 0;
+}
+
 /* Under jit every collective is recorded, concrete operands too, so the
  * compiled plan runs it on every device (trace.h). */
 static Value *coll_apply(PrimId id, int n, Value **in, const Params *p) {
+  if (no_auto_axis(prim_table[id].name, p) < 0) return NULL;
   return prim_bind(id, n, in, p);
 }
 

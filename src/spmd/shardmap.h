@@ -41,6 +41,7 @@ typedef struct ShardFn {
   Value *in_specs;     /* owned: a Tuple of PSpec, or one PSpec for all */
   Value *out_specs;    /* owned: a PSpec, or a Tuple of PSpec */
   bool check_rep;
+  uint32_t auto_axes;  /* mesh axes left automatic (axis_names= names the others); 0: all manual */
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
@@ -50,6 +51,19 @@ typedef struct ShardFn {
  * P(...) (or tuple of them), a mesh that is not a Mesh. */
 Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
                     Value *out_specs, bool check_rep);
+
+/* Makes shard_map [f] (a ShardFn, borrowed) manual only over the mesh
+ * axes [axis_names] names (jax.shard_map's axis_names=; NULL, None or
+ * empty: every axis) less those [auto] names (the older
+ * jax.experimental.shard_map's auto=; NULL or None: none): each a str or
+ * a tuple/list of str.  The other axes are automatic: the body sees the
+ * arguments whole along them (every device of such an axis runs the same
+ * computation on the same values, shmap(7) "shard_map"), its collectives
+ * and axis_index may not name them, and in_specs and out_specs may not
+ * refer to them.  0, or -1 + ERR_TYPE (not axis names) / ERR_VALUE (a
+ * name not of the mesh, an axis in both, a spec naming an automatic
+ * axis). */
+int shardmap_set_manual(Value *f, Value *axis_names, Value *auto_);
 
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);

@@ -700,6 +700,7 @@ static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
   DevCtx *d = dev_ctx();
   int ax = d && d->mesh && !is_resource(name) ? dev_mesh_axis(d->mesh, name) : -1;
   if (ax < 0) return err_set(ERR_NAME, "unbound axis name: %s", name), -1;
+  if (d->mesh->auto_axes >> ax & 1) return coll_auto_axis("reduction", d->mesh, ax);
   *size = d->mesh->sizes[ax];
   return 0;
 }

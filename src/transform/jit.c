@@ -1027,6 +1027,7 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
                         Value **result) {
   MeshDesc md;
   mesh_to_desc(f->mesh, &md);
+  md.auto_axes = f->auto_axes;
   DevCtx ctx = {.mesh = &md, .rank = 0, .unchecked = !f->check_rep};
   DevCtx *saved = dev_ctx();
   Trace *t = trace_begin(f->name, false);
@@ -1075,6 +1076,21 @@ static Value *eqn_in_specs(const ShardFn *f, int ncap, int n) {
   return t;
 }
 
+/* The names of [f]'s manual axes (a new tuple of Str), as a partial-manual
+ * shard_map equation's manual_axes parameter lists them in mesh order. */
+static Value *manual_axes_tuple(const ShardFn *f) {
+  Value *items[MESH_MAX_AXES];
+  int n = 0;
+  for (int a = 0; a < f->mesh->naxes; a++)
+    if (!(f->auto_axes >> a & 1)) {
+      if (!(items[n] = str_from(f->mesh->axis_names[a]))) break;
+      n++;
+    }
+  Value *t = tuple_pack((size_t)n, items);
+  for (int i = 0; i < n; i++) val_decref(items[i]);
+  return t;
+}
+
 /* Records shard_map[...] over [args] in the current trace. */
 static Value *emit_shard_map(ShardFn *f, Plan *body, Value *out_specs, Value **caps, int ncap,
                              int n, Value **args) {
@@ -1101,7 +1117,12 @@ static Value *emit_shard_map(ShardFn *f, Plan *body, Value *out_specs, Value **c
   params_add(&p, "out_specs", val_incref(out_specs));
   params_add(&p, "jaxpr", val_incref(&body->hdr));
   params_add(&p, "check_rep", val_incref(val_bool(f->check_rep)));
-  if (p.n == 5) r = trace_emit(P_SHARD_MAP, &p, ncap + n, ops, nout, avs);
+  int want = 5;
+  if (f->auto_axes) {   /* partial manual: the axes the body may name */
+    want++;
+    params_add(&p, "manual_axes", manual_axes_tuple(f));
+  }
+  if (p.n == want) r = trace_emit(P_SHARD_MAP, &p, ncap + n, ops, nout, avs);
   else params_clear(&p);
 out:
   shm_free(avs);

@@ -57,6 +57,8 @@ static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   /* the printed out_specs is a tuple; one result is one array */
   if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
   s->own = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
+  Value *manual = params_get(&q->params, "manual_axes");
+  if (s->own && manual && shardmap_set_manual(s->own, manual, NULL) < 0) return -1;
   return s->own ? 0 : -1;
 }
 
@@ -451,6 +453,7 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
                   : NULL;
   Value *r = NULL;
   if (sf) {
+    ((ShardFn *)sf)->auto_axes = c->f->auto_axes;
     CallArgs ca = {n, args, 0, NULL, NULL};
     if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
     c->fwd_specs = false;
@@ -811,6 +814,7 @@ static Value *batch_call_shard_map(Value *fv, const CallArgs *a) {
                                   : (int)tuple_len(f->out_specs), NULL) : NULL;
   Value *sf = out ? shardmap_new(f->name, body, &f->mesh->hdr, in, out, f->check_rep) : NULL;
   if (sf) {
+    ((ShardFn *)sf)->auto_axes = f->auto_axes;
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
     SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
     sb->f = f, sb->call = (ShardFn *)sf;
