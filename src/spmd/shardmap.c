@@ -431,6 +431,30 @@ static int check_untiled(const ShardFn *f, const PSpec *s, Array *a, Array *b, i
   return -1;
 }
 
+/* Whether an argument of [c] is an array laid out over the call's mesh:
+ * then its results are laid out by their out_specs, as a partitioned jit
+ * of the call lays them out (transform/partition.c runs a shard_map over
+ * its own mesh in place), so eager and jit agree on shardings too. */
+static bool args_sharded_here(const Call *c) {
+  for (int i = 0; i < c->nargs; i++) {
+    const NamedSharding *ns = (const NamedSharding *)c->args[i]->sharding;
+    if (ns && ns->mesh && mesh_same(ns->mesh, c->f->mesh)) return true;
+  }
+  return false;
+}
+
+/* Marks [out] (a new result, not yet shared) laid out by [s] over [c]'s
+ * mesh when args_sharded_here says so.  0, or -1 out of memory. */
+static int lay_out_result(const Call *c, Value *out, PSpec *s) {
+  if (!IS_ARRAY(out) || !args_sharded_here(c)) return 0;
+  Value *ns = sharding_new(c->f->mesh, s);
+  if (!ns) return err_nomem(), -1;
+  Array *a = AS_ARRAY(out);
+  if (a->sharding) val_decref(a->sharding);
+  a->sharding = ns;
+  return 0;
+}
+
 static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k,
                        const Loc *ret) {
   const Mesh *m = f->mesh;
@@ -583,7 +607,12 @@ static Value *assemble_tree(const Call *c) {
       if (arr) val_decref(arr);
       if (!(blocks[d] = cont)) break;
     }
-    vals[k] = d == n ? assemble(c->f, (PSpec *)list_get(specs, (size_t)k), blocks, k, c->ret) : NULL;
+    PSpec *ks = (PSpec *)list_get(specs, (size_t)k);
+    vals[k] = d == n ? assemble(c->f, ks, blocks, k, c->ret) : NULL;
+    if (vals[k] && lay_out_result(c, vals[k], ks) < 0) {
+      val_decref(vals[k]);
+      vals[k] = NULL;
+    }
     for (int q = 0; q < d; q++) val_decref(&blocks[q]->hdr);
     if (!vals[k]) break;
   }
@@ -619,6 +648,10 @@ static Value *assemble_all(const Call *c) {
     if (gather_result(c, k, single, blocks) == 0) {
       res = assemble(c->f, s, blocks, k, c->ret);
       for (int r = 0; r < n; r++) val_decref(&blocks[r]->hdr);
+      if (res && lay_out_result(c, res, s) < 0) {
+        val_decref(res);
+        res = NULL;
+      }
     }
     if (!res) {
       val_decref(out);
