@@ -783,10 +783,17 @@ static Value *auto_axes_call(Value *self, const CallArgs *a) {
 }
 
 /* explicit_axes(f, axes=, in_sharding=)'s function: the positional
- * arguments laid out by in_sharding (one for all, or a tuple of one
- * each), then f.  self: (f, in_sharding). */
-static Value *explicit_axes_call(Value *self, const CallArgs *a) {
-  Value *sh = tuple_get(self, 1);
+ * arguments laid out by in_sharding (the wrapper's, or the call's
+ * keyword as JAX's takes it; one for all, or a tuple of one each), then
+ * f.  self: (f, in_sharding, axes). */
+static Value *explicit_axes_call(Value *self, const CallArgs *whole) {
+  enum { MAXKW = 32 };
+  const char *kn[MAXKW];
+  Value *kv[MAXKW];
+  CallArgs call;
+  const CallArgs *a = &call;
+  if (whole->nkw > MAXKW) return err_set(ERR_TYPE, "explicit_axes: too many keyword arguments");
+  Value *given = take_kw(whole, "in_sharding", &call, kn, kv), *sh = given ? given : tuple_get(self, 1);
   if (sh == VAL_NONE) return val_call(tuple_get(self, 0), a);
   Value *args = tuple_pack((size_t)a->nargs, a->args), *put = NULL, *r = NULL;
   size_t n;
