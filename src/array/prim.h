@@ -399,7 +399,9 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
  * complete); 0 when the rule does not apply (no rule, several results, a
  * higher-order primitive, blocks that do not compute it: the operands and
  * result then replicated, [in_sh] and [out_sh] so written); -1 with the
- * error set (a rule's parameter error).  One decision for eager results
+ * error set (a rule's parameter error, or Explicit mode's
+ * ShardingTypeError where the result's layout over Explicit axes is
+ * ambiguous: Sharding.explicit_axes).  One decision for eager results
  * (spmd/sharding.c) and jit (transform/partition.c), so both lay results
  * out alike.  Semantics: GSPMD's propagation, shmap(7) THE THREE MODES. */
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
