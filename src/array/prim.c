@@ -461,6 +461,11 @@ static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int
   return same;
 }
 
+/* The primitive whose rule runs, for the rules' messages. */
+static _Thread_local const char *sharding_op;
+
+const char *prim_sharding_op(void) { return sharding_op ? sharding_op : ""; }
+
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
                   const AVal *out, Sharding *out_sh, Params *local, bool *has_local) {
   const PrimInfo *pi = &prim_table[id];
@@ -469,7 +474,10 @@ int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Par
     Sharding keep[16];
     int n = nin < 16 ? nin : 16;
     memcpy(keep, in_sh, sizeof(Sharding) * (size_t)n);
-    if (pi->rules.sharding(in, in_sh, nin, p, out_sh) < 0) return -1;
+    sharding_op = pi->name;
+    int rc = pi->rules.sharding(in, in_sh, nin, p, out_sh);
+    sharding_op = NULL;
+    if (rc < 0) return -1;
     if (nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local)) return 1;
     memcpy(in_sh, keep, sizeof(Sharding) * (size_t)n);
   }

@@ -162,6 +162,13 @@ typedef struct Sharding {
   int8_t split[SHM_MAXDIM][SHARDING_MAX_AXES];
   uint32_t partial;
   const char *partial_coll;
+  /* the mesh axes of AxisType.Explicit (bits): a layout over them is part
+   * of the value's type, so a rule raises JAX's ShardingTypeError where
+   * the result's layout over them is ambiguous instead of choosing
+   * (shmap(7), THE THREE MODES); the mesh's axis names (borrowed, NULL
+   * when unknown) name the layouts in those errors */
+  uint32_t explicit_axes;
+  const char *const *axis_names;
 } Sharding;
 
 /* Sharding rule: how the primitive partitions.  From the operands' avals
@@ -392,11 +399,18 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
  * complete); 0 when the rule does not apply (no rule, several results, a
  * higher-order primitive, blocks that do not compute it: the operands and
  * result then replicated, [in_sh] and [out_sh] so written); -1 with the
- * error set (a rule's parameter error).  One decision for eager results
+ * error set (a rule's parameter error, or Explicit mode's
+ * ShardingTypeError where the result's layout over Explicit axes is
+ * ambiguous: Sharding.explicit_axes).  One decision for eager results
  * (spmd/sharding.c) and jit (transform/partition.c), so both lay results
  * out alike.  Semantics: GSPMD's propagation, shmap(7) THE THREE MODES. */
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
                   const AVal *out, Sharding *out_sh, Params *local, bool *has_local);
+
+/* The name of the primitive whose sharding rule this thread runs
+ * (prim_sharding sets it; "" outside): Explicit mode's errors start with
+ * it, as JAX's ("add got incompatible shardings ..."). */
+const char *prim_sharding_op(void);
 
 /* Computes output avals without running anything (the tracer uses it). */
 int prim_infer(PrimId id, const AVal *in, int nin, const Params *p, AVal *out);

@@ -113,6 +113,9 @@ static Value *dot_transpose(Scope *s, Value *g, Value *y, const AVal *xa, const 
   params_add(&q, "dimension_numbers", tr_dnums(y_first, nyk, ans_y, y_kept, nb, ans_batch, yb));
   Value *pet = params_get(p, "preferred_element_type");
   if (pet) params_add(&q, "preferred_element_type", val_incref(pet));
+  /* the cotangent has the operand's type, as JAX's transpose says with
+   * out_sharding=: not an ambiguity of Explicit mode (sh_dot_general) */
+  params_add(&q, "out_sharding", str_from("operand"));
   Value *r = ap(s, P_DOT_GENERAL, 2, y_first ? (Value *[]){y, g} : (Value *[]){g, y}, &q);
   for (int i = 0; i < k; i++) perm[order[i]] = i;
   bool ident = true;
@@ -245,6 +248,58 @@ static void dot_free(Sharding *s, int d, uint32_t *used) {
   *used |= sh_dim_axes(s, d);
 }
 
+/* Whether paired dimensions [ld] of [l] and [rd] of [r] are both split,
+ * differently, over Explicit axes. */
+static bool pair_clash(const Sharding *l, int ld, const Sharding *r, int rd) {
+  return l->nsplit[ld] && r->nsplit[rd] && !sh_same_dim(l, ld, r, rd) &&
+         sh_typed(l, sh_dim_axes(l, ld) | sh_dim_axes(r, rd));
+}
+
+/* JAX's check that paired dimension lists ([k] = 0 contracting, 2
+ * batch) are split alike where both are split. */
+static int pairs_agree(const Sharding *in_sh, const Dims *d, int k, const char *what) {
+  for (int i = 0; i < d->n[k]; i++)
+    if (pair_clash(&in_sh[0], (int)d->d[k][i], &in_sh[1], (int)d->d[k + 1][i])) {
+      char l[256], r[256];
+      sh_spec_tuple(&in_sh[0], d->n[k], d->d[k], l, sizeof l);
+      sh_spec_tuple(&in_sh[1], d->n[k], d->d[k + 1], r, sizeof r);
+      return sh_type_error("requires the lhs and rhs %s dimensions to be sharded consistently, "
+                           "got %s and %s", what, l, r);
+    }
+  return 0;
+}
+
+/* Explicit mode's dot_general (JAX's rule; without out_sharding=):
+ * batch and contracting pairs split alike; a contracting dimension split
+ * on both sides leaves the result's layout ambiguous (a psum to a
+ * replicated result, or a psum_scatter to one split some way), so it is
+ * an error asking for out_sharding=; the result, batch then lhs free
+ * then rhs free dimensions, may not split two dimensions over one axis. */
+static int dot_explicit(const AVal *in, const Sharding *in_sh, const Dims *d) {
+  if (pairs_agree(in_sh, d, 2, "batch") < 0 || pairs_agree(in_sh, d, 0, "contracting") < 0)
+    return -1;
+  for (int k = 0; k < d->n[0]; k++) {
+    int ld = (int)d->d[0][k], rd = (int)d->d[1][k];
+    if (in_sh[0].nsplit[ld] && in_sh[1].nsplit[rd] && sh_typed(&in_sh[0], sh_dim_axes(&in_sh[0], ld))) {
+      char l[256], r[256];
+      sh_spec_tuple(&in_sh[0], d->n[0], d->d[0], l, sizeof l);
+      sh_spec_tuple(&in_sh[1], d->n[0], d->d[1], r, sizeof r);
+      return sh_type_error("contracts dimensions sharded on both sides (lhs %s, rhs %s), so "
+                           "the layout of the result is ambiguous: give it with out_sharding=",
+                           l, r);
+    }
+  }
+  Sharding res;
+  int o = 0;
+  sh_replicated(&res, 0, &in_sh[0]);
+  for (int k = 0; k < d->n[2]; k++) sh_copy_dim(&res, o++, &in_sh[0], (int)d->d[2][k]);
+  for (int side = 0; side < 2; side++)
+    for (int x = 0; x < in[side].ndim; x++)
+      if (!in_list(x, d->n[side], d->d[side]) && !in_list(x, d->n[2 + side], d->d[2 + side]))
+        sh_copy_dim(&res, o++, &in_sh[side], x);
+  return sh_check_unique(in, in_sh, 2, &res, o);
+}
+
 /* dot_general: batch dimensions keep their (agreed) split; free
  * dimensions keep theirs where no mesh axis is used twice; a contracting
  * dimension split on both sides by axes still free gives partial sums
@@ -255,6 +310,10 @@ static int sh_dot_general(const AVal *in, Sharding *in_sh, int nin, const Params
   (void)nin;
   Dims d;
   if (dims_read(p, &d) < 0) return -1;
+  /* out_sharding= says the result's layout: the choice below, then laid
+   * out so by the constraint that follows */
+  if (in_sh[0].explicit_axes && !params_get(p, "out_sharding") && dot_explicit(in, in_sh, &d) < 0)
+    return -1;
   uint32_t used = 0, partial = 0;
   for (int k = 0; k < d.n[2]; k++) dot_pair(in_sh, (int)d.d[2][k], (int)d.d[3][k], &used);
   /* free dimensions before contracting ones: where a mesh axis splits

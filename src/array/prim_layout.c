@@ -557,6 +557,27 @@ static void reshape_group(const AVal *in, Sharding *in_sh, const int64_t *shape,
   for (int i = i0; i < i1; i++) in_sh[0].nsplit[i] = 0;
 }
 
+/* Explicit mode's reshape (JAX's rule): a split over Explicit axes that
+ * the reshape cannot keep (the operand [was] would be gathered to [now])
+ * is an error asking for the result's layout with out_sharding=, unless
+ * the reshape has it. */
+static int reshape_explicit(const AVal *in, const Sharding *was, const Sharding *now,
+                            const Params *p, int n, const int64_t *shape) {
+  if (!was->explicit_axes || params_get(p, "out_sharding")) return 0;
+  for (int d = 0; d < in[0].ndim; d++)
+    if (!sh_same_dim(was, d, now, d) && sh_typed(was, sh_dim_axes(was, d))) {
+      char ty[256], sizes[256];
+      int w = 0;
+      sh_type_str(&in[0], was, ty, sizeof ty);
+      for (int k = 0; k < n && w < (int)sizeof sizes - 32; k++)
+        w += snprintf(sizes + w, sizeof sizes - (size_t)w, "%s%lld", k ? ", " : "(", (long long)shape[k]);
+      snprintf(sizes + w, sizeof sizes - (size_t)w, n == 1 ? ",)" : n ? ")" : "()");
+      return sh_type_error("of %s to new sizes %s cannot keep the operand's layout; give the "
+                           "result's with out_sharding= (or reshard the operand first)", ty, sizes);
+    }
+  return 0;
+}
+
 /* reshape: dimensions grouped by equal products, left to right. */
 static int sh_reshape(const AVal *in, Sharding *in_sh, int nin, const Params *p,
                       Sharding *out_sh) {
@@ -564,6 +585,7 @@ static int sh_reshape(const AVal *in, Sharding *in_sh, int nin, const Params *p,
   int n;
   int64_t shape[SHM_MAXDIM];
   if (params_ints(p, "new_sizes", &n, shape, SHM_MAXDIM) < 0) return -1;
+  Sharding was = in_sh[0];
   sh_replicated(out_sh, n, &in_sh[0]);
   int i = 0, o = 0, nd = in[0].ndim;
   while (i < nd || o < n) {
@@ -575,7 +597,7 @@ static int sh_reshape(const AVal *in, Sharding *in_sh, int nin, const Params *p,
     }
     reshape_group(in, in_sh, shape, i0, i, o0, o, out_sh);
   }
-  return 0;
+  return reshape_explicit(in, &was, &in_sh[0], p, n, shape);
 }
 
 /* squeeze: the listed (size-1) dimensions drop out. */

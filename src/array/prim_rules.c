@@ -1,8 +1,12 @@
 /*
  * prim_rules.c - the helpers of the rules that the transformations borrow
  * (prim.h): zeros and sums of cotangents for the transpose interpreter,
- * and the batch-axis moves of the batching interpreter.
+ * and the batch-axis moves of the batching interpreter; the errors
+ * Explicit mode's sharding rules raise.
  */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "array/prim_rules.h"
 
 
@@ -53,4 +57,135 @@ void prim_cost_reduction(const Params *p, int nin, const AVal *in, int nout, con
   (void)p;
   double n = nin ? elements(&in[0]) : 0, m = nout ? elements(&out[0]) : 0;
   c->flops += n > m ? n - m : n;
+}
+
+/* ---- Explicit mode's errors ---- */
+
+int sh_type_error(const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  err_set(ERR_TYPE, "ShardingTypeError: %s %s", prim_sharding_op(), text);
+  return -1;
+}
+
+/* The name of mesh axis [a] of [s]. */
+static const char *axis_name(const Sharding *s, int a, char *tmp, size_t cap) {
+  if (s->axis_names) return s->axis_names[a];
+  snprintf(tmp, cap, "axis%d", a);
+  return tmp;
+}
+
+/* Appends [a] then [b] to [buf] at [*n] (bounded by [cap]). */
+static void put(char *buf, size_t cap, size_t *n, const char *a, const char *b) {
+  if (*n >= cap) return;
+  int w = snprintf(buf + *n, cap - *n, "%s%s", a, b ? b : "");
+  if (w > 0) *n += (size_t)w;
+}
+
+/* One spec entry as Python prints it: None, 'X' or ('X', 'Y'). */
+static void put_entry(const Sharding *s, int d, char *buf, size_t cap, size_t *n) {
+  char tmp[16];
+  if (!s->nsplit[d]) {
+    put(buf, cap, n, "None", NULL);
+    return;
+  }
+  if (s->nsplit[d] > 1) put(buf, cap, n, "(", NULL);
+  for (int k = 0; k < s->nsplit[d]; k++) {
+    put(buf, cap, n, k ? ", '" : "'", axis_name(s, s->split[d][k], tmp, sizeof tmp));
+    put(buf, cap, n, "'", NULL);
+  }
+  if (s->nsplit[d] > 1) put(buf, cap, n, ")", NULL);
+}
+
+void sh_spec_tuple(const Sharding *s, int n, const int64_t *dims, char *buf, size_t cap) {
+  size_t w = 0;
+  buf[0] = 0;
+  put(buf, cap, &w, "(", NULL);
+  for (int i = 0; i < n; i++) {
+    if (i) put(buf, cap, &w, ", ", NULL);
+    put_entry(s, dims ? (int)dims[i] : i, buf, cap, &w);
+  }
+  put(buf, cap, &w, n == 1 ? ",)" : ")", NULL);
+}
+
+void sh_type_str(const AVal *a, const Sharding *s, char *buf, size_t cap) {
+  size_t w = 0;
+  char tmp[16], size[32];
+  buf[0] = 0;
+  put(buf, cap, &w, dt_short(a->dtype), "[");
+  for (int d = 0; d < a->ndim; d++) {
+    snprintf(size, sizeof size, "%s%lld", d ? "," : "", (long long)a->shape[d]);
+    put(buf, cap, &w, size, NULL);
+    int shown = 0;
+    for (int k = 0; k < s->nsplit[d]; k++) shown += sh_typed(s, 1u << s->split[d][k]);
+    for (int k = 0, j = 0; shown && k < s->nsplit[d]; k++) {
+      if (!sh_typed(s, 1u << s->split[d][k])) continue;
+      put(buf, cap, &w, j++ ? "," : shown > 1 ? "@(" : "@", axis_name(s, s->split[d][k], tmp, sizeof tmp));
+    }
+    if (shown > 1) put(buf, cap, &w, ")", NULL);
+  }
+  put(buf, cap, &w, "]", NULL);
+}
+
+int sh_check_unique(const AVal *in, const Sharding *in_sh, int nin, const Sharding *res, int n) {
+  uint32_t seen = 0;
+  for (int d = 0; d < n; d++)
+    for (int k = 0; k < res->nsplit[d]; k++) {
+      uint32_t bit = 1u << res->split[d][k];
+      if ((seen & bit) && sh_typed(res, bit)) {
+        char tmp[16], spec[256], types[1024];
+        size_t w = 0;
+        types[0] = 0;
+        for (int i = 0; i < nin; i++) {
+          char one[256];
+          sh_type_str(&in[i], &in_sh[i], one, sizeof one);
+          put(types, sizeof types, &w, i ? ", " : "", one);
+        }
+        sh_spec_tuple(res, n, NULL, spec, sizeof spec);
+        return sh_type_error("operation with inputs %s would produce an illegally sharded result "
+                             "%s: mesh axis '%s' splits two of its dimensions (JAX's "
+                             "DuplicateSpecError); reshard an operand, or say the result's layout "
+                             "(out_sharding=, auto_axes)",
+                             types, spec, axis_name(res, res->split[d][k], tmp, sizeof tmp));
+      }
+      seen |= bit;
+    }
+  return 0;
+}
+
+/* The operands' specs, "('X', None), (None, 'X')", for a message. */
+static void operand_specs(const AVal *in, const Sharding *in_sh, int nin, char *buf, size_t cap) {
+  size_t w = 0;
+  buf[0] = 0;
+  for (int i = 0; i < nin; i++) {
+    char one[256];
+    if (!in[i].ndim) continue;
+    sh_spec_tuple(&in_sh[i], in[i].ndim, NULL, one, sizeof one);
+    put(buf, cap, &w, w ? ", " : "", one);
+  }
+}
+
+int sh_check_broadcast(const AVal *in, const Sharding *in_sh, int nin, int nd) {
+  Sharding res;
+  sh_replicated(&res, nd, &in_sh[0]);
+  for (int d = 0; d < nd; d++) {
+    int first = -1;
+    for (int i = 0; i < nin; i++) {
+      if (in[i].ndim != nd || !in_sh[i].nsplit[d]) continue;
+      if (first < 0) {
+        first = i;
+        sh_copy_dim(&res, d, &in_sh[i], d);
+      } else if (!sh_same_dim(&in_sh[first], d, &in_sh[i], d) &&
+                 sh_typed(&in_sh[i], sh_dim_axes(&in_sh[i], d) | sh_dim_axes(&in_sh[first], d))) {
+        char specs[1024];
+        operand_specs(in, in_sh, nin, specs, sizeof specs);
+        return sh_type_error("got incompatible shardings for broadcasting: %s; lay the operands "
+                             "out alike first (jax.sharding.reshard)", specs);
+      }
+    }
+  }
+  return sh_check_unique(in, in_sh, nin, &res, nd);
 }

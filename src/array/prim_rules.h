@@ -655,6 +655,8 @@ out:
 static inline void sh_replicated(Sharding *s, int ndim, const Sharding *like) {
   s->ndim = ndim;
   s->naxes = like->naxes;
+  s->explicit_axes = like->explicit_axes;
+  s->axis_names = like->axis_names;
   for (int i = 0; i < like->naxes; i++) s->axis_sizes[i] = like->axis_sizes[i];
   for (int d = 0; d < ndim; d++) s->nsplit[d] = 0;
   s->partial = 0;
@@ -689,6 +691,49 @@ static inline int64_t sh_dim_blocks(const Sharding *s, int d) {
   return n;
 }
 
+/* ---- Explicit mode's errors (prim_rules.c; shmap(7), THE THREE MODES) ---- */
+
+/* Whether a split over mesh axes [axes] (bits) of a value laid out as [s]
+ * is part of its type: some of those axes are Explicit. */
+static inline bool sh_typed(const Sharding *s, uint32_t axes) {
+  return (axes & s->explicit_axes) != 0;
+}
+
+/* Whether dimension [d] of [a] and dimension [e] of [b] are split by the
+ * same mesh axes in the same order (both unsplit included). */
+static inline bool sh_same_dim(const Sharding *a, int d, const Sharding *b, int e) {
+  if (a->nsplit[d] != b->nsplit[e]) return false;
+  for (int k = 0; k < a->nsplit[d]; k++)
+    if (a->split[d][k] != b->split[e][k]) return false;
+  return true;
+}
+
+/* Sets JAX's ShardingTypeError (ERR_TYPE, message "ShardingTypeError:
+ * <op> <text>", <op> the primitive whose rule runs: prim_sharding_op)
+ * and returns -1. */
+int sh_type_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Writes dimensions [dims] ([n] of them; NULL: dimensions 0..n-1) of
+ * [s] into [buf] ([cap] bytes) as JAX prints a spec's entries in its
+ * errors, a Python tuple: "('X', None)", "(('X', 'Y'),)". */
+void sh_spec_tuple(const Sharding *s, int n, const int64_t *dims, char *buf, size_t cap);
+
+/* Writes [a] laid out as [s] as jax.typeof prints it, the Explicit axes
+ * after each dimension's size: "f32[8@X,4]". */
+void sh_type_str(const AVal *a, const Sharding *s, char *buf, size_t cap);
+
+/* Explicit mode's check of a result whose [n] dimensions would be split
+ * as [res]: an Explicit mesh axis may split one dimension only (JAX's
+ * DuplicateSpecError; raised as its ShardingTypeError naming the [nin]
+ * operands' types, avals [in] laid out as [in_sh]).  0, or -1. */
+int sh_check_unique(const AVal *in, const Sharding *in_sh, int nin, const Sharding *res, int n);
+
+/* Explicit mode's broadcasting rule (JAX's): operands of rank [nd] that
+ * split a dimension of size > 1 over Explicit axes must split it alike
+ * (an unsplit one takes the other's split); else JAX's ShardingTypeError
+ * naming every operand's spec and telling to reshard.  0, or -1. */
+int sh_check_broadcast(const AVal *in, const Sharding *in_sh, int nin, int nd);
+
 /* Element-wise (and select_n, clamp): the result is laid out as the
  * operands of its rank; where they disagree on a dimension the first
  * operand that splits it wins (GSPMD's heuristic, shmap(7)) unless its
@@ -700,6 +745,7 @@ static inline int prim_sharding_elementwise(const AVal *in, Sharding *in_sh, int
   (void)p;
   int nd = 0;
   for (int i = 0; i < nin; i++) nd = in[i].ndim > nd ? in[i].ndim : nd;
+  if (in_sh[0].explicit_axes && sh_check_broadcast(in, in_sh, nin, nd) < 0) return -1;
   sh_replicated(out_sh, nd, &in_sh[0]);
   uint32_t used = 0;
   for (int d = 0; d < nd; d++)

@@ -313,7 +313,7 @@ static Value *bi_reshape(const CallArgs *a) {
   Value *x, *shape, *order, *newshape, *sh = NULL;
   Value **slots[] = {&x, &shape, &order, &newshape, &sh};
   if (args_bind("reshape", a, "a, shape=, order=, newshape=, out_sharding=", slots) < 0) return NULL;
-  return bi_out_sharding(reshape_of(a), sh);
+  return bi_with_out_sharding(reshape_of, a, sh);
 }
 
 /* A permutation from an `axes` argument for rank [nd]; reversed if None. */

@@ -24,6 +24,7 @@
 #include "array/array.h"
 #include "array/prim.h"
 #include "base/value.h"
+#include "lang/ops.h"
 
 /* ---- the tables ------------------------------------------------------------ */
 
@@ -136,6 +137,19 @@ Value *bi_jnp_min(const CallArgs *a);
 
 /* [r] (consumed) laid out as out_sharding= [sh] says (builtins.h,
  * builtins_out_sharding_hook); [r] itself when [sh] is NULL or None. */
+static inline Value *bi_out_sharding(Value *r, Value *sh);
+
+/* [f]([a]) with out_sharding= [sh] (NULL or None: none) given: the
+ * dot_general and reshape it makes say so (ops.h,
+ * ops_out_sharding_enter), and the result is laid out so. */
+static inline Value *bi_with_out_sharding(Value *(*f)(const CallArgs *), const CallArgs *a,
+                                          Value *sh) {
+  Value *prev = ops_out_sharding_enter(sh);
+  Value *r = f(a);
+  ops_out_sharding_leave(prev);
+  return bi_out_sharding(r, sh);
+}
+
 static inline Value *bi_out_sharding(Value *r, Value *sh) {
   if (!r || !sh || sh == VAL_NONE) return r;
   if (!builtins_out_sharding_hook) {

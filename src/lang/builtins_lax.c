@@ -73,10 +73,10 @@ static Value *lax_broadcast_in_dim(const CallArgs *a) {
   return lax1(P_BROADCAST_IN_DIM, x, &p);
 }
 
-static Value *lax_reshape(const CallArgs *a) {
-  Value *x, *ns, *dims;
-  Value **slots[] = {&x, &ns, &dims};
-  if (args_bind("reshape", a, "operand, new_sizes, dimensions=", slots) < 0) return NULL;
+static Value *reshape_of(const CallArgs *a) {
+  Value *x, *ns, *dims, *out = NULL;
+  Value **slots[] = {&x, &ns, &dims, &out};
+  if (args_bind("reshape", a, "operand, new_sizes, dimensions=, out_sharding=", slots) < 0) return NULL;
   if (!bi_is_none(dims)) return err_set(ERR_VALUE, "lax.reshape: dimensions= is not supported");
   int nd;
   int64_t sh[SHM_MAXDIM];
@@ -85,6 +85,14 @@ static Value *lax_reshape(const CallArgs *a) {
   Value *r = xa ? ops_reshape(xa, nd, sh) : NULL;
   val_decref(xa);
   return r;
+}
+
+/* lax.reshape(operand, new_sizes, dimensions=None, out_sharding=None). */
+static Value *lax_reshape(const CallArgs *a) {
+  Value *x, *ns, *dims, *out = NULL;
+  Value **slots[] = {&x, &ns, &dims, &out};
+  if (args_bind("reshape", a, "operand, new_sizes, dimensions=, out_sharding=", slots) < 0) return NULL;
+  return bi_with_out_sharding(reshape_of, a, out);
 }
 
 static Value *lax_transpose(const CallArgs *a) {
@@ -185,10 +193,10 @@ bad:
   return -1;
 }
 
-static Value *lax_dot_general(const CallArgs *a) {
-  Value *l, *r, *dn, *precision, *pref;
-  Value **slots[] = {&l, &r, &dn, &precision, &pref};
-  if (args_bind("dot_general", a, "lhs, rhs, dimension_numbers, precision=, preferred_element_type=", slots) < 0)
+static Value *dot_general_of(const CallArgs *a) {
+  Value *l, *r, *dn, *precision, *pref, *out = NULL;
+  Value **slots[] = {&l, &r, &dn, &precision, &pref, &out};
+  if (args_bind("dot_general", a, "lhs, rhs, dimension_numbers, precision=, preferred_element_type=, out_sharding=", slots) < 0)
     return NULL;
   int nc = 0, nb = 0, t;
   int64_t lc[SHM_MAXDIM], rc[SHM_MAXDIM], lb[SHM_MAXDIM], rb[SHM_MAXDIM];
@@ -197,6 +205,16 @@ static Value *lax_dot_general(const CallArgs *a) {
   Value *res = ra ? ops_dot_general(la, ra, nc, lc, rc, nb, lb, rb, t) : NULL;
   bi_drop(la, ra, NULL, NULL);
   return res;
+}
+
+/* lax.dot_general(lhs, rhs, dimension_numbers, precision=None,
+ * preferred_element_type=None, out_sharding=None). */
+static Value *lax_dot_general(const CallArgs *a) {
+  Value *l, *r, *dn, *precision, *pref, *out = NULL;
+  Value **slots[] = {&l, &r, &dn, &precision, &pref, &out};
+  if (args_bind("dot_general", a, "lhs, rhs, dimension_numbers, precision=, preferred_element_type=, out_sharding=", slots) < 0)
+    return NULL;
+  return bi_with_out_sharding(dot_general_of, a, out);
 }
 
 static Value *lax_integer_pow(const CallArgs *a) {

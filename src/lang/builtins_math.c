@@ -496,14 +496,22 @@ static Value *bi_nonzero(const CallArgs *a) {
  * Contractions
  * ====================================================================== */
 
-static Value *bi_matmul(const CallArgs *a) {
+static Value *matmul_of(const CallArgs *a) {
   Value *x, *y, *pref, *sh = NULL;
   Value **slots[] = {&x, &y, &pref, &sh};
   if (args_bind("matmul", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
   Value *xa = bi_arr(x), *ya = xa ? bi_arr(y) : NULL;
   Value *r = ya ? ops_matmul(xa, ya) : NULL;
   bi_drop(xa, ya, NULL, NULL);
-  return bi_out_sharding(r, sh);
+  return r;
+}
+
+/* jnp.matmul(a, b, out_sharding=): the product laid out so. */
+static Value *bi_matmul(const CallArgs *a) {
+  Value *x, *y, *pref, *sh = NULL;
+  Value **slots[] = {&x, &y, &pref, &sh};
+  if (args_bind("matmul", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
+  return bi_with_out_sharding(matmul_of, a, sh);
 }
 
 /* numpy.dot: a product for scalars; otherwise contracts a's last axis with
@@ -541,7 +549,7 @@ static Value *bi_dot(const CallArgs *a) {
   Value *x, *y, *pref, *sh = NULL;
   Value **slots[] = {&x, &y, &pref, &sh};
   if (args_bind("dot", a, "a, b, preferred_element_type=, out_sharding=", slots) < 0) return NULL;
-  return bi_out_sharding(dot_of(a), sh);
+  return bi_with_out_sharding(dot_of, a, sh);
 }
 
 static Value *bi_vdot(const CallArgs *a) {
@@ -861,7 +869,7 @@ static Value *bi_einsum(const CallArgs *a) {
   Value *sh = NULL;
   for (int k = 0; k < a->nkw; k++)
     if (!strcmp(a->kwnames[k], "out_sharding")) sh = a->kwvals[k];
-  return bi_out_sharding(einsum_of(a), sh);
+  return bi_with_out_sharding(einsum_of, a, sh);
 }
 
 static Value *einsum_of(const CallArgs *a) {

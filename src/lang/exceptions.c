@@ -26,7 +26,7 @@ enum {
   X_BASE, X_EXCEPTION, X_ARITH, X_LOOKUP, X_VALUE, X_TYPE, X_INDEX, X_KEY, X_NAME,
   X_ZERO, X_OVERFLOW, X_ASSERT, X_RUNTIME, X_NOTIMPL, X_MEMORY, X_OS, X_SYNTAX,
   X_RECURSION, X_KEYBOARD, X_ATTRIBUTE, X_FLOATING, X_IMPORT, X_MODULE_NOT_FOUND, X_SYSTEM_EXIT,
-  X_STOP_ITERATION, X_COUNT
+  X_STOP_ITERATION, X_SHARDING_TYPE, X_COUNT
 };
 
 static const ExcClass classes[X_COUNT] = {
@@ -55,6 +55,10 @@ static const ExcClass classes[X_COUNT] = {
     [X_MODULE_NOT_FOUND] = {"ModuleNotFoundError", X_IMPORT, ERR_IO},
     [X_SYSTEM_EXIT] = {"SystemExit", X_BASE, ERR_SYSTEM_EXIT},
     [X_STOP_ITERATION] = {"StopIteration", X_EXCEPTION, ERR_VALUE},
+    /* JAX's (jax._src.core): Explicit mode's sharding rules raise it, an
+     * ERR_TYPE whose message starts "ShardingTypeError: "; not a name of
+     * the built-ins, as it is not one of Python's */
+    [X_SHARDING_TYPE] = {"ShardingTypeError", X_EXCEPTION, ERR_TYPE},
 };
 
 static Value *class_values[X_COUNT];   /* the built-ins, by index */
@@ -171,7 +175,7 @@ static int current_class(void) {
   if (raised_pending()) return instance_class(raised);
   switch (err_kind()) {
   case ERR_NAME: return X_NAME;
-  case ERR_TYPE: return X_TYPE;
+  case ERR_TYPE: return strncmp(err_message(), "ShardingTypeError: ", 19) ? X_TYPE : X_SHARDING_TYPE;
   case ERR_INDEX: return strncmp(err_message(), "KeyError: ", 10) ? X_INDEX : X_KEY;
   case ERR_IO:
     if (!strncmp(err_message(), "no module named ", 16)) return X_MODULE_NOT_FOUND;
@@ -254,6 +258,7 @@ Value *exc_current(void) {
   }
   if (c == X_KEY && !strncmp(m, "KeyError: ", 10)) m += 10;
   if (c == X_MEMORY && !strncmp(m, "MemoryError: ", 13)) m += 13;
+  if (c == X_SHARDING_TYPE) m += 19;
   if (!strcmp(m, classes[c].name)) m = "";   /* a bare `assert`'s */
   Value *msg = str_from(m);
   Value *e = msg ? exc_new(c, msg, NULL) : NULL;
@@ -376,7 +381,7 @@ int exc_register(Env *b) {
     Value *v = idx ? bound_new(classes[i].name, class_call, idx) : NULL;
     val_decref(idx);
     if (v) ((BoundMethod *)v)->is_class = true;
-    if (!v || env_set(b, intern_cstr(classes[i].name), v) < 0) {
+    if (!v || (i != X_SHARDING_TYPE && env_set(b, intern_cstr(classes[i].name), v) < 0)) {
       val_decref(v);
       return -1;
     }

@@ -155,6 +155,15 @@ Value *ops_select(Value *pred, Value *on_true, Value *on_false);
 /* jnp.matmul semantics (1-D operands, batch broadcasting) via dot_general. */
 Value *ops_matmul(Value *a, Value *b);
 
+/* out_sharding= given to the jnp/lax call being computed ([sh]; NULL or
+ * None: none, borrowed until the leave): the dot_general and reshape
+ * primitives made until ops_out_sharding_leave([the result]) carry it
+ * as their "out_sharding" parameter, as JAX's do, so Explicit mode's
+ * sharding rules do not call the result's layout ambiguous (the caller
+ * lays the result out so afterwards).  Returns the one it replaces. */
+Value *ops_out_sharding_enter(Value *sh);
+void ops_out_sharding_leave(Value *prev);
+
 /* dot_general of the promoted operands with contracting dims lc/rc and
  * batch dims lb/rb; [preferred] < 0 means the promoted dtype. */
 Value *ops_dot_general(Value *a, Value *b, int nc, const int64_t *lc, const int64_t *rc,

@@ -34,7 +34,9 @@ typedef struct Mesh {
 } Mesh;
 
 /* jax.sharding.AxisType: how a program treats a mesh axis (shmap(7), THE
- * THREE MODES).  Explicit axes are accepted and behave as Auto ones. */
+ * THREE MODES).  Explicit axes are laid out as Auto ones, and are part of
+ * the types: the sharding rules raise JAX's errors where a layout over
+ * them is ambiguous (prim.h, Sharding.explicit_axes). */
 typedef enum MeshAxisType { MESH_AUTO, MESH_EXPLICIT, MESH_MANUAL } MeshAxisType;
 
 /* One entry of a spec: the mesh axes splitting one array axis. */

@@ -216,11 +216,26 @@ int sharding_check(const NamedSharding *s, int ndim, const int64_t *shape) {
   return 0;
 }
 
+/* The mesh axes that jax.sharding.auto_axes makes Auto while its
+ * function runs on this thread (bits of the mesh's axes). */
+static _Thread_local uint32_t auto_now;
+
+uint32_t sharding_auto_axes(void) { return auto_now; }
+
+void sharding_rule_mesh(const Mesh *m, Sharding *out) {
+  out->explicit_axes = 0;
+  out->axis_names = m ? m->axis_names : NULL;
+  for (int i = 0; m && i < m->naxes; i++)
+    if (m->axis_types[i] == MESH_EXPLICIT) out->explicit_axes |= 1u << i;
+  out->explicit_axes &= ~auto_now;
+}
+
 void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out) {
   memset(out, 0, sizeof *out);
   out->ndim = ndim;
   out->naxes = s->mesh ? s->mesh->naxes : 0;
   for (int i = 0; i < out->naxes; i++) out->axis_sizes[i] = s->mesh->axis_sizes[i];
+  sharding_rule_mesh(s->mesh, out);
   for (int d = 0; d < ndim && d < s->spec->n; d++) {
     out->nsplit[d] = (uint8_t)s->spec->e[d].nnames;
     for (int k = 0; k < s->spec->e[d].nnames; k++)
@@ -705,10 +720,62 @@ static Value *bi_reshard(const CallArgs *a) {
  * (builtins_out_sharding_hook). */
 static Value *out_sharding(Value *x, Value *sh) { return put_tree(x, sh, constraint_leaf); }
 
-/* auto_axes(f, axes=, out_sharding=)'s function: f on the arguments,
- * its results laid out by out_sharding.  self: (f, out_sharding). */
+/* The bits of mesh axes [axes] (None: all; a name or a sequence of
+ * names) of the context mesh; -1 with the error set for a name it lacks. */
+static int64_t axes_bits(Value *axes) {
+  Mesh *m = mesh_context();
+  if (!axes || axes == VAL_NONE || !m) return (int64_t)UINT32_MAX;
+  size_t n = 1;
+  Value *const *names = &axes;
+  if (axes->type != V_STR && !val_seq(axes, &n, &names)) {
+    err_set(ERR_TYPE, "auto_axes: axes= must be a mesh axis name or a sequence of them");
+    return -1;
+  }
+  int64_t bits = 0;
+  for (size_t i = 0; i < n; i++) {
+    int a = names[i]->type == V_STR ? mesh_axis(m, intern_cstr(str_cstr(names[i]))) : -1;
+    if (a < 0) {
+      err_set(ERR_VALUE, "auto_axes: axes= names an axis the current mesh does not have");
+      return -1;
+    }
+    bits |= (int64_t)1 << a;
+  }
+  return bits;
+}
+
+/* The call's keyword [name] (NULL: absent), and [c] the call without it
+ * ([kn], [kv] its room, a->nkw entries). */
+static Value *take_kw(const CallArgs *a, const char *name, CallArgs *c, const char **kn, Value **kv) {
+  Value *got = NULL;
+  *c = *a;
+  c->nkw = 0;
+  c->kwnames = kn;
+  c->kwvals = kv;
+  for (int k = 0; k < a->nkw; k++) {
+    if (!strcmp(a->kwnames[k], name)) got = a->kwvals[k];
+    else kn[c->nkw] = a->kwnames[k], kv[c->nkw++] = a->kwvals[k];
+  }
+  return got;
+}
+
+/* auto_axes(f, axes=, out_sharding=)'s function: f on the arguments
+ * with [axes] Auto while it runs (Explicit mode's errors do not apply
+ * there, eagerly or staged), its results laid out by out_sharding (the
+ * wrapper's, or the call's keyword as JAX's takes it).  self: (f,
+ * out_sharding, axes). */
 static Value *auto_axes_call(Value *self, const CallArgs *a) {
-  Value *r = val_call(tuple_get(self, 0), a), *sh = tuple_get(self, 1);
+  enum { MAXKW = 32 };
+  const char *kn[MAXKW];
+  Value *kv[MAXKW];
+  CallArgs c;
+  if (a->nkw > MAXKW) return err_set(ERR_TYPE, "auto_axes: too many keyword arguments");
+  Value *given = take_kw(a, "out_sharding", &c, kn, kv), *sh = given ? given : tuple_get(self, 1);
+  int64_t bits = axes_bits(tuple_get(self, 2));
+  if (bits < 0) return NULL;
+  uint32_t was = auto_now;
+  auto_now |= (uint32_t)bits;
+  Value *r = val_call(tuple_get(self, 0), &c);
+  auto_now = was;
   if (!r || sh == VAL_NONE) return r;
   Value *o = put_tree(r, sh, constraint_leaf);
   val_decref(r);
@@ -716,10 +783,17 @@ static Value *auto_axes_call(Value *self, const CallArgs *a) {
 }
 
 /* explicit_axes(f, axes=, in_sharding=)'s function: the positional
- * arguments laid out by in_sharding (one for all, or a tuple of one
- * each), then f.  self: (f, in_sharding). */
-static Value *explicit_axes_call(Value *self, const CallArgs *a) {
-  Value *sh = tuple_get(self, 1);
+ * arguments laid out by in_sharding (the wrapper's, or the call's
+ * keyword as JAX's takes it; one for all, or a tuple of one each), then
+ * f.  self: (f, in_sharding, axes). */
+static Value *explicit_axes_call(Value *self, const CallArgs *whole) {
+  enum { MAXKW = 32 };
+  const char *kn[MAXKW];
+  Value *kv[MAXKW];
+  CallArgs call;
+  const CallArgs *a = &call;
+  if (whole->nkw > MAXKW) return err_set(ERR_TYPE, "explicit_axes: too many keyword arguments");
+  Value *given = take_kw(whole, "in_sharding", &call, kn, kv), *sh = given ? given : tuple_get(self, 1);
   if (sh == VAL_NONE) return val_call(tuple_get(self, 0), a);
   Value *args = tuple_pack((size_t)a->nargs, a->args), *put = NULL, *r = NULL;
   size_t n;
@@ -745,7 +819,7 @@ static Value *explicit_axes_call(Value *self, const CallArgs *a) {
 static Value *axes_wrapper(const CallArgs *a, const char *name, const char *spec, MethodFn call) {
   Value *f, *axes = NULL, *sh = NULL;
   if (args_bind(name, a, spec, (Value **[]){&f, &axes, &sh}) < 0) return NULL;
-  Value *self = tuple_pack(2, (Value *[]){f, sh ? sh : VAL_NONE});
+  Value *self = tuple_pack(3, (Value *[]){f, sh ? sh : VAL_NONE, axes ? axes : VAL_NONE});
   Value *r = self ? bound_new(name, call, self) : NULL;
   if (self) val_decref(self);
   return r;

@@ -39,8 +39,18 @@ Value *sharding_new(Mesh *mesh, PSpec *spec);
 int sharding_check(const NamedSharding *s, int ndim, const int64_t *shape);
 
 /* Fills the sharding rules' view of [s] (prim.h, Sharding) for rank
- * [ndim]: each spec entry's mesh axes by index. */
+ * [ndim]: each spec entry's mesh axes by index, and the mesh's as below. */
 void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out);
+
+/* Fills [out]'s mesh-wide fields from [m] (NULL: none): its Explicit
+ * axes (the rules' errors of Explicit mode) and its axis names
+ * (borrowed from [m]: valid while it lives). */
+void sharding_rule_mesh(const Mesh *m, Sharding *out);
+
+/* The mesh axes (bits) jax.sharding.auto_axes makes Auto on this thread
+ * now: the rules see them as Auto (no Explicit-mode errors), eagerly
+ * and, through the equations' PlanEqn.auto_axes, under jit. */
+uint32_t sharding_auto_axes(void);
 
 /* The NamedSharding of [mesh] (borrowed) that [r] describes, with its
  * partial axes completed (replicated).  New reference or NULL. */

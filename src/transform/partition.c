@@ -20,6 +20,7 @@ static void replicated(const Mesh *m, int ndim, Sharding *s) {
   s->ndim = ndim;
   s->naxes = m->naxes;
   for (int i = 0; i < s->naxes; i++) s->axis_sizes[i] = m->axis_sizes[i];
+  sharding_rule_mesh(m, s);
 }
 
 static void atom_sharding(const PartPlan *pp, const PlanAtom *a, Sharding *s) {
@@ -367,11 +368,13 @@ static int part_eqn(Part *pt, int k) {
   }
   int ruled = 0;
   replicated(pp->mesh, e->nout ? pp->p->vars[e->out[0]].ndim : 0, &pe->out);
+  for (int i = 0; i < nin; i++) pe->want[i].explicit_axes &= ~e->auto_axes;   /* auto_axes' */
   params_init(&pe->params);
   if (e->nout == 1)
     ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, &pp->p->vars[e->out[0]], &pe->out,
                           &pe->params, &pe->local);
-  if (ruled < 0) {
+  if (ruled < 0) {   /* a rule's error (Explicit mode's) points at the equation's source */
+    if (e->loc.src) err_locate(e->loc);
     shm_free(have);
     shm_free(av);
     return -1;

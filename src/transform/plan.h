@@ -66,6 +66,9 @@ typedef struct PlanEqn {
   PlanAtom *in;      /* owned array of nin atoms */
   int *out;          /* owned array of nout variable ids */
   Loc loc;           /* user source location that made it (src counted) */
+  uint32_t auto_axes; /* mesh axes staged as Auto though Explicit in the mesh
+                         (inside jax.sharding.auto_axes): the partitioner's
+                         rules treat them so */
 } PlanEqn;
 
 typedef struct Plan {

@@ -17,6 +17,7 @@
 #include "base/intern.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
+#include "spmd/sharding.h"
 #include "transform/trace.h"
 
 struct Trace {
@@ -389,6 +390,7 @@ static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, in
         plan_set_named(t->plan, out_vars[i], named ? &named[i] : &un) < 0)
       goto out;
   rc = plan_add_eqn(t->plan, prim, params, nin, atoms, nout, out_vars, eval_current_loc());
+  if (rc >= 0) t->plan->eqns[rc].auto_axes = sharding_auto_axes();
 out:
   params_clear(params);
   if (atoms != stack_atoms) shm_free(atoms);
