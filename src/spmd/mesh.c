@@ -443,8 +443,20 @@ static Value *bi_devices(const CallArgs *a) {
   return &r->hdr;
 }
 
+/* The AbstractMesh of [m]: its axes' names, sizes and types, no devices
+ * (JAX's Mesh.abstract_mesh).  New reference, or NULL out of memory. */
+static Value *abstract_of(const Mesh *m) {
+  int64_t sizes[MESH_MAX_AXES];
+  for (int i = 0; i < m->naxes; i++) sizes[i] = m->axis_sizes[i];
+  Value *r = mesh_new_abstract(m->naxes, m->axis_names, sizes);
+  if (r) memcpy(((Mesh *)r)->axis_types, m->axis_types, sizeof m->axis_types);
+  return r;
+}
+
 static Value *mesh_getattr(Value *self, const char *name) {
   Mesh *m = (Mesh *)self;
+  if (strcmp(name, "abstract_mesh") == 0) return m->abstract ? val_incref(self) : abstract_of(m);
+  if (strcmp(name, "empty") == 0) return val_incref(val_bool(m->naxes == 0));
   if (strcmp(name, "axis_sizes") == 0) {   /* a tuple of sizes, as JAX's */
     int64_t sizes[MESH_MAX_AXES];
     for (int i = 0; i < m->naxes; i++) sizes[i] = m->axis_sizes[i];
@@ -711,6 +723,25 @@ static Value *bi_show_sharding(const CallArgs *a) {
 /* ==== registration ============================================================== */
 
 /* P(...) == P(...): the same entries, as JAX's PartitionSpec tuples. */
+/* Mesh == Mesh as JAX compares them: the same axes (names, sizes, types)
+ * over the same devices; an AbstractMesh equals only an AbstractMesh. */
+static bool mesh_equal(Value *a, Value *b) {
+  const Mesh *x = (const Mesh *)a, *y = (const Mesh *)b;
+  return x->abstract == y->abstract && mesh_same(x, y) &&
+         !memcmp(x->axis_types, y->axis_types, sizeof(x->axis_types[0]) * (size_t)x->naxes);
+}
+
+/* A mesh's hash as a dict key: its axes' names and sizes (equal meshes,
+ * as mesh_equal says, hash alike). */
+static bool mesh_hash(Value *v, uint64_t *h) {
+  const Mesh *m = (const Mesh *)v;
+  uint64_t acc = 0x4d455348u + (uint64_t)m->abstract;
+  for (int i = 0; i < m->naxes; i++)
+    acc = acc * 31 + (uint64_t)(uintptr_t)m->axis_names[i] * 7 + (uint64_t)m->axis_sizes[i];
+  *h = acc;
+  return true;
+}
+
 static bool pspec_equal(Value *a, Value *b) {
   const PSpec *x = (const PSpec *)a, *y = (const PSpec *)b;
   if (x->n != y->n) return false;
@@ -791,6 +822,15 @@ static Value *bi_set_mesh(const CallArgs *a) {
   return &s->base.hdr;
 }
 
+/* jax.sharding.get_abstract_mesh(): the AbstractMesh of the context mesh
+ * (jax.set_mesh, use_mesh, `with m:`), or an empty one when none is set,
+ * as JAX's. */
+static Value *bi_get_abstract_mesh(const CallArgs *a) {
+  if (args_bind("get_abstract_mesh", a, "", NULL) < 0) return NULL;
+  Mesh *m = mesh_context();
+  return m ? abstract_of(m) : mesh_new_abstract(0, NULL, NULL);
+}
+
 int mesh_register(Env *b) {
   val_register_free(V_MESH, mesh_free);
   print_register(V_MESH, mesh_repr, mesh_repr);
@@ -798,6 +838,8 @@ int mesh_register(Env *b) {
   ops_register_getattr(V_MESH, mesh_getattr);
   ops_register_getattr(V_PSPEC, pspec_getitem_len);
   ops_register_equal(V_PSPEC, pspec_equal);
+  ops_register_equal(V_MESH, mesh_equal);
+  val_register_key(V_MESH, mesh_hash, mesh_equal);
   eval_register_context(V_MESH, mesh_enter, mesh_exit);
   eval_exec_mesh = exec_mesh;
   if (add_to_ns(b, "jax", "P", bi_pspec, "P(*entries): a PartitionSpec") < 0 ||
@@ -811,6 +853,8 @@ int mesh_register(Env *b) {
       add_to_jax(b, "make_mesh", bi_make_mesh, "make_mesh(axis_shapes, axis_names)") < 0 ||
       add_to_jax(b, "set_mesh", bi_set_mesh, "set_mesh(mesh): the mesh of shard_maps naming none") < 0 ||
       add_to_ns(b, "jax.sharding", "use_mesh", bi_set_mesh, "use_mesh(mesh): as jax.set_mesh") < 0 ||
+      add_to_ns(b, "jax.sharding", "get_abstract_mesh", bi_get_abstract_mesh,
+                "get_abstract_mesh(): the context mesh's AbstractMesh") < 0 ||
       builtins_add(b, "show_sharding", bi_show_sharding,
                    "show_sharding(x, mesh, spec): draw which device holds which block") < 0)
     return -1;
