@@ -1,0 +1,116 @@
+# NumPy's in-place writes to host arrays: a program that is both a
+# Python program with NumPy and a shmap script (tests/cli/numpy_inplace.sh
+# compares the two outputs line for line).
+import numpy as np
+
+
+def show(name, x):
+    print(name, x.dtype, x.shape)
+    print(x)
+
+
+# basic indexing: ints, slices with steps, negative steps, Ellipsis, None
+a = np.zeros((3, 4))
+a[1] = 3
+a[:, 2] += 1
+a[0, ::2] = [7, 8]
+a[-1, ::-1] = np.arange(4)
+a[..., 3] = -1
+a[None, 2, 1] = 42
+show("a", a)
+
+# views: basic slices, reshape, transpose, .T, ravel, squeeze
+b = np.arange(12.0)
+v = b.reshape(3, 4)
+v[0, 0] = -1
+v.T[1, 0] = -2
+np.transpose(v)[2, 1] = -3
+v.ravel()[7] = -4
+b[::3][3] = -5
+b[::-1][0] = -6
+b.reshape(1, 12).squeeze()[10] = -7
+row = v[1]
+row[:] = row * 10
+show("b", b)
+for r in v:
+    r[3] += 100
+show("v", v)
+
+# integer-array and boolean-mask indexing, broadcasting of the value
+c = np.arange(12).reshape(3, 4)
+c[c > 8] = -1
+c[[0, 2], 1] = 7.9
+c[[0, 1], [3, 2]] = [50, 60]
+c[:, [0]] = np.array([[5], [6], [7]])
+c[np.array([True, False, True])] += 1000
+show("c", c)
+
+# casting: setitem is NumPy's unsafe casting, op= its same_kind
+d = np.ones(5, dtype=np.int64)
+d[::2] = 2.7
+d[1] = -3.9
+show("d", d)
+e = np.zeros(3, dtype=np.float32)
+e[:] = np.array([1.1, 2.25, -1e30])
+show("e", e)
+f = np.zeros(4, dtype=bool)
+f[1:3] = [2, 0]
+show("f", f)
+g = np.zeros(3)
+g += np.arange(3)
+g *= 2
+g /= 4
+g **= 2
+g -= 1
+show("g", g)
+h = np.arange(6).reshape(2, 3)
+h += np.array([1, 2, 3])
+h //= 2
+h %= 3
+h *= True
+show("h", h)
+
+# a += b on a name mutates the array every name bound to it sees
+x = np.arange(4)
+y = x
+x += 10
+print(x is y, y)
+z = x
+x = x + 1
+print(x is z, z, x)
+
+# zeros, ones and full have buffers of their own
+o = np.ones(3)
+o2 = np.ones(3)
+o[0] = 7
+q = np.full((2, 2), 3)
+q[1, 1] = 4.9
+print(o, o2, q.dtype, q.tolist())
+
+# copies: np.array, copy, flatten, astype, advanced indexing, 0-d items
+k = np.arange(6.0)
+cp = [np.array(k), k.copy(), k.flatten(), k.astype(np.float64), k[[1, 2]]]
+s = k[1]
+for w in cp:
+    w[0] = -99
+k[1] = 55
+print(k, s, [float(w[0]) for w in cp])
+
+# errors, NumPy's words
+try:
+    d += 1.5 * np.ones(5)
+except TypeError as err:
+    print("TypeError:", err)
+try:
+    d[:] = [1, 2]
+except ValueError as err:
+    print("ValueError:", err)
+try:
+    d += np.ones((2, 5), dtype=np.int64)
+except ValueError as err:
+    print("ValueError:", err)
+try:
+    d[7] = 1
+except IndexError as err:
+    print("IndexError:", err)
+print(d)
