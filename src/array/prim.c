@@ -782,6 +782,14 @@ static inline char *into_data(const Array *a, size_t size) {
   return (char *)a->buf->data + (size_t)a->offset * size;
 }
 
+/* Once numpy is imported: whether writing [a] op [b] into [o] leaves o
+ * whose it should be (array.h, "Host NumPy arrays"): an operator's
+ * result of two NumPy arrays is one, of two jax.Arrays is one; any
+ * other case goes through prim_apply, which settles it. */
+static bool into_np_agrees(const Array *a, const Array *b, const Array *o) {
+  return arr_np_mode == ARR_NP_AUTO && a->buf->np == b->buf->np && b->buf->np == o->buf->np;
+}
+
 /* The checks run first and the row loop last: a refusal returns before
  * any register is saved, and nothing but the answer is live across the
  * call. */
@@ -791,7 +799,7 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
       a->sharding || b->sharding || o->sharding ||
       !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording() ||
-      (arr_np_is_live() && (a->buf->np | b->buf->np | o->buf->np)))   /* NumPy's: prim_apply settles */
+      (arr_np_is_live() && !into_np_agrees(a, b, o)))
     return false;
   int64_t sa, sb;
   /* two 0-d operands make a 0-d result, whatever o's shape */
