@@ -82,6 +82,14 @@ int hostnp_setitem(Value *obj, Value *key, Value *v);
  * output operand" ValueError).  A new reference to cur, or NULL. */
 Value *hostnp_inplace(OpKind op, Value *cur, Value *rhs);
 
+/* The operands of binary operator [op] of two arrays, at least one a
+ * NumPy array, replaced (new references in [*a], [*b], which the caller
+ * releases) by what NumPy computes with: a Python float beside an int or
+ * bool array is float64 and a Python int beside a bool array int64 (JAX's
+ * weak types would make float32 and int32), and `/` of ints or bools
+ * divides float64s.  Idempotent.  0, or -1 with the error set. */
+int hostnp_promote(OpKind op, Value **a, Value **b);
+
 /* [v] (stolen: an array, or a tuple or list of them) with its arrays
  * made NumPy arrays (mark) or jax.Arrays (detach), copied where a buffer
  * is shared (array.h, arr_np_as); Python numbers untouched.  NULL on

@@ -246,6 +246,54 @@ Value *hostnp_inplace(OpKind op, Value *cur, Value *rhs) {
   return rc < 0 ? NULL : val_incref(cur);
 }
 
+/* ---- operators: NumPy's promotion ---------------------------------------------------- */
+
+/* [v] (borrowed) as a NumPy array of dtype [t]: a Python number by its
+ * exact value, an array converted.  A new reference, or NULL. */
+static Value *as_np(Value *v, DType t) {
+  Array *a = AS_ARRAY(v), *c = a->host && a->ndim == 0
+      ? (dt_is_float(t) ? arr_scalar_f64(t, arr_host_f64(a), false)
+                        : arr_scalar_i64(t, arr_get_i64(a, 0), false))
+      : arr_astype(a, t, false);
+  if (c) c->buf->np = true;   /* fresh: an operand of NumPy's, not a jax.Array */
+  return arr_value(c);
+}
+
+/* The dtype NumPy gives Python number [p] beside array [o], or -1 when
+ * JAX's weak typing already agrees: a float beside an int or bool array
+ * is float64, an int beside a bool array int64. */
+static int number_dtype(const Array *p, const Array *o) {
+  if (!p->host || o->host) return -1;
+  if (dt_is_float(p->dtype) && !dt_is_float(o->dtype)) return DT_F64;
+  if (dt_is_int(p->dtype) && o->dtype == DT_BOOL) return DT_I64;
+  return -1;
+}
+
+int hostnp_promote(OpKind op, Value **a, Value **b) {
+  Value *in[2] = {*a, *b}, *out[2] = {val_incref(*a), val_incref(*b)};
+  for (int i = 0; i < 2; i++) {
+    int t = number_dtype(AS_ARRAY(in[i]), AS_ARRAY(in[1 - i]));
+    if (t < 0) continue;
+    val_decref(out[i]);
+    out[i] = as_np(in[i], (DType)t);
+  }
+  /* true division of ints and bools is float64's (JAX's default float otherwise) */
+  bool inexact = out[0] && out[1] && (dt_is_float(AS_ARRAY(out[0])->dtype) || dt_is_float(AS_ARRAY(out[1])->dtype));
+  for (int i = 0; op == OP_DIV && !inexact && i < 2 && out[i]; i++) {
+    Value *c = as_np(out[i], DT_F64);
+    val_decref(out[i]);
+    out[i] = c;
+  }
+  if (!out[0] || !out[1]) {
+    val_decref(out[0]);
+    val_decref(out[1]);
+    return -1;
+  }
+  *a = out[0];
+  *b = out[1];
+  return 0;
+}
+
 /* ---- the marks at the boundaries ---------------------------------------------------- */
 
 /* [v] (stolen) with each array of it (itself, or the items of a fresh

@@ -114,3 +114,18 @@ try:
 except IndexError as err:
     print("IndexError:", err)
 print(d)
+
+# NumPy's promotion of Python numbers beside host arrays
+n = np.arange(4)
+show("n / 2", n / 2)
+show("n + 0.1", n + 0.1)
+show("bools + 1", np.array([True, False]) + 1)
+m = np.ones(3, dtype=np.float32)
+m += 0.1
+show("m", m)
+try:
+    n += 0.5
+except TypeError as err:
+    print("TypeError:", err)
+n -= True
+show("n", n)
