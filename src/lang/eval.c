@@ -806,7 +806,8 @@ static Value *call_jax_fn(Value *f, const CallArgs *a) {
 /* val_call once numpy is imported: a Python function runs its operators
  * under ARR_NP_AUTO, a built-in function (jax's) under ARR_NP_JAX and
  * never returns a NumPy array (unless numpy's function or method calls
- * it, under ARR_NP_HOST), jit and shard_map calls as call_jax_fn;
+ * it, under ARR_NP_HOST; Python's built-ins, len or max, keep the
+ * caller's mode and return what they are given), jit and shard_map calls as call_jax_fn;
  * methods (numpy's own included, which set their mode) keep the
  * caller's.  array.h, "Host NumPy arrays". */
 static __attribute__((noinline)) Value *call_np(Value *f, const CallArgs *a) {
@@ -817,8 +818,8 @@ static __attribute__((noinline)) Value *call_np(Value *f, const CallArgs *a) {
     arr_np_mode = ARR_NP_AUTO;
     r = call_plain(f, a);
     break;
-  case V_BUILTIN:   /* under numpy's own functions and methods: NumPy's results */
-    if (saved == ARR_NP_HOST) return call_plain(f, a);
+  case V_BUILTIN:   /* Python's, or under numpy's own functions and methods: as they are */
+    if (saved == ARR_NP_HOST || ((Builtin *)f)->python) return call_plain(f, a);
     arr_np_mode = ARR_NP_JAX;
     r = hostnp_detach(call_plain(f, a));
     break;
