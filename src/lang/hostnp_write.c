@@ -98,6 +98,11 @@ static int value_strides(int sn, const int64_t *ss, int tn, const int64_t *ts, i
  * dtype [t] (unsafe casting), or NULL with the error set. */
 static Array *value_as(Value *v, DType t) {
   Value *x = hostnp_operand(v);
+  if (x && (x->type == V_LIST || x->type == V_TUPLE)) {   /* a list of arrays */
+    Value *y = ops_to_array(x, -1);
+    val_decref(x);
+    x = y;
+  }
   if (!x) return NULL;
   if (x->type != V_ARRAY) {
     err_set(ERR_TYPE, "cannot assign a '%s' to a NumPy array element", val_type_name(x));
