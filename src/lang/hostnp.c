@@ -11,7 +11,9 @@
  * NumPy's results for these functions.  Constructors default to float64
  * (zeros, ones, eye, linspace) or to the dtype of their numbers (array,
  * arange, full).  The names follow numpy's own; numpy.random is in
- * hostnp_random.c.
+ * hostnp_random.c, the in-place writes in hostnp_write.c.  Each function
+ * runs its jax.numpy function under NumPy's mode (array.h, "Host NumPy
+ * arrays"), so its results are host arrays that the program may write.
  */
 #include <math.h>
 #include <pthread.h>
