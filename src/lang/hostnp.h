@@ -33,8 +33,10 @@
  *     and copies a NumPy array they return as it is (jnp.asarray(a),
  *     jax.device_put(a)); a jit or shard_map call gets copies of its
  *     NumPy arguments and returns none (hostnp_detach).
- *   - prim_bind gives the tracer copies of NumPy operands, so a plan's
- *     constant is the value at trace time, as in JAX.
+ *   - prim_bind gives the tracer copies of NumPy operands, and
+ *     plan_add_const copies a NumPy array it is given (a trace returning
+ *     a closed-over array), so a plan's constant is the value at trace
+ *     time, as in JAX.
  *   - a write on a device thread (inside a shard_map body) is an error:
  *     the host thread is the only writer, and it waits for a shard_map
  *     call's devices, which read copies, before writing again.
