@@ -129,3 +129,43 @@ except TypeError as err:
     print("TypeError:", err)
 n -= True
 show("n", n)
+
+# inputs built as programs build them
+X = np.empty((6, 4))
+for i in range(6):
+    X[i] = np.sin(np.arange(4) * i)
+y = np.zeros(6, dtype=np.int32)
+y[X[:, 1] > 0.5] = 1
+print(y.tolist(), y.dtype)
+mask = np.zeros((4, 4), dtype=bool)
+mask[np.arange(4), np.arange(4)] = True
+print(mask.sum(), mask.dtype)
+I = np.eye(3)
+I[0, 2] = 5
+I[1:3, 1:3] = np.ones((2, 2)) * 2
+I[I > 1] += 0.5
+print(I.tolist())
+L = np.linspace(0, 1, 5)
+L[-1] = 9
+L[1:4] *= -1
+print(L.tolist())
+np.random.seed(0)
+W = np.random.randn(3, 2)
+W[:, 0] = 0
+W[-1] -= W[-1].mean()
+print(W.round(6).tolist())
+Z = np.zeros((2, 3, 4))
+Z[..., 1:3] = np.arange(2)
+Z[1, :, ::-2] = -1
+print(Z.sum(), Z[1].tolist())
+idx = np.array([2, 0])
+A = np.arange(10)
+A[idx] = A[idx] * 100
+A[-3:] = A[:3]
+print(A.tolist())
+B = np.zeros(5, dtype=np.float32)
+B[:] = np.arange(5) / 3
+print(B.dtype, B.tolist())
+C = np.arange(6).reshape(2, 3)
+C[:, np.array([True, False, True])] = 0
+print(C.tolist())
