@@ -804,12 +804,12 @@ static Value *call_jax_fn(Value *f, const CallArgs *a) {
 }
 
 /* val_call once numpy is imported: a Python function runs its operators
- * under ARR_NP_AUTO, a built-in function (jax's) under ARR_NP_JAX and
- * never returns a NumPy array (unless numpy's function or method calls
- * it, under ARR_NP_HOST; Python's built-ins, len or max, keep the
- * caller's mode and return what they are given), jit and shard_map calls as call_jax_fn;
- * methods (numpy's own included, which set their mode) keep the
- * caller's.  array.h, "Host NumPy arrays". */
+ * under ARR_NP_AUTO; a built-in function (jax's) under ARR_NP_JAX, never
+ * returning a NumPy array, unless numpy's function or method calls it
+ * (ARR_NP_HOST) or it is one of Python's (len, max: they keep the
+ * caller's mode and return what they are given); jit and shard_map
+ * calls as call_jax_fn; methods (numpy's own included, which set their
+ * mode) keep the caller's.  array.h, "Host NumPy arrays". */
 static __attribute__((noinline)) Value *call_np(Value *f, const CallArgs *a) {
   ArrNpMode saved = arr_np_mode;
   Value *r;
@@ -2104,9 +2104,9 @@ static bool augassign_str_in_place(const Node *s, Env *env, Value *cur, Value *r
 
 /* target op= value.  A list extended (+=) in place, as Python's
  * list.__iadd__ (so other names for it see the change), and bound again
- * to the target; a NumPy array (not 0-d: NumPy's scalars are rebound)
- * written in place, as ndarray.__iadd__; a string with one holder appended to in place; anything
- * else target = target op value. */
+ * to the target; a NumPy array (not 0-d: NumPy's scalars are bound
+ * anew) written in place, as ndarray.__iadd__; a string with one holder
+ * appended to in place; anything else target = target op value. */
 static Outcome exec_augassign(const Node *s, Env *env) {
   Value *cur = eval(s->a, env);
   if (!cur) return OUT_ERR;
