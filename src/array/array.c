@@ -121,6 +121,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->data = b->inline_data;
     b->owned = false;
     b->pinned = false;
+    b->np = false;
   } else {
     a = shm_malloc(arr_header_size(ndim));
     if (!a)
@@ -135,6 +136,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->data = d;
     b->owned = true;
     b->pinned = false;
+    b->np = false;
   }
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
@@ -398,6 +400,65 @@ Array *arr_copy(Array *a) {
 
 
 void arr_pin(Array *a) { a->buf->pinned = true; }
+
+/* ---- host NumPy arrays ---------------------------------------------------- */
+
+atomic_bool arr_np_live;
+_Thread_local ArrNpMode arr_np_mode;
+
+bool arr_np_wanted(int nin, Array *const *ops) {
+  if (arr_np_mode != ARR_NP_AUTO) return arr_np_mode == ARR_NP_HOST;
+  bool any = false;
+  for (int i = 0; i < nin; i++) {
+    if (ops[i]->buf->np) any = true;
+    else if (!ops[i]->host) return false;   /* a jax.Array among them */
+  }
+  return any;
+}
+
+/* Whether [a] repeats an element along a dim (a broadcast view). */
+static bool arr_has_zero_stride(const Array *a) {
+  for (int d = 0; d < a->ndim; d++)
+    if (a->strides[d] == 0 && a->shape[d] > 1) return true;
+  return false;
+}
+
+Array *arr_np_as(Array *a, bool np) {
+  if (a->buf->np == np && !(np && arr_has_zero_stride(a))) return a;
+  if (a->buf->np != np && arr_unshared(a) && !(np && arr_has_zero_stride(a))) {
+    a->buf->np = np;   /* its only holder: nobody else sees the mark change */
+    return a;
+  }
+  Array *c = arr_copy(a);
+  if (c) {
+    c->buf->np = np;
+    if (a->sharding) c->sharding = val_incref(a->sharding);
+  }
+  val_decref(&a->hdr);
+  return c;
+}
+
+Value *arr_np_settle(Value *r, int nin, Array *const *ops) {
+  if (!r) return NULL;
+  bool np = arr_np_wanted(nin, ops);
+  if (r->type == V_ARRAY) {
+    if (!np && !AS_ARRAY(r)->buf->np) return r;   /* the common case: a jax.Array */
+    return arr_value(arr_np_as(AS_ARRAY(r), np));
+  }
+  if (r->type != V_TUPLE) return r;
+  Tuple *t = (Tuple *)r;   /* a primitive's fresh tuple: its items are ours to replace */
+  for (size_t i = 0; i < t->len; i++) {
+    if (!IS_ARRAY(t->items[i]) || AS_ARRAY(t->items[i])->buf->np == np) continue;
+    Array *c = arr_np_as(AS_ARRAY(t->items[i]), np);
+    t->items[i] = arr_value(c);
+    if (!c) {
+      t->items[i] = VAL_NONE;
+      val_decref(r);
+      return NULL;
+    }
+  }
+  return r;
+}
 
 bool arr_share_buffer(Array *dst, const Array *src) {
   if (!arr_shareable(dst) || !arr_shareable(src)) return false;

@@ -35,6 +35,21 @@
  * a fresh array with [host] false; a host array is never changed in place
  * (arr_unshared is false for it).
  *
+ * Host NumPy arrays.  A buffer with [np] set belongs to host NumPy
+ * (`import numpy`, lang/hostnp.h): the arrays viewing it are NumPy
+ * arrays, which the host thread writes in place (`a[i] = v`, `a += b`),
+ * every view seeing the write.  The rule that keeps this apart from the
+ * immutable jax.Arrays: a buffer with [np] set is viewed by NumPy arrays
+ * only.  prim_apply settles each result by arr_np_settle: under
+ * NumPy's functions (mode ARR_NP_HOST), or for operators and methods
+ * whose operands are NumPy arrays and no jax.Array (ARR_NP_AUTO), the
+ * result is a NumPy array (a view keeps the buffer; anything else gets
+ * a buffer of its own, materialised: no broadcast view of one element);
+ * otherwise (ARR_NP_JAX: jax functions, jit, shard_map) a result that
+ * would view an [np] buffer is a copy.  Until a script imports numpy
+ * ([arr_np_live] false) none of this runs: one load of a flag per
+ * primitive.
+ *
  * Limits.  ndim <= SHM_MAXDIM; the element count and byte size must fit in
  * int64 and be allocatable: arr_new fails with "array of shape (..) needs N
  * bytes, more than available" rather than crash.
@@ -57,6 +72,7 @@ typedef struct Buffer {
   void *data;      /* 64-byte aligned; points into inline_data for small ones */
   bool owned;      /* data came from shm_buf_alloc and is returned to it */
   bool pinned;     /* a compiled plan's workspace memory (arr_pin): never shared */
+  bool np;         /* a host NumPy buffer, writable in place: see "Host NumPy arrays" */
   int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
@@ -261,6 +277,43 @@ int shape_broadcast(int na, const int64_t *a, int nb, const int64_t *b,
 /* Normalises a possibly negative [axis] for rank [ndim]; error "axis 3 is
  * out of bounds for array of dimension 2". */
 int axis_normalize(int64_t axis, int ndim, int *out);
+
+/* ---- host NumPy arrays (see "Host NumPy arrays" above) -------------------- */
+
+/* Set once, at the first import of numpy (any thread), never cleared. */
+extern atomic_bool arr_np_live;
+
+/* Who is applying primitives on this thread: NumPy's functions, jax's,
+ * or an operator or method (decided by its operands). */
+typedef enum { ARR_NP_AUTO, ARR_NP_HOST, ARR_NP_JAX } ArrNpMode;
+extern _Thread_local ArrNpMode arr_np_mode;
+
+static inline bool arr_np_is_live(void) {
+  return atomic_load_explicit(&arr_np_live, memory_order_relaxed);
+}
+
+/* Whether [v] is a NumPy array (its buffer is a host NumPy buffer). */
+static inline bool arr_is_np(const Value *v) {
+  return v && v->type == V_ARRAY && ((const Array *)v)->buf->np;
+}
+
+/* Whether a result of operands [ops] (concrete, [nin]) is a NumPy array
+ * in the current mode: ARR_NP_HOST yes, ARR_NP_JAX no, ARR_NP_AUTO when
+ * some operand is one and no operand is a jax.Array (Python numbers
+ * count for neither). */
+bool arr_np_wanted(int nin, Array *const *ops);
+
+/* [a] (stolen) as a NumPy array ([np]) or a jax.Array (![np]): marked in
+ * place when it is its buffer's only holder and no Python number, else
+ * a copy with its own buffer; a NumPy array with a zero stride over a
+ * dim of more than one element (a broadcast view) is materialised.  The
+ * header's weak, vma and sharding are kept.  NULL with the error set
+ * (out of memory). */
+Array *arr_np_as(Array *a, bool np);
+
+/* The results [r] (stolen: an array or a tuple of them) of a primitive
+ * whose operands were [ops], settled by arr_np_wanted and arr_np_as. */
+Value *arr_np_settle(Value *r, int nin, Array *const *ops);
 
 /* Called by val_free_ for V_ARRAY. */
 void arr_free(Value *v);

@@ -323,9 +323,40 @@ int prim_value_aval(Value *v, AVal *out) {
 
 bool prim_tracing(void) { return prim_tracing_hook && prim_tracing_hook(); }
 
+/* prim_trace_hook with the NumPy arrays among [in] replaced by copies:
+ * a plan keeps a constant by reference, and NumPy's later writes must
+ * not reach it (JAX bakes the value it saw when tracing). */
+static Value *trace_snapshot(PrimId id, int nin, Value **in, const Params *p) {
+  Value *cp[nin > 0 ? nin : 1];
+  bool any = false;
+  for (int i = 0; i < nin; i++) {
+    cp[i] = in[i];
+    if (!arr_is_np(in[i])) continue;
+    Array *c = arr_copy(AS_ARRAY(in[i]));
+    if (!c) {
+      for (int k = 0; k < i; k++)
+        if (cp[k] != in[k]) val_decref(cp[k]);
+      return NULL;
+    }
+    cp[i] = &c->hdr;
+    any = true;
+  }
+  if (!any) return prim_trace_hook(id, nin, in, p);
+  Value *r = prim_trace_hook(id, nin, cp, p);
+  for (int i = 0; i < nin; i++)
+    if (cp[i] != in[i]) val_decref(cp[i]);
+  return r;
+}
+
+/* The tracer's hook, through trace_snapshot once numpy is imported. */
+static Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
+  if (arr_np_is_live()) return trace_snapshot(id, nin, in, p);
+  return prim_trace_hook(id, nin, in, p);
+}
+
 Value *prim_bind(PrimId id, int nin, Value **in, const Params *p) {
   if (p && p->nomem) return err_nomem();
-  if (prim_tracing()) return prim_trace_hook(id, nin, in, p);
+  if (prim_tracing()) return trace_apply(id, nin, in, p);
   return prim_apply(id, nin, in, p);
 }
 
@@ -734,6 +765,7 @@ Value *prim_apply_binary(PrimId id, Value *x, Value *y, unsigned kept) {
   }
   out->weak = !to_bool[id] && ops[0]->weak && ops[1]->weak;
   out->vma = 0;
+  if (arr_np_is_live()) return arr_np_settle(&out->hdr, 2, ops);
   return &out->hdr;
 }
 
@@ -758,6 +790,14 @@ static inline char *into_data(const Array *a, size_t size) {
   return (char *)a->buf->data + (size_t)a->offset * size;
 }
 
+/* Once numpy is imported: whether writing [a] op [b] into [o] leaves o
+ * whose it should be (array.h, "Host NumPy arrays"): an operator's
+ * result of two NumPy arrays is one, of two jax.Arrays is one; any
+ * other case goes through prim_apply, which settles it. */
+static bool into_np_agrees(const Array *a, const Array *b, const Array *o) {
+  return arr_np_mode == ARR_NP_AUTO && a->buf->np == b->buf->np && b->buf->np == o->buf->np;
+}
+
 /* The checks run first and the row loop last: a refusal returns before
  * any register is saved, and nothing but the answer is live across the
  * call. */
@@ -766,7 +806,8 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   const IntoRow *r = &into_rows[id][a->dtype];
   if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
       a->sharding || b->sharding || o->sharding ||
-      !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording())
+      !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording() ||
+      (arr_np_is_live() && !into_np_agrees(a, b, o)))
     return false;
   int64_t sa, sb;
   /* two 0-d operands make a 0-d result, whatever o's shape */
@@ -792,7 +833,7 @@ Value *prim_apply(PrimId id, int nin, Value **in, const Params *p) {
     if (!prim_trace_hook)
       return err_set(ERR_TYPE, "%s: got an abstract value outside of tracing",
                      prim_table[id].name);
-    return prim_trace_hook(id, nin, in, p);
+    return trace_apply(id, nin, in, p);
   }
   ApplyFrame f;
   AVal outv[8];
@@ -805,6 +846,7 @@ Value *prim_apply(PrimId id, int nin, Value **in, const Params *p) {
   Value *r = NULL;
   if (prim_table[id].nout <= 8 && prim_infer(id, f.avals, nin, p, outv) == 0)
     r = prim_run(id, &f, nin, p, outv);
+  if (r && arr_np_is_live()) r = arr_np_settle(r, nin, f.ops);
   prim_frame_free(&f);
   return r;
 }

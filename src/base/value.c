@@ -713,6 +713,7 @@ Value *builtin_new(const char *name, BuiltinFn fn, const char *doc) {
   b->fn = fn;
   b->doc = doc;
   b->is_class = false;
+  b->python = false;
   return val_make_static(&b->hdr);
 }
 

@@ -389,6 +389,9 @@ typedef struct Builtin {
   BuiltinFn fn;
   const char *doc;    /* static, one line, for help() and completion */
   bool is_class;      /* a type (int, list, jax.Array): prints <class 'name'> */
+  bool python;        /* one of Python's (len, list, max, getattr): returns what
+                         it is given as it is, where jax's functions make
+                         jax.Arrays of host NumPy arrays (lang/hostnp.h) */
 } Builtin;
 /* A built-in function; static (val_make_static): made at start-up only. */
 Value *builtin_new(const char *name, BuiltinFn fn, const char *doc);

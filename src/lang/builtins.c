@@ -1293,6 +1293,7 @@ int builtins_register(Env *e) {
     for (const BiEntry *b = tables[t]; b->name; b++) {
       Value *v = builtin_new(b->name, b->fn, b->doc);
       if (v && b->where & IN_TOP) note_type(v);
+      if (v && tables[t] == bi_python_table) ((Builtin *)v)->python = true;
       int rc = v ? bind(e, b->name, v, b->where) : -1;
       val_decref(v);
       if (rc < 0) return -1;

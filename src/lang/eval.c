@@ -22,6 +22,7 @@
 #include "base/suggest.h"
 #include "base/timeline.h"
 #include "lang/eval.h"
+#include "lang/hostnp.h"
 #include "lang/exceptions.h"
 #include "lang/iter.h"
 #include "lang/jaxconfig.h"
@@ -767,7 +768,8 @@ static Value *call_dtype(Value *f, const CallArgs *a) {
   return bi_arr_dtype(a->args[0], ((DTypeVal *)f)->dtype);
 }
 
-Value *val_call(Value *f, const CallArgs *a) {
+/* val_call's dispatch, with no NumPy bookkeeping. */
+static Value *call_plain(Value *f, const CallArgs *a) {
   switch ((VType)f->type) {
   case V_FUNC: return call_func((Func *)f, a);
   case V_BUILTIN: return ((Builtin *)f)->fn(a);
@@ -781,6 +783,65 @@ Value *val_call(Value *f, const CallArgs *a) {
   }
   if (call_hooks[f->type]) return call_hooks[f->type](f, a);
   return err_set(ERR_TYPE, "'%s' object is not callable", val_type_name(f));
+}
+
+/* A jit or shard_map call, under JAX's mode, given copies of its NumPy
+ * arguments (top level and in tuples and lists: hostnp.h's ownership
+ * rule), its results never NumPy arrays. */
+static Value *call_jax_fn(Value *f, const CallArgs *a) {
+  int n = a->nargs + a->nkw;
+  Value **args = shm_calloc((size_t)n + 1, sizeof *args);
+  if (!args) return err_nomem();
+  int made = 0;
+  for (; made < n; made++) {
+    Value *v = made < a->nargs ? a->args[made] : a->kwvals[made - a->nargs];
+    if (!(args[made] = hostnp_detach(val_incref(v)))) break;
+  }
+  Value *r = NULL;
+  if (made == n) {
+    CallArgs c = {a->nargs, args, a->nkw, a->kwnames, args + a->nargs};
+    r = hostnp_detach(call_plain(f, &c));
+  }
+  for (int i = 0; i < made; i++) val_decref(args[i]);
+  shm_free(args);
+  return r;
+}
+
+/* val_call once numpy is imported: a Python function runs its operators
+ * under ARR_NP_AUTO; a built-in function (jax's) under ARR_NP_JAX, never
+ * returning a NumPy array, unless numpy's function or method calls it
+ * (ARR_NP_HOST) or it is one of Python's (len, max: they keep the
+ * caller's mode and return what they are given); jit and shard_map
+ * calls as call_jax_fn; methods (numpy's own included, which set their
+ * mode) keep the caller's.  array.h, "Host NumPy arrays". */
+static __attribute__((noinline)) Value *call_np(Value *f, const CallArgs *a) {
+  ArrNpMode saved = arr_np_mode;
+  Value *r;
+  switch ((VType)f->type) {
+  case V_FUNC:
+    arr_np_mode = ARR_NP_AUTO;
+    r = call_plain(f, a);
+    break;
+  case V_BUILTIN:   /* Python's, or under numpy's own functions and methods: as they are */
+    if (saved == ARR_NP_HOST || ((Builtin *)f)->python) return call_plain(f, a);
+    arr_np_mode = ARR_NP_JAX;
+    r = hostnp_detach(call_plain(f, a));
+    break;
+  case V_JITFN: case V_SHARDFN: case V_PLAN:
+    arr_np_mode = ARR_NP_JAX;
+    r = call_jax_fn(f, a);
+    break;
+  default:
+    r = call_plain(f, a);
+    break;
+  }
+  arr_np_mode = saved;
+  return r;
+}
+
+Value *val_call(Value *f, const CallArgs *a) {
+  if (arr_np_is_live()) return call_np(f, a);
+  return call_plain(f, a);
 }
 
 bool val_callable(Value *f) {
@@ -1457,6 +1518,8 @@ static int assign_item(const Node *target, Value *v, Env *env) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
     rc = ops_list_setitem(obj, key, v);
+  } else if (arr_is_np(obj)) {   /* host NumPy: written in place */
+    rc = hostnp_setitem(obj, key, v);
   } else if (obj->type == V_ARRAY || obj->type == V_TRACER) {   /* JAX's message, eager and traced */
     err_set(ERR_TYPE, "'Array' object does not support item assignment. JAX arrays are immutable. "
                       "Instead of x[idx] = y, use x = x.at[idx].set(y) or another .at[] method");
@@ -2048,8 +2111,9 @@ static bool augassign_str_in_place(const Node *s, Env *env, Value *cur, Value *r
 
 /* target op= value.  A list extended (+=) in place, as Python's
  * list.__iadd__ (so other names for it see the change), and bound again
- * to the target; a string with one holder appended to in place; anything
- * else target = target op value. */
+ * to the target; a NumPy array (not 0-d: NumPy's scalars are bound
+ * anew) written in place, as ndarray.__iadd__; a string with one holder
+ * appended to in place; anything else target = target op value. */
 static Outcome exec_augassign(const Node *s, Env *env) {
   Value *cur = eval(s->a, env);
   if (!cur) return OUT_ERR;
@@ -2061,6 +2125,8 @@ static Outcome exec_augassign(const Node *s, Env *env) {
   }
   if (rhs && s->op == OP_ADD && cur->type == V_LIST)
     v = ops_list_extend(cur, rhs) < 0 ? NULL : val_incref(cur);
+  else if (rhs && arr_is_np(cur) && AS_ARRAY(cur)->ndim)   /* NumPy's a += b: in place */
+    v = hostnp_inplace(s->op, cur, rhs);
   else if (rhs)
     v = ops_binary(s->op, cur, rhs);
   val_decref(cur);

@@ -151,6 +151,15 @@ static bool gather(const Node *n, Env *env, Leaves *l, bool *has_array) {
   }
 }
 
+/* Whether a leaf is a host NumPy array (array.h): its expression runs
+ * through the primitives, which settle whose its result is. */
+static bool np_leaf(const Leaves *l) {
+  if (!arr_np_is_live()) return false;
+  for (int i = 0; i < l->n; i++)
+    if (arr_is_np(l->v[i])) return true;
+  return false;
+}
+
 /* The declined trees this thread is evaluating the usual way: their
  * subtrees are not offered again (their leaves were just found wanting). */
 static _Thread_local int declined_depth;
@@ -161,7 +170,7 @@ Value *eval_fuse_try(const Node *n, Env *env, Value *(*eval_plain)(const Node *,
   Leaves l = {0};
   bool has_array = false;
   Value *r = EVAL_DECLINED;
-  if (gather(n, env, &l, &has_array) && l.shape) r = eval_fuse_hook(n, l.n, l.v);
+  if (gather(n, env, &l, &has_array) && l.shape && !np_leaf(&l)) r = eval_fuse_hook(n, l.n, l.v);
   if (r != EVAL_DECLINED) return r;
   declined_depth++;
   r = eval_plain(n, env);

@@ -11,7 +11,9 @@
  * NumPy's results for these functions.  Constructors default to float64
  * (zeros, ones, eye, linspace) or to the dtype of their numbers (array,
  * arange, full).  The names follow numpy's own; numpy.random is in
- * hostnp_random.c.
+ * hostnp_random.c, the in-place writes in hostnp_write.c.  Each function
+ * runs its jax.numpy function under NumPy's mode (array.h, "Host NumPy
+ * arrays"), so its results are host arrays that the program may write.
  */
 #include <math.h>
 #include <pthread.h>
@@ -102,6 +104,17 @@ Value *hostnp_operand(Value *x) { return np_operand(x, false); }
 
 /* ---- delegation to jax.numpy ------------------------------------------------------- */
 
+/* The jax.numpy function [f] called under NumPy's mode (array.h, "Host
+ * NumPy arrays"): its views of NumPy arrays stay views, its other
+ * results are NumPy arrays with buffers of their own. */
+static Value *host_call_fn(Value *f, const CallArgs *c) {
+  ArrNpMode saved = arr_np_mode;
+  arr_np_mode = ARR_NP_HOST;
+  Value *r = f->type == V_BUILTIN ? ((Builtin *)f)->fn(c) : val_call(f, c);
+  arr_np_mode = saved;
+  return hostnp_mark(r);
+}
+
 /* Calls the jax.numpy function [f] with [a]'s arguments, the first [nconv]
  * positional ones made NumPy operands, a builtin int or float anywhere
  * made int64 or float64, and `dtype=[dflt]` added when no dtype is given
@@ -139,7 +152,7 @@ static Value *delegate(Value *f, const CallArgs *a, int nconv, bool inexact, int
     nk++;
   }
   CallArgs c = {n, args, nk, kn, args + n};
-  res = val_call(f, &c);
+  res = host_call_fn(f, &c);
 done:
   for (int i = 0; i < made; i++) val_decref(args[i]);
   shm_free(args);
@@ -183,10 +196,18 @@ static Value *ctor_full(Value *self, const CallArgs *a) {
   return delegate(self, a, 0, false, numbers_dtype(a, 1, 1));
 }
 
-/* array(object, dtype=None), asarray: NumPy's dtype of Python numbers. */
+/* array(object, dtype=None), asarray: NumPy's dtype of Python numbers.
+ * np.array of an array is a copy (copy=True is NumPy's default), never
+ * the array itself or a view of it; np.asarray may be either. */
 static Value *ctor_array(Value *self, const CallArgs *a) {
   int t = a->nargs ? python_dtype(a->args[0]) : -1;
-  return delegate(self, a, 0, false, t);
+  Value *r = delegate(self, a, 0, false, t);
+  bool copy = !strcmp(((Builtin *)self)->name, "array") && a->nargs && IS_ARRAY(a->args[0]);
+  if (!r || !copy || !IS_ARRAY(r) || AS_ARRAY(r)->buf != AS_ARRAY(a->args[0])->buf) return r;
+  Array *c = arr_copy(AS_ARRAY(r));
+  val_decref(r);
+  if (c) c->buf->np = true;
+  return arr_value(c);
 }
 
 /* The functions and how each takes NumPy's arguments. */
@@ -388,5 +409,6 @@ static int make_modules(void) {
   ns_testing = testing;
   ns_random = random;
   ns_np = np;
+  atomic_store(&arr_np_live, true);   /* from now on results are settled: array.h */
   return 0;
 }

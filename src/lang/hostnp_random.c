@@ -810,7 +810,7 @@ static const RngMethod rng_methods[] = {
 static Value *rng_getattr(Value *self, const char *name) {
   unsigned api = self_rng(self)->pcg ? GEN : LEGACY;
   for (const RngMethod *m = rng_methods; m->name; m++)
-    if (!strcmp(m->name, name) && (m->api & api)) return bound_new(m->name, m->fn, self);
+    if (!strcmp(m->name, name) && (m->api & api)) return hostnp_wrap(bound_new(m->name, m->fn, self));
   return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'",
                  api == GEN ? "numpy.random.Generator" : "numpy.random.RandomState", name);
 }
@@ -869,7 +869,7 @@ int hostnp_random_register(Value *globals) {
   if (!global_rs && !(global_rs = rng_new(false, NULL))) return -1;
   ((NpRng *)global_rs)->writer = 0;   /* the program's, even when a body imports numpy first */
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-    Value *b = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
+    Value *b = hostnp_wrap(builtin_new(fns[i].name, fns[i].fn, fns[i].doc));   /* NumPy's arrays */
     int rc = b ? dict_set_str(globals, fns[i].name, b) : -1;
     val_decref(b);
     if (rc < 0) return -1;

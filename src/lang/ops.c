@@ -26,6 +26,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "base/utf8.h"
+#include "lang/hostnp.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "lang/iter.h"
@@ -805,8 +806,28 @@ static Value *python_unary(OpKind op, Value *v, bool *handled) {
   return NULL;
 }
 
+/* a op b with a NumPy array among two arrays: the operands promoted as
+ * NumPy does (hostnp_promote), then the operator as for any arrays.
+ * NULL when nothing changes: the caller goes on. */
+static Value *np_binary(OpKind op, Value *a, Value *b, bool *done) {
+  Value *x = a, *y = b;
+  *done = true;
+  if (hostnp_promote(op, &x, &y) < 0) return NULL;
+  Value *r = NULL;
+  if (x != a || y != b) r = ops_binary(op, x, y);
+  else *done = false;
+  val_decref(x);
+  val_decref(y);
+  return r;
+}
+
 Value *ops_binary(OpKind op, Value *a, Value *b) {
   if (!ops_is_array(a) || !ops_is_array(b)) return binary_python(op, a, b);
+  if (arr_np_is_live() && (arr_is_np(a) || arr_is_np(b)) && a->type == V_ARRAY && b->type == V_ARRAY) {
+    bool done;
+    Value *r = np_binary(op, a, b, &done);
+    if (done) return r;
+  }
   if (arr_is_host(a) && arr_is_host(b)) {
     bool handled;
     Value *r = python_number_op(op, a, b, &handled);

@@ -20,6 +20,11 @@
  * tuple, list + list, str/tuple/list * int.  Errors: "unsupported operand
  * types for +: 'str' and 'array'", broadcasting errors. */
 Value *ops_binary(OpKind op, Value *a, Value *b);
+
+/* x[index] for an array or tracer [x] by NumPy's indexing, with no
+ * NumPy-scalar copy of a 0-d result: a basic index gives a view of x's
+ * buffer (what hostnp_setitem writes through).  New reference or NULL. */
+Value *ops_index_array(Value *x, Value *index);
 /* (ops_binary and ops_compare, as prim_apply does, may reuse an operand
  * whose reference count is 1 as the result's buffer: pass only values you
  * own and drop afterwards, or hold a second reference.) */

@@ -20,6 +20,7 @@
 #include "base/mem.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
+#include "lang/hostnp.h"
 #include "lang/ops.h"
 #include "lang/ops_impl.h"
 #include "lang/stdmod.h"
@@ -743,6 +744,7 @@ static Value *method_of(Value *obj, const Method *ms, const char *name) {
 Value *ops_getattr(Value *obj, const char *name) {
   switch (obj->type) {
   case V_ARRAY: case V_TRACER:
+    if (arr_np_is_live() && arr_is_np(obj)) return hostnp_method(array_getattr(obj, name));
     return array_getattr(obj, name);
   case V_DICT: {
     Value *m = ((Dict *)obj)->kind != DICT_PLAIN ? stdmod_dict_attr(obj, name) : NULL;

@@ -644,6 +644,23 @@ static Value *getitem_oob(Value *x, Value *index, OobMode oob) {
 /* NumPy indexing of an array or tracer [x]. */
 static Value *array_getitem(Value *x, Value *index) { return getitem_oob(x, index, OOB_CLAMP); }
 
+Value *ops_index_array(Value *x, Value *index) { return array_getitem(x, index); }
+
+/* x[index] of a NumPy array [x], a NumPy array: as array_getitem, but a 0-d result
+ * viewing x's buffer (integer indexing) is a copy, as NumPy's scalars
+ * are: a later write to x does not change it. */
+static Value *host_getitem(Value *x, Value *index) {
+  ArrNpMode saved = arr_np_mode;
+  arr_np_mode = ARR_NP_HOST;   /* index arrays are no jax.Arrays of the result */
+  Value *r = array_getitem(x, index);
+  arr_np_mode = saved;
+  if (!r || !IS_ARRAY(r) || AS_ARRAY(r)->ndim || AS_ARRAY(r)->buf != AS_ARRAY(x)->buf) return r;
+  Array *c = arr_copy(AS_ARRAY(r));
+  val_decref(r);
+  if (c) c->buf->np = true;
+  return arr_value(c);
+}
+
 /* Index into a Python sequence of length [len]: negatives wrap. */
 int ops_seq_index(Value *index, int64_t len, const char *what, int64_t *out) {
   int64_t i;
@@ -737,6 +754,7 @@ Value *ops_getitem(Value *obj, Value *index) {
   int64_t i;
   switch (obj->type) {
   case V_ARRAY: case V_TRACER:
+    if (arr_np_is_live() && arr_is_np(obj)) return host_getitem(obj, index);
     return array_getitem(obj, index);
   case V_TUPLE: case V_LIST: {
     if (stdmod_is_deque(obj)) return deque_key(obj, index, &i) < 0 ? NULL : val_incref(list_get(obj, (size_t)i));

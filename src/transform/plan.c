@@ -129,9 +129,13 @@ int plan_add_const(Plan *p, Value *value) {
     err_nomem();
     return -1;
   }
+  /* a host NumPy array is copied: the plan keeps the value it saw, as
+   * JAX bakes it, whatever the program writes later (array.h) */
+  Value *c = arr_is_np(value) ? arr_value(arr_np_as((Array *)val_incref(value), false)) : val_incref(value);
+  if (!c) return -1;
   p->consts = cs;
   p->constvars[p->nconst] = v;
-  p->consts[p->nconst++] = val_incref(value);
+  p->consts[p->nconst++] = c;
   return v;
 }
 
