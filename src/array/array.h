@@ -292,9 +292,10 @@ static inline bool arr_np_is_live(void) {
   return atomic_load_explicit(&arr_np_live, memory_order_relaxed);
 }
 
-/* Whether [v] is a NumPy array (its buffer is a host NumPy buffer). */
+/* Whether [v] is a NumPy array (its buffer is a host NumPy buffer).  The
+ * flag first: a script that never imports numpy pays one load. */
 static inline bool arr_is_np(const Value *v) {
-  return v && v->type == V_ARRAY && ((const Array *)v)->buf->np;
+  return arr_np_is_live() && v && v->type == V_ARRAY && ((const Array *)v)->buf->np;
 }
 
 /* Whether a result of operands [ops] (concrete, [nin]) is a NumPy array
