@@ -2,7 +2,10 @@
  * and fused figures: the same chains over 10^7 float32, one pass each,
  * compiled -O3 -march=native -ffast-math -fopenmp-simd, so GCC calls
  * glibc's vector sinf (libmvec) and sums with vector partial sums, as
- * shmap's fused loops do.
+ * shmap's fused loops do.  Built again with -fopenmp (run.sh, with
+ * OMP_NUM_THREADS=2) it is the two-thread twin: each loop split over the
+ * threads by OpenMP's static schedule, the sum's partials added at the
+ * end, as shmap's kernels use both cores from 2^20 elements.
  * Prints "name value unit" lines like bench/elementwise.shm. */
 #include <math.h>
 #include <stdio.h>
@@ -20,16 +23,29 @@ static double now(void) {
 /* Defeats dead-code elimination of the measured loops. */
 static volatile float sink;
 
+/* The loops' split over threads in the OpenMP twin; nothing in the
+ * one-thread build (-fopenmp-simd leaves _OPENMP undefined). */
+#ifdef _OPENMP
+#define PAR_FOR _Pragma("omp parallel for schedule(static)")
+#define PAR_SUM _Pragma("omp parallel for schedule(static) reduction(+ : s)")
+#else
+#define PAR_FOR
+#define PAR_SUM
+#endif
+
 static void triad(float *o, const float *x, const float *y, const float *z) {
+  PAR_FOR
   for (long i = 0; i < N; i++) o[i] = x[i] * y[i] + z[i];
 }
 
 static void sin_chain(float *o, const float *x) {
+  PAR_FOR
   for (long i = 0; i < N; i++) o[i] = sinf(x[i]) * 3.f + x[i];
 }
 
 static float fused_sum(const float *x, const float *y) {
   float s = 0;
+  PAR_SUM
   for (long i = 0; i < N; i++) s += x[i] + sinf(y[i]) * 3.f - x[i] * y[i];
   return s;
 }

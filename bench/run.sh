@@ -56,9 +56,12 @@ echo "== seed 001's network, positional and named (xmap) under each axis_resourc
 "$shmap" "$here/xmap_network.shm"
 
 echo
-echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf)"
+echo "== the same chains in hand-written C (one pass; -O3 -march=native, glibc's vector sinf): one thread | two threads (OpenMP)"
 cc -O3 -march=native -ffast-math -fopenmp-simd -o "$tmp/c_loops" "$here/c_loops.c" -lmvec -lm
-"$tmp/c_loops"
+cc -O3 -march=native -ffast-math -fopenmp -o "$tmp/c_loops_omp" "$here/c_loops.c" -lmvec -lm
+"$tmp/c_loops" > "$tmp/c1.txt"
+OMP_NUM_THREADS=2 "$tmp/c_loops_omp" | sed 's/^/| 2 threads: /' > "$tmp/c2.txt"
+paste -d' ' "$tmp/c1.txt" "$tmp/c2.txt"
 
 echo
 echo "== peak memory (maximum resident set): shmap | NumPy, the same scripts"
@@ -79,14 +82,17 @@ echo "== start-up against source size (best of 3)"
 "$here/startup.sh" "$shmap"
 
 echo
-echo "== memcpy bandwidth, one thread"
+echo "== memcpy bandwidth: one thread | two threads (OpenMP)"
 cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
-echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s"
+cc -O2 -fopenmp -o "$tmp/memcpy_bw_omp" "$here/memcpy_bw.c"
+echo "memcpy 16 MiB: $("$tmp/memcpy_bw") GB/s | 2 threads $(OMP_NUM_THREADS=2 "$tmp/memcpy_bw_omp") GB/s"
 
 echo
-echo "== psum of 16 MiB float32 per device: shmap | in-process pthread all-reduce | MPI_Allreduce (Open MPI)"
+echo "== psum of 16 MiB float32 per device: shmap | in-process pthread all-reduce (a thread per device) | the same by two OpenMP threads | MPI_Allreduce (Open MPI)"
 echo "   (GB/s = bytes per device / time; each figure the best of 3 runs)"
 cc -O3 -march=native -pthread -o "$tmp/inproc" "$here/inproc_allreduce.c"
+cc -O3 -march=native -pthread -fopenmp -o "$tmp/inproc_omp" "$here/inproc_allreduce.c"
+inproc_omp() { OMP_NUM_THREADS=2 "$tmp/inproc_omp" "$@"; }
 have_mpi=0
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c" && have_mpi=1
@@ -103,7 +109,8 @@ gbs() { awk -v b="$1" -v t="$2" 'BEGIN{printf "%.2f GB/s (%.2f ms)", b/t/1e9, t*
 for n in 2 4 8; do
   read -r _ bytes t < <(best "$shmap" --devices "$n" "$here/psum.shm" "$n" 4194304 10)
   read -r _ ib it < <(best "$tmp/inproc" "$n" 4194304 10)
-  line="$n devices: shmap psum $(gbs "$bytes" "$t") | in-process $(gbs "$ib" "$it")"
+  read -r _ ob ot < <(best inproc_omp "$n" 4194304 10)
+  line="$n devices: shmap psum $(gbs "$bytes" "$t") | in-process $(gbs "$ib" "$it") | 2 OpenMP threads $(gbs "$ob" "$ot")"
   if [ $have_mpi = 1 ]; then
     read -r _ mb mt < <(best mpi "$n" 4194304 10)
     line="$line | MPI_Allreduce $(gbs "$mb" "$mt")"
@@ -112,12 +119,13 @@ for n in 2 4 8; do
 done
 
 echo
-echo "== psum latency of one float32: shmap | in-process pthread all-reduce | MPI_Allreduce (best of 3 runs)"
+echo "== psum latency of one float32: shmap | in-process pthread all-reduce | the same by two OpenMP threads | MPI_Allreduce (best of 3 runs)"
 for n in 2 8; do
   read -r _ _ t < <(best "$shmap" --devices "$n" "$here/psum.shm" "$n" 1 20000)
   read -r _ _ it < <(best "$tmp/inproc" "$n" 1 20000)
-  line=$(awk -v t="$t" -v n="$n" -v i="$it" \
-    'BEGIN{printf "%d devices: shmap psum %.2f us | in-process %.2f us", n, t*1e6, i*1e6}')
+  read -r _ _ ot < <(best inproc_omp "$n" 1 20000)
+  line=$(awk -v t="$t" -v n="$n" -v i="$it" -v o="$ot" \
+    'BEGIN{printf "%d devices: shmap psum %.2f us | in-process %.2f us | 2 OpenMP threads %.2f us", n, t*1e6, i*1e6, o*1e6}')
   if [ $have_mpi = 1 ]; then
     read -r _ _ mt < <(best mpi "$n" 1 20000)
     line="$line | MPI_Allreduce $(awk -v t="$mt" 'BEGIN{printf "%.2f us", t*1e6}')"
@@ -126,14 +134,16 @@ for n in 2 8; do
 done
 
 echo
-echo "== all_gather (tiled) of 16 MiB float32 per device: shmap | the whole output written once by memcpy"
+echo "== all_gather (tiled) of 16 MiB float32 per device: shmap | the whole output written once by memcpy, one thread | two threads"
 echo "   (each device receives n blocks; the anchor is n x 16 MiB at this machine's memcpy rate)"
 copy_gbs=$("$tmp/memcpy_bw")
+copy2_gbs=$(OMP_NUM_THREADS=2 "$tmp/memcpy_bw_omp")
 for n in 2 4 8; do
   read -r _ bytes t < <(best "$shmap" --devices "$n" "$here/all_gather.shm" "$n" 4194304 5)
-  awk -v n="$n" -v b="$bytes" -v t="$t" -v g="$copy_gbs" 'BEGIN{w = n * b / (g * 1e9);
-    printf "%d devices: shmap all_gather %.2f ms | output written once %.2f ms | ratio %.2f\n",
-           n, t * 1e3, w * 1e3, t / w}'
+  awk -v n="$n" -v b="$bytes" -v t="$t" -v g="$copy_gbs" -v g2="$copy2_gbs" 'BEGIN{
+    w = n * b / (g * 1e9); w2 = n * b / (g2 * 1e9);
+    printf "%d devices: shmap all_gather %.2f ms | output written once %.2f ms (ratio %.2f) | by 2 threads %.2f ms (ratio %.2f)\n",
+           n, t * 1e3, w * 1e3, t / w, w2 * 1e3, t / w2}'
 done
 
 echo
@@ -142,3 +152,13 @@ for _ in 1 2 3; do "$shmap" --devices 2 "$here/matmul_basic.shm" 2 3; done > "$t
 awk 'NR == 1 || $2 < a { a = $2 } NR == 1 || $3 < b { b = $3 } $4 != "True" { ok = "False" }
      END { if (ok == "") ok = "True";
            printf "2 devices %.1f ms | 1 device %.1f ms | speed-up %.2fx (results agree: %s)\n", a*1e3, b*1e3, b/a, ok }' "$tmp/mm.txt"
+
+echo
+echo "== seed 000's collective matmul (ring of ppermutes, dynamic_update_slice), 1024^3 float32, 8 devices:"
+echo "   ring jit | ring eager | all_gather + matmul jit | one-device matmul (best of 5 calls)"
+"$shmap" --devices 8 "$here/collective_matmul.shm" 8 1024 5 > "$tmp/cm.txt"
+awk '{ v[$1] = $2; a[$1] = $0 } END {
+  printf "ring jit %.1f ms | ring eager %.1f ms | all_gather+matmul %.1f ms | one device %.1f ms\n",
+         v["ring_jit"] * 1e3, v["ring_eager"] * 1e3, v["allgather_matmul_jit"] * 1e3, v["one_device_matmul"] * 1e3
+  printf "ratio ring jit / one device %.2f, / all_gather+matmul %.2f (%s)\n",
+         v["ring_jit"] / v["one_device_matmul"], v["ring_jit"] / v["allgather_matmul_jit"], a["agree"] }' "$tmp/cm.txt"

@@ -247,7 +247,8 @@ int kern_dynamic_update_slice(Array **in, int nin, const Params *p, Array **out)
   Array *o = kern_fresh(out, x->dtype, x->ndim, x->shape);
   if (!o)
     return -1;
-  kern_assign(o, x);
+  if (o != x)   /* else updated in place (PrimRules.updates_operand) */
+    kern_assign(o, x);
   Array *w = kern_window(o, starts, u->shape, NULL);
   if (w) {
     kern_assign(w, u);
@@ -563,7 +564,8 @@ int kern_scatter(Array **in, int nin, const Params *p, Array **out) {
   Array *ix, *u, *o = kern_fresh(out, in[0]->dtype, in[0]->ndim, in[0]->shape);
   if (!o)
     return -1;
-  kern_assign(o, in[0]);
+  if (o != in[0])   /* else updated in place (PrimRules.updates_operand) */
+    kern_assign(o, in[0]);
   if (kern_take_args(in[2], in[1], &u, &ix) < 0) {
     val_decref(&o->hdr);
     return -1;

@@ -568,6 +568,14 @@ static bool prim_reusable(Array *a, const AVal *o) {
          prim_same_dims(o->ndim, a->shape, o->shape);
 }
 
+/* Whether operand 0 is also passed as another operand (an update that
+ * is the operand itself): then it is read while written, so not reused. */
+static bool prim_operand_repeated(Array *const *ops, int nin) {
+  for (int j = 1; j < nin; j++)
+    if (ops[j] == ops[0] || ops[j]->buf == ops[0]->buf) return true;
+  return false;
+}
+
 /* Allocates the outputs of [id] from [avals]: layout kernels make their
  * own, elementwise ones reuse a dying operand when they can. */
 static int prim_alloc_outs(PrimId id, Array **ops, int nin, const AVal *avals, int nout,
@@ -575,8 +583,12 @@ static int prim_alloc_outs(PrimId id, Array **ops, int nin, const AVal *avals, i
   PrimKind k = prim_table[id].kind;
   for (int i = 0; i < nout; i++)
     out[i] = NULL;
-  if (k == PK_SHAPE)
+  if (k == PK_SHAPE) {
+    if (prim_table[id].rules.updates_operand && nout == 1 && nin > 0 &&
+        prim_reusable(ops[0], &avals[0]) && !prim_operand_repeated(ops, nin))
+      out[0] = (Array *)val_incref(&ops[0]->hdr);   /* the kernel updates it in place */
     return 0;
+  }
   if ((k == PK_UNARY || k == PK_BINARY) && nout == 1) {
     unsigned kept = prim_table[id].rules.kept;
     for (int j = 0; j < nin; j++) {

@@ -231,6 +231,12 @@ typedef struct PrimRules {
   unsigned dtypes;          /* operand dtypes accepted (bits over DType) */
   unsigned kept;            /* operands (bits) the kernel must not write
                                its result over; the others may be reused */
+  bool updates_operand;     /* the result is operand 0 with some elements
+                               changed (dynamic_update_slice, scatter): the
+                               kernel writes it over operand 0 when that is
+                               dead (prim_apply: held by no one else; a
+                               compiled plan: its last use, compile.c), as
+                               XLA updates a dead buffer in place */
   const FuseRule *fuse;     /* in a fused loop; NULL: runs its kernel */
   ShardingRule sharding;    /* partitioning; NULL: operands replicated */
   ThroughTransposeRule through_transpose; /* plans; NULL: a transpose read is copied */

@@ -554,9 +554,9 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_DYNAMIC_SLICE, {.shape = shape_dynamic_slice, .kernel = kern_dynamic_slice, .batch = b_dynamic_slice, .jvp = jvp_dynamic_slice, .transpose = tr_dynamic_slice, .sharding = sh_dynamic_slice}},
-    {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice}},
+    {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice, .updates_operand = true}},
     {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather, .sharding = sh_gather}},
-    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter}},
+    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter, .updates_operand = true}},
     {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort, .sharding = sh_sort}},
     {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort, .sharding = sh_sort}},
 };

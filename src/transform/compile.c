@@ -4,6 +4,17 @@
  * Compilation works on references: a variable id (>= 0), or a constant
  * slot (encoded -1 - slot).  Steps are first built over references, then
  * the buffer planner turns every variable into a slot.
+ *
+ * Updates in place.  A kernel step whose primitive changes some elements
+ * of its operand 0 (PrimRules.updates_operand: dynamic_update_slice,
+ * scatter) is given that operand's slot as its result's, so the kernel
+ * writes only the update, when the operand's buffer is dead and the
+ * plan's: its last use is this step, the step reads it once, and its slot
+ * is a TEMP (never an INPUT, whose array the caller holds and may read
+ * again, nor a CONST, which every run starts from).  A chain of such
+ * steps that ends in an output is given the OUTPUT slot back to its
+ * first temporary; one that starts at an input is noted, so a loop may
+ * pass its own carry as both input and output (cmp_out_in_place).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -397,8 +408,59 @@ static int bind_outputs(Pre *pr, Planner *pl, bool *defined) {
   return 0;
 }
 
+/* The variable step [i] may write its result over (PrimRules.updates_operand:
+ * dynamic_update_slice, scatter), or -1: its operand 0 when that is a
+ * variable no later step reads and the plan does not return (its last use
+ * is this step), this step reads it nowhere else, and it has the result's
+ * aval.  Whether its buffer is the plan's to write is the caller's test:
+ * an input's belongs to the caller and a constant's to the plan's every
+ * run, so only a TEMP slot's or the output slot's is. */
+static int in_place_operand(const Exec *e, const Plan *p, const Planner *pl, int i) {
+  const Step *s = &e->steps[i];
+  if (s->kind != ST_KERNEL || s->nout != 1 || s->nin < 1 ||
+      !prim_table[s->eqn->prim].rules.updates_operand)
+    return -1;
+  int r = s->in[0];
+  if (r < 0 || pl->last_use[r] != i || !aval_equal(&p->vars[r], &p->vars[s->out[0]])) return -1;
+  for (int k = 1; k < s->nin; k++)
+    if (s->in[k] == r) return -1;
+  return r;
+}
+
+/* Gives a chain of in-place updates ending in a plan output the output's
+ * slot, from the last step back: each operand of the chain is then
+ * written where the caller's result lives, and no step copies the whole
+ * array (the seed's accumulator of a collective matmul).  A chain that
+ * starts at an input is noted in out_in_place: a caller that passes one
+ * array as both (a loop's carry, cmp_out_in_place) has it updated in
+ * place, since nothing reads the input after the chain's first step. */
+static void chain_output_slots(Exec *e, const Plan *p, Planner *pl, const bool *defined) {
+  for (int i = e->nsteps - 1; i >= 0; i--) {
+    int r = in_place_operand(e, p, pl, i);
+    int sl = r < 0 ? -1 : pl->var_slot[e->steps[i].out[0]];
+    if (sl < 0 || e->slots[sl].kind != SL_OUTPUT) continue;
+    int rs = pl->var_slot[r];
+    if (rs >= 0 && e->slots[rs].kind == SL_INPUT)   /* the chain starts at an input */
+      e->out_in_place[e->slots[sl].index] = e->slots[rs].index;
+    else if (rs < 0 && defined[r])
+      pl->var_slot[r] = sl;
+  }
+}
+
+/* Step [i]'s result takes its operand's TEMP slot when it may be written
+ * in place (in_place_operand): that slot's number, else -1. */
+static int in_place_slot(Exec *e, const Plan *p, Planner *pl, int i) {
+  int r = in_place_operand(e, p, pl, i), v = e->steps[i].out[0];
+  if (r < 0 || pl->var_slot[v] >= 0 || pl->var_slot[r] < 0) return -1;
+  int sl = pl->var_slot[r];
+  if (e->slots[sl].kind != SL_TEMP) return -1;
+  pl->var_slot[v] = sl;
+  return sl;
+}
+
 static int plan_step_slots(Exec *e, const Plan *p, Planner *pl, int i) {
   Step *s = &e->steps[i];
+  int kept = in_place_slot(e, p, pl, i);
   for (int k = 0; k < s->nout; k++) {
     int v = s->out[k];
     if (pl->var_slot[v] < 0 && (pl->var_slot[v] = temp_slot(e, pl, &p->vars[v])) < 0) return -1;
@@ -409,7 +471,7 @@ static int plan_step_slots(Exec *e, const Plan *p, Planner *pl, int i) {
     if (pl->var_slot[r] < 0)
       return err_set(ERR_VALUE, "jit: variable %d used before it is defined", r), -1;
     int sl = pl->var_slot[r];
-    if (pl->last_use[r] == i && e->slots[sl].kind == SL_TEMP) pl->free_slot[sl] = true;
+    if (pl->last_use[r] == i && e->slots[sl].kind == SL_TEMP && sl != kept) pl->free_slot[sl] = true;
   }
   return 0;
 }
@@ -444,6 +506,7 @@ static int plan_buffers(Pre *pr) {
     for (int k = 0; k < e->steps[i].nout; k++) defined[e->steps[i].out[k]] = true;
   if (bind_outputs(pr, &pl, defined) < 0) goto out;
   mark_last_uses(e, p, &pl);
+  chain_output_slots(e, p, &pl, defined);
   if (!(pl.free_slot = shm_calloc((size_t)e->nslots + (size_t)p->nvars + 16, 1))) goto nomem;
   for (int i = 0; i < e->nsteps; i++)
     if (plan_step_slots(e, p, &pl, i) < 0) goto out;
@@ -574,10 +637,13 @@ static Exec *exec_new(const Plan *p) {
   e->in_contig = shm_calloc((size_t)p->nin + 1, sizeof(bool));
   e->bound = shm_calloc((size_t)p->nout + 1, sizeof(int));
   e->copied = shm_calloc((size_t)p->nout + 1, sizeof(int));
-  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig || !e->bound || !e->copied) {
+  e->out_in_place = shm_malloc(sizeof(int) * ((size_t)p->nout + 1));
+  if (!e->in_slot || !e->out_slot || !e->out_copy || !e->in_contig || !e->bound || !e->copied ||
+      !e->out_in_place) {
     exec_free(e);
     return err_nomem();
   }
+  for (int i = 0; i < p->nout; i++) e->out_in_place[i] = -1;
   return e;
 }
 
@@ -779,6 +845,7 @@ static void exec_free(void *ve) {
   shm_free(e->out_slot);
   shm_free(e->out_copy);
   shm_free(e->in_contig);
+  shm_free(e->out_in_place);
   shm_free(e->bound);
   shm_free(e->copied);
   pthread_mutex_destroy(&e->lock);

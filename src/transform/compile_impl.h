@@ -78,6 +78,8 @@ typedef struct CmpExec {
   int *in_slot, *out_slot;
   bool *out_copy;      /* output i is copied from out_slot[i], not bound */
   bool *in_contig;     /* input i is read in place (fused, scan): make it contiguous */
+  int *out_in_place;   /* output i may be written over input out_in_place[i] (-1: none):
+                          cmp_out_in_place */
   int ncontig;         /* how many in_contig are true */
   int nbound, ncopied; /* outputs bound in place and outputs copied, */
   int *bound, *copied; /* listed by index: a run reads no flags */
@@ -115,6 +117,15 @@ int cmp_add_scratch(Exec *e, const AVal *a);
 static inline Plan *cmp_param_plan(const PlanEqn *q, const char *name) {
   Value *v = params_get(&q->params, name);
   return v && IS_PLAN(v) ? AS_PLAN(v) : NULL;
+}
+
+/* Whether a run of [e] may be given one array as both its input [in] and
+ * its output [out], the output then written over the input: the output
+ * is the input changed by in-place updates (dynamic_update_slice,
+ * scatter) and no step reads the input after the first of them
+ * (compile.c's buffer planning).  A loop uses it for a carry it owns. */
+static inline bool cmp_out_in_place(const Exec *e, int out, int in) {
+  return out < e->nout && e->out_in_place[out] == in;
 }
 
 /* ==== running a step ========================================================= */

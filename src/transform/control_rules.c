@@ -144,6 +144,30 @@ static int carry_sets(Exec *e, Plan *body, int ncarry) {
   return scratch_outs(e, body, 0, ncarry) < 0 || scratch_outs(e, body, 0, ncarry) < 0 ? -1 : 0;
 }
 
+/* Most carries whose in-place updates a loop follows (loop_dest); a loop
+ * with more copies the rest, as before. */
+#define LOOP_IN_PLACE_MAX 16
+
+/* The carry arrays one iteration of a loop over [body] (its carry k its
+ * input nconsts + k and output k) writes: [set], except that a carry the
+ * body updates in place (cmp_out_in_place) is written over its current
+ * array [cur], once that is the loop's own ([own]: not the step's
+ * operands, which the caller holds): the carry buffer then changes in
+ * place across iterations, as XLA's while does, instead of being copied
+ * whole each time.  Built in [buf] (LOOP_IN_PLACE_MAX entries) when any
+ * carry is. */
+static Array **loop_dest(const Exec *body, int nconsts, int ncarry, Array **set, Array **cur,
+                         bool own, Array **buf) {
+  if (!own || ncarry > LOOP_IN_PLACE_MAX) return set;
+  bool any = false;
+  for (int k = 0; k < ncarry; k++) {
+    bool here = cmp_out_in_place(body, k, nconsts + k);
+    buf[k] = here ? cur[k] : set[k];
+    any |= here;
+  }
+  return any ? buf : set;
+}
+
 /* ==== while ======================================================================= */
 
 /* ---- while: the compiled step ---- */
@@ -214,14 +238,16 @@ static int while_iterate(Step *s, Workspace *w, Held *cond, Held *body, int64_t 
   Array **cur = cconst + cn + bn, **set[2] = {w->scratch + s->scratch + 1,
                                               w->scratch + s->scratch + 1 + s->nout};
   const uint8_t *pdata = pred->dtype == DT_BOOL ? arr_data(pred) : NULL;
+  Array *dest[2][LOOP_IN_PLACE_MAX];
   int which = 0;
-  for (;;) {
+  for (bool own = false;; own = true) {
     if (cmp_run_body(cond, cconst, (int)cn, cur, s->nout, NULL, 0, &pred, bins) < 0) return -1;
     if (!pred_true(pred, pdata)) break;
-    if (cmp_run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, set[which], bins) < 0 ||
+    Array **to = loop_dest(body->e, (int)bn, s->nout, set[which], cur, own, dest[which]);
+    if (cmp_run_body(body, cconst + cn, (int)bn, cur, s->nout, NULL, 0, to, bins) < 0 ||
         cmp_interrupted() < 0)
       return -1;
-    cur = set[which];
+    cur = to;
     which ^= 1;
   }
   for (int k = 0; k < s->nout; k++) cmp_copy_into(w->slot[s->out[k]], cur[k]);
@@ -713,18 +739,21 @@ static int scan_iterate(Step *s, Workspace *w, Held *body, const ScanShape *sh) 
   Array **xs = cur + sh->ncarry, **res = cmp_step_outs(s, w);
   Array **sets[2] = {w->scratch + s->scratch, w->scratch + s->scratch + sh->ncarry};
   Array **ys = w->scratch + s->scratch + 2 * sh->ncarry, **xrow = ys + sh->nys;
+  Array *dest[2][LOOP_IN_PLACE_MAX];
   int which = 0;
   for (int64_t it = 0; it < sh->length; it++) {
     int64_t i = sh->reverse ? sh->length - 1 - it : it;
     for (int k = 0; k < sh->nxs; k++) row_copy(xs[k], i, xrow[k], true);
-    shm_memcpy(bout, sets[which], sizeof(Array *) * (size_t)sh->ncarry);
+    Array **to = loop_dest(body->e, (int)sh->nconsts, (int)sh->ncarry, sets[which], cur, it > 0,
+                           dest[which]);
+    shm_memcpy(bout, to, sizeof(Array *) * (size_t)sh->ncarry);
     shm_memcpy(bout + sh->ncarry, ys, sizeof(Array *) * (size_t)sh->nys);
     if (cmp_run_body(body, consts, (int)sh->nconsts, cur, (int)sh->ncarry, xrow, sh->nxs, bout,
                      bins) < 0 ||
         cmp_interrupted() < 0)
       return -1;
     for (int k = 0; k < sh->nys; k++) row_copy(res[sh->ncarry + k], i, ys[k], false);
-    cur = sets[which];
+    cur = to;
     which ^= 1;
   }
   for (int k = 0; k < sh->ncarry; k++) cmp_copy_into(res[k], cur[k]);
