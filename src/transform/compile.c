@@ -415,6 +415,29 @@ static int bind_outputs(Pre *pr, Planner *pl, bool *defined) {
  * aval.  Whether its buffer is the plan's to write is the caller's test:
  * an input's belongs to the caller and a constant's to the plan's every
  * run, so only a TEMP slot's or the output slot's is. */
+/* Whether variable [r] is made by a step of [e] before step [i] that
+ * writes a buffer of the run's own: a fused loop, an element-wise,
+ * reduction or contraction kernel, or another update.  Not a collective
+ * (an all_gather's output is shared by the devices of a process), a
+ * layout kernel (its result may be a view of its operand's buffer) or a
+ * higher-order step: writing over those would write where another
+ * device, or the caller, reads. */
+static bool made_fresh(const Exec *e, int i, int r) {
+  for (int j = i - 1; j >= 0; j--) {
+    const Step *s = &e->steps[j];
+    for (int k = 0; k < s->nout; k++) {
+      if (s->out[k] != r) continue;
+      if (s->kind == ST_FUSED) return true;
+      if (s->kind != ST_KERNEL) return false;
+      const PrimRules *pr = &prim_table[s->eqn->prim].rules;
+      PrimKind kind = prim_table[s->eqn->prim].kind;
+      return pr->updates_operand || kind == PK_UNARY || kind == PK_BINARY || kind == PK_REDUCE ||
+             kind == PK_CONTRACT;
+    }
+  }
+  return false;
+}
+
 static int in_place_operand(const Exec *e, const Plan *p, const Planner *pl, int i) {
   const Step *s = &e->steps[i];
   if (s->kind != ST_KERNEL || s->nout != 1 || s->nin < 1 ||
@@ -442,7 +465,7 @@ static void chain_output_slots(Exec *e, const Plan *p, Planner *pl, const bool *
     int rs = pl->var_slot[r];
     if (rs >= 0 && e->slots[rs].kind == SL_INPUT)   /* the chain starts at an input */
       e->out_in_place[e->slots[sl].index] = e->slots[rs].index;
-    else if (rs < 0 && defined[r])
+    else if (rs < 0 && defined[r] && made_fresh(e, i, r))
       pl->var_slot[r] = sl;
   }
 }
@@ -453,7 +476,7 @@ static int in_place_slot(Exec *e, const Plan *p, Planner *pl, int i) {
   int r = in_place_operand(e, p, pl, i), v = e->steps[i].out[0];
   if (r < 0 || pl->var_slot[v] >= 0 || pl->var_slot[r] < 0) return -1;
   int sl = pl->var_slot[r];
-  if (e->slots[sl].kind != SL_TEMP) return -1;
+  if (e->slots[sl].kind != SL_TEMP || !made_fresh(e, i, r)) return -1;
   pl->var_slot[v] = sl;
   return sl;
 }
