@@ -771,7 +771,10 @@ static void ws_free(Exec *e, Workspace *w) {
     if (e->slots[s].kind == SL_TEMP && w->slot[s]) val_decref(&w->slot[s]->hdr);
   for (int i = 0; w->scratch && i < e->nscratch; i++)
     if (w->scratch[i]) val_decref(&w->scratch[i]->hdr);
+  for (int i = 0; w->kept && i < e->nout; i++)
+    if (w->kept[i]) val_decref(&w->kept[i]->hdr);
   fuse_mem_free(&w->fm);
+  shm_free(w->kept);
   shm_free(w->slot);
   shm_free(w->scratch);
   shm_free(w->ops);
@@ -801,7 +804,8 @@ static Workspace *ws_new(Exec *e) {
   size_t maxin, nops = ws_ops_len(e, &maxin);
   w->ops = shm_calloc(nops, sizeof(Array *));
   w->vargs = shm_calloc(maxin, sizeof(Value *));
-  if (!w->slot || !w->scratch || !w->ops || !w->vargs || fuse_mem_init(&w->fm, e->nregs, e->npartials, e->split) < 0) goto fail;
+  w->kept = shm_calloc((size_t)e->nout + 1, sizeof(Array *));
+  if (!w->slot || !w->scratch || !w->ops || !w->vargs || !w->kept || fuse_mem_init(&w->fm, e->nregs, e->npartials, e->split) < 0) goto fail;
   for (int s = 0; s < e->nslots; s++) {
     if (e->slots[s].kind == SL_CONST) w->slot[s] = AS_ARRAY(e->slots[s].value);
     else if (e->slots[s].kind == SL_TEMP && !(w->slot[s] = pinned_of(&e->slots[s].aval))) goto fail;
@@ -938,14 +942,20 @@ void cmp_held_give(Held *h) {
   h->w = NULL;
 }
 
-static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh);
+/* How a run gets its outputs: written into the caller's arrays, as
+ * fresh arrays, or as fresh arrays over the buffers of the workspace's
+ * last run when no one holds those any more (a device body's results,
+ * which the compiled shard_map copies out and lets go: fresh_output). */
+typedef enum { OUT_INTO, OUT_FRESH, OUT_REUSE } OutMode;
+
+static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, OutMode m);
 
 int cmp_run_body(Held *body, Array **consts, int nconsts, Array **carry, int ncarry,
                  Array **extra, int nextra, Array **outs, Array **ins) {
   shm_memcpy(ins, consts, sizeof(Array *) * (size_t)nconsts);
   shm_memcpy(ins + nconsts, carry, sizeof(Array *) * (size_t)ncarry);
   shm_memcpy(ins + nconsts + ncarry, extra, sizeof(Array *) * (size_t)nextra);
-  return run_ws(body->e, body->w, ins, outs, false);
+  return run_ws(body->e, body->w, ins, outs, OUT_INTO);
 }
 
 bool cmp_tape_build(Exec *e, Workspace *w, Array **in, Array **out, Tape *t) {
@@ -1005,12 +1015,50 @@ static int bind_args(Exec *e, Workspace *w, Array **in, Array **tmp, int *ntmp) 
   return 0;
 }
 
-/* Binds the outputs the steps write in place: the caller's [out], or
- * fresh arrays written to [out] when [fresh]. */
-static int bind_results(Exec *e, Workspace *w, Array **out, bool fresh) {
+/* Payloads from this size on come from shm_buf_alloc's cache of mapped
+ * buffers (mem.h), which already spares them fresh pages. */
+#define KEEP_MAX ((int64_t)2 << 20)
+
+/* A fresh array for bound output [i] under OUT_REUSE.  A device body run
+ * over and over (a compiled shard_map's) returns arrays of the same
+ * avals every call; new heap ones under 2 MiB land on pages never
+ * touched before for the first several calls of every device (each a
+ * page fault: ~460 a call for 8 devices' 256 KiB results, most of those
+ * calls' time on a loaded VM).  So the workspace keeps a private view of
+ * the buffer it returned; when that view is again the buffer's only
+ * holder (the caller and anything it shared the buffer with have let
+ * go: the reference counts say so, arr_sole_holder), the buffer is
+ * handed out again under a new array header, else a new buffer is made.
+ * Every element of a bound output is written by the steps, so what the
+ * buffer held before is never read. */
+static Array *fresh_output(Exec *e, Workspace *w, int i) {
+  const AVal *a = &e->slots[e->out_slot[i]].aval;
+  Array *k = w->kept[i], *x;
+  if (k && arr_sole_holder(k)) x = arr_view(k, k->ndim, k->shape, k->strides, k->offset);
+  else {
+    if (k) val_decref(&k->hdr);
+    w->kept[i] = NULL;
+    if (!(x = array_of(a))) return NULL;
+    if (x->size * (int64_t)dt_size(x->dtype) < KEEP_MAX &&
+        !(w->kept[i] = arr_view(x, x->ndim, x->shape, x->strides, x->offset)))
+      err_clear();   /* not kept: the next call makes a new one */
+    return x;
+  }
+  if (x) {
+    x->weak = a->weak;
+    x->vma = a->vma;
+    x->why = (VmaWhy){0};
+  }
+  return x;
+}
+
+/* Binds the outputs the steps write in place: the caller's [out] (OUT_INTO),
+ * else fresh arrays written to [out]. */
+static int bind_results(Exec *e, Workspace *w, Array **out, OutMode m) {
   for (int k = 0; k < e->nbound; k++) {
     int i = e->bound[k];
-    if (fresh && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) return -1;
+    if (m == OUT_FRESH && !(out[i] = array_of(&e->slots[e->out_slot[i]].aval))) return -1;
+    if (m == OUT_REUSE && !(out[i] = fresh_output(e, w, i))) return -1;
     w->slot[e->out_slot[i]] = out[i];
   }
   return 0;
@@ -1034,12 +1082,13 @@ static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
 
 /* Runs [e] in workspace [w]: into the caller's [out], or into fresh
  * arrays written to [out] when [fresh]. */
-static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh) {
+static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, OutMode m) {
+  bool fresh = m != OUT_INTO;
   Array *tmp_stack[8];   /* room for the copies of the inputs read in place */
   Array **tmp = e->ncontig <= 8 ? tmp_stack : shm_calloc((size_t)e->ncontig, sizeof(Array *));
   if (!tmp) return err_nomem(), -1;
   int ntmp = 0, rc = -1;
-  if (bind_results(e, w, out, fresh) == 0 && bind_args(e, w, in, tmp, &ntmp) == 0 &&
+  if (bind_results(e, w, out, m) == 0 && bind_args(e, w, in, tmp, &ntmp) == 0 &&
       run_steps(e, w) == 0)
     rc = copy_results(e, w, out, fresh);
   for (int i = 0; i < ntmp; i++) val_decref(&tmp[i]->hdr);
@@ -1047,11 +1096,11 @@ static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, bool fresh) {
   return rc;
 }
 
-static int run_common(Plan *p, Array **in, Array **out, bool fresh) {
+static int run_common(Plan *p, Array **in, Array **out, OutMode m) {
   Held h;
-  int rc = cmp_held_take(p, &h) < 0 ? -1 : run_ws(h.e, h.w, in, out, fresh);
+  int rc = cmp_held_take(p, &h) < 0 ? -1 : run_ws(h.e, h.w, in, out, m);
   cmp_held_give(&h);
-  if (rc < 0 && fresh)
+  if (rc < 0 && m != OUT_INTO)
     for (int i = 0; i < p->nout; i++) {
       if (out[i]) val_decref(&out[i]->hdr);
       out[i] = NULL;
@@ -1065,10 +1114,10 @@ int cmp_tapeable(const Plan *p) { return p->exec ? ((const Exec *)p->exec)->tape
 
 int cmp_run(Plan *p, Array **in, Array **out) {
   for (int i = 0; i < p->nout; i++) out[i] = NULL;
-  return run_common(p, in, out, true);
+  return run_common(p, in, out, OUT_FRESH);
 }
 
-int cmp_run_into(Plan *p, Array **in, Array **out) { return run_common(p, in, out, false); }
+int cmp_run_into(Plan *p, Array **in, Array **out) { return run_common(p, in, out, OUT_INTO); }
 
 /* A plan called with arrays runs it: the per-device body of a compiled
  * shard_map.  One result: the array; several: a tuple. */
@@ -1086,7 +1135,9 @@ static Value *plan_call(Value *f, const CallArgs *a) {
     }
     in[i] = AS_ARRAY(a->args[i]);
   }
-  if (cmp_compile(p) < 0 || cmp_run(p, in, out) < 0) goto done;
+  /* the caller copies the results out and lets them go: their buffers
+   * serve the next call (fresh_output) */
+  if (cmp_compile(p) < 0 || run_common(p, in, out, OUT_REUSE) < 0) goto done;
   if (p->nout == 1) {
     r = &out[0]->hdr;
     goto done;

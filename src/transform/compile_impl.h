@@ -106,6 +106,9 @@ struct CmpWorkspace {
   Array **ops;         /* owned: a step's operand lists (ws_ops_len), so no step has a
                           fixed limit on its operands */
   Value **vargs;       /* owned: the operands as values, for calls out */
+  Array **kept;        /* owned: [nout] private views of the last device-body run's
+                          output buffers (NULL: none), reused once no one else
+                          holds them (compile.c: fresh_output) */
   FuseMem fm;          /* registers and partials for fused steps */
 };
 
