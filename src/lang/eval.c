@@ -722,7 +722,9 @@ static Value *call_func(Func *f, const CallArgs *a) {
       Frame fr = {.back = cur_frame, .fname = f->name, .env = e, .mod = f->mod, .def = f->node};
       cur_frame = &fr;
       cur_depth++;
+      Loc at_call = cur_loc;   /* a lambda has no statement: it leaves where it was called */
       ret = eval(f->node->a, e);
+      cur_loc = at_call;
       if (ret && eval_return_hook && return_hook_aborts(&fr, f->node, &ret)) ret = NULL;
       cur_depth--;
       cur_frame = fr.back;
@@ -939,6 +941,7 @@ static Value *eval_binop_plain(const Node *n, Env *env) {
     if (!(kept & 1u)) val_decref(a);
     return NULL;
   }
+  cur_loc = n->loc;   /* the equation a jit traces here is located as this error is */
   Value *r = ops_binary_kept(n->op, a, b, kept);
   if (!(kept & 1u)) val_decref(a);
   if (!(kept & 2u)) val_decref(b);
@@ -949,6 +952,7 @@ static Value *eval_unary_plain(const Node *n, Env *env) {
   Value *a = eval(n->a, env);
   if (!a) return NULL;
   Value *r;
+  cur_loc = n->loc;
   if (n->op == OP_NOT) {
     int t = val_truth(a);
     r = t < 0 ? NULL : val_incref(val_bool(!t));
@@ -986,6 +990,7 @@ static Value *eval_compare(const Node *n, Env *env) {
     Value *right = eval(n->items.items[i], env);
     if (!right) goto fail;
     val_decref(res);
+    cur_loc = n->loc;
     res = ops_compare(n->ops[i - 1], left, right);
     val_decref(left);
     left = right;
@@ -1230,6 +1235,7 @@ static Value *eval_subscript(const Node *n, Env *env) {
   Value *obj = eval(n->a, env);
   if (!obj) return NULL;
   Value *idx = eval(n->b, env);
+  cur_loc = n->loc;
   Value *r = idx ? ops_getitem(obj, idx) : NULL;
   val_decref(obj);
   val_decref(idx);
@@ -1239,6 +1245,7 @@ static Value *eval_subscript(const Node *n, Env *env) {
 static Value *eval_attr(const Node *n, Env *env) {
   Value *obj = eval(n->a, env);
   if (!obj) return NULL;
+  cur_loc = n->loc2;
   Value *r = ops_getattr(obj, n->name);
   if (!r) err_locate(n->loc2);
   val_decref(obj);
@@ -2127,8 +2134,10 @@ static Outcome exec_augassign(const Node *s, Env *env) {
     v = ops_list_extend(cur, rhs) < 0 ? NULL : val_incref(cur);
   else if (rhs && arr_is_np(cur) && AS_ARRAY(cur)->ndim)   /* NumPy's a += b: in place */
     v = hostnp_inplace(s->op, cur, rhs);
-  else if (rhs)
+  else if (rhs) {
+    cur_loc = s->loc;   /* a jit's equation is located as this statement's error */
     v = ops_binary(s->op, cur, rhs);
+  }
   val_decref(cur);
   val_decref(rhs);
   if (!v) {
@@ -2355,6 +2364,7 @@ static Outcome exec_return(const Node *s, Env *env, Value **ret) {
   }
   Value *v = s->a ? eval(s->a, env) : val_incref(VAL_NONE);
   if (!v) return OUT_ERR;
+  cur_loc = s->loc;   /* a function leaves at its return (a shard_map body's, for its errors) */
   val_decref(*ret);
   *ret = v;
   return OUT_RETURN;

@@ -308,8 +308,12 @@ void eval_output_closed(void);
  * pdb.post_mortem() debugs there. */
 const ErrState *eval_handled_error(void);
 
-/* Location of the innermost expression this thread is evaluating (the
- * call of a collective, for mismatch messages); {NULL,0,0} outside. */
+/* Location of the innermost expression this thread is applying: the
+ * call, operator, comparison, subscript or attribute whose operation runs
+ * (where its error is located, so an equation a jit traces there records
+ * the place an eager error shows), else the statement being run; after a
+ * function returns, its return statement (a lambda's caller's place).
+ * The call of a collective, for mismatch messages; {NULL,0,0} outside. */
 Loc eval_current_loc(void);
 
 /* Sets it to [loc] (borrowed: [loc].src must outlive its use) and
