@@ -121,7 +121,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->data = b->inline_data;
     b->owned = false;
     b->pinned = false;
-    b->np = false;
+    b->np = b->np_ro = b->np_0d = false;
   } else {
     a = shm_malloc(arr_header_size(ndim));
     if (!a)
@@ -136,7 +136,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->data = d;
     b->owned = true;
     b->pinned = false;
-    b->np = false;
+    b->np = b->np_ro = b->np_0d = false;
   }
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
@@ -427,6 +427,7 @@ Array *arr_np_as(Array *a, bool np) {
   if (a->buf->np == np && !(np && arr_has_zero_stride(a))) return a;
   if (a->buf->np != np && arr_unshared(a) && !(np && arr_has_zero_stride(a))) {
     a->buf->np = np;   /* its only holder: nobody else sees the mark change */
+    a->buf->np_ro = a->buf->np_0d = false;
     return a;
   }
   Array *c = arr_copy(a);

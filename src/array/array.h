@@ -73,6 +73,8 @@ typedef struct Buffer {
   bool owned;      /* data came from shm_buf_alloc and is returned to it */
   bool pinned;     /* a compiled plan's workspace memory (arr_pin): never shared */
   bool np;         /* a host NumPy buffer, writable in place: see "Host NumPy arrays" */
+  bool np_ro;      /* ... but read-only (np.broadcast_to's result) */
+  bool np_0d;      /* ... of a 0-d NumPy array (np.array(5.0)), not a NumPy scalar */
   int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;

@@ -548,6 +548,49 @@ static void array_repr(StrBuf *b, const Array *a) {
   sbuf_free(&s);
 }
 
+/* NumPy's repr (1.24) of a host NumPy array (array.h): a scalar (a 0-d
+ * result of indexing or a reduction) as its str, "-99.0"; an array as
+ * "array([1., 2.])", with ", dtype=float32)" unless the dtype is one
+ * NumPy implies (float64, int64, bool) and there are elements, the
+ * dtype on a line of its own when it would pass the line width. */
+static void numpy_repr(StrBuf *b, const Array *a) {
+  if (a->ndim == 0 && !a->buf->np_0d) {
+    scalar_str(b, a);
+    return;
+  }
+  static const char prefix[] = "array(";
+  int plen = (int)sizeof prefix - 1;
+  bool implied = a->dtype == DT_F64 || a->dtype == DT_I64 || a->dtype == DT_BOOL;
+  bool skip_dtype = implied && a->size > 0;
+  StrBuf s = {0};
+  sbuf_puts(&s, prefix);
+  if (a->size == 0 && !(a->ndim == 1 && a->shape[0] == 0)) {
+    char shp[400];
+    shape_str(shp, sizeof shp, a->ndim, a->shape);
+    sbuf_printf(&s, "[], shape=%s", shp);
+  } else {
+    array2string(&s, a, ", ", 1 + plen, print_options.linewidth - 1);
+  }
+  sbuf_puts(&s, skip_dtype ? ")" : ",");
+  const char *text = sbuf_text(&s);
+  sbuf_puts(b, text);
+  if (!skip_dtype) {
+    char dtype_str[64];
+    snprintf(dtype_str, sizeof dtype_str, "dtype=%s)", dt_name(a->dtype));
+    const char *nl = strrchr(text, '\n');
+    int last = (int)s.len - (nl ? (int)(nl - text) + 1 : 0);
+    if (last + (int)strlen(dtype_str) + 1 > print_options.linewidth) {
+      sbuf_puts(b, "\n");
+      sbuf_spaces(b, plen);
+    } else {
+      sbuf_puts(b, " ");
+    }
+    sbuf_puts(b, dtype_str);
+  }
+  b->failed |= s.failed;
+  sbuf_free(&s);
+}
+
 /* ---- Python's forms --------------------------------------------------------- */
 
 /* Python's repr of a str: single quotes unless the text has a ' and no ". */
@@ -781,6 +824,8 @@ static bool repr_into(StrBuf *b, Value *v, bool nested) {
       python_number_str(b, AS_ARRAY(v));
     else if (nested && is_python_scalar(v))
       array_str(b, AS_ARRAY(v));
+    else if (arr_is_np(v))
+      numpy_repr(b, AS_ARRAY(v));
     else
       array_repr(b, AS_ARRAY(v));
     return true;

@@ -386,9 +386,7 @@ static Value *parse_number(const char *s, bool want_int) {
   return arr_python_float(d);
 }
 
-/* int(s)/float(s) of str [s]: Python's white space (Unicode's too, as
- * str.strip() removes it) may surround the number. */
-static Value *parse_str(Value *s, bool want_int) {
+Value *bi_parse_str(Value *s, bool want_int) {
   Value *t = ops_str_strip(s);
   Value *r = t ? parse_number(str_cstr(t), want_int) : NULL;
   val_decref(t);
@@ -416,7 +414,7 @@ static Value *bi_int(const CallArgs *a) {
   Value **slots[] = {&x};
   if (a->nargs == 0 && a->nkw == 0) return val_int(0);
   if (args_bind("int", a, "x", slots) < 0) return NULL;
-  if (x->type == V_STR) return parse_str(x, true);
+  if (x->type == V_STR) return bi_parse_str(x, true);
   Array *xa = scalar_arg("int", x);
   if (!xa) return NULL;
   if (!dt_is_float(xa->dtype)) return val_int(arr_get_i64(xa, 0));
@@ -431,7 +429,7 @@ static Value *bi_float(const CallArgs *a) {
   Value **slots[] = {&x};
   if (a->nargs == 0 && a->nkw == 0) return arr_python_float(0);
   if (args_bind("float", a, "x", slots) < 0) return NULL;
-  if (x->type == V_STR) return parse_str(x, false);
+  if (x->type == V_STR) return bi_parse_str(x, false);
   Array *xa = scalar_arg("float", x);
   if (!xa) return NULL;
   /* A Python float whatever the dtype, as in JAX: a float64 array's

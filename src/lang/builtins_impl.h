@@ -161,4 +161,10 @@ static inline Value *bi_out_sharding(Value *r, Value *sh) {
   return o;
 }
 
+/* int(s) ([want_int]) or float(s) of str [s], as Python parses it:
+ * white space (Unicode's too, as str.strip() removes it) may surround
+ * the number.  A new Python number, or NULL with Python's ValueError
+ * ("could not convert string to float: 'abc'"). */
+Value *bi_parse_str(Value *s, bool want_int);
+
 #endif

@@ -2118,8 +2118,8 @@ static bool augassign_str_in_place(const Node *s, Env *env, Value *cur, Value *r
 
 /* target op= value.  A list extended (+=) in place, as Python's
  * list.__iadd__ (so other names for it see the change), and bound again
- * to the target; a NumPy array (not 0-d: NumPy's scalars are bound
- * anew) written in place, as ndarray.__iadd__; a string with one holder
+ * to the target; a NumPy array (a 0-d one too, but not NumPy's scalars,
+ * which are bound anew) written in place, as ndarray.__iadd__; a string with one holder
  * appended to in place; anything else target = target op value. */
 static Outcome exec_augassign(const Node *s, Env *env) {
   Value *cur = eval(s->a, env);
@@ -2132,7 +2132,7 @@ static Outcome exec_augassign(const Node *s, Env *env) {
   }
   if (rhs && s->op == OP_ADD && cur->type == V_LIST)
     v = ops_list_extend(cur, rhs) < 0 ? NULL : val_incref(cur);
-  else if (rhs && arr_is_np(cur) && AS_ARRAY(cur)->ndim)   /* NumPy's a += b: in place */
+  else if (rhs && arr_is_np(cur) && (AS_ARRAY(cur)->ndim || AS_ARRAY(cur)->buf->np_0d))   /* NumPy's a += b */
     v = hostnp_inplace(s->op, cur, rhs);
   else if (rhs) {
     cur_loc = s->loc;   /* a jit's equation is located as this statement's error */

@@ -184,16 +184,56 @@ DELEGATE(conv3, 3, false)
 DELEGATE(inexact1, 1, true)
 DELEGATE(inexact2, 2, true)
 
+/* ---- 0-d arrays and read-only results ---------------------------------------------- */
+
+/* [r] (stolen: a function's result) as a NumPy array whose buffer no
+ * other value holds (a copy when one might: an argument's buffer, or
+ * jax's shared zeros), so a mark set on the buffer reaches r and its
+ * later views only.  Other values are returned as they are. */
+static Value *own_buffer(Value *r) {
+  if (!r || !arr_is_np(r) || arr_unshared(AS_ARRAY(r))) return r;
+  Array *c = arr_copy(AS_ARRAY(r));
+  val_decref(r);
+  if (c) c->buf->np = true;
+  return arr_value(c);
+}
+
+/* [r] (stolen) marked a 0-d NumPy array when it is 0-d: what NumPy's
+ * constructors make (np.array(5.0), np.zeros(())), which `a += 1`
+ * writes in place, where the 0-d results of indexing and reductions
+ * are NumPy's immutable scalars (array.h, Buffer's np_0d).  One already
+ * marked is kept (np.asarray of a 0-d array is that array). */
+static Value *array0(Value *r) {
+  if (!r || !arr_is_np(r) || AS_ARRAY(r)->ndim || AS_ARRAY(r)->buf->np_0d) return r;
+  r = own_buffer(r);
+  if (r) AS_ARRAY(r)->buf->np_0d = true;
+  return r;
+}
+
 /* zeros, ones, empty, eye, identity, linspace, *_like without dtype:
  * float64 (the *_like ones keep their array's: no default there). */
-static Value *ctor_f64(Value *self, const CallArgs *a) { return delegate(self, a, 0, false, DT_F64); }
+static Value *ctor_f64(Value *self, const CallArgs *a) { return array0(delegate(self, a, 0, false, DT_F64)); }
+
+/* zeros_like, ones_like, full_like, empty_like, copy: a Python number is
+ * NumPy's (np.zeros_like(2.0) is float64); 0-d results are arrays. */
+static Value *ctor_like(Value *self, const CallArgs *a) { return array0(delegate(self, a, 1, false, -1)); }
 
 /* arange(start, stop, step), full(shape, fill_value): the numbers' dtype. */
 static Value *ctor_arange(Value *self, const CallArgs *a) {
   return delegate(self, a, 0, false, numbers_dtype(a, 0, 3));
 }
 static Value *ctor_full(Value *self, const CallArgs *a) {
-  return delegate(self, a, 0, false, numbers_dtype(a, 1, 1));
+  return array0(delegate(self, a, 0, false, numbers_dtype(a, 1, 1)));
+}
+
+/* broadcast_to(array, shape): read-only, as NumPy's (its view repeats
+ * elements): writes raise "assignment destination is read-only".  It is
+ * a copy here (a NumPy array never repeats its buffer's elements:
+ * array.h), so a later write to the source is not seen through it. */
+static Value *ctor_readonly(Value *self, const CallArgs *a) {
+  Value *r = own_buffer(delegate(self, a, 1, false, -1));
+  if (r && arr_is_np(r)) AS_ARRAY(r)->buf->np_ro = AS_ARRAY(r)->buf->np_0d = true;
+  return r;
 }
 
 /* array(object, dtype=None), asarray: NumPy's dtype of Python numbers.
@@ -203,11 +243,11 @@ static Value *ctor_array(Value *self, const CallArgs *a) {
   int t = a->nargs ? python_dtype(a->args[0]) : -1;
   Value *r = delegate(self, a, 0, false, t);
   bool copy = !strcmp(((Builtin *)self)->name, "array") && a->nargs && IS_ARRAY(a->args[0]);
-  if (!r || !copy || !IS_ARRAY(r) || AS_ARRAY(r)->buf != AS_ARRAY(a->args[0])->buf) return r;
+  if (!r || !copy || !IS_ARRAY(r) || AS_ARRAY(r)->buf != AS_ARRAY(a->args[0])->buf) return array0(r);
   Array *c = arr_copy(AS_ARRAY(r));
   val_decref(r);
   if (c) c->buf->np = true;
-  return arr_value(c);
+  return array0(arr_value(c));
 }
 
 /* The functions and how each takes NumPy's arguments. */
@@ -216,11 +256,12 @@ static const struct { MethodFn fn; const char *names; } delegated[] = {
   {ctor_f64, "zeros ones empty eye identity linspace"},
   {ctor_arange, "arange"},
   {ctor_full, "full"},
-  {conv0, "concatenate stack vstack hstack einsum zeros_like ones_like full_like empty_like "
-          "broadcast_to meshgrid"},
+  {ctor_like, "zeros_like ones_like full_like empty_like copy"},
+  {ctor_readonly, "broadcast_to"},
+  {conv0, "concatenate stack vstack hstack einsum meshgrid"},
   {conv1, "sum prod max min amax amin argmax argmin cumsum cumprod abs absolute sign square negative "
           "sort argsort ravel flip transpose reshape squeeze expand_dims shape ndim size any all "
-          "copy diag trace tril triu count_nonzero tile repeat split roll moveaxis swapaxes "
+          "diag trace tril triu count_nonzero tile repeat split roll moveaxis swapaxes "
           "isnan isinf isfinite"},
   {conv2, "maximum minimum add subtract multiply dot matmul outer inner allclose isclose "
           "array_equal equal not_equal less greater less_equal greater_equal logical_and "

@@ -41,6 +41,9 @@
  *     the host thread is the only writer, and it waits for a shard_map
  *     call's devices, which read copies, before writing again.
  *   - 0-d results of integer indexing are copies (NumPy's scalars).
+ *     A buffer may also say read-only (np.broadcast_to: no write) and
+ *     0-d array (np.array(5.0), np.zeros(()): `a += 1` writes it in
+ *     place, where other 0-d results, NumPy's scalars, are bound anew).
  * A script that never imports numpy runs none of this: each check is a
  * load of arr_np_live, false until numpy's first import.  What of NumPy is
  * here is listed in shmap(7), HOST NUMPY; any other name is an
@@ -71,17 +74,21 @@ Value *hostnp_operand(Value *x);
 
 /* obj[key] = v for a NumPy array [obj]: the elements [key] selects
  * (NumPy's indexing) get [v] broadcast to their shape and cast to obj's
- * dtype (NumPy's unsafe casting); every view of obj sees them.  0, or
+ * dtype (NumPy's unsafe casting; a str as float(), int() or bool() of
+ * it, ValueError when it is no number); every view of obj sees them.  0, or
  * -1 with NumPy's error: ValueError "could not broadcast input array
- * from shape (2,) into shape (3,)", IndexError out of bounds, and an
+ * from shape (2,) into shape (3,)", IndexError out of bounds, ValueError
+ * "assignment destination is read-only" (np.broadcast_to), and an
  * error for a traced value or a device thread (hostnp_write.c). */
 int hostnp_setitem(Value *obj, Value *key, Value *v);
 
-/* cur op= rhs for a NumPy array [cur] (ndim >= 1): cur op rhs written
+/* cur op= rhs for a NumPy array [cur] (ndim >= 1, or a 0-d array, not
+ * a NumPy scalar: array.h, Buffer's np_0d): cur op rhs written
  * into cur in place (NumPy's same_kind casting: "Cannot cast ufunc
  * 'add' output from dtype('float64') to dtype('int64') with casting rule
  * 'same_kind'"; a result of another shape is NumPy's "non-broadcastable
- * output operand" ValueError).  A new reference to cur, or NULL. */
+ * output operand" ValueError; np.broadcast_to's read-only result:
+ * "output array is read-only").  A new reference to cur, or NULL. */
 Value *hostnp_inplace(OpKind op, Value *cur, Value *rhs);
 
 /* The operands of binary operator [op] of two arrays, at least one a

@@ -17,9 +17,12 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "lang/builtins.h"
+#include "lang/builtins_impl.h"
 #include "lang/eval.h"
 #include "lang/hostnp.h"
 #include "lang/ops.h"
+#include "lang/pytree.h"
 
 /* ---- who may write -------------------------------------------------------------- */
 
@@ -94,9 +97,24 @@ static int value_strides(int sn, const int64_t *ss, int tn, const int64_t *ts, i
   return -1;
 }
 
+/* A str written into an array of dtype [t], as NumPy converts it (by
+ * Python's float(), int() or bool() of the string): a 0-d array of t,
+ * or NULL with Python's ValueError ("could not convert string to float:
+ * 'abc'", "invalid literal for int() with base 10: '1.5'"). */
+static Array *str_as(Value *s, DType t) {
+  if (t == DT_BOOL) return arr_scalar_i64(t, str_nchars(s) > 0, false);
+  Value *n = bi_parse_str(s, !dt_is_float(t));
+  if (!n) return NULL;
+  Array *c = dt_is_float(t) ? arr_scalar_f64(t, arr_host_f64(AS_ARRAY(n)), false)
+                            : arr_scalar_i64(t, arr_get_i64(AS_ARRAY(n), 0), false);
+  val_decref(n);
+  return c;
+}
+
 /* A fresh contiguous copy of [v] (any value NumPy takes as an array) as
  * dtype [t] (unsafe casting), or NULL with the error set. */
 static Array *value_as(Value *v, DType t) {
+  if (v->type == V_STR) return str_as(v, t);
   Value *x = hostnp_operand(v);
   if (x && (x->type == V_LIST || x->type == V_TUPLE)) {   /* a list of arrays */
     Value *y = ops_to_array(x, -1);
@@ -157,6 +175,10 @@ static bool read_only(const Array *t) {
 
 /* a[key] = v with [a] a NumPy array, under NumPy's mode. */
 static int setitem_host(Array *a, Value *key, Value *v) {
+  if (a->buf->np_ro) {   /* np.broadcast_to's result and its views */
+    err_set(ERR_VALUE, "assignment destination is read-only");
+    return -1;
+  }
   Value *t = ops_index_array(&a->hdr, key);
   if (!t) return -1;
   Array *tgt = AS_ARRAY(t), *offs = NULL;
@@ -226,6 +248,7 @@ static int kind_rank(DType t) { return t == DT_BOOL ? 0 : dt_is_int(t) ? 1 : 2; 
 
 Value *hostnp_inplace(OpKind op, Value *cur, Value *rhs) {
   if (write_allowed(NULL, rhs) < 0) return NULL;
+  if (AS_ARRAY(cur)->buf->np_ro) return err_set(ERR_VALUE, "output array is read-only");
   Value *r = ops_binary(op, cur, rhs);
   if (!r) return NULL;
   Array *a = AS_ARRAY(cur);
@@ -301,8 +324,34 @@ int hostnp_promote(OpKind op, Value **a, Value **b) {
 
 /* ---- the marks at the boundaries ---------------------------------------------------- */
 
-/* [v] (stolen) with each array of it (itself, or the items of a fresh
- * tuple or list a call returned) made NumPy's ([np]) or JAX's. */
+static Value *remark(Value *v, bool np);
+
+static Value *detach_leaf(Value *leaf, void *ctx) {
+  (void)ctx;
+  return remark(val_incref(leaf), false);
+}
+
+/* [v] (stolen: a pytree node: tuple, list, dict, registered class) with its NumPy arrays, at any depth, copied to jax.Arrays:
+ * rebuilt (pytree_map: a dict's keys in JAX's order) only when it has
+ * one, so a jit or shard_map never reads a buffer the host writes. */
+static Value *detach_tree(Value *v) {
+  PyLeaves l = {0};
+  if (pytree_flatten(v, NULL, &l) < 0) {
+    val_decref(v);
+    return NULL;
+  }
+  bool any = false;
+  for (int i = 0; i < l.n && !any; i++) any = arr_is_np(l.v[i]);
+  pytree_leaves_free(&l);
+  if (!any) return v;
+  Value *r = pytree_map(v, NULL, detach_leaf, NULL);
+  val_decref(v);
+  return r;
+}
+
+/* [v] (stolen) with each array of it made NumPy's ([np]: itself, or the
+ * items of a fresh tuple or list a call returned) or JAX's (the leaves
+ * of any pytree). */
 static Value *remark(Value *v, bool np) {
   if (!v) return NULL;
   if (v->type == V_ARRAY) {
@@ -310,6 +359,7 @@ static Value *remark(Value *v, bool np) {
     if (a->host || (a->buf->np == np && !np)) return v;   /* Python numbers stay Python's */
     return arr_value(arr_np_as(a, np));
   }
+  if (!np && pytree_is_node(v)) return detach_tree(v);
   if (v->type != V_TUPLE && v->type != V_LIST) return v;
   size_t n;
   Value *const *items;

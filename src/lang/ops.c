@@ -821,12 +821,25 @@ static Value *np_binary(OpKind op, Value *a, Value *b, bool *done) {
   return r;
 }
 
+/* a op b of a NumPy array and a Python number (or two NumPy arrays):
+ * NumPy's result, a NumPy array (`t * 2`, `t > 0`, `x[0] + 1`), though
+ * the number becomes an array on the way, which ARR_NP_AUTO would take
+ * for a jax.Array's. */
+static Value *np_numbers_binary(OpKind op, Value *a, Value *b) {
+  arr_np_mode = ARR_NP_HOST;
+  Value *r = ops_binary(op, a, b);
+  arr_np_mode = ARR_NP_AUTO;
+  return r;
+}
+
 Value *ops_binary(OpKind op, Value *a, Value *b) {
   if (!ops_is_array(a) || !ops_is_array(b)) return binary_python(op, a, b);
   if (arr_np_is_live() && (arr_is_np(a) || arr_is_np(b)) && a->type == V_ARRAY && b->type == V_ARRAY) {
     bool done;
     Value *r = np_binary(op, a, b, &done);
     if (done) return r;
+    if (arr_np_mode == ARR_NP_AUTO && (arr_is_np(a) || arr_is_host(a)) && (arr_is_np(b) || arr_is_host(b)))
+      return np_numbers_binary(op, a, b);
   }
   if (arr_is_host(a) && arr_is_host(b)) {
     bool handled;
@@ -1121,6 +1134,9 @@ Value *ops_compare(OpKind op, Value *a, Value *b) {
     Value *r = number_compare(op, a, b, &handled);
     if (handled) return r;
   }
+  if (arr_np_is_live() && arr_np_mode == ARR_NP_AUTO && a->type == V_ARRAY && b->type == V_ARRAY &&
+      (arr_is_np(a) || arr_is_np(b)) && (arr_is_np(a) || arr_is_host(a)) && (arr_is_np(b) || arr_is_host(b)))
+    return np_numbers_binary(op, a, b);
   if (ops_is_array(a) && ops_is_array(b)) return elementwise_last(compare_prim(op), a, b);
   if (op == OP_EQ || op == OP_NE) {
     int eq = py_equal(a, b, 0);

@@ -169,3 +169,63 @@ print(B.dtype, B.tolist())
 C = np.arange(6).reshape(2, 3)
 C[:, np.array([True, False, True])] = 0
 print(C.tolist())
+
+# repr: NumPy's arrays and scalars, inside containers too
+sc = np.arange(3.0)
+print([np.array(-99.0)], (sc[1],), {"k": np.arange(3)[2]}, [sc.sum()], repr(sc[0]))
+print([sc, np.zeros(2, dtype=np.float32), np.array([], dtype=np.int64)], repr(np.ones((2, 0))))
+print([np.array([1.5], dtype=np.float32)[0]], [sc > 0], [sc[1] > 0], [sc[2] * 2])
+
+# 0-d arrays are written in place, scalars are bound anew
+z0 = np.array(5.0)
+z1 = z0
+z0 += 1
+zz = np.zeros(())
+zw = zz
+zz *= 3
+zz += 2
+s0 = sc[1]
+s1 = s0
+s0 += 1
+r0 = sc.sum()
+r1 = r0
+r0 -= 1
+print(z1, z0 is z1, zw, s0, s1, r0, r1)
+
+# the results of operators with Python numbers are NumPy arrays, writable
+t2 = np.arange(3) * 2
+t2[0] = 9
+mk = np.arange(4) > 1
+mk[0] = True
+print(t2.tolist(), mk.tolist())
+
+# np.broadcast_to is read-only
+bt = np.broadcast_to(np.arange(3), (2, 3))
+for attempt in range(2):
+    try:
+        if attempt:
+            bt += 1
+        else:
+            bt[0, 0] = 5
+    except ValueError as err:
+        print("ValueError:", err)
+try:
+    bt[1][0] = 5
+except ValueError as err:
+    print("ValueError:", err)
+print(bt.tolist())
+
+# strings written into numeric arrays: float(), int(), bool() of them
+fs = np.zeros(3)
+fs[0] = "1.5"
+fs[1] = " 7 "
+ints = np.zeros(2, dtype=np.int64)
+ints[0] = "12"
+bs = np.zeros(2, dtype=bool)
+bs[0] = "x"
+print(fs.tolist(), ints.tolist(), bs.tolist())
+for arr, text in [(fs, "abc"), (ints, "1.5"), (fs, "")]:
+    try:
+        arr[1] = text
+    except ValueError as err:
+        print("ValueError:", err)
