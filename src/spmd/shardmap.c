@@ -2246,6 +2246,13 @@ static int nested_blocks(Call *c, const DevCtx *dc, Value **blocks) {
   return 0;
 }
 
+/* [x] (a result, or NULL) no longer varies over the inner axes; an
+ * array that never did is left unwritten (the body may return a value
+ * other devices share). */
+static void nested_invariant(Value *x, uint32_t inner) {
+  if (x && AS_ARRAY(x)->vma & inner) AS_ARRAY(x)->vma &= ~inner;
+}
+
 /* The inner body's results [r] (consumed), each whole again along the
  * inner axes and no longer varying over them. */
 static Value *nested_results(const ShardFn *f, Value *r, uint32_t inner) {
@@ -2259,7 +2266,7 @@ static Value *nested_results(const ShardFn *f, Value *r, uint32_t inner) {
   }
   if (single) {
     Value *one = nested_reassemble(f, shardmap_out_spec(f, 0), r, 0, inner);
-    if (one) AS_ARRAY(one)->vma &= ~inner;
+    nested_invariant(one, inner);
     return one;
   }
   Value *out = tuple_new(nres);
@@ -2271,7 +2278,7 @@ static Value *nested_results(const ShardFn *f, Value *r, uint32_t inner) {
       out = NULL;
       break;
     }
-    AS_ARRAY(one)->vma &= ~inner;
+    nested_invariant(one, inner);
     tuple_set_steal(out, k, one);
   }
   val_decref(r);
