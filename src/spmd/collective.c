@@ -851,7 +851,9 @@ int coll_call_init(Call *c, PrimId kind, const Params *p, Array **in,
     memcpy(c->desc.params, m->params, strlen(m->params) + 1);
   } else {
     coll_memo_clear(m);  /* coll_find_participants rewrites the peers */
-    if (coll_memo_axes(s, prim, &c->g->mesh, p, c->desc.axes, &c->desc.naxes) < 0 ||
+    /* the device's mesh, not the group's: a nested shard_map makes more
+     * axes manual for the length of its body (shardmap.c) */
+    if (coll_ctx_axes(ctx, prim, p, c->desc.axes, &c->desc.naxes) < 0 ||
         coll_find_participants(c, prim, p) < 0)
       return -1;
     coll_params_canon(p, c->desc.params, sizeof c->desc.params);

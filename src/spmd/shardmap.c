@@ -1093,10 +1093,14 @@ Value *shardmap_call_leaves(Value *f, const CallArgs *a) {
   return shardmap_call_tree((ShardFn *)f, a);
 }
 
+static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc);
+
 Value *shardmap_call(Value *fv, const CallArgs *a) {
   Value *lifted = differentiator ? shardmap_lift_call((ShardFn *)fv, a) : LIFT_NONE;
   if (lifted != LIFT_NONE) return lifted;
   if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
+  DevCtx *dc = dev_ctx();
+  if (dc && dc->mesh) return shardmap_call_nested((ShardFn *)fv, a, dc);
   /* arguments being transformed (differentiated, batched), staged or not */
   for (int i = 0; differentiator && i < a->nargs; i++)
     if (a->args[i]->type == V_TRACER && !prim_value_is_staged(a->args[i]))
@@ -2118,4 +2122,205 @@ int shardmap_register(Env *b) {
   int trc = tv && builtins_add_to("jax", "typeof", tv) == 0 ? 0 : -1;
   if (tv) val_decref(tv);
   return trc;
+}
+
+/* ==== a shard_map inside a partial-manual body ====================================== */
+
+/*
+ * A shard_map called inside a shard_map body that left some mesh axes
+ * automatic makes some of those axes manual as well (JAX's nested
+ * partial-auto shard_map).  Each device already runs the outer body on
+ * values whole along the automatic axes, so the inner call runs on the
+ * same device thread: the device takes its own block along the inner
+ * manual axes, runs the inner body with those axes manual too, and puts
+ * each result back together with a tiled all_gather over the axes its
+ * out_spec splits (an axis the out_spec leaves out must be invariant:
+ * the usual check_vma rule).  No new threads: the outer call's
+ * collective group serves the inner body's collectives.
+ */
+
+/* True when mesh [m] is the one [d] describes (names, sizes, devices). */
+static bool desc_is_mesh(const MeshDesc *d, const Mesh *m) {
+  MeshDesc md;
+  mesh_to_desc(m, &md);
+  if (md.naxes != d->naxes) return false;
+  for (int a = 0; a < d->naxes; a++)
+    if (md.sizes[a] != d->sizes[a] || strcmp(md.names[a], d->names[a]) != 0) return false;
+  for (int r = 0; r < d->ndevices; r++) {
+    int x = md.device_ids ? md.device_ids[r] : r, y = d->device_ids ? d->device_ids[r] : r;
+    if (x != y) return false;
+  }
+  return true;
+}
+
+/* JAX's checks of a nested call: the same mesh, and manual axes the outer
+ * body left automatic.  Returns the inner manual axes, or 0 with the error
+ * set. */
+static uint32_t nested_axes(const ShardFn *f, const MeshDesc *outer) {
+  if (!desc_is_mesh(outer, f->mesh)) {
+    char want[256] = "";
+    axes_list(f->mesh, ~0u, want, sizeof want);
+    err_set(ERR_VALUE, "%s(): the context mesh (the enclosing shard_map's) should match the "
+                       "mesh passed to shard_map (axes %s)", f->name, want);
+    return 0;
+  }
+  uint32_t all = (f->mesh->naxes >= 32 ? ~0u : (1u << f->mesh->naxes) - 1);
+  uint32_t inner = all & ~f->auto_axes, already = inner & ~outer->auto_axes;
+  if (already) {
+    char names[256] = "";
+    axes_list(f->mesh, already, names, sizeof names);
+    err_set(ERR_VALUE, "%s(): axis_names %s are already manual in the enclosing shard_map; a "
+                       "nested shard_map may make manual only axes the enclosing one left "
+                       "automatic", f->name, names);
+    return 0;
+  }
+  return inner;
+}
+
+/* The check_vma rule for result [k] of a nested call: over the inner
+ * manual axes [inner], [r] may vary only along axes its out_spec names. */
+static int nested_check_vma(const ShardFn *f, const PSpec *s, Array *r, int k, uint32_t inner) {
+  uint32_t bad = r->vma & inner & ~spec_axes(s, f->mesh);
+  for (int a = 0; bad && a < f->mesh->naxes; a++) {
+    if (!(bad >> a & 1)) continue;
+    char sb[256], why[512] = "";
+    pspec_str(s, sb, sizeof sb);
+    vma_reason(f, r->why, a, why, sizeof why);
+    err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies over "
+                       "'%s'%s", sb, f->mesh->axis_names[a], k, f->mesh->axis_names[a], why);
+    return -1;
+  }
+  return 0;
+}
+
+/* Result [x] (consumed) of the inner body, whole again along the inner
+ * axes: a tiled all_gather along each dimension [s] splits. */
+static Value *nested_reassemble(const ShardFn *f, const PSpec *s, Value *x, int k,
+                                uint32_t inner) {
+  if (!ops_is_array(x)) {
+    val_decref(x);
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a nested shard_map's results must be arrays",
+                   f->name);
+  }
+  if (f->check_rep && nested_check_vma(f, s, AS_ARRAY(x), k, inner) < 0) {
+    val_decref(x);
+    return NULL;
+  }
+  const Mesh *m = f->mesh;
+  for (int d = 0; x && d < s->n && d < AS_ARRAY(x)->ndim; d++) {
+    const SpecEntry *e = &s->e[d];
+    if (!e->nnames) continue;
+    Value *names = tuple_new((size_t)e->nnames);
+    for (int q = 0; names && q < e->nnames; q++) tuple_set_steal(names, (size_t)q, str_from(e->names[q]));
+    Params p;
+    params_init(&p);
+    params_add(&p, "axis_name", names);
+    params_add(&p, "all_gather_dimension", val_int(d));
+    params_add(&p, "axis_size", val_int(pspec_entry_size(s, m, d)));
+    params_add(&p, "tiled", val_bool(true));
+    params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+    Value *g = coll_apply(P_ALL_GATHER, 1, &x, &p);
+    params_clear(&p);
+    val_decref(x);
+    x = g;
+  }
+  return x;
+}
+
+/* The blocks of the nested call's arguments on this device: views split
+ * along the inner axes, still varying over what the outer body's values
+ * vary over. */
+static int nested_blocks(Call *c, const DevCtx *dc, Value **blocks) {
+  for (int i = 0; i < c->nargs; i++) {
+    Array *x = c->args[i];
+    Array *b = block_of(x, in_spec_of(c->f, i), c->f->mesh, dc->rank);
+    if (!b) {
+      while (i-- > 0) val_decref(blocks[i]);
+      return -1;
+    }
+    uint32_t split = b->vma;
+    b->vma |= x->vma;
+    if (split) b->why = (VmaWhy){0, 0, (int16_t)(i + 1), split};
+    blocks[i] = &b->hdr;
+  }
+  return 0;
+}
+
+/* [x] (a result, or NULL) no longer varies over the inner axes; an
+ * array that never did is left unwritten (the body may return a value
+ * other devices share). */
+static void nested_invariant(Value *x, uint32_t inner) {
+  if (x && AS_ARRAY(x)->vma & inner) AS_ARRAY(x)->vma &= ~inner;
+}
+
+/* The inner body's results [r] (consumed), each whole again along the
+ * inner axes and no longer varying over them. */
+static Value *nested_results(const ShardFn *f, Value *r, uint32_t inner) {
+  size_t nres = 1;
+  Value *const *items = &r;
+  bool single = f->out_specs->type == V_PSPEC && r->type != V_TUPLE;
+  if (!single && (!val_seq(r, &nres, &items) ||
+                  (f->out_specs->type == V_TUPLE && tuple_len(f->out_specs) != nres))) {
+    val_decref(r);
+    return err_set(ERR_VALUE, "%s(): the body's results do not match its out_specs", f->name);
+  }
+  if (single) {
+    Value *one = nested_reassemble(f, shardmap_out_spec(f, 0), r, 0, inner);
+    nested_invariant(one, inner);
+    return one;
+  }
+  Value *out = tuple_new(nres);
+  for (size_t k = 0; out && k < nres; k++) {
+    Value *one = nested_reassemble(f, shardmap_out_spec(f, (int)k), val_incref(items[k]),
+                                   (int)k, inner);
+    if (!one) {
+      val_decref(out);
+      out = NULL;
+      break;
+    }
+    nested_invariant(one, inner);
+    tuple_set_steal(out, k, one);
+  }
+  val_decref(r);
+  return out;
+}
+
+/* Runs the inner body with [inner] manual as well, then reassembles (its
+ * all_gathers name the inner axes, so they too run with them manual). */
+static Value *nested_run(Call *c, DevCtx *dc, uint32_t inner) {
+  Value *blocks[SHARDMAP_MAX_ARGS];
+  if (nested_blocks(c, dc, blocks) < 0) return NULL;
+  MeshDesc md = *dc->mesh;
+  const MeshDesc *saved = dc->mesh;
+  bool unchecked = dc->unchecked;
+  md.auto_axes &= ~inner;
+  dc->mesh = &md;
+  dc->unchecked = !c->f->check_rep;
+  Value *r = val_call_n(c->f->body, c->nargs, blocks);
+  for (int i = 0; i < c->nargs; i++) val_decref(blocks[i]);
+  if (r) r = nested_results(c->f, r, inner);
+  dc->mesh = saved;
+  dc->unchecked = unchecked;
+  return r;
+}
+
+/* A shard_map called on device [dc]'s thread, inside another's body. */
+static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc) {
+  uint32_t inner = nested_axes(f, dc->mesh);
+  if (!inner) return NULL;
+  if (prim_tracing())
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a shard_map nested in a shard_map body is not "
+                   "supported under jit yet (it runs eagerly)", f->name);
+  for (int i = 0; i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER)
+      return err_set(ERR_NOT_IMPLEMENTED, "%s(): a shard_map nested in a shard_map body cannot "
+                     "be differentiated or batched yet", f->name);
+  Call c = {.f = f};
+  c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));
+  Value *res = NULL;
+  if (!c.args) err_nomem();
+  else if (prepare_args(&c, a) == 0) res = nested_run(&c, dc, inner);
+  for (int i = 0; i < c.nargs; i++) val_decref(c.args[i] ? &c.args[i]->hdr : NULL);
+  shm_free(c.args);
+  return res;
 }
