@@ -46,6 +46,32 @@ int params_add(Params *p, const char *name, Value *v) {
   return 0;
 }
 
+bool param_value_equal(Value *a, Value *b) {
+  if (a == b) return true;
+  if (a->type != b->type) return false;
+  if (a->type == V_ARRAY) {
+    Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
+    return x->ndim == 0 && y->ndim == 0 && x->dtype == y->dtype &&
+           arr_get_f64(x, 0) == arr_get_f64(y, 0) && arr_get_i64(x, 0) == arr_get_i64(y, 0);
+  }
+  if (a->type == V_TUPLE) {
+    if (tuple_len(a) != tuple_len(b)) return false;
+    for (size_t i = 0; i < tuple_len(a); i++)
+      if (!param_value_equal(tuple_get(a, i), tuple_get(b, i))) return false;
+    return true;
+  }
+  if (a->type == V_STR) return !strcmp(str_cstr(a), str_cstr(b));
+  return false;
+}
+
+bool params_equal(const Params *a, const Params *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    if (strcmp(a->p[i].name, b->p[i].name) || !param_value_equal(a->p[i].value, b->p[i].value))
+      return false;
+  return true;
+}
+
 Value *params_get(const Params *p, const char *name) {
   if (!p)
     return NULL;
@@ -304,6 +330,8 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
 int (*prim_aval_hook)(Value *v, AVal *out);
 
 PrimShardingHook prim_sharding_hook;
+PrimShardedRunHook prim_sharded_run_hook;
+const Value prim_declined;
 
 bool (*prim_staged_hook)(const Value *v);
 
@@ -681,6 +709,10 @@ static bool prim_sharded(Array *const *ops, int nin) {
 static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal *outv) {
   int nout = prim_table[id].nout;
   Array *out[8];
+  if (prim_sharded_run_hook && prim_sharded(f->ops, nin)) {
+    Value *r = prim_sharded_run_hook(id, f->ops, nin, p);
+    if (r != PRIM_DECLINED) return r;
+  }
   if (nout > 8 || prim_alloc_outs(id, f->ops, nin, outv, nout, out) < 0) {
     if (nout > 8)
       err_set(ERR_VALUE, "%s: too many outputs", prim_table[id].name);

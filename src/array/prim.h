@@ -344,6 +344,18 @@ typedef int (*PrimShardingHook)(PrimId id, Array *const *in, int nin, const Para
                                 const AVal *outv, int nout, Value **out);
 extern PrimShardingHook prim_sharding_hook;  /* hook */
 
+/* Eager primitives on sharded operands run per device
+ * (transform/partition_eager.c): called by prim_apply, before the
+ * kernel, when an operand is a sharded jax.Array.  Returns prim_apply's
+ * result, NULL with the error set, or PRIM_DECLINED when the primitive
+ * runs here on the global value instead (its results laid out by
+ * prim_sharding_hook).  Semantics: JAX's eager dispatch, a jit of one
+ * primitive partitioned from its operands' shardings. */
+typedef Value *(*PrimShardedRunHook)(PrimId id, Array *const *in, int nin, const Params *p);
+extern PrimShardedRunHook prim_sharded_run_hook;  /* hook */
+extern const Value prim_declined;
+#define PRIM_DECLINED ((Value *)&prim_declined)
+
 /* Set by the tracer: whether this thread is tracing now.  NULL (never
  * tracing) until the transform layer is registered. */
 extern bool (*prim_tracing_hook)(void);  /* hook */
@@ -486,6 +498,15 @@ int params_ints(const Params *p, const char *name, int *n, int64_t *out, int cap
 int params_dtype(const Params *p, const char *name, DType *out);
 int params_bool(const Params *p, const char *name, bool *out);
 /* Releases the values. */
+/* Whether two parameter values are equal for caching and CSE: the same
+ * value (dtypes are immortal), 0-d arrays of one dtype and value,
+ * strings, and tuples of them; anything else only when identical (so a miss, never a false hit). */
+bool param_value_equal(Value *a, Value *b);
+
+/* Whether [a] and [b] hold the same parameters in the same order, by
+ * param_value_equal. */
+bool params_equal(const Params *a, const Params *b);
+
 void params_clear(Params *p);
 
 /* Value makers for parameters and shapes: a weakly typed int (i32 when it

@@ -134,36 +134,10 @@ static int fold_eqn(Pre *pr, const PlanEqn *q) {
   return 1;
 }
 
-static bool param_equal(Value *a, Value *b) {
-  if (a == b) return true;
-  if (a->type != b->type) return false;
-  if (a->type == V_ARRAY) {
-    Array *x = AS_ARRAY(a), *y = AS_ARRAY(b);
-    return x->ndim == 0 && y->ndim == 0 && x->dtype == y->dtype &&
-           arr_get_f64(x, 0) == arr_get_f64(y, 0);
-  }
-  if (a->type == V_TUPLE) {
-    if (tuple_len(a) != tuple_len(b)) return false;
-    for (size_t i = 0; i < tuple_len(a); i++)
-      if (!param_equal(tuple_get(a, i), tuple_get(b, i))) return false;
-    return true;
-  }
-  if (a->type == V_STR) return !strcmp(str_cstr(a), str_cstr(b));
-  return false;
-}
-
-static bool params_equal(const Params *a, const Params *b) {
-  if (a->n != b->n) return false;
-  for (int i = 0; i < a->n; i++)
-    if (strcmp(a->p[i].name, b->p[i].name) || !param_equal(a->p[i].value, b->p[i].value))
-      return false;
-  return true;
-}
-
 static bool atoms_equal(Pre *pr, const PlanAtom *a, const PlanAtom *b) {
   if (a->var >= 0 || b->var >= 0)
     return a->var >= 0 && b->var >= 0 && pr->ren[a->var] == pr->ren[b->var];
-  return param_equal(a->lit, b->lit) && AS_ARRAY(a->lit)->weak == AS_ARRAY(b->lit)->weak;
+  return param_value_equal(a->lit, b->lit) && AS_ARRAY(a->lit)->weak == AS_ARRAY(b->lit)->weak;
 }
 
 /* CSE: makes [i]'s outputs stand for an equal earlier equation's. */

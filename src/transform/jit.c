@@ -1543,6 +1543,7 @@ int jit_register(Env *b) {
   plan_register();
   cmp_register();
   eager_fusion_register();
+  partition_eager_register();
   val_register_free(V_JITFN, jit_free);
   print_register(V_JITFN, jit_repr, jit_repr);
   eval_register_call(V_JITFN, jit_call);

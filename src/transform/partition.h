@@ -143,4 +143,11 @@ Value *part_traced_sharding(Value *x);
  * devices.  New reference, or NULL with the error set. */
 Value *part_shard_fn(PartPlan *pp);
 
+/* ---- eager primitives (partition_eager.c) ---- */
+
+/* Sets prim_sharded_run_hook: an eager primitive on a split sharded
+ * operand runs as the partitioned jit of that one primitive.  Once, at
+ * start-up (jit_register). */
+void partition_eager_register(void);
+
 #endif

@@ -72,6 +72,22 @@ coll = [e for e in ev if e["ph"] == "X" and e["cat"] == "collective"]
 assert len(coll) == 2 and all(e["args"]["line"] == "3" for e in coll), coll
 PY
 
+# an eager operation on a sharded array runs per device: the collectives
+# its partitioning inserts are counted under its own line, and the values
+# are jit's bit for bit
+cat >"$dir/eager.shm" <<'SHM'
+from jax.sharding import NamedSharding
+x = jax.device_put(arange(64.).reshape(8, 8) / 7., NamedSharding(jax.make_mesh((4, 2), ('x', 'y')), P('x', 'y')))
+s = sum(x)
+m = x @ x
+print(s.sharding.spec, m.sharding.spec, bool(s == jit(sum)(x)), bool((m == jit(lambda a: a @ a)(x)).all()))
+SHM
+out=$("$shmap" --devices 8 --comm-stats "$dir/eager.shm" 2>"$dir/err4") || {
+  echo "shmap failed:"; cat "$dir/err4"; exit 1; }
+[ "$out" = "P() P('x', 'y') True True" ] || { echo "eager sharded: unexpected output: $out"; exit 1; }
+grep -Eq "^ +3  psum +\('x', 'y'\) +1 " "$dir/err4" && grep -Eq "^ +4  all_gather +'y' +1 " "$dir/err4" || {
+  echo "eager sharded operations' collectives not on their lines in --comm-stats:"; cat "$dir/err4"; exit 1; }
+
 # an unwritable file is a clear error, exit status 1, after the program ran
 out=$("$shmap" --trace "$dir/no/such/dir/t.json" -c 'print(1)' 2>"$dir/err2"); st=$?
 [ $st -eq 1 ] && [ "$out" = 1 ] && grep -q "error: --trace: cannot write '$dir/no/such/dir/t.json'" "$dir/err2" || {
