@@ -122,6 +122,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = false;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->part = NULL;
   } else {
     a = shm_malloc(arr_header_size(ndim));
     if (!a)
@@ -137,6 +138,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = true;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->part = NULL;
   }
   atomic_init(&b->refcount, 1);
   b->nbytes = nbytes;
@@ -156,12 +158,74 @@ static bool arr_buffer_release(Buffer *b) {
 /* Frees a buffer whose count reached zero. */
 static void arr_buffer_free(Buffer *b) {
   shm_mem_uncharge(b->charged, b->nbytes);
+  if (b->part) {
+    val_decref(b->part->sharding);
+    shm_free(b->part);
+    atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
+  }
   if (b->owned) {
     shm_buf_free(b->data, b->nbytes);
     shm_buf_free(b, sizeof(Buffer));
   } else {
     shm_free(((void **)b)[-1]);   /* the allocation of the Array it came with */
   }
+}
+
+/* ---- process-local shards (array.h) ------------------------------------------ */
+
+int (*arr_materialize_hook)(Array *a);
+atomic_int arr_partial_live;
+
+/* The bytes [*lo, *hi) of its buffer that [a] reads. */
+static void view_span(const Array *a, int64_t *lo, int64_t *hi) {
+  int64_t first = a->offset, last = a->offset;
+  for (int d = 0; d < a->ndim; d++) {
+    int64_t step = (a->shape[d] - 1) * a->strides[d];
+    if (step < 0) first += step;
+    else last += step;
+  }
+  int64_t es = (int64_t)dt_size(a->dtype);
+  *lo = first * es;
+  *hi = (last + 1) * es;
+}
+
+int arr_make_whole(Array *a) {
+  Buffer *b = a->buf;
+  if (!b->part) return 0;
+  if (!arr_materialize_hook) {
+    err_set(ERR_COLLECTIVE, "a sharded array's other blocks cannot be fetched here");
+    return -1;
+  }
+  return arr_materialize_hook(a);
+}
+
+void arr_partial_check(const Array *a) {
+  int64_t lo, hi;
+  const PartialBuf *p = a->buf->part;
+  if (a->size == 0) return;
+  view_span(a, &lo, &hi);
+  if (lo >= p->lo && hi <= p->hi) return;
+  if (arr_make_whole((Array *)a) == 0) return;
+  /* arr_data has no way to fail: the read would see bytes never written */
+  fflush(stdout);
+  err_print(stderr);
+  _exit(1);
+}
+
+int arr_set_partial(Array *g, Value *sharding, int64_t lo, int64_t hi) {
+  PartialBuf *p = shm_calloc(1, sizeof *p);
+  if (!p) return err_nomem(), -1;
+  p->lo = lo;
+  p->hi = hi;
+  p->sharding = val_incref(sharding);
+  p->dtype = g->dtype;
+  p->ndim = g->ndim;
+  memcpy(p->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
+  g->buf->part = p;
+  atomic_fetch_add_explicit(&arr_partial_live, 1, memory_order_relaxed);
+  shm_release_pages(g->buf->data, (size_t)lo);
+  shm_release_pages((char *)g->buf->data + hi, g->buf->nbytes - (size_t)hi);
+  return 0;
 }
 
 /* ---- creation ----------------------------------------------------------- */

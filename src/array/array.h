@@ -20,9 +20,23 @@
  * Sharded arrays.  [sharding] marks a global jax.Array laid out over a
  * mesh's devices (jax.device_put, a partitioned jit's results).  The
  * values are the global array's, held once per process; each device's
- * shard is the view of its block.  Operations keep it as the primitives'
- * sharding rules say (prim_sharding_hook); a view, a copy or a kernel's
- * fresh result starts unsharded.
+ * shard is the view of its block.  An eager primitive on a split one
+ * runs per device, as the jit of that primitive (prim_sharded_run_hook);
+ * otherwise its results are laid out as the primitive's sharding rule
+ * says (prim_sharding_hook).  A view, a copy or a kernel's fresh result
+ * starts unsharded.
+ *
+ * Process-local shards.  Under mpirun a large sharded array whose
+ * blocks on this process's devices make one contiguous run of its
+ * row-major buffer holds only those bytes (Buffer.part): the rest of the
+ * buffer is address space whose pages are never touched, so a process's
+ * memory is its own devices' shards (jax.device_put,
+ * make_array_from_callback; spmd/sharding.h).  Device threads read only
+ * their blocks.  Any other read of bytes outside the run (arr_data checks
+ * every view of such a buffer) first materialises the whole array, once,
+ * through the devices' collective exchange on every process (the
+ * processes run the same program, so they all reach it): JAX asks for
+ * process_allgather there, shmap does it when the value is read.
  *
  * Python numbers.  [host] marks a Python int, float or bool that has not
  * met an array function: a literal, len(), True, or the result of Python
@@ -66,6 +80,17 @@
 
 #define SHM_MAXDIM 32
 
+/* This process's part of a sharded array's buffer under mpirun (see
+ * "Process-local shards" above): bytes [lo, hi) are this process's
+ * devices' blocks; the rest is not held (its pages never touched). */
+typedef struct PartialBuf {
+  int64_t lo, hi;    /* bytes */
+  Value *sharding;   /* owned: the global array's NamedSharding */
+  DType dtype;
+  int ndim;
+  int64_t shape[SHM_MAXDIM];   /* the global array's (contiguous over the buffer) */
+} PartialBuf;
+
 typedef struct Buffer {
   atomic_int refcount;
   size_t nbytes;   /* payload size */
@@ -76,6 +101,7 @@ typedef struct Buffer {
   bool np_ro;      /* ... but read-only (np.broadcast_to's result) */
   bool np_0d;      /* ... of a 0-d NumPy array (np.array(5.0)), not a NumPy scalar */
   int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
+  PartialBuf *part; /* owned: only this process's blocks are held; NULL: all */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
 
@@ -126,10 +152,38 @@ static inline void arr_set_dims(Array *a, int ndim) {
 static inline Array *AS_ARRAY(Value *v) { return (Array *)v; }
 static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }
 
+/* Makes sure the elements view [a] reads are held here: those of a
+ * buffer with [part] outside this process's bytes are fetched first (the
+ * materialisation, arr_materialize_hook).  A read that cannot be served
+ * (on a device thread, or the fetch failed) ends the program with the
+ * error: never a read of bytes that were not written. */
+void arr_partial_check(const Array *a);
+
 /* Pointer to the first element of [a] (its offset applied). */
 static inline void *arr_data(const Array *a) {
+  if (__builtin_expect(a->buf->part != NULL, 0)) arr_partial_check(a);
   return (char *)a->buf->data + (size_t)a->offset * dt_size(a->dtype);
 }
+
+/* Fills the buffer of [a] (any view of a buffer with [part]) whole
+ * (every process's blocks), then frees its part and sets it NULL: 0, or
+ * -1 with the error set.  Set by the spmd layer; main thread only. */
+extern int (*arr_materialize_hook)(Array *a);  /* hook */
+
+/* Makes [g] (a fresh contiguous array, offset 0, sole holder of its
+ * buffer) hold only bytes [lo, hi) of [sharding]'s (borrowed) layout:
+ * the pages wholly outside are given back to the system (their contents
+ * are dropped).  0, or -1 when out of memory. */
+int arr_set_partial(Array *g, Value *sharding, int64_t lo, int64_t hi);
+
+/* How many buffers hold only part of their bytes now: callers skip
+ * their search for them while none lives. */
+extern atomic_int arr_partial_live;
+
+/* Materialises [a]'s buffer when it holds only part of its bytes (any
+ * thread may call it, but only the main thread can fetch): 0, or -1 with
+ * the error set. */
+int arr_make_whole(Array *a);
 
 /* ---- creation (all return new references; NULL + error on failure) ------- */
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define BUF_ALIGN 64
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -202,6 +203,12 @@ void shm_buf_free(void *p, size_t nbytes) {
   if (nbytes >= HUGE_PAGE && shm_cache_put(p, shm_round_large(nbytes)))
     return;
   free(p);
+}
+
+void shm_release_pages(void *p, size_t n) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+  if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void shm_buf_cache_limit(size_t bytes) {

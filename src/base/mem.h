@@ -61,6 +61,12 @@ void shm_buf_free(void *p, size_t nbytes);
 #define SHM_LINE_PAIR 128
 void *shm_pair_alloc(size_t nbytes);
 
+/* Gives the pages wholly inside [p, p + n) back to the system
+ * (madvise MADV_DONTNEED): they read as zeros after, and count in no
+ * process's resident memory until written again.  For memory from
+ * shm_buf_alloc. */
+void shm_release_pages(void *p, size_t n);
+
 /* Releases every cached buffer (at exit, and before leak checks). */
 void shm_buf_trim(void);
 

@@ -4,6 +4,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "array/array.h"
@@ -16,7 +17,9 @@
 #include "lang/builtins.h"
 #include "lang/ops.h"
 #include "lang/pytree.h"
+#include "spmd/device.h"
 #include "spmd/sharding.h"
+#include "spmd/shardmap.h"
 #include "spmd/transport.h"
 
 /* ==== device objects ========================================================== */
@@ -507,6 +510,132 @@ Value *sharding_put(Value *x, const NamedSharding *s) {
   return &v->hdr;
 }
 
+/* ==== process-local shards (array.h) ============================================ */
+
+/* The smallest array, in elements, that holds only this process's blocks
+ * under mpirun: SHMAP_PARTIAL_MIN, else 2^18 (1 MiB of float32). */
+static int64_t partial_min(void) {
+  static int64_t min = -1;
+  if (min < 0) {
+    const char *e = getenv("SHMAP_PARTIAL_MIN");
+    min = e && *e ? strtoll(e, NULL, 10) : (int64_t)1 << 18;
+  }
+  return min;
+}
+
+/* Whether an array of [shape] laid out by [s] holds only this process's
+ * blocks: under mpirun, large enough, and those blocks make one
+ * contiguous run [*lo, *hi) of its row-major elements, short of the
+ * whole.  (Blocks of one sharding are disjoint or equal, so the distinct
+ * ones fill their span exactly when their sizes add up to it.) */
+static bool local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo, int64_t *hi) {
+  int64_t total = 1, rows[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
+  for (int d = nd - 1; d >= 0; d--) rows[d] = total, total *= shape[d];
+  if (!transport_active() || !s->mesh || total < partial_min()) return false;
+  int64_t first = INT64_MAX, last = -1, held = 0;
+  int64_t *seen = shm_calloc((size_t)sharding_ndev(s), sizeof(int64_t));
+  int nseen = 0;
+  if (!seen) return false;   /* the whole array then: correct, only larger */
+  for (int f = 0; f < sharding_ndev(s); f++) {
+    if (!transport_is_local(sharding_device(s, f))) continue;
+    block_of(s, f, nd, shape, start, size);
+    int64_t b0 = 0, b1 = 0, n = 1;
+    for (int d = 0; d < nd; d++) {
+      b0 += start[d] * rows[d];
+      b1 += (start[d] + size[d] - 1) * rows[d];
+      n *= size[d];
+    }
+    bool dup = false;
+    for (int k = 0; k < nseen && !dup; k++) dup = seen[k] == b0;
+    if (dup || n == 0) continue;
+    seen[nseen++] = b0;
+    held += n;
+    if (b0 < first) first = b0;
+    if (b1 > last) last = b1;
+  }
+  shm_free(seen);
+  if (held == 0 || held != last - first + 1 || held == total) return false;
+  *lo = first;
+  *hi = last + 1;
+  return true;
+}
+
+/* device_put's layout of [x] by [s] (borrowed): sharding_put, except that
+ * an array holding only this process's blocks (local_run) is a copy of
+ * those.  New reference or NULL with the error set. */
+static Value *put_local(Value *x, const NamedSharding *s) {
+  Value *arr = ops_to_array(x, -1);
+  if (!arr) return NULL;
+  Array *a = AS_ARRAY(arr);
+  int64_t lo, hi;
+  if (sharding_check(s, a->ndim, a->shape) < 0 || !local_run(s, a->ndim, a->shape, &lo, &hi)) {
+    val_decref(arr);
+    return err_kind() ? NULL : sharding_put(x, s);
+  }
+  Array *c = arr_contiguous(a), *g = c ? arr_new(a->dtype, a->ndim, a->shape) : NULL;
+  val_decref(arr);
+  size_t es = dt_size(a->dtype);
+  if (g) memcpy((char *)arr_data(g) + lo * es, (const char *)arr_data(c) + lo * es, (size_t)(hi - lo) * es);
+  if (c) val_decref(&c->hdr);
+  if (g && arr_set_partial(g, (Value *)&s->base.hdr, lo * (int64_t)es, hi * (int64_t)es) < 0) {
+    val_decref(&g->hdr);
+    g = NULL;
+  }
+  if (!g) return NULL;
+  g->sharding = val_incref((Value *)&s->base.hdr);
+  return &g->hdr;
+}
+
+bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec) {
+  if (!sharding || !sharding_is(sharding)) return false;
+  const NamedSharding *s = (const NamedSharding *)sharding;
+  NamedSharding t = {.mesh = (Mesh *)m, .spec = (PSpec *)spec, .device = -1};
+  return s->mesh && sharding_equal(s, &t);
+}
+
+/* arr_materialize_hook: the whole of [a]'s buffer on every process, by
+ * an identity shard_map over its sharding's mesh whose results every
+ * process receives (xcall.h), then copied into the buffer around this
+ * process's run. */
+static Value *identity(const CallArgs *a) { return val_incref(a->args[0]); }
+
+static int materialize(Array *view) {
+  if (dev_ctx())
+    return err_set(ERR_COLLECTIVE, "a shard_map body read a sharded array whose other blocks are "
+                   "held by other processes: pass it as an argument, with its in_spec"), -1;
+  Buffer *b = view->buf;
+  PartialBuf *p = b->part;
+  NamedSharding *s = (NamedSharding *)p->sharding;
+  int64_t strides[SHM_MAXDIM], k = 1;
+  for (int d = p->ndim - 1; d >= 0; d--) strides[d] = k, k *= p->shape[d];
+  Array *g = arr_view(view, p->ndim, p->shape, strides, 0);   /* the global array */
+  if (!g) return -1;
+  g->dtype = p->dtype;
+  g->weak = false;
+  g->vma = 0;
+  g->sharding = val_incref(p->sharding);
+  Value *body = builtin_new("materialize", identity, "");
+  Value *f = body ? shardmap_new("materialize", body, &s->mesh->hdr, &s->spec->hdr, &s->spec->hdr, false) : NULL;
+  Value *arg = &g->hdr;
+  CallArgs c = {.nargs = 1, .args = &arg};
+  Value *r = f ? shardmap_run(f, &c) : NULL;
+  Array *w = r ? arr_contiguous(AS_ARRAY(r)) : NULL;
+  if (w) {
+    memcpy(b->data, arr_data(w), (size_t)p->lo);
+    memcpy((char *)b->data + p->hi, (char *)arr_data(w) + p->hi, b->nbytes - (size_t)p->hi);
+    b->part = NULL;
+    val_decref(p->sharding);
+    shm_free(p);
+    atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
+    val_decref(&w->hdr);
+  }
+  if (r) val_decref(r);
+  if (f) val_decref(f);
+  if (body) val_decref(body);
+  val_decref(&g->hdr);
+  return w ? 0 : -1;
+}
+
 /* The sharding an argument of device_put names: a sharding, a Device, or
  * a PartitionSpec over the context mesh (jax.set_mesh).  New reference. */
 static Value *as_sharding(Value *v) {
@@ -528,7 +657,7 @@ static bool put_leaf(Value *v) { return !pytree_is_node(v) || sharding_is(v) || 
 
 static Value *put_one(Value *leaf, void *ctx) {
   Value *s = as_sharding((Value *)ctx);
-  Value *r = s ? sharding_put(leaf, (NamedSharding *)s) : NULL;
+  Value *r = s ? put_local(leaf, (NamedSharding *)s) : NULL;
   if (s) val_decref(s);
   return r;
 }
@@ -659,15 +788,25 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   NamedSharding *ns = (NamedSharding *)s;
   Array *g = NULL;
   Value *r = NULL;
+  int64_t lo, hi;
   if (sharding_check(ns, nd, shape) < 0) goto out;
+  bool part = local_run(ns, nd, shape, &lo, &hi);   /* this process's devices only */
   for (int f = 0; f < sharding_ndev(ns); f++) {
+    if (part && !transport_is_local(sharding_device(ns, f))) continue;
     Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);
     if (b && !g) g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
     if (b && g) put_block(g, AS_ARRAY(b), start);
     if (b) val_decref(b);
     if (!b || !g) goto out;
   }
-  r = sharding_put(&g->hdr, ns);
+  if (!part) {
+    r = sharding_put(&g->hdr, ns);
+  } else {
+    size_t es = dt_size(g->dtype);
+    if (arr_set_partial(g, s, lo * (int64_t)es, hi * (int64_t)es) < 0) goto out;
+    g->sharding = val_incref(s);
+    r = val_incref(&g->hdr);
+  }
 out:
   if (g) val_decref(&g->hdr);
   val_decref(s);
@@ -1240,6 +1379,7 @@ int sharding_register(Env *b) {
   (void)b;
   if (add_namespaces() < 0) return -1;
   prim_sharding_hook = eager_sharding;
+  arr_materialize_hook = materialize;
   builtins_out_sharding_hook = out_sharding;
   sharding_register_rules();
   ops_array_attr_hook = array_attr;

@@ -9,6 +9,13 @@
  * array's; device d's shard is the view of the block the spec gives it,
  * the block shard_map's in_specs would give it.  NamedShardings are
  * immutable once made, so device threads read them freely.
+ *
+ * Under mpirun, jax.device_put and make_array_from_callback of an array
+ * of SHMAP_PARTIAL_MIN elements or more (default 2^18) keep only this
+ * process's blocks when they make one contiguous run of its row-major
+ * buffer (array.h, "Process-local shards"; make_array_from_callback then
+ * calls data_callback for this process's devices only, as JAX does);
+ * a read of the rest materialises the whole array on every process.
  */
 #ifndef SHMAP_SHARDING_H
 #define SHMAP_SHARDING_H
@@ -60,6 +67,12 @@ Value *sharding_from_rule(Mesh *mesh, const Sharding *r);
  * values marked sharded (or unsharded for a SingleDeviceSharding).  New
  * reference or NULL with sharding_check's error. */
 Value *sharding_put(Value *x, const NamedSharding *s);
+
+/* Whether [sharding] (borrowed, may be NULL) is NamedSharding([m],
+ * [spec]): a shard_map whose in_spec is [spec] then gives each device
+ * the block the array's layout gives it (process-local shards, array.h,
+ * need no materialising). */
+bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec);
 
 /* jax.device_put(x, device): each array leaf of tree [x] laid out by
  * [device] (a sharding, a Device, a PartitionSpec over the context mesh,

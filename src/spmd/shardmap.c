@@ -719,6 +719,11 @@ static int prepare_args(Call *c, const CallArgs *a) {
     c->args[i] = AS_ARRAY(x);
     if (check_arg(f, i, a->nargs, c->args[i]->ndim, c->args[i]->shape, in_spec_of(f, i)) < 0)
       return -1;
+    /* process-local shards whose blocks are not the in_spec's: whole first */
+    if (c->args[i]->buf->part &&
+        !sharding_lays_out(c->args[i]->sharding, f->mesh, in_spec_of(f, i)) &&
+        arr_make_whole(c->args[i]) < 0)
+      return -1;
   }
   return 0;
 }
@@ -1109,8 +1114,12 @@ Value *shardmap_call(Value *fv, const CallArgs *a) {
     if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
     return stager(fv, a);
   }
+  return shardmap_run(fv, a);
+}
+
+Value *shardmap_run(Value *fv, const CallArgs *a) {
   ShardFn *f = (ShardFn *)fv;
-  if (mesh_check_runnable(f->mesh) < 0) return NULL;
+  if (mesh_check_runnable(f->mesh) < 0 || shardmap_whole_closures(f) < 0) return NULL;
   int n = f->mesh->size;
   Call c = {.f = f};
   c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));

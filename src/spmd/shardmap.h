@@ -68,6 +68,12 @@ int shardmap_set_manual(Value *f, Value *axis_names, Value *auto_);
 /* Calls [f] on [a]: the steps above.  New reference or NULL + error. */
 Value *shardmap_call(Value *f, const CallArgs *a);
 
+/* Runs [f] on the devices now, on arrays [a] (no pytrees, no tracers),
+ * even while this thread traces: the last of shardmap_call's steps, for
+ * the runtime's own calls (materialising a sharded array).  Main thread.
+ * Same contract as shardmap_call. */
+Value *shardmap_run(Value *f, const CallArgs *a);
+
 /* Calls [f] on [a] as a call with pytree arguments runs: a shard_map over
  * the leaves whose wrapper body returns the leaves of the body's results,
  * the results' tree rebuilt after (its out_specs a prefix of it).  A
@@ -161,6 +167,12 @@ int shardmap_settle(Value *body);
 #define LIFT_NONE ((Value *)&shardmap_lift_none)
 extern const Value shardmap_lift_none;
 Value *shardmap_lift_call(ShardFn *f, const CallArgs *a);
+/* Materialises the process-local shards (array.h) [f]'s body reaches
+ * through the scopes it closes over, module scopes included (its devices
+ * would read them whole): 0, or -1 with the error set.  Costs one load
+ * while no such array lives.  Main thread, before the body runs. */
+int shardmap_whole_closures(const ShardFn *f);
+
 /* While such a body runs on this thread: the block of this device that
  * stands for closed-over value [v] (borrowed), or NULL when [v] is not
  * one.  The trace's dispatch (transform/trace.c) puts them in place of

@@ -43,6 +43,8 @@ typedef struct Scan {
   int nseen;
   int depth;
   long budget;
+  bool partial;             /* looking for process-local shards instead (module scopes too) */
+  bool failed;              /* materialising one failed: the error is set */
 } Scan;
 
 static Value *lift_body(Value *self, const CallArgs *a);
@@ -56,7 +58,7 @@ static void scan_binding(const char *name, Value *v, void *ctx) {
 /* The bindings of [e] and the scopes enclosing it, module scopes aside: a
  * transformation's tracers live in the scopes of the functions it calls. */
 static void scan_env(Scan *s, Env *e) {
-  for (; e && env_parent(e); e = env_parent(e)) {
+  for (; e && (env_parent(e) || s->partial); e = env_parent(e)) {
     for (int i = 0; i < s->nseen; i++)
       if (s->seen[i] == e) return;
     if (s->nseen == LIFT_SCOPES) return;
@@ -88,7 +90,13 @@ static void scan_value(Scan *s, Value *v) {
   if (++s->budget > LIFT_BUDGET) return;   /* what it found so far is passed */
   s->depth++;
   switch ((VType)v->type) {
-  case V_TRACER: scan_tracer(s, v); break;
+  case V_TRACER:
+    if (!s->partial) scan_tracer(s, v);
+    break;
+  case V_ARRAY:
+    if (s->partial && AS_ARRAY(v)->buf->part && !s->failed && arr_make_whole(AS_ARRAY(v)) < 0)
+      s->failed = true;
+    break;
   case V_FUNC: {
     Func *f = (Func *)v;
     if (f->defaults) scan_items(s, f->defaults, (size_t)f->node->nparams);
@@ -235,6 +243,13 @@ static bool scan_body(const ShardFn *f, Value *const *skip, int nskip, Value **f
   scan_value(&s, f->body);
   *n = s.n;
   return !s.overflow;
+}
+
+int shardmap_whole_closures(const ShardFn *f) {
+  if (!atomic_load_explicit(&arr_partial_live, memory_order_relaxed)) return 0;
+  Scan s = {.partial = true};
+  scan_value(&s, f->body);
+  return s.failed ? -1 : 0;
 }
 
 /*

@@ -342,6 +342,8 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
     return -1;
   }
   Array *a = AS_ARRAY(v);
+  /* a captured constant is read whole, on every device of a partitioned plan */
+  if (a->buf->part && arr_make_whole(a) < 0) return -1;
   if (a->ndim == 0) {
     out->lit = v;
     return 0;

@@ -5,8 +5,9 @@
 # after collectives they shared: xmismatch_*.shm, by the mismatch named), a
 # device that returns while the others wait, and an error caught by
 # try/except on every process, each run in one process and under
-# `mpirun -np 2` and `-np 4` (also with every message by MPI, as between
-# machines: SHMAP_MPI_NO_SHARED): the same output, the same error line and
+# `mpirun -np 2` (with every sharded array that can holding only its
+# process's blocks: SHMAP_PARTIAL_MIN=1) and `-np 4` (also with every
+# message by MPI, as between machines: SHMAP_MPI_NO_SHARED): the same output, the same error line and
 # exit status, within seconds, never a hang.  Also: a device count the
 # processes do not divide, the debugger and a program read from standard
 # input are refused with a message;
@@ -38,6 +39,9 @@ mpi() {
   shift
   [ "${np%x}" = "$np" ] || { np=${np%x}; env=(SHMAP_MPI_NO_SHARED=1); }
   [ "${np%r}" = "$np" ] || { np=${np%r}; env=(SHMAP_TEST_RING_BYTES=128); }
+  # at -np 2 every sharded array that can holds only its process's blocks
+  # (array.h, "Process-local shards"), however small
+  [ "$np" = 2 ] && [ ${#env[@]} -eq 0 ] && env=(SHMAP_PARTIAL_MIN=1)
   timeout -s KILL 60 env "${env[@]}" mpirun --oversubscribe --bind-to none -np "$np" "$@"
 }
 
