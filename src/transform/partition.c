@@ -405,9 +405,11 @@ static int part_eqn(Part *pt, int k) {
     pe->out.partial |= pbits;
     pe->out.partial_coll = "psum";
   }
+  /* not computed on the blocks, the whole result is sliced to its type */
+  for (int d = 0; !ruled && e->nout == 1 && d < pe->out.ndim; d++) pe->sliced |= pe->out.nsplit[d] != 0;
   for (int j = 0; j < e->nout; j++) {
     Sharding *v = &pp->vars[e->out[j]];
-    if (ruled) *v = pe->out;
+    if (ruled || pe->sliced) *v = pe->out;
     else replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
     pp->origin[e->out[j]] = carry && from >= 0 && !(pe->out.partial & ~pbits) ? from : k;
   }

@@ -45,6 +45,9 @@ typedef struct PartEqn {
                         is a partial sum (completed where it is next used) */
   bool manual;       /* a shard_map over the plan's mesh: its body runs on the
                         blocks its in_specs give (Manual inside Auto) */
+  bool sliced;       /* its blocks do not compute the result: computed whole on
+                        replicated operands, each device keeps its block of the
+                        result's type [out] (Explicit mode, prim.h ShardingRule) */
   bool local;        /* [params] replace the equation's for blocks */
   Params params;     /* owned when [local] */
   struct PartPlan **subs; /* owned: cond's branches, while's cond and body, scan's
