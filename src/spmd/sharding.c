@@ -243,10 +243,13 @@ void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out) {
   }
 }
 
-Value *sharding_from_rule(Mesh *mesh, const Sharding *r) {
-  PSpec *spec = pspec_alloc(r->ndim);
+/* sharding_from_rule, the spec one entry per dimension when [full]. */
+static Value *from_rule(Mesh *mesh, const Sharding *r, bool full) {
+  for (int d = 0; d < r->ndim; d++) full |= r->nsplit[d] != 0;
+  for (int a = 0; a < mesh->naxes; a++) full |= mesh->axis_types[a] == MESH_EXPLICIT;
+  PSpec *spec = pspec_alloc(full ? r->ndim : 0);
   if (!spec) return NULL;
-  for (int d = 0; d < r->ndim; d++) {
+  for (int d = 0; d < spec->n; d++) {
     spec->e[d].nnames = r->nsplit[d];
     for (int k = 0; k < r->nsplit[d]; k++) spec->e[d].names[k] = mesh->axis_names[r->split[d][k]];
   }
@@ -254,6 +257,10 @@ Value *sharding_from_rule(Mesh *mesh, const Sharding *r) {
   val_decref(&spec->hdr);
   return s;
 }
+
+Value *sharding_from_rule(Mesh *mesh, const Sharding *r) { return from_rule(mesh, r, false); }
+
+Value *sharding_from_rule_spec(Mesh *mesh, const Sharding *r) { return from_rule(mesh, r, true); }
 
 /* The number of spec entries that matter: trailing Nones dropped (JAX
  * compares specs so: P('x') and P('x', None) lay out alike). */

@@ -400,7 +400,7 @@ out:
 static Value *specs(const PartPlan *pp, const Sharding *s, int n) {
   Value *t = tuple_new((size_t)n);
   for (int i = 0; t && i < n; i++) {
-    Value *ns = sharding_from_rule(pp->mesh, &s[i]);
+    Value *ns = sharding_from_rule_spec(pp->mesh, &s[i]);
     if (!ns) {
       for (int k = i; k < n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
       val_decref(t);
