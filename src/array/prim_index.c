@@ -584,12 +584,48 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
   return 0;
 }
 
+/* scatter along [axis] (updates shaped operand[:axis] + indices +
+ * operand[axis+1:]): each device scatters into its block of the
+ * operand's other dimensions, the operand whole along its axis, the
+ * indices replicated, the updates laid out as the operand where they
+ * meet it.  In Explicit mode an operand dimension split over no axis
+ * takes the updates' split over Explicit ones (JAX types the zeros a
+ * gather's transpose scatters into as its primal); the result has the
+ * operand's layout. */
+static int sh_scatter(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  int64_t ax;
+  int axis;
+  if (nin != 3 || params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0)
+    return -1;
+  int ni = in[1].ndim;
+  Sharding ut;
+  sh_type_of(&in_sh[2], &ut);
+  in_sh[0].nsplit[axis] = 0;
+  uint32_t used = sh_used(&in_sh[0]);
+  for (int d = 0; d < in[0].ndim; d++) {
+    int u = d < axis ? d : d - 1 + ni;
+    if (d == axis || in_sh[0].nsplit[d] || !ut.nsplit[u] || (sh_dim_axes(&ut, u) & used) ||
+        in[0].shape[d] % sh_dim_blocks(&ut, u))
+      continue;
+    sh_copy_dim(&in_sh[0], d, &ut, u);
+    used |= sh_dim_axes(&ut, u);
+  }
+  sh_replicated(&in_sh[1], ni, &in_sh[0]);
+  sh_replicated(&in_sh[2], in[2].ndim, &in_sh[0]);
+  for (int d = 0; d < in[0].ndim; d++)
+    if (d != axis) sh_copy_dim(&in_sh[2], d < axis ? d : d - 1 + ni, &in_sh[0], d);
+  *out_sh = in_sh[0];
+  out_sh->partial = 0;
+  out_sh->partial_coll = NULL;
+  return 0;
+}
+
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_DYNAMIC_SLICE, {.shape = shape_dynamic_slice, .kernel = kern_dynamic_slice, .batch = b_dynamic_slice, .jvp = jvp_dynamic_slice, .transpose = tr_dynamic_slice, .sharding = sh_dynamic_slice}},
     {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice, .updates_operand = true}},
     {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather, .sharding = sh_gather}},
-    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter, .updates_operand = true}},
+    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter, .sharding = sh_scatter, .updates_operand = true}},
     {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort, .sharding = sh_sort}},
     {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort, .sharding = sh_sort}},
 };
