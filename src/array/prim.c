@@ -520,6 +520,26 @@ static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int
   return same;
 }
 
+/* A result computed whole (its operands replicated) and then sliced
+ * locally to its type: [s] keeps, of the rule's layout, the splits over
+ * Explicit mesh axes (Sharding.explicit_axes: part of the result's type)
+ * that divide its dimensions evenly, and nothing partial. */
+static void typed_only(Sharding *s, const AVal *out) {
+  s->ndim = out->ndim;
+  s->partial = 0;
+  s->partial_coll = NULL;
+  for (int d = 0; d < out->ndim; d++) {
+    int k = 0;
+    int64_t b = 1;
+    for (int j = 0; j < s->nsplit[d]; j++)
+      if (s->explicit_axes >> s->split[d][j] & 1) {
+        b *= s->axis_sizes[s->split[d][j]];
+        s->split[d][k++] = s->split[d][j];
+      }
+    s->nsplit[d] = out->shape[d] % b ? 0 : (uint8_t)k;
+  }
+}
+
 /* The primitive whose rule runs, for the rules' messages. */
 static _Thread_local const char *sharding_op;
 
@@ -537,8 +557,12 @@ int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Par
     int rc = pi->rules.sharding(in, in_sh, nin, p, out_sh);
     sharding_op = NULL;
     if (rc < 0) return -1;
-    if (nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local)) return 1;
+    if (rc == 0 && nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local))
+      return 1;
     memcpy(in_sh, keep, sizeof(Sharding) * (size_t)n);
+    for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
+    typed_only(out_sh, out);
+    return 0;
   }
   for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
   unsplit(out_sh, out->ndim);

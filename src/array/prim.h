@@ -176,9 +176,14 @@ typedef struct Sharding {
  * may rewrite an operand's entry of [in_sh] to the sharding it needs it
  * in (the partitioner reshards it first: an all_gather, or a local slice
  * of a replicated value); a result with [partial] bits set needs its
- * collective.  0, or -1 with the error set.  A primitive without a rule
- * has its operands replicated.  Semantics: GSPMD's propagation rules
- * (JAX's sharding rules), with the heuristics shmap(7) documents. */
+ * collective.  0, or -1 with the error set; or 1 when the blocks do not
+ * compute [out_sh], the result's type in Explicit mode (JAX's rule keeps
+ * a split the data moves across: a slice, a pad, a concatenation along a
+ * split dimension): its operands are then replicated, every device
+ * computes the whole result and keeps its block of it.  A primitive
+ * without a rule has its operands replicated.  Semantics: GSPMD's
+ * propagation rules (JAX's sharding rules), with the heuristics shmap(7)
+ * documents. */
 typedef int (*ShardingRule)(const AVal *in, Sharding *in_sh, int nin, const Params *p,
                             Sharding *out_sh);
 
@@ -415,8 +420,10 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
  * caller, only when [*has_local]).  1 with [in_sh] rewritten to the
  * operands' layouts and [out_sh] the result's (its partial axes to
  * complete); 0 when the rule does not apply (no rule, several results, a
- * higher-order primitive, blocks that do not compute it: the operands and
- * result then replicated, [in_sh] and [out_sh] so written); -1 with the
+ * higher-order primitive, blocks that do not compute it: the operands
+ * then replicated, [in_sh] so written, and [out_sh] replicated but for
+ * the rule's splits over Explicit axes that divide evenly, the result's
+ * type, which each device slices its block of); -1 with the
  * error set (a rule's parameter error, or Explicit mode's
  * ShardingTypeError where the result's layout over Explicit axes is
  * ambiguous: Sharding.explicit_axes).  One decision for eager results

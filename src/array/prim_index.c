@@ -495,21 +495,40 @@ static int sh_dynamic_slice(const AVal *in, Sharding *in_sh, int nin, const Para
   int n;
   int64_t sizes[SHM_MAXDIM];
   if (params_ints(p, "slice_sizes", &n, sizes, SHM_MAXDIM) < 0) return -1;
+  Sharding was = in_sh[0];
   for (int d = 0; d < in[0].ndim && d < n; d++)
     if (sizes[d] != in[0].shape[d]) in_sh[0].nsplit[d] = 0;
   for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
   *out_sh = in_sh[0];
   out_sh->partial = 0;
   out_sh->partial_coll = NULL;
-  return 0;
+  return sh_explicit_varying(P_DYNAMIC_SLICE, in, nin, &was, p, "dynamic_slice", out_sh);
 }
 
 /* dynamic_update_slice: a dimension the update covers whole keeps its
  * split (operand and update laid out alike there), the others are
- * unsplit; the start indices replicated. */
+ * unsplit; the start indices replicated.  In Explicit mode the result
+ * has the operand's type, and an operand and update both split over
+ * Explicit axes must be split alike (JAX's rule); one not split at all
+ * takes the other's type (JAX types the zeros the transposes of
+ * dynamic_slice and dynamic_update_slice make as their primal). */
 static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p,
                                    Sharding *out_sh) {
   (void)p;
+  Sharding type, ut;
+  sh_type_of(&in_sh[0], &type);
+  sh_type_of(&in_sh[1], &ut);
+  bool op_split = sh_used(&type) != 0, up_split = sh_used(&ut) != 0;
+  if (!op_split && up_split && in[1].ndim == in[0].ndim) {   /* zeros a transpose made */
+    for (int d = 0; d < in[0].ndim; d++)
+      if (in[0].shape[d] % sh_dim_blocks(&ut, d) == 0) sh_copy_dim(&type, d, &ut, d);
+  } else if (op_split && up_split && !sh_same_type(&in_sh[0], &in_sh[1])) {
+    char a[256], b[256];
+    sh_type_str(&in[0], &in_sh[0], a, sizeof a);
+    sh_type_str(&in[1], &in_sh[1], b, sizeof b);
+    return sh_type_error("operand sharding must be equal to update sharding, got operand "
+                         "sharding %s and update sharding %s", a, b);
+  }
   for (int d = 0; d < in[0].ndim; d++) {
     if (in[1].ndim != in[0].ndim || in[1].shape[d] != in[0].shape[d]) in_sh[0].nsplit[d] = 0;
     if (in[1].ndim == in[0].ndim) sh_copy_dim(&in_sh[1], d, &in_sh[0], d);
@@ -518,7 +537,7 @@ static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, con
   *out_sh = in_sh[0];
   out_sh->partial = 0;
   out_sh->partial_coll = NULL;
-  return 0;
+  return type.explicit_axes ? sh_retype(out_sh, &type) : 0;
 }
 
 /* sort and argsort: the sorted dimension unsplit, the others kept (each
@@ -530,12 +549,26 @@ static int sh_sort(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sh
 /* gather (take along [axis]): the operand whole along its axis, the
  * indices' dimensions keeping their splits (a batch of ids), then the
  * operand's other dimensions where their mesh axes are still free; the
- * result is operand[:axis] + indices + operand[axis+1:]. */
+ * result is operand[:axis] + indices + operand[axis+1:].  In Explicit
+ * mode (JAX's rule) the axis taken along and the indices must not be
+ * split over Explicit axes, unless an out_sharding= says the result's
+ * layout (x.at[i].get(out_sharding=)). */
 static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
   (void)nin;
   int64_t ax;
   int axis;
   if (params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0) return -1;
+  if (in_sh[0].explicit_axes && !params_get(p, "out_sharding") &&
+      ((in[0].shape[axis] != 1 && sh_typed(&in_sh[0], sh_dim_axes(&in_sh[0], axis))) ||
+       sh_typed(&in_sh[1], sh_used(&in_sh[1])))) {
+    char a[256], b[256];
+    sh_type_str(&in[0], &in_sh[0], a, sizeof a);
+    sh_type_str(&in[1], &in_sh[1], b, sizeof b);
+    return sh_type_error_text("Use `.at[...].get(out_sharding=)` to provide output PartitionSpec "
+                              "for the gather indexing as out sharding could not be resolved "
+                              "unambiguously (or would require collectives on inputs). Got "
+                              "operand=%s, indices=%s", a, b);
+  }
   in_sh[0].nsplit[axis] = 0;
   uint32_t used = sh_used(&in_sh[1]);
   for (int d = 0; d < in[0].ndim; d++) {
@@ -551,12 +584,48 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
   return 0;
 }
 
+/* scatter along [axis] (updates shaped operand[:axis] + indices +
+ * operand[axis+1:]): each device scatters into its block of the
+ * operand's other dimensions, the operand whole along its axis, the
+ * indices replicated, the updates laid out as the operand where they
+ * meet it.  In Explicit mode an operand dimension split over no axis
+ * takes the updates' split over Explicit ones (JAX types the zeros a
+ * gather's transpose scatters into as its primal); the result has the
+ * operand's layout. */
+static int sh_scatter(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  int64_t ax;
+  int axis;
+  if (nin != 3 || params_int(p, "axis", &ax) < 0 || axis_normalize(ax, in[0].ndim, &axis) < 0)
+    return -1;
+  int ni = in[1].ndim;
+  Sharding ut;
+  sh_type_of(&in_sh[2], &ut);
+  in_sh[0].nsplit[axis] = 0;
+  uint32_t used = sh_used(&in_sh[0]);
+  for (int d = 0; d < in[0].ndim; d++) {
+    int u = d < axis ? d : d - 1 + ni;
+    if (d == axis || in_sh[0].nsplit[d] || !ut.nsplit[u] || (sh_dim_axes(&ut, u) & used) ||
+        in[0].shape[d] % sh_dim_blocks(&ut, u))
+      continue;
+    sh_copy_dim(&in_sh[0], d, &ut, u);
+    used |= sh_dim_axes(&ut, u);
+  }
+  sh_replicated(&in_sh[1], ni, &in_sh[0]);
+  sh_replicated(&in_sh[2], in[2].ndim, &in_sh[0]);
+  for (int d = 0; d < in[0].ndim; d++)
+    if (d != axis) sh_copy_dim(&in_sh[2], d < axis ? d : d - 1 + ni, &in_sh[0], d);
+  *out_sh = in_sh[0];
+  out_sh->partial = 0;
+  out_sh->partial_coll = NULL;
+  return 0;
+}
+
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_DYNAMIC_SLICE, {.shape = shape_dynamic_slice, .kernel = kern_dynamic_slice, .batch = b_dynamic_slice, .jvp = jvp_dynamic_slice, .transpose = tr_dynamic_slice, .sharding = sh_dynamic_slice}},
     {P_DYNAMIC_UPDATE_SLICE, {.shape = shape_dynamic_update_slice, .kernel = kern_dynamic_update_slice, .batch = b_dynamic_update_slice, .jvp = jvp_dynamic_update_slice, .transpose = tr_dynamic_update_slice, .sharding = sh_dynamic_update_slice, .updates_operand = true}},
     {P_GATHER, {.shape = shape_gather, .kernel = kern_gather, .batch = b_gather, .jvp = jvp_gather, .transpose = tr_gather, .sharding = sh_gather}},
-    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter, .updates_operand = true}},
+    {P_SCATTER, {.shape = shape_scatter, .kernel = kern_scatter, .batch = b_scatter, .jvp = jvp_scatter, .transpose = tr_scatter, .sharding = sh_scatter, .updates_operand = true}},
     {P_SORT, {.shape = shape_sort, .kernel = kern_sort, .batch = b_sort, .jvp = jvp_sort, .sharding = sh_sort}},
     {P_ARGSORT, {.shape = shape_argsort, .kernel = kern_argsort, .batch = b_argsort, .jvp = jvp_argsort, .sharding = sh_sort}},
 };

@@ -547,6 +547,10 @@ static int sh_transpose(const AVal *in, Sharding *in_sh, int nin, const Params *
  * resharded to replicated (an all_gather). */
 static void reshape_group(const AVal *in, Sharding *in_sh, const int64_t *shape, int i0, int i1,
                           int o0, int o1, Sharding *out_sh) {
+  /* leading unsplit size-1 dimensions move no data (JAX's rule for
+   * singleton dimensions): the group's major dimensions are past them */
+  while (i0 < i1 - 1 && in[0].shape[i0] == 1 && !in_sh[0].nsplit[i0]) i0++;
+  while (o0 < o1 - 1 && shape[o0] == 1) o0++;
   bool minor_split = false;
   for (int i = i0 + 1; i < i1; i++) minor_split |= in_sh[0].nsplit[i] != 0;
   if (i0 < i1 && o0 < o1 && !minor_split && shape[o0] % sh_dim_blocks(&in_sh[0], i0) == 0 &&
@@ -623,9 +627,14 @@ static int sh_expand_dims(const AVal *in, Sharding *in_sh, int nin, const Params
   return 0;
 }
 
-/* rev: the reversed dimensions unsplit (the blocks trade places). */
+/* rev: the reversed dimensions unsplit (the blocks trade places); in
+ * Explicit mode the result has the operand's type (JAX's rule). */
 static int sh_rev(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
-  return sh_keep_but(in, in_sh, nin, dims_mask(P_REV, p, "dimensions", in[0].ndim), out_sh);
+  Sharding type;
+  sh_type_of(&in_sh[0], &type);
+  if (sh_keep_but(in, in_sh, nin, dims_mask(P_REV, p, "dimensions", in[0].ndim), out_sh) < 0)
+    return -1;
+  return type.explicit_axes ? sh_retype(out_sh, &type) : 0;
 }
 
 /* slice: a dimension whose size changes is unsplit (one that keeps it is
@@ -641,7 +650,9 @@ static int sh_resize(const AVal *in, Sharding *in_sh, int nin, const Params *p,
 }
 
 static int sh_slice(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
-  return sh_resize(in, in_sh, nin, p, out_sh, P_SLICE);
+  Sharding was = in_sh[0];
+  if (sh_resize(in, in_sh, nin, p, out_sh, P_SLICE) < 0) return -1;
+  return sh_explicit_varying(P_SLICE, in, nin, &was, p, "slicing", out_sh);
 }
 
 /* pad: a dimension padded at all is unsplit, even one whose size stays
@@ -651,13 +662,23 @@ static int sh_pad(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sha
   if (kern_padding_config(params_get(p, "padding_config"), in[0].ndim, lo, hi, it) < 0) return -1;
   uint64_t m = 0;
   for (int d = 0; d < in[0].ndim; d++) m |= (uint64_t)(lo[d] || hi[d] || it[d]) << d;
+  Sharding was = in_sh[0];
   for (int i = 1; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
-  return sh_keep_but(in, in_sh, 1, m, out_sh);
+  if (sh_keep_but(in, in_sh, 1, m, out_sh) < 0) return -1;
+  return sh_explicit_varying(P_PAD, in, nin, &was, p, "padding", out_sh);
 }
 
-/* concatenate: the joined dimension unsplit, the others element-wise. */
+/* concatenate: the joined dimension unsplit, the others element-wise;
+ * in Explicit mode the operands have one type, the result's (JAX's
+ * rule), even split along the joined dimension. */
 static int sh_concatenate(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
-  return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
+  Sharding type;
+  sh_type_of(&in_sh[0], &type);
+  if (type.explicit_axes &&
+      sh_check_same_types(in, in_sh, 0, nin, "operands should all have the same sharding") < 0)
+    return -1;
+  if (sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh) < 0) return -1;
+  return type.explicit_axes ? sh_retype(out_sh, &type) : 0;
 }
 
 /* broadcast_in_dim in a fused loop: result dimension bd[i] reads operand

@@ -71,6 +71,16 @@ int sh_type_error(const char *fmt, ...) {
   return -1;
 }
 
+int sh_type_error_text(const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  err_set(ERR_TYPE, "ShardingTypeError: %s", text);
+  return -1;
+}
+
 /* The name of mesh axis [a] of [s]. */
 static const char *axis_name(const Sharding *s, int a, char *tmp, size_t cap) {
   if (s->axis_names) return s->axis_names[a];
@@ -188,4 +198,97 @@ int sh_check_broadcast(const AVal *in, const Sharding *in_sh, int nin, int nd) {
     }
   }
   return sh_check_unique(in, in_sh, nin, &res, nd);
+}
+
+/* ---- the types of results (JAX's rules over the Explicit axes) ---- */
+
+void sh_type_of(const Sharding *s, Sharding *type) {
+  *type = *s;
+  type->partial = 0;
+  type->partial_coll = NULL;
+  for (int d = 0; d < s->ndim; d++) {
+    int k = 0;
+    for (int j = 0; j < s->nsplit[d]; j++)
+      if (sh_typed(s, 1u << s->split[d][j])) type->split[d][k++] = s->split[d][j];
+    type->nsplit[d] = (uint8_t)k;
+  }
+}
+
+bool sh_same_type(const Sharding *a, const Sharding *b) {
+  Sharding ta, tb;
+  if (a->ndim != b->ndim) return false;
+  sh_type_of(a, &ta);
+  sh_type_of(b, &tb);
+  for (int d = 0; d < a->ndim; d++)
+    if (!sh_same_dim(&ta, d, &tb, d)) return false;
+  return true;
+}
+
+int sh_retype(Sharding *out_sh, const Sharding *type) {
+  if (sh_same_type(out_sh, type)) return 0;
+  sh_type_of(type, out_sh);
+  return 1;
+}
+
+/* "(1, 4)": [n] sizes as a Python tuple. */
+static void sizes_tuple(int n, const int64_t *xs, char *buf, size_t cap) {
+  size_t w = 0;
+  buf[0] = 0;
+  put(buf, cap, &w, "(", NULL);
+  for (int i = 0; i < n; i++) {
+    char one[32];
+    snprintf(one, sizeof one, "%s%lld", i ? ", " : "", (long long)xs[i]);
+    put(buf, cap, &w, one, NULL);
+  }
+  put(buf, cap, &w, n == 1 ? ",)" : ")", NULL);
+}
+
+int sh_varying_out(const AVal *in, const Sharding *s, const AVal *out, const char *name,
+                   Sharding *type) {
+  bool ones = true;
+  for (int d = 0; d < out->ndim; d++) ones &= out->shape[d] == 1;
+  sh_type_of(s, type);
+  type->ndim = out->ndim;
+  if (ones) {
+    for (int d = 0; d < out->ndim; d++) type->nsplit[d] = 0;
+    return 0;
+  }
+  for (int d = 0; d < in->ndim && d < out->ndim; d++) {
+    int64_t b = sh_dim_blocks(type, d);
+    if (in->shape[d] == out->shape[d] || !type->nsplit[d] || out->shape[d] % b == 0) continue;
+    char tmp[16], spec[128], ty[256], shape[256];
+    size_t w = 0;
+    spec[0] = 0;
+    if (type->nsplit[d] == 1) {
+      put(spec, sizeof spec, &w, axis_name(type, type->split[d][0], tmp, sizeof tmp), NULL);
+    } else {
+      Sharding one = *type;
+      one.nsplit[0] = type->nsplit[d];
+      memcpy(one.split[0], type->split[d], sizeof one.split[0]);
+      put_entry(&one, 0, spec, sizeof spec, &w);
+    }
+    sh_type_str(in, s, ty, sizeof ty);
+    sizes_tuple(out->ndim, out->shape, shape, sizeof shape);
+    return sh_type_error_text("%s on sharded dims where out dim (%lld) is not divisible by mesh "
+                              "axes (%lld) with spec (%s) is not implemented. Got input type=%s "
+                              "and output shape=%s", name, (long long)out->shape[d],
+                              (long long)b, spec, ty, shape);
+  }
+  return 0;
+}
+
+int sh_check_same_types(const AVal *in, const Sharding *in_sh, int from, int nin, const char *what) {
+  for (int i = from + 1; i < nin; i++) {
+    if (sh_same_type(&in_sh[from], &in_sh[i])) continue;
+    char types[1024];
+    size_t w = 0;
+    types[0] = 0;
+    for (int j = from; j < nin; j++) {
+      char one[256];
+      sh_type_str(&in[j], &in_sh[j], one, sizeof one);
+      put(types, sizeof types, &w, j > from ? ", " : "", one);
+    }
+    return sh_type_error("%s. Got %s; reshard them alike first (jax.sharding.reshard)", what, types);
+  }
+  return 0;
 }

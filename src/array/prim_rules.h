@@ -713,6 +713,37 @@ static inline bool sh_same_dim(const Sharding *a, int d, const Sharding *b, int 
  * and returns -1. */
 int sh_type_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* As sh_type_error, the text whole (JAX's message names no primitive). */
+int sh_type_error_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* [s]'s type: its splits over Explicit axes only (JAX's spec in an
+ * aval's sharding), nothing partial. */
+void sh_type_of(const Sharding *s, Sharding *type);
+
+/* Whether [a] and [b] have the same type (sh_type_of). */
+bool sh_same_type(const Sharding *a, const Sharding *b);
+
+/* A rule's result typed [type] (JAX's rule): 0 when [out_sh], the
+ * layout the blocks compute, has that type; else [out_sh] becomes the
+ * type and 1 (prim.h, ShardingRule: computed whole, then sliced). */
+int sh_retype(Sharding *out_sh, const Sharding *type);
+
+/* Explicit mode's type of a result of aval [out] whose sizes differ from
+ * its operand's [in] laid out as [s] (JAX's
+ * _get_sharding_for_varying_out_shape, for slice, pad, dynamic_slice):
+ * replicated when every size is 1, else the operand's type, where a
+ * dimension whose size changes must stay a multiple of the blocks its
+ * Explicit axes split it into, or JAX's ShardingTypeError ("[name] on
+ * sharded dims where out dim (1) is not divisible by mesh axes (2) ...").
+ * [type] gets the type; 0, or -1. */
+int sh_varying_out(const AVal *in, const Sharding *s, const AVal *out, const char *name,
+                   Sharding *type);
+
+/* Explicit mode: operands [from, nin) must have one type (JAX's
+ * concatenate and dynamic_update_slice rules), else ShardingTypeError
+ * "<op> [what]. Got <their types>; reshard ...".  0, or -1. */
+int sh_check_same_types(const AVal *in, const Sharding *in_sh, int from, int nin, const char *what);
+
 /* Writes dimensions [dims] ([n] of them; NULL: dimensions 0..n-1) of
  * [s] into [buf] ([cap] bytes) as JAX prints a spec's entries in its
  * errors, a Python tuple: "('X', None)", "(('X', 'Y'),)". */
@@ -790,6 +821,21 @@ static inline int sh_keep_but_param(const AVal *in, Sharding *in_sh, int nin, co
   if (params_int(p, name, &dim) < 0) return -1;
   int d = dim < 0 ? (int)dim + in[0].ndim : (int)dim;
   return sh_keep_but(in, in_sh, nin, (uint64_t)1 << d, out_sh);
+}
+
+/* Explicit mode's type of primitive [id]'s result whose sizes differ
+ * from operand 0's, laid out as [was] before the rule ran (JAX's
+ * _get_sharding_for_varying_out_shape, [name] "slicing", "padding",
+ * "dynamic_slice"): sh_retype of [out_sh] to it, or -1. */
+static inline int sh_explicit_varying(PrimId id, const AVal *in, int nin, const Sharding *was,
+                                      const Params *p, const char *name, Sharding *out_sh) {
+  AVal out;
+  Sharding type;
+  if (!was->explicit_axes) return 0;
+  if (prim_table[id].rules.shape(in, nin, p, &out) < 0 ||
+      sh_varying_out(&in[0], was, &out, name, &type) < 0)
+    return -1;
+  return sh_retype(out_sh, &type);
 }
 
 /* A reduction over the dimensions [mask] of operand 0: the result drops

@@ -1183,7 +1183,7 @@ void ops_out_sharding_leave(Value *prev) { out_sharding_given = prev; }
 
 /* Explicit mode's rules read it (prim.h, Sharding): the result's layout
  * is the caller's, so an ambiguous one is not an error. */
-static void add_out_sharding(Params *p) {
+void ops_add_out_sharding(Params *p) {
   if (out_sharding_given) params_add(p, "out_sharding", val_incref(out_sharding_given));
 }
 
@@ -1204,7 +1204,7 @@ Value *ops_dot_general(Value *a, Value *b, int nc, const int64_t *lc, const int6
   params_add(&p, "dimension_numbers", dimension_numbers(nc, lc, rc, nb, lb, rb));
   params_add(&p, "preferred_element_type",
              val_incref(dtype_value(preferred >= 0 ? (DType)preferred : t)));
-  add_out_sharding(&p);
+  ops_add_out_sharding(&p);
   Value *r = ops_apply(P_DOT_GENERAL, 2, in, &p);
   params_clear(&p);
   val_decref(in[0]);
@@ -1286,7 +1286,7 @@ Value *ops_reshape(Value *x, int ndim, const int64_t *shape) {
   params_init(&p);
   params_add(&p, "new_sizes", val_int_tuple(ndim, out));
   params_add(&p, "dimensions", VAL_NONE);
-  add_out_sharding(&p);
+  ops_add_out_sharding(&p);
   return ops_apply1(P_RESHAPE, x, &p);
 bad: {
   char s[256];

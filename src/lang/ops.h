@@ -167,6 +167,11 @@ Value *ops_matmul(Value *a, Value *b);
  * sharding rules do not call the result's layout ambiguous (the caller
  * lays the result out so afterwards).  Returns the one it replaces. */
 Value *ops_out_sharding_enter(Value *sh);
+
+/* Adds the out_sharding= being computed (ops_out_sharding_enter; none:
+ * nothing) to a primitive's params [p]: Explicit mode's rules then take
+ * the result's layout as the caller's (dot_general, reshape, gather). */
+void ops_add_out_sharding(Params *p);
 void ops_out_sharding_leave(Value *prev);
 
 /* dot_general of the promoted operands with contracting dims lc/rc and
@@ -229,6 +234,14 @@ extern Value *(*ops_named_shape_hook)(Value *x);  /* hook */
  * x.sharding, x.addressable_shards, ...): a new reference, NULL with the
  * error set, or NULL with no error when [name] is not one of them. */
 extern Value *(*ops_array_attr_hook)(Value *x, const char *name);  /* hook */
+
+/* Explicit mode's rule for x.at[index] updates (spmd/sharding.c; JAX's
+ * scatter rule): [x] may not be split over Explicit mesh axes along the
+ * dimensions [touched] (bits) of which the index selects a part; JAX's
+ * ShardingTypeError then (NULL, the error set); else the sharding x's
+ * type gives the result (a new reference), or NULL with no error when x
+ * is split over no Explicit axis. */
+extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);  /* hook */
 
 /* A value of a higher layer's type that stands for an integer where an
  * array is built from a nested sequence (a jax Device: its id, so that

@@ -493,6 +493,7 @@ static Value *gather_axis(Value *y, Value *idx, int axis) {
   Params p;
   params_init(&p);
   params_add(&p, "axis", val_int(axis));
+  ops_add_out_sharding(&p);
   Value *r = ops_apply(P_GATHER, 2, in, &p);
   params_clear(&p);
   return r;
@@ -856,12 +857,57 @@ static Value *positions(const AVal *av) {
   return r;
 }
 
-/* The functional update: scatter [v] into the flattened array at the flat
- * positions the index selects (mode "set", "add", "multiply", "min" or
- * "max": scatter's modes, kernels.h). */
-static Value *at_update(AtRef *ref, Value *v, const char *mode) {
+Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);
+
+/* The dimensions of which [index] selects a part (bits): those an int or
+ * an array indexes, or a slice other than the whole. */
+static int touched_dims(Value *index, const AVal *av, uint64_t *touched) {
+  Index ix;
+  if (index_parse(index, av, &ix) < 0) return -1;
+  *touched = 0;
+  for (int i = 0; i < ix.n; i++) {
+    const IxItem *it = &ix.it[i];
+    bool whole = it->kind == IX_SLICE && it->start == 0 && it->step == 1 && it->n == av->shape[it->dim];
+    if (it->kind != IX_NONE && it->dim >= 0 && !whole) *touched |= (uint64_t)1 << it->dim;
+  }
+  index_free(&ix);
+  return 0;
+}
+
+static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *av);
+
+/* The functional update (mode "set", "add", "multiply", "min" or "max":
+ * scatter's modes, kernels.h), in Explicit mode typed as JAX's scatter
+ * rule says (ops_scatter_type_hook): computed whatever the layout, the
+ * result laid out as x's type. */
+static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
   AVal av;
+  uint64_t touched;
   if (ops_aval(ref->array, &av) < 0) return NULL;
+  Value *type = NULL;
+  if (given && given != VAL_NONE) {   /* out_sharding=: the caller's layout */
+    if (!builtins_out_sharding_hook)
+      return err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
+    type = val_incref(given);
+  } else if (ops_scatter_type_hook && builtins_out_sharding_hook) {
+    if (touched_dims(ref->index, &av, &touched) < 0) return NULL;
+    type = ops_scatter_type_hook(ref->array, touched);
+    if (!type && err_occurred()) return NULL;
+  }
+  if (!type) return at_update_flat(ref, v, mode, &av);
+  Value *prev = ops_out_sharding_enter(type);
+  Value *r = at_update_flat(ref, v, mode, &av);
+  ops_out_sharding_leave(prev);
+  Value *o = r ? builtins_out_sharding_hook(r, type) : NULL;
+  val_decref(r);
+  val_decref(type);
+  return o;
+}
+
+/* at_update's computation: [v] scattered into the flattened array at the
+ * flat positions the index selects. */
+static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav) {
+  AVal av = *pav;
   Value *pos = positions(&av);
   Value *sel = pos ? getitem_oob(pos, ref->index, OOB_DROP) : NULL;
   val_decref(pos);
@@ -893,46 +939,54 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode) {
 }
 
 static Value *at_set(Value *self, const CallArgs *a) {
-  Value *v, *mode;
-  Value **slots[] = {&v, &mode};
-  if (args_bind("set", a, "values, mode=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "set");
+  Value *v, *mode, *sh;
+  Value **slots[] = {&v, &mode, &sh};
+  if (args_bind("set", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "set", sh);
 }
 
 static Value *at_add(Value *self, const CallArgs *a) {
-  Value *v, *mode;
-  Value **slots[] = {&v, &mode};
-  if (args_bind("add", a, "values, mode=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "add");
+  Value *v, *mode, *sh;
+  Value **slots[] = {&v, &mode, &sh};
+  if (args_bind("add", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "add", sh);
 }
 
 static Value *at_multiply(Value *self, const CallArgs *a) {
-  Value *v, *mode;
-  Value **slots[] = {&v, &mode};
-  if (args_bind("multiply", a, "values, mode=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "multiply");
+  Value *v, *mode, *sh;
+  Value **slots[] = {&v, &mode, &sh};
+  if (args_bind("multiply", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "multiply", sh);
 }
 
 static Value *at_min(Value *self, const CallArgs *a) {
-  Value *v, *mode;
-  Value **slots[] = {&v, &mode};
-  if (args_bind("min", a, "values, mode=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "min");
+  Value *v, *mode, *sh;
+  Value **slots[] = {&v, &mode, &sh};
+  if (args_bind("min", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "min", sh);
 }
 
 static Value *at_max(Value *self, const CallArgs *a) {
-  Value *v, *mode;
-  Value **slots[] = {&v, &mode};
-  if (args_bind("max", a, "values, mode=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "max");
+  Value *v, *mode, *sh;
+  Value **slots[] = {&v, &mode, &sh};
+  if (args_bind("max", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
+  return at_update((AtRef *)self, v, "max", sh);
 }
 
 static Value *at_get(Value *self, const CallArgs *a) {
-  Value *mode;
-  Value **slots[] = {&mode};
-  if (args_bind("get", a, "mode=", slots) < 0) return NULL;
+  Value *mode, *sh;
+  Value **slots[] = {&mode, &sh};
+  if (args_bind("get", a, "mode=, out_sharding=", slots) < 0) return NULL;
   AtRef *r = (AtRef *)self;
-  return array_getitem(r->array, r->index);
+  if (!sh || sh == VAL_NONE) return array_getitem(r->array, r->index);
+  if (!builtins_out_sharding_hook)
+    return err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
+  Value *prev = ops_out_sharding_enter(sh);   /* the gather's layout is the caller's */
+  Value *g = array_getitem(r->array, r->index);
+  ops_out_sharding_leave(prev);
+  Value *o = g ? builtins_out_sharding_hook(g, sh) : NULL;
+  val_decref(g);
+  return o;
 }
 
 static Value *at_getattr(Value *self, const char *name) {

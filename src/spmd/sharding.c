@@ -246,10 +246,13 @@ void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out) {
   }
 }
 
-Value *sharding_from_rule(Mesh *mesh, const Sharding *r) {
-  PSpec *spec = pspec_alloc(r->ndim);
+/* sharding_from_rule, the spec one entry per dimension when [full]. */
+static Value *from_rule(Mesh *mesh, const Sharding *r, bool full) {
+  for (int d = 0; d < r->ndim; d++) full |= r->nsplit[d] != 0;
+  for (int a = 0; a < mesh->naxes; a++) full |= mesh->axis_types[a] == MESH_EXPLICIT;
+  PSpec *spec = pspec_alloc(full ? r->ndim : 0);
   if (!spec) return NULL;
-  for (int d = 0; d < r->ndim; d++) {
+  for (int d = 0; d < spec->n; d++) {
     spec->e[d].nnames = r->nsplit[d];
     for (int k = 0; k < r->nsplit[d]; k++) spec->e[d].names[k] = mesh->axis_names[r->split[d][k]];
   }
@@ -257,6 +260,10 @@ Value *sharding_from_rule(Mesh *mesh, const Sharding *r) {
   val_decref(&spec->hdr);
   return s;
 }
+
+Value *sharding_from_rule(Mesh *mesh, const Sharding *r) { return from_rule(mesh, r, false); }
+
+Value *sharding_from_rule_spec(Mesh *mesh, const Sharding *r) { return from_rule(mesh, r, true); }
 
 /* The number of spec entries that matter: trailing Nones dropped (JAX
  * compares specs so: P('x') and P('x', None) lay out alike). */
@@ -1349,6 +1356,55 @@ static int add_to(const char *ns, const char *name, BuiltinFn fn, const char *do
   return rc;
 }
 
+/* ops_scatter_type_hook (JAX's _scatter_sharding_rule for x.at[index]):
+ * a dimension the index selects part of may not be split over Explicit
+ * axes; the result has x's type. */
+static Value *scatter_type(Value *x, uint64_t touched) {
+  Value *s = IS_ARRAY(x) ? (AS_ARRAY(x)->sharding ? val_incref(AS_ARRAY(x)->sharding) : NULL)
+             : shardmap_typeof_sharding_hook ? shardmap_typeof_sharding_hook(x) : NULL;
+  AVal av;
+  if (!s || !sharding_is(s) || !((NamedSharding *)s)->mesh || ops_aval(x, &av) < 0) {
+    val_decref(s);
+    return NULL;
+  }
+  const NamedSharding *ns = (const NamedSharding *)s;
+  uint32_t auto_bits = sharding_auto_axes();
+  bool typed = false, bad = false;
+  char ty[512];
+  int n = snprintf(ty, sizeof ty, "%s[", dt_short(av.dtype));
+  for (int d = 0; d < av.ndim && n < 400; d++) {
+    n += snprintf(ty + n, sizeof ty - (size_t)n, "%s%lld", d ? "," : "", (long long)av.shape[d]);
+    const SpecEntry *e = d < ns->spec->n ? &ns->spec->e[d] : NULL;
+    bool typed_axis[8] = {false};
+    int shown = 0;
+    for (int k = 0; e && k < e->nnames && k < 8; k++) {
+      int a = mesh_axis(ns->mesh, e->names[k]);
+      typed_axis[k] = a >= 0 && ns->mesh->axis_types[a] == MESH_EXPLICIT && !(auto_bits >> a & 1);
+      shown += typed_axis[k];
+    }
+    typed |= shown > 0;
+    bad |= shown > 0 && (touched >> d & 1);
+    for (int k = 0, j = 0; shown && k < e->nnames && k < 8; k++)
+      if (typed_axis[k])
+        n += snprintf(ty + n, sizeof ty - (size_t)n, "%s%s", j++ ? "," : shown > 1 ? "@(" : "@",
+                      e->names[k]);
+    if (shown > 1) n += snprintf(ty + n, sizeof ty - (size_t)n, ")");
+  }
+  snprintf(ty + n, sizeof ty - (size_t)n, "]");
+  if (bad) {
+    val_decref(s);
+    return err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].set/add/mul/...(out_sharding=)` to "
+                   "provide output PartitionSpec for the scatter update as out sharding could "
+                   "not be resolved unambiguously (or would require collectives on inputs). Got "
+                   "operand=%s", ty);
+  }
+  if (!typed) {
+    val_decref(s);
+    return NULL;
+  }
+  return s;
+}
+
 /* ops_index_hook: a Device stands for its id where arrays are built
  * (np.array(jax.devices()) is the array of ids a Mesh takes). */
 static bool device_index(const Value *v, int64_t *out) {
@@ -1384,6 +1440,7 @@ int sharding_register(Env *b) {
   sharding_register_rules();
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
+  ops_scatter_type_hook = scatter_type;
   ops_register_equal(V_OPAQUE, opaque_equal);
   static const struct {
     const char *ns, *name;

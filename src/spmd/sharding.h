@@ -60,8 +60,15 @@ void sharding_rule_mesh(const Mesh *m, Sharding *out);
 uint32_t sharding_auto_axes(void);
 
 /* The NamedSharding of [mesh] (borrowed) that [r] describes, with its
- * partial axes completed (replicated).  New reference or NULL. */
+ * partial axes completed (replicated): a layout inferred by the rules,
+ * so a replicated one over a mesh with no Explicit axis has spec P(), as
+ * JAX's compiled outputs say (over Explicit axes the spec is the type's,
+ * one entry per dimension).  New reference or NULL. */
 Value *sharding_from_rule(Mesh *mesh, const Sharding *r);
+
+/* As sharding_from_rule, the spec one entry per dimension always (a
+ * partitioned plan's shard_map in_specs and out_specs, as written). */
+Value *sharding_from_rule_spec(Mesh *mesh, const Sharding *r);
 
 /* [x] (an array, borrowed) laid out by [s] (borrowed): a view of the same
  * values marked sharded (or unsharded for a SingleDeviceSharding).  New

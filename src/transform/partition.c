@@ -405,9 +405,11 @@ static int part_eqn(Part *pt, int k) {
     pe->out.partial |= pbits;
     pe->out.partial_coll = "psum";
   }
+  /* not computed on the blocks, the whole result is sliced to its type */
+  for (int d = 0; !ruled && e->nout == 1 && d < pe->out.ndim; d++) pe->sliced |= pe->out.nsplit[d] != 0;
   for (int j = 0; j < e->nout; j++) {
     Sharding *v = &pp->vars[e->out[j]];
-    if (ruled) *v = pe->out;
+    if (ruled || pe->sliced) *v = pe->out;
     else replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
     pp->origin[e->out[j]] = carry && from >= 0 && !(pe->out.partial & ~pbits) ? from : k;
   }
@@ -617,11 +619,93 @@ PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
 static _Thread_local PartTraced *traced_scope;
 
 void part_trace_enter(PartTraced *scope, Trace *t, Value *const *leaves, int n) {
-  *scope = (PartTraced){t, leaves, n, traced_scope};
+  *scope = (PartTraced){t, leaves, n, traced_scope, NULL, NULL, 0, 0, 0, 0, false};
   traced_scope = scope;
 }
 
-void part_trace_leave(PartTraced *scope) { traced_scope = scope->prev; }
+void part_trace_leave(PartTraced *scope) {
+  traced_scope = scope->prev;
+  PartPlan *pp = scope->pp;
+  if (!pp) return;
+  for (int k = 0; k < scope->done; k++) {
+    shm_free(pp->eqns[k].want);
+    if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
+    for (int j = 0; j < pp->eqns[k].nsubs; j++) val_decref(&pp->eqns[k].subs[j]->base.hdr);
+    shm_free(pp->eqns[k].subs);
+  }
+  for (int k = 0; k < scope->capeqn; k++) sbuf_free(&scope->notes[k]);
+  shm_free(scope->notes);
+  shm_free(pp->vars);
+  shm_free(pp->origin);
+  shm_free(pp->eqns);
+  val_decref(&pp->p->hdr);
+  val_decref(&pp->mesh->hdr);
+  shm_free(pp);
+  scope->pp = NULL;
+}
+
+/* Grows [*a] (of [*cap] elements of [size] bytes, zeroed) to hold [n]. */
+static int grow_zeroed(void **a, int *cap, int n, size_t size) {
+  if (n <= *cap) return 0;
+  int c = *cap ? *cap : 16;
+  while (c < n) c *= 2;
+  void *b = shm_realloc(*a, (size_t)c * size);
+  if (!b) return err_nomem(), -1;
+  memset((char *)b + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
+  *a = b;
+  *cap = c;
+  return 0;
+}
+
+/* The scope's propagation started: its mesh and arguments' layouts, or
+ * [off] when the mesh has no Explicit axis.  0, or -1. */
+static int traced_start(PartTraced *sc, Plan *p) {
+  Mesh *m = p->nin == sc->n ? part_mesh(sc->leaves, sc->n, NULL) : NULL;
+  bool explicit_mesh = false;
+  for (int a = 0; m && a < m->naxes; a++) explicit_mesh |= m->axis_types[a] == MESH_EXPLICIT;
+  if (!explicit_mesh) {
+    sc->off = true;
+    return 0;
+  }
+  PartPlan *pp = shm_calloc(1, sizeof *pp);
+  if (!pp) return err_nomem(), -1;
+  pp->p = (Plan *)val_incref(&p->hdr);
+  pp->mesh = (Mesh *)val_incref(&m->hdr);
+  sc->pp = pp;
+  return 0;
+}
+
+int part_traced_check(Trace *t) {
+  PartTraced *sc = traced_scope;
+  if (!sc || sc->t != t || sc->off) return 0;
+  Plan *p = trace_plan(t);
+  if (!sc->pp && (traced_start(sc, p) < 0 || sc->off)) return sc->off ? 0 : -1;
+  PartPlan *pp = sc->pp;
+  int capv = sc->capvars, cape = sc->capeqn;
+  if (grow_zeroed((void **)&pp->vars, &sc->capvars, p->nvars + 1, sizeof(Sharding)) < 0 ||
+      grow_zeroed((void **)&pp->origin, &capv, p->nvars + 1, sizeof(int)) < 0 ||
+      grow_zeroed((void **)&pp->eqns, &sc->capeqn, p->neqn + 1, sizeof(PartEqn)) < 0 ||
+      grow_zeroed((void **)&sc->notes, &cape, p->neqn + 1, sizeof(StrBuf)) < 0)
+    return -1;
+  for (int v = sc->nvars; v < p->nvars; v++) {
+    replicated(pp->mesh, p->vars[v].ndim, &pp->vars[v]);
+    for (int i = 0; i < sc->n; i++)
+      if (p->invars[i] == v) layout_of(pp->mesh, leaf_sharding(sc->leaves[i]), p->vars[v].ndim, &pp->vars[v]);
+  }
+  sc->nvars = p->nvars;
+  Part pt = {pp, sc->notes};
+  for (; sc->done < p->neqn; sc->done++) {
+    if (part_eqn(&pt, sc->done) == 0) continue;
+    PartEqn *pe = &pp->eqns[sc->done];
+    shm_free(pe->want);
+    if (pe->local) params_clear(&pe->params);
+    memset(pe, 0, sizeof *pe);
+    sbuf_free(&sc->notes[sc->done]);
+    if (sc->done == p->neqn - 1) plan_eqn_clear(&p->eqns[--p->neqn]);
+    return -1;
+  }
+  return 0;
+}
 
 Value *part_traced_sharding(Value *x) {
   PartTraced *sc = traced_scope;
@@ -630,6 +714,11 @@ Value *part_traced_sharding(Value *x) {
     return NULL;
   Plan *p = trace_plan(sc->t);
   int var = ((Tracer *)x)->var;
+  if (sc->pp && var >= 0 && var < sc->nvars) {   /* laid out while tracing */
+    Sharding s = sc->pp->vars[var];
+    s.partial = 0;
+    return sharding_from_rule(sc->pp->mesh, &s);
+  }
   Mesh *m = p->nin == sc->n ? part_mesh(sc->leaves, sc->n, NULL) : NULL;
   if (!m || var < 0 || var >= p->nvars) return NULL;
   Value **in = shm_calloc((size_t)sc->n + 1, sizeof(Value *));

@@ -45,6 +45,9 @@ typedef struct PartEqn {
                         is a partial sum (completed where it is next used) */
   bool manual;       /* a shard_map over the plan's mesh: its body runs on the
                         blocks its in_specs give (Manual inside Auto) */
+  bool sliced;       /* its blocks do not compute the result: computed whole on
+                        replicated operands, each device keeps its block of the
+                        result's type [out] (Explicit mode, prim.h ShardingRule) */
   bool local;        /* [params] replace the equation's for blocks */
   Params params;     /* owned when [local] */
   struct PartPlan **subs; /* owned: cond's branches, while's cond and body, scan's
@@ -122,9 +125,24 @@ typedef struct PartTraced {
   Value *const *leaves;
   int n;
   struct PartTraced *prev;
+  /* over a mesh with Explicit axes, the propagation so far (partition.c):
+   * owned, the first [done] equations and [nvars] variables laid out */
+  PartPlan *pp;
+  StrBuf *notes;
+  int done, nvars, capeqn, capvars;
+  bool off;          /* no Explicit axis: nothing to check while tracing */
 } PartTraced;
 void part_trace_enter(PartTraced *scope, Trace *t, Value *const *leaves, int n);
 void part_trace_leave(PartTraced *scope);
+
+/* Explicit mode's errors while tracing, as JAX's sharding rules raise
+ * them when a primitive is bound: lays out the equations [t] (the
+ * innermost entered scope's trace; any other trace: nothing) recorded
+ * since the last call, over the mesh of the call's sharded arguments
+ * when it has Explicit axes.  0, or -1 with the rule's error (located at
+ * the equation); the equation that raised it is then dropped from the
+ * plan, as JAX binds no primitive whose rule raised. */
+int part_traced_check(Trace *t);
 
 /* The NamedSharding (a new reference) propagation gives [x], a value
  * traced by the innermost entered trace, from the plan recorded so far

@@ -327,6 +327,13 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   }
   for (int i = 0; i < made; i++) val_decref(ops[i]);
   if (ops != stack) shm_free(ops);
+  if (res && pe->sliced) {   /* the whole result, sliced to its type */
+    Sharding whole = pe->out;
+    for (int d = 0; d < whole.ndim; d++) whole.nsplit[d] = 0;
+    Value *b = reshard(pp, res, &whole, &pe->out);
+    val_decref(res);
+    res = b;
+  }
   if (!res) return -1;
   bool tup = e->nout != 1 || pe->manual || (h && h->eval && h->eval_tuple);
   for (int j = 0; j < e->nout; j++) env->v[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
@@ -393,7 +400,7 @@ out:
 static Value *specs(const PartPlan *pp, const Sharding *s, int n) {
   Value *t = tuple_new((size_t)n);
   for (int i = 0; t && i < n; i++) {
-    Value *ns = sharding_from_rule(pp->mesh, &s[i]);
+    Value *ns = sharding_from_rule_spec(pp->mesh, &s[i]);
     if (!ns) {
       for (int k = i; k < n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
       val_decref(t);

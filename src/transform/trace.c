@@ -18,6 +18,7 @@
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
 #include "spmd/sharding.h"
+#include "transform/partition.h"
 #include "transform/trace.h"
 
 struct Trace {
@@ -393,6 +394,7 @@ static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, in
       goto out;
   rc = plan_add_eqn(t->plan, prim, params, nin, atoms, nout, out_vars, eval_current_loc());
   if (rc >= 0) t->plan->eqns[rc].auto_axes = sharding_auto_axes();
+  if (rc >= 0 && part_traced_check(t) < 0) rc = -1;   /* Explicit mode's errors, as bound */
 out:
   params_clear(params);
   if (atoms != stack_atoms) shm_free(atoms);
