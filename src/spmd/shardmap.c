@@ -2145,7 +2145,9 @@ int shardmap_register(Env *b) {
  * each result back together with a tiled all_gather over the axes its
  * out_spec splits (an axis the out_spec leaves out must be invariant:
  * the usual check_vma rule).  No new threads: the outer call's
- * collective group serves the inner body's collectives.
+ * collective group serves the inner body's collectives.  Under a
+ * transformation the call goes to shard_map's rules (grad, vmap) or is
+ * staged (jit) as at the top level; what they call runs here again.
  */
 
 /* True when mesh [m] is the one [d] describes (names, sizes, devices). */
@@ -2313,17 +2315,23 @@ static Value *nested_run(Call *c, DevCtx *dc, uint32_t inner) {
   return r;
 }
 
-/* A shard_map called on device [dc]'s thread, inside another's body. */
+/* A shard_map called on device [dc]'s thread, inside another's body (or
+ * inside one's body being traced).  On values being differentiated or
+ * batched, the shard_map row's rules take the call and come back here
+ * with shard_maps of the body's JVP, linearization, backward pass or
+ * vmap, which run on this device like any nested call; under jit, one
+ * shard_map equation in the enclosing body's plan, which runs here when
+ * the plan does. */
 static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc) {
   uint32_t inner = nested_axes(f, dc->mesh);
   if (!inner) return NULL;
-  if (prim_tracing())
-    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a shard_map nested in a shard_map body is not "
-                   "supported under jit yet (it runs eagerly)", f->name);
-  for (int i = 0; i < a->nargs; i++)
-    if (a->args[i]->type == V_TRACER)
-      return err_set(ERR_NOT_IMPLEMENTED, "%s(): a shard_map nested in a shard_map body cannot "
-                     "be differentiated or batched yet", f->name);
+  for (int i = 0; differentiator && i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER && !prim_value_is_staged(a->args[i]))
+      return differentiator(&f->hdr, a);
+  if (prim_tracing()) {
+    if (!stager) return err_set(ERR_TYPE, "shard_map: cannot be staged (no jit)");
+    return stager(&f->hdr, a);
+  }
   Call c = {.f = f};
   c.args = shm_calloc((size_t)a->nargs + 1, sizeof(Array *));
   Value *res = NULL;

@@ -19,6 +19,12 @@
  *      varies over a mesh axis its out_spec leaves out is an error, and
  *      so are untiled blocks that differ (naming two devices and the first
  *      differing index).
+ * A call on a device thread, inside another shard_map's body (or inside
+ * one being traced), is a nested call (shmap(7)): it makes manual some
+ * axes the enclosing body left automatic and runs on that same thread,
+ * on its block along them; values being differentiated or batched go to
+ * shard_map's rules, and under jit it is one equation in the enclosing
+ * body's plan, both coming back here as nested calls.
  */
 #ifndef SHMAP_SHARDMAP_H
 #define SHMAP_SHARDMAP_H

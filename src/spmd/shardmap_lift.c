@@ -73,6 +73,12 @@ static void scan_items(Scan *s, Value *const *v, size_t n) {
 }
 
 static void scan_tracer(Scan *s, Value *v) {
+  /* one an enclosing call on this device passes already: a nested call
+   * passes on this device's value of it, which the dispatch takes after
+   * it (shardmap_lifted) */
+  Value *here = shardmap_lifted(v);
+  if (here && here->type != V_TRACER) return;
+  if (here) v = here;
   if (prim_value_is_staged(v)) return;   /* jit's: the staging lifts them */
   for (int i = 0; i < s->nskip; i++)
     if (s->skip[i] == v) return;

@@ -1001,42 +1001,51 @@ static uint32_t spec_bits(const PSpec *s, const Mesh *m) {
   return bits;
 }
 
-/* The block aval device code sees for global aval [g] under [s]. */
-static int block_aval(const ShardFn *f, int i, int n, const AVal *g, AVal *b) {
+/* The block aval device code sees for global aval [g] under [s]; a
+ * nested call's block still varies over what [g] varies over. */
+static int block_aval(const ShardFn *f, int i, int n, const AVal *g, AVal *b, bool nested) {
   PSpec *s = spec_at(f->in_specs, i);
   if (shardmap_check_shape(f, i, n, g->ndim, g->shape) < 0) return -1;
   *b = *g;
   for (int ax = 0; ax < s->n; ax++) b->shape[ax] = g->shape[ax] / pspec_entry_size(s, f->mesh, ax);
-  b->vma = spec_bits(s, f->mesh);
+  b->vma = spec_bits(s, f->mesh) | (nested ? g->vma : 0);
   return 0;
 }
 
-/* The global aval of result [i] from its block aval. */
-static int global_aval(const ShardFn *f, PSpec *s, const AVal *b, AVal *g) {
+/* The global aval of result [i] from its block aval: a nested call's
+ * still varies over the enclosing body's manual axes it varied over. */
+static int global_aval(const ShardFn *f, PSpec *s, const AVal *b, AVal *g, bool nested) {
   if (!s) return err_set(ERR_VALUE, "%s(): the body's results do not match its out_specs", f->name), -1;
   if (pspec_check(s, f->mesh, b->ndim, "out_specs") < 0) return -1;
   *g = *b;
-  g->vma = 0;
+  g->vma = nested ? b->vma & f->auto_axes : 0;
   for (int ax = 0; ax < s->n; ax++) g->shape[ax] = b->shape[ax] * pspec_entry_size(s, f->mesh, ax);
   return 0;
 }
 
 /* Traces the body of [f] on block tracers, with the mesh's device context
- * installed so collectives know their axes. */
+ * installed so collectives know their axes.  [nested]: called inside
+ * another shard_map's body (the current device context's), whose manual
+ * axes stay manual in this one's. */
 static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *ncap,
-                        Value **result) {
-  MeshDesc md;
-  mesh_to_desc(f->mesh, &md);
-  md.auto_axes = f->auto_axes;
-  DevCtx ctx = {.mesh = &md, .rank = 0, .unchecked = !f->check_rep};
+                        Value **result, bool nested) {
   DevCtx *saved = dev_ctx();
+  MeshDesc md;
+  if (nested) {
+    md = *saved->mesh;
+    md.auto_axes &= f->auto_axes;
+  } else {
+    mesh_to_desc(f->mesh, &md);
+    md.auto_axes = f->auto_axes;
+  }
+  DevCtx ctx = {.mesh = &md, .rank = 0, .unchecked = !f->check_rep};
   Trace *t = trace_begin(f->name, false);
   if (!t) return NULL;
   Value **bt = shm_calloc((size_t)n + 1, sizeof(Value *));
   Value *r = NULL;
   for (int i = 0; bt && i < n; i++) {
     AVal g, b;
-    if (ops_aval(args[i], &g) < 0 || block_aval(f, i, n, &g, &b) < 0 ||
+    if (ops_aval(args[i], &g) < 0 || block_aval(f, i, n, &g, &b, nested) < 0 ||
         !(bt[i] = trace_new_arg(t, &b, NULL)))
       goto fail;
   }
@@ -1093,7 +1102,7 @@ static Value *manual_axes_tuple(const ShardFn *f) {
 
 /* Records shard_map[...] over [args] in the current trace. */
 static Value *emit_shard_map(ShardFn *f, Plan *body, Value *out_specs, Value **caps, int ncap,
-                             int n, Value **args) {
+                             int n, Value **args, bool nested) {
   int nout = body->nout;
   AVal *avs = shm_calloc((size_t)nout + 1, sizeof(AVal));
   Value **ops = shm_calloc((size_t)(ncap + n) + 1, sizeof(Value *));
@@ -1106,7 +1115,8 @@ static Value *emit_shard_map(ShardFn *f, Plan *body, Value *out_specs, Value **c
   for (int i = 0; i < nout; i++) {
     AVal b;
     plan_atom_aval(body, &body->outs[i], &b);
-    if (global_aval(f, (PSpec *)tuple_get(out_specs, (size_t)i), &b, &avs[i]) < 0) goto out;
+    if (global_aval(f, (PSpec *)tuple_get(out_specs, (size_t)i), &b, &avs[i], nested) < 0)
+      goto out;
   }
   shm_memcpy(ops, caps, sizeof(Value *) * (size_t)ncap);
   shm_memcpy(ops + ncap, args, sizeof(Value *) * (size_t)n);
@@ -1139,12 +1149,14 @@ static Value *trace_shard_map(Value *sfv, int n, Value **args) {
                    tuple_len(f->in_specs), n, n == 1 ? "" : "s");
   Value **caps = NULL, *tmpl = NULL;
   int ncap = 0;
-  Plan *body = trace_body(f, n, args, &caps, &ncap, &tmpl);
+  DevCtx *dc = dev_ctx();
+  bool nested = dc && dc->mesh;   /* inside a shard_map body being traced */
+  Plan *body = trace_body(f, n, args, &caps, &ncap, &tmpl, nested);
   if (!body) return NULL;
   /* one spec per result leaf, from the out_specs prefix of the result */
   Value *specs = shardmap_out_leaf_specs(f, tmpl);
   Value *res = specs && (int)tuple_len(specs) == body->nout
-                   ? emit_shard_map(f, body, specs, caps, ncap, n, args)
+                   ? emit_shard_map(f, body, specs, caps, ncap, n, args, nested)
                    : specs ? err_set(ERR_VALUE, "%s(): the body's results do not match its "
                                                 "out_specs", f->name)
                            : NULL;

@@ -58,7 +58,11 @@ Value *jit_plan_of(Value *fn, const CallArgs *a);
 
 /* A shard_map function [sf] called while tracing (from inside a jit
  * function): records its shard_map equation in the current trace and
- * returns the traced result.  shardmap_call hands such calls here. */
+ * returns the traced result.  shardmap_call hands such calls here.
+ * Called inside a shard_map body being traced (a device context with a
+ * mesh: a nested call), its body is traced with the enclosing body's
+ * manual axes manual too, its blocks and results keep varying over them,
+ * and the equation goes into the enclosing body's plan. */
 Value *jit_trace_shard_map(Value *sf, const CallArgs *a);
 
 /* What lowering a call keeps to run it later (aot.h's Lowered and

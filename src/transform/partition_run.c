@@ -12,6 +12,7 @@
  */
 #include <string.h>
 
+#include "base/intern.h"
 #include "base/mem.h"
 #include "lang/eval.h"
 #include "lang/ops.h"
@@ -157,10 +158,121 @@ static Value *complete(const PartPlan *pp, Value *x, const Sharding *out) {
   return r;
 }
 
+static Value *run_body(const PartPlan *pp, const Plan *p, Value **in);
+
+/* [spec] (a PSpec, borrowed) over the plan's mesh as a layout of rank
+ * [ndim]. */
+static void spec_layout(const PartPlan *pp, Value *spec, int ndim, Sharding *out) {
+  NamedSharding ns = {.mesh = pp->mesh, .spec = (PSpec *)spec, .device = -1};
+  sharding_to_rule(&ns, ndim, out);
+}
+
+/* [x] (borrowed, of rank [ndim]), whole on this device, split as [spec]
+ * says (a local slice, [to_block]) or [x] a block so split made whole
+ * again (a tiled all_gather): a new reference or NULL. */
+static Value *nested_reshard(const PartPlan *pp, Value *x, int ndim, Value *spec, bool to_block) {
+  Sharding whole, split;
+  spec_layout(pp, spec, ndim, &split);
+  whole = split;
+  for (int d = 0; d < whole.ndim; d++) whole.nsplit[d] = 0;
+  return to_block ? reshard(pp, x, &whole, &split) : reshard(pp, x, &split, &whole);
+}
+
+/* The mesh axes (bits) [v] (a str or tuple of them, e.g. manual_axes)
+ * or the entries of PSpec [v] name. */
+static uint32_t named_axes(const PartPlan *pp, Value *v) {
+  uint32_t bits = 0;
+  if (v->type == V_PSPEC) {
+    const PSpec *s = (const PSpec *)v;
+    for (int d = 0; d < s->n; d++)
+      for (int q = 0; q < s->e[d].nnames; q++) bits |= 1u << mesh_axis(pp->mesh, s->e[d].names[q]);
+    return bits;
+  }
+  size_t n = 1;
+  Value *const *items = &v;
+  if (v->type != V_STR && !val_seq(v, &n, &items)) return 0;
+  for (size_t i = 0; i < n; i++) {
+    int a = items[i]->type == V_STR ? mesh_axis(pp->mesh, intern_cstr(str_cstr(items[i]))) : -1;
+    if (a >= 0) bits |= 1u << a;
+  }
+  return bits;
+}
+
+/* The replication check of nested equation [e] (check_rep) from its
+ * body's traced result types: over its manual axes a result may vary
+ * only along axes its out_spec names.  The blocks here carry no types
+ * (every axis is manual), so the check the call makes on the devices
+ * is made from the plan.  0, or -1 with the ValueError. */
+static int nested_check_vma(const PartPlan *pp, const PlanEqn *e, const Plan *body, Value *outs) {
+  Value *cr = params_get(&e->params, "check_rep"), *manual = params_get(&e->params, "manual_axes");
+  if (!cr || !IS_ARRAY(cr) || !arr_get_i64(AS_ARRAY(cr), 0)) return 0;
+  uint32_t inner = manual ? named_axes(pp, manual) : ~0u;
+  for (int k = 0; k < body->nout; k++) {
+    AVal av;
+    plan_atom_aval(body, &body->outs[k], &av);
+    Value *spec = tuple_get(outs, (size_t)k);
+    uint32_t bad = av.vma & inner & ~named_axes(pp, spec);
+    for (int a = 0; bad && a < pp->mesh->naxes; a++) {
+      if (!(bad >> a & 1)) continue;
+      char sb[256];
+      const char *ax = pp->mesh->axis_names[a];
+      pspec_str((const PSpec *)spec, sb, sizeof sb);
+      err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
+                         "over '%s' (is a psum over '%s' missing?)", sb, ax, k, ax, ax);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* A shard_map equation [e] inside a body run in place, where every mesh
+ * axis is manual: a nested shard_map (shmap(7)), whose inner manual axes
+ * here are manual already.  Its operands [ops] are split by its
+ * in_specs, its body runs on them as this one does, and its results come
+ * back whole along the axes its out_specs split.  A tuple of its
+ * results. */
+static Value *run_nested(const PartPlan *pp, const PlanEqn *e, Value **ops) {
+  Value *ins = params_get(&e->params, "in_specs"), *outs = params_get(&e->params, "out_specs");
+  Value *body = params_get(&e->params, "jaxpr");
+  if (!ins || !outs || !body || tuple_len(ins) != (size_t)e->nin ||
+      tuple_len(outs) != (size_t)e->nout)
+    return err_set(ERR_VALUE, "shard_map equation without its specs");
+  if (nested_check_vma(pp, e, AS_PLAN(body), outs) < 0) return NULL;
+  Value **blocks = shm_calloc((size_t)e->nin + 1, sizeof(Value *)), *r = NULL;
+  if (!blocks) return err_nomem();
+  int made = 0;
+  for (; made < e->nin; made++) {
+    AVal av;
+    if (ops_aval(ops[made], &av) < 0 ||
+        !(blocks[made] = nested_reshard(pp, ops[made], av.ndim, tuple_get(ins, (size_t)made), true)))
+      break;
+  }
+  Value *res = made == e->nin ? run_body(pp, AS_PLAN(body), blocks) : NULL;
+  if (res) r = tuple_new((size_t)e->nout);
+  for (int k = 0; r && k < e->nout; k++) {
+    Value *x = tuple_get(res, (size_t)k);
+    AVal av;
+    Value *w = ops_aval(x, &av) < 0 ? NULL
+               : nested_reshard(pp, x, av.ndim, tuple_get(outs, (size_t)k), false);
+    if (!w) {
+      for (int j = k; j < e->nout; j++) tuple_set_steal(r, (size_t)j, val_incref(VAL_NONE));
+      val_decref(r);
+      r = NULL;
+      break;
+    }
+    tuple_set_steal(r, (size_t)k, w);
+  }
+  if (res) val_decref(res);
+  for (int i = 0; i < made; i++) val_decref(blocks[i]);
+  shm_free(blocks);
+  return r;
+}
+
 /* Plan [p] (a shard_map's body) on this device's blocks [in]: a tuple of
  * its results.  Each equation through its row (a higher-order one by its
- * eval rule), as the body runs under shard_map. */
-static Value *run_body(const Plan *p, Value **in) {
+ * eval rule, a shard_map as a nested call), as the body runs under
+ * shard_map. */
+static Value *run_body(const PartPlan *pp, const Plan *p, Value **in) {
   Value **env = shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), *r = NULL;
   if (!env) return err_nomem();
   for (int i = 0; i < p->nconst; i++) env[p->constvars[i]] = val_incref(p->consts[i]);
@@ -173,10 +285,12 @@ static Value *run_body(const Plan *p, Value **in) {
     for (int i = 0; i < e->nin; i++) ops[i] = e->in[i].var >= 0 ? env[e->in[i].var] : e->in[i].lit;
     eval_set_current_loc(e->loc);
     const HigherRules *h = higher_rules(e->prim);
-    Value *res = h && h->eval ? h->eval(e, ops) : prim_bind(e->prim, e->nin, ops, &e->params);
+    bool nested = e->prim == P_SHARD_MAP;
+    Value *res = nested ? run_nested(pp, e, ops)
+                 : h && h->eval ? h->eval(e, ops) : prim_bind(e->prim, e->nin, ops, &e->params);
     if (ops != stack) shm_free(ops);
     if (!res) break;
-    bool tup = e->nout != 1 || (h && h->eval && h->eval_tuple);
+    bool tup = e->nout != 1 || nested || (h && h->eval && h->eval_tuple);
     for (int j = 0; j < e->nout; j++) env[e->out[j]] = val_incref(tup ? tuple_get(res, (size_t)j) : res);
     val_decref(res);
   }
@@ -319,7 +433,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   const HigherRules *h = higher_rules(e->prim);
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
-    if (pe->manual) res = run_body(AS_PLAN(params_get(&e->params, "jaxpr")), ops);
+    if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
     else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
     else if (h && h->eval) res = h->eval(e, ops);

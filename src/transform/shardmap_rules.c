@@ -103,6 +103,8 @@ typedef struct SmCall {
    * devices (P(mesh axes)), and enter the backward one the same way, as
    * JAX's shard_map partial evaluation passes them. */
   bool staged;
+  bool nested;             /* called on a device inside another shard_map's body:
+                              this device's own call, which it alone runs */
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
   bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
   Value *told;             /* (single, nout), as the first device of this process
@@ -150,7 +152,7 @@ static const OpaqueType smcall_type = {"differentiated shard_map", smcall_free, 
 
 /* The body's results on one device as leaves: the tuple's items or the
  * one array; the first device of this process records which (under
- * mpirun device 0 may run elsewhere). */
+ * mpirun device 0 may run elsewhere); a nested call's device, its own. */
 static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) {
   bool single = !val_seq(res, n, items) || res->type != V_TUPLE;
   if (single) *items = NULL, *n = 1;
@@ -159,7 +161,9 @@ static int body_results(SmCall *c, Value *res, Value *const **items, size_t *n) 
     return -1;
   }
   DevCtx *d = dev_ctx();
-  if (d && coll_first_local(d)) {
+  if (c->nested) {
+    c->single = single, c->nout = (int)*n;
+  } else if (d && coll_first_local(d)) {
     c->single = single, c->nout = (int)*n;
     Value *one = c->told ? NULL : arr_python_int(single);
     Value *count = one ? arr_python_int((int64_t)*n) : NULL;
@@ -247,6 +251,7 @@ static Value *residual_row(Value *x, bool add) {
 static Value *residual_spec(SmCall *c, Value *res) {
   AVal a;
   if (prim_value_aval(res, &a) < 0) return NULL;
+  a.vma &= ~c->f->auto_axes;   /* nested: the enclosing body's manual axes stay its own */
   int n = 0;
   for (int i = 0; i < c->f->mesh->naxes; i++) n += (a.vma >> i) & 1u;
   Value *names = n ? tuple_new((size_t)n) : val_incref(VAL_NONE);
@@ -524,7 +529,7 @@ static Value *sm_forward(SmCall *c, JvpTrace *j, const CallArgs *a) {
 }
 
 static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
-  Value *args[SHARDMAP_MAX_ARGS], *tans[SHARDMAP_MAX_ARGS];
+  Value *args[SHARDMAP_MAX_ARGS], *tans[2 * SHARDMAP_MAX_ARGS];
   int k = 0;
   for (int i = 0; i < c->nargs; i++) {
     args[i] = ad_primal_of(a->args[i], j->id);
@@ -578,12 +583,24 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   for (int m = 0; m < c->nout; m++) {
     outs[m] = c->single && !c->staged ? res : tuple_get(res, (size_t)m);
     if (ops_aval(outs[m], &c->out_avals[m]) < 0) goto out;
-    c->out_avals[m].vma = 0;
+    /* a nested call's results still vary over the enclosing body's axes */
+    if (!c->nested) c->out_avals[m].vma = 0;
   }
+  /* Staged inside another shard_map's body, whose backward pass is traced
+   * apart from its forward one: the residuals are operands, which that
+   * body's linearization keeps as its own residuals. */
+  int nops = c->ndiff;
+  if (c->staged && c->nested && c->ndiff + c->nres > 2 * SHARDMAP_MAX_ARGS) {
+    err_set(ERR_VALUE, "shard_map: more than %d arguments and residuals to differentiate",
+            2 * SHARDMAP_MAX_ARGS);
+    goto out;
+  }
+  if (c->staged && c->nested)
+    for (int i = 0; i < c->nres; i++) tans[nops++] = c->res_globals[i];
   Params p;
   params_init(&p);
   params_add(&p, "linearized", val_incref(&c->base.hdr));
-  tup = trace_emit(P_SHARD_MAP, &p, c->ndiff, tans, c->nout, c->out_avals);
+  tup = trace_emit(P_SHARD_MAP, &p, nops, tans, c->nout, c->out_avals);
   if (!tup) goto out;
   Value *vals[SHARDMAP_MAX_ARGS];
   for (int m = 0; m < c->nout; m++)
@@ -621,6 +638,8 @@ static Value *jvp_call_shard_map(Value *fv, const CallArgs *a) {
   c->nargs = a->nargs;
   c->ndev = f->mesh->size;
   c->staged = prim_tracing();
+  DevCtx *d = dev_ctx();
+  c->nested = d && d->mesh;
   if (!(c->diff = shm_calloc((size_t)a->nargs + 1, sizeof(bool)))) {
     val_decref(&c->base.hdr);
     return err_nomem();
@@ -663,7 +682,7 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
  * arguments' cotangents assembled by the in_specs. */
 static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
                                const Params *p, Value **cts) {
-  (void)in, (void)av;
+  (void)av;
   Value *cv = params_get(p, "linearized");
   if (!cv || cv->type != V_OPAQUE || ((Opaque *)cv)->ot != &smcall_type)
     return prim_rule_missing(P_SHARD_MAP, "transpose of a staged shard_map");
@@ -680,7 +699,14 @@ static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const boo
       ad_values_free_n(args, m);
       return -1;
     }
-  for (int i = 0; i < c->nres; i++) args[c->nout + i] = val_incref(c->res_globals[i]);
+  for (int i = 0; i < c->nres; i++) {   /* nested: the operands after the tangents */
+    Value *r = c->nested ? (c->ndiff + i < nin && in ? in[c->ndiff + i] : NULL) : c->res_globals[i];
+    if (!r) {
+      ad_values_free_n(args, c->nout + i);
+      return prim_rule_missing(P_SHARD_MAP, "transpose without a nested call's residuals");
+    }
+    args[c->nout + i] = val_incref(r);
+  }
   Value *out_specs = tuple_new((size_t)c->ndiff);
   for (int i = 0, k = 0; out_specs && i < c->nargs; i++)
     if (c->diff[i]) tuple_set_steal(out_specs, (size_t)k++, val_incref(&shardmap_in_spec(c->f, i)->hdr));
