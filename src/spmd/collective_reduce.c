@@ -17,6 +17,7 @@
 #include "spmd/collective_impl.h"
 
 #include "array/prim.h"
+#include "array/prim_rules.h"
 #include "lang/ops.h"
 
 /* ---- strided views ------------------------------------------------------------ */
@@ -1231,29 +1232,39 @@ static void traffic_all_reduce(double b, int n, CollTraffic *t) {
 
 /* ==== the rows ================================================================ */
 
+/* psum, pmax, pmin and pvary have the element-wise sharding rule: in a
+ * partial-manual shard_map's body, partitioned along its automatic axes
+ * (transform/partition.c), they name only manual axes, so each block
+ * along the automatic ones reduces with its peers of the other manual
+ * groups, laid out as it came. */
+
 static const CollRow reduce_rows[] = {
     {P_AXIS_INDEX, {.shape = coll_shape_axis_index, .kernel = coll_kernel_axis_index,
                     .vma = coll_vma_axis_index,
                     .coll = &(const CollRules){.named = COLL_NAMED_ADDS}}},
     {P_PSUM, {.shape = coll_shape_psum, .kernel = coll_kernel_psum, .vma = coll_vma_psum,
+              .sharding = prim_sharding_elementwise,
               .batch = batch_psum, .jvp = jvp_psum, .transpose = tr_psum,
               .coll = &(const CollRules){.api_name = "psum", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_SUM,
                                          .named_batch = batch_named_reduce,
                                          .traffic = traffic_all_reduce}}},
     {P_PMAX, {.shape = coll_shape_pmax, .kernel = coll_kernel_pmax, .vma = coll_vma_pmax,
+              .sharding = prim_sharding_elementwise,
               .batch = batch_pmax, .jvp = jvp_pmax,
               .coll = &(const CollRules){.api_name = "pmax", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_MAX,
                                          .named_batch = batch_named_reduce,
                                          .traffic = traffic_all_reduce}}},
     {P_PMIN, {.shape = coll_shape_pmin, .kernel = coll_kernel_pmin, .vma = coll_vma_pmin,
+              .sharding = prim_sharding_elementwise,
               .batch = batch_pmin, .jvp = jvp_pmin,
               .coll = &(const CollRules){.api_name = "pmin", .named = COLL_NAMED_REMOVES,
                                          .reduces = true, .reduce = P_REDUCE_MIN,
                                          .named_batch = batch_named_reduce,
                                          .traffic = traffic_all_reduce}}},
     {P_PVARY, {.shape = shape_pvary, .kernel = kernel_pvary, .vma = vma_pvary,
+               .sharding = prim_sharding_elementwise,
                .batch = batch_pvary, .jvp = jvp_pvary, .transpose = tr_pvary,
                .coll = &(const CollRules){.named = COLL_NAMED_KEEPS}}},
 };

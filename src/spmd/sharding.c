@@ -839,9 +839,45 @@ static Value *constrain_one(Value *leaf, void *ctx) {
   return r;
 }
 
+/* Inside a partial-manual shard_map's body (axis_names=), where only
+ * the automatic axes may be constrained: 0, or -1 + ERR_VALUE in JAX's
+ * words when [ctx]'s layout names one of the body's manual axes (the
+ * body is partitioned within each manual group; a split across the
+ * groups has no meaning there). */
+static int constraint_manual_check(void *ctx) {
+  DevCtx *dc = dev_ctx();
+  if (!dc || !dc->mesh || !dc->mesh->auto_axes) return 0;
+  Value *sv = as_sharding((Value *)ctx);
+  if (!sv) return -1;
+  const NamedSharding *ns = (const NamedSharding *)sv;
+  const MeshDesc *md = dc->mesh;
+  bool bad = false;
+  for (int d = 0; ns->spec && d < ns->spec->n; d++)
+    for (int k = 0; k < ns->spec->e[d].nnames; k++)
+      for (int a = 0; a < md->naxes; a++)
+        if (!(md->auto_axes >> a & 1) && !strcmp(md->names[a], ns->spec->e[d].names[k])) bad = true;
+  if (bad) {
+    char sp[256], manual[256];
+    size_t len = 0;
+    int n = 0;
+    pspec_str(ns->spec, sp, sizeof sp);
+    manual[0] = '\0';
+    for (int a = 0; a < md->naxes && len < sizeof manual; a++)
+      if (!(md->auto_axes >> a & 1))
+        n++, len += (size_t)snprintf(manual + len, sizeof manual - len, "%s'%s'", len ? ", " : "",
+                                     md->names[a]);
+    err_set(ERR_VALUE, "pspec %s contains a manual axes (%s%s) of mesh which is not allowed. If "
+            "you are using a with_sharding_constraint under a shard_map, only use the mesh axis "
+            "in PartitionSpec which are not manual.", sp, manual, n == 1 ? "," : "");
+  }
+  val_decref(sv);
+  return bad ? -1 : 0;
+}
+
 /* A leaf of with_sharding_constraint: a concrete array laid out at once
  * (a device_put), a traced one (jit, grad, vmap) bound. */
 static Value *constraint_leaf(Value *leaf, void *ctx) {
+  if (constraint_manual_check(ctx) < 0) return NULL;
   return IS_ARRAY(leaf) && !prim_tracing() ? put_one(leaf, ctx) : constrain_one(leaf, ctx);
 }
 

@@ -757,6 +757,17 @@ void shardmap_set_runner(ShardmapRunner run) { runner = run ? run : run_plain; }
 
 void shardmap_set_stager(ShardmapStager stage) { stager = stage; }
 
+static ShardmapStager auto_runner;
+
+void shardmap_set_auto_runner(ShardmapStager run) { auto_runner = run; }
+
+/* Whether an argument of [a] is a tracer (being transformed). */
+static bool traced_arg(const CallArgs *a) {
+  for (int i = 0; i < a->nargs; i++)
+    if (a->args[i]->type == V_TRACER) return true;
+  return false;
+}
+
 static Value **tree_template(Value *body);
 static int tree_settle(Value *body);
 
@@ -1049,6 +1060,7 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   if (out_flat) val_decref(out_flat);
   if (!sf) goto out;
   ((ShardFn *)sf)->auto_axes = f->auto_axes;
+  ((ShardFn *)sf)->internal = true;
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
@@ -1103,8 +1115,16 @@ static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc);
 Value *shardmap_call(Value *fv, const CallArgs *a) {
   Value *lifted = differentiator ? shardmap_lift_call((ShardFn *)fv, a) : LIFT_NONE;
   if (lifted != LIFT_NONE) return lifted;
-  if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
+  ShardFn *sf = (ShardFn *)fv;
   DevCtx *dc = dev_ctx();
+  if (sf->auto_axes && !sf->internal && auto_runner && !(dc && dc->mesh) && !prim_tracing() &&
+      !traced_arg(a)) {
+    /* partitioned along the automatic axes, as jit runs it; a body jit
+     * cannot trace runs replicated below */
+    Value *r = auto_runner(fv, a);
+    if (r || err_occurred()) return r;
+  }
+  if (shardmap_needs_tree((ShardFn *)fv, a)) return shardmap_call_tree((ShardFn *)fv, a);
   if (dc && dc->mesh) return shardmap_call_nested((ShardFn *)fv, a, dc);
   /* arguments being transformed (differentiated, batched), staged or not */
   for (int i = 0; differentiator && i < a->nargs; i++)

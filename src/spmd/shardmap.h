@@ -25,6 +25,10 @@
  * on its block along them; values being differentiated or batched go to
  * shard_map's rules, and under jit it is one equation in the enclosing
  * body's plan, both coming back here as nested calls.
+ * A shard_map manual over some axes only (axis_names=) is instead called
+ * as jit calls it, its body partitioned along the automatic axes
+ * (shardmap_set_auto_runner); one whose body cannot be traced takes the
+ * steps above, replicated along those axes.
  */
 #ifndef SHMAP_SHARDMAP_H
 #define SHMAP_SHARDMAP_H
@@ -48,6 +52,9 @@ typedef struct ShardFn {
   Value *out_specs;    /* owned: a PSpec, or a Tuple of PSpec */
   bool check_rep;
   uint32_t auto_axes;  /* mesh axes left automatic (axis_names= names the others); 0: all manual */
+  bool internal;       /* made by a call or a transformation rule whose body keeps
+                          per-device state: runs replicated along auto_axes, never
+                          through shardmap_set_auto_runner's partitioned jit */
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
@@ -63,10 +70,11 @@ Value *shardmap_new(const char *name, Value *body, Value *mesh, Value *in_specs,
  * empty: every axis) less those [auto] names (the older
  * jax.experimental.shard_map's auto=; NULL or None: none): each a str or
  * a tuple/list of str.  The other axes are automatic: the body sees the
- * arguments whole along them (every device of such an axis runs the same
- * computation on the same values, shmap(7) "shard_map"), its collectives
- * and axis_index may not name them, and in_specs and out_specs may not
- * refer to them.  0, or -1 + ERR_TYPE (not axis names) / ERR_VALUE (a
+ * arguments whole along them (a call runs it partitioned along them, as
+ * jit's partitioner lays it out from the arguments' layouts there:
+ * shardmap_set_auto_runner; shmap(7) "shard_map"), its collectives and
+ * axis_index may not name them, and in_specs and out_specs may not refer
+ * to them.  0, or -1 + ERR_TYPE (not axis names) / ERR_VALUE (a
  * name not of the mesh, an axis in both, a spec naming an automatic
  * axis). */
 int shardmap_set_manual(Value *f, Value *axis_names, Value *auto_);
@@ -184,6 +192,15 @@ int shardmap_whole_closures(const ShardFn *f);
  * one.  The trace's dispatch (transform/trace.c) puts them in place of
  * the values an operation meets. */
 Value *shardmap_lifted(const Value *v);
+
+/* How an eager call of a partial-manual shard_map (axis_names=) runs:
+ * with its body partitioned along the automatic axes, as jit runs it
+ * (shmap(7), "shard_map"); set by the transform layer (transform/jit.c)
+ * at start-up.  Same contract as shardmap_call, except that NULL with no
+ * error set (a body that cannot be traced: Python control flow on
+ * values, a shard_map nested in it) makes the call run its body on the
+ * device threads, replicated along the automatic axes. */
+void shardmap_set_auto_runner(ShardmapStager run);  /* hook */
 
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer

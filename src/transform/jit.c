@@ -1183,6 +1183,38 @@ Value *jit_trace_shard_map(Value *sf, const CallArgs *a) {
   return r;
 }
 
+/* An eager call of partial-manual shard_map [sf] (shardmap_set_auto_runner):
+ * the call as jit runs it, whose partitioner partitions the body along
+ * the automatic axes (partition.c), so eager and jit calls agree.  A body
+ * that cannot be traced (Python control flow on values, a shard_map
+ * nested in it), or jax.disable_jit, gives NULL with no error: the call
+ * runs it replicated (its trace's side effects already done). */
+static Value *run_auto_shard_map(Value *sf, const CallArgs *a) {
+  static _Thread_local bool busy;   /* the body's own call, when jit calls it inline */
+  if (busy || atomic_load(&jaxcfg_disable_jit)) return NULL;
+  Value *jv = jit_new(sf, 0, NULL, 0, NULL);
+  if (!jv) return NULL;
+  JitFn *j = (JitFn *)jv;
+  Sig s;
+  sig_init(&s);
+  Value *r = NULL;
+  busy = true;
+  if (sig_build(j, a, &s) == 0 && no_sds(&s) == 0) {
+    Entry *e = cache_fill(j, a, &s);
+    if (e) {
+      r = run_entry(j, e, &s);
+      entry_release(e);
+    } else {
+      ErrKind k = err_kind();
+      if (k != ERR_INTERRUPT && k != ERR_MEMORY && k != ERR_QUIT) err_clear();
+    }
+  }
+  busy = false;
+  sig_free(&s);
+  val_decref(jv);
+  return r;
+}
+
 /* ==== values, builtins, registration ================================================= */
 
 static void jit_free(Value *v) {
@@ -1562,6 +1594,7 @@ int jit_register(Env *b) {
   ops_register_getattr(V_JITFN, jit_getattr);
   eval_make_jit = make_jit_hook;
   shardmap_set_stager(jit_trace_shard_map);
+  shardmap_set_auto_runner(run_auto_shard_map);
   if (aot_register(b) < 0) return -1;
   if (add_both(b, "jit", bi_jit, "jit(fun, static_argnums=None, static_argnames=None)", "jax") < 0 ||
       add_both(b, "plan", bi_plan, "plan(f, *args): the staged plan of f(*args)", "jax") < 0 ||

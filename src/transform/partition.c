@@ -3,6 +3,7 @@
  */
 #include <string.h>
 
+#include "base/intern.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
 #include "transform/aot.h"
@@ -113,10 +114,125 @@ static void spec_layout(const PartPlan *pp, Value *spec, int ndim, Sharding *out
   sharding_to_rule(&ns, ndim, out);
 }
 
+static PartPlan *plan_layouts(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
+                              const bool *wanted, const char *why);
+
+/* The mesh axes (bits) a partial-manual shard_map equation [e] leaves
+ * automatic: those its manual_axes parameter does not name (0 when it
+ * has none: manual over every axis). */
+static uint32_t eqn_auto_axes(const PlanEqn *e, const Mesh *m) {
+  Value *ma = params_get(&e->params, "manual_axes");
+  if (!ma || ma->type != V_TUPLE) return 0;
+  uint32_t manual = 0;
+  for (size_t i = 0; i < tuple_len(ma); i++) {
+    Value *n = tuple_get(ma, i);
+    int a = n->type == V_STR ? mesh_axis(m, intern_cstr(str_cstr(n))) : -1;
+    if (a >= 0) manual |= 1u << a;
+  }
+  return ((m->naxes >= 32 ? ~0u : (1u << m->naxes) - 1)) & ~manual;
+}
+
+/* [s]'s splits over the mesh axes [bits] only, in [*out] (not partial). */
+static void only_axes(const Sharding *s, uint32_t bits, Sharding *out) {
+  *out = *s;
+  out->partial = 0;
+  out->partial_coll = NULL;
+  for (int d = 0; d < s->ndim; d++) {
+    int n = 0;
+    for (int k = 0; k < s->nsplit[d]; k++)
+      if (bits >> s->split[d][k] & 1) out->split[d][n++] = s->split[d][k];
+    out->nsplit[d] = (uint8_t)n;
+  }
+}
+
+/* [*s] (a layout over manual axes) with [add]'s splits appended, minor,
+ * on each dimension: a block of the manual block split further. */
+static void append_axes(Sharding *s, const Sharding *add) {
+  for (int d = 0; d < s->ndim && d < add->ndim; d++)
+    for (int k = 0; k < add->nsplit[d] && s->nsplit[d] < SHARDING_MAX_AXES; k++)
+      s->split[d][s->nsplit[d]++] = add->split[d][k];
+}
+
+/* A partial-manual shard_map (axis_names=) partitioned along its automatic
+ * axes [autos]: each operand keeps the automatic axes it is split over
+ * (after its in_spec's manual ones, minor), the body is partitioned over
+ * them from those layouts as a jit on the manual block would be (its
+ * collectives over the automatic axes run among the devices of one
+ * manual group), and each result is laid out as its out_spec over the
+ * manual axes followed by the body's result layout over the automatic
+ * ones.  0, or -1 with the error. */
+static int part_auto_body(Part *pt, int k, const Sharding *have, uint32_t autos) {
+  PartPlan *pp = pt->pp;
+  PlanEqn *e = &pp->p->eqns[k];
+  PartEqn *pe = &pp->eqns[k];
+  Value *body = params_get(&e->params, "jaxpr");
+  if (!body || !IS_PLAN(body)) return err_set(ERR_VALUE, "shard_map equation without its body"), -1;
+  Plan *bp = AS_PLAN(body);
+  Sharding *in = shm_calloc((size_t)e->nin + 1, sizeof(Sharding));
+  if (!in) return err_nomem(), -1;
+  for (int i = 0; i < e->nin; i++) {
+    only_axes(&have[i], autos, &in[i]);
+    const AVal *b = &bp->vars[bp->invars[i]];
+    in[i].ndim = b->ndim;
+    for (int d = 0; d < b->ndim; d++) {   /* the block must divide evenly */
+      int64_t n = 1;
+      for (int q = 0; q < in[i].nsplit[d]; q++) n *= in[i].axis_sizes[in[i].split[d][q]];
+      if (b->shape[d] % n) in[i].nsplit[d] = 0;
+    }
+    in[i].explicit_axes = 0;   /* the body's layouts along automatic axes are Auto */
+    append_axes(&pe->want[i], &in[i]);
+  }
+  pe->subs = shm_calloc(1, sizeof(PartPlan *));
+  PartPlan *s = pe->subs ? plan_layouts(bp, pp->mesh, in, NULL, NULL, NULL) : NULL;
+  shm_free(in);
+  if (!s) return pe->subs ? -1 : (err_nomem(), -1);
+  pe->subs[pe->nsubs++] = s;
+  for (int j = 0; j < e->nout; j++) {
+    Sharding o;
+    only_axes(&s->outs[j], autos, &o);
+    append_axes(&pp->vars[e->out[j]], &o);
+  }
+  return 0;
+}
+
+/* JAX's check of a shard_map equation [e] with check_rep over its manual
+ * axes (the mesh's less [autos]): a body result may vary only along
+ * axes its out_spec names, from the body's traced types.  Made when the
+ * plan is partitioned, as JAX makes it when tracing; the devices' own
+ * check (shardmap.c) does not run for a body run in place.  0, or -1
+ * with the ValueError. */
+static int manual_check_vma(const PartPlan *pp, const PlanEqn *e, uint32_t autos) {
+  Value *cr = params_get(&e->params, "check_rep"), *os = params_get(&e->params, "out_specs");
+  Value *b = params_get(&e->params, "jaxpr");
+  if (!cr || !IS_ARRAY(cr) || !arr_get_i64(AS_ARRAY(cr), 0) || !b || !IS_PLAN(b)) return 0;
+  const Plan *body = AS_PLAN(b);
+  const Mesh *m = pp->mesh;
+  for (int k = 0; k < body->nout && k < (int)tuple_len(os); k++) {
+    AVal av;
+    plan_atom_aval(body, &body->outs[k], &av);
+    const PSpec *spec = (const PSpec *)tuple_get(os, (size_t)k);
+    uint32_t named = 0;
+    for (int d = 0; d < spec->n; d++)
+      for (int q = 0; q < spec->e[d].nnames; q++) named |= 1u << mesh_axis(m, spec->e[d].names[q]);
+    uint32_t bad = av.vma & ~autos & ~named;
+    for (int a = 0; bad && a < m->naxes; a++) {
+      if (!(bad >> a & 1)) continue;
+      char sb[256];
+      const char *ax = m->axis_names[a];
+      pspec_str(spec, sb, sizeof sb);
+      return err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
+                     "over '%s' (is a psum over '%s' missing?)", sb, ax, k, ax, ax), -1;
+    }
+  }
+  return 0;
+}
+
 /* A shard_map equation (Manual inside Auto, shmap(7)): over the plan's
  * mesh its operands are resharded to its in_specs and its body runs on
- * the blocks in place, its results laid out as its out_specs say; over
- * another mesh it cannot run inside this one.  0, or -1 with the error. */
+ * the blocks in place, its results laid out as its out_specs say (a
+ * partial-manual one's body partitioned along its automatic axes:
+ * part_auto_body); over another mesh it cannot run inside this one.  0,
+ * or -1 with the error. */
 static int part_manual(Part *pt, int k, const Sharding *have) {
   PartPlan *pp = pt->pp;
   PlanEqn *e = &pp->p->eqns[k];
@@ -132,12 +248,15 @@ static int part_manual(Part *pt, int k, const Sharding *have) {
     return err_set(ERR_VALUE, "shard_map equation without its specs"), -1;
   char where[32];
   snprintf(where, sizeof where, "line %d", e->loc.line);
-  for (int i = 0; i < e->nin; i++) {
+  uint32_t autos = eqn_auto_axes(e, pp->mesh);
+  if (manual_check_vma(pp, e, autos) < 0) return -1;
+  for (int i = 0; i < e->nin; i++)
     spec_layout(pp, tuple_get(is, (size_t)i), have[i].ndim, &pe->want[i]);
-    note_reshard(pt, &pt->notes[k], where, &have[i], &pe->want[i], "shard_map's in_specs");
-  }
   for (int j = 0; j < e->nout; j++)
     spec_layout(pp, tuple_get(os, (size_t)j), pp->p->vars[e->out[j]].ndim, &pp->vars[e->out[j]]);
+  if (autos && part_auto_body(pt, k, have, autos) < 0) return -1;
+  for (int i = 0; i < e->nin; i++)
+    note_reshard(pt, &pt->notes[k], where, &have[i], &pe->want[i], "shard_map's in_specs");
   pe->manual = true;
   return 0;
 }
@@ -590,6 +709,14 @@ Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings) {
 
 Mesh *part_constraint_mesh(const Plan *p) {
   for (int k = 0; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    if (e->prim == P_SHARD_MAP && params_get(&e->params, "manual_axes")) {
+      /* one in a partial-manual shard_map's body: partitioned along its
+       * automatic axes */
+      Value *b = params_get(&e->params, "jaxpr");
+      Mesh *m = IS_PLAN(b) ? part_constraint_mesh(AS_PLAN(b)) : NULL;
+      if (m) return m;
+    }
     if (p->eqns[k].prim != P_SHARDING_CONSTRAINT) continue;
     NamedSharding *s = (NamedSharding *)params_get(&p->eqns[k].params, "sharding");
     if (s && s->mesh) return s->mesh;

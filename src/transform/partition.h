@@ -15,6 +15,10 @@
  * result block's aval.  Otherwise, and for primitives without a rule
  * (gathers, sorts, iota, random bits, control flow), its operands are
  * replicated first and it computes the whole result on every device.
+ * A shard_map equation runs its body in place on the blocks its in_specs
+ * give; one manual over some axes only (manual_axes) has its body
+ * partitioned in turn along its automatic axes, from the layouts its
+ * operands have there (shmap(7), "shard_map").
  * The pass records the communication per equation with the source line
  * and the reason, as comments plan() prints.
  *
@@ -51,7 +55,8 @@ typedef struct PartEqn {
   bool local;        /* [params] replace the equation's for blocks */
   Params params;     /* owned when [local] */
   struct PartPlan **subs; /* owned: cond's branches, while's cond and body, scan's
-                        body, partitioned (NULL: none) */
+                        body, partitioned; a partial-manual shard_map's body
+                        partitioned along its automatic axes (NULL: none) */
   int nsubs;
 } PartEqn;
 
@@ -88,8 +93,9 @@ void part_plan_set_annotate(PartPlan *pp);
 Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings);
 
 /* The mesh of the first sharding_constraint among [p]'s equations (its
- * sharding's, borrowed), or NULL: a jit whose arguments are unsharded
- * still partitions over it. */
+ * sharding's, borrowed), those in a partial-manual shard_map's body
+ * included, or NULL: a jit whose arguments are unsharded still
+ * partitions over it. */
 Mesh *part_constraint_mesh(const Plan *p);
 
 /* part_plan for a call of [p] on [leaves] (p->nin arrays, borrowed) with

@@ -433,7 +433,10 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   const HigherRules *h = higher_rules(e->prim);
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
-    if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
+    if (pe->manual && pe->nsubs) {   /* partitioned along its automatic axes */
+      CallArgs ca = {.nargs = e->nin, .args = ops};
+      res = body_call(&pe->subs[0]->base.hdr, &ca);
+    } else if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
     else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
     else if (h && h->eval) res = h->eval(e, ops);

@@ -59,6 +59,9 @@ static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   s->own = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
   Value *manual = params_get(&q->params, "manual_axes");
   if (s->own && manual && shardmap_set_manual(s->own, manual, NULL) < 0) return -1;
+  /* a jit that does not partition runs the staged body replicated along
+   * the automatic axes (its arguments are unsharded) */
+  if (s->own) ((ShardFn *)s->own)->internal = true;
   return s->own ? 0 : -1;
 }
 
@@ -459,6 +462,7 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
   Value *r = NULL;
   if (sf) {
     ((ShardFn *)sf)->auto_axes = c->f->auto_axes;
+    ((ShardFn *)sf)->internal = true;
     CallArgs ca = {n, args, 0, NULL, NULL};
     if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
     c->fwd_specs = false;
@@ -841,6 +845,7 @@ static Value *batch_call_shard_map(Value *fv, const CallArgs *a) {
   Value *sf = out ? shardmap_new(f->name, body, &f->mesh->hdr, in, out, f->check_rep) : NULL;
   if (sf) {
     ((ShardFn *)sf)->auto_axes = f->auto_axes;
+    ((ShardFn *)sf)->internal = true;
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
     SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
     sb->f = f, sb->call = (ShardFn *)sf;
