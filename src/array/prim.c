@@ -141,12 +141,7 @@ void params_clear(Params *p) {
   p->n = 0;
 }
 
-Value *val_int(int64_t x) {
-  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  Array *a = arr_scalar_i64(t, x, true);
-  if (a) a->host = true;
-  return (Value *)a;
-}
+Value *val_int(int64_t x) { return arr_python_int(x); }   /* small ones shared */
 
 Value *val_int_tuple(int n, const int64_t *xs) {
   Value *t = tuple_new((size_t)n);

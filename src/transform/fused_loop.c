@@ -616,6 +616,14 @@ static int run_kernel(const Ctx *c, int k) {
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
+/* [n] copies of [v]: a broadcast operand's run (a row's mean, or the
+ * per-example factor of a hand-batched gradient), in the CPU's widest
+ * vectors (the baseline build's are 4 floats: the fill cost as much as
+ * the product that reads it). */
+KERN_CLONES static void fill_f32(float *restrict dst, float v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = v;
+}
+
 /* Copies [n] elements of [esz] bytes from run position [off] on: the
  * element at index i of the run's shape is src[sum of i[d] * st[d]].
  * Walks the innermost dimension in runs: one element repeated where it is
@@ -634,7 +642,7 @@ static void view_copy(char *dst, const char *src, size_t esz, const Prog *p,
     if (st[in] == 0 && esz == 4) {
       float v;
       memcpy(&v, src + (size_t)pos * 4, 4);
-      for (int64_t i = 0; i < run; i++) ((float *)dst)[i] = v;
+      fill_f32((float *)dst, v, run);
     } else if (st[in] == 0) {
       memset(dst, src[pos], (size_t)run);   /* bool: one byte */
     } else if (st[in] == 1) {
