@@ -892,6 +892,29 @@ KernRow2 kern_binary_row(Kernel k, DType t) {
   return NULL;
 }
 
+/* ---- outer products ------------------------------------------------------ */
+
+/* c[i n + j] = 0 + a[i as] b[i bs + j]: vectorised along a contiguous row
+ * of b.  The sum from zero is BLAS's (a product of -0 gives +0). */
+#define OUTER_LOOP(NAME, T)                                                       \
+  KERN_CLONES static void NAME##_clones(const T *restrict a, int64_t as,         \
+                                        const T *restrict b, int64_t bs,         \
+                                        T *restrict c, int64_t m, int64_t n) {   \
+    for (int64_t i = 0; i < m; i++) {                                            \
+      T x = a[i * as];                                                           \
+      const T *restrict brow = b + i * bs;                                       \
+      T *restrict row = c + i * n;                                               \
+      for (int64_t j = 0; j < n; j++)                                            \
+        row[j] = (T)0 + x * brow[j];                                             \
+    }                                                                            \
+  }                                                                              \
+  void NAME(const T *a, int64_t as, const T *b, int64_t bs, T *c, int64_t m,     \
+            int64_t n) {                                                         \
+    NAME##_clones(a, as, b, bs, c, m, n);                                        \
+  }
+OUTER_LOOP(kern_outer_f32, float)
+OUTER_LOOP(kern_outer_f64, double)
+
 /* ---- unary loops ----------------------------------------------------------- */
 
 #define UN_LOOP(NAME, T, OT, EXPR)                                           \

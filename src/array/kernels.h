@@ -133,6 +133,18 @@ KernRow2 kern_binary_row(Kernel k, DType t);
  * NULL for any other kernel, a refused dtype, bf16/f16. */
 KernRow1 kern_unary_row(Kernel k, DType t, DType to);
 
+/* Outer products of a column and contiguous rows: c[i n + j] = 0 +
+ * a[i as] b[i bs + j] for i < m, j < n, c row-major and not overlapping a
+ * or b.  With bs = 0 it is one outer product (row i of C is a[i as] times
+ * b); with bs the stride between rows of b, a batch of k = 1 products of
+ * a single row each (batch element i's row of C is a[i as] times its own
+ * row of b).  Each element is the one product BLAS's k = 1 sum gives (a
+ * product of -0 comes out +0), vectorised along the row. */
+void kern_outer_f32(const float *a, int64_t as, const float *b, int64_t bs, float *c, int64_t m,
+                    int64_t n);
+void kern_outer_f64(const double *a, int64_t as, const double *b, int64_t bs, double *c,
+                    int64_t m, int64_t n);
+
 /* ---- reductions and scans (kern_reduce.c) ----------------------------------- */
 
 /* ---- layout, creation and indexing (kern_shape.c) --------------------------- */

@@ -147,10 +147,13 @@ static bool dims_disjoint(const int *a, int na, const int *b, int nb) {
 /* JAX's checks on one side ("lhs" or "rhs") of the dimension numbers. */
 static int check_side(const char *side, const int *c, int nc, const int *b,
                       int nb, int ndim) {
+  bool range = dims_in_range(c, nc, ndim) && dims_in_range(b, nb, ndim);
+  if (range && dims_distinct(b, nb) && dims_distinct(c, nc) && dims_disjoint(c, nc, b, nb))
+    return 0;   /* the messages below are formatted only when needed */
   char cs[200], bs[200];
   ints_str(cs, sizeof cs, c, nc);
   ints_str(bs, sizeof bs, b, nb);
-  if (!dims_in_range(c, nc, ndim) || !dims_in_range(b, nb, ndim)) {
+  if (!range) {
     err_set(ERR_TYPE, "dot_general requires %s dimension numbers to be nonnegative "
             "and less than the number of axes of the %s value, got %s_batch of %s "
             "and %s_contracting of %s for %s of rank %d",
@@ -693,18 +696,22 @@ static void gemm_i64(const MatView *l, const MatView *r, int64_t *c, int64_t m,
  * products (per-example gradients under vmap) are many small ones.  Each
  * element is 0 + a b, the sum BLIS starts from zero (so a product of -0
  * is +0, as BLAS gives): the same bits as the BLIS call. */
-#define LA_OUTER(name, T)                                                               \
+#define LA_OUTER(name, T, kern)                                                         \
   static void name(const MatView *l, const MatView *r, T *c, int64_t m, int64_t n,     \
                    int64_t lo, int64_t ro) {                                            \
     const T *a = (const T *)l->data + lo, *b = (const T *)r->data + ro;                \
+    if (r->cs == 1 || n == 1) {   /* rows of B contiguous: the vectorised loop */     \
+      kern(a, l->rs, b, 0, c, m, n);                                                    \
+      return;                                                                           \
+    }                                                                                   \
     for (int64_t i = 0; i < m; i++) {                                                   \
       T x = a[i * l->rs];                                                               \
       for (int64_t j = 0; j < n; j++)                                                   \
         c[i * n + j] = (T)0 + x * b[j * r->cs];                                         \
     }                                                                                   \
   }
-LA_OUTER(outer_f32, float)
-LA_OUTER(outer_f64, double)
+LA_OUTER(outer_f32, float, kern_outer_f32)
+LA_OUTER(outer_f64, double, kern_outer_f64)
 
 /* The products of a batched contraction: operands, result, shapes. */
 typedef struct {
@@ -744,6 +751,50 @@ static void run_batch_range(const void *ctx, int64_t lo, int64_t hi) {
   }
 }
 
+/* Whether batch element b of both operands starts at b [*ls] and b [*rs]
+ * (the batch dims, size-1 ones aside, collapse to one stride each). */
+static bool batch_flat(const MatView *l, const MatView *r, const int64_t *bshape, int nb,
+                       int64_t *ls, int64_t *rs) {
+  int64_t lst = 0, rst = 0, span = 0;   /* span: batch elements the inner dims cover */
+  for (int i = nb - 1; i >= 0; i--) {
+    if (bshape[i] == 1)
+      continue;
+    if (span && (l->bstride[i] != lst * span || r->bstride[i] != rst * span))
+      return false;
+    if (!span) {
+      lst = l->bstride[i];
+      rst = r->bstride[i];
+      span = 1;
+    }
+    span *= bshape[i];
+  }
+  *ls = lst;
+  *rs = rst;
+  return true;
+}
+
+/* A batch of k = 1 products of one row each (vmap of an outer product
+ * with a vector, a per-example gradient): batch elements [lo, hi) by one
+ * outer-product loop, row b of C from element b of each operand. */
+typedef struct {
+  const MatView *l, *r;
+  DType ct;
+  char *c;
+  int64_t n, ls, rs;
+} RowsJob;
+
+static void run_rows_range(const void *ctx, int64_t lo, int64_t hi) {
+  const RowsJob *j = ctx;
+  if (j->ct == DT_F32)
+    kern_outer_f32((const float *)j->l->data + lo * j->ls, j->ls,
+                   (const float *)j->r->data + lo * j->rs, j->rs,
+                   (float *)j->c + lo * j->n, hi - lo, j->n);
+  else
+    kern_outer_f64((const double *)j->l->data + lo * j->ls, j->ls,
+                   (const double *)j->r->data + lo * j->rs, j->rs,
+                   (double *)j->c + lo * j->n, hi - lo, j->n);
+}
+
 /* Runs one product per batch element into [c] (contiguous, dtype ct):
  * one loop over all of them, shared with the spare core when there is
  * one and the batch's work is large (each product is whole on one
@@ -754,6 +805,15 @@ static void run_batches(const MatView *l, const MatView *r, DType ct, char *c,
   int64_t nbatch = 1;
   for (int i = 0; i < nb; i++)
     nbatch *= bshape[i];
+  RowsJob rj = {l, r, ct, c, n, 0, 0};
+  if (m == 1 && k == 1 && nbatch > 1 && ct != DT_I64 && (r->cs == 1 || n == 1) &&
+      batch_flat(l, r, bshape, nb, &rj.ls, &rj.rs)) {
+    if (la_spare_core(nbatch, n, 1))
+      kern_parallel(run_rows_range, &rj, nbatch, 2, 1);
+    else
+      run_rows_range(&rj, 0, nbatch);
+    return;
+  }
   BatchJob j = {l, r, ct, c, bshape, nb, m, n, k};
   if (nbatch > 1 && ct != DT_I64 && la_spare_core(nbatch * m, n, k > 0 ? k : 1))
     kern_parallel(run_batch_range, &j, nbatch, 2, 1);

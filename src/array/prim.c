@@ -12,6 +12,7 @@
 #include "array/prim_rules.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -167,12 +168,7 @@ void params_clear(Params *p) {
   p->n = 0;
 }
 
-Value *val_int(int64_t x) {
-  DType t = (x >= INT32_MIN && x <= INT32_MAX) ? DT_I32 : DT_I64;
-  Array *a = arr_scalar_i64(t, x, true);
-  if (a) a->host = true;
-  return (Value *)a;
-}
+Value *val_int(int64_t x) { return arr_python_int(x); }   /* small ones shared */
 
 Value *val_int_tuple(int n, const int64_t *xs) {
   Value *t = tuple_new((size_t)n);
@@ -204,10 +200,65 @@ static Value *pair_steal(Value *a, Value *b) {
   return t;
 }
 
+/* dimension_numbers are made again for every product a transformation
+ * traces (its JVP, batching and transpose rules), seven allocations
+ * each: the first DN_CACHE distinct small ones are made once and handed
+ * out again (their ints are the shared small ones).  The cache holds a
+ * reference to each for the life of the process (not immortal statics:
+ * val_free_statics frees statics oldest first, and these tuples are
+ * younger than the small ints they hold). */
+#define DN_CACHE 32
+#define DN_DIMS 4
+typedef struct DnEntry {
+  int nc, nb;
+  int64_t d[4][DN_DIMS];
+  Value *v;
+} DnEntry;
+static DnEntry dn_cache[DN_CACHE];
+static int dn_used;   /* guarded by dn_lock, as the entries */
+static pthread_mutex_t dn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Fills [e]'s key; false when the numbers are too many or too large. */
+static bool dn_key(DnEntry *e, int nc, const int64_t *lc, const int64_t *rc, int nb,
+                   const int64_t *lb, const int64_t *rb) {
+  if (nc > DN_DIMS || nb > DN_DIMS || nc < 0 || nb < 0) return false;
+  memset(e, 0, sizeof *e);
+  e->nc = nc;
+  e->nb = nb;
+  const int64_t *src[4] = {lc, rc, lb, rb};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < (k < 2 ? nc : nb); i++) {
+      if (src[k][i] < 0 || src[k][i] > 255) return false;
+      e->d[k][i] = src[k][i];
+    }
+  return true;
+}
+
 Value *val_dot_dimension_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
                                  const int64_t *lb, const int64_t *rb) {
-  return pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
-                    pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
+  DnEntry key;
+  bool small = dn_key(&key, nc, lc, rc, nb, lb, rb);
+  if (small) {
+    pthread_mutex_lock(&dn_lock);
+    for (int i = 0; i < dn_used; i++)
+      if (dn_cache[i].nc == nc && dn_cache[i].nb == nb &&
+          !memcmp(dn_cache[i].d, key.d, sizeof key.d)) {
+        Value *v = val_incref(dn_cache[i].v);
+        pthread_mutex_unlock(&dn_lock);
+        return v;
+      }
+    pthread_mutex_unlock(&dn_lock);
+  }
+  Value *v = pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
+                        pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
+  if (!v || !small) return v;
+  pthread_mutex_lock(&dn_lock);
+  if (dn_used < DN_CACHE) {
+    key.v = val_incref(v);
+    dn_cache[dn_used++] = key;
+  }
+  pthread_mutex_unlock(&dn_lock);
+  return v;
 }
 
 void aval_of(const Array *a, AVal *out) {

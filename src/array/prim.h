@@ -517,7 +517,8 @@ bool params_equal(const Params *a, const Params *b);
 void params_clear(Params *p);
 
 /* Value makers for parameters and shapes: a weakly typed int (i32 when it
- * fits, else i64) and a tuple of ints. */
+ * fits, else i64; arr_python_int's, so -5..256 are shared and immortal,
+ * never to be written) and a tuple of ints. */
 Value *val_int(int64_t x);
 Value *val_int_tuple(int n, const int64_t *xs);
 

@@ -154,20 +154,7 @@ static int tr_dot_general(Value **ct, Value **in, const AVal *av, const bool *li
 /* ((lc, rc), (lb, rb)) from int lists. */
 static Value *dnums(int nc, const int64_t *lc, const int64_t *rc, int nb, const int64_t *lb,
                     const int64_t *rb) {
-  Value *c = tuple_new(2), *bb = tuple_new(2), *d = tuple_new(2);
-  if (!c || !bb || !d) {
-    if (c) val_decref(c);
-    if (bb) val_decref(bb);
-    if (d) val_decref(d);
-    return NULL;
-  }
-  tuple_set_steal(c, 0, val_int_tuple(nc, lc));
-  tuple_set_steal(c, 1, val_int_tuple(nc, rc));
-  tuple_set_steal(bb, 0, val_int_tuple(nb, lb));
-  tuple_set_steal(bb, 1, val_int_tuple(nb, rb));
-  tuple_set_steal(d, 0, c);
-  tuple_set_steal(d, 1, bb);
-  return d;
+  return val_dot_dimension_numbers(nc, lc, rc, nb, lb, rb);
 }
 
 static int read_seq(Value *v, int *n, int64_t *out) {

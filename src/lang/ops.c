@@ -1159,14 +1159,7 @@ Value *ops_compare(OpKind op, Value *a, Value *b) {
 /* Builds dot_general's dimension_numbers (((lc,), (rc,)), ((lb...), (rb...))). */
 static Value *dimension_numbers(int nc, const int64_t *lc, const int64_t *rc,
                                 int nb, const int64_t *lb, const int64_t *rb) {
-  Value *c[2] = {val_int_tuple(nc, lc), val_int_tuple(nc, rc)};
-  Value *b[2] = {val_int_tuple(nb, lb), val_int_tuple(nb, rb)};
-  Value *ct = tuple_pack(2, c), *bt = tuple_pack(2, b);
-  Value *both[2] = {ct, bt};
-  Value *r = tuple_pack(2, both);
-  val_decref(c[0]); val_decref(c[1]); val_decref(b[0]); val_decref(b[1]);
-  val_decref(ct); val_decref(bt);
-  return r;
+  return val_dot_dimension_numbers(nc, lc, rc, nb, lb, rb);
 }
 
 /* The out_sharding= of the jnp or lax call this thread is computing

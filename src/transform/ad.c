@@ -397,18 +397,27 @@ static int transpose_eqn(Back *b, const PlanEqn *e) {
   if (!any || (e->nout == 1 && !b->ct[e->out[0]])) return 0;
   TransposeRule rule = prim_table[e->prim].rules.transpose;
   if (!rule) return prim_rule_missing(e->prim, "transpose");
-  /* the operand lists, on the heap: a shard_map equation has one operand
-   * per differentiated leaf and one result per result leaf */
+  /* the operand lists: on the stack for a primitive's few operands, on
+   * the heap for a shard_map equation's (one operand per differentiated
+   * leaf and one result per result leaf) */
   size_t n = (size_t)e->nin + 1, m = (size_t)e->nout + 1;
-  Value **cts_out = shm_calloc(m + 2 * n, sizeof(Value *)), **ops = cts_out + m,
+  enum { FEW = 4 };
+  Value *few_v[3 * FEW] = {0};
+  AVal few_av[FEW];
+  bool few_lin[FEW] = {0};
+  bool heap = n > FEW || m > FEW;
+  Value **cts_out = heap ? shm_calloc(m + 2 * n, sizeof(Value *)) : few_v, **ops = cts_out + m,
         **cts_in = ops + n;
-  AVal *avs = shm_calloc(n, sizeof(AVal));
-  bool *lin = shm_calloc(n, sizeof(bool));
+  if (!heap) memset(few_av, 0, sizeof few_av);
+  AVal *avs = heap ? shm_calloc(n, sizeof(AVal)) : few_av;
+  bool *lin = heap ? shm_calloc(n, sizeof(bool)) : few_lin;
   int rc = cts_out && avs && lin ? 0 : (err_nomem(), -1);
   if (rc == 0) rc = transpose_with(b, e, rule, cts_out, ops, cts_in, avs, lin);
-  shm_free(cts_out);
-  shm_free(avs);
-  shm_free(lin);
+  if (heap) {
+    shm_free(cts_out);
+    shm_free(avs);
+    shm_free(lin);
+  }
   return rc;
 }
 

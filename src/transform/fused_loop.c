@@ -39,8 +39,9 @@ typedef enum {
   FO_LOOP,    /* the primitive's float32 loop (PrimRules.fuse) */
   FO_KERNEL,  /* its kernel, over views of the block */
   FO_PAIR,    /* two arithmetic operations in one pass: see pair_up */
-  FO_VIEW     /* a layout view of an outside operand (FuseRule.dims),
+  FO_VIEW,    /* a layout view of an outside operand (FuseRule.dims),
                  read at its strides, 0 where it is broadcast */
+  FO_VIEW_BIN /* a view read once by the binary loop after it: see fold_view */
 } FOp;
 
 typedef struct FInstr {
@@ -50,8 +51,9 @@ typedef struct FInstr {
   int nin;
   FRef in[3];
   FRef dst;
-  int pair;             /* FO_PAIR: which of the pair loops (pair_loops) */
-  int8_t src_dim[SHM_MAXDIM]; /* FO_VIEW: the operand dimension of each
+  int pair;             /* FO_PAIR: which of the pair loops (pair_loops);
+                           FO_VIEW_BIN: 1 when the view is the left operand */
+  int8_t src_dim[SHM_MAXDIM]; /* FO_VIEW(_BIN): the operand dimension of each
                                  result dimension, -1 for a new one */
 } FInstr;
 
@@ -333,6 +335,39 @@ static void pair_all(Prog *p) {
   for (int k = 0; k + 1 < p->n; k++) pair_up(p, k);
 }
 
+/* Joins the view [k] (FO_VIEW, f32) and the binary loop [k + 1] that
+ * reads its register once, as one of its operands, and last: where the
+ * view is one value along each run of the innermost dimension (a
+ * per-row factor broadcast along the rows), the loop then reads that
+ * value as its broadcast scalar run by run instead of a register filled
+ * with it, one pass instead of two (the same operation on the same
+ * values: the same bits).  The register stays the view's, for a view
+ * whose innermost stride is not 0 (known when the loop runs). */
+static bool fold_view(Prog *p, int k) {
+  FInstr *v = &p->ins[k], *b = &p->ins[k + 1];
+  if (v->op != FO_VIEW || v->dst.dtype != DT_F32 || v->dst.kind != FK_REG || b->op != FO_LOOP ||
+      b->nin != 2 || p->shape[p->ndim - 1] < 16)
+    return false;
+  bool left = same_reg(b->in[0], v->dst), right = same_reg(b->in[1], v->dst);
+  if (left == right || read_later(p, k + 1, v->dst)) return false;
+  FInstr j = *b;
+  j.op = FO_VIEW_BIN;
+  j.nin = 3;
+  j.in[0] = v->in[0];
+  j.in[1] = left ? b->in[1] : b->in[0];
+  j.in[2] = v->dst;
+  j.pair = left;
+  memcpy(j.src_dim, v->src_dim, sizeof j.src_dim);
+  *v = j;
+  memmove(b, b + 1, sizeof(FInstr) * (size_t)(p->n - k - 2));
+  p->n--;
+  return true;
+}
+
+static void fold_views(Prog *p) {
+  for (int k = 0; k + 1 < p->n; k++) fold_view(p, k);
+}
+
 /* Whether every instruction is one of the loop's own (no kernel call,
  * which could fail on the helper thread, where its error would be lost). */
 static bool splittable(const Prog *p) {
@@ -361,6 +396,7 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
     if ((red ? build_reduce(&b, locs, k) : build_instr(&b, locs, k)) < 0) goto fail;
   }
   pair_all(prog);
+  fold_views(prog);
   f->impl = prog;
   f->nregs = b.nregs;
   f->npartials = prog->reduce ? prog->size / CMP_BLOCK + 2 : 0;
@@ -563,7 +599,7 @@ static void view_strides(const Prog *p, const FInstr *ins, const Array *x, int64
 
 static void sites_init(Ctx *c, const Prog *p, int64_t (*vst)[SHM_MAXDIM]) {
   for (int k = 0; k < p->n; k++) {
-    if (p->ins[k].op == FO_VIEW) {
+    if (p->ins[k].op == FO_VIEW || p->ins[k].op == FO_VIEW_BIN) {
       c->vstride[k] = vst[k];
       view_strides(p, &p->ins[k], c->slots[p->ins[k].in[0].idx], vst[k]);
     }
@@ -616,6 +652,14 @@ static int run_kernel(const Ctx *c, int k) {
   return prim_table[ins->eqn->prim].rules.kernel(in, ins->nin, &ins->eqn->params, &out);
 }
 
+/* [n] copies of [v]: a broadcast operand's run (a row's mean, or the
+ * per-example factor of a hand-batched gradient), in the CPU's widest
+ * vectors (the baseline build's are 4 floats: the fill cost as much as
+ * the product that reads it). */
+KERN_CLONES static void fill_f32(float *restrict dst, float v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = v;
+}
+
 /* Copies [n] elements of [esz] bytes from run position [off] on: the
  * element at index i of the run's shape is src[sum of i[d] * st[d]].
  * Walks the innermost dimension in runs: one element repeated where it is
@@ -634,7 +678,7 @@ static void view_copy(char *dst, const char *src, size_t esz, const Prog *p,
     if (st[in] == 0 && esz == 4) {
       float v;
       memcpy(&v, src + (size_t)pos * 4, 4);
-      for (int64_t i = 0; i < run; i++) ((float *)dst)[i] = v;
+      fill_f32((float *)dst, v, run);
     } else if (st[in] == 0) {
       memset(dst, src[pos], (size_t)run);   /* bool: one byte */
     } else if (st[in] == 1) {
@@ -655,6 +699,38 @@ static void view_copy(char *dst, const char *src, size_t esz, const Prog *p,
   }
 }
 
+/* FO_VIEW_BIN [ins] over [n] elements from run position [off] into [d]:
+ * the loop over each run of the innermost dimension with the view's
+ * value there as its broadcast operand, the other operand [o] (a line,
+ * or a scalar when not [vo]) at the same place. */
+static void view_bin(const FInstr *ins, float *d, const float *src, const float *o, bool vo,
+                     const Prog *p, const int64_t *st, int64_t off, int64_t n) {
+  int64_t idx[SHM_MAXDIM], pos = 0, rem = off;
+  int in = p->ndim - 1;
+  for (int dm = in; dm >= 0; dm--) {
+    idx[dm] = rem % p->shape[dm];
+    rem /= p->shape[dm];
+    pos += idx[dm] * st[dm];
+  }
+  while (n > 0) {
+    int64_t run = p->shape[in] - idx[in] < n ? p->shape[in] - idx[in] : n;
+    const float *v = src + pos;
+    if (ins->pair)
+      ins->rule->loop(d, v, false, o, vo, run);
+    else
+      ins->rule->loop(d, o, vo, v, false, run);
+    d += run;
+    if (vo) o += run;
+    n -= run;
+    idx[in] += run;
+    for (int dm = in; dm > 0 && idx[dm] == p->shape[dm]; dm--) {   /* carry */
+      pos += st[dm - 1] - idx[dm] * st[dm];
+      idx[dm] = 0;
+      idx[dm - 1]++;
+    }
+  }
+}
+
 static int run_instr(const Ctx *c, int k) {
   const FInstr *ins = &c->prog->ins[k];
   const Site *s = c->site[k];
@@ -671,6 +747,20 @@ static int run_instr(const Ctx *c, int k) {
     view_copy((char *)d, arr_data(c->slots[ins->in[0].idx]), dt_size(ins->dst.dtype), c->prog,
               c->vstride[k], c->off, c->n);
     return 0;
+  case FO_VIEW_BIN: {
+    const float *src = arr_data(c->slots[ins->in[0].idx]);
+    if (c->vstride[k][c->prog->ndim - 1] == 0) {
+      view_bin(ins, d, src, b, vb, c->prog, c->vstride[k], c->off, c->n);
+      return 0;
+    }
+    float *r = at(c, &s[2]);   /* read along the rows: the view's register */
+    view_copy((char *)r, (const char *)src, sizeof(float), c->prog, c->vstride[k], c->off, c->n);
+    if (ins->pair)
+      ins->rule->loop(d, r, true, b, vb, c->n);
+    else
+      ins->rule->loop(d, b, vb, r, true, c->n);
+    return 0;
+  }
   }
   return 0;
 }
