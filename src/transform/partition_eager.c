@@ -17,8 +17,17 @@
  * (a sharded array a shard_map body closes over), inside such a call
  * (the partitioned call's own host steps), for a primitive without a
  * sharding rule (propagation would replicate its operands and compute
- * the whole result on every device: the same values), and when no
- * operand is split (every device would compute the global value).
+ * the whole result on every device: the same values), when no operand
+ * is split (every device would compute the global value), and for a
+ * small operation whose values do not depend on where it runs.  A round
+ * trip through the devices costs a few hundred microseconds on a busy
+ * machine, against a microsecond for a small kernel; only an operation
+ * that adds across blocks (sum, product, contraction, cumulative sum:
+ * the psum of the blocks' partial results orders the additions
+ * differently) gives other bits per device, so it always runs there,
+ * and so does every operation from EAGER_SPLIT_MIN elements (where the
+ * devices' threads pay) or on an array holding only its process's
+ * blocks (array.h), whose other blocks it must not read.
  *
  * The jit of each (primitive, parameters) is kept in a small cache; its
  * own cache holds a trace per operand signature (shapes, dtypes,
@@ -102,6 +111,24 @@ static Value *eager_jit(PrimId id, int nin, const Params *p) {
   return j;
 }
 
+/* Operations from this many elements run per device whatever they are. */
+enum { EAGER_SPLIT_MIN = 1 << 16 };
+
+/* Whether [id] adds across the blocks of a split dimension, so that per
+ * device its bits are the partitioned jit's, not the global kernel's. */
+static bool accumulates(PrimId id) {
+  return id == P_REDUCE_SUM || id == P_REDUCE_PROD || id == P_DOT_GENERAL || id == P_CUMSUM ||
+         id == P_CUMPROD;
+}
+
+/* Whether [id] on [in] is worth (or needs) the devices: see above. */
+static bool per_device(PrimId id, Array *const *in, int nin) {
+  if (accumulates(id)) return true;
+  for (int i = 0; i < nin; i++)
+    if (in[i]->size >= EAGER_SPLIT_MIN || in[i]->buf->part) return true;
+  return false;
+}
+
 /* Whether some operand is split over its mesh, all sharded ones over one
  * mesh (else the global way raises JAX's error of mixed meshes). */
 static bool split_over_one_mesh(Array *const *in, int nin) {
@@ -121,7 +148,8 @@ static bool split_over_one_mesh(Array *const *in, int nin) {
 
 /* prim_sharded_run_hook. */
 static Value *eager_sharded(PrimId id, Array *const *in, int nin, const Params *p) {
-  if (running || dev_ctx() || !prim_table[id].rules.sharding || !split_over_one_mesh(in, nin))
+  if (running || dev_ctx() || !prim_table[id].rules.sharding || !per_device(id, in, nin) ||
+      !split_over_one_mesh(in, nin))
     return PRIM_DECLINED;
   Value *j = eager_jit(id, nin, p);
   if (!j) return NULL;

@@ -62,7 +62,7 @@ static const char *const closes_fused[] = {"reduce_sum", NULL};
 /* The array primitives without a sharding rule: a partitioner replicates
  * their operands (an all_gather) and says so. */
 static const char *const sharding_replicates[] = {
-    "iota", "scatter", "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
+    "iota", "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
     "random_permutation", NULL};
 
 static bool listed(const char *const *l, const char *name) {
