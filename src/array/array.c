@@ -573,6 +573,7 @@ static int64_t arr_flat_offset(const Array *a, int64_t flat) {
 
 double arr_get_f64(const Array *a, int64_t flat) {
   double x;
+  arr_check_held(a);
   const char *base = a->buf->data;
   size_t isz = dt_size(a->dtype);
   kern_convert(&x, DT_F64, base + (size_t)arr_flat_offset(a, flat) * isz, a->dtype, 1);
@@ -581,6 +582,7 @@ double arr_get_f64(const Array *a, int64_t flat) {
 
 int64_t arr_get_i64(const Array *a, int64_t flat) {
   int64_t x;
+  arr_check_held(a);
   const char *base = a->buf->data;
   size_t isz = dt_size(a->dtype);
   kern_convert(&x, DT_I64, base + (size_t)arr_flat_offset(a, flat) * isz, a->dtype, 1);

@@ -31,7 +31,8 @@
  * row-major buffer holds only those bytes (Buffer.part): the rest of the
  * buffer is address space whose pages are never touched, so a process's
  * memory is its own devices' shards (jax.device_put,
- * make_array_from_callback; spmd/sharding.h).  Device threads read only
+ * make_array_from_callback, a partitioned jit's outputs; spmd/sharding.h,
+ * shardmap.h: ShardFn.local_results).  Device threads read only
  * their blocks.  Any other read of bytes outside the run (arr_data checks
  * every view of such a buffer) first materialises the whole array, once,
  * through the devices' collective exchange on every process (the
@@ -158,6 +159,12 @@ static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }
  * (on a device thread, or the fetch failed) ends the program with the
  * error: never a read of bytes that were not written. */
 void arr_partial_check(const Array *a);
+
+/* arr_partial_check when [a]'s buffer holds only part of its bytes: for
+ * readers that address a->buf->data themselves. */
+static inline void arr_check_held(const Array *a) {
+  if (__builtin_expect(a->buf->part != NULL, 0)) arr_partial_check(a);
+}
 
 /* Pointer to the first element of [a] (its offset applied). */
 static inline void *arr_data(const Array *a) {

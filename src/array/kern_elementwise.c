@@ -138,6 +138,7 @@ void kern_move_polled(void *dst, const void *src, size_t n) {
  * every KERN_CHUNK elements (also within one long row). */
 static void kern_copy_flat(void *dst, const Array *a, bool poll) {
   size_t isz = dt_size(a->dtype);
+  arr_check_held(a);
   const char *base = a->buf->data;
   if (a->contiguous) {   /* memmove: dst may be a's own data (copy in place) */
     const char *s = base + (size_t)a->offset * isz;
@@ -822,6 +823,8 @@ static void kern_bin_run(BinLoop loop, const Array *a, const Array *b, Array *o)
   int64_t offs[3] = {a->offset, b->offset, 0};
   KernIter it;
   kern_iter_init(&it, o->ndim, o->shape, 3, st, offs);
+  arr_check_held(a);
+  arr_check_held(b);
   const char *pa = a->buf->data, *pb = b->buf->data;
   char *po = arr_data(o);
   for (bool more = !it.done; more; more = kern_iter_next(&it)) {

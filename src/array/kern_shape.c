@@ -28,6 +28,7 @@ static void kern_assign(Array *dst, const Array *src) {
   int64_t offs[2] = {dst->offset, src->offset};
   KernIter it;
   kern_iter_init(&it, dst->ndim, dst->shape, 2, st, offs);
+  arr_check_held(src);
   char *d = dst->buf->data;
   const char *s = src->buf->data;
   for (bool more = !it.done; more; more = kern_iter_next(&it)) {

@@ -906,6 +906,7 @@ static inline bool into_stride(const Array *a, const Array *o, int64_t *stride) 
 /* Where [a]'s elements start, each of [size] bytes (arr_data without
  * its dtype switch). */
 static inline char *into_data(const Array *a, size_t size) {
+  arr_check_held(a);
   return (char *)a->buf->data + (size_t)a->offset * size;
 }
 

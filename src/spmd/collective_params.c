@@ -19,6 +19,7 @@ int64_t coll_elem_i64(const Array *a, int64_t flat) {
     off += (flat % a->shape[d]) * a->strides[d];
     flat /= a->shape[d];
   }
+  arr_check_held(a);
   const char *base = (const char *)a->buf->data;
   int64_t at = a->offset + off;
   switch (a->dtype) {

@@ -530,12 +530,10 @@ static int64_t partial_min(void) {
   return min;
 }
 
-/* Whether an array of [shape] laid out by [s] holds only this process's
- * blocks: under mpirun, large enough, and those blocks make one
- * contiguous run [*lo, *hi) of its row-major elements, short of the
- * whole.  (Blocks of one sharding are disjoint or equal, so the distinct
- * ones fill their span exactly when their sizes add up to it.) */
-static bool local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo, int64_t *hi) {
+/* (Blocks of one sharding are disjoint or equal, so the distinct ones
+ * fill their span exactly when their sizes add up to it.) */
+bool sharding_local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo,
+                        int64_t *hi) {
   int64_t total = 1, rows[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
   for (int d = nd - 1; d >= 0; d--) rows[d] = total, total *= shape[d];
   if (!transport_active() || !s->mesh || total < partial_min()) return false;
@@ -575,7 +573,7 @@ static Value *put_local(Value *x, const NamedSharding *s) {
   if (!arr) return NULL;
   Array *a = AS_ARRAY(arr);
   int64_t lo, hi;
-  if (sharding_check(s, a->ndim, a->shape) < 0 || !local_run(s, a->ndim, a->shape, &lo, &hi)) {
+  if (sharding_check(s, a->ndim, a->shape) < 0 || !sharding_local_run(s, a->ndim, a->shape, &lo, &hi)) {
     val_decref(arr);
     return err_kind() ? NULL : sharding_put(x, s);
   }
@@ -797,7 +795,7 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   Value *r = NULL;
   int64_t lo, hi;
   if (sharding_check(ns, nd, shape) < 0) goto out;
-  bool part = local_run(ns, nd, shape, &lo, &hi);   /* this process's devices only */
+  bool part = sharding_local_run(ns, nd, shape, &lo, &hi);   /* this process's devices only */
   for (int f = 0; f < sharding_ndev(ns); f++) {
     if (part && !transport_is_local(sharding_device(ns, f))) continue;
     Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);

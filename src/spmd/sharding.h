@@ -81,6 +81,13 @@ Value *sharding_put(Value *x, const NamedSharding *s);
  * need no materialising). */
 bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec);
 
+/* Whether an array of rank [nd] and [shape] laid out by [s] holds only
+ * this process's blocks (array.h, "Process-local shards"): under mpirun,
+ * of SHMAP_PARTIAL_MIN elements or more, its local blocks one contiguous
+ * run [*lo, *hi) of its row-major elements, short of the whole. */
+bool sharding_local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo,
+                        int64_t *hi);
+
 /* jax.device_put(x, device): each array leaf of tree [x] laid out by
  * [device] (a sharding, a Device, a PartitionSpec over the context mesh,
  * None; or a tuple, list or dict of them matching x's).  New reference

@@ -227,6 +227,7 @@ typedef struct Call {
   Value **results;   /* per rank (owned) */
   OutBuf *out;       /* per rank print output */
   Loc *ret;          /* per rank: where the body returned (its last statement) */
+  uint32_t withheld; /* results (bits) each process keeps its own blocks of (local_results) */
 } Call;
 
 /* The bytes of [a]'s elements. */
@@ -455,9 +456,49 @@ static int lay_out_result(const Call *c, Value *out, PSpec *s) {
   return 0;
 }
 
+/* Result [k] laid out by [s] from the blocks of this process's devices
+ * only (the others' are NULL: Call.withheld): an array holding only
+ * this process's run of it. */
+static Value *assemble_local(const ShardFn *f, const PSpec *s, Array **blocks) {
+  const Mesh *m = f->mesh;
+  Array *b0 = NULL;
+  for (int r = 0; r < m->size && !b0; r++) b0 = blocks[r];
+  int64_t gs[SHM_MAXDIM], lo, hi;
+  for (int ax = 0; ax < b0->ndim; ax++) gs[ax] = b0->shape[ax] * pspec_entry_size(s, m, ax);
+  Value *ns = sharding_new(f->mesh, (PSpec *)s);
+  Array *out = ns ? arr_new(b0->dtype, b0->ndim, gs) : NULL;
+  if (!out || !sharding_local_run((NamedSharding *)ns, b0->ndim, gs, &lo, &hi)) {
+    if (out) val_decref(&out->hdr);
+    if (ns) val_decref(ns);
+    return err_kind() ? NULL : err_set(ERR_COLLECTIVE, "shard_map: processes disagree on "
+                                       "which results they keep their own blocks of");
+  }
+  out->weak = b0->weak;
+  out->vma = 0;
+  for (int r = 0; r < m->size; r++) {
+    if (!blocks[r]) continue;
+    int coords[MESH_MAX_AXES];
+    int64_t at[SHM_MAXDIM];
+    mesh_coords(m, r, coords);
+    for (int ax = 0; ax < b0->ndim; ax++) at[ax] = block_index(s, m, ax, coords) * b0->shape[ax];
+    place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
+                dt_size(b0->dtype));
+  }
+  size_t es = dt_size(out->dtype);
+  if (arr_set_partial(out, ns, lo * (int64_t)es, hi * (int64_t)es) < 0) {
+    val_decref(&out->hdr);
+    val_decref(ns);
+    return NULL;
+  }
+  out->sharding = ns;
+  return &out->hdr;
+}
+
 static Value *assemble(const ShardFn *f, const PSpec *s, Array **blocks, int k,
                        const Loc *ret) {
   const Mesh *m = f->mesh;
+  for (int r = 0; r < m->size; r++)
+    if (!blocks[r]) return assemble_local(f, s, blocks);
   if (check_blocks_agree(f, s, blocks, k) < 0) return NULL;
   if (f->check_rep && check_vma(f, s, blocks, k, ret) < 0) return NULL;
   Array *b0 = blocks[0];
@@ -506,14 +547,19 @@ fail:
   return NULL;
 }
 
-/* Result [k] of every device, as contiguous arrays. */
+/* Result [k] of every device, as contiguous arrays (NULL for another
+ * process's device when it kept its blocks: Call.withheld). */
 static int gather_result(const Call *c, int k, bool single, Array **blocks) {
   int n = c->f->mesh->size;
   for (int r = 0; r < n; r++) {
     Value *v = single ? c->results[r] : tuple_get(c->results[r], (size_t)k);
+    if (k < 32 && (c->withheld >> k & 1) && v == VAL_NONE) {
+      blocks[r] = NULL;
+      continue;
+    }
     Value *arr = ops_to_array(v, -1);
     if (!arr) {
-      for (int q = 0; q < r; q++) val_decref(&blocks[q]->hdr);
+      for (int q = 0; q < r; q++) val_decref(blocks[q] ? &blocks[q]->hdr : NULL);
       err_set(ERR_TYPE, "shard_map body must return arrays, got %s", val_type_name(v));
       return -1;
     }
@@ -521,7 +567,7 @@ static int gather_result(const Call *c, int k, bool single, Array **blocks) {
     if (cont) cont->vma |= AS_ARRAY(arr)->vma;
     val_decref(arr);
     if (!cont) {
-      for (int q = 0; q < r; q++) val_decref(&blocks[q]->hdr);
+      for (int q = 0; q < r; q++) val_decref(blocks[q] ? &blocks[q]->hdr : NULL);
       return -1;
     }
     blocks[r] = cont;
@@ -647,7 +693,7 @@ static Value *assemble_all(const Call *c) {
     Value *res = NULL;
     if (gather_result(c, k, single, blocks) == 0) {
       res = assemble(c->f, s, blocks, k, c->ret);
-      for (int r = 0; r < n; r++) val_decref(&blocks[r]->hdr);
+      for (int r = 0; r < n; r++) val_decref(blocks[r] ? &blocks[r]->hdr : NULL);
       if (res && lay_out_result(c, res, s) < 0) {
         val_decref(res);
         res = NULL;
@@ -794,6 +840,43 @@ int shardmap_shared_slots(Value *body, Value ***slots, int cap) {
   return n;
 }
 
+/* The results of a call of a ShardFn with local_results that each
+ * process keeps only its own blocks of (bits; sharding_local_run on the
+ * global shape), when every process holds devices of the mesh: the same
+ * answer on every process, from its first device's blocks (a
+ * partitioned plan's devices return blocks of one shape).  0 otherwise. */
+static uint32_t withheld_results(const Call *c) {
+  const ShardFn *f = c->f;
+  const Mesh *m = f->mesh;
+  if (!f->local_results || f->check_rep || f->out_specs->type != V_TUPLE) return 0;
+  int procs = transport_procs(), first = -1;
+  bool *has = shm_calloc((size_t)procs, sizeof(bool));
+  if (!has) return 0;
+  for (int r = 0; r < m->size; r++) {
+    int d = m->devices[r];
+    has[transport_process_of(d)] = true;
+    if (first < 0 && transport_is_local(d)) first = r;
+  }
+  bool all = true;
+  for (int p = 0; p < procs; p++) all &= has[p];
+  shm_free(has);
+  Value *r0 = first >= 0 ? c->results[first] : NULL;
+  size_t n = tuple_len(f->out_specs);
+  if (!all || !r0 || r0->type != V_TUPLE || tuple_len(r0) != n) return 0;
+  uint32_t bits = 0;
+  for (size_t k = 0; k < n && k < 32; k++) {
+    Value *b = tuple_get(r0, k);
+    const PSpec *s = (const PSpec *)tuple_get(f->out_specs, k);
+    if (!IS_ARRAY(b) || AS_ARRAY(b)->ndim < s->n) continue;
+    const Array *a = AS_ARRAY(b);
+    int64_t gs[SHM_MAXDIM], lo, hi;
+    for (int d = 0; d < a->ndim; d++) gs[d] = a->shape[d] * pspec_entry_size(s, m, d);
+    NamedSharding ns = {.mesh = (Mesh *)m, .spec = (PSpec *)s, .device = -1};
+    if (sharding_local_run(&ns, a->ndim, gs, &lo, &hi)) bits |= 1u << k;
+  }
+  return bits;
+}
+
 static int run_on_devices(Call *c) {
   MeshDesc md;
   mesh_to_desc(c->f->mesh, &md);
@@ -804,7 +887,8 @@ static int run_on_devices(Call *c) {
   if (transport_active()) {
     Value **slots[8];
     int nslots = shardmap_shared_slots(c->f->body, slots, 8);
-    rc = xcall_end(g, &md, c->results, c->out, rc, slots, nslots);
+    c->withheld = rc == 0 ? withheld_results(c) : 0;
+    rc = xcall_end(g, &md, c->results, c->out, rc, slots, nslots, c->withheld);
     if (rc == 0) rc = shardmap_settle(c->f->body);   /* a process without a device */
   }
   coll_group_free(g);

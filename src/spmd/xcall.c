@@ -169,13 +169,29 @@ static void put_error(StrBuf *w) {
 /* The END message of this process: per local rank its number, output and
  * result, then the outcome (0, or 1 and the error); after a 0 the caller
  * adds the shared slots' values (xcall_end). */
-static void put_end(StrBuf *w, const MeshDesc *m, Value **results, OutBuf *outs, int rc) {
+/* Result [v] of a device, with the results [withheld] names sent as
+ * None (each process keeps its own blocks of them). */
+static void put_result(StrBuf *w, Value *v, uint32_t withheld) {
+  if (!withheld || !v || v->type != V_TUPLE) {
+    put_value(w, v, false);
+    return;
+  }
+  put_i64(w, V_TUPLE_TAG);
+  put_i64(w, (int64_t)tuple_len(v));
+  for (size_t i = 0; i < tuple_len(v); i++) {
+    if (i < 32 && (withheld >> i & 1)) put_i64(w, V_NONE_TAG);
+    else put_value(w, tuple_get(v, i), false);
+  }
+}
+
+static void put_end(StrBuf *w, const MeshDesc *m, Value **results, OutBuf *outs, int rc,
+                    uint32_t withheld) {
   for (int r = 0; r < m->ndevices; r++) {
     if (!transport_is_local(m->device_ids ? m->device_ids[r] : r)) continue;
     put_i64(w, r);
     put_i64(w, (int64_t)outs[r].len);
     sbuf_add(w, outs[r].data ? outs[r].data : "", outs[r].len);
-    put_value(w, rc < 0 ? NULL : results[r], false);
+    put_result(w, rc < 0 ? NULL : results[r], withheld);
   }
   put_i64(w, -1);
   if (rc < 0)
@@ -371,11 +387,11 @@ static TransportMsg *wait_end(int p, int tag) {
 }
 
 int xcall_end(CollGroup *g, const MeshDesc *mesh, Value **results, OutBuf *outs, int rc,
-              Value ***shared, int nshared) {
+              Value ***shared, int nshared, uint32_t withheld) {
   int procs = transport_procs(), me = transport_rank();
   int tag = transport_tag(TRANSPORT_END, coll_group_parity(g) << 27);
   StrBuf w = {0};
-  put_end(&w, mesh, results, outs, rc);
+  put_end(&w, mesh, results, outs, rc, withheld);
   for (int i = 0; i < nshared; i++) put_value(&w, *shared[i], true);
   if (w.failed) return sbuf_free(&w), err_nomem(), -1;
   void *reqs[procs];

@@ -30,8 +30,10 @@
  * error every process agreed on set on this thread.  Main thread, after
  * coll_run; not under one process.  shared[0..nshared) are slots of
  * values a device sets as it runs (shardmap_shared_slots): a slot still
- * empty here gets the first other process's value (a new reference). */
+ * empty here gets the first other process's value (a new reference).
+ * [withheld]: the results (bits of a result tuple) each process keeps its
+ * own blocks of (shardmap.c, Call.withheld), sent as None instead. */
 int xcall_end(CollGroup *g, const MeshDesc *mesh, Value **results, OutBuf *outs, int rc,
-              Value ***shared, int nshared);
+              Value ***shared, int nshared, uint32_t withheld);
 
 #endif

@@ -15,6 +15,7 @@
 #include "spmd/device.h"
 #include "base/intern.h"
 #include "transform/jit.h"
+#include "spmd/transport.h"
 #include "transform/partition.h"
 #include "transform/aot.h"
 #include "lang/jaxconfig.h"
@@ -719,11 +720,32 @@ static Value *partitioned_fn(JitFn *j, Entry *e, Sig *s) {
 
 /* Runs [e] partitioned (Auto mode, partition.h): a shard_map over the
  * mesh of the sharded leaves, each result laid out as propagation says. */
+/* Whether under mpirun an output of [e]'s partitioned plan would hold
+ * only each process's blocks (array.h, "Process-local shards"). */
+static bool outputs_local(const Entry *e) {
+  if (!transport_active()) return false;
+  for (int i = 0; i < e->plan->nout; i++) {
+    AVal av;
+    int64_t lo, hi;
+    Value *sh = part_out_sharding(e->part, i);
+    plan_atom_aval(e->plan, &e->plan->outs[i], &av);
+    bool local = sh && sharding_local_run((NamedSharding *)sh, av.ndim, av.shape, &lo, &hi);
+    if (sh) val_decref(sh);
+    if (local) return true;
+  }
+  return false;
+}
+
 static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
   Value *f = partitioned_fn(j, e, s);
   if (!f) return NULL;
   CallArgs c = {.nargs = s->nleaves, .args = s->leaves};
-  Value *t = jit_call_laid((JitFn *)f, &c), *r = NULL;
+  /* Outputs each process keeps only its blocks of come from the plan
+   * interpreted on the devices (the same values: eager and jit agree),
+   * whose call hands back blocks rather than copying the whole into a
+   * compiled plan's workspace. */
+  Value *t = outputs_local(e) ? shardmap_run(((JitFn *)f)->fn, &c) : jit_call_laid((JitFn *)f, &c),
+        *r = NULL;
   val_decref(f);
   int n = e->plan->nout;
   Value **outs = t ? shm_calloc((size_t)n + 1, sizeof(Value *)) : NULL;

@@ -542,6 +542,7 @@ Value *part_shard_fn(PartPlan *pp) {
    * (check_vma=False) may return blocks the static check cannot see are
    * equal */
   Value *r = body ? shardmap_new(name, body, &pp->mesh->hdr, in_specs, out_specs, false) : NULL;
+  if (r) ((ShardFn *)r)->local_results = true;
   if (body) val_decref(body);
   if (in_specs) val_decref(in_specs);
   if (out_specs) val_decref(out_specs);
