@@ -686,6 +686,16 @@ static Value *lax_sort(const CallArgs *a) {
     else if (av.ndim == 0) err_set(ERR_VALUE, "sort requires an operand of rank >= 1");
     goto done;
   }
+  if (n == 1) {   /* one operand: the sort primitive (its type, its Explicit rule) */
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    Value *v = ops_apply(P_SORT, 1, &arr[0], &p);
+    params_clear(&p);
+    r = v && seq ? tuple_pack(1, &v) : v;
+    if (v && seq) val_decref(v);
+    goto done;
+  }
   /* the order: stable argsorts from the least significant key up */
   for (int64_t key = k - 1; key >= 0; key--) {
     Value *kv = perm ? prim_take_along(arr[key], perm, axn) : val_incref(arr[key]);

@@ -243,6 +243,14 @@ extern Value *(*ops_array_attr_hook)(Value *x, const char *name);  /* hook */
  * is split over no Explicit axis. */
 extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);  /* hook */
 
+/* Explicit mode's rule for x[i, j, ...] with several index arrays (JAX
+ * gathers them at once; shmap merges the dimensions first):
+ * (spmd/sharding.c) 0, or -1 with JAX's gather ShardingTypeError when
+ * [x] is split over an Explicit mesh axis along one of the dimensions
+ * [dims] (bits) the arrays index; [indices] is JAX's stacked indices'
+ * repr, "ShapedArray(int32[2,2])", for the message.  NULL: no check. */
+extern int (*ops_gather_check_hook)(Value *x, uint64_t dims, const char *indices);  /* hook */
+
 /* A value of a higher layer's type that stands for an integer where an
  * array is built from a nested sequence (a jax Device: its id, so that
  * np.array(jax.devices()) is an array of ids): true with [*out] set. */

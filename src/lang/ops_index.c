@@ -519,6 +519,17 @@ static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na, 
       return NULL;
     }
   }
+  if (na > 1 && ops_gather_check_hook) {   /* JAX's one gather: its Explicit rule */
+    uint64_t dims = 0;
+    char ind[256];
+    AVal ia;
+    if (ops_aval(idx[0], &ia) < 0) return NULL;
+    for (int k = 0; k < na; k++) dims |= (uint64_t)1 << adv_dim[k];
+    int w = snprintf(ind, sizeof ind, "ShapedArray(%s[", dt_name(ia.dtype));
+    for (int d = 0; d < bn && w < 200; d++) w += snprintf(ind + w, sizeof ind - (size_t)w, "%lld,", (long long)bs[d]);
+    snprintf(ind + w, sizeof ind - (size_t)w, "%d])", na);
+    if (ops_gather_check_hook(y, dims, ind) < 0) return NULL;
+  }
   bool adjacent = true;
   for (int k = 1; k < na; k++) adjacent = adjacent && adv_dim[k] == adv_dim[k - 1] + 1;
   /* Move the advanced dims together: in place when adjacent, else first. */
@@ -858,6 +869,7 @@ static Value *positions(const AVal *av) {
 }
 
 Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);
+int (*ops_gather_check_hook)(Value *x, uint64_t dims, const char *indices);
 
 /* The dimensions of which [index] selects a part (bits): those an int or
  * an array indexes, or a slice other than the whole. */
