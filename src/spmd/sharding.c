@@ -1451,20 +1451,16 @@ static Value *scatter_type(Value *x, uint64_t touched) {
   return s;
 }
 
-/* ops_gather_check_hook (JAX's _gather_sharding_rule for x[i, j, ...]
- * with several index arrays, one gather in JAX): x may not be split over
- * Explicit axes along the dimensions [dims] (bits) the arrays index. */
-static int gather_check(Value *x, uint64_t dims, const char *indices) {
-  char ty[512];
+/* ops_explicit_split_hook: whether [x] is split over an Explicit axis
+ * along one of [dims] (bits), its type's str in [ty]. */
+static bool explicit_split(Value *x, uint64_t dims, char *ty, size_t cap) {
+  char t[512];
   bool typed, bad;
-  Value *s = explicit_type(x, dims, ty, sizeof ty, &typed, &bad);
+  Value *s = explicit_type(x, dims, t, sizeof t, &typed, &bad);
   val_decref(s);
-  if (!bad) return 0;
-  err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].get(out_sharding=)` to provide output "
-                    "PartitionSpec for the gather indexing as out sharding could not be resolved "
-                    "unambiguously (or would require collectives on inputs). Got operand=%s, "
-                    "indices=%s", ty, indices);
-  return -1;
+  size_t n = strlen(t);   /* "ShapedArray(" ... ")" stripped */
+  snprintf(ty, cap, "%.*s", n > 13 ? (int)(n - 13) : 0, t + (n > 13 ? 12 : n));
+  return bad;
 }
 
 /* ops_index_hook: a Device stands for its id where arrays are built
@@ -1503,7 +1499,7 @@ int sharding_register(Env *b) {
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
   ops_scatter_type_hook = scatter_type;
-  ops_gather_check_hook = gather_check;
+  ops_explicit_split_hook = explicit_split;
   ops_register_equal(V_OPAQUE, opaque_equal);
   static const struct {
     const char *ns, *name;
