@@ -541,8 +541,19 @@ static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, con
 }
 
 /* sort and argsort: the sorted dimension unsplit, the others kept (each
- * device sorts its rows whole). */
+ * device sorts its rows whole).  In Explicit mode (JAX's
+ * _sort_abstract_eval) the sorted dimension must not be split over an
+ * Explicit axis: ShardingTypeError, reshard the operand first. */
 static int sh_sort(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sharding *out_sh) {
+  int64_t dim;
+  if (params_int(p, "dimension", &dim) < 0) return -1;
+  int d = dim < 0 ? (int)dim + in[0].ndim : (int)dim;
+  if (d >= 0 && d < in[0].ndim && sh_typed(&in_sh[0], sh_dim_axes(&in_sh[0], d))) {
+    char sh[512];
+    sh_named_str(&in_sh[0], sh, sizeof sh);
+    return sh_type_error_text("Arguments to sort must be unsharded over the sorting dimension. "
+                              "Got arg sharding=%s and sorting dimension=%d", sh, d);
+  }
   return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
 }
 
@@ -562,8 +573,15 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
       ((in[0].shape[axis] != 1 && sh_typed(&in_sh[0], sh_dim_axes(&in_sh[0], axis))) ||
        sh_typed(&in_sh[1], sh_used(&in_sh[1])))) {
     char a[256], b[256];
-    sh_type_str(&in[0], &in_sh[0], a, sizeof a);
-    sh_type_str(&in[1], &in_sh[1], b, sizeof b);
+    /* JAX's gather indices end in their index vector dimension */
+    AVal iv = in[1];
+    Sharding is = in_sh[1];
+    if (iv.ndim < SHM_MAXDIM) {
+      iv.shape[iv.ndim++] = 1;
+      is.nsplit[is.ndim++] = 0;
+    }
+    sh_aval_repr(&in[0], &in_sh[0], a, sizeof a);
+    sh_aval_repr(&iv, &is, b, sizeof b);
     return sh_type_error_text("Use `.at[...].get(out_sharding=)` to provide output PartitionSpec "
                               "for the gather indexing as out sharding could not be resolved "
                               "unambiguously (or would require collectives on inputs). Got "

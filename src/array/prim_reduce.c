@@ -389,7 +389,7 @@ static int sh_cumulative(const AVal *in, Sharding *in_sh, int nin, const Params 
   int d = axis < 0 ? (int)axis + in[0].ndim : (int)axis;
   if (d >= 0 && d < in[0].ndim && sh_typed(&in_sh[0], sh_dim_axes(&in_sh[0], d))) {
     char ty[256];
-    sh_type_str(&in[0], &in_sh[0], ty, sizeof ty);
+    sh_aval_str(&in[0], &in_sh[0], ty, sizeof ty);
     return sh_type_error("input should be unsharded over the axis being reduced. Got input "
                          "type=%s and axis=%d; reshard it first (jax.sharding.reshard)", ty, d);
   }

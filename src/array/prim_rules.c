@@ -6,6 +6,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "array/prim_rules.h"
 
@@ -119,6 +120,39 @@ void sh_spec_tuple(const Sharding *s, int n, const int64_t *dims, char *buf, siz
     put_entry(s, dims ? (int)dims[i] : i, buf, cap, &w);
   }
   put(buf, cap, &w, n == 1 ? ",)" : ")", NULL);
+}
+
+void sh_named_str(const Sharding *s, char *buf, size_t cap) {
+  size_t w = 0;
+  char tmp[16], size[32], spec[256];
+  Sharding type;
+  buf[0] = 0;
+  put(buf, cap, &w, "NamedSharding(mesh=Mesh(", NULL);
+  for (int a = 0; a < s->naxes; a++) {
+    snprintf(size, sizeof size, "': %d", s->axis_sizes[a]);
+    put(buf, cap, &w, a ? ", '" : "'", axis_name(s, a, tmp, sizeof tmp));
+    put(buf, cap, &w, size, NULL);
+  }
+  sh_type_of(s, &type);
+  sh_spec_tuple(&type, type.ndim, NULL, spec, sizeof spec);
+  /* a spec prints as P(...): the tuple's parentheses, no trailing comma */
+  size_t n = strlen(spec);
+  if (n >= 3 && spec[n - 2] == ',') spec[n - 2] = ')', spec[n - 1] = 0;
+  put(buf, cap, &w, "), spec=P", spec);
+  put(buf, cap, &w, ")", NULL);
+}
+
+void sh_aval_str(const AVal *a, const Sharding *s, char *buf, size_t cap) {
+  char t[512];
+  sh_type_str(a, s, t, sizeof t);
+  const char *dims = strchr(t, '[');
+  snprintf(buf, cap, "%s%s", dt_name(a->dtype), dims ? dims : "[]");
+}
+
+void sh_aval_repr(const AVal *a, const Sharding *s, char *buf, size_t cap) {
+  char t[512];
+  sh_aval_str(a, s, t, sizeof t);
+  snprintf(buf, cap, "ShapedArray(%s)", t);
 }
 
 void sh_type_str(const AVal *a, const Sharding *s, char *buf, size_t cap) {
@@ -267,7 +301,7 @@ int sh_varying_out(const AVal *in, const Sharding *s, const AVal *out, const cha
       memcpy(one.split[0], type->split[d], sizeof one.split[0]);
       put_entry(&one, 0, spec, sizeof spec, &w);
     }
-    sh_type_str(in, s, ty, sizeof ty);
+    sh_aval_str(in, s, ty, sizeof ty);
     sizes_tuple(out->ndim, out->shape, shape, sizeof shape);
     return sh_type_error_text("%s on sharded dims where out dim (%lld) is not divisible by mesh "
                               "axes (%lld) with spec (%s) is not implemented. Got input type=%s "

@@ -749,9 +749,20 @@ int sh_check_same_types(const AVal *in, const Sharding *in_sh, int from, int nin
  * errors, a Python tuple: "('X', None)", "(('X', 'Y'),)". */
 void sh_spec_tuple(const Sharding *s, int n, const int64_t *dims, char *buf, size_t cap);
 
+/* Writes [s]'s type (sh_type_of) into [buf] ([cap] bytes) as shmap
+ * prints a NamedSharding: "NamedSharding(mesh=Mesh('X': 2, 'Y': 4),
+ * spec=P('X', None))" (JAX's str of an aval's sharding in its errors). */
+void sh_named_str(const Sharding *s, char *buf, size_t cap);
+
 /* Writes [a] laid out as [s] as jax.typeof prints it, the Explicit axes
  * after each dimension's size: "f32[8@X,4]". */
 void sh_type_str(const AVal *a, const Sharding *s, char *buf, size_t cap);
+
+/* Writes [a] laid out as [s] as JAX's errors print an aval: its str
+ * "float32[8@X,4]" (sh_aval_str, JAX's f"{aval}"), its repr
+ * "ShapedArray(float32[8@X,4])" (sh_aval_repr, JAX's f"{aval=}"). */
+void sh_aval_str(const AVal *a, const Sharding *s, char *buf, size_t cap);
+void sh_aval_repr(const AVal *a, const Sharding *s, char *buf, size_t cap);
 
 /* Explicit mode's check of a result whose [n] dimensions would be split
  * as [res]: an Explicit mesh axis may split one dimension only (JAX's

@@ -593,12 +593,42 @@ static Value *top_k_along(const char *who, Value *x, int64_t k, int axn, bool la
                    (long long)av.shape[axn]);
   Value *order = argsort_dir(x, axn, largest);
   Value *idx = order ? bi_slice_axis(order, axn, 0, k) : NULL;
-  Value *vals = idx ? prim_take_along(x, idx, axn) : NULL;
+  char ty[512];
+  uint64_t others = (((uint64_t)1 << av.ndim) - 1) & ~((uint64_t)1 << axn);
+  Value *vals = NULL;
+  if (idx && ops_explicit_split_hook && ops_explicit_split_hook(x, others, ty, sizeof ty)) {
+    /* split over Explicit axes along other dimensions: the values sorted
+     * by the sort primitive, which keeps their type (the gather of the
+     * flattened array could not) */
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    Value *srt = ops_apply(P_SORT, 1, &x, &p);
+    params_clear(&p);
+    Value *dir = srt && largest ? rev_axis(srt, axn) : srt ? val_incref(srt) : NULL;
+    vals = dir ? bi_slice_axis(dir, axn, 0, k) : NULL;
+    if (srt) val_decref(srt);
+    if (dir) val_decref(dir);
+  } else if (idx) {
+    vals = prim_take_along(x, idx, axn);
+  }
   Value *r = vals ? tuple_pack(2, (Value *[]){vals, idx}) : NULL;
   Value *tmp[] = {order, idx, vals};
   for (int i = 0; i < 3; i++)
     if (tmp[i]) val_decref(tmp[i]);
   return r;
+}
+
+/* Explicit mode (JAX's _top_k_abstract_eval): [x] split over an
+ * Explicit axis along [axis] is JAX's ShardingTypeError (true, the error
+ * set). */
+static bool top_k_split(Value *x, int axis) {
+  char ty[512];
+  if (!ops_explicit_split_hook || !ops_explicit_split_hook(x, (uint64_t)1 << axis, ty, sizeof ty))
+    return false;
+  err_set(ERR_TYPE, "ShardingTypeError: The input should be unsharded over the axis along which "
+                    "to compute the top_k values. Got input type=%s and axis=%d", ty, axis);
+  return true;
 }
 
 /* lax.top_k(operand, k): the k largest along the last axis. */
@@ -611,7 +641,8 @@ static Value *lax_top_k(const CallArgs *a) {
   if (bi_aval(xa).ndim == 0)
     err_set(ERR_TYPE, "top_k operand must have >= 1 dimension, got ()");
   else if (bi_int_arg("top_k", "k", kv, 0, &k) == 0)
-    r = top_k_along("top_k", xa, k, bi_aval(xa).ndim - 1, true);
+    r = top_k_split(xa, bi_aval(xa).ndim - 1) ? NULL
+        : top_k_along("top_k", xa, k, bi_aval(xa).ndim - 1, true);
   val_decref(xa);
   return r;
 }
@@ -684,6 +715,16 @@ static Value *lax_sort(const CallArgs *a) {
   if (!arr || av.ndim == 0 || axis_normalize(d, av.ndim, &axn) < 0) {
     if (!arr) err_nomem();
     else if (av.ndim == 0) err_set(ERR_VALUE, "sort requires an operand of rank >= 1");
+    goto done;
+  }
+  if (n == 1) {   /* one operand: the sort primitive (its type, its Explicit rule) */
+    Params p;
+    params_init(&p);
+    params_add(&p, "dimension", val_int(axn));
+    Value *v = ops_apply(P_SORT, 1, &arr[0], &p);
+    params_clear(&p);
+    r = v && seq ? tuple_pack(1, &v) : v;
+    if (v && seq) val_decref(v);
     goto done;
   }
   /* the order: stable argsorts from the least significant key up */

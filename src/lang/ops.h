@@ -243,6 +243,14 @@ extern Value *(*ops_array_attr_hook)(Value *x, const char *name);  /* hook */
  * is split over no Explicit axis. */
 extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);  /* hook */
 
+/* Explicit mode (spmd/sharding.c): whether [x] is split over an
+ * Explicit mesh axis along one of the dimensions [dims] (bits); [ty]
+ * ([cap] bytes) gets x's type as JAX's str of an aval prints it,
+ * "float32[8@X,4]".  For the errors of JAX's rules of primitives shmap
+ * composes from others (x[i, j]: one gather in JAX; top_k).  NULL: no
+ * Explicit axes anywhere. */
+extern bool (*ops_explicit_split_hook)(Value *x, uint64_t dims, char *ty, size_t cap);  /* hook */
+
 /* A value of a higher layer's type that stands for an integer where an
  * array is built from a nested sequence (a jax Device: its id, so that
  * np.array(jax.devices()) is an array of ids): true with [*out] set. */

@@ -519,6 +519,22 @@ static Value *apply_advanced(Value *y, Value **idx, const int *adv_dim, int na, 
       return NULL;
     }
   }
+  if (na > 1 && ops_explicit_split_hook) {   /* JAX's one gather: its Explicit rule */
+    uint64_t dims = 0;
+    char ty[512], ind[256];
+    AVal ia;
+    if (ops_aval(idx[0], &ia) < 0) return NULL;
+    for (int k = 0; k < na; k++) dims |= (uint64_t)1 << adv_dim[k];
+    if (ops_explicit_split_hook(y, dims, ty, sizeof ty)) {
+      int w = snprintf(ind, sizeof ind, "%s[", dt_name(ia.dtype));
+      for (int d = 0; d < bn && w < 200; d++) w += snprintf(ind + w, sizeof ind - (size_t)w, "%lld,", (long long)bs[d]);
+      snprintf(ind + w, sizeof ind - (size_t)w, "%d]", na);
+      return err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].get(out_sharding=)` to provide "
+                     "output PartitionSpec for the gather indexing as out sharding could not be "
+                     "resolved unambiguously (or would require collectives on inputs). Got "
+                     "operand=ShapedArray(%s), indices=ShapedArray(%s)", ty, ind);
+    }
+  }
   bool adjacent = true;
   for (int k = 1; k < na; k++) adjacent = adjacent && adv_dim[k] == adv_dim[k - 1] + 1;
   /* Move the advanced dims together: in place when adjacent, else first. */
@@ -858,6 +874,7 @@ static Value *positions(const AVal *av) {
 }
 
 Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);
+bool (*ops_explicit_split_hook)(Value *x, uint64_t dims, char *ty, size_t cap);
 
 /* The dimensions of which [index] selects a part (bits): those an int or
  * an array indexes, or a slice other than the whole. */

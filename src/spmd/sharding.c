@@ -1390,24 +1390,24 @@ static int add_to(const char *ns, const char *name, BuiltinFn fn, const char *do
   return rc;
 }
 
-/* ops_scatter_type_hook (JAX's _scatter_sharding_rule for x.at[index]):
- * a dimension the index selects part of may not be split over Explicit
- * axes; the result has x's type. */
-static Value *scatter_type(Value *x, uint64_t touched) {
+/* [x]'s Explicit type (a new reference to its sharding, NULL when it
+ * has none) written into [ty] as JAX's errors print an aval's repr,
+ * "ShapedArray(float32[8@X,4])"; [*typed]: some dimension is split over
+ * an Explicit axis, [*bad]: one of the dimensions [touched] (bits) is. */
+static Value *explicit_type(Value *x, uint64_t touched, char *ty, size_t cap, bool *typed, bool *bad) {
   Value *s = IS_ARRAY(x) ? (AS_ARRAY(x)->sharding ? val_incref(AS_ARRAY(x)->sharding) : NULL)
              : shardmap_typeof_sharding_hook ? shardmap_typeof_sharding_hook(x) : NULL;
   AVal av;
+  *typed = *bad = false;
   if (!s || !sharding_is(s) || !((NamedSharding *)s)->mesh || ops_aval(x, &av) < 0) {
     val_decref(s);
     return NULL;
   }
   const NamedSharding *ns = (const NamedSharding *)s;
   uint32_t auto_bits = sharding_auto_axes();
-  bool typed = false, bad = false;
-  char ty[512];
-  int n = snprintf(ty, sizeof ty, "%s[", dt_short(av.dtype));
-  for (int d = 0; d < av.ndim && n < 400; d++) {
-    n += snprintf(ty + n, sizeof ty - (size_t)n, "%s%lld", d ? "," : "", (long long)av.shape[d]);
+  int n = snprintf(ty, cap, "ShapedArray(%s[", dt_name(av.dtype));
+  for (int d = 0; d < av.ndim && (size_t)n < cap - 112; d++) {
+    n += snprintf(ty + n, cap - (size_t)n, "%s%lld", d ? "," : "", (long long)av.shape[d]);
     const SpecEntry *e = d < ns->spec->n ? &ns->spec->e[d] : NULL;
     bool typed_axis[8] = {false};
     int shown = 0;
@@ -1416,15 +1416,25 @@ static Value *scatter_type(Value *x, uint64_t touched) {
       typed_axis[k] = a >= 0 && ns->mesh->axis_types[a] == MESH_EXPLICIT && !(auto_bits >> a & 1);
       shown += typed_axis[k];
     }
-    typed |= shown > 0;
-    bad |= shown > 0 && (touched >> d & 1);
+    *typed |= shown > 0;
+    *bad |= shown > 0 && (touched >> d & 1);
     for (int k = 0, j = 0; shown && k < e->nnames && k < 8; k++)
       if (typed_axis[k])
-        n += snprintf(ty + n, sizeof ty - (size_t)n, "%s%s", j++ ? "," : shown > 1 ? "@(" : "@",
+        n += snprintf(ty + n, cap - (size_t)n, "%s%s", j++ ? "," : shown > 1 ? "@(" : "@",
                       e->names[k]);
-    if (shown > 1) n += snprintf(ty + n, sizeof ty - (size_t)n, ")");
+    if (shown > 1) n += snprintf(ty + n, cap - (size_t)n, ")");
   }
-  snprintf(ty + n, sizeof ty - (size_t)n, "]");
+  snprintf(ty + n, cap - (size_t)n, "])");
+  return s;
+}
+
+/* ops_scatter_type_hook (JAX's _scatter_sharding_rule for x.at[index]):
+ * a dimension the index selects part of may not be split over Explicit
+ * axes; the result has x's type. */
+static Value *scatter_type(Value *x, uint64_t touched) {
+  char ty[512];
+  bool typed, bad;
+  Value *s = explicit_type(x, touched, ty, sizeof ty, &typed, &bad);
   if (bad) {
     val_decref(s);
     return err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].set/add/mul/...(out_sharding=)` to "
@@ -1437,6 +1447,18 @@ static Value *scatter_type(Value *x, uint64_t touched) {
     return NULL;
   }
   return s;
+}
+
+/* ops_explicit_split_hook: whether [x] is split over an Explicit axis
+ * along one of [dims] (bits), its type's str in [ty]. */
+static bool explicit_split(Value *x, uint64_t dims, char *ty, size_t cap) {
+  char t[512];
+  bool typed, bad;
+  Value *s = explicit_type(x, dims, t, sizeof t, &typed, &bad);
+  val_decref(s);
+  size_t n = strlen(t);   /* "ShapedArray(" ... ")" stripped */
+  snprintf(ty, cap, "%.*s", n > 13 ? (int)(n - 13) : 0, t + (n > 13 ? 12 : n));
+  return bad;
 }
 
 /* ops_index_hook: a Device stands for its id where arrays are built
@@ -1475,6 +1497,7 @@ int sharding_register(Env *b) {
   ops_array_attr_hook = array_attr;
   ops_index_hook = device_index;
   ops_scatter_type_hook = scatter_type;
+  ops_explicit_split_hook = explicit_split;
   ops_register_equal(V_OPAQUE, opaque_equal);
   static const struct {
     const char *ns, *name;

@@ -1890,7 +1890,9 @@ static Value *bi_pcast(const CallArgs *a) {
   return bi_pvary(&c);
 }
 
-/* The type of a value as jax.typeof prints it: f32[2,2]{V:i,j}. */
+/* The type of a value as jax.typeof prints it (JAX's ShapedArray: str
+ * float32[2,2]{V:i,j}, the dtype's full name; repr
+ * ShapedArray(float32[2,2]{V:i,j})). */
 typedef struct TypeOf {
   Opaque base;
   Value *text;
@@ -1898,7 +1900,17 @@ typedef struct TypeOf {
 
 static void typeof_free(Value *v) { val_decref(((TypeOf *)v)->text); }
 static Value *typeof_str(Value *v) { return val_incref(((TypeOf *)v)->text); }
-static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_str, NULL, typeof_str, NULL, NULL};
+static Value *typeof_repr(Value *v) {
+  Value *t = ((TypeOf *)v)->text;
+  size_t n = ((Str *)t)->len + 16;
+  char *buf = shm_malloc(n);
+  if (!buf) return err_nomem();
+  snprintf(buf, n, "ShapedArray(%s)", str_cstr(t));
+  Value *r = str_from(buf);
+  shm_free(buf);
+  return r;
+}
+static const OpaqueType typeof_type = {"ShapedArray", typeof_free, typeof_repr, NULL, typeof_str, NULL, NULL};
 
 Value *(*shardmap_typeof_sharding_hook)(Value *x);
 
@@ -1936,7 +1948,7 @@ static Value *bi_typeof(const CallArgs *a) {
   AVal av;
   if (ops_aval(x, &av) < 0) return NULL;
   char buf[512];
-  int n = snprintf(buf, sizeof buf, "%s[", dt_short(av.dtype));
+  int n = snprintf(buf, sizeof buf, "%s[", dt_name(av.dtype));
   for (int i = 0; i < av.ndim && n < 400; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? "," : "", (long long)av.shape[i]);
   n += snprintf(buf + n, sizeof buf - (size_t)n, "]");

@@ -988,7 +988,9 @@ static Value *jit_call_laid(JitFn *j, const CallArgs *a) {
     goto out;
   }
   trace_transformed_operand();
-  if (trace_current() || any_tracer(&s)) {
+  if (part_traced_explicit()) {   /* Explicit axes: the body's types and errors */
+    r = val_call(j->fn, a);
+  } else if (trace_current() || any_tracer(&s)) {
     r = call_nested(j, a, &s);
   } else {
     Entry *e = cache_find(j, &s);

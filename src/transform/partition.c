@@ -834,6 +834,16 @@ int part_traced_check(Trace *t) {
   return 0;
 }
 
+bool part_traced_explicit(void) {
+  PartTraced *sc = traced_scope;
+  if (!sc || sc->off || trace_current() != sc->t) return false;
+  if (sc->pp) return true;
+  Mesh *m = part_mesh(sc->leaves, sc->n, NULL);
+  for (int a = 0; m && a < m->naxes; a++)
+    if (m->axis_types[a] == MESH_EXPLICIT) return true;
+  return false;
+}
+
 Value *part_traced_sharding(Value *x) {
   PartTraced *sc = traced_scope;
   if (!sc || trace_current() != sc->t || !IS_STAGE_TRACER(x) ||

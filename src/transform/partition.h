@@ -150,6 +150,13 @@ void part_trace_leave(PartTraced *scope);
  * plan, as JAX binds no primitive whose rule raised. */
 int part_traced_check(Trace *t);
 
+/* Whether the innermost entered trace is the current one and lays out
+ * its values over a mesh with Explicit axes: a jit called there is
+ * traced inline (its equations join the caller's), so that its results'
+ * types and its sharding rules' errors are those of its body, as JAX's
+ * pjit propagates the inner jaxpr's shardings. */
+bool part_traced_explicit(void);
+
 /* The NamedSharding (a new reference) propagation gives [x], a value
  * traced by the innermost entered trace, from the plan recorded so far
  * and the call's arguments' shardings; NULL, with no error set, for any
