@@ -22,6 +22,7 @@
 #include "lang/pytree.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
+#include "spmd/sharding.h"
 #include "transform/ad_impl.h"
 #include "transform/batch.h"
 #include "transform/compile_impl.h"
@@ -112,6 +113,8 @@ typedef struct SmCall {
                               shard_maps run through the partitioned jit
                               (shardmap_run_auto), reverse mode staged as under
                               jit; cleared when that jit cannot run the body */
+  bool laid;               /* autorun, and an argument had a NamedSharding: the
+                              partitioned jit ran the forward pass */
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
   bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
   Value *told;             /* (single, nout), as the first device of this process
@@ -592,6 +595,10 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   for (int i = 0; i < c->nargs; i++)
     outer |= IS_BATCH_TRACER(args[i]) || (!c->staged && IS_JVP_TRACER(args[i]));
   if (outer) c->autorun = false;
+  for (int i = 0; c->autorun && i < c->nargs; i++) {
+    Value *sh = IS_ARRAY(args[i]) ? AS_ARRAY(args[i])->sharding : NULL;
+    c->laid |= sh && sharding_is(sh) && ((NamedSharding *)sh)->mesh;
+  }
   Value *res;
   if (outer) {   /* the primals move into c->remat; no residuals */
     CallArgs ca = {c->nargs, args, 0, NULL, NULL};
@@ -728,6 +735,22 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
   return 0;
 }
 
+/* An eager cotangent [x] (consumed) of a call whose forward pass the
+ * partitioned jit ran ([c]->laid): one without a layout laid out
+ * replicated over the mesh, so the backward pass is partitioned too, as
+ * the jit of the whole gradient partitions it (else a jit of
+ * unsharded arguments would run it whole and give unsharded results). */
+static Value *ct_laid(SmCall *c, Value *x) {
+  if (!IS_ARRAY(x) || AS_ARRAY(x)->sharding || prim_tracing()) return x;
+  Value *spec = pspec_from_args(0, NULL);
+  Value *sh = spec ? sharding_new(c->f->mesh, (PSpec *)spec) : NULL;
+  Value *r = sh ? sharding_device_put(x, sh) : NULL;
+  if (spec) val_decref(spec);
+  if (sh) val_decref(sh);
+  val_decref(x);
+  return r;
+}
+
 /* The transpose of a linearized shard_map equation: the devices' backward
  * passes on the results' cotangents, split by the out_specs; the
  * arguments' cotangents assembled by the in_specs. */
@@ -746,7 +769,8 @@ static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const boo
   }
   if (c->remat) return tr_shard_map_remat(c, ct, lin, nin, cts);
   for (int m = 0; m < c->nout; m++)
-    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
+    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m])) ||
+        (c->laid && !(args[m] = ct_laid(c, args[m])))) {
       ad_values_free_n(args, m);
       return -1;
     }
