@@ -467,13 +467,15 @@ static bool sm_traceable(const ShardFn *f) {
  * the forward pass of reverse mode ([lin]) staged, its residuals leaving
  * as results.  NULL with no error when that jit cannot run it: [c] then
  * runs as before the attempt, replicated along the automatic axes (a
- * body's Python side effects run again, as an eager call's do). */
+ * body's Python side effects run again, as an eager call's do); a staged
+ * backward pass (jax.disable_jit around the vjp function) runs on each
+ * device from the same plan and residual rows. */
 static Value *sm_run_auto(SmCall *c, bool lin, Value *sf, const CallArgs *a) {
   Value *specs = val_incref(((ShardFn *)sf)->out_specs);
   if (lin) c->staged = true;
   Value *r = shardmap_run_auto(sf, a);
-  if (!r && !err_occurred()) {
-    c->autorun = false;
+  if (!r && !err_occurred()) c->autorun = false;
+  if (!r && !err_occurred() && lin) {   /* unstaged again */
     c->staged = false;
     c->fwd_specs = false;
     val_decref(((ShardFn *)sf)->out_specs);
