@@ -762,9 +762,24 @@ static ShardmapStager auto_runner;
 void shardmap_set_auto_runner(ShardmapStager run) { auto_runner = run; }
 
 /* Whether an argument of [a] is a tracer (being transformed). */
+static bool leaf_is_array(Value *v);
+static bool is_container(const Value *x);
+
+/* Whether an argument is, or a pytree argument holds, a tracer. */
 static bool traced_arg(const CallArgs *a) {
-  for (int i = 0; i < a->nargs; i++)
+  for (int i = 0; i < a->nargs; i++) {
     if (a->args[i]->type == V_TRACER) return true;
+    if (!is_container(a->args[i])) continue;
+    PyLeaves l = {0};
+    if (pytree_flatten(a->args[i], leaf_is_array, &l) < 0) {
+      err_clear();
+      return true;   /* not taken apart here: left to the call's own checks */
+    }
+    bool found = false;
+    for (int k = 0; k < l.n && !found; k++) found = l.v[k]->type == V_TRACER;
+    pytree_leaves_free(&l);
+    if (found) return true;
+  }
   return false;
 }
 
