@@ -808,9 +808,24 @@ static ShardmapStager auto_runner;
 void shardmap_set_auto_runner(ShardmapStager run) { auto_runner = run; }
 
 /* Whether an argument of [a] is a tracer (being transformed). */
+static bool leaf_is_array(Value *v);
+static bool is_container(const Value *x);
+
+/* Whether an argument is, or a pytree argument holds, a tracer. */
 static bool traced_arg(const CallArgs *a) {
-  for (int i = 0; i < a->nargs; i++)
+  for (int i = 0; i < a->nargs; i++) {
     if (a->args[i]->type == V_TRACER) return true;
+    if (!is_container(a->args[i])) continue;
+    PyLeaves l = {0};
+    if (pytree_flatten(a->args[i], leaf_is_array, &l) < 0) {
+      err_clear();
+      return true;   /* not taken apart here: left to the call's own checks */
+    }
+    bool found = false;
+    for (int k = 0; k < l.n && !found; k++) found = l.v[k]->type == V_TRACER;
+    pytree_leaves_free(&l);
+    if (found) return true;
+  }
   return false;
 }
 
@@ -1145,6 +1160,7 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   if (!sf) goto out;
   ((ShardFn *)sf)->auto_axes = f->auto_axes;
   ((ShardFn *)sf)->internal = true;
+  ((ShardFn *)sf)->traceable = !f->internal || f->traceable;
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
@@ -1195,6 +1211,14 @@ Value *shardmap_call_leaves(Value *f, const CallArgs *a) {
 }
 
 static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc);
+
+Value *shardmap_run_auto(Value *fv, const CallArgs *a) {
+  ShardFn *sf = (ShardFn *)fv;
+  DevCtx *dc = dev_ctx();
+  if (!sf->auto_axes || !auto_runner || (dc && dc->mesh) || prim_tracing() || traced_arg(a))
+    return NULL;
+  return auto_runner(fv, a);
+}
 
 Value *shardmap_call(Value *fv, const CallArgs *a) {
   Value *lifted = differentiator ? shardmap_lift_call((ShardFn *)fv, a) : LIFT_NONE;

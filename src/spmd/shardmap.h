@@ -55,6 +55,10 @@ typedef struct ShardFn {
   bool internal;       /* made by a call or a transformation rule whose body keeps
                           per-device state: runs replicated along auto_axes, never
                           through shardmap_set_auto_runner's partitioned jit */
+  bool traceable;      /* internal, made for a call of a user's shard_map (its pytree
+                          leaves, its closed-over values): its body traces as the
+                          user's does, so a transformation rule's eager call of it
+                          may run through shardmap_run_auto */
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
@@ -204,6 +208,15 @@ Value *shardmap_lifted(const Value *v);
  * values, a shard_map nested in it) makes the call run its body on the
  * device threads, replicated along the automatic axes. */
 void shardmap_set_auto_runner(ShardmapStager run);  /* hook */
+
+/* Runs a call of partial-manual shard_map [fv] (borrowed, internal or
+ * not) through shardmap_set_auto_runner's partitioned jit, for the
+ * transformation rules (transform/shardmap_rules.c) whose body's state
+ * lives in its trace: the result (new), or NULL with an error, or NULL
+ * with no error when that jit cannot run it (no automatic axes, inside a
+ * device's body or a trace, an argument being transformed, a body that
+ * cannot be traced, jax.disable_jit); the caller then runs it otherwise. */
+Value *shardmap_run_auto(Value *fv, const CallArgs *a);
 
 /* How a shard_map call whose arguments are being differentiated (JVP
  * tracers, outside any staging) runs: set by the transform layer

@@ -22,6 +22,7 @@
 #include "lang/pytree.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
+#include "spmd/sharding.h"
 #include "transform/ad_impl.h"
 #include "transform/batch.h"
 #include "transform/compile_impl.h"
@@ -108,6 +109,12 @@ typedef struct SmCall {
   bool staged;
   bool nested;             /* called on a device inside another shard_map's body:
                               this device's own call, which it alone runs */
+  bool autorun;            /* an eager call of a partial-manual shard_map: its
+                              shard_maps run through the partitioned jit
+                              (shardmap_run_auto), reverse mode staged as under
+                              jit; cleared when that jit cannot run the body */
+  bool laid;               /* autorun, and an argument had a NamedSharding: the
+                              partitioned jit ran the forward pass */
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
   bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
   Value *told;             /* (single, nout), as the first device of this process
@@ -449,6 +456,44 @@ static int sm_settle(Value *body) {
   return 0;
 }
 
+/* Whether an eager transformed call of [f] may run through the
+ * partitioned jit: a partial-manual shard_map of the user's, or one made
+ * for a call of it whose body traces as the user's does. */
+static bool sm_traceable(const ShardFn *f) {
+  return f->auto_axes && (!f->internal || f->traceable);
+}
+
+/* An eager call [sf] of [c]'s through the partitioned jit, as under jit:
+ * the forward pass of reverse mode ([lin]) staged, its residuals leaving
+ * as results.  NULL with no error when that jit cannot run it: [c] then
+ * runs as before the attempt, replicated along the automatic axes (a
+ * body's Python side effects run again, as an eager call's do); a staged
+ * backward pass (jax.disable_jit around the vjp function) runs on each
+ * device from the same plan and residual rows. */
+static Value *sm_run_auto(SmCall *c, bool lin, Value *sf, const CallArgs *a) {
+  Value *specs = val_incref(((ShardFn *)sf)->out_specs);
+  if (lin) c->staged = true;
+  Value *r = shardmap_run_auto(sf, a);
+  if (!r && !err_occurred()) c->autorun = false;
+  if (!r && !err_occurred() && lin) {   /* unstaged again */
+    c->staged = false;
+    c->fwd_specs = false;
+    val_decref(((ShardFn *)sf)->out_specs);
+    ((ShardFn *)sf)->out_specs = val_incref(specs);
+    if (c->res_specs) val_decref(c->res_specs);
+    c->res_specs = NULL;
+    if (c->told) val_decref(c->told);
+    c->told = NULL;
+    for (int k = 0; c->plans && k < c->ndev; k++) {
+      if (c->plans[k]) val_decref(&c->plans[k]->hdr);
+      trace_caps_free(c->caps[k], c->ncaps[k]);
+      c->plans[k] = NULL, c->caps[k] = NULL, c->ncaps[k] = 0;
+    }
+  }
+  val_decref(specs);
+  return r;
+}
+
 /* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
  * staged forward one is [c]->fwd while it runs (its body sets its
  * out_specs). */
@@ -463,10 +508,15 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
   if (sf) {
     ((ShardFn *)sf)->auto_axes = c->f->auto_axes;
     ((ShardFn *)sf)->internal = true;
+    /* a body that keeps nothing per device outside its trace: a
+     * transformation of this call (vmap, grad of grad) may partition it */
+    ((ShardFn *)sf)->traceable = sm_traceable(c->f) && !c->nested &&
+                                 (body == sm_jvp_body || body == sm_remat_body);
     CallArgs ca = {n, args, 0, NULL, NULL};
     if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
     c->fwd_specs = false;
-    r = shardmap_call(sf, &ca);
+    if (c->autorun) r = sm_run_auto(c, body == sm_lin_body, sf, &ca);
+    if (!r && !err_occurred()) r = shardmap_call(sf, &ca);
     c->fwd = NULL;
     if (c->told) {   /* what this process's devices, or another process's, saw */
       c->single = arr_get_i64((Array *)tuple_get(c->told, 0), 0) != 0;
@@ -546,6 +596,11 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   bool outer = false;
   for (int i = 0; i < c->nargs; i++)
     outer |= IS_BATCH_TRACER(args[i]) || (!c->staged && IS_JVP_TRACER(args[i]));
+  if (outer) c->autorun = false;
+  for (int i = 0; c->autorun && i < c->nargs; i++) {
+    Value *sh = IS_ARRAY(args[i]) ? AS_ARRAY(args[i])->sharding : NULL;
+    c->laid |= sh && sharding_is(sh) && ((NamedSharding *)sh)->mesh;
+  }
   Value *res;
   if (outer) {   /* the primals move into c->remat; no residuals */
     CallArgs ca = {c->nargs, args, 0, NULL, NULL};
@@ -649,6 +704,7 @@ static Value *jvp_call_shard_map(Value *fv, const CallArgs *a) {
     return err_nomem();
   }
   for (int i = 0; i < a->nargs; i++) c->ndiff += c->diff[i] = is_jvp_of(a->args[i], j->id);
+  c->autorun = sm_traceable(f) && !c->nested && !c->staged;
   Value *r = j->lin ? sm_reverse(c, j, a) : sm_forward(c, j, a);
   val_decref(&c->base.hdr);
   return r;
@@ -681,6 +737,22 @@ static int tr_shard_map_remat(SmCall *c, Value **ct, const bool *lin, int nin, V
   return 0;
 }
 
+/* An eager cotangent [x] (consumed) of a call whose forward pass the
+ * partitioned jit ran ([c]->laid): one without a layout laid out
+ * replicated over the mesh, so the backward pass is partitioned too, as
+ * the jit of the whole gradient partitions it (else a jit of
+ * unsharded arguments would run it whole and give unsharded results). */
+static Value *ct_laid(SmCall *c, Value *x) {
+  if (!IS_ARRAY(x) || AS_ARRAY(x)->sharding || prim_tracing()) return x;
+  Value *spec = pspec_from_args(0, NULL);
+  Value *sh = spec ? sharding_new(c->f->mesh, (PSpec *)spec) : NULL;
+  Value *r = sh ? sharding_device_put(x, sh) : NULL;
+  if (spec) val_decref(spec);
+  if (sh) val_decref(sh);
+  val_decref(x);
+  return r;
+}
+
 /* The transpose of a linearized shard_map equation: the devices' backward
  * passes on the results' cotangents, split by the out_specs; the
  * arguments' cotangents assembled by the in_specs. */
@@ -699,7 +771,8 @@ static int transpose_shard_map(Value **ct, Value **in, const AVal *av, const boo
   }
   if (c->remat) return tr_shard_map_remat(c, ct, lin, nin, cts);
   for (int m = 0; m < c->nout; m++)
-    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m]))) {
+    if (!(args[m] = ct[m] ? val_incref(ct[m]) : prim_zeros(&c->out_avals[m])) ||
+        (c->laid && !(args[m] = ct_laid(c, args[m])))) {
       ad_values_free_n(args, m);
       return -1;
     }
@@ -849,7 +922,12 @@ static Value *batch_call_shard_map(Value *fv, const CallArgs *a) {
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
     SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
     sb->f = f, sb->call = (ShardFn *)sf;
-    Value *res = shardmap_call(sf, &c);
+    /* an eager call of a partial-manual shard_map: partitioned along the
+     * automatic axes, as under jit, when the partitioned jit can run it */
+    DevCtx *d = dev_ctx();
+    ((ShardFn *)sf)->traceable = sm_traceable(f) && !(d && d->mesh);
+    Value *res = ((ShardFn *)sf)->traceable ? shardmap_run_auto(sf, &c) : NULL;
+    if (!res && !err_occurred()) res = shardmap_call(sf, &c);
     sb->f = sb->call = NULL;
     if (res) r = pytree_map(res, array_leaf, batch_result_leaf, &id);
     if (res) val_decref(res);
