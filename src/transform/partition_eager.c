@@ -18,16 +18,19 @@
  * (the partitioned call's own host steps), for a primitive without a
  * sharding rule (propagation would replicate its operands and compute
  * the whole result on every device: the same values), when no operand
- * is split (every device would compute the global value), and for a
- * small operation whose values do not depend on where it runs.  A round
- * trip through the devices costs a few hundred microseconds on a busy
- * machine, against a microsecond for a small kernel; only an operation
- * that adds across blocks (sum, product, contraction, cumulative sum:
- * the psum of the blocks' partial results orders the additions
- * differently) gives other bits per device, so it always runs there,
- * and so does every operation from EAGER_SPLIT_MIN elements (where the
- * devices' threads pay) or on an array holding only its process's
- * blocks (array.h), whose other blocks it must not read.
+ * is split (every device would compute the global value), and for an
+ * operation whose values do not depend on where it runs, in one
+ * process.  A round trip through the devices costs a few hundred
+ * microseconds on a busy machine, against a microsecond for a small
+ * kernel, and the global kernels use every core from 2^20 elements;
+ * only an operation that adds across blocks (sum, product, contraction,
+ * cumulative sum: the psum of the blocks' partial results orders the
+ * additions differently) gives other bits per device, so it always runs
+ * there.  So does every operation on an array holding only its
+ * process's blocks (array.h), whose other blocks it must not read, and,
+ * under mpirun, every one from EAGER_SPLIT_MIN elements, where each
+ * process computes only its own devices' blocks (and keeps only those
+ * when the result's layout lets it).
  *
  * The jit of each (primitive, parameters) is kept in a small cache; its
  * own cache holds a trace per operand signature (shapes, dtypes,
@@ -41,6 +44,7 @@
 #include "base/mem.h"
 #include "spmd/device.h"
 #include "spmd/sharding.h"
+#include "spmd/transport.h"
 #include "transform/jit.h"
 #include "transform/partition.h"
 
@@ -112,7 +116,7 @@ static Value *eager_jit(PrimId id, int nin, const Params *p) {
 }
 
 /* Operations from this many elements run per device whatever they are. */
-enum { EAGER_SPLIT_MIN = 1 << 16 };
+enum { EAGER_SPLIT_MIN = 1 << 16 };   /* under mpirun */
 
 /* Whether [id] adds across the blocks of a split dimension, so that per
  * device its bits are the partitioned jit's, not the global kernel's. */
@@ -125,7 +129,7 @@ static bool accumulates(PrimId id) {
 static bool per_device(PrimId id, Array *const *in, int nin) {
   if (accumulates(id)) return true;
   for (int i = 0; i < nin; i++)
-    if (in[i]->size >= EAGER_SPLIT_MIN || in[i]->buf->part) return true;
+    if (in[i]->buf->part || (in[i]->size >= EAGER_SPLIT_MIN && transport_active())) return true;
   return false;
 }
 
