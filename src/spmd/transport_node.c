@@ -108,9 +108,13 @@ static void forget(void) {
   if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
 }
 
-/* Producer [i]'s ring in the part of the window at [base]. */
+/* Producer [i]'s ring in the part of the window at [base]: from its
+ * first 64-byte boundary, which a Ring's members need (MPI aligns a
+ * shared window less).  Every process maps the window's pages alike, so
+ * each finds the same boundary. */
 static Ring *ring_at(char *base, int i) {
-  return (Ring *)(base + (sizeof(Ring) + ring_bytes) * (size_t)i);
+  char *b = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+  return (Ring *)(b + (sizeof(Ring) + ring_bytes) * (size_t)i);
 }
 
 /* The size of a ring's buffer (the same on every process: the variable
@@ -133,14 +137,14 @@ bool node_open(MPI_Comm comm, int nprocs) {
   /* a window no component can give (MPI's errors are otherwise fatal) */
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   if (!all_agree(ok) ||   /* every process uses the rings, or none */
-      MPI_Win_allocate_shared((MPI_Aint)(sizeof(Ring) + ring_bytes) * node_n, 1,
+      MPI_Win_allocate_shared((MPI_Aint)(sizeof(Ring) + ring_bytes) * node_n + 64, 1,
                               MPI_INFO_NULL, node, &rings, &win) != MPI_SUCCESS) {
     forget();
     node_n = 0;
     win = MPI_WIN_NULL;
     return false;
   }
-  memset(rings, 0, (sizeof(Ring) + ring_bytes) * (size_t)node_n);
+  memset(rings, 0, (sizeof(Ring) + ring_bytes) * (size_t)node_n + 64);
   for (int i = 0; i < node_n; i++) {
     MPI_Aint size;
     int unit;
