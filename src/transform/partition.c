@@ -570,14 +570,18 @@ static char **keep_notes(const StrBuf *b, int n) {
   return r;
 }
 
+/* Frees what equation decision [pe] owns and zeroes it. */
+static void part_eqn_clear(PartEqn *pe) {
+  shm_free(pe->want);
+  if (pe->local) params_clear(&pe->params);
+  for (int j = 0; j < pe->nsubs; j++) val_decref(&pe->subs[j]->base.hdr);
+  shm_free(pe->subs);
+  memset(pe, 0, sizeof *pe);
+}
+
 static void part_plan_free(Value *self) {
   PartPlan *pp = (PartPlan *)self;
-  for (int k = 0; pp->eqns && k < pp->p->neqn; k++) {
-    shm_free(pp->eqns[k].want);
-    if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
-    for (int j = 0; j < pp->eqns[k].nsubs; j++) val_decref(&pp->eqns[k].subs[j]->base.hdr);
-    shm_free(pp->eqns[k].subs);
-  }
+  for (int k = 0; pp->eqns && k < pp->p->neqn; k++) part_eqn_clear(&pp->eqns[k]);
   for (int i = 0; pp->notes && i <= pp->p->neqn; i++) shm_free(pp->notes[i]);
   shm_free(pp->notes);
   shm_free(pp->origin);
@@ -754,12 +758,7 @@ void part_trace_leave(PartTraced *scope) {
   traced_scope = scope->prev;
   PartPlan *pp = scope->pp;
   if (!pp) return;
-  for (int k = 0; k < scope->done; k++) {
-    shm_free(pp->eqns[k].want);
-    if (pp->eqns[k].local) params_clear(&pp->eqns[k].params);
-    for (int j = 0; j < pp->eqns[k].nsubs; j++) val_decref(&pp->eqns[k].subs[j]->base.hdr);
-    shm_free(pp->eqns[k].subs);
-  }
+  for (int k = 0; k < scope->done; k++) part_eqn_clear(&pp->eqns[k]);
   for (int k = 0; k < scope->capeqn; k++) sbuf_free(&scope->notes[k]);
   shm_free(scope->notes);
   shm_free(pp->vars);
@@ -823,10 +822,7 @@ int part_traced_check(Trace *t) {
   Part pt = {pp, sc->notes};
   for (; sc->done < p->neqn; sc->done++) {
     if (part_eqn(&pt, sc->done) == 0) continue;
-    PartEqn *pe = &pp->eqns[sc->done];
-    shm_free(pe->want);
-    if (pe->local) params_clear(&pe->params);
-    memset(pe, 0, sizeof *pe);
+    part_eqn_clear(&pp->eqns[sc->done]);   /* with the sub-plans a loop or branch made */
     sbuf_free(&sc->notes[sc->done]);
     if (sc->done == p->neqn - 1) plan_eqn_clear(&p->eqns[--p->neqn]);
     return -1;
