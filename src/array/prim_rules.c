@@ -62,24 +62,30 @@ void prim_cost_reduction(const Params *p, int nin, const AVal *in, int nout, con
 
 /* ---- Explicit mode's errors ---- */
 
-int sh_type_error(const char *fmt, ...) {
+/* The ShardingTypeError [fmt] formats, after [op] and a space when [op]
+ * is not NULL.  -1. */
+static int vtype_error(const char *op, const char *fmt, va_list ap) {
   char text[1024];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  err_set(ERR_TYPE, "ShardingTypeError: %s %s", prim_sharding_op(), text);
+  if (op) err_set(ERR_TYPE, "ShardingTypeError: %s %s", op, text);
+  else err_set(ERR_TYPE, "ShardingTypeError: %s", text);
   return -1;
 }
 
-int sh_type_error_text(const char *fmt, ...) {
-  char text[1024];
+int sh_type_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  int rc = vtype_error(prim_sharding_op(), fmt, ap);
   va_end(ap);
-  err_set(ERR_TYPE, "ShardingTypeError: %s", text);
-  return -1;
+  return rc;
+}
+
+int sh_type_error_text(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vtype_error(NULL, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 /* The name of mesh axis [a] of [s]. */
