@@ -12,7 +12,17 @@ trap 'rm -rf "$tmp"' EXIT
 
 model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
 mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
-echo "machine: $(nproc) cores, ${model:-unknown CPU} at ${mhz:-?} MHz, $(date -u +%F)"
+# NumPy's BLAS here may be Debian's BLIS: give it the kernels shmap picks
+# (BLIS 0.9's arch_t numbers), so the products compare like for like.
+arch=$("$shmap" --version | sed -n 's/^BLIS architecture: //p')
+case "$arch" in
+  skx) export BLIS_ARCH_TYPE=${BLIS_ARCH_TYPE:-0} ;;
+  haswell) export BLIS_ARCH_TYPE=${BLIS_ARCH_TYPE:-3} ;;
+  zen3) export BLIS_ARCH_TYPE=${BLIS_ARCH_TYPE:-6} ;;
+  zen2) export BLIS_ARCH_TYPE=${BLIS_ARCH_TYPE:-7} ;;
+  zen) export BLIS_ARCH_TYPE=${BLIS_ARCH_TYPE:-8} ;;
+esac
+echo "machine: $(nproc) cores, ${model:-unknown CPU} at ${mhz:-?} MHz, $(date -u +%F), BLIS kernels ${arch:-?}"
 echo
 echo "== element-wise, tiny ops, matmul: shmap | NumPy"
 "$shmap" --devices 1 "$here/elementwise.shm" > "$tmp/shm.txt"
@@ -52,6 +62,17 @@ if "$py" -c 'import numpy' 2>/dev/null; then
     BLIS_NUM_THREADS=$nt OPENBLAS_NUM_THREADS=$nt OMP_NUM_THREADS=$nt "$py" "$here/dot_bench.py"
   done
 fi
+echo
+echo "== the MLP training step (512-1024-512, batch 256): one device, and data-parallel over 8 devices | NumPy 1 thread | NumPy 2 threads"
+"$shmap" --devices 1 "$here/train_step.shm" 10 | grep -v -e '^data-parallel' -e '^tutorial'
+"$shmap" --devices 8 "$here/train_step.shm" 10 | grep -e '^data-parallel' -e '^tutorial'
+if "$py" -c 'import numpy' 2>/dev/null; then
+  for nt in 1 2; do
+    echo "-- NumPy, $nt thread(s)"
+    BLIS_NUM_THREADS=$nt OPENBLAS_NUM_THREADS=$nt OMP_NUM_THREADS=$nt "$py" "$here/train_step.py" 10
+  done
+fi
+echo
 echo "== seed 001's network, positional and named (xmap) under each axis_resources, eager and jit"
 "$shmap" "$here/xmap_network.shm"
 

@@ -739,6 +739,16 @@ static Value *bi_device_get(const CallArgs *a) {
   return pytree_map(x, NULL, get_one, NULL);
 }
 
+/* jax.block_until_ready(x): x itself.  Every shmap computation has
+ * finished when its call returns (eager and jit dispatch are synchronous),
+ * so there is nothing to wait for; it exists so JAX's timing loops run as
+ * written.  semantics: JAX's jax.block_until_ready over a pytree. */
+static Value *bi_block_until_ready(const CallArgs *a) {
+  Value *x;
+  if (args_bind("block_until_ready", a, "x", (Value **[]){&x}) < 0) return NULL;
+  return val_incref(x);
+}
+
 /* The element offset of flat (row-major) position [i] of a block of
  * [size] starting at [start] in an array of [strides] and [offset]. */
 static int64_t elem_offset(int nd, const int64_t *start, const int64_t *size,
@@ -1508,6 +1518,7 @@ int sharding_register(Env *b) {
       {"jax.sharding", "SingleDeviceSharding", bi_single_device_sharding, "SingleDeviceSharding(device)"},
       {"jax", "device_put", bi_device_put, "device_put(x, device): x laid out by a sharding"},
       {"jax", "device_get", bi_device_get, "device_get(x): the global values"},
+      {"jax", "block_until_ready", bi_block_until_ready, "block_until_ready(x): x, its computation done"},
       {"jax", "make_array_from_callback", bi_make_array_from_callback,
        "make_array_from_callback(shape, sharding, data_callback)"},
       {"jax", "devices", bi_devices, "devices(): every Device"},
