@@ -156,12 +156,12 @@ done
 
 echo
 echo "== all_gather (tiled) of 16 MiB float32 per device: shmap | the whole output written once by memcpy, one thread | two threads"
-echo "   (each device receives n blocks; the anchor is n x 16 MiB at this machine's memcpy rate)"
-copy_gbs=$("$tmp/memcpy_bw")
-copy2_gbs=$(OMP_NUM_THREADS=2 "$tmp/memcpy_bw_omp")
+echo "   (each device receives n blocks; the anchor is one memcpy of n x 16 MiB, the output's size)"
 for n in 2 4 8; do
   read -r _ bytes t < <(best "$shmap" --devices "$n" "$here/all_gather.shm" "$n" 4194304 5)
-  awk -v n="$n" -v b="$bytes" -v t="$t" -v g="$copy_gbs" -v g2="$copy2_gbs" 'BEGIN{
+  mib=$((n * bytes >> 20))
+  g=$("$tmp/memcpy_bw" "$mib"); g2=$(OMP_NUM_THREADS=2 "$tmp/memcpy_bw_omp" "$mib")
+  awk -v n="$n" -v b="$bytes" -v t="$t" -v g="$g" -v g2="$g2" 'BEGIN{
     w = n * b / (g * 1e9); w2 = n * b / (g2 * 1e9);
     printf "%d devices: shmap all_gather %.2f ms | output written once %.2f ms (ratio %.2f) | by 2 threads %.2f ms (ratio %.2f)\n",
            n, t * 1e3, w * 1e3, t / w, w2 * 1e3, t / w2}'
