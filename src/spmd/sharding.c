@@ -1501,23 +1501,39 @@ static Value *value_sharding(Value *x) {
 /* The mesh with an Explicit axis the first of [xs] ([n]) laid out over
  * one is laid out over (borrowed: [*keep] holds it), or NULL. */
 static Mesh *explicit_mesh_of(Value *const *xs, int n, Value **keep) {
+  Mesh *found = NULL;
   *keep = NULL;
   for (int i = 0; i < n; i++) {
     Value *s = value_sharding(xs[i]);
     Mesh *m = s ? ((NamedSharding *)s)->mesh : NULL;
-    for (int a = 0; m && a < m->naxes; a++)
+    for (int a = 0; m && !found && a < m->naxes; a++)
       if (m->axis_types[a] == MESH_EXPLICIT) {
-        *keep = s;
-        return m;
+        *keep = val_incref(s);
+        found = m;
       }
     val_decref(s);
   }
-  return NULL;
+  if (!found && *keep) {
+    val_decref(*keep);
+    *keep = NULL;
+  }
+  return found;
+}
+
+/* Whether [x]'s layout is known here: an array's, or a value the
+ * current jit traces (not one being differentiated or batched eagerly,
+ * whose type these rules then do not check). */
+static bool layout_known(Value *x) {
+  if (IS_ARRAY(x)) return true;
+  Value *s = value_sharding(x);
+  err_clear();
+  val_decref(s);
+  return s != NULL;
 }
 
 /* [x]'s type over [m] as a rule (rank [ndim]): its splits over m's
  * Explicit axes (those auto_axes makes Auto excepted); replicated when
- * it is not laid out over [m]. */
+ * it is not laid out over [m], or its layout is not known. */
 static void type_rule(Value *x, int ndim, Mesh *m, Sharding *r) {
   Value *s = value_sharding(x);
   if (s && mesh_same(((NamedSharding *)s)->mesh, m)) {
@@ -1583,33 +1599,38 @@ static Value *sort_type(Value *const *xs, int n, int ndim, int axis) {
   Mesh *m = explicit_mesh_of(xs, n, &keep);
   if (!m) return NULL;
   Sharding *r = shm_calloc((size_t)n + 1, sizeof(Sharding));
+  bool *known = shm_calloc((size_t)n + 1, sizeof(bool));
   Value *res = NULL;
-  int bad = -1;
+  int bad = -1, first = -1;
   bool differ = false;
-  for (int i = 0; r && i < n && bad < 0 && !differ; i++) {
+  for (int i = 0; r && known && i < n && bad < 0 && !differ; i++) {
+    if (!(known[i] = layout_known(xs[i]))) continue;   /* not checked */
     type_rule(xs[i], ndim, m, &r[i]);
+    if (first < 0) first = i;
     if (r[i].nsplit[axis]) bad = i;
-    else differ = i > 0 && !same_rule(&r[i], &r[0]);
+    else differ = !same_rule(&r[i], &r[first]);
   }
   StrBuf b = {0};
-  if (!r) {
+  if (!r || !known) {
     err_nomem();
   } else if (bad >= 0) {
     if (put_named(&b, m, &r[bad]) == 0)
       err_set(ERR_TYPE, "ShardingTypeError: Arguments to sort must be unsharded over the sorting "
               "dimension. Got arg sharding=%s and sorting dimension=%d", sbuf_text(&b), axis);
   } else if (differ) {
-    for (int i = 0; i < n; i++) {
-      if (i) type_rule(xs[i], ndim, m, &r[i]);
-      if (i) sbuf_puts(&b, " ");
+    for (int i = 0, shown = 0; i < n; i++) {
+      if (!layout_known(xs[i])) continue;
+      type_rule(xs[i], ndim, m, &r[i]);
+      if (shown++) sbuf_puts(&b, " ");
       if (put_named(&b, m, &r[i]) < 0) break;
     }
     if (!err_occurred())
       err_set(ERR_TYPE, "ShardingTypeError: Arguments to sort must have equal shardings, got: %s",
               sbuf_text(&b));
-  } else if (rule_split(&r[0])) {
-    res = sharding_from_rule(m, &r[0]);
+  } else if (first >= 0 && rule_split(&r[first])) {
+    res = sharding_from_rule(m, &r[first]);
   }
+  shm_free(known);
   sbuf_free(&b);
   shm_free(r);
   val_decref(keep);
