@@ -473,6 +473,12 @@ Value *prim_add_any(Value *a, Value *b);
  * with the error set. */
 Value *prim_take_along(Value *x, Value *idx, int axis);
 
+/* prim_take_along with [osh] (borrowed; NULL: none) the out_sharding of
+ * its reshapes and gather: in Explicit mode the caller has typed the
+ * result (JAX's rule of one gather with batch dimensions, or of sort)
+ * and lays it out so, so the steps' own layouts raise nothing. */
+Value *prim_take_along_sh(Value *x, Value *idx, int axis, Value *osh);
+
 /* What a batching rule returns for a case it does not cover: the
  * interpreter then applies the primitive one example at a time. */
 #define BATCH_BY_LOOP 1

@@ -225,17 +225,33 @@ static Value *axis_last(Scope *s, Value *x, int nd, int d, int64_t *inv) {
   return ap(s, P_TRANSPOSE, 1, &x, &q);
 }
 
+/* [x] reshaped to [shape], the reshape's out_sharding [osh] (borrowed;
+ * NULL: none) when given. */
+static Value *reshape_as(Scope *s, Value *x, int nd, const int64_t *shape, Value *osh) {
+  if (!osh) return reshape(s, x, nd, shape);
+  if (!x) return NULL;
+  Params p;
+  params_init(&p);
+  params_add(&p, "new_sizes", val_int_tuple(nd, shape));
+  params_add(&p, "dimensions", val_incref(VAL_NONE));
+  params_add(&p, "out_sharding", val_incref(osh));
+  return ap(s, P_RESHAPE, 1, &x, &p);
+}
+
 /* take_along_axis(t, idx, d): t's elements at the integer positions
  * [idx] along axis [d] (idx has t's shape, [m] long along d), as one
- * gather of the rows flattened: row r, position i -> r * len + i. */
-static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d, int64_t m) {
+ * gather of the rows flattened: row r, position i -> r * len + i.  With
+ * [osh] (borrowed, NULL: none) the reshapes and the gather carry it as
+ * their out_sharding (the caller lays the result out as its type). */
+static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d, int64_t m,
+                         Value *osh) {
   int nd = a->ndim;
   int64_t inv[SHM_MAXDIM], tshape[SHM_MAXDIM], len = a->shape[d], rows = 1;
   for (int i = 0, k = 0; i < nd; i++)
     if (i != d) tshape[k++] = a->shape[i], rows *= a->shape[i];
   tshape[nd - 1] = m;
-  Value *tl = reshape(s, axis_last(s, t, nd, d, inv), 1, (int64_t[]){rows * len});
-  Value *il = convert(s, reshape(s, axis_last(s, idx, nd, d, inv), 2, (int64_t[]){rows, m}),
+  Value *tl = reshape_as(s, axis_last(s, t, nd, d, inv), 1, (int64_t[]){rows * len}, osh);
+  Value *il = convert(s, reshape_as(s, axis_last(s, idx, nd, d, inv), 2, (int64_t[]){rows, m}, osh),
                       DT_I32, false);
   Params q;
   params_init(&q);
@@ -247,15 +263,18 @@ static Value *take_along(Scope *s, Value *t, Value *idx, const AVal *a, int d, i
   Value *flat = add(s, mul(s, row, stride), il);
   params_init(&q);
   params_add(&q, "axis", val_int(0));
+  if (osh) params_add(&q, "out_sharding", val_incref(osh));
   Value *g = ap(s, P_GATHER, 2, (Value *[]){tl, flat}, &q);
-  Value *back = reshape(s, g, nd, tshape);
+  Value *back = reshape_as(s, g, nd, tshape, osh);
   if (!back) return NULL;
   params_init(&q);
   params_add(&q, "permutation", val_int_tuple(nd, inv));
   return ap(s, P_TRANSPOSE, 1, &back, &q);
 }
 
-Value *prim_take_along(Value *x, Value *idx, int axis) {
+Value *prim_take_along(Value *x, Value *idx, int axis) { return prim_take_along_sh(x, idx, axis, NULL); }
+
+Value *prim_take_along_sh(Value *x, Value *idx, int axis, Value *osh) {
   AVal a, ia;
   Scope s = {0};
   if (!aval_ok(x, &a) || !aval_ok(idx, &ia)) return NULL;
@@ -276,7 +295,7 @@ Value *prim_take_along(Value *x, Value *idx, int axis) {
   Value *zero = keep(&s, arr_value(arr_scalar_i64(ia.dtype, 0, false)));
   Value *len = keep(&s, arr_value(arr_scalar_i64(ia.dtype, a.shape[axis], false)));
   Value *wrapped = select(&s, bin(&s, P_LT, full_idx, zero), add(&s, full_idx, len), full_idx);
-  return scope_return(&s, wrapped ? take_along(&s, x, wrapped, &a, axis, ia.shape[axis]) : NULL);
+  return scope_return(&s, wrapped ? take_along(&s, x, wrapped, &a, axis, ia.shape[axis], osh) : NULL);
 }
 
 /* sort: the tangent moves with its element, t[argsort(x)] along the
@@ -296,7 +315,7 @@ static int jvp_sort(Value **x, Value **t, int nin, const Params *p, Value **yo, 
   params_init(&q);
   params_add(&q, "dimension", val_int(d));
   Value *idx = ap(&s, P_ARGSORT, 1, &x[0], &q);
-  return jvp_done(&s, idx ? take_along(&s, t[0], idx, &a, (int)d, a.shape[d]) : NULL, false, yo, to);
+  return jvp_done(&s, idx ? take_along(&s, t[0], idx, &a, (int)d, a.shape[d], NULL) : NULL, false, yo, to);
 }
 
 /* ==== transpose rules ====================================================== */

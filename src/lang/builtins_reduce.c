@@ -553,6 +553,29 @@ static Value *bi_argsort(const CallArgs *a) {
   return r;
 }
 
+/* prim_take_along([x], [idx], [axis]) typed [type] (a new reference,
+ * consumed; NULL: untyped): computed with that out_sharding, whatever
+ * the layouts its steps take, and the result laid out as the type says. */
+static Value *typed_as(Value *type, Value *x, Value *idx, int axis) {
+  if (!type || !builtins_out_sharding_hook) {
+    val_decref(type);
+    return prim_take_along(x, idx, axis);
+  }
+  Value *r = prim_take_along_sh(x, idx, axis, type);
+  Value *o = r ? builtins_out_sharding_hook(r, type) : NULL;
+  val_decref(r);
+  val_decref(type);
+  return o;
+}
+
+/* take_along along [axn] in Explicit mode (ops_take_along_type_hook):
+ * the batch dimensions keep their split, as JAX's gather rule says. */
+static Value *take_along_typed(Value *x, Value *idx, int axn) {
+  Value *type = ops_take_along_type_hook ? ops_take_along_type_hook(x, idx, axn) : NULL;
+  if (!type && err_occurred()) return NULL;
+  return typed_as(type, x, idx, axn);
+}
+
 /* jnp.take_along_axis(arr, indices, axis): NumPy's, through
  * prim_take_along (negative positions count from the end). */
 static Value *bi_take_along_axis(const CallArgs *a) {
@@ -571,7 +594,7 @@ static Value *bi_take_along_axis(const CallArgs *a) {
     int axn;
     if (bi_int_arg("take_along_axis", "axis", axis, 0, &ax) == 0 &&
         axis_normalize(ax, bi_aval(xa).ndim, &axn) == 0)
-      r = prim_take_along(xa, ia, axn);
+      r = take_along_typed(xa, ia, axn);
   }
   if (xa) val_decref(xa);
   if (ia) val_decref(ia);
@@ -650,7 +673,8 @@ static Value *lax_top_k(const CallArgs *a) {
 /* lax.approx_max_k / approx_min_k(operand, k, reduction_dimension=-1,
  * recall_target=0.95, reduction_input_size_override=-1,
  * aggregate_to_topk=True): exact, as JAX's on CPU (recall 1 meets any
- * target). */
+ * target).  In Explicit mode top_k's rule: the reduced dimension split
+ * over an Explicit axis is its ShardingTypeError. */
 static Value *approx_k(const CallArgs *a, const char *who, bool largest) {
   Value *x, *kv, *dim, *recall, *over, *agg;   /* the last two change nothing on CPU */
   Value **slots[] = {&x, &kv, &dim, &recall, &over, &agg};
@@ -667,7 +691,7 @@ static Value *approx_k(const CallArgs *a, const char *who, bool largest) {
   if (!xa) return NULL;
   if (bi_int_arg(who, "k", kv, 0, &k) == 0 &&
       bi_int_arg(who, "reduction_dimension", dim, -1, &d) == 0 &&
-      axis_normalize(d, bi_aval(xa).ndim, &axn) == 0)
+      axis_normalize(d, bi_aval(xa).ndim, &axn) == 0 && !top_k_split(xa, axn))
     r = top_k_along(who, xa, k, axn, largest);
   val_decref(xa);
   return r;
@@ -727,19 +751,29 @@ static Value *lax_sort(const CallArgs *a) {
     if (v && seq) val_decref(v);
     goto done;
   }
+  /* Explicit mode: JAX's sort rule types the results (or raises); the
+   * take_along steps carry that type as their out_sharding */
+  Value *type = ops_sort_type_hook ? ops_sort_type_hook(arr, (int)n, av.ndim, axn) : NULL;
+  if (!type && err_occurred()) goto done;
   /* the order: stable argsorts from the least significant key up */
   for (int64_t key = k - 1; key >= 0; key--) {
-    Value *kv = perm ? prim_take_along(arr[key], perm, axn) : val_incref(arr[key]);
+    Value *kv = perm ? prim_take_along_sh(arr[key], perm, axn, type) : val_incref(arr[key]);
     Value *order = kv ? argsort_along(kv, axn) : NULL;
     if (kv) val_decref(kv);
-    Value *next = order && perm ? prim_take_along(perm, order, axn) : order ? val_incref(order) : NULL;
+    Value *next = order && perm ? prim_take_along_sh(perm, order, axn, type)
+                  : order ? val_incref(order) : NULL;
     if (order) val_decref(order);
     if (perm) val_decref(perm);
-    if (!(perm = next)) goto done;
+    if (!(perm = next)) break;
   }
-  Value *res = tuple_new(n);
+  Value *res = perm ? tuple_new(n) : NULL;
   for (size_t i = 0; res && i < n; i++) {
-    Value *v = prim_take_along(arr[i], perm, axn);
+    Value *v = prim_take_along_sh(arr[i], perm, axn, type);
+    if (v && type && builtins_out_sharding_hook) {
+      Value *o = builtins_out_sharding_hook(v, type);
+      val_decref(v);
+      v = o;
+    }
     if (!v) {
       for (size_t j = i; j < n; j++) tuple_set_steal(res, j, val_incref(VAL_NONE));
       val_decref(res);
@@ -748,6 +782,7 @@ static Value *lax_sort(const CallArgs *a) {
     }
     tuple_set_steal(res, i, v);
   }
+  if (type) val_decref(type);
   if (res && !seq) {
     r = val_incref(tuple_get(res, 0));
     val_decref(res);

@@ -238,10 +238,13 @@ extern Value *(*ops_array_attr_hook)(Value *x, const char *name);  /* hook */
 /* Explicit mode's rule for x.at[index] updates (spmd/sharding.c; JAX's
  * scatter rule): [x] may not be split over Explicit mesh axes along the
  * dimensions [touched] (bits) of which the index selects a part; JAX's
- * ShardingTypeError then (NULL, the error set); else the sharding x's
- * type gives the result (a new reference), or NULL with no error when x
- * is split over no Explicit axis. */
-extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);  /* hook */
+ * ShardingTypeError then (NULL, the error set), naming the operand, the
+ * gather indices JAX's update makes (aval [ind], unsplit) and its
+ * updates (aval [upd]: the value [y] broadcast, typed as y where their
+ * trailing dimensions meet); else the sharding x's type gives the result
+ * (a new reference), or NULL with no error when x is split over no
+ * Explicit axis. */
+extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched, const AVal *ind, Value *y, const AVal *upd);  /* hook */  /* hook */
 
 /* Explicit mode (spmd/sharding.c): whether [x] is split over an
  * Explicit mesh axis along one of the dimensions [dims] (bits); [ty]
@@ -250,6 +253,22 @@ extern Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);  /* hook */
  * composes from others (x[i, j]: one gather in JAX; top_k).  NULL: no
  * Explicit axes anywhere. */
 extern bool (*ops_explicit_split_hook)(Value *x, uint64_t dims, char *ty, size_t cap);  /* hook */
+
+/* Explicit mode (spmd/sharding.c; JAX's _sort_abstract_eval): the type
+ * of lax.sort's results over the [n] operands [xs] of rank [ndim] sorted
+ * together along [axis]: JAX's ShardingTypeError (NULL, the error set)
+ * when one is split over an Explicit axis along [axis] or their types
+ * differ; else the sharding of their one type (a new reference), or NULL
+ * with no error when it splits nothing. */
+extern Value *(*ops_sort_type_hook)(Value *const *xs, int n, int ndim, int axis);  /* hook */
+
+/* Explicit mode (spmd/sharding.c; JAX's gather rule of
+ * jnp.take_along_axis, the dimensions but [axis] batch dimensions): the
+ * result's type, from [x]'s and [idx]'s where they split a batch
+ * dimension (they may not split it differently), [axis] unsplit; JAX's
+ * gather ShardingTypeError (NULL, the error set) when either splits
+ * [axis] or they differ; NULL with no error when it splits nothing. */
+extern Value *(*ops_take_along_type_hook)(Value *x, Value *idx, int axis);  /* hook */
 
 /* A value of a higher layer's type that stands for an integer where an
  * array is built from a nested sequence (a jax Device: its id, so that

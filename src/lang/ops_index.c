@@ -873,25 +873,61 @@ static Value *positions(const AVal *av) {
   return r;
 }
 
-Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched);
+Value *(*ops_scatter_type_hook)(Value *x, uint64_t touched, const AVal *ind, Value *y,
+                                const AVal *upd);
 bool (*ops_explicit_split_hook)(Value *x, uint64_t dims, char *ty, size_t cap);
+Value *(*ops_sort_type_hook)(Value *const *xs, int n, int ndim, int axis);
+Value *(*ops_take_along_type_hook)(Value *x, Value *idx, int axis);
 
 /* The dimensions of which [index] selects a part (bits): those an int or
- * an array indexes, or a slice other than the whole. */
-static int touched_dims(Value *index, const AVal *av, uint64_t *touched) {
+ * an array indexes, or a slice other than the whole; and the aval of the
+ * gather indices JAX's x.at[index] makes ([*ind]: int32, the advanced
+ * indices' broadcast shape and a strided slice's length, then one entry
+ * per dimension indexed), for its scatter error.  [*nones] (bits): the
+ * positions of the dimensions a None adds to x[index] (no array index:
+ * then they are in order), which JAX's update drops. */
+static int touched_dims(Value *index, const AVal *av, uint64_t *touched, AVal *ind,
+                        uint64_t *nones) {
   Index ix;
   if (index_parse(index, av, &ix) < 0) return -1;
-  *touched = 0;
+  *touched = *nones = 0;
+  ind->dtype = DT_I32;
+  ind->weak = false;
+  ind->ndim = 0;
+  ind->vma = 0;
+  int nvec = 0, bn = 0, out = 0;
+  int64_t bs[SHM_MAXDIM];
+  bool arrays = false;
+  for (int i = 0; i < ix.n; i++)
+    arrays |= ix.it[i].kind == IX_ARRAY;
   for (int i = 0; i < ix.n; i++) {
     const IxItem *it = &ix.it[i];
     bool whole = it->kind == IX_SLICE && it->start == 0 && it->step == 1 && it->n == av->shape[it->dim];
     if (it->kind != IX_NONE && it->dim >= 0 && !whole) *touched |= (uint64_t)1 << it->dim;
+    if (it->kind == IX_NONE && !arrays) *nones |= (uint64_t)1 << out;
+    out += it->kind == IX_SLICE || it->kind == IX_NONE;
+    nvec += it->kind != IX_NONE && !whole;
+    if (it->kind == IX_ARRAY) {
+      AVal a;
+      if (ops_aval(it->arr, &a) < 0 || shape_broadcast(bn, bs, a.ndim, a.shape, &bn, bs) < 0) {
+        index_free(&ix);
+        return -1;
+      }
+    } else if (it->kind == IX_SLICE && it->step != 1 && ind->ndim < SHM_MAXDIM - 1) {
+      ind->shape[ind->ndim++] = it->n;
+    }
   }
+  if (bn + ind->ndim < SHM_MAXDIM) {   /* the advanced indices' dimensions first */
+    memmove(ind->shape + bn, ind->shape, sizeof(int64_t) * (size_t)ind->ndim);
+    memcpy(ind->shape, bs, sizeof(int64_t) * (size_t)bn);
+    ind->ndim += bn;
+  }
+  if (ind->ndim < SHM_MAXDIM) ind->shape[ind->ndim++] = nvec;
   index_free(&ix);
   return 0;
 }
 
-static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *av);
+static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *av, Value *sel);
 
 /* The functional update (mode "set", "add", "multiply", "min" or "max":
  * scatter's modes, kernels.h), in Explicit mode typed as JAX's scatter
@@ -899,21 +935,41 @@ static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal 
  * result laid out as x's type. */
 static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
   AVal av;
-  uint64_t touched;
+  uint64_t touched, nones;
   if (ops_aval(ref->array, &av) < 0) return NULL;
+  Value *pos = positions(&av);   /* the flat positions the index selects */
+  Value *sel = pos ? getitem_oob(pos, ref->index, OOB_DROP) : NULL;
+  val_decref(pos);
+  if (!sel) return NULL;
   Value *type = NULL;
   if (given && given != VAL_NONE) {   /* out_sharding=: the caller's layout */
-    if (!builtins_out_sharding_hook)
+    if (!builtins_out_sharding_hook) {
+      val_decref(sel);
       return err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
+    }
     type = val_incref(given);
   } else if (ops_scatter_type_hook && builtins_out_sharding_hook) {
-    if (touched_dims(ref->index, &av, &touched) < 0) return NULL;
-    type = ops_scatter_type_hook(ref->array, touched);
-    if (!type && err_occurred()) return NULL;
+    AVal ind, upd;
+    if (touched_dims(ref->index, &av, &touched, &ind, &nones) < 0 || ops_aval(sel, &upd) < 0) {
+      val_decref(sel);
+      return NULL;
+    }
+    upd.dtype = av.dtype;   /* JAX's update: x's dtype, the None dimensions dropped */
+    upd.weak = false;
+    for (int d = upd.ndim - 1; d >= 0; d--)
+      if (nones >> d & 1) {
+        memmove(upd.shape + d, upd.shape + d + 1, sizeof(int64_t) * (size_t)(upd.ndim - d - 1));
+        upd.ndim--;
+      }
+    type = ops_scatter_type_hook(ref->array, touched, &ind, v, &upd);
+    if (!type && err_occurred()) {
+      val_decref(sel);
+      return NULL;
+    }
   }
-  if (!type) return at_update_flat(ref, v, mode, &av);
+  if (!type) return at_update_flat(ref, v, mode, &av, sel);
   Value *prev = ops_out_sharding_enter(type);
-  Value *r = at_update_flat(ref, v, mode, &av);
+  Value *r = at_update_flat(ref, v, mode, &av, sel);
   ops_out_sharding_leave(prev);
   Value *o = r ? builtins_out_sharding_hook(r, type) : NULL;
   val_decref(r);
@@ -922,13 +978,9 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
 }
 
 /* at_update's computation: [v] scattered into the flattened array at the
- * flat positions the index selects. */
-static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav) {
+ * flat positions [sel] (consumed) the index selects. */
+static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav, Value *sel) {
   AVal av = *pav;
-  Value *pos = positions(&av);
-  Value *sel = pos ? getitem_oob(pos, ref->index, OOB_DROP) : NULL;
-  val_decref(pos);
-  if (!sel) return NULL;
   AVal sa;
   ops_aval(sel, &sa);
   int64_t n = shape_size(av.ndim, av.shape), m = shape_size(sa.ndim, sa.shape);

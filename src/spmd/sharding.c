@@ -1438,25 +1438,253 @@ static Value *explicit_type(Value *x, uint64_t touched, char *ty, size_t cap, bo
   return s;
 }
 
+static void put_aval(StrBuf *b, DType dt, int ndim, const int64_t *shape, const Sharding *r,
+                     const Mesh *m);
+static void type_rule(Value *x, int ndim, Mesh *m, Sharding *r);
+
 /* ops_scatter_type_hook (JAX's _scatter_sharding_rule for x.at[index]):
  * a dimension the index selects part of may not be split over Explicit
  * axes; the result has x's type. */
-static Value *scatter_type(Value *x, uint64_t touched) {
+static Value *scatter_type(Value *x, uint64_t touched, const AVal *ind, Value *y, const AVal *upd) {
   char ty[512];
   bool typed, bad;
   Value *s = explicit_type(x, touched, ty, sizeof ty, &typed, &bad);
   if (bad) {
-    val_decref(s);
-    return err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].set/add/mul/...(out_sharding=)` to "
+    Mesh *m = ((NamedSharding *)s)->mesh;
+    AVal ya;
+    Sharding yr, ur;
+    memset(&ur, 0, sizeof ur);
+    sharding_rule_mesh(m, &ur);
+    ur.ndim = upd->ndim;
+    if (ops_aval(y, &ya) == 0) {   /* y broadcast: its splits where the sizes meet */
+      type_rule(y, ya.ndim, m, &yr);
+      for (int k = 1; k <= ya.ndim && k <= upd->ndim; k++)
+        if (ya.shape[ya.ndim - k] == upd->shape[upd->ndim - k]) {
+          ur.nsplit[upd->ndim - k] = yr.nsplit[ya.ndim - k];
+          memcpy(ur.split[upd->ndim - k], yr.split[ya.ndim - k], sizeof yr.split[0]);
+        }
+    }
+    err_clear();
+    StrBuf b = {0}, c = {0};
+    put_aval(&b, ind->dtype, ind->ndim, ind->shape, NULL, m);
+    put_aval(&c, upd->dtype, upd->ndim, upd->shape, &ur, m);
+    err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].set/add/mul/...(out_sharding=)` to "
                    "provide output PartitionSpec for the scatter update as out sharding could "
                    "not be resolved unambiguously (or would require collectives on inputs). Got "
-                   "operand=%s", ty);
+                   "operand=%s, indices=%s, updates=%s", ty, sbuf_text(&b), sbuf_text(&c));
+    sbuf_free(&b);
+    sbuf_free(&c);
+    val_decref(s);
+    return NULL;
   }
   if (!typed) {
     val_decref(s);
     return NULL;
   }
   return s;
+}
+
+/* ---- the types of what shmap composes from several primitives ---- */
+
+/* [x]'s sharding (a new reference; NULL: none known): an array's, or a
+ * traced value's as jax.typeof gives it. */
+static Value *value_sharding(Value *x) {
+  Value *s = IS_ARRAY(x) ? (AS_ARRAY(x)->sharding ? val_incref(AS_ARRAY(x)->sharding) : NULL)
+             : shardmap_typeof_sharding_hook ? shardmap_typeof_sharding_hook(x) : NULL;
+  if (s && (!sharding_is(s) || !((NamedSharding *)s)->mesh)) {
+    val_decref(s);
+    s = NULL;
+  }
+  return s;
+}
+
+/* The mesh with an Explicit axis the first of [xs] ([n]) laid out over
+ * one is laid out over (borrowed: [*keep] holds it), or NULL. */
+static Mesh *explicit_mesh_of(Value *const *xs, int n, Value **keep) {
+  Mesh *found = NULL;
+  *keep = NULL;
+  for (int i = 0; i < n; i++) {
+    Value *s = value_sharding(xs[i]);
+    Mesh *m = s ? ((NamedSharding *)s)->mesh : NULL;
+    for (int a = 0; m && !found && a < m->naxes; a++)
+      if (m->axis_types[a] == MESH_EXPLICIT) {
+        *keep = val_incref(s);
+        found = m;
+      }
+    val_decref(s);
+  }
+  if (!found && *keep) {
+    val_decref(*keep);
+    *keep = NULL;
+  }
+  return found;
+}
+
+/* Whether [x]'s layout is known here: an array's, or a value the
+ * current jit traces (not one being differentiated or batched eagerly,
+ * whose type these rules then do not check). */
+static bool layout_known(Value *x) {
+  if (IS_ARRAY(x)) return true;
+  Value *s = value_sharding(x);
+  err_clear();
+  val_decref(s);
+  return s != NULL;
+}
+
+/* [x]'s type over [m] as a rule (rank [ndim]): its splits over m's
+ * Explicit axes (those auto_axes makes Auto excepted); replicated when
+ * it is not laid out over [m], or its layout is not known. */
+static void type_rule(Value *x, int ndim, Mesh *m, Sharding *r) {
+  Value *s = value_sharding(x);
+  if (s && mesh_same(((NamedSharding *)s)->mesh, m)) {
+    sharding_to_rule((NamedSharding *)s, ndim, r);
+  } else {
+    memset(r, 0, sizeof *r);
+    sharding_rule_mesh(m, r);
+  }
+  val_decref(s);
+  r->ndim = ndim;
+  r->partial = 0;
+  r->partial_coll = NULL;
+  uint32_t typed = r->explicit_axes & ~sharding_auto_axes();
+  for (int d = 0; d < ndim; d++) {
+    int k = 0;
+    for (int j = 0; j < r->nsplit[d]; j++)
+      if (typed >> r->split[d][j] & 1) r->split[d][k++] = r->split[d][j];
+    r->nsplit[d] = (uint8_t)k;
+  }
+}
+
+static bool same_rule(const Sharding *a, const Sharding *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->nsplit[d] != b->nsplit[d] || memcmp(a->split[d], b->split[d], (size_t)a->nsplit[d]))
+      return false;
+  return true;
+}
+
+static bool rule_split(const Sharding *r) {
+  for (int d = 0; d < r->ndim; d++)
+    if (r->nsplit[d]) return true;
+  return false;
+}
+
+/* Appends to [b] the str of the NamedSharding rule [r] over [m] gives. */
+static int put_named(StrBuf *b, Mesh *m, const Sharding *r) {
+  Value *s = sharding_from_rule(m, r), *t = s ? val_repr(s) : NULL;
+  if (t) sbuf_puts(b, str_cstr(t));
+  val_decref(s);
+  val_decref(t);
+  return t ? 0 : -1;
+}
+
+/* Appends to [b] JAX's repr of an aval of [dt], [shape] typed [r] over
+ * [m]: "ShapedArray(float32[8@X,4])". */
+static void put_aval(StrBuf *b, DType dt, int ndim, const int64_t *shape, const Sharding *r,
+                     const Mesh *m) {
+  sbuf_printf(b, "ShapedArray(%s[", dt_name(dt));
+  for (int d = 0; d < ndim; d++) {
+    sbuf_printf(b, "%s%lld", d ? "," : "", (long long)shape[d]);
+    int n = r && d < r->ndim ? r->nsplit[d] : 0;
+    for (int j = 0; j < n; j++)
+      sbuf_printf(b, "%s%s", j ? "," : n > 1 ? "@(" : "@", m->axis_names[r->split[d][j]]);
+    if (n > 1) sbuf_puts(b, ")");
+  }
+  sbuf_puts(b, "])");
+}
+
+/* ops_sort_type_hook (JAX's _sort_abstract_eval of several operands). */
+static Value *sort_type(Value *const *xs, int n, int ndim, int axis) {
+  Value *keep;
+  Mesh *m = explicit_mesh_of(xs, n, &keep);
+  if (!m) return NULL;
+  Sharding *r = shm_calloc((size_t)n + 1, sizeof(Sharding));
+  bool *known = shm_calloc((size_t)n + 1, sizeof(bool));
+  Value *res = NULL;
+  int bad = -1, first = -1;
+  bool differ = false;
+  for (int i = 0; r && known && i < n && bad < 0 && !differ; i++) {
+    if (!(known[i] = layout_known(xs[i]))) continue;   /* not checked */
+    type_rule(xs[i], ndim, m, &r[i]);
+    if (first < 0) first = i;
+    if (r[i].nsplit[axis]) bad = i;
+    else differ = !same_rule(&r[i], &r[first]);
+  }
+  StrBuf b = {0};
+  if (!r || !known) {
+    err_nomem();
+  } else if (bad >= 0) {
+    if (put_named(&b, m, &r[bad]) == 0)
+      err_set(ERR_TYPE, "ShardingTypeError: Arguments to sort must be unsharded over the sorting "
+              "dimension. Got arg sharding=%s and sorting dimension=%d", sbuf_text(&b), axis);
+  } else if (differ) {
+    for (int i = 0, shown = 0; i < n; i++) {
+      if (!layout_known(xs[i])) continue;
+      type_rule(xs[i], ndim, m, &r[i]);
+      if (shown++) sbuf_puts(&b, " ");
+      if (put_named(&b, m, &r[i]) < 0) break;
+    }
+    if (!err_occurred())
+      err_set(ERR_TYPE, "ShardingTypeError: Arguments to sort must have equal shardings, got: %s",
+              sbuf_text(&b));
+  } else if (first >= 0 && rule_split(&r[first])) {
+    res = sharding_from_rule(m, &r[first]);
+  }
+  shm_free(known);
+  sbuf_free(&b);
+  shm_free(r);
+  val_decref(keep);
+  return res;
+}
+
+/* The gather error of JAX's rule, its operand [x] (typed [xr]) and
+ * indices [idx] (typed [ir], an index vector dimension of 1 appended). */
+static void gather_error(Mesh *m, const AVal *xa, const Sharding *xr, const AVal *ia,
+                         const Sharding *ir) {
+  StrBuf b = {0}, c = {0};
+  int64_t shape[SHM_MAXDIM + 1];
+  memcpy(shape, ia->shape, sizeof(int64_t) * (size_t)ia->ndim);
+  shape[ia->ndim] = 1;
+  put_aval(&b, xa->dtype, xa->ndim, xa->shape, xr, m);
+  put_aval(&c, ia->dtype, ia->ndim + 1, shape, ir, m);
+  err_set(ERR_TYPE, "ShardingTypeError: Use `.at[...].get(out_sharding=)` to provide output "
+          "PartitionSpec for the gather indexing as out sharding could not be resolved "
+          "unambiguously (or would require collectives on inputs). Got operand=%s, indices=%s",
+          sbuf_text(&b), sbuf_text(&c));
+  sbuf_free(&b);
+  sbuf_free(&c);
+}
+
+/* ops_take_along_type_hook (JAX's gather rule for take_along_axis: the
+ * dimensions other than [axis] batch dimensions). */
+static Value *take_along_type(Value *x, Value *idx, int axis) {
+  Value *keep, *both[2] = {x, idx};
+  Mesh *m = explicit_mesh_of(both, 2, &keep);
+  AVal xa, ia;
+  if (!m) return NULL;
+  if (ops_aval(x, &xa) < 0 || ops_aval(idx, &ia) < 0 || ia.ndim != xa.ndim) {
+    err_clear();   /* take_along_axis reports a wrong rank */
+    val_decref(keep);
+    return NULL;
+  }
+  Sharding xr, ir, out;
+  type_rule(x, xa.ndim, m, &xr);
+  type_rule(idx, ia.ndim, m, &ir);
+  bool ok = (xr.nsplit[axis] == 0 || xa.shape[axis] == 1) && ir.nsplit[axis] == 0;
+  out = xr;
+  out.nsplit[axis] = 0;
+  for (int d = 0; ok && d < xa.ndim; d++) {
+    if (d == axis || !ir.nsplit[d]) continue;
+    ok = !xr.nsplit[d] || (xr.nsplit[d] == ir.nsplit[d] &&
+                           !memcmp(xr.split[d], ir.split[d], ir.nsplit[d]));
+    out.nsplit[d] = ir.nsplit[d];
+    memcpy(out.split[d], ir.split[d], ir.nsplit[d]);
+  }
+  Value *res = NULL;
+  if (!ok) gather_error(m, &xa, &xr, &ia, &ir);
+  else if (rule_split(&out)) res = sharding_from_rule(m, &out);
+  val_decref(keep);
+  return res;
 }
 
 /* ops_explicit_split_hook: whether [x] is split over an Explicit axis
@@ -1508,6 +1736,8 @@ int sharding_register(Env *b) {
   ops_index_hook = device_index;
   ops_scatter_type_hook = scatter_type;
   ops_explicit_split_hook = explicit_split;
+  ops_sort_type_hook = sort_type;
+  ops_take_along_type_hook = take_along_type;
   ops_register_equal(V_OPAQUE, opaque_equal);
   static const struct {
     const char *ns, *name;

@@ -10,6 +10,7 @@
 #include "transform/batch.h"
 #include "transform/control.h"
 #include "transform/higher.h"
+#include "transform/partition.h"
 #include "base/intern.h"
 #include "base/mem.h"
 #include "spmd/device.h"
@@ -133,6 +134,21 @@ fail:
   val_decref(r);
   trace_abort(t);
   return -1;
+}
+
+/* Explicit mode's check of [s], traced on the [n] values [v]
+ * (part_check_sub): its sharding rules' errors raised, as JAX's tracing
+ * of a branch or loop body raises them whether or not it runs.  0, or
+ * -1 with the error. */
+static int sub_check(const Sub *s, int n, Value *const *v) {
+  if (s->plan->nin != s->ncap + n) return 0;
+  Value **in = shm_calloc((size_t)(s->ncap + n) + 1, sizeof(Value *));
+  if (!in) return err_nomem(), -1;
+  shm_memcpy(in, s->caps, sizeof(Value *) * (size_t)s->ncap);
+  shm_memcpy(in + s->ncap, v, sizeof(Value *) * (size_t)n);
+  int rc = part_check_sub(s->plan, in);
+  shm_free(in);
+  return rc;
 }
 
 /* The common case: [fn] called on [nargs] trees whose leaves become tracers. */
@@ -283,8 +299,22 @@ static int branch_types(Sub *br, int nb, AVal **out) {
   return 0;
 }
 
-/* Stages a cond over [nb] branches with index [idx] (an i32 scalar). */
-static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv) {
+/* Whether the pending error is Explicit mode's ShardingTypeError (a
+ * rule's verdict on the operands' types, which tracing a branch or a
+ * loop body JAX's way reports whether or not that code then runs). */
+static bool sharding_type_error(void) {
+  return err_occurred() && err_kind() == ERR_TYPE &&
+         !strncmp(err_message(), "ShardingTypeError: ", 19);
+}
+
+/* The [i]th branch traced of [nb]: a cond's ([is_bool]; fns[1] its
+ * true_fun) true branch first, as JAX's cond traces (true_fun,
+ * false_fun); a switch's in order. */
+static int trace_order(bool is_bool, int nb, int i) { return is_bool ? nb - 1 - i : i; }
+
+/* Stages a cond over [nb] branches with index [idx] (an i32 scalar);
+ * [is_bool]: lax.cond's two (trace_order). */
+static Value *staged_cond(Value *idx, bool is_bool, int nb, Value **fns, int nops, Value **opv) {
   Value *ops_tree = tuple_pack((size_t)nops, opv);
   Leaves leaves = {0}, all = {0};
   AVal *avs = NULL, *outs = NULL;
@@ -292,8 +322,12 @@ static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv
   Value *r = NULL, *plans = NULL, **opsall = NULL;
   int b = 0;
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0 || avals_of(&leaves, &avs) < 0) goto out;
-  for (; b < nb; b++)
-    if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0) goto out;
+  for (; b < nb; b++) {
+    int k = trace_order(is_bool, nb, b);
+    if (trace_fn(fns[k], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[k]) < 0 ||
+        sub_check(&br[k], leaves.n, leaves.v) < 0)
+      goto out;
+  }
   if (union_caps(br, nb, &all) < 0 || branch_types(br, nb, &outs) < 0)
     goto out;
   if (!(plans = tuple_new((size_t)nb))) goto out;
@@ -309,7 +343,7 @@ static Value *staged_cond(Value *idx, int nb, Value **fns, int nops, Value **opv
   params_add(&p, "branches", val_incref(plans));
   r = emit_tree(P_COND, &p, 1 + all.n + leaves.n, opsall, br[0].plan->nout, outs, br[0].out_tree);
 out:
-  for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
+  for (int k = 0; br && k < nb; k++) sub_free(&br[k]);
   shm_free(br);
   val_decref(ops_tree);
   val_decref(plans);
@@ -354,12 +388,15 @@ static Value *retype_results(Value *r, const AVal *outs, int nout) {
 }
 
 /* An eager cond or switch running branch [taken] of [fns], as JAX's: every
- * branch is traced first on the operands' types, so branches returning
- * different types are the error jit gives, and the taken branch's results
- * get the staged cond's types (weak only where every branch's is).  When a
- * branch cannot be traced (Python control flow on an operand's values, a
- * transformed operand), only the taken branch runs, as written. */
-static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Value **opv) {
+ * branch is traced first on the operands' types (in trace_order), so
+ * branches returning different types, or a ShardingTypeError in a branch
+ * not taken, are the error jit gives, and the taken branch's results get
+ * the staged cond's types (weak only where every branch's is).  When a
+ * branch cannot be traced for another reason (Python control flow on an
+ * operand's values, a transformed operand), only the taken branch runs,
+ * as written. */
+static Value *eager_branches(bool is_bool, int nb, Value *const *fns, int taken, int nops,
+                             Value **opv) {
   Value *ops_tree = tuple_pack((size_t)nops, opv), *r = NULL;
   Leaves leaves = {0};
   AVal *avs = NULL, *outs = NULL;
@@ -367,10 +404,15 @@ static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Val
   int b = 0, nout = 0;
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0) goto out;
   if (all_concrete(&leaves) && avals_of(&leaves, &avs) == 0) {
-    for (; b < nb; b++)
-      if (trace_fn(fns[b], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[b]) < 0)
+    for (; b < nb; b++) {
+      int k = trace_order(is_bool, nb, b);
+      if (trace_fn(fns[k], nops, ((Tuple *)ops_tree)->items, leaves.n, avs, leaves.v, &br[k]) < 0 ||
+          sub_check(&br[k], leaves.n, leaves.v) < 0)
         break;
-    if (b < nb) {
+    }
+    if (b < nb && sharding_type_error()) {
+      goto out;
+    } else if (b < nb) {
       err_clear();
     } else if (branch_types(br, nb, &outs) < 0) {
       goto out;
@@ -383,7 +425,7 @@ static Value *eager_branches(int nb, Value *const *fns, int taken, int nops, Val
   r = val_call_n(fns[taken], nops, opv);
   if (r && outs) r = retype_results(r, outs, nout);
 out:
-  for (int k = 0; k < b && k < nb; k++) sub_free(&br[k]);
+  for (int k = 0; br && k < nb; k++) sub_free(&br[k]);
   shm_free(br);
   val_decref(ops_tree);
   pytree_leaves_free(&leaves);
@@ -440,16 +482,19 @@ out:
   return r;
 }
 
-/* Every branch of [fns] run on [ops]: a new array of [nb] results, or
- * NULL with the error set. */
-static Value **all_branches(int nb, Value *const *fns, int nops, Value **ops) {
+/* Every branch of [fns] run on [ops] in trace_order: a new array of
+ * [nb] results, or NULL with the error set. */
+static Value **all_branches(bool is_bool, int nb, Value *const *fns, int nops, Value **ops) {
   Value **res = shm_calloc((size_t)nb + 1, sizeof(Value *));
   if (!res) return err_nomem();
-  for (int k = 0; k < nb; k++)
+  for (int i = 0; i < nb; i++) {
+    int k = trace_order(is_bool, nb, i);
     if (!(res[k] = val_call_n(fns[k], nops, ops))) {
-      values_free(res, k);
+      for (int j = 0; j < nb; j++) val_decref(res[j]);
+      shm_free(res);
       return NULL;
     }
+  }
   return res;
 }
 
@@ -474,7 +519,7 @@ static Value *select_branches(Value *index, bool is_bool, int nb, Value **res) {
  * JAX's batching rule of cond does. */
 static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const *fns, int nops,
                                Value **ops) {
-  Value **res = all_branches(nb, fns, nops, ops);
+  Value **res = all_branches(is_bool, nb, fns, nops, ops);
   Value *r = res ? select_branches(index, is_bool, nb, res) : NULL;
   if (res) values_free(res, nb);
   return r;
@@ -494,8 +539,8 @@ static Value *eager_indexed(Value *index, bool is_bool, int nb, Value *const *fn
                             int nops, Value **opv) {
   AVal ia;
   if (ops_aval(index, &ia) < 0) return NULL;
-  if (!ia.vma || !ad_reverse_active()) return eager_branches(nb, fns, taken, nops, opv);
-  Value **res = all_branches(nb, fns, nops, opv);
+  if (!ia.vma || !ad_reverse_active()) return eager_branches(is_bool, nb, fns, taken, nops, opv);
+  Value **res = all_branches(is_bool, nb, fns, nops, opv);
   Value *sel = res ? select_branches(index, is_bool, nb, res) : NULL;
   Value *r = sel ? ad_keep_primals(sel, res[taken]) : NULL;
   val_decref(sel);
@@ -537,7 +582,7 @@ static Value *bi_cond(const CallArgs *a) {
     Value *idx = pred_index(pred);
     Value *fns[2] = {a->args[2], a->args[1]};
     trace_transformed_operand();
-    r = idx ? staged_cond(idx, 2, fns, a->nargs - 3, a->args + 3) : NULL;
+    r = idx ? staged_cond(idx, true, 2, fns, a->nargs - 3, a->args + 3) : NULL;
     if (!r && unstage()) r = batched_branches(pred, true, 2, fns, a->nargs - 3, a->args + 3);
     val_decref(idx);
   }
@@ -592,7 +637,7 @@ static Value *bi_switch(const CallArgs *a) {
   } else {
     Value *idx = clamp_index(index, (int64_t)nb);
     trace_transformed_operand();
-    r = idx ? staged_cond(idx, (int)nb, (Value **)fns, a->nargs - 2, a->args + 2) : NULL;
+    r = idx ? staged_cond(idx, false, (int)nb, (Value **)fns, a->nargs - 2, a->args + 2) : NULL;
     if (!r && idx && unstage()) r = batched_branches(idx, false, (int)nb, fns, a->nargs - 2, a->args + 2);
     val_decref(idx);
   }
@@ -908,7 +953,7 @@ static bool any_weak(const Leaves *l, int from) {
  * what jit gives); a type error found so is raised (NULL), as jit raises
  * it however many times the loop runs.  Else, and when the body cannot
  * be traced (Python control flow on the carry's values), a new reference
- * to [tree]. */
+ * to [tree]; a ShardingTypeError met tracing them is raised. */
 static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree, bool zero_trips) {
   /* the loop's own leaves (fori's bounds) do not count */
   if (!all_concrete(l) || (!zero_trips && !any_weak(l, lp->skip))) return val_incref(tree);
@@ -917,10 +962,11 @@ static Value *settle_carry(const Loop *lp, Leaves *l, Value *tree, bool zero_tri
   Value **cv = NULL, *r = NULL;
   bool traced = false;
   if (avals_of(l, &avs) == 0 && trace_loop_(lp, l->n, avs, l->v, &c, &b, &traced) == 0 &&
+      (!zero_trips || (sub_check(&c, l->n, l->v) == 0 && sub_check(&b, l->n, l->v) == 0)) &&
       (cv = carry_values(l, avs))) {
     int pos = 0;
     r = replace(tree, cv, &pos);
-  } else if (!traced) {
+  } else if (!traced && !sharding_type_error()) {
     err_clear();
     r = val_incref(tree);
   }
@@ -1503,6 +1549,38 @@ static Value *empty_ys(const Sub *s, int nc) {
   return r;
 }
 
+/* sub_check of a scan's body [s] traced on the carry leaves [cl] and
+ * slices of the xs leaves [xl]: each slice laid out as its xs without
+ * the scanned dimension (a scan of no iterations has no slice to run). */
+static int scan_check(const Sub *s, const Leaves *cl, const Leaves *xl) {
+  int n = cl->n + xl->n, rc = -1, k = 0;
+  Value **v = shm_calloc((size_t)n + 1, sizeof(Value *));
+  if (!v) return err_nomem(), -1;
+  for (; k < n; k++) {
+    Value *x = k < cl->n ? cl->v[k] : xl->v[k - cl->n];
+    Value *sh = k >= cl->n && IS_ARRAY(x) ? AS_ARRAY(x)->sharding : NULL;
+    if (k < cl->n || !IS_ARRAY(x)) {
+      v[k] = val_incref(x);
+    } else if (!sh || !sharding_is(sh) || !((NamedSharding *)sh)->mesh) {
+      v[k] = val_incref(VAL_NONE);
+    } else {
+      Sharding r, d;
+      sharding_to_rule((NamedSharding *)sh, AS_ARRAY(x)->ndim, &r);
+      d = r;
+      d.ndim = r.ndim - 1;
+      for (int j = 0; j < d.ndim; j++) {
+        d.nsplit[j] = r.nsplit[j + 1];
+        memcpy(d.split[j], r.split[j + 1], sizeof r.split[0]);
+      }
+      if (!(v[k] = sharding_from_rule(((NamedSharding *)sh)->mesh, &d))) goto out;
+    }
+  }
+  rc = sub_check(s, n, v);
+out:
+  values_free(v, k);
+  return rc;
+}
+
 /* An eager scan as JAX's: the init converted to the carry's settled types
  * first, so a Python number carry comes out as jit gives it, and the ys
  * of no iterations are empty arrays of the body's y types.  Only then
@@ -1522,8 +1600,10 @@ static Value *eager_scan_arrays(Value *f, Value *init, Value *xs, Leaves *xl, in
   if (scan_settle(f, init, xs, xl, &cl, &s, &avs, &traced) == 0 && (cv = carry_values(&cl, avs))) {
     int pos = 0;
     init2 = replace(init, cv, &pos);
-    r = n > 0 ? eager_scan(f, init2, xs, xl, n, reverse) : pair_of(val_incref(init2), empty_ys(&s, cl.n));
-  } else if (!traced) {
+    r = n > 0 ? eager_scan(f, init2, xs, xl, n, reverse)
+        : scan_check(&s, &cl, xl) < 0 ? NULL
+        : pair_of(val_incref(init2), empty_ys(&s, cl.n));
+  } else if (!traced && !sharding_type_error()) {
     /* a body that cannot be traced (Python control flow on the carry's
      * values) runs eagerly as it is: whatever it raises, it raises there */
     err_clear();

@@ -830,6 +830,38 @@ int part_traced_check(Trace *t) {
   return 0;
 }
 
+int part_check_sub(Plan *p, Value *const *in) {
+  Value **sh = shm_calloc((size_t)p->nin + 1, sizeof(Value *));
+  if (!sh) return err_nomem(), -1;
+  Mesh *m = NULL;
+  bool known = true, explicit_mesh = false;
+  for (int i = 0; i < p->nin && known; i++) {
+    if (in[i] == VAL_NONE) {
+      sh[i] = NULL;
+    } else if (sharding_is(in[i])) {
+      sh[i] = ((NamedSharding *)in[i])->mesh ? val_incref(in[i]) : NULL;
+    } else if (IS_ARRAY(in[i])) {
+      sh[i] = leaf_sharding(in[i]);
+      if (sh[i]) val_incref(sh[i]);
+    } else {   /* another trace's value (none Explicit): its layout unknown here */
+      sh[i] = part_traced_explicit() ? part_traced_sharding(in[i]) : NULL;
+      known = sh[i] != NULL;
+    }
+    if (sh[i] && !m) m = ((NamedSharding *)sh[i])->mesh;
+  }
+  for (int a = 0; m && a < m->naxes; a++) explicit_mesh |= m->axis_types[a] == MESH_EXPLICIT;
+  int rc = 0;
+  if (known && explicit_mesh) {
+    PartPlan *pp = part_plan(p, m, sh, NULL);
+    if (pp) val_decref(&pp->base.hdr);
+    else if (err_kind() == ERR_TYPE && !strncmp(err_message(), "ShardingTypeError: ", 19)) rc = -1;
+    else err_clear();
+  }
+  for (int i = 0; i < p->nin; i++) val_decref(sh[i]);
+  shm_free(sh);
+  return rc;
+}
+
 bool part_traced_explicit(void) {
   PartTraced *sc = traced_scope;
   if (!sc || sc->off || trace_current() != sc->t) return false;

@@ -150,6 +150,18 @@ void part_trace_leave(PartTraced *scope);
  * plan, as JAX binds no primitive whose rule raised. */
 int part_traced_check(Trace *t);
 
+/* Explicit mode's check of sub-plan [p] (a cond branch or a loop body,
+ * traced on its own) on [in] (p->nin values, its captures first:
+ * concrete arrays, values of the innermost entered trace, or an input's
+ * NamedSharding itself, None for an unsharded one; borrowed),
+ * as JAX's sharding rules check every branch and loop body while
+ * tracing it, whether or not it then runs: -1 with the ShardingTypeError
+ * (located at the equation) its propagation raises.  0 otherwise, with
+ * nothing done (no cost) unless some input is laid out over a mesh with
+ * an Explicit axis and every input's layout is known; other errors of
+ * the propagation are left to the partitioning that follows, cleared. */
+int part_check_sub(Plan *p, Value *const *in);
+
 /* Whether the innermost entered trace is the current one and lays out
  * its values over a mesh with Explicit axes: a jit called there is
  * traced inline (its equations join the caller's), so that its results'
