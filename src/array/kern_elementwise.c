@@ -16,7 +16,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "base/error.h"
 #include "array/kernels.h"
@@ -452,9 +456,86 @@ static inline float kern_sincosf_small(float x, int32_t shift) {
  * Only a block that has larger arguments takes the second and third
  * loops, which overwrite those elements; they read x again, so y must not
  * be x. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define KERN_TRIG_AVX512 1
+/* The small-argument loop for AVX-512, 16 elements a step: the same IEEE
+ * operations as kern_sincosf_small, in the same order (the same bits),
+ * but a step whose 16 quadrants are all even computes only the sine
+ * polynomial, one whose quadrants are all odd only the cosine: where the
+ * arguments stay within a quadrant or two (the common case) this skips
+ * a third of the work the generic loop spends on the polynomial it then
+ * throws away.  Returns the largest |x| as raw bits, as the generic loop
+ * does. */
+__attribute__((target("avx512f"))) static uint32_t kern_trig_small_avx512(
+    const float *restrict x, float *restrict y, int64_t n, int32_t shift) {
+  const __m512 inv = _mm512_set1_ps(0.636619772367581343f), magic = _mm512_set1_ps(KERN_MAGIC);
+  const __m512i jbias = _mm512_set1_epi32(shift - (int32_t)kern_f2u(KERN_MAGIC));
+  const __m512i one = _mm512_set1_epi32(1), absm = _mm512_set1_epi32(0x7fffffff);
+  const __m512i signm = _mm512_set1_epi32((int32_t)0x80000000u);
+  const __m512 p1 = _mm512_set1_ps(1.5707963705062866f), p2 = _mm512_set1_ps(-4.371138828673793e-8f);
+  const __m512 p3 = _mm512_set1_ps(-1.7151245100058819e-15f);
+  const __m512 s0 = _mm512_set1_ps(-1.9515295891E-4f), s1 = _mm512_set1_ps(8.3321608736E-3f);
+  const __m512 s2 = _mm512_set1_ps(-1.6666654611E-1f);
+  const __m512 c0 = _mm512_set1_ps(2.443315711809948E-5f), c1 = _mm512_set1_ps(-1.388731625493765E-3f);
+  const __m512 c2 = _mm512_set1_ps(4.166664568298827E-2f), half = _mm512_set1_ps(0.5f);
+  const __m512 onef = _mm512_set1_ps(1.0f);
+  __m512i top = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __mmask16 live = 0xffff;
+    __m512 xv = _mm512_loadu_ps(x + i);
+    top = _mm512_max_epu32(top, _mm512_and_si512(_mm512_castps_si512(xv), absm));
+    __m512 t = _mm512_add_ps(_mm512_mul_ps(xv, inv), magic);
+    __m512i j = _mm512_add_epi32(_mm512_castps_si512(t), jbias);
+    __m512 jf = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(jf, p1, xv);
+    r = _mm512_fnmadd_ps(jf, p2, r);
+    r = _mm512_fnmadd_ps(jf, p3, r);
+    __m512 z = _mm512_mul_ps(r, r);
+    __mmask16 odd = _mm512_test_epi32_mask(j, one) & live;
+    __m512 s = r, c = r;
+    if (odd != live) {   /* some even quadrant: the sine */
+      s = _mm512_add_ps(_mm512_mul_ps(s0, z), s1);
+      s = _mm512_add_ps(_mm512_mul_ps(s, z), s2);
+      s = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(s, z), r), r);
+    }
+    if (odd) {           /* some odd quadrant: the cosine */
+      c = _mm512_add_ps(_mm512_mul_ps(c0, z), c1);
+      c = _mm512_add_ps(_mm512_mul_ps(c, z), c2);
+      c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(c, z), z), _mm512_mul_ps(half, z));
+      c = _mm512_add_ps(c, onef);
+    }
+    __m512 v = _mm512_mask_blend_ps(odd, s, c);
+    __m512i sign = _mm512_and_si512(_mm512_slli_epi32(j, 30), signm);
+    v = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+    _mm512_storeu_ps(y + i, v);
+  }
+  uint32_t top1 = (uint32_t)_mm512_reduce_max_epu32(top);
+  for (; i < n; i++) {   /* the last few: the generic loop's code */
+    uint32_t a = kern_f2u(x[i]) & 0x7fffffffu;
+    top1 = a > top1 ? a : top1;
+    y[i] = kern_sincosf_small(x[i], shift);
+  }
+  return top1;
+}
+/* (__builtin_cpu_supports reads a table filled at start-up) */
+#define TRIG_SMALL_AVX512(SHIFT)                                            \
+  if (__builtin_cpu_supports("avx512f"))                                    \
+    return kern_trig_small_avx512(x, y, n, SHIFT);
+#else
+#define TRIG_SMALL_AVX512(SHIFT)
+#endif
+
 #define TRIG_LOOPS(NAME, SHIFT)                                               \
-  KERN_CLONES static uint32_t NAME##_small(const float *restrict x,          \
-                                           float *restrict y, int64_t n) {   \
+  static uint32_t NAME##_small_vec(const float *restrict x,                  \
+                                   float *restrict y, int64_t n);            \
+  static uint32_t NAME##_small(const float *restrict x, float *restrict y,   \
+                               int64_t n) {                                 \
+    TRIG_SMALL_AVX512(SHIFT)                                                \
+    return NAME##_small_vec(x, y, n);                                       \
+  }                                                                         \
+  KERN_CLONES static uint32_t NAME##_small_vec(const float *restrict x,      \
+                                               float *restrict y, int64_t n) { \
     uint32_t top = 0;                                                       \
     _Pragma("GCC unroll 2")                                                 \
     for (int64_t i = 0; i < n; i++) {                                       \
@@ -557,10 +638,49 @@ static struct {
   int64_t n, step;        /* the loop's length and the ranges' */
   _Atomic int64_t next;   /* start of the next range not taken */
   bool posted;            /* a job waits for the helper */
-  bool busy;              /* the helper took the job and works on it */
+  _Atomic bool busy;      /* the helper took the job and works on it (written
+                             under lock; read without it while spinning) */
   bool ok;                /* the helper is running (set once, in par_start) */
+  _Atomic uint64_t jobs;  /* jobs posted so far: what the helper spins on */
 } par = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, false, false, false};
+         PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, false, false, false, 0};
+
+/* How long a thread polls before it sleeps, in nanoseconds: the helper
+ * for the next job after finishing one, the caller for the helper's last
+ * range.  Waking a sleeping thread costs tens of microseconds (more on a
+ * loaded machine), a tenth of a 10^7-element loop, where back-to-back
+ * loops (a jitted function called in a loop) follow each other within
+ * microseconds; the poll burns at most this much of an otherwise idle
+ * core after a loop that took longer. */
+#define KERN_PAR_SPIN_NS 200000
+
+static int64_t kern_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void kern_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Polls until [done](arg) or KERN_PAR_SPIN_NS passed; true when done. */
+static bool kern_spin(bool (*done)(uint64_t), uint64_t arg) {
+  int64_t end = 0;
+  for (int k = 0;; k++) {
+    if (done(arg)) return true;
+    if ((k & 63) == 0) {
+      int64_t now = kern_now_ns();
+      if (!end) end = now + KERN_PAR_SPIN_NS;
+      else if (now > end) return false;
+    }
+    kern_pause();
+  }
+}
+static bool kern_job_posted(uint64_t seen) { return atomic_load(&par.jobs) != seen; }
+static bool kern_helper_idle(uint64_t unused) { return (void)unused, !atomic_load(&par.busy); }
 static pthread_once_t par_once = PTHREAD_ONCE_INIT;
 
 /* fn(ctx, lo, hi) in chunks, stopping early at Ctrl-C: the caller's
@@ -583,8 +703,15 @@ static void kern_take(void) {
 
 static void *kern_par_helper(void *unused) {
   (void)unused;
+  uint64_t seen = 0;
   pthread_mutex_lock(&par.lock);
   for (;;) {
+    if (!par.posted) {
+      pthread_mutex_unlock(&par.lock);
+      kern_spin(kern_job_posted, seen);
+      pthread_mutex_lock(&par.lock);
+    }
+    seen = atomic_load(&par.jobs);
     while (!par.posted)
       pthread_cond_wait(&par.go, &par.lock);
     par.posted = false;
@@ -631,11 +758,17 @@ void kern_parallel(RangeFn fn, const void *ctx, int64_t n, int64_t min, int64_t 
   atomic_store(&par.next, 0);
   pthread_mutex_lock(&par.lock);
   par.posted = true;
+  atomic_fetch_add(&par.jobs, 1);
   pthread_cond_signal(&par.go);
   pthread_mutex_unlock(&par.lock);
   kern_take();
   pthread_mutex_lock(&par.lock);
   par.posted = false;   /* not taken yet: nothing is left for the helper */
+  if (par.busy) {       /* its last range: poll first, then sleep */
+    pthread_mutex_unlock(&par.lock);
+    kern_spin(kern_helper_idle, 0);
+    pthread_mutex_lock(&par.lock);
+  }
   while (par.busy)
     pthread_cond_wait(&par.fin, &par.lock);
   pthread_mutex_unlock(&par.lock);

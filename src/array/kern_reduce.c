@@ -176,10 +176,15 @@ ROWS(rows_sum_f64, double, double, C_ADDF)
     for (int i = 0; i < PW_BLOCK / 2; i++)                                  \
       t[i] = x[i] + x[i + PW_BLOCK / 2];                                    \
     _Pragma("GCC unroll 8")                                                 \
-    for (int h = PW_BLOCK / 4; h >= 1; h /= 2)                              \
+    for (int h = PW_BLOCK / 4; h >= 8; h /= 2)                              \
       for (int i = 0; i < h; i++)                                           \
         t[i] += t[i + h];                                                   \
-    return t[0];                                                            \
+    /* the last three levels in registers (as loops they went through   \
+     * memory, a store and a load per add): the same adds */              \
+    T a0 = t[0] + t[4], a1 = t[1] + t[5], a2 = t[2] + t[6], a3 = t[3] + t[7]; \
+    a0 += a2;                                                               \
+    a1 += a3;                                                               \
+    return a0 + a1;                                                         \
   }                                                                         \
   KERN_CLONES static T NAME##_block(const T *x, int64_t n) {                \
     return n == PW_BLOCK ? NAME##_fold_whole(x) : NAME##_fold(x, n);        \
