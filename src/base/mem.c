@@ -22,7 +22,11 @@
 
 #define BUF_ALIGN 64
 #define HUGE_PAGE ((size_t)2 << 20)
-#define CACHE_SLOTS 16
+/* Room for the large results of one step of every device (8 devices'
+ * two 2 MiB gradients, the step's own outputs, the caller's previous
+ * ones): with fewer, a steady loop misses every call, and a miss empties
+ * the cache, so its large buffers fault their pages in again. */
+#define CACHE_SLOTS 64
 /* The cache never holds more than cache_max bytes (SHM_BUF_CACHE_DEFAULT
  * unless the configuration says otherwise), so a program that once made a
  * few huge temporaries does not keep them pinned forever. */

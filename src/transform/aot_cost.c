@@ -445,14 +445,15 @@ static void exec_memory(const Exec *e, AotMemory *m) {
     case SL_INPUT: m->argument += b; break;
     case SL_OUTPUT: m->output += b; break;
     case SL_CONST: m->constant += b; break;
-    case SL_TEMP: break;
+    case SL_TEMP: case SL_VIEW: break;
     }
   }
   /* an output copied from a temporary is a new buffer; one that passes
    * an input or a constant through is that buffer (compile.c's
    * copy_results takes a reference, as JAX forwards such an input) */
   for (int i = 0; i < e->nout; i++)
-    if (e->out_copy[i] && e->slots[e->out_slot[i]].kind == SL_TEMP)
+    if (e->out_copy[i] && (e->slots[e->out_slot[i]].kind == SL_TEMP ||
+                           e->slots[e->out_slot[i]].kind == SL_VIEW))
       m->output += aval_bytes(&e->slots[e->out_slot[i]].aval);
   m->temp += temp_bytes(e);
 }

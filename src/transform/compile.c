@@ -15,6 +15,19 @@
  * steps that ends in an output is given the OUTPUT slot back to its
  * first temporary; one that starts at an input is noted, so a loop may
  * pass its own carry as both input and output (cmp_out_in_place).
+ *
+ * Results that are not copied.  A reshape, squeeze or expand_dims is a
+ * view of its operand's buffer, as it is eagerly, and a shard_map's
+ * results are the arrays its call assembles: their variables get SL_VIEW
+ * slots, which hold what the step made until the run ends, instead of a
+ * workspace buffer the result would be copied into.  A view keeps its
+ * operand's slot from being reused while the view is read (its operand's
+ * last use is the view's).  Such a result that the plan returns is
+ * copied into the caller's array (a run into given outputs) or handed
+ * out as a new header over its buffer, unless that buffer is workspace
+ * memory (a view of a temporary), then copied; a view of a temporary
+ * that the plan returns is instead written into the output's own buffer
+ * as before.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -353,23 +366,70 @@ static int temp_slot(Exec *e, Planner *pl, const AVal *a) {
   return add_slot(e, SL_TEMP, a, 0, NULL);
 }
 
+/* A view is read where its operand's buffer is: the operand lives as long
+ * as its views (from the last step back, so a view of a view extends the
+ * first operand too). */
 static void mark_last_uses(Exec *e, const Plan *p, Planner *pl) {
   for (int i = 0; i < e->nsteps; i++)
     for (int k = 0; k < e->steps[i].nin; k++)
       if (e->steps[i].in[k] >= 0) pl->last_use[e->steps[i].in[k]] = i;
   for (int i = 0; i < p->nout; i++)
     if (p->outs[i].var >= 0) pl->last_use[p->outs[i].var] = INT32_MAX;
+  for (int i = e->nsteps - 1; i >= 0; i--) {
+    const Step *s = &e->steps[i];
+    int r = s->view ? s->in[0] : -1;
+    if (r >= 0 && pl->last_use[s->out[0]] > pl->last_use[r]) pl->last_use[r] = pl->last_use[s->out[0]];
+  }
+}
+
+/* Whether step [s] makes its results itself (SL_VIEW slots): a reshape,
+ * squeeze or expand_dims (a view of its operand), or a higher-order step
+ * whose rule adopts its results (HigherRules.adopts_results). */
+static bool makes_own_results(const Step *s) {
+  if (s->kind == ST_KERNEL) return s->view;
+  const HigherRules *h = s->kind == ST_HIGHER ? higher_rules(s->eqn->prim) : NULL;
+  return h && h->adopts_results;
+}
+
+static bool is_view_prim(PrimId id) {
+  return id == P_RESHAPE || id == P_SQUEEZE || id == P_EXPAND_DIMS;
+}
+
+/* Per variable: the step defining it, -1 for an input or constant. */
+static int *defining_steps(const Exec *e, const Plan *p) {
+  int *def = shm_malloc(sizeof(int) * ((size_t)p->nvars + 1));
+  if (!def) return err_nomem();
+  for (int v = 0; v <= p->nvars; v++) def[v] = -1;
+  for (int i = 0; i < e->nsteps; i++)
+    for (int k = 0; k < e->steps[i].nout; k++) def[e->steps[i].out[k]] = i;
+  return def;
+}
+
+/* Whether output variable [r] is returned as what its step made (an
+ * SL_VIEW slot, copy_results) rather than written into the output's
+ * buffer: a shard_map's result, or a view whose buffer is an input's or
+ * a constant's (a view of a temporary would be copied at every run; the
+ * output's buffer is kept across runs instead: fresh_output). */
+static bool shares_output(const Exec *e, const int *def, int r) {
+  while (r >= 0 && def[r] >= 0) {
+    const Step *s = &e->steps[def[r]];
+    if (!makes_own_results(s)) return false;
+    if (!s->view) return true;
+    r = s->in[0];
+  }
+  return true;
 }
 
 /* Binds the plan outputs: the first output naming a variable an equation
- * defines gets an SL_OUTPUT slot; the others are copied at the end. */
-static int bind_outputs(Pre *pr, Planner *pl, bool *defined) {
+ * defines gets an SL_OUTPUT slot; the others, and those shares_output
+ * returns as made, are copied at the end. */
+static int bind_outputs(Pre *pr, Planner *pl, bool *defined, const int *def) {
   const Plan *p = pr->p;
   Exec *e = pr->e;
   for (int i = 0; i < p->nout; i++) {
     int r = ref_of(pr, &p->outs[i]);
     if (r == INT32_MIN) return -1;
-    if (r >= 0 && defined[r] && pl->var_slot[r] < 0) {
+    if (r >= 0 && defined[r] && pl->var_slot[r] < 0 && !shares_output(e, def, r)) {
       int s = add_slot(e, SL_OUTPUT, &p->vars[r], i, NULL);
       if (s < 0) return -1;
       pl->var_slot[r] = s;
@@ -455,12 +515,25 @@ static int in_place_slot(Exec *e, const Plan *p, Planner *pl, int i) {
   return sl;
 }
 
+/* An SL_VIEW slot for [a], listed in e->views. */
+static int view_slot(Exec *e, const AVal *a) {
+  int *v = shm_realloc(e->views, sizeof(int) * ((size_t)e->nviews + 1));
+  if (!v) return err_nomem(), -1;
+  e->views = v;
+  int s = add_slot(e, SL_VIEW, a, 0, NULL);
+  if (s >= 0) e->views[e->nviews++] = s;
+  return s;
+}
+
 static int plan_step_slots(Exec *e, const Plan *p, Planner *pl, int i) {
   Step *s = &e->steps[i];
   int kept = in_place_slot(e, p, pl, i);
+  bool own = makes_own_results(s);
   for (int k = 0; k < s->nout; k++) {
     int v = s->out[k];
-    if (pl->var_slot[v] < 0 && (pl->var_slot[v] = temp_slot(e, pl, &p->vars[v])) < 0) return -1;
+    if (pl->var_slot[v] < 0 &&
+        (pl->var_slot[v] = own ? view_slot(e, &p->vars[v]) : temp_slot(e, pl, &p->vars[v])) < 0)
+      return -1;
   }
   for (int k = 0; k < s->nin; k++) {
     int r = s->in[k];
@@ -491,8 +564,13 @@ static int plan_buffers(Pre *pr) {
   int nv = p->nvars + 1;
   Planner pl = {shm_malloc(sizeof(int) * (size_t)nv), shm_malloc(sizeof(int) * (size_t)nv), NULL};
   bool *defined = shm_calloc((size_t)nv, 1);
-  int rc = -1;
+  int *def = NULL, rc = -1;
   if (!pl.var_slot || !pl.last_use || !defined) goto nomem;
+  for (int i = 0; i < e->nsteps; i++) {
+    Step *s = &e->steps[i];
+    s->view = s->kind == ST_KERNEL && s->nin == 1 && s->nout == 1 && is_view_prim(s->eqn->prim);
+  }
+  if (!(def = defining_steps(e, p))) goto out;
   for (int v = 0; v < nv; v++) pl.var_slot[v] = -1, pl.last_use[v] = -1;
   for (int i = 0; i < p->nin; i++) {
     int s = add_slot(e, SL_INPUT, &p->vars[p->invars[i]], i, NULL);
@@ -501,7 +579,7 @@ static int plan_buffers(Pre *pr) {
   }
   for (int i = 0; i < e->nsteps; i++)
     for (int k = 0; k < e->steps[i].nout; k++) defined[e->steps[i].out[k]] = true;
-  if (bind_outputs(pr, &pl, defined) < 0) goto out;
+  if (bind_outputs(pr, &pl, defined, def) < 0) goto out;
   mark_last_uses(e, p, &pl);
   chain_output_slots(e, p, &pl, defined);
   if (!(pl.free_slot = shm_calloc((size_t)e->nslots + (size_t)p->nvars + 16, 1))) goto nomem;
@@ -517,6 +595,7 @@ out:
   shm_free(pl.last_use);
   shm_free(pl.free_slot);
   shm_free(defined);
+  shm_free(def);
   return rc;
 }
 
@@ -742,7 +821,8 @@ int cmp_compile(Plan *p) {
 static void ws_free(Exec *e, Workspace *w) {
   if (!w) return;
   for (int s = 0; w->slot && s < e->nslots; s++)
-    if (e->slots[s].kind == SL_TEMP && w->slot[s]) val_decref(&w->slot[s]->hdr);
+    if ((e->slots[s].kind == SL_TEMP || e->slots[s].kind == SL_VIEW) && w->slot[s])
+      val_decref(&w->slot[s]->hdr);
   for (int i = 0; w->scratch && i < e->nscratch; i++)
     if (w->scratch[i]) val_decref(&w->scratch[i]->hdr);
   for (int i = 0; w->kept && i < e->nout; i++)
@@ -847,6 +927,7 @@ static void exec_free(void *ve) {
   shm_free(e->out_copy);
   shm_free(e->in_contig);
   shm_free(e->out_in_place);
+  shm_free(e->views);
   shm_free(e->bound);
   shm_free(e->copied);
   pthread_mutex_destroy(&e->lock);
@@ -891,7 +972,42 @@ static bool run_row(Step *s, Workspace *w) {
   return true;
 }
 
+/* A reshape, squeeze or expand_dims into its SL_VIEW slot: the kernel's
+ * view of the operand's buffer, or a contiguous copy when that view is
+ * not contiguous (an input passed as a view), since the plan's steps read
+ * their temporaries as contiguous arrays. */
+static int run_view(Step *s, Workspace *w) {
+  Array **o = cmp_step_outs(s, w), *x;
+  o[0] = NULL;
+  if (prim_run_kernel(s->eqn->prim, cmp_step_ins(s, w, 0), s->nin, &s->eqn->params, o) < 0)
+    return -1;
+  if (!o[0]->contiguous) {
+    x = arr_contiguous(o[0]);
+    val_decref(&o[0]->hdr);
+    if (!x) return -1;
+    o[0] = x;
+  }
+  Array **slot = &w->slot[s->out[0]];
+  if (*slot) val_decref(&(*slot)->hdr);
+  *slot = o[0];
+  return 0;
+}
+
+int cmp_adopt(Step *s, Workspace *w, int k, Array *x) {
+  Array *a;
+  if (x->buf->pinned || x->buf->part || !x->contiguous) a = arr_copy(x);
+  else a = arr_view(x, x->ndim, x->shape, x->strides, x->offset);
+  if (!a) return -1;
+  a->weak = x->weak;
+  a->vma = x->vma;
+  Array **slot = &w->slot[s->out[k]];
+  if (*slot) val_decref(&(*slot)->hdr);
+  *slot = a;
+  return 0;
+}
+
 static int run_kernel(Step *s, Workspace *w) {
+  if (s->view && !w->slot[s->out[0]]) return run_view(s, w);   /* an SL_VIEW slot */
   if ((s->row1 || s->row2) && run_row(s, w)) return 0;
   /* a collective takes its source line (--comm-stats, --trace, mismatch
    * messages) from the thread's current location: the equation's */
@@ -1038,16 +1154,34 @@ static int bind_results(Exec *e, Workspace *w, Array **out, OutMode m) {
   return 0;
 }
 
-/* The outputs that are copies of other slots (an input passed through). */
+/* A plan result of aval [a] from an SL_VIEW slot's [src]: a new header
+ * over its buffer, or a copy when the buffer is workspace memory or a
+ * process's part only. */
+static Array *shared_result(Array *src, const AVal *a) {
+  Array *x = src->buf->pinned || src->buf->part
+                 ? arr_copy(src)
+                 : arr_view(src, src->ndim, src->shape, src->strides, src->offset);
+  if (x) {
+    x->weak = a->weak;
+    x->vma = a->vma;
+    x->why = (VmaWhy){0};
+  }
+  return x;
+}
+
+/* The outputs that are copies of other slots (an input passed through, a
+ * view or a shard_map's result returned as made). */
 static int copy_results(Exec *e, Workspace *w, Array **out, bool fresh) {
   int rc = 0;
   for (int k = 0; k < e->ncopied; k++) {
     int i = e->copied[k];
     Array *src = w->slot[e->out_slot[i]];
+    const Slot *sl = &e->slots[e->out_slot[i]];
     if (!fresh) cmp_copy_into(out[i], src);
+    else if (sl->kind == SL_VIEW) out[i] = shared_result(src, &sl->aval);
     /* A Python number passed through comes out an array, as from JAX's
      * jit: a copy without the host mark. */
-    else if (e->slots[e->out_slot[i]].kind == SL_TEMP || src->host) out[i] = arr_copy(src);
+    else if (sl->kind == SL_TEMP || src->host) out[i] = arr_copy(src);
     else out[i] = (Array *)val_incref(&src->hdr);
     if (fresh && !out[i]) rc = -1;
   }
@@ -1065,6 +1199,11 @@ static int run_ws(Exec *e, Workspace *w, Array **in, Array **out, OutMode m) {
   if (bind_results(e, w, out, m) == 0 && bind_args(e, w, in, tmp, &ntmp) == 0 &&
       run_steps(e, w) == 0)
     rc = copy_results(e, w, out, fresh);
+  for (int i = 0; i < e->nviews; i++) {   /* no buffer held past the run */
+    Array **v = &w->slot[e->views[i]];
+    if (*v) val_decref(&(*v)->hdr);
+    *v = NULL;
+  }
   for (int i = 0; i < ntmp; i++) val_decref(&tmp[i]->hdr);
   if (tmp != tmp_stack) shm_free(tmp);
   return rc;

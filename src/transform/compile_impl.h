@@ -28,7 +28,12 @@
 
 /* ==== executable form ======================================================= */
 
-typedef enum { SL_INPUT, SL_CONST, SL_TEMP, SL_OUTPUT } SlotKind;
+/* SL_VIEW: a result its step makes itself each run, held in the slot
+ * until the run ends and never written by another step: a reshape's view
+ * of its operand, a shard_map's assembled result (cmp_adopt).  Eager
+ * evaluation copies neither, so a plan does not copy them into a buffer
+ * of its own either. */
+typedef enum { SL_INPUT, SL_CONST, SL_TEMP, SL_OUTPUT, SL_VIEW } SlotKind;
 
 typedef struct Slot {
   SlotKind kind;
@@ -57,6 +62,8 @@ typedef struct CmpStep {
   int scratch;         /* first scratch array of this step */
   KernRow2 row2;       /* ST_KERNEL: a small elementwise step's row loop, its dispatch */
   KernRow1 row1;       /* resolved when compiled (resolve_rows), or NULL */
+  bool view;           /* ST_KERNEL: a reshape, squeeze or expand_dims whose result
+                          is its operand's buffer, in an SL_VIEW slot (run_view) */
 } Step;
 
 typedef struct CmpWorkspace Workspace;
@@ -88,6 +95,8 @@ typedef struct CmpExec {
   int nregs;           /* fused registers needed */
   int64_t npartials;   /* fused reduction partial sums needed */
   bool split;          /* some fused loop runs on two cores */
+  int nviews;          /* the SL_VIEW slots, emptied at the end of every run */
+  int *views;
   bool tapeable;       /* every step a row loop: a loop runs it from a tape */
   /* Idle workspaces.  A thread first looks in its own slot of [mine]
    * (64 bytes apart: never two on one cache line, so a loop running a plan over and over takes
@@ -101,7 +110,8 @@ typedef struct CmpExec {
 
 struct CmpWorkspace {
   Workspace *next;
-  Array **slot;        /* TEMP: owned; CONST: borrowed; INPUT/OUTPUT: bound per run */
+  Array **slot;        /* TEMP: owned; CONST: borrowed; INPUT/OUTPUT: bound per run;
+                          VIEW: owned during a run, NULL between runs */
   Array **scratch;     /* owned */
   Array **ops;         /* owned: a step's operand lists (ws_ops_len), so no step has a
                           fixed limit on its operands */
@@ -142,6 +152,14 @@ static inline void cmp_copy_into(Array *dst, Array *src) {
   else if (n == 8) memcpy(arr_data(dst), arr_data(src), 8);   /* a move, not a call */
   else shm_memcpy(arr_data(dst), arr_data(src), n);
 }
+
+/* Result [k] of higher-order step [s] when its slot is an SL_VIEW (empty
+ * during the run: the rule's HigherRules.adopts_results): a reference to
+ * [x] (borrowed) as a new header, not a copy, unless [x]'s buffer is a
+ * plan's workspace memory (arr_pin: another step or run writes it again),
+ * part of a process's run only, or not contiguous; those are copied into
+ * a new array.  0, or -1 with the error set (out of memory). */
+int cmp_adopt(Step *s, Workspace *w, int k, Array *x);
 
 /* The step's operand arrays from input [first] on, in the workspace's
  * operand list. */

@@ -56,6 +56,9 @@ typedef struct HigherRules {
   bool effectful;       /* never dropped as dead code (a callback, devices' collectives) */
   bool reads_in_place;  /* its plan inputs are read in place: made contiguous */
   bool own_errors;      /* its errors belong to the call, not to the equation's line */
+  bool adopts_results;  /* its run makes new arrays for its results and hands them to
+                           cmp_adopt where a result's slot is empty (SL_VIEW): a
+                           result that feeds another step is not copied */
   /* ---- xmap under jit: staging and the plan interpreter (xmap.c) ---- */
   /* The named shapes of the [nout] results of the equation of [p] over
    * [ops] staged in an xmap body, added to [out] (zeroed by the caller):

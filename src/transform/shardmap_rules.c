@@ -72,7 +72,11 @@ static int run_shard_map(Step *s, Workspace *w) {
   if (!r) return -1;
   for (int k = 0; k < s->nout; k++) {
     Value *x = r->type == V_TUPLE ? tuple_get(r, (size_t)k) : r;
-    cmp_copy_into(w->slot[s->out[k]], AS_ARRAY(x));
+    if (w->slot[s->out[k]]) cmp_copy_into(w->slot[s->out[k]], AS_ARRAY(x));
+    else if (cmp_adopt(s, w, k, AS_ARRAY(x)) < 0) {
+      val_decref(r);
+      return -1;
+    }
   }
   val_decref(r);
   return 0;
@@ -972,6 +976,7 @@ static const HigherRules shard_map_rules = {
     .run = run_shard_map,
     .effectful = true,
     .own_errors = true,
+    .adopts_results = true,
     .jvp_call = jvp_call_shard_map,
     .batch_call = batch_call_shard_map,
 };
