@@ -122,6 +122,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = false;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->small_pages = false;
     b->part = NULL;
   } else {
     a = shm_malloc(arr_header_size(ndim));
@@ -138,6 +139,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = true;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->small_pages = false;
     b->part = NULL;
   }
   atomic_init(&b->refcount, 1);
@@ -164,6 +166,7 @@ static void arr_buffer_free(Buffer *b) {
     shm_free(b->part);
     atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
   }
+  if (b->small_pages) shm_huge_pages(b->data, b->nbytes, true);   /* as shm_buf_alloc made it */
   if (b->owned) {
     shm_buf_free(b->data, b->nbytes);
     shm_buf_free(b, sizeof(Buffer));
@@ -347,13 +350,22 @@ void arr_partial_check(const Array *a) {
   _exit(1);
 }
 
-/* arr_partial_runs's callback of arr_set_partial: gives back the pages
- * between the runs (ctx: the buffer, its element size and the end of
- * the last run, in bytes). */
+/* arr_partial_runs's callbacks of arr_set_partial: whether a gap between
+ * the runs starts or ends inside a huge page (2 MiB), and giving back
+ * the pages of the gaps (ctx: the buffer, its element size, the end of
+ * the last run in bytes, and that answer). */
 typedef struct Gaps {
   Buffer *b;
   int64_t es, end;
+  bool small;
 } Gaps;
+
+static void gap_small(int64_t lo, int64_t hi, void *ctx) {
+  Gaps *g = ctx;
+  int64_t huge = (int64_t)2 << 20;
+  if (lo * g->es > g->end && ((lo * g->es) % huge || g->end % huge)) g->small = true;
+  g->end = hi * g->es;
+}
 
 static void release_gap(int64_t lo, int64_t hi, void *ctx) {
   Gaps *g = ctx;
@@ -381,7 +393,14 @@ int arr_set_partial(Array *g, Value *sharding, const int64_t *nblk, const uint8_
   memcpy(p->nblk, nblk, sizeof(int64_t) * (size_t)g->ndim);
   g->buf->part = p;
   atomic_fetch_add_explicit(&arr_partial_live, 1, memory_order_relaxed);
+  /* a huge page backs all of itself when any byte of it is written */
   Gaps gaps = {.b = g->buf, .es = (int64_t)dt_size(g->dtype), .end = 0};
+  arr_partial_runs(p, gap_small, &gaps);
+  if (gaps.small && g->buf->owned && !g->buf->small_pages) {
+    shm_huge_pages(g->buf->data, g->buf->nbytes, false);
+    g->buf->small_pages = true;
+  }
+  gaps.end = 0;
   arr_partial_runs(p, release_gap, &gaps);
   shm_release_pages((char *)g->buf->data + gaps.end, g->buf->nbytes - (size_t)gaps.end);
   return 0;

@@ -108,6 +108,7 @@ typedef struct Buffer {
   bool np_ro;      /* ... but read-only (np.broadcast_to's result) */
   bool np_0d;      /* ... of a 0-d NumPy array (np.array(5.0)), not a NumPy scalar */
   int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
+  bool small_pages; /* made of small pages only (shm_huge_pages): a part's gaps stay unbacked */
   PartialBuf *part; /* owned: only this process's blocks are held; NULL: all */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
@@ -184,12 +185,14 @@ static inline void *arr_data(const Array *a) {
 extern int (*arr_materialize_hook)(Array *a);  /* hook */
 
 /* Makes [g] (a fresh contiguous array, offset 0, sole holder of its
- * buffer, whose held blocks are already written) hold only the blocks of
- * [sharding]'s (borrowed) layout that [held] flags (copied: [ncells] =
- * the product of nblk[0..g->ndim) flags, row-major over the grid of
- * nblk[d] blocks along dimension d; at least one flag 0): the pages
- * wholly outside them are given back to the system (their contents are
- * dropped).  0, or -1 when out of memory. */
+ * buffer) hold only the blocks of [sharding]'s (borrowed) layout that
+ * [held] flags (copied: the product of nblk[0..g->ndim) flags, row-major
+ * over the grid of nblk[d] blocks along dimension d; at least one 0).
+ * The pages wholly outside them are given back to the system (their
+ * contents are dropped), and where the gaps between the blocks are not
+ * whole huge pages the buffer takes small pages only: best called before
+ * anything is written, the blocks then written through g->buf->data (as
+ * arr_data would check them).  0, or -1 when out of memory. */
 int arr_set_partial(Array *g, Value *sharding, const int64_t *nblk, const uint8_t *held);
 
 /* Calls [fn] for each maximal run [lo, hi) (in elements of the row-major

@@ -829,7 +829,14 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   for (int f = 0; f < sharding_ndev(ns); f++) {
     if (part && !transport_is_local(sharding_device(ns, f))) continue;
     Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);
-    if (b && !g) g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
+    if (b && !g) {
+      g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
+      /* the held blocks are known before any is written (arr_set_partial) */
+      if (g && part && arr_set_partial(g, s, nblk, held) < 0) {
+        val_decref(b);
+        goto out;
+      }
+    }
     if (b && g) put_block(g, AS_ARRAY(b), start);
     if (b) val_decref(b);
     if (!b || !g) goto out;
@@ -837,7 +844,6 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   if (!part) {
     r = sharding_put(&g->hdr, ns);
   } else {
-    if (arr_set_partial(g, s, nblk, held) < 0) goto out;
     g->sharding = val_incref(s);
     r = val_incref(&g->hdr);
   }

@@ -476,21 +476,23 @@ static Value *assemble_local(const ShardFn *f, const PSpec *s, Array **blocks) {
   }
   out->weak = b0->weak;
   out->vma = 0;
-  for (int r = 0; r < m->size; r++) {
-    if (!blocks[r]) continue;
-    int coords[MESH_MAX_AXES];
-    int64_t at[SHM_MAXDIM];
-    mesh_coords(m, r, coords);
-    for (int ax = 0; ax < b0->ndim; ax++) at[ax] = block_index(s, m, ax, coords) * b0->shape[ax];
-    place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
-                dt_size(b0->dtype));
-  }
+  /* the held blocks are known before any is written (arr_set_partial);
+   * they are then written through the buffer, as arr_data would check */
   int rc = arr_set_partial(out, ns, nblk, held);
   shm_free(held);
   if (rc < 0) {
     val_decref(&out->hdr);
     val_decref(ns);
     return NULL;
+  }
+  for (int r = 0; r < m->size; r++) {
+    if (!blocks[r]) continue;
+    int coords[MESH_MAX_AXES];
+    int64_t at[SHM_MAXDIM];
+    mesh_coords(m, r, coords);
+    for (int ax = 0; ax < b0->ndim; ax++) at[ax] = block_index(s, m, ax, coords) * b0->shape[ax];
+    place_block(out->buf->data, gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
+                dt_size(b0->dtype));
   }
   out->sharding = ns;
   return &out->hdr;
