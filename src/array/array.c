@@ -341,8 +341,12 @@ int arr_make_whole(Array *a) {
   return arr_materialize_hook(a);
 }
 
+bool arr_partial_holds(const Array *a) {
+  return !a->buf->part || a->size == 0 || held_view(a->buf->part, a);
+}
+
 void arr_partial_check(const Array *a) {
-  if (a->size == 0 || held_view(a->buf->part, a)) return;
+  if (arr_partial_holds(a)) return;
   if (arr_make_whole((Array *)a) == 0) return;
   /* arr_data has no way to fail: the read would see bytes never written */
   fflush(stdout);

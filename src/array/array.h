@@ -167,6 +167,11 @@ static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }
  * error: never a read of bytes that were not written. */
 void arr_partial_check(const Array *a);
 
+/* Whether every element view [a] reads is held here (always, for a
+ * buffer without [part]): exact, element by element, however the view
+ * steps through the buffer.  Any thread. */
+bool arr_partial_holds(const Array *a);
+
 /* arr_partial_check when [a]'s buffer holds only part of its bytes: for
  * readers that address a->buf->data themselves. */
 static inline void arr_check_held(const Array *a) {
