@@ -122,6 +122,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = false;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->small_pages = false;
     b->part = NULL;
   } else {
     a = shm_malloc(arr_header_size(ndim));
@@ -138,6 +139,7 @@ static Array *arr_alloc(int ndim, size_t nbytes) {
     b->owned = true;
     b->pinned = false;
     b->np = b->np_ro = b->np_0d = false;
+    b->small_pages = false;
     b->part = NULL;
   }
   atomic_init(&b->refcount, 1);
@@ -160,9 +162,11 @@ static void arr_buffer_free(Buffer *b) {
   shm_mem_uncharge(b->charged, b->nbytes);
   if (b->part) {
     val_decref(b->part->sharding);
+    shm_free(b->part->held);
     shm_free(b->part);
     atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
   }
+  if (b->small_pages) shm_huge_pages(b->data, b->nbytes, true);   /* as shm_buf_alloc made it */
   if (b->owned) {
     shm_buf_free(b->data, b->nbytes);
     shm_buf_free(b, sizeof(Buffer));
@@ -176,17 +180,155 @@ static void arr_buffer_free(Buffer *b) {
 int (*arr_materialize_hook)(Array *a);
 atomic_int arr_partial_live;
 
-/* The bytes [*lo, *hi) of its buffer that [a] reads. */
-static void view_span(const Array *a, int64_t *lo, int64_t *hi) {
-  int64_t first = a->offset, last = a->offset;
-  for (int d = 0; d < a->ndim; d++) {
-    int64_t step = (a->shape[d] - 1) * a->strides[d];
-    if (step < 0) first += step;
-    else last += step;
+/* The last dimension of [p]'s grid cut in more than one block (there is
+ * one: a grid of one block is held whole), the elements a step along it
+ * moves ([*unit]) and the length of a block along it ([*blk]). */
+static int last_cut(const PartialBuf *p, int64_t *unit, int64_t *blk) {
+  int t = p->ndim - 1;
+  int64_t u = 1;
+  while (t > 0 && p->nblk[t] == 1) u *= p->shape[t--];
+  *unit = u;
+  *blk = p->shape[t] / p->nblk[t];
+  return t;
+}
+
+/* The grid cell of the dimensions before [t] at leading row [lead] (the
+ * row-major index over dimensions 0..t-1), times nblk[t]. */
+static int64_t lead_cell(const PartialBuf *p, int t, int64_t lead) {
+  int64_t cell = 0, k = 1;
+  for (int d = t - 1; d >= 0; d--) {
+    int64_t i = lead % p->shape[d];
+    lead /= p->shape[d];
+    cell += i / (p->shape[d] / p->nblk[d]) * k;
+    k *= p->nblk[d];
   }
-  int64_t es = (int64_t)dt_size(a->dtype);
-  *lo = first * es;
-  *hi = (last + 1) * es;
+  return cell * p->nblk[t];
+}
+
+void arr_partial_runs(const PartialBuf *p, void (*fn)(int64_t lo, int64_t hi, void *ctx),
+                      void *ctx) {
+  int64_t unit, blk, nlead = 1;
+  int t = last_cut(p, &unit, &blk);
+  for (int d = 0; d < t; d++) nlead *= p->shape[d];
+  int64_t run = blk * unit, row = p->shape[t] * unit, lo = -1, hi = -1;
+  for (int64_t l = 0; l < nlead; l++) {
+    int64_t cell = lead_cell(p, t, l);
+    for (int64_t b = 0; b < p->nblk[t]; b++) {
+      if (!p->held[cell + b]) continue;
+      int64_t at = l * row + b * run;
+      if (at != hi) {
+        if (hi > lo) fn(lo, hi, ctx);
+        lo = at;
+      }
+      hi = at + run;
+    }
+  }
+  if (hi > lo) fn(lo, hi, ctx);
+}
+
+/* Whether [p] holds every element of [a, b) (row-major global indices). */
+static bool held_range(const PartialBuf *p, int64_t a, int64_t b) {
+  int64_t unit, blk;
+  int t = last_cut(p, &unit, &blk);
+  int64_t run = blk * unit, row = p->shape[t] * unit;
+  while (a < b) {
+    int64_t lead = a / row, bt = a % row / run;
+    if (!p->held[lead_cell(p, t, lead) + bt]) return false;
+    a = lead * row + (bt + 1) * run;
+  }
+  return true;
+}
+
+/* Whether [p] holds every element [a] reads, when each of a's dimensions
+ * steps along one dimension of the global array without carrying into
+ * the next (a block, a basic slice, a transpose of them, a broadcast):
+ * the elements are then a product of progressions, one per global
+ * dimension, and held exactly when every grid cell they meet is.  -1
+ * when [a] is not of that form. */
+static int held_grid(const PartialBuf *p, const Array *a) {
+  enum { MAXB = 256 };
+  int nd = p->ndim;
+  int64_t G[SHM_MAXDIM], idx[SHM_MAXDIM], step[SHM_MAXDIM] = {0}, cnt[SHM_MAXDIM];
+  int64_t total = 1, o = a->offset;
+  for (int k = nd - 1; k >= 0; k--) G[k] = total, total *= p->shape[k];
+  if (o < 0 || o >= total) return -1;
+  for (int k = 0; k < nd; k++) idx[k] = o / G[k] % p->shape[k], cnt[k] = 1;
+  for (int d = 0; d < a->ndim; d++) {
+    int64_t s = a->strides[d], m = s < 0 ? -s : s;
+    if (a->shape[d] <= 1 || s == 0) continue;
+    int k = 0;
+    while (k < nd && !(p->shape[k] > 1 && G[k] <= m && m < G[k] * p->shape[k])) k++;
+    if (k == nd || m % G[k] || cnt[k] > 1) return -1;
+    step[k] = s / G[k];
+    cnt[k] = a->shape[d];
+    int64_t last = idx[k] + step[k] * (cnt[k] - 1);
+    if (last < 0 || last >= p->shape[k]) return -1;
+  }
+  /* the blocks met along each dimension */
+  int64_t list[MAXB], *at[SHM_MAXDIM], n[SHM_MAXDIM];
+  int used = 0;
+  for (int k = 0; k < nd; k++) {
+    int64_t c = p->shape[k] / p->nblk[k], first = idx[k], last = idx[k] + step[k] * (cnt[k] - 1);
+    if (first > last) {
+      int64_t x = first;
+      first = last;
+      last = x;
+    }
+    at[k] = list + used;
+    n[k] = 0;
+    if (cnt[k] == 1 || (step[k] < 0 ? -step[k] : step[k]) <= c) {
+      if (used + last / c - first / c + 1 > MAXB) return -1;
+      for (int64_t b = first / c; b <= last / c; b++) list[used++] = b, n[k]++;
+    } else {
+      for (int64_t j = 0; j < cnt[k]; j++) {
+        int64_t b = (idx[k] + step[k] * j) / c;
+        if (n[k] && at[k][n[k] - 1] == b) continue;
+        if (used == MAXB) return -1;
+        list[used++] = b, n[k]++;
+      }
+    }
+  }
+  /* every combination of them */
+  int64_t odo[SHM_MAXDIM] = {0};
+  for (;;) {
+    int64_t cell = 0;
+    for (int k = 0; k < nd; k++) cell = cell * p->nblk[k] + at[k][odo[k]];
+    if (!p->held[cell]) return 0;
+    int k = nd - 1;
+    while (k >= 0 && ++odo[k] == n[k]) odo[k--] = 0;
+    if (k < 0) return 1;
+  }
+}
+
+/* Whether [p] holds every element [a] (a view of its buffer) reads: by
+ * held_grid, else run by run of the contiguous elements a reads. */
+static bool held_view(const PartialBuf *p, const Array *a) {
+  if (dt_size(a->dtype) != dt_size(p->dtype)) {   /* a view of the bytes as another type */
+    int64_t es = (int64_t)dt_size(p->dtype), first = a->offset, last = a->offset;
+    for (int d = 0; d < a->ndim; d++) {
+      int64_t step = (a->shape[d] - 1) * a->strides[d];
+      if (step < 0) first += step;
+      else last += step;
+    }
+    int64_t ae = (int64_t)dt_size(a->dtype);
+    return held_range(p, first * ae / es, ((last + 1) * ae + es - 1) / es);
+  }
+  int g = held_grid(p, a);
+  if (g >= 0) return g;
+  /* the innermost dimensions a reads contiguously make one run */
+  int inner = a->ndim;
+  int64_t len = 1;
+  while (inner > 0 && (a->shape[inner - 1] == 1 || a->strides[inner - 1] == len))
+    len *= a->shape[--inner];
+  int64_t odo[SHM_MAXDIM] = {0};
+  for (;;) {
+    int64_t off = a->offset;
+    for (int d = 0; d < inner; d++) off += odo[d] * a->strides[d];
+    if (!held_range(p, off, off + len)) return false;
+    int d = inner - 1;
+    while (d >= 0 && ++odo[d] == a->shape[d]) odo[d--] = 0;
+    if (d < 0) return true;
+  }
 }
 
 int arr_make_whole(Array *a) {
@@ -199,12 +341,12 @@ int arr_make_whole(Array *a) {
   return arr_materialize_hook(a);
 }
 
+bool arr_partial_holds(const Array *a) {
+  return !a->buf->part || a->size == 0 || held_view(a->buf->part, a);
+}
+
 void arr_partial_check(const Array *a) {
-  int64_t lo, hi;
-  const PartialBuf *p = a->buf->part;
-  if (a->size == 0) return;
-  view_span(a, &lo, &hi);
-  if (lo >= p->lo && hi <= p->hi) return;
+  if (arr_partial_holds(a)) return;
   if (arr_make_whole((Array *)a) == 0) return;
   /* arr_data has no way to fail: the read would see bytes never written */
   fflush(stdout);
@@ -212,21 +354,62 @@ void arr_partial_check(const Array *a) {
   _exit(1);
 }
 
-int arr_set_partial(Array *g, Value *sharding, int64_t lo, int64_t hi) {
+/* arr_partial_runs's callbacks of arr_set_partial: whether a gap between
+ * the runs starts or ends inside a huge page (2 MiB), and giving back
+ * the pages of the gaps (ctx: the buffer, its element size, the end of
+ * the last run in bytes, and that answer). */
+typedef struct Gaps {
+  Buffer *b;
+  int64_t es, end;
+  bool small;
+} Gaps;
+
+static void gap_small(int64_t lo, int64_t hi, void *ctx) {
+  Gaps *g = ctx;
+  int64_t huge = (int64_t)2 << 20;
+  if (lo * g->es > g->end && ((lo * g->es) % huge || g->end % huge)) g->small = true;
+  g->end = hi * g->es;
+}
+
+static void release_gap(int64_t lo, int64_t hi, void *ctx) {
+  Gaps *g = ctx;
+  if (lo * g->es > g->end)
+    shm_release_pages((char *)g->b->data + g->end, (size_t)(lo * g->es - g->end));
+  g->end = hi * g->es;
+}
+
+int arr_set_partial(Array *g, Value *sharding, const int64_t *nblk, const uint8_t *held) {
   PartialBuf *p = shm_calloc(1, sizeof *p);
-  if (!p) return err_nomem(), -1;
-  p->lo = lo;
-  p->hi = hi;
+  int64_t n = 1;
+  for (int d = 0; d < g->ndim; d++) n *= nblk[d];
+  uint8_t *h = p ? shm_malloc((size_t)n) : NULL;
+  if (!h) {
+    shm_free(p);
+    return err_nomem(), -1;
+  }
+  memcpy(h, held, (size_t)n);
+  p->held = h;
+  p->ncells = n;
   p->sharding = val_incref(sharding);
   p->dtype = g->dtype;
   p->ndim = g->ndim;
   memcpy(p->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
+  memcpy(p->nblk, nblk, sizeof(int64_t) * (size_t)g->ndim);
   g->buf->part = p;
   atomic_fetch_add_explicit(&arr_partial_live, 1, memory_order_relaxed);
-  shm_release_pages(g->buf->data, (size_t)lo);
-  shm_release_pages((char *)g->buf->data + hi, g->buf->nbytes - (size_t)hi);
+  /* a huge page backs all of itself when any byte of it is written */
+  Gaps gaps = {.b = g->buf, .es = (int64_t)dt_size(g->dtype), .end = 0};
+  arr_partial_runs(p, gap_small, &gaps);
+  if (gaps.small && g->buf->owned && !g->buf->small_pages) {
+    shm_huge_pages(g->buf->data, g->buf->nbytes, false);
+    g->buf->small_pages = true;
+  }
+  gaps.end = 0;
+  arr_partial_runs(p, release_gap, &gaps);
+  shm_release_pages((char *)g->buf->data + gaps.end, g->buf->nbytes - (size_t)gaps.end);
   return 0;
 }
+
 
 /* ---- creation ----------------------------------------------------------- */
 

@@ -27,14 +27,15 @@
  * starts unsharded.
  *
  * Process-local shards.  Under mpirun a large sharded array whose
- * blocks on this process's devices make one contiguous run of its
- * row-major buffer holds only those bytes (Buffer.part): the rest of the
- * buffer is address space whose pages are never touched, so a process's
- * memory is its own devices' shards (jax.device_put,
+ * blocks are not all on this process's devices holds only the bytes of
+ * those blocks (Buffer.part, whatever the layout): the rest of the
+ * buffer is address space whose pages are never touched (where whole
+ * pages fall outside the blocks), so a process's memory is its own
+ * devices' shards (jax.device_put,
  * make_array_from_callback, a partitioned jit's outputs; spmd/sharding.h,
  * shardmap.h: ShardFn.local_results).  Device threads read only
- * their blocks.  Any other read of bytes outside the run (arr_data checks
- * every view of such a buffer) first materialises the whole array, once,
+ * their blocks.  Any other read of a byte outside them (arr_data checks
+ * every view of such a buffer, exactly) first materialises the whole array, once,
  * through the devices' collective exchange on every process (the
  * processes run the same program, so they all reach it): JAX asks for
  * process_allgather there, shmap does it when the value is read.
@@ -82,14 +83,19 @@
 #define SHM_MAXDIM 32
 
 /* This process's part of a sharded array's buffer under mpirun (see
- * "Process-local shards" above): bytes [lo, hi) are this process's
- * devices' blocks; the rest is not held (its pages never touched). */
+ * "Process-local shards" above).  The global array is cut by its
+ * sharding into a grid of blocks, nblk[d] along dimension d (a block is
+ * shape[d] / nblk[d] long); held[] flags, row-major over the grid, the
+ * blocks this process's devices hold.  Only their bytes are held: the
+ * rest is not (its pages untouched where whole pages fall outside). */
 typedef struct PartialBuf {
-  int64_t lo, hi;    /* bytes */
   Value *sharding;   /* owned: the global array's NamedSharding */
   DType dtype;
   int ndim;
   int64_t shape[SHM_MAXDIM];   /* the global array's (contiguous over the buffer) */
+  int64_t nblk[SHM_MAXDIM];    /* blocks along each dimension */
+  int64_t ncells;              /* blocks in all: the product of nblk */
+  uint8_t *held;               /* owned: ncells flags, 1 for a block held here */
 } PartialBuf;
 
 typedef struct Buffer {
@@ -102,6 +108,7 @@ typedef struct Buffer {
   bool np_ro;      /* ... but read-only (np.broadcast_to's result) */
   bool np_0d;      /* ... of a 0-d NumPy array (np.array(5.0)), not a NumPy scalar */
   int32_t charged; /* 1 + the device whose bytes in use count it (shm_mem_charge), 0: none */
+  bool small_pages; /* made of small pages only (shm_huge_pages): a part's gaps stay unbacked */
   PartialBuf *part; /* owned: only this process's blocks are held; NULL: all */
   _Alignas(64) unsigned char inline_data[];  /* payloads of <= 256 bytes */
 } Buffer;
@@ -160,6 +167,11 @@ static inline bool IS_ARRAY(const Value *v) { return v && v->type == V_ARRAY; }
  * error: never a read of bytes that were not written. */
 void arr_partial_check(const Array *a);
 
+/* Whether every element view [a] reads is held here (always, for a
+ * buffer without [part]): exact, element by element, however the view
+ * steps through the buffer.  Any thread. */
+bool arr_partial_holds(const Array *a);
+
 /* arr_partial_check when [a]'s buffer holds only part of its bytes: for
  * readers that address a->buf->data themselves. */
 static inline void arr_check_held(const Array *a) {
@@ -178,10 +190,20 @@ static inline void *arr_data(const Array *a) {
 extern int (*arr_materialize_hook)(Array *a);  /* hook */
 
 /* Makes [g] (a fresh contiguous array, offset 0, sole holder of its
- * buffer) hold only bytes [lo, hi) of [sharding]'s (borrowed) layout:
- * the pages wholly outside are given back to the system (their contents
- * are dropped).  0, or -1 when out of memory. */
-int arr_set_partial(Array *g, Value *sharding, int64_t lo, int64_t hi);
+ * buffer) hold only the blocks of [sharding]'s (borrowed) layout that
+ * [held] flags (copied: the product of nblk[0..g->ndim) flags, row-major
+ * over the grid of nblk[d] blocks along dimension d; at least one 0).
+ * The pages wholly outside them are given back to the system (their
+ * contents are dropped), and where the gaps between the blocks are not
+ * whole huge pages the buffer takes small pages only: best called before
+ * anything is written, the blocks then written through g->buf->data (as
+ * arr_data would check them).  0, or -1 when out of memory. */
+int arr_set_partial(Array *g, Value *sharding, const int64_t *nblk, const uint8_t *held);
+
+/* Calls [fn] for each maximal run [lo, hi) (in elements of the row-major
+ * global array, increasing) of the blocks [p] holds. */
+void arr_partial_runs(const PartialBuf *p, void (*fn)(int64_t lo, int64_t hi, void *ctx),
+                      void *ctx);
 
 /* How many buffers hold only part of their bytes now: callers skip
  * their search for them while none lives. */

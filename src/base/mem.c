@@ -240,6 +240,16 @@ void shm_release_pages(void *p, size_t n) {
   if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+void shm_huge_pages(void *p, size_t n, bool on) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+  if (n >= HUGE_PAGE) madvise((void *)lo, hi - lo, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+  (void)p, (void)n, (void)on;
+#endif
+}
+
 void shm_buf_cache_limit(size_t bytes) {
   pthread_mutex_lock(&cache_lock);
   cache_max = bytes;

@@ -67,6 +67,12 @@ void *shm_pair_alloc(size_t nbytes);
  * shm_buf_alloc. */
 void shm_release_pages(void *p, size_t n);
 
+/* Whether the pages of [p, p + n) (memory from shm_buf_alloc) may be
+ * transparent huge pages ([on], as shm_buf_alloc makes large buffers)
+ * or only small ones: a buffer written in runs that are not whole huge
+ * pages, whose gaps are to stay unbacked (madvise MADV_NOHUGEPAGE). */
+void shm_huge_pages(void *p, size_t n, bool on);
+
 /* Releases every cached buffer (at exit, and before leak checks). */
 void shm_buf_trim(void);
 

@@ -530,65 +530,81 @@ static int64_t partial_min(void) {
   return min;
 }
 
-/* (Blocks of one sharding are disjoint or equal, so the distinct ones
- * fill their span exactly when their sizes add up to it.) */
-bool sharding_local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo,
-                        int64_t *hi) {
-  int64_t total = 1, rows[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
-  for (int d = nd - 1; d >= 0; d--) rows[d] = total, total *= shape[d];
-  if (!transport_active() || !s->mesh || total < partial_min()) return false;
-  int64_t first = INT64_MAX, last = -1, held = 0;
-  int64_t *seen = shm_calloc((size_t)sharding_ndev(s), sizeof(int64_t));
-  int nseen = 0;
-  if (!seen) return false;   /* the whole array then: correct, only larger */
+bool sharding_local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t *nblk,
+                           uint8_t **held) {
+  int64_t total = 1, ncells = 1, start[SHM_MAXDIM], size[SHM_MAXDIM];
+  for (int d = 0; d < nd; d++) total *= shape[d];
+  if (!transport_active() || !s->mesh || total < partial_min() || total == 0) return false;
+  block_of(s, 0, nd, shape, start, size);
+  for (int d = 0; d < nd; d++) nblk[d] = shape[d] / size[d], ncells *= nblk[d];
+  uint8_t *h = shm_calloc((size_t)ncells, 1);
+  if (!h) return false;   /* the whole array then: correct, only larger */
+  int64_t nheld = 0;
   for (int f = 0; f < sharding_ndev(s); f++) {
     if (!transport_is_local(sharding_device(s, f))) continue;
     block_of(s, f, nd, shape, start, size);
-    int64_t b0 = 0, b1 = 0, n = 1;
-    for (int d = 0; d < nd; d++) {
-      b0 += start[d] * rows[d];
-      b1 += (start[d] + size[d] - 1) * rows[d];
-      n *= size[d];
-    }
-    bool dup = false;
-    for (int k = 0; k < nseen && !dup; k++) dup = seen[k] == b0;
-    if (dup || n == 0) continue;
-    seen[nseen++] = b0;
-    held += n;
-    if (b0 < first) first = b0;
-    if (b1 > last) last = b1;
+    int64_t cell = 0;
+    for (int d = 0; d < nd; d++) cell = cell * nblk[d] + start[d] / size[d];
+    nheld += !h[cell];
+    h[cell] = 1;
   }
-  shm_free(seen);
-  if (held == 0 || held != last - first + 1 || held == total) return false;
-  *lo = first;
-  *hi = last + 1;
+  if (nheld == 0 || nheld == ncells) {
+    shm_free(h);
+    return false;
+  }
+  *held = h;
   return true;
 }
 
+bool sharding_is_local(const NamedSharding *s, int nd, const int64_t *shape) {
+  int64_t nblk[SHM_MAXDIM];
+  uint8_t *held;
+  if (!sharding_local_blocks(s, nd, shape, nblk, &held)) return false;
+  shm_free(held);
+  return true;
+}
+
+/* arr_partial_runs's callback of put_local: copies a run of [ctx]'s
+ * source into its destination. */
+typedef struct RunCopy {
+  char *dst;
+  const char *src;
+  size_t es;
+} RunCopy;
+
+static void copy_run(int64_t lo, int64_t hi, void *ctx) {
+  RunCopy *c = ctx;
+  memcpy(c->dst + (size_t)lo * c->es, c->src + (size_t)lo * c->es, (size_t)(hi - lo) * c->es);
+}
+
 /* device_put's layout of [x] by [s] (borrowed): sharding_put, except that
- * an array holding only this process's blocks (local_run) is a copy of
- * those.  New reference or NULL with the error set. */
+ * an array holding only this process's blocks (sharding_local_blocks) is
+ * a copy of those.  New reference or NULL with the error set. */
 static Value *put_local(Value *x, const NamedSharding *s) {
   Value *arr = ops_to_array(x, -1);
   if (!arr) return NULL;
   Array *a = AS_ARRAY(arr);
-  int64_t lo, hi;
-  if (sharding_check(s, a->ndim, a->shape) < 0 || !sharding_local_run(s, a->ndim, a->shape, &lo, &hi)) {
+  int64_t nblk[SHM_MAXDIM];
+  uint8_t *held = NULL;
+  if (sharding_check(s, a->ndim, a->shape) < 0 ||
+      !sharding_local_blocks(s, a->ndim, a->shape, nblk, &held)) {
     val_decref(arr);
     return err_kind() ? NULL : sharding_put(x, s);
   }
   Array *c = arr_contiguous(a), *g = c ? arr_new(a->dtype, a->ndim, a->shape) : NULL;
   val_decref(arr);
-  size_t es = dt_size(a->dtype);
-  if (g) memcpy((char *)arr_data(g) + lo * es, (const char *)arr_data(c) + lo * es, (size_t)(hi - lo) * es);
-  if (c) val_decref(&c->hdr);
-  if (g && arr_set_partial(g, (Value *)&s->base.hdr, lo * (int64_t)es, hi * (int64_t)es) < 0) {
+  if (g && arr_set_partial(g, (Value *)&s->base.hdr, nblk, held) < 0) {
     val_decref(&g->hdr);
     g = NULL;
   }
-  if (!g) return NULL;
-  g->sharding = val_incref((Value *)&s->base.hdr);
-  return &g->hdr;
+  shm_free(held);
+  if (g) {
+    RunCopy rc = {.dst = g->buf->data, .src = arr_data(c), .es = dt_size(a->dtype)};
+    arr_partial_runs(g->buf->part, copy_run, &rc);
+    g->sharding = val_incref((Value *)&s->base.hdr);
+  }
+  if (c) val_decref(&c->hdr);
+  return g ? &g->hdr : NULL;
 }
 
 bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec) {
@@ -600,8 +616,7 @@ bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec) 
 
 /* arr_materialize_hook: the whole of [a]'s buffer on every process, by
  * an identity shard_map over its sharding's mesh whose results every
- * process receives (xcall.h), then copied into the buffer around this
- * process's run. */
+ * process receives (xcall.h), then copied into the buffer. */
 static Value *identity(const CallArgs *a) { return val_incref(a->args[0]); }
 
 static int materialize(Array *view) {
@@ -626,10 +641,11 @@ static int materialize(Array *view) {
   Value *r = f ? shardmap_run(f, &c) : NULL;
   Array *w = r ? arr_contiguous(AS_ARRAY(r)) : NULL;
   if (w) {
-    memcpy(b->data, arr_data(w), (size_t)p->lo);
-    memcpy((char *)b->data + p->hi, (char *)arr_data(w) + p->hi, b->nbytes - (size_t)p->hi);
+    /* the held blocks come back as they are: copied over themselves */
+    memcpy(b->data, arr_data(w), b->nbytes);
     b->part = NULL;
     val_decref(p->sharding);
+    shm_free(p->held);
     shm_free(p);
     atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
     val_decref(&w->hdr);
@@ -728,6 +744,9 @@ static Value *get_one(Value *leaf, void *ctx) {
   (void)ctx;
   if (!IS_ARRAY(leaf) || !AS_ARRAY(leaf)->sharding) return val_incref(leaf);
   Array *a = AS_ARRAY(leaf);
+  /* the host copy is read as any array: whole on every process now (a
+   * read of it later may touch a block held here and not elsewhere) */
+  if (a->buf->part && arr_make_whole(a) < 0) return NULL;
   Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
   return v ? &v->hdr : NULL;
 }
@@ -803,13 +822,21 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   NamedSharding *ns = (NamedSharding *)s;
   Array *g = NULL;
   Value *r = NULL;
-  int64_t lo, hi;
+  int64_t nblk[SHM_MAXDIM];
+  uint8_t *held = NULL;
   if (sharding_check(ns, nd, shape) < 0) goto out;
-  bool part = sharding_local_run(ns, nd, shape, &lo, &hi);   /* this process's devices only */
+  bool part = sharding_local_blocks(ns, nd, shape, nblk, &held);   /* this process's devices only */
   for (int f = 0; f < sharding_ndev(ns); f++) {
     if (part && !transport_is_local(sharding_device(ns, f))) continue;
     Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);
-    if (b && !g) g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
+    if (b && !g) {
+      g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
+      /* the held blocks are known before any is written (arr_set_partial) */
+      if (g && part && arr_set_partial(g, s, nblk, held) < 0) {
+        val_decref(b);
+        goto out;
+      }
+    }
     if (b && g) put_block(g, AS_ARRAY(b), start);
     if (b) val_decref(b);
     if (!b || !g) goto out;
@@ -817,12 +844,11 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   if (!part) {
     r = sharding_put(&g->hdr, ns);
   } else {
-    size_t es = dt_size(g->dtype);
-    if (arr_set_partial(g, s, lo * (int64_t)es, hi * (int64_t)es) < 0) goto out;
     g->sharding = val_incref(s);
     r = val_incref(&g->hdr);
   }
 out:
+  shm_free(held);
   if (g) val_decref(&g->hdr);
   val_decref(s);
   return r;

@@ -12,9 +12,10 @@
  *
  * Under mpirun, jax.device_put and make_array_from_callback of an array
  * of SHMAP_PARTIAL_MIN elements or more (default 2^18) keep only this
- * process's blocks when they make one contiguous run of its row-major
- * buffer (array.h, "Process-local shards"; make_array_from_callback then
- * calls data_callback for this process's devices only, as JAX does);
+ * process's blocks, whatever the layout, when some are on other
+ * processes' devices only (array.h, "Process-local shards";
+ * make_array_from_callback then calls data_callback for this process's
+ * devices only, as JAX does);
  * a read of the rest materialises the whole array on every process.
  */
 #ifndef SHMAP_SHARDING_H
@@ -83,10 +84,15 @@ bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec);
 
 /* Whether an array of rank [nd] and [shape] laid out by [s] holds only
  * this process's blocks (array.h, "Process-local shards"): under mpirun,
- * of SHMAP_PARTIAL_MIN elements or more, its local blocks one contiguous
- * run [*lo, *hi) of its row-major elements, short of the whole. */
-bool sharding_local_run(const NamedSharding *s, int nd, const int64_t *shape, int64_t *lo,
-                        int64_t *hi);
+ * of SHMAP_PARTIAL_MIN elements or more, some of its blocks on no device
+ * of this process and some on one.  When true, nblk[0..nd) is the grid
+ * of its blocks and *held a new array (shm_free) of their flags, as
+ * arr_set_partial takes them. */
+bool sharding_local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t *nblk,
+                           uint8_t **held);
+
+/* sharding_local_blocks's answer alone. */
+bool sharding_is_local(const NamedSharding *s, int nd, const int64_t *shape);
 
 /* jax.device_put(x, device): each array leaf of tree [x] laid out by
  * [device] (a sharding, a Device, a PartitionSpec over the context mesh,

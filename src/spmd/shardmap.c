@@ -458,16 +458,17 @@ static int lay_out_result(const Call *c, Value *out, PSpec *s) {
 
 /* Result [k] laid out by [s] from the blocks of this process's devices
  * only (the others' are NULL: Call.withheld): an array holding only
- * this process's run of it. */
+ * this process's blocks of it. */
 static Value *assemble_local(const ShardFn *f, const PSpec *s, Array **blocks) {
   const Mesh *m = f->mesh;
   Array *b0 = NULL;
   for (int r = 0; r < m->size && !b0; r++) b0 = blocks[r];
-  int64_t gs[SHM_MAXDIM], lo, hi;
+  int64_t gs[SHM_MAXDIM], nblk[SHM_MAXDIM];
+  uint8_t *held = NULL;
   for (int ax = 0; ax < b0->ndim; ax++) gs[ax] = b0->shape[ax] * pspec_entry_size(s, m, ax);
   Value *ns = sharding_new(f->mesh, (PSpec *)s);
   Array *out = ns ? arr_new(b0->dtype, b0->ndim, gs) : NULL;
-  if (!out || !sharding_local_run((NamedSharding *)ns, b0->ndim, gs, &lo, &hi)) {
+  if (!out || !sharding_local_blocks((NamedSharding *)ns, b0->ndim, gs, nblk, &held)) {
     if (out) val_decref(&out->hdr);
     if (ns) val_decref(ns);
     return err_kind() ? NULL : err_set(ERR_COLLECTIVE, "shard_map: processes disagree on "
@@ -475,20 +476,23 @@ static Value *assemble_local(const ShardFn *f, const PSpec *s, Array **blocks) {
   }
   out->weak = b0->weak;
   out->vma = 0;
+  /* the held blocks are known before any is written (arr_set_partial);
+   * they are then written through the buffer, as arr_data would check */
+  int rc = arr_set_partial(out, ns, nblk, held);
+  shm_free(held);
+  if (rc < 0) {
+    val_decref(&out->hdr);
+    val_decref(ns);
+    return NULL;
+  }
   for (int r = 0; r < m->size; r++) {
     if (!blocks[r]) continue;
     int coords[MESH_MAX_AXES];
     int64_t at[SHM_MAXDIM];
     mesh_coords(m, r, coords);
     for (int ax = 0; ax < b0->ndim; ax++) at[ax] = block_index(s, m, ax, coords) * b0->shape[ax];
-    place_block(arr_data(out), gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
+    place_block(out->buf->data, gs, arr_data(blocks[r]), blocks[r]->shape, at, b0->ndim,
                 dt_size(b0->dtype));
-  }
-  size_t es = dt_size(out->dtype);
-  if (arr_set_partial(out, ns, lo * (int64_t)es, hi * (int64_t)es) < 0) {
-    val_decref(&out->hdr);
-    val_decref(ns);
-    return NULL;
   }
   out->sharding = ns;
   return &out->hdr;
@@ -856,7 +860,7 @@ int shardmap_shared_slots(Value *body, Value ***slots, int cap) {
 }
 
 /* The results of a call of a ShardFn with local_results that each
- * process keeps only its own blocks of (bits; sharding_local_run on the
+ * process keeps only its own blocks of (bits; sharding_is_local on the
  * global shape), when every process holds devices of the mesh: the same
  * answer on every process, from its first device's blocks (a
  * partitioned plan's devices return blocks of one shape).  0 otherwise. */
@@ -884,10 +888,10 @@ static uint32_t withheld_results(const Call *c) {
     const PSpec *s = (const PSpec *)tuple_get(f->out_specs, k);
     if (!IS_ARRAY(b) || AS_ARRAY(b)->ndim < s->n) continue;
     const Array *a = AS_ARRAY(b);
-    int64_t gs[SHM_MAXDIM], lo, hi;
+    int64_t gs[SHM_MAXDIM];
     for (int d = 0; d < a->ndim; d++) gs[d] = a->shape[d] * pspec_entry_size(s, m, d);
     NamedSharding ns = {.mesh = (Mesh *)m, .spec = (PSpec *)s, .device = -1};
-    if (sharding_local_run(&ns, a->ndim, gs, &lo, &hi)) bits |= 1u << k;
+    if (sharding_is_local(&ns, a->ndim, gs)) bits |= 1u << k;
   }
   return bits;
 }

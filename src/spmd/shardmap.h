@@ -62,8 +62,8 @@ typedef struct ShardFn {
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
-  bool local_results;  /* under mpirun, a result whose blocks on each process make one run
-                          holds only those (array.h, "Process-local shards"): a partitioned
+  bool local_results;  /* under mpirun, a result whose blocks are not all on each process
+                          holds only each process's (array.h, "Process-local shards"): a partitioned
                           jit's, whose out_specs are the results' layouts */
 } ShardFn;
 

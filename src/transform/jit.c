@@ -726,10 +726,9 @@ static bool outputs_local(const Entry *e) {
   if (!transport_active()) return false;
   for (int i = 0; i < e->plan->nout; i++) {
     AVal av;
-    int64_t lo, hi;
     Value *sh = part_out_sharding(e->part, i);
     plan_atom_aval(e->plan, &e->plan->outs[i], &av);
-    bool local = sh && sharding_local_run((NamedSharding *)sh, av.ndim, av.shape, &lo, &hi);
+    bool local = sh && sharding_is_local((NamedSharding *)sh, av.ndim, av.shape);
     if (sh) val_decref(sh);
     if (local) return true;
   }

@@ -65,6 +65,15 @@ for prog in "$progs"/mpi_*.shm; do
 done
 rm -f /tmp/mpi_err.$$
 
+# Process-local shards with one device a process, where more layouts
+# have blocks on other processes only (every array that can, as at -np 2).
+want=$("$shmap" --devices 4 "$progs/mpi_partial_shards.shm" 2>&1)
+got=$(cd "$progs" && SHMAP_PARTIAL_MIN=1 timeout -s KILL 60 mpirun --oversubscribe --bind-to none \
+      -np 4 "$shmap" --devices 4 mpi_partial_shards.shm 2>&1) ||
+  fail "mpi_partial_shards.shm, -np 4, every array local: exit status $?: $got"
+[ "$got" = "$want" ] ||
+  fail "mpi_partial_shards.shm, -np 4, every array local: output [$got], one process [$want]"
+
 # Mismatches after collectives every device shared (the headers a process
 # accepted before, x_header_known): exit status 1 and the mismatch its
 # "# expect:" line names at -np 1, 2 and 4, whichever of the two devices

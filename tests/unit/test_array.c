@@ -259,6 +259,79 @@ START_TEST(test_axis_normalize) {
 }
 END_TEST
 
+/* Process-local shards: arr_partial_holds against every element of
+ * random views (blocks, slices, transposes, broadcasts, reshapes and
+ * arbitrary strides) of random grids of held blocks, and the runs
+ * arr_partial_runs gives against the blocks, over ranks 1 to 3. */
+static int64_t runs_seen[1728];   /* the largest grid: 12 x 12 x 12 */
+
+static void mark_run(int64_t lo, int64_t hi, void *ctx) {
+  int64_t *last = ctx;
+  ck_assert(lo > *last);   /* increasing and maximal */
+  *last = hi;
+  for (int64_t i = lo; i < hi; i++) runs_seen[i]++;
+}
+
+START_TEST(test_partial_holds_exact) {
+  srand(7);
+  int checked = 0;
+  for (int it = 0; it < 5000; it++) {
+    int nd = 1 + rand() % 3;
+    int64_t shape[3], nblk[3], G[3], total = 1, ncells = 1;
+    for (int k = 0; k < nd; k++) {
+      nblk[k] = 1 << (rand() % 3);
+      shape[k] = nblk[k] * (1 + rand() % 3);
+      total *= shape[k];
+      ncells *= nblk[k];
+    }
+    if (ncells == 1) continue;
+    for (int k = nd - 1, g = 1; k >= 0; k--) G[k] = g, g *= (int)shape[k];
+    uint8_t held[64];
+    for (int c = 0; c < ncells; c++) held[c] = (uint8_t)(rand() % 2);
+    held[rand() % ncells] = 0;
+    Array *a = arr_new(DT_F32, nd, shape);
+    ck_assert_int_eq(arr_set_partial(a, VAL_NONE, nblk, held), 0);
+    /* the held flag of row-major element [e] */
+    uint8_t want[1728];
+    for (int64_t e = 0; e < total; e++) {
+      int64_t rem = e, cell = 0, idx[3];
+      for (int k = nd - 1; k >= 0; k--) idx[k] = rem % shape[k], rem /= shape[k];
+      for (int k = 0; k < nd; k++) cell = cell * nblk[k] + idx[k] / (shape[k] / nblk[k]);
+      want[e] = held[cell];
+    }
+    memset(runs_seen, 0, sizeof runs_seen);
+    int64_t last = -1;
+    arr_partial_runs(a->buf->part, mark_run, &last);
+    for (int64_t e = 0; e < total; e++) ck_assert_int_eq(runs_seen[e], want[e]);
+    for (int v = 0; v < 8; v++) {
+      int vnd = 1 + rand() % 3;
+      int64_t vs[3], st[3], off = rand() % total, lo = off, hi = off;
+      for (int d = 0; d < vnd; d++) {
+        vs[d] = 1 + rand() % 4;
+        int kind = rand() % 4;
+        st[d] = kind == 0 ? 0 : kind == 1 ? (rand() % 3 - 1) * G[rand() % nd] * (1 + rand() % 2)
+                                          : rand() % 7 - 3;
+        if (st[d] < 0) lo += (vs[d] - 1) * st[d];
+        else hi += (vs[d] - 1) * st[d];
+      }
+      if (lo < 0 || hi >= total) continue;
+      Array *w = arr_view(a, vnd, vs, st, off);
+      bool all = true;
+      for (int64_t i = 0; i < w->size; i++) {
+        int64_t o = off, r = i;
+        for (int d = vnd - 1; d >= 0; d--) o += r % vs[d] * st[d], r /= vs[d];
+        all &= want[o] != 0;
+      }
+      ck_assert_int_eq(arr_partial_holds(w), all);
+      checked++;
+      val_decref(&w->hdr);
+    }
+    val_decref(&a->hdr);
+  }
+  ck_assert_int_gt(checked, 2500);
+}
+END_TEST
+
 static Suite *array_suite(void) {
   Suite *s = suite_create("array");
   TCase *tc = tcase_create("core");
@@ -275,6 +348,7 @@ static Suite *array_suite(void) {
   tcase_add_test(tc, test_shape_strings);
   tcase_add_test(tc, test_broadcast_shapes);
   tcase_add_test(tc, test_axis_normalize);
+  tcase_add_test(tc, test_partial_holds_exact);
   suite_add_tcase(s, tc);
   return s;
 }
