@@ -62,7 +62,7 @@ Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a) {
   x->kind = kind;
   x->trace_id = id;
   x->var = -1;
-  x->aval = *a;
+  aval_copy(&x->aval, a);
   x->line = eval_current_loc().line;
   return x;
 }
@@ -121,7 +121,7 @@ static Value *tracer_new(Trace *t, int var, const char *name) {
     shm_free(x);
     return NULL;
   }
-  x->aval = t->plan->vars[var];
+  aval_copy(&x->aval, &t->plan->vars[var]);
   x->trace_id = t->id;
   x->var = var;
   x->name = name;
@@ -549,7 +549,7 @@ out:
 /* ==== the hooks ================================================================ */
 
 int trace_aval(Value *v, AVal *out) {
-  *out = ((Tracer *)v)->aval;
+  aval_copy(out, &((Tracer *)v)->aval);
   return 0;
 }
 
