@@ -768,7 +768,17 @@ int64_t arr_get_i64(const Array *a, int64_t flat) {
   arr_check_held(a);
   const char *base = a->buf->data;
   size_t isz = dt_size(a->dtype);
-  kern_convert(&x, DT_I64, base + (size_t)arr_flat_offset(a, flat) * isz, a->dtype, 1);
+  const char *at = base + (size_t)arr_flat_offset(a, flat) * isz;
+  if (a->dtype == DT_I64 || a->dtype == DT_I32) {   /* the common cases, without the dispatch */
+    int32_t y;
+    if (a->dtype == DT_I64) {
+      memcpy(&x, at, sizeof x);
+      return x;
+    }
+    memcpy(&y, at, sizeof y);
+    return y;
+  }
+  kern_convert(&x, DT_I64, at, a->dtype, 1);
   return x;
 }
 

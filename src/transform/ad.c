@@ -451,9 +451,7 @@ static void back_free(Back *b) {
     if (b->val && b->val[i]) val_decref(b->val[i]);
     if (b->ct && b->ct[i]) val_decref(b->ct[i]);
   }
-  shm_free(b->val);
-  shm_free(b->ct);
-  shm_free(b->lin);
+  shm_free(b->val);   /* one block: val, ct, then lin (backward) */
 }
 
 /* The cotangents of [lin]'s differentiated leaves (nargs = plan inputs
@@ -461,8 +459,9 @@ static void back_free(Back *b) {
  * entries are zeros): a new array of new references. */
 static Value **backward(const Lin *lin, Value **ct_out) {
   Plan *p = lin->plan;
-  Back b = {p, shm_calloc((size_t)p->nvars + 1, sizeof(Value *)),
-            shm_calloc((size_t)p->nvars + 1, sizeof(Value *)), shm_calloc((size_t)p->nvars + 1, 1)};
+  size_t nv = (size_t)p->nvars + 1;
+  Value **blk = shm_calloc(2 * nv * sizeof(Value *) + nv, 1);   /* val, ct, lin */
+  Back b = {p, blk, blk ? blk + nv : NULL, blk ? (bool *)(blk + 2 * nv) : NULL};
   int nargs = p->nin - lin->ncap;
   Value **res = NULL;
   if (!b.val || !b.ct || !b.lin) {

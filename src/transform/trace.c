@@ -62,7 +62,7 @@ Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a) {
   x->kind = kind;
   x->trace_id = id;
   x->var = -1;
-  x->aval = *a;
+  aval_copy(&x->aval, a);
   x->line = eval_current_loc().line;
   return x;
 }
@@ -121,7 +121,7 @@ static Value *tracer_new(Trace *t, int var, const char *name) {
     shm_free(x);
     return NULL;
   }
-  x->aval = t->plan->vars[var];
+  aval_copy(&x->aval, &t->plan->vars[var]);
   x->trace_id = t->id;
   x->var = var;
   x->name = name;
@@ -421,15 +421,16 @@ Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
 Value *trace_emit_named(PrimId prim, Params *params, int nin, Value **in, int nout,
                         const AVal *outs, const NamedShape *named) {
   Trace *t = record_target(nin, in);
-  int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
+  int stack_vars[9] = {0};
+  int *vars = nout <= 8 ? stack_vars : shm_calloc((size_t)nout + 1, sizeof(int));
   if (!t || !vars) {
     params_clear(params);
-    shm_free(vars);
+    if (vars != stack_vars) shm_free(vars);
     return t ? err_nomem() : err_set(ERR_VALUE, "%s: not tracing", prim_table[prim].name);
   }
   Value *r = NULL;
   if (record(t, prim, params, nin, in, nout, outs, named, vars) == 0) r = tracers_for(t, nout, vars);
-  shm_free(vars);
+  if (vars != stack_vars) shm_free(vars);
   return r;
 }
 
@@ -454,14 +455,8 @@ Value *trace_apply(PrimId id, int nin, Value **in, const Params *p) {
   Params q;
   params_copy(&q, p);
   Value *tup = NULL;
-  int *vars = shm_calloc((size_t)nout + 1, sizeof(int));
-  if (!vars) {
-    params_clear(&q);
-    err_nomem();
-  } else if (record(t, id, &q, nin, in, nout, outs, NULL, vars) == 0) {
-    tup = tracers_for(t, nout, vars);
-  }
-  shm_free(vars);
+  int vars[9] = {0};   /* nout <= 8 */
+  if (record(t, id, &q, nin, in, nout, outs, NULL, vars) == 0) tup = tracers_for(t, nout, vars);
   if (tup && nout == 1) {
     r = val_incref(tuple_get(tup, 0));
     val_decref(tup);
@@ -554,7 +549,7 @@ out:
 /* ==== the hooks ================================================================ */
 
 int trace_aval(Value *v, AVal *out) {
-  *out = ((Tracer *)v)->aval;
+  aval_copy(out, &((Tracer *)v)->aval);
   return 0;
 }
 
