@@ -371,7 +371,13 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
   while (i < nin && in[i]) i++;
   if (i == nin) {
     for (int k = 0; k < nin; k++) val_incref(in[k]);
-    r = prim_apply(id, nin, in, q);
+    /* a rule's broadcast of a constant (full_like, a cotangent spread
+     * over a reduction's axes) is staged while tracing, as JAX stages
+     * it: an equation the plan runs as a stride-0 view, not a
+     * materialised constvar */
+    bool stage = id == P_BROADCAST_IN_DIM && IS_ARRAY(in[0]) && !AS_ARRAY(in[0])->sharding &&
+                 prim_tracing();
+    r = stage ? prim_bind(id, nin, in, q) : prim_apply(id, nin, in, q);
     for (int k = 0; k < nin; k++) val_decref(in[k]);
   }
   params_clear(q);

@@ -329,7 +329,11 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst);
 /* As prim_apply, for rules that build from primitives: the operands are
  * held across the call (none becomes the output, so the caller may use
  * them again), a NULL operand gives NULL (the error its maker set), and
- * [p] (NULL: no parameters) is consumed. */
+ * [p] (NULL: no parameters) is consumed.  A broadcast_in_dim of a
+ * concrete, unsharded operand is staged (prim_bind) while this thread
+ * traces, as JAX stages full_like: a rule's constant (zeros, ones, a
+ * reduction's cotangent) is an equation of the plan, a stride-0 view
+ * there, not an array of the full shape captured as a constvar. */
 Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p);
 
 /* Set by the tracer: called instead of the kernel when an operand is a

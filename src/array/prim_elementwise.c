@@ -128,20 +128,20 @@ UNARY_JVP(neg, NEG, neg(s, t))
 UNARY_JVP(copy, COPY, un(s, P_COPY, t))
 UNARY_JVP(exp, EXP, mul(s, t, y))
 UNARY_JVP(log, LOG, dvd(s, t, x))
-UNARY_JVP(log1p, LOG1P, dvd(s, t, add(s, x, like(s, 1.0, x))))
-UNARY_JVP(expm1, EXPM1, mul(s, t, add(s, y, like(s, 1.0, y))))
-UNARY_JVP(tanh, TANH, mul(s, t, sub(s, like(s, 1.0, y), mul(s, y, y))))
-UNARY_JVP(logistic, LOGISTIC, mul(s, t, mul(s, y, sub(s, like(s, 1.0, y), y))))
+UNARY_JVP(log1p, LOG1P, dvd(s, t, add(s, x, scal(s, 1.0, x))))
+UNARY_JVP(expm1, EXPM1, mul(s, t, add(s, y, scal(s, 1.0, y))))
+UNARY_JVP(tanh, TANH, mul(s, t, sub(s, scal(s, 1.0, y), mul(s, y, y))))
+UNARY_JVP(logistic, LOGISTIC, mul(s, t, mul(s, y, sub(s, scal(s, 1.0, y), y))))
 UNARY_JVP(sin, SIN, mul(s, t, un(s, P_COS, x)))
 UNARY_JVP(cos, COS, neg(s, mul(s, t, un(s, P_SIN, x))))
-UNARY_JVP(tan, TAN, mul(s, t, add(s, like(s, 1.0, y), mul(s, y, y))))
-UNARY_JVP(asin, ASIN, mul(s, t, un(s, P_RSQRT, sub(s, like(s, 1.0, x), mul(s, x, x)))))
-UNARY_JVP(acos, ACOS, neg(s, mul(s, t, un(s, P_RSQRT, sub(s, like(s, 1.0, x), mul(s, x, x))))))
-UNARY_JVP(atan, ATAN, dvd(s, t, add(s, like(s, 1.0, x), mul(s, x, x))))
+UNARY_JVP(tan, TAN, mul(s, t, add(s, scal(s, 1.0, y), mul(s, y, y))))
+UNARY_JVP(asin, ASIN, mul(s, t, un(s, P_RSQRT, sub(s, scal(s, 1.0, x), mul(s, x, x)))))
+UNARY_JVP(acos, ACOS, neg(s, mul(s, t, un(s, P_RSQRT, sub(s, scal(s, 1.0, x), mul(s, x, x))))))
+UNARY_JVP(atan, ATAN, dvd(s, t, add(s, scal(s, 1.0, x), mul(s, x, x))))
 UNARY_JVP(sinh, SINH, mul(s, t, un(s, P_COSH, x)))
 UNARY_JVP(cosh, COSH, mul(s, t, un(s, P_SINH, x)))
-UNARY_JVP(sqrt, SQRT, dvd(s, t, mul(s, like(s, 2.0, y), y)))
-UNARY_JVP(rsqrt, RSQRT, mul(s, t, mul(s, like(s, -0.5, y), dvd(s, y, x))))
+UNARY_JVP(sqrt, SQRT, dvd(s, t, mul(s, scal(s, 2.0, y), y)))
+UNARY_JVP(rsqrt, RSQRT, mul(s, t, mul(s, scal(s, -0.5, y), dvd(s, y, x))))
 /* d|x| = sign(x): 0 at 0, as JAX's (g * x / |x| with the 0 replaced) */
 UNARY_JVP(abs, ABS, mul(s, t, un(s, P_SIGN, x)))
 
@@ -158,7 +158,7 @@ static Value *d_integer_pow(Scope *s, Value *x, Value *y, Value *t, const Params
     params_add(&q, "y", val_int(n - 1));
     xn1 = n - 1 == 0 ? like(s, 1.0, x) : ap(s, P_INTEGER_POW, 1, &x, &q);
   }
-  return mul(s, t, mul(s, like(s, (double)n, x), xn1));
+  return mul(s, t, mul(s, scal(s, (double)n, x), xn1));
 }
 static int jvp_integer_pow(Value **x, Value **t, int nin, const Params *p, Value **yo,
                            Value **to) {
@@ -233,7 +233,7 @@ static Value *pow_db(Scope *s, Value *a, Value *y) {
   return select(s, bin(s, P_EQ, a, z), z, mul(s, un(s, P_LOG, safe), y));
 }
 BINARY_JVP(pow, POW,
-           lin2(s, ta, ta ? mul(s, b, bin(s, P_POW, a, sub(s, b, like(s, 1.0, b)))) : NULL, tb,
+           lin2(s, ta, ta ? mul(s, b, bin(s, P_POW, a, sub(s, b, scal(s, 1.0, b)))) : NULL, tb,
                 tb ? pow_db(s, a, y) : NULL))
 /* max/min: the tangent of the operand chosen, halved on ties (JAX's
  * balanced rule) */

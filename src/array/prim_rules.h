@@ -291,6 +291,14 @@ static inline Value *like(Scope *s, double c, Value *x) {
 
 static inline Value *zeros_of(Scope *s, const AVal *a) { return full(s, 0.0, a); }
 
+/* [c] as a 0-d array of [x]'s dtype (not weak): the constant operand of
+ * an element-wise binary operation on [x], which broadcasts it (JAX's
+ * _const and _one), so no array of [x]'s shape is made or read. */
+static inline Value *scal(Scope *s, double c, Value *x) {
+  AVal a;
+  return aval_ok(x, &a) ? keep(s, arr_value(arr_scalar_f64(a.dtype, c, false))) : NULL;
+}
+
 static inline Value *convert(Scope *s, Value *x, DType t, bool weak) {
   if (!x) return NULL;
   Params p;
