@@ -203,8 +203,11 @@ static int shape_concatenate(const AVal *in, int nin, const Params *p, AVal *out
 
 static int shape_pad(const AVal *in, int nin, const Params *p, AVal *out) {
   int64_t lo[SHM_MAXDIM], hi[SHM_MAXDIM], it[SHM_MAXDIM];
-  if (prim_same_dtypes(P_PAD, in, 0, 2) < 0)
+  if (in[0].dtype != in[1].dtype) {   /* JAX's _pad_dtype_rule */
+    err_set(ERR_TYPE, "pad operand and padding_value must be same dtype: got %s and %s.",
+            dt_name(in[0].dtype), dt_name(in[1].dtype));
     return -1;
+  }
   if (in[1].ndim != 0) {
     err_set(ERR_TYPE, "pad padding_value must be a scalar, got %d dimensions", in[1].ndim);
     return -1;

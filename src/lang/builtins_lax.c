@@ -136,6 +136,66 @@ static Value *lax_slice(const CallArgs *a) {
   return lax1(P_SLICE, x, &p);
 }
 
+/* pad's padding_config parameter: a tuple of (lo, hi, interior) int
+ * tuples from any sequence of triples (new), or NULL with a TypeError. */
+static Value *padding_config(Value *cfg) {
+  size_t n;
+  Value *const *items;
+  if (!val_seq(cfg, &n, &items)) {
+    err_set(ERR_TYPE, "pad: padding_config must be a sequence of (low, high, interior) triples");
+    return NULL;
+  }
+  Value *t = tuple_new(n);
+  for (size_t i = 0; t && i < n; i++) {
+    int k = 0;
+    int64_t xs[SHM_MAXDIM];
+    if (ops_shape_arg(items[i], &k, xs) < 0 || k != 3) {
+      if (!err_occurred())
+        err_set(ERR_TYPE, "pad: padding_config must be a sequence of (low, high, interior) triples");
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, i, val_int_tuple(3, xs));
+  }
+  return t;
+}
+
+/* lax.pad(operand, padding_value, padding_config): low, high and interior
+ * padding per dimension ((lo, hi, interior) triples; lo and hi may be
+ * negative and cut).  padding_value is a 0-d array of operand's dtype; a
+ * Python number of the same kind (weakly typed) takes operand's dtype.
+ * Raises pad's TypeError/ValueError (shape_pad).  semantics: jax.lax.pad. */
+static Value *lax_pad(const CallArgs *a) {
+  Value *x, *pv, *cfg;
+  Value **slots[] = {&x, &pv, &cfg};
+  if (args_bind("pad", a, "operand, padding_value, padding_config", slots) < 0) return NULL;
+  Value *xa = bi_arr(x), *va = xa ? bi_arr(pv) : NULL;
+  if (!va) {
+    bi_drop(xa, NULL, NULL, NULL);
+    return NULL;
+  }
+  DType t = AS_ARRAY(xa)->dtype, vt = AS_ARRAY(va)->dtype;
+  if (AS_ARRAY(va)->weak && vt != t && AS_ARRAY(va)->ndim == 0 &&
+      (dt_is_float(vt) ? dt_is_float(t) : vt == DT_BOOL ? t == DT_BOOL : !dt_is_float(t) && t != DT_BOOL)) {
+    Value *c = ops_convert(va, t, false);
+    val_decref(va);
+    if (!(va = c)) {
+      val_decref(xa);
+      return NULL;
+    }
+  }
+  Params p;
+  params_init(&p);
+  Value *r = NULL, *c = padding_config(cfg);
+  if (c && params_add(&p, "padding_config", c) == 0) {
+    Value *in[2] = {xa, va};
+    r = ops_apply(P_PAD, 2, in, &p);
+  }
+  params_clear(&p);
+  bi_drop(xa, va, NULL, NULL);
+  return r;
+}
+
 static Value *lax_iota(const CallArgs *a) {
   Value *dtype, *size;
   Value **slots[] = {&dtype, &size};
@@ -328,6 +388,7 @@ const BiEntry bi_lax_table[] = {
   {"rev", lax_rev, IN_LAX, "rev(operand, dimensions)"},
   {"squeeze", lax_squeeze, IN_LAX, "squeeze(array, dimensions)"},
   {"expand_dims", lax_expand_dims, IN_LAX, "expand_dims(array, dimensions)"},
+  {"pad", lax_pad, IN_LAX, "pad(operand, padding_value, padding_config)"},
   {"slice", lax_slice, IN_LAX, "slice(operand, start_indices, limit_indices, strides=None)"},
   {"iota", lax_iota, IN_LAX, "bi_iota(dtype, size)"},
   {"broadcasted_iota", lax_broadcasted_iota, IN_LAX, "broadcasted_iota(dtype, shape, dimension)"},

@@ -16,6 +16,7 @@
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
+#include "transform/xmap.h"
 
 /* ==== JVP traces ========================================================== */
 
@@ -824,13 +825,17 @@ out:
   return r;
 }
 
-/* vjp(fun, *primals, has_aux=False) -> (out, vjp_fun) or (out, vjp_fun, aux) */
-static Value *bi_vjp(const CallArgs *a) {
-  if (a->nargs < 1) return err_set(ERR_TYPE, "vjp() missing required argument 'fun'");
+/* [fname](fun, *primals, has_aux=False) -> (out, fn) or (out, fn, aux):
+ * fun linearized at primals, and [fn] (named [bname], called through
+ * [call]) bound to the state (plan, captures, primals, out tree).  The
+ * body of jax.vjp and jax.linearize. */
+static Value *staged_fn(const CallArgs *a, const char *fname, const char *bname,
+                        Value *(*call)(Value *self, const CallArgs *a)) {
+  if (a->nargs < 1) return err_set(ERR_TYPE, "%s() missing required argument 'fun'", fname);
   bool has_aux = false;
   for (int i = 0; i < a->nkw; i++) {
     if (strcmp(a->kwnames[i], "has_aux"))
-      return err_set(ERR_TYPE, "vjp() got an unexpected keyword argument '%s'", a->kwnames[i]);
+      return err_set(ERR_TYPE, "%s() got an unexpected keyword argument '%s'", fname, a->kwnames[i]);
     has_aux = val_truth(a->kwvals[i]) == 1;
   }
   int n = a->nargs - 1;
@@ -845,7 +850,7 @@ static Value *bi_vjp(const CallArgs *a) {
     Value *prims = tuple_pack((size_t)n, a->args + 1);
     Value *st = caps && prims ? tuple_pack(V_N, (Value *[]){&lin.plan->hdr, caps, prims, lin.out})
                               : NULL;
-    Value *fn = st ? bound_new("vjp_fun", vjp_fn_call, st) : NULL;
+    Value *fn = st ? bound_new(bname, call, st) : NULL;
     if (fn)
       r = has_aux ? tuple_pack(3, (Value *[]){lin.out, fn, lin.aux}) : tuple_pack(2, (Value *[]){lin.out, fn});
     if (fn) val_decref(fn);
@@ -857,6 +862,85 @@ static Value *bi_vjp(const CallArgs *a) {
   shm_free(diff);
   return r;
 }
+
+/* vjp(fun, *primals, has_aux=False) -> (out, vjp_fun) or (out, vjp_fun, aux) */
+static Value *bi_vjp(const CallArgs *a) { return staged_fn(a, "vjp", "vjp_fun", vjp_fn_call); }
+
+/* A linearized function's state: (plan, captures, primals tuple, out tree);
+ * the V_* slots of a vjp function's state. */
+
+/* Checks tangent leaf [t] against primal leaf [p] as JAX's linearized
+ * function does: the same shape, and a float primal's dtype.  0, or -1
+ * with JAX's ValueError. */
+static int lin_check(Value *p, Value *t) {
+  AVal pa, ta;
+  if (ops_aval(p, &pa) < 0 || ops_aval(t, &ta) < 0) return -1;
+  if (pa.ndim == ta.ndim && !memcmp(pa.shape, ta.shape, sizeof(int64_t) * (size_t)pa.ndim) &&
+      (!dt_is_float(pa.dtype) || pa.dtype == ta.dtype))
+    return 0;
+  char s1[128], s2[128];   /* JAX's ShapedArray str: float32[3,2] */
+  aval_str(s1, sizeof s1, pa.dtype, pa.ndim, pa.shape);
+  aval_str(s2, sizeof s2, ta.dtype, ta.ndim, ta.shape);
+  const char *d1 = strchr(s1, '['), *d2 = strchr(s2, '[');
+  err_set(ERR_VALUE, "linearized function called on tangent values inconsistent with the "
+                     "original primal values:\nGot tangent aval %s%s for primal aval %s%s but "
+                     "expected %s%s.", dt_name(ta.dtype), d2 ? d2 : "", dt_name(pa.dtype),
+          d1 ? d1 : "", dt_name(pa.dtype), d1 ? d1 : "");
+  return -1;
+}
+
+/* f_jvp(*tangents): the linear plan of jax.linearize run on the tangents
+ * (one per primal, each a tree like its primal's); the output tangents as
+ * a tree like the primal output.  Evaluates the staged linear equations
+ * (JAX's eval_jaxpr of the linearized jaxpr), so the forward pass is not
+ * run again.  Raises JAX's ValueError for a tangent of another shape. */
+static Value *lin_fn_call(Value *self, const CallArgs *a) {
+  Value *prims = tuple_get(self, V_PRIMALS), *caps = tuple_get(self, V_CAPS);
+  Plan *plan = (Plan *)tuple_get(self, V_PLANV);
+  if (a->nkw || (size_t)a->nargs != tuple_len(prims))
+    return err_set(ERR_TYPE, "the linearized function takes %zu positional arguments (one "
+                             "tangent per primal), got %d", tuple_len(prims), a->nargs);
+  Value *tans = tuple_pack((size_t)a->nargs, a->args);
+  PyLeaves pl = {0}, tl = {0};
+  Value **in = NULL, *outs = NULL, *r = NULL;
+  int ncap = (int)tuple_len(caps), k = ncap;
+  if (!tans || leaves_of(prims, &pl) < 0 || leaves_of(tans, &tl) < 0) goto out;
+  if (pl.n != tl.n) {
+    err_set(ERR_VALUE, "linearized function called on tangent values inconsistent with the "
+                       "original primal values: %d tangent leaves for %d primal leaves",
+            tl.n, pl.n);
+    goto out;
+  }
+  if (!(in = shm_calloc((size_t)plan->nin + 1, sizeof(Value *)))) {
+    err_nomem();
+    goto out;
+  }
+  for (int i = 0; i < ncap; i++) in[i] = tuple_get(caps, (size_t)i);
+  for (int i = 0; i < pl.n; i++) {
+    AVal pa;
+    if (lin_check(pl.v[i], tl.v[i]) < 0 || ops_aval(pl.v[i], &pa) < 0) goto out;
+    if (dt_is_float(pa.dtype) && k < plan->nin) in[k++] = tl.v[i];   /* only float leaves are inputs */
+  }
+  if (k != plan->nin) {
+    err_set(ERR_VALUE, "linearized function: %d tangent inputs for a plan of %d", k - ncap,
+            plan->nin - ncap);
+    goto out;
+  }
+  if ((outs = xmap_eval_plan(plan, in))) r = rebuild(tuple_get(self, V_OUT), ((Tuple *)outs)->items);
+out:
+  if (outs) val_decref(outs);
+  shm_free(in);
+  pytree_leaves_free(&pl);
+  pytree_leaves_free(&tl);
+  if (tans) val_decref(tans);
+  return r;
+}
+
+/* linearize(fun, *primals, has_aux=False) -> (out, f_jvp) or (out, f_jvp,
+ * aux): fun's output at primals and its JVP as a function of the
+ * tangents, staged once (the linear part of the JVP trace, residuals
+ * captured).  semantics: jax.linearize. */
+static Value *bi_linearize(const CallArgs *a) { return staged_fn(a, "linearize", "f_jvp", lin_fn_call); }
 
 /* ==== jvp ====================================================================== */
 
@@ -1255,6 +1339,7 @@ int ad_register(Env *b) {
       add_both(b, "value_and_grad", bi_value_and_grad,
                "value_and_grad(fun, argnums=0, has_aux=False)") < 0 ||
       add_both(b, "vjp", bi_vjp, "vjp(fun, *primals, has_aux=False)") < 0 ||
+      add_both(b, "linearize", bi_linearize, "linearize(fun, *primals, has_aux=False)") < 0 ||
       add_both(b, "jvp", bi_jvp, "jvp(fun, primals, tangents, has_aux=False)") < 0 ||
       add_both(b, "jacfwd", bi_jacfwd, "jacfwd(fun, argnums=0)") < 0 ||
       add_both(b, "jacrev", bi_jacrev, "jacrev(fun, argnums=0)") < 0 ||
