@@ -527,13 +527,6 @@ __attribute__((target("avx512f"))) static uint32_t kern_trig_small_avx512(
 #endif
 
 #define TRIG_LOOPS(NAME, SHIFT)                                               \
-  static uint32_t NAME##_small_vec(const float *restrict x,                  \
-                                   float *restrict y, int64_t n);            \
-  static uint32_t NAME##_small(const float *restrict x, float *restrict y,   \
-                               int64_t n) {                                 \
-    TRIG_SMALL_AVX512(SHIFT)                                                \
-    return NAME##_small_vec(x, y, n);                                       \
-  }                                                                         \
   KERN_CLONES static uint32_t NAME##_small_vec(const float *restrict x,      \
                                                float *restrict y, int64_t n) { \
     uint32_t top = 0;                                                       \
@@ -544,6 +537,13 @@ __attribute__((target("avx512f"))) static uint32_t kern_trig_small_avx512(
       y[i] = kern_sincosf_small(x[i], SHIFT);                               \
     }                                                                       \
     return top;                                                             \
+  }                                                                         \
+  /* defined after _small_vec: clang takes target_clones only on a         \
+   * function's first declaration */                                        \
+  static uint32_t NAME##_small(const float *restrict x, float *restrict y,   \
+                               int64_t n) {                                 \
+    TRIG_SMALL_AVX512(SHIFT)                                                \
+    return NAME##_small_vec(x, y, n);                                       \
   }                                                                         \
   KERN_CLONES static void NAME##_big(const float *restrict x,                \
                                      float *restrict y, int64_t n) {         \
