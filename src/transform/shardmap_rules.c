@@ -389,6 +389,12 @@ static Value *sm_lin_body(Value *self, const CallArgs *a) {
     return err_set(ERR_NOT_IMPLEMENTED, "%s(): a staged forward pass run on a device",
                    c->f->name);
   }
+  /* staged, its forward call over: an outer vmap's backward pass running
+   * the body forward again (SmCall.remat) would trace a second plan */
+  if (c->staged && !c->fwd)
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a reverse-mode derivative of a staged "
+                   "reverse-mode shard_map call under vmap (vmap of grad of grad under jit)",
+                   c->f->name);
   int rank = d && !c->staged ? d->rank : 0;
   size_t n;
   Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
