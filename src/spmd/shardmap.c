@@ -1165,6 +1165,7 @@ static Value *shardmap_call_tree(ShardFn *f, const CallArgs *a) {
   ((ShardFn *)sf)->auto_axes = f->auto_axes;
   ((ShardFn *)sf)->internal = true;
   ((ShardFn *)sf)->traceable = !f->internal || f->traceable;
+  ((ShardFn *)sf)->jit_run = f->jit_run;
   ((ShardFn *)sf)->arg_labels = tuple_pack(list_len(labels), ((List *)labels)->items);
   if (!((ShardFn *)sf)->arg_labels) goto out;
   CallArgs c = {(int)list_len(leaves), ((List *)leaves)->items, 0, NULL, NULL};
@@ -1219,7 +1220,8 @@ static Value *shardmap_call_nested(ShardFn *f, const CallArgs *a, DevCtx *dc);
 Value *shardmap_run_auto(Value *fv, const CallArgs *a) {
   ShardFn *sf = (ShardFn *)fv;
   DevCtx *dc = dev_ctx();
-  if (!sf->auto_axes || !auto_runner || (dc && dc->mesh) || prim_tracing() || traced_arg(a))
+  if ((!sf->auto_axes && !sf->jit_run) || !auto_runner || (dc && dc->mesh) || prim_tracing() ||
+      traced_arg(a))
     return NULL;
   return auto_runner(fv, a);
 }

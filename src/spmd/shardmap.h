@@ -59,6 +59,11 @@ typedef struct ShardFn {
                           leaves, its closed-over values): its body traces as the
                           user's does, so a transformation rule's eager call of it
                           may run through shardmap_run_auto */
+  bool jit_run;        /* internal, made by a differentiation rule for an eager call
+                          staged as under jit (grad of grad: its residuals pass as
+                          results, one trace for every device): its calls, and the
+                          calls transforming it, run through shardmap_run_auto's jit
+                          even when no mesh axis is automatic */
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
@@ -213,9 +218,10 @@ void shardmap_set_auto_runner(ShardmapStager run);  /* hook */
  * not) through shardmap_set_auto_runner's partitioned jit, for the
  * transformation rules (transform/shardmap_rules.c) whose body's state
  * lives in its trace: the result (new), or NULL with an error, or NULL
- * with no error when that jit cannot run it (no automatic axes, inside a
- * device's body or a trace, an argument being transformed, a body that
- * cannot be traced, jax.disable_jit); the caller then runs it otherwise. */
+ * with no error when that jit cannot run it (no automatic axes and not
+ * jit_run, inside a device's body or a trace, an argument being
+ * transformed, a body that cannot be traced, jax.disable_jit); the caller
+ * then runs it otherwise. */
 Value *shardmap_run_auto(Value *fv, const CallArgs *a);
 
 /* How a shard_map call whose arguments are being differentiated (JVP

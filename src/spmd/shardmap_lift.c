@@ -232,6 +232,7 @@ static Value *call_lifted(ShardFn *f, const CallArgs *a, Value **caps, int n) {
   ((ShardFn *)w)->auto_axes = f->auto_axes;
   ((ShardFn *)w)->internal = true;
   ((ShardFn *)w)->traceable = !f->internal || f->traceable;
+  ((ShardFn *)w)->jit_run = f->jit_run;
   memcpy(args, a->args, sizeof(Value *) * (size_t)a->nargs);
   memcpy(args + a->nargs, caps, sizeof(Value *) * (size_t)n);
   CallArgs c = {a->nargs + n, args, 0, NULL, NULL};

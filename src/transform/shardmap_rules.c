@@ -43,6 +43,15 @@ static bool is_batch_of(Value *v, unsigned id) {
 
 static bool array_leaf(Value *v) { return ops_is_array(v); }
 
+/* Whether [v] is, or a JVP tracer's primal or tangent within it holds, a
+ * batch tracer (a vmap around the differentiation). */
+static bool holds_batched(const Value *v) {
+  if (IS_BATCH_TRACER(v)) return true;
+  if (!IS_JVP_TRACER(v)) return false;
+  const Tracer *t = (const Tracer *)v;
+  return holds_batched(t->primal) || holds_batched(t->tangent);
+}
+
 /* ==== jit: the compiled step ======================================================== */
 
 /* A ShardFn running the compiled body, kept as the step's own:
@@ -119,6 +128,13 @@ typedef struct SmCall {
                               jit; cleared when that jit cannot run the body */
   bool laid;               /* autorun, and an argument had a NamedSharding: the
                               partitioned jit ran the forward pass */
+  bool jitted;             /* eager, the primals differentiated again (grad of
+                              grad): staged as under jit, the shard_maps it calls
+                              run through the jit (ShardFn.jit_run), so the outer
+                              derivative is built in jit's order */
+  bool declined;           /* jitted, and a device ran the forward body itself
+                              (that jit could not trace it): linearized again
+                              instead (remat) */
   ShardFn *fwd;            /* the forward shard_map (its out_specs grow) */
   bool fwd_specs;          /* fwd's out_specs were taken from the body's result */
   Value *told;             /* (single, nout), as the first device of this process
@@ -131,7 +147,9 @@ typedef struct SmCall {
    * runs each device's body under a vmap of its own, whose batch trace
    * ends with the call, so its residuals cannot reach the backward pass.
    * The backward shard_map then linearizes the body again on the primals
-   * (kept here) and transposes it in the same call, under the same vmap. */
+   * (kept here) and transposes it in the same call, under the same vmap.
+   * So do primals differentiated again eagerly whose body the jit cannot
+   * trace (jitted, then declined). */
   Value **remat;           /* owned: the primal arguments, or NULL */
 } SmCall;
 
@@ -366,6 +384,17 @@ static void fwd_out_specs(SmCall *c, int times) {
 static Value *sm_lin_body(Value *self, const CallArgs *a) {
   SmCall *c = (SmCall *)self;
   DevCtx *d = dev_ctx();
+  if (c->jitted && d && d->mesh && !prim_tracing()) {   /* one trace for all devices */
+    c->declined = true;
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a staged forward pass run on a device",
+                   c->f->name);
+  }
+  /* staged, its forward call over: an outer vmap's backward pass running
+   * the body forward again (SmCall.remat) would trace a second plan */
+  if (c->staged && !c->fwd)
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a reverse-mode derivative of a staged "
+                   "reverse-mode shard_map call under vmap (vmap of grad of grad under jit)",
+                   c->f->name);
   int rank = d && !c->staged ? d->rank : 0;
   size_t n;
   Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
@@ -464,7 +493,23 @@ static int sm_settle(Value *body) {
  * partitioned jit: a partial-manual shard_map of the user's, or one made
  * for a call of it whose body traces as the user's does. */
 static bool sm_traceable(const ShardFn *f) {
-  return f->auto_axes && (!f->internal || f->traceable);
+  return (f->auto_axes && (!f->internal || f->traceable)) || f->jit_run;
+}
+
+/* [c] unstaged again: its forward call's residuals, recorded results and
+ * plans dropped. */
+static void sm_unstage(SmCall *c) {
+  c->staged = false;
+  c->fwd_specs = false;
+  if (c->res_specs) val_decref(c->res_specs);
+  c->res_specs = NULL;
+  if (c->told) val_decref(c->told);
+  c->told = NULL;
+  for (int k = 0; c->plans && k < c->ndev; k++) {
+    if (c->plans[k]) val_decref(&c->plans[k]->hdr);
+    trace_caps_free(c->caps[k], c->ncaps[k]);
+    c->plans[k] = NULL, c->caps[k] = NULL, c->ncaps[k] = 0;
+  }
 }
 
 /* An eager call [sf] of [c]'s through the partitioned jit, as under jit:
@@ -480,19 +525,9 @@ static Value *sm_run_auto(SmCall *c, bool lin, Value *sf, const CallArgs *a) {
   Value *r = shardmap_run_auto(sf, a);
   if (!r && !err_occurred()) c->autorun = false;
   if (!r && !err_occurred() && lin) {   /* unstaged again */
-    c->staged = false;
-    c->fwd_specs = false;
+    sm_unstage(c);
     val_decref(((ShardFn *)sf)->out_specs);
     ((ShardFn *)sf)->out_specs = val_incref(specs);
-    if (c->res_specs) val_decref(c->res_specs);
-    c->res_specs = NULL;
-    if (c->told) val_decref(c->told);
-    c->told = NULL;
-    for (int k = 0; c->plans && k < c->ndev; k++) {
-      if (c->plans[k]) val_decref(&c->plans[k]->hdr);
-      trace_caps_free(c->caps[k], c->ncaps[k]);
-      c->plans[k] = NULL, c->caps[k] = NULL, c->ncaps[k] = 0;
-    }
   }
   val_decref(specs);
   return r;
@@ -516,6 +551,7 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
      * transformation of this call (vmap, grad of grad) may partition it */
     ((ShardFn *)sf)->traceable = sm_traceable(c->f) && !c->nested &&
                                  (body == sm_jvp_body || body == sm_remat_body);
+    ((ShardFn *)sf)->jit_run = c->jitted || (c->f->jit_run && !c->nested);
     CallArgs ca = {n, args, 0, NULL, NULL};
     if (body == sm_lin_body || body == sm_jvp_body) c->fwd = (ShardFn *)sf;
     c->fwd_specs = false;
@@ -596,17 +632,46 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
   /* Primals of an outer transformation (batched, or differentiated again
    * eagerly): each device's residuals would be tracers of a trace that
    * ends with the forward call, so the backward pass linearizes again
-   * (staged, the residuals leave the forward call as results instead). */
-  bool outer = false;
-  for (int i = 0; i < c->nargs; i++)
+   * (staged, the residuals leave the forward call as results instead;
+   * an eager outer differentiation stages it too, below). */
+  bool outer = false, batched = false;
+  for (int i = 0; i < c->nargs; i++) {
+    batched |= holds_batched(args[i]);
     outer |= IS_BATCH_TRACER(args[i]) || (!c->staged && IS_JVP_TRACER(args[i]));
+  }
   if (outer) c->autorun = false;
   for (int i = 0; c->autorun && i < c->nargs; i++) {
     Value *sh = IS_ARRAY(args[i]) ? AS_ARRAY(args[i])->sharding : NULL;
     c->laid |= sh && sharding_is(sh) && ((NamedSharding *)sh)->mesh;
   }
-  Value *res;
-  if (outer) {   /* the primals move into c->remat; no residuals */
+  /* Differentiated again eagerly (grad of grad): staged as under jit,
+   * the outer differentiation's shard_maps run through the jit, so the
+   * second-order terms are built and summed as jit's one trace does; a
+   * body that jit cannot trace is linearized again (remat). */
+  c->jitted = outer && !batched && !c->nested && !prim_tracing();
+  Value *res = NULL;
+  if (c->jitted) {
+    c->staged = true;
+    c->plans = shm_calloc((size_t)c->ndev, sizeof(Plan *));
+    c->caps = shm_calloc((size_t)c->ndev, sizeof(Value **));
+    c->ncaps = shm_calloc((size_t)c->ndev, sizeof(int));
+    for (int i = 0; i < c->nargs; i++) val_incref(args[i]);
+    res = c->plans && c->caps && c->ncaps
+              ? sm_run(c, sm_lin_body, specs_tuple(c->f->in_specs, c->nargs, 1),
+                       val_incref(c->f->out_specs), c->nargs, args)
+              : err_nomem();
+    ad_values_free_n(args, c->nargs);
+    if (!res && c->declined && err_kind() == ERR_NOT_IMPLEMENTED) {
+      err_clear();
+      sm_unstage(c);
+      c->jitted = false;
+    } else {
+      outer = false;
+    }
+  }
+  if (c->jitted) {
+    ad_values_free_n(args, c->nargs);
+  } else if (outer) {   /* the primals move into c->remat; no residuals */
     CallArgs ca = {c->nargs, args, 0, NULL, NULL};
     c->staged = false;
     res = (c->remat = shm_calloc((size_t)c->nargs + 1, sizeof(Value *)))
