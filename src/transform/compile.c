@@ -223,7 +223,7 @@ static PlanEqn *eqn_copy(const PlanEqn *q) {
     c = NULL;
   }
   if (!c) return err_nomem();
-  *c = (PlanEqn){q->prim, {0}, q->nin, q->nout, c->in, q->out, q->loc, q->auto_axes};
+  *c = (PlanEqn){q->prim, {0}, q->nin, q->nout, c->in, q->out, q->loc, q->auto_axes, q->true_first};
   shm_memcpy(c->in, q->in, sizeof(PlanAtom) * (size_t)q->nin);
   params_init(&c->params);
   return c;

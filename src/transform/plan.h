@@ -69,6 +69,9 @@ typedef struct PlanEqn {
   uint32_t auto_axes; /* mesh axes staged as Auto though Explicit in the mesh
                          (inside jax.sharding.auto_axes): the partitioner's
                          rules treat them so */
+  bool true_first;   /* a lax.cond's (bool predicate): JAX traced its branches
+                        (true_fun, false_fun), the reverse of `branches`, so
+                        the partitioner checks the true branch first */
 } PlanEqn;
 
 typedef struct Plan {
