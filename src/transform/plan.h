@@ -166,6 +166,12 @@ void plan_eqn_clear(PlanEqn *e);
  */
 Value *plan_str(Plan *p);
 
+/* plan_str printing only the equations [live] marks (one flag per
+ * equation of [p], borrowed); nested plans are printed whole.  The
+ * compiled text (Compiled.as_text) without dead code.  A new Str, or
+ * NULL on nomem. */
+Value *plan_str_live(Plan *p, const bool *live);
+
 /* Frees what a compiled form owns; set by compile.c. */
 extern void (*plan_exec_free)(void *exec);
 
