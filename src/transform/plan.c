@@ -199,6 +199,7 @@ static void plan_free(Value *v) {
   Plan *p = AS_PLAN(v);
   for (int i = 0; i < p->nnotes; i++) shm_free(p->notes[i]);
   shm_free(p->notes);
+  if (p->in_labels) val_decref(p->in_labels);
   if (p->exec && plan_exec_free) plan_exec_free(p->exec);
   for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
   for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);

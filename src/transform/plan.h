@@ -94,6 +94,8 @@ typedef struct Plan {
   char **notes;      /* owned, or NULL: per equation, the partitioner's comment
                         lines printed after it (NULL: none; transform/partition.h) */
   int nnotes;        /* entries of [notes]: equations past them have none */
+  Value *in_labels;  /* owned Tuple of Str, one per input, naming it in messages (a
+                        shard_map body's: "argument 0 ('c')"), or NULL: "argument i" */
 } Plan;
 
 static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
