@@ -161,6 +161,12 @@ static void arg_label(const ShardFn *f, int i, int nargs, char *buf, size_t cap)
   else if (nargs > 1) snprintf(buf, cap, "argument %d", i);
 }
 
+Value *shardmap_arg_label(const ShardFn *f, int i) {
+  char buf[160];
+  arg_label(f, i, 2, buf, sizeof buf);
+  return str_from(buf);
+}
+
 /* Checks argument [x] against in_spec [s]: rank, axes, even division.
  * Messages follow LANGUAGE.md §9; with several arguments they say which. */
 static int check_arg(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape,

@@ -123,6 +123,13 @@ Value *shardmap_out_leaf_specs(const ShardFn *f, Value *result);
  * (the same message eagerly and under jit). */
 int shardmap_check_shape(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape);
 
+/* How messages name argument [i] of [f] (its label for a pytree leaf,
+ * "argument 0 ('c')" for a parameter of a user function, else "argument
+ * 0"): a new Str, or NULL on nomem.  A staged body keeps these
+ * (Plan.in_labels), so a check_vma error names the argument as the
+ * eager call does. */
+Value *shardmap_arg_label(const ShardFn *f, int i);
+
 /* Whether a call of [f] on [a] has pytree arguments or specs: it then runs
  * as a shard_map over the leaves (shardmap_call does it). */
 bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a);

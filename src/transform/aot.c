@@ -168,8 +168,17 @@ static int no_args(const char *what, const CallArgs *a) {
   return 0;
 }
 
+/* Lowered.as_text(): the plan as traced; Compiled.as_text(): without
+ * the equations the compiled form drops as dead code, as XLA's compiled
+ * HLO has none. */
 static Value *m_as_text(Value *self, const CallArgs *a) {
-  return no_args("as_text", a) < 0 ? NULL : plan_str(((Stage *)self)->plan);
+  Stage *s = (Stage *)self;
+  if (no_args("as_text", a) < 0) return NULL;
+  if (!s->compiled) return plan_str(s->plan);
+  bool *live = cmp_live_eqns(s->plan);
+  Value *r = live ? plan_str_live(s->plan, live) : NULL;
+  shm_free(live);
+  return r;
 }
 
 /* Lowered.compile(): the plan through compile.h's passes and buffer

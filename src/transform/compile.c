@@ -214,6 +214,27 @@ static int dce(Pre *pr) {
   return 0;
 }
 
+bool *cmp_live_eqns(const Plan *p) {
+  bool *need = shm_calloc((size_t)p->nvars + 1, 1), *live = shm_calloc((size_t)p->neqn + 1, 1);
+  if (!need || !live) {
+    shm_free(need);
+    shm_free(live);
+    return err_nomem();
+  }
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) need[p->outs[i].var] = true;
+  for (int i = p->neqn - 1; i >= 0; i--) {
+    const PlanEqn *q = &p->eqns[i];
+    bool want = eqn_has_effects(q);
+    for (int k = 0; k < q->nout && !want; k++) want = need[q->out[k]];
+    live[i] = want;
+    for (int k = 0; want && k < q->nin; k++)
+      if (q->in[k].var >= 0) need[q->in[k].var] = true;
+  }
+  shm_free(need);
+  return live;
+}
+
 /* A copy of [q] to rewrite: its own operand list and parameters, its
  * outputs the plan's. */
 static PlanEqn *eqn_copy(const PlanEqn *q) {
@@ -223,7 +244,7 @@ static PlanEqn *eqn_copy(const PlanEqn *q) {
     c = NULL;
   }
   if (!c) return err_nomem();
-  *c = (PlanEqn){q->prim, {0}, q->nin, q->nout, c->in, q->out, q->loc, q->auto_axes};
+  *c = (PlanEqn){q->prim, {0}, q->nin, q->nout, c->in, q->out, q->loc, q->auto_axes, q->true_first};
   shm_memcpy(c->in, q->in, sizeof(PlanAtom) * (size_t)q->nin);
   params_init(&c->params);
   return c;

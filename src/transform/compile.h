@@ -63,6 +63,13 @@
  * error set (out of memory, an unsupported equation). */
 int cmp_compile(Plan *p);
 
+/* Which equations of [p] (borrowed) the compiled form keeps as live
+ * code: those whose results the plan's outputs need, directly or not,
+ * and those with effects (callbacks, collectives), as the dead-code pass
+ * (step 3 above) decides on the plan as written, before folding and CSE.
+ * A new array of p->neqn flags (owned by the caller), or NULL on nomem. */
+bool *cmp_live_eqns(const Plan *p);
+
 /* Runs compiled [p] on [in] (p->nin arrays, borrowed, avals matching the
  * invars) and stores p->nout new references in [out].  0, or -1 with the
  * error set (kernel failures such as collective mismatches). */

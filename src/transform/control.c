@@ -341,7 +341,9 @@ static Value *staged_cond(Value *idx, bool is_bool, int nb, Value **fns, int nop
   Params p;
   params_init(&p);
   params_add(&p, "branches", val_incref(plans));
+  trace_set_true_first(is_bool);
   r = emit_tree(P_COND, &p, 1 + all.n + leaves.n, opsall, br[0].plan->nout, outs, br[0].out_tree);
+  trace_set_true_first(false);
 out:
   for (int k = 0; br && k < nb; k++) sub_free(&br[k]);
   shm_free(br);

@@ -369,6 +369,18 @@ static int settle_carry(Part *pt, Value *body, Sharding *in, int at, Sharding *c
   return 0;
 }
 
+/* Sub-plan [sub] partitioned alone from the layouts [in] and dropped:
+ * its rules' errors raised in the order JAX traced the sub-functions (a
+ * cond's true_fun before false_fun, a loop's cond_fun before body_fun)
+ * before the partitioning proper.  0, or -1. */
+static int check_alone(Part *pt, Value *sub, const Sharding *in) {
+  if (!IS_PLAN(sub)) return err_set(ERR_VALUE, "control-flow equation without its sub-plan"), -1;
+  PartPlan *s = plan_layouts(AS_PLAN(sub), pt->pp->mesh, in, NULL, NULL, NULL);
+  if (!s) return -1;
+  val_decref(&s->base.hdr);
+  return 0;
+}
+
 /* cond, while and scan (control flow carrying shardings): the operands
  * complete, their sub-plans partitioned from the operands' layouts; a
  * cond's branches give the first branch's result layouts, a loop's
@@ -395,6 +407,8 @@ static int part_control(Part *pt, int k, const AVal *av) {
       err_set(ERR_VALUE, "cond equation without its branches (or more than 8)");
       rc = -1;
     }
+    if (rc == 0 && e->true_first && nb == 2)   /* JAX traced true_fun first */
+      rc = check_alone(pt, tuple_get(br, 1), pe->want + 1);
     for (size_t i = 0; rc == 0 && i < nb; i++)
       rc = part_sub(pt, k, tuple_get(br, i), pe->want + 1, i ? pe->subs[0]->outs : NULL, NULL,
                     "cond's branches give the first branch's layouts");
@@ -404,6 +418,15 @@ static int part_control(Part *pt, int k, const AVal *av) {
     int nc = nin - (int)a - (int)b;
     Sharding *carry = pe->want + a + b;
     memcpy(in, pe->want + a, sizeof(Sharding) * (size_t)(b + nc));
+    /* JAX traces cond_fun first, on the carry as it enters */
+    Sharding *cin0 = shm_calloc((size_t)(a + nc) + 1, sizeof(Sharding));
+    if (rc == 0 && !cin0) rc = (err_nomem(), -1);
+    if (rc == 0) {
+      memcpy(cin0, pe->want, sizeof(Sharding) * (size_t)a);
+      memcpy(cin0 + a, carry, sizeof(Sharding) * (size_t)nc);
+      rc = check_alone(pt, params_get(ps, "cond_jaxpr"), cin0);
+    }
+    shm_free(cin0);
     if (rc == 0) rc = settle_carry(pt, params_get(ps, "body_jaxpr"), in, (int)b, carry, nc);
     /* cond (subs[0]): its consts and the carry, to a replicated predicate */
     Sharding *cin = shm_calloc((size_t)(a + nc) + 1, sizeof(Sharding));

@@ -199,6 +199,7 @@ static void plan_free(Value *v) {
   Plan *p = AS_PLAN(v);
   for (int i = 0; i < p->nnotes; i++) shm_free(p->notes[i]);
   shm_free(p->notes);
+  if (p->in_labels) val_decref(p->in_labels);
   if (p->exec && plan_exec_free) plan_exec_free(p->exec);
   for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
   for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);
@@ -242,7 +243,7 @@ typedef struct PrintCtx {
   const Plan *p;
 } PrintCtx;
 
-static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent);
+static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent, const bool *live);
 
 static void put_aval(StrBuf *t, const AVal *a) {
   char buf[256];
@@ -355,7 +356,7 @@ static void put_value(StrBuf *t, Value *v) {
 /* A parameter holding sub-plans, on lines of its own at [indent]. */
 static void put_plan_param(PrintCtx *c, Value *v, int indent) {
   if (IS_PLAN(v)) {
-    print_plan_at(c->t, c->names, AS_PLAN(v), indent);
+    print_plan_at(c->t, c->names, AS_PLAN(v), indent, NULL);
     return;
   }
   sbuf_puts(c->t, "(\n");
@@ -420,10 +421,10 @@ static void put_eqn(PrintCtx *c, const PlanEqn *e, int indent) {
   sbuf_puts(c->t, "\n");
 }
 
-static void mark_used(const Plan *p, bool *used) {
+static void mark_used(const Plan *p, const bool *live, bool *used) {
   for (int i = 0; i < p->neqn; i++)
     for (int j = 0; j < p->eqns[i].nin; j++)
-      if (p->eqns[i].in[j].var >= 0) used[p->eqns[i].in[j].var] = true;
+      if ((!live || live[i]) && p->eqns[i].in[j].var >= 0) used[p->eqns[i].in[j].var] = true;
   for (int i = 0; i < p->nout; i++)
     if (p->outs[i].var >= 0) used[p->outs[i].var] = true;
 }
@@ -469,7 +470,8 @@ static void put_notes(StrBuf *t, const Plan *p, int i, int indent) {
   }
 }
 
-static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
+/* [live] (NULL: every equation): the equations printed. */
+static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent, const bool *live) {
   int n = p->nvars ? p->nvars : 1;
   PrintCtx c = {t, names, shm_malloc(sizeof(int) * (size_t)n), shm_calloc((size_t)n, 1), p};
   if (!c.name_of || !c.used) {
@@ -479,7 +481,7 @@ static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
     return;
   }
   for (int i = 0; i < n; i++) c.name_of[i] = -1;
-  mark_used(p, c.used);
+  mark_used(p, live, c.used);
   sbuf_puts(t, "{ lambda ");
   for (int i = 0; i < p->nconst; i++) {
     bind_var(&c, p->constvars[i]);
@@ -495,6 +497,7 @@ static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
   } else {
     sbuf_puts(t, ". let\n");
     for (int i = 0; i < p->neqn; i++) {
+      if (live && !live[i]) continue;
       put_eqn(&c, &p->eqns[i], indent + 4);
       put_notes(t, p, i, indent + 4);
     }
@@ -510,7 +513,14 @@ static void print_plan_at(StrBuf *t, Names *names, const Plan *p, int indent) {
 Value *plan_str(Plan *p) {
   StrBuf t = {0};
   Names names = {0};
-  print_plan_at(&t, &names, p, 0);
+  print_plan_at(&t, &names, p, 0, NULL);
+  return str_take(&t);
+}
+
+Value *plan_str_live(Plan *p, const bool *live) {
+  StrBuf t = {0};
+  Names names = {0};
+  print_plan_at(&t, &names, p, 0, live);
   return str_take(&t);
 }
 

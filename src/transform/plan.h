@@ -69,6 +69,9 @@ typedef struct PlanEqn {
   uint32_t auto_axes; /* mesh axes staged as Auto though Explicit in the mesh
                          (inside jax.sharding.auto_axes): the partitioner's
                          rules treat them so */
+  bool true_first;   /* a lax.cond's (bool predicate): JAX traced its branches
+                        (true_fun, false_fun), the reverse of `branches`, so
+                        the partitioner checks the true branch first */
 } PlanEqn;
 
 typedef struct Plan {
@@ -91,6 +94,8 @@ typedef struct Plan {
   char **notes;      /* owned, or NULL: per equation, the partitioner's comment
                         lines printed after it (NULL: none; transform/partition.h) */
   int nnotes;        /* entries of [notes]: equations past them have none */
+  Value *in_labels;  /* owned Tuple of Str, one per input, naming it in messages (a
+                        shard_map body's: "argument 0 ('c')"), or NULL: "argument i" */
 } Plan;
 
 static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
@@ -162,6 +167,12 @@ void plan_eqn_clear(PlanEqn *e);
  *     in (d,) }
  */
 Value *plan_str(Plan *p);
+
+/* plan_str printing only the equations [live] marks (one flag per
+ * equation of [p], borrowed); nested plans are printed whole.  The
+ * compiled text (Compiled.as_text) without dead code.  A new Str, or
+ * NULL on nomem. */
+Value *plan_str_live(Plan *p, const bool *live);
 
 /* Frees what a compiled form owns; set by compile.c. */
 extern void (*plan_exec_free)(void *exec);

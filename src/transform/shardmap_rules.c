@@ -72,6 +72,8 @@ static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   /* a jit that does not partition runs the staged body replicated along
    * the automatic axes (its arguments are unsharded) */
   if (s->own) ((ShardFn *)s->own)->internal = true;
+  if (s->own && body->in_labels && (int)tuple_len(body->in_labels) == body->nin)
+    ((ShardFn *)s->own)->arg_labels = val_incref(body->in_labels);   /* messages name them */
   return s->own ? 0 : -1;
 }
 

@@ -42,6 +42,7 @@ static _Thread_local Trace *linear_traces;
 static _Thread_local bool transformed_operand;
 static _Thread_local TracerKind transformed_kind;
 static _Thread_local unsigned transformed_id;
+static _Thread_local bool true_first;   /* trace_set_true_first */
 
 bool trace_transformed_operand(void) {
   bool b = transformed_operand;
@@ -374,6 +375,8 @@ static Value *tracers_for(Trace *t, int n, const int *vars) {
   return tup;
 }
 
+void trace_set_true_first(bool on) { true_first = on; }
+
 /* Resolves the operands and adds the equation and its output variables. */
 static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, int nout,
                   const AVal *outs, const NamedShape *named, int *out_vars) {
@@ -394,6 +397,7 @@ static int record(Trace *t, PrimId prim, Params *params, int nin, Value **in, in
       goto out;
   rc = plan_add_eqn(t->plan, prim, params, nin, atoms, nout, out_vars, eval_current_loc());
   if (rc >= 0) t->plan->eqns[rc].auto_axes = sharding_auto_axes();
+  if (rc >= 0) t->plan->eqns[rc].true_first = true_first;
   if (rc >= 0 && part_traced_check(t) < 0) rc = -1;   /* Explicit mode's errors, as bound */
 out:
   params_clear(params);

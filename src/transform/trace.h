@@ -166,6 +166,11 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out);
 Value *trace_emit(PrimId prim, Params *params, int nin, Value **in, int nout,
                   const AVal *outs);
 
+/* Marks the equations recorded until the next call with [on] as a
+ * lax.cond's (PlanEqn.true_first): control.c sets it around emitting a
+ * cond from a bool predicate and clears it after. */
+void trace_set_true_first(bool on);
+
 /* trace_emit with the outputs' named shapes given ([named], one per
  * output; NULL: each the union of the operands', as trace_apply gives). */
 Value *trace_emit_named(PrimId prim, Params *params, int nin, Value **in, int nout,
