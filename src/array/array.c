@@ -157,15 +157,20 @@ static bool arr_buffer_release(Buffer *b) {
          atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1;
 }
 
+/* Frees [b]'s record of the bytes it holds, if it holds only some. */
+static void arr_part_free(Buffer *b) {
+  if (!b->part) return;
+  val_decref(b->part->sharding);
+  shm_free(b->part->held);
+  shm_free(b->part);
+  b->part = NULL;
+  atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
+}
+
 /* Frees a buffer whose count reached zero. */
 static void arr_buffer_free(Buffer *b) {
   shm_mem_uncharge(b->charged, b->nbytes);
-  if (b->part) {
-    val_decref(b->part->sharding);
-    shm_free(b->part->held);
-    shm_free(b->part);
-    atomic_fetch_sub_explicit(&arr_partial_live, 1, memory_order_relaxed);
-  }
+  arr_part_free(b);
   if (b->small_pages) shm_huge_pages(b->data, b->nbytes, true);   /* as shm_buf_alloc made it */
   if (b->owned) {
     shm_buf_free(b->data, b->nbytes);
@@ -915,6 +920,7 @@ void arr_free(Value *v) {
   bool last = arr_buffer_release(b);
   if (embedded) {   /* a's own embedded buffer */
     if (last) shm_mem_uncharge(b->charged, b->nbytes);
+    if (last) arr_part_free(b);   /* a small array held in part (SHMAP_PARTIAL_MIN) */
     if (last && !spare_put(a, arr_embed_size(a->ndim, b->nbytes)))
       shm_free(a);   /* else the last view's release frees it */
     return;
