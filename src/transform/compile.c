@@ -194,44 +194,39 @@ static bool plan_has_effects(const Plan *p) {
   return false;
 }
 
-/* Dead code: keeps equations whose outputs are needed or that have effects. */
-static int dce(Pre *pr) {
-  const Plan *p = pr->p;
+/* Backward liveness over [p]'s equations (eq[i], or p->eqns[i] when [eq]
+ * is NULL; an operand variable v stands for ren[v], v itself when [ren]
+ * is NULL): clears live[i] of an equation already dead, or whose outputs
+ * nothing needs and that has no effects.  0, or -1 when out of memory. */
+static int mark_live(const Plan *p, const PlanEqn *const *eq, const int *ren, bool *live) {
   bool *need = shm_calloc((size_t)p->nvars + 1, 1);
   if (!need) return err_nomem(), -1;
   for (int i = 0; i < p->nout; i++)
-    if (p->outs[i].var >= 0) need[pr->ren[p->outs[i].var]] = true;
+    if (p->outs[i].var >= 0) need[ren ? ren[p->outs[i].var] : p->outs[i].var] = true;
   for (int i = p->neqn - 1; i >= 0; i--) {
-    const PlanEqn *q = pr->eq[i];
-    if (!pr->live[i]) continue;
+    const PlanEqn *q = eq ? eq[i] : &p->eqns[i];
+    if (!live[i]) continue;
     bool want = eqn_has_effects(q);
     for (int k = 0; k < q->nout && !want; k++) want = need[q->out[k]];
-    pr->live[i] = want;
+    live[i] = want;
     for (int k = 0; want && k < q->nin; k++)
-      if (q->in[k].var >= 0) need[pr->ren[q->in[k].var]] = true;
+      if (q->in[k].var >= 0) need[ren ? ren[q->in[k].var] : q->in[k].var] = true;
   }
   shm_free(need);
   return 0;
 }
 
+/* Dead code: keeps equations whose outputs are needed or that have effects. */
+static int dce(Pre *pr) { return mark_live(pr->p, pr->eq, pr->ren, pr->live); }
+
 bool *cmp_live_eqns(const Plan *p) {
-  bool *need = shm_calloc((size_t)p->nvars + 1, 1), *live = shm_calloc((size_t)p->neqn + 1, 1);
-  if (!need || !live) {
-    shm_free(need);
+  bool *live = shm_malloc((size_t)p->neqn + 1);
+  if (!live) return err_nomem();
+  memset(live, 1, (size_t)p->neqn + 1);
+  if (mark_live(p, NULL, NULL, live) < 0) {
     shm_free(live);
-    return err_nomem();
+    return NULL;
   }
-  for (int i = 0; i < p->nout; i++)
-    if (p->outs[i].var >= 0) need[p->outs[i].var] = true;
-  for (int i = p->neqn - 1; i >= 0; i--) {
-    const PlanEqn *q = &p->eqns[i];
-    bool want = eqn_has_effects(q);
-    for (int k = 0; k < q->nout && !want; k++) want = need[q->out[k]];
-    live[i] = want;
-    for (int k = 0; want && k < q->nin; k++)
-      if (q->in[k].var >= 0) need[q->in[k].var] = true;
-  }
-  shm_free(need);
   return live;
 }
 
