@@ -1546,9 +1546,9 @@ static Mesh *explicit_mesh_of(Value *const *xs, int n, Value **keep) {
   return found;
 }
 
-/* Whether [x]'s layout is known here: an array's, or a value the
- * current jit traces (not one being differentiated or batched eagerly,
- * whose type these rules then do not check). */
+/* Whether [x]'s layout is known here: an array's, a value the current
+ * jit traces, or one being differentiated or batched whose primal's
+ * (batched value's) layout is known. */
 static bool layout_known(Value *x) {
   if (IS_ARRAY(x)) return true;
   Value *s = value_sharding(x);

@@ -13,6 +13,7 @@
 #include "transform/ad_impl.h"
 #include "transform/batch.h"
 #include "transform/higher.h"
+#include "transform/partition.h"
 #include "spmd/collective.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
@@ -518,16 +519,20 @@ typedef struct CtCtx {
 } CtCtx;
 
 /* A float leaf's cotangent has its primal's weak type, as JAX's autodiff
- * keeps weak types (grad of a Python float is weakly typed). */
+ * keeps weak types (grad of a Python float is weakly typed), and its
+ * Explicit type (part_typed_like). */
 static Value *ct_leaf(Value *v, void *vctx) {
   CtCtx *c = vctx;
   AVal a, ca;
   if (ops_aval(v, &a) < 0) return NULL;
   if (!dt_is_float(a.dtype)) return prim_zeros(&a);
-  Value *ct = c->cts[c->pos++];
-  if (a.weak && ops_aval(ct, &ca) == 0 && ca.dtype == a.dtype && !ca.weak)
-    return ops_convert(ct, a.dtype, true);
-  return val_incref(ct);
+  Value *ct = part_typed_like(c->cts[c->pos++], v, a.ndim);
+  if (ct && a.weak && ops_aval(ct, &ca) == 0 && ca.dtype == a.dtype && !ca.weak) {
+    Value *w = ops_convert(ct, a.dtype, true);
+    val_decref(ct);
+    return w;
+  }
+  return ct;
 }
 
 /* The cotangent trees of the differentiated arguments: each float leaf

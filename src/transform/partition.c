@@ -6,6 +6,7 @@
 #include "base/intern.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "lang/builtins.h"
 #include "transform/aot.h"
 #include "transform/partition.h"
 
@@ -895,8 +896,80 @@ bool part_traced_explicit(void) {
   return false;
 }
 
+/* A batch tracer's type: its batched value's, the batch axis dropped
+ * (JAX's BatchTracer aval: vmap over a split dimension leaves the rest
+ * of the spec). */
+static Value *batched_sharding(Tracer *t) {
+  Value *b = t->batched, *s = IS_ARRAY(b) ? AS_ARRAY(b)->sharding : NULL;
+  s = s ? val_incref(s) : IS_TRACER(b) ? part_traced_sharding(b) : NULL;
+  if (!s || !sharding_is(s) || !((NamedSharding *)s)->mesh || t->bdim < 0 ||
+      t->bdim > t->aval.ndim) {
+    if (s) val_decref(s);
+    return NULL;
+  }
+  Sharding r;
+  sharding_to_rule((NamedSharding *)s, t->aval.ndim + 1, &r);
+  for (int d = t->bdim; d < t->aval.ndim; d++) {
+    r.nsplit[d] = r.nsplit[d + 1];
+    memcpy(r.split[d], r.split[d + 1], sizeof r.split[d]);
+  }
+  r.ndim = t->aval.ndim;
+  Value *o = sharding_from_rule(((NamedSharding *)s)->mesh, &r);
+  val_decref(s);
+  return o;
+}
+
+/* [v]'s NamedSharding (a new reference) whether an array or traced;
+ * NULL, no error set, when it has none. */
+static Value *any_sharding(Value *v) {
+  Value *s = IS_ARRAY(v) ? (AS_ARRAY(v)->sharding ? val_incref(AS_ARRAY(v)->sharding) : NULL)
+             : IS_TRACER(v) ? part_traced_sharding(v) : NULL;
+  if (s && (!sharding_is(s) || !((NamedSharding *)s)->mesh)) {
+    val_decref(s);
+    s = NULL;
+  }
+  return s;
+}
+
+Value *part_typed_like(Value *ct, Value *primal, int ndim) {
+  Value *ps = any_sharding(primal);
+  Mesh *m = ps ? ((NamedSharding *)ps)->mesh : NULL;
+  bool expl = false;
+  for (int a = 0; m && a < m->naxes; a++) expl |= m->axis_types[a] == MESH_EXPLICIT;
+  if (!expl || !builtins_out_sharding_hook) {
+    if (ps) val_decref(ps);
+    return val_incref(ct);
+  }
+  Value *cs = any_sharding(ct);
+  Sharding want, got;
+  sharding_to_rule((NamedSharding *)ps, ndim, &want);
+  if (cs && mesh_same(((NamedSharding *)cs)->mesh, m)) {
+    sharding_to_rule((NamedSharding *)cs, ndim, &got);
+  } else {
+    memset(&got, 0, sizeof got);
+    got.ndim = ndim;
+  }
+  bool same = true;
+  for (int d = 0; d < ndim; d++)
+    same &= want.nsplit[d] == got.nsplit[d] &&
+            !memcmp(want.split[d], got.split[d], sizeof(want.split[d][0]) * want.nsplit[d]);
+  if (cs) val_decref(cs);
+  Value *r = same ? val_incref(ct) : builtins_out_sharding_hook(ct, ps);
+  val_decref(ps);
+  return r;
+}
+
 Value *part_traced_sharding(Value *x) {
   PartTraced *sc = traced_scope;
+  /* a value being differentiated has its primal's type, one batched its
+   * batched value's without the batch axis (JAX's JVPTracer and
+   * BatchTracer avals carry the sharding) */
+  if (IS_JVP_TRACER(x)) {
+    Value *pr = ((Tracer *)x)->primal;
+    if (IS_ARRAY(pr)) return AS_ARRAY(pr)->sharding ? val_incref(AS_ARRAY(pr)->sharding) : NULL;
+    return IS_TRACER(pr) ? part_traced_sharding(pr) : NULL;
+  }
+  if (IS_BATCH_TRACER(x)) return batched_sharding((Tracer *)x);
   if (!sc || trace_current() != sc->t || !IS_STAGE_TRACER(x) ||
       ((Tracer *)x)->trace_id != trace_id_of(sc->t))
     return NULL;

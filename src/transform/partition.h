@@ -176,6 +176,14 @@ bool part_traced_explicit(void);
  * in types (Explicit mode). */
 Value *part_traced_sharding(Value *x);
 
+/* [ct] (borrowed), the cotangent of [primal] (borrowed; rank [ndim]),
+ * laid out as primal's type when primal is laid out over a mesh with
+ * Explicit axes and ct is laid out otherwise (eagerly a reshard, under
+ * jit a sharding constraint), else ct itself: a new reference, or NULL
+ * with the reshard's error.  Semantics: JAX's autodiff, where a
+ * cotangent's aval is its primal's, sharding included (Explicit mode). */
+Value *part_typed_like(Value *ct, Value *primal, int ndim);
+
 /* ---- execution (partition_run.c) ---- */
 
 /* The shard_map that runs [pp] (borrowed; the body keeps a reference):
