@@ -751,29 +751,32 @@ static int prim_scan_operands(PrimId id, int nin, Value **in) {
 
 int (*prim_line_hook)(void);
 
-/* Records why [out] varies: this primitive when it adds mesh axes none of
- * its operands varies over, else an operand's reason for the axes it
- * shares with [out]: a primitive's (axis_index, a collective) before an
- * argument's, whose axes in_specs and out_specs usually both name. */
-static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
-  uint32_t in = 0;
-  for (int i = 0; i < nin; i++) in |= f->ops[i]->vma;
-  if (out->vma & ~in) {
-    out->why = (VmaWhy){prim_line_hook ? prim_line_hook() : 0, (int16_t)(id + 1), 0,
-                        out->vma & ~in};
-    return;
-  }
+VmaWhy prim_vma_why(PrimId id, int line, int nin, const VmaWhy *why, uint32_t in_vma,
+                    uint32_t out_vma) {
+  if (out_vma & ~in_vma) return (VmaWhy){line, (int16_t)(id + 1), 0, out_vma & ~in_vma};
   const VmaWhy *arg = NULL;
   for (int i = 0; i < nin; i++) {
-    const VmaWhy *w = &f->ops[i]->why;
-    if (!(w->axes & out->vma)) continue;
-    if (w->prim) {
-      out->why = *w;
-      return;
-    }
-    if (w->arg && !arg) arg = w;
+    if (!(why[i].axes & out_vma)) continue;
+    if (why[i].prim) return why[i];
+    if (why[i].arg && (!arg || __builtin_popcount(why[i].axes & out_vma) >
+                                   __builtin_popcount(arg->axes & out_vma)))
+      arg = &why[i];
   }
-  if (arg) out->why = *arg;
+  return arg ? *arg : (VmaWhy){0};
+}
+
+/* Records why eager result [out] varies (prim_vma_why). */
+static void vma_why(PrimId id, const ApplyFrame *f, int nin, Array *out) {
+  VmaWhy stack[8], *why = nin <= 8 ? stack : shm_malloc(sizeof(VmaWhy) * (size_t)nin);
+  uint32_t in = 0;
+  if (!why) return;   /* out of memory: the message only loses its explanation */
+  for (int i = 0; i < nin; i++) {
+    in |= f->ops[i]->vma;
+    why[i] = f->ops[i]->why;
+  }
+  VmaWhy w = prim_vma_why(id, prim_line_hook ? prim_line_hook() : 0, nin, why, in, out->vma);
+  if (w.axes) out->why = w;   /* else the kernel's (a view keeps its operand's) */
+  if (why != stack) shm_free(why);
 }
 
 /* Whether an operand is a sharded jax.Array (array.h), whose results the

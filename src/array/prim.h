@@ -344,6 +344,18 @@ extern Value *(*prim_trace_hook)(PrimId id, int nin, Value **in, const Params *p
  * provenance of values that vary over mesh axes (array.h, VmaWhy). */
 extern int (*prim_line_hook)(void);  /* hook */
 
+/* Why a result that varies over the mesh axes [out_vma] (bits) does, for
+ * the replication error's explanation (array.h, VmaWhy): primitive [id]
+ * at source line [line] when it adds axes none of its [nin] operands
+ * varies over ([in_vma], their union), else an operand's reason ([why],
+ * nin of them) for axes it shares with the result, a primitive's
+ * (axis_index, a collective) before an argument's, whose axes in_specs
+ * and out_specs usually both name, and of arguments the one explaining
+ * the most of the result's axes; {0} when none explains it.  One rule
+ * for eager results and for a traced body's variables (plan_vma_whys). */
+VmaWhy prim_vma_why(PrimId id, int line, int nin, const VmaWhy *why, uint32_t in_vma,
+                    uint32_t out_vma);
+
 /* The sharding of eager results (spmd/sharding.c): when an operand of
  * prim_apply is a sharded jax.Array (Array.sharding), the results' are
  * what the primitive's sharding rule makes them, as JAX's eager dispatch

@@ -34,6 +34,8 @@ static void shardfn_free(Value *v) {
   if (f->in_tree) val_decref(f->in_tree);
   if (f->out_tree) val_decref(f->out_tree);
   if (f->arg_labels) val_decref(f->arg_labels);
+  shm_free(f->out_why);
+  if (f->ret.src) src_decref(f->ret.src);
   shm_free(f);
 }
 
@@ -338,11 +340,13 @@ static void index_str(const Array *a, int64_t flat, char *buf, size_t cap) {
   shape_str(buf, cap, a->ndim, idx);
 }
 
-/* Why result [k] varies over mesh axis number [a] (from [why], when it
- * explains that axis), and the fitting hint, into [buf]. */
-static void vma_reason(const ShardFn *f, VmaWhy why, int a, char *buf, size_t cap) {
-  const char *ax = f->mesh->axis_names[a];
-  if (!(why.axes & (1u << a))) {
+/* Why a result varies over mesh axis number [a] (from [why], when it
+ * explains that axis; [label] and [arg_spec] the argument it names), and
+ * the fitting hint, into [buf]. */
+static void vma_reason(const Mesh *m, VmaWhy why, int a, const char *label,
+                       const PSpec *arg_spec, char *buf, size_t cap) {
+  const char *ax = m->axis_names[a];
+  if (!(why.axes & (1u << a)) || (!why.prim && (!why.arg || !label || !arg_spec))) {
     snprintf(buf, cap, " (is a psum over '%s' missing?)", ax);
   } else if (why.prim) {
     const char *prim = prim_table[why.prim - 1].name;
@@ -351,13 +355,42 @@ static void vma_reason(const ShardFn *f, VmaWhy why, int a, char *buf, size_t ca
                        "(psum, pmax, pmin) or name '%s' in out_specs",
              prim, index ? "" : " (a collective whose result differs per device)", why.line, ax,
              ax, ax);
-  } else if (why.arg) {
-    char sb[256], nm[144];
-    arg_label(f, why.arg - 1, 2, nm, sizeof nm);
-    pspec_str(in_spec_of(f, why.arg - 1), sb, sizeof sb);
+  } else {
+    char sb[256];
+    pspec_str(arg_spec, sb, sizeof sb);
     snprintf(buf, cap, ": it is computed from %s, which in_specs %s splits over '%s' "
-                       "(is a psum over '%s' missing?)", nm, sb, ax, ax);
+                       "(is a psum over '%s' missing?)", label, sb, ax, ax);
   }
+}
+
+int shardmap_vma_error(const Mesh *m, const PSpec *s, int k, int a, VmaWhy why,
+                       const char *label, const PSpec *arg_spec, Loc at) {
+  char sb[256], reason[512];
+  pspec_str(s, sb, sizeof sb);
+  vma_reason(m, why, a, label, arg_spec, reason, sizeof reason);
+  const char *ax = m->axis_names[a];
+  if (at.src)   /* at the body's return */
+    err_set_at(at, ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d "
+                              "varies over '%s'%s", sb, ax, k, ax, reason);
+  else
+    err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies over "
+                       "'%s'%s", sb, ax, k, ax, reason);
+  return -1;
+}
+
+/* The replication error of [f]'s result [k] over axis [a], explained by
+ * [why] (a compiled body's blocks record none: its plan's reason,
+ * ShardFn.out_why, and its return, ShardFn.ret, are used then). */
+static int fn_vma_error(const ShardFn *f, const PSpec *s, int k, int a, VmaWhy why, Loc at) {
+  if (!(why.axes & (1u << a)) && f->out_why) why = f->out_why[k];
+  if (!at.src) at = f->ret;
+  char label[144] = "";
+  const PSpec *spec = NULL;
+  if (why.arg) {
+    arg_label(f, why.arg - 1, 2, label, sizeof label);
+    spec = in_spec_of(f, why.arg - 1);
+  }
+  return shardmap_vma_error(f->mesh, s, k, a, why, label, spec, at);
 }
 
 /* The first device whose block [blocks] varies over mesh axis [a], one
@@ -381,17 +414,7 @@ static int check_vma(const ShardFn *f, const PSpec *s, Array *const *blocks, int
   for (int a = 0; a < m->naxes; a++) {
     if (!(vary & ~named & (1u << a))) continue;
     int r = device_varying(m, blocks, a);
-    char sb[256], why[512];
-    pspec_str(s, sb, sizeof sb);
-    vma_reason(f, blocks[r]->why, a, why, sizeof why);
-    Loc at = ret ? ret[r] : (Loc){0};
-    if (at.src)   /* at the body's return */
-      err_set_at(at, ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d "
-                                "varies over '%s'%s", sb, m->axis_names[a], k, m->axis_names[a], why);
-    else
-      err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies over "
-                         "'%s'%s", sb, m->axis_names[a], k, m->axis_names[a], why);
-    return -1;
+    return fn_vma_error(f, s, k, a, blocks[r]->why, ret ? ret[r] : (Loc){0});
   }
   return 0;
 }
@@ -2346,12 +2369,7 @@ static int nested_check_vma(const ShardFn *f, const PSpec *s, Array *r, int k, u
   uint32_t bad = r->vma & inner & ~spec_axes(s, f->mesh);
   for (int a = 0; bad && a < f->mesh->naxes; a++) {
     if (!(bad >> a & 1)) continue;
-    char sb[256], why[512] = "";
-    pspec_str(s, sb, sizeof sb);
-    vma_reason(f, r->why, a, why, sizeof why);
-    err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies over "
-                       "'%s'%s", sb, f->mesh->axis_names[a], k, f->mesh->axis_names[a], why);
-    return -1;
+    return fn_vma_error(f, s, k, a, r->why, (Loc){0});
   }
   return 0;
 }

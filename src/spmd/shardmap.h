@@ -67,10 +67,23 @@ typedef struct ShardFn {
   Value *in_tree;      /* owned: nested specs (pytree prefixes, None: static), or NULL */
   Value *out_tree;     /* owned: likewise for the results, or NULL */
   Value *arg_labels;   /* owned: a Tuple of Str naming each argument in messages, or NULL */
+  VmaWhy *out_why;     /* owned, or NULL: a compiled body's reason each result varies
+                          (its plan's, plan_vma_whys), for the replication error */
+  Loc ret;             /* a compiled body's return (owns its source), or {0} */
   bool local_results;  /* under mpirun, a result whose blocks are not all on each process
                           holds only each process's (array.h, "Process-local shards"): a partitioned
                           jit's, whose out_specs are the results' layouts */
 } ShardFn;
+
+/* The replication error (a ValueError; returns -1): result [k] of a
+ * shard_map over [m] varies over mesh axis number [a], which its out_spec
+ * [s] does not name.  [why] explains it (array.h, VmaWhy): a primitive
+ * at a line, or argument why.arg - 1, named [label] ("argument 0 ('c')")
+ * with in_spec [arg_spec] (NULL, NULL when why names none); set at [at]
+ * (the body's return) when at.src is set.  The message of every check,
+ * eager, staged and partitioned.  Semantics: JAX's _check_reps. */
+int shardmap_vma_error(const Mesh *m, const PSpec *s, int k, int a, VmaWhy why,
+                       const char *label, const PSpec *arg_spec, Loc at);
 
 /* Makes a ShardFn (all arguments borrowed).  Errors: a spec that is not a
  * P(...) (or tuple of them), a mesh that is not a Mesh. */

@@ -1092,7 +1092,9 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
       goto fail;
   }
   dev_ctx_set(&ctx);
+  Loc before = eval_current_loc();
   r = bt ? val_call_n(f->body, n, bt) : err_nomem();
+  Loc after = eval_current_loc();   /* the body's return, when the interpreter ran it */
   dev_ctx_set(saved);
   Sig outs;
   sig_init(&outs);
@@ -1107,6 +1109,11 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
     val_decref(&p->hdr);
     val_decref(r);
     return NULL;
+  }
+  if (p && after.src && (after.src != before.src || after.line != before.line ||
+                         after.col != before.col)) {
+    src_incref(after.src);
+    p->ret = after;
   }
   *result = r;   /* its structure: the call's result is rebuilt in it */
   return p;

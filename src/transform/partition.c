@@ -7,6 +7,7 @@
 #include "base/mem.h"
 #include "base/strbuf.h"
 #include "lang/builtins.h"
+#include "spmd/shardmap.h"
 #include "transform/aot.h"
 #include "transform/partition.h"
 
@@ -196,6 +197,29 @@ static int part_auto_body(Part *pt, int k, const Sharding *have, uint32_t autos)
   return 0;
 }
 
+int part_vma_error(const Mesh *m, const PlanEqn *e, const Plan *body, const PSpec *spec, int k,
+                   int a) {
+  VmaWhy *why = shm_calloc((size_t)body->nvars + 1, sizeof(VmaWhy)), w = {0};
+  if (why) plan_vma_whys(body, why);   /* out of memory: the message unexplained */
+  if (why && body->outs[k].var >= 0) w = why[body->outs[k].var];
+  shm_free(why);
+  Value *ins = params_get(&e->params, "in_specs");
+  const PSpec *arg_spec = NULL;
+  const char *label = NULL;
+  char buf[64];
+  int i = w.arg - 1;
+  if (w.arg && ins && ins->type == V_TUPLE && (size_t)i < tuple_len(ins)) {
+    arg_spec = (const PSpec *)tuple_get(ins, (size_t)i);
+    if (body->in_labels && (size_t)i < tuple_len(body->in_labels)) {
+      label = str_cstr(tuple_get(body->in_labels, (size_t)i));
+    } else {
+      snprintf(buf, sizeof buf, "argument %d", i);
+      label = buf;
+    }
+  }
+  return shardmap_vma_error(m, spec, k, a, w, label, arg_spec, body->ret);
+}
+
 /* JAX's check of a shard_map equation [e] with check_rep over its manual
  * axes (the mesh's less [autos]): a body result may vary only along
  * axes its out_spec names, from the body's traced types.  Made when the
@@ -216,14 +240,9 @@ static int manual_check_vma(const PartPlan *pp, const PlanEqn *e, uint32_t autos
     for (int d = 0; d < spec->n; d++)
       for (int q = 0; q < spec->e[d].nnames; q++) named |= 1u << mesh_axis(m, spec->e[d].names[q]);
     uint32_t bad = av.vma & ~autos & ~named;
-    for (int a = 0; bad && a < m->naxes; a++) {
-      if (!(bad >> a & 1)) continue;
-      char sb[256];
-      const char *ax = m->axis_names[a];
-      pspec_str(spec, sb, sizeof sb);
-      return err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
-                     "over '%s' (is a psum over '%s' missing?)", sb, ax, k, ax, ax), -1;
-    }
+    for (int a = 0; bad && a < m->naxes; a++)
+      if (bad >> a & 1)
+        return part_vma_error(m, e, body, spec, k, a);
   }
   return 0;
 }

@@ -176,6 +176,14 @@ bool part_traced_explicit(void);
  * in types (Explicit mode). */
 Value *part_traced_sharding(Value *x);
 
+/* The replication error (a ValueError; returns -1) of shard_map equation
+ * [e] over [m], checked from its traced [body]: result [k], laid out by
+ * [spec], varies over mesh axis number [a].  Explained as the eager call
+ * explains it (plan_vma_whys, shardmap_vma_error), at the body's return
+ * when the trace recorded it. */
+int part_vma_error(const Mesh *m, const PlanEqn *e, const Plan *body, const PSpec *spec, int k,
+                   int a);
+
 /* [ct] (borrowed), the cotangent of [primal] (borrowed; rank [ndim]),
  * laid out as primal's type when primal is laid out over a mesh with
  * Explicit axes and ct is laid out otherwise (eagerly a reshard, under

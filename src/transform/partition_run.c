@@ -212,15 +212,9 @@ static int nested_check_vma(const PartPlan *pp, const PlanEqn *e, const Plan *bo
     plan_atom_aval(body, &body->outs[k], &av);
     Value *spec = tuple_get(outs, (size_t)k);
     uint32_t bad = av.vma & inner & ~named_axes(pp, spec);
-    for (int a = 0; bad && a < pp->mesh->naxes; a++) {
-      if (!(bad >> a & 1)) continue;
-      char sb[256];
-      const char *ax = pp->mesh->axis_names[a];
-      pspec_str((const PSpec *)spec, sb, sizeof sb);
-      err_set(ERR_VALUE, "out_specs %s does not mention mesh axis '%s', but result %d varies "
-                         "over '%s' (is a psum over '%s' missing?)", sb, ax, k, ax, ax);
-      return -1;
-    }
+    for (int a = 0; bad && a < pp->mesh->naxes; a++)
+      if (bad >> a & 1)
+        return part_vma_error(pp->mesh, e, body, (const PSpec *)spec, k, a);
   }
   return 0;
 }

@@ -187,6 +187,82 @@ void plan_atom_aval(const Plan *p, const PlanAtom *a, AVal *out) {
   else aval_of(AS_ARRAY(a->lit), out);
 }
 
+static void vma_whys(const Plan *p, VmaWhy *why, bool args);
+
+/* A primitive inside [sub] (a plan, or a tuple of them: a cond's
+ * branches) that makes one of its results vary over axes of [added]:
+ * the reason of an equation with a body that adds them.  {0}: none. */
+static VmaWhy sub_why(const Value *sub, uint32_t added) {
+  if (sub->type == V_TUPLE) {
+    for (size_t i = 0; i < tuple_len(sub); i++) {
+      VmaWhy w = sub_why(tuple_get(sub, i), added);
+      if (w.prim) return w;
+    }
+    return (VmaWhy){0};
+  }
+  if (!IS_PLAN(sub)) return (VmaWhy){0};
+  const Plan *b = AS_PLAN((Value *)sub);
+  VmaWhy *why = shm_calloc((size_t)b->nvars + 1, sizeof(VmaWhy)), w = {0};
+  if (!why) return w;
+  vma_whys(b, why, false);
+  for (int k = 0; k < b->nout && !w.prim; k++)
+    if (b->outs[k].var >= 0 && why[b->outs[k].var].prim && (why[b->outs[k].var].axes & added))
+      w = why[b->outs[k].var];
+  shm_free(why);
+  return w;
+}
+
+/* The reason result [o] (its vma) of [e] varies, its operands' reasons
+ * [in] (their union [vma]). */
+static VmaWhy eqn_why(const PlanEqn *e, const VmaWhy *in, uint32_t vma, uint32_t o) {
+  bool body = false;
+  for (int i = 0; (o & ~vma) && i < e->params.n; i++) {
+    const Value *v = e->params.p[i].value;
+    body |= IS_PLAN(v) || (v->type == V_TUPLE && tuple_len(v) && IS_PLAN(tuple_get(v, 0)));
+    VmaWhy w = sub_why(v, o & ~vma);
+    if (w.prim) return w;
+  }
+  /* a body that adds axes no primitive of it explains: the operands'
+   * reasons for the rest (the equation is not itself a collective) */
+  return prim_vma_why(e->prim, e->loc.line, e->nin, in, vma, body ? o & vma : o);
+}
+
+/* plan_vma_whys; [args]: the inputs are explained by their in_specs (a
+ * body inside an equation's: unexplained, as only a primitive in it can
+ * add axes its operands lack). */
+static void vma_whys(const Plan *p, VmaWhy *why, bool args) {
+  memset(why, 0, sizeof(VmaWhy) * (size_t)p->nvars);
+  for (int i = 0; args && i < p->nin; i++) {
+    uint32_t v = p->vars[p->invars[i]].vma;
+    if (v) why[p->invars[i]] = (VmaWhy){0, 0, (int16_t)(i + 1), v};
+  }
+  VmaWhy stack[8], *in = stack;
+  int cap = 8;
+  for (int k = 0; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    if (e->nin > cap) {
+      VmaWhy *grown = shm_malloc(sizeof(VmaWhy) * (size_t)e->nin);
+      if (!grown) break;   /* out of memory: later reasons stay unknown */
+      if (in != stack) shm_free(in);
+      in = grown;
+      cap = e->nin;
+    }
+    uint32_t vma = 0;
+    for (int i = 0; i < e->nin; i++) {
+      int v = e->in[i].var;
+      in[i] = v >= 0 ? why[v] : (VmaWhy){0};
+      vma |= v >= 0 ? p->vars[v].vma : 0;
+    }
+    for (int j = 0; j < e->nout; j++) {
+      uint32_t o = p->vars[e->out[j]].vma;
+      if (o) why[e->out[j]] = eqn_why(e, in, vma, o);
+    }
+  }
+  if (in != stack) shm_free(in);
+}
+
+void plan_vma_whys(const Plan *p, VmaWhy *why) { vma_whys(p, why, true); }
+
 void plan_eqn_clear(PlanEqn *e) {
   params_clear(&e->params);
   atoms_free(e->nin, e->in);
@@ -200,6 +276,7 @@ static void plan_free(Value *v) {
   for (int i = 0; i < p->nnotes; i++) shm_free(p->notes[i]);
   shm_free(p->notes);
   if (p->in_labels) val_decref(p->in_labels);
+  if (p->ret.src) src_decref(p->ret.src);
   if (p->exec && plan_exec_free) plan_exec_free(p->exec);
   for (int i = 0; i < p->neqn; i++) plan_eqn_clear(&p->eqns[i]);
   for (int i = 0; i < p->nconst; i++) val_decref(p->consts[i]);

@@ -96,6 +96,9 @@ typedef struct Plan {
   int nnotes;        /* entries of [notes]: equations past them have none */
   Value *in_labels;  /* owned Tuple of Str, one per input, naming it in messages (a
                         shard_map body's: "argument 0 ('c')"), or NULL: "argument i" */
+  Loc ret;           /* a traced shard_map body's return (its last statement run;
+                        owns a reference to its source), where the replication error
+                        points as the eager call's does; {0}: unknown */
 } Plan;
 
 static inline Plan *AS_PLAN(Value *v) { return (Plan *)v; }
@@ -148,6 +151,15 @@ int plan_set_outs(Plan *p, int nout, const PlanAtom *outs);
 
 /* The aval of atom [a] of [p]. */
 void plan_atom_aval(const Plan *p, const PlanAtom *a, AVal *out);
+
+/* Why each variable of [p] varies over the mesh axes its aval's vma
+ * names, as an eager body's arrays record it (array.h, VmaWhy): input i
+ * varies by its in_spec (VmaWhy.arg = i + 1, captures counted), an
+ * equation's results by prim_vma_why of its operands' reasons and its
+ * source line; an equation with a body (cond, while, a nested jit) that
+ * adds axes, by the primitive in it that adds them (an axis_index in a
+ * branch).  Fills [why] (nvars entries). */
+void plan_vma_whys(const Plan *p, VmaWhy *why);
 
 /* Appends the comment line(s) [text] (ending in a newline) to those
  * printed after equation [i] of [p] (plan_str).  0, or -1 on out of

@@ -54,6 +54,28 @@ static bool holds_batched(const Value *v) {
 
 /* ==== jit: the compiled step ======================================================== */
 
+/* The replication error's explanation for [f] (a ShardFn) running the
+ * compiled [body], whose blocks record none: the plan's reason for each
+ * result (plan_vma_whys) and where the traced body returned.  0, or -1
+ * on out of memory. */
+static int body_whys(Value *fv, const Plan *body) {
+  ShardFn *f = (ShardFn *)fv;
+  VmaWhy *why = shm_calloc((size_t)body->nvars + 1, sizeof(VmaWhy));
+  if (!why || !(f->out_why = shm_calloc((size_t)body->nout + 1, sizeof(VmaWhy)))) {
+    shm_free(why);
+    return err_nomem(), -1;
+  }
+  plan_vma_whys(body, why);
+  for (int k = 0; k < body->nout; k++)
+    if (body->outs[k].var >= 0) f->out_why[k] = why[body->outs[k].var];
+  shm_free(why);
+  if (body->ret.src) {
+    src_incref(body->ret.src);
+    f->ret = body->ret;
+  }
+  return 0;
+}
+
 /* A ShardFn running the compiled body, kept as the step's own:
  * shardmap.c's call machinery then runs one plan on every device. */
 static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
@@ -74,6 +96,7 @@ static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   if (s->own) ((ShardFn *)s->own)->internal = true;
   if (s->own && body->in_labels && (int)tuple_len(body->in_labels) == body->nin)
     ((ShardFn *)s->own)->arg_labels = val_incref(body->in_labels);   /* messages name them */
+  if (s->own && check && body_whys(s->own, body) < 0) return -1;
   return s->own ? 0 : -1;
 }
 
