@@ -174,7 +174,9 @@ typedef struct SmCall {
    * The backward shard_map then linearizes the body again on the primals
    * (kept here) and transposes it in the same call, under the same vmap.
    * So do primals differentiated again eagerly whose body the jit cannot
-   * trace (jitted, then declined). */
+   * trace (jitted, then declined), and, eagerly and under jit alike,
+   * primals of an outer differentiation that a vmap batches (vmap of grad
+   * of grad: sm_reverse). */
   Value **remat;           /* owned: the primal arguments, or NULL */
 } SmCall;
 
@@ -414,12 +416,12 @@ static Value *sm_lin_body(Value *self, const CallArgs *a) {
     return err_set(ERR_NOT_IMPLEMENTED, "%s(): a staged forward pass run on a device",
                    c->f->name);
   }
-  /* staged, its forward call over: an outer vmap's backward pass running
-   * the body forward again (SmCall.remat) would trace a second plan */
+  /* staged, its forward call over: an outer call running the body forward
+   * again (SmCall.remat) would trace a second plan (sm_reverse linearizes
+   * such primals again instead; kept against a path that does not) */
   if (c->staged && !c->fwd)
-    return err_set(ERR_NOT_IMPLEMENTED, "%s(): a reverse-mode derivative of a staged "
-                   "reverse-mode shard_map call under vmap (vmap of grad of grad under jit)",
-                   c->f->name);
+    return err_set(ERR_NOT_IMPLEMENTED, "%s(): the forward body of a staged reverse-mode "
+                   "shard_map call run again after the call", c->f->name);
   int rank = d && !c->staged ? d->rank : 0;
   size_t n;
   Value *r = sm_linearize(c, a->args, &c->plans[rank], &c->caps[rank], &c->ncaps[rank], &n);
@@ -658,12 +660,15 @@ static Value *sm_reverse(SmCall *c, JvpTrace *j, const CallArgs *a) {
    * eagerly): each device's residuals would be tracers of a trace that
    * ends with the forward call, so the backward pass linearizes again
    * (staged, the residuals leave the forward call as results instead;
-   * an eager outer differentiation stages it too, below). */
+   * an eager outer differentiation stages it too, below).  Primals of an
+   * outer differentiation that a vmap batches (vmap of grad of grad) are
+   * linearized again eagerly and under jit alike: the outer call's
+   * backward pass, batched, runs its forward body, this call's forward
+   * shard_map, again, which a staged call would trace a second time. */
   bool outer = false, batched = false;
-  for (int i = 0; i < c->nargs; i++) {
-    batched |= holds_batched(args[i]);
-    outer |= IS_BATCH_TRACER(args[i]) || (!c->staged && IS_JVP_TRACER(args[i]));
-  }
+  for (int i = 0; i < c->nargs; i++) batched |= holds_batched(args[i]);
+  for (int i = 0; i < c->nargs; i++)
+    outer |= IS_BATCH_TRACER(args[i]) || (IS_JVP_TRACER(args[i]) && (!c->staged || batched));
   if (outer) c->autorun = false;
   for (int i = 0; c->autorun && i < c->nargs; i++) {
     Value *sh = IS_ARRAY(args[i]) ? AS_ARRAY(args[i])->sharding : NULL;
