@@ -359,9 +359,40 @@ out:
 
 static bool all_concrete(const Leaves *l);
 
+/* Why result [k] of the traced branches [br] ([nb]) varies over the
+ * axes [added]: a primitive of a branch that makes it (plan_vma_whys),
+ * as jit's check names it; {0}: none found. */
+static VmaWhy branch_why(const Sub *br, int nb, int k, uint32_t added) {
+  VmaWhy w = {0};
+  for (int b = 0; b < nb && !w.prim; b++) {
+    const Plan *p = br[b].plan;
+    VmaWhy *why = k < p->nout && p->outs[k].var >= 0
+                  ? shm_calloc((size_t)p->nvars + 1, sizeof(VmaWhy)) : NULL;
+    if (!why) continue;
+    plan_vma_whys(p, why);
+    VmaWhy o = why[p->outs[k].var];
+    if (o.prim && (o.axes & added)) w = o;
+    shm_free(why);
+  }
+  return w;
+}
+
+/* [x] (borrowed) typed as varying over the axes [vma] too (a view), its
+ * reason [why] when it explains them: the staged cond's type, which an
+ * untaken branch that varies makes vary, as JAX types it.  New ref. */
+static Value *also_varying(Value *x, uint32_t vma, VmaWhy why) {
+  if (!IS_ARRAY(x) || !(vma & ~AS_ARRAY(x)->vma)) return val_incref(x);
+  Array *a = AS_ARRAY(x), *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
+  if (!v) return NULL;
+  if (why.axes & vma & ~a->vma) v->why = why;
+  v->vma |= vma;
+  return &v->hdr;
+}
+
 /* The leaves of an eager branch's results [r] (stolen) given the types
- * [outs] of the staged cond: dtype and weak type joined over branches. */
-static Value *retype_results(Value *r, const AVal *outs, int nout) {
+ * [outs] of the staged cond, traced as [br] ([nb]): dtype and weak type
+ * joined over branches, and the mesh axes any branch's varies over. */
+static Value *retype_results(Value *r, const AVal *outs, int nout, const Sub *br, int nb) {
   Leaves l = {0};
   if (flatten(r, &l) < 0 || l.n != nout) {
     pytree_leaves_free(&l);
@@ -373,7 +404,10 @@ static Value *retype_results(Value *r, const AVal *outs, int nout) {
     AVal a;
     if (ops_aval(l.v[k], &a) < 0) break;
     bool same = a.dtype == outs[k].dtype && a.weak == outs[k].weak;
-    vals[k] = same ? val_incref(l.v[k]) : ops_convert(l.v[k], outs[k].dtype, outs[k].weak);
+    Value *c = same ? val_incref(l.v[k]) : ops_convert(l.v[k], outs[k].dtype, outs[k].weak);
+    uint32_t added = outs[k].vma & ~a.vma;
+    vals[k] = c && added ? also_varying(c, outs[k].vma, branch_why(br, nb, k, added)) : c;
+    if (c && added) val_decref(c);
     if (!vals[k]) break;
   }
   Value *res = NULL;
@@ -425,7 +459,7 @@ static Value *eager_branches(bool is_bool, int nb, Value *const *fns, int taken,
     goto out;
   }
   r = val_call_n(fns[taken], nops, opv);
-  if (r && outs) r = retype_results(r, outs, nout);
+  if (r && outs) r = retype_results(r, outs, nout, br, nb);
 out:
   for (int k = 0; br && k < nb; k++) sub_free(&br[k]);
   shm_free(br);
