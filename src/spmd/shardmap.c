@@ -1128,11 +1128,10 @@ static Value *flat_out_specs(Value *out) {
 /* Appends to [labels] the words for leaf [k] of argument [i] of [f]
  * (k < 0: the argument is itself the leaf). */
 static int add_label(Value *labels, const ShardFn *f, int i, int k) {
-  char b[144], p[96] = "";
-  const char *pn = param_name(f, i);
-  if (pn) snprintf(p, sizeof p, " ('%s')", pn);
-  if (k < 0) snprintf(b, sizeof b, "argument %d%s", i, p);
-  else snprintf(b, sizeof b, "leaf %d of argument %d%s", k, i, p);
+  char b[176], l[144];
+  arg_label(f, i, 2, l, sizeof l);   /* f's own label (a lifted call's), else its parameter's */
+  if (k < 0) snprintf(b, sizeof b, "%s", l);
+  else snprintf(b, sizeof b, "leaf %d of %s", k, l);
   Value *s = str_from(b);
   int rc = s ? list_append(labels, s) : -1;
   if (s) val_decref(s);
