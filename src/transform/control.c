@@ -439,6 +439,10 @@ static Value *eager_branches(bool is_bool, int nb, Value *const *fns, int taken,
   Sub *br = shm_calloc((size_t)nb, sizeof(Sub));
   int b = 0, nout = 0;
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0) goto out;
+  /* values being differentiated are traced as their primals, whose types
+   * they have (JAX's JVPTracer avals): grad's cond checks as jit's */
+  for (int i = 0; i < leaves.n; i++)
+    while (IS_JVP_TRACER(leaves.v[i])) leaves.v[i] = ((Tracer *)leaves.v[i])->primal;
   if (all_concrete(&leaves) && avals_of(&leaves, &avs) == 0) {
     for (; b < nb; b++) {
       int k = trace_order(is_bool, nb, b);
