@@ -48,9 +48,8 @@ typedef enum { ST_KERNEL, ST_FUSED, ST_HIGHER } StepKind;
 
 typedef struct CmpStep {
   StepKind kind;
-  const PlanEqn *eqn;  /* borrowed from the plan: prim and params */
-  const PlanEqn *last; /* ST_FUSED: the last equation of its run, [eqn] the
-                          first (the cost analysis's bytes per fused loop) */
+  const PlanEqn *eqn;  /* borrowed from the plan: prim and params (ST_FUSED: its
+                          first equation; Fused.eqns lists them all) */
   int nin, nout;
   int *in, *out;       /* references while compiling, slots afterwards */
   Fused *fused;        /* ST_FUSED, owned */
