@@ -54,9 +54,12 @@ static int add_slot(Exec *e, SlotKind k, const AVal *a, int index, Value *value)
   }
   /* steps read constants in place: views (a broadcast `ones(16)`) are
    * made contiguous once here */
-  Value *v = value && IS_ARRAY(value) ? arr_value(arr_contiguous(AS_ARRAY(value))) : val_incref(value);
+  Array *x = value && IS_ARRAY(value) ? AS_ARRAY(value) : NULL;
+  bool splat = x && x->size > 1;
+  for (int d = 0; splat && d < x->ndim; d++) splat = x->shape[d] == 1 || x->strides[d] == 0;
+  Value *v = x ? arr_value(arr_contiguous(x)) : val_incref(value);
   if (value && !v) return -1;
-  e->slots[e->nslots] = (Slot){k, *a, index, v};
+  e->slots[e->nslots] = (Slot){k, *a, index, v, splat};
   return e->nslots++;
 }
 
@@ -703,10 +706,9 @@ static bool sinks_cheaply(const Exec *e, const FuseEnv *fe, int i, int n, const 
     const Step *s = &e->steps[g[m]];
     for (int q = 0; q < s->nin; q++) {
       int r = s->in[q];
-      const AVal *av = r >= 0 ? &fe->p->vars[r] : fe->const_aval(fe->ctx, -1 - r);
       bool mine = false;
       for (int o = 0; o < ng && r >= 0; o++) mine |= e->steps[g[o]].out[0] == r;
-      if (av->ndim == 0 || mine || r == a) continue;
+      if (fuse_reads_scalar(fe, r) || mine || r == a) continue;
       if (a != INT32_MIN) return false;   /* two arrays read instead of one */
       a = r;
       int def = -1, reads = 0;   /* by the run's steps, [g] among them */
@@ -752,6 +754,9 @@ static int sink_run(Exec *e, FuseItem *items, const FuseEnv *fe, int i, int n) {
 /* The aval of constant slot [slot] of the Exec [ctx]. */
 static const AVal *const_aval(void *ctx, int slot) { return &((Exec *)ctx)->slots[slot].aval; }
 
+/* Whether constant slot [slot] of the Exec [ctx] is one value repeated. */
+static bool const_splat(void *ctx, int slot) { return ((Exec *)ctx)->slots[slot].splat; }
+
 /* Replaces runs of fusible steps by fused ones (fused_loop.h decides). */
 static int fuse_steps(Pre *pr) {
   Exec *e = pr->e;
@@ -765,7 +770,7 @@ static int fuse_steps(Pre *pr) {
   for (int i = 0; i < e->nsteps; i++)
     if (e->steps[i].kind == ST_KERNEL)
       items[i] = (FuseItem){e->steps[i].eqn, e->steps[i].in, e->steps[i].out};
-  FuseEnv fe = {pr->p, uses, const_aval, e};
+  FuseEnv fe = {pr->p, uses, const_aval, const_splat, e};
   int w = 0;
   for (int i = 0; i < e->nsteps;) {
     int n = fuse_run_length(&fe, items, i, e->nsteps);

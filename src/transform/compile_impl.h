@@ -40,6 +40,8 @@ typedef struct Slot {
   AVal aval;
   int index;        /* SL_INPUT: input number; SL_OUTPUT: output number */
   Value *value;     /* SL_CONST: the array (owned) */
+  bool splat;       /* SL_CONST: one value repeated (a folded broadcast of a
+                       scalar), which a fused loop reads as that scalar */
 } Slot;
 
 /* A kernel, a fused loop, or a higher-order primitive's step, which its

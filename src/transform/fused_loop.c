@@ -204,12 +204,15 @@ static FRef *loc_of(Builder *b, FRef *locs, int var) {
   return k >= 0 ? &locs[k] : NULL;
 }
 
+bool fuse_reads_scalar(const FuseEnv *fe, int ref) {
+  return ref_aval(fe, ref)->ndim == 0 || (ref < 0 && fe->const_splat(fe->ctx, -1 - ref));
+}
+
 static FRef operand(Builder *b, FRef *locs, int ref) {
   FRef *l = loc_of(b, locs, ref);
   if (l) return *l;
   add_unique(b->ins, &b->nins, ref);
-  const AVal *a = ref_aval(b->fe, ref);
-  return (FRef){a->ndim == 0 ? FK_SCALAR : FK_MEM, ref, a->dtype};
+  return (FRef){fuse_reads_scalar(b->fe, ref) ? FK_SCALAR : FK_MEM, ref, ref_aval(b->fe, ref)->dtype};
 }
 
 static int reg_alloc(Builder *b) {
@@ -258,6 +261,15 @@ static int build_view(Builder *b, FInstr *ins, const FuseItem *it) {
   return 0;
 }
 
+/* Whether [e] is integer_pow by 2. */
+static bool squares(const PlanEqn *e) {
+  int64_t y;
+  if (e->prim != P_INTEGER_POW) return false;
+  if (params_int(&e->params, "y", &y) == 0) return y == 2;
+  err_clear();
+  return false;
+}
+
 static int build_instr(Builder *b, FRef *locs, int k) {
   const FuseItem *it = &b->items[b->i + k];
   FInstr *ins = &b->prog->ins[b->prog->n++];
@@ -274,8 +286,14 @@ static int build_instr(Builder *b, FRef *locs, int k) {
   bool all_f32 = ins->dst.dtype == DT_F32;
   for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
   const FuseRule *r = prim_table[it->eqn->prim].rules.fuse;
+  if (all_f32 && squares(it->eqn)) {
+    r = prim_table[P_MUL].rules.fuse;   /* x * x, its kernel's product: the same bits */
+    ins->in[ins->nin++] = ins->in[0];
+  }
   ins->rule = all_f32 && r && r->loop ? r : NULL;
   ins->op = ins->rule ? FO_LOOP : FO_KERNEL;
+  for (int m = 0; ins->op == FO_KERNEL && m < ins->nin; m++)   /* a kernel broadcasts 0-d ones only */
+    if (ins->in[m].kind == FK_SCALAR && ref_aval(b->fe, ins->in[m].idx)->ndim) ins->in[m].kind = FK_MEM;
   release_regs(b, locs, k);
   return 0;
 }

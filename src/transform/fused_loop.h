@@ -22,7 +22,8 @@
  * the sum.
  *
  * Exactness: add, sub, mul, div, max, min, neg, abs and sqrt over f32 are
- * the same C expressions the eager kernels use (two of add, sub, mul and
+ * the same C expressions the eager kernels use, as is integer_pow by 2
+ * (x * x, run as mul: a loss's square) (two of add, sub, mul and
  * div in a row, the first's value read only by the second, run in one
  * pass as the same two IEEE operations); sin, cos, exp and log call the
  * eager kernels' vectorised routines (kernels.h); every other operation
@@ -54,6 +55,7 @@ typedef struct FuseEnv {
   const Plan *p;          /* avals of variables */
   const int *uses;        /* readers of each variable among all steps and outputs */
   const AVal *(*const_aval)(void *ctx, int slot);  /* aval of a constant slot */
+  bool (*const_splat)(void *ctx, int slot);        /* a constant of one value repeated */
   void *ctx;
 } FuseEnv;
 
@@ -83,6 +85,10 @@ typedef struct FuseMem {
   float *partials;        /* one per block of a closing reduction */
   size_t partials_bytes;
 } FuseMem;
+
+/* Whether a fused loop reads operand [ref] as a scalar: a 0-d value, or
+ * a constant of one value repeated (read as that value, the same bits). */
+bool fuse_reads_scalar(const FuseEnv *fe, int ref);
 
 /* Length of the fusible run starting at item [i] of [n] (0 or 1: none). */
 int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n);
