@@ -193,8 +193,11 @@ static double *fused_bytes(const Plan *p, int **group, AotCost *c) {
     double ext = 0;
     for (int k = 0; k < s->nin; k++) ext += aval_bytes(&e->slots[s->in[k]].aval);
     for (int k = 0; k < s->nout; k++) ext += aval_bytes(&e->slots[s->out[k]].aval);
-    int lo = (int)(s->eqn - p->eqns), hi = (int)(s->last - p->eqns), id = ++c->nfusions;
-    for (int k = lo; k <= hi && k < p->neqn; k++) b[k] = k == lo ? ext : 0, g[k] = id;
+    int id = ++c->nfusions;
+    for (int m = 0; m < s->fused->neqns; m++) {
+      int k = (int)(s->fused->eqns[m] - p->eqns);
+      if (k >= 0 && k < p->neqn) b[k] = m == 0 ? ext : 0, g[k] = id;
+    }
   }
   return b;
 }

@@ -299,19 +299,28 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 /* A fused loop is one kernel: its roofline is of its summed flops and
- * its bytes, carried by its first item (on its first equation's line). */
-static void merge_fusions(AotCost *c) {
+ * its bytes, carried by its first item (on its first equation's line).
+ * Its items need not be adjacent: a loop may take equations from after
+ * a product (compile.c's scheduling).  0, or -1 when out of memory. */
+static int merge_fusions(AotCost *c) {
+  int *head = shm_malloc(sizeof(int) * ((size_t)c->nfusions + 1));
+  if (!head) return err_nomem(), -1;
+  for (int f = 0; f <= c->nfusions; f++) head[f] = -1;
   for (int i = 0; i < c->n; i++) {
-    AotItem *h = &c->items[i];
-    if (!h->fusion) continue;
-    for (int k = i + 1; k < c->n && c->items[k].fusion == h->fusion; k++) {
-      AotItem *it = &c->items[k];
-      h->flops += it->flops, h->transcendentals += it->transcendentals, h->bytes += it->bytes;
-      it->flops = it->transcendentals = it->bytes = 0;
-      it->fusion = 0;
+    AotItem *it = &c->items[i];
+    int f = it->fusion;
+    if (f <= 0 || f > c->nfusions) continue;
+    it->fusion = 0;
+    if (head[f] < 0) {
+      head[f] = i;
+      continue;
     }
-    h->fusion = 0;
+    AotItem *h = &c->items[head[f]];
+    h->flops += it->flops, h->transcendentals += it->transcendentals, h->bytes += it->bytes;
+    it->flops = it->transcendentals = it->bytes = 0;
   }
+  shm_free(head);
+  return 0;
 }
 
 /* The per-line table of [c] into [sb]; the total into *[total]. */
@@ -323,7 +332,10 @@ static int report_lines(const Profile *p, AotCost *c, StrBuf *sb, double *total,
     shm_free(tm), shm_free(ls);
     return err_nomem(), -1;
   }
-  merge_fusions(c);
+  if (merge_fusions(c) < 0) {
+    shm_free(tm), shm_free(ls);
+    return -1;
+  }
   for (int i = 0; i < c->n; i++) {
     if (time_item(p, &c->items[i], &tm[i]) < 0) {
       shm_free(tm), shm_free(ls);

@@ -54,9 +54,12 @@ static int add_slot(Exec *e, SlotKind k, const AVal *a, int index, Value *value)
   }
   /* steps read constants in place: views (a broadcast `ones(16)`) are
    * made contiguous once here */
-  Value *v = value && IS_ARRAY(value) ? arr_value(arr_contiguous(AS_ARRAY(value))) : val_incref(value);
+  Array *x = value && IS_ARRAY(value) ? AS_ARRAY(value) : NULL;
+  bool splat = x && x->size > 1;
+  for (int d = 0; splat && d < x->ndim; d++) splat = x->shape[d] == 1 || x->strides[d] == 0;
+  Value *v = x ? arr_value(arr_contiguous(x)) : val_incref(value);
   if (value && !v) return -1;
-  e->slots[e->nslots] = (Slot){k, *a, index, v};
+  e->slots[e->nslots] = (Slot){k, *a, index, v, splat};
   return e->nslots++;
 }
 
@@ -651,22 +654,108 @@ static void hoist(Exec *e, FuseItem *items, int j, int k) {
 
 /* Scheduling for fusion: steps within a short window after the run [i,
  * i+n) that could join it, and depend on nothing in between, are moved
- * up to its end (pure elementwise steps commute with what they skip). */
+ * up to its end, or before the sum closing it (pure elementwise steps
+ * commute with what they skip): a gradient's scaled residual joins the
+ * loop summing the squared one, its operand never written. */
 static int extend_run(Exec *e, FuseItem *items, const FuseEnv *fe, int i, int n) {
   for (;;) {
-    int j = i + n, k = j;
-    while (k < e->nsteps && k < j + 16 && !(fuse_joins(fe, items, i, j, k) && !depends_on_range(e, k, j)))
-      k++;
+    int j = i + n, k = j, at = -1;
+    for (; k < e->nsteps && k < j + 16; k++)
+      if ((at = fuse_join_at(fe, items, i, j, k)) >= 0 && !depends_on_range(e, k, at)) break;
     if (k >= e->nsteps || k >= j + 16) return n;
-    if (k > j) hoist(e, items, j, k);
+    if (k > at) hoist(e, items, at, k);
     int grown = fuse_run_length(fe, items, i, e->nsteps);
     if (grown <= n) return n;
     n = grown;
   }
 }
 
+/* Moves step (and item) [k] to position [c - 1], shifting (k, c) up. */
+static void sink(Exec *e, FuseItem *items, int k, int c) {
+  Step st = e->steps[k];
+  FuseItem it = items[k];
+  memmove(&e->steps[k], &e->steps[k + 1], sizeof(Step) * (size_t)(c - 1 - k));
+  memmove(&items[k], &items[k + 1], sizeof(FuseItem) * (size_t)(c - 1 - k));
+  e->steps[c - 1] = st;
+  items[c - 1] = it;
+}
+
+/* The one later step reading variable [v] (uses 1), from step [from] on. */
+static int reader_of(const Exec *e, int from, int v) {
+  for (int c = from; c < e->nsteps; c++)
+    for (int q = 0; q < e->steps[c].nin; q++)
+      if (e->steps[c].in[q] == v) return c;
+  return -1;
+}
+
+/* Whether step [k] is in the list [g] of [ng] steps. */
+static bool listed(const int *g, int ng, int k) {
+  for (int m = 0; m < ng; m++)
+    if (g[m] == k) return true;
+  return false;
+}
+
+/* Whether the steps [g] of the run [i, i+n), once moved out of it, read
+ * one array at most from outside themselves, and one that is in memory
+ * anyway: an input, a constant, an earlier result, or a value of the run
+ * that is used after it (a value only the run's remaining steps read
+ * lives in a register, and would have to be written for them). */
+static bool sinks_cheaply(const Exec *e, const FuseEnv *fe, int i, int n, const int *g, int ng) {
+  int a = INT32_MIN;
+  for (int m = 0; m < ng; m++) {
+    const Step *s = &e->steps[g[m]];
+    for (int q = 0; q < s->nin; q++) {
+      int r = s->in[q];
+      bool mine = false;
+      for (int o = 0; o < ng && r >= 0; o++) mine |= e->steps[g[o]].out[0] == r;
+      if (fuse_reads_scalar(fe, r) || mine || r == a) continue;
+      if (a != INT32_MIN) return false;   /* two arrays read instead of one */
+      a = r;
+      int def = -1, reads = 0;   /* by the run's steps, [g] among them */
+      for (int k = i; r >= 0 && k < i + n; k++) {
+        if (e->steps[k].out[0] == r) def = k;
+        for (int p = 0; p < e->steps[k].nin; p++) reads += e->steps[k].in[p] == r;
+      }
+      if (def >= 0 && fe->uses[r] == reads) return false;   /* else it stays a register */
+    }
+  }
+  return true;
+}
+
+/* Moves out of the run [i, i+n) the steps better computed in the loop of
+ * a later elementwise step: a step whose one reader comes after the run
+ * (a matrix product in between) and the steps of the run whose one
+ * reader is such a step, when together they read one array that is in
+ * memory anyway (sinks_cheaply).  In the later loop their values live in
+ * registers instead of being written by the run and read back: the
+ * backward pass's 1 - y*y of y = tanh(x), read only by its product with
+ * the cotangent a matrix product computes later.  They go just before
+ * that reader, in their order; the new length of the run. */
+static int sink_run(Exec *e, FuseItem *items, const FuseEnv *fe, int i, int n) {
+  for (int x = i + n - 1; x > i; x--) {
+    const Step *s = &e->steps[x];
+    if (s->nout != 1 || fe->uses[s->out[0]] != 1) continue;
+    int c = reader_of(e, i + n, s->out[0]);
+    if (c < 0 || !fuse_feeds(fe, &items[x], &items[c])) continue;
+    int g[FUSE_RUN_MAX], ng = 0;
+    g[ng++] = x;
+    for (int y = x - 1; y > i; y--) {
+      int v = e->steps[y].out[0], r = e->steps[y].nout == 1 && fe->uses[v] == 1 ? reader_of(e, y + 1, v) : -1;
+      if (r >= 0 && listed(g, ng, r) && fuse_feeds(fe, &items[y], &items[r])) g[ng++] = y;
+    }
+    if (!sinks_cheaply(e, fe, i, n, g, ng)) continue;
+    for (int m = 0; m < ng; m++) sink(e, items, g[m], c - m);   /* g descends */
+    n -= ng;
+    x = i + n;
+  }
+  return n;
+}
+
 /* The aval of constant slot [slot] of the Exec [ctx]. */
 static const AVal *const_aval(void *ctx, int slot) { return &((Exec *)ctx)->slots[slot].aval; }
+
+/* Whether constant slot [slot] of the Exec [ctx] is one value repeated. */
+static bool const_splat(void *ctx, int slot) { return ((Exec *)ctx)->slots[slot].splat; }
 
 /* Replaces runs of fusible steps by fused ones (fused_loop.h decides). */
 static int fuse_steps(Pre *pr) {
@@ -681,16 +770,17 @@ static int fuse_steps(Pre *pr) {
   for (int i = 0; i < e->nsteps; i++)
     if (e->steps[i].kind == ST_KERNEL)
       items[i] = (FuseItem){e->steps[i].eqn, e->steps[i].in, e->steps[i].out};
-  FuseEnv fe = {pr->p, uses, const_aval, e};
+  FuseEnv fe = {pr->p, uses, const_aval, const_splat, e};
   int w = 0;
   for (int i = 0; i < e->nsteps;) {
     int n = fuse_run_length(&fe, items, i, e->nsteps);
     if (n >= 1) n = extend_run(e, items, &fe, i, n);
+    if (n >= 2) n = sink_run(e, items, &fe, i, n);
     if (n < 2) {
       e->steps[w++] = e->steps[i++];
       continue;
     }
-    Step f = {.kind = ST_FUSED, .eqn = e->steps[i].eqn, .last = e->steps[i + n - 1].eqn};
+    Step f = {.kind = ST_FUSED, .eqn = e->steps[i].eqn};
     f.fused = fuse_build(&fe, items, i, n, &f.nin, &f.in, &f.nout, &f.out);
     if (!f.fused) {
       shm_free(uses);

@@ -40,6 +40,8 @@ typedef struct Slot {
   AVal aval;
   int index;        /* SL_INPUT: input number; SL_OUTPUT: output number */
   Value *value;     /* SL_CONST: the array (owned) */
+  bool splat;       /* SL_CONST: one value repeated (a folded broadcast of a
+                       scalar), which a fused loop reads as that scalar */
 } Slot;
 
 /* A kernel, a fused loop, or a higher-order primitive's step, which its
@@ -48,9 +50,8 @@ typedef enum { ST_KERNEL, ST_FUSED, ST_HIGHER } StepKind;
 
 typedef struct CmpStep {
   StepKind kind;
-  const PlanEqn *eqn;  /* borrowed from the plan: prim and params */
-  const PlanEqn *last; /* ST_FUSED: the last equation of its run, [eqn] the
-                          first (the cost analysis's bytes per fused loop) */
+  const PlanEqn *eqn;  /* borrowed from the plan: prim and params (ST_FUSED: its
+                          first equation; Fused.eqns lists them all) */
   int nin, nout;
   int *in, *out;       /* references while compiling, slots afterwards */
   Fused *fused;        /* ST_FUSED, owned */

@@ -22,7 +22,6 @@
 #define FUSE_CLONES
 #endif
 
-#define FUSE_MAX_EQNS 24
 #define FUSE_MAX_REGS 16
 
 typedef enum { FK_REG, FK_MEM, FK_SCALAR } FKind;
@@ -59,7 +58,7 @@ typedef struct FInstr {
 
 typedef struct Prog {
   int n;
-  FInstr ins[FUSE_MAX_EQNS];
+  FInstr ins[FUSE_RUN_MAX];
   int64_t size;         /* elements of the run's shape */
   int ndim;             /* the run's shape, for FO_VIEW's indexing */
   int64_t shape[SHM_MAXDIM];
@@ -132,16 +131,26 @@ int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n) {
    * the fused program's dispatch, which costs more (a small loop body) */
   if (!fusible(fe, &items[i], s) || shape_size(s->ndim, s->shape) <= CMP_BLOCK) return 0;
   int j = i + 1;
-  while (j < n && j - i < FUSE_MAX_EQNS - 1 && fusible(fe, &items[j], s)) j++;
+  while (j < n && j - i < FUSE_RUN_MAX - 1 && fusible(fe, &items[j], s)) j++;
   if (j < n && closing_sum(fe, items, i, j, &items[j])) j++;
   return j - i;
 }
 
-bool fuse_joins(const FuseEnv *fe, const FuseItem *items, int i, int j, int k) {
-  if (!items[i].eqn || !items[k].eqn || j - i >= FUSE_MAX_EQNS - 1) return false;
-  if (sums(items[j - 1].eqn)) return false;   /* the run is closed */
+int fuse_join_at(const FuseEnv *fe, const FuseItem *items, int i, int j, int k) {
+  if (!items[i].eqn || !items[k].eqn || j - i >= FUSE_RUN_MAX - 1) return -1;
   const AVal *s = &fe->p->vars[items[i].out[0]];
-  return fusible(fe, &items[k], s) || closing_sum(fe, items, i, j, &items[k]);
+  if (sums(items[j - 1].eqn))   /* closed: an elementwise step goes before its sum */
+    return fusible(fe, &items[k], s) && !sums(items[k].eqn) ? j - 1 : -1;
+  return fusible(fe, &items[k], s) || closing_sum(fe, items, i, j, &items[k]) ? j : -1;
+}
+
+bool fuse_feeds(const FuseEnv *fe, const FuseItem *x, const FuseItem *c) {
+  if (!x->eqn || !c->eqn || x->eqn->nout != 1 || c->eqn->nout != 1) return false;
+  PrimKind k = prim_table[x->eqn->prim].kind;
+  if (k != PK_UNARY && k != PK_BINARY) return false;
+  const AVal *s = &fe->p->vars[x->out[0]];
+  return shape_size(s->ndim, s->shape) > CMP_BLOCK && fusible(fe, x, s) && fusible(fe, c, s) &&
+         !sums(c->eqn);
 }
 
 /* ==== building ================================================================ */
@@ -195,12 +204,15 @@ static FRef *loc_of(Builder *b, FRef *locs, int var) {
   return k >= 0 ? &locs[k] : NULL;
 }
 
+bool fuse_reads_scalar(const FuseEnv *fe, int ref) {
+  return ref_aval(fe, ref)->ndim == 0 || (ref < 0 && fe->const_splat(fe->ctx, -1 - ref));
+}
+
 static FRef operand(Builder *b, FRef *locs, int ref) {
   FRef *l = loc_of(b, locs, ref);
   if (l) return *l;
   add_unique(b->ins, &b->nins, ref);
-  const AVal *a = ref_aval(b->fe, ref);
-  return (FRef){a->ndim == 0 ? FK_SCALAR : FK_MEM, ref, a->dtype};
+  return (FRef){fuse_reads_scalar(b->fe, ref) ? FK_SCALAR : FK_MEM, ref, ref_aval(b->fe, ref)->dtype};
 }
 
 static int reg_alloc(Builder *b) {
@@ -249,6 +261,15 @@ static int build_view(Builder *b, FInstr *ins, const FuseItem *it) {
   return 0;
 }
 
+/* Whether [e] is integer_pow by 2. */
+static bool squares(const PlanEqn *e) {
+  int64_t y;
+  if (e->prim != P_INTEGER_POW) return false;
+  if (params_int(&e->params, "y", &y) == 0) return y == 2;
+  err_clear();
+  return false;
+}
+
 static int build_instr(Builder *b, FRef *locs, int k) {
   const FuseItem *it = &b->items[b->i + k];
   FInstr *ins = &b->prog->ins[b->prog->n++];
@@ -265,8 +286,14 @@ static int build_instr(Builder *b, FRef *locs, int k) {
   bool all_f32 = ins->dst.dtype == DT_F32;
   for (int m = 0; m < ins->nin; m++) all_f32 &= ins->in[m].dtype == DT_F32;
   const FuseRule *r = prim_table[it->eqn->prim].rules.fuse;
+  if (all_f32 && squares(it->eqn)) {
+    r = prim_table[P_MUL].rules.fuse;   /* x * x, its kernel's product: the same bits */
+    ins->in[ins->nin++] = ins->in[0];
+  }
   ins->rule = all_f32 && r && r->loop ? r : NULL;
   ins->op = ins->rule ? FO_LOOP : FO_KERNEL;
+  for (int m = 0; ins->op == FO_KERNEL && m < ins->nin; m++)   /* a kernel broadcasts 0-d ones only */
+    if (ins->in[m].kind == FK_SCALAR && ref_aval(b->fe, ins->in[m].idx)->ndim) ins->in[m].kind = FK_MEM;
   release_regs(b, locs, k);
   return 0;
 }
@@ -380,7 +407,7 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
                   int **in, int *nout, int **out) {
   Fused *f = shm_calloc(1, sizeof *f);
   Prog *prog = shm_calloc(1, sizeof *prog);
-  FRef locs[FUSE_MAX_EQNS];
+  FRef locs[FUSE_RUN_MAX];
   Builder b = {fe, items, i, len, prog, shm_calloc(3 * (size_t)len + 1, sizeof(int)), 0,
                shm_calloc((size_t)len + 1, sizeof(int)), 0, {0}, 0};
   if (!f || !prog || !b.ins || !b.outs) {
@@ -397,6 +424,12 @@ Fused *fuse_build(const FuseEnv *fe, const FuseItem *items, int i, int len, int 
   }
   pair_all(prog);
   fold_views(prog);
+  if (!(f->eqns = shm_malloc(sizeof *f->eqns * (size_t)len))) {
+    err_nomem();
+    goto fail;
+  }
+  for (int k = 0; k < len; k++) f->eqns[k] = items[i + k].eqn;
+  f->neqns = len;
   f->impl = prog;
   f->nregs = b.nregs;
   f->npartials = prog->reduce ? prog->size / CMP_BLOCK + 2 : 0;
@@ -432,6 +465,7 @@ void fuse_resolve(Fused *f, const int *var_slot) {
 
 void fuse_free(Fused *f) {
   if (!f) return;
+  shm_free(f->eqns);
   shm_free(f->impl);
   shm_free(f);
 }
@@ -588,8 +622,8 @@ typedef struct Ctx {
   FuseLane *lane;
   int64_t off, n;
   int64_t rstride;      /* floats from one register to the next */
-  Site site[FUSE_MAX_EQNS][4];   /* each instruction's operands, then its result */
-  int64_t *vstride[FUSE_MAX_EQNS]; /* FO_VIEW: its operand's strides over the run's shape */
+  Site site[FUSE_RUN_MAX][4];   /* each instruction's operands, then its result */
+  int64_t *vstride[FUSE_RUN_MAX]; /* FO_VIEW: its operand's strides over the run's shape */
   Site red;             /* a closing sum's operand */
 } Ctx;
 
@@ -810,7 +844,7 @@ static int run_whole_block(const Prog *p, Ctx *c, float *partial) {
 static int run_blocks(const Prog *p, Array **slots, FuseMem *m, FuseLane *lane, int64_t b0,
                       int64_t b1) {
   Ctx c = {.prog = p, .slots = slots, .lane = lane};
-  int64_t vst[FUSE_MAX_EQNS][SHM_MAXDIM];
+  int64_t vst[FUSE_RUN_MAX][SHM_MAXDIM];
   sites_init(&c, p, vst);
   for (int64_t blk = b0; blk < b1; blk++) {
     c.off = blk * CMP_BLOCK;

@@ -22,7 +22,8 @@
  * the sum.
  *
  * Exactness: add, sub, mul, div, max, min, neg, abs and sqrt over f32 are
- * the same C expressions the eager kernels use (two of add, sub, mul and
+ * the same C expressions the eager kernels use, as is integer_pow by 2
+ * (x * x, run as mul: a loss's square) (two of add, sub, mul and
  * div in a row, the first's value read only by the second, run in one
  * pass as the same two IEEE operations); sin, cos, exp and log call the
  * eager kernels' vectorised routines (kernels.h); every other operation
@@ -39,6 +40,9 @@
 
 #include "transform/plan.h"
 
+/* Most equations in one fused run. */
+#define FUSE_RUN_MAX 24
+
 /* One step seen by the pass: its equation (NULL for a step that is not a
  * kernel call) and its operand and result references (borrowed). */
 typedef struct FuseItem {
@@ -51,6 +55,7 @@ typedef struct FuseEnv {
   const Plan *p;          /* avals of variables */
   const int *uses;        /* readers of each variable among all steps and outputs */
   const AVal *(*const_aval)(void *ctx, int slot);  /* aval of a constant slot */
+  bool (*const_splat)(void *ctx, int slot);        /* a constant of one value repeated */
   void *ctx;
 } FuseEnv;
 
@@ -61,6 +66,8 @@ struct Fused {
   int nregs;              /* registers of CMP_BLOCK floats needed */
   int64_t npartials;      /* partial sums of a closing reduction */
   bool split;             /* long enough to run on two cores (a second lane) */
+  int neqns;              /* the plan's equations it runs (borrowed, owned array), */
+  const PlanEqn **eqns;   /* in its order: not always adjacent in the plan */
   void *impl;             /* fused_loop.c's program */
 };
 
@@ -79,12 +86,24 @@ typedef struct FuseMem {
   size_t partials_bytes;
 } FuseMem;
 
+/* Whether a fused loop reads operand [ref] as a scalar: a 0-d value, or
+ * a constant of one value repeated (read as that value, the same bits). */
+bool fuse_reads_scalar(const FuseEnv *fe, int ref);
+
 /* Length of the fusible run starting at item [i] of [n] (0 or 1: none). */
 int fuse_run_length(const FuseEnv *fe, const FuseItem *items, int i, int n);
 
-/* True when item [k] could extend the run [i, j) were it at position [j]
- * (an elementwise equation of the run's shape, or its closing sum). */
-bool fuse_joins(const FuseEnv *fe, const FuseItem *items, int i, int j, int k);
+/* Where item [k] could join the run [i, j): at position [j] (an
+ * elementwise equation of the run's shape, or its closing sum), or, when
+ * the run is closed by its sum, at [j - 1] before the sum (an elementwise
+ * equation: the sum reads a value of the run wherever that one sits).
+ * -1: it cannot join. */
+int fuse_join_at(const FuseEnv *fe, const FuseItem *items, int i, int j, int k);
+
+/* True when item [x], an elementwise equation, and item [c], an
+ * elementwise equation reading its result, would be one fused loop were
+ * they next to each other (one shape of more than CMP_BLOCK elements). */
+bool fuse_feeds(const FuseEnv *fe, const FuseItem *x, const FuseItem *c);
 
 /* Builds the program for items [i, i+len); sets the fused step's operand
  * references (*nin, *in: shm_malloc'd) and results (*nout, *out).  NULL
