@@ -271,14 +271,19 @@ static int note_call(const PlanEqn *q, double mult, AotCost *c) {
 static int walk(const Plan *p, const Mesh *m, double mult, AotCost *c) {
   int *group;
   double *fb = fused_bytes(p, &group, c);
-  int rc = 0;
+  /* a compiled plan does not run its dead equations (compile.c's dce):
+   * they cost nothing, as in XLA's compiled cost analysis */
+  bool *live = p->exec ? cmp_live_eqns(p) : NULL;
+  int rc = p->exec && !live ? -1 : 0;
   for (int i = 0; i < p->neqn && rc == 0; i++) {
     const PlanEqn *q = &p->eqns[i];
+    if (live && !live[i]) continue;
     Plan *low = has_plan_param(q) ? lowered_plan(p, q) : NULL;
     if (low) rc = walk(low, m, mult, c);
     else if (has_plan_param(q)) rc = note_call(q, mult, c) < 0 ? -1 : walk_higher(q, m, mult, c);
     else rc = walk_eqn(p, q, m, mult, fb ? fb[i] : -1, fb ? group[i] : 0, c);
   }
+  shm_free(live);
   shm_free(fb);
   shm_free(group);
   return rc;
