@@ -169,6 +169,23 @@ Value *shardmap_arg_label(const ShardFn *f, int i) {
   return str_from(buf);
 }
 
+Value *shardmap_arg_labels(const ShardFn *f, int lead, int n, int trail) {
+  Value *t = tuple_new((size_t)(lead + n + trail));
+  for (int i = 0; t && i < lead + n + trail; i++) {
+    char buf[160];
+    if (i >= lead && i < lead + n) arg_label(f, i - lead, 2, buf, sizeof buf);
+    else snprintf(buf, sizeof buf, "captured value %d", i < lead ? i : i - lead - n);
+    Value *s = str_from(buf);
+    if (!s) {
+      for (int k = i; k < lead + n + trail; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
+      val_decref(t);
+      return NULL;
+    }
+    tuple_set_steal(t, (size_t)i, s);
+  }
+  return t ? t : err_nomem();
+}
+
 /* Checks argument [x] against in_spec [s]: rank, axes, even division.
  * Messages follow LANGUAGE.md §9; with several arguments they say which. */
 static int check_arg(const ShardFn *f, int i, int nargs, int ndim, const int64_t *shape,

@@ -143,6 +143,13 @@ int shardmap_check_shape(const ShardFn *f, int i, int nargs, int ndim, const int
  * eager call does. */
 Value *shardmap_arg_label(const ShardFn *f, int i);
 
+/* The labels in messages of a call's arguments ([f]'s ShardFn.arg_labels,
+ * or a traced body's Plan.in_labels): [lead] captured values, then f's
+ * [n] arguments as shardmap_arg_label names them, then [trail] captured
+ * values ("captured value i", counted from 0 in each group).  A new
+ * Tuple of Str, or NULL with the out-of-memory error set. */
+Value *shardmap_arg_labels(const ShardFn *f, int lead, int n, int trail);
+
 /* Whether a call of [f] on [a] has pytree arguments or specs: it then runs
  * as a shard_map over the leaves (shardmap_call does it). */
 bool shardmap_needs_tree(const ShardFn *f, const CallArgs *a);

@@ -208,25 +208,6 @@ static Value *lifted_in_specs(const ShardFn *f, int nargs, int n) {
 }
 
 /* Calls [f] on [a] and the [n] values [caps] as its inputs. */
-/* The lifted call's argument labels in messages: [f]'s [nargs], then
- * its [n] closed-over values.  A Tuple of Str; NULL (error cleared) on
- * out of memory, the messages then saying "argument i". */
-static Value *lift_labels(const ShardFn *f, int nargs, int n) {
-  Value *t = tuple_new((size_t)(nargs + n));
-  for (int i = 0; t && i < nargs + n; i++) {
-    Value *l = i < nargs ? shardmap_arg_label(f, i) : str_printf("closed-over value %d", i - nargs);
-    if (!l) {
-      for (int k = i; k < nargs + n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
-      val_decref(t);
-      t = NULL;
-      break;
-    }
-    tuple_set_steal(t, (size_t)i, l);
-  }
-  if (!t) err_clear();
-  return t;
-}
-
 static Value *call_lifted(ShardFn *f, const CallArgs *a, Value **caps, int n) {
   Value *in = lifted_in_specs(f, a->nargs, n);
   if (!in) return err_occurred() ? NULL : LIFT_NONE;
@@ -252,7 +233,8 @@ static Value *call_lifted(ShardFn *f, const CallArgs *a, Value **caps, int n) {
   ((ShardFn *)w)->internal = true;
   ((ShardFn *)w)->traceable = !f->internal || f->traceable;
   ((ShardFn *)w)->jit_run = f->jit_run;
-  ((ShardFn *)w)->arg_labels = lift_labels(f, a->nargs, n);
+  if (!(((ShardFn *)w)->arg_labels = shardmap_arg_labels(f, 0, a->nargs, n)))
+    err_clear();   /* out of memory: the messages say "argument i" */
   memcpy(args, a->args, sizeof(Value *) * (size_t)a->nargs);
   memcpy(args + a->nargs, caps, sizeof(Value *) * (size_t)n);
   CallArgs c = {a->nargs + n, args, 0, NULL, NULL};

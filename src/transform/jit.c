@@ -1046,25 +1046,6 @@ static int global_aval(const ShardFn *f, PSpec *s, const AVal *b, AVal *g, bool 
   return 0;
 }
 
-/* The names of a traced body's [ncap] + [n] inputs in messages: the
- * values it closes over, then [f]'s arguments as the eager call names
- * them (shardmap_arg_label).  A new Tuple of Str, or NULL on nomem. */
-static Value *body_labels(const ShardFn *f, int ncap, int n) {
-  Value *t = tuple_new((size_t)(ncap + n));
-  for (int i = 0; t && i < ncap + n; i++) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "captured value %d", i);
-    Value *s = i < ncap ? str_from(buf) : shardmap_arg_label(f, i - ncap);
-    if (!s) {
-      for (int k = i; k < ncap + n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
-      val_decref(t);
-      return err_nomem();
-    }
-    tuple_set_steal(t, (size_t)i, s);
-  }
-  return t ? t : err_nomem();
-}
-
 /* Traces the body of [f] on block tracers, with the mesh's device context
  * installed so collectives know their axes.  [nested]: called inside
  * another shard_map's body (the current device context's), whose manual
@@ -1105,7 +1086,7 @@ static Plan *trace_body(ShardFn *f, int n, Value **args, Value ***caps, int *nca
   Plan *p = trace_end(t, outs.nleaves, outs.leaves, caps, ncap);
   sig_free(&outs);
   values_free(bt, n);
-  if (p && !(p->in_labels = body_labels(f, *ncap, n))) {
+  if (p && !(p->in_labels = shardmap_arg_labels(f, *ncap, n, 0))) {
     val_decref(&p->hdr);
     val_decref(r);
     return NULL;

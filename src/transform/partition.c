@@ -915,14 +915,24 @@ bool part_traced_explicit(void) {
   return false;
 }
 
+/* [v]'s NamedSharding (a new reference) whether an array or traced;
+ * NULL, no error set, when it has none. */
+static Value *any_sharding(Value *v) {
+  Value *s = IS_ARRAY(v) ? (AS_ARRAY(v)->sharding ? val_incref(AS_ARRAY(v)->sharding) : NULL)
+             : IS_TRACER(v) ? part_traced_sharding(v) : NULL;
+  if (s && (!sharding_is(s) || !((NamedSharding *)s)->mesh)) {
+    val_decref(s);
+    s = NULL;
+  }
+  return s;
+}
+
 /* A batch tracer's type: its batched value's, the batch axis dropped
  * (JAX's BatchTracer aval: vmap over a split dimension leaves the rest
  * of the spec). */
 static Value *batched_sharding(Tracer *t) {
-  Value *b = t->batched, *s = IS_ARRAY(b) ? AS_ARRAY(b)->sharding : NULL;
-  s = s ? val_incref(s) : IS_TRACER(b) ? part_traced_sharding(b) : NULL;
-  if (!s || !sharding_is(s) || !((NamedSharding *)s)->mesh || t->bdim < 0 ||
-      t->bdim > t->aval.ndim) {
+  Value *s = any_sharding(t->batched);
+  if (!s || t->bdim < 0 || t->bdim > t->aval.ndim) {
     if (s) val_decref(s);
     return NULL;
   }
@@ -936,18 +946,6 @@ static Value *batched_sharding(Tracer *t) {
   Value *o = sharding_from_rule(((NamedSharding *)s)->mesh, &r);
   val_decref(s);
   return o;
-}
-
-/* [v]'s NamedSharding (a new reference) whether an array or traced;
- * NULL, no error set, when it has none. */
-static Value *any_sharding(Value *v) {
-  Value *s = IS_ARRAY(v) ? (AS_ARRAY(v)->sharding ? val_incref(AS_ARRAY(v)->sharding) : NULL)
-             : IS_TRACER(v) ? part_traced_sharding(v) : NULL;
-  if (s && (!sharding_is(s) || !((NamedSharding *)s)->mesh)) {
-    val_decref(s);
-    s = NULL;
-  }
-  return s;
 }
 
 Value *part_typed_like(Value *ct, Value *primal, int ndim) {
@@ -983,11 +981,7 @@ Value *part_traced_sharding(Value *x) {
   /* a value being differentiated has its primal's type, one batched its
    * batched value's without the batch axis (JAX's JVPTracer and
    * BatchTracer avals carry the sharding) */
-  if (IS_JVP_TRACER(x)) {
-    Value *pr = ((Tracer *)x)->primal;
-    if (IS_ARRAY(pr)) return AS_ARRAY(pr)->sharding ? val_incref(AS_ARRAY(pr)->sharding) : NULL;
-    return IS_TRACER(pr) ? part_traced_sharding(pr) : NULL;
-  }
+  if (IS_JVP_TRACER(x)) return any_sharding(((Tracer *)x)->primal);
   if (IS_BATCH_TRACER(x)) return batched_sharding((Tracer *)x);
   if (!sc || trace_current() != sc->t || !IS_STAGE_TRACER(x) ||
       ((Tracer *)x)->trace_id != trace_id_of(sc->t))

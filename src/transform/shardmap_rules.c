@@ -560,25 +560,6 @@ static Value *sm_run_auto(SmCall *c, bool lin, Value *sf, const CallArgs *a) {
   return r;
 }
 
-/* The labels of [f]'s first [n] arguments in messages, for a ShardFn a
- * transformation makes whose leading arguments are f's (a Tuple of Str;
- * NULL on out of memory, the messages then saying "argument i"). */
-static Value *labels_of(const ShardFn *f, int n) {
-  Value *t = tuple_new((size_t)n);
-  for (int i = 0; t && i < n; i++) {
-    Value *l = shardmap_arg_label(f, i);
-    if (!l) {
-      for (int k = i; k < n; k++) tuple_set_steal(t, (size_t)k, val_incref(VAL_NONE));
-      val_decref(t);
-      err_clear();
-      return NULL;
-    }
-    tuple_set_steal(t, (size_t)i, l);
-  }
-  if (!t) err_clear();
-  return t;
-}
-
 /* Calls a shard_map of [body] (a method of [c]) over [c]'s mesh; the
  * staged forward one is [c]->fwd while it runs (its body sets its
  * out_specs). */
@@ -594,7 +575,8 @@ static Value *sm_run(SmCall *c, MethodFn body, Value *in_specs, Value *out_specs
     ((ShardFn *)sf)->auto_axes = c->f->auto_axes;
     ((ShardFn *)sf)->internal = true;
     /* every body but the backward one takes the call's arguments first */
-    if (body != sm_back_body) ((ShardFn *)sf)->arg_labels = labels_of(c->f, c->nargs);
+    if (body != sm_back_body && !(((ShardFn *)sf)->arg_labels = shardmap_arg_labels(c->f, 0, c->nargs, 0)))
+      err_clear();   /* out of memory: the messages say "argument i" */
     /* a body that keeps nothing per device outside its trace: a
      * transformation of this call (vmap, grad of grad) may partition it */
     ((ShardFn *)sf)->traceable = sm_traceable(c->f) && !c->nested &&
@@ -1039,7 +1021,8 @@ static Value *batch_call_shard_map(Value *fv, const CallArgs *a) {
   if (sf) {
     ((ShardFn *)sf)->auto_axes = f->auto_axes;
     ((ShardFn *)sf)->internal = true;
-    ((ShardFn *)sf)->arg_labels = labels_of(f, a->nargs);
+    if (!(((ShardFn *)sf)->arg_labels = shardmap_arg_labels(f, 0, a->nargs, 0)))
+      err_clear();   /* out of memory: the messages say "argument i" */
     CallArgs c = {a->nargs, args, 0, NULL, NULL};
     SmBatch *sb = (SmBatch *)((BoundMethod *)body)->self;
     sb->f = f, sb->call = (ShardFn *)sf;
