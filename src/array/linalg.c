@@ -71,8 +71,21 @@ static int read_pair(Value *t, int *l, int *nl, int *r, int *nr) {
   return read_dims(tuple_get(t, 1), r, nr);
 }
 
+/* [dn] from the ints val_dot_dimension_numbers' cache keeps for [v]. */
+static bool known_dimnums(const Value *v, DimNums *dn) {
+  int64_t d[4][SHM_MAXDIM];
+  if (!prim_dot_dims_known(v, &dn->nc, &dn->nb, d)) return false;
+  dn->nlc = dn->nrc = dn->nc;
+  dn->nlb = dn->nrb = dn->nb;
+  int *out[4] = {dn->lc, dn->rc, dn->lb, dn->rb};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < (k < 2 ? dn->nc : dn->nb); i++) out[k][i] = (int)d[k][i];
+  return true;
+}
+
 static int read_dimnums(const Params *p, DimNums *dn) {
   Value *v = params_get(p, "dimension_numbers");
+  if (known_dimnums(v, dn)) return 0;
   if (!is_tuple(v) || tuple_len(v) != 2) {
     err_set(ERR_TYPE, "dot_general requires dimension_numbers "
                       "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))");

@@ -215,8 +215,20 @@ typedef struct DnEntry {
   Value *v;
 } DnEntry;
 static DnEntry dn_cache[DN_CACHE];
-static int dn_used;   /* guarded by dn_lock, as the entries */
+/* Entries are only appended, each filled before dn_used counts it: a
+ * reader loads dn_used (acquire) and reads the entries below it without
+ * the lock; writers append under dn_lock and publish with a release. */
+static int dn_used;
 static pthread_mutex_t dn_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Each entry's index + 1 at its tuple's address hashed (0: none there),
+ * set with the entry and read without the lock: a rule finds the ints of
+ * the numbers it was given in one probe. */
+#define DN_SLOTS 64
+static int dn_slot[DN_SLOTS];
+
+static unsigned dn_hash(const Value *v) {
+  return (unsigned)(((uintptr_t)v >> 4) * 0x9E3779B97F4A7C15ull >> 58);
+}
 
 /* Fills [e]'s key; false when the numbers are too many or too large. */
 static bool dn_key(DnEntry *e, int nc, const int64_t *lc, const int64_t *rc, int nb,
@@ -234,31 +246,45 @@ static bool dn_key(DnEntry *e, int nc, const int64_t *lc, const int64_t *rc, int
   return true;
 }
 
+static int dn_find(const DnEntry *key, int used) {
+  for (int i = 0; i < used; i++)
+    if (dn_cache[i].nc == key->nc && dn_cache[i].nb == key->nb &&
+        !memcmp(dn_cache[i].d, key->d, sizeof key->d))
+      return i;
+  return -1;
+}
+
 Value *val_dot_dimension_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
                                  const int64_t *lb, const int64_t *rb) {
   DnEntry key;
   bool small = dn_key(&key, nc, lc, rc, nb, lb, rb);
   if (small) {
-    pthread_mutex_lock(&dn_lock);
-    for (int i = 0; i < dn_used; i++)
-      if (dn_cache[i].nc == nc && dn_cache[i].nb == nb &&
-          !memcmp(dn_cache[i].d, key.d, sizeof key.d)) {
-        Value *v = val_incref(dn_cache[i].v);
-        pthread_mutex_unlock(&dn_lock);
-        return v;
-      }
-    pthread_mutex_unlock(&dn_lock);
+    int i = dn_find(&key, __atomic_load_n(&dn_used, __ATOMIC_ACQUIRE));
+    if (i >= 0) return val_incref(dn_cache[i].v);
   }
   Value *v = pair_steal(pair_steal(val_int_tuple(nc, lc), val_int_tuple(nc, rc)),
                         pair_steal(val_int_tuple(nb, lb), val_int_tuple(nb, rb)));
   if (!v || !small) return v;
   pthread_mutex_lock(&dn_lock);
-  if (dn_used < DN_CACHE) {
+  int used = dn_used;
+  if (used < DN_CACHE && dn_find(&key, used) < 0) {
     key.v = val_incref(v);
-    dn_cache[dn_used++] = key;
+    dn_cache[used] = key;
+    __atomic_store_n(&dn_used, used + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&dn_slot[dn_hash(v)], used + 1, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&dn_lock);
   return v;
+}
+
+bool prim_dot_dims_known(const Value *v, int *nc, int *nb, int64_t d[4][SHM_MAXDIM]) {
+  int i = __atomic_load_n(&dn_slot[dn_hash(v)], __ATOMIC_ACQUIRE) - 1;
+  if (i < 0 || dn_cache[i].v != v) return false;
+  *nc = dn_cache[i].nc;
+  *nb = dn_cache[i].nb;
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < (k < 2 ? *nc : *nb); j++) d[k][j] = dn_cache[i].d[k][j];
+  return true;
 }
 
 void aval_of(const Array *a, AVal *out) {

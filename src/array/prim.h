@@ -550,4 +550,11 @@ Value *val_int_tuple(int n, const int64_t *xs);
 Value *val_dot_dimension_numbers(int nc, const int64_t *lc, const int64_t *rc, int nb,
                                  const int64_t *lb, const int64_t *rb);
 
+/* Whether [v] is one of the dimension_numbers val_dot_dimension_numbers
+ * handed out from its cache; if so its [nc] contracting and [nb] batch
+ * pairs into [d] (lhs contracting, rhs contracting, lhs batch, rhs
+ * batch): the rules of a product a transformation traces read them
+ * without walking the tuples.  Any thread; no error. */
+bool prim_dot_dims_known(const Value *v, int *nc, int *nb, int64_t d[4][SHM_MAXDIM]);
+
 #endif

@@ -35,6 +35,11 @@ static int dims_read(const Params *p, Dims *d) {
   Value *dn = params_get(p, "dimension_numbers");
   size_t n2, m;
   Value *const *pair, *const *two, *const *xs;
+  if (prim_dot_dims_known(dn, &d->n[0], &d->n[2], d->d)) {
+    d->n[1] = d->n[0];
+    d->n[3] = d->n[2];
+    return 0;
+  }
   if (!dn || !val_seq(dn, &n2, &pair) || n2 != 2) goto bad;
   for (int k = 0; k < 2; k++) {
     if (!val_seq(pair[k], &m, &two) || m != 2) goto bad;
@@ -172,16 +177,19 @@ static int read_seq(Value *v, int *n, int64_t *out) {
 static int b_dot_general(Value **in, const int *dims, int nin, const Params *p, Value **out,
                          int *od) {
   (void)nin;
-  Value *dn = params_get(p, "dimension_numbers");
-  size_t n2;
-  Value *const *pr, *const *cc, *const *bb;
-  int nc, nb, t;
+  Dims dd;
+  int nc, nb;
   int64_t lc[SHM_MAXDIM + 1], rc[SHM_MAXDIM + 1], lb[SHM_MAXDIM + 1], rb[SHM_MAXDIM + 1];
-  if (!dn || !val_seq(dn, &n2, &pr) || n2 != 2 || !val_seq(pr[0], &n2, &cc) ||
-      !val_seq(pr[1], &n2, &bb) || read_seq(cc[0], &nc, lc + 1) < 0 ||
-      read_seq(cc[1], &t, rc + 1) < 0 || read_seq(bb[0], &nb, lb + 1) < 0 ||
-      read_seq(bb[1], &t, rb + 1) < 0)
+  if (dims_read(p, &dd) < 0 || dd.n[0] != dd.n[1] || dd.n[2] != dd.n[3]) {
+    err_clear();   /* malformed: batched by a loop, whose product reports it */
     return BATCH_BY_LOOP;
+  }
+  nc = dd.n[0];
+  nb = dd.n[2];
+  memcpy(lc + 1, dd.d[0], sizeof(int64_t) * (size_t)nc);
+  memcpy(rc + 1, dd.d[1], sizeof(int64_t) * (size_t)nc);
+  memcpy(lb + 1, dd.d[2], sizeof(int64_t) * (size_t)nb);
+  memcpy(rb + 1, dd.d[3], sizeof(int64_t) * (size_t)nb);
   Value *l = dims[0] >= 0 ? moveaxis(in[0], dims[0], 0) : val_incref(in[0]);
   Value *r = l ? (dims[1] >= 0 ? moveaxis(in[1], dims[1], 0) : val_incref(in[1])) : NULL;
   if (!r) {
