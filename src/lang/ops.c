@@ -1092,6 +1092,12 @@ static int py_equal(Value *a, Value *b, int depth) {
     }
     return 1;
   }
+  if (a->type == V_SLICE && b->type == V_SLICE) {   /* Python: (start, stop, step) compared */
+    Slice *sa = (Slice *)a, *sb = (Slice *)b;
+    int eq = py_equal(sa->start, sb->start, depth + 1);
+    if (eq == 1) eq = py_equal(sa->stop, sb->stop, depth + 1);
+    return eq == 1 ? py_equal(sa->step, sb->step, depth + 1) : eq;
+  }
   if (a->type == V_DICT && b->type == V_DICT) {
     Dict *da = (Dict *)a;
     if (da->len != ((Dict *)b)->len) return 0;
