@@ -465,6 +465,7 @@ static void arr_init(Array *a, DType t, int ndim, const int64_t *shape, int64_t 
   a->vma = 0;
   a->why = (VmaWhy){0};
   a->sharding = NULL;
+  a->device1 = 0;
   a->size = size;
   a->offset = 0;
   int64_t st = 1;
@@ -627,6 +628,7 @@ Array *arr_view(Array *a, int ndim, const int64_t *shape,
   v->vma = a->vma;
   v->why = a->why;
   v->sharding = NULL;
+  v->device1 = a->device1;   /* the same data, on the same device */
   v->offset = offset;
   v->size = shape_size(ndim, shape);
   for (int i = 0; i < ndim; i++) {  /* not memcpy: a few words, rep movs is slow */
@@ -686,6 +688,7 @@ Array *arr_np_as(Array *a, bool np) {
   if (c) {
     c->buf->np = np;
     if (a->sharding) c->sharding = val_incref(a->sharding);
+    c->device1 = a->device1;
   }
   val_decref(&a->hdr);
   return c;

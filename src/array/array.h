@@ -137,6 +137,8 @@ typedef struct Array {
   VmaWhy why;         /* what first made it vary (for the replication error) */
   Value *sharding;    /* owned: a sharded jax.Array's NamedSharding (spmd/sharding.h),
                          NULL for an unsharded one; see "Sharded arrays" above */
+  int32_t device1;    /* 1 + the device jax.device_put(x, device) committed an
+                         unsharded array to; 0: device 0 (anything else) */
   int64_t size;       /* number of elements, product of shape */
   int64_t offset;     /* start, in elements, within buf */
   Buffer *buf;        /* owned reference */

@@ -814,6 +814,19 @@ static bool prim_sharded(Array *const *ops, int nin) {
   return false;
 }
 
+/* 1 + the device the unsharded results of [ops] are on, as JAX's
+ * computation follows data: the one the committed operands (device_put
+ * to a device) share; 0 (device 0) when none is or they differ. */
+static int32_t common_device(Array *const *ops, int nin) {
+  int32_t d = 0;
+  for (int i = 0; i < nin; i++) {
+    if (!ops[i]->device1) continue;
+    if (d && ops[i]->device1 != d) return 0;
+    d = ops[i]->device1;
+  }
+  return d;
+}
+
 /* Runs the kernel and stamps the outputs' avals (and, for sharded
  * operands, the results' shardings). */
 static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal *outv) {
@@ -844,6 +857,7 @@ static Value *prim_run(PrimId id, ApplyFrame *f, int nin, const Params *p, AVal 
     if (outv[i].vma) vma_why(id, f, nin, out[i]);
     if (out[i]->sharding) val_decref(out[i]->sharding);
     out[i]->sharding = sh[i];
+    out[i]->device1 = sh[i] ? 0 : common_device(f->ops, nin);
   }
   return prim_result(out, nout);
 }

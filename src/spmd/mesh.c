@@ -418,8 +418,10 @@ static Value *bi_abstract_mesh(const CallArgs *a) {
   return mesh_new_abstract(n, an, sizes);
 }
 
-/* jax.make_mesh(axis_shapes, axis_names): a mesh over the first devices,
- * in row-major order. */
+/* jax.make_mesh(axis_shapes, axis_names, axis_types=None): a mesh over
+ * the first devices, in row-major order; without axis_types every axis
+ * is Explicit, as current JAX's make_mesh makes them (Mesh's default is
+ * Auto).  Semantics: jax.make_mesh (jax/_src/mesh_utils.py). */
 static Value *bi_make_mesh(const CallArgs *a) {
   Value *shapes, *names, *devs = NULL, *types = NULL;
   if (args_bind("make_mesh", a, "axis_shapes, axis_names, devices=, axis_types=",
@@ -429,7 +431,10 @@ static Value *bi_make_mesh(const CallArgs *a) {
   int64_t sizes[MESH_MAX_AXES];
   int ns = read_axes("make_mesh", shapes, names, an, sizes);
   (void)devs;
-  return ns < 0 ? NULL : with_axis_types(mesh_new(NULL, ns, an, sizes, NULL), types);
+  Value *m = ns < 0 ? NULL : mesh_new(NULL, ns, an, sizes, NULL);
+  if (m && (!types || types == VAL_NONE))
+    memset(((Mesh *)m)->axis_types, MESH_EXPLICIT, sizeof ((Mesh *)m)->axis_types);
+  return with_axis_types(m, types);
 }
 
 /* devices(): the ids of every device, as an int32 array (reshape it to

@@ -514,6 +514,7 @@ Value *sharding_put(Value *x, const NamedSharding *s) {
   if (!v) return NULL;
   v->weak = false;   /* a committed array is strongly typed */
   v->sharding = s->mesh ? val_incref((Value *)&s->base.hdr) : NULL;
+  v->device1 = s->mesh ? 0 : s->device + 1;
   return &v->hdr;
 }
 
@@ -530,11 +531,12 @@ static int64_t partial_min(void) {
   return min;
 }
 
-bool sharding_local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t *nblk,
-                           uint8_t **held) {
+/* sharding_local_blocks for arrays of [min] elements or more. */
+static bool local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t min,
+                         int64_t *nblk, uint8_t **held) {
   int64_t total = 1, ncells = 1, start[SHM_MAXDIM], size[SHM_MAXDIM];
   for (int d = 0; d < nd; d++) total *= shape[d];
-  if (!transport_active() || !s->mesh || total < partial_min() || total == 0) return false;
+  if (!transport_active() || !s->mesh || total < min || total == 0) return false;
   block_of(s, 0, nd, shape, start, size);
   for (int d = 0; d < nd; d++) nblk[d] = shape[d] / size[d], ncells *= nblk[d];
   uint8_t *h = shm_calloc((size_t)ncells, 1);
@@ -554,6 +556,11 @@ bool sharding_local_blocks(const NamedSharding *s, int nd, const int64_t *shape,
   }
   *held = h;
   return true;
+}
+
+bool sharding_local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t *nblk,
+                           uint8_t **held) {
+  return local_blocks(s, nd, shape, partial_min(), nblk, held);
 }
 
 bool sharding_is_local(const NamedSharding *s, int nd, const int64_t *shape) {
@@ -779,21 +786,49 @@ static int64_t elem_offset(int nd, const int64_t *start, const int64_t *size,
   return offset;
 }
 
-/* device [f]'s block: cb(index) as an array of dtype [t] (-1: its own). */
-static Value *call_block(const NamedSharding *s, int f, int nd, const int64_t *shape, Value *cb,
-                         int t, int64_t *start, int64_t *size) {
-  block_of(s, f, nd, shape, start, size);
+/* Where an array's blocks come from: device [f]'s block of [size] at
+ * [start] in an array of [nd] dimensions of [shape], as an array of dtype
+ * [t] (-1: its own); NULL with the error set. */
+typedef struct BlockSource {
+  Value *(*block)(const struct BlockSource *src, int f, int t, int nd, const int64_t *shape,
+                  const int64_t *start, const int64_t *size);
+  const char *what;          /* the function, for messages */
+  Value *callback;           /* make_array_from_callback's data_callback */
+  Value *const *arrays;      /* make_array_from_single_device_arrays': one per held device */
+  const int *array_of;       /* ...the array of each device of the sharding (-1: none) */
+} BlockSource;
+
+static bool shard_shaped(Value *arr, int nd, const int64_t *size) {
+  return AS_ARRAY(arr)->ndim == nd &&
+         !memcmp(AS_ARRAY(arr)->shape, size, sizeof(int64_t) * (size_t)nd);
+}
+
+/* make_array_from_callback's block: data_callback(index). */
+static Value *callback_block(const BlockSource *src, int f, int t, int nd, const int64_t *shape,
+                             const int64_t *start, const int64_t *size) {
+  (void)f;
   Value *idx = block_index(nd, shape, start, size);
-  Value *blk = idx ? val_call_n(cb, 1, &idx) : NULL;
+  Value *blk = idx ? val_call_n(src->callback, 1, &idx) : NULL;
   Value *arr = blk ? ops_to_array(blk, t) : NULL;
   if (idx) val_decref(idx);
   if (blk) val_decref(blk);
-  if (arr && (AS_ARRAY(arr)->ndim != nd || memcmp(AS_ARRAY(arr)->shape, size, sizeof(int64_t) * (size_t)nd))) {
-    val_decref(arr);
-    return err_set(ERR_VALUE, "make_array_from_callback: the callback's block for device %d "
-                   "does not have the sharding's shard shape", sharding_device(s, f));
-  }
   return arr;
+}
+
+/* make_array_from_single_device_arrays' block: the array given for the
+ * device (its dtype must be the first one's). */
+static Value *given_block(const BlockSource *src, int f, int t, int nd, const int64_t *shape,
+                          const int64_t *start, const int64_t *size) {
+  (void)nd, (void)shape, (void)start, (void)size;
+  if (src->array_of[f] < 0)
+    return err_set(ERR_VALUE, "make_array_from_single_device_arrays: the sharding's device is "
+                              "not addressable by this process");
+  Value *a = src->arrays[src->array_of[f]];
+  if (t >= 0 && (int)AS_ARRAY(a)->dtype != t)
+    return err_set(ERR_VALUE, "make_array_from_single_device_arrays: the arrays must have one "
+                              "dtype, got %s and %s", dt_name((DType)t),
+                   dt_name(AS_ARRAY(a)->dtype));
+  return val_incref(a);
 }
 
 /* Copies block [b] into [g] at [start]. */
@@ -807,32 +842,36 @@ static void put_block(Array *g, const Array *b, const int64_t *start) {
            es);
 }
 
-/* jax.make_array_from_callback(shape, sharding, data_callback): the
- * array whose block on each device is data_callback(index), of the first
- * block's dtype. */
-static Value *bi_make_array_from_callback(const CallArgs *a) {
-  Value *shape_v, *sv, *cb, *dt = NULL;
-  if (args_bind("make_array_from_callback", a, "shape, sharding, data_callback, dtype=",
-                (Value **[]){&shape_v, &sv, &cb, &dt}) < 0)
-    return NULL;
-  int nd;
-  int64_t shape[SHM_MAXDIM], start[SHM_MAXDIM], size[SHM_MAXDIM];
-  Value *s = read_shape(shape_v, &nd, shape) < 0 ? NULL : as_sharding(sv);
-  if (!s) return NULL;
-  NamedSharding *ns = (NamedSharding *)s;
+/* The array of [shape] laid out by [s] whose block on each device [src]
+ * gives, of the first block's dtype.  Under mpirun [src] is asked only
+ * for this process's devices' blocks, as JAX asks a process only for its
+ * addressable ones (its data may be only those); an array too small to
+ * be held in part (sharding_local_blocks) is then gathered whole on
+ * every process.  New reference, or NULL with the error set. */
+static Value *assemble(const BlockSource *src, NamedSharding *ns, int nd, const int64_t *shape) {
+  int64_t start[SHM_MAXDIM], size[SHM_MAXDIM], nblk[SHM_MAXDIM];
   Array *g = NULL;
   Value *r = NULL;
-  int64_t nblk[SHM_MAXDIM];
   uint8_t *held = NULL;
-  if (sharding_check(ns, nd, shape) < 0) goto out;
-  bool part = sharding_local_blocks(ns, nd, shape, nblk, &held);   /* this process's devices only */
+  bool part = local_blocks(ns, nd, shape, 1, nblk, &held);   /* this process's devices only */
+  /* a process with a device of the sharding is asked for its own blocks
+   * only: every block when it holds all of them, as on one process */
+  bool own_only = false;
+  for (int f = 0; transport_active() && ns->mesh && f < sharding_ndev(ns); f++)
+    own_only |= transport_is_local(sharding_device(ns, f));
   for (int f = 0; f < sharding_ndev(ns); f++) {
-    if (part && !transport_is_local(sharding_device(ns, f))) continue;
-    Value *b = call_block(ns, f, nd, shape, cb, g ? (int)g->dtype : -1, start, size);
+    if (own_only && !transport_is_local(sharding_device(ns, f))) continue;
+    block_of(ns, f, nd, shape, start, size);
+    Value *b = src->block(src, f, g ? (int)g->dtype : -1, nd, shape, start, size);
+    if (b && !shard_shaped(b, nd, size)) {
+      val_decref(b);
+      b = err_set(ERR_VALUE, "%s: the block for device %d does not have the sharding's shard "
+                             "shape", src->what, sharding_device(ns, f));
+    }
     if (b && !g) {
       g = arr_new(AS_ARRAY(b)->dtype, nd, shape);
       /* the held blocks are known before any is written (arr_set_partial) */
-      if (g && part && arr_set_partial(g, s, nblk, held) < 0) {
+      if (g && part && arr_set_partial(g, &ns->base.hdr, nblk, held) < 0) {
         val_decref(b);
         goto out;
       }
@@ -843,13 +882,113 @@ static Value *bi_make_array_from_callback(const CallArgs *a) {
   }
   if (!part) {
     r = sharding_put(&g->hdr, ns);
-  } else {
-    g->sharding = val_incref(s);
+  } else if (sharding_is_local(ns, nd, shape) || materialize(g) == 0) {
+    g->sharding = val_incref(&ns->base.hdr);
     r = val_incref(&g->hdr);
   }
 out:
   shm_free(held);
   if (g) val_decref(&g->hdr);
+  return r;
+}
+
+/* jax.make_array_from_callback(shape, sharding, data_callback): the
+ * array whose block on each device is data_callback(index), of the first
+ * block's dtype. */
+static Value *bi_make_array_from_callback(const CallArgs *a) {
+  Value *shape_v, *sv, *cb, *dt = NULL;
+  if (args_bind("make_array_from_callback", a, "shape, sharding, data_callback, dtype=",
+                (Value **[]){&shape_v, &sv, &cb, &dt}) < 0)
+    return NULL;
+  int nd;
+  int64_t shape[SHM_MAXDIM];
+  Value *s = read_shape(shape_v, &nd, shape) < 0 ? NULL : as_sharding(sv);
+  if (!s) return NULL;
+  BlockSource src = {.block = callback_block, .what = "make_array_from_callback", .callback = cb};
+  Value *r = sharding_check((NamedSharding *)s, nd, shape) < 0
+                 ? NULL
+                 : assemble(&src, (NamedSharding *)s, nd, shape);
+  val_decref(s);
+  return r;
+}
+
+/* Which of [n] [arrays] each of [s]'s devices gets, into [of] (-1 for a
+ * device of another process): each goes to the device it is on (put
+ * there by device_put, a shard's data, or computed from those), any
+ * other array is on device 0, as in JAX; every addressable device of
+ * [s] must get one.  0, or -1 with the error set. */
+static int match_arrays(const NamedSharding *s, Value *const *arrays, size_t n, int *of) {
+  int nlocal = 0;
+  for (int f = 0; f < sharding_ndev(s); f++) {
+    of[f] = -1;
+    nlocal += transport_is_local(sharding_device(s, f));
+  }
+  if ((int)n != nlocal)
+    return err_set(ERR_VALUE, "make_array_from_single_device_arrays: got %zu arrays for %d "
+                              "addressable devices of the sharding", n, nlocal), -1;
+  for (size_t i = 0; i < n; i++) {
+    if (!IS_ARRAY(arrays[i]))
+      return err_set(ERR_TYPE, "make_array_from_single_device_arrays: arrays must be arrays, "
+                               "got %s", val_type_name(arrays[i])), -1;
+    const Array *x = AS_ARRAY(arrays[i]);
+    if (x->sharding)
+      return err_set(ERR_VALUE, "make_array_from_single_device_arrays: array %zu is sharded "
+                                "over a mesh, not on one device", i), -1;
+    int f = -1, dev = x->device1 - 1;
+    if (dev >= 0) {   /* put on a device */
+      for (int k = 0; k < sharding_ndev(s) && f < 0; k++)
+        if (sharding_device(s, k) == dev) f = k;
+      if (f < 0 || !transport_is_local(dev))
+        return err_set(ERR_VALUE, "make_array_from_single_device_arrays: array %zu is on "
+                                  "device %d, not an addressable device of the sharding",
+                       i, dev), -1;
+    } else {   /* on device 0, as in JAX */
+      for (int k = 0; k < sharding_ndev(s) && f < 0; k++)
+        if (sharding_device(s, k) == 0) f = k;
+      if (f < 0)
+        return err_set(ERR_VALUE, "make_array_from_single_device_arrays: array %zu is on "
+                                  "device 0 (put each on its device with jax.device_put(x, "
+                                  "device)), not a device of the sharding", i), -1;
+    }
+    if (f >= sharding_ndev(s) || of[f] >= 0)
+      return err_set(ERR_VALUE, "make_array_from_single_device_arrays: two arrays for device "
+                                "%d", f < sharding_ndev(s) ? sharding_device(s, f) : -1), -1;
+    of[f] = (int)i;
+  }
+  return 0;
+}
+
+/* jax.make_array_from_single_device_arrays(shape, sharding, arrays): the
+ * array whose block on each addressable device of the sharding is the
+ * array given for it, one per device, each of the shard shape (a device's
+ * block of a replicated layout is the last given for it). */
+static Value *bi_make_array_from_single_device_arrays(const CallArgs *a) {
+  Value *shape_v, *sv, *arrs, *dt = NULL;
+  if (args_bind("make_array_from_single_device_arrays", a, "shape, sharding, arrays, dtype=",
+                (Value **[]){&shape_v, &sv, &arrs, &dt}) < 0)
+    return NULL;
+  int nd;
+  int64_t shape[SHM_MAXDIM];
+  size_t n;
+  Value *const *items;
+  if (!val_seq(arrs, &n, &items))
+    return err_set(ERR_TYPE, "make_array_from_single_device_arrays: arrays must be a list of "
+                             "arrays, got %s", val_type_name(arrs));
+  Value *s = read_shape(shape_v, &nd, shape) < 0 ? NULL : as_sharding(sv);
+  if (!s) return NULL;
+  NamedSharding *ns = (NamedSharding *)s;
+  int *of = shm_malloc(sizeof(int) * (size_t)sharding_ndev(ns));
+  Value *r = NULL;
+  if (!of) {
+    err_nomem();
+  } else if (sharding_check(ns, nd, shape) == 0 && match_arrays(ns, items, n, of) == 0) {
+    BlockSource src = {.block = given_block,
+                       .what = "make_array_from_single_device_arrays",
+                       .arrays = items,
+                       .array_of = of};
+    r = assemble(&src, ns, nd, shape);
+  }
+  shm_free(of);
   val_decref(s);
   return r;
 }
@@ -1205,11 +1344,14 @@ static Value *shard_new(Array *a, const NamedSharding *s, int f) {
     val_decref(&sh->base.hdr);
     return NULL;
   }
+  AS_ARRAY(sh->data)->device1 = sh->device + 1;   /* the block on its device */
   return &sh->base.hdr;
 }
 
-/* The sharding of array [a]: its own, or device 0's. */
-static Value *array_sharding(Array *a) { return a->sharding ? val_incref(a->sharding) : single_device(0); }
+/* The sharding of array [a]: its own, or the device's it was put on. */
+static Value *array_sharding(Array *a) {
+  return a->sharding ? val_incref(a->sharding) : single_device(a->device1 ? a->device1 - 1 : 0);
+}
 
 static Value *addressable_shards(Array *a) {
   Value *s = array_sharding(a);
@@ -1777,6 +1919,8 @@ int sharding_register(Env *b) {
       {"jax", "block_until_ready", bi_block_until_ready, "block_until_ready(x): x, its computation done"},
       {"jax", "make_array_from_callback", bi_make_array_from_callback,
        "make_array_from_callback(shape, sharding, data_callback)"},
+      {"jax", "make_array_from_single_device_arrays", bi_make_array_from_single_device_arrays,
+       "make_array_from_single_device_arrays(shape, sharding, arrays)"},
       {"jax", "devices", bi_devices, "devices(): every Device"},
       {"jax", "local_devices", bi_local_devices, "local_devices(): this process's Devices"},
       {"jax", "device_count", bi_device_count, "device_count()"},

@@ -77,7 +77,7 @@ PY
 # are jit's bit for bit
 cat >"$dir/eager.shm" <<'SHM'
 from jax.sharding import NamedSharding
-x = jax.device_put(arange(64.).reshape(8, 8) / 7., NamedSharding(jax.make_mesh((4, 2), ('x', 'y')), P('x', 'y')))
+x = jax.device_put(arange(64.).reshape(8, 8) / 7., NamedSharding(jax.make_mesh((4, 2), ('x', 'y'), axis_types=(jax.sharding.AxisType.Auto,) * 2), P('x', 'y')))
 s = sum(x)
 m = x @ x
 print(s.sharding.spec, m.sharding.spec, bool(s == jit(sum)(x)), bool((m == jit(lambda a: a @ a)(x)).all()))
