@@ -262,8 +262,12 @@ static void dump_dict(FILE *out, const Node *n) {
 }
 
 static void dump_listcomp(FILE *out, const Node *n) {
-  fputs("(listcomp ", out);
+  fputs(n->b ? "(dictcomp " : "(listcomp ", out);
   dump(out, n->a, -1);
+  if (n->b) {
+    fputc(' ', out);
+    dump(out, n->b, -1);
+  }
   for (int i = 0; i < n->nclauses; i++) {
     const CompClause *c = &n->clauses[i];
     fputs(" (for ", out);

@@ -47,7 +47,8 @@ typedef enum {
   N_LIST,       /* items */
   N_DICT,       /* items = keys, items2 = values */
   N_LISTCOMP,   /* a=elt, clauses (target, iter, conds), left to right;
-                   also made for a generator expression (x for x in y) */
+                   also made for a generator expression (x for x in y),
+                   and for a dict comprehension with a=key, b=value */
   N_LAMBDA,     /* params (no annotations), a=body expression */
   N_STARRED,    /* *a in calls, displays and unpacking targets */
 

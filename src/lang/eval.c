@@ -1283,6 +1283,13 @@ static Outcome comp_body(Env *env, void *vctx) {
     return o;
   }
   Value *v = eval(c->n->a, env);
+  if (v && c->n->b) {   /* a dict comprehension: the key, then the value, as Python */
+    Value *val = eval(c->n->b, env);
+    int rc = val ? dict_set(c->out, v, val) : -1;
+    val_decref(v);
+    val_decref(val);
+    return rc < 0 ? OUT_ERR : OUT_OK;
+  }
   if (!v || list_append_steal(c->out, v) < 0) return OUT_ERR;
   return OUT_OK;
 }
@@ -1352,7 +1359,7 @@ static Value *eval_listcomp(const Node *n, Env *env) {
     env_decref(scope);
     return g;
   }
-  c.out = it ? list_new(0) : NULL;
+  c.out = !it ? NULL : n->b ? dict_new() : list_new(0);
   Outcome o = c.out ? for_each(n->clauses[0].target, it, scope, comp_body, &c) : OUT_ERR;
   val_decref(it);
   env_decref(scope);

@@ -447,7 +447,8 @@ static Node *parse_list(Parser *p) {
   return parse_items(p, n, open, "]") < 0 ? NULL : n;
 }
 
-/* atom_dict -> '{' [test ':' test {',' test ':' test} [',']] '}' */
+/* atom_dict -> '{' [test ':' test (comp_for | {',' test ':' test} [','])] '}'
+ * A dict comprehension is an N_LISTCOMP whose b is the value. */
 static Node *parse_dict(Parser *p) {
   const Token *open = advance(p);
   Node *n = new_node(p, N_DICT, open);
@@ -456,10 +457,13 @@ static Node *parse_dict(Parser *p) {
     Node *k = parse_test(p);
     if (!k || !expect_op(p, ":")) return NULL;
     Node *v = parse_test(p);
-    if (!v || push(p, &n->items, k) < 0 || push(p, &n->items2, v) < 0)
-      return NULL;
-    if (is_kw(peek(p), "for"))
-      return syntax_error(p, peek(p), "dict comprehensions are not supported");
+    if (!v) return NULL;
+    if (is_kw(peek(p), "for") && n->items.n == 0) {
+      Node *c = parse_listcomp(p, open, k);
+      if (c) c->b = v;
+      return c && expect_close(p, open, "}") ? c : NULL;
+    }
+    if (push(p, &n->items, k) < 0 || push(p, &n->items2, v) < 0) return NULL;
     if (!accept_op(p, ",")) break;
   }
   return expect_close(p, open, "}") ? n : NULL;
@@ -932,7 +936,7 @@ static const char *target_noun(const Node *n) {
   case N_COMPARE: return "comparison";
   case N_IFEXP: return "conditional expression";
   case N_LAMBDA: return "lambda";
-  case N_LISTCOMP: return "list comprehension";
+  case N_LISTCOMP: return n->b ? "dict comprehension" : "list comprehension";
   case N_DICT: return "dict literal";
   case N_TUPLE: return "tuple";
   case N_LIST: return "list";
