@@ -691,8 +691,31 @@ static void dict_order(const Dict *d, size_t *pos) {
  * Counter({...}) (Counter() when empty), an OrderedDict as
  * OrderedDict({...}) (OrderedDict() when empty), as Python 3.12 prints
  * them. */
+/* {1, 2} (set() when empty); frozenset({1, 2}) (frozenset()), as Python. */
+static bool repr_set(StrBuf *b, Value *v) {
+  Dict *d = (Dict *)v;
+  bool frozen = d->kind == DICT_FROZENSET;
+  if (d->len == 0) {
+    sbuf_puts(b, frozen ? "frozenset()" : "set()");
+    return true;
+  }
+  size_t *pos = shm_calloc(d->len + 1, sizeof *pos);
+  if (!pos) return err_nomem(), false;
+  dict_order(d, pos);
+  bool ok = true;
+  sbuf_puts(b, frozen ? "frozenset({" : "{");
+  for (size_t i = 0; ok && i < d->len; i++) {
+    if (i > 0) sbuf_puts(b, ", ");
+    ok = repr_into(b, d->keys[pos[i]], true);
+  }
+  sbuf_puts(b, frozen ? "})" : "}");
+  shm_free(pos);
+  return ok;
+}
+
 static bool repr_dict(StrBuf *b, Value *v) {
   Dict *d = (Dict *)v;
+  if (val_is_set(v)) return repr_set(b, v);
   if ((d->kind == DICT_COUNTER || d->kind == DICT_ORDERED) && d->len == 0) {
     sbuf_puts(b, d->kind == DICT_COUNTER ? "Counter()" : "OrderedDict()");
     return true;

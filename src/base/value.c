@@ -743,6 +743,14 @@ Value *module_new(const char *name, Value *globals) {
 
 /* ---- generic operations ------------------------------------------------------------ */
 
+Value *set_new(bool frozen) {
+  Value *s = dict_new();
+  if (s) ((Dict *)s)->kind = frozen ? DICT_FROZENSET : DICT_SET;
+  return s;
+}
+
+int set_add(Value *s, Value *x) { return dict_set(s, x, VAL_NONE); }
+
 const char *val_type_name(const Value *v) {
   static const char *const names[V_TYPE_COUNT] = {
       [V_NONE] = "NoneType", [V_ARRAY] = "Array",     [V_STR] = "str",
@@ -757,6 +765,8 @@ const char *val_type_name(const Value *v) {
   if (v->type == V_OPAQUE) return ((const Opaque *)v)->ot->name;
   if (v->type == V_LIST && ((const List *)v)->kind == LIST_DEQUE) return "collections.deque";
   if (v->type == V_DICT && ((const Dict *)v)->kind == DICT_ORDERED) return "collections.OrderedDict";
+  if (v->type == V_DICT && ((const Dict *)v)->kind == DICT_SET) return "set";
+  if (v->type == V_DICT && ((const Dict *)v)->kind == DICT_FROZENSET) return "frozenset";
   return v->type < V_TYPE_COUNT ? names[v->type] : "object";
 }
 

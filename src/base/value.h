@@ -328,10 +328,22 @@ typedef struct Dict {
   /* collections' dict kinds (lang/stdmod_coll.c): a missing key of a
    * defaultdict calls [missing] (its default_factory, owned; NULL for
    * None), of a Counter is 0; both print as their class does. */
-  uint8_t kind;      /* DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED */
+  uint8_t kind;      /* DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED,
+                        DICT_SET, DICT_FROZENSET */
   Value *missing;
 } Dict;
-enum { DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED };
+/* A set or frozenset (lang/stdmod_set.c) is a dict of a kind whose keys
+ * are its elements and whose values are all None: no dict method,
+ * subscript or ** reaches it, only the set's own. */
+enum { DICT_PLAIN, DICT_DEFAULT, DICT_COUNTER, DICT_ORDERED, DICT_SET, DICT_FROZENSET };
+static inline bool val_is_set(const Value *v) {
+  return v && v->type == V_DICT && ((const Dict *)v)->kind >= DICT_SET;
+}
+/* An empty set (frozenset when [frozen]); NULL out of memory. */
+Value *set_new(bool frozen);
+/* Adds [x] (borrowed) to set [s]: 0, or -1 with the error set
+ * (unhashable x). */
+int set_add(Value *s, Value *x);
 
 Value *dict_new(void);
 /* Borrowed value for [key], or NULL (no error set) when absent. */

@@ -262,7 +262,7 @@ static void dump_dict(FILE *out, const Node *n) {
 }
 
 static void dump_listcomp(FILE *out, const Node *n) {
-  fputs(n->b ? "(dictcomp " : "(listcomp ", out);
+  fputs(n->b ? "(dictcomp " : n->is_set ? "(setcomp " : "(listcomp ", out);
   dump(out, n->a, -1);
   if (n->b) {
     fputc(' ', out);
@@ -351,6 +351,7 @@ static bool dump_expr(FILE *out, const Node *n) {
   case N_SLICE: dump_slice(out, n); break;
   case N_TUPLE: dump_seq(out, "tuple", &n->items); break;
   case N_LIST: dump_seq(out, "list", &n->items); break;
+  case N_SET: dump_seq(out, "set", &n->items); break;
   case N_DICT: dump_dict(out, n); break;
   case N_LISTCOMP: dump_listcomp(out, n); break;
   case N_LAMBDA: dump_lambda(out, n); break;

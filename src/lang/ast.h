@@ -46,9 +46,11 @@ typedef enum {
   N_TUPLE,      /* items */
   N_LIST,       /* items */
   N_DICT,       /* items = keys, items2 = values */
+  N_SET,        /* items: a set display {a, b} */
   N_LISTCOMP,   /* a=elt, clauses (target, iter, conds), left to right;
                    also made for a generator expression (x for x in y),
-                   and for a dict comprehension with a=key, b=value */
+                   for a dict comprehension with a=key, b=value, and
+                   for a set comprehension (is_set) */
   N_LAMBDA,     /* params (no annotations), a=body expression */
   N_STARRED,    /* *a in calls, displays and unpacking targets */
 
@@ -144,6 +146,7 @@ struct Node {
   bool is_jit;         /* N_DEF, N_SHARD_MAP */
   bool is_gen;         /* N_LISTCOMP: written as a generator expression,
                           lazy when its first iterable is (eval.c) */
+  bool is_set;         /* N_LISTCOMP: a set comprehension {x for ...} */
   uint8_t fuse;        /* N_BINOP, N_UNARY, N_CALL: whether it roots an
                           element-wise tree (eval_fusable.c's memo) */
   Loc loc;             /* first token of the construct; for N_BINOP,

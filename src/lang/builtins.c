@@ -908,9 +908,11 @@ static Value *bi_callable(const CallArgs *a) {
 /* The built-in types type() gives (Python's classes, which these
  * built-ins also construct), made at start-up; `type` is type(int)'s. */
 enum { TY_INT, TY_FLOAT, TY_BOOL, TY_STR, TY_LIST, TY_TUPLE, TY_DICT, TY_ARRAY, TY_RANGE,
-       TY_SLICE, TY_TYPE, TY_COUNT };
-static const char *const type_names[TY_COUNT] = {"int", "float", "bool", "str", "list", "tuple",
-                                                 "dict", "Array", "range", "slice", "type"};
+       TY_SLICE, TY_TYPE, TY_SET, TY_FROZENSET, TY_COUNT };
+static const char *const type_names[TY_COUNT] = {"int",   "float", "bool",  "str",
+                                                 "list",  "tuple", "dict",  "Array",
+                                                 "range", "slice", "type",  "set",
+                                                 "frozenset"};
 static Value *types[TY_COUNT];
 
 /* The classes of the other kinds of values (Python's or JAX's names),
@@ -1026,7 +1028,10 @@ static int type_index(Value *x) {
   case V_STR: return TY_STR;
   case V_LIST: return TY_LIST;
   case V_TUPLE: return TY_TUPLE;
-  case V_DICT: return TY_DICT;
+  case V_DICT:
+    return ((Dict *)x)->kind == DICT_SET         ? TY_SET
+           : ((Dict *)x)->kind == DICT_FROZENSET ? TY_FROZENSET
+                                                 : TY_DICT;
   case V_RANGE: return TY_RANGE;
   case V_SLICE: return TY_SLICE;
   case V_BUILTIN: return ((Builtin *)x)->is_class ? TY_TYPE : -1;
@@ -1083,7 +1088,8 @@ static Value *bi_isinstance(const CallArgs *a) {
       continue;
     }
     if (c == types[TY_TUPLE] && x->type == V_TUPLE) return val_bool(true);   /* a named tuple */
-    if (c == types[TY_DICT] && x->type == V_DICT) return val_bool(true);     /* an OrderedDict */
+    if (c == types[TY_DICT] && x->type == V_DICT && !val_is_set(x))
+      return val_bool(true);   /* an OrderedDict */
     if (c->type != V_BUILTIN || !((Builtin *)c)->is_class)
       return err_set(ERR_TYPE, "isinstance() arg 2 must be a type or tuple of types");
     if (c == tx || (c == types[TY_INT] && tx == types[TY_BOOL])) return val_bool(true);
@@ -1286,12 +1292,13 @@ int builtins_register(Env *e) {
       return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
-                                           bi_lax_table, bi_python_table};
+                                           bi_lax_table, bi_python_table, bi_set_table};
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
     for (const BiEntry *b = tables[t]; b->name; b++) {
       Value *v = builtin_new(b->name, b->fn, b->doc);
       if (v && b->where & IN_TOP) note_type(v);
-      if (v && tables[t] == bi_python_table) ((Builtin *)v)->python = true;
+      if (v && (tables[t] == bi_python_table || tables[t] == bi_set_table))
+        ((Builtin *)v)->python = true;
       int rc = v ? bind(e, b->name, v, b->where) : -1;
       val_decref(v);
       if (rc < 0) return -1;

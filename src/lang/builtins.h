@@ -45,6 +45,19 @@ Value *builtins_type_of(Value *x);
  * NULL with a ValueError for a name not in the table. */
 Value *builtins_opaque_class(const char *name);
 
+/* [a] op [b] for two sets or frozensets (value.h, val_is_set): | & - ^
+ * (a new set of [a]'s kind) and the subset comparisons < <= > >= (a
+ * bool); NULL with no error for any other operator or operands.
+ * Semantics: Python's set types (builtins_set.c). */
+Value *builtins_set_binary(OpKind op, Value *a, Value *b);
+
+/* The method [name] of set [s], bound; NULL with Python's AttributeError
+ * for any other name (a dict's methods are not a set's). */
+Value *builtins_set_attr(Value *s, const char *name);
+
+/* dir() of set [s]: its methods' names, a new list (NULL out of memory). */
+Value *builtins_set_dir(Value *s);
+
 /* Makes [cls] (a built-in that constructs values of VType [kind], e.g.
  * jax.sharding.Mesh) the class type() gives for them, and marks it a
  * class.  Main thread, at start-up, after builtins_register. */

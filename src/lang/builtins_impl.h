@@ -47,6 +47,7 @@ extern const BiEntry bi_array_table[];   /* builtins_array.c */
 extern const BiEntry bi_math_table[];    /* builtins_math.c */
 extern const BiEntry bi_reduce_table[];  /* builtins_reduce.c */
 extern const BiEntry bi_lax_table[];     /* builtins_lax.c */
+extern const BiEntry bi_set_table[];     /* builtins_set.c */
 
 /* ---- argument helpers (builtins.c) ------------------------------------------- */
 

@@ -1104,7 +1104,7 @@ static int eval_star_arg(ArgBuf *b, Value *v) {
 }
 
 static int eval_starstar_arg(ArgBuf *b, Value *v) {
-  if (v->type != V_DICT) {
+  if (v->type != V_DICT || val_is_set(v)) {
     err_set(ERR_TYPE, "argument after ** must be a dict, not %s", val_type_name(v));
     return -1;
   }
@@ -1218,6 +1218,18 @@ static Value *eval_dict(const Node *n, Env *env) {
   return d;
 }
 
+/* {a, b, *c}: a set of the items, starred ones spread. */
+static Value *eval_set(const Node *n, Env *env) {
+  Value *items = eval_seq(n, env, false), *s = items ? set_new(false) : NULL;
+  for (size_t i = 0; s && i < list_len(items); i++)
+    if (set_add(s, list_get(items, i)) < 0) {
+      val_decref(s);
+      s = NULL;
+    }
+  val_decref(items);
+  return s;
+}
+
 static Value *eval_slice(const Node *n, Env *env) {
   Value *p[3] = {NULL, NULL, NULL};
   const Node *parts[3] = {n->a, n->b, n->c};
@@ -1290,6 +1302,11 @@ static Outcome comp_body(Env *env, void *vctx) {
     val_decref(val);
     return rc < 0 ? OUT_ERR : OUT_OK;
   }
+  if (v && c->n->is_set) {
+    int rc = set_add(c->out, v);
+    val_decref(v);
+    return rc < 0 ? OUT_ERR : OUT_OK;
+  }
   if (!v || list_append_steal(c->out, v) < 0) return OUT_ERR;
   return OUT_OK;
 }
@@ -1359,7 +1376,7 @@ static Value *eval_listcomp(const Node *n, Env *env) {
     env_decref(scope);
     return g;
   }
-  c.out = !it ? NULL : n->b ? dict_new() : list_new(0);
+  c.out = !it ? NULL : n->b ? dict_new() : n->is_set ? set_new(false) : list_new(0);
   Outcome o = c.out ? for_each(n->clauses[0].target, it, scope, comp_body, &c) : OUT_ERR;
   val_decref(it);
   env_decref(scope);
@@ -1462,6 +1479,7 @@ static Value *eval_inner(const Node *n, Env *env) {
   case N_TUPLE: return eval_seq(n, env, true);
   case N_LIST: return eval_seq(n, env, false);
   case N_DICT: return eval_dict(n, env);
+  case N_SET: return eval_set(n, env);
   case N_LISTCOMP: return eval_listcomp(n, env);
   case N_LAMBDA: return eval_make_func(n, env, cur_frame ? cur_frame->mod : NULL);
   case N_STARRED:
@@ -1528,7 +1546,7 @@ static int assign_item(const Node *target, Value *v, Env *env) {
   Value *key = obj ? eval(target->b, env) : NULL;
   int rc = -1;
   if (!key || val_check_container(obj) < 0) goto out;
-  if (obj->type == V_DICT) {
+  if (obj->type == V_DICT && !val_is_set(obj)) {
     rc = dict_set(obj, key, v);
   } else if (obj->type == V_LIST) {
     rc = ops_list_setitem(obj, key, v);
@@ -1811,7 +1829,7 @@ static int del_one(const Node *t, Env *env) {
   if (!key || val_check_container(obj) < 0) goto out;
   if (obj->type == V_LIST) {
     rc = ops_list_delitem(obj, key);
-  } else if (obj->type == V_DICT) {
+  } else if (obj->type == V_DICT && !val_is_set(obj)) {
     rc = dict_del(obj, key) ? 0 : -1;
     if (rc < 0) {
       Value *r = val_repr(key);

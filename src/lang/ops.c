@@ -526,6 +526,10 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
     return r;
   }
   if (stdmod_is_deque(a) || stdmod_is_deque(b)) return stdmod_deque_binary(op, a, b);
+  if (val_is_set(a) && val_is_set(b) && op != OP_ADD) {
+    Value *r = builtins_set_binary(op, a, b);
+    if (r || err_occurred()) return r;
+  }
   if (op == OP_ADD && ops_is_seq(a) && a->type == b->type) return seq_concat(a, b);
   if (a->type == V_DICT && b->type == V_DICT && ((Dict *)a)->kind == DICT_COUNTER &&
       ((Dict *)b)->kind == DICT_COUNTER)
@@ -1100,7 +1104,7 @@ static int py_equal(Value *a, Value *b, int depth) {
   }
   if (a->type == V_DICT && b->type == V_DICT) {
     Dict *da = (Dict *)a;
-    if (da->len != ((Dict *)b)->len) return 0;
+    if (da->len != ((Dict *)b)->len || val_is_set(a) != val_is_set(b)) return 0;   /* {} != set() */
     if (da->kind == DICT_ORDERED && ((Dict *)b)->kind == DICT_ORDERED)   /* two of them mind the order */
       for (size_t i = 0; i < da->len; i++) {
         int eq = py_equal(da->keys[i], ((Dict *)b)->keys[i], depth + 1);
@@ -1148,6 +1152,7 @@ Value *ops_compare(OpKind op, Value *a, Value *b) {
     int eq = py_equal(a, b, 0);
     return eq < 0 ? NULL : val_bool(op == OP_EQ ? eq : !eq);
   }
+  if (val_is_set(a) && val_is_set(b)) return builtins_set_binary(op, a, b);   /* subsets */
   int cmp;
   if (python_order(a, b, &cmp) < 0) {
     err_clear();

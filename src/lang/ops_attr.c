@@ -747,6 +747,7 @@ Value *ops_getattr(Value *obj, const char *name) {
     if (arr_np_is_live() && arr_is_np(obj)) return hostnp_method(array_getattr(obj, name));
     return array_getattr(obj, name);
   case V_DICT: {
+    if (val_is_set(obj)) return builtins_set_attr(obj, name);
     Value *m = ((Dict *)obj)->kind != DICT_PLAIN ? stdmod_dict_attr(obj, name) : NULL;
     return m || err_occurred() ? m : method_of(obj, dict_methods, name);
   }
@@ -822,7 +823,13 @@ Value *ops_dir(Value *obj) {
     for (int i = 0; attrs[i] && rc == 0; i++) rc = list_append_steal(l, str_from(attrs[i]));
     if (rc == 0) rc = add_names(l, array_methods);
     break;
-  case V_DICT: rc = add_names(l, dict_methods); break;
+  case V_DICT:
+    if (val_is_set(obj)) {
+      val_decref(l);
+      return builtins_set_dir(obj);
+    }
+    rc = add_names(l, dict_methods);
+    break;
   case V_LIST: rc = add_names(l, list_methods); break;
   case V_STR: rc = add_names(l, ops_str_methods); break;
   case V_MODULE: {

@@ -798,6 +798,7 @@ Value *ops_getitem(Value *obj, Value *index) {
     return val_int(r->start + i * r->step);
   }
   case V_DICT: {
+    if (val_is_set(obj)) return err_set(ERR_TYPE, "'%s' object is not subscriptable", val_type_name(obj));
     Value *v = dict_get(obj, index);
     if (v) return val_incref(v);
     if (err_occurred()) return NULL;

@@ -447,14 +447,30 @@ static Node *parse_list(Parser *p) {
   return parse_items(p, n, open, "]") < 0 ? NULL : n;
 }
 
+/* The rest of a set display or comprehension after its first element. */
+static Node *parse_set(Parser *p, const Token *open, Node *first) {
+  if (is_kw(peek(p), "for")) {
+    Node *c = parse_listcomp(p, open, first);
+    if (c) c->is_set = true;
+    return c && expect_close(p, open, "}") ? c : NULL;
+  }
+  Node *n = new_node(p, N_SET, open);
+  if (!n || push(p, &n->items, first) < 0) return NULL;
+  if (!accept_op(p, ",")) return expect_close(p, open, "}") ? n : NULL;
+  return parse_items(p, n, open, "}") < 0 ? NULL : n;
+}
+
 /* atom_dict -> '{' [test ':' test (comp_for | {',' test ':' test} [','])] '}'
- * A dict comprehension is an N_LISTCOMP whose b is the value. */
+ *            | '{' (test|star_expr) (comp_for | {',' (test|star_expr)} [',']) '}'
+ * A dict comprehension is an N_LISTCOMP whose b is the value, a set
+ * comprehension one marked is_set. */
 static Node *parse_dict(Parser *p) {
   const Token *open = advance(p);
   Node *n = new_node(p, N_DICT, open);
   if (!n) return NULL;
   while (!is_op(peek(p), "}")) {
-    Node *k = parse_test(p);
+    Node *k = n->items.n ? parse_test(p) : parse_item(p, false);
+    if (k && n->items.n == 0 && !is_op(peek(p), ":")) return parse_set(p, open, k);
     if (!k || !expect_op(p, ":")) return NULL;
     Node *v = parse_test(p);
     if (!v) return NULL;
@@ -936,7 +952,8 @@ static const char *target_noun(const Node *n) {
   case N_COMPARE: return "comparison";
   case N_IFEXP: return "conditional expression";
   case N_LAMBDA: return "lambda";
-  case N_LISTCOMP: return n->b ? "dict comprehension" : "list comprehension";
+  case N_LISTCOMP: return n->b ? "dict comprehension" : n->is_set ? "set comprehension" : "list comprehension";
+  case N_SET: return "set display";
   case N_DICT: return "dict literal";
   case N_TUPLE: return "tuple";
   case N_LIST: return "list";

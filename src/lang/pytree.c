@@ -42,7 +42,7 @@ bool pytree_is_node(const Value *v) {
   /* JAX registers list and dict by exact type: a deque and a Counter are
    * leaves; OrderedDict and defaultdict are registered nodes */
   if (v->type == V_LIST) return ((const List *)v)->kind == LIST_PLAIN;
-  if (v->type == V_DICT) return ((const Dict *)v)->kind != DICT_COUNTER;
+  if (v->type == V_DICT) return ((const Dict *)v)->kind != DICT_COUNTER && !val_is_set(v);   /* a set: JAX registers none */
   return v->type == V_TUPLE || v->type == V_NONE || cls_is_tree_node(v);
 }
 

@@ -1346,9 +1346,13 @@ static int read_axis_set(const char *kw, Value *v, const Mesh *m, uint32_t *bits
   size_t n = 1;
   Value *const *items = &v;
   *bits = 0;
-  if (v->type != V_STR && !val_seq(v, &n, &items))
-    return err_set(ERR_TYPE, "shard_map: %s= must be a collection of mesh axis names (a tuple, "
-                   "list or str), got %s", kw, val_type_name(v)), -1;
+  if (val_is_set(v)) {   /* JAX's own spelling: axis_names={'x'} */
+    items = ((Dict *)v)->keys;
+    n = ((Dict *)v)->len;
+  } else if (v->type != V_STR && !val_seq(v, &n, &items)) {
+    return err_set(ERR_TYPE, "shard_map: %s= must be a collection of mesh axis names (a set, "
+                   "tuple, list or str), got %s", kw, val_type_name(v)), -1;
+  }
   for (size_t i = 0; i < n; i++) {
     if (items[i]->type != V_STR)
       return err_set(ERR_TYPE, "shard_map: %s= must hold mesh axis names (str), got %s", kw,
