@@ -1,5 +1,6 @@
 /*
- * jaxconfig.c - jax.config and jax.disable_jit (jaxconfig.h).
+ * jaxconfig.c - jax.config, jax.disable_jit, jax.named_scope and
+ * jax.named_call (jaxconfig.h).
  */
 #include <math.h>
 #include <string.h>
@@ -137,6 +138,45 @@ static Value *bi_disable_jit(const CallArgs *a) {
   return v;
 }
 
+/* ---- jax.named_scope(name) and jax.named_call(fun, name=) ---- */
+
+/* JAX puts the scope's name in its staged programs' metadata, for
+ * profiles; shmap's plans carry source lines instead, so the scope
+ * changes nothing: a context manager whose block runs as written. */
+static Value *named_scope_enter(Value *self) {
+  (void)self;
+  return val_incref(VAL_NONE);
+}
+
+static int named_scope_exit(Value *self) {
+  (void)self;
+  return 0;
+}
+
+static Value *named_scope_repr(Value *self) {
+  (void)self;
+  return str_from("<jax.named_scope>");
+}
+
+static const OpaqueType named_scope_type = {"named_scope", NULL, named_scope_repr, NULL, NULL,
+                                            named_scope_enter, named_scope_exit};
+
+static Value *bi_named_scope(const CallArgs *a) {
+  Value *name;
+  if (args_bind("named_scope", a, "name", (Value **[]){&name}) < 0) return NULL;
+  if (name->type != V_STR) return err_set(ERR_VALUE, "named_scope name argument must be a string.");
+  return opaque_new(&named_scope_type, sizeof(Opaque));
+}
+
+/* named_call(fun, *, name=None): fun itself, its calls named in JAX's
+ * metadata only. */
+static Value *bi_named_call(const CallArgs *a) {
+  Value *fun, *name = NULL;
+  if (args_bind("named_call", a, "fun, name=", (Value **[]){&fun, &name}) < 0) return NULL;
+  if (!val_callable(fun)) return err_set(ERR_TYPE, "named_call: fun must be callable, got %s", val_type_name(fun));
+  return val_incref(fun);
+}
+
 int jaxcfg_register(void) {
   Value *cfg = opaque_new(&config_type, sizeof(Opaque));
   int rc = cfg ? builtins_add_to("jax", "config", cfg) : -1;
@@ -144,5 +184,11 @@ int jaxcfg_register(void) {
   Value *dj = rc == 0 ? builtin_new("disable_jit", bi_disable_jit, "disable_jit(disable=True)") : NULL;
   rc = dj ? builtins_add_to("jax", "disable_jit", dj) : -1;
   val_decref(dj);
+  Value *ns = rc == 0 ? builtin_new("named_scope", bi_named_scope, "named_scope(name): a context manager") : NULL;
+  rc = ns ? builtins_add_to("jax", "named_scope", ns) : -1;
+  val_decref(ns);
+  Value *nc = rc == 0 ? builtin_new("named_call", bi_named_call, "named_call(fun, *, name=None)") : NULL;
+  rc = nc ? builtins_add_to("jax", "named_call", nc) : -1;
+  val_decref(nc);
   return rc;
 }
