@@ -931,7 +931,8 @@ static const char *const opaque_names[] = {
     "PyTreeDef", "_IndexUpdateHelper", "ShapedArray", "itertools.count", "itertools.cycle",
     "itertools.repeat", "itertools.islice", "generator", "iterator", "list_iterator",
     "tuple_iterator", "range_iterator", "str_ascii_iterator", "dict_keyiterator",
-    "list_reverseiterator", "SymbolicZero", "CustomVJPPrimal"};
+    "list_reverseiterator", "SymbolicZero", "CustomVJPPrimal", "DictKey", "SequenceKey",
+    "GetAttrKey", "FlattenedIndexKey"};
 #define N_OPAQUE_CLASSES (sizeof opaque_names / sizeof *opaque_names)
 static Value *opaque_classes[N_OPAQUE_CLASSES];
 

@@ -46,6 +46,29 @@ bool pytree_is_node(const Value *v) {
   return v->type == V_TUPLE || v->type == V_NONE || cls_is_tree_node(v);
 }
 
+/* The is_leaf= of the jax.tree_util call running on this thread (NULL:
+ * none): a value it calls true is a leaf, node or not, as JAX's. */
+static _Thread_local Value *tls_is_leaf;
+
+Value *pytree_is_leaf_enter(Value *is_leaf) {
+  Value *prev = tls_is_leaf;
+  tls_is_leaf = is_leaf && is_leaf != VAL_NONE ? is_leaf : NULL;
+  return prev;
+}
+
+void pytree_is_leaf_leave(Value *prev) { tls_is_leaf = prev; }
+
+int pytree_cut(Value *t) {
+  if (!tls_is_leaf) return 0;
+  Value *f = tls_is_leaf;
+  tls_is_leaf = NULL;   /* trees the predicate itself walks have none */
+  Value *r = val_call_n(f, 1, &t);
+  tls_is_leaf = f;
+  int v = r ? val_truth(r) : -1;
+  val_decref(r);
+  return v;
+}
+
 static int too_deep(void) {
   err_set(ERR_VALUE, "maximum recursion depth exceeded while walking a pytree (deeper than "
                      "%d, or a container that holds itself)", PYTREE_MAX_DEPTH);
@@ -130,7 +153,9 @@ static int flatten_custom(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, in
 
 static int flatten_at(Value *t, bool (*is_leaf)(Value *v), PyLeaves *out, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
-  if (!pytree_is_node(t)) return is_leaf && !is_leaf(t) ? 0 : pytree_push(out, t);
+  int cut = pytree_is_node(t) ? pytree_cut(t) : 1;
+  if (cut < 0) return -1;
+  if (cut) return is_leaf && !is_leaf(t) ? 0 : pytree_push(out, t);
   if (t->type == V_NONE) return 0;
   if (t->type == V_OPAQUE) return flatten_custom(t, is_leaf, out, depth);
   if (t->type == V_DICT) {
@@ -194,8 +219,9 @@ static Value *replace_custom(Value *t, bool (*is_leaf)(Value *v), Value **vals, 
 
 static Value *replace_at(Value *t, bool (*is_leaf)(Value *v), Value **vals, int *pos, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep(), NULL;
-  if (!pytree_is_node(t))
-    return is_leaf && !is_leaf(t) ? val_incref(t) : val_incref(vals[(*pos)++]);
+  int cut = pytree_is_node(t) ? pytree_cut(t) : 1;
+  if (cut < 0) return NULL;
+  if (cut) return is_leaf && !is_leaf(t) ? val_incref(t) : val_incref(vals[(*pos)++]);
   if (t->type == V_NONE) return val_incref(t);
   if (t->type == V_DICT) return replace_dict((Dict *)t, is_leaf, vals, pos, depth);
   if (t->type == V_OPAQUE) return replace_custom(t, is_leaf, vals, pos, depth);
@@ -383,8 +409,9 @@ static int same_custom(Value *a, Value *b, int depth) {
 /* Whether [a] and [b] have the same structure (their leaves aside). */
 static int same_structure(Value *a, Value *b, int depth) {
   if (depth > PYTREE_MAX_DEPTH) return too_deep();
-  bool na = pytree_is_node(a), nb = pytree_is_node(b);
-  if (!na || !nb) return !na && !nb;
+  int ca = pytree_is_node(a) ? pytree_cut(a) : 1, cb = ca < 0 ? -1 : pytree_is_node(b) ? pytree_cut(b) : 1;
+  if (ca < 0 || cb < 0) return -1;
+  if (ca || cb) return ca && cb;
   if (a->type != b->type || tuple_class(a) != tuple_class(b)) return 0;
   if (a->type == V_NONE) return 1;
   if (a->type == V_OPAQUE) return same_custom(a, b, depth);
@@ -444,39 +471,51 @@ static Value *leaves_list(const PyLeaves *l) {
   return r;
 }
 
-static Value *bi_tree_leaves(const CallArgs *a) {
-  Value *tree;
-  Value **slots[] = {&tree};
-  if (args_bind("tree_leaves", a, "tree", slots) < 0) return NULL;
-  PyLeaves l = {0};
-  Value *r = pytree_flatten(tree, NULL, &l) < 0 ? NULL : leaves_list(&l);
-  pytree_leaves_free(&l);
+/* The PyTreeDef of [tree] whose leaves [l] gave (under is_leaf=): of the
+ * tree itself, or with is_leaf= of the tree with each leaf (a cut node
+ * too) an Ellipsis, so it flattens to as many leaves without it. */
+static Value *treedef_of(Value *tree, const PyLeaves *l) {
+  if (!tls_is_leaf) return treedef_new(tree);
+  Value **dots = shm_calloc((size_t)l->n + 1, sizeof *dots);
+  if (!dots) return err_nomem();
+  for (int i = 0; i < l->n; i++) dots[i] = VAL_ELLIPSIS;
+  int pos = 0;
+  Value *sk = pytree_replace(tree, NULL, dots, &pos), *r = sk ? treedef_new(sk) : NULL;
+  val_decref(sk);
+  shm_free(dots);
   return r;
 }
 
-static Value *bi_tree_structure(const CallArgs *a) {
-  Value *tree;
-  Value **slots[] = {&tree};
-  if (args_bind("tree_structure", a, "tree", slots) < 0) return NULL;
+/* tree_leaves(tree, is_leaf=None), tree_structure and tree_flatten:
+ * [what] 0, 1 or 2. */
+static Value *flatten_call(const CallArgs *a, const char *name, int what) {
+  Value *tree, *is_leaf = NULL;
+  if (args_bind(name, a, "tree, is_leaf=", (Value **[]){&tree, &is_leaf}) < 0) return NULL;
+  Value *prev = pytree_is_leaf_enter(is_leaf), *leaves = NULL, *def = NULL, *r = NULL;
   PyLeaves l = {0};
-  int rc = pytree_flatten(tree, NULL, &l);   /* checks the keys and the depth */
+  if (pytree_flatten(tree, NULL, &l) == 0) {   /* checks the keys and the depth */
+    leaves = what != 1 ? leaves_list(&l) : NULL;
+    def = what != 0 && (what == 1 || leaves) ? treedef_of(tree, &l) : NULL;
+    r = what == 0 ? val_incref(leaves) : what == 1 ? val_incref(def)
+        : def ? tuple_pack(2, (Value *[]){leaves, def}) : NULL;
+  }
+  pytree_is_leaf_leave(prev);
   pytree_leaves_free(&l);
-  return rc < 0 ? NULL : treedef_new(tree);
-}
-
-static Value *bi_tree_flatten(const CallArgs *a) {
-  Value *tree;
-  Value **slots[] = {&tree};
-  if (args_bind("tree_flatten", a, "tree", slots) < 0) return NULL;
-  PyLeaves l = {0};
-  Value *leaves = pytree_flatten(tree, NULL, &l) < 0 ? NULL : leaves_list(&l);
-  pytree_leaves_free(&l);
-  Value *def = leaves ? treedef_new(tree) : NULL;
-  Value *r = def ? tuple_pack(2, (Value *[]){leaves, def}) : NULL;
   val_decref(leaves);
   val_decref(def);
   return r;
 }
+
+Value *pytree_treedef(Value *tree) {
+  PyLeaves l = {0};
+  Value *r = pytree_flatten(tree, NULL, &l) < 0 ? NULL : treedef_of(tree, &l);
+  pytree_leaves_free(&l);
+  return r;
+}
+
+static Value *bi_tree_leaves(const CallArgs *a) { return flatten_call(a, "tree_leaves", 0); }
+static Value *bi_tree_structure(const CallArgs *a) { return flatten_call(a, "tree_structure", 1); }
+static Value *bi_tree_flatten(const CallArgs *a) { return flatten_call(a, "tree_flatten", 2); }
 
 static Value *bi_tree_unflatten(const CallArgs *a) {
   Value *def, *leaves;
@@ -539,8 +578,22 @@ static Value *bi_tree_reduce(const CallArgs *a) {
 /* tree_map(f, tree, *rest): f applied to each leaf of [tree] and the
  * leaves at the same place in each of [rest], which must have tree's
  * structure. */
+static Value *tree_map_in(const CallArgs *a);
+
 static Value *bi_tree_map(const CallArgs *a) {
-  if (a->nkw) return err_set(ERR_TYPE, "tree_map() takes no keyword arguments");
+  Value *is_leaf = NULL;
+  if (a->nkw > 1 || (a->nkw && strcmp(a->kwnames[0], "is_leaf")))
+    return err_set(ERR_TYPE, "tree_map() got an unexpected keyword argument '%s'",
+                   a->kwnames[a->nkw > 1 && !strcmp(a->kwnames[0], "is_leaf")]);
+  if (a->nkw) is_leaf = a->kwvals[0];
+  Value *prev = pytree_is_leaf_enter(is_leaf);
+  Value *r = tree_map_in(a);
+  pytree_is_leaf_leave(prev);
+  return r;
+}
+
+/* tree_map with its is_leaf= in force. */
+static Value *tree_map_in(const CallArgs *a) {
   if (a->nargs < 2) return err_set(ERR_TYPE, "tree_map() missing required argument 'tree'");
   int nt = a->nargs - 1;
   PyLeaves *ls = shm_calloc((size_t)nt, sizeof *ls);
@@ -572,27 +625,30 @@ out:
   return r;
 }
 
-int pytree_register(void) {
-  static const struct {
-    const char *name, *short_name, *doc;
-    BuiltinFn fn;
-  } fns[] = {
-      {"tree_map", "map", "tree_map(f, tree, *rest): f over the leaves", bi_tree_map},
-      {"tree_leaves", "leaves", "tree_leaves(tree): the leaves, in order", bi_tree_leaves},
-      {"tree_flatten", "flatten", "tree_flatten(tree): (leaves, treedef)", bi_tree_flatten},
-      {"tree_unflatten", "unflatten", "tree_unflatten(treedef, leaves): the tree",
-       bi_tree_unflatten},
-      {"tree_structure", "structure", "tree_structure(tree): its PyTreeDef", bi_tree_structure},
-      {"tree_all", "all", "tree_all(tree): whether every leaf is true", bi_tree_all},
-      {"tree_reduce", "reduce", "tree_reduce(function, tree[, initializer]): reduce over leaves",
-       bi_tree_reduce},
-  };
-  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+int pytree_add_fns(const TreeFn *fns, size_t n) {
+  for (size_t i = 0; i < n; i++) {
     Value *b = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);
     int rc = b ? builtins_add_to("jax.tree_util", fns[i].name, b) : -1;
-    if (rc == 0) rc = builtins_add_to("jax.tree", fns[i].short_name, b);
+    if (rc == 0 && fns[i].short_name) rc = builtins_add_to("jax.tree", fns[i].short_name, b);
     val_decref(b);
     if (rc < 0) return -1;
   }
   return 0;
+}
+
+int pytree_register(void) {
+  static const TreeFn fns[] = {
+      {"tree_map", "map", "tree_map(f, tree, *rest, is_leaf=None): f over the leaves", bi_tree_map},
+      {"tree_leaves", "leaves", "tree_leaves(tree, is_leaf=None): the leaves, in order", bi_tree_leaves},
+      {"tree_flatten", "flatten", "tree_flatten(tree, is_leaf=None): (leaves, treedef)", bi_tree_flatten},
+      {"tree_unflatten", "unflatten", "tree_unflatten(treedef, leaves): the tree",
+       bi_tree_unflatten},
+      {"tree_structure", "structure", "tree_structure(tree, is_leaf=None): its PyTreeDef",
+       bi_tree_structure},
+      {"tree_all", "all", "tree_all(tree): whether every leaf is true", bi_tree_all},
+      {"tree_reduce", "reduce", "tree_reduce(function, tree[, initializer]): reduce over leaves",
+       bi_tree_reduce},
+  };
+  if (pytree_add_fns(fns, sizeof fns / sizeof *fns) < 0) return -1;
+  return pytree_path_register();
 }

@@ -88,6 +88,36 @@ Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *le
  * A new Str, or NULL with the error set. */
 Value *pytree_structure_repr(Value *tree);
 
+/* JAX's is_leaf= (a callable, or NULL/None for none) in force on this
+ * thread until pytree_is_leaf_leave(the returned previous one): every
+ * flatten and replace then takes a value it calls true for a leaf, node
+ * or not (jax.tree_util's functions that take is_leaf=). */
+Value *pytree_is_leaf_enter(Value *is_leaf);
+void pytree_is_leaf_leave(Value *prev);
+
+/* The PyTreeDef (jax.tree_util.tree_structure) of [tree] under the
+ * is_leaf= in force: a new reference, or NULL with the error set. */
+Value *pytree_treedef(Value *tree);
+
+/* Whether is_leaf= calls [t] a leaf: 1 yes, 0 no (or none in force), -1
+ * with its error. */
+int pytree_cut(Value *t);
+
+/* A jax.tree_util function: bound as [name] there and, when [short_name]
+ * is not NULL, as jax.tree.[short_name]. */
+typedef struct TreeFn {
+  const char *name, *short_name, *doc;
+  BuiltinFn fn;
+} TreeFn;
+
+/* Binds the [n] functions [fns]: 0, or -1 out of memory. */
+int pytree_add_fns(const TreeFn *fns, size_t n);
+
+/* Registers jax.tree_util's key paths (pytree_path.c): the key classes,
+ * keystr, tree_flatten_with_path, tree_leaves_with_path and
+ * tree_map_with_path.  0, or -1. */
+int pytree_path_register(void);
+
 /* Registers jax.tree_util's tree_map, tree_leaves, tree_flatten,
  * tree_unflatten, tree_structure, in the jax.tree_util namespace and as
  * jax.tree.map, .leaves, .flatten, .unflatten, .structure.  0, or -1. */
