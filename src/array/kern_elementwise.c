@@ -1092,6 +1092,7 @@ UN_LOOP(un_exp_f64, double, double, exp(x))
 UN_LOOP(un_log_f64, double, double, log(x))
 UN_FLOATS(log1p, log1pf(x), log1p(x))
 UN_FLOATS(expm1, expm1f(x), expm1(x))
+UN_FLOATS(erf, erff(x), erf(x))
 UN_FLOATS(tanh, kern_tanhf1(x), tanh(x))
 UN_FLOATS(logistic, 1.0f / (1.0f + kern_expf1(-x)), 1.0 / (1.0 + exp(-x)))
 UN_FLOATS(tan, tanf(x), tan(x))
@@ -1135,6 +1136,7 @@ static const UnLoop un_loops[U_COUNT][CT_COUNT] = {
     [U_exp] = {NULL, NULL, NULL, NULL, un_exp_fast, un_exp_f64},
     [U_log] = {NULL, NULL, NULL, NULL, un_log_fast, un_log_f64},
     [U_log1p] = UROW_FLT(log1p), [U_expm1] = UROW_FLT(expm1),
+    [U_erf] = UROW_FLT(erf),
     [U_tanh] = UROW_FLT(tanh),   [U_logistic] = UROW_FLT(logistic),
     [U_sin] = {NULL, NULL, NULL, NULL, un_sin_fast, un_sin_f64},
     [U_cos] = {NULL, NULL, NULL, NULL, un_cos_fast, un_cos_f64},

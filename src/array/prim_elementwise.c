@@ -130,6 +130,8 @@ UNARY_JVP(exp, EXP, mul(s, t, y))
 UNARY_JVP(log, LOG, dvd(s, t, x))
 UNARY_JVP(log1p, LOG1P, dvd(s, t, add(s, x, scal(s, 1.0, x))))
 UNARY_JVP(expm1, EXPM1, mul(s, t, add(s, y, scal(s, 1.0, y))))
+/* d erf(x) = 2/sqrt(pi) exp(-x^2) */
+UNARY_JVP(erf, ERF, mul(s, t, mul(s, scal(s, 1.1283791670955126, x), un(s, P_EXP, neg(s, mul(s, x, x))))))
 UNARY_JVP(tanh, TANH, mul(s, t, sub(s, scal(s, 1.0, y), mul(s, y, y))))
 UNARY_JVP(logistic, LOGISTIC, mul(s, t, mul(s, y, sub(s, scal(s, 1.0, y), y))))
 UNARY_JVP(sin, SIN, mul(s, t, un(s, P_COS, x)))
@@ -487,6 +489,7 @@ UNARY_RULE(shape_neg, P_NEG) UNARY_RULE(shape_sign, P_SIGN) UNARY_RULE(shape_flo
 UNARY_RULE(shape_ceil, P_CEIL) UNARY_RULE(shape_round, P_ROUND)
 UNARY_RULE(shape_is_finite, P_IS_FINITE) UNARY_RULE(shape_exp, P_EXP)
 UNARY_RULE(shape_log, P_LOG) UNARY_RULE(shape_log1p, P_LOG1P) UNARY_RULE(shape_expm1, P_EXPM1)
+UNARY_RULE(shape_erf, P_ERF)
 UNARY_RULE(shape_tanh, P_TANH) UNARY_RULE(shape_logistic, P_LOGISTIC)
 UNARY_RULE(shape_sin, P_SIN) UNARY_RULE(shape_cos, P_COS) UNARY_RULE(shape_tan, P_TAN)
 UNARY_RULE(shape_asin, P_ASIN) UNARY_RULE(shape_acos, P_ACOS) UNARY_RULE(shape_atan, P_ATAN)
@@ -523,6 +526,7 @@ static const PrimRow rows[] = {
     {P_LOG, {.shape = shape_log, .kernel = kern_log, .dtypes = DC_FLOAT, .batch = b_ew_LOG, .jvp = jvp_log, .fuse = &fuse_log, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
     {P_LOG1P, {.shape = shape_log1p, .kernel = kern_log1p, .dtypes = DC_FLOAT, .batch = b_ew_LOG1P, .jvp = jvp_log1p, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
     {P_EXPM1, {.shape = shape_expm1, .kernel = kern_expm1, .dtypes = DC_FLOAT, .batch = b_ew_EXPM1, .jvp = jvp_expm1, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
+    {P_ERF, {.shape = shape_erf, .kernel = kern_erf, .dtypes = DC_FLOAT, .batch = b_ew_ERF, .jvp = jvp_erf, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
     {P_TANH, {.shape = shape_tanh, .kernel = kern_tanh, .dtypes = DC_FLOAT, .batch = b_ew_TANH, .jvp = jvp_tanh, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
     {P_LOGISTIC, {.shape = shape_logistic, .kernel = kern_logistic, .dtypes = DC_FLOAT, .batch = b_ew_LOGISTIC, .jvp = jvp_logistic, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},
     {P_SIN, {.shape = shape_sin, .kernel = kern_sin, .dtypes = DC_FLOAT, .batch = b_ew_SIN, .jvp = jvp_sin, .fuse = &fuse_sin, .sharding = prim_sharding_elementwise, .cost = prim_cost_transcendental}},

@@ -608,7 +608,7 @@ static int run_interpreter(const CmdLine *cl) {
   if (cl->trace || cl->comm_stats) tl_thread(0, "main");
   Env *globals = NULL;
   if (interp_init(shm_options.devices) < 0 || finish_module_path() < 0 ||
-      register_layers(local) < 0 ||
+      register_layers(local) < 0 || interp_extend_namespaces() < 0 ||
       (cl->dap && dap_configure(&shm_options.post_mortem) < 0) ||
       dbg_init(shm_interp->builtins, shm_options.debug, shm_options.post_mortem) < 0 ||
       !(globals = env_new(NULL)) || set_argv(cl, globals) < 0) {

@@ -1153,7 +1153,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * device thread runs); read-only afterwards except through
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
-    *ns_special, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
+    *ns_special, *ns_scipy, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
     *ns_linalg, *ns_custom_derivatives;
 /* Python's modules whose names lang/classes_lib.c fills (dataclasses,
  * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
@@ -1172,6 +1172,7 @@ Value *builtins_namespace(const char *name) {
     return ft ? ft : ns_functools;
   }
   if (!strcmp(name, "jax.scipy.special")) return ns_special;
+  if (!strcmp(name, "jax.scipy")) return ns_scipy;
   if (!strcmp(name, "jax.experimental.maps")) return ns_maps;
   if (!strcmp(name, "jax.experimental")) return ns_experimental;
   if (!strcmp(name, "jax.experimental.shard_map")) return ns_exp_shard_map;   /* JAX's old homes */
@@ -1273,6 +1274,7 @@ int builtins_register(Env *e) {
     ns_tree = new_namespace("jax.tree");
     ns_functools = new_namespace("functools");
     ns_special = new_namespace("jax.scipy.special");
+    ns_scipy = new_namespace("jax.scipy");
     ns_maps = new_namespace("jax.experimental.maps");
     ns_random = new_namespace("jax.random");
     ns_sharding = new_namespace("jax.sharding");
@@ -1286,7 +1288,7 @@ int builtins_register(Env *e) {
     ns_typing = new_namespace("typing");
     ns_collections = new_namespace("collections");
     if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
-        !ns_special || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
+        !ns_special || !ns_scipy || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
         !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_dataclasses || !ns_enum ||
         !ns_typing || !ns_collections || !ns_custom_derivatives ||
         dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0)
@@ -1311,6 +1313,8 @@ int builtins_register(Env *e) {
   if (prc < 0) return -1;
   Value *lse = dict_get_str(((Module *)ns_nn)->globals, "logsumexp");
   if (lse && dict_set_str(((Module *)ns_special)->globals, "logsumexp", lse) < 0) return -1;
+  Value *erf = dict_get_str(((Module *)ns_lax)->globals, "erf");
+  if (erf && dict_set_str(((Module *)ns_special)->globals, "erf", erf) < 0) return -1;
   Value *ei = dict_get_str(((Module *)ns_lax)->globals, "erf_inv");
   if (ei && dict_set_str(((Module *)ns_special)->globals, "erfinv", ei) < 0) return -1;
   /* jax.Array and jnp.ndarray, the array type of type(), isinstance and
@@ -1329,6 +1333,8 @@ int builtins_register(Env *e) {
       dict_set_str(jg, "tree", ns_tree) < 0 || dict_set_str(jg, "random", ns_random) < 0 ||
       dict_set_str(jg, "custom_derivatives", ns_custom_derivatives) < 0 ||
       dict_set_str(jg, "sharding", ns_sharding) < 0 || dict_set_str(jg, "experimental", ns_experimental) < 0 ||
+      dict_set_str(jg, "scipy", ns_scipy) < 0 ||
+      dict_set_str(((Module *)ns_scipy)->globals, "special", ns_special) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "maps", ns_maps) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "shard_map", ns_exp_shard_map) < 0 ||
       dict_set_str(((Module *)ns_experimental)->globals, "pjit", ns_exp_pjit) < 0 ||

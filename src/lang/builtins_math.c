@@ -46,6 +46,7 @@ UNARY_FLOAT(exp, P_EXP)
 UNARY_FLOAT(log, P_LOG)
 UNARY_FLOAT(log1p, P_LOG1P)
 UNARY_FLOAT(expm1, P_EXPM1)
+UNARY_FLOAT(erf, P_ERF)
 UNARY_FLOAT(tanh, P_TANH)
 UNARY_FLOAT(sin, P_SIN)
 UNARY_FLOAT(cos, P_COS)
@@ -960,6 +961,7 @@ const BiEntry bi_math_table[] = {
   {"exp", bi_exp, NP | IN_LAX, "exp(x)"},
   {"log", bi_log, NP | IN_LAX, "log(x)"},
   {"log1p", bi_log1p, NP | IN_LAX, "log1p(x)"},
+  {"erf", bi_erf, IN_LAX, "erf(x): the error function"},
   {"expm1", bi_expm1, NP | IN_LAX, "expm1(x)"},
   {"tanh", bi_tanh, NP | IN_LAX, "tanh(x)"},
   {"sin", bi_sin, NP | IN_LAX, "sin(x)"},

@@ -2683,19 +2683,10 @@ Value *eval_import(const char *name, const char *from_dir) {
   return m;
 }
 
-static Value *import_locked(const char *name, const char *from_dir) {
-  Value *cached = dict_get_str(shm_interp->modules, name);
-  if (cached) return val_incref(cached);
-  Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
-  if (ns) return val_incref(ns);
-  if (err_occurred() && err_kind() == ERR_MEMORY) return NULL;   /* a standard module not made */
-  Value *partial = loading_module(name);
-  if (partial) return partial;
+/* Module [name] loaded from the first of the [nd] folders [dirs] that has
+ * it, and cached; NULL with no error when none has it. */
+static Value *load_first(const char *name, const char *const *dirs, int nd) {
   char path[PATH_MAX];
-  const char *dirs[64];
-  int nd = 0;
-  dirs[nd++] = from_dir ? from_dir : ".";
-  for (int i = 0; i < shm_interp->npath && nd < 64; i++) dirs[nd++] = shm_interp->path[i];
   for (int i = 0; i < nd; i++) {
     snprintf(path, sizeof path, "%s/%s.shm", dirs[i], name);
     if (!file_exists(path)) continue;
@@ -2706,8 +2697,66 @@ static Value *import_locked(const char *name, const char *from_dir) {
     }
     return m;
   }
+  return NULL;
+}
+
+static Value *import_locked(const char *name, const char *from_dir) {
+  Value *cached = dict_get_str(shm_interp->modules, name);
+  if (cached) return val_incref(cached);
+  Value *ns = builtins_namespace(name);   /* jax, jax.numpy, jax.lax, ... */
+  if (ns) return val_incref(ns);
+  if (err_occurred() && err_kind() == ERR_MEMORY) return NULL;   /* a standard module not made */
+  Value *partial = loading_module(name);
+  if (partial) return partial;
+  const char *dirs[64];
+  int nd = 0;
+  dirs[nd++] = from_dir ? from_dir : ".";
+  for (int i = 0; i < shm_interp->npath && nd < 64; i++) dirs[nd++] = shm_interp->path[i];
+  Value *m = load_first(name, dirs, nd);
+  if (m || err_occurred()) return m;
   return err_set(ERR_IO, "no module named '%s' (searched the script's folder, SHMAP_PATH "
                          "and the standard library; see shmap(1), FILES)", name);
+}
+
+static const struct {
+  const char *ns, *module;
+} extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"}};
+
+/* [module] from the module path's folders (not the script's), loaded
+ * once; NULL with no error when no folder has it (a binary run away from
+ * its installation starts, without the functions it defines). */
+static Value *import_stdlib(const char *module) {
+  Value *cached = dict_get_str(shm_interp->modules, module);
+  if (cached) return val_incref(cached);
+  return load_first(module, (const char *const *)shm_interp->path, shm_interp->npath);
+}
+
+int interp_extend_namespaces(void) {
+  for (size_t i = 0; i < sizeof extensions / sizeof *extensions; i++) {
+    Value *m = import_stdlib(extensions[i].module), *ns = builtins_namespace(extensions[i].ns);
+    if (!m && !err_occurred()) continue;
+    Value *g = m ? ((Module *)m)->globals : NULL, *all = g ? dict_get_str(g, "__all__") : NULL;
+    size_t n = 0;
+    Value *const *names = NULL;
+    int rc = m && ns && all && val_seq(all, &n, &names) ? 0 : -1;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+      const char *name = names[k]->type == V_STR ? str_cstr(names[k]) : NULL;
+      Value *v = name ? dict_get_str(g, name) : NULL;
+      Value *ng = ((Module *)ns)->globals;
+      if (!v) {
+        err_set(ERR_NAME, "%s: __all__ names '%s', which it does not define",
+                extensions[i].module, name ? name : "?");
+        rc = -1;
+      } else if (!dict_get_str(ng, name)) {
+        rc = dict_set_str(ng, name, v);
+      }
+    }
+    if (m && rc < 0 && !err_occurred())
+      err_set(ERR_VALUE, "%s: its __all__ must be a list of names", extensions[i].module);
+    val_decref(m);
+    if (rc < 0) return -1;
+  }
+  return 0;
 }
 
 /* ==== the interpreter ============================================================ */
