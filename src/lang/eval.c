@@ -2720,7 +2720,8 @@ static Value *import_locked(const char *name, const char *from_dir) {
 
 static const struct {
   const char *ns, *module;
-} extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"}};
+} extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"},
+                  {"jax", "_jax"}};
 
 /* [module] from the module path's folders (not the script's), loaded
  * once; NULL with no error when no folder has it (a binary run away from
@@ -2754,6 +2755,10 @@ int interp_extend_namespaces(void) {
     if (m && rc < 0 && !err_occurred())
       err_set(ERR_VALUE, "%s: its __all__ must be a list of names", extensions[i].module);
     val_decref(m);
+    if (rc < 0 && err_kind() == ERR_MEMORY) {   /* the program's start failed, not the module */
+      err_clear();
+      err_nomem();
+    }
     if (rc < 0) return -1;
   }
   return 0;
