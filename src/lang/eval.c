@@ -2721,7 +2721,7 @@ static Value *import_locked(const char *name, const char *from_dir) {
 static const struct {
   const char *ns, *module;
 } extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"},
-                  {"jax", "_jax"}};
+                  {"jax", "_jax"}, {"jax.lax", "_jax_lax"}};
 
 /* [module] from the module path's folders (not the script's), loaded
  * once; NULL with no error when no folder has it (a binary run away from

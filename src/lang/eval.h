@@ -106,8 +106,9 @@ int interp_add_path(const char *dir);
 
 /* Completes built-in namespaces with the functions the standard library
  * writes in shmap itself (stdlib/_jax.shm, _jax_nn.shm, _jax_numpy.shm,
- * _jax_random.shm): each module's __all__ names join jax, jax.nn,
- * jax.numpy or jax.random where the namespace lacks them.  Called once, after every
+ * _jax_lax.shm, _jax_random.shm): each module's __all__ names join jax,
+ * jax.nn, jax.numpy, jax.lax or jax.random where the namespace lacks
+ * them.  Called once, after every
  * layer has registered and the module path is complete; the modules load
  * from the path's folders only, never the script's (one no folder has is
  * left out).  0, or -1 with the error set (a module's own error). */
