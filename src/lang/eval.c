@@ -2395,9 +2395,14 @@ static Outcome exec_return(const Node *s, Env *env, Value **ret) {
   return OUT_RETURN;
 }
 
+/* Set while interp_extend_namespaces loads its modules (main thread):
+ * their statements stay off the timeline. */
+static bool extending;
+
 /* Puts statement [s], run from [t0] to now, on this thread's timeline,
  * named by its line: "12: y = x * 2 + 1". */
 static void timeline_stmt(const Node *s, int64_t t0) {
+  if (extending) return;
   int64_t t1 = tl_now();
   char name[64] = "?";
   const Source *src = s->loc.src;
@@ -2718,6 +2723,8 @@ static Value *import_locked(const char *name, const char *from_dir) {
                          "and the standard library; see shmap(1), FILES)", name);
 }
 
+static int extend_namespaces(void);
+
 static const struct {
   const char *ns, *module;
 } extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"},
@@ -2733,6 +2740,15 @@ static Value *import_stdlib(const char *module) {
 }
 
 int interp_extend_namespaces(void) {
+  /* the modules' statements are the interpreter's start, not the
+   * program's: --trace leaves them out */
+  extending = true;
+  int rc = extend_namespaces();
+  extending = false;
+  return rc;
+}
+
+static int extend_namespaces(void) {
   for (size_t i = 0; i < sizeof extensions / sizeof *extensions; i++) {
     Value *m = import_stdlib(extensions[i].module), *ns = builtins_namespace(extensions[i].ns);
     if (!m && !err_occurred()) continue;
