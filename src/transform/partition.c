@@ -546,6 +546,15 @@ static int part_eqn(Part *pt, int k) {
   /* a partial sum passes through a linear equation that computes on the
    * blocks, and is completed before any other use */
   carry = carry && ruled && (!pe->out.partial || !strcmp(pe->out.partial_coll, "psum"));
+  /* ... only where no operand nor the result is split along the axes it
+   * is partial over: the blocks there differ from device to device, so
+   * the sum of the products is not the product of the sum (a partial
+   * sum times a value split along its axis) */
+  uint32_t split_axes = pe->out.partial;
+  for (int d = 0; d < pe->out.ndim; d++) split_axes |= axes_bits(&pe->out, d, 0);
+  for (int i = 0; i < nin; i++)
+    for (int d = 0; d < pe->want[i].ndim; d++) split_axes |= axes_bits(&pe->want[i], d, 0);
+  carry = carry && !(split_axes & pbits);
   int from = -1;
   for (int i = 0; carry && i < nin; i++)
     if (pmask >> i & 1) {
