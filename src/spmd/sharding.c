@@ -509,6 +509,21 @@ Value *sharding_put(Value *x, const NamedSharding *s) {
     val_decref(arr);
     return NULL;
   }
+  /* a buffer holding only this process's blocks of another layout (or of
+   * a larger array) is made whole first: the view laid out as [s] would
+   * have its devices read blocks this process does not hold */
+  PartialBuf *part = a->buf->part;
+  if (part) {
+    bool same = part->ndim == a->ndim && a->offset == 0 &&
+                sharding_equal((const NamedSharding *)part->sharding, s);
+    int64_t k = 1;
+    for (int d = a->ndim - 1; same && d >= 0; k *= a->shape[d--])
+      same = part->shape[d] == a->shape[d] && (a->shape[d] == 1 || a->strides[d] == k);
+    if (!same && arr_make_whole(a) < 0) {
+      val_decref(arr);
+      return NULL;
+    }
+  }
   Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
   val_decref(arr);
   if (!v) return NULL;
