@@ -1084,9 +1084,14 @@ static int kern_constraint(Array **in, int nin, const Params *p, Array **out) {
   return out[0] ? 0 : -1;
 }
 
-/* [x] constrained as [p] says (operands held, prim_apply_rule); NULL x: NULL. */
+/* [x] constrained as [p] says (operands held, prim_apply_rule); NULL x:
+ * NULL.  A concrete [x] outside a trace (an eager grad's tangent or
+ * cotangent) is laid out at once, as with_sharding_constraint lays out
+ * a concrete value: JAX binds the primitive there, which its eager
+ * dispatch runs as a jit giving that layout. */
 static Value *constrained(Value *x, const Params *p) {
   if (!x) return NULL;
+  if (IS_ARRAY(x) && !prim_tracing()) return put_one(x, params_get(p, "sharding"));
   Params q;
   params_init(&q);
   params_add(&q, "sharding", val_incref(params_get(p, "sharding")));
