@@ -836,9 +836,19 @@ static int grow_zeroed(void **a, int *cap, int n, size_t size) {
 }
 
 /* The scope's propagation started: its mesh and arguments' layouts, or
- * [off] when the mesh has no Explicit axis.  0, or -1. */
+ * [off] when the mesh has no Explicit axis.  With no argument laid out
+ * over a mesh it starts at the first sharding constraint (a reshard)
+ * over one with Explicit axes, the arguments replicated there, as JAX
+ * types the values after it; until then it is not started.  0, or -1. */
 static int traced_start(PartTraced *sc, Plan *p) {
   Mesh *m = p->nin == sc->n ? part_mesh(sc->leaves, sc->n, NULL) : NULL;
+  if (!m && p->nin == sc->n && p->neqn > 0) {
+    const PlanEqn *e = &p->eqns[p->neqn - 1];
+    NamedSharding *s = e->prim == P_SHARDING_CONSTRAINT
+                           ? (NamedSharding *)params_get(&e->params, "sharding") : NULL;
+    if (!s || !s->mesh) return 0;
+    m = s->mesh;
+  }
   bool explicit_mesh = false;
   for (int a = 0; m && a < m->naxes; a++) explicit_mesh |= m->axis_types[a] == MESH_EXPLICIT;
   if (!explicit_mesh) {
@@ -857,7 +867,10 @@ int part_traced_check(Trace *t) {
   PartTraced *sc = traced_scope;
   if (!sc || sc->t != t || sc->off) return 0;
   Plan *p = trace_plan(t);
-  if (!sc->pp && (traced_start(sc, p) < 0 || sc->off)) return sc->off ? 0 : -1;
+  if (!sc->pp) {
+    if (traced_start(sc, p) < 0) return -1;
+    if (sc->off || !sc->pp) return 0;
+  }
   PartPlan *pp = sc->pp;
   int capv = sc->capvars, cape = sc->capeqn;
   if (grow_zeroed((void **)&pp->vars, &sc->capvars, p->nvars + 1, sizeof(Sharding)) < 0 ||
