@@ -401,12 +401,13 @@ static int check_alone(Part *pt, Value *sub, const Sharding *in) {
   return 0;
 }
 
-/* cond, while and scan (control flow carrying shardings): the operands
- * complete, their sub-plans partitioned from the operands' layouts; a
- * cond's branches give the first branch's result layouts, a loop's
- * carries take the layouts its body settles on (settle_carry), a scan's
- * xs are unsplit along the scanned dimension and its ys stacked unsplit
- * along it.  0, or -1. */
+/* cond, while, scan and pjit (control flow carrying shardings): the
+ * operands complete, their sub-plans partitioned from the operands'
+ * layouts; a cond's branches give the first branch's result layouts, a
+ * loop's carries take the layouts its body settles on (settle_carry), a
+ * scan's xs are unsplit along the scanned dimension and its ys stacked
+ * unsplit along it, a jit's results are laid out as its body gives them.
+ * 0, or -1. */
 static int part_control(Part *pt, int k, const AVal *av) {
   PartPlan *pp = pt->pp;
   PlanEqn *e = &pp->p->eqns[k];
@@ -462,6 +463,12 @@ static int part_control(Part *pt, int k, const AVal *av) {
     if (rc == 0)
       rc = part_sub(pt, k, params_get(ps, "body_jaxpr"), in, carry, NULL, "a loop's carry keeps its layout");
     for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = carry[j];
+  } else if (rc == 0 && e->prim == P_PJIT) {
+    /* a jit inside: its body partitioned from the operands' layouts, run
+     * in place (as JAX propagates through the inner jaxpr), so a
+     * sharding constraint in it lays the results out as eagerly */
+    rc = part_sub(pt, k, params_get(ps, "jaxpr"), pe->want, NULL, NULL, NULL);
+    for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = pe->subs[0]->outs[j];
   } else if (rc == 0 && e->prim == P_SCAN) {
     rc = params_int(ps, "num_consts", &a) < 0 || params_int(ps, "num_carry", &c) < 0 ? -1 : 0;
     int nx = nin - (int)a - (int)c;
@@ -517,7 +524,8 @@ static int part_eqn(Part *pt, int k) {
     pcoll = have[i].partial_coll;
   }
   carry = carry && pmask && !strcmp(pcoll, "psum") && e->nout == 1 && carries_partial(pp, e, pmask);
-  if (e->prim == P_SHARD_MAP || e->prim == P_COND || e->prim == P_WHILE || e->prim == P_SCAN) {
+  if (e->prim == P_SHARD_MAP || e->prim == P_COND || e->prim == P_WHILE || e->prim == P_SCAN ||
+      (e->prim == P_PJIT && IS_PLAN(params_get(&e->params, "jaxpr")))) {
     int rc = e->prim == P_SHARD_MAP ? part_manual(pt, k, have) : part_control(pt, k, av);
     snprintf(where_ctl, sizeof where_ctl, "line %d", e->loc.line);
     for (int i = 0; rc == 0 && e->prim != P_SHARD_MAP && i < nin; i++) {

@@ -436,7 +436,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   const HigherRules *h = higher_rules(e->prim);
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
-    if (pe->manual && pe->nsubs) {   /* partitioned along its automatic axes */
+    if ((pe->manual || e->prim == P_PJIT) && pe->nsubs) {   /* partitioned along its automatic axes, or a jit's body */
       CallArgs ca = {.nargs = e->nin, .args = ops};
       res = body_call(&pe->subs[0]->base.hdr, &ca);
     } else if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
