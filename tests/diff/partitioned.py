@@ -6,8 +6,9 @@ Usage: partitioned.py SHMAP [--programs N] [--seed S] [--per-file K]
                       [--no-mpi] [--keep DIR]
 
 Each generated case is a function of 1-3 float32 arrays (dimensions from
-{2, 4, 8}, deterministic values) over a 2 x 2 mesh ('x', 'y') whose axes
-are all Auto or (a quarter of the cases) all Explicit; each argument is
+{2, 4, 8}, deterministic values) over a mesh ('x', 'y') of 2 x 2 (half
+the cases), 4 x 2 or 2 x 4 devices whose axes are all Auto or (a quarter
+of the cases) all Explicit; each argument is
 device_put with a random PartitionSpec that divides its shape (None, one
 axis, or two axes on one dimension).  The body is a random chain of
 jax.numpy and lax operations valid for the shapes the generator tracks:
@@ -26,7 +27,7 @@ jax.sharding.reshard over the Explicit one).  Every case runs
   jitu       jax.jit of it on the unsharded arrays (constraints kept);
 and a quarter of them jax.grad of sum(f) with respect to the first
 argument the same four ways.  A file of cases then runs as a whole
-threaded and under `mpirun -np 2 SHMAP --devices 4` with
+threaded and under `mpirun -np 2 SHMAP --devices 8` with
 SHMAP_PARTIAL_MIN=1 (every sharded array holds only its process's
 blocks).
 
@@ -135,7 +136,7 @@ def statement(b):
     v = b.pick()
     s = b.vars[v]
     r = len(s)
-    k = rng.randrange(30)
+    k = rng.randrange(40)
     if k < 2:
         return b.emit(rng.choice(UNARY).format(v), s)
     if k == 2 or k == 3:
@@ -283,6 +284,56 @@ def more(b, v, s, k):
     if k == 29 and r >= 1:
         inner = rng.choice(["jnp.tanh(r * 2.) - r.sum() * 0.1", "jnp.sin(r) * r.max()", "r / (1. + jnp.abs(r))"])
         return f"jax.vmap(lambda r: {inner})({v})", s
+    if k == 30 and r >= 1:
+        d = rng.randrange(r)
+        f = rng.choice(["jax.nn.softmax({}, axis={})", "jax.nn.log_softmax({}, axis={})",
+                        "jax.nn.logsumexp({}, axis={})", "jnp.var({}, axis={})", "jnp.std({}, axis={}) + 0.5",
+                        "jnp.linalg.norm({}, axis={})"])
+        keep = "softmax" in f
+        return f.format(v, d), s if keep else s[:d] + s[d + 1:]
+    if k == 31 and r >= 1:
+        d = rng.randrange(r)
+        return f"jnp.roll({v}, {rng.choice([1, -1, 2])}, axis={d})", s
+    if k == 32 and r >= 1:
+        d = rng.randrange(r)
+        if s[d] * 2 <= MAXDIM:
+            if rng.random() < 0.5:
+                reps = [1] * r
+                reps[d] = 2
+                return f"jnp.tile({v}, {tuple(reps)})", s[:d] + (s[d] * 2,) + s[d + 1:]
+            return f"jnp.repeat({v}, 2, axis={d})", s[:d] + (s[d] * 2,) + s[d + 1:]
+    if k == 33 and r == 1:
+        ws = [w for w, t in b.vars.items() if len(t) == 1]
+        w = rng.choice(ws)
+        return f"jnp.outer({v}, {w}) * 0.5", s + b.vars[w]
+    if k == 34 and r >= 2:
+        ws = [w for w, t in b.vars.items() if len(t) >= 1 and t[0] == s[-1]]
+        if ws:
+            w = rng.choice(ws)
+            return f"jnp.tensordot({v}, {w}, axes=1) * 0.5", s[:-1] + b.vars[w][1:]
+    if k == 35:
+        inner = rng.choice(["jnp.tanh(z) * 2.", "z - jnp.mean(z)", "jnp.cumsum(z, axis=-1)" if r else "z * 3.",
+                            "C(z, %s)" % random_spec(rng, s) if r else "z + 1."])
+        return f"jax.jit(lambda z: {inner})({v})", s
+    if k == 36 and r >= 2:
+        inner = rng.choice(["jnp.tanh(c) * c.sum()", "c / (1. + c.max())", "jnp.cumsum(c) * 0.5"])
+        return f"jax.vmap(lambda c: {inner}, in_axes=1, out_axes=1)({v})", s
+    if k == 37 and r == 3:
+        ws = [w for w, t in b.vars.items() if len(t) == 3 and t[0] == s[0] and t[2] == s[2]]
+        w = rng.choice(ws)
+        return f"jnp.einsum('bik,bjk->bij', {v}, {w}) * 0.5", (s[0], s[1], b.vars[w][1])
+    if k == 38 and r == 2:
+        # out_sharding= on a contraction (Explicit mode's; Auto's too)
+        ws = [w for w, t in b.vars.items() if len(t) == 2 and t[0] == s[1]]
+        if ws:
+            w = rng.choice(ws)
+            out = (s[0], b.vars[w][1])
+            return (f"jnp.matmul({v}, {w}, out_sharding=None if C.mesh is None else "
+                    f"NamedSharding(C.mesh, {random_spec(rng, out)})) * 0.5", out)
+    if k == 39 and r >= 2:
+        t_ = (size(s),) if rng.random() < 0.5 else (s[0] * s[1],) + s[2:]
+        return (f"jnp.reshape({v}, {t_}, out_sharding=None if C.mesh is None else "
+                f"NamedSharding(C.mesh, {random_spec(rng, t_)}))", t_)
     return None
 
 
@@ -329,6 +380,8 @@ def dot(b, v, s):
 def case(rng, k):
     """The text of case [k]."""
     explicit = rng.random() < 0.25
+    # the mesh: 2 x 2 mostly, else 4 x 2 or 2 x 4 (8 devices)
+    AXES["x"], AXES["y"] = rng.choice([(2, 2), (2, 2), (4, 2), (2, 4)])
     nargs = rng.randrange(1, 4)
     shapes = []
     for _ in range(nargs):
@@ -341,7 +394,8 @@ def case(rng, k):
     for _ in range(rng.randrange(2, 7)):
         statement(b)
     args = ", ".join(f"a{i}" for i in range(nargs))
-    mesh, C = ("me", "Ce") if explicit else ("ma", "Ca")
+    mesh = f"{'me' if explicit else 'ma'}{AXES['x']}{AXES['y']}"
+    C = f"{'Ce' if explicit else 'Ca'}({mesh})"
     specs = [random_spec(rng, s) for s in shapes]
     if explicit and nargs > 1 and rng.random() < 0.5:
         # operands laid out alike more often, so fewer cases raise
@@ -375,11 +429,21 @@ def case(rng, k):
 PRELUDE = """import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
-ma = jax.make_mesh((2, 2), ('x', 'y'), axis_types=(AxisType.Auto, AxisType.Auto))
-me = jax.make_mesh((2, 2), ('x', 'y'), axis_types=(AxisType.Explicit, AxisType.Explicit))
-Cr = lambda v, s: v
-Ca = lambda v, s: jax.lax.with_sharding_constraint(v, NamedSharding(ma, s))
-Ce = lambda v, s: jax.sharding.reshard(v, NamedSharding(me, s))
+auto, expl = (AxisType.Auto, AxisType.Auto), (AxisType.Explicit, AxisType.Explicit)
+ma22 = jax.make_mesh((2, 2), ('x', 'y'), axis_types=auto)
+me22 = jax.make_mesh((2, 2), ('x', 'y'), axis_types=expl)
+ma42 = jax.make_mesh((4, 2), ('x', 'y'), axis_types=auto)
+me42 = jax.make_mesh((4, 2), ('x', 'y'), axis_types=expl)
+ma24 = jax.make_mesh((2, 4), ('x', 'y'), axis_types=auto)
+me24 = jax.make_mesh((2, 4), ('x', 'y'), axis_types=expl)
+class Con:
+    def __init__(self, mesh, fn):
+        self.mesh, self.fn = mesh, fn
+    def __call__(self, v, s):
+        return self.fn(v, s)
+Cr = Con(None, lambda v, s: v)
+Ca = lambda m: Con(m, lambda v, s: jax.lax.with_sharding_constraint(v, NamedSharding(m, s)))
+Ce = lambda m: Con(m, lambda v, s: jax.sharding.reshard(v, NamedSharding(m, s)))
 def layout(r, explicit):
     if explicit:
         return str(jax.typeof(r))
@@ -501,7 +565,7 @@ def exact(text):
     is completed later than eagerly, rounded in another order (shmap(7),
     Propagation); grads sum the cotangents of broadcasts."""
     body = text.split("    return")[0]
-    return not re.search(r"sum|mean|dot|matmul|einsum|@", body)
+    return not re.search(r"sum|mean|dot|matmul|einsum|@|var|std|norm|softmax|logsumexp", body)
 
 
 def main():
@@ -519,12 +583,12 @@ def main():
     files, texts = generate(a.seed, a.programs, a.per_file, outdir)
     base = dict(os.environ)
     base.pop("SHMAP_REFERENCE", None)
-    ways = [("threaded", [a.shmap, "--devices", "4"], base)]
+    ways = [("threaded", [a.shmap, "--devices", "8"], base)]
     if not a.no_mpi:
         mpi = dict(base, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    SHMAP_PARTIAL_MIN="1")
         ways.append(("mpirun -np 2", ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
-                                      a.shmap, "--devices", "4"], mpi))
+                                      a.shmap, "--devices", "8"], mpi))
     bad, failed_runs = 0, []
     for path, cases in files:
         results = {}
@@ -535,7 +599,7 @@ def main():
             results[name] = parse(out)
         res = results["threaded"]
         for k in cases:
-            explicit = "f_%d(Ce" % k in texts[k]
+            explicit = "(Ce(me" in texts[k]
             why = compare(res, k, "", explicit, exact(texts[k]))
             if why is None and (k, "grad_ref") in res:
                 why = compare(res, k, "grad_", explicit, False, "lax.cond" in texts[k])
