@@ -8,7 +8,7 @@
 # `mpirun -np 2` with process-local arrays: the same numbers (eager and
 # jit bit for bit where nothing is summed), the same layouts and the
 # same exceptions (tests/diff/partitioned.py).
-# PART_PROGRAMS sets the count (default 1,500; `make parttest` runs
+# PART_PROGRAMS sets the count (default 1,000; `make parttest` runs
 # 20,000), PART_SEED the generator's seed.  The MPI runs are left out in
 # sanitizer builds and builds without MPI.
 set -u
@@ -20,7 +20,7 @@ mpi=()
 if [ "$scale" -ne 1 ] || ! command -v mpirun >/dev/null || ! "$shmap" --version | grep -q '^MPI: Open MPI'; then
   mpi=(--no-mpi)
 fi
-# sanitizer builds run 1,500 / SHMAP_TEST_SCALE programs: they are 2-4x slower
-programs=${PART_PROGRAMS:-$((1500 / scale))}
+# sanitizer builds run 1,000 / SHMAP_TEST_SCALE programs: they are 2-4x slower
+programs=${PART_PROGRAMS:-$((1000 / scale))}
 exec python3 "$here/partitioned.py" "$shmap" --programs "$programs" --seed "${PART_SEED:-20261202}" \
   --timeout $((300 * scale)) "${mpi[@]}"
