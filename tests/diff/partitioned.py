@@ -205,8 +205,9 @@ def statement(b):
             body = f"jnp.tanh(c @ {w} * 0.25)"
         return b.emit(f"jax.lax.fori_loop(0, {rng.randrange(1, 4)}, lambda i, c: {body}, {v})", s)
     if k == 16:
+        # the predicate a max, not a sum: the same bits whatever the layout
         t = rng.choice(UNARY).format("c")
-        return b.emit(f"jax.lax.cond(jnp.sum({v}) > 0., lambda c: {t}, lambda c: c * 0.5 - 1., {v})", s)
+        return b.emit(f"jax.lax.cond(jnp.max({v}) > 0.125, lambda c: {t}, lambda c: c * 0.5 - 1., {v})", s)
     if k >= 18:
         r_ = more(b, v, s, k)
         if r_:
@@ -394,6 +395,9 @@ def case(rng, k):
     for _ in range(rng.randrange(2, 7)):
         statement(b)
     args = ", ".join(f"a{i}" for i in range(nargs))
+    # a fifth of the cases return two values (each one's layout compared)
+    ret = f"v{b.n}" if b.n < 2 or rng.random() < 0.8 else f"(v{b.n}, v{rng.randrange(1, b.n)})"
+    loss = "sum(jnp.sum(o) for o in (r if isinstance(r, tuple) else (r,)))"
     mesh = f"{'me' if explicit else 'ma'}{AXES['x']}{AXES['y']}"
     C = f"{'Ce' if explicit else 'Ca'}({mesh})"
     specs = [random_spec(rng, s) for s in shapes]
@@ -410,7 +414,7 @@ def case(rng, k):
     text = [f"# case {k}",
             f"def f_{k}(C, {args}):",
             "\n".join(b.lines),
-            f"    return v{b.n}",
+            f"    return {ret}",
             f"x_{k} = [{', '.join(vals)}]",
             f"s_{k} = [jax.device_put(a, NamedSharding({mesh}, s)) for a, s in zip(x_{k}, [{', '.join(specs)}])]",
             f"show({k}, 'ref', {e}, lambda: f_{k}(Cr, *x_{k}))",
@@ -418,7 +422,7 @@ def case(rng, k):
             f"show({k}, 'jit', {e}, lambda: jax.jit(lambda *a: f_{k}({C}, *a))(*s_{k}))",
             f"show({k}, 'jitu', {e}, lambda: jax.jit(lambda *a: f_{k}({C}, *a))(*x_{k}))"]
     if rng.random() < 0.25:
-        g = f"lambda c: jax.grad(lambda *a: jnp.sum(f_{k}(c, *a)))"
+        g = f"lambda c: jax.grad(lambda *a: (lambda r: {loss})(f_{k}(c, *a)))"
         text += [f"show({k}, 'grad_ref', {e}, lambda: ({g})(Cr)(*x_{k}))",
                  f"show({k}, 'grad_eager', {e}, lambda: ({g})({C})(*s_{k}))",
                  f"show({k}, 'grad_jit', {e}, lambda: jax.jit(({g})({C}))(*s_{k}))",
@@ -451,8 +455,9 @@ def layout(r, explicit):
 def show(k, mode, explicit, thunk):
     try:
         r = thunk()
-        vals = [repr(float(v)) for v in jax.device_get(r).ravel()]
-        print('R', k, mode, layout(r, explicit).replace(' ', ''), *vals)
+        rs = r if isinstance(r, tuple) else (r,)
+        vals = [repr(float(v)) for o in rs for v in jax.device_get(o).ravel()]
+        print('R', k, mode, ';'.join(layout(o, explicit).replace(' ', '') for o in rs), *vals)
     except Exception as ex:
         print('E', k, mode, type(ex).__name__)
 """
@@ -507,12 +512,16 @@ def close(a, b):
     return True
 
 
-def spec_key(layout):
-    """A layout with trailing None entries left out: NamedShardings whose
-    specs differ only so are equal (shmap(7), Sharded arrays)."""
-    while layout.endswith(",None)") or layout == "P(None)":
-        layout = layout[:-6] + ")" if layout != "P(None)" else "P()"
-    return layout
+def spec_key(layouts):
+    """Layouts (';'-separated, one per result) with trailing None entries
+    left out: NamedShardings whose specs differ only so are equal
+    (shmap(7), Sharded arrays)."""
+    out = []
+    for layout in layouts.split(";"):
+        while layout.endswith(",None)") or layout == "P(None)":
+            layout = layout[:-6] + ")" if layout != "P(None)" else "P()"
+        out.append(layout)
+    return ";".join(out)
 
 
 def brief(r):
