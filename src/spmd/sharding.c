@@ -509,6 +509,21 @@ Value *sharding_put(Value *x, const NamedSharding *s) {
     val_decref(arr);
     return NULL;
   }
+  /* a buffer holding only this process's blocks of another layout (or of
+   * a larger array) is made whole first: the view laid out as [s] would
+   * have its devices read blocks this process does not hold */
+  PartialBuf *part = a->buf->part;
+  if (part) {
+    bool same = part->ndim == a->ndim && a->offset == 0 &&
+                sharding_equal((const NamedSharding *)part->sharding, s);
+    int64_t k = 1;
+    for (int d = a->ndim - 1; same && d >= 0; k *= a->shape[d--])
+      same = part->shape[d] == a->shape[d] && (a->shape[d] == 1 || a->strides[d] == k);
+    if (!same && arr_make_whole(a) < 0) {
+      val_decref(arr);
+      return NULL;
+    }
+  }
   Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
   val_decref(arr);
   if (!v) return NULL;
@@ -1208,27 +1223,80 @@ static int kern_constraint(Array **in, int nin, const Params *p, Array **out) {
   return out[0] ? 0 : -1;
 }
 
-/* [x] constrained as [p] says (operands held, prim_apply_rule); NULL x: NULL. */
+/* [x] constrained as [p] says (operands held, prim_apply_rule); NULL x:
+ * NULL.  A concrete [x] outside a trace (an eager grad's tangent or
+ * cotangent) is laid out at once, as with_sharding_constraint lays out
+ * a concrete value: JAX binds the primitive there, which its eager
+ * dispatch runs as a jit giving that layout. */
 static Value *constrained(Value *x, const Params *p) {
   if (!x) return NULL;
+  if (IS_ARRAY(x) && !prim_tracing()) return put_one(x, params_get(p, "sharding"));
   Params q;
   params_init(&q);
   params_add(&q, "sharding", val_incref(params_get(p, "sharding")));
   return prim_apply_rule(P_SHARDING_CONSTRAINT, 1, &x, &q);
 }
 
-/* Linear: the tangent and the cotangent laid out as the value is. */
+/* The NamedSharding (new reference) of [x] (an array or a traced value)
+ * over a mesh with Explicit axes, else NULL: its type's layout. */
+static Value *operand_explicit_type(Value *x) {
+  Value *s = IS_ARRAY(x) ? (AS_ARRAY(x)->sharding ? val_incref(AS_ARRAY(x)->sharding) : NULL)
+             : shardmap_typeof_sharding_hook ? shardmap_typeof_sharding_hook(x) : NULL;
+  bool expl = false;
+  const Mesh *m = s && sharding_is(s) ? ((NamedSharding *)s)->mesh : NULL;
+  for (int a = 0; m && a < m->naxes; a++) expl |= m->axis_types[a] == MESH_EXPLICIT;
+  if (!expl && s) val_decref(s);
+  if (!expl && err_occurred()) err_clear();
+  return expl ? s : NULL;
+}
+
+/* Linear: the tangent laid out as the value is; the cotangent as the
+ * constraint says, or over Explicit axes (a reshard) as the operand's
+ * type (replicated for an operand without a layout), which the tangent's
+ * equation then carries as src_sharding (JAX's reshard transposes to the
+ * operand's cotangent type). */
 static int jvp_constraint(Value **x, Value **t, int nin, const Params *p, Value **y, Value **ty) {
   (void)nin;
   *y = constrained(x[0], p);
-  *ty = t[0] ? constrained(t[0], p) : NULL;
-  return *y && (!t[0] || *ty) ? 0 : -1;
+  *ty = NULL;
+  if (!*y || !t[0]) return *y ? 0 : -1;
+  bool concrete = IS_ARRAY(t[0]) && !prim_tracing();
+  NamedSharding *dst = (NamedSharding *)params_get(p, "sharding");
+  bool expl = false;
+  for (int a = 0; dst->mesh && a < dst->mesh->naxes; a++) expl |= dst->mesh->axis_types[a] == MESH_EXPLICIT;
+  Value *src = !expl || params_get(p, "src_sharding") || concrete ? NULL : operand_explicit_type(x[0]);
+  if (expl && !src && !concrete && !params_get(p, "src_sharding")) {
+    /* an operand without a layout: replicated over the reshard's mesh */
+    Value *none = pspec_from_args(0, NULL);
+    src = none ? sharding_new(dst->mesh, (PSpec *)none) : NULL;
+    if (none) val_decref(none);
+    if (!src) return -1;
+  }
+  if (!src) {
+    *ty = constrained(t[0], p);
+  } else {
+    Params q;
+    params_init(&q);
+    params_add(&q, "sharding", val_incref(params_get(p, "sharding")));
+    params_add(&q, "src_sharding", src);
+    *ty = prim_apply_rule(P_SHARDING_CONSTRAINT, 1, &t[0], &q);
+  }
+  return *ty ? 0 : -1;
 }
 
 static int tr_constraint(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
                          const Params *p, Value **ct_in) {
   (void)in, (void)av, (void)lin, (void)nin;
-  ct_in[0] = ct[0] ? constrained(ct[0], p) : NULL;
+  Value *src = params_get(p, "src_sharding");
+  if (!ct[0] || !src) {
+    ct_in[0] = ct[0] ? constrained(ct[0], p) : NULL;
+  } else {
+    Params q;
+    params_init(&q);
+    params_add(&q, "sharding", val_incref(src));
+    ct_in[0] = constrained(ct[0], &q);
+    params_clear(&q);
+  }
   return !ct[0] || ct_in[0] ? 0 : -1;
 }
 

@@ -10,6 +10,7 @@
 #include "transform/batch.h"
 #include "transform/control.h"
 #include "transform/higher.h"
+#include "transform/jit.h"
 #include "transform/partition.h"
 #include "base/intern.h"
 #include "base/mem.h"
@@ -423,6 +424,53 @@ static Value *retype_results(Value *r, const AVal *outs, int nout, const Sub *br
   return res;
 }
 
+/* The jit of an eager cond on sharded operands: self is (is_bool, the
+ * branches' tuple); called on (the branch index, *operands). */
+static Value *cond_jit_body(Value *self, const CallArgs *a) {
+  bool is_bool = val_truth(tuple_get(self, 0)) > 0;
+  Value *fns = tuple_get(self, 1);
+  if (a->nargs < 1 || a->nkw) return err_set(ERR_TYPE, "cond: the jit of an eager cond takes (index, *operands)");
+  trace_transformed_operand();
+  Value *r = staged_cond(a->args[0], is_bool, (int)tuple_len(fns), ((Tuple *)fns)->items, a->nargs - 1,
+                         a->args + 1);
+  return array_results(r);
+}
+
+/* An eager cond or switch on concrete operands laid out over Auto mesh
+ * axes, running branch [taken] of [fns] ([nb]) on [opv] ([nops]) as the
+ * jit of the primitive, as JAX's eager dispatch runs it: its results laid
+ * out as a partitioned jit lays out a cond's (the first branch's layouts,
+ * shmap(7), Propagation) whichever branch runs, so eager and jit agree
+ * on layouts.  (Over Explicit axes every branch gives the same types;
+ * under grad the taken branch runs inline, as jit does then.) */
+static Value *cond_as_jit(bool is_bool, int nb, Value *const *fns, int taken, int nops, Value **opv) {
+  Value *bt = tuple_pack((size_t)nb, (Value **)fns), *self = bt ? tuple_new(2) : NULL;
+  if (!self) {
+    val_decref(bt);
+    return NULL;
+  }
+  tuple_set_steal(self, 0, val_bool(is_bool));
+  tuple_set_steal(self, 1, bt);
+  Value *body = bound_new("cond", cond_jit_body, self);
+  val_decref(self);
+  Value *j = body ? jit_new(body, 0, NULL, 0, NULL) : NULL;
+  val_decref(body);
+  Array *idx = j ? arr_scalar_i64(DT_I32, taken, false) : NULL;
+  Value **args = idx ? shm_calloc((size_t)nops + 1, sizeof(Value *)) : NULL, *r = NULL;
+  if (args) {
+    args[0] = &idx->hdr;
+    shm_memcpy(args + 1, opv, sizeof(Value *) * (size_t)nops);
+    CallArgs c = {.nargs = nops + 1, .args = args};
+    r = jit_call(j, &c);
+  } else if (idx) {
+    err_nomem();
+  }
+  shm_free(args);
+  val_decref(idx ? &idx->hdr : NULL);
+  val_decref(j);
+  return r;
+}
+
 /* An eager cond or switch running branch [taken] of [fns], as JAX's: every
  * branch is traced first on the operands' types (in trace_order), so
  * branches returning different types, or a ShardingTypeError in a branch
@@ -441,6 +489,7 @@ static Value *eager_branches(bool is_bool, int nb, Value *const *fns, int taken,
   if (!ops_tree || !br || flatten(ops_tree, &leaves) < 0) goto out;
   /* values being differentiated are traced as their primals, whose types
    * they have (JAX's JVPTracer avals): grad's cond checks as jit's */
+  bool concrete = all_concrete(&leaves);
   for (int i = 0; i < leaves.n; i++)
     while (IS_JVP_TRACER(leaves.v[i])) leaves.v[i] = ((Tracer *)leaves.v[i])->primal;
   if (all_concrete(&leaves) && avals_of(&leaves, &avs) == 0) {
@@ -462,8 +511,12 @@ static Value *eager_branches(bool is_bool, int nb, Value *const *fns, int taken,
   } else if (err_occurred()) {
     goto out;
   }
-  r = val_call_n(fns[taken], nops, opv);
-  if (r && outs) r = retype_results(r, outs, nout, br, nb);
+  if (outs && concrete && !dev_ctx() && !part_traced_explicit() && part_mesh(leaves.v, leaves.n, NULL)) {
+    r = cond_as_jit(is_bool, nb, fns, taken, nops, opv);
+  } else {
+    r = val_call_n(fns[taken], nops, opv);
+    if (r && outs) r = retype_results(r, outs, nout, br, nb);
+  }
 out:
   for (int k = 0; br && k < nb; k++) sub_free(&br[k]);
   shm_free(br);

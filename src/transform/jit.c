@@ -155,6 +155,9 @@ static void sig_sharding(Sig *s, Value *v, int ndim) {
   for (int i = 0; i < ns->mesh->naxes; i++) {
     sig_bytes(s, ns->mesh->axis_names[i], strlen(ns->mesh->axis_names[i]) + 1);
     sig_bytes(s, &ns->mesh->axis_sizes[i], sizeof(int));
+    /* and its types: an Explicit axis is part of the traced types, and
+     * its sharding rules raise where an Auto one's choose */
+    sig_bytes(s, &ns->mesh->axis_types[i], 1);
   }
   /* and its devices when they are not in order (an AbstractMesh's are) */
   bool ordered = true;

@@ -401,12 +401,13 @@ static int check_alone(Part *pt, Value *sub, const Sharding *in) {
   return 0;
 }
 
-/* cond, while and scan (control flow carrying shardings): the operands
- * complete, their sub-plans partitioned from the operands' layouts; a
- * cond's branches give the first branch's result layouts, a loop's
- * carries take the layouts its body settles on (settle_carry), a scan's
- * xs are unsplit along the scanned dimension and its ys stacked unsplit
- * along it.  0, or -1. */
+/* cond, while, scan and pjit (control flow carrying shardings): the
+ * operands complete, their sub-plans partitioned from the operands'
+ * layouts; a cond's branches give the first branch's result layouts, a
+ * loop's carries take the layouts its body settles on (settle_carry), a
+ * scan's xs are unsplit along the scanned dimension and its ys stacked
+ * unsplit along it, a jit's results are laid out as its body gives them.
+ * 0, or -1. */
 static int part_control(Part *pt, int k, const AVal *av) {
   PartPlan *pp = pt->pp;
   PlanEqn *e = &pp->p->eqns[k];
@@ -462,6 +463,12 @@ static int part_control(Part *pt, int k, const AVal *av) {
     if (rc == 0)
       rc = part_sub(pt, k, params_get(ps, "body_jaxpr"), in, carry, NULL, "a loop's carry keeps its layout");
     for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = carry[j];
+  } else if (rc == 0 && e->prim == P_PJIT) {
+    /* a jit inside: its body partitioned from the operands' layouts, run
+     * in place (as JAX propagates through the inner jaxpr), so a
+     * sharding constraint in it lays the results out as eagerly */
+    rc = part_sub(pt, k, params_get(ps, "jaxpr"), pe->want, NULL, NULL, NULL);
+    for (int j = 0; rc == 0 && j < nout; j++) pp->vars[e->out[j]] = pe->subs[0]->outs[j];
   } else if (rc == 0 && e->prim == P_SCAN) {
     rc = params_int(ps, "num_consts", &a) < 0 || params_int(ps, "num_carry", &c) < 0 ? -1 : 0;
     int nx = nin - (int)a - (int)c;
@@ -517,7 +524,8 @@ static int part_eqn(Part *pt, int k) {
     pcoll = have[i].partial_coll;
   }
   carry = carry && pmask && !strcmp(pcoll, "psum") && e->nout == 1 && carries_partial(pp, e, pmask);
-  if (e->prim == P_SHARD_MAP || e->prim == P_COND || e->prim == P_WHILE || e->prim == P_SCAN) {
+  if (e->prim == P_SHARD_MAP || e->prim == P_COND || e->prim == P_WHILE || e->prim == P_SCAN ||
+      (e->prim == P_PJIT && IS_PLAN(params_get(&e->params, "jaxpr")))) {
     int rc = e->prim == P_SHARD_MAP ? part_manual(pt, k, have) : part_control(pt, k, av);
     snprintf(where_ctl, sizeof where_ctl, "line %d", e->loc.line);
     for (int i = 0; rc == 0 && e->prim != P_SHARD_MAP && i < nin; i++) {
@@ -546,6 +554,15 @@ static int part_eqn(Part *pt, int k) {
   /* a partial sum passes through a linear equation that computes on the
    * blocks, and is completed before any other use */
   carry = carry && ruled && (!pe->out.partial || !strcmp(pe->out.partial_coll, "psum"));
+  /* ... only where no operand nor the result is split along the axes it
+   * is partial over: the blocks there differ from device to device, so
+   * the sum of the products is not the product of the sum (a partial
+   * sum times a value split along its axis) */
+  uint32_t split_axes = pe->out.partial;
+  for (int d = 0; d < pe->out.ndim; d++) split_axes |= axes_bits(&pe->out, d, 0);
+  for (int i = 0; i < nin; i++)
+    for (int d = 0; d < pe->want[i].ndim; d++) split_axes |= axes_bits(&pe->want[i], d, 0);
+  carry = carry && !(split_axes & pbits);
   int from = -1;
   for (int i = 0; carry && i < nin; i++)
     if (pmask >> i & 1) {
@@ -827,9 +844,19 @@ static int grow_zeroed(void **a, int *cap, int n, size_t size) {
 }
 
 /* The scope's propagation started: its mesh and arguments' layouts, or
- * [off] when the mesh has no Explicit axis.  0, or -1. */
+ * [off] when the mesh has no Explicit axis.  With no argument laid out
+ * over a mesh it starts at the first sharding constraint (a reshard)
+ * over one with Explicit axes, the arguments replicated there, as JAX
+ * types the values after it; until then it is not started.  0, or -1. */
 static int traced_start(PartTraced *sc, Plan *p) {
   Mesh *m = p->nin == sc->n ? part_mesh(sc->leaves, sc->n, NULL) : NULL;
+  if (!m && p->nin == sc->n && p->neqn > 0) {
+    const PlanEqn *e = &p->eqns[p->neqn - 1];
+    NamedSharding *s = e->prim == P_SHARDING_CONSTRAINT
+                           ? (NamedSharding *)params_get(&e->params, "sharding") : NULL;
+    if (!s || !s->mesh) return 0;
+    m = s->mesh;
+  }
   bool explicit_mesh = false;
   for (int a = 0; m && a < m->naxes; a++) explicit_mesh |= m->axis_types[a] == MESH_EXPLICIT;
   if (!explicit_mesh) {
@@ -848,7 +875,10 @@ int part_traced_check(Trace *t) {
   PartTraced *sc = traced_scope;
   if (!sc || sc->t != t || sc->off) return 0;
   Plan *p = trace_plan(t);
-  if (!sc->pp && (traced_start(sc, p) < 0 || sc->off)) return sc->off ? 0 : -1;
+  if (!sc->pp) {
+    if (traced_start(sc, p) < 0) return -1;
+    if (sc->off || !sc->pp) return 0;
+  }
   PartPlan *pp = sc->pp;
   int capv = sc->capvars, cape = sc->capeqn;
   if (grow_zeroed((void **)&pp->vars, &sc->capvars, p->nvars + 1, sizeof(Sharding)) < 0 ||

@@ -121,6 +121,9 @@ static Value *reshard(const PartPlan *pp, Value *x, const Sharding *have, const 
     done |= 1u << d | 1u << d2;
   }
   have = &cur;
+  /* every gather before any slice: a mesh axis leaving one dimension may
+   * start splitting another, and the blocks it gathers must still be the
+   * ones the devices along it hold (P(None, 'y') to P(('y', 'x'), None)) */
   for (int d = 0; r && d < have->ndim; d++) {
     bool gather;
     int from;
@@ -130,7 +133,13 @@ static Value *reshard(const PartPlan *pp, Value *x, const Sharding *have, const 
       Value *names = axis_names(pp, have, d, 0, &n);
       r = names ? gather_dim(r, d, names, n) : (val_decref(r), NULL);
     }
-    if (r && from < want->nsplit[d]) {
+  }
+  for (int d = 0; r && d < have->ndim; d++) {
+    bool gather;
+    int from;
+    int64_t n;
+    part_dim_steps(have, want, d, &gather, &from);
+    if (from < want->nsplit[d]) {
       Value *names = axis_names(pp, want, d, from, &n);
       r = names ? slice_dim(r, d, names, n) : (val_decref(r), NULL);
     }
@@ -427,7 +436,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   const HigherRules *h = higher_rules(e->prim);
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
-    if (pe->manual && pe->nsubs) {   /* partitioned along its automatic axes */
+    if ((pe->manual || e->prim == P_PJIT) && pe->nsubs) {   /* partitioned along its automatic axes, or a jit's body */
       CallArgs ca = {.nargs = e->nin, .args = ops};
       res = body_call(&pe->subs[0]->base.hdr, &ca);
     } else if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
