@@ -873,7 +873,9 @@ static bool binary_agree(PrimId id, const Value *x, const Value *y) {
     return false;
   const Array *a = (const Array *)x, *b = (const Array *)y;
   if (a->dtype != b->dtype || !(accepts[id] & (1u << a->dtype)) || a->vma || b->vma ||
-      a->sharding || b->sharding)   /* sharded: prim_run's path lays the result out */
+      a->sharding || b->sharding || a->device1 || b->device1)   /* prim_run's path lays the
+                                                                    result out, or puts it on
+                                                                    its operands' device */
     return false;
   return a->ndim == 0 || b->ndim == 0 ||
          (a->ndim == b->ndim && prim_same_dims(a->ndim, a->shape, b->shape));
@@ -975,7 +977,8 @@ bool prim_binary_into(PrimId id, Value *x, Value *y, Value *dst) {
   Array *a = AS_ARRAY(x), *b = AS_ARRAY(y), *o = AS_ARRAY(dst);
   const IntoRow *r = &into_rows[id][a->dtype];
   if (!r->row || b->dtype != a->dtype || (a->vma | b->vma) || o->dtype != r->out ||
-      a->sharding || b->sharding || o->sharding || a->buf->part || b->buf->part ||
+      a->sharding || b->sharding || o->sharding || a->device1 || b->device1 ||
+      a->buf->part || b->buf->part ||
       !o->contiguous || o->size >= KERN_PAR_MIN || !arr_unshared(o) || tl_recording() ||
       (arr_np_is_live() && !into_np_agrees(a, b, o)))
     return false;

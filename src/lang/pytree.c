@@ -609,10 +609,15 @@ static Value *tree_map_in(const CallArgs *a) {
     }
   }
   if (!(outs = shm_calloc((size_t)ls[0].n + 1, sizeof *outs))) goto out;
+  /* f runs without the is_leaf= (its own trees, a jit's arguments, are
+   * flattened plainly); the rebuild below has it again */
+  Value *cut = pytree_is_leaf_enter(NULL);
   for (; nout < ls[0].n; nout++) {
     for (int t = 0; t < nt; t++) args[t] = ls[t].v[nout];
-    if (!(outs[nout] = val_call_n(a->args[0], nt, args))) goto out;
+    if (!(outs[nout] = val_call_n(a->args[0], nt, args))) break;
   }
+  pytree_is_leaf_leave(cut);
+  if (nout < ls[0].n) goto out;
   int pos = 0;
   r = pytree_replace(a->args[1], NULL, outs, &pos);
 out:

@@ -244,12 +244,15 @@ static Value *map_with_path(const CallArgs *a) {
     err_nomem();
     goto out;
   }
+  Value *cut = pytree_is_leaf_enter(NULL);   /* f's own trees are flattened plainly */
   for (; done < n; done++) {
     args[0] = list_get(paths, done);
     args[1] = list_get(leaves, done);
     for (int t = 1; t < nt; t++) args[1 + t] = rest[t].v[done];
-    if (!(outs[done] = val_call_n(f, nt + 1, args))) goto out;
+    if (!(outs[done] = val_call_n(f, nt + 1, args))) break;
   }
+  pytree_is_leaf_leave(cut);
+  if (done < n) goto out;
   int pos = 0;
   r = pytree_replace(tree, NULL, outs, &pos);
 out:
