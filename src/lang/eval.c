@@ -377,6 +377,27 @@ void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *c
     if (e->keys[i]) fn(e->keys[i], e->vals[i], ctx);
 }
 
+typedef struct Binding {
+  const char *name;
+  Value *v;
+} Binding;
+
+static int by_binding_name(const void *x, const void *y) {
+  return strcmp(((const Binding *)x)->name, ((const Binding *)y)->name);
+}
+
+int env_each_sorted(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx) {
+  Binding *b = shm_malloc(sizeof *b * ((size_t)e->n + 1));
+  if (!b) return err_nomem(), -1;
+  int n = 0;
+  for (int i = 0; i < e->cap && n < e->n; i++)
+    if (e->keys[i]) b[n++] = (Binding){e->keys[i], e->vals[i]};
+  qsort(b, (size_t)n, sizeof *b, by_binding_name);
+  for (int i = 0; i < n; i++) fn(b[i].name, b[i].v, ctx);
+  shm_free(b);
+  return 0;
+}
+
 /* The module scope: the outermost ancestor. */
 static Env *env_module(Env *e) {
   while (e->parent) e = e->parent;
@@ -2645,8 +2666,8 @@ static Value *load_module(const char *name, const char *path) {
     loading[nloading++].module = m;
     int rc = eval_source(src, g, false);
     nloading--;
-    if (rc == 0) env_each(g, copy_binding, d);
-    else m = NULL;   /* a static value: it stays until exit, unreachable */
+    /* a static value when it fails: it stays until exit, unreachable */
+    if (rc < 0 || env_each_sorted(g, copy_binding, d) < 0) m = NULL;
   }
   val_decref(d);
   src_decref(src);

@@ -51,6 +51,13 @@ void env_release_scope(Env *e);
  * `dir()` and the debugger. */
 void env_each(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
 
+/* env_each in the order of the names (strcmp): a scope is a hash on the
+ * names' addresses, which differ from run to run and between the
+ * processes of an MPI job, so whatever must come out the same everywhere
+ * (a module's dict, the values a shard_map body lifts) visits it so.
+ * 0, or -1 out of memory (MemoryError set; nothing visited). */
+int env_each_sorted(Env *e, void (*fn)(const char *name, Value *v, void *ctx), void *ctx);
+
 /* The scope enclosing [e] (borrowed), or NULL when [e] is a module's. */
 Env *env_parent(const Env *e);
 

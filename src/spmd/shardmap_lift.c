@@ -63,7 +63,11 @@ static void scan_env(Scan *s, Env *e) {
       if (s->seen[i] == e) return;
     if (s->nseen == LIFT_SCOPES) return;
     s->seen[s->nseen++] = e;
-    env_each(e, scan_binding, s);
+    /* in name order: every process must find the same values in the
+     * same order (and cut at the same budget): the tracers lifted into
+     * the body's arguments, whose order every device's body shares, and
+     * the process-local shards made whole, a collective each */
+    if (env_each_sorted(e, scan_binding, s) < 0) s->failed = true;
   }
 }
 
