@@ -90,9 +90,23 @@ static Value *convert(Value *x, int t) {
 }
 
 /* An argument as NumPy's functions take it: None and non-numbers as they
- * are, Python numbers and their lists as np.asarray makes them; with
+ * are, Python numbers and their lists as np.asarray makes them, jax
+ * Arrays unsharded; with
  * [inexact], integer and bool arrays as float64. */
 static Value *np_operand(Value *x, bool inexact) {
+  if (IS_ARRAY(x) && (AS_ARRAY(x)->sharding || AS_ARRAY(x)->device1)) {
+    /* a jax Array is read as np.asarray reads it: its global value on
+     * the host, whatever its layout or device (mixed layouts, Explicit
+     * types, are then no error) */
+    Array *a = AS_ARRAY(x);
+    if (a->buf->part && arr_make_whole(a) < 0) return NULL;
+    Array *v = arr_view(a, a->ndim, a->shape, a->strides, a->offset);
+    if (!v) return NULL;
+    v->device1 = 0;
+    Value *r = np_operand(&v->hdr, inexact);
+    val_decref(&v->hdr);
+    return r;
+  }
   int t = python_dtype(x);
   if (t >= 0) return convert(x, inexact ? DT_F64 : t);
   if (inexact && (x->type == V_ARRAY || x->type == V_TRACER) && !dt_is_float(bi_aval(x).dtype))
