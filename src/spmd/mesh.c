@@ -747,8 +747,9 @@ static bool mesh_hash(Value *v, uint64_t *h) {
   return true;
 }
 
-static bool pspec_equal(Value *a, Value *b) {
-  const PSpec *x = (const PSpec *)a, *y = (const PSpec *)b;
+static bool pspec_equal(Value *a, Value *b) { return pspec_same((PSpec *)a, (PSpec *)b); }
+
+bool pspec_same(const PSpec *x, const PSpec *y) {
   if (x->n != y->n) return false;
   for (int i = 0; i < x->n; i++) {
     if (x->e[i].nnames != y->e[i].nnames) return false;

@@ -112,6 +112,10 @@ Value *pspec_prepend_none(const PSpec *s);
  * the spec in messages ("in_specs[0]").  0 or -1 with the error set. */
 int pspec_check(const PSpec *s, const Mesh *m, int ndim, const char *what);
 
+/* Whether specs [x] and [y] (borrowed) have the same entries: P('x') and
+ * P('x', None) differ, as PartitionSpec's == says. */
+bool pspec_same(const PSpec *x, const PSpec *y);
+
 /* Product of the sizes of the mesh axes splitting entry [i] (1 if None). */
 int pspec_entry_size(const PSpec *s, const Mesh *m, int i);
 

@@ -293,6 +293,18 @@ static bool fully_replicated(const NamedSharding *s) {
   return true;
 }
 
+bool sharding_unsharded_over(const NamedSharding *s, const Mesh *m) {
+  if (!s || !s->mesh) return true;
+  if (mesh_same(s->mesh, m) || !fully_replicated(s) || s->mesh->size != m->size ||
+      memcmp(s->mesh->devices, m->devices, sizeof(int) * (size_t)m->size))
+    return false;
+  for (int a = 0; a < s->mesh->naxes; a++)
+    if (s->mesh->axis_types[a] == MESH_EXPLICIT) return false;
+  for (int a = 0; a < m->naxes; a++)
+    if (m->axis_types[a] == MESH_EXPLICIT) return false;
+  return true;
+}
+
 static Value *sharding_repr(Value *self) {
   NamedSharding *s = (NamedSharding *)self;
   char buf[1024], sb[512];
@@ -1456,9 +1468,22 @@ static Value *array_attr(Value *x, const char *name) {
 
 enum { EAGER_MAX_OPS = 16 };
 
+const NamedSharding *sharding_operands_ref(Array *const *in, int nin) {
+  const NamedSharding *ref = NULL;
+  for (int i = 0; i < nin; i++) {
+    const NamedSharding *s = (const NamedSharding *)in[i]->sharding;
+    if (!s || !s->mesh) continue;
+    if (!fully_replicated(s)) return s;
+    if (!ref) ref = s;
+  }
+  return ref;
+}
+
 /* The sharding of operand [a] over [ref]'s mesh, for the rules. */
 static int operand_rule(const Array *a, const NamedSharding *ref, Sharding *out) {
   const NamedSharding *s = a->sharding ? (const NamedSharding *)a->sharding : NULL;
+  if (s && s->mesh && !mesh_same(s->mesh, ref->mesh) && sharding_unsharded_over(s, ref->mesh))
+    s = NULL;
   if (s && s->mesh && !mesh_same(s->mesh, ref->mesh)) {
     err_set(ERR_VALUE, "received incompatible devices for jitted computation: operands are "
             "sharded over different meshes");
@@ -1471,9 +1496,7 @@ static int operand_rule(const Array *a, const NamedSharding *ref, Sharding *out)
 
 static int eager_sharding(PrimId id, Array *const *in, int nin, const Params *p, const AVal *outv,
                           int nout, Value **out) {
-  const NamedSharding *ref = NULL;
-  for (int i = 0; i < nin && !ref; i++)
-    if (in[i]->sharding && ((NamedSharding *)in[i]->sharding)->mesh) ref = (NamedSharding *)in[i]->sharding;
+  const NamedSharding *ref = sharding_operands_ref(in, nin);
   if (!ref) return 0;
   Sharding sh[EAGER_MAX_OPS], osh;
   AVal av[EAGER_MAX_OPS];

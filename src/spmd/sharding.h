@@ -82,6 +82,22 @@ Value *sharding_put(Value *x, const NamedSharding *s);
  * need no materialising). */
 bool sharding_lays_out(const Value *sharding, const Mesh *m, const PSpec *spec);
 
+/* Whether an operand laid out by [s] (borrowed, may be NULL) joins an
+ * operation over mesh [m] as an unsharded one: it is unsharded, or
+ * replicated over another mesh of m's devices in m's order whose axes
+ * are none Explicit.  JAX's jit compares its arguments' device
+ * assignments, not their meshes, so a result replicated over one mesh
+ * meets arrays laid out over another of the same devices; Explicit
+ * types must share a mesh (JAX: "Mesh for all inputs should be equal").
+ * A false answer for a mesh of other devices leaves the caller's
+ * error of mixed meshes standing. */
+bool sharding_unsharded_over(const NamedSharding *s, const Mesh *m);
+
+/* The sharding whose mesh an operation on [in] (nin arrays, borrowed)
+ * runs over: the first operand's split over its mesh, else the first
+ * one laid out over a mesh; NULL when none is.  Borrowed. */
+const NamedSharding *sharding_operands_ref(Array *const *in, int nin);
+
 /* Whether an array of rank [nd] and [shape] laid out by [s] holds only
  * this process's blocks (array.h, "Process-local shards"): under mpirun,
  * of SHMAP_PARTIAL_MIN elements or more, some of its blocks on no device

@@ -478,22 +478,13 @@ static int check_untiled(const ShardFn *f, const PSpec *s, Array *a, Array *b, i
   return -1;
 }
 
-/* Whether an argument of [c] is an array laid out over the call's mesh:
- * then its results are laid out by their out_specs, as a partitioned jit
- * of the call lays them out (transform/partition.c runs a shard_map over
- * its own mesh in place), so eager and jit agree on shardings too. */
-static bool args_sharded_here(const Call *c) {
-  for (int i = 0; i < c->nargs; i++) {
-    const NamedSharding *ns = (const NamedSharding *)c->args[i]->sharding;
-    if (ns && ns->mesh && mesh_same(ns->mesh, c->f->mesh)) return true;
-  }
-  return false;
-}
-
 /* Marks [out] (a new result, not yet shared) laid out by [s] over [c]'s
- * mesh when args_sharded_here says so.  0, or -1 out of memory. */
+ * mesh, whatever the arguments' layouts (LANGUAGE.md; JAX's shard_map:
+ * its results carry the sharding its out_specs give), as a jit of the
+ * call lays them out (transform/partition.c runs a shard_map over its
+ * own mesh in place), so eager and jit agree.  0, or -1 out of memory. */
 static int lay_out_result(const Call *c, Value *out, PSpec *s) {
-  if (!IS_ARRAY(out) || !args_sharded_here(c)) return 0;
+  if (!IS_ARRAY(out)) return 0;
   Value *ns = sharding_new(c->f->mesh, s);
   if (!ns) return err_nomem(), -1;
   Array *a = AS_ARRAY(out);

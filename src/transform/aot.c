@@ -187,6 +187,7 @@ static Value *m_compile(Value *self, const CallArgs *a) {
   Stage *s = (Stage *)self;
   if (no_args("compile", a) < 0 || cmp_compile(s->plan) < 0) return NULL;
   JitLowered l = s->l;
+  l.part = l.part_fn = NULL;   /* the Compiled's own, made by its first call */
   val_incref(&s->plan->hdr);
   val_incref(l.jit);
   val_incref(l.out_tree);

@@ -757,6 +757,13 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
     outs[made] = sh ? sharding_put(tuple_get(t, (size_t)made), (NamedSharding *)sh) : NULL;
     if (sh) val_decref(sh);
     if (!outs[made]) break;
+    /* the per-device program's results are its blocks' type; a weakly
+     * typed result of the plan stays weak (a fresh array: an argument
+     * passed through already has the plan's type) */
+    AVal av;
+    plan_atom_aval(e->plan, &e->plan->outs[made], &av);
+    if (IS_ARRAY(outs[made]) && AS_ARRAY(outs[made])->weak != av.weak)
+      AS_ARRAY(outs[made])->weak = av.weak;
   }
   if (made == n) {
     int pos = 0;
@@ -1373,13 +1380,13 @@ static Value *partitioned_plan(JitFn *j, Plan *p, Sig *s) {
     ((JitFn *)f)->manual = true;
     ((JitFn *)f)->name = j->name;
     CallArgs c = {.nargs = s->nleaves, .args = s->leaves};
-    r = jit_plan_of(f, &c);
+    r = jit_plan_of(f, &c, true);
     val_decref(f);
   }
   return r;
 }
 
-Value *jit_plan_of(Value *fn, const CallArgs *a) {
+Value *jit_plan_of(Value *fn, const CallArgs *a, bool per_device) {
   Value *jv = fn->type == V_JITFN ? val_incref(fn) : jit_new(fn, 0, NULL, 0, NULL);
   if (!jv) return NULL;
   JitFn *j = (JitFn *)jv;
@@ -1390,7 +1397,7 @@ Value *jit_plan_of(Value *fn, const CallArgs *a) {
   if (sig_build(j, a, &s) == 0 && trace_call(j, a, &s, trace_current() == NULL, &tr) == 0) {
     r = &tr.plan->hdr;
     /* sharded arguments: the per-device plan the partitioner runs */
-    if (partitions(j, tr.plan, &s, part_constraint_mesh(tr.plan) != NULL)) {
+    if (per_device && partitions(j, tr.plan, &s, part_constraint_mesh(tr.plan) != NULL)) {
       Value *q = partitioned_plan(j, tr.plan, &s);
       val_decref(r);
       r = q;
@@ -1545,7 +1552,7 @@ static void mismatch_error(const Plan *p, const Sig *s) {
   err_set(ERR_TYPE, "%s", msg);
 }
 
-Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
+Value *jit_run_lowered(JitLowered *l, Plan *p, const CallArgs *given) {
   JitFn *j = (JitFn *)l->jit;
   Sig s;
   sig_init(&s);
@@ -1563,10 +1570,11 @@ Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *given) {
     mismatch_error(p, &s);
     goto out;
   }
-  Entry e = {.plan = p, .out_tree = l->out_tree, .constrained = part_constraint_mesh(p) != NULL};
+  Entry e = {.plan = p, .out_tree = l->out_tree, .constrained = part_constraint_mesh(p) != NULL,
+             .part = (PartPlan *)l->part, .part_fn = l->part_fn};
   r = run_entry(j, &e, &s);
-  if (e.part) val_decref(&e.part->base.hdr);
-  if (e.part_fn) val_decref(e.part_fn);
+  l->part = e.part ? &e.part->base.hdr : NULL;
+  l->part_fn = e.part_fn;
 out:
   sig_free(&s);
   shm_free(args);
@@ -1581,6 +1589,8 @@ void jit_lowered_clear(JitLowered *l) {
   val_decref(l->jit);
   val_decref(l->holds);
   val_decref(l->statics);
+  val_decref(l->part);
+  val_decref(l->part_fn);
   memset(l, 0, sizeof *l);
 }
 
@@ -1588,11 +1598,13 @@ void jit_lowered_clear(JitLowered *l) {
 static Value *bi_plan(const CallArgs *a) {
   if (a->nargs < 1) return err_set(ERR_TYPE, "plan() missing required argument 'f'");
   CallArgs rest = {a->nargs - 1, a->args + 1, a->nkw, a->kwnames, a->kwvals};
-  return jit_plan_of(a->args[0], &rest);
+  return jit_plan_of(a->args[0], &rest, true);
 }
 
 /* jax.make_jaxpr(f)(*args): a callable giving the plan. */
-static Value *make_jaxpr_call(Value *self, const CallArgs *a) { return jit_plan_of(self, a); }
+static Value *make_jaxpr_call(Value *self, const CallArgs *a) {
+  return jit_plan_of(self, a, false);
+}
 
 static Value *bi_make_jaxpr(const CallArgs *a) {
   Value *fn;

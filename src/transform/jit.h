@@ -53,8 +53,10 @@ Value *jit_new(Value *fn, int n_nums, const int64_t *static_nums, int n_names,
 Value *jit_call(Value *f, const CallArgs *a);
 
 /* Traces [fn] (a JitFn or any callable) on [a] and returns the plan (new
- * reference), without running it: `plan(f, *args)`. */
-Value *jit_plan_of(Value *fn, const CallArgs *a);
+ * reference), without running it: with [per_device], the per-device
+ * plan of a call that partitions (partition.h), as `plan(f, *args)`
+ * shows it; else the global one, as jax.make_jaxpr prints it. */
+Value *jit_plan_of(Value *fn, const CallArgs *a, bool per_device);
 
 /* A shard_map function [sf] called while tracing (from inside a jit
  * function): records its shard_map equation in the current trace and
@@ -78,6 +80,9 @@ typedef struct JitLowered {
   Value *statics;   /* a tuple of (position or keyword, value): the static
                        arguments, constants of the plan, which a call of the
                        Compiled leaves out (JAX's) */
+  Value *part, *part_fn;   /* a partitioned plan's layouts (PartPlan) and the jit
+                              running it per device, made by the first call and
+                              kept, so later calls reuse its workspace; or NULL */
 } JitLowered;
 
 /* jit(f).lower(*args): traces [fn] (a JitFn or any callable) at top level
@@ -91,8 +96,10 @@ Plan *jit_lower(Value *fn, const CallArgs *a, JitLowered *out);
  * structure.  A call whose signature is not the
  * lowered one is JAX's TypeError: "Argument types differ from the types
  * for which this computation was compiled. The mismatches are: Argument
- * 'x' compiled with float32[8] and called with float32[4]". */
-Value *jit_run_lowered(const JitLowered *l, Plan *p, const CallArgs *a);
+ * 'x' compiled with float32[8] and called with float32[4]".  A
+ * partitioned plan's per-device function is kept in [l] from the first
+ * call on. */
+Value *jit_run_lowered(JitLowered *l, Plan *p, const CallArgs *a);
 
 /* Releases what [l] owns; [l] is zeroed. */
 void jit_lowered_clear(JitLowered *l);

@@ -762,23 +762,39 @@ static Value *want_at(Value *o, int i) {
   return NULL;
 }
 
+/* [v]'s layout (leaf_sharding) for a plan over [m]: NULL, unsharded,
+ * when replicated over another mesh of m's devices (sharding.h,
+ * sharding_unsharded_over); one over another mesh otherwise stays, for
+ * the partitioner's error of mixed meshes. */
+static Value *leaf_sharding_over(Value *v, const Mesh *m) {
+  Value *s = leaf_sharding(v);
+  return s && sharding_unsharded_over((NamedSharding *)s, m) ? NULL : s;
+}
+
 Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings) {
+  Mesh *first = NULL;
   for (int i = 0; i < n; i++) {
-    Value *s = leaf_sharding(leaves[i]);
-    if (s) return ((NamedSharding *)s)->mesh;
+    NamedSharding *s = (NamedSharding *)leaf_sharding(leaves[i]);
+    if (!s) continue;
+    for (int d = 0; d < s->spec->n; d++)
+      if (s->spec->e[d].nnames) return s->mesh;
+    if (!first) first = s->mesh;
   }
+  if (first) return first;
   Value *w = want_at(out_shardings, 0);
   return w ? ((NamedSharding *)w)->mesh : NULL;
 }
 
-Mesh *part_constraint_mesh(const Plan *p) {
+/* The mesh of the first sharding_constraint among [p]'s equations, those
+ * in a partial-manual shard_map's body included, or NULL. */
+static Mesh *constraint_mesh(const Plan *p) {
   for (int k = 0; k < p->neqn; k++) {
     const PlanEqn *e = &p->eqns[k];
     if (e->prim == P_SHARD_MAP && params_get(&e->params, "manual_axes")) {
       /* one in a partial-manual shard_map's body: partitioned along its
        * automatic axes */
       Value *b = params_get(&e->params, "jaxpr");
-      Mesh *m = IS_PLAN(b) ? part_constraint_mesh(AS_PLAN(b)) : NULL;
+      Mesh *m = IS_PLAN(b) ? constraint_mesh(AS_PLAN(b)) : NULL;
       if (m) return m;
     }
     if (p->eqns[k].prim != P_SHARDING_CONSTRAINT) continue;
@@ -788,20 +804,89 @@ Mesh *part_constraint_mesh(const Plan *p) {
   return NULL;
 }
 
+/* The one real mesh of the shard_maps among [p]'s equations and its
+ * nested jits' into *m (left NULL when none); false when two differ. */
+static bool manual_mesh(const Plan *p, Mesh **m) {
+  for (int k = 0; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    Value *v = e->prim == P_SHARD_MAP ? params_get(&e->params, "mesh") : NULL;
+    if (e->prim == P_PJIT) {
+      Value *b = params_get(&e->params, "jaxpr");
+      if (IS_PLAN(b) && !manual_mesh(AS_PLAN(b), m)) return false;
+    }
+    if (!v || v->type != V_MESH || ((Mesh *)v)->abstract) continue;
+    if (*m && !mesh_same(*m, (Mesh *)v)) return false;
+    *m = (Mesh *)v;
+  }
+  return true;
+}
+
+Mesh *part_constraint_mesh(const Plan *p) {
+  Mesh *m = constraint_mesh(p);
+  if (m) return m;
+  return manual_mesh(p, &m) ? m : NULL;
+}
+
+/* The in_spec every use of [p]'s input [i] has when each is an operand
+ * of a shard_map over [m] with that one spec (borrowed), else NULL. */
+static PSpec *manual_use_spec(const Plan *p, int i, const Mesh *m) {
+  int v = p->invars[i];
+  PSpec *spec = NULL;
+  for (int k = 0; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    for (int j = 0; j < e->nin; j++) {
+      if (e->in[j].lit || e->in[j].var != v) continue;
+      Value *em = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs");
+      if (e->prim != P_SHARD_MAP || !em || em->type != V_MESH || !mesh_same((Mesh *)em, m) ||
+          !is || is->type != V_TUPLE || (size_t)j >= tuple_len(is))
+        return NULL;
+      PSpec *sj = (PSpec *)tuple_get(is, (size_t)j);
+      if (sj->hdr.type != V_PSPEC || (spec && !pspec_same(spec, sj))) return NULL;
+      spec = sj;
+    }
+  }
+  for (int o = 0; o < p->nout; o++)
+    if (!p->outs[o].lit && p->outs[o].var == v) return NULL;
+  return spec;
+}
+
+/* The layout of unsharded leaf [i] in a call partitioned over [m] (a new
+ * reference; NULL: replicated): JAX's jit leaves an uncommitted
+ * argument's layout to propagation, which gives one that only shard_maps
+ * read their in_specs' layout, so each device is handed its block (a
+ * compiled argument of the block's size: AOT's memory analysis), not the
+ * whole.  Any other use keeps it replicated, as eager code reads it. */
+static Value *unsharded_leaf_layout(const Plan *p, int i, Value *leaf, Mesh *m) {
+  if (leaf_sharding(leaf) || (IS_ARRAY(leaf) && AS_ARRAY(leaf)->device1)) return NULL;
+  PSpec *spec = manual_use_spec(p, i, m);
+  return spec ? sharding_new(m, spec) : NULL;
+}
+
 PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
   Mesh *m = part_mesh(leaves, p->nin, out_shardings);
   if (!m) m = part_constraint_mesh(p);
   if (!m) return NULL;
   Value **in = shm_calloc((size_t)p->nin + 1, sizeof(Value *));
   Value **want = shm_calloc((size_t)p->nout + 1, sizeof(Value *));
+  bool *made = shm_calloc((size_t)p->nin + 1, sizeof(bool));
   PartPlan *pp = NULL;
-  if (in && want) {
-    for (int i = 0; i < p->nin; i++) in[i] = leaf_sharding(leaves[i]);
-    for (int i = 0; i < p->nout; i++) want[i] = want_at(out_shardings, i);
-    pp = part_plan(p, m, in, out_shardings ? want : NULL);
+  if (in && want && made) {
+    int i = 0;
+    for (; i < p->nin; i++) {
+      in[i] = leaf_sharding_over(leaves[i], m);
+      if (in[i] || m->abstract) continue;
+      in[i] = unsharded_leaf_layout(p, i, leaves[i], m);
+      made[i] = in[i] != NULL;
+      if (!made[i] && err_kind()) break;
+    }
+    for (int o = 0; o < p->nout; o++) want[o] = want_at(out_shardings, o);
+    if (i == p->nin) pp = part_plan(p, m, in, out_shardings ? want : NULL);
   } else {
     err_nomem();
   }
+  for (int i = 0; made && i < p->nin; i++)
+    if (made[i]) val_decref(in[i]);
+  shm_free(made);
   shm_free(in);
   shm_free(want);
   return pp;
@@ -889,7 +974,9 @@ int part_traced_check(Trace *t) {
   for (int v = sc->nvars; v < p->nvars; v++) {
     replicated(pp->mesh, p->vars[v].ndim, &pp->vars[v]);
     for (int i = 0; i < sc->n; i++)
-      if (p->invars[i] == v) layout_of(pp->mesh, leaf_sharding(sc->leaves[i]), p->vars[v].ndim, &pp->vars[v]);
+      if (p->invars[i] == v)
+        layout_of(pp->mesh, leaf_sharding_over(sc->leaves[i], pp->mesh), p->vars[v].ndim,
+                  &pp->vars[v]);
   }
   sc->nvars = p->nvars;
   Part pt = {pp, sc->notes};
@@ -1027,7 +1114,7 @@ Value *part_traced_sharding(Value *x) {
   if (!m || var < 0 || var >= p->nvars) return NULL;
   Value **in = shm_calloc((size_t)sc->n + 1, sizeof(Value *));
   if (!in) return NULL;
-  for (int i = 0; i < sc->n; i++) in[i] = leaf_sharding(sc->leaves[i]);
+  for (int i = 0; i < sc->n; i++) in[i] = leaf_sharding_over(sc->leaves[i], m);
   PartPlan *pp = part_plan(p, m, in, NULL);
   shm_free(in);
   Value *r = NULL;

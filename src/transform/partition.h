@@ -87,15 +87,20 @@ PartPlan *part_plan(Plan *p, Mesh *mesh, Value *const *in, Value *const *want);
  * into the staged plan (plan()). */
 void part_plan_set_annotate(PartPlan *pp);
 
-/* The mesh of the first sharded array among [leaves] (borrowed), else
- * that of [out_shardings] (a sharding or a tuple of them, or NULL), else
- * NULL: the mesh a jit call partitions over. */
+/* The mesh of the first array among [leaves] (borrowed) split over its
+ * mesh, else of the first laid out over one, else that of
+ * [out_shardings] (a sharding or a tuple of them, or NULL), else NULL:
+ * the mesh a jit call partitions over (as the eager rules pick it:
+ * sharding_operands_ref). */
 Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings);
 
-/* The mesh of the first sharding_constraint among [p]'s equations (its
- * sharding's, borrowed), those in a partial-manual shard_map's body
- * included, or NULL: a jit whose arguments are unsharded still
- * partitions over it. */
+/* The mesh a jit of [p] partitions over whatever its arguments
+ * (borrowed): the first sharding_constraint's among p's equations (those
+ * in a partial-manual shard_map's body included), else that of the
+ * shard_maps among them and their nested jits' when one real mesh
+ * (their results are laid out by their out_specs, eagerly as in the jit:
+ * shmap(7), MANUAL INSIDE), else NULL.  Shard_maps over different meshes
+ * leave the jit unpartitioned, its results unsharded. */
 Mesh *part_constraint_mesh(const Plan *p);
 
 /* part_plan for a call of [p] on [leaves] (p->nin arrays, borrowed) with

@@ -134,16 +134,20 @@ static bool per_device(PrimId id, Array *const *in, int nin) {
 }
 
 /* Whether some operand is split over its mesh, all sharded ones over one
- * mesh (else the global way raises JAX's error of mixed meshes). */
+ * mesh, those replicated over another of its devices counting as
+ * unsharded (sharding_unsharded_over; else the global way raises JAX's
+ * error of mixed meshes). */
 static bool split_over_one_mesh(Array *const *in, int nin) {
-  const Mesh *m = NULL;
+  const NamedSharding *ref = sharding_operands_ref(in, nin);
   bool split = false;
   for (int i = 0; i < nin; i++) {
     if (in[i]->vma) return false;
     const NamedSharding *s = (const NamedSharding *)in[i]->sharding;
     if (!s || !s->mesh) continue;
-    if (m && !mesh_same(m, s->mesh)) return false;
-    m = s->mesh;
+    if (!mesh_same(ref->mesh, s->mesh)) {
+      if (sharding_unsharded_over(s, ref->mesh)) continue;
+      return false;
+    }
     for (int d = 0; d < s->spec->n && !split; d++)
       split = pspec_entry_size(s->spec, s->mesh, d) > 1;
   }

@@ -18,7 +18,9 @@ dimensions, dot, matmul and einsum, slices, concatenation, cumsum,
 jnp.where, flip, pad, stack, expand_dims and squeeze, broadcast_to,
 flattening, gathers (x[idx]) and scatters (x.at[i].set/add/multiply),
 sort, argsort, argmax, prod, cumprod, dynamic_slice, fori_loop,
-while_loop, scan, cond, vmap over the rows, and a sharding constraint to
+while_loop, scan, cond, vmap over the rows, shard_map over the Auto
+mesh (an element-wise body, a psum or a tiled all_gather; its results
+laid out by out_specs whatever its arguments'), and a sharding constraint to
 a random spec (with_sharding_constraint over the Auto mesh,
 jax.sharding.reshard over the Explicit one).  Every case runs
   ref        on the unsharded arrays, eagerly, its constraints left out;
@@ -69,6 +71,20 @@ def spec_axes(s):
 def random_spec(rng, shape):
     """A PartitionSpec text for [shape] whose splits divide it, each mesh
     axis used once."""
+    return spec_text(random_entries(rng, shape))
+
+
+def spec_text(entries):
+    return "P(" + ", ".join("None" if e is None else e for e in entries) + ")"
+
+
+def entry_text(axes):
+    return None if not axes else f"'{axes[0]}'" if len(axes) == 1 else \
+        "(" + ", ".join(f"'{a}'" for a in axes) + ")"
+
+
+def random_entries(rng, shape):
+    """random_spec's entries: None or the text of one dimension's axes."""
     used, entries = set(), []
     for d in shape:
         opts = []
@@ -84,7 +100,7 @@ def random_spec(rng, shape):
         entries.append(s)
     while entries and entries[-1] is None and rng.random() < 0.5:
         entries.pop()
-    return "P(" + ", ".join("None" if e is None else e for e in entries) + ")"
+    return entries
 
 
 def bcast(s, t):
@@ -102,8 +118,9 @@ def bcast(s, t):
 class Body:
     """One function being generated: its lines and each variable's shape."""
 
-    def __init__(self, rng, shapes):
+    def __init__(self, rng, shapes, mesh=None, explicit=False):
         self.rng = rng
+        self.mesh, self.explicit = mesh, explicit
         self.lines = []
         self.vars = {f"a{i}": s for i, s in enumerate(shapes)}
         self.n = 0
@@ -208,11 +225,42 @@ def statement(b):
         # the predicate a max, not a sum: the same bits whatever the layout
         t = rng.choice(UNARY).format("c")
         return b.emit(f"jax.lax.cond(jnp.max({v}) > 0.125, lambda c: {t}, lambda c: c * 0.5 - 1., {v})", s)
+    if k in (17, 39) and not b.explicit and r >= 1:
+        return b.emit(*manual(b, v, s))
     if k >= 18:
         r_ = more(b, v, s, k)
         if r_:
             return b.emit(*r_)
     return b.emit(f"jnp.tanh({v} * 1.5)", s)
+
+
+def manual(b, v, s):
+    """A shard_map over the case's (Auto) mesh of [v]: an element-wise body,
+    or a psum over a mesh axis (one splitting a dimension, which then
+    shrinks, or one the block is replicated over), or a tiled all_gather
+    over one; its results laid out by out_specs whatever v's layout."""
+    rng = b.rng
+    ents = random_entries(rng, s)
+    ents += [None] * (len(s) - len(ents))
+    used = [(d, a) for d, e in enumerate(ents) for a in spec_axes(e)]
+    free = [a for a in "xy" if a not in [u for _, u in used]]
+    call = f"jax.shard_map(lambda c: {{}}, mesh={b.mesh}, in_specs={spec_text(ents)}, out_specs={{}})({v})"
+    kind = rng.randrange(4)
+    if kind == 1 and used:
+        d, ax = rng.choice(used)
+        out = list(ents)
+        out[d] = entry_text([a for a in spec_axes(ents[d]) if a != ax])
+        t = s[:d] + (s[d] // AXES[ax],) + s[d + 1:]
+        return call.format(f"jax.lax.psum(c, '{ax}')", spec_text(out)), t
+    if kind == 2 and free:
+        ax = rng.choice(free)
+        return call.format(f"jax.lax.psum(jnp.sin(c), '{ax}')", spec_text(ents)), s
+    if kind == 3 and used:
+        d, ax = rng.choice(used)
+        out = list(ents)
+        out[d] = entry_text([a for a in spec_axes(ents[d]) if a != ax])
+        return call.format(f"jax.lax.all_gather(c, '{ax}', axis={d}, tiled=True)", spec_text(out)), s
+    return call.format(rng.choice(UNARY).format("c"), spec_text(ents)), s
 
 
 def more(b, v, s, k):
@@ -391,14 +439,14 @@ def case(rng, k):
             continue
         rank = rng.choice([1, 2, 2, 2, 3])
         shapes.append(tuple(rng.choice(SIZES) for _ in range(rank)))
-    b = Body(rng, shapes)
+    mesh = f"{'me' if explicit else 'ma'}{AXES['x']}{AXES['y']}"
+    b = Body(rng, shapes, mesh, explicit)
     for _ in range(rng.randrange(2, 7)):
         statement(b)
     args = ", ".join(f"a{i}" for i in range(nargs))
     # a fifth of the cases return two values (each one's layout compared)
     ret = f"v{b.n}" if b.n < 2 or rng.random() < 0.8 else f"(v{b.n}, v{rng.randrange(1, b.n)})"
     loss = "sum(jnp.sum(o) for o in (r if isinstance(r, tuple) else (r,)))"
-    mesh = f"{'me' if explicit else 'ma'}{AXES['x']}{AXES['y']}"
     C = f"{'Ce' if explicit else 'Ca'}({mesh})"
     specs = [random_spec(rng, s) for s in shapes]
     if explicit and nargs > 1 and rng.random() < 0.5:
