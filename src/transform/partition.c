@@ -827,38 +827,58 @@ Mesh *part_constraint_mesh(const Plan *p) {
   return manual_mesh(p, &m) ? m : NULL;
 }
 
-/* The in_spec every use of [p]'s input [i] has when each is an operand
- * of a shard_map over [m] with that one spec (borrowed), else NULL. */
-static PSpec *manual_use_spec(const Plan *p, int i, const Mesh *m) {
-  int v = p->invars[i];
+enum { USE_DEPTH = 16 };   /* element-wise steps followed to a shard_map */
+
+/* Whether [p]'s variables [a] and [b] have one shape. */
+static bool same_shape(const Plan *p, int a, int b) {
+  const AVal *x = &p->vars[a], *y = &p->vars[b];
+  return x->ndim == y->ndim && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim);
+}
+
+/* The in_spec every use of [p]'s variable [v] reaches when each is an
+ * operand of a shard_map over [m] with that one spec (borrowed), or of
+ * an element-wise equation of v's shape whose result's uses do so in
+ * turn; else NULL (any other use, or v a result of the plan). */
+static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth) {
   PSpec *spec = NULL;
+  for (int o = 0; o < p->nout; o++)
+    if (!p->outs[o].lit && p->outs[o].var == v) return NULL;
   for (int k = 0; k < p->neqn; k++) {
     const PlanEqn *e = &p->eqns[k];
     for (int j = 0; j < e->nin; j++) {
       if (e->in[j].lit || e->in[j].var != v) continue;
-      Value *em = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs");
-      if (e->prim != P_SHARD_MAP || !em || em->type != V_MESH || !mesh_same((Mesh *)em, m) ||
-          !is || is->type != V_TUPLE || (size_t)j >= tuple_len(is))
-        return NULL;
-      PSpec *sj = (PSpec *)tuple_get(is, (size_t)j);
-      if (sj->hdr.type != V_PSPEC || (spec && !pspec_same(spec, sj))) return NULL;
+      PSpec *sj = NULL;
+      PrimKind kind = prim_table[e->prim].kind;
+      if (e->prim == P_SHARD_MAP) {
+        Value *em = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs");
+        if (!em || em->type != V_MESH || !mesh_same((Mesh *)em, m) || !is ||
+            is->type != V_TUPLE || (size_t)j >= tuple_len(is))
+          return NULL;
+        sj = (PSpec *)tuple_get(is, (size_t)j);
+        if (sj->hdr.type != V_PSPEC) return NULL;
+      } else if ((kind == PK_UNARY || kind == PK_BINARY) && e->nout == 1 && depth < USE_DEPTH &&
+                 same_shape(p, e->out[0], v)) {
+        /* the same bits whatever the layout: x * 2. before the call */
+        sj = use_spec(p, e->out[0], m, depth + 1);
+      }
+      if (!sj || (spec && !pspec_same(spec, sj))) return NULL;
       spec = sj;
     }
   }
-  for (int o = 0; o < p->nout; o++)
-    if (!p->outs[o].lit && p->outs[o].var == v) return NULL;
   return spec;
 }
 
 /* The layout of unsharded leaf [i] in a call partitioned over [m] (a new
  * reference; NULL: replicated): JAX's jit leaves an uncommitted
  * argument's layout to propagation, which gives one that only shard_maps
- * read their in_specs' layout, so each device is handed its block (a
- * compiled argument of the block's size: AOT's memory analysis), not the
- * whole.  Any other use keeps it replicated, as eager code reads it. */
+ * read (directly or through element-wise steps) their in_specs' layout,
+ * so each device is handed its block (a compiled argument of the
+ * block's size: AOT's memory analysis) and computes the steps on it, not
+ * on the whole.  Any other use keeps it replicated, as eager code reads
+ * it, so eager and jit agree bit for bit. */
 static Value *unsharded_leaf_layout(const Plan *p, int i, Value *leaf, Mesh *m) {
   if (leaf_sharding(leaf) || (IS_ARRAY(leaf) && AS_ARRAY(leaf)->device1)) return NULL;
-  PSpec *spec = manual_use_spec(p, i, m);
+  PSpec *spec = use_spec(p, p->invars[i], m, 0);
   return spec ? sharding_new(m, spec) : NULL;
 }
 
