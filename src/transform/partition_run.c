@@ -285,12 +285,16 @@ static Value *run_body(const PartPlan *pp, const Plan *p, Value **in) {
     const PlanEqn *e = &p->eqns[k];
     Value *stack[8], **ops = e->nin <= 8 ? stack : shm_calloc((size_t)e->nin, sizeof(Value *));
     if (!ops) break;
-    for (int i = 0; i < e->nin; i++) ops[i] = e->in[i].var >= 0 ? env[e->in[i].var] : e->in[i].lit;
+    /* the operands held while the equation runs: a variable the scope
+     * alone holds would look unshared, and an element-wise kernel would
+     * write its result over it (value.h) while a later equation reads it */
+    for (int i = 0; i < e->nin; i++) ops[i] = val_incref(e->in[i].var >= 0 ? env[e->in[i].var] : e->in[i].lit);
     eval_set_current_loc(e->loc);
     const HigherRules *h = higher_rules(e->prim);
     bool nested = e->prim == P_SHARD_MAP;
     Value *res = nested ? run_nested(pp, e, ops)
                  : h && h->eval ? h->eval(e, ops) : prim_bind(e->prim, e->nin, ops, &e->params);
+    for (int i = 0; i < e->nin; i++) val_decref(ops[i]);
     if (ops != stack) shm_free(ops);
     if (!res) break;
     bool tup = e->nout != 1 || nested || (h && h->eval && h->eval_tuple);
