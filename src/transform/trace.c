@@ -16,6 +16,7 @@
 #include "array/print.h"
 #include "base/intern.h"
 #include "spmd/collective.h"
+#include "spmd/device.h"
 #include "spmd/shardmap.h"
 #include "spmd/sharding.h"
 #include "transform/partition.h"
@@ -344,6 +345,19 @@ int trace_atom(Trace *t, Value *v, PlanAtom *out) {
     return -1;
   }
   Array *a = AS_ARRAY(v);
+  if (a->buf->part && a->ndim > 0 && dev_ctx() && arr_partial_holds(a)) {
+    /* on a device, its block of an array this process holds in part (a
+     * residual of its own linearization, read by its own plan only): a
+     * copy, as making the array whole is the host's collective */
+    Array *c = arr_copy(a);
+    if (!c) return -1;
+    AVal av;
+    aval_of(c, &av);
+    av.vma = 0;
+    out->var = trace_outside(t, &c->hdr, &av);
+    val_decref(&c->hdr);
+    return out->var < 0 ? -1 : 0;
+  }
   /* a captured constant is read whole, on every device of a partitioned plan */
   if (a->buf->part && arr_make_whole(a) < 0) return -1;
   if (a->ndim == 0) {
