@@ -125,9 +125,11 @@ static bool subclass(int c, int of) {
 /* ---- the error being handled ---------------------------------------------------- */
 
 /* What the last raise of this thread set: its instance, and the message
- * it gave the error (to know the error still is that one). */
+ * it gave the error (to know the error still is that one).  raised_msg
+ * holds a whole message (error.c keeps 2048 bytes of one): a shorter copy
+ * would not compare equal to a long message, and its class would be lost. */
 static _Thread_local Value *raised;
-static _Thread_local char raised_msg[256];
+static _Thread_local char raised_msg[2048];
 
 /* The code of the last SystemExit raised on any thread: a device's
  * raise reaches the main thread as its error's message only (the
