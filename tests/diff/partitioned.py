@@ -19,8 +19,9 @@ jnp.where, flip, pad, stack, expand_dims and squeeze, broadcast_to,
 flattening, gathers (x[idx]) and scatters (x.at[i].set/add/multiply),
 sort, argsort, argmax, prod, cumprod, dynamic_slice, fori_loop,
 while_loop, scan, cond, vmap over the rows, shard_map over the Auto
-mesh (an element-wise body, a psum or a tiled all_gather; its results
-laid out by out_specs whatever its arguments'), and a sharding constraint to
+mesh (an element-wise body, psum, a tiled all_gather or psum_scatter,
+ppermute, axis_index with pmax; its results laid out by out_specs
+whatever its arguments'), and a sharding constraint to
 a random spec (with_sharding_constraint over the Auto mesh,
 jax.sharding.reshard over the Explicit one).  Every case runs
   ref        on the unsharded arrays, eagerly, its constraints left out;
@@ -245,7 +246,25 @@ def manual(b, v, s):
     used = [(d, a) for d, e in enumerate(ents) for a in spec_axes(e)]
     free = [a for a in "xy" if a not in [u for _, u in used]]
     call = f"jax.shard_map(lambda c: {{}}, mesh={b.mesh}, in_specs={spec_text(ents)}, out_specs={{}})({v})"
-    kind = rng.randrange(4)
+    kind = rng.randrange(7)
+    if kind == 4 and used:   # a cyclic shift of the blocks along one axis
+        d, ax = rng.choice(used)
+        n = AXES[ax]
+        perm = [(i, (i + 1) % n) for i in range(n)]
+        return call.format(f"jax.lax.ppermute(c, '{ax}', {perm})", spec_text(ents)), s
+    if kind == 5 and free:   # a sum scattered over a free axis along dimension d
+        ax = rng.choice(free)
+        ds = [d for d in range(len(s)) if ents[d] is None and s[d] % AXES[ax] == 0]
+        if ds:
+            d = rng.choice(ds)
+            out = list(ents)
+            out[d] = f"'{ax}'"
+            return call.format(f"jax.lax.psum_scatter(c, '{ax}', scatter_dimension={d}, tiled=True)",
+                               spec_text(out)), s
+    if kind == 6 and used:   # the block's position in the mesh
+        d, ax = rng.choice(used)
+        return call.format(f"c * (jax.lax.axis_index('{ax}') + 1.) + jax.lax.pmax(c, '{ax}')",
+                           spec_text(ents)), s
     if kind == 1 and used:
         d, ax = rng.choice(used)
         out = list(ents)
