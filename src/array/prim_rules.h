@@ -37,6 +37,7 @@ void prim_reduce_register(void);
 void prim_layout_register(void);
 void prim_index_register(void);
 void prim_dot_register(void);
+void prim_linalg_register(void);
 void prim_random_register(void);
 
 /* ==== dtypes and shapes ==================================================== */
