@@ -31,7 +31,7 @@
 #include "transform/xmap.h"
 
 /* Primitives with no JVP rule yet: the transformations say so by name. */
-static const char *const no_jvp_yet[] = {NULL};
+static const char *const no_jvp_yet[] = {"svd", "qr", NULL};
 
 /* Primitives vmap applies example by example (no batching rule). */
 static const char *const batch_by_loop[] = {"ragged_all_to_all", "random_split", "random_fold_in",
@@ -63,7 +63,7 @@ static const char *const closes_fused[] = {"reduce_sum", NULL};
  * their operands (an all_gather) and says so. */
 static const char *const sharding_replicates[] = {
     "iota", "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
-    "random_permutation", NULL};
+    "random_permutation", "lu", "triangular_solve", "cholesky", "eigh", "svd", "qr", NULL};
 
 static bool listed(const char *const *l, const char *name) {
   for (; *l; l++)
