@@ -4,8 +4,8 @@
  * LAPACK (lapack.c); here are their shape rules, batching (the kernels
  * loop over leading batch dimensions, so vmap moves its axis to the
  * front), JVP rules (JAX's, jax/_src/lax/linalg.py: lu, triangular_solve
- * with its transpose, cholesky, eigh; svd and qr have none, so grad
- * through them raises NotImplementedError) and costs, side by side in
+ * with its transpose, cholesky, eigh, svd and qr, each raising JAX's
+ * NotImplementedError for the shapes JAX's does not cover) and costs, side by side in
  * the rows at the end of the file.  No sharding rule: their operands are
  * replicated.
  */
@@ -68,9 +68,8 @@ static int shape_triangular_solve(const AVal *in, int nin, const Params *p, AVal
   int64_t m = a->shape[a->ndim - 1];
   int64_t common = flag(p, "left_side") ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
   if (a->ndim != b->ndim || !prim_same_dims(a->ndim - 2, a->shape, b->shape) || common != m) {
-    err_set(ERR_TYPE, "triangular_solve: incompatible shapes for a and b, got %s and %s "
-                      "(left_side=%s)", prim_shape(x, a), prim_shape(y, b),
-            flag(p, "left_side") ? "True" : "False");
+    err_set(ERR_VALUE, "Incompatible shapes for arguments to triangular_solve: %s and %s.",
+            prim_shape(x, a), prim_shape(y, b));
     return -1;
   }
   aval_with(b, 0, 0, NULL, b->dtype, &out[0]);
@@ -184,7 +183,15 @@ static Value *mt(Scope *s, Value *x) {
 /* A constant of [x]'s aval (..., n, n) whose element (i, j) is [below]
  * under the diagonal, [on] on it and [above] over it, in every matrix of
  * the batch: the masks of tril, triu and the identity. */
+static Value *band_from(Scope *s, Value *x, double below, double on, double above, int64_t from);
+
 static Value *band(Scope *s, Value *x, double below, double on, double above) {
+  return band_from(s, x, below, on, above, 0);
+}
+
+/* band's constant with [on] only on the diagonal's elements from
+ * (from, from) on, 0 on those before. */
+static Value *band_from(Scope *s, Value *x, double below, double on, double above, int64_t from) {
   AVal a;
   if (!aval_ok(x, &a)) return NULL;
   int64_t r = a.shape[a.ndim - 2], c = a.shape[a.ndim - 1];
@@ -192,7 +199,7 @@ static Value *band(Scope *s, Value *x, double below, double on, double above) {
   if (!m) return NULL;
   for (int64_t i = 0; i < r; i++)
     for (int64_t j = 0; j < c; j++) {
-      double v = i > j ? below : i == j ? on : above;
+      double v = i > j ? below : i == j ? (i >= from ? on : 0.0) : above;
       if (a.dtype == DT_F64)
         ((double *)arr_data(m))[i * c + j] = v;
       else
@@ -201,6 +208,33 @@ static Value *band(Scope *s, Value *x, double below, double on, double above) {
   Value *mv = keep(s, &m->hdr);
   int64_t bd[2] = {a.ndim - 2, a.ndim - 1};
   return a.ndim == 2 ? mv : bcast(s, mv, a.ndim, a.shape, 2, bd);
+}
+
+/* [x]'s first [r] rows and [c] columns (a slice of its last two
+ * dimensions). */
+static Value *corner(Scope *s, Value *x, int64_t r, int64_t c) {
+  AVal a;
+  if (!aval_ok(x, &a)) return NULL;
+  int64_t st[SHM_MAXDIM] = {0}, li[SHM_MAXDIM];
+  for (int i = 0; i < a.ndim; i++) li[i] = a.shape[i];
+  li[a.ndim - 2] = r;
+  li[a.ndim - 1] = c;
+  Params p;
+  params_init(&p);
+  params_add(&p, "start_indices", val_int_tuple(a.ndim, st));
+  params_add(&p, "limit_indices", val_int_tuple(a.ndim, li));
+  params_add(&p, "strides", val_incref(VAL_NONE));
+  return ap(s, P_SLICE, 1, &x, &p);
+}
+
+/* [x] padded with zeros after its last rows and columns to [r] x [c]. */
+static Value *grow(Scope *s, Value *x, int64_t r, int64_t c) {
+  AVal a;
+  if (!aval_ok(x, &a)) return NULL;
+  int64_t lo[SHM_MAXDIM] = {0}, hi[SHM_MAXDIM] = {0}, it[SHM_MAXDIM] = {0};
+  hi[a.ndim - 2] = r - a.shape[a.ndim - 2];
+  hi[a.ndim - 1] = c - a.shape[a.ndim - 1];
+  return pad_zeros(s, x, a.ndim, lo, hi, it);
 }
 
 /* triangular_solve(a, b) with the given parameters. */
@@ -278,28 +312,30 @@ static int tr_triangular_solve(Value **ct, Value **in, const AVal *av, const boo
   return cts[1] ? 0 : -1;
 }
 
-/* lu of a square matrix: JAX's _lu_jvp_rule, with L = tril(lu, -1) + I
- * and U = triu(lu): X = P dA, W = L^-1 X U^-1, lu' = L tril(W, -1) +
- * triu(W) U. */
+/* lu: JAX's _lu_jvp_rule.  With k = min(m, n), L (m x m) the unit lower
+ * triangle of lu's first k columns and U (n x n) the upper triangle of
+ * its first k rows, the identity below them: X = P dA, W = L^-1 X U^-1,
+ * lu' = L tril(W, -1) + triu(W) U. */
 static int jvp_lu(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
   AVal a;
   if (prim_value_aval(x[0], &a) < 0) return -1;
-  if (t[0] && a.shape[a.ndim - 1] != a.shape[a.ndim - 2])
-    return err_set(ERR_NOT_IMPLEMENTED, "differentiation of 'lu' of a non-square matrix "
-                                        "(%lld x %lld) is not implemented",
-                   (long long)a.shape[a.ndim - 2], (long long)a.shape[a.ndim - 1]), -1;
   if (primal_n(P_LU, x, nin, p, 3, yo) < 0) return -1;
   to[0] = to[1] = to[2] = NULL;
   if (!t[0]) return 0;
   Scope s = {0};
+  int nd = a.ndim;
+  int64_t m = a.shape[nd - 2], n = a.shape[nd - 1], k = m < n ? m : n;
   Value *lu = yo[0];
-  Value *l = add(&s, mul(&s, lu, band(&s, lu, 1, 0, 0)), band(&s, lu, 0, 1, 0));
-  Value *u = mul(&s, lu, band(&s, lu, 0, 1, 1));
+  Value *lk = corner(&s, lu, m, k), *uk = corner(&s, lu, k, n);
+  Value *l = grow(&s, mul(&s, lk, band(&s, lk, 1, 0, 0)), m, m);
+  l = add(&s, l, band(&s, l, 0, 1, 0));
+  Value *u = grow(&s, mul(&s, uk, band(&s, uk, 0, 1, 1)), n, n);
+  u = add(&s, u, band_from(&s, u, 0, 1, 0, k));
   int64_t shape[SHM_MAXDIM];
-  for (int i = 0; i < a.ndim - 1; i++) shape[i] = a.shape[i];
-  shape[a.ndim - 1] = 1;
-  Value *rows = reshape(&s, yo[2], a.ndim, shape);
-  Value *px = rows ? keep(&s, prim_take_along(t[0], rows, a.ndim - 2)) : NULL;
+  for (int i = 0; i < nd - 1; i++) shape[i] = a.shape[i];
+  shape[nd - 1] = 1;
+  Value *rows = reshape(&s, yo[2], nd, shape);
+  Value *px = rows ? keep(&s, prim_take_along(t[0], rows, nd - 2)) : NULL;
   Value *la = trisolve(&s, l, px, true, true, false, true);
   Value *lau = trisolve(&s, u, la, false, false, false, false);
   Value *ld = mm(&s, l, mul(&s, lau, band(&s, lau, 1, 0, 0)));
@@ -349,6 +385,101 @@ static int jvp_eigh(Value **x, Value **t, int nin, const Params *p, Value **yo, 
   to[1] = val_incref(dw);
   to[0] = scope_return(&s, dv);
   return 0;
+}
+
+/* [s] (..., k) broadcast along a new dimension to [shape] (rank [nd], its
+ * last dimension k): each row s when [along_rows], else each column. */
+static Value *spread(Scope *s, Value *v, int nd, const int64_t *shape, bool along_rows) {
+  int64_t dims[SHM_MAXDIM];
+  for (int i = 0; i < nd - 2; i++) dims[i] = i;
+  dims[nd - 2] = along_rows ? nd - 1 : nd - 2;
+  return bcast(s, v, nd, shape, nd - 1, dims);
+}
+
+/* svd: JAX's _svd_jvp_rule (real dtypes, where its dUdV_diag term is
+ * zero): with dS = U^T dA V, s' = diag(dS); F = 1 / (s_j^2 - s_i^2) off
+ * the diagonal, U' = U (F * (dS S + S dS^T)), V' = V (F * (S dS + dS^T
+ * S)), plus the parts outside U's (m > n) or V's (n > m) columns. */
+static int jvp_svd(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  AVal a;
+  if (prim_value_aval(x[0], &a) < 0) return -1;
+  int nd = a.ndim;
+  int64_t m = a.shape[nd - 2], n = a.shape[nd - 1];
+  bool uv = !params_get(p, "compute_uv") || flag(p, "compute_uv");
+  if (t[0] && uv && flag(p, "full_matrices") && m != n)
+    return err_set(ERR_NOT_IMPLEMENTED,
+                   "Singular value decomposition JVP not implemented for full matrices"), -1;
+  /* U and V with their own derivatives even when only s is asked for
+   * (a second derivative of s goes through them), as JAX binds svd with
+   * compute_uv=True in its rule */
+  Params q;
+  params_init(&q);
+  params_add(&q, "full_matrices", val_incref(val_bool(flag(p, "full_matrices"))));
+  params_add(&q, "compute_uv", val_incref(val_bool(true)));
+  int rc = primal_n(P_SVD, x, nin, &q, 3, yo);
+  params_clear(&q);
+  if (rc < 0) return -1;
+  to[0] = to[1] = to[2] = NULL;
+  if (!t[0]) return 0;
+  Scope s = {0};
+  Value *sv = yo[0], *u = yo[1], *vt = yo[2], *v = mt(&s, vt), *ut = mt(&s, u);
+  Value *ds_mat = mm(&s, mm(&s, ut, t[0]), v);
+  AVal ka;
+  if (!aval_ok(ds_mat, &ka)) return jvp_done_n(&s, NULL, 3, yo, to);
+  Value *eye = band(&s, ds_mat, 0, 1, 0);
+  int64_t last = nd - 1;
+  Value *ds = reduce_sum(&s, mul(&s, ds_mat, eye), 1, &last);
+  if (!uv) return jvp_done_n(&s, ds, 3, yo, to);
+  Value *row = spread(&s, sv, nd, ka.shape, true), *col = spread(&s, sv, nd, ka.shape, false);
+  Value *diffs = mul(&s, add(&s, row, col), sub(&s, row, col));
+  Value *f = sub(&s, dvd(&s, scal(&s, 1.0, diffs), add(&s, diffs, eye)), eye);
+  Value *dss = mul(&s, row, ds_mat), *sds = mul(&s, col, ds_mat);
+  Value *du = mm(&s, u, mul(&s, f, add(&s, dss, mt(&s, dss))));
+  Value *dv = mm(&s, v, mul(&s, f, add(&s, sds, mt(&s, sds))));
+  AVal pa;
+  if (m > n) {   /* dA V's part outside U's columns */
+    Value *dav = mm(&s, t[0], v);
+    if (!aval_ok(dav, &pa)) return jvp_done_n(&s, NULL, 3, yo, to);
+    Value *rest = sub(&s, dav, mm(&s, u, mm(&s, ut, dav)));
+    du = add(&s, du, dvd(&s, rest, spread(&s, sv, nd, pa.shape, true)));
+  }
+  if (n > m) {   /* dA^T U's part outside V's columns */
+    Value *dahu = mm(&s, mt(&s, t[0]), u);
+    if (!aval_ok(dahu, &pa)) return jvp_done_n(&s, NULL, 3, yo, to);
+    Value *rest = sub(&s, dahu, mm(&s, v, mm(&s, vt, dahu)));
+    dv = add(&s, dv, dvd(&s, rest, spread(&s, sv, nd, pa.shape, true)));
+  }
+  Value *dvt = mt(&s, dv);
+  if (!ds || !du || !dvt) return jvp_done_n(&s, NULL, 3, yo, to);
+  to[1] = val_incref(du);
+  to[2] = val_incref(dvt);
+  return jvp_done_n(&s, ds, 3, yo, to);
+}
+
+/* qr of a matrix with m >= n (reduced, or square): JAX's qr_jvp_rule
+ * (j-towns.github.io/papers/qr-derivative.pdf): with X = dA R^-1 and
+ * C = Q^T X, O = tril(C, -1) - tril(C, -1)^T, Q' = Q (O - C) + X and
+ * R' = (C - O) R. */
+static int jvp_qr(Value **x, Value **t, int nin, const Params *p, Value **yo, Value **to) {
+  AVal a;
+  if (prim_value_aval(x[0], &a) < 0) return -1;
+  int64_t m = a.shape[a.ndim - 2], n = a.shape[a.ndim - 1];
+  if (t[0] && (m < n || (flag(p, "full_matrices") && m != n)))
+    return err_set(ERR_NOT_IMPLEMENTED, "Unimplemented case of QR decomposition derivative"), -1;
+  if (primal_n(P_QR, x, nin, p, 2, yo) < 0) return -1;
+  to[0] = to[1] = NULL;
+  if (!t[0]) return 0;
+  Scope s = {0};
+  Value *q = yo[0], *r = yo[1];
+  Value *xr = trisolve(&s, r, t[0], false, false, false, false);
+  Value *c = mm(&s, mt(&s, q), xr);
+  Value *low = mul(&s, c, band(&s, c, 1, 0, 0));
+  Value *o = sub(&s, low, mt(&s, low));
+  Value *dq = add(&s, mm(&s, q, sub(&s, o, c)), xr);
+  Value *dr = mm(&s, sub(&s, c, o), r);
+  if (!dq || !dr) return jvp_done_n(&s, NULL, 2, yo, to);
+  to[1] = val_incref(dr);
+  return jvp_done_n(&s, dq, 2, yo, to);
 }
 
 /* ==== costs ================================================================== */
@@ -411,8 +542,8 @@ static const PrimRow rows[] = {
     {P_TRIANGULAR_SOLVE, {.shape = shape_triangular_solve, .kernel = lapack_kernel_triangular_solve, .batch = batch_triangular_solve, .jvp = jvp_triangular_solve, .transpose = tr_triangular_solve, .dtypes = FLOATS, .cost = cost_triangular_solve}},
     {P_CHOLESKY, {.shape = shape_cholesky, .kernel = lapack_kernel_cholesky, .batch = batch_cholesky, .jvp = jvp_cholesky, .dtypes = FLOATS, .cost = cost_cholesky}},
     {P_EIGH, {.shape = shape_eigh, .kernel = lapack_kernel_eigh, .batch = batch_eigh, .jvp = jvp_eigh, .dtypes = FLOATS, .cost = cost_eigh}},
-    {P_SVD, {.shape = shape_svd, .kernel = lapack_kernel_svd, .batch = batch_svd, .dtypes = FLOATS, .cost = cost_svd}},
-    {P_QR, {.shape = shape_qr, .kernel = lapack_kernel_qr, .batch = batch_qr, .dtypes = FLOATS, .cost = cost_qr}},
+    {P_SVD, {.shape = shape_svd, .kernel = lapack_kernel_svd, .batch = batch_svd, .jvp = jvp_svd, .dtypes = FLOATS, .cost = cost_svd}},
+    {P_QR, {.shape = shape_qr, .kernel = lapack_kernel_qr, .batch = batch_qr, .jvp = jvp_qr, .dtypes = FLOATS, .cost = cost_qr}},
 };
 
 void prim_linalg_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

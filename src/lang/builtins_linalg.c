@@ -151,7 +151,7 @@ static Value *ll_svd(const CallArgs *a) {
   Params p;
   params_init(&p);
   param_flag(&p, "full_matrices", fm && cu);
-  param_flag(&p, "compute_uv", 1);
+  param_flag(&p, "compute_uv", cu);
   Value *r = bind_linalg(P_SVD, 1, &x, &p);
   if (!r) return NULL;
   Value *out = cu ? tuple_pack(3, (Value *[]){tuple_get(r, 1), tuple_get(r, 0), tuple_get(r, 2)})

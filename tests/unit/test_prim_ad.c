@@ -31,7 +31,7 @@
 #include "transform/xmap.h"
 
 /* Primitives with no JVP rule yet: the transformations say so by name. */
-static const char *const no_jvp_yet[] = {"svd", "qr", NULL};
+static const char *const no_jvp_yet[] = {NULL};
 
 /* Primitives vmap applies example by example (no batching rule). */
 static const char *const batch_by_loop[] = {"ragged_all_to_all", "random_split", "random_fold_in",
