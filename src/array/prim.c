@@ -367,6 +367,7 @@ __attribute__((constructor)) static void prim_install(void) {
   prim_layout_register();
   prim_index_register();
   prim_dot_register();
+  prim_linalg_register();
   prim_random_register();
 }
 

@@ -286,23 +286,6 @@ static int tr_rev(Value **ct, Value **in, const AVal *av, const bool *lin, int n
   return ct_set(&s, cts, 0, same(&s, P_REV, 1, ct, p));
 }
 
-/* pad [x] with zeros by (lo, hi, interior) per dimension */
-static Value *pad_zeros(Scope *s, Value *x, int nd, const int64_t *lo, const int64_t *hi,
-                        const int64_t *it) {
-  AVal a;
-  if (!aval_ok(x, &a)) return NULL;
-  Value *cfg = tuple_new((size_t)nd);
-  if (!cfg) return NULL;
-  for (int i = 0; i < nd; i++)
-    tuple_set_steal(cfg, (size_t)i, val_int_tuple(3, (int64_t[]){lo[i], hi[i], it[i]}));
-  Params q;
-  params_init(&q);
-  params_add(&q, "padding_config", cfg);
-  AVal z = a;
-  z.ndim = 0;
-  return ap(s, P_PAD, 2, (Value *[]){x, zeros_of(s, &z)}, &q);
-}
-
 /* slice: the cotangent padded back into the operand's shape */
 static int tr_slice(Value **ct, Value **in, const AVal *av, const bool *lin, int nin,
                     const Params *p, Value **cts) {

@@ -37,6 +37,7 @@ void prim_reduce_register(void);
 void prim_layout_register(void);
 void prim_index_register(void);
 void prim_dot_register(void);
+void prim_linalg_register(void);
 void prim_random_register(void);
 
 /* ==== dtypes and shapes ==================================================== */
@@ -335,6 +336,24 @@ static inline Value *sum_all(Scope *s, Value *x) {
   int64_t axes[SHM_MAXDIM];
   for (int i = 0; i < a.ndim; i++) axes[i] = i;
   return reduce_sum(s, x, a.ndim, axes);
+}
+
+/* [x] padded with zeros by (lo, hi, interior) per dimension ([nd] of
+ * them). */
+static inline Value *pad_zeros(Scope *s, Value *x, int nd, const int64_t *lo, const int64_t *hi,
+                        const int64_t *it) {
+  AVal a;
+  if (!aval_ok(x, &a)) return NULL;
+  Value *cfg = tuple_new((size_t)nd);
+  if (!cfg) return NULL;
+  for (int i = 0; i < nd; i++)
+    tuple_set_steal(cfg, (size_t)i, val_int_tuple(3, (int64_t[]){lo[i], hi[i], it[i]}));
+  Params q;
+  params_init(&q);
+  params_add(&q, "padding_config", cfg);
+  AVal z = a;
+  z.ndim = 0;
+  return ap(s, P_PAD, 2, (Value *[]){x, zeros_of(s, &z)}, &q);
 }
 
 /* select(pred, on_true, on_false), as lax.select: select_n(pred, f, t). */

@@ -1154,7 +1154,7 @@ static Value *bi_set_printoptions(const CallArgs *a) {
  * builtins_add_to. */
 static Value *ns_jnp, *ns_lax, *ns_nn, *ns_jax, *ns_tree_util, *ns_tree, *ns_functools,
     *ns_special, *ns_scipy, *ns_maps, *ns_random, *ns_sharding, *ns_experimental, *ns_exp_shard_map, *ns_exp_pjit,
-    *ns_linalg, *ns_custom_derivatives;
+    *ns_linalg, *ns_lax_linalg, *ns_scipy_linalg, *ns_custom_derivatives;
 /* Python's modules whose names lang/classes_lib.c fills (dataclasses,
  * enum.Enum, typing.NamedTuple, collections.namedtuple); the other names
  * of typing and collections go in beside them with builtins_add_to. */
@@ -1187,6 +1187,8 @@ Value *builtins_namespace(const char *name) {
     return m ? m : builtins_classes_namespace(name);
   }
   if (!strcmp(name, "jax.numpy.linalg")) return ns_linalg;
+  if (!strcmp(name, "jax.lax.linalg")) return ns_lax_linalg;
+  if (!strcmp(name, "jax.scipy.linalg")) return ns_scipy_linalg;
   Value *np = hostnp_namespace(name);   /* numpy: host NumPy, not jax.numpy */
   return np ? np : stdmod_namespace(name);
 }
@@ -1221,6 +1223,8 @@ static int bind(Env *e, const char *name, Value *v, unsigned where) {
   if ((where & IN_LAX) && dict_set_str(((Module *)ns_lax)->globals, name, v) < 0) return -1;
   if ((where & IN_NN) && dict_set_str(((Module *)ns_nn)->globals, name, v) < 0) return -1;
   if ((where & IN_LINALG) && dict_set_str(((Module *)ns_linalg)->globals, name, v) < 0) return -1;
+  if ((where & IN_LAX_LINALG) && dict_set_str(((Module *)ns_lax_linalg)->globals, name, v) < 0)
+    return -1;
   return 0;
 }
 
@@ -1282,6 +1286,8 @@ int builtins_register(Env *e) {
     ns_exp_shard_map = new_namespace("jax.experimental.shard_map");
     ns_exp_pjit = new_namespace("jax.experimental.pjit");
     ns_linalg = new_namespace("jax.numpy.linalg");
+    ns_lax_linalg = new_namespace("jax.lax.linalg");
+    ns_scipy_linalg = new_namespace("jax.scipy.linalg");
     ns_custom_derivatives = new_namespace("jax.custom_derivatives");
     ns_dataclasses = new_namespace("dataclasses");
     ns_enum = new_namespace("enum");
@@ -1289,13 +1295,15 @@ int builtins_register(Env *e) {
     ns_collections = new_namespace("collections");
     if (!ns_jnp || !ns_lax || !ns_nn || !ns_jax || !ns_tree_util || !ns_tree || !ns_functools ||
         !ns_special || !ns_scipy || !ns_maps || !ns_random || !ns_sharding || !ns_experimental ||
-        !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_dataclasses || !ns_enum ||
+        !ns_exp_shard_map || !ns_exp_pjit || !ns_linalg || !ns_lax_linalg || !ns_scipy_linalg || !ns_dataclasses || !ns_enum ||
         !ns_typing || !ns_collections || !ns_custom_derivatives ||
-        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0)
+        dict_set_str(((Module *)ns_jnp)->globals, "linalg", ns_linalg) < 0 ||
+        dict_set_str(((Module *)ns_lax)->globals, "linalg", ns_lax_linalg) < 0 ||
+        dict_set_str(((Module *)ns_scipy)->globals, "linalg", ns_scipy_linalg) < 0)
       return -1;
   }
   static const BiEntry *const tables[] = {bi_array_table, bi_math_table, bi_reduce_table,
-                                           bi_lax_table, bi_python_table, bi_set_table};
+                                           bi_lax_table, bi_linalg_table, bi_python_table, bi_set_table};
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
     for (const BiEntry *b = tables[t]; b->name; b++) {
       Value *v = builtin_new(b->name, b->fn, b->doc);

@@ -30,7 +30,8 @@
 
 /* Scopes a name is bound in: the global built-ins, the jnp (jax.numpy)
  * namespace, lax (jax.lax), jax.nn. */
-enum { IN_TOP = 1, IN_JNP = 2, IN_LAX = 4, IN_NN = 8, IN_LINALG = 16 /* jnp.linalg */ };
+enum { IN_TOP = 1, IN_JNP = 2, IN_LAX = 4, IN_NN = 8, IN_LINALG = 16 /* jnp.linalg */,
+       IN_LAX_LINALG = 32 /* jax.lax.linalg */ };
 #define NP (IN_TOP | IN_JNP)  /* NumPy names: global and jnp */
 
 /* One binding: [fn] as [name] in the scopes [where], with a one-line
@@ -47,6 +48,7 @@ extern const BiEntry bi_array_table[];   /* builtins_array.c */
 extern const BiEntry bi_math_table[];    /* builtins_math.c */
 extern const BiEntry bi_reduce_table[];  /* builtins_reduce.c */
 extern const BiEntry bi_lax_table[];     /* builtins_lax.c */
+extern const BiEntry bi_linalg_table[];  /* builtins_linalg.c */
 extern const BiEntry bi_set_table[];     /* builtins_set.c */
 
 /* ---- argument helpers (builtins.c) ------------------------------------------- */

@@ -2749,7 +2749,8 @@ static int extend_namespaces(void);
 static const struct {
   const char *ns, *module;
 } extensions[] = {{"jax.numpy", "_jax_numpy"}, {"jax.random", "_jax_random"}, {"jax.nn", "_jax_nn"},
-                  {"jax", "_jax"}, {"jax.lax", "_jax_lax"}};
+                  {"jax", "_jax"}, {"jax.lax", "_jax_lax"},
+                  {"jax.numpy.linalg", "_jax_numpy_linalg"}, {"jax.scipy.linalg", "_jax_scipy_linalg"}};
 
 /* [module] from the module path's folders (not the script's), loaded
  * once; NULL with no error when no folder has it (a binary run away from

@@ -65,6 +65,24 @@ static Value *batch_tracer(unsigned id, Value *batched, int bdim) {
   return &x->hdr;
 }
 
+/* The results of a primitive of several results (a tuple, stolen), each
+ * batched along [bdim]: a tuple of batch tracers. */
+static Value *batch_tracers(unsigned id, Value *results, int bdim) {
+  size_t n = tuple_len(results);
+  Value *t = tuple_new(n);
+  for (size_t k = 0; t && k < n; k++) {
+    Value *x = batch_tracer(id, val_incref(tuple_get(results, k)), bdim);
+    if (!x) {
+      val_decref(t);
+      t = NULL;
+    } else {
+      tuple_set_steal(t, k, x);
+    }
+  }
+  val_decref(results);
+  return t;
+}
+
 static bool is_batch_of(Value *v, unsigned id) {
   return IS_BATCH_TRACER(v) && ((Tracer *)v)->trace_id == id;
 }
@@ -252,6 +270,7 @@ static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Par
     rc = r ? 0 : -1;
   }
   if (rc < 0) return NULL;
+  if (prim_table[id].nout > 1 && od >= 0) return batch_tracers(bt->id, r, od);
   return od >= 0 ? batch_tracer(bt->id, r, od) : r;
 }
 
