@@ -20,8 +20,8 @@ flattening, gathers (x[idx]) and scatters (x.at[i].set/add/multiply),
 sort, argsort, argmax, prod, cumprod, dynamic_slice, fori_loop,
 while_loop, scan, cond, vmap over the rows, shard_map over the Auto
 mesh (an element-wise body, psum, a tiled all_gather or psum_scatter,
-ppermute, axis_index with pmax; its results laid out by out_specs
-whatever its arguments'), and a sharding constraint to
+ppermute, axis_index with pmax, two operands, or vmapped; its results
+laid out by out_specs whatever its arguments'), and a sharding constraint to
 a random spec (with_sharding_constraint over the Auto mesh,
 jax.sharding.reshard over the Explicit one).  Every case runs
   ref        on the unsharded arrays, eagerly, its constraints left out;
@@ -246,7 +246,18 @@ def manual(b, v, s):
     used = [(d, a) for d, e in enumerate(ents) for a in spec_axes(e)]
     free = [a for a in "xy" if a not in [u for _, u in used]]
     call = f"jax.shard_map(lambda c: {{}}, mesh={b.mesh}, in_specs={spec_text(ents)}, out_specs={{}})({v})"
-    kind = rng.randrange(7)
+    kind = rng.randrange(9)
+    others = [w for w, t in b.vars.items() if t == s and w != v]
+    if kind == 7 and others:   # two operands, each with its own in_spec
+        w = rng.choice(others)
+        ents2 = random_entries(rng, s)
+        body = rng.choice(["c * d", "c + jnp.sin(d)", "jnp.maximum(c, d) - c * 0.5"])
+        return (f"jax.shard_map(lambda c, d: {body}, mesh={b.mesh}, "
+                f"in_specs=({spec_text(ents)}, {spec_text(ents2)}), out_specs={spec_text(ents)})({v}, {w})"), s
+    if kind == 8 and len(s) >= 2:   # vmapped over the leading dimension
+        inner = ents[1:]
+        return (f"jax.vmap(jax.shard_map(lambda c: jnp.tanh(c) * 2., mesh={b.mesh}, "
+                f"in_specs={spec_text(inner)}, out_specs={spec_text(inner)}))({v})"), s
     if kind == 4 and used:   # a cyclic shift of the blocks along one axis
         d, ax = rng.choice(used)
         n = AXES[ax]
