@@ -439,11 +439,19 @@ static Value *bi_clip(const CallArgs *a) {
 /* jnp.where(condition, x, y); the one-argument form is nonzero (eager). */
 static Value *bi_nonzero(const CallArgs *a);
 
+static Value *nonzero_sized(Value *x, Value *size, Value *fill);
+
 static Value *bi_where(const CallArgs *a) {
-  Value *c, *x, *y;
-  Value **slots[] = {&c, &x, &y};
-  if (args_bind("where", a, "condition, x=, y=", slots) < 0) return NULL;
-  if (!x && !y) return bi_nonzero(a);
+  Value *c, *x, *y, *size, *fill;
+  Value **slots[] = {&c, &x, &y, &size, &fill};
+  if (args_bind("where", a, "condition, x=, y=, size=, fill_value=", slots) < 0) return NULL;
+  if (!x && !y) {
+    if (size && size != VAL_NONE) return nonzero_sized(c, size, fill);
+    CallArgs one = {1, &c, 0, NULL, NULL};
+    return bi_nonzero(&one);
+  }
+  if (size && size != VAL_NONE)
+    return err_set(ERR_VALUE, "size argument cannot be used with three-argument where function");
   if (!x || !y) return err_set(ERR_VALUE, "Either both or neither of the x and y arguments should be provided to jax.numpy.where, got %s and %s.", x ? "an array" : "None", y ? "an array" : "None");
   Value *xa, *ya;
   if (bi_arr2(x, y, &xa, &ya) < 0) return NULL;
@@ -453,15 +461,55 @@ static Value *bi_where(const CallArgs *a) {
   return r;
 }
 
+/* jnp.nonzero(x, size=, fill_value=): the columns of jnp.argwhere's
+ * (the standard library's) padded result, which works on traced values
+ * too (semantics: JAX's nonzero with size=, padded with fill_value, 0 by
+ * default, or truncated).  With [size] None on a traced [x], argwhere's
+ * ConcretizationTypeError. */
+static Value *nonzero_sized(Value *x, Value *size, Value *fill) {
+  Value *ns = builtins_namespace("jnp");
+  Value *aw = ns ? dict_get_str(((Module *)ns)->globals, "argwhere") : NULL;
+  if (!aw) return err_set(ERR_NOT_IMPLEMENTED, "nonzero(size=) needs the standard library's argwhere");
+  Value *kv[2] = {size, fill ? fill : VAL_NONE};
+  const char *kn[2] = {intern_cstr("size"), intern_cstr("fill_value")};   /* names are interned */
+  CallArgs c = {1, &x, 2, kn, kv};
+  Value *r = val_call(aw, &c);
+  AVal ra;
+  if (!r || ops_aval(r, &ra) < 0) {
+    val_decref(r);
+    return NULL;
+  }
+  Value *t = tuple_new((size_t)ra.shape[1]);
+  for (int64_t d = 0; t && d < ra.shape[1]; d++) {
+    Value *ix = tuple_new(2), *col = NULL;
+    if (ix) {
+      tuple_set_steal(ix, 0, slice_new(VAL_NONE, VAL_NONE, VAL_NONE));
+      tuple_set_steal(ix, 1, val_int(d));
+      col = ops_getitem(r, ix);
+      val_decref(ix);
+    }
+    if (!col) {
+      val_decref(t);
+      t = NULL;
+    } else {
+      tuple_set_steal(t, (size_t)d, col);
+    }
+  }
+  val_decref(r);
+  return t;
+}
+
 static Value *bi_nonzero(const CallArgs *a) {
-  Value *x;
-  Value **slots[] = {&x};
-  if (args_bind("nonzero", a, "a", slots) < 0) return NULL;
+  Value *x, *size, *fill;
+  Value **slots[] = {&x, &size, &fill};
+  if (args_bind("nonzero", a, "a, size=, fill_value=", slots) < 0) return NULL;
+  if (size && size != VAL_NONE) return nonzero_sized(x, size, fill);
   Value *xa = bi_arr(x);
   if (!xa) return NULL;
   if (!IS_ARRAY(xa)) {
     val_decref(xa);
-    return err_set(ERR_VALUE, "nonzero needs concrete values: its result's shape depends on them (not available under jit)");
+    /* traced: argwhere raises JAX's ConcretizationTypeError, naming size= */
+    return nonzero_sized(x, VAL_NONE, fill);
   }
   Array *m = AS_ARRAY(xa);
   int nd = m->ndim ? m->ndim : 1;
