@@ -558,7 +558,39 @@ static int64_t partial_min(void) {
   return min;
 }
 
-/* sharding_local_blocks for arrays of [min] elements or more. */
+/* Whether some process of the job holds some of [s]'s [ncells] blocks
+ * (grid [nblk]) and not all: the same answer on every process. */
+static bool split_between_processes(const NamedSharding *s, int nd, const int64_t *shape,
+                                    const int64_t *nblk, int64_t ncells) {
+  int procs = transport_procs();
+  int64_t *count = shm_calloc((size_t)procs, sizeof(int64_t));
+  uint8_t *seen = count ? shm_calloc((size_t)procs * (size_t)ncells, 1) : NULL;
+  bool split = false;
+  if (!seen) {
+    shm_free(count);
+    return false;   /* the whole array then, everywhere: correct, only larger */
+  }
+  int64_t start[SHM_MAXDIM], size[SHM_MAXDIM];
+  for (int f = 0; f < sharding_ndev(s); f++) {
+    int p = transport_process_of(sharding_device(s, f));
+    block_of(s, f, nd, shape, start, size);
+    int64_t cell = 0;
+    for (int d = 0; d < nd; d++) cell = cell * nblk[d] + start[d] / size[d];
+    uint8_t *mark = &seen[(size_t)p * (size_t)ncells + (size_t)cell];
+    count[p] += !*mark;
+    *mark = 1;
+  }
+  for (int p = 0; p < procs && !split; p++) split = count[p] > 0 && count[p] < ncells;
+  shm_free(seen);
+  shm_free(count);
+  return split;
+}
+
+/* sharding_local_blocks for arrays of [min] elements or more.  Whether an
+ * array is held in part is the same on every process (each decides from
+ * it whether an operation runs on the devices, which is collective): it
+ * is when some process holds some of its blocks and not all, and then a
+ * process whose devices hold none of them holds no block either. */
 static bool local_blocks(const NamedSharding *s, int nd, const int64_t *shape, int64_t min,
                          int64_t *nblk, uint8_t **held) {
   int64_t total = 1, ncells = 1, start[SHM_MAXDIM], size[SHM_MAXDIM];
@@ -566,20 +598,15 @@ static bool local_blocks(const NamedSharding *s, int nd, const int64_t *shape, i
   if (!transport_active() || !s->mesh || total < min || total == 0) return false;
   block_of(s, 0, nd, shape, start, size);
   for (int d = 0; d < nd; d++) nblk[d] = shape[d] / size[d], ncells *= nblk[d];
+  if (!split_between_processes(s, nd, shape, nblk, ncells)) return false;
   uint8_t *h = shm_calloc((size_t)ncells, 1);
   if (!h) return false;   /* the whole array then: correct, only larger */
-  int64_t nheld = 0;
   for (int f = 0; f < sharding_ndev(s); f++) {
     if (!transport_is_local(sharding_device(s, f))) continue;
     block_of(s, f, nd, shape, start, size);
     int64_t cell = 0;
     for (int d = 0; d < nd; d++) cell = cell * nblk[d] + start[d] / size[d];
-    nheld += !h[cell];
     h[cell] = 1;
-  }
-  if (nheld == 0 || nheld == ncells) {
-    shm_free(h);
-    return false;
   }
   *held = h;
   return true;

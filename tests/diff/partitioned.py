@@ -3,7 +3,7 @@
 programs on sharded jax.Arrays, run unsharded, eagerly and under jit.
 
 Usage: partitioned.py SHMAP [--programs N] [--seed S] [--per-file K]
-                      [--no-mpi] [--keep DIR]
+                      [--no-mpi] [--np P] [--keep DIR]
 
 Each generated case is a function of 1-3 float32 arrays (dimensions from
 {2, 4, 8}, deterministic values) over a mesh ('x', 'y') of 2 x 2 (half
@@ -30,7 +30,7 @@ jax.sharding.reshard over the Explicit one).  Every case runs
   jitu       jax.jit of it on the unsharded arrays (constraints kept);
 and a quarter of them jax.grad of sum(f) with respect to the first
 argument the same four ways.  A file of cases then runs as a whole
-threaded and under `mpirun -np 2 SHMAP --devices 8` with
+threaded and under `mpirun -np 2 SHMAP --devices 8` (--np: 4 or 8) with
 SHMAP_PARTIAL_MIN=1 (every sharded array holds only its process's
 blocks).
 
@@ -664,6 +664,7 @@ def main():
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--per-file", type=int, default=50)
     ap.add_argument("--no-mpi", action="store_true")
+    ap.add_argument("--np", type=int, default=2, help="processes of the mpirun run (2, 4 or 8)")
     ap.add_argument("--keep")
     ap.add_argument("--timeout", type=float, default=300)
     a = ap.parse_args()
@@ -676,8 +677,8 @@ def main():
     if not a.no_mpi:
         mpi = dict(base, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    SHMAP_PARTIAL_MIN="1")
-        ways.append(("mpirun -np 2", ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
-                                      a.shmap, "--devices", "8"], mpi))
+        ways.append((f"mpirun -np {a.np}", ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
+                                             str(a.np), a.shmap, "--devices", "8"], mpi))
     bad, failed_runs = 0, []
     for path, cases in files:
         results = {}
