@@ -827,7 +827,10 @@ Mesh *part_constraint_mesh(const Plan *p) {
   return manual_mesh(p, &m) ? m : NULL;
 }
 
-enum { USE_DEPTH = 16 };   /* element-wise steps followed to a shard_map */
+/* element-wise steps followed to a shard_map, and equations visited in
+ * all (a plan whose values fan out and meet again is not searched
+ * further: its argument stays replicated, which is correct) */
+enum { USE_DEPTH = 16, USE_BUDGET = 1 << 16 };
 
 /* Whether [p]'s variables [a] and [b] have one shape. */
 static bool same_shape(const Plan *p, int a, int b) {
@@ -839,17 +842,22 @@ static bool same_shape(const Plan *p, int a, int b) {
  * operand of a shard_map over [m] with that one spec (borrowed), or of
  * an element-wise equation of v's shape whose result's uses do so in
  * turn; else NULL (any other use, or v a result of the plan). */
-static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth) {
+static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth, long *budget) {
   PSpec *spec = NULL;
+  if ((*budget -= p->neqn + 1) < 0) return NULL;
   for (int o = 0; o < p->nout; o++)
     if (!p->outs[o].lit && p->outs[o].var == v) return NULL;
   for (int k = 0; k < p->neqn; k++) {
     const PlanEqn *e = &p->eqns[k];
+    PSpec *through = NULL;   /* an element-wise equation's answer, asked once */
+    bool asked = false;
     for (int j = 0; j < e->nin; j++) {
       if (e->in[j].lit || e->in[j].var != v) continue;
       PSpec *sj = NULL;
       PrimKind kind = prim_table[e->prim].kind;
-      if (e->prim == P_SHARD_MAP) {
+      if (asked) {
+        sj = through;
+      } else if (e->prim == P_SHARD_MAP) {
         Value *em = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs");
         if (!em || em->type != V_MESH || !mesh_same((Mesh *)em, m) || !is ||
             is->type != V_TUPLE || (size_t)j >= tuple_len(is))
@@ -859,7 +867,8 @@ static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth) {
       } else if ((kind == PK_UNARY || kind == PK_BINARY) && e->nout == 1 && depth < USE_DEPTH &&
                  same_shape(p, e->out[0], v)) {
         /* the same bits whatever the layout: x * 2. before the call */
-        sj = use_spec(p, e->out[0], m, depth + 1);
+        sj = through = use_spec(p, e->out[0], m, depth + 1, budget);
+        asked = true;
       }
       if (!sj || (spec && !pspec_same(spec, sj))) return NULL;
       spec = sj;
@@ -878,7 +887,8 @@ static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth) {
  * it, so eager and jit agree bit for bit. */
 static Value *unsharded_leaf_layout(const Plan *p, int i, Value *leaf, Mesh *m) {
   if (leaf_sharding(leaf) || (IS_ARRAY(leaf) && AS_ARRAY(leaf)->device1)) return NULL;
-  PSpec *spec = use_spec(p, p->invars[i], m, 0);
+  long budget = USE_BUDGET;
+  PSpec *spec = use_spec(p, p->invars[i], m, 0, &budget);
   return spec ? sharding_new(m, spec) : NULL;
 }
 
