@@ -2625,8 +2625,16 @@ static bool file_exists(const char *p) {
 /* Every global of a module is an attribute of it, as in Python (m._helper,
  * and a module a imports is a._b); `from m import *` leaves out the names
  * that start with '_' on its own. */
+/* A module's binding copied into its dict ([ctx], a CopyInto); the first
+ * failure (out of memory) is kept, the dict then incomplete. */
+typedef struct CopyInto {
+  Value *dict;
+  int rc;
+} CopyInto;
+
 static void copy_binding(const char *name, Value *v, void *ctx) {
-  dict_set_str((Value *)ctx, name, v);
+  CopyInto *c = ctx;
+  if (c->rc == 0) c->rc = dict_set_str(c->dict, name, v);
 }
 
 /* The modules being loaded on this thread, innermost last: an import of
@@ -2667,7 +2675,8 @@ static Value *load_module(const char *name, const char *path) {
     int rc = eval_source(src, g, false);
     nloading--;
     /* a static value when it fails: it stays until exit, unreachable */
-    if (rc < 0 || env_each_sorted(g, copy_binding, d) < 0) m = NULL;
+    CopyInto into = {d, 0};
+    if (rc < 0 || env_each_sorted(g, copy_binding, &into) < 0 || into.rc < 0) m = NULL;
   }
   val_decref(d);
   src_decref(src);
