@@ -248,9 +248,10 @@ void sharding_to_rule(const NamedSharding *s, int ndim, Sharding *out) {
 
 /* sharding_from_rule, the spec one entry per dimension when [full]. */
 static Value *from_rule(Mesh *mesh, const Sharding *r, bool full) {
-  for (int d = 0; d < r->ndim; d++) full |= r->nsplit[d] != 0;
   for (int a = 0; a < mesh->naxes; a++) full |= mesh->axis_types[a] == MESH_EXPLICIT;
-  PSpec *spec = pspec_alloc(full ? r->ndim : 0);
+  int n = r->ndim;
+  while (!full && n > 0 && r->nsplit[n - 1] == 0) n--;
+  PSpec *spec = pspec_alloc(n);
   if (!spec) return NULL;
   for (int d = 0; d < spec->n; d++) {
     spec->e[d].nnames = r->nsplit[d];
@@ -285,6 +286,17 @@ static bool sharding_equal(const NamedSharding *a, const NamedSharding *b) {
       if (a->spec->e[d].names[k] != b->spec->e[d].names[k]) return false;
   }
   return true;
+}
+
+Value *sharding_as_users(Value *out, int ndim, const Value *user, int user_ndim) {
+  if (!out || !user || !sharding_is(user) || user_ndim != ndim) return out;
+  const NamedSharding *u = (const NamedSharding *)user, *o = (const NamedSharding *)out;
+  if (!u->mesh || !o->mesh) return out;
+  for (int a = 0; a < o->mesh->naxes; a++)
+    if (o->mesh->axis_types[a] == MESH_EXPLICIT) return out;
+  if (!sharding_equal(u, o)) return out;
+  val_decref(out);
+  return val_incref((Value *)user);
 }
 
 static bool fully_replicated(const NamedSharding *s) {
@@ -1541,7 +1553,13 @@ static int eager_sharding(PrimId id, Array *const *in, int nin, const Params *p,
     if (prim_sharding(id, av, sh, nin, p, &outv[0], &osh, &local, &has_local) < 0) return -1;
     if (has_local) params_clear(&local);
     osh.ndim = outv[0].ndim;
-    return (out[0] = sharding_from_rule(ref->mesh, &osh)) ? 0 : -1;
+    out[0] = sharding_from_rule(ref->mesh, &osh);
+    for (int i = 0; out[0] && i < nin; i++)
+      if (in[i]->sharding && ((const NamedSharding *)in[i]->sharding)->mesh) {
+        out[0] = sharding_as_users(out[0], outv[0].ndim, in[i]->sharding, in[i]->ndim);
+        break;
+      }
+    return out[0] ? 0 : -1;
   }
   for (int k = 0; k < nout; k++) {
     sharding_to_rule(ref, outv[k].ndim, &osh);

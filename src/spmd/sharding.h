@@ -61,11 +61,22 @@ void sharding_rule_mesh(const Mesh *m, Sharding *out);
 uint32_t sharding_auto_axes(void);
 
 /* The NamedSharding of [mesh] (borrowed) that [r] describes, with its
- * partial axes completed (replicated): a layout inferred by the rules,
- * so a replicated one over a mesh with no Explicit axis has spec P(), as
- * JAX's compiled outputs say (over Explicit axes the spec is the type's,
- * one entry per dimension).  New reference or NULL. */
+ * partial axes completed (replicated): a layout inferred by the rules.
+ * Over a mesh with no Explicit axis the spec ends at its last split
+ * dimension (P('x') for rows of a matrix, P() replicated), as JAX reads
+ * a compiled output's layout back (parse_flatten_op_sharding drops the
+ * trailing unsplit dimensions); over Explicit axes it is the type's, one
+ * entry per dimension.  New reference or NULL. */
 Value *sharding_from_rule(Mesh *mesh, const Sharding *r);
+
+/* [out] (a NamedSharding inferred for a result of [ndim] dimensions;
+ * consumed) or, when it lays out alike and [user] (borrowed; the first
+ * operand's NamedSharding, of an operand of [user_ndim] dimensions) has
+ * as many dimensions over a mesh with no Explicit axis, [user] itself,
+ * its spec as the user wrote it: P('x', None) stays so.  JAX recovers a
+ * compiled output's sharding so (pxla.py, maybe_recover_user_shardings).
+ * New reference; NULL when [out] is NULL. */
+Value *sharding_as_users(Value *out, int ndim, const Value *user, int user_ndim);
 
 /* As sharding_from_rule, the spec one entry per dimension always (a
  * partitioned plan's shard_map in_specs and out_specs, as written). */

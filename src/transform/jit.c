@@ -752,16 +752,22 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
   int n = e->plan->nout;
   Value **outs = t ? shm_calloc((size_t)n + 1, sizeof(Value *)) : NULL;
   int made = 0;
+  const Array *user = NULL;   /* the first argument laid out over a mesh */
+  for (int i = 0; !user && i < s->nleaves; i++)
+    if (IS_ARRAY(s->leaves[i]) && AS_ARRAY(s->leaves[i])->sharding &&
+        ((NamedSharding *)AS_ARRAY(s->leaves[i])->sharding)->mesh)
+      user = AS_ARRAY(s->leaves[i]);
   for (; outs && made < n; made++) {
+    AVal av;
+    plan_atom_aval(e->plan, &e->plan->outs[made], &av);
     Value *sh = part_out_sharding(e->part, made);
+    if (user) sh = sharding_as_users(sh, av.ndim, user->sharding, user->ndim);
     outs[made] = sh ? sharding_put(tuple_get(t, (size_t)made), (NamedSharding *)sh) : NULL;
     if (sh) val_decref(sh);
     if (!outs[made]) break;
     /* the per-device program's results are its blocks' type; a weakly
      * typed result of the plan stays weak (a fresh array: an argument
      * passed through already has the plan's type) */
-    AVal av;
-    plan_atom_aval(e->plan, &e->plan->outs[made], &av);
     if (IS_ARRAY(outs[made]) && AS_ARRAY(outs[made])->weak != av.weak)
       AS_ARRAY(outs[made])->weak = av.weak;
   }
