@@ -82,9 +82,16 @@ const char *coll_kind_name(int kind) { return prim_table[kind].rules.coll->api_n
 
 /* ---- the group ----------------------------------------------------------- */
 
+/* The online cores, asked once: sysconf reads a file under /sys on every
+ * call, which a group made for each eager shard_map call would pay. */
 static int ncores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
+  static atomic_int n;
+  int k = atomic_load_explicit(&n, memory_order_relaxed);
+  if (k) return k;
+  long c = sysconf(_SC_NPROCESSORS_ONLN);
+  k = c > 0 ? (int)c : 1;
+  atomic_store_explicit(&n, k, memory_order_relaxed);
+  return k;
 }
 
 /* The device threads that may run at once on this machine in a group of
