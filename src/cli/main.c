@@ -492,6 +492,36 @@ static int write_trace(const char *file) {
   return rc;
 }
 
+/* A process other than 0 of an MPI job writes nothing the user sees (the
+ * processes run one program: process 0 speaks for all), but its standard
+ * error goes to an unnamed temporary file, from which departed_why reads
+ * its error line for the others.  False when /dev/null cannot be opened. */
+static bool quiet_process(void) {
+  if (!freopen("/dev/null", "w", stdout)) return false;
+  FILE *t = tmpfile();
+  bool kept = t && dup2(fileno(t), STDERR_FILENO) >= 0;
+  if (t) fclose(t);
+  return kept || freopen("/dev/null", "w", stderr);
+}
+
+/* The last line of this process's error messages (quiet_process's file),
+ * into [buf] of [cap] bytes ("" when none): why it ended, which its BYE
+ * tells the processes that may still wait for it. */
+static const char *departed_why(char *buf, size_t cap) {
+  buf[0] = '\0';
+  fflush(stderr);
+  off_t end = lseek(STDERR_FILENO, 0, SEEK_END);
+  if (end <= 0) return buf;
+  char tail[4096];
+  off_t from = end > (off_t)sizeof tail - 1 ? end - (off_t)sizeof tail + 1 : 0;
+  ssize_t n = pread(STDERR_FILENO, tail, sizeof tail - 1, from);
+  if (n <= 0) return buf;
+  tail[n] = '\0';
+  for (char *line = strtok(tail, "\n"); line; line = strtok(NULL, "\n"))
+    if (strstr(line, "error: ")) snprintf(buf, cap, "%s", line);
+  return buf;
+}
+
 /* Under mpirun (LANGUAGE.md section 12): starts the transport, which gives
  * this process its share of the devices, and keeps the standard output
  * and error of process 0 only, since every process runs the whole
@@ -514,9 +544,7 @@ static int start_processes(const CmdLine *cl) {
     if (transport_rank() == 0) fprintf(stderr, "shmap: error: %s\n", why);
     return -1;
   }
-  if (transport_rank() != 0) {
-    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) return -1;
-  }
+  if (transport_rank() != 0 && !quiet_process()) return -1;
   return local;
 }
 
@@ -631,7 +659,8 @@ static int run_interpreter(const CmdLine *cl) {
   tl_free();
   interp_free();
   cfg_free(&shm_options);
-  transport_bye(rc);
+  char why[TRANSPORT_WHY_MAX + 1];
+  transport_bye(rc, rc && transport_rank() != 0 ? departed_why(why, sizeof why) : NULL);
   transport_finalize();
   say_alloc_count();
   return rc;

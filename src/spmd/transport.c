@@ -86,7 +86,7 @@ int transport_init(int ndevices) {
 }
 
 void transport_finalize(void) {}
-void transport_bye(int status) { (void)status; }
+void transport_bye(int status, const char *why) { (void)status, (void)why; }
 int transport_departed(int p, int tag, const char *what) {
   (void)p, (void)tag, (void)what;
   return 0;
@@ -256,12 +256,14 @@ const char *transport_library(void) {
  * and transport_clear's callers never drop. */
 #define BYE_TAG transport_tag(TRANSPORT_EXIT, 1 << 26)
 
-void transport_bye(int status) {
+void transport_bye(int status, const char *why) {
   if (comm == MPI_COMM_NULL) return;
   int s = status;
-  TransportIov v = {&s, sizeof s};
+  size_t wl = why ? strnlen(why, TRANSPORT_WHY_MAX) : 0;
+  TransportIov v[2] = {{&s, sizeof s}, {(void *)why, wl}};
   void *reqs[nprocs];
-  for (int p = 0; p < nprocs; p++) reqs[p] = p == myrank ? NULL : transport_isend(p, BYE_TAG, &v, 1);
+  for (int p = 0; p < nprocs; p++)
+    reqs[p] = p == myrank ? NULL : transport_isend(p, BYE_TAG, v, wl ? 2 : 1);
   transport_wait_sends(reqs, nprocs);
 }
 
@@ -273,11 +275,14 @@ int transport_departed(int p, int tag, const char *what) {
   while (m && !(m->source == p && (m->tag == BYE_TAG || m->tag == tag))) m = m->next;
   if (m && m->tag == tag) m = NULL;   /* what it waits for came first */
   int status = m ? *(const int *)m->data : 0;
+  char why[TRANSPORT_WHY_MAX + 1] = "";
+  if (m && m->len > sizeof status)
+    snprintf(why, sizeof why, "%.*s", (int)(m->len - sizeof status), m->data + sizeof status);
   pthread_mutex_unlock(&box_lock);
   if (!m) return 0;
-  err_set(ERR_COLLECTIVE, "process %d ended the program (exit status %d) while process %d "
+  err_set(ERR_COLLECTIVE, "process %d ended the program (exit status %d%s%s) while process %d "
           "waits for it in %s: the processes no longer run the same program", p, status,
-          myrank, what);
+          *why ? "; its error: " : "", why, myrank, what);
   return -1;
 }
 

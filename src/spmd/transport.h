@@ -95,11 +95,14 @@ long transport_launched(int *rank);
 const char *transport_library(void);
 
 /* Tells every other process that this one has ended the program with
- * exit status [status] (a BYE message): a process still waiting for it in
- * a shard_map call then fails with transport_departed's error instead of
- * waiting forever (the processes no longer run the same program).  Main
- * thread, before transport_finalize. */
-void transport_bye(int status);
+ * exit status [status] (a BYE message) and, unless NULL, [why] (the line
+ * of its error, up to TRANSPORT_WHY_MAX bytes of it: a process other than
+ * 0 writes nothing the user sees): a process still waiting for it in a
+ * shard_map call then fails with transport_departed's error, which quotes
+ * it, instead of waiting forever (the processes no longer run the same
+ * program).  Main thread, before transport_finalize. */
+enum { TRANSPORT_WHY_MAX = 480 };
+void transport_bye(int status, const char *why);
 
 /* Whether process [p] has said BYE without sending the awaited small
  * message [tag] first (it comes before a BYE): then -1 with an

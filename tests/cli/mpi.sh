@@ -112,6 +112,20 @@ for run in 1 2 3; do
   [ "$got" = "$want" ] || fail "ring_order.shm, run $run: output [$got], one process [$want]"
 done
 
+# a process that ends with an error of its own while another waits for it
+# in a collective: the waiting one's error quotes the other's (whose
+# output nobody sees)
+ddir=$(mktemp -d)
+printf '%s\n' 'import jax, jax.numpy as jnp' 'from jax.sharding import PartitionSpec as P' \
+  'if jax.process_index() == 1:' '    x = jnp.ones(3) + jnp.ones(4)' \
+  "f = jax.shard_map(lambda v: jax.lax.psum(v, 'i'), mesh=jax.make_mesh((4,), ('i',)), in_specs=P('i'), out_specs=P())" \
+  'print(f(jnp.ones(8)))' >"$ddir/div.shm"
+out=$(cd "$ddir" && mpi 2 "$shmap" --devices 4 div.shm 2>&1); status=$?
+[ "$status" -eq 1 ] || fail "one process's error: exit status $status: $out"
+grep -q "^div.shm:6:7: error: process 1 ended the program (exit status 1; its error: div.shm:4:21: error: operands could not be broadcast together with shapes (3,) (4,)) while process 0 waits" <<<"$out" ||
+  fail "one process's error: not quoted: $out"
+rm -rf "$ddir"
+
 out=$(mpi 3 "$shmap" --devices 4 -c 'print("ran")' 2>&1); status=$?
 [ "$status" -ne 0 ] || fail "4 devices over 3 processes ran"
 grep -q "cannot be split evenly over 3 processes" <<<"$out" || fail "4 over 3: no message: $out"
