@@ -2324,6 +2324,35 @@ static const char *source_dir(const Node *s, char *buf, size_t cap) {
   return buf;
 }
 
+/* `from pkg import name` where pkg has no attribute name: the submodule
+ * pkg.name, as Python imports it (jax.experimental.multihost_utils from
+ * the standard library's file of that name), made an attribute of
+ * [pkg] (borrowed).  A new reference, or NULL with the error set (the
+ * attribute error when there is no such submodule). */
+static Value *import_submodule(const Node *s, Value *pkg, const char *from, const char *name) {
+  char full[512];
+  if (pkg->type != V_MODULE || snprintf(full, sizeof full, "%s.%s", s->name, name) >= (int)sizeof full)
+    return NULL;
+  ErrState attr;
+  err_save(&attr);
+  Value *m = eval_import(full, from);
+  if (!m && err_kind() != ERR_IO) {   /* the submodule's own error */
+    err_state_free(&attr);
+    return NULL;
+  }
+  if (!m) {
+    err_clear();
+    err_restore(&attr);
+    return NULL;
+  }
+  err_state_free(&attr);
+  if (dict_set_str(((Module *)pkg)->globals, name, m) < 0) {
+    val_decref(m);
+    return NULL;
+  }
+  return m;
+}
+
 static Outcome exec_import(const Node *s, Env *env) {
   char dir[PATH_MAX];
   const char *from = source_dir(s, dir, sizeof dir);
@@ -2364,6 +2393,7 @@ static Outcome exec_import(const Node *s, Env *env) {
     rc = 0;
     for (int i = 0; rc == 0 && i < s->nnames; i++) {
       Value *v = ops_getattr(m, s->names[i]);
+      if (!v && err_kind() == ERR_ATTRIBUTE) v = import_submodule(s, m, from, s->names[i]);
       if (!v) {
         err_set_at(s->loc, ERR_IO, "cannot import name '%s' from '%s'", s->names[i],
                    s->name);

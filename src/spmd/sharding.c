@@ -1467,9 +1467,14 @@ static Value *shard_new(Array *a, const NamedSharding *s, int f) {
   return &sh->base.hdr;
 }
 
-/* The sharding of array [a]: its own, or the device's it was put on. */
+/* The sharding of array [a]: its own, or the device's it was put on, or
+ * (uncommitted) the default device, this process's first as in JAX
+ * (device 0 on one process), so that it is addressable here. */
 static Value *array_sharding(Array *a) {
-  return a->sharding ? val_incref(a->sharding) : single_device(a->device1 ? a->device1 - 1 : 0);
+  if (a->sharding) return val_incref(a->sharding);
+  int first = 0;
+  if (!a->device1) local_range(&first);
+  return single_device(a->device1 ? a->device1 - 1 : first);
 }
 
 static Value *addressable_shards(Array *a) {
@@ -1487,13 +1492,35 @@ static Value *addressable_shards(Array *a) {
   return l;
 }
 
-/* ops_array_attr_hook: sharding, addressable_shards, is_fully_addressable,
- * is_fully_replicated; NULL with no error for any other name. */
+/* x.addressable_data(index): the data of x.addressable_shards[index]
+ * (an IndexError past them, as a list's). */
+static Value *m_addressable_data(Value *self, const CallArgs *a) {
+  Value *iv;
+  int64_t i;
+  if (args_bind("addressable_data", a, "index", (Value **[]){&iv}) < 0 ||
+      arr_to_index(iv, &i) < 0)
+    return NULL;
+  Value *l = addressable_shards(AS_ARRAY(self)), *r = NULL;
+  if (!l) return NULL;
+  int64_t n = (int64_t)list_len(l);
+  if (i < -n || i >= n)
+    err_set(ERR_INDEX, "addressable_data: index %lld out of range for %lld addressable shards",
+            (long long)i, (long long)n);
+  else
+    r = val_incref(((Shard *)list_get(l, (size_t)(i < 0 ? i + n : i)))->data);
+  val_decref(l);
+  return r;
+}
+
+/* ops_array_attr_hook: sharding, addressable_shards, addressable_data,
+ * is_fully_addressable, is_fully_replicated; NULL with no error for any
+ * other name. */
 static Value *array_attr(Value *x, const char *name) {
   if (!IS_ARRAY(x)) return NULL;
   Array *a = AS_ARRAY(x);
   if (!strcmp(name, "sharding")) return array_sharding(a);
   if (!strcmp(name, "addressable_shards")) return addressable_shards(a);
+  if (!strcmp(name, "addressable_data")) return bound_new("addressable_data", m_addressable_data, x);
   if (!strcmp(name, "is_fully_addressable") || !strcmp(name, "is_fully_replicated")) {
     Value *s = array_sharding(a);
     Value *r = s ? sharding_getattr(s, name) : NULL;
