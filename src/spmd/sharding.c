@@ -560,12 +560,16 @@ Value *sharding_put(Value *x, const NamedSharding *s) {
 /* ==== process-local shards (array.h) ============================================ */
 
 /* The smallest array, in elements, that holds only this process's blocks
- * under mpirun: SHMAP_PARTIAL_MIN, else 2^18 (1 MiB of float32). */
+ * under mpirun: SHMAP_PARTIAL_MIN, else 1, every array (LANGUAGE.md: a
+ * process holds only its devices' blocks).  A larger value keeps smaller
+ * arrays whole on every process: eager operations on them then run on
+ * the host rather than through the devices, faster for tiny arrays, at
+ * the memory the language promises not to spend. */
 static int64_t partial_min(void) {
   static int64_t min = -1;
   if (min < 0) {
     const char *e = getenv("SHMAP_PARTIAL_MIN");
-    min = e && *e ? strtoll(e, NULL, 10) : (int64_t)1 << 18;
+    min = e && *e ? strtoll(e, NULL, 10) : 1;
   }
   return min;
 }

@@ -11,7 +11,7 @@
  * immutable once made, so device threads read them freely.
  *
  * Under mpirun, jax.device_put and make_array_from_callback of an array
- * of SHMAP_PARTIAL_MIN elements or more (default 2^18) keep only this
+ * of SHMAP_PARTIAL_MIN elements or more (default 1: any) keep only this
  * process's blocks, whatever the layout, when some are on other
  * processes' devices only (array.h, "Process-local shards";
  * make_array_from_callback then calls data_callback for this process's

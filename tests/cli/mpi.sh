@@ -5,8 +5,9 @@
 # after collectives they shared: xmismatch_*.shm, by the mismatch named), a
 # device that returns while the others wait, and an error caught by
 # try/except on every process, each run in one process and under
-# `mpirun -np 2` (with every sharded array that can holding only its
-# process's blocks: SHMAP_PARTIAL_MIN=1) and `-np 4` (also with every
+# `mpirun -np 2` (with arrays under 2^18 elements held whole by every
+# process: SHMAP_PARTIAL_MIN=262144; by default each holds only its
+# blocks) and `-np 4` (also with every
 # message by MPI, as between machines: SHMAP_MPI_NO_SHARED): the same output, the same error line and
 # exit status, within seconds, never a hang.  Also: a device count the
 # processes do not divide, the debugger and a program read from standard
@@ -39,9 +40,9 @@ mpi() {
   shift
   [ "${np%x}" = "$np" ] || { np=${np%x}; env=(SHMAP_MPI_NO_SHARED=1); }
   [ "${np%r}" = "$np" ] || { np=${np%r}; env=(SHMAP_TEST_RING_BYTES=128); }
-  # at -np 2 every sharded array that can holds only its process's blocks
-  # (array.h, "Process-local shards"), however small
-  [ "$np" = 2 ] && [ ${#env[@]} -eq 0 ] && env=(SHMAP_PARTIAL_MIN=1)
+  # at -np 2 small arrays are held whole by every process (by default
+  # each holds only its blocks: array.h, "Process-local shards")
+  [ "$np" = 2 ] && [ ${#env[@]} -eq 0 ] && env=(SHMAP_PARTIAL_MIN=262144)
   timeout -s KILL 60 env "${env[@]}" mpirun --oversubscribe --bind-to none -np "$np" "$@"
 }
 
@@ -66,9 +67,9 @@ done
 rm -f /tmp/mpi_err.$$
 
 # Process-local shards with one device a process, where more layouts
-# have blocks on other processes only (every array that can, as at -np 2).
+# have blocks on other processes only (every array that can, by default).
 want=$("$shmap" --devices 4 "$progs/mpi_partial_shards.shm" 2>&1)
-got=$(cd "$progs" && SHMAP_PARTIAL_MIN=1 timeout -s KILL 60 mpirun --oversubscribe --bind-to none \
+got=$(cd "$progs" && timeout -s KILL 60 mpirun --oversubscribe --bind-to none \
       -np 4 "$shmap" --devices 4 mpi_partial_shards.shm 2>&1) ||
   fail "mpi_partial_shards.shm, -np 4, every array local: exit status $?: $got"
 [ "$got" = "$want" ] ||
