@@ -978,9 +978,117 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
   return o;
 }
 
-/* at_update's computation: [v] scattered into the flattened array at the
- * flat positions [sel] (consumed) the index selects. */
+/* Whether [index] on an array of [av] selects along one dimension only:
+ * one integer or integer array at dimension [*k] ([*item], borrowed, as
+ * given), every other dimension whole, no None: x.at[:, ids], x.at[i].
+ * Such an update is one scatter along that dimension (at_update_axis),
+ * as JAX's scatter keeps the other dimensions as windows, so their
+ * layouts stay (rows split over devices stay split). */
+static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
+  Index ix;
+  if (index_parse(index, av, &ix) < 0) {
+    err_clear();
+    return false;
+  }
+  int found = -1;
+  bool ok = true;
+  for (int i = 0; i < ix.n && ok; i++) {
+    const IxItem *it = &ix.it[i];
+    bool whole = it->kind == IX_SLICE && it->start == 0 && it->step == 1 && it->n == av->shape[it->dim];
+    if (whole) continue;
+    ok = found < 0 && (it->kind == IX_INT || it->kind == IX_ARRAY);
+    found = i;
+  }
+  if (ok && found >= 0) *k = ix.it[found].dim;
+  index_free(&ix);
+  if (!ok || found < 0) return false;
+  /* the item as written: the index's own, or its only element */
+  Value *single[1] = {index};
+  size_t n = 1;
+  Value *const *items = single;
+  if (index->type == V_TUPLE) val_seq(index, &n, &items);
+  for (size_t i = 0, dim = 0; i < n; i++) {
+    if (items[i] == VAL_ELLIPSIS) {
+      dim += (size_t)(av->ndim - (int)n + 1);
+      continue;
+    }
+    if ((int)dim == *k && items[i]->type != V_SLICE) {
+      *item = items[i];
+      return true;
+    }
+    dim++;
+  }
+  return false;
+}
+
+/* x.at[...] along dimension [k] with [item] (along_one_dim): the
+ * positions along k that item selects (an iota of that length indexed by
+ * it, so negative, out-of-range and traced indices are treated as the
+ * flat path treats them), and one scatter[axis=k] of [v], broadcast to
+ * x[index]'s shape, a dimension of one put back at k for an int. */
+static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal *av, int k,
+                             Value *item) {
+  int64_t len = av->shape[k];
+  Params p;
+  params_init(&p);
+  params_add(&p, "dtype", dtype_value(DT_I32));
+  params_add(&p, "shape", val_int_tuple(1, &len));
+  params_add(&p, "dimension", val_int(0));
+  Value *io = ops_apply(P_IOTA, 0, NULL, &p);
+  params_clear(&p);
+  Value *pos = io ? getitem_oob(io, item, OOB_DROP) : NULL;
+  val_decref(io);
+  AVal pa, ua;
+  if (!pos || ops_aval(pos, &pa) < 0) {
+    val_decref(pos);
+    return NULL;
+  }
+  bool scalar = pa.ndim == 0;
+  if (scalar) {
+    int64_t one = 1;
+    Value *p1 = ops_reshape(pos, 1, &one);
+    val_decref(pos);
+    if (!(pos = p1) || ops_aval(pos, &pa) < 0) return NULL;
+  }
+  ua = *av;   /* operand[:k] + positions + operand[k+1:] */
+  ua.ndim = av->ndim - 1 + pa.ndim;
+  if (ua.ndim > SHM_MAXDIM) {
+    val_decref(pos);
+    return err_set(ERR_INDEX, "too many dimensions in an indexed update");
+  }
+  memcpy(ua.shape + k, pa.shape, sizeof(int64_t) * (size_t)pa.ndim);
+  memcpy(ua.shape + k + pa.ndim, av->shape + k + 1, sizeof(int64_t) * (size_t)(av->ndim - k - 1));
+  int64_t vshape[SHM_MAXDIM];   /* x[index]'s shape: an int's dimension dropped */
+  int vn = 0;
+  for (int d = 0; d < ua.ndim; d++)
+    if (!(scalar && d == k)) vshape[vn++] = ua.shape[d];
+  Value *vv = ops_to_array(v, -1);
+  Value *vc = vv ? ops_convert(vv, av->dtype, false) : NULL;
+  Value *vb = vc ? ops_broadcast_to(vc, vn, vshape) : NULL;
+  Value *vu = vb ? ops_reshape(vb, ua.ndim, ua.shape) : NULL;
+  Value *r = NULL;
+  if (vu) {
+    Value *in[3] = {ref->array, pos, vu};
+    params_init(&p);
+    params_add(&p, "axis", val_int(k));
+    params_add(&p, "mode", str_from(mode));
+    r = ops_apply(P_SCATTER, 3, in, &p);
+    params_clear(&p);
+  }
+  val_decref(pos); val_decref(vv); val_decref(vc); val_decref(vb); val_decref(vu);
+  return r;
+}
+
+/* at_update's computation: along one dimension when the index selects
+ * only there (at_update_axis), else [v] scattered into the flattened
+ * array at the flat positions [sel] (consumed) the index selects. */
 static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav, Value *sel) {
+  int k = 0;
+  Value *item = NULL;
+  if (along_one_dim(ref->index, pav, &k, &item)) {
+    val_decref(sel);
+    return at_update_axis(ref, v, mode, pav, k, item);
+  }
   AVal av = *pav;
   AVal sa;
   ops_aval(sel, &sa);
