@@ -627,6 +627,22 @@ static void typed_only(Sharding *s, const AVal *out) {
 /* The primitive whose rule runs, for the rules' messages. */
 static _Thread_local const char *sharding_op;
 
+/* How often each primitive's sharding rule was kept with an operand
+ * split (its devices computed on blocks): jax._primitive_table's
+ * sharding_runs, for the test that every rule ran. */
+static _Atomic long split_runs[P_COUNT];
+
+long prim_sharding_runs(PrimId id) { return atomic_load_explicit(&split_runs[id], memory_order_relaxed); }
+
+/* Whether some of [nin] layouts [sh] splits a dimension. */
+static bool some_split(const Sharding *sh, int nin) {
+  for (int i = 0; i < nin; i++)
+    for (int d = 0; d < sh[i].ndim && d < SHM_MAXDIM; d++)
+      for (int k = 0; k < sh[i].nsplit[d]; k++)
+        if (sh[i].axis_sizes[sh[i].split[d][k]] > 1) return true;
+  return false;
+}
+
 const char *prim_sharding_op(void) { return sharding_op ? sharding_op : ""; }
 
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
@@ -641,8 +657,10 @@ int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Par
     int rc = pi->rules.sharding(in, in_sh, nin, p, out_sh);
     sharding_op = NULL;
     if (rc < 0) return -1;
-    if (rc == 0 && nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local))
+    if (rc == 0 && nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local)) {
+      if (some_split(in_sh, nin)) atomic_fetch_add_explicit(&split_runs[id], 1, memory_order_relaxed);
       return 1;
+    }
     memcpy(in_sh, keep, sizeof(Sharding) * (size_t)n);
     for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
     typed_only(out_sh, out);

@@ -448,6 +448,11 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
                   const AVal *out, Sharding *out_sh, Params *local, bool *has_local);
 
+/* How often [id]'s sharding rule was kept (prim_sharding returned 1) with
+ * some operand split: its devices computed on blocks.  For tests
+ * (jax._primitive_table). */
+long prim_sharding_runs(PrimId id);
+
 /* The name of the primitive whose sharding rule this thread runs
  * (prim_sharding sets it; "" outside): Explicit mode's errors start with
  * it, as JAX's ("add got incompatible shardings ..."). */

@@ -1298,8 +1298,9 @@ bool ad_has_jvp_leaf(Value *tree) { return leaf_pred(tree, false); }
 
 /* jax._primitive_table(): per primitive of the table, a dict of its name,
  * kind ('higher' for cond, while, scan, pjit, shard_map, debug_callback),
- * which rules it has (jvp, transpose, batch) and how often its JVP and
- * transpose rules have run (jvp_runs, transpose_runs).  For tests. */
+ * which rules it has (jvp, transpose, batch, sharding) and how often its
+ * JVP and transpose rules have run (jvp_runs, transpose_runs) and its
+ * sharding rule was kept on split operands (sharding_runs).  For tests. */
 static Value *bi_primitive_table(const CallArgs *a) {
   if (a->nargs || a->nkw) return err_set(ERR_TYPE, "_primitive_table() takes no arguments");
   Value *l = list_new(P_COUNT);
@@ -1311,9 +1312,11 @@ static Value *bi_primitive_table(const CallArgs *a) {
         val_incref(val_bool(p->rules.jvp != NULL)), val_incref(val_bool(p->rules.transpose != NULL)),
         val_incref(val_bool(p->rules.batch != NULL)),
         arr_value(arr_scalar_i64(DT_I64, atomic_load(&jvp_runs[i]), true)),
-        arr_value(arr_scalar_i64(DT_I64, atomic_load(&transpose_runs[i]), true))};
+        arr_value(arr_scalar_i64(DT_I64, atomic_load(&transpose_runs[i]), true)),
+        val_incref(val_bool(p->rules.sharding != NULL)),
+        arr_value(arr_scalar_i64(DT_I64, prim_sharding_runs((PrimId)i), true))};
     static const char *const keys[] = {"name", "kind", "jvp", "transpose", "batch", "jvp_runs",
-                                       "transpose_runs"};
+                                       "transpose_runs", "sharding", "sharding_runs"};
     int rc = d ? 0 : -1;
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
       if (rc == 0) rc = vals[k] ? dict_set_str(d, keys[k], vals[k]) : -1;
