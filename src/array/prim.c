@@ -402,8 +402,11 @@ Value *prim_apply_rule(PrimId id, int nin, Value **in, Params *p) {
      * over a reduction's axes) is staged while tracing, as JAX stages
      * it: an equation the plan runs as a stride-0 view, not a
      * materialised constvar */
-    bool stage = id == P_BROADCAST_IN_DIM && IS_ARRAY(in[0]) && !AS_ARRAY(in[0])->sharding &&
+    bool stage = ((id == P_BROADCAST_IN_DIM && IS_ARRAY(in[0]) && !AS_ARRAY(in[0])->sharding) ||
+                  prim_table[id].rules.coll) &&
                  prim_tracing();
+    /* (and a collective's, on a constant cotangent, is staged: it runs
+     * among the devices, which a trace of their body does not have) */
     r = stage ? prim_bind(id, nin, in, q) : prim_apply(id, nin, in, q);
     for (int k = 0; k < nin; k++) val_decref(in[k]);
   }

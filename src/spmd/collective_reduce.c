@@ -1127,7 +1127,10 @@ static int tr_psum(Value **ct, Value **in, const AVal *av, const bool *lin, int 
                    const Params *p, Value **cts) {
   (void)in, (void)lin, (void)nin;
   uint32_t extra;
-  if (coll_grouped(p))   /* the result varies: each device's sum of its group's cotangents */
+  /* grouped, the result varies: each device's sum of its group's
+   * cotangents; under check_vma=False psum transposes to psum (JAX's, as
+   * pmap's: LANGUAGE.md §11) */
+  if (coll_grouped(p) || (dev_ctx() && dev_ctx()->mesh && !dev_checks_vma()))
     return (cts[0] = coll_rule_apply(P_PSUM, 1, ct, (Params *)p, false)) ? 0 : -1;
   if (coll_invariant_axes(p, &av[0], &extra) < 0) return -1;
   return (cts[0] = coll_psum_over(ct[0], extra)) ? 0 : -1;

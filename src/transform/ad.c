@@ -348,12 +348,16 @@ static Value *over_axes(PrimId prim, Value *c, uint32_t mask) {
  * over them (pvary: the same values), as a transpose rule may give an
  * invariant cotangent for a varying operand (psum's, whose result is
  * invariant); an invariant value that met it is then summed over those
- * axes further back, as it must be. */
+ * axes further back, as it must be.  Under check_vma=False there are no
+ * replication types (JAX's, LANGUAGE.md §11: psum transposes to psum, as
+ * in pmap): a cotangent is added as it comes, so the gradient of a
+ * body's replicated input is each device's own, which pmap-style code
+ * then averages with pmean. */
 static int ct_add(Back *b, int var, Value *c) {
   if (!c) return 0;
   AVal ca;
   uint32_t want = b->p->vars[var].vma;
-  if (prim_value_aval(c, &ca) == 0) {
+  if (dev_checks_vma() && prim_value_aval(c, &ca) == 0) {
     c = over_axes(P_PSUM, c, ca.vma & ~want);
     if (c) c = over_axes(P_PVARY, c, want & ~ca.vma);
     if (!c) return -1;
@@ -366,16 +370,33 @@ static int ct_add(Back *b, int var, Value *c) {
   return 0;
 }
 
+/* The cotangent [c] (stolen) of a shard_map body's argument of aval [av]:
+ * under check_vma=False (no replication types, so no cotangent was
+ * summed on its way) summed over the manual mesh axes its in_spec leaves
+ * it unsplit along, as JAX's transpose of shard_map does then; [c]
+ * itself otherwise.  NULL with the error set. */
+static Value *unchecked_input_ct(const AVal *av, Value *c) {
+  const DevCtx *d = dev_ctx();
+  if (!d || !d->mesh || !d->unchecked) return c;
+  uint32_t manual = ((d->mesh->naxes >= 32 ? 0u : 1u << d->mesh->naxes) - 1u) & ~d->mesh->auto_axes;
+  return over_axes(P_PSUM, c, manual & ~av->vma);
+}
+
 /* The seed [c] (stolen) of a shard_map body's output variable [var]: a
  * cotangent invariant over mesh axes the variable's tangent varies over
  * (a cond on an index varying over them, whose tangent is selected among
  * its branches) belongs to the one value that out_specs takes from any
- * of the devices along them, so each device takes an equal share. */
+ * of the devices along them, so each device takes an equal share.  Under
+ * check_vma=False (no replication types: LANGUAGE.md §11, as JAX and
+ * pmap) every output's cotangent is divided by the size of the manual
+ * axes its out_spec leaves it unsplit over, and psum transposes to psum
+ * (tr_psum), which sums the shares back. */
 static Value *seed_share(Back *b, int var, Value *c) {
   AVal ca;
   const DevCtx *d = dev_ctx();
   if (prim_value_aval(c, &ca) < 0 || !d || !d->mesh) return c;
-  uint32_t spread = b->p->vars[var].vma & ~ca.vma;
+  uint32_t manual = ((d->mesh->naxes >= 32 ? 0u : 1u << d->mesh->naxes) - 1u) & ~d->mesh->auto_axes;
+  uint32_t spread = (d->unchecked ? manual : b->p->vars[var].vma) & ~ca.vma;
   int64_t n = 1;
   for (int k = 0; k < d->mesh->naxes; k++)
     if (spread & (1u << k)) n *= d->mesh->sizes[k];
@@ -502,6 +523,7 @@ static Value **backward(const Lin *lin, Value **ct_out) {
     int v = p->invars[lin->ncap + i];
     res[i] = b.ct[v] ? b.ct[v] : prim_zeros(&p->vars[v]);
     b.ct[v] = NULL;
+    if (res[i] && lin->shard_out) res[i] = unchecked_input_ct(&p->vars[v], res[i]);
     if (!res[i]) {
       ad_values_free(res, i);
       res = NULL;
