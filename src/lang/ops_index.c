@@ -1079,15 +1079,79 @@ static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal 
   return r;
 }
 
+/* Whether [index] on an array of [av] is a box: slices of step 1 only,
+ * not all whole and none empty ([start] and [len] per dimension). */
+static bool box_of(Value *index, const AVal *av, int64_t *start, int64_t *len) {
+  Index ix;
+  if (index_parse(index, av, &ix) < 0) {
+    err_clear();
+    return false;
+  }
+  bool ok = true, part = false;
+  for (int i = 0; i < ix.n && ok; i++) {
+    const IxItem *it = &ix.it[i];
+    ok = it->kind == IX_SLICE && it->step == 1 && it->n > 0;
+    if (!ok) break;
+    start[it->dim] = it->start;
+    len[it->dim] = it->n;
+    part |= it->n != av->shape[it->dim];
+  }
+  index_free(&ix);
+  return ok && part;
+}
+
+/* x.at[box].set(v) (and .add(v) of a float or wrapping integer dtype,
+ * whose adds are the scatter's bit for bit): one dynamic_update_slice of
+ * [v] broadcast to the box (added to the box's values for add), so the
+ * dimensions the box covers whole keep their layout. */
+static Value *at_update_box(AtRef *ref, Value *v, const char *mode, const AVal *av,
+                            const int64_t *start, const int64_t *len) {
+  Value *vv = ops_to_array(v, -1);
+  Value *vc = vv ? ops_convert(vv, av->dtype, false) : NULL;
+  Value *u = vc ? ops_broadcast_to(vc, av->ndim, len) : NULL;
+  val_decref(vv);
+  val_decref(vc);
+  if (u && strcmp(mode, "add") == 0) {
+    Value *cur = getitem_oob(ref->array, ref->index, OOB_CLAMP);
+    Value *sum = cur ? ops_binary(OP_ADD, cur, u) : NULL;
+    val_decref(cur);
+    val_decref(u);
+    u = sum;
+  }
+  Value *in[SHM_MAXDIM + 2] = {ref->array, u};
+  int made = 2;
+  for (; u && made < av->ndim + 2; made++)
+    if (!(in[made] = (Value *)arr_scalar_i64(DT_I32, start[made - 2], false))) break;
+  Value *r = NULL;
+  if (u && made == av->ndim + 2) {
+    Params p;
+    params_init(&p);
+    r = ops_apply(P_DYNAMIC_UPDATE_SLICE, made, in, &p);
+    params_clear(&p);
+  }
+  for (int i = 2; i < made; i++) val_decref(in[i]);
+  val_decref(u);
+  return r;
+}
+
 /* at_update's computation: along one dimension when the index selects
- * only there (at_update_axis), else [v] scattered into the flattened
- * array at the flat positions [sel] (consumed) the index selects. */
+ * only there (at_update_axis), a box's dynamic_update_slice for set and
+ * add (at_update_box), else [v] scattered into the flattened array at
+ * the flat positions [sel] (consumed) the index selects. */
 static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav, Value *sel) {
   int k = 0;
   Value *item = NULL;
+  int64_t start[SHM_MAXDIM], len[SHM_MAXDIM];
   if (along_one_dim(ref->index, pav, &k, &item)) {
     val_decref(sel);
     return at_update_axis(ref, v, mode, pav, k, item);
+  }
+  bool adds = pav->dtype == DT_F32 || pav->dtype == DT_F64 || pav->dtype == DT_I32 ||
+              pav->dtype == DT_I64 || pav->dtype == DT_I8;
+  if ((strcmp(mode, "set") == 0 || (adds && strcmp(mode, "add") == 0)) &&
+      box_of(ref->index, pav, start, len)) {
+    val_decref(sel);
+    return at_update_box(ref, v, mode, pav, start, len);
   }
   AVal av = *pav;
   AVal sa;
