@@ -14,6 +14,7 @@
 #include "transform/partition.h"
 #include "base/intern.h"
 #include "base/mem.h"
+#include "spmd/collective.h"
 #include "spmd/device.h"
 #include "spmd/sharding.h"
 #include "lang/ops.h"
@@ -628,6 +629,21 @@ static Value *batched_branches(Value *index, bool is_bool, int nb, Value *const 
  * branch runs, the tangents are selected by the index (varying over its
  * axes, one linear map on every device, as under jit), and the primal
  * results are still the taken branch's, typed by the branches alone. */
+/* [leaf] typed as varying over the mesh axes of *[ctx] (bits) too: pvary,
+ * the same values.  A new reference, or NULL with the error set. */
+static Value *vary_leaf(Value *leaf, void *ctx) {
+  uint32_t want = *(const uint32_t *)ctx;
+  AVal a;
+  if (ops_aval(leaf, &a) < 0) return NULL;
+  if (!(want & ~a.vma)) return val_incref(leaf);
+  Params q;
+  params_init(&q);
+  params_add(&q, "axes", coll_axis_names(want & ~a.vma));
+  Value *r = prim_apply(P_PVARY, 1, &leaf, &q);
+  params_clear(&q);
+  return r;
+}
+
 static Value *eager_indexed(Value *index, bool is_bool, int nb, Value *const *fns, int taken,
                             int nops, Value **opv) {
   AVal ia;
@@ -635,7 +651,13 @@ static Value *eager_indexed(Value *index, bool is_bool, int nb, Value *const *fn
   if (!ia.vma || !ad_reverse_active()) return eager_branches(is_bool, nb, fns, taken, nops, opv);
   Value **res = all_branches(is_bool, nb, fns, nops, opv);
   Value *sel = res ? select_branches(index, is_bool, nb, res) : NULL;
-  Value *r = sel ? ad_keep_primals(sel, res[taken]) : NULL;
+  /* the primals typed as the selection is, varying over the index's axes
+   * too, as the differentiated cond is under jit: each device's result
+   * is its own branch's, so a cotangent arriving laid out over those axes
+   * is not summed over them on its way in */
+  Value *own = sel ? pytree_map(res[taken], array_leaf, vary_leaf, &ia.vma) : NULL;
+  Value *r = own ? ad_keep_primals(sel, own) : NULL;
+  val_decref(own);
   val_decref(sel);
   if (res) values_free(res, nb);
   return r;
