@@ -576,8 +576,23 @@ static int sh_sort(const AVal *in, Sharding *in_sh, int nin, const Params *p, Sh
   return sh_keep_but_param(in, in_sh, nin, p, "dimension", out_sh);
 }
 
-/* gather (take along [axis]): the operand whole along its axis, the
- * indices' dimensions keeping their splits (a batch of ids), then the
+/* The mesh axes (bits) splitting dimension [axis] of an operand laid out
+ * as [op] that a gather or scatter along it with indices laid out as [ix]
+ * keeps split (0: gathered whole first): over Auto axes the indices do
+ * not use.  Each device then takes, or updates, only the rows it holds:
+ * partition_run.c offsets the indices by its block's start and masks the
+ * others (GSPMD's partitioning of a gather along a split operand
+ * dimension, the vocabulary-parallel embedding), so the operand is never
+ * gathered; a gather's result is a partial sum over those axes (the
+ * other devices' rows are -0.0, which adds to any value exactly). */
+static uint32_t taken_split(const Sharding *op, int axis, const Sharding *ix) {
+  uint32_t a = sh_dim_axes(op, axis);
+  return a & (sh_used(ix) | op->explicit_axes) ? 0 : a;
+}
+
+/* gather (take along [axis]): the operand whole along its axis (or kept
+ * split there: taken_split), the indices' dimensions keeping their
+ * splits (a batch of ids), then the
  * operand's other dimensions where their mesh axes are still free; the
  * result is operand[:axis] + indices + operand[axis+1:].  In Explicit
  * mode (JAX's rule) the axis taken along and the indices must not be
@@ -606,7 +621,8 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
                               "unambiguously (or would require collectives on inputs). Got "
                               "operand=%s, indices=%s", a, b);
   }
-  in_sh[0].nsplit[axis] = 0;
+  uint32_t taken = taken_split(&in_sh[0], axis, &in_sh[1]);
+  if (!taken) in_sh[0].nsplit[axis] = 0;
   uint32_t used = sh_used(&in_sh[1]);
   for (int d = 0; d < in[0].ndim; d++) {
     if (sh_dim_axes(&in_sh[0], d) & used) in_sh[0].nsplit[d] = 0;
@@ -618,12 +634,15 @@ static int sh_gather(const AVal *in, Sharding *in_sh, int nin, const Params *p, 
   for (int d = 0; d < in[1].ndim; d++) sh_copy_dim(out_sh, o++, &in_sh[1], d);
   for (int d = axis + 1; d < in[0].ndim; d++) sh_copy_dim(out_sh, o++, &in_sh[0], d);
   out_sh->ndim = o;
+  out_sh->partial = taken;
+  out_sh->partial_coll = taken ? "psum" : NULL;
   return 0;
 }
 
 /* scatter along [axis] (updates shaped operand[:axis] + indices +
  * operand[axis+1:]): each device scatters into its block of the
- * operand's other dimensions, the operand whole along its axis, the
+ * operand's other dimensions, the operand whole along its axis (or kept
+ * split there, each device updating its own rows: taken_split), the
  * indices replicated, the updates laid out as the operand where they
  * meet it.  In Explicit mode an operand dimension split over no axis
  * takes the updates' split over Explicit ones (JAX types the zeros a
@@ -637,7 +656,9 @@ static int sh_scatter(const AVal *in, Sharding *in_sh, int nin, const Params *p,
   int ni = in[1].ndim;
   Sharding ut;
   sh_type_of(&in_sh[2], &ut);
-  in_sh[0].nsplit[axis] = 0;
+  Sharding ix = in_sh[1];
+  sh_replicated(&ix, ni, &in_sh[0]);   /* the indices are replicated below */
+  if (!taken_split(&in_sh[0], axis, &ix)) in_sh[0].nsplit[axis] = 0;
   uint32_t used = sh_used(&in_sh[0]);
   for (int d = 0; d < in[0].ndim; d++) {
     int u = d < axis ? d : d - 1 + ni;

@@ -418,6 +418,113 @@ static Value *run_callback(const PlanEqn *e, Value **ops) {
   return r;
 }
 
+/* A scalar constant of dtype [t], weak: [v]. */
+static Value *scalar(DType t, double v) {
+  return dt_is_float(t) ? (Value *)arr_scalar_f64(t, v, true) : (Value *)arr_scalar_i64(t, (int64_t)v, true);
+}
+
+/* Scalar [c] (borrowed) broadcast to the shape of [like]: staged under
+ * jit as a broadcast_in_dim, so the plan holds no constant of that size. */
+static Value *filled_like(Value *c, Value *like) {
+  AVal a;
+  if (prim_value_aval(like, &a) < 0) return NULL;
+  Params q;
+  params_init(&q);
+  params_add(&q, "shape", val_int_tuple(a.ndim, a.shape));
+  params_add(&q, "broadcast_dimensions", tuple_new(0));
+  Value *r = prim_bind(P_BROADCAST_IN_DIM, 1, &c, &q);
+  params_clear(&q);
+  return r;
+}
+
+/* The dimension a gather or scatter [e] takes along, when this device's
+ * operand block [pe->want[0]] is split there (the rule kept it:
+ * prim_index.c, taken_split); else -1. */
+static int taken_axis(const PlanEqn *e, const PartEqn *pe) {
+  int64_t ax;
+  if (e->prim != P_GATHER && e->prim != P_SCATTER) return -1;
+  if (params_int(&e->params, "axis", &ax) < 0) {
+    err_clear();   /* its own lookup's error: the kernel reports it */
+    return -1;
+  }
+  int nd = pe->want[0].ndim, a = (int)(ax < 0 ? ax + nd : ax);
+  return a >= 0 && a < nd && pe->want[0].nsplit[a] ? a : -1;
+}
+
+/* Gather or scatter [e] along [axis] of this device's operand block
+ * ops[0], split there: the global indices ops[1] offset by the block's
+ * start (axis_index of its mesh axes times the block's length) and
+ * masked to the rows this device holds.  A gather takes its rows (the
+ * indices clamped to the global length first, as the kernel clamps) and
+ * fills the others with -0.0 (0 for integers, False), so the psum that
+ * completes the partial result adds exactly one value to zeros: the
+ * unsharded gather's bits.  A scatter drops the others (index -1, which
+ * the kernel drops), so each device updates only its own rows. */
+static Value *masked_take(const PartPlan *pp, const PlanEqn *e, const PartEqn *pe, int axis,
+                          Value **ops) {
+  AVal ob, ia;
+  int64_t count;
+  if (prim_value_aval(ops[0], &ob) < 0 || prim_value_aval(ops[1], &ia) < 0) return NULL;
+  int64_t blk = ob.shape[axis];
+  Value *names = axis_names(pp, &pe->want[0], axis, 0, &count);
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", names);
+  Value *ai = prim_bind(P_AXIS_INDEX, 0, NULL, &q);
+  params_clear(&q);
+  Value *c_blk = scalar(ia.dtype, (double)blk), *c0 = scalar(ia.dtype, 0),
+        *c_last = scalar(ia.dtype, (double)(blk * count - 1)), *c_neg = scalar(ia.dtype, -1);
+  Value *aic = ai ? ops_convert(ai, ia.dtype, true) : NULL;
+  Value *off = aic && c_blk ? ops_binary(OP_MUL, aic, c_blk) : NULL;
+  bool gather = e->prim == P_GATHER;
+  Value *g = NULL, *li = NULL, *ge = NULL, *lt = NULL, *valid = NULL,
+        *pick = NULL, *r = NULL;
+  if (gather && off) {   /* the kernel clamps: so do the global indices */
+    Value *in[3] = {c0, ops[1], c_last};
+    Params none;
+    params_init(&none);
+    g = prim_bind(P_CLAMP, 3, in, &none);
+  }
+  Value *idx = gather ? g : ops[1];
+  if (idx && off) li = ops_binary(OP_SUB, idx, off);
+  if (li) ge = ops_compare(OP_GE, li, c0);
+  if (ge) lt = ops_compare(OP_LT, li, c_blk);
+  if (lt) valid = ops_binary(OP_BITAND, ge, lt);
+  Value *other = valid ? filled_like(gather ? c0 : c_neg, li) : NULL;
+  if (other) pick = ops_select(valid, li, other);
+  val_decref(other);
+  const Params *p = pe->local ? &pe->params : &e->params;
+  if (pick && !gather) {
+    Value *in[3] = {ops[0], pick, ops[2]};
+    r = prim_bind(P_SCATTER, 3, in, p);
+  } else if (pick) {
+    Value *in[2] = {ops[0], pick};
+    Value *t = prim_bind(P_GATHER, 2, in, p);
+    /* the validity along the indices' dimensions of the result */
+    int64_t vs[SHM_MAXDIM];
+    int nd = 0;
+    for (int d = 0; d < axis; d++) vs[nd++] = 1;
+    for (int d = 0; d < ia.ndim; d++) vs[nd++] = ia.shape[d];
+    for (int d = axis + 1; d < ob.ndim; d++) vs[nd++] = 1;
+    Value *vr = t ? ops_reshape(valid, nd, vs) : NULL;
+    Value *fill = t ? scalar(ob.dtype, ob.dtype == DT_BOOL ? 0.0 : dt_is_float(ob.dtype) ? -0.0 : 0.0) : NULL;
+    if (fill && ob.dtype == DT_BOOL) {
+      val_decref(fill);
+      fill = (Value *)arr_scalar_i64(DT_BOOL, 0, false);
+    }
+    Value *fb = vr && fill ? filled_like(fill, t) : NULL;
+    r = fb ? ops_select(vr, t, fb) : NULL;
+    val_decref(fb);
+    val_decref(t);
+    val_decref(vr);
+    val_decref(fill);
+  }
+  val_decref(ai); val_decref(aic); val_decref(off); val_decref(c_blk); val_decref(c0);
+  val_decref(c_last); val_decref(c_neg); val_decref(g); val_decref(li); val_decref(ge);
+  val_decref(lt); val_decref(valid); val_decref(pick);
+  return r;
+}
+
 /* Equation [k] on this device's blocks in [env], annotating [bp]. */
 static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   int n0 = bp ? bp->neqn : 0;
@@ -446,6 +553,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
     } else if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
     else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
+    else if (taken_axis(e, pe) >= 0) res = masked_take(pp, e, pe, taken_axis(e, pe), ops);
     else if (h && h->eval) res = h->eval(e, ops);
     else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
   }
