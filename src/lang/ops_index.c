@@ -1028,14 +1028,8 @@ static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
  * x[index]'s shape, a dimension of one put back at k for an int. */
 static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal *av, int k,
                              Value *item) {
-  int64_t len = av->shape[k];
-  Params p;
-  params_init(&p);
-  params_add(&p, "dtype", dtype_value(DT_I32));
-  params_add(&p, "shape", val_int_tuple(1, &len));
-  params_add(&p, "dimension", val_int(0));
-  Value *io = ops_apply(P_IOTA, 0, NULL, &p);
-  params_clear(&p);
+  AVal along = {.dtype = DT_I32, .ndim = 1, .shape = {av->shape[k]}};
+  Value *io = positions(&along);
   Value *pos = io ? getitem_oob(io, item, OOB_DROP) : NULL;
   val_decref(io);
   AVal pa, ua;
@@ -1069,6 +1063,7 @@ static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal 
   Value *r = NULL;
   if (vu) {
     Value *in[3] = {ref->array, pos, vu};
+    Params p;
     params_init(&p);
     params_add(&p, "axis", val_int(k));
     params_add(&p, "mode", str_from(mode));

@@ -370,6 +370,11 @@ static int ct_add(Back *b, int var, Value *c) {
   return 0;
 }
 
+/* The manual axes (bits) of a body's mesh [m]: all but its automatic ones. */
+static uint32_t manual_axes(const MeshDesc *m) {
+  return ((m->naxes >= 32 ? 0u : 1u << m->naxes) - 1u) & ~m->auto_axes;
+}
+
 /* The cotangent [c] (stolen) of a shard_map body's argument of aval [av]:
  * under check_vma=False (no replication types, so no cotangent was
  * summed on its way) summed over the manual mesh axes its in_spec leaves
@@ -378,8 +383,7 @@ static int ct_add(Back *b, int var, Value *c) {
 static Value *unchecked_input_ct(const AVal *av, Value *c) {
   const DevCtx *d = dev_ctx();
   if (!d || !d->mesh || !d->unchecked) return c;
-  uint32_t manual = ((d->mesh->naxes >= 32 ? 0u : 1u << d->mesh->naxes) - 1u) & ~d->mesh->auto_axes;
-  return over_axes(P_PSUM, c, manual & ~av->vma);
+  return over_axes(P_PSUM, c, manual_axes(d->mesh) & ~av->vma);
 }
 
 /* The seed [c] (stolen) of a shard_map body's output variable [var]: a
@@ -395,8 +399,7 @@ static Value *seed_share(Back *b, int var, Value *c) {
   AVal ca;
   const DevCtx *d = dev_ctx();
   if (prim_value_aval(c, &ca) < 0 || !d || !d->mesh) return c;
-  uint32_t manual = ((d->mesh->naxes >= 32 ? 0u : 1u << d->mesh->naxes) - 1u) & ~d->mesh->auto_axes;
-  uint32_t spread = (d->unchecked ? manual : b->p->vars[var].vma) & ~ca.vma;
+  uint32_t spread = (d->unchecked ? manual_axes(d->mesh) : b->p->vars[var].vma) & ~ca.vma;
   int64_t n = 1;
   for (int k = 0; k < d->mesh->naxes; k++)
     if (spread & (1u << k)) n *= d->mesh->sizes[k];

@@ -507,11 +507,8 @@ static Value *masked_take(const PartPlan *pp, const PlanEqn *e, const PartEqn *p
     for (int d = 0; d < ia.ndim; d++) vs[nd++] = ia.shape[d];
     for (int d = axis + 1; d < ob.ndim; d++) vs[nd++] = 1;
     Value *vr = t ? ops_reshape(valid, nd, vs) : NULL;
-    Value *fill = t ? scalar(ob.dtype, ob.dtype == DT_BOOL ? 0.0 : dt_is_float(ob.dtype) ? -0.0 : 0.0) : NULL;
-    if (fill && ob.dtype == DT_BOOL) {
-      val_decref(fill);
-      fill = (Value *)arr_scalar_i64(DT_BOOL, 0, false);
-    }
+    Value *fill = !t ? NULL : dt_is_float(ob.dtype) ? scalar(ob.dtype, -0.0)
+                                                    : (Value *)arr_scalar_i64(ob.dtype, 0, false);
     Value *fb = vr && fill ? filled_like(fill, t) : NULL;
     r = fb ? ops_select(vr, t, fb) : NULL;
     val_decref(fb);
@@ -545,6 +542,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   }
   Value *res = NULL;
   const HigherRules *h = higher_rules(e->prim);
+  int taken = taken_axis(e, pe);
   note_after(bp, n0, pp->notes[k]);
   if (made == e->nin) {
     if ((pe->manual || e->prim == P_PJIT) && pe->nsubs) {   /* partitioned along its automatic axes, or a jit's body */
@@ -553,7 +551,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
     } else if (pe->manual) res = run_body(pp, AS_PLAN(params_get(&e->params, "jaxpr")), ops);
     else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
-    else if (taken_axis(e, pe) >= 0) res = masked_take(pp, e, pe, taken_axis(e, pe), ops);
+    else if (taken >= 0) res = masked_take(pp, e, pe, taken, ops);
     else if (h && h->eval) res = h->eval(e, ops);
     else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
   }
