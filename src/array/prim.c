@@ -595,6 +595,13 @@ static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int
     }
     *has_local = true;
   }
+  /* a dynamic_update_slice whose whole update is written into a block
+   * split where the update covers it in part writes only the block's
+   * part of it (partition_run.c, run_masked_update): a window at most
+   * the block's size */
+  if (id == P_DYNAMIC_UPDATE_SLICE && nin >= 2 && loc[1].ndim == loc[0].ndim)
+    for (int d = 0; d < loc[0].ndim; d++)
+      if (loc[1].shape[d] > loc[0].shape[d]) loc[1].shape[d] = loc[0].shape[d];
   int rc = prim_infer(id, loc, nin, *has_local ? local : p, &got);
   if (rc < 0) err_clear();
   bool same = rc == 0 && got.dtype == res.dtype && got.ndim == res.ndim &&

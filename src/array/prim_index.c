@@ -525,8 +525,10 @@ static int sh_dynamic_slice(const AVal *in, Sharding *in_sh, int nin, const Para
 }
 
 /* dynamic_update_slice: a dimension the update covers whole keeps its
- * split (operand and update laid out alike there), the others are
- * unsplit; the start indices replicated.  In Explicit mode the result
+ * split (operand and update laid out alike there); along one it covers
+ * in part the operand keeps its split too and the update is whole, each
+ * device writing the part of the box it holds (partition_run.c,
+ * run_masked_update); the start indices replicated.  In Explicit mode the result
  * has the operand's type, and an operand and update both split over
  * Explicit axes must be split alike (JAX's rule); one not split at all
  * takes the other's type (JAX types the zeros the transposes of
@@ -549,8 +551,9 @@ static int sh_dynamic_update_slice(const AVal *in, Sharding *in_sh, int nin, con
                          "sharding %s and update sharding %s", a, b);
   }
   for (int d = 0; d < in[0].ndim; d++) {
-    if (in[1].ndim != in[0].ndim || in[1].shape[d] != in[0].shape[d]) in_sh[0].nsplit[d] = 0;
-    if (in[1].ndim == in[0].ndim) sh_copy_dim(&in_sh[1], d, &in_sh[0], d);
+    if (in[1].ndim != in[0].ndim) in_sh[0].nsplit[d] = 0;
+    else if (in[1].shape[d] == in[0].shape[d]) sh_copy_dim(&in_sh[1], d, &in_sh[0], d);
+    else in_sh[1].nsplit[d] = 0;   /* the whole update, each device writing its part */
   }
   for (int i = 2; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &in_sh[0]);
   *out_sh = in_sh[0];

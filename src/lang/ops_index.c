@@ -984,6 +984,8 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
  * Such an update is one scatter along that dimension (at_update_axis),
  * as JAX's scatter keeps the other dimensions as windows, so their
  * layouts stay (rows split over devices stay split). */
+static Value *item_as_written(Value *index, const AVal *av, int k);
+
 static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
   Index ix;
   if (index_parse(index, av, &ix) < 0) {
@@ -1002,7 +1004,13 @@ static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
   if (ok && found >= 0) *k = ix.it[found].dim;
   index_free(&ix);
   if (!ok || found < 0) return false;
-  /* the item as written: the index's own, or its only element */
+  return (*item = item_as_written(index, av, *k)) != NULL;
+}
+
+/* The item of [index] (borrowed, as written: an int, a list, an array)
+ * that selects along dimension [k] of an array of [av]; NULL if a slice
+ * or nothing does. */
+static Value *item_as_written(Value *index, const AVal *av, int k) {
   Value *single[1] = {index};
   size_t n = 1;
   Value *const *items = single;
@@ -1012,22 +1020,21 @@ static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
       dim += (size_t)(av->ndim - (int)n + 1);
       continue;
     }
-    if ((int)dim == *k && items[i]->type != V_SLICE) {
-      *item = items[i];
-      return true;
-    }
+    if ((int)dim == k) return items[i]->type != V_SLICE ? items[i] : NULL;
     dim++;
   }
-  return false;
+  return NULL;
 }
 
-/* x.at[...] along dimension [k] with [item] (along_one_dim): the
- * positions along k that item selects (an iota of that length indexed by
- * it, so negative, out-of-range and traced indices are treated as the
- * flat path treats them), and one scatter[axis=k] of [v], broadcast to
- * x[index]'s shape, a dimension of one put back at k for an int. */
-static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal *av, int k,
-                             Value *item) {
+/* [x] (of [av]) updated along dimension [k] with [item] (along_one_dim):
+ * the positions along k that item selects (an iota of that length
+ * indexed by it, so negative, out-of-range and traced indices are
+ * treated as the flat path treats them), and one scatter[axis=k] of [v],
+ * broadcast to x[index]'s shape, a dimension of one put back at k for an
+ * int and at each dimension of [drop] (bits: other dimensions an int
+ * indexes, which x[index] drops too). */
+static Value *at_update_axis(Value *x, Value *v, const char *mode, const AVal *av, int k,
+                             Value *item, uint64_t drop) {
   AVal along = {.dtype = DT_I32, .ndim = 1, .shape = {av->shape[k]}};
   Value *io = positions(&along);
   Value *pos = io ? getitem_oob(io, item, OOB_DROP) : NULL;
@@ -1054,15 +1061,17 @@ static Value *at_update_axis(AtRef *ref, Value *v, const char *mode, const AVal 
   memcpy(ua.shape + k + pa.ndim, av->shape + k + 1, sizeof(int64_t) * (size_t)(av->ndim - k - 1));
   int64_t vshape[SHM_MAXDIM];   /* x[index]'s shape: an int's dimension dropped */
   int vn = 0;
-  for (int d = 0; d < ua.ndim; d++)
-    if (!(scalar && d == k)) vshape[vn++] = ua.shape[d];
+  for (int d = 0; d < ua.ndim; d++) {
+    int od = d < k ? d : d < k + pa.ndim ? k : d + 1 - pa.ndim;   /* x's dimension */
+    if (!(scalar && d == k) && !(od != k && drop >> od & 1)) vshape[vn++] = ua.shape[d];
+  }
   Value *vv = ops_to_array(v, -1);
   Value *vc = vv ? ops_convert(vv, av->dtype, false) : NULL;
   Value *vb = vc ? ops_broadcast_to(vc, vn, vshape) : NULL;
   Value *vu = vb ? ops_reshape(vb, ua.ndim, ua.shape) : NULL;
   Value *r = NULL;
   if (vu) {
-    Value *in[3] = {ref->array, pos, vu};
+    Value *in[3] = {x, pos, vu};
     Params p;
     params_init(&p);
     params_add(&p, "axis", val_int(k));
@@ -1095,10 +1104,28 @@ static bool box_of(Value *index, const AVal *av, int64_t *start, int64_t *len) {
   return ok && part;
 }
 
+/* [x] (of [av]) with [u] (its box's shape) written at [start]: one
+ * dynamic_update_slice, so the dimensions the box covers whole keep
+ * their layout. */
+static Value *put_box(Value *x, Value *u, const AVal *av, const int64_t *start) {
+  Value *in[SHM_MAXDIM + 2] = {x, u};
+  int made = 2;
+  for (; made < av->ndim + 2; made++)
+    if (!(in[made] = (Value *)arr_scalar_i64(DT_I32, start[made - 2], false))) break;
+  Value *r = NULL;
+  if (made == av->ndim + 2) {
+    Params p;
+    params_init(&p);
+    r = ops_apply(P_DYNAMIC_UPDATE_SLICE, made, in, &p);
+    params_clear(&p);
+  }
+  for (int i = 2; i < made; i++) val_decref(in[i]);
+  return r;
+}
+
 /* x.at[box].set(v) (and .add(v) of a float or wrapping integer dtype,
- * whose adds are the scatter's bit for bit): one dynamic_update_slice of
- * [v] broadcast to the box (added to the box's values for add), so the
- * dimensions the box covers whole keep their layout. */
+ * whose adds are the scatter's bit for bit): [v] broadcast to the box
+ * (added to the box's values for add) and put there (put_box). */
 static Value *at_update_box(AtRef *ref, Value *v, const char *mode, const AVal *av,
                             const int64_t *start, const int64_t *len) {
   Value *vv = ops_to_array(v, -1);
@@ -1113,33 +1140,100 @@ static Value *at_update_box(AtRef *ref, Value *v, const char *mode, const AVal *
     val_decref(u);
     u = sum;
   }
-  Value *in[SHM_MAXDIM + 2] = {ref->array, u};
-  int made = 2;
-  for (; u && made < av->ndim + 2; made++)
-    if (!(in[made] = (Value *)arr_scalar_i64(DT_I32, start[made - 2], false))) break;
-  Value *r = NULL;
-  if (u && made == av->ndim + 2) {
-    Params p;
-    params_init(&p);
-    r = ops_apply(P_DYNAMIC_UPDATE_SLICE, made, in, &p);
-    params_clear(&p);
+  Value *r = u ? put_box(ref->array, u, av, start) : NULL;
+  val_decref(u);
+  return r;
+}
+
+/* Whether [index] on an array of [av] selects along one dimension [*k]
+ * within a box: one integer array at k and step-1 slices elsewhere
+ * (x.at[ids, 1:3]), or ints and step-1 slices (x.at[2, 3], x.at[2, 1:3],
+ * the first int at k and the others in [*drop], bits), no None, not
+ * every other dimension whole (that is along_one_dim).  [*item]
+ * (borrowed) is k's item as written; [start] and [len] the box, whole
+ * along k.  An array beside an int is NumPy's combined advanced index,
+ * not this. */
+static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int64_t *start,
+                        int64_t *len, uint64_t *drop) {
+  Index ix;
+  if (index_parse(index, av, &ix) < 0) {
+    err_clear();
+    return false;
   }
-  for (int i = 2; i < made; i++) val_decref(in[i]);
+  int arrays = 0, ints = 0;
+  bool ok = true, part = false;
+  *k = -1;
+  *drop = 0;
+  for (int i = 0; i < ix.n && ok; i++) {
+    const IxItem *it = &ix.it[i];
+    int d = it->dim;
+    if (it->kind == IX_SLICE) {
+      ok = it->step == 1 && it->n > 0;
+      start[d] = it->start;
+      len[d] = it->n;
+      part |= it->n != av->shape[d];
+      continue;
+    }
+    ok = it->kind == IX_INT || it->kind == IX_ARRAY;
+    if (!ok) break;
+    start[d] = it->kind == IX_INT ? it->i : 0;
+    len[d] = it->kind == IX_INT ? 1 : av->shape[d];
+    arrays += it->kind == IX_ARRAY;
+    ints += it->kind == IX_INT;
+    if (it->kind == IX_INT) *drop |= (uint64_t)1 << d;
+    if (it->kind == IX_ARRAY || *k < 0) *k = d;
+  }
+  index_free(&ix);
+  ok = ok && *k >= 0 && (arrays == 1 ? ints == 0 : arrays == 0) && (part || ints > 1);
+  if (!ok) return false;
+  start[*k] = 0;
+  len[*k] = av->shape[*k];
+  *drop &= ~((uint64_t)1 << *k);
+  return (*item = item_as_written(index, av, *k)) != NULL;
+}
+
+/* x.at[index] for an index axis_in_box accepts: the box sliced out,
+ * updated along k (at_update_axis, so every scatter mode and any
+ * duplicate indices are the scatter's), and put back (put_box).  Only
+ * the box's part of a dimension is touched, so a dimension it covers
+ * whole keeps its layout (x.at[ids, 1:3] on rows split over devices). */
+static Value *at_update_axis_box(AtRef *ref, Value *v, const char *mode, const AVal *av, int k,
+                                 Value *item, const int64_t *start, const int64_t *len,
+                                 uint64_t drop) {
+  int64_t limit[SHM_MAXDIM];
+  for (int d = 0; d < av->ndim; d++) limit[d] = start[d] + len[d];
+  Params p;
+  params_init(&p);
+  params_add(&p, "start_indices", val_int_tuple(av->ndim, start));
+  params_add(&p, "limit_indices", val_int_tuple(av->ndim, limit));
+  params_add(&p, "strides", VAL_NONE);
+  Value *sub = ops_apply1(P_SLICE, ref->array, &p);
+  AVal sa = *av;
+  memcpy(sa.shape, len, sizeof(int64_t) * (size_t)av->ndim);
+  Value *u = sub ? at_update_axis(sub, v, mode, &sa, k, item, drop) : NULL;
+  Value *r = u ? put_box(ref->array, u, av, start) : NULL;
+  val_decref(sub);
   val_decref(u);
   return r;
 }
 
 /* at_update's computation: along one dimension when the index selects
- * only there (at_update_axis), a box's dynamic_update_slice for set and
- * add (at_update_box), else [v] scattered into the flattened array at
+ * only there (at_update_axis), or there within a box of the others
+ * (at_update_axis_box), a box's dynamic_update_slice for set and add
+ * (at_update_box), else [v] scattered into the flattened array at
  * the flat positions [sel] (consumed) the index selects. */
 static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav, Value *sel) {
   int k = 0;
   Value *item = NULL;
   int64_t start[SHM_MAXDIM], len[SHM_MAXDIM];
+  uint64_t drop;
   if (along_one_dim(ref->index, pav, &k, &item)) {
     val_decref(sel);
-    return at_update_axis(ref, v, mode, pav, k, item);
+    return at_update_axis(ref->array, v, mode, pav, k, item, 0);
+  }
+  if (axis_in_box(ref->index, pav, &k, &item, start, len, &drop)) {
+    val_decref(sel);
+    return at_update_axis_box(ref, v, mode, pav, k, item, start, len, drop);
   }
   bool adds = pav->dtype == DT_F32 || pav->dtype == DT_F64 || pav->dtype == DT_I32 ||
               pav->dtype == DT_I64 || pav->dtype == DT_I8;

@@ -522,6 +522,121 @@ static Value *masked_take(const PartPlan *pp, const PlanEqn *e, const PartEqn *p
   return r;
 }
 
+/* Whether dynamic_update_slice [e] keeps its operand split along a
+ * dimension its update covers only in part (prim_index.c's rule: the
+ * update is whole there, the operand split). */
+static bool masked_update(const PlanEqn *e, const PartEqn *pe) {
+  if (e->prim != P_DYNAMIC_UPDATE_SLICE || e->nin < 2 || pe->want[1].ndim != pe->want[0].ndim) return false;
+  for (int d = 0; d < pe->want[0].ndim; d++)
+    if (pe->want[0].nsplit[d] && !pe->want[1].nsplit[d]) return true;
+  return false;
+}
+
+/* dynamic_update_slice on this device's operand block ops[0], split
+ * along dimensions the whole update ops[1] covers in part (masked_update):
+ * along each such dimension the start is clamped globally, as the
+ * kernel clamps it, and the update's rows are gathered to the block's
+ * positions (global position g takes row g - start, clamped) and written
+ * where g - start is a row; the other dimensions are updated as the
+ * kernel would, locally.  Each device so writes just the part of the box
+ * it holds: the unsharded result's bits, the operand never gathered
+ * (GSPMD partitions dynamic-update-slice the same way). */
+static Value *run_masked_update(const PartPlan *pp, const PlanEqn *e, const PartEqn *pe,
+                                Value **ops) {
+  AVal ob, ua;
+  if (prim_value_aval(ops[0], &ob) < 0 || prim_value_aval(ops[1], &ua) < 0) return NULL;
+  int nd = ob.ndim;
+  Value *u = val_incref(ops[1]), *mask = NULL, *start[SHM_MAXDIM] = {0};
+  bool ok = true;
+  for (int d = 0; d < nd && ok; d++) {
+    if (!pe->want[0].nsplit[d] || pe->want[1].nsplit[d]) {   /* the kernel's own start */
+      AVal sa;
+      ok = prim_value_aval(ops[2 + d], &sa) == 0;
+      start[d] = !ok ? NULL : pe->want[0].nsplit[d] ? scalar(sa.dtype, 0) : val_incref(ops[2 + d]);
+      ok = ok && start[d];
+      continue;
+    }
+    AVal sa;
+    int64_t count, blk = ob.shape[d], len = ua.shape[d];
+    ok = prim_value_aval(ops[2 + d], &sa) == 0;
+    Value *names = ok ? axis_names(pp, &pe->want[0], d, 0, &count) : NULL;
+    Params q;
+    params_init(&q);
+    params_add(&q, "axis_name", names);
+    Value *ai = ok ? prim_bind(P_AXIS_INDEX, 0, NULL, &q) : NULL;
+    params_clear(&q);
+    params_init(&q);
+    params_add(&q, "dtype", dtype_value(sa.dtype));
+    params_add(&q, "shape", val_int_tuple(1, &blk));
+    params_add(&q, "dimension", val_int(0));
+    Value *io = ai ? prim_bind(P_IOTA, 0, NULL, &q) : NULL;
+    params_clear(&q);
+    Value *c0 = scalar(sa.dtype, 0), *c_len = scalar(sa.dtype, (double)len),
+          *c_top = scalar(sa.dtype, (double)(blk * (ai ? count : 1) - len)),
+          *c_last = scalar(sa.dtype, (double)(len - 1)), *c_blk = scalar(sa.dtype, (double)blk);
+    Params none;
+    params_init(&none);
+    Value *in3[3] = {c0, ops[2 + d], c_top};
+    Value *s = io ? prim_bind(P_CLAMP, 3, in3, &none) : NULL;   /* the kernel's clamp */
+    Value *aic = s ? ops_convert(ai, sa.dtype, true) : NULL;
+    Value *off = aic ? ops_binary(OP_MUL, aic, c_blk) : NULL;
+    Value *gpos = off ? ops_binary(OP_ADD, io, off) : NULL;
+    Value *rel = gpos ? ops_binary(OP_SUB, gpos, s) : NULL;
+    Value *ge = rel ? ops_compare(OP_GE, rel, c0) : NULL;
+    Value *lt = ge ? ops_compare(OP_LT, rel, c_len) : NULL;
+    Value *valid = lt ? ops_binary(OP_BITAND, ge, lt) : NULL;
+    Value *in3b[3] = {c0, rel, c_last};
+    Value *row = valid ? prim_bind(P_CLAMP, 3, in3b, &none) : NULL;
+    Value *g = NULL;
+    if (row) {
+      Value *in2[2] = {u, row};
+      params_init(&q);
+      params_add(&q, "axis", val_int(d));
+      g = prim_bind(P_GATHER, 2, in2, &q);
+      params_clear(&q);
+    }
+    int64_t vs[SHM_MAXDIM];
+    for (int i = 0; i < nd; i++) vs[i] = i == d ? blk : 1;
+    Value *vr = g ? ops_reshape(valid, nd, vs) : NULL;
+    Value *m = !vr ? NULL : mask ? ops_binary(OP_BITAND, mask, vr) : val_incref(vr);
+    val_decref(mask);
+    mask = m;
+    val_decref(u);
+    u = g;
+    start[d] = scalar(sa.dtype, 0);
+    ok = mask && u && start[d];
+    val_decref(ai); val_decref(io); val_decref(c0); val_decref(c_len); val_decref(c_top);
+    val_decref(c_last); val_decref(c_blk); val_decref(s); val_decref(aic); val_decref(off);
+    val_decref(gpos); val_decref(rel); val_decref(ge); val_decref(lt); val_decref(valid);
+    val_decref(row); val_decref(vr);
+  }
+  Value *r = NULL;
+  AVal na;
+  if (ok && mask && u && prim_value_aval(u, &na) == 0) {
+    Value *in[SHM_MAXDIM + 2] = {ops[0], NULL};
+    for (int d = 0; d < nd; d++) in[1 + d] = start[d];
+    Params q;
+    params_init(&q);
+    params_add(&q, "slice_sizes", val_int_tuple(nd, na.shape));
+    Value *cur = prim_bind(P_DYNAMIC_SLICE, nd + 1, in, &q);   /* the block's part of the box */
+    params_clear(&q);
+    Value *mb = cur ? ops_broadcast_to(mask, nd, na.shape) : NULL;
+    Value *nw = mb ? ops_select(mb, u, cur) : NULL;
+    if (nw) {
+      Value *in2[SHM_MAXDIM + 2] = {ops[0], nw};
+      for (int d = 0; d < nd; d++) in2[2 + d] = start[d];
+      params_init(&q);
+      r = prim_bind(P_DYNAMIC_UPDATE_SLICE, nd + 2, in2, &q);
+      params_clear(&q);
+    }
+    val_decref(cur); val_decref(mb); val_decref(nw);
+  }
+  for (int d = 0; d < nd; d++) val_decref(start[d]);
+  val_decref(u);
+  val_decref(mask);
+  return r;
+}
+
 /* Equation [k] on this device's blocks in [env], annotating [bp]. */
 static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
   int n0 = bp ? bp->neqn : 0;
@@ -552,6 +667,7 @@ static int run_eqn(const PartPlan *pp, int k, Env *env, Plan *bp) {
     else if (pe->nsubs) res = run_control(e, pe, ops);
     else if (e->prim == P_DEBUG_CALLBACK) res = run_callback(e, ops);
     else if (taken >= 0) res = masked_take(pp, e, pe, taken, ops);
+    else if (masked_update(e, pe)) res = run_masked_update(pp, e, pe, ops);
     else if (h && h->eval) res = h->eval(e, ops);
     else res = prim_bind(e->prim, e->nin, ops, pe->local ? &pe->params : &e->params);
   }
