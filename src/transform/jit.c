@@ -27,6 +27,7 @@
 #include "array/print.h"
 #include "spmd/shardmap.h"
 #include "transform/trace.h"
+#include "transform/xmap.h"
 
 /* One traced signature.  The cache holds a reference, and so does each
  * call running its plan, so an entry evicted while a call runs it is
@@ -46,6 +47,7 @@ typedef struct Entry {
   PartPlan *part;
   Value *part_fn;
   bool constrained;    /* the plan has a sharding_constraint over a mesh */
+  bool meshes_differ;  /* its shard_maps' meshes differ (part_meshes_differ) */
 } Entry;
 
 typedef struct JitFn {
@@ -674,6 +676,8 @@ static Entry *cache_fill(JitFn *j, const CallArgs *a, Sig *s) {
   e->plan = tr.plan;
   e->out_tree = tr.out_tree;
   e->constrained = part_constraint_mesh(tr.plan) != NULL;
+  e->meshes_differ = tr.plan->nin == s->nleaves &&
+                     part_meshes_differ(tr.plan, s->leaves, s->nleaves, j->out_shardings);
   return cache_insert(j, e);
 }
 
@@ -738,6 +742,24 @@ static bool outputs_local(const Entry *e) {
   return false;
 }
 
+/* [e]'s result tree from [outs], of which the first [made] (new
+ * references) were made from the plan's results [t]; consumes [outs]
+ * and [t].  NULL unless all were made (out of memory: [t] and no
+ * [outs]). */
+static Value *outs_tree(const Entry *e, Value *t, Value **outs, int made) {
+  Value *r = NULL;
+  if (outs && made == e->plan->nout) {
+    int pos = 0;
+    r = unflatten(e->out_tree, outs, &pos);
+  } else if (t && !outs) {
+    err_nomem();
+  }
+  for (int i = 0; i < made; i++) val_decref(outs[i]);
+  shm_free(outs);
+  if (t) val_decref(t);
+  return r;
+}
+
 static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
   Value *f = partitioned_fn(j, e, s);
   if (!f) return NULL;
@@ -746,8 +768,7 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
    * interpreted on the devices (the same values: eager and jit agree),
    * whose call hands back blocks rather than copying the whole into a
    * compiled plan's workspace. */
-  Value *t = outputs_local(e) ? shardmap_run(((JitFn *)f)->fn, &c) : jit_call_laid((JitFn *)f, &c),
-        *r = NULL;
+  Value *t = outputs_local(e) ? shardmap_run(((JitFn *)f)->fn, &c) : jit_call_laid((JitFn *)f, &c);
   val_decref(f);
   int n = e->plan->nout;
   Value **outs = t ? shm_calloc((size_t)n + 1, sizeof(Value *)) : NULL;
@@ -771,22 +792,32 @@ static Value *run_partitioned(JitFn *j, Entry *e, Sig *s) {
     if (IS_ARRAY(outs[made]) && AS_ARRAY(outs[made])->weak != av.weak)
       AS_ARRAY(outs[made])->weak = av.weak;
   }
-  if (made == n) {
-    int pos = 0;
-    r = unflatten(e->out_tree, outs, &pos);
-  } else if (t && !outs) {
-    err_nomem();
+  return outs_tree(e, t, outs, made);
+}
+
+/* Runs [e]'s plan on the leaves of [s] equation by equation as eager
+ * code runs it (xmap_eval_plan: each primitive dispatched on its
+ * operands' layouts, each shard_map over its own mesh), its results put
+ * where out_shardings asks: for a plan whose shard_maps run over meshes
+ * that differ (part_meshes_differ), which no one per-device program
+ * runs.  Values and layouts are so eager code's. */
+static Value *run_interpreted(JitFn *j, Entry *e, Sig *s) {
+  Value *t = xmap_eval_plan(e->plan, s->leaves);
+  int n = e->plan->nout, made = 0;
+  Value **outs = t ? shm_calloc((size_t)n + 1, sizeof(Value *)) : NULL;
+  for (; outs && made < n; made++) {
+    Value *w = part_want_at(j->out_shardings, made), *v = tuple_get(t, (size_t)made);
+    if (!(outs[made] = w ? sharding_put(v, (NamedSharding *)w) : val_incref(v))) break;
   }
-  for (int i = 0; i < made; i++) val_decref(outs[i]);
-  shm_free(outs);
-  if (t) val_decref(t);
-  return r;
+  return outs_tree(e, t, outs, made);
 }
 
 /* Runs the compiled plan of [e] on the leaves of [s]: per device when a
- * leaf is sharded (or out_shardings asks for a layout). */
+ * leaf is sharded (or out_shardings asks for a layout); as eager code
+ * when its shard_maps' meshes differ. */
 static Value *run_entry(JitFn *j, Entry *e, Sig *s) {
   Plan *p = e->plan;
+  if (e->meshes_differ && !j->manual && !dev_ctx()) return run_interpreted(j, e, s);
   if (!dev_ctx() && partitions(j, p, s, e->constrained))
     return run_partitioned(j, e, s);
   Array *in_stack[SIG_INLINE];
@@ -1577,6 +1608,8 @@ Value *jit_run_lowered(JitLowered *l, Plan *p, const CallArgs *given) {
     goto out;
   }
   Entry e = {.plan = p, .out_tree = l->out_tree, .constrained = part_constraint_mesh(p) != NULL,
+             .meshes_differ = p->nin == s.nleaves &&
+                              part_meshes_differ(p, s.leaves, s.nleaves, j->out_shardings),
              .part = (PartPlan *)l->part, .part_fn = l->part_fn};
   r = run_entry(j, &e, &s);
   l->part = e.part ? &e.part->base.hdr : NULL;

@@ -821,6 +821,14 @@ static bool manual_mesh(const Plan *p, Mesh **m) {
   return true;
 }
 
+bool part_meshes_differ(const Plan *p, Value *const *leaves, int n, Value *out_shardings) {
+  Mesh *m = part_mesh(leaves, n, out_shardings);
+  if (!m) m = constraint_mesh(p);
+  return !manual_mesh(p, &m);
+}
+
+Value *part_want_at(Value *out_shardings, int i) { return want_at(out_shardings, i); }
+
 Mesh *part_constraint_mesh(const Plan *p) {
   Mesh *m = constraint_mesh(p);
   if (m) return m;

@@ -100,8 +100,20 @@ Mesh *part_mesh(Value *const *leaves, int n, Value *out_shardings);
  * shard_maps among them and their nested jits' when one real mesh
  * (their results are laid out by their out_specs, eagerly as in the jit:
  * shmap(7), MANUAL INSIDE), else NULL.  Shard_maps over different meshes
- * leave the jit unpartitioned, its results unsharded. */
+ * are no one partitioned program's (part_meshes_differ). */
 Mesh *part_constraint_mesh(const Plan *p);
+
+/* Whether the shard_maps among [p]'s equations and its nested jits' run
+ * over meshes that differ from one another or from the mesh a jit of p
+ * on [leaves] ([n] arguments, borrowed) with [out_shardings] partitions
+ * over (part_mesh, else a sharding constraint's): no per-device program
+ * over one mesh runs them, so the jit runs its plan as eager code would
+ * (jit.c). */
+bool part_meshes_differ(const Plan *p, Value *const *leaves, int n, Value *out_shardings);
+
+/* The sharding jit's [out_shardings] asks of output [i] (borrowed), or
+ * NULL when none. */
+Value *part_want_at(Value *out_shardings, int i);
 
 /* part_plan for a call of [p] on [leaves] (p->nin arrays, borrowed) with
  * jit's [out_shardings] (one sharding for every output, a tuple of one

@@ -76,28 +76,52 @@ static int body_whys(Value *fv, const Plan *body) {
   return 0;
 }
 
+/* A ShardFn running the compiled body of shard_map equation [q] (a new
+ * reference, named [name]), or NULL with the error set.  [internal]: a
+ * jit that does not partition runs the staged body replicated along the
+ * automatic axes (its arguments are unsharded). */
+static Value *eqn_shard_fn(const PlanEqn *q, const char *name, bool internal, bool single) {
+  Plan *body = cmp_param_plan(q, "jaxpr");
+  Value *mesh = params_get(&q->params, "mesh"), *ins = params_get(&q->params, "in_specs");
+  Value *outs = params_get(&q->params, "out_specs"), *cr = params_get(&q->params, "check_rep");
+  if (!body || !mesh || !ins || !outs || cmp_compile(body) < 0) return NULL;
+  bool check = cr && IS_ARRAY(cr) && arr_get_i64(AS_ARRAY(cr), 0);
+  /* the printed out_specs is a tuple; one result is one array */
+  if (single && outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
+  Value *f = shardmap_new(name, &body->hdr, mesh, ins, outs, check);
+  Value *manual = params_get(&q->params, "manual_axes");
+  if (f && manual && shardmap_set_manual(f, manual, NULL) < 0) goto fail;
+  if (f) ((ShardFn *)f)->internal = internal;
+  if (f && body->in_labels && (int)tuple_len(body->in_labels) == body->nin)
+    ((ShardFn *)f)->arg_labels = val_incref(body->in_labels);   /* messages name them */
+  if (f && check && body_whys(f, body) < 0) goto fail;
+  return f;
+fail:
+  val_decref(f);
+  return NULL;
+}
+
 /* A ShardFn running the compiled body, kept as the step's own:
  * shardmap.c's call machinery then runs one plan on every device. */
 static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   (void)e;
-  const PlanEqn *q = s->eqn;
-  Plan *body = cmp_param_plan(q, "jaxpr");
-  Value *mesh = params_get(&q->params, "mesh"), *ins = params_get(&q->params, "in_specs");
-  Value *outs = params_get(&q->params, "out_specs"), *cr = params_get(&q->params, "check_rep");
-  if (!body || !mesh || !ins || !outs || cmp_compile(body) < 0) return -1;
-  bool check = cr && IS_ARRAY(cr) && arr_get_i64(AS_ARRAY(cr), 0);
-  /* the printed out_specs is a tuple; one result is one array */
-  if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
-  s->own = shardmap_new(p->name ? p->name : "shard_map", &body->hdr, mesh, ins, outs, check);
-  Value *manual = params_get(&q->params, "manual_axes");
-  if (s->own && manual && shardmap_set_manual(s->own, manual, NULL) < 0) return -1;
-  /* a jit that does not partition runs the staged body replicated along
-   * the automatic axes (its arguments are unsharded) */
-  if (s->own) ((ShardFn *)s->own)->internal = true;
-  if (s->own && body->in_labels && (int)tuple_len(body->in_labels) == body->nin)
-    ((ShardFn *)s->own)->arg_labels = val_incref(body->in_labels);   /* messages name them */
-  if (s->own && check && body_whys(s->own, body) < 0) return -1;
+  s->own = eqn_shard_fn(s->eqn, p->name ? p->name : "shard_map", true, true);
   return s->own ? 0 : -1;
+}
+
+/* The equation evaluated as an eager call runs it (xmap_eval_plan: a jit
+ * whose shard_maps' meshes differ, part_meshes_differ): its arguments
+ * laid out as they are, its results as its out_specs say. */
+static Value *eval_shard_map(const PlanEqn *q, Value **in) {
+  Value *f = eqn_shard_fn(q, "shard_map", false, true);
+  if (!f) return NULL;
+  CallArgs a = {.nargs = q->nin, .args = in};
+  Value *r = shardmap_call(f, &a);
+  val_decref(f);
+  if (!r || r->type == V_TUPLE) return r;
+  Value *t = tuple_pack(1, &r);
+  val_decref(r);
+  return t;
 }
 
 static int run_shard_map(Step *s, Workspace *w) {
@@ -1077,6 +1101,8 @@ static const HigherRules shard_map_rules = {
     .effectful = true,
     .own_errors = true,
     .adopts_results = true,
+    .eval = eval_shard_map,
+    .eval_tuple = true,
     .jvp_call = jvp_call_shard_map,
     .batch_call = batch_call_shard_map,
 };
