@@ -644,13 +644,39 @@ static Value *vary_leaf(Value *leaf, void *ctx) {
   return r;
 }
 
+/* Whether an operand among [opv] ([nops] trees) being differentiated
+ * (or not) is laid out over a mesh (part_mesh of its primal). */
+static bool laid_out(int nops, Value **opv) {
+  Value *t = tuple_pack((size_t)nops, opv);
+  Leaves l = {0};
+  bool laid = false;
+  if (t && flatten(t, &l) == 0) {
+    for (int i = 0; i < l.n; i++)
+      while (IS_JVP_TRACER(l.v[i])) l.v[i] = ((Tracer *)l.v[i])->primal;
+    laid = all_concrete(&l) && part_mesh(l.v, l.n, NULL);
+  }
+  err_clear();
+  pytree_leaves_free(&l);
+  val_decref(t);
+  return laid;
+}
+
 static Value *eager_indexed(Value *index, bool is_bool, int nb, Value *const *fns, int taken,
                             int nops, Value **opv) {
   AVal ia;
   if (ops_aval(index, &ia) < 0) return NULL;
-  if (!ia.vma || !ad_reverse_active()) return eager_branches(is_bool, nb, fns, taken, nops, opv);
+  /* differentiated in reverse mode on operands laid out over a mesh:
+   * every branch runs and the results are selected, as jit's unstaged
+   * cond computes them, so the cotangents' layouts (which combine the
+   * branches' transposes) are jit's too */
+  bool laid = !ia.vma && ad_reverse_active() && laid_out(nops, opv);
+  if (!laid && (!ia.vma || !ad_reverse_active())) return eager_branches(is_bool, nb, fns, taken, nops, opv);
   Value **res = all_branches(is_bool, nb, fns, nops, opv);
   Value *sel = res ? select_branches(index, is_bool, nb, res) : NULL;
+  if (laid) {
+    if (res) values_free(res, nb);
+    return sel;
+  }
   /* the primals typed as the selection is, varying over the index's axes
    * too, as the differentiated cond is under jit: each device's result
    * is its own branch's, so a cotangent arriving laid out over those axes

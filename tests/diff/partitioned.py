@@ -39,9 +39,7 @@ for bit and on shardings (x.sharding.spec, or jax.typeof over Explicit
 axes); values equal the unsharded computation's to float32 rounding; an
 error is the same exception class eagerly and under jit (over Explicit
 axes a sharding rule's ShardingTypeError, and then the unsharded run is
-not compared).  Not compared: the layout of a grad through a cond,
-which eagerly is the transpose of the branch taken and under jit that of
-the transposed cond, laid out by its first branch (values compared).
+not compared).
 The mpirun run must print what the threaded run prints
 (values to float32 rounding, the same layouts and errors).
 
@@ -611,7 +609,7 @@ def brief(r):
     return r[1] + " " + " ".join(v[:4]) + (" ..." if len(v) > 4 else "")
 
 
-def compare(res, k, prefix, explicit_errors, exact, through_cond=False):
+def compare(res, k, prefix, explicit_errors, exact):
     """The first disagreement among the modes of case [k] (a string), or None.
     [prefix] is '' or 'grad_'; eager and jit must agree bit for bit when
     [exact] and not a grad."""
@@ -624,7 +622,7 @@ def compare(res, k, prefix, explicit_errors, exact, through_cond=False):
     if eager[0] != jit[0] or eager[0] == "E" and eager[1] != jit[1]:
         return f"{prefix}eager {brief(eager)} vs jit {brief(jit)}"
     if eager[0] == "R":
-        if spec_key(eager[1]) != spec_key(jit[1]) and not (prefix and through_cond):
+        if spec_key(eager[1]) != spec_key(jit[1]):
             return f"{prefix}layout: eager {eager[1]} vs jit {jit[1]}"
         if eager[2] != jit[2] and (not exact or prefix):
             if not close(jit[2], eager[2]):
@@ -692,7 +690,7 @@ def main():
             explicit = "(Ce(me" in texts[k]
             why = compare(res, k, "", explicit, exact(texts[k]))
             if why is None and (k, "grad_ref") in res:
-                why = compare(res, k, "grad_", explicit, False, "lax.cond" in texts[k])
+                why = compare(res, k, "grad_", explicit, False)
             if why is None and len(ways) > 1:
                 other = results[ways[1][0]]
                 for key in sorted(x for x in res if x[0] == k):
