@@ -1148,11 +1148,12 @@ static Value *at_update_box(AtRef *ref, Value *v, const char *mode, const AVal *
 /* Whether [index] on an array of [av] selects along one dimension [*k]
  * within a box: one integer array at k and step-1 slices elsewhere
  * (x.at[ids, 1:3]), or ints and step-1 slices (x.at[2, 3], x.at[2, 1:3],
- * the first int at k and the others in [*drop], bits), no None, not
+ * the first int at k), or one array and ints on adjacent dimensions
+ * (x.at[ids, 2]: NumPy's combined advanced index, its dimensions where
+ * the first is), the ints' other than k in [*drop] (bits), no None, not
  * every other dimension whole (that is along_one_dim).  [*item]
  * (borrowed) is k's item as written; [start] and [len] the box, whole
- * along k.  An array beside an int is NumPy's combined advanced index,
- * not this. */
+ * along k. */
 static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int64_t *start,
                         int64_t *len, uint64_t *drop) {
   Index ix;
@@ -1184,7 +1185,12 @@ static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int6
     if (it->kind == IX_ARRAY || *k < 0) *k = d;
   }
   index_free(&ix);
-  ok = ok && *k >= 0 && (arrays == 1 ? ints == 0 : arrays == 0) && (part || ints > 1);
+  /* an array beside ints: NumPy puts the selection's dimensions where
+   * the first of them is when they are adjacent, as the scatter does */
+  uint64_t adv = *drop | (*k >= 0 ? (uint64_t)1 << *k : 0), run = adv ? adv >> __builtin_ctzll(adv) : 0;
+  bool adjacent = (run & (run + 1)) == 0;
+  ok = ok && *k >= 0 && arrays <= 1 && (arrays == 0 || ints == 0 || adjacent) &&
+       (part || ints > 1 || (arrays == 1 && ints > 0));
   if (!ok) return false;
   start[*k] = 0;
   len[*k] = av->shape[*k];
