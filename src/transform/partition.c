@@ -15,6 +15,8 @@
 typedef struct Part {
   PartPlan *pp;
   StrBuf *notes;    /* owned, p->neqn + 1: operand reshards, then the outputs' */
+  const Sharding *hint;   /* p->nvars: the layout a broadcast scalar is made in */
+  const bool *hinted;     /* which have one (NULL: none; free_hints) */
 } Part;
 
 /* [s] replicated at rank [ndim] over [m]. */
@@ -492,6 +494,38 @@ static int part_control(Part *pt, int k, const AVal *av) {
 }
 
 /* One equation: its operands' layouts, its results', its notes. */
+/* Broadcast-of-a-scalar equation [k] made directly in the layout
+ * free_hints chose for it: each device fills its block (the shape
+ * parameter the block's), no communication.  0, or -1 on out of
+ * memory. */
+static int hinted_broadcast(Part *pt, int k) {
+  PartPlan *pp = pt->pp;
+  PlanEqn *e = &pp->p->eqns[k];
+  PartEqn *pe = &pp->eqns[k];
+  int v = e->out[0];
+  const Sharding *h = &pt->hint[v];
+  int64_t blk[SHM_MAXDIM];
+  const AVal *o = &pp->p->vars[v];
+  for (int d = 0; d < o->ndim; d++) {
+    int64_t n = 1;
+    for (int q = 0; q < h->nsplit[d]; q++) n *= h->axis_sizes[h->split[d][q]];
+    blk[d] = o->shape[d] / n;
+  }
+  replicated(pp->mesh, 0, &pe->want[0]);
+  pe->out = *h;
+  params_init(&pe->params);
+  for (int i = 0; i < e->params.n; i++) {
+    const char *n = e->params.p[i].name;
+    params_add(&pe->params, n, !strcmp(n, "shape") ? val_int_tuple(o->ndim, blk)
+                                                   : val_incref(e->params.p[i].value));
+  }
+  if (pe->params.nomem) return err_nomem(), -1;
+  pe->local = true;
+  pp->vars[v] = *h;
+  pp->origin[v] = k;
+  return 0;
+}
+
 static int part_eqn(Part *pt, int k) {
   PartPlan *pp = pt->pp;
   PlanEqn *e = &pp->p->eqns[k];
@@ -532,6 +566,13 @@ static int part_eqn(Part *pt, int k) {
       if (have[i].partial) note_complete(pt, &pt->notes[k], &have[i], e->in[i].var);
       note_reshard(pt, &pt->notes[k], where_ctl, &have[i], &pe->want[i], "control flow's operand");
     }
+    shm_free(have);
+    shm_free(av);
+    return rc;
+  }
+  if (e->prim == P_BROADCAST_IN_DIM && e->nout == 1 && pt->hinted && pt->hinted[e->out[0]] &&
+      av[0].ndim == 0 && !have[0].partial) {
+    int rc = hinted_broadcast(pt, k);
     shm_free(have);
     shm_free(av);
     return rc;
@@ -679,11 +720,152 @@ static PartPlan *part_plan_alloc(Plan *p, Mesh *mesh) {
 
 /* part_plan from layouts: [in] (p->nin), [want] (p->nout, or NULL) with
  * [wanted] (which of them apply, or NULL: all). */
+/* ==== layouts chosen backward: a broadcast scalar made as its use wants ==== */
+
+enum { HINT_DEPTH = 16 };
+
+/* What free_hints reads of the first pass: each variable's producing
+ * equation (-1: an input or constant) and number of uses. */
+typedef struct Uses {
+  const PartPlan *pp;
+  int *prod, *uses;
+  Sharding *hint;
+  bool *hinted;
+  int found;
+} Uses;
+
+static bool unsplit(const Sharding *s) {
+  for (int d = 0; d < s->ndim; d++)
+    if (s->nsplit[d]) return false;
+  return !s->partial;
+}
+
+/* Walks back from variable [v] (computed whole on every device, used
+ * once) to a broadcast of a scalar that could be made laid out as [w]
+ * instead, through element-wise steps of its shape, the operand a
+ * scatter or dynamic_update_slice updates (which keep their operand's
+ * split over Auto axes), each variable used once so no other use's
+ * layout changes. */
+static void hint_back(Uses *u, int v, const Sharding *w, int depth) {
+  const PartPlan *pp = u->pp;
+  if (depth > HINT_DEPTH || v < 0 || u->uses[v] != 1 || u->prod[v] < 0 || !unsplit(&pp->vars[v]))
+    return;
+  const PlanEqn *e = &pp->p->eqns[u->prod[v]];
+  const AVal *o = &pp->p->vars[v];
+  AVal a;
+  if (e->prim == P_BROADCAST_IN_DIM && e->nin == 1) {
+    plan_atom_aval(pp->p, &e->in[0], &a);
+    for (int d = 0; d < o->ndim; d++) {
+      int64_t n = 1;
+      for (int q = 0; q < w->nsplit[d]; q++) n *= w->axis_sizes[w->split[d][q]];
+      if (o->shape[d] % n) return;
+    }
+    if (a.ndim == 0 && !u->hinted[v]) {
+      u->hint[v] = *w;
+      u->hint[v].partial = 0;
+      u->hint[v].partial_coll = NULL;
+      u->hinted[v] = true;
+      u->found++;
+    }
+    return;
+  }
+  if (e->prim == P_SCATTER) {   /* kept split along its axis only over axes the indices do not use */
+    int64_t ax;
+    Sharding ix;
+    if (params_int(&e->params, "axis", &ax) < 0 || e->nin != 3) {
+      err_clear();
+      return;
+    }
+    int d = ax < 0 ? (int)ax + o->ndim : (int)ax;
+    atom_sharding(pp, &e->in[1], &ix);
+    uint32_t iu = 0;
+    for (int q = 0; q < ix.ndim; q++) iu |= axes_bits(&ix, q, 0);
+    if (d < 0 || d >= o->ndim || (axes_bits(w, d, 0) & iu)) return;
+  }
+  if (e->prim == P_SCATTER || e->prim == P_DYNAMIC_UPDATE_SLICE) {
+    hint_back(u, e->in[0].var, w, depth + 1);
+    return;
+  }
+  PrimKind kind = prim_table[e->prim].kind;
+  if ((kind != PK_UNARY && kind != PK_BINARY) || e->nout != 1) return;
+  bool same[16] = {0};
+  for (int i = 0; i < e->nin && i < 16; i++) {   /* operands of its shape: all computed whole */
+    plan_atom_aval(pp->p, &e->in[i], &a);
+    same[i] = a.ndim == o->ndim && !memcmp(a.shape, o->shape, sizeof(int64_t) * (size_t)o->ndim);
+    if (same[i] && e->in[i].var >= 0 && !unsplit(&pp->vars[e->in[i].var])) return;
+  }
+  for (int i = 0; i < e->nin && i < 16; i++)
+    if (same[i]) hint_back(u, e->in[i].var, w, depth + 1);
+}
+
+/* After a first pass over [pp]: the broadcasts of a scalar whose value,
+ * computed whole on every device, is only sliced to a split layout
+ * further on (a local reshard), to be made in that layout instead (the
+ * zeros a gradient scatters into, laid out as the table it updates, as
+ * GSPMD's propagation lays them out).  Fills [hint] and [hinted]
+ * (p->nvars each); the number found, or -1 on out of memory. */
+static int free_hints(const PartPlan *pp, Sharding *hint, bool *hinted) {
+  const Plan *p = pp->p;
+  Uses u = {pp, shm_calloc((size_t)p->nvars + 1, sizeof(int)),
+            shm_calloc((size_t)p->nvars + 1, sizeof(int)), hint, hinted, 0};
+  if (!u.prod || !u.uses) {
+    shm_free(u.prod);
+    shm_free(u.uses);
+    return err_nomem(), -1;
+  }
+  for (int v = 0; v < p->nvars; v++) u.prod[v] = -1;
+  for (int k = 0; k < p->neqn; k++) {
+    for (int j = 0; j < p->eqns[k].nout; j++) u.prod[p->eqns[k].out[j]] = k;
+    for (int i = 0; i < p->eqns[k].nin; i++)
+      if (p->eqns[k].in[i].var >= 0) u.uses[p->eqns[k].in[i].var]++;
+  }
+  for (int i = 0; i < p->nout; i++)
+    if (p->outs[i].var >= 0) u.uses[p->outs[i].var]++;
+  for (int k = 0; k < p->neqn; k++) {
+    const PlanEqn *e = &p->eqns[k];
+    const PartEqn *pe = &pp->eqns[k];
+    if (pe->manual || pe->nsubs || !pe->want) continue;
+    for (int i = 0; i < e->nin; i++) {
+      const Sharding *w = &pe->want[i];
+      uint32_t used = 0;
+      for (int d = 0; d < w->ndim; d++) used |= axes_bits(w, d, 0);
+      if (e->in[i].var >= 0 && used && !w->partial && !(used & w->explicit_axes))
+        hint_back(&u, e->in[i].var, w, 0);
+    }
+  }
+  shm_free(u.prod);
+  shm_free(u.uses);
+  return u.found;
+}
+
+static PartPlan *layouts_pass(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
+                              const bool *wanted, const char *why, const Sharding *hint,
+                              const bool *hinted);
+
+/* The layouts pass, run again when free_hints finds broadcasts to lay
+ * out as their uses want. */
 static PartPlan *plan_layouts(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
                               const bool *wanted, const char *why) {
+  PartPlan *pp = layouts_pass(p, mesh, in, want, wanted, why, NULL, NULL);
+  if (!pp) return NULL;
+  Sharding *hint = shm_calloc((size_t)p->nvars + 1, sizeof(Sharding));
+  bool *hinted = hint ? shm_calloc((size_t)p->nvars + 1, sizeof(bool)) : NULL;
+  int found = hinted ? free_hints(pp, hint, hinted) : (err_nomem(), -1);
+  if (found != 0) {
+    val_decref(&pp->base.hdr);
+    pp = found > 0 ? layouts_pass(p, mesh, in, want, wanted, why, hint, hinted) : NULL;
+  }
+  shm_free(hint);
+  shm_free(hinted);
+  return pp;
+}
+
+static PartPlan *layouts_pass(Plan *p, Mesh *mesh, const Sharding *in, const Sharding *want,
+                              const bool *wanted, const char *why, const Sharding *hint,
+                              const bool *hinted) {
   PartPlan *pp = part_plan_alloc(p, mesh);
   if (!pp) return NULL;
-  Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf))};
+  Part pt = {pp, shm_calloc((size_t)p->neqn + 1, sizeof(StrBuf)), hint, hinted};
   int rc = pt.notes ? 0 : (err_nomem(), -1);
   for (int v = 0; rc == 0 && v < p->nvars; v++) replicated(mesh, p->vars[v].ndim, &pp->vars[v]);
   for (int i = 0; rc == 0 && i < p->nin; i++) {
@@ -1017,7 +1199,7 @@ int part_traced_check(Trace *t) {
                   &pp->vars[v]);
   }
   sc->nvars = p->nvars;
-  Part pt = {pp, sc->notes};
+  Part pt = {pp, sc->notes, NULL, NULL};   /* while tracing: forward only */
   for (; sc->done < p->neqn; sc->done++) {
     if (part_eqn(&pt, sc->done) == 0) continue;
     part_eqn_clear(&pp->eqns[sc->done]);   /* with the sub-plans a loop or branch made */
