@@ -1056,6 +1056,14 @@ static int trace_loop_(const Loop *lp, int n, AVal *avs, Value *const *src, Sub 
       return -1;
     }
     if (traced) *traced = true;
+    /* the sharding rules' errors first, cond_fun's then body_fun's, as
+     * JAX's tracing of them on the carry's types raises them (Explicit
+     * mode), before the carry's types are compared */
+    if (src && (sub_check(c, n, src) < 0 || (b->plan->nout == n && sub_check(b, n, src) < 0))) {
+      sub_free(c);
+      sub_free(b);
+      return -1;
+    }
     /* a loop body returns the carry and nothing more (scan's also ys) */
     int rt = b->plan->nout != n ? carry_count_error(lp->what, n - lp->skip, b->plan->nout - lp->skip)
                                 : carry_types(lp->what, b, 0, n, lp->skip, avs);

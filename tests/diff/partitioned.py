@@ -333,9 +333,19 @@ def more(b, v, s, k):
             sel = ", ".join([":"] * d + [f"jnp.array({idx})"])
             return f"{v}[{sel}]", s[:d] + (len(idx),) + s[d + 1:]
         i = rng.randrange(n)
-        sel = ", ".join([":"] * d + [f"{i}"])
-        op = rng.choice(["set(0.5)", "add(1.)", "multiply(2.)"])
-        return f"{v}.at[{sel}].{op}", s
+        sel = [":"] * d + [f"{i}"]
+        if rng.random() < 0.5:   # within a box of the others: slices, ints, or an array
+            for e in range(r):
+                if e == d:
+                    continue
+                lo = rng.randrange(s[e])
+                hi = rng.randrange(lo + 1, s[e] + 1)
+                sel = sel + [":"] * (e + 1 - len(sel)) if e >= len(sel) else sel
+                sel[e] = rng.choice([f"{lo}:{hi}", f"{lo}", ":"])
+            if rng.random() < 0.5:
+                sel[d] = f"jnp.array({[rng.randrange(n) for _ in range(3)]})"
+        op = rng.choice(["set(0.5)", "add(1.)", "multiply(2.)", "min(0.25)", "max(-0.25)"])
+        return f"{v}.at[{', '.join(sel)}].{op}", s
     if k == 25 and r >= 1:
         d = rng.randrange(r)
         f = rng.choice(["jnp.sort({}, axis={})", "jnp.argsort({}, axis={}) * 0.25", "jnp.argmax({}, axis={}) * 0.5",
@@ -349,6 +359,11 @@ def more(b, v, s, k):
         start = rng.randrange(n - m + 1)
         starts = ", ".join(str(start) if i == d else "0" for i in range(r))
         sizes = ", ".join(str(m) if i == d else str(s[i]) for i in range(r))
+        if rng.random() < 0.5:   # an update of that box, the start possibly clamped
+            starts = ", ".join(str(rng.randrange(-1, n + 1)) if i == d else "0" for i in range(r))
+            shp = s[:d] + (m,) + s[d + 1:]
+            return (f"jax.lax.dynamic_update_slice({v}, jnp.full({shp}, -0.5), ({starts}{',' if r == 1 else ''}))",
+                    s)
         return (f"jax.lax.dynamic_slice({v}, ({starts}{',' if r == 1 else ''}), ({sizes}{',' if r == 1 else ''}))",
                 s[:d] + (m,) + s[d + 1:])
     if k == 27:
