@@ -6,8 +6,9 @@
  * front), JVP rules (JAX's, jax/_src/lax/linalg.py: lu, triangular_solve
  * with its transpose, cholesky, eigh, svd and qr, each raising JAX's
  * NotImplementedError for the shapes JAX's does not cover) and costs, side by side in
- * the rows at the end of the file.  No sharding rule: their operands are
- * replicated.
+ * the rows at the end of the file.  triangular_solve and cholesky have
+ * a sharding rule (the batch dimensions keep their splits); the others,
+ * with several results, none: their operands are replicated.
  */
 #include "array/lapack.h"
 #include "array/prim_rules.h"
@@ -532,6 +533,25 @@ static void cost_qr(const Params *p, int nin, const AVal *in, int nout, const AV
   cost_factor(&in[0], 4.0, c);
 }
 
+/* ==== sharding ================================================================ */
+
+/* triangular_solve and cholesky: the leading batch dimensions keep their
+ * splits, the operands laid out alike there, each device solving or
+ * factoring its own matrices (GSPMD's partitioning of a batched
+ * factorisation); the two matrix dimensions are unsplit. */
+static int sh_batched_matrices(const AVal *in, Sharding *in_sh, int nin, const Params *p,
+                               Sharding *out_sh) {
+  (void)p;
+  int nd = in[0].ndim;
+  bool alike = nd >= 2;
+  for (int i = 1; i < nin; i++) alike &= in[i].ndim == nd;
+  if (alike) return sh_keep_but(in, in_sh, nin, (uint64_t)3 << (nd - 2), out_sh);
+  Sharding like = in_sh[0];   /* not a batch of matrices: the shape rule's error follows */
+  for (int i = 0; i < nin; i++) sh_replicated(&in_sh[i], in[i].ndim, &like);
+  sh_replicated(out_sh, nd, &like);
+  return 0;
+}
+
 /* ==== the rows ================================================================ */
 
 #define FLOATS (1u << DT_F32 | 1u << DT_F64)
@@ -539,8 +559,8 @@ static void cost_qr(const Params *p, int nin, const AVal *in, int nout, const AV
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
     {P_LU, {.shape = shape_lu, .kernel = lapack_kernel_lu, .batch = batch_lu, .jvp = jvp_lu, .dtypes = FLOATS, .cost = cost_lu}},
-    {P_TRIANGULAR_SOLVE, {.shape = shape_triangular_solve, .kernel = lapack_kernel_triangular_solve, .batch = batch_triangular_solve, .jvp = jvp_triangular_solve, .transpose = tr_triangular_solve, .dtypes = FLOATS, .cost = cost_triangular_solve}},
-    {P_CHOLESKY, {.shape = shape_cholesky, .kernel = lapack_kernel_cholesky, .batch = batch_cholesky, .jvp = jvp_cholesky, .dtypes = FLOATS, .cost = cost_cholesky}},
+    {P_TRIANGULAR_SOLVE, {.shape = shape_triangular_solve, .kernel = lapack_kernel_triangular_solve, .batch = batch_triangular_solve, .jvp = jvp_triangular_solve, .transpose = tr_triangular_solve, .sharding = sh_batched_matrices, .dtypes = FLOATS, .cost = cost_triangular_solve}},
+    {P_CHOLESKY, {.shape = shape_cholesky, .kernel = lapack_kernel_cholesky, .batch = batch_cholesky, .jvp = jvp_cholesky, .sharding = sh_batched_matrices, .dtypes = FLOATS, .cost = cost_cholesky}},
     {P_EIGH, {.shape = shape_eigh, .kernel = lapack_kernel_eigh, .batch = batch_eigh, .jvp = jvp_eigh, .dtypes = FLOATS, .cost = cost_eigh}},
     {P_SVD, {.shape = shape_svd, .kernel = lapack_kernel_svd, .batch = batch_svd, .jvp = jvp_svd, .dtypes = FLOATS, .cost = cost_svd}},
     {P_QR, {.shape = shape_qr, .kernel = lapack_kernel_qr, .batch = batch_qr, .jvp = jvp_qr, .dtypes = FLOATS, .cost = cost_qr}},
