@@ -1198,28 +1198,39 @@ static Value *bi_dynamic_update_slice_in_dim(const CallArgs *a) {
   return r;
 }
 
-/* jnp.take(a, indices, axis=None) as indexing. */
+/* jnp.take(a, indices, axis=None, mode=None, fill_value=None) as
+ * indexing, out-of-range indices as JAX's mode says: "fill" (the
+ * default: NaN for floats) or "clip" (ops_getitem_mode). */
 static Value *bi_take(const CallArgs *a) {
-  Value *x, *idx, *axis;
-  Value **slots[] = {&x, &idx, &axis};
-  if (args_bind("take", a, "a, indices, axis=", slots) < 0) return NULL;
+  Value *x, *idx, *axis, *out, *mode, *uniq, *sorted, *fill;
+  Value **slots[] = {&x, &idx, &axis, &out, &mode, &uniq, &sorted, &fill};
+  if (args_bind("take", a, "a, indices, axis=, out=, mode=, unique_indices=, indices_are_sorted=, "
+                "fill_value=", slots) < 0)
+    return NULL;
+  if (!bi_is_none(out))
+    return err_set(ERR_NOT_IMPLEMENTED, "The 'out' argument to jnp.take is not supported.");
+  Value *fill_mode = bi_is_none(mode) ? str_from("fill") : val_incref(mode);
+  if (!fill_mode) return NULL;
   Value *xa = bi_arr(x);
-  if (!xa) return NULL;
-  Value *src = bi_is_none(axis) ? bi_ravel_of(xa) : val_incref(xa);
+  Value *src = !xa ? NULL : bi_is_none(axis) ? bi_ravel_of(xa) : val_incref(xa);
   val_decref(xa);
-  if (!src) return NULL;
-  AVal av = bi_aval(src);
-  int64_t ax;
-  int axn;
+  Value *ia = src ? ops_to_array(idx, -1) : NULL;
   Value *r = NULL;
-  if (bi_int_arg("take", "axis", axis, 0, &ax) == 0 && axis_normalize(ax, av.ndim, &axn) == 0) {
-    Value *t = tuple_new((size_t)axn + 1);
-    for (int i = 0; t && i < axn; i++) tuple_set_steal(t, (size_t)i, slice_new(VAL_NONE, VAL_NONE, VAL_NONE));
-    if (t) tuple_set_steal(t, (size_t)axn, val_incref(idx));
-    r = t ? ops_getitem(src, t) : NULL;
-    val_decref(t);
+  if (ia) {
+    AVal av = bi_aval(src);
+    int64_t ax;
+    int axn;
+    if (bi_int_arg("take", "axis", axis, 0, &ax) == 0 && axis_normalize(ax, av.ndim, &axn) == 0) {
+      Value *t = tuple_new((size_t)axn + 1);
+      for (int i = 0; t && i < axn; i++) tuple_set_steal(t, (size_t)i, slice_new(VAL_NONE, VAL_NONE, VAL_NONE));
+      if (t) tuple_set_steal(t, (size_t)axn, val_incref(ia));
+      r = t ? ops_getitem_mode(src, t, fill_mode, bi_is_none(fill) ? NULL : fill) : NULL;
+      val_decref(t);
+    }
   }
+  val_decref(ia);
   val_decref(src);
+  val_decref(fill_mode);
   return r;
 }
 
@@ -1383,7 +1394,7 @@ const BiEntry bi_reduce_table[] = {
   {"allclose", bi_allclose, NP, "allclose(a, b, rtol=1e-05, atol=1e-08): True or False"},
   {"isclose", bi_isclose, NP, "isclose(a, b, rtol=1e-05, atol=1e-08)"},
   {"array_equal", bi_array_equal, NP, "array_equal(a1, a2)"},
-  {"take", bi_take, NP, "take(a, indices, axis=None)"},
+  {"take", bi_take, NP, "take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False, fill_value=None)"},
   {"dynamic_slice", bi_dynamic_slice, IN_TOP | IN_LAX, "dynamic_slice(operand, start_indices, slice_sizes): starts clamped"},
   {"dynamic_slice_in_dim", bi_dynamic_slice_in_dim, IN_LAX, "dynamic_slice_in_dim(operand, start_index, slice_size, axis=0)"},
   {"dynamic_index_in_dim", bi_dynamic_index_in_dim, IN_LAX, "dynamic_index_in_dim(operand, index, axis=0, keepdims=True)"},

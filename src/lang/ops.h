@@ -58,6 +58,13 @@ Value *ops_compare(OpKind op, Value *a, Value *b);
  * strings, dicts, `x.at[idx]` helpers. */
 Value *ops_getitem(Value *obj, Value *index);
 
+/* x[index] (x an array, borrowed) with JAX's out-of-range [mode] (a str,
+ * borrowed: "fill"/"drop" give [fill_value], or NaN, the most negative
+ * integer, True; "clip" and "promise_in_bounds" clamp; NULL or None is
+ * indexing's own: an error eagerly): jnp.take's and x.at[...].get()'s.
+ * A new reference, or NULL with ValueError for an unknown mode. */
+Value *ops_getitem_mode(Value *x, Value *index, Value *mode, Value *fill_value);
+
 /* obj.name: array attributes and methods (.shape .dtype .ndim .size .T
  * .reshape .astype .sum .mean .max .min .tolist .at ...), dict methods,
  * module members, mesh attributes.  Error "'array' object has no

@@ -11,6 +11,8 @@
  * depends on the values).  `.at[idx].set/add` scatters into the flattened
  * array at the flat positions the same index selects.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -289,8 +291,21 @@ static int item_dims(Value *v) {
   return 1;
 }
 
+/* An x.at[...] method's mode= and wrap_negative_indices= (JAX's
+ * GatherScatterMode), for the call: [quiet], an explicit mode, handles
+ * an index out of range eagerly as under jit (clamped, dropped or
+ * filled) instead of raising; [nowrap], negative indices out of range
+ * too; [upd], what an update does with one (drop, or clamp for 'clip'). */
+typedef enum { OOB_CLAMP, OOB_DROP } OobMode;
+static _Thread_local struct OobHow {
+  bool quiet, nowrap, fill;
+  OobMode upd;
+} oob_how = {false, false, false, OOB_DROP};
+
 /* Parses [index] against an operand of aval [av]: expands `...`, pads
- * with full slices, checks counts and the bounds of integer items. */
+ * with full slices, checks counts and the bounds of integer items (one
+ * out of range an error, or under a quiet mode= an index array of one
+ * element, handled as traced indices are). */
 static int index_parse(Value *index, const AVal *av, Index *ix) {
   Value *single[1] = {index};
   size_t n = 1;
@@ -331,7 +346,12 @@ static int index_parse(Value *index, const AVal *av, Index *ix) {
     IxItem *it = &ix->it[i];
     if (it->kind != IX_INT) continue;
     int64_t len = av->shape[it->dim];
-    if (it->i < -len || it->i >= len) {
+    if (it->i < -len || it->i >= len || (oob_how.nowrap && it->i < 0)) {
+      if (oob_how.quiet) {
+        it->kind = IX_ARRAY;
+        if (!(it->arr = (Value *)arr_scalar_i64(DT_I32, it->i, false))) goto fail2;
+        continue;
+      }
       err_set(ERR_INDEX, "index %lld is out of bounds for axis %d with size %lld",
               (long long)it->i, it->dim, (long long)len);
       goto fail2;
@@ -427,10 +447,10 @@ static Value *apply_basic(Value *x, const AVal *av, Index *ix, int *adv_dim) {
   return y;
 }
 
-/* What an index out of range does under jit, where its value is not known
- * when the plan is made (eagerly it is an error): a read clamps it into
- * range (JAX's gather); an update (x.at[i]) drops it (JAX's scatter). */
-typedef enum { OOB_CLAMP, OOB_DROP } OobMode;
+/* OobMode: what an index out of range does under jit, where its value
+ * is not known when the plan is made (eagerly it is an error, unless a
+ * mode= says otherwise: oob_how): a read clamps it into range (JAX's
+ * gather); an update (x.at[i]) drops it (JAX's scatter). */
 
 /* [r] clamped into [0, len): each index of several, before they are
  * combined into one position (a gather of the combined position would
@@ -459,12 +479,12 @@ static Value *index_in_range(Value *r, int64_t len) {
  * or sets [*valid] to where they are in range (OOB_DROP). */
 static Value *normalize_indices(Value *idx, int64_t len, int dim, OobMode oob, bool clamp,
                                 Value **valid) {
-  if (IS_ARRAY(idx)) {
+  if (IS_ARRAY(idx) && !oob_how.quiet) {
     Array *a = AS_ARRAY(idx);
     bool neg = false;
     for (int64_t i = 0; i < a->size; i++) {
       int64_t v = arr_get_i64(a, i);
-      if (v < -len || v >= len)
+      if (v < -len || v >= len || (oob_how.nowrap && v < 0))
         return err_set(ERR_INDEX, "index %lld is out of bounds for axis %d with size %lld",
                        (long long)v, dim, (long long)len);
       neg = neg || v < 0;
@@ -475,9 +495,9 @@ static Value *normalize_indices(Value *idx, int64_t len, int dim, OobMode oob, b
   if (ops_aval(idx, &ia) < 0) return NULL;
   Value *i32 = ops_convert(idx, DT_I32, ia.dtype == DT_I32 && ia.weak);
   if (!i32) return NULL;
-  Value *lt = ops_with_const(P_LT, i32, 0);
-  Value *wrapped = ops_with_const(P_ADD, i32, (double)len);
-  Value *r = lt && wrapped ? ops_select(lt, wrapped, i32) : NULL;
+  Value *lt = oob_how.nowrap ? NULL : ops_with_const(P_LT, i32, 0);
+  Value *wrapped = lt ? ops_with_const(P_ADD, i32, (double)len) : NULL;
+  Value *r = oob_how.nowrap ? val_incref(i32) : lt && wrapped ? ops_select(lt, wrapped, i32) : NULL;
   val_decref(lt);
   val_decref(wrapped);
   val_decref(i32);
@@ -939,7 +959,7 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
   uint64_t touched, nones;
   if (ops_aval(ref->array, &av) < 0) return NULL;
   Value *pos = positions(&av);   /* the flat positions the index selects */
-  Value *sel = pos ? getitem_oob(pos, ref->index, OOB_DROP) : NULL;
+  Value *sel = pos ? getitem_oob(pos, ref->index, oob_how.upd) : NULL;
   val_decref(pos);
   if (!sel) return NULL;
   Value *type = NULL;
@@ -1037,7 +1057,7 @@ static Value *at_update_axis(Value *x, Value *v, const char *mode, const AVal *a
                              Value *item, uint64_t drop) {
   AVal along = {.dtype = DT_I32, .ndim = 1, .shape = {av->shape[k]}};
   Value *io = positions(&along);
-  Value *pos = io ? getitem_oob(io, item, OOB_DROP) : NULL;
+  Value *pos = io ? getitem_oob(io, item, oob_how.upd) : NULL;
   val_decref(io);
   AVal pa, ua;
   if (!pos || ops_aval(pos, &pa) < 0) {
@@ -1275,54 +1295,173 @@ static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal 
   return r;
 }
 
-static Value *at_set(Value *self, const CallArgs *a) {
-  Value *v, *mode, *sh;
-  Value **slots[] = {&v, &mode, &sh};
-  if (args_bind("set", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "set", sh);
+/* Sets oob_how for an x.at[...] method called with [mode] and
+ * [wrap] (borrowed; NULL when not given), [get] for .get(), saving the
+ * caller's in [saved].  0, or -1 with JAX's ValueError for an unknown
+ * mode. */
+static int oob_enter(Value *mode, Value *wrap, bool get, struct OobHow *saved) {
+  *saved = oob_how;
+  struct OobHow h = {false, false, false, OOB_DROP};
+  if (mode && mode != VAL_NONE) {
+    const char *m = mode->type == V_STR ? str_cstr(mode) : "";
+    h.quiet = true;
+    if (!strcmp(m, "clip")) h.upd = OOB_CLAMP;
+    else if (!strcmp(m, "fill") || !strcmp(m, "drop")) h.fill = get;
+    else if (strcmp(m, "promise_in_bounds")) {
+      err_set(ERR_VALUE, "Unknown gather mode \"%s\"", m);
+      return -1;
+    }
+  }
+  if (wrap && wrap != VAL_NONE) {
+    int t = val_truth(wrap);
+    if (t < 0) return -1;
+    h.nowrap = !t;
+  }
+  oob_how = h;
+  return 0;
 }
 
-static Value *at_add(Value *self, const CallArgs *a) {
-  Value *v, *mode, *sh;
-  Value **slots[] = {&v, &mode, &sh};
-  if (args_bind("add", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "add", sh);
+/* The value .get(mode='fill') gives an index out of range: [fill] as x's
+ * dtype, or JAX's default (NaN, the most negative integer, True). */
+static Value *fill_scalar(Value *fill, DType t) {
+  if (fill && fill != VAL_NONE) {
+    Value *a = ops_to_array(fill, -1);
+    Value *c = a ? ops_convert(a, t, false) : NULL;
+    val_decref(a);
+    return c;
+  }
+  if (dt_is_float(t)) return (Value *)arr_scalar_f64(t, NAN, false);
+  if (t == DT_BOOL) return (Value *)arr_scalar_i64(t, 1, false);
+  int64_t lo = t == DT_I8 ? INT8_MIN : t == DT_I64 ? INT64_MIN : INT32_MIN;
+  return (Value *)arr_scalar_i64(t, lo, false);
 }
 
-static Value *at_multiply(Value *self, const CallArgs *a) {
-  Value *v, *mode, *sh;
-  Value **slots[] = {&v, &mode, &sh};
-  if (args_bind("multiply", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "multiply", sh);
+/* x.at[index].get(mode='fill'): x[index] with its indices clamped, and
+ * [fill] where an index was out of range (the flat positions the index
+ * selects, dropped ones marked -1, say where). */
+static Value *get_filled(AtRef *r, Value *fill) {
+  AVal av, ga;
+  if (ops_aval(r->array, &av) < 0) return NULL;
+  Value *g = getitem_oob(r->array, r->index, OOB_CLAMP);
+  Value *pos = g ? positions(&av) : NULL;
+  Value *sel = pos ? getitem_oob(pos, r->index, OOB_DROP) : NULL;
+  Value *ok = sel ? ops_with_const(P_GE, sel, 0) : NULL;
+  Value *f = ok && ops_aval(g, &ga) == 0 ? fill_scalar(fill, av.dtype) : NULL;
+  Value *fb = f ? ops_broadcast_to(f, ga.ndim, ga.shape) : NULL;
+  Value *res = fb ? ops_select(ok, g, fb) : NULL;
+  val_decref(g); val_decref(pos); val_decref(sel); val_decref(ok); val_decref(f); val_decref(fb);
+  return res;
 }
 
-static Value *at_min(Value *self, const CallArgs *a) {
-  Value *v, *mode, *sh;
-  Value **slots[] = {&v, &mode, &sh};
-  if (args_bind("min", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "min", sh);
+/* x.at[index].<name>(values, ...) for [name] "set", "add", "multiply",
+ * "min", "max", "subtract", "divide", "power", with JAX's keywords:
+ * mode= (oob_enter), out_sharding=, wrap_negative_indices=, and
+ * indices_are_sorted= and unique_indices=, promises that change nothing
+ * here.  subtract adds the negated values; divide and power apply x's
+ * operation to a multiply-scatter of them into ones, as JAX's do. */
+static Value *at_method(Value *self, const CallArgs *a, const char *name) {
+  Value *v, *mode, *sh, *sorted, *uniq, *wrap;
+  Value **slots[] = {&v, &mode, &sh, &sorted, &uniq, &wrap};
+  if (args_bind(name, a, "values, mode=, out_sharding=, indices_are_sorted=, unique_indices=, "
+                "wrap_negative_indices=", slots) < 0)
+    return NULL;
+  struct OobHow saved;
+  if (oob_enter(mode, wrap, false, &saved) < 0) return NULL;
+  AtRef *ref = (AtRef *)self;
+  Value *r = NULL;
+  if (!strcmp(name, "subtract")) {
+    Value *av = ops_to_array(v, -1), *nv = av ? ops_unary(OP_NEG, av) : NULL;
+    r = nv ? at_update(ref, nv, "add", sh) : NULL;
+    val_decref(av);
+    val_decref(nv);
+  } else if (!strcmp(name, "divide") || !strcmp(name, "power")) {
+    AVal xa;
+    Value *one = ops_aval(ref->array, &xa) == 0 ? (Value *)arr_scalar_i64(xa.dtype, 1, false) : NULL;
+    Value *ones = one ? ops_broadcast_to(one, xa.ndim, xa.shape) : NULL;
+    AtRef o = *ref;
+    o.array = ones;
+    Value *m = ones ? at_update(&o, v, "multiply", sh) : NULL;
+    r = m ? ops_binary(name[0] == 'd' ? OP_DIV : OP_POW, ref->array, m) : NULL;
+    val_decref(one);
+    val_decref(ones);
+    val_decref(m);
+  } else {
+    r = at_update(ref, v, name, sh);
+  }
+  oob_how = saved;
+  return r;
 }
 
-static Value *at_max(Value *self, const CallArgs *a) {
-  Value *v, *mode, *sh;
-  Value **slots[] = {&v, &mode, &sh};
-  if (args_bind("max", a, "values, mode=, out_sharding=", slots) < 0) return NULL;
-  return at_update((AtRef *)self, v, "max", sh);
+static Value *at_set(Value *self, const CallArgs *a) { return at_method(self, a, "set"); }
+static Value *at_add(Value *self, const CallArgs *a) { return at_method(self, a, "add"); }
+static Value *at_multiply(Value *self, const CallArgs *a) { return at_method(self, a, "multiply"); }
+static Value *at_min(Value *self, const CallArgs *a) { return at_method(self, a, "min"); }
+static Value *at_max(Value *self, const CallArgs *a) { return at_method(self, a, "max"); }
+static Value *at_subtract(Value *self, const CallArgs *a) { return at_method(self, a, "subtract"); }
+static Value *at_divide(Value *self, const CallArgs *a) { return at_method(self, a, "divide"); }
+static Value *at_power(Value *self, const CallArgs *a) { return at_method(self, a, "power"); }
+
+/* x.at[index].apply(func): func applied once to each element the index
+ * selects (JAX's scatter_apply: duplicates count once), x elsewhere;
+ * func is element-wise, so it is applied to x and the selection taken. */
+static Value *at_apply(Value *self, const CallArgs *a) {
+  Value *fn, *mode, *sorted, *uniq, *wrap;
+  Value **slots[] = {&fn, &mode, &sorted, &uniq, &wrap};
+  if (args_bind("apply", a, "func, mode=, indices_are_sorted=, unique_indices=, wrap_negative_indices=",
+                slots) < 0)
+    return NULL;
+  struct OobHow saved;
+  if (oob_enter(mode, wrap, false, &saved) < 0) return NULL;
+  AtRef *ref = (AtRef *)self;
+  AVal xa;
+  Value *no = ops_aval(ref->array, &xa) == 0 ? (Value *)arr_scalar_i64(DT_BOOL, 0, false) : NULL;
+  Value *mask0 = no ? ops_broadcast_to(no, xa.ndim, xa.shape) : NULL;
+  AtRef o = *ref;
+  o.array = mask0;
+  Value *yes = mask0 ? (Value *)arr_scalar_i64(DT_BOOL, 1, false) : NULL;
+  Value *mask = yes ? at_update(&o, yes, "set", NULL) : NULL;
+  oob_how = saved;
+  Value *fx = mask ? val_call_n(fn, 1, &ref->array) : NULL;
+  Value *fa = fx ? ops_to_array(fx, -1) : NULL;
+  Value *fc = fa ? ops_convert(fa, xa.dtype, false) : NULL;
+  Value *r = fc ? ops_select(mask, fc, ref->array) : NULL;
+  val_decref(no); val_decref(mask0); val_decref(yes); val_decref(mask);
+  val_decref(fx); val_decref(fa); val_decref(fc);
+  return r;
+}
+
+Value *ops_getitem_mode(Value *x, Value *index, Value *mode, Value *fill_value) {
+  struct OobHow saved;
+  if (oob_enter(mode, NULL, true, &saved) < 0) return NULL;
+  AtRef r = {.array = x, .index = index};
+  Value *o = oob_how.fill ? get_filled(&r, fill_value) : array_getitem(x, index);
+  oob_how = saved;
+  return o;
 }
 
 static Value *at_get(Value *self, const CallArgs *a) {
-  Value *mode, *sh;
-  Value **slots[] = {&mode, &sh};
-  if (args_bind("get", a, "mode=, out_sharding=", slots) < 0) return NULL;
+  Value *mode, *sh, *fill, *sorted, *uniq, *wrap;
+  Value **slots[] = {&mode, &sh, &fill, &sorted, &uniq, &wrap};
+  if (args_bind("get", a, "mode=, out_sharding=, fill_value=, indices_are_sorted=, "
+                "unique_indices=, wrap_negative_indices=", slots) < 0)
+    return NULL;
+  struct OobHow saved;
+  if (oob_enter(mode, wrap, true, &saved) < 0) return NULL;
   AtRef *r = (AtRef *)self;
-  if (!sh || sh == VAL_NONE) return array_getitem(r->array, r->index);
-  if (!builtins_out_sharding_hook)
-    return err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
-  Value *prev = ops_out_sharding_enter(sh);   /* the gather's layout is the caller's */
-  Value *g = array_getitem(r->array, r->index);
-  ops_out_sharding_leave(prev);
-  Value *o = g ? builtins_out_sharding_hook(g, sh) : NULL;
-  val_decref(g);
+  bool filled = oob_how.fill;
+  Value *o = NULL;
+  if (!sh || sh == VAL_NONE) {
+    o = filled ? get_filled(r, fill) : array_getitem(r->array, r->index);
+  } else if (!builtins_out_sharding_hook) {
+    err_set(ERR_NOT_IMPLEMENTED, "out_sharding= needs the sharding module");
+  } else {
+    Value *prev = ops_out_sharding_enter(sh);   /* the gather's layout is the caller's */
+    Value *g = filled ? get_filled(r, fill) : array_getitem(r->array, r->index);
+    ops_out_sharding_leave(prev);
+    o = g ? builtins_out_sharding_hook(g, sh) : NULL;
+    val_decref(g);
+  }
+  oob_how = saved;
   return o;
 }
 
@@ -1335,6 +1474,11 @@ static Value *at_getattr(Value *self, const char *name) {
     if (!strcmp(name, "multiply")) return bound_new("multiply", at_multiply, self);
     if (!strcmp(name, "min")) return bound_new("min", at_min, self);
     if (!strcmp(name, "max")) return bound_new("max", at_max, self);
+    if (!strcmp(name, "mul")) return bound_new("mul", at_multiply, self);
+    if (!strcmp(name, "subtract")) return bound_new("subtract", at_subtract, self);
+    if (!strcmp(name, "divide")) return bound_new("divide", at_divide, self);
+    if (!strcmp(name, "power")) return bound_new("power", at_power, self);
+    if (!strcmp(name, "apply")) return bound_new("apply", at_apply, self);
   }
   return err_set(ERR_ATTRIBUTE, "'%s' object has no attribute '%s'",
                  r->index ? "_IndexUpdateRef" : "_IndexUpdateHelper", name);
