@@ -913,6 +913,8 @@ Value *ops_getattr(Value *obj, const char *name) {
     if (!strcmp(name, "name")) return str_from(dt_name(t));
     if (!strcmp(name, "itemsize")) return val_int((int64_t)dt_size(t));
     if (!strcmp(name, "dtype")) return val_incref(obj);
+    if (!strcmp(name, "kind"))   /* NumPy's; bfloat16 (ml_dtypes) is 'V' */
+      return str_from(t == DT_BOOL ? "b" : t == DT_BF16 ? "V" : dt_is_float(t) ? "f" : "i");
     break;
   }
   case V_SLICE: {

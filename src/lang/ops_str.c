@@ -204,6 +204,29 @@ static Value *s_split(Value *self, const CallArgs *a) {
   return rc < 0 ? NULL : l;
 }
 
+/* str.splitlines(keepends=False): split at Python's ASCII line
+ * boundaries (\n, \r, \r\n, \v, \f, \x1c-\x1e); no empty last line. */
+static Value *s_splitlines(Value *self, const CallArgs *a) {
+  Value *keep;
+  Value **slots[] = {&keep};
+  if (args_bind("splitlines", a, "keepends=", slots) < 0) return NULL;
+  int keepends = keep && keep != VAL_NONE ? val_truth(keep) : 0;
+  if (keepends < 0) return NULL;
+  Value *l = list_new(4);
+  const char *s = str_cstr(self);
+  size_t n = SLEN(self), i = 0;
+  int rc = l ? 0 : -1;
+  while (rc == 0 && i < n) {
+    size_t j = i;
+    while (j < n && (!s[j] || !strchr("\n\r\v\f\x1c\x1d\x1e", s[j]))) j++;
+    size_t end = j < n ? j + 1 + (s[j] == '\r' && j + 1 < n && s[j + 1] == '\n') : n;
+    rc = append_str(l, s + i, keepends ? end - i : j - i);
+    i = end;
+  }
+  if (rc < 0 && l) val_decref(l);
+  return rc < 0 ? NULL : l;
+}
+
 static Value *s_join(Value *self, const CallArgs *a) {
   Value *it;
   Value **slots[] = {&it};
@@ -499,7 +522,8 @@ static Value *s_islower(Value *self, const CallArgs *a) { return case_test(self,
 static Value *s_format(Value *self, const CallArgs *a) { return ops_format(str_cstr(self), a); }
 
 const Method ops_str_methods[] = {
-  {"format", s_format}, {"join", s_join}, {"split", s_split}, {"partition", s_partition},
+  {"format", s_format}, {"join", s_join}, {"split", s_split}, {"splitlines", s_splitlines},
+  {"partition", s_partition},
   {"rpartition", s_rpartition}, {"replace", s_replace}, {"find", s_find}, {"rfind", s_rfind},
   {"index", s_index}, {"rindex", s_rindex}, {"count", s_count}, {"startswith", s_startswith},
   {"endswith", s_endswith}, {"strip", s_strip}, {"lstrip", s_lstrip}, {"rstrip", s_rstrip},

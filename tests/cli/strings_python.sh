@@ -1,6 +1,7 @@
 #!/bin/bash
 # tests/cli/strings_python.sh SHMAP - str against Python itself: several
-# hundred random calls of the methods of str, indexing, slices and format
+# hundred random calls of the methods of str (splitlines over line
+# boundaries too), indexing, slices and format
 # widths on short strings mixing ASCII, 'é', 'ß', '日', an emoji, white
 # space beyond ASCII ('\u3000') and a non-ASCII digit ('٣'), made with a
 # fixed seed and printed with repr() by shmap and by python3; the outputs
@@ -28,7 +29,10 @@ def call():
                     'replace', 'strip', 'lstrip', 'rstrip', 'center', 'ljust', 'rjust', 'zfill',
                     'partition', 'rpartition', 'upper', 'lower', 'title', 'capitalize', 'swapcase',
                     'isalpha', 'isdigit', 'isspace', 'isupper', 'islower', 'isalnum', 'slice',
-                    'item', 'format', 'in', 'order'])
+                    'item', 'format', 'in', 'order', 'splitlines'])
+    if m == 'splitlines':
+        lines = ''.join(rng.choice(['a', '\n', '\r', 'é', '\x0b', '\x0c', '\x1e', ' ']) for _ in range(rng.randint(0, 8)))
+        return '%r.splitlines(%s)' % (lines, rng.choice(['', 'True', 'keepends=False']))
     if m in ('find', 'rfind', 'count', 'startswith', 'endswith', 'index', 'rindex'):
         a, b = num(), num()
         args = [repr(t)] + ([repr(a)] + ([repr(b)] if b is not None else []) if a is not None or b is not None else [])
