@@ -574,23 +574,25 @@ static Value *block_limits(const Params *p, const AVal *out, const AVal *res) {
 
 /* prim_sharding's test: whether the blocks compute the result's block. */
 static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int nin,
-                           const Params *p, const AVal *out, const Sharding *out_sh,
+                           const Params *p, const AVal *out, int nout, const Sharding *out_sh,
                            Params *local, bool *has_local) {
   enum { MAXOPS = 16 };
-  AVal loc[MAXOPS], res, got;
-  if (nin > MAXOPS || !block_aval(out, out_sh, &res)) return false;
+  AVal loc[MAXOPS], res[PRIM_MAX_OUTS], got[PRIM_MAX_OUTS];
+  if (nin > MAXOPS || nout > PRIM_MAX_OUTS) return false;
+  for (int j = 0; j < nout; j++)
+    if (!block_aval(&out[j], &out_sh[j], &res[j])) return false;
   for (int i = 0; i < nin; i++)
     if (!block_aval(&in[i], &in_sh[i], &loc[i])) return false;
   bool split = false;
-  for (int d = 0; d < out->ndim; d++) split |= res.shape[d] != out->shape[d];
+  for (int d = 0; d < out->ndim; d++) split |= res[0].shape[d] != out->shape[d];
   if (split && (params_get(p, "new_sizes") || params_get(p, "shape") || params_get(p, "limit_indices") ||
                 params_get(p, "slice_sizes"))) {
     for (int i = 0; i < p->n; i++) {
       const char *n = p->p[i].name;
       Value *v = NULL;
       if (!strcmp(n, "new_sizes") || !strcmp(n, "shape") || !strcmp(n, "slice_sizes"))
-        v = val_int_tuple(res.ndim, res.shape);
-      else if (!strcmp(n, "limit_indices")) v = block_limits(p, out, &res);
+        v = val_int_tuple(res[0].ndim, res[0].shape);
+      else if (!strcmp(n, "limit_indices")) v = block_limits(p, out, &res[0]);
       params_add(local, n, v ? v : val_incref(p->p[i].value));
     }
     *has_local = true;
@@ -602,10 +604,12 @@ static bool blocks_compute(PrimId id, const AVal *in, const Sharding *in_sh, int
   if (id == P_DYNAMIC_UPDATE_SLICE && nin >= 2 && loc[1].ndim == loc[0].ndim)
     for (int d = 0; d < loc[0].ndim; d++)
       if (loc[1].shape[d] > loc[0].shape[d]) loc[1].shape[d] = loc[0].shape[d];
-  int rc = prim_infer(id, loc, nin, *has_local ? local : p, &got);
+  int rc = prim_infer(id, loc, nin, *has_local ? local : p, got);
   if (rc < 0) err_clear();
-  bool same = rc == 0 && got.dtype == res.dtype && got.ndim == res.ndim &&
-              !memcmp(got.shape, res.shape, sizeof(int64_t) * (size_t)res.ndim);
+  bool same = rc == 0;
+  for (int j = 0; same && j < nout; j++)
+    same = got[j].dtype == res[j].dtype && got[j].ndim == res[j].ndim &&
+           !memcmp(got[j].shape, res[j].shape, sizeof(int64_t) * (size_t)res[j].ndim);
   if (!same && *has_local) {
     params_clear(local);
     params_init(local);
@@ -656,10 +660,10 @@ static bool some_split(const Sharding *sh, int nin) {
 const char *prim_sharding_op(void) { return sharding_op ? sharding_op : ""; }
 
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
-                  const AVal *out, Sharding *out_sh, Params *local, bool *has_local) {
+                  const AVal *out, int nout, Sharding *out_sh, Params *local, bool *has_local) {
   const PrimInfo *pi = &prim_table[id];
   *has_local = false;
-  if (pi->rules.sharding && pi->kind != PK_HIGHER && nin > 0) {
+  if (pi->rules.sharding && pi->kind != PK_HIGHER && nin > 0 && nout >= 1 && nout <= PRIM_MAX_OUTS) {
     Sharding keep[16];
     int n = nin < 16 ? nin : 16;
     memcpy(keep, in_sh, sizeof(Sharding) * (size_t)n);
@@ -667,17 +671,18 @@ int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Par
     int rc = pi->rules.sharding(in, in_sh, nin, p, out_sh);
     sharding_op = NULL;
     if (rc < 0) return -1;
-    if (rc == 0 && nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, out_sh, local, has_local)) {
+    if (rc == 0 && nin <= 16 && blocks_compute(id, in, in_sh, nin, p, out, nout, out_sh, local, has_local)) {
       if (some_split(in_sh, nin)) atomic_fetch_add_explicit(&split_runs[id], 1, memory_order_relaxed);
       return 1;
     }
     memcpy(in_sh, keep, sizeof(Sharding) * (size_t)n);
     for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
-    typed_only(out_sh, out);
+    if (nout == 1) typed_only(out_sh, out);
+    else for (int j = 0; j < nout; j++) unsplit(&out_sh[j], out[j].ndim);
     return 0;
   }
   for (int i = 0; i < nin; i++) unsplit(&in_sh[i], in[i].ndim);
-  unsplit(out_sh, out->ndim);
+  for (int j = 0; j < nout; j++) unsplit(&out_sh[j], out[j].ndim);
   return 0;
 }
 

@@ -425,28 +425,33 @@ static inline bool prim_row_stride(const Array *a, const Array *o, int64_t *stri
   return a->size == 1;
 }
 
+/* The most results a primitive's sharding rule lays out (prim_sharding). */
+enum { PRIM_MAX_OUTS = 4 };
+
 /* Primitive [id]'s layout on [nin] operands of avals [in] laid out as
- * [in_sh] over one mesh, for a result of aval [out] (one result; [out_sh]
- * has the mesh's axes filled by the caller, as the operands' are): its
+ * [in_sh] over one mesh, for [nout] results of avals [out] (at most
+ * PRIM_MAX_OUTS; [out_sh], nout entries, has the mesh's axes filled by
+ * the caller, as the operands' are; a rule of a primitive with several
+ * results writes each): its
  * sharding rule, kept only when each device's blocks compute its block
- * of the result: every split dimension divides evenly and the shape rule
- * on the blocks' avals gives the result block's aval, a "shape" or
+ * of each result: every split dimension divides evenly and the shape rule
+ * on the blocks' avals gives the result blocks' avals, a "shape" or
  * "new_sizes" parameter (broadcast_in_dim, reshape) made the block's in
  * [*local] (params_init'ed by the caller; filled, and then owned by the
  * caller, only when [*has_local]).  1 with [in_sh] rewritten to the
  * operands' layouts and [out_sh] the result's (its partial axes to
- * complete); 0 when the rule does not apply (no rule, several results, a
- * higher-order primitive, blocks that do not compute it: the operands
- * then replicated, [in_sh] so written, and [out_sh] replicated but for
- * the rule's splits over Explicit axes that divide evenly, the result's
- * type, which each device slices its block of); -1 with the
+ * complete); 0 when the rule does not apply (no rule, a higher-order
+ * primitive, blocks that do not compute it: the operands then
+ * replicated, [in_sh] so written, and [out_sh] replicated but, for one
+ * result, for the rule's splits over Explicit axes that divide evenly,
+ * the result's type, which each device slices its block of); -1 with the
  * error set (a rule's parameter error, or Explicit mode's
  * ShardingTypeError where the result's layout over Explicit axes is
  * ambiguous: Sharding.explicit_axes).  One decision for eager results
  * (spmd/sharding.c) and jit (transform/partition.c), so both lay results
  * out alike.  Semantics: GSPMD's propagation, shmap(7) THE THREE MODES. */
 int prim_sharding(PrimId id, const AVal *in, Sharding *in_sh, int nin, const Params *p,
-                  const AVal *out, Sharding *out_sh, Params *local, bool *has_local);
+                  const AVal *out, int nout, Sharding *out_sh, Params *local, bool *has_local);
 
 /* How often [id]'s sharding rule was kept (prim_sharding returned 1) with
  * some operand split: its devices computed on blocks.  For tests

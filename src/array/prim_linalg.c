@@ -6,9 +6,8 @@
  * front), JVP rules (JAX's, jax/_src/lax/linalg.py: lu, triangular_solve
  * with its transpose, cholesky, eigh, svd and qr, each raising JAX's
  * NotImplementedError for the shapes JAX's does not cover) and costs, side by side in
- * the rows at the end of the file.  triangular_solve and cholesky have
- * a sharding rule (the batch dimensions keep their splits); the others,
- * with several results, none: their operands are replicated.
+ * the rows at the end of the file, with their sharding rules: the batch
+ * dimensions keep their splits, each device factoring its own matrices.
  */
 #include "array/lapack.h"
 #include "array/prim_rules.h"
@@ -552,18 +551,49 @@ static int sh_batched_matrices(const AVal *in, Sharding *in_sh, int nin, const P
   return 0;
 }
 
+/* lu, eigh, svd and qr: each result keeps the operand's batch
+ * dimensions' splits (every result of a batched factorisation leads
+ * with them), its other dimensions unsplit; the operand's two matrix
+ * dimensions are unsplit. */
+static int sh_batched_factor(PrimId id, const AVal *in, Sharding *in_sh, const Params *p,
+                             Sharding *out_sh) {
+  AVal outs[PRIM_MAX_OUTS];
+  int nd = in[0].ndim, nb = nd - 2;
+  if (nd < 2 || prim_table[id].nout > PRIM_MAX_OUTS || prim_table[id].rules.shape(in, 1, p, outs) < 0) {
+    err_clear();   /* the shape rule's error follows */
+    return 1;
+  }
+  in_sh[0].nsplit[nd - 1] = in_sh[0].nsplit[nd - 2] = 0;
+  for (int j = 0; j < prim_table[id].nout; j++) {
+    sh_replicated(&out_sh[j], outs[j].ndim, &in_sh[0]);
+    for (int d = 0; d < nb && d < outs[j].ndim; d++) sh_copy_dim(&out_sh[j], d, &in_sh[0], d);
+  }
+  return 0;
+}
+
+#define SH_FACTOR(name, ID)                                                                  \
+  static int sh_##name(const AVal *in, Sharding *in_sh, int nin, const Params *p,           \
+                       Sharding *out_sh) {                                                  \
+    (void)nin;                                                                              \
+    return sh_batched_factor(P_##ID, in, in_sh, p, out_sh);                                 \
+  }
+SH_FACTOR(lu, LU)
+SH_FACTOR(eigh, EIGH)
+SH_FACTOR(svd, SVD)
+SH_FACTOR(qr, QR)
+
 /* ==== the rows ================================================================ */
 
 #define FLOATS (1u << DT_F32 | 1u << DT_F64)
 
 /* Each primitive's rules, side by side (prim.h, PrimRules). */
 static const PrimRow rows[] = {
-    {P_LU, {.shape = shape_lu, .kernel = lapack_kernel_lu, .batch = batch_lu, .jvp = jvp_lu, .dtypes = FLOATS, .cost = cost_lu}},
+    {P_LU, {.shape = shape_lu, .kernel = lapack_kernel_lu, .batch = batch_lu, .jvp = jvp_lu, .sharding = sh_lu, .dtypes = FLOATS, .cost = cost_lu}},
     {P_TRIANGULAR_SOLVE, {.shape = shape_triangular_solve, .kernel = lapack_kernel_triangular_solve, .batch = batch_triangular_solve, .jvp = jvp_triangular_solve, .transpose = tr_triangular_solve, .sharding = sh_batched_matrices, .dtypes = FLOATS, .cost = cost_triangular_solve}},
     {P_CHOLESKY, {.shape = shape_cholesky, .kernel = lapack_kernel_cholesky, .batch = batch_cholesky, .jvp = jvp_cholesky, .sharding = sh_batched_matrices, .dtypes = FLOATS, .cost = cost_cholesky}},
-    {P_EIGH, {.shape = shape_eigh, .kernel = lapack_kernel_eigh, .batch = batch_eigh, .jvp = jvp_eigh, .dtypes = FLOATS, .cost = cost_eigh}},
-    {P_SVD, {.shape = shape_svd, .kernel = lapack_kernel_svd, .batch = batch_svd, .jvp = jvp_svd, .dtypes = FLOATS, .cost = cost_svd}},
-    {P_QR, {.shape = shape_qr, .kernel = lapack_kernel_qr, .batch = batch_qr, .jvp = jvp_qr, .dtypes = FLOATS, .cost = cost_qr}},
+    {P_EIGH, {.shape = shape_eigh, .kernel = lapack_kernel_eigh, .batch = batch_eigh, .jvp = jvp_eigh, .sharding = sh_eigh, .dtypes = FLOATS, .cost = cost_eigh}},
+    {P_SVD, {.shape = shape_svd, .kernel = lapack_kernel_svd, .batch = batch_svd, .jvp = jvp_svd, .sharding = sh_svd, .dtypes = FLOATS, .cost = cost_svd}},
+    {P_QR, {.shape = shape_qr, .kernel = lapack_kernel_qr, .batch = batch_qr, .jvp = jvp_qr, .sharding = sh_qr, .dtypes = FLOATS, .cost = cost_qr}},
 };
 
 void prim_linalg_register(void) { prim_register_rows(rows, sizeof rows / sizeof rows[0]); }

@@ -1568,35 +1568,37 @@ static int eager_sharding(PrimId id, Array *const *in, int nin, const Params *p,
                           int nout, Value **out) {
   const NamedSharding *ref = sharding_operands_ref(in, nin);
   if (!ref) return 0;
-  Sharding sh[EAGER_MAX_OPS], osh;
+  Sharding sh[EAGER_MAX_OPS], osh[PRIM_MAX_OUTS];
   AVal av[EAGER_MAX_OPS];
-  bool ruled = nout == 1 && nin <= EAGER_MAX_OPS;
+  bool ruled = nout >= 1 && nout <= PRIM_MAX_OUTS && nin <= EAGER_MAX_OPS;
   for (int i = 0; ruled && i < nin; i++) {
     aval_of(in[i], &av[i]);
     if (operand_rule(in[i], ref, &sh[i]) < 0) return -1;
   }
   if (ruled) {
-    /* jit's decision (partition.h): the same layout eagerly and staged */
+    /* jit's decision (partition.h): the same layouts eagerly and staged */
     Params local;
     bool has_local;
     params_init(&local);
-    sharding_to_rule(ref, outv[0].ndim, &osh);
-    if (prim_sharding(id, av, sh, nin, p, &outv[0], &osh, &local, &has_local) < 0) return -1;
+    for (int k = 0; k < nout; k++) sharding_to_rule(ref, outv[k].ndim, &osh[k]);
+    if (prim_sharding(id, av, sh, nin, p, outv, nout, osh, &local, &has_local) < 0) return -1;
     if (has_local) params_clear(&local);
-    osh.ndim = outv[0].ndim;
-    out[0] = sharding_from_rule(ref->mesh, &osh);
-    for (int i = 0; out[0] && i < nin; i++)
-      if (in[i]->sharding && ((const NamedSharding *)in[i]->sharding)->mesh) {
-        out[0] = sharding_as_users(out[0], outv[0].ndim, in[i]->sharding, in[i]->ndim);
-        break;
-      }
-    return out[0] ? 0 : -1;
+    const Array *user = NULL;   /* the first operand with a NamedSharding */
+    for (int i = 0; !user && i < nin; i++)
+      if (in[i]->sharding && ((const NamedSharding *)in[i]->sharding)->mesh) user = in[i];
+    for (int k = 0; k < nout; k++) {
+      osh[k].ndim = outv[k].ndim;
+      out[k] = sharding_from_rule(ref->mesh, &osh[k]);
+      if (out[k] && user) out[k] = sharding_as_users(out[k], outv[k].ndim, user->sharding, user->ndim);
+      if (!out[k]) return -1;
+    }
+    return 0;
   }
   for (int k = 0; k < nout; k++) {
-    sharding_to_rule(ref, outv[k].ndim, &osh);
-    memset(osh.nsplit, 0, sizeof osh.nsplit);
-    osh.ndim = outv[k].ndim;
-    if (!(out[k] = sharding_from_rule(ref->mesh, &osh))) return -1;
+    sharding_to_rule(ref, outv[k].ndim, &osh[0]);
+    memset(osh[0].nsplit, 0, sizeof osh[0].nsplit);
+    osh[0].ndim = outv[k].ndim;
+    if (!(out[k] = sharding_from_rule(ref->mesh, &osh[0]))) return -1;
   }
   return 0;
 }

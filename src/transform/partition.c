@@ -581,9 +581,20 @@ static int part_eqn(Part *pt, int k) {
   replicated(pp->mesh, e->nout ? pp->p->vars[e->out[0]].ndim : 0, &pe->out);
   for (int i = 0; i < nin; i++) pe->want[i].explicit_axes &= ~e->auto_axes;   /* auto_axes' */
   params_init(&pe->params);
-  if (e->nout == 1)
-    ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, &pp->p->vars[e->out[0]], &pe->out,
+  Sharding outs[PRIM_MAX_OUTS];   /* a primitive's several results' (the factorisations') */
+  AVal oav[PRIM_MAX_OUTS];
+  if (e->nout == 1) {
+    ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, &pp->p->vars[e->out[0]], 1, &pe->out,
                           &pe->params, &pe->local);
+  } else if (e->nout > 1 && e->nout <= PRIM_MAX_OUTS) {
+    for (int j = 0; j < e->nout; j++) {
+      oav[j] = pp->p->vars[e->out[j]];
+      replicated(pp->mesh, oav[j].ndim, &outs[j]);
+    }
+    ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, oav, e->nout, outs, &pe->params,
+                          &pe->local);
+    pe->out = outs[0];
+  }
   if (ruled < 0) {   /* a rule's error (Explicit mode's) points at the equation's source */
     if (e->loc.src) err_locate(e->loc);
     shm_free(have);
@@ -629,7 +640,8 @@ static int part_eqn(Part *pt, int k) {
   for (int d = 0; !ruled && e->nout == 1 && d < pe->out.ndim; d++) pe->sliced |= pe->out.nsplit[d] != 0;
   for (int j = 0; j < e->nout; j++) {
     Sharding *v = &pp->vars[e->out[j]];
-    if (ruled || pe->sliced) *v = pe->out;
+    if (ruled && e->nout > 1) *v = outs[j];
+    else if (ruled || pe->sliced) *v = pe->out;
     else replicated(pp->mesh, pp->p->vars[e->out[j]].ndim, v);
     pp->origin[e->out[j]] = carry && from >= 0 && !(pe->out.partial & ~pbits) ? from : k;
   }

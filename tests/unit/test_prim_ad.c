@@ -63,7 +63,7 @@ static const char *const closes_fused[] = {"reduce_sum", NULL};
  * their operands (an all_gather) and says so. */
 static const char *const sharding_replicates[] = {
     "iota", "random_split", "random_fold_in", "random_bits", "random_uniform", "random_randint",
-    "random_permutation", "lu", "triangular_solve", "cholesky", "eigh", "svd", "qr", NULL};
+    "random_permutation", NULL};
 
 static bool listed(const char *const *l, const char *name) {
   for (; *l; l++)
