@@ -557,11 +557,17 @@ Value *pspec_from_args(int n, Value *const *entries) {
   return &s->hdr;
 }
 
-Value *pspec_prepend_none(const PSpec *s) {
-  PSpec *t = shm_calloc(1, sizeof *t + sizeof(SpecEntry) * (size_t)(s->n + 1));
+PSpec *pspec_none(int n) {
+  PSpec *t = shm_calloc(1, sizeof *t + sizeof(SpecEntry) * (size_t)(n + 1));
   if (!t) return err_nomem();
   val_init(&t->hdr, V_PSPEC);
-  t->n = s->n + 1;
+  t->n = n;
+  return t;
+}
+
+Value *pspec_prepend_none(const PSpec *s) {
+  PSpec *t = pspec_none(s->n + 1);
+  if (!t) return NULL;
   for (int i = 0; i < s->n; i++) t->e[i + 1] = s->e[i];
   return &t->hdr;
 }

@@ -103,6 +103,10 @@ Value *pspec_from_args(int n, Value *const *entries);
 /* Writes "P('i', None)" / "P(('j', 'i'), None)" / "P()". */
 void pspec_str(const PSpec *s, char *buf, size_t cap);
 
+/* A spec of [n] None entries (P(None, ...)), to be filled in.  New
+ * reference, or NULL on out of memory. */
+PSpec *pspec_none(int n);
+
 /* [s] with a None entry first: the spec of the same blocks with an
  * unsplit axis in front (a vmap's batch axis).  New reference. */
 Value *pspec_prepend_none(const PSpec *s);

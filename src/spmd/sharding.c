@@ -174,14 +174,6 @@ bool sharding_is(const Value *v) {
   return v && v->type == V_OPAQUE && ((const Opaque *)v)->ot == &sharding_type;
 }
 
-static PSpec *pspec_alloc(int n) {
-  PSpec *s = shm_calloc(1, sizeof *s + sizeof(SpecEntry) * (size_t)n);
-  if (!s) return err_nomem();
-  val_init(&s->hdr, V_PSPEC);
-  s->n = n;
-  return s;
-}
-
 /* A new sharding of [mesh] (NULL: single device [device]) and [spec]. */
 static Value *sharding_make(Mesh *mesh, PSpec *spec, int device) {
   NamedSharding *s = shm_calloc(1, sizeof *s);
@@ -197,7 +189,7 @@ static Value *sharding_make(Mesh *mesh, PSpec *spec, int device) {
 Value *sharding_new(Mesh *mesh, PSpec *spec) { return sharding_make(mesh, spec, -1); }
 
 static Value *single_device(int device) {
-  PSpec *none = pspec_alloc(0);
+  PSpec *none = pspec_none(0);
   Value *r = none ? sharding_make(NULL, none, device) : NULL;
   if (none) val_decref(&none->hdr);
   return r;
@@ -251,7 +243,7 @@ static Value *from_rule(Mesh *mesh, const Sharding *r, bool full) {
   for (int a = 0; a < mesh->naxes; a++) full |= mesh->axis_types[a] == MESH_EXPLICIT;
   int n = r->ndim;
   while (!full && n > 0 && r->nsplit[n - 1] == 0) n--;
-  PSpec *spec = pspec_alloc(n);
+  PSpec *spec = pspec_none(n);
   if (!spec) return NULL;
   for (int d = 0; d < spec->n; d++) {
     spec->e[d].nnames = r->nsplit[d];

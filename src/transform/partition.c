@@ -1040,10 +1040,50 @@ static bool same_shape(const Plan *p, int a, int b) {
   return x->ndim == y->ndim && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim);
 }
 
+/* The spec of a transpose's operand (rank [n]) whose result [out] laid
+ * out so gives each device the same block: entry perm[d] is out's d. */
+static PSpec *spec_before_transpose(const PSpec *out, const PlanEqn *e, int n) {
+  int64_t perm[SHM_MAXDIM];
+  int np = 0;
+  if (params_ints(&e->params, "permutation", &np, perm, SHM_MAXDIM) < 0 || np != n) {
+    err_clear();
+    return NULL;
+  }
+  PSpec *t = pspec_none(n);
+  for (int d = 0; t && d < out->n && d < n; d++) t->e[perm[d]] = out->e[d];
+  return t;
+}
+
+/* The spec of a reshape's operand of aval [a] whose result of aval [r]
+ * laid out as [out] gives each device the same elements, or NULL: each
+ * split result dimension starts where an operand dimension does (equal
+ * products of the dimensions before) that its split divides, so the
+ * blocks are the same runs of the flat array. */
+static PSpec *spec_before_reshape(const PSpec *out, const AVal *a, const AVal *r, const Mesh *m) {
+  PSpec *t = pspec_none(a->ndim);
+  for (int d = 0; t && d < out->n && d < r->ndim; d++) {
+    if (!out->e[d].nnames) continue;
+    int64_t before = 1, in_before = 1;
+    for (int q = 0; q < d; q++) before *= r->shape[q];
+    int i = 0;
+    while (i < a->ndim && in_before < before) in_before *= a->shape[i++];
+    while (i < a->ndim && a->shape[i] == 1 && r->shape[d] != 1) i++;   /* unit dimensions between */
+    if (i >= a->ndim || in_before != before || a->shape[i] % pspec_entry_size(out, m, d) ||
+        t->e[i].nnames) {
+      val_decref(&t->hdr);
+      return NULL;
+    }
+    t->e[i] = out->e[d];
+  }
+  return t;
+}
+
 /* The in_spec every use of [p]'s variable [v] reaches when each is an
- * operand of a shard_map over [m] with that one spec (borrowed), or of
- * an element-wise equation of v's shape whose result's uses do so in
- * turn; else NULL (any other use, or v a result of the plan). */
+ * operand of a shard_map over [m] with that one spec, or of an
+ * element-wise equation of v's shape, a transpose or a reshape that
+ * keeps the blocks whole (spec_before_reshape) whose result's uses do so
+ * in turn, the spec carried back through them; else NULL (any other use,
+ * or v a result of the plan).  A new reference. */
 static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth, long *budget) {
   PSpec *spec = NULL;
   if ((*budget -= p->neqn + 1) < 0) return NULL;
@@ -1051,30 +1091,45 @@ static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth, long *bud
     if (!p->outs[o].lit && p->outs[o].var == v) return NULL;
   for (int k = 0; k < p->neqn; k++) {
     const PlanEqn *e = &p->eqns[k];
-    PSpec *through = NULL;   /* an element-wise equation's answer, asked once */
+    PSpec *through = NULL;   /* a step's answer, asked once */
     bool asked = false;
     for (int j = 0; j < e->nin; j++) {
       if (e->in[j].lit || e->in[j].var != v) continue;
       PSpec *sj = NULL;
       PrimKind kind = prim_table[e->prim].kind;
+      bool step = e->nout == 1 && depth < USE_DEPTH &&
+                  (e->prim == P_TRANSPOSE || e->prim == P_RESHAPE ||
+                   ((kind == PK_UNARY || kind == PK_BINARY) && same_shape(p, e->out[0], v)));
       if (asked) {
-        sj = through;
+        sj = through ? (PSpec *)val_incref(&through->hdr) : NULL;
       } else if (e->prim == P_SHARD_MAP) {
         Value *em = params_get(&e->params, "mesh"), *is = params_get(&e->params, "in_specs");
-        if (!em || em->type != V_MESH || !mesh_same((Mesh *)em, m) || !is ||
-            is->type != V_TUPLE || (size_t)j >= tuple_len(is))
-          return NULL;
-        sj = (PSpec *)tuple_get(is, (size_t)j);
-        if (sj->hdr.type != V_PSPEC) return NULL;
-      } else if ((kind == PK_UNARY || kind == PK_BINARY) && e->nout == 1 && depth < USE_DEPTH &&
-                 same_shape(p, e->out[0], v)) {
-        /* the same bits whatever the layout: x * 2. before the call */
-        sj = through = use_spec(p, e->out[0], m, depth + 1, budget);
+        if (em && em->type == V_MESH && mesh_same((Mesh *)em, m) && is && is->type == V_TUPLE &&
+            (size_t)j < tuple_len(is) && tuple_get(is, (size_t)j)->type == V_PSPEC)
+          sj = (PSpec *)val_incref(tuple_get(is, (size_t)j));
+      } else if (step) {
+        /* the same bits whatever the layout: x * 2. or x.T before the call */
+        PSpec *after = use_spec(p, e->out[0], m, depth + 1, budget);
+        if (!after || e->prim == P_TRANSPOSE || e->prim == P_RESHAPE) {
+          if (after && e->prim == P_TRANSPOSE) through = spec_before_transpose(after, e, p->vars[v].ndim);
+          else if (after) through = spec_before_reshape(after, &p->vars[v], &p->vars[e->out[0]], m);
+          if (after) val_decref(&after->hdr);
+        } else {
+          through = after;
+        }
         asked = true;
+        sj = through ? (PSpec *)val_incref(&through->hdr) : NULL;
       }
-      if (!sj || (spec && !pspec_same(spec, sj))) return NULL;
+      if (!sj || (spec && !pspec_same(spec, sj))) {
+        if (sj) val_decref(&sj->hdr);
+        if (spec) val_decref(&spec->hdr);
+        if (through) val_decref(&through->hdr);
+        return NULL;
+      }
+      if (spec) val_decref(&spec->hdr);
       spec = sj;
     }
+    if (through) val_decref(&through->hdr);
   }
   return spec;
 }
@@ -1082,7 +1137,8 @@ static PSpec *use_spec(const Plan *p, int v, const Mesh *m, int depth, long *bud
 /* The layout of unsharded leaf [i] in a call partitioned over [m] (a new
  * reference; NULL: replicated): JAX's jit leaves an uncommitted
  * argument's layout to propagation, which gives one that only shard_maps
- * read (directly or through element-wise steps) their in_specs' layout,
+ * read (directly or through element-wise steps, transposes and reshapes
+ * that keep the blocks whole) their in_specs' layout carried back,
  * so each device is handed its block (a compiled argument of the
  * block's size: AOT's memory analysis) and computes the steps on it, not
  * on the whole.  Any other use keeps it replicated, as eager code reads
@@ -1091,7 +1147,10 @@ static Value *unsharded_leaf_layout(const Plan *p, int i, Value *leaf, Mesh *m) 
   if (leaf_sharding(leaf) || (IS_ARRAY(leaf) && AS_ARRAY(leaf)->device1)) return NULL;
   long budget = USE_BUDGET;
   PSpec *spec = use_spec(p, p->invars[i], m, 0, &budget);
-  return spec ? sharding_new(m, spec) : NULL;
+  err_clear();   /* out of memory while searching: replicated, which is correct */
+  Value *r = spec ? sharding_new(m, spec) : NULL;
+  if (spec) val_decref(&spec->hdr);
+  return r;
 }
 
 PartPlan *part_plan_call(Plan *p, Value *const *leaves, Value *out_shardings) {
