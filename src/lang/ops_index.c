@@ -998,35 +998,6 @@ static Value *at_update(AtRef *ref, Value *v, const char *mode, Value *given) {
   return o;
 }
 
-/* Whether [index] on an array of [av] selects along one dimension only:
- * one integer or integer array at dimension [*k] ([*item], borrowed, as
- * given), every other dimension whole, no None: x.at[:, ids], x.at[i].
- * Such an update is one scatter along that dimension (at_update_axis),
- * as JAX's scatter keeps the other dimensions as windows, so their
- * layouts stay (rows split over devices stay split). */
-static Value *item_as_written(Value *index, const AVal *av, int k);
-
-static bool along_one_dim(Value *index, const AVal *av, int *k, Value **item) {
-  Index ix;
-  if (index_parse(index, av, &ix) < 0) {
-    err_clear();
-    return false;
-  }
-  int found = -1;
-  bool ok = true;
-  for (int i = 0; i < ix.n && ok; i++) {
-    const IxItem *it = &ix.it[i];
-    bool whole = it->kind == IX_SLICE && it->start == 0 && it->step == 1 && it->n == av->shape[it->dim];
-    if (whole) continue;
-    ok = found < 0 && (it->kind == IX_INT || it->kind == IX_ARRAY);
-    found = i;
-  }
-  if (ok && found >= 0) *k = ix.it[found].dim;
-  index_free(&ix);
-  if (!ok || found < 0) return false;
-  return (*item = item_as_written(index, av, *k)) != NULL;
-}
-
 /* The item of [index] (borrowed, as written: an int, a list, an array)
  * that selects along dimension [k] of an array of [av]; NULL if a slice
  * or nothing does. */
@@ -1046,7 +1017,7 @@ static Value *item_as_written(Value *index, const AVal *av, int k) {
   return NULL;
 }
 
-/* [x] (of [av]) updated along dimension [k] with [item] (along_one_dim):
+/* [x] (of [av]) updated along dimension [k] with [item] (axis_in_box):
  * the positions along k that item selects (an iota of that length
  * indexed by it, so negative, out-of-range and traced indices are
  * treated as the flat path treats them), and one scatter[axis=k] of [v],
@@ -1167,13 +1138,14 @@ static Value *at_update_box(AtRef *ref, Value *v, const char *mode, const AVal *
 
 /* Whether [index] on an array of [av] selects along one dimension [*k]
  * within a box: one integer array at k and step-1 slices elsewhere
- * (x.at[ids, 1:3]), or ints and step-1 slices (x.at[2, 3], x.at[2, 1:3],
- * the first int at k), or one array and ints on adjacent dimensions
- * (x.at[ids, 2]: NumPy's combined advanced index, its dimensions where
- * the first is), the ints' other than k in [*drop] (bits), no None, not
- * every other dimension whole (that is along_one_dim).  [*item]
- * (borrowed) is k's item as written; [start] and [len] the box, whole
- * along k. */
+ * (x.at[:, ids], x.at[ids, 1:3]), or ints and step-1 slices (x.at[i],
+ * x.at[2, 3], x.at[2, 1:3], the first int at k), or one array and ints
+ * on adjacent dimensions (x.at[ids, 2]: NumPy's combined advanced index,
+ * its dimensions where the first is), the ints' other than k in [*drop]
+ * (bits), no None.  [*item] (borrowed) is k's item as written; [start]
+ * and [len] the box, whole along k.  Such an update is a scatter along
+ * k, as JAX's scatter keeps the other dimensions as windows, so their
+ * layouts stay (rows split over devices stay split). */
 static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int64_t *start,
                         int64_t *len, uint64_t *drop) {
   Index ix;
@@ -1182,7 +1154,7 @@ static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int6
     return false;
   }
   int arrays = 0, ints = 0;
-  bool ok = true, part = false;
+  bool ok = true;
   *k = -1;
   *drop = 0;
   for (int i = 0; i < ix.n && ok; i++) {
@@ -1192,7 +1164,6 @@ static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int6
       ok = it->step == 1 && it->n > 0;
       start[d] = it->start;
       len[d] = it->n;
-      part |= it->n != av->shape[d];
       continue;
     }
     ok = it->kind == IX_INT || it->kind == IX_ARRAY;
@@ -1209,8 +1180,7 @@ static bool axis_in_box(Value *index, const AVal *av, int *k, Value **item, int6
    * the first of them is when they are adjacent, as the scatter does */
   uint64_t adv = *drop | (*k >= 0 ? (uint64_t)1 << *k : 0), run = adv ? adv >> __builtin_ctzll(adv) : 0;
   bool adjacent = (run & (run + 1)) == 0;
-  ok = ok && *k >= 0 && arrays <= 1 && (arrays == 0 || ints == 0 || adjacent) &&
-       (part || ints > 1 || (arrays == 1 && ints > 0));
+  ok = ok && *k >= 0 && arrays <= 1 && (arrays == 0 || ints == 0 || adjacent);
   if (!ok) return false;
   start[*k] = 0;
   len[*k] = av->shape[*k];
@@ -1245,7 +1215,7 @@ static Value *at_update_axis_box(AtRef *ref, Value *v, const char *mode, const A
 
 /* at_update's computation: along one dimension when the index selects
  * only there (at_update_axis), or there within a box of the others
- * (at_update_axis_box), a box's dynamic_update_slice for set and add
+ * (axis_in_box, at_update_axis_box), a box's dynamic_update_slice for set and add
  * (at_update_box), else [v] scattered into the flattened array at
  * the flat positions [sel] (consumed) the index selects. */
 static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal *pav, Value *sel) {
@@ -1253,13 +1223,12 @@ static Value *at_update_flat(AtRef *ref, Value *v, const char *mode, const AVal 
   Value *item = NULL;
   int64_t start[SHM_MAXDIM], len[SHM_MAXDIM];
   uint64_t drop;
-  if (along_one_dim(ref->index, pav, &k, &item)) {
-    val_decref(sel);
-    return at_update_axis(ref->array, v, mode, pav, k, item, 0);
-  }
   if (axis_in_box(ref->index, pav, &k, &item, start, len, &drop)) {
     val_decref(sel);
-    return at_update_axis_box(ref, v, mode, pav, k, item, start, len, drop);
+    bool whole = !drop;   /* then one scatter of the array itself */
+    for (int d = 0; whole && d < pav->ndim; d++) whole = len[d] == pav->shape[d];
+    return whole ? at_update_axis(ref->array, v, mode, pav, k, item, 0)
+                 : at_update_axis_box(ref, v, mode, pav, k, item, start, len, drop);
   }
   bool adds = pav->dtype == DT_F32 || pav->dtype == DT_F64 || pav->dtype == DT_I32 ||
               pav->dtype == DT_I64 || pav->dtype == DT_I8;
