@@ -581,12 +581,9 @@ static int part_eqn(Part *pt, int k) {
   replicated(pp->mesh, e->nout ? pp->p->vars[e->out[0]].ndim : 0, &pe->out);
   for (int i = 0; i < nin; i++) pe->want[i].explicit_axes &= ~e->auto_axes;   /* auto_axes' */
   params_init(&pe->params);
-  Sharding outs[PRIM_MAX_OUTS];   /* a primitive's several results' (the factorisations') */
+  Sharding outs[PRIM_MAX_OUTS];   /* each result's (several: the factorisations) */
   AVal oav[PRIM_MAX_OUTS];
-  if (e->nout == 1) {
-    ruled = prim_sharding(e->prim, av, pe->want, nin, &e->params, &pp->p->vars[e->out[0]], 1, &pe->out,
-                          &pe->params, &pe->local);
-  } else if (e->nout > 1 && e->nout <= PRIM_MAX_OUTS) {
+  if (e->nout >= 1 && e->nout <= PRIM_MAX_OUTS) {
     for (int j = 0; j < e->nout; j++) {
       oav[j] = pp->p->vars[e->out[j]];
       replicated(pp->mesh, oav[j].ndim, &outs[j]);

@@ -437,6 +437,26 @@ static Value *filled_like(Value *c, Value *like) {
   return r;
 }
 
+/* Where this device's block of dimension [d] of a value laid out as [s]
+ * starts: axis_index of the mesh axes splitting it times the block's
+ * length [blk], as dtype [t] (weak, so it takes the indices' type);
+ * [*count] the number of blocks.  A new reference, or NULL. */
+static Value *block_start(const PartPlan *pp, const Sharding *s, int d, int64_t blk, DType t,
+                          int64_t *count) {
+  Value *names = axis_names(pp, s, d, 0, count);
+  Params q;
+  params_init(&q);
+  params_add(&q, "axis_name", names);
+  Value *ai = prim_bind(P_AXIS_INDEX, 0, NULL, &q);
+  params_clear(&q);
+  Value *aic = ai ? ops_convert(ai, t, true) : NULL, *c_blk = aic ? scalar(t, (double)blk) : NULL;
+  Value *off = c_blk ? ops_binary(OP_MUL, aic, c_blk) : NULL;
+  val_decref(ai);
+  val_decref(aic);
+  val_decref(c_blk);
+  return off;
+}
+
 /* The dimension a gather or scatter [e] takes along, when this device's
  * operand block [pe->want[0]] is split there (the rule kept it:
  * prim_index.c, taken_split); else -1. */
@@ -466,16 +486,9 @@ static Value *masked_take(const PartPlan *pp, const PlanEqn *e, const PartEqn *p
   int64_t count;
   if (prim_value_aval(ops[0], &ob) < 0 || prim_value_aval(ops[1], &ia) < 0) return NULL;
   int64_t blk = ob.shape[axis];
-  Value *names = axis_names(pp, &pe->want[0], axis, 0, &count);
-  Params q;
-  params_init(&q);
-  params_add(&q, "axis_name", names);
-  Value *ai = prim_bind(P_AXIS_INDEX, 0, NULL, &q);
-  params_clear(&q);
+  Value *off = block_start(pp, &pe->want[0], axis, blk, ia.dtype, &count);
   Value *c_blk = scalar(ia.dtype, (double)blk), *c0 = scalar(ia.dtype, 0),
         *c_last = scalar(ia.dtype, (double)(blk * count - 1)), *c_neg = scalar(ia.dtype, -1);
-  Value *aic = ai ? ops_convert(ai, ia.dtype, true) : NULL;
-  Value *off = aic && c_blk ? ops_binary(OP_MUL, aic, c_blk) : NULL;
   bool gather = e->prim == P_GATHER;
   Value *g = NULL, *li = NULL, *ge = NULL, *lt = NULL, *valid = NULL,
         *pick = NULL, *r = NULL;
@@ -516,7 +529,7 @@ static Value *masked_take(const PartPlan *pp, const PlanEqn *e, const PartEqn *p
     val_decref(vr);
     val_decref(fill);
   }
-  val_decref(ai); val_decref(aic); val_decref(off); val_decref(c_blk); val_decref(c0);
+  val_decref(off); val_decref(c_blk); val_decref(c0);
   val_decref(c_last); val_decref(c_neg); val_decref(g); val_decref(li); val_decref(ge);
   val_decref(lt); val_decref(valid); val_decref(pick);
   return r;
@@ -557,30 +570,24 @@ static Value *run_masked_update(const PartPlan *pp, const PlanEqn *e, const Part
       continue;
     }
     AVal sa;
-    int64_t count, blk = ob.shape[d], len = ua.shape[d];
+    int64_t count = 1, blk = ob.shape[d], len = ua.shape[d];
     ok = prim_value_aval(ops[2 + d], &sa) == 0;
-    Value *names = ok ? axis_names(pp, &pe->want[0], d, 0, &count) : NULL;
+    Value *off = ok ? block_start(pp, &pe->want[0], d, blk, sa.dtype, &count) : NULL;
     Params q;
-    params_init(&q);
-    params_add(&q, "axis_name", names);
-    Value *ai = ok ? prim_bind(P_AXIS_INDEX, 0, NULL, &q) : NULL;
-    params_clear(&q);
     params_init(&q);
     params_add(&q, "dtype", dtype_value(sa.dtype));
     params_add(&q, "shape", val_int_tuple(1, &blk));
     params_add(&q, "dimension", val_int(0));
-    Value *io = ai ? prim_bind(P_IOTA, 0, NULL, &q) : NULL;
+    Value *io = off ? prim_bind(P_IOTA, 0, NULL, &q) : NULL;
     params_clear(&q);
     Value *c0 = scalar(sa.dtype, 0), *c_len = scalar(sa.dtype, (double)len),
-          *c_top = scalar(sa.dtype, (double)(blk * (ai ? count : 1) - len)),
-          *c_last = scalar(sa.dtype, (double)(len - 1)), *c_blk = scalar(sa.dtype, (double)blk);
+          *c_top = scalar(sa.dtype, (double)(blk * count - len)),
+          *c_last = scalar(sa.dtype, (double)(len - 1));
     Params none;
     params_init(&none);
     Value *in3[3] = {c0, ops[2 + d], c_top};
     Value *s = io ? prim_bind(P_CLAMP, 3, in3, &none) : NULL;   /* the kernel's clamp */
-    Value *aic = s ? ops_convert(ai, sa.dtype, true) : NULL;
-    Value *off = aic ? ops_binary(OP_MUL, aic, c_blk) : NULL;
-    Value *gpos = off ? ops_binary(OP_ADD, io, off) : NULL;
+    Value *gpos = s ? ops_binary(OP_ADD, io, off) : NULL;
     Value *rel = gpos ? ops_binary(OP_SUB, gpos, s) : NULL;
     Value *ge = rel ? ops_compare(OP_GE, rel, c0) : NULL;
     Value *lt = ge ? ops_compare(OP_LT, rel, c_len) : NULL;
@@ -605,8 +612,8 @@ static Value *run_masked_update(const PartPlan *pp, const PlanEqn *e, const Part
     u = g;
     start[d] = scalar(sa.dtype, 0);
     ok = mask && u && start[d];
-    val_decref(ai); val_decref(io); val_decref(c0); val_decref(c_len); val_decref(c_top);
-    val_decref(c_last); val_decref(c_blk); val_decref(s); val_decref(aic); val_decref(off);
+    val_decref(io); val_decref(c0); val_decref(c_len); val_decref(c_top);
+    val_decref(c_last); val_decref(s); val_decref(off);
     val_decref(gpos); val_decref(rel); val_decref(ge); val_decref(lt); val_decref(valid);
     val_decref(row); val_decref(vr);
   }

@@ -80,14 +80,14 @@ static int body_whys(Value *fv, const Plan *body) {
  * reference, named [name]), or NULL with the error set.  [internal]: a
  * jit that does not partition runs the staged body replicated along the
  * automatic axes (its arguments are unsharded). */
-static Value *eqn_shard_fn(const PlanEqn *q, const char *name, bool internal, bool single) {
+static Value *eqn_shard_fn(const PlanEqn *q, const char *name, bool internal) {
   Plan *body = cmp_param_plan(q, "jaxpr");
   Value *mesh = params_get(&q->params, "mesh"), *ins = params_get(&q->params, "in_specs");
   Value *outs = params_get(&q->params, "out_specs"), *cr = params_get(&q->params, "check_rep");
   if (!body || !mesh || !ins || !outs || cmp_compile(body) < 0) return NULL;
   bool check = cr && IS_ARRAY(cr) && arr_get_i64(AS_ARRAY(cr), 0);
   /* the printed out_specs is a tuple; one result is one array */
-  if (single && outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
+  if (outs->type == V_TUPLE && tuple_len(outs) == 1 && body->nout == 1) outs = tuple_get(outs, 0);
   Value *f = shardmap_new(name, &body->hdr, mesh, ins, outs, check);
   Value *manual = params_get(&q->params, "manual_axes");
   if (f && manual && shardmap_set_manual(f, manual, NULL) < 0) goto fail;
@@ -105,7 +105,7 @@ fail:
  * shardmap.c's call machinery then runs one plan on every device. */
 static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
   (void)e;
-  s->own = eqn_shard_fn(s->eqn, p->name ? p->name : "shard_map", true, true);
+  s->own = eqn_shard_fn(s->eqn, p->name ? p->name : "shard_map", true);
   return s->own ? 0 : -1;
 }
 
@@ -113,7 +113,7 @@ static int prepare_shard_map(Exec *e, Step *s, const Plan *p) {
  * whose shard_maps' meshes differ, part_meshes_differ): its arguments
  * laid out as they are, its results as its out_specs say. */
 static Value *eval_shard_map(const PlanEqn *q, Value **in) {
-  Value *f = eqn_shard_fn(q, "shard_map", false, true);
+  Value *f = eqn_shard_fn(q, "shard_map", false);
   if (!f) return NULL;
   CallArgs a = {.nargs = q->nin, .args = in};
   Value *r = shardmap_call(f, &a);
