@@ -749,16 +749,44 @@ static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
   return r;
 }
 
-/* Reduces [x] over the named axes [names], one after the other
+/* [x] reduced over the mesh axes names[lo..hi) by one collective of
+ * [kind]'s row: the same order of additions as the eager body's psum
+ * over those axes, which splitting it name by name would change. */
+static Value *reduce_mesh_names(PrimId kind, Value *x, Value *names, size_t lo, size_t hi) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", tuple_pack(hi - lo, ((Tuple *)names)->items + lo));
+  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(coll_for_reduce(kind), 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
+/* Reduces [x] over the named axes [names], one after the other; a run
+ * of consecutive mesh axes is one collective (reduce_mesh_names)
  * (ops_named_reduce_hook). */
 static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, int64_t *size) {
   Value *r = val_incref(x);
   int64_t total = 1, one = 1;
-  for (size_t i = 0; r && i < tuple_len(names); i++) {
-    Value *next = reduce_one_name(kind, r, tuple_get(names, i), &one);
-    total *= one;
+  size_t n = tuple_len(names);
+  for (size_t i = 0; r && i < n;) {
+    size_t j = i;   /* names[i..j) are mesh axes */
+    bool named = true;
+    while (coll_for_reduce(kind) >= 0 && j < n) {
+      if (reduce_axis_size(str_cstr(tuple_get(names, j)), &one, &named) < 0) {
+        val_decref(r);
+        return NULL;
+      }
+      if (named) break;
+      total *= one;
+      j++;
+    }
+    Value *next = j > i ? reduce_mesh_names(kind, r, names, i, j)
+                        : reduce_one_name(kind, r, tuple_get(names, i), &one);
+    if (j == i) total *= one;
     val_decref(r);
     r = next;
+    i = j > i ? j : i + 1;
   }
   if (size) *size = total;
   return r;
