@@ -538,9 +538,7 @@ static Value *binary_python(OpKind op, Value *a, Value *b) {
     return seq_repeat(a, n);
   if (op == OP_MUL && (b->type == V_STR || ops_is_seq(b)) && is_int_literal(a, &n))
     return seq_repeat(b, n);
-  if (op == OP_MOD && a->type == V_STR) {
-    return err_set(ERR_TYPE, "%%-formatting of strings is not supported; use str.format");
-  }
+  if (op == OP_MOD && a->type == V_STR) return ops_percent_format(a, b);
   return unsupported(op, a, b);
 }
 

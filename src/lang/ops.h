@@ -298,6 +298,18 @@ int ops_shape_arg(Value *v, int *ndim, int64_t *shape);
  * no numeric spec applies.  Errors: a missing index or keyword. */
 Value *ops_format(const char *fmt, const CallArgs *a);
 
+/* fmt % values, Python's printf-style formatting of the str [fmt]: a
+ * tuple [values] gives the arguments, anything else is the one argument
+ * (a dict also the mapping `%(key)s` reads).  %d %i %u %o %x %X %e %E
+ * %f %F %g %G %c %s %r %a %%, flags `-+ #0`, widths and precisions
+ * (`*` too, from the arguments); numbers are Python numbers or size-1
+ * arrays.  A new str.  Errors are Python's: TypeError for a wrong or
+ * missing argument, one left over ("not all arguments converted"), a
+ * traced number; ValueError for a bad or incomplete specification;
+ * KeyError (ERR_INDEX) for a missing key.  Semantics: Python's
+ * "printf-style String Formatting" (CPython's str.__mod__). */
+Value *ops_percent_format(Value *fmt, Value *values);
+
 /* str.strip() of the str [s]: without Python's white space (ASCII's and
  * Unicode's, '\u3000' ...) at either end.  A new reference (ops_str.c). */
 Value *ops_str_strip(Value *s);

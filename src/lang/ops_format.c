@@ -301,3 +301,283 @@ Value *ops_format(const char *f, const CallArgs *a) {
   }
   return str_take(&b);
 }
+
+/* ==== printf-style formatting: fmt % values ================================ */
+
+/* One conversion specification: %[(key)][flags][width][.precision]type. */
+typedef struct PctSpec {
+  bool left, plus, space, alt, zero;
+  long width, prec;   /* -1: none */
+  char type;
+} PctSpec;
+
+/* [sign], [prefix] and [digits] laid out in the spec's width: '-' pads
+ * on the right, '0' with zeros after the sign and prefix, else spaces on
+ * the left.  Widths count code points ([n] of them in the three). */
+static void pct_lay_out(StrBuf *b, const PctSpec *ps, const char *sign, const char *prefix,
+                        const char *digits, size_t nbytes, size_t n) {
+  size_t pad = ps->width > 0 && (size_t)ps->width > n ? (size_t)ps->width - n : 0;
+  for (size_t i = 0; !ps->left && !ps->zero && i < pad; i++) sbuf_add(b, " ", 1);
+  sbuf_puts(b, sign);
+  sbuf_puts(b, prefix);
+  for (size_t i = 0; !ps->left && ps->zero && i < pad; i++) sbuf_add(b, "0", 1);
+  sbuf_add(b, digits, nbytes);
+  for (size_t i = 0; ps->left && i < pad; i++) sbuf_add(b, " ", 1);
+}
+
+static const char *pct_sign(const PctSpec *ps, bool neg) {
+  return neg ? "-" : ps->plus ? "+" : ps->space ? " " : "";
+}
+
+/* The one number [v] is, for a conversion of [type]: its array, or NULL
+ * with Python's TypeError (a traced value has no number yet). */
+static Array *pct_number(Value *v, char type, bool integral) {
+  if (v->type == V_TRACER)
+    return err_set(ERR_TYPE, "%%%c format needs a concrete value, but its argument is traced "
+                   "under jit", type);
+  if (!IS_ARRAY(v)) {
+    if (integral && type != 'd' && type != 'i' && type != 'u')
+      return err_set(ERR_TYPE, "%%%c format: an integer is required, not %s", type, val_type_name(v));
+    if (integral)
+      return err_set(ERR_TYPE, "%%%c format: a real number is required, not %s", type, val_type_name(v));
+    return err_set(ERR_TYPE, "must be real number, not %s", val_type_name(v));
+  }
+  if (AS_ARRAY(v)->size != 1)
+    return err_set(ERR_TYPE, "only length-1 arrays can be converted to Python scalars");
+  return AS_ARRAY(v);
+}
+
+/* %d %i %u %o %x %X: a float is truncated for the decimal ones, as
+ * int() does; the precision is a least number of digits (one at least,
+ * where C's "%.0d" of 0 has none). */
+static int pct_int(StrBuf *b, const PctSpec *ps, Value *v) {
+  bool decimal = strchr("diu", ps->type) != NULL;
+  Array *a = pct_number(v, ps->type, true);
+  if (!a) return -1;
+  long long n;
+  if (dt_is_float(a->dtype)) {
+    if (!decimal) {
+      err_set(ERR_TYPE, "%%%c format: an integer is required, not float", ps->type);
+      return -1;
+    }
+    double d = a->ndim == 0 ? arr_host_f64(a) : arr_get_f64(a, 0);
+    if (!isfinite(d)) {
+      err_set(isnan(d) ? ERR_VALUE : ERR_OVERFLOW, "cannot convert float %s to integer",
+              isnan(d) ? "NaN" : "infinity");
+      return -1;
+    }
+    if (fabs(d) >= 9.2e18) {
+      err_set(ERR_OVERFLOW, "integer too large");
+      return -1;
+    }
+    n = (long long)d;
+  } else {
+    n = (long long)arr_get_i64(a, 0);
+  }
+  unsigned long long u = n < 0 ? 0ull - (unsigned long long)n : (unsigned long long)n;
+  char digits[96];
+  int len = snprintf(digits, sizeof digits, decimal ? "%.*llu" : ps->type == 'o' ? "%.*llo"
+                     : ps->type == 'x' ? "%.*llx" : "%.*llX", (int)(ps->prec < 1 ? 1 : ps->prec), u);
+  if (len < 0 || (size_t)len >= sizeof digits) {
+    err_set(ERR_VALUE, "precision too large in format");
+    return -1;
+  }
+  const char *prefix = !ps->alt || decimal ? "" : ps->type == 'o' ? "0o" : ps->type == 'x' ? "0x" : "0X";
+  const char *sign = pct_sign(ps, n < 0);
+  pct_lay_out(b, ps, sign, prefix, digits, (size_t)len, strlen(sign) + strlen(prefix) + (size_t)len);
+  return 0;
+}
+
+/* %e %E %f %F %g %G: C's digits for |x| (Python's are the same), the
+ * sign and padding as Python lays them out (zeros pad inf and nan too;
+ * a NaN has no sign). */
+static int pct_float(StrBuf *b, const PctSpec *ps, Value *v) {
+  Array *a = pct_number(v, ps->type, false);
+  if (!a) return -1;
+  double x = a->ndim == 0 ? arr_host_f64(a) : arr_get_f64(a, 0);
+  char f[16];
+  snprintf(f, sizeof f, "%%%s.*%c", ps->alt ? "#" : "", ps->type);
+  int prec = (int)(ps->prec < 0 ? 6 : ps->prec);
+  int len = snprintf(NULL, 0, f, prec, fabs(x));
+  char *digits = len >= 0 ? shm_malloc((size_t)len + 1) : NULL;
+  if (!digits) {
+    err_nomem();
+    return -1;
+  }
+  snprintf(digits, (size_t)len + 1, f, prec, fabs(x));
+  const char *sign = pct_sign(ps, signbit(x) && !isnan(x));
+  pct_lay_out(b, ps, sign, "", digits, (size_t)len, strlen(sign) + (size_t)len);
+  shm_free(digits);
+  return 0;
+}
+
+/* %s %r %a: str(), repr(), ascii(), cut to the precision; %c: one code
+ * point from an int or a one-character str (no precision). */
+static int pct_text(StrBuf *b, const PctSpec *ps, Value *v) {
+  Value *s;
+  if (ps->type == 'c') {
+    if (v->type == V_STR) {
+      if (str_nchars(v) != 1) return err_set(ERR_TYPE, "%%c requires int or char"), -1;
+      s = val_incref(v);
+    } else {
+      if (!IS_ARRAY(v) || AS_ARRAY(v)->size != 1 || dt_is_float(AS_ARRAY(v)->dtype))
+        return err_set(ERR_TYPE, "%%c requires int or char"), -1;
+      int64_t cp = arr_get_i64(AS_ARRAY(v), 0);
+      if (cp < 0 || cp > 0x10ffff) return err_set(ERR_OVERFLOW, "%%c arg not in range(0x110000)"), -1;
+      char u[4];
+      s = str_new(u, (size_t)utf8_encode((uint32_t)cp, u));
+    }
+  } else {
+    s = ps->type == 'r' ? val_repr(v) : ps->type == 'a' ? val_ascii(v) : val_str(v);
+  }
+  if (!s) return -1;
+  size_t n = str_nchars(s), nbytes = ((Str *)s)->len;
+  if (ps->type != 'c' && ps->prec >= 0 && (size_t)ps->prec < n) {
+    nbytes = str_offset(s, (size_t)ps->prec);
+    n = (size_t)ps->prec;
+  }
+  PctSpec spaces = *ps;
+  spaces.zero = false;   /* '0' pads numbers only */
+  pct_lay_out(b, &spaces, "", "", str_cstr(s), nbytes, n);
+  val_decref(s);
+  return 0;
+}
+
+/* The arguments: a tuple's items, else the one value (a dict is also
+ * the mapping %(key) reads; a dict or a list never leaves arguments
+ * unconverted, as in CPython, where both are mappings). */
+typedef struct PctArgs {
+  Value *const *items;
+  size_t n, next;
+  Value *mapping;
+  bool any_mapping;
+} PctArgs;
+
+static Value *pct_next(PctArgs *pa) {
+  if (pa->next >= pa->n) return err_set(ERR_TYPE, "not enough arguments for format string");
+  return pa->items[pa->next++];
+}
+
+/* A '*' width or precision: the next argument, an int. */
+static int pct_star(PctArgs *pa, long *out) {
+  Value *v = pct_next(pa);
+  if (!v) return -1;
+  if (!IS_ARRAY(v) || AS_ARRAY(v)->size != 1 || AS_ARRAY(v)->ndim != 0 ||
+      dt_is_float(AS_ARRAY(v)->dtype))
+    return err_set(ERR_TYPE, "* wants int"), -1;
+  *out = (long)arr_get_i64(AS_ARRAY(v), 0);
+  return 0;
+}
+
+/* %(key): the mapping's value for the key that ends at the matching ')'. */
+static Value *pct_keyed(PctArgs *pa, const char **p) {
+  const char *k = *p + 1, *e = k;
+  for (int depth = 1; *e && (depth > 1 || *e != ')'); e++) depth += *e == '(' ? 1 : *e == ')' ? -1 : 0;
+  if (!*e) return err_set(ERR_VALUE, "incomplete format key");
+  if (!pa->mapping) return err_set(ERR_TYPE, "format requires a mapping");
+  Value *key = str_new(k, (size_t)(e - k));
+  Value *v = key ? dict_get(pa->mapping, key) : NULL;
+  if (key && !v) {
+    Value *r = val_repr(key);
+    err_set(ERR_INDEX, "KeyError: %s", r ? str_cstr(r) : "?");
+    if (r) val_decref(r);
+  }
+  if (key) val_decref(key);
+  *p = e + 1;
+  return v;
+}
+
+/* Parses the specification after a '%' at [*p] (moved past it) and
+ * formats its argument into [b]. */
+static int pct_one(StrBuf *b, const char *fmt, const char **p, PctArgs *pa) {
+  PctSpec ps = {.width = -1, .prec = -1};
+  if (**p == '%') {   /* only "%%" is a '%': after flags it is a conversion */
+    (*p)++;
+    return sbuf_add(b, "%", 1), 0;
+  }
+  Value *keyed = NULL;
+  if (**p == '(' && !(keyed = pct_keyed(pa, p))) return -1;
+  for (;; (*p)++) {
+    if (**p == '-') ps.left = true;
+    else if (**p == '+') ps.plus = true;
+    else if (**p == ' ') ps.space = true;
+    else if (**p == '#') ps.alt = true;
+    else if (**p == '0') ps.zero = true;
+    else break;
+  }
+  char *end;
+  if (**p == '*') {
+    if (pct_star(pa, &ps.width) < 0) return -1;
+    if (ps.width < 0) ps.left = true, ps.width = -ps.width;
+    (*p)++;
+  } else if (**p >= '0' && **p <= '9') {
+    ps.width = strtol(*p, &end, 10);
+    *p = end;
+  }
+  if (**p == '.') {
+    (*p)++;
+    ps.prec = 0;
+    if (**p == '*') {
+      if (pct_star(pa, &ps.prec) < 0) return -1;
+      ps.prec = ps.prec < 0 ? 0 : ps.prec;
+      (*p)++;
+    } else if (**p >= '0' && **p <= '9') {
+      ps.prec = strtol(*p, &end, 10);
+      *p = end;
+    }
+  }
+  if (ps.width > 100000 || ps.prec > 100000) return err_set(ERR_VALUE, "width or precision too large in format"), -1;
+  while (**p && strchr("hlL", **p)) (*p)++;   /* C's length modifiers, ignored */
+  if (!**p) return err_set(ERR_VALUE, "incomplete format"), -1;
+  ps.type = *(*p)++;
+  /* the argument is taken first, so a missing one is the error even
+   * where the type is unknown (CPython's order) */
+  Value *v = keyed ? keyed : pct_next(pa);
+  if (!v) return -1;
+  if (!strchr("diuoxXeEfFgGcrsa", ps.type)) {
+    /* Python names the code point and its index in code points */
+    const char *at = *p - 1;
+    size_t i = 0, rest = strlen(at);
+    uint32_t cp = utf8_decode(at, rest, &i);
+    err_set(ERR_VALUE, "unsupported format character '%c' (0x%x) at index %zu",
+            cp > 32 && cp < 127 ? (char)cp : '?', (unsigned)cp, utf8_count(fmt, (size_t)(at - fmt)));
+    return -1;
+  }
+  if (strchr("diuoxX", ps.type)) return pct_int(b, &ps, v);
+  if (strchr("eEfFgG", ps.type)) return pct_float(b, &ps, v);
+  return pct_text(b, &ps, v);
+}
+
+Value *ops_percent_format(Value *fmt, Value *values) {
+  PctArgs pa = {0};
+  bool is_dict = values->type == V_DICT && !val_is_set(values);
+  if (values->type == V_TUPLE) {
+    pa.items = ((Tuple *)values)->items;
+    pa.n = tuple_len(values);
+  } else {
+    pa.items = &values;
+    pa.n = 1;
+    pa.mapping = is_dict ? values : NULL;
+    pa.any_mapping = is_dict || values->type == V_LIST;
+  }
+  const char *f = str_cstr(fmt);
+  StrBuf b = {0};
+  for (const char *p = f; *p;) {
+    const char *pct = strchr(p, '%');
+    if (!pct) {
+      sbuf_puts(&b, p);
+      break;
+    }
+    sbuf_add(&b, p, (size_t)(pct - p));
+    p = pct + 1;
+    if (pct_one(&b, f, &p, &pa) < 0) {
+      sbuf_free(&b);
+      return NULL;
+    }
+  }
+  if (pa.next < pa.n && !pa.any_mapping) {
+    sbuf_free(&b);
+    return err_set(ERR_TYPE, "not all arguments converted during string formatting");
+  }
+  return str_take(&b);
+}

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/cli/strings_python.sh SHMAP - str against Python itself: several
 # hundred random calls of the methods of str (splitlines over line
-# boundaries too), indexing, slices and format
-# widths on short strings mixing ASCII, 'é', 'ß', '日', an emoji, white
+# boundaries too), indexing, slices, format widths and printf-style
+# formatting (`fmt % values`) on short strings mixing ASCII, 'é', 'ß', '日', an emoji, white
 # space beyond ASCII ('\u3000') and a non-ASCII digit ('٣'), made with a
 # fixed seed and printed with repr() by shmap and by python3; the outputs
 # must be the same line for line, the type of each error included.  Where
@@ -29,7 +29,9 @@ def call():
                     'replace', 'strip', 'lstrip', 'rstrip', 'center', 'ljust', 'rjust', 'zfill',
                     'partition', 'rpartition', 'upper', 'lower', 'title', 'capitalize', 'swapcase',
                     'isalpha', 'isdigit', 'isspace', 'isupper', 'islower', 'isalnum', 'slice',
-                    'item', 'format', 'in', 'order', 'splitlines'])
+                    'item', 'format', 'in', 'order', 'splitlines', 'percent', 'percent'])
+    if m == 'percent':
+        return percent()
     if m == 'splitlines':
         lines = ''.join(rng.choice(['a', '\n', '\r', 'é', '\x0b', '\x0c', '\x1e', ' ']) for _ in range(rng.randint(0, 8)))
         return '%r.splitlines(%s)' % (lines, rng.choice(['', 'True', 'keepends=False']))
@@ -61,7 +63,38 @@ def call():
     if m == 'in':
         return '%r in %r' % (t, s)
     return '(%r < %r, %r == %r)' % (s, t, s, t)
-lines = ''.join("try:\n    print(repr(%s))\nexcept (ValueError, IndexError, TypeError) as e:\n"
+def percent():
+    # one to three printf-style specifications with random flags, widths,
+    # precisions (some from '*') and types, each given a value it takes
+    # or one it refuses
+    specs, vals = [], []
+    for _ in range(rng.randint(1, 3)):
+        t = rng.choice('diouxXeEfFgGcsra%')
+        spec = '%' + ''.join(rng.sample('-+ #0', rng.randint(0, 3)))
+        if rng.random() < 0.15:
+            spec += '*'
+            vals.append(repr(rng.randint(-8, 8)))
+        elif rng.random() < 0.6:
+            spec += str(rng.randint(0, 12))
+        if rng.random() < 0.15:
+            spec += '.*'
+            vals.append(repr(rng.randint(0, 6)))
+        elif rng.random() < 0.5:
+            spec += '.' + str(rng.randint(0, 8))
+        specs.append(text(rng.randint(0, 2)) + spec + t)
+        if t == '%':
+            continue
+        ints = [0, 7, -42, 255, 10 ** 9, True]
+        floats = [0.0, -0.0, 1.5, -2.675, 1e-7, 123456789.25, float('inf'), float('-inf'), float('nan')]
+        pool = {'c': [65, 233, 128512, 'é', '日'], 's': ints + floats + [text(), None, (1, 'a')],
+                'r': [text(), 3, None], 'a': [text(), 'é']}.get(t, ints + floats)
+        if rng.random() < 0.08:
+            pool = [text(1), None, 3.5]
+        v = rng.choice(pool)
+        vals.append("float('%r')" % v if isinstance(v, float) and v != v or v in (float('inf'), float('-inf')) else repr(v))
+    args = vals[0] if len(vals) == 1 and rng.random() < 0.5 else '(' + ''.join(v + ', ' for v in vals) + ')'
+    return '%r %% %s' % (''.join(specs), args)
+lines = ''.join("try:\n    print(repr(%s))\nexcept (ValueError, IndexError, TypeError, OverflowError) as e:\n"
                 "    print(type(e).__name__)\n" % call() for _ in range(500))
 open(d + "/p.py", "w").write(lines)
 open(d + "/p.shm", "w").write(lines)
