@@ -21,10 +21,15 @@
 #define PYTREE_MAX_DEPTH 1000
 
 int pytree_push(PyLeaves *l, Value *v) {
+  if (!l->cap) {
+    l->v = l->inl;
+    l->cap = PYTREE_INLINE;
+  }
   if (l->n == l->cap) {
-    int c = l->cap ? l->cap * 2 : 8;
-    Value **q = shm_realloc(l->v, sizeof(Value *) * (size_t)c);
+    int c = l->cap * 2;
+    Value **q = shm_realloc(l->v == l->inl ? NULL : l->v, sizeof(Value *) * (size_t)c);
     if (!q) return err_nomem(), -1;
+    if (l->v == l->inl) memcpy(q, l->inl, sizeof l->inl);
     l->v = q;
     l->cap = c;
   }
@@ -33,7 +38,7 @@ int pytree_push(PyLeaves *l, Value *v) {
 }
 
 void pytree_leaves_free(PyLeaves *l) {
-  shm_free(l->v);
+  if (l->v != l->inl) shm_free(l->v);
   val_decref(l->held);
   *l = (PyLeaves){0};
 }
@@ -121,7 +126,9 @@ Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *le
                   void *ctx) {
   PyLeaves l = {0};
   if (pytree_flatten(tree, is_leaf, &l) < 0) return NULL;
-  Value **vals = shm_calloc((size_t)l.n + 1, sizeof(Value *)), *r = NULL;
+  Value *few[PYTREE_INLINE];
+  Value **vals = l.n <= PYTREE_INLINE ? few : shm_calloc((size_t)l.n + 1, sizeof(Value *));
+  Value *r = NULL;
   int i = 0;
   if (!vals) {
     err_nomem();
@@ -133,7 +140,7 @@ Value *pytree_map(Value *tree, bool (*is_leaf)(Value *v), Value *(*fn)(Value *le
   r = pytree_replace(tree, is_leaf, vals, &pos);
 out:
   for (int k = 0; k < i; k++) val_decref(vals[k]);
-  shm_free(vals);
+  if (vals != few) shm_free(vals);
   pytree_leaves_free(&l);
   return r;
 }

@@ -27,11 +27,16 @@
 
 /* The leaves of a tree, borrowed from it, in order.  A custom node's
  * children are made by its flatten function (classes.h), perhaps anew:
- * [held] keeps them alive until pytree_leaves_free. */
+ * [held] keeps them alive until pytree_leaves_free.  The first
+ * PYTREE_INLINE leaves are kept in [inl] (v points there), so the
+ * trees of most calls (a few arguments) allocate nothing: a PyLeaves is
+ * used where it was declared, by pointer, never copied. */
+#define PYTREE_INLINE 8
 typedef struct PyLeaves {
   Value **v;
   int n, cap;
   Value *held;   /* a List of the custom nodes' children, or NULL */
+  Value *inl[PYTREE_INLINE];
 } PyLeaves;
 
 /* Appends [v] (borrowed): 0, or -1 on out of memory. */

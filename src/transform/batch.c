@@ -353,15 +353,21 @@ static Value *pytree_map_arrays(Value *tree, Value *(*fn)(Value *, void *), void
  * None, or a container like [tree]'s): appended to [axes] (INT64_MIN:
  * None). */
 typedef struct Axes {
-  int64_t *v;
+  int64_t *v;   /* inl, or allocated past its length */
   int n, cap;
+  int64_t inl[8];
 } Axes;
 
 static int axes_push(Axes *a, int64_t x) {
+  if (!a->cap) {
+    a->v = a->inl;
+    a->cap = (int)(sizeof a->inl / sizeof *a->inl);
+  }
   if (a->n == a->cap) {
-    int cap = a->cap ? a->cap * 2 : 16;
-    int64_t *v = shm_realloc(a->v, sizeof(int64_t) * (size_t)cap);
+    int cap = a->cap * 2;
+    int64_t *v = shm_realloc(a->v == a->inl ? NULL : a->v, sizeof(int64_t) * (size_t)cap);
     if (!v) return err_nomem(), -1;
+    if (a->v == a->inl) memcpy(v, a->inl, sizeof a->inl);
     a->v = v, a->cap = cap;
   }
   a->v[a->n++] = x;
@@ -585,8 +591,8 @@ static Value *vmap_call(Value *self, const CallArgs *a) {
   }
   if (ospec) val_decref(ospec);
 out:
-  shm_free(ax.v);
-  shm_free(oax.v);
+  if (ax.v != ax.inl) shm_free(ax.v);
+  if (oax.v != oax.inl) shm_free(oax.v);
   if (res) val_decref(res);
   if (wrapped) val_decref(wrapped);
   if (spec) val_decref(spec);

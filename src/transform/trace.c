@@ -58,8 +58,12 @@ static atomic_uint next_trace_id = 1;
 unsigned trace_next_id(void) { return atomic_fetch_add(&next_trace_id, 1); }
 
 Tracer *tracer_alloc(TracerKind kind, unsigned id, const AVal *a) {
-  Tracer *x = shm_calloc(1, sizeof *x);
+  /* zeroed but for the aval's unused dimensions (most of its bytes): a
+   * tracer is made for every operation a transformation sees */
+  Tracer *x = shm_malloc(sizeof *x);
   if (!x) return err_nomem();
+  memset(x, 0, offsetof(Tracer, aval));
+  memset(&x->aval + 1, 0, sizeof *x - offsetof(Tracer, aval) - sizeof x->aval);
   val_init(&x->hdr, V_TRACER);
   x->kind = kind;
   x->trace_id = id;
@@ -105,8 +109,6 @@ static Trace *linear_find(unsigned id) {
   return NULL;
 }
 
-static int line_now(void) { return eval_current_loc().line; }
-
 /* [x]'s named shape set to [ns] (copied; NULL or empty: none).  0 or -1. */
 static int tracer_set_named(Tracer *x, const NamedShape *ns) {
   if (!ns || !ns->n) return 0;
@@ -116,18 +118,14 @@ static int tracer_set_named(Tracer *x, const NamedShape *ns) {
 }
 
 static Value *tracer_new(Trace *t, int var, const char *name) {
-  Tracer *x = shm_calloc(1, sizeof *x);
-  if (!x) return err_nomem();
-  val_init(&x->hdr, V_TRACER);
+  Tracer *x = tracer_alloc(TR_STAGE, t->id, &t->plan->vars[var]);
+  if (!x) return NULL;
   if (tracer_set_named(x, plan_var_named(t->plan, var)) < 0) {
     shm_free(x);
     return NULL;
   }
-  aval_copy(&x->aval, &t->plan->vars[var]);
-  x->trace_id = t->id;
   x->var = var;
   x->name = name;
-  x->line = line_now();
   return &x->hdr;
 }
 
