@@ -409,11 +409,65 @@ static Array *scalar_arg(const char *fname, Value *x) {
   return AS_ARRAY(x);
 }
 
+/* The digits of [s] (white space stripped) in [base] (2 to 36, or 0:
+ * the prefix's, else 10), Python's int(s, base): a sign, a 0x/0o/0b
+ * prefix where it names the base, single underscores between digits.
+ * The ValueError quotes [orig] as Python does. */
+static Value *parse_int_base(const char *s, int base, Value *orig) {
+  const char *p = s;
+  int given = base;
+  bool neg = *p == '-';
+  if (*p == '+' || *p == '-') p++;
+  int pb = p[0] == '0' && p[1] ? (strchr("xX", p[1]) ? 16 : strchr("oO", p[1]) ? 8
+                                  : strchr("bB", p[1]) ? 2 : 0) : 0;
+  bool prefixed = pb && (base == 0 || base == pb);
+  if (prefixed) {
+    base = pb;
+    p += 2;
+    if (*p == '_') p++;
+  }
+  bool zero_lead = base == 0 && p[0] == '0';   /* base 0: "010" is no literal, "000" is */
+  if (base == 0) base = 10;
+  uint64_t u = 0;
+  bool any = false, bad = false, big = false;
+  for (; *p && !bad; p++) {
+    if (*p == '_' && any && p[1] && p[1] != '_') continue;
+    int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'z' ? *p - 'a' + 10
+            : *p >= 'A' && *p <= 'Z' ? *p - 'A' + 10 : 99;
+    if (d >= base) {
+      bad = true;
+      break;
+    }
+    big |= u > (UINT64_MAX - (uint64_t)d) / (uint64_t)base;
+    u = u * (uint64_t)base + (uint64_t)d;
+    any = true;
+  }
+  if (!any || bad || (zero_lead && u != 0)) {
+    Value *r = val_repr(orig);
+    err_set(ERR_VALUE, "invalid literal for int() with base %d: %s", given, r ? str_cstr(r) : "?");
+    if (r) val_decref(r);
+    return NULL;
+  }
+  if (big || u > (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX))
+    return err_set(ERR_OVERFLOW, "int too large: Python ints here have 64 bits");
+  return val_int(neg ? (int64_t)(0 - u) : (int64_t)u);
+}
+
 static Value *bi_int(const CallArgs *a) {
-  Value *x;
-  Value **slots[] = {&x};
+  Value *x, *base = NULL;
+  Value **slots[] = {&x, &base};
   if (a->nargs == 0 && a->nkw == 0) return val_int(0);
-  if (args_bind("int", a, "x", slots) < 0) return NULL;
+  if (args_bind("int", a, "x, base=", slots) < 0) return NULL;
+  if (base) {
+    int64_t b;
+    if (arr_to_index(base, &b) < 0) return NULL;
+    if (b != 0 && (b < 2 || b > 36)) return err_set(ERR_VALUE, "int() base must be >= 2 and <= 36, or 0");
+    if (x->type != V_STR) return err_set(ERR_TYPE, "int() can't convert non-string with explicit base");
+    Value *t = ops_str_strip(x);
+    Value *r = t ? parse_int_base(str_cstr(t), (int)b, x) : NULL;
+    if (t) val_decref(t);
+    return r;
+  }
   if (x->type == V_STR) return bi_parse_str(x, true);
   Array *xa = scalar_arg("int", x);
   if (!xa) return NULL;
@@ -1373,7 +1427,7 @@ const BiEntry bi_python_table[] = {
   {"str", bi_str, IN_TOP, "str(object)"},
   {"repr", bi_repr, IN_TOP, "repr(obj)"},
   {"ascii", bi_ascii, IN_TOP, "ascii(obj): repr with non-ASCII characters escaped"},
-  {"int", bi_int, IN_TOP, "int(x)"},
+  {"int", bi_int, IN_TOP, "int(x, base=10)"},
   {"float", bi_float, IN_TOP, "float(x)"},
   {"bool", bi_bool, IN_TOP, "bool(x): truth value"},
   {"list", bi_list, IN_TOP, "list(iterable)"},

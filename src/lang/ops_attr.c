@@ -69,7 +69,7 @@ FORWARD(sum) FORWARD(mean) FORWARD(max) FORWARD(min) FORWARD(prod)
 FORWARD(argmax) FORWARD(argmin) FORWARD(astype) FORWARD(std) FORWARD(var)
 FORWARD(cumsum) FORWARD(clip) FORWARD(round) FORWARD(all) FORWARD(any)
 FORWARD(squeeze) FORWARD(dot) FORWARD(sort) FORWARD(flatten)
-FORWARD(ravel) FORWARD(swapaxes)
+FORWARD(ravel) FORWARD(swapaxes) FORWARD(conj) FORWARD(conjugate)
 #undef FORWARD
 
 /* Shape from varargs (`x.reshape(2, 3)`) or one tuple (`x.reshape((2, 3))`). */
@@ -206,14 +206,116 @@ static const Method array_methods[] = {
   {"flatten", m_flatten}, {"ravel", m_ravel}, {"squeeze", m_squeeze}, {"item", m_item},
   {"copy", m_copy}, {"std", m_std}, {"var", m_var}, {"cumsum", m_cumsum},
   {"clip", m_clip}, {"round", m_round}, {"all", m_all}, {"any", m_any}, {"dot", m_dot},
-  {"sort", m_sort}, {"swapaxes", m_swapaxes},
+  {"sort", m_sort}, {"swapaxes", m_swapaxes}, {"conj", m_conj}, {"conjugate", m_conjugate},
   {"block_until_ready", m_block_until_ready},
   {NULL, NULL},
 };
 
+/* ---- the methods of Python numbers ------------------------------------- */
+
+/* int.bit_length(): the bits of |n|, without the sign and leading zeros. */
+static Value *pn_bit_length(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("bit_length", a, "", slots) < 0) return NULL;
+  int64_t n = arr_get_i64(AS_ARRAY(self), 0);
+  uint64_t u = n < 0 ? 0 - (uint64_t)n : (uint64_t)n;
+  return val_int(u ? 64 - __builtin_clzll(u) : 0);
+}
+
+/* int.bit_count(): the ones in the binary digits of |n|. */
+static Value *pn_bit_count(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("bit_count", a, "", slots) < 0) return NULL;
+  int64_t n = arr_get_i64(AS_ARRAY(self), 0);
+  return val_int(__builtin_popcountll(n < 0 ? 0 - (uint64_t)n : (uint64_t)n));
+}
+
+/* float.is_integer() (and int's, as Python 3.12's): finite and whole. */
+static Value *pn_is_integer(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("is_integer", a, "", slots) < 0) return NULL;
+  Array *x = AS_ARRAY(self);
+  if (!dt_is_float(x->dtype)) return val_bool(true);
+  double d = arr_host_f64(x);
+  return val_bool(isfinite(d) && d == floor(d));
+}
+
+/* as_integer_ratio(): the fraction in lowest terms, positive denominator;
+ * a float's is exact (its mantissa over a power of two). */
+static Value *pn_as_integer_ratio(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("as_integer_ratio", a, "", slots) < 0) return NULL;
+  Array *x = AS_ARRAY(self);
+  int64_t num, den = 1;
+  if (!dt_is_float(x->dtype)) {
+    num = arr_get_i64(x, 0);
+  } else {
+    double d = arr_host_f64(x);
+    if (isnan(d)) return err_set(ERR_VALUE, "cannot convert NaN to integer ratio");
+    if (isinf(d)) return err_set(ERR_OVERFLOW, "cannot convert Infinity to integer ratio");
+    int e;
+    double m = frexp(d, &e);   /* d = m 2^e, 0.5 <= |m| < 1 */
+    for (int i = 0; i < 300 && m != floor(m); i++) m *= 2, e--;
+    while (e < 0 && fmod(m, 2) == 0) m /= 2, e++;
+    if (fabs(m) >= 9.2e18 || e >= 63 || e < -62 || (e > 0 && fabs(ldexp(m, e)) >= 9.2e18))
+      return err_set(ERR_OVERFLOW, "the ratio of %.17g does not fit 64-bit Python ints", d);
+    num = e > 0 ? (int64_t)ldexp(m, e) : (int64_t)m;
+    den = e < 0 ? (int64_t)1 << -e : 1;
+  }
+  Value *p = val_int(num), *q = val_int(den);
+  Value *r = p && q ? tuple_pack(2, (Value *[]){p, q}) : NULL;
+  if (p) val_decref(p);
+  if (q) val_decref(q);
+  return r;
+}
+
+/* A Python number as itself, a bool as its int (True.real is 1). */
+static Value *as_number(Value *x) {
+  Array *a = AS_ARRAY(x);
+  return a->dtype == DT_BOOL ? val_int(arr_get_i64(a, 0)) : val_incref(x);
+}
+
+/* conjugate(): a real number is its own. */
+static Value *pn_conjugate(Value *self, const CallArgs *a) {
+  Value **slots[] = {NULL};
+  if (args_bind("conjugate", a, "", slots) < 0) return NULL;
+  return as_number(self);
+}
+
+static const Method int_methods[] = {
+  {"bit_length", pn_bit_length}, {"bit_count", pn_bit_count}, {"is_integer", pn_is_integer},
+  {"as_integer_ratio", pn_as_integer_ratio}, {"conjugate", pn_conjugate}, {NULL, NULL}};
+static const Method float_methods[] = {
+  {"is_integer", pn_is_integer}, {"as_integer_ratio", pn_as_integer_ratio},
+  {"conjugate", pn_conjugate}, {NULL, NULL}};
+
+/* An attribute of a Python int, bool or float (a host number, array.h):
+ * Python's methods and real, imag, numerator, denominator; NULL without
+ * an error for any other name (the array's attributes follow, as a
+ * Python number used as an array in JAX has them). */
+static Value *python_number_attr(Value *x, const char *name) {
+  Array *a = AS_ARRAY(x);
+  bool fl = dt_is_float(a->dtype);
+  if (!strcmp(name, "real")) return as_number(x);
+  if (!strcmp(name, "imag")) return fl ? arr_python_float(0) : val_int(0);
+  if (!fl && !strcmp(name, "numerator")) return as_number(x);
+  if (!fl && !strcmp(name, "denominator")) return val_int(1);
+  for (const Method *m = fl ? float_methods : int_methods; m->name; m++)
+    if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, x);
+  return NULL;
+}
+
 static Value *array_getattr(Value *x, const char *name) {
+  if (arr_is_host(x) && AS_ARRAY(x)->ndim == 0) {
+    Value *r = python_number_attr(x, name);
+    if (r || err_occurred()) return r;
+  }
   AVal av;
   if (ops_aval(x, &av) < 0) return NULL;
+  if (!strcmp(name, "real") || !strcmp(name, "imag")) {   /* properties, as jax.Array's */
+    CallArgs none = {0};
+    return forward(name, x, &none);
+  }
   if (!strcmp(name, "shape")) return val_int_tuple(av.ndim, av.shape);
   if (!strcmp(name, "dtype")) return dtype_value(av.dtype);
   if (!strcmp(name, "ndim")) return val_int(av.ndim);
@@ -241,7 +343,8 @@ static Value *array_getattr(Value *x, const char *name) {
   for (const Method *m = array_methods; m->name; m++)
     if (!strcmp(m->name, name)) return bound_new(m->name, m->fn, x);
   static const char *const props[] = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes",
-                                      "weak_type", "at", "T", "mT", "named_shape", NULL};
+                                      "weak_type", "at", "T", "mT", "named_shape", "real", "imag",
+                                      NULL};
   Suggest s;
   suggest_init(&s, name);
   for (int i = 0; props[i]; i++) suggest_offer(&s, props[i]);
