@@ -1432,14 +1432,33 @@ static Value *fori_as_while(Value *lo, Value *hi, Value *body, Value *init) {
   return r;
 }
 
-/* fori_loop(lower, upper, body_fun, init_val) */
+static int unroll_arg(Value *u, int64_t length, int64_t dflt, int64_t *out);
+
+/* fori_loop's unroll=: an int other than 1 needs bounds known while
+ * tracing (JAX's rule: such a loop lowers to a scan). */
+static int fori_unroll(Value *u, Value *lo, Value *hi) {
+  int64_t l = 0, h = 0, k;
+  bool known = IS_ARRAY(lo) && IS_ARRAY(hi);
+  if (known && (arr_to_index(lo, &l) < 0 || arr_to_index(hi, &h) < 0)) return -1;
+  if (unroll_arg(u, h - l, 1, &k) < 0) return -1;
+  /* as JAX tests it, `unroll is not False and unroll != 1`: True == 1 */
+  bool plain = !u || u == VAL_NONE || AS_ARRAY(u)->dtype == DT_BOOL || k == 1;
+  if (!known && !plain)
+    return err_set(ERR_VALUE, "Can only use `unroll` in `fori_loop` if the loop bounds are "
+                              "statically known."), -1;
+  return 0;
+}
+
+/* fori_loop(lower, upper, body_fun, init_val, *, unroll=None): unroll
+ * is JAX's, checked as JAX checks it (static bounds only), and changes
+ * no value; the staged loop is a while either way. */
 static Value *bi_fori_loop(const CallArgs *a) {
-  Value *lo, *hi, *body, *init, *lo_a, *hi_a;
-  if (args_bind("fori_loop", a, "lower, upper, body_fun, init_val",
-                (Value **[]){&lo, &hi, &body, &init}) < 0)
+  Value *lo, *hi, *body, *init, *unr, *lo_a, *hi_a;
+  if (args_bind("fori_loop", a, "lower, upper, body_fun, init_val, unroll=",
+                (Value **[]){&lo, &hi, &body, &init, &unr}) < 0)
     return NULL;
   Value *r = NULL;
-  if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0) {
+  if (fori_bounds(lo, hi, &lo_a, &hi_a) == 0 && fori_unroll(unr, lo_a, hi_a) == 0) {
     trace_transformed_operand();
     if (IS_BATCH_TRACER(lo_a) || IS_BATCH_TRACER(hi_a))
       r = fori_as_while(lo_a, hi_a, body, init);
@@ -1811,7 +1830,7 @@ static int scan_in_avals(Leaves *carry, Leaves *xs, AVal **out) {
 }
 
 static Value *emit_scan(Sub *s, Leaves *carry, Value **cv, Leaves *xs, int64_t n, bool reverse,
-                        const AVal *cav) {
+                        int64_t unroll, const AVal *cav) {
   int nc = carry->n, ny = s->plan->nout - nc, nops = s->ncap + nc + xs->n;
   Value **ops = shm_calloc((size_t)nops + 1, sizeof(Value *));
   AVal *outs = shm_calloc((size_t)s->plan->nout + 1, sizeof(AVal));
@@ -1838,7 +1857,7 @@ static Value *emit_scan(Sub *s, Leaves *carry, Value **cv, Leaves *xs, int64_t n
   params_add(&p, "num_carry", val_int(nc));
   params_add(&p, "num_consts", val_int(s->ncap));
   params_add(&p, "reverse", val_incref(val_bool(reverse)));
-  params_add(&p, "unroll", val_int(1));
+  params_add(&p, "unroll", val_int(unroll));
   r = emit_tree(P_SCAN, &p, nops, ops, s->plan->nout, outs, s->out_tree);
 out:
   if (!ops || !outs || !lin) err_nomem();
@@ -1848,7 +1867,8 @@ out:
   return r;
 }
 
-static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n, bool reverse) {
+static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t n, bool reverse,
+                          int64_t unroll) {
   Leaves cl = {0};
   AVal *avs = NULL;
   Sub s = {0};
@@ -1856,7 +1876,7 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   bool traced = false;
   if (flatten(init, &cl) == 0 && scan_settle(f, init, xs, xl, &cl, &s, &avs, &traced) == 0 &&
       (cv = carry_values(&cl, avs)))
-    r = emit_scan(&s, &cl, cv, xl, n, reverse, avs);
+    r = emit_scan(&s, &cl, cv, xl, n, reverse, unroll, avs);
   values_free(cv, cl.n);
   sub_free(&s);
   pytree_leaves_free(&cl);
@@ -1865,18 +1885,38 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
 }
 
 /* scan(f, init, xs, length=None, reverse=False) */
+/* JAX's unroll= of scan and fori_loop: an int >= 1, or a bool (True:
+ * the whole [length], False: 1); None is [dflt].  Into *out: 0, or -1
+ * with JAX's ValueError (TypeError for anything else). */
+static int unroll_arg(Value *u, int64_t length, int64_t dflt, int64_t *out) {
+  *out = dflt;
+  if (!u || u == VAL_NONE) return 0;
+  if (!IS_ARRAY(u) || AS_ARRAY(u)->ndim != 0 || dt_is_float(AS_ARRAY(u)->dtype))
+    return err_set(ERR_TYPE, "`unroll` must be a `bool` or a positive `int`, not %s",
+                   val_type_name(u)), -1;
+  int64_t k = arr_get_i64(AS_ARRAY(u), 0);
+  if (AS_ARRAY(u)->dtype == DT_BOOL) k = k ? (length > 1 ? length : 1) : 1;
+  if (k < 1) return err_set(ERR_VALUE, "`unroll` must be a `bool` or a positive `int`."), -1;
+  *out = k;
+  return 0;
+}
+
 static Value *bi_scan(const CallArgs *a) {
-  Value *f, *init, *xs, *length, *rev;
-  if (args_bind("scan", a, "f, init, xs=, length=, reverse=", (Value **[]){&f, &init, &xs, &length, &rev}) < 0)
+  Value *f, *init, *xs, *length, *rev, *unr;
+  if (args_bind("scan", a, "f, init, xs=, length=, reverse=, unroll=",
+                (Value **[]){&f, &init, &xs, &length, &rev, &unr}) < 0)
     return NULL;
   if (!xs) xs = VAL_NONE;
   int reverse = rev ? val_truth(rev) : 0;
   Leaves xl = {0};
-  int64_t n;
+  int64_t n, unroll;
   Value *r = NULL;
-  if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0) {
+  if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0 &&
+      unroll_arg(unr, n, 1, &unroll) == 0) {
+    /* unroll changes no value: the plan records it, as JAX's jaxpr does,
+     * and runs the body once per iteration either way */
     trace_transformed_operand();
-    r = trace_current() ? staged_scan(f, init, xs, &xl, n, reverse)
+    r = trace_current() ? staged_scan(f, init, xs, &xl, n, reverse, unroll)
                         : eager_scan_settled(f, init, xs, &xl, n, reverse);
     if (!r && trace_current() && unstage()) r = eager_scan_settled(f, init, xs, &xl, n, reverse);
   }
@@ -1902,8 +1942,8 @@ int ctl_register(Env *b) {
     {"cond", bi_cond, "cond(pred, true_fun, false_fun, *operands)"},
     {"switch", bi_switch, "switch(index, branches, *operands): index clamped"},
     {"while_loop", bi_while_loop, "while_loop(cond_fun, body_fun, init_val)"},
-    {"fori_loop", bi_fori_loop, "fori_loop(lower, upper, body_fun, init_val)"},
-    {"scan", bi_scan, "scan(f, init, xs, length=None, reverse=False) -> (carry, ys)"},
+    {"fori_loop", bi_fori_loop, "fori_loop(lower, upper, body_fun, init_val, *, unroll=None)"},
+    {"scan", bi_scan, "scan(f, init, xs, length=None, reverse=False, unroll=1) -> (carry, ys)"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     Value *v = builtin_new(fns[i].name, fns[i].fn, fns[i].doc);

@@ -808,23 +808,24 @@ static int run_scan(Step *s, Workspace *w) {
   return rc;
 }
 
-/* xmap's interpreter: scan(f, carry, xs, length, reverse), f its
+/* xmap's interpreter: scan(f, carry, xs, length, reverse, unroll), f its
  * sub-plan closing over its constants; its (carry, ys) made one tuple of
  * the equation's results. */
 static Value *eval_scan(const PlanEqn *e, Value **in) {
   const Params *ps = &e->params;
-  int64_t nc, ncar, len;
+  int64_t nc, ncar, len, unroll = 1;
   bool rev;
   if (params_int(ps, "num_consts", &nc) < 0 || params_int(ps, "num_carry", &ncar) < 0 ||
-      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0)
+      params_int(ps, "length", &len) < 0 || params_bool(ps, "reverse", &rev) < 0 ||
+      (params_get(ps, "unroll") && params_int(ps, "unroll", &unroll) < 0))
     return NULL;
-  Value *v[5] = {xmap_sub_fn("f", xmap_scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL,
-                 NULL, val_int(len), val_incref(val_bool(rev))};
+  Value *v[6] = {xmap_sub_fn("f", xmap_scan_call, params_get(ps, "jaxpr"), (int)nc, in, ncar), NULL,
+                 NULL, val_int(len), val_incref(val_bool(rev)), val_int(unroll)};
   v[1] = v[0] ? tuple_pack((size_t)ncar, in + nc) : NULL;
   v[2] = v[1] ? tuple_pack((size_t)(e->nin - nc - ncar), in + nc + ncar) : NULL;
-  CallArgs c = {.nargs = 5, .args = v};
-  Value *r = v[2] && v[3] ? ctl_scan(&c) : NULL, *out = NULL;
-  release(v, 5);
+  CallArgs c = {.nargs = 6, .args = v};
+  Value *r = v[2] && v[3] && v[5] ? ctl_scan(&c) : NULL, *out = NULL;
+  release(v, 6);
   if (r && r->type == V_TUPLE && tuple_len(r) == 2) {
     Value *cs = tuple_get(r, 0), *ys = tuple_get(r, 1);
     size_t ncs = tuple_len(cs), nys = tuple_len(ys);
