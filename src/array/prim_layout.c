@@ -458,8 +458,9 @@ static int b_pad(Value **in, const int *dims, int nin, const Params *p, Value **
 static int b_concatenate(Value **in, const int *dims, int nin, const Params *p, Value **out,
                          int *od) {
   int64_t b = prim_batch_size(in, dims, nin), dim;
-  Value *ops[64];
-  if (nin > 64 || params_int(p, "dimension", &dim) < 0) return nin > 64 ? BATCH_BY_LOOP : -1;
+  if (params_int(p, "dimension", &dim) < 0) return -1;
+  Value *few[64], **ops = nin <= 64 ? few : shm_malloc(sizeof(Value *) * (size_t)nin);
+  if (!ops) return err_nomem(), -1;
   int made = 0;
   for (; made < nin; made++)
     if (!(ops[made] = front(in, dims, made, b))) break;
@@ -468,6 +469,7 @@ static int b_concatenate(Value **in, const int *dims, int nin, const Params *p, 
   params_add(&q, "dimension", val_int(dim + 1));
   *out = made == nin ? app(P_CONCATENATE, nin, ops, &q) : (params_clear(&q), NULL);
   for (int i = 0; i < made; i++) val_decref(ops[i]);
+  if (ops != few) shm_free(ops);
   *od = 0;
   return *out ? 0 : -1;
 }

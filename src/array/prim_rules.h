@@ -451,13 +451,31 @@ static inline int jvp_multilinear(PrimId id, int nlin, Value **x, Value **t, int
   bool any = false;
   for (int i = 0; i < nlin; i++) any |= t[i] != NULL;
   if (!any) return 0;
+  /* any number of operands (a concatenate stacks every iteration of an
+   * eager scan); the symbolic zeros of operands of one aval share one
+   * array, so the scope holds two values per distinct aval */
   Scope s = {0};
-  Value *in[SHM_MAXDIM + 34];
-  if (nin > (int)(sizeof in / sizeof *in))
-    return jvp_done(&s, err_set(ERR_VALUE, "%s: too many operands", prim_table[id].name), false,
-                    yo, to);
-  for (int i = 0; i < nin; i++) in[i] = i < nlin ? tan_or_zero(&s, t[i], x[i]) : x[i];
-  return jvp_done(&s, same(&s, id, nin, in, p), false, yo, to);
+  Value *few[64], **in = nin <= 64 ? few : shm_malloc(sizeof(Value *) * (size_t)nin), *zero = NULL;
+  if (!in) return jvp_done(&s, err_nomem(), false, yo, to);
+  AVal za = {0};
+  bool ok = true;
+  for (int i = 0; ok && i < nin; i++) {
+    if (i >= nlin || t[i]) {
+      in[i] = i < nlin ? t[i] : x[i];
+      continue;
+    }
+    AVal a;
+    if (!(ok = aval_ok(x[i], &a))) break;
+    if (!zero || a.dtype != za.dtype || a.ndim != za.ndim ||
+        memcmp(a.shape, za.shape, sizeof(int64_t) * (size_t)a.ndim)) {
+      zero = full(&s, 0.0, &a);
+      aval_copy(&za, &a);
+    }
+    ok = (in[i] = zero) != NULL;
+  }
+  Value *r = ok ? same(&s, id, nin, in, p) : NULL;
+  if (in != few) shm_free(in);
+  return jvp_done(&s, r, false, yo, to);
 }
 
 /* ==== transpose rules ==================================================== */

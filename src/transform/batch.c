@@ -143,10 +143,11 @@ static Value *by_loop(BatchTrace *bt, PrimId id, int nin, Value **vals, const in
                       const Params *p) {
   if (prim_table[id].nout != 1)
     return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' is not implemented", prim_table[id].name);
-  if (bt->size == 0 || nin > 64)
-    return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' over %s is not implemented",
-                   prim_table[id].name, bt->size ? "more than 64 operands" : "an empty batch");
-  Value **rows = shm_calloc((size_t)bt->size, sizeof(Value *)), *ops[64], *r = NULL;
+  if (bt->size == 0)
+    return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' over an empty batch is not implemented",
+                   prim_table[id].name);
+  Value **rows = shm_calloc((size_t)bt->size + (size_t)nin, sizeof(Value *)), *r = NULL;
+  Value **ops = rows + bt->size;   /* one example's operands */
   int64_t b = 0;
   if (!rows) return err_nomem();
   for (; b < bt->size; b++) {
@@ -239,23 +240,13 @@ static int resources_clash(const BatchTrace *bt, int nin, Value **in) {
   return 0;
 }
 
-/* The batch trace's KindApply. */
-static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Params *p) {
-  BatchTrace *bt = batch_find(top->trace_id);
-  if (!bt)
-    return err_set(ERR_VALUE, "a batched value escaped from the function vmap vectorizes, or "
-                              "reached a shard_map body where the call does not pass it (an "
-                              "object's attribute, or an argument the body also uses whole)");
-  if (nin > 64) return err_set(ERR_NOT_IMPLEMENTED, "vmap of '%s' with more than 64 operands",
-                               prim_table[id].name);
-  Value *vals[64];
-  int dims[64], od = 0;
-  for (int i = 0; i < nin; i++) {
-    bool mine = is_batch_of(in[i], bt->id);
-    vals[i] = mine ? ((Tracer *)in[i])->batched : in[i];
-    dims[i] = mine ? ((Tracer *)in[i])->bdim : -1;
-  }
+/* The batched result of [id] on the operands' batched values [vals] at
+ * [dims] (-1: unbatched): a new tracer, or the plain value when the
+ * result is unbatched. */
+static Value *batch_rule_apply(BatchTrace *bt, PrimId id, int nin, Value **in, Value **vals,
+                               int *dims, const Params *p) {
   Value *rest, *r = NULL;
+  int od = 0;
   if (prim_table[id].kind == PK_COLLECTIVE && nin == 1 && names_axis(p, bt->name, &rest)) {
     r = named_collective(bt, id, vals[0], dims[0], rest, p, &od);
     if (rest) val_decref(rest);
@@ -272,6 +263,38 @@ static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Par
   if (rc < 0) return NULL;
   if (prim_table[id].nout > 1 && od >= 0) return batch_tracers(bt->id, r, od);
   return od >= 0 ? batch_tracer(bt->id, r, od) : r;
+}
+
+/* The batch trace's KindApply: any number of operands (a concatenate
+ * stacks every iteration of an eager scan), on the stack for most. */
+static Value *batch_apply(Tracer *top, PrimId id, int nin, Value **in, const Params *p) {
+  BatchTrace *bt = batch_find(top->trace_id);
+  if (!bt)
+    return err_set(ERR_VALUE, "a batched value escaped from the function vmap vectorizes, or "
+                              "reached a shard_map body where the call does not pass it (an "
+                              "object's attribute, or an argument the body also uses whole)");
+  Value *few_vals[64], **vals = few_vals;
+  int few_dims[64], *dims = few_dims;
+  if (nin > 64) {
+    vals = shm_malloc(sizeof(Value *) * (size_t)nin);
+    dims = shm_malloc(sizeof(int) * (size_t)nin);
+  }
+  Value *r = NULL;
+  if (vals && dims) {
+    for (int i = 0; i < nin; i++) {
+      bool mine = is_batch_of(in[i], bt->id);
+      vals[i] = mine ? ((Tracer *)in[i])->batched : in[i];
+      dims[i] = mine ? ((Tracer *)in[i])->bdim : -1;
+    }
+    r = batch_rule_apply(bt, id, nin, in, vals, dims, p);
+  } else {
+    err_nomem();
+  }
+  if (vals != few_vals) {
+    shm_free(vals);
+    shm_free(dims);
+  }
+  return r;
 }
 
 static int batch_truth(Value *v) {
