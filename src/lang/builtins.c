@@ -472,12 +472,9 @@ static Value *bi_int(const CallArgs *a) {
   Array *xa = scalar_arg("int", x);
   if (!xa) return NULL;
   if (!dt_is_float(xa->dtype)) return val_int(arr_get_i64(xa, 0));
-  double d = xa->ndim == 0 ? arr_host_f64(xa) : arr_get_f64(xa, 0);
-  if (!isfinite(d))   /* Python: NaN a ValueError, infinity an OverflowError */
-    return err_set(isnan(d) ? ERR_VALUE : ERR_OVERFLOW, "cannot convert float %s to integer",
-                   isnan(d) ? "NaN" : "infinity");
-  if (fabs(d) >= 9.2e18) return err_set(ERR_VALUE, "integer too large");
-  return val_int((int64_t)d);
+  int64_t n;
+  return ops_float_to_int(xa->ndim == 0 ? arr_host_f64(xa) : arr_get_f64(xa, 0), &n) < 0
+             ? NULL : val_int(n);
 }
 
 static Value *bi_float(const CallArgs *a) {

@@ -1458,6 +1458,15 @@ int ops_check_python_int(const Value *v) {
   return -1;
 }
 
+int ops_float_to_int(double d, int64_t *out) {
+  if (!isfinite(d))
+    return err_set(isnan(d) ? ERR_VALUE : ERR_OVERFLOW, "cannot convert float %s to integer",
+                   isnan(d) ? "NaN" : "infinity"), -1;
+  if (fabs(d) >= 9.2e18) return err_set(ERR_OVERFLOW, "integer too large"), -1;
+  *out = (int64_t)d;
+  return 0;
+}
+
 static int nest_scan(Value *v, int depth, NestInfo *ni);
 
 static int nest_leaf(Value *v, int depth, NestInfo *ni) {

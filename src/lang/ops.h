@@ -89,6 +89,11 @@ Value *ops_int_overflow(int64_t x, DType t);
  * (a weak int64 past JAX's 32-bit default), else 0. */
 int ops_check_python_int(const Value *v);
 
+/* int() of the float [d], truncated toward zero, into *out: 0, or -1
+ * with Python's error (NaN: ValueError; infinity, or past the 64 bits a
+ * Python int has here: OverflowError).  int() and %d share it. */
+int ops_float_to_int(double d, int64_t *out);
+
 /* len(obj). */
 int ops_len(Value *obj, int64_t *out);
 

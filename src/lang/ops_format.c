@@ -360,17 +360,9 @@ static int pct_int(StrBuf *b, const PctSpec *ps, Value *v) {
       err_set(ERR_TYPE, "%%%c format: an integer is required, not float", ps->type);
       return -1;
     }
-    double d = a->ndim == 0 ? arr_host_f64(a) : arr_get_f64(a, 0);
-    if (!isfinite(d)) {
-      err_set(isnan(d) ? ERR_VALUE : ERR_OVERFLOW, "cannot convert float %s to integer",
-              isnan(d) ? "NaN" : "infinity");
-      return -1;
-    }
-    if (fabs(d) >= 9.2e18) {
-      err_set(ERR_OVERFLOW, "integer too large");
-      return -1;
-    }
-    n = (long long)d;
+    int64_t t;
+    if (ops_float_to_int(a->ndim == 0 ? arr_host_f64(a) : arr_get_f64(a, 0), &t) < 0) return -1;
+    n = t;
   } else {
     n = (long long)arr_get_i64(a, 0);
   }

@@ -753,6 +753,19 @@ static int reduce_axis_size(const char *name, int64_t *size, bool *named) {
   return 0;
 }
 
+/* [x] reduced over the [n] axes [names] by one collective of [kind]'s
+ * row: over several mesh axes, the same order of additions as the eager
+ * body's psum over them, which reducing name by name would change. */
+static Value *reduce_mesh_axes(PrimId kind, Value *x, Value *const *names, size_t n) {
+  Params p;
+  params_init(&p);
+  params_add(&p, "axes", tuple_pack(n, (Value **)names));
+  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
+  Value *r = prim_bind(coll_for_reduce(kind), 1, &x, &p);
+  params_clear(&p);
+  return r;
+}
+
 /* [x] reduced over one named axis [nm] as [kind] (sum, max, min: the
  * collective whose row reduces so; any other, such as prod: gathered,
  * then reduced, coll_named_gathered); *size gets the axis's size. */
@@ -769,53 +782,42 @@ static Value *reduce_one_name(PrimId kind, Value *x, Value *nm, int64_t *size) {
     if (n) val_decref(&n->hdr);
     return r;
   }
-  Params p;
-  params_init(&p);
-  params_add(&p, "axes", tuple_pack(1, &nm));
-  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
-  Value *r = prim_bind(coll, 1, &x, &p);
-  params_clear(&p);
-  return r;
-}
-
-/* [x] reduced over the mesh axes names[lo..hi) by one collective of
- * [kind]'s row: the same order of additions as the eager body's psum
- * over those axes, which splitting it name by name would change. */
-static Value *reduce_mesh_names(PrimId kind, Value *x, Value *names, size_t lo, size_t hi) {
-  Params p;
-  params_init(&p);
-  params_add(&p, "axes", tuple_pack(hi - lo, ((Tuple *)names)->items + lo));
-  params_add(&p, "axis_index_groups", val_incref(VAL_NONE));
-  Value *r = prim_bind(coll_for_reduce(kind), 1, &x, &p);
-  params_clear(&p);
-  return r;
+  return reduce_mesh_axes(kind, x, &nm, 1);
 }
 
 /* Reduces [x] over the named axes [names], one after the other; a run
- * of consecutive mesh axes is one collective (reduce_mesh_names)
+ * of consecutive mesh axes is one collective (reduce_mesh_axes)
  * (ops_named_reduce_hook). */
 static Value *named_reduce_hook(PrimId kind, Value *x, Value *names, int64_t *size) {
-  Value *r = val_incref(x);
+  Value *r = val_incref(x), *const *items = ((Tuple *)names)->items;
   int64_t total = 1, one = 1;
-  size_t n = tuple_len(names);
-  for (size_t i = 0; r && i < n;) {
-    size_t j = i;   /* names[i..j) are mesh axes */
-    bool named = true;
-    while (coll_for_reduce(kind) >= 0 && j < n) {
-      if (reduce_axis_size(str_cstr(tuple_get(names, j)), &one, &named) < 0) {
+  size_t n = tuple_len(names), mesh = 0;   /* names[i - mesh, i) are mesh axes */
+  bool collective = coll_for_reduce(kind) >= 0, named = true;
+  for (size_t i = 0; r && i <= n; i++) {
+    if (i < n && collective) {
+      if (reduce_axis_size(str_cstr(items[i]), &one, &named) < 0) {
         val_decref(r);
         return NULL;
       }
-      if (named) break;
-      total *= one;
-      j++;
+      if (!named) {
+        total *= one;
+        mesh++;
+        continue;
+      }
     }
-    Value *next = j > i ? reduce_mesh_names(kind, r, names, i, j)
-                        : reduce_one_name(kind, r, tuple_get(names, i), &one);
-    if (j == i) total *= one;
-    val_decref(r);
-    r = next;
-    i = j > i ? j : i + 1;
+    Value *next;
+    if (mesh) {
+      next = reduce_mesh_axes(kind, r, items + i - mesh, mesh);
+      val_decref(r);
+      r = next;
+      mesh = 0;
+    }
+    if (r && i < n) {   /* a vmap or xmap name, or a reduction with no collective */
+      next = reduce_one_name(kind, r, items[i], &one);
+      total *= one;
+      val_decref(r);
+      r = next;
+    }
   }
   if (size) *size = total;
   return r;

@@ -1432,7 +1432,21 @@ static Value *fori_as_while(Value *lo, Value *hi, Value *body, Value *init) {
   return r;
 }
 
-static int unroll_arg(Value *u, int64_t length, int64_t dflt, int64_t *out);
+/* JAX's unroll= of scan and fori_loop: an int >= 1, or a bool (True:
+ * the whole [length], False: 1); None (or absent) is 1.  Into *out: 0,
+ * or -1 with JAX's ValueError (TypeError for anything else). */
+static int unroll_arg(Value *u, int64_t length, int64_t *out) {
+  *out = 1;
+  if (!u || u == VAL_NONE) return 0;
+  if (!IS_ARRAY(u) || AS_ARRAY(u)->ndim != 0 || dt_is_float(AS_ARRAY(u)->dtype))
+    return err_set(ERR_TYPE, "`unroll` must be a `bool` or a positive `int`, not %s",
+                   val_type_name(u)), -1;
+  int64_t k = arr_get_i64(AS_ARRAY(u), 0);
+  if (AS_ARRAY(u)->dtype == DT_BOOL) k = k ? (length > 1 ? length : 1) : 1;
+  if (k < 1) return err_set(ERR_VALUE, "`unroll` must be a `bool` or a positive `int`."), -1;
+  *out = k;
+  return 0;
+}
 
 /* fori_loop's unroll=: an int other than 1 needs bounds known while
  * tracing (JAX's rule: such a loop lowers to a scan). */
@@ -1440,7 +1454,7 @@ static int fori_unroll(Value *u, Value *lo, Value *hi) {
   int64_t l = 0, h = 0, k;
   bool known = IS_ARRAY(lo) && IS_ARRAY(hi);
   if (known && (arr_to_index(lo, &l) < 0 || arr_to_index(hi, &h) < 0)) return -1;
-  if (unroll_arg(u, h - l, 1, &k) < 0) return -1;
+  if (unroll_arg(u, h - l, &k) < 0) return -1;
   /* as JAX tests it, `unroll is not False and unroll != 1`: True == 1 */
   bool plain = !u || u == VAL_NONE || AS_ARRAY(u)->dtype == DT_BOOL || k == 1;
   if (!known && !plain)
@@ -1884,23 +1898,7 @@ static Value *staged_scan(Value *f, Value *init, Value *xs, Leaves *xl, int64_t 
   return r;
 }
 
-/* scan(f, init, xs, length=None, reverse=False) */
-/* JAX's unroll= of scan and fori_loop: an int >= 1, or a bool (True:
- * the whole [length], False: 1); None is [dflt].  Into *out: 0, or -1
- * with JAX's ValueError (TypeError for anything else). */
-static int unroll_arg(Value *u, int64_t length, int64_t dflt, int64_t *out) {
-  *out = dflt;
-  if (!u || u == VAL_NONE) return 0;
-  if (!IS_ARRAY(u) || AS_ARRAY(u)->ndim != 0 || dt_is_float(AS_ARRAY(u)->dtype))
-    return err_set(ERR_TYPE, "`unroll` must be a `bool` or a positive `int`, not %s",
-                   val_type_name(u)), -1;
-  int64_t k = arr_get_i64(AS_ARRAY(u), 0);
-  if (AS_ARRAY(u)->dtype == DT_BOOL) k = k ? (length > 1 ? length : 1) : 1;
-  if (k < 1) return err_set(ERR_VALUE, "`unroll` must be a `bool` or a positive `int`."), -1;
-  *out = k;
-  return 0;
-}
-
+/* scan(f, init, xs=None, length=None, reverse=False, unroll=1) */
 static Value *bi_scan(const CallArgs *a) {
   Value *f, *init, *xs, *length, *rev, *unr;
   if (args_bind("scan", a, "f, init, xs=, length=, reverse=, unroll=",
@@ -1912,7 +1910,7 @@ static Value *bi_scan(const CallArgs *a) {
   int64_t n, unroll;
   Value *r = NULL;
   if (reverse >= 0 && flatten(xs, &xl) == 0 && scan_length(&xl, length, &n) == 0 &&
-      unroll_arg(unr, n, 1, &unroll) == 0) {
+      unroll_arg(unr, n, &unroll) == 0) {
     /* unroll changes no value: the plan records it, as JAX's jaxpr does,
      * and runs the body once per iteration either way */
     trace_transformed_operand();
